@@ -1,0 +1,3 @@
+from mambaxfer_cli.cli import main
+
+main()

@@ -1,0 +1,29 @@
+"""``mambaxfer models``: the built-in presets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli.options import Format, dump
+
+
+@app.command("models")
+def models(
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml.")] = Format.table,
+) -> None:
+    """List the built-in model presets with their variant, layer counts, dtypes and source."""
+    from mambaxfer_cli.model_source import load_model, preset_description, preset_names
+
+    specs = [load_model(name) for name in preset_names()]
+    if fmt is not Format.table:
+        rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
+                for spec in specs]
+        typer.echo(dump({"models": rows}, fmt), nl=False)
+        return
+    from mambaxfer_cli.render.model_view import models_table
+    from mambaxfer_cli.render.console import console
+
+    console().print(models_table(specs))

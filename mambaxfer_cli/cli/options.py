@@ -1,0 +1,143 @@
+"""Options shared by several commands, and the builders that turn them into core values."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.model import ModelSpec, Variant
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class Semantics(str, Enum):
+    exact = "exact"
+    vllm = "vllm"
+
+
+MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a model directory, "
+              "a YAML model file, or a Hugging Face repo id already in the local cache.")
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP, show_default=False)]
+VariantOpt = Annotated[Optional[Variant], typer.Option(
+    "--variant", help="Override variant detection.", case_sensitive=False)]
+ConvDtypeOpt = Annotated[Optional[str], typer.Option(
+    "--conv-dtype", help="Conv state dtype (default: the model's torch_dtype).")]
+SsmDtypeOpt = Annotated[Optional[str], typer.Option(
+    "--ssm-dtype", help="Temporal (SSM) state dtype (default: the model's, else the conv dtype).")]
+NumSpecOpt = Annotated[Optional[int], typer.Option(
+    "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).")]
+SemanticsOpt = Annotated[Semantics, typer.Option(
+    "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
+    case_sensitive=False)]
+
+
+def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
+         num_spec: int | None) -> ModelSpec:
+    from mambaxfer_cli.model_source import load_model
+
+    return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
+                      num_spec=num_spec)
+
+
+def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise UserError(f"{flag}: '{part}' is not an integer; write e.g. {flag} 1,2,4,8") from None
+        if value < 1:
+            raise UserError(f"{flag}: TP sizes must be positive integers, got {value}")
+        sizes.append(value)
+    if not sizes:
+        raise UserError(f"{flag}: give at least one TP size, e.g. {flag} 1,2,4,8")
+    return sizes
+
+
+def dump(document: dict, fmt: Format) -> str:
+    if fmt is Format.yaml:
+        import yaml
+
+        return yaml.safe_dump(document, sort_keys=False, width=120)
+    import json
+
+    return json.dumps(document, indent=2) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write the whole file or nothing: a temp file beside it, renamed into place."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"--output {path}: is a directory")
+    if not path.parent.exists():
+        raise UserError(f"--output {path}: directory {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"--output {path}: cannot write: {exc.strerror}") from None
+
+
+PTpOpt = Annotated[int, typer.Option("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
+DTpOpt = Annotated[int, typer.Option("--d-tp", help="Decode (D) tensor-parallel size.", show_default=False)]
+CoalesceOpt = Annotated[bool, typer.Option(
+    "--coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
+PNumBlocksOpt = Annotated[int, typer.Option("--p-num-blocks", help="P engine's number of kernel blocks (N).")]
+DNumBlocksOpt = Annotated[int, typer.Option("--d-num-blocks", help="D engine's number of kernel blocks (N).")]
+PPhysOpt = Annotated[int, typer.Option(
+    "--p-blocks-per-logical", help="P engine's kernel blocks per logical block.")]
+DPhysOpt = Annotated[int, typer.Option(
+    "--d-blocks-per-logical", help="D engine's kernel blocks per logical block.")]
+StreamsOpt = Annotated[int, typer.Option(
+    "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM 0.33) or 2 (K and V split).")]
+KvGroupsOpt = Annotated[Optional[str], typer.Option(
+    "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM 0.33's rule).")]
+KvTensorsOpt = Annotated[Optional[int], typer.Option(
+    "--kv-tensors", help="KV-cache tensors, with --kv-groups.")]
+SsmTensorsOpt = Annotated[Optional[int], typer.Option(
+    "--ssm-tensors", help="Tensors that hold SSM layers, with --kv-groups (default: all).")]
+RequestBlocksOpt = Annotated[int, typer.Option(
+    "--request-blocks", help="Logical blocks per KV-cache group in the generated request.")]
+PrefillBlocksOpt = Annotated[Optional[str], typer.Option(
+    "--prefill-blocks", help="The request's P logical block IDs per group, e.g. '3,5;1;2' (';' between groups).")]
+DecodeBlocksOpt = Annotated[Optional[str], typer.Option(
+    "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated request's block IDs.")]
+
+
+def plan_options(*, semantics: Semantics = Semantics.exact, coalesce: bool = False,
+                 p_num_blocks: int = 100_000, d_num_blocks: int = 100_000,
+                 p_blocks_per_logical: int = 4, d_blocks_per_logical: int = 4,
+                 attention_streams: int = 1, kv_groups: str | None = None,
+                 kv_tensors: int | None = None, ssm_tensors: int | None = None,
+                 request_blocks: int = 2, prefill_blocks: str | None = None,
+                 decode_blocks: str | None = None, seed: int = 0):
+    from mambaxfer_cli.kv_groups import parse_grouping
+    from mambaxfer_cli.plan import EngineOptions, PlanOptions
+
+    if kv_groups is None and (kv_tensors is not None or ssm_tensors is not None):
+        raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
+    grouping = parse_grouping(kv_groups, kv_tensors, ssm_tensors) if kv_groups is not None else None
+    return PlanOptions(
+        semantics=semantics.value, coalesce=coalesce,
+        prefill=EngineOptions(p_num_blocks, p_blocks_per_logical),
+        decode=EngineOptions(d_num_blocks, d_blocks_per_logical),
+        attention_streams=attention_streams, grouping=grouping, request_blocks=request_blocks,
+        prefill_blocks=prefill_blocks, decode_blocks=decode_blocks, seed=seed)

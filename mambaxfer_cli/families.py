@@ -1,0 +1,150 @@
+"""Which config keys give each model family's SSM dimensions and layer kinds.
+
+Adding a family is adding a row. A dimension is a list of alternatives tried in order;
+each alternative is a tuple of keys whose values multiply (``("mamba_expand", "hidden_size")``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from mambaxfer_cli.model import Variant
+
+Alternatives = tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Family:
+    label: str
+    model_types: tuple[str, ...]
+    variant: Variant
+    params: Mapping[str, Alternatives]
+    conv_kernel: Alternatives
+    layers: str = "keys"              # "keys": read the layer-kind keys; "all_ssm"; "parallel"
+    ssm_dtype_keys: tuple[str, ...] = ()
+    ssm_dtype_default: str | None = None  # None: the conv dtype
+
+
+MAMBA1_HF = {
+    "intermediate_size": (("intermediate_size",), ("d_inner",), ("expand", "hidden_size")),
+    "d_state": (("state_size",), ("d_state",)),
+}
+
+FAMILIES: tuple[Family, ...] = (
+    Family("Jamba", ("jamba",), Variant.MAMBA1,
+           {"intermediate_size": (("mamba_expand", "hidden_size"),),
+            "d_state": (("mamba_d_state",),)},
+           conv_kernel=(("mamba_d_conv",),)),
+    Family("Mamba (HF)", ("mamba",), Variant.MAMBA1, MAMBA1_HF,
+           conv_kernel=(("conv_kernel",), ("d_conv",)), layers="all_ssm"),
+    Family("Falcon-Mamba", ("falcon_mamba",), Variant.MAMBA1, MAMBA1_HF,
+           conv_kernel=(("conv_kernel",), ("d_conv",)), layers="all_ssm"),
+    Family("Mamba2", ("mamba2",), Variant.MAMBA2,
+           {"intermediate_size": (("expand", "hidden_size"), ("intermediate_size",)),
+            "d_state": (("state_size",), ("d_state",)),
+            "n_groups": (("n_groups",), ("ngroups",)),
+            "num_heads": (("num_heads",),),
+            "head_dim": (("head_dim",),)},
+           conv_kernel=(("conv_kernel",), ("d_conv",)), layers="all_ssm"),
+    Family("Nemotron-H", ("nemotron_h",), Variant.MAMBA2,
+           {"intermediate_size": (("mamba_num_heads", "mamba_head_dim"),),
+            "d_state": (("ssm_state_size",),),
+            "n_groups": (("n_groups",),),
+            "num_heads": (("mamba_num_heads",),),
+            "head_dim": (("mamba_head_dim",),)},
+           conv_kernel=(("conv_kernel",),), ssm_dtype_default="float32"),
+    Family("Granite-4.0-H / Bamba", ("granitemoehybrid", "bamba"), Variant.MAMBA2,
+           {"intermediate_size": (("mamba_expand", "hidden_size"),),
+            "d_state": (("mamba_d_state",),),
+            "n_groups": (("mamba_n_groups",),),
+            "num_heads": (("mamba_n_heads",),),
+            "head_dim": (("mamba_d_head",),)},
+           conv_kernel=(("mamba_d_conv",),)),
+    Family("Falcon-H1", ("falcon_h1",), Variant.MAMBA2,
+           {"intermediate_size": (("mamba_d_ssm",), ("mamba_expand", "hidden_size")),
+            "d_state": (("mamba_d_state",),),
+            "n_groups": (("mamba_n_groups",),),
+            "num_heads": (("mamba_n_heads",),),
+            "head_dim": (("mamba_d_head",),)},
+           conv_kernel=(("mamba_d_conv",),), layers="parallel"),
+    Family("Zamba2", ("zamba2",), Variant.MAMBA2,
+           {"intermediate_size": (("mamba_expand", "hidden_size"),),
+            "d_state": (("mamba_d_state",),),
+            "n_groups": (("mamba_ngroups",),),
+            "num_heads": (("n_mamba_heads",),),
+            "head_dim": (("mamba_headdim",),)},
+           conv_kernel=(("mamba_d_conv",),)),
+    Family("Qwen3-Next / Qwen3.5", ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                                    "qwen3_5_moe_text"), Variant.GDN,
+           {"num_k_heads": (("linear_num_key_heads",),),
+            "num_v_heads": (("linear_num_value_heads",),),
+            "head_k_dim": (("linear_key_head_dim",),),
+            "head_v_dim": (("linear_value_head_dim",),)},
+           conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
+)
+
+# Used when the model_type is not in the table, or when --variant overrides detection:
+# every name any family uses, most specific first.
+GENERIC: Mapping[Variant, Family] = {
+    Variant.MAMBA1: Family("generic Mamba1", (), Variant.MAMBA1,
+                           {"intermediate_size": (("mamba_d_ssm",), ("d_inner",),
+                                                  ("mamba_expand", "hidden_size"),
+                                                  ("intermediate_size",), ("expand", "hidden_size")),
+                            "d_state": (("mamba_d_state",), ("ssm_state_size",), ("state_size",),
+                                        ("d_state",))},
+                           conv_kernel=(("mamba_d_conv",), ("conv_kernel",), ("d_conv",))),
+    Variant.MAMBA2: Family("generic Mamba2", (), Variant.MAMBA2,
+                           {"intermediate_size": (("mamba_d_ssm",),
+                                                  ("mamba_num_heads", "mamba_head_dim"),
+                                                  ("mamba_n_heads", "mamba_d_head"),
+                                                  ("mamba_expand", "hidden_size"),
+                                                  ("expand", "hidden_size"), ("intermediate_size",)),
+                            "d_state": (("mamba_d_state",), ("ssm_state_size",), ("state_size",),
+                                        ("d_state",)),
+                            "n_groups": (("mamba_n_groups",), ("mamba_ngroups",), ("n_groups",),
+                                         ("ngroups",)),
+                            "num_heads": (("mamba_num_heads",), ("mamba_n_heads",), ("n_mamba_heads",),
+                                          ("num_heads",)),
+                            "head_dim": (("mamba_head_dim",), ("mamba_d_head",), ("mamba_headdim",),
+                                         ("head_dim",))},
+                           conv_kernel=(("mamba_d_conv",), ("conv_kernel",), ("d_conv",))),
+    Variant.GDN: Family("generic GDN", (), Variant.GDN, FAMILIES[-1].params,
+                        conv_kernel=(("linear_conv_kernel_dim",), ("conv_kernel",)),
+                        ssm_dtype_keys=("mamba_ssm_dtype",)),
+}
+
+# Keys whose presence identifies a variant when the model_type is unknown.
+SIGNATURE_KEYS: tuple[tuple[Variant, tuple[str, ...]], ...] = (
+    (Variant.GDN, ("linear_num_value_heads", "linear_num_key_heads")),
+    (Variant.MAMBA2, ("mamba_n_groups", "mamba_ngroups", "n_groups", "ngroups")),
+    (Variant.MAMBA1, ("mamba_d_state", "state_size", "ssm_state_size", "d_state")),
+)
+
+# Recurrent or linear-attention families that exist but are not Mamba1, Mamba2 or GDN.
+UNSUPPORTED: Mapping[str, str] = {
+    "lfm2": "short-conv (LFM2)",
+    "lfm2_moe": "short-conv (LFM2-MoE)",
+    "kimi_linear": "KDA linear attention (Kimi-Linear)",
+    "minimax": "lightning attention (MiniMax)",
+    "minimax_m1": "lightning attention (MiniMax-M1)",
+    "rwkv": "RWKV",
+    "rwkv7": "RWKV-7",
+    "recurrent_gemma": "RG-LRU (RecurrentGemma)",
+    "plamo2": "PLaMo2 Mamba variant",
+    "xlstm": "xLSTM",
+}
+
+
+def family_for(model_type: str) -> Family | None:
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    return None
+
+
+def supported_summary() -> str:
+    by_variant: dict[Variant, list[str]] = {}
+    for family in FAMILIES:
+        by_variant.setdefault(family.variant, []).extend(family.model_types)
+    return "; ".join(f"{variant.value}: {', '.join(types)}" for variant, types in by_variant.items())

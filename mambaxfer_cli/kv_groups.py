@@ -1,0 +1,76 @@
+"""vLLM 0.33's grouping of cache-keeping layers into KV-cache groups and shared tensors."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.model import ATTENTION, SSM
+
+KINDS = (ATTENTION, SSM)
+
+
+@dataclass(frozen=True)
+class KVGrouping:
+    groups: tuple[str, ...]                  # kind of each group, in order
+    tensors: int                             # KV-cache tensors of the engine (R)
+    ssm_tensors: int                         # tensors that hold SSM layers (S)
+    members: tuple[tuple[int, ...], ...] = ()  # model layer indices of each group (derived only)
+
+    @property
+    def has_attention(self) -> bool:
+        return ATTENTION in self.groups
+
+
+def vllm_grouping(layers: Sequence[str]) -> KVGrouping:
+    """Bucket by type (buckets ordered by first layer); G = smallest bucket, or the largest when
+    largest < 1.5·smallest; a bucket of n layers makes ceil(n/G) groups, layer i to group i mod that."""
+    buckets: dict[str, list[int]] = {}
+    for index, kind in enumerate(layers):
+        buckets.setdefault(kind, []).append(index)
+    sizes = [len(b) for b in buckets.values()]
+    smallest, largest = min(sizes), max(sizes)
+    size = largest if largest < 1.5 * smallest else smallest
+    kinds, members = [], []
+    for kind, indices in buckets.items():
+        n_groups = math.ceil(len(indices) / size)
+        for g in range(n_groups):
+            kinds.append(kind)
+            members.append(tuple(indices[g::n_groups]))
+    ssm_tensors = max(len(m) for k, m in zip(kinds, members) if k == SSM)
+    return KVGrouping(tuple(kinds), size, ssm_tensors, tuple(members))
+
+
+_ITEM = re.compile(r"^(attention|ssm)(?:\*(\d+))?$")
+
+
+def parse_grouping(text: str, tensors: int | None, ssm_tensors: int | None) -> KVGrouping:
+    """``--kv-groups 'ssm*7,attention'`` with ``--kv-tensors 4``: a grouping given by hand."""
+    kinds: list[str] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _ITEM.match(item)
+        if not match:
+            raise UserError(f"--kv-groups: bad item '{item}'; write e.g. 'ssm*7,attention'")
+        kinds.extend([match.group(1)] * int(match.group(2) or 1))
+    if SSM not in kinds:
+        raise UserError("--kv-groups must name at least one ssm group")
+    if tensors is None:
+        raise UserError("--kv-groups needs --kv-tensors (the number of KV-cache tensors)")
+    if tensors < 1 or (ssm_tensors is not None and not 1 <= ssm_tensors <= tensors):
+        raise UserError("--kv-tensors must be >= 1 and --ssm-tensors between 1 and --kv-tensors")
+    return KVGrouping(tuple(kinds), tensors, ssm_tensors or tensors)
+
+
+def describe(grouping: KVGrouping) -> str:
+    parts, last, count = [], None, 0
+    for kind in grouping.groups + ("",):
+        if kind == last:
+            count += 1
+            continue
+        if last is not None:
+            parts.append(f"{last}*{count}" if count > 1 else last)
+        last, count = kind, 1
+    return ",".join(parts)

@@ -1,0 +1,67 @@
+"""The model as the planner sees it: variant, dimensions, dtypes and layer kinds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Mapping
+
+
+class Variant(str, Enum):
+    MAMBA1 = "mamba1"
+    MAMBA2 = "mamba2"
+    GDN = "gdn"
+
+
+SSM = "ssm"
+ATTENTION = "attention"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the planner needs from a model config, already validated."""
+
+    name: str
+    source: str
+    variant: Variant
+    params: Mapping[str, int]
+    layers: tuple[str, ...]          # cache-keeping layers in model order: "ssm" | "attention"
+    conv_kernel: int
+    num_spec: int
+    conv_dtype: str
+    ssm_dtype: str
+    num_kv_heads: int | None = None  # attention KV heads, for attention descriptor sources
+    family: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+
+    @property
+    def ssm_layers(self) -> int:
+        return sum(1 for kind in self.layers if kind == SSM)
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(1 for kind in self.layers if kind == ATTENTION)
+
+    @property
+    def conv_rows(self) -> int:
+        # Mamba1's conv state keeps no room for speculative tokens in vLLM 0.33.
+        if self.variant is Variant.MAMBA1:
+            return self.conv_kernel - 1
+        return self.conv_kernel - 1 + self.num_spec
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "variant": self.variant.value,
+            "ssm_layers": self.ssm_layers,
+            "attention_layers": self.attention_layers,
+            "conv_kernel": self.conv_kernel,
+            "num_spec": self.num_spec,
+            "conv_dtype": self.conv_dtype,
+            "ssm_dtype": self.ssm_dtype,
+            "params": dict(self.params),
+        }

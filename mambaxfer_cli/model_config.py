@@ -1,0 +1,144 @@
+"""From a Hugging Face config dict to a validated ModelSpec (pure: no file access)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from mambaxfer_cli.dtypes import canonical_dtype
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.families import (
+    GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
+)
+from mambaxfer_cli.model import ATTENTION, SSM, ModelSpec, Variant
+
+DEFAULT_DTYPE = "bfloat16"
+
+
+def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Multimodal configs (Qwen3.5) keep the language model under ``text_config``."""
+    inner = config.get("text_config")
+    if not isinstance(inner, Mapping):
+        return dict(config)
+    merged = {k: v for k, v in config.items() if k != "text_config"}
+    merged.update(inner)
+    return merged
+
+
+def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> int:
+    for keys in alternatives:
+        if all(config.get(key) is not None for key in keys):
+            value = 1
+            for key in keys:
+                part = config[key]
+                if isinstance(part, bool) or not isinstance(part, (int, float)) or part != int(part) or part <= 0:
+                    raise UserError(f"{where}: key '{key}' must be a positive integer, got {part!r}")
+                value *= int(part)
+            return value
+    wanted = " or ".join("·".join(keys) for keys in alternatives)
+    raise UserError(f"{where}: missing key for {what}: expected {wanted}")
+
+
+def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple[str, ...]:
+    n_layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers")
+                     if isinstance(config.get(k), int)), None)
+    if family.layers == "all_ssm" or family.layers == "parallel":
+        if n_layers is None:
+            raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
+        per_layer = (SSM,) if family.layers == "all_ssm" else (SSM, ATTENTION)
+        return per_layer * n_layers
+    if "hybrid_override_pattern" in config:
+        kinds = {"M": (SSM,), "*": (ATTENTION,), "-": (), "E": ()}
+        pattern = str(config["hybrid_override_pattern"])
+        bad = sorted(set(pattern) - set(kinds))
+        if bad:
+            raise UserError(f"{where}: hybrid_override_pattern has unknown layer symbols {bad}; known: M * - E")
+        return tuple(k for ch in pattern for k in kinds[ch])
+    if "layers_block_type" in config or "layer_types" in config:
+        key = "layers_block_type" if "layers_block_type" in config else "layer_types"
+        kinds = {"mamba": (SSM,), "linear_attention": (SSM,), "attention": (ATTENTION,),
+                 "full_attention": (ATTENTION,), "sliding_attention": (ATTENTION,),
+                 "hybrid": (ATTENTION, SSM), "mlp": (), "moe": ()}
+        out: list[str] = []
+        for entry in config[key]:
+            if entry not in kinds:
+                raise UserError(f"{where}: {key} has unknown layer kind '{entry}'; known: {', '.join(kinds)}")
+            out.extend(kinds[entry])
+        return tuple(out)
+    if n_layers is None:
+        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
+    if "attn_layer_indices" in config:
+        indices = set(config["attn_layer_indices"] or ())
+        return tuple(ATTENTION if i in indices else SSM for i in range(n_layers))
+    if "attn_layer_period" in config and "attn_layer_offset" in config:
+        period, offset = int(config["attn_layer_period"]), int(config["attn_layer_offset"])
+        return tuple(ATTENTION if i % period == offset else SSM for i in range(n_layers))
+    if "full_attention_interval" in config:
+        interval = int(config["full_attention_interval"])
+        return tuple(ATTENTION if (i + 1) % interval == 0 else SSM for i in range(n_layers))
+    # A plain Mamba model: no layer-kind key, every layer is an SSM layer.
+    return (SSM,) * n_layers
+
+
+def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> Family:
+    model_type = str(config.get("model_type", ""))
+    family = family_for(model_type)
+    if variant is not None:
+        if family is not None and family.variant is variant:
+            return family
+        return GENERIC[variant]
+    if family is not None:
+        return family
+    if model_type in UNSUPPORTED:
+        raise UserError(
+            f"{where}: model_type '{model_type}' is a {UNSUPPORTED[model_type]} model, which mambaxfer "
+            f"does not support; supported variants are Mamba1, Mamba2 and GDN ({supported_summary()})")
+    for candidate, keys in SIGNATURE_KEYS:
+        if any(key in config for key in keys):
+            return GENERIC[candidate]
+    found = f"model_type '{model_type}'" if model_type else "no model_type"
+    raise UserError(
+        f"{where}: not a Mamba-family config ({found}, and none of the SSM keys such as "
+        f"mamba_d_state, state_size or linear_num_value_heads); supported: {supported_summary()}; "
+        f"use --variant to force one")
+
+
+def _dtype(config: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        if config.get(key):
+            return canonical_dtype(config[key])
+    return None
+
+
+def spec_from_config(
+    config: Mapping[str, Any],
+    *,
+    name: str,
+    source: str,
+    variant: Variant | None = None,
+    conv_dtype: str | None = None,
+    ssm_dtype: str | None = None,
+    num_spec: int | None = None,
+) -> ModelSpec:
+    """Read a model's SSM geometry from its HF config; overrides win over the config."""
+    where = source or name
+    config = flatten_text_config(config)
+    family = _detect(config, variant, where)
+    params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
+    conv_kernel = _lookup(config, family.conv_kernel, "conv_kernel", where)
+    model_dtype = _dtype(config, ("torch_dtype", "dtype")) or DEFAULT_DTYPE
+    conv = canonical_dtype(conv_dtype) if conv_dtype else model_dtype
+    ssm = (canonical_dtype(ssm_dtype) if ssm_dtype
+           else _dtype(config, family.ssm_dtype_keys) or family.ssm_dtype_default or conv)
+    spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
+    if not isinstance(spec_num, int) or spec_num < 0:
+        raise UserError(f"--num-spec must be a non-negative integer, got {spec_num!r}")
+    layers = _layer_kinds(config, family, where)
+    if SSM not in layers:
+        raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
+    kv_heads = next((int(config[k]) for k in ("num_key_value_heads", "num_attention_heads")
+                     if isinstance(config.get(k), int)), None)
+    return ModelSpec(
+        name=name, source=source, variant=family.variant, params=params, layers=layers,
+        conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
+        num_kv_heads=kv_heads if ATTENTION in layers else None, family=family.label,
+    )

@@ -1,0 +1,133 @@
+"""Resolve ``--model``: a built-in preset, a config.json, a model directory, a YAML model file,
+or a Hugging Face repo id already in the local cache (never the network)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.model import ModelSpec, Variant
+from mambaxfer_cli.model_config import spec_from_config
+
+PRESET_DIR = Path(__file__).parent / "presets"
+_OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+@lru_cache(maxsize=None)
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
+        raise UserError(f"{path}: a model YAML file needs a 'config:' mapping of Hugging Face config keys "
+                        f"(see the README's 'Model files' section)")
+    unknown = set(data) - {"name", "source", "description", "config", *_OVERRIDE_KEYS}
+    if unknown:
+        raise UserError(f"{path}: unknown top-level keys {sorted(unknown)}; allowed: name, source, "
+                        f"description, config, {', '.join(_OVERRIDE_KEYS)}")
+    return data
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(text)  # accepts Infinity/NaN, which real configs contain
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a config.json must hold a JSON object, found {type(data).__name__}")
+    return data
+
+
+def hf_cache_dir() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def _cached_repo_config(repo_id: str) -> Path | None:
+    repo = hf_cache_dir() / f"models--{repo_id.replace('/', '--')}"
+    snapshots = repo / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        pinned = snapshots / ref.read_text().strip() / "config.json"
+        if pinned.is_file():
+            return pinned
+    candidates = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return candidates[0] if candidates else None
+
+
+def load_model(
+    model: str,
+    *,
+    variant: Variant | None = None,
+    conv_dtype: str | None = None,
+    ssm_dtype: str | None = None,
+    num_spec: int | None = None,
+) -> ModelSpec:
+    """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
+    cli = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec}
+    path = Path(model).expanduser()
+    if model in preset_names():
+        return _from_yaml(PRESET_DIR / f"{model}.yaml", cli, default_name=model)
+    if path.is_dir():
+        for candidate in ("config.json", "model.yaml"):
+            if (path / candidate).is_file():
+                return load_model(str(path / candidate), **cli)
+        raise UserError(f"{path}: directory holds no config.json")
+    if path.is_file():
+        if path.suffix in (".yaml", ".yml"):
+            return _from_yaml(path, cli, default_name=path.stem)
+        config = _read_json(path)
+        name = path.parent.name if path.name == "config.json" else path.stem
+        return spec_from_config(config, name=name, source=str(path), **cli)
+    if model.count("/") == 1 and not model.startswith((".", "/")) and not path.suffix:
+        cached = _cached_repo_config(model)
+        if cached is None:
+            raise UserError(f"'{model}' is not in the local Hugging Face cache ({hf_cache_dir()}); "
+                            f"mambaxfer never downloads: fetch its config.json first, or pass a path")
+        return spec_from_config(_read_json(cached), name=model, source=model, **cli)
+    if path.suffix or os.sep in model:
+        raise UserError(f"{model}: no such file or directory")
+    close = difflib.get_close_matches(model, preset_names(), n=1, cutoff=0.4)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise UserError(f"unknown model '{model}'{hint} (built-in presets: {', '.join(preset_names())}; "
+                    f"or pass a config.json, a model directory, a YAML file or a cached repo id)")
+
+
+def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
+    data = _read_yaml(path)
+    merged = {key: data.get(key) for key in _OVERRIDE_KEYS}
+    merged.update({key: value for key, value in cli.items() if value is not None})
+    if merged["variant"] is not None and not isinstance(merged["variant"], Variant):
+        try:
+            merged["variant"] = Variant(str(merged["variant"]).lower())
+        except ValueError:
+            raise UserError(f"{path}: variant must be one of mamba1, mamba2, gdn") from None
+    return spec_from_config(data["config"], name=str(data.get("name") or default_name),
+                            source=str(data.get("source") or path), **merged)
+
+
+def preset_description(name: str) -> str:
+    return str(_read_yaml(PRESET_DIR / f"{name}.yaml").get("description", ""))

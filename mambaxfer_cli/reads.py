@@ -1,0 +1,226 @@
+"""Which bytes each D rank reads from which P rank: exact and vLLM 0.33 semantics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.layout import RankLayout, Shard
+
+EXACT = "exact"
+VLLM = "vllm"
+SEMANTICS = (EXACT, VLLM)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of bytes copied from a P page (``remote_offset``) into a D page (``local_offset``)."""
+
+    region: str
+    remote_offset: int
+    local_offset: int
+    size: int
+
+    def to_dict(self) -> dict:
+        return {"region": self.region, "remote_offset": self.remote_offset,
+                "local_offset": self.local_offset, "size": self.size}
+
+
+@dataclass(frozen=True)
+class Read:
+    d_rank: int
+    p_rank: int
+    segments: tuple[Segment, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def to_dict(self) -> dict:
+        return {"d_rank": self.d_rank, "p_rank": self.p_rank,
+                "segments": [s.to_dict() for s in self.segments]}
+
+
+def tp_ratio(p_tp: int, d_tp: int) -> int | None:
+    """vLLM's tp_ratio: D/P when D >= P, -(P/D) when P > D; None when neither divides."""
+    if d_tp >= p_tp:
+        return d_tp // p_tp if d_tp % p_tp == 0 else None
+    return -(p_tp // d_tp) if p_tp % d_tp == 0 else None
+
+
+@dataclass(frozen=True)
+class _Holding:
+    rank: int
+    shard: Shard
+    offset: int       # byte offset of the shard's first unit in the holder's page
+
+
+def assign_units(want: Shard, holders: Sequence[_Holding], preferred: set[int]) -> list[tuple[_Holding, Shard]]:
+    """Cover ``want`` with ranges of units, each taken from one holder.
+
+    Where several holders have a unit, the lowest-numbered preferred holder wins, else the
+    lowest-numbered holder. Consecutive units from the same holder form one range.
+    """
+    cuts = {want.start, want.end}
+    for h in holders:
+        cuts.update(c for c in (h.shard.start, h.shard.end) if want.start < c < want.end)
+    edges = sorted(cuts)
+    out: list[tuple[_Holding, Shard]] = []
+    for u0, u1 in zip(edges, edges[1:]):
+        candidates = [h for h in holders if h.shard.start <= u0 and u1 <= h.shard.end]
+        assert candidates, f"no P rank holds units [{u0}, {u1})"
+        best = min(candidates, key=lambda h: (h.rank not in preferred, h.rank))
+        if out and out[-1][0] is best and out[-1][1].end == u0:
+            out[-1] = (best, Shard(out[-1][1].start, u1))
+        else:
+            out.append((best, Shard(u0, u1)))
+    return out
+
+
+def _group(d_rank: int, pieces: list[tuple[int, Segment]]) -> list[Read]:
+    by_source: dict[int, list[Segment]] = {}
+    for p_rank, segment in pieces:
+        by_source.setdefault(p_rank, []).append(segment)
+    return [Read(d_rank, p, tuple(segs)) for p, segs in sorted(by_source.items())]
+
+
+def exact_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:
+    """SPEC section 3, exact semantics: every unit of every D region from a P rank that holds it."""
+    reads: list[Read] = []
+    for d in decode:
+        first = d.regions[0]
+        preferred = {p.rank for p in prefill if p.region(first.name).shard.intersect(first.shard)}
+        pieces: list[tuple[int, Segment]] = []
+        for region in d.regions:
+            holders = [_Holding(p.rank, p.region(region.name).shard, p.region(region.name).offset)
+                       for p in prefill]
+            assert all(p.region(region.name).unit_bytes == region.unit_bytes for p in prefill)
+            for holder, units in assign_units(region.shard, holders, preferred):
+                ub = region.unit_bytes
+                pieces.append((holder.rank, Segment(
+                    region.name,
+                    remote_offset=holder.offset + (units.start - holder.shard.start) * ub,
+                    local_offset=region.offset + (units.start - region.shard.start) * ub,
+                    size=len(units) * ub)))
+        reads.extend(_group(d.rank, pieces))
+    return tuple(reads)
+
+
+def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:
+    """SPEC section 3, what vLLM 0.33 issues (right or wrong) from D's own region sizes."""
+    p_tp, d_tp = len(prefill), len(decode)
+    ratio = tp_ratio(p_tp, d_tp)
+    if ratio is None:
+        raise UserError(f"vLLM 0.33 needs one TP size to divide the other (P TP {p_tp}, D TP {d_tp}); "
+                        f"use --semantics exact to plan this pairing")
+    reads: list[Read] = []
+    for d in decode:
+        conv = [r for r in d.regions if r.kind == "conv"]
+        ssm = next(r for r in d.regions if r.kind == "ssm")
+        if ratio > 0:
+            p, lro = prefill[d.rank // ratio], d.rank % ratio
+            segs, running = [], 0
+            for region in conv:
+                segs.append(Segment(region.name, running * ratio + lro * region.size, region.offset,
+                                    region.size))
+                running += region.size
+            segs.append(Segment(ssm.name, p.conv_bytes + lro * d.ssm_bytes, d.conv_bytes, d.ssm_bytes))
+            reads.append(Read(d.rank, p.rank, tuple(segs)))
+            continue
+        a = -ratio
+        for region in conv:
+            if region.size % a:
+                raise UserError(f"vLLM 0.33 cannot split region '{region.name}' ({region.size} bytes) "
+                                f"into {a} equal parts")
+        for i in range(a):
+            p = prefill[d.rank * a + i]
+            segs, running = [], 0
+            for region in conv:
+                part = region.size // a
+                segs.append(Segment(region.name, running // a, region.offset + i * part, part))
+                running += region.size
+            segs.append(Segment(ssm.name, p.conv_bytes, d.conv_bytes + i * (d.ssm_bytes // a),
+                                p.ssm_bytes))
+            reads.append(Read(d.rank, p.rank, tuple(segs)))
+    return tuple(reads)
+
+
+def plan_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout], semantics: str) -> tuple[Read, ...]:
+    if semantics == EXACT:
+        return exact_reads(prefill, decode)
+    if semantics == VLLM:
+        return vllm_reads(prefill, decode)
+    raise UserError(f"unknown semantics '{semantics}'; choose one of: {', '.join(SEMANTICS)}")
+
+
+def coalesce(reads: Sequence[Read]) -> tuple[Read, ...]:
+    """Merge segments adjacent on both sides, as NIXL's prepared transfers would."""
+    out = []
+    for read in reads:
+        merged: list[Segment] = []
+        for seg in read.segments:
+            last = merged[-1] if merged else None
+            if (last and last.remote_offset + last.size == seg.remote_offset
+                    and last.local_offset + last.size == seg.local_offset):
+                merged[-1] = replace(last, region=f"{last.region}+{seg.region}", size=last.size + seg.size)
+            else:
+                merged.append(seg)
+        out.append(replace(read, segments=tuple(merged)))
+    return tuple(out)
+
+
+def kv_sources(p_shards: Sequence[Shard | None], d_shard: Shard | None) -> list[tuple[int, Shard]]:
+    """The P ranks a D rank reads attention KV heads from, and which heads from each."""
+    if d_shard is None:
+        return []
+    holders = [_Holding(rank, shard, 0) for rank, shard in enumerate(p_shards) if shard is not None]
+    return [(h.rank, units) for h, units in assign_units(d_shard, holders, preferred=set())]
+
+
+@dataclass(frozen=True)
+class Misread:
+    """A piece of a segment that lands bytes of the wrong region or unit."""
+
+    d_rank: int
+    p_rank: int
+    local_offset: int
+    size: int
+    remote_offset: int
+    wanted: str          # e.g. "C[0:128]" (region and global units)
+    got: str             # what the remote bytes hold, e.g. "ssm[0:1]" or "beyond the P state"
+
+
+def _unit_span(layout: RankLayout, offset: int, size: int) -> str:
+    region = layout.region_at(offset)
+    if region is None:
+        return "beyond the P state" if offset >= layout.state_bytes else "no region"
+    first = region.shard.start + (offset - region.offset) // region.unit_bytes
+    last = region.shard.start + (offset + size - 1 - region.offset) // region.unit_bytes
+    return f"{region.name}[{first}:{last + 1}]"
+
+
+def misreads(reads: Sequence[Read], prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> list[Misread]:
+    """Pieces of segments whose remote bytes are not the units the local bytes stand for."""
+    out = []
+    for read in reads:
+        d, p = decode[read.d_rank], prefill[read.p_rank]
+        for seg in read.segments:
+            cuts = {0, seg.size}
+            for layout, base in ((d, seg.local_offset), (p, seg.remote_offset)):
+                for r in layout.regions:
+                    for edge in (r.offset, r.end):
+                        if 0 < edge - base < seg.size:
+                            cuts.add(edge - base)
+            edges = sorted(cuts)
+            for lo, hi in zip(edges, edges[1:]):
+                local, remote = seg.local_offset + lo, seg.remote_offset + lo
+                lr, rr = d.region_at(local), p.region_at(remote)
+                assert lr is not None, "a segment writes outside the D state"
+                ok = (rr is not None and rr.name == lr.name
+                      and (remote - rr.offset) + rr.shard.start * rr.unit_bytes
+                      == (local - lr.offset) + lr.shard.start * lr.unit_bytes)
+                if not ok:
+                    out.append(Misread(read.d_rank, read.p_rank, local, hi - lo, remote,
+                                       _unit_span(d, local, hi - lo), _unit_span(p, remote, hi - lo)))
+    return out

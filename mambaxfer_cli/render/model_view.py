@@ -1,0 +1,74 @@
+"""Rich views of models and rank layouts (used by models, inspect and plan)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.layout import RankLayout
+from mambaxfer_cli.model import ModelSpec
+
+REGION_STYLES = {"x": "cyan", "B": "magenta", "C": "yellow", "Q": "cyan", "K": "magenta",
+                 "V": "yellow", "ssm": "green"}
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def models_table(specs: Sequence[ModelSpec]) -> Table:
+    table = Table(title="Built-in models", title_justify="left")
+    for column in ("name", "variant", "family", "SSM layers", "attention layers", "conv dtype",
+                   "ssm dtype", "source"):
+        table.add_column(column, justify="right" if "layers" in column else "left")
+    for spec in specs:
+        table.add_row(spec.name, spec.variant.value, spec.family, str(spec.ssm_layers),
+                      str(spec.attention_layers), spec.conv_dtype, spec.ssm_dtype, spec.source)
+    return table
+
+
+def model_summary(spec: ModelSpec) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in spec.params.items())
+    return (f"{spec.name} ({spec.source}) · {spec.variant.value} [{spec.family}] · {params} · "
+            f"conv_kernel={spec.conv_kernel} num_spec={spec.num_spec} conv_rows={spec.conv_rows} · "
+            f"conv {spec.conv_dtype}, ssm {spec.ssm_dtype} · "
+            f"{spec.ssm_layers} SSM + {spec.attention_layers} attention layers")
+
+
+def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
+    """One row per rank and region: shard in global units, byte offset and size."""
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for column, justify in (("rank", "right"), ("dims", "left"), ("region", "left"), ("unit", "left"),
+                            ("shard", "right"), ("unit bytes", "right"), ("offset", "right"),
+                            ("size", "right")):
+        table.add_column(column, justify=justify)
+    shards_seen: dict[tuple[str, int, int], int] = {}
+    for layout in layouts:
+        for region in layout.regions:
+            shards_seen[(region.name, region.shard.start, region.shard.end)] = (
+                shards_seen.get((region.name, region.shard.start, region.shard.end), 0) + 1)
+    for layout in layouts:
+        dims = "(" + ",".join(map(str, layout.sub_projection_dims)) + ")"
+        for i, region in enumerate(layout.regions):
+            shard = f"[{region.shard.start}, {region.shard.end})"
+            if len(layouts) > 1 and shards_seen[(region.name, region.shard.start, region.shard.end)] > 1:
+                shard += " rep"
+            table.add_row(
+                str(layout.rank) if i == 0 else "",
+                dims if i == 0 else "",
+                Text(region.name, style=REGION_STYLES.get(region.name, "")),
+                f"{region.kind} {region.unit}",
+                shard, str(region.unit_bytes), str(region.offset), str(region.size),
+                end_section=i == len(layout.regions) - 1)
+    first = layouts[0]
+    table.caption = (f"per rank: conv_rows={first.conv_rows}, conv_bytes={first.conv_bytes}, "
+                     f"ssm_bytes={first.ssm_bytes}, state={first.state_bytes} "
+                     f"({human_bytes(first.state_bytes)}); 'rep' = replicated on several ranks")
+    table.caption_justify = "left"
+    return table
