@@ -36,7 +36,7 @@ class PlanOptions:
     decode: EngineOptions = EngineOptions()
     attention_streams: int = 1          # per KV-cache tensor: 1 in vLLM 0.33, 2 when K and V split
     grouping: KVGrouping | None = None  # None: vLLM 0.33's rule over the model's layers
-    request_blocks: int = 2             # logical blocks per group in a generated request
+    request_blocks: int = 1             # logical blocks per group in a generated request
     prefill_blocks: str | None = None
     decode_blocks: str | None = None
     seed: int = 0

@@ -127,7 +127,7 @@ def plan_options(*, semantics: Semantics = Semantics.exact, coalesce: bool = Fal
                  p_blocks_per_logical: int = 4, d_blocks_per_logical: int = 4,
                  attention_streams: int = 1, kv_groups: str | None = None,
                  kv_tensors: int | None = None, ssm_tensors: int | None = None,
-                 request_blocks: int = 2, prefill_blocks: str | None = None,
+                 request_blocks: int = 1, prefill_blocks: str | None = None,
                  decode_blocks: str | None = None, seed: int = 0):
     from mambaxfer_cli.kv_groups import parse_grouping
     from mambaxfer_cli.plan import EngineOptions, PlanOptions

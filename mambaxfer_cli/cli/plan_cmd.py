@@ -1,0 +1,74 @@
+"""``mambaxfer plan``: the reads and descriptor-ID maps of one P/D pairing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli.options import (
+    CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, DTpOpt, Format, KvGroupsOpt,
+    KvTensorsOpt, ModelOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, PTpOpt,
+    RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
+    VariantOpt, dump, load, plan_options, write_atomically,
+)
+
+
+@app.command("plan")
+def plan(
+    model: ModelOpt,
+    p_tp: PTpOpt,
+    d_tp: DTpOpt,
+    semantics: SemanticsOpt = Semantics.exact,
+    coalesce: CoalesceOpt = False,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml (mambaxfer.plan/v1).")] = Format.table,
+    d_rank: Annotated[Optional[int], typer.Option("--d-rank", help="Show only this D rank.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write the plan document (JSON, or YAML with --format yaml) to FILE.")] = None,
+    variant: VariantOpt = None,
+    conv_dtype: ConvDtypeOpt = None,
+    ssm_dtype: SsmDtypeOpt = None,
+    num_spec: NumSpecOpt = None,
+    p_num_blocks: PNumBlocksOpt = 100_000,
+    d_num_blocks: DNumBlocksOpt = 100_000,
+    p_blocks_per_logical: PPhysOpt = 4,
+    d_blocks_per_logical: DPhysOpt = 4,
+    attention_streams: StreamsOpt = 1,
+    kv_groups: KvGroupsOpt = None,
+    kv_tensors: KvTensorsOpt = None,
+    ssm_tensors: SsmTensorsOpt = None,
+    request_blocks: RequestBlocksOpt = 1,
+    prefill_blocks: PrefillBlocksOpt = None,
+    decode_blocks: DecodeBlocksOpt = None,
+    seed: SeedOpt = 0,
+) -> None:
+    """Plan a P/D transfer: both sides' layouts, every read, page diagrams and descriptor IDs."""
+    from mambaxfer_cli.plan import build_plan
+
+    spec = load(model, variant, conv_dtype, ssm_dtype, num_spec)
+    options = plan_options(
+        semantics=semantics, coalesce=coalesce, p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks,
+        p_blocks_per_logical=p_blocks_per_logical, d_blocks_per_logical=d_blocks_per_logical,
+        attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
+        ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
+        decode_blocks=decode_blocks, seed=seed)
+    result = build_plan(spec, p_tp, d_tp, options)
+    document = result.to_dict(d_rank)  # validates --d-rank before anything is written
+    if output is not None:
+        text = dump(document, Format.yaml if fmt is Format.yaml else Format.json)
+        write_atomically(output, text)
+        typer.echo(f"wrote {output}: {len(document['reads'])} reads, "
+                   f"{len(document['descriptors']['reads'])} descriptor reads, "
+                   f"{len(document['warnings'])} warnings", err=True)
+        return
+    if fmt is not Format.table:
+        typer.echo(dump(document, fmt), nl=False)
+        return
+    from mambaxfer_cli.render.console import console
+    from mambaxfer_cli.render.plan_view import render_plan
+
+    out = console()
+    for part in render_plan(result, d_rank):
+        out.print(part)

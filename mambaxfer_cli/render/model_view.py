@@ -69,6 +69,8 @@ def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
     first = layouts[0]
     table.caption = (f"per rank: conv_rows={first.conv_rows}, conv_bytes={first.conv_bytes}, "
                      f"ssm_bytes={first.ssm_bytes}, state={first.state_bytes} "
-                     f"({human_bytes(first.state_bytes)}); 'rep' = replicated on several ranks")
+                     f"({human_bytes(first.state_bytes)})"
+                     + ("; 'rep' = replicated on several ranks" if any(n > 1 for n in shards_seen.values())
+                        and len(layouts) > 1 else ""))
     table.caption_justify = "left"
     return table

@@ -1,0 +1,206 @@
+"""The rich rendering of a plan: header, layouts, reads, page diagrams, descriptor IDs, warnings."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.descriptors import DescriptorRead
+from mambaxfer_cli.kv_groups import describe
+from mambaxfer_cli.model import ATTENTION
+from mambaxfer_cli.plan import Plan
+from mambaxfer_cli.reads import Misread, exact_reads, misreads
+from mambaxfer_cli.render.id_runs import compact, runs
+from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
+
+P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
+DIAGRAM_WIDTH = 80
+MIN_PIECE = 7
+
+
+def _p_style(p_rank: int) -> str:
+    return f"bold white on {P_COLOURS[p_rank % len(P_COLOURS)]}"
+
+
+def header(plan: Plan) -> Panel:
+    ratio = "none (neither TP divides the other)" if plan.tp_ratio is None else str(plan.tp_ratio)
+    d = plan.descriptors
+    lines = [
+        model_summary(plan.model),
+        f"P TP {plan.prefill.tp} → D TP {plan.decode.tp} · tp_ratio {ratio} · semantics {plan.semantics}",
+        f"KV-cache groups {describe(plan.grouping)} · {d.decode.tensors} tensors "
+        f"({d.decode.ssm_tensors} with SSM layers) · {d.decode.attention_streams} attention streams",
+        f"P engine N={d.prefill.num_blocks} kernel blocks, {d.prefill.blocks_per_logical} per logical · "
+        f"D engine N={d.decode.num_blocks}, {d.decode.blocks_per_logical} per logical",
+    ]
+    return Panel("\n".join(lines), title="mambaxfer plan", title_align="left", expand=False)
+
+
+def _misread_notes(plan: Plan) -> dict[tuple[int, int, int], list[Misread]]:
+    notes: dict[tuple[int, int, int], list[Misread]] = {}
+    for m in misreads(plan.reads, plan.prefill.ranks, plan.decode.ranks):
+        for read in plan.reads:
+            if (read.d_rank, read.p_rank) != (m.d_rank, m.p_rank):
+                continue
+            for seg in read.segments:
+                if seg.local_offset <= m.local_offset < seg.local_offset + seg.size:
+                    notes.setdefault((read.d_rank, read.p_rank, seg.local_offset), []).append(m)
+    return notes
+
+
+def _exact_source(plan: Plan, d_rank: int, local_offset: int) -> str:
+    exact = exact_reads(plan.prefill.ranks, plan.decode.ranks)
+    for read in exact:
+        for seg in read.segments:
+            if read.d_rank == d_rank and seg.local_offset <= local_offset < seg.local_offset + seg.size:
+                return f"P{read.p_rank}@{seg.remote_offset + local_offset - seg.local_offset}"
+    return "?"
+
+
+def reads_table(plan: Plan, d_rank: int | None) -> Table:
+    notes = _misread_notes(plan)
+    table = Table(title="Reads (bytes within one block's page)", title_justify="left")
+    for column, justify in (("D", "right"), ("P", "right"), ("region", "left"), ("remote offset", "right"),
+                            ("local offset", "right"), ("size", "right"), ("check", "left")):
+        table.add_column(column, justify=justify)
+    shown = [r for r in plan.reads if d_rank is None or r.d_rank == d_rank]
+    for i, read in enumerate(shown):
+        last_of_rank = i == len(shown) - 1 or shown[i + 1].d_rank != read.d_rank
+        for j, seg in enumerate(read.segments):
+            bad = notes.get((read.d_rank, read.p_rank, seg.local_offset), [])
+            verdict = (Text("✗ gets " + ", ".join(f"{m.got} as {m.wanted}" for m in bad)
+                            + f"; exact: {_exact_source(plan, read.d_rank, bad[0].local_offset)}",
+                            style="bold red")
+                       if bad else Text("✓", style="green"))
+            table.add_row(str(read.d_rank) if j == 0 else "", Text(f"P{read.p_rank}", style=_p_style(read.p_rank)),
+                          Text(seg.region, style=REGION_STYLES.get(seg.region, "")),
+                          str(seg.remote_offset), str(seg.local_offset), str(seg.size), verdict,
+                          end_section=last_of_rank and j == len(read.segments) - 1)
+    return table
+
+
+def page_diagram(plan: Plan, d_rank: int) -> Text:
+    """One bar per D rank: its page, each piece coloured by source P rank, labelled by region."""
+    layout = plan.decode.ranks[d_rank]
+    segments = sorted(((seg, read.p_rank) for read in plan.reads if read.d_rank == d_rank
+                       for seg in read.segments), key=lambda item: item[0].local_offset)
+    bad = {(m.local_offset, m.size) for m in misreads([r for r in plan.reads if r.d_rank == d_rank],
+                                                      plan.prefill.ranks, plan.decode.ranks)}
+    bad_offsets = [off for off, _ in bad]
+    total = layout.state_bytes
+    # Every piece gets room for its label; the rest of the bar is shared out by size.
+    spare = max(0, DIAGRAM_WIDTH - MIN_PIECE * len(segments))
+    widths = [MIN_PIECE + int(seg.size / total * spare) for seg, _ in segments]
+    bar = Text(f"D{d_rank} ")
+    for (seg, p_rank), width in zip(segments, widths):
+        label = f"{seg.region}·P{p_rank}"
+        if any(seg.local_offset <= off < seg.local_offset + seg.size for off in bad_offsets):
+            label = "✗" + label
+        label = label[:width].center(width)
+        bar.append(label, style=_p_style(p_rank))
+    bar.append(f"  {human_bytes(total)}")
+    return bar
+
+
+def diagrams(plan: Plan, d_rank: int | None) -> Panel:
+    ranks = [d_rank] if d_rank is not None else range(plan.decode.tp)
+    sources = sorted({r.p_rank for r in plan.reads if d_rank is None or r.d_rank == d_rank})
+    legend = Text("source: ")
+    for p in sources:
+        legend.append(f" P{p} ", style=_p_style(p))
+        legend.append(" ")
+    legend.append("  (widths roughly to scale, small regions widened; ✗ = wrong bytes)")
+    return Panel(Group(*[page_diagram(plan, d) for d in ranks], legend),
+                 title="Where every byte of each D page comes from", title_align="left", expand=False)
+
+
+def _group_id_lines(read: DescriptorRead, ids: np.ndarray, plan: Plan, side: str) -> list[tuple[str, str]]:
+    """Split a read's IDs by KV-cache group; within a group, one line per block (stride L)."""
+    engine = plan.descriptors.decode if side == "local" else plan.descriptors.prefill
+    request = plan.descriptors.request
+    blocks = request.decode_blocks if side == "local" else request.prefill_blocks
+    out, at = [], 0
+    for g, (kind, logical) in enumerate(zip(plan.descriptors.groups, blocks)):
+        if kind == ATTENTION:
+            if not read.attention:
+                continue
+            count = engine.attention_streams * len(logical) * engine.blocks_per_logical
+            rows = ids[at:at + count].reshape(engine.attention_streams, -1)
+        else:
+            count = engine.ssm_tensors * read.local.k * len(logical)
+            rows = ids[at:at + count].reshape(-1, len(logical)).T
+        at += count
+        out.append((f"{g} {kind}", "\n".join(compact(row.tolist(), limit=3) for row in rows[:4])
+                    + (f"\n… {len(rows) - 4} more" if len(rows) > 4 else "")))
+    return out
+
+
+def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
+    """One row block per distinct read; D ranks whose IDs are identical share a row block."""
+    d = plan.descriptors
+    table = Table(title="Descriptor IDs for the request (one READ per source P rank)", title_justify="left")
+    for column, justify in (("D", "right"), ("P", "right"), ("local list", "left"), ("k", "right"),
+                            ("group", "left"), ("local IDs", "left"), ("remote IDs", "left")):
+        table.add_column(column, justify=justify)
+    shared: dict[tuple, list[DescriptorRead]] = {}
+    for read in d.reads:
+        if d_rank is None or read.d_rank == d_rank:
+            key = (read.p_rank, read.local_list, read.local_ids.tobytes(), read.remote_ids.tobytes())
+            shared.setdefault(key, []).append(read)
+    for reads in shared.values():
+        read = reads[0]
+        d_ranks = ",".join(str(r.d_rank) for r in reads)
+        local = _group_id_lines(read, read.local_ids, plan, "local")
+        remote = _group_id_lines(read, read.remote_ids, plan, "remote")
+        for j, ((group, loc), (_, rem)) in enumerate(zip(local, remote)):
+            first = j == 0
+            table.add_row(d_ranks if first else "", f"P{read.p_rank}" if first else "",
+                          read.local_list if first else "", str(read.local.k) if first else "",
+                          group, loc, rem, end_section=j == len(local) - 1)
+    request = d.request
+    table.caption = (f"request: P blocks {[b.tolist() for b in request.prefill_blocks]}, "
+                     f"D blocks {[b.tolist() for b in request.decode_blocks]}; "
+                     f"SSM IDs = F·N + (tensor·k + region)·L + block, attention IDs = stream·N + kernel block")
+    table.caption_justify = "left"
+    return table
+
+
+def coalesce_note(plan: Plan) -> Text | None:
+    before = sum(len(r.segments) for r in plan.uncoalesced_reads)
+    after = sum(len(r.segments) for r in plan.reads)
+    if before == after and plan.reads == plan.uncoalesced_reads:
+        return None
+    eng = plan.descriptors.decode
+    ssm_blocks = sum(len(b) for kind, b in zip(plan.descriptors.groups, plan.descriptors.request.decode_blocks)
+                     if kind != ATTENTION)
+    saved = (before - after) * eng.ssm_tensors * ssm_blocks
+    return Text(f"--coalesce: {before} segments → {after}; saves {saved} descriptors for this request "
+                f"({before - after} per layer and block)", style="bold cyan")
+
+
+def warnings_panel(plan: Plan) -> Panel | None:
+    if not plan.warnings:
+        return None
+    body = "\n".join(f"[bold]{w.code}[/]: {w.message}" for w in plan.warnings)
+    return Panel(body, title="Warnings", title_align="left", border_style="yellow", expand=False)
+
+
+def render_plan(plan: Plan, d_rank: int | None = None) -> list:
+    parts: list = [header(plan),
+                   layout_table(f"Prefill (P) TP {plan.prefill.tp}", plan.prefill.ranks),
+                   layout_table(f"Decode (D) TP {plan.decode.tp}",
+                                [r for r in plan.decode.ranks if d_rank is None or r.rank == d_rank]),
+                   reads_table(plan, d_rank), diagrams(plan, d_rank)]
+    note = coalesce_note(plan)
+    if note is not None:
+        parts.append(note)
+    parts.append(descriptor_table(plan, d_rank))
+    panel = warnings_panel(plan)
+    if panel is not None:
+        parts.append(panel)
+    return parts
