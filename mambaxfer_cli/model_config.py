@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from mambaxfer_cli.dtypes import canonical_dtype
@@ -30,7 +31,8 @@ def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> i
             value = 1
             for key in keys:
                 part = config[key]
-                if isinstance(part, bool) or not isinstance(part, (int, float)) or part != int(part) or part <= 0:
+                if (isinstance(part, bool) or not isinstance(part, (int, float)) or not math.isfinite(part)
+                        or part != int(part) or part <= 0):
                     raise UserError(f"{where}: key '{key}' must be a positive integer, got {part!r}")
                 value *= int(part)
             return value
@@ -38,9 +40,28 @@ def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> i
     raise UserError(f"{where}: missing key for {what}: expected {wanted}")
 
 
+def _int_key(config: Mapping[str, Any], key: str, minimum: int, where: str) -> int:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+_ITEM_NAMES = {str: "strings", int: "integers"}
+
+
+def _list_key(config: Mapping[str, Any], key: str, item: type, where: str) -> list:
+    value = config[key]
+    if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
+        raise UserError(f"{where}: key '{key}' must be a list of {_ITEM_NAMES[item]}, got {value!r}")
+    return value
+
+
 def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple[str, ...]:
     n_layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers")
-                     if isinstance(config.get(k), int)), None)
+                     if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
+    # A key set to null (as HF serialises unset fields) counts as absent.
+    config = {k: v for k, v in config.items() if v is not None}
     if family.layers == "all_ssm" or family.layers == "parallel":
         if n_layers is None:
             raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
@@ -48,7 +69,9 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
         return per_layer * n_layers
     if "hybrid_override_pattern" in config:
         kinds = {"M": (SSM,), "*": (ATTENTION,), "-": (), "E": ()}
-        pattern = str(config["hybrid_override_pattern"])
+        pattern = config["hybrid_override_pattern"]
+        if not isinstance(pattern, str):
+            raise UserError(f"{where}: key 'hybrid_override_pattern' must be a string like 'M-M*', got {pattern!r}")
         bad = sorted(set(pattern) - set(kinds))
         if bad:
             raise UserError(f"{where}: hybrid_override_pattern has unknown layer symbols {bad}; known: M * - E")
@@ -59,7 +82,7 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
                  "full_attention": (ATTENTION,), "sliding_attention": (ATTENTION,),
                  "hybrid": (ATTENTION, SSM), "mlp": (), "moe": ()}
         out: list[str] = []
-        for entry in config[key]:
+        for entry in _list_key(config, key, str, where):
             if entry not in kinds:
                 raise UserError(f"{where}: {key} has unknown layer kind '{entry}'; known: {', '.join(kinds)}")
             out.extend(kinds[entry])
@@ -67,13 +90,14 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
     if n_layers is None:
         raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
     if "attn_layer_indices" in config:
-        indices = set(config["attn_layer_indices"] or ())
+        indices = set(_list_key(config, "attn_layer_indices", int, where))
         return tuple(ATTENTION if i in indices else SSM for i in range(n_layers))
     if "attn_layer_period" in config and "attn_layer_offset" in config:
-        period, offset = int(config["attn_layer_period"]), int(config["attn_layer_offset"])
+        period = _int_key(config, "attn_layer_period", 1, where)
+        offset = _int_key(config, "attn_layer_offset", 0, where)
         return tuple(ATTENTION if i % period == offset else SSM for i in range(n_layers))
     if "full_attention_interval" in config:
-        interval = int(config["full_attention_interval"])
+        interval = _int_key(config, "full_attention_interval", 1, where)
         return tuple(ATTENTION if (i + 1) % interval == 0 else SSM for i in range(n_layers))
     # A plain Mamba model: no layer-kind key, every layer is an SSM layer.
     return (SSM,) * n_layers
