@@ -1,0 +1,30 @@
+"""Run the real ``mambaxfer`` CLI in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, timeout: float = 120, env: dict | None = None, cwd: str | None = None) -> CliResult:
+    full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=cwd)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def assert_user_error(result: CliResult, *fragments: str) -> None:
+    """Exit code 2, one line on stderr naming the problem, no traceback."""
+    assert result.code == 2, (result.code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)

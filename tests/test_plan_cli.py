@@ -1,0 +1,154 @@
+"""The plan command end to end: tables, documents, schema validity and user errors."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from cli_run import assert_user_error, run_cli
+from mambaxfer_cli.schema import plan_schema
+
+VALIDATOR = jsonschema.Draft202012Validator(plan_schema())
+
+
+def plan_json(*args: str) -> dict:
+    result = run_cli("plan", *args, "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    VALIDATOR.validate(document)
+    return document
+
+
+def test_schema_command_prints_a_valid_json_schema():
+    result = run_cli("schema")
+    assert result.code == 0
+    schema = json.loads(result.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema"] == {"const": "mambaxfer.plan/v1"}
+
+
+def test_readme_first_example_renders_every_section():
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4")
+    assert result.code == 0, result.stderr
+    for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads", "Where every byte",
+                    "Descriptor IDs", "step 25000"):
+        assert section in result.stdout, section
+
+
+@pytest.mark.parametrize("model,p,d,extra", [
+    ("jamba", 1, 4, []), ("jamba", 4, 1, []), ("nemotron-h-8b", 1, 2, []), ("qwen3.5-0.8b", 2, 1, []),
+    ("granite-4.0-h-tiny", 1, 2, ["--semantics", "vllm"]), ("mamba-130m", 2, 3, []),
+    ("mamba-codestral-7b", 8, 2, ["--coalesce"]), ("qwen3-next-80b", 4, 8, ["--attention-streams", "2"]),
+])
+def test_documents_validate_against_the_published_schema(model, p, d, extra):
+    document = plan_json("--model", model, "--p-tp", str(p), "--d-tp", str(d), *extra)
+    assert document["prefill"]["tp"] == p and document["decode"]["tp"] == d
+    assert {r["d_rank"] for r in document["reads"]} == set(range(d))
+
+
+def test_vllm_semantics_on_replicated_groups_warns_and_exact_does_not():
+    vllm = plan_json("--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2", "--semantics", "vllm")
+    assert [w["code"] for w in vllm["warnings"]] == ["vllm-replicated-groups"]
+    assert "D1 B[0:128] <- P0 C[0:128]" in vllm["warnings"][0]["message"]
+    exact = plan_json("--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2")
+    assert [w["code"] for w in exact["warnings"]] == ["vllm-differs"]
+    # Exact: both D ranks read the one B/C group whole from P0's B and C.
+    for read in exact["reads"]:
+        by_region = {s["region"]: s for s in read["segments"]}
+        assert by_region["B"]["remote_offset"] == 18432 and by_region["C"]["remote_offset"] == 19200
+
+
+def test_table_marks_the_vllm_misreads():
+    result = run_cli("plan", "--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2", "--semantics", "vllm")
+    assert result.code == 0
+    assert "✗ gets C[0:128] as B[0:128]" in result.stdout
+    assert "vllm-replicated-groups" in result.stdout
+
+
+def test_non_multiple_pairing_is_planned_exactly_and_flagged():
+    document = plan_json("--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3")
+    assert document["tp_ratio"] is None
+    assert [w["code"] for w in document["warnings"]] == ["vllm-unsupported-pairing"]
+    assert [(r["d_rank"], r["p_rank"]) for r in document["reads"]] == [(0, 0), (1, 0), (1, 1), (2, 1)]
+
+
+def test_coalesce_merges_a_homogeneous_pairing_into_one_segment():
+    document = plan_json("--model", "jamba", "--p-tp", "2", "--d-tp", "2", "--coalesce")
+    for read in document["reads"]:
+        assert len(read["segments"]) == 1
+        assert read["segments"][0]["region"] == "x+ssm"
+        assert read["segments"][0]["size"] == document["decode"]["ranks"][0]["conv_bytes"] + \
+            document["decode"]["ranks"][0]["ssm_bytes"]
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "2", "--d-tp", "2", "--coalesce")
+    assert "4 segments → 2" in result.stdout and "saves" in result.stdout
+
+
+def test_d_rank_limits_the_document():
+    document = plan_json("--model", "jamba", "--p-tp", "4", "--d-tp", "2", "--d-rank", "1")
+    assert [r["rank"] for r in document["decode"]["ranks"]] == [1]
+    assert {r["d_rank"] for r in document["reads"]} == {1}
+    assert {r["d_rank"] for r in document["descriptors"]["reads"]} == {1}
+    assert [r["p_rank"] for r in document["reads"]] == [2, 3]
+
+
+def test_explicit_request_blocks_give_exact_ids():
+    # Jamba: F = 4 streams, N = 100000, phys = 4 -> L = 25000; k = 2, S = 4.
+    document = plan_json("--model", "jamba", "--p-tp", "1", "--d-tp", "1",
+                         "--prefill-blocks", "8", "--decode-blocks", "3")
+    read = document["descriptors"]["reads"][0]
+    ssm_ids = read["remote_ids"][:8]
+    assert ssm_ids == [400000 + q * 25000 + 8 for q in range(8)]
+    assert read["local_ids"][:8] == [400000 + q * 25000 + 3 for q in range(8)]
+    # The attention group (last) expands logical block 8 to kernel blocks 32..35, per stream.
+    assert read["remote_ids"][-16:] == [f * 100000 + kb for f in range(4) for kb in range(32, 36)]
+
+
+def test_output_writes_the_document(tmp_path):
+    target = tmp_path / "plan.json"
+    result = run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "2", "--d-tp", "1", "--output", str(target))
+    assert result.code == 0, result.stderr
+    VALIDATOR.validate(json.loads(target.read_text()))
+    yaml_target = tmp_path / "plan.yaml"
+    assert run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--format", "yaml",
+                   "-o", str(yaml_target)).code == 0
+    assert yaml_target.read_text().startswith("schema: mambaxfer.plan/v1")
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3", "--semantics", "vllm"],
+     ["vLLM 0.33 needs one TP size to divide the other", "--semantics exact"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["TP 3 does not divide intermediate_size = 8192"]),
+    (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["TP size must be a positive integer"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--d-rank", "4"], ["--d-rank 4 is not a D rank"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--prefill-blocks", "1,2;3"],
+     ["--prefill-blocks gives 2 groups, the model has 8"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--decode-blocks", "x"], ["--decode-blocks: 'x'"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--prefill-blocks", "99999999"],
+     ["outside the prefill engine's 25000 logical blocks"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-blocks-per-logical", "2"],
+     ["same kernel blocks per logical block"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-streams", "3"], ["--attention-streams"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-groups", "ssm*2,banana", "--kv-tensors", "2"],
+     ["--kv-groups: bad item 'banana'"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-tensors", "2"], ["only apply with --kv-groups"]),
+    (["--model", "granite-4.0-h-tiny", "--p-tp", "2", "--d-tp", "3"], ["4 KV heads"]),
+])
+def test_user_errors_are_one_line_and_exit_2(args, fragments):
+    assert_user_error(run_cli("plan", *args), *fragments)
+
+
+def test_output_into_a_missing_directory_writes_nothing(tmp_path):
+    target = tmp_path / "missing" / "plan.json"
+    assert_user_error(run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "-o", str(target)),
+                      "does not exist")
+    assert not target.exists()
+
+
+def test_kv_groups_override_changes_the_ids():
+    document = plan_json("--model", "mamba-130m", "--p-tp", "1", "--d-tp", "1",
+                         "--kv-groups", "ssm*2", "--kv-tensors", "12")
+    assert document["descriptors"]["groups"] == ["ssm", "ssm"]
+    assert document["descriptors"]["decode"]["tensors"] == 12
+    assert document["descriptors"]["decode"]["ssm_descs"] == 12 * 2 * 25000
