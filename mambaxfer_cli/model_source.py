@@ -16,6 +16,7 @@ from mambaxfer_cli.model_config import spec_from_config
 
 PRESET_DIR = Path(__file__).parent / "presets"
 _OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec")
+_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 def preset_names() -> list[str]:
@@ -102,7 +103,9 @@ def load_model(
         config = _read_json(path)
         name = path.parent.name if path.name == "config.json" else path.stem
         return spec_from_config(config, name=name, source=str(path), **cli)
-    if model.count("/") == 1 and not model.startswith((".", "/")) and not path.suffix:
+    # Repo ids often hold dots ('ai21labs/Jamba-v0.1'): only a file suffix marks a path.
+    if (model.count("/") == 1 and not model.startswith((".", "/", "~"))
+            and path.suffix.lower() not in _FILE_SUFFIXES):
         cached = _cached_repo_config(model)
         if cached is None:
             raise UserError(f"'{model}' is not in the local Hugging Face cache ({hf_cache_dir()}); "
