@@ -1,0 +1,201 @@
+"""descriptors: prepared lists and descriptor IDs (SPEC section 4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mambaxfer_cli.descriptors import (
+    DescriptorList, Engine, block_ids, make_engine, parse_blocks, random_request,
+)
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.kv_groups import vllm_grouping
+from mambaxfer_cli.model_source import load_model
+from mambaxfer_cli.plan import EngineOptions, PlanOptions, build_plan
+
+
+def vllm_mock_list(num_blocks: int, phys: int) -> DescriptorList:
+    """vLLM's unit-test worker: F = 2 attention streams, one SSM tensor with k = 4 regions."""
+    engine = Engine(tensors=1, ssm_tensors=1, attention_streams=2, num_blocks=num_blocks,
+                    blocks_per_logical=phys, ssm_regions=4)
+    return DescriptorList(engine, regions=((0, 8), (8, 8), (16, 8), (24, 8)), attention=(0, 64))
+
+
+def test_vllm_unit_test_ids_phys_1():
+    ids = block_ids(vllm_mock_list(100, 1), ["attention", "ssm"], [[3, 5], [1, 2]], with_attention=True)
+    assert ids.tolist() == [3, 5, 103, 105, 201, 202, 301, 302, 401, 402, 501, 502]
+
+
+def test_vllm_unit_test_ids_phys_4():
+    # vLLM's test hands the attention group kernel-block IDs (3, 7) directly, while block_ids takes
+    # logical blocks and expands each to its phys kernel blocks. Attention IDs f*N + b do not
+    # otherwise depend on phys, so the attention part is block_ids on the same N with phys = 1;
+    # the SSM part uses phys = 4: L = 400 // 4 = 100 logical blocks, SSM IDs start at F*N = 800.
+    attention = block_ids(vllm_mock_list(400, 1), ["attention"], [[3, 7]], with_attention=True)
+    ssm = block_ids(vllm_mock_list(400, 4), ["ssm"], [[1, 2]], with_attention=True)
+    assert np.concatenate([attention, ssm]).tolist() == [3, 7, 403, 407, 801, 802, 901, 902, 1001, 1002,
+                                                         1101, 1102]
+    # With phys = 4 a logical attention block b covers kernel blocks 4b .. 4b+3 of each stream.
+    expanded = block_ids(vllm_mock_list(400, 4), ["attention"], [[0, 1]], with_attention=True)
+    assert expanded.tolist() == list(range(8)) + list(range(400, 408))
+
+
+def test_engine_sizes():
+    lst = vllm_mock_list(400, 4)
+    eng = lst.engine
+    assert (eng.logical_blocks, eng.attention_descs, eng.ssm_descs()) == (100, 800, 400)
+    assert lst.length == 1200
+    assert eng.to_dict() == {"tensors": 1, "ssm_tensors": 1, "attention_streams": 2, "num_blocks": 400,
+                             "blocks_per_logical": 4, "attention_descs": 800, "ssm_descs": 400}
+
+
+def test_ids_skip_attention_for_a_non_source():
+    ids = block_ids(vllm_mock_list(100, 1), ["attention", "ssm"], [[3, 5], [1, 2]], with_attention=False)
+    assert ids.tolist() == [201, 202, 301, 302, 401, 402, 501, 502]
+
+
+def test_ids_with_several_ssm_tensors_are_tensor_then_region_major():
+    engine = Engine(tensors=2, ssm_tensors=2, attention_streams=2, num_blocks=10, blocks_per_logical=2,
+                    ssm_regions=2)
+    lst = DescriptorList(engine, ((0, 4), (4, 4)), (0, 64))
+    # F*N = 20, L = 5: q = tensor * 2 + region.
+    assert block_ids(lst, ["ssm", "ssm"], [[1], [3]], True).tolist() == [21, 26, 31, 36, 23, 28, 33, 38]
+
+
+def test_table_and_resolve_agree_with_the_formula():
+    engine = Engine(tensors=2, ssm_tensors=2, attention_streams=2, num_blocks=8, blocks_per_logical=2,
+                    ssm_regions=2)
+    lst = DescriptorList(engine, ((0, 10), (10, 20)), (16, 32))
+    ssm_bases, attn_bases, page, slot = [1000, 5000], [100_000, 200_000], 100, 64
+    table = lst.table(ssm_bases, page, attn_bases, slot, dev_id=3)
+    assert table.shape == (lst.length, 3) == (16 + 2 * 2 * 4, 3)
+    expected = []
+    for f in range(2):                                   # F*N attention descriptors, stream-major
+        for b in range(8):
+            expected.append((attn_bases[f] + b * slot + 16, 32, 3))
+    for t in range(2):                                   # then tensor, region, logical block
+        for region, (offset, size) in enumerate(lst.regions):
+            for b in range(4):
+                expected.append((ssm_bases[t] + offset + b * page, size, 3))
+    assert [tuple(int(v) for v in row) for row in table] == expected
+
+    ids = np.arange(lst.length)
+    where = lst.resolve(ids)
+    assert where["attention"].tolist() == [True] * 16 + [False] * 16
+    assert where["region"].tolist() == [-1] * 16 + ([0] * 4 + [1] * 4) * 2
+    assert where["block"].tolist() == list(range(8)) * 2 + list(range(4)) * 4
+    assert where["tensor"].tolist() == [0] * 8 + [1] * 8 + [0] * 8 + [1] * 8
+    assert where["offset"].tolist() == [16] * 16 + ([0] * 4 + [10] * 4) * 2
+
+
+def test_jamba_1p4d_descriptor_ids_by_hand():
+    # Jamba's grouping: 7 SSM groups then 1 attention group, 4 tensors; one attention stream per
+    # tensor gives F = 4; k = 2 (x, ssm). P: N = 1000, phys 4, L = 250. D: N = 2000, phys 4, L = 500.
+    # Request: every group uses P logical block 5 and D logical block 7.
+    opts = PlanOptions(prefill=EngineOptions(1000, 4), decode=EngineOptions(2000, 4),
+                       prefill_blocks="5", decode_blocks="7")
+    plan = build_plan(load_model("jamba"), 1, 4, opts)
+    dmap = plan.descriptors
+    assert dmap.groups == ("ssm",) * 7 + ("attention",)
+    assert [(r.d_rank, r.p_rank, r.local_list, r.local.k, r.attention) for r in dmap.reads] == [
+        (d, 0, "base", 2, True) for d in range(4)]
+    # One SSM group: q = tensor * 2 + region for 4 tensors; local F*N + q*L + 7 = 8007 + 500 q,
+    # remote 4000 + 250 q + 5.
+    local_ssm = [8007 + 500 * q for q in range(8)]
+    remote_ssm = [4005 + 250 * q for q in range(8)]
+    # Attention logical block 7 -> kernel 28..31 per stream f: f*2000 + 28.. (P: 5 -> 20..23, f*1000).
+    local_attn = [f * 2000 + k for f in range(4) for k in range(28, 32)]
+    remote_attn = [f * 1000 + k for f in range(4) for k in range(20, 24)]
+    for read in dmap.reads:
+        assert read.local_ids.tolist() == local_ssm * 7 + local_attn
+        assert read.remote_ids.tolist() == remote_ssm * 7 + remote_attn
+    # The remote list of D rank 2 points at its slice of P's page (x at 2 * 12288, ssm at
+    # 49152 + 2 * 65536); the attention slot: P holds 8 KV heads, D rank 2 heads 4..5.
+    r2 = dmap.reads[2]
+    assert r2.remote.regions == ((24576, 12288), (180224, 65536))
+    assert r2.local.regions == ((0, 12288), (12288, 65536))
+    assert (r2.local.attention, r2.remote.attention) == ((0, 128), (256, 128))
+
+
+def test_jamba_4p1d_uses_split_lists():
+    plan = build_plan(load_model("jamba"), 4, 1)
+    reads = plan.descriptors.reads
+    assert [(r.p_rank, r.local_list) for r in reads] == [(i, f"split:{i}") for i in range(4)]
+    for i, read in enumerate(reads):
+        # Slice i of D's x and ssm; P rank i's whole state; its 2 KV heads land at heads 2i, 2i+1.
+        assert read.local.regions == ((i * 12288, 12288), (49152 + i * 65536, 65536))
+        assert read.remote.regions == ((0, 12288), (12288, 65536))
+        assert (read.local.attention, read.remote.attention) == ((i * 128, 128), (0, 128))
+        assert read.to_dict()["ssm_regions_per_layer"] == 2
+
+
+def test_non_attention_source_contributes_ssm_ids_only():
+    # Qwen3.5-0.8B has 2 KV heads: at P TP4 ranks 0,1 hold head 0 and ranks 2,3 head 1, so D TP1
+    # takes attention from P0 and P2 only.
+    plan = build_plan(load_model("qwen3.5-0.8b"), 4, 1, PlanOptions(request_blocks=2))
+    dmap = plan.descriptors
+    assert dmap.groups == ("ssm", "ssm", "ssm", "attention")
+    assert (dmap.decode.tensors, dmap.decode.ssm_tensors, dmap.decode.attention_streams) == (6, 6, 6)
+    per_group = 2
+    ssm_ids = 3 * 6 * 4 * per_group                      # groups * tensors * k * blocks
+    attn_ids = 6 * 4 * per_group                         # streams * phys * blocks
+    assert [(r.p_rank, r.attention, len(r.local_ids)) for r in dmap.reads] == [
+        (0, True, ssm_ids + attn_ids), (1, False, ssm_ids), (2, True, ssm_ids + attn_ids), (3, False, ssm_ids)]
+    assert all(len(r.local_ids) == len(r.remote_ids) for r in dmap.reads)
+
+
+def test_model_without_attention_has_one_group_per_engine_tensor_per_layer():
+    plan = build_plan(load_model("mamba-130m"), 1, 2, PlanOptions(request_blocks=1))
+    engine = plan.descriptors.decode
+    assert plan.descriptors.groups == ("ssm",)
+    assert (engine.tensors, engine.ssm_tensors, engine.attention_descs) == (24, 24, 24 * 100_000)
+    assert all(len(r.local_ids) == 24 * 2 for r in plan.descriptors.reads)
+
+
+def test_map_to_dict_filters_d_rank():
+    plan = build_plan(load_model("jamba"), 1, 4)
+    d = plan.descriptors.to_dict(d_rank=2)
+    assert [r["d_rank"] for r in d["reads"]] == [2]
+    assert len(d["request"]["prefill_blocks"]) == 8
+
+
+def test_random_request_is_distinct_and_seeded():
+    eng = make_engine(vllm_grouping(("ssm",) * 3 + ("attention",)), 400, 4, 1, 2)
+    a = random_request(2, 5, eng, eng, seed=1)
+    assert a.to_dict() == random_request(2, 5, eng, eng, seed=1).to_dict()
+    for side in (a.prefill_blocks, a.decode_blocks):
+        flat = np.concatenate(side)
+        assert len(set(flat.tolist())) == 10 and flat.min() >= 0 and flat.max() < 100
+    with pytest.raises(UserError, match="needs 202 logical blocks, but the engine has 100"):
+        random_request(2, 101, eng, eng, seed=0)
+    with pytest.raises(UserError, match="--request-blocks must be >= 1"):
+        random_request(2, 0, eng, eng, seed=0)
+
+
+def test_parse_blocks():
+    eng = make_engine(vllm_grouping(("ssm", "attention")), 40, 4, 1, 2)   # 10 logical blocks
+    assert [b.tolist() for b in parse_blocks("3,5;1", 2, eng, "prefill")] == [[3, 5], [1]]
+    assert [b.tolist() for b in parse_blocks("4", 2, eng, "prefill")] == [[4], [4]]
+    with pytest.raises(UserError, match="'3,x' is not a list of integers"):
+        parse_blocks("3,x", 2, eng, "prefill")
+    with pytest.raises(UserError, match="--decode-blocks gives 3 groups, the model has 2 KV-cache groups"):
+        parse_blocks("1;2;3", 2, eng, "decode")
+    with pytest.raises(UserError, match="block 10 is outside the prefill engine's 10 logical blocks"):
+        parse_blocks("10", 2, eng, "prefill")
+
+
+def test_engine_errors():
+    grouping = vllm_grouping(("ssm",))
+    with pytest.raises(UserError, match="--attention-streams must be 1"):
+        make_engine(grouping, 100, 1, 3, 2)
+    with pytest.raises(UserError, match="3 kernel blocks hold no whole logical block of 4"):
+        make_engine(grouping, 3, 4, 1, 2)
+    with pytest.raises(UserError, match="must be >= 1"):
+        make_engine(grouping, 0, 1, 1, 2)
+
+
+def test_attention_needs_equal_phys_on_both_sides():
+    opts = PlanOptions(prefill=EngineOptions(1000, 4), decode=EngineOptions(1000, 2))
+    with pytest.raises(UserError, match=r"same kernel blocks per logical block on both sides \(P 4, D 2\)"):
+        build_plan(load_model("jamba"), 1, 2, opts)
+    assert build_plan(load_model("mamba-130m"), 1, 2, opts).descriptors.decode.logical_blocks == 500
