@@ -78,21 +78,24 @@ def dump(document: dict, fmt: Format) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, flag: str = "--output") -> None:
     """Write the whole file or nothing: a temp file beside it, renamed into place."""
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"--output {path}: is a directory")
+        raise UserError(f"{flag} {path}: is a directory")
     if not path.parent.exists():
-        raise UserError(f"--output {path}: directory {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        raise UserError(f"{flag} {path}: directory {path.parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot write: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"--output {path}: cannot write: {exc.strerror}") from None
+        raise UserError(f"{flag} {path}: cannot write: {exc.strerror}") from None
 
 
 PTpOpt = Annotated[int, typer.Option("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
