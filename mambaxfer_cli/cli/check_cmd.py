@@ -1,0 +1,95 @@
+"""``mambaxfer check``: prove P/D plans byte by byte, the gate to put in CI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli.options import (
+    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, Format, KvGroupsOpt,
+    KvTensorsOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, RequestBlocksOpt, SeedOpt,
+    Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt, dump, load, plan_options,
+    write_atomically,
+)
+from mambaxfer_cli.errors import UserError
+
+
+@app.command("check")
+def check(
+    model: Annotated[Optional[str], typer.Option(
+        "--model", "-m", help=MODEL_HELP + " Or use --all-presets.", show_default=False)] = None,
+    pairs: Annotated[Optional[str], typer.Option(
+        "--pairs", help="P:D TP pairs to check, e.g. 1:4,4:1,2:3.", show_default=False)] = None,
+    max_tp: Annotated[Optional[int], typer.Option(
+        "--max-tp", help="Check every pairing of TP sizes up to N valid for the model "
+                         "(the default, with N = 8).", show_default=False)] = None,
+    all_presets: Annotated[bool, typer.Option(
+        "--all-presets", help="Check every built-in model (up to TP 8 unless --max-tp or --pairs).")] = False,
+    semantics: SemanticsOpt = Semantics.exact,
+    coalesce: CoalesceOpt = False,
+    fmt: Annotated[Format, typer.Option(
+        "--format", "-f", help="table, json or yaml (mambaxfer.check/v1).")] = Format.table,
+    junit: Annotated[Optional[Path], typer.Option(
+        "--junit", help="Also write the results as JUnit XML to FILE.", show_default=False)] = None,
+    variant: VariantOpt = None,
+    conv_dtype: ConvDtypeOpt = None,
+    ssm_dtype: SsmDtypeOpt = None,
+    num_spec: NumSpecOpt = None,
+    p_num_blocks: PNumBlocksOpt = 4096,
+    d_num_blocks: DNumBlocksOpt = 2048,
+    p_blocks_per_logical: PPhysOpt = 4,
+    d_blocks_per_logical: DPhysOpt = 4,
+    attention_streams: StreamsOpt = 1,
+    kv_groups: KvGroupsOpt = None,
+    kv_tensors: KvTensorsOpt = None,
+    ssm_tensors: SsmTensorsOpt = None,
+    request_blocks: RequestBlocksOpt = 1,
+    prefill_blocks: PrefillBlocksOpt = None,
+    decode_blocks: DecodeBlocksOpt = None,
+    seed: SeedOpt = 0,
+) -> None:
+    """Simulate each pairing's transfer on real bytes and verify every byte and descriptor ID.
+
+    Exit code 0: every pairing verified; 1: a wrong byte or ID (explained); 2: a usage error.
+    """
+    from mambaxfer_cli.check import run_check, targets_for
+
+    if (model is None) == (not all_presets):
+        raise UserError("give --model M or --all-presets (one of them)")
+    if all_presets:
+        from mambaxfer_cli.model_source import preset_names
+
+        names = preset_names()
+    else:
+        names = [model]
+    specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec) for name in names]
+    options = plan_options(
+        semantics=semantics, coalesce=coalesce, p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks,
+        p_blocks_per_logical=p_blocks_per_logical, d_blocks_per_logical=d_blocks_per_logical,
+        attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
+        ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
+        decode_blocks=decode_blocks, seed=seed)
+    targets = targets_for(specs, pairs, max_tp, options.semantics)
+    if junit is not None and junit.is_dir():
+        raise UserError(f"--junit {junit}: is a directory")
+
+    from mambaxfer_cli.render.check_view import progress, render_report
+
+    with progress() as (on_start, on_result):
+        report = run_check(targets, options, on_start, on_result)
+    if junit is not None:
+        from mambaxfer_cli.render.junit import junit_xml
+
+        write_atomically(junit, junit_xml(report), flag="--junit")
+    if fmt is not Format.table:
+        typer.echo(dump(report.to_dict(), fmt), nl=False)
+    else:
+        from mambaxfer_cli.render.console import console
+
+        out = console()
+        for part in render_report(report):
+            out.print(part)
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,96 @@
+"""The rich rendering of a check: the summary table, each failure's explanation, and progress."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.check import CheckReport, PairingResult
+from mambaxfer_cli.render.model_view import human_bytes
+
+VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),
+            "skip": Text("– skip", style="yellow")}
+
+
+def summary_table(report: CheckReport) -> Table:
+    table = Table(title=f"mambaxfer check ({report.semantics} semantics)", title_justify="left")
+    for column, justify in (("model", "left"), ("pairing", "left"), ("tp_ratio", "right"),
+                            ("reads", "right"), ("segments", "right"), ("descriptors", "right"),
+                            ("bytes", "right"), ("time", "right"), ("verdict", "left")):
+        table.add_column(column, justify=justify, no_wrap=column != "model")
+    last_model = None
+    for r in report.results:
+        ratio = "—" if r.tp_ratio is None else str(r.tp_ratio)
+        model = r.model if r.model != last_model else ""
+        if r.model != last_model and last_model is not None:
+            table.add_section()
+        last_model = r.model
+        pairing = r.pairing + (" coalesced" if r.coalesce else "")
+        if r.verdict == "skip":
+            table.add_row(model, pairing, ratio, "", "", "", "", "", VERDICTS["skip"])
+            continue
+        table.add_row(model, pairing, ratio, str(r.reads), str(r.segments), f"{r.descriptors:,}",
+                      human_bytes(r.bytes), f"{r.seconds:.2f} s", VERDICTS[r.verdict])
+    return table
+
+
+def footer(report: CheckReport) -> Text:
+    counts = [f"{report.count('pass')} passed"]
+    if report.count("fail"):
+        counts.append(f"{report.count('fail')} FAILED")
+    if report.count("skip"):
+        counts.append(f"{report.count('skip')} skipped")
+    style = "bold green" if report.ok else "bold red"
+    n = len(report.results)
+    return Text(f"{n} pairing{'' if n == 1 else 's'} checked byte by byte in {report.seconds:.1f} s: "
+                f"{', '.join(counts)}", style=style)
+
+
+def failure_panel(result: PairingResult) -> Panel:
+    lines = result.explanation()
+    body = [Text(lines[0], style="bold")] + [Text(line) for line in lines[1:]]
+    return Panel(Group(*body), title=f"✗ {result.title}", title_align="left", border_style="red")
+
+
+def skip_note(result: PairingResult) -> Text:
+    return Text(f"– {result.title}: {result.reason}", style="yellow")
+
+
+def render_report(report: CheckReport, failures_shown: int = 10) -> list:
+    parts: list = [summary_table(report)]
+    failed = [r for r in report.results if r.verdict == "fail"]
+    parts.extend(failure_panel(r) for r in failed[:failures_shown])
+    if len(failed) > failures_shown:
+        parts.append(Text(f"… and {len(failed) - failures_shown} more failing pairings "
+                          f"(all of them in --format json or --junit)", style="red"))
+    parts.extend(skip_note(r) for r in report.results if r.verdict == "skip")
+    parts.append(footer(report))
+    return parts
+
+
+@contextmanager
+def progress() -> Iterator[tuple[Callable[[int], None] | None, Callable[[PairingResult], None] | None]]:
+    """A progress bar on stderr while pairings are checked; nothing when stderr is no terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        yield None, None
+        return
+    with Progress(TextColumn("checking {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def start(total: int) -> None:
+            bar.update(task, total=total)
+
+        def done(result: PairingResult) -> None:
+            bar.update(task, advance=1, description=f"{result.model} {result.pairing}")
+
+        yield start, done

@@ -1,0 +1,39 @@
+"""A check report as JUnit XML, the format CI systems show as test results."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from itertools import groupby
+
+from mambaxfer_cli.check import CheckReport
+
+
+def junit_xml(report: CheckReport) -> str:
+    """One test suite per model, one test case per pairing; a failure carries the explanation."""
+    root = ET.Element("testsuites", name="mambaxfer check", tests=str(len(report.results)),
+                      failures=str(report.count("fail")), skipped=str(report.count("skip")),
+                      errors="0", time=f"{report.seconds:.3f}")
+    for model, group in groupby(report.results, key=lambda r: r.model):
+        results = list(group)
+        suite = ET.SubElement(
+            root, "testsuite", name=f"mambaxfer check {model}", tests=str(len(results)),
+            failures=str(sum(r.verdict == "fail" for r in results)),
+            skipped=str(sum(r.verdict == "skip" for r in results)), errors="0",
+            time=f"{sum(r.seconds for r in results):.3f}")
+        for r in results:
+            name = f"P{r.p_tp}-D{r.d_tp} {r.semantics}" + (" coalesced" if r.coalesce else "")
+            case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.check.{model}", name=name,
+                                 time=f"{r.seconds:.3f}")
+            if r.verdict == "fail":
+                lines = r.explanation(limit=1000)
+                failure = ET.SubElement(case, "failure", message=lines[0] if lines else "check failed",
+                                        type="mambaxfer.check")
+                failure.text = "\n".join(lines)
+            elif r.verdict == "skip":
+                ET.SubElement(case, "skipped", message=r.reason)
+            else:
+                out = ET.SubElement(case, "system-out")
+                out.text = (f"{r.reads} reads, {r.segments} segments, {r.descriptors} descriptor pairs, "
+                            f"{r.bytes} bytes copied, {r.simulation.bytes_verified if r.simulation else 0} bytes verified")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

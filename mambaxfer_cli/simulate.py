@@ -1,0 +1,620 @@
+"""Where bytes move without NIXL: a plan's descriptor IDs performed on numpy pages, then proved.
+
+P pages hold SPEC section 6's pattern and are generated only for the blocks a read touches; D
+pages start poisoned. Each (local ID, remote ID) pair of each read copies bytes through the read's
+two descriptor lists, every write is counted, and every byte of every D rank's state for the
+request is compared with the pattern it must hold. Each engine's registered memory is modelled as
+it is in vLLM: per SSM tensor, ``L`` pages back to back; per attention stream, ``N`` kernel-block
+slots back to back; so a descriptor that overruns its page spills into the next block, as it would
+on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorList, DescriptorRead
+from mambaxfer_cli.layout import RankLayout, kv_head_shard
+from mambaxfer_cli.model import ATTENTION, ModelSpec
+from mambaxfer_cli.pattern import POISON, unit_bytes_pattern
+from mambaxfer_cli.plan import Plan, attention_slot_bytes, page_bytes
+from mambaxfer_cli.variants import VARIANTS
+
+SSM_SPACE, ATTENTION_SPACE = 0, 1
+SPACE_NAMES = ("ssm", "attention")
+
+
+# --- what a page holds ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Part:
+    """A run of whole units of one region inside a page."""
+
+    region: str          # the pattern's region name: x, B, C, Q, K, V, ssm, kv
+    unit: str            # "channel" | "head"
+    offset: int
+    unit_bytes: int
+    first_unit: int      # global unit index of the run's first unit
+    units: int
+    total_units: int     # units of the whole, unsharded region
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.units * self.unit_bytes
+
+
+@dataclass(frozen=True)
+class PageShape:
+    """What one rank keeps in one SSM page or one attention kernel-block slot."""
+
+    parts: tuple[Part, ...]
+    page_bytes: int
+
+    @property
+    def state_bytes(self) -> int:
+        return self.parts[-1].end if self.parts else 0
+
+    def part_at(self, offset: int) -> Part | None:
+        return next((p for p in self.parts if p.offset <= offset < p.end), None)
+
+    def describe(self, offset: int) -> str:
+        """What the byte at ``offset`` stands for, e.g. ``C channel 5 byte 3``."""
+        part = self.part_at(offset)
+        if part is None:
+            return "padding" if offset < self.page_bytes else "beyond the page"
+        unit, byte = divmod(offset - part.offset, part.unit_bytes)
+        return f"{part.region} {part.unit} {part.first_unit + unit} byte {byte}"
+
+
+def _region_units(model: ModelSpec) -> dict[str, int]:
+    return {shape.name: shape.units(model.params) for shape in VARIANTS[model.variant]}
+
+
+def ssm_shape(model: ModelSpec, layout: RankLayout, page: int) -> PageShape:
+    totals = _region_units(model)
+    return PageShape(tuple(Part(r.name, r.unit, r.offset, r.unit_bytes, r.shard.start, len(r.shard),
+                                totals[r.name]) for r in layout.regions), page)
+
+
+def attention_shape(model: ModelSpec, tp: int, rank: int) -> PageShape:
+    """A rank's attention slot: its KV heads, ``ATTENTION_HEAD_BYTES`` each (one head when the
+    model names none, matching ``attention_slot_bytes``)."""
+    shard = kv_head_shard(model, tp, rank)
+    first, count = (shard.start, len(shard)) if shard else (0, 1)
+    part = Part("kv", "head", 0, ATTENTION_HEAD_BYTES, first, count, model.num_kv_heads or 1)
+    return PageShape((part,), attention_slot_bytes(model, tp))
+
+
+class Patterns:
+    """SPEC section 6's bytes of whole regions, generated once per (layer, block, region) and
+    sliced for each rank, so every TP size of one model shares the work."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple, np.ndarray] = {}
+        self._pads: dict[tuple, np.ndarray] = {}
+
+    def rows(self, layer: int, block: int, part: Part) -> np.ndarray:
+        """``(units, unit_bytes)``: the bytes of the part's units."""
+        key = (layer, block, part.region, part.unit_bytes, part.total_units)
+        whole = self._rows.get(key)
+        if whole is None:
+            whole = np.ascontiguousarray(unit_bytes_pattern(
+                layer, block, part.region, 0, part.total_units, part.unit_bytes))
+            self._rows[key] = whole
+        return whole[part.first_unit:part.first_unit + part.units]
+
+    def pad(self, layer: int, block: int, size: int) -> np.ndarray:
+        key = (layer, block, size)
+        if key not in self._pads:
+            self._pads[key] = unit_bytes_pattern(layer, block, "pad", 0, 1, size).ravel()
+        return self._pads[key]
+
+    def page(self, shape: PageShape, layer: int, block: int) -> np.ndarray:
+        """A whole page as ``pattern.fill_page`` writes it."""
+        out = np.empty(shape.page_bytes, dtype=np.uint8)
+        for part in shape.parts:
+            out[part.offset:part.end] = self.rows(layer, block, part).reshape(-1)
+        pad = shape.page_bytes - shape.state_bytes
+        if pad > 0:
+            out[shape.state_bytes:] = self.pad(layer, block, pad)
+        return out
+
+
+# --- results ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong with a plan that is not (only) a wrong byte: IDs, lists, stray writes."""
+
+    code: str            # id-rank | id-length | id-range | id-size | id-duplicate | outside-memory
+                         # | reads-descriptors | outside-request | write-count
+    message: str
+    d_rank: int | None = None
+    p_rank: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message, "d_rank": self.d_rank, "p_rank": self.p_rank}
+
+
+@dataclass(frozen=True)
+class ByteSource:
+    """Where a D byte was copied from."""
+
+    p_rank: int
+    space: str
+    tensor: int
+    block: int
+    offset: int
+    holds: str           # what P keeps there, e.g. "ssm head 0 byte 0"
+
+    def describe(self) -> str:
+        return f"P{self.p_rank} {_place(self.space, self.tensor, self.block)} offset {self.offset}, which holds {self.holds}"
+
+    def to_dict(self) -> dict:
+        return {"p_rank": self.p_rank, "space": self.space, "tensor": self.tensor, "block": self.block,
+                "offset": self.offset, "holds": self.holds}
+
+
+def _region_words(region: str) -> str:
+    return {"ssm": "temporal bytes", "padding": "page padding",
+            "beyond": "bytes beyond the page"}.get(region, region)
+
+
+def _place(space: str, tensor: int, block: int) -> str:
+    if space == "attention":
+        return f"attention stream {tensor} kernel block {block}"
+    return f"SSM tensor {tensor} block {block}"
+
+
+@dataclass(frozen=True)
+class WrongByte:
+    d_rank: int
+    space: str           # "ssm" | "attention"
+    tensor: int          # SSM tensor, or attention stream
+    block: int           # D's block (attention: kernel block)
+    p_block: int         # the P block it is paired with in the request
+    offset: int          # byte within the D page or slot
+    wants: str           # what D should hold there, e.g. "C channel 0 byte 0"
+    expected: int
+    found: int
+    writes: int
+    source: ByteSource | None
+
+    @property
+    def reason(self) -> str:
+        """In a few words what went wrong, e.g. ``C read as B``."""
+        if self.writes == 0 or self.source is None:
+            return "never written"
+        if self.writes > 1:
+            return f"written {self.writes} times"
+        wants, holds = self.wants.split(), self.source.holds.split()
+        if holds[0] != wants[0]:
+            return f"{_region_words(holds[0])} read as {wants[0]}"
+        if holds[:3] != wants[:3]:
+            return f"{holds[1]} {holds[2]} read as {wants[1]} {wants[2]}"
+        if holds != wants:
+            return "bytes of the unit shifted"
+        if self.source.block != self.p_block:
+            return f"{'kernel ' if self.space == 'attention' else ''}block {self.source.block} read instead of {self.p_block}"
+        if self.source.tensor != self.tensor:
+            what = "stream" if self.space == "attention" else "tensor"
+            return f"{what} {self.source.tensor} read instead of {self.tensor}"
+        return "wrong bytes"
+
+    def describe(self) -> str:
+        where = (f"D{self.d_rank} {_place(self.space, self.tensor, self.block)} "
+                 f"(P block {self.p_block}) byte {self.offset} = {self.wants}: "
+                 f"expected 0x{self.expected:02x}, found 0x{self.found:02x}")
+        if self.writes == 0 or self.source is None:
+            return f"{where}, never written (poisoned)"
+        times = "" if self.writes == 1 else f", written {self.writes} times, last"
+        return f"{where}{times} from {self.source.describe()}"
+
+    def to_dict(self) -> dict:
+        return {"d_rank": self.d_rank, "space": self.space, "tensor": self.tensor, "block": self.block,
+                "p_block": self.p_block, "offset": self.offset, "wants": self.wants,
+                "expected": self.expected, "found": self.found, "writes": self.writes,
+                "source": self.source.to_dict() if self.source else None,
+                "reason": self.reason, "description": self.describe()}
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Wrong bytes of one region of one D rank, over all the request's pages."""
+
+    d_rank: int
+    space: str
+    region: str
+    wrong_bytes: int
+    pages: int
+    first: WrongByte
+
+    def to_dict(self) -> dict:
+        return {"d_rank": self.d_rank, "space": self.space, "region": self.region,
+                "wrong_bytes": self.wrong_bytes, "pages": self.pages, "first": self.first.to_dict()}
+
+
+@dataclass(frozen=True)
+class Simulation:
+    reads: int
+    pairs: int                   # descriptor ID pairs of all reads
+    bytes_moved: int
+    bytes_verified: int
+    problems: tuple[Problem, ...]
+    damage: tuple[Damage, ...]   # D rank order, then the request's page order
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.damage
+
+    @property
+    def wrong_bytes(self) -> int:
+        return sum(d.wrong_bytes for d in self.damage)
+
+    @property
+    def first_wrong(self) -> WrongByte | None:
+        return self.damage[0].first if self.damage else None
+
+    def to_dict(self) -> dict:
+        return {"reads": self.reads, "descriptor_pairs": self.pairs, "bytes_moved": self.bytes_moved,
+                "bytes_verified": self.bytes_verified, "wrong_bytes": self.wrong_bytes,
+                "first_wrong_byte": self.first_wrong.to_dict() if self.first_wrong else None,
+                "damage": [d.to_dict() for d in self.damage],
+                "problems": [p.to_dict() for p in self.problems]}
+
+
+# --- checks on the lists and IDs ---------------------------------------------------------------
+
+def _describe_id(dlist: DescriptorList, desc_id: int) -> str:
+    info = {k: int(v[0]) for k, v in dlist.resolve(np.array([desc_id])).items()}
+    if info["attention"]:
+        return f"attention stream {info['tensor']} kernel block {info['block']}"
+    return (f"SSM tensor {info['tensor']} region #{info['region']} block {info['block']} "
+            f"(offset {info['offset']}, {info['size']} B)")
+
+
+def id_problems(read: DescriptorRead, p_tp: int, d_tp: int) -> list[Problem]:
+    """Equal-length lists, every ID inside its list, equal sizes pair by pair, no ID twice."""
+    where = f"D{read.d_rank} <- P{read.p_rank} ({read.local_list})"
+    out = []
+
+    def problem(code: str, message: str) -> None:
+        out.append(Problem(code, f"{where}: {message}", read.d_rank, read.p_rank))
+
+    if not 0 <= read.p_rank < p_tp:
+        problem("id-rank", f"P rank {read.p_rank} does not exist (P TP is {p_tp})")
+    if not 0 <= read.d_rank < d_tp:
+        problem("id-rank", f"D rank {read.d_rank} does not exist (D TP is {d_tp})")
+    local, remote = np.asarray(read.local_ids), np.asarray(read.remote_ids)
+    if len(local) != len(remote):
+        problem("id-length", f"{len(local)} local IDs but {len(remote)} remote IDs")
+    in_range = True
+    for side, ids, dlist in (("local", local, read.local), ("remote", remote, read.remote)):
+        bad = ids[(ids < 0) | (ids >= dlist.length)]
+        if bad.size:
+            in_range = False
+            problem("id-range", f"{side} ID {int(bad[0])} is outside its list of {dlist.length} "
+                                f"descriptors ({bad.size} such IDs)")
+        values, counts = np.unique(ids, return_counts=True)
+        twice = values[counts > 1]
+        if twice.size:
+            problem("id-duplicate", f"{side} ID {int(twice[0])} ({_describe_id(dlist, int(twice[0]))}) "
+                                    f"appears {int(counts[counts > 1][0])} times ({twice.size} repeated IDs)")
+    if in_range and len(local) == len(remote) and len(local):
+        ls, rs = read.local.resolve(local)["size"], read.remote.resolve(remote)["size"]
+        bad = np.flatnonzero(ls != rs)
+        if bad.size:
+            i = int(bad[0])
+            problem("id-size", f"pair {i}: local ID {int(local[i])} ({_describe_id(read.local, int(local[i]))}) "
+                               f"is {int(ls[i])} bytes but remote ID {int(remote[i])} "
+                               f"({_describe_id(read.remote, int(remote[i]))}) is {int(rs[i])} bytes "
+                               f"({bad.size} such pairs)")
+    return out
+
+
+def reads_vs_descriptors(plan: Plan) -> list[Problem]:
+    """The descriptor lists must be the plan's segments: the same pieces on both sides."""
+    out = []
+    by_pair = {(r.d_rank, r.p_rank): r for r in plan.reads}
+    seen = set()
+    for dread in plan.descriptors.reads:
+        key = (dread.d_rank, dread.p_rank)
+        read = by_pair.get(key)
+        segs = read.segments if read else ()
+        local = tuple((s.local_offset, s.size) for s in segs)
+        remote = tuple((s.remote_offset, s.size) for s in segs)
+        if key in seen:
+            out.append(Problem("reads-descriptors", f"D{key[0]} <- P{key[1]}: two descriptor reads", *key))
+        seen.add(key)
+        if dread.local.regions != local or dread.remote.regions != remote:
+            out.append(Problem(
+                "reads-descriptors",
+                f"D{key[0]} <- P{key[1]}: the descriptor lists (local {list(dread.local.regions)}, "
+                f"remote {list(dread.remote.regions)}) are not the plan's segments "
+                f"(local {list(local)}, remote {list(remote)})", *key))
+    for key, read in by_pair.items():
+        if key not in seen and read.segments:
+            out.append(Problem("reads-descriptors",
+                               f"D{key[0]} <- P{key[1]}: the plan reads {read.bytes} bytes but no descriptor "
+                               f"read carries them", *key))
+    return out
+
+
+# --- the transfer ------------------------------------------------------------------------------
+
+@dataclass
+class _Engine:
+    """One side's registered memory, per space: tensors, blocks and page (slot) size."""
+
+    tensors: tuple[int, int]
+    blocks: tuple[int, int]
+    page: tuple[int, int]
+
+
+def _engine(plan: Plan, side: str) -> _Engine:
+    engine = getattr(plan.descriptors, side)
+    layouts = getattr(plan, side).ranks
+    slot = (attention_slot_bytes(plan.model, len(layouts)) if plan.grouping.has_attention
+            else ATTENTION_HEAD_BYTES)
+    return _Engine((engine.ssm_tensors, engine.attention_streams),
+                   (engine.logical_blocks, engine.num_blocks),
+                   (page_bytes(layouts[0]), slot))
+
+
+def _addresses(dlist: DescriptorList, ids: np.ndarray, engine: _Engine):
+    r = dlist.resolve(ids)
+    space = np.where(r["attention"], ATTENTION_SPACE, SSM_SPACE)
+    page = np.array(engine.page, dtype=np.int64)[space]
+    limit = np.array(engine.blocks, dtype=np.int64)[space] * page
+    addr = r["block"] * page + r["offset"]
+    fits = (r["offset"] >= 0) & (r["size"] >= 0) & (addr + r["size"] <= limit)
+    return space, r["tensor"], addr, r["size"], fits
+
+
+def _chunks(read: DescriptorRead, p: _Engine, d: _Engine, problems: list[Problem]):
+    """The pairs of one read as copies that stay inside one page on both sides."""
+    local, remote = np.asarray(read.local_ids, np.int64), np.asarray(read.remote_ids, np.int64)
+    ds, dt, da, size, dfit = _addresses(read.local, local, d)
+    ss, st, sa, _, sfit = _addresses(read.remote, remote, p)
+    fits = dfit & sfit
+    if not fits.all():
+        i = int(np.flatnonzero(~fits)[0])
+        side, lst, ids = ("local", read.local, local) if not dfit[i] else ("remote", read.remote, remote)
+        problems.append(Problem(
+            "outside-memory",
+            f"D{read.d_rank} <- P{read.p_rank}: {side} ID {int(ids[i])} ({_describe_id(lst, int(ids[i]))}) "
+            f"points outside the engine's registered memory ({int((~fits).sum())} such pairs, not copied)",
+            read.d_rank, read.p_rank))
+    keep = fits & (size > 0)
+    ds, dt, da, ss, st, sa, size = (a[keep] for a in (ds, dt, da, ss, st, sa, size))
+    dpage = np.array(d.page, dtype=np.int64)[ds]
+    spage = np.array(p.page, dtype=np.int64)[ss]
+    spans = ((da // dpage) != ((da + size - 1) // dpage)) | ((sa // spage) != ((sa + size - 1) // spage))
+    rows = [ds, dt, da, ss, st, sa, size]
+    if spans.any():
+        extra: list[list[int]] = [[] for _ in rows]
+        for i in np.flatnonzero(spans):
+            dp_, sp_ = int(dpage[i]), int(spage[i])
+            d0, s0, n, pos = int(da[i]), int(sa[i]), int(size[i]), 0
+            while pos < n:
+                step = min(n - pos, dp_ - (d0 + pos) % dp_, sp_ - (s0 + pos) % sp_)
+                for col, value in zip(extra, (ds[i], dt[i], d0 + pos, ss[i], st[i], s0 + pos, step)):
+                    col.append(int(value))
+                pos += step
+        rows = [np.concatenate([a[~spans], np.array(e, dtype=np.int64)]) for a, e in zip(rows, extra)]
+        dpage = np.array(d.page, dtype=np.int64)[rows[0]]
+        spage = np.array(p.page, dtype=np.int64)[rows[3]]
+    ds, dt, da, ss, st, sa, size = rows
+    p_rank = np.full(len(size), read.p_rank, dtype=np.int64)
+    return np.stack([ds, dt, da // dpage, da % dpage, p_rank, ss, st, sa // spage, sa % spage, size], axis=1)
+
+
+# Columns of a chunk row.
+_DS, _DT, _DB, _DO, _PR, _SS, _ST, _SB, _SO, _N = range(10)
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """One page (or slot) of the request on D, and the P block whose pattern it must hold."""
+
+    space: int
+    tensor: int
+    block: int
+    p_block: int
+
+
+def request_pages(plan: Plan) -> list[_Expected]:
+    """Every D page of the request in request order: groups, then tensor (stream), then block."""
+    desc, out = plan.descriptors, []
+    with_attention = plan.model.num_kv_heads is not None
+    for kind, p_blocks, d_blocks in zip(desc.groups, desc.request.prefill_blocks, desc.request.decode_blocks):
+        if kind == ATTENTION:
+            if not with_attention:
+                continue
+            p_phys, d_phys = desc.prefill.blocks_per_logical, desc.decode.blocks_per_logical
+            for stream in range(desc.decode.attention_streams):
+                for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()):
+                    out.extend(_Expected(ATTENTION_SPACE, stream, db * d_phys + j, pb * p_phys + j)
+                               for j in range(min(p_phys, d_phys)))
+        else:
+            for tensor in range(desc.decode.ssm_tensors):
+                out.extend(_Expected(SSM_SPACE, tensor, db, pb)
+                           for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()))
+    return out
+
+
+class _Sources:
+    """P ranks' pages, generated from the pattern the first time a read touches them."""
+
+    def __init__(self, shapes: dict[tuple[int, int], PageShape], patterns: Patterns) -> None:
+        self.shapes, self.patterns, self.pages = shapes, patterns, {}
+
+    def page(self, p_rank: int, space: int, tensor: int, block: int) -> np.ndarray:
+        key = (p_rank, space, tensor, block)
+        page = self.pages.get(key)
+        if page is None:
+            page = self.pages[key] = self.patterns.page(self.shapes[p_rank, space], tensor, block)
+        return page
+
+
+def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, fences: dict[int, tuple[int, ...]]):
+    """Per page, the intervals written a given number of times (vectorised sweep over events).
+
+    ``fences`` adds zero-weight events (page start, state end, page end) so unwritten stretches of
+    expected pages show up with count 0. Returns (key, start, end, count) rows of non-empty intervals.
+    """
+    fence_keys = [k for k, marks in fences.items() for _ in marks]
+    fence_pos = [m for marks in fences.values() for m in marks]
+    key = np.concatenate([keys, keys, np.array(fence_keys, dtype=np.int64)])
+    pos = np.concatenate([starts, ends, np.array(fence_pos, dtype=np.int64)])
+    delta = np.concatenate([np.ones(len(starts), np.int64), -np.ones(len(ends), np.int64),
+                            np.zeros(len(fence_pos), np.int64)])
+    order = np.lexsort((pos, key))
+    key, pos, count = key[order], pos[order], np.cumsum(delta[order])
+    same = key[:-1] == key[1:]
+    length = pos[1:] - pos[:-1]
+    keep = same & (length > 0)
+    return key[:-1][keep], pos[:-1][keep], pos[1:][keep], count[:-1][keep]
+
+
+def _find_source(chunks: np.ndarray, page_index: np.ndarray, key: int, offset: int):
+    """The last chunk that wrote ``offset`` of page ``key``, and where in P that byte came from."""
+    hit = np.flatnonzero((page_index == key) & (chunks[:, _DO] <= offset)
+                         & (offset < chunks[:, _DO] + chunks[:, _N]))
+    if not hit.size:
+        return None
+    row = chunks[hit[-1]]
+    return int(row[_PR]), int(row[_SS]), int(row[_ST]), int(row[_SB]), int(row[_SO] + offset - row[_DO])
+
+
+def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
+    """Perform every descriptor read of ``plan`` on simulated memory and verify every D byte."""
+    patterns = patterns or Patterns()
+    model, desc = plan.model, plan.descriptors
+    p_engine, d_engine = _engine(plan, "prefill"), _engine(plan, "decode")
+    has_attention = plan.grouping.has_attention
+
+    def shapes_of(side, engine: _Engine) -> dict[tuple[int, int], PageShape]:
+        out = {}
+        for layout in side.ranks:
+            out[layout.rank, SSM_SPACE] = ssm_shape(model, layout, engine.page[SSM_SPACE])
+            if has_attention:
+                out[layout.rank, ATTENTION_SPACE] = attention_shape(model, side.tp, layout.rank)
+        return out
+
+    p_shapes, d_shapes = shapes_of(plan.prefill, p_engine), shapes_of(plan.decode, d_engine)
+    sources = _Sources(p_shapes, patterns)
+    problems = reads_vs_descriptors(plan)
+
+    per_rank: dict[int, list[np.ndarray]] = {d: [] for d in range(plan.decode.tp)}
+    pairs = 0
+    for dread in desc.reads:
+        pairs += len(dread.local_ids)
+        found = id_problems(dread, plan.prefill.tp, plan.decode.tp)
+        problems.extend(found)
+        # NIXL refuses a transfer whose lists, IDs or sizes disagree; repeated IDs it performs.
+        if any(p.code != "id-duplicate" for p in found):
+            continue
+        per_rank[dread.d_rank].append(_chunks(dread, p_engine, d_engine, problems))
+
+    expected = request_pages(plan)
+    damage: list[Damage] = []
+    bytes_moved = bytes_verified = 0
+    for d_rank in range(plan.decode.tp):
+        chunks = (np.concatenate(per_rank[d_rank]) if per_rank[d_rank]
+                  else np.zeros((0, 10), dtype=np.int64))
+        bytes_moved += int(chunks[:, _N].sum())
+        found, verified = _verify_rank(d_rank, chunks, expected, d_shapes, d_engine, sources, patterns,
+                                       problems)
+        damage.extend(found)
+        bytes_verified += verified
+    return Simulation(len(desc.reads), pairs, bytes_moved, bytes_verified, tuple(problems), tuple(damage))
+
+
+def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[_Expected],
+                 shapes: dict[tuple[int, int], PageShape], engine: _Engine, sources: _Sources,
+                 patterns: Patterns, problems: list[Problem]) -> tuple[list[Damage], int]:
+    # Pages: the request's first (in request order), then any other page a write touched.
+    index: dict[tuple[int, int, int], int] = {}
+    for e in expected:
+        index.setdefault((e.space, e.tensor, e.block), len(index))
+    n_expected = len(index)
+    page_index = np.empty(len(chunks), dtype=np.int64)
+    for i, key in enumerate(map(tuple, chunks[:, [_DS, _DT, _DB]].tolist())):
+        page_index[i] = index.setdefault(key, len(index))
+    keys = list(index)
+
+    pages = [np.full(engine.page[space], POISON, dtype=np.uint8) for space, _, _ in keys]
+    for row, k in zip(chunks.tolist(), page_index.tolist()):
+        src = sources.page(row[_PR], row[_SS], row[_ST], row[_SB])
+        pages[k][row[_DO]:row[_DO] + row[_N]] = src[row[_SO]:row[_SO] + row[_N]]
+
+    fences = {}
+    for k, (space, _, _) in enumerate(keys[:n_expected]):
+        fences[k] = (0, shapes[d_rank, space].state_bytes, engine.page[space])
+    ck, c0, c1, cn = _coverage(page_index, chunks[:, _DO], chunks[:, _DO] + chunks[:, _N], fences)
+
+    # Writes count: outside the request, into padding, never, or more than once.
+    bad_cover: dict[int, list[tuple[int, int, int]]] = {}
+    stray = never = twice = padding = 0
+    for k, a, b, n in zip(ck.tolist(), c0.tolist(), c1.tolist(), cn.tolist()):
+        if k >= n_expected:
+            stray += (b - a) if n else 0
+            continue
+        state = shapes[d_rank, keys[k][0]].state_bytes
+        if a >= state:
+            padding += (b - a) if n else 0
+        elif n != 1:
+            bad_cover.setdefault(k, []).append((a, b, n))
+            never += (b - a) if n == 0 else 0
+            twice += (b - a) if n > 1 else 0
+    if stray:
+        space, tensor, block = keys[n_expected]
+        problems.append(Problem("outside-request",
+                                f"D{d_rank}: {stray} bytes written outside the request's blocks, first into "
+                                f"{_place(SPACE_NAMES[space], tensor, block)}", d_rank))
+    if never or twice or padding:
+        parts = [f"{never} bytes never written"] if never else []
+        parts += [f"{twice} bytes written more than once"] if twice else []
+        parts += [f"{padding} bytes written into page padding"] if padding else []
+        problems.append(Problem("write-count", f"D{d_rank}: " + ", ".join(parts), d_rank))
+
+    found: dict[tuple[int, str], list] = {}
+    verified = 0
+    for k, e in enumerate(expected):
+        k = index[(e.space, e.tensor, e.block)]
+        shape, page = shapes[d_rank, e.space], pages[k]
+        verified += shape.state_bytes
+        for part in shape.parts:
+            want = patterns.rows(e.tensor, e.p_block, part).reshape(-1)
+            got = page[part.offset:part.end]
+            cover = [(a, b, n) for a, b, n in bad_cover.get(k, ()) if a < part.end and b > part.offset]
+            if not cover and np.array_equal(got, want):
+                continue
+            wrong = got != want
+            for a, b, _ in cover:
+                wrong[max(a - part.offset, 0):min(b, part.end) - part.offset] = True
+            count = int(np.count_nonzero(wrong))
+            if not count:
+                continue
+            entry = found.setdefault((e.space, part.region), [0, 0, None])
+            entry[0] += count
+            entry[1] += 1
+            if entry[2] is None:
+                offset = part.offset + int(np.argmax(wrong))
+                writes = next((n for a, b, n in cover if a <= offset < b), 1)
+                origin = _find_source(chunks, page_index, k, offset)
+                source = None
+                if origin is not None:
+                    p_rank, s_space, s_tensor, s_block, s_offset = origin
+                    holds = sources.shapes[p_rank, s_space].describe(s_offset)
+                    source = ByteSource(p_rank, SPACE_NAMES[s_space], s_tensor, s_block, s_offset, holds)
+                entry[2] = WrongByte(d_rank, SPACE_NAMES[e.space], e.tensor, e.block, e.p_block, offset,
+                                     shape.describe(offset), int(want[offset - part.offset]),
+                                     int(got[offset - part.offset]), writes if origin else 0, source)
+    damage = [Damage(d_rank, SPACE_NAMES[space], region, count, n_pages, first)
+              for (space, region), (count, n_pages, first) in found.items()]
+    return damage, verified
