@@ -1,0 +1,29 @@
+"""The planning core and the CLI app import neither torch nor nixl (STYLE: a functional core)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+PLANNING = ["mambaxfer_cli.model", "mambaxfer_cli.families", "mambaxfer_cli.model_config",
+            "mambaxfer_cli.model_source", "mambaxfer_cli.variants", "mambaxfer_cli.layout",
+            "mambaxfer_cli.reads", "mambaxfer_cli.kv_groups", "mambaxfer_cli.descriptors",
+            "mambaxfer_cli.plan", "mambaxfer_cli.pattern"]
+
+PROBE = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from mambaxfer_cli.cli import app  # every command module registers itself on import
+assert app.registered_commands
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "nixl", "nixl_cu12", "nixl_cu13"))))
+"""
+
+
+def test_planning_modules_and_cli_do_not_import_torch_or_nixl():
+    # A fresh interpreter: this test process may already hold torch from other tests.
+    proc = subprocess.run([sys.executable, "-c", PROBE, *PLANNING], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+
