@@ -168,9 +168,15 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                                  f"vLLM 0.33 refuses P TP {p_tp} / D TP {d_tp} (neither divides the other); "
                                  f"this plan is mambaxfer's exact plan"))
     else:
-        warnings += _misread_warning(
-            vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks, "vllm-differs",
-            "vLLM 0.33 would read wrong bytes for this pairing")
+        try:
+            theirs = vllm_reads(prefill.ranks, decode.ranks)
+        except UserError as exc:   # vLLM's own layout check refuses it: the exact plan still stands
+            warnings.append(Warning_("vllm-unsupported-pairing",
+                                     f"vLLM 0.33 refuses P TP {p_tp} / D TP {d_tp} ({exc}); "
+                                     f"this plan is mambaxfer's exact plan"))
+        else:
+            warnings += _misread_warning(theirs, prefill.ranks, decode.ranks, "vllm-differs",
+                                         "vLLM 0.33 would read wrong bytes for this pairing")
 
     grouping = options.grouping or vllm_grouping(model.layers)
     k = len(decode.ranks[0].regions)
