@@ -73,8 +73,11 @@ def check(
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)
     targets = targets_for(specs, pairs, max_tp, options.semantics)
-    if junit is not None and junit.is_dir():
-        raise UserError(f"--junit {junit}: is a directory")
+    if junit is not None:   # fail before the run, not after it
+        if junit.is_dir():
+            raise UserError(f"--junit {junit}: is a directory")
+        if not junit.parent.is_dir():
+            raise UserError(f"--junit {junit}: directory {junit.parent} does not exist")
 
     from mambaxfer_cli.render.check_view import progress, render_report
 

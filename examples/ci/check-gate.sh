@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Gate a rollout on `mambaxfer check`: refuse a P/D topology unless every pairing is proved byte by
+# byte. Exit code 0: verified; 1: the transfer would corrupt state (explained in the log);
+# 2: a usage error (unknown model, a pairing that does not exist for the model, ...).
+#
+#   check-gate.sh MODEL PAIRS [exact|vllm]
+#   check-gate.sh granite-4.0-h-tiny 1:2,2:1 vllm     # what vLLM 0.33 itself would do: fails
+#   check-gate.sh ./my-model/config.json 2:4,4:2      # mambaxfer's exact plans
+#
+# Results go to $MAMBAXFER_CHECK_OUT (default ./mambaxfer-check): check.log (the table and the
+# explanation of any failure, also printed) and junit.xml. Set MAMBAXFER to run another command
+# than `mambaxfer`, e.g. MAMBAXFER="python -m mambaxfer_cli".
+set -euo pipefail
+
+usage="usage: $(basename "$0") MODEL PAIRS [exact|vllm]"
+model=${1:?$usage}
+pairs=${2:?$usage}
+semantics=${3:-exact}
+out=${MAMBAXFER_CHECK_OUT:-mambaxfer-check}
+read -r -a mambaxfer <<< "${MAMBAXFER:-mambaxfer}"
+mkdir -p "$out"
+
+status=0
+"${mambaxfer[@]}" check --model "$model" --pairs "$pairs" --semantics "$semantics" \
+    --junit "$out/junit.xml" | tee "$out/check.log" || status=${PIPESTATUS[0]}
+
+case $status in
+    0) echo "gate: $model $pairs ($semantics semantics) verified byte by byte" ;;
+    1) echo "gate: $model $pairs ($semantics semantics) would corrupt state: see above, $out/junit.xml" >&2 ;;
+    *) echo "gate: mambaxfer check could not run (exit $status)" >&2 ;;
+esac
+exit "$status"
