@@ -47,7 +47,7 @@ def footer(report: CheckReport) -> Text:
         counts.append(f"{report.count('skip')} skipped")
     style = "bold green" if report.ok else "bold red"
     n = len(report.results)
-    return Text(f"{n} pairing{'' if n == 1 else 's'} checked byte by byte in {report.seconds:.1f} s: "
+    return Text(f"{n} pairing{'' if n == 1 else 's'} checked byte by byte in {report.seconds:.2f} s: "
                 f"{', '.join(counts)}", style=style)
 
 
