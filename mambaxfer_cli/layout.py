@@ -110,7 +110,8 @@ def _tp_fits(model: ModelSpec, tp: int) -> bool:
         groups = shape.groups(model.params)
         if groups % tp and not (shape.replicable and groups == 1):
             return False
-    return True
+    heads = model.num_kv_heads
+    return heads is None or heads % tp == 0 or tp % heads == 0
 
 
 def valid_tp_sizes(model: ModelSpec, limit: int = MAX_LISTED_TP) -> list[int]:
@@ -142,7 +143,10 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
 
 
 def engine_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
-    return tuple(rank_layout(model, tp, rank) for rank in range(check_tp(tp)))
+    """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
+    layouts = tuple(rank_layout(model, tp, rank) for rank in range(check_tp(tp)))
+    kv_head_shard(model, tp, 0)
+    return layouts
 
 
 def kv_head_shard(model: ModelSpec, tp: int, rank: int) -> Shard | None:
@@ -156,5 +160,6 @@ def kv_head_shard(model: ModelSpec, tp: int, rank: int) -> Shard | None:
     if tp % heads == 0:
         head = rank // (tp // heads)
         return Shard(head, head + 1)
-    raise UserError(f"{model.name}: TP {tp} and the attention's {heads} KV heads do not divide one "
-                    f"another, so the attention layout does not exist")
+    raise UserError(f"{model.name}: TP {tp} and the attention's {heads} KV heads "
+                    f"(num_key_value_heads) do not divide one another, so the attention layout does not "
+                    f"exist; TP sizes that work: {_listed(valid_tp_sizes(model))}")
