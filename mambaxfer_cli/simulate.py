@@ -88,6 +88,9 @@ def attention_shape(model: ModelSpec, tp: int, rank: int) -> PageShape:
     return PageShape((part,), attention_slot_bytes(model, tp))
 
 
+NO_HEADS = Part("kv", "head", 0, ATTENTION_HEAD_BYTES, 0, 1, 1)
+
+
 class Patterns:
     """SPEC section 6's bytes of whole regions, generated once per (layer, block, region) and
     sliced for each rank, so every TP size of one model shares the work."""
@@ -501,8 +504,9 @@ def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
         out = {}
         for layout in side.ranks:
             out[layout.rank, SSM_SPACE] = ssm_shape(model, layout, engine.page[SSM_SPACE])
-            if has_attention:
-                out[layout.rank, ATTENTION_SPACE] = attention_shape(model, side.tp, layout.rank)
+            # Lists hold F·N attention descriptors even with no attention group: give them memory.
+            out[layout.rank, ATTENTION_SPACE] = (attention_shape(model, side.tp, layout.rank) if has_attention
+                                                 else PageShape((NO_HEADS,), ATTENTION_HEAD_BYTES))
         return out
 
     p_shapes, d_shapes = shapes_of(plan.prefill, p_engine), shapes_of(plan.decode, d_engine)
