@@ -348,11 +348,10 @@ def reads_vs_descriptors(plan: Plan) -> list[Problem]:
 
 # --- the transfer ------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class _Engine:
-    """One side's registered memory, per space: tensors, blocks and page (slot) size."""
+    """One side's registered memory, per space (SSM, attention): blocks and page (slot) size."""
 
-    tensors: tuple[int, int]
     blocks: tuple[int, int]
     page: tuple[int, int]
 
@@ -362,9 +361,7 @@ def _engine(plan: Plan, side: str) -> _Engine:
     layouts = getattr(plan, side).ranks
     slot = (attention_slot_bytes(plan.model, len(layouts)) if plan.grouping.has_attention
             else ATTENTION_HEAD_BYTES)
-    return _Engine((engine.ssm_tensors, engine.attention_streams),
-                   (engine.logical_blocks, engine.num_blocks),
-                   (page_bytes(layouts[0]), slot))
+    return _Engine((engine.logical_blocks, engine.num_blocks), (page_bytes(layouts[0]), slot))
 
 
 def _addresses(dlist: DescriptorList, ids: np.ndarray, engine: _Engine):
@@ -373,7 +370,7 @@ def _addresses(dlist: DescriptorList, ids: np.ndarray, engine: _Engine):
     page = np.array(engine.page, dtype=np.int64)[space]
     limit = np.array(engine.blocks, dtype=np.int64)[space] * page
     addr = r["block"] * page + r["offset"]
-    fits = (r["offset"] >= 0) & (r["size"] >= 0) & (addr + r["size"] <= limit)
+    fits = (addr >= 0) & (r["size"] >= 0) & (addr + r["size"] <= limit)
     return space, r["tensor"], addr, r["size"], fits
 
 
@@ -399,6 +396,7 @@ def _chunks(read: DescriptorRead, p: _Engine, d: _Engine, problems: list[Problem
     rows = [ds, dt, da, ss, st, sa, size]
     if spans.any():
         extra: list[list[int]] = [[] for _ in rows]
+        origin: list[int] = []
         for i in np.flatnonzero(spans):
             dp_, sp_ = int(dpage[i]), int(spage[i])
             d0, s0, n, pos = int(da[i]), int(sa[i]), int(size[i]), 0
@@ -406,8 +404,11 @@ def _chunks(read: DescriptorRead, p: _Engine, d: _Engine, problems: list[Problem
                 step = min(n - pos, dp_ - (d0 + pos) % dp_, sp_ - (s0 + pos) % sp_)
                 for col, value in zip(extra, (ds[i], dt[i], d0 + pos, ss[i], st[i], s0 + pos, step)):
                     col.append(int(value))
+                origin.append(int(i))
                 pos += step
-        rows = [np.concatenate([a[~spans], np.array(e, dtype=np.int64)]) for a, e in zip(rows, extra)]
+        # Keep the copies in the read's order: with repeated writes, the last one wins.
+        order = np.argsort(np.concatenate([np.flatnonzero(~spans), origin]), kind="stable")
+        rows = [np.concatenate([a[~spans], np.array(e, dtype=np.int64)])[order] for a, e in zip(rows, extra)]
         dpage = np.array(d.page, dtype=np.int64)[rows[0]]
         spage = np.array(p.page, dtype=np.int64)[rows[3]]
     ds, dt, da, ss, st, sa, size = rows
@@ -420,7 +421,7 @@ _DS, _DT, _DB, _DO, _PR, _SS, _ST, _SB, _SO, _N = range(10)
 
 
 @dataclass(frozen=True)
-class _Expected:
+class ExpectedPage:
     """One page (or slot) of the request on D, and the P block whose pattern it must hold."""
 
     space: int
@@ -429,7 +430,7 @@ class _Expected:
     p_block: int
 
 
-def request_pages(plan: Plan) -> list[_Expected]:
+def request_pages(plan: Plan) -> list[ExpectedPage]:
     """Every D page of the request in request order: groups, then tensor (stream), then block."""
     desc, out = plan.descriptors, []
     with_attention = plan.model.num_kv_heads is not None
@@ -440,11 +441,11 @@ def request_pages(plan: Plan) -> list[_Expected]:
             p_phys, d_phys = desc.prefill.blocks_per_logical, desc.decode.blocks_per_logical
             for stream in range(desc.decode.attention_streams):
                 for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()):
-                    out.extend(_Expected(ATTENTION_SPACE, stream, db * d_phys + j, pb * p_phys + j)
+                    out.extend(ExpectedPage(ATTENTION_SPACE, stream, db * d_phys + j, pb * p_phys + j)
                                for j in range(min(p_phys, d_phys)))
         else:
             for tensor in range(desc.decode.ssm_tensors):
-                out.extend(_Expected(SSM_SPACE, tensor, db, pb)
+                out.extend(ExpectedPage(SSM_SPACE, tensor, db, pb)
                            for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()))
     return out
 
@@ -538,7 +539,7 @@ def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
     return Simulation(len(desc.reads), pairs, bytes_moved, bytes_verified, tuple(problems), tuple(damage))
 
 
-def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[_Expected],
+def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPage],
                  shapes: dict[tuple[int, int], PageShape], engine: _Engine, sources: _Sources,
                  patterns: Patterns, problems: list[Problem]) -> tuple[list[Damage], int]:
     # Pages: the request's first (in request order), then any other page a write touched.

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mambaxfer_cli.check import check_options
-from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorList, DescriptorRead
+from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorRead
 from mambaxfer_cli.model_source import load_model
 from mambaxfer_cli.pattern import kv_pattern, page
 from mambaxfer_cli.plan import Plan, build_plan, page_bytes
