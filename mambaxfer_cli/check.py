@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.layout import kv_head_shard, valid_tp_sizes
+from mambaxfer_cli.layout import valid_tp_sizes
 from mambaxfer_cli.model import ModelSpec
 from mambaxfer_cli.plan import EngineOptions, Plan, PlanOptions, build_plan
 from mambaxfer_cli.reads import VLLM, Read, misreads, tp_ratio
@@ -53,25 +53,12 @@ def parse_pairs(text: str) -> tuple[Pairing, ...]:
     return tuple(pairs)
 
 
-def tp_sizes(model: ModelSpec, limit: int) -> list[int]:
-    """TP sizes up to ``limit`` whose layouts exist: the SSM state and, if any, the attention heads."""
-    sizes = []
-    for tp in valid_tp_sizes(model, limit):
-        if model.attention_layers:
-            try:
-                kv_head_shard(model, tp, 0)
-            except UserError:
-                continue
-        sizes.append(tp)
-    return sizes
-
-
 def pairings_up_to(model: ModelSpec, max_tp: int, semantics: str) -> tuple[Pairing, ...]:
     """Every pairing of valid TP sizes <= ``max_tp``; under vLLM semantics only those where one
     size divides the other (vLLM refuses the rest)."""
     if max_tp < 1:
         raise UserError(f"--max-tp must be >= 1, got {max_tp}")
-    sizes = tp_sizes(model, max_tp)
+    sizes = valid_tp_sizes(model, max_tp)   # the SSM layout and, with attention, the KV heads
     return tuple(Pairing(p, d) for p, d in itertools.product(sizes, sizes)
                  if semantics != VLLM or tp_ratio(p, d) is not None)
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from mambaxfer_cli.check import (
     Pairing, Target, check_options, check_pairing, pairings_up_to, parse_pairs, plan_pairing, run_check,
-    targets_for, tp_sizes,
+    targets_for,
 )
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.model import ModelSpec, Variant
@@ -34,10 +34,12 @@ def test_parse_pairs_rejects_bad_syntax(text, fragment):
     assert fragment in str(info.value)
 
 
-def test_tp_sizes_need_both_the_ssm_and_the_attention_layout():
+def test_max_tp_needs_both_the_ssm_and_the_attention_layout():
     # Granite: 48 heads and one replicated group allow 3 and 6, its 4 KV heads do not.
-    assert tp_sizes(load_model("granite-4.0-h-tiny"), 8) == [1, 2, 4, 8]
-    assert tp_sizes(load_model("mamba-130m"), 8) == [1, 2, 3, 4, 6, 8]      # no attention
+    granite = pairings_up_to(load_model("granite-4.0-h-tiny"), 8, "exact")
+    assert {p.p_tp for p in granite} == {1, 2, 4, 8} and len(granite) == 16
+    mamba = pairings_up_to(load_model("mamba-130m"), 8, "exact")      # no attention
+    assert {p.d_tp for p in mamba} == {1, 2, 3, 4, 6, 8} and len(mamba) == 36
 
 
 def test_max_tp_includes_non_multiples_only_under_exact_semantics():
