@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
 
 from mambaxfer_cli.descriptors import (
     ATTENTION_HEAD_BYTES, DescriptorList, DescriptorMap, DescriptorRead, Engine, Request, block_ids,

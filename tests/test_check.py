@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from math import lcm
-
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -17,6 +15,7 @@ from mambaxfer_cli.model_source import load_model, preset_names
 from mambaxfer_cli.plan import build_plan
 from mambaxfer_cli.reads import tp_ratio
 from mambaxfer_cli.simulate import Patterns, simulate
+from strategies import pairings
 
 
 def test_parse_pairs_keeps_order_and_drops_repeats():
@@ -124,35 +123,8 @@ def test_exact_plans_of_every_preset_pass_and_vllm_fails_exactly_where_it_warns(
 
 # --- properties ---------------------------------------------------------------------------------
 
-@st.composite
-def random_models(draw):
-    """(model, P TP, D TP) with attention layers and KV heads, non-multiple pairings included."""
-    p_tp, d_tp = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    m = lcm(p_tp, d_tp)
-    variant = draw(st.sampled_from(list(Variant)))
-    small = st.integers(1, 3)
-    if variant is Variant.MAMBA1:
-        params = {"intermediate_size": m * draw(small), "d_state": draw(small)}
-    elif variant is Variant.MAMBA2:
-        heads, head_dim = m * draw(st.integers(1, 2)), draw(small)
-        params = {"intermediate_size": heads * head_dim, "d_state": draw(small),
-                  "n_groups": draw(st.sampled_from([1, m])), "num_heads": heads, "head_dim": head_dim}
-    else:
-        k_heads = m * draw(st.integers(1, 2))
-        params = {"num_k_heads": k_heads, "num_v_heads": k_heads * draw(st.integers(1, 2)),
-                  "head_k_dim": draw(small), "head_v_dim": draw(small)}
-    layers = tuple(draw(st.lists(st.sampled_from(["ssm", "ssm", "attention"]), min_size=1, max_size=6)))
-    if "ssm" not in layers:
-        layers += ("ssm",)
-    model = ModelSpec("random", "hypothesis", variant, params, layers, conv_kernel=draw(st.integers(2, 4)),
-                      num_spec=draw(st.integers(0, 2)), conv_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
-                      ssm_dtype=draw(st.sampled_from(["bfloat16", "float32"])),
-                      num_kv_heads=m * draw(st.integers(1, 2)) if "attention" in layers else None)
-    return model, p_tp, d_tp
-
-
 @settings(max_examples=60, deadline=None)
-@given(random_models(), st.booleans(), st.integers(1, 3), st.integers(0, 1000))
+@given(pairings(max_tp=4, attention=True), st.booleans(), st.integers(1, 3), st.integers(0, 1000))
 def test_exact_plans_verify_byte_by_byte_for_random_models(case, coalesced, blocks, seed):
     model, p_tp, d_tp = case
     options = check_options(coalesce=coalesced, request_blocks=blocks, seed=seed)
@@ -162,7 +134,7 @@ def test_exact_plans_verify_byte_by_byte_for_random_models(case, coalesced, bloc
 
 
 @settings(max_examples=40, deadline=None)
-@given(random_models(), st.data())
+@given(pairings(max_tp=4, attention=True), st.data())
 def test_any_changed_remote_id_is_caught(case, data):
     model, p_tp, d_tp = case
     plan = build_plan(model, p_tp, d_tp, check_options(request_blocks=2))

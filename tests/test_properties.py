@@ -6,8 +6,6 @@ variants.py, so the layout code is checked against an independent statement of t
 
 from __future__ import annotations
 
-from math import lcm
-
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -18,35 +16,11 @@ from mambaxfer_cli.layout import Shard, engine_layouts
 from mambaxfer_cli.model import ModelSpec, Variant
 from mambaxfer_cli.pattern import page
 from mambaxfer_cli.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
+from strategies import pairings
 
 FAST = settings(max_examples=80, deadline=None)
 NAMES = {Variant.MAMBA1: ["x", "ssm"], Variant.MAMBA2: ["x", "B", "C", "ssm"],
          Variant.GDN: ["Q", "K", "V", "ssm"]}
-
-
-@st.composite
-def pairings(draw):
-    """(model, P TP, D TP): both layouts exist; non-multiples (2/3, 4/6, 5/2) included."""
-    p_tp, d_tp = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    m = lcm(p_tp, d_tp)
-    variant = draw(st.sampled_from(list(Variant)))
-    small = st.integers(1, 3)
-    if variant is Variant.MAMBA1:
-        params = {"intermediate_size": m * draw(small), "d_state": draw(small)}
-    elif variant is Variant.MAMBA2:
-        heads, head_dim = m * draw(st.integers(1, 2)), draw(small)
-        # n_groups == 1 is replicated wherever TP > 1; otherwise it must divide by both TP sizes.
-        params = {"intermediate_size": heads * head_dim, "d_state": draw(small),
-                  "n_groups": draw(st.sampled_from([1, m, 2 * m])), "num_heads": heads, "head_dim": head_dim}
-    else:
-        k_heads = m * draw(st.integers(1, 2))
-        params = {"num_k_heads": k_heads, "num_v_heads": k_heads * draw(st.integers(1, 2)),
-                  "head_k_dim": draw(small), "head_v_dim": draw(small)}
-    model = ModelSpec(
-        name="random", source="hypothesis", variant=variant, params=params, layers=("ssm",),
-        conv_kernel=draw(st.integers(2, 4)), num_spec=draw(st.integers(0, 2)),
-        conv_dtype=draw(st.sampled_from(list(DTYPE_BYTES))), ssm_dtype=draw(st.sampled_from(list(DTYPE_BYTES))))
-    return model, p_tp, d_tp
 
 
 def expected_units(model: ModelSpec) -> dict[str, tuple[int, int]]:

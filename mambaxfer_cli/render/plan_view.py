@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Sequence
 
 import numpy as np
 from rich.console import Group
@@ -15,7 +14,7 @@ from mambaxfer_cli.kv_groups import describe
 from mambaxfer_cli.model import ATTENTION
 from mambaxfer_cli.plan import Plan
 from mambaxfer_cli.reads import Misread, exact_reads, misreads
-from mambaxfer_cli.render.id_runs import compact, runs
+from mambaxfer_cli.render.id_runs import compact
 from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
 
 P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
