@@ -1,0 +1,145 @@
+"""``mambaxfer execute``: the plan performed with real NIXL READs between real rank processes."""
+
+from __future__ import annotations
+
+import secrets
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli.options import (
+    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, NumSpecOpt, Semantics, SsmDtypeOpt, VariantOpt, load,
+)
+from mambaxfer_cli.errors import UserError
+
+EXIT_CORRUPT = 1
+EXIT_RUN_FAILED = 3
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class ExecuteFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+@app.command("execute")
+def execute(
+    model: Annotated[Optional[str], typer.Option(
+        "--model", "-m", help=MODEL_HELP + " Optional with --plan.", show_default=False)] = None,
+    p_tp: Annotated[Optional[int], typer.Option("--p-tp", help="Prefill (P) TP size.", show_default=False)] = None,
+    d_tp: Annotated[Optional[int], typer.Option("--d-tp", help="Decode (D) TP size.", show_default=False)] = None,
+    device: Annotated[Device, typer.Option(
+        "--device", help="cuda: VRAM on the visible GPUs; cpu: DRAM over UCX; auto: cuda when available.",
+        case_sensitive=False)] = Device.auto,
+    semantics: Annotated[Optional[Semantics], typer.Option(
+        "--semantics", help="exact (default): mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
+        case_sensitive=False, show_default=False)] = None,
+    coalesce: CoalesceOpt = False,
+    layers: Annotated[Optional[int], typer.Option(
+        "--layers", help="Use only the model's first N cache-keeping layers (fewer KV-cache tensors). "
+                         "Default: all.", show_default=False)] = None,
+    blocks: Annotated[Optional[int], typer.Option(
+        "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request "
+                         "needs.", show_default=False)] = None,
+    blocks_per_logical: Annotated[int, typer.Option(
+        "--blocks-per-logical", help="Kernel blocks per logical block, both engines.")] = 4,
+    request_blocks: Annotated[int, typer.Option(
+        "--request-blocks", help="Logical blocks per KV-cache group in the request, at random, "
+                                 "non-contiguous block IDs on each side.")] = 2,
+    iters: Annotated[int, typer.Option("--iters", help="Post the READs this many times (time = median).")] = 3,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the request's block IDs.")] = 0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the whole run may take.")] = 120.0,
+    fmt: Annotated[ExecuteFormat, typer.Option(
+        "--format", "-f", help="table, or json (mambaxfer.execute/v1).")] = ExecuteFormat.table,
+    plan_file: Annotated[Optional[Path], typer.Option(
+        "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.",
+        show_default=False)] = None,
+    host: Annotated[str, typer.Option("--host", help="Address the P ranks' side channels listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(
+        "--port", help="P rank r's side channel listens on PORT + r; 0: free ports.")] = 0,
+    variant: VariantOpt = None,
+    conv_dtype: ConvDtypeOpt = None,
+    ssm_dtype: SsmDtypeOpt = None,
+    num_spec: NumSpecOpt = None,
+) -> None:
+    """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify
+    every byte. Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed."""
+    import importlib.util
+
+    from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
+    from mambaxfer_cli.execute.device import resolve_device
+    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
+    from mambaxfer_cli.execute.tasks import RunSettings
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: not a port number (0..65535)")
+    plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_logical, request_blocks,
+                 seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec)
+    if importlib.util.find_spec("nixl") is None:
+        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    kind, gpus = resolve_device(device.value)
+    settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, iters)
+
+    from mambaxfer_cli.render.execute_view import ProgressView, corruption_report, result_table, title
+
+    with ProgressView(title(plan, kind)) as view:
+        try:
+            outcome = run(plan, settings, timeout, view.update)
+        except RunFailure as exc:
+            raise _fail(str(exc), EXIT_RUN_FAILED) from None
+    if fmt is ExecuteFormat.json:
+        import json
+
+        typer.echo(json.dumps(outcome.to_dict(), indent=2))
+    else:
+        from mambaxfer_cli.render.console import console
+
+        out = console()
+        out.print(result_table(outcome))
+        report = corruption_report(outcome)
+        if report is not None:
+            out.print(report)
+    if not outcome.verified:
+        raise typer.Exit(EXIT_CORRUPT)
+
+
+def _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_logical, request_blocks, seed,
+          plan_file, variant, conv_dtype, ssm_dtype, num_spec):
+    from mambaxfer_cli.execute.plan_source import cut_layers, load_plan_file, plan_to_execute
+
+    if plan_file is None:
+        missing = [flag for flag, value in (("--model", model), ("--p-tp", p_tp), ("--d-tp", d_tp)) if value is None]
+        if missing:
+            raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
+        spec = cut_layers(load(model, variant, conv_dtype, ssm_dtype, num_spec), layers)
+        return plan_to_execute(spec, p_tp, d_tp, semantics=(semantics or Semantics.exact).value,
+                               coalesce=coalesce, blocks=blocks, blocks_per_logical=blocks_per_logical,
+                               request_blocks=request_blocks, seed=seed)
+    fixed = [flag for flag, given in (("--layers", layers is not None), ("--blocks", blocks is not None),
+                                      ("--coalesce", coalesce)) if given]
+    if fixed:
+        raise UserError(f"{', '.join(fixed)}: the plan file fixes the model's layers, engines and reads; "
+                        f"plan again with those options instead")
+    plan = load_plan_file(plan_file, model, {"variant": variant, "conv_dtype": conv_dtype,
+                                             "ssm_dtype": ssm_dtype, "num_spec": num_spec})
+    for flag, given, actual in (("--p-tp", p_tp, plan.prefill.tp), ("--d-tp", d_tp, plan.decode.tp),
+                                ("--semantics", semantics and semantics.value, plan.semantics)):
+        if given is not None and given != actual:
+            raise UserError(f"{flag} {given} does not match --plan {plan_file}, which has {actual}")
+    return plan

@@ -1,0 +1,343 @@
+"""Spawn one process per P and D rank, walk them through start, exchange, transfer and verify,
+and collect what they measured. On any failure every rank is stopped: no orphans, no hang.
+
+Order: all ranks start (P ranks fill, D ranks poison, each registers); once every P rank listens,
+D ranks learn the P side-channel ports and fetch metadata; once every D rank prepared its READs,
+all of them post at once; P ranks free their memory on their consumers' notifications.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Callable
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask, RunSettings, build_tasks
+from mambaxfer_cli.plan import Plan
+
+MARGIN = 2.0         # at most: the ranks' deadline comes this much before the run's end, so that they
+                     # can say what they were waiting for and be stopped within --timeout
+SETTLE = 0.3         # after a first error, for the root cause (often a dead peer) to surface
+STOP_WAIT = 0.5      # between asking ranks to stop and terminating them
+
+SCHEMA = "mambaxfer.execute/v1"
+_CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "NIXL_LOG_LEVEL": "WARN"}
+
+
+class RunFailure(Exception):
+    """The run could not complete (a rank died, timed out, or NIXL failed): exit code 3."""
+
+
+Progress = Callable[[str, str, str], None]   # (rank name, phase, detail)
+
+
+@dataclass
+class _Rank:
+    task: RankTask
+    process: multiprocessing.process.BaseProcess
+    conn: object
+    phase: str = "spawning"
+    detail: str = ""
+    ready: dict | None = None
+    prepared: bool = False
+    result: dict | None = None
+    error: tuple[str, str] | None = None
+    closed: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def settled(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+@dataclass
+class DecodeOutcome:
+    d_rank: int
+    result: dict
+
+    @property
+    def ok(self) -> bool:
+        return self.result["verdict"]["ok"]
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.result["times"])
+
+    @property
+    def gbps(self) -> float:
+        return self.result["bytes"] / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        r = self.result
+        return {"d_rank": self.d_rank, "sources": r["sources"], "local_lists": r["lists"],
+                "bytes": r["bytes"], "descriptors_posted": r["descs_posted"],
+                "descriptors_merged": r["descs_merged"], "telemetry_bytes": r["telemetry_bytes"],
+                "time_s": self.seconds, "times_s": r["times"], "gb_per_s": self.gbps,
+                "xfer_us": r["xfer_us"], "prepare_s": r["prepare_s"], "verify_s": r["verify_s"],
+                "verdict": r["verdict"]}
+
+
+@dataclass
+class Outcome:
+    plan: Plan
+    settings: RunSettings
+    decode: list[DecodeOutcome]
+    prefill: dict[int, dict]
+    phases: dict[str, float] = field(default_factory=dict)   # seconds from spawn to each milestone
+
+    @property
+    def verified(self) -> bool:
+        return all(d.ok for d in self.decode)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(d.result["bytes"] for d in self.decode)
+
+    def to_dict(self) -> dict:
+        plan, s = self.plan, self.settings
+        return {"schema": SCHEMA, "model": plan.model.name, "semantics": plan.semantics,
+                "p_tp": plan.prefill.tp, "d_tp": plan.decode.tp, "device": s.device, "memory": s.mem_type,
+                "iters": s.iters, "request": plan.descriptors.request.to_dict(),
+                "verified": self.verified, "total_bytes": self.total_bytes, "phases_s": self.phases,
+                "decode": [d.to_dict() for d in self.decode],
+                "prefill": [{"p_rank": p, "consumers": r["consumers"], "fill_s": r["fill_s"]}
+                            for p, r in sorted(self.prefill.items())]}
+
+
+def check_ports(settings: RunSettings, p_tp: int) -> None:
+    """With a fixed --port, P rank r listens on port + r: fail before spawning if one is taken."""
+    if not settings.port:
+        return
+    if settings.port + p_tp - 1 > 65535:
+        raise UserError(f"--port {settings.port}: P ranks need ports {settings.port}..{settings.port + p_tp - 1}")
+    for rank in range(p_tp):
+        port = settings.port + rank
+        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((settings.host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise UserError(f"--port {settings.port}: {settings.host}:{port} (P{rank}'s side channel) "
+                                    f"is already in use; pick another --port, or --port 0 for free ports") from None
+                raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _child_environment():
+    """Rank processes get one thread for numpy/torch (few cores, one process per rank) and quiet NIXL."""
+    saved = {key: os.environ.get(key) for key in _CHILD_ENV}
+    for key, value in _CHILD_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class _Run:
+    def __init__(self, ranks: list[_Rank], timeout: float, end: float, progress: Progress | None) -> None:
+        self.ranks = ranks
+        self.timeout = timeout
+        self.deadline = end - _margin(timeout) / 3
+        self.progress = progress or (lambda name, phase, detail: None)
+        self.started = time.time()
+        self.phases: dict[str, float] = {}
+        self.errors: list[_Rank] = []
+        self.deaths: list[_Rank] = []
+
+    @property
+    def prefill(self) -> list[_Rank]:
+        return [r for r in self.ranks if isinstance(r.task, PrefillTask)]
+
+    @property
+    def decode(self) -> list[_Rank]:
+        return [r for r in self.ranks if isinstance(r.task, DecodeTask)]
+
+    def _mark(self, milestone: str) -> None:
+        self.phases.setdefault(milestone, round(time.time() - self.started, 3))
+
+    def _send(self, rank: _Rank, kind: str, payload=None) -> None:
+        try:
+            rank.conn.send((kind, payload))
+        except OSError:
+            pass  # it died; its sentinel tells
+
+    def _handle(self, rank: _Rank, kind: str, payload) -> None:
+        if kind == "phase":
+            rank.phase, rank.detail = payload
+            self.progress(rank.name, rank.phase, rank.detail)
+        elif kind == "ready":
+            rank.ready = payload or {}
+            if all(r.ready is not None for r in self.prefill) and "P ranks listening" not in self.phases:
+                self._mark("P ranks listening")
+                host = self.ranks[0].task.settings.host
+                peers = {r.task.rank: (host, r.ready["port"]) for r in self.prefill}
+                for d in self.decode:
+                    self._send(d, "peers", peers)
+        elif kind == "prepared":
+            rank.prepared = True
+            if all(d.prepared for d in self.decode):
+                self._mark("D ranks prepared")
+                for d in self.decode:
+                    self._send(d, "go")
+        elif kind == "result":
+            rank.result = payload
+            self.progress(rank.name, "done", "")
+        elif kind == "error":
+            rank.error = payload
+            self.errors.append(rank)
+            self.progress(rank.name, "failed", payload[1])
+
+    def _drain(self, rank: _Rank) -> None:
+        while not rank.closed:
+            try:
+                if not rank.conn.poll():
+                    return
+                kind, payload = rank.conn.recv()
+            except (EOFError, OSError):
+                rank.closed = True
+                return
+            self._handle(rank, kind, payload)
+
+    def _exited(self, rank: _Rank) -> None:
+        self._drain(rank)
+        if not rank.settled and rank not in self.deaths:
+            self.deaths.append(rank)
+            self.progress(rank.name, "died", _exit_text(rank.process.exitcode))
+
+    def _step(self, wait_s: float) -> None:
+        live = [r for r in self.ranks if r.process.exitcode is None or not r.closed]
+        objects = {}
+        for r in live:
+            if not r.closed:
+                objects[r.conn] = r
+            if r.process.exitcode is None:
+                objects[r.process.sentinel] = r
+        for obj in wait(list(objects), timeout=wait_s):
+            rank = objects[obj]
+            if obj is rank.conn:
+                self._drain(rank)
+            else:
+                rank.process.join(0)
+                self._exited(rank)
+        for r in self.ranks:   # a rank that ended without our noticing its sentinel
+            if r.process.exitcode is not None and r not in self.deaths:
+                self._exited(r)
+
+    def _failure(self) -> Exception:
+        death = self.deaths[0] if self.deaths else None
+        if death is not None:
+            what = (f" while {death.phase}" + (f" ({death.detail})" if death.detail else ""))
+            return RunFailure(f"{death.name} died ({_exit_text(death.process.exitcode)}){what}")
+        first = next((r for r in self.errors if r.error[0] == "user"), self.errors[0])
+        kind, message = first.error
+        if kind == "user":
+            return UserError(message)
+        busy = [r for r in self.ranks if not r.settled]
+        if "timed out" in message and busy:
+            message += "; still busy: " + "; ".join(
+                f"{r.name} {r.phase}" + (f" ({r.detail})" if r.detail else "") for r in busy)
+        return RunFailure(message)
+
+    def _timeout(self) -> RunFailure:
+        stuck = [f"{r.name} {r.phase}" + (f" ({r.detail})" if r.detail else "")
+                 for r in self.ranks if not r.settled]
+        return RunFailure(f"timed out after {self.timeout:g}s (--timeout): " + "; ".join(stuck))
+
+    def drive(self) -> None:
+        while not all(r.settled for r in self.ranks):
+            if self.errors or self.deaths:
+                settle = time.time() + SETTLE
+                while time.time() < settle and not all(r.settled or r in self.deaths for r in self.ranks):
+                    self._step(max(settle - time.time(), 0.0))
+                raise self._failure()
+            left = self.deadline - time.time()
+            if left <= 0:
+                raise self._timeout()
+            self._step(min(left, 0.5))
+        if self.errors:
+            raise self._failure()
+        self._mark("results in")
+
+
+def _margin(timeout: float) -> float:
+    return min(MARGIN, timeout / 4)
+
+
+def _stop(ranks: list[_Rank]) -> None:
+    """Ask, then terminate, then kill: no rank survives the coordinator's return."""
+    for rank in ranks:
+        if rank.process.is_alive():
+            with contextlib.suppress(OSError):
+                rank.conn.send(("stop", None))
+    end = time.time() + STOP_WAIT
+    for rank in ranks:
+        rank.process.join(max(end - time.time(), 0.0))
+    for rank in ranks:
+        if rank.process.is_alive():
+            rank.process.terminate()
+    for rank in ranks:
+        rank.process.join(1.0)
+        if rank.process.is_alive():
+            rank.process.kill()
+            rank.process.join(1.0)
+        rank.conn.close()
+
+
+def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None) -> Outcome:
+    """Run the plan with real NIXL transfers; raises UserError (exit 2) or RunFailure (exit 3)."""
+    from mambaxfer_cli.execute.rank import rank_main
+
+    if timeout <= 0:
+        raise UserError("--timeout must be a positive number of seconds")
+    if settings.iters < 1:
+        raise UserError("--iters must be >= 1")
+    prefill, decode = build_tasks(plan, settings)
+    check_ports(settings, len(prefill))
+    context = multiprocessing.get_context("spawn")
+    end = time.time() + timeout
+    deadline = end - _margin(timeout)
+    ranks: list[_Rank] = []
+    try:
+        with _child_environment():
+            for task in [*prefill, *decode]:
+                parent_end, child_end = context.Pipe()
+                process = context.Process(target=rank_main, args=(task, deadline, child_end),
+                                          name=f"mambaxfer-{task.name}", daemon=True)
+                process.start()
+                child_end.close()
+                ranks.append(_Rank(task, process, parent_end))
+                if progress:
+                    progress(task.name, "spawned", "")
+        run = _Run(ranks, timeout, end, progress)
+        run.drive()
+    finally:
+        _stop(ranks)
+    return Outcome(plan, settings,
+                   decode=[DecodeOutcome(r.task.rank, r.result) for r in run.decode],
+                   prefill={r.task.rank: r.result for r in run.prefill}, phases=run.phases)

@@ -1,0 +1,98 @@
+"""A rank's registered memory: DRAM (numpy, zero-copy host views) or VRAM (torch on a GPU).
+
+Regions are in the order the descriptor lists expect: one per SSM tensor, then one per attention
+stream. Filling and checking work on host arrays; for VRAM they are staged through host copies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mambaxfer_cli.execute.tasks import Memory
+from mambaxfer_cli.pattern import POISON
+
+ALIGN = 4096
+
+
+class RankMemory:
+    def __init__(self, memory: Memory, device: str, dev_id: int) -> None:
+        self.memory = memory
+        self.device = device
+        self.dev_id = dev_id
+        self._shapes = ([(memory.logical_blocks, memory.page_bytes)] * memory.ssm_tensors
+                        + [(memory.kernel_blocks, memory.slot_bytes)] * memory.attention_streams)
+        if device == "cuda":
+            import torch
+
+            torch.cuda.set_device(dev_id)
+            self._buffers = [torch.empty(rows * cols, dtype=torch.uint8, device=f"cuda:{dev_id}")
+                             for rows, cols in self._shapes]
+            self.addresses = [t.data_ptr() for t in self._buffers]
+        else:
+            self._buffers = [self._aligned(rows * cols) for rows, cols in self._shapes]
+            self.addresses = [b.ctypes.data for b in self._buffers]
+
+    @staticmethod
+    def _aligned(size: int) -> np.ndarray:
+        raw = np.empty(size + ALIGN, dtype=np.uint8)
+        skip = -raw.ctypes.data % ALIGN
+        return raw[skip:skip + size]
+
+    @property
+    def mem_type(self) -> str:
+        return "VRAM" if self.device == "cuda" else "DRAM"
+
+    @property
+    def regions(self) -> list[tuple[int, int, int, str]]:
+        """``register_memory`` tuples: (address, length, device, name)."""
+        return [(addr, rows * cols, self.dev_id, "") for addr, (rows, cols) in zip(self.addresses, self._shapes)]
+
+    @property
+    def ssm_bases(self) -> list[int]:
+        return self.addresses[:self.memory.ssm_tensors]
+
+    @property
+    def attention_bases(self) -> list[int]:
+        return self.addresses[self.memory.ssm_tensors:]
+
+    @property
+    def count(self) -> int:
+        return len(self._shapes)
+
+    def host(self, index: int) -> np.ndarray:
+        """A writable ``(blocks, bytes)`` host array of region ``index``; ``store`` makes it real."""
+        rows, cols = self._shapes[index]
+        if self.device == "cuda":
+            return np.empty((rows, cols), dtype=np.uint8)
+        return self._buffers[index].reshape(rows, cols)
+
+    def store(self, index: int, host: np.ndarray) -> None:
+        if self.device == "cuda":
+            import torch
+
+            self._buffers[index].copy_(torch.from_numpy(host.reshape(-1)))
+
+    def fetch(self, index: int) -> np.ndarray:
+        """Region ``index`` as a ``(blocks, bytes)`` host array (a view for DRAM, a copy for VRAM)."""
+        rows, cols = self._shapes[index]
+        if self.device == "cuda":
+            return self._buffers[index].cpu().numpy().reshape(rows, cols)
+        return self._buffers[index].reshape(rows, cols)
+
+    def poison(self) -> None:
+        for buffer in self._buffers:
+            if self.device == "cuda":
+                buffer.fill_(POISON)
+            else:
+                buffer.fill(POISON)
+
+    def sync(self) -> None:
+        """NIXL is not stream-ordered: finish the device's writes before posting a transfer."""
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.dev_id)
+
+    def release(self) -> None:
+        self._buffers = []
+        self.addresses = []

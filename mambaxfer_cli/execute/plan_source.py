@@ -1,0 +1,174 @@
+"""The plan an execute run performs: planned here with small engines, or read from a
+``mambaxfer plan --output`` document, which must be exactly what the planner makes again."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.model import ModelSpec, Variant
+from mambaxfer_cli.plan import SCHEMA, EngineOptions, Plan, PlanOptions, build_plan
+
+MIN_BLOCKS = 4
+
+
+def cut_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
+    """The model's first ``layers`` cache-keeping layers (fewer KV-cache tensors, less memory)."""
+    if layers is None:
+        return spec
+    if layers < 1:
+        raise UserError("--layers must be >= 1")
+    cut = spec.layers[:layers]
+    if "ssm" not in cut:
+        raise UserError(f"--layers {layers}: the first {layers} cache-keeping layers of {spec.name} hold no SSM "
+                        f"layer ({', '.join(cut)}); take more layers")
+    return replace(spec, layers=cut)
+
+
+def default_blocks(spec: ModelSpec, request_blocks: int) -> int:
+    """Twice what the request needs, so that pages outside the request exist and are checked."""
+    return max(MIN_BLOCKS, 2 * len(vllm_grouping(spec.layers).groups) * request_blocks)
+
+
+def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, coalesce: bool,
+                    blocks: int | None, blocks_per_logical: int, request_blocks: int, seed: int) -> Plan:
+    if request_blocks < 1:
+        raise UserError("--request-blocks must be >= 1")
+    if blocks is None:
+        blocks = default_blocks(spec, request_blocks)
+    need = len(vllm_grouping(spec.layers).groups) * request_blocks
+    if blocks < need:
+        raise UserError(f"--blocks {blocks}: a request of {request_blocks} blocks in each of "
+                        f"{need // request_blocks} KV-cache groups needs at least {need} logical blocks")
+    engine = EngineOptions(blocks * blocks_per_logical, blocks_per_logical)
+    options = PlanOptions(semantics=semantics, coalesce=coalesce, prefill=engine, decode=engine,
+                          request_blocks=request_blocks, seed=seed)
+    return build_plan(spec, p_tp, d_tp, options)
+
+
+def _read_document(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"--plan {path}: cannot read: {exc.strerror}") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            document = yaml.safe_load(text)
+        else:
+            document = json.loads(text)
+    except ValueError as exc:   # json.JSONDecodeError and yaml.YAMLError
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"--plan {path}: not a readable plan document ({first})") from None
+    except Exception as exc:
+        raise UserError(f"--plan {path}: not a readable plan document ({str(exc).splitlines()[0]})") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        found = document.get("schema") if isinstance(document, dict) else type(document).__name__
+        raise UserError(f"--plan {path}: not a {SCHEMA} document (schema: {found!r}); write one with "
+                        f"'mambaxfer plan ... --output FILE'")
+    return document
+
+
+def _blocks_text(groups: list[list[int]]) -> str:
+    return ";".join(",".join(str(int(b)) for b in group) for group in groups)
+
+
+def _prefix_with(spec: ModelSpec, ssm_layers: int, attention_layers: int) -> ModelSpec:
+    """The model cut to the prefix of its layers that has these counts (as ``--layers`` cuts)."""
+    ssm = attention = 0
+    for n, kind in enumerate(spec.layers, start=1):
+        ssm += kind == "ssm"
+        attention += kind == "attention"
+        if (ssm, attention) == (ssm_layers, attention_layers):
+            return replace(spec, layers=spec.layers[:n])
+    return spec   # the comparison below names the mismatch
+
+
+_MISSING = object()
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            if key not in a or key not in b:
+                return f"{path}.{key}".lstrip("."), a.get(key, _MISSING), b.get(key, _MISSING)
+            found = first_difference(a[key], b[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found:
+                return found
+        return None if len(a) == len(b) else (f"{path}.length".lstrip("."), len(a), len(b))
+    return None if a == b and type(a) is type(b) else (path.lstrip("."), a, b)
+
+
+def _comparable(document: dict) -> dict:
+    """JSON-normalised, warning texts left out (their wording is not part of the contract)."""
+    out = json.loads(json.dumps(document, default=str))
+    out["warnings"] = [w.get("code") if isinstance(w, dict) else w for w in out.get("warnings", [])]
+    return out
+
+
+def _shown(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
+    """--model when given, else the preset or source the document names; the document's dtype and
+    variant choices unless the command line gives its own."""
+    from mambaxfer_cli.model_source import load_model, preset_names
+
+    overrides = {"variant": Variant(model["variant"]), "conv_dtype": model["conv_dtype"],
+                 "ssm_dtype": model["ssm_dtype"], "num_spec": int(model["num_spec"])}
+    overrides.update({key: value for key, value in cli.items() if value is not None})
+    if model_arg is None:
+        model_arg = model["name"] if model["name"] in preset_names() else model["source"]
+    return load_model(model_arg, **overrides)
+
+
+def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict | None = None) -> Plan:
+    """Rebuild the plan a document describes and require it to equal the document."""
+    document = _read_document(path)
+    try:
+        model, dm = document["model"], document["descriptors"]
+        p_tp, d_tp = int(document["prefill"]["tp"]), int(document["decode"]["tp"])
+        if len(document["decode"]["ranks"]) != d_tp:
+            raise UserError(f"--plan {path} holds {len(document['decode']['ranks'])} of {d_tp} D ranks (written "
+                            f"with --d-rank?); execute needs every D rank: write the plan without --d-rank")
+        spec = _document_model(model, model_arg, cli_overrides or {})
+        spec = _prefix_with(spec, int(model["ssm_layers"]), int(model["attention_layers"]))
+        p_engine, d_engine = dm["prefill"], dm["decode"]
+        grouping = KVGrouping(tuple(dm["groups"]), int(p_engine["tensors"]), int(p_engine["ssm_tensors"]))
+        coalesced = any("+" in seg["region"] for read in document["reads"] for seg in read["segments"])
+        options = PlanOptions(
+            semantics=document["semantics"], coalesce=coalesced,
+            prefill=EngineOptions(int(p_engine["num_blocks"]), int(p_engine["blocks_per_logical"])),
+            decode=EngineOptions(int(d_engine["num_blocks"]), int(d_engine["blocks_per_logical"])),
+            attention_streams=int(p_engine["attention_streams"]) // max(int(p_engine["tensors"]), 1),
+            grouping=grouping, request_blocks=1,
+            prefill_blocks=_blocks_text(dm["request"]["prefill_blocks"]),
+            decode_blocks=_blocks_text(dm["request"]["decode_blocks"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"--plan {path}: corrupt plan document (missing or malformed field: {exc})") from None
+    try:
+        plan = build_plan(spec, p_tp, d_tp, options)
+    except UserError as exc:
+        raise UserError(f"--plan {path}: cannot be planned again for {spec.name}: {exc}") from None
+    difference = first_difference(_comparable(plan.to_dict()), _comparable(document))
+    if difference:
+        where, mine, theirs = difference
+        raise UserError(f"--plan {path} does not match the plan mambaxfer makes for {spec.name} "
+                        f"({spec.source}): at {where} the file has {_shown(theirs)}, planning again gives "
+                        f"{_shown(mine)}; the file was edited, or the model options differ")
+    return plan

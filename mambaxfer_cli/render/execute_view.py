@@ -1,0 +1,107 @@
+"""Rich views of an execute run: live rank progress on stderr, the per-D-rank result table,
+and where the first wrong bytes are."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.render.model_view import human_bytes
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.execute.coordinator import Outcome
+
+PHASE_STYLES = {"done": "green", "failed": "bold red", "died": "bold red", "transferring": "cyan",
+                "verifying": "magenta", "exchanging": "yellow", "serving": "yellow"}
+
+
+class ProgressView:
+    """A live table of the ranks' phases on stderr; silent when stderr is not a terminal."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.console = Console(stderr=True, highlight=False)
+        self.rows: dict[str, tuple[str, str, float]] = {}
+        self.started = time.time()
+        self._live: Live | None = None
+
+    def __enter__(self) -> "ProgressView":
+        if self.console.is_terminal:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def update(self, name: str, phase: str, detail: str) -> None:
+        self.rows[name] = (phase, detail, time.time() - self.started)
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def _render(self) -> Table:
+        table = Table(title=self.title, title_justify="left", box=None, padding=(0, 1))
+        for column in ("rank", "phase", "detail", "at"):
+            table.add_column(column, justify="right" if column == "at" else "left")
+        order = sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:])))
+        for name in order:
+            phase, detail, at = self.rows[name]
+            table.add_row(name, Text(phase, style=PHASE_STYLES.get(phase, "")), detail, f"{at:.1f}s")
+        return table
+
+
+def title(outcome_or_plan, device: str) -> str:
+    plan = getattr(outcome_or_plan, "plan", outcome_or_plan)
+    memory = "VRAM" if device == "cuda" else "DRAM"
+    return (f"execute {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
+            f"{plan.semantics} semantics, {memory} over UCX")
+
+
+def result_table(outcome: "Outcome") -> Table:
+    table = Table(title=title(outcome, outcome.settings.device), title_justify="left")
+    for column, justify in (("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"),
+                            ("descriptors", "right"), ("after merge", "right"), ("time", "right"),
+                            ("GB/s", "right"), ("verdict", "left")):
+        table.add_column(column, justify=justify)
+    for d in outcome.decode:
+        r = d.result
+        verdict = r["verdict"]
+        table.add_row(
+            str(d.d_rank), ", ".join(f"P{p}" for p in r["sources"]), ", ".join(r["lists"]),
+            human_bytes(r["bytes"]), str(r["descs_posted"]), str(r["descs_merged"]),
+            f"{d.seconds * 1e3:.2f} ms", f"{d.gbps:.2f}",
+            Text("verified", style="green") if verdict["ok"]
+            else Text(f"{verdict['wrong_bytes']} wrong bytes", style="bold red"))
+    longest = max((d.seconds for d in outcome.decode), default=0.0)
+    aggregate = outcome.total_bytes / longest / 1e9 if longest > 0 else 0.0
+    request = outcome.plan.descriptors.request.decode_blocks
+    phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
+    table.caption = (f"request: {len(request[0]) if request else 0} logical blocks in each of {len(request)} "
+                     f"KV-cache groups; {outcome.settings.iters} iteration(s), time = median; all D ranks "
+                     f"together moved {human_bytes(outcome.total_bytes)} at {aggregate:.2f} GB/s; "
+                     f"every byte of every D page and slot checked; {phases}")
+    table.caption_justify = "left"
+    return table
+
+
+def corruption_report(outcome: "Outcome") -> Group | None:
+    """For each D rank that failed: wrong bytes per region and the first wrong byte, located."""
+    from mambaxfer_cli.execute.verify import WrongByte
+
+    lines = []
+    for d in outcome.decode:
+        verdict = d.result["verdict"]
+        if verdict["ok"]:
+            continue
+        regions = ", ".join(f"{name} {count}" for name, count in verdict["wrong_by_region"].items())
+        lines.append(Text(f"D{d.d_rank}: {verdict['wrong_bytes']} of {verdict['checked_bytes']} bytes wrong "
+                          f"({regions})", style="bold red"))
+        first = WrongByte(**verdict["first_wrong_byte"])
+        lines.append(Text("  first wrong byte: " + first.describe()))
+    return Group(*lines) if lines else None
