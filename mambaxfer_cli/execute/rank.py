@@ -133,18 +133,18 @@ def _setup(task: RankTask, ch: Channel, telemetry: bool):
 
 
 def _fill(task: PrefillTask, memory) -> None:
-    layout, heads = task.layout, task.kv_heads
+    """Every page and slot: pattern of (tensor or stream, block, region, global unit, byte)."""
     for tensor in range(task.memory.ssm_tensors):
         host = memory.host(tensor)
         for block in range(task.memory.logical_blocks):
-            fill_page(host[block], layout, tensor, block)
+            fill_page(host[block], task.layout, tensor, block)
         memory.store(tensor, host)
-    first, count = (heads.start, len(heads)) if heads else (0, task.memory.slot_bytes // ATTENTION_HEAD_BYTES)
+    heads = task.shapes[1].parts[0]
     for stream in range(task.memory.attention_streams):
         index = task.memory.ssm_tensors + stream
         host = memory.host(index)
         for block in range(task.memory.kernel_blocks):
-            host[block] = kv_pattern(stream, block, first, count, ATTENTION_HEAD_BYTES)
+            host[block] = kv_pattern(stream, block, heads.first_unit, heads.units, ATTENTION_HEAD_BYTES)
         memory.store(index, host)
     memory.sync()
 

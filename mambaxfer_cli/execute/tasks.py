@@ -14,10 +14,11 @@ import numpy as np
 
 from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorRead, Engine
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.layout import RankLayout, Shard, kv_head_shard
-from mambaxfer_cli.model import ATTENTION
-from mambaxfer_cli.plan import Plan, attention_slot_bytes, page_bytes
-from mambaxfer_cli.reads import Read
+from mambaxfer_cli.layout import RankLayout
+from mambaxfer_cli.plan import Plan, page_bytes
+from mambaxfer_cli.simulate import (
+    ATTENTION_SPACE, NO_HEADS, ExpectedPage, PageShape, attention_shape, request_pages, ssm_shape,
+)
 
 INT32_MAX = 2**31 - 1
 
@@ -65,7 +66,7 @@ class RankTask:
     dev_id: int            # GPU index for VRAM, 0 for DRAM
     layout: RankLayout
     memory: Memory
-    kv_heads: Shard | None  # attention KV heads this rank holds
+    shapes: tuple[PageShape, PageShape]   # what an SSM page and an attention slot hold (as check sees them)
 
     @property
     def name(self) -> str:
@@ -88,57 +89,45 @@ class PrefillTask(RankTask):
 @dataclass(frozen=True)
 class DecodeTask(RankTask):
     reads: tuple[DescriptorRead, ...]       # this D rank's reads, one per source P rank
-    segments: tuple[Read, ...]              # the byte reads behind them (to locate wrong bytes)
     prefill_layouts: tuple[RankLayout, ...]
     prefill_memory: Memory
-    prefill_kv: tuple[Shard | None, ...]
-    ssm_pairs: np.ndarray                   # (n, 2): D logical block, P logical block
-    attention_pairs: np.ndarray             # (m, 2): D kernel block, P kernel block
+    prefill_shapes: tuple[tuple[PageShape, PageShape], ...]
+    expected: tuple[ExpectedPage, ...]      # the request's pages on D and the P block each must hold
 
     @property
     def sources(self) -> tuple[int, ...]:
         return tuple(r.p_rank for r in self.reads)
 
 
-def _slot_bytes(plan: Plan, tp: int) -> int:
-    # As the plan sizes attention slots: by KV heads only when the grouping has attention.
-    return attention_slot_bytes(plan.model, tp) if plan.grouping.has_attention else ATTENTION_HEAD_BYTES
+def rank_shapes(plan: Plan, side: str, rank: int) -> tuple[PageShape, PageShape]:
+    """An SSM page and an attention slot of one rank; the lists hold F·N attention descriptors
+    even with no attention group, so those get one-head slots (as ``check`` models them)."""
+    engine_side = getattr(plan, side)
+    layout = engine_side.ranks[rank]
+    attention = (attention_shape(plan.model, engine_side.tp, rank) if plan.grouping.has_attention
+                 else PageShape((NO_HEADS,), ATTENTION_HEAD_BYTES))
+    return ssm_shape(plan.model, layout, page_bytes(layout)), attention
 
 
-def _kv_heads(plan: Plan, tp: int, rank: int) -> Shard | None:
-    return kv_head_shard(plan.model, tp, rank) if plan.grouping.has_attention else None
-
-
-def side_memory(plan: Plan, engine: Engine, layout: RankLayout, tp: int) -> Memory:
-    return Memory(engine.ssm_tensors, engine.logical_blocks, page_bytes(layout),
-                  engine.attention_streams, engine.num_blocks, _slot_bytes(plan, tp))
-
-
-def request_pairs(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
-    """Which D block receives which P block: logical for SSM groups, kernel for attention."""
-    dm = plan.descriptors
-    ssm, attention = [], []
-    for kind, p_blocks, d_blocks in zip(dm.groups, dm.request.prefill_blocks, dm.request.decode_blocks):
-        p_blocks, d_blocks = np.asarray(p_blocks, np.int64), np.asarray(d_blocks, np.int64)
-        if kind == ATTENTION:
-            j = np.arange(dm.decode.blocks_per_logical, dtype=np.int64)
-            attention.append(np.stack([(d_blocks[:, None] * dm.decode.blocks_per_logical + j).ravel(),
-                                       (p_blocks[:, None] * dm.prefill.blocks_per_logical + j).ravel()], 1))
-        else:
-            ssm.append(np.stack([d_blocks, p_blocks], 1))
-    empty = np.zeros((0, 2), np.int64)
-    return (np.concatenate(ssm) if ssm else empty), (np.concatenate(attention) if attention else empty)
+def side_memory(engine: Engine, shapes: tuple[PageShape, PageShape]) -> Memory:
+    ssm, attention = shapes
+    return Memory(engine.ssm_tensors, engine.logical_blocks, ssm.page_bytes,
+                  engine.attention_streams, engine.num_blocks, attention.page_bytes)
 
 
 def _unexecutable(message: str) -> UserError:
     return UserError(f"this plan cannot be executed: {message}")
 
 
-def _check_twice(pairs: np.ndarray, what: str) -> None:
-    blocks, counts = np.unique(pairs[:, 0], return_counts=True)
-    if np.any(counts > 1):
-        raise _unexecutable(f"D {what} {int(blocks[counts > 1][0])} is written by the request more than "
-                            f"once, so the bytes it ends with are not defined")
+def _check_twice(expected: list[ExpectedPage]) -> None:
+    seen: set[tuple[int, int, int]] = set()
+    for page in expected:
+        key = (page.space, page.tensor, page.block)
+        if key in seen:
+            what = "attention kernel block" if page.space == ATTENTION_SPACE else "logical block"
+            raise _unexecutable(f"D {what} {page.block} is written by the request more than once, so "
+                                f"the bytes it ends with are not defined")
+        seen.add(key)
 
 
 def _check_ids(read: DescriptorRead, local_page: int, remote_page: int, local_slot: int,
@@ -194,11 +183,11 @@ def build_tasks(plan: Plan, settings: RunSettings) -> tuple[list[PrefillTask], l
     """Every rank's task; raises UserError when the plan cannot be executed as it stands."""
     dm = plan.descriptors
     p_tp, d_tp = plan.prefill.tp, plan.decode.tp
-    p_memory = side_memory(plan, dm.prefill, plan.prefill.ranks[0], p_tp)
-    d_memory = side_memory(plan, dm.decode, plan.decode.ranks[0], d_tp)
-    ssm_pairs, attention_pairs = request_pairs(plan)
-    _check_twice(ssm_pairs, "logical block")
-    _check_twice(attention_pairs, "attention kernel block")
+    p_shapes = tuple(rank_shapes(plan, "prefill", r) for r in range(p_tp))
+    d_shapes = tuple(rank_shapes(plan, "decode", d) for d in range(d_tp))
+    p_memory, d_memory = side_memory(dm.prefill, p_shapes[0]), side_memory(dm.decode, d_shapes[0])
+    expected = request_pages(plan)
+    _check_twice(expected)
     for read in dm.reads:
         _check_ids(read, d_memory.page_bytes, p_memory.page_bytes, d_memory.slot_bytes, p_memory.slot_bytes)
 
@@ -213,22 +202,16 @@ def build_tasks(plan: Plan, settings: RunSettings) -> tuple[list[PrefillTask], l
     consumers: dict[int, list[int]] = {}
     for read in dm.reads:
         consumers.setdefault(read.p_rank, []).append(read.d_rank)
-    p_kv = tuple(_kv_heads(plan, p_tp, r) for r in range(p_tp))
 
     def dev(index: int) -> int:
         return index % settings.gpus if settings.device == "cuda" else 0
 
-    prefill = [PrefillTask("P", r, settings, dev(r), layout, p_memory, p_kv[r],
+    prefill = [PrefillTask("P", r, settings, dev(r), layout, p_memory, p_shapes[r],
                            consumers=tuple(sorted(consumers.get(r, ()))))
                for r, layout in enumerate(plan.prefill.ranks)]
-    decode = []
-    for d, layout in enumerate(plan.decode.ranks):
-        kv = _kv_heads(plan, d_tp, d)
-        decode.append(DecodeTask(
-            "D", d, settings, dev(p_tp + d), layout, d_memory, kv,
-            reads=tuple(r for r in dm.reads if r.d_rank == d),
-            segments=tuple(r for r in plan.reads if r.d_rank == d),
-            prefill_layouts=plan.prefill.ranks, prefill_memory=p_memory, prefill_kv=p_kv,
-            ssm_pairs=ssm_pairs,
-            attention_pairs=attention_pairs if kv is not None else np.zeros((0, 2), np.int64)))
+    decode = [DecodeTask("D", d, settings, dev(p_tp + d), layout, d_memory, d_shapes[d],
+                         reads=tuple(r for r in dm.reads if r.d_rank == d),
+                         prefill_layouts=plan.prefill.ranks, prefill_memory=p_memory, prefill_shapes=p_shapes,
+                         expected=tuple(expected))
+              for d, layout in enumerate(plan.decode.ranks)]
     return prefill, decode

@@ -1,169 +1,155 @@
 """D's verdict: every byte of every page and slot against what the plan says it must hold.
 
-A D page paired with P block ``b`` must hold SPEC section 6's pattern of D's own layout for
-``(tensor, b)`` up to ``state_bytes`` and poison after it (padding is never read); a page or slot
-outside the request must still be all poison. The first wrong byte is located the way ``check``
-reports it: D rank, region, unit, and which P rank and offset the plan read it from.
+A D page of the request, paired with P block ``b``, must hold SPEC section 6's pattern of D's own
+layout for ``(tensor, b)`` up to its state's end and poison after it (padding is never read);
+every other page and slot must still be all poison. A wrong byte of the request is located as
+``check`` locates it (``simulate.WrongByte``): D rank, region, unit, and the P rank, block and
+offset the plan's descriptor pair read it from, with what P keeps there.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES
 from mambaxfer_cli.execute.tasks import DecodeTask
-from mambaxfer_cli.layout import RankLayout
 from mambaxfer_cli.pattern import POISON, kv_pattern, page
+from mambaxfer_cli.simulate import ATTENTION_SPACE, SPACE_NAMES, SSM_SPACE, ByteSource, PageShape, WrongByte
+
+STRAY = "outside the request"
 
 
 @dataclass(frozen=True)
-class WrongByte:
-    d_rank: int
-    memory: str                 # "ssm tensor 2" or "attention stream 0"
-    d_block: int                # logical block (SSM) or kernel block (attention) on D
-    p_block: int | None         # its pair in the request, None when outside the request
-    offset: int                 # in the D page or slot
-    region: str                 # x/B/C/Q/K/V/ssm, "kv", or "padding"
-    unit: int | None            # global unit (channel, head) of that region
-    unit_byte: int | None
-    expected: int
-    got: int
-    p_rank: int | None          # where the plan read this byte from
-    p_offset: int | None        # in that P rank's page or slot
-    p_holds: str | None         # what the P bytes there are, e.g. "ssm[0] byte 4"
+class StrayByte:
+    """A byte that had to stay poisoned (outside the request, or page padding) but changed."""
 
-    def describe(self) -> str:
-        where = (f"D{self.d_rank} {self.memory}, D block {self.d_block}"
-                 + (f" (paired with P block {self.p_block})" if self.p_block is not None
-                    else " (outside the request: must stay poisoned)"))
-        what = f"byte {self.offset}" + (
-            f" = {self.region}[{self.unit}] byte {self.unit_byte}" if self.unit is not None else f" ({self.region})")
-        source = (f"; read from P{self.p_rank} offset {self.p_offset}, which holds {self.p_holds}"
-                  if self.p_rank is not None else "; no read of the plan writes this byte")
-        return f"{where}: {what}: expected 0x{self.expected:02x}, got 0x{self.got:02x}{source}"
+    space: str
+    tensor: int
+    block: int
+    offset: int
+    found: int
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def describe(self, d_rank: int) -> str:
+        place = (f"attention stream {self.tensor} kernel block {self.block}" if self.space == "attention"
+                 else f"SSM tensor {self.tensor} block {self.block}")
+        return (f"D{d_rank} {place} byte {self.offset} must stay poisoned (0x{POISON:02x}) "
+                f"but holds 0x{self.found:02x}")
 
 
 @dataclass
 class Verdict:
+    d_rank: int
     checked_bytes: int = 0
-    wrong_bytes: int = 0
     wrong_by_region: dict[str, int] = field(default_factory=dict)
-    first: WrongByte | None = None
+    first_by_region: dict[str, WrongByte] = field(default_factory=dict)   # state bytes of the request
+    first_stray: StrayByte | None = None
+
+    @property
+    def wrong_bytes(self) -> int:
+        return sum(self.wrong_by_region.values())
 
     @property
     def ok(self) -> bool:
         return self.wrong_bytes == 0
 
-    def _add(self, region: str, count: int) -> None:
-        if count:
-            self.wrong_by_region[region] = self.wrong_by_region.get(region, 0) + count
-            self.wrong_bytes += count
+    @property
+    def first(self) -> WrongByte | None:
+        return next(iter(self.first_by_region.values()), None)
+
+    def count(self, region: str, wrong: int) -> None:
+        if wrong:
+            self.wrong_by_region[region] = self.wrong_by_region.get(region, 0) + wrong
+
+    def lines(self) -> list[str]:
+        """Per wrong region: how many bytes, why (as check says it), and its first wrong byte."""
+        out = [f"{region}: {self.wrong_by_region[region]} bytes wrong, {first.reason}; first: {first.describe()}"
+               for region, first in self.first_by_region.items()]
+        if self.first_stray is not None:
+            stray = sum(n for region, n in self.wrong_by_region.items() if region not in self.first_by_region)
+            out.append(f"{stray} bytes that must stay poisoned changed; first: "
+                       f"{self.first_stray.describe(self.d_rank)}")
+        return out
 
     def to_dict(self) -> dict:
+        stray = self.first_stray
         return {"ok": self.ok, "checked_bytes": self.checked_bytes, "wrong_bytes": self.wrong_bytes,
                 "wrong_by_region": dict(self.wrong_by_region),
-                "first_wrong_byte": self.first.to_dict() if self.first else None}
+                "first_wrong_byte": self.first.to_dict() if self.first else None,
+                "first_wrong_by_region": {r: w.to_dict() for r, w in self.first_by_region.items()},
+                "first_stray_byte": dict(vars(stray), description=stray.describe(self.d_rank)) if stray else None,
+                "explanation": self.lines()}
 
 
-def _p_holds(layout: RankLayout, page_bytes: int, offset: int) -> str:
-    region = layout.region_at(offset)
-    if region is None:
-        return "P's page padding" if offset < page_bytes else "bytes beyond P's page"
-    unit, byte = divmod(offset - region.offset, region.unit_bytes)
-    return f"{region.name}[{region.shard.start + unit}] byte {byte}"
-
-
-def _ssm_source(task: DecodeTask, offset: int) -> tuple[int | None, int | None, str | None]:
-    for read in task.segments:
-        for seg in read.segments:
-            if seg.local_offset <= offset < seg.local_offset + seg.size:
-                remote = seg.remote_offset + offset - seg.local_offset
-                return read.p_rank, remote, _p_holds(task.prefill_layouts[read.p_rank],
-                                                      task.prefill_memory.page_bytes, remote)
-    return None, None, None
-
-
-def _kv_source(task: DecodeTask, offset: int) -> tuple[int | None, int | None, str | None]:
+def _source(task: DecodeTask, space: int, tensor: int, block: int, offset: int) -> ByteSource | None:
+    """The P byte the plan's descriptor pairs copy to this D byte (the last pair that covers it)."""
+    found = None
     for read in task.reads:
-        start, size = read.local.attention
-        if read.attention and start <= offset < start + size:
-            remote = read.remote.attention[0] + offset - start
-            head, byte = divmod(remote, ATTENTION_HEAD_BYTES)
-            first = task.prefill_kv[read.p_rank].start if task.prefill_kv[read.p_rank] else 0
-            return read.p_rank, remote, f"kv[{first + head}] byte {byte}"
-    return None, None, None
+        local = read.local.resolve(read.local_ids)
+        hit = np.flatnonzero((local["attention"] == (space == ATTENTION_SPACE)) & (local["tensor"] == tensor)
+                             & (local["block"] == block) & (local["offset"] <= offset)
+                             & (offset < local["offset"] + local["size"]))
+        if hit.size:
+            i = int(hit[-1])
+            remote = {k: int(v[0]) for k, v in read.remote.resolve(read.remote_ids[i:i + 1]).items()}
+            p_offset = remote["offset"] + offset - int(local["offset"][i])
+            p_space = ATTENTION_SPACE if remote["attention"] else SSM_SPACE
+            holds = task.prefill_shapes[read.p_rank][p_space].describe(p_offset)
+            found = ByteSource(read.p_rank, SPACE_NAMES[p_space], remote["tensor"], remote["block"], p_offset, holds)
+    return found
 
 
-def _first_wrong(wrong: np.ndarray, got: np.ndarray, expected: np.ndarray) -> tuple[int, int, int, int] | None:
-    rows = np.flatnonzero(wrong.any(axis=1))
-    if not rows.size:
-        return None
-    row = int(rows[0])
-    col = int(np.flatnonzero(wrong[row])[0])
-    return row, col, int(expected[row, col]), int(got[row, col])
+def _content(task: DecodeTask, space: int, tensor: int, p_block: int) -> np.ndarray:
+    """The state bytes a D page (slot) paired with ``p_block`` must hold."""
+    if space == SSM_SPACE:
+        return page(task.layout, tensor, p_block, task.layout.state_bytes)
+    heads = task.shapes[ATTENTION_SPACE].parts[0]
+    return kv_pattern(tensor, p_block, heads.first_unit, heads.units, ATTENTION_HEAD_BYTES)
 
 
-def _expected(shape: tuple[int, int], pairs: np.ndarray, fill) -> np.ndarray:
-    out = np.full(shape, POISON, dtype=np.uint8)
-    for d_block, p_block in pairs:
-        content = fill(int(p_block))
-        out[d_block, :content.shape[0]] = content
-    return out
+def _check_region(verdict: Verdict, task: DecodeTask, space: int, tensor: int, got: np.ndarray) -> None:
+    shape: PageShape = task.shapes[space]
+    pairs = [(e.block, e.p_block) for e in task.expected if e.space == space and e.tensor == tensor]
+    expected = np.full(got.shape, POISON, dtype=np.uint8)
+    for block, p_block in pairs:
+        content = _content(task, space, tensor, p_block)
+        expected[block, :content.size] = content
+    wrong = got != expected
+    verdict.checked_bytes += got.size
+    requested = np.zeros(got.shape[0], dtype=bool)
+    requested[[block for block, _ in pairs]] = True
+    for part in shape.parts:
+        verdict.count(part.region, int(np.count_nonzero(wrong[requested, part.offset:part.end])))
+    verdict.count("padding", int(np.count_nonzero(wrong[requested, shape.state_bytes:])))
+    verdict.count(STRAY, int(np.count_nonzero(wrong[~requested])))
+    if not wrong.any():
+        return
+    p_block_of = dict(pairs)
+    for part in shape.parts:
+        state = wrong[:, part.offset:part.end] & requested[:, None]
+        if part.region in verdict.first_by_region or not state.any():
+            continue
+        block = next(b for b, _ in pairs if state[b].any())   # request order, as check reports
+        offset = part.offset + int(np.flatnonzero(state[block])[0])
+        source = _source(task, space, tensor, block, offset)
+        verdict.first_by_region[part.region] = WrongByte(
+            task.rank, SPACE_NAMES[space], tensor, block, p_block_of[block], offset, shape.describe(offset),
+            int(expected[block, offset]), int(got[block, offset]), 1 if source else 0, source)
+    stray = wrong.copy()
+    stray[:, :shape.state_bytes] &= ~requested[:, None]
+    if verdict.first_stray is None and stray.any():
+        block = int(np.flatnonzero(stray.any(axis=1))[0])
+        offset = int(np.flatnonzero(stray[block])[0])
+        verdict.first_stray = StrayByte(SPACE_NAMES[space], tensor, block, offset, int(got[block, offset]))
 
 
 def verify_decode(task: DecodeTask, ssm: Sequence[np.ndarray], attention: Sequence[np.ndarray]) -> Verdict:
     """Check D's memory: ``ssm[t]`` is ``(logical_blocks, page_bytes)``, ``attention[f]``
-    ``(kernel_blocks, slot_bytes)``, both uint8 host arrays."""
-    verdict = Verdict()
-    layout = task.layout
-    pair_of = {int(d): int(p) for d, p in task.ssm_pairs}
-    bounds = [(r.name, r.offset, r.end) for r in layout.regions] + [("padding", layout.state_bytes, None)]
-    for tensor, got in enumerate(ssm):
-        expected = _expected(got.shape, task.ssm_pairs,
-                             lambda b, t=tensor: page(layout, t, b, layout.state_bytes))
-        wrong = got != expected
-        verdict.checked_bytes += got.size
-        requested = np.zeros(got.shape[0], dtype=bool)
-        requested[task.ssm_pairs[:, 0]] = True
-        for name, start, end in bounds:
-            verdict._add(name, int(np.count_nonzero(wrong[requested, start:end])))
-        verdict._add("outside the request", int(np.count_nonzero(wrong[~requested])))
-        hit = _first_wrong(wrong, got, expected) if verdict.first is None else None
-        if hit:
-            row, col, want, have = hit
-            region = layout.region_at(col)
-            unit = byte = None
-            if region is not None:
-                unit, byte = divmod(col - region.offset, region.unit_bytes)
-                unit += region.shard.start
-            source = _ssm_source(task, col) if row in pair_of else (None, None, None)
-            verdict.first = WrongByte(task.rank, f"ssm tensor {tensor}", row, pair_of.get(row), col,
-                                      region.name if region else "padding", unit, byte, want, have, *source)
-    kv = task.kv_heads
-    kernel_pair = {int(d): int(p) for d, p in task.attention_pairs}
-    for stream, got in enumerate(attention):
-        if kv is not None:
-            expected = _expected(got.shape, task.attention_pairs,
-                                 lambda b, f=stream: kv_pattern(f, b, kv.start, len(kv), ATTENTION_HEAD_BYTES))
-        else:
-            expected = np.full(got.shape, POISON, dtype=np.uint8)
-        wrong = got != expected
-        verdict.checked_bytes += got.size
-        requested = np.zeros(got.shape[0], dtype=bool)
-        requested[task.attention_pairs[:, 0]] = True
-        verdict._add("kv", int(np.count_nonzero(wrong[requested])))
-        verdict._add("outside the request", int(np.count_nonzero(wrong[~requested])))
-        hit = _first_wrong(wrong, got, expected) if verdict.first is None else None
-        if hit:
-            row, col, want, have = hit
-            head, byte = divmod(col, ATTENTION_HEAD_BYTES)
-            source = _kv_source(task, col) if row in kernel_pair else (None, None, None)
-            verdict.first = WrongByte(task.rank, f"attention stream {stream}", row, kernel_pair.get(row), col,
-                                      "kv", (kv.start if kv else 0) + head, byte, want, have, *source)
+    ``(kernel_blocks, slot_bytes)``, uint8 host arrays."""
+    verdict = Verdict(task.rank)
+    for space, regions in ((SSM_SPACE, ssm), (ATTENTION_SPACE, attention)):
+        for tensor, got in enumerate(regions):
+            _check_region(verdict, task, space, tensor, got)
     return verdict

@@ -92,8 +92,6 @@ def result_table(outcome: "Outcome") -> Table:
 
 def corruption_report(outcome: "Outcome") -> Group | None:
     """For each D rank that failed: wrong bytes per region and the first wrong byte, located."""
-    from mambaxfer_cli.execute.verify import WrongByte
-
     lines = []
     for d in outcome.decode:
         verdict = d.result["verdict"]
@@ -102,6 +100,5 @@ def corruption_report(outcome: "Outcome") -> Group | None:
         regions = ", ".join(f"{name} {count}" for name, count in verdict["wrong_by_region"].items())
         lines.append(Text(f"D{d.d_rank}: {verdict['wrong_bytes']} of {verdict['checked_bytes']} bytes wrong "
                           f"({regions})", style="bold red"))
-        first = WrongByte(**verdict["first_wrong_byte"])
-        lines.append(Text("  first wrong byte: " + first.describe()))
+        lines.extend(Text(f"  {line}") for line in verdict["explanation"])
     return Group(*lines) if lines else None
