@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Run `mambaxfer execute` on VRAM (ranks spread over the visible GPUs, several per GPU) for a
+# Mamba1, a Mamba2 with replicated groups and a GDN model over several pairings, and print one table.
+# Every run must verify every byte, except vLLM's semantics on Granite's replicated groups, which
+# must exit 1 (the corruption `check` predicts). Exit 0 when every run did what it must.
+#
+#   scripts/gpu_check.sh                 # VRAM (needs a GPU, a CUDA torch and nixl==1.5.1)
+#   DEVICE=cpu scripts/gpu_check.sh      # the same runs on DRAM, to try the script without a GPU
+# Knobs: MAMBAXFER (command, default "python -m mambaxfer_cli"), BLOCKS, REQUEST_BLOCKS, ITERS, TIMEOUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DEVICE=${DEVICE:-cuda}
+MAMBAXFER=${MAMBAXFER:-python -m mambaxfer_cli}
+PYTHON=${PYTHON:-python}
+BLOCKS=${BLOCKS:-64}
+REQUEST_BLOCKS=${REQUEST_BLOCKS:-4}
+ITERS=${ITERS:-5}
+TIMEOUT=${TIMEOUT:-300}
+
+# model p_tp d_tp semantics expected-exit
+RUNS=(
+  "jamba 1 1 exact 0"
+  "jamba 1 4 exact 0"
+  "jamba 4 1 exact 0"
+  "jamba 2 4 exact 0"
+  "jamba 4 2 exact 0"
+  "granite-4.0-h-tiny 1 2 exact 0"
+  "granite-4.0-h-tiny 4 2 exact 0"
+  "granite-4.0-h-tiny 1 2 vllm 1"
+  "qwen3.5-0.8b 1 4 exact 0"
+  "qwen3.5-0.8b 4 1 exact 0"
+  "qwen3.5-0.8b 2 4 exact 0"
+)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+i=0
+for run in "${RUNS[@]}"; do
+  read -r model p_tp d_tp semantics want <<<"$run"
+  i=$((i + 1))
+  echo "gpu_check: [$i/${#RUNS[@]}] $model P$p_tp -> D$d_tp ($semantics) on $DEVICE" >&2
+  # shellcheck disable=SC2086  # MAMBAXFER may be a command with arguments
+  $MAMBAXFER execute --model "$model" --p-tp "$p_tp" --d-tp "$d_tp" --semantics "$semantics" \
+    --device "$DEVICE" --blocks "$BLOCKS" --request-blocks "$REQUEST_BLOCKS" --iters "$ITERS" \
+    --timeout "$TIMEOUT" --format json >"$work/$i.json" 2>"$work/$i.err"
+  echo "$? $want $model $p_tp $d_tp $semantics" >"$work/$i.run"
+done
+
+"$PYTHON" - "$work" "${#RUNS[@]}" "$DEVICE" <<'EOF'
+import json, sys
+from pathlib import Path
+
+work, count, device = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+header = ("model", "pairing", "semantics", "exit", "D ranks", "MiB/rank", "descs", "merged", "GB/s min..max",
+          "aggregate GB/s", "result")
+rows, good = [], True
+for i in range(1, count + 1):
+    code, want, model, p_tp, d_tp, semantics = (work / f"{i}.run").read_text().split()
+    ok = code == want
+    row = [model, f"{p_tp}P{d_tp}D", semantics, code]
+    try:
+        doc = json.loads((work / f"{i}.json").read_text())
+        decode = doc["decode"]
+        rates = [d["gb_per_s"] for d in decode]
+        longest = max(d["time_s"] for d in decode)
+        row += [str(len(decode)), f"{decode[0]['bytes'] / 2**20:.1f}",
+                str(sum(d["descriptors_posted"] for d in decode)), str(sum(d["descriptors_merged"] for d in decode)),
+                f"{min(rates):.1f}..{max(rates):.1f}", f"{doc['total_bytes'] / longest / 1e9:.1f}",
+                ("verified" if doc["verified"] else
+                 "corrupt: " + ", ".join(f"D{d['d_rank']} {'+'.join(d['verdict']['wrong_by_region'])}"
+                                         for d in decode if not d["verdict"]["ok"]))]
+    except (OSError, ValueError, KeyError):
+        err = (work / f"{i}.err").read_text().strip().splitlines()
+        row += [""] * 6 + [(err[-1] if err else "no output")[:70]]
+    row[-1] = ("ok  " if ok else "BAD ") + row[-1]
+    good &= ok
+    rows.append(row)
+widths = [max(len(str(r[c])) for r in [header, *rows]) for c in range(len(header))]
+print(f"mambaxfer execute on {device} ({'VRAM' if device == 'cuda' else 'DRAM'} over UCX)")
+for r in [header, ["-" * w for w in widths], *rows]:
+    print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+print("all runs as expected" if good else "SOME RUNS FAILED")
+sys.exit(0 if good else 1)
+EOF
