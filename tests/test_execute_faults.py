@@ -55,7 +55,7 @@ def test_a_peer_that_never_answers():
     env = {**new_tag(), FAULT_ENV: "P0:hang@serve"}
     result, seconds = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "8", env=env)
     assert_run_failed(result, "P0 did not answer on its side channel 127.0.0.1:", "within the timeout")
-    assert seconds < 8 + 2.5   # --timeout bounds the run (plus the CLI's own start)
+    assert seconds < 8 + 4   # --timeout bounds the run (plus the CLI's own start, on a busy machine)
     assert_no_rank_left(env)
 
 
@@ -64,7 +64,7 @@ def test_a_rank_stuck_before_its_reads_is_named():
     env = {**new_tag(), FAULT_ENV: "D0:hang@prepare"}
     result, seconds = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "8", env=env)
     assert_run_failed(result, "timed out", "still busy: D0 exchanging")
-    assert seconds < 8 + 2.5
+    assert seconds < 8 + 4
     assert_no_rank_left(env)
 
 

@@ -28,6 +28,7 @@ MARGIN = 2.0         # at most: the ranks' deadline comes this much before the r
                      # can say what they were waiting for and be stopped within --timeout
 SETTLE = 0.3         # after a first error, for the root cause (often a dead peer) to surface
 STOP_WAIT = 0.5      # between asking ranks to stop and terminating them
+MAX_RANKS = 64       # processes, each with its own NIXL agent and memory
 
 SCHEMA = "mambaxfer.execute/v1"
 _CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -318,6 +319,9 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
     if settings.iters < 1:
         raise UserError("--iters must be >= 1")
     prefill, decode = build_tasks(plan, settings)
+    if len(prefill) + len(decode) > MAX_RANKS:
+        raise UserError(f"P TP {len(prefill)} + D TP {len(decode)} would start {len(prefill) + len(decode)} rank "
+                        f"processes; execute starts at most {MAX_RANKS}")
     check_ports(settings, len(prefill))
     context = multiprocessing.get_context("spawn")
     end = time.time() + timeout
@@ -327,7 +331,7 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
         with _child_environment():
             for task in [*prefill, *decode]:
                 parent_end, child_end = context.Pipe()
-                process = context.Process(target=rank_main, args=(task, deadline, child_end),
+                process = context.Process(target=rank_main, args=(task, deadline, child_end, os.getpid()),
                                           name=f"mambaxfer-{task.name}", daemon=True)
                 process.start()
                 child_end.close()

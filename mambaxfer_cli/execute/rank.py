@@ -97,12 +97,11 @@ def _fault(task: RankTask, point: str) -> None:
             time.sleep(1)
 
 
-def _watch_parent() -> None:
-    """Exit when the coordinator dies, so that no rank outlives it."""
-    parent = os.getppid()
+def _watch_parent(coordinator: int) -> None:
+    """Exit when the coordinator dies (even before this rank got here), so that no rank outlives it."""
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == coordinator:
             time.sleep(0.25)
         os._exit(75)
 
@@ -317,10 +316,10 @@ def _transfer(agent, xfers: list, notif: bytes, ch: Channel) -> float:
     return time.perf_counter() - started
 
 
-def rank_main(task: RankTask, deadline: float, conn: Connection) -> None:
-    """Entry point of a rank process (spawned by the coordinator)."""
+def rank_main(task: RankTask, deadline: float, conn: Connection, coordinator: int) -> None:
+    """Entry point of a rank process, spawned by the coordinator (whose pid is ``coordinator``)."""
     os.dup2(2, 1)   # NIXL and UCX log on stdout, which belongs to the CLI's own output
-    _watch_parent()
+    _watch_parent(coordinator)
     ch = Channel(conn, deadline)
     try:
         result = run_prefill(task, ch) if isinstance(task, PrefillTask) else run_decode(task, ch)
