@@ -72,6 +72,16 @@ def test_ids_outside_the_lists_cannot_be_executed():
         build_tasks(broken, SETTINGS)
 
 
+def test_descriptors_beyond_registered_memory_cannot_be_executed():
+    plan = small_plan("jamba", 1, 1, layers=8)
+    read = plan.descriptors.reads[0]
+    beyond = plan.descriptors.prefill.logical_blocks * plan.page_bytes[0]
+    remote = replace(read.remote, regions=tuple((offset + beyond, size) for offset, size in read.remote.regions))
+    broken = replace(plan, descriptors=replace(plan.descriptors, reads=(replace(read, remote=remote),)))
+    with pytest.raises(UserError, match=r"D0 <- P0 \(base\): remote ID \d+ points beyond the rank's registered memory"):
+        build_tasks(broken, SETTINGS)
+
+
 def test_engines_larger_than_half_the_memory_cannot_be_executed(monkeypatch):
     monkeypatch.setattr(tasks_module, "available_memory", lambda: 2**30)
     plan = plan_to_execute(load_model("jamba"), 1, 1, semantics="exact", coalesce=False, blocks=512,

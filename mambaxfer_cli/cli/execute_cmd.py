@@ -30,14 +30,6 @@ class ExecuteFormat(str, Enum):
     json = "json"
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
-    return typer.Exit(code)
-
-
 @app.command("execute")
 def execute(
     model: Annotated[Optional[str], typer.Option(
@@ -82,6 +74,7 @@ def execute(
     every byte. Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed."""
     import importlib.util
 
+    from mambaxfer_cli.cli import fail
     from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
     from mambaxfer_cli.execute.device import resolve_device
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
@@ -102,7 +95,8 @@ def execute(
         try:
             outcome = run(plan, settings, timeout, view.update)
         except RunFailure as exc:
-            raise _fail(str(exc), EXIT_RUN_FAILED) from None
+            fail(str(exc))   # the one red line of a usage error, with the run's own exit code
+            raise typer.Exit(EXIT_RUN_FAILED) from None
     if fmt is ExecuteFormat.json:
         import json
 

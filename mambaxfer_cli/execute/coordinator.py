@@ -244,7 +244,7 @@ class _Run:
             if obj is rank.conn:
                 self._drain(rank)
             else:
-                rank.process.join(0)
+                rank.process.join(1.0)   # its sentinel fires as it closes its files, just before it can be reaped
                 self._exited(rank)
         for r in self.ranks:   # a rank that ended without our noticing its sentinel
             if r.process.exitcode is not None and r not in self.deaths:

@@ -19,8 +19,7 @@ class RankMemory:
         self.memory = memory
         self.device = device
         self.dev_id = dev_id
-        self._shapes = ([(memory.logical_blocks, memory.page_bytes)] * memory.ssm_tensors
-                        + [(memory.kernel_blocks, memory.slot_bytes)] * memory.attention_streams)
+        self._shapes = memory.region_shapes
         if device == "cuda":
             import torch
 

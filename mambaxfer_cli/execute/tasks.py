@@ -17,7 +17,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.layout import RankLayout
 from mambaxfer_cli.plan import Plan, page_bytes
 from mambaxfer_cli.simulate import (
-    ATTENTION_SPACE, NO_HEADS, ExpectedPage, PageShape, attention_shape, request_pages, ssm_shape,
+    ATTENTION_SPACE, NO_HEADS, ExpectedPage, PageShape, attention_shape, id_problems, request_pages, ssm_shape,
 )
 
 INT32_MAX = 2**31 - 1
@@ -35,13 +35,14 @@ class Memory:
     slot_bytes: int
 
     @property
-    def region_sizes(self) -> tuple[int, ...]:
-        return ((self.logical_blocks * self.page_bytes,) * self.ssm_tensors
-                + (self.kernel_blocks * self.slot_bytes,) * self.attention_streams)
+    def region_shapes(self) -> tuple[tuple[int, int], ...]:
+        """(blocks, bytes per block) of each region: SSM tensors, then attention streams."""
+        return (((self.logical_blocks, self.page_bytes),) * self.ssm_tensors
+                + ((self.kernel_blocks, self.slot_bytes),) * self.attention_streams)
 
     @property
     def total_bytes(self) -> int:
-        return sum(self.region_sizes)
+        return sum(rows * cols for rows, cols in self.region_shapes)
 
 
 @dataclass(frozen=True)
@@ -130,35 +131,26 @@ def _check_twice(expected: list[ExpectedPage]) -> None:
         seen.add(key)
 
 
-def _check_ids(read: DescriptorRead, local_page: int, remote_page: int, local_slot: int,
-               remote_slot: int) -> None:
-    who = f"the read of D{read.d_rank} from P{read.p_rank}"
-    if len(read.local_ids) != len(read.remote_ids):
-        raise _unexecutable(f"{who} has {len(read.local_ids)} local and {len(read.remote_ids)} remote IDs")
-    for side, ids, dlist, page, slot in (("local", read.local_ids, read.local, local_page, local_slot),
-                                         ("remote", read.remote_ids, read.remote, remote_page, remote_slot)):
-        ids = np.asarray(ids, np.int64)
-        bad = ids[(ids < 0) | (ids >= dlist.length)]
-        if bad.size:
-            raise _unexecutable(f"{who}: {side} ID {int(bad[0])} is outside its list of {dlist.length}")
+def _check_ids(read: DescriptorRead, p_tp: int, d_tp: int, local: Memory, remote: Memory) -> None:
+    """What NIXL would refuse: check's ID problems (repeated IDs aside: NIXL performs them), IDs
+    beyond 32 bits, and descriptors outside a rank's registered memory. A descriptor that overruns
+    its page stays allowed: it spills into the next block, as on a real engine, and D's check sees it."""
+    problem = next((p for p in id_problems(read, p_tp, d_tp) if p.code != "id-duplicate"), None)
+    if problem is not None:
+        raise _unexecutable(problem.message)
+    who = f"D{read.d_rank} <- P{read.p_rank} ({read.local_list})"
+    for side, ids, dlist, memory in (("local", read.local_ids, read.local, local),
+                                     ("remote", read.remote_ids, read.remote, remote)):
         if dlist.length > INT32_MAX:
             raise _unexecutable(f"{who}: the {side} list has {dlist.length} descriptors, more than NIXL's "
                                 f"32-bit descriptor IDs address")
         where = dlist.resolve(ids)
-        limit = np.where(where["attention"], slot, page)
-        over = np.flatnonzero(where["offset"] + where["size"] > limit)
-        if over.size:
-            i = over[0]
-            raise _unexecutable(
-                f"{who}: {side} ID {int(ids[i])} covers bytes [{int(where['offset'][i])}, "
-                f"{int(where['offset'][i] + where['size'][i])}) of a {int(limit[i])}-byte "
-                f"{'slot' if where['attention'][i] else 'page'}")
-    local, remote = read.local.resolve(read.local_ids), read.remote.resolve(read.remote_ids)
-    differ = np.flatnonzero(local["size"] != remote["size"])
-    if differ.size:
-        i = differ[0]
-        raise _unexecutable(f"{who}: descriptor pair {i} moves {int(local['size'][i])} local but "
-                            f"{int(remote['size'][i])} remote bytes")
+        page = np.where(where["attention"], memory.slot_bytes, memory.page_bytes)
+        blocks = np.where(where["attention"], memory.kernel_blocks, memory.logical_blocks)
+        outside = np.flatnonzero(where["block"] * page + where["offset"] + where["size"] > blocks * page)
+        if outside.size:
+            raise _unexecutable(f"{who}: {side} ID {int(ids[outside[0]])} points beyond the rank's registered "
+                                f"memory ({outside.size} such IDs)")
 
 
 def available_memory() -> int | None:
@@ -189,7 +181,7 @@ def build_tasks(plan: Plan, settings: RunSettings) -> tuple[list[PrefillTask], l
     expected = request_pages(plan)
     _check_twice(expected)
     for read in dm.reads:
-        _check_ids(read, d_memory.page_bytes, p_memory.page_bytes, d_memory.slot_bytes, p_memory.slot_bytes)
+        _check_ids(read, p_tp, d_tp, d_memory, p_memory)
 
     total = p_tp * p_memory.total_bytes + d_tp * d_memory.total_bytes
     free = available_memory()

@@ -15,6 +15,7 @@ from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
     from mambaxfer_cli.execute.coordinator import Outcome
+    from mambaxfer_cli.plan import Plan
 
 PHASE_STYLES = {"done": "green", "failed": "bold red", "died": "bold red", "transferring": "cyan",
                 "verifying": "magenta", "exchanging": "yellow", "serving": "yellow"}
@@ -56,15 +57,14 @@ class ProgressView:
         return table
 
 
-def title(outcome_or_plan, device: str) -> str:
-    plan = getattr(outcome_or_plan, "plan", outcome_or_plan)
+def title(plan: "Plan", device: str) -> str:
     memory = "VRAM" if device == "cuda" else "DRAM"
     return (f"execute {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
             f"{plan.semantics} semantics, {memory} over UCX")
 
 
 def result_table(outcome: "Outcome") -> Table:
-    table = Table(title=title(outcome, outcome.settings.device), title_justify="left")
+    table = Table(title=title(outcome.plan, outcome.settings.device), title_justify="left")
     for column, justify in (("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"),
                             ("descriptors", "right"), ("after merge", "right"), ("time", "right"),
                             ("GB/s", "right"), ("verdict", "left")):
