@@ -4,9 +4,10 @@ any byte that lands in the wrong place, block or layer differs from what D expec
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
+from typing import Callable
 
-from mambaxfer_cli.layout import RankLayout
+import numpy as np
 
 REGION_IDS = {"x": 1, "B": 2, "C": 3, "Q": 4, "K": 5, "V": 6, "ssm": 7, "kv": 8, "pad": 9}
 POISON = 0xA5
@@ -35,22 +36,67 @@ def unit_bytes_pattern(layer: int, block: int, region: str, first_unit: int, n_u
     return grid.view(np.uint8).reshape(n_units, words * 4)[:, :unit_bytes]
 
 
-def fill_page(out: np.ndarray, layout: RankLayout, layer: int, block: int) -> None:
-    """Write one block's state of ``layout`` into ``out`` (a page), padding included."""
-    for region in layout.regions:
-        out[region.offset:region.end] = unit_bytes_pattern(
-            layer, block, region.name, region.shard.start, len(region.shard), region.unit_bytes).ravel()
-    pad = out.shape[0] - layout.state_bytes
+@dataclass(frozen=True)
+class Part:
+    """A run of whole units of one region inside a page."""
+
+    region: str          # the pattern's region name: x, B, C, Q, K, V, ssm, kv
+    unit: str            # "channel" | "head"
+    offset: int
+    unit_bytes: int
+    first_unit: int      # global unit index of the run's first unit
+    units: int
+    total_units: int     # units of the whole, unsharded region
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.units * self.unit_bytes
+
+
+@dataclass(frozen=True)
+class PageShape:
+    """What one rank keeps in one SSM page or one attention kernel-block slot."""
+
+    parts: tuple[Part, ...]
+    page_bytes: int
+
+    @property
+    def state_bytes(self) -> int:
+        return self.parts[-1].end if self.parts else 0
+
+    def part_at(self, offset: int) -> Part | None:
+        return next((p for p in self.parts if p.offset <= offset < p.end), None)
+
+    def describe(self, offset: int) -> str:
+        """What the byte at ``offset`` stands for, e.g. ``C channel 5 byte 3``."""
+        part = self.part_at(offset)
+        if part is None:
+            return "padding" if offset < self.page_bytes else "beyond the page"
+        unit, byte = divmod(offset - part.offset, part.unit_bytes)
+        return f"{part.region} {part.unit} {part.first_unit + unit} byte {byte}"
+
+
+def part_bytes(layer: int, block: int, part: Part) -> np.ndarray:
+    """``(units, unit_bytes)``: the pattern of one part's units."""
+    return unit_bytes_pattern(layer, block, part.region, part.first_unit, part.units, part.unit_bytes)
+
+
+RowSource = Callable[[int, int, Part], np.ndarray]
+
+
+def fill(out: np.ndarray, shape: PageShape, layer: int, block: int, rows: RowSource = part_bytes) -> None:
+    """Write one block's page (or slot) of ``shape`` into ``out``, padding included.
+
+    ``rows`` gives each part's bytes; a caching source must give what ``part_bytes`` gives.
+    """
+    for part in shape.parts:
+        out[part.offset:part.end] = rows(layer, block, part).reshape(-1)
+    pad = shape.page_bytes - shape.state_bytes
     if pad > 0:
-        out[layout.state_bytes:] = unit_bytes_pattern(layer, block, "pad", 0, 1, pad).ravel()
+        out[shape.state_bytes:shape.page_bytes] = unit_bytes_pattern(layer, block, "pad", 0, 1, pad).ravel()
 
 
-def page(layout: RankLayout, layer: int, block: int, page_bytes: int) -> np.ndarray:
-    out = np.empty(page_bytes, dtype=np.uint8)
-    fill_page(out, layout, layer, block)
+def page(shape: PageShape, layer: int, block: int, rows: RowSource = part_bytes) -> np.ndarray:
+    out = np.empty(shape.page_bytes, dtype=np.uint8)
+    fill(out, shape, layer, block, rows)
     return out
-
-
-def kv_pattern(stream: int, kernel_block: int, first_head: int, n_heads: int, head_bytes: int) -> np.ndarray:
-    """The stand-in bytes of an attention kernel block slot: heads ``first_head..`` of a stream."""
-    return unit_bytes_pattern(stream, kernel_block, "kv", first_head, n_heads, head_bytes).ravel()

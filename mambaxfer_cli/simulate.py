@@ -19,7 +19,7 @@ import numpy as np
 from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorList, DescriptorRead
 from mambaxfer_cli.layout import RankLayout, kv_head_shard
 from mambaxfer_cli.model import ATTENTION, ModelSpec
-from mambaxfer_cli.pattern import POISON, unit_bytes_pattern
+from mambaxfer_cli.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
 from mambaxfer_cli.plan import Plan, attention_slot_bytes, page_bytes
 from mambaxfer_cli.variants import VARIANTS
 
@@ -28,46 +28,6 @@ SPACE_NAMES = ("ssm", "attention")
 
 
 # --- what a page holds ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Part:
-    """A run of whole units of one region inside a page."""
-
-    region: str          # the pattern's region name: x, B, C, Q, K, V, ssm, kv
-    unit: str            # "channel" | "head"
-    offset: int
-    unit_bytes: int
-    first_unit: int      # global unit index of the run's first unit
-    units: int
-    total_units: int     # units of the whole, unsharded region
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.units * self.unit_bytes
-
-
-@dataclass(frozen=True)
-class PageShape:
-    """What one rank keeps in one SSM page or one attention kernel-block slot."""
-
-    parts: tuple[Part, ...]
-    page_bytes: int
-
-    @property
-    def state_bytes(self) -> int:
-        return self.parts[-1].end if self.parts else 0
-
-    def part_at(self, offset: int) -> Part | None:
-        return next((p for p in self.parts if p.offset <= offset < p.end), None)
-
-    def describe(self, offset: int) -> str:
-        """What the byte at ``offset`` stands for, e.g. ``C channel 5 byte 3``."""
-        part = self.part_at(offset)
-        if part is None:
-            return "padding" if offset < self.page_bytes else "beyond the page"
-        unit, byte = divmod(offset - part.offset, part.unit_bytes)
-        return f"{part.region} {part.unit} {part.first_unit + unit} byte {byte}"
-
 
 def _region_units(model: ModelSpec) -> dict[str, int]:
     return {shape.name: shape.units(model.params) for shape in VARIANTS[model.variant]}
@@ -97,10 +57,9 @@ class Patterns:
 
     def __init__(self) -> None:
         self._rows: dict[tuple, np.ndarray] = {}
-        self._pads: dict[tuple, np.ndarray] = {}
 
     def rows(self, layer: int, block: int, part: Part) -> np.ndarray:
-        """``(units, unit_bytes)``: the bytes of the part's units."""
+        """``(units, unit_bytes)``: the bytes of the part's units, as ``pattern.part_bytes``."""
         key = (layer, block, part.region, part.unit_bytes, part.total_units)
         whole = self._rows.get(key)
         if whole is None:
@@ -109,21 +68,9 @@ class Patterns:
             self._rows[key] = whole
         return whole[part.first_unit:part.first_unit + part.units]
 
-    def pad(self, layer: int, block: int, size: int) -> np.ndarray:
-        key = (layer, block, size)
-        if key not in self._pads:
-            self._pads[key] = unit_bytes_pattern(layer, block, "pad", 0, 1, size).ravel()
-        return self._pads[key]
-
     def page(self, shape: PageShape, layer: int, block: int) -> np.ndarray:
-        """A whole page as ``pattern.fill_page`` writes it."""
-        out = np.empty(shape.page_bytes, dtype=np.uint8)
-        for part in shape.parts:
-            out[part.offset:part.end] = self.rows(layer, block, part).reshape(-1)
-        pad = shape.page_bytes - shape.state_bytes
-        if pad > 0:
-            out[shape.state_bytes:] = self.pad(layer, block, pad)
-        return out
+        """A whole page as ``pattern.page`` makes it, from the cached regions."""
+        return page(shape, layer, block, rows=self.rows)
 
 
 # --- results ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.layout import Shard, engine_layouts
 from mambaxfer_cli.model import ModelSpec, Variant
 from mambaxfer_cli.pattern import page
+from mambaxfer_cli.simulate import ssm_shape
 from mambaxfer_cli.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
 from strategies import pairings
 
@@ -78,9 +79,14 @@ def test_regions_tile_the_state(case):
         assert layout.region("ssm").offset == layout.conv_bytes
 
 
-def _apply(reads, prefill, decode):
+def state_page(model, layout, layer: int, block: int) -> np.ndarray:
+    """One block's state of a rank (no padding), filled with the pattern."""
+    return page(ssm_shape(model, layout, layout.state_bytes), layer, block)
+
+
+def _apply(model, reads, prefill, decode):
     """Copy every segment between simulated pages; count the writes of each local byte."""
-    p_pages = [page(p, 0, 0, p.state_bytes) for p in prefill]
+    p_pages = [state_page(model, p, 0, 0) for p in prefill]
     out = [np.zeros(d.state_bytes, dtype=np.uint8) for d in decode]
     writes = [np.zeros(d.state_bytes, dtype=np.int64) for d in decode]
     for read in reads:
@@ -99,10 +105,10 @@ def test_exact_reads_reproduce_every_d_state(case):
     model, p_tp, d_tp = case
     prefill, decode = engine_layouts(model, p_tp), engine_layouts(model, d_tp)
     reads = exact_reads(prefill, decode)
-    out, writes = _apply(reads, prefill, decode)
+    out, writes = _apply(model, reads, prefill, decode)
     for d in decode:
         assert (writes[d.rank] == 1).all()
-        assert np.array_equal(out[d.rank], page(d, 0, 0, d.state_bytes))
+        assert np.array_equal(out[d.rank], state_page(model, d, 0, 0))
     assert misreads(reads, prefill, decode) == []
 
 
@@ -155,7 +161,7 @@ def test_replicas_hold_identical_bytes(case):
     ranks = engine_layouts(model, d_tp)
     for name in ("B", "C"):
         if replicated(model, name, d_tp):
-            chunks = {page(r, 3, 7, r.state_bytes)[r.region(name).offset:r.region(name).end].tobytes()
+            chunks = {state_page(model, r, 3, 7)[r.region(name).offset:r.region(name).end].tobytes()
                       for r in ranks}
             assert len(chunks) == 1
 

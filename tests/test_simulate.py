@@ -10,7 +10,7 @@ import pytest
 from mambaxfer_cli.check import check_options
 from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorRead
 from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.pattern import kv_pattern, page
+from mambaxfer_cli.pattern import page, unit_bytes_pattern
 from mambaxfer_cli.plan import Plan, build_plan, page_bytes
 from mambaxfer_cli.simulate import Patterns, attention_shape, request_pages, simulate, ssm_shape
 
@@ -50,14 +50,20 @@ def codes(sim) -> set[str]:
 
 @pytest.mark.parametrize("model,tp", [("granite-4.0-h-tiny", 2), ("jamba", 4), ("qwen3.5-0.8b", 1),
                                       ("mamba-130m", 3)])
-def test_pages_assembled_from_whole_regions_equal_fill_page(model, tp):
+def test_pages_assembled_from_whole_regions_equal_the_pattern_of_each_region(model, tp):
     spec, patterns = load_model(model), Patterns()
     plan = plan_of(model, 1, tp)
     for layout in plan.decode.ranks:
         size = page_bytes(layout)
         for layer, block in ((0, 7), (3, 1234)):
-            assert np.array_equal(patterns.page(ssm_shape(spec, layout, size), layer, block),
-                                  page(layout, layer, block, size))
+            # Built here from the layout's regions, independently of PageShape and the cache.
+            expected = np.concatenate(
+                [unit_bytes_pattern(layer, block, r.name, r.shard.start, len(r.shard), r.unit_bytes).ravel()
+                 for r in layout.regions]
+                + [unit_bytes_pattern(layer, block, "pad", 0, 1, size - layout.state_bytes).ravel()])
+            shape = ssm_shape(spec, layout, size)
+            assert np.array_equal(patterns.page(shape, layer, block), expected)
+            assert np.array_equal(page(shape, layer, block), expected)
 
 
 def test_attention_slots_hold_each_ranks_kv_heads():
@@ -65,7 +71,8 @@ def test_attention_slots_hold_each_ranks_kv_heads():
     for tp, rank, first, heads in ((1, 0, 0, 8), (4, 3, 6, 2), (8, 5, 5, 1)):
         shape = attention_shape(spec, tp, rank)
         assert shape.page_bytes == heads * ATTENTION_HEAD_BYTES
-        assert np.array_equal(patterns.page(shape, 1, 42), kv_pattern(1, 42, first, heads, ATTENTION_HEAD_BYTES))
+        expected = unit_bytes_pattern(1, 42, "kv", first, heads, ATTENTION_HEAD_BYTES).ravel()
+        assert np.array_equal(patterns.page(shape, 1, 42), expected)
 
 
 def test_request_pages_pair_each_d_block_with_its_p_block():

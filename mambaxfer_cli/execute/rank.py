@@ -16,11 +16,10 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES
 from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
-from mambaxfer_cli.pattern import fill_page, kv_pattern
+from mambaxfer_cli.pattern import fill
 
 # Fault injection for the tests: "<rank>:<die|hang>@<point>", e.g. "P0:hang@serve".
 FAULT_ENV = "MAMBAXFER_EXECUTE_FAULT"
@@ -133,17 +132,17 @@ def _setup(task: RankTask, ch: Channel, telemetry: bool):
 
 def _fill(task: PrefillTask, memory) -> None:
     """Every page and slot: pattern of (tensor or stream, block, region, global unit, byte)."""
+    ssm_shape, attention_shape = task.shapes
     for tensor in range(task.memory.ssm_tensors):
         host = memory.host(tensor)
         for block in range(task.memory.logical_blocks):
-            fill_page(host[block], task.layout, tensor, block)
+            fill(host[block], ssm_shape, tensor, block)
         memory.store(tensor, host)
-    heads = task.shapes[1].parts[0]
     for stream in range(task.memory.attention_streams):
         index = task.memory.ssm_tensors + stream
         host = memory.host(index)
         for block in range(task.memory.kernel_blocks):
-            host[block] = kv_pattern(stream, block, heads.first_unit, heads.units, ATTENTION_HEAD_BYTES)
+            fill(host[block], attention_shape, stream, block)
         memory.store(index, host)
     memory.sync()
 

@@ -14,10 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES
 from mambaxfer_cli.execute.tasks import DecodeTask
-from mambaxfer_cli.pattern import POISON, kv_pattern, page
-from mambaxfer_cli.simulate import ATTENTION_SPACE, SPACE_NAMES, SSM_SPACE, ByteSource, PageShape, WrongByte
+from mambaxfer_cli.pattern import POISON, PageShape, page
+from mambaxfer_cli.simulate import ATTENTION_SPACE, SPACE_NAMES, SSM_SPACE, ByteSource, WrongByte
 
 STRAY = "outside the request"
 
@@ -103,10 +102,8 @@ def _source(task: DecodeTask, space: int, tensor: int, block: int, offset: int) 
 
 def _content(task: DecodeTask, space: int, tensor: int, p_block: int) -> np.ndarray:
     """The state bytes a D page (slot) paired with ``p_block`` must hold."""
-    if space == SSM_SPACE:
-        return page(task.layout, tensor, p_block, task.layout.state_bytes)
-    heads = task.shapes[ATTENTION_SPACE].parts[0]
-    return kv_pattern(tensor, p_block, heads.first_unit, heads.units, ATTENTION_HEAD_BYTES)
+    shape = task.shapes[space]
+    return page(shape, tensor, p_block)[:shape.state_bytes]
 
 
 def _check_region(verdict: Verdict, task: DecodeTask, space: int, tensor: int, got: np.ndarray) -> None:
