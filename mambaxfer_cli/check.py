@@ -193,7 +193,7 @@ def _segment_misreads(plan: Plan) -> tuple[str, ...]:
                      if s.size > 0 and s.local_offset >= 0 and s.remote_offset >= 0
                      and s.local_offset + s.size <= state)
         sane.append(Read(read.d_rank, read.p_rank, segs))
-    return tuple(f"D{m.d_rank} {m.wanted} <- P{m.p_rank} {m.got}" for m in misreads(sane, p_ranks, d_ranks))
+    return tuple(map(str, misreads(sane, p_ranks, d_ranks)))
 
 
 def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | None = None) -> PairingResult:

@@ -106,7 +106,7 @@ def _misread_warning(plan_reads_: Sequence[Read], prefill, decode, code: str, le
     bad = misreads(plan_reads_, prefill, decode)
     if not bad:
         return []
-    shown = "; ".join(f"D{m.d_rank} {m.wanted} <- P{m.p_rank} {m.got}" for m in bad[:4])
+    shown = "; ".join(map(str, bad[:4]))
     more = f"; and {len(bad) - 4} more" if len(bad) > 4 else ""
     return [Warning_(code, f"{lead}: {shown}{more}")]
 

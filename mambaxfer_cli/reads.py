@@ -190,6 +190,9 @@ class Misread:
     wanted: str          # e.g. "C[0:128]" (region and global units)
     got: str             # what the remote bytes hold, e.g. "ssm[0:1]" or "beyond the P state"
 
+    def __str__(self) -> str:
+        return f"D{self.d_rank} {self.wanted} <- P{self.p_rank} {self.got}"
+
 
 def _unit_span(layout: RankLayout, offset: int, size: int) -> str:
     region = layout.region_at(offset)

@@ -125,13 +125,11 @@ DecodeBlocksOpt = Annotated[Optional[str], typer.Option(
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated request's block IDs.")]
 
 
-def plan_options(*, semantics: Semantics = Semantics.exact, coalesce: bool = False,
-                 p_num_blocks: int = 100_000, d_num_blocks: int = 100_000,
-                 p_blocks_per_logical: int = 4, d_blocks_per_logical: int = 4,
-                 attention_streams: int = 1, kv_groups: str | None = None,
-                 kv_tensors: int | None = None, ssm_tensors: int | None = None,
-                 request_blocks: int = 1, prefill_blocks: str | None = None,
-                 decode_blocks: str | None = None, seed: int = 0):
+def plan_options(*, semantics: Semantics, coalesce: bool, p_num_blocks: int, d_num_blocks: int,
+                 p_blocks_per_logical: int, d_blocks_per_logical: int, attention_streams: int,
+                 kv_groups: str | None, kv_tensors: int | None, ssm_tensors: int | None,
+                 request_blocks: int, prefill_blocks: str | None, decode_blocks: str | None, seed: int):
+    """PlanOptions from the command line's values (each command owns its defaults)."""
     from mambaxfer_cli.kv_groups import parse_grouping
     from mambaxfer_cli.plan import EngineOptions, PlanOptions
 

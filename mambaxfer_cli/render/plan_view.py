@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 
 import numpy as np
 from rich.console import Group
@@ -13,7 +15,7 @@ from mambaxfer_cli.descriptors import DescriptorRead
 from mambaxfer_cli.kv_groups import describe
 from mambaxfer_cli.model import ATTENTION
 from mambaxfer_cli.plan import Plan
-from mambaxfer_cli.reads import Misread, exact_reads, misreads
+from mambaxfer_cli.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
 from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
 
@@ -52,8 +54,8 @@ def _misread_notes(plan: Plan) -> dict[tuple[int, int, int], list[Misread]]:
     return notes
 
 
-def _exact_source(plan: Plan, d_rank: int, local_offset: int) -> str:
-    exact = exact_reads(plan.prefill.ranks, plan.decode.ranks)
+def _exact_source(exact: Sequence[Read], d_rank: int, local_offset: int) -> str:
+    """Where the exact plan reads the D byte at ``local_offset`` from."""
     for read in exact:
         for seg in read.segments:
             if read.d_rank == d_rank and seg.local_offset <= local_offset < seg.local_offset + seg.size:
@@ -63,6 +65,7 @@ def _exact_source(plan: Plan, d_rank: int, local_offset: int) -> str:
 
 def reads_table(plan: Plan, d_rank: int | None) -> Table:
     notes = _misread_notes(plan)
+    exact = exact_reads(plan.prefill.ranks, plan.decode.ranks) if notes else ()
     table = Table(title="Reads (bytes within one block's page)", title_justify="left")
     for column, justify in (("D", "right"), ("P", "right"), ("region", "left"), ("remote offset", "right"),
                             ("local offset", "right"), ("size", "right"), ("check", "left")):
@@ -73,7 +76,7 @@ def reads_table(plan: Plan, d_rank: int | None) -> Table:
         for j, seg in enumerate(read.segments):
             bad = notes.get((read.d_rank, read.p_rank, seg.local_offset), [])
             verdict = (Text("✗ gets " + ", ".join(f"{m.got} as {m.wanted}" for m in bad)
-                            + f"; exact: {_exact_source(plan, read.d_rank, bad[0].local_offset)}",
+                            + f"; exact: {_exact_source(exact, read.d_rank, bad[0].local_offset)}",
                             style="bold red")
                        if bad else Text("✓", style="green"))
             table.add_row(str(read.d_rank) if j == 0 else "", Text(f"P{read.p_rank}", style=_p_style(read.p_rank)),
