@@ -247,6 +247,7 @@ class DescriptorRead:
     local_ids: np.ndarray = field(compare=False)
     remote_ids: np.ndarray = field(compare=False)
     attention: bool = False
+    group_counts: tuple[int, ...] = field(default=(), compare=False)   # IDs of each KV-cache group
 
     def to_dict(self) -> dict:
         return {"d_rank": self.d_rank, "p_rank": self.p_rank, "local_list": self.local_list,

@@ -155,11 +155,14 @@ def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups
                 ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
                 local_slots.append(ls)
                 remote_slots.append(rs)
+            counts = tuple((0 if slots is None else len(slots) * decode.lists.attention_streams)
+                           if kind == ATTENTION else decode.lists.ssm_tensors * local.k * len(db)
+                           for kind, slots, db in zip(groups, local_slots, request.decode_blocks))
             out.append(DescriptorRead(
                 d.rank, p_rank, "base" if is_base else f"split:{i}", local, remote,
                 local_ids=block_ids(local, groups, request.decode_blocks, local_slots),
                 remote_ids=block_ids(remote, groups, request.prefill_blocks, remote_slots),
-                attention=how is not None))
+                attention=how is not None, group_counts=counts))
     return out
 
 
