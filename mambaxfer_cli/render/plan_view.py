@@ -17,7 +17,7 @@ from mambaxfer_cli.model import ATTENTION
 from mambaxfer_cli.plan import Plan
 from mambaxfer_cli.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
-from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
+from mambaxfer_cli.render.model_view import REGION_STYLES, geometry_line, human_bytes, layout_table, model_summary
 
 P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
 DIAGRAM_WIDTH = 80
@@ -43,15 +43,6 @@ def verdict_line(plan: Plan) -> Text:
         text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines (vllm serve … "
                     f"--block-size {v.suggested_block_size})", style="bold yellow")
     return text
-
-
-def geometry_line(name: str, side) -> str:
-    g = side.geometry
-    a1 = "no attention" if g.attention_bytes_per_token is None else f"a1={g.attention_bytes_per_token} B/token"
-    own = "" if not g.overridden else " (set by hand)"
-    return (f"{name} {g.attention_backend} · block {g.block_size} tokens, kernel {g.kernel_block_size} × "
-            f"{g.blocks_per_logical}{own} · page {g.page_bytes} B (state {g.state_bytes} B, {a1}) · "
-            f"N={g.num_blocks}")
 
 
 def header(plan: Plan) -> Panel:
