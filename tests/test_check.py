@@ -93,7 +93,7 @@ def test_report_counts_verdicts_and_serialises():
     assert not report.ok and report.exit_code == 1
     doc = report.to_dict()
     assert doc["schema"] == "mambaxfer.check/v1" and doc["ok"] is False
-    assert doc["summary"] == {"pairings": 3, "passed": 1, "failed": 2, "skipped": 0,
+    assert doc["summary"] == {"pairings": 3, "passed": 1, "failed": 2, "refused": 0, "skipped": 0,
                               "seconds": doc["summary"]["seconds"]}
     good, bad = doc["results"][0], doc["results"][1]
     assert good["first_wrong_byte"] is None and good["wrong_bytes"] == 0 and good["explanation"] == []
