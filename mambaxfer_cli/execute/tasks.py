@@ -14,6 +14,7 @@ import numpy as np
 
 from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorRead, Engine
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.layout import RankLayout
 from mambaxfer_cli.plan import Plan, page_bytes
 from mambaxfer_cli.simulate import (
@@ -53,6 +54,8 @@ class RunSettings:
     host: str
     port: int              # P rank r's side channel listens on port + r; 0: any free port
     iters: int
+    discovery: "Discovery | None" = None   # a two-host run: this side's role and how it finds the other
+    geometry: dict | None = None           # what the two sides compare before any byte moves
 
     @property
     def mem_type(self) -> str:
