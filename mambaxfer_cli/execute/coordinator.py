@@ -146,7 +146,7 @@ def _child_environment(settings: RunSettings):
     the other side not up yet (NIXL_LOG_LEVEL set by the user wins)."""
     wanted = dict(_CHILD_ENV)
     if settings.discovery is not None:
-        wanted["NIXL_LOG_LEVEL"] = "FATAL"
+        wanted.update(NIXL_LOG_LEVEL="FATAL", UCX_LOG_LEVEL="fatal")
     forced = settings.discovery.environment() if settings.discovery is not None else {}
     saved = {key: os.environ.get(key) for key in [*wanted, *forced]}
     for key, value in wanted.items():

@@ -193,7 +193,8 @@ def _header(task: PrefillTask, memory) -> dict:
             "ssm_bases": memory.ssm_bases, "attention_bases": memory.attention_bases,
             "page_bytes": task.memory.page_bytes, "logical_blocks": task.memory.logical_blocks,
             "slot_bytes": task.memory.slot_bytes, "kernel_blocks": task.memory.kernel_blocks,
-            "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes}
+            "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes,
+            "regions": [[address, length] for address, length, _, _ in memory.regions]}
 
 
 def _serve(task: PrefillTask, ch: Channel, agent, memory, server: SideChannelServer, fill_s: float) -> dict:

@@ -128,7 +128,7 @@ def _answer(task: PrefillTask, ch, agent, sender: str, hello: dict, mine: dict, 
             _linger(agent)
         except PeerGone:
             pass
-        raise refused(f"refused {sender}: {problem}")
+        raise refused(f"refused D{d_rank} ({sender}): {problem}")
     _notify(agent, sender, handshake.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
     ch.phase("serving", f"welcomed D{d_rank}")
     final = f"{task.settings.run_id}-iter{int(hello.get('iters', 1)) - 1}".encode()
@@ -163,12 +163,14 @@ def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tup
     names = {p: p_agent(task, p) for p in task.sources}
     asked = {p: 0.0 for p in task.sources}
     greeted: set[int] = set()
+    answered: dict[int, tuple[str, dict, object]] = {}   # welcomed, P's registered memory not loaded yet
     welcomed: dict[int, tuple[str, dict]] = {}
     last_ping = time.time()
     while len(welcomed) < len(names):
         ch.check_stop()
         waiting = next(p for p in task.sources if p not in welcomed)
-        ch.left(f"waiting for P{waiting}'s answer" if waiting in greeted
+        ch.left(f"waiting for P{waiting}'s registered memory in its metadata" if waiting in answered
+                else f"waiting for P{waiting}'s answer" if waiting in greeted
                 else f"waiting for P{waiting}'s agent metadata ({discovery.where(waiting)})")
         for p, name in names.items():
             if p in greeted:
@@ -190,12 +192,22 @@ def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tup
                 continue
             if control["kind"] == "refuse":
                 raise refused(f"P{p} refused this decode run: {control.get('message')}")
-            if control["kind"] == "welcome" and p not in welcomed:
+            if control["kind"] == "welcome" and p not in welcomed and p not in answered:
                 problem = handshake.mismatch(control.get("geometry") or {}, mine)
                 if problem is not None:
                     raise refused(f"P{p}: {problem}")
-                check_header(p, control.get("header") or {})
-                welcomed[p] = (sender, control["header"])
+                header = control.get("header") or {}
+                check_header(p, header)
+                regions = [(int(a), int(n), int(header["dev_id"])) for a, n in header["regions"]]
+                answered[p] = (sender, header, agent.get_xfer_descs(regions, header["mem_type"]))
+        for p, (name, header, regions) in list(answered.items()):
+            # The metadata loaded before P registered its memory may not hold it: ask until it does.
+            if agent.check_remote_metadata(name, regions):
+                welcomed[p] = (name, header)
+                del answered[p]
+            elif time.time() - asked[p] >= REQUEST_EVERY:
+                discovery.request(agent, name, p)
+                asked[p] = time.time()
         if time.time() - last_ping >= PING_EVERY:
             last_ping = time.time()
             ping_sources(agent, {p: names[p] for p in greeted})
