@@ -14,10 +14,11 @@ from mambaxfer_cli.model_source import load_model
 from mambaxfer_cli.plan import Plan
 
 
-def plan_of(model: str = "jamba", layers: int = 8, p_tp: int = 1, d_tp: int = 2, seed: int = 0, **overrides):
+def plan_of(model: str = "jamba", layers: int = 8, p_tp: int = 1, d_tp: int = 2, seed: int = 0, engine=None,
+            **overrides):
     spec = cut_layers(load_model(model, **overrides), layers)
     return plan_to_execute(spec, p_tp, d_tp, semantics="exact", coalesce=False, blocks=None,
-                           blocks_per_logical=4, request_blocks=2, seed=seed)
+                           request_blocks=2, seed=seed, **({"engine": engine} if engine else {}))
 
 
 def test_geometry_is_the_plan_document_without_its_ids_and_wording():
@@ -25,7 +26,7 @@ def test_geometry_is_the_plan_document_without_its_ids_and_wording():
     document = plan.to_dict()
     geometry = handshake.geometry(plan)
     assert set(geometry) == (set(document) - {"schema", "reads", "warnings"}) | {"tp", "plan_hash"}
-    assert list(geometry)[:4] == ["model", "semantics", "tp", "descriptors"]
+    assert list(geometry)[:6] == ["model", "semantics", "tp", "engines", "vllm", "descriptors"]
     assert "reads" not in geometry["descriptors"]
     assert geometry["model"] == {**document["model"], "config_hash": geometry["model"]["config_hash"]}
     assert geometry["tp"] == {"prefill": 1, "decode": 2}
@@ -56,16 +57,23 @@ def test_a_config_value_is_named_and_hashed():
 
 
 def test_fields_the_plan_gains_are_compared(monkeypatch):
-    """An engine field added to the plan document (as the engine geometry adds) flows into the
-    comparison, in the order that names it before what derives from it."""
+    """A field added to the plan document flows into the comparison without code here."""
     plan = plan_of()
     original = Plan.to_dict
-    monkeypatch.setattr(Plan, "to_dict", lambda self, *a: {**original(self, *a), "engines": {"block_size": 16}})
+    monkeypatch.setattr(Plan, "to_dict", lambda self, *a: {**original(self, *a), "future": {"x": 1}})
     mine = handshake.geometry(plan)
-    monkeypatch.setattr(Plan, "to_dict", lambda self, *a: {**original(self, *a), "engines": {"block_size": 32}})
-    theirs = handshake.geometry(plan)
-    assert list(mine)[:4] == ["model", "semantics", "tp", "engines"]
-    assert "engines.block_size: prefill has 16, decode has 32" in handshake.mismatch(mine, theirs)
+    monkeypatch.setattr(Plan, "to_dict", lambda self, *a: {**original(self, *a), "future": {"x": 2}})
+    assert "future.x: prefill has 1, decode has 2" in handshake.mismatch(mine, handshake.geometry(plan))
+
+
+def test_engine_geometry_is_named_before_what_derives_from_it():
+    from mambaxfer_cli.geometry import EngineFlags
+
+    mine = handshake.geometry(plan_of())
+    theirs = handshake.geometry(plan_of(engine=EngineFlags(block_size=160)))
+    assert "engines.prefill.block_size: prefill has 80, decode has 160" in handshake.mismatch(mine, theirs)
+    theirs = handshake.geometry(plan_of(engine=EngineFlags(attention_backend="FLASHINFER")))
+    assert "engines.prefill.attention_backend" in handshake.mismatch(mine, theirs)
 
 
 def test_plan_hash_covers_the_descriptor_ids():

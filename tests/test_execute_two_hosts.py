@@ -113,7 +113,7 @@ def assert_failed(side: Side, code: int, *fragments: str) -> None:
 def expected_decode(model: tuple, p_tp: int, d_tp: int):
     spec = cut_layers(load_model(model[1]), int(model[3]))
     plan = plan_to_execute(spec, p_tp, d_tp, semantics="exact", coalesce=False, blocks=None,
-                           blocks_per_logical=4, request_blocks=2, seed=0)
+                           request_blocks=2, seed=0)
     return build_tasks(plan, RunSettings("t", "cpu", 0, "127.0.0.1", 0, 1))
 
 
@@ -187,9 +187,9 @@ def test_decode_started_first_waits_for_prefill_and_prints_the_tables():
 
 @pytest.mark.parametrize("prefill_args,decode_args,field,values", [
     ((), ("--ssm-dtype", "float32"), "model.ssm_dtype", ('prefill has "bfloat16"', 'decode has "float32"')),
-    (("--blocks-per-logical", "2"), (), "descriptors.prefill.num_blocks", ("prefill has 64", "decode has 128")),
-    (("--blocks", "40"), (), "descriptors.prefill.num_blocks", ("prefill has 160", "decode has 128")),
-], ids=["ssm-dtype", "blocks-per-logical", "blocks"])
+    (("--block-size", "32"), (), "engines.prefill.block_size", ("prefill has 96", "decode has 80")),
+    (("--blocks", "40"), (), "engines.prefill.num_blocks", ("prefill has 40", "decode has 32")),
+], ids=["ssm-dtype", "block-size", "blocks"])
 def test_direct_mismatch_is_refused_on_both_sides(prefill_args, decode_args, field, values):
     listen, peer = direct(1)
     pair = Pair((*JAMBA, "--p-tp", "1", "--d-tp", "2", "--timeout", "30"), (*listen, *prefill_args),
