@@ -38,6 +38,8 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        assert not self.has_attention or (self.num_kv_heads and self.head_size), \
+            "a model with attention layers needs its KV heads and head size"
 
     @property
     def has_attention(self) -> bool:
