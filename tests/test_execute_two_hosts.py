@@ -264,6 +264,25 @@ def test_decode_killed_mid_transfer(how):
     assert_no_rank_left(pair.tag)
 
 
+@pytest.mark.parametrize("side", ["prefill", "decode"])
+def test_ctrl_c_on_one_side_ends_both(side):
+    """SIGINT to one command (its ranks busy after the handshake): it stops its ranks, and the
+    other side learns from its pings that they are gone."""
+    listen, peer = direct(1)
+    faults = {"p_env": {FAULT_ENV: "P0:hang@serve"}} if side == "prefill" else {"d_env": {FAULT_ENV: "D1:hang@transfer"}}
+    pair = Pair((*JAMBA, "--p-tp", "1", "--d-tp", "2", "--timeout", "40"), listen, peer, **faults)
+    pair.wait_for_ranks(5)
+    time.sleep(3)
+    (pair.prefill if side == "prefill" else pair.decode).send_signal(signal.SIGINT)
+    prefill, decode = pair.results()
+    interrupted, other = (prefill, decode) if side == "prefill" else (decode, prefill)
+    assert interrupted.code != 0 and "Traceback" not in interrupted.stderr
+    gone = "P0 (mambaxfer-direct-P0) went away" if side == "prefill" else "D1 (mambaxfer-direct-D1) went away"
+    assert_failed(other, 3, gone)
+    assert other.seconds < 20
+    assert_no_rank_left(pair.tag)
+
+
 def test_prefill_without_a_decode_side_times_out():
     listen, _ = direct(2)
     tag = new_tag()
