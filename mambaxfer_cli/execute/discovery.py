@@ -140,6 +140,7 @@ def check_listen(discovery: Discovery, p_tp: int) -> None:
         port = discovery.port + rank
         for host in (discovery.host, "::" if ":" in discovery.host else "0.0.0.0"):   # NIXL binds every address
             with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as NIXL's listener: TIME_WAIT is no use
                 try:
                     sock.bind((host, port))
                 except OSError as exc:
