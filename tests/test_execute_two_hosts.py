@@ -63,15 +63,16 @@ class Pair:
     """Both sides of one run, each its own CLI process; one environment tag finds all of their ranks."""
 
     def __init__(self, common: tuple, prefill: tuple, decode: tuple, env: dict | None = None,
-                 p_env: dict | None = None, d_env: dict | None = None) -> None:
+                 p_env: dict | None = None, d_env: dict | None = None, p_after: float = 0.0) -> None:
         self.tag = new_tag()
         base = {**os.environ, "COLUMNS": "160", **self.tag, **(env or {})}
         cmd = [sys.executable, "-m", "mambaxfer_cli", "execute", "--device", "cpu", "--iters", "1", *common]
         self.started = time.time()
-        self.prefill = subprocess.Popen([*cmd, "--role", "prefill", *prefill], env={**base, **(p_env or {})},
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.decode = subprocess.Popen([*cmd, "--role", "decode", *decode], env={**base, **(d_env or {})},
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(p_after)   # the decode side first, as a user may start them
+        self.prefill = subprocess.Popen([*cmd, "--role", "prefill", *prefill], env={**base, **(p_env or {})},
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def _result(self, proc: subprocess.Popen, timeout: float) -> Side:
         out, err = proc.communicate(timeout=timeout)
@@ -131,11 +132,14 @@ def assert_verified_run(prefill: Side, decode: Side, model: tuple, p_tp: int, d_
         assert d["telemetry_bytes"] == d["bytes"] > 0
         assert d["verdict"] == {**d["verdict"], "ok": True, "wrong_bytes": 0,
                                 "checked_bytes": task.memory.total_bytes}
-    assert p_doc["role"] == "prefill" and p_doc["decode"] == []
+    assert p_doc["role"] == "prefill" and p_doc["decode"] == [] and p_doc["verified"] is None
     assert [p["p_rank"] for p in p_doc["prefill"]] == list(range(p_tp))
     for p, task in zip(p_doc["prefill"], p_tasks):
         assert [s["d_rank"] for s in p["served"]] == list(task.consumers)
         assert all(s["notifications"] >= 1 for s in p["served"])   # at least the READ's own
+    # What P served is what D moved.
+    served = {(p["p_rank"], s["d_rank"]): s["bytes"] for p in p_doc["prefill"] for s in p["served"]}
+    assert sum(served.values()) == d_doc["total_bytes"]
 
 
 pytestmark = pytest.mark.usefixtures("nixl")
@@ -181,6 +185,24 @@ def test_decode_started_first_waits_for_prefill_and_prints_the_tables():
     assert out.count("verified") == 2 and "decode side" in out
     assert "P rank" in prefill.stdout and "D0, D1" in prefill.stdout and "READ notifications" in prefill.stdout
     assert_no_rank_left(tag)
+
+
+def test_etcd_entry_of_a_killed_prefill_does_not_hold_up_the_next_run(etcd):
+    """A killed prefill side leaves its agent's entry in etcd; a decode side that loads it finds
+    the agent gone and asks again, until the next prefill side of the run id publishes."""
+    found = via_etcd(etcd)
+    common = (*JAMBA, "--p-tp", "1", "--d-tp", "2", "--format", "json", "--timeout", "40", *found)
+    first = Pair(common, (), (), d_env={FAULT_ENV: "D0:hang@prepare"})   # a run that gets as far as it can
+    first.wait_for_ranks(5)
+    time.sleep(3)
+    first.prefill.send_signal(signal.SIGKILL)
+    first.decode.send_signal(signal.SIGKILL)
+    first.results()
+    assert_no_rank_left(first.tag)
+    pair = Pair(common, (), (), p_after=3)   # D loads the dead agent's entry meanwhile
+    prefill, decode = pair.results()
+    assert_verified_run(prefill, decode, JAMBA, 1, 2)
+    assert_no_rank_left(pair.tag)
 
 
 # --- refusals: each side plans from its own command line; the geometry names the first difference
@@ -269,7 +291,8 @@ def test_ctrl_c_on_one_side_ends_both(side):
     """SIGINT to one command (its ranks busy after the handshake): it stops its ranks, and the
     other side learns from its pings that they are gone."""
     listen, peer = direct(1)
-    faults = {"p_env": {FAULT_ENV: "P0:hang@serve"}} if side == "prefill" else {"d_env": {FAULT_ENV: "D1:hang@transfer"}}
+    faults = ({"p_env": {FAULT_ENV: "P0:hang@serve"}} if side == "prefill"
+              else {"d_env": {FAULT_ENV: "D1:hang@transfer"}})
     pair = Pair((*JAMBA, "--p-tp", "1", "--d-tp", "2", "--timeout", "40"), listen, peer, **faults)
     pair.wait_for_ranks(5)
     time.sleep(3)

@@ -107,16 +107,26 @@ class Outcome:
     def total_bytes(self) -> int:
         return sum(d.result["bytes"] for d in self.decode)
 
+    def served(self, p_rank: int) -> list[dict]:
+        """A two-host prefill side: each consumer of a P rank with the bytes the plan READs from it."""
+        moved: dict[int, int] = {}
+        for read in self.plan.descriptors.reads:
+            if read.p_rank == p_rank:
+                moved[read.d_rank] = moved.get(read.d_rank, 0) + int(read.remote.resolve(read.remote_ids)["size"].sum())
+        return [{**c, "bytes": moved.get(c["d_rank"], 0)} for c in self.prefill[p_rank].get("served", [])]
+
     def to_dict(self) -> dict:
         plan, s = self.plan, self.settings
+        prefill_side = s.discovery is not None and s.discovery.role == "prefill"
         return {"schema": SCHEMA, "model": plan.model.name, "semantics": plan.semantics,
                 "role": s.discovery.role if s.discovery else "both",
                 "p_tp": plan.prefill.tp, "d_tp": plan.decode.tp, "device": s.device, "memory": s.mem_type,
                 "iters": s.iters, "request": plan.descriptors.request.to_dict(),
-                "verified": self.verified, "total_bytes": self.total_bytes, "phases_s": self.phases,
+                "verified": None if prefill_side else self.verified,   # the decode side verifies
+                "total_bytes": self.total_bytes, "phases_s": self.phases,
                 "decode": [d.to_dict() for d in self.decode],
                 "prefill": [{"p_rank": p, "consumers": r["consumers"], "fill_s": r["fill_s"],
-                             **({"served": r["served"]} if "served" in r else {})}
+                             **({"served": self.served(p)} if "served" in r else {})}
                             for p, r in sorted(self.prefill.items())]}
 
 
@@ -205,7 +215,8 @@ class _Run:
             self.progress(rank.name, rank.phase, rank.detail)
         elif kind == "ready":
             rank.ready = payload or {}
-            if self.prefill and all(r.ready is not None for r in self.prefill) and "P ranks listening" not in self.phases:
+            listening = self.prefill and all(r.ready is not None for r in self.prefill)   # none: a decode side
+            if listening and "P ranks listening" not in self.phases:
                 self._mark("P ranks listening")
                 host = self.ranks[0].task.settings.host
                 peers = {r.task.rank: (host, r.ready["port"]) for r in self.prefill}

@@ -83,15 +83,6 @@ def side_line(plan: "Plan", discovery: "Discovery") -> str:
     return f"decode side: {_ranks('D', plan.decode.tp)} read from the prefill side through {where}"
 
 
-def served_bytes(plan: "Plan") -> dict[tuple[int, int], int]:
-    """Bytes each (P rank, D rank) pair of the plan moves."""
-    out: dict[tuple[int, int], int] = {}
-    for read in plan.descriptors.reads:
-        key = (read.p_rank, read.d_rank)
-        out[key] = out.get(key, 0) + int(read.remote.resolve(read.remote_ids)["size"].sum())
-    return out
-
-
 def served_table(outcome: "Outcome") -> Table:
     """The prefill side of a two-host run: what each P rank served, to whom."""
     plan = outcome.plan
@@ -100,11 +91,10 @@ def served_table(outcome: "Outcome") -> Table:
     for column, justify in (("P rank", "right"), ("served", "left"), ("bytes", "right"),
                             ("READ notifications", "right"), ("fill", "right")):
         table.add_column(column, justify=justify)
-    moved = served_bytes(outcome.plan)
     for p_rank, result in sorted(outcome.prefill.items()):
-        served = result.get("served", [])
+        served = outcome.served(p_rank)
         table.add_row(str(p_rank), ", ".join(f"D{c['d_rank']}" for c in served),
-                      human_bytes(sum(moved.get((p_rank, c["d_rank"]), 0) for c in served)),
+                      human_bytes(sum(c["bytes"] for c in served)),
                       str(sum(c["notifications"] for c in served)), f"{result['fill_s'] * 1e3:.1f} ms")
     table.caption = ("geometry agreed with every decode rank; each one's last READ notified, then memory "
                      "freed; the decode side verifies the bytes")
