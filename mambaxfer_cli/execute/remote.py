@@ -35,7 +35,7 @@ def _notify(agent, name: str, message: bytes) -> None:
         agent.send_notif(name, message)
     except Exception as exc:
         if _disconnected(exc):
-            raise PeerGone(name) from None
+            raise PeerGone(f"{name} went away") from None
         raise
 
 
