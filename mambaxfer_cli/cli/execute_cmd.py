@@ -26,6 +26,11 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+class Role(str, Enum):
+    prefill = "prefill"
+    decode = "decode"
+
+
 class ExecuteFormat(str, Enum):
     table = "table"
     json = "json"
@@ -68,6 +73,20 @@ def execute(
     host: Annotated[str, typer.Option("--host", help="Address the P ranks' side channels listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(
         "--port", help="P rank r's side channel listens on PORT + r; 0: free ports.")] = 0,
+    role: Annotated[Optional[Role], typer.Option(
+        "--role", help="Two hosts: run only this side's ranks here; the other side runs its own command. "
+                       "Default: both sides on this host.", case_sensitive=False, show_default=False)] = None,
+    listen: Annotated[Optional[str], typer.Option(
+        "--listen", help="--role prefill: P rank r runs NIXL's listener on PORT + r; HOST is the address the "
+                         "decode side reaches.", metavar="HOST:PORT", show_default=False)] = None,
+    peer: Annotated[Optional[str], typer.Option(
+        "--peer", help="--role decode: the prefill side's --listen address.", metavar="HOST:PORT",
+        show_default=False)] = None,
+    etcd: Annotated[Optional[str], typer.Option(
+        "--etcd", help="Both roles: find the other side through NIXL's etcd backend at these client URLs "
+                       "(comma-separated); needs --run-id.", metavar="ENDPOINTS", show_default=False)] = None,
+    run_id: Annotated[Optional[str], typer.Option(
+        "--run-id", help="With --etcd: the run's name, the same on both sides.", show_default=False)] = None,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
     ssm_dtype: SsmDtypeOpt = None,
@@ -87,8 +106,12 @@ def execute(
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port {port}: not a port number (0..65535)")
+    from mambaxfer_cli.execute.discovery import resolve
     from mambaxfer_cli.geometry import EngineFlags
 
+    discovery = resolve(role and role.value, listen, peer, etcd, run_id)
+    if discovery is not None and (host, port) != ("127.0.0.1", 0):
+        raise UserError("--host/--port place the one-host side channel; with --role use --listen/--peer or --etcd")
     engine = EngineFlags(attention_backend=attention_backend, block_size=block_size,
                          kv_cache_dtype=kv_cache_dtype, prefix_caching=enable_prefix_caching)
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,
@@ -96,11 +119,18 @@ def execute(
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     kind, gpus = resolve_device(device.value)
-    settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, iters)
+    if discovery is None:
+        settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, iters)
+    else:
+        settings = _two_host_settings(plan, discovery, kind, gpus, iters)
 
-    from mambaxfer_cli.render.execute_view import ProgressView, corruption_report, result_table, title
+    from mambaxfer_cli.render.execute_view import (
+        ProgressView, corruption_report, result_table, served_table, side_line, title,
+    )
 
-    with ProgressView(title(plan, kind)) as view:
+    if discovery is not None:
+        typer.echo(side_line(plan, discovery), err=True)
+    with ProgressView(title(plan, kind, discovery)) as view:
         try:
             outcome = run(plan, settings, timeout, view.update)
         except RunFailure as exc:
@@ -114,12 +144,27 @@ def execute(
         from mambaxfer_cli.render.console import console
 
         out = console()
-        out.print(result_table(outcome))
+        out.print(served_table(outcome) if discovery is not None and discovery.role == "prefill"
+                  else result_table(outcome))
         report = corruption_report(outcome)
         if report is not None:
             out.print(report)
     if not outcome.verified:
         raise typer.Exit(EXIT_CORRUPT)
+
+
+def _two_host_settings(plan, discovery, device: str, gpus: int, iters: int):
+    """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
+    from mambaxfer_cli.execute.discovery import check_etcd, check_listen
+    from mambaxfer_cli.execute.handshake import geometry
+    from mambaxfer_cli.execute.tasks import RunSettings
+
+    if discovery.mode == "etcd":
+        check_etcd(discovery)
+    elif discovery.role == "prefill":
+        check_listen(discovery, plan.prefill.tp)
+    return RunSettings(discovery.run_id, device, gpus, discovery.host, discovery.port, iters,
+                       discovery=discovery, geometry=geometry(plan))
 
 
 def _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks, seed,
