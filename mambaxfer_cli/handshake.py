@@ -1,8 +1,8 @@
 """What vLLM 0.33's NIXL handshake says of a P/D pairing: accepted, or refused with its message.
 
 D (local) checks P (remote) when it adds P's agent (``nixl/base_worker.py``): the compatibility
-hash first (model, dtype, KV heads, head size, layers, attention backend, KV-cache dtype,
-speculative settings, transfer mode), then the TP ratio, the kernel block sizes
+hash first (model, dtype, KV heads, head size, layers, the first cache layer's backend, KV-cache
+dtype, speculative settings, transfer mode), then the TP ratio, the kernel block sizes
 (``TransferTopology.block_size_ratio``), prefix caching against different kernel blocks per
 logical block, and head-sharded attention across different block sizes. It never compares the
 SSM dtypes, the conv-state layout, the conv rows or the SSM state sizes: a mismatch there is
@@ -69,9 +69,9 @@ def refusals(prefill: Side, decode: Side) -> list[Refusal]:
     """vLLM 0.33's refusals of this pairing, in the order its handshake meets them."""
     p, d = prefill.geometry, decode.geometry
     out = []
-    if (p.attention_backend, p.kv_cache_dtype) != (d.attention_backend, d.kv_cache_dtype):
+    if (prefill.hashed_backend, p.kv_cache_dtype) != (decode.hashed_backend, d.kv_cache_dtype):
         differs = [f"{what} {a} vs {b}" for what, a, b in (
-            ("attention backend", d.attention_backend, p.attention_backend),
+            ("attention backend", decode.hashed_backend, prefill.hashed_backend),
             ("KV-cache dtype", d.kv_cache_dtype, p.kv_cache_dtype)) if a != b]
         out.append(Refusal("compat-hash", (
             "NIXL compatibility hash mismatch. Prefill and decode instances have incompatible "
