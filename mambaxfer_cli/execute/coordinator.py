@@ -54,6 +54,7 @@ class _Rank:
     result: dict | None = None
     error: tuple[str, str] | None = None
     closed: bool = False
+    barrier: str | None = None     # bench: the step this rank waits at
 
     @property
     def name(self) -> str:
@@ -222,6 +223,17 @@ class _Run:
                 peers = {r.task.rank: (host, r.ready["port"]) for r in self.prefill}
                 for d in self.decode:
                     self._send(d, "peers", peers)
+            decoders = self.decode and all(r.ready is not None for r in self.decode)
+            if decoders and "agent" in self.decode[0].ready and "D ranks registered" not in self.phases:
+                self._mark("D ranks registered")     # bench: P ranks WRITE into D's memory (push)
+                for p in self.prefill:
+                    self._send(p, "decoders", {r.task.rank: r.ready for r in self.decode})
+        elif kind == "barrier":     # bench: every rank waits here until all of them arrived
+            rank.barrier = payload
+            if all(r.barrier == payload for r in self.ranks):
+                for r in self.ranks:
+                    r.barrier = None
+                    self._send(r, "go", payload)
         elif kind == "prepared":
             rank.prepared = True
             if all(d.prepared for d in self.decode):
@@ -332,15 +344,17 @@ def _stop(ranks: list[_Rank]) -> None:
         rank.conn.close()
 
 
-def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None) -> Outcome:
-    """Run the plan with real NIXL transfers; raises UserError (exit 2) or RunFailure (exit 3)."""
+def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None,
+            tasks: tuple[list[PrefillTask], list[DecodeTask]] | None = None) -> Outcome:
+    """Run the plan with real NIXL transfers; raises UserError (exit 2) or RunFailure (exit 3).
+    ``tasks``: the ranks' tasks when the caller built them (bench), else the plan's."""
     from mambaxfer_cli.execute.rank import rank_main
 
     if timeout <= 0:
         raise UserError("--timeout must be a positive number of seconds")
     if settings.iters < 1:
         raise UserError("--iters must be >= 1")
-    prefill, decode = build_tasks(plan, settings)
+    prefill, decode = tasks if tasks is not None else build_tasks(plan, settings)
     if settings.discovery is not None:   # a two-host run: only this side's ranks run here
         prefill, decode = (prefill, []) if settings.discovery.role == "prefill" else ([], decode)
     if len(prefill) + len(decode) > MAX_RANKS:

@@ -20,7 +20,9 @@ class RankMemory:
         self.device = device
         self.dev_id = dev_id
         self._shapes = memory.region_shapes
-        if device == "cuda":
+        if memory.single_region:
+            self._one_buffer()
+        elif device == "cuda":
             import torch
 
             torch.cuda.set_device(dev_id)
@@ -30,6 +32,22 @@ class RankMemory:
         else:
             self._buffers = [self._aligned(rows * cols) for rows, cols in self._shapes]
             self.addresses = [b.ctypes.data for b in self._buffers]
+
+    def _one_buffer(self) -> None:
+        """Every tensor a slice of one allocation, registered as one region (bench's memory)."""
+        sizes = [rows * cols for rows, cols in self._shapes]
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.set_device(self.dev_id)
+            self._whole = torch.empty(sum(sizes), dtype=torch.uint8, device=f"cuda:{self.dev_id}")
+            base = self._whole.data_ptr()
+        else:
+            self._whole = self._aligned(sum(sizes))
+            base = self._whole.ctypes.data
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        self._buffers = [self._whole[s:s + n] for s, n in zip(starts, sizes)]
+        self.addresses = [base + s for s in starts]
 
     @staticmethod
     def _aligned(size: int) -> np.ndarray:
@@ -44,6 +62,8 @@ class RankMemory:
     @property
     def regions(self) -> list[tuple[int, int, int, str]]:
         """``register_memory`` tuples: (address, length, device, name)."""
+        if self.memory.single_region:
+            return [(self.addresses[0], self.memory.total_bytes, self.dev_id, "")]
         return [(addr, rows * cols, self.dev_id, "") for addr, (rows, cols) in zip(self.addresses, self._shapes)]
 
     @property
@@ -89,5 +109,6 @@ class RankMemory:
             torch.cuda.synchronize(self.dev_id)
 
     def release(self) -> None:
+        self._whole = None
         self._buffers = []
         self.addresses = []

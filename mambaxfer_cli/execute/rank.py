@@ -345,7 +345,12 @@ def rank_main(task: RankTask, deadline: float, conn: Connection, coordinator: in
     _watch_parent(coordinator)
     ch = Channel(conn, deadline)
     try:
-        result = run_prefill(task, ch) if isinstance(task, PrefillTask) else run_decode(task, ch)
+        if task.settings.bench is not None:
+            from mambaxfer_cli.execute import bench_rank
+
+            result = (bench_rank.run_prefill if isinstance(task, PrefillTask) else bench_rank.run_decode)(task, ch)
+        else:
+            result = run_prefill(task, ch) if isinstance(task, PrefillTask) else run_decode(task, ch)
         ch.send("result", result)
     except Stopped:
         pass

@@ -33,6 +33,7 @@ class Memory:
     tensors: int
     logical_blocks: int
     page_bytes: int
+    single_region: bool = False    # bench: the tensors back to back in one registered region
 
     @property
     def region_shapes(self) -> tuple[tuple[int, int], ...]:
@@ -54,6 +55,7 @@ class RunSettings:
     iters: int
     discovery: "Discovery | None" = None   # a two-host run: this side's role and how it finds the other
     geometry: dict | None = None           # what the two sides compare before any byte moves
+    bench: "object | None" = None          # a bench run (execute.bench.BenchSpec): ranks run bench's steps
 
     @property
     def mem_type(self) -> str:

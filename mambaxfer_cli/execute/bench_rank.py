@@ -1,0 +1,240 @@
+"""The steps of a bench run inside one rank process (see ``execute.bench``).
+
+Both directions between the same agents and the same registered memory (one region per rank):
+pull, D posting prepared READs, and push, P posting prepared WRITEs into D's memory, each for
+every variant (the plan as planned, coalesced, and the limit: one descriptor per source P rank
+moving the same bytes). Before each variant D poisons its memory; after it D checks every byte.
+All ranks step together through the coordinator's barriers.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from mambaxfer_cli.execute.bench import LIMIT, limit_chunks, limit_verdict
+from mambaxfer_cli.execute.rank import SERVE_WAIT, Channel, RankFailure, _exchange, _fill, _header, _setup
+from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
+from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
+
+DIRECTIONS = ("READ", "WRITE")
+
+
+def _barrier(ch: Channel, name: str, idle=None) -> None:
+    ch.send("barrier", name)
+    got = ch.wait_for("go", f"waiting for every rank at '{name}'", idle=idle, every=SERVE_WAIT if idle else 0.5)
+    if got != name:
+        raise RankFailure(f"out of step: at '{name}', the coordinator released '{got}'")
+
+
+def _post(agent, xfers: list, notif: bytes, ch: Channel) -> float:
+    started = time.perf_counter()
+    for xfer in xfers:
+        if agent.transfer(xfer, notif) == "ERR":
+            raise RankFailure("NIXL refused to post a transfer")
+    pending, spins = list(xfers), 0
+    while pending:
+        pending = [x for x in pending if agent.check_xfer_state(x) != "DONE"]
+        spins += 1
+        if spins % 1024 == 0:
+            ch.left("waiting for the transfers to complete")
+    return time.perf_counter() - started
+
+
+def _iterations(agent, xfers: list, iters: int, ch: Channel, last_notif: bytes = b"") -> dict:
+    """Post once untimed, then ``iters`` times; per iteration its wall time and NIXL's telemetry summed over the transfers."""
+    times, post_us, xfer_us, kept = [], [], [], []
+    _post(agent, xfers, b"", ch)    # warm-up: the first post connects endpoints and registers rkeys
+    for i in range(iters):
+        times.append(_post(agent, xfers, last_notif if i == iters - 1 else b"", ch))
+        telemetry = [agent.get_xfer_telemetry(x) for x in xfers]
+        post_us.append(sum(int(t.postDuration) for t in telemetry))
+        xfer_us.append(max((int(t.xferDuration) for t in telemetry), default=0))
+        kept.append(sum(int(t.descCount) for t in telemetry))
+    return {"times": times, "post_us": post_us, "xfer_us": xfer_us, "descs_kept": kept[-1]}
+
+
+def _prepare(agent, op: str, pairs, ch: Channel) -> tuple[list, list, dict]:
+    """``pairs``: (local key, local table, remote name, remote table, mem type, local ids, remote ids).
+    Local lists are prepared once per key. Returns transfers, handles to release, and times."""
+    local, handles, xfers = {}, [], []
+    prep_s = make_s = 0.0
+    posted = 0
+    for key, l_table, l_mem, r_name, r_table, r_mem, l_ids, r_ids in pairs:
+        started = time.perf_counter()
+        if key not in local:
+            local[key] = agent.prep_xfer_dlist("NIXL_INIT_AGENT", l_table, l_mem)
+            handles.append(local[key])
+        remote = agent.prep_xfer_dlist(r_name, r_table, r_mem)
+        handles.append(remote)
+        prep_s += time.perf_counter() - started
+        started = time.perf_counter()
+        xfers.append(agent.make_prepped_xfer(op, local[key], np.asarray(l_ids, dtype=np.int32), remote,
+                                             np.asarray(r_ids, dtype=np.int32), b""))
+        make_s += time.perf_counter() - started
+        posted += len(l_ids)
+    ch.check_stop()
+    return xfers, handles, {"prep_s": prep_s, "make_s": make_s, "descs_posted": posted}
+
+
+def _one(addr: int, size: int, dev: int) -> np.ndarray:
+    return np.array([[addr, size, dev]], dtype=np.uint64)
+
+
+def run_decode(task: DecodeTask, ch: Channel) -> dict:
+    spec = task.settings.bench
+    api, memory, agent = _setup(task, ch, telemetry=True)
+    memory.poison()
+    memory.sync()
+    registered = agent.register_memory(memory.regions, memory.mem_type)
+    handles, remotes = [], []
+    try:
+        ch.send("ready", {"agent": task.agent, "metadata": agent.get_agent_metadata(), "bases": memory.bases,
+                          "mem_type": memory.mem_type, "dev_id": task.dev_id, "page_bytes": task.memory.page_bytes})
+        published = _exchange(task, ch, agent, remotes)
+        ch.phase("preparing")
+        xfers, prep = {}, {}
+        for name, reads in spec.variants:
+            mine = reads.get(task.rank, ())
+            pairs = []
+            for read in mine:
+                r_name, peer = published[read.p_rank]
+                pairs.append((read.local_list, read.local.table(memory.bases, task.memory.page_bytes, task.dev_id),
+                              memory.mem_type, r_name,
+                              read.remote.table(peer["bases"], peer["page_bytes"], peer["dev_id"]), peer["mem_type"],
+                              read.local_ids, read.remote_ids))
+            xfers[name], got, prep[name] = _prepare(agent, "READ", pairs, ch)
+            handles.extend(got + xfers[name])
+        pairs = []
+        for p_rank, offset, size in limit_chunks(task.reads):
+            r_name, peer = published[p_rank]
+            pairs.append((f"limit:{p_rank}", _one(memory.bases[0] + offset, size, task.dev_id), memory.mem_type,
+                          r_name, _one(peer["regions"][0][0], size, peer["dev_id"]), peer["mem_type"], [0], [0]))
+        xfers[LIMIT], got, prep[LIMIT] = _prepare(agent, "READ", pairs, ch)
+        handles.extend(got + xfers[LIMIT])
+        _barrier(ch, "prepared")
+        results = {}
+        for direction in DIRECTIONS:
+            for name in spec.order:
+                step = f"{direction}:{name}"
+                memory.poison()
+                memory.sync()
+                _barrier(ch, step)
+                ch.phase("transferring", f"{direction} {name}")
+                if direction == "READ":
+                    run = _iterations(agent, xfers[name], spec.iters, ch)
+                else:
+                    _wait_notifs(agent, ch, {f"P{p}" for p in task.sources}, f"{step}:done".encode(), task)
+                    run = {}
+                memory.sync()
+                ch.phase("verifying", f"{direction} {name}")
+                regions = [memory.fetch(i) for i in range(memory.count)]
+                if name == LIMIT:
+                    verdict = limit_verdict(task, regions)
+                else:
+                    from mambaxfer_cli.execute.verify import verify_decode
+
+                    verdict = verify_decode(spec.decode_tasks[name][task.rank], regions).to_dict()
+                results[step] = {**run, **prep[name], "verdict": verdict}
+                _barrier(ch, f"{step}:checked")
+        return {"steps": results, "sources": list(task.sources)}
+    finally:
+        for handle in handles:
+            handle.release()
+        for name in remotes:
+            agent.remove_remote_agent(name)
+        agent.deregister_memory(registered)
+        memory.release()
+
+
+def _wait_notifs(agent, ch: Channel, senders: set[str], message: bytes, task) -> None:
+    prefix = f"mambaxfer-{task.settings.run_id}-"
+    waiting = set(senders)
+    while waiting:
+        ch.left("waiting for the WRITE notifications of " + ", ".join(sorted(waiting)))
+        for sender, messages in agent.get_new_notifs().items():
+            sender = sender.decode() if isinstance(sender, bytes) else sender
+            if message in messages and sender.startswith(prefix):
+                waiting.discard(sender[len(prefix):])
+        if waiting:
+            time.sleep(0.0002)
+
+
+def run_prefill(task: PrefillTask, ch: Channel) -> dict:
+    spec = task.settings.bench
+    api, memory, agent = _setup(task, ch, telemetry=True)
+    _fill(task, memory)
+    registered = agent.register_memory(memory.regions, memory.mem_type)
+    handles, remotes = [], []
+    try:
+        try:
+            server = SideChannelServer(task.settings.host, task.port)
+        except (PortInUse, SideChannelError) as exc:
+            raise RankFailure(str(exc)) from None
+        header, metadata = _header(task, memory), agent.get_agent_metadata()
+        unserved = set(task.consumers)
+
+        def serve() -> None:
+            """While waiting: drive the agent (no progress thread: D's READs need this rank's
+            progress) and answer the D ranks that fetch this rank's metadata."""
+            agent.get_new_notifs()
+            if unserved:
+                request = server.serve(lambda r: (header, metadata), 0, ch.deadline)
+                if request is not None:
+                    unserved.discard(request.get("d_rank"))
+
+        try:
+            ch.send("ready", {"port": server.port})
+            ch.phase("serving")
+            decoders = ch.wait_for("decoders", "waiting for the D ranks to register", idle=serve, every=SERVE_WAIT)
+            names = {}
+            for d in task.consumers:
+                name = agent.add_remote_agent(decoders[d]["metadata"])
+                names[d] = name.decode() if isinstance(name, bytes) else name
+                remotes.append(names[d])
+            xfers, prep = {}, {}
+            for variant, reads in spec.variants:
+                pairs = []
+                for d in task.consumers:
+                    peer = decoders[d]
+                    for read in reads.get(d, ()):
+                        if read.p_rank != task.rank:
+                            continue
+                        pairs.append((read.remote, read.remote.table(memory.bases, task.memory.page_bytes, task.dev_id),
+                                      memory.mem_type, names[d],
+                                      read.local.table(peer["bases"], peer["page_bytes"], peer["dev_id"]),
+                                      peer["mem_type"], read.remote_ids, read.local_ids))
+                xfers[variant], got, prep[variant] = _prepare(agent, "WRITE", pairs, ch)
+                handles.extend(got + xfers[variant])
+            pairs = []
+            for d in task.consumers:
+                peer = decoders[d]
+                for p_rank, offset, size in limit_chunks(spec.variants[0][1][d]):
+                    if p_rank == task.rank:
+                        pairs.append((f"limit:{d}", _one(memory.bases[0], size, task.dev_id), memory.mem_type, names[d],
+                                      _one(peer["bases"][0] + offset, size, peer["dev_id"]), peer["mem_type"],
+                                      [0], [0]))
+            xfers[LIMIT], got, prep[LIMIT] = _prepare(agent, "WRITE", pairs, ch)
+            handles.extend(got + xfers[LIMIT])
+            _barrier(ch, "prepared", idle=serve)
+            results = {}
+            for direction in DIRECTIONS:
+                for name in spec.order:
+                    step = f"{direction}:{name}"
+                    _barrier(ch, step, idle=serve)
+                    if direction == "WRITE":
+                        ch.phase("transferring", f"WRITE {name}")
+                        results[step] = {**_iterations(agent, xfers[name], spec.iters, ch, f"{step}:done".encode()),
+                                         **prep[name]}
+                    _barrier(ch, f"{step}:checked", idle=serve)
+            return {"steps": results, "consumers": list(task.consumers)}
+        finally:
+            server.close()
+    finally:
+        for handle in handles:
+            handle.release()
+        for name in remotes:
+            agent.remove_remote_agent(name)
+        agent.deregister_memory(registered)
+        memory.release()

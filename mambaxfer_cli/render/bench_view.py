@@ -1,0 +1,66 @@
+"""Rich views of a bench run: a progress bar on stderr, and one table per device and direction."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mambaxfer_cli.render.model_view import human_bytes
+
+
+class BenchProgress:
+    """One step per request size and device; the detail shows what the ranks are doing."""
+
+    def __init__(self, total: int) -> None:
+        self.console = Console(stderr=True, highlight=False)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[detail]}"),
+                                 console=self.console, transient=True, disable=not self.console.is_terminal)
+        self.task = self.progress.add_task("bench", total=total, detail="")
+
+    def __enter__(self) -> "BenchProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def start(self, description: str) -> None:
+        self.progress.update(self.task, description=description, detail="")
+
+    def update(self, name: str, phase: str, detail: str) -> None:
+        self.progress.update(self.task, detail=f"{name} {phase} {detail}"[:40])
+
+    def advance(self) -> None:
+        self.progress.advance(self.task)
+
+
+def _transport(point: dict, direction: str) -> str:
+    return ", ".join(point["transport"][direction]["transports"]) or "?"
+
+
+def bench_tables(document: dict) -> list[Table]:
+    tables = []
+    devices = sorted({p["device"] for p in document["points"]})
+    for device in devices:
+        points = [p for p in document["points"] if p["device"] == device]
+        for direction, mode in document["directions"].items():
+            transports = sorted({_transport(p, direction) for p in points})
+            title = (f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, {device}, {mode}, "
+                     f"UCX: {'; '.join(transports)}, {document['iters']} iters")
+            table = Table(title=title, title_justify="left", padding=(0, 1))
+            for column in ("blocks", "variant", "bytes", "descs", "kept", "GB/s", "p99", "us/desc", "prep ms",
+                           "post us", "/limit"):
+                table.add_column(column, justify="left" if column == "variant" else "right")
+            for point in points:
+                for name, row in point["variants"][direction].items():
+                    ratio = point["ratios"][direction].get(f"{name}/limit")
+                    table.add_row(str(point["request_blocks"]), name + ("" if row["verified"] else " WRONG"),
+                                  human_bytes(row["bytes"]), str(row["descriptors_posted"]),
+                                  str(row["descriptors_kept"]), f"{row['gb_per_s']['median']:.2f}",
+                                  f"{row['gb_per_s']['p99']:.2f}", f"{row['per_descriptor_us']:.1f}",
+                                  f"{row['prep_ms'] + row['make_ms']:.1f}", f"{row['post_us']['median']:.0f}",
+                                  "" if ratio is None else f"{ratio:.2f}")
+            tables.append(table)
+    return tables
