@@ -49,9 +49,11 @@ def bench_tables(document: dict) -> list[Table]:
             transports = sorted({_transport(p, direction) for p in points})
             title = (f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, {device}, {mode}, "
                      f"UCX: {'; '.join(transports)}, {document['iters']} iters")
-            table = Table(title=title, title_justify="left", padding=(0, 1))
-            for column in ("blocks", "variant", "bytes", "descs", "kept", "GB/s", "p99", "us/desc", "prep ms",
-                           "post us", "/limit"):
+            table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
+            # blocks per request; descriptors posted and kept after NIXL's merge; median and p99 GB/s;
+            # us per posted descriptor; prep (prep_xfer_dlist + make_prepped_xfer) ms; post us (telemetry)
+            for column in ("blk", "variant", "bytes", "desc", "kept", "GB/s", "p99", "us/d", "prep", "post",
+                           "/lim"):
                 table.add_column(column, justify="left" if column == "variant" else "right")
             for point in points:
                 for name, row in point["variants"][direction].items():

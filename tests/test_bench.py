@@ -1,0 +1,87 @@
+"""mambaxfer bench: its document and the consistency of its ratios (never its speed), on real
+NIXL transfers over DRAM, and every byte still verified after a bench run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_run import run_cli
+from mambaxfer_cli.execute.bench import LIMIT, ORDER, limit_chunks, transports
+from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+from mambaxfer_cli.model_source import load_model
+from rank_processes import assert_no_rank_left, new_tag
+
+
+RUN_TAG = new_tag()
+
+
+@pytest.fixture(scope="module")
+def document() -> dict:
+    result = run_cli("bench", "--model", "jamba", "--p-tp", "2", "--d-tp", "1", "--layers", "4",
+                     "--request-blocks", "1,3", "--iters", "3", "--device", "cpu", "--format", "json",
+                     "--timeout", "60", timeout=150, env=RUN_TAG)
+    assert result.code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_every_variant_moves_the_same_bytes_and_verifies_them(document):
+    assert document["schema"] == "mambaxfer.bench/v1" and document["verified"] is True
+    assert [p["request_blocks"] for p in document["points"]] == [1, 3]
+    for point in document["points"]:
+        rows = [point["variants"][d][v] for d in ("READ", "WRITE") for v in ORDER]
+        assert len({r["bytes"] for r in rows}) == 1
+        assert all(r["verified"] and r["wrong_bytes"] == 0 and r["checked_bytes"] > 0 for r in rows)
+        for direction in ("READ", "WRITE"):
+            assert point["transport"][direction]["transports"], point["transport"]   # UCX named its lanes
+
+
+def test_ratios_and_figures_are_consistent(document):
+    small, large = document["points"]
+    assert large["variants"]["READ"]["planned"]["bytes"] == 3 * small["variants"]["READ"]["planned"]["bytes"]
+    for point in document["points"]:
+        for direction, variants in point["variants"].items():
+            limit = variants[LIMIT]
+            assert limit["descriptors_posted"] == 2            # D0 reads from two P ranks: one descriptor each
+            for name in ("planned", "coalesced"):
+                row = variants[name]
+                ratio = row["gb_per_s"]["median"] / limit["gb_per_s"]["median"]
+                assert point["ratios"][direction][f"{name}/limit"] == pytest.approx(ratio)
+                assert row["descriptors_kept"] <= row["descriptors_posted"]
+            for row in variants.values():
+                assert row["segment_bytes"] == row["bytes"] // row["descriptors_posted"]
+                assert row["gb_per_s"]["median"] == pytest.approx(row["bytes"] / row["time_us"]["median"] / 1e3)
+                assert len(row["times_s"]) == document["iters"]
+                assert row["gb_per_s"]["p99"] <= row["gb_per_s"]["median"] * (1 + 1e-9)
+        planned, coalesced = point["variants"]["READ"]["planned"], point["variants"]["READ"]["coalesced"]
+        assert coalesced["descriptors_posted"] <= planned["descriptors_posted"]
+
+
+def test_limit_chunks_lie_back_to_back_and_carry_every_byte():
+    plan = plan_to_execute(cut_layers(load_model("jamba"), 4), 4, 1, semantics="vllm", coalesce=False,
+                           blocks=None, request_blocks=2, seed=0)
+    reads = plan.descriptors.reads
+    chunks = limit_chunks(reads)
+    assert [c[0] for c in chunks] == [0, 1, 2, 3]
+    assert sum(c[2] for c in chunks) == sum(int(r.local.resolve(r.local_ids)["size"].sum()) for r in reads)
+    assert all(a[1] + a[2] == b[1] for a, b in zip(chunks, chunks[1:]))
+
+
+def test_transports_read_from_ucx_info_lines():
+    log = ("[1.2] [vm:1 :0] ucp_worker.c:1997 UCX  INFO    mambaxfer-ab-D0 self cfg#0 rma_am(tcp/lo) am(tcp/lo)\n"
+           "[1.3] [vm:1 :0] ucp_worker.c:1997 UCX  INFO    mambaxfer-ab-D0 intra-node cfg#1 rma_bw(cuda_ipc/cuda) "
+           "am(tcp/lo cma/memory)  ka(tcp/lo)\n"
+           "[1.4] [vm:2 :0] ucp_worker.c:1997 UCX  INFO    mambaxfer-ab-P0 intra-node cfg#1 rma_am(tcp/lo)\n"
+           "[1.5] [vm:3 :0] ucp_worker.c:1997 UCX  INFO    mambaxfer-zz-P0 intra-node cfg#1 rma_bw(rc_mlx5/mlx5_0:1)\n")
+    got = transports(log, "ab")
+    assert got["READ"]["transports"] == ["cma", "cuda_ipc", "tcp"]
+    assert got["WRITE"] == {"transports": ["tcp"], "ucx_lanes": ["rma_am(tcp/lo)"]}
+
+
+def test_a_bench_leaves_no_rank_behind_and_bad_input_is_one_line(document):
+    result = run_cli("bench", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--request-blocks", "0,x")
+    assert result.code == 2 and "Traceback" not in result.stderr and "--request-blocks" in result.stderr
+    result = run_cli("bench", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--chart", "out.svg")
+    assert result.code == 2 and "PNG" in result.stderr
+    assert_no_rank_left(RUN_TAG)
