@@ -162,6 +162,50 @@ class DescriptorList:
         return out
 
 
+def strided(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray | None:
+    """The list in NIXL 1.5's ``(rows, 5)`` form (address, length, device, stride, count): one row per
+    attention stream and per SSM tensor region, each standing for its blocks ``stride`` bytes apart,
+    numbered as ``table`` numbers them. None where the form does not fit (several pieces per kernel
+    block, whose IDs run piece-minor)."""
+    if dlist.pieces != 1:
+        return None
+    eng = dlist.engine
+    kernel = page_bytes // eng.blocks_per_logical
+    spt = eng.streams_per_tensor
+    bases = np.asarray(bases, dtype=np.uint64)
+    streams = np.arange(eng.attention_streams, dtype=np.uint64)
+    attn = np.empty((eng.attention_streams, 5), dtype=np.uint64)
+    attn[:, 0] = bases[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt) \
+        + np.uint64(dlist.attention[0][0])
+    attn[:, 1], attn[:, 3], attn[:, 4] = dlist.attention[0][1], kernel, eng.num_blocks
+    offsets = np.array([o for o, _ in dlist.regions], dtype=np.uint64)
+    sizes = np.array([z for _, z in dlist.regions], dtype=np.uint64)
+    ssm = np.empty((eng.ssm_tensors, dlist.k, 5), dtype=np.uint64)
+    ssm[..., 0] = bases[:eng.ssm_tensors, None] + offsets[None, :]
+    ssm[..., 1] = sizes[None, :]
+    ssm[..., 3], ssm[..., 4] = page_bytes, eng.logical_blocks
+    out = np.concatenate([attn, ssm.reshape(-1, 5)])
+    out[:, 2] = dev_id
+    return out[out[:, 4] > 0]
+
+
+def nixl_rows(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray:
+    """What ``prep_xfer_dlist`` gets: the strided form where it fits (fewer rows), else the table."""
+    rows = strided(dlist, bases, page_bytes, dev_id)
+    return rows if rows is not None else dlist.table(bases, page_bytes, dev_id)
+
+
+def expand(rows: np.ndarray) -> np.ndarray:
+    """An ``(N, 5)`` strided list as the ``(M, 3)`` list it stands for."""
+    counts = rows[:, 4].astype(np.int64)
+    index = np.repeat(np.arange(rows.shape[0]), counts)
+    step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    out = np.empty((index.size, 3), dtype=np.uint64)
+    out[:, 0] = rows[index, 0] + step.astype(np.uint64) * rows[index, 3]
+    out[:, 1], out[:, 2] = rows[index, 1], rows[index, 2]
+    return out
+
+
 def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[np.ndarray],
               attention_slots: Sequence[np.ndarray | None] | None = None) -> np.ndarray:
     """The IDs of one read for a request: per group, region-major (stream-major for attention);

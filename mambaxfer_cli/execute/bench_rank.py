@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from mambaxfer_cli.descriptors import nixl_rows
+
 from mambaxfer_cli.execute.bench import LIMIT, limit_chunks, limit_verdict
 from mambaxfer_cli.execute.rank import SERVE_WAIT, Channel, RankFailure, _exchange, _fill, _header, _setup
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
@@ -100,9 +102,9 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
             pairs = []
             for read in mine:
                 r_name, peer = published[read.p_rank]
-                pairs.append((read.local_list, read.local.table(memory.bases, task.memory.page_bytes, task.dev_id),
+                pairs.append((read.local_list, nixl_rows(read.local, memory.bases, task.memory.page_bytes, task.dev_id),
                               memory.mem_type, r_name,
-                              read.remote.table(peer["bases"], peer["page_bytes"], peer["dev_id"]), peer["mem_type"],
+                              nixl_rows(read.remote, peer["bases"], peer["page_bytes"], peer["dev_id"]), peer["mem_type"],
                               read.local_ids, read.remote_ids))
             xfers[name], got, prep[name] = _prepare(agent, "READ", pairs, ch)
             handles.extend(got + xfers[name])
@@ -201,9 +203,9 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
                     for read in reads.get(d, ()):
                         if read.p_rank != task.rank:
                             continue
-                        pairs.append((read.remote, read.remote.table(memory.bases, task.memory.page_bytes, task.dev_id),
+                        pairs.append((read.remote, nixl_rows(read.remote, memory.bases, task.memory.page_bytes, task.dev_id),
                                       memory.mem_type, names[d],
-                                      read.local.table(peer["bases"], peer["page_bytes"], peer["dev_id"]),
+                                      nixl_rows(read.local, peer["bases"], peer["page_bytes"], peer["dev_id"]),
                                       peer["mem_type"], read.remote_ids, read.local_ids))
                 xfers[variant], got, prep[variant] = _prepare(agent, "WRITE", pairs, ch)
                 handles.extend(got + xfers[variant])

@@ -16,6 +16,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from mambaxfer_cli.descriptors import nixl_rows
+
 from mambaxfer_cli.execute import remote as two_host
 from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
@@ -275,11 +277,11 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
         posted = moved = 0
         for read in task.reads:
             if read.local_list not in local_handles:
-                table = read.local.table(memory.bases, task.memory.page_bytes, task.dev_id)
+                table = nixl_rows(read.local, memory.bases, task.memory.page_bytes, task.dev_id)
                 local_handles[read.local_list] = agent.prep_xfer_dlist("NIXL_INIT_AGENT", table, memory.mem_type)
                 lists.append(local_handles[read.local_list])
             name, peer = published[read.p_rank]
-            table = read.remote.table(peer["bases"], peer["page_bytes"], peer["dev_id"])
+            table = nixl_rows(read.remote, peer["bases"], peer["page_bytes"], peer["dev_id"])
             remote = agent.prep_xfer_dlist(name, table, peer["mem_type"])
             lists.append(remote)
             xfers.append(agent.make_prepped_xfer(
