@@ -6,7 +6,9 @@
 #
 #   scripts/gpu_check.sh                 # VRAM (needs a GPU, a CUDA torch and nixl==1.5.1)
 #   DEVICE=cpu scripts/gpu_check.sh      # the same runs on DRAM, to try the script without a GPU
-# Knobs: MAMBAXFER (command, default "python -m mambaxfer_cli"), BLOCKS, REQUEST_BLOCKS, ITERS, TIMEOUT.
+# Then `mambaxfer bench` on the same device: GB/s of the plan against one descriptor, READ and WRITE.
+# Knobs: MAMBAXFER (command, default "python -m mambaxfer_cli"), BLOCKS, REQUEST_BLOCKS, ITERS, TIMEOUT,
+# BENCH_BLOCKS, BENCH_ITERS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,7 +49,8 @@ for run in "${RUNS[@]}"; do
   echo "$? $want $model $p_tp $d_tp $semantics" >"$work/$i.run"
 done
 
-"$PYTHON" - "$work" "${#RUNS[@]}" "$DEVICE" <<'EOF'
+status=0
+"$PYTHON" - "$work" "${#RUNS[@]}" "$DEVICE" <<'EOF' || status=1
 import json, sys
 from pathlib import Path
 
@@ -83,3 +86,30 @@ for r in [header, ["-" * w for w in widths], *rows]:
 print("all runs as expected" if good else "SOME RUNS FAILED")
 sys.exit(0 if good else 1)
 EOF
+
+# bench on the same device: planned, coalesced and one descriptor (the limit), READ and WRITE,
+# the UCX transport of each; the same figures as BENCHMARKS.md. It must verify every byte.
+echo "gpu_check: bench jamba P1 -> D2 on $DEVICE" >&2
+# shellcheck disable=SC2086
+$MAMBAXFER bench --model jamba --p-tp 1 --d-tp 2 --device "$DEVICE" --request-blocks "${BENCH_BLOCKS:-1,4,16,64}" \
+  --iters "${BENCH_ITERS:-20}" --timeout "$TIMEOUT" --format json >"$work/bench.json" 2>"$work/bench.err" || status=1
+"$PYTHON" - "$work/bench.json" "$work/bench.err" <<'EOF' || status=1
+import json, sys
+
+try:
+    doc = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit("bench: no document: " + open(sys.argv[2]).read().strip()[-300:])
+print(f"mambaxfer bench {doc['model']} P{doc['p_tp']} -> D{doc['d_tp']}, {doc['iters']} iters (GB/s, median)")
+print(f"{'device':<6} {'blocks':>6} {'dir':<5} {'transport':<14} {'MiB':>7} {'planned':>8} {'coalesced':>9} "
+      f"{'limit':>7} {'a/c':>5} {'b/c':>5}")
+for p in doc["points"]:
+    for d, v in p["variants"].items():
+        g = {k: v[k]["gb_per_s"]["median"] for k in v}
+        print(f"{p['device']:<6} {p['request_blocks']:>6} {d:<5} {','.join(p['transport'][d]['transports']):<14} "
+              f"{v['planned']['bytes'] / 2**20:>7.1f} {g['planned']:>8.2f} {g['coalesced']:>9.2f} {g['limit']:>7.2f} "
+              f"{g['planned'] / g['limit']:>5.2f} {g['coalesced'] / g['limit']:>5.2f}")
+print("bench: every byte verified" if doc["verified"] else "bench: WRONG BYTES")
+sys.exit(0 if doc["verified"] else 1)
+EOF
+exit $status
