@@ -225,7 +225,8 @@ def bench_document(planned, points: list[dict], iters: int) -> dict:
 
 
 def write_chart(document: dict, path: Path) -> str | None:
-    """GB/s against request size, one line per variant and direction, the limit dashed. Returns
+    """GB/s against request size, one line per variant and direction (READ solid, WRITE dotted), the
+    limit in black. Returns
     why not when matplotlib is missing."""
     try:
         import matplotlib
@@ -235,14 +236,17 @@ def write_chart(document: dict, path: Path) -> str | None:
     except ImportError:
         return "matplotlib is not installed (pip install 'mambaxfer[bench]')"
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    styles = {PLANNED: "-o", COALESCED: "-s", LIMIT: "--"}
+    colours = {PLANNED: "tab:blue", COALESCED: "tab:orange", LIMIT: "black"}
+    markers = {PLANNED: "o", COALESCED: "s", LIMIT: ""}
+    lines = {"READ": "-", "WRITE": ":"}
     for device in sorted({p["device"] for p in document["points"]}):
         points = sorted((p for p in document["points"] if p["device"] == device), key=lambda p: p["variants"]["READ"][PLANNED]["bytes"])
         for direction in DIRECTIONS:
             for name in ORDER:
                 xs = [p["variants"][direction][name]["bytes"] / 2**20 for p in points]
                 ys = [p["variants"][direction][name]["gb_per_s"]["median"] for p in points]
-                ax.plot(xs, ys, styles[name], label=f"{device} {direction} {name}")
+                ax.plot(xs, ys, linestyle=lines[direction], marker=markers[name], color=colours[name],
+                        linewidth=2.2 if name == LIMIT else 1.4, label=f"{device} {direction} {name}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bytes per request (MiB)")
     ax.set_ylabel("GB/s (median)")
