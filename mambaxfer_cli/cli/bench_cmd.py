@@ -112,6 +112,10 @@ def bench(
                 except RunFailure as exc:
                     fail(str(exc))
                     raise typer.Exit(EXIT_RUN_FAILED) from None
+                except UserError as exc:
+                    raise UserError(f"{kind}, --request-blocks {n}: {exc}".replace(
+                        "use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)",
+                        "use smaller --request-blocks or fewer --layers")) from None
                 view.advance()
     document = bench_document(plans[0][0], points, iters)
     if fmt is BenchFormat.json:

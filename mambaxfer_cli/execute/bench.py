@@ -115,8 +115,8 @@ DATA_LANES = ("rma_bw", "rma", "rma_am", "am")     # the lanes that carry a READ
 
 def transports(log_text: str, run_id: str) -> dict:
     """Per role (P: WRITE, D: READ) the UCX lanes of the endpoints its agents used, and transport names."""
-    out = {"P": set(), "D": set()}
-    lanes = {"P": set(), "D": set()}
+    out: dict[str, set] = {"P": set(), "D": set()}
+    lanes: dict[str, set] = {"P": set(), "D": set()}
     for line in log_text.splitlines():
         match = _CFG.search(line)
         if not match or not match.group(1).startswith(f"mambaxfer-{run_id}-"):
@@ -211,7 +211,8 @@ def bench_point(planned, coalesced, device: str, gpus: int, iters: int, timeout:
                           for name in (PLANNED, COALESCED)} for direction in DIRECTIONS}
     return {"request_blocks": len(planned.descriptors.request.decode_blocks[0]),
             "device": device, "memory": settings.mem_type,
-            "transport": transports("\n".join(logs), settings.run_id),
+            "transport": transports("\n".join([*logs, *(line for r in [*decode.values(), *prefill.values()]
+                                                         for line in r.get("ucx", ()))]), settings.run_id),
             "variants": variants, "ratios": ratios,
             "verified": all(v["verified"] for d in variants.values() for v in d.values())}
 

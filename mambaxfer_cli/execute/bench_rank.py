@@ -80,6 +80,22 @@ def _prepare(agent, op: str, pairs, ch: Channel) -> tuple[list, list, dict]:
     return xfers, handles, {"prep_s": prep_s, "make_s": make_s, "descs_posted": posted}
 
 
+def ucx_config_lines() -> list[str]:
+    """This process's UCX endpoint-configuration lines (UCX logs them at info level into
+    UCX_LOG_FILE, ``%p`` standing for the pid); C stdio is flushed first, as the process may be
+    ended before it exits."""
+    import ctypes
+    import os
+
+    ctypes.CDLL(None).fflush(None)
+    path = os.environ.get("UCX_LOG_FILE", "").replace("%p", str(os.getpid()))
+    try:
+        with open(path, errors="replace") as handle:
+            return [line.rstrip("\n") for line in handle if " cfg#" in line]
+    except OSError:
+        return []
+
+
 def _one(addr: int, size: int, dev: int) -> np.ndarray:
     return np.array([[addr, size, dev]], dtype=np.uint64)
 
@@ -140,7 +156,7 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
                     verdict = verify_decode(spec.decode_tasks[name][task.rank], regions).to_dict()
                 results[step] = {**run, **prep[name], "verdict": verdict}
                 _barrier(ch, f"{step}:checked")
-        return {"steps": results, "sources": list(task.sources)}
+        return {"steps": results, "sources": list(task.sources), "ucx": ucx_config_lines()}
     finally:
         for handle in handles:
             handle.release()
@@ -230,7 +246,7 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
                         results[step] = {**_iterations(agent, xfers[name], spec.iters, ch, f"{step}:done".encode()),
                                          **prep[name]}
                     _barrier(ch, f"{step}:checked", idle=serve)
-            return {"steps": results, "consumers": list(task.consumers)}
+            return {"steps": results, "consumers": list(task.consumers), "ucx": ucx_config_lines()}
         finally:
             server.close()
     finally:
