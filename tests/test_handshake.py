@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from mambaxfer_cli.attention import sources
-from mambaxfer_cli.check import check_options, check_plan
+from mambaxfer_cli.check import check_plan
 from mambaxfer_cli.geometry import EngineFlags
 from mambaxfer_cli.handshake import attention_sources
 from mambaxfer_cli.model_source import load_model
