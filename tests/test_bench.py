@@ -17,12 +17,17 @@ from rank_processes import assert_no_rank_left, new_tag
 RUN_TAG = new_tag()
 
 
+CHART: dict = {}
+
+
 @pytest.fixture(scope="module")
-def document() -> dict:
+def document(tmp_path_factory) -> dict:
+    chart = tmp_path_factory.mktemp("bench") / "chart.png"
     result = run_cli("bench", "--model", "jamba", "--p-tp", "2", "--d-tp", "1", "--layers", "4",
                      "--request-blocks", "1,3", "--iters", "3", "--device", "cpu", "--format", "json",
-                     "--timeout", "60", timeout=150, env=RUN_TAG)
+                     "--timeout", "60", "--chart", str(chart), timeout=150, env=RUN_TAG)
     assert result.code == 0, result.stderr
+    CHART.update(path=chart, stderr=result.stderr)
     return json.loads(result.stdout)
 
 
@@ -56,6 +61,13 @@ def test_ratios_and_figures_are_consistent(document):
                 assert row["gb_per_s"]["p99"] <= row["gb_per_s"]["median"] * (1 + 1e-9)
         planned, coalesced = point["variants"]["READ"]["planned"], point["variants"]["READ"]["coalesced"]
         assert coalesced["descriptors_posted"] <= planned["descriptors_posted"]
+
+
+def test_the_chart_is_a_png_or_one_line_saying_why_not(document):
+    if CHART["path"].exists():
+        assert CHART["path"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "chart skipped: matplotlib is not installed" in CHART["stderr"]
 
 
 def test_limit_chunks_lie_back_to_back_and_carry_every_byte():
