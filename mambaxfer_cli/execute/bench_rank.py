@@ -44,17 +44,28 @@ def _post(agent, xfers: list, notif: bytes, ch: Channel) -> float:
     return time.perf_counter() - started
 
 
-def _iterations(agent, xfers: list, iters: int, ch: Channel, last_notif: bytes = b"") -> dict:
-    """Post once untimed, then ``iters`` times; per iteration its wall time and NIXL's telemetry summed over the transfers."""
+def _iterations(agent, xfers: list, iters: int, ch: Channel, start, last_notif: bytes = b"") -> dict:
+    """One untimed warm-up (it connects endpoints), then ``iters`` timed posts; before each, every
+    rank meets at ``start(i)`` so that concurrent initiators post together. Per iteration: its
+    wall time and NIXL's telemetry over the transfers."""
     times, post_us, xfer_us, kept = [], [], [], []
-    _post(agent, xfers, b"", ch)    # warm-up: the first post connects endpoints and registers rkeys
-    for i in range(iters):
-        times.append(_post(agent, xfers, last_notif if i == iters - 1 else b"", ch))
+    for i in range(-1, iters):
+        start(i)
+        took = _post(agent, xfers, last_notif if i == iters - 1 else b"", ch)
+        if i < 0:
+            continue
+        times.append(took)
         telemetry = [agent.get_xfer_telemetry(x) for x in xfers]
         post_us.append(sum(int(t.postDuration) for t in telemetry))
         xfer_us.append(max((int(t.xferDuration) for t in telemetry), default=0))
         kept.append(sum(int(t.descCount) for t in telemetry))
     return {"times": times, "post_us": post_us, "xfer_us": xfer_us, "descs_kept": kept[-1]}
+
+
+def _follow(ch: Channel, step: str, iters: int, idle) -> None:
+    """A rank that does not post in this step meets the initiators at each iteration's start."""
+    for i in range(-1, iters):
+        _barrier(ch, f"{step}:{i}", idle=idle)
 
 
 def _prepare(agent, op: str, pairs, ch: Channel) -> tuple[list, list, dict]:
@@ -112,6 +123,12 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
                           "mem_type": memory.mem_type, "dev_id": task.dev_id, "page_bytes": task.memory.page_bytes})
         published = _exchange(task, ch, agent, remotes)
         ch.phase("preparing")
+        notes: dict[str, list] = {}
+
+        def pump() -> None:
+            for sender, messages in agent.get_new_notifs().items():
+                notes.setdefault(sender.decode() if isinstance(sender, bytes) else sender, []).extend(messages)
+
         xfers, prep = {}, {}
         for name, reads in spec.variants:
             mine = reads.get(task.rank, ())
@@ -141,9 +158,11 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
                 _barrier(ch, step)
                 ch.phase("transferring", f"{direction} {name}")
                 if direction == "READ":
-                    run = _iterations(agent, xfers[name], spec.iters, ch)
-                else:
-                    _wait_notifs(agent, ch, {f"P{p}" for p in task.sources}, f"{step}:done".encode(), task)
+                    run = _iterations(agent, xfers[name], spec.iters, ch,
+                                      lambda i, step=step: _barrier(ch, f"{step}:{i}"))
+                else:   # P writes: keep this agent progressing, and keep the notifications it gets
+                    _follow(ch, step, spec.iters, pump)
+                    _wait_notifs(notes, pump, ch, {f"P{p}" for p in task.sources}, f"{step}:done".encode(), task)
                     run = {}
                 memory.sync()
                 ch.phase("verifying", f"{direction} {name}")
@@ -166,13 +185,13 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
         memory.release()
 
 
-def _wait_notifs(agent, ch: Channel, senders: set[str], message: bytes, task) -> None:
+def _wait_notifs(notes: dict, pump, ch: Channel, senders: set[str], message: bytes, task) -> None:
     prefix = f"mambaxfer-{task.settings.run_id}-"
     waiting = set(senders)
     while waiting:
         ch.left("waiting for the WRITE notifications of " + ", ".join(sorted(waiting)))
-        for sender, messages in agent.get_new_notifs().items():
-            sender = sender.decode() if isinstance(sender, bytes) else sender
+        pump()
+        for sender, messages in notes.items():
             if message in messages and sender.startswith(prefix):
                 waiting.discard(sender[len(prefix):])
         if waiting:
@@ -243,8 +262,11 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
                     _barrier(ch, step, idle=serve)
                     if direction == "WRITE":
                         ch.phase("transferring", f"WRITE {name}")
-                        results[step] = {**_iterations(agent, xfers[name], spec.iters, ch, f"{step}:done".encode()),
-                                         **prep[name]}
+                        start = lambda i, step=step: _barrier(ch, f"{step}:{i}", idle=serve)  # noqa: E731
+                        results[step] = {**_iterations(agent, xfers[name], spec.iters, ch, start,
+                                                       f"{step}:done".encode()), **prep[name]}
+                    else:
+                        _follow(ch, step, spec.iters, serve)
                     _barrier(ch, f"{step}:checked", idle=serve)
             return {"steps": results, "consumers": list(task.consumers), "ucx": ucx_config_lines()}
         finally:
