@@ -31,6 +31,14 @@ def document(tmp_path_factory) -> dict:
     return json.loads(result.stdout)
 
 
+def test_the_document_follows_its_schema(document):
+    import jsonschema
+
+    from mambaxfer_cli.schema import bench_schema
+
+    jsonschema.validate(document, bench_schema())
+
+
 def test_every_variant_moves_the_same_bytes_and_verifies_them(document):
     assert document["schema"] == "mambaxfer.bench/v1" and document["verified"] is True
     assert [p["request_blocks"] for p in document["points"]] == [1, 3]
