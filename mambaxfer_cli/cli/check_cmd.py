@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
     MODEL_HELP, CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, Format, KvGroupsOpt,
     KvTensorsOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, RequestBlocksOpt, SeedOpt,
@@ -83,6 +83,7 @@ def check(
 
     with progress() as (on_start, on_result):
         report = run_check(targets, options, on_start, on_result)
+    verdict(report.exit_code)
     if junit is not None:
         from mambaxfer_cli.render.junit import junit_xml
 

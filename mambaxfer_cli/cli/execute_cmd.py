@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
     MODEL_HELP, CoalesceOpt, ConvDtypeOpt, NumSpecOpt, Semantics, SsmDtypeOpt, VariantOpt, load,
 )
@@ -74,7 +74,7 @@ def execute(
     every byte. Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed."""
     import importlib.util
 
-    from mambaxfer_cli.cli import fail
+    from mambaxfer_cli.cli import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
     from mambaxfer_cli.execute.device import resolve_device
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
@@ -95,8 +95,9 @@ def execute(
         try:
             outcome = run(plan, settings, timeout, view.update)
         except RunFailure as exc:
-            fail(str(exc))   # the one red line of a usage error, with the run's own exit code
+            red_line(str(exc))   # one red line, with the run's own exit code
             raise typer.Exit(EXIT_RUN_FAILED) from None
+    verdict(0 if outcome.verified else EXIT_CORRUPT)
     if fmt is ExecuteFormat.json:
         import json
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
     ConvDtypeOpt, Format, ModelOpt, NumSpecOpt, SsmDtypeOpt, VariantOpt, dump, load, parse_tp_list,
 )
@@ -27,6 +27,7 @@ def inspect(
 
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec)
     layouts = {size: engine_layouts(spec, size) for size in parse_tp_list(tp)}
+    verdict(0)
     if fmt is not Format.table:
         document = {"model": spec.to_dict(),
                     "layouts": {str(size): [r.to_dict() for r in ranks] for size, ranks in layouts.items()}}

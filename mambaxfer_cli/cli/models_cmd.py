@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import Format, dump
 
 
@@ -18,6 +18,7 @@ def models(
     from mambaxfer_cli.model_source import load_model, preset_description, preset_names
 
     specs = [load_model(name) for name in preset_names()]
+    verdict(0)
     if fmt is not Format.table:
         rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
                 for spec in specs]

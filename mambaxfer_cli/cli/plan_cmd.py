@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
     CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, DTpOpt, Format, KvGroupsOpt,
     KvTensorsOpt, ModelOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, PTpOpt,
@@ -56,6 +56,7 @@ def plan(
         decode_blocks=decode_blocks, seed=seed)
     result = build_plan(spec, p_tp, d_tp, options)
     document = result.to_dict(d_rank)  # validates --d-rank before anything is written
+    verdict(0)
     if output is not None:
         text = dump(document, Format.yaml if fmt is Format.yaml else Format.json)
         write_atomically(output, text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 
 
 @app.command("schema")
