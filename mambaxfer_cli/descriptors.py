@@ -172,7 +172,7 @@ def random_request(n_groups: int, per_group: int, prefill: Engine, decode: Engin
 
 
 def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[np.ndarray, ...]:
-    """``'3,5;1;2'``: block IDs per group, groups separated by ';' (one list: every group)."""
+    """``'3,5;1;2'``: block IDs per group, groups separated by ';' (each block once in the request)."""
     try:
         lists = [np.array([int(x) for x in part.split(",") if x.strip()], dtype=np.int64)
                  for part in text.split(";")]
@@ -187,6 +187,16 @@ def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[n
         if bad.size:
             raise UserError(f"--{side}-blocks: block {int(bad[0])} is outside the {side} engine's "
                             f"{engine.logical_blocks} logical blocks")
+    # vLLM hands each block of a request to one group once: a repeat would share one page.
+    first: dict[int, int] = {}
+    for group, blocks in enumerate(lists):
+        for block in blocks.tolist():
+            if block in first:
+                again = "twice in group" if first[block] == group else f"in groups {first[block]} and"
+                raise UserError(f"--{side}-blocks: block {block} is {again} {group}; a request holds each "
+                                f"block once (give each of the {n_groups} groups its own blocks, "
+                                f"separated by ';')")
+            first[block] = group
     return tuple(lists)
 
 

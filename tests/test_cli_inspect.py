@@ -136,7 +136,9 @@ def test_bad_dtype(fails, flag):
 
 
 def test_bad_num_spec(fails):
-    fails("--num-spec must be a non-negative integer, got -1", "inspect", "-m", "jamba", "--num-spec", "-1")
+    fails("--num-spec must be >= 0, got -1", "inspect", "-m", "jamba", "--num-spec", "-1")
+    fails("--num-spec 1000000 is larger than any speculative decoding uses; at most 128",
+          "inspect", "-m", "granite-4.0-h-tiny", "--num-spec", "1000000")
 
 
 def test_yaml_without_config(fails, tmp_path):

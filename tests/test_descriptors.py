@@ -91,24 +91,24 @@ def test_table_and_resolve_agree_with_the_formula():
 def test_jamba_1p4d_descriptor_ids_by_hand():
     # Jamba's grouping: 7 SSM groups then 1 attention group, 4 tensors; one attention stream per
     # tensor gives F = 4; k = 2 (x, ssm). P: N = 1000, phys 4, L = 250. D: N = 2000, phys 4, L = 500.
-    # Request: every group uses P logical block 5 and D logical block 7.
+    # Request: group g uses P logical block 5 + g and D logical block 7 + g.
     opts = PlanOptions(prefill=EngineOptions(1000, 4), decode=EngineOptions(2000, 4),
-                       prefill_blocks="5", decode_blocks="7")
+                       prefill_blocks="5;6;7;8;9;10;11;12", decode_blocks="7;8;9;10;11;12;13;14")
     plan = build_plan(load_model("jamba"), 1, 4, opts)
     dmap = plan.descriptors
     assert dmap.groups == ("ssm",) * 7 + ("attention",)
     assert [(r.d_rank, r.p_rank, r.local_list, r.local.k, r.attention) for r in dmap.reads] == [
         (d, 0, "base", 2, True) for d in range(4)]
-    # One SSM group: q = tensor * 2 + region for 4 tensors; local F*N + q*L + 7 = 8007 + 500 q,
-    # remote 4000 + 250 q + 5.
-    local_ssm = [8007 + 500 * q for q in range(8)]
-    remote_ssm = [4005 + 250 * q for q in range(8)]
-    # Attention logical block 7 -> kernel 28..31 per stream f: f*2000 + 28.. (P: 5 -> 20..23, f*1000).
-    local_attn = [f * 2000 + k for f in range(4) for k in range(28, 32)]
-    remote_attn = [f * 1000 + k for f in range(4) for k in range(20, 24)]
+    # SSM group g: q = tensor * 2 + region for 4 tensors; local F*N + q*L + 7 + g = 8007 + g + 500 q,
+    # remote 4000 + 250 q + 5 + g.
+    local_ssm = [8007 + g + 500 * q for g in range(7) for q in range(8)]
+    remote_ssm = [4005 + g + 250 * q for g in range(7) for q in range(8)]
+    # Attention logical block 14 -> kernel 56..59 per stream f: f*2000 + 56.. (P: 12 -> 48..51, f*1000).
+    local_attn = [f * 2000 + k for f in range(4) for k in range(56, 60)]
+    remote_attn = [f * 1000 + k for f in range(4) for k in range(48, 52)]
     for read in dmap.reads:
-        assert read.local_ids.tolist() == local_ssm * 7 + local_attn
-        assert read.remote_ids.tolist() == remote_ssm * 7 + remote_attn
+        assert read.local_ids.tolist() == local_ssm + local_attn
+        assert read.remote_ids.tolist() == remote_ssm + remote_attn
     # The remote list of D rank 2 points at its slice of P's page (x at 2 * 12288, ssm at
     # 49152 + 2 * 65536); the attention slot: P holds 8 KV heads, D rank 2 heads 4..5.
     r2 = dmap.reads[2]
@@ -175,7 +175,11 @@ def test_random_request_is_distinct_and_seeded():
 def test_parse_blocks():
     eng = make_engine(vllm_grouping(("ssm", "attention")), 40, 4, 1, 2)   # 10 logical blocks
     assert [b.tolist() for b in parse_blocks("3,5;1", 2, eng, "prefill")] == [[3, 5], [1]]
-    assert [b.tolist() for b in parse_blocks("4", 2, eng, "prefill")] == [[4], [4]]
+    # A request holds each block once: one list for two groups would share its pages.
+    with pytest.raises(UserError, match="block 4 is in groups 0 and 1"):
+        parse_blocks("4", 2, eng, "prefill")
+    with pytest.raises(UserError, match="block 3 is twice in group 0"):
+        parse_blocks("3,3;1", 2, eng, "prefill")
     with pytest.raises(UserError, match="'3,x' is not a list of integers"):
         parse_blocks("3,x", 2, eng, "prefill")
     with pytest.raises(UserError, match="--decode-blocks gives 3 groups, the model has 2 KV-cache groups"):

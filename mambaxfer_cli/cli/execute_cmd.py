@@ -11,9 +11,10 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, NumSpecOpt, Semantics, SsmDtypeOpt, VariantOpt, load,
+    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, NumSpecOpt, Semantics, SsmDtypeOpt, VariantOpt, check_bounds, load,
 )
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.limits import finite_seconds
 
 EXIT_CORRUPT = 1
 EXIT_RUN_FAILED = 3
@@ -82,6 +83,9 @@ def execute(
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port {port}: not a port number (0..65535)")
+    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, blocks=blocks, blocks_per_logical=blocks_per_logical,
+                 request_blocks=request_blocks, iters=iters, seed=seed)
+    finite_seconds("--timeout", timeout)
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_logical, request_blocks,
                  seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec)
     if importlib.util.find_spec("nixl") is None:

@@ -11,6 +11,10 @@ from typing import Annotated, Optional
 import typer
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.limits import (
+    MAX_BLOCKS_PER_LOGICAL, MAX_ITERS, MAX_KERNEL_BLOCKS, MAX_LAYERS, MAX_KV_TENSORS, MAX_NUM_SPEC, MAX_REQUEST_BLOCKS, MAX_SEED, MAX_TP,
+    at_most, within,
+)
 from mambaxfer_cli.model import ModelSpec, Variant
 
 
@@ -46,6 +50,7 @@ def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype:
          num_spec: int | None) -> ModelSpec:
     from mambaxfer_cli.model_source import load_model
 
+    check_bounds(num_spec=num_spec)
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
                       num_spec=num_spec)
 
@@ -62,6 +67,7 @@ def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:
             raise UserError(f"{flag}: '{part}' is not an integer; write e.g. {flag} 1,2,4,8") from None
         if value < 1:
             raise UserError(f"{flag}: TP sizes must be positive integers, got {value}")
+        at_most(flag, value, MAX_TP, "deployment's TP size")
         sizes.append(value)
     if not sizes:
         raise UserError(f"{flag}: give at least one TP size, e.g. {flag} 1,2,4,8")
@@ -125,6 +131,37 @@ DecodeBlocksOpt = Annotated[Optional[str], typer.Option(
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated request's block IDs.")]
 
 
+# Each integer option: (lowest, highest, what the highest is beyond).
+BOUNDS: dict[str, tuple[int, int, str]] = {
+    "--p-tp": (1, MAX_TP, "deployment's TP size"),
+    "--d-tp": (1, MAX_TP, "deployment's TP size"),
+    "--num-spec": (0, MAX_NUM_SPEC, "speculative decoding uses"),
+    "--p-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
+    "--d-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
+    "--p-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--d-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--attention-streams": (1, 2, "engine's streams (1 or 2)"),
+    "--kv-tensors": (1, MAX_KV_TENSORS, "model's layers"),
+    "--ssm-tensors": (1, MAX_KV_TENSORS, "model's layers"),
+    "--request-blocks": (1, MAX_REQUEST_BLOCKS, "request's"),
+    "--seed": (0, MAX_SEED, "seed numpy takes here"),
+    "--layers": (1, MAX_LAYERS, "model's layers"),
+    "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
+    "--iters": (1, MAX_ITERS, "useful number of repeats"),
+}
+
+
+def check_bounds(**values: int | None) -> None:
+    """Every given integer option within its BOUNDS (keyword: the flag with '_' for '-')."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        low, high, what = BOUNDS[flag]
+        within(flag, value, low, high, what)
+
+
 def plan_options(*, semantics: Semantics, coalesce: bool, p_num_blocks: int, d_num_blocks: int,
                  p_blocks_per_logical: int, d_blocks_per_logical: int, attention_streams: int,
                  kv_groups: str | None, kv_tensors: int | None, ssm_tensors: int | None,
@@ -133,6 +170,9 @@ def plan_options(*, semantics: Semantics, coalesce: bool, p_num_blocks: int, d_n
     from mambaxfer_cli.kv_groups import parse_grouping
     from mambaxfer_cli.plan import EngineOptions, PlanOptions
 
+    check_bounds(p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks, p_blocks_per_logical=p_blocks_per_logical,
+                 d_blocks_per_logical=d_blocks_per_logical, attention_streams=attention_streams,
+                 kv_tensors=kv_tensors, ssm_tensors=ssm_tensors, request_blocks=request_blocks, seed=seed)
     if kv_groups is None and (kv_tensors is not None or ssm_tensors is not None):
         raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
     grouping = parse_grouping(kv_groups, kv_tensors, ssm_tensors) if kv_groups is not None else None

@@ -12,7 +12,7 @@ from mambaxfer_cli.cli.options import (
     CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, DTpOpt, Format, KvGroupsOpt,
     KvTensorsOpt, ModelOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, PTpOpt,
     RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
-    VariantOpt, dump, load, plan_options, write_atomically,
+    VariantOpt, check_bounds, dump, load, plan_options, write_atomically,
 )
 
 
@@ -47,6 +47,7 @@ def plan(
     """Plan a P/D transfer: both sides' layouts, every read, page diagrams and descriptor IDs."""
     from mambaxfer_cli.plan import build_plan
 
+    check_bounds(p_tp=p_tp, d_tp=d_tp)
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec)
     options = plan_options(
         semantics=semantics, coalesce=coalesce, p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks,
