@@ -4,6 +4,7 @@ every failure one UserError that names the file."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ def read_text(path: Path, where: str) -> str:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
+    if "integer string conversion" in text:   # Python's guard against quadratic int parsing
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits, larger than any dimension"
     return text.splitlines()[0] if text else type(exc).__name__
 
 

@@ -28,7 +28,38 @@ MAX_SIMULATION_BYTES = 4 << 30   # what check may hold to simulate one pairing
 
 MAX_FILE_BYTES = 16 << 20    # a config.json, model file or plan document (real configs: < 100 KB)
 MAX_NESTING = 64             # JSON/YAML nesting (real configs: 3)
-MAX_NODES = 4_000_000        # values in one document, aliases counted every time they are used
+MAX_NODES = 1_000_000        # values in one document, aliases counted each time (a plan: ~6,000)
+
+
+# Each integer option: (lowest, highest, what the highest is beyond).
+BOUNDS: dict[str, tuple[int, int, str]] = {
+    "--p-tp": (1, MAX_TP, "deployment's TP size"),
+    "--d-tp": (1, MAX_TP, "deployment's TP size"),
+    "--num-spec": (0, MAX_NUM_SPEC, "speculative decoding uses"),
+    "--p-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
+    "--d-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
+    "--p-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--d-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--attention-streams": (1, 2, "engine's streams (1 or 2)"),
+    "--kv-tensors": (1, MAX_KV_TENSORS, "model's layers"),
+    "--ssm-tensors": (1, MAX_KV_TENSORS, "model's layers"),
+    "--request-blocks": (1, MAX_REQUEST_BLOCKS, "request's"),
+    "--seed": (0, MAX_SEED, "seed numpy takes here"),
+    "--layers": (1, MAX_LAYERS, "model's layers"),
+    "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
+    "--iters": (1, MAX_ITERS, "useful number of repeats"),
+}
+
+
+def check_bounds(**values: int | None) -> None:
+    """Every given integer option within its BOUNDS (keyword: the flag with '_' for '-')."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        low, high, what = BOUNDS[flag]
+        within(flag, value, low, high, what)
 
 
 def at_most(name: str, value: int, limit: int, what: str = "") -> int:

@@ -11,10 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.limits import (
-    MAX_BLOCKS_PER_LOGICAL, MAX_ITERS, MAX_KERNEL_BLOCKS, MAX_LAYERS, MAX_KV_TENSORS, MAX_NUM_SPEC, MAX_REQUEST_BLOCKS, MAX_SEED, MAX_TP,
-    at_most, within,
-)
+from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
 from mambaxfer_cli.model import ModelSpec, Variant
 
 
@@ -129,37 +126,6 @@ PrefillBlocksOpt = Annotated[Optional[str], typer.Option(
 DecodeBlocksOpt = Annotated[Optional[str], typer.Option(
     "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated request's block IDs.")]
-
-
-# Each integer option: (lowest, highest, what the highest is beyond).
-BOUNDS: dict[str, tuple[int, int, str]] = {
-    "--p-tp": (1, MAX_TP, "deployment's TP size"),
-    "--d-tp": (1, MAX_TP, "deployment's TP size"),
-    "--num-spec": (0, MAX_NUM_SPEC, "speculative decoding uses"),
-    "--p-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
-    "--d-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
-    "--p-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
-    "--d-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
-    "--blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
-    "--attention-streams": (1, 2, "engine's streams (1 or 2)"),
-    "--kv-tensors": (1, MAX_KV_TENSORS, "model's layers"),
-    "--ssm-tensors": (1, MAX_KV_TENSORS, "model's layers"),
-    "--request-blocks": (1, MAX_REQUEST_BLOCKS, "request's"),
-    "--seed": (0, MAX_SEED, "seed numpy takes here"),
-    "--layers": (1, MAX_LAYERS, "model's layers"),
-    "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
-    "--iters": (1, MAX_ITERS, "useful number of repeats"),
-}
-
-
-def check_bounds(**values: int | None) -> None:
-    """Every given integer option within its BOUNDS (keyword: the flag with '_' for '-')."""
-    for key, value in values.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        low, high, what = BOUNDS[flag]
-        within(flag, value, low, high, what)
 
 
 def plan_options(*, semantics: Semantics, coalesce: bool, p_num_blocks: int, d_num_blocks: int,
