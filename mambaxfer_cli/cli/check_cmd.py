@@ -7,12 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli import app, red_line, verdict
 from mambaxfer_cli.cli.options import (
     MODEL_HELP, CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, Format, KvGroupsOpt,
     KvTensorsOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, RequestBlocksOpt, SeedOpt,
     Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt, dump, load, plan_options,
-    write_atomically,
+    check_writable, write_output,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -74,20 +74,21 @@ def check(
         decode_blocks=decode_blocks, seed=seed)
     targets = targets_for(specs, pairs, max_tp, options.semantics)
     if junit is not None:   # fail before the run, not after it
-        if junit.is_dir():
-            raise UserError(f"--junit {junit}: is a directory")
-        if not junit.parent.is_dir():
-            raise UserError(f"--junit {junit}: directory {junit.parent} does not exist")
+        check_writable(junit, "--junit")
 
     from mambaxfer_cli.render.check_view import progress, render_report
 
     with progress() as (on_start, on_result):
         report = run_check(targets, options, on_start, on_result)
     verdict(report.exit_code)
+    unwritten = None
     if junit is not None:
         from mambaxfer_cli.render.junit import junit_xml
 
-        write_atomically(junit, junit_xml(report), flag="--junit")
+        try:
+            write_output(junit, junit_xml(report), flag="--junit")
+        except UserError as exc:   # said after the verdict, which it must not hide
+            unwritten = exc
     if fmt is not Format.table:
         typer.echo(dump(report.to_dict(), fmt), nl=False)
     else:
@@ -96,4 +97,7 @@ def check(
         out = console()
         for part in render_report(report):
             out.print(part)
+    if unwritten is not None:
+        red_line(str(unwritten))
+        raise typer.Exit(report.exit_code or 2)
     raise typer.Exit(report.exit_code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from enum import Enum
 from pathlib import Path
@@ -81,24 +82,67 @@ def dump(document: dict, fmt: Format) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def write_atomically(path: Path, text: str, flag: str = "--output") -> None:
-    """Write the whole file or nothing: a temp file beside it, renamed into place."""
-    path = Path(path)
-    if path.is_dir():
+def _target(path: Path, flag: str) -> tuple[Path, os.stat_result | None]:
+    """Where ``path`` leads (symlinks followed) and what is there now, if anything."""
+    try:
+        target = Path(os.path.realpath(path))
+        try:
+            return target, os.stat(target)
+        except FileNotFoundError:
+            return target, None
+    except OSError as exc:   # a name too long for the file system, a loop of symlinks, ...
+        raise UserError(f"{flag} {_shown(path)}: {exc.strerror or exc}") from None
+
+
+def check_writable(path: Path, flag: str = "--output") -> None:
+    """Refuse before the work what write_output would refuse after it."""
+    target, found = _target(path, flag)
+    if found is not None and stat.S_ISDIR(found.st_mode):
         raise UserError(f"{flag} {path}: is a directory")
-    if not path.parent.exists():
-        raise UserError(f"{flag} {path}: directory {path.parent} does not exist")
+    if found is None and not target.parent.is_dir():
+        raise UserError(f"{flag} {path}: directory {target.parent} does not exist")
+
+
+def write_output(path: Path, text: str, flag: str = "--output") -> None:
+    """Write ``--output``/``--junit`` as a user expects. A regular file (or a new path) gets the
+    whole text or nothing: a temp file beside it, renamed over it, with the old file's mode (a new
+    one: the umask's). A symlink is followed; a device or pipe is written through, never replaced."""
+    check_writable(path, flag)
+    target, found = _target(path, flag)
+    data = text.encode()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            with open(target, "wb") as handle:
+                handle.write(data)
+            return
+        _replace(target, data, stat.S_IMODE(found.st_mode) if found is not None else 0o666 & ~_umask())
     except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write: {exc.strerror}") from None
+        raise UserError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _replace(target: Path, data: bytes, mode: int) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:200]}.", dir=target.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())   # a full disk shows here, not after the rename
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
         Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"{flag} {path}: cannot write: {exc.strerror}") from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _shown(path: Path, limit: int = 80) -> str:
+    text = str(path)
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 PTpOpt = Annotated[int, typer.Option("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]

@@ -12,7 +12,7 @@ from mambaxfer_cli.cli.options import (
     CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, DTpOpt, Format, KvGroupsOpt,
     KvTensorsOpt, ModelOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, PTpOpt,
     RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
-    VariantOpt, check_bounds, dump, load, plan_options, write_atomically,
+    VariantOpt, check_bounds, dump, load, plan_options, write_output,
 )
 
 
@@ -60,7 +60,7 @@ def plan(
     verdict(0)
     if output is not None:
         text = dump(document, Format.yaml if fmt is Format.yaml else Format.json)
-        write_atomically(output, text)
+        write_output(output, text)
         typer.echo(f"wrote {output}: {len(document['reads'])} reads, "
                    f"{len(document['descriptors']['reads'])} descriptor reads, "
                    f"{len(document['warnings'])} warnings", err=True)
