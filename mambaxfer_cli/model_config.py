@@ -140,12 +140,15 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> F
         f"use --variant to force one")
 
 
-def _dtype(config: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+def _dtype(config: Mapping[str, Any], keys: tuple[str, ...], where: str) -> str | None:
     for key in keys:
         if config.get(key):
             if not isinstance(config[key], str):
-                raise UserError(f"key '{key}' must be a dtype name such as 'bfloat16', got {_shown(config[key])}")
-            return canonical_dtype(config[key])
+                raise UserError(f"{where}: key '{key}' must be a dtype name such as 'bfloat16', got {_shown(config[key])}")
+            try:
+                return canonical_dtype(config[key])
+            except UserError as exc:
+                raise UserError(f"{where}: key '{key}': {exc}") from None
     return None
 
 
@@ -166,10 +169,10 @@ def spec_from_config(
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
-    model_dtype = _dtype(config, ("torch_dtype", "dtype")) or DEFAULT_DTYPE
+    model_dtype = _dtype(config, ("torch_dtype", "dtype"), where) or DEFAULT_DTYPE
     conv = canonical_dtype(conv_dtype) if conv_dtype else model_dtype
     ssm = (canonical_dtype(ssm_dtype) if ssm_dtype
-           else _dtype(config, family.ssm_dtype_keys) or family.ssm_dtype_default or conv)
+           else _dtype(config, family.ssm_dtype_keys, where) or family.ssm_dtype_default or conv)
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
         raise UserError(f"--num-spec must be a non-negative integer, got {_shown(spec_num)}")
