@@ -86,6 +86,7 @@ def execute(
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, blocks=blocks, blocks_per_logical=blocks_per_logical,
                  request_blocks=request_blocks, iters=iters, seed=seed)
     finite_seconds("--timeout", timeout)
+    _check_local_host(host)
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_logical, request_blocks,
                  seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec)
     if importlib.util.find_spec("nixl") is None:
@@ -116,6 +117,26 @@ def execute(
             out.print(report)
     if not outcome.verified:
         raise typer.Exit(EXIT_CORRUPT)
+
+
+def _check_local_host(host: str) -> None:
+    """The P ranks' side channels listen on --host: it must name an address of this machine."""
+    import socket
+
+    shown = host if len(host) <= 80 else f"{host[:77]}..."
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise UserError(f"--host {shown}: unknown host ({getattr(exc, 'strerror', None) or exc})") from None
+    for family, _, _, _, address in found:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((address[0], 0))
+            return
+        except OSError:
+            continue
+    raise UserError(f"--host {shown}: not an address of this machine, so the P ranks cannot listen there; "
+                    f"give 127.0.0.1 or one of this machine's own addresses")
 
 
 def _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_logical, request_blocks, seed,
