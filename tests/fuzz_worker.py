@@ -64,7 +64,7 @@ def run_case(case: dict, root: str, index: int) -> dict:
     peak = tracemalloc.get_traced_memory()[1] - base
     os.chdir(root)
     return {"code": code, "hang": bool(_hung), "seconds": round(seconds, 3), "peak_bytes": peak,
-            "stdout": out.getvalue()[-2000:], "stderr": err.getvalue()[-4000:]}
+            "stdout": out.getvalue()[:2000], "stderr": err.getvalue()[:6000]}
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ refuses (``check``, ``execute``); 2 a usage error; 3 an ``execute`` run that cou
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from typing import Annotated, Optional
@@ -86,7 +87,9 @@ def _raise_stopped(signum, frame) -> None:
 
 
 def _one_line(text: str) -> str:
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    """One line, with any very long word (a value pasted by mistake) cut to its ends."""
+    text = "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    return re.sub(r"\S{81,}", lambda m: f"{m.group()[:40]}...({len(m.group())} characters)", text)
 
 
 def _usage_error(exc) -> int:
