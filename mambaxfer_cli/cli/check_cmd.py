@@ -92,11 +92,11 @@ def check(
     if fmt is not Format.table:
         typer.echo(dump(report.to_dict(), fmt), nl=False)
     else:
-        from mambaxfer_cli.render.console import console
+        from mambaxfer_cli.render.console import console, fit
 
         out = console()
         for part in render_report(report):
-            out.print(part)
+            out.print(fit(part))
     if unwritten is not None:
         red_line(str(unwritten))
         raise typer.Exit(report.exit_code or 2)

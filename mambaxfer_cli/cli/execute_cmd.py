@@ -108,10 +108,10 @@ def execute(
 
         typer.echo(json.dumps(outcome.to_dict(), indent=2))
     else:
-        from mambaxfer_cli.render.console import console
+        from mambaxfer_cli.render.console import console, fit
 
         out = console()
-        out.print(result_table(outcome))
+        out.print(fit(result_table(outcome)))
         report = corruption_report(outcome)
         if report is not None:
             out.print(report)

@@ -33,10 +33,10 @@ def inspect(
                     "layouts": {str(size): [r.to_dict() for r in ranks] for size, ranks in layouts.items()}}
         typer.echo(dump(document, fmt), nl=False)
         return
-    from mambaxfer_cli.render.console import console
+    from mambaxfer_cli.render.console import console, fit
     from mambaxfer_cli.render.model_view import layout_table, model_summary
 
     out = console()
     out.print(model_summary(spec))
     for size, ranks in layouts.items():
-        out.print(layout_table(f"TP {size}", ranks))
+        out.print(fit(layout_table(f"TP {size}", ranks)))

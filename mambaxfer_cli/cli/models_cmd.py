@@ -25,6 +25,6 @@ def models(
         typer.echo(dump({"models": rows}, fmt), nl=False)
         return
     from mambaxfer_cli.render.model_view import models_table
-    from mambaxfer_cli.render.console import console
+    from mambaxfer_cli.render.console import console, fit
 
-    console().print(models_table(specs))
+    console().print(fit(models_table(specs)))

@@ -68,9 +68,9 @@ def plan(
     if fmt is not Format.table:
         typer.echo(dump(document, fmt), nl=False)
         return
-    from mambaxfer_cli.render.console import console
+    from mambaxfer_cli.render.console import console, fit
     from mambaxfer_cli.render.plan_view import render_plan
 
     out = console()
     for part in render_plan(result, d_rank):
-        out.print(part)
+        out.print(fit(part))
