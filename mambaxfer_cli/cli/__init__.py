@@ -37,6 +37,20 @@ app = typer.Typer(
 )
 
 
+def _flags_without_metavar() -> None:
+    """typer's help shows '<bool>' beside a --flag/--no-flag pair, which takes no value."""
+    option = typer.core.TyperOption
+    shown = option.display_type_rich
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    option.display_type_rich = display_type_rich
+
+
+_flags_without_metavar()
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"mambaxfer {__version__}")

@@ -9,6 +9,7 @@ import typer
 
 from mambaxfer_cli.cli import app, red_line, verdict
 from mambaxfer_cli.cli.options import (
+    EngineOption, ModelOption, OutputOption,
     MODEL_HELP, CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, Format, KvGroupsOpt,
     KvTensorsOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, RequestBlocksOpt, SeedOpt,
     Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt, dump, load, plan_options,
@@ -19,20 +20,21 @@ from mambaxfer_cli.errors import UserError
 
 @app.command("check")
 def check(
-    model: Annotated[Optional[str], typer.Option(
+    model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Or use --all-presets.", show_default=False)] = None,
-    pairs: Annotated[Optional[str], typer.Option(
+    pairs: Annotated[Optional[str], EngineOption(
         "--pairs", help="P:D TP pairs to check, e.g. 1:4,4:1,2:3.", show_default=False)] = None,
-    max_tp: Annotated[Optional[int], typer.Option(
+    max_tp: Annotated[Optional[int], EngineOption(
         "--max-tp", help="Check every pairing of TP sizes up to N valid for the model "
                          "(the default, with N = 8).", show_default=False)] = None,
-    all_presets: Annotated[bool, typer.Option(
-        "--all-presets", help="Check every built-in model (up to TP 8 unless --max-tp or --pairs).")] = False,
+    all_presets: Annotated[bool, EngineOption(
+        "--all-presets/--no-all-presets",
+        help="Check every built-in model (up to TP 8 unless --max-tp or --pairs).")] = False,
     semantics: SemanticsOpt = Semantics.exact,
     coalesce: CoalesceOpt = False,
-    fmt: Annotated[Format, typer.Option(
+    fmt: Annotated[Format, OutputOption(
         "--format", "-f", help="table, json or yaml (mambaxfer.check/v1).")] = Format.table,
-    junit: Annotated[Optional[Path], typer.Option(
+    junit: Annotated[Optional[Path], OutputOption(
         "--junit", help="Also write the results as JUnit XML to FILE.", show_default=False)] = None,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
@@ -53,7 +55,14 @@ def check(
 ) -> None:
     """Simulate each pairing's transfer on real bytes and verify every byte and descriptor ID.
 
-    Exit code 0: every pairing verified; 1: a wrong byte or ID (explained); 2: a usage error.
+    Exit code 0: every pairing verified; 1: a wrong byte or ID (explained); 2: a usage error;
+    70: an internal error.
+
+    [bold]Examples[/]
+
+    mambaxfer check --model granite-4.0-h-tiny --pairs 1:2,2:1 --semantics vllm
+
+    mambaxfer check --all-presets --junit junit.xml
     """
     from mambaxfer_cli.check import run_check, targets_for
 

@@ -11,6 +11,7 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
+    EngineOption, ModelOption, OutputOption, RequestOption,
     MODEL_HELP, CoalesceOpt, ConvDtypeOpt, NumSpecOpt, Semantics, SsmDtypeOpt, VariantOpt, check_bounds, load,
 )
 from mambaxfer_cli.errors import UserError
@@ -33,46 +34,55 @@ class ExecuteFormat(str, Enum):
 
 @app.command("execute")
 def execute(
-    model: Annotated[Optional[str], typer.Option(
+    model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Optional with --plan.", show_default=False)] = None,
-    p_tp: Annotated[Optional[int], typer.Option("--p-tp", help="Prefill (P) TP size.", show_default=False)] = None,
-    d_tp: Annotated[Optional[int], typer.Option("--d-tp", help="Decode (D) TP size.", show_default=False)] = None,
-    device: Annotated[Device, typer.Option(
+    p_tp: Annotated[Optional[int], EngineOption("--p-tp", help="Prefill (P) TP size.", show_default=False)] = None,
+    d_tp: Annotated[Optional[int], EngineOption("--d-tp", help="Decode (D) TP size.", show_default=False)] = None,
+    device: Annotated[Device, EngineOption(
         "--device", help="cuda: VRAM on the visible GPUs; cpu: DRAM over UCX; auto: cuda when available.",
         case_sensitive=False)] = Device.auto,
-    semantics: Annotated[Optional[Semantics], typer.Option(
+    semantics: Annotated[Optional[Semantics], RequestOption(
         "--semantics", help="exact (default): mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
         case_sensitive=False, show_default=False)] = None,
     coalesce: CoalesceOpt = False,
-    layers: Annotated[Optional[int], typer.Option(
+    layers: Annotated[Optional[int], ModelOption(
         "--layers", help="Use only the model's first N cache-keeping layers (fewer KV-cache tensors). "
                          "Default: all.", show_default=False)] = None,
-    blocks: Annotated[Optional[int], typer.Option(
+    blocks: Annotated[Optional[int], EngineOption(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request "
                          "needs.", show_default=False)] = None,
-    blocks_per_logical: Annotated[int, typer.Option(
+    blocks_per_logical: Annotated[int, EngineOption(
         "--blocks-per-logical", help="Kernel blocks per logical block, both engines.")] = 4,
-    request_blocks: Annotated[int, typer.Option(
+    request_blocks: Annotated[int, RequestOption(
         "--request-blocks", help="Logical blocks per KV-cache group in the request, at random, "
                                  "non-contiguous block IDs on each side.")] = 2,
-    iters: Annotated[int, typer.Option("--iters", help="Post the READs this many times (time = median).")] = 3,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the whole run may take.")] = 120.0,
-    fmt: Annotated[ExecuteFormat, typer.Option(
+    iters: Annotated[int, RequestOption("--iters", help="Post the READs this many times (time = median).")] = 3,
+    seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
+    timeout: Annotated[float, RequestOption("--timeout", help="Seconds the whole run may take.")] = 120.0,
+    fmt: Annotated[ExecuteFormat, OutputOption(
         "--format", "-f", help="table, or json (mambaxfer.execute/v1).")] = ExecuteFormat.table,
-    plan_file: Annotated[Optional[Path], typer.Option(
+    plan_file: Annotated[Optional[Path], ModelOption(
         "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.",
         show_default=False)] = None,
-    host: Annotated[str, typer.Option("--host", help="Address the P ranks' side channels listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(
+    host: Annotated[str, EngineOption("--host", help="Address the P ranks' side channels listen on.")] = "127.0.0.1",
+    port: Annotated[int, EngineOption(
         "--port", help="P rank r's side channel listens on PORT + r; 0: free ports.")] = 0,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
     ssm_dtype: SsmDtypeOpt = None,
     num_spec: NumSpecOpt = None,
 ) -> None:
-    """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify
-    every byte. Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed."""
+    """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every byte.
+
+    Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed; 70: an internal error;
+    130: interrupted (every rank is stopped).
+
+    [bold]Examples[/]
+
+    mambaxfer execute --model jamba --p-tp 1 --d-tp 4 --device cpu
+
+    mambaxfer execute --plan plan.json --device cpu
+    """
     import importlib.util
 
     from mambaxfer_cli.cli import red_line

@@ -8,6 +8,7 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
+    EngineOption, OutputOption,
     ConvDtypeOpt, Format, ModelOpt, NumSpecOpt, SsmDtypeOpt, VariantOpt, dump, load, parse_tp_list,
 )
 
@@ -15,14 +16,21 @@ from mambaxfer_cli.cli.options import (
 @app.command("inspect")
 def inspect(
     model: ModelOpt,
-    tp: Annotated[str, typer.Option("--tp", help="TP sizes, comma-separated, e.g. 1,2,4,8.")] = "1",
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml.")] = Format.table,
+    tp: Annotated[str, EngineOption("--tp", help="TP sizes, comma-separated, e.g. 1,2,4,8.")] = "1",
+    fmt: Annotated[Format, OutputOption("--format", "-f", help="table, json or yaml.")] = Format.table,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
     ssm_dtype: SsmDtypeOpt = None,
     num_spec: NumSpecOpt = None,
 ) -> None:
-    """Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes."""
+    """Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes.
+
+    [bold]Examples[/]
+
+    mambaxfer inspect --model nemotron-h-8b --tp 1,2,4
+
+    mambaxfer inspect --model ./my-model/config.json --tp 8 --format json
+    """
     from mambaxfer_cli.layout import engine_layouts
 
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec)

@@ -7,14 +7,21 @@ from typing import Annotated
 import typer
 
 from mambaxfer_cli.cli import app, verdict
-from mambaxfer_cli.cli.options import Format, dump
+from mambaxfer_cli.cli.options import OutputOption, Format, dump
 
 
 @app.command("models")
 def models(
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml.")] = Format.table,
+    fmt: Annotated[Format, OutputOption("--format", "-f", help="table, json or yaml.")] = Format.table,
 ) -> None:
-    """List the built-in model presets with their variant, layer counts, dtypes and source."""
+    """List the built-in model presets with their variant, layer counts, dtypes and source.
+
+    [bold]Examples[/]
+
+    mambaxfer models
+
+    mambaxfer models --format json
+    """
     from mambaxfer_cli.model_source import load_model, preset_description, preset_names
 
     specs = [load_model(name) for name in preset_names()]

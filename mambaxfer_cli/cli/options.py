@@ -16,6 +16,17 @@ from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
 from mambaxfer_cli.model import ModelSpec, Variant
 
 
+def _panel(name: str):
+    def option(*names, **settings):
+        return typer.Option(*names, rich_help_panel=name, **settings)
+    option.__doc__ = f"typer.Option, listed under '{name}' in --help."
+    return option
+
+
+# Help groups options in these panels, the same in every command.
+ModelOption, EngineOption, RequestOption, OutputOption = map(_panel, ("Model", "Engines", "Request", "Output"))
+
+
 class Format(str, Enum):
     table = "table"
     json = "json"
@@ -30,16 +41,16 @@ class Semantics(str, Enum):
 MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a model directory, "
               "a YAML model file, or a Hugging Face repo id already in the local cache.")
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP, show_default=False)]
-VariantOpt = Annotated[Optional[Variant], typer.Option(
+ModelOpt = Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)]
+VariantOpt = Annotated[Optional[Variant], ModelOption(
     "--variant", help="Override variant detection.", case_sensitive=False)]
-ConvDtypeOpt = Annotated[Optional[str], typer.Option(
+ConvDtypeOpt = Annotated[Optional[str], ModelOption(
     "--conv-dtype", help="Conv state dtype (default: the model's torch_dtype).")]
-SsmDtypeOpt = Annotated[Optional[str], typer.Option(
+SsmDtypeOpt = Annotated[Optional[str], ModelOption(
     "--ssm-dtype", help="Temporal (SSM) state dtype (default: the model's, else the conv dtype).")]
-NumSpecOpt = Annotated[Optional[int], typer.Option(
+NumSpecOpt = Annotated[Optional[int], ModelOption(
     "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).")]
-SemanticsOpt = Annotated[Semantics, typer.Option(
+SemanticsOpt = Annotated[Semantics, RequestOption(
     "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
     case_sensitive=False)]
 
@@ -145,31 +156,31 @@ def _shown(path: Path, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
-PTpOpt = Annotated[int, typer.Option("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
-DTpOpt = Annotated[int, typer.Option("--d-tp", help="Decode (D) tensor-parallel size.", show_default=False)]
-CoalesceOpt = Annotated[bool, typer.Option(
-    "--coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
-PNumBlocksOpt = Annotated[int, typer.Option("--p-num-blocks", help="P engine's number of kernel blocks (N).")]
-DNumBlocksOpt = Annotated[int, typer.Option("--d-num-blocks", help="D engine's number of kernel blocks (N).")]
-PPhysOpt = Annotated[int, typer.Option(
+PTpOpt = Annotated[int, EngineOption("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
+DTpOpt = Annotated[int, EngineOption("--d-tp", help="Decode (D) tensor-parallel size.", show_default=False)]
+CoalesceOpt = Annotated[bool, RequestOption(
+    "--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
+PNumBlocksOpt = Annotated[int, EngineOption("--p-num-blocks", help="P engine's number of kernel blocks (N).")]
+DNumBlocksOpt = Annotated[int, EngineOption("--d-num-blocks", help="D engine's number of kernel blocks (N).")]
+PPhysOpt = Annotated[int, EngineOption(
     "--p-blocks-per-logical", help="P engine's kernel blocks per logical block.")]
-DPhysOpt = Annotated[int, typer.Option(
+DPhysOpt = Annotated[int, EngineOption(
     "--d-blocks-per-logical", help="D engine's kernel blocks per logical block.")]
-StreamsOpt = Annotated[int, typer.Option(
+StreamsOpt = Annotated[int, EngineOption(
     "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM 0.33) or 2 (K and V split).")]
-KvGroupsOpt = Annotated[Optional[str], typer.Option(
+KvGroupsOpt = Annotated[Optional[str], EngineOption(
     "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM 0.33's rule).")]
-KvTensorsOpt = Annotated[Optional[int], typer.Option(
+KvTensorsOpt = Annotated[Optional[int], EngineOption(
     "--kv-tensors", help="KV-cache tensors, with --kv-groups.")]
-SsmTensorsOpt = Annotated[Optional[int], typer.Option(
+SsmTensorsOpt = Annotated[Optional[int], EngineOption(
     "--ssm-tensors", help="Tensors that hold SSM layers, with --kv-groups (default: all).")]
-RequestBlocksOpt = Annotated[int, typer.Option(
+RequestBlocksOpt = Annotated[int, RequestOption(
     "--request-blocks", help="Logical blocks per KV-cache group in the generated request.")]
-PrefillBlocksOpt = Annotated[Optional[str], typer.Option(
+PrefillBlocksOpt = Annotated[Optional[str], RequestOption(
     "--prefill-blocks", help="The request's P logical block IDs per group, e.g. '3,5;1;2' (';' between groups).")]
-DecodeBlocksOpt = Annotated[Optional[str], typer.Option(
+DecodeBlocksOpt = Annotated[Optional[str], RequestOption(
     "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated request's block IDs.")]
+SeedOpt = Annotated[int, RequestOption("--seed", help="Seed of the generated request's block IDs.")]
 
 
 def plan_options(*, semantics: Semantics, coalesce: bool, p_num_blocks: int, d_num_blocks: int,

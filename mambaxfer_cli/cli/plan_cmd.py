@@ -9,6 +9,7 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
+    OutputOption,
     CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, DTpOpt, Format, KvGroupsOpt,
     KvTensorsOpt, ModelOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, PTpOpt,
     RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
@@ -23,9 +24,10 @@ def plan(
     d_tp: DTpOpt,
     semantics: SemanticsOpt = Semantics.exact,
     coalesce: CoalesceOpt = False,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml (mambaxfer.plan/v1).")] = Format.table,
-    d_rank: Annotated[Optional[int], typer.Option("--d-rank", help="Show only this D rank.")] = None,
-    output: Annotated[Optional[Path], typer.Option(
+    fmt: Annotated[Format, OutputOption(
+        "--format", "-f", help="table, json or yaml (mambaxfer.plan/v1).")] = Format.table,
+    d_rank: Annotated[Optional[int], OutputOption("--d-rank", help="Show only this D rank.")] = None,
+    output: Annotated[Optional[Path], OutputOption(
         "--output", "-o", help="Write the plan document (JSON, or YAML with --format yaml) to FILE.")] = None,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
@@ -44,7 +46,14 @@ def plan(
     decode_blocks: DecodeBlocksOpt = None,
     seed: SeedOpt = 0,
 ) -> None:
-    """Plan a P/D transfer: both sides' layouts, every read, page diagrams and descriptor IDs."""
+    """Plan a P/D transfer: both sides' layouts, every read, page diagrams and descriptor IDs.
+
+    [bold]Examples[/]
+
+    mambaxfer plan --model jamba --p-tp 1 --d-tp 4
+
+    mambaxfer plan --model qwen3.5-0.8b --p-tp 2 --d-tp 1 --semantics vllm --output plan.json
+    """
     from mambaxfer_cli.plan import build_plan
 
     check_bounds(p_tp=p_tp, d_tp=d_tp)
