@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.limits import MAX_FILE_BYTES, check_document
+from mambaxfer_cli.limits import MAX_FILE_BYTES, MAX_NESTING, check_document
 
 
 def read_text(path: Path, where: str) -> str:
@@ -47,9 +47,21 @@ def parse_json(text: str, where: str) -> Any:
     return data
 
 
+def flow_depth(text: str) -> int:
+    """How deep '[' and '{' nest (quotes ignored: an over-estimate is harmless). PyYAML's parser
+    slows down quadratically with depth, so this is measured before it runs."""
+    import numpy as np
+
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    steps = np.isin(codes, (ord("["), ord("{"))).astype(np.int32) - np.isin(codes, (ord("]"), ord("}")))
+    return int(np.cumsum(steps).max(initial=0))
+
+
 def parse_yaml(text: str, where: str) -> Any:
     import yaml
 
+    if flow_depth(text) > MAX_NESTING:
+        raise UserError(f"{where}: YAML nested more than {MAX_NESTING} levels deep; not a model file or plan document")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
