@@ -296,7 +296,7 @@ def test_granite_tp4_b_and_c_replicated(cli):
 
 def test_json_document_shape(cli):
     doc = inspect_json(cli, "-m", "jamba", "--tp", "2")
-    assert set(doc) == {"model", "layouts"}
+    assert set(doc) == {"schema", "producer", "model", "layouts"} and doc["schema"] == "mambaxfer.inspect/v1"
     assert set(doc["model"]) == {"name", "source", "variant", "ssm_layers", "attention_layers", "conv_kernel",
                                  "num_spec", "conv_dtype", "ssm_dtype", "params"}
     rank = doc["layouts"]["2"][1]

@@ -13,7 +13,7 @@ from mambaxfer_cli.cli.options import (
     MODEL_HELP, CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, Format, KvGroupsOpt,
     KvTensorsOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, RequestBlocksOpt, SeedOpt,
     Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt, dump, load, plan_options,
-    check_writable, write_output,
+    check_writable, stamped, write_output,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -99,7 +99,7 @@ def check(
         except UserError as exc:   # said after the verdict, which it must not hide
             unwritten = exc
     if fmt is not Format.table:
-        typer.echo(dump(report.to_dict(), fmt), nl=False)
+        typer.echo(dump(stamped(report.to_dict()), fmt), nl=False)
     else:
         from mambaxfer_cli.render.console import console, fit
 

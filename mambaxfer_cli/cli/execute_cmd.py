@@ -11,8 +11,8 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    EngineOption, ModelOption, OutputOption, RequestOption,
-    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, NumSpecOpt, Semantics, SsmDtypeOpt, VariantOpt, check_bounds, load,
+    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, EngineOption, ModelOption, NumSpecOpt, OutputOption, RequestOption,
+    Semantics, SsmDtypeOpt, VariantOpt, check_bounds, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import finite_seconds
@@ -116,7 +116,7 @@ def execute(
     if fmt is ExecuteFormat.json:
         import json
 
-        typer.echo(json.dumps(outcome.to_dict(), indent=2))
+        typer.echo(json.dumps(stamped(outcome.to_dict()), indent=2))
     else:
         from mambaxfer_cli.render.console import console, fit
 

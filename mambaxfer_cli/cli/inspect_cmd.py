@@ -8,8 +8,8 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    EngineOption, OutputOption,
-    ConvDtypeOpt, Format, ModelOpt, NumSpecOpt, SsmDtypeOpt, VariantOpt, dump, load, parse_tp_list,
+    ConvDtypeOpt, EngineOption, Format, ModelOpt, NumSpecOpt, OutputOption, SsmDtypeOpt, VariantOpt, dump, load,
+    parse_tp_list, stamped,
 )
 
 
@@ -37,9 +37,9 @@ def inspect(
     layouts = {size: engine_layouts(spec, size) for size in parse_tp_list(tp)}
     verdict(0)
     if fmt is not Format.table:
-        document = {"model": spec.to_dict(),
+        document = {"schema": "mambaxfer.inspect/v1", "model": spec.to_dict(),
                     "layouts": {str(size): [r.to_dict() for r in ranks] for size, ranks in layouts.items()}}
-        typer.echo(dump(document, fmt), nl=False)
+        typer.echo(dump(stamped(document), fmt), nl=False)
         return
     from mambaxfer_cli.render.console import console, fit
     from mambaxfer_cli.render.model_view import layout_table, model_summary

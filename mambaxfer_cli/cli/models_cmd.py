@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from mambaxfer_cli.cli import app, verdict
-from mambaxfer_cli.cli.options import OutputOption, Format, dump
+from mambaxfer_cli.cli.options import Format, OutputOption, dump, stamped
 
 
 @app.command("models")
@@ -29,7 +29,7 @@ def models(
     if fmt is not Format.table:
         rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
                 for spec in specs]
-        typer.echo(dump({"models": rows}, fmt), nl=False)
+        typer.echo(dump(stamped({"schema": "mambaxfer.models/v1", "models": rows}), fmt), nl=False)
         return
     from mambaxfer_cli.render.model_view import models_table
     from mambaxfer_cli.render.console import console, fit

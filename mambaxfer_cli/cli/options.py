@@ -83,6 +83,14 @@ def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:
     return sizes
 
 
+def stamped(document: dict) -> dict:
+    """The document with the version that produced it, right after its schema name."""
+    from mambaxfer_cli import __version__
+
+    head = {key: document[key] for key in ("schema",) if key in document}
+    return {**head, "producer": f"mambaxfer {__version__}", **document}
+
+
 def dump(document: dict, fmt: Format) -> str:
     if fmt is Format.yaml:
         import yaml

@@ -13,7 +13,7 @@ from mambaxfer_cli.cli.options import (
     CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, DTpOpt, Format, KvGroupsOpt,
     KvTensorsOpt, ModelOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, PTpOpt,
     RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
-    VariantOpt, check_bounds, dump, load, plan_options, write_output,
+    VariantOpt, check_bounds, dump, load, plan_options, stamped, write_output,
 )
 
 
@@ -65,7 +65,7 @@ def plan(
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)
     result = build_plan(spec, p_tp, d_tp, options)
-    document = result.to_dict(d_rank)  # validates --d-rank before anything is written
+    document = stamped(result.to_dict(d_rank))  # validates --d-rank before anything is written
     verdict(0)
     if output is not None:
         text = dump(document, Format.yaml if fmt is Format.yaml else Format.json)

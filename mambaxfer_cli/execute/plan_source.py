@@ -103,6 +103,7 @@ def _comparable(document: dict) -> dict:
     """JSON-normalised, warning texts left out (their wording is not part of the contract)."""
     out = json.loads(json.dumps(document, default=str))
     out["warnings"] = [w.get("code") if isinstance(w, dict) else w for w in out.get("warnings", [])]
+    out.pop("producer", None)   # any version's document is the same plan
     return out
 
 
