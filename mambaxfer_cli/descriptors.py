@@ -176,8 +176,9 @@ def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[n
     try:
         lists = [np.array([int(x) for x in part.split(",") if x.strip()], dtype=np.int64)
                  for part in text.split(";")]
-    except ValueError:
-        raise UserError(f"--{side}-blocks: '{text}' is not a list of integers like '3,5;1;2'") from None
+    except (ValueError, OverflowError):   # OverflowError: beyond int64, no block ID
+        shown = text if len(text) <= 60 else f"{text[:57]}..."
+        raise UserError(f"--{side}-blocks: '{shown}' is not a list of integers like '3,5;1;2'") from None
     if len(lists) == 1:
         lists = lists * n_groups
     if len(lists) != n_groups:
