@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Mapping
@@ -33,9 +33,12 @@ class ModelSpec:
     ssm_dtype: str
     num_kv_heads: int | None = None  # attention KV heads, for attention descriptor sources
     family: str = ""
+    revision: str | None = None      # the Hugging Face cache snapshot the config was read from
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "origin", MappingProxyType(dict(self.origin)))
 
     @property
     def ssm_layers(self) -> int:
@@ -64,4 +67,6 @@ class ModelSpec:
             "conv_dtype": self.conv_dtype,
             "ssm_dtype": self.ssm_dtype,
             "params": dict(self.params),
+            **({"revision": self.revision} if self.revision else {}),
+            "origin": dict(self.origin),
         }

@@ -140,13 +140,14 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> F
         f"use --variant to force one")
 
 
-def _dtype(config: Mapping[str, Any], keys: tuple[str, ...], where: str) -> str | None:
+def _dtype(config: Mapping[str, Any], keys: tuple[str, ...], where: str) -> tuple[str, str] | None:
+    """The first of ``keys`` the config sets: (dtype, the key)."""
     for key in keys:
-        if config.get(key):
+        if config.get(key) and config[key] != "auto":
             if not isinstance(config[key], str):
                 raise UserError(f"{where}: key '{key}' must be a dtype name such as 'bfloat16', got {_shown(config[key])}")
             try:
-                return canonical_dtype(config[key])
+                return canonical_dtype(config[key]), key
             except UserError as exc:
                 raise UserError(f"{where}: key '{key}': {exc}") from None
     return None
@@ -161,18 +162,34 @@ def spec_from_config(
     conv_dtype: str | None = None,
     ssm_dtype: str | None = None,
     num_spec: int | None = None,
+    revision: str | None = None,
+    given_by: Mapping[str, str] | None = None,
 ) -> ModelSpec:
-    """Read a model's SSM geometry from its HF config; overrides win over the config."""
+    """Read a model's SSM geometry from its HF config; overrides win over the config.
+    ``given_by`` names where an override came from (default: its command-line flag)."""
     where = source or name
     config = flatten_text_config(config)
     family = _detect(config, variant, where)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
-    model_dtype = _dtype(config, ("torch_dtype", "dtype"), where) or DEFAULT_DTYPE
-    conv = canonical_dtype(conv_dtype) if conv_dtype else model_dtype
-    ssm = (canonical_dtype(ssm_dtype) if ssm_dtype
-           else _dtype(config, family.ssm_dtype_keys, where) or family.ssm_dtype_default or conv)
+    given_by = {"conv_dtype": "--conv-dtype", "ssm_dtype": "--ssm-dtype", **(given_by or {})}
+    found = _dtype(config, ("torch_dtype", "dtype"), where)
+    model_dtype, model_origin = (found[0], f"config key {found[1]}") if found else (
+        DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype")
+    conv, conv_origin = (canonical_dtype(conv_dtype), given_by["conv_dtype"]) if conv_dtype else (
+        model_dtype, model_origin)
+    found = _dtype(config, family.ssm_dtype_keys, where)
+    if ssm_dtype:
+        ssm, ssm_origin = canonical_dtype(ssm_dtype), given_by["ssm_dtype"]
+    elif found:
+        ssm, ssm_origin = found[0], f"config key {found[1]}"
+    elif family.ssm_dtype_default:
+        ssm, ssm_origin = family.ssm_dtype_default, (
+            f"{family.label} default: vLLM 0.33 keeps this family's SSM state in {family.ssm_dtype_default} "
+            f"whatever torch_dtype says")
+    else:
+        ssm, ssm_origin = conv, "the conv dtype"
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
         raise UserError(f"--num-spec must be a non-negative integer, got {_shown(spec_num)}")
@@ -193,7 +210,8 @@ def spec_from_config(
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
-        num_kv_heads=kv_heads, family=family.label,
+        num_kv_heads=kv_heads, family=family.label, revision=revision,
+        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin},
     )
     _check_state_size(spec, where)
     return spec

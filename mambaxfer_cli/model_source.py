@@ -108,7 +108,8 @@ def load_model(
         if cached is None:
             raise UserError(f"'{_shown(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}); "
                             f"mambaxfer never downloads: fetch its config.json first, or pass a path")
-        return spec_from_config(_read_json(cached), name=model, source=model, **cli)
+        # The snapshot directory's name is the commit the cache holds: the plan records it.
+        return spec_from_config(_read_json(cached), name=model, source=model, revision=cached.parent.name, **cli)
     if path.suffix or os.sep in model:
         raise UserError(f"{_shown(model)}: no such file or directory")
     close = difflib.get_close_matches(model, preset_names(), n=1, cutoff=0.4)
@@ -124,14 +125,17 @@ def _shown(text: str, limit: int = 80) -> str:
 def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
     data = _read_yaml(path)
     merged = {key: data.get(key) for key in _OVERRIDE_KEYS}
+    given_by = {key: f"{path.name}: {key}" for key in ("conv_dtype", "ssm_dtype") if data.get(key) is not None}
     merged.update({key: value for key, value in cli.items() if value is not None})
+    given_by.update({key: f"--{key.replace('_', '-')}" for key in ("conv_dtype", "ssm_dtype")
+                     if cli.get(key) is not None})
     if merged["variant"] is not None and not isinstance(merged["variant"], Variant):
         try:
             merged["variant"] = Variant(str(merged["variant"]).lower())
         except ValueError:
             raise UserError(f"{path}: variant must be one of mamba1, mamba2, gdn") from None
     return spec_from_config(data["config"], name=str(data.get("name") or default_name),
-                            source=str(data.get("source") or path), **merged)
+                            source=str(data.get("source") or path), given_by=given_by, **merged)
 
 
 def preset_description(name: str) -> str:

@@ -298,7 +298,7 @@ def test_json_document_shape(cli):
     doc = inspect_json(cli, "-m", "jamba", "--tp", "2")
     assert set(doc) == {"schema", "producer", "model", "layouts"} and doc["schema"] == "mambaxfer.inspect/v1"
     assert set(doc["model"]) == {"name", "source", "variant", "ssm_layers", "attention_layers", "conv_kernel",
-                                 "num_spec", "conv_dtype", "ssm_dtype", "params"}
+                                 "num_spec", "conv_dtype", "ssm_dtype", "params", "origin"}
     rank = doc["layouts"]["2"][1]
     assert set(rank) == {"rank", "conv_rows", "conv_bytes", "ssm_bytes", "regions"}
     assert rank["regions"][1] == {"name": "ssm", "kind": "ssm", "unit": "channel", "unit_bytes": 32,

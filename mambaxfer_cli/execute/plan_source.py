@@ -104,6 +104,8 @@ def _comparable(document: dict) -> dict:
     out = json.loads(json.dumps(document, default=str))
     out["warnings"] = [w.get("code") if isinstance(w, dict) else w for w in out.get("warnings", [])]
     out.pop("producer", None)   # any version's document is the same plan
+    if isinstance(out.get("model"), dict):
+        out["model"].pop("origin", None)   # why each dtype is what it is: an explanation, not the plan
     return out
 
 
