@@ -126,7 +126,11 @@ def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
     overrides.update({key: value for key, value in cli.items() if value is not None})
     if model_arg is None:
         model_arg = model["name"] if model["name"] in preset_names() else model["source"]
-    return load_model(model_arg, **overrides)
+    spec = load_model(model_arg, **overrides)
+    # A dtype the document fixed keeps the document's reason for it.
+    origin = {**spec.origin, **{key: str(why) for key, why in dict(model.get("origin") or {}).items()
+                                if key in spec.origin and cli.get(key) is None}}
+    return replace(spec, origin=origin)
 
 
 def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict | None = None) -> Plan:
