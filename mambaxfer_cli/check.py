@@ -11,7 +11,8 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.layout import valid_tp_sizes
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.model import ModelSpec
-from mambaxfer_cli.plan import EngineOptions, Plan, PlanOptions, build_plan
+from mambaxfer_cli.geometry import EngineFlags
+from mambaxfer_cli.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.reads import VLLM, Read, misreads, tp_ratio
 from mambaxfer_cli.simulate import Patterns, Simulation, request_pages, simulate
 
@@ -83,7 +84,7 @@ class PairingResult:
     semantics: str
     coalesce: bool
     tp_ratio: int | None
-    verdict: str                     # "pass" | "fail" | "skip"
+    verdict: str                     # "pass" | "fail" | "refused" (by vLLM, --semantics vllm) | "skip"
     seconds: float
     reads: int = 0                   # the plan's reads (one per D rank and source P rank)
     segments: int = 0
@@ -93,6 +94,7 @@ class PairingResult:
     misreads: tuple[str, ...] = ()   # what the plan's segments do wrong, region by region
     warnings: tuple[str, ...] = ()   # warning codes of the plan
     reason: str = ""                 # why a pairing was skipped
+    vllm: dict | None = None         # vLLM 0.33's verdict on the pairing (plan's "vllm" field)
 
     @property
     def pairing(self) -> str:
@@ -109,9 +111,14 @@ class PairingResult:
         sim = self.simulation
         if self.verdict == "skip":
             return [f"skipped: {self.reason}"]
-        if sim is None or sim.ok:
-            return []
         lines = []
+        if self.vllm and not self.vllm["accepts"]:
+            fix = self.vllm["suggested_block_size"]
+            lines += [f"vLLM 0.33 refuses this pairing at handshake: {r['message']}" for r in self.vllm["refusals"]]
+            if fix:
+                lines.append(f"fix: --block-size {fix} on both engines")
+        if sim is None or sim.ok:
+            return lines
         if sim.first_wrong:
             lines.append(f"first wrong byte: {sim.first_wrong.describe()}")
         if sim.damage:
@@ -147,7 +154,7 @@ class PairingResult:
             "damage": [d.to_dict() for d in sim.damage] if sim else [],
             "problems": [p.to_dict() for p in sim.problems] if sim else [],
             "misreads": list(self.misreads), "warnings": list(self.warnings),
-            "reason": self.reason, "explanation": self.explanation(limit=1000),
+            "reason": self.reason, "vllm": self.vllm, "explanation": self.explanation(limit=1000),
         }
 
 
@@ -162,7 +169,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return self.count("fail") == 0
+        return self.count("fail") == 0 and self.count("refused") == 0
 
     @property
     def exit_code(self) -> int:
@@ -171,15 +178,16 @@ class CheckReport:
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "semantics": self.semantics, "ok": self.ok,
                 "summary": {"pairings": len(self.results), "passed": self.count("pass"),
-                            "failed": self.count("fail"), "skipped": self.count("skip"),
+                            "failed": self.count("fail"), "refused": self.count("refused"),
+                            "skipped": self.count("skip"),
                             "seconds": round(self.seconds, 3)},
                 "results": [r.to_dict() for r in self.results]}
 
 
 def check_options(**overrides) -> PlanOptions:
     """PlanOptions with check's engine defaults (used by tests and the API)."""
-    base = PlanOptions(prefill=EngineOptions(CHECK_ENGINES["p_num_blocks"], 4),
-                       decode=EngineOptions(CHECK_ENGINES["d_num_blocks"], 4))
+    base = PlanOptions(prefill=EngineFlags(num_blocks=CHECK_ENGINES["p_num_blocks"]),
+                       decode=EngineFlags(num_blocks=CHECK_ENGINES["d_num_blocks"]))
     return replace(base, **overrides)
 
 
@@ -201,10 +209,11 @@ def _segment_misreads(plan: Plan) -> tuple[str, ...]:
 
 def simulation_bytes(plan: Plan) -> int:
     """About what simulating the plan holds at once: every request page of one D rank, the P pages
-    they are read from, and the pattern bytes they are compared with (Mamba-Codestral 1:2 with 1,
-    8 and 20 request blocks: 0.39, 3.1 and 7.7 GB estimated, 0.39, 2.8 and 6.8 GB peak measured)."""
+    they are read from, and the pattern bytes they are compared with. Estimated vs peak RSS
+    measured, 1:2 pairings: Mamba-Codestral with 1, 8 and 20 request blocks 0.41, 3.3 and 8.3 GB vs
+    0.40, 2.8 and 6.8 GB; Nemotron-H-8B with 8: 2.9 vs 2.4 GB; Qwen3-Next with 8: 1.4 vs 1.2 GB."""
     p_page, d_page = plan.page_bytes
-    return 2 * len(request_pages(plan)) * (d_page + plan.prefill.tp * p_page)
+    return 2 * len(request_pages(plan, 0)) * (d_page + plan.prefill.tp * p_page)
 
 
 def check_memory(plan: Plan, pairing: str) -> None:
@@ -219,14 +228,17 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     """Prove one plan byte by byte (the plan may come from anywhere, a mutated one included)."""
     start = time.perf_counter()
     sim = simulate(plan, patterns)
+    verdict = "pass" if sim.ok else "fail"
+    if verdict == "pass" and plan.semantics == VLLM and not plan.verdict.accepts:
+        verdict = "refused"     # what vLLM would do is refuse: the deployment does not work
     return PairingResult(
         model=plan.model.name, p_tp=plan.prefill.tp, d_tp=plan.decode.tp, semantics=plan.semantics,
         coalesce=plan.reads != plan.uncoalesced_reads if coalesce is None else coalesce,
-        tp_ratio=plan.tp_ratio, verdict="pass" if sim.ok else "fail", seconds=time.perf_counter() - start,
+        tp_ratio=plan.tp_ratio, verdict=verdict, seconds=time.perf_counter() - start,
         reads=len(plan.reads), segments=sum(len(r.segments) for r in plan.reads),
         descriptors=sim.pairs, bytes=sim.bytes_moved, simulation=sim,
         misreads=() if sim.ok else _segment_misreads(plan),
-        warnings=tuple(w.code for w in plan.warnings))
+        warnings=tuple(w.code for w in plan.warnings), vllm=plan.verdict.to_dict())
 
 
 def plan_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,

@@ -1,8 +1,15 @@
 """From a plan's reads to NIXL descriptor lists and descriptor IDs (SPEC section 4), vectorised.
 
-A prepared list is ``[attention | SSM]``: ``F·N`` attention descriptors (one per stream and
-kernel block), then for each SSM tensor, each of its ``k`` regions, one descriptor per logical
-block. IDs: attention ``f·N + b``; SSM ``F·N + q·L + b`` with ``q = tensor·k + region``.
+A prepared list is ``[attention | SSM]``: ``F·N·n`` attention descriptors (per stream, per kernel
+block, its ``n`` pieces: one in vLLM's own lists, ``block_size_ratio`` sub-blocks when D's kernel
+block holds several of P's, token chunks in mambaxfer's exact lists across different block
+sizes), then for each SSM tensor, each of its ``k`` regions, one descriptor per logical block.
+IDs: attention ``f·N·n + b·n + j``; SSM ``F·N·n + q·L + b`` with ``q = tensor·k + region``.
+
+Memory is vLLM's: one registered region per KV-cache tensor of ``L`` pages; an SSM layer's
+logical block ``b`` is the page at ``b·page``, an attention layer's kernel block ``k`` the
+``page/blocks_per_logical`` bytes at ``k·page/blocks_per_logical`` (split in ``F/R`` equal parts
+when K and V are separate streams).
 """
 
 from __future__ import annotations
@@ -15,11 +22,6 @@ import numpy as np
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.kv_groups import KVGrouping
 from mambaxfer_cli.model import ATTENTION
-
-# Attention bytes are not modelled: check and execute give each attention kernel block this
-# many bytes per KV head so that the attention descriptors point at real, checkable memory.
-ATTENTION_HEAD_BYTES = 64
-
 
 @dataclass(frozen=True)
 class Engine:
@@ -45,6 +47,10 @@ class Engine:
     def attention_descs(self) -> int:
         return self.attention_streams * self.num_blocks
 
+    @property
+    def streams_per_tensor(self) -> int:
+        return self.attention_streams // self.tensors
+
     def ssm_descs(self, k: int | None = None) -> int:
         return self.ssm_tensors * (self.ssm_regions if k is None else k) * self.logical_blocks
 
@@ -68,79 +74,119 @@ class DescriptorList:
     """One prepared list: where each descriptor points, relative to its block."""
 
     engine: Engine
-    regions: tuple[tuple[int, int], ...]   # SSM (offset, size) in a page, k of them
-    attention: tuple[int, int]             # (offset, size) in an attention kernel block slot
+    regions: tuple[tuple[int, int], ...]     # SSM (offset, size) in a page, k of them
+    attention: tuple[tuple[int, int], ...]   # (offset, size) pieces of a stream's kernel block
 
     @property
     def k(self) -> int:
         return len(self.regions)
 
     @property
+    def pieces(self) -> int:
+        return len(self.attention)
+
+    @property
+    def attention_descs(self) -> int:
+        return self.engine.attention_descs * self.pieces
+
+    @property
     def length(self) -> int:
-        return self.engine.attention_descs + self.engine.ssm_descs(self.k)
+        return self.attention_descs + self.engine.ssm_descs(self.k)
 
     def resolve(self, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Vectorised: what each ID points at. ``attention`` rows use stream/block of the attention
-        slots, the others tensor/logical block of the SSM pages."""
+        """Vectorised: what each ID points at. ``attention`` rows give stream, kernel block and
+        piece; the others SSM tensor, region and logical block."""
         ids = np.asarray(ids, dtype=np.int64)
         eng = self.engine
-        is_attn = ids < eng.attention_descs
-        ssm = np.where(is_attn, 0, ids - eng.attention_descs)
+        is_attn = ids < self.attention_descs
+        ssm = np.where(is_attn, 0, ids - self.attention_descs)
         q, block = np.divmod(ssm, eng.logical_blocks)
         tensor, region = np.divmod(q, max(self.k, 1))
-        attn_stream, attn_block = np.divmod(np.where(is_attn, ids, 0), eng.num_blocks)
+        attn = np.where(is_attn, ids, 0)
+        stream, rest = np.divmod(attn, eng.num_blocks * self.pieces)
+        attn_block, piece = np.divmod(rest, self.pieces)
         offsets = np.array([o for o, _ in self.regions] or [0], dtype=np.int64)
         sizes = np.array([s for _, s in self.regions] or [0], dtype=np.int64)
+        a_off = np.array([o for o, _ in self.attention], dtype=np.int64)
+        a_size = np.array([s for _, s in self.attention], dtype=np.int64)
+        region = np.clip(region, 0, max(self.k - 1, 0))
         return {
             "attention": is_attn,
-            "tensor": np.where(is_attn, attn_stream, tensor),
+            "tensor": np.where(is_attn, stream, tensor),
             "block": np.where(is_attn, attn_block, block),
             "region": np.where(is_attn, -1, region),
-            "offset": np.where(is_attn, self.attention[0], offsets[region]),
-            "size": np.where(is_attn, self.attention[1], sizes[region]),
+            "piece": np.where(is_attn, piece, -1),
+            "offset": np.where(is_attn, a_off[piece], offsets[region]),
+            "size": np.where(is_attn, a_size[piece], sizes[region]),
         }
 
-    def table(self, ssm_bases: Sequence[int], page_bytes: int, attention_bases: Sequence[int],
-              slot_bytes: int, dev_id: int = 0) -> np.ndarray:
+    def addresses(self, ids: np.ndarray, page_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(KV-cache tensor, byte offset in it, size) of each ID, in vLLM's shared memory."""
+        r = self.resolve(ids)
+        eng = self.engine
+        kernel = page_bytes // eng.blocks_per_logical
+        spt = eng.streams_per_tensor
+        tensor = np.where(r["attention"], r["tensor"] // spt, r["tensor"])
+        attn = r["block"] * kernel + (r["tensor"] % spt) * (kernel // spt) + r["offset"]
+        ssm = r["block"] * page_bytes + r["offset"]
+        return tensor, np.where(r["attention"], attn, ssm), r["size"]
+
+    def table(self, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray:
         """The whole list as an ``(length, 3)`` uint64 array of (address, length, device)."""
         eng = self.engine
-        attn_addr = (np.asarray(attention_bases, dtype=np.uint64)[:, None]
-                     + np.arange(eng.num_blocks, dtype=np.uint64)[None, :] * np.uint64(slot_bytes)
-                     + np.uint64(self.attention[0])).ravel()
+        kernel = page_bytes // eng.blocks_per_logical
+        spt = eng.streams_per_tensor
+        bases = np.asarray(bases, dtype=np.uint64)
+        streams = np.arange(eng.attention_streams, dtype=np.uint64)
+        stream_base = bases[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt)
+        a_off = np.array([o for o, _ in self.attention], dtype=np.uint64)
+        a_size = np.array([s for _, s in self.attention], dtype=np.uint64)
+        attn_addr = (stream_base[:, None, None]
+                     + np.arange(eng.num_blocks, dtype=np.uint64)[None, :, None] * np.uint64(kernel)
+                     + a_off[None, None, :]).ravel()
         offsets = np.array([o for o, _ in self.regions], dtype=np.uint64)
         sizes = np.array([s for _, s in self.regions], dtype=np.uint64)
-        ssm_addr = (np.asarray(ssm_bases, dtype=np.uint64)[:, None, None]
+        ssm_addr = (bases[:eng.ssm_tensors, None, None]
                     + offsets[None, :, None]
                     + np.arange(eng.logical_blocks, dtype=np.uint64)[None, None, :] * np.uint64(page_bytes)
                     ).ravel()
         ssm_len = np.broadcast_to(sizes[None, :, None], (eng.ssm_tensors, self.k, eng.logical_blocks)).ravel()
         out = np.empty((self.length, 3), dtype=np.uint64)
-        out[:eng.attention_descs, 0] = attn_addr
-        out[:eng.attention_descs, 1] = self.attention[1]
-        out[eng.attention_descs:, 0] = ssm_addr
-        out[eng.attention_descs:, 1] = ssm_len
+        n_attn = self.attention_descs
+        out[:n_attn, 0] = attn_addr
+        out[:n_attn, 1] = np.broadcast_to(a_size[None, None, :], (eng.attention_streams, eng.num_blocks,
+                                                                  self.pieces)).ravel()
+        out[n_attn:, 0] = ssm_addr
+        out[n_attn:, 1] = ssm_len
         out[:, 2] = dev_id
         return out
 
 
 def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[np.ndarray],
-              with_attention: bool) -> np.ndarray:
-    """The IDs of one read for a request: per group, region-major; groups concatenated."""
+              attention_slots: Sequence[np.ndarray | None] | None = None) -> np.ndarray:
+    """The IDs of one read for a request: per group, region-major (stream-major for attention);
+    groups concatenated. ``attention_slots[g]`` gives, for an attention group, the slots
+    (``kernel block · pieces + piece``) this read pairs, or None for a read without attention."""
     eng = dlist.engine
     parts = []
-    for kind, logical in zip(groups, blocks):
-        logical = np.asarray(logical, dtype=np.int64)
+    for index, (kind, logical) in enumerate(zip(groups, blocks)):
         if kind == ATTENTION:
-            if not with_attention:
+            slots = attention_slots[index] if attention_slots is not None else None
+            if slots is None:
                 continue
-            kernel = (logical[:, None] * eng.blocks_per_logical
-                      + np.arange(eng.blocks_per_logical, dtype=np.int64)[None, :]).ravel()
-            streams = np.arange(eng.attention_streams, dtype=np.int64)[:, None] * eng.num_blocks
-            parts.append((streams + kernel[None, :]).ravel())
+            streams = np.arange(eng.attention_streams, dtype=np.int64)[:, None] * (eng.num_blocks * dlist.pieces)
+            parts.append((streams + np.asarray(slots, dtype=np.int64)[None, :]).ravel())
         else:
+            logical = np.asarray(logical, dtype=np.int64)
             q = np.arange(eng.ssm_tensors * dlist.k, dtype=np.int64)[:, None]
-            parts.append((eng.attention_descs + q * eng.logical_blocks + logical[None, :]).ravel())
+            parts.append((dlist.attention_descs + q * eng.logical_blocks + logical[None, :]).ravel())
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def kernel_blocks(logical: np.ndarray, blocks_per_logical: int) -> np.ndarray:
+    """Attention logical blocks expanded into kernel blocks with one engine's own ratio."""
+    logical = np.asarray(logical, dtype=np.int64)
+    return (logical[:, None] * blocks_per_logical + np.arange(blocks_per_logical, dtype=np.int64)[None, :]).ravel()
 
 
 @dataclass(frozen=True)
@@ -155,19 +201,20 @@ class Request:
                 "decode_blocks": [b.tolist() for b in self.decode_blocks]}
 
 
-def random_request(n_groups: int, per_group: int, prefill: Engine, decode: Engine, seed: int) -> Request:
-    """Distinct, non-contiguous logical blocks on each side (seeded), as a busy engine hands out."""
-    if per_group < 1:
-        raise UserError("--request-blocks must be >= 1")
+def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], prefill: Engine,
+                   decode: Engine, seed: int) -> Request:
+    """Distinct, non-contiguous logical blocks on each side (seeded), as a busy engine hands out:
+    ``counts[g]`` blocks for group ``g`` (attention groups cover the same tokens on both sides, so
+    their counts differ where the two engines' blocks do)."""
     rng = np.random.default_rng(seed)
     sides = []
-    for engine in (prefill, decode):
-        need = n_groups * per_group
+    for engine, counts in ((prefill, prefill_counts), (decode, decode_counts)):
+        need = int(sum(counts))
         if need > engine.logical_blocks:
-            raise UserError(f"a request of {per_group} blocks per group x {n_groups} groups needs "
-                            f"{need} logical blocks, but the engine has {engine.logical_blocks}")
+            raise UserError(f"a request of {need} logical blocks ({', '.join(map(str, counts))} per KV-cache "
+                            f"group) does not fit an engine of {engine.logical_blocks} logical blocks")
         chosen = rng.choice(engine.logical_blocks, size=need, replace=False).astype(np.int64)
-        sides.append(tuple(chosen.reshape(n_groups, per_group)))
+        sides.append(tuple(np.split(chosen, np.cumsum(counts)[:-1])))
     return Request(*sides)
 
 
@@ -211,6 +258,7 @@ class DescriptorRead:
     local_ids: np.ndarray = field(compare=False)
     remote_ids: np.ndarray = field(compare=False)
     attention: bool = False
+    group_counts: tuple[int, ...] = field(default=(), compare=False)   # IDs of each KV-cache group
 
     def to_dict(self) -> dict:
         return {"d_rank": self.d_rank, "p_rank": self.p_rank, "local_list": self.local_list,

@@ -24,6 +24,7 @@ class Family:
     layers: str = "keys"              # "keys": read the layer-kind keys; "all_ssm"; "parallel"
     ssm_dtype_keys: tuple[str, ...] = ()
     ssm_dtype_default: str | None = None  # None: the conv dtype
+    head_size_keys: tuple[str, ...] = ("head_dim",)  # attention head size; else hidden_size / heads
 
 
 MAMBA1_HF = {
@@ -54,7 +55,7 @@ FAMILIES: tuple[Family, ...] = (
             "num_heads": (("mamba_num_heads",),),
             "head_dim": (("mamba_head_dim",),)},
            conv_kernel=(("conv_kernel",),), ssm_dtype_keys=("mamba_ssm_cache_dtype",),
-           ssm_dtype_default="float32"),
+           ssm_dtype_default="float32", head_size_keys=("attention_head_dim", "head_dim")),
     Family("Granite-4.0-H / Bamba", ("granitemoehybrid", "bamba"), Variant.MAMBA2,
            {"intermediate_size": (("mamba_expand", "hidden_size"),),
             "d_state": (("mamba_d_state",),),

@@ -49,6 +49,8 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
     "--layers": (1, MAX_LAYERS, "model's layers"),
     "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
     "--iters": (1, MAX_ITERS, "useful number of repeats"),
+    "--kv-heads": (1, MAX_DIM, "model's"),
+    "--head-size": (1, MAX_DIM, "model's"),
 }
 
 

@@ -31,14 +31,22 @@ class ModelSpec:
     num_spec: int
     conv_dtype: str
     ssm_dtype: str
-    num_kv_heads: int | None = None  # attention KV heads, for attention descriptor sources
+    num_kv_heads: int | None = None  # attention KV heads (None: no attention layers)
     family: str = ""
+    head_size: int | None = None     # attention head size (K and V), with attention layers
+    model_dtype: str = "bfloat16"    # the model's dtype: the KV cache's with --kv-cache-dtype auto
     revision: str | None = None      # the Hugging Face cache snapshot the config was read from
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
         object.__setattr__(self, "origin", MappingProxyType(dict(self.origin)))
+        assert not self.has_attention or (self.num_kv_heads and self.head_size), \
+            "a model with attention layers needs its KV heads and head size"
+
+    @property
+    def has_attention(self) -> bool:
+        return ATTENTION in self.layers
 
     @property
     def ssm_layers(self) -> int:
@@ -67,6 +75,8 @@ class ModelSpec:
             "conv_dtype": self.conv_dtype,
             "ssm_dtype": self.ssm_dtype,
             "params": dict(self.params),
+            "attention": ({"num_kv_heads": self.num_kv_heads, "head_size": self.head_size,
+                           "dtype": self.model_dtype} if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
             "origin": dict(self.origin),
         }

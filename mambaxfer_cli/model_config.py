@@ -162,6 +162,8 @@ def spec_from_config(
     conv_dtype: str | None = None,
     ssm_dtype: str | None = None,
     num_spec: int | None = None,
+    kv_heads: int | None = None,
+    head_size: int | None = None,
     revision: str | None = None,
     given_by: Mapping[str, str] | None = None,
 ) -> ModelSpec:
@@ -199,19 +201,14 @@ def spec_from_config(
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
-    kv_key = next((k for k in ("num_key_value_heads", "num_attention_heads") if config.get(k) is not None), None)
-    kv_heads = None
-    if kv_key is not None and ATTENTION in layers:
-        value = config[kv_key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"{where}: key '{kv_key}' must be a positive integer (attention KV heads), "
-                            f"got {_shown(value)}")
-        kv_heads = at_most(f"{where}: key '{kv_key}'", value, MAX_DIM, "model's")
+    heads = size = None
+    if ATTENTION in layers:
+        heads, size = _attention_heads(config, family, where, kv_heads, head_size)
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
-        num_kv_heads=kv_heads, family=family.label, revision=revision,
-        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin},
+        num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
+        revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin},
     )
     _check_state_size(spec, where)
     return spec
@@ -225,3 +222,49 @@ def _check_state_size(spec: ModelSpec, where: str) -> None:
     if state > MAX_LAYER_STATE:
         raise UserError(f"{where}: one layer's state would be {state / 2**20:.0f} MiB at TP 1, larger than any "
                         f"model's; at most {MAX_LAYER_STATE >> 20} MiB (check the dimensions)")
+
+
+def _positive(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
+
+
+def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_heads: int | None,
+                     head_size: int | None) -> tuple[int, int]:
+    """KV heads (``num_key_value_heads``, else ``num_attention_heads``) and head size (the family's
+    key, else ``hidden_size / num_attention_heads``) of a model with attention layers."""
+    for flag, value in (("--kv-heads", kv_heads), ("--head-size", head_size)):
+        if value is not None and _positive(value) is None:
+            raise UserError(f"{flag} must be a positive integer, got {_shown(value)}")
+    heads = kv_heads
+    if heads is None:
+        for key in ("num_key_value_heads", "num_attention_heads"):
+            if config.get(key) is not None:
+                heads = _positive(config[key])
+                if heads is None:
+                    raise UserError(f"{where}: key '{key}' must be a positive integer (attention KV heads), "
+                                    f"got {_shown(config[key])}")
+                at_most(f"{where}: key '{key}'", heads, MAX_DIM, "model's")
+                break
+    if heads is None:
+        raise UserError(f"{where}: the model has attention layers but no KV-head count: expected "
+                        f"num_key_value_heads or num_attention_heads (or give --kv-heads)")
+    size = head_size
+    if size is None:
+        for key in family.head_size_keys:
+            if config.get(key) is not None:
+                size = _positive(config[key])
+                if size is None:
+                    raise UserError(f"{where}: key '{key}' must be a positive integer (attention head size), "
+                                    f"got {_shown(config[key])}")
+                at_most(f"{where}: key '{key}'", size, MAX_DIM, "model's")
+                break
+    if size is None:
+        hidden, q_heads = _positive(config.get("hidden_size")), _positive(config.get("num_attention_heads"))
+        if hidden is None or q_heads is None or hidden % q_heads:
+            raise UserError(f"{where}: the model has attention layers but no head size: expected "
+                            f"{' or '.join(family.head_size_keys)}, or hidden_size divisible by "
+                            f"num_attention_heads (or give --head-size)")
+        size = at_most(f"{where}: hidden_size / num_attention_heads", hidden // q_heads, MAX_DIM, "model's")
+    return heads, size

@@ -15,7 +15,7 @@ from mambaxfer_cli.model import ModelSpec, Variant
 from mambaxfer_cli.model_config import spec_from_config
 
 PRESET_DIR = Path(__file__).parent / "presets"
-_OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec")
+_OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec", "kv_heads", "head_size")
 _FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -74,9 +74,12 @@ def load_model(
     conv_dtype: str | None = None,
     ssm_dtype: str | None = None,
     num_spec: int | None = None,
+    kv_heads: int | None = None,
+    head_size: int | None = None,
 ) -> ModelSpec:
     """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
-    cli = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec}
+    cli = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
+           "kv_heads": kv_heads, "head_size": head_size}
     if model in preset_names():
         return _from_yaml(PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

@@ -47,10 +47,23 @@ class Part:
     first_unit: int      # global unit index of the run's first unit
     units: int
     total_units: int     # units of the whole, unsharded region
+    block: int | None = None   # the pattern's block, when not the page's (attention kernel blocks)
+    layer: int | None = None   # the pattern's layer, when not the page's (attention streams)
+    per_head: int = 0          # attention: units are head·per_head + token
 
     @property
     def end(self) -> int:
         return self.offset + self.units * self.unit_bytes
+
+    def key(self, layer: int, block: int) -> tuple[int, int]:
+        """The (layer, block) of the pattern this part holds, on a page of ``layer``, ``block``."""
+        return (layer if self.layer is None else self.layer, block if self.block is None else self.block)
+
+    def unit_name(self, unit: int) -> str:
+        if self.per_head:
+            head, token = divmod(unit, self.per_head)
+            return f"head {head} token {token}"
+        return f"{self.unit} {unit}"
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,7 @@ class PageShape:
 
     @property
     def state_bytes(self) -> int:
-        return self.parts[-1].end if self.parts else 0
+        return max((p.end for p in self.parts), default=0)
 
     def part_at(self, offset: int) -> Part | None:
         return next((p for p in self.parts if p.offset <= offset < p.end), None)
@@ -73,11 +86,13 @@ class PageShape:
         if part is None:
             return "padding" if offset < self.page_bytes else "beyond the page"
         unit, byte = divmod(offset - part.offset, part.unit_bytes)
-        return f"{part.region} {part.unit} {part.first_unit + unit} byte {byte}"
+        if part.block is not None:
+            return f"{part.region} {part.unit_name(part.first_unit + unit)} byte {byte} of P kernel block {part.block}"
+        return f"{part.region} {part.unit_name(part.first_unit + unit)} byte {byte}"
 
 
 def part_bytes(layer: int, block: int, part: Part) -> np.ndarray:
-    """``(units, unit_bytes)``: the pattern of one part's units."""
+    """``(units, unit_bytes)``: the pattern of one part's units (``layer``, ``block``: its key)."""
     return unit_bytes_pattern(layer, block, part.region, part.first_unit, part.units, part.unit_bytes)
 
 
@@ -90,7 +105,7 @@ def fill(out: np.ndarray, shape: PageShape, layer: int, block: int, rows: RowSou
     ``rows`` gives each part's bytes; a caching source must give what ``part_bytes`` gives.
     """
     for part in shape.parts:
-        out[part.offset:part.end] = rows(layer, block, part).reshape(-1)
+        out[part.offset:part.end] = rows(*part.key(layer, block), part).reshape(-1)
     pad = shape.page_bytes - shape.state_bytes
     if pad > 0:
         out[shape.state_bytes:shape.page_bytes] = unit_bytes_pattern(layer, block, "pad", 0, 1, pad).ravel()

@@ -6,36 +6,34 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 
+from mambaxfer_cli.attention import AttentionRead, attention_read, sources as attention_sources, whole_block
 from mambaxfer_cli.descriptors import (
-    ATTENTION_HEAD_BYTES, DescriptorList, DescriptorMap, DescriptorRead, Engine, Request, block_ids,
-    make_engine, parse_blocks, random_request,
+    DescriptorList, DescriptorMap, DescriptorRead, Request, block_ids, kernel_blocks, parse_blocks,
+    random_request,
 )
+from mambaxfer_cli.engine import Side, build_side
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.geometry import EngineFlags
+from mambaxfer_cli.handshake import Refusal, Verdict, verdict as vllm_verdict, with_block_size
 from mambaxfer_cli.kv_groups import KVGrouping, vllm_grouping
-from mambaxfer_cli.layout import RankLayout, Shard, engine_layouts, kv_head_shard
-from mambaxfer_cli.model import ModelSpec
-from mambaxfer_cli.reads import (
-    EXACT, SEMANTICS, VLLM, Read, coalesce, kv_sources, misreads, plan_reads, tp_ratio, vllm_reads,
-)
+from mambaxfer_cli.model import ATTENTION, ModelSpec
+from mambaxfer_cli.reads import EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_reads
 
 SCHEMA = "mambaxfer.plan/v1"
 
-
-@dataclass(frozen=True)
-class EngineOptions:
-    num_blocks: int = 100_000
-    blocks_per_logical: int = 4
+# The engines' flags: vLLM's defaults (FLASH_ATTN, --block-size 16, KV cache auto, prefix caching on).
+EngineOptions = EngineFlags
 
 
 @dataclass(frozen=True)
 class PlanOptions:
     semantics: str = EXACT
     coalesce: bool = False
-    prefill: EngineOptions = EngineOptions()
-    decode: EngineOptions = EngineOptions()
+    prefill: EngineFlags = EngineFlags()
+    decode: EngineFlags = EngineFlags()
     attention_streams: int = 1          # per KV-cache tensor: 1 in vLLM 0.33, 2 when K and V split
     grouping: KVGrouping | None = None  # None: vLLM 0.33's rule over the model's layers
-    request_blocks: int = 1             # logical blocks per group in a generated request
+    request_blocks: int = 1             # D logical blocks per group in a generated request
     prefill_blocks: str | None = None
     decode_blocks: str | None = None
     seed: int = 0
@@ -51,15 +49,6 @@ class Warning_:
 
 
 @dataclass(frozen=True)
-class Side:
-    tp: int
-    ranks: tuple[RankLayout, ...]
-
-    def to_dict(self, only: int | None = None) -> dict:
-        return {"tp": self.tp, "ranks": [r.to_dict() for r in self.ranks if only is None or r.rank == only]}
-
-
-@dataclass(frozen=True)
 class Plan:
     model: ModelSpec
     semantics: str
@@ -70,11 +59,16 @@ class Plan:
     descriptors: DescriptorMap
     warnings: tuple[Warning_, ...]
     grouping: KVGrouping
+    verdict: Verdict = field(default=Verdict(()), compare=False)
     uncoalesced_reads: tuple[Read, ...] = field(default=(), compare=False)
 
     @property
     def page_bytes(self) -> tuple[int, int]:
-        return page_bytes(self.prefill.ranks[0]), page_bytes(self.decode.ranks[0])
+        return self.prefill.page_bytes, self.decode.page_bytes
+
+    def tokens(self, group: int) -> int:
+        """Tokens an attention group of the request holds: its D blocks, whole."""
+        return len(self.descriptors.request.decode_blocks[group]) * self.decode.geometry.block_size
 
     def to_dict(self, d_rank: int | None = None) -> dict:
         if d_rank is not None and not 0 <= d_rank < self.decode.tp:
@@ -84,22 +78,14 @@ class Plan:
             "model": self.model.to_dict(),
             "semantics": self.semantics,
             "tp_ratio": self.tp_ratio,
+            "engines": {"prefill": self.prefill.geometry.to_dict(), "decode": self.decode.geometry.to_dict()},
+            "vllm": self.verdict.to_dict(),
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict(d_rank),
             "reads": [r.to_dict() for r in self.reads if d_rank is None or r.d_rank == d_rank],
             "descriptors": self.descriptors.to_dict(d_rank),
             "warnings": [w.to_dict() for w in self.warnings],
         }
-
-
-def page_bytes(layout: RankLayout) -> int:
-    """Page of one logical block: the state, padded to 256 bytes (as engines align pages)."""
-    return -(-layout.state_bytes // 256) * 256
-
-
-def attention_slot_bytes(model: ModelSpec, tp: int) -> int:
-    shard = kv_head_shard(model, tp, 0)
-    return ATTENTION_HEAD_BYTES * (len(shard) if shard else 1)
 
 
 def _misread_warning(plan_reads_: Sequence[Read], prefill, decode, code: str, lead: str) -> list[Warning_]:
@@ -111,92 +97,127 @@ def _misread_warning(plan_reads_: Sequence[Read], prefill, decode, code: str, le
     return [Warning_(code, f"{lead}: {shown}{more}")]
 
 
-def _descriptor_reads(model: ModelSpec, reads: Sequence[Read], prefill: Side, decode: Side,
-                      p_engine: Engine, d_engine: Engine, groups: Sequence[str], request: Request) -> list[DescriptorRead]:
-    has_attention = "attention" in groups
-    p_kv = [kv_head_shard(model, prefill.tp, r) for r in range(prefill.tp)] if has_attention else []
-    p_slot = attention_slot_bytes(model, prefill.tp) if has_attention else ATTENTION_HEAD_BYTES
-    d_slot = attention_slot_bytes(model, decode.tp) if has_attention else ATTENTION_HEAD_BYTES
+def _request(options: PlanOptions, groups: Sequence[str], prefill: Side, decode: Side) -> Request:
+    """Logical blocks per group: SSM groups one page per block on both sides; attention groups the
+    same tokens, ``request_blocks`` whole D blocks and as many P blocks as hold them."""
+    b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
+
+    def p_count(kind: str, d_count: int) -> int:
+        return -(-d_count * b_d // b_p) if kind == ATTENTION else d_count
+
+    if options.request_blocks < 1:
+        raise UserError("--request-blocks must be >= 1")
+    d_counts = [options.request_blocks] * len(groups)
+    request = random_request([p_count(k, n) for k, n in zip(groups, d_counts)], d_counts,
+                             prefill.lists, decode.lists, options.seed)
+    p_blocks, d_blocks = request.prefill_blocks, request.decode_blocks
+    if options.decode_blocks is not None:
+        d_blocks = parse_blocks(options.decode_blocks, len(groups), decode.lists, "decode")
+    if options.prefill_blocks is not None:
+        p_blocks = parse_blocks(options.prefill_blocks, len(groups), prefill.lists, "prefill")
+    elif options.decode_blocks is not None:
+        p_blocks = random_request([p_count(k, len(d)) for k, d in zip(groups, d_blocks)], [0] * len(groups),
+                                  prefill.lists, decode.lists, options.seed).prefill_blocks
+    for kind, p, d in zip(groups, p_blocks, d_blocks):
+        if len(p) != p_count(kind, len(d)):
+            what = (f"{len(d)} D blocks of {b_d} tokens need {p_count(kind, len(d))} P blocks of {b_p} tokens"
+                    if kind == ATTENTION else f"an SSM group needs as many P blocks as D blocks ({len(d)})")
+            raise UserError(f"--prefill-blocks and --decode-blocks do not pair: {what}, got {len(p)}")
+    return Request(tuple(p_blocks), tuple(d_blocks))
+
+
+def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups: Sequence[str],
+                      request: Request, semantics: str) -> list[DescriptorRead]:
+    has_attention = ATTENTION in groups and decode.has_attention
+    b_d = decode.geometry.block_size
+    p_bpl, d_bpl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
     out = []
     for d in decode.ranks:
         ssm = {r.p_rank: r for r in reads if r.d_rank == d.rank}
-        attn: dict[int, Shard] = {}
-        d_kv = None
-        if has_attention:
-            d_kv = kv_head_shard(model, decode.tp, d.rank)
-            attn = dict(kv_sources(p_kv, d_kv))
+        attn = attention_sources(prefill, decode, d.rank, set(ssm), semantics) if has_attention else {}
         whole = tuple((r.offset, r.size) for r in d.regions)
         for i, p_rank in enumerate(sorted(set(ssm) | set(attn))):
             segs = ssm[p_rank].segments if p_rank in ssm else ()
-            local_attn, remote_attn = (0, d_slot), (0, p_slot)
-            if p_rank in attn:
-                units, hb = attn[p_rank], ATTENTION_HEAD_BYTES
-                local_attn = ((units.start - d_kv.start) * hb, len(units) * hb)
-                remote_attn = ((units.start - p_kv[p_rank].start) * hb, len(units) * hb)
+            how: AttentionRead | None = (attention_read(prefill, decode, d.rank, p_rank, attn[p_rank], semantics)
+                                         if p_rank in attn else None)
+            local_attn = how.local if how else whole_block(decode)
+            remote_attn = how.remote if how else whole_block(prefill)
             local_regions = tuple((s.local_offset, s.size) for s in segs)
-            is_base = local_regions == whole and local_attn == (0, d_slot)
-            local = DescriptorList(d_engine, local_regions, local_attn)
-            remote = DescriptorList(p_engine, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
-            with_attn = p_rank in attn
+            is_base = local_regions == whole and local_attn == whole_block(decode)
+            local = DescriptorList(decode.lists, local_regions, local_attn)
+            remote = DescriptorList(prefill.lists, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
+            local_slots, remote_slots = [], []
+            for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
+                if kind != ATTENTION or how is None:
+                    local_slots.append(None)
+                    remote_slots.append(None)
+                    continue
+                ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
+                local_slots.append(ls)
+                remote_slots.append(rs)
+            counts = tuple((0 if slots is None else len(slots) * decode.lists.attention_streams)
+                           if kind == ATTENTION else decode.lists.ssm_tensors * local.k * len(db)
+                           for kind, slots, db in zip(groups, local_slots, request.decode_blocks))
             out.append(DescriptorRead(
                 d.rank, p_rank, "base" if is_base else f"split:{i}", local, remote,
-                local_ids=block_ids(local, groups, request.decode_blocks, with_attn),
-                remote_ids=block_ids(remote, groups, request.prefill_blocks, with_attn),
-                attention=with_attn))
+                local_ids=block_ids(local, groups, request.decode_blocks, local_slots),
+                remote_ids=block_ids(remote, groups, request.prefill_blocks, remote_slots),
+                attention=how is not None, group_counts=counts))
     return out
+
+
+def _layout_refusal(prefill: Side, decode: Side) -> tuple[Refusal, ...]:
+    """vLLM's own SSM layout check (a region it cannot split evenly), when it refuses."""
+    if tp_ratio(prefill.tp, decode.tp) is None:
+        return ()
+    try:
+        vllm_reads(prefill.ranks, decode.ranks)
+    except UserError as exc:
+        return (Refusal("layout", str(exc)),)
+    return ()
 
 
 def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = PlanOptions()) -> Plan:
     """Plan every read of a P/D pairing, under exact or vLLM 0.33 semantics."""
     if options.semantics not in SEMANTICS:
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
-    prefill = Side(p_tp, engine_layouts(model, p_tp))
-    decode = Side(d_tp, engine_layouts(model, d_tp))
+    grouping = options.grouping or vllm_grouping(model.layers)
+    prefill = build_side(model, p_tp, options.prefill, grouping, options.attention_streams)
+    decode = build_side(model, d_tp, options.decode, grouping, options.attention_streams)
+
+    def rebuild(size: int) -> tuple[Side, Side]:
+        return (build_side(model, p_tp, with_block_size(options.prefill, size), grouping, options.attention_streams),
+                build_side(model, d_tp, with_block_size(options.decode, size), grouping, options.attention_streams))
+
+    verdict = vllm_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode))
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
 
     warnings: list[Warning_] = []
     ratio = tp_ratio(p_tp, d_tp)
+    if not verdict.accepts:
+        fix = (f"; --block-size {verdict.suggested_block_size} on both engines makes vLLM accept it"
+               if verdict.suggested_block_size else "")
+        tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
+        warnings.append(Warning_("vllm-refuses", f"vLLM 0.33 refuses P TP {p_tp} / D TP {d_tp}: "
+                                 + " ".join(r.message for r in verdict.refusals) + fix + tail))
     if options.semantics == VLLM:
         warnings += _misread_warning(
             raw, prefill.ranks, decode.ranks, "vllm-replicated-groups",
             "vLLM 0.33's offsets assume every region is evenly sharded, but B/C groups are replicated "
             "here, so these reads corrupt the state (use --semantics exact)")
-    elif ratio is None:
-        warnings.append(Warning_("vllm-unsupported-pairing",
-                                 f"vLLM 0.33 refuses P TP {p_tp} / D TP {d_tp} (neither divides the other); "
-                                 f"this plan is mambaxfer's exact plan"))
-    else:
-        try:
-            theirs = vllm_reads(prefill.ranks, decode.ranks)
-        except UserError as exc:   # vLLM's own layout check refuses it: the exact plan still stands
-            warnings.append(Warning_("vllm-unsupported-pairing",
-                                     f"vLLM 0.33 refuses P TP {p_tp} / D TP {d_tp} ({exc}); "
-                                     f"this plan is mambaxfer's exact plan"))
-        else:
-            warnings += _misread_warning(theirs, prefill.ranks, decode.ranks, "vllm-differs",
-                                         "vLLM 0.33 would read wrong bytes for this pairing")
+    elif ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
+        warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
+                                     "vllm-differs", "vLLM 0.33 would read wrong bytes for this pairing")
+    for name, side in (("P", prefill), ("D", decode)):
+        if side.geometry.overridden:
+            warnings.append(Warning_("not-vllm-geometry", f"{name}'s kernel blocks per logical block are set "
+                                     f"by hand to {side.geometry.blocks_per_logical}; vLLM 0.33 derives "
+                                     f"{side.geometry.derived_blocks_per_logical}: this is not the engine "
+                                     f"vLLM builds"))
 
-    grouping = options.grouping or vllm_grouping(model.layers)
-    k = len(decode.ranks[0].regions)
-    p_engine = make_engine(grouping, options.prefill.num_blocks, options.prefill.blocks_per_logical,
-                           options.attention_streams, k)
-    d_engine = make_engine(grouping, options.decode.num_blocks, options.decode.blocks_per_logical,
-                           options.attention_streams, k)
-    if grouping.has_attention and options.prefill.blocks_per_logical != options.decode.blocks_per_logical:
-        raise UserError(
-            f"attention groups need the same kernel blocks per logical block on both sides "
-            f"(P {options.prefill.blocks_per_logical}, D {options.decode.blocks_per_logical}): "
-            f"the local and remote ID lists would differ in length")
-    n_groups = len(grouping.groups)
-    request = random_request(n_groups, options.request_blocks, p_engine, d_engine, options.seed)
-    if options.prefill_blocks is not None:
-        request = Request(parse_blocks(options.prefill_blocks, n_groups, p_engine, "prefill"), request.decode_blocks)
-    if options.decode_blocks is not None:
-        request = Request(request.prefill_blocks, parse_blocks(options.decode_blocks, n_groups, d_engine, "decode"))
-    if any(len(p) != len(d) for p, d in zip(request.prefill_blocks, request.decode_blocks)):
-        raise UserError("--prefill-blocks and --decode-blocks must give the same number of blocks per group")
-    dreads = _descriptor_reads(model, reads, prefill, decode, p_engine, d_engine, grouping.groups, request)
-    descriptors = DescriptorMap(grouping.groups, p_engine, d_engine, request, tuple(dreads))
+    request = _request(options, grouping.groups, prefill, decode)
+    dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics)
+    descriptors = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads))
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
-                grouping, uncoalesced_reads=raw)
+                grouping, verdict, uncoalesced_reads=raw)

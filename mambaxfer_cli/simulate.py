@@ -1,12 +1,12 @@
 """Where bytes move without NIXL: a plan's descriptor IDs performed on numpy pages, then proved.
 
-P pages hold SPEC section 6's pattern and are generated only for the blocks a read touches; D
+P pages hold SPEC section 6's pattern and are generated only for the pages a read touches; D
 pages start poisoned. Each (local ID, remote ID) pair of each read copies bytes through the read's
 two descriptor lists, every write is counted, and every byte of every D rank's state for the
 request is compared with the pattern it must hold. Each engine's registered memory is modelled as
-it is in vLLM: per SSM tensor, ``L`` pages back to back; per attention stream, ``N`` kernel-block
-slots back to back; so a descriptor that overruns its page spills into the next block, as it would
-on a GPU.
+it is in vLLM: one region per KV-cache tensor of ``L`` pages, an SSM block one page, an attention
+kernel block ``page/blocks_per_logical`` bytes of it; so a descriptor that overruns its block
+spills into the next one (whatever layer kind uses it), as it would on a GPU.
 """
 
 from __future__ import annotations
@@ -16,39 +16,13 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorList, DescriptorRead
-from mambaxfer_cli.layout import RankLayout, kv_head_shard
-from mambaxfer_cli.model import ATTENTION, ModelSpec
+from mambaxfer_cli.descriptors import DescriptorList, DescriptorRead
+from mambaxfer_cli.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
-from mambaxfer_cli.plan import Plan, attention_slot_bytes, page_bytes
-from mambaxfer_cli.variants import VARIANTS
-
-SSM_SPACE, ATTENTION_SPACE = 0, 1
-SPACE_NAMES = ("ssm", "attention")
+from mambaxfer_cli.plan import Plan
 
 
 # --- what a page holds ------------------------------------------------------------------------
-
-def _region_units(model: ModelSpec) -> dict[str, int]:
-    return {shape.name: shape.units(model.params) for shape in VARIANTS[model.variant]}
-
-
-def ssm_shape(model: ModelSpec, layout: RankLayout, page: int) -> PageShape:
-    totals = _region_units(model)
-    return PageShape(tuple(Part(r.name, r.unit, r.offset, r.unit_bytes, r.shard.start, len(r.shard),
-                                totals[r.name]) for r in layout.regions), page)
-
-
-def attention_shape(model: ModelSpec, tp: int, rank: int) -> PageShape:
-    """A rank's attention slot: its KV heads, ``ATTENTION_HEAD_BYTES`` each (one head when the
-    model names none, matching ``attention_slot_bytes``)."""
-    shard = kv_head_shard(model, tp, rank)
-    first, count = (shard.start, len(shard)) if shard else (0, 1)
-    part = Part("kv", "head", 0, ATTENTION_HEAD_BYTES, first, count, model.num_kv_heads or 1)
-    return PageShape((part,), attention_slot_bytes(model, tp))
-
-
-NO_HEADS = Part("kv", "head", 0, ATTENTION_HEAD_BYTES, 0, 1, 1)
 
 
 class Patterns:
@@ -59,7 +33,8 @@ class Patterns:
         self._rows: dict[tuple, np.ndarray] = {}
 
     def rows(self, layer: int, block: int, part: Part) -> np.ndarray:
-        """``(units, unit_bytes)``: the bytes of the part's units, as ``pattern.part_bytes``."""
+        """``(units, unit_bytes)``: the bytes of the part's units, as ``pattern.part_bytes`` gives
+        them for the part's pattern key (``layer``, ``block``)."""
         key = (layer, block, part.region, part.unit_bytes, part.total_units)
         whole = self._rows.get(key)
         if whole is None:
@@ -115,8 +90,8 @@ def _region_words(region: str) -> str:
 
 def _place(space: str, tensor: int, block: int) -> str:
     if space == "attention":
-        return f"attention stream {tensor} kernel block {block}"
-    return f"SSM tensor {tensor} block {block}"
+        return f"tensor {tensor} attention block {block}"
+    return f"tensor {tensor} SSM block {block}"
 
 
 @dataclass(frozen=True)
@@ -296,36 +271,34 @@ def reads_vs_descriptors(plan: Plan) -> list[Problem]:
 # --- the transfer ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class _Engine:
-    """One side's registered memory, per space (SSM, attention): blocks and page (slot) size."""
+class _Memory:
+    """One side's registered memory: ``tensors`` regions of ``blocks`` pages of ``page`` bytes."""
 
-    blocks: tuple[int, int]
-    page: tuple[int, int]
+    page: int
+    blocks: int
+    page_bytes: int
 
-
-def _engine(plan: Plan, side: str) -> _Engine:
-    engine = getattr(plan.descriptors, side)
-    layouts = getattr(plan, side).ranks
-    slot = (attention_slot_bytes(plan.model, len(layouts)) if plan.grouping.has_attention
-            else ATTENTION_HEAD_BYTES)
-    return _Engine((engine.logical_blocks, engine.num_blocks), (page_bytes(layouts[0]), slot))
+    @property
+    def limit(self) -> int:
+        return self.blocks * self.page
 
 
-def _addresses(dlist: DescriptorList, ids: np.ndarray, engine: _Engine):
-    r = dlist.resolve(ids)
-    space = np.where(r["attention"], ATTENTION_SPACE, SSM_SPACE)
-    page = np.array(engine.page, dtype=np.int64)[space]
-    limit = np.array(engine.blocks, dtype=np.int64)[space] * page
-    addr = r["block"] * page + r["offset"]
-    fits = (addr >= 0) & (r["size"] >= 0) & (addr + r["size"] <= limit)
-    return space, r["tensor"], addr, r["size"], fits
+def _memory(plan: Plan, side: str) -> _Memory:
+    engine = getattr(plan, side)
+    return _Memory(engine.page_bytes, engine.lists.logical_blocks, engine.page_bytes)
 
 
-def _chunks(read: DescriptorRead, p: _Engine, d: _Engine, problems: list[Problem]):
+def _addresses(dlist: DescriptorList, ids: np.ndarray, memory: _Memory):
+    tensor, addr, size = dlist.addresses(ids, memory.page)
+    fits = (addr >= 0) & (size >= 0) & (addr + size <= memory.limit)
+    return tensor, addr, size, fits
+
+
+def _chunks(read: DescriptorRead, p: _Memory, d: _Memory, problems: list[Problem]):
     """The pairs of one read as copies that stay inside one page on both sides."""
     local, remote = np.asarray(read.local_ids, np.int64), np.asarray(read.remote_ids, np.int64)
-    ds, dt, da, size, dfit = _addresses(read.local, local, d)
-    ss, st, sa, _, sfit = _addresses(read.remote, remote, p)
+    dt, da, size, dfit = _addresses(read.local, local, d)
+    st, sa, _, sfit = _addresses(read.remote, remote, p)
     fits = dfit & sfit
     if not fits.all():
         i = int(np.flatnonzero(~fits)[0])
@@ -336,79 +309,53 @@ def _chunks(read: DescriptorRead, p: _Engine, d: _Engine, problems: list[Problem
             f"points outside the engine's registered memory ({int((~fits).sum())} such pairs, not copied)",
             read.d_rank, read.p_rank))
     keep = fits & (size > 0)
-    ds, dt, da, ss, st, sa, size = (a[keep] for a in (ds, dt, da, ss, st, sa, size))
-    dpage = np.array(d.page, dtype=np.int64)[ds]
-    spage = np.array(p.page, dtype=np.int64)[ss]
+    dt, da, st, sa, size = (a[keep] for a in (dt, da, st, sa, size))
+    dpage, spage = d.page, p.page
     spans = ((da // dpage) != ((da + size - 1) // dpage)) | ((sa // spage) != ((sa + size - 1) // spage))
-    rows = [ds, dt, da, ss, st, sa, size]
+    rows = [dt, da, st, sa, size]
     if spans.any():
         extra: list[list[int]] = [[] for _ in rows]
         origin: list[int] = []
         for i in np.flatnonzero(spans):
-            dp_, sp_ = int(dpage[i]), int(spage[i])
             d0, s0, n, pos = int(da[i]), int(sa[i]), int(size[i]), 0
             while pos < n:
-                step = min(n - pos, dp_ - (d0 + pos) % dp_, sp_ - (s0 + pos) % sp_)
-                for col, value in zip(extra, (ds[i], dt[i], d0 + pos, ss[i], st[i], s0 + pos, step)):
+                step = min(n - pos, dpage - (d0 + pos) % dpage, spage - (s0 + pos) % spage)
+                for col, value in zip(extra, (dt[i], d0 + pos, st[i], s0 + pos, step)):
                     col.append(int(value))
                 origin.append(int(i))
                 pos += step
         # Keep the copies in the read's order: with repeated writes, the last one wins.
         order = np.argsort(np.concatenate([np.flatnonzero(~spans), origin]), kind="stable")
         rows = [np.concatenate([a[~spans], np.array(e, dtype=np.int64)])[order] for a, e in zip(rows, extra)]
-        dpage = np.array(d.page, dtype=np.int64)[rows[0]]
-        spage = np.array(p.page, dtype=np.int64)[rows[3]]
-    ds, dt, da, ss, st, sa, size = rows
+    dt, da, st, sa, size = rows
     p_rank = np.full(len(size), read.p_rank, dtype=np.int64)
-    return np.stack([ds, dt, da // dpage, da % dpage, p_rank, ss, st, sa // spage, sa % spage, size], axis=1)
+    return np.stack([dt, da // dpage, da % dpage, p_rank, st, sa // spage, sa % spage, size], axis=1)
 
 
 # Columns of a chunk row.
-_DS, _DT, _DB, _DO, _PR, _SS, _ST, _SB, _SO, _N = range(10)
-
-
-@dataclass(frozen=True)
-class ExpectedPage:
-    """One page (or slot) of the request on D, and the P block whose pattern it must hold."""
-
-    space: int
-    tensor: int
-    block: int
-    p_block: int
-
-
-def request_pages(plan: Plan) -> list[ExpectedPage]:
-    """Every D page of the request in request order: groups, then tensor (stream), then block."""
-    desc, out = plan.descriptors, []
-    with_attention = plan.model.num_kv_heads is not None
-    for kind, p_blocks, d_blocks in zip(desc.groups, desc.request.prefill_blocks, desc.request.decode_blocks):
-        if kind == ATTENTION:
-            if not with_attention:
-                continue
-            p_phys, d_phys = desc.prefill.blocks_per_logical, desc.decode.blocks_per_logical
-            for stream in range(desc.decode.attention_streams):
-                for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()):
-                    out.extend(ExpectedPage(ATTENTION_SPACE, stream, db * d_phys + j, pb * p_phys + j)
-                               for j in range(min(p_phys, d_phys)))
-        else:
-            for tensor in range(desc.decode.ssm_tensors):
-                out.extend(ExpectedPage(SSM_SPACE, tensor, db, pb)
-                           for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()))
-    return out
+_DT, _DB, _DO, _PR, _ST, _SB, _SO, _N = range(8)
 
 
 class _Sources:
     """P ranks' pages, generated from the pattern the first time a read touches them."""
 
-    def __init__(self, shapes: dict[tuple[int, int], PageShape], patterns: Patterns) -> None:
-        self.shapes, self.patterns, self.pages = shapes, patterns, {}
+    def __init__(self, plan: Plan, patterns: Patterns) -> None:
+        self.plan, self.patterns, self.pages, self.shapes = plan, patterns, {}, {}
+        self.kinds = p_page_kinds(plan)
 
-    def page(self, p_rank: int, space: int, tensor: int, block: int) -> np.ndarray:
-        key = (p_rank, space, tensor, block)
-        page = self.pages.get(key)
-        if page is None:
-            page = self.pages[key] = self.patterns.page(self.shapes[p_rank, space], tensor, block)
-        return page
+    def shape(self, p_rank: int, tensor: int, block: int) -> PageShape:
+        key = (p_rank, tensor, block)
+        found = self.shapes.get(key)
+        if found is None:
+            found = self.shapes[key] = p_page_shape(self.plan, p_rank, tensor, block, self.kinds)
+        return found
+
+    def page(self, p_rank: int, tensor: int, block: int) -> np.ndarray:
+        key = (p_rank, tensor, block)
+        found = self.pages.get(key)
+        if found is None:
+            found = self.pages[key] = self.patterns.page(self.shape(p_rank, tensor, block), tensor, block)
+        return found
 
 
 def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, fences: dict[int, tuple[int, ...]]):
@@ -438,27 +385,15 @@ def _find_source(chunks: np.ndarray, page_index: np.ndarray, key: int, offset: i
     if not hit.size:
         return None
     row = chunks[hit[-1]]
-    return int(row[_PR]), int(row[_SS]), int(row[_ST]), int(row[_SB]), int(row[_SO] + offset - row[_DO])
+    return int(row[_PR]), int(row[_ST]), int(row[_SB]), int(row[_SO] + offset - row[_DO])
 
 
 def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
     """Perform every descriptor read of ``plan`` on simulated memory and verify every D byte."""
     patterns = patterns or Patterns()
-    model, desc = plan.model, plan.descriptors
-    p_engine, d_engine = _engine(plan, "prefill"), _engine(plan, "decode")
-    has_attention = plan.grouping.has_attention
-
-    def shapes_of(side, engine: _Engine) -> dict[tuple[int, int], PageShape]:
-        out = {}
-        for layout in side.ranks:
-            out[layout.rank, SSM_SPACE] = ssm_shape(model, layout, engine.page[SSM_SPACE])
-            # Lists hold F·N attention descriptors even with no attention group: give them memory.
-            out[layout.rank, ATTENTION_SPACE] = (attention_shape(model, side.tp, layout.rank) if has_attention
-                                                 else PageShape((NO_HEADS,), ATTENTION_HEAD_BYTES))
-        return out
-
-    p_shapes, d_shapes = shapes_of(plan.prefill, p_engine), shapes_of(plan.decode, d_engine)
-    sources = _Sources(p_shapes, patterns)
+    desc = plan.descriptors
+    p_memory, d_memory = _memory(plan, "prefill"), _memory(plan, "decode")
+    sources = _Sources(plan, patterns)
     problems = reads_vs_descriptors(plan)
 
     per_rank: dict[int, list[np.ndarray]] = {d: [] for d in range(plan.decode.tp)}
@@ -470,43 +405,42 @@ def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
         # NIXL refuses a transfer whose lists, IDs or sizes disagree; repeated IDs it performs.
         if any(p.code != "id-duplicate" for p in found):
             continue
-        per_rank[dread.d_rank].append(_chunks(dread, p_engine, d_engine, problems))
+        per_rank[dread.d_rank].append(_chunks(dread, p_memory, d_memory, problems))
 
-    expected = request_pages(plan)
     damage: list[Damage] = []
     bytes_moved = bytes_verified = 0
     for d_rank in range(plan.decode.tp):
         chunks = (np.concatenate(per_rank[d_rank]) if per_rank[d_rank]
-                  else np.zeros((0, 10), dtype=np.int64))
+                  else np.zeros((0, 8), dtype=np.int64))
         bytes_moved += int(chunks[:, _N].sum())
-        found, verified = _verify_rank(d_rank, chunks, expected, d_shapes, d_engine, sources, patterns,
-                                       problems)
+        found, verified = _verify_rank(d_rank, chunks, request_pages(plan, d_rank), d_memory, sources,
+                                       patterns, problems)
         damage.extend(found)
         bytes_verified += verified
     return Simulation(len(desc.reads), pairs, bytes_moved, bytes_verified, tuple(problems), tuple(damage))
 
 
-def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPage],
-                 shapes: dict[tuple[int, int], PageShape], engine: _Engine, sources: _Sources,
-                 patterns: Patterns, problems: list[Problem]) -> tuple[list[Damage], int]:
+def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPage], memory: _Memory,
+                 sources: _Sources, patterns: Patterns, problems: list[Problem]) -> tuple[list[Damage], int]:
     # Pages: the request's first (in request order), then any other page a write touched.
-    index: dict[tuple[int, int, int], int] = {}
+    index: dict[tuple[int, int], int] = {}
     for e in expected:
-        index.setdefault((e.space, e.tensor, e.block), len(index))
+        index.setdefault(e.key, len(index))
     n_expected = len(index)
+    by_key = {e.key: e for e in expected}
     page_index = np.empty(len(chunks), dtype=np.int64)
-    for i, key in enumerate(map(tuple, chunks[:, [_DS, _DT, _DB]].tolist())):
+    for i, key in enumerate(map(tuple, chunks[:, [_DT, _DB]].tolist())):
         page_index[i] = index.setdefault(key, len(index))
     keys = list(index)
 
-    pages = [np.full(engine.page[space], POISON, dtype=np.uint8) for space, _, _ in keys]
+    pages = [np.full(memory.page, POISON, dtype=np.uint8) for _ in keys]
     for row, k in zip(chunks.tolist(), page_index.tolist()):
-        src = sources.page(row[_PR], row[_SS], row[_ST], row[_SB])
+        src = sources.page(row[_PR], row[_ST], row[_SB])
         pages[k][row[_DO]:row[_DO] + row[_N]] = src[row[_SO]:row[_SO] + row[_N]]
 
     fences = {}
-    for k, (space, _, _) in enumerate(keys[:n_expected]):
-        fences[k] = (0, shapes[d_rank, space].state_bytes, engine.page[space])
+    for k, key in enumerate(keys[:n_expected]):
+        fences[k] = (0, by_key[key].shape.state_bytes, memory.page)
     ck, c0, c1, cn = _coverage(page_index, chunks[:, _DO], chunks[:, _DO] + chunks[:, _N], fences)
 
     # Writes count: outside the request, into padding, never, or more than once.
@@ -516,7 +450,7 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
         if k >= n_expected:
             stray += (b - a) if n else 0
             continue
-        state = shapes[d_rank, keys[k][0]].state_bytes
+        state = by_key[keys[k]].shape.state_bytes
         if a >= state:
             padding += (b - a) if n else 0
         elif n != 1:
@@ -524,25 +458,25 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
             never += (b - a) if n == 0 else 0
             twice += (b - a) if n > 1 else 0
     if stray:
-        space, tensor, block = keys[n_expected]
+        tensor, block = keys[n_expected]
         problems.append(Problem("outside-request",
                                 f"D{d_rank}: {stray} bytes written outside the request's blocks, first into "
-                                f"{_place(SPACE_NAMES[space], tensor, block)}", d_rank))
+                                f"tensor {tensor} block {block}", d_rank))
     if never or twice or padding:
         parts = [f"{never} bytes never written"] if never else []
         parts += [f"{twice} bytes written more than once"] if twice else []
         parts += [f"{padding} bytes written into page padding"] if padding else []
         problems.append(Problem("write-count", f"D{d_rank}: " + ", ".join(parts), d_rank))
 
-    found: dict[tuple[int, str], list] = {}
+    found: dict[tuple[str, str], list] = {}
     verified = 0
-    for k, e in enumerate(expected):
-        k = index[(e.space, e.tensor, e.block)]
-        shape, page = shapes[d_rank, e.space], pages[k]
+    for e in expected:
+        k = index[e.key]
+        shape, got_page = e.shape, pages[k]
         verified += shape.state_bytes
         for part in shape.parts:
-            want = patterns.rows(e.tensor, e.p_block, part).reshape(-1)
-            got = page[part.offset:part.end]
+            want = patterns.rows(*part.key(e.tensor, e.p_block), part).reshape(-1)
+            got = got_page[part.offset:part.end]
             cover = [(a, b, n) for a, b, n in bad_cover.get(k, ()) if a < part.end and b > part.offset]
             if not cover and np.array_equal(got, want):
                 continue
@@ -552,7 +486,7 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
             count = int(np.count_nonzero(wrong))
             if not count:
                 continue
-            entry = found.setdefault((e.space, part.region), [0, 0, None])
+            entry = found.setdefault((e.kind, part.region), [0, 0, None])
             entry[0] += count
             entry[1] += 1
             if entry[2] is None:
@@ -561,12 +495,13 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
                 origin = _find_source(chunks, page_index, k, offset)
                 source = None
                 if origin is not None:
-                    p_rank, s_space, s_tensor, s_block, s_offset = origin
-                    holds = sources.shapes[p_rank, s_space].describe(s_offset)
-                    source = ByteSource(p_rank, SPACE_NAMES[s_space], s_tensor, s_block, s_offset, holds)
-                entry[2] = WrongByte(d_rank, SPACE_NAMES[e.space], e.tensor, e.block, e.p_block, offset,
+                    p_rank, s_tensor, s_block, s_offset = origin
+                    holds = sources.shape(p_rank, s_tensor, s_block).describe(s_offset)
+                    kind = "attention" if sources.kinds.get(s_block) else "ssm"
+                    source = ByteSource(p_rank, kind, s_tensor, s_block, s_offset, holds)
+                entry[2] = WrongByte(d_rank, e.kind, e.tensor, e.block, e.p_block, offset,
                                      shape.describe(offset), int(want[offset - part.offset]),
                                      int(got[offset - part.offset]), writes if origin else 0, source)
-    damage = [Damage(d_rank, SPACE_NAMES[space], region, count, n_pages, first)
+    damage = [Damage(d_rank, space, region, count, n_pages, first)
               for (space, region), (count, n_pages, first) in found.items()]
     return damage, verified

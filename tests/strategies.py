@@ -14,7 +14,8 @@ from mambaxfer_cli.model import ModelSpec, Variant
 def pairings(draw, max_tp: int = 6, attention: bool = False):
     """(model, P TP, D TP) where both layouts exist; non-multiples (2/3, 4/6, 5/2) included.
 
-    With ``attention``, the model also has attention layers whose KV heads fit both TP sizes.
+    With ``attention``, the model also has attention layers whose KV heads fit both TP sizes
+    (one head, replicated everywhere, included).
     """
     p_tp, d_tp = draw(st.integers(1, max_tp)), draw(st.integers(1, max_tp))
     m = lcm(p_tp, d_tp)
@@ -40,5 +41,7 @@ def pairings(draw, max_tp: int = 6, attention: bool = False):
         name="random", source="hypothesis", variant=variant, params=params, layers=layers,
         conv_kernel=draw(st.integers(2, 4)), num_spec=draw(st.integers(0, 2)),
         conv_dtype=draw(st.sampled_from(list(DTYPE_BYTES))), ssm_dtype=draw(st.sampled_from(list(DTYPE_BYTES))),
-        num_kv_heads=m * draw(st.integers(1, 2)) if "attention" in layers else None)
+        num_kv_heads=draw(st.sampled_from([1, m, 2 * m])) if "attention" in layers else None,
+        head_size=draw(st.sampled_from([1, 4, 16])) if "attention" in layers else None,
+        model_dtype=draw(st.sampled_from(["bfloat16", "float32"])))
     return model, p_tp, d_tp

@@ -95,7 +95,7 @@ def test_report_counts_verdicts_and_serialises():
     assert not report.ok and report.exit_code == 1
     doc = report.to_dict()
     assert doc["schema"] == "mambaxfer.check/v1" and doc["ok"] is False
-    assert doc["summary"] == {"pairings": 3, "passed": 1, "failed": 2, "skipped": 0,
+    assert doc["summary"] == {"pairings": 3, "passed": 1, "failed": 2, "refused": 0, "skipped": 0,
                               "seconds": doc["summary"]["seconds"]}
     good, bad = doc["results"][0], doc["results"][1]
     assert good["first_wrong_byte"] is None and good["wrong_bytes"] == 0 and good["explanation"] == []
@@ -104,7 +104,7 @@ def test_report_counts_verdicts_and_serialises():
     assert bad["warnings"] == ["vllm-replicated-groups"]
     assert "D1 B[0:128] <- P0 C[0:128]" in bad["misreads"]
     lines = report.results[1].explanation()
-    assert lines[0].startswith("first wrong byte: D0 SSM tensor 0")
+    assert lines[0].startswith("first wrong byte: D0 tensor 0 SSM block")
     assert any("D1 B: C read as B" in line for line in lines)
     # 2P1D: D takes half of the group from each P rank instead of the whole group from one.
     two_to_one = report.results[2].simulation
@@ -161,6 +161,6 @@ def test_a_pairing_vllm_refuses_is_still_planned_and_proved_exactly():
                                                       "num_heads": 3, "head_dim": 1},
                       ("ssm",), conv_kernel=2, num_spec=0, conv_dtype="bfloat16", ssm_dtype="bfloat16")
     exact = check_pairing(model, Pairing(3, 1), check_options())
-    assert exact.verdict == "pass" and exact.warnings == ("vllm-unsupported-pairing",)
+    assert exact.verdict == "pass" and exact.warnings == ("vllm-refuses",)
     skipped = check_pairing(model, Pairing(3, 1), check_options(semantics="vllm"), listed=False)
     assert skipped.verdict == "skip" and "cannot split region 'B'" in skipped.reason

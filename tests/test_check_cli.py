@@ -22,7 +22,7 @@ def test_vllm_granite_1p2d_fails_and_explains_the_corruption():
     assert result.code == 1, result.stderr
     out = result.stdout
     assert "✗ FAIL" in out and "1 pairing checked byte by byte" in out and "1 FAILED" in out
-    assert "first wrong byte: D0 SSM tensor 0" in out and "= C channel 0 byte 0" in out
+    assert "first wrong byte: D0 tensor 0 SSM block" in out and "= C channel 0 byte 0" in out
     assert "which holds ssm head 0 byte 0" in out
     assert "D1 B: C read as B" in out
     assert "D0 C: temporal bytes read as C" in out and "D1 C: temporal bytes read as C" in out
@@ -145,7 +145,7 @@ def test_gate_script_passes_fails_and_reports_usage_errors(tmp_path):
     assert ET.parse(tmp_path / "out/junit.xml").getroot().get("failures") == "1"
 
     usage = run_gate(tmp_path, "no-such-model", "1:2")
-    assert usage.returncode == 2 and "could not run" in usage.stderr
+    assert usage.returncode == 2 and "refused the arguments" in usage.stderr
 
     missing = run_gate(tmp_path)
     assert missing.returncode != 0 and "usage:" in missing.stderr

@@ -54,6 +54,11 @@ def inspect_json(cli, *args: str) -> dict:
 
 
 def write_config(tmp_path: Path, config: dict, name: str = "config.json") -> str:
+    """Write ``config``; one that names no attention heads gets 4 (2 KV heads), as hybrids have."""
+    if "num_attention_heads" not in config and "num_key_value_heads" not in config:
+        config = {**config, "num_attention_heads": 4, "num_key_value_heads": 2}
+    if not any(k in config for k in ("head_dim", "attention_head_dim", "hidden_size")):
+        config = {**config, "head_dim": 16}
     path = tmp_path / name
     path.write_text(json.dumps(config))
     return str(path)
@@ -296,9 +301,15 @@ def test_granite_tp4_b_and_c_replicated(cli):
 
 def test_json_document_shape(cli):
     doc = inspect_json(cli, "-m", "jamba", "--tp", "2")
-    assert set(doc) == {"schema", "producer", "model", "layouts"} and doc["schema"] == "mambaxfer.inspect/v1"
+    assert set(doc) == {"schema", "producer", "model", "layouts", "engines"} and doc["schema"] == "mambaxfer.inspect/v1"
     assert set(doc["model"]) == {"name", "source", "variant", "ssm_layers", "attention_layers", "conv_kernel",
-                                 "num_spec", "conv_dtype", "ssm_dtype", "params", "origin"}
+                                 "num_spec", "conv_dtype", "ssm_dtype", "params", "attention", "origin"}
+    # Jamba at TP 2: 4 KV heads of 128 in bf16 (2048 B a token); a 155648-byte state needs 80 tokens.
+    assert doc["engines"]["2"] == {"attention_backend": "FLASH_ATTN", "kv_cache_dtype": "auto",
+                                   "prefix_caching": True, "block_size": 80, "kernel_block_size": 80,
+                                   "blocks_per_logical": 1, "attention_bytes_per_token": 2048,
+                                   "state_bytes": 155648, "page_bytes": 163840, "num_blocks": 100000,
+                                   "vllm_derived": True}
     rank = doc["layouts"]["2"][1]
     assert set(rank) == {"rank", "conv_rows", "conv_bytes", "ssm_bytes", "regions"}
     assert rank["regions"][1] == {"name": "ssm", "kind": "ssm", "unit": "channel", "unit_bytes": 32,

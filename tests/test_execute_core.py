@@ -27,7 +27,8 @@ from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.execute.verify import verify_decode
 from mambaxfer_cli.model_source import load_model
 from mambaxfer_cli.pattern import POISON
-from mambaxfer_cli.plan import EngineOptions, PlanOptions, build_plan
+from mambaxfer_cli.geometry import EngineFlags
+from mambaxfer_cli.plan import PlanOptions, build_plan
 
 SETTINGS = RunSettings("test", "cpu", 0, "127.0.0.1", 0, 1)
 TOY = str(Path(__file__).resolve().parents[1] / "examples" / "models" / "toy-mamba2.yaml")
@@ -35,7 +36,7 @@ TOY = str(Path(__file__).resolve().parents[1] / "examples" / "models" / "toy-mam
 
 def small_plan(model: str, p_tp: int, d_tp: int, layers: int | None = None, semantics: str = "exact"):
     return plan_to_execute(cut_layers(load_model(model), layers), p_tp, d_tp, semantics=semantics, coalesce=False,
-                           blocks=None, blocks_per_logical=4, request_blocks=2, seed=3)
+                           blocks=None, request_blocks=2, seed=3)
 
 
 # --- tasks ----------------------------------------------------------------------------------------
@@ -48,17 +49,18 @@ def test_tasks_follow_the_plan():
     assert [p.port for p in prefill] == [0, 0, 0, 0]
     assert [p.port for p in build_tasks(plan, replace(SETTINGS, port=5600))[0]] == [5600, 5601, 5602, 5603]
     d = decode[0]
-    # One tensor of 32 logical pages, one attention stream of 128 kernel-block slots of 4 KV heads.
-    assert (d.memory.ssm_tensors, d.memory.logical_blocks, d.memory.attention_streams,
-            d.memory.kernel_blocks, d.memory.slot_bytes) == (1, 32, 1, 128, 256)
-    assert d.memory.total_bytes == 32 * d.memory.page_bytes + 128 * 256
-    assert len(d.expected) == 7 * 2 + 2 * 4   # 7 SSM groups x 2 blocks, 1 attention group x 2 x 4 kernel blocks
+    # One KV-cache tensor of 32 logical pages (twice the request's 8 groups x 2 blocks); Jamba's
+    # geometry at TP 2 (80-token blocks of 4 KV heads of 128, bf16): pages of 80 * 2048 bytes.
+    assert (d.memory.tensors, d.memory.logical_blocks, d.memory.page_bytes) == (1, 32, 80 * 2048)
+    assert d.memory.total_bytes == 32 * 80 * 2048
+    assert len(d.expected) == 7 * 2 + 2       # 7 SSM groups x 2 blocks, 1 attention group x 2 blocks
 
 
 def test_a_request_that_writes_a_d_block_twice_cannot_be_executed():
     spec = cut_layers(load_model("jamba"), 8)
     text = "3,4;3,4;5,6;7,8;9,10;11,12;13,14;15,16"
-    options = PlanOptions(prefill=EngineOptions(128, 4), decode=EngineOptions(128, 4), decode_blocks=text)
+    options = PlanOptions(prefill=EngineFlags(num_blocks=128), decode=EngineFlags(num_blocks=128),
+                          decode_blocks=text)
     with pytest.raises(UserError, match="--decode-blocks: block 3 is in groups 0 and 1"):
         build_plan(spec, 1, 1, options)   # the planner refuses it first; execute's own guard:
     plan = build_plan(spec, 1, 1, replace(options, decode_blocks=None))
@@ -66,7 +68,7 @@ def test_a_request_that_writes_a_d_block_twice_cannot_be_executed():
                                                          [13, 14], [15, 16]))
     request = replace(plan.descriptors.request, decode_blocks=twice)
     broken = replace(plan, descriptors=replace(plan.descriptors, request=request))
-    with pytest.raises(UserError, match="D logical block 3 is written by the request more than once"):
+    with pytest.raises(UserError, match=r"D logical block 3 \(SSM\) is written by the request more than once"):
         build_tasks(broken, SETTINGS)
 
 
@@ -92,7 +94,7 @@ def test_descriptors_beyond_registered_memory_cannot_be_executed():
 def test_engines_larger_than_half_the_memory_cannot_be_executed(monkeypatch):
     monkeypatch.setattr(tasks_module, "available_memory", lambda: 2**30)
     plan = plan_to_execute(load_model("jamba"), 1, 1, semantics="exact", coalesce=False, blocks=512,
-                           blocks_per_logical=4, request_blocks=2, seed=0)
+                           request_blocks=2, seed=0)
     with pytest.raises(UserError, match=r"need .* GiB of DRAM over 2 ranks .* more than half of the 1.00 GiB"):
         build_tasks(plan, SETTINGS)
 
@@ -122,10 +124,8 @@ def memmove_transfer(plan):
         memory.poison()
         for read in task.reads:
             src = p_mem[read.p_rank]
-            local = read.local.table(memory.ssm_bases, task.memory.page_bytes, memory.attention_bases,
-                                     task.memory.slot_bytes)[read.local_ids]
-            remote = read.remote.table(src.ssm_bases, task.prefill_memory.page_bytes, src.attention_bases,
-                                       task.prefill_memory.slot_bytes)[read.remote_ids]
+            local = read.local.table(memory.bases, task.memory.page_bytes)[read.local_ids]
+            remote = read.remote.table(src.bases, task.prefill_memory.page_bytes)[read.remote_ids]
             assert np.array_equal(local[:, 1], remote[:, 1])
             for (dst, size, _), (source, _, _) in zip(local.tolist(), remote.tolist()):
                 ctypes.memmove(dst, source, size)
@@ -134,8 +134,7 @@ def memmove_transfer(plan):
 
 
 def fetch_all(task, memory):
-    count = task.memory.ssm_tensors
-    return [memory.fetch(i) for i in range(count)], [memory.fetch(i) for i in range(count, memory.count)]
+    return ([memory.fetch(i) for i in range(memory.count)],)
 
 
 @pytest.mark.parametrize("model,p_tp,d_tp,layers", [
@@ -168,9 +167,10 @@ def test_a_wrong_byte_is_located_as_check_locates_it():
 
 
 def test_a_page_outside_the_request_must_stay_poisoned():
-    results, _ = memmove_transfer(small_plan(TOY, 1, 2))   # TP 2 pages have 128 bytes of padding
+    results, _ = memmove_transfer(small_plan("jamba", 1, 2, layers=8))   # pages padded to the attention page
     task, memory = results[1]
-    requested = {e.block for e in task.expected if e.space == 0}
+    assert task.memory.page_bytes > task.layout.state_bytes
+    requested = {e.block for e in task.expected if e.kind == "ssm" and e.tensor == 0}
     outside = next(b for b in range(task.memory.logical_blocks) if b not in requested)
     memory.host(0)[outside, 100] = 0
     padding_block = min(requested)
@@ -265,8 +265,9 @@ def test_plan_file_round_trip(tmp_path):
 
 def test_plan_file_with_different_engines_on_each_side(tmp_path):
     spec = load_model("qwen3.5-0.8b")
-    options = PlanOptions(prefill=EngineOptions(64, 4), decode=EngineOptions(96, 4), coalesce=True,
-                          request_blocks=3, seed=11)
+    options = PlanOptions(prefill=EngineFlags(num_blocks=640, attention_backend="FLASHINFER"),
+                          decode=EngineFlags(num_blocks=960, attention_backend="FLASHINFER", prefix_caching=False),
+                          coalesce=True, request_blocks=3, seed=11)
     plan = build_plan(spec, 1, 2, options)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan.to_dict()))

@@ -92,13 +92,15 @@ TEXTS = ["", "abc", "-1", "0", "1", "3", "1e3", "nan", "inf", "-inf", "9" * 40, 
          "ssm*7,attention", "ssm*99999999999", "attention", "1;2;3", "3,5;1", "x" * 5000, "\u00ff"]
 OPTIONS = {   # the options each command takes, and what to feed them
     "common": ["--p-tp", "--d-tp", "--num-spec", "--p-num-blocks", "--d-num-blocks", "--p-blocks-per-logical",
-               "--d-blocks-per-logical", "--attention-streams", "--kv-groups", "--kv-tensors", "--ssm-tensors",
+               "--d-blocks-per-logical", "--attention-streams", "--attention-backend", "--block-size",
+               "--kv-cache-dtype", "--kv-heads", "--head-size", "--p-block-size", "--kv-groups", "--kv-tensors",
+               "--ssm-tensors",
                "--request-blocks", "--prefill-blocks", "--decode-blocks", "--seed", "--conv-dtype",
                "--ssm-dtype", "--variant", "--semantics", "--model"],
     "plan": ["--d-rank", "--output", "--format"],
     "check": ["--max-tp", "--pairs", "--junit", "--format"],
     "inspect": ["--tp", "--model", "--num-spec", "--conv-dtype", "--variant"],
-    "execute": ["--timeout", "--host", "--port", "--iters", "--layers", "--blocks", "--blocks-per-logical",
+    "execute": ["--timeout", "--host", "--port", "--iters", "--layers", "--blocks", "--block-size",
                 "--request-blocks", "--p-tp", "--d-tp", "--model", "--seed", "--semantics"],
 }
 
@@ -134,7 +136,7 @@ def plan_document(fmt: str) -> bytes:
     from mambaxfer_cli.model_source import load_model
 
     plan = plan_to_execute(cut_layers(load_model("jamba"), 4), 1, 2, semantics="exact", coalesce=False,
-                           blocks=None, blocks_per_logical=4, request_blocks=1, seed=0)
+                           blocks=None, request_blocks=1, seed=0)
     return dump(plan.to_dict(), Format(fmt)).encode()
 
 

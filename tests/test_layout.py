@@ -30,7 +30,8 @@ CODESTRAL = "mistralai__Mamba-Codestral-7B-v0.1.json"
 QWEN35_27B = {"model_type": "qwen3_5", "text_config": {
     "model_type": "qwen3_5_text", "linear_num_key_heads": 16, "linear_num_value_heads": 48,
     "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
-    "num_hidden_layers": 64, "full_attention_interval": 4, "mamba_ssm_dtype": "float32"}}
+    "num_hidden_layers": 64, "full_attention_interval": 4, "mamba_ssm_dtype": "float32",
+    "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256}}
 
 
 # SPEC section 4: the sub-projection dims vLLM derives, from the real config files.

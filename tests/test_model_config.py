@@ -19,7 +19,16 @@ def hf(name: str) -> dict:
     return json.loads((HF / name).read_text())
 
 
+# The attention keys of a small hybrid config, where a test is not about them.
+ATTENTION_KEYS = {"num_attention_heads": 4, "num_key_value_heads": 2}
+
+
 def spec(config: dict, **overrides):
+    """A spec of ``config``; a config that names no attention heads gets ATTENTION_KEYS."""
+    if "num_attention_heads" not in config and "num_key_value_heads" not in config:
+        config = {**config, **ATTENTION_KEYS}
+    if not any(k in config for k in ("head_dim", "attention_head_dim", "hidden_size")):
+        config = {**config, "head_dim": 16}
     return spec_from_config(config, name="t", source="t.json", **overrides)
 
 
@@ -277,4 +286,22 @@ def test_spec_is_immutable_and_serialises():
         "name": "t", "source": "t.json", "variant": "mamba1", "ssm_layers": 28, "attention_layers": 4,
         "conv_kernel": 4, "num_spec": 0, "conv_dtype": "bfloat16", "ssm_dtype": "bfloat16",
         "params": {"intermediate_size": 8192, "d_state": 16},
+        "attention": {"num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16"},
         "origin": {"conv_dtype": "config key torch_dtype", "ssm_dtype": "the conv dtype"}}
+
+
+def test_hybrid_without_kv_heads_names_the_key():
+    config = dict(JAMBA_SMALL)
+    with pytest.raises(UserError, match="no KV-head count: expected num_key_value_heads or num_attention_heads"):
+        spec_from_config(config, name="t", source="t.json")
+    assert spec_from_config(config, name="t", source="t.json", kv_heads=2, head_size=16).num_kv_heads == 2
+
+
+def test_hybrid_head_size_from_head_dim_else_hidden_over_heads():
+    base = {**JAMBA_SMALL, "num_attention_heads": 4, "num_key_value_heads": 2}
+    assert spec(base).head_size == 16                              # hidden_size 64 / 4 heads
+    assert spec({**base, "head_dim": 32}).head_size == 32
+    with pytest.raises(UserError, match="no head size"):
+        spec({**base, "num_attention_heads": 3, "num_key_value_heads": 1})   # 64 / 3 is no head size
+    with pytest.raises(UserError, match="key 'num_key_value_heads' must be a positive integer"):
+        spec({**base, "num_key_value_heads": 0})

@@ -33,7 +33,7 @@ def test_readme_first_example_renders_every_section():
     result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4")
     assert result.code == 0, result.stderr
     for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads", "Where every byte",
-                    "Descriptor IDs", "step 25000"):
+                    "Descriptor IDs", "step 100000", "vLLM 0.33 accepts this pairing and issues the same reads"):
         assert section in result.stdout, section
 
 
@@ -70,7 +70,7 @@ def test_table_marks_the_vllm_misreads():
 def test_non_multiple_pairing_is_planned_exactly_and_flagged():
     document = plan_json("--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3")
     assert document["tp_ratio"] is None
-    assert [w["code"] for w in document["warnings"]] == ["vllm-unsupported-pairing"]
+    assert [w["code"] for w in document["warnings"]] == ["vllm-refuses"]
     assert [(r["d_rank"], r["p_rank"]) for r in document["reads"]] == [(0, 0), (1, 0), (1, 1), (2, 1)]
 
 
@@ -94,16 +94,18 @@ def test_d_rank_limits_the_document():
 
 
 def test_explicit_request_blocks_give_exact_ids():
-    # Jamba: F = 4 streams, N = 100000, phys = 4 -> L = 25000; k = 2, S = 4.
-    # Eight groups (ssm*7, attention), each with its own block on each side.
-    document = plan_json("--model", "jamba", "--p-tp", "1", "--d-tp", "1",
+    # Jamba: F = 4 streams, N = 100000; FLASHINFER splits Jamba's 80-token block into 5 kernel
+    # blocks of 16, so L = 20000; k = 2, S = 4. Eight groups (ssm*7, attention), each with its own
+    # block on each side.
+    document = plan_json("--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-backend", "FLASHINFER",
                          "--prefill-blocks", "8;1;2;3;4;5;6;9", "--decode-blocks", "3;10;11;12;13;14;15;16")
+    assert document["engines"]["prefill"]["blocks_per_logical"] == 5
     read = document["descriptors"]["reads"][0]
     ssm_ids = read["remote_ids"][:8]
-    assert ssm_ids == [400000 + q * 25000 + 8 for q in range(8)]
-    assert read["local_ids"][:8] == [400000 + q * 25000 + 3 for q in range(8)]
-    # The attention group (last) expands logical block 9 to kernel blocks 36..39, per stream.
-    assert read["remote_ids"][-16:] == [f * 100000 + kb for f in range(4) for kb in range(36, 40)]
+    assert ssm_ids == [400000 + q * 20000 + 8 for q in range(8)]
+    assert read["local_ids"][:8] == [400000 + q * 20000 + 3 for q in range(8)]
+    # The attention group (last) expands logical block 9 to kernel blocks 45..49, per stream.
+    assert read["remote_ids"][-20:] == [f * 100000 + kb for f in range(4) for kb in range(45, 50)]
 
 
 def test_one_block_list_for_several_groups_is_refused_by_plan_and_check():
@@ -138,9 +140,13 @@ def test_output_writes_the_document(tmp_path):
      ["--prefill-blocks gives 2 groups, the model has 8"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--decode-blocks", "x"], ["--decode-blocks: 'x'"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--prefill-blocks", "99999999"],
-     ["outside the prefill engine's 25000 logical blocks"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-blocks-per-logical", "2"],
-     ["same kernel blocks per logical block"]),
+     ["outside the prefill engine's 100000 logical blocks"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-blocks-per-logical", "3"],
+     ["--blocks-per-logical 3 does not divide the block of 80 tokens"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-backend", "XFORMERS"],
+     ["unknown attention backend 'XFORMERS'"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-cache-dtype", "int3"], ["unknown --kv-cache-dtype"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--block-size", "0"], ["--block-size must be an integer"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-streams", "3"], ["--attention-streams"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-groups", "ssm*2,banana", "--kv-tensors", "2"],
      ["--kv-groups: bad item 'banana'"]),
@@ -163,4 +169,4 @@ def test_kv_groups_override_changes_the_ids():
                          "--kv-groups", "ssm*2", "--kv-tensors", "12")
     assert document["descriptors"]["groups"] == ["ssm", "ssm"]
     assert document["descriptors"]["decode"]["tensors"] == 12
-    assert document["descriptors"]["decode"]["ssm_descs"] == 12 * 2 * 25000
+    assert document["descriptors"]["decode"]["ssm_descs"] == 12 * 2 * 100000   # SSM-only: a block is a page

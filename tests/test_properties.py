@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import assume, given, settings, strategies as st
 
-from mambaxfer_cli.descriptors import DescriptorList, Engine, block_ids
+from mambaxfer_cli.descriptors import DescriptorList, Engine, block_ids, kernel_blocks
 from mambaxfer_cli.dtypes import DTYPE_BYTES
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.layout import Shard, engine_layouts
 from mambaxfer_cli.model import ModelSpec, Variant
 from mambaxfer_cli.pattern import page
-from mambaxfer_cli.simulate import ssm_shape
+from mambaxfer_cli.pages import ssm_shape
 from mambaxfer_cli.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
 from strategies import pairings
 
@@ -174,7 +174,8 @@ def engines(draw):
                     attention_streams=tensors * draw(st.integers(1, 2)),
                     num_blocks=phys * draw(st.integers(1, 12)), blocks_per_logical=phys, ssm_regions=4)
     k = draw(st.integers(1, 4))
-    return DescriptorList(engine, tuple((10 * i, 10) for i in range(k)), (0, 64))
+    pieces = draw(st.integers(1, 3))
+    return DescriptorList(engine, tuple((10 * i, 10) for i in range(k)), tuple((8 * j, 8) for j in range(pieces)))
 
 
 @FAST
@@ -184,13 +185,18 @@ def test_descriptor_ids_resolve_to_their_blocks(lst, data):
     # Every ID of the list decodes back to itself (SPEC section 4's formulas).
     ids = np.arange(lst.length)
     w = lst.resolve(ids)
-    L, F, N = eng.logical_blocks, eng.attention_descs, eng.num_blocks
-    rebuilt = np.where(w["attention"], w["tensor"] * N + w["block"], F + (w["tensor"] * lst.k + w["region"]) * L + w["block"])
+    L, A, N, n = eng.logical_blocks, lst.attention_descs, eng.num_blocks, lst.pieces
+    rebuilt = np.where(w["attention"], (w["tensor"] * N + w["block"]) * n + w["piece"],
+                       A + (w["tensor"] * lst.k + w["region"]) * L + w["block"])
     assert np.array_equal(rebuilt, ids)
     # A request's IDs point at exactly its blocks: logical ones for SSM groups, kernel ones for attention.
     groups = data.draw(st.lists(st.sampled_from(["ssm", "attention"]), min_size=1, max_size=3))
     blocks = [np.array(data.draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=3))) for _ in groups]
-    got = lst.resolve(block_ids(lst, groups, blocks, with_attention=True))
+    # Attention slots: every kernel block of the group's logical blocks, piece 0 (one per block).
+    slots = [kernel_blocks(b, eng.blocks_per_logical) * n if kind == "attention" else None
+             for kind, b in zip(groups, blocks)]
+    ids = block_ids(lst, groups, blocks, slots)
+    got = lst.resolve(ids)
     expected_blocks = []
     for kind, logical in zip(groups, blocks):
         if kind == "attention":
@@ -199,4 +205,4 @@ def test_descriptor_ids_resolve_to_their_blocks(lst, data):
         else:
             expected_blocks += list(logical) * (eng.ssm_tensors * lst.k)
     assert got["block"].tolist() == expected_blocks
-    assert np.all(np.asarray(block_ids(lst, groups, blocks, True)) < lst.length)
+    assert np.all(ids < lst.length)

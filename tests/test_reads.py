@@ -234,7 +234,7 @@ def test_vllm_plan_of_a_refused_pairing_is_an_error():
     model = mamba1(6, d_state=1, conv_kernel=2)
     with pytest.raises(UserError, match=r"\(P TP 3, D TP 2\); use --semantics exact to plan this pairing"):
         build_plan(model, 3, 2, PlanOptions(semantics=VLLM))
-    assert [w.code for w in build_plan(model, 3, 2).warnings] == ["vllm-unsupported-pairing"]
+    assert [w.code for w in build_plan(model, 3, 2).warnings] == ["vllm-refuses"]
 
 
 def test_unknown_semantics():

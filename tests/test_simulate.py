@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from mambaxfer_cli.check import check_options
-from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorRead
+from mambaxfer_cli.descriptors import DescriptorRead
+from mambaxfer_cli.geometry import EngineFlags
 from mambaxfer_cli.model_source import load_model
+from mambaxfer_cli.pages import p_attention_shape, request_pages, ssm_shape
 from mambaxfer_cli.pattern import page, unit_bytes_pattern
-from mambaxfer_cli.plan import Plan, build_plan, page_bytes
-from mambaxfer_cli.simulate import Patterns, attention_shape, request_pages, simulate, ssm_shape
+from mambaxfer_cli.plan import Plan, build_plan
+from mambaxfer_cli.simulate import Patterns, simulate
 
 
 def plan_of(model: str, p_tp: int, d_tp: int, **options) -> Plan:
@@ -54,7 +56,7 @@ def test_pages_assembled_from_whole_regions_equal_the_pattern_of_each_region(mod
     spec, patterns = load_model(model), Patterns()
     plan = plan_of(model, 1, tp)
     for layout in plan.decode.ranks:
-        size = page_bytes(layout)
+        size = plan.decode.page_bytes
         for layer, block in ((0, 7), (3, 1234)):
             # Built here from the layout's regions, independently of PageShape and the cache.
             expected = np.concatenate(
@@ -66,26 +68,31 @@ def test_pages_assembled_from_whole_regions_equal_the_pattern_of_each_region(mod
             assert np.array_equal(page(shape, layer, block), expected)
 
 
-def test_attention_slots_hold_each_ranks_kv_heads():
-    spec, patterns = load_model("jamba"), Patterns()       # 8 KV heads
+def test_attention_pages_hold_each_ranks_kv_heads_token_by_token():
+    spec, patterns = load_model("jamba"), Patterns()       # 8 KV heads of 128, bf16: 512 bytes a token
     for tp, rank, first, heads in ((1, 0, 0, 8), (4, 3, 6, 2), (8, 5, 5, 1)):
-        shape = attention_shape(spec, tp, rank)
-        assert shape.page_bytes == heads * ATTENTION_HEAD_BYTES
-        expected = unit_bytes_pattern(1, 42, "kv", first, heads, ATTENTION_HEAD_BYTES).ravel()
+        side = plan_of("jamba", tp, tp).prefill
+        kernel = side.kernel_tokens                        # 80 tokens at every TP (Jamba scales evenly)
+        shape = p_attention_shape(spec, side, rank, 1, 42)
+        assert shape.page_bytes == side.page_bytes == kernel * heads * 512
+        # Head after head, each its tokens: unit h·kernel + t of P kernel block 42 (1 per logical block).
+        expected = np.concatenate([unit_bytes_pattern(1, 42, "kv", h * kernel, kernel, 512).ravel()
+                                   for h in range(first, first + heads)])
         assert np.array_equal(patterns.page(shape, 1, 42), expected)
 
 
 def test_request_pages_pair_each_d_block_with_its_p_block():
     plan = plan_of("jamba", 1, 2, request_blocks=2)
     request, desc = plan.descriptors.request, plan.descriptors
-    pages = request_pages(plan)
-    ssm = [p for p in pages if p.space == 0]
-    attention = [p for p in pages if p.space == 1]
+    pages = request_pages(plan, 0)
+    ssm = [p for p in pages if p.kind == "ssm"]
+    attention = [p for p in pages if p.kind == "attention"]
     assert len(ssm) == 7 * 2 * desc.decode.ssm_tensors          # 7 SSM groups, 2 blocks, 4 tensors
-    assert len(attention) == 1 * 2 * 4 * desc.decode.attention_streams   # 2 logical blocks x 4 kernel blocks
+    assert len(attention) == 1 * 2 * desc.decode.tensors        # 2 logical blocks in each of 4 tensors
     assert (ssm[0].block, ssm[0].p_block) == (int(request.decode_blocks[0][0]), int(request.prefill_blocks[0][0]))
     pb, db = int(request.prefill_blocks[7][1]), int(request.decode_blocks[7][1])
-    assert {(a.block, a.p_block) for a in attention if a.tensor == 0} >= {(db * 4 + 3, pb * 4 + 3)}
+    page_ = next(a for a in attention if (a.tensor, a.block) == (0, db))
+    assert {part.block for part in page_.shape.parts} == {pb}   # one kernel block a logical block, both sides
 
 
 # --- good plans verify --------------------------------------------------------------------------
@@ -106,10 +113,11 @@ def test_good_plans_verify_every_byte(model, p_tp, d_tp, options):
     assert sim.pairs == sum(len(r.local_ids) for r in plan.descriptors.reads)
 
 
-def test_engines_with_different_blocks_per_logical_verify_without_attention():
-    from mambaxfer_cli.plan import EngineOptions
-
-    plan = plan_of("mamba-130m", 2, 1, prefill=EngineOptions(1000, 4), decode=EngineOptions(512, 1))
+def test_engines_with_different_blocks_per_logical_verify():
+    # FLASHINFER with prefix caching: P blocks of 576 tokens in 9 kernel blocks, D of 320 in 5.
+    flags = EngineFlags(attention_backend="FLASHINFER", num_blocks=4096)
+    plan = plan_of("qwen3.5-0.8b", 1, 4, prefill=flags, decode=flags, request_blocks=2)
+    assert (plan.prefill.geometry.blocks_per_logical, plan.decode.geometry.blocks_per_logical) == (9, 5)
     assert simulate(plan).ok
 
 
@@ -257,8 +265,10 @@ def test_unequal_id_lists_are_refused():
 def test_attention_slot_offset_mutated_reads_the_other_head():
     plan = plan_of("qwen3.5-0.8b", 1, 2)                  # 2 KV heads: D1 holds head 1
     old = dread(plan, 1, 0)
-    assert old.remote.attention == (ATTENTION_HEAD_BYTES, ATTENTION_HEAD_BYTES)
-    bad = replace(old, remote=replace(old.remote, attention=(0, ATTENTION_HEAD_BYTES)))
+    head = plan.prefill.kernel_tokens * 2 * 256 * 2       # one head's tokens: K and V of 256, bf16
+    assert plan.prefill.kernel_tokens == plan.decode.kernel_tokens == 576
+    assert old.remote.attention == ((head, head),)
+    bad = replace(old, remote=replace(old.remote, attention=((0, head),)))
     sim = simulate(with_dread(plan, old, bad))
     assert [(d.d_rank, d.space, d.region) for d in sim.damage] == [(1, "attention", "kv")]
     assert sim.first_wrong.reason == "head 0 read as head 1"
@@ -282,19 +292,20 @@ def test_descriptor_beyond_registered_memory_is_not_copied():
     assert sim.first_wrong.reason == "never written"
 
 
-def test_local_overrun_spills_into_padding_and_the_next_block():
+def test_local_overrun_spills_into_the_next_block():
     from mambaxfer_cli.model import ModelSpec, Variant
 
     tiny = ModelSpec("tiny", "test", Variant.MAMBA1, {"intermediate_size": 5, "d_state": 3}, ("ssm",),
                      conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype="bfloat16")
     plan = build_plan(tiny, 1, 1, check_options())
-    assert plan.page_bytes == (256, 256)           # 60 bytes of state, padded
+    assert plan.page_bytes == (60, 60)             # an SSM-only engine's page is the state
     old = dread(plan, 0, 0)
     (x_off, x_size), (s_off, s_size) = old.local.regions
-    local = replace(old.local, regions=((x_off, x_size), (256 - 10, s_size)))   # 20 B spill into block + 1
+    assert (x_size, s_off, s_size) == (30, 30, 30)
+    local = replace(old.local, regions=((x_off, x_size), (60 - 10, s_size)))   # 20 B spill into block + 1
     sim = simulate(with_dread(plan, old, replace(old, local=local)))
     assert {"outside-request", "write-count"} <= codes(sim)
     counted = next(p.message for p in sim.problems if p.code == "write-count")
-    assert f"{s_size} bytes never written" in counted and "10 bytes written into page padding" in counted
+    assert counted == "D0: 20 bytes never written"
     stray = next(p.message for p in sim.problems if p.code == "outside-request")
     assert stray.startswith("D0: 20 bytes written outside the request's blocks")

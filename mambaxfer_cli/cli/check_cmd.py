@@ -9,11 +9,12 @@ import typer
 
 from mambaxfer_cli.cli import app, red_line, verdict
 from mambaxfer_cli.cli.options import (
-    EngineOption, ModelOption, OutputOption,
-    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, DecodeBlocksOpt, DNumBlocksOpt, DPhysOpt, Format, KvGroupsOpt,
-    KvTensorsOpt, NumSpecOpt, PNumBlocksOpt, PPhysOpt, PrefillBlocksOpt, RequestBlocksOpt, SeedOpt,
-    Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt, dump, load, plan_options,
-    check_writable, stamped, write_output,
+    MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt,
+    DecodeBlocksOpt, DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, EngineOption, Format, HeadSizeOpt,
+    KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOption, NumSpecOpt, OutputOption, PBackendOpt,
+    PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt,
+    RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt,
+    check_writable, dump, engine_flags, load, plan_options, stamped, write_output,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -40,10 +41,24 @@ def check(
     conv_dtype: ConvDtypeOpt = None,
     ssm_dtype: SsmDtypeOpt = None,
     num_spec: NumSpecOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    head_size: HeadSizeOpt = None,
+    attention_backend: BackendOpt = "FLASH_ATTN",
+    p_attention_backend: PBackendOpt = None,
+    d_attention_backend: DBackendOpt = None,
+    block_size: BlockSizeOpt = 16,
+    p_block_size: PBlockSizeOpt = None,
+    d_block_size: DBlockSizeOpt = None,
+    kv_cache_dtype: KvDtypeOpt = "auto",
+    p_kv_cache_dtype: PKvDtypeOpt = None,
+    d_kv_cache_dtype: DKvDtypeOpt = None,
+    enable_prefix_caching: PrefixOpt = True,
+    p_enable_prefix_caching: PPrefixOpt = None,
+    d_enable_prefix_caching: DPrefixOpt = None,
     p_num_blocks: PNumBlocksOpt = 4096,
     d_num_blocks: DNumBlocksOpt = 2048,
-    p_blocks_per_logical: PPhysOpt = 4,
-    d_blocks_per_logical: DPhysOpt = 4,
+    p_blocks_per_logical: PPhysOpt = None,
+    d_blocks_per_logical: DPhysOpt = None,
     attention_streams: StreamsOpt = 1,
     kv_groups: KvGroupsOpt = None,
     kv_tensors: KvTensorsOpt = None,
@@ -74,10 +89,17 @@ def check(
         names = preset_names()
     else:
         names = [model]
-    specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec) for name in names]
+    specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size) for name in names]
+    shared = dict(backend=attention_backend, block_size=block_size, kv_dtype=kv_cache_dtype,
+                  prefix=enable_prefix_caching)
     options = plan_options(
-        semantics=semantics, coalesce=coalesce, p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks,
-        p_blocks_per_logical=p_blocks_per_logical, d_blocks_per_logical=d_blocks_per_logical,
+        semantics=semantics, coalesce=coalesce,
+        prefill=engine_flags(num_blocks=p_num_blocks, blocks_per_logical=p_blocks_per_logical,
+                             side_backend=p_attention_backend, side_block_size=p_block_size,
+                             side_kv_dtype=p_kv_cache_dtype, side_prefix=p_enable_prefix_caching, **shared),
+        decode=engine_flags(num_blocks=d_num_blocks, blocks_per_logical=d_blocks_per_logical,
+                            side_backend=d_attention_backend, side_block_size=d_block_size,
+                            side_kv_dtype=d_kv_cache_dtype, side_prefix=d_enable_prefix_caching, **shared),
         attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)

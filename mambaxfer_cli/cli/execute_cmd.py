@@ -11,8 +11,9 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    MODEL_HELP, CoalesceOpt, ConvDtypeOpt, EngineOption, ModelOption, NumSpecOpt, OutputOption, RequestOption,
-    Semantics, SsmDtypeOpt, VariantOpt, check_bounds, load, stamped,
+    MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, HeadSizeOpt, KvDtypeOpt,
+    KvHeadsOpt, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics, SsmDtypeOpt,
+    VariantOpt, check_bounds, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import finite_seconds
@@ -51,8 +52,10 @@ def execute(
     blocks: Annotated[Optional[int], EngineOption(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request "
                          "needs.", show_default=False)] = None,
-    blocks_per_logical: Annotated[int, EngineOption(
-        "--blocks-per-logical", help="Kernel blocks per logical block, both engines.")] = 4,
+    attention_backend: BackendOpt = "FLASH_ATTN",
+    block_size: BlockSizeOpt = 16,
+    kv_cache_dtype: KvDtypeOpt = "auto",
+    enable_prefix_caching: PrefixOpt = True,
     request_blocks: Annotated[int, RequestOption(
         "--request-blocks", help="Logical blocks per KV-cache group in the request, at random, "
                                  "non-contiguous block IDs on each side.")] = 2,
@@ -71,6 +74,8 @@ def execute(
     conv_dtype: ConvDtypeOpt = None,
     ssm_dtype: SsmDtypeOpt = None,
     num_spec: NumSpecOpt = None,
+    kv_heads: KvHeadsOpt = None,
+    head_size: HeadSizeOpt = None,
 ) -> None:
     """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every byte.
 
@@ -93,12 +98,16 @@ def execute(
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port {port}: not a port number (0..65535)")
-    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, blocks=blocks, blocks_per_logical=blocks_per_logical,
-                 request_blocks=request_blocks, iters=iters, seed=seed)
+    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, blocks=blocks, request_blocks=request_blocks, iters=iters,
+                 seed=seed)
     finite_seconds("--timeout", timeout)
     _check_local_host(host)
-    plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_logical, request_blocks,
-                 seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec)
+    from mambaxfer_cli.geometry import EngineFlags
+
+    engine = EngineFlags(attention_backend=attention_backend, block_size=block_size,
+                         kv_cache_dtype=kv_cache_dtype, prefix_caching=enable_prefix_caching)
+    plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,
+                 seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     kind, gpus = resolve_device(device.value)
@@ -149,17 +158,17 @@ def _check_local_host(host: str) -> None:
                     f"give 127.0.0.1 or one of this machine's own addresses")
 
 
-def _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_logical, request_blocks, seed,
-          plan_file, variant, conv_dtype, ssm_dtype, num_spec):
+def _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks, seed,
+          plan_file, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size):
     from mambaxfer_cli.execute.plan_source import cut_layers, load_plan_file, plan_to_execute
 
     if plan_file is None:
         missing = [flag for flag, value in (("--model", model), ("--p-tp", p_tp), ("--d-tp", d_tp)) if value is None]
         if missing:
             raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
-        spec = cut_layers(load(model, variant, conv_dtype, ssm_dtype, num_spec), layers)
+        spec = cut_layers(load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size), layers)
         return plan_to_execute(spec, p_tp, d_tp, semantics=(semantics or Semantics.exact).value,
-                               coalesce=coalesce, blocks=blocks, blocks_per_logical=blocks_per_logical,
+                               coalesce=coalesce, blocks=blocks, engine=engine,
                                request_blocks=request_blocks, seed=seed)
     fixed = [flag for flag, given in (("--layers", layers is not None), ("--blocks", blocks is not None),
                                       ("--coalesce", coalesce)) if given]
@@ -167,7 +176,8 @@ def _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, blocks_per_log
         raise UserError(f"{', '.join(fixed)}: the plan file fixes the model's layers, engines and reads; "
                         f"plan again with those options instead")
     plan = load_plan_file(plan_file, model, {"variant": variant, "conv_dtype": conv_dtype,
-                                             "ssm_dtype": ssm_dtype, "num_spec": num_spec})
+                                             "ssm_dtype": ssm_dtype, "num_spec": num_spec,
+                                             "kv_heads": kv_heads, "head_size": head_size})
     for flag, given, actual in (("--p-tp", p_tp, plan.prefill.tp), ("--d-tp", d_tp, plan.decode.tp),
                                 ("--semantics", semantics and semantics.value, plan.semantics)):
         if given is not None and given != actual:

@@ -56,12 +56,12 @@ SemanticsOpt = Annotated[Semantics, RequestOption(
 
 
 def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
-         num_spec: int | None) -> ModelSpec:
+         num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None) -> ModelSpec:
     from mambaxfer_cli.model_source import load_model
 
-    check_bounds(num_spec=num_spec)
+    check_bounds(num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
-                      num_spec=num_spec)
+                      num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
 
 
 def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:
@@ -170,10 +170,62 @@ CoalesceOpt = Annotated[bool, RequestOption(
     "--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
 PNumBlocksOpt = Annotated[int, EngineOption("--p-num-blocks", help="P engine's number of kernel blocks (N).")]
 DNumBlocksOpt = Annotated[int, EngineOption("--d-num-blocks", help="D engine's number of kernel blocks (N).")]
-PPhysOpt = Annotated[int, EngineOption(
-    "--p-blocks-per-logical", help="P engine's kernel blocks per logical block.")]
-DPhysOpt = Annotated[int, EngineOption(
-    "--d-blocks-per-logical", help="D engine's kernel blocks per logical block.")]
+PPhysOpt = Annotated[Optional[int], EngineOption(
+    "--p-blocks-per-logical", help="Expert: P's kernel blocks per logical block by hand (not what vLLM builds).",
+    show_default=False)]
+DPhysOpt = Annotated[Optional[int], EngineOption(
+    "--d-blocks-per-logical", help="Expert: D's kernel blocks per logical block by hand (not what vLLM builds).",
+    show_default=False)]
+BACKEND_NAMES = "FLASH_ATTN, FLASHINFER or TRITON_ATTN"
+BackendOpt = Annotated[str, EngineOption(
+    "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES}.")]
+PBackendOpt = Annotated[Optional[str], EngineOption(
+    "--p-attention-backend", help="P's attention backend, when it differs.", show_default=False)]
+DBackendOpt = Annotated[Optional[str], EngineOption(
+    "--d-attention-backend", help="D's attention backend, when it differs.", show_default=False)]
+BlockSizeOpt = Annotated[int, EngineOption(
+    "--block-size", help="Both engines' requested --block-size in tokens (vLLM raises it for hybrids).")]
+PBlockSizeOpt = Annotated[Optional[int], EngineOption(
+    "--p-block-size", help="P's --block-size, when it differs.", show_default=False)]
+DBlockSizeOpt = Annotated[Optional[int], EngineOption(
+    "--d-block-size", help="D's --block-size, when it differs.", show_default=False)]
+KvDtypeOpt = Annotated[str, EngineOption(
+    "--kv-cache-dtype", help="Both engines' --kv-cache-dtype: auto (the model's dtype), fp8, bfloat16, ...")]
+PKvDtypeOpt = Annotated[Optional[str], EngineOption(
+    "--p-kv-cache-dtype", help="P's --kv-cache-dtype, when it differs.", show_default=False)]
+DKvDtypeOpt = Annotated[Optional[str], EngineOption(
+    "--d-kv-cache-dtype", help="D's --kv-cache-dtype, when it differs.", show_default=False)]
+PrefixOpt = Annotated[bool, EngineOption(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    help="Both engines' prefix caching (vLLM 0.33 enables it for hybrid models).")]
+PPrefixOpt = Annotated[Optional[bool], EngineOption(
+    "--p-enable-prefix-caching/--p-no-enable-prefix-caching", help="P's prefix caching, when it differs.",
+    show_default=False)]
+DPrefixOpt = Annotated[Optional[bool], EngineOption(
+    "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help="D's prefix caching, when it differs.",
+    show_default=False)]
+KvHeadsOpt = Annotated[Optional[int], ModelOption(
+    "--kv-heads", help="Attention KV heads (default: the config's num_key_value_heads).", show_default=False)]
+HeadSizeOpt = Annotated[Optional[int], ModelOption(
+    "--head-size", help="Attention head size (default: the config's head_dim, else hidden_size / heads).",
+    show_default=False)]
+
+
+def engine_flags(*, num_blocks: int, blocks_per_logical: int | None, backend: str, side_backend: str | None,
+                 block_size: int, side_block_size: int | None, kv_dtype: str, side_kv_dtype: str | None,
+                 prefix: bool, side_prefix: bool | None):
+    """One engine's flags: its own value where given, else the one both engines share."""
+    from mambaxfer_cli.geometry import EngineFlags
+
+    if num_blocks < 1:
+        raise UserError(f"the number of kernel blocks must be >= 1, got {num_blocks}")
+    return EngineFlags(attention_backend=side_backend or backend,
+                       block_size=block_size if side_block_size is None else side_block_size,
+                       kv_cache_dtype=side_kv_dtype or kv_dtype,
+                       prefix_caching=prefix if side_prefix is None else side_prefix,
+                       num_blocks=num_blocks, blocks_per_logical=blocks_per_logical)
+
+
 StreamsOpt = Annotated[int, EngineOption(
     "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM 0.33) or 2 (K and V split).")]
 KvGroupsOpt = Annotated[Optional[str], EngineOption(
@@ -191,23 +243,22 @@ DecodeBlocksOpt = Annotated[Optional[str], RequestOption(
 SeedOpt = Annotated[int, RequestOption("--seed", help="Seed of the generated request's block IDs.")]
 
 
-def plan_options(*, semantics: Semantics, coalesce: bool, p_num_blocks: int, d_num_blocks: int,
-                 p_blocks_per_logical: int, d_blocks_per_logical: int, attention_streams: int,
+def plan_options(*, semantics: Semantics, coalesce: bool, prefill, decode, attention_streams: int,
                  kv_groups: str | None, kv_tensors: int | None, ssm_tensors: int | None,
                  request_blocks: int, prefill_blocks: str | None, decode_blocks: str | None, seed: int):
-    """PlanOptions from the command line's values (each command owns its defaults)."""
+    """PlanOptions from the command line's values (each command owns its defaults); ``prefill``
+    and ``decode`` are the engines' EngineFlags (``engine_flags``)."""
     from mambaxfer_cli.kv_groups import parse_grouping
-    from mambaxfer_cli.plan import EngineOptions, PlanOptions
+    from mambaxfer_cli.plan import PlanOptions
 
-    check_bounds(p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks, p_blocks_per_logical=p_blocks_per_logical,
-                 d_blocks_per_logical=d_blocks_per_logical, attention_streams=attention_streams,
-                 kv_tensors=kv_tensors, ssm_tensors=ssm_tensors, request_blocks=request_blocks, seed=seed)
+    check_bounds(p_num_blocks=prefill.num_blocks, d_num_blocks=decode.num_blocks,
+                 p_blocks_per_logical=prefill.blocks_per_logical, d_blocks_per_logical=decode.blocks_per_logical,
+                 attention_streams=attention_streams, kv_tensors=kv_tensors, ssm_tensors=ssm_tensors,
+                 request_blocks=request_blocks, seed=seed)
     if kv_groups is None and (kv_tensors is not None or ssm_tensors is not None):
         raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
     grouping = parse_grouping(kv_groups, kv_tensors, ssm_tensors) if kv_groups is not None else None
     return PlanOptions(
-        semantics=semantics.value, coalesce=coalesce,
-        prefill=EngineOptions(p_num_blocks, p_blocks_per_logical),
-        decode=EngineOptions(d_num_blocks, d_blocks_per_logical),
+        semantics=semantics.value, coalesce=coalesce, prefill=prefill, decode=decode,
         attention_streams=attention_streams, grouping=grouping, request_blocks=request_blocks,
         prefill_blocks=prefill_blocks, decode_blocks=decode_blocks, seed=seed)

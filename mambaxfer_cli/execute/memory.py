@@ -1,7 +1,7 @@
 """A rank's registered memory: DRAM (numpy, zero-copy host views) or VRAM (torch on a GPU).
 
-Regions are in the order the descriptor lists expect: one per SSM tensor, then one per attention
-stream. Filling and checking work on host arrays; for VRAM they are staged through host copies.
+Regions are in the order the descriptor lists expect: one per KV-cache tensor. Filling and
+checking work on host arrays; for VRAM they are staged through host copies.
 """
 
 from __future__ import annotations
@@ -47,12 +47,8 @@ class RankMemory:
         return [(addr, rows * cols, self.dev_id, "") for addr, (rows, cols) in zip(self.addresses, self._shapes)]
 
     @property
-    def ssm_bases(self) -> list[int]:
-        return self.addresses[:self.memory.ssm_tensors]
-
-    @property
-    def attention_bases(self) -> list[int]:
-        return self.addresses[self.memory.ssm_tensors:]
+    def bases(self) -> list[int]:
+        return list(self.addresses)
 
     @property
     def count(self) -> int:

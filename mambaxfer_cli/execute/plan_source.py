@@ -13,7 +13,8 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.limits import MAX_KV_GROUPS, at_most, check_bounds
 from mambaxfer_cli.model import ModelSpec, Variant
-from mambaxfer_cli.plan import SCHEMA, EngineOptions, Plan, PlanOptions, build_plan
+from mambaxfer_cli.geometry import EngineFlags
+from mambaxfer_cli.plan import SCHEMA, Plan, PlanOptions, build_plan
 
 MIN_BLOCKS = 4
 
@@ -31,24 +32,37 @@ def cut_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
     return replace(spec, layers=cut)
 
 
-def default_blocks(spec: ModelSpec, request_blocks: int) -> int:
-    """Twice what the request needs, so that pages outside the request exist and are checked."""
-    return max(MIN_BLOCKS, 2 * len(vllm_grouping(spec.layers).groups) * request_blocks)
+def default_blocks(spec: ModelSpec, request_blocks: int, ratio: int = 1) -> int:
+    """Twice what the request needs, so that pages outside the request exist and are checked;
+    ``ratio``: how many more blocks the attention groups take on the side of smaller blocks."""
+    groups = vllm_grouping(spec.layers).groups
+    need = sum(request_blocks * (ratio if kind == "attention" else 1) for kind in groups)
+    return max(MIN_BLOCKS, 2 * need)
 
 
 def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, coalesce: bool,
-                    blocks: int | None, blocks_per_logical: int, request_blocks: int, seed: int) -> Plan:
+                    blocks: int | None, request_blocks: int, seed: int,
+                    engine: EngineFlags = EngineFlags()) -> Plan:
+    """A plan with small engines (``blocks`` logical blocks each) of vLLM's geometry for ``engine``'s flags."""
+    from dataclasses import replace as with_
+
     if request_blocks < 1:
         raise UserError("--request-blocks must be >= 1")
+    probe = PlanOptions(semantics=semantics, prefill=engine, decode=engine)
+    sizes = build_plan(spec, p_tp, d_tp, probe)      # the geometry: block sizes and blocks per logical
+    b_p, b_d = sizes.prefill.geometry.block_size, sizes.decode.geometry.block_size
+    ratio = max(1, -(-b_d // b_p))
     if blocks is None:
-        blocks = default_blocks(spec, request_blocks)
-    need = len(vllm_grouping(spec.layers).groups) * request_blocks
+        blocks = default_blocks(spec, request_blocks, ratio)
+    need = default_blocks(spec, request_blocks, ratio) // 2
     if blocks < need:
-        raise UserError(f"--blocks {blocks}: a request of {request_blocks} blocks in each of "
-                        f"{need // request_blocks} KV-cache groups needs at least {need} logical blocks")
-    engine = EngineOptions(blocks * blocks_per_logical, blocks_per_logical)
-    options = PlanOptions(semantics=semantics, coalesce=coalesce, prefill=engine, decode=engine,
-                          request_blocks=request_blocks, seed=seed)
+        raise UserError(f"--blocks {blocks}: a request of {request_blocks} blocks per KV-cache group needs at "
+                        f"least {need} logical blocks")
+    options = PlanOptions(
+        semantics=semantics, coalesce=coalesce,
+        prefill=with_(engine, num_blocks=blocks * sizes.prefill.geometry.blocks_per_logical),
+        decode=with_(engine, num_blocks=blocks * sizes.decode.geometry.blocks_per_logical),
+        request_blocks=request_blocks, seed=seed)
     return build_plan(spec, p_tp, d_tp, options)
 
 
@@ -123,6 +137,9 @@ def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
 
     overrides = {"variant": Variant(model["variant"]), "conv_dtype": model["conv_dtype"],
                  "ssm_dtype": model["ssm_dtype"], "num_spec": int(model["num_spec"])}
+    attention = model.get("attention")
+    if attention:
+        overrides.update(kv_heads=int(attention["num_kv_heads"]), head_size=int(attention["head_size"]))
     overrides.update({key: value for key, value in cli.items() if value is not None})
     if model_arg is None:
         model_arg = model["name"] if model["name"] in preset_names() else model["source"]
@@ -131,6 +148,15 @@ def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
     origin = {**spec.origin, **{key: str(why) for key, why in dict(model.get("origin") or {}).items()
                                 if key in spec.origin and cli.get(key) is None}}
     return replace(spec, origin=origin)
+
+
+def _flags(geometry: dict) -> EngineFlags:
+    """The flags that give an engine of this geometry again (its block size is a fixed point)."""
+    derived = bool(geometry.get("vllm_derived", True))
+    return EngineFlags(attention_backend=str(geometry["attention_backend"]),
+                       block_size=int(geometry["block_size"]), kv_cache_dtype=str(geometry["kv_cache_dtype"]),
+                       prefix_caching=bool(geometry["prefix_caching"]), num_blocks=int(geometry["num_blocks"]),
+                       blocks_per_logical=None if derived else int(geometry["blocks_per_logical"]))
 
 
 def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict | None = None) -> Plan:
@@ -155,8 +181,7 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
         coalesced = any("+" in seg["region"] for read in document["reads"] for seg in read["segments"])
         options = PlanOptions(
             semantics=document["semantics"], coalesce=coalesced,
-            prefill=EngineOptions(int(p_engine["num_blocks"]), int(p_engine["blocks_per_logical"])),
-            decode=EngineOptions(int(d_engine["num_blocks"]), int(d_engine["blocks_per_logical"])),
+            prefill=_flags(document["engines"]["prefill"]), decode=_flags(document["engines"]["decode"]),
             attention_streams=int(p_engine["attention_streams"]) // max(int(p_engine["tensors"]), 1),
             grouping=grouping, request_blocks=1,
             prefill_blocks=_blocks_text(dm["request"]["prefill_blocks"]),

@@ -131,19 +131,12 @@ def _setup(task: RankTask, ch: Channel, telemetry: bool):
 
 
 def _fill(task: PrefillTask, memory) -> None:
-    """Every page and slot: pattern of (tensor or stream, block, region, global unit, byte)."""
-    ssm_shape, attention_shape = task.shapes
-    for tensor in range(task.memory.ssm_tensors):
+    """Every page: the pattern of what it holds (an SSM state, or attention kernel blocks)."""
+    for tensor in range(task.memory.tensors):
         host = memory.host(tensor)
         for block in range(task.memory.logical_blocks):
-            fill(host[block], ssm_shape, tensor, block)
+            fill(host[block], task.pages[tensor][block], tensor, block)
         memory.store(tensor, host)
-    for stream in range(task.memory.attention_streams):
-        index = task.memory.ssm_tensors + stream
-        host = memory.host(index)
-        for block in range(task.memory.kernel_blocks):
-            fill(host[block], attention_shape, stream, block)
-        memory.store(index, host)
     memory.sync()
 
 
@@ -174,9 +167,8 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
 
 def _serve(task: PrefillTask, ch: Channel, agent, memory, server: SideChannelServer, fill_s: float) -> dict:
     header = {"agent": task.agent, "rank": task.rank, "mem_type": memory.mem_type, "dev_id": task.dev_id,
-              "ssm_bases": memory.ssm_bases, "attention_bases": memory.attention_bases,
-              "page_bytes": task.memory.page_bytes, "logical_blocks": task.memory.logical_blocks,
-              "slot_bytes": task.memory.slot_bytes, "kernel_blocks": task.memory.kernel_blocks,
+              "bases": memory.bases, "page_bytes": task.memory.page_bytes,
+              "logical_blocks": task.memory.logical_blocks,
               "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes}
     metadata = agent.get_agent_metadata()
 
@@ -207,13 +199,11 @@ def _check_peer(task: DecodeTask, p_rank: int, header: dict) -> None:
     want = task.prefill_memory
     layout = task.prefill_layouts[p_rank]
     expected = {"rank": p_rank, "page_bytes": want.page_bytes, "logical_blocks": want.logical_blocks,
-                "slot_bytes": want.slot_bytes, "kernel_blocks": want.kernel_blocks,
                 "conv_bytes": layout.conv_bytes, "ssm_bytes": layout.ssm_bytes}
     for key, value in expected.items():
         if header.get(key) != value:
             raise RankFailure(f"P{p_rank} publishes {key}={header.get(key)}, the plan expects {value}")
-    if len(header.get("ssm_bases", ())) != want.ssm_tensors or \
-            len(header.get("attention_bases", ())) != want.attention_streams:
+    if len(header.get("bases", ())) != want.tensors:
         raise RankFailure(f"P{p_rank} publishes a different number of registered regions than the plan's")
 
 
@@ -251,13 +241,11 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
         posted = moved = 0
         for read in task.reads:
             if read.local_list not in local_handles:
-                table = read.local.table(memory.ssm_bases, task.memory.page_bytes, memory.attention_bases,
-                                         task.memory.slot_bytes, task.dev_id)
+                table = read.local.table(memory.bases, task.memory.page_bytes, task.dev_id)
                 local_handles[read.local_list] = agent.prep_xfer_dlist("NIXL_INIT_AGENT", table, memory.mem_type)
                 lists.append(local_handles[read.local_list])
             name, peer = published[read.p_rank]
-            table = read.remote.table(peer["ssm_bases"], peer["page_bytes"], peer["attention_bases"],
-                                      peer["slot_bytes"], peer["dev_id"])
+            table = read.remote.table(peer["bases"], peer["page_bytes"], peer["dev_id"])
             remote = agent.prep_xfer_dlist(name, table, peer["mem_type"])
             lists.append(remote)
             xfers.append(agent.make_prepped_xfer(
@@ -280,9 +268,7 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
         telemetry = [agent.get_xfer_telemetry(x) for x in xfers]
         ch.phase("verifying")
         started = time.perf_counter()
-        count = task.memory.ssm_tensors
-        verdict = verify_decode(task, [memory.fetch(i) for i in range(count)],
-                                [memory.fetch(i) for i in range(count, memory.count)])
+        verdict = verify_decode(task, [memory.fetch(i) for i in range(memory.count)])
         return {"sources": list(task.sources), "lists": sorted(local_handles), "bytes": moved,
                 "descs_posted": posted, "descs_merged": sum(int(t.descCount) for t in telemetry),
                 "telemetry_bytes": sum(int(t.totalBytes) for t in telemetry),

@@ -1,8 +1,9 @@
 """What each rank process of an execute run does, derived from a plan (pure: no torch, no NIXL).
 
-Memory model, per rank: one registered region per SSM tensor holding the engine's logical blocks
-as pages, and one region per attention stream holding its kernel blocks as slots of stand-in KV
-bytes, so that every descriptor of the plan's lists points at real, checkable memory.
+Memory model, per rank, as vLLM lays it out: one registered region per KV-cache tensor holding
+the engine's logical blocks as pages; an SSM layer's block is one page, an attention layer's
+kernel blocks are slices of one (real-sized stand-in KV bytes), so that every descriptor of the
+plan's lists points at real, checkable memory.
 """
 
 from __future__ import annotations
@@ -12,33 +13,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import ATTENTION_HEAD_BYTES, DescriptorRead, Engine
+from mambaxfer_cli.descriptors import DescriptorRead
+from mambaxfer_cli.engine import Side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.layout import RankLayout
-from mambaxfer_cli.plan import Plan, page_bytes
-from mambaxfer_cli.simulate import (
-    ATTENTION_SPACE, NO_HEADS, ExpectedPage, PageShape, attention_shape, id_problems, request_pages, ssm_shape,
-)
+from mambaxfer_cli.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages, ssm_shape
+from mambaxfer_cli.pattern import PageShape
+from mambaxfer_cli.plan import Plan
+from mambaxfer_cli.simulate import id_problems
 
 INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
 class Memory:
-    """The regions one rank registers."""
+    """The regions one rank registers: one per KV-cache tensor."""
 
-    ssm_tensors: int
+    tensors: int
     logical_blocks: int
     page_bytes: int
-    attention_streams: int
-    kernel_blocks: int
-    slot_bytes: int
 
     @property
     def region_shapes(self) -> tuple[tuple[int, int], ...]:
-        """(blocks, bytes per block) of each region: SSM tensors, then attention streams."""
-        return (((self.logical_blocks, self.page_bytes),) * self.ssm_tensors
-                + ((self.kernel_blocks, self.slot_bytes),) * self.attention_streams)
+        """(pages, bytes per page) of each region."""
+        return ((self.logical_blocks, self.page_bytes),) * self.tensors
 
     @property
     def total_bytes(self) -> int:
@@ -67,7 +65,6 @@ class RankTask:
     dev_id: int            # GPU index for VRAM, 0 for DRAM
     layout: RankLayout
     memory: Memory
-    shapes: tuple[PageShape, PageShape]   # what an SSM page and an attention slot hold (as check sees them)
 
     @property
     def name(self) -> str:
@@ -81,6 +78,7 @@ class RankTask:
 @dataclass(frozen=True)
 class PrefillTask(RankTask):
     consumers: tuple[int, ...]   # D ranks that READ from this rank
+    pages: tuple[tuple[PageShape, ...], ...] = ()   # what each page of each tensor holds
 
     @property
     def port(self) -> int:
@@ -92,28 +90,24 @@ class DecodeTask(RankTask):
     reads: tuple[DescriptorRead, ...]       # this D rank's reads, one per source P rank
     prefill_layouts: tuple[RankLayout, ...]
     prefill_memory: Memory
-    prefill_shapes: tuple[tuple[PageShape, PageShape], ...]
-    expected: tuple[ExpectedPage, ...]      # the request's pages on D and the P block each must hold
+    prefill_pages: tuple[tuple[tuple[PageShape, ...], ...], ...]   # per P rank, tensor, page
+    expected: tuple[ExpectedPage, ...]      # the request's pages on D and what each must hold
 
     @property
     def sources(self) -> tuple[int, ...]:
         return tuple(r.p_rank for r in self.reads)
 
 
-def rank_shapes(plan: Plan, side: str, rank: int) -> tuple[PageShape, PageShape]:
-    """An SSM page and an attention slot of one rank; the lists hold F·N attention descriptors
-    even with no attention group, so those get one-head slots (as ``check`` models them)."""
-    engine_side = getattr(plan, side)
-    layout = engine_side.ranks[rank]
-    attention = (attention_shape(plan.model, engine_side.tp, rank) if plan.grouping.has_attention
-                 else PageShape((NO_HEADS,), ATTENTION_HEAD_BYTES))
-    return ssm_shape(plan.model, layout, page_bytes(layout)), attention
+def side_memory(side: Side) -> Memory:
+    return Memory(side.lists.tensors, side.lists.logical_blocks, side.page_bytes)
 
 
-def side_memory(engine: Engine, shapes: tuple[PageShape, PageShape]) -> Memory:
-    ssm, attention = shapes
-    return Memory(engine.ssm_tensors, engine.logical_blocks, ssm.page_bytes,
-                  engine.attention_streams, engine.num_blocks, attention.page_bytes)
+def prefill_pages(plan: Plan, rank: int) -> tuple[tuple[PageShape, ...], ...]:
+    """What P rank ``rank`` keeps in every page of every tensor."""
+    kinds = p_page_kinds(plan)
+    return tuple(tuple(p_page_shape(plan, rank, tensor, block, kinds)
+                       for block in range(plan.prefill.lists.logical_blocks))
+                 for tensor in range(plan.prefill.lists.tensors))
 
 
 def _unexecutable(message: str) -> UserError:
@@ -121,14 +115,13 @@ def _unexecutable(message: str) -> UserError:
 
 
 def _check_twice(expected: list[ExpectedPage]) -> None:
-    seen: set[tuple[int, int, int]] = set()
+    seen: set[tuple[int, int]] = set()
     for page in expected:
-        key = (page.space, page.tensor, page.block)
-        if key in seen:
-            what = "attention kernel block" if page.space == ATTENTION_SPACE else "logical block"
-            raise _unexecutable(f"D {what} {page.block} is written by the request more than once, so "
-                                f"the bytes it ends with are not defined")
-        seen.add(key)
+        if page.key in seen:
+            what = "attention" if page.kind == ATTENTION_PAGE else "SSM"
+            raise _unexecutable(f"D logical block {page.block} ({what}) is written by the request more than "
+                                f"once, so the bytes it ends with are not defined")
+        seen.add(page.key)
 
 
 def _check_ids(read: DescriptorRead, p_tp: int, d_tp: int, local: Memory, remote: Memory) -> None:
@@ -144,10 +137,8 @@ def _check_ids(read: DescriptorRead, p_tp: int, d_tp: int, local: Memory, remote
         if dlist.length > INT32_MAX:
             raise _unexecutable(f"{who}: the {side} list has {dlist.length} descriptors, more than NIXL's "
                                 f"32-bit descriptor IDs address")
-        where = dlist.resolve(ids)
-        page = np.where(where["attention"], memory.slot_bytes, memory.page_bytes)
-        blocks = np.where(where["attention"], memory.kernel_blocks, memory.logical_blocks)
-        outside = np.flatnonzero(where["block"] * page + where["offset"] + where["size"] > blocks * page)
+        _, addr, size = dlist.addresses(ids, memory.page_bytes)
+        outside = np.flatnonzero((addr < 0) | (addr + size > memory.logical_blocks * memory.page_bytes))
         if outside.size:
             raise _unexecutable(f"{who}: {side} ID {int(ids[outside[0]])} points beyond the rank's registered "
                                 f"memory ({outside.size} such IDs)")
@@ -175,11 +166,10 @@ def build_tasks(plan: Plan, settings: RunSettings) -> tuple[list[PrefillTask], l
     """Every rank's task; raises UserError when the plan cannot be executed as it stands."""
     dm = plan.descriptors
     p_tp, d_tp = plan.prefill.tp, plan.decode.tp
-    p_shapes = tuple(rank_shapes(plan, "prefill", r) for r in range(p_tp))
-    d_shapes = tuple(rank_shapes(plan, "decode", d) for d in range(d_tp))
-    p_memory, d_memory = side_memory(dm.prefill, p_shapes[0]), side_memory(dm.decode, d_shapes[0])
-    expected = request_pages(plan)
-    _check_twice(expected)
+    p_memory, d_memory = side_memory(plan.prefill), side_memory(plan.decode)
+    expected = {d: request_pages(plan, d) for d in range(d_tp)}
+    for pages in expected.values():
+        _check_twice(pages)
     for read in dm.reads:
         _check_ids(read, p_tp, d_tp, d_memory, p_memory)
 
@@ -198,12 +188,13 @@ def build_tasks(plan: Plan, settings: RunSettings) -> tuple[list[PrefillTask], l
     def dev(index: int) -> int:
         return index % settings.gpus if settings.device == "cuda" else 0
 
-    prefill = [PrefillTask("P", r, settings, dev(r), layout, p_memory, p_shapes[r],
-                           consumers=tuple(sorted(consumers.get(r, ()))))
+    p_pages = tuple(prefill_pages(plan, r) for r in range(p_tp))
+    prefill = [PrefillTask("P", r, settings, dev(r), layout, p_memory,
+                           consumers=tuple(sorted(consumers.get(r, ()))), pages=p_pages[r])
                for r, layout in enumerate(plan.prefill.ranks)]
-    decode = [DecodeTask("D", d, settings, dev(p_tp + d), layout, d_memory, d_shapes[d],
+    decode = [DecodeTask("D", d, settings, dev(p_tp + d), layout, d_memory,
                          reads=tuple(r for r in dm.reads if r.d_rank == d),
-                         prefill_layouts=plan.prefill.ranks, prefill_memory=p_memory, prefill_shapes=p_shapes,
-                         expected=tuple(expected))
+                         prefill_layouts=plan.prefill.ranks, prefill_memory=p_memory, prefill_pages=p_pages,
+                         expected=tuple(expected[d]))
               for d, layout in enumerate(plan.decode.ranks)]
     return prefill, decode

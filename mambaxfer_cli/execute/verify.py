@@ -1,8 +1,9 @@
-"""D's verdict: every byte of every page and slot against what the plan says it must hold.
+"""D's verdict: every byte of every page against what the plan says it must hold.
 
-A D page of the request, paired with P block ``b``, must hold SPEC section 6's pattern of D's own
-layout for ``(tensor, b)`` up to its state's end and poison after it (padding is never read);
-every other page and slot must still be all poison. A wrong byte of the request is located as
+A D page of the request must hold SPEC section 6's pattern of what D keeps there (an SSM state of
+its own layout, paired with P's block; or attention kernel blocks, each token from where P keeps
+it) up to its state's end and poison after it (padding is never read); every other page must
+still be all poison. A wrong byte of the request is located as
 ``check`` locates it (``simulate.WrongByte``): D rank, region, unit, and the P rank, block and
 offset the plan's descriptor pair read it from, with what P keeps there.
 """
@@ -15,8 +16,9 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.execute.tasks import DecodeTask
-from mambaxfer_cli.pattern import POISON, PageShape, page
-from mambaxfer_cli.simulate import ATTENTION_SPACE, SPACE_NAMES, SSM_SPACE, ByteSource, WrongByte
+from mambaxfer_cli.pages import ATTENTION_PAGE, ExpectedPage
+from mambaxfer_cli.pattern import POISON, page
+from mambaxfer_cli.simulate import ByteSource, WrongByte
 
 STRAY = "outside the request"
 
@@ -32,8 +34,7 @@ class StrayByte:
     found: int
 
     def describe(self, d_rank: int) -> str:
-        place = (f"attention stream {self.tensor} kernel block {self.block}" if self.space == "attention"
-                 else f"SSM tensor {self.tensor} block {self.block}")
+        place = f"tensor {self.tensor} block {self.block}"
         return (f"D{d_rank} {place} byte {self.offset} must stay poisoned (0x{POISON:02x}) "
                 f"but holds 0x{self.found:02x}")
 
@@ -82,71 +83,65 @@ class Verdict:
                 "explanation": self.lines()}
 
 
-def _source(task: DecodeTask, space: int, tensor: int, block: int, offset: int) -> ByteSource | None:
+def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSource | None:
     """The P byte the plan's descriptor pairs copy to this D byte (the last pair that covers it)."""
     found = None
+    page = task.memory.page_bytes
+    at = block * page + offset
     for read in task.reads:
-        local = read.local.resolve(read.local_ids)
-        hit = np.flatnonzero((local["attention"] == (space == ATTENTION_SPACE)) & (local["tensor"] == tensor)
-                             & (local["block"] == block) & (local["offset"] <= offset)
-                             & (offset < local["offset"] + local["size"]))
+        l_tensor, l_addr, l_size = read.local.addresses(read.local_ids, page)
+        hit = np.flatnonzero((l_tensor == tensor) & (l_addr <= at) & (at < l_addr + l_size))
         if hit.size:
             i = int(hit[-1])
-            remote = {k: int(v[0]) for k, v in read.remote.resolve(read.remote_ids[i:i + 1]).items()}
-            p_offset = remote["offset"] + offset - int(local["offset"][i])
-            p_space = ATTENTION_SPACE if remote["attention"] else SSM_SPACE
-            holds = task.prefill_shapes[read.p_rank][p_space].describe(p_offset)
-            found = ByteSource(read.p_rank, SPACE_NAMES[p_space], remote["tensor"], remote["block"], p_offset, holds)
+            p_page = task.prefill_memory.page_bytes
+            r_tensor, r_addr, _ = read.remote.addresses(read.remote_ids[i:i + 1], p_page)
+            p_at = int(r_addr[0]) + at - int(l_addr[i])
+            p_tensor, (p_block, p_offset) = int(r_tensor[0]), divmod(p_at, p_page)
+            shape = task.prefill_pages[read.p_rank][p_tensor][p_block]
+            kind = "attention" if any(part.block is not None for part in shape.parts) else "ssm"
+            found = ByteSource(read.p_rank, kind, p_tensor, p_block, p_offset, shape.describe(p_offset))
     return found
 
 
-def _content(task: DecodeTask, space: int, tensor: int, p_block: int) -> np.ndarray:
-    """The state bytes a D page (slot) paired with ``p_block`` must hold."""
-    shape = task.shapes[space]
-    return page(shape, tensor, p_block)[:shape.state_bytes]
-
-
-def _check_region(verdict: Verdict, task: DecodeTask, space: int, tensor: int, got: np.ndarray) -> None:
-    shape: PageShape = task.shapes[space]
-    pairs = [(e.block, e.p_block) for e in task.expected if e.space == space and e.tensor == tensor]
+def _check_tensor(verdict: Verdict, task: DecodeTask, tensor: int, got: np.ndarray) -> None:
+    pages = [e for e in task.expected if e.tensor == tensor]
     expected = np.full(got.shape, POISON, dtype=np.uint8)
-    for block, p_block in pairs:
-        content = _content(task, space, tensor, p_block)
-        expected[block, :content.size] = content
+    for e in pages:
+        state = e.shape.state_bytes
+        expected[e.block, :state] = page(e.shape, tensor, e.p_block)[:state]
     wrong = got != expected
     verdict.checked_bytes += got.size
     requested = np.zeros(got.shape[0], dtype=bool)
-    requested[[block for block, _ in pairs]] = True
-    for part in shape.parts:
-        verdict.count(part.region, int(np.count_nonzero(wrong[requested, part.offset:part.end])))
-    verdict.count("padding", int(np.count_nonzero(wrong[requested, shape.state_bytes:])))
+    requested[[e.block for e in pages]] = True
+    for e in pages:
+        for part in e.shape.parts:
+            verdict.count(part.region, int(np.count_nonzero(wrong[e.block, part.offset:part.end])))
+        verdict.count("padding", int(np.count_nonzero(wrong[e.block, e.shape.state_bytes:])))
     verdict.count(STRAY, int(np.count_nonzero(wrong[~requested])))
     if not wrong.any():
         return
-    p_block_of = dict(pairs)
-    for part in shape.parts:
-        state = wrong[:, part.offset:part.end] & requested[:, None]
-        if part.region in verdict.first_by_region or not state.any():
-            continue
-        block = next(b for b, _ in pairs if state[b].any())   # request order, as check reports
-        offset = part.offset + int(np.flatnonzero(state[block])[0])
-        source = _source(task, space, tensor, block, offset)
-        verdict.first_by_region[part.region] = WrongByte(
-            task.rank, SPACE_NAMES[space], tensor, block, p_block_of[block], offset, shape.describe(offset),
-            int(expected[block, offset]), int(got[block, offset]), 1 if source else 0, source)
+    for e in pages:
+        for part in e.shape.parts:
+            state = wrong[e.block, part.offset:part.end]
+            if part.region in verdict.first_by_region or not state.any():
+                continue
+            offset = part.offset + int(np.flatnonzero(state)[0])
+            source = _source(task, tensor, e.block, offset)
+            verdict.first_by_region[part.region] = WrongByte(
+                task.rank, e.kind, tensor, e.block, e.p_block, offset, e.shape.describe(offset),
+                int(expected[e.block, offset]), int(got[e.block, offset]), 1 if source else 0, source)
     stray = wrong.copy()
-    stray[:, :shape.state_bytes] &= ~requested[:, None]
+    for e in pages:
+        stray[e.block, :e.shape.state_bytes] = False
     if verdict.first_stray is None and stray.any():
         block = int(np.flatnonzero(stray.any(axis=1))[0])
         offset = int(np.flatnonzero(stray[block])[0])
-        verdict.first_stray = StrayByte(SPACE_NAMES[space], tensor, block, offset, int(got[block, offset]))
+        verdict.first_stray = StrayByte("page", tensor, block, offset, int(got[block, offset]))
 
 
-def verify_decode(task: DecodeTask, ssm: Sequence[np.ndarray], attention: Sequence[np.ndarray]) -> Verdict:
-    """Check D's memory: ``ssm[t]`` is ``(logical_blocks, page_bytes)``, ``attention[f]``
-    ``(kernel_blocks, slot_bytes)``, uint8 host arrays."""
+def verify_decode(task: DecodeTask, tensors: Sequence[np.ndarray]) -> Verdict:
+    """Check D's memory: ``tensors[t]`` is ``(logical_blocks, page_bytes)``, uint8 host arrays."""
     verdict = Verdict(task.rank)
-    for space, regions in ((SSM_SPACE, ssm), (ATTENTION_SPACE, attention)):
-        for tensor, got in enumerate(regions):
-            _check_region(verdict, task, space, tensor, got)
+    for tensor, got in enumerate(tensors):
+        _check_tensor(verdict, task, tensor, got)
     return verdict

@@ -14,7 +14,7 @@ from mambaxfer_cli.check import CheckReport, PairingResult
 from mambaxfer_cli.render.model_view import human_bytes
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),
-            "skip": Text("– skip", style="yellow")}
+            "refused": Text("✗ REFUSED", style="bold red"), "skip": Text("– skip", style="yellow")}
 
 
 def summary_table(report: CheckReport) -> Table:
@@ -43,6 +43,8 @@ def footer(report: CheckReport) -> Text:
     counts = [f"{report.count('pass')} passed"]
     if report.count("fail"):
         counts.append(f"{report.count('fail')} FAILED")
+    if report.count("refused"):
+        counts.append(f"{report.count('refused')} REFUSED by vLLM 0.33")
     if report.count("skip"):
         counts.append(f"{report.count('skip')} skipped")
     style = "bold green" if report.ok else "bold red"
@@ -63,12 +65,18 @@ def skip_note(result: PairingResult) -> Text:
 
 def render_report(report: CheckReport, failures_shown: int = 10) -> list:
     parts: list = [summary_table(report)]
-    failed = [r for r in report.results if r.verdict == "fail"]
+    failed = [r for r in report.results if r.verdict in ("fail", "refused")]
     parts.extend(failure_panel(r) for r in failed[:failures_shown])
     if len(failed) > failures_shown:
         parts.append(Text(f"… and {len(failed) - failures_shown} more failing pairings "
                           f"(all of them in --format json or --junit)", style="red"))
     parts.extend(skip_note(r) for r in report.results if r.verdict == "skip")
+    refused_elsewhere = [r for r in report.results if r.semantics != "vllm" and r.vllm and not r.vllm["accepts"]]
+    if refused_elsewhere:
+        shown = ", ".join(f"{r.model} {r.pairing}" for r in refused_elsewhere[:6])
+        more = f" and {len(refused_elsewhere) - 6} more" if len(refused_elsewhere) > 6 else ""
+        parts.append(Text(f"warning: vLLM 0.33 would refuse {shown}{more} at handshake (mambaxfer's exact "
+                          f"transfer handles them; --semantics vllm reports them as refused)", style="yellow"))
     parts.append(footer(report))
     return parts
 

@@ -85,7 +85,7 @@ def result_table(outcome: "Outcome") -> Table:
     table.caption = (f"request: {len(request[0]) if request else 0} logical blocks in each of {len(request)} "
                      f"KV-cache groups; {outcome.settings.iters} iteration(s), time = median; all D ranks "
                      f"together moved {human_bytes(outcome.total_bytes)} at {aggregate:.2f} GB/s; "
-                     f"every byte of every D page and slot checked; {phases}")
+                     f"every byte of every D page checked; {phases}")
     table.caption_justify = "left"
     return table
 

@@ -11,20 +11,20 @@ from mambaxfer_cli.check import CheckReport
 def junit_xml(report: CheckReport) -> str:
     """One test suite per model, one test case per pairing; a failure carries the explanation."""
     root = ET.Element("testsuites", name="mambaxfer check", tests=str(len(report.results)),
-                      failures=str(report.count("fail")), skipped=str(report.count("skip")),
+                      failures=str(report.count("fail") + report.count("refused")), skipped=str(report.count("skip")),
                       errors="0", time=f"{report.seconds:.3f}")
     for model, group in groupby(report.results, key=lambda r: r.model):
         results = list(group)
         suite = ET.SubElement(
             root, "testsuite", name=f"mambaxfer check {model}", tests=str(len(results)),
-            failures=str(sum(r.verdict == "fail" for r in results)),
+            failures=str(sum(r.verdict in ("fail", "refused") for r in results)),
             skipped=str(sum(r.verdict == "skip" for r in results)), errors="0",
             time=f"{sum(r.seconds for r in results):.3f}")
         for r in results:
             name = f"P{r.p_tp}-D{r.d_tp} {r.semantics}" + (" coalesced" if r.coalesce else "")
             case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.check.{model}", name=name,
                                  time=f"{r.seconds:.3f}")
-            if r.verdict == "fail":
+            if r.verdict in ("fail", "refused"):
                 lines = r.explanation(limit=1000)
                 failure = ET.SubElement(case, "failure", message=lines[0] if lines else "check failed",
                                         type="mambaxfer.check")

@@ -78,3 +78,12 @@ def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
                         and len(layouts) > 1 else ""))
     table.caption_justify = "left"
     return table
+
+
+def geometry_line(name: str, side) -> str:
+    g = side.geometry
+    a1 = "no attention" if g.attention_bytes_per_token is None else f"a1={g.attention_bytes_per_token} B/token"
+    own = "" if not g.overridden else " (set by hand)"
+    return (f"{name} {g.attention_backend} · block {g.block_size} tokens, kernel {g.kernel_block_size} × "
+            f"{g.blocks_per_logical}{own} · page {g.page_bytes} B (state {g.state_bytes} B, {a1}) · "
+            f"N={g.num_blocks}")

@@ -17,7 +17,7 @@ from mambaxfer_cli.model import ATTENTION
 from mambaxfer_cli.plan import Plan
 from mambaxfer_cli.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
-from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
+from mambaxfer_cli.render.model_view import REGION_STYLES, geometry_line, human_bytes, layout_table, model_summary
 
 P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
 DIAGRAM_WIDTH = 80
@@ -28,16 +28,36 @@ def _p_style(p_rank: int) -> str:
     return f"bold white on {P_COLOURS[p_rank % len(P_COLOURS)]}"
 
 
+def verdict_line(plan: Plan) -> Text:
+    """vLLM 0.33's verdict, first: accepted (and whether it reads the same bytes), or refused and the fix."""
+    v = plan.verdict
+    if v.accepts:
+        wrong = [w for w in plan.warnings if w.code in ("vllm-differs", "vllm-replicated-groups")]
+        if wrong:
+            return Text("vLLM 0.33 accepts this pairing but its reads corrupt the state (see the warnings)",
+                        style="bold red")
+        return Text("vLLM 0.33 accepts this pairing and issues the same reads", style="bold green")
+    text = Text("vLLM 0.33 refuses this pairing at handshake: ", style="bold red")
+    text.append(" ".join(r.message for r in v.refusals), style="red")
+    if v.suggested_block_size:
+        text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines (vllm serve … "
+                    f"--block-size {v.suggested_block_size})", style="bold yellow")
+    return text
+
+
 def header(plan: Plan) -> Panel:
     ratio = "none (neither TP divides the other)" if plan.tp_ratio is None else str(plan.tp_ratio)
     d = plan.descriptors
+    flags = plan.decode.geometry
     lines = [
         model_summary(plan.model),
         f"P TP {plan.prefill.tp} → D TP {plan.decode.tp} · tp_ratio {ratio} · semantics {plan.semantics}",
         f"KV-cache groups {describe(plan.grouping)} · {d.decode.tensors} tensors "
         f"({d.decode.ssm_tensors} with SSM layers) · {d.decode.attention_streams} attention streams",
-        f"P engine N={d.prefill.num_blocks} kernel blocks, {d.prefill.blocks_per_logical} per logical · "
-        f"D engine N={d.decode.num_blocks}, {d.decode.blocks_per_logical} per logical",
+        geometry_line("P", plan.prefill),
+        geometry_line("D", plan.decode),
+        f"prefix caching {'on' if flags.prefix_caching else 'off'} · KV cache {flags.kv_cache_dtype}"
+        + (f" ({plan.decode.kv_dtype})" if plan.decode.kv_dtype else ""),
     ]
     return Panel("\n".join(lines), title="mambaxfer plan", title_align="left", expand=False)
 
@@ -127,14 +147,12 @@ def _group_id_lines(read: DescriptorRead, ids: np.ndarray, plan: Plan, side: str
     request = plan.descriptors.request
     blocks = request.decode_blocks if side == "local" else request.prefill_blocks
     out, at = [], 0
-    for g, (kind, logical) in enumerate(zip(plan.descriptors.groups, blocks)):
+    for g, (kind, logical, count) in enumerate(zip(plan.descriptors.groups, blocks, read.group_counts)):
         if kind == ATTENTION:
-            if not read.attention:
+            if not count:
                 continue
-            count = engine.attention_streams * len(logical) * engine.blocks_per_logical
             rows = ids[at:at + count].reshape(engine.attention_streams, -1)
         else:
-            count = engine.ssm_tensors * read.local.k * len(logical)
             rows = ids[at:at + count].reshape(-1, len(logical)).T
         at += count
         out.append((f"{g} {kind}", "\n".join(compact(row.tolist(), limit=3) for row in rows[:4])
@@ -167,7 +185,8 @@ def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
     request = d.request
     table.caption = (f"request: P blocks {[b.tolist() for b in request.prefill_blocks]}, "
                      f"D blocks {[b.tolist() for b in request.decode_blocks]}; "
-                     f"SSM IDs = F·N + (tensor·k + region)·L + block, attention IDs = stream·N + kernel block")
+                     f"SSM IDs = F·N·n + (tensor·k + region)·L + block, attention IDs = (stream·N + kernel "
+                     f"block)·n + piece (n pieces per kernel block: 1 unless the block sizes differ)")
     table.caption_justify = "left"
     return table
 
@@ -193,7 +212,7 @@ def warnings_panel(plan: Plan) -> Panel | None:
 
 
 def render_plan(plan: Plan, d_rank: int | None = None) -> list:
-    parts: list = [header(plan),
+    parts: list = [verdict_line(plan), header(plan),
                    layout_table(f"Prefill (P) TP {plan.prefill.tp}", plan.prefill.ranks),
                    layout_table(f"Decode (D) TP {plan.decode.tp}",
                                 [r for r in plan.decode.ranks if d_rank is None or r.rank == d_rank]),

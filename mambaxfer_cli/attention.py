@@ -1,0 +1,107 @@
+"""Which attention KV bytes a D rank reads from which P rank (SPEC section 7), and in which pieces.
+
+A kernel block of one stream holds the rank's KV heads one after the other, each head its tokens
+in order (K and V of a token together): heads are contiguous, as vLLM's block-contiguous layouts
+keep them for heterogeneous TP. With equal kernel blocks on both sides a read takes one piece per
+block, the D rank's heads; vLLM 0.33 with a D kernel block ``r`` times P's reads each P block
+whole into one of ``r`` sub-blocks; mambaxfer's exact transfer across different block sizes
+moves the tokens, in chunks of ``gcd(kernel_P, kernel_D)`` tokens per head.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mambaxfer_cli.engine import Side
+from mambaxfer_cli.handshake import attention_sources
+from mambaxfer_cli.layout import Shard
+from mambaxfer_cli.reads import VLLM, _Holding, assign_units
+
+Pieces = tuple[tuple[int, int], ...]
+
+
+def sources(prefill: Side, decode: Side, d_rank: int, ssm_sources: set[int], semantics: str) -> dict[int, Shard]:
+    """The global KV heads D rank ``d_rank`` reads from each P rank.
+
+    vLLM: ``compute_tp_mapping``'s ranks. Exact: for each head a P rank the D rank already reads
+    SSM state from, else the lowest-numbered holder.
+    """
+    wanted = decode.kv_heads[d_rank]
+    if wanted is None:
+        return {}
+    if semantics == VLLM:
+        out = {}
+        for p_rank in attention_sources(prefill, decode, d_rank):
+            common = prefill.kv_heads[p_rank].intersect(wanted)
+            if common is not None:
+                out[p_rank] = common
+        return out
+    holders = [_Holding(rank, shard, 0) for rank, shard in enumerate(prefill.kv_heads)]
+    out: dict[int, Shard] = {}
+    for holder, heads in assign_units(wanted, holders, preferred=ssm_sources):
+        assert holder.rank not in out, "one P rank gives a D rank two runs of heads"
+        out[holder.rank] = heads
+    return out
+
+
+@dataclass(frozen=True)
+class AttentionRead:
+    """The pieces of one D rank's read of one P rank's attention, and how requests pair them."""
+
+    heads: Shard
+    local: Pieces
+    remote: Pieces
+    mode: str           # "block": one piece per block; "sub-block": vLLM's r sub-blocks; "tokens"
+    local_tokens: int   # kernel tokens of D and P
+    remote_tokens: int
+
+    def slots(self, d_kernel: np.ndarray, p_kernel: np.ndarray, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """Paired (local, remote) slots, ``kernel block · pieces + piece``, for a request of
+        ``tokens`` tokens over these D and P kernel blocks."""
+        kd, kp = self.local_tokens, self.remote_tokens
+        nl, nr = len(self.local), len(self.remote)
+        p_count = -(-tokens // kp)
+        if self.mode == "block":
+            count = min(len(d_kernel), p_count)
+            return d_kernel[:count] * nl, p_kernel[:count] * nr
+        if self.mode == "sub-block":
+            local = (d_kernel[:, None] * nl + np.arange(nl, dtype=np.int64)[None, :]).ravel()
+            count = min(len(local), p_count)
+            return local[:count], p_kernel[:count] * nr
+        g = math.gcd(kd, kp)
+        z = np.arange(tokens // g, dtype=np.int64) * g
+        heads = np.arange(len(self.heads), dtype=np.int64)[:, None]
+        local = d_kernel[z // kd][None, :] * nl + heads * (kd // g) + ((z % kd) // g)[None, :]
+        remote = p_kernel[z // kp][None, :] * nr + heads * (kp // g) + ((z % kp) // g)[None, :]
+        return local.ravel(), remote.ravel()
+
+
+def attention_read(prefill: Side, decode: Side, d_rank: int, p_rank: int, heads: Shard, semantics: str) -> AttentionRead:
+    """How D rank ``d_rank`` reads ``heads`` from P rank ``p_rank``."""
+    kd, kp = decode.kernel_tokens, prefill.kernel_tokens
+    spt = decode.lists.streams_per_tensor
+    unit = decode.head_token_bytes // spt            # one token of one head, in one stream
+    d_first, p_first = decode.kv_heads[d_rank].start, prefill.kv_heads[p_rank].start
+    d_at, p_at = heads.start - d_first, heads.start - p_first
+    n = len(heads)
+    if kd == kp:
+        return AttentionRead(heads, ((d_at * kd * unit, n * kd * unit),), ((p_at * kp * unit, n * kp * unit),),
+                             "block", kd, kp)
+    if semantics == VLLM and kd % kp == 0:
+        r = kd // kp
+        sub = kp * len(decode.kv_heads[d_rank]) * unit
+        local = tuple((s * sub + d_at * kp * unit, n * kp * unit) for s in range(r))
+        return AttentionRead(heads, local, ((p_at * kp * unit, n * kp * unit),), "sub-block", kd, kp)
+    g = math.gcd(kd, kp)
+    local = tuple(((d_at + h) * kd * unit + c * g * unit, g * unit) for h in range(n) for c in range(kd // g))
+    remote = tuple(((p_at + h) * kp * unit + c * g * unit, g * unit) for h in range(n) for c in range(kp // g))
+    return AttentionRead(heads, local, remote, "tokens", kd, kp)
+
+
+def whole_block(side: Side) -> Pieces:
+    """The one piece of a list that reads a stream's kernel blocks whole."""
+    spt = side.lists.streams_per_tensor
+    return ((0, side.kernel_block_bytes // spt),)

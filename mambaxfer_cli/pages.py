@@ -1,0 +1,128 @@
+"""What every page of a rank's KV-cache tensors holds, as check and execute fill and verify them.
+
+A logical page of one tensor is either an SSM layer's state ``[conv | temporal | padding]`` or an
+attention layer's ``blocks_per_logical`` kernel blocks, as the request hands the block to an SSM
+group or an attention group (P pages outside the request hold SSM state). An attention kernel
+block holds, per stream, the rank's heads one after the other, each its tokens (K and V of one
+token together, ``2·head_size·dtype`` bytes); token ``t`` of head ``h`` in P kernel block ``k`` is
+pattern unit ``h·kernel_P + t`` of block ``k``, so D can expect each token wherever its own
+blocks put it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from mambaxfer_cli.descriptors import kernel_blocks
+from mambaxfer_cli.engine import Side
+from mambaxfer_cli.layout import RankLayout
+from mambaxfer_cli.model import ATTENTION, ModelSpec
+from mambaxfer_cli.pattern import PageShape, Part
+from mambaxfer_cli.variants import VARIANTS
+
+SSM_PAGE, ATTENTION_PAGE = "ssm", "attention"
+
+Run = tuple[int, int, int, int]   # (first token in the D kernel block, P kernel block, first P token, tokens)
+
+
+def ssm_shape(model: ModelSpec, layout: RankLayout, page: int) -> PageShape:
+    totals = {shape.name: shape.units(model.params) for shape in VARIANTS[model.variant]}
+    return PageShape(tuple(Part(r.name, r.unit, r.offset, r.unit_bytes, r.shard.start, len(r.shard),
+                                totals[r.name]) for r in layout.regions), page)
+
+
+def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kernel: int,
+                    kernels: Sequence[Sequence[Run]]) -> PageShape:
+    """A page of ``len(kernels)`` kernel blocks; ``kernels[j]`` are the token runs kernel block ``j``
+    holds, the same for every head and stream. ``p_kernel``: P's kernel tokens (the pattern's)."""
+    spt = side.lists.streams_per_tensor
+    unit = side.head_token_bytes // spt
+    heads = side.kv_heads[rank]
+    stream_bytes = side.kernel_block_bytes // spt
+    own = side.kernel_tokens
+    total = model.num_kv_heads * p_kernel
+    parts = []
+    for j, runs in enumerate(kernels):
+        for s in range(spt):
+            for h in range(heads.start, heads.end):
+                base = j * side.kernel_block_bytes + s * stream_bytes + (h - heads.start) * own * unit
+                for local, block, first, count in runs:
+                    parts.append(Part("kv", "token", base + local * unit, unit, h * p_kernel + first, count, total,
+                                      block=int(block), layer=tensor * spt + s, per_head=p_kernel))
+    return PageShape(tuple(parts), side.page_bytes)
+
+
+def p_attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, block: int) -> PageShape:
+    """P's attention page of logical block ``block``: its own kernel blocks, whole."""
+    bpl, k = side.geometry.blocks_per_logical, side.kernel_tokens
+    return attention_shape(model, side, rank, tensor, k, [[(0, block * bpl + j, 0, k)] for j in range(bpl)])
+
+
+def token_runs(d_kernel: int, d_tokens: int, p_kernels: np.ndarray, p_tokens: int, start: int) -> list[Run]:
+    """The runs of one D kernel block holding request tokens ``start .. start + d_tokens``."""
+    runs, q, end = [], start, start + d_tokens
+    while q < end:
+        count = min(end - q, p_tokens - q % p_tokens)
+        runs.append((q - start, int(p_kernels[q // p_tokens]), q % p_tokens, count))
+        q += count
+    return runs
+
+
+@dataclass(frozen=True)
+class ExpectedPage:
+    """One D page of the request: what it must hold after the transfer."""
+
+    kind: str              # "ssm" | "attention"
+    tensor: int
+    block: int             # D's logical block
+    p_block: int           # P's logical block (SSM pages); -1 for attention pages
+    shape: PageShape       # D's bytes, with each part's P pattern
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.tensor, self.block)
+
+
+def request_pages(plan, d_rank: int) -> list[ExpectedPage]:
+    """Every D page of the request in request order: groups, then tensor, then block."""
+    desc, decode, prefill = plan.descriptors, plan.decode, plan.prefill
+    model = plan.model
+    out = []
+    layout = decode.ranks[d_rank]
+    ssm = ssm_shape(model, layout, decode.page_bytes)
+    d_bpl, p_bpl = decode.geometry.blocks_per_logical, prefill.geometry.blocks_per_logical
+    kd, kp = decode.kernel_tokens, prefill.kernel_tokens
+    for kind, p_blocks, d_blocks in zip(desc.groups, desc.request.prefill_blocks, desc.request.decode_blocks):
+        if kind == ATTENTION:
+            if not decode.has_attention:
+                continue
+            p_kernels = kernel_blocks(p_blocks, p_bpl)
+            for tensor in range(desc.decode.tensors):
+                for i, db in enumerate(d_blocks.tolist()):
+                    kernels = [token_runs(db * d_bpl + j, kd, p_kernels, kp, (i * d_bpl + j) * kd)
+                               for j in range(d_bpl)]
+                    shape = attention_shape(model, decode, d_rank, tensor, kp, kernels)
+                    out.append(ExpectedPage(ATTENTION_PAGE, tensor, db, -1, shape))
+        else:
+            for tensor in range(desc.decode.ssm_tensors):
+                out.extend(ExpectedPage(SSM_PAGE, tensor, db, pb, ssm)
+                           for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()))
+    return out
+
+
+def p_page_kinds(plan) -> dict[int, str]:
+    """P's logical blocks the request hands to attention groups (every other page holds SSM state)."""
+    desc = plan.descriptors
+    return {int(b): ATTENTION_PAGE for kind, blocks in zip(desc.groups, desc.request.prefill_blocks)
+            if kind == ATTENTION for b in blocks.tolist()}
+
+
+def p_page_shape(plan, p_rank: int, tensor: int, block: int, kinds: dict[int, str]) -> PageShape:
+    """What P rank ``p_rank`` keeps in logical block ``block`` of tensor ``tensor``."""
+    side = plan.prefill
+    if kinds.get(block) == ATTENTION_PAGE and side.has_attention:
+        return p_attention_shape(plan.model, side, p_rank, tensor, block)
+    return ssm_shape(plan.model, side.ranks[p_rank], side.page_bytes)
