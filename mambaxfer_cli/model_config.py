@@ -82,7 +82,8 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
         kinds = {"M": (SSM,), "*": (ATTENTION,), "-": (), "E": ()}
         pattern = config["hybrid_override_pattern"]
         if not isinstance(pattern, str):
-            raise UserError(f"{where}: key 'hybrid_override_pattern' must be a string like 'M-M*', got {_shown(pattern)}")
+            raise UserError(f"{where}: key 'hybrid_override_pattern' must be a string like 'M-M*', "
+                            f"got {_shown(pattern)}")
         at_most(f"{where}: hybrid_override_pattern of length", len(pattern), 4 * MAX_LAYERS, "model's")
         bad = sorted(set(pattern) - set(kinds))
         if bad:
@@ -145,7 +146,8 @@ def _dtype(config: Mapping[str, Any], keys: tuple[str, ...], where: str) -> tupl
     for key in keys:
         if config.get(key) and config[key] != "auto":
             if not isinstance(config[key], str):
-                raise UserError(f"{where}: key '{key}' must be a dtype name such as 'bfloat16', got {_shown(config[key])}")
+                raise UserError(f"{where}: key '{key}' must be a dtype name such as 'bfloat16', "
+                                f"got {_shown(config[key])}")
             try:
                 return canonical_dtype(config[key]), key
             except UserError as exc:
