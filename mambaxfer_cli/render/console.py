@@ -23,7 +23,6 @@ def fit(part, out=None):
     """A table as rich would print it when it fits the console; else the same rows laid out
     vertically (one heading per row, then 'column: value' pairs), because rich would otherwise
     cut values to 'granit…' or '2621…', and a user must be able to copy every value whole."""
-    from rich.measure import Measurement
     from rich.table import Table
 
     if not isinstance(part, Table):
@@ -31,9 +30,23 @@ def fit(part, out=None):
     out = out or console()
     for column in part.columns:
         column.overflow = "fold"   # never an ellipsis, even where a cell must give way
-    if Measurement.get(out, out.options.update_width(1 << 20), part).maximum <= out.width:
+    if _narrowest(part) <= out.width:
         return part
     return vertical(part)
+
+
+def _narrowest(table) -> int:
+    """The narrowest the table can be with every word whole (a word is never folded)."""
+    from rich.text import Text
+
+    def words(cell) -> int:
+        text = cell.plain if isinstance(cell, Text) else str(cell)
+        return max((len(word) for word in text.split()), default=0)
+
+    columns = [max([words(column.header), *map(words, column.cells)]) for column in table.columns]
+    left, right = table.padding[3], table.padding[1]
+    edges = (len(columns) + 1) if table.box else 0
+    return sum(columns) + len(columns) * (left + right) + edges
 
 
 def vertical(table):
