@@ -27,6 +27,7 @@ class Side:
     lists: Engine                          # what its prepared descriptor lists hold
     kv_dtype: str | None = None            # element type of the attention cache
     head_size: int | None = None
+    hashed_backend: str = ""               # the backend name vLLM's compatibility hash takes
 
     @property
     def page_bytes(self) -> int:
@@ -76,4 +77,17 @@ def build_side(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGroupi
     geometry = derive(ranks[0].state_bytes, a1, flags, checkpoint_alignment(model))
     lists = make_engine(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                         len(ranks[0].regions))
-    return Side(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size)
+    return Side(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size, hashed_backend(model, geometry))
+
+
+# The backend of an SSM layer, as vLLM 0.33 names it.
+SSM_BACKENDS = {Variant.MAMBA1: "MAMBA1_ATTN", Variant.MAMBA2: "MAMBA2_ATTN", Variant.GDN: "GDN_ATTN"}
+
+
+def hashed_backend(model: ModelSpec, geometry: Geometry) -> str:
+    """vLLM's compatibility hash takes the backend of the first layer that keeps a cache
+    (``get_current_attn_backends(...)[0]``; SSM layers are attention layers there too): for a
+    hybrid that starts with an SSM layer, the attention backend is not part of the hash."""
+    if model.layers and model.layers[0] == "attention":
+        return geometry.attention_backend
+    return SSM_BACKENDS[model.variant]

@@ -33,3 +33,74 @@ def nixl() -> None:
         _nixl_checked.append(nixl_importable())
     if not _nixl_checked[0]:
         pytest.skip("NIXL is not installed (pip install torch, then -e '.[execute]')")
+
+
+# --- etcd: NIXL's central metadata store, for the two-host tests ---------------------------------
+
+ETCD_ENV = "MAMBAXFER_TEST_ETCD"   # client URL of a running etcd (.ci/run starts one and sets it)
+
+
+def _etcd_healthy(url: str, wait: float) -> bool:
+    import time
+    import urllib.request
+
+    end = time.time() + wait
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as reply:
+                if reply.status == 200:
+                    return True
+        except OSError:
+            pass
+        if time.time() >= end:
+            return False
+        time.sleep(0.1)
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory) -> str:
+    """Client URL of a real etcd server: the one .ci/run started, else one started here on loopback
+    (Debian's etcd-server). Missing in CI is a failure, never a skip."""
+    import shutil
+
+    url = os.environ.get(ETCD_ENV)
+    if url:
+        if not _etcd_healthy(url, 10):
+            pytest.fail(f"{ETCD_ENV}={url}: no etcd answers there")
+        yield url
+        return
+    binary = shutil.which("etcd")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but there is no etcd server (apt-get install etcd-server; .ci/run does it)")
+        pytest.skip("no etcd server here (apt-get install etcd-server)")
+    host = "127.0.0.5"
+    client, peer = _free_port(host), _free_port(host)
+    url = f"http://{host}:{client}"
+    data = tmp_path_factory.mktemp("etcd")
+    log = open(data / "etcd.log", "w")
+    server = subprocess.Popen(
+        [binary, "--name", "test", "--data-dir", str(data / "data"), "--listen-client-urls", url,
+         "--advertise-client-urls", url, "--listen-peer-urls", f"http://{host}:{peer}",
+         "--initial-advertise-peer-urls", f"http://{host}:{peer}",
+         "--initial-cluster", f"test=http://{host}:{peer}"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        if not _etcd_healthy(url, 20):
+            pytest.fail(f"etcd did not come up at {url}; see {data / 'etcd.log'}")
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(5)
+        log.close()

@@ -32,7 +32,7 @@ def execute_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
 def local_plan(model: str, p_tp: int, d_tp: int, layers: int | None, semantics: str = "exact"):
     spec = cut_layers(load_model(model), layers)
     return plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=False, blocks=None,
-                           blocks_per_logical=4, request_blocks=2, seed=0)
+                           request_blocks=2, seed=0)
 
 
 @pytest.mark.parametrize("model", list(MODELS))

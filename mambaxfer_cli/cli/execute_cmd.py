@@ -28,6 +28,11 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+class Role(str, Enum):
+    prefill = "prefill"
+    decode = "decode"
+
+
 class ExecuteFormat(str, Enum):
     table = "table"
     json = "json"
@@ -70,6 +75,20 @@ def execute(
     host: Annotated[str, EngineOption("--host", help="Address the P ranks' side channels listen on.")] = "127.0.0.1",
     port: Annotated[int, EngineOption(
         "--port", help="P rank r's side channel listens on PORT + r; 0: free ports.")] = 0,
+    role: Annotated[Optional[Role], EngineOption(
+        "--role", help="Two hosts: run only this side's ranks here; the other side runs its own command. "
+                       "Default: both sides on this host.", case_sensitive=False, show_default=False)] = None,
+    listen: Annotated[Optional[str], EngineOption(
+        "--listen", help="--role prefill: P rank r runs NIXL's listener on PORT + r; HOST is the address the "
+                         "decode side reaches.", metavar="HOST:PORT", show_default=False)] = None,
+    peer: Annotated[Optional[str], EngineOption(
+        "--peer", help="--role decode: the prefill side's --listen address.", metavar="HOST:PORT",
+        show_default=False)] = None,
+    etcd: Annotated[Optional[str], EngineOption(
+        "--etcd", help="Both roles: find the other side through NIXL's etcd backend at these client URLs "
+                       "(comma-separated); needs --run-id.", metavar="ENDPOINTS", show_default=False)] = None,
+    run_id: Annotated[Optional[str], EngineOption(
+        "--run-id", help="With --etcd: the run's name, the same on both sides.", show_default=False)] = None,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
     ssm_dtype: SsmDtypeOpt = None,
@@ -102,8 +121,12 @@ def execute(
                  seed=seed)
     finite_seconds("--timeout", timeout)
     _check_local_host(host)
+    from mambaxfer_cli.execute.discovery import resolve
     from mambaxfer_cli.geometry import EngineFlags
 
+    discovery = resolve(role and role.value, listen, peer, etcd, run_id)
+    if discovery is not None and (host, port) != ("127.0.0.1", 0):
+        raise UserError("--host/--port place the one-host side channel; with --role use --listen/--peer or --etcd")
     engine = EngineFlags(attention_backend=attention_backend, block_size=block_size,
                          kv_cache_dtype=kv_cache_dtype, prefix_caching=enable_prefix_caching)
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,
@@ -111,11 +134,18 @@ def execute(
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     kind, gpus = resolve_device(device.value)
-    settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, iters)
+    if discovery is None:
+        settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, iters)
+    else:
+        settings = _two_host_settings(plan, discovery, kind, gpus, iters)
 
-    from mambaxfer_cli.render.execute_view import ProgressView, corruption_report, result_table, title
+    from mambaxfer_cli.render.execute_view import (
+        ProgressView, corruption_report, result_table, served_table, side_line, title,
+    )
 
-    with ProgressView(title(plan, kind)) as view:
+    if discovery is not None:
+        typer.echo(side_line(plan, discovery), err=True)
+    with ProgressView(title(plan, kind, discovery)) as view:
         try:
             outcome = run(plan, settings, timeout, view.update)
         except RunFailure as exc:
@@ -130,7 +160,8 @@ def execute(
         from mambaxfer_cli.render.console import console, fit
 
         out = console()
-        out.print(fit(result_table(outcome)))
+        out.print(served_table(outcome) if discovery is not None and discovery.role == "prefill"
+                  else fit(result_table(outcome)))
         report = corruption_report(outcome)
         if report is not None:
             out.print(report)
@@ -156,6 +187,20 @@ def _check_local_host(host: str) -> None:
             continue
     raise UserError(f"--host {shown}: not an address of this machine, so the P ranks cannot listen there; "
                     f"give 127.0.0.1 or one of this machine's own addresses")
+
+
+def _two_host_settings(plan, discovery, device: str, gpus: int, iters: int):
+    """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
+    from mambaxfer_cli.execute.discovery import check_etcd, check_listen
+    from mambaxfer_cli.execute.handshake import geometry
+    from mambaxfer_cli.execute.tasks import RunSettings
+
+    if discovery.mode == "etcd":
+        check_etcd(discovery)
+    elif discovery.role == "prefill":
+        check_listen(discovery, plan.prefill.tp)
+    return RunSettings(discovery.run_id, device, gpus, discovery.host, discovery.port, iters,
+                       discovery=discovery, geometry=geometry(plan))
 
 
 def _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks, seed,

@@ -107,14 +107,26 @@ class Outcome:
     def total_bytes(self) -> int:
         return sum(d.result["bytes"] for d in self.decode)
 
+    def served(self, p_rank: int) -> list[dict]:
+        """A two-host prefill side: each consumer of a P rank with the bytes the plan READs from it."""
+        moved: dict[int, int] = {}
+        for read in self.plan.descriptors.reads:
+            if read.p_rank == p_rank:
+                moved[read.d_rank] = moved.get(read.d_rank, 0) + int(read.remote.resolve(read.remote_ids)["size"].sum())
+        return [{**c, "bytes": moved.get(c["d_rank"], 0)} for c in self.prefill[p_rank].get("served", [])]
+
     def to_dict(self) -> dict:
         plan, s = self.plan, self.settings
+        prefill_side = s.discovery is not None and s.discovery.role == "prefill"
         return {"schema": SCHEMA, "model": plan.model.name, "semantics": plan.semantics,
+                "role": s.discovery.role if s.discovery else "both",
                 "p_tp": plan.prefill.tp, "d_tp": plan.decode.tp, "device": s.device, "memory": s.mem_type,
                 "iters": s.iters, "request": plan.descriptors.request.to_dict(),
-                "verified": self.verified, "total_bytes": self.total_bytes, "phases_s": self.phases,
+                "verified": None if prefill_side else self.verified,   # the decode side verifies
+                "total_bytes": self.total_bytes, "phases_s": self.phases,
                 "decode": [d.to_dict() for d in self.decode],
-                "prefill": [{"p_rank": p, "consumers": r["consumers"], "fill_s": r["fill_s"]}
+                "prefill": [{"p_rank": p, "consumers": r["consumers"], "fill_s": r["fill_s"],
+                             **({"served": self.served(p)} if "served" in r else {})}
                             for p, r in sorted(self.prefill.items())]}
 
 
@@ -155,17 +167,26 @@ def _group_signals_ignored():
 
 
 @contextlib.contextmanager
-def _child_environment():
-    """Rank processes get one thread for numpy/torch (few cores, one process per rank) and quiet NIXL."""
-    saved = {key: os.environ.get(key) for key in _CHILD_ENV}
-    for key, value in _CHILD_ENV.items():
+def _child_environment(settings: RunSettings):
+    """Rank processes get one thread for numpy/torch (few cores, one process per rank) and quiet NIXL;
+    in a two-host run NIXL's etcd settings, and no log line for each metadata request that finds
+    the other side not up yet (NIXL_LOG_LEVEL set by the user wins)."""
+    wanted = dict(_CHILD_ENV)
+    if settings.discovery is not None:
+        wanted.update(NIXL_LOG_LEVEL="FATAL", UCX_LOG_LEVEL="fatal")
+    forced = settings.discovery.environment() if settings.discovery is not None else {}
+    saved = {key: os.environ.get(key) for key in [*wanted, *forced]}
+    for key, value in wanted.items():
         os.environ.setdefault(key, value)
+    os.environ.update(forced)
     try:
         yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _exit_text(code: int | None) -> str:
@@ -211,7 +232,8 @@ class _Run:
             self.progress(rank.name, rank.phase, rank.detail)
         elif kind == "ready":
             rank.ready = payload or {}
-            if all(r.ready is not None for r in self.prefill) and "P ranks listening" not in self.phases:
+            listening = self.prefill and all(r.ready is not None for r in self.prefill)   # none: a decode side
+            if listening and "P ranks listening" not in self.phases:
                 self._mark("P ranks listening")
                 host = self.ranks[0].task.settings.host
                 peers = {r.task.rank: (host, r.ready["port"]) for r in self.prefill}
@@ -336,16 +358,19 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
     if settings.iters < 1:
         raise UserError("--iters must be >= 1")
     prefill, decode = build_tasks(plan, settings)
+    if settings.discovery is not None:   # a two-host run: only this side's ranks run here
+        prefill, decode = (prefill, []) if settings.discovery.role == "prefill" else ([], decode)
     if len(prefill) + len(decode) > MAX_RANKS:
         raise UserError(f"P TP {len(prefill)} + D TP {len(decode)} would start {len(prefill) + len(decode)} rank "
                         f"processes; execute starts at most {MAX_RANKS}")
-    check_ports(settings, len(prefill))
+    if settings.discovery is None:
+        check_ports(settings, len(prefill))
     context = multiprocessing.get_context("spawn")
     end = time.time() + timeout
     deadline = end - _margin(timeout)
     ranks: list[_Rank] = []
     try:
-        with _child_environment():
+        with _child_environment(settings):
             for task in [*prefill, *decode]:
                 parent_end, child_end = context.Pipe()
                 process = context.Process(target=rank_main, args=(task, deadline, child_end, os.getpid()),

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from mambaxfer_cli.execute import remote as two_host
 from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
@@ -73,9 +74,11 @@ class Channel:
             raise Stopped()
         return kind, payload
 
-    def wait_for(self, kind: str, waiting_for: str):
+    def wait_for(self, kind: str, waiting_for: str, idle=None, every: float = 0.5):
         while True:
-            message = self._receive(min(self.left(waiting_for), 0.5))
+            message = self._receive(min(self.left(waiting_for), every))
+            if message is None and idle is not None:
+                idle()
             if message is not None:
                 assert message[0] == kind, message
                 return message[1]
@@ -110,8 +113,16 @@ def _watch_parent(coordinator: int) -> None:
 def _agent(api, task: RankTask, telemetry: bool):
     # No progress thread: NIXL 1.5.1's polls without pause and would take a core per rank; the
     # rank drives progress itself (D polls its transfers, P polls for notifications).
-    config = api.nixl_agent_config(enable_prog_thread=False, backends=["UCX"], capture_telemetry=telemetry)
-    agent = api.nixl_agent(task.agent, config)
+    discovery = task.settings.discovery
+    port = discovery.listen_port(task.role, task.rank) if discovery else None
+    config = api.nixl_agent_config(enable_prog_thread=False, backends=["UCX"], capture_telemetry=telemetry,
+                                   enable_listen_thread=port is not None, listen_port=port or 0)
+    try:
+        agent = api.nixl_agent(task.agent, config)
+    except RuntimeError as exc:
+        if port is None or "listener" not in str(exc):
+            raise
+        raise RankFailure(f"NIXL cannot listen on port {port}: {exc} (in use?)", kind="user") from None
     if "UCX" not in agent.backends:
         raise RankFailure(f"NIXL has no UCX backend here (plugins: {', '.join(agent.plugin_list)})")
     return agent
@@ -150,6 +161,10 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
     ch.phase("registering")
     registered = agent.register_memory(memory.regions, memory.mem_type)
     try:
+        if task.settings.discovery is not None:
+            _fault(task, "serve")
+            return two_host.serve(task, ch, agent, _header(task, memory), fill_s,
+                                lambda message: RankFailure(message, kind="user"))
         try:
             server = SideChannelServer(task.settings.host, task.port)
         except PortInUse as exc:
@@ -165,11 +180,17 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
         memory.release()
 
 
+def _header(task: PrefillTask, memory) -> dict:
+    """What a P rank publishes besides its agent metadata: its registered regions and layout."""
+    return {"agent": task.agent, "rank": task.rank, "mem_type": memory.mem_type, "dev_id": task.dev_id,
+            "bases": memory.bases, "page_bytes": task.memory.page_bytes,
+            "logical_blocks": task.memory.logical_blocks,
+            "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes,
+            "regions": [[address, length] for address, length, _, _ in memory.regions]}
+
+
 def _serve(task: PrefillTask, ch: Channel, agent, memory, server: SideChannelServer, fill_s: float) -> dict:
-    header = {"agent": task.agent, "rank": task.rank, "mem_type": memory.mem_type, "dev_id": task.dev_id,
-              "bases": memory.bases, "page_bytes": task.memory.page_bytes,
-              "logical_blocks": task.memory.logical_blocks,
-              "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes}
+    header = _header(task, memory)
     metadata = agent.get_agent_metadata()
 
     def reply(request: dict) -> tuple[dict, bytes]:
@@ -207,6 +228,26 @@ def _check_peer(task: DecodeTask, p_rank: int, header: dict) -> None:
         raise RankFailure(f"P{p_rank} publishes a different number of registered regions than the plan's")
 
 
+def _exchange(task: DecodeTask, ch: Channel, agent, remotes: list) -> dict:
+    """One host: the coordinator tells each P rank's side-channel port; ask each source for its metadata."""
+    ch.phase("waiting for P ranks")
+    peers = ch.wait_for("peers", "waiting for the P ranks to start")
+    ch.phase("exchanging")
+    published = {}
+    for p_rank in task.sources:
+        host, port = peers[p_rank]
+        ch.phase("exchanging", f"asking P{p_rank} at {host}:{port}")
+        try:
+            header, blob = fetch(host, port, {"d_rank": task.rank}, ch.deadline, f"P{p_rank}")
+        except SideChannelError as exc:
+            raise RankFailure(str(exc)) from None
+        _check_peer(task, p_rank, header)
+        name = agent.add_remote_agent(blob)
+        remotes.append(name.decode() if isinstance(name, bytes) else name)
+        published[p_rank] = (remotes[-1], header)
+    return published
+
+
 def run_decode(task: DecodeTask, ch: Channel) -> dict:
     from mambaxfer_cli.execute.verify import verify_decode
 
@@ -219,21 +260,14 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
     lists, xfers, remotes = [], [], []
     try:
         ch.send("ready")
-        ch.phase("waiting for P ranks")
-        peers = ch.wait_for("peers", "waiting for the P ranks to start")
-        ch.phase("exchanging")
-        published = {}
-        for p_rank in task.sources:
-            host, port = peers[p_rank]
-            ch.phase("exchanging", f"asking P{p_rank} at {host}:{port}")
-            try:
-                header, blob = fetch(host, port, {"d_rank": task.rank}, ch.deadline, f"P{p_rank}")
-            except SideChannelError as exc:
-                raise RankFailure(str(exc)) from None
-            _check_peer(task, p_rank, header)
-            name = agent.add_remote_agent(blob)
-            remotes.append(name.decode() if isinstance(name, bytes) else name)
-            published[p_rank] = (remotes[-1], header)
+        discovery = task.settings.discovery
+        if discovery is not None:
+            ch.phase("exchanging", "finding the P ranks")
+            published = two_host.connect(task, ch, agent, lambda p, header: _check_peer(task, p, header),
+                                       lambda message: RankFailure(message, kind="user"))
+            remotes.extend(name for name, _ in published.values())
+        else:
+            published = _exchange(task, ch, agent, remotes)
         _fault(task, "prepare")
         ch.phase("preparing")
         started = time.perf_counter()
@@ -256,7 +290,9 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
         prepare_s = time.perf_counter() - started
         ch.send("prepared")
         ch.phase("waiting for go")
-        ch.wait_for("go", "waiting for every D rank to prepare")
+        sources = {p: name for p, (name, _) in published.items()} if discovery else {}
+        ch.wait_for("go", "waiting for every D rank to prepare",
+                    idle=lambda: two_host.ping_sources(agent, sources), every=two_host.PING_EVERY)
         _fault(task, "transfer")
         times = []
         for iteration in range(task.settings.iters):
@@ -280,6 +316,8 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
             handle.release()
         for name in remotes:
             agent.remove_remote_agent(name)
+        if task.settings.discovery is not None:
+            task.settings.discovery.withdraw(agent)
         agent.deregister_memory(registered)
         memory.release()
 
@@ -311,6 +349,8 @@ def rank_main(task: RankTask, deadline: float, conn: Connection, coordinator: in
         ch.send("result", result)
     except Stopped:
         pass
+    except two_host.PeerGone as exc:
+        ch.send("error", ("run", f"{task.name}: {exc} (while {ch.phase_name})"))
     except RankFailure as exc:
         ch.send("error", (exc.kind, f"{task.name}: {exc}"))
     except Exception as exc:  # NIXL raises its own types (nixlRemoteDisconnectError, ...)

@@ -16,6 +16,7 @@ import numpy as np
 from mambaxfer_cli.descriptors import DescriptorRead
 from mambaxfer_cli.engine import Side
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.layout import RankLayout
 from mambaxfer_cli.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages, ssm_shape
 from mambaxfer_cli.pattern import PageShape
@@ -51,6 +52,8 @@ class RunSettings:
     host: str
     port: int              # P rank r's side channel listens on port + r; 0: any free port
     iters: int
+    discovery: "Discovery | None" = None   # a two-host run: this side's role and how it finds the other
+    geometry: dict | None = None           # what the two sides compare before any byte moves
 
     @property
     def mem_type(self) -> str:

@@ -15,6 +15,7 @@ from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
     from mambaxfer_cli.execute.coordinator import Outcome
+    from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.plan import Plan
 
 PHASE_STYLES = {"done": "green", "failed": "bold red", "died": "bold red", "transferring": "cyan",
@@ -57,14 +58,53 @@ class ProgressView:
         return table
 
 
-def title(plan: "Plan", device: str) -> str:
+def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> str:
     memory = "VRAM" if device == "cuda" else "DRAM"
+    side = f", {discovery.role} side" if discovery is not None else ""
     return (f"execute {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
-            f"{plan.semantics} semantics, {memory} over UCX")
+            f"{plan.semantics} semantics, {memory} over UCX{side}")
+
+
+def _ranks(role: str, count: int) -> str:
+    return f"{role}0" if count == 1 else f"{role}0..{role}{count - 1}"
+
+
+def side_line(plan: "Plan", discovery: "Discovery") -> str:
+    """The line a two-host side prints first: where it waits, or whom it reads from."""
+    p_tp = plan.prefill.tp
+    if discovery.mode == "etcd":
+        where = f"etcd {discovery.endpoints}, run {discovery.run_id}"
+    else:
+        first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
+        ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
+        where = f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
+    if discovery.role == "prefill":
+        return f"prefill side: {_ranks('P', p_tp)} wait for the decode side through {where}"
+    return f"decode side: {_ranks('D', plan.decode.tp)} read from the prefill side through {where}"
+
+
+def served_table(outcome: "Outcome") -> Table:
+    """The prefill side of a two-host run: what each P rank served, to whom."""
+    plan = outcome.plan
+    table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
+                        f"{plan.semantics} semantics", title_justify="left")
+    for column, justify in (("P rank", "right"), ("served", "left"), ("bytes", "right"),
+                            ("READ notifications", "right"), ("fill", "right")):
+        table.add_column(column, justify=justify)
+    for p_rank, result in sorted(outcome.prefill.items()):
+        served = outcome.served(p_rank)
+        table.add_row(str(p_rank), ", ".join(f"D{c['d_rank']}" for c in served),
+                      human_bytes(sum(c["bytes"] for c in served)),
+                      str(sum(c["notifications"] for c in served)), f"{result['fill_s'] * 1e3:.1f} ms")
+    table.caption = ("geometry agreed with every decode rank; each one's last READ notified, then memory "
+                     "freed; the decode side verifies the bytes")
+    table.caption_justify = "left"
+    return table
 
 
 def result_table(outcome: "Outcome") -> Table:
-    table = Table(title=title(outcome.plan, outcome.settings.device), title_justify="left")
+    table = Table(title=title(outcome.plan, outcome.settings.device, outcome.settings.discovery),
+                  title_justify="left")
     for column, justify in (("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"),
                             ("descriptors", "right"), ("after merge", "right"), ("time", "right"),
                             ("GB/s", "right"), ("verdict", "left")):

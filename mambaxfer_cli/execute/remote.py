@@ -1,0 +1,223 @@
+"""A rank's side of a two-host run: metadata through NIXL's listener or etcd (``discovery``), then
+the geometry handshake and liveness over NIXL notifications, before and while D reads.
+
+D rank: loads each source P rank's agent metadata, sends it ``hello`` (its d_rank, iterations and
+geometry) and waits for ``welcome`` (P's registered regions and geometry) or ``refuse`` (the first
+field the two plans disagree on, both values). P rank: loads the metadata of whoever says hello,
+compares, answers, then waits for each consumer's last READ notification. Both sides ping the
+other every PING_EVERY seconds once they know it, so that a side that died ends the other at once
+(NIXL raises nixlRemoteDisconnectError) instead of at the timeout.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mambaxfer_cli.execute import handshake
+from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
+
+POLL = 0.002          # between rounds of notifications
+REQUEST_EVERY = 0.5   # metadata requests are asynchronous and find nothing until the peer is up
+PING_EVERY = 0.5
+LINGER = 0.5          # after a refusal, so that it reaches the other side before this agent goes
+
+
+class PeerGone(Exception):
+    """The other side's agent is unreachable (its process died or the network went)."""
+
+
+def _disconnected(exc: Exception) -> bool:
+    return type(exc).__name__ == "nixlRemoteDisconnectError"
+
+
+def _notify(agent, name: str, message: bytes) -> None:
+    try:
+        agent.send_notif(name, message)
+    except Exception as exc:
+        if _disconnected(exc):
+            raise PeerGone(f"{name} went away") from None
+        raise
+
+
+def _notifications(agent):
+    for sender, messages in agent.get_new_notifs().items():
+        sender = sender.decode() if isinstance(sender, bytes) else sender
+        for message in messages:
+            yield sender, message, handshake.decode(message)
+
+
+def _linger(agent) -> None:
+    end = time.time() + LINGER
+    while time.time() < end:
+        agent.get_new_notifs()
+        time.sleep(POLL)
+
+
+def p_agent(task, p_rank: int) -> str:
+    return f"mambaxfer-{task.settings.run_id}-P{p_rank}"
+
+
+# --- prefill ---------------------------------------------------------------------------------------
+
+class _Consumer:
+    def __init__(self, d_rank: int, agent: str, final: bytes) -> None:
+        self.d_rank = d_rank
+        self.agent = agent
+        self.final = final          # the notification of its last READ
+        self.notifications = 0
+        self.done = False
+
+
+def serve(task: PrefillTask, ch, agent, header: dict, fill_s: float, refused) -> dict:
+    """Answer hellos and wait for every consumer's last READ; returns what this rank served.
+    ``refused(message)`` builds the exception this rank ends with on a geometry mismatch."""
+    discovery, mine = task.settings.discovery, task.settings.geometry
+    discovery.publish(agent)
+    try:
+        ch.send("ready", {"port": discovery.listen_port("P", task.rank)})
+        ch.phase("waiting for decode", discovery.where(task.rank))
+        consumers: dict[str, _Consumer] = {}
+        hellos: dict[str, tuple[dict, float]] = {}    # sender -> (hello, when metadata was last asked)
+        last_ping = time.time()
+        while len(consumers) < len(task.consumers) or not all(c.done for c in consumers.values()):
+            ch.check_stop()
+            missing = sorted(set(task.consumers) - {c.d_rank for c in consumers.values()})
+            busy = [f"D{c.d_rank}" for c in consumers.values() if not c.done]
+            ch.left(("waiting for the hello of " + ", ".join(f"D{d}" for d in missing)) if missing
+                    else "waiting for the READ notifications of " + ", ".join(busy))
+            for sender, message, control in _notifications(agent):
+                if control is None:
+                    consumer = consumers.get(sender)
+                    if consumer is not None:
+                        consumer.notifications += 1
+                        consumer.done |= message == consumer.final
+                elif control["kind"] == "hello" and sender not in consumers:
+                    hellos[sender] = (control, 0.0)
+            for sender, (hello, asked) in list(hellos.items()):
+                if agent.check_remote_metadata(sender):
+                    del hellos[sender]
+                    if any(c.d_rank == hello.get("d_rank") for c in consumers.values()):   # a second decode run
+                        _notify(agent, sender, handshake.encode(
+                            "refuse", p_rank=task.rank, message=f"P{task.rank} already serves another "
+                                                                f"D{hello.get('d_rank')}"))
+                        continue
+                    consumers[sender] = _answer(task, ch, agent, sender, hello, mine, header, refused)
+                elif time.time() - asked >= REQUEST_EVERY:
+                    discovery.request(agent, sender, None)   # etcd; a direct D sent it to our listener
+                    hellos[sender] = (hello, time.time())
+            if time.time() - last_ping >= PING_EVERY:
+                last_ping = time.time()
+                _ping_consumers(agent, consumers)
+            time.sleep(POLL)
+        ch.phase("freeing", "every consumer notified")
+        return {"fill_s": fill_s, "consumers": list(task.consumers),
+                "served": [{"d_rank": c.d_rank, "agent": c.agent, "notifications": c.notifications}
+                           for c in sorted(consumers.values(), key=lambda c: c.d_rank)]}
+    finally:
+        discovery.withdraw(agent)
+
+
+def _answer(task: PrefillTask, ch, agent, sender: str, hello: dict, mine: dict, header: dict, refused):
+    d_rank = hello.get("d_rank")
+    problem = handshake.mismatch(mine, hello.get("geometry") or {})
+    if problem is None and d_rank not in task.consumers:
+        problem = f"D{d_rank} does not read from P{task.rank} in this plan"
+    if problem is not None:
+        try:
+            _notify(agent, sender, handshake.encode("refuse", p_rank=task.rank, message=problem))
+            _linger(agent)
+        except PeerGone:
+            pass
+        raise refused(f"refused D{d_rank} ({sender}): {problem}")
+    _notify(agent, sender, handshake.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
+    ch.phase("serving", f"welcomed D{d_rank}")
+    final = f"{task.settings.run_id}-iter{int(hello.get('iters', 1)) - 1}".encode()
+    return _Consumer(int(d_rank), sender, final)
+
+
+def _ping_consumers(agent, consumers: dict[str, _Consumer]) -> None:
+    for consumer in consumers.values():
+        if consumer.done:
+            continue
+        try:
+            _notify(agent, consumer.agent, handshake.encode("ping"))
+        except PeerGone:
+            # Its last READ's notification may have come in just before it left.
+            for sender, message, _ in _notifications(agent):
+                if sender == consumer.agent and message == consumer.final:
+                    consumer.done = True
+            if not consumer.done:
+                raise PeerGone(f"D{consumer.d_rank} ({consumer.agent}) went away before its last READ "
+                               f"completed") from None
+
+
+# --- decode ----------------------------------------------------------------------------------------
+
+def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tuple[str, dict]]:
+    """Each source P rank's agent name and published regions, once every one has welcomed us.
+    ``check_header(p_rank, header)`` checks P's regions against the plan; ``refused(message)``
+    builds the exception a refusal ends this rank with."""
+    discovery, mine = task.settings.discovery, task.settings.geometry
+    discovery.publish(agent)
+    hello = handshake.encode("hello", d_rank=task.rank, iters=task.settings.iters, geometry=mine)
+    names = {p: p_agent(task, p) for p in task.sources}
+    asked = {p: 0.0 for p in task.sources}
+    greeted: set[int] = set()
+    answered: dict[int, tuple[str, dict, object]] = {}   # welcomed, P's registered memory not loaded yet
+    welcomed: dict[int, tuple[str, dict]] = {}
+    last_ping = time.time()
+    while len(welcomed) < len(names):
+        ch.check_stop()
+        waiting = next(p for p in task.sources if p not in welcomed)
+        ch.left(f"waiting for P{waiting}'s registered memory in its metadata" if waiting in answered
+                else f"waiting for P{waiting}'s answer" if waiting in greeted
+                else f"waiting for P{waiting}'s agent metadata ({discovery.where(waiting)})")
+        for p, name in names.items():
+            if p in greeted:
+                continue
+            if agent.check_remote_metadata(name):
+                ch.phase("exchanging", f"hello to P{p}")
+                try:
+                    _notify(agent, name, hello)
+                    greeted.add(p)
+                except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
+                    agent.remove_remote_agent(name)
+            elif time.time() - asked[p] >= REQUEST_EVERY:
+                discovery.request(agent, name, p)
+                asked[p] = time.time()
+        by_name = {name: p for p, name in names.items()}
+        for sender, _, control in _notifications(agent):
+            p = by_name.get(sender)
+            if control is None or p is None:
+                continue
+            if control["kind"] == "refuse":
+                raise refused(f"P{p} refused this decode run: {control.get('message')}")
+            if control["kind"] == "welcome" and p not in welcomed and p not in answered:
+                problem = handshake.mismatch(control.get("geometry") or {}, mine)
+                if problem is not None:
+                    raise refused(f"P{p}: {problem}")
+                header = control.get("header") or {}
+                check_header(p, header)
+                regions = [(int(a), int(n), int(header["dev_id"])) for a, n in header["regions"]]
+                answered[p] = (sender, header, agent.get_xfer_descs(regions, header["mem_type"]))
+        for p, (name, header, regions) in list(answered.items()):
+            # The metadata loaded before P registered its memory may not hold it: ask until it does.
+            if agent.check_remote_metadata(name, regions):
+                welcomed[p] = (name, header)
+                del answered[p]
+            elif time.time() - asked[p] >= REQUEST_EVERY:
+                discovery.request(agent, name, p)
+                asked[p] = time.time()
+        if time.time() - last_ping >= PING_EVERY:
+            last_ping = time.time()
+            ping_sources(agent, {p: names[p] for p in greeted})
+        time.sleep(POLL)
+    return welcomed
+
+
+def ping_sources(agent, names: dict[int, str]) -> None:
+    for p, name in names.items():
+        try:
+            _notify(agent, name, handshake.encode("ping"))
+        except PeerGone:
+            raise PeerGone(f"P{p} ({name}) went away") from None
