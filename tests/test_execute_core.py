@@ -63,7 +63,8 @@ def test_a_request_that_writes_a_d_block_twice_cannot_be_executed():
                           decode_blocks=text)
     with pytest.raises(UserError, match="--decode-blocks: block 3 is in groups 0 and 1"):
         build_plan(spec, 1, 1, options)   # the planner refuses it first; execute's own guard:
-    plan = build_plan(spec, 1, 1, replace(options, decode_blocks=None))
+    plan = build_plan(spec, 1, 1, replace(options, prefill_blocks="1,2;17,18;19,20;21,22;23,24;25,26;27,28;29,30",
+                                          decode_blocks="3,4;31,32;5,6;7,8;9,10;11,12;13,14;15,16"))
     twice = tuple(np.array(b, dtype=np.int64) for b in ([3, 4], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12],
                                                          [13, 14], [15, 16]))
     request = replace(plan.descriptors.request, decode_blocks=twice)
