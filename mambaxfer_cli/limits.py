@@ -80,7 +80,7 @@ def within(name: str, value: int, low: int, high: int, what: str = "") -> int:
 
 def finite_seconds(name: str, value: float, high: float = MAX_TIMEOUT) -> float:
     if not math.isfinite(value) or value <= 0:
-        raise UserError(f"{name} {value}: give a positive number of seconds")
+        raise UserError(f"{name} must be a positive number of seconds, got {value}")
     if value > high:
         raise UserError(f"{name} {value:g} is longer than a run may wait; at most {high:g} seconds")
     return value

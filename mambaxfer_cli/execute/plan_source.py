@@ -67,8 +67,8 @@ def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, co
 
 
 def _read_document(path: Path) -> dict:
-    where = f"--plan {path}"
-    text = read_text(path, where)
+    text = read_text(path, f"--plan {path}")
+    where = f"--plan {path}: not a readable plan document"
     document = parse_yaml(text, where) if path.suffix in (".yaml", ".yml") else parse_json(text, where)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
