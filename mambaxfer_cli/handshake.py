@@ -66,7 +66,8 @@ def attention_sources(prefill: Side, decode: Side, d_rank: int) -> list[int]:
 
 
 def refusals(prefill: Side, decode: Side) -> list[Refusal]:
-    """vLLM 0.33's refusals of this pairing, in the order its handshake meets them."""
+    """vLLM 0.33's refusals of this pairing, in the order its handshake meets them (vLLM stops at
+    the first; the others are what it would say once that one is fixed)."""
     p, d = prefill.geometry, decode.geometry
     out = []
     if (prefill.hashed_backend, p.kv_cache_dtype) != (decode.hashed_backend, d.kv_cache_dtype):

@@ -66,10 +66,6 @@ class Plan:
     def page_bytes(self) -> tuple[int, int]:
         return self.prefill.page_bytes, self.decode.page_bytes
 
-    def tokens(self, group: int) -> int:
-        """Tokens an attention group of the request holds: its D blocks, whole."""
-        return len(self.descriptors.request.decode_blocks[group]) * self.decode.geometry.block_size
-
     def to_dict(self, d_rank: int | None = None) -> dict:
         if d_rank is not None and not 0 <= d_rank < self.decode.tp:
             raise UserError(f"--d-rank {d_rank} is not a D rank (D TP is {self.decode.tp}: ranks 0..{self.decode.tp - 1})")
