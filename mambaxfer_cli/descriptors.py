@@ -235,6 +235,9 @@ def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[n
         if bad.size:
             raise UserError(f"--{side}-blocks: block {int(bad[0])} is outside the {side} engine's "
                             f"{engine.logical_blocks} logical blocks")
+    empty = next((group for group, blocks in enumerate(lists) if not blocks.size), None)
+    if empty is not None:
+        raise UserError(f"--{side}-blocks: group {empty} has no block; a request gives each group at least one")
     # vLLM hands each block of a request to one group once: a repeat would share one page.
     first: dict[int, int] = {}
     for group, blocks in enumerate(lists):

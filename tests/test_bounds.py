@@ -82,6 +82,8 @@ def test_deeply_nested_yaml_is_refused_quickly(tmp_path):
     (("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--p-num-blocks", "2000000000000000000"),
      "--p-num-blocks 2000000000000000000 is larger"),   # used to overflow into negative IDs, exit 0
     (("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--seed", "-1"), "--seed must be >= 0"),
+    (("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--decode-blocks", ""),
+     "--decode-blocks: group 0 has no block"),   # found by the fuzz test: a traceback in the ID table
     (("inspect", "--model", "jamba", "--tp", "100000"), "--tp 100000 is larger"),
 ])
 def test_options_beyond_any_engine(args, fragment):
