@@ -263,12 +263,13 @@ def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], 
 
 
 def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[np.ndarray, ...]:
-    """``'3,5;1;2'``: block IDs per group, groups separated by ';' (one list: every group)."""
+    """``'3,5;1;2'``: block IDs per group, groups separated by ';' (each block once in the request)."""
     try:
         lists = [np.array([int(x) for x in part.split(",") if x.strip()], dtype=np.int64)
                  for part in text.split(";")]
-    except ValueError:
-        raise UserError(f"--{side}-blocks: '{text}' is not a list of integers like '3,5;1;2'") from None
+    except (ValueError, OverflowError):   # OverflowError: beyond int64, no block ID
+        shown = text if len(text) <= 60 else f"{text[:57]}..."
+        raise UserError(f"--{side}-blocks: '{shown}' is not a list of integers like '3,5;1;2'") from None
     if len(lists) == 1:
         lists = lists * n_groups
     if len(lists) != n_groups:
@@ -278,6 +279,19 @@ def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[n
         if bad.size:
             raise UserError(f"--{side}-blocks: block {int(bad[0])} is outside the {side} engine's "
                             f"{engine.logical_blocks} logical blocks")
+    empty = next((group for group, blocks in enumerate(lists) if not blocks.size), None)
+    if empty is not None:
+        raise UserError(f"--{side}-blocks: group {empty} has no block; a request gives each group at least one")
+    # vLLM hands each block of a request to one group once: a repeat would share one page.
+    first: dict[int, int] = {}
+    for group, blocks in enumerate(lists):
+        for block in blocks.tolist():
+            if block in first:
+                again = "twice in group" if first[block] == group else f"in groups {first[block]} and"
+                raise UserError(f"--{side}-blocks: block {block} is {again} {group}; a request holds each "
+                                f"block once (give each of the {n_groups} groups its own blocks, "
+                                f"separated by ';')")
+            first[block] = group
     return tuple(lists)
 
 

@@ -26,7 +26,8 @@ def canonical_dtype(name: str) -> str:
     key = _ALIASES.get(key, key)
     if key not in DTYPE_BYTES:
         known = ", ".join(DTYPE_BYTES)
-        raise UserError(f"unknown dtype '{name}'; known dtypes: {known} (or bf16, fp16, fp32)")
+        shown = str(name) if len(str(name)) <= 40 else f"{str(name)[:37]}..."
+        raise UserError(f"unknown dtype '{shown}'; known dtypes: {known} (or bf16, fp16, fp32)")
     return key
 
 

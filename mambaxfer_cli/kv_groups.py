@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.limits import MAX_KV_GROUPS
 from mambaxfer_cli.model import ATTENTION, SSM
 
 KINDS = (ATTENTION, SSM)
@@ -54,7 +55,10 @@ def parse_grouping(text: str, tensors: int | None, ssm_tensors: int | None) -> K
         match = _ITEM.match(item)
         if not match:
             raise UserError(f"--kv-groups: bad item '{item}'; write e.g. 'ssm*7,attention'")
-        kinds.extend([match.group(1)] * int(match.group(2) or 1))
+        count = int(match.group(2) or 1) if len(match.group(2) or "") <= 6 else MAX_KV_GROUPS + 1
+        if len(kinds) + count > MAX_KV_GROUPS:
+            raise UserError(f"--kv-groups: more than {MAX_KV_GROUPS} groups, more than any model's layers")
+        kinds.extend([match.group(1)] * count)
     if SSM not in kinds:
         raise UserError("--kv-groups must name at least one ssm group")
     if tensors is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Mapping
@@ -35,9 +35,12 @@ class ModelSpec:
     family: str = ""
     head_size: int | None = None     # attention head size (K and V), with attention layers
     model_dtype: str = "bfloat16"    # the model's dtype: the KV cache's with --kv-cache-dtype auto
+    revision: str | None = None      # the Hugging Face cache snapshot the config was read from
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "origin", MappingProxyType(dict(self.origin)))
         assert not self.has_attention or (self.num_kv_heads and self.head_size), \
             "a model with attention layers needs its KV heads and head size"
 
@@ -74,4 +77,6 @@ class ModelSpec:
             "params": dict(self.params),
             "attention": ({"num_kv_heads": self.num_kv_heads, "head_size": self.head_size,
                            "dtype": self.model_dtype} if self.has_attention else None),
+            **({"revision": self.revision} if self.revision else {}),
+            "origin": dict(self.origin),
         }

@@ -10,6 +10,9 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.families import (
     GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
 )
+from mambaxfer_cli.limits import (
+    MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
+)
 from mambaxfer_cli.model import ATTENTION, SSM, ModelSpec, Variant
 
 DEFAULT_DTYPE = "bfloat16"
@@ -33,17 +36,22 @@ def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> i
                 part = config[key]
                 if (isinstance(part, bool) or not isinstance(part, (int, float)) or not math.isfinite(part)
                         or part != int(part) or part <= 0):
-                    raise UserError(f"{where}: key '{key}' must be a positive integer, got {part!r}")
-                value *= int(part)
-            return value
+                    raise UserError(f"{where}: key '{key}' must be a positive integer, got {_shown(part)}")
+                value *= at_most(f"{where}: key '{key}'", int(part), MAX_DIM, "model's")
+            return at_most(f"{where}: {what} ({'·'.join(keys)})", value, MAX_DIM, "model's")
     wanted = " or ".join("·".join(keys) for keys in alternatives)
     raise UserError(f"{where}: missing key for {what}: expected {wanted}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
 def _int_key(config: Mapping[str, Any], key: str, minimum: int, where: str) -> int:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {value!r}")
+        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {_shown(value)}")
     return value
 
 
@@ -53,13 +61,16 @@ _ITEM_NAMES = {str: "strings", int: "integers"}
 def _list_key(config: Mapping[str, Any], key: str, item: type, where: str) -> list:
     value = config[key]
     if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
-        raise UserError(f"{where}: key '{key}' must be a list of {_ITEM_NAMES[item]}, got {value!r}")
+        raise UserError(f"{where}: key '{key}' must be a list of {_ITEM_NAMES[item]}, got {_shown(value)}")
     return value
 
 
 def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple[str, ...]:
-    n_layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers")
-                     if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
+    layer_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers")
+                      if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
+    n_layers = None
+    if layer_key is not None:   # bounded before a tuple of that many layers is built
+        n_layers = within(f"{where}: {layer_key}", config[layer_key], 0, MAX_LAYERS, "model's")
     # A key set to null (as HF serialises unset fields) counts as absent.
     config = {k: v for k, v in config.items() if v is not None}
     if family.layers == "all_ssm" or family.layers == "parallel":
@@ -71,7 +82,9 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
         kinds = {"M": (SSM,), "*": (ATTENTION,), "-": (), "E": ()}
         pattern = config["hybrid_override_pattern"]
         if not isinstance(pattern, str):
-            raise UserError(f"{where}: key 'hybrid_override_pattern' must be a string like 'M-M*', got {pattern!r}")
+            raise UserError(f"{where}: key 'hybrid_override_pattern' must be a string like 'M-M*', "
+                            f"got {_shown(pattern)}")
+        at_most(f"{where}: hybrid_override_pattern of length", len(pattern), 4 * MAX_LAYERS, "model's")
         bad = sorted(set(pattern) - set(kinds))
         if bad:
             raise UserError(f"{where}: hybrid_override_pattern has unknown layer symbols {bad}; known: M * - E")
@@ -82,9 +95,11 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
                  "full_attention": (ATTENTION,), "sliding_attention": (ATTENTION,),
                  "hybrid": (ATTENTION, SSM), "mlp": (), "moe": ()}
         out: list[str] = []
-        for entry in _list_key(config, key, str, where):
+        entries = _list_key(config, key, str, where)
+        at_most(f"{where}: {key} of length", len(entries), 4 * MAX_LAYERS, "model's")
+        for entry in entries:
             if entry not in kinds:
-                raise UserError(f"{where}: {key} has unknown layer kind '{entry}'; known: {', '.join(kinds)}")
+                raise UserError(f"{where}: {key} has unknown layer kind {_shown(entry)}; known: {', '.join(kinds)}")
             out.extend(kinds[entry])
         return tuple(out)
     if n_layers is None:
@@ -126,10 +141,17 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> F
         f"use --variant to force one")
 
 
-def _dtype(config: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
+def _dtype(config: Mapping[str, Any], keys: tuple[str, ...], where: str) -> tuple[str, str] | None:
+    """The first of ``keys`` the config sets: (dtype, the key)."""
     for key in keys:
-        if config.get(key):
-            return canonical_dtype(config[key])
+        if config.get(key) and config[key] != "auto":
+            if not isinstance(config[key], str):
+                raise UserError(f"{where}: key '{key}' must be a dtype name such as 'bfloat16', "
+                                f"got {_shown(config[key])}")
+            try:
+                return canonical_dtype(config[key]), key
+            except UserError as exc:
+                raise UserError(f"{where}: key '{key}': {exc}") from None
     return None
 
 
@@ -144,31 +166,64 @@ def spec_from_config(
     num_spec: int | None = None,
     kv_heads: int | None = None,
     head_size: int | None = None,
+    revision: str | None = None,
+    given_by: Mapping[str, str] | None = None,
 ) -> ModelSpec:
-    """Read a model's SSM geometry from its HF config; overrides win over the config."""
+    """Read a model's SSM geometry from its HF config; overrides win over the config.
+    ``given_by`` names where an override came from (default: its command-line flag)."""
     where = source or name
     config = flatten_text_config(config)
     family = _detect(config, variant, where)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
-    conv_kernel = _lookup(config, family.conv_kernel, "conv_kernel", where)
-    model_dtype = _dtype(config, ("torch_dtype", "dtype")) or DEFAULT_DTYPE
-    conv = canonical_dtype(conv_dtype) if conv_dtype else model_dtype
-    ssm = (canonical_dtype(ssm_dtype) if ssm_dtype
-           else _dtype(config, family.ssm_dtype_keys) or family.ssm_dtype_default or conv)
+    conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
+                          MAX_CONV_KERNEL, "model's")
+    given_by = {"conv_dtype": "--conv-dtype", "ssm_dtype": "--ssm-dtype", **(given_by or {})}
+    found = _dtype(config, ("torch_dtype", "dtype"), where)
+    model_dtype, model_origin = (found[0], f"config key {found[1]}") if found else (
+        DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype")
+    conv, conv_origin = (canonical_dtype(conv_dtype), given_by["conv_dtype"]) if conv_dtype else (
+        model_dtype, model_origin)
+    found = _dtype(config, family.ssm_dtype_keys, where)
+    if ssm_dtype:
+        ssm, ssm_origin = canonical_dtype(ssm_dtype), given_by["ssm_dtype"]
+    elif found:
+        ssm, ssm_origin = found[0], f"config key {found[1]}"
+    elif family.ssm_dtype_default:
+        ssm, ssm_origin = family.ssm_dtype_default, (
+            f"{family.label} default: vLLM 0.33 keeps this family's SSM state in {family.ssm_dtype_default} "
+            f"whatever torch_dtype says")
+    else:
+        ssm, ssm_origin = conv, "the conv dtype"
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
-    if not isinstance(spec_num, int) or spec_num < 0:
-        raise UserError(f"--num-spec must be a non-negative integer, got {spec_num!r}")
+    if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
+        raise UserError(f"--num-spec must be a non-negative integer, got {_shown(spec_num)}")
+    within("--num-spec" if num_spec is not None else f"{where}: num_speculative_tokens", spec_num, 0,
+           MAX_NUM_SPEC, "speculative decoding uses")
     layers = _layer_kinds(config, family, where)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
+    at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = None
     if ATTENTION in layers:
         heads, size = _attention_heads(config, family, where, kv_heads, head_size)
-    return ModelSpec(
+    spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
+        revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin},
     )
+    _check_state_size(spec, where)
+    return spec
+
+
+def _check_state_size(spec: ModelSpec, where: str) -> None:
+    """One layer's state at TP 1, before anything allocates pages of it."""
+    from mambaxfer_cli.layout import rank_layout
+
+    state = rank_layout(spec, 1, 0).state_bytes
+    if state > MAX_LAYER_STATE:
+        raise UserError(f"{where}: one layer's state would be {state / 2**20:.0f} MiB at TP 1, larger than any "
+                        f"model's; at most {MAX_LAYER_STATE >> 20} MiB (check the dimensions)")
 
 
 def _positive(value: Any) -> int | None:
@@ -183,7 +238,7 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
     key, else ``hidden_size / num_attention_heads``) of a model with attention layers."""
     for flag, value in (("--kv-heads", kv_heads), ("--head-size", head_size)):
         if value is not None and _positive(value) is None:
-            raise UserError(f"{flag} must be a positive integer, got {value!r}")
+            raise UserError(f"{flag} must be a positive integer, got {_shown(value)}")
     heads = kv_heads
     if heads is None:
         for key in ("num_key_value_heads", "num_attention_heads"):
@@ -191,7 +246,8 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
                 heads = _positive(config[key])
                 if heads is None:
                     raise UserError(f"{where}: key '{key}' must be a positive integer (attention KV heads), "
-                                    f"got {config[key]!r}")
+                                    f"got {_shown(config[key])}")
+                at_most(f"{where}: key '{key}'", heads, MAX_DIM, "model's")
                 break
     if heads is None:
         raise UserError(f"{where}: the model has attention layers but no KV-head count: expected "
@@ -203,7 +259,8 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
                 size = _positive(config[key])
                 if size is None:
                     raise UserError(f"{where}: key '{key}' must be a positive integer (attention head size), "
-                                    f"got {config[key]!r}")
+                                    f"got {_shown(config[key])}")
+                at_most(f"{where}: key '{key}'", size, MAX_DIM, "model's")
                 break
     if size is None:
         hidden, q_heads = _positive(config.get("hidden_size")), _positive(config.get("num_attention_heads"))
@@ -211,5 +268,5 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
             raise UserError(f"{where}: the model has attention layers but no head size: expected "
                             f"{' or '.join(family.head_size_keys)}, or hidden_size divisible by "
                             f"num_attention_heads (or give --head-size)")
-        size = hidden // q_heads
+        size = at_most(f"{where}: hidden_size / num_attention_heads", hidden // q_heads, MAX_DIM, "model's")
     return heads, size

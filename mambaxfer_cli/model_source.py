@@ -4,12 +4,12 @@ or a Hugging Face repo id already in the local cache (never the network)."""
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from mambaxfer_cli.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.model import ModelSpec, Variant
 from mambaxfer_cli.model_config import spec_from_config
@@ -25,33 +25,21 @@ def preset_names() -> list[str]:
 
 @lru_cache(maxsize=None)
 def _read_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    data = parse_yaml(read_text(path, str(path)), str(path))
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
         raise UserError(f"{path}: a model YAML file needs a 'config:' mapping of Hugging Face config keys "
                         f"(see the README's 'Model files' section)")
-    unknown = set(data) - {"name", "source", "description", "config", *_OVERRIDE_KEYS}
+    unknown = set(map(str, data)) - {"name", "source", "description", "config", *_OVERRIDE_KEYS}
     if unknown:
         raise UserError(f"{path}: unknown top-level keys {sorted(unknown)}; allowed: name, source, "
                         f"description, config, {', '.join(_OVERRIDE_KEYS)}")
+    if not all(isinstance(key, str) for key in data["config"]):
+        raise UserError(f"{path}: the keys under 'config:' must be strings, as in a config.json")
     return data
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = json.loads(text)  # accepts Infinity/NaN, which real configs contain
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    data = parse_json(read_text(path, str(path)), str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: a config.json must hold a JSON object, found {type(data).__name__}")
     return data
@@ -92,15 +80,21 @@ def load_model(
     """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
     cli = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size}
-    path = Path(model).expanduser()
     if model in preset_names():
         return _from_yaml(PRESET_DIR / f"{model}.yaml", cli, default_name=model)
-    if path.is_dir():
+    if not model.strip() or "\0" in model:
+        raise UserError(f"--model {model!r}: not a model name or path")
+    path = Path(model).expanduser()
+    try:
+        kind = "dir" if path.is_dir() else "file" if path.is_file() else None
+    except OSError as exc:   # a name too long for the file system, a loop of symlinks, ...
+        raise UserError(f"--model {_shown(model)}: {exc.strerror or exc}") from None
+    if kind == "dir":
         for candidate in ("config.json", "model.yaml"):
             if (path / candidate).is_file():
                 return load_model(str(path / candidate), **cli)
         raise UserError(f"{path}: directory holds no config.json")
-    if path.is_file():
+    if kind == "file":
         if path.suffix in (".yaml", ".yml"):
             return _from_yaml(path, cli, default_name=path.stem)
         config = _read_json(path)
@@ -109,30 +103,42 @@ def load_model(
     # Repo ids often hold dots ('ai21labs/Jamba-v0.1'): only a file suffix marks a path.
     if (model.count("/") == 1 and not model.startswith((".", "/", "~"))
             and path.suffix.lower() not in _FILE_SUFFIXES):
-        cached = _cached_repo_config(model)
+        try:
+            cached = _cached_repo_config(model)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"'{_shown(model)}': cannot look it up in the Hugging Face cache: "
+                            f"{getattr(exc, 'strerror', None) or exc}") from None
         if cached is None:
-            raise UserError(f"'{model}' is not in the local Hugging Face cache ({hf_cache_dir()}); "
+            raise UserError(f"'{_shown(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}); "
                             f"mambaxfer never downloads: fetch its config.json first, or pass a path")
-        return spec_from_config(_read_json(cached), name=model, source=model, **cli)
+        # The snapshot directory's name is the commit the cache holds: the plan records it.
+        return spec_from_config(_read_json(cached), name=model, source=model, revision=cached.parent.name, **cli)
     if path.suffix or os.sep in model:
-        raise UserError(f"{model}: no such file or directory")
+        raise UserError(f"{_shown(model)}: no such file or directory")
     close = difflib.get_close_matches(model, preset_names(), n=1, cutoff=0.4)
     hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise UserError(f"unknown model '{model}'{hint} (built-in presets: {', '.join(preset_names())}; "
+    raise UserError(f"unknown model '{_shown(model)}'{hint} (built-in presets: {', '.join(preset_names())}; "
                     f"or pass a config.json, a model directory, a YAML file or a cached repo id)")
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
     data = _read_yaml(path)
     merged = {key: data.get(key) for key in _OVERRIDE_KEYS}
+    given_by = {key: f"{path.name}: {key}" for key in ("conv_dtype", "ssm_dtype") if data.get(key) is not None}
     merged.update({key: value for key, value in cli.items() if value is not None})
+    given_by.update({key: f"--{key.replace('_', '-')}" for key in ("conv_dtype", "ssm_dtype")
+                     if cli.get(key) is not None})
     if merged["variant"] is not None and not isinstance(merged["variant"], Variant):
         try:
             merged["variant"] = Variant(str(merged["variant"]).lower())
         except ValueError:
             raise UserError(f"{path}: variant must be one of mamba1, mamba2, gdn") from None
     return spec_from_config(data["config"], name=str(data.get("name") or default_name),
-                            source=str(data.get("source") or path), **merged)
+                            source=str(data.get("source") or path), given_by=given_by, **merged)
 
 
 def preset_description(name: str) -> str:

@@ -56,8 +56,10 @@ def test_targets_need_pairs_or_max_tp_not_both():
     model = load_model("jamba")
     with pytest.raises(UserError, match="either --pairs or --max-tp"):
         targets_for([model], "1:2", 4, "exact")
-    with pytest.raises(UserError, match="--max-tp must be >= 1"):
+    with pytest.raises(UserError, match="--max-tp must be >= 1, got -3"):
         targets_for([model], None, -3, "exact")
+    with pytest.raises(UserError, match="--max-tp 1000000000 is larger than any deployment's TP size; at most 256"):
+        targets_for([model], None, 10**9, "exact")   # an unbounded search would never end
     (default,) = targets_for([model], None, None, "exact")
     assert len(default.pairings) == 16 and not default.listed        # TP 1, 2, 4, 8 both ways
     (listed,) = targets_for([model], "4:1", None, "exact")

@@ -145,7 +145,7 @@ def test_gate_script_passes_fails_and_reports_usage_errors(tmp_path):
     assert ET.parse(tmp_path / "out/junit.xml").getroot().get("failures") == "1"
 
     usage = run_gate(tmp_path, "no-such-model", "1:2")
-    assert usage.returncode == 2 and "could not run" in usage.stderr
+    assert usage.returncode == 2 and "refused the arguments" in usage.stderr
 
     missing = run_gate(tmp_path)
     assert missing.returncode != 0 and "usage:" in missing.stderr

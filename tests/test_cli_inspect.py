@@ -141,7 +141,9 @@ def test_bad_dtype(fails, flag):
 
 
 def test_bad_num_spec(fails):
-    fails("--num-spec must be a non-negative integer, got -1", "inspect", "-m", "jamba", "--num-spec", "-1")
+    fails("--num-spec must be >= 0, got -1", "inspect", "-m", "jamba", "--num-spec", "-1")
+    fails("--num-spec 1000000 is larger than any speculative decoding uses; at most 128",
+          "inspect", "-m", "granite-4.0-h-tiny", "--num-spec", "1000000")
 
 
 def test_yaml_without_config(fails, tmp_path):
@@ -299,9 +301,9 @@ def test_granite_tp4_b_and_c_replicated(cli):
 
 def test_json_document_shape(cli):
     doc = inspect_json(cli, "-m", "jamba", "--tp", "2")
-    assert set(doc) == {"model", "layouts", "engines"}
+    assert set(doc) == {"schema", "producer", "model", "layouts", "engines"} and doc["schema"] == "mambaxfer.inspect/v1"
     assert set(doc["model"]) == {"name", "source", "variant", "ssm_layers", "attention_layers", "conv_kernel",
-                                 "num_spec", "conv_dtype", "ssm_dtype", "params", "attention"}
+                                 "num_spec", "conv_dtype", "ssm_dtype", "params", "attention", "origin"}
     # Jamba at TP 2: 4 KV heads of 128 in bf16 (2048 B a token); a 155648-byte state needs 80 tokens.
     assert doc["engines"]["2"] == {"attention_backend": "FLASH_ATTN", "kv_cache_dtype": "auto",
                                    "prefix_caching": True, "block_size": 80, "kernel_block_size": 80,

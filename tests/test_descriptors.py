@@ -115,24 +115,24 @@ def test_jamba_1p4d_descriptor_ids_by_hand():
     # Jamba's grouping: 7 SSM groups then 1 attention group, 4 tensors; one attention stream per
     # tensor gives F = 4; k = 2 (x, ssm). Derived geometry: 80-token blocks of one kernel block on
     # both sides (see test_geometry), so P: N = L = 1000; D: N = L = 2000.
-    # Request: every group uses P logical block 5 and D logical block 7.
+    # Request: group g uses P logical block 5 + g and D logical block 7 + g.
     opts = PlanOptions(prefill=EngineFlags(num_blocks=1000), decode=EngineFlags(num_blocks=2000),
-                       prefill_blocks="5", decode_blocks="7")
+                       prefill_blocks="5;6;7;8;9;10;11;12", decode_blocks="7;8;9;10;11;12;13;14")
     plan = build_plan(load_model("jamba"), 1, 4, opts)
     dmap = plan.descriptors
     assert dmap.groups == ("ssm",) * 7 + ("attention",)
     assert [(r.d_rank, r.p_rank, r.local_list, r.local.k, r.attention) for r in dmap.reads] == [
         (d, 0, "base", 2, True) for d in range(4)]
-    # One SSM group: q = tensor * 2 + region for 4 tensors; local F*N + q*L + 7 = 8007 + 2000 q,
-    # remote 4000 + 1000 q + 5.
-    local_ssm = [8007 + 2000 * q for q in range(8)]
-    remote_ssm = [4005 + 1000 * q for q in range(8)]
-    # Attention logical block 7 -> kernel block 7 per stream f: f*2000 + 7 (P: 5, f*1000 + 5).
-    local_attn = [f * 2000 + 7 for f in range(4)]
-    remote_attn = [f * 1000 + 5 for f in range(4)]
+    # SSM group g: q = tensor * 2 + region for 4 tensors; local F*N + q*L + 7 + g = 8007 + g + 2000 q,
+    # remote 4000 + 1000 q + 5 + g.
+    local_ssm = [8007 + g + 2000 * q for g in range(7) for q in range(8)]
+    remote_ssm = [4005 + g + 1000 * q for g in range(7) for q in range(8)]
+    # Attention logical block 14 -> kernel block 14 per stream f: f*2000 + 14 (P: 12, f*1000 + 12).
+    local_attn = [f * 2000 + 14 for f in range(4)]
+    remote_attn = [f * 1000 + 12 for f in range(4)]
     for read in dmap.reads:
-        assert read.local_ids.tolist() == local_ssm * 7 + local_attn
-        assert read.remote_ids.tolist() == remote_ssm * 7 + remote_attn
+        assert read.local_ids.tolist() == local_ssm + local_attn
+        assert read.remote_ids.tolist() == remote_ssm + remote_attn
     # The remote list of D rank 2 points at its slice of P's page (x at 2 * 12288, ssm at
     # 49152 + 2 * 65536); attention: P holds 8 KV heads, D rank 2 heads 4..5, each head 80 tokens
     # of K and V (2 * 128 * 2 bytes a token): 40960 bytes a head in a kernel block.
@@ -204,7 +204,11 @@ def test_random_request_is_distinct_and_seeded():
 def test_parse_blocks():
     eng = make_engine(vllm_grouping(("ssm", "attention")), 40, 4, 1, 2)   # 10 logical blocks
     assert [b.tolist() for b in parse_blocks("3,5;1", 2, eng, "prefill")] == [[3, 5], [1]]
-    assert [b.tolist() for b in parse_blocks("4", 2, eng, "prefill")] == [[4], [4]]
+    # A request holds each block once: one list for two groups would share its pages.
+    with pytest.raises(UserError, match="block 4 is in groups 0 and 1"):
+        parse_blocks("4", 2, eng, "prefill")
+    with pytest.raises(UserError, match="block 3 is twice in group 0"):
+        parse_blocks("3,3;1", 2, eng, "prefill")
     with pytest.raises(UserError, match="'3,x' is not a list of integers"):
         parse_blocks("3,x", 2, eng, "prefill")
     with pytest.raises(UserError, match="--decode-blocks gives 3 groups, the model has 2 KV-cache groups"):
@@ -238,4 +242,5 @@ def test_attention_groups_cover_the_same_tokens_on_both_sides():
     assert [len(b) for b in request.prefill_blocks] == [2, 2, 2, 4]
     with pytest.raises(UserError, match="2 D blocks of 544 tokens need 4 P blocks of 272 tokens, got 2"):
         build_plan(load_model("qwen3.5-0.8b"), 4, 1,
-                   PlanOptions(prefill=flags, decode=flags, prefill_blocks="1,2", decode_blocks="3,4"))
+                   PlanOptions(prefill=flags, decode=flags, prefill_blocks="1,2;5,6;7,8;9,10",
+                               decode_blocks="3,4;11,12;13,14;15,16"))

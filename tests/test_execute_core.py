@@ -58,10 +58,19 @@ def test_tasks_follow_the_plan():
 
 def test_a_request_that_writes_a_d_block_twice_cannot_be_executed():
     spec = cut_layers(load_model("jamba"), 8)
+    text = "3,4;3,4;5,6;7,8;9,10;11,12;13,14;15,16"
     options = PlanOptions(prefill=EngineFlags(num_blocks=128), decode=EngineFlags(num_blocks=128),
-                          prefill_blocks="1,2", decode_blocks="3,4;3,4;5,6;7,8;9,10;11,12;13,14;15,16")
+                          decode_blocks=text)
+    with pytest.raises(UserError, match="--decode-blocks: block 3 is in groups 0 and 1"):
+        build_plan(spec, 1, 1, options)   # the planner refuses it first; execute's own guard:
+    plan = build_plan(spec, 1, 1, replace(options, prefill_blocks="1,2;17,18;19,20;21,22;23,24;25,26;27,28;29,30",
+                                          decode_blocks="3,4;31,32;5,6;7,8;9,10;11,12;13,14;15,16"))
+    twice = tuple(np.array(b, dtype=np.int64) for b in ([3, 4], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12],
+                                                         [13, 14], [15, 16]))
+    request = replace(plan.descriptors.request, decode_blocks=twice)
+    broken = replace(plan, descriptors=replace(plan.descriptors, request=request))
     with pytest.raises(UserError, match=r"D logical block 3 \(SSM\) is written by the request more than once"):
-        build_tasks(build_plan(spec, 1, 1, options), SETTINGS)
+        build_tasks(broken, SETTINGS)
 
 
 def test_ids_outside_the_lists_cannot_be_executed():

@@ -200,8 +200,25 @@ def test_hf_cache_follows_refs_main(tmp_path, monkeypatch):
                        main=old)
     os.utime(base / "snapshots" / old / "config.json", (1, 1))          # the pinned one is older
     assert load_model("org/name").params["d_state"] == 16
+    assert load_model("org/name").revision == old                       # the plan says which snapshot
     (base / "refs" / "main").unlink()
     assert load_model("org/name").params["d_state"] == 32               # no ref: the newest snapshot
+    assert load_model("org/name").to_dict()["revision"] == new
+
+
+def test_each_dtype_says_where_it_came_from(tmp_path):
+    origin = load_model("nemotron-h-8b").origin
+    assert origin["conv_dtype"] == "config key torch_dtype"
+    assert origin["ssm_dtype"].startswith("Nemotron-H default: vLLM 0.33 keeps this family's SSM state in float32")
+    assert load_model("qwen3.5-0.8b").origin["ssm_dtype"] == "config key mamba_ssm_dtype"
+    assert load_model("jamba").origin["ssm_dtype"] == "the conv dtype"
+    assert load_model("jamba", ssm_dtype="fp32").origin["ssm_dtype"] == "--ssm-dtype"
+    # vLLM reads Nemotron-H's mamba_ssm_cache_dtype before its float32 default.
+    config = json.loads((HF / "nvidia__Nemotron-H-8B-Base-8K.partial.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "mamba_ssm_cache_dtype": "bfloat16"}))
+    spec = load_model(str(path))
+    assert (spec.ssm_dtype, spec.origin["ssm_dtype"]) == ("bfloat16", "config key mamba_ssm_cache_dtype")
 
 
 @pytest.mark.parametrize("repo", ["org/absent", "Qwen/Qwen3.5-0.8B", "ibm-granite/granite-4.0-h-tiny"])

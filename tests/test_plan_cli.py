@@ -95,16 +95,24 @@ def test_d_rank_limits_the_document():
 
 def test_explicit_request_blocks_give_exact_ids():
     # Jamba: F = 4 streams, N = 100000; FLASHINFER splits Jamba's 80-token block into 5 kernel
-    # blocks of 16, so L = 20000; k = 2, S = 4.
+    # blocks of 16, so L = 20000; k = 2, S = 4. Eight groups (ssm*7, attention), each with its own
+    # block on each side.
     document = plan_json("--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-backend", "FLASHINFER",
-                         "--prefill-blocks", "8", "--decode-blocks", "3")
+                         "--prefill-blocks", "8;1;2;3;4;5;6;9", "--decode-blocks", "3;10;11;12;13;14;15;16")
     assert document["engines"]["prefill"]["blocks_per_logical"] == 5
     read = document["descriptors"]["reads"][0]
     ssm_ids = read["remote_ids"][:8]
     assert ssm_ids == [400000 + q * 20000 + 8 for q in range(8)]
     assert read["local_ids"][:8] == [400000 + q * 20000 + 3 for q in range(8)]
-    # The attention group (last) expands logical block 8 to kernel blocks 40..44, per stream.
-    assert read["remote_ids"][-20:] == [f * 100000 + kb for f in range(4) for kb in range(40, 45)]
+    # The attention group (last) expands logical block 9 to kernel blocks 45..49, per stream.
+    assert read["remote_ids"][-20:] == [f * 100000 + kb for f in range(4) for kb in range(45, 50)]
+
+
+def test_one_block_list_for_several_groups_is_refused_by_plan_and_check():
+    # Every group reading block 3 would put several layers' state in one page.
+    for command in (("plan", "--p-tp", "1", "--d-tp", "2"), ("check", "--pairs", "1:2")):
+        result = run_cli(*command, "--model", "jamba", "--prefill-blocks", "3")
+        assert_user_error(result, "--prefill-blocks: block 3 is in groups 0 and 1")
 
 
 def test_output_writes_the_document(tmp_path):
@@ -122,7 +130,11 @@ def test_output_writes_the_document(tmp_path):
     (["--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3", "--semantics", "vllm"],
      ["vLLM 0.33 needs one TP size to divide the other", "--semantics exact"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["TP 3 does not divide intermediate_size = 8192"]),
-    (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["TP size must be a positive integer"]),
+    (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["--p-tp must be >= 1, got 0"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1000"], ["--d-tp 1000 is larger than any deployment's TP size; at most 256"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-num-blocks", "2000000000000000000"],
+     ["--p-num-blocks 2000000000000000000 is larger than any GPU's kernel blocks"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--seed", "-1"], ["--seed must be >= 0, got -1"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--d-rank", "4"], ["--d-rank 4 is not a D rank"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--prefill-blocks", "1,2;3"],
      ["--prefill-blocks gives 2 groups, the model has 8"]),

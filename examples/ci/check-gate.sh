@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gate a rollout on `mambaxfer check`: refuse a P/D topology unless every pairing is proved byte by
 # byte. Exit code 0: verified; 1: the transfer would corrupt state (explained in the log);
-# 2: a usage error (unknown model, a pairing that does not exist for the model, ...).
+# 2: a usage error (bad arguments to this script, an unknown model, a pairing that does not exist
+# for the model, ...); 70: mambaxfer crashed (a bug).
 #
 #   check-gate.sh MODEL PAIRS [exact|vllm]
 #   check-gate.sh granite-4.0-h-tiny 1:2,2:1 vllm     # what vLLM 0.33 itself would do: fails
@@ -13,20 +14,32 @@
 set -euo pipefail
 
 usage="usage: $(basename "$0") MODEL PAIRS [exact|vllm]"
-model=${1:?$usage}
-pairs=${2:?$usage}
+if [ $# -lt 2 ] || [ $# -gt 3 ] || [ -z "$1" ] || [ -z "$2" ]; then
+    echo "$usage" >&2
+    exit 2
+fi
+model=$1
+pairs=$2
 semantics=${3:-exact}
+case $semantics in
+    exact|vllm) ;;
+    *) echo "gate: semantics must be exact or vllm, not '$semantics'; $usage" >&2; exit 2 ;;
+esac
 out=${MAMBAXFER_CHECK_OUT:-mambaxfer-check}
 read -r -a mambaxfer <<< "${MAMBAXFER:-mambaxfer}"
 mkdir -p "$out"
+# A previous run's results must never pass for this one's (a usage error writes none).
+rm -f "$out/junit.xml" "$out/check.log"
 
 status=0
+# stdout and stderr both go to the log (a usage error is on stderr) and to the terminal.
 "${mambaxfer[@]}" check --model "$model" --pairs "$pairs" --semantics "$semantics" \
-    --junit "$out/junit.xml" | tee "$out/check.log" || status=${PIPESTATUS[0]}
+    --junit "$out/junit.xml" 2>&1 | tee "$out/check.log" || status=${PIPESTATUS[0]}
 
 case $status in
     0) echo "gate: $model $pairs ($semantics semantics) verified byte by byte" ;;
     1) echo "gate: $model $pairs ($semantics semantics) would corrupt state: see above, $out/junit.xml" >&2 ;;
-    *) echo "gate: mambaxfer check could not run (exit $status)" >&2 ;;
+    2) echo "gate: mambaxfer check refused the arguments (exit 2): see above, $out/check.log" >&2 ;;
+    *) echo "gate: mambaxfer check could not run (exit $status): see $out/check.log" >&2 ;;
 esac
 exit "$status"

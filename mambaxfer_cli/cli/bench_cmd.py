@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    MODEL_HELP, BackendOpt, BlockSizeOpt, KvDtypeOpt, PrefixOpt, Semantics, VariantOpt, load,
+    MODEL_HELP, BackendOpt, BlockSizeOpt, EngineOption, KvDtypeOpt, ModelOption, OutputOption, PrefixOpt,
+    RequestOption, Semantics, VariantOpt, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -24,12 +25,16 @@ class BenchFormat(str, Enum):
 
 
 def _sizes(text: str) -> list[int]:
+    from mambaxfer_cli.limits import check_bounds
+
     try:
         sizes = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UserError(f"--request-blocks '{text}': give block counts like '1,4,16'") from None
-    if not sizes or min(sizes) < 1:
-        raise UserError(f"--request-blocks '{text}': every size must be >= 1")
+        raise UserError(f"--request-blocks '{text[:40]}': give block counts like '1,4,16'") from None
+    if not sizes:
+        raise UserError(f"--request-blocks '{text[:40]}': give block counts like '1,4,16'")
+    for size in sizes:
+        check_bounds(request_blocks=size)
     return sizes
 
 
@@ -46,43 +51,53 @@ def _devices(text: str) -> list[str]:
 
 @app.command("bench")
 def bench(
-    model: Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP, show_default=False)],
-    p_tp: Annotated[int, typer.Option("--p-tp", help="Prefill (P) TP size.", show_default=False)],
-    d_tp: Annotated[int, typer.Option("--d-tp", help="Decode (D) TP size.", show_default=False)],
-    request_blocks: Annotated[str, typer.Option(
+    model: Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)],
+    p_tp: Annotated[int, EngineOption("--p-tp", help="Prefill (P) TP size.", show_default=False)],
+    d_tp: Annotated[int, EngineOption("--d-tp", help="Decode (D) TP size.", show_default=False)],
+    request_blocks: Annotated[str, RequestOption(
         "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.")
     ] = "1,4,16",
-    device: Annotated[str, typer.Option(
+    device: Annotated[str, EngineOption(
         "--device", help="cpu (DRAM), cuda (VRAM) or auto; comma-separated for a sweep, e.g. cpu,cuda.")] = "cpu",
-    iters: Annotated[int, typer.Option("--iters", help="Transfers per variant and direction (median, p99).")] = 20,
-    semantics: Annotated[Semantics, typer.Option(
+    iters: Annotated[int, RequestOption("--iters", help="Transfers per variant and direction (median, p99).")] = 20,
+    semantics: Annotated[Semantics, RequestOption(
         "--semantics", help="exact: mambaxfer's reads; vllm: what vLLM 0.33 issues.", case_sensitive=False)
     ] = Semantics.vllm,
-    layers: Annotated[Optional[int], typer.Option(
+    layers: Annotated[Optional[int], ModelOption(
         "--layers", help="Use only the model's first N cache-keeping layers. Default: all.", show_default=False)] = None,
     attention_backend: BackendOpt = "FLASH_ATTN",
     block_size: BlockSizeOpt = 16,
     kv_cache_dtype: KvDtypeOpt = "auto",
     enable_prefix_caching: PrefixOpt = True,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each request size's run may take.")] = 120.0,
-    fmt: Annotated[BenchFormat, typer.Option(
+    seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
+    timeout: Annotated[float, OutputOption("--timeout", help="Seconds each request size's run may take.")] = 120.0,
+    fmt: Annotated[BenchFormat, OutputOption(
         "--format", "-f", help="table, or json (mambaxfer.bench/v1).")] = BenchFormat.table,
-    chart: Annotated[Optional[Path], typer.Option(
+    chart: Annotated[Optional[Path], OutputOption(
         "--chart", help="Write a PNG of GB/s against request size (needs matplotlib).", show_default=False)] = None,
     variant: VariantOpt = None,
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
-    byte verified. Exit 0: verified; 1: wrong bytes; 2: user error; 3: the run failed."""
+    byte verified.
+
+    Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal error; 130: interrupted (every rank is stopped).
+
+    [bold]Examples[/]
+
+    mambaxfer bench --model jamba --p-tp 1 --d-tp 4 --request-blocks 1,4,16,64
+
+    mambaxfer bench --model qwen3-next-80b --p-tp 2 --d-tp 1 --format json --chart bench.png
+    """
     import importlib.util
 
-    from mambaxfer_cli.cli import fail
+    from mambaxfer_cli.cli import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
+    from mambaxfer_cli.limits import check_bounds, finite_seconds
 
-    if iters < 1:
-        raise UserError("--iters must be >= 1")
+    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, iters=iters, seed=seed)
+    finite_seconds("--timeout", timeout)
     sizes = _sizes(request_blocks)
     from mambaxfer_cli.execute.bench import bench_document, bench_point, write_chart
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
@@ -110,24 +125,25 @@ def bench(
                 try:
                     points.append(bench_point(planned, coalesced, kind, gpus, iters, timeout, view.update))
                 except RunFailure as exc:
-                    fail(str(exc))
+                    red_line(str(exc))   # one red line, with the run's own exit code
                     raise typer.Exit(EXIT_RUN_FAILED) from None
                 except UserError as exc:
                     raise UserError(f"{kind}, --request-blocks {n}: {exc}".replace(
                         "use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)",
                         "use smaller --request-blocks or fewer --layers")) from None
                 view.advance()
-    document = bench_document(plans[0][0], points, iters)
+    document = stamped(bench_document(plans[0][0], points, iters))
+    verdict(0 if document["verified"] else EXIT_CORRUPT)
     if fmt is BenchFormat.json:
         import json
 
         typer.echo(json.dumps(document, indent=2))
     else:
-        from mambaxfer_cli.render.console import console
+        from mambaxfer_cli.render.console import console, fit
 
         out = console()
         for table in bench_tables(document):
-            out.print(table)
+            out.print(fit(table))
     if chart is not None:
         why = write_chart(document, chart)
         typer.echo(f"chart skipped: {why}" if why else f"chart written to {chart}", err=True)

@@ -7,34 +7,35 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, red_line, verdict
 from mambaxfer_cli.cli.options import (
     MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt,
-    DecodeBlocksOpt, DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, Format, HeadSizeOpt, KvDtypeOpt,
-    KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, NumSpecOpt, PBackendOpt, PBlockSizeOpt, PKvDtypeOpt,
-    PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt, RequestBlocksOpt, SeedOpt,
-    Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt, dump, engine_flags, load,
-    plan_options, write_atomically,
+    DecodeBlocksOpt, DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, EngineOption, Format, HeadSizeOpt,
+    KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOption, NumSpecOpt, OutputOption, PBackendOpt,
+    PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt,
+    RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt,
+    check_writable, dump, engine_flags, load, plan_options, stamped, write_output,
 )
 from mambaxfer_cli.errors import UserError
 
 
 @app.command("check")
 def check(
-    model: Annotated[Optional[str], typer.Option(
+    model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Or use --all-presets.", show_default=False)] = None,
-    pairs: Annotated[Optional[str], typer.Option(
+    pairs: Annotated[Optional[str], EngineOption(
         "--pairs", help="P:D TP pairs to check, e.g. 1:4,4:1,2:3.", show_default=False)] = None,
-    max_tp: Annotated[Optional[int], typer.Option(
+    max_tp: Annotated[Optional[int], EngineOption(
         "--max-tp", help="Check every pairing of TP sizes up to N valid for the model "
                          "(the default, with N = 8).", show_default=False)] = None,
-    all_presets: Annotated[bool, typer.Option(
-        "--all-presets", help="Check every built-in model (up to TP 8 unless --max-tp or --pairs).")] = False,
+    all_presets: Annotated[bool, EngineOption(
+        "--all-presets/--no-all-presets",
+        help="Check every built-in model (up to TP 8 unless --max-tp or --pairs).")] = False,
     semantics: SemanticsOpt = Semantics.exact,
     coalesce: CoalesceOpt = False,
-    fmt: Annotated[Format, typer.Option(
+    fmt: Annotated[Format, OutputOption(
         "--format", "-f", help="table, json or yaml (mambaxfer.check/v1).")] = Format.table,
-    junit: Annotated[Optional[Path], typer.Option(
+    junit: Annotated[Optional[Path], OutputOption(
         "--junit", help="Also write the results as JUnit XML to FILE.", show_default=False)] = None,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
@@ -69,7 +70,14 @@ def check(
 ) -> None:
     """Simulate each pairing's transfer on real bytes and verify every byte and descriptor ID.
 
-    Exit code 0: every pairing verified; 1: a wrong byte or ID (explained); 2: a usage error.
+    Exit code 0: every pairing verified; 1: a wrong byte or ID (explained); 2: a usage error;
+    70: an internal error.
+
+    [bold]Examples[/]
+
+    mambaxfer check --model granite-4.0-h-tiny --pairs 1:2,2:1 --semantics vllm
+
+    mambaxfer check --all-presets --junit junit.xml
     """
     from mambaxfer_cli.check import run_check, targets_for
 
@@ -97,25 +105,30 @@ def check(
         decode_blocks=decode_blocks, seed=seed)
     targets = targets_for(specs, pairs, max_tp, options.semantics)
     if junit is not None:   # fail before the run, not after it
-        if junit.is_dir():
-            raise UserError(f"--junit {junit}: is a directory")
-        if not junit.parent.is_dir():
-            raise UserError(f"--junit {junit}: directory {junit.parent} does not exist")
+        check_writable(junit, "--junit")
 
     from mambaxfer_cli.render.check_view import progress, render_report
 
     with progress() as (on_start, on_result):
         report = run_check(targets, options, on_start, on_result)
+    verdict(report.exit_code)
+    unwritten = None
     if junit is not None:
         from mambaxfer_cli.render.junit import junit_xml
 
-        write_atomically(junit, junit_xml(report), flag="--junit")
+        try:
+            write_output(junit, junit_xml(report), flag="--junit")
+        except UserError as exc:   # said after the verdict, which it must not hide
+            unwritten = exc
     if fmt is not Format.table:
-        typer.echo(dump(report.to_dict(), fmt), nl=False)
+        typer.echo(dump(stamped(report.to_dict()), fmt), nl=False)
     else:
-        from mambaxfer_cli.render.console import console
+        from mambaxfer_cli.render.console import console, fit
 
         out = console()
         for part in render_report(report):
-            out.print(part)
+            out.print(fit(part))
+    if unwritten is not None:
+        red_line(str(unwritten))
+        raise typer.Exit(report.exit_code or 2)
     raise typer.Exit(report.exit_code)

@@ -9,12 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, HeadSizeOpt, KvDtypeOpt, KvHeadsOpt,
-    NumSpecOpt, PrefixOpt, Semantics, SsmDtypeOpt, VariantOpt, load,
+    MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, HeadSizeOpt, KvDtypeOpt,
+    KvHeadsOpt, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics, SsmDtypeOpt,
+    VariantOpt, check_bounds, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.limits import finite_seconds
 
 EXIT_CORRUPT = 1
 EXIT_RUN_FAILED = 3
@@ -38,54 +40,54 @@ class ExecuteFormat(str, Enum):
 
 @app.command("execute")
 def execute(
-    model: Annotated[Optional[str], typer.Option(
+    model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Optional with --plan.", show_default=False)] = None,
-    p_tp: Annotated[Optional[int], typer.Option("--p-tp", help="Prefill (P) TP size.", show_default=False)] = None,
-    d_tp: Annotated[Optional[int], typer.Option("--d-tp", help="Decode (D) TP size.", show_default=False)] = None,
-    device: Annotated[Device, typer.Option(
+    p_tp: Annotated[Optional[int], EngineOption("--p-tp", help="Prefill (P) TP size.", show_default=False)] = None,
+    d_tp: Annotated[Optional[int], EngineOption("--d-tp", help="Decode (D) TP size.", show_default=False)] = None,
+    device: Annotated[Device, EngineOption(
         "--device", help="cuda: VRAM on the visible GPUs; cpu: DRAM over UCX; auto: cuda when available.",
         case_sensitive=False)] = Device.auto,
-    semantics: Annotated[Optional[Semantics], typer.Option(
+    semantics: Annotated[Optional[Semantics], RequestOption(
         "--semantics", help="exact (default): mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
         case_sensitive=False, show_default=False)] = None,
     coalesce: CoalesceOpt = False,
-    layers: Annotated[Optional[int], typer.Option(
+    layers: Annotated[Optional[int], ModelOption(
         "--layers", help="Use only the model's first N cache-keeping layers (fewer KV-cache tensors). "
                          "Default: all.", show_default=False)] = None,
-    blocks: Annotated[Optional[int], typer.Option(
+    blocks: Annotated[Optional[int], EngineOption(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request "
                          "needs.", show_default=False)] = None,
     attention_backend: BackendOpt = "FLASH_ATTN",
     block_size: BlockSizeOpt = 16,
     kv_cache_dtype: KvDtypeOpt = "auto",
     enable_prefix_caching: PrefixOpt = True,
-    request_blocks: Annotated[int, typer.Option(
+    request_blocks: Annotated[int, RequestOption(
         "--request-blocks", help="Logical blocks per KV-cache group in the request, at random, "
                                  "non-contiguous block IDs on each side.")] = 2,
-    iters: Annotated[int, typer.Option("--iters", help="Post the READs this many times (time = median).")] = 3,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds the whole run may take.")] = 120.0,
-    fmt: Annotated[ExecuteFormat, typer.Option(
+    iters: Annotated[int, RequestOption("--iters", help="Post the READs this many times (time = median).")] = 3,
+    seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
+    timeout: Annotated[float, RequestOption("--timeout", help="Seconds the whole run may take.")] = 120.0,
+    fmt: Annotated[ExecuteFormat, OutputOption(
         "--format", "-f", help="table, or json (mambaxfer.execute/v1).")] = ExecuteFormat.table,
-    plan_file: Annotated[Optional[Path], typer.Option(
+    plan_file: Annotated[Optional[Path], ModelOption(
         "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.",
         show_default=False)] = None,
-    host: Annotated[str, typer.Option("--host", help="Address the P ranks' side channels listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(
+    host: Annotated[str, EngineOption("--host", help="Address the P ranks' side channels listen on.")] = "127.0.0.1",
+    port: Annotated[int, EngineOption(
         "--port", help="P rank r's side channel listens on PORT + r; 0: free ports.")] = 0,
-    role: Annotated[Optional[Role], typer.Option(
+    role: Annotated[Optional[Role], EngineOption(
         "--role", help="Two hosts: run only this side's ranks here; the other side runs its own command. "
                        "Default: both sides on this host.", case_sensitive=False, show_default=False)] = None,
-    listen: Annotated[Optional[str], typer.Option(
+    listen: Annotated[Optional[str], EngineOption(
         "--listen", help="--role prefill: P rank r runs NIXL's listener on PORT + r; HOST is the address the "
                          "decode side reaches.", metavar="HOST:PORT", show_default=False)] = None,
-    peer: Annotated[Optional[str], typer.Option(
+    peer: Annotated[Optional[str], EngineOption(
         "--peer", help="--role decode: the prefill side's --listen address.", metavar="HOST:PORT",
         show_default=False)] = None,
-    etcd: Annotated[Optional[str], typer.Option(
+    etcd: Annotated[Optional[str], EngineOption(
         "--etcd", help="Both roles: find the other side through NIXL's etcd backend at these client URLs "
                        "(comma-separated); needs --run-id.", metavar="ENDPOINTS", show_default=False)] = None,
-    run_id: Annotated[Optional[str], typer.Option(
+    run_id: Annotated[Optional[str], EngineOption(
         "--run-id", help="With --etcd: the run's name, the same on both sides.", show_default=False)] = None,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
@@ -94,11 +96,20 @@ def execute(
     kv_heads: KvHeadsOpt = None,
     head_size: HeadSizeOpt = None,
 ) -> None:
-    """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify
-    every byte. Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed."""
+    """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every byte.
+
+    Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed; 70: an internal error;
+    130: interrupted (every rank is stopped).
+
+    [bold]Examples[/]
+
+    mambaxfer execute --model jamba --p-tp 1 --d-tp 4 --device cpu
+
+    mambaxfer execute --plan plan.json --device cpu
+    """
     import importlib.util
 
-    from mambaxfer_cli.cli import fail
+    from mambaxfer_cli.cli import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
     from mambaxfer_cli.execute.device import resolve_device
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
@@ -106,6 +117,10 @@ def execute(
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port {port}: not a port number (0..65535)")
+    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, blocks=blocks, request_blocks=request_blocks, iters=iters,
+                 seed=seed)
+    finite_seconds("--timeout", timeout)
+    _check_local_host(host)
     from mambaxfer_cli.execute.discovery import resolve
     from mambaxfer_cli.geometry import EngineFlags
 
@@ -134,23 +149,44 @@ def execute(
         try:
             outcome = run(plan, settings, timeout, view.update)
         except RunFailure as exc:
-            fail(str(exc))   # the one red line of a usage error, with the run's own exit code
+            red_line(str(exc))   # one red line, with the run's own exit code
             raise typer.Exit(EXIT_RUN_FAILED) from None
+    verdict(0 if outcome.verified else EXIT_CORRUPT)
     if fmt is ExecuteFormat.json:
         import json
 
-        typer.echo(json.dumps(outcome.to_dict(), indent=2))
+        typer.echo(json.dumps(stamped(outcome.to_dict()), indent=2))
     else:
-        from mambaxfer_cli.render.console import console
+        from mambaxfer_cli.render.console import console, fit
 
         out = console()
         out.print(served_table(outcome) if discovery is not None and discovery.role == "prefill"
-                  else result_table(outcome))
+                  else fit(result_table(outcome)))
         report = corruption_report(outcome)
         if report is not None:
             out.print(report)
     if not outcome.verified:
         raise typer.Exit(EXIT_CORRUPT)
+
+
+def _check_local_host(host: str) -> None:
+    """The P ranks' side channels listen on --host: it must name an address of this machine."""
+    import socket
+
+    shown = host if len(host) <= 80 else f"{host[:77]}..."
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise UserError(f"--host {shown}: unknown host ({getattr(exc, 'strerror', None) or exc})") from None
+    for family, _, _, _, address in found:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((address[0], 0))
+            return
+        except OSError:
+            continue
+    raise UserError(f"--host {shown}: not an address of this machine, so the P ranks cannot listen there; "
+                    f"give 127.0.0.1 or one of this machine's own addresses")
 
 
 def _two_host_settings(plan, discovery, device: str, gpus: int, iters: int):

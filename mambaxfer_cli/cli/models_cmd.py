@@ -6,24 +6,32 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli import app
-from mambaxfer_cli.cli.options import Format, dump
+from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.options import Format, OutputOption, dump, stamped
 
 
 @app.command("models")
 def models(
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml.")] = Format.table,
+    fmt: Annotated[Format, OutputOption("--format", "-f", help="table, json or yaml.")] = Format.table,
 ) -> None:
-    """List the built-in model presets with their variant, layer counts, dtypes and source."""
+    """List the built-in model presets with their variant, layer counts, dtypes and source.
+
+    [bold]Examples[/]
+
+    mambaxfer models
+
+    mambaxfer models --format json
+    """
     from mambaxfer_cli.model_source import load_model, preset_description, preset_names
 
     specs = [load_model(name) for name in preset_names()]
+    verdict(0)
     if fmt is not Format.table:
         rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
                 for spec in specs]
-        typer.echo(dump({"models": rows}, fmt), nl=False)
+        typer.echo(dump(stamped({"schema": "mambaxfer.models/v1", "models": rows}), fmt), nl=False)
         return
     from mambaxfer_cli.render.model_view import models_table
-    from mambaxfer_cli.render.console import console
+    from mambaxfer_cli.render.console import console, fit
 
-    console().print(models_table(specs))
+    console().print(fit(models_table(specs)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from enum import Enum
 from pathlib import Path
@@ -11,7 +12,19 @@ from typing import Annotated, Optional
 import typer
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
 from mambaxfer_cli.model import ModelSpec, Variant
+
+
+def _panel(name: str):
+    def option(*names, **settings):
+        return typer.Option(*names, rich_help_panel=name, **settings)
+    option.__doc__ = f"typer.Option, listed under '{name}' in --help."
+    return option
+
+
+# Help groups options in these panels, the same in every command.
+ModelOption, EngineOption, RequestOption, OutputOption = map(_panel, ("Model", "Engines", "Request", "Output"))
 
 
 class Format(str, Enum):
@@ -28,16 +41,16 @@ class Semantics(str, Enum):
 MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a model directory, "
               "a YAML model file, or a Hugging Face repo id already in the local cache.")
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help=MODEL_HELP, show_default=False)]
-VariantOpt = Annotated[Optional[Variant], typer.Option(
+ModelOpt = Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)]
+VariantOpt = Annotated[Optional[Variant], ModelOption(
     "--variant", help="Override variant detection.", case_sensitive=False)]
-ConvDtypeOpt = Annotated[Optional[str], typer.Option(
+ConvDtypeOpt = Annotated[Optional[str], ModelOption(
     "--conv-dtype", help="Conv state dtype (default: the model's torch_dtype).")]
-SsmDtypeOpt = Annotated[Optional[str], typer.Option(
+SsmDtypeOpt = Annotated[Optional[str], ModelOption(
     "--ssm-dtype", help="Temporal (SSM) state dtype (default: the model's, else the conv dtype).")]
-NumSpecOpt = Annotated[Optional[int], typer.Option(
+NumSpecOpt = Annotated[Optional[int], ModelOption(
     "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).")]
-SemanticsOpt = Annotated[Semantics, typer.Option(
+SemanticsOpt = Annotated[Semantics, RequestOption(
     "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
     case_sensitive=False)]
 
@@ -46,6 +59,7 @@ def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype:
          num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None) -> ModelSpec:
     from mambaxfer_cli.model_source import load_model
 
+    check_bounds(num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
                       num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
 
@@ -62,10 +76,19 @@ def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:
             raise UserError(f"{flag}: '{part}' is not an integer; write e.g. {flag} 1,2,4,8") from None
         if value < 1:
             raise UserError(f"{flag}: TP sizes must be positive integers, got {value}")
+        at_most(flag, value, MAX_TP, "deployment's TP size")
         sizes.append(value)
     if not sizes:
         raise UserError(f"{flag}: give at least one TP size, e.g. {flag} 1,2,4,8")
     return sizes
+
+
+def stamped(document: dict) -> dict:
+    """The document with the version that produced it, right after its schema name."""
+    from mambaxfer_cli import __version__
+
+    head = {key: document[key] for key in ("schema",) if key in document}
+    return {**head, "producer": f"mambaxfer {__version__}", **document}
 
 
 def dump(document: dict, fmt: Format) -> str:
@@ -78,69 +101,112 @@ def dump(document: dict, fmt: Format) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def write_atomically(path: Path, text: str, flag: str = "--output") -> None:
-    """Write the whole file or nothing: a temp file beside it, renamed into place."""
-    path = Path(path)
-    if path.is_dir():
+def _target(path: Path, flag: str) -> tuple[Path, os.stat_result | None]:
+    """Where ``path`` leads (symlinks followed) and what is there now, if anything."""
+    try:
+        target = Path(os.path.realpath(path))
+        try:
+            return target, os.stat(target)
+        except FileNotFoundError:
+            return target, None
+    except OSError as exc:   # a name too long for the file system, a loop of symlinks, ...
+        raise UserError(f"{flag} {_shown(path)}: {exc.strerror or exc}") from None
+
+
+def check_writable(path: Path, flag: str = "--output") -> None:
+    """Refuse before the work what write_output would refuse after it."""
+    target, found = _target(path, flag)
+    if found is not None and stat.S_ISDIR(found.st_mode):
         raise UserError(f"{flag} {path}: is a directory")
-    if not path.parent.exists():
-        raise UserError(f"{flag} {path}: directory {path.parent} does not exist")
+    if found is None and not target.parent.is_dir():
+        raise UserError(f"{flag} {path}: directory {target.parent} does not exist")
+
+
+def write_output(path: Path, text: str, flag: str = "--output") -> None:
+    """Write ``--output``/``--junit`` as a user expects. A regular file (or a new path) gets the
+    whole text or nothing: a temp file beside it, renamed over it, with the old file's mode (a new
+    one: the umask's). A symlink is followed; a device or pipe is written through, never replaced."""
+    check_writable(path, flag)
+    target, found = _target(path, flag)
+    data = text.encode()
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            with open(target, "wb") as handle:
+                handle.write(data)
+            return
+        _replace(target, data, stat.S_IMODE(found.st_mode) if found is not None else 0o666 & ~_umask())
     except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot write: {exc.strerror}") from None
+        raise UserError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _replace(target: Path, data: bytes, mode: int) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:200]}.", dir=target.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())   # a full disk shows here, not after the rename
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
         Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"{flag} {path}: cannot write: {exc.strerror}") from None
+        raise
 
 
-PTpOpt = Annotated[int, typer.Option("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
-DTpOpt = Annotated[int, typer.Option("--d-tp", help="Decode (D) tensor-parallel size.", show_default=False)]
-CoalesceOpt = Annotated[bool, typer.Option(
-    "--coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
-PNumBlocksOpt = Annotated[int, typer.Option("--p-num-blocks", help="P engine's number of kernel blocks (N).")]
-DNumBlocksOpt = Annotated[int, typer.Option("--d-num-blocks", help="D engine's number of kernel blocks (N).")]
-PPhysOpt = Annotated[Optional[int], typer.Option(
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _shown(path: Path, limit: int = 80) -> str:
+    text = str(path)
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+
+
+PTpOpt = Annotated[int, EngineOption("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
+DTpOpt = Annotated[int, EngineOption("--d-tp", help="Decode (D) tensor-parallel size.", show_default=False)]
+CoalesceOpt = Annotated[bool, RequestOption(
+    "--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
+PNumBlocksOpt = Annotated[int, EngineOption("--p-num-blocks", help="P engine's number of kernel blocks (N).")]
+DNumBlocksOpt = Annotated[int, EngineOption("--d-num-blocks", help="D engine's number of kernel blocks (N).")]
+PPhysOpt = Annotated[Optional[int], EngineOption(
     "--p-blocks-per-logical", help="Expert: P's kernel blocks per logical block by hand (not what vLLM builds).",
     show_default=False)]
-DPhysOpt = Annotated[Optional[int], typer.Option(
+DPhysOpt = Annotated[Optional[int], EngineOption(
     "--d-blocks-per-logical", help="Expert: D's kernel blocks per logical block by hand (not what vLLM builds).",
     show_default=False)]
 BACKEND_NAMES = "FLASH_ATTN, FLASHINFER or TRITON_ATTN"
-BackendOpt = Annotated[str, typer.Option(
+BackendOpt = Annotated[str, EngineOption(
     "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES}.")]
-PBackendOpt = Annotated[Optional[str], typer.Option(
+PBackendOpt = Annotated[Optional[str], EngineOption(
     "--p-attention-backend", help="P's attention backend, when it differs.", show_default=False)]
-DBackendOpt = Annotated[Optional[str], typer.Option(
+DBackendOpt = Annotated[Optional[str], EngineOption(
     "--d-attention-backend", help="D's attention backend, when it differs.", show_default=False)]
-BlockSizeOpt = Annotated[int, typer.Option(
+BlockSizeOpt = Annotated[int, EngineOption(
     "--block-size", help="Both engines' requested --block-size in tokens (vLLM raises it for hybrids).")]
-PBlockSizeOpt = Annotated[Optional[int], typer.Option(
+PBlockSizeOpt = Annotated[Optional[int], EngineOption(
     "--p-block-size", help="P's --block-size, when it differs.", show_default=False)]
-DBlockSizeOpt = Annotated[Optional[int], typer.Option(
+DBlockSizeOpt = Annotated[Optional[int], EngineOption(
     "--d-block-size", help="D's --block-size, when it differs.", show_default=False)]
-KvDtypeOpt = Annotated[str, typer.Option(
+KvDtypeOpt = Annotated[str, EngineOption(
     "--kv-cache-dtype", help="Both engines' --kv-cache-dtype: auto (the model's dtype), fp8, bfloat16, ...")]
-PKvDtypeOpt = Annotated[Optional[str], typer.Option(
+PKvDtypeOpt = Annotated[Optional[str], EngineOption(
     "--p-kv-cache-dtype", help="P's --kv-cache-dtype, when it differs.", show_default=False)]
-DKvDtypeOpt = Annotated[Optional[str], typer.Option(
+DKvDtypeOpt = Annotated[Optional[str], EngineOption(
     "--d-kv-cache-dtype", help="D's --kv-cache-dtype, when it differs.", show_default=False)]
-PrefixOpt = Annotated[bool, typer.Option(
+PrefixOpt = Annotated[bool, EngineOption(
     "--enable-prefix-caching/--no-enable-prefix-caching",
     help="Both engines' prefix caching (vLLM 0.33 enables it for hybrid models).")]
-PPrefixOpt = Annotated[Optional[bool], typer.Option(
+PPrefixOpt = Annotated[Optional[bool], EngineOption(
     "--p-enable-prefix-caching/--p-no-enable-prefix-caching", help="P's prefix caching, when it differs.",
     show_default=False)]
-DPrefixOpt = Annotated[Optional[bool], typer.Option(
+DPrefixOpt = Annotated[Optional[bool], EngineOption(
     "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help="D's prefix caching, when it differs.",
     show_default=False)]
-KvHeadsOpt = Annotated[Optional[int], typer.Option(
+KvHeadsOpt = Annotated[Optional[int], ModelOption(
     "--kv-heads", help="Attention KV heads (default: the config's num_key_value_heads).", show_default=False)]
-HeadSizeOpt = Annotated[Optional[int], typer.Option(
+HeadSizeOpt = Annotated[Optional[int], ModelOption(
     "--head-size", help="Attention head size (default: the config's head_dim, else hidden_size / heads).",
     show_default=False)]
 
@@ -158,21 +224,23 @@ def engine_flags(*, num_blocks: int, blocks_per_logical: int | None, backend: st
                        kv_cache_dtype=side_kv_dtype or kv_dtype,
                        prefix_caching=prefix if side_prefix is None else side_prefix,
                        num_blocks=num_blocks, blocks_per_logical=blocks_per_logical)
-StreamsOpt = Annotated[int, typer.Option(
+
+
+StreamsOpt = Annotated[int, EngineOption(
     "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM 0.33) or 2 (K and V split).")]
-KvGroupsOpt = Annotated[Optional[str], typer.Option(
+KvGroupsOpt = Annotated[Optional[str], EngineOption(
     "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM 0.33's rule).")]
-KvTensorsOpt = Annotated[Optional[int], typer.Option(
+KvTensorsOpt = Annotated[Optional[int], EngineOption(
     "--kv-tensors", help="KV-cache tensors, with --kv-groups.")]
-SsmTensorsOpt = Annotated[Optional[int], typer.Option(
+SsmTensorsOpt = Annotated[Optional[int], EngineOption(
     "--ssm-tensors", help="Tensors that hold SSM layers, with --kv-groups (default: all).")]
-RequestBlocksOpt = Annotated[int, typer.Option(
+RequestBlocksOpt = Annotated[int, RequestOption(
     "--request-blocks", help="Logical blocks per KV-cache group in the generated request.")]
-PrefillBlocksOpt = Annotated[Optional[str], typer.Option(
+PrefillBlocksOpt = Annotated[Optional[str], RequestOption(
     "--prefill-blocks", help="The request's P logical block IDs per group, e.g. '3,5;1;2' (';' between groups).")]
-DecodeBlocksOpt = Annotated[Optional[str], typer.Option(
+DecodeBlocksOpt = Annotated[Optional[str], RequestOption(
     "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the generated request's block IDs.")]
+SeedOpt = Annotated[int, RequestOption("--seed", help="Seed of the generated request's block IDs.")]
 
 
 def plan_options(*, semantics: Semantics, coalesce: bool, prefill, decode, attention_streams: int,
@@ -183,6 +251,10 @@ def plan_options(*, semantics: Semantics, coalesce: bool, prefill, decode, atten
     from mambaxfer_cli.kv_groups import parse_grouping
     from mambaxfer_cli.plan import PlanOptions
 
+    check_bounds(p_num_blocks=prefill.num_blocks, d_num_blocks=decode.num_blocks,
+                 p_blocks_per_logical=prefill.blocks_per_logical, d_blocks_per_logical=decode.blocks_per_logical,
+                 attention_streams=attention_streams, kv_tensors=kv_tensors, ssm_tensors=ssm_tensors,
+                 request_blocks=request_blocks, seed=seed)
     if kv_groups is None and (kv_tensors is not None or ssm_tensors is not None):
         raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
     grouping = parse_grouping(kv_groups, kv_tensors, ssm_tensors) if kv_groups is not None else None

@@ -7,14 +7,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DecodeBlocksOpt,
     DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, DTpOpt, Format, HeadSizeOpt, KvDtypeOpt,
-    KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOpt, NumSpecOpt, PBackendOpt, PBlockSizeOpt,
+    KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOpt, NumSpecOpt, OutputOption, PBackendOpt, PBlockSizeOpt,
     PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt, PTpOpt,
     RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
-    VariantOpt, dump, engine_flags, load, plan_options, write_atomically,
+    VariantOpt, check_bounds, dump, engine_flags, load, plan_options, stamped, write_output,
 )
 
 
@@ -25,9 +25,10 @@ def plan(
     d_tp: DTpOpt,
     semantics: SemanticsOpt = Semantics.exact,
     coalesce: CoalesceOpt = False,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, json or yaml (mambaxfer.plan/v1).")] = Format.table,
-    d_rank: Annotated[Optional[int], typer.Option("--d-rank", help="Show only this D rank.")] = None,
-    output: Annotated[Optional[Path], typer.Option(
+    fmt: Annotated[Format, OutputOption(
+        "--format", "-f", help="table, json or yaml (mambaxfer.plan/v1).")] = Format.table,
+    d_rank: Annotated[Optional[int], OutputOption("--d-rank", help="Show only this D rank.")] = None,
+    output: Annotated[Optional[Path], OutputOption(
         "--output", "-o", help="Write the plan document (JSON, or YAML with --format yaml) to FILE.")] = None,
     variant: VariantOpt = None,
     conv_dtype: ConvDtypeOpt = None,
@@ -60,9 +61,17 @@ def plan(
     decode_blocks: DecodeBlocksOpt = None,
     seed: SeedOpt = 0,
 ) -> None:
-    """Plan a P/D transfer: both sides' layouts, every read, page diagrams and descriptor IDs."""
+    """Plan a P/D transfer: both sides' layouts, every read, page diagrams and descriptor IDs.
+
+    [bold]Examples[/]
+
+    mambaxfer plan --model jamba --p-tp 1 --d-tp 4
+
+    mambaxfer plan --model qwen3.5-0.8b --p-tp 2 --d-tp 1 --semantics vllm --output plan.json
+    """
     from mambaxfer_cli.plan import build_plan
 
+    check_bounds(p_tp=p_tp, d_tp=d_tp)
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
     shared = dict(backend=attention_backend, block_size=block_size, kv_dtype=kv_cache_dtype,
                   prefix=enable_prefix_caching)
@@ -78,10 +87,11 @@ def plan(
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)
     result = build_plan(spec, p_tp, d_tp, options)
-    document = result.to_dict(d_rank)  # validates --d-rank before anything is written
+    document = stamped(result.to_dict(d_rank))  # validates --d-rank before anything is written
+    verdict(0)
     if output is not None:
         text = dump(document, Format.yaml if fmt is Format.yaml else Format.json)
-        write_atomically(output, text)
+        write_output(output, text)
         typer.echo(f"wrote {output}: {len(document['reads'])} reads, "
                    f"{len(document['descriptors']['reads'])} descriptor reads, "
                    f"{len(document['warnings'])} warnings", err=True)
@@ -89,9 +99,9 @@ def plan(
     if fmt is not Format.table:
         typer.echo(dump(document, fmt), nl=False)
         return
-    from mambaxfer_cli.render.console import console
+    from mambaxfer_cli.render.console import console, fit
     from mambaxfer_cli.render.plan_view import render_plan
 
     out = console()
     for part in render_plan(result, d_rank):
-        out.print(part)
+        out.print(fit(part))

@@ -1,15 +1,33 @@
-"""``mambaxfer schema``: the JSON Schema of the plan document."""
+"""``mambaxfer schema``: the JSON Schema of each document the tool emits."""
 
 from __future__ import annotations
 
+from enum import Enum
+from typing import Annotated
+
 import typer
 
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.schema import DOCUMENTS
+
+Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)
 
 
 @app.command("schema")
-def schema() -> None:
-    """Print the JSON Schema (draft 2020-12) of the mambaxfer.plan/v1 document."""
-    from mambaxfer_cli.schema import PLAN_SCHEMA_PATH
+def schema(
+    document: Annotated[Document, typer.Argument(
+        help="Which document: plan (plan --format json/--output), check, execute, inspect, models or "
+             "bench (their --format json).", case_sensitive=False, show_default=True)] = Document.plan,
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).
 
-    typer.echo(PLAN_SCHEMA_PATH.read_text(), nl=False)
+    [bold]Examples[/]
+
+    mambaxfer schema > plan-v1.schema.json
+
+    mambaxfer schema check
+    """
+    from mambaxfer_cli.schema import schema_path
+
+    verdict(0)
+    typer.echo(schema_path(document.value).read_text(), nl=False)

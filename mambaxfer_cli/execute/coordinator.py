@@ -150,6 +150,23 @@ def check_ports(settings: RunSettings, p_tp: int) -> None:
                 raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None
 
 
+# Ctrl-C and a closed terminal reach the whole process group: ranks start with them ignored (a
+# disposition that survives exec, and Python then installs no KeyboardInterrupt), so that only the
+# coordinator hears them and stops every rank: one line, no rank tracebacks.
+_GROUP_SIGNALS = (signal.SIGINT, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _group_signals_ignored():
+    """Around one spawn (a signal in these few milliseconds is dropped)."""
+    handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _GROUP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
 @contextlib.contextmanager
 def _child_environment(settings: RunSettings):
     """Rank processes get one thread for numpy/torch (few cores, one process per rank) and quiet NIXL;
@@ -372,7 +389,8 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
                 parent_end, child_end = context.Pipe()
                 process = context.Process(target=rank_main, args=(task, deadline, child_end, os.getpid()),
                                           name=f"mambaxfer-{task.name}", daemon=True)
-                process.start()
+                with _group_signals_ignored():
+                    process.start()
                 child_end.close()
                 ranks.append(_Rank(task, process, parent_end))
                 if progress:

@@ -8,8 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mambaxfer_cli.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.limits import MAX_KV_GROUPS, at_most, check_bounds
 from mambaxfer_cli.model import ModelSpec, Variant
 from mambaxfer_cli.geometry import EngineFlags
 from mambaxfer_cli.plan import SCHEMA, Plan, PlanOptions, build_plan
@@ -65,22 +67,9 @@ def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, co
 
 
 def _read_document(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"--plan {path}: cannot read: {exc.strerror}") from None
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            document = yaml.safe_load(text)
-        else:
-            document = json.loads(text)
-    except ValueError as exc:   # json.JSONDecodeError and yaml.YAMLError
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserError(f"--plan {path}: not a readable plan document ({first})") from None
-    except Exception as exc:
-        raise UserError(f"--plan {path}: not a readable plan document ({str(exc).splitlines()[0]})") from None
+    text = read_text(path, f"--plan {path}")
+    where = f"--plan {path}: not a readable plan document"
+    document = parse_yaml(text, where) if path.suffix in (".yaml", ".yml") else parse_json(text, where)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
         raise UserError(f"--plan {path}: not a {SCHEMA} document (schema: {found!r}); write one with "
@@ -128,6 +117,9 @@ def _comparable(document: dict) -> dict:
     """JSON-normalised, warning texts left out (their wording is not part of the contract)."""
     out = json.loads(json.dumps(document, default=str))
     out["warnings"] = [w.get("code") if isinstance(w, dict) else w for w in out.get("warnings", [])]
+    out.pop("producer", None)   # any version's document is the same plan
+    if isinstance(out.get("model"), dict):
+        out["model"].pop("origin", None)   # why each dtype is what it is: an explanation, not the plan
     return out
 
 
@@ -151,7 +143,11 @@ def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
     overrides.update({key: value for key, value in cli.items() if value is not None})
     if model_arg is None:
         model_arg = model["name"] if model["name"] in preset_names() else model["source"]
-    return load_model(model_arg, **overrides)
+    spec = load_model(model_arg, **overrides)
+    # A dtype the document fixed keeps the document's reason for it.
+    origin = {**spec.origin, **{key: str(why) for key, why in dict(model.get("origin") or {}).items()
+                                if key in spec.origin and cli.get(key) is None}}
+    return replace(spec, origin=origin)
 
 
 def _flags(geometry: dict) -> EngineFlags:
@@ -174,7 +170,13 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
                             f"with --d-rank?); execute needs every D rank: write the plan without --d-rank")
         spec = _document_model(model, model_arg, cli_overrides or {})
         spec = _prefix_with(spec, int(model["ssm_layers"]), int(model["attention_layers"]))
-        p_engine = dm["prefill"]
+        p_engine, d_engine = dm["prefill"], dm["decode"]
+        check_bounds(p_tp=p_tp, d_tp=d_tp, p_num_blocks=int(p_engine["num_blocks"]),
+                     d_num_blocks=int(d_engine["num_blocks"]),
+                     p_blocks_per_logical=int(p_engine["blocks_per_logical"]),
+                     d_blocks_per_logical=int(d_engine["blocks_per_logical"]),
+                     kv_tensors=int(p_engine["tensors"]), ssm_tensors=int(p_engine["ssm_tensors"]))
+        at_most(f"--plan {path}: KV-cache groups", len(dm["groups"]), MAX_KV_GROUPS, "model's")
         grouping = KVGrouping(tuple(dm["groups"]), int(p_engine["tensors"]), int(p_engine["ssm_tensors"]))
         coalesced = any("+" in seg["region"] for read in document["reads"] for seg in read["segments"])
         options = PlanOptions(
@@ -184,7 +186,7 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
             grouping=grouping, request_blocks=1,
             prefill_blocks=_blocks_text(dm["request"]["prefill_blocks"]),
             decode_blocks=_blocks_text(dm["request"]["decode_blocks"]))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
         raise UserError(f"--plan {path}: corrupt plan document (missing or malformed field: {exc})") from None
     try:
         plan = build_plan(spec, p_tp, d_tp, options)

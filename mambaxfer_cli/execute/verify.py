@@ -102,39 +102,51 @@ def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSourc
     return found
 
 
+CHUNK_BYTES = 64 << 20     # pages outside the request are compared with poison this many bytes at a time
+
+
 def _check_tensor(verdict: Verdict, task: DecodeTask, tensor: int, got: np.ndarray) -> None:
+    """Page by page (never a copy of the whole tensor): the request's pages against what they must
+    hold, every other page against poison."""
     pages = [e for e in task.expected if e.tensor == tensor]
-    expected = np.full(got.shape, POISON, dtype=np.uint8)
-    for e in pages:
-        state = e.shape.state_bytes
-        expected[e.block, :state] = page(e.shape, tensor, e.p_block)[:state]
-    wrong = got != expected
     verdict.checked_bytes += got.size
+    strays: list[tuple[int, int]] = []          # (block, offset) of the first stray byte found
+    for e in pages:
+        row = got[e.block]
+        state = e.shape.state_bytes
+        want = page(e.shape, tensor, e.p_block)[:state]
+        wrong = row[:state] != want
+        for part in e.shape.parts:
+            bad = wrong[part.offset:part.end]
+            count = int(np.count_nonzero(bad))
+            verdict.count(part.region, count)
+            if count and part.region not in verdict.first_by_region:
+                offset = part.offset + int(np.flatnonzero(bad)[0])
+                source = _source(task, tensor, e.block, offset)
+                verdict.first_by_region[part.region] = WrongByte(
+                    task.rank, e.kind, tensor, e.block, e.p_block, offset, e.shape.describe(offset),
+                    int(want[offset]), int(row[offset]), 1 if source else 0, source)
+        padding = row[state:] != POISON
+        count = int(np.count_nonzero(padding))
+        verdict.count("padding", count)
+        if count:
+            strays.append((e.block, state + int(np.flatnonzero(padding)[0])))
     requested = np.zeros(got.shape[0], dtype=bool)
     requested[[e.block for e in pages]] = True
-    for e in pages:
-        for part in e.shape.parts:
-            verdict.count(part.region, int(np.count_nonzero(wrong[e.block, part.offset:part.end])))
-        verdict.count("padding", int(np.count_nonzero(wrong[e.block, e.shape.state_bytes:])))
-    verdict.count(STRAY, int(np.count_nonzero(wrong[~requested])))
-    if not wrong.any():
-        return
-    for e in pages:
-        for part in e.shape.parts:
-            state = wrong[e.block, part.offset:part.end]
-            if part.region in verdict.first_by_region or not state.any():
-                continue
-            offset = part.offset + int(np.flatnonzero(state)[0])
-            source = _source(task, tensor, e.block, offset)
-            verdict.first_by_region[part.region] = WrongByte(
-                task.rank, e.kind, tensor, e.block, e.p_block, offset, e.shape.describe(offset),
-                int(expected[e.block, offset]), int(got[e.block, offset]), 1 if source else 0, source)
-    stray = wrong.copy()
-    for e in pages:
-        stray[e.block, :e.shape.state_bytes] = False
-    if verdict.first_stray is None and stray.any():
-        block = int(np.flatnonzero(stray.any(axis=1))[0])
-        offset = int(np.flatnonzero(stray[block])[0])
+    outside = np.flatnonzero(~requested)
+    step = max(1, CHUNK_BYTES // max(got.shape[1], 1))
+    first_outside = None
+    for at in range(0, len(outside), step):
+        blocks = outside[at:at + step]
+        wrong = got[blocks] != POISON
+        count = int(np.count_nonzero(wrong))
+        verdict.count(STRAY, count)
+        if count and first_outside is None:      # blocks ascend: the first chunk with a stray has the first
+            row = int(np.flatnonzero(wrong.any(axis=1))[0])
+            first_outside = (int(blocks[row]), int(np.flatnonzero(wrong[row])[0]))
+            strays.append(first_outside)
+    if verdict.first_stray is None and strays:
+        block, offset = min(strays)
         verdict.first_stray = StrayByte("page", tensor, block, offset, int(got[block, offset]))
 
 

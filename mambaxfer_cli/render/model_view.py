@@ -35,10 +35,14 @@ def models_table(specs: Sequence[ModelSpec]) -> Table:
 
 def model_summary(spec: ModelSpec) -> str:
     params = ", ".join(f"{k}={v}" for k, v in spec.params.items())
-    return (f"{spec.name} ({spec.source}) · {spec.variant.value} [{spec.family}] · {params} · "
+    source = f"{spec.source} @ {spec.revision}" if spec.revision else spec.source
+    origin = "; ".join(f"{key.split('_')[0]} {getattr(spec, key)} from {spec.origin[key]}"
+                       for key in ("conv_dtype", "ssm_dtype") if key in spec.origin)
+    return (f"{spec.name} ({source}) · {spec.variant.value} [{spec.family}] · {params} · "
             f"conv_kernel={spec.conv_kernel} num_spec={spec.num_spec} conv_rows={spec.conv_rows} · "
             f"conv {spec.conv_dtype}, ssm {spec.ssm_dtype} · "
-            f"{spec.ssm_layers} SSM + {spec.attention_layers} attention layers")
+            f"{spec.ssm_layers} SSM + {spec.attention_layers} attention layers"
+            + (f"\ndtypes: {origin}" if origin else ""))
 
 
 def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:

@@ -1,17 +1,26 @@
-"""The published JSON Schemas of the plan and bench documents."""
+"""The published JSON Schemas of every document mambaxfer emits."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-PLAN_SCHEMA_PATH = Path(__file__).parent / "plan-v1.schema.json"
-BENCH_SCHEMA_PATH = Path(__file__).parent / "bench-v1.schema.json"
+SCHEMA_DIR = Path(__file__).parent
+DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "bench")   # mambaxfer.<name>/v1
+PLAN_SCHEMA_PATH = SCHEMA_DIR / "plan-v1.schema.json"
+
+
+def schema_path(name: str) -> Path:
+    return SCHEMA_DIR / f"{name}-v1.schema.json"
+
+
+def document_schema(name: str) -> dict:
+    return json.loads(schema_path(name).read_text())
 
 
 def plan_schema() -> dict:
-    return json.loads(PLAN_SCHEMA_PATH.read_text())
+    return document_schema("plan")
 
 
 def bench_schema() -> dict:
-    return json.loads(BENCH_SCHEMA_PATH.read_text())
+    return document_schema("bench")

@@ -1,0 +1,114 @@
+"""Bounds that any real model and engine stay within, checked where values enter the tool.
+
+Each bound is generous (at least 16 times what the largest model or deployment we know uses), so
+that it only ever stops a typo or a corrupt file, and it is named in the error, with the value.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mambaxfer_cli.errors import UserError
+
+MAX_LAYERS = 4096            # cache-keeping layers; the deepest models have about 128
+MAX_DIM = 1 << 20            # any one dimension (hidden size, heads, head size, state size, groups)
+MAX_CONV_KERNEL = 64         # real kernels: 4
+MAX_NUM_SPEC = 128           # speculative tokens
+MAX_LAYER_STATE = 1 << 28    # bytes of one layer's state at TP 1 (256 MiB; real: at most ~8 MiB)
+MAX_TP = 256                 # one engine's tensor-parallel size
+MAX_KERNEL_BLOCKS = 1 << 32  # an engine's kernel blocks (a GPU holds at most ~10^8)
+MAX_BLOCKS_PER_LOGICAL = 1024
+MAX_KV_TENSORS = MAX_LAYERS
+MAX_KV_GROUPS = MAX_LAYERS
+MAX_REQUEST_BLOCKS = 1 << 16
+MAX_SEED = (1 << 32) - 1
+MAX_ITERS = 100_000
+MAX_TIMEOUT = 7 * 24 * 3600.0
+MAX_SIMULATION_BYTES = 4 << 30   # what check may hold to simulate one pairing
+
+MAX_FILE_BYTES = 16 << 20    # a config.json, model file or plan document (real configs: < 100 KB)
+MAX_NESTING = 64             # JSON/YAML nesting (real configs: 3)
+MAX_NODES = 1_000_000        # values in one document, aliases counted each time (a plan: ~6,000)
+
+
+# Each integer option: (lowest, highest, what the highest is beyond).
+BOUNDS: dict[str, tuple[int, int, str]] = {
+    "--p-tp": (1, MAX_TP, "deployment's TP size"),
+    "--d-tp": (1, MAX_TP, "deployment's TP size"),
+    "--num-spec": (0, MAX_NUM_SPEC, "speculative decoding uses"),
+    "--p-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
+    "--d-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
+    "--p-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--d-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    "--attention-streams": (1, 2, "engine's streams (1 or 2)"),
+    "--kv-tensors": (1, MAX_KV_TENSORS, "model's layers"),
+    "--ssm-tensors": (1, MAX_KV_TENSORS, "model's layers"),
+    "--request-blocks": (1, MAX_REQUEST_BLOCKS, "request's"),
+    "--seed": (0, MAX_SEED, "seed numpy takes here"),
+    "--layers": (1, MAX_LAYERS, "model's layers"),
+    "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
+    "--iters": (1, MAX_ITERS, "useful number of repeats"),
+    "--kv-heads": (1, MAX_DIM, "model's"),
+    "--head-size": (1, MAX_DIM, "model's"),
+}
+
+
+def check_bounds(**values: int | None) -> None:
+    """Every given integer option within its BOUNDS (keyword: the flag with '_' for '-')."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        low, high, what = BOUNDS[flag]
+        within(flag, value, low, high, what)
+
+
+def at_most(name: str, value: int, limit: int, what: str = "") -> int:
+    """``value`` itself, when it is within ``1..limit``; else a one-line error naming both."""
+    return within(name, value, 1, limit, what)
+
+
+def within(name: str, value: int, low: int, high: int, what: str = "") -> int:
+    if value < low:
+        raise UserError(f"{name} must be >= {low}, got {_short(value)}")
+    if value > high:
+        beyond = f" is larger than any {what}" if what else " is too large"
+        raise UserError(f"{name} {_short(value)}{beyond}; at most {high}")
+    return value
+
+
+def finite_seconds(name: str, value: float, high: float = MAX_TIMEOUT) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{name} must be a positive number of seconds, got {value}")
+    if value > high:
+        raise UserError(f"{name} {value:g} is longer than a run may wait; at most {high:g} seconds")
+    return value
+
+
+def _short(value: int) -> str:
+    text = str(value) if abs(value) < 10 ** 40 else f"~10^{len(str(abs(value))) - 1}"
+    return text
+
+
+def check_document(data: object, where: str) -> None:
+    """Refuse a parsed JSON/YAML document nested deeper than MAX_NESTING or holding more than
+    MAX_NODES values (YAML aliases expand when used: a few KB can stand for gigabytes)."""
+    stack = [(data, 1)]
+    nodes = 0
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise UserError(f"{where}: holds more than {MAX_NODES} values (YAML aliases count each time "
+                            f"they are used); not a model config or plan document")
+        if isinstance(value, dict):
+            children = [*value.keys(), *value.values()]
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth >= MAX_NESTING and children:
+            raise UserError(f"{where}: nested more than {MAX_NESTING} levels deep; not a model config or "
+                            f"plan document")
+        stack.extend((child, depth + 1) for child in children)

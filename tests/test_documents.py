@@ -1,0 +1,53 @@
+"""Every document the tool emits names its schema and producer, and validates against the schema
+``mambaxfer schema NAME`` publishes."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from cli_run import assert_user_error, run_cli
+from mambaxfer_cli import __version__
+from mambaxfer_cli.schema import DOCUMENTS
+
+COMMANDS = {
+    "plan": ("plan", "--model", "qwen3.5-0.8b", "--p-tp", "2", "--d-tp", "1", "--format", "json"),
+    "check": ("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:2,2:1", "--semantics", "vllm",
+              "--format", "json"),   # wrong bytes: first_wrong_byte and damage filled in
+    "inspect": ("inspect", "--model", "jamba", "--tp", "1,2", "--format", "json"),
+    "models": ("models", "--format", "json"),
+    "execute": ("execute", "--model", "jamba", "--layers", "4", "--p-tp", "1", "--d-tp", "2", "--device", "cpu",
+                "--iters", "1", "--format", "json"),
+    "bench": ("bench", "--model", "jamba", "--layers", "2", "--p-tp", "1", "--d-tp", "1", "--request-blocks", "1",
+              "--iters", "1", "--device", "cpu", "--format", "json"),
+}
+
+
+def published(name: str) -> jsonschema.Draft202012Validator:
+    result = run_cli("schema", name)
+    assert result.code == 0, result.stderr
+    schema = json.loads(result.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema"] == {"const": f"mambaxfer.{name}/v1"}
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_each_document_validates_against_its_published_schema(name, request):
+    if name in ("execute", "bench"):
+        request.getfixturevalue("nixl")
+    result = run_cli(*COMMANDS[name])
+    assert result.code in (0, 1), result.stderr
+    document = json.loads(result.stdout)
+    assert document["schema"] == f"mambaxfer.{name}/v1"
+    assert document["producer"] == f"mambaxfer {__version__}"
+    published(name).validate(document)
+
+
+def test_schema_defaults_to_the_plan_and_refuses_unknown_names():
+    assert json.loads(run_cli("schema").stdout)["title"] == "mambaxfer.plan/v1"
+    result = run_cli("schema", "banana")
+    assert result.code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("error: ") and "plan" in result.stderr

@@ -1,0 +1,265 @@
+"""Fuzzing every way in: mutated model configs (JSON and YAML), option values, and plan files for
+``execute --plan``. Whatever the input: exit 0 (or check's and execute's 1), or exit 2 with one
+red line; never a traceback or an internal error, within a time and a memory bound.
+
+The CI run is short; ``FUZZ_EXAMPLES=3000 FUZZ_REPORT=fuzz.jsonl pytest tests/test_fuzz.py`` runs a
+long one and records every input's outcome (see scripts/fuzz_summary.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
+CONFIGS = {p.name: json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))}
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
+REPORT = os.environ.get("FUZZ_REPORT")
+TIME_LIMIT = 20.0                  # seconds an input may take (a hang is anything longer)
+REJECTED_MEMORY = 1 << 30          # peak traced bytes of an input the tool refuses
+ACCEPTED_MEMORY = 5 << 30          # check may simulate up to 4 GiB (its own bound)
+
+KEYS = sorted({key for config in CONFIGS.values() for key in config}
+              | {"num_hidden_layers", "num_key_value_heads", "num_attention_heads", "num_heads", "head_dim",
+                 "n_groups", "state_size", "conv_kernel", "intermediate_size", "hidden_size",
+                 "num_speculative_tokens", "hybrid_override_pattern", "layer_types", "layers_block_type",
+                 "attn_layer_indices", "attn_layer_period", "attn_layer_offset", "full_attention_interval",
+                 "text_config", "model_type", "torch_dtype", "mamba_ssm_dtype"})
+BIG = [-(2 ** 63), -1, 0, 1, 2, 3, 7, 2 ** 31, 2 ** 32 + 1, 10 ** 9, 2 ** 63, 2 ** 64, 10 ** 18, 10 ** 30]
+
+ints = st.sampled_from(BIG) | st.integers(-10, 100_000)
+scalars = (ints | st.sampled_from([float("nan"), float("inf"), -0.0, 1.5, 1e308, True, False, None, "",
+                                   "bfloat16", "torch.float32", "M*-M", "x" * 300])
+           | st.text(max_size=12))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+@st.composite
+def config_bytes(draw) -> tuple[str, bytes]:
+    """A real config, mutated: keys set to odd values or dropped, then maybe corrupt bytes."""
+    config = json.loads(json.dumps(draw(st.sampled_from(list(CONFIGS.values())))))
+    target = config.get("text_config") if isinstance(config.get("text_config"), dict) and draw(st.booleans()) \
+        else config
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(KEYS))
+        if draw(st.integers(0, 4)) == 0:
+            target.pop(key, None)
+        else:
+            target[key] = draw(values)
+    as_yaml = draw(st.integers(0, 3)) == 0
+    if as_yaml:
+        text = yaml.safe_dump({"name": "fuzzed", "config": config}, allow_unicode=True).encode()
+    else:
+        text = json.dumps(config).encode()
+    text = draw(byte_damage(text))
+    return ("model.yaml" if as_yaml else "config.json"), text
+
+
+@st.composite
+def byte_damage(draw, text: bytes) -> bytes:
+    kind = draw(st.sampled_from(["none"] * 6 + ["cut", "non-utf8", "digits", "deep", "bomb"]))
+    if kind == "cut":
+        return text[:draw(st.integers(0, len(text)))]
+    if kind == "non-utf8":
+        at = draw(st.integers(0, len(text)))
+        return text[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00"])) + text[at:]
+    if kind == "digits":   # a 5,000-digit integer where a number was
+        return text.replace(b": 1", b": " + b"9" * 5000, 1).replace(b": 2", b": " + b"8" * 5000, 1)
+    if kind == "deep":
+        depth = draw(st.sampled_from([100, 1000, 100_000]))
+        return b'{"config": ' + b"[" * depth + b"]" * depth + b', "model_type": "mamba"}'
+    if kind == "bomb":     # nested YAML aliases: 580 bytes that stand for 9^12 strings
+        lines = ['config: {model_type: mamba}', 'a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+        lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 12)]
+        return "\n".join(lines).encode()
+    return text
+
+
+MODELS = ["jamba", "mamba-130m", "qwen3.5-0.8b", "granite-4.0-h-tiny"]
+TEXTS = ["", "abc", "-1", "0", "1", "3", "1e3", "nan", "inf", "-inf", "9" * 40, "9" * 5000, "1,2", "1:2",
+         "ssm*7,attention", "ssm*99999999999", "attention", "1;2;3", "3,5;1", "x" * 5000, "\u00ff"]
+OPTIONS = {   # the options each command takes, and what to feed them
+    "common": ["--p-tp", "--d-tp", "--num-spec", "--p-num-blocks", "--d-num-blocks", "--p-blocks-per-logical",
+               "--d-blocks-per-logical", "--attention-streams", "--attention-backend", "--block-size",
+               "--kv-cache-dtype", "--kv-heads", "--head-size", "--p-block-size", "--kv-groups", "--kv-tensors",
+               "--ssm-tensors",
+               "--request-blocks", "--prefill-blocks", "--decode-blocks", "--seed", "--conv-dtype",
+               "--ssm-dtype", "--variant", "--semantics", "--model"],
+    "plan": ["--d-rank", "--output", "--format"],
+    "check": ["--max-tp", "--pairs", "--junit", "--format"],
+    "inspect": ["--tp", "--model", "--num-spec", "--conv-dtype", "--variant"],
+    "execute": ["--timeout", "--host", "--port", "--iters", "--layers", "--blocks", "--block-size",
+                "--request-blocks", "--p-tp", "--d-tp", "--model", "--seed", "--semantics"],
+}
+
+
+@st.composite
+def option_value(draw) -> str:
+    return draw(st.sampled_from(TEXTS) | st.sampled_from(BIG).map(str) | st.integers(-3, 300).map(str)
+                | st.sampled_from(["/dev/null/x", "/nonexistent/x.json", ".", "x" * 300 + ".json",
+                                   "256.1.1.1", "no-such-host.invalid", "8.8.8.8", "::1"]))
+
+
+@st.composite
+def option_case(draw) -> list[str]:
+    command = draw(st.sampled_from(["plan", "check", "inspect", "execute"]))
+    model = draw(st.sampled_from(MODELS))
+    base = {"plan": ["plan", "--model", model, "--p-tp", "1", "--d-tp", "2"],
+            "check": ["check", "--model", model, "--pairs", "1:2"],
+            "inspect": ["inspect", "--model", model],
+            # a run that the drawn option does not stop is real: keep it small
+            "execute": ["execute", "--model", model, "--p-tp", "1", "--d-tp", "2", "--layers", "4",
+                        "--device", "cpu", "--iters", "1"]}[command]
+    names = OPTIONS[command] + (OPTIONS["common"] if command in ("plan", "check") else [])
+    argv = list(base)
+    for _ in range(draw(st.integers(1, 2))):
+        argv += [draw(st.sampled_from(names)), draw(option_value())]
+    return argv
+
+
+def plan_document(fmt: str) -> bytes:
+    from mambaxfer_cli.cli.options import Format, dump
+    from mambaxfer_cli.execute.plan_source import plan_to_execute
+    from mambaxfer_cli.execute.plan_source import cut_layers
+    from mambaxfer_cli.model_source import load_model
+
+    plan = plan_to_execute(cut_layers(load_model("jamba"), 4), 1, 2, semantics="exact", coalesce=False,
+                           blocks=None, request_blocks=1, seed=0)
+    return dump(plan.to_dict(), Format(fmt)).encode()
+
+
+PLAN_DOCS = {}
+
+
+def _nodes(document, path=()):
+    yield path
+    children = document.items() if isinstance(document, dict) else enumerate(document) \
+        if isinstance(document, list) else ()
+    for key, child in children:
+        yield from _nodes(child, (*path, key))
+
+
+@st.composite
+def plan_file(draw) -> tuple[str, bytes]:
+    fmt = draw(st.sampled_from(["json", "yaml"]))
+    if fmt not in PLAN_DOCS:
+        PLAN_DOCS[fmt] = plan_document(fmt)
+    document = json.loads(json.dumps(yaml.safe_load(PLAN_DOCS[fmt])))
+    paths = list(_nodes(document))[1:]
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths))
+        parent = document
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            if draw(st.integers(0, 4)) == 0 and isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = draw(values)
+        except (KeyError, IndexError, TypeError):
+            continue
+    text = (yaml.safe_dump(document) if fmt == "yaml" else json.dumps(document)).encode()
+    return f"plan.{fmt}", draw(byte_damage(text))
+
+
+@st.composite
+def cases(draw) -> dict:
+    kind = draw(st.sampled_from(["config", "config", "options", "options", "plan-file"]))
+    files = {}
+    if kind == "config":
+        name, data = draw(config_bytes())
+        files[name] = data
+        argv = draw(st.sampled_from([["inspect", "--model", name, "--tp", "1,2"],
+                                     ["plan", "--model", name, "--p-tp", "1", "--d-tp", "2"],
+                                     ["plan", "--model", name, "--p-tp", "2", "--d-tp", "1", "-f", "json"],
+                                     ["check", "--model", name, "--pairs", "1:2"]]))
+    elif kind == "options":
+        argv = draw(option_case())
+    else:
+        name, data = draw(plan_file())
+        files[name] = data
+        argv = ["execute", "--plan", name, "--device", "cpu", "--timeout", "15"]
+    return {"kind": kind, "argv": argv, "files": {k: base64.b64encode(v).decode() for k, v in files.items()},
+            "timeout": TIME_LIMIT + 5}
+
+
+# --- the worker ---------------------------------------------------------------------------------
+
+class Worker:
+    def __init__(self) -> None:
+        self.process = None
+
+    def start(self) -> None:
+        env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent.parent), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+        self.process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fuzz_worker.py")],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def run(self, case: dict) -> dict:
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+        self.process.stdin.write(json.dumps(case) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            code = self.process.wait()
+            self.process = None
+            return {"code": None, "hang": False, "died": code, "seconds": 0, "peak_bytes": 0,
+                    "stdout": "", "stderr": f"the worker died ({code})"}
+        return json.loads(line)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stdin.close()
+            self.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    w.stop()
+
+
+def _record(case: dict, result: dict) -> None:
+    if REPORT:
+        row = {"kind": case["kind"], "argv": [a[:60] for a in case["argv"]], "code": result["code"],
+               "hang": result["hang"], "seconds": result["seconds"], "peak_bytes": result["peak_bytes"],
+               "traceback": "Traceback" in result["stderr"], "stderr": result["stderr"][-300:]}
+        with open(REPORT, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(case=cases())
+def test_no_input_ends_in_a_traceback_a_hang_or_a_memory_blow_up(worker, case):
+    result = worker.run(case)
+    _record(case, result)
+    shown = f"{case['argv']} -> {result}"
+    assert not result["hang"], f"hung past {case['timeout']} s: {shown}"
+    assert result["seconds"] < TIME_LIMIT, shown
+    assert "Traceback" not in result["stderr"], shown
+    allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute") else {0, 2}
+    if case["argv"][0] == "execute":
+        allowed.add(3)   # a run that started and could not complete (its own one line)
+    assert result["code"] in allowed, shown
+    if result["code"] in (2, 3):
+        lines = [line for line in result["stderr"].splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), shown
+        assert result["peak_bytes"] < REJECTED_MEMORY, shown
+    else:
+        assert result["peak_bytes"] < ACCEPTED_MEMORY, shown
