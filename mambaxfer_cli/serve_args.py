@@ -143,6 +143,8 @@ class ServeLine:
     kv_connector: str | None = None
     kv_role: str | None = None
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
+    speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
+    kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
     conv_layout: str | None = None              # VLLM_SSM_CONV_STATE_LAYOUT as the engine sees it
     env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command
     words: tuple[str, ...] = ()                 # the command itself: vllm serve MODEL ...
@@ -282,6 +284,13 @@ def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] 
     return _parse_words(words, assigns, line_env, where, tuple(notes))
 
 
+def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> ServeLine:
+    """The same engine with its words or env prefixes edited (a corrected line)."""
+    env = {CONV_LAYOUT_VAR: line.conv_layout} if line.conv_layout is not None else {}
+    env.update(dict(env_prefix))
+    return _parse_words(list(words), list(env_prefix), env, where, line.notes)
+
+
 def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, notes) -> ServeLine:
     serve = words[1] == "serve"
     i = 2
@@ -416,6 +425,7 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
             raise UserError(f"{where}: --speculative-config: num_speculative_tokens must be a non-negative "
                             f"integer, got {n!r}")
         out["num_speculative_tokens"] = _int(n, "num_speculative_tokens", where, 0)
+        out["speculative"] = spec
         out["speculative_method"] = str(spec["method"]) if spec.get("method") is not None else None
     transfer = _config(values, dotted, "kv_transfer_config", "--kv-transfer-config", where)
     if transfer:
@@ -429,7 +439,7 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         if role is not None and role not in KV_ROLES:
             raise UserError(f"{where}: --kv-transfer-config: kv_role must be one of {', '.join(KV_ROLES)}, "
                             f"got {role!r}")
-        out["kv_connector"], out["kv_role"] = connector, role
+        out["kv_connector"], out["kv_role"], out["kv_transfer"] = connector, role, transfer
     overrides = _config(values, dotted, "hf_overrides", "--hf-overrides", where)
     if overrides:
         out["hf_overrides"] = overrides

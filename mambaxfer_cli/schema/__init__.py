@@ -1,11 +1,21 @@
-"""The published JSON Schema of the plan document."""
+"""The published JSON Schemas of the documents mambaxfer emits."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-PLAN_SCHEMA_PATH = Path(__file__).parent / "plan-v1.schema.json"
+SCHEMA_DIR = Path(__file__).parent
+DOCUMENTS = ("plan", "preflight")   # mambaxfer.<name>/v1
+PLAN_SCHEMA_PATH = SCHEMA_DIR / "plan-v1.schema.json"
+
+
+def schema_path(name: str) -> Path:
+    return SCHEMA_DIR / f"{name}-v1.schema.json"
+
+
+def document_schema(name: str) -> dict:
+    return json.loads(schema_path(name).read_text())
 
 
 def plan_schema() -> dict:
