@@ -432,6 +432,11 @@ class Report:
         a = self.assessment
         if a.refused:
             return f"REFUSED: vLLM 0.33 would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
+        if a.corrupt and a.unchecked_mismatches:
+            f = a.unchecked_mismatches[0]
+            return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
+                    f"does not compare: vLLM 0.33 accepts the pairing and D reads P's bytes with its own "
+                    f"offsets ({a.byte_check.simulation.wrong_bytes} wrong bytes)")
         if a.corrupt:
             lines = a.byte_check.explanation()
             return (f"CORRUPT: vLLM 0.33 accepts this pairing, but D's reads land wrong bytes "
@@ -496,7 +501,8 @@ def quote_lines(line: ServeLine, width: int = 78) -> list[str]:
     quoted = [f"{k}={shlex.quote(v)}" for k, v in line.env_prefix] + [shlex.quote(w) for w in line.words]
     words: list[str] = []
     for w in quoted:   # a flag and its value stay on one line
-        if words and words[-1].startswith("-") and " " not in words[-1] and not w.startswith("-"):
+        if words and words[-1].startswith("-") and " " not in words[-1] and not w.startswith("-") \
+                and len(words[-1]) + 1 + len(w) + 4 <= width:
             words[-1] += " " + w
         else:
             words.append(w)

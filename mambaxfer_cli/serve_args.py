@@ -293,7 +293,7 @@ def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str]
 
 def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, notes) -> ServeLine:
     serve = words[1] == "serve"
-    i = 2
+    i = 2 if serve else 3          # vllm serve ... | python -m vllm.entrypoints.openai.api_server ...
     values: dict[str, Any] = {}
     occurrences: dict[str, list[Occurrence]] = {}
     ignored, unknown = [], []
@@ -309,8 +309,9 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
                 continue
             raise UserError(f"{where}: unexpected argument '{word}' (vllm serve takes one model)")
         name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
-        if name.startswith("--"):
-            name = "--" + name[2:].replace("_", "-")
+        if name.startswith("--"):          # underscores in the option's name, not in a JSON sub-key
+            head, dot, tail = name[2:].partition(".")
+            name = "--" + head.replace("_", "-") + dot + tail
         if re.fullmatch(r"-O\d", word):
             ignored.append(word)
             i += 1

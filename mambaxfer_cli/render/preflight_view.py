@@ -109,7 +109,7 @@ def render_report(report: Report) -> Iterator[object]:
             for label, line in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
                 yield Text(f"  # {label}", style="dim")
                 for part in quote_lines(line, 76):
-                    yield Text(f"  {part}", no_wrap=False)
+                    yield Text(f"  {part}", no_wrap=True, overflow="ignore")   # pasteable: never re-wrapped
     ignored = [(n, e.line.ignored) for n, e in (("P", a.prefill), ("D", a.decode)) if e.line.ignored]
     for name, flags in ignored:
         yield Text(f"{name}: ignored (no effect on the transfer): {', '.join(flags)}", style="dim")
