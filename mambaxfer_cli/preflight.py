@@ -18,6 +18,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.geometry import DEFAULT_BACKEND, DEFAULT_BLOCK_SIZE, EngineFlags, Geometry
 from mambaxfer_cli.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.handshake import NOT_CHECKED, Refusal
+from mambaxfer_cli.layout import rank_layout
 from mambaxfer_cli.model import ModelSpec
 from mambaxfer_cli.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.reads import VLLM
@@ -152,10 +153,12 @@ def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
             Field("conv layout", p.conv_layout, d.conv_layout, False),
             Field("num_spec / conv rows", f"{p.model.num_spec} / {p.model.conv_rows}",
                   f"{d.model.num_spec} / {d.model.conv_rows}", False)]
-    if plan is not None:
-        full_p = plan.prefill.ranks[0].state_bytes * plan.prefill.tp
-        full_d = plan.decode.ranks[0].state_bytes * plan.decode.tp
-        rows.append(Field("SSM state bytes (all ranks)", full_p, full_d, False))
+    try:   # what D's offsets assume of P's state, rank for rank: both models laid out at D's TP
+        sizes = [rank_layout(e.model, d.tp, 0) for e in (p, d)]
+        rows.append(Field("SSM state bytes per rank (at D's TP)", *(f"{r.conv_bytes} + {r.ssm_bytes}" for r in sizes),
+                          False))
+    except UserError:
+        pass
     return rows
 
 
@@ -437,6 +440,12 @@ class Report:
             return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
                     f"does not compare: vLLM 0.33 accepts the pairing and D reads P's bytes with its own "
                     f"offsets ({a.byte_check.simulation.wrong_bytes} wrong bytes)")
+        if a.corrupt and a.plan is not None and any(w.code == "vllm-replicated-groups" for w in a.plan.warnings):
+            groups = a.decode.model.params.get("n_groups")
+            return (f"CORRUPT: vLLM 0.33 accepts this pairing, but its reads corrupt the SSM state: its offsets "
+                    f"assume every region is evenly sharded across ranks, while this model's B/C groups "
+                    f"(n_groups={groups}) are replicated on the D ranks ({a.byte_check.simulation.wrong_bytes} "
+                    f"wrong bytes)")
         if a.corrupt:
             lines = a.byte_check.explanation()
             return (f"CORRUPT: vLLM 0.33 accepts this pairing, but D's reads land wrong bytes "

@@ -93,8 +93,10 @@ def test_ssm_dtype_mismatch_passes_vllm_and_corrupts_state():
     assert (ssm["prefill"], ssm["decode"], ssm["agree"]) == ("bfloat16", "float32", False)
     assert all(f["agree"] for f in doc["compared"])
     assert doc["byte_check"]["verdict"] == "fail" and doc["byte_check"]["wrong_bytes"] > 0
+    # At TP 2: conv (128·64 + 2·8·128)/2 channels × 3 rows × 2 B = 30720; temporal 64 heads × 64 × 128
+    # × 2 B (bfloat16) = 1048576 on P, × 4 B (float32) = 2097152 on D.
     assert doc["unchecked_mismatches"] == ["SSM (temporal) dtype: P bfloat16, D float32",
-                                           "SSM state bytes (all ranks): P 2158592, D 4255744"]
+                                           "SSM state bytes per rank (at D's TP): P 30720 + 1048576, D 30720 + 2097152"]
     assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
         ("decode", "--mamba-ssm-cache-dtype", "bfloat16")]
     check_fix_works(doc)
@@ -112,6 +114,8 @@ def test_granite_1p2d_vllm_reads_corrupt_bc():
     explained = " ".join(doc["byte_check"]["explanation"])
     assert "C channel" in explained or "B channel" in explained
     assert any(w["code"] == "vllm-replicated-groups" for w in doc["plan_warnings"])
+    assert doc["unchecked_mismatches"] == []          # no flag differs: vLLM's own offsets are wrong
+    assert "B/C groups (n_groups=1) are replicated on the D ranks" in doc["headline"]
     # No flag fixes vLLM's offsets for one replicated group: only the same TP on both sides does.
     assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
         ("prefill", "--tensor-parallel-size", "2")]

@@ -94,10 +94,6 @@ def render_report(report: Report) -> Iterator[object]:
         for line in a.byte_check.explanation(limit=6):
             if not line.startswith("vLLM 0.33 refuses"):
                 yield Text(f"  {line}", style="red")
-    if a.plan is not None:
-        for w in a.plan.warnings:
-            if w.code == "vllm-replicated-groups":
-                yield Text(f"  {w.message}", style="red")
     if report.exit_code != 0:
         yield Text("Fix", style="bold")
         if report.fix is None:
