@@ -285,7 +285,8 @@ class Change:
 FIELD_FLAG = {"block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
-              "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size"}
+              "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
+              "hf_overrides": "--hf-overrides"}
 
 
 def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
@@ -343,6 +344,10 @@ def _align(p: Engine, d: Engine) -> list[Change]:
             (p.model.num_spec != d.model.num_spec or _spec_hash(p) != _spec_hash(d)):
         out.append(Change(DECODE, "--speculative-config", d.line.speculative_config, p.line.speculative_config,
                           "as P's: conv rows and the hash follow it"))
+    if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
+        value = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
+        was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
+        out.append(Change(DECODE, "--hf-overrides", was, value, "as P's: the model's dimensions follow it"))
     if p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector:
         config = {**d.line.kv_transfer, "kv_connector": p.line.kv_connector}
         out.append(Change(DECODE, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
@@ -496,8 +501,7 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader) -> Repor
         if e.line.unknown:
             warnings.append(f"{name}: unknown to vLLM 0.33 (as far as mambaxfer knows): {', '.join(e.line.unknown)}")
         if e.line.attention_backend is None and e.model.has_attention:
-            warnings.append(f"{name}: no --attention-backend: assuming {DEFAULT_BACKEND}, vLLM's choice on "
-                            f"Hopper (H100/H200); Blackwell picks FLASHINFER")
+            warnings.append(f"{name}: no --attention-backend: {DEFAULT_BACKEND} assumed (vLLM's pick on H100/H200)")
         if e.line.kv_role == "kv_both":
             warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
         warnings += [f"{name}: {n}" for n in e.line.notes]

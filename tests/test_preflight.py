@@ -208,3 +208,16 @@ def test_report_fits_80_columns_and_corrected_lines_paste_back():
 def test_schema_lists_preflight():
     result = run_cli("schema", "preflight")
     assert result.code == 0 and json.loads(result.stdout)["title"] == "mambaxfer.preflight/v1"
+
+
+def test_hf_overrides_changing_kv_heads_on_one_side_is_a_hash_mismatch():
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "", "-tp 2 --hf-overrides '{\"num_key_value_heads\": 4}'")
+    code, doc = run_json(p, d)
+    assert code == 1
+    heads = next(f for f in doc["compared"] if f["field"] == "KV heads")
+    assert (heads["prefill"], heads["decode"], heads["agree"]) == (8, 4, False)
+    assert doc["vllm"]["refusals"][0]["code"] == "compat-hash"
+    assert "KV heads 4 vs 8" in doc["vllm"]["refusals"][0]["message"]
+    assert doc["byte_check"] is None and "num_kv_heads" in doc["byte_check_skipped"]
+    assert [(c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [("--hf-overrides", None)]
+    check_fix_works(doc)

@@ -71,9 +71,9 @@ def render_report(report: Report) -> Iterator[object]:
     yield Text(report.headline(), style=style)
     yield Text("")
     yield engines_table(report)
-    yield fields_table("Compared by vLLM 0.33 (compatibility hash, handshake)",
+    yield fields_table("Compared by vLLM 0.33 (hash, handshake)",
                        [f for f in a.fields if f.compared])
-    yield fields_table("Never compared by vLLM 0.33 (a mismatch corrupts state silently)",
+    yield fields_table("Not compared by vLLM 0.33",
                        [f for f in a.fields if not f.compared])
     for f in a.unchecked_mismatches:
         yield Text(f"{f.name} differs (P {f.prefill}, D {f.decode}): vLLM's handshake does not compare it",
