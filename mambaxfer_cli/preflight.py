@@ -511,7 +511,7 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader) -> Repor
 def quote_lines(line: ServeLine, width: int = 78) -> list[str]:
     """A corrected command as shell lines of at most ``width`` columns (``\\`` continuations),
     never cutting a word."""
-    quoted = [f"{k}={shlex.quote(v)}" for k, v in line.env_prefix] + [shlex.quote(w) for w in line.words]
+    quoted = [f"{k}={shlex.quote(v)}" for k, v in line.environment()] + [shlex.quote(w) for w in line.words]
     words: list[str] = []
     for w in quoted:   # a flag and its value stay on one line
         if words and words[-1].startswith("-") and " " not in words[-1] and not w.startswith("-") \

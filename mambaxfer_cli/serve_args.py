@@ -164,9 +164,16 @@ class ServeLine:
         occ = self.occurrences.get("speculative_config")
         return None if not occ else _value_of(self.words, occ[-1])
 
+    def environment(self) -> tuple[tuple[str, str], ...]:
+        """The prefixes a pasted line needs: its own, and the conv layout a script exported."""
+        own = tuple(self.env_prefix)
+        if self.conv_layout is not None and CONV_LAYOUT_VAR not in dict(own):
+            own = ((CONV_LAYOUT_VAR, self.conv_layout),) + own
+        return own
+
     def command(self) -> str:
         """The command as one line a shell reads back the same (env prefixes first)."""
-        return shlex.join([f"{k}={v}" for k, v in self.env_prefix] + list(self.words))
+        return shlex.join([f"{k}={v}" for k, v in self.environment()] + list(self.words))
 
 
 def _value_of(words, occ: Occurrence) -> str:
@@ -215,6 +222,10 @@ def _logical_lines(text: str) -> list[str]:
                 quote = None
         elif ch in "'\"":
             quote = ch
+        elif ch == "#" and (not current or current[-1][-1:] in " \t;"):   # a comment, to the line's end
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
         elif ch == "\\" and i + 1 < len(text):
             current.append(text[i:i + 2])
             i += 2

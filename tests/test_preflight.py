@@ -221,3 +221,19 @@ def test_hf_overrides_changing_kv_heads_on_one_side_is_a_hash_mismatch():
     assert doc["byte_check"] is None and "num_kv_heads" in doc["byte_check_skipped"]
     assert [(c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [("--hf-overrides", None)]
     check_fix_works(doc)
+
+
+@pytest.mark.parametrize("prefill, decode, code", [
+    ("qwen35-prefill.sh", "qwen35-decode.sh", 1),
+    ("nemotron-prefill.sh", "nemotron-decode.sh", 0),
+])
+def test_the_readme_example_scripts(prefill, decode, code):
+    """The README's scripts (comments with apostrophes, exports, continuations) as shipped."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "preflight"
+    result = run_cli("preflight", "--prefill-file", str(examples / prefill), "--decode-file", str(examples / decode))
+    assert result.code == code, result.stdout + result.stderr
+    if code:
+        assert "--block-size 144" in result.stdout
+        assert "VLLM_SSM_CONV_STATE_LAYOUT=DS CUDA_VISIBLE_DEVICES=0 vllm serve" in result.stdout
