@@ -125,7 +125,7 @@ def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
     rows = [("model", p.line.model, d.line.model), ("dtype", p.model.model_dtype, d.model.model_dtype),
             ("KV heads", p.model.num_kv_heads, d.model.num_kv_heads),
             ("head size", p.model.head_size, d.model.head_size),
-            ("layers", len(p.model.layers), len(d.model.layers)),
+            ("layers with a cache", len(p.model.layers), len(d.model.layers)),
             ("hashed backend", pb, db), ("KV-cache dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype),
             ("speculative (EAGLE/MTP)", _spec_hash(p), _spec_hash(d)),
             ("transfer mode", p.line.transfer_mode, d.line.transfer_mode)]
