@@ -17,7 +17,10 @@ from mambaxfer_cli.check import CHECK_ENGINES, PairingResult, check_plan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.geometry import DEFAULT_BACKEND, DEFAULT_BLOCK_SIZE, EngineFlags, Geometry
 from mambaxfer_cli.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.handshake import NOT_CHECKED, Refusal
+from mambaxfer_cli.engine import Side, build_side
+from mambaxfer_cli.geometry import backend
+from mambaxfer_cli.handshake import GEOMETRY_CODES, NOT_CHECKED, SEARCH_LIMIT, Refusal
+from mambaxfer_cli.handshake import refusals as handshake_refusals
 from mambaxfer_cli.layout import rank_layout
 from mambaxfer_cli.model import ModelSpec
 from mambaxfer_cli.plan import Plan, PlanOptions, build_plan
@@ -236,6 +239,29 @@ class Assessment:
         return hashed_fields(p, d, self.plan) + handshake_fields(p, d, self.plan) + unchecked_fields(p, d, self.plan)
 
 
+def _push(p: Engine, d: Engine) -> bool:
+    return p.line.transfer_mode == "push" and d.line.transfer_mode == "push"
+
+
+def _push_refusals(p: Engine, d: Engine, plan: Plan) -> tuple[list[Refusal], int | None]:
+    """Push mode (NixlPushConnector): P runs the full handshake with P local and D remote, so P's
+    kernel block must be a multiple of D's and P's prefix caching decides; the same search for a
+    ``--block-size`` that passes."""
+    def geometry(prefill: Side, decode: Side) -> list[Refusal]:
+        return [r for r in handshake_refusals(decode, prefill) if r.code != "compat-hash"]
+
+    found = geometry(plan.prefill, plan.decode) + [r for r in plan.verdict.refusals if r.code == "layout"]
+    suggestion = None
+    if any(r.code in GEOMETRY_CODES for r in found):
+        for size in range(backend(p.flags.attention_backend).step, SEARCH_LIMIT + 1,
+                          backend(p.flags.attention_backend).step):
+            sides = [build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d)]
+            if not any(r.code in GEOMETRY_CODES for r in geometry(*sides)):
+                suggestion = size
+                break
+    return found, suggestion
+
+
 def assess(p: Engine, d: Engine) -> Assessment:
     """vLLM 0.33's verdict on the pairing and the byte-level check of what it would read."""
     refusals = startup_refusals(p) + startup_refusals(d)
@@ -247,11 +273,14 @@ def assess(p: Engine, d: Engine) -> Assessment:
         skipped = str(exc)
     refusals += _hash_refusal(hashed_fields(p, d, plan))
     suggestion = None
-    if plan is not None:
+    if plan is not None and _push(p, d):
+        found, suggestion = _push_refusals(p, d, plan)
+        refusals += found
+    elif plan is not None:
         refusals += [r for r in plan.verdict.refusals if r.code != "compat-hash"]
         suggestion = plan.verdict.suggested_block_size
     elif "TP size" in skipped or "divide" in skipped:
-        refusals.append(Refusal("plan", skipped))
+        refusals.append(Refusal("tp-layout", skipped))
     result = check_plan(plan) if plan is not None else None
     if result is None and not skipped:
         skipped = "no plan"
@@ -505,6 +534,10 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader) -> Repor
         if e.line.kv_role == "kv_both":
             warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
         warnings += [f"{name}: {n}" for n in e.line.notes]
+    if _push(p, d):
+        warnings.append("push mode (NixlPushConnector): vLLM's handshake rules are applied with P as the local "
+                        "side, as its push worker does; the byte-level check simulates D's pull reads "
+                        "(mambaxfer does not model push WRITEs)")
     return Report(first, fix, tuple(warnings))
 
 

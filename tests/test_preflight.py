@@ -237,3 +237,20 @@ def test_the_readme_example_scripts(prefill, decode, code):
     if code:
         assert "--block-size 144" in result.stdout
         assert "VLLM_SSM_CONV_STATE_LAYOUT=DS CUDA_VISIBLE_DEVICES=0 vllm serve" in result.stdout
+
+
+def test_push_mode_checks_the_handshake_from_p():
+    """NixlPushConnector: P is the local side of the handshake, so P's kernel block must be a
+    multiple of D's: Qwen3.5 1P4D with prefix caching off (544 and 272 tokens) passes in push
+    mode, where pull mode refuses it."""
+    push_p = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_producer"}'"""
+    push_d = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_consumer"}'"""
+    p = f"{DS} vllm serve Qwen/Qwen3.5-0.8B --no-enable-prefix-caching {push_p}"
+    d = f"{DS} vllm serve Qwen/Qwen3.5-0.8B -tp 4 --no-enable-prefix-caching {push_d}"
+    code, doc = run_json(p, d)
+    assert (doc["engines"]["prefill"]["geometry"]["block_size"], doc["engines"]["decode"]["geometry"]["block_size"]) \
+        == (544, 272)
+    assert code == 0 and doc["vllm"]["accepts"], doc["headline"]
+    assert any("push mode" in w for w in doc["warnings"])
+    code, doc = run_json(p.replace(push_p, P_KV), d.replace(push_d, D_KV))
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
