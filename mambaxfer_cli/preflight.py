@@ -79,7 +79,10 @@ def vllm_dtype(requested: str, config_dtype: str) -> str:
 def build_engine(side: str, line: ServeLine, load: ModelLoader) -> Engine:
     """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
     hf_overrides=)`` resolves the model as ``--model`` does elsewhere."""
-    base = load(line.model, hf_overrides=line.hf_overrides)
+    try:
+        base = load(line.model, hf_overrides=line.hf_overrides)
+    except UserError as exc:
+        raise UserError(f"--{side}: {exc}") from None
     dtype = vllm_dtype(line.dtype, base.model_dtype)
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype

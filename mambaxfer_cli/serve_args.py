@@ -252,7 +252,20 @@ def _serve_start(words: list[str]) -> int | None:
     return None
 
 
+def _shown(value: str) -> str:
+    """A value quoted in an error message: escaped, and cut to its start when long."""
+    return repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
+
+
 def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> ServeLine:
+    """One engine's ``vllm serve`` line from a command line or a shell script (see ``_parse``)."""
+    try:
+        return _parse(text, where, environ)
+    except UserError as exc:     # one line, whatever the input held
+        raise UserError(" ".join(str(exc).split())) from None
+
+
+def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLine:
     """One engine's ``vllm serve`` line from a command line or a shell script.
 
     ``environ``: variables the engine inherits besides the script's (none by default: a command
@@ -318,7 +331,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
                 occurrences.setdefault("model", []).append(Occurrence(word, i, i + 1))
                 i += 1
                 continue
-            raise UserError(f"{where}: unexpected argument '{word}' (vllm serve takes one model)")
+            raise UserError(f"{where}: unexpected argument {_shown(word)} (vllm serve takes one model)")
         name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
         if name.startswith("--"):          # underscores in the option's name, not in a JSON sub-key
             head, dot, tail = name[2:].partition(".")
@@ -338,7 +351,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         end = i + 1
         if flag.kind in (BOOL, NONE):
             if inline is not None:
-                raise UserError(f"{where}: {name} takes no value (got '{name}={inline}')")
+                raise UserError(f"{where}: {name} takes no value (got {_shown(word)})")
             value: Any = setting
         elif flag.kind == OPTIONAL:
             value = inline
@@ -362,7 +375,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
             occurrences.setdefault(flag.field, []).append(Occurrence(name, i, end))
         else:
             if flag.choices and value not in flag.choices:
-                raise UserError(f"{where}: {name}: invalid choice '{value}' (choose from "
+                raise UserError(f"{where}: {name}: invalid choice {_shown(value)} (choose from "
                                 f"{', '.join(flag.choices)})")
             values[flag.field] = value
             occurrences.setdefault(flag.field, []).append(Occurrence(name, i, end))
@@ -387,9 +400,9 @@ def _json(value: str, flag: str, where: str) -> dict:
     try:
         data = json.loads(value)
     except (json.JSONDecodeError, RecursionError) as exc:
-        raise UserError(f"{where}: {flag} is not valid JSON ({getattr(exc, 'msg', exc)}): {value[:60]}") from None
+        raise UserError(f"{where}: {flag} is not valid JSON ({getattr(exc, 'msg', exc)}): {_shown(value)}") from None
     if not isinstance(data, dict):
-        raise UserError(f"{where}: {flag} must be a JSON object, got {value[:60]}")
+        raise UserError(f"{where}: {flag} must be a JSON object, got {_shown(value)}")
     return data
 
 
@@ -397,7 +410,7 @@ def _int(value: Any, flag: str, where: str, minimum: int = 1) -> int:
     try:
         number = int(str(value), 10)
     except ValueError:
-        raise UserError(f"{where}: {flag} expects an integer, got '{value}'") from None
+        raise UserError(f"{where}: {flag} expects an integer, got {_shown(str(value))}") from None
     if number < minimum:
         raise UserError(f"{where}: {flag} must be >= {minimum}, got {number}")
     if number > 1 << 20:

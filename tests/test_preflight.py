@@ -254,3 +254,24 @@ def test_push_mode_checks_the_handshake_from_p():
     assert any("push mode" in w for w in doc["warnings"])
     code, doc = run_json(p.replace(push_p, P_KV), d.replace(push_d, D_KV))
     assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_WORDS = st.sampled_from(["vllm", "serve", "qwen3.5-0.8b", "-tp", "4", "--block-size", "--block_size=16", "'",
+                          '"', "\\\n", "\n", "export", "X=1", "VLLM_SSM_CONV_STATE_LAYOUT=DS", "--kv-transfer-config",
+                          '{"kv_role": 1}', "--no-enable-prefix-caching=1", "--speculative-config.x", "#", ";",
+                          "--dtype", "half", "-", "--", "--hf-overrides", "[1]", "python", "-m",
+                          "vllm.entrypoints.openai.api_server", "--model", "--x.y", "=", "$V", "&&"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_WORDS, st.text(max_size=8)), max_size=14))
+def test_any_text_is_a_serve_line_or_one_user_error(words):
+    text = " ".join(words)
+    try:
+        line = parse_serve(text)
+    except UserError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 400
+        return
+    assert line.words[:2] in (("vllm", "serve"),) or line.words[1] == "-m"
