@@ -110,10 +110,10 @@ class PairingResult:
             return [f"skipped: {self.reason}"]
         lines = []
         if self.vllm and not self.vllm["accepts"]:
-            fix = self.vllm["suggested_block_size"]
             lines += [f"vLLM 0.33 refuses this pairing at handshake: {r['message']}" for r in self.vllm["refusals"]]
-            if fix:
-                lines.append(f"fix: --block-size {fix} on both engines")
+        fix = self.vllm["suggested_block_size"] if self.vllm else None
+        if fix and (self.verdict != "pass" or not self.vllm["accepts"]):
+            lines.append(f"fix: --block-size {fix} on both engines")
         if sim is None or sim.ok:
             return lines
         if sim.first_wrong:

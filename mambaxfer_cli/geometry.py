@@ -131,10 +131,6 @@ class Geometry:
     def kernel_block_bytes(self) -> int:
         return self.page_bytes // self.blocks_per_logical
 
-    @property
-    def tensor_bytes(self) -> int:
-        return self.logical_blocks * self.page_bytes
-
     def to_dict(self) -> dict:
         return {"attention_backend": self.attention_backend, "kv_cache_dtype": self.kv_cache_dtype,
                 "prefix_caching": self.prefix_caching, "block_size": self.block_size,

@@ -66,7 +66,8 @@ def attention_sources(prefill: Side, decode: Side, d_rank: int) -> list[int]:
 
 
 def refusals(prefill: Side, decode: Side) -> list[Refusal]:
-    """vLLM 0.33's refusals of this pairing, in the order its handshake meets them."""
+    """vLLM 0.33's refusals of this pairing, in the order its handshake meets them (vLLM stops at
+    the first; the others are what it would say once that one is fixed)."""
     p, d = prefill.geometry, decode.geometry
     out = []
     if (prefill.hashed_backend, p.kv_cache_dtype) != (decode.hashed_backend, d.kv_cache_dtype):
@@ -105,12 +106,21 @@ def refusals(prefill: Side, decode: Side) -> list[Refusal]:
     return out
 
 
+def reads_whole_kernel_blocks(prefill: Side, decode: Side) -> bool:
+    """Whether vLLM's attention reads keep D's layout: equal kernel blocks, or one KV head per D
+    rank (with a larger D kernel block vLLM reads P's blocks whole into sub-blocks of D's, which
+    interleaves the heads of a D rank that holds several)."""
+    return decode.kernel_tokens == prefill.kernel_tokens or len(decode.kv_heads[0] or ()) <= 1
+
+
 def suggest_block_size(rebuild: Callable[[int], tuple[Side, Side]], step: int) -> int | None:
     """The smallest ``--block-size`` (for both engines, in the backend's steps) at which vLLM's
-    geometry checks pass, or None when none up to SEARCH_LIMIT does."""
+    geometry checks pass and its attention reads keep D's layout, or None when none up to
+    SEARCH_LIMIT does."""
     for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step):
         prefill, decode = rebuild(size)
-        if not any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode)):
+        if (not any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode))
+                and reads_whole_kernel_blocks(prefill, decode)):
             return size
     return None
 
@@ -121,7 +131,8 @@ def verdict(prefill: Side, decode: Side, rebuild: Callable[[int], tuple[Side, Si
     at another block size, the smallest block size that fixes it."""
     found = tuple(refusals(prefill, decode)) + tuple(extra)
     suggestion = None
-    if rebuild is not None and any(r.code in GEOMETRY_CODES for r in found):
+    mixes_heads = prefill.has_attention and not reads_whole_kernel_blocks(prefill, decode)
+    if rebuild is not None and (any(r.code in GEOMETRY_CODES for r in found) or mixes_heads):
         suggestion = suggest_block_size(rebuild, backend(decode.geometry.attention_backend).step)
     return Verdict(found, suggestion)
 

@@ -14,7 +14,7 @@ from mambaxfer_cli.descriptors import (
 from mambaxfer_cli.engine import Side, build_side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.handshake import Refusal, Verdict, verdict as vllm_verdict, with_block_size
+from mambaxfer_cli.handshake import Refusal, Verdict, reads_whole_kernel_blocks, verdict as vllm_verdict, with_block_size
 from mambaxfer_cli.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.model import ATTENTION, ModelSpec
 from mambaxfer_cli.reads import EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_reads
@@ -66,10 +66,6 @@ class Plan:
     @property
     def page_bytes(self) -> tuple[int, int]:
         return self.prefill.page_bytes, self.decode.page_bytes
-
-    def tokens(self, group: int) -> int:
-        """Tokens an attention group of the request holds: its D blocks, whole."""
-        return len(self.descriptors.request.decode_blocks[group]) * self.decode.geometry.block_size
 
     def to_dict(self, d_rank: int | None = None) -> dict:
         if d_rank is not None and not 0 <= d_rank < self.decode.tp:
@@ -223,6 +219,13 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     elif ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
         warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
                                      "vllm-differs", "vLLM 0.33 would read wrong bytes for this pairing")
+    if verdict.accepts and prefill.has_attention and not reads_whole_kernel_blocks(prefill, decode):
+        fix = (f"; --block-size {verdict.suggested_block_size} on both engines gives equal kernel blocks"
+               if verdict.suggested_block_size else "")
+        warnings.append(Warning_("vllm-attention-heads", (
+            f"vLLM 0.33 reads each of P's {prefill.kernel_tokens}-token kernel blocks whole into a sub-block "
+            f"of D's {decode.kernel_tokens}-token ones, which interleaves the {len(decode.kv_heads[0])} KV heads "
+            f"each D rank holds (vLLM keeps heads whole over a kernel block){fix}")))
     for name, side in (("P", prefill), ("D", decode)):
         if side.geometry.overridden:
             warnings.append(Warning_("not-vllm-geometry", f"{name}'s kernel blocks per logical block are set "

@@ -170,14 +170,6 @@ def coalesce(reads: Sequence[Read]) -> tuple[Read, ...]:
     return tuple(out)
 
 
-def kv_sources(p_shards: Sequence[Shard | None], d_shard: Shard | None) -> list[tuple[int, Shard]]:
-    """The P ranks a D rank reads attention KV heads from, and which heads from each."""
-    if d_shard is None:
-        return []
-    holders = [_Holding(rank, shard, 0) for rank, shard in enumerate(p_shards) if shard is not None]
-    return [(h.rank, units) for h, units in assign_units(d_shard, holders, preferred=set())]
-
-
 @dataclass(frozen=True)
 class Misread:
     """A piece of a segment that lands bytes of the wrong region or unit."""

@@ -130,8 +130,9 @@ class WrongByte:
         return "wrong bytes"
 
     def describe(self) -> str:
-        where = (f"D{self.d_rank} {_place(self.space, self.tensor, self.block)} "
-                 f"(P block {self.p_block}) byte {self.offset} = {self.wants}: "
+        paired = f" (P block {self.p_block})" if self.p_block >= 0 else ""
+        where = (f"D{self.d_rank} {_place(self.space, self.tensor, self.block)}{paired} "
+                 f"byte {self.offset} = {self.wants}: "
                  f"expected 0x{self.expected:02x}, found 0x{self.found:02x}")
         if self.writes == 0 or self.source is None:
             return f"{where}, never written (poisoned)"

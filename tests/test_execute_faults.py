@@ -126,7 +126,7 @@ def test_corrupt_plan_file(plan_file):
 
 def test_plan_file_missing_a_field(plan_file):
     document = json.loads(plan_file.read_text())
-    del document["descriptors"]["decode"]
+    del document["engines"]["decode"]
     plan_file.write_text(json.dumps(document))
     result = run_cli("execute", "--plan", str(plan_file), "--device", "cpu")
     assert_user_error(result, "corrupt plan document (missing or malformed field: 'decode')")

@@ -18,7 +18,7 @@ from mambaxfer_cli.model_config import spec_from_config
 from mambaxfer_cli.model_source import load_model
 from mambaxfer_cli.plan import PlanOptions, build_plan
 from mambaxfer_cli.reads import (
-    EXACT, VLLM, Read, Segment, _Holding, assign_units, coalesce, exact_reads, kv_sources, misreads,
+    EXACT, VLLM, Read, Segment, _Holding, assign_units, coalesce, exact_reads, misreads,
     plan_reads, tp_ratio, vllm_reads,
 )
 
@@ -208,13 +208,6 @@ def test_assign_units_prefers_then_lowest():
                                                                     (holders[1], Shard(6, 10))]
     assert assign_units(Shard(0, 10), holders, preferred={1}) == [(holders[0], Shard(0, 4)),
                                                                   (holders[1], Shard(4, 10))]
-
-
-def test_kv_sources():
-    assert kv_sources([Shard(0, 8)], Shard(2, 4)) == [(0, Shard(2, 4))]
-    assert kv_sources([Shard(2 * i, 2 * i + 2) for i in range(4)], Shard(0, 8)) == [
-        (i, Shard(2 * i, 2 * i + 2)) for i in range(4)]
-    assert kv_sources([Shard(0, 8)], None) == []
 
 
 def test_coalesce_homogeneous_pairing_reads_one_run():

@@ -309,3 +309,17 @@ def test_local_overrun_spills_into_the_next_block():
     assert counted == "D0: 20 bytes never written"
     stray = next(p.message for p in sim.problems if p.code == "outside-request")
     assert stray.startswith("D0: 20 bytes written outside the request's blocks")
+
+
+def test_attention_descriptor_straying_into_the_next_block_is_caught():
+    # In vLLM's shared tensors a kernel block's neighbour is another block of the pool, which an
+    # SSM group or another request may own: a piece shifted by one kernel block writes there.
+    plan = plan_of("jamba", 1, 2)
+    old = dread(plan, 0, 0)
+    (offset, size), = old.local.attention
+    kernel = plan.decode.kernel_block_bytes
+    bad = replace(old, local=replace(old.local, attention=((offset + kernel, size),)))
+    sim = simulate(with_dread(plan, old, bad))
+    assert "outside-request" in codes(sim) or "write-count" in codes(sim)
+    assert [(d.d_rank, d.space, d.region, d.first.reason) for d in sim.damage if d.d_rank == 0] == [
+        (0, "attention", "kv", "never written")]

@@ -174,7 +174,7 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
                             f"with --d-rank?); execute needs every D rank: write the plan without --d-rank")
         spec = _document_model(model, model_arg, cli_overrides or {})
         spec = _prefix_with(spec, int(model["ssm_layers"]), int(model["attention_layers"]))
-        p_engine, d_engine = dm["prefill"], dm["decode"]
+        p_engine = dm["prefill"]
         grouping = KVGrouping(tuple(dm["groups"]), int(p_engine["tensors"]), int(p_engine["ssm_tensors"]))
         coalesced = any("+" in seg["region"] for read in document["reads"] for seg in read["segments"])
         options = PlanOptions(

@@ -18,7 +18,7 @@ from mambaxfer_cli.engine import Side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.layout import RankLayout
-from mambaxfer_cli.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages, ssm_shape
+from mambaxfer_cli.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.pattern import PageShape
 from mambaxfer_cli.plan import Plan
 from mambaxfer_cli.simulate import id_problems

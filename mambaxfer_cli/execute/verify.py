@@ -16,7 +16,6 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.execute.tasks import DecodeTask
-from mambaxfer_cli.pages import ATTENTION_PAGE, ExpectedPage
 from mambaxfer_cli.pattern import POISON, page
 from mambaxfer_cli.simulate import ByteSource, WrongByte
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.descriptors import DescriptorRead
+from mambaxfer_cli.handshake import NOT_CHECKED
 from mambaxfer_cli.kv_groups import describe
 from mambaxfer_cli.model import ATTENTION
 from mambaxfer_cli.plan import Plan
@@ -32,16 +33,27 @@ def verdict_line(plan: Plan) -> Text:
     """vLLM 0.33's verdict, first: accepted (and whether it reads the same bytes), or refused and the fix."""
     v = plan.verdict
     if v.accepts:
-        wrong = [w for w in plan.warnings if w.code in ("vllm-differs", "vllm-replicated-groups")]
+        wrong = [w for w in plan.warnings if w.code in ("vllm-differs", "vllm-replicated-groups",
+                                                        "vllm-attention-heads")]
         if wrong:
-            return Text("vLLM 0.33 accepts this pairing but its reads corrupt the state (see the warnings)",
+            text = Text("vLLM 0.33 accepts this pairing but its reads corrupt the state (see the warnings)",
                         style="bold red")
-        return Text("vLLM 0.33 accepts this pairing and issues the same reads", style="bold green")
+        elif plan.prefill.kernel_tokens != plan.decode.kernel_tokens and plan.prefill.has_attention:
+            text = Text(f"vLLM 0.33 accepts this pairing; it reads P's {plan.prefill.kernel_tokens}-token kernel "
+                        f"blocks into sub-blocks of D's {plan.decode.kernel_tokens}-token ones, which keeps "
+                        f"D's layout here", style="bold green")
+        else:
+            text = Text("vLLM 0.33 accepts this pairing and issues the same reads", style="bold green")
+        if v.suggested_block_size:
+            text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines", style="bold yellow")
+        text.append("\nvLLM does not compare " + ", ".join(NOT_CHECKED) + " at handshake", style="dim")
+        return text
     text = Text("vLLM 0.33 refuses this pairing at handshake: ", style="bold red")
     text.append(" ".join(r.message for r in v.refusals), style="red")
     if v.suggested_block_size:
         text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines (vllm serve … "
                     f"--block-size {v.suggested_block_size})", style="bold yellow")
+    text.append("\nvLLM does not compare " + ", ".join(NOT_CHECKED) + " at handshake", style="dim")
     return text
 
 
