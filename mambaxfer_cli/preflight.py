@@ -221,8 +221,15 @@ class Assessment:
         return bool(self.refusals)
 
     @property
+    def attention_warning(self) -> str | None:
+        """vLLM's sub-block attention reads that interleave a D rank's KV heads (the plan's warning)."""
+        if self.plan is None:
+            return None
+        return next((w.message for w in self.plan.warnings if w.code == "vllm-attention-heads"), None)
+
+    @property
     def corrupt(self) -> bool:
-        return self.byte_check is not None and not self.byte_check.simulation.ok
+        return (self.byte_check is not None and not self.byte_check.simulation.ok) or bool(self.attention_warning)
 
     @property
     def verdict(self) -> str:
@@ -483,6 +490,8 @@ class Report:
                     f"assume every region is evenly sharded across ranks, while this model's B/C groups "
                     f"(n_groups={groups}) are replicated on the D ranks ({a.byte_check.simulation.wrong_bytes} "
                     f"wrong bytes)")
+        if a.corrupt and a.byte_check.simulation.ok:
+            return f"CORRUPT: vLLM 0.33 accepts this pairing, but its attention reads do not: {a.attention_warning}"
         if a.corrupt:
             lines = a.byte_check.explanation()
             return (f"CORRUPT: vLLM 0.33 accepts this pairing, but D's reads land wrong bytes "

@@ -94,6 +94,8 @@ def render_report(report: Report) -> Iterator[object]:
         for line in a.byte_check.explanation(limit=6):
             if not line.startswith("vLLM 0.33 refuses"):
                 yield Text(f"  {line}", style="red")
+    if a.attention_warning:
+        yield Text(f"  ✗ {a.attention_warning}", style="red")
     if report.exit_code != 0:
         yield Text("Fix", style="bold")
         if report.fix is None:
