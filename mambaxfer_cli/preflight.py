@@ -379,10 +379,10 @@ def _align(p: Engine, d: Engine) -> list[Change]:
     if p.flags.attention_backend != d.flags.attention_backend:
         out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
                           "as P's"))
-    if (p.line.speculative_config or None) != (d.line.speculative_config or None) and \
-            (p.model.num_spec != d.model.num_spec or _spec_hash(p) != _spec_hash(d)):
-        out.append(Change(DECODE, "--speculative-config", d.line.speculative_config, p.line.speculative_config,
-                          "as P's: conv rows and the hash follow it"))
+    if p.model.num_spec != d.model.num_spec or _spec_hash(p) != _spec_hash(d):
+        def spec(e: Engine) -> str | None:
+            return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
+        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), "as P's: conv rows and the hash follow it"))
     if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
         value = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
         was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None

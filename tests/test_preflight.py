@@ -81,6 +81,10 @@ def test_prefix_caching_with_different_blocks_per_logical_flashinfer():
     # Turning prefix caching off alone leaves kernels of 32 and 16 tokens (refused): the fix is the block size.
     assert {c["flag"] for c in doc["fix"]["changes"]} == {"--block-size"}
     check_fix_works(doc)
+    off = [x.replace("--port", "--no-enable-prefix-caching --port") for x in (p, d)]
+    code, doc = run_json(*off)
+    assert code == 1 and doc["vllm"]["refusals"][0]["message"] == (
+        "Local block size 16 is not divisible by remote block size 32 or vice versa.")
 
 
 def test_ssm_dtype_mismatch_passes_vllm_and_corrupts_state():
@@ -275,3 +279,17 @@ def test_any_text_is_a_serve_line_or_one_user_error(words):
         assert "\n" not in str(exc) and len(str(exc)) < 400
         return
     assert line.words[:2] in (("vllm", "serve"),) or line.words[1] == "-m"
+
+
+def test_num_spec_on_one_side_changes_conv_rows_and_the_fix_copies_it():
+    """MTP on P only: the hash compares the speculative method, and D's conv rows (conv_kernel - 1 +
+    num_spec) differ from P's."""
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--speculative-config.method mtp --speculative-config.num_speculative_tokens 2",
+                 "-tp 2")
+    code, doc = run_json(p, d)
+    assert code == 1
+    rows = next(f for f in doc["not_compared"] if f["field"] == "num_spec / conv rows")
+    assert (rows["prefill"], rows["decode"]) == ("2 / 5", "0 / 3")
+    assert [(c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
+        ("--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')]
+    check_fix_works(doc)
