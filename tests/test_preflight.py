@@ -51,6 +51,10 @@ def test_nemotron_h_1p2d_works():
     assert doc["engines"]["prefill"]["ssm_dtype"] == "float32"     # Nemotron-H's hook in vLLM 0.33
     assert doc["engines"]["decode"]["tp"] == 2
     assert "--port" in doc["engines"]["prefill"]["ignored_flags"]
+    table = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    assert table.code == 0 and table.stdout.startswith("WORKS")
+    assert "P model: nvidia/Nemotron-H-8B-Base-8K" in table.stdout      # whole, not folded mid-word
+    assert max(map(len, table.stdout.splitlines())) <= 80
 
 
 def test_qwen35_1p4d_default_flags_is_refused_and_block_size_144_fixes_it():

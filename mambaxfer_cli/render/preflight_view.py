@@ -32,7 +32,7 @@ def engines_table(report: Report) -> Table:
     a = report.assessment
     table = _table("Engines", ("", "prefill (P)", "decode (D)"))
     p, d = a.prefill.summary(), a.decode.summary()
-    rows = [("model", "model"), ("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
+    rows = [("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
             ("attention backend", "attention_backend"), ("--block-size", "requested_block_size"),
             ("prefix caching", "prefix_caching"), ("conv / SSM dtype", None), ("conv layout", "conv_layout"),
             ("num_spec / conv rows", None), ("connector / role", None)]
@@ -61,6 +61,9 @@ def engines_table(report: Report) -> Table:
 def fields_table(title: str, fields: list[Field]) -> Table:
     table = _table(title, ("field", "P", "D", ""))
     for f in fields:
+        if f.name == "model":    # often a long path: named in full above the tables
+            table.add_row(f.name, "as above", "the same" if f.agree else "another", OK if f.agree else BAD)
+            continue
         table.add_row(f.name, _value(f.prefill), _value(f.decode), OK if f.agree else BAD)
     return table
 
@@ -70,6 +73,9 @@ def render_report(report: Report) -> Iterator[object]:
     style = "bold green" if report.exit_code == 0 else "bold red"
     yield Text(report.headline(), style=style)
     yield Text("")
+    for name, e in (("P", a.prefill), ("D", a.decode)):
+        yield Text(f"{name} model: {e.line.model}" + (f" ({e.model.name} preset)" if e.model.name != e.line.model
+                                                        else ""))
     yield engines_table(report)
     yield fields_table("Compared by vLLM 0.33 (hash, handshake)",
                        [f for f in a.fields if f.compared])
