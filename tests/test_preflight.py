@@ -297,3 +297,16 @@ def test_num_spec_on_one_side_changes_conv_rows_and_the_fix_copies_it():
     assert [(c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
         ("--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')]
     check_fix_works(doc)
+
+
+def test_ssm_dtype_mismatch_at_default_block_sizes_shows_in_the_geometry():
+    """Without a pinned --block-size the smaller bfloat16 state gives P smaller blocks (528 vs 1040
+    tokens): vLLM refuses on block sizes, and the one-flag fix is the dtype, not two block sizes."""
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--mamba-ssm-cache-dtype bfloat16", "-tp 2")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
+    assert (doc["engines"]["prefill"]["geometry"]["block_size"], doc["engines"]["decode"]["geometry"]["block_size"]) \
+        == (528, 1040)
+    assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
+        ("decode", "--mamba-ssm-cache-dtype", "bfloat16")]
+    check_fix_works(doc)
