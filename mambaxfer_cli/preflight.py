@@ -289,7 +289,7 @@ def assess(p: Engine, d: Engine) -> Assessment:
     elif plan is not None:
         refusals += [r for r in plan.verdict.refusals if r.code != "compat-hash"]
         suggestion = plan.verdict.suggested_block_size
-    elif "TP size" in skipped or "divide" in skipped:
+    elif not any(r.code == "compat-hash" for r in refusals):   # e.g. a TP size the model's heads do not divide
         refusals.append(Refusal("tp-layout", skipped))
     result = check_plan(plan) if plan is not None else None
     if result is None and not skipped:
