@@ -37,6 +37,7 @@ class PlanOptions:
     prefill_blocks: str | None = None
     decode_blocks: str | None = None
     seed: int = 0
+    prefill_model: ModelSpec | None = None   # P's model when its dtypes or num_spec differ from D's
 
 
 @dataclass(frozen=True)
@@ -173,16 +174,29 @@ def _layout_refusal(prefill: Side, decode: Side) -> tuple[Refusal, ...]:
     return ()
 
 
+def _prefill_model(model: ModelSpec, prefill: ModelSpec | None) -> ModelSpec:
+    """P's model: D's unless given. It may differ in what vLLM's handshake does not compare (SSM
+    dtypes, num_spec), never in shape: pages are patterned from D's dimensions on both sides."""
+    if prefill is None:
+        return model
+    same = ("variant", "params", "layers", "conv_kernel", "num_kv_heads", "head_size")
+    differs = [key for key in same if getattr(prefill, key) != getattr(model, key)]
+    if differs:
+        raise UserError(f"P's model differs from D's in {', '.join(differs)}: no transfer between them can be planned")
+    return prefill
+
+
 def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = PlanOptions()) -> Plan:
     """Plan every read of a P/D pairing, under exact or vLLM 0.33 semantics."""
     if options.semantics not in SEMANTICS:
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
     grouping = options.grouping or vllm_grouping(model.layers)
-    prefill = build_side(model, p_tp, options.prefill, grouping, options.attention_streams)
+    p_model = _prefill_model(model, options.prefill_model)
+    prefill = build_side(p_model, p_tp, options.prefill, grouping, options.attention_streams)
     decode = build_side(model, d_tp, options.decode, grouping, options.attention_streams)
 
     def rebuild(size: int) -> tuple[Side, Side]:
-        return (build_side(model, p_tp, with_block_size(options.prefill, size), grouping, options.attention_streams),
+        return (build_side(p_model, p_tp, with_block_size(options.prefill, size), grouping, options.attention_streams),
                 build_side(model, d_tp, with_block_size(options.decode, size), grouping, options.attention_streams))
 
     verdict = vllm_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode))

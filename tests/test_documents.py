@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -12,6 +13,7 @@ from cli_run import assert_user_error, run_cli
 from mambaxfer_cli import __version__
 from mambaxfer_cli.schema import DOCUMENTS
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "preflight"
 COMMANDS = {
     "plan": ("plan", "--model", "qwen3.5-0.8b", "--p-tp", "2", "--d-tp", "1", "--format", "json"),
     "check": ("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:2,2:1", "--semantics", "vllm",
@@ -22,6 +24,8 @@ COMMANDS = {
                 "--iters", "1", "--format", "json"),
     "bench": ("bench", "--model", "jamba", "--layers", "2", "--p-tp", "1", "--d-tp", "1", "--request-blocks", "1",
               "--iters", "1", "--device", "cpu", "--format", "json"),
+    "preflight": ("preflight", "--prefill-file", str(EXAMPLES / "qwen35-prefill.sh"),
+                  "--decode-file", str(EXAMPLES / "qwen35-decode.sh"), "--format", "json"),   # refused, with a fix
 }
 
 

@@ -158,13 +158,17 @@ _GROUP_SIGNALS = (signal.SIGINT, signal.SIGHUP)
 
 @contextlib.contextmanager
 def _group_signals_ignored():
-    """Around one spawn (a signal in these few milliseconds is dropped)."""
+    """Around one spawn. The signals are also blocked meanwhile: Linux keeps a blocked signal pending
+    even while it is ignored, so one that comes during the spawn reaches the coordinator's own
+    handler once it is back, instead of being dropped."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
     handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _GROUP_SIGNALS}
     try:
         yield
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,95 @@
+"""``mambaxfer preflight``: will two ``vllm serve`` engines work together as P and D?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mambaxfer_cli.cli import app, red_line, verdict
+from mambaxfer_cli.cli.options import (
+    EngineOption, Format, OutputOption, check_writable, dump, stamped, write_output,
+)
+from mambaxfer_cli.errors import UserError
+
+
+def _text(line: str | None, file: Path | None, side: str) -> str:
+    if (line is None) == (file is None):
+        raise UserError(f"give --{side} 'vllm serve ...' or --{side}-file FILE (one of them)")
+    if line is not None:
+        return line
+    try:
+        data = Path(file).read_bytes()
+    except OSError as exc:
+        raise UserError(f"--{side}-file {file}: cannot read: {exc.strerror}") from None
+    if len(data) > 1 << 20:
+        raise UserError(f"--{side}-file {file}: larger than 1 MiB; give the script that starts the engine")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"--{side}-file {file}: not UTF-8 text") from None
+
+
+@app.command("preflight")
+def preflight(
+    prefill: Annotated[Optional[str], EngineOption(
+        "--prefill", help="The prefill engine's command line: 'vllm serve MODEL ...'.", show_default=False)] = None,
+    decode: Annotated[Optional[str], EngineOption(
+        "--decode", help="The decode engine's command line: 'vllm serve MODEL ...'.", show_default=False)] = None,
+    prefill_file: Annotated[Optional[Path], EngineOption(
+        "--prefill-file", help="A file with P's command line, or a shell script that runs it.",
+        show_default=False)] = None,
+    decode_file: Annotated[Optional[Path], EngineOption(
+        "--decode-file", help="A file with D's command line, or a shell script that runs it.",
+        show_default=False)] = None,
+    fmt: Annotated[Format, OutputOption(
+        "--format", "-f", help="table, json or yaml (mambaxfer.preflight/v1).")] = Format.table,
+    junit: Annotated[Optional[Path], OutputOption(
+        "--junit", help="Also write the verdict as JUnit XML to FILE.", show_default=False)] = None,
+) -> None:
+    """Check a P/D deployment from its two vllm serve command lines: vLLM 0.33's verdict, a
+    byte-level check of its reads, and the corrected command lines when anything fails.
+
+    Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it or it
+    corrupts state (explained); 2: a usage error; 70: an internal error.
+
+    [bold]Examples[/]
+
+    mambaxfer preflight --prefill 'vllm serve Qwen/Qwen3.5-0.8B -tp 1' --decode 'vllm serve Qwen/Qwen3.5-0.8B -tp 4'
+
+    mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --junit preflight.xml
+    """
+    from mambaxfer_cli.preflight import preflight as run
+    from mambaxfer_cli.serve_args import parse_serve
+    from mambaxfer_cli.serve_model import load_serve_model
+
+    p_text = _text(prefill, prefill_file, "prefill")
+    d_text = _text(decode, decode_file, "decode")
+    p_line = parse_serve(p_text, "--prefill-file" if prefill is None else "--prefill")
+    d_line = parse_serve(d_text, "--decode-file" if decode is None else "--decode")
+    if junit is not None:   # fail before the work, not after it
+        check_writable(junit, "--junit")
+    report = run(p_line, d_line, load_serve_model)
+    verdict(report.exit_code)
+    unwritten = None
+    if junit is not None:
+        from mambaxfer_cli.render.preflight_view import junit_xml
+
+        try:
+            write_output(junit, junit_xml(report), flag="--junit")
+        except UserError as exc:   # said after the verdict, which it must not hide
+            unwritten = exc
+    if fmt is not Format.table:
+        typer.echo(dump(stamped(report.to_dict()), fmt), nl=False)
+    else:
+        from mambaxfer_cli.render.console import console, fit
+        from mambaxfer_cli.render.preflight_view import render_report
+
+        out = console()
+        for part in render_report(report):
+            out.print(fit(part))
+    if unwritten is not None:
+        red_line(str(unwritten))
+        raise typer.Exit(report.exit_code or 2)
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,575 @@
+"""Will these two ``vllm serve`` engines work together as P and D, and if not, what to change?
+
+Each line becomes the engine vLLM 0.33 builds from it (model, dtypes, geometry); then the pairing
+gets vLLM's own verdict (what its engines refuse at start-up and its handshake refuses), a
+byte-level check of the reads vLLM would issue (``check``'s simulation, D reading P's pages with
+D's offsets), and, when anything fails, the smallest set of flag changes that makes it work.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from mambaxfer_cli.check import CHECK_ENGINES, PairingResult, check_plan
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.geometry import DEFAULT_BACKEND, DEFAULT_BLOCK_SIZE, EngineFlags, Geometry
+from mambaxfer_cli.geometry import kv_cache_dtype as resolve_kv_dtype
+from mambaxfer_cli.engine import Side, build_side
+from mambaxfer_cli.geometry import backend
+from mambaxfer_cli.handshake import GEOMETRY_CODES, NOT_CHECKED, SEARCH_LIMIT, Refusal
+from mambaxfer_cli.handshake import refusals as handshake_refusals
+from mambaxfer_cli.layout import rank_layout
+from mambaxfer_cli.model import ModelSpec
+from mambaxfer_cli.plan import Plan, PlanOptions, build_plan
+from mambaxfer_cli.reads import VLLM
+from mambaxfer_cli.serve_args import CONV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse
+
+SCHEMA = "mambaxfer.preflight/v1"
+PREFILL, DECODE = "prefill", "decode"
+ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
+ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
+SIDE_NAME = {PREFILL: "P", DECODE: "D"}
+EAGLE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "qwen3_next_mtp", "qwen3_5_mtp", "nemotron_h_mtp")
+VLLM_DTYPES = {"float": "float32", "half": "float16"}
+
+
+# --- one engine ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine as vLLM 0.33 builds it from its command line."""
+
+    side: str                 # prefill | decode
+    line: ServeLine
+    model: ModelSpec
+    flags: EngineFlags
+
+    @property
+    def tp(self) -> int:
+        return self.line.tp
+
+    @property
+    def conv_layout(self) -> str:
+        return self.line.conv_layout or "SD"     # vLLM 0.33's default on CUDA when unset
+
+    def summary(self) -> dict:
+        m = self.model
+        return {"model": self.line.model, "tp": self.tp, "dtype": m.model_dtype,
+                "kv_cache_dtype": self.flags.kv_cache_dtype, "attention_backend": self.flags.attention_backend,
+                "requested_block_size": self.line.block_size, "prefix_caching": self.flags.prefix_caching,
+                "conv_dtype": m.conv_dtype, "ssm_dtype": m.ssm_dtype, "num_spec": m.num_spec,
+                "conv_rows": m.conv_rows, "conv_layout": self.conv_layout,
+                "kv_connector": self.line.kv_connector, "kv_role": self.line.kv_role,
+                "transfer_mode": self.line.transfer_mode}
+
+
+ModelLoader = Callable[..., ModelSpec]
+
+
+def vllm_dtype(requested: str, config_dtype: str) -> str:
+    """``--dtype``: auto is the config's dtype, float32 checkpoints downcast to bfloat16 on GPUs."""
+    if requested == "auto":
+        return "bfloat16" if config_dtype == "float32" else config_dtype
+    return VLLM_DTYPES.get(requested, requested)
+
+
+def build_engine(side: str, line: ServeLine, load: ModelLoader) -> Engine:
+    """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
+    hf_overrides=)`` resolves the model as ``--model`` does elsewhere."""
+    try:
+        base = load(line.model, hf_overrides=line.hf_overrides)
+    except UserError as exc:
+        raise UserError(f"--{side}: {exc}") from None
+    dtype = vllm_dtype(line.dtype, base.model_dtype)
+    conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
+    ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
+    model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
+                 hf_overrides=line.hf_overrides)
+    model = replace(model, model_dtype=dtype)
+    where = f"--{side}"
+    try:
+        resolve_kv_dtype(line.kv_cache_dtype, dtype)
+        flags = EngineFlags(attention_backend=line.attention_backend or DEFAULT_BACKEND,
+                            block_size=line.block_size or DEFAULT_BLOCK_SIZE, kv_cache_dtype=line.kv_cache_dtype,
+                            prefix_caching=model.has_attention if line.prefix_caching is None else line.prefix_caching,
+                            num_blocks=CHECK_ENGINES["p_num_blocks" if side == PREFILL else "d_num_blocks"])
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return Engine(side, line, model, flags)
+
+
+# --- what is compared --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    prefill: object
+    decode: object
+    compared: bool            # by vLLM 0.33 (compatibility hash or handshake)
+    ok: bool | None = None    # the rule when it is not equality (TP sizes, kernel blocks)
+
+    @property
+    def agree(self) -> bool:
+        return self.prefill == self.decode if self.ok is None else self.ok
+
+    def to_dict(self) -> dict:
+        return {"field": self.name, "prefill": self.prefill, "decode": self.decode, "agree": self.agree}
+
+
+def _spec_hash(e: Engine):
+    method = e.line.speculative_method
+    return f"{method}, {e.line.num_speculative_tokens} tokens" if method in EAGLE_METHODS else None
+
+
+def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+    """What vLLM 0.33's compatibility hash takes (``compute_nixl_compatibility_hash``)."""
+    pb = plan.prefill.hashed_backend if plan else p.flags.attention_backend
+    db = plan.decode.hashed_backend if plan else d.flags.attention_backend
+    rows = [("model", p.line.model, d.line.model), ("dtype", p.model.model_dtype, d.model.model_dtype),
+            ("KV heads", p.model.num_kv_heads, d.model.num_kv_heads),
+            ("head size", p.model.head_size, d.model.head_size),
+            ("layers with a cache", len(p.model.layers), len(d.model.layers)),
+            ("hashed backend", pb, db), ("KV-cache dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype),
+            ("speculative (EAGLE/MTP)", _spec_hash(p), _spec_hash(d)),
+            ("transfer mode", p.line.transfer_mode, d.line.transfer_mode)]
+    return [Field(n, a, b, True) for n, a, b in rows]
+
+
+def handshake_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+    """What the handshake itself compares after the hash (TP, kernel blocks, blocks per logical)."""
+    big, small = max(p.tp, d.tp), min(p.tp, d.tp)
+    rows = [Field("TP size (one divides the other)", p.tp, d.tp, True, big % small == 0)]
+    if plan is not None and plan.prefill.has_attention:
+        pg, dg = plan.prefill.geometry, plan.decode.geometry
+        rows.append(Field("kernel block (D's a multiple of P's)", pg.kernel_block_size, dg.kernel_block_size, True,
+                          dg.kernel_block_size % pg.kernel_block_size == 0))
+        if dg.prefix_caching:
+            rows.append(Field("blocks per logical (prefix caching)", pg.blocks_per_logical, dg.blocks_per_logical,
+                              True))
+    return rows
+
+
+def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+    """SPEC section 8's last point: what vLLM never compares."""
+    rows = [Field("conv dtype", p.model.conv_dtype, d.model.conv_dtype, False),
+            Field("SSM (temporal) dtype", p.model.ssm_dtype, d.model.ssm_dtype, False),
+            Field("conv layout", p.conv_layout, d.conv_layout, False),
+            Field("num_spec / conv rows", f"{p.model.num_spec} / {p.model.conv_rows}",
+                  f"{d.model.num_spec} / {d.model.conv_rows}", False)]
+    try:   # what D's offsets assume of P's state, rank for rank: both models laid out at D's TP
+        sizes = [rank_layout(e.model, d.tp, 0) for e in (p, d)]
+        rows.append(Field("SSM state bytes per rank (at D's TP)", *(f"{r.conv_bytes} + {r.ssm_bytes}" for r in sizes),
+                          False))
+    except UserError:
+        pass
+    return rows
+
+
+# --- the verdict --------------------------------------------------------------------------------
+
+def startup_refusals(e: Engine) -> list[Refusal]:
+    """What stops the engine before any handshake, as vLLM 0.33's NIXL worker asserts it."""
+    name, out = SIDE_NAME[e.side], []
+    line = e.line
+    if line.kv_connector is None:
+        out.append(Refusal("no-connector", f"{name} has no --kv-transfer-config: it neither sends nor receives "
+                                           f"KV cache"))
+    elif line.kv_connector not in NIXL_CONNECTORS:
+        out.append(Refusal("connector", f"{name} uses {line.kv_connector}; mambaxfer checks vLLM's NIXL "
+                                        f"connector ({', '.join(NIXL_CONNECTORS)})"))
+    elif line.kv_role not in ROLES[e.side]:
+        out.append(Refusal("kv-role", f"{name} is the {e.side} engine but its kv_role is {line.kv_role} "
+                                      f"(use {ROLE_FOR[e.side]})"))
+    if e.conv_layout not in ("SD", "DS"):
+        out.append(Refusal("conv-layout", f"{name}: {CONV_LAYOUT_VAR}={e.conv_layout} is not one of SD, DS; "
+                                          f"vLLM refuses to start"))
+    elif e.conv_layout != "DS" and line.kv_connector in NIXL_CONNECTORS:
+        how = "is unset (vLLM uses SD)" if line.conv_layout is None else f"is {line.conv_layout}"
+        out.append(Refusal("conv-layout", f"{name}: {CONV_LAYOUT_VAR} {how}; its NIXL worker asserts: "
+                                          f"3-read Mamba conv transfer requires DS conv state layout. Set "
+                                          f"{CONV_LAYOUT_VAR}=DS"))
+    return out
+
+
+def _hash_refusal(fields: list[Field]) -> list[Refusal]:
+    differs = [f"{f.name} {f.decode} vs {f.prefill}" for f in fields if not f.agree]
+    if not differs:
+        return []
+    return [Refusal("compat-hash", (
+        "NIXL compatibility hash mismatch. Prefill and decode instances have incompatible configurations. "
+        "This may be due to: different vLLM versions, models, dtypes, KV cache layouts, attention backends, "
+        f"etc. ({'; '.join(differs)}, D vs P)"))]
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One pairing's answer, before any fix."""
+
+    prefill: Engine
+    decode: Engine
+    plan: Plan | None
+    refusals: tuple[Refusal, ...]           # start-up and handshake, in the order vLLM meets them
+    suggested_block_size: int | None
+    byte_check: PairingResult | None
+    byte_check_skipped: str = ""            # why there is no byte check
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals)
+
+    @property
+    def attention_warning(self) -> str | None:
+        """vLLM's sub-block attention reads that interleave a D rank's KV heads (the plan's warning)."""
+        if self.plan is None:
+            return None
+        return next((w.message for w in self.plan.warnings if w.code == "vllm-attention-heads"), None)
+
+    @property
+    def corrupt(self) -> bool:
+        return (self.byte_check is not None and not self.byte_check.simulation.ok) or bool(self.attention_warning)
+
+    @property
+    def verdict(self) -> str:
+        return "refused" if self.refused else "corrupt" if self.corrupt else "works"
+
+    @property
+    def works(self) -> bool:
+        return self.verdict == "works" and self.byte_check is not None
+
+    @property
+    def unchecked_mismatches(self) -> list[Field]:
+        return [f for f in unchecked_fields(self.prefill, self.decode, self.plan) if not f.agree]
+
+    @property
+    def fields(self) -> list[Field]:
+        p, d = self.prefill, self.decode
+        return hashed_fields(p, d, self.plan) + handshake_fields(p, d, self.plan) + unchecked_fields(p, d, self.plan)
+
+
+def _push(p: Engine, d: Engine) -> bool:
+    return p.line.transfer_mode == "push" and d.line.transfer_mode == "push"
+
+
+def _push_refusals(p: Engine, d: Engine, plan: Plan) -> tuple[list[Refusal], int | None]:
+    """Push mode (NixlPushConnector): P runs the full handshake with P local and D remote, so P's
+    kernel block must be a multiple of D's and P's prefix caching decides; the same search for a
+    ``--block-size`` that passes."""
+    def geometry(prefill: Side, decode: Side) -> list[Refusal]:
+        return [r for r in handshake_refusals(decode, prefill) if r.code != "compat-hash"]
+
+    found = geometry(plan.prefill, plan.decode) + [r for r in plan.verdict.refusals if r.code == "layout"]
+    suggestion = None
+    if any(r.code in GEOMETRY_CODES for r in found):
+        for size in range(backend(p.flags.attention_backend).step, SEARCH_LIMIT + 1,
+                          backend(p.flags.attention_backend).step):
+            sides = [build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d)]
+            if not any(r.code in GEOMETRY_CODES for r in geometry(*sides)):
+                suggestion = size
+                break
+    return found, suggestion
+
+
+def assess(p: Engine, d: Engine) -> Assessment:
+    """vLLM 0.33's verdict on the pairing and the byte-level check of what it would read."""
+    refusals = startup_refusals(p) + startup_refusals(d)
+    plan, skipped = None, ""
+    options = PlanOptions(semantics=VLLM, prefill=p.flags, decode=d.flags, prefill_model=p.model)
+    try:
+        plan = build_plan(d.model, p.tp, d.tp, options)
+    except UserError as exc:
+        skipped = str(exc)
+    refusals += _hash_refusal(hashed_fields(p, d, plan))
+    suggestion = None
+    if plan is not None and _push(p, d):
+        found, suggestion = _push_refusals(p, d, plan)
+        refusals += found
+    elif plan is not None:
+        refusals += [r for r in plan.verdict.refusals if r.code != "compat-hash"]
+        suggestion = plan.verdict.suggested_block_size
+    elif not any(r.code == "compat-hash" for r in refusals):   # e.g. a TP size the model's heads do not divide
+        refusals.append(Refusal("tp-layout", skipped))
+    result = check_plan(plan) if plan is not None else None
+    if result is None and not skipped:
+        skipped = "no plan"
+    return Assessment(p, d, plan, tuple(refusals), suggestion, result, skipped)
+
+
+# --- fixes ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Change:
+    side: str
+    flag: str                 # a flag, or VAR= for the environment
+    old: str | None           # as it was (None: absent)
+    new: str | None           # as it becomes (None: removed)
+    why: str
+
+    def describe(self) -> str:
+        name = SIDE_NAME[self.side]
+        if self.flag.endswith("="):
+            return f"{name}: export {self.flag}{self.new}  ({self.why})"
+        if self.new == "":
+            return f"{name}: {self.flag}  ({self.why})"
+        if self.new is None:
+            return f"{name}: remove {self.flag}  ({self.why})"
+        return f"{name}: {self.flag} {self.new}  ({self.why})"
+
+    def to_dict(self) -> dict:
+        return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
+
+
+FIELD_FLAG = {"block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
+              "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
+              "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
+              "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
+              "hf_overrides": "--hf-overrides"}
+
+
+def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
+    """The line's words with every occurrence of ``key``'s flag replaced by ``new`` (at the first)."""
+    words = list(line.words)
+    occ = sorted(line.occurrences.get(key, ()), key=lambda o: o.start)
+    if not occ:
+        return words + new
+    first = occ[0].start
+    for o in reversed(occ):
+        del words[o.start:o.end]
+    return words[:first] + new + words[first:]
+
+
+def apply_change(line: ServeLine, change: Change) -> ServeLine:
+    where = f"--{change.side}"
+    if change.flag.endswith("="):
+        env = tuple((k, v) for k, v in line.env_prefix if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
+        return reparse(replace(line, conv_layout=change.new), list(line.words), env, where)
+    if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+        return reparse(line, _set_words(line, "prefix_caching", [change.flag]), line.env_prefix, where)
+    key = next(k for k, f in FIELD_FLAG.items() if f == change.flag)
+    return reparse(line, _set_words(line, key, [] if change.new is None else [change.flag, change.new]),
+                   line.env_prefix, where)
+
+
+def _align(p: Engine, d: Engine) -> list[Change]:
+    """Changes that make D agree with P (and both engines start), flag by flag."""
+    out: list[Change] = []
+    for e in (p, d):
+        if e.line.kv_connector is None or e.line.kv_role not in ROLES[e.side]:
+            config = {**e.line.kv_transfer, "kv_connector": e.line.kv_connector
+                      if e.line.kv_connector in NIXL_CONNECTORS else
+                      (p.line.kv_connector if p.line.kv_connector in NIXL_CONNECTORS else "NixlConnector"),
+                      "kv_role": ROLE_FOR[e.side]}
+            out.append(Change(e.side, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
+                              "the engine's NIXL connector and role"))
+        if e.conv_layout != "DS":
+            out.append(Change(e.side, f"{CONV_LAYOUT_VAR}=", e.line.conv_layout, "DS",
+                              "vLLM's NIXL worker requires it"))
+    pairs = [("dtype", p.model.model_dtype, d.model.model_dtype, p.line.dtype, "the hash compares it"),
+             ("kv_cache_dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype, p.line.kv_cache_dtype,
+              "the hash compares it"),
+             ("mamba_cache_dtype", p.model.conv_dtype, d.model.conv_dtype, p.model.conv_dtype,
+              "vLLM does not compare it: D would read P's conv state as its own"),
+             ("mamba_ssm_cache_dtype", p.model.ssm_dtype, d.model.ssm_dtype, p.model.ssm_dtype,
+              "vLLM does not compare it: D would read P's SSM state as its own")]
+    for key, pv, dv, value, why in pairs:
+        if pv != dv:
+            out.append(Change(DECODE, FIELD_FLAG[key], getattr(d.line, key), value, f"as P's; {why}"))
+    if p.flags.attention_backend != d.flags.attention_backend:
+        out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
+                          "as P's"))
+    if p.model.num_spec != d.model.num_spec or _spec_hash(p) != _spec_hash(d):
+        def spec(e: Engine) -> str | None:
+            return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
+        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), "as P's: conv rows and the hash follow it"))
+    if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
+        value = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
+        was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
+        out.append(Change(DECODE, "--hf-overrides", was, value, "as P's: the model's dimensions follow it"))
+    if p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector:
+        config = {**d.line.kv_transfer, "kv_connector": p.line.kv_connector}
+        out.append(Change(DECODE, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
+                          "the same transfer mode as P"))
+    return out
+
+
+def _both(flag: str, old: tuple, value: str, why: str) -> list[Change]:
+    return [Change(side, flag, o, value, why) for side, o in zip((PREFILL, DECODE), old)]
+
+
+@dataclass(frozen=True)
+class Fix:
+    changes: tuple[Change, ...]
+    prefill: ServeLine
+    decode: ServeLine
+    after: Assessment
+
+    def to_dict(self) -> dict:
+        return {"changes": [c.to_dict() for c in self.changes], "prefill": self.prefill.command(),
+                "decode": self.decode.command(), "verdict_after": self.after.verdict}
+
+
+def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
+    """The smallest set of changes (D aligned to P, then the block geometry, then TP) that works."""
+    def run(changes: list[Change]) -> tuple[ServeLine, ServeLine, Assessment]:
+        lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
+        for c in changes:
+            lines[c.side] = apply_change(lines[c.side], c)
+        p = build_engine(PREFILL, lines[PREFILL], load)
+        d = build_engine(DECODE, lines[DECODE], load)
+        return lines[PREFILL], lines[DECODE], assess(p, d)
+
+    base = _align(first.prefill, first.decode)
+    pl, dl, after = run(base)
+    candidates: list[list[Change]] = [base]
+    p_line, d_line = first.prefill.line, first.decode.line
+    old_bs = (p_line.block_size, d_line.block_size)
+    old_bs = tuple(None if v is None else str(v) for v in old_bs)
+    if after.suggested_block_size:
+        candidates.append(base + _both("--block-size", old_bs, str(after.suggested_block_size),
+                                       "vLLM's handshake accepts both engines' blocks"))
+    no_pc = _both("--no-enable-prefix-caching", (None, None), "", "vLLM refuses prefix caching with "
+                  "different blocks per logical block")
+    candidates.append(base + no_pc)
+    _, _, off = run(base + no_pc)
+    if off.suggested_block_size:
+        candidates.append(base + no_pc + _both("--block-size", old_bs, str(off.suggested_block_size),
+                                               "vLLM's handshake accepts both engines' blocks"))
+    if first.prefill.tp != first.decode.tp:
+        same_tp = [Change(PREFILL, "--tensor-parallel-size", str(p_line.tp), str(first.decode.tp),
+                          "vLLM 0.33's reads are right only when P and D shard alike")]
+        reshaped = [c + same_tp for c in candidates]
+    else:
+        reshaped = []
+    tried = set()
+    # Flag changes first, fewest first; a different TP (the deployment's shape) only as a last resort.
+    for changes in sorted(candidates, key=len) + sorted(reshaped, key=len):
+        key = tuple(changes)
+        if key in tried or not changes:
+            continue
+        tried.add(key)
+        pl, dl, after = run(changes)
+        if after.works:
+            return Fix(tuple(_drop_noops(changes)), pl, dl, after)
+    return None
+
+
+def _drop_noops(changes: list[Change]) -> list[Change]:
+    return [c for c in changes if c.old != c.new or c.new == ""]
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Report:
+    assessment: Assessment
+    fix: Fix | None
+    warnings: tuple[str, ...]
+
+    @property
+    def verdict(self) -> str:
+        return self.assessment.verdict
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.assessment.works else 1
+
+    def headline(self) -> str:
+        a = self.assessment
+        if a.refused:
+            return f"REFUSED: vLLM 0.33 would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
+        if a.corrupt and a.unchecked_mismatches:
+            f = a.unchecked_mismatches[0]
+            return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
+                    f"does not compare: vLLM 0.33 accepts the pairing and D reads P's bytes with its own "
+                    f"offsets ({a.byte_check.simulation.wrong_bytes} wrong bytes)")
+        if a.corrupt and a.plan is not None and any(w.code == "vllm-replicated-groups" for w in a.plan.warnings):
+            groups = a.decode.model.params.get("n_groups")
+            return (f"CORRUPT: vLLM 0.33 accepts this pairing, but its reads corrupt the SSM state: its offsets "
+                    f"assume every region is evenly sharded across ranks, while this model's B/C groups "
+                    f"(n_groups={groups}) are replicated on the D ranks ({a.byte_check.simulation.wrong_bytes} "
+                    f"wrong bytes)")
+        if a.corrupt and a.byte_check.simulation.ok:
+            return f"CORRUPT: vLLM 0.33 accepts this pairing, but its attention reads do not: {a.attention_warning}"
+        if a.corrupt:
+            lines = a.byte_check.explanation()
+            return (f"CORRUPT: vLLM 0.33 accepts this pairing, but D's reads land wrong bytes "
+                    f"({a.byte_check.simulation.wrong_bytes} bytes; {lines[0] if lines else 'see below'})")
+        if a.byte_check is None:
+            return f"UNCHECKED: {a.byte_check_skipped}"
+        return (f"WORKS: vLLM 0.33 accepts this pairing and its reads move the right bytes "
+                f"({a.byte_check.simulation.bytes_verified} bytes verified)")
+
+    def to_dict(self) -> dict:
+        a = self.assessment
+
+        def engine(e: Engine, g: Geometry | None) -> dict:
+            return {"command": e.line.command(), **e.summary(), "geometry": g.to_dict() if g else None,
+                    "ignored_flags": list(e.line.ignored), "unknown_flags": list(e.line.unknown)}
+
+        plan = a.plan
+        check = a.byte_check
+        return {
+            "schema": SCHEMA, "verdict": self.verdict if a.byte_check or a.refused else "unchecked",
+            "exit_code": self.exit_code, "headline": self.headline(),
+            "engines": {PREFILL: engine(a.prefill, plan.prefill.geometry if plan else None),
+                        DECODE: engine(a.decode, plan.decode.geometry if plan else None)},
+            "compared": [f.to_dict() for f in hashed_fields(a.prefill, a.decode, plan)
+                         + handshake_fields(a.prefill, a.decode, plan)],
+            "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode, plan)],
+            "vllm": {"accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
+                     "suggested_block_size": a.suggested_block_size, "not_checked": list(NOT_CHECKED)},
+            "byte_check": None if check is None else {
+                "verdict": "pass" if check.simulation.ok else "fail", "bytes_moved": check.bytes,
+                "bytes_verified": check.simulation.bytes_verified, "wrong_bytes": check.simulation.wrong_bytes,
+                "explanation": check.explanation(limit=1000) if not check.simulation.ok else []},
+            "byte_check_skipped": a.byte_check_skipped or None,
+            "unchecked_mismatches": [f"{f.name}: P {f.prefill}, D {f.decode}" for f in a.unchecked_mismatches],
+            "plan_warnings": [w.to_dict() for w in plan.warnings] if plan else [],
+            "fix": self.fix.to_dict() if self.fix else None,
+            "warnings": list(self.warnings),
+        }
+
+
+def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader) -> Report:
+    p, d = build_engine(PREFILL, prefill, load), build_engine(DECODE, decode, load)
+    first = assess(p, d)
+    fix = None if first.works else find_fix(first, load)
+    warnings = []
+    for e in (p, d):
+        name = SIDE_NAME[e.side]
+        if e.line.unknown:
+            warnings.append(f"{name}: unknown to vLLM 0.33 (as far as mambaxfer knows): {', '.join(e.line.unknown)}")
+        if e.line.attention_backend is None and e.model.has_attention:
+            warnings.append(f"{name}: no --attention-backend: {DEFAULT_BACKEND} assumed (vLLM's pick on H100/H200)")
+        if e.line.kv_role == "kv_both":
+            warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
+        warnings += [f"{name}: {n}" for n in e.line.notes]
+    if _push(p, d):
+        warnings.append("push mode (NixlPushConnector): vLLM's handshake rules are applied with P as the local "
+                        "side, as its push worker does; the byte-level check simulates D's pull reads "
+                        "(mambaxfer does not model push WRITEs)")
+    return Report(first, fix, tuple(warnings))
+
+
+def quote_lines(line: ServeLine, width: int = 78) -> list[str]:
+    """A corrected command as shell lines of at most ``width`` columns (``\\`` continuations),
+    never cutting a word."""
+    quoted = [f"{k}={shlex.quote(v)}" for k, v in line.environment()] + [shlex.quote(w) for w in line.words]
+    words: list[str] = []
+    for w in quoted:   # a flag and its value stay on one line
+        if words and words[-1].startswith("-") and " " not in words[-1] and not w.startswith("-") \
+                and len(words[-1]) + 1 + len(w) + 4 <= width:
+            words[-1] += " " + w
+        else:
+            words.append(w)
+    lines, current = [], ""
+    for w in words:
+        if current and len(current) + 1 + len(w) + 2 > width:
+            lines.append(current + " \\")
+            current = "  " + w
+        else:
+            current = f"{current} {w}" if current else w
+    lines.append(current)
+    return lines

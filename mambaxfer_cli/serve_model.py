@@ -1,0 +1,64 @@
+"""The model a ``vllm serve`` line names, resolved as ``--model`` is elsewhere.
+
+Also: a Hugging Face repo id that is not in the local cache but is a built-in preset's source
+(``nvidia/Nemotron-H-8B-Base-8K``) is that preset; ``--hf-overrides`` updates the config's top
+level, as vLLM's ``config.update(hf_overrides)`` does.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from mambaxfer_cli import model_source as ms
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.model import ModelSpec
+from mambaxfer_cli.model_config import spec_from_config
+
+
+@lru_cache(maxsize=None)
+def preset_sources() -> dict[str, str]:
+    """A preset's HF repo id (lower case) -> the preset's name."""
+    out = {}
+    for name in ms.preset_names():
+        source = ms._read_yaml(ms.PRESET_DIR / f"{name}.yaml").get("source")
+        if source:
+            out[str(source).lower()] = name
+    return out
+
+
+def _preset_for(name: str) -> str | None:
+    if name in ms.preset_names():
+        return name
+    if ms._cached_repo_config(name) if name.count("/") == 1 else None:
+        return None
+    return preset_sources().get(name.lower())
+
+
+def load_serve_model(name: str, *, conv_dtype: str | None = None, ssm_dtype: str | None = None,
+                     num_spec: int | None = None, hf_overrides: Mapping[str, Any] | None = None) -> ModelSpec:
+    overrides = dict(hf_overrides or {})
+    preset = _preset_for(name)
+    cli = {"conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec}
+    if not overrides:
+        spec = ms.load_model(preset or name, **cli)
+        return spec
+    path = ms.PRESET_DIR / f"{preset}.yaml" if preset else Path(name).expanduser()
+    if path.is_dir():
+        path = next((path / c for c in ("config.json", "model.yaml") if (path / c).is_file()), path / "config.json")
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        data = ms._read_yaml(path)
+        file_cli = {k: data.get(k) for k in ("conv_dtype", "ssm_dtype", "num_spec")}
+        file_cli.update({k: v for k, v in cli.items() if v is not None})
+        return spec_from_config({**data["config"], **overrides}, name=str(data.get("name") or preset or path.stem),
+                                source=str(data.get("source") or path), **file_cli)
+    if path.is_file():
+        config = ms._read_json(path)
+        label = path.parent.name if path.name == "config.json" else path.stem
+        return spec_from_config({**config, **overrides}, name=label, source=str(path), **cli)
+    cached = ms._cached_repo_config(name) if name.count("/") == 1 else None
+    if cached is None:
+        ms.load_model(name)          # the same one-line error as --model gives
+        raise UserError(f"cannot resolve model '{name}'")
+    return spec_from_config({**ms._read_json(cached), **overrides}, name=name, source=name, **cli)

@@ -1,0 +1,312 @@
+"""mambaxfer preflight end to end: real vllm serve command lines in, vLLM 0.33's verdict, the
+byte-level check and the corrected lines out (exit 0 works, 1 refused or corrupt, 2 usage)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import jsonschema
+import pytest
+
+from cli_run import assert_user_error, run_cli
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.preflight import preflight, quote_lines
+from mambaxfer_cli.schema import document_schema
+from mambaxfer_cli.serve_args import parse_serve
+from mambaxfer_cli.serve_model import load_serve_model
+
+DS = "VLLM_SSM_CONV_STATE_LAYOUT=DS"
+P_KV = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
+D_KV = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'"""
+
+
+def lines(model: str, p_flags: str = "", d_flags: str = "", p_env: str = DS, d_env: str = DS) -> tuple[str, str]:
+    return (f"{p_env} vllm serve {model} --port 8100 {p_flags} {P_KV}".strip(),
+            f"{d_env} vllm serve {model} --port 8200 {d_flags} {D_KV}".strip())
+
+
+def run_json(p: str, d: str, *extra: str):
+    result = run_cli("preflight", "--prefill", p, "--decode", d, "--format", "json", *extra)
+    assert "Traceback" not in result.stderr, result.stderr
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, document_schema("preflight"))
+    assert doc["exit_code"] == result.code
+    return result.code, doc
+
+
+def check_fix_works(doc) -> None:
+    """The corrected lines, run through preflight again, work (exit 0)."""
+    code, again = run_json(doc["fix"]["prefill"], doc["fix"]["decode"])
+    assert code == 0, again["headline"]
+    assert again["verdict"] == "works" and again["fix"] is None
+
+
+def test_nemotron_h_1p2d_works():
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--tensor-parallel-size 1", "--tensor-parallel-size 2")
+    code, doc = run_json(p, d)
+    assert code == 0 and doc["verdict"] == "works"
+    assert doc["vllm"]["accepts"] and doc["byte_check"]["verdict"] == "pass"
+    assert doc["byte_check"]["bytes_verified"] > 0 and doc["fix"] is None
+    assert doc["engines"]["prefill"]["ssm_dtype"] == "float32"     # Nemotron-H's hook in vLLM 0.33
+    assert doc["engines"]["decode"]["tp"] == 2
+    assert "--port" in doc["engines"]["prefill"]["ignored_flags"]
+    table = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    assert table.code == 0 and table.stdout.startswith("WORKS")
+    assert "P model: nvidia/Nemotron-H-8B-Base-8K" in table.stdout      # whole, not folded mid-word
+    assert max(map(len, table.stdout.splitlines())) <= 80
+
+
+def test_qwen35_1p4d_default_flags_is_refused_and_block_size_144_fixes_it():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "", "-tp 4")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["verdict"] == "refused"
+    # vLLM 0.33's default prefix caching: GDN checkpoints align blocks to 64 tokens (576 and 320).
+    assert doc["engines"]["prefill"]["geometry"]["block_size"] == 576
+    assert doc["engines"]["decode"]["geometry"]["block_size"] == 320
+    assert doc["vllm"]["refusals"][0]["message"] == (
+        "Local block size 320 is not divisible by remote block size 576 or vice versa.")
+    assert doc["vllm"]["suggested_block_size"] == 144   # as 'mambaxfer plan --semantics vllm' says
+    changes = {(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]}
+    assert changes == {("prefill", "--block-size", "144"), ("decode", "--block-size", "144")}
+    assert "--block-size 144" in doc["fix"]["decode"] and "-tp 4" in doc["fix"]["decode"]
+    check_fix_works(doc)
+
+
+def test_prefix_caching_with_different_blocks_per_logical_flashinfer():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--attention-backend FLASHINFER", "-tp 4 --attention-backend FLASHINFER")
+    code, doc = run_json(p, d)
+    assert code == 1
+    g = doc["engines"]
+    assert (g["prefill"]["geometry"]["kernel_block_size"], g["prefill"]["geometry"]["blocks_per_logical"]) == (64, 9)
+    assert (g["decode"]["geometry"]["kernel_block_size"], g["decode"]["geometry"]["blocks_per_logical"]) == (64, 5)
+    assert [r["code"] for r in doc["vllm"]["refusals"]] == ["prefix-caching"]
+    assert "Local: 5, Remote: 9" in doc["vllm"]["refusals"][0]["message"]
+    # Turning prefix caching off alone leaves kernels of 32 and 16 tokens (refused): the fix is the block size.
+    assert {c["flag"] for c in doc["fix"]["changes"]} == {"--block-size"}
+    check_fix_works(doc)
+    off = [x.replace("--port", "--no-enable-prefix-caching --port") for x in (p, d)]
+    code, doc = run_json(*off)
+    assert code == 1 and doc["vllm"]["refusals"][0]["message"] == (
+        "Local block size 16 is not divisible by remote block size 32 or vice versa.")
+
+
+def test_ssm_dtype_mismatch_passes_vllm_and_corrupts_state():
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--block-size 2048 --mamba-ssm-cache-dtype bfloat16",
+                 "-tp 2 --block-size 2048")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["verdict"] == "corrupt"
+    assert doc["vllm"]["accepts"]                    # the hash and the handshake do not compare it
+    ssm = next(f for f in doc["not_compared"] if f["field"] == "SSM (temporal) dtype")
+    assert (ssm["prefill"], ssm["decode"], ssm["agree"]) == ("bfloat16", "float32", False)
+    assert all(f["agree"] for f in doc["compared"])
+    assert doc["byte_check"]["verdict"] == "fail" and doc["byte_check"]["wrong_bytes"] > 0
+    # At TP 2: conv (128·64 + 2·8·128)/2 channels × 3 rows × 2 B = 30720; temporal 64 heads × 64 × 128
+    # × 2 B (bfloat16) = 1048576 on P, × 4 B (float32) = 2097152 on D.
+    assert doc["unchecked_mismatches"] == ["SSM (temporal) dtype: P bfloat16, D float32",
+                                           "SSM state bytes per rank (at D's TP): P 30720 + 1048576, D 30720 + 2097152"]
+    assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
+        ("decode", "--mamba-ssm-cache-dtype", "bfloat16")]
+    check_fix_works(doc)
+    table = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    assert table.code == 1
+    words = " ".join(table.stdout.split())
+    assert words.startswith("CORRUPT: P and D differ in SSM (temporal) dtype (P bfloat16, D float32), which "
+                            "vLLM's handshake does not compare")
+
+
+def test_granite_1p2d_vllm_reads_corrupt_bc():
+    p, d = lines("ibm-granite/granite-4.0-h-tiny", "", "-tp 2")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["verdict"] == "corrupt" and doc["vllm"]["accepts"]
+    explained = " ".join(doc["byte_check"]["explanation"])
+    assert "C channel" in explained or "B channel" in explained
+    assert any(w["code"] == "vllm-replicated-groups" for w in doc["plan_warnings"])
+    assert doc["unchecked_mismatches"] == []          # no flag differs: vLLM's own offsets are wrong
+    assert "B/C groups (n_groups=1) are replicated on the D ranks" in doc["headline"]
+    # No flag fixes vLLM's offsets for one replicated group: only the same TP on both sides does.
+    assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
+        ("prefill", "--tensor-parallel-size", "2")]
+    check_fix_works(doc)
+
+
+def test_conv_layout_missing_on_one_side(tmp_path):
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "", "-tp 2", d_env="")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["verdict"] == "refused"
+    assert [r["code"] for r in doc["vllm"]["refusals"]] == ["conv-layout"]
+    assert "D: VLLM_SSM_CONV_STATE_LAYOUT is unset" in doc["vllm"]["refusals"][0]["message"]
+    assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
+        ("decode", "VLLM_SSM_CONV_STATE_LAYOUT", "DS")]
+    assert doc["fix"]["decode"].startswith("VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve")
+    check_fix_works(doc)
+    junit = tmp_path / "preflight.xml"
+    result = run_cli("preflight", "--prefill", p, "--decode", d, "--junit", str(junit))
+    assert result.code == 1
+    assert 'failures="1"' in junit.read_text() and "conv-layout" in junit.read_text()
+
+
+def test_script_files_with_exports_continuations_and_quotes(tmp_path):
+    prefill = tmp_path / "prefill.sh"
+    prefill.write_text(
+        "#!/bin/bash\nset -e\nexport VLLM_SSM_CONV_STATE_LAYOUT=DS\n"
+        "CUDA_VISIBLE_DEVICES=0 vllm serve nvidia/Nemotron-H-8B-Base-8K \\\n"
+        "    --tensor-parallel-size=1 --gpu_memory_utilization 0.9 \\\n"
+        f"    {P_KV}\n")
+    decode = tmp_path / "decode.sh"
+    decode.write_text(
+        "export VLLM_SSM_CONV_STATE_LAYOUT=DS\n"
+        "exec python -m vllm.entrypoints.openai.api_server --model nvidia/Nemotron-H-8B-Base-8K -tp 2 \\\n"
+        "  --kv-transfer-config.kv_connector NixlConnector --kv-transfer-config.kv_role kv_consumer\n")
+    result = run_cli("preflight", "--prefill-file", str(prefill), "--decode-file", str(decode), "--format", "yaml")
+    assert result.code == 0, result.stdout + result.stderr
+    assert "verdict: works" in result.stdout
+
+
+@pytest.mark.parametrize("prefill, fragment", [
+    ("vllm serve qwen3.5-0.8b --kv-transfer-config '{\"kv_role\": ", "unclosed quote"),
+    ("vllm serve qwen3.5-0.8b -tp four", "--tensor-parallel-size expects an integer"),
+    ("python serve.py --model qwen3.5-0.8b", "no 'vllm serve MODEL"),
+    ("vllm serve qwen3.5-0.8b --kv-transfer-config '{not json}'", "--kv-transfer-config is not valid JSON"),
+    ("vllm serve qwen3.5-0.8b --dtype float8", "--dtype: invalid choice"),
+    ("vllm serve no-such-model", "unknown model 'no-such-model'"),
+    ("vllm serve qwen3.5-0.8b --block-size", "--block-size expects a value"),
+])
+def test_malformed_lines_are_one_line_usage_errors(prefill, fragment):
+    d = lines("qwen3.5-0.8b", "", "-tp 4")[1]
+    result = run_cli("preflight", "--prefill", prefill, "--decode", d)
+    assert_user_error(result, fragment)
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+
+
+def test_parser_reads_vllm_spellings():
+    line = parse_serve("FOO=1 vllm serve m -tp=2 --block_size 32 --disable-prefix-caching --no-such-flag 3 "
+                       "--enable-eplb --speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}' "
+                       "--mamba-ssm-cache-dtype=float32 --served-model-name a b --port 1")
+    assert (line.model, line.tp, line.block_size, line.prefix_caching) == ("m", 2, 32, False)
+    assert (line.num_speculative_tokens, line.speculative_method) == (2, "mtp")
+    assert line.mamba_ssm_cache_dtype == "float32" and line.env_prefix == (("FOO", "1"),)
+    assert line.unknown == ("--no-such-flag",)
+    assert set(line.ignored) == {"--enable-eplb", "--served-model-name", "--port"}
+    assert parse_serve("vllm serve m --no-disable-prefix-caching").prefix_caching is True
+    with pytest.raises(UserError, match="takes no value"):
+        parse_serve("vllm serve m --enable-prefix-caching=yes")
+
+
+def test_unexported_conv_layout_is_not_seen():
+    line = parse_serve("VLLM_SSM_CONV_STATE_LAYOUT=DS\nvllm serve m")
+    assert line.conv_layout is None and "not exported" in line.notes[0]
+
+
+def test_report_fits_80_columns_and_corrected_lines_paste_back():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "", "-tp 4")
+    result = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    assert result.code == 1
+    out = result.stdout.splitlines()
+    assert out[0].startswith("REFUSED")
+    assert max(map(len, out)) <= 80
+    assert "…" not in result.stdout
+    report = preflight(parse_serve(p), parse_serve(d), load_serve_model)
+    shown = quote_lines(report.fix.decode, 76)
+    assert all(len(x) <= 76 for x in shown)
+    pasted = " ".join(x.rstrip("\\").strip() for x in shown)
+    assert shlex.split(pasted) == shlex.split(report.fix.decode.command())
+
+
+def test_schema_lists_preflight():
+    result = run_cli("schema", "preflight")
+    assert result.code == 0 and json.loads(result.stdout)["title"] == "mambaxfer.preflight/v1"
+
+
+def test_hf_overrides_changing_kv_heads_on_one_side_is_a_hash_mismatch():
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "", "-tp 2 --hf-overrides '{\"num_key_value_heads\": 4}'")
+    code, doc = run_json(p, d)
+    assert code == 1
+    heads = next(f for f in doc["compared"] if f["field"] == "KV heads")
+    assert (heads["prefill"], heads["decode"], heads["agree"]) == (8, 4, False)
+    assert doc["vllm"]["refusals"][0]["code"] == "compat-hash"
+    assert "KV heads 4 vs 8" in doc["vllm"]["refusals"][0]["message"]
+    assert doc["byte_check"] is None and "num_kv_heads" in doc["byte_check_skipped"]
+    assert [(c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [("--hf-overrides", None)]
+    check_fix_works(doc)
+
+
+@pytest.mark.parametrize("prefill, decode, code", [
+    ("qwen35-prefill.sh", "qwen35-decode.sh", 1),
+    ("nemotron-prefill.sh", "nemotron-decode.sh", 0),
+])
+def test_the_readme_example_scripts(prefill, decode, code):
+    """The README's scripts (comments with apostrophes, exports, continuations) as shipped."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parent.parent / "examples" / "preflight"
+    result = run_cli("preflight", "--prefill-file", str(examples / prefill), "--decode-file", str(examples / decode))
+    assert result.code == code, result.stdout + result.stderr
+    if code:
+        assert "--block-size 144" in result.stdout
+        assert "VLLM_SSM_CONV_STATE_LAYOUT=DS CUDA_VISIBLE_DEVICES=0 vllm serve" in result.stdout
+
+
+def test_push_mode_checks_the_handshake_from_p():
+    """NixlPushConnector: P is the local side of the handshake, so P's kernel block must be a
+    multiple of D's: Qwen3.5 1P4D with prefix caching off (544 and 272 tokens) passes in push
+    mode, where pull mode refuses it."""
+    push_p = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_producer"}'"""
+    push_d = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_consumer"}'"""
+    p = f"{DS} vllm serve Qwen/Qwen3.5-0.8B --no-enable-prefix-caching {push_p}"
+    d = f"{DS} vllm serve Qwen/Qwen3.5-0.8B -tp 4 --no-enable-prefix-caching {push_d}"
+    code, doc = run_json(p, d)
+    assert (doc["engines"]["prefill"]["geometry"]["block_size"], doc["engines"]["decode"]["geometry"]["block_size"]) \
+        == (544, 272)
+    assert code == 0 and doc["vllm"]["accepts"], doc["headline"]
+    assert any("push mode" in w for w in doc["warnings"])
+    code, doc = run_json(p.replace(push_p, P_KV), d.replace(push_d, D_KV))
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_WORDS = st.sampled_from(["vllm", "serve", "qwen3.5-0.8b", "-tp", "4", "--block-size", "--block_size=16", "'",
+                          '"', "\\\n", "\n", "export", "X=1", "VLLM_SSM_CONV_STATE_LAYOUT=DS", "--kv-transfer-config",
+                          '{"kv_role": 1}', "--no-enable-prefix-caching=1", "--speculative-config.x", "#", ";",
+                          "--dtype", "half", "-", "--", "--hf-overrides", "[1]", "python", "-m",
+                          "vllm.entrypoints.openai.api_server", "--model", "--x.y", "=", "$V", "&&"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_WORDS, st.text(max_size=8)), max_size=14))
+def test_any_text_is_a_serve_line_or_one_user_error(words):
+    text = " ".join(words)
+    try:
+        line = parse_serve(text)
+    except UserError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 400
+        return
+    assert line.words[:2] in (("vllm", "serve"),) or line.words[1] == "-m"
+
+
+def test_num_spec_on_one_side_changes_conv_rows_and_the_fix_copies_it():
+    """MTP on P only: the hash compares the speculative method, and D's conv rows (conv_kernel - 1 +
+    num_spec) differ from P's."""
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--speculative-config.method mtp --speculative-config.num_speculative_tokens 2",
+                 "-tp 2")
+    code, doc = run_json(p, d)
+    assert code == 1
+    rows = next(f for f in doc["not_compared"] if f["field"] == "num_spec / conv rows")
+    assert (rows["prefill"], rows["decode"]) == ("2 / 5", "0 / 3")
+    assert [(c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
+        ("--speculative-config", '{"method":"mtp","num_speculative_tokens":2}')]
+    check_fix_works(doc)
+
+
+def test_ssm_dtype_mismatch_at_default_block_sizes_shows_in_the_geometry():
+    """Without a pinned --block-size the smaller bfloat16 state gives P smaller blocks (528 vs 1040
+    tokens): vLLM refuses on block sizes, and the one-flag fix is the dtype, not two block sizes."""
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--mamba-ssm-cache-dtype bfloat16", "-tp 2")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
+    assert (doc["engines"]["prefill"]["geometry"]["block_size"], doc["engines"]["decode"]["geometry"]["block_size"]) \
+        == (528, 1040)
+    assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
+        ("decode", "--mamba-ssm-cache-dtype", "bfloat16")]
+    check_fix_works(doc)
