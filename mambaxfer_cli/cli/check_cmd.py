@@ -5,16 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
-
-from mambaxfer_cli.cli import app, red_line, verdict
+from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import (
     MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt,
     DecodeBlocksOpt, DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, EngineOption, Format, HeadSizeOpt,
     KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOption, NumSpecOpt, OutputOption, PBackendOpt,
     PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt,
     RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt,
-    check_writable, dump, engine_flags, load, plan_options, stamped, write_output,
+    both_engines, check_writable, load, plan_options,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -90,16 +88,9 @@ def check(
     else:
         names = [model]
     specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size) for name in names]
-    shared = dict(backend=attention_backend, block_size=block_size, kv_dtype=kv_cache_dtype,
-                  prefix=enable_prefix_caching)
+    prefill, decode = both_engines(locals())
     options = plan_options(
-        semantics=semantics, coalesce=coalesce,
-        prefill=engine_flags(num_blocks=p_num_blocks, blocks_per_logical=p_blocks_per_logical,
-                             side_backend=p_attention_backend, side_block_size=p_block_size,
-                             side_kv_dtype=p_kv_cache_dtype, side_prefix=p_enable_prefix_caching, **shared),
-        decode=engine_flags(num_blocks=d_num_blocks, blocks_per_logical=d_blocks_per_logical,
-                            side_backend=d_attention_backend, side_block_size=d_block_size,
-                            side_kv_dtype=d_kv_cache_dtype, side_prefix=d_enable_prefix_caching, **shared),
+        semantics=semantics, coalesce=coalesce, prefill=prefill, decode=decode,
         attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)
@@ -111,24 +102,7 @@ def check(
 
     with progress() as (on_start, on_result):
         report = run_check(targets, options, on_start, on_result)
-    verdict(report.exit_code)
-    unwritten = None
-    if junit is not None:
-        from mambaxfer_cli.render.junit import junit_xml
+    from mambaxfer_cli.cli.report import finish
+    from mambaxfer_cli.render.junit import junit_xml
 
-        try:
-            write_output(junit, junit_xml(report), flag="--junit")
-        except UserError as exc:   # said after the verdict, which it must not hide
-            unwritten = exc
-    if fmt is not Format.table:
-        typer.echo(dump(stamped(report.to_dict()), fmt), nl=False)
-    else:
-        from mambaxfer_cli.render.console import console, fit
-
-        out = console()
-        for part in render_report(report):
-            out.print(fit(part))
-    if unwritten is not None:
-        red_line(str(unwritten))
-        raise typer.Exit(report.exit_code or 2)
-    raise typer.Exit(report.exit_code)
+    finish(report.exit_code, report.to_dict(), fmt, lambda: render_report(report), junit, lambda: junit_xml(report))

@@ -211,6 +211,20 @@ HeadSizeOpt = Annotated[Optional[int], ModelOption(
     show_default=False)]
 
 
+def both_engines(values: dict):
+    """The P and D EngineFlags from a command's engine options, by their parameter names
+    (``attention_backend``, ``p_attention_backend``, ``d_attention_backend``, ``block_size``, ...)."""
+    shared = dict(backend=values["attention_backend"], block_size=values["block_size"],
+                  kv_dtype=values["kv_cache_dtype"], prefix=values["enable_prefix_caching"])
+    return tuple(engine_flags(num_blocks=values[f"{s}_num_blocks"],
+                              blocks_per_logical=values[f"{s}_blocks_per_logical"],
+                              side_backend=values[f"{s}_attention_backend"],
+                              side_block_size=values[f"{s}_block_size"],
+                              side_kv_dtype=values[f"{s}_kv_cache_dtype"],
+                              side_prefix=values[f"{s}_enable_prefix_caching"], **shared)
+                 for s in ("p", "d"))
+
+
 def engine_flags(*, num_blocks: int, blocks_per_logical: int | None, backend: str, side_backend: str | None,
                  block_size: int, side_block_size: int | None, kv_dtype: str, side_kv_dtype: str | None,
                  prefix: bool, side_prefix: bool | None):

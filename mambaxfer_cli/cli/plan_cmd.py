@@ -14,7 +14,7 @@ from mambaxfer_cli.cli.options import (
     KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOpt, NumSpecOpt, OutputOption, PBackendOpt, PBlockSizeOpt,
     PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt, PTpOpt,
     RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
-    VariantOpt, check_bounds, dump, engine_flags, load, plan_options, stamped, write_output,
+    VariantOpt, check_bounds, both_engines, dump, load, plan_options, stamped, write_output,
 )
 
 
@@ -73,16 +73,9 @@ def plan(
 
     check_bounds(p_tp=p_tp, d_tp=d_tp)
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
-    shared = dict(backend=attention_backend, block_size=block_size, kv_dtype=kv_cache_dtype,
-                  prefix=enable_prefix_caching)
+    prefill, decode = both_engines(locals())
     options = plan_options(
-        semantics=semantics, coalesce=coalesce,
-        prefill=engine_flags(num_blocks=p_num_blocks, blocks_per_logical=p_blocks_per_logical,
-                             side_backend=p_attention_backend, side_block_size=p_block_size,
-                             side_kv_dtype=p_kv_cache_dtype, side_prefix=p_enable_prefix_caching, **shared),
-        decode=engine_flags(num_blocks=d_num_blocks, blocks_per_logical=d_blocks_per_logical,
-                            side_backend=d_attention_backend, side_block_size=d_block_size,
-                            side_kv_dtype=d_kv_cache_dtype, side_prefix=d_enable_prefix_caching, **shared),
+        semantics=semantics, coalesce=coalesce, prefill=prefill, decode=decode,
         attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)

@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
-
-from mambaxfer_cli.cli import app, red_line, verdict
+from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import (
-    EngineOption, Format, OutputOption, check_writable, dump, stamped, write_output,
+    EngineOption, Format, OutputOption, check_writable,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -71,25 +69,7 @@ def preflight(
     if junit is not None:   # fail before the work, not after it
         check_writable(junit, "--junit")
     report = run(p_line, d_line, load_serve_model)
-    verdict(report.exit_code)
-    unwritten = None
-    if junit is not None:
-        from mambaxfer_cli.render.preflight_view import junit_xml
+    from mambaxfer_cli.cli.report import finish
+    from mambaxfer_cli.render.preflight_view import junit_xml, render_report
 
-        try:
-            write_output(junit, junit_xml(report), flag="--junit")
-        except UserError as exc:   # said after the verdict, which it must not hide
-            unwritten = exc
-    if fmt is not Format.table:
-        typer.echo(dump(stamped(report.to_dict()), fmt), nl=False)
-    else:
-        from mambaxfer_cli.render.console import console, fit
-        from mambaxfer_cli.render.preflight_view import render_report
-
-        out = console()
-        for part in render_report(report):
-            out.print(fit(part))
-    if unwritten is not None:
-        red_line(str(unwritten))
-        raise typer.Exit(report.exit_code or 2)
-    raise typer.Exit(report.exit_code)
+    finish(report.exit_code, report.to_dict(), fmt, lambda: render_report(report), junit, lambda: junit_xml(report))

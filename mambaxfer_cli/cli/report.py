@@ -1,0 +1,37 @@
+"""How a command that reaches a verdict ends: JUnit file, the report (rich or a document), exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable
+
+import typer
+
+from mambaxfer_cli.cli import red_line, verdict
+from mambaxfer_cli.cli.options import Format, dump, stamped, write_output
+from mambaxfer_cli.errors import UserError
+
+
+def finish(code: int, document: dict, fmt: Format, parts: Callable[[], Iterable],
+           junit: Path | None = None, junit_text: Callable[[], str] | None = None) -> None:
+    """Say the verdict and exit with ``code``. A JUnit file that cannot be written is said after
+    the report, whose verdict it must not hide: a pass then exits 2, a failure keeps its code."""
+    verdict(code)
+    unwritten = None
+    if junit is not None:
+        try:
+            write_output(junit, junit_text(), flag="--junit")
+        except UserError as exc:
+            unwritten = exc
+    if fmt is not Format.table:
+        typer.echo(dump(stamped(document), fmt), nl=False)
+    else:
+        from mambaxfer_cli.render.console import console, fit
+
+        out = console()
+        for part in parts():
+            out.print(fit(part))
+    if unwritten is not None:
+        red_line(str(unwritten))
+        raise typer.Exit(code or 2)
+    raise typer.Exit(code)
