@@ -16,7 +16,9 @@ import numpy as np
 from mambaxfer_cli.descriptors import nixl_rows
 
 from mambaxfer_cli.execute.bench import LIMIT, limit_chunks, limit_verdict
-from mambaxfer_cli.execute.rank import SERVE_WAIT, Channel, RankFailure, _exchange, _fill, _header, _setup
+from mambaxfer_cli.execute.rank import (
+    SERVE_WAIT, Channel, RankFailure, _exchange, _fill, _header, _setup, _transfer,
+)
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
 
@@ -30,20 +32,6 @@ def _barrier(ch: Channel, name: str, idle=None) -> None:
         raise RankFailure(f"out of step: at '{name}', the coordinator released '{got}'")
 
 
-def _post(agent, xfers: list, notif: bytes, ch: Channel) -> float:
-    started = time.perf_counter()
-    for xfer in xfers:
-        if agent.transfer(xfer, notif) == "ERR":
-            raise RankFailure("NIXL refused to post a transfer")
-    pending, spins = list(xfers), 0
-    while pending:
-        pending = [x for x in pending if agent.check_xfer_state(x) != "DONE"]
-        spins += 1
-        if spins % 1024 == 0:
-            ch.left("waiting for the transfers to complete")
-    return time.perf_counter() - started
-
-
 def _iterations(agent, xfers: list, iters: int, ch: Channel, start, last_notif: bytes = b"") -> dict:
     """One untimed warm-up (it connects endpoints), then ``iters`` timed posts; before each, every
     rank meets at ``start(i)`` so that concurrent initiators post together. Per iteration: its
@@ -51,7 +39,7 @@ def _iterations(agent, xfers: list, iters: int, ch: Channel, start, last_notif: 
     times, post_us, xfer_us, kept = [], [], [], []
     for i in range(-1, iters):
         start(i)
-        took = _post(agent, xfers, last_notif if i == iters - 1 else b"", ch)
+        took = _transfer(agent, xfers, last_notif if i == iters - 1 else b"", ch, "transfer")
         if i < 0:
             continue
         times.append(took)

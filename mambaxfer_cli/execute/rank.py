@@ -324,20 +324,21 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
         memory.release()
 
 
-def _transfer(agent, xfers: list, notif: bytes, ch: Channel) -> float:
+def _transfer(agent, xfers: list, notif: bytes, ch: Channel, what: str = "READ") -> float:
+    """Post prepared transfers and drive them to completion (every wait bounded); seconds taken."""
     started = time.perf_counter()
     for xfer in xfers:
         if agent.transfer(xfer, notif) == "ERR":
-            raise RankFailure("NIXL refused to post a READ")
+            raise RankFailure(f"NIXL refused to post a {what}")
     pending, spins = list(xfers), 0
     while pending:
         states = [agent.check_xfer_state(x) for x in pending]
         if "ERR" in states:
-            raise RankFailure("a READ failed")
+            raise RankFailure(f"a {what} failed")
         pending = [x for x, state in zip(pending, states) if state != "DONE"]
         spins += 1
         if spins % 1024 == 0:
-            ch.left("waiting for the READs to complete")
+            ch.left(f"waiting for the {what}s to complete")
     return time.perf_counter() - started
 
 
