@@ -105,3 +105,12 @@ def test_a_bench_leaves_no_rank_behind_and_bad_input_is_one_line(document):
     result = run_cli("bench", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--chart", "out.svg")
     assert result.code == 2 and "PNG" in result.stderr
     assert_no_rank_left(RUN_TAG)
+
+
+def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
+    result = run_cli("bench", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "4", "--layers", "4",
+                     "--request-blocks", "1", "--iters", "1", "--device", "cpu", "--format", "json")
+    assert result.code == 0, result.stderr
+    assert ("warning: vLLM 0.33 would refuse this pairing at handshake (--block-size 144 fixes it): Local block "
+            "size 320 is not divisible by remote block size 576 or vice versa; bench measures") in result.stderr
+    json.loads(result.stdout)       # stdout stays the document

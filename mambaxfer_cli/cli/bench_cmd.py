@@ -111,6 +111,12 @@ def bench(
              for n in sizes]
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    refused = plans[0][0].verdict
+    if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
+        fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
+        typer.echo(f"warning: vLLM 0.33 would refuse this pairing at handshake{fix}: "
+                   + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
+                   err=True)
     devices = _devices(device)
     if chart is not None and chart.suffix.lower() != ".png":
         raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
