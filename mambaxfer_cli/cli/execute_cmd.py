@@ -192,7 +192,7 @@ def _check_local_host(host: str) -> None:
 def _two_host_settings(plan, discovery, device: str, gpus: int, iters: int):
     """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
     from mambaxfer_cli.execute.discovery import check_etcd, check_listen
-    from mambaxfer_cli.execute.handshake import geometry
+    from mambaxfer_cli.execute.agreement import geometry
     from mambaxfer_cli.execute.tasks import RunSettings
 
     if discovery.mode == "etcd":

@@ -10,7 +10,6 @@ byte by byte on D. The UCX transport is read from UCX's own info log of the endp
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import secrets
 import statistics
@@ -133,19 +132,14 @@ def transports(log_text: str, run_id: str) -> dict:
 @contextlib.contextmanager
 def _ucx_info_log():
     """UCX logs each endpoint's configuration at info level, into files of our own."""
-    saved = {k: os.environ.get(k) for k in ("UCX_LOG_LEVEL", "UCX_LOG_FILE")}
+    from mambaxfer_cli.execute.coordinator import environment
+
     with tempfile.TemporaryDirectory(prefix="mambaxfer-ucx-") as tmp:
-        os.environ["UCX_LOG_LEVEL"] = "info"
-        os.environ["UCX_LOG_FILE"] = str(Path(tmp) / "ucx.%p.log")
         texts: list[str] = []
         try:
-            yield texts
+            with environment({"UCX_LOG_LEVEL": "info", "UCX_LOG_FILE": str(Path(tmp) / "ucx.%p.log")}):
+                yield texts
         finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
             texts.extend(p.read_text(errors="replace") for p in sorted(Path(tmp).glob("ucx.*")))
 
 

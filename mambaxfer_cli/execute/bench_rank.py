@@ -17,7 +17,7 @@ from mambaxfer_cli.descriptors import nixl_rows
 
 from mambaxfer_cli.execute.bench import LIMIT, limit_chunks, limit_verdict
 from mambaxfer_cli.execute.rank import (
-    SERVE_WAIT, Channel, RankFailure, _exchange, _fill, _header, _setup, _transfer,
+    SERVE_WAIT, Channel, RankFailure, _exchange, _fill, _header, _setup, _transfer, release,
 )
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
@@ -165,12 +165,7 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
                 _barrier(ch, f"{step}:checked")
         return {"steps": results, "sources": list(task.sources), "ucx": ucx_config_lines()}
     finally:
-        for handle in handles:
-            handle.release()
-        for name in remotes:
-            agent.remove_remote_agent(name)
-        agent.deregister_memory(registered)
-        memory.release()
+        release(agent, handles, remotes, registered, memory)
 
 
 def _wait_notifs(notes: dict, pump, ch: Channel, senders: set[str], message: bytes, task) -> None:
@@ -260,9 +255,4 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
         finally:
             server.close()
     finally:
-        for handle in handles:
-            handle.release()
-        for name in remotes:
-            agent.remove_remote_agent(name)
-        agent.deregister_memory(registered)
-        memory.release()
+        release(agent, handles, remotes, registered, memory)

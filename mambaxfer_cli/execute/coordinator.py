@@ -180,8 +180,17 @@ def _child_environment(settings: RunSettings):
     if settings.discovery is not None:
         wanted.update(NIXL_LOG_LEVEL="FATAL", UCX_LOG_LEVEL="fatal")
     forced = settings.discovery.environment() if settings.discovery is not None else {}
-    saved = {key: os.environ.get(key) for key in [*wanted, *forced]}
-    for key, value in wanted.items():
+    with environment(forced, defaults=wanted):
+        yield
+
+
+@contextlib.contextmanager
+def environment(forced: dict[str, str], defaults: dict[str, str] | None = None):
+    """``os.environ`` with ``forced`` set and ``defaults`` set where the user left them unset (so
+    that spawned ranks inherit them), restored as it was afterwards."""
+    defaults = defaults or {}
+    saved = {key: os.environ.get(key) for key in [*defaults, *forced]}
+    for key, value in defaults.items():
         os.environ.setdefault(key, value)
     os.environ.update(forced)
     try:

@@ -314,14 +314,20 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
                 "times": times, "prepare_s": prepare_s, "verify_s": time.perf_counter() - started,
                 "verdict": verdict.to_dict()}
     finally:
-        for handle in xfers + lists:
-            handle.release()
-        for name in remotes:
-            agent.remove_remote_agent(name)
-        if task.settings.discovery is not None:
-            task.settings.discovery.withdraw(agent)
-        agent.deregister_memory(registered)
-        memory.release()
+        release(agent, xfers + lists, remotes, registered, memory, task.settings.discovery)
+
+
+def release(agent, handles: list, remotes: list, registered, memory, discovery=None) -> None:
+    """Give back what a rank took from NIXL, in the order it needs: transfer and list handles,
+    remote agents, its entry in the discovery store, then its registered memory."""
+    for handle in handles:
+        handle.release()
+    for name in remotes:
+        agent.remove_remote_agent(name)
+    if discovery is not None:
+        discovery.withdraw(agent)
+    agent.deregister_memory(registered)
+    memory.release()
 
 
 def _transfer(agent, xfers: list, notif: bytes, ch: Channel, what: str = "READ") -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from mambaxfer_cli.execute import handshake
+from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
 
 POLL = 0.002          # between rounds of notifications
@@ -43,7 +43,7 @@ def _notifications(agent):
     for sender, messages in agent.get_new_notifs().items():
         sender = sender.decode() if isinstance(sender, bytes) else sender
         for message in messages:
-            yield sender, message, handshake.decode(message)
+            yield sender, message, agreement.decode(message)
 
 
 def _linger(agent) -> None:
@@ -97,7 +97,7 @@ def serve(task: PrefillTask, ch, agent, header: dict, fill_s: float, refused) ->
                 if agent.check_remote_metadata(sender):
                     del hellos[sender]
                     if any(c.d_rank == hello.get("d_rank") for c in consumers.values()):   # a second decode run
-                        _notify(agent, sender, handshake.encode(
+                        _notify(agent, sender, agreement.encode(
                             "refuse", p_rank=task.rank, message=f"P{task.rank} already serves another "
                                                                 f"D{hello.get('d_rank')}"))
                         continue
@@ -119,17 +119,17 @@ def serve(task: PrefillTask, ch, agent, header: dict, fill_s: float, refused) ->
 
 def _answer(task: PrefillTask, ch, agent, sender: str, hello: dict, mine: dict, header: dict, refused):
     d_rank = hello.get("d_rank")
-    problem = handshake.mismatch(mine, hello.get("geometry") or {})
+    problem = agreement.mismatch(mine, hello.get("geometry") or {})
     if problem is None and d_rank not in task.consumers:
         problem = f"D{d_rank} does not read from P{task.rank} in this plan"
     if problem is not None:
         try:
-            _notify(agent, sender, handshake.encode("refuse", p_rank=task.rank, message=problem))
+            _notify(agent, sender, agreement.encode("refuse", p_rank=task.rank, message=problem))
             _linger(agent)
         except PeerGone:
             pass
         raise refused(f"refused D{d_rank} ({sender}): {problem}")
-    _notify(agent, sender, handshake.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
+    _notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
     ch.phase("serving", f"welcomed D{d_rank}")
     final = f"{task.settings.run_id}-iter{int(hello.get('iters', 1)) - 1}".encode()
     return _Consumer(int(d_rank), sender, final)
@@ -140,7 +140,7 @@ def _ping_consumers(agent, consumers: dict[str, _Consumer]) -> None:
         if consumer.done:
             continue
         try:
-            _notify(agent, consumer.agent, handshake.encode("ping"))
+            _notify(agent, consumer.agent, agreement.encode("ping"))
         except PeerGone:
             # Its last READ's notification may have come in just before it left.
             for sender, message, _ in _notifications(agent):
@@ -159,7 +159,7 @@ def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tup
     builds the exception a refusal ends this rank with."""
     discovery, mine = task.settings.discovery, task.settings.geometry
     discovery.publish(agent)
-    hello = handshake.encode("hello", d_rank=task.rank, iters=task.settings.iters, geometry=mine)
+    hello = agreement.encode("hello", d_rank=task.rank, iters=task.settings.iters, geometry=mine)
     names = {p: p_agent(task, p) for p in task.sources}
     asked = {p: 0.0 for p in task.sources}
     greeted: set[int] = set()
@@ -193,7 +193,7 @@ def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tup
             if control["kind"] == "refuse":
                 raise refused(f"P{p} refused this decode run: {control.get('message')}")
             if control["kind"] == "welcome" and p not in welcomed and p not in answered:
-                problem = handshake.mismatch(control.get("geometry") or {}, mine)
+                problem = agreement.mismatch(control.get("geometry") or {}, mine)
                 if problem is not None:
                     raise refused(f"P{p}: {problem}")
                 header = control.get("header") or {}
@@ -218,6 +218,6 @@ def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tup
 def ping_sources(agent, names: dict[int, str]) -> None:
     for p, name in names.items():
         try:
-            _notify(agent, name, handshake.encode("ping"))
+            _notify(agent, name, agreement.encode("ping"))
         except PeerGone:
             raise PeerGone(f"P{p} ({name}) went away") from None
