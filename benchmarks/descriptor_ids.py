@@ -17,10 +17,10 @@ from array import array
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import block_ids, expand, strided
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.plan import PlanOptions, build_plan
+from mambaxfer_cli.planning.descriptors import block_ids, expand, strided
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.planning.plan import PlanOptions, build_plan
 
 
 def timed(fn, repeat: int = 1):

@@ -13,19 +13,19 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from mambaxfer_cli.check import CHECK_ENGINES, PairingResult, check_plan
+from mambaxfer_cli.proof.check import CHECK_ENGINES, PairingResult, check_plan
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.geometry import DEFAULT_BACKEND, DEFAULT_BLOCK_SIZE, EngineFlags, Geometry
-from mambaxfer_cli.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.engine import Side, build_side
-from mambaxfer_cli.geometry import backend
-from mambaxfer_cli.handshake import GEOMETRY_CODES, NOT_CHECKED, SEARCH_LIMIT, Refusal
-from mambaxfer_cli.handshake import refusals as handshake_refusals
-from mambaxfer_cli.layout import rank_layout
-from mambaxfer_cli.model import ModelSpec
-from mambaxfer_cli.plan import Plan, PlanOptions, build_plan
-from mambaxfer_cli.reads import VLLM
-from mambaxfer_cli.serve_args import CONV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse
+from mambaxfer_cli.planning.geometry import DEFAULT_BACKEND, DEFAULT_BLOCK_SIZE, EngineFlags, Geometry
+from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
+from mambaxfer_cli.planning.engine import Side, build_side
+from mambaxfer_cli.planning.geometry import backend
+from mambaxfer_cli.planning.handshake import GEOMETRY_CODES, NOT_CHECKED, SEARCH_LIMIT, Refusal
+from mambaxfer_cli.planning.handshake import refusals as handshake_refusals
+from mambaxfer_cli.planning.layout import rank_layout
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
+from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.readers.serve_args import CONV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse
 
 SCHEMA = "mambaxfer.preflight/v1"
 PREFILL, DECODE = "prefill", "decode"

@@ -6,8 +6,8 @@ from math import lcm
 
 from hypothesis import strategies as st
 
-from mambaxfer_cli.dtypes import DTYPE_BYTES
-from mambaxfer_cli.model import ModelSpec, Variant
+from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
+from mambaxfer_cli.planning.model import ModelSpec, Variant
 
 
 @st.composite

@@ -10,7 +10,7 @@ import pytest
 from cli_run import run_cli
 from mambaxfer_cli.execute.bench import LIMIT, ORDER, limit_chunks, transports
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-from mambaxfer_cli.model_source import load_model
+from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import assert_no_rank_left, new_tag
 
 

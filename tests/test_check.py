@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mambaxfer_cli.check import (
+from mambaxfer_cli.proof.check import (
     Pairing, Target, check_options, check_pairing, pairings_up_to, parse_pairs, plan_pairing, run_check,
     targets_for,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.model import ModelSpec, Variant
-from mambaxfer_cli.model_source import load_model, preset_names
-from mambaxfer_cli.plan import build_plan
-from mambaxfer_cli.reads import tp_ratio
-from mambaxfer_cli.simulate import Patterns, simulate
+from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.readers.model_source import load_model, preset_names
+from mambaxfer_cli.planning.plan import build_plan
+from mambaxfer_cli.planning.reads import tp_ratio
+from mambaxfer_cli.proof.simulate import Patterns, simulate
 from strategies import pairings
 
 

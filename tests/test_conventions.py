@@ -13,7 +13,7 @@ import pytest
 
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli import __version__
-from mambaxfer_cli.model_source import load_model, preset_names
+from mambaxfer_cli.readers.model_source import load_model, preset_names
 
 CLI = [sys.executable, "-m", "mambaxfer_cli"]
 

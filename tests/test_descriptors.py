@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambaxfer_cli.descriptors import (
+from mambaxfer_cli.planning.descriptors import (
     DescriptorList, Engine, block_ids as slot_ids, kernel_blocks, make_engine, parse_blocks, random_request,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.kv_groups import vllm_grouping
-from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.plan import PlanOptions, build_plan
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.planning.plan import PlanOptions, build_plan
 
 
 def vllm_mock_list(num_blocks: int, phys: int) -> DescriptorList:

@@ -10,8 +10,8 @@ import pytest
 from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.discovery import Discovery, resolve
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.plan import Plan
+from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.planning.plan import Plan
 
 
 def plan_of(model: str = "jamba", layers: int = 8, p_tp: int = 1, d_tp: int = 2, seed: int = 0, engine=None,
@@ -69,7 +69,7 @@ def test_fields_the_plan_gains_are_compared(monkeypatch):
 
 
 def test_engine_geometry_is_named_before_what_derives_from_it():
-    from mambaxfer_cli.geometry import EngineFlags
+    from mambaxfer_cli.planning.geometry import EngineFlags
 
     mine = agreement.geometry(plan_of())
     theirs = agreement.geometry(plan_of(engine=EngineFlags(block_size=160)))

@@ -25,10 +25,10 @@ from mambaxfer_cli.execute.rank import _fill
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.execute.verify import verify_decode
-from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.pattern import POISON
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.plan import PlanOptions, build_plan
+from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.proof.pattern import POISON
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.plan import PlanOptions, build_plan
 
 SETTINGS = RunSettings("test", "cpu", 0, "127.0.0.1", 0, 1)
 TOY = str(Path(__file__).resolve().parents[1] / "examples" / "models" / "toy-mamba2.yaml")

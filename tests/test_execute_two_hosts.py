@@ -19,7 +19,7 @@ from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.rank import FAULT_ENV
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
-from mambaxfer_cli.model_source import load_model
+from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import assert_no_rank_left, new_tag, tagged
 
 P_HOST = "127.0.0.2"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from mambaxfer_cli.engine import build_side
+from mambaxfer_cli.planning.engine import build_side
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.geometry import EngineFlags, backend, derive, kv_cache_dtype
-from mambaxfer_cli.kv_groups import vllm_grouping
-from mambaxfer_cli.model_source import load_model
+from mambaxfer_cli.planning.geometry import EngineFlags, backend, derive, kv_cache_dtype
+from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.readers.model_source import load_model
 
 
 def side(model: str, tp: int, **flags):

@@ -7,12 +7,12 @@ from math import gcd
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from mambaxfer_cli.attention import sources
-from mambaxfer_cli.check import check_plan
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.handshake import attention_sources
-from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.plan import PlanOptions, build_plan
+from mambaxfer_cli.planning.attention import sources
+from mambaxfer_cli.proof.check import check_plan
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.handshake import attention_sources
+from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.planning.plan import PlanOptions, build_plan
 from strategies import pairings
 
 

@@ -6,10 +6,10 @@ import json
 import subprocess
 import sys
 
-PLANNING = ["mambaxfer_cli.model", "mambaxfer_cli.families", "mambaxfer_cli.model_config",
-            "mambaxfer_cli.model_source", "mambaxfer_cli.variants", "mambaxfer_cli.layout",
-            "mambaxfer_cli.reads", "mambaxfer_cli.kv_groups", "mambaxfer_cli.descriptors",
-            "mambaxfer_cli.plan", "mambaxfer_cli.pattern"]
+PLANNING = ["mambaxfer_cli.planning.model", "mambaxfer_cli.readers.families", "mambaxfer_cli.readers.model_config",
+            "mambaxfer_cli.readers.model_source", "mambaxfer_cli.planning.variants", "mambaxfer_cli.planning.layout",
+            "mambaxfer_cli.planning.reads", "mambaxfer_cli.planning.kv_groups", "mambaxfer_cli.planning.descriptors",
+            "mambaxfer_cli.planning.plan", "mambaxfer_cli.proof.pattern"]
 
 PROBE = """
 import importlib, json, sys

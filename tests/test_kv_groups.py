@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.kv_groups import KVGrouping, describe, parse_grouping, vllm_grouping
-from mambaxfer_cli.model import ATTENTION as A, SSM as S
-from mambaxfer_cli.model_source import load_model
+from mambaxfer_cli.planning.kv_groups import KVGrouping, describe, parse_grouping, vllm_grouping
+from mambaxfer_cli.planning.model import ATTENTION as A, SSM as S
+from mambaxfer_cli.readers.model_source import load_model
 
 
 def test_jamba_seven_ssm_groups_then_attention_four_tensors():

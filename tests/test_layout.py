@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.layout import (
+from mambaxfer_cli.planning.layout import (
     Shard, check_tp, engine_layouts, kv_head_shard, rank_layout, valid_tp_sizes,
 )
-from mambaxfer_cli.model_config import spec_from_config
+from mambaxfer_cli.readers.model_config import spec_from_config
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.model import ATTENTION, SSM, Variant
-from mambaxfer_cli.model_config import flatten_text_config, spec_from_config
+from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
+from mambaxfer_cli.readers.model_config import flatten_text_config, spec_from_config
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"
 A, S = ATTENTION, SSM

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.model import Variant
-from mambaxfer_cli.model_config import spec_from_config
-from mambaxfer_cli.model_source import hf_cache_dir, load_model, preset_names
+from mambaxfer_cli.planning.model import Variant
+from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.readers.model_source import hf_cache_dir, load_model, preset_names
 
 TESTS = Path(__file__).parent
 HF = TESTS / "fixtures" / "hf-configs"

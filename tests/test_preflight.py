@@ -13,8 +13,8 @@ from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.preflight import preflight, quote_lines
 from mambaxfer_cli.schema import document_schema
-from mambaxfer_cli.serve_args import parse_serve
-from mambaxfer_cli.serve_model import load_serve_model
+from mambaxfer_cli.readers.serve_args import parse_serve
+from mambaxfer_cli.readers.serve_model import load_serve_model
 
 DS = "VLLM_SSM_CONV_STATE_LAYOUT=DS"
 P_KV = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""

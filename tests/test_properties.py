@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import assume, given, settings, strategies as st
 
-from mambaxfer_cli.descriptors import DescriptorList, Engine, block_ids, kernel_blocks
-from mambaxfer_cli.dtypes import DTYPE_BYTES
+from mambaxfer_cli.planning.descriptors import DescriptorList, Engine, block_ids, kernel_blocks
+from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.layout import Shard, engine_layouts
-from mambaxfer_cli.model import ModelSpec, Variant
-from mambaxfer_cli.pattern import page
-from mambaxfer_cli.pages import ssm_shape
-from mambaxfer_cli.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
+from mambaxfer_cli.planning.layout import Shard, engine_layouts
+from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.proof.pattern import page
+from mambaxfer_cli.proof.pages import ssm_shape
+from mambaxfer_cli.planning.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
 from strategies import pairings
 
 FAST = settings(max_examples=80, deadline=None)

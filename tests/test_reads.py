@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.layout import Shard, engine_layouts
-from mambaxfer_cli.model import ModelSpec, Variant
-from mambaxfer_cli.model_config import spec_from_config
-from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.plan import PlanOptions, build_plan
-from mambaxfer_cli.reads import (
+from mambaxfer_cli.planning.layout import Shard, engine_layouts
+from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.planning.plan import PlanOptions, build_plan
+from mambaxfer_cli.planning.reads import (
     EXACT, VLLM, Read, Segment, _Holding, assign_units, coalesce, exact_reads, misreads,
     plan_reads, tp_ratio, vllm_reads,
 )

@@ -7,14 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mambaxfer_cli.check import check_options
-from mambaxfer_cli.descriptors import DescriptorRead
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.model_source import load_model
-from mambaxfer_cli.pages import p_attention_shape, request_pages, ssm_shape
-from mambaxfer_cli.pattern import page, unit_bytes_pattern
-from mambaxfer_cli.plan import Plan, build_plan
-from mambaxfer_cli.simulate import Patterns, simulate
+from mambaxfer_cli.proof.check import check_options
+from mambaxfer_cli.planning.descriptors import DescriptorRead
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.proof.pages import p_attention_shape, request_pages, ssm_shape
+from mambaxfer_cli.proof.pattern import page, unit_bytes_pattern
+from mambaxfer_cli.planning.plan import Plan, build_plan
+from mambaxfer_cli.proof.simulate import Patterns, simulate
 
 
 def plan_of(model: str, p_tp: int, d_tp: int, **options) -> Plan:
@@ -293,7 +293,7 @@ def test_descriptor_beyond_registered_memory_is_not_copied():
 
 
 def test_local_overrun_spills_into_the_next_block():
-    from mambaxfer_cli.model import ModelSpec, Variant
+    from mambaxfer_cli.planning.model import ModelSpec, Variant
 
     tiny = ModelSpec("tiny", "test", Variant.MAMBA1, {"intermediate_size": 5, "d_state": 3}, ("ssm",),
                      conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype="bfloat16")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambaxfer_cli.descriptors import expand, strided
+from mambaxfer_cli.planning.descriptors import expand, strided
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-from mambaxfer_cli.model_source import load_model
+from mambaxfer_cli.readers.model_source import load_model
 
 
 @pytest.mark.parametrize("model,p_tp,d_tp,semantics", [

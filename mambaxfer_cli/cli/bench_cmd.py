@@ -101,7 +101,7 @@ def bench(
     sizes = _sizes(request_blocks)
     from mambaxfer_cli.execute.bench import bench_document, bench_point, write_chart
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-    from mambaxfer_cli.geometry import EngineFlags
+    from mambaxfer_cli.planning.geometry import EngineFlags
 
     engine = EngineFlags(attention_backend=attention_backend, block_size=block_size,
                          kv_cache_dtype=kv_cache_dtype, prefix_caching=enable_prefix_caching)

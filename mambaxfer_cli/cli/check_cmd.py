@@ -77,12 +77,12 @@ def check(
 
     mambaxfer check --all-presets --junit junit.xml
     """
-    from mambaxfer_cli.check import run_check, targets_for
+    from mambaxfer_cli.proof.check import run_check, targets_for
 
     if (model is None) == (not all_presets):
         raise UserError("give --model M or --all-presets (one of them)")
     if all_presets:
-        from mambaxfer_cli.model_source import preset_names
+        from mambaxfer_cli.readers.model_source import preset_names
 
         names = preset_names()
     else:

@@ -122,7 +122,7 @@ def execute(
     finite_seconds("--timeout", timeout)
     _check_local_host(host)
     from mambaxfer_cli.execute.discovery import resolve
-    from mambaxfer_cli.geometry import EngineFlags
+    from mambaxfer_cli.planning.geometry import EngineFlags
 
     discovery = resolve(role and role.value, listen, peer, etcd, run_id)
     if discovery is not None and (host, port) != ("127.0.0.1", 0):

@@ -38,9 +38,9 @@ def inspect(
 
     mambaxfer inspect --model ./my-model/config.json --tp 8 --format json
     """
-    from mambaxfer_cli.engine import build_side
-    from mambaxfer_cli.geometry import EngineFlags
-    from mambaxfer_cli.kv_groups import vllm_grouping
+    from mambaxfer_cli.planning.engine import build_side
+    from mambaxfer_cli.planning.geometry import EngineFlags
+    from mambaxfer_cli.planning.kv_groups import vllm_grouping
 
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
     flags = EngineFlags(attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,

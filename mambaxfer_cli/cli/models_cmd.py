@@ -22,7 +22,7 @@ def models(
 
     mambaxfer models --format json
     """
-    from mambaxfer_cli.model_source import load_model, preset_description, preset_names
+    from mambaxfer_cli.readers.model_source import load_model, preset_description, preset_names
 
     specs = [load_model(name) for name in preset_names()]
     verdict(0)

@@ -13,7 +13,7 @@ import typer
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
-from mambaxfer_cli.model import ModelSpec, Variant
+from mambaxfer_cli.planning.model import ModelSpec, Variant
 
 
 def _panel(name: str):
@@ -57,7 +57,7 @@ SemanticsOpt = Annotated[Semantics, RequestOption(
 
 def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
          num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None) -> ModelSpec:
-    from mambaxfer_cli.model_source import load_model
+    from mambaxfer_cli.readers.model_source import load_model
 
     check_bounds(num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
@@ -229,7 +229,7 @@ def engine_flags(*, num_blocks: int, blocks_per_logical: int | None, backend: st
                  block_size: int, side_block_size: int | None, kv_dtype: str, side_kv_dtype: str | None,
                  prefix: bool, side_prefix: bool | None):
     """One engine's flags: its own value where given, else the one both engines share."""
-    from mambaxfer_cli.geometry import EngineFlags
+    from mambaxfer_cli.planning.geometry import EngineFlags
 
     if num_blocks < 1:
         raise UserError(f"the number of kernel blocks must be >= 1, got {num_blocks}")
@@ -262,8 +262,8 @@ def plan_options(*, semantics: Semantics, coalesce: bool, prefill, decode, atten
                  request_blocks: int, prefill_blocks: str | None, decode_blocks: str | None, seed: int):
     """PlanOptions from the command line's values (each command owns its defaults); ``prefill``
     and ``decode`` are the engines' EngineFlags (``engine_flags``)."""
-    from mambaxfer_cli.kv_groups import parse_grouping
-    from mambaxfer_cli.plan import PlanOptions
+    from mambaxfer_cli.planning.kv_groups import parse_grouping
+    from mambaxfer_cli.planning.plan import PlanOptions
 
     check_bounds(p_num_blocks=prefill.num_blocks, d_num_blocks=decode.num_blocks,
                  p_blocks_per_logical=prefill.blocks_per_logical, d_blocks_per_logical=decode.blocks_per_logical,

@@ -69,7 +69,7 @@ def plan(
 
     mambaxfer plan --model qwen3.5-0.8b --p-tp 2 --d-tp 1 --semantics vllm --output plan.json
     """
-    from mambaxfer_cli.plan import build_plan
+    from mambaxfer_cli.planning.plan import build_plan
 
     check_bounds(p_tp=p_tp, d_tp=d_tp)
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)

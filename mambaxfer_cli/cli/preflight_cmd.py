@@ -59,8 +59,8 @@ def preflight(
     mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --junit preflight.xml
     """
     from mambaxfer_cli.preflight import preflight as run
-    from mambaxfer_cli.serve_args import parse_serve
-    from mambaxfer_cli.serve_model import load_serve_model
+    from mambaxfer_cli.readers.serve_args import parse_serve
+    from mambaxfer_cli.readers.serve_model import load_serve_model
 
     p_text = _text(prefill, prefill_file, "prefill")
     d_text = _text(decode, decode_file, "decode")

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from mambaxfer_cli.execute.plan_source import _comparable, _shown, first_difference
-from mambaxfer_cli.plan import Plan
+from mambaxfer_cli.planning.plan import Plan
 
 TAG = b"mambaxfer:"            # marks our control notifications apart from the READs' own
 FIRST = ("model", "semantics", "tp", "engines", "vllm", "descriptors")

@@ -54,7 +54,7 @@ def limit_chunks(reads: Sequence) -> list[tuple[int, int, int]]:
 
 def prefill_image(task, p_rank: int, size: int) -> np.ndarray:
     """The first ``size`` bytes of P rank ``p_rank``'s memory (tensors back to back), as P fills it."""
-    from mambaxfer_cli.pattern import fill
+    from mambaxfer_cli.proof.pattern import fill
 
     page = task.prefill_memory.page_bytes
     blocks = task.prefill_memory.logical_blocks
@@ -67,7 +67,7 @@ def prefill_image(task, p_rank: int, size: int) -> np.ndarray:
 
 def limit_verdict(task, regions: Sequence[np.ndarray]) -> dict:
     """D's memory after the limit variant: each chunk P's first bytes, everything else poison."""
-    from mambaxfer_cli.pattern import POISON
+    from mambaxfer_cli.proof.pattern import POISON
 
     got = np.concatenate([r.reshape(-1) for r in regions])
     expected = np.full(got.size, POISON, dtype=np.uint8)

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import nixl_rows
+from mambaxfer_cli.planning.descriptors import nixl_rows
 
 from mambaxfer_cli.execute.bench import LIMIT, limit_chunks, limit_verdict
 from mambaxfer_cli.execute.rank import (

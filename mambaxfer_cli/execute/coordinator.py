@@ -22,7 +22,7 @@ from typing import Callable
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask, RunSettings, build_tasks
-from mambaxfer_cli.plan import Plan
+from mambaxfer_cli.planning.plan import Plan
 
 MARGIN = 2.0         # at most: the ranks' deadline comes this much before the run's end, so that they
                      # can say what they were waiting for and be stopped within --timeout

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from mambaxfer_cli.execute.tasks import Memory
-from mambaxfer_cli.pattern import POISON
+from mambaxfer_cli.proof.pattern import POISON
 
 ALIGN = 4096
 

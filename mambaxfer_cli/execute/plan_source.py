@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mambaxfer_cli.documents import parse_json, parse_yaml, read_text
+from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.limits import MAX_KV_GROUPS, at_most, check_bounds
-from mambaxfer_cli.model import ModelSpec, Variant
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.plan import SCHEMA, Plan, PlanOptions, build_plan
+from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.plan import SCHEMA, Plan, PlanOptions, build_plan
 
 MIN_BLOCKS = 4
 
@@ -133,7 +133,7 @@ def _shown(value: Any) -> str:
 def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
     """--model when given, else the preset or source the document names; the document's dtype and
     variant choices unless the command line gives its own."""
-    from mambaxfer_cli.model_source import load_model, preset_names
+    from mambaxfer_cli.readers.model_source import load_model, preset_names
 
     overrides = {"variant": Variant(model["variant"]), "conv_dtype": model["conv_dtype"],
                  "ssm_dtype": model["ssm_dtype"], "num_spec": int(model["num_spec"])}

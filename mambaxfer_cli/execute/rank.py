@@ -16,13 +16,13 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import nixl_rows
+from mambaxfer_cli.planning.descriptors import nixl_rows
 
 from mambaxfer_cli.execute import remote as two_host
 from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
-from mambaxfer_cli.pattern import fill
+from mambaxfer_cli.proof.pattern import fill
 
 # Fault injection for the tests: "<rank>:<die|hang>@<point>", e.g. "P0:hang@serve".
 FAULT_ENV = "MAMBAXFER_EXECUTE_FAULT"

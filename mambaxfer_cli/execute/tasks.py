@@ -13,15 +13,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import DescriptorRead
-from mambaxfer_cli.engine import Side
+from mambaxfer_cli.planning.descriptors import DescriptorRead
+from mambaxfer_cli.planning.engine import Side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.discovery import Discovery
-from mambaxfer_cli.layout import RankLayout
-from mambaxfer_cli.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
-from mambaxfer_cli.pattern import PageShape
-from mambaxfer_cli.plan import Plan
-from mambaxfer_cli.simulate import id_problems
+from mambaxfer_cli.planning.layout import RankLayout
+from mambaxfer_cli.proof.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
+from mambaxfer_cli.proof.pattern import PageShape
+from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.proof.simulate import id_problems
 
 INT32_MAX = 2**31 - 1
 

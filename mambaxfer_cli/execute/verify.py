@@ -16,8 +16,8 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.execute.tasks import DecodeTask
-from mambaxfer_cli.pattern import POISON, page
-from mambaxfer_cli.simulate import ByteSource, WrongByte
+from mambaxfer_cli.proof.pattern import POISON, page
+from mambaxfer_cli.proof.simulate import ByteSource, WrongByte
 
 STRAY = "outside the request"
 

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.check import CheckReport, PairingResult
+from mambaxfer_cli.proof.check import CheckReport, PairingResult
 from mambaxfer_cli.render.model_view import human_bytes
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),

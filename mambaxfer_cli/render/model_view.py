@@ -7,8 +7,8 @@ from typing import Sequence
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.layout import RankLayout
-from mambaxfer_cli.model import ModelSpec
+from mambaxfer_cli.planning.layout import RankLayout
+from mambaxfer_cli.planning.model import ModelSpec
 
 REGION_STYLES = {"x": "cyan", "B": "magenta", "C": "yellow", "Q": "cyan", "K": "magenta",
                  "V": "yellow", "ssm": "green"}

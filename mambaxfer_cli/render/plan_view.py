@@ -11,12 +11,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.descriptors import DescriptorRead
-from mambaxfer_cli.handshake import NOT_CHECKED
-from mambaxfer_cli.kv_groups import describe
-from mambaxfer_cli.model import ATTENTION
-from mambaxfer_cli.plan import Plan
-from mambaxfer_cli.reads import Misread, Read, exact_reads, misreads
+from mambaxfer_cli.planning.descriptors import DescriptorRead
+from mambaxfer_cli.planning.handshake import NOT_CHECKED
+from mambaxfer_cli.planning.kv_groups import describe
+from mambaxfer_cli.planning.model import ATTENTION
+from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
 from mambaxfer_cli.render.model_view import REGION_STYLES, geometry_line, human_bytes, layout_table, model_summary
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mambaxfer_cli.dtypes import dtype_bytes
+from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.model import ModelSpec
-from mambaxfer_cli.variants import VARIANTS, RegionShape
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.variants import VARIANTS, RegionShape
 
 MAX_LISTED_TP = 64
 

@@ -9,12 +9,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mambaxfer_cli.documents import parse_json, parse_yaml, read_text
+from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.model import ModelSpec, Variant
-from mambaxfer_cli.model_config import spec_from_config
+from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.readers.model_config import spec_from_config
 
-PRESET_DIR = Path(__file__).parent / "presets"
+PRESET_DIR = Path(__file__).parent.parent / "presets"
 _OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec", "kv_heads", "head_size")
 _FILE_SUFFIXES = (".json", ".yaml", ".yml")
 

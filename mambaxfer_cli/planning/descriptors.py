@@ -20,8 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.kv_groups import KVGrouping
-from mambaxfer_cli.model import ATTENTION
+from mambaxfer_cli.planning.kv_groups import KVGrouping
+from mambaxfer_cli.planning.model import ATTENTION
 
 @dataclass(frozen=True)
 class Engine:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from mambaxfer_cli.dtypes import canonical_dtype
+from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.families import (
+from mambaxfer_cli.readers.families import (
     GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
 )
 from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
 )
-from mambaxfer_cli.model import ATTENTION, SSM, ModelSpec, Variant
+from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 
 DEFAULT_DTYPE = "bfloat16"
 
@@ -218,7 +218,7 @@ def spec_from_config(
 
 def _check_state_size(spec: ModelSpec, where: str) -> None:
     """One layer's state at TP 1, before anything allocates pages of it."""
-    from mambaxfer_cli.layout import rank_layout
+    from mambaxfer_cli.planning.layout import rank_layout
 
     state = rank_layout(spec, 1, 0).state_bytes
     if state > MAX_LAYER_STATE:

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import MAX_KV_GROUPS
-from mambaxfer_cli.model import ATTENTION, SSM
+from mambaxfer_cli.planning.model import ATTENTION, SSM
 
 KINDS = (ATTENTION, SSM)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mambaxfer_cli.dtypes import canonical_dtype, dtype_bytes
+from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
 from mambaxfer_cli.errors import UserError
 
 DEFAULT_BACKEND = "FLASH_ATTN"

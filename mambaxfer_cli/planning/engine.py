@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mambaxfer_cli.descriptors import Engine, make_engine
-from mambaxfer_cli.geometry import GDN_CHECKPOINT_ALIGNMENT, EngineFlags, Geometry, attention_bytes_per_token, derive
-from mambaxfer_cli.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.kv_groups import KVGrouping
-from mambaxfer_cli.layout import RankLayout, Shard, engine_layouts, kv_head_shard
-from mambaxfer_cli.model import ModelSpec, Variant
+from mambaxfer_cli.planning.descriptors import Engine, make_engine
+from mambaxfer_cli.planning.geometry import GDN_CHECKPOINT_ALIGNMENT, EngineFlags, Geometry, attention_bytes_per_token, derive
+from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
+from mambaxfer_cli.planning.kv_groups import KVGrouping
+from mambaxfer_cli.planning.layout import RankLayout, Shard, engine_layouts, kv_head_shard
+from mambaxfer_cli.planning.model import ModelSpec, Variant
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Side:
 
 
 def _dtype_bytes(name: str | None) -> int:
-    from mambaxfer_cli.dtypes import dtype_bytes
+    from mambaxfer_cli.planning.dtypes import dtype_bytes
 
     return dtype_bytes(name) if name else 0
 

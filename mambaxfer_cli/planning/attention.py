@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mambaxfer_cli.engine import Side
-from mambaxfer_cli.handshake import attention_sources
-from mambaxfer_cli.layout import Shard
-from mambaxfer_cli.reads import VLLM, _Holding, assign_units
+from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.handshake import attention_sources
+from mambaxfer_cli.planning.layout import Shard
+from mambaxfer_cli.planning.reads import VLLM, _Holding, assign_units
 
 Pieces = tuple[tuple[int, int], ...]
 

@@ -11,10 +11,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from mambaxfer_cli import model_source as ms
+from mambaxfer_cli.readers import model_source as ms
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.model import ModelSpec
-from mambaxfer_cli.model_config import spec_from_config
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.readers.model_config import spec_from_config
 
 
 @lru_cache(maxsize=None)

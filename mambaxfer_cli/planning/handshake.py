@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from mambaxfer_cli.engine import Side
-from mambaxfer_cli.geometry import MAX_BLOCK_SIZE, EngineFlags, backend
-from mambaxfer_cli.reads import tp_ratio
+from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags, backend
+from mambaxfer_cli.planning.reads import tp_ratio
 
 NOT_CHECKED = ("SSM dtypes (conv and temporal)", "the conv-state layout (VLLM_SSM_CONV_STATE_LAYOUT)",
                "conv rows (num_spec)", "SSM state sizes")

@@ -16,12 +16,12 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import kernel_blocks
-from mambaxfer_cli.engine import Side
-from mambaxfer_cli.layout import RankLayout
-from mambaxfer_cli.model import ATTENTION, ModelSpec
-from mambaxfer_cli.pattern import PageShape, Part
-from mambaxfer_cli.variants import VARIANTS
+from mambaxfer_cli.planning.descriptors import kernel_blocks
+from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.layout import RankLayout
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.proof.pattern import PageShape, Part
+from mambaxfer_cli.planning.variants import VARIANTS
 
 SSM_PAGE, ATTENTION_PAGE = "ssm", "attention"
 

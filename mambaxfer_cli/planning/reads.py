@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.layout import RankLayout, Shard
+from mambaxfer_cli.planning.layout import RankLayout, Shard
 
 EXACT = "exact"
 VLLM = "vllm"

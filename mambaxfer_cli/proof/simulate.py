@@ -16,10 +16,10 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.descriptors import DescriptorList, DescriptorRead
-from mambaxfer_cli.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
-from mambaxfer_cli.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
-from mambaxfer_cli.plan import Plan
+from mambaxfer_cli.planning.descriptors import DescriptorList, DescriptorRead
+from mambaxfer_cli.proof.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
+from mambaxfer_cli.proof.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
+from mambaxfer_cli.planning.plan import Plan
 
 
 # --- what a page holds ------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from mambaxfer_cli.model import Variant
+from mambaxfer_cli.planning.model import Variant
 
 Params = Mapping[str, int]
 

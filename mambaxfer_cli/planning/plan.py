@@ -6,18 +6,18 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 
-from mambaxfer_cli.attention import AttentionRead, attention_read, sources as attention_sources, whole_block
-from mambaxfer_cli.descriptors import (
+from mambaxfer_cli.planning.attention import AttentionRead, attention_read, sources as attention_sources, whole_block
+from mambaxfer_cli.planning.descriptors import (
     DescriptorList, DescriptorMap, DescriptorRead, Request, block_ids, kernel_blocks, parse_blocks,
     random_request,
 )
-from mambaxfer_cli.engine import Side, build_side
+from mambaxfer_cli.planning.engine import Side, build_side
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.handshake import Refusal, Verdict, reads_whole_kernel_blocks, verdict as vllm_verdict, with_block_size
-from mambaxfer_cli.kv_groups import KVGrouping, vllm_grouping
-from mambaxfer_cli.model import ATTENTION, ModelSpec
-from mambaxfer_cli.reads import EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_reads
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.handshake import Refusal, Verdict, reads_whole_kernel_blocks, verdict as vllm_verdict, with_block_size
+from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.reads import EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_reads
 
 SCHEMA = "mambaxfer.plan/v1"
 

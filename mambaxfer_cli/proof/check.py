@@ -8,13 +8,13 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.layout import valid_tp_sizes
+from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
-from mambaxfer_cli.model import ModelSpec
-from mambaxfer_cli.geometry import EngineFlags
-from mambaxfer_cli.plan import Plan, PlanOptions, build_plan
-from mambaxfer_cli.reads import VLLM, Read, misreads, tp_ratio
-from mambaxfer_cli.simulate import Patterns, Simulation, request_pages, simulate
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
+from mambaxfer_cli.planning.reads import VLLM, Read, misreads, tp_ratio
+from mambaxfer_cli.proof.simulate import Patterns, Simulation, request_pages, simulate
 
 SCHEMA = "mambaxfer.check/v1"
 ALL_PRESETS_MAX_TP = 8

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from mambaxfer_cli.model import Variant
+from mambaxfer_cli.planning.model import Variant
 
 Alternatives = tuple[tuple[str, ...], ...]
 

@@ -1,0 +1,1 @@
+"""Reading what users give: model configs and presets, plan documents, ``vllm serve`` lines."""
