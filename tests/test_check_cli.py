@@ -9,10 +9,12 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 from cli_run import assert_user_error, run_cli
+from mambaxfer_cli.schema import document_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,6 +30,84 @@ def test_vllm_granite_1p2d_fails_and_explains_the_corruption():
     assert "D0 C: temporal bytes read as C" in out and "D1 C: temporal bytes read as C" in out
     assert "D1 B[0:128] <- P0 C[0:128]" in out
     assert "Traceback" not in result.stderr
+
+
+def vllm_wrong_bytes(model: str, pairs: str) -> list[int]:
+    """The wrong bytes of vLLM's own reads, from --semantics vllm's document."""
+    doc = json.loads(run_cli("check", "--model", model, "--pairs", pairs, "--semantics", "vllm",
+                             "--format", "json").stdout)
+    return [r["wrong_bytes"] for r in doc["results"]]
+
+
+def test_by_default_granite_1p2d_fails_in_one_line_saying_vllm_corrupts_the_bc_groups():
+    # The deployment question: mambaxfer's plan is right, but vLLM 0.33's reads of Granite's one
+    # replicated B/C group corrupt it (its offsets assume the group is sharded; docs/reference.md).
+    result = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:2")
+    assert result.code == 1, result.stdout + result.stderr
+    [wrong] = vllm_wrong_bytes("granite-4.0-h-tiny", "1:2")
+    assert wrong > 0
+    lines = [line for line in result.stdout.splitlines() if line.startswith("✗ ")]
+    assert lines == [f"✗ granite-4.0-h-tiny P1 → D2: vLLM 0.33 accepts it and corrupts the B/C groups: "
+                     f"{wrong} bytes wrong in this request (D0 C, D1 B, D1 C); mambaxfer's plan is right"]
+    assert "✓ right" in result.stdout and "✗ corrupts" in result.stdout
+    assert "0 passed, 1 FAILED" in result.stdout
+
+
+def test_by_default_a_refused_pairing_fails_with_its_fix_and_equal_tp_passes():
+    result = run_cli("check", "--model", "qwen3.5-0.8b", "--pairs", "1:4")
+    assert result.code == 1
+    assert ("✗ qwen3.5-0.8b P1 → D4: vLLM 0.33 refuses it (Local block size 320 is not divisible by remote "
+            "block size 576 or vice versa); --block-size 144 on both engines makes vLLM accept it") \
+        in " ".join(result.stdout.split())
+    assert "1 REFUSED by vLLM 0.33" in result.stdout
+    fixed = run_cli("check", "--model", "qwen3.5-0.8b", "--pairs", "1:4", "--block-size", "144")
+    assert fixed.code == 0, fixed.stdout
+    same = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "2:2", "--format", "json")
+    assert same.code == 0
+    [result] = json.loads(same.stdout)["results"]
+    assert result["deployment"]["vllm"] == "right-bytes" and result["verdict"] == "pass"
+
+
+def test_default_document_and_junit_answer_the_deployment_question(tmp_path):
+    junit = tmp_path / "report.xml"
+    result = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:1,1:2,1:8", "--format", "json",
+                     "--junit", str(junit))
+    assert result.code == 1
+    doc = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(document_schema("check")).validate(doc)
+    assert doc["semantics"] == "both" and doc["ok"] is False
+    assert doc["summary"] | {"seconds": 0} == {"pairings": 3, "passed": 1, "failed": 1, "refused": 1,
+                                                 "skipped": 0, "seconds": 0}
+    same, split, refused = doc["results"]
+    assert [r["verdict"] for r in doc["results"]] == ["pass", "fail", "refused"]
+    assert same["deployment"]["vllm"] == "right-bytes" and same["deployment"]["vllm_wrong_bytes"] == 0
+    # the exact plan's proof stays at the top; vLLM's own is nested, as --semantics vllm gives it
+    assert split["wrong_bytes"] == 0 and split["deployment"]["mambaxfer"] == "pass"
+    assert split["deployment"]["vllm"] == "corrupts" and split["deployment"]["vllm_corrupts"] == ["B", "C"]
+    assert split["deployment"]["vllm_wrong_bytes"] == split["deployment"]["vllm_check"]["wrong_bytes"] \
+        == vllm_wrong_bytes("granite-4.0-h-tiny", "1:2")[0]
+    assert split["explanation"][0] == split["deployment"]["summary"]
+    assert refused["deployment"]["vllm"] == "refuses" and refused["deployment"]["fix_block_size"] == 400
+    assert "corrupt the B/C groups" in refused["deployment"]["summary"]   # and after the fix, still wrong
+    cases = ET.parse(junit).getroot().findall("testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["P1-D1 both", "P1-D2 both", "P1-D8 both"]
+    assert cases[0].find("failure") is None and "moves the right bytes" in cases[0].find("system-out").text
+    assert cases[1].find("failure").get("message") == split["deployment"]["summary"]
+    assert "first wrong byte: D0" in cases[1].find("failure").text     # vLLM's, for the CI log
+
+
+def test_max_tp_says_which_tp_sizes_and_pairings_it_left_out():
+    # toy-mamba2: 4 B/C groups, so TP 1, 2 and 4 only
+    result = run_cli("check", "--model", str(ROOT / "examples/models/toy-mamba2.yaml"), "--max-tp", "8")
+    assert result.code == 0, result.stdout
+    assert ("– toy-mamba2: not checked up to TP 8: TP 3, 5, 6, 7 do not divide intermediate_size = 256 "
+            "(mamba2 'x' channels); TP 8 does not divide n_groups = 4") in " ".join(result.stdout.split())
+    mixed = run_cli("check", "--model", "mamba-130m", "--max-tp", "3", "--format", "json")
+    assert json.loads(mixed.stdout)["unchecked"] == [
+        "mamba-130m: not checked, 2 pairings of TP sizes where neither divides the other (vLLM 0.33 refuses "
+        "them; --semantics exact proves mambaxfer's plans of them)"]
+    exact = run_cli("check", "--model", "mamba-130m", "--max-tp", "3", "--semantics", "exact", "--format", "json")
+    assert json.loads(exact.stdout)["unchecked"] == [] and json.loads(exact.stdout)["summary"]["pairings"] == 9
 
 
 def test_exact_granite_1p2d_passes():
@@ -73,7 +153,7 @@ def test_yaml_format_and_a_model_file_with_max_tp():
 
 
 def test_all_presets_pass_in_exact_semantics_with_the_table():
-    result = run_cli("check", "--all-presets", "--max-tp", "2", "--coalesce")
+    result = run_cli("check", "--all-presets", "--max-tp", "2", "--coalesce", "--semantics", "exact")
     assert result.code == 0, result.stdout[-2000:] + result.stderr
     for name in ("granite-4.0-h-tiny", "jamba", "mamba-130m", "mamba-codestral-7b", "nemotron-h-8b",
                  "qwen3-next-80b", "qwen3.5-0.8b"):
@@ -83,7 +163,8 @@ def test_all_presets_pass_in_exact_semantics_with_the_table():
 
 
 def test_non_multiples_under_exact_semantics():
-    result = run_cli("check", "--model", "mamba-130m", "--pairs", "2:3,3:2,4:6", "--format", "json")
+    result = run_cli("check", "--model", "mamba-130m", "--pairs", "2:3,3:2,4:6", "--semantics", "exact",
+                     "--format", "json")
     assert result.code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert [r["tp_ratio"] for r in doc["results"]] == [None, None, None]
@@ -133,14 +214,19 @@ def run_gate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_gate_script_passes_fails_and_reports_usage_errors(tmp_path):
-    good = run_gate(tmp_path, "granite-4.0-h-tiny", "1:2,2:1")
+    good = run_gate(tmp_path, "granite-4.0-h-tiny", "1:2,2:1", "exact")
     assert good.returncode == 0, good.stderr
     assert "verified byte by byte" in good.stdout
     assert ET.parse(tmp_path / "out/junit.xml").getroot().get("failures") == "0"
 
+    default = run_gate(tmp_path, "granite-4.0-h-tiny", "1:2,2:1")     # what vLLM does: corrupts
+    assert default.returncode == 1 and "would be refused or corrupt state" in default.stderr
+    assert default.stdout.count("corrupts the B/C groups") == 2
+    assert ET.parse(tmp_path / "out/junit.xml").getroot().get("failures") == "2"
+
     bad = run_gate(tmp_path, "granite-4.0-h-tiny", "1:2", "vllm")
     assert bad.returncode == 1
-    assert "C read as B" in bad.stdout and "would corrupt state" in bad.stderr
+    assert "C read as B" in bad.stdout and "would be refused or corrupt state" in bad.stderr
     assert "C read as B" in (tmp_path / "out/check.log").read_text()
     assert ET.parse(tmp_path / "out/junit.xml").getroot().get("failures") == "1"
 
@@ -159,6 +245,6 @@ def test_github_workflow_runs_check_as_a_gate():
     assert any("--all-presets" in c for c in commands)
     for entry in workflow["jobs"]["mambaxfer-check"]["strategy"]["matrix"]["include"]:
         # every pairing the example gates on passes, as the workflow promises
-        result = run_cli("check", "--model", entry["model"], "--pairs", entry["pairs"],
-                         "--semantics", entry["semantics"], "--format", "json")
+        assert "semantics" not in entry      # the default: what vLLM does, proved
+        result = run_cli("check", "--model", entry["model"], "--pairs", entry["pairs"], "--format", "json")
         assert result.code == 0, (entry, result.stdout[-1500:])

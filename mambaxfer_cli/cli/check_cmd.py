@@ -11,7 +11,7 @@ from mambaxfer_cli.cli.options import (
     DecodeBlocksOpt, DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, EngineOption, Format, HeadSizeOpt,
     KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOption, NumSpecOpt, OutputOption, PBackendOpt,
     PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt,
-    RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt,
+    RequestBlocksOpt, RequestOption, SeedOpt, Semantics, CheckSemantics, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt,
     both_engines, check_writable, load, plan_options,
 )
 from mambaxfer_cli.errors import UserError
@@ -29,7 +29,11 @@ def check(
     all_presets: Annotated[bool, EngineOption(
         "--all-presets/--no-all-presets",
         help="Check every built-in model (up to TP 8 unless --max-tp or --pairs).")] = False,
-    semantics: SemanticsOpt = Semantics.exact,
+    semantics: Annotated[CheckSemantics, RequestOption(
+        "--semantics", case_sensitive=False,
+        help="both: mambaxfer's exact plan and what vLLM 0.33 does (accepts and moves the right bytes, "
+             "corrupts them, or refuses); exact: only mambaxfer's plan; vllm: only vLLM's reads.")
+    ] = CheckSemantics.both,
     coalesce: CoalesceOpt = False,
     fmt: Annotated[Format, OutputOption(
         "--format", "-f", help="table, json or yaml (mambaxfer.check/v1).")] = Format.table,
@@ -66,14 +70,17 @@ def check(
     decode_blocks: DecodeBlocksOpt = None,
     seed: SeedOpt = 0,
 ) -> None:
-    """Simulate each pairing's transfer on real bytes and verify every byte and descriptor ID.
+    """Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every
+    byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM 0.33 issues.
 
-    Exit code 0: every pairing verified; 1: a wrong byte or ID (explained); 2: a usage error;
-    70: an internal error.
+    Exit code 0: every pairing works; 1: vLLM refuses a pairing or moves wrong bytes, or a plan is
+    wrong (one line each, with the fix); 2: a usage error; 70: an internal error.
 
     [bold]Examples[/]
 
-    mambaxfer check --model granite-4.0-h-tiny --pairs 1:2,2:1 --semantics vllm
+    mambaxfer check --model granite-4.0-h-tiny --pairs 1:2,2:1
+
+    mambaxfer check --model granite-4.0-h-tiny --pairs 1:2 --semantics vllm
 
     mambaxfer check --all-presets --junit junit.xml
     """
@@ -90,18 +97,18 @@ def check(
     specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size) for name in names]
     prefill, decode = both_engines(locals())
     options = plan_options(
-        semantics=semantics, coalesce=coalesce, prefill=prefill, decode=decode,
+        semantics=Semantics.vllm if semantics is CheckSemantics.vllm else Semantics.exact, coalesce=coalesce, prefill=prefill, decode=decode,
         attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)
-    targets = targets_for(specs, pairs, max_tp, options.semantics)
+    targets = targets_for(specs, pairs, max_tp, semantics.value)
     if junit is not None:   # fail before the run, not after it
         check_writable(junit, "--junit")
 
     from mambaxfer_cli.render.check_view import progress, render_report
 
     with progress() as (on_start, on_result):
-        report = run_check(targets, options, on_start, on_result)
+        report = run_check(targets, options, on_start, on_result, semantics=semantics.value)
     from mambaxfer_cli.cli.report import finish
     from mambaxfer_cli.render.junit import junit_xml
 

@@ -38,6 +38,13 @@ class Semantics(str, Enum):
     vllm = "vllm"
 
 
+class CheckSemantics(str, Enum):
+    """What ``check`` proves: both (mambaxfer's exact plan and vLLM's reads), or one of them."""
+    both = "both"
+    exact = "exact"
+    vllm = "vllm"
+
+
 MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a model directory, "
               "a YAML model file, or a Hugging Face repo id already in the local cache.")
 

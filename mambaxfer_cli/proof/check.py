@@ -13,11 +13,20 @@ from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
-from mambaxfer_cli.planning.reads import VLLM, Read, misreads, tp_ratio
+from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
 from mambaxfer_cli.proof.simulate import Patterns, Simulation, request_pages, simulate
 
 SCHEMA = "mambaxfer.check/v1"
 ALL_PRESETS_MAX_TP = 8
+
+# What check proves. BOTH, the default, answers the deployment question: is mambaxfer's exact plan
+# right, and what does vLLM do with the pairing (move the right bytes, corrupt some, or refuse it)?
+BOTH = "both"
+CHECK_SEMANTICS = (BOTH, EXACT, VLLM)
+# What vLLM does with a pairing, under BOTH.
+RIGHT, CORRUPTS, REFUSES = "right-bytes", "corrupts", "refuses"
+# Regions in the order a page holds them, for naming what is corrupted.
+REGION_ORDER = ("x", "B", "C", "Q", "K", "V", "ssm", "kv")
 
 # Smaller engines than plan's defaults keep the check fast; the ID arithmetic is the same, and
 # different sizes on the two sides catch an ID computed with the other engine's N.
@@ -58,13 +67,31 @@ def parse_pairs(text: str) -> tuple[Pairing, ...]:
 
 
 def pairings_up_to(model: ModelSpec, max_tp: int, semantics: str) -> tuple[Pairing, ...]:
-    """Every pairing of valid TP sizes <= ``max_tp``; under vLLM semantics only those where one
-    size divides the other (vLLM refuses the rest)."""
+    """Every pairing of valid TP sizes <= ``max_tp``; except under exact semantics only those where
+    one size divides the other (vLLM refuses the rest at once, whatever the model)."""
     if max_tp < 1:
         raise UserError(f"--max-tp must be >= 1, got {max_tp}")
     sizes = valid_tp_sizes(model, max_tp)   # the SSM layout and, with attention, the KV heads
     return tuple(Pairing(p, d) for p, d in itertools.product(sizes, sizes)
-                 if semantics != VLLM or tp_ratio(p, d) is not None)
+                 if semantics == EXACT or tp_ratio(p, d) is not None)
+
+
+def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
+    """The TP sizes up to ``max_tp`` that have no layout for the model, each with the reason
+    (the layout's own error, without the model's name and the list of sizes that work)."""
+    from mambaxfer_cli.planning.layout import engine_layouts
+
+    valid = set(valid_tp_sizes(model, max_tp))
+    out = {}
+    for tp in range(1, max_tp + 1):
+        if tp in valid:
+            continue
+        try:
+            engine_layouts(model, tp)
+            assert False, f"{model.name}: TP {tp} has a layout but is not a valid TP size"
+        except UserError as exc:
+            out[tp] = str(exc).removeprefix(f"{model.name}: ").split("; TP sizes that work")[0]
+    return out
 
 
 @dataclass(frozen=True)
@@ -74,6 +101,7 @@ class Target:
     model: ModelSpec
     pairings: tuple[Pairing, ...]
     listed: bool = False     # pairings the user named: a pairing that cannot be planned is their error
+    unchecked: tuple[str, ...] = ()   # what an enumeration left out, and why
 
 
 @dataclass(frozen=True)
@@ -95,6 +123,8 @@ class PairingResult:
     warnings: tuple[str, ...] = ()   # warning codes of the plan
     reason: str = ""                 # why a pairing was skipped
     vllm: dict | None = None         # vLLM 0.33's verdict on the pairing (plan's "vllm" field)
+    vllm_check: "PairingResult | None" = None   # BOTH: the proof of vLLM's own reads, when it plans them
+    exact_verdict: str | None = None            # BOTH: the verdict of mambaxfer's exact plan
 
     @property
     def pairing(self) -> str:
@@ -105,12 +135,75 @@ class PairingResult:
         extra = ", coalesced" if self.coalesce else ""
         return f"{self.model} {self.pairing} ({self.semantics}{extra})"
 
+    @property
+    def vllm_does(self) -> str | None:
+        """BOTH: what vLLM does with the pairing: RIGHT, CORRUPTS or REFUSES (None otherwise)."""
+        if self.semantics != BOTH or self.verdict == "skip":
+            return None
+        if not self.vllm["accepts"]:
+            return REFUSES
+        return CORRUPTS if self.vllm_check is None or self.vllm_check.verdict != "pass" else RIGHT
+
+    def corrupted(self) -> str:
+        """What vLLM's reads corrupt, in words: 'the B/C groups', 'the attention KV cache', ..."""
+        regions = self._corrupted_regions()
+        if not regions:
+            sim = self.vllm_check.simulation if self.vllm_check else None
+            return "the descriptors" if sim and sim.problems else "the state"
+        if set(regions) <= {"B", "C"}:
+            return f"the {'/'.join(regions)} groups"
+        if regions == ["kv"]:
+            return "the attention KV cache"
+        return f"the {'/'.join(regions)} state"
+
+    def _corrupted_regions(self) -> list[str]:
+        sim = self.vllm_check.simulation if self.vllm_check else None
+        found = {d.region for d in sim.damage} if sim else set()
+        return sorted(found, key=lambda name: (REGION_ORDER.index(name) if name in REGION_ORDER else len(REGION_ORDER), name))
+
+    def deployment_line(self) -> str:
+        """BOTH: the answer in one line: what vLLM does, how to fix it, and mambaxfer's plan."""
+        pairing = f"{self.model} {self.pairing}"
+        if self.exact_verdict == "fail":
+            return (f"{pairing}: mambaxfer's exact plan moves wrong bytes (a bug in mambaxfer; "
+                    f"--semantics exact explains it)")
+        fix = self.vllm.get("suggested_block_size") if self.vllm else None
+        corrupts = self.vllm_check is not None and self.vllm_check.verdict == "fail"
+        does = self.vllm_does
+        if does == REFUSES:
+            message = " ".join(r["message"] for r in self.vllm["refusals"][:1]).rstrip(".")
+            line = f"{pairing}: vLLM 0.33 refuses it ({message})"
+            if fix:
+                line += f"; --block-size {fix} on both engines makes vLLM accept it"
+                line += f", but its reads then corrupt {self.corrupted()}" if corrupts else ""
+            elif corrupts:
+                line += f"; its reads would also corrupt {self.corrupted()}"
+            return line
+        if does == CORRUPTS:
+            sim = self.vllm_check.simulation if self.vllm_check else None
+            wrong = sim.wrong_bytes if sim else 0
+            where = ", ".join(f"D{d.d_rank} {d.region}" for d in sim.damage[:6]) if wrong else ""
+            more = ", ..." if sim and len(sim.damage) > 6 else ""
+            line = (f"{pairing}: vLLM 0.33 accepts it and corrupts {self.corrupted()}: {wrong} bytes wrong "
+                    f"in this request" + (f" ({where}{more})" if where else ""))
+            if fix:
+                line += f"; fix: --block-size {fix} on both engines"
+            return line + "; mambaxfer's plan is right"
+        return f"{pairing}: vLLM 0.33 accepts it and moves the right bytes"
+
     def explanation(self, limit: int = 8) -> list[str]:
         """Plain lines saying what is wrong: the first wrong byte, the damage per D rank and region,
         what the segments read, and every other problem."""
         sim = self.simulation
         if self.verdict == "skip":
             return [f"skipped: {self.reason}"]
+        if self.semantics == BOTH:
+            if self.verdict == "pass":
+                return []
+            if self.exact_verdict == "fail":
+                return [self.deployment_line()] + replace(self, semantics=EXACT).explanation(limit)
+            detail = self.vllm_check.explanation(limit) if self.vllm_check else []
+            return [self.deployment_line()] + [line for line in detail if not line.startswith(("vLLM 0.33 refuses", "fix:"))]
         lines = []
         if self.vllm and not self.vllm["accepts"]:
             lines += [f"vLLM 0.33 refuses this pairing at handshake: {r['message']}" for r in self.vllm["refusals"]]
@@ -155,7 +248,22 @@ class PairingResult:
             "problems": [p.to_dict() for p in sim.problems] if sim else [],
             "misreads": list(self.misreads), "warnings": list(self.warnings),
             "reason": self.reason, "vllm": self.vllm, "explanation": self.explanation(limit=1000),
+            "deployment": self._deployment(),
         }
+
+    def _deployment(self) -> dict | None:
+        """BOTH: the answer, and the proof of vLLM's own reads."""
+        does = self.vllm_does
+        if does is None:
+            return None
+        check = self.vllm_check
+        sim = check.simulation if check else None
+        return {"mambaxfer": self.exact_verdict, "vllm": does,
+                "vllm_wrong_bytes": sim.wrong_bytes if sim else 0,
+                "vllm_corrupts": self._corrupted_regions(),
+                "fix_block_size": self.vllm.get("suggested_block_size"),
+                "summary": self.deployment_line(),
+                "vllm_check": check.to_dict() if check else None}
 
 
 @dataclass(frozen=True)
@@ -163,6 +271,7 @@ class CheckReport:
     semantics: str
     results: tuple[PairingResult, ...]
     seconds: float
+    unchecked: tuple[str, ...] = ()     # what --max-tp left out, and why (one line per model)
 
     def count(self, verdict: str) -> int:
         return sum(1 for r in self.results if r.verdict == verdict)
@@ -181,6 +290,7 @@ class CheckReport:
                             "failed": self.count("fail"), "refused": self.count("refused"),
                             "skipped": self.count("skip"),
                             "seconds": round(self.seconds, 3)},
+                "unchecked": list(self.unchecked),
                 "results": [r.to_dict() for r in self.results]}
 
 
@@ -241,6 +351,24 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
         warnings=tuple(w.code for w in plan.warnings), vllm=plan.verdict.to_dict())
 
 
+def check_deployment(exact: Plan, vllm: Plan | None, patterns: Patterns | None = None,
+                     coalesce: bool | None = None) -> PairingResult:
+    """BOTH: prove mambaxfer's exact plan and vLLM's own reads (``vllm``: None when vLLM cannot
+    even plan them). The verdict is the deployment's: it passes only when the exact plan is right
+    and vLLM accepts the pairing and moves the right bytes."""
+    start = time.perf_counter()
+    mine = check_plan(exact, patterns, coalesce)
+    theirs = check_plan(vllm, patterns, False) if vllm is not None else None
+    if mine.verdict != "pass":
+        verdict = "fail"
+    elif not exact.verdict.accepts:
+        verdict = "refused"
+    else:
+        verdict = "pass" if theirs is not None and theirs.verdict == "pass" else "fail"
+    return replace(mine, semantics=BOTH, verdict=verdict, exact_verdict=mine.verdict, vllm_check=theirs,
+                   seconds=time.perf_counter() - start)
+
+
 def plan_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
                  listed: bool = True) -> Plan | PairingResult:
     """The plan of one pairing, or, for an enumerated pairing that cannot be planned, its skip.
@@ -254,47 +382,76 @@ def plan_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
                              tp_ratio(pairing.p_tp, pairing.d_tp), "skip", 0.0, reason=str(exc))
 
 
-def check_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
-                  patterns: Patterns | None = None, listed: bool = True) -> PairingResult:
-    """Plan and prove one pairing."""
-    planned = plan_pairing(model, pairing, options, listed)
+def vllm_plan(model: ModelSpec, pairing: Pairing, options: PlanOptions) -> Plan | None:
+    """vLLM's own reads of a pairing, or None where vLLM cannot plan them (it refuses the pairing)."""
+    try:
+        return build_plan(model, pairing.p_tp, pairing.d_tp, replace(options, semantics=VLLM, coalesce=False))
+    except UserError:
+        return None
+
+
+def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: str, listed: bool):
+    """What to prove for one pairing: a plan (and under BOTH, vLLM's beside it), or a skip."""
+    if semantics != BOTH:
+        return plan_pairing(model, pairing, replace(options, semantics=semantics), listed), None
+    exact = plan_pairing(model, pairing, replace(options, semantics=EXACT), listed)
+    if isinstance(exact, PairingResult):
+        return replace(exact, semantics=BOTH), None
+    return exact, vllm_plan(model, pairing, options)
+
+
+def _prove(planned, theirs, semantics: str, patterns: Patterns, coalesce: bool) -> PairingResult:
     if isinstance(planned, PairingResult):
         return planned
-    return check_plan(planned, patterns, options.coalesce)
+    if semantics == BOTH:
+        return check_deployment(planned, theirs, patterns, coalesce)
+    began = time.perf_counter()
+    return replace(check_plan(planned, patterns, coalesce), seconds=time.perf_counter() - began)
+
+
+def check_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
+                  patterns: Patterns | None = None, listed: bool = True,
+                  semantics: str | None = None) -> PairingResult:
+    """Plan and prove one pairing (``semantics``: BOTH, EXACT or VLLM; default the options')."""
+    semantics = semantics or options.semantics
+    planned, theirs = _job(model, pairing, options, semantics, listed)
+    return _prove(planned, theirs, semantics, patterns or Patterns(), options.coalesce)
 
 
 def run_check(targets: Sequence[Target], options: PlanOptions,
               on_start: Callable[[int], None] | None = None,
-              on_result: Callable[[PairingResult], None] | None = None) -> CheckReport:
-    """Prove every pairing of every target. Every plan is built first, so a user error shows up
-    before any long simulation; the callbacks drive a progress display."""
+              on_result: Callable[[PairingResult], None] | None = None,
+              semantics: str | None = None) -> CheckReport:
+    """Prove every pairing of every target (``semantics``: BOTH, EXACT or VLLM; default the
+    options'). Every plan is built first, so a user error shows up before any long simulation; the
+    callbacks drive a progress display."""
+    semantics = semantics or options.semantics
+    if semantics not in CHECK_SEMANTICS:
+        raise UserError(f"unknown semantics '{semantics}'; choose one of: {', '.join(CHECK_SEMANTICS)}")
     start = time.perf_counter()
-    jobs = [(target, plan_pairing(target.model, pairing, options, target.listed))
+    jobs = [(target, *_job(target.model, pairing, options, semantics, target.listed))
             for target in targets for pairing in target.pairings]
-    for target, planned in jobs:
+    for target, planned, _ in jobs:
         if not isinstance(planned, PairingResult):
             check_memory(planned, f"{planned.prefill.tp}:{planned.decode.tp}")
     if on_start:
         on_start(len(jobs))
     results, patterns, last_model = [], Patterns(), None
-    for target, planned in jobs:
+    for target, planned, theirs in jobs:
         if target.model is not last_model:
             patterns, last_model = Patterns(), target.model   # one model's pattern bytes, shared by its pairings
-        if isinstance(planned, PairingResult):
-            result = planned
-        else:
-            began = time.perf_counter()
-            result = check_plan(planned, patterns, options.coalesce)
-            result = replace(result, seconds=time.perf_counter() - began)
+        result = _prove(planned, theirs, semantics, patterns, options.coalesce)
         results.append(result)
         if on_result:
             on_result(result)
-    return CheckReport(options.semantics, tuple(results), time.perf_counter() - start)
+    unchecked = tuple(line for target in targets for line in target.unchecked)
+    return CheckReport(semantics, tuple(results), time.perf_counter() - start, unchecked)
 
 
 def targets_for(models: Iterable[ModelSpec], pairs: str | None, max_tp: int | None,
                 semantics: str) -> list[Target]:
-    """The pairings to prove for each model: the listed ones, or every valid one up to max_tp."""
+    """The pairings to prove for each model: the listed ones, or every valid one up to max_tp
+    (with what that leaves out, and why)."""
     if pairs is not None and max_tp is not None:
         raise UserError("give either --pairs or --max-tp, not both")
     listed = parse_pairs(pairs) if pairs is not None else None
@@ -304,6 +461,28 @@ def targets_for(models: Iterable[ModelSpec], pairs: str | None, max_tp: int | No
     for model in models:
         if listed is not None:
             out.append(Target(model, listed, listed=True))
-        else:
-            out.append(Target(model, pairings_up_to(model, max_tp or ALL_PRESETS_MAX_TP, semantics)))
+            continue
+        top = max_tp or ALL_PRESETS_MAX_TP
+        pairings = pairings_up_to(model, top, semantics)
+        out.append(Target(model, pairings, unchecked=_left_out(model, top, semantics, pairings)))
     return out
+
+
+def _left_out(model: ModelSpec, top: int, semantics: str, pairings: Sequence[Pairing]) -> tuple[str, ...]:
+    """One line per kind of pairing an enumeration up to TP ``top`` leaves out, saying why."""
+    lines = []
+    skipped = unchecked_sizes(model, top)
+    if skipped:
+        reasons: dict[str, list[int]] = {}
+        for tp, why in skipped.items():
+            reasons.setdefault(why.replace(f"TP {tp}", "TP {}", 1), []).append(tp)
+        said = "; ".join(why.replace("{}", ", ".join(map(str, sizes))).replace(
+            "does not divide", "does not divide" if len(sizes) == 1 else "do not divide") for why, sizes in reasons.items())
+        lines.append(f"{model.name}: not checked up to TP {top}: {said}")
+    sizes = valid_tp_sizes(model, top)
+    mixed = len(sizes) ** 2 - len(pairings)
+    if semantics != EXACT and mixed:
+        lines.append(f"{model.name}: not checked, {mixed} pairing{'s' if mixed != 1 else ''} of TP sizes "
+                     f"where neither divides the other (vLLM 0.33 refuses them; --semantics exact proves "
+                     f"mambaxfer's plans of them)")
+    return tuple(lines)

@@ -10,14 +10,40 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.proof.check import CheckReport, PairingResult
+from mambaxfer_cli.proof.check import BOTH, CORRUPTS, EXACT, REFUSES, RIGHT, CheckReport, PairingResult
 from mambaxfer_cli.render.model_view import human_bytes
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),
             "refused": Text("✗ REFUSED", style="bold red"), "skip": Text("– skip", style="yellow")}
+EXACT_PLAN = {"pass": Text("✓ right", style="green"), "fail": Text("✗ WRONG", style="bold red")}
+VLLM_DOES = {RIGHT: Text("✓ right bytes", style="green"), CORRUPTS: Text("✗ corrupts", style="bold red"),
+             REFUSES: Text("✗ refuses", style="bold red")}
+LINES_SHOWN = 20
+
+
+def deployment_table(report: CheckReport) -> Table:
+    """BOTH: per pairing, mambaxfer's exact plan and what vLLM does."""
+    table = Table(title="mambaxfer check: exact plan and vLLM 0.33", title_justify="left")
+    for column, justify in (("model", "left"), ("pairing", "left"), ("bytes", "right"),
+                            ("mambaxfer", "left"), ("vLLM 0.33", "left")):
+        table.add_column(column, justify=justify, no_wrap=True)
+    last_model = None
+    for r in report.results:
+        model = r.model if r.model != last_model else ""
+        if r.model != last_model and last_model is not None:
+            table.add_section()
+        last_model = r.model
+        pairing = r.pairing + (" coalesced" if r.coalesce else "")
+        if r.verdict == "skip":
+            table.add_row(model, pairing, "", VERDICTS["skip"], VERDICTS["skip"])
+            continue
+        table.add_row(model, pairing, human_bytes(r.bytes), EXACT_PLAN[r.exact_verdict], VLLM_DOES[r.vllm_does])
+    return table
 
 
 def summary_table(report: CheckReport) -> Table:
+    if report.semantics == BOTH:
+        return deployment_table(report)
     table = Table(title=f"mambaxfer check ({report.semantics} semantics)", title_justify="left")
     for column, justify in (("model", "left"), ("pairing", "left"), ("tp_ratio", "right"),
                             ("reads", "right"), ("segments", "right"), ("descriptors", "right"),
@@ -63,15 +89,34 @@ def skip_note(result: PairingResult) -> Text:
     return Text(f"– {result.title}: {result.reason}", style="yellow")
 
 
+def deployment_lines(report: CheckReport, shown: int = LINES_SHOWN) -> list:
+    """BOTH: one line per pairing that does not work, saying what vLLM does and the fix."""
+    failed = [r for r in report.results if r.verdict in ("fail", "refused")]
+    parts: list = [Text(f"✗ {r.deployment_line()}", style="red") for r in failed[:shown]]
+    if len(failed) > shown:
+        parts.append(Text(f"… and {len(failed) - shown} more (all of them in --format json or --junit)", style="red"))
+    if failed:
+        parts.append(Text("vLLM's first wrong byte of each: --semantics vllm; mambaxfer's plans alone: "
+                          "--semantics exact", style="dim"))
+    return parts
+
+
 def render_report(report: CheckReport, failures_shown: int = 10) -> list:
     parts: list = [summary_table(report)]
+    if report.semantics == BOTH:
+        parts += deployment_lines(report)
+        parts += [Text(f"– {line}", style="yellow") for line in report.unchecked]
+        parts.extend(skip_note(r) for r in report.results if r.verdict == "skip")
+        parts.append(footer(report))
+        return parts
     failed = [r for r in report.results if r.verdict in ("fail", "refused")]
     parts.extend(failure_panel(r) for r in failed[:failures_shown])
     if len(failed) > failures_shown:
         parts.append(Text(f"… and {len(failed) - failures_shown} more failing pairings "
                           f"(all of them in --format json or --junit)", style="red"))
     parts.extend(skip_note(r) for r in report.results if r.verdict == "skip")
-    refused_elsewhere = [r for r in report.results if r.semantics != "vllm" and r.vllm and not r.vllm["accepts"]]
+    parts += [Text(f"– {line}", style="yellow") for line in report.unchecked]
+    refused_elsewhere = [r for r in report.results if r.semantics == EXACT and r.vllm and not r.vllm["accepts"]]
     if refused_elsewhere:
         shown = ", ".join(f"{r.model} {r.pairing}" for r in refused_elsewhere[:6])
         more = f" and {len(refused_elsewhere) - 6} more" if len(refused_elsewhere) > 6 else ""
