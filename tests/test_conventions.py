@@ -106,7 +106,7 @@ def test_narrow_terminals_keep_every_identifier_whole(columns):
     assert {"granite-4.0-h-tiny", "P1", "D2", "P2", "D1"} <= words(check.stdout), check.stdout
 
     args = ("plan", "--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2")
-    plan = run_cli(*args, env=env)
+    plan = run_cli(*args, "--show", "reads", env=env)
     document = json.loads(run_cli(*args, "--format", "json").stdout)
     offsets = {str(seg[key]) for read in document["reads"] for seg in read["segments"]
                for key in ("remote_offset", "local_offset", "size")}

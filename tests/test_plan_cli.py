@@ -29,12 +29,48 @@ def test_schema_command_prints_a_valid_json_schema():
     assert schema["properties"]["schema"] == {"const": "mambaxfer.plan/v1"}
 
 
-def test_readme_first_example_renders_every_section():
+def test_show_all_renders_every_section():
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--show", "all")
+    assert result.code == 0, result.stderr
+    for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads (bytes within", "Where every byte",
+                    "Descriptor IDs", "step 100000", "vLLM 0.33 accepts this pairing and issues the same reads",
+                    "vLLM does not compare"):
+        assert section in result.stdout, section
+    assert "more: --show" not in result.stdout
+
+
+def test_the_brief_form_gives_the_verdict_both_engines_and_the_reads_first():
     result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4")
     assert result.code == 0, result.stderr
-    for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads", "Where every byte",
-                    "Descriptor IDs", "step 100000", "vLLM 0.33 accepts this pairing and issues the same reads"):
-        assert section in result.stdout, section
+    lines = result.stdout.splitlines()
+    assert lines[0] == "vLLM 0.33 accepts this pairing and issues the same reads"
+    assert any(line.startswith("│ P FLASH_ATTN · block 80 tokens") for line in lines)
+    assert any(line.startswith("│ D FLASH_ATTN · block 80 tokens") for line in lines)
+    # jamba 1P4D: D rank r holds 2048 of the 8192 channels: x is 2048 x 3 conv rows x 2 bytes = 12288 B,
+    # ssm 2048 x d_state 16 x 2 bytes (bfloat16) = 65536 B, both read from P0
+    assert "  D3 ← P0: x 12288 B, ssm 65536 B" in lines
+    for hidden in ("Prefill (P) TP 1", "Descriptor IDs", "Where every byte", "vLLM does not compare"):
+        assert hidden not in result.stdout
+    assert lines[-1] == "more: --show layouts,reads,diagram,ids,notes (or --show all)"
+    assert len(lines) < 30
+    some = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--show", "ids, layouts")
+    assert "Descriptor IDs" in some.stdout and "Decode (D) TP 4" in some.stdout and "Reads (bytes" not in some.stdout
+    assert some.stdout.splitlines()[-1] == "more: --show reads,diagram,notes (or --show all)"
+
+
+@pytest.mark.parametrize("value", ["bogus", "ids,bogus", ","])
+def test_show_names_the_sections_it_knows(value):
+    assert_user_error(run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--show", value),
+                      "--show", "layouts, reads, diagram, ids, notes or all")
+
+
+def test_output_says_the_verdict_and_the_warnings(tmp_path):
+    target = tmp_path / "plan.json"
+    result = run_cli("plan", "--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2", "--output", str(target))
+    assert result.code == 0 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "vLLM 0.33 accepts this pairing but its reads corrupt the state (see the warnings)",
+        f"wrote {target}: 2 reads, 2 descriptor reads, 1 warning: vllm-differs"]
 
 
 @pytest.mark.parametrize("model,p,d,extra", [

@@ -51,6 +51,15 @@ def _flags_without_metavar() -> None:
 _flags_without_metavar()
 
 
+def _help_that_never_cuts() -> None:
+    from mambaxfer_cli.render.help import install
+
+    install()
+
+
+_help_that_never_cuts()
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"mambaxfer {__version__}")

@@ -55,13 +55,12 @@ def inspect(
                     "engines": {str(size): side.geometry.to_dict() for size, side in sides.items()}}
         typer.echo(dump(stamped(document), fmt), nl=False)
         return
-    from mambaxfer_cli.render.console import console, fit
-    from mambaxfer_cli.render.model_view import layout_table, model_summary
+    from mambaxfer_cli.render.console import console, fit_all, together
+    from mambaxfer_cli.render.model_view import geometry_line, layout_table, model_summary
 
     out = console()
     out.print(model_summary(spec))
-    from mambaxfer_cli.render.model_view import geometry_line
-
-    for size, ranks in layouts.items():
-        out.print(fit(layout_table(f"TP {size}", ranks)))
-        out.print(geometry_line(f"engine at TP {size}:", sides[size]), soft_wrap=False)
+    tables = fit_all(together([layout_table(f"TP {size}", ranks) for size, ranks in layouts.items()], "layouts"), out)
+    for size, table in zip(layouts, tables):
+        out.print(table)
+        out.print(geometry_line(f"engine at TP {size}:", sides[size]))

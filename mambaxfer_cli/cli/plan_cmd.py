@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DecodeBlocksOpt,
     DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, DTpOpt, Format, HeadSizeOpt, KvDtypeOpt,
@@ -28,6 +29,10 @@ def plan(
     fmt: Annotated[Format, OutputOption(
         "--format", "-f", help="table, json or yaml (mambaxfer.plan/v1).")] = Format.table,
     d_rank: Annotated[Optional[int], OutputOption("--d-rank", help="Show only this D rank.")] = None,
+    show: Annotated[Optional[str], OutputOption(
+        "--show", help="Also show, comma-separated: layouts (both sides' ranks), reads (every segment), "
+                       "diagram (where each D byte comes from), ids (descriptor IDs), notes; or all.",
+        show_default=False)] = None,
     output: Annotated[Optional[Path], OutputOption(
         "--output", "-o", help="Write the plan document (JSON, or YAML with --format yaml) to FILE.")] = None,
     variant: VariantOpt = None,
@@ -61,17 +66,21 @@ def plan(
     decode_blocks: DecodeBlocksOpt = None,
     seed: SeedOpt = 0,
 ) -> None:
-    """Plan a P/D transfer: both sides' layouts, every read, page diagrams and descriptor IDs.
+    """Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both
+    sides' layouts, every segment, page diagrams and descriptor IDs.
 
     [bold]Examples[/]
 
     mambaxfer plan --model jamba --p-tp 1 --d-tp 4
+
+    mambaxfer plan --model jamba --p-tp 1 --d-tp 4 --show all
 
     mambaxfer plan --model qwen3.5-0.8b --p-tp 2 --d-tp 1 --semantics vllm --output plan.json
     """
     from mambaxfer_cli.planning.plan import build_plan
 
     check_bounds(p_tp=p_tp, d_tp=d_tp)
+    sections = shown_sections(show)
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
     prefill, decode = both_engines(locals())
     options = plan_options(
@@ -83,18 +92,42 @@ def plan(
     document = stamped(result.to_dict(d_rank))  # validates --d-rank before anything is written
     verdict(0)
     if output is not None:
+        from rich.console import Console
+
+        from mambaxfer_cli.render.plan_view import verdict_line
+
         text = dump(document, Format.yaml if fmt is Format.yaml else Format.json)
         write_output(output, text)
-        typer.echo(f"wrote {output}: {len(document['reads'])} reads, "
-                   f"{len(document['descriptors']['reads'])} descriptor reads, "
-                   f"{len(document['warnings'])} warnings", err=True)
+        warnings = document["warnings"]
+        said = f": {', '.join(w['code'] for w in warnings)}" if warnings else ""
+        err = Console(stderr=True, highlight=False)
+        err.print(verdict_line(result))
+        err.print(f"wrote {output}: {len(document['reads'])} reads, {len(document['descriptors']['reads'])} "
+                  f"descriptor reads, {len(warnings)} warning{'' if len(warnings) == 1 else 's'}{said}",
+                  markup=False)
         return
     if fmt is not Format.table:
         typer.echo(dump(document, fmt), nl=False)
         return
-    from mambaxfer_cli.render.console import console, fit
+    from mambaxfer_cli.render.console import console, fit_all
     from mambaxfer_cli.render.plan_view import render_plan
 
     out = console()
-    for part in render_plan(result, d_rank):
-        out.print(fit(part))
+    for part in fit_all(render_plan(result, d_rank, sections, out.width), out):
+        out.print(part)
+
+
+def shown_sections(show: str | None) -> tuple[str, ...]:
+    """``--show layouts,ids`` (or ``all``) as the sections to add to the brief form."""
+    from mambaxfer_cli.render.plan_view import SECTIONS
+
+    if show is None:
+        return ()
+    names = [name.strip().lower() for name in show.split(",") if name.strip()]
+    if "all" in names:
+        return SECTIONS
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown or not names:
+        raise UserError(f"--show: {'unknown section ' + repr(unknown[0]) if unknown else 'name a section'}; "
+                        f"choose from {', '.join(SECTIONS)} or all, comma-separated")
+    return tuple(name for name in SECTIONS if name in names)

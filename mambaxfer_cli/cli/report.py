@@ -26,11 +26,11 @@ def finish(code: int, document: dict, fmt: Format, parts: Callable[[], Iterable]
     if fmt is not Format.table:
         typer.echo(dump(stamped(document), fmt), nl=False)
     else:
-        from mambaxfer_cli.render.console import console, fit
+        from mambaxfer_cli.render.console import console, fit_all
 
         out = console()
-        for part in parts():
-            out.print(fit(part))
+        for part in fit_all(parts(), out):
+            out.print(part)
     if unwritten is not None:
         red_line(str(unwritten))
         raise typer.Exit(code or 2)

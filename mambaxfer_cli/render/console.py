@@ -1,12 +1,29 @@
-"""The one rich console the commands print through."""
+"""The one rich console the commands print through, and the layout rule every table follows: a
+value is never cut, at any width.
+
+A table that fits the console is printed as rich lays it out. One that does not gets column widths
+chosen here: every cell that reads as one value (a number, a shard ``[0, 2048)``, an ID run
+``4559..9559 step 100``, a size ``30.9 MiB``: any cell line up to ``VALUE_CHARS`` long) keeps its
+whole line, headers and longer prose wrap between words. When even that does not fit, the table
+is laid out vertically (a heading per row, then ``column: value`` pairs packed into lines), so
+every value stays whole and copyable. Tables that belong together (both sides' layouts) are laid
+out the same way: all as tables, or all vertically.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from functools import lru_cache
+from typing import Iterable, Sequence
 
 PIPE_WIDTH = 120
+VALUE_CHARS = 40      # a cell line up to this long is one value, never wrapped
+# Values of several words that prose never splits: a number and its unit, a pairing, a shard, an
+# ID run, an option and its number.
+KEEP = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs|tokens|bytes)(?![\w/])"
+                  r"|P\d+ → D\d+|P TP \d+|D TP \d+|vLLM \d+\.\d+|\[\d+, \d+\)|\d+\.\.\d+ step \d+|--[\w-]+ \d+(?![\w.])")
 
 
 @lru_cache(maxsize=None)
@@ -18,54 +35,216 @@ def console():
     return Console(highlight=False, width=width)
 
 
+def together(tables: Sequence, name: str) -> Sequence:
+    """Mark tables to be laid out alike by ``fit_all`` (all as tables, or all vertically)."""
+    for table in tables:
+        table.fit_group = name
+    return tables
+
 
 def fit(part, out=None):
-    """A table as rich would print it when it fits the console; else the same rows laid out
-    vertically (one heading per row, then 'column: value' pairs), because rich would otherwise
-    cut values to 'granit…' or '2621…', and a user must be able to copy every value whole."""
+    """One part as it can be printed whole at the console's width (see the module's rule)."""
+    return fit_all([part], out)[0]
+
+
+def fit_all(parts: Iterable, out=None) -> list:
+    """Every part as it can be printed whole; tables of one ``together`` group alike; text (also
+    in panels and groups, and tables' captions) as ``Prose``."""
     from rich.table import Table
 
-    if not isinstance(part, Table):
-        return part
     out = out or console()
-    for column in part.columns:
-        column.overflow = "fold"   # never an ellipsis, even where a cell must give way
-    if _narrowest(part) <= out.width:
-        return part
-    return vertical(part)
+    parts = [_prose(part) for part in parts]
+    groups: dict[object, list[int]] = {}
+    for i, part in enumerate(parts):
+        if isinstance(part, Table):
+            groups.setdefault(getattr(part, "fit_group", None) or i, []).append(i)
+    for members in groups.values():
+        widths = [column_widths(parts[i], out.width) for i in members]
+        if any(w is None for w in widths):
+            for i in members:
+                parts[i] = _prose(vertical(parts[i], out.width))
+            continue
+        for i, chosen in zip(members, widths):
+            if chosen:
+                for column, width in zip(parts[i].columns, chosen):
+                    column.width, column.no_wrap = width, False
+    return [_caption_apart(part) for part in parts]
 
 
-def _narrowest(table) -> int:
-    """The narrowest the table can be with every word whole (a word is never folded)."""
+def _prose(part):
+    """Text, and text inside panels and groups, as Prose."""
+    from rich.console import Group
+    from rich.panel import Panel
     from rich.text import Text
 
-    def words(cell) -> int:
-        text = cell.plain if isinstance(cell, Text) else str(cell)
-        return max((len(word) for word in text.split()), default=0)
+    if isinstance(part, str):
+        return Prose(Text.from_markup(part))
+    if isinstance(part, Text):
+        return Prose(part)
+    if isinstance(part, Panel):
+        part.renderable = _prose(part.renderable)
+    elif isinstance(part, Group):
+        part.renderables[:] = [_prose(item) for item in part.renderables]
+    return part
 
-    columns = [max([words(column.header), *map(words, column.cells)]) for column in table.columns]
-    left, right = table.padding[3], table.padding[1]
-    edges = (len(columns) + 1) if table.box else 0
-    return sum(columns) + len(columns) * (left + right) + edges
+
+def _caption_apart(part):
+    """A table's caption as Prose below it (rich would wrap it anywhere, at the table's width)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    if not isinstance(part, Table) or not part.caption:
+        return part
+    caption = part.caption if isinstance(part.caption, Text) else Text(str(part.caption))
+    part.caption = None
+    return Group(part, Prose(Text(caption.plain, style="dim")))
 
 
-def vertical(table):
+class Prose:
+    """Text that wraps between words but never inside a value (``KEEP``: ``311296 B``, ``P1 → D2``,
+    ``[0, 2048)``, ``--block-size 144``, ...), nor inside a word shorter than the line."""
+
+    def __init__(self, text) -> None:
+        self.text = text
+
+    def _words(self, line: str) -> list[tuple[int, int]]:
+        """(start, end) of each unbreakable piece of one line."""
+        kept = [m.span() for m in KEEP.finditer(line)]
+        pieces = []
+        for m in re.finditer(r"\S+", line):
+            start, end = m.span()
+            for a, b in kept:
+                if a < end and start < b:      # a kept value overlaps: the piece spans it whole
+                    start, end = min(start, a), max(end, b)
+            if pieces and start < pieces[-1][1]:
+                pieces[-1] = (pieces[-1][0], max(pieces[-1][1], end))
+            else:
+                pieces.append((start, end))
+        return pieces
+
+    def _lines(self, width: int) -> list:
+        from rich.cells import cell_len
+
+        out, at = [], 0
+        for line in self.text.plain.split("\n"):
+            text = self.text[at:at + len(line)]
+            at += len(line) + 1
+            start, last_end = 0, 0      # a line's leading spaces are kept, a wrapped line's dropped
+            pieces = self._words(line)
+            if not pieces:
+                out.append(text)
+                continue
+            for a, b in pieces:
+                if last_end and cell_len(line[start:b]) > width:
+                    out.append(text[start:last_end])
+                    start = a
+                last_end = b
+            out.append(text[start:last_end])
+        return out
+
+    def __rich_console__(self, console, options):
+        from rich.text import Text
+
+        lines = self._lines(options.max_width)
+        for line in lines:
+            line.no_wrap, line.overflow, line.end = True, "fold", "\n"
+        joined = Text("\n").join(lines)
+        joined.no_wrap, joined.overflow, joined.end = True, "fold", self.text.end
+        if any(line.cell_len > options.max_width for line in lines):
+            # a piece longer than the line (a long path): rich folds it, never cuts it
+            joined.no_wrap = False
+        yield joined
+
+    def __rich_measure__(self, console, options):
+        from rich.cells import cell_len
+        from rich.measure import Measurement
+
+        plain = self.text.plain
+        lines = plain.split("\n")
+        widest = max(cell_len(line) for line in lines)
+        piece = max((cell_len(line[a:b]) for line in lines for a, b in self._words(line)), default=0)
+        return Measurement(min(piece, options.max_width), min(widest, options.max_width))
+
+
+def _plain(cell) -> str:
+    from rich.text import Text
+
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        return Text.from_markup(cell).plain
+    return str(cell)
+
+
+def _words(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
+
+
+def _value(text: str) -> int:
+    """The narrowest a cell can be: a value's whole line, else (prose) its longest word."""
+    from rich.cells import cell_len
+
+    lines = text.splitlines() or [""]
+    return max(cell_len(line) if cell_len(line) <= VALUE_CHARS else _words(line) for line in lines)
+
+
+def column_widths(table, width: int) -> list[int] | None:
+    """[] when rich's own layout fits ``width``; else widths that keep every value whole; None
+    when no widths do (the table must go vertical)."""
+    from rich.cells import cell_len
+
+    for column in table.columns:
+        column.overflow = "fold"   # never an ellipsis, even where a cell must give way
+    need, want = [], []
+    for column in table.columns:
+        header = _plain(column.header)
+        cells = [_plain(cell) for cell in column.cells]
+        need.append(max([_words(header), *map(_value, cells)]))
+        want.append(max([cell_len(line) for text in (header, *cells) for line in (text.splitlines() or [""])]))
+    extra = table._extra_width + sum(table._get_padding_width(i) for i in range(len(table.columns)))
+    room = width - extra
+    if sum(want) <= room:
+        return []
+    if sum(need) > room:
+        return None
+    # Every column gets what it needs; the room left goes to those that want more, in proportion.
+    spare, slack = room - sum(need), [w - n for w, n in zip(want, need)]
+    total = sum(slack)
+    chosen = [n + (s * spare // total if total else 0) for n, s in zip(need, slack)]
+    return chosen
+
+
+def vertical(table, width: int | None = None):
+    """The table's rows as lines: the first column's value as a heading, then ``column: value``
+    pairs packed into lines of at most ``width`` (a pair longer than that alone on its line)."""
+    from rich.cells import cell_len
     from rich.console import Group
     from rich.text import Text
 
-    headers = [Text.from_markup(c.header) if isinstance(c.header, str) else c.header for c in table.columns]
+    width = width or console().width
+    headers = [_plain(c.header) for c in table.columns]
     cells = [list(c.cells) for c in table.columns]
     lines = []
     if table.title:
-        lines.append(Text(str(table.title), style="bold"))
+        lines.append(Text(_plain(table.title), style="bold"))
     for row in zip(*cells):
-        values = [cell if isinstance(cell, Text) else Text(str(cell)) for cell in row]
+        values = [cell.copy() if isinstance(cell, Text) else Text(_plain(cell)) for cell in row]
+        values = [Text("; ").join(value.split("\n")) if "\n" in value.plain else value for value in values]
         if values[0].plain:
-            lines.append(Text.assemble((headers[0].plain + ": ", "bold"), values[0]))
-        pairs = [Text.assemble("  " if not i else " · ", (headers[k].plain + ": ", "dim"), value)
-                 for i, (k, value) in enumerate((k, v) for k, v in enumerate(values) if k and v.plain)]
-        if pairs:
-            lines.append(Text.assemble(*pairs))
+            lines.append(Text.assemble((headers[0] + ": " if headers[0] else "", "bold"), values[0]))
+        line = Text("  ")
+        for k, value in enumerate(values):
+            if not k or not value.plain:
+                continue
+            pair = Text.assemble((headers[k] + ": ", "dim"), value)
+            if line.plain.strip() and cell_len(line.plain) + 3 + cell_len(pair.plain) > width:
+                lines.append(line)
+                line = Text("  ")
+            line.append_text(Text(" · ") if line.plain.strip() else Text(""))
+            line.append_text(pair)
+        if line.plain.strip():
+            lines.append(line)
     if table.caption:
-        lines.append(Text(str(table.caption), style="dim"))
+        lines.append(Text(_plain(table.caption), style="dim"))
     return Group(*lines)

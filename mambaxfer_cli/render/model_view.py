@@ -48,7 +48,7 @@ def model_summary(spec: ModelSpec) -> str:
 def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
     """One row per rank and region: shard in global units, byte offset and size."""
     table = Table(title=title, title_justify="left", show_lines=False)
-    for column, justify in (("rank", "right"), ("dims", "left"), ("region", "left"), ("unit", "left"),
+    for column, justify in (("rank", "right"), ("region", "left"), ("unit", "left"),
                             ("shard", "right"), ("unit bytes", "right"), ("offset", "right"),
                             ("size", "right")):
         table.add_column(column, justify=justify)
@@ -58,20 +58,19 @@ def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
             shards_seen[(region.name, region.shard.start, region.shard.end)] = (
                 shards_seen.get((region.name, region.shard.start, region.shard.end), 0) + 1)
     for layout in layouts:
-        dims = "(" + ",".join(map(str, layout.sub_projection_dims)) + ")"
         for i, region in enumerate(layout.regions):
             shard = f"[{region.shard.start}, {region.shard.end})"
             if len(layouts) > 1 and shards_seen[(region.name, region.shard.start, region.shard.end)] > 1:
                 shard += " rep"
             table.add_row(
                 str(layout.rank) if i == 0 else "",
-                dims if i == 0 else "",
                 Text(region.name, style=REGION_STYLES.get(region.name, "")),
                 f"{region.kind} {region.unit}",
                 shard, str(region.unit_bytes), str(region.offset), str(region.size),
                 end_section=i == len(layout.regions) - 1)
     first = layouts[0]
-    table.caption = (f"per rank: conv_rows={first.conv_rows}, conv_bytes={first.conv_bytes}, "
+    dims = "(" + ",".join(map(str, first.sub_projection_dims)) + ")"
+    table.caption = (f"per rank: dims {dims}, conv_rows={first.conv_rows}, conv_bytes={first.conv_bytes}, "
                      f"ssm_bytes={first.ssm_bytes}, state={first.state_bytes} "
                      f"({human_bytes(first.state_bytes)})"
                      + ("; 'rep' = replicated on several ranks" if any(n > 1 for n in shards_seen.values())

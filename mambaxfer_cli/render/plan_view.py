@@ -23,6 +23,9 @@ from mambaxfer_cli.render.model_view import REGION_STYLES, geometry_line, human_
 P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
 DIAGRAM_WIDTH = 80
 MIN_PIECE = 7
+# What `plan --show` adds to the brief form (verdict, both engines, reads summary, warnings).
+SECTIONS = ("layouts", "reads", "diagram", "ids", "notes")
+SUMMARY_READS = 8
 
 
 def _p_style(p_rank: int) -> str:
@@ -46,15 +49,19 @@ def verdict_line(plan: Plan) -> Text:
             text = Text("vLLM 0.33 accepts this pairing and issues the same reads", style="bold green")
         if v.suggested_block_size:
             text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines", style="bold yellow")
-        text.append("\nvLLM does not compare " + ", ".join(NOT_CHECKED) + " at handshake", style="dim")
         return text
     text = Text("vLLM 0.33 refuses this pairing at handshake: ", style="bold red")
     text.append(" ".join(r.message for r in v.refusals), style="red")
     if v.suggested_block_size:
         text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines (vllm serve … "
                     f"--block-size {v.suggested_block_size})", style="bold yellow")
-    text.append("\nvLLM does not compare " + ", ".join(NOT_CHECKED) + " at handshake", style="dim")
     return text
+
+
+def not_compared() -> Text:
+    """What vLLM's handshake does not compare (the same for every plan: shown on request)."""
+    return Text("vLLM does not compare " + ", ".join(NOT_CHECKED) + " at handshake: a mismatch there "
+                "corrupts the state silently (mambaxfer preflight compares them)", style="dim")
 
 
 def header(plan: Plan) -> Panel:
@@ -118,8 +125,9 @@ def reads_table(plan: Plan, d_rank: int | None) -> Table:
     return table
 
 
-def page_diagram(plan: Plan, d_rank: int) -> Text:
-    """One bar per D rank: its page, each piece coloured by source P rank, labelled by region."""
+def page_diagram(plan: Plan, d_rank: int, width: int = DIAGRAM_WIDTH) -> Text:
+    """One bar per D rank: its page, each piece coloured by source P rank, labelled by region; the
+    bar is ``width`` columns, on several lines when its pieces' labels need more."""
     layout = plan.decode.ranks[d_rank]
     segments = sorted(((seg, read.p_rank) for read in plan.reads if read.d_rank == d_rank
                        for seg in read.segments), key=lambda item: item[0].local_offset)
@@ -127,29 +135,40 @@ def page_diagram(plan: Plan, d_rank: int) -> Text:
                                                       plan.prefill.ranks, plan.decode.ranks)}
     bad_offsets = [off for off, _ in bad]
     total = layout.state_bytes
-    # Every piece gets room for its label; the rest of the bar is shared out by size.
-    spare = max(0, DIAGRAM_WIDTH - MIN_PIECE * len(segments))
-    widths = [MIN_PIECE + int(seg.size / total * spare) for seg, _ in segments]
-    bar = Text(f"D{d_rank} ")
-    for (seg, p_rank), width in zip(segments, widths):
-        label = f"{seg.region}·P{p_rank}"
-        if any(seg.local_offset <= off < seg.local_offset + seg.size for off in bad_offsets):
-            label = "✗" + label
-        label = label[:width].center(width)
-        bar.append(label, style=_p_style(p_rank))
+    labels = [("✗" if any(seg.local_offset <= off < seg.local_offset + seg.size for off in bad_offsets) else "")
+              + f"{seg.region}·P{p_rank}" for seg, p_rank in segments]
+    piece = max([MIN_PIECE, *(len(label) + 1 for label in labels)])
+    if piece * len(segments) <= width:
+        # Every piece gets room for its label; the rest of the bar is shared out by size.
+        spare = width - piece * len(segments)
+        widths = [piece + int(seg.size / total * spare) for seg, _ in segments]
+    else:
+        widths = [piece] * len(segments)    # too many pieces for one line: equal pieces, several lines
+    head = f"D{d_rank} "
+    bar, used = Text(head), 0
+    for (seg, p_rank), label, w in zip(segments, labels, widths):
+        if used and used + w > width:
+            bar.append("\n" + " " * len(head))
+            used = 0
+        bar.append(label[:w].center(w), style=_p_style(p_rank))
+        used += w
     bar.append(f"  {human_bytes(total)}")
+    bar.no_wrap = True
     return bar
 
 
-def diagrams(plan: Plan, d_rank: int | None) -> Panel:
+def diagrams(plan: Plan, d_rank: int | None, width: int = DIAGRAM_WIDTH + 20) -> Panel:
+    """The page diagrams in a panel at most ``width`` columns wide."""
     ranks = [d_rank] if d_rank is not None else range(plan.decode.tp)
+    label = len(f"D{plan.decode.tp - 1} ") + len(f"  {human_bytes(max(r.state_bytes for r in plan.decode.ranks))}")
+    bar = max(MIN_PIECE, min(DIAGRAM_WIDTH, width - 4 - label))
     sources = sorted({r.p_rank for r in plan.reads if d_rank is None or r.d_rank == d_rank})
     legend = Text("source: ")
     for p in sources:
         legend.append(f" P{p} ", style=_p_style(p))
         legend.append(" ")
     legend.append("  (widths roughly to scale, small regions widened; ✗ = wrong bytes)")
-    return Panel(Group(*[page_diagram(plan, d) for d in ranks], legend),
+    return Panel(Group(*[page_diagram(plan, d, bar) for d in ranks], legend),
                  title="Where every byte of each D page comes from", title_align="left", expand=False)
 
 
@@ -223,17 +242,57 @@ def warnings_panel(plan: Plan) -> Panel | None:
     return Panel(body, title="Warnings", title_align="left", border_style="yellow", expand=False)
 
 
-def render_plan(plan: Plan, d_rank: int | None = None) -> list:
-    parts: list = [verdict_line(plan), header(plan),
-                   layout_table(f"Prefill (P) TP {plan.prefill.tp}", plan.prefill.ranks),
-                   layout_table(f"Decode (D) TP {plan.decode.tp}",
-                                [r for r in plan.decode.ranks if d_rank is None or r.rank == d_rank]),
-                   reads_table(plan, d_rank), diagrams(plan, d_rank)]
+def reads_summary(plan: Plan, d_rank: int | None) -> list:
+    """The reads in a few lines: how many, how many bytes, and per read its source and regions."""
+    notes = _misread_notes(plan)
+    shown = [r for r in plan.reads if d_rank is None or r.d_rank == d_rank]
+    segments = sum(len(r.segments) for r in shown)
+    moved = sum(seg.size for r in shown for seg in r.segments)
+    sources = sorted({r.p_rank for r in shown})
+    d_ranks = sorted({r.d_rank for r in shown})
+    lines = [Text(f"Reads: {len(shown)} (one per D rank and source P rank), {segments} segments, "
+                  f"{moved} bytes of each block's page from {len(sources)} P rank"
+                  f"{'' if len(sources) == 1 else 's'} to {len(d_ranks)} D rank{'' if len(d_ranks) == 1 else 's'}",
+                  style="bold")]
+    for read in shown[:SUMMARY_READS]:
+        line = Text(f"  D{read.d_rank} ← ")
+        line.append(f"P{read.p_rank}", style=_p_style(read.p_rank))
+        line.append(": " + ", ".join(f"{seg.region} {seg.size} B" for seg in read.segments))
+        bad = [m for seg in read.segments for m in notes.get((read.d_rank, read.p_rank, seg.local_offset), [])]
+        if bad:
+            line.append("  ✗ gets " + ", ".join(f"{m.got} as {m.wanted}" for m in bad), style="bold red")
+        lines.append(line)
+    if len(shown) > SUMMARY_READS:
+        lines.append(Text(f"  … and {len(shown) - SUMMARY_READS} more reads (--show reads)"))
+    return lines
+
+
+def render_plan(plan: Plan, d_rank: int | None = None, show: Sequence[str] = SECTIONS,
+                width: int = DIAGRAM_WIDTH + 20) -> list:
+    """The plan's parts: the verdict, both engines and the reads in brief, warnings; and the
+    ``show`` sections (``SECTIONS``) in full."""
+    from mambaxfer_cli.render.console import together
+
+    parts: list = [verdict_line(plan), header(plan)]
+    if "layouts" in show:
+        parts += together([layout_table(f"Prefill (P) TP {plan.prefill.tp}", plan.prefill.ranks),
+                           layout_table(f"Decode (D) TP {plan.decode.tp}",
+                                        [r for r in plan.decode.ranks if d_rank is None or r.rank == d_rank])],
+                          "layouts")
+    parts += [reads_table(plan, d_rank)] if "reads" in show else reads_summary(plan, d_rank)
+    if "diagram" in show:
+        parts.append(diagrams(plan, d_rank, width))
     note = coalesce_note(plan)
     if note is not None:
         parts.append(note)
-    parts.append(descriptor_table(plan, d_rank))
+    if "ids" in show:
+        parts.append(descriptor_table(plan, d_rank))
     panel = warnings_panel(plan)
     if panel is not None:
         parts.append(panel)
+    if "notes" in show:
+        parts.append(not_compared())
+    hidden = [name for name in SECTIONS if name not in show]
+    if hidden:
+        parts.append(Text(f"more: --show {','.join(hidden)} (or --show all)", style="dim"))
     return parts

@@ -42,7 +42,7 @@ def engines_table(report: Report) -> Table:
         elif label == "num_spec / conv rows":
             pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
         elif label == "connector / role":
-            pv, dv = (f"{_value(x['kv_connector'])} / {_value(x['kv_role'])}" for x in (p, d))
+            pv, dv = (f"{_value(x['kv_connector'])}\n{_value(x['kv_role'])}" for x in (p, d))
         else:
             pv, dv = _value(p[key]), _value(d[key])
         table.add_row(label, pv, dv)
