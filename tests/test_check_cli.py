@@ -248,3 +248,14 @@ def test_github_workflow_runs_check_as_a_gate():
         assert "semantics" not in entry      # the default: what vLLM does, proved
         result = run_cli("check", "--model", entry["model"], "--pairs", entry["pairs"], "--format", "json")
         assert result.code == 0, (entry, result.stdout[-1500:])
+
+
+def test_a_presets_repo_id_works_in_plan_and_check_as_in_preflight(tmp_path):
+    env = {"HF_HUB_CACHE": str(tmp_path)}       # not in the cache: the preset whose source it is
+    plan = run_cli("plan", "--model", "Qwen/Qwen3.5-0.8B", "--p-tp", "1", "--d-tp", "2", "--format", "json", env=env)
+    assert plan.code == 0, plan.stderr
+    assert json.loads(plan.stdout)["model"]["name"] == "qwen3.5-0.8b"
+    check = run_cli("check", "--model", "Qwen/Qwen3.5-0.8B", "--pairs", "1:2", env=env)
+    assert check.code == 0, check.stdout + check.stderr
+    typo = run_cli("check", "--model", "qwen3.5", "--pairs", "1:2")
+    assert_user_error(typo, "unknown model 'qwen3.5'; did you mean 'qwen3.5-0.8b'?")

@@ -155,8 +155,8 @@ def test_yaml_without_config(fails, tmp_path):
 
 def test_repo_not_in_cache(fails, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    fails(f"'ai21labs/Jamba-v0.1' is not in the local Hugging Face cache ({tmp_path}); mambaxfer never "
-          f"downloads", "inspect", "-m", "ai21labs/Jamba-v0.1")
+    fails(f"'ai21labs/Jamba-v9' is not in the local Hugging Face cache ({tmp_path}) nor a built-in preset's "
+          f"source; mambaxfer never downloads", "inspect", "-m", "ai21labs/Jamba-v9")
 
 
 def test_variant_forced_onto_the_wrong_config(fails):

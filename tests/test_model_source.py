@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -149,6 +150,14 @@ def test_missing_paths(tmp_path):
         load_model(str(tmp_path))
 
 
+@pytest.mark.parametrize("typo,meant", [("qwen3.5", "qwen3.5-0.8b"), ("granite-4.0-h-tin", "granite-4.0-h-tiny"),
+                                        ("qwen3.5-0.8B", "qwen3.5-0.8b"), ("mamba-130m.", "mamba-130m")])
+def test_a_preset_name_with_a_dot_mistyped_suggests_the_preset(typo, meant):
+    # a dot in a name is no file suffix: only .json, .yaml and .yml (or a path) make it a file
+    with pytest.raises(UserError, match=rf"unknown model '{re.escape(typo)}'; did you mean '{re.escape(meant)}'\?"):
+        load_model(typo)
+
+
 def test_unknown_preset_suggests_the_closest():
     with pytest.raises(UserError, match=r"unknown model 'jamab'; did you mean 'jamba'\?"):
         load_model("jamab")
@@ -221,14 +230,23 @@ def test_each_dtype_says_where_it_came_from(tmp_path):
     assert (spec.ssm_dtype, spec.origin["ssm_dtype"]) == ("bfloat16", "config key mamba_ssm_cache_dtype")
 
 
-@pytest.mark.parametrize("repo", ["org/absent", "Qwen/Qwen3.5-0.8B", "ibm-granite/granite-4.0-h-tiny"])
+@pytest.mark.parametrize("repo", ["org/absent", "org/absent-v0.1", "Qwen/Qwen3.5-0.8B-Extra"])
 def test_repo_id_not_in_cache(tmp_path, monkeypatch, repo):
     # Dots in a repo id are not file suffixes: these are repo ids, not missing files.
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(UserError) as err:
         load_model(repo)
-    assert str(err.value) == (f"'{repo}' is not in the local Hugging Face cache ({tmp_path}); "
-                              f"mambaxfer never downloads: fetch its config.json first, or pass a path")
+    assert str(err.value) == (f"'{repo}' is not in the local Hugging Face cache ({tmp_path}) nor a built-in "
+                              f"preset's source; mambaxfer never downloads: fetch its config.json first, or "
+                              f"pass a path")
+
+
+@pytest.mark.parametrize("repo,preset", [("Qwen/Qwen3.5-0.8B", "qwen3.5-0.8b"),
+                                         ("ibm-granite/granite-4.0-h-tiny", "granite-4.0-h-tiny"),
+                                         ("ai21labs/jamba-v0.1", "jamba")])
+def test_a_presets_source_not_in_the_cache_is_the_preset(tmp_path, monkeypatch, repo, preset):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert load_model(repo) == load_model(preset)
 
 
 def test_cli_style_overrides_reach_the_spec():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -16,6 +17,7 @@ from mambaxfer_cli.schema import document_schema
 from mambaxfer_cli.readers.serve_args import parse_serve
 from mambaxfer_cli.readers.serve_model import load_serve_model
 
+ROOT = Path(__file__).resolve().parents[1]
 DS = "VLLM_SSM_CONV_STATE_LAYOUT=DS"
 P_KV = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
 D_KV = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'"""
@@ -310,3 +312,24 @@ def test_ssm_dtype_mismatch_at_default_block_sizes_shows_in_the_geometry():
     assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
         ("decode", "--mamba-ssm-cache-dtype", "bfloat16")]
     check_fix_works(doc)
+
+
+def test_the_model_line_says_preset_only_for_a_preset(tmp_path):
+    model = tmp_path / "mymodel"
+    model.mkdir()
+    (model / "config.json").write_text((ROOT / "examples/models/granite-like/config.json").read_text())
+    result = run_cli("preflight", "--prefill", f"vllm serve {model} -tp 1", "--decode", f"vllm serve {model} -tp 2",
+                     env={"COLUMNS": "400"})
+    assert f"P model: {model} ({model}/config.json)" in result.stdout, result.stdout
+    assert "preset" not in result.stdout.split("Engines")[0]
+    preset = run_cli("preflight", "--prefill", "vllm serve Qwen/Qwen3.5-0.8B", "--decode", "vllm serve Qwen/Qwen3.5-0.8B")
+    assert "P model: Qwen/Qwen3.5-0.8B (qwen3.5-0.8b preset)" in preset.stdout
+
+
+def test_an_ssm_dtype_mismatch_is_fixed_by_the_dtype_alone_in_every_section():
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--mamba-ssm-cache-dtype bfloat16", "-tp 2")
+    result = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "200"})
+    assert result.code == 1
+    fixes = [line.strip() for line in result.stdout.splitlines() if "fix" in line.lower() or "--block-size" in line]
+    assert not [line for line in fixes if line.startswith("fix: --block-size")], fixes
+    assert "D: --mamba-ssm-cache-dtype bfloat16" in result.stdout

@@ -109,16 +109,37 @@ def load_model(
             raise UserError(f"'{_shown(model)}': cannot look it up in the Hugging Face cache: "
                             f"{getattr(exc, 'strerror', None) or exc}") from None
         if cached is None:
-            raise UserError(f"'{_shown(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}); "
-                            f"mambaxfer never downloads: fetch its config.json first, or pass a path")
+            preset = preset_for_source(model)
+            if preset is not None:       # a preset's own source: the preset holds its config
+                return _from_yaml(PRESET_DIR / f"{preset}.yaml", cli, default_name=preset)
+            raise UserError(f"'{_shown(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}) nor a "
+                            f"built-in preset's source; mambaxfer never downloads: fetch its config.json "
+                            f"first, or pass a path")
         # The snapshot directory's name is the commit the cache holds: the plan records it.
         return spec_from_config(_read_json(cached), name=model, source=model, revision=cached.parent.name, **cli)
-    if path.suffix or os.sep in model:
+    # A name with a dot ('qwen3.5') is a preset name mistyped, unless it looks like a path.
+    if os.sep in model or model.startswith((".", "~")) or path.suffix.lower() in _FILE_SUFFIXES:
         raise UserError(f"{_shown(model)}: no such file or directory")
     close = difflib.get_close_matches(model, preset_names(), n=1, cutoff=0.4)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     raise UserError(f"unknown model '{_shown(model)}'{hint} (built-in presets: {', '.join(preset_names())}; "
                     f"or pass a config.json, a model directory, a YAML file or a cached repo id)")
+
+
+@lru_cache(maxsize=None)
+def preset_sources() -> dict[str, str]:
+    """A preset's Hugging Face repo id (lower case) -> the preset's name."""
+    out = {}
+    for name in preset_names():
+        source = _read_yaml(PRESET_DIR / f"{name}.yaml").get("source")
+        if source:
+            out[str(source).lower()] = name
+    return out
+
+
+def preset_for_source(repo_id: str) -> str | None:
+    """The preset whose source is this repo id (any case), if one is."""
+    return preset_sources().get(repo_id.lower())
 
 
 def _shown(text: str, limit: int = 80) -> str:

@@ -7,7 +7,6 @@ level, as vLLM's ``config.update(hf_overrides)`` does.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,23 +16,12 @@ from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.readers.model_config import spec_from_config
 
 
-@lru_cache(maxsize=None)
-def preset_sources() -> dict[str, str]:
-    """A preset's HF repo id (lower case) -> the preset's name."""
-    out = {}
-    for name in ms.preset_names():
-        source = ms._read_yaml(ms.PRESET_DIR / f"{name}.yaml").get("source")
-        if source:
-            out[str(source).lower()] = name
-    return out
-
-
 def _preset_for(name: str) -> str | None:
     if name in ms.preset_names():
         return name
     if ms._cached_repo_config(name) if name.count("/") == 1 else None:
         return None
-    return preset_sources().get(name.lower())
+    return ms.preset_for_source(name)
 
 
 def load_serve_model(name: str, *, conv_dtype: str | None = None, ssm_dtype: str | None = None,

@@ -28,6 +28,16 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
     return table
 
 
+def _model_origin(named: str, model) -> str:
+    """Where the model a serve line names was read from: a preset (by name or by its source's
+    repo id), or the file that holds its config."""
+    from mambaxfer_cli.readers.model_source import preset_for_source, preset_names
+
+    if model.name in preset_names() and named in (model.name, model.source) or preset_for_source(named) == model.name:
+        return "" if named == model.name else f" ({model.name} preset)"
+    return "" if model.source == named else f" ({model.source})"
+
+
 def engines_table(report: Report) -> Table:
     a = report.assessment
     table = _table("Engines", ("", "prefill (P)", "decode (D)"))
@@ -74,8 +84,7 @@ def render_report(report: Report) -> Iterator[object]:
     yield Text(report.headline(), style=style)
     yield Text("")
     for name, e in (("P", a.prefill), ("D", a.decode)):
-        yield Text(f"{name} model: {e.line.model}" + (f" ({e.model.name} preset)" if e.model.name != e.line.model
-                                                        else ""))
+        yield Text(f"{name} model: {e.line.model}{_model_origin(e.line.model, e.model)}")
     yield engines_table(report)
     yield fields_table("Compared by vLLM 0.33 (hash, handshake)",
                        [f for f in a.fields if f.compared])
@@ -98,7 +107,7 @@ def render_report(report: Report) -> Iterator[object]:
                    f"{a.byte_check.bytes} bytes moved", style="green")
     else:
         for line in a.byte_check.explanation(limit=6):
-            if not line.startswith("vLLM 0.33 refuses"):
+            if not line.startswith(("vLLM 0.33 refuses", "fix:")):    # the Fix section below says the fix
                 yield Text(f"  {line}", style="red")
     if a.attention_warning:
         yield Text(f"  ✗ {a.attention_warning}", style="red")
@@ -141,7 +150,7 @@ def junit_xml(report: Report) -> str:
     if a.byte_check is None:
         ET.SubElement(case, "skipped", message=a.byte_check_skipped)
     elif not a.byte_check.simulation.ok:
-        lines = a.byte_check.explanation(limit=1000)
+        lines = [line for line in a.byte_check.explanation(limit=1000) if not line.startswith("fix:")]
         failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
         failure.text = "\n".join(lines)
     ET.indent(root)
