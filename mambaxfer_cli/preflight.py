@@ -153,7 +153,7 @@ def handshake_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
 
 
 def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
-    """SPEC section 8's last point: what vLLM never compares."""
+    """docs/reference.md §7's last point: what vLLM never compares."""
     rows = [Field("conv dtype", p.model.conv_dtype, d.model.conv_dtype, False),
             Field("SSM (temporal) dtype", p.model.ssm_dtype, d.model.ssm_dtype, False),
             Field("conv layout", p.conv_layout, d.conv_layout, False),

@@ -47,8 +47,8 @@ def test_by_default_granite_1p2d_fails_in_one_line_saying_vllm_corrupts_the_bc_g
     [wrong] = vllm_wrong_bytes("granite-4.0-h-tiny", "1:2")
     assert wrong > 0
     lines = [line for line in result.stdout.splitlines() if line.startswith("✗ ")]
-    assert lines == [f"✗ granite-4.0-h-tiny P1 → D2: vLLM 0.33 accepts it and corrupts the B/C groups: "
-                     f"{wrong} bytes wrong in this request (D0 C, D1 B, D1 C); mambaxfer's plan is right"]
+    assert lines == [f"✗ granite-4.0-h-tiny P1 → D2: vLLM 0.33 corrupts the B/C groups: {wrong} bytes wrong; "
+                     f"fix: the same TP on both sides"]
     assert "✓ right" in result.stdout and "✗ corrupts" in result.stdout
     assert "0 passed, 1 FAILED" in result.stdout
 

@@ -196,7 +196,7 @@ def test_config_json_file(cli, tmp_path):
     assert doc["model"]["name"] == "jamba-mini"
     assert doc["model"]["variant"] == "mamba1"
     assert list(doc["layouts"]) == ["1", "4", "8"]
-    # SPEC section 4: Jamba-Mini's x is 8192 / 2048 / 1024 channels at TP 1 / 4 / 8.
+    # docs/reference.md §4: Jamba-Mini's x is 8192 / 2048 / 1024 channels at TP 1 / 4 / 8.
     for tp, channels in (("1", 8192), ("4", 2048), ("8", 1024)):
         assert [r["regions"][0]["shard"][1] - r["regions"][0]["shard"][0] for r in doc["layouts"][tp]] == \
             [channels] * int(tp)

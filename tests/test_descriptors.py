@@ -1,4 +1,4 @@
-"""descriptors: prepared lists and descriptor IDs (SPEC section 4)."""
+"""descriptors: prepared lists and descriptor IDs (docs/reference.md §4)."""
 
 from __future__ import annotations
 

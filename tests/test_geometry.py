@@ -1,4 +1,4 @@
-"""Engine geometry as vLLM 0.33 derives it (SPEC section 8), pinned by hand-worked numbers.
+"""Engine geometry as vLLM 0.33 derives it (docs/reference.md §6), pinned by hand-worked numbers.
 
 Formulas (vLLM 0.33, ``Platform._align_hybrid_block_size`` and ``select_common_block_size``):
 ``a1 = kv_heads_rank · 2 · head_size · dt(kv)``; ``m = conv_bytes + ssm_bytes``;
@@ -29,7 +29,7 @@ def geometry(model: str, tp: int, **flags) -> tuple:
             g.blocks_per_logical, g.page_bytes)
 
 
-# SPEC section 8's worked example: Qwen3.5-0.8B, bf16 KV, prefix caching off.
+# docs/reference.md §6's worked example: Qwen3.5-0.8B, bf16 KV, prefix caching off.
 # m: TP1 conv (Q, K, V: 2048 channels each) 6144 · 3 rows · 2 B = 36864, temporal 16 heads ·
 # 128 · 128 · 4 B (float32) = 1048576 -> 1085440; TP4 a quarter, 271360.
 # a1: TP1 2 KV heads · 2 · 256 · 2 B = 2048; TP4 one head (replicated) = 1024.

@@ -1,4 +1,4 @@
-"""vLLM 0.33's handshake verdict (SPEC section 8) and attention sources (SPEC section 7)."""
+"""vLLM 0.33's handshake verdict (docs/reference.md §7) and attention sources (§5)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_qwen35_1p4d_is_refused_with_vllms_message_and_the_fix():
 
 
 def test_spec_example_prefix_caching_off_is_refused_too():
-    p = plan("qwen3.5-0.8b", 1, 4, prefix_caching=False)     # SPEC section 8: 544 and 272 tokens
+    p = plan("qwen3.5-0.8b", 1, 4, prefix_caching=False)     # docs/reference.md §6: 544 and 272 tokens
     assert p.verdict.refusals[0].message == ("Local block size 272 is not divisible by remote block size 544 "
                                              "or vice versa.")
 
@@ -82,7 +82,7 @@ def test_accepted_sub_block_reads_that_interleave_heads_are_caught():
     assert check_plan(plan("qwen3.5-0.8b", 8, 1, semantics="exact")).verdict == "pass"
 
 
-# --- SPEC section 7: attention sources ----------------------------------------------------------
+# --- docs/reference.md §5: attention sources -------------------------------------------------
 
 @pytest.mark.parametrize("model,p_tp,d_tp", [("qwen3.5-0.8b", 4, 4), ("qwen3.5-0.8b", 4, 8),
                                              ("qwen3.5-0.8b", 8, 4), ("qwen3-next-80b", 8, 8)])

@@ -1,4 +1,4 @@
-"""kv_groups: vLLM 0.33's grouping of cache layers into KV-cache groups and tensors (SPEC section 4)."""
+"""kv_groups: vLLM 0.33's grouping of cache layers into KV-cache groups and tensors (docs/reference.md §4)."""
 
 from __future__ import annotations
 

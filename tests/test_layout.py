@@ -1,4 +1,4 @@
-"""layout: every rank's shards, offsets and sizes (SPEC sections 1-2)."""
+"""layout: every rank's shards, offsets and sizes (docs/reference.md §1-2)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ QWEN35_08B = "Qwen__Qwen3.5-0.8B.partial.json"
 GRANITE = "ibm-granite__granite-4.0-h-tiny.partial.json"
 CODESTRAL = "mistralai__Mamba-Codestral-7B-v0.1.json"
 
-# Qwen3.5-27B's linear-attention dimensions (SPEC section 4): 16 k-heads, 48 v-heads, head dims 128.
+# Qwen3.5-27B's linear-attention dimensions (docs/reference.md §4): 16 k-heads, 48 v-heads, head dims 128.
 QWEN35_27B = {"model_type": "qwen3_5", "text_config": {
     "model_type": "qwen3_5_text", "linear_num_key_heads": 16, "linear_num_value_heads": 48,
     "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
@@ -34,7 +34,7 @@ QWEN35_27B = {"model_type": "qwen3_5", "text_config": {
     "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256}}
 
 
-# SPEC section 4: the sub-projection dims vLLM derives, from the real config files.
+# docs/reference.md §4: the sub-projection dims vLLM derives, from the real config files.
 @pytest.mark.parametrize("fixture, tp, dims", [
     (JAMBA, 1, (8192,)),
     (JAMBA, 4, (2048,)),

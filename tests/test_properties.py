@@ -1,6 +1,6 @@
 """Invariants over random valid models and TP pairings (hypothesis).
 
-Unit counts and unit sizes are recomputed here from the SPEC (section 1), not taken from
+Unit counts and unit sizes are recomputed here from docs/reference.md (§1), not taken from
 variants.py, so the layout code is checked against an independent statement of the rules.
 """
 
@@ -25,7 +25,7 @@ NAMES = {Variant.MAMBA1: ["x", "ssm"], Variant.MAMBA2: ["x", "B", "C", "ssm"],
 
 
 def expected_units(model: ModelSpec) -> dict[str, tuple[int, int]]:
-    """Global units and unit bytes of each region, from SPEC section 1."""
+    """Global units and unit bytes of each region, from docs/reference.md §1."""
     p, v = model.params, model.variant
     rows = model.conv_kernel - 1 + (0 if v is Variant.MAMBA1 else model.num_spec)
     cu = rows * DTYPE_BYTES[model.conv_dtype]
@@ -182,7 +182,7 @@ def engines(draw):
 @given(engines(), st.data())
 def test_descriptor_ids_resolve_to_their_blocks(lst, data):
     eng = lst.engine
-    # Every ID of the list decodes back to itself (SPEC section 4's formulas).
+    # Every ID of the list decodes back to itself (docs/reference.md §4's formulas).
     ids = np.arange(lst.length)
     w = lst.resolve(ids)
     L, A, N, n = eng.logical_blocks, lst.attention_descs, eng.num_blocks, lst.pieces

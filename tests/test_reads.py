@@ -1,4 +1,4 @@
-"""reads: exact and vLLM 0.33 reads, coalescing and misreads (SPEC section 3).
+"""reads: exact and vLLM 0.33 reads, coalescing and misreads (docs/reference.md §3).
 
 Hand-worked plans: every number below is derived in the comments from the model's dimensions,
 then asserted; exact and vLLM semantics must agree on all of them (no replicated groups).
@@ -57,7 +57,7 @@ def test_tp_ratio(p, d, expected):
     assert tp_ratio(p, d) == expected
 
 
-# SPEC section 4: vLLM's Mamba1 conv offsets for proj (16,), bf16, 3 rows.
+# docs/reference.md §4: vLLM's Mamba1 conv offsets for proj (16,), bf16, 3 rows.
 # pb = 16 channels * 3 rows * 2 bytes = 96: local [(0, 96)].
 def test_vllm_mamba1_remote_offsets_tp_ratio_2():
     # tp_ratio 2: P TP1, D TP2, so I = 32 gives D ranks 16 channels. D rank 1 has lro = 1:
@@ -158,7 +158,7 @@ GRANITE = "ibm-granite__granite-4.0-h-tiny.partial.json"
 
 
 def test_granite_vllm_1p2d_misreads_match_the_spec():
-    # SPEC section 3: in 1P2D, D rank 0 reads the first temporal bytes as C, and D rank 1 reads
+    # docs/reference.md §3: in 1P2D, D rank 0 reads the first temporal bytes as C, and D rank 1 reads
     # C as B and temporal bytes as C.
     prefill, decode = both(load(GRANITE), 1, 2)
     bad = [(m.d_rank, m.wanted, m.got) for m in misreads(vllm_reads(prefill, decode), prefill, decode)]

@@ -1,6 +1,6 @@
 """D's verdict: every byte of every page against what the plan says it must hold.
 
-A D page of the request must hold SPEC section 6's pattern of what D keeps there (an SSM state of
+A D page of the request must hold proof/pattern.py's pattern of what D keeps there (an SSM state of
 its own layout, paired with P's block; or attention kernel blocks, each token from where P keeps
 it) up to its state's end and poison after it (padding is never read); every other page must
 still be all poison. A wrong byte of the request is located as

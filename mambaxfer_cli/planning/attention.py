@@ -1,4 +1,5 @@
-"""Which attention KV bytes a D rank reads from which P rank (SPEC section 7), and in which pieces.
+"""Which attention KV bytes a D rank reads from which P rank (docs/reference.md §5), and in which
+pieces.
 
 A kernel block of one stream holds the rank's KV heads one after the other, each head its tokens
 in order (K and V of a token together): heads are contiguous, as vLLM's block-contiguous layouts

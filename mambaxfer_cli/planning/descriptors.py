@@ -1,4 +1,4 @@
-"""From a plan's reads to NIXL descriptor lists and descriptor IDs (SPEC section 4), vectorised.
+"""From a plan's reads to NIXL descriptor lists and descriptor IDs (docs/reference.md §4), vectorised.
 
 A prepared list is ``[attention | SSM]``: ``F·N·n`` attention descriptors (per stream, per kernel
 block, its ``n`` pieces: one in vLLM's own lists, ``block_size_ratio`` sub-blocks when D's kernel

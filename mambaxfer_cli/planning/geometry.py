@@ -108,7 +108,7 @@ class EngineFlags:
 
 @dataclass(frozen=True)
 class Geometry:
-    """What one engine's blocks are: SPEC section 8, per engine."""
+    """What one engine's blocks are: docs/reference.md §6, per engine."""
 
     attention_backend: str
     kv_cache_dtype: str                  # as given: auto, fp8, ...

@@ -86,7 +86,7 @@ def _group(d_rank: int, pieces: list[tuple[int, Segment]]) -> list[Read]:
 
 
 def exact_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:
-    """SPEC section 3, exact semantics: every unit of every D region from a P rank that holds it."""
+    """docs/reference.md §3, exact semantics: every unit of every D region from a P rank that holds it."""
     reads: list[Read] = []
     for d in decode:
         first = d.regions[0]
@@ -108,7 +108,7 @@ def exact_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> 
 
 
 def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:
-    """SPEC section 3, what vLLM 0.33 issues (right or wrong) from D's own region sizes."""
+    """docs/reference.md §3, what vLLM 0.33 issues (right or wrong) from D's own region sizes."""
     p_tp, d_tp = len(prefill), len(decode)
     ratio = tp_ratio(p_tp, d_tp)
     if ratio is None:

@@ -181,14 +181,12 @@ class PairingResult:
             return line
         if does == CORRUPTS:
             sim = self.vllm_check.simulation if self.vllm_check else None
-            wrong = sim.wrong_bytes if sim else 0
-            where = ", ".join(f"D{d.d_rank} {d.region}" for d in sim.damage[:6]) if wrong else ""
-            more = ", ..." if sim and len(sim.damage) > 6 else ""
-            line = (f"{pairing}: vLLM 0.33 accepts it and corrupts {self.corrupted()}: {wrong} bytes wrong "
-                    f"in this request" + (f" ({where}{more})" if where else ""))
+            line = f"{pairing}: vLLM 0.33 corrupts {self.corrupted()}: {sim.wrong_bytes if sim else 0} bytes wrong"
             if fix:
                 line += f"; fix: --block-size {fix} on both engines"
-            return line + "; mambaxfer's plan is right"
+            elif "vllm-replicated-groups" in (self.vllm_check.warnings if self.vllm_check else ()):
+                line += "; fix: the same TP on both sides"
+            return line
         return f"{pairing}: vLLM 0.33 accepts it and moves the right bytes"
 
     def explanation(self, limit: int = 8) -> list[str]:

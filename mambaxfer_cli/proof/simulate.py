@@ -1,6 +1,6 @@
 """Where bytes move without NIXL: a plan's descriptor IDs performed on numpy pages, then proved.
 
-P pages hold SPEC section 6's pattern and are generated only for the pages a read touches; D
+P pages hold proof/pattern.py's pattern and are generated only for the pages a read touches; D
 pages start poisoned. Each (local ID, remote ID) pair of each read copies bytes through the read's
 two descriptor lists, every write is counted, and every byte of every D rank's state for the
 request is compared with the pattern it must hold. Each engine's registered memory is modelled as
@@ -26,8 +26,8 @@ from mambaxfer_cli.planning.plan import Plan
 
 
 class Patterns:
-    """SPEC section 6's bytes of whole regions, generated once per (layer, block, region) and
-    sliced for each rank, so every TP size of one model shares the work."""
+    """The pattern's bytes (proof/pattern.py) of whole regions, generated once per (layer, block,
+    region) and sliced for each rank, so every TP size of one model shares the work."""
 
     def __init__(self) -> None:
         self._rows: dict[tuple, np.ndarray] = {}
