@@ -5,7 +5,8 @@
 
 Markers, each followed by its output block(s) (a ```text fence; prose may stand between):
 
-- ``<!-- run: COMMAND -->``: one block, COMMAND's output (stdout, then stderr). COMMAND is a
+- ``<!-- run: COMMAND -->``: one block, COMMAND's output (stdout and stderr, as a terminal shows
+  them one after the other). COMMAND is a
   shell line (``&&`` chains work) run in a fresh directory that holds a link to ``examples/``, at
   80 columns, without colours.
 - ``<!-- run-together: FIRST ;; SECOND -->``: two blocks; both commands started at once (the
@@ -29,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = 80
 MARKER = re.compile(r"<!-- (?P<kind>run|run-together): (?P<cmd>.+?) -->\n", re.S)
 FENCE = re.compile(r"```text\n(?P<body>.*?)```", re.S)
-# What varies from run to run: timings and rates (a number with a unit of time or rate).
-TIMED = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|µs|GB/s)(?![\w/])")
+# What varies from run to run: timings and rates, i.e. a number with a unit of time or rate, or
+# with two decimals (how mambaxfer prints them, e.g. in a 'GB/s' column; sizes have one decimal).
+TIMED = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|µs|GB/s)(?![\w/])|(?<![\d.])\d+\.\d\d(?![\d.])")
 BOX = re.compile(r"[─━│┃┏┓┗┛┡┩└┘├┤┼╇╈┳┻┯┷╭╮╯╰┌┐┬┴═║]")
 NEEDS_NIXL = re.compile(r"\bmambaxfer (?:execute|bench)\b")
 
@@ -92,12 +94,12 @@ def run(example: Example, timeout: float = 600) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix="mambaxfer-docs-") as work:
         (Path(work) / "examples").symlink_to(ROOT / "examples")
         procs = [subprocess.Popen(["bash", "-c", command], cwd=work, env=_environment(), text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                  for command in example.commands]
         outputs = []
         for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            outputs.append(_clean(out + err))
+            out, _ = proc.communicate(timeout=timeout)
+            outputs.append(_clean(out))
     return tuple(outputs)
 
 

@@ -28,7 +28,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     data = parse_yaml(read_text(path, str(path)), str(path))
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
         raise UserError(f"{path}: a model YAML file needs a 'config:' mapping of Hugging Face config keys "
-                        f"(see the README's 'Model files' section)")
+                        f"(see docs/models.md)")
     unknown = set(map(str, data)) - {"name", "source", "description", "config", *_OVERRIDE_KEYS}
     if unknown:
         raise UserError(f"{path}: unknown top-level keys {sorted(unknown)}; allowed: name, source, "
