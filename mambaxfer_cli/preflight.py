@@ -24,7 +24,7 @@ from mambaxfer_cli.planning.handshake import refusals as handshake_refusals
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
-from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_mismatches
 from mambaxfer_cli.readers.serve_args import CONV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse
 
 SCHEMA = "mambaxfer.preflight/v1"
@@ -228,12 +228,25 @@ class Assessment:
         return next((w.message for w in self.plan.warnings if w.code == "vllm-attention-heads"), None)
 
     @property
+    def length_mismatches(self) -> list[LengthMismatch]:
+        """vLLM's descriptor pairs of unequal length: NIXL refuses every READ (the plan's
+        ``vllm-length-mismatch``)."""
+        if self.plan is None:
+            return []
+        return vllm_length_mismatches(self.plan.prefill.ranks, self.plan.decode.ranks)
+
+    @property
+    def fails(self) -> bool:
+        """vLLM accepts the pairing, but every transfer fails before it moves a byte."""
+        return not self.refused and bool(self.length_mismatches)
+
+    @property
     def corrupt(self) -> bool:
         return (self.byte_check is not None and not self.byte_check.simulation.ok) or bool(self.attention_warning)
 
     @property
     def verdict(self) -> str:
-        return "refused" if self.refused else "corrupt" if self.corrupt else "works"
+        return "refused" if self.refused else "fails" if self.fails else "corrupt" if self.corrupt else "works"
 
     @property
     def works(self) -> bool:
@@ -291,8 +304,12 @@ def assess(p: Engine, d: Engine) -> Assessment:
         suggestion = plan.verdict.suggested_block_size
     elif not any(r.code == "compat-hash" for r in refusals):   # e.g. a TP size the model's heads do not divide
         refusals.append(Refusal("tp-layout", skipped))
-    result = check_plan(plan) if plan is not None else None
-    if result is None and not skipped:
+    mismatched = vllm_length_mismatches(plan.prefill.ranks, plan.decode.ranks) if plan is not None else []
+    result = check_plan(plan) if plan is not None and not mismatched else None
+    if mismatched:
+        skipped = (f"vLLM's reads move no byte: NIXL refuses each READ whose descriptors differ in length "
+                   f"({mismatched[0]})")
+    elif result is None and not skipped:
         skipped = "no plan"
     return Assessment(p, d, plan, tuple(refusals), suggestion, result, skipped)
 
@@ -461,6 +478,19 @@ def _drop_noops(changes: list[Change]) -> list[Change]:
 
 # --- the report ----------------------------------------------------------------------------------
 
+def _fails_headline(a: Assessment) -> str:
+    """The state sizes differ, vLLM accepts, and NIXL refuses every READ: say which field and which
+    sizes."""
+    bad = a.length_mismatches[0]
+    differs = [f for f in a.unchecked_mismatches if "bytes" not in f.name]
+    cause = (f"P and D differ in {differs[0].name} (P {differs[0].prefill}, D {differs[0].decode}), which vLLM's "
+             f"handshake does not compare: " if differs else "")
+    return (f"FAILS: {cause}vLLM 0.33 accepts this pairing, but every transfer fails: each P rank's SSM "
+            f"temporal state is {bad.remote_bytes} bytes and D reads it into a {bad.local_bytes}-byte slice; "
+            f"NIXL refuses descriptors of unequal length, so vLLM ends each request in error "
+            f"(kv_load_failure_policy 'fail', its default) or prefills it again on D ('recompute')")
+
+
 @dataclass(frozen=True)
 class Report:
     assessment: Assessment
@@ -479,6 +509,8 @@ class Report:
         a = self.assessment
         if a.refused:
             return f"REFUSED: vLLM 0.33 would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
+        if a.fails:
+            return _fails_headline(a)
         if a.corrupt and a.unchecked_mismatches:
             f = a.unchecked_mismatches[0]
             return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
@@ -511,7 +543,7 @@ class Report:
         plan = a.plan
         check = a.byte_check
         return {
-            "schema": SCHEMA, "verdict": self.verdict if a.byte_check or a.refused else "unchecked",
+            "schema": SCHEMA, "verdict": self.verdict if a.byte_check or a.refused or a.fails else "unchecked",
             "exit_code": self.exit_code, "headline": self.headline(),
             "engines": {PREFILL: engine(a.prefill, plan.prefill.geometry if plan else None),
                         DECODE: engine(a.decode, plan.decode.geometry if plan else None)},

@@ -49,8 +49,8 @@ def preflight(
     """Check a P/D deployment from its two vllm serve command lines: vLLM 0.33's verdict, a
     byte-level check of its reads, and the corrected command lines when anything fails.
 
-    Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it or it
-    corrupts state (explained); 2: a usage error; 70: an internal error.
+    Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it, its
+    transfers fail, or it corrupts state (explained); 2: a usage error; 70: an internal error.
 
     [bold]Examples[/]
 

@@ -126,8 +126,8 @@ def junit_xml(report: Report) -> str:
     a = report.assessment
     root = ET.Element("testsuites", name="mambaxfer preflight")
     suite = ET.SubElement(root, "testsuite", name="mambaxfer preflight", tests="2",
-                          failures=str(int(a.refused) + int(a.corrupt)), errors="0",
-                          skipped=str(int(a.byte_check is None)))
+                          failures=str(int(a.refused) + int(a.corrupt or a.fails)), errors="0",
+                          skipped=str(int(a.byte_check is None and not a.fails)))
     case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name="vLLM 0.33 accepts the pairing")
     if a.refused:
         failure = ET.SubElement(case, "failure", message=f"{a.refusals[0].code}: {a.refusals[0].message}",
@@ -138,7 +138,10 @@ def junit_xml(report: Report) -> str:
             lines += [report.fix.prefill.command(), report.fix.decode.command()]
         failure.text = "\n".join(lines)
     case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name="vLLM's reads move the right bytes")
-    if a.byte_check is None:
+    if a.fails:
+        failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
+        failure.text = "\n".join(f"{m}" for m in a.length_mismatches)
+    elif a.byte_check is None:
         ET.SubElement(case, "skipped", message=a.byte_check_skipped)
     elif not a.byte_check.simulation.ok:
         lines = a.byte_check.explanation(limit=1000)
