@@ -17,16 +17,10 @@ def _text(line: str | None, file: Path | None, side: str) -> str:
         raise UserError(f"give --{side} 'vllm serve ...' or --{side}-file FILE (one of them)")
     if line is not None:
         return line
-    try:
-        data = Path(file).read_bytes()
-    except OSError as exc:
-        raise UserError(f"--{side}-file {file}: cannot read: {exc.strerror}") from None
-    if len(data) > 1 << 20:
-        raise UserError(f"--{side}-file {file}: larger than 1 MiB; give the script that starts the engine")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"--{side}-file {file}: not UTF-8 text") from None
+    from mambaxfer_cli.limits import MAX_SCRIPT_BYTES
+    from mambaxfer_cli.readers.documents import read_text
+
+    return read_text(Path(file), f"--{side}-file {file}", MAX_SCRIPT_BYTES, "the script that starts the engine")
 
 
 @app.command("preflight")

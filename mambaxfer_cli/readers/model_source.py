@@ -9,7 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
+from mambaxfer_cli.limits import MAX_REF_BYTES
+from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
@@ -60,7 +61,8 @@ def _cached_repo_config(repo_id: str) -> Path | None:
         return None
     ref = repo / "refs" / "main"
     if ref.is_file():
-        pinned = snapshots / ref.read_text().strip() / "config.json"
+        commit = read_bounded(ref, str(ref), MAX_REF_BYTES, "a commit hash").decode("ascii", "replace").strip()
+        pinned = snapshots / commit / "config.json"
         if pinned.is_file():
             return pinned
     candidates = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)

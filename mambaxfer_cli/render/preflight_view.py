@@ -35,7 +35,7 @@ def engines_table(report: Report) -> Table:
     rows = [("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
             ("attention backend", "attention_backend"), ("--block-size", "requested_block_size"),
             ("prefix caching", "prefix_caching"), ("conv / SSM dtype", None), ("conv layout", "conv_layout"),
-            ("num_spec / conv rows", None), ("connector / role", None)]
+            ("num_spec / conv rows", None), ("connector / role", None), ("KV layout / buffer", None)]
     for label, key in rows:
         if label == "conv / SSM dtype":
             pv, dv = f"{p['conv_dtype']} / {p['ssm_dtype']}", f"{d['conv_dtype']} / {d['ssm_dtype']}"
@@ -43,6 +43,8 @@ def engines_table(report: Report) -> Table:
             pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
         elif label == "connector / role":
             pv, dv = (f"{_value(x['kv_connector'])} / {_value(x['kv_role'])}" for x in (p, d))
+        elif label == "KV layout / buffer":
+            pv, dv = (f"{x['kv_cache_layout']} / {x['kv_buffer_device']}" for x in (p, d))
         else:
             pv, dv = _value(p[key]), _value(d[key])
         table.add_row(label, pv, dv)
