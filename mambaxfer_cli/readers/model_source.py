@@ -54,6 +54,19 @@ def hf_cache_dir() -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
+def config_label(path: Path) -> str:
+    """A model's name from its config file: the directory of a ``config.json`` (a checkout's name),
+    found from the absolute path when the path is bare ('config.json', './config.json'); else the
+    file's stem."""
+    if path.name != "config.json":
+        return path.stem
+    try:
+        folder = path.parent.name or path.resolve().parent.name
+    except OSError:
+        folder = ""
+    return folder or path.stem
+
+
 def _cached_repo_config(repo_id: str) -> Path | None:
     repo = hf_cache_dir() / f"models--{repo_id.replace('/', '--')}"
     snapshots = repo / "snapshots"
@@ -100,8 +113,7 @@ def load_model(
         if path.suffix in (".yaml", ".yml"):
             return _from_yaml(path, cli, default_name=path.stem)
         config = _read_json(path)
-        name = path.parent.name if path.name == "config.json" else path.stem
-        return spec_from_config(config, name=name, source=str(path), **cli)
+        return spec_from_config(config, name=config_label(path), source=str(path), **cli)
     # Repo ids often hold dots ('ai21labs/Jamba-v0.1'): only a file suffix marks a path.
     if (model.count("/") == 1 and not model.startswith((".", "/", "~"))
             and path.suffix.lower() not in _FILE_SUFFIXES):

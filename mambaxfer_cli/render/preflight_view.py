@@ -76,8 +76,8 @@ def render_report(report: Report) -> Iterator[object]:
     yield Text(report.headline(), style=style)
     yield Text("")
     for name, e in (("P", a.prefill), ("D", a.decode)):
-        yield Text(f"{name} model: {e.line.model}" + (f" ({e.model.name} preset)" if e.model.name != e.line.model
-                                                        else ""))
+        preset = e.model.name != e.line.model and e.model.source != e.line.model    # a path is its own source
+        yield Text(f"{name} model: {e.line.model}" + (f" ({e.model.name} preset)" if preset else ""))
     yield engines_table(report)
     yield fields_table("Compared by vLLM 0.33 (hash, handshake)",
                        [f for f in a.fields if f.compared])
