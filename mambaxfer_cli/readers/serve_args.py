@@ -249,8 +249,7 @@ def _tokens(line: str, where: str) -> list[tuple[str, str]]:
                 raise UserError(f"{where}: cannot read the command line: No closing quotation (an unclosed quote?)")
             started, i = True, i + 1
         elif ch == "\\":
-            if i + 1 < n:
-                word.append(line[i + 1])
+            word.append(line[i + 1] if i + 1 < n else "\\")     # a backslash that ends the text stays
             started, i = True, i + 2
         elif ch in ";&|()<>":
             op = next(o for o in _OPERATORS if line.startswith(o, i))
