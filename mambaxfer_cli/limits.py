@@ -29,6 +29,10 @@ MAX_SIMULATION_BYTES = 4 << 30   # what check may hold to simulate one pairing
 MAX_FILE_BYTES = 16 << 20    # a config.json, model file or plan document (real configs: < 100 KB)
 MAX_NESTING = 64             # JSON/YAML nesting (real configs: 3)
 MAX_NODES = 1_000_000        # values in one document, aliases counted each time (a plan: ~6,000)
+MAX_SCRIPT_BYTES = 1 << 20   # a --prefill-file / --decode-file launch script (real ones: < 4 KB)
+MAX_REF_BYTES = 4096         # a Hugging Face cache ref (a 40-character commit hash)
+INPUT_IDLE_S = 30.0          # seconds a pipe or FIFO may send nothing before it is refused
+MAX_JSON_INT_DIGITS = 40     # digits of an integer in a serve flag's JSON (any engine setting: < 20)
 
 
 # Each integer option: (lowest, highest, what the highest is beyond).

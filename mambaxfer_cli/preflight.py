@@ -22,10 +22,13 @@ from mambaxfer_cli.planning.geometry import backend
 from mambaxfer_cli.planning.handshake import GEOMETRY_CODES, NOT_CHECKED, SEARCH_LIMIT, Refusal
 from mambaxfer_cli.planning.handshake import refusals as handshake_refusals
 from mambaxfer_cli.planning.layout import rank_layout
+from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
-from mambaxfer_cli.planning.reads import VLLM
-from mambaxfer_cli.readers.serve_args import CONV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse
+from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_mismatches
+from mambaxfer_cli.readers.serve_args import (
+    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, RELEASES, ServeLine, reparse,
+)
 
 SCHEMA = "mambaxfer.preflight/v1"
 PREFILL, DECODE = "prefill", "decode"
@@ -63,7 +66,35 @@ class Engine:
                 "conv_dtype": m.conv_dtype, "ssm_dtype": m.ssm_dtype, "num_spec": m.num_spec,
                 "conv_rows": m.conv_rows, "conv_layout": self.conv_layout,
                 "kv_connector": self.line.kv_connector, "kv_role": self.line.kv_role,
-                "transfer_mode": self.line.transfer_mode}
+                "transfer_mode": self.line.transfer_mode, "kv_cache_layout": self.kv_cache_layout,
+                "kv_buffer_device": self.kv_buffer_device, "hybrid_kv_cache_manager": self.hma,
+                "enforce_handshake_compat": self.line.enforce_handshake_compat,
+                "gdn_prefill_backend": self.line.gdn_prefill_backend,
+                "release_only_flags": [f"{flag} ({', '.join(releases)})" for flag, releases in self.line.release_only]}
+
+    @property
+    def kv_cache_layout(self) -> str:
+        """The KV-cache layout the engine resolves: VLLM_KV_CACHE_LAYOUT (NHD and HND being the old
+        names of LBNHC and LBHNC), else the NIXL connector's LBHNC (``get_required_kvcache_layout``)."""
+        name = self.line.kv_cache_layout
+        return LAYOUT_ALIASES.get(name, name) if name is not None else "LBHNC"
+
+    @property
+    def kv_buffer_device(self) -> str:
+        return self.line.kv_buffer_device or "cuda"     # kv_buffer_device_default_factory: the platform's
+
+    @property
+    def hma(self) -> bool:
+        """Whether the hybrid KV-cache manager runs: unless disabled (the NIXL connector supports it)."""
+        return not self.line.disable_hybrid_kv_cache_manager
+
+    @property
+    def transfer_layout(self) -> str:
+        """The layout the engine advertises and transfers in: with a host buffer, an LBNHC device
+        cache is staged as LBHNC when enable_permute_local_kv is set (``initialize_host_xfer_buffer``)."""
+        if self.kv_buffer_device == "cpu" and self.kv_cache_layout == "LBNHC" and self.line.enable_permute_local_kv:
+            return "LBHNC"
+        return self.kv_cache_layout
 
 
 ModelLoader = Callable[..., ModelSpec]
@@ -134,7 +165,8 @@ def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
             ("layers with a cache", len(p.model.layers), len(d.model.layers)),
             ("hashed backend", pb, db), ("KV-cache dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype),
             ("speculative (EAGLE/MTP)", _spec_hash(p), _spec_hash(d)),
-            ("transfer mode", p.line.transfer_mode, d.line.transfer_mode)]
+            ("transfer mode", p.line.transfer_mode, d.line.transfer_mode),
+            ("hybrid KV-cache manager", "on" if p.hma else "off", "on" if d.hma else "off")]
     return [Field(n, a, b, True) for n, a, b in rows]
 
 
@@ -191,6 +223,108 @@ def startup_refusals(e: Engine) -> list[Refusal]:
         out.append(Refusal("conv-layout", f"{name}: {CONV_LAYOUT_VAR} {how}; its NIXL worker asserts: "
                                           f"3-read Mamba conv transfer requires DS conv state layout. Set "
                                           f"{CONV_LAYOUT_VAR}=DS"))
+    return out + flag_startup_refusals(e)
+
+
+# --- flags that change the verdict: the KV-cache layout, the host buffer, HMA, the hash check -----
+
+LAYOUT_ALIASES = {"NHD": "LBNHC", "HND": "LBHNC"}                   # config/cache.py _LAYOUT_COMPAT_ALIASES
+ENV_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "NHD", "HND", "BLHNC", "BLNHC", "BHLNC")   # envs.py's choices
+# attention/backends/utils.py _DEFAULT_LAYOUT_PREFERENCE: what the engine may resolve when no backend
+# declares layouts (FLASH_ATTN, TRITON_ATTN, FlashInfer before Blackwell, the Mamba backends)
+DEFAULT_LAYOUTS = ("LBNHC", "LBHNC", "BLNHC", "BLHNC", "BHLNC", "LHBNC")
+BLOCK_COMPACT = ("LBHNC", "LBNHC", "BLHNC", "BLNHC")     # KVCacheLayout.is_block_compact: L and B outermost
+BLOCK_CONTIGUOUS = ("LBHNC", "BLHNC")                    # KVCacheLayout.is_block_contiguous: [H, N, C] last
+HANDSHAKE_FIRST = ("tp-sizes", "block-size", "prefix-caching")   # met before the layout checks
+
+
+def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
+    """The layouts ``resolve_kv_cache_layout`` may pick: a hybrid's Mamba and attention specs have
+    different (heads, states) shapes, which leaves only block-compact layouts."""
+    return tuple(x for x in DEFAULT_LAYOUTS if x in BLOCK_COMPACT) if model.has_attention else DEFAULT_LAYOUTS
+
+
+def flag_startup_refusals(e: Engine) -> list[Refusal]:
+    """What stops one engine at start-up among the flags beyond section 8's: HMA off, a buffer
+    device or a KV-cache layout vLLM does not take."""
+    name, line, out = SIDE_NAME[e.side], e.line, []
+    nixl = line.kv_connector in NIXL_CONNECTORS
+    if nixl and not e.hma:
+        out.append(Refusal("hma", (
+            f"{name}: --disable-hybrid-kv-cache-manager: vLLM's NIXL worker requires the hybrid KV-cache "
+            f"manager for Mamba layers (NixlConnectorWorker asserts _is_hma_required, nixl/base_worker.py), "
+            f"so the engine does not start")))
+    if nixl and e.kv_buffer_device not in ("cuda", "cpu"):
+        out.append(Refusal("kv-buffer-device", f"{name}: cuda with {e.kv_buffer_device} kv_buffer is not supported."))
+    layout = line.kv_cache_layout
+    if layout is not None and layout not in ENV_LAYOUTS:
+        out.append(Refusal("kv-cache-layout", f"{name}: Invalid value '{layout}' for {KV_LAYOUT_VAR}. Valid "
+                                              f"options: {list(ENV_LAYOUTS)}."))
+    elif layout is not None and e.kv_cache_layout not in layout_candidates(e.model):
+        out.append(Refusal("kv-cache-layout", (
+            f"{name}: {KV_LAYOUT_VAR}={layout} does not satisfy every supported set; valid layouts: "
+            f"{list(layout_candidates(e.model))}.")))
+    return out
+
+
+def handshake_sides(p: Engine, d: Engine) -> tuple[Engine, Engine]:
+    """(local, remote) of the handshake: D checks P when it pulls; P checks D when it pushes."""
+    return (p, d) if _push(p, d) else (d, p)
+
+
+def layout_refusals(p: Engine, d: Engine, plan: Plan) -> list[Refusal]:
+    """``_validate_remote_agent_handshake`` after its block checks: the host buffer against different
+    kernel blocks, then the two engines' KV-cache layouts, then head splitting across TP sizes."""
+    local, remote = handshake_sides(p, d)
+    out = []
+    if not p.model.has_attention:
+        kernels_differ = False
+    else:
+        kernels_differ = plan.prefill.geometry.kernel_block_size != plan.decode.geometry.kernel_block_size
+    if local.kv_buffer_device == "cpu" and kernels_differ:
+        out.append(Refusal("host-buffer", "Heterogeneous block sizes are not supported with host buffer"))
+    mine, theirs = local.transfer_layout, remote.transfer_layout
+    permute = False
+    if mine != theirs:
+        if local.line.enable_permute_local_kv and theirs == "LBHNC" and mine == "LBNHC":
+            permute = True
+            if local.hma:     # Mamba layers need HMA, and the permute asserts it is off
+                out.append(Refusal("kv-cache-layout", "HMA does not support block size post processing"))
+        else:
+            out.append(Refusal("kv-cache-layout", (
+                f"Heterogeneous TP expects same kv_cache_layout (local {mine}, remote {theirs}). Or enable "
+                f"experimental feature to receive LBHNC into a local LBNHC cache by setting "
+                f"'enable_permute_local_kv'=True in --kv-transfer-config.")))
+    replicated = remote.tp > (remote.model.num_kv_heads or 0)      # TransferTopology.is_kv_replicated
+    if (p.tp != d.tp and p.model.has_attention and not replicated and mine not in BLOCK_CONTIGUOUS
+            and not permute):
+        out.append(Refusal("kv-cache-layout-heads", (
+            "Heterogeneous TP head-dimension splitting requires contiguous heads. Use a block-contiguous "
+            "layout (e.g. LBHNC) on the prefill side.")))
+    return out
+
+
+def skipped_hash(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
+    """What the compatibility hash would refuse, when the handshake's local side skips it
+    (``enforce_handshake_compat`` false): the fields that differ and now pass."""
+    local, _ = handshake_sides(p, d)
+    if local.line.enforce_handshake_compat:
+        return []
+    return [f"{f.name} (P {f.prefill}, D {f.decode})" for f in hashed_fields(p, d, plan) if not f.agree]
+
+
+def hash_warnings(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
+    local, remote = handshake_sides(p, d)
+    out = []
+    if not local.line.enforce_handshake_compat:
+        let = skipped_hash(p, d, plan)
+        out.append(f"{SIDE_NAME[local.side]}: enforce_handshake_compat is false, so vLLM skips its "
+                   f"compatibility hash check; " + (
+                       f"it would have refused this pairing, and lets through: {'; '.join(let)}" if let else
+                       "P and D agree on every hashed field here, so it lets nothing through"))
+    if not remote.line.enforce_handshake_compat:
+        out.append(f"{SIDE_NAME[remote.side]}: enforce_handshake_compat has no effect on this side: "
+                   f"{SIDE_NAME[local.side]} runs the handshake ({'push' if _push(p, d) else 'pull'} mode)")
     return out
 
 
@@ -215,6 +349,7 @@ class Assessment:
     suggested_block_size: int | None
     byte_check: PairingResult | None
     byte_check_skipped: str = ""            # why there is no byte check
+    let_through: tuple[str, ...] = ()       # what the compatibility hash would refuse, when it is skipped
 
     @property
     def refused(self) -> bool:
@@ -228,12 +363,38 @@ class Assessment:
         return next((w.message for w in self.plan.warnings if w.code == "vllm-attention-heads"), None)
 
     @property
+    def length_mismatches(self) -> list[LengthMismatch]:
+        """vLLM's descriptor pairs of unequal length: NIXL refuses every READ (the plan's
+        ``vllm-length-mismatch``)."""
+        if self.plan is None:
+            return []
+        return vllm_length_mismatches(self.plan.prefill.ranks, self.plan.decode.ranks)
+
+    @property
+    def fails(self) -> bool:
+        """vLLM accepts the pairing, but every transfer fails before it moves a byte."""
+        return not self.refused and bool(self.length_mismatches)
+
+    @property
+    def reinterpreted(self) -> list[tuple[str, str, str]]:
+        """(what, P's dtype, D's dtype) where D reads P's values as another dtype of the same size
+        (float16 and bfloat16): every byte lands where D expects it, and every number is wrong."""
+        p, d = self.prefill, self.decode
+        rows = [("conv state", p.model.conv_dtype, d.model.conv_dtype),
+                ("SSM state", p.model.ssm_dtype, d.model.ssm_dtype)]
+        if self.plan is not None and self.plan.prefill.has_attention:
+            rows.append(("attention KV cache", self.plan.prefill.kv_dtype, self.plan.decode.kv_dtype))
+        return [(what, a, b) for what, a, b in rows
+                if a != b and a in DTYPE_BYTES and DTYPE_BYTES[a] == DTYPE_BYTES.get(b)]
+
+    @property
     def corrupt(self) -> bool:
-        return (self.byte_check is not None and not self.byte_check.simulation.ok) or bool(self.attention_warning)
+        return ((self.byte_check is not None and not self.byte_check.simulation.ok) or bool(self.attention_warning)
+                or (self.byte_check is not None and bool(self.reinterpreted)))
 
     @property
     def verdict(self) -> str:
-        return "refused" if self.refused else "corrupt" if self.corrupt else "works"
+        return "refused" if self.refused else "fails" if self.fails else "corrupt" if self.corrupt else "works"
 
     @property
     def works(self) -> bool:
@@ -272,6 +433,18 @@ def _push_refusals(p: Engine, d: Engine, plan: Plan) -> tuple[list[Refusal], int
     return found, suggestion
 
 
+def _equal_kernel_blocks(p: Engine, d: Engine, plan: Plan) -> int | None:
+    """The smallest ``--block-size`` (both engines, the backend's steps) that gives P and D the
+    same kernel block and passes vLLM's geometry checks: what a host buffer needs."""
+    step = backend(p.flags.attention_backend).step
+    for size in range(step, SEARCH_LIMIT + 1, step):
+        sides = [build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d)]
+        if (sides[0].geometry.kernel_block_size == sides[1].geometry.kernel_block_size
+                and not any(r.code in GEOMETRY_CODES for r in handshake_refusals(sides[0], sides[1]))):
+            return size
+    return None
+
+
 def assess(p: Engine, d: Engine) -> Assessment:
     """vLLM 0.33's verdict on the pairing and the byte-level check of what it would read."""
     refusals = startup_refusals(p) + startup_refusals(d)
@@ -281,20 +454,33 @@ def assess(p: Engine, d: Engine) -> Assessment:
         plan = build_plan(d.model, p.tp, d.tp, options)
     except UserError as exc:
         skipped = str(exc)
-    refusals += _hash_refusal(hashed_fields(p, d, plan))
+    let_through = skipped_hash(p, d, plan)
+    if not let_through:
+        refusals += _hash_refusal(hashed_fields(p, d, plan))
     suggestion = None
-    if plan is not None and _push(p, d):
-        found, suggestion = _push_refusals(p, d, plan)
-        refusals += found
-    elif plan is not None:
-        refusals += [r for r in plan.verdict.refusals if r.code != "compat-hash"]
-        suggestion = plan.verdict.suggested_block_size
+    if plan is not None:
+        if _push(p, d):
+            found, suggestion = _push_refusals(p, d, plan)
+        else:
+            found = [r for r in plan.verdict.refusals if r.code != "compat-hash"]
+            suggestion = plan.verdict.suggested_block_size
+        first = [r for r in found if r.code in HANDSHAKE_FIRST]
+        refusals += first + layout_refusals(p, d, plan) + [r for r in found if r.code not in HANDSHAKE_FIRST]
+        if any(r.code == "host-buffer" for r in refusals):
+            suggestion = _equal_kernel_blocks(p, d, plan) or suggestion
+    elif let_through:
+        skipped = (f"{skipped}; vLLM's handshake lets it through (the hash check is skipped), and what it "
+                   f"moves is not checked")
     elif not any(r.code == "compat-hash" for r in refusals):   # e.g. a TP size the model's heads do not divide
         refusals.append(Refusal("tp-layout", skipped))
-    result = check_plan(plan) if plan is not None else None
-    if result is None and not skipped:
+    mismatched = vllm_length_mismatches(plan.prefill.ranks, plan.decode.ranks) if plan is not None else []
+    result = check_plan(plan) if plan is not None and not mismatched else None
+    if mismatched:
+        skipped = (f"vLLM's reads move no byte: NIXL refuses each READ whose descriptors differ in length "
+                   f"({mismatched[0]})")
+    elif result is None and not skipped:
         skipped = "no plan"
-    return Assessment(p, d, plan, tuple(refusals), suggestion, result, skipped)
+    return Assessment(p, d, plan, tuple(refusals), suggestion, result, skipped, tuple(let_through))
 
 
 # --- fixes ---------------------------------------------------------------------------------------
@@ -325,7 +511,7 @@ FIELD_FLAG = {"block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype"
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
               "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
-              "hf_overrides": "--hf-overrides"}
+              "hf_overrides": "--hf-overrides", "disable_hybrid_kv_cache_manager": "--disable-hybrid-kv-cache-manager"}
 
 
 def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
@@ -344,7 +530,7 @@ def apply_change(line: ServeLine, change: Change) -> ServeLine:
     where = f"--{change.side}"
     if change.flag.endswith("="):
         env = tuple((k, v) for k, v in line.env_prefix if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
-        return reparse(replace(line, conv_layout=change.new), list(line.words), env, where)
+        return reparse(line, list(line.words), env, where)
     if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
         return reparse(line, _set_words(line, "prefix_caching", [change.flag]), line.env_prefix, where)
     key = next(k for k, f in FIELD_FLAG.items() if f == change.flag)
@@ -366,6 +552,12 @@ def _align(p: Engine, d: Engine) -> list[Change]:
         if e.conv_layout != "DS":
             out.append(Change(e.side, f"{CONV_LAYOUT_VAR}=", e.line.conv_layout, "DS",
                               "vLLM's NIXL worker requires it"))
+        if e.line.disable_hybrid_kv_cache_manager:
+            out.append(Change(e.side, "--disable-hybrid-kv-cache-manager", "", None,
+                              "vLLM's NIXL worker requires the hybrid KV-cache manager for Mamba layers"))
+        if e.line.kv_cache_layout is not None and e.transfer_layout != "LBHNC":
+            out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, "LBHNC",
+                              "the NIXL connector's block-contiguous layout, the same on P and D"))
     pairs = [("dtype", p.model.model_dtype, d.model.model_dtype, p.line.dtype, "the hash compares it"),
              ("kv_cache_dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype, p.line.kv_cache_dtype,
               "the hash compares it"),
@@ -461,6 +653,19 @@ def _drop_noops(changes: list[Change]) -> list[Change]:
 
 # --- the report ----------------------------------------------------------------------------------
 
+def _fails_headline(a: Assessment) -> str:
+    """The state sizes differ, vLLM accepts, and NIXL refuses every READ: say which field and which
+    sizes."""
+    bad = a.length_mismatches[0]
+    differs = [f for f in a.unchecked_mismatches if "bytes" not in f.name]
+    cause = (f"P and D differ in {differs[0].name} (P {differs[0].prefill}, D {differs[0].decode}), which vLLM's "
+             f"handshake does not compare: " if differs else "")
+    return (f"FAILS: {cause}vLLM 0.33 accepts this pairing, but every transfer fails: each P rank's SSM "
+            f"temporal state is {bad.remote_bytes} bytes and D reads it into a {bad.local_bytes}-byte slice; "
+            f"NIXL refuses descriptors of unequal length, so vLLM ends each request in error "
+            f"(kv_load_failure_policy 'fail', its default) or prefills it again on D ('recompute')")
+
+
 @dataclass(frozen=True)
 class Report:
     assessment: Assessment
@@ -479,6 +684,14 @@ class Report:
         a = self.assessment
         if a.refused:
             return f"REFUSED: vLLM 0.33 would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
+        if a.fails:
+            return _fails_headline(a)
+        if a.corrupt and a.byte_check.simulation.ok and a.reinterpreted:
+            what, pv, dv = a.reinterpreted[0]
+            unchecked = ("the compatibility hash that would refuse this pairing is skipped (enforce_handshake_"
+                         "compat false)" if a.let_through else "vLLM's handshake does not compare it")
+            return (f"CORRUPT: P keeps its {what} in {pv}, D in {dv}, and {unchecked}: every byte lands where D "
+                    f"expects it, but D reads P's {pv} values as {dv}")
         if a.corrupt and a.unchecked_mismatches:
             f = a.unchecked_mismatches[0]
             return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
@@ -511,7 +724,7 @@ class Report:
         plan = a.plan
         check = a.byte_check
         return {
-            "schema": SCHEMA, "verdict": self.verdict if a.byte_check or a.refused else "unchecked",
+            "schema": SCHEMA, "verdict": self.verdict if a.byte_check or a.refused or a.fails else "unchecked",
             "exit_code": self.exit_code, "headline": self.headline(),
             "engines": {PREFILL: engine(a.prefill, plan.prefill.geometry if plan else None),
                         DECODE: engine(a.decode, plan.decode.geometry if plan else None)},
@@ -540,12 +753,18 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader) -> Repor
     for e in (p, d):
         name = SIDE_NAME[e.side]
         if e.line.unknown:
-            warnings.append(f"{name}: unknown to vLLM 0.33 (as far as mambaxfer knows): {', '.join(e.line.unknown)}")
+            warnings.append(f"{name}: no vLLM release mambaxfer knows ({', '.join(RELEASES)}) has "
+                            f"{', '.join(e.line.unknown)}: vllm serve exits with 'unrecognized arguments'")
+        for flag, releases in e.line.release_only:
+            others = [r for r in RELEASES if r not in releases]
+            warnings.append(f"{name}: {flag} is known to vLLM {', '.join(releases)} only; vLLM "
+                            f"{', '.join(others)} does not have it")
         if e.line.attention_backend is None and e.model.has_attention:
             warnings.append(f"{name}: no --attention-backend: {DEFAULT_BACKEND} assumed (vLLM's pick on H100/H200)")
         if e.line.kv_role == "kv_both":
             warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
         warnings += [f"{name}: {n}" for n in e.line.notes]
+    warnings += hash_warnings(p, d, first.plan)
     if _push(p, d):
         warnings.append("push mode (NixlPushConnector): vLLM's handshake rules are applied with P as the local "
                         "side, as its push worker does; the byte-level check simulates D's pull reads "

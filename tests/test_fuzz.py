@@ -1,9 +1,9 @@
-"""Fuzzing every way in: mutated model configs (JSON and YAML), option values, and plan files for
-``execute --plan``. Whatever the input: exit 0 (or check's and execute's 1), or exit 2 with one
+"""Fuzzing every way in: mutated model configs (JSON and YAML), option values, plan files for
+``execute --plan``, and preflight's serve lines and launch scripts. Whatever the input: exit 0 (or check's and execute's 1), or exit 2 with one
 red line; never a traceback or an internal error, within a time and a memory bound.
 
-The CI run is short; ``FUZZ_EXAMPLES=3000 FUZZ_REPORT=fuzz.jsonl pytest tests/test_fuzz.py`` runs a
-long one and records every input's outcome (see scripts/fuzz_summary.py).
+The CI run is short; ``FUZZ_EXAMPLES=3000 FUZZ_PREFLIGHT_EXAMPLES=1000 FUZZ_REPORT=fuzz.jsonl pytest
+tests/test_fuzz.py`` runs a long one and records every input's outcome (see scripts/fuzz_summary.py).
 """
 
 from __future__ import annotations
@@ -195,6 +195,127 @@ def cases(draw) -> dict:
             "timeout": TIME_LIMIT + 5}
 
 
+# --- preflight: serve lines and launch scripts ------------------------------------------------
+
+SCRIPTS = {p.name: p.read_text() for p in sorted((Path(__file__).parent.parent / "examples" / "preflight").glob("*.sh"))}
+PREFLIGHT_EXAMPLES = int(os.environ.get("FUZZ_PREFLIGHT_EXAMPLES", str(max(EXAMPLES // 3, 30))))
+SERVE_MODELS = ["jamba", "mamba-130m", "qwen3.5-0.8b", "granite-4.0-h-tiny", "nemotron-h-8b", "Qwen/Qwen3.5-0.8B",
+                "config.json", "no/such-model", "./x.yaml"]
+KV_CONFIG = {"P": """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'""",
+             "D": """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'"""}
+DIGITS = "9" * 5000
+SERVE_PIECES = [   # shell-quoted flags: the ones that change the answer, their odd values, and plain junk
+    "-tp 2", "-tp 4", "--tensor-parallel-size=8", "-tp 3", "-tp 0", "-tp -1", f"-tp {DIGITS}", "--tensor-parallel 2",
+    "--block-size 144", "--block_size=32", "--block-siz 64", "--block-size 0", f"--block-size={DIGITS}",
+    "--dtype float32", "--dtype half", "--dtype bogus", "--kv-cache-dtype fp8", "--kv-cache-dtype nope",
+    "--mamba-ssm-cache-dtype float32", "--mamba-cache-dtype float16", "--mamba-cache-dtype float32",
+    "--no-enable-prefix-caching", "--enable-prefix-caching", "--disable-prefix-caching",
+    "--no-disable-prefix-caching", "--enable-prefix-caching=yes",
+    "--attention-backend FLASHINFER", "--attention-backend auto", "--attention-backend TRITON_ATTN",
+    """-ac '{"backend": "TRITON_ATTN"}'""", "--attention-config.backend=FLASHINFER", "-ac.backend auto",
+    "-ac '[1]'", """-ac '{"backend": 3}'""", "--attention_config.backend FLASH_ATTN",
+    "--gdn-prefill-backend triton", "--gdn-prefill-backend hip", "--gdn-prefill-backend TRITON",
+    """--additional-config '{"gdn_prefill_backend": "triton"}'""", "--additional-config.gdn_prefill_backend=7",
+    "--additional-config '[]'",
+    "--kv-transfer-config.kv_buffer_device=cpu", "--kv-transfer-config.kv_buffer_device=xpu",
+    "--kv-transfer-config.kv_buffer_device=[1]",
+    "--kv-transfer-config.kv_connector_extra_config.enforce_handshake_compat=false",
+    """--kv-transfer-config.kv_connector_extra_config.enforce_handshake_compat='"false"'""",
+    "--kv-transfer-config.kv_connector_extra_config=3", "--kv-transfer-config.enable_permute_local_kv=true",
+    "--kv-transfer-config.enable_permute_local_kv=maybe", "--kv-transfer-config.kv_role=kv_both",
+    "--kv-transfer-config.kv_connector=NixlPushConnector", "--kv-transfer-config.kv_connector=LMCacheConnector",
+    "--disable-hybrid-kv-cache-manager", "--enable-hybrid-kv-cache-manager",
+    "--enable-extensible-kv-cache", "--disable-extensible-kv-cache", "--max-num-inflight-kv-loads 4",
+    "--cache-aware-admission-window 8", "--cache-aware-admission-threshold 0.5", "--checkpoint-prepare-on-startup",
+    "--shuffle-safetensors-files", "--kv-transfer-config.kv_connector_extra_config.ucx_backend_params.x=1",
+    """--speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'""",
+    "--speculative-config.num_speculative_tokens=1", f"--speculative-config.num_speculative_tokens={DIGITS}",
+    f"""--speculative-config '{{"method": "mtp", "num_speculative_tokens": {DIGITS}}}'""",
+    f"--hf-overrides.num_hidden_layers={DIGITS}", "--hf-overrides.num_hidden_layers=2k",
+    "--hf-overrides.x=" + "[" * 100, "--hf-overrides.x=" + "[" * 5000, "--hf-overrides '" + "[" * 3000 + "'",
+    "--hf-overrides '" + '{"a":' * 70 + "1" + "}" * 70 + "'", "--hf-overrides.a" + ".b" * 80 + "=1",
+    "--hf-overrides.c+ x,y", """--hf-overrides '{"num_key_value_heads": 3}'""",
+    "--max 3", "--no-such-flag 3", "--served-model-name a b", "--config cfg.yaml", "-O3", "-O", "-O 2", "--",
+    "-", "--port", "--hf-token", "--model other", "extra-positional",
+]
+ANSWER_PIECES = [   # valid flags that change vLLM's answer, drawn most often so verdicts get explored
+    "-tp 2", "-tp 4", "--block-size 144", "--block-size 64", "--mamba-ssm-cache-dtype float32",
+    "--mamba-cache-dtype float16", "--no-enable-prefix-caching", "--attention-backend FLASHINFER",
+    """-ac '{"backend": "TRITON_ATTN"}'""", "--gdn-prefill-backend triton", "--kv-cache-dtype fp8",
+    "--kv-transfer-config.kv_buffer_device=cpu", "--disable-hybrid-kv-cache-manager",
+    "--kv-transfer-config.kv_connector_extra_config.enforce_handshake_compat=false",
+    """--speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'""", "--enable-extensible-kv-cache",
+]
+SERVE_ENV = ["VLLM_SSM_CONV_STATE_LAYOUT=DS", "VLLM_SSM_CONV_STATE_LAYOUT=SD", "VLLM_SSM_CONV_STATE_LAYOUT=XX",
+             "VLLM_KV_CACHE_LAYOUT=LBNHC", "VLLM_KV_CACHE_LAYOUT=LHBNC", "VLLM_KV_CACHE_LAYOUT=NHD",
+             "VLLM_KV_CACHE_LAYOUT=BLHNC", "VLLM_KV_CACHE_LAYOUT=junk", "CUDA_VISIBLE_DEVICES=0,1", "X="]
+SHELL_TAILS = ["> server.log 2>&1", "2>&1 | tee server.log", "| tee x", "&", "> log 2>&1 &", "&> log", ">",
+               "2>", "| vllm serve jamba", "; echo done", "<<EOF", "'unclosed", '"unclosed', "\\", "# comment",
+               "< /dev/null", ">&2", "|| exit 1", "&& wait", "(", ")"]
+
+
+def serve_piece():
+    return st.one_of(st.sampled_from(ANSWER_PIECES), st.sampled_from(ANSWER_PIECES), st.sampled_from(ANSWER_PIECES),
+                     st.sampled_from(SERVE_PIECES))
+
+
+@st.composite
+def serve_line(draw, side: str) -> str:
+    """A vllm serve line: a model, the side's connector or not, flags drawn from SERVE_PIECES, maybe
+    environment prefixes and a shell tail, maybe a word dropped, doubled or swapped."""
+    words = ["vllm", "serve", draw(st.sampled_from(SERVE_MODELS[:6] * 3 + SERVE_MODELS[6:]))]
+    if draw(st.integers(0, 3)):
+        words.append(KV_CONFIG[side])
+    words += draw(st.lists(serve_piece(), max_size=4))
+    env = (["VLLM_SSM_CONV_STATE_LAYOUT=DS"] if draw(st.booleans()) else []) + draw(
+        st.lists(st.sampled_from(SERVE_ENV), max_size=2))
+    tail = draw(st.lists(st.sampled_from(SHELL_TAILS), max_size=1)) if draw(st.integers(0, 2)) == 0 else []
+    if draw(st.integers(0, 5)) == 0 and len(words) > 3:
+        i, j = draw(st.integers(0, len(words) - 1)), draw(st.integers(0, len(words) - 1))
+        op = draw(st.sampled_from(["drop", "double", "swap"]))
+        if op == "drop":
+            words.pop(i)
+        elif op == "double":
+            words.insert(i, words[i])
+        else:
+            words[i], words[j] = words[j], words[i]
+    return " ".join(env + words + tail)
+
+
+@st.composite
+def launch_script(draw, side: str) -> bytes:
+    """A real launch script from examples/preflight, or a drawn line in one; flags inserted into its
+    vllm serve line, shell tails appended, then maybe damaged bytes or binary junk."""
+    kind = draw(st.sampled_from(["example", "example", "line", "junk"]))
+    if kind == "junk":
+        return draw(st.binary(max_size=300))
+    if kind == "line":
+        text = f"#!/usr/bin/env bash\nexport VLLM_SSM_CONV_STATE_LAYOUT=DS\n{draw(serve_line(side))}\n"
+    else:
+        text = SCRIPTS[draw(st.sampled_from(sorted(SCRIPTS)))]
+        pieces = " ".join(draw(st.lists(serve_piece(), max_size=3)))
+        text = text.replace(" --port", f" {pieces} --port", 1)
+        tail = " ".join(draw(st.lists(st.sampled_from(SHELL_TAILS), max_size=2)))
+        text = text.rstrip("\n") + (f" {tail}" if tail else "") + "\n"
+    return draw(byte_damage(text.encode()))
+
+
+@st.composite
+def preflight_cases(draw) -> dict:
+    files, argv = {}, ["preflight"]
+    for side, name in (("P", "prefill"), ("D", "decode")):
+        if draw(st.booleans()):
+            files[f"{name}.sh"] = draw(launch_script(side))
+            argv += [f"--{name}-file", f"{name}.sh"]
+        else:
+            argv += [f"--{name}", draw(serve_line(side))]
+    if "config.json" in " ".join(argv) or draw(st.integers(0, 5)) == 0:
+        files["config.json"] = json.dumps(CONFIGS[draw(st.sampled_from(sorted(CONFIGS)))]).encode()
+    argv += draw(st.sampled_from([[], ["--format", "json"], ["-f", "yaml"], ["--junit", "out.xml"]]))
+    return {"kind": "preflight", "argv": argv, "files": {k: base64.b64encode(v).decode() for k, v in files.items()},
+            "timeout": TIME_LIMIT + 5}
+
+
 # --- the worker ---------------------------------------------------------------------------------
 
 class Worker:
@@ -247,13 +368,28 @@ def _record(case: dict, result: dict) -> None:
                                  HealthCheck.function_scoped_fixture])
 @given(case=cases())
 def test_no_input_ends_in_a_traceback_a_hang_or_a_memory_blow_up(worker, case):
+    check_outcome(worker, case)
+
+
+@settings(max_examples=PREFLIGHT_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(case=preflight_cases())
+def test_no_serve_line_or_script_ends_in_a_traceback_a_hang_or_a_memory_blow_up(worker, case):
+    """preflight's inputs: mutated real lines and launch scripts, the flags that change the answer,
+    huge and deep JSON (dotted forms too), redirections and binary junk: a verdict (0, 1) or one
+    line (2), never more."""
+    check_outcome(worker, case)
+
+
+def check_outcome(worker, case: dict) -> None:
     result = worker.run(case)
     _record(case, result)
     shown = f"{case['argv']} -> {result}"
     assert not result["hang"], f"hung past {case['timeout']} s: {shown}"
     assert result["seconds"] < TIME_LIMIT, shown
     assert "Traceback" not in result["stderr"], shown
-    allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute") else {0, 2}
+    allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute", "preflight") else {0, 2}
     if case["argv"][0] == "execute":
         allowed.add(3)   # a run that started and could not complete (its own one line)
     assert result["code"] in allowed, shown

@@ -190,7 +190,10 @@ def test_parser_reads_vllm_spellings():
     assert line.mamba_ssm_cache_dtype == "float32" and line.env_prefix == (("FOO", "1"),)
     assert line.unknown == ("--no-such-flag",)
     assert set(line.ignored) == {"--enable-eplb", "--served-model-name", "--port"}
-    assert parse_serve("vllm serve m --no-disable-prefix-caching").prefix_caching is True
+    # EnableDisableAction (vLLM's utils/argparse_utils.py) registers --enable-x, --disable-x and the hidden
+    # --no-enable-x; vLLM 0.33 and 0.34 answer --no-disable-prefix-caching with 'unrecognized arguments'.
+    assert parse_serve("vllm serve m --no-enable-prefix-caching").prefix_caching is False
+    assert parse_serve("vllm serve m --no-disable-prefix-caching").unknown == ("--no-disable-prefix-caching",)
     with pytest.raises(UserError, match="takes no value"):
         parse_serve("vllm serve m --enable-prefix-caching=yes")
 

@@ -17,16 +17,10 @@ def _text(line: str | None, file: Path | None, side: str) -> str:
         raise UserError(f"give --{side} 'vllm serve ...' or --{side}-file FILE (one of them)")
     if line is not None:
         return line
-    try:
-        data = Path(file).read_bytes()
-    except OSError as exc:
-        raise UserError(f"--{side}-file {file}: cannot read: {exc.strerror}") from None
-    if len(data) > 1 << 20:
-        raise UserError(f"--{side}-file {file}: larger than 1 MiB; give the script that starts the engine")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"--{side}-file {file}: not UTF-8 text") from None
+    from mambaxfer_cli.limits import MAX_SCRIPT_BYTES
+    from mambaxfer_cli.readers.documents import read_text
+
+    return read_text(Path(file), f"--{side}-file {file}", MAX_SCRIPT_BYTES, "the script that starts the engine")
 
 
 @app.command("preflight")
@@ -49,8 +43,8 @@ def preflight(
     """Check a P/D deployment from its two vllm serve command lines: vLLM 0.33's verdict, a
     byte-level check of its reads, and the corrected command lines when anything fails.
 
-    Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it or it
-    corrupts state (explained); 2: a usage error; 70: an internal error.
+    Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it, its
+    transfers fail, or it corrupts state (explained); 2: a usage error; 70: an internal error.
 
     [bold]Examples[/]
 

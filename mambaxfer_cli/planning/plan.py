@@ -17,7 +17,9 @@ from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.handshake import Refusal, Verdict, reads_whole_kernel_blocks, verdict as vllm_verdict, with_block_size
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
-from mambaxfer_cli.planning.reads import EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_reads
+from mambaxfer_cli.planning.reads import (
+    EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
+)
 
 SCHEMA = "mambaxfer.plan/v1"
 
@@ -186,6 +188,28 @@ def _prefill_model(model: ModelSpec, prefill: ModelSpec | None) -> ModelSpec:
     return prefill
 
 
+STATE_FIELDS = (("conv_dtype", "conv dtype"), ("ssm_dtype", "SSM dtype"), ("num_spec", "speculative tokens"))
+
+
+def _state_differences(prefill: ModelSpec, decode: ModelSpec) -> list[str]:
+    """What P's SSM state differs from D's in (vLLM's handshake compares none of it)."""
+    return [f"{label} ({getattr(prefill, key)} vs {getattr(decode, key)})" for key, label in STATE_FIELDS
+            if getattr(prefill, key) != getattr(decode, key)]
+
+
+def _length_warning(prefill: Side, decode: Side, differs: list[str]) -> list[Warning_]:
+    """vLLM's descriptor pairs of unequal length: NIXL refuses every READ of the pairing."""
+    bad = vllm_length_mismatches(prefill.ranks, decode.ranks)
+    if not bad:
+        return []
+    why = f" (P's state differs from D's in {' and '.join(differs)})" if differs else ""
+    return [Warning_("vllm-length-mismatch", (
+        f"vLLM 0.33's reads fail for this pairing: P's temporal state per rank is {bad[0].remote_bytes} bytes"
+        f"{why}, and D reads it into a {bad[0].local_bytes}-byte slice of its own ({bad[0]}; {len(bad)} "
+        f"such pairs); NIXL refuses descriptors of unequal length (makeXferReq: length mismatch), so "
+        f"every transfer fails"))]
+
+
 def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = PlanOptions()) -> Plan:
     """Plan every read of a P/D pairing, under exact or vLLM 0.33 semantics."""
     if options.semantics not in SEMANTICS:
@@ -211,7 +235,17 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
         warnings.append(Warning_("vllm-refuses", f"vLLM 0.33 refuses P TP {p_tp} / D TP {d_tp}: "
                                  + " ".join(r.message for r in verdict.refusals) + fix + tail))
-    if options.semantics == VLLM:
+    differs = _state_differences(p_model, model)
+    failing = _length_warning(prefill, decode, differs) if options.semantics == VLLM else []
+    warnings += failing
+    if failing:
+        pass     # no READ is posted: nothing lands wrong
+    elif options.semantics == VLLM and differs:
+        warnings += _misread_warning(
+            raw, prefill.ranks, decode.ranks, "vllm-state-differs",
+            f"P's state differs from D's in {' and '.join(differs)}, which vLLM 0.33 does not compare; D reads "
+            f"P's state with its own offsets, so these reads land wrong bytes")
+    elif options.semantics == VLLM:
         warnings += _misread_warning(
             raw, prefill.ranks, decode.ranks, "vllm-replicated-groups",
             "vLLM 0.33's offsets assume every region is evenly sharded, but B/C groups are replicated "

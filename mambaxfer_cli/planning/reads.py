@@ -146,6 +146,44 @@ def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> t
     return tuple(reads)
 
 
+@dataclass(frozen=True)
+class LengthMismatch:
+    """A pair of descriptors vLLM 0.33 posts with unequal lengths: NIXL refuses the transfer."""
+
+    d_rank: int
+    p_rank: int
+    region: str
+    local_bytes: int      # D's descriptor: its own slice of the region
+    remote_bytes: int     # P's descriptor: P's whole region, as P registered it
+
+    def __str__(self) -> str:
+        return (f"D{self.d_rank} {self.region} slice {self.local_bytes} bytes <- P{self.p_rank} "
+                f"{self.region} {self.remote_bytes} bytes")
+
+
+def vllm_length_mismatches(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> list[LengthMismatch]:
+    """Where vLLM 0.33's descriptor pairs differ in length, so that NIXL's ``makeXferReq`` refuses
+    every READ ("length mismatch", ``NIXL_ERR_INVALID_PARAM``).
+
+    vLLM sizes both sides of a conv descriptor from D's own layout, and with ``tp_ratio >= 1`` the
+    temporal one too (``_build_mamba_remote``: ``ssm_read_size`` is D's). With ``tp_ratio < 0`` the
+    remote temporal descriptor is P's own size (``nixl_agent_meta.ssm_sizes[1]``) while the local one
+    is D's temporal state split into ``a`` slices (``_build_local_splits_from_plan``): they differ
+    whenever P's temporal state per rank is not D's ``1/a``, e.g. in another dtype."""
+    ratio = tp_ratio(len(prefill), len(decode))
+    if ratio is None or ratio > 0:
+        return []
+    a = -ratio
+    out = []
+    for d in decode:
+        ssm = next(r for r in d.regions if r.kind == "ssm")
+        for i in range(a):
+            p = prefill[d.rank * a + i]
+            if p.ssm_bytes != d.ssm_bytes // a:
+                out.append(LengthMismatch(d.rank, p.rank, ssm.name, d.ssm_bytes // a, p.ssm_bytes))
+    return out
+
+
 def plan_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout], semantics: str) -> tuple[Read, ...]:
     if semantics == EXACT:
         return exact_reads(prefill, decode)
@@ -186,17 +224,18 @@ class Misread:
         return f"D{self.d_rank} {self.wanted} <- P{self.p_rank} {self.got}"
 
 
-def _unit_span(layout: RankLayout, offset: int, size: int) -> str:
+def _unit_span(layout: RankLayout, offset: int, size: int, side: str = "P") -> str:
     region = layout.region_at(offset)
     if region is None:
-        return "beyond the P state" if offset >= layout.state_bytes else "no region"
+        return f"beyond the {side} state" if offset >= layout.state_bytes else "no region"
     first = region.shard.start + (offset - region.offset) // region.unit_bytes
     last = region.shard.start + (offset + size - 1 - region.offset) // region.unit_bytes
     return f"{region.name}[{first}:{last + 1}]"
 
 
 def misreads(reads: Sequence[Read], prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> list[Misread]:
-    """Pieces of segments whose remote bytes are not the units the local bytes stand for."""
+    """Pieces of segments whose remote bytes are not the units the local bytes stand for, and
+    pieces written past the end of D's state (``wanted`` is then "beyond the D state")."""
     out = []
     for read in reads:
         d, p = decode[read.d_rank], prefill[read.p_rank]
@@ -211,11 +250,10 @@ def misreads(reads: Sequence[Read], prefill: Sequence[RankLayout], decode: Seque
             for lo, hi in zip(edges, edges[1:]):
                 local, remote = seg.local_offset + lo, seg.remote_offset + lo
                 lr, rr = d.region_at(local), p.region_at(remote)
-                assert lr is not None, "a segment writes outside the D state"
-                ok = (rr is not None and rr.name == lr.name
+                ok = (lr is not None and rr is not None and rr.name == lr.name and rr.unit_bytes == lr.unit_bytes
                       and (remote - rr.offset) + rr.shard.start * rr.unit_bytes
                       == (local - lr.offset) + lr.shard.start * lr.unit_bytes)
                 if not ok:
                     out.append(Misread(read.d_rank, read.p_rank, local, hi - lo, remote,
-                                       _unit_span(d, local, hi - lo), _unit_span(p, remote, hi - lo)))
+                                       _unit_span(d, local, hi - lo, "D"), _unit_span(p, remote, hi - lo)))
     return out

@@ -4,27 +4,78 @@ every failure one UserError that names the file."""
 from __future__ import annotations
 
 import json
+import os
+import select
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.limits import MAX_FILE_BYTES, MAX_NESTING, check_document
+from mambaxfer_cli.limits import INPUT_IDLE_S, MAX_FILE_BYTES, MAX_NESTING, check_document
 
 
-def read_text(path: Path, where: str) -> str:
-    """The file's text: at most MAX_FILE_BYTES, UTF-8 (a BOM is allowed)."""
+def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
+    """At most ``limit`` bytes of the file, or one UserError: a larger file is refused after reading
+    ``limit + 1`` bytes (never more), a regular file by its size before any read. Pipes, FIFOs and
+    devices are read in chunks as their data arrives: a FIFO with no writer is refused at once (it
+    is opened without blocking), one whose writer sends nothing for INPUT_IDLE_S seconds is refused
+    then, and every wait is a ``select`` that a signal interrupts. A terminal or a directory is
+    refused. ``what``: what the file should be, for the message."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UserError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise UserError(f"{where}: larger than {MAX_FILE_BYTES >> 20} MiB; not a model config or plan document")
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise UserError(f"{where}: is a directory; give {what}")
+        if os.isatty(fd):
+            raise UserError(f"{where}: is a terminal; give {what}")
+        too_big = f"{where}: larger than {_size(limit)}; not {what}"
+        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+            raise UserError(too_big)
+        stream = not stat.S_ISREG(info.st_mode)
+        chunks, total = [], 0
+        while total <= limit:
+            try:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            except BlockingIOError:        # a pipe or FIFO whose writer has not written yet
+                ready, _, _ = select.select([fd], [], [], INPUT_IDLE_S)
+                if not ready:
+                    raise UserError(f"{where}: no data for {INPUT_IDLE_S:g} seconds from this pipe or "
+                                    f"FIFO; give {what}") from None
+                continue
+            except OSError as exc:
+                raise UserError(f"{where}: cannot read: {exc.strerror or exc}") from None
+            if not chunk:
+                if stream and total == 0 and stat.S_ISFIFO(info.st_mode):
+                    raise UserError(f"{where}: a FIFO with no writer (or one that wrote nothing); give {what}")
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise UserError(too_big)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 and limit % (1 << 20) == 0 else f"{limit} bytes"
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """UTF-8 text (a BOM is allowed), or one UserError naming the first bad byte."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UserError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def read_text(path: Path, where: str, limit: int = MAX_FILE_BYTES, what: str = "a model config or plan document") -> str:
+    """The file's text: at most ``limit`` bytes (MAX_FILE_BYTES), UTF-8 (a BOM is allowed)."""
+    return decode_utf8(read_bounded(path, where, limit, what), where)
 
 
 def _first_line(exc: BaseException) -> str:

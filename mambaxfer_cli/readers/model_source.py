@@ -9,7 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
+from mambaxfer_cli.limits import MAX_REF_BYTES
+from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
@@ -53,6 +54,19 @@ def hf_cache_dir() -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
+def config_label(path: Path) -> str:
+    """A model's name from its config file: the directory of a ``config.json`` (a checkout's name),
+    found from the absolute path when the path is bare ('config.json', './config.json'); else the
+    file's stem."""
+    if path.name != "config.json":
+        return path.stem
+    try:
+        folder = path.parent.name or path.resolve().parent.name
+    except OSError:
+        folder = ""
+    return folder or path.stem
+
+
 def _cached_repo_config(repo_id: str) -> Path | None:
     repo = hf_cache_dir() / f"models--{repo_id.replace('/', '--')}"
     snapshots = repo / "snapshots"
@@ -60,7 +74,8 @@ def _cached_repo_config(repo_id: str) -> Path | None:
         return None
     ref = repo / "refs" / "main"
     if ref.is_file():
-        pinned = snapshots / ref.read_text().strip() / "config.json"
+        commit = read_bounded(ref, str(ref), MAX_REF_BYTES, "a commit hash").decode("ascii", "replace").strip()
+        pinned = snapshots / commit / "config.json"
         if pinned.is_file():
             return pinned
     candidates = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
@@ -98,8 +113,7 @@ def load_model(
         if path.suffix in (".yaml", ".yml"):
             return _from_yaml(path, cli, default_name=path.stem)
         config = _read_json(path)
-        name = path.parent.name if path.name == "config.json" else path.stem
-        return spec_from_config(config, name=name, source=str(path), **cli)
+        return spec_from_config(config, name=config_label(path), source=str(path), **cli)
     # Repo ids often hold dots ('ai21labs/Jamba-v0.1'): only a file suffix marks a path.
     if (model.count("/") == 1 and not model.startswith((".", "/", "~"))
             and path.suffix.lower() not in _FILE_SUFFIXES):

@@ -1,119 +1,99 @@
-"""Read a ``vllm serve`` command line (or a shell script that runs one) as vLLM 0.33 would.
+"""Read a ``vllm serve`` command line (or a shell script that runs one) as vLLM would.
 
-Pure: text in, one frozen ``ServeLine`` out. The shell's part (quotes, line continuations,
-``VAR=value`` prefixes, ``export`` lines) is shlex's; vLLM's part (``--flag=value``, underscores
-in flag names, ``--no-``/``--disable-`` forms of booleans, dotted JSON sub-keys) follows
-``FlexibleArgumentParser``. Flags are data: each row says what a flag is called, whether it takes
-a value, and which field it feeds (none: it does not affect the transfer).
+Pure: text in, one frozen ``ServeLine`` out. The shell's part is read as a shell reads it: quotes,
+line continuations, comments, ``VAR=value`` prefixes, ``export`` lines, and the operators that
+end a command (``;``, ``&``, ``&&``, ``|``, ...) or redirect its output (``> server.log 2>&1``,
+``| tee x``), which are dropped with their targets. vLLM's part follows ``FlexibleArgumentParser``:
+``--flag=value``, underscores in flag names, the hidden ``--no-`` forms of booleans, unique
+abbreviations of long flags, and dotted JSON sub-keys (``--kv-transfer-config.kv_role=kv_consumer``,
+nested as vLLM nests them, which then replace any whole JSON value of the same flag).
+
+Which flags each vLLM release knows is data: ``vllm_serve_flags/<release>.json``, the option table
+of its ``vllm serve`` (``scripts/vllm_serve_flags.py`` writes it from vLLM's own parser). The
+flags that change the transfer feed ``ServeLine`` fields (``TRANSFER_FIELDS``); the others are
+read past and listed as ignored; a flag no release knows is listed as unknown, one that only some
+releases know says which. Every JSON value is bounded (nesting, integer digits, values) before it
+is trusted.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 
 CONV_LAYOUT_VAR = "VLLM_SSM_CONV_STATE_LAYOUT"
+KV_LAYOUT_VAR = "VLLM_KV_CACHE_LAYOUT"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-MAMBA_DTYPES = ("auto", "bfloat16", "float16", "float32")
-MODEL_DTYPES = ("auto", "bfloat16", "float", "float16", "float32", "half")
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 PUSH_CONNECTOR = "NixlPushConnector"
 NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", PUSH_CONNECTOR)
+FLAG_TABLES = Path(__file__).parent / "vllm_serve_flags"
+RELEASES = ("0.33", "0.34")
 
-VALUE, BOOL, NONE, MANY, OPTIONAL = "value", "bool", "none", "many", "optional"
+# vLLM's argparse dest -> the ServeLine field it feeds. Every other flag does not change the transfer.
+TRANSFER_FIELDS = {
+    "model": "model", "tensor_parallel_size": "tp", "block_size": "block_size", "dtype": "dtype",
+    "kv_cache_dtype": "kv_cache_dtype", "mamba_cache_dtype": "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype", "attention_backend": "attention_backend",
+    "enable_prefix_caching": "prefix_caching", "speculative_config": "speculative_config",
+    "kv_transfer_config": "kv_transfer_config", "hf_overrides": "hf_overrides",
+    "attention_config": "attention_config", "gdn_prefill_backend": "gdn_prefill_backend",
+    "additional_config": "additional_config",
+    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
+}
+JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "attention_config", "additional_config")
+# Keys inside a JSON flag that only some releases read (the others ignore them).
+RELEASE_KEYS = {("kv_transfer_config", "kv_connector_extra_config", "ucx_backend_params"): ("0.34",)}
+
+VALUE, MANY, OPTIONAL = "value", "many", "optional"
+SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
+
+
+@lru_cache(maxsize=None)
+def flag_table(release: str) -> Mapping[str, tuple[str, str, tuple[str, ...]]]:
+    """Every option string ``vllm serve`` of ``release`` accepts -> (dest, takes, choices)."""
+    data = json.loads((FLAG_TABLES / f"{release}.json").read_text())
+    return {k: (v[0], v[1], tuple(v[2]) if len(v) > 2 else ()) for k, v in data["options"].items()}
 
 
 @dataclass(frozen=True)
-class Flag:
-    name: str                      # the long spelling, e.g. --block-size
-    kind: str = VALUE              # value | bool (--x/--no-x) | none (store_true) | many | optional
-    field: str | None = None       # the ServeLine field it feeds; None: ignored (not the transfer's)
-    aliases: tuple[str, ...] = ()
-    choices: tuple[str, ...] = ()
+class Known:
+    """A spelling as the releases that know it read it."""
+
+    spelling: str                  # the option string it resolves to (an abbreviation expanded)
+    dest: str
+    takes: str                     # value | many | optional | true | false | none
+    choices: Mapping[str, tuple[str, ...]]   # release -> accepted values (none: any)
+    releases: tuple[str, ...]
 
 
-TRANSFER_FLAGS = (
-    Flag("--model", field="model"),
-    Flag("--tensor-parallel-size", field="tp", aliases=("-tp",)),
-    Flag("--block-size", field="block_size"),
-    Flag("--dtype", field="dtype", choices=MODEL_DTYPES),
-    Flag("--kv-cache-dtype", field="kv_cache_dtype"),
-    Flag("--mamba-cache-dtype", field="mamba_cache_dtype", choices=MAMBA_DTYPES),
-    Flag("--mamba-ssm-cache-dtype", field="mamba_ssm_cache_dtype", choices=MAMBA_DTYPES),
-    Flag("--attention-backend", field="attention_backend"),
-    Flag("--enable-prefix-caching", BOOL, field="prefix_caching"),
-    Flag("--speculative-config", field="speculative_config", aliases=("-sc",)),
-    Flag("--kv-transfer-config", field="kv_transfer_config"),
-    Flag("--hf-overrides", field="hf_overrides"),
-)
-
-# vLLM 0.33's other common serve flags: read past, listed as ignored.
-_IGNORED_VALUE = (
-    "--tokenizer --tokenizer-mode --revision --code-revision --tokenizer-revision --hf-config-path --seed "
-    "--max-model-len --quantization --max-logprobs --download-dir --load-format --config-format "
-    "--generation-config --override-generation-config --pipeline-parallel-size --data-parallel-size "
-    "--data-parallel-size-local --data-parallel-rank --data-parallel-start-rank --data-parallel-address "
-    "--data-parallel-rpc-port --data-parallel-backend --decode-context-parallel-size "
-    "--prefill-context-parallel-size --distributed-executor-backend --nnodes --node-rank --master-addr "
-    "--master-port --gpu-memory-utilization --device-memory-utilization --kv-cache-memory-bytes "
-    "--num-gpu-blocks-override --prefix-caching-hash-algo --max-num-batched-tokens --max-num-seqs "
-    "--scheduling-policy --compilation-config --optimization-level --attention-config --additional-config "
-    "--limit-mm-per-prompt --mm-processor-kwargs --max-loras --max-lora-rank --cpu-offload-gb "
-    "--reasoning-parser --tool-call-parser --chat-template --host --port --uds --uvicorn-log-level "
-    "--allowed-origins --allowed-methods --allowed-headers --middleware --root-path --ssl-keyfile "
-    "--ssl-certfile --ssl-ca-certs --max-log-len --api-server-count --config --logging-config --log-level "
-    "--shutdown-timeout --kda-prefill-backend --kda-decode-backend --gdn-prefill-backend --mamba-block-size "
-    "--mamba-cache-mode --spec-method --spec-model --spec-tokens --swap-space --max-seq-len-to-capture "
-    "--served-model-name --api-key --lora-modules"
-).split()
-_MANY = {"--served-model-name", "--api-key", "--lora-modules"}
-_SHORT = {"-q": "--quantization", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
-          "-dpl": "--data-parallel-size-local", "-dpn": "--data-parallel-rank",
-          "-dpr": "--data-parallel-start-rank", "-dpa": "--data-parallel-address",
-          "-dpp": "--data-parallel-rpc-port", "-dpb": "--data-parallel-backend",
-          "-dcp": "--decode-context-parallel-size", "-pcp": "--prefill-context-parallel-size",
-          "-n": "--nnodes", "-r": "--node-rank", "-cc": "--compilation-config", "-O": "--optimization-level",
-          "-ac": "--attention-config", "-asc": "--api-server-count"}
-_IGNORED_BOOL = (
-    "--trust-remote-code --enforce-eager --enable-chunked-prefill --disable-hybrid-kv-cache-manager "
-    "--async-scheduling --enable-expert-parallel --enable-eplb --enable-dbo --disable-custom-all-reduce "
-    "--disable-sliding-window --skip-tokenizer-init --enable-prompt-embeds --enable-sleep-mode --enable-lora "
-    "--enable-log-requests --enable-auto-tool-choice --disable-uvicorn-access-log --disable-fastapi-docs "
-    "--enable-request-id-headers --allow-credentials --fail-on-environ-validation --disable-cascade-attn "
-    "--use-replayssm --enable-mamba-shared-prefix-checkpoint"
-).split()
-_IGNORED_NONE = "--disable-log-stats --aggregate-engine-logging --headless --grpc".split()
-
-FLAGS: tuple[Flag, ...] = TRANSFER_FLAGS + tuple(
-    Flag(name, MANY if name in _MANY else VALUE, aliases=tuple(s for s, long in _SHORT.items() if long == name))
-    for name in _IGNORED_VALUE) + tuple(Flag(n, BOOL, aliases=("-ep",) if n == "--enable-expert-parallel" else ())
-                                        for n in _IGNORED_BOOL) + tuple(
-    Flag(n, NONE) for n in _IGNORED_NONE) + (Flag("--hf-token", OPTIONAL),
-                                             Flag("--data-parallel-multi-port-external-lb", NONE, aliases=("-dpm",)))
-
-
-def _spellings() -> dict[str, tuple[Flag, bool]]:
-    """Every accepted spelling -> (flag, the value a bare boolean spelling sets)."""
-    out: dict[str, tuple[Flag, bool]] = {}
-    for flag in FLAGS:
-        for name in (flag.name, *flag.aliases):
-            out[name] = (flag, True)
-        if flag.kind == BOOL:
-            stem = flag.name[2:]
-            out[f"--no-{stem}"] = (flag, False)
-            for a, b in (("enable-", "disable-"), ("disable-", "enable-")):
-                if stem.startswith(a):
-                    out[f"--{b}{stem[len(a):]}"] = (flag, False)
-                    out[f"--no-{b}{stem[len(a):]}"] = (flag, True)
-    return out
-
-
-SPELLINGS = _spellings()
+def resolve(name: str) -> Known | None:
+    """What ``name`` is to vLLM's parser in each release: an option string, or a unique prefix of
+    one long option (argparse's abbreviations); None when no release knows it."""
+    found: dict[str, tuple[str, tuple[str, str, tuple[str, ...]]]] = {}
+    for release in RELEASES:
+        table = flag_table(release)
+        if name in table:
+            found[release] = (name, table[name])
+        elif name.startswith("--") and len(name) > 2:
+            matches = [s for s in table if s.startswith(name)]
+            if len(matches) > 1:
+                raise UserError(f"ambiguous option: {name} could match {', '.join(sorted(matches)[:4])} "
+                                f"(vLLM {release} refuses it)")
+            if matches:
+                found[release] = (matches[0], table[matches[0]])
+    if not found:
+        return None
+    newest = found[max(found)]
+    spelling, (dest, takes, _) = newest
+    return Known(spelling, dest, takes, {r: v[1][2] for r, v in found.items() if v[1][2]}, tuple(sorted(found)))
 
 
 @dataclass(frozen=True)
@@ -136,7 +116,7 @@ class ServeLine:
     kv_cache_dtype: str = "auto"
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"
-    attention_backend: str | None = None        # None: vLLM's choice (FLASH_ATTN on Hopper)
+    attention_backend: str | None = None        # None: vLLM's choice (FLASH_ATTN on Hopper); also -ac backend
     prefix_caching: bool | None = None          # None: vLLM's default (on for hybrid models)
     num_speculative_tokens: int = 0
     speculative_method: str | None = None
@@ -145,12 +125,21 @@ class ServeLine:
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
     speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
     kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
+    attention_config: Mapping[str, Any] = field(default_factory=dict)   # --attention-config / -ac
+    additional_config: Mapping[str, Any] = field(default_factory=dict)  # --additional-config
+    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else additional_config's; None: auto
+    kv_buffer_device: str | None = None         # kv_transfer_config.kv_buffer_device; None: the GPU ("cuda")
+    enforce_handshake_compat: bool = True       # kv_connector_extra_config.enforce_handshake_compat
+    enable_permute_local_kv: bool = False       # kv_transfer_config.enable_permute_local_kv
+    disable_hybrid_kv_cache_manager: bool | None = None   # None: vLLM decides (on with NIXL)
     conv_layout: str | None = None              # VLLM_SSM_CONV_STATE_LAYOUT as the engine sees it
+    kv_cache_layout: str | None = None          # VLLM_KV_CACHE_LAYOUT as the engine sees it
     env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command
     words: tuple[str, ...] = ()                 # the command itself: vllm serve MODEL ...
     occurrences: Mapping[str, tuple[Occurrence, ...]] = field(default_factory=dict)  # by field
     ignored: tuple[str, ...] = ()               # flags read past: they do not affect the transfer
-    unknown: tuple[str, ...] = ()               # flags vLLM 0.33 does not have (as far as we know)
+    unknown: tuple[str, ...] = ()               # flags no vLLM release mambaxfer knows has
+    release_only: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (flag, the releases that know it)
     notes: tuple[str, ...] = ()                 # other remarks (unexported variables, ...)
 
     @property
@@ -165,14 +154,17 @@ class ServeLine:
         return None if not occ else _value_of(self.words, occ[-1])
 
     def environment(self) -> tuple[tuple[str, str], ...]:
-        """The prefixes a pasted line needs: its own, and the conv layout a script exported."""
+        """The prefixes a pasted line needs: its own, and the layouts a script exported."""
         own = tuple(self.env_prefix)
-        if self.conv_layout is not None and CONV_LAYOUT_VAR not in dict(own):
-            own = ((CONV_LAYOUT_VAR, self.conv_layout),) + own
+        for name, value in ((KV_LAYOUT_VAR, self.kv_cache_layout), (CONV_LAYOUT_VAR, self.conv_layout)):
+            if value is not None and name not in dict(own):
+                own = ((name, value),) + own
         return own
 
     def command(self) -> str:
         """The command as one line a shell reads back the same (env prefixes first)."""
+        import shlex
+
         return shlex.join([f"{k}={v}" for k, v in self.environment()] + list(self.words))
 
 
@@ -184,27 +176,103 @@ def _value_of(words, occ: Occurrence) -> str:
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 
 
+# --- the shell's part --------------------------------------------------------------------------
+
+SEPARATORS = (";;", ";", "&&", "&", "||", "|&", "|", "(", ")")
+REDIRECTS = ("&>>", "&>", ">>", ">&", ">|", "<<<", "<<-", "<<", "<&", "<>", ">", "<")
+_OPERATORS = sorted(SEPARATORS + REDIRECTS, key=len, reverse=True)
+
+
 def _split(text: str, where: str) -> list[list[str]]:
-    """The script's simple commands, each its words (quotes removed, continuations joined)."""
+    """The script's simple commands, each its words (quotes removed, continuations joined),
+    without the operators between them or the redirections in them."""
     commands = []
-    try:
-        for line in _logical_lines(re.sub(r"\\\r?\n", " ", text)):
-            lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
-            lexer.whitespace_split = True
-            lexer.commenters = "#"
-            current: list[str] = []
-            for word in lexer:
-                if word in (";", "&&", "||", "&", "|", ";;"):
-                    if current:
-                        commands.append(current)
-                    current = []
-                else:
-                    current.append(word)
-            if current:
-                commands.append(current)
-    except ValueError as exc:
-        raise UserError(f"{where}: cannot read the command line: {exc} (an unclosed quote?)") from None
+    for line in _logical_lines(re.sub(r"\\\r?\n", " ", text)):
+        current: list[str] = []
+        tokens = _tokens(line, where)
+        i = 0
+        while i < len(tokens):
+            kind, token = tokens[i]
+            if kind == "op" and token in SEPARATORS:
+                if current:
+                    commands.append(current)
+                current = []
+            elif kind == "op":          # a redirection and its target: not the command's words
+                if i + 1 >= len(tokens) or tokens[i + 1][0] != "word":
+                    raise UserError(f"{where}: syntax error near '{token}' (a redirection without a target)")
+                i += 1
+            else:
+                current.append(token)
+            i += 1
+        if current:
+            commands.append(current)
     return commands
+
+
+def _tokens(line: str, where: str) -> list[tuple[str, str]]:
+    """One logical line as a shell splits it: ("word", text) and ("op", operator). A word of
+    digits right before a redirection (``2>&1``) is its file descriptor, part of the operator."""
+    out: list[tuple[str, str]] = []
+    word: list[str] = []
+    started = False            # a word is under way (it may be empty: '')
+    i, n = 0, len(line)
+
+    def end_word() -> None:
+        nonlocal word, started
+        if started:
+            out.append(("word", "".join(word)))
+        word, started = [], False
+
+    while i < n:
+        ch = line[i]
+        if ch in " \t\r\n":
+            end_word()
+            i += 1
+        elif ch == "#" and not started:
+            break
+        elif ch == "'":
+            close = line.find("'", i + 1)
+            if close < 0:
+                raise UserError(f"{where}: cannot read the command line: No closing quotation (an unclosed quote?)")
+            word.append(line[i + 1:close])
+            started, i = True, close + 1
+        elif ch == '"':
+            i += 1
+            while i < n and line[i] != '"':
+                if line[i] == "\\" and i + 1 < n and line[i + 1] in '$`"\\':
+                    word.append(line[i + 1])
+                    i += 2
+                else:
+                    word.append(line[i])
+                    i += 1
+            if i >= n:
+                raise UserError(f"{where}: cannot read the command line: No closing quotation (an unclosed quote?)")
+            started, i = True, i + 1
+        elif ch == "\\":
+            word.append(line[i + 1] if i + 1 < n else "\\")     # a backslash that ends the text stays
+            started, i = True, i + 2
+        elif ch in ";&|()<>":
+            op = next(o for o in _OPERATORS if line.startswith(o, i))
+            if ch in "<>" and started and word and "".join(word).isdigit() and not _quoted_before(line, i):
+                word, started = [], False          # the descriptor of this redirection
+            end_word()
+            out.append(("op", op))
+            i += len(op)
+        else:
+            word.append(ch)
+            started, i = True, i + 1
+    end_word()
+    return out
+
+
+def _quoted_before(line: str, i: int) -> bool:
+    """Whether the word that ends at ``i`` holds a quote or escape (then it is an argument)."""
+    j = i
+    while j > 0 and line[j - 1] not in " \t":
+        j -= 1
+        if line[j] in "'\"\\":
+            return True
+    return False
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -265,6 +333,9 @@ def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] 
         raise UserError(" ".join(str(exc).split())) from None
 
 
+LAYOUT_VARS = (CONV_LAYOUT_VAR, KV_LAYOUT_VAR)
+
+
 def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLine:
     """One engine's ``vllm serve`` line from a command line or a shell script.
 
@@ -302,7 +373,7 @@ def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLin
                         f"found")
     words, assigns = found
     for name, value in shell_vars.items():
-        if name == CONV_LAYOUT_VAR and name not in env and name not in dict(assigns):
+        if name in LAYOUT_VARS and name not in env and name not in dict(assigns):
             notes.append(f"{name}={value} is set but not exported, so vLLM does not see it")
     line_env = {**env, **dict(assigns)}
     return _parse_words(words, assigns, line_env, where, tuple(notes))
@@ -310,17 +381,22 @@ def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLin
 
 def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> ServeLine:
     """The same engine with its words or env prefixes edited (a corrected line)."""
-    env = {CONV_LAYOUT_VAR: line.conv_layout} if line.conv_layout is not None else {}
+    env = {name: value for name, value in ((CONV_LAYOUT_VAR, line.conv_layout),
+                                           (KV_LAYOUT_VAR, line.kv_cache_layout)) if value is not None}
     env.update(dict(env_prefix))
-    return _parse_words(list(words), list(env_prefix), env, where, line.notes)
+    notes = tuple(n for n in line.notes if "not exported" in n)
+    return _parse_words(list(words), list(env_prefix), env, where, notes)
 
+
+# --- vLLM's part -------------------------------------------------------------------------------
 
 def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, notes) -> ServeLine:
     serve = words[1] == "serve"
     i = 2 if serve else 3          # vllm serve ... | python -m vllm.entrypoints.openai.api_server ...
     values: dict[str, Any] = {}
     occurrences: dict[str, list[Occurrence]] = {}
-    ignored, unknown = [], []
+    ignored, unknown, release_only = [], [], []
+    notes = list(notes)
     dotted: dict[str, dict] = {}
     positional = None
     while i < len(words):
@@ -332,31 +408,51 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
                 i += 1
                 continue
             raise UserError(f"{where}: unexpected argument {_shown(word)} (vllm serve takes one model)")
+        if word.startswith("-O") and word != "-O" or (word == "-O" and words[i + 1:i + 2] in (["0"], ["1"], ["2"],
+                                                                                             ["3"])):
+            ignored.append("--optimization-level")       # -O3, -O=3, -O 3: FlexibleArgumentParser's forms
+            i += 2 if word == "-O" else 1
+            continue
         name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
         if name.startswith("--"):          # underscores in the option's name, not in a JSON sub-key
             head, dot, tail = name[2:].partition(".")
             name = "--" + head.replace("_", "-") + dot + tail
-        if re.fullmatch(r"-O\d", word):
-            ignored.append(word)
-            i += 1
-            continue
         base, _, sub = name.partition(".")
-        spelled = SPELLINGS.get(base)
-        if spelled is None:
+        try:
+            known = resolve(base)
+        except UserError as exc:
+            raise UserError(f"{where}: {exc}") from None
+        if known is None:
             unknown.append(name)
             takes = inline is None and i + 1 < len(words) and not words[i + 1].startswith("-")
             i += 1 + (1 if takes else 0)
             continue
-        flag, setting = spelled
+        if known.releases != RELEASES:
+            release_only.append((known.spelling, known.releases))
+        key = TRANSFER_FIELDS.get(known.dest)
         end = i + 1
-        if flag.kind in (BOOL, NONE):
+        if sub:                      # --flag.key[.key...]=value: one key of a JSON flag
+            if inline is not None:
+                value: Any = inline
+            elif end < len(words):
+                value, end = words[end], end + 1
+            else:
+                raise UserError(f"{where}: {name} expects a value")
+            if key in JSON_FIELDS:
+                _set_dotted(dotted.setdefault(key, {}), sub, value, name, where)
+                occurrences.setdefault(key, []).append(Occurrence(name, i, end))
+            else:
+                ignored.append(known.spelling)
+            i = end
+            continue
+        if known.takes in SETS:
             if inline is not None:
                 raise UserError(f"{where}: {name} takes no value (got {_shown(word)})")
-            value: Any = setting
-        elif flag.kind == OPTIONAL:
+            value = known.takes != "false"
+        elif known.takes == OPTIONAL:
             value = inline
             if inline is None and end < len(words) and not words[end].startswith("-"):
-                end += 1
+                value, end = words[end], end + 1
         else:
             if inline is not None:
                 value = inline
@@ -365,52 +461,171 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
                 end += 1
             else:
                 raise UserError(f"{where}: {name} expects a value")
-            if flag.kind == MANY:
+            if known.takes == MANY:
                 while end < len(words) and not words[end].startswith("-"):
                     end += 1
-        if flag.field is None:
-            ignored.append(flag.name)
-        elif sub:
-            dotted.setdefault(flag.field, {})[sub] = value
-            occurrences.setdefault(flag.field, []).append(Occurrence(name, i, end))
+            _check_choice(known, str(value), name, where, release_only)
+        if key is None:
+            ignored.append(known.spelling)
+            if known.dest == "config":
+                notes.append(f"{known.spelling} {_shown(str(value))}: the flags in that file are not read by "
+                             f"mambaxfer; write them on the command line")
         else:
-            if flag.choices and value not in flag.choices:
-                raise UserError(f"{where}: {name}: invalid choice {_shown(value)} (choose from "
-                                f"{', '.join(flag.choices)})")
-            values[flag.field] = value
-            occurrences.setdefault(flag.field, []).append(Occurrence(name, i, end))
+            values[key] = value
+            occurrences.setdefault(key, []).append(Occurrence(name, i, end))
         i = end
     model = values.pop("model", None) if positional is None else positional
     if positional is not None and "model" in values:
         values.pop("model")
     if model is None:
         raise UserError(f"{where}: no model: write 'vllm serve MODEL ...'")
+    for key in dotted:
+        if key in values:
+            notes.append(f"{FLAG_OF[key]} is given whole and as dotted keys: vLLM keeps only the dotted keys "
+                         f"(it passes them last, and the last value wins)")
     fields = _fields(values, dotted, where)
-    layout = env.get(CONV_LAYOUT_VAR)
-    return ServeLine(model=model, conv_layout=layout, env_prefix=tuple(assigns), words=tuple(words),
+    release_only += _release_keys(fields)
+    return ServeLine(model=model, conv_layout=env.get(CONV_LAYOUT_VAR), kv_cache_layout=env.get(KV_LAYOUT_VAR),
+                     env_prefix=tuple(assigns), words=tuple(words),
                      occurrences={k: tuple(v) for k, v in occurrences.items()}, ignored=tuple(dict.fromkeys(ignored)),
-                     unknown=tuple(dict.fromkeys(unknown)), notes=notes, **fields)
+                     unknown=tuple(dict.fromkeys(unknown)), release_only=tuple(dict.fromkeys(release_only)),
+                     notes=tuple(notes), **fields)
+
+
+FLAG_OF = {"speculative_config": "--speculative-config", "kv_transfer_config": "--kv-transfer-config",
+           "hf_overrides": "--hf-overrides", "attention_config": "--attention-config",
+           "additional_config": "--additional-config"}
+
+
+def _check_choice(known: Known, value: str, name: str, where: str, release_only: list) -> None:
+    """argparse's choices, per release: refused when no release accepts the value, noted when
+    only some do."""
+    if not known.choices:
+        return
+    accepting = tuple(r for r in known.releases if value in known.choices.get(r, (value,)))
+    if not accepting:
+        union = dict.fromkeys(c for r in known.releases for c in known.choices.get(r, ()))
+        raise UserError(f"{where}: {name}: invalid choice {_shown(value)} (choose from {', '.join(union)})")
+    if accepting != known.releases:
+        release_only.append((f"{known.spelling} {value}", accepting))
 
 
 def _negative_number(word: str) -> bool:
     return re.fullmatch(r"-\d+(\.\d+)?", word) is not None
 
 
+# --- JSON values, bounded --------------------------------------------------------------------
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+
+
+def _depth(text: str) -> int:
+    """How deep '[' and '{' nest outside JSON strings."""
+    depth = deepest = 0
+    for m in re.finditer(r"[\[\]{}]", _STRINGS.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise _TooLong(len(digits.lstrip("-")))
+    return int(digits)
+
+
+class _TooLong(Exception):
+    pass
+
+
+def load_json(value: str, flag: str, where: str) -> Any:
+    """``json.loads`` of a flag's value, as vLLM reads it, within MAX_NESTING levels,
+    MAX_JSON_INT_DIGITS digits per integer and MAX_NODES values; else one UserError."""
+    if _depth(value) > MAX_NESTING:
+        raise UserError(f"{where}: {flag} is nested more than {MAX_NESTING} levels deep; no engine setting is")
+    try:
+        data = json.loads(value, parse_int=_bounded_int)
+    except _TooLong as exc:
+        raise UserError(f"{where}: {flag} holds an integer of {exc.args[0]} digits; no engine setting is that "
+                        f"large") from None
+    except RecursionError:
+        raise UserError(f"{where}: {flag} is nested too deeply; no engine setting is") from None
+    check_document(data, f"{where}: {flag}")
+    return data
+
+
 def _json(value: str, flag: str, where: str) -> dict:
     try:
-        data = json.loads(value)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise UserError(f"{where}: {flag} is not valid JSON ({getattr(exc, 'msg', exc)}): {_shown(value)}") from None
+        data = load_json(value, flag, where)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}: {flag} is not valid JSON ({exc.msg}): {_shown(value)}") from None
     if not isinstance(data, dict):
         raise UserError(f"{where}: {flag} must be a JSON object, got {_shown(value)}")
     return data
 
 
-def _int(value: Any, flag: str, where: str, minimum: int = 1) -> int:
+def _dotted_value(raw: str, flag: str, where: str) -> Any:
+    """A dotted key's value as FlexibleArgumentParser reads it: JSON, else a human-readable
+    integer ('1k', '2G'), else the text itself."""
     try:
-        number = int(str(value), 10)
+        return load_json(raw, flag, where)
+    except json.JSONDecodeError:
+        pass
+    m = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)([kKmMgGtT])\s*", raw)
+    if m:
+        number, suffix = m.groups()
+        if suffix.islower():
+            return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
+        if "." not in number:
+            return int(number) * 2 ** (10 * "KMGT".index(suffix) + 10)
+    return raw
+
+
+def _set_dotted(target: dict, sub: str, raw: str, flag: str, where: str) -> None:
+    """``--flag.a.b=v`` as vLLM nests it ({"a": {"b": v}}), merged into ``target``: dicts merge,
+    lists concatenate, anything else is replaced (``create_nested_dict``, ``recursive_dict_update``);
+    ``a.b+`` takes a comma-separated list of strings."""
+    keys = sub.split(".")
+    if len(keys) > MAX_NESTING:
+        raise UserError(f"{where}: {flag} names keys more than {MAX_NESTING} levels deep; no engine setting does")
+    if keys[-1].endswith("+"):
+        keys[-1] = keys[-1][:-1]
+        value: Any = raw.split(",")
+    else:
+        value = _dotted_value(raw, flag, where)
+    for key in reversed(keys[1:]):
+        value = {key: value}
+    _merge(target, {keys[0]: value})
+
+
+def _merge(original: dict, update: dict) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(original.get(key), dict):
+            _merge(original[key], value)
+        elif isinstance(value, list) and isinstance(original.get(key), list):
+            original[key] = original[key] + value
+        else:
+            original[key] = value
+
+
+def _config(values: dict, dotted: dict, key: str, where: str) -> dict:
+    """A JSON flag's value: its dotted keys when it has any (vLLM appends them after the whole
+    value, and argparse keeps the last), else its whole JSON."""
+    if key in dotted:
+        return dotted[key]
+    return _json(values[key], FLAG_OF[key], where) if key in values else {}
+
+
+# --- the fields --------------------------------------------------------------------------------
+
+def _int(value: Any, flag: str, where: str, minimum: int = 1) -> int:
+    text = str(value)
+    if len(text) > MAX_JSON_INT_DIGITS:
+        raise UserError(f"{where}: {flag} expects an integer, got {_shown(text)}")
+    try:
+        number = int(text, 10)
     except ValueError:
-        raise UserError(f"{where}: {flag} expects an integer, got {_shown(str(value))}") from None
+        raise UserError(f"{where}: {flag} expects an integer, got {_shown(text)}") from None
     if number < minimum:
         raise UserError(f"{where}: {flag} must be >= {minimum}, got {number}")
     if number > 1 << 20:
@@ -418,15 +633,26 @@ def _int(value: Any, flag: str, where: str, minimum: int = 1) -> int:
     return number
 
 
-def _config(values: dict, dotted: dict, key: str, flag: str, where: str) -> dict:
-    data = _json(values[key], flag, where) if key in values else {}
-    for sub, raw in dotted.get(key, {}).items():
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError:
-            parsed = raw
-        data[sub] = parsed
-    return data
+_TRUE, _FALSE = ("1", "true", "t", "yes", "y", "on"), ("0", "false", "f", "no", "n", "off")
+
+
+def _bool(value: Any, what: str, where: str) -> bool:
+    """A boolean field of a vLLM config as pydantic reads it (lax: true/false, 0/1, yes/no, on/off)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise UserError(f"{where}: {what} must be a boolean, got {_shown(repr(value))}")
+
+
+def _backend(name: Any, what: str, where: str) -> str | None:
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise UserError(f"{where}: {what} must be a backend name, got {_shown(repr(name))}")
+    return None if name.lower() == "auto" else name.upper()
 
 
 def _fields(values: dict, dotted: dict, where: str) -> dict:
@@ -439,33 +665,83 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         if key in values:
             out[key] = str(values[key]).lower()
     if "attention_backend" in values:
-        name = str(values["attention_backend"])
-        out["attention_backend"] = None if name.lower() == "auto" else name.upper()
+        out["attention_backend"] = _backend(str(values["attention_backend"]), "--attention-backend", where)
     if "prefix_caching" in values:
         out["prefix_caching"] = bool(values["prefix_caching"])
-    spec = _config(values, dotted, "speculative_config", "--speculative-config", where)
+    if "disable_hybrid_kv_cache_manager" in values:
+        out["disable_hybrid_kv_cache_manager"] = bool(values["disable_hybrid_kv_cache_manager"])
+    spec = _config(values, dotted, "speculative_config", where)
     if spec:
         n = spec.get("num_speculative_tokens", 0)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise UserError(f"{where}: --speculative-config: num_speculative_tokens must be a non-negative "
-                            f"integer, got {n!r}")
+                            f"integer, got {_shown(repr(n))}")
         out["num_speculative_tokens"] = _int(n, "num_speculative_tokens", where, 0)
         out["speculative"] = spec
         out["speculative_method"] = str(spec["method"]) if spec.get("method") is not None else None
-    transfer = _config(values, dotted, "kv_transfer_config", "--kv-transfer-config", where)
+    transfer = _config(values, dotted, "kv_transfer_config", where)
     if transfer:
-        connector = transfer.get("kv_connector")
-        role = transfer.get("kv_role")
-        if connector is not None and not isinstance(connector, str):
-            raise UserError(f"{where}: --kv-transfer-config: kv_connector must be a string, got {connector!r}")
-        if connector is not None and role is None:
-            raise UserError(f"{where}: --kv-transfer-config: Please specify kv_role when kv_connector is set, "
-                            f"supported roles are {', '.join(KV_ROLES)}")
-        if role is not None and role not in KV_ROLES:
-            raise UserError(f"{where}: --kv-transfer-config: kv_role must be one of {', '.join(KV_ROLES)}, "
-                            f"got {role!r}")
-        out["kv_connector"], out["kv_role"], out["kv_transfer"] = connector, role, transfer
-    overrides = _config(values, dotted, "hf_overrides", "--hf-overrides", where)
+        out.update(_transfer_fields(transfer, where))
+    overrides = _config(values, dotted, "hf_overrides", where)
     if overrides:
         out["hf_overrides"] = overrides
+    attention = _config(values, dotted, "attention_config", where)
+    if attention:
+        out["attention_config"] = attention
+        chosen = _backend(attention.get("backend"), "--attention-config backend", where)
+        if chosen is not None and "attention_backend" in values:
+            # vLLM's create_engine_config, when both are given (an 'auto' backend counts as given there)
+            raise UserError(f"{where}: attention_backend and attention_config.backend are mutually exclusive "
+                            f"(vLLM refuses to start; give one of --attention-backend, --attention-config)")
+        if chosen is not None:
+            out["attention_backend"] = chosen
+    additional = _config(values, dotted, "additional_config", where)
+    if additional:
+        out["additional_config"] = additional
+    gdn = values.get("gdn_prefill_backend", additional.get("gdn_prefill_backend"))
+    if gdn is not None:             # --gdn-prefill-backend wins: vLLM writes it into additional_config
+        name = str(gdn).strip().lower()         # _resolve_gdn_prefill_backend reads it so
+        out["gdn_prefill_backend"] = None if name == "auto" else name
+    return out
+
+
+def _transfer_fields(transfer: dict, where: str) -> dict:
+    connector = transfer.get("kv_connector")
+    role = transfer.get("kv_role")
+    if connector is not None and not isinstance(connector, str):
+        raise UserError(f"{where}: --kv-transfer-config: kv_connector must be a string, got {_shown(repr(connector))}")
+    if connector is not None and role is None:
+        raise UserError(f"{where}: --kv-transfer-config: Please specify kv_role when kv_connector is set, "
+                        f"supported roles are {', '.join(KV_ROLES)}")
+    if role is not None and role not in KV_ROLES:
+        raise UserError(f"{where}: --kv-transfer-config: kv_role must be one of {', '.join(KV_ROLES)}, "
+                        f"got {_shown(repr(role))}")
+    out: dict[str, Any] = {"kv_connector": connector, "kv_role": role, "kv_transfer": transfer}
+    device = transfer.get("kv_buffer_device")
+    if device is not None:
+        if not isinstance(device, str):
+            raise UserError(f"{where}: --kv-transfer-config: kv_buffer_device must be a string, got "
+                            f"{_shown(repr(device))}")
+        out["kv_buffer_device"] = device
+    if "enable_permute_local_kv" in transfer:
+        out["enable_permute_local_kv"] = _bool(transfer["enable_permute_local_kv"],
+                                               "--kv-transfer-config: enable_permute_local_kv", where)
+    extra = transfer.get("kv_connector_extra_config", {})
+    if not isinstance(extra, dict):
+        raise UserError(f"{where}: --kv-transfer-config: kv_connector_extra_config must be a JSON object, got "
+                        f"{_shown(repr(extra))}")
+    if "enforce_handshake_compat" in extra:        # get_from_extra_config(..., True): Python truth
+        out["enforce_handshake_compat"] = bool(extra["enforce_handshake_compat"])
+    return out
+
+
+def _release_keys(fields: dict) -> list[tuple[str, tuple[str, ...]]]:
+    """JSON keys that only some releases read (RELEASE_KEYS), where the line sets them."""
+    out = []
+    for (key, *path), releases in RELEASE_KEYS.items():
+        node: Any = {"kv_transfer_config": fields.get("kv_transfer")}.get(key)
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            out.append((f"{FLAG_OF[key]} {'.'.join(path)}", releases))
     return out

@@ -43,8 +43,7 @@ def load_serve_model(name: str, *, conv_dtype: str | None = None, ssm_dtype: str
                                 source=str(data.get("source") or path), **file_cli)
     if path.is_file():
         config = ms._read_json(path)
-        label = path.parent.name if path.name == "config.json" else path.stem
-        return spec_from_config({**config, **overrides}, name=label, source=str(path), **cli)
+        return spec_from_config({**config, **overrides}, name=ms.config_label(path), source=str(path), **cli)
     cached = ms._cached_repo_config(name) if name.count("/") == 1 else None
     if cached is None:
         ms.load_model(name)          # the same one-line error as --model gives

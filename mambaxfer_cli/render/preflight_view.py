@@ -45,7 +45,7 @@ def engines_table(report: Report) -> Table:
     rows = [("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
             ("attention backend", "attention_backend"), ("--block-size", "requested_block_size"),
             ("prefix caching", "prefix_caching"), ("conv / SSM dtype", None), ("conv layout", "conv_layout"),
-            ("num_spec / conv rows", None), ("connector / role", None)]
+            ("num_spec / conv rows", None), ("connector / role", None), ("KV layout / buffer", None)]
     for label, key in rows:
         if label == "conv / SSM dtype":
             pv, dv = f"{p['conv_dtype']} / {p['ssm_dtype']}", f"{d['conv_dtype']} / {d['ssm_dtype']}"
@@ -53,6 +53,8 @@ def engines_table(report: Report) -> Table:
             pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
         elif label == "connector / role":
             pv, dv = (f"{_value(x['kv_connector'])}\n{_value(x['kv_role'])}" for x in (p, d))
+        elif label == "KV layout / buffer":
+            pv, dv = (f"{x['kv_cache_layout']}\n{x['kv_buffer_device']}" for x in (p, d))
         else:
             pv, dv = _value(p[key]), _value(d[key])
         table.add_row(label, pv, dv)
@@ -135,8 +137,8 @@ def junit_xml(report: Report) -> str:
     a = report.assessment
     root = ET.Element("testsuites", name="mambaxfer preflight")
     suite = ET.SubElement(root, "testsuite", name="mambaxfer preflight", tests="2",
-                          failures=str(int(a.refused) + int(a.corrupt)), errors="0",
-                          skipped=str(int(a.byte_check is None)))
+                          failures=str(int(a.refused) + int(a.corrupt or a.fails)), errors="0",
+                          skipped=str(int(a.byte_check is None and not a.fails)))
     case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name="vLLM 0.33 accepts the pairing")
     if a.refused:
         failure = ET.SubElement(case, "failure", message=f"{a.refusals[0].code}: {a.refusals[0].message}",
@@ -147,7 +149,10 @@ def junit_xml(report: Report) -> str:
             lines += [report.fix.prefill.command(), report.fix.decode.command()]
         failure.text = "\n".join(lines)
     case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name="vLLM's reads move the right bytes")
-    if a.byte_check is None:
+    if a.fails:
+        failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
+        failure.text = "\n".join(f"{m}" for m in a.length_mismatches)
+    elif a.byte_check is None:
         ET.SubElement(case, "skipped", message=a.byte_check_skipped)
     elif not a.byte_check.simulation.ok:
         lines = [line for line in a.byte_check.explanation(limit=1000) if not line.startswith("fix:")]
