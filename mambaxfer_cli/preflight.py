@@ -120,14 +120,9 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
 
 
 def _line_gdn_backend(line: ServeLine) -> str | None:
-    """The line's GDN prefill backend: ``--gdn-prefill-backend``, else ``--additional-config``'s
-    ``gdn_prefill_backend`` (vLLM copies the first into the second)."""
-    own = getattr(line, "gdn_prefill_backend", None)
-    if own:
-        return str(own)
-    extra = getattr(line, "additional_config", None) or {}
-    value = extra.get("gdn_prefill_backend") if isinstance(extra, dict) else None
-    return None if value is None else str(value)
+    """The line's GDN prefill backend (``--gdn-prefill-backend``, else ``--additional-config``'s);
+    None leaves vLLM's choice for the GPU (or the command's --gdn-prefill-backend)."""
+    return None if line.gdn_prefill_backend in (None, "auto") else line.gdn_prefill_backend
 
 
 # --- what is compared --------------------------------------------------------------------------
@@ -301,12 +296,19 @@ def _host_buffer(e: Engine) -> bool:
     return str(e.line.kv_transfer.get("kv_buffer_device", "")).lower() == "cpu"
 
 
+def enforces_hash(e: Engine) -> bool:
+    """``kv_connector_extra_config.enforce_handshake_compat`` (default true)."""
+    extra = e.line.kv_transfer.get("kv_connector_extra_config") or {}
+    value = extra.get("enforce_handshake_compat", True) if isinstance(extra, dict) else True
+    return value not in (False, "false", "False", 0)
+
+
 def _no_geometry(p: Engine, d: Engine, mode: str) -> list[Refusal]:
     """The checks that need no geometry (TP sizes, hash) where no plan could be made."""
     local, remote = (d, p) if mode == PULL else (p, d)
     hashes = {e.side: e.release.hashed(engine_facts(e, None)) for e in (p, d)}
     seen = Meeting(mode, local.tp, remote.tp, False, 1, 1, 1, 1, False, 0, hashes[local.side],
-                   hashes[remote.side], SIDE_NAME[remote.side])
+                   hashes[remote.side], SIDE_NAME[remote.side], enforce_hash=enforces_hash(local))
     return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 
 
@@ -326,8 +328,10 @@ def assess(p: Engine, d: Engine) -> Assessment:
             return tuple(build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d))
 
         layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
+        local = d if mode == PULL else p
         found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
-                                  (engine_facts(p, plan), engine_facts(d, plan)), _host_buffer(d if mode == PULL else p))
+                                  (engine_facts(p, plan), engine_facts(d, plan)), _host_buffer(local),
+                                  enforces_hash(local))
         refusals += list(found.refusals)
         suggestion = found.suggested_block_size
     else:
@@ -364,7 +368,7 @@ class Change:
         return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
 
 
-FIELD_FLAG = {"block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
+FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
               "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
@@ -425,7 +429,10 @@ def _align(p: Engine, d: Engine) -> list[Change]:
     if p.model.num_spec != d.model.num_spec or _spec_factors(p) != _spec_factors(d):
         def spec(e: Engine) -> str | None:
             return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
-        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), "as P's: conv rows and the hash follow it"))
+        why = ("as P's: the hash compares the speculative method and draft, and conv rows follow the tokens"
+               if _spec_factors(p) != _spec_factors(d) else
+               "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare")
+        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), why))
     if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
         value = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
         was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
@@ -610,6 +617,13 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
         if e.line.kv_role == "kv_both":
             warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
         warnings += [f"{name}: {n}" for n in e.line.notes]
+    local = p if _push(p, d) else d
+    if not enforces_hash(local):
+        differs = [f.name for f in hashed_fields(p, d, first.plan) if not f.agree]
+        lets = (f"; here {', '.join(differs)} differ and pass unchecked" if differs else "")
+        warnings.append(f"{SIDE_NAME[local.side]} skips the compatibility hash (enforce_handshake_compat false): "
+                        f"engines that differ in model, dtype, KV heads, head size, layers, backend, KV-cache "
+                        f"dtype, speculative settings or transfer mode are no longer refused{lets}")
     if _push(p, d):
         warnings.append("push mode (NixlPushConnector): vLLM's handshake rules are applied with P as the local "
                         "side, as its push worker does; the byte-level check simulates D's pull reads "

@@ -342,3 +342,85 @@ def test_ssm_dtype_mismatch_at_default_block_sizes_shows_in_the_geometry():
     assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
         ("decode", "--mamba-ssm-cache-dtype", "bfloat16")]
     check_fix_works(doc)
+
+
+# --- releases and GPUs --------------------------------------------------------------------------------
+
+MTP = "--speculative-config '{{\"method\":\"{method}\",\"num_speculative_tokens\":{n}}}'"
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_mtp_1_on_p_and_2_on_d_is_accepted_and_corrupt(version):
+    """vLLM hashes the speculative method (qwen3_5_mtp is rewritten to mtp, config/speculative.py) and
+    draft, never num_speculative_tokens: the hash agrees, and D's conv rows (4 - 1 + 2 = 5) are not P's
+    (4), so D reads P's conv state with its own offsets."""
+    p, d = lines("Qwen/Qwen3.5-0.8B", MTP.format(method="qwen3_5_mtp", n=1), MTP.format(method="mtp", n=2))
+    code, doc = run_json(p, d, "--vllm-version", version)
+    assert code == 1 and doc["verdict"] == "corrupt" and doc["vllm"]["accepts"]
+    spec = next(f for f in doc["compared"] if f["field"].startswith("speculative"))
+    assert spec["agree"] and spec["prefill"].startswith("method=mtp, model=Qwen/Qwen3.5-0.8B")
+    assert "num_spec / conv rows: P 1 / 4, D 2 / 5" in doc["unchecked_mismatches"]
+    assert doc["byte_check"]["verdict"] == "fail" and doc["byte_check"]["wrong_bytes"] > 0
+    assert doc["headline"].startswith(f"CORRUPT: P and D differ in num_spec / conv rows (P 1 / 4, D 2 / 5)")
+    assert f"vLLM {version} accepts the pairing" in doc["headline"]
+    check_fix_works(doc)
+
+
+def test_033_hashes_parallel_drafting_and_034_does_not():
+    p, d = lines("Qwen/Qwen3.5-0.8B", MTP.format(method="mtp", n=1).replace("}'", ",\"parallel_drafting\":true}'"),
+                 MTP.format(method="mtp", n=1))
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "compat-hash"
+    assert "parallel_drafting=True" in doc["vllm"]["refusals"][0]["message"]
+    code, doc = run_json(p, d, "--vllm-version", "0.34")
+    assert code == 0 and doc["verdict"] == "works", doc["headline"]
+
+
+def test_engines_of_two_releases_refuse_each_other():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--block-size 144", "-tp 4 --block-size 144")
+    code, doc = run_json(p, d, "--p-vllm-version", "0.33", "--d-vllm-version", "0.34")
+    assert code == 1 and doc["vllm_versions"] == {"prefill": "0.33", "decode": "0.34"}
+    first = doc["vllm"]["refusals"][0]
+    assert first["code"] == "compat-hash" and first["message"].startswith("NIXL compatibility hash mismatch.")
+    assert "vLLM version 0.34.0 vs 0.33.0" in first["message"]
+    assert doc["headline"].startswith("REFUSED: vLLM 0.33 (P) / 0.34 (D) would not run this pairing")
+    # With the hash not enforced, 0.34's D still finds no layers in 0.33's region metadata.
+    no_hash = d.replace('"kv_role":"kv_consumer"', '"kv_role":"kv_consumer","kv_connector_extra_config":'
+                                                    '{"enforce_handshake_compat":false}')
+    code, doc = run_json(p, no_hash, "--p-vllm-version", "0.33", "--d-vllm-version", "0.34")
+    assert code == 1 and [r["code"] for r in doc["vllm"]["refusals"]] == ["region-layers"]
+    assert doc["vllm"]["refusals"][0]["message"] == "Engine P did not advertise the layers of its KV regions."
+    assert any("skips the compatibility hash" in w and "vLLM version" in w for w in doc["warnings"])
+
+
+@pytest.mark.parametrize("flag", ["--gdn-prefill-backend triton",
+                                  "--additional-config '{\"gdn_prefill_backend\": \"triton\"}'"])
+def test_the_gdn_prefill_backend_of_a_line_sets_its_alignment(flag):
+    # Triton's GDN prefill exports no checkpoints: vLLM 0.33 at TP 1 gives 16·ceil(33.1) = 544, not 576.
+    p, d = lines("Qwen/Qwen3.5-0.8B", flag, "")
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert doc["engines"]["prefill"]["geometry"]["block_size"] == 544
+    assert doc["engines"]["prefill"]["geometry"]["gdn_prefill_backend"] == "triton"
+    assert doc["engines"]["decode"]["geometry"]["block_size"] == 576
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
+
+
+def test_the_gpu_decides_the_gdn_backend():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "", "-tp 4")
+    code, doc = run_json(p, d, "--vllm-version", "0.33", "--gpu", "A100")
+    assert doc["gpu"] == {"prefill": "A100", "decode": "A100"}
+    sizes = [doc["engines"][s]["geometry"]["block_size"] for s in ("prefill", "decode")]
+    assert sizes == [544, 272] and doc["engines"]["prefill"]["geometry"]["gdn_prefill_backend"] == "triton"
+
+
+def test_flags_of_a_release_are_known_to_it_and_a_fatal_variable_stops_034():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--max-num-inflight-kv-loads 4 --enable-extensible-kv-cache", "",
+                 d_env=f"{DS} VLLM_USE_V2_MODEL_RUNNER=0")
+    code, doc = run_json(p, d, "--vllm-version", "0.34")
+    assert not any("unknown to vLLM 0.34" in w for w in doc["warnings"])
+    assert doc["vllm"]["refusals"][0] == {
+        "code": "environment", "message": "D: vLLM 0.34 refuses to start: VLLM_USE_V2_MODEL_RUNNER=0 is no longer "
+                                          "supported: Model Runner V1 has been removed. Unset this variable."}
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert any(w.startswith("P: unknown to vLLM 0.33") and "in another release" in w for w in doc["warnings"])
+    assert not any(r["code"] == "environment" for r in doc["vllm"]["refusals"])

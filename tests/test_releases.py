@@ -56,11 +56,13 @@ def test_each_release_as_vllm_states_it():
     # CacheConfig.DEFAULT_BLOCK_SIZE and nixl/metadata.py NIXL_CONNECTOR_VERSION of each wheel.
     assert (V0_33.version, V0_33.default_block_size, V0_33.connector_version) == ("0.33.0", 16, 15)
     assert (V0_34.version, V0_34.default_block_size, V0_34.connector_version) == ("0.34.0", 64, 16)
-    # 0.34's push rule runs right after the hash; its pull checks are 0.33's.
+    # vLLM's order: the TP sizes before any metadata, the hash, then add_remote_agent's checks.
+    assert [c.__name__ for c in V0_33.pull_checks] == [
+        "tp_sizes", "compat_hash", "block_size", "prefix_caching", "host_buffer", "head_sharded"]
+    # 0.34 pairs regions by advertised layers after the hash, and its push rule runs right after.
     assert [c.__name__ for c in V0_34.push_checks] == [
-        "tp_sizes", "compat_hash", "push_identical_blocks", "block_size", "prefix_caching", "host_buffer",
-        "head_sharded"]
-    assert V0_34.pull_checks == V0_33.pull_checks
+        "tp_sizes", "compat_hash", "advertised_layers", "push_identical_blocks", "block_size", "prefix_caching",
+        "host_buffer", "head_sharded"]
     assert V0_34.knows_flag("--max-num-inflight-kv-loads") and V0_34.knows_flag("--disable-extensible-kv-cache")
     assert not V0_33.knows_flag("--max-num-inflight-kv-loads")
 

@@ -76,7 +76,7 @@ def side_facts(side: Side) -> EngineFacts:
 
 
 def meeting(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
-            host_buffer: bool = False) -> Meeting:
+            host_buffer: bool = False, enforce_hash: bool = True) -> Meeting:
     """The pairing as the local engine's handshake sees it (D local when it pulls, P when it
     pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
     local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
@@ -90,15 +90,15 @@ def meeting(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFa
                    local_per_logical=lg.blocks_per_logical, remote_per_logical=rg.blocks_per_logical,
                    local_prefix_caching=lg.prefix_caching, attention_sources=sources,
                    local_hash=hashes["D" if mode == PULL else "P"], remote_hash=hashes["P" if mode == PULL else "D"],
-                   remote_name="P" if mode == PULL else "D", host_buffer=host_buffer)
+                   remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash)
 
 
 def refusals(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
-             host_buffer: bool = False) -> list[Refusal]:
+             host_buffer: bool = False, enforce_hash: bool = True) -> list[Refusal]:
     """vLLM's refusals of this pairing, in the order the local engine's handshake meets them
     (vLLM stops at the first; the others are what it would say once that one is fixed; checks
     that need the TP sizes or kernel blocks to pass are not reached while they fail)."""
-    seen = meeting(prefill, decode, mode, facts, host_buffer)
+    seen = meeting(prefill, decode, mode, facts, host_buffer, enforce_hash)
     local = decode if mode == PULL else prefill
     out: list[Refusal] = []
     for check in local.release.checks(mode):
@@ -125,10 +125,11 @@ def suggest_block_size(rebuild: Callable[[int], tuple[Side, Side]], step: int, m
 
 def verdict(prefill: Side, decode: Side, rebuild: Callable[[int], tuple[Side, Side]] | None = None,
             extra: tuple[Refusal, ...] = (), mode: str = PULL,
-            facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False) -> Verdict:
+            facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+            enforce_hash: bool = True) -> Verdict:
     """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides
     at another block size, the smallest block size that fixes it."""
-    found = tuple(refusals(prefill, decode, mode, facts, host_buffer)) + tuple(extra)
+    found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash)) + tuple(extra)
     suggestion = None
     if rebuild is not None and any(r.code in GEOMETRY_CODES for r in found):
         step = max(prefill.kernel_backend.step, decode.kernel_backend.step)

@@ -74,6 +74,7 @@ class Meeting:
     remote_hash: Hash = ()
     remote_name: str = "P"
     host_buffer: bool = False            # kv_buffer_device = cpu
+    enforce_hash: bool = True            # kv_connector_extra_config.enforce_handshake_compat (local)
     mla: bool = False
 
     @property
@@ -127,9 +128,10 @@ def hash_differences(local: Hash, remote: Hash) -> list[str]:
 
 
 def compat_hash(m: Meeting) -> Refusal | None:
-    """The compatibility hash, compared before the agent metadata is decoded."""
+    """The compatibility hash, compared before the agent metadata is decoded (unless the local
+    engine's ``enforce_handshake_compat`` is false)."""
     differs = hash_differences(m.local_hash, m.remote_hash)
-    if not differs:
+    if not differs or not m.enforce_hash:
         return None
     local, remote = ("D", "P") if m.mode == PULL else ("P", "D")
     return Refusal("compat-hash", f"{HASH_MESSAGE} ({'; '.join(differs)}, {local} vs {remote})")

@@ -12,6 +12,8 @@
   and D (``push_worker.py`` ``_validate_remote_parallel_config``), right after the hash.
 - A pull across different block sizes pairs blocks from the request's last token
   (``_pair_blocks_by_last_token``) and needs the proxy to forward ``remote_num_tokens``.
+- Regions pair by the layers both engines advertise (``_pair_regions``): with the hash not enforced,
+  a 0.33 peer (which advertises none for hybrids) is still refused.
 - New serve flags (``engine/arg_utils.py``); ``VLLM_USE_V2_MODEL_RUNNER=0`` stops the engine
   (``platforms/interface.py``).
 """
@@ -38,15 +40,25 @@ def push_identical_blocks(m: Meeting) -> Refusal | None:
         f"logical block: local {local}, remote engine {m.remote_name} {remote}."))
 
 
+def advertised_layers(m: Meeting) -> Refusal | None:
+    """``_pair_regions``: regions pair by the layers each engine advertises; an engine of an older
+    connector (0.33's, version 15) advertises none for Mamba hybrids. Reached only when the hash,
+    which differs across releases, is not enforced."""
+    remote = dict(m.remote_hash).get("NIXL connector version")
+    if m.enforce_hash or remote is None or remote >= 16:   # enforced, the hash refuses first
+        return None
+    return Refusal("region-layers", f"Engine {m.remote_name} did not advertise the layers of its KV regions.")
+
+
 RELEASE = replace(
     V0_33,
     name="0.34",
     version="0.34.0",
     connector_version=16,
     default_block_size=64,
-    pull_checks=(tp_sizes, compat_hash, block_size, prefix_caching, host_buffer, head_sharded),
-    push_checks=(tp_sizes, compat_hash, push_identical_blocks, block_size, prefix_caching, host_buffer,
-                 head_sharded),
+    pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, prefix_caching, host_buffer, head_sharded),
+    push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, block_size, prefix_caching,
+                 host_buffer, head_sharded),
     group_regions=regions_holding_a_layer,
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     mtp_methods=V0_33.mtp_methods | {"nemotron3_5_transcribe_mtp"},
