@@ -346,6 +346,24 @@ def test_vllm_picks_flashinfer_on_sm10():
     assert side("jamba", 1, V0_34, gpu=gpu("H100")).geometry.attention_backend == "FLASH_ATTN"
 
 
+# _resolve_gdn_prefill_backend (model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py, the same in
+# both releases), run on a stand-in CUDA platform with linear_key_head_dim = 128: (capability, CUDA
+# runtime) -> backend for auto, triton, cutedsl.
+@pytest.mark.parametrize("capability, cuda, expected", [
+    ((9, 0), 13, ("flashinfer", "triton", "triton")), ((8, 0), 13, ("triton", "triton", "triton")),
+    ((8, 9), 13, ("triton", "triton", "triton")), ((10, 0), 13, ("flashinfer", "triton", "cutedsl")),
+    ((10, 0), 12, ("triton", "triton", "triton")), ((10, 3), 13, ("flashinfer", "triton", "cutedsl")),
+    ((12, 0), 13, ("flashinfer", "triton", "triton")), ((12, 0), 12, ("triton", "triton", "triton")),
+])
+def test_gdn_prefill_backend_as_vllm_resolves_it(capability, cuda, expected):
+    from mambaxfer_cli.planning.gpu import Gpu, gdn_prefill_backend
+
+    device = Gpu("x", capability, cuda)
+    assert tuple(gdn_prefill_backend(device, 128, choice) for choice in (None, "triton", "cutedsl")) == expected
+    # Blackwell needs linear_key_head_dim 128; Hopper does not.
+    assert gdn_prefill_backend(device, 64) == ("flashinfer" if capability == (9, 0) else "triton")
+
+
 def test_unknown_gpus_and_gdn_backends_are_user_errors():
     from mambaxfer_cli.planning.gpu import gdn_prefill_backend, gpu
 

@@ -126,3 +126,33 @@ def test_check_all_presets_per_release_and_semantics(version, semantics):
     assert code == 1 and failed == {("granite-4.0-h-tiny", ("B", "C"))}
     assert verdicts["pass"] > 0 and verdicts["refused"] > 0
     assert all(r["vllm"]["releases"] == f"vLLM {version}" for r in doc["results"])
+
+
+def _examples(text: str) -> list[tuple[str, list[str]]]:
+    """The ``$ mambaxfer ...`` blocks of a document (4-space indented) with the lines they show;
+    commands with a comment (a set-up the reader does) and '...' lines are left out."""
+    out: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        body = line[4:] if line.startswith("    ") else None
+        if body is not None and body.startswith("$ mambaxfer "):
+            out.append((body[2:], []))
+        elif body is not None and out and body.strip() and not body.startswith("$"):
+            out[-1][1].append(body.rstrip())
+        elif not line.strip() or body is None:
+            continue
+    return [(cmd, [x for x in shown if x.strip() != "..."]) for cmd, shown in out if "#" not in cmd]
+
+
+def test_the_release_guides_examples_are_real_output():
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "releases.md").read_text()
+    examples = _examples(text)
+    assert len(examples) >= 6
+    for command, shown in examples:
+        words = shlex.split(command)[1:]
+        result = run_cli(*words, env={"COLUMNS": "80"})
+        printed = [line.rstrip() for line in result.stdout.splitlines()]
+        for line in shown:
+            assert line in printed, (command, line)

@@ -190,7 +190,7 @@ def spec_from_config(
         ssm, ssm_origin = found[0], f"config key {found[1]}"
     elif family.ssm_dtype_default:
         ssm, ssm_origin = family.ssm_dtype_default, (
-            f"{family.label} default: vLLM 0.33 keeps this family's SSM state in {family.ssm_dtype_default} "
+            f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
             f"whatever torch_dtype says")
     else:
         ssm, ssm_origin = conv, "the conv dtype"

@@ -55,7 +55,8 @@ TRANSFER_FLAGS = (
     Flag("--additional-config", field="additional_config"),
 )
 
-# vLLM 0.33's other common serve flags: read past, listed as ignored.
+# vLLM's other common serve flags: read past, listed as ignored (flags new in a release are the
+# release's data: planning/releases).
 _IGNORED_VALUE = (
     "--tokenizer --tokenizer-mode --revision --code-revision --tokenizer-revision --hf-config-path --seed "
     "--max-model-len --quantization --max-logprobs --download-dir --load-format --config-format "
