@@ -30,7 +30,7 @@ def test_schema_command_prints_a_valid_json_schema():
 
 
 def test_show_all_renders_every_section():
-    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--show", "all")
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--show", "all", "--vllm-version", "0.33")
     assert result.code == 0, result.stderr
     for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads (bytes within", "Where every byte",
                     "Descriptor IDs", "step 100000", "vLLM 0.33 accepts this pairing and issues the same reads",
@@ -40,7 +40,7 @@ def test_show_all_renders_every_section():
 
 
 def test_the_brief_form_gives_the_verdict_both_engines_and_the_reads_first():
-    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4")
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--vllm-version", "0.33")
     assert result.code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "vLLM 0.33 accepts this pairing and issues the same reads"
@@ -66,11 +66,19 @@ def test_show_names_the_sections_it_knows(value):
 
 def test_output_says_the_verdict_and_the_warnings(tmp_path):
     target = tmp_path / "plan.json"
-    result = run_cli("plan", "--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2", "--output", str(target))
+    result = run_cli("plan", "--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2", "--output", str(target),
+                     "--vllm-version", "0.33")
     assert result.code == 0 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "vLLM 0.33 accepts this pairing but its reads corrupt the state (see the warnings)",
         f"wrote {target}: 2 reads, 2 descriptor reads, 1 warning: vllm-differs"]
+def test_the_first_line_and_the_header_name_the_release_and_the_gpu():
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--vllm-version", "0.34", "--show", "all")
+    assert result.code == 0, result.stderr
+    for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads", "Where every byte",
+                    "Descriptor IDs", "step 100000", "vLLM 0.34 accepts this pairing and issues the same reads",
+                    "vLLM 0.34 on H100 (SM 9.0, CUDA 13)"):
+        assert section in result.stdout, section
 
 
 @pytest.mark.parametrize("model,p,d,extra", [
@@ -130,10 +138,11 @@ def test_d_rank_limits_the_document():
 
 
 def test_explicit_request_blocks_give_exact_ids():
-    # Jamba: F = 4 streams, N = 100000; FLASHINFER splits Jamba's 80-token block into 5 kernel
+    # Jamba: F = 4 streams, N = 100000; FLASHINFER splits vLLM 0.33's 80-token block into 5 kernel
     # blocks of 16, so L = 20000; k = 2, S = 4. Eight groups (ssm*7, attention), each with its own
     # block on each side.
     document = plan_json("--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-backend", "FLASHINFER",
+                         "--vllm-version", "0.33",
                          "--prefill-blocks", "8;1;2;3;4;5;6;9", "--decode-blocks", "3;10;11;12;13;14;15;16")
     assert document["engines"]["prefill"]["blocks_per_logical"] == 5
     read = document["descriptors"]["reads"][0]
@@ -164,7 +173,7 @@ def test_output_writes_the_document(tmp_path):
 
 @pytest.mark.parametrize("args,fragments", [
     (["--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3", "--semantics", "vllm"],
-     ["vLLM 0.33 needs one TP size to divide the other", "--semantics exact"]),
+     ["vLLM needs one TP size to divide the other", "--semantics exact"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["TP 3 does not divide intermediate_size = 8192"]),
     (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["--p-tp must be >= 1, got 0"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1000"], ["--d-tp 1000 is larger than any deployment's TP size; at most 256"]),
@@ -177,12 +186,18 @@ def test_output_writes_the_document(tmp_path):
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--decode-blocks", "x"], ["--decode-blocks: 'x'"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--prefill-blocks", "99999999"],
      ["outside the prefill engine's 100000 logical blocks"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-blocks-per-logical", "3"],
-     ["--blocks-per-logical 3 does not divide the block of 80 tokens"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-blocks-per-logical", "3", "--vllm-version", "0.33"],
+     ["3 kernel blocks per logical block do not divide the block of 80 tokens"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-backend", "XFORMERS"],
      ["unknown attention backend 'XFORMERS'"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-cache-dtype", "int3"], ["unknown --kv-cache-dtype"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--block-size", "0"], ["--block-size must be an integer"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-cache-dtype", "int3"], ["unknown KV-cache dtype 'int3'"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--block-size", "0"], ["--block-size must be >= 1, got 0"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--vllm-version", "0.35"],
+     ["--vllm-version 0.35: unknown vLLM release '0.35'; mambaxfer knows 0.33, 0.34"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--d-vllm-version", "x"], ["--d-vllm-version x: unknown"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gpu", "V100"], ["--gpu: unknown GPU 'V100'"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gdn-prefill-backend", "hip"],
+     ["--gdn-prefill-backend: GDN prefill backend 'hip' is not one for NVIDIA GPUs"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-streams", "3"], ["--attention-streams"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-groups", "ssm*2,banana", "--kv-tensors", "2"],
      ["--kv-groups: bad item 'banana'"]),

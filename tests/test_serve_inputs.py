@@ -40,8 +40,15 @@ def run_json(p: str, d: str, *extra: str):
     return result.code, doc
 
 
-def assess(p: str, d: str):
-    return preflight(parse_serve(p), parse_serve(d, "--decode"), load_serve_model)
+def assess(p: str, d: str, release: str = "0.34"):
+    from dataclasses import replace
+
+    from mambaxfer_cli.planning.engine import Engines
+    from mambaxfer_cli.planning.geometry import EngineFlags
+    from mambaxfer_cli.planning.releases import release as named
+
+    flags = replace(EngineFlags(), release=named(release))
+    return preflight(parse_serve(p), parse_serve(d, "--decode"), load_serve_model, Engines(flags, flags))
 
 
 def codes(report) -> list[str]:
@@ -279,10 +286,13 @@ def test_abbreviations_and_unknown_flags():
 def test_new_flags_are_known_in_the_report():
     p = f"{DS} vllm serve jamba --block-size 144 --enable-extensible-kv-cache --shuffle-safetensors-files {P_KV}"
     d = f"{DS} vllm serve jamba --block-size 144 --cache-aware-admission-window 8 {D_KV}"
-    code, doc = run_json(p, d)
+    code, doc = run_json(p, d, "--vllm-version", "0.34")
     assert code == 0 and doc["engines"]["prefill"]["unknown_flags"] == []
     assert "--enable-extensible-kv-cache" in doc["engines"]["prefill"]["ignored_flags"]
-    assert any("--enable-extensible-kv-cache is known to vLLM 0.34 only" in w for w in doc["warnings"])
+    assert not any("known to vLLM 0.34 only" in w for w in doc["warnings"])
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert any(w.startswith("P: --enable-extensible-kv-cache is known to vLLM 0.34 only, and this engine runs "
+                            "vLLM 0.33") for w in doc["warnings"]), doc["warnings"]
     assert doc["engines"]["decode"]["release_only_flags"] == ["--cache-aware-admission-window (0.34)"]
 
 
@@ -295,7 +305,7 @@ def test_host_buffer_refuses_different_kernel_blocks():
     d = (f"{DS} vllm serve qwen3.5-0.8b -tp 2 --no-enable-prefix-caching "
          f"--kv-transfer-config.kv_connector=NixlConnector --kv-transfer-config.kv_role=kv_consumer "
          f"--kv-transfer-config.kv_buffer_device=cpu")
-    report = assess(p, d)
+    report = assess(p, d, "0.33")     # 0.34's default 64-token blocks give 320 and 576, refused anyway
     geometry = report.assessment.plan.prefill.geometry, report.assessment.plan.decode.geometry
     assert [g.kernel_block_size for g in geometry] == [272, 544]
     assert codes(report) == ["host-buffer"]
@@ -306,7 +316,7 @@ def test_host_buffer_refuses_different_kernel_blocks():
     after = fix.after.plan.prefill.geometry, fix.after.plan.decode.geometry
     assert after[0].kernel_block_size == after[1].kernel_block_size
     # Without the host buffer the same pairing is accepted.
-    assert codes(assess(p, d.replace("--kv-transfer-config.kv_buffer_device=cpu", ""))) == []
+    assert codes(assess(p, d.replace("--kv-transfer-config.kv_buffer_device=cpu", ""), "0.33")) == []
 
 
 def test_a_buffer_device_cuda_does_not_take():

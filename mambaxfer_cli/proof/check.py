@@ -11,7 +11,9 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.engine import Engines
 from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
 from mambaxfer_cli.proof.simulate import Patterns, Simulation, request_pages, simulate
@@ -27,10 +29,6 @@ CHECK_SEMANTICS = (BOTH, EXACT, VLLM)
 RIGHT, CORRUPTS, REFUSES = "right-bytes", "corrupts", "refuses"
 # Regions in the order a page holds them, for naming what is corrupted.
 REGION_ORDER = ("x", "B", "C", "Q", "K", "V", "ssm", "kv")
-
-# Smaller engines than plan's defaults keep the check fast; the ID arithmetic is the same, and
-# different sizes on the two sides catch an ID computed with the other engine's N.
-CHECK_ENGINES = {"p_num_blocks": 4096, "d_num_blocks": 2048}
 
 
 @dataclass(frozen=True)
@@ -122,7 +120,7 @@ class PairingResult:
     misreads: tuple[str, ...] = ()   # what the plan's segments do wrong, region by region
     warnings: tuple[str, ...] = ()   # warning codes of the plan
     reason: str = ""                 # why a pairing was skipped
-    vllm: dict | None = None         # vLLM 0.33's verdict on the pairing (plan's "vllm" field)
+    vllm: dict | None = None         # the release's verdict on the pairing (plan's "vllm" field)
     vllm_check: "PairingResult | None" = None   # BOTH: the proof of vLLM's own reads, when it plans them
     exact_verdict: str | None = None            # BOTH: the verdict of mambaxfer's exact plan
 
@@ -161,9 +159,15 @@ class PairingResult:
         found = {d.region for d in sim.damage} if sim else set()
         return sorted(found, key=lambda name: (REGION_ORDER.index(name) if name in REGION_ORDER else len(REGION_ORDER), name))
 
+    @property
+    def vllm_name(self) -> str:
+        """The release(s) the verdict is for, e.g. 'vLLM 0.34'."""
+        return self.vllm["releases"] if self.vllm else "vLLM"
+
     def deployment_line(self) -> str:
         """BOTH: the answer in one line: what vLLM does, how to fix it, and mambaxfer's plan."""
         pairing = f"{self.model} {self.pairing}"
+        vllm = self.vllm_name
         if self.exact_verdict == "fail":
             return (f"{pairing}: mambaxfer's exact plan moves wrong bytes (a bug in mambaxfer; "
                     f"--semantics exact explains it)")
@@ -172,7 +176,7 @@ class PairingResult:
         does = self.vllm_does
         if does == REFUSES:
             message = " ".join(r["message"] for r in self.vllm["refusals"][:1]).rstrip(".")
-            line = f"{pairing}: vLLM 0.33 refuses it ({message})"
+            line = f"{pairing}: {vllm} refuses it ({message})"
             if fix:
                 line += f"; --block-size {fix} on both engines makes vLLM accept it"
                 line += f", but its reads then corrupt {self.corrupted()}" if corrupts else ""
@@ -181,13 +185,13 @@ class PairingResult:
             return line
         if does == CORRUPTS:
             sim = self.vllm_check.simulation if self.vllm_check else None
-            line = f"{pairing}: vLLM 0.33 corrupts {self.corrupted()}: {sim.wrong_bytes if sim else 0} bytes wrong"
+            line = f"{pairing}: {vllm} corrupts {self.corrupted()}: {sim.wrong_bytes if sim else 0} bytes wrong"
             if fix:
                 line += f"; fix: --block-size {fix} on both engines"
             elif "vllm-replicated-groups" in (self.vllm_check.warnings if self.vllm_check else ()):
                 line += "; fix: the same TP on both sides"
             return line
-        return f"{pairing}: vLLM 0.33 accepts it and moves the right bytes"
+        return f"{pairing}: {vllm} accepts it and moves the right bytes"
 
     def explanation(self, limit: int = 8) -> list[str]:
         """Plain lines saying what is wrong: the first wrong byte, the damage per D rank and region,
@@ -201,10 +205,11 @@ class PairingResult:
             if self.exact_verdict == "fail":
                 return [self.deployment_line()] + replace(self, semantics=EXACT).explanation(limit)
             detail = self.vllm_check.explanation(limit) if self.vllm_check else []
-            return [self.deployment_line()] + [line for line in detail if not line.startswith(("vLLM 0.33 refuses", "fix:"))]
+            return [self.deployment_line()] + [line for line in detail if not line.startswith((f"{self.vllm_name} refuses", "fix:"))]
         lines = []
         if self.vllm and not self.vllm["accepts"]:
-            lines += [f"vLLM 0.33 refuses this pairing at handshake: {r['message']}" for r in self.vllm["refusals"]]
+            lines += [f"{self.vllm['releases']} refuses this pairing at handshake: {r['message']}"
+                      for r in self.vllm["refusals"]]
         fix = self.vllm["suggested_block_size"] if self.vllm else None
         if fix and (self.verdict != "pass" or not self.vllm["accepts"]):
             lines.append(f"fix: --block-size {fix} on both engines")
@@ -270,6 +275,15 @@ class CheckReport:
     results: tuple[PairingResult, ...]
     seconds: float
     unchecked: tuple[str, ...] = ()     # what --max-tp left out, and why (one line per model)
+    engines: Engines = Engines()
+
+    @property
+    def releases(self) -> str:
+        return self.engines.releases
+
+    @property
+    def answered_for(self) -> str:
+        return self.engines.describe()
 
     def count(self, verdict: str) -> int:
         return sum(1 for r in self.results if r.verdict == verdict)
@@ -283,7 +297,7 @@ class CheckReport:
         return 0 if self.ok else 1
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "semantics": self.semantics, "ok": self.ok,
+        return {"schema": SCHEMA, "semantics": self.semantics, **self.engines.to_dict(), "ok": self.ok,
                 "summary": {"pairings": len(self.results), "passed": self.count("pass"),
                             "failed": self.count("fail"), "refused": self.count("refused"),
                             "skipped": self.count("skip"),
@@ -292,11 +306,12 @@ class CheckReport:
                 "results": [r.to_dict() for r in self.results]}
 
 
-def check_options(**overrides) -> PlanOptions:
-    """PlanOptions with check's engine defaults (used by tests and the API)."""
-    base = PlanOptions(prefill=EngineFlags(num_blocks=CHECK_ENGINES["p_num_blocks"]),
-                       decode=EngineFlags(num_blocks=CHECK_ENGINES["d_num_blocks"]))
-    return replace(base, **overrides)
+def check_options(release=None, **overrides) -> PlanOptions:
+    """PlanOptions with check's engine sizes (used by tests and the API), for ``release`` (default:
+    EngineFlags')."""
+    sides = {side: EngineFlags(num_blocks=n, **({} if release is None else {"release": release}))
+             for side, n in CHECK_NUM_BLOCKS.items()}
+    return replace(PlanOptions(**sides), **overrides)
 
 
 def _segment_misreads(plan: Plan) -> tuple[str, ...]:
@@ -443,7 +458,7 @@ def run_check(targets: Sequence[Target], options: PlanOptions,
         if on_result:
             on_result(result)
     unchecked = tuple(line for target in targets for line in target.unchecked)
-    return CheckReport(semantics, tuple(results), time.perf_counter() - start, unchecked)
+    return CheckReport(semantics, tuple(results), time.perf_counter() - start, unchecked, options.engines)
 
 
 def targets_for(models: Iterable[ModelSpec], pairs: str | None, max_tp: int | None,
@@ -481,6 +496,6 @@ def _left_out(model: ModelSpec, top: int, semantics: str, pairings: Sequence[Pai
     mixed = len(sizes) ** 2 - len(pairings)
     if semantics != EXACT and mixed:
         lines.append(f"{model.name}: not checked, {mixed} pairing{'s' if mixed != 1 else ''} of TP sizes "
-                     f"where neither divides the other (vLLM 0.33 refuses them; --semantics exact proves "
+                     f"where neither divides the other (vLLM refuses them; --semantics exact proves "
                      f"mambaxfer's plans of them)")
     return tuple(lines)

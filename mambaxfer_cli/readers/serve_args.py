@@ -123,6 +123,8 @@ class ServeLine:
     kv_connector: str | None = None
     kv_role: str | None = None
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
+    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's
+    additional_config: Mapping[str, Any] = field(default_factory=dict)   # --additional-config, whole
     speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
     kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
     attention_config: Mapping[str, Any] = field(default_factory=dict)   # --attention-config / -ac

@@ -23,9 +23,9 @@ LINES_SHOWN = 20
 
 def deployment_table(report: CheckReport) -> Table:
     """BOTH: per pairing, mambaxfer's exact plan and what vLLM does."""
-    table = Table(title="mambaxfer check: exact plan and vLLM 0.33", title_justify="left")
+    table = Table(title=f"mambaxfer check: exact plan and {report.answered_for}", title_justify="left")
     for column, justify in (("model", "left"), ("pairing", "left"), ("bytes", "right"),
-                            ("mambaxfer", "left"), ("vLLM 0.33", "left")):
+                            ("mambaxfer", "left"), (report.releases, "left")):
         table.add_column(column, justify=justify, no_wrap=True)
     last_model = None
     for r in report.results:
@@ -44,7 +44,8 @@ def deployment_table(report: CheckReport) -> Table:
 def summary_table(report: CheckReport) -> Table:
     if report.semantics == BOTH:
         return deployment_table(report)
-    table = Table(title=f"mambaxfer check ({report.semantics} semantics)", title_justify="left")
+    table = Table(title=f"mambaxfer check ({report.semantics} semantics) · {report.answered_for}",
+                  title_justify="left")
     for column, justify in (("model", "left"), ("pairing", "left"), ("tp_ratio", "right"),
                             ("reads", "right"), ("segments", "right"), ("descriptors", "right"),
                             ("bytes", "right"), ("time", "right"), ("verdict", "left")):
@@ -70,7 +71,7 @@ def footer(report: CheckReport) -> Text:
     if report.count("fail"):
         counts.append(f"{report.count('fail')} FAILED")
     if report.count("refused"):
-        counts.append(f"{report.count('refused')} REFUSED by vLLM 0.33")
+        counts.append(f"{report.count('refused')} REFUSED by {report.releases}")
     if report.count("skip"):
         counts.append(f"{report.count('skip')} skipped")
     style = "bold green" if report.ok else "bold red"
@@ -120,7 +121,7 @@ def render_report(report: CheckReport, failures_shown: int = 10) -> list:
     if refused_elsewhere:
         shown = ", ".join(f"{r.model} {r.pairing}" for r in refused_elsewhere[:6])
         more = f" and {len(refused_elsewhere) - 6} more" if len(refused_elsewhere) > 6 else ""
-        parts.append(Text(f"warning: vLLM 0.33 would refuse {shown}{more} at handshake (mambaxfer's exact "
+        parts.append(Text(f"warning: {report.releases} would refuse {shown}{more} at handshake (mambaxfer's exact "
                           f"transfer handles them; --semantics vllm reports them as refused)", style="yellow"))
     parts.append(footer(report))
     return parts
