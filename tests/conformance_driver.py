@@ -1,12 +1,12 @@
 """Run ``mambaxfer conformance`` inside a vLLM environment after altering vLLM (or mambaxfer's
 stand-in) in this process, to show that conformance notices. Run by vLLM's interpreter:
 
-    python conformance_driver.py SCENARIO [SCENARIO ...] -- CONFORMANCE ARGUMENTS
+    python conformance_driver.py '[{"name": ..., "alter": ALTERATION, "args": [CONFORMANCE ARGS]}, ...]'
 
-Scenarios: ``as-installed``; ``remote_conv_offsets`` (vLLM reads one conv row further into P's
+Alterations: ``as-installed``; ``remote_conv_offsets`` (vLLM reads one conv row further into P's
 page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local IDs off by one);
-``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE). Prints one JSON object:
-each scenario's exit code and document.
+``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE). Prints one JSON object: each
+run's exit code and document, by name. One process runs them all: vLLM is imported once.
 """
 
 from __future__ import annotations
@@ -63,20 +63,19 @@ def alter(scenario: str, undo: list) -> None:
 
 
 def main(argv: list[str]) -> None:
-    split = argv.index("--")
-    scenarios, arguments = argv[:split], argv[split + 1:]
+    (spec,) = argv
     from mambaxfer_cli.cli import run
     from mambaxfer_cli.conformance import vllm_side
 
     out = {}
-    for scenario in scenarios:
+    for item in json.loads(spec):
         undo: list = []
-        alter(scenario, undo)
+        alter(item["alter"], undo)
         vllm_side.installed.cache_clear()
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured):
-                code = run(["conformance", *arguments])
+                code = run(["conformance", *item["args"]])
         finally:
             for owner, name, value in reversed(undo):
                 setattr(owner, name, value)
@@ -85,7 +84,7 @@ def main(argv: list[str]) -> None:
             document = json.loads(text)
         except ValueError:
             document = {"unparsed": text}
-        out[scenario] = {"code": code, "document": document}
+        out[item["name"]] = {"code": code, "document": document}
     print(json.dumps(out))
 
 

@@ -160,16 +160,21 @@ def test_junit_has_one_case_per_function_and_fails_the_differing_ones(all_preset
 # --- it can fail: vLLM altered in the driver's process ---------------------------------------------
 
 _driven: dict = {}
-SCENARIOS = ("remote_conv_offsets", "_compute_desc_ids", "drop:_ple_group_index")
+JAMBA = ["--model", "jamba", "--max-tp", "2", "--format", "json"]
+# Bamba-9B: 29 Mamba2 layers and 3 attention layers make groups of 3 layers, the last SSM group of 2.
+BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json")
+RUNS = [{"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
+        {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
+        {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
+        {"name": "bamba", "alter": "as-installed", "args": ["--model", BAMBA, "--max-tp", "1", "--format", "json"]}]
 
 
 @pytest.fixture(params=sorted(RELEASES))
 def driven(request) -> tuple[str, dict]:
-    """Each scenario of conformance_driver.py on jamba up to TP 2, in one vLLM process per release."""
+    """Each run of conformance_driver.py (RUNS), in one vLLM process per release."""
     release = request.param
     if release not in _driven:
-        proc = run_in_vllm(release, str(DRIVER), *SCENARIOS, "--", "--model", "jamba", "--max-tp", "2",
-                           "--format", "json")
+        proc = run_in_vllm(release, str(DRIVER), json.dumps(RUNS))
         assert proc.returncode == 0, proc.stderr[-3000:]
         _driven[release] = (release, json.loads(proc.stdout.strip().splitlines()[-1]))
     return _driven[release]
@@ -219,7 +224,7 @@ def test_an_altered_compute_desc_ids_differs_with_a_reproducible_case(driven):
 
 def test_a_stand_in_without_an_attribute_vllm_reads_could_not_be_called(driven):
     release, runs = driven
-    run = runs["drop:_ple_group_index"]
+    run = runs["drop"]
     assert run["code"] == 1
     functions = by_function(run["document"])
     ids = functions["_compute_desc_ids"]
@@ -229,6 +234,22 @@ def test_a_stand_in_without_an_attribute_vllm_reads_could_not_be_called(driven):
     # What does not read the worker stand-in is still compared.
     assert functions["derive_mamba_conv_split"]["outcome"] == "agrees"
     jsonschema.Draft202012Validator(document_schema("conformance")).validate(run["document"])
+
+
+def test_a_short_kv_cache_group_posts_fewer_ids_from_0_34(driven):
+    """vLLM 0.34's _compute_desc_ids covers only the regions that hold a layer of the group
+    (nixl/base_worker.py, with the pairs of _pair_regions). Bamba-9B: 29 SSM layers in 10 groups of
+    3 tensors, the last holding 2 layers, then one attention group. One block per group: nine full
+    SSM groups post 3 tensors x 4 regions = 12 IDs each (108), the short one 2 x 4 = 8 in 0.34 and
+    12 in 0.33, attention 3: 119 against 123, parting at index 108 + 8 = 116."""
+    release, runs = driven
+    ids = by_function(runs["bamba"]["document"])["_compute_desc_ids"]
+    if release == "0.33":
+        assert ids["outcome"] == "agrees" and ids["cases"] > 0
+        return
+    first = ids["first_difference"]
+    assert (first["vllm"]["length"], first["mambaxfer"]["length"]) == (119, 123)
+    assert first["vllm"]["first differing index"] == 9 * 12 + 8
 
 
 # --- without vLLM --------------------------------------------------------------------------------

@@ -139,11 +139,13 @@ class Comparison:
             self.record(BLOCK, case, key, (True, True), both)
             self.record(KERNEL, case, key, (True, True), both)
         else:
+            # Without attention an engine's page is its state and its block size means nothing.
             block = (lambda g: (g.block_size, g.page_bytes)) if model.has_attention else (lambda g: (g.page_bytes,))
+            kernel = ((lambda g: (g.kernel_block_size, g.blocks_per_logical)) if model.has_attention
+                      else (lambda g: (g.blocks_per_logical,)))
             shown = (theirs.shown(), ours.shown())
             self.record(BLOCK, case, block(theirs), block(ours), shown)
-            self.record(KERNEL, case, (theirs.kernel_block_size, theirs.blocks_per_logical),
-                        (ours.kernel_block_size, ours.blocks_per_logical), shown)
+            self.record(KERNEL, case, kernel(theirs), kernel(ours), shown)
         if alignment is not None:
             self.record(ALIGN, case, alignment, self.ours.checkpoint_alignment(model, flags))
 

@@ -314,9 +314,15 @@ class Installed:
     """The installed vLLM, imported once, and the stand-ins built from it, cached."""
 
     def __init__(self) -> None:
+        import logging
+
         import torch
         import vllm
 
+        if "VLLM_LOGGING_LEVEL" not in os.environ:
+            # vLLM's warnings about the stand-in engines (padding layers, no NIXL, ...) would bury
+            # the report; a level the user chose is kept.
+            logging.getLogger("vllm").setLevel(logging.ERROR)
         self.version = getattr(vllm, "__version__", "unknown")
         self.torch = torch
         self.worker_class = _symbol(f"{NIXL}.base_worker", "NixlBaseConnectorWorker")
