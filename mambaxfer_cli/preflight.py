@@ -1,7 +1,7 @@
 """Will these two ``vllm serve`` engines work together as P and D, and if not, what to change?
 
-Each line becomes the engine vLLM 0.33 builds from it (model, dtypes, geometry); then the pairing
-gets vLLM's own verdict (what its engines refuse at start-up and its handshake refuses), a
+Each line becomes the engine its vLLM release builds from it on the GPU (model, dtypes, geometry);
+then the pairing gets vLLM's own verdict (what its engines refuse at start-up and its handshake refuses), a
 byte-level check of the reads vLLM would issue (``check``'s simulation, D reading P's pages with
 D's offsets), and, when anything fails, the smallest set of flag changes that makes it work.
 """
@@ -13,18 +13,18 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from mambaxfer_cli.proof.check import CHECK_ENGINES, PairingResult, check_plan
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.geometry import DEFAULT_BACKEND, DEFAULT_BLOCK_SIZE, EngineFlags, Geometry
+from mambaxfer_cli.planning.engine import Engines, Side, build_side
+from mambaxfer_cli.planning.geometry import EngineFlags, Geometry
 from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.planning.engine import Side, build_side
-from mambaxfer_cli.planning.geometry import backend
-from mambaxfer_cli.planning.handshake import GEOMETRY_CODES, NOT_CHECKED, SEARCH_LIMIT, Refusal
-from mambaxfer_cli.planning.handshake import refusals as handshake_refusals
+from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, Verdict, verdict as handshake_verdict
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.planning.release import EngineFacts, Meeting, Speculative
+from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
+from mambaxfer_cli.proof.check import PairingResult, check_plan
 from mambaxfer_cli.readers.serve_args import CONV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse
 
 SCHEMA = "mambaxfer.preflight/v1"
@@ -32,7 +32,6 @@ PREFILL, DECODE = "prefill", "decode"
 ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
 ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
 SIDE_NAME = {PREFILL: "P", DECODE: "D"}
-EAGLE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "qwen3_next_mtp", "qwen3_5_mtp", "nemotron_h_mtp")
 VLLM_DTYPES = {"float": "float32", "half": "float16"}
 
 
@@ -40,25 +39,38 @@ VLLM_DTYPES = {"float": "float32", "half": "float16"}
 
 @dataclass(frozen=True)
 class Engine:
-    """One engine as vLLM 0.33 builds it from its command line."""
+    """One engine as its vLLM release builds it from its command line on its GPU."""
 
     side: str                 # prefill | decode
     line: ServeLine
     model: ModelSpec
     flags: EngineFlags
+    base: EngineFlags = EngineFlags()   # what the command gave: release, GPU, defaults the line may change
 
     @property
     def tp(self) -> int:
         return self.line.tp
 
     @property
+    def release(self):
+        return self.flags.release
+
+    @property
+    def attention_backend(self) -> str:
+        """The line's backend, else vLLM's pick for the GPU."""
+        from mambaxfer_cli.planning.gpu import default_attention_backend
+
+        return self.flags.attention_backend or default_attention_backend(self.flags.gpu)
+
+    @property
     def conv_layout(self) -> str:
-        return self.line.conv_layout or "SD"     # vLLM 0.33's default on CUDA when unset
+        return self.line.conv_layout or "SD"     # vLLM's default on CUDA when unset
 
     def summary(self) -> dict:
         m = self.model
-        return {"model": self.line.model, "tp": self.tp, "dtype": m.model_dtype,
-                "kv_cache_dtype": self.flags.kv_cache_dtype, "attention_backend": self.flags.attention_backend,
+        return {"model": self.line.model, "vllm_version": self.release.name, "gpu": self.flags.gpu.spec,
+                "tp": self.tp, "dtype": m.model_dtype,
+                "kv_cache_dtype": self.flags.kv_cache_dtype, "attention_backend": self.attention_backend,
                 "requested_block_size": self.line.block_size, "prefix_caching": self.flags.prefix_caching,
                 "conv_dtype": m.conv_dtype, "ssm_dtype": m.ssm_dtype, "num_spec": m.num_spec,
                 "conv_rows": m.conv_rows, "conv_layout": self.conv_layout,
@@ -76,29 +88,41 @@ def vllm_dtype(requested: str, config_dtype: str) -> str:
     return VLLM_DTYPES.get(requested, requested)
 
 
-def build_engine(side: str, line: ServeLine, load: ModelLoader) -> Engine:
+def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> Engine:
     """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
-    hf_overrides=)`` resolves the model as ``--model`` does elsewhere."""
+    hf_overrides=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
+    GPU and what the line leaves unsaid."""
     try:
-        base = load(line.model, hf_overrides=line.hf_overrides)
+        base_model = load(line.model, hf_overrides=line.hf_overrides)
     except UserError as exc:
         raise UserError(f"--{side}: {exc}") from None
-    dtype = vllm_dtype(line.dtype, base.model_dtype)
+    dtype = vllm_dtype(line.dtype, base_model.model_dtype)
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
     model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
                  hf_overrides=line.hf_overrides)
     model = replace(model, model_dtype=dtype)
     where = f"--{side}"
+    gdn = _line_gdn_backend(line) or base.gdn_prefill_backend
     try:
         resolve_kv_dtype(line.kv_cache_dtype, dtype)
-        flags = EngineFlags(attention_backend=line.attention_backend or DEFAULT_BACKEND,
-                            block_size=line.block_size or DEFAULT_BLOCK_SIZE, kv_cache_dtype=line.kv_cache_dtype,
-                            prefix_caching=model.has_attention if line.prefix_caching is None else line.prefix_caching,
-                            num_blocks=CHECK_ENGINES["p_num_blocks" if side == PREFILL else "d_num_blocks"])
+        flags = replace(base, attention_backend=line.attention_backend or base.attention_backend,
+                        block_size=line.block_size, kv_cache_dtype=line.kv_cache_dtype,
+                        prefix_caching=model.has_attention if line.prefix_caching is None else line.prefix_caching,
+                        gdn_prefill_backend=gdn, num_blocks=CHECK_NUM_BLOCKS[side])
+        if model.variant.value == "gdn" and gdn is not None:
+            from mambaxfer_cli.planning.gpu import gdn_prefill_backend
+
+            gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
-    return Engine(side, line, model, flags)
+    return Engine(side, line, model, flags, base)
+
+
+def _line_gdn_backend(line: ServeLine) -> str | None:
+    """The line's GDN prefill backend (``--gdn-prefill-backend``, else ``--additional-config``'s);
+    None leaves vLLM's choice for the GPU (or the command's --gdn-prefill-backend)."""
+    return None if line.gdn_prefill_backend in (None, "auto") else line.gdn_prefill_backend
 
 
 # --- what is compared --------------------------------------------------------------------------
@@ -108,7 +132,7 @@ class Field:
     name: str
     prefill: object
     decode: object
-    compared: bool            # by vLLM 0.33 (compatibility hash or handshake)
+    compared: bool            # by vLLM (compatibility hash or handshake)
     ok: bool | None = None    # the rule when it is not equality (TP sizes, kernel blocks)
 
     @property
@@ -119,41 +143,66 @@ class Field:
         return {"field": self.name, "prefill": self.prefill, "decode": self.decode, "agree": self.agree}
 
 
-def _spec_hash(e: Engine):
-    method = e.line.speculative_method
-    return f"{method}, {e.line.num_speculative_tokens} tokens" if method in EAGLE_METHODS else None
+def speculative(e: Engine) -> Speculative | None:
+    """The line's ``--speculative-config`` as the hash reads it."""
+    if not e.line.speculative:
+        return None
+    spec = dict(e.line.speculative)
+    model = spec.get("model")
+    kv = spec.get("kv_cache_dtype")
+    return Speculative(e.line.speculative_method, e.line.num_speculative_tokens,
+                       None if model is None else str(model), bool(spec.get("parallel_drafting", False)),
+                       None if kv is None else str(kv))
+
+
+def engine_facts(e: Engine, plan: Plan | None) -> EngineFacts:
+    """What ``compute_nixl_compatibility_hash`` reads of one engine."""
+    side = None if plan is None else (plan.prefill if e.side == PREFILL else plan.decode)
+    backend = side.hashed_backend if side is not None else e.attention_backend
+    return EngineFacts(e.line.model, e.model.model_dtype, e.model.num_kv_heads, e.model.head_size,
+                       len(e.model.layers), backend, e.flags.kv_cache_dtype, speculative=speculative(e),
+                       transfer_mode=e.line.transfer_mode)
 
 
 def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
-    """What vLLM 0.33's compatibility hash takes (``compute_nixl_compatibility_hash``)."""
-    pb = plan.prefill.hashed_backend if plan else p.flags.attention_backend
-    db = plan.decode.hashed_backend if plan else d.flags.attention_backend
-    rows = [("model", p.line.model, d.line.model), ("dtype", p.model.model_dtype, d.model.model_dtype),
-            ("KV heads", p.model.num_kv_heads, d.model.num_kv_heads),
-            ("head size", p.model.head_size, d.model.head_size),
-            ("layers with a cache", len(p.model.layers), len(d.model.layers)),
-            ("hashed backend", pb, db), ("KV-cache dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype),
-            ("speculative (EAGLE/MTP)", _spec_hash(p), _spec_hash(d)),
-            ("transfer mode", p.line.transfer_mode, d.line.transfer_mode)]
-    return [Field(n, a, b, True) for n, a, b in rows]
+    """What each engine's compatibility hash takes (``compute_nixl_compatibility_hash``, its
+    release's fields), side by side."""
+    theirs = dict(p.release.hashed(engine_facts(p, plan)))
+    mine = dict(d.release.hashed(engine_facts(d, plan)))
+    names = list(theirs) + [n for n in mine if n not in theirs]
+    return [Field(n, theirs.get(n), mine.get(n), True) for n in names]
+
+
+PUSH_IDENTICAL = "push_identical_blocks"
 
 
 def handshake_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
-    """What the handshake itself compares after the hash (TP, kernel blocks, blocks per logical)."""
+    """What the handshake compares besides the hash (TP, kernel blocks, blocks per logical), as
+    the local engine does: D when it pulls, P when it pushes."""
     big, small = max(p.tp, d.tp), min(p.tp, d.tp)
     rows = [Field("TP size (one divides the other)", p.tp, d.tp, True, big % small == 0)]
     if plan is not None and plan.prefill.has_attention:
         pg, dg = plan.prefill.geometry, plan.decode.geometry
-        rows.append(Field("kernel block (D's a multiple of P's)", pg.kernel_block_size, dg.kernel_block_size, True,
-                          dg.kernel_block_size % pg.kernel_block_size == 0))
-        if dg.prefix_caching:
+        push = _push(p, d)
+        if push and PUSH_IDENTICAL in [c.__name__ for c in p.release.push_checks]:
+            rows.append(Field("kernel block and blocks per logical (identical for push)",
+                              f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
+                              f"{dg.kernel_block_size} × {dg.blocks_per_logical}", True))
+        elif push:
+            rows.append(Field("kernel block (P's a multiple of D's)", pg.kernel_block_size, dg.kernel_block_size,
+                              True, pg.kernel_block_size % dg.kernel_block_size == 0))
+        else:
+            rows.append(Field("kernel block (D's a multiple of P's)", pg.kernel_block_size, dg.kernel_block_size,
+                              True, dg.kernel_block_size % pg.kernel_block_size == 0))
+        local = pg if push else dg
+        if local.prefix_caching:
             rows.append(Field("blocks per logical (prefix caching)", pg.blocks_per_logical, dg.blocks_per_logical,
                               True))
     return rows
 
 
 def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
-    """SPEC section 8's last point: what vLLM never compares."""
+    """What vLLM never compares (docs/reference.md): a mismatch is accepted and corrupts the state."""
     rows = [Field("conv dtype", p.model.conv_dtype, d.model.conv_dtype, False),
             Field("SSM (temporal) dtype", p.model.ssm_dtype, d.model.ssm_dtype, False),
             Field("conv layout", p.conv_layout, d.conv_layout, False),
@@ -171,7 +220,7 @@ def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
 # --- the verdict --------------------------------------------------------------------------------
 
 def startup_refusals(e: Engine) -> list[Refusal]:
-    """What stops the engine before any handshake, as vLLM 0.33's NIXL worker asserts it."""
+    """What stops the engine before any handshake, as its release's NIXL worker asserts it."""
     name, out = SIDE_NAME[e.side], []
     line = e.line
     if line.kv_connector is None:
@@ -183,6 +232,9 @@ def startup_refusals(e: Engine) -> list[Refusal]:
     elif line.kv_role not in ROLES[e.side]:
         out.append(Refusal("kv-role", f"{name} is the {e.side} engine but its kv_role is {line.kv_role} "
                                       f"(use {ROLE_FOR[e.side]})"))
+    for var, (value, message) in e.release.fatal_env.items():
+        if dict(line.environment()).get(var) == value:
+            out.append(Refusal("environment", f"{name}: vLLM {e.release.name} refuses to start: {message}"))
     if e.conv_layout not in ("SD", "DS"):
         out.append(Refusal("conv-layout", f"{name}: {CONV_LAYOUT_VAR}={e.conv_layout} is not one of SD, DS; "
                                           f"vLLM refuses to start"))
@@ -192,16 +244,6 @@ def startup_refusals(e: Engine) -> list[Refusal]:
                                           f"3-read Mamba conv transfer requires DS conv state layout. Set "
                                           f"{CONV_LAYOUT_VAR}=DS"))
     return out
-
-
-def _hash_refusal(fields: list[Field]) -> list[Refusal]:
-    differs = [f"{f.name} {f.decode} vs {f.prefill}" for f in fields if not f.agree]
-    if not differs:
-        return []
-    return [Refusal("compat-hash", (
-        "NIXL compatibility hash mismatch. Prefill and decode instances have incompatible configurations. "
-        "This may be due to: different vLLM versions, models, dtypes, KV cache layouts, attention backends, "
-        f"etc. ({'; '.join(differs)}, D vs P)"))]
 
 
 @dataclass(frozen=True)
@@ -221,15 +263,12 @@ class Assessment:
         return bool(self.refusals)
 
     @property
-    def attention_warning(self) -> str | None:
-        """vLLM's sub-block attention reads that interleave a D rank's KV heads (the plan's warning)."""
-        if self.plan is None:
-            return None
-        return next((w.message for w in self.plan.warnings if w.code == "vllm-attention-heads"), None)
+    def releases(self) -> str:
+        return Engines(self.prefill.flags, self.decode.flags).releases
 
     @property
     def corrupt(self) -> bool:
-        return (self.byte_check is not None and not self.byte_check.simulation.ok) or bool(self.attention_warning)
+        return self.byte_check is not None and not self.byte_check.simulation.ok
 
     @property
     def verdict(self) -> str:
@@ -253,27 +292,28 @@ def _push(p: Engine, d: Engine) -> bool:
     return p.line.transfer_mode == "push" and d.line.transfer_mode == "push"
 
 
-def _push_refusals(p: Engine, d: Engine, plan: Plan) -> tuple[list[Refusal], int | None]:
-    """Push mode (NixlPushConnector): P runs the full handshake with P local and D remote, so P's
-    kernel block must be a multiple of D's and P's prefix caching decides; the same search for a
-    ``--block-size`` that passes."""
-    def geometry(prefill: Side, decode: Side) -> list[Refusal]:
-        return [r for r in handshake_refusals(decode, prefill) if r.code != "compat-hash"]
+def _host_buffer(e: Engine) -> bool:
+    return str(e.line.kv_transfer.get("kv_buffer_device", "")).lower() == "cpu"
 
-    found = geometry(plan.prefill, plan.decode) + [r for r in plan.verdict.refusals if r.code == "layout"]
-    suggestion = None
-    if any(r.code in GEOMETRY_CODES for r in found):
-        for size in range(backend(p.flags.attention_backend).step, SEARCH_LIMIT + 1,
-                          backend(p.flags.attention_backend).step):
-            sides = [build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d)]
-            if not any(r.code in GEOMETRY_CODES for r in geometry(*sides)):
-                suggestion = size
-                break
-    return found, suggestion
+
+def enforces_hash(e: Engine) -> bool:
+    """``kv_connector_extra_config.enforce_handshake_compat`` (default true)."""
+    extra = e.line.kv_transfer.get("kv_connector_extra_config") or {}
+    value = extra.get("enforce_handshake_compat", True) if isinstance(extra, dict) else True
+    return value not in (False, "false", "False", 0)
+
+
+def _no_geometry(p: Engine, d: Engine, mode: str) -> list[Refusal]:
+    """The checks that need no geometry (TP sizes, hash) where no plan could be made."""
+    local, remote = (d, p) if mode == PULL else (p, d)
+    hashes = {e.side: e.release.hashed(engine_facts(e, None)) for e in (p, d)}
+    seen = Meeting(mode, local.tp, remote.tp, False, 1, 1, 1, 1, False, 0, hashes[local.side],
+                   hashes[remote.side], SIDE_NAME[remote.side], enforce_hash=enforces_hash(local))
+    return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 
 
 def assess(p: Engine, d: Engine) -> Assessment:
-    """vLLM 0.33's verdict on the pairing and the byte-level check of what it would read."""
+    """The releases' verdict on the pairing and the byte-level check of what vLLM would read."""
     refusals = startup_refusals(p) + startup_refusals(d)
     plan, skipped = None, ""
     options = PlanOptions(semantics=VLLM, prefill=p.flags, decode=d.flags, prefill_model=p.model)
@@ -281,16 +321,23 @@ def assess(p: Engine, d: Engine) -> Assessment:
         plan = build_plan(d.model, p.tp, d.tp, options)
     except UserError as exc:
         skipped = str(exc)
-    refusals += _hash_refusal(hashed_fields(p, d, plan))
+    mode = PUSH if _push(p, d) else PULL
     suggestion = None
-    if plan is not None and _push(p, d):
-        found, suggestion = _push_refusals(p, d, plan)
-        refusals += found
-    elif plan is not None:
-        refusals += [r for r in plan.verdict.refusals if r.code != "compat-hash"]
-        suggestion = plan.verdict.suggested_block_size
-    elif not any(r.code == "compat-hash" for r in refusals):   # e.g. a TP size the model's heads do not divide
-        refusals.append(Refusal("tp-layout", skipped))
+    if plan is not None:
+        def rebuild(size: int) -> tuple[Side, Side]:
+            return tuple(build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d))
+
+        layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
+        local = d if mode == PULL else p
+        found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
+                                  (engine_facts(p, plan), engine_facts(d, plan)), _host_buffer(local),
+                                  enforces_hash(local))
+        refusals += list(found.refusals)
+        suggestion = found.suggested_block_size
+    else:
+        refusals += _no_geometry(p, d, mode)
+        if not any(r.code in ("compat-hash", "tp-sizes") for r in refusals):   # e.g. a TP size the heads do not divide
+            refusals.append(Refusal("tp-layout", skipped))
     result = check_plan(plan) if plan is not None else None
     if result is None and not skipped:
         skipped = "no plan"
@@ -321,7 +368,7 @@ class Change:
         return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
 
 
-FIELD_FLAG = {"block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
+FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
               "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
@@ -379,10 +426,13 @@ def _align(p: Engine, d: Engine) -> list[Change]:
     if p.flags.attention_backend != d.flags.attention_backend:
         out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
                           "as P's"))
-    if p.model.num_spec != d.model.num_spec or _spec_hash(p) != _spec_hash(d):
+    if p.model.num_spec != d.model.num_spec or _spec_factors(p) != _spec_factors(d):
         def spec(e: Engine) -> str | None:
             return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
-        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), "as P's: conv rows and the hash follow it"))
+        why = ("as P's: the hash compares the speculative method and draft, and conv rows follow the tokens"
+               if _spec_factors(p) != _spec_factors(d) else
+               "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare")
+        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), why))
     if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
         value = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
         was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
@@ -392,6 +442,10 @@ def _align(p: Engine, d: Engine) -> list[Change]:
         out.append(Change(DECODE, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
                           "the same transfer mode as P"))
     return out
+
+
+def _spec_factors(e: Engine):
+    return e.release.speculative_factors(speculative(e), e.line.model, e.flags.kv_cache_dtype)
 
 
 def _both(flag: str, old: tuple, value: str, why: str) -> list[Change]:
@@ -416,8 +470,8 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
         lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
         for c in changes:
             lines[c.side] = apply_change(lines[c.side], c)
-        p = build_engine(PREFILL, lines[PREFILL], load)
-        d = build_engine(DECODE, lines[DECODE], load)
+        p = build_engine(PREFILL, lines[PREFILL], load, first.prefill.base)
+        d = build_engine(DECODE, lines[DECODE], load, first.decode.base)
         return lines[PREFILL], lines[DECODE], assess(p, d)
 
     base = _align(first.prefill, first.decode)
@@ -438,7 +492,7 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
                                                "vLLM's handshake accepts both engines' blocks"))
     if first.prefill.tp != first.decode.tp:
         same_tp = [Change(PREFILL, "--tensor-parallel-size", str(p_line.tp), str(first.decode.tp),
-                          "vLLM 0.33's reads are right only when P and D shard alike")]
+                          "vLLM's reads are right only when P and D shard alike")]
         reshaped = [c + same_tp for c in candidates]
     else:
         reshaped = []
@@ -477,28 +531,27 @@ class Report:
 
     def headline(self) -> str:
         a = self.assessment
+        releases = a.releases
         if a.refused:
-            return f"REFUSED: vLLM 0.33 would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
+            return f"REFUSED: {releases} would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
         if a.corrupt and a.unchecked_mismatches:
             f = a.unchecked_mismatches[0]
             return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
-                    f"does not compare: vLLM 0.33 accepts the pairing and D reads P's bytes with its own "
+                    f"does not compare: {releases} accepts the pairing and D reads P's bytes with its own "
                     f"offsets ({a.byte_check.simulation.wrong_bytes} wrong bytes)")
         if a.corrupt and a.plan is not None and any(w.code == "vllm-replicated-groups" for w in a.plan.warnings):
             groups = a.decode.model.params.get("n_groups")
-            return (f"CORRUPT: vLLM 0.33 accepts this pairing, but its reads corrupt the SSM state: its offsets "
+            return (f"CORRUPT: {releases} accepts this pairing, but its reads corrupt the SSM state: its offsets "
                     f"assume every region is evenly sharded across ranks, while this model's B/C groups "
                     f"(n_groups={groups}) are replicated on the D ranks ({a.byte_check.simulation.wrong_bytes} "
                     f"wrong bytes)")
-        if a.corrupt and a.byte_check.simulation.ok:
-            return f"CORRUPT: vLLM 0.33 accepts this pairing, but its attention reads do not: {a.attention_warning}"
         if a.corrupt:
             lines = a.byte_check.explanation()
-            return (f"CORRUPT: vLLM 0.33 accepts this pairing, but D's reads land wrong bytes "
+            return (f"CORRUPT: {releases} accepts this pairing, but D's reads land wrong bytes "
                     f"({a.byte_check.simulation.wrong_bytes} bytes; {lines[0] if lines else 'see below'})")
         if a.byte_check is None:
             return f"UNCHECKED: {a.byte_check_skipped}"
-        return (f"WORKS: vLLM 0.33 accepts this pairing and its reads move the right bytes "
+        return (f"WORKS: {releases} accepts this pairing and its reads move the right bytes "
                 f"({a.byte_check.simulation.bytes_verified} bytes verified)")
 
     def to_dict(self) -> dict:
@@ -511,14 +564,15 @@ class Report:
         plan = a.plan
         check = a.byte_check
         return {
-            "schema": SCHEMA, "verdict": self.verdict if a.byte_check or a.refused else "unchecked",
+            "schema": SCHEMA, **Engines(a.prefill.flags, a.decode.flags).to_dict(),
+            "verdict": self.verdict if a.byte_check or a.refused else "unchecked",
             "exit_code": self.exit_code, "headline": self.headline(),
             "engines": {PREFILL: engine(a.prefill, plan.prefill.geometry if plan else None),
                         DECODE: engine(a.decode, plan.decode.geometry if plan else None)},
             "compared": [f.to_dict() for f in hashed_fields(a.prefill, a.decode, plan)
                          + handshake_fields(a.prefill, a.decode, plan)],
             "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode, plan)],
-            "vllm": {"accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
+            "vllm": {"releases": a.releases, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
                      "suggested_block_size": a.suggested_block_size, "not_checked": list(NOT_CHECKED)},
             "byte_check": None if check is None else {
                 "verdict": "pass" if check.simulation.ok else "fail", "bytes_moved": check.bytes,
@@ -532,24 +586,52 @@ class Report:
         }
 
 
-def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader) -> Report:
-    p, d = build_engine(PREFILL, prefill, load), build_engine(DECODE, decode, load)
+def unknown_flags(e: Engine) -> tuple[list[str], list[str]]:
+    """The line's flags its release does not have (as far as mambaxfer knows), and those among
+    them a later release added."""
+    from mambaxfer_cli.planning.releases import RELEASES
+
+    unknown = [f for f in e.line.unknown if not e.release.knows_flag(f)]
+    later = [f for f in unknown if any(r.knows_flag(f) for r in RELEASES if r != e.release)]
+    return unknown, later
+
+
+def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines: Engines = Engines()) -> Report:
+    """The verdict on two serve lines; ``engines``: each side's release and GPU (and what the
+    lines leave unsaid)."""
+    p = build_engine(PREFILL, prefill, load, engines.prefill)
+    d = build_engine(DECODE, decode, load, engines.decode)
     first = assess(p, d)
     fix = None if first.works else find_fix(first, load)
     warnings = []
     for e in (p, d):
         name = SIDE_NAME[e.side]
-        if e.line.unknown:
-            warnings.append(f"{name}: unknown to vLLM 0.33 (as far as mambaxfer knows): {', '.join(e.line.unknown)}")
-        if e.line.attention_backend is None and e.model.has_attention:
-            warnings.append(f"{name}: no --attention-backend: {DEFAULT_BACKEND} assumed (vLLM's pick on H100/H200)")
+        unknown, later = unknown_flags(e)
+        if unknown:
+            newer = f" ({', '.join(later)}: in another release)" if later else ""
+            warnings.append(f"{name}: unknown to vLLM {e.release.name} (as far as mambaxfer knows): "
+                            f"{', '.join(unknown)}{newer}")
+        if e.line.attention_backend is None and e.model.has_attention and e.flags.attention_backend is None:
+            warnings.append(f"{name}: no --attention-backend: {e.attention_backend} assumed (vLLM's pick on "
+                            f"{e.flags.gpu.name})")
         if e.line.kv_role == "kv_both":
             warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
         warnings += [f"{name}: {n}" for n in e.line.notes]
+    local = p if _push(p, d) else d
+    if not enforces_hash(local):
+        differs = [f.name for f in hashed_fields(p, d, first.plan) if not f.agree]
+        lets = (f"; here {', '.join(differs)} differ and pass unchecked" if differs else "")
+        warnings.append(f"{SIDE_NAME[local.side]} skips the compatibility hash (enforce_handshake_compat false): "
+                        f"engines that differ in model, dtype, KV heads, head size, layers, backend, KV-cache "
+                        f"dtype, speculative settings or transfer mode are no longer refused{lets}")
     if _push(p, d):
         warnings.append("push mode (NixlPushConnector): vLLM's handshake rules are applied with P as the local "
                         "side, as its push worker does; the byte-level check simulates D's pull reads "
                         "(mambaxfer does not model push WRITEs)")
+    a = first
+    if a.plan is not None and not a.refused and a.plan.verdict.needs_remote_num_tokens and not _push(p, d):
+        warnings.append(f"{a.releases} pairs P's and D's blocks from the request's last token here: the proxy "
+                        f"must forward remote_num_tokens in kv_transfer_params, or D declines the reads")
     return Report(first, fix, tuple(warnings))
 
 

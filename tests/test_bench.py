@@ -109,8 +109,11 @@ def test_a_bench_leaves_no_rank_behind_and_bad_input_is_one_line(document):
 
 def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
     result = run_cli("bench", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "4", "--layers", "4",
-                     "--request-blocks", "1", "--iters", "1", "--device", "cpu", "--format", "json")
+                     "--request-blocks", "1", "--iters", "1", "--device", "cpu", "--format", "json",
+                     "--vllm-version", "0.33")
     assert result.code == 0, result.stderr
     assert ("warning: vLLM 0.33 would refuse this pairing at handshake (--block-size 144 fixes it): Local block "
             "size 320 is not divisible by remote block size 576 or vice versa; bench measures") in result.stderr
-    json.loads(result.stdout)       # stdout stays the document
+    document = json.loads(result.stdout)       # stdout stays the document, which names the release
+    assert document["vllm_versions"] == {"prefill": "0.33", "decode": "0.33"}
+    assert document["gpu"] == {"prefill": "H100", "decode": "H100"}

@@ -131,7 +131,7 @@ def test_tp_not_dividing_heads(fails):
 
 
 def test_non_dividing_groups(fails):
-    fails("TP 16 does not divide n_groups = 8, and vLLM 0.33 replicates B/C groups only when n_groups == 1",
+    fails("TP 16 does not divide n_groups = 8, and vLLM replicates B/C groups only when n_groups == 1",
           "inspect", "-m", "mamba-codestral-7b", "--tp", "16")
 
 
@@ -300,16 +300,21 @@ def test_granite_tp4_b_and_c_replicated(cli):
 
 
 def test_json_document_shape(cli):
-    doc = inspect_json(cli, "-m", "jamba", "--tp", "2")
-    assert set(doc) == {"schema", "producer", "model", "layouts", "engines"} and doc["schema"] == "mambaxfer.inspect/v1"
+    doc = inspect_json(cli, "-m", "jamba", "--tp", "2", "--vllm-version", "0.33")
+    assert set(doc) == {"schema", "producer", "vllm_version", "gpu", "model", "layouts", "engines"}
+    assert (doc["schema"], doc["vllm_version"], doc["gpu"]) == ("mambaxfer.inspect/v1", "0.33", "H100")
     assert set(doc["model"]) == {"name", "source", "variant", "ssm_layers", "attention_layers", "conv_kernel",
                                  "num_spec", "conv_dtype", "ssm_dtype", "params", "attention", "origin"}
-    # Jamba at TP 2: 4 KV heads of 128 in bf16 (2048 B a token); a 155648-byte state needs 80 tokens.
+    # Jamba at TP 2: 4 KV heads of 128 in bf16 (2048 B a token); a 155648-byte state needs 80 tokens
+    # from vLLM 0.33's 16 (16·ceil(4.75)), 128 from 0.34's 64 (64·ceil(1.19)).
     assert doc["engines"]["2"] == {"attention_backend": "FLASH_ATTN", "kv_cache_dtype": "auto",
                                    "prefix_caching": True, "block_size": 80, "kernel_block_size": 80,
                                    "blocks_per_logical": 1, "attention_bytes_per_token": 2048,
                                    "state_bytes": 155648, "page_bytes": 163840, "num_blocks": 100000,
-                                   "vllm_derived": True}
+                                   "vllm_derived": True, "vllm_version": "0.33", "gpu": "H100",
+                                   "gdn_prefill_backend": None, "checkpoint_alignment": 1}
+    newer = inspect_json(cli, "-m", "jamba", "--tp", "2", "--vllm-version", "0.34")["engines"]["2"]
+    assert (newer["block_size"], newer["page_bytes"], newer["vllm_version"]) == (128, 262144, "0.34")
     rank = doc["layouts"]["2"][1]
     assert set(rank) == {"rank", "conv_rows", "conv_bytes", "ssm_bytes", "regions"}
     assert rank["regions"][1] == {"name": "ssm", "kind": "ssm", "unit": "channel", "unit_bytes": 32,

@@ -32,25 +32,19 @@ RELEASES = {"0.33": "MAMBAXFER_TEST_VLLM_0_33", "0.34": "MAMBAXFER_TEST_VLLM_0_3
 TIMEOUT = 1800      # a generous bound for a stuck interpreter, never a speed requirement
 
 # Where mambaxfer's rules part from the installed vLLM today, each with the reason (vLLM file and
-# function). The rules per release (issue "vLLM releases as data") remove these; when they do,
-# test_every_function_agrees passes and this table must shrink to nothing.
+# function). When mambaxfer's rules catch up, test_every_function_agrees passes (an XPASS fails the
+# run) and this table must shrink to nothing.
 KNOWN_DIFFERENCES = {
-    "0.33": {
-        # nixl/base_worker.py _build_local_splits_from_plan: vLLM exempts only MLA regions from the
-        # head-sharded refusal; mambaxfer also exempts P ranks that replicate a KV head (and in push
-        # mode, D ranks). Also _build_fa_remote / _build_local_splits_from_plan look for an attention
-        # group with next(): models without attention (mamba-130m, Mamba-Codestral) stop there.
+    release: {
+        # nixl/base_worker.py _build_fa_remote (and, with P_TP > D_TP, _build_local_splits_from_plan)
+        # looks for an attention group with next(): models without attention (mamba-130m,
+        # Mamba-Codestral) stop there on every pairing; mambaxfer accepts them.
         "handshake verdict",
-        # nixl/metadata.py compute_nixl_compatibility_hash: num_speculative_tokens is not hashed.
-        "compute_nixl_compatibility_hash",
         # pull_worker.py _read_blocks: with block_size_ratio > 1 every local list is registered at P's
-        # block size (ratio-expanded attention descriptors), also for a P rank read for SSM state only.
+        # block size (ratio-expanded attention descriptors), also for a P rank read for SSM state only;
+        # mambaxfer's list for such a source keeps whole kernel blocks.
         "_compute_desc_ids",
-    },
-}
-KNOWN_DIFFERENCES["0.34"] = KNOWN_DIFFERENCES["0.33"] | {
-    # config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE: 64 in 0.34 (16 in 0.33).
-    "update_block_size_for_backend", "select_common_block_size",
+    } for release in RELEASES
 }
 
 
@@ -124,23 +118,27 @@ def test_every_function_agrees(all_presets):
 
 
 def test_known_differences_are_the_known_facts(all_presets):
-    """The first differing cases are the facts vLLM's code decides (file and function in the
-    KNOWN_DIFFERENCES comments), with both values."""
+    """The differing cases are the facts vLLM's code decides (KNOWN_DIFFERENCES), no others."""
     release, document, _ = all_presets
     functions = by_function(document)
-    hash_first = functions["compute_nixl_compatibility_hash"]["first_difference"]
-    assert "MTP 1 token on P, 2 on D" in hash_first["case"]
-    assert hash_first["vllm"].startswith("the hashes are equal")
-    models = functions["handshake verdict"]["by_model"]
-    # Both models without attention fail on every pairing, pull and push, every flag variant.
-    for model in ("mamba-130m", "mamba-codestral-7b"):
-        assert models[model]["differing"] == models[model]["cases"] > 0
-    if release == "0.34":
-        geometry = functions["update_block_size_for_backend"]["first_difference"]
-        # granite-4.0-h-tiny TP 1: 0.34's default block 64 gives 64·ceil(m / (64·a1)) = 448 tokens
-        # (m = 19968 + 786432 state bytes, a1 = 4 KV heads · 2 · 128 · 2 bytes = 2048); 0.33's 16 gives 400.
-        assert geometry["case"].startswith("granite-4.0-h-tiny, TP 1, FLASH_ATTN, --block-size default")
-        assert geometry["vllm"].startswith("block 448 tokens") and geometry["mambaxfer"].startswith("block 400 tokens")
+    handshake = functions["handshake verdict"]
+    no_attention = {"mamba-130m", "mamba-codestral-7b"}
+    for model, counts in handshake["by_model"].items():
+        # Both models without attention fail on every pairing, pull and push, every flag set.
+        assert counts["differing"] == (counts["cases"] if model in no_attention else 0), model
+    assert handshake["first_difference"]["vllm"].startswith("refuses: StopIteration in _build_fa_remote")
+    ids = functions["_compute_desc_ids"]
+    assert {model for model, counts in ids["by_model"].items() if counts["differing"]} == {"qwen3.5-0.8b",
+                                                                                           "qwen3-next-80b"}
+    first = ids["first_difference"]
+    # Qwen3-Next (12 KV-cache tensors, D N = 2048 kernel blocks); P rank 1 gives SSM state only, and
+    # the first ID is the first SSM group's block 3. vLLM: SSM IDs after 12 x 2048 x ratio attention
+    # IDs; mambaxfer: after 12 x 2048 = 24576. 0.33, 4P1D with prefix caching off: P kernel 272, D
+    # 544 (ratio 2). 0.34 (whose 4P1D blocks do not divide): 8P1D, P 192, D 576 (ratio 3).
+    pairing, ratio = {"0.33": ("P TP 4 / D TP 1", 2), "0.34": ("P TP 8 / D TP 1", 3)}[release]
+    assert first["case"].startswith(f"qwen3-next-80b, {pairing}, D rank 0")
+    assert (first["vllm"]["P rank"], first["vllm"]["ids"][0], first["mambaxfer"]["ids"][0]) == (
+        1, 12 * 2048 * ratio + 3, 12 * 2048 + 3)
 
 
 def test_document_validates_against_the_published_schema(all_presets):
@@ -236,20 +234,20 @@ def test_a_stand_in_without_an_attribute_vllm_reads_could_not_be_called(driven):
     jsonschema.Draft202012Validator(document_schema("conformance")).validate(run["document"])
 
 
-def test_a_short_kv_cache_group_posts_fewer_ids_from_0_34(driven):
+def test_a_short_kv_cache_group_posts_the_ids_of_its_release(driven):
     """vLLM 0.34's _compute_desc_ids covers only the regions that hold a layer of the group
-    (nixl/base_worker.py, with the pairs of _pair_regions). Bamba-9B: 29 SSM layers in 10 groups of
-    3 tensors, the last holding 2 layers, then one attention group. One block per group: nine full
-    SSM groups post 3 tensors x 4 regions = 12 IDs each (108), the short one 2 x 4 = 8 in 0.34 and
-    12 in 0.33, attention 3: 119 against 123, parting at index 108 + 8 = 116."""
+    (nixl/base_worker.py, with the pairs of _pair_regions); 0.33's covers every region. Bamba-9B:
+    29 SSM layers in 10 groups over 3 tensors, the last group holding 2 layers, then one attention
+    group. With one block per group, nine full SSM groups post 3 tensors x 4 regions = 12 IDs each,
+    the short one 2 x 4 = 8 (0.34) or 12 (0.33), attention 3: 119 or 123 IDs. vLLM's code and
+    mambaxfer's plan for that release agree."""
     release, runs = driven
     ids = by_function(runs["bamba"]["document"])["_compute_desc_ids"]
-    if release == "0.33":
-        assert ids["outcome"] == "agrees" and ids["cases"] > 0
-        return
-    first = ids["first_difference"]
-    assert (first["vllm"]["length"], first["mambaxfer"]["length"]) == (119, 123)
-    assert first["vllm"]["first differing index"] == 9 * 12 + 8
+    assert ids["outcome"] == "agrees" and ids["cases"] > 0
+    plan = _plan(f"mambaxfer plan --model {shlex.quote(BAMBA)} --p-tp 1 --d-tp 1 --semantics vllm "
+                 f"--vllm-version {release}")
+    (read,) = plan["descriptors"]["reads"]
+    assert len(read["local_ids"]) == len(read["remote_ids"]) == {"0.33": 123, "0.34": 119}[release]
 
 
 # --- without vLLM --------------------------------------------------------------------------------
@@ -337,7 +335,8 @@ def test_hash_variation_commands_are_preflight_lines_it_reads():
     assert result.code in (0, 1), result.stderr          # a verdict, not a usage error
     document = json.loads(result.stdout)
     assert document["engines"]["prefill"]["num_spec"] == 1 and document["engines"]["decode"]["num_spec"] == 2
-    assert "compat-hash" in [r["code"] for r in document["vllm"]["refusals"]]     # what mambaxfer says today
+    # vLLM does not hash num_speculative_tokens (compute_nixl_compatibility_hash), nor does mambaxfer.
+    assert "compat-hash" not in [r["code"] for r in document["vllm"]["refusals"]]
 
 
 def _synthetic_report() -> Report:

@@ -13,6 +13,7 @@ from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.planning.plan import PlanOptions, build_plan
+from mambaxfer_cli.planning.releases import V0_33
 
 
 def vllm_mock_list(num_blocks: int, phys: int) -> DescriptorList:
@@ -113,10 +114,11 @@ def test_pieces_number_attention_ids_within_a_kernel_block():
 
 def test_jamba_1p4d_descriptor_ids_by_hand():
     # Jamba's grouping: 7 SSM groups then 1 attention group, 4 tensors; one attention stream per
-    # tensor gives F = 4; k = 2 (x, ssm). Derived geometry: 80-token blocks of one kernel block on
-    # both sides (see test_geometry), so P: N = L = 1000; D: N = L = 2000.
+    # tensor gives F = 4; k = 2 (x, ssm). Derived geometry (vLLM 0.33): 80-token blocks of one kernel
+    # block on both sides (see test_geometry), so P: N = L = 1000; D: N = L = 2000.
     # Request: group g uses P logical block 5 + g and D logical block 7 + g.
-    opts = PlanOptions(prefill=EngineFlags(num_blocks=1000), decode=EngineFlags(num_blocks=2000),
+    opts = PlanOptions(prefill=EngineFlags(release=V0_33, num_blocks=1000),
+                       decode=EngineFlags(release=V0_33, num_blocks=2000),
                        prefill_blocks="5;6;7;8;9;10;11;12", decode_blocks="7;8;9;10;11;12;13;14")
     plan = build_plan(load_model("jamba"), 1, 4, opts)
     dmap = plan.descriptors
@@ -143,7 +145,9 @@ def test_jamba_1p4d_descriptor_ids_by_hand():
 
 
 def test_jamba_4p1d_uses_split_lists():
-    plan = build_plan(load_model("jamba"), 4, 1)
+    # vLLM 0.33's 80-token blocks: a KV head's 80 tokens of K and V are 40960 bytes of a kernel block.
+    engine = EngineFlags(release=V0_33)
+    plan = build_plan(load_model("jamba"), 4, 1, PlanOptions(prefill=engine, decode=engine))
     reads = plan.descriptors.reads
     assert [(r.p_rank, r.local_list) for r in reads] == [(i, f"split:{i}") for i in range(4)]
     for i, read in enumerate(reads):
@@ -219,7 +223,7 @@ def test_parse_blocks():
 
 def test_engine_errors():
     grouping = vllm_grouping(("ssm",))
-    with pytest.raises(UserError, match="--attention-streams must be 1"):
+    with pytest.raises(UserError, match="attention streams per KV-cache tensor must be 1"):
         make_engine(grouping, 100, 1, 3, 2)
     with pytest.raises(UserError, match="3 kernel blocks hold no whole logical block of 4"):
         make_engine(grouping, 3, 4, 1, 2)
@@ -233,9 +237,9 @@ def test_request_blocks_must_be_positive():
 
 
 def test_attention_groups_cover_the_same_tokens_on_both_sides():
-    # Qwen3.5-0.8B, prefix caching off: P TP4 blocks of 272 tokens, D TP1 of 544. Two D blocks hold
-    # 1088 tokens, which take four P blocks; SSM groups pair block for block.
-    flags = EngineFlags(prefix_caching=False, num_blocks=4096)
+    # Qwen3.5-0.8B, prefix caching off, vLLM 0.33: P TP4 blocks of 272 tokens, D TP1 of 544. Two D
+    # blocks hold 1088 tokens, which take four P blocks; SSM groups pair block for block.
+    flags = EngineFlags(release=V0_33, prefix_caching=False, num_blocks=4096)
     plan = build_plan(load_model("qwen3.5-0.8b"), 4, 1, PlanOptions(prefill=flags, decode=flags, request_blocks=2))
     request = plan.descriptors.request
     assert [len(b) for b in request.decode_blocks] == [2, 2, 2, 2]

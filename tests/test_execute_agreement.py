@@ -70,12 +70,17 @@ def test_fields_the_plan_gains_are_compared(monkeypatch):
 
 def test_engine_geometry_is_named_before_what_derives_from_it():
     from mambaxfer_cli.planning.geometry import EngineFlags
+    from mambaxfer_cli.planning.releases import V0_33, V0_34
 
-    mine = agreement.geometry(plan_of())
-    theirs = agreement.geometry(plan_of(engine=EngineFlags(block_size=160)))
+    mine = agreement.geometry(plan_of(engine=EngineFlags(release=V0_33)))     # Jamba: 80-token blocks
+    theirs = agreement.geometry(plan_of(engine=EngineFlags(release=V0_33, block_size=160)))
     assert "engines.prefill.block_size: prefill has 80, decode has 160" in agreement.mismatch(mine, theirs)
-    theirs = agreement.geometry(plan_of(engine=EngineFlags(attention_backend="FLASHINFER")))
+    theirs = agreement.geometry(plan_of(engine=EngineFlags(release=V0_33, attention_backend="FLASHINFER")))
     assert "engines.prefill.attention_backend" in agreement.mismatch(mine, theirs)
+    # Sides of two releases disagree on the engines before anything derived from them.
+    theirs = agreement.geometry(plan_of(engine=EngineFlags(release=V0_34, block_size=80)))
+    assert "engines.prefill.vllm_version: prefill has \"0.33\", decode has \"0.34\"" in \
+        agreement.mismatch(mine, theirs)
 
 
 def test_plan_hash_covers_the_descriptor_ids():

@@ -50,9 +50,10 @@ def test_tasks_follow_the_plan():
     assert [p.port for p in build_tasks(plan, replace(SETTINGS, port=5600))[0]] == [5600, 5601, 5602, 5603]
     d = decode[0]
     # One KV-cache tensor of 32 logical pages (twice the request's 8 groups x 2 blocks); Jamba's
-    # geometry at TP 2 (80-token blocks of 4 KV heads of 128, bf16): pages of 80 * 2048 bytes.
-    assert (d.memory.tensors, d.memory.logical_blocks, d.memory.page_bytes) == (1, 32, 80 * 2048)
-    assert d.memory.total_bytes == 32 * 80 * 2048
+    # geometry at TP 2 in vLLM 0.34 (128-token blocks of 4 KV heads of 128, bf16): pages of 128 * 2048
+    # bytes.
+    assert (d.memory.tensors, d.memory.logical_blocks, d.memory.page_bytes) == (1, 32, 128 * 2048)
+    assert d.memory.total_bytes == 32 * 128 * 2048
     assert len(d.expected) == 7 * 2 + 2       # 7 SSM groups x 2 blocks, 1 attention group x 2 blocks
 
 

@@ -1,4 +1,5 @@
-"""Engine geometry as vLLM 0.33 derives it (SPEC section 8), pinned by hand-worked numbers.
+"""Engine geometry as vLLM 0.33 derives it on an H100, pinned by hand-worked numbers (0.34's
+default block size: tests/test_releases.py).
 
 Formulas (vLLM 0.33, ``Platform._align_hybrid_block_size`` and ``select_common_block_size``):
 ``a1 = kv_heads_rank · 2 · head_size · dt(kv)``; ``m = conv_bytes + ssm_bytes``;
@@ -15,12 +16,13 @@ from mambaxfer_cli.planning.engine import build_side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.geometry import EngineFlags, backend, derive, kv_cache_dtype
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.planning.releases import V0_33
 from mambaxfer_cli.readers.model_source import load_model
 
 
 def side(model: str, tp: int, **flags):
     spec = load_model(model)
-    return build_side(spec, tp, EngineFlags(**flags), vllm_grouping(spec.layers))
+    return build_side(spec, tp, EngineFlags(**{"release": V0_33, **flags}), vllm_grouping(spec.layers))
 
 
 def geometry(model: str, tp: int, **flags) -> tuple:
@@ -29,7 +31,7 @@ def geometry(model: str, tp: int, **flags) -> tuple:
             g.blocks_per_logical, g.page_bytes)
 
 
-# SPEC section 8's worked example: Qwen3.5-0.8B, bf16 KV, prefix caching off.
+# docs/reference.md's worked example: Qwen3.5-0.8B, bf16 KV, prefix caching off.
 # m: TP1 conv (Q, K, V: 2048 channels each) 6144 · 3 rows · 2 B = 36864, temporal 16 heads ·
 # 128 · 128 · 4 B (float32) = 1048576 -> 1085440; TP4 a quarter, 271360.
 # a1: TP1 2 KV heads · 2 · 256 · 2 B = 2048; TP4 one head (replicated) = 1024.
@@ -90,7 +92,7 @@ def test_ssm_only_engines_keep_the_state_as_their_page():
 def test_kv_cache_dtype_sets_a1():
     assert geometry("jamba", 1, kv_cache_dtype="fp8")[0] == 2048     # 1 byte an element
     assert kv_cache_dtype("auto", "float16") == "float16"
-    with pytest.raises(UserError, match="unknown --kv-cache-dtype 'int3'"):
+    with pytest.raises(UserError, match="unknown KV-cache dtype 'int3'"):
         kv_cache_dtype("int3", "bfloat16")
 
 
@@ -104,6 +106,6 @@ def test_backends():
 
 
 def test_blocks_per_logical_override_is_marked():
-    g = derive(311296, 4096, EngineFlags(blocks_per_logical=5))
+    g = derive(311296, 4096, EngineFlags(release=V0_33, blocks_per_logical=5))
     assert (g.block_size, g.kernel_block_size, g.blocks_per_logical, g.overridden) == (80, 16, 5, True)
     assert g.derived_blocks_per_logical == 1 and g.to_dict()["vllm_derived"] is False

@@ -1,4 +1,5 @@
-"""vLLM 0.33's handshake verdict (SPEC section 8) and attention sources (SPEC section 7)."""
+"""vLLM's handshake verdict and attention sources (``compute_tp_mapping``), for each release where
+they agree (what differs between releases: tests/test_releases.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.handshake import attention_sources
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.planning.plan import PlanOptions, build_plan
+from mambaxfer_cli.planning.releases import RELEASES, V0_33
 from strategies import pairings
 
 
@@ -21,14 +23,17 @@ def plan(model: str, p_tp: int, d_tp: int, semantics: str = "vllm", **flags):
     return build_plan(load_model(model), p_tp, d_tp, PlanOptions(semantics=semantics, prefill=engine, decode=engine))
 
 
-def test_qwen35_1p4d_is_refused_with_vllms_message_and_the_fix():
-    p = plan("qwen3.5-0.8b", 1, 4)
+@pytest.mark.parametrize("rel", RELEASES)
+def test_qwen35_1p4d_is_refused_with_vllms_message_and_the_fix(rel):
+    # Default flags give 576 and 320 tokens in both releases (test_releases.py); --block-size 144:
+    # kba = lcm(144, 64) = 576 on both sides.
+    p = plan("qwen3.5-0.8b", 1, 4, release=rel)
     assert not p.verdict.accepts
     assert [r.to_dict() for r in p.verdict.refusals] == [{
         "code": "block-size",
         "message": "Local block size 320 is not divisible by remote block size 576 or vice versa."}]
     assert p.verdict.suggested_block_size == 144
-    fixed = plan("qwen3.5-0.8b", 1, 4, block_size=144)
+    fixed = plan("qwen3.5-0.8b", 1, 4, release=rel, block_size=144)
     assert fixed.verdict.accepts and fixed.prefill.kernel_tokens == fixed.decode.kernel_tokens == 576
     # Refused under vllm semantics: check says so and fails; fixed, it passes byte by byte.
     result = check_plan(p)
@@ -37,18 +42,20 @@ def test_qwen35_1p4d_is_refused_with_vllms_message_and_the_fix():
 
 
 def test_spec_example_prefix_caching_off_is_refused_too():
-    p = plan("qwen3.5-0.8b", 1, 4, prefix_caching=False)     # SPEC section 8: 544 and 272 tokens
+    # vLLM 0.33, docs/reference.md's example: 544 and 272 tokens.
+    p = plan("qwen3.5-0.8b", 1, 4, release=V0_33, prefix_caching=False)
     assert p.verdict.refusals[0].message == ("Local block size 272 is not divisible by remote block size 544 "
                                              "or vice versa.")
 
 
-def test_prefix_caching_with_unequal_blocks_per_logical_is_refused():
-    p = plan("qwen3.5-0.8b", 1, 4, attention_backend="FLASHINFER")   # 64-token kernels: 9 and 5 of them
+@pytest.mark.parametrize("rel", RELEASES)
+def test_prefix_caching_with_unequal_blocks_per_logical_is_refused(rel):
+    p = plan("qwen3.5-0.8b", 1, 4, release=rel, attention_backend="FLASHINFER")   # 64-token kernels: 9 and 5
     assert [r.code for r in p.verdict.refusals] == ["prefix-caching"]
     assert p.verdict.refusals[0].message == (
         "Prefix caching with heterogeneous physical_blocks_per_logical is not supported for Mamba hybrid "
         "models. Local: 5, Remote: 9. Disable prefix caching with --disable-prefix-caching.")
-    assert plan("qwen3.5-0.8b", 1, 4, attention_backend="FLASHINFER",
+    assert plan("qwen3.5-0.8b", 1, 4, release=rel, attention_backend="FLASHINFER",
                 block_size=p.verdict.suggested_block_size).verdict.accepts
 
 
@@ -69,20 +76,19 @@ def test_kv_cache_dtype_mismatch_fails_the_compatibility_hash_but_the_attention_
     assert q.verdict.accepts and q.prefill.hashed_backend == "MAMBA1_ATTN"
 
 
-def test_accepted_sub_block_reads_that_interleave_heads_are_caught():
-    # 8P1D: P's 192-token kernel blocks are read whole into thirds of D's 576-token ones; D holds
-    # both KV heads, so each third holds 192 tokens of head 0 then of head 1.
-    p = plan("qwen3.5-0.8b", 8, 1)
-    assert p.verdict.accepts and (p.prefill.kernel_tokens, p.decode.kernel_tokens) == (192, 576)
-    assert "vllm-attention-heads" in [w.code for w in p.warnings]
-    result = check_plan(p)
-    assert result.verdict == "fail"
-    assert {(d.region, d.first.reason) for d in result.simulation.damage} == {("kv", "head 1 read as head 0")}
-    # Exact semantics moves the tokens and verifies.
+def test_accepted_sub_block_reads_pass_where_vllm_accepts_them():
+    # 4P2D without prefix caching, vLLM 0.33: P's 272-token kernel blocks read whole into halves of
+    # D's 544-token ones (one KV head per D rank), rearranged on receipt: the right bytes.
+    p = plan("qwen3.5-0.8b", 4, 2, release=V0_33, prefix_caching=False)
+    assert p.verdict.accepts and (p.prefill.kernel_tokens, p.decode.kernel_tokens) == (272, 544)
+    assert p.received_sub_blocks == 2 and "vllm-attention-heads" not in [w.code for w in p.warnings]
+    assert check_plan(p).verdict == "pass"
+    # 8P1D (two sources of attention for D0) is refused instead; exact semantics moves the tokens.
+    assert [r.code for r in plan("qwen3.5-0.8b", 8, 1).verdict.refusals] == ["head-sharded-block-size"]
     assert check_plan(plan("qwen3.5-0.8b", 8, 1, semantics="exact")).verdict == "pass"
 
 
-# --- SPEC section 7: attention sources ----------------------------------------------------------
+# --- attention sources ----------------------------------------------------------
 
 @pytest.mark.parametrize("model,p_tp,d_tp", [("qwen3.5-0.8b", 4, 4), ("qwen3.5-0.8b", 4, 8),
                                              ("qwen3.5-0.8b", 8, 4), ("qwen3-next-80b", 8, 8)])
@@ -112,12 +118,12 @@ def test_compute_tp_mapping_takes_the_first_rank_of_each_head():
 
 @settings(max_examples=60, deadline=None)
 @given(pairings(max_tp=4, attention=True), st.sampled_from(["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"]),
-       st.booleans(), st.sampled_from([16, 32, 48, 64]))
-def test_derived_geometry_invariants(case, backend_name, prefix, block_size):
+       st.booleans(), st.sampled_from([16, 32, 48, 64, None]), st.sampled_from(RELEASES))
+def test_derived_geometry_invariants(case, backend_name, prefix, block_size, rel):
     model, p_tp, d_tp = case
     assume(model.has_attention)
     flags = EngineFlags(attention_backend=backend_name, prefix_caching=prefix, block_size=block_size,
-                        num_blocks=2048)
+                        num_blocks=2048, release=rel)
     try:
         p = build_plan(model, p_tp, d_tp, PlanOptions(prefill=flags, decode=flags))
     except Exception as exc:   # FLASHINFER kernels that divide no block are a user error, nothing else
@@ -129,7 +135,7 @@ def test_derived_geometry_invariants(case, backend_name, prefix, block_size):
         assert g.page_bytes == g.block_size * g.attention_bytes_per_token >= g.state_bytes
         assert g.block_size % g.kernel_block_size == 0
         assert g.blocks_per_logical == g.block_size // g.kernel_block_size
-        assert g.block_size >= block_size and g.block_size % 16 == 0
+        assert g.block_size >= (block_size or rel.default_block_size) and g.block_size % 16 == 0
     pg, dg = p.prefill.geometry, p.decode.geometry
     same_kernel = pg.kernel_block_size == dg.kernel_block_size
     same_ratio = pg.blocks_per_logical == dg.blocks_per_logical

@@ -107,7 +107,7 @@ def test_other_non_dividing_groups_are_an_error():
     with pytest.raises(UserError) as err:
         engine_layouts(load(CODESTRAL), 16)
     assert str(err.value) == (
-        f"{CODESTRAL}: TP 16 does not divide n_groups = 8, and vLLM 0.33 replicates B/C groups only when "
+        f"{CODESTRAL}: TP 16 does not divide n_groups = 8, and vLLM replicates B/C groups only when "
         f"n_groups == 1 (padding to n_eff = TP); TP sizes that work: 1, 2, 4, 8")
 
 

@@ -209,7 +209,7 @@ def test_hf_cache_follows_refs_main(tmp_path, monkeypatch):
 def test_each_dtype_says_where_it_came_from(tmp_path):
     origin = load_model("nemotron-h-8b").origin
     assert origin["conv_dtype"] == "config key torch_dtype"
-    assert origin["ssm_dtype"].startswith("Nemotron-H default: vLLM 0.33 keeps this family's SSM state in float32")
+    assert origin["ssm_dtype"].startswith("Nemotron-H default: vLLM keeps this family's SSM state in float32")
     assert load_model("qwen3.5-0.8b").origin["ssm_dtype"] == "config key mamba_ssm_dtype"
     assert load_model("jamba").origin["ssm_dtype"] == "the conv dtype"
     assert load_model("jamba", ssm_dtype="fp32").origin["ssm_dtype"] == "--ssm-dtype"

@@ -30,10 +30,11 @@ def test_schema_command_prints_a_valid_json_schema():
 
 
 def test_readme_first_example_renders_every_section():
-    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4")
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--vllm-version", "0.34")
     assert result.code == 0, result.stderr
     for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads", "Where every byte",
-                    "Descriptor IDs", "step 100000", "vLLM 0.33 accepts this pairing and issues the same reads"):
+                    "Descriptor IDs", "step 100000", "vLLM 0.34 accepts this pairing and issues the same reads",
+                    "vLLM 0.34 on H100 (SM 9.0, CUDA 13)"):
         assert section in result.stdout, section
 
 
@@ -94,10 +95,11 @@ def test_d_rank_limits_the_document():
 
 
 def test_explicit_request_blocks_give_exact_ids():
-    # Jamba: F = 4 streams, N = 100000; FLASHINFER splits Jamba's 80-token block into 5 kernel
+    # Jamba: F = 4 streams, N = 100000; FLASHINFER splits vLLM 0.33's 80-token block into 5 kernel
     # blocks of 16, so L = 20000; k = 2, S = 4. Eight groups (ssm*7, attention), each with its own
     # block on each side.
     document = plan_json("--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-backend", "FLASHINFER",
+                         "--vllm-version", "0.33",
                          "--prefill-blocks", "8;1;2;3;4;5;6;9", "--decode-blocks", "3;10;11;12;13;14;15;16")
     assert document["engines"]["prefill"]["blocks_per_logical"] == 5
     read = document["descriptors"]["reads"][0]
@@ -128,7 +130,7 @@ def test_output_writes_the_document(tmp_path):
 
 @pytest.mark.parametrize("args,fragments", [
     (["--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3", "--semantics", "vllm"],
-     ["vLLM 0.33 needs one TP size to divide the other", "--semantics exact"]),
+     ["vLLM needs one TP size to divide the other", "--semantics exact"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["TP 3 does not divide intermediate_size = 8192"]),
     (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["--p-tp must be >= 1, got 0"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1000"], ["--d-tp 1000 is larger than any deployment's TP size; at most 256"]),
@@ -141,12 +143,18 @@ def test_output_writes_the_document(tmp_path):
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--decode-blocks", "x"], ["--decode-blocks: 'x'"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--prefill-blocks", "99999999"],
      ["outside the prefill engine's 100000 logical blocks"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-blocks-per-logical", "3"],
-     ["--blocks-per-logical 3 does not divide the block of 80 tokens"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-blocks-per-logical", "3", "--vllm-version", "0.33"],
+     ["3 kernel blocks per logical block do not divide the block of 80 tokens"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-backend", "XFORMERS"],
      ["unknown attention backend 'XFORMERS'"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-cache-dtype", "int3"], ["unknown --kv-cache-dtype"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--block-size", "0"], ["--block-size must be an integer"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-cache-dtype", "int3"], ["unknown KV-cache dtype 'int3'"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--block-size", "0"], ["--block-size must be >= 1, got 0"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--vllm-version", "0.35"],
+     ["--vllm-version 0.35: unknown vLLM release '0.35'; mambaxfer knows 0.33, 0.34"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--d-vllm-version", "x"], ["--d-vllm-version x: unknown"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gpu", "V100"], ["--gpu: unknown GPU 'V100'"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gdn-prefill-backend", "hip"],
+     ["--gdn-prefill-backend: GDN prefill backend 'hip' is not one for NVIDIA GPUs"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-streams", "3"], ["--attention-streams"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-groups", "ssm*2,banana", "--kv-tensors", "2"],
      ["--kv-groups: bad item 'banana'"]),

@@ -1,4 +1,4 @@
-"""mambaxfer preflight end to end: real vllm serve command lines in, vLLM 0.33's verdict, the
+"""mambaxfer preflight end to end: real vllm serve command lines in, the vLLM release's verdict, the
 byte-level check and the corrected lines out (exit 0 works, 1 refused or corrupt, 2 usage)."""
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ def run_json(p: str, d: str, *extra: str):
 
 
 def check_fix_works(doc) -> None:
-    """The corrected lines, run through preflight again, work (exit 0)."""
-    code, again = run_json(doc["fix"]["prefill"], doc["fix"]["decode"])
+    """The corrected lines, run through preflight again for the same releases, work (exit 0)."""
+    versions = doc["vllm_versions"]
+    code, again = run_json(doc["fix"]["prefill"], doc["fix"]["decode"], "--p-vllm-version", versions["prefill"],
+                           "--d-vllm-version", versions["decode"])
     assert code == 0, again["headline"]
     assert again["verdict"] == "works" and again["fix"] is None
 
@@ -73,22 +75,30 @@ def test_qwen35_1p4d_default_flags_is_refused_and_block_size_144_fixes_it():
     check_fix_works(doc)
 
 
-def test_prefix_caching_with_different_blocks_per_logical_flashinfer():
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_prefix_caching_with_different_blocks_per_logical_flashinfer(version):
     p, d = lines("Qwen/Qwen3.5-0.8B", "--attention-backend FLASHINFER", "-tp 4 --attention-backend FLASHINFER")
-    code, doc = run_json(p, d)
-    assert code == 1
+    code, doc = run_json(p, d, "--vllm-version", version)
+    assert code == 1 and doc["vllm_versions"] == {"prefill": version, "decode": version}
     g = doc["engines"]
     assert (g["prefill"]["geometry"]["kernel_block_size"], g["prefill"]["geometry"]["blocks_per_logical"]) == (64, 9)
     assert (g["decode"]["geometry"]["kernel_block_size"], g["decode"]["geometry"]["blocks_per_logical"]) == (64, 5)
     assert [r["code"] for r in doc["vllm"]["refusals"]] == ["prefix-caching"]
     assert "Local: 5, Remote: 9" in doc["vllm"]["refusals"][0]["message"]
-    # Turning prefix caching off alone leaves kernels of 32 and 16 tokens (refused): the fix is the block size.
-    assert {c["flag"] for c in doc["fix"]["changes"]} == {"--block-size"}
-    check_fix_works(doc)
     off = [x.replace("--port", "--no-enable-prefix-caching --port") for x in (p, d)]
-    code, doc = run_json(*off)
-    assert code == 1 and doc["vllm"]["refusals"][0]["message"] == (
-        "Local block size 16 is not divisible by remote block size 32 or vice versa.")
+    code, off_doc = run_json(*off, "--vllm-version", version)
+    if version == "0.33":
+        # Turning prefix caching off alone leaves kernels of 32 and 16 tokens (refused): the fix is the
+        # block size.
+        assert {c["flag"] for c in doc["fix"]["changes"]} == {"--block-size"}
+        check_fix_works(doc)
+        assert code == 1 and off_doc["vllm"]["refusals"][0]["message"] == (
+            "Local block size 16 is not divisible by remote block size 32 or vice versa.")
+    else:
+        # 0.34 starts from 64 tokens: 576 = 9·64 and 320 = 5·64 without prefix caching too, accepted
+        # (blocks pair from the last token: the proxy must forward remote_num_tokens).
+        assert code == 0 and off_doc["verdict"] == "works", off_doc["headline"]
+        assert any("remote_num_tokens" in w for w in off_doc["warnings"])
 
 
 def test_ssm_dtype_mismatch_passes_vllm_and_corrupts_state():
@@ -247,21 +257,42 @@ def test_the_readme_example_scripts(prefill, decode, code):
         assert "VLLM_SSM_CONV_STATE_LAYOUT=DS CUDA_VISIBLE_DEVICES=0 vllm serve" in result.stdout
 
 
+PUSH_P = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_producer"}'"""
+PUSH_D = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_consumer"}'"""
+
+
 def test_push_mode_checks_the_handshake_from_p():
-    """NixlPushConnector: P is the local side of the handshake, so P's kernel block must be a
-    multiple of D's: Qwen3.5 1P4D with prefix caching off (544 and 272 tokens) passes in push
-    mode, where pull mode refuses it."""
-    push_p = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_producer"}'"""
-    push_d = """--kv-transfer-config '{"kv_connector":"NixlPushConnector","kv_role":"kv_consumer"}'"""
-    p = f"{DS} vllm serve Qwen/Qwen3.5-0.8B --no-enable-prefix-caching {push_p}"
-    d = f"{DS} vllm serve Qwen/Qwen3.5-0.8B -tp 4 --no-enable-prefix-caching {push_d}"
-    code, doc = run_json(p, d)
+    """NixlPushConnector: P is the local side of the handshake, so in vLLM 0.33 P's kernel block
+    must be a multiple of D's: P --block-size 1152, D 576 (equal TP) passes in push mode, where pull
+    mode refuses it; vLLM 0.34 refuses any difference (NixlPushConnectorWorker's identical blocks)."""
+    p = f"{DS} vllm serve Qwen/Qwen3.5-0.8B --block-size 1152 {PUSH_P}"
+    d = f"{DS} vllm serve Qwen/Qwen3.5-0.8B --block-size 576 {PUSH_D}"
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
     assert (doc["engines"]["prefill"]["geometry"]["block_size"], doc["engines"]["decode"]["geometry"]["block_size"]) \
-        == (544, 272)
+        == (1152, 576)
     assert code == 0 and doc["vllm"]["accepts"], doc["headline"]
     assert any("push mode" in w for w in doc["warnings"])
-    code, doc = run_json(p.replace(push_p, P_KV), d.replace(push_d, D_KV))
+    code, doc = run_json(p.replace(PUSH_P, P_KV), d.replace(PUSH_D, D_KV), "--vllm-version", "0.33")
     assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
+    code, doc = run_json(p, d, "--vllm-version", "0.34")
+    assert code == 1 and [r["code"] for r in doc["vllm"]["refusals"]] == ["push-block-sizes"]
+
+
+def test_qwen35_push_1p8d_default_flags_is_refused_by_034():
+    """Default flags: P 576 tokens, D 192. vLLM 0.34 refuses on P's handshake right after the hash;
+    vLLM 0.33 meets D's two head sources across different kernel blocks (head-sharded)."""
+    p = f"{DS} vllm serve Qwen/Qwen3.5-0.8B {PUSH_P}"
+    d = f"{DS} vllm serve Qwen/Qwen3.5-0.8B -tp 8 {PUSH_D}"
+    code, doc = run_json(p, d, "--vllm-version", "0.34")
+    assert code == 1 and doc["verdict"] == "refused"
+    assert doc["vllm"]["refusals"][0]["message"] == (
+        "NixlPushConnector requires identical P/D block sizes. Kernel block size and kernel blocks per logical "
+        "block: local (576, 1), remote engine D (192, 1).")
+    assert doc["headline"].startswith("REFUSED: vLLM 0.34 would not run this pairing (push-block-sizes")
+    assert doc["fix"] is not None and "--block-size" in {c["flag"] for c in doc["fix"]["changes"]}
+    check_fix_works(doc)
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert code == 1 and [r["code"] for r in doc["vllm"]["refusals"]] == ["head-sharded-block-size"]
 
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -300,13 +331,96 @@ def test_num_spec_on_one_side_changes_conv_rows_and_the_fix_copies_it():
 
 
 def test_ssm_dtype_mismatch_at_default_block_sizes_shows_in_the_geometry():
-    """Without a pinned --block-size the smaller bfloat16 state gives P smaller blocks (528 vs 1040
-    tokens): vLLM refuses on block sizes, and the one-flag fix is the dtype, not two block sizes."""
+    """Without a pinned --block-size the smaller bfloat16 state gives P smaller blocks (vLLM 0.33:
+    528 vs 1040 tokens): vLLM refuses on block sizes, and the one-flag fix is the dtype, not two
+    block sizes."""
     p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--mamba-ssm-cache-dtype bfloat16", "-tp 2")
-    code, doc = run_json(p, d)
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
     assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
     assert (doc["engines"]["prefill"]["geometry"]["block_size"], doc["engines"]["decode"]["geometry"]["block_size"]) \
         == (528, 1040)
     assert [(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [
         ("decode", "--mamba-ssm-cache-dtype", "bfloat16")]
     check_fix_works(doc)
+
+
+# --- releases and GPUs --------------------------------------------------------------------------------
+
+MTP = "--speculative-config '{{\"method\":\"{method}\",\"num_speculative_tokens\":{n}}}'"
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_mtp_1_on_p_and_2_on_d_is_accepted_and_corrupt(version):
+    """vLLM hashes the speculative method (qwen3_5_mtp is rewritten to mtp, config/speculative.py) and
+    draft, never num_speculative_tokens: the hash agrees, and D's conv rows (4 - 1 + 2 = 5) are not P's
+    (4), so D reads P's conv state with its own offsets."""
+    p, d = lines("Qwen/Qwen3.5-0.8B", MTP.format(method="qwen3_5_mtp", n=1), MTP.format(method="mtp", n=2))
+    code, doc = run_json(p, d, "--vllm-version", version)
+    assert code == 1 and doc["verdict"] == "corrupt" and doc["vllm"]["accepts"]
+    spec = next(f for f in doc["compared"] if f["field"].startswith("speculative"))
+    assert spec["agree"] and spec["prefill"].startswith("method=mtp, model=Qwen/Qwen3.5-0.8B")
+    assert "num_spec / conv rows: P 1 / 4, D 2 / 5" in doc["unchecked_mismatches"]
+    assert doc["byte_check"]["verdict"] == "fail" and doc["byte_check"]["wrong_bytes"] > 0
+    assert doc["headline"].startswith(f"CORRUPT: P and D differ in num_spec / conv rows (P 1 / 4, D 2 / 5)")
+    assert f"vLLM {version} accepts the pairing" in doc["headline"]
+    check_fix_works(doc)
+
+
+def test_033_hashes_parallel_drafting_and_034_does_not():
+    p, d = lines("Qwen/Qwen3.5-0.8B", MTP.format(method="mtp", n=1).replace("}'", ",\"parallel_drafting\":true}'"),
+                 MTP.format(method="mtp", n=1))
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "compat-hash"
+    assert "parallel_drafting=True" in doc["vllm"]["refusals"][0]["message"]
+    code, doc = run_json(p, d, "--vllm-version", "0.34")
+    assert code == 0 and doc["verdict"] == "works", doc["headline"]
+
+
+def test_engines_of_two_releases_refuse_each_other():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--block-size 144", "-tp 4 --block-size 144")
+    code, doc = run_json(p, d, "--p-vllm-version", "0.33", "--d-vllm-version", "0.34")
+    assert code == 1 and doc["vllm_versions"] == {"prefill": "0.33", "decode": "0.34"}
+    first = doc["vllm"]["refusals"][0]
+    assert first["code"] == "compat-hash" and first["message"].startswith("NIXL compatibility hash mismatch.")
+    assert "vLLM version 0.34.0 vs 0.33.0" in first["message"]
+    assert doc["headline"].startswith("REFUSED: vLLM 0.33 (P) / 0.34 (D) would not run this pairing")
+    # With the hash not enforced, 0.34's D still finds no layers in 0.33's region metadata.
+    no_hash = d.replace('"kv_role":"kv_consumer"', '"kv_role":"kv_consumer","kv_connector_extra_config":'
+                                                    '{"enforce_handshake_compat":false}')
+    code, doc = run_json(p, no_hash, "--p-vllm-version", "0.33", "--d-vllm-version", "0.34")
+    assert code == 1 and [r["code"] for r in doc["vllm"]["refusals"]] == ["region-layers"]
+    assert doc["vllm"]["refusals"][0]["message"] == "Engine P did not advertise the layers of its KV regions."
+    assert any("skips the compatibility hash" in w and "vLLM version" in w for w in doc["warnings"])
+
+
+@pytest.mark.parametrize("flag", ["--gdn-prefill-backend triton",
+                                  "--additional-config '{\"gdn_prefill_backend\": \"triton\"}'"])
+def test_the_gdn_prefill_backend_of_a_line_sets_its_alignment(flag):
+    # Triton's GDN prefill exports no checkpoints: vLLM 0.33 at TP 1 gives 16·ceil(33.1) = 544, not 576.
+    p, d = lines("Qwen/Qwen3.5-0.8B", flag, "")
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert doc["engines"]["prefill"]["geometry"]["block_size"] == 544
+    assert doc["engines"]["prefill"]["geometry"]["gdn_prefill_backend"] == "triton"
+    assert doc["engines"]["decode"]["geometry"]["block_size"] == 576
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "block-size"
+
+
+def test_the_gpu_decides_the_gdn_backend():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "", "-tp 4")
+    code, doc = run_json(p, d, "--vllm-version", "0.33", "--gpu", "A100")
+    assert doc["gpu"] == {"prefill": "A100", "decode": "A100"}
+    sizes = [doc["engines"][s]["geometry"]["block_size"] for s in ("prefill", "decode")]
+    assert sizes == [544, 272] and doc["engines"]["prefill"]["geometry"]["gdn_prefill_backend"] == "triton"
+
+
+def test_flags_of_a_release_are_known_to_it_and_a_fatal_variable_stops_034():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--max-num-inflight-kv-loads 4 --enable-extensible-kv-cache", "",
+                 d_env=f"{DS} VLLM_USE_V2_MODEL_RUNNER=0")
+    code, doc = run_json(p, d, "--vllm-version", "0.34")
+    assert not any("unknown to vLLM 0.34" in w for w in doc["warnings"])
+    assert doc["vllm"]["refusals"][0] == {
+        "code": "environment", "message": "D: vLLM 0.34 refuses to start: VLLM_USE_V2_MODEL_RUNNER=0 is no longer "
+                                          "supported: Model Runner V1 has been removed. Unset this variable."}
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert any(w.startswith("P: unknown to vLLM 0.33") and "in another release" in w for w in doc["warnings"])
+    assert not any(r["code"] == "environment" for r in doc["vllm"]["refusals"])

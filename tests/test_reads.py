@@ -150,7 +150,7 @@ def test_non_multiple_pairing_by_hand():
         (1, 1): [("x", 0, 4, 4), ("ssm", 12, 12, 4)],
     }
     assert tp_ratio(2, 3) is None
-    with pytest.raises(UserError, match=r"vLLM 0.33 needs one TP size to divide the other \(P TP 2, D TP 3\)"):
+    with pytest.raises(UserError, match=r"vLLM needs one TP size to divide the other \(P TP 2, D TP 3\)"):
         vllm_reads(prefill, decode)
 
 

@@ -10,8 +10,8 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    MODEL_HELP, BackendOpt, BlockSizeOpt, EngineOption, KvDtypeOpt, ModelOption, OutputOption, PrefixOpt,
-    RequestOption, Semantics, VariantOpt, load, stamped,
+    BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
+    OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -61,14 +61,17 @@ def bench(
         "--device", help="cpu (DRAM), cuda (VRAM) or auto; comma-separated for a sweep, e.g. cpu,cuda.")] = "cpu",
     iters: Annotated[int, RequestOption("--iters", help="Transfers per variant and direction (median, p99).")] = 20,
     semantics: Annotated[Semantics, RequestOption(
-        "--semantics", help="exact: mambaxfer's reads; vllm: what vLLM 0.33 issues.", case_sensitive=False)
+        "--semantics", help="exact: mambaxfer's reads; vllm: what vLLM issues.", case_sensitive=False)
     ] = Semantics.vllm,
     layers: Annotated[Optional[int], ModelOption(
         "--layers", help="Use only the model's first N cache-keeping layers. Default: all.", show_default=False)] = None,
-    attention_backend: BackendOpt = "FLASH_ATTN",
-    block_size: BlockSizeOpt = 16,
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    enable_prefix_caching: PrefixOpt = True,
+    vllm_version: VllmVersionOpt = None,
+    gpu: GpuOpt = None,
+    gdn_prefill_backend: GdnBackendOpt = None,
+    attention_backend: BackendOpt = None,
+    block_size: BlockSizeOpt = None,
+    kv_cache_dtype: KvDtypeOpt = None,
+    enable_prefix_caching: PrefixOpt = None,
     seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
     timeout: Annotated[float, OutputOption("--timeout", help="Seconds each request size's run may take.")] = 120.0,
     fmt: Annotated[BenchFormat, OutputOption(
@@ -101,10 +104,10 @@ def bench(
     sizes = _sizes(request_blocks)
     from mambaxfer_cli.execute.bench import bench_document, bench_point, write_chart
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-    from mambaxfer_cli.planning.geometry import EngineFlags
 
-    engine = EngineFlags(attention_backend=attention_backend, block_size=block_size,
-                         kv_cache_dtype=kv_cache_dtype, prefix_caching=enable_prefix_caching)
+    engine = engines(vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+                     attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+                     enable_prefix_caching=enable_prefix_caching).decode
     spec = cut_layers(load(model, variant, None, None, None, None, None), layers)
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics.value, coalesce=c, blocks=None,
                                    request_blocks=n, seed=seed, engine=engine) for c in (False, True))
@@ -114,7 +117,7 @@ def bench(
     refused = plans[0][0].verdict
     if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
-        typer.echo(f"warning: vLLM 0.33 would refuse this pairing at handshake{fix}: "
+        typer.echo(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
                    + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
                    err=True)
     devices = _devices(device)
@@ -138,7 +141,7 @@ def bench(
                         "use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)",
                         "use smaller --request-blocks or fewer --layers")) from None
                 view.advance()
-    document = stamped(bench_document(plans[0][0], points, iters))
+    document = stamped({**bench_document(plans[0][0], points, iters), **plans[0][0].engines.to_dict()})
     verdict(0 if document["verified"] else EXIT_CORRUPT)
     if fmt is BenchFormat.json:
         import json

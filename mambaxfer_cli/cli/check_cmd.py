@@ -7,12 +7,12 @@ from typing import Annotated, Optional
 
 from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import (
-    MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt,
-    DecodeBlocksOpt, DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, EngineOption, Format, HeadSizeOpt,
-    KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOption, NumSpecOpt, OutputOption, PBackendOpt,
-    PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt,
-    RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt, VariantOpt,
-    both_engines, check_writable, load, plan_options,
+    BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
+    DPhysOpt, DPrefixOpt, DVllmVersionOpt, DecodeBlocksOpt, EngineOption, Format, GdnBackendOpt, GpuOpt,
+    HeadSizeOpt, KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, MODEL_HELP, ModelOption, NumSpecOpt,
+    OutputOption, PBackendOpt, PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PVllmVersionOpt,
+    PrefillBlocksOpt, PrefixOpt, RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt,
+    StreamsOpt, VariantOpt, VllmVersionOpt, check_writable, engines, load, plan_options,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -41,20 +41,25 @@ def check(
     num_spec: NumSpecOpt = None,
     kv_heads: KvHeadsOpt = None,
     head_size: HeadSizeOpt = None,
-    attention_backend: BackendOpt = "FLASH_ATTN",
+    vllm_version: VllmVersionOpt = None,
+    p_vllm_version: PVllmVersionOpt = None,
+    d_vllm_version: DVllmVersionOpt = None,
+    gpu: GpuOpt = None,
+    gdn_prefill_backend: GdnBackendOpt = None,
+    attention_backend: BackendOpt = None,
     p_attention_backend: PBackendOpt = None,
     d_attention_backend: DBackendOpt = None,
-    block_size: BlockSizeOpt = 16,
+    block_size: BlockSizeOpt = None,
     p_block_size: PBlockSizeOpt = None,
     d_block_size: DBlockSizeOpt = None,
-    kv_cache_dtype: KvDtypeOpt = "auto",
+    kv_cache_dtype: KvDtypeOpt = None,
     p_kv_cache_dtype: PKvDtypeOpt = None,
     d_kv_cache_dtype: DKvDtypeOpt = None,
-    enable_prefix_caching: PrefixOpt = True,
+    enable_prefix_caching: PrefixOpt = None,
     p_enable_prefix_caching: PPrefixOpt = None,
     d_enable_prefix_caching: DPrefixOpt = None,
-    p_num_blocks: PNumBlocksOpt = 4096,
-    d_num_blocks: DNumBlocksOpt = 2048,
+    p_num_blocks: PNumBlocksOpt = None,
+    d_num_blocks: DNumBlocksOpt = None,
     p_blocks_per_logical: PPhysOpt = None,
     d_blocks_per_logical: DPhysOpt = None,
     attention_streams: StreamsOpt = 1,
@@ -77,6 +82,7 @@ def check(
 
     mambaxfer check --all-presets --junit junit.xml
     """
+    from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
     from mambaxfer_cli.proof.check import run_check, targets_for
 
     if (model is None) == (not all_presets):
@@ -88,9 +94,19 @@ def check(
     else:
         names = [model]
     specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size) for name in names]
-    prefill, decode = both_engines(locals())
+    deployment = engines(
+        vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version, gpu=gpu,
+        gdn_prefill_backend=gdn_prefill_backend, attention_backend=attention_backend,
+        p_attention_backend=p_attention_backend, d_attention_backend=d_attention_backend, block_size=block_size,
+        p_block_size=p_block_size, d_block_size=d_block_size, kv_cache_dtype=kv_cache_dtype,
+        p_kv_cache_dtype=p_kv_cache_dtype, d_kv_cache_dtype=d_kv_cache_dtype,
+        enable_prefix_caching=enable_prefix_caching, p_enable_prefix_caching=p_enable_prefix_caching,
+        d_enable_prefix_caching=d_enable_prefix_caching,
+        p_num_blocks=CHECK_NUM_BLOCKS["prefill"] if p_num_blocks is None else p_num_blocks,
+        d_num_blocks=CHECK_NUM_BLOCKS["decode"] if d_num_blocks is None else d_num_blocks,
+        p_blocks_per_logical=p_blocks_per_logical, d_blocks_per_logical=d_blocks_per_logical)
     options = plan_options(
-        semantics=semantics, coalesce=coalesce, prefill=prefill, decode=decode,
+        semantics=semantics, coalesce=coalesce, engines=deployment,
         attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)

@@ -11,9 +11,9 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, HeadSizeOpt, KvDtypeOpt,
-    KvHeadsOpt, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics, SsmDtypeOpt,
-    VariantOpt, check_bounds, load, stamped,
+    BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, GdnBackendOpt, GpuOpt, HeadSizeOpt,
+    KvDtypeOpt, KvHeadsOpt, MODEL_HELP, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics,
+    SsmDtypeOpt, VariantOpt, VllmVersionOpt, check_bounds, engines, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import finite_seconds
@@ -48,7 +48,7 @@ def execute(
         "--device", help="cuda: VRAM on the visible GPUs; cpu: DRAM over UCX; auto: cuda when available.",
         case_sensitive=False)] = Device.auto,
     semantics: Annotated[Optional[Semantics], RequestOption(
-        "--semantics", help="exact (default): mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
+        "--semantics", help="exact (default): mambaxfer's unit-exact reads; vllm: what vLLM issues.",
         case_sensitive=False, show_default=False)] = None,
     coalesce: CoalesceOpt = False,
     layers: Annotated[Optional[int], ModelOption(
@@ -57,10 +57,13 @@ def execute(
     blocks: Annotated[Optional[int], EngineOption(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request "
                          "needs.", show_default=False)] = None,
-    attention_backend: BackendOpt = "FLASH_ATTN",
-    block_size: BlockSizeOpt = 16,
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    enable_prefix_caching: PrefixOpt = True,
+    vllm_version: VllmVersionOpt = None,
+    gpu: GpuOpt = None,
+    gdn_prefill_backend: GdnBackendOpt = None,
+    attention_backend: BackendOpt = None,
+    block_size: BlockSizeOpt = None,
+    kv_cache_dtype: KvDtypeOpt = None,
+    enable_prefix_caching: PrefixOpt = None,
     request_blocks: Annotated[int, RequestOption(
         "--request-blocks", help="Logical blocks per KV-cache group in the request, at random, "
                                  "non-contiguous block IDs on each side.")] = 2,
@@ -122,13 +125,20 @@ def execute(
     finite_seconds("--timeout", timeout)
     _check_local_host(host)
     from mambaxfer_cli.execute.discovery import resolve
-    from mambaxfer_cli.planning.geometry import EngineFlags
 
     discovery = resolve(role and role.value, listen, peer, etcd, run_id)
     if discovery is not None and (host, port) != ("127.0.0.1", 0):
         raise UserError("--host/--port place the one-host side channel; with --role use --listen/--peer or --etcd")
-    engine = EngineFlags(attention_backend=attention_backend, block_size=block_size,
-                         kv_cache_dtype=kv_cache_dtype, prefix_caching=enable_prefix_caching)
+    given = {"--vllm-version": vllm_version, "--gpu": gpu, "--gdn-prefill-backend": gdn_prefill_backend,
+             "--attention-backend": attention_backend, "--block-size": block_size,
+             "--kv-cache-dtype": kv_cache_dtype, "--enable-prefix-caching": enable_prefix_caching}
+    if plan_file is not None:
+        _engines_fixed(given)
+        engine = None
+    else:
+        engine = engines(vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+                         attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+                         enable_prefix_caching=enable_prefix_caching).decode
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,
                  seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
     if importlib.util.find_spec("nixl") is None:
@@ -155,7 +165,7 @@ def execute(
     if fmt is ExecuteFormat.json:
         import json
 
-        typer.echo(json.dumps(stamped(outcome.to_dict()), indent=2))
+        typer.echo(json.dumps(stamped({**outcome.to_dict(), **plan.engines.to_dict()}), indent=2))
     else:
         from mambaxfer_cli.render.console import console, fit
 
@@ -167,6 +177,15 @@ def execute(
             out.print(report)
     if not outcome.verified:
         raise typer.Exit(EXIT_CORRUPT)
+
+
+def _engines_fixed(given: dict) -> None:
+    """A plan file fixes both engines (their release, GPU and flags): options that would change them
+    are the user's mistake, said before anything runs."""
+    named = [flag for flag, value in given.items() if value is not None]
+    if named:
+        raise UserError(f"{', '.join(named)}: the plan file fixes both engines (vLLM release, GPU and flags); "
+                        f"plan again with those options instead")
 
 
 def _check_local_host(host: str) -> None:

@@ -8,8 +8,9 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    BackendOpt, BlockSizeOpt, ConvDtypeOpt, EngineOption, Format, HeadSizeOpt, KvDtypeOpt, KvHeadsOpt, ModelOpt,
-    NumSpecOpt, OutputOption, PrefixOpt, SsmDtypeOpt, VariantOpt, dump, load, parse_tp_list, stamped,
+    BackendOpt, BlockSizeOpt, ConvDtypeOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, HeadSizeOpt, KvDtypeOpt,
+    KvHeadsOpt, ModelOpt, NumSpecOpt, OutputOption, PrefixOpt, SsmDtypeOpt, VariantOpt, VllmVersionOpt, dump,
+    engines, load, parse_tp_list, stamped,
 )
 
 
@@ -24,13 +25,16 @@ def inspect(
     num_spec: NumSpecOpt = None,
     kv_heads: KvHeadsOpt = None,
     head_size: HeadSizeOpt = None,
-    attention_backend: BackendOpt = "FLASH_ATTN",
-    block_size: BlockSizeOpt = 16,
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    enable_prefix_caching: PrefixOpt = True,
+    vllm_version: VllmVersionOpt = None,
+    gpu: GpuOpt = None,
+    gdn_prefill_backend: GdnBackendOpt = None,
+    attention_backend: BackendOpt = None,
+    block_size: BlockSizeOpt = None,
+    kv_cache_dtype: KvDtypeOpt = None,
+    enable_prefix_caching: PrefixOpt = None,
 ) -> None:
     """Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes,
-    and the block geometry vLLM 0.33 derives for an engine of each TP size.
+    and the block geometry the vLLM release derives for an engine of each TP size on the GPU.
 
     [bold]Examples[/]
 
@@ -39,18 +43,19 @@ def inspect(
     mambaxfer inspect --model ./my-model/config.json --tp 8 --format json
     """
     from mambaxfer_cli.planning.engine import build_side
-    from mambaxfer_cli.planning.geometry import EngineFlags
     from mambaxfer_cli.planning.kv_groups import vllm_grouping
 
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
-    flags = EngineFlags(attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
-                        prefix_caching=enable_prefix_caching)
+    flags = engines(vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+                    attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
+                    enable_prefix_caching=enable_prefix_caching).decode
     grouping = vllm_grouping(spec.layers)
     sides = {size: build_side(spec, size, flags, grouping) for size in parse_tp_list(tp)}
     layouts = {size: side.ranks for size, side in sides.items()}
     verdict(0)
     if fmt is not Format.table:
-        document = {"schema": "mambaxfer.inspect/v1", "model": spec.to_dict(),
+        document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
+                    "model": spec.to_dict(),
                     "layouts": {str(size): [r.to_dict() for r in ranks] for size, ranks in layouts.items()},
                     "engines": {str(size): side.geometry.to_dict() for size, side in sides.items()}}
         typer.echo(dump(stamped(document), fmt), nl=False)
@@ -60,6 +65,9 @@ def inspect(
 
     out = console()
     out.print(model_summary(spec))
+    from mambaxfer_cli.render.model_view import engine_header
+
+    out.print(engine_header(flags), soft_wrap=False)
     from mambaxfer_cli.render.model_view import geometry_line
 
     for size, ranks in layouts.items():

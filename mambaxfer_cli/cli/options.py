@@ -12,8 +12,10 @@ from typing import Annotated, Optional
 import typer
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
+from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds, within
+from mambaxfer_cli.planning.geometry import DEFAULT_NUM_BLOCKS
 from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 
 
 def _panel(name: str):
@@ -51,7 +53,7 @@ SsmDtypeOpt = Annotated[Optional[str], ModelOption(
 NumSpecOpt = Annotated[Optional[int], ModelOption(
     "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).")]
 SemanticsOpt = Annotated[Semantics, RequestOption(
-    "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM 0.33 issues.",
+    "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM issues.",
     case_sensitive=False)]
 
 
@@ -168,8 +170,12 @@ PTpOpt = Annotated[int, EngineOption("--p-tp", help="Prefill (P) tensor-parallel
 DTpOpt = Annotated[int, EngineOption("--d-tp", help="Decode (D) tensor-parallel size.", show_default=False)]
 CoalesceOpt = Annotated[bool, RequestOption(
     "--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
-PNumBlocksOpt = Annotated[int, EngineOption("--p-num-blocks", help="P engine's number of kernel blocks (N).")]
-DNumBlocksOpt = Annotated[int, EngineOption("--d-num-blocks", help="D engine's number of kernel blocks (N).")]
+PNumBlocksOpt = Annotated[Optional[int], EngineOption(
+    "--p-num-blocks", help=f"P engine's number of kernel blocks (N; default {DEFAULT_NUM_BLOCKS}, in check "
+                           f"{CHECK_NUM_BLOCKS['prefill']}).", show_default=False)]
+DNumBlocksOpt = Annotated[Optional[int], EngineOption(
+    "--d-num-blocks", help=f"D engine's number of kernel blocks (N; default {DEFAULT_NUM_BLOCKS}, in check "
+                           f"{CHECK_NUM_BLOCKS['decode']}).", show_default=False)]
 PPhysOpt = Annotated[Optional[int], EngineOption(
     "--p-blocks-per-logical", help="Expert: P's kernel blocks per logical block by hand (not what vLLM builds).",
     show_default=False)]
@@ -177,33 +183,50 @@ DPhysOpt = Annotated[Optional[int], EngineOption(
     "--d-blocks-per-logical", help="Expert: D's kernel blocks per logical block by hand (not what vLLM builds).",
     show_default=False)]
 BACKEND_NAMES = "FLASH_ATTN, FLASHINFER or TRITON_ATTN"
-BackendOpt = Annotated[str, EngineOption(
-    "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES}.")]
+BackendOpt = Annotated[Optional[str], EngineOption(
+    "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES} (default FLASH_ATTN).",
+    show_default=False)]
 PBackendOpt = Annotated[Optional[str], EngineOption(
     "--p-attention-backend", help="P's attention backend, when it differs.", show_default=False)]
 DBackendOpt = Annotated[Optional[str], EngineOption(
     "--d-attention-backend", help="D's attention backend, when it differs.", show_default=False)]
-BlockSizeOpt = Annotated[int, EngineOption(
-    "--block-size", help="Both engines' requested --block-size in tokens (vLLM raises it for hybrids).")]
+BlockSizeOpt = Annotated[Optional[int], EngineOption(
+    "--block-size", help="Both engines' --block-size in tokens (default: none given, so the release's: 16 in "
+                         "vLLM 0.33, 64 in 0.34; vLLM raises it for hybrids).", show_default=False)]
 PBlockSizeOpt = Annotated[Optional[int], EngineOption(
     "--p-block-size", help="P's --block-size, when it differs.", show_default=False)]
 DBlockSizeOpt = Annotated[Optional[int], EngineOption(
     "--d-block-size", help="D's --block-size, when it differs.", show_default=False)]
-KvDtypeOpt = Annotated[str, EngineOption(
-    "--kv-cache-dtype", help="Both engines' --kv-cache-dtype: auto (the model's dtype), fp8, bfloat16, ...")]
+KvDtypeOpt = Annotated[Optional[str], EngineOption(
+    "--kv-cache-dtype", help="Both engines' --kv-cache-dtype: auto (the model's dtype, the default), fp8, "
+                             "bfloat16, ...", show_default=False)]
 PKvDtypeOpt = Annotated[Optional[str], EngineOption(
     "--p-kv-cache-dtype", help="P's --kv-cache-dtype, when it differs.", show_default=False)]
 DKvDtypeOpt = Annotated[Optional[str], EngineOption(
     "--d-kv-cache-dtype", help="D's --kv-cache-dtype, when it differs.", show_default=False)]
-PrefixOpt = Annotated[bool, EngineOption(
+PrefixOpt = Annotated[Optional[bool], EngineOption(
     "--enable-prefix-caching/--no-enable-prefix-caching",
-    help="Both engines' prefix caching (vLLM 0.33 enables it for hybrid models).")]
+    help="Both engines' prefix caching (default on: vLLM enables it for hybrid models).", show_default=False)]
 PPrefixOpt = Annotated[Optional[bool], EngineOption(
     "--p-enable-prefix-caching/--p-no-enable-prefix-caching", help="P's prefix caching, when it differs.",
     show_default=False)]
 DPrefixOpt = Annotated[Optional[bool], EngineOption(
     "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help="D's prefix caching, when it differs.",
     show_default=False)]
+VllmVersionOpt = Annotated[Optional[str], EngineOption(
+    "--vllm-version", help="The vLLM release the engines run: 0.33 or 0.34 (default: the vLLM installed "
+                           "here, else the newest mambaxfer knows).", show_default=False)]
+PVllmVersionOpt = Annotated[Optional[str], EngineOption(
+    "--p-vllm-version", help="P's vLLM release, when it differs.", show_default=False)]
+DVllmVersionOpt = Annotated[Optional[str], EngineOption(
+    "--d-vllm-version", help="D's vLLM release, when it differs.", show_default=False)]
+GpuOpt = Annotated[Optional[str], EngineOption(
+    "--gpu", help="The engines' GPU: H100, H200, A100, L40S, B200, GB200, B300, RTX PRO 6000, ... or a "
+                  "compute capability (sm90); /cu12 after it for a CUDA 12 build (default H100).",
+    show_default=False)]
+GdnBackendOpt = Annotated[Optional[str], EngineOption(
+    "--gdn-prefill-backend", help="vLLM's --gdn-prefill-backend for GDN models: flashinfer, triton or cutedsl "
+                                  "(default: vLLM's choice for the GPU).", show_default=False)]
 KvHeadsOpt = Annotated[Optional[int], ModelOption(
     "--kv-heads", help="Attention KV heads (default: the config's num_key_value_heads).", show_default=False)]
 HeadSizeOpt = Annotated[Optional[int], ModelOption(
@@ -211,39 +234,98 @@ HeadSizeOpt = Annotated[Optional[int], ModelOption(
     show_default=False)]
 
 
-def both_engines(values: dict):
-    """The P and D EngineFlags from a command's engine options, by their parameter names
-    (``attention_backend``, ``p_attention_backend``, ``d_attention_backend``, ``block_size``, ...)."""
-    shared = dict(backend=values["attention_backend"], block_size=values["block_size"],
-                  kv_dtype=values["kv_cache_dtype"], prefix=values["enable_prefix_caching"])
-    return tuple(engine_flags(num_blocks=values[f"{s}_num_blocks"],
-                              blocks_per_logical=values[f"{s}_blocks_per_logical"],
-                              side_backend=values[f"{s}_attention_backend"],
-                              side_block_size=values[f"{s}_block_size"],
-                              side_kv_dtype=values[f"{s}_kv_cache_dtype"],
-                              side_prefix=values[f"{s}_enable_prefix_caching"], **shared)
-                 for s in ("p", "d"))
+_said: set[str] = set()
 
 
-def engine_flags(*, num_blocks: int, blocks_per_logical: int | None, backend: str, side_backend: str | None,
-                 block_size: int, side_block_size: int | None, kv_dtype: str, side_kv_dtype: str | None,
-                 prefix: bool, side_prefix: bool | None):
-    """One engine's flags: its own value where given, else the one both engines share."""
-    from mambaxfer_cli.planning.geometry import EngineFlags
+def default_release():
+    """The release of an engine given no --vllm-version: the vLLM installed here, else the newest
+    mambaxfer knows; what to say about an installed release it does not know, said once."""
+    from mambaxfer_cli.readers.installed_vllm import default_release as detect
 
-    if num_blocks < 1:
-        raise UserError(f"the number of kernel blocks must be >= 1, got {num_blocks}")
-    return EngineFlags(attention_backend=side_backend or backend,
-                       block_size=block_size if side_block_size is None else side_block_size,
-                       kv_cache_dtype=side_kv_dtype or kv_dtype,
-                       prefix_caching=prefix if side_prefix is None else side_prefix,
-                       num_blocks=num_blocks, blocks_per_logical=blocks_per_logical)
+    found = detect()
+    if found.note and found.note not in _said:
+        _said.add(found.note)
+        typer.echo(f"note: {found.note}", err=True)
+    return found.release
+
+
+def _release(flag: str, name: str | None):
+    from mambaxfer_cli.planning.releases import release
+
+    if name is None:
+        return default_release()
+    try:
+        return release(name)
+    except UserError as exc:
+        raise UserError(f"{flag} {name}: {exc}") from None
+
+
+def _gpu(name: str | None):
+    from mambaxfer_cli.planning.gpu import DEFAULT_GPU, gpu
+
+    if name is None:
+        return DEFAULT_GPU
+    try:
+        return gpu(name)
+    except UserError as exc:
+        raise UserError(f"--gpu: {exc}") from None
+
+
+def _own(own, shared):
+    return shared if own is None else own
+
+
+def engines(*, vllm_version: str | None = None, p_vllm_version: str | None = None,
+            d_vllm_version: str | None = None, gpu: str | None = None, gdn_prefill_backend: str | None = None,
+            attention_backend: str | None = None, p_attention_backend: str | None = None,
+            d_attention_backend: str | None = None, block_size: int | None = None, p_block_size: int | None = None,
+            d_block_size: int | None = None, kv_cache_dtype: str | None = None, p_kv_cache_dtype: str | None = None,
+            d_kv_cache_dtype: str | None = None, enable_prefix_caching: bool | None = None,
+            p_enable_prefix_caching: bool | None = None, d_enable_prefix_caching: bool | None = None,
+            p_num_blocks: int | None = None, d_num_blocks: int | None = None,
+            p_blocks_per_logical: int | None = None, d_blocks_per_logical: int | None = None):
+    """Both engines from a command's engine options, built once: each side's own value where
+    given, else the one both share, else the planner's default (``EngineFlags``'s, the release's
+    block size, the installed vLLM's release)."""
+    from mambaxfer_cli.planning.engine import Engines
+    from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags
+
+    check_bounds(p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks, p_blocks_per_logical=p_blocks_per_logical,
+                 d_blocks_per_logical=d_blocks_per_logical)
+    for flag, value in (("--block-size", block_size), ("--p-block-size", p_block_size),
+                        ("--d-block-size", d_block_size)):
+        if value is not None:
+            within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
+    device = _gpu(gpu)
+    shared = _release("--vllm-version", vllm_version) if vllm_version is not None else None
+
+    def side(prefix: str, version, backend, size, kv, prefix_caching, num_blocks, per_logical) -> EngineFlags:
+        flag = f"--{prefix}-vllm-version"
+        chosen = _release(flag, version) if version is not None else shared or default_release()
+        given = dict(attention_backend=_own(backend, attention_backend), block_size=_own(size, block_size),
+                     kv_cache_dtype=_own(kv, kv_cache_dtype), prefix_caching=_own(prefix_caching, enable_prefix_caching),
+                     gdn_prefill_backend=gdn_prefill_backend, num_blocks=num_blocks,
+                     blocks_per_logical=per_logical)
+        return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})
+
+    if gdn_prefill_backend is not None:
+        from mambaxfer_cli.planning.gpu import gdn_prefill_backend as resolve
+
+        try:
+            resolve(device, None, gdn_prefill_backend)
+        except UserError as exc:
+            raise UserError(f"--gdn-prefill-backend: {exc}") from None
+    return Engines(
+        side("p", p_vllm_version, p_attention_backend, p_block_size, p_kv_cache_dtype, p_enable_prefix_caching,
+             p_num_blocks, p_blocks_per_logical),
+        side("d", d_vllm_version, d_attention_backend, d_block_size, d_kv_cache_dtype, d_enable_prefix_caching,
+             d_num_blocks, d_blocks_per_logical))
 
 
 StreamsOpt = Annotated[int, EngineOption(
-    "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM 0.33) or 2 (K and V split).")]
+    "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM) or 2 (K and V split).")]
 KvGroupsOpt = Annotated[Optional[str], EngineOption(
-    "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM 0.33's rule).")]
+    "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM's rule).")]
 KvTensorsOpt = Annotated[Optional[int], EngineOption(
     "--kv-tensors", help="KV-cache tensors, with --kv-groups.")]
 SsmTensorsOpt = Annotated[Optional[int], EngineOption(
@@ -257,22 +339,19 @@ DecodeBlocksOpt = Annotated[Optional[str], RequestOption(
 SeedOpt = Annotated[int, RequestOption("--seed", help="Seed of the generated request's block IDs.")]
 
 
-def plan_options(*, semantics: Semantics, coalesce: bool, prefill, decode, attention_streams: int,
+def plan_options(*, semantics: Semantics, coalesce: bool, engines, attention_streams: int,
                  kv_groups: str | None, kv_tensors: int | None, ssm_tensors: int | None,
                  request_blocks: int, prefill_blocks: str | None, decode_blocks: str | None, seed: int):
-    """PlanOptions from the command line's values (each command owns its defaults); ``prefill``
-    and ``decode`` are the engines' EngineFlags (``engine_flags``)."""
+    """PlanOptions from the command line's values; ``engines``: both engines (``engines()``)."""
     from mambaxfer_cli.planning.kv_groups import parse_grouping
     from mambaxfer_cli.planning.plan import PlanOptions
 
-    check_bounds(p_num_blocks=prefill.num_blocks, d_num_blocks=decode.num_blocks,
-                 p_blocks_per_logical=prefill.blocks_per_logical, d_blocks_per_logical=decode.blocks_per_logical,
-                 attention_streams=attention_streams, kv_tensors=kv_tensors, ssm_tensors=ssm_tensors,
+    check_bounds(attention_streams=attention_streams, kv_tensors=kv_tensors, ssm_tensors=ssm_tensors,
                  request_blocks=request_blocks, seed=seed)
     if kv_groups is None and (kv_tensors is not None or ssm_tensors is not None):
         raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
     grouping = parse_grouping(kv_groups, kv_tensors, ssm_tensors) if kv_groups is not None else None
     return PlanOptions(
-        semantics=semantics.value, coalesce=coalesce, prefill=prefill, decode=decode,
+        semantics=semantics.value, coalesce=coalesce, prefill=engines.prefill, decode=engines.decode,
         attention_streams=attention_streams, grouping=grouping, request_blocks=request_blocks,
         prefill_blocks=prefill_blocks, decode_blocks=decode_blocks, seed=seed)

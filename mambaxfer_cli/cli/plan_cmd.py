@@ -9,12 +9,12 @@ import typer
 
 from mambaxfer_cli.cli import app, verdict
 from mambaxfer_cli.cli.options import (
-    BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DecodeBlocksOpt,
-    DKvDtypeOpt, DNumBlocksOpt, DPhysOpt, DPrefixOpt, DTpOpt, Format, HeadSizeOpt, KvDtypeOpt,
-    KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOpt, NumSpecOpt, OutputOption, PBackendOpt, PBlockSizeOpt,
-    PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PrefillBlocksOpt, PrefixOpt, PTpOpt,
-    RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
-    VariantOpt, check_bounds, both_engines, dump, load, plan_options, stamped, write_output,
+    BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
+    DPhysOpt, DPrefixOpt, DTpOpt, DVllmVersionOpt, DecodeBlocksOpt, Format, GdnBackendOpt, GpuOpt, HeadSizeOpt,
+    KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOpt, NumSpecOpt, OutputOption, PBackendOpt,
+    PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PTpOpt, PVllmVersionOpt, PrefillBlocksOpt,
+    PrefixOpt, RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
+    VariantOpt, VllmVersionOpt, check_bounds, dump, engines, load, plan_options, stamped, write_output,
 )
 
 
@@ -36,20 +36,25 @@ def plan(
     num_spec: NumSpecOpt = None,
     kv_heads: KvHeadsOpt = None,
     head_size: HeadSizeOpt = None,
-    attention_backend: BackendOpt = "FLASH_ATTN",
+    vllm_version: VllmVersionOpt = None,
+    p_vllm_version: PVllmVersionOpt = None,
+    d_vllm_version: DVllmVersionOpt = None,
+    gpu: GpuOpt = None,
+    gdn_prefill_backend: GdnBackendOpt = None,
+    attention_backend: BackendOpt = None,
     p_attention_backend: PBackendOpt = None,
     d_attention_backend: DBackendOpt = None,
-    block_size: BlockSizeOpt = 16,
+    block_size: BlockSizeOpt = None,
     p_block_size: PBlockSizeOpt = None,
     d_block_size: DBlockSizeOpt = None,
-    kv_cache_dtype: KvDtypeOpt = "auto",
+    kv_cache_dtype: KvDtypeOpt = None,
     p_kv_cache_dtype: PKvDtypeOpt = None,
     d_kv_cache_dtype: DKvDtypeOpt = None,
-    enable_prefix_caching: PrefixOpt = True,
+    enable_prefix_caching: PrefixOpt = None,
     p_enable_prefix_caching: PPrefixOpt = None,
     d_enable_prefix_caching: DPrefixOpt = None,
-    p_num_blocks: PNumBlocksOpt = 100_000,
-    d_num_blocks: DNumBlocksOpt = 100_000,
+    p_num_blocks: PNumBlocksOpt = None,
+    d_num_blocks: DNumBlocksOpt = None,
     p_blocks_per_logical: PPhysOpt = None,
     d_blocks_per_logical: DPhysOpt = None,
     attention_streams: StreamsOpt = 1,
@@ -73,9 +78,17 @@ def plan(
 
     check_bounds(p_tp=p_tp, d_tp=d_tp)
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
-    prefill, decode = both_engines(locals())
+    deployment = engines(
+        vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version, gpu=gpu,
+        gdn_prefill_backend=gdn_prefill_backend, attention_backend=attention_backend,
+        p_attention_backend=p_attention_backend, d_attention_backend=d_attention_backend, block_size=block_size,
+        p_block_size=p_block_size, d_block_size=d_block_size, kv_cache_dtype=kv_cache_dtype,
+        p_kv_cache_dtype=p_kv_cache_dtype, d_kv_cache_dtype=d_kv_cache_dtype,
+        enable_prefix_caching=enable_prefix_caching, p_enable_prefix_caching=p_enable_prefix_caching,
+        d_enable_prefix_caching=d_enable_prefix_caching, p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks,
+        p_blocks_per_logical=p_blocks_per_logical, d_blocks_per_logical=d_blocks_per_logical)
     options = plan_options(
-        semantics=semantics, coalesce=coalesce, prefill=prefill, decode=decode,
+        semantics=semantics, coalesce=coalesce, engines=deployment,
         attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
         ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
         decode_blocks=decode_blocks, seed=seed)

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import (
-    EngineOption, Format, OutputOption, check_writable,
+    DVllmVersionOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, OutputOption, PVllmVersionOpt, VllmVersionOpt,
+    check_writable, engines,
 )
 from mambaxfer_cli.errors import UserError
 
@@ -45,8 +46,13 @@ def preflight(
         "--format", "-f", help="table, json or yaml (mambaxfer.preflight/v1).")] = Format.table,
     junit: Annotated[Optional[Path], OutputOption(
         "--junit", help="Also write the verdict as JUnit XML to FILE.", show_default=False)] = None,
+    vllm_version: VllmVersionOpt = None,
+    p_vllm_version: PVllmVersionOpt = None,
+    d_vllm_version: DVllmVersionOpt = None,
+    gpu: GpuOpt = None,
+    gdn_prefill_backend: GdnBackendOpt = None,
 ) -> None:
-    """Check a P/D deployment from its two vllm serve command lines: vLLM 0.33's verdict, a
+    """Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a
     byte-level check of its reads, and the corrected command lines when anything fails.
 
     Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it or it
@@ -68,7 +74,9 @@ def preflight(
     d_line = parse_serve(d_text, "--decode-file" if decode is None else "--decode")
     if junit is not None:   # fail before the work, not after it
         check_writable(junit, "--junit")
-    report = run(p_line, d_line, load_serve_model)
+    deployment = engines(vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version,
+                         gpu=gpu, gdn_prefill_backend=gdn_prefill_backend)
+    report = run(p_line, d_line, load_serve_model, deployment)
     from mambaxfer_cli.cli.report import finish
     from mambaxfer_cli.render.preflight_view import junit_xml, render_report
 

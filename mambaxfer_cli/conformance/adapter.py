@@ -1,9 +1,8 @@
 """mambaxfer's side of the comparison: its answers for one vLLM release, through its planning API.
 
-The one place conformance touches mambaxfer's rules. Today mambaxfer knows one release's rules
-(vLLM 0.33's, with its default ``--block-size`` of 16 when none is given); when the rules become
-a value per release (``planning.releases.release(name)``, with the GPU as ``planning.gpu``), only
-this module changes: ``Ours.__init__`` picks the release and every ``EngineFlags`` takes it.
+The one place conformance touches mambaxfer's rules: the ``Release`` value of the installed vLLM
+(``planning.releases``), on the GPU vLLM's platform questions are answered for (``planning.gpu``),
+given to every engine mambaxfer builds.
 """
 
 from __future__ import annotations
@@ -12,10 +11,13 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, MODELLED_GPU, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
-from mambaxfer_cli.planning.engine import Side, build_side, checkpoint_alignment
-from mambaxfer_cli.planning.geometry import DEFAULT_BLOCK_SIZE, EngineFlags
+from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
+from mambaxfer_cli.planning.engine import Side, build_side, gdn_backend
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.gpu import Gpu, gdn_checkpoint_alignment, gpu
 from mambaxfer_cli.planning.handshake import attention_sources, refusals
+from mambaxfer_cli.planning.release import PULL, PUSH
+from mambaxfer_cli.planning.releases import RELEASES, minor, release
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
@@ -23,24 +25,22 @@ from mambaxfer_cli.planning.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
 
 # The releases mambaxfer has rules for, oldest first.
-KNOWN_RELEASES = ("0.33",)
+KNOWN_RELEASES = tuple(r.name for r in RELEASES)
+
+# The GPU vLLM's platform questions are answered for (vllm_side.ModelledGpu is the same one).
+MODELLED_GPU = gpu("H100")
 
 
 def release_for(installed: str) -> str:
     """mambaxfer's rules for an installed vLLM version: its own release's, else the newest known
-    (a newer vLLM is compared with the newest rules: finding where they part is the point)."""
-    major_minor = ".".join(installed.split("+")[0].split(".")[:2])
-    if major_minor in KNOWN_RELEASES:
-        return major_minor
-    older = [r for r in KNOWN_RELEASES if _key(r) < _key(major_minor)]
+    before it (a newer vLLM, a nightly or a branch, is compared with the newest rules: finding where
+    they part is the point), and the oldest for an older vLLM."""
+    found = minor(installed)
+    known = [(minor(name), name) for name in KNOWN_RELEASES]
+    if found is None:
+        return KNOWN_RELEASES[-1]
+    older = [name for version, name in known if version <= found]
     return older[-1] if older else KNOWN_RELEASES[0]
-
-
-def _key(release: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in release.split("."))
-    except ValueError:
-        return (0,)
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,11 @@ class Engine:
 class Ours:
     """mambaxfer's answers under the rules of ``release``, computed once per input."""
 
-    def __init__(self, release: str) -> None:
-        self.release = release
-        self.gpu = MODELLED_GPU
+    def __init__(self, release_name: str) -> None:
+        self.release = release_name
+        self.rules = release(release_name)
+        self.device: Gpu = MODELLED_GPU
+        self.gpu = MODELLED_GPU.describe()
         self._engines: dict = {}
         self._grouping: dict = {}
         self._layouts: dict = {}
@@ -85,9 +87,10 @@ class Ours:
         return rank_layout(model, tp, rank)
 
     def engine_flags(self, flags: Flags, num_blocks: int) -> EngineFlags:
-        return EngineFlags(attention_backend=flags.backend,
-                           block_size=DEFAULT_BLOCK_SIZE if flags.block_size is None else flags.block_size,
-                           prefix_caching=flags.prefix_caching, num_blocks=num_blocks)
+        """One engine of this release on the modelled GPU (no --block-size: the release's default)."""
+        return EngineFlags(attention_backend=flags.backend, block_size=flags.block_size,
+                           prefix_caching=flags.prefix_caching, num_blocks=num_blocks, release=self.rules,
+                           gpu=self.device)
 
     def engine(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int = D_NUM_BLOCKS) -> Engine:
         key = (model.name, tp, flags, num_blocks)
@@ -100,8 +103,10 @@ class Ours:
         return self._engines[key]
 
     def checkpoint_alignment(self, model: ModelSpec, flags: Flags) -> int:
-        """The token alignment mambaxfer gives the block for the SSM layers' prefill checkpoints."""
-        return checkpoint_alignment(model) if flags.prefix_caching else 1
+        """The token alignment mambaxfer gives the block for the SSM layers' prefill checkpoints
+        (with prefix caching: the GDN prefill kernel's on the GPU; none for Mamba1/Mamba2)."""
+        kernel = gdn_backend(model, self.engine_flags(flags, D_NUM_BLOCKS))
+        return gdn_checkpoint_alignment(kernel) if kernel and flags.prefix_caching else 1
 
     # --- a pairing ---------------------------------------------------------------------------
 
@@ -124,10 +129,9 @@ class Ours:
 
     @staticmethod
     def verdict(prefill: Engine, decode: Engine, push: bool = False) -> str | None:
-        """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted). In push
-        mode P handshakes with D, so P is the local engine (``preflight``'s push rule)."""
-        local, remote = (prefill, decode) if push else (decode, prefill)
-        found = [r for r in refusals(remote.side, local.side) if r.code != "compat-hash"]
+        """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted); in push
+        mode P handshakes with D."""
+        found = [r for r in refusals(prefill.side, decode.side, PUSH if push else PULL) if r.code != "compat-hash"]
         return found[0].message if found else None
 
     def request(self, model: ModelSpec, prefill: Engine, decode: Engine) -> Request:
@@ -155,8 +159,7 @@ class Ours:
 
     # --- the compatibility hash ----------------------------------------------------------------
 
-    @staticmethod
-    def hash_refuses(model_name: str, variation: Variation) -> bool:
+    def hash_refuses(self, model_name: str, variation: Variation) -> bool:
         """Whether mambaxfer says vLLM's compatibility hash tells the two engines of
         ``variation`` apart (``preflight``'s hashed fields)."""
         from mambaxfer_cli.planning.reads import VLLM
@@ -167,7 +170,7 @@ class Ours:
         engines = []
         for side, words in zip((PREFILL, DECODE), variation.serve_words()):
             line = parse_serve(shlex.join(["vllm", "serve", model_name, *words]), f"--{side}")
-            engines.append(build_engine(side, line, load_serve_model))
+            engines.append(build_engine(side, line, load_serve_model, EngineFlags(release=self.rules, gpu=self.device)))
         p, d = engines
         plan = build_plan(d.model, p.tp, d.tp, PlanOptions(semantics=VLLM, prefill=p.flags, decode=d.flags,
                                                           prefill_model=p.model))

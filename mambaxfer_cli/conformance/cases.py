@@ -12,7 +12,6 @@ from typing import Iterable
 # engine's blocks: --block-size (None: not given, the release's default) and prefix caching.
 BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 EXPLICIT_BLOCK_SIZE = 32          # a --block-size every backend accepts as a kernel block
-MODELLED_GPU = "H100/H200 (compute capability 9.0, CUDA 13)"
 
 # Engines of different sizes on the two sides catch an ID computed with the other engine's N.
 P_NUM_BLOCKS = 4096
@@ -102,6 +101,7 @@ class Case:
     request: Request | None = None
     variation: "Variation | None" = None   # a compatibility-hash case: what differs between P and D
     push: bool = False              # NixlPushConnector (P writes) rather than NixlConnector (D reads)
+    rules: tuple[str, ...] = ()     # --vllm-version and --gpu of mambaxfer's side
 
     def describe(self) -> str:
         parts = [self.model]
@@ -127,11 +127,12 @@ class Case:
             variation = self.variation or _engines_of(self)
             p_line, d_line = (shlex.join([f"{LAYOUT_ENV}=DS", "vllm", "serve", self.model, *words])
                               for words in variation.serve_words())
-            return f"mambaxfer preflight --prefill {_double_quoted(p_line)} --decode {_double_quoted(d_line)}"
+            return (f"mambaxfer preflight --prefill {_double_quoted(p_line)} --decode {_double_quoted(d_line)}"
+                    + "".join(f" {w}" for w in self.rules))
         if self.p_tp is None:
-            tail = " ".join(["--tp", str(self.tp)] + flags)
+            tail = " ".join(["--tp", str(self.tp), *flags, *self.rules])
             return f"mambaxfer inspect --model {model} {tail}"
-        words = ["--p-tp", str(self.p_tp), "--d-tp", str(self.d_tp), "--semantics", "vllm", *flags]
+        words = ["--p-tp", str(self.p_tp), "--d-tp", str(self.d_tp), "--semantics", "vllm", *flags, *self.rules]
         if self.request is not None:
             words += ["--p-num-blocks", str(P_NUM_BLOCKS), "--d-num-blocks", str(D_NUM_BLOCKS),
                       *self.request.cli()]

@@ -15,7 +15,7 @@ from typing import Callable
 
 from mambaxfer_cli.conformance.adapter import Engine, Ours
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, MODELLED_GPU, P_NUM_BLOCKS, Case, Flags, pairings,
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.conformance.vllm_side import CouldNotCall, VllmFails
@@ -56,6 +56,11 @@ class Comparison:
         self._verdicts: dict = {}
 
     # --- bookkeeping ---------------------------------------------------------------------------
+
+    def case(self, model: str, *args, **kwargs) -> Case:
+        """A case whose command names the release and GPU mambaxfer answered for."""
+        return Case(model, *args, rules=("--vllm-version", self.ours.release, "--gpu", self.ours.device.spec),
+                    **kwargs)
 
     def live(self, *functions: Function) -> bool:
         return any(self.results[f.name].not_called is None for f in functions)
@@ -101,7 +106,7 @@ class Comparison:
     def conv_split(self, name: str, model: ModelSpec, tp: int) -> None:
         if not self.live(CONV_SPLIT):
             return
-        case = Case(name, tp=tp)
+        case = self.case(name, tp=tp)
         try:
             info = self.vllm.conv_split(model, tp)
             theirs = {"sub-projection dims": list(info.local_proj_dims), "conv rows": info.conv_rows,
@@ -122,7 +127,7 @@ class Comparison:
     def geometry(self, name: str, model: ModelSpec, tp: int, flags: Flags) -> None:
         if not self.live(BLOCK, KERNEL, ALIGN):
             return
-        case = Case(name, tp=tp, flags=flags)
+        case = self.case(name, tp=tp, flags=flags)
         try:
             theirs, alignment = self.vllm.geometry(model, tp, flags, D_NUM_BLOCKS)
         except CouldNotCall as exc:
@@ -163,7 +168,7 @@ class Comparison:
         except CouldNotCall as exc:
             return self.cannot(functions, exc)
         for d_rank in range(d_tp):
-            case = Case(name, p_tp, d_tp, d_rank=d_rank)
+            case = self.case(name, p_tp, d_tp, d_rank=d_rank)
             mine = sorted((r for r in ours_reads if r.d_rank == d_rank), key=lambda r: r.p_rank)
             self.sources(case, model, p_ours, d_ours, d_vllm, p_tp, d_rank, mine)
             self.remote_conv(case, d_vllm, d_rank, ratio, mine)
@@ -237,7 +242,7 @@ class Comparison:
     def handshake(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags, push: bool) -> None:
         if not self.live(HANDSHAKE):
             return
-        case = Case(name, p_tp, d_tp, flags=flags, push=push)
+        case = self.case(name, p_tp, d_tp, flags=flags, push=push)
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags, vllm_geometry=True)
         except CouldNotCall as exc:
@@ -280,7 +285,7 @@ class Comparison:
                 return self.cannot((DESC_IDS,), exc)
         request, per_rank = self._ids[key]
         for d_rank, (theirs, ours, shown) in enumerate(per_rank):
-            case = Case(name, p_tp, d_tp, flags=flags, d_rank=d_rank, request=request)
+            case = self.case(name, p_tp, d_tp, flags=flags, d_rank=d_rank, request=request)
             if theirs is None:
                 self.skip((DESC_IDS,), f"vLLM's own code refuses to pair the blocks: {shown} ({case.describe()})")
                 continue
@@ -311,7 +316,7 @@ class Comparison:
         if not self.live(HASH):
             return
         for variation in HASH_VARIATIONS:
-            case = Case(name, variation=variation)
+            case = self.case(name, variation=variation)
             try:
                 theirs = (self.vllm.compatibility_hash(model, variation.prefill)
                           != self.vllm.compatibility_hash(model, variation.decode))
@@ -369,5 +374,5 @@ def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, star
         start(sum(len(pairings(ours.tp_sizes(model, max_tp))) for _, model in models))
     for name, model in models:
         comparison.model(name, model, max_tp, done)
-    return Report(vllm.version, ours.release, MODELLED_GPU, [name for name, _ in models], max_tp,
+    return Report(vllm.version, ours.release, ours.gpu, [name for name, _ in models], max_tp,
                   [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)

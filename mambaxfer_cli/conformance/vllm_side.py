@@ -27,7 +27,8 @@ from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
 
 LAYOUT_VARIABLE = "VLLM_SSM_CONV_STATE_LAYOUT"
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
-P_ENGINE, D_ENGINE = "prefill-engine", "decode-engine"
+# Engine IDs as mambaxfer names the engines (vLLM quotes the remote one in some messages).
+P_ENGINE, D_ENGINE = "P", "D"
 REGION_BASE = 1 << 40          # region r of a stand-in engine starts at r · REGION_BASE
 
 
@@ -101,7 +102,13 @@ def answering():
 
 
 def _accepts(function, name: str) -> bool:
-    return name in inspect.signature(function).parameters
+    """Whether vLLM's ``function`` (a bound method or a function) takes a parameter ``name``."""
+    return name in _parameters(getattr(function, "__func__", function))
+
+
+@lru_cache(maxsize=None)
+def _parameters(function) -> frozenset[str]:
+    return frozenset(inspect.signature(function).parameters)
 
 
 def _symbol(module: str, name: str):
@@ -246,6 +253,7 @@ class EngineState:
     kv_cache_config: object
     kv_cache_layout: str
     backend_name: str
+    _metadata: object = None
 
     @property
     def group_spec_types(self) -> tuple:
@@ -271,7 +279,13 @@ class EngineState:
         return worker
 
     def metadata(self):
-        """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``)."""
+        """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once
+        (vLLM's functions conformance calls read it, never change it)."""
+        if self._metadata is None:
+            self._metadata = self._build_metadata()
+        return self._metadata
+
+    def _build_metadata(self):
         g = self.geometry
         regions = len(self.regions)
         values = {
@@ -333,6 +347,8 @@ class Installed:
         self._splits: dict = {}
         self._geometry: dict = {}
         self._groups: dict = {}
+        self._pairs: dict = {}
+        self._layers: dict = {}
 
     # --- shapes and the conv split ------------------------------------------------------------
 
@@ -450,12 +466,16 @@ class Installed:
         with calling("remote_conv_offsets"), answering():
             return [list(pair) for pair in decode.conv_split.remote_conv_offsets(d_rank % max(ratio, 1), ratio)]
 
-    def pairs(self, worker, prefill: EngineState):
-        """0.34's region pairing (``_pair_regions``), None where the release has none."""
+    def pairs(self, worker, local: EngineState, remote: EngineState):
+        """0.34's region pairing (``_pair_regions``) of a local worker with a remote engine, None
+        where the release has none. The same for every rank of an engine: computed once."""
         if not hasattr(type(worker), "_pair_regions"):
             return None
-        with calling("_pair_regions"):
-            return worker._pair_regions(prefill.metadata())
+        key = (id(local), id(remote), type(worker))
+        if key not in self._pairs:
+            with calling("_pair_regions"):
+                self._pairs[key] = (worker._pair_regions(remote.metadata()), local, remote)
+        return self._pairs[key][0]
 
     def ssm_reads(self, prefill: EngineState, decode: EngineState, d_rank: int, ratio: int):
         with answering():
@@ -468,7 +488,7 @@ class Installed:
         worker = decode.worker(d_rank)
         info = self.engine_info(prefill)
         meta = prefill.metadata()
-        pairs = self.pairs(worker, prefill)
+        pairs = self.pairs(worker, decode, prefill)
         bases = [r * REGION_BASE for r in range(len(decode.regions))]
         with calling("_build_mamba_local"):
             local = worker._build_mamba_local(bases)
@@ -525,7 +545,7 @@ class Installed:
             if hasattr(worker_class, "_validate_remote_parallel_config"):
                 with calling("_validate_remote_parallel_config"):
                     worker._validate_remote_parallel_config(meta)
-            pairs = self.pairs(worker, remote)
+            pairs = self.pairs(worker, local, remote)
             with calling("register_remote_engine"):
                 topology.register_remote_engine(meta.engine_id, self.engine_info(remote))
             plan = self.tp_mapping(local, remote.tp, rank)
@@ -580,7 +600,7 @@ class Installed:
         with calling("block_size_ratio"):
             block_ratio = topology.block_size_ratio(prefill.geometry.kernel_block_size)
         plan = self.tp_mapping(decode, prefill.tp, d_rank)
-        pairs = self.pairs(worker, prefill)
+        pairs = self.pairs(worker, decode, prefill)
         p_ppl, d_ppl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
         local_logical = [list(g) for g in request.decode_blocks]
         remote_logical = [list(g) for g in request.prefill_blocks]
@@ -680,7 +700,13 @@ class Installed:
 
     def forward_context(self, model: ModelSpec, backend: str) -> dict:
         """Stand-in layers in model order: the SSM mixers of the model's variant, attention layers
-        running ``backend``."""
+        running ``backend`` (built once per model and backend)."""
+        key = (model.name, backend)
+        if key not in self._layers:
+            self._layers[key] = self._forward_context(model, backend)
+        return self._layers[key]
+
+    def _forward_context(self, model: ModelSpec, backend: str) -> dict:
         mixers = {Variant.MAMBA1: ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
                   Variant.MAMBA2: ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
         mixer_class = self._gdn_class() if model.variant is Variant.GDN else _symbol(*mixers[model.variant])

@@ -151,12 +151,19 @@ def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
 
 
 def _flags(geometry: dict) -> EngineFlags:
-    """The flags that give an engine of this geometry again (its block size is a fixed point)."""
+    """The engine that gives this geometry again: its release and GPU, and flags whose block size
+    is a fixed point (an explicit block size derives the same in every release)."""
+    from mambaxfer_cli.planning.gpu import gpu
+    from mambaxfer_cli.planning.releases import release
+
     derived = bool(geometry.get("vllm_derived", True))
+    gdn = geometry.get("gdn_prefill_backend")
     return EngineFlags(attention_backend=str(geometry["attention_backend"]),
                        block_size=int(geometry["block_size"]), kv_cache_dtype=str(geometry["kv_cache_dtype"]),
                        prefix_caching=bool(geometry["prefix_caching"]), num_blocks=int(geometry["num_blocks"]),
-                       blocks_per_logical=None if derived else int(geometry["blocks_per_logical"]))
+                       blocks_per_logical=None if derived else int(geometry["blocks_per_logical"]),
+                       gdn_prefill_backend=None if gdn is None else str(gdn),
+                       release=release(str(geometry["vllm_version"])), gpu=gpu(str(geometry["gpu"])))
 
 
 def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict | None = None) -> Plan:
@@ -178,6 +185,10 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
                      kv_tensors=int(p_engine["tensors"]), ssm_tensors=int(p_engine["ssm_tensors"]))
         at_most(f"--plan {path}: KV-cache groups", len(dm["groups"]), MAX_KV_GROUPS, "model's")
         grouping = KVGrouping(tuple(dm["groups"]), int(p_engine["tensors"]), int(p_engine["ssm_tensors"]))
+        derived = vllm_grouping(spec.layers)
+        if (derived.groups, derived.tensors, derived.ssm_tensors) == (grouping.groups, grouping.tensors,
+                                                                      grouping.ssm_tensors):
+            grouping = derived      # with each group's layers: the release's descriptor IDs need them
         coalesced = any("+" in seg["region"] for read in document["reads"] for seg in read["segments"])
         options = PlanOptions(
             semantics=document["semantics"], coalesce=coalesced,

@@ -1,10 +1,12 @@
-"""From a plan's reads to NIXL descriptor lists and descriptor IDs (SPEC section 4), vectorised.
+"""From a plan's reads to NIXL descriptor lists and descriptor IDs (docs/reference.md), vectorised.
 
 A prepared list is ``[attention | SSM]``: ``F·N·n`` attention descriptors (per stream, per kernel
 block, its ``n`` pieces: one in vLLM's own lists, ``block_size_ratio`` sub-blocks when D's kernel
 block holds several of P's, token chunks in mambaxfer's exact lists across different block
 sizes), then for each SSM tensor, each of its ``k`` regions, one descriptor per logical block.
-IDs: attention ``f·N·n + b·n + j``; SSM ``F·N·n + q·L + b`` with ``q = tensor·k + region``.
+IDs: attention ``f·N·n + b·n + j``; SSM ``F·N·n + q·L + b`` with ``q = tensor·k + region``. Which
+tensors a group's IDs cover is the release's rule: every one of its kind in vLLM 0.33, only those
+holding one of its layers in 0.34 (a short last group posts fewer).
 
 Memory is vLLM's: one registered region per KV-cache tensor of ``L`` pages; an SSM layer's
 logical block ``b`` is the page at ``b·page``, an attention layer's kernel block ``k`` the
@@ -64,7 +66,7 @@ class Engine:
 def make_engine(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
                 streams_per_tensor: int, ssm_regions: int) -> Engine:
     if streams_per_tensor not in (1, 2):
-        raise UserError("--attention-streams must be 1 (vLLM 0.33) or 2 (split K and V)")
+        raise UserError("attention streams per KV-cache tensor must be 1 (vLLM) or 2 (split K and V)")
     return Engine(grouping.tensors, grouping.ssm_tensors, grouping.tensors * streams_per_tensor,
                   num_blocks, blocks_per_logical, ssm_regions)
 
@@ -207,10 +209,13 @@ def expand(rows: np.ndarray) -> np.ndarray:
 
 
 def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[np.ndarray],
-              attention_slots: Sequence[np.ndarray | None] | None = None) -> np.ndarray:
+              attention_slots: Sequence[np.ndarray | None] | None = None,
+              group_tensors: Sequence[int] | None = None) -> np.ndarray:
     """The IDs of one read for a request: per group, region-major (stream-major for attention);
     groups concatenated. ``attention_slots[g]`` gives, for an attention group, the slots
-    (``kernel block · pieces + piece``) this read pairs, or None for a read without attention."""
+    (``kernel block · pieces + piece``) this read pairs, or None for a read without attention;
+    ``group_tensors[g]`` how many of its kind's tensors group ``g``'s IDs cover (the first ones;
+    default: all)."""
     eng = dlist.engine
     parts = []
     for index, (kind, logical) in enumerate(zip(groups, blocks)):
@@ -218,11 +223,14 @@ def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[np.
             slots = attention_slots[index] if attention_slots is not None else None
             if slots is None:
                 continue
-            streams = np.arange(eng.attention_streams, dtype=np.int64)[:, None] * (eng.num_blocks * dlist.pieces)
+            tensors = eng.tensors if group_tensors is None else group_tensors[index]
+            streams = np.arange(tensors * eng.streams_per_tensor, dtype=np.int64)[:, None]
+            streams = streams * (eng.num_blocks * dlist.pieces)
             parts.append((streams + np.asarray(slots, dtype=np.int64)[None, :]).ravel())
         else:
+            tensors = eng.ssm_tensors if group_tensors is None else group_tensors[index]
             logical = np.asarray(logical, dtype=np.int64)
-            q = np.arange(eng.ssm_tensors * dlist.k, dtype=np.int64)[:, None]
+            q = np.arange(tensors * dlist.k, dtype=np.int64)[:, None]
             parts.append((dlist.attention_descs + q * eng.logical_blocks + logical[None, :]).ravel())
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
@@ -320,8 +328,15 @@ class DescriptorMap:
     decode: Engine
     request: Request
     reads: tuple[DescriptorRead, ...]
+    group_tensors: tuple[int, ...] = ()     # tensors each group's IDs cover (the release decides)
+
+    def tensors_of(self, group: int) -> int:
+        if self.group_tensors:
+            return self.group_tensors[group]
+        return self.decode.tensors if self.groups[group] == ATTENTION else self.decode.ssm_tensors
 
     def to_dict(self, d_rank: int | None = None) -> dict:
-        return {"groups": list(self.groups), "prefill": self.prefill.to_dict(),
+        return {"groups": list(self.groups), "group_tensors": [self.tensors_of(g) for g in range(len(self.groups))],
+                "prefill": self.prefill.to_dict(),
                 "decode": self.decode.to_dict(), "request": self.request.to_dict(),
                 "reads": [r.to_dict() for r in self.reads if d_rank is None or r.d_rank == d_rank]}

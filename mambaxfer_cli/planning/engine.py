@@ -1,4 +1,4 @@
-"""One engine (the P side or the D side) as vLLM 0.33 builds it, computed once.
+"""One engine (the P side or the D side) as its vLLM release builds it on its GPU, computed once.
 
 Its ranks' SSM layouts, the attention KV heads each rank holds, its block geometry and its
 KV-cache tensors: reads, descriptor lists, the simulator and execute all consume this value.
@@ -9,11 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mambaxfer_cli.planning.descriptors import Engine, make_engine
-from mambaxfer_cli.planning.geometry import GDN_CHECKPOINT_ALIGNMENT, EngineFlags, Geometry, attention_bytes_per_token, derive
+from mambaxfer_cli.planning.geometry import (
+    Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
+)
 from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
+from mambaxfer_cli.planning.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
 from mambaxfer_cli.planning.kv_groups import KVGrouping
 from mambaxfer_cli.planning.layout import RankLayout, Shard, engine_layouts, kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.planning.release import Release, label
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,22 @@ class Side:
     kv_dtype: str | None = None            # element type of the attention cache
     head_size: int | None = None
     hashed_backend: str = ""               # the backend name vLLM's compatibility hash takes
+    flags: EngineFlags = EngineFlags()     # how it was started: release, GPU, serve flags
+    kernel: Backend | None = None          # its attention backend's kernel blocks on its GPU
+
+    @property
+    def release(self) -> Release:
+        return self.flags.release
+
+    @property
+    def gpu(self) -> Gpu:
+        return self.flags.gpu
+
+    @property
+    def kernel_backend(self) -> Backend:
+        """Its attention backend's kernel block sizes on its GPU."""
+        return self.kernel or kernel_backend(self.flags.attention_backend, self.gpu, self.head_size,
+                                             self.flags.kv_cache_dtype)
 
     @property
     def page_bytes(self) -> int:
@@ -54,33 +74,65 @@ class Side:
         return {"tp": self.tp, "ranks": [r.to_dict() for r in self.ranks if only is None or r.rank == only]}
 
 
+@dataclass(frozen=True)
+class Engines:
+    """Both engines of a deployment as they are started (each one's release, GPU and serve
+    flags): the one value the command line builds from its engine options."""
+
+    prefill: EngineFlags = EngineFlags()
+    decode: EngineFlags = EngineFlags()
+
+    @property
+    def releases(self) -> str:
+        return label(self.prefill.release, self.decode.release)
+
+    def describe(self) -> str:
+        """The release(s) and GPU(s) answers are for: ``vLLM 0.34 on H100 (SM 9.0, CUDA 13)``."""
+        p, d = self.prefill.gpu, self.decode.gpu
+        gpus = p.describe() if p == d else f"{p.describe()} (P) / {d.describe()} (D)"
+        return f"{self.releases} on {gpus}"
+
+    def to_dict(self) -> dict:
+        """What every document records of the deployment: the release(s) and the GPU(s)."""
+        return {"vllm_versions": {"prefill": self.prefill.release.name, "decode": self.decode.release.name},
+                "gpu": {"prefill": self.prefill.gpu.spec, "decode": self.decode.gpu.spec}}
+
+
 def _dtype_bytes(name: str | None) -> int:
     from mambaxfer_cli.planning.dtypes import dtype_bytes
 
     return dtype_bytes(name) if name else 0
 
 
-def checkpoint_alignment(model: ModelSpec) -> int:
-    """Token alignment vLLM 0.33 gives blocks for prefix caching: GDN layers' prefill checkpoints."""
-    return GDN_CHECKPOINT_ALIGNMENT if model.variant is Variant.GDN else 1
+def gdn_backend(model: ModelSpec, flags: EngineFlags) -> str | None:
+    """The GDN prefill kernel of a GDN model's engine (None for other variants)."""
+    if model.variant is not Variant.GDN:
+        return None
+    return gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), flags.gdn_prefill_backend)
 
 
 def build_side(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGrouping,
                attention_streams: int = 1) -> Side:
-    """Lay out one engine of ``tp`` ranks with ``flags`` (vLLM's serve flags for this side)."""
+    """Lay out one engine of ``tp`` ranks started with ``flags`` (its release, GPU and serve flags)."""
     ranks = engine_layouts(model, tp)
     heads = tuple(kv_head_shard(model, tp, r) for r in range(tp))
     a1 = kv_dtype = None
     if model.has_attention:
         kv_dtype = resolve_kv_dtype(flags.kv_cache_dtype, model.model_dtype)
         a1 = attention_bytes_per_token(len(heads[0]), model.head_size, kv_dtype)
-    geometry = derive(ranks[0].state_bytes, a1, flags, checkpoint_alignment(model))
+    gdn = gdn_backend(model, flags)
+    alignment = gdn_checkpoint_alignment(gdn) if gdn else 1
+    q_heads = model.num_q_heads // tp if model.num_q_heads else None
+    kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
+                            q_heads, len(heads[0]) if heads[0] is not None else None)
+    geometry = derive(ranks[0].state_bytes, a1, flags, alignment, kernel, gdn)
     lists = make_engine(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                         len(ranks[0].regions))
-    return Side(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size, hashed_backend(model, geometry))
+    return Side(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size, hashed_backend(model, geometry),
+                flags, kernel)
 
 
-# The backend of an SSM layer, as vLLM 0.33 names it.
+# The backend of an SSM layer, as vLLM names it.
 SSM_BACKENDS = {Variant.MAMBA1: "MAMBA1_ATTN", Variant.MAMBA2: "MAMBA2_ATTN", Variant.GDN: "GDN_ATTN"}
 
 

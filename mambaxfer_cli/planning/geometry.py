@@ -1,4 +1,5 @@
-"""An engine's block geometry as vLLM 0.33 derives it from the model, the TP size and its flags.
+"""An engine's block geometry as vLLM derives it from the model, the TP size, its flags, its
+release and its GPU.
 
 A hybrid engine does not choose its pages: the attention page (``block_size · a1`` bytes) must
 hold one request's SSM state, so vLLM raises the block size until it does and pads the SSM state
@@ -11,11 +12,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
+from mambaxfer_cli.planning.gpu import (
+    DEFAULT_GPU, Gpu, default_attention_backend, fa4_hd256_kernel, flashinfer_large_pages,
+)
+from mambaxfer_cli.planning.release import Release
+from mambaxfer_cli.planning.releases import NEWEST
 
-DEFAULT_BACKEND = "FLASH_ATTN"
-DEFAULT_BLOCK_SIZE = 16
+DEFAULT_KV_CACHE_DTYPE = "auto"
+DEFAULT_NUM_BLOCKS = 100_000      # kernel blocks (N): GPU memory decides them
 MAX_BLOCK_SIZE = 1 << 20          # tokens: far above any block vLLM builds
 
 
@@ -72,43 +78,76 @@ def backend(name: str) -> Backend:
     return found
 
 
+FLASHINFER_LARGE_PAGES = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def kernel_backend(name: str | None, device: Gpu, head_size: int | None, kv_cache: str,
+                   q_heads: int | None = None, kv_heads: int | None = None) -> Backend:
+    """The backend (None: vLLM's pick for the GPU) with its kernel block sizes on this GPU:
+    FLASH_ATTN runs FA4's head-size-256 kernel on fixed 128-token blocks on SM 10.x
+    (``FlashAttentionBackend.get_supported_kernel_block_sizes``); FLASHINFER runs blocks up to 1024
+    tokens there for grouped-query attention (``q_heads``, ``kv_heads``: per rank)."""
+    found = backend(name or default_attention_backend(device))
+    if found.name == "FLASH_ATTN":
+        fixed = fa4_hd256_kernel(device, head_size, quantized_kv=is_quantized(kv_cache))
+        if fixed:
+            return Backend(found.name, sizes=(fixed,))
+    if found.name == "FLASHINFER" and flashinfer_large_pages(device, q_heads, kv_heads):
+        return Backend(found.name, sizes=FLASHINFER_LARGE_PAGES)
+    return found
+
+
 KV_CACHE_DTYPES = {"auto": None, "bfloat16": "bfloat16", "float16": "float16", "half": "float16",
                    "float32": "float32", "fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
                    "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn", "fp8_ds_mla": "float8_e4m3fn"}
+
+
+def is_quantized(kv_cache: str) -> bool:
+    return str(kv_cache).strip().lower().startswith("fp8")
 
 
 def kv_cache_dtype(name: str, model_dtype: str) -> str:
     """The element type of the attention cache: ``auto`` is the model's dtype."""
     key = str(name).strip().lower()
     if key not in KV_CACHE_DTYPES:
-        raise UserError(f"unknown --kv-cache-dtype '{name}'; choose one of: {', '.join(KV_CACHE_DTYPES)}")
+        raise UserError(f"unknown KV-cache dtype '{name}'; choose one of: {', '.join(KV_CACHE_DTYPES)}")
     return canonical_dtype(KV_CACHE_DTYPES[key] or model_dtype)
 
 
 @dataclass(frozen=True)
 class EngineFlags:
-    """One engine's flags that shape its blocks (vLLM's serve flags), and its number of blocks."""
+    """One engine as it is started: the vLLM release it runs, its GPU, the serve flags that shape
+    its blocks, and its number of blocks."""
 
-    attention_backend: str = DEFAULT_BACKEND
-    block_size: int = DEFAULT_BLOCK_SIZE
-    kv_cache_dtype: str = "auto"
+    attention_backend: str | None = None      # None: vLLM's pick for the GPU
+    block_size: int | None = None             # None: the release's default (--block-size absent)
+    kv_cache_dtype: str = DEFAULT_KV_CACHE_DTYPE
     prefix_caching: bool = True
-    num_blocks: int = 100_000                 # kernel blocks (N): GPU memory decides them
+    gdn_prefill_backend: str | None = None    # None: vLLM's choice for the GPU
+    num_blocks: int = DEFAULT_NUM_BLOCKS
     blocks_per_logical: int | None = None     # expert override: not what vLLM builds
+    release: Release = NEWEST
+    gpu: Gpu = DEFAULT_GPU
 
     def __post_init__(self) -> None:
-        backend(self.attention_backend)
-        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) \
-                or not 1 <= self.block_size <= MAX_BLOCK_SIZE:
-            raise UserError(f"--block-size must be an integer from 1 to {MAX_BLOCK_SIZE} tokens, "
+        if self.attention_backend is not None:
+            backend(self.attention_backend)
+        if self.block_size is not None and (isinstance(self.block_size, bool) or not isinstance(self.block_size, int)
+                                            or not 1 <= self.block_size <= MAX_BLOCK_SIZE):
+            raise UserError(f"the block size must be an integer from 1 to {MAX_BLOCK_SIZE} tokens, "
                             f"got {self.block_size!r}")
         if self.blocks_per_logical is not None and self.blocks_per_logical < 1:
-            raise UserError("--blocks-per-logical must be >= 1")
+            raise UserError("kernel blocks per logical block must be >= 1")
+
+    @property
+    def requested_block_size(self) -> int:
+        """The block size vLLM starts from: the flag, else the release's default."""
+        return self.release.default_block_size if self.block_size is None else self.block_size
 
 
 @dataclass(frozen=True)
 class Geometry:
-    """What one engine's blocks are: SPEC section 8, per engine."""
+    """What one engine's blocks are, as its release derives them on its GPU."""
 
     attention_backend: str
     kv_cache_dtype: str                  # as given: auto, fp8, ...
@@ -122,6 +161,10 @@ class Geometry:
     num_blocks: int                      # N, kernel blocks
     overridden: bool = False             # blocks per logical block given by hand
     derived_blocks_per_logical: int = 1  # what vLLM derives (differs only when overridden)
+    release: str = NEWEST.name           # the vLLM release that derives it
+    gpu: str = DEFAULT_GPU.name
+    gdn_prefill_backend: str | None = None   # the GDN prefill kernel (GDN models)
+    checkpoint_alignment: int = 1        # tokens the blocks align to for prefill checkpoints
 
     @property
     def logical_blocks(self) -> int:
@@ -137,7 +180,9 @@ class Geometry:
                 "kernel_block_size": self.kernel_block_size, "blocks_per_logical": self.blocks_per_logical,
                 "attention_bytes_per_token": self.attention_bytes_per_token,
                 "state_bytes": self.state_bytes, "page_bytes": self.page_bytes,
-                "num_blocks": self.num_blocks, "vllm_derived": not self.overridden}
+                "num_blocks": self.num_blocks, "vllm_derived": not self.overridden,
+                "vllm_version": self.release, "gpu": self.gpu, "gdn_prefill_backend": self.gdn_prefill_backend,
+                "checkpoint_alignment": self.checkpoint_alignment}
 
 
 def attention_bytes_per_token(kv_heads: int, head_size: int, dtype: str) -> int:
@@ -145,30 +190,29 @@ def attention_bytes_per_token(kv_heads: int, head_size: int, dtype: str) -> int:
     return kv_heads * 2 * head_size * dtype_bytes(dtype)
 
 
-# With prefix caching vLLM 0.33 keeps GDN prefill checkpoints on block boundaries: FlashInfer's GDN
-# prefill kernel (the one Hopper GPUs run) exports them every 64 tokens (FLASHINFER_GDN_CHECKPOINT_ALIGNMENT).
-GDN_CHECKPOINT_ALIGNMENT = 64
-
-
 def hybrid_block_size(state_bytes: int, a1: int, requested: int, kernel: Backend, alignment: int = 1) -> int:
     """``_align_hybrid_block_size``: the smallest block (a multiple of the backend's step, at
-    least the requested size) whose attention page holds the SSM state."""
+    least the requested size) whose attention page holds the SSM state; ``alignment``: the SSM
+    layers' prefill checkpoint alignment (prefix caching only)."""
     kba = math.lcm(max(kernel.smallest, requested), alignment)
     tokens = kba * math.ceil(state_bytes / (kba * a1))
     tokens = -(-tokens // kernel.step) * kernel.step
     return max(requested, tokens)
 
 
-def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alignment: int = 1) -> Geometry:
+def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alignment: int = 1,
+           kernel: Backend | None = None, gdn_prefill_backend: str | None = None) -> Geometry:
     """One engine's geometry from its SSM state bytes ``m``, its attention bytes per token ``a1``
-    (None for an SSM-only model), its flags and, with prefix caching, its SSM layers' prefill
-    checkpoint alignment in tokens."""
-    kernel = backend(flags.attention_backend)
+    (None for an SSM-only model), its flags, its SSM layers' prefill checkpoint alignment in tokens
+    (applied with prefix caching) and its backend's kernel blocks on its GPU."""
+    kernel = kernel or kernel_backend(flags.attention_backend, flags.gpu, None, flags.kv_cache_dtype)
+    requested = flags.requested_block_size
+    stamp = dict(release=flags.release.name, gpu=flags.gpu.spec, gdn_prefill_backend=gdn_prefill_backend)
     if a1 is None:
-        return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, flags.block_size,
-                        flags.block_size, 1, None, state_bytes, state_bytes, flags.num_blocks)
+        return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, requested,
+                        requested, 1, None, state_bytes, state_bytes, flags.num_blocks, **stamp)
     alignment = checkpoint_alignment if flags.prefix_caching else 1
-    block = hybrid_block_size(state_bytes, a1, flags.block_size, kernel, alignment)
+    block = hybrid_block_size(state_bytes, a1, requested, kernel, alignment)
     if block > MAX_BLOCK_SIZE:
         raise UserError(f"the SSM state ({state_bytes} bytes) needs attention blocks of {block} tokens, "
                         f"more than any engine builds")
@@ -179,7 +223,9 @@ def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alig
     if overridden:
         per_logical = flags.blocks_per_logical
         if block % per_logical:
-            raise UserError(f"--blocks-per-logical {per_logical} does not divide the block of {block} tokens")
+            raise UserError(f"{per_logical} kernel blocks per logical block do not divide the block of "
+                            f"{block} tokens")
         kernel_tokens = block // per_logical
     return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, block, kernel_tokens,
-                    per_logical, a1, state_bytes, block * a1, flags.num_blocks, overridden, derived)
+                    per_logical, a1, state_bytes, block * a1, flags.num_blocks, overridden, derived,
+                    checkpoint_alignment=alignment, **stamp)

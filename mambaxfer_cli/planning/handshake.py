@@ -1,12 +1,11 @@
-"""What vLLM 0.33's NIXL handshake says of a P/D pairing: accepted, or refused with its message.
+"""What vLLM's NIXL handshake says of a P/D pairing: accepted, or refused with its message.
 
-D (local) checks P (remote) when it adds P's agent (``nixl/base_worker.py``): the compatibility
-hash first (model, dtype, KV heads, head size, layers, the first cache layer's backend, KV-cache
-dtype, speculative settings, transfer mode), then the TP ratio, the kernel block sizes
-(``TransferTopology.block_size_ratio``), prefix caching against different kernel blocks per
-logical block, and head-sharded attention across different block sizes. It never compares the
-SSM dtypes, the conv-state layout, the conv rows or the SSM state sizes: a mismatch there is
-accepted and corrupts the state silently.
+The engine whose code runs the checks (D when it pulls, P when it pushes) meets the other one:
+its release's checks run in vLLM's order (the TP sizes before any metadata is exchanged, the
+compatibility hash, then the kernel blocks, prefix caching against different kernel blocks per
+logical block, a host buffer, and head-sharded attention across different block sizes). None of
+them compares the SSM dtypes, the conv-state layout, the conv rows or the SSM state sizes: a
+mismatch there is accepted and corrupts the state silently.
 """
 
 from __future__ import annotations
@@ -15,126 +14,131 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from mambaxfer_cli.planning.engine import Side
-from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags, backend
-from mambaxfer_cli.planning.reads import tp_ratio
+from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags
+from mambaxfer_cli.planning.release import PULL, PUSH, EngineFacts, Hash, Meeting, Refusal, label
+
+__all__ = ["PULL", "PUSH", "Refusal", "Verdict", "attention_sources", "meeting", "refusals", "verdict"]
 
 NOT_CHECKED = ("SSM dtypes (conv and temporal)", "the conv-state layout (VLLM_SSM_CONV_STATE_LAYOUT)",
                "conv rows (num_spec)", "SSM state sizes")
-GEOMETRY_CODES = ("block-size", "prefix-caching", "head-sharded-block-size")
-SEARCH_LIMIT = 8192     # tokens: the largest --block-size suggested
-
-
-@dataclass(frozen=True)
-class Refusal:
-    code: str       # compat-hash | tp-sizes | block-size | prefix-caching | head-sharded-block-size
-    message: str    # vLLM's own words
-
-    def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message}
+GEOMETRY_CODES = ("block-size", "prefix-caching", "head-sharded-block-size", "push-block-sizes", "host-buffer")
+# Refusals that change the blocks once fixed: the geometry checks after them are not reached.
+BLOCK_CODES = ("block-size", "push-block-sizes")
+SEARCH_LIMIT = 8192     # tokens: the largest block size suggested
 
 
 @dataclass(frozen=True)
 class Verdict:
     refusals: tuple[Refusal, ...]
     suggested_block_size: int | None = None
+    releases: str = ""                      # how the answer names the release(s): "vLLM 0.34"
+    needs_remote_num_tokens: bool = False   # a pull pairing blocks from the last token
 
     @property
     def accepts(self) -> bool:
         return not self.refusals
 
     def to_dict(self) -> dict:
-        return {"accepts": self.accepts, "refusals": [r.to_dict() for r in self.refusals],
+        return {"releases": self.releases, "accepts": self.accepts,
+                "refusals": [r.to_dict() for r in self.refusals],
                 "suggested_block_size": self.suggested_block_size,
+                "needs_remote_num_tokens": self.needs_remote_num_tokens,
                 "not_checked": list(NOT_CHECKED)}
 
 
 def attention_sources(prefill: Side, decode: Side, d_rank: int) -> list[int]:
     """``compute_tp_mapping``: the P ranks D rank ``d_rank`` reads attention KV from."""
-    p_tp, d_tp = prefill.tp, decode.tp
-    if prefill.kv_heads[0] is None:
+    return _sources(prefill, decode, d_rank)
+
+
+def _sources(remote: Side, local: Side, rank: int) -> list[int]:
+    """The remote ranks local rank ``rank`` reads attention from: one when the local engine has
+    at least as many ranks, else the first rank of each distinct head among its remote ranks."""
+    r_tp, l_tp = remote.tp, local.tp
+    if remote.kv_heads[0] is None:
         return []
-    if d_tp >= p_tp:
-        return [d_rank * p_tp // d_tp]
-    a = p_tp // d_tp
+    if l_tp >= r_tp:
+        return [rank * r_tp // l_tp]
+    a = r_tp // l_tp
     firsts, seen = [], set()
-    for q in range(d_rank * a, d_rank * a + a):
-        head = prefill.kv_heads[q].start
+    for q in range(rank * a, rank * a + a):
+        head = remote.kv_heads[q].start
         if head not in seen:
             seen.add(head)
             firsts.append(q)
     return firsts
 
 
-def refusals(prefill: Side, decode: Side) -> list[Refusal]:
-    """vLLM 0.33's refusals of this pairing, in the order its handshake meets them (vLLM stops at
-    the first; the others are what it would say once that one is fixed)."""
-    p, d = prefill.geometry, decode.geometry
-    out = []
-    if (prefill.hashed_backend, p.kv_cache_dtype) != (decode.hashed_backend, d.kv_cache_dtype):
-        differs = [f"{what} {a} vs {b}" for what, a, b in (
-            ("attention backend", decode.hashed_backend, prefill.hashed_backend),
-            ("KV-cache dtype", d.kv_cache_dtype, p.kv_cache_dtype)) if a != b]
-        out.append(Refusal("compat-hash", (
-            "NIXL compatibility hash mismatch. Prefill and decode instances have incompatible "
-            "configurations. This may be due to: different vLLM versions, models, dtypes, KV cache "
-            f"layouts, attention backends, etc. ({'; '.join(differs)}, D vs P)")))
-    ratio = tp_ratio(prefill.tp, decode.tp)
-    if ratio is None:
-        big, small = (decode.tp, prefill.tp) if decode.tp >= prefill.tp else (prefill.tp, decode.tp)
-        first, second = ("Local", "remote") if decode.tp >= prefill.tp else ("Remote", "local")
-        out.append(Refusal("tp-sizes", f"{first} tensor parallel size {big} is not divisible by {second} "
-                                       f"tensor parallel size {small}."))
-        return out
-    if not prefill.has_attention:
-        return out
-    if d.kernel_block_size % p.kernel_block_size:
-        out.append(Refusal("block-size", f"Local block size {d.kernel_block_size} is not divisible by remote "
-                                         f"block size {p.kernel_block_size} or vice versa."))
-        return out
-    if d.prefix_caching and p.blocks_per_logical != d.blocks_per_logical:
-        out.append(Refusal("prefix-caching", (
-            "Prefix caching with heterogeneous physical_blocks_per_logical is not supported for Mamba "
-            f"hybrid models. Local: {d.blocks_per_logical}, Remote: {p.blocks_per_logical}. "
-            "Disable prefix caching with --disable-prefix-caching.")))
-    block_ratio = d.kernel_block_size // p.kernel_block_size
-    if ratio < 0 and block_ratio != 1:
-        heads = {prefill.kv_heads[q].start for q in attention_sources(prefill, decode, 0)}
-        replicated = prefill.tp > (prefill.kv_heads[-1].end or 1)
-        if len(heads) > 1 and not replicated:
-            out.append(Refusal("head-sharded-block-size", "Head-sharded attention reads with P_TP > D_TP and "
-                                                          "heterogeneous block sizes are not supported"))
+def side_facts(side: Side) -> EngineFacts:
+    """What the hash takes of an engine when only its geometry is known: the same model on both
+    sides, so its backend and KV-cache dtype (and its release) are what can differ."""
+    return EngineFacts("", "", None, None, 0, side.hashed_backend, side.geometry.kv_cache_dtype)
+
+
+def meeting(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
+            host_buffer: bool = False, enforce_hash: bool = True) -> Meeting:
+    """The pairing as the local engine's handshake sees it (D local when it pulls, P when it
+    pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
+    local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
+    p_facts, d_facts = facts or (side_facts(prefill), side_facts(decode))
+    hashes: dict[str, Hash] = {"P": prefill.release.hashed(p_facts), "D": decode.release.hashed(d_facts)}
+    ratio_ok = (local.tp % remote.tp == 0) if local.tp >= remote.tp else (remote.tp % local.tp == 0)
+    sources = len(_sources(remote, local, 0)) if ratio_ok and remote.has_attention else 0
+    lg, rg = local.geometry, remote.geometry
+    return Meeting(mode=mode, local_tp=local.tp, remote_tp=remote.tp, has_attention=remote.has_attention,
+                   local_kernel=lg.kernel_block_size, remote_kernel=rg.kernel_block_size,
+                   local_per_logical=lg.blocks_per_logical, remote_per_logical=rg.blocks_per_logical,
+                   local_prefix_caching=lg.prefix_caching, attention_sources=sources,
+                   local_hash=hashes["D" if mode == PULL else "P"], remote_hash=hashes["P" if mode == PULL else "D"],
+                   remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash)
+
+
+def refusals(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
+             host_buffer: bool = False, enforce_hash: bool = True) -> list[Refusal]:
+    """vLLM's refusals of this pairing, in the order the local engine's handshake meets them
+    (vLLM stops at the first; the others are what it would say once that one is fixed; checks
+    that need the TP sizes or kernel blocks to pass are not reached while they fail)."""
+    seen = meeting(prefill, decode, mode, facts, host_buffer, enforce_hash)
+    local = decode if mode == PULL else prefill
+    out: list[Refusal] = []
+    for check in local.release.checks(mode):
+        found = check(seen)
+        if found is None or (found.code in GEOMETRY_CODES and any(r.code in BLOCK_CODES for r in out)):
+            continue
+        out.append(found)
     return out
 
 
-def reads_whole_kernel_blocks(prefill: Side, decode: Side) -> bool:
-    """Whether vLLM's attention reads keep D's layout: equal kernel blocks, or one KV head per D
-    rank (with a larger D kernel block vLLM reads P's blocks whole into sub-blocks of D's, which
-    interleaves the heads of a D rank that holds several)."""
-    return decode.kernel_tokens == prefill.kernel_tokens or len(decode.kv_heads[0] or ()) <= 1
+def geometry_refused(prefill: Side, decode: Side, mode: str = PULL, host_buffer: bool = False) -> bool:
+    return any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode, mode, host_buffer=host_buffer))
 
 
-def suggest_block_size(rebuild: Callable[[int], tuple[Side, Side]], step: int) -> int | None:
+def suggest_block_size(rebuild: Callable[[int], tuple[Side, Side]], step: int, mode: str = PULL,
+                       host_buffer: bool = False) -> int | None:
     """The smallest ``--block-size`` (for both engines, in the backend's steps) at which vLLM's
-    geometry checks pass and its attention reads keep D's layout, or None when none up to
-    SEARCH_LIMIT does."""
+    geometry checks pass, or None when none up to SEARCH_LIMIT does."""
     for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step):
-        prefill, decode = rebuild(size)
-        if (not any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode))
-                and reads_whole_kernel_blocks(prefill, decode)):
+        if not geometry_refused(*rebuild(size), mode, host_buffer):
             return size
     return None
 
 
 def verdict(prefill: Side, decode: Side, rebuild: Callable[[int], tuple[Side, Side]] | None = None,
-            extra: tuple[Refusal, ...] = ()) -> Verdict:
+            extra: tuple[Refusal, ...] = (), mode: str = PULL,
+            facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+            enforce_hash: bool = True) -> Verdict:
     """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides
     at another block size, the smallest block size that fixes it."""
-    found = tuple(refusals(prefill, decode)) + tuple(extra)
+    found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash)) + tuple(extra)
     suggestion = None
-    mixes_heads = prefill.has_attention and not reads_whole_kernel_blocks(prefill, decode)
-    if rebuild is not None and (any(r.code in GEOMETRY_CODES for r in found) or mixes_heads):
-        suggestion = suggest_block_size(rebuild, backend(decode.geometry.attention_backend).step)
-    return Verdict(found, suggestion)
+    if rebuild is not None and any(r.code in GEOMETRY_CODES for r in found):
+        step = max(prefill.kernel_backend.step, decode.kernel_backend.step)
+        suggestion = suggest_block_size(rebuild, step, mode, host_buffer)
+    p, d = prefill.geometry, decode.geometry
+    remote_tokens = (mode == PULL and prefill.has_attention
+                     and decode.release.needs_remote_num_tokens(p.kernel_block_size, p.blocks_per_logical,
+                                                                d.kernel_block_size, d.blocks_per_logical))
+    return Verdict(found, suggestion, label(prefill.release, decode.release), remote_tokens)
 
 
 def with_block_size(flags: EngineFlags, size: int) -> EngineFlags:

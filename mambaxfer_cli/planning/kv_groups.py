@@ -1,4 +1,5 @@
-"""vLLM 0.33's grouping of cache-keeping layers into KV-cache groups and shared tensors."""
+"""vLLM's grouping of cache-keeping layers into KV-cache groups and shared tensors (the same
+rule in 0.33 and 0.34: ``_get_kv_cache_groups_uniform_page_size``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ class KVGrouping:
     @property
     def has_attention(self) -> bool:
         return ATTENTION in self.groups
+
+    def tensors_of(self, kind: str) -> int:
+        """The tensors that can hold a layer of this kind: all of them, or the SSM ones."""
+        return self.ssm_tensors if kind == SSM else self.tensors
+
+    def layers_in(self, group: int) -> int | None:
+        """How many layers group ``group`` holds (tensor ``t`` holds its ``t``-th); None for a
+        grouping given by hand, whose groups are taken as full."""
+        return len(self.members[group]) if self.members else None
 
 
 def vllm_grouping(layers: Sequence[str]) -> KVGrouping:

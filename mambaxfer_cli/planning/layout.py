@@ -92,7 +92,7 @@ def _shard(shape: RegionShape, model: ModelSpec, tp: int, rank: int) -> Shard:
         return Shard(0, units)
     if shape.replicable:
         raise UserError(
-            f"{model.name}: TP {tp} does not divide {shape.dim} = {groups}, and vLLM 0.33 replicates "
+            f"{model.name}: TP {tp} does not divide {shape.dim} = {groups}, and vLLM replicates "
             f"B/C groups only when n_groups == 1 (padding to n_eff = TP); "
             f"TP sizes that work: {_listed(valid_tp_sizes(model))}")
     raise UserError(

@@ -35,6 +35,7 @@ class ModelSpec:
     family: str = ""
     head_size: int | None = None     # attention head size (K and V), with attention layers
     model_dtype: str = "bfloat16"    # the model's dtype: the KV cache's with --kv-cache-dtype auto
+    num_q_heads: int | None = None   # attention query heads, where the config says (FlashInfer's pages)
     revision: str | None = None      # the Hugging Face cache snapshot the config was read from
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
 
@@ -58,7 +59,7 @@ class ModelSpec:
 
     @property
     def conv_rows(self) -> int:
-        # Mamba1's conv state keeps no room for speculative tokens in vLLM 0.33.
+        # Mamba1's conv state keeps no room for speculative tokens in vLLM.
         if self.variant is Variant.MAMBA1:
             return self.conv_kernel - 1
         return self.conv_kernel - 1 + self.num_spec

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 
@@ -11,18 +11,16 @@ from mambaxfer_cli.planning.descriptors import (
     DescriptorList, DescriptorMap, DescriptorRead, Request, block_ids, kernel_blocks, parse_blocks,
     random_request,
 )
-from mambaxfer_cli.planning.engine import Side, build_side
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.engine import Engines, Side, build_side
 from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.handshake import Refusal, Verdict, reads_whole_kernel_blocks, verdict as vllm_verdict, with_block_size
+from mambaxfer_cli.planning.handshake import Refusal, Verdict, verdict as vllm_verdict, with_block_size
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_reads
+from mambaxfer_cli.planning.release import EngineFacts
 
 SCHEMA = "mambaxfer.plan/v1"
-
-# The engines' flags: vLLM's defaults (FLASH_ATTN, --block-size 16, KV cache auto, prefix caching on).
-EngineOptions = EngineFlags
 
 
 @dataclass(frozen=True)
@@ -31,13 +29,20 @@ class PlanOptions:
     coalesce: bool = False
     prefill: EngineFlags = EngineFlags()
     decode: EngineFlags = EngineFlags()
-    attention_streams: int = 1          # per KV-cache tensor: 1 in vLLM 0.33, 2 when K and V split
-    grouping: KVGrouping | None = None  # None: vLLM 0.33's rule over the model's layers
+    attention_streams: int = 1          # per KV-cache tensor: 1 in vLLM, 2 when K and V split
+    grouping: KVGrouping | None = None  # None: vLLM's rule over the model's layers
     request_blocks: int = 1             # D logical blocks per group in a generated request
     prefill_blocks: str | None = None
     decode_blocks: str | None = None
     seed: int = 0
     prefill_model: ModelSpec | None = None   # P's model when its dtypes or num_spec differ from D's
+
+    @property
+    def engines(self) -> Engines:
+        return Engines(self.prefill, self.decode)
+
+    def with_engines(self, engines: Engines) -> "PlanOptions":
+        return replace(self, prefill=engines.prefill, decode=engines.decode)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,25 @@ class Plan:
     def page_bytes(self) -> tuple[int, int]:
         return self.prefill.page_bytes, self.decode.page_bytes
 
+    @property
+    def engines(self) -> Engines:
+        return Engines(self.prefill.flags, self.decode.flags)
+
+    @property
+    def releases(self) -> str:
+        """How answers name the release(s): ``vLLM 0.34``, or ``vLLM 0.33 (P) / 0.34 (D)``."""
+        return self.engines.releases
+
+    @property
+    def received_sub_blocks(self) -> int:
+        """How many of P's kernel blocks vLLM reads into one of D's (``block_size_ratio``), each a
+        sub-block of D's heads, before ``kv_postprocess_blksize_on_receive`` puts their tokens in
+        order; 1 where D's kernel blocks are read whole or, under exact semantics, by tokens."""
+        kd, kp = self.decode.kernel_tokens, self.prefill.kernel_tokens
+        if self.semantics != VLLM or not self.decode.has_attention or kd == kp or kd % kp:
+            return 1
+        return kd // kp
+
     def to_dict(self, d_rank: int | None = None) -> dict:
         if d_rank is not None and not 0 <= d_rank < self.decode.tp:
             raise UserError(f"--d-rank {d_rank} is not a D rank (D TP is {self.decode.tp}: ranks 0..{self.decode.tp - 1})")
@@ -74,6 +98,7 @@ class Plan:
             "schema": SCHEMA,
             "model": self.model.to_dict(),
             "semantics": self.semantics,
+            **self.engines.to_dict(),
             "tp_ratio": self.tp_ratio,
             "engines": {"prefill": self.prefill.geometry.to_dict(), "decode": self.decode.geometry.to_dict()},
             "vllm": self.verdict.to_dict(),
@@ -124,7 +149,7 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: Side, decode:
 
 
 def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups: Sequence[str],
-                      request: Request, semantics: str) -> list[DescriptorRead]:
+                      request: Request, semantics: str, group_tensors: Sequence[int]) -> list[DescriptorRead]:
     has_attention = ATTENTION in groups and decode.has_attention
     b_d = decode.geometry.block_size
     p_bpl, d_bpl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
@@ -152,13 +177,15 @@ def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups
                 ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
                 local_slots.append(ls)
                 remote_slots.append(rs)
-            counts = tuple((0 if slots is None else len(slots) * decode.lists.attention_streams)
-                           if kind == ATTENTION else decode.lists.ssm_tensors * local.k * len(db)
-                           for kind, slots, db in zip(groups, local_slots, request.decode_blocks))
+            spt = decode.lists.streams_per_tensor
+            counts = tuple((0 if slots is None else len(slots) * tensors * spt)
+                           if kind == ATTENTION else tensors * local.k * len(db)
+                           for kind, slots, db, tensors in zip(groups, local_slots, request.decode_blocks,
+                                                               group_tensors))
             out.append(DescriptorRead(
                 d.rank, p_rank, "base" if is_base else f"split:{i}", local, remote,
-                local_ids=block_ids(local, groups, request.decode_blocks, local_slots),
-                remote_ids=block_ids(remote, groups, request.prefill_blocks, remote_slots),
+                local_ids=block_ids(local, groups, request.decode_blocks, local_slots, group_tensors),
+                remote_ids=block_ids(remote, groups, request.prefill_blocks, remote_slots, group_tensors),
                 attention=how is not None, group_counts=counts))
     return out
 
@@ -186,8 +213,21 @@ def _prefill_model(model: ModelSpec, prefill: ModelSpec | None) -> ModelSpec:
     return prefill
 
 
+def engine_facts(model: ModelSpec, side: Side) -> EngineFacts:
+    """What vLLM's compatibility hash takes of one engine of a plan (pull, no speculation)."""
+    return EngineFacts(model.name, model.model_dtype, model.num_kv_heads, model.head_size, len(model.layers),
+                       side.hashed_backend, side.geometry.kv_cache_dtype)
+
+
+def group_tensors(grouping: KVGrouping, decode: Side) -> tuple[int, ...]:
+    """How many tensors each group's descriptor IDs cover: D's release decides (D builds both
+    lists of a pull)."""
+    rule = decode.release.group_regions
+    return tuple(rule(grouping.layers_in(g), grouping.tensors_of(kind)) for g, kind in enumerate(grouping.groups))
+
+
 def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = PlanOptions()) -> Plan:
-    """Plan every read of a P/D pairing, under exact or vLLM 0.33 semantics."""
+    """Plan every read of a P/D pairing, under exact or vLLM semantics, for each engine's release and GPU."""
     if options.semantics not in SEMANTICS:
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
     grouping = options.grouping or vllm_grouping(model.layers)
@@ -199,9 +239,11 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
         return (build_side(p_model, p_tp, with_block_size(options.prefill, size), grouping, options.attention_streams),
                 build_side(model, d_tp, with_block_size(options.decode, size), grouping, options.attention_streams))
 
-    verdict = vllm_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode))
+    facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
+    verdict = vllm_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
+    releases = verdict.releases
 
     warnings: list[Warning_] = []
     ratio = tp_ratio(p_tp, d_tp)
@@ -209,32 +251,32 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
         fix = (f"; --block-size {verdict.suggested_block_size} on both engines makes vLLM accept it"
                if verdict.suggested_block_size else "")
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
-        warnings.append(Warning_("vllm-refuses", f"vLLM 0.33 refuses P TP {p_tp} / D TP {d_tp}: "
+        warnings.append(Warning_("vllm-refuses", f"{releases} refuses P TP {p_tp} / D TP {d_tp}: "
                                  + " ".join(r.message for r in verdict.refusals) + fix + tail))
     if options.semantics == VLLM:
         warnings += _misread_warning(
             raw, prefill.ranks, decode.ranks, "vllm-replicated-groups",
-            "vLLM 0.33's offsets assume every region is evenly sharded, but B/C groups are replicated "
+            f"{releases}'s offsets assume every region is evenly sharded, but B/C groups are replicated "
             "here, so these reads corrupt the state (use --semantics exact)")
     elif ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
         warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
-                                     "vllm-differs", "vLLM 0.33 would read wrong bytes for this pairing")
-    if verdict.accepts and prefill.has_attention and not reads_whole_kernel_blocks(prefill, decode):
-        fix = (f"; --block-size {verdict.suggested_block_size} on both engines gives equal kernel blocks"
-               if verdict.suggested_block_size else "")
-        warnings.append(Warning_("vllm-attention-heads", (
-            f"vLLM 0.33 reads each of P's {prefill.kernel_tokens}-token kernel blocks whole into a sub-block "
-            f"of D's {decode.kernel_tokens}-token ones, which interleaves the {len(decode.kv_heads[0])} KV heads "
-            f"each D rank holds (vLLM keeps heads whole over a kernel block){fix}")))
+                                     "vllm-differs", f"{releases} would read wrong bytes for this pairing")
+    if verdict.accepts and verdict.needs_remote_num_tokens:
+        warnings.append(Warning_("remote-num-tokens", (
+            f"{releases} pairs P's and D's blocks from the request's last token here (kernel blocks "
+            f"{prefill.kernel_tokens} × {prefill.geometry.blocks_per_logical} vs {decode.kernel_tokens} × "
+            f"{decode.geometry.blocks_per_logical}): the proxy must forward remote_num_tokens in "
+            f"kv_transfer_params, or D declines the reads")))
     for name, side in (("P", prefill), ("D", decode)):
         if side.geometry.overridden:
             warnings.append(Warning_("not-vllm-geometry", f"{name}'s kernel blocks per logical block are set "
-                                     f"by hand to {side.geometry.blocks_per_logical}; vLLM 0.33 derives "
-                                     f"{side.geometry.derived_blocks_per_logical}: this is not the engine "
-                                     f"vLLM builds"))
+                                     f"by hand to {side.geometry.blocks_per_logical}; vLLM {side.release.name} "
+                                     f"derives {side.geometry.derived_blocks_per_logical}: this is not the "
+                                     f"engine vLLM builds"))
 
     request = _request(options, grouping.groups, prefill, decode)
-    dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics)
-    descriptors = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads))
+    tensors = group_tensors(grouping, decode)
+    dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors)
+    descriptors = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
                 grouping, verdict, uncoalesced_reads=raw)

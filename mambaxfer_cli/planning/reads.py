@@ -1,4 +1,5 @@
-"""Which bytes each D rank reads from which P rank: exact and vLLM 0.33 semantics."""
+"""Which bytes each D rank reads from which P rank: exact and vLLM semantics (the same in vLLM
+0.33 and 0.34)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def _group(d_rank: int, pieces: list[tuple[int, Segment]]) -> list[Read]:
 
 
 def exact_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:
-    """SPEC section 3, exact semantics: every unit of every D region from a P rank that holds it."""
+    """Exact semantics (docs/reference.md): every unit of every D region from a P rank that holds it."""
     reads: list[Read] = []
     for d in decode:
         first = d.regions[0]
@@ -108,11 +109,11 @@ def exact_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> 
 
 
 def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:
-    """SPEC section 3, what vLLM 0.33 issues (right or wrong) from D's own region sizes."""
+    """What vLLM issues (right or wrong) from D's own region sizes (docs/reference.md)."""
     p_tp, d_tp = len(prefill), len(decode)
     ratio = tp_ratio(p_tp, d_tp)
     if ratio is None:
-        raise UserError(f"vLLM 0.33 needs one TP size to divide the other (P TP {p_tp}, D TP {d_tp}); "
+        raise UserError(f"vLLM needs one TP size to divide the other (P TP {p_tp}, D TP {d_tp}); "
                         f"use --semantics exact to plan this pairing")
     reads: list[Read] = []
     for d in decode:
@@ -131,7 +132,7 @@ def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> t
         a = -ratio
         for region in conv:
             if region.size % a:
-                raise UserError(f"vLLM 0.33 cannot split region '{region.name}' ({region.size} bytes) "
+                raise UserError(f"vLLM cannot split region '{region.name}' ({region.size} bytes) "
                                 f"into {a} equal parts")
         for i in range(a):
             p = prefill[d.rank * a + i]

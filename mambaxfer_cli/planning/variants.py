@@ -16,7 +16,7 @@ class RegionShape:
 
     Units are sharded in whole groups of ``units/groups``; ``dim`` names the dimension a TP size
     must divide. A replicable region with a single group is held whole by every rank
-    (vLLM 0.33's padding of Mamba2 B/C groups to ``n_eff = T``).
+    (vLLM's padding of Mamba2 B/C groups to ``n_eff = T``).
     """
 
     name: str

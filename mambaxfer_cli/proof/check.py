@@ -11,7 +11,9 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.engine import Engines
 from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import VLLM, Read, misreads, tp_ratio
 from mambaxfer_cli.proof.simulate import Patterns, Simulation, request_pages, simulate
@@ -19,9 +21,6 @@ from mambaxfer_cli.proof.simulate import Patterns, Simulation, request_pages, si
 SCHEMA = "mambaxfer.check/v1"
 ALL_PRESETS_MAX_TP = 8
 
-# Smaller engines than plan's defaults keep the check fast; the ID arithmetic is the same, and
-# different sizes on the two sides catch an ID computed with the other engine's N.
-CHECK_ENGINES = {"p_num_blocks": 4096, "d_num_blocks": 2048}
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ class PairingResult:
     misreads: tuple[str, ...] = ()   # what the plan's segments do wrong, region by region
     warnings: tuple[str, ...] = ()   # warning codes of the plan
     reason: str = ""                 # why a pairing was skipped
-    vllm: dict | None = None         # vLLM 0.33's verdict on the pairing (plan's "vllm" field)
+    vllm: dict | None = None         # the release's verdict on the pairing (plan's "vllm" field)
 
     @property
     def pairing(self) -> str:
@@ -113,7 +112,8 @@ class PairingResult:
             return [f"skipped: {self.reason}"]
         lines = []
         if self.vllm and not self.vllm["accepts"]:
-            lines += [f"vLLM 0.33 refuses this pairing at handshake: {r['message']}" for r in self.vllm["refusals"]]
+            lines += [f"{self.vllm['releases']} refuses this pairing at handshake: {r['message']}"
+                      for r in self.vllm["refusals"]]
         fix = self.vllm["suggested_block_size"] if self.vllm else None
         if fix and (self.verdict != "pass" or not self.vllm["accepts"]):
             lines.append(f"fix: --block-size {fix} on both engines")
@@ -163,6 +163,15 @@ class CheckReport:
     semantics: str
     results: tuple[PairingResult, ...]
     seconds: float
+    engines: Engines = Engines()
+
+    @property
+    def releases(self) -> str:
+        return self.engines.releases
+
+    @property
+    def answered_for(self) -> str:
+        return self.engines.describe()
 
     def count(self, verdict: str) -> int:
         return sum(1 for r in self.results if r.verdict == verdict)
@@ -176,7 +185,7 @@ class CheckReport:
         return 0 if self.ok else 1
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "semantics": self.semantics, "ok": self.ok,
+        return {"schema": SCHEMA, "semantics": self.semantics, **self.engines.to_dict(), "ok": self.ok,
                 "summary": {"pairings": len(self.results), "passed": self.count("pass"),
                             "failed": self.count("fail"), "refused": self.count("refused"),
                             "skipped": self.count("skip"),
@@ -184,11 +193,12 @@ class CheckReport:
                 "results": [r.to_dict() for r in self.results]}
 
 
-def check_options(**overrides) -> PlanOptions:
-    """PlanOptions with check's engine defaults (used by tests and the API)."""
-    base = PlanOptions(prefill=EngineFlags(num_blocks=CHECK_ENGINES["p_num_blocks"]),
-                       decode=EngineFlags(num_blocks=CHECK_ENGINES["d_num_blocks"]))
-    return replace(base, **overrides)
+def check_options(release=None, **overrides) -> PlanOptions:
+    """PlanOptions with check's engine sizes (used by tests and the API), for ``release`` (default:
+    EngineFlags')."""
+    sides = {side: EngineFlags(num_blocks=n, **({} if release is None else {"release": release}))
+             for side, n in CHECK_NUM_BLOCKS.items()}
+    return replace(PlanOptions(**sides), **overrides)
 
 
 def _segment_misreads(plan: Plan) -> tuple[str, ...]:
@@ -289,7 +299,7 @@ def run_check(targets: Sequence[Target], options: PlanOptions,
         results.append(result)
         if on_result:
             on_result(result)
-    return CheckReport(options.semantics, tuple(results), time.perf_counter() - start)
+    return CheckReport(options.semantics, tuple(results), time.perf_counter() - start, options.engines)
 
 
 def targets_for(models: Iterable[ModelSpec], pairs: str | None, max_tp: int | None,

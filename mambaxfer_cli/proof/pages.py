@@ -34,10 +34,21 @@ def ssm_shape(model: ModelSpec, layout: RankLayout, page: int) -> PageShape:
                                 totals[r.name]) for r in layout.regions), page)
 
 
+def token_offset(heads: int, kernel: int, sub_blocks: int, head: int, token: int) -> int:
+    """Where token ``token`` of the rank's ``head``-th head sits in a kernel block of ``kernel``
+    tokens, in tokens: ``[heads][kernel]`` (D's layout), or, as received in ``sub_blocks`` pieces
+    of ``kernel / sub_blocks`` tokens each, ``[sub_blocks][heads][kernel / sub_blocks]``, the layout
+    ``kv_postprocess_blksize_on_receive`` turns into D's."""
+    piece = kernel // sub_blocks
+    sub, at = divmod(token, piece)
+    return sub * heads * piece + head * piece + at
+
+
 def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kernel: int,
-                    kernels: Sequence[Sequence[Run]]) -> PageShape:
+                    kernels: Sequence[Sequence[Run]], sub_blocks: int = 1) -> PageShape:
     """A page of ``len(kernels)`` kernel blocks; ``kernels[j]`` are the token runs kernel block ``j``
-    holds, the same for every head and stream. ``p_kernel``: P's kernel tokens (the pattern's)."""
+    holds, the same for every head and stream. ``p_kernel``: P's kernel tokens (the pattern's);
+    ``sub_blocks``: the page as vLLM receives it, before its post-receive rearrangement."""
     spt = side.lists.streams_per_tensor
     unit = side.head_token_bytes // spt
     heads = side.kv_heads[rank]
@@ -48,9 +59,12 @@ def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kern
     for j, runs in enumerate(kernels):
         for s in range(spt):
             for h in range(heads.start, heads.end):
-                base = j * side.kernel_block_bytes + s * stream_bytes + (h - heads.start) * own * unit
+                base = j * side.kernel_block_bytes + s * stream_bytes
                 for local, block, first, count in runs:
-                    parts.append(Part("kv", "token", base + local * unit, unit, h * p_kernel + first, count, total,
+                    at = token_offset(len(heads), own, sub_blocks, h - heads.start, local)
+                    assert sub_blocks == 1 or local // (own // sub_blocks) == (local + count - 1) // (own // sub_blocks), \
+                        "a run of P's tokens crosses a received sub-block"
+                    parts.append(Part("kv", "token", base + at * unit, unit, h * p_kernel + first, count, total,
                                       block=int(block), layer=tensor * spt + s, per_head=p_kernel))
     return PageShape(tuple(parts), side.page_bytes)
 
@@ -87,7 +101,9 @@ class ExpectedPage:
 
 
 def request_pages(plan, d_rank: int) -> list[ExpectedPage]:
-    """Every D page of the request in request order: groups, then tensor, then block."""
+    """Every D page of the request in request order: groups, then tensor (those the release's
+    descriptor IDs cover), then block. Under vLLM semantics an attention page is what D holds when
+    the reads complete: with ``plan.received_sub_blocks`` > 1, before vLLM rearranges it."""
     desc, decode, prefill = plan.descriptors, plan.decode, plan.prefill
     model = plan.model
     out = []
@@ -95,19 +111,21 @@ def request_pages(plan, d_rank: int) -> list[ExpectedPage]:
     ssm = ssm_shape(model, layout, decode.page_bytes)
     d_bpl, p_bpl = decode.geometry.blocks_per_logical, prefill.geometry.blocks_per_logical
     kd, kp = decode.kernel_tokens, prefill.kernel_tokens
-    for kind, p_blocks, d_blocks in zip(desc.groups, desc.request.prefill_blocks, desc.request.decode_blocks):
+    sub_blocks = plan.received_sub_blocks
+    for group, (kind, p_blocks, d_blocks) in enumerate(zip(desc.groups, desc.request.prefill_blocks,
+                                                           desc.request.decode_blocks)):
         if kind == ATTENTION:
             if not decode.has_attention:
                 continue
             p_kernels = kernel_blocks(p_blocks, p_bpl)
-            for tensor in range(desc.decode.tensors):
+            for tensor in range(desc.tensors_of(group)):
                 for i, db in enumerate(d_blocks.tolist()):
                     kernels = [token_runs(db * d_bpl + j, kd, p_kernels, kp, (i * d_bpl + j) * kd)
                                for j in range(d_bpl)]
-                    shape = attention_shape(model, decode, d_rank, tensor, kp, kernels)
+                    shape = attention_shape(model, decode, d_rank, tensor, kp, kernels, sub_blocks)
                     out.append(ExpectedPage(ATTENTION_PAGE, tensor, db, -1, shape))
         else:
-            for tensor in range(desc.decode.ssm_tensors):
+            for tensor in range(desc.tensors_of(group)):
                 out.extend(ExpectedPage(SSM_PAGE, tensor, db, pb, ssm)
                            for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()))
     return out

@@ -190,7 +190,7 @@ def spec_from_config(
         ssm, ssm_origin = found[0], f"config key {found[1]}"
     elif family.ssm_dtype_default:
         ssm, ssm_origin = family.ssm_dtype_default, (
-            f"{family.label} default: vLLM 0.33 keeps this family's SSM state in {family.ssm_dtype_default} "
+            f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
             f"whatever torch_dtype says")
     else:
         ssm, ssm_origin = conv, "the conv dtype"
@@ -203,14 +203,16 @@ def spec_from_config(
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
-    heads = size = None
+    heads = size = q_heads = None
     if ATTENTION in layers:
         heads, size = _attention_heads(config, family, where, kv_heads, head_size)
+        q_heads = _positive(config.get("num_attention_heads"))
+        q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
-        revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin},
+        num_q_heads=q_heads, revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin},
     )
     _check_state_size(spec, where)
     return spec

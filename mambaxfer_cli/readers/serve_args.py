@@ -50,9 +50,13 @@ TRANSFER_FLAGS = (
     Flag("--speculative-config", field="speculative_config", aliases=("-sc",)),
     Flag("--kv-transfer-config", field="kv_transfer_config"),
     Flag("--hf-overrides", field="hf_overrides"),
+    Flag("--gdn-prefill-backend", field="gdn_prefill_backend",
+         choices=("flashinfer", "triton", "cutedsl", "aiter_flydsl", "sycl", "hip")),
+    Flag("--additional-config", field="additional_config"),
 )
 
-# vLLM 0.33's other common serve flags: read past, listed as ignored.
+# vLLM's other common serve flags: read past, listed as ignored (flags new in a release are the
+# release's data: planning/releases).
 _IGNORED_VALUE = (
     "--tokenizer --tokenizer-mode --revision --code-revision --tokenizer-revision --hf-config-path --seed "
     "--max-model-len --quantization --max-logprobs --download-dir --load-format --config-format "
@@ -62,12 +66,12 @@ _IGNORED_VALUE = (
     "--prefill-context-parallel-size --distributed-executor-backend --nnodes --node-rank --master-addr "
     "--master-port --gpu-memory-utilization --device-memory-utilization --kv-cache-memory-bytes "
     "--num-gpu-blocks-override --prefix-caching-hash-algo --max-num-batched-tokens --max-num-seqs "
-    "--scheduling-policy --compilation-config --optimization-level --attention-config --additional-config "
+    "--scheduling-policy --compilation-config --optimization-level --attention-config "
     "--limit-mm-per-prompt --mm-processor-kwargs --max-loras --max-lora-rank --cpu-offload-gb "
     "--reasoning-parser --tool-call-parser --chat-template --host --port --uds --uvicorn-log-level "
     "--allowed-origins --allowed-methods --allowed-headers --middleware --root-path --ssl-keyfile "
     "--ssl-certfile --ssl-ca-certs --max-log-len --api-server-count --config --logging-config --log-level "
-    "--shutdown-timeout --kda-prefill-backend --kda-decode-backend --gdn-prefill-backend --mamba-block-size "
+    "--shutdown-timeout --kda-prefill-backend --kda-decode-backend --mamba-block-size "
     "--mamba-cache-mode --spec-method --spec-model --spec-tokens --swap-space --max-seq-len-to-capture "
     "--served-model-name --api-key --lora-modules"
 ).split()
@@ -143,6 +147,8 @@ class ServeLine:
     kv_connector: str | None = None
     kv_role: str | None = None
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
+    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's
+    additional_config: Mapping[str, Any] = field(default_factory=dict)   # --additional-config, whole
     speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
     kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
     conv_layout: str | None = None              # VLLM_SSM_CONV_STATE_LAYOUT as the engine sees it
@@ -468,4 +474,11 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
     overrides = _config(values, dotted, "hf_overrides", "--hf-overrides", where)
     if overrides:
         out["hf_overrides"] = overrides
+    additional = _config(values, dotted, "additional_config", "--additional-config", where)
+    if additional:
+        out["additional_config"] = additional
+    # EngineArgs copies --gdn-prefill-backend into additional_config, over what it held.
+    gdn = values.get("gdn_prefill_backend", additional.get("gdn_prefill_backend"))
+    if gdn is not None:
+        out["gdn_prefill_backend"] = str(gdn).strip().lower()
     return out

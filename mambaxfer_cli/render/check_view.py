@@ -18,7 +18,8 @@ VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", st
 
 
 def summary_table(report: CheckReport) -> Table:
-    table = Table(title=f"mambaxfer check ({report.semantics} semantics)", title_justify="left")
+    table = Table(title=f"mambaxfer check ({report.semantics} semantics) · {report.answered_for}",
+                  title_justify="left")
     for column, justify in (("model", "left"), ("pairing", "left"), ("tp_ratio", "right"),
                             ("reads", "right"), ("segments", "right"), ("descriptors", "right"),
                             ("bytes", "right"), ("time", "right"), ("verdict", "left")):
@@ -44,7 +45,7 @@ def footer(report: CheckReport) -> Text:
     if report.count("fail"):
         counts.append(f"{report.count('fail')} FAILED")
     if report.count("refused"):
-        counts.append(f"{report.count('refused')} REFUSED by vLLM 0.33")
+        counts.append(f"{report.count('refused')} REFUSED by {report.releases}")
     if report.count("skip"):
         counts.append(f"{report.count('skip')} skipped")
     style = "bold green" if report.ok else "bold red"
@@ -75,7 +76,7 @@ def render_report(report: CheckReport, failures_shown: int = 10) -> list:
     if refused_elsewhere:
         shown = ", ".join(f"{r.model} {r.pairing}" for r in refused_elsewhere[:6])
         more = f" and {len(refused_elsewhere) - 6} more" if len(refused_elsewhere) > 6 else ""
-        parts.append(Text(f"warning: vLLM 0.33 would refuse {shown}{more} at handshake (mambaxfer's exact "
+        parts.append(Text(f"warning: {report.releases} would refuse {shown}{more} at handshake (mambaxfer's exact "
                           f"transfer handles them; --semantics vllm reports them as refused)", style="yellow"))
     parts.append(footer(report))
     return parts

@@ -62,7 +62,7 @@ def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> st
     memory = "VRAM" if device == "cuda" else "DRAM"
     side = f", {discovery.role} side" if discovery is not None else ""
     return (f"execute {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
-            f"{plan.semantics} semantics, {memory} over UCX{side}")
+            f"{plan.semantics} semantics, {plan.engines.describe()}, {memory} over UCX{side}")
 
 
 def _ranks(role: str, count: int) -> str:

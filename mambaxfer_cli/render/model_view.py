@@ -84,6 +84,16 @@ def geometry_line(name: str, side) -> str:
     g = side.geometry
     a1 = "no attention" if g.attention_bytes_per_token is None else f"a1={g.attention_bytes_per_token} B/token"
     own = "" if not g.overridden else " (set by hand)"
+    gdn = f" · GDN prefill {g.gdn_prefill_backend}" if g.gdn_prefill_backend else ""
     return (f"{name} {g.attention_backend} · block {g.block_size} tokens, kernel {g.kernel_block_size} × "
             f"{g.blocks_per_logical}{own} · page {g.page_bytes} B (state {g.state_bytes} B, {a1}) · "
-            f"N={g.num_blocks}")
+            f"N={g.num_blocks}{gdn}")
+
+
+
+def engine_header(flags, decode=None) -> str:
+    """Which release and GPU the answer is for: ``vLLM 0.34 on H100 (SM 9.0, CUDA 13)``, both
+    engines' where ``decode`` (the second engine's flags) differs."""
+    from mambaxfer_cli.planning.engine import Engines
+
+    return Engines(flags, decode or flags).describe()

@@ -18,7 +18,9 @@ from mambaxfer_cli.planning.model import ATTENTION
 from mambaxfer_cli.planning.plan import Plan
 from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
-from mambaxfer_cli.render.model_view import REGION_STYLES, geometry_line, human_bytes, layout_table, model_summary
+from mambaxfer_cli.render.model_view import (
+    REGION_STYLES, engine_header, geometry_line, human_bytes, layout_table, model_summary,
+)
 
 P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
 DIAGRAM_WIDTH = 80
@@ -30,25 +32,27 @@ def _p_style(p_rank: int) -> str:
 
 
 def verdict_line(plan: Plan) -> Text:
-    """vLLM 0.33's verdict, first: accepted (and whether it reads the same bytes), or refused and the fix."""
-    v = plan.verdict
+    """The release's verdict, first: accepted (and whether it reads the same bytes), or refused and the fix."""
+    v, releases = plan.verdict, plan.releases
     if v.accepts:
-        wrong = [w for w in plan.warnings if w.code in ("vllm-differs", "vllm-replicated-groups",
-                                                        "vllm-attention-heads")]
+        wrong = [w for w in plan.warnings if w.code in ("vllm-differs", "vllm-replicated-groups")]
         if wrong:
-            text = Text("vLLM 0.33 accepts this pairing but its reads corrupt the state (see the warnings)",
+            text = Text(f"{releases} accepts this pairing but its reads corrupt the state (see the warnings)",
                         style="bold red")
         elif plan.prefill.kernel_tokens != plan.decode.kernel_tokens and plan.prefill.has_attention:
-            text = Text(f"vLLM 0.33 accepts this pairing; it reads P's {plan.prefill.kernel_tokens}-token kernel "
-                        f"blocks into sub-blocks of D's {plan.decode.kernel_tokens}-token ones, which keeps "
-                        f"D's layout here", style="bold green")
+            text = Text(f"{releases} accepts this pairing; it reads P's {plan.prefill.kernel_tokens}-token kernel "
+                        f"blocks into sub-blocks of D's {plan.decode.kernel_tokens}-token ones and then puts "
+                        f"their tokens in D's order", style="bold green")
         else:
-            text = Text("vLLM 0.33 accepts this pairing and issues the same reads", style="bold green")
+            text = Text(f"{releases} accepts this pairing and issues the same reads", style="bold green")
+        if v.needs_remote_num_tokens:
+            text.append("\nthe proxy must forward remote_num_tokens (blocks pair from the last token)",
+                        style="bold yellow")
         if v.suggested_block_size:
             text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines", style="bold yellow")
         text.append("\nvLLM does not compare " + ", ".join(NOT_CHECKED) + " at handshake", style="dim")
         return text
-    text = Text("vLLM 0.33 refuses this pairing at handshake: ", style="bold red")
+    text = Text(f"{releases} refuses this pairing at handshake: ", style="bold red")
     text.append(" ".join(r.message for r in v.refusals), style="red")
     if v.suggested_block_size:
         text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines (vllm serve … "
@@ -63,6 +67,7 @@ def header(plan: Plan) -> Panel:
     flags = plan.decode.geometry
     lines = [
         model_summary(plan.model),
+        engine_header(plan.prefill.flags, plan.decode.flags),
         f"P TP {plan.prefill.tp} → D TP {plan.decode.tp} · tp_ratio {ratio} · semantics {plan.semantics}",
         f"KV-cache groups {describe(plan.grouping)} · {d.decode.tensors} tensors "
         f"({d.decode.ssm_tensors} with SSM layers) · {d.decode.attention_streams} attention streams",

@@ -8,6 +8,7 @@ from typing import Iterator
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.planning.engine import Engines
 from mambaxfer_cli.preflight import Field, Report, quote_lines
 
 OK, BAD = Text("✓", style="green"), Text("✗", style="bold red")
@@ -76,15 +77,16 @@ def render_report(report: Report) -> Iterator[object]:
     for name, e in (("P", a.prefill), ("D", a.decode)):
         yield Text(f"{name} model: {e.line.model}" + (f" ({e.model.name} preset)" if e.model.name != e.line.model
                                                         else ""))
+    yield Text(f"answered for {Engines(a.prefill.flags, a.decode.flags).describe()}")
     yield engines_table(report)
-    yield fields_table("Compared by vLLM 0.33 (hash, handshake)",
+    yield fields_table(f"Compared by {a.releases} (hash, handshake)",
                        [f for f in a.fields if f.compared])
-    yield fields_table("Not compared by vLLM 0.33",
+    yield fields_table(f"Not compared by {a.releases}",
                        [f for f in a.fields if not f.compared])
     for f in a.unchecked_mismatches:
         yield Text(f"{f.name} differs (P {f.prefill}, D {f.decode}): vLLM's handshake does not compare it",
                    style="bold red")
-    yield Text("vLLM 0.33's verdict", style="bold")
+    yield Text(f"{a.releases}'s verdict", style="bold")
     if not a.refusals:
         yield Text("  accepts: both engines start and D's handshake with P passes", style="green")
     for r in a.refusals:
@@ -98,10 +100,8 @@ def render_report(report: Report) -> Iterator[object]:
                    f"{a.byte_check.bytes} bytes moved", style="green")
     else:
         for line in a.byte_check.explanation(limit=6):
-            if not line.startswith("vLLM 0.33 refuses"):
+            if not line.startswith(f"{a.releases} refuses"):
                 yield Text(f"  {line}", style="red")
-    if a.attention_warning:
-        yield Text(f"  ✗ {a.attention_warning}", style="red")
     if report.exit_code != 0:
         yield Text("Fix", style="bold")
         if report.fix is None:
@@ -128,7 +128,7 @@ def junit_xml(report: Report) -> str:
     suite = ET.SubElement(root, "testsuite", name="mambaxfer preflight", tests="2",
                           failures=str(int(a.refused) + int(a.corrupt)), errors="0",
                           skipped=str(int(a.byte_check is None)))
-    case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name="vLLM 0.33 accepts the pairing")
+    case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name=f"{a.releases} accepts the pairing")
     if a.refused:
         failure = ET.SubElement(case, "failure", message=f"{a.refusals[0].code}: {a.refusals[0].message}",
                                 type="mambaxfer.preflight")

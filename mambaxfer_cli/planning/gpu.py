@@ -1,0 +1,141 @@
+"""The GPU an engine runs on, as far as it changes the blocks vLLM builds.
+
+Two of vLLM's choices depend on the GPU's compute capability (and, on Blackwell, on the CUDA
+runtime): the GDN prefill kernel, whose prefix-caching checkpoints align hybrid blocks to 64
+tokens when it is FlashInfer's (``_resolve_gdn_prefill_backend`` in
+``model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py``), and FlashAttention 4's head-size-256
+kernel, which runs on 128-token kernel blocks (``fa_utils.py`` ``FA4_HD256_PAGE_SIZE``,
+``flash_attn.py`` ``get_supported_kernel_block_sizes``). Both rules are the same in vLLM 0.33 and
+0.34.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mambaxfer_cli.errors import UserError
+
+DEFAULT_CUDA = 13          # vLLM 0.33 and 0.34 wheels: torch 2.14 built for CUDA 13.0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    capability: tuple[int, int]        # compute capability (major, minor)
+    cuda: int = DEFAULT_CUDA           # CUDA runtime major version vLLM runs with
+
+    @property
+    def sm(self) -> str:
+        return f"{self.capability[0]}.{self.capability[1]}"
+
+    @property
+    def spec(self) -> str:
+        """How ``--gpu`` names it, which ``gpu()`` reads back: ``B200``, ``B200/cu12``."""
+        return self.name if self.cuda == DEFAULT_CUDA else f"{self.name}/cu{self.cuda}"
+
+    def describe(self) -> str:
+        return f"{self.name} (SM {self.sm}, CUDA {self.cuda})"
+
+
+# By compute capability: what vLLM tests is the capability, never the product name.
+GPUS = (
+    Gpu("H100", (9, 0)), Gpu("H200", (9, 0)), Gpu("H20", (9, 0)), Gpu("GH200", (9, 0)),
+    Gpu("A100", (8, 0)), Gpu("A10G", (8, 6)), Gpu("L4", (8, 9)), Gpu("L40S", (8, 9)),
+    Gpu("B200", (10, 0)), Gpu("GB200", (10, 0)), Gpu("B300", (10, 3)), Gpu("GB300", (10, 3)),
+    Gpu("RTX PRO 6000", (12, 0)), Gpu("RTX 5090", (12, 0)),
+)
+DEFAULT_GPU = GPUS[0]
+
+
+def _key(text: str) -> str:
+    return re.sub(r"[\s_-]", "", text).upper()
+
+
+_BY_NAME = {_key(g.name): g for g in GPUS}
+_SM = re.compile(r"^(?:SM)?(\d{1,2})(?:\.?(\d))$")
+
+
+def gpu(text: str) -> Gpu:
+    """``--gpu``: a name from the table (``H100``, ``B200``, ...), or a compute capability
+    (``sm90``, ``10.0``); ``/cu12`` after it names the CUDA runtime (13 unless given)."""
+    name, _, cuda_text = str(text).strip().partition("/")
+    cuda = DEFAULT_CUDA
+    if cuda_text:
+        match = re.fullmatch(r"(?:cu|cuda)?(\d{2})", cuda_text.strip(), re.I)
+        if not match:
+            raise UserError(f"GPU '{text}': write the CUDA runtime as /cu12 or /cu13, e.g. B200/cu12")
+        cuda = int(match.group(1))
+    found = _BY_NAME.get(_key(name))
+    if found is not None:
+        return Gpu(found.name, found.capability, cuda)
+    sm = _SM.match(_key(name))
+    if sm and 7 <= int(sm.group(1)) <= 12:
+        capability = (int(sm.group(1)), int(sm.group(2)))
+        return Gpu(f"SM {capability[0]}.{capability[1]}", capability, cuda)
+    known = ", ".join(g.name for g in GPUS)
+    raise UserError(f"unknown GPU '{text}'; choose one of: {known}, or a compute capability such as sm90")
+
+
+# --- the GDN prefill kernel ----------------------------------------------------------------------
+
+GDN_CHOICES = ("flashinfer", "triton", "cutedsl")     # the CUDA ones of vLLM's --gdn-prefill-backend
+GDN_OTHER_PLATFORMS = ("aiter_flydsl", "sycl", "hip")
+FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64   # v1/attention/backends/gdn_attn.py
+
+
+def gdn_prefill_backend(device: Gpu, head_k_dim: int | None, requested: str | None = None) -> str:
+    """``_resolve_gdn_prefill_backend`` on CUDA: FlashInfer on SM 9.0 exactly, and on SM 10.x and
+    12.x when the model's ``linear_key_head_dim`` is 128 and the CUDA runtime is 13 or newer;
+    CuteDSL only when asked for, on SM 10.x under the same conditions; Triton otherwise."""
+    choice = "auto" if requested is None else str(requested).strip().lower()
+    if choice in GDN_OTHER_PLATFORMS:
+        raise UserError(f"GDN prefill backend '{choice}' is not one for NVIDIA GPUs (vLLM refuses to start "
+                        f"with it on CUDA); choose one of: {', '.join(GDN_CHOICES)}")
+    if choice not in GDN_CHOICES + ("auto",):
+        raise UserError(f"unknown GDN prefill backend '{requested}'; choose one of: {', '.join(GDN_CHOICES)}")
+    major = device.capability[0]
+    blackwell = major in (10, 12) and head_k_dim == 128 and device.cuda >= 13
+    flashinfer = device.capability == (9, 0) or blackwell
+    cutedsl = major == 10 and head_k_dim == 128 and device.cuda >= 13
+    if choice in ("auto", "flashinfer") and flashinfer:
+        return "flashinfer"
+    if choice == "cutedsl" and cutedsl:
+        return "cutedsl"
+    return "triton"
+
+
+def gdn_checkpoint_alignment(backend: str) -> int:
+    """Tokens GDN prefill checkpoints fall on, with prefix caching: FlashInfer's kernel exports
+    them every 64 tokens; the others none (1)."""
+    return FLASHINFER_GDN_CHECKPOINT_ALIGNMENT if backend == "flashinfer" else 1
+
+
+# --- the attention backend and its kernel blocks -------------------------------------------------
+
+def default_attention_backend(device: Gpu) -> str:
+    """The attention backend vLLM picks without ``--attention-backend`` for a causal, non-MLA model
+    (``platforms/cuda.py`` ``_get_backend_priorities``): FlashInfer first on SM 10.x, FlashAttention
+    first elsewhere."""
+    return "FLASHINFER" if device.capability[0] == 10 else "FLASH_ATTN"
+
+
+def flashinfer_large_pages(device: Gpu, q_heads: int | None, kv_heads: int | None) -> bool:
+    """FlashInfer's kernel blocks of 128 to 1024 tokens (trtllm-gen, ``FlashInferBackend.
+    get_supported_kernel_block_sizes``): on SM 10.x for grouped-query attention (more query heads
+    than KV heads per rank). vLLM also needs trtllm-gen's kernels to be downloadable at start-up;
+    mambaxfer assumes they are."""
+    if device.capability[0] != 10 or not q_heads or not kv_heads:
+        return False
+    return q_heads // kv_heads > 1 and q_heads % kv_heads == 0
+
+
+FA4_HD256_PAGE_SIZE = 128
+
+
+def fa4_hd256_kernel(device: Gpu, head_size: int | None, quantized_kv: bool) -> int | None:
+    """The fixed kernel block FLASH_ATTN runs on: FA4 (the default on SM 10.x) has a dedicated
+    head-size-256 kernel with one 128-token page per tile; a quantized KV cache falls back to FA2."""
+    if device.capability[0] == 10 and head_size == 256 and not quantized_kv:
+        return FA4_HD256_PAGE_SIZE
+    return None

@@ -1,0 +1,275 @@
+"""A vLLM release's rules for P/D transfers, as one frozen value the planning core takes.
+
+What differs from one release to the next (a default, which regions a group's descriptor IDs
+cover, a handshake check and its message, what the compatibility hash takes, the serve flags it
+knows) is data and small functions here; each release is one module of ``releases/`` that fills
+a ``Release``. The handshake checks take a ``Meeting``: the two engines as the side whose code
+runs them sees them (D when it pulls, P when it pushes), so they need nothing else of the core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+PULL, PUSH = "pull", "push"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    code: str       # tp-sizes | compat-hash | push-block-sizes | block-size | prefix-caching | host-buffer
+                    # | head-sharded-block-size | layout | ...
+    message: str    # vLLM's own words
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """An engine's ``--speculative-config`` as vLLM's compatibility hash reads it."""
+
+    method: str | None
+    num_tokens: int = 0
+    model: str | None = None             # the draft model; None: the target model (MTP)
+    parallel_drafting: bool = False
+    kv_cache_dtype: str | None = None    # None: the engine's own
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What ``compute_nixl_compatibility_hash`` reads of one engine, besides its release."""
+
+    model: str
+    dtype: str
+    kv_heads: int | None
+    head_size: int | None
+    layers: int
+    backend: str                         # the first cache layer's backend (``attn_backends[0]``)
+    cache_dtype: str
+    hybrid_kv_cache_manager: bool = True
+    speculative: Speculative | None = None
+    transfer_mode: str | None = PULL
+
+
+Hash = tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """Two engines at handshake, as the local engine's checks see them (D local when it pulls,
+    P local when it pushes). Kernel blocks and blocks per logical block are each engine's own."""
+
+    mode: str
+    local_tp: int
+    remote_tp: int
+    has_attention: bool
+    local_kernel: int
+    remote_kernel: int
+    local_per_logical: int
+    remote_per_logical: int
+    local_prefix_caching: bool
+    attention_sources: int               # remote ranks a local rank reads attention from
+    local_hash: Hash = ()
+    remote_hash: Hash = ()
+    remote_name: str = "P"
+    host_buffer: bool = False            # kv_buffer_device = cpu
+    enforce_hash: bool = True            # kv_connector_extra_config.enforce_handshake_compat (local)
+    mla: bool = False
+
+    @property
+    def tp_ratio(self) -> int | None:
+        """``TransferTopology.tp_ratio``: local/remote when local >= remote, -(remote/local)
+        otherwise; None where neither divides the other."""
+        if self.local_tp >= self.remote_tp:
+            return self.local_tp // self.remote_tp if self.local_tp % self.remote_tp == 0 else None
+        return -(self.remote_tp // self.local_tp) if self.remote_tp % self.local_tp == 0 else None
+
+    @property
+    def block_ratio(self) -> int | None:
+        """``TransferTopology.block_size_ratio``: only local % remote is tested."""
+        if self.local_kernel % self.remote_kernel:
+            return None
+        return self.local_kernel // self.remote_kernel
+
+    @property
+    def geometry_meets(self) -> bool:
+        """The TP sizes and kernel blocks pass, so the checks after them are reached."""
+        return self.has_attention and self.tp_ratio is not None and self.block_ratio is not None
+
+
+Check = Callable[[Meeting], "Refusal | None"]
+
+
+# --- the checks both releases make, each with vLLM's message --------------------------------------
+
+def tp_sizes(m: Meeting) -> Refusal | None:
+    """``handshake_target_ranks`` -> ``tp_ratio`` (kv_connector/utils.py): before any metadata is
+    exchanged, so before the compatibility hash."""
+    if m.tp_ratio is not None:
+        return None
+    if m.local_tp >= m.remote_tp:
+        text = f"Local tensor parallel size {m.local_tp} is not divisible by remote tensor parallel size {m.remote_tp}."
+    else:
+        text = f"Remote tensor parallel size {m.remote_tp} is not divisible by local tensor parallel size {m.local_tp}."
+    return Refusal("tp-sizes", text)
+
+
+HASH_MESSAGE = ("NIXL compatibility hash mismatch. Prefill and decode instances have incompatible "
+                "configurations. This may be due to: different vLLM versions, models, dtypes, KV cache "
+                "layouts, attention backends, etc. Both instances must use identical configurations.")
+
+
+def hash_differences(local: Hash, remote: Hash) -> list[str]:
+    """The hashed fields whose values differ, ``name local vs remote``."""
+    mine, theirs = dict(local), dict(remote)
+    names = list(mine) + [name for name in theirs if name not in mine]
+    return [f"{name} {mine.get(name)} vs {theirs.get(name)}" for name in names if mine.get(name) != theirs.get(name)]
+
+
+def compat_hash(m: Meeting) -> Refusal | None:
+    """The compatibility hash, compared before the agent metadata is decoded (unless the local
+    engine's ``enforce_handshake_compat`` is false)."""
+    differs = hash_differences(m.local_hash, m.remote_hash)
+    if not differs or not m.enforce_hash:
+        return None
+    local, remote = ("D", "P") if m.mode == PULL else ("P", "D")
+    return Refusal("compat-hash", f"{HASH_MESSAGE} ({'; '.join(differs)}, {local} vs {remote})")
+
+
+def block_size(m: Meeting) -> Refusal | None:
+    """``TransferTopology.block_size_ratio`` on the kernel blocks."""
+    if not m.has_attention or m.tp_ratio is None or m.block_ratio is not None:
+        return None
+    return Refusal("block-size", f"Local block size {m.local_kernel} is not divisible by remote block size "
+                                 f"{m.remote_kernel} or vice versa.")
+
+
+def prefix_caching(m: Meeting) -> Refusal | None:
+    """``_validate_remote_agent_handshake``: the local engine's prefix caching refuses different
+    kernel blocks per logical block."""
+    if not m.geometry_meets or not m.local_prefix_caching or m.local_per_logical == m.remote_per_logical:
+        return None
+    return Refusal("prefix-caching", (
+        "Prefix caching with heterogeneous physical_blocks_per_logical is not supported for Mamba hybrid "
+        f"models. Local: {m.local_per_logical}, Remote: {m.remote_per_logical}. "
+        "Disable prefix caching with --disable-prefix-caching."))
+
+
+def host_buffer(m: Meeting) -> Refusal | None:
+    """``_validate_remote_agent_handshake``: a host (CPU) staging buffer needs equal kernel blocks."""
+    if not m.geometry_meets or not m.host_buffer or m.block_ratio == 1:
+        return None
+    return Refusal("host-buffer", "Heterogeneous block sizes are not supported with host buffer")
+
+
+def head_sharded(m: Meeting) -> Refusal | None:
+    """``_build_local_splits_from_plan``: when the local engine reads from several remote ranks
+    (``tp_ratio < 0``) across different kernel blocks, each of its attention regions must come from
+    one source (``compute_tp_mapping`` keeps one rank per distinct head) or be MLA. Ranks that
+    replicate a KV head are not exempt."""
+    if not m.geometry_meets or m.tp_ratio >= 0 or m.block_ratio == 1 or m.attention_sources <= 1 or m.mla:
+        return None
+    return Refusal("head-sharded-block-size", "Head-sharded attention reads with P_TP > D_TP and "
+                                              "heterogeneous block sizes are not supported")
+
+
+# --- the release ---------------------------------------------------------------------------------
+
+HIDDEN_STATE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One vLLM release's rules for P/D transfers of Mamba-family state through NIXL."""
+
+    name: str                                  # "0.34"
+    version: str                               # "0.34.0": vLLM's __version__, hashed
+    connector_version: int                     # NIXL_CONNECTOR_VERSION, hashed
+    default_block_size: int                    # CacheConfig.DEFAULT_BLOCK_SIZE
+    pull_checks: tuple[Check, ...]             # the handshake's checks in vLLM's order, D local
+    push_checks: tuple[Check, ...]             # the same for NixlPushConnector, P local
+    group_regions: Callable[[int | None, int], int]   # (layers in a group, tensors of its kind) ->
+                                               # regions its descriptor IDs cover
+    hashed_speculative: tuple[str, ...]        # speculative fields the hash takes
+    mtp_methods: frozenset[str]                # method names vLLM rewrites to "mtp"
+    pairs_from_last_token: bool = False        # pulls across block sizes need remote_num_tokens
+    serve_flags: Mapping[str, str] = field(default_factory=dict)   # flags new in this release: value | bool
+    fatal_env: Mapping[str, tuple[str, str]] = field(default_factory=dict)   # VAR -> (value, vLLM's message)
+    changes: tuple[str, ...] = ()              # what changed from the release before, for people
+
+    def __str__(self) -> str:
+        return self.name
+
+    def speculative_method(self, method: str | None) -> str | None:
+        """``SpeculativeConfig.__post_init__``: every MTP model type becomes ``mtp``."""
+        if method is None:
+            return None
+        return "mtp" if method in self.mtp_methods else method
+
+    def speculative_factors(self, spec: Speculative | None, model: str, cache_dtype: str) -> Hash | None:
+        """``_get_speculative_compatibility_factors``: only speculators that read the target's hidden
+        states are hashed, and ``num_speculative_tokens`` never is."""
+        if spec is None:
+            return None
+        method = self.speculative_method(spec.method)
+        if method not in HIDDEN_STATE_METHODS:
+            return None
+        values = {"method": method, "model": spec.model or model, "parallel_drafting": spec.parallel_drafting,
+                  "kv_cache_dtype": spec.kv_cache_dtype or cache_dtype}
+        return tuple((name, values[name]) for name in self.hashed_speculative)
+
+    def hashed(self, facts: EngineFacts) -> Hash:
+        """The fields ``compute_nixl_compatibility_hash`` takes, by name, with their values."""
+        spec = self.speculative_factors(facts.speculative, facts.model, facts.cache_dtype)
+        return (("vLLM version", self.version), ("NIXL connector version", self.connector_version),
+                ("model", facts.model), ("dtype", facts.dtype), ("KV heads", facts.kv_heads),
+                ("head size", facts.head_size), ("layers", facts.layers), ("hashed backend", facts.backend),
+                ("KV-cache dtype", facts.cache_dtype),
+                ("hybrid KV-cache manager", facts.hybrid_kv_cache_manager),
+                ("speculative (hidden-state drafts)", _shown(spec)), ("transfer mode", facts.transfer_mode))
+
+    def knows_flag(self, spelling: str) -> bool:
+        """Whether ``spelling`` is one of the serve flags new in this release (a boolean flag's
+        ``--no-`` and ``--enable-``/``--disable-`` forms included)."""
+        for name, kind in self.serve_flags.items():
+            forms = {name}
+            if kind == "bool":
+                stem = name[2:]
+                forms.add(f"--no-{stem}")
+                for a, b in (("enable-", "disable-"), ("disable-", "enable-")):
+                    if stem.startswith(a):
+                        forms.add(f"--{b}{stem[len(a):]}")
+            if spelling in forms:
+                return True
+        return False
+
+    def checks(self, mode: str) -> tuple[Check, ...]:
+        return self.push_checks if mode == PUSH else self.pull_checks
+
+    def needs_remote_num_tokens(self, p_kernel: int, p_per_logical: int, d_kernel: int, d_per_logical: int) -> bool:
+        """Whether a pull pairs blocks from the request's last token, which D can do only when
+        the proxy forwards ``remote_num_tokens`` (kernel blocks or blocks per logical differ)."""
+        return self.pairs_from_last_token and (p_kernel, p_per_logical) != (d_kernel, d_per_logical)
+
+
+def _shown(factors: Hash | None) -> str | None:
+    return None if factors is None else ", ".join(f"{name}={value}" for name, value in factors)
+
+
+def label(prefill: Release, decode: Release) -> str:
+    """How answers name the release(s): ``vLLM 0.34``, or ``vLLM 0.33 (P) / 0.34 (D)``."""
+    if prefill == decode:
+        return f"vLLM {decode.name}"
+    return f"vLLM {prefill.name} (P) / {decode.name} (D)"
+
+
+def every_region(layers: int | None, tensors: int) -> int:
+    """A group's descriptor IDs cover every region of its kind, whether it holds a layer or not."""
+    return tensors
+
+
+def regions_holding_a_layer(layers: int | None, tensors: int) -> int:
+    """A group's descriptor IDs cover only the regions that hold one of its layers (tensor ``t``
+    holds the group's ``t``-th layer, so the first ``layers`` of them)."""
+    return tensors if layers is None else min(layers, tensors)

@@ -1,0 +1,40 @@
+"""vLLM 0.33.0: the rules of its NIXL connector for Mamba-family P/D transfers.
+
+Sources (vLLM 0.33.0 wheel): ``config/cache.py`` ``CacheConfig.DEFAULT_BLOCK_SIZE = 16``;
+``distributed/kv_transfer/kv_connector/v1/nixl/metadata.py`` ``NIXL_CONNECTOR_VERSION = 15`` and
+``compute_nixl_compatibility_hash`` (speculative factors with ``parallel_drafting``);
+``nixl/base_worker.py`` ``_compute_desc_ids`` (every group's IDs over every region of its kind),
+``add_remote_agent`` (the handshake's order), ``config/speculative.py`` ``MTPModelTypes``.
+"""
+
+from __future__ import annotations
+
+from mambaxfer_cli.planning.release import (
+    Release, block_size, compat_hash, every_region, head_sharded, host_buffer, prefix_caching, tp_sizes,
+)
+
+# SpeculativeConfig: these method names are deprecated aliases of "mtp".
+MTP_METHODS = frozenset((
+    "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "deepseek_mtp", "dots3_note_mtp", "ernie_mtp",
+    "exaone4_5_mtp", "exaone_moe_mtp", "gemma4_mtp", "glm4_moe_lite_mtp", "glm4_moe_mtp", "glm5_next_mtp",
+    "glm_ocr_mtp", "hy_v3_mtp", "hy_v4_mtp", "inkling_mtp", "kimi_k3_mtp", "longcat_flash_mtp", "mimo_mtp",
+    "mimo_v2_mtp", "minimax_m3_mtp", "mtp", "nemotron_h_mtp", "pangu_ultra_moe_mtp", "qwen3_5_mtp",
+    "qwen3_next_mtp", "qwen4_exp_mtp", "step3p5_mtp", "step5_mtp",
+))
+
+# D's handshake when it pulls: the TP sizes (before any metadata), the hash, then add_remote_agent's
+# block_size_ratio, _validate_remote_agent_handshake (prefix caching, host buffer) and
+# _build_local_splits_from_plan (head-sharded reads). Push runs the same checks on P.
+CHECKS = (tp_sizes, compat_hash, block_size, prefix_caching, host_buffer, head_sharded)
+
+RELEASE = Release(
+    name="0.33",
+    version="0.33.0",
+    connector_version=15,
+    default_block_size=16,
+    pull_checks=CHECKS,
+    push_checks=CHECKS,
+    group_regions=every_region,
+    hashed_speculative=("method", "model", "parallel_drafting", "kv_cache_dtype"),
+    mtp_methods=MTP_METHODS,
+)

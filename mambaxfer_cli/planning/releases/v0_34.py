@@ -1,0 +1,80 @@
+"""vLLM 0.34.0: what its NIXL connector changed from 0.33.0 for Mamba-family P/D transfers.
+
+- The default ``--block-size`` is 64 tokens (``config/cache.py`` ``CacheConfig.DEFAULT_BLOCK_SIZE``),
+  so every hybrid engine started without one gets blocks that are multiples of 64.
+- ``NIXL_CONNECTOR_VERSION`` is 16 (``nixl/metadata.py``); with the vLLM version it is hashed, so a
+  0.33 engine and a 0.34 engine always refuse each other.
+- The hash's speculative factors no longer take ``parallel_drafting``.
+- A group's descriptor IDs cover only the regions that hold a layer of that group
+  (``_compute_desc_ids`` with ``_RegionPairs``, ``nixl/base_worker.py``): a short last group posts
+  fewer IDs.
+- ``NixlPushConnector`` requires identical kernel blocks and kernel blocks per logical block on P
+  and D (``push_worker.py`` ``_validate_remote_parallel_config``), right after the hash.
+- A pull across different block sizes pairs blocks from the request's last token
+  (``_pair_blocks_by_last_token``) and needs the proxy to forward ``remote_num_tokens``.
+- Regions pair by the layers both engines advertise (``_pair_regions``): with the hash not enforced,
+  a 0.33 peer (which advertises none for hybrids) is still refused.
+- New serve flags (``engine/arg_utils.py``); ``VLLM_USE_V2_MODEL_RUNNER=0`` stops the engine
+  (``platforms/interface.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mambaxfer_cli.planning.release import (
+    PUSH, Meeting, Refusal, block_size, compat_hash, head_sharded, host_buffer, prefix_caching,
+    regions_holding_a_layer, tp_sizes,
+)
+from mambaxfer_cli.planning.releases.v0_33 import RELEASE as V0_33
+
+
+def push_identical_blocks(m: Meeting) -> Refusal | None:
+    """``NixlPushConnectorWorker._validate_remote_parallel_config``: P (local) and D must have the
+    same kernel block and kernel blocks per logical block."""
+    local, remote = (m.local_kernel, m.local_per_logical), (m.remote_kernel, m.remote_per_logical)
+    if m.mode != PUSH or not m.has_attention or local == remote:
+        return None
+    return Refusal("push-block-sizes", (
+        "NixlPushConnector requires identical P/D block sizes. Kernel block size and kernel blocks per "
+        f"logical block: local {local}, remote engine {m.remote_name} {remote}."))
+
+
+def advertised_layers(m: Meeting) -> Refusal | None:
+    """``_pair_regions``: regions pair by the layers each engine advertises; an engine of an older
+    connector (0.33's, version 15) advertises none for Mamba hybrids. Reached only when the hash,
+    which differs across releases, is not enforced."""
+    remote = dict(m.remote_hash).get("NIXL connector version")
+    if m.enforce_hash or remote is None or remote >= 16:   # enforced, the hash refuses first
+        return None
+    return Refusal("region-layers", f"Engine {m.remote_name} did not advertise the layers of its KV regions.")
+
+
+RELEASE = replace(
+    V0_33,
+    name="0.34",
+    version="0.34.0",
+    connector_version=16,
+    default_block_size=64,
+    pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, prefix_caching, host_buffer, head_sharded),
+    push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, block_size, prefix_caching,
+                 host_buffer, head_sharded),
+    group_regions=regions_holding_a_layer,
+    hashed_speculative=("method", "model", "kv_cache_dtype"),
+    mtp_methods=V0_33.mtp_methods | {"nemotron3_5_transcribe_mtp"},
+    pairs_from_last_token=True,
+    serve_flags={"--enable-extensible-kv-cache": "bool", "--max-num-inflight-kv-loads": "value",
+                 "--cache-aware-admission-window": "value", "--cache-aware-admission-threshold": "value",
+                 "--checkpoint-prepare-on-startup": "bool", "--shuffle-safetensors-files": "bool"},
+    fatal_env={"VLLM_USE_V2_MODEL_RUNNER": ("0", "VLLM_USE_V2_MODEL_RUNNER=0 is no longer supported: Model "
+                                                 "Runner V1 has been removed. Unset this variable.")},
+    changes=(
+        "the default --block-size is 64 tokens (16 in 0.33)",
+        "NixlPushConnector requires identical kernel blocks and blocks per logical block on P and D",
+        "a group's descriptor IDs cover only the regions holding one of its layers",
+        "a pull across different block sizes pairs blocks from the last token and needs the proxy to "
+        "forward remote_num_tokens",
+        "NIXL connector version 16 (15 in 0.33): 0.33 and 0.34 engines refuse each other",
+        "the hash no longer takes the speculative parallel_drafting setting",
+    ),
+)
