@@ -209,7 +209,9 @@ def test_etcd_entry_of_a_killed_prefill_does_not_hold_up_the_next_run(etcd):
 
 @pytest.mark.parametrize("prefill_args,decode_args,field,values", [
     ((), ("--ssm-dtype", "float32"), "model.ssm_dtype", ('prefill has "bfloat16"', 'decode has "float32"')),
-    (("--block-size", "32"), (), "engines.prefill.block_size", ("prefill has 96", "decode has 80")),
+    # Jamba: --block-size 32 gives 96-token blocks; vLLM 0.34's default 64 gives 128.
+    (("--block-size", "32", "--vllm-version", "0.34"), ("--vllm-version", "0.34"), "engines.prefill.block_size",
+     ("prefill has 96", "decode has 128")),
     (("--blocks", "40"), (), "engines.prefill.num_blocks", ("prefill has 40", "decode has 32")),
 ], ids=["ssm-dtype", "block-size", "blocks"])
 def test_direct_mismatch_is_refused_on_both_sides(prefill_args, decode_args, field, values):

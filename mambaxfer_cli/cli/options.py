@@ -303,7 +303,8 @@ def engines(*, vllm_version: str | None = None, p_vllm_version: str | None = Non
         flag = f"--{prefix}-vllm-version"
         chosen = _release(flag, version) if version is not None else shared or default_release()
         given = dict(attention_backend=_own(backend, attention_backend), block_size=_own(size, block_size),
-                     kv_cache_dtype=_own(kv, kv_cache_dtype), prefix_caching=_own(prefix_caching, enable_prefix_caching),
+                     kv_cache_dtype=_own(kv, kv_cache_dtype),
+                     prefix_caching=_own(prefix_caching, enable_prefix_caching),
                      gdn_prefill_backend=gdn_prefill_backend, num_blocks=num_blocks,
                      blocks_per_logical=per_logical)
         return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Sequence
 
 
@@ -40,9 +40,6 @@ class PlanOptions:
     @property
     def engines(self) -> Engines:
         return Engines(self.prefill, self.decode)
-
-    def with_engines(self, engines: Engines) -> "PlanOptions":
-        return replace(self, prefill=engines.prefill, decode=engines.decode)
 
 
 @dataclass(frozen=True)

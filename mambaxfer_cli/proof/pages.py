@@ -60,10 +60,10 @@ def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kern
         for s in range(spt):
             for h in range(heads.start, heads.end):
                 base = j * side.kernel_block_bytes + s * stream_bytes
+                piece = own // sub_blocks
                 for local, block, first, count in runs:
                     at = token_offset(len(heads), own, sub_blocks, h - heads.start, local)
-                    assert sub_blocks == 1 or local // (own // sub_blocks) == (local + count - 1) // (own // sub_blocks), \
-                        "a run of P's tokens crosses a received sub-block"
+                    assert local // piece == (local + count - 1) // piece, "a run crosses a received sub-block"
                     parts.append(Part("kv", "token", base + at * unit, unit, h * p_kernel + first, count, total,
                                       block=int(block), layer=tensor * spt + s, per_head=p_kernel))
     return PageShape(tuple(parts), side.page_bytes)
