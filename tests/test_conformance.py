@@ -61,8 +61,9 @@ def vllm_python(release: str) -> str:
 
 
 def run_in_vllm(release: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("VLLM_SSM_CONV_STATE_LAYOUT", "VLLM_LOGGING_LEVEL")}
     return subprocess.run([vllm_python(release), *args], capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, "COLUMNS": "80", **(env or {})})
+                          env={**environ, "COLUMNS": "80", **(env or {})})
 
 
 _documents: dict = {}
@@ -153,6 +154,22 @@ def test_junit_has_one_case_per_function_and_fails_the_differing_ones(all_preset
     assert [c.get("name") for c in cases] == [f["function"] for f in document["functions"]]
     failed = {c.get("name") for c in cases if c.find("failure") is not None}
     assert failed == {f["function"] for f in document["functions"] if f["outcome"] != "agrees"}
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "conformance.md"
+
+
+def _shown(text: str) -> list[str]:
+    """Output as documented: no trailing spaces, the run's duration left out."""
+    return [re.sub(r" in \d+\.\d s:", " in N s:", line.rstrip()) for line in text.strip().splitlines()]
+
+
+def test_the_documented_output_is_what_vllm_0_34_prints():
+    documented = DOCS.read_text().split("<!-- conformance-output -->\n```text\n", 1)[1].split("\n```", 1)[0]
+    proc = run_in_vllm("0.34", "-m", "mambaxfer_cli", "conformance", "--all-presets")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert _shown(proc.stdout) == _shown(documented)
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
 
 
 # --- it can fail: vLLM altered in the driver's process ---------------------------------------------
