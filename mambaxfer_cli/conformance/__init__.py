@@ -49,7 +49,12 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
     from mambaxfer_cli.conformance.compare import run as compare
     from mambaxfer_cli.conformance.vllm_side import installed
 
-    report = compare(specs, max_tp, installed(), ours, start, done)
+    try:
+        vllm = installed()
+    except Exception as exc:     # an install that does not import: nothing of it can be compared
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise UserError(f"vLLM {version} is installed here but does not import: {type(exc).__name__}: {first}") from None
+    report = compare(specs, max_tp, vllm, ours, start, done)
     if set_here:
         report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")
     elif before != "DS":

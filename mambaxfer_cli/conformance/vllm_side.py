@@ -111,7 +111,9 @@ def _parameters(function) -> frozenset[str]:
     return frozenset(inspect.signature(function).parameters)
 
 
+@lru_cache(maxsize=None)
 def _symbol(module: str, name: str):
+    """vLLM's ``module.name``, looked up once."""
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
@@ -215,7 +217,7 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "block_len_per_layer": [kernel_bytes] * regions,
         "block_stride_per_layer": [kernel_bytes] * regions,
         "region_num_blocks": [g.num_blocks] * regions,
-        "region_group_ids": [-1] * regions,
+        "region_group_ids": engine.region_groups,
         "region_names": [names[0] for names in engine.regions],
         "_uses_region_group_mapping": False,
         "num_descs": g.num_blocks * regions,
@@ -260,6 +262,13 @@ class EngineState:
         return tuple(type(group.kv_cache_spec) for group in self.groups)
 
     @property
+    def region_groups(self) -> list[int]:
+        """Each region's KV-cache group, -1 where layers of several groups share it (as
+        ``register_kv_caches`` records them)."""
+        group_of = {name: index for index, group in enumerate(self.groups) for name in group.layer_names}
+        return [group_of[names[0]] if len({group_of[n] for n in names}) == 1 else -1 for names in self.regions]
+
+    @property
     def ssm_regions(self) -> list[int]:
         mamba = self.vllm.mamba_spec_class
         return [r for r, names in enumerate(self.regions) if any(isinstance(self.layer_specs[n], mamba) for n in names)]
@@ -296,11 +305,11 @@ class EngineState:
             "block_size": g.kernel_block_size, "ssm_sizes": self.conv_split.ssm_sizes,
             "attn_backend_name": self.backend_name,
             "physical_blocks_per_logical_kv_block": g.blocks_per_logical,
-            "region_num_blocks": [g.num_blocks] * regions, "region_group_ids": [-1] * regions,
+            "region_num_blocks": [g.num_blocks] * regions, "region_group_ids": self.region_groups,
             "region_names": [names[0] for names in self.regions],
             "region_mem_types": ["VRAM"] * regions,
             "region_members": [list(names) for names in self.regions],
-            "layer_group_ids": {name: g for g, group in enumerate(self.groups) for name in group.layer_names},
+            "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
         }
         metadata_class = _symbol(f"{NIXL}.metadata", "NixlAgentMetadata")
         with calling("NixlAgentMetadata"):
@@ -339,16 +348,29 @@ class Installed:
             logging.getLogger("vllm").setLevel(logging.ERROR)
         self.version = getattr(vllm, "__version__", "unknown")
         self.torch = torch
-        self.worker_class = _symbol(f"{NIXL}.base_worker", "NixlBaseConnectorWorker")
-        self.push_worker_class = _symbol(f"{NIXL}.push_worker", "NixlPushConnectorWorker")
-        self.mamba_spec_class = _symbol("vllm.v1.kv_cache_interface", "MambaSpec")
-        self.attention_spec_class = _symbol("vllm.v1.kv_cache_interface", "FullAttentionSpec")
         self._engines: dict = {}
         self._splits: dict = {}
         self._geometry: dict = {}
         self._groups: dict = {}
         self._pairs: dict = {}
         self._layers: dict = {}
+
+    # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
+    @property
+    def worker_class(self):
+        return _symbol(f"{NIXL}.base_worker", "NixlBaseConnectorWorker")
+
+    @property
+    def push_worker_class(self):
+        return _symbol(f"{NIXL}.push_worker", "NixlPushConnectorWorker")
+
+    @property
+    def mamba_spec_class(self):
+        return _symbol("vllm.v1.kv_cache_interface", "MambaSpec")
+
+    @property
+    def attention_spec_class(self):
+        return _symbol("vllm.v1.kv_cache_interface", "FullAttentionSpec")
 
     # --- shapes and the conv split ------------------------------------------------------------
 
