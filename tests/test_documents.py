@@ -38,7 +38,8 @@ def published(name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
-@pytest.mark.parametrize("name", DOCUMENTS)
+# The conformance document needs vLLM installed: test_conformance validates it, run by vLLM's interpreter.
+@pytest.mark.parametrize("name", [name for name in DOCUMENTS if name != "conformance"])
 def test_each_document_validates_against_its_published_schema(name, request):
     if name in ("execute", "bench"):
         request.getfixturevalue("nixl")

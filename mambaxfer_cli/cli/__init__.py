@@ -200,3 +200,4 @@ def main() -> None:
 from mambaxfer_cli.cli import models_cmd, inspect_cmd, plan_cmd, schema_cmd  # noqa: E402,F401
 from mambaxfer_cli.cli import check_cmd, execute_cmd, bench_cmd  # noqa: E402,F401
 from mambaxfer_cli.cli import preflight_cmd  # noqa: E402,F401
+from mambaxfer_cli.cli import conformance_cmd  # noqa: E402,F401

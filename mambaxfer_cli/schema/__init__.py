@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 SCHEMA_DIR = Path(__file__).parent
-DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "bench")   # mambaxfer.<name>/v1
+DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "bench", "conformance")   # mambaxfer.<name>/v1
 PLAN_SCHEMA_PATH = SCHEMA_DIR / "plan-v1.schema.json"
 
 

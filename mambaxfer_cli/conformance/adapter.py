@@ -1,0 +1,188 @@
+"""mambaxfer's side of the comparison: its answers for one vLLM release, through its planning API.
+
+The one place conformance touches mambaxfer's rules: the ``Release`` value of the installed vLLM
+(``planning.releases``), on the GPU vLLM's platform questions are answered for (``planning.gpu``),
+given to every engine mambaxfer builds.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+
+from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
+from mambaxfer_cli.planning.engine import Side, build_side, gdn_backend
+from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.planning.gpu import Gpu, gdn_checkpoint_alignment, gpu
+from mambaxfer_cli.planning.handshake import attention_sources, refusals
+from mambaxfer_cli.planning.release import PULL, PUSH
+from mambaxfer_cli.planning.releases import RELEASES, minor, release
+from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.plan import PlanOptions, build_plan
+from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
+
+# The releases mambaxfer has rules for, oldest first.
+KNOWN_RELEASES = tuple(r.name for r in RELEASES)
+
+# The GPU vLLM's platform questions are answered for (vllm_side.ModelledGpu is the same one).
+MODELLED_GPU = gpu("H100")
+
+
+def release_for(installed: str) -> str:
+    """mambaxfer's rules for an installed vLLM version: its own release's, else the newest known
+    before it (a newer vLLM, a nightly or a branch, is compared with the newest rules: finding where
+    they part is the point), and the oldest for an older vLLM."""
+    found = minor(installed)
+    known = [(minor(name), name) for name in KNOWN_RELEASES]
+    if found is None:
+        return KNOWN_RELEASES[-1]
+    older = [name for version, name in known if version <= found]
+    return older[-1] if older else KNOWN_RELEASES[0]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine as mambaxfer builds it, with its geometry in the shared form."""
+
+    side: Side
+    geometry: Geometry
+
+
+class Ours:
+    """mambaxfer's answers under the rules of ``release``, computed once per input."""
+
+    def __init__(self, release_name: str) -> None:
+        self.release = release_name
+        self.rules = release(release_name)
+        self.device: Gpu = MODELLED_GPU
+        self.gpu = MODELLED_GPU.describe()
+        self._engines: dict = {}
+        self._grouping: dict = {}
+        self._layouts: dict = {}
+
+    # --- the model ---------------------------------------------------------------------------
+
+    @staticmethod
+    def load(name: str) -> ModelSpec:
+        from mambaxfer_cli.readers.model_source import load_model
+
+        return load_model(name)
+
+    @staticmethod
+    def tp_sizes(model: ModelSpec, max_tp: int) -> list[int]:
+        return valid_tp_sizes(model, max_tp)
+
+    def grouping(self, model: ModelSpec) -> KVGrouping:
+        if model.name not in self._grouping:
+            self._grouping[model.name] = vllm_grouping(model.layers)
+        return self._grouping[model.name]
+
+    # --- one engine --------------------------------------------------------------------------
+
+    @staticmethod
+    def layout(model: ModelSpec, tp: int, rank: int = 0) -> RankLayout:
+        return rank_layout(model, tp, rank)
+
+    def engine_flags(self, flags: Flags, num_blocks: int) -> EngineFlags:
+        """One engine of this release on the modelled GPU (no --block-size: the release's default)."""
+        return EngineFlags(attention_backend=flags.backend, block_size=flags.block_size,
+                           prefix_caching=flags.prefix_caching, num_blocks=num_blocks, release=self.rules,
+                           gpu=self.device)
+
+    def engine(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int = D_NUM_BLOCKS) -> Engine:
+        key = (model.name, tp, flags, num_blocks)
+        if key not in self._engines:
+            side = build_side(model, tp, self.engine_flags(flags, num_blocks), self.grouping(model))
+            g = side.geometry
+            self._engines[key] = Engine(side, Geometry(
+                g.block_size, g.kernel_block_size, g.blocks_per_logical, g.page_bytes, g.num_blocks,
+                g.prefix_caching, side.has_attention))
+        return self._engines[key]
+
+    def checkpoint_alignment(self, model: ModelSpec, flags: Flags) -> int:
+        """The token alignment mambaxfer gives the block for the SSM layers' prefill checkpoints
+        (with prefix caching: the GDN prefill kernel's on the GPU; none for Mamba1/Mamba2)."""
+        kernel = gdn_backend(model, self.engine_flags(flags, D_NUM_BLOCKS))
+        return gdn_checkpoint_alignment(kernel) if kernel and flags.prefix_caching else 1
+
+    # --- a pairing ---------------------------------------------------------------------------
+
+    def layouts(self, model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
+        key = (model.name, tp)
+        if key not in self._layouts:
+            self._layouts[key] = tuple(rank_layout(model, tp, rank) for rank in range(tp))
+        return self._layouts[key]
+
+    def vllm_reads(self, model: ModelSpec, p_tp: int, d_tp: int) -> tuple[Read, ...]:
+        return vllm_reads(self.layouts(model, p_tp), self.layouts(model, d_tp))
+
+    def misreads(self, model: ModelSpec, p_tp: int, d_tp: int, reads) -> list:
+        """The pieces of ``reads`` that land wrong bytes, judged by the exact layouts."""
+        return misreads(reads, self.layouts(model, p_tp), self.layouts(model, d_tp))
+
+    @staticmethod
+    def attention_sources(prefill: Engine, decode: Engine, d_rank: int) -> list[int]:
+        return attention_sources(prefill.side, decode.side, d_rank)
+
+    @staticmethod
+    def verdict(prefill: Engine, decode: Engine, push: bool = False) -> str | None:
+        """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted); in push
+        mode P handshakes with D."""
+        found = [r for r in refusals(prefill.side, decode.side, PUSH if push else PULL) if r.code != "compat-hash"]
+        return found[0].message if found else None
+
+    def request(self, model: ModelSpec, prefill: Engine, decode: Engine) -> Request:
+        """One D logical block per KV-cache group and the P blocks that hold the same tokens, at
+        distinct, spread block IDs on each side."""
+        groups = self.grouping(model).groups
+        b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
+        p_counts = [math.ceil(b_d / b_p) if kind == ATTENTION else 1 for kind in groups]
+        return Request(_spread(p_counts, prefill.geometry.logical_blocks),
+                       _spread([1] * len(groups), decode.geometry.logical_blocks), b_d)
+
+    def descriptor_ids(self, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags,
+                       request: Request) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
+        """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer
+        plans what vLLM posts."""
+        def text(groups):
+            return ";".join(",".join(map(str, g)) for g in groups)
+
+        options = PlanOptions(
+            semantics="vllm", prefill=self.engine_flags(flags, P_NUM_BLOCKS),
+            decode=self.engine_flags(flags, D_NUM_BLOCKS), grouping=self.grouping(model),
+            prefill_blocks=text(request.prefill_blocks), decode_blocks=text(request.decode_blocks))
+        plan = build_plan(model, p_tp, d_tp, options)
+        return {(r.d_rank, r.p_rank): (r.local_ids.tolist(), r.remote_ids.tolist()) for r in plan.descriptors.reads}
+
+    # --- the compatibility hash ----------------------------------------------------------------
+
+    def hash_refuses(self, model_name: str, variation: Variation) -> bool:
+        """Whether mambaxfer says vLLM's compatibility hash tells the two engines of
+        ``variation`` apart (``preflight``'s hashed fields)."""
+        from mambaxfer_cli.planning.reads import VLLM
+        from mambaxfer_cli.preflight import DECODE, PREFILL, build_engine, hashed_fields
+        from mambaxfer_cli.readers.serve_args import parse_serve
+        from mambaxfer_cli.readers.serve_model import load_serve_model
+
+        engines = []
+        for side, words in zip((PREFILL, DECODE), variation.serve_words()):
+            line = parse_serve(shlex.join(["vllm", "serve", model_name, *words]), f"--{side}")
+            engines.append(build_engine(side, line, load_serve_model, EngineFlags(release=self.rules, gpu=self.device)))
+        p, d = engines
+        plan = build_plan(d.model, p.tp, d.tp, PlanOptions(semantics=VLLM, prefill=p.flags, decode=d.flags,
+                                                          prefill_model=p.model))
+        return not all(f.agree for f in hashed_fields(p, d, plan))
+
+
+def _spread(counts: list[int], limit: int) -> tuple[tuple[int, ...], ...]:
+    """Distinct block IDs, ``counts[g]`` for group ``g``, spaced apart and wrapped into ``limit``."""
+    out, next_id = [], 3
+    for count in counts:
+        out.append(tuple((next_id + 2 * i) % limit for i in range(count)))
+        next_id += 2 * count + 1
+    flat = [b for g in out for b in g]
+    assert len(set(flat)) == len(flat), "a request holds each block once"
+    return tuple(out)

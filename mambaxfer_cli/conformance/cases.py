@@ -1,0 +1,270 @@
+"""What conformance compares: the engine flags it varies, the pairings, the request, and the
+values both sides answer in (plain data, so that neither side's types leak into the other)."""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+from dataclasses import dataclass, field
+from typing import Iterable
+
+# The attention backends NIXL hybrids run on NVIDIA GPUs, and the serve flags that change an
+# engine's blocks: --block-size (None: not given, the release's default) and prefix caching.
+BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+EXPLICIT_BLOCK_SIZE = 32          # a --block-size every backend accepts as a kernel block
+
+# Engines of different sizes on the two sides catch an ID computed with the other engine's N.
+P_NUM_BLOCKS = 4096
+D_NUM_BLOCKS = 2048
+
+
+@dataclass(frozen=True)
+class Flags:
+    """One engine's serve flags that shape its blocks; both engines of a case share them."""
+
+    backend: str = "FLASH_ATTN"
+    block_size: int | None = None       # None: --block-size not given
+    prefix_caching: bool = True
+
+    def cli(self) -> list[str]:
+        """The same flags on a ``mambaxfer plan`` command line."""
+        out = [] if self.backend == "FLASH_ATTN" else ["--attention-backend", self.backend]
+        if self.block_size is not None:
+            out += ["--block-size", str(self.block_size)]
+        if not self.prefix_caching:
+            out.append("--no-enable-prefix-caching")
+        return out
+
+    def label(self) -> str:
+        words = [self.backend, "--block-size " + (str(self.block_size) if self.block_size else "default"),
+                 "prefix caching " + ("on" if self.prefix_caching else "off")]
+        return ", ".join(words)
+
+
+DEFAULT_FLAGS = Flags()
+FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
+    BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One engine's blocks (tokens) and page (bytes), whichever side derived them."""
+
+    block_size: int                 # logical block
+    kernel_block_size: int
+    blocks_per_logical: int
+    page_bytes: int
+    num_blocks: int                 # kernel blocks (N)
+    prefix_caching: bool
+    has_attention: bool = True
+
+    @property
+    def kernel_block_bytes(self) -> int:
+        return self.page_bytes // self.blocks_per_logical
+
+    @property
+    def logical_blocks(self) -> int:
+        return self.num_blocks // self.blocks_per_logical
+
+    def shown(self) -> str:
+        if not self.has_attention:
+            return f"page {self.page_bytes} bytes"
+        return (f"block {self.block_size} tokens = {self.blocks_per_logical} x {self.kernel_block_size}, "
+                f"page {self.page_bytes} bytes")
+
+
+@dataclass(frozen=True)
+class Request:
+    """Logical block IDs of one request, one tuple per KV-cache group, on each side, and how many
+    tokens it holds."""
+
+    prefill_blocks: tuple[tuple[int, ...], ...]
+    decode_blocks: tuple[tuple[int, ...], ...]
+    tokens: int
+
+    def cli(self) -> list[str]:
+        def text(groups):
+            return ";".join(",".join(map(str, g)) for g in groups)
+        return ["--prefill-blocks", text(self.prefill_blocks), "--decode-blocks", text(self.decode_blocks)]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input both sides answer: a model at TP sizes and flags, maybe a D rank or a request."""
+
+    model: str                      # the --model argument that reproduces it
+    p_tp: int | None = None
+    d_tp: int | None = None
+    tp: int | None = None           # a single engine (conv split, geometry)
+    flags: Flags | None = None
+    d_rank: int | None = None
+    request: Request | None = None
+    variation: "Variation | None" = None   # a compatibility-hash case: what differs between P and D
+    push: bool = False              # NixlPushConnector (P writes) rather than NixlConnector (D reads)
+    rules: tuple[str, ...] = ()     # --vllm-version and --gpu of mambaxfer's side
+
+    def describe(self) -> str:
+        parts = [self.model]
+        if self.tp is not None:
+            parts.append(f"TP {self.tp}")
+        if self.p_tp is not None:
+            parts.append(f"P TP {self.p_tp} / D TP {self.d_tp}")
+        if self.d_rank is not None:
+            parts.append(f"D rank {self.d_rank}")
+        if self.flags is not None:
+            parts.append(self.flags.label())
+        if self.variation is not None:
+            parts.append(self.variation.name)
+        if self.push:
+            parts.append("NixlPushConnector")
+        return ", ".join(parts)
+
+    def command(self) -> str:
+        """A ``mambaxfer`` command line that shows mambaxfer's side of this case."""
+        model = shlex.quote(self.model)
+        flags = self.flags.cli() if self.flags else []
+        if self.variation is not None or self.push:
+            variation = self.variation or _engines_of(self)
+            p_line, d_line = (shlex.join([f"{LAYOUT_ENV}=DS", "vllm", "serve", self.model, *words])
+                              for words in variation.serve_words())
+            return (f"mambaxfer preflight --prefill {_double_quoted(p_line)} --decode {_double_quoted(d_line)}"
+                    + "".join(f" {w}" for w in self.rules))
+        if self.p_tp is None:
+            tail = " ".join(["--tp", str(self.tp), *flags, *self.rules])
+            return f"mambaxfer inspect --model {model} {tail}"
+        words = ["--p-tp", str(self.p_tp), "--d-tp", str(self.d_tp), "--semantics", "vllm", *flags, *self.rules]
+        if self.request is not None:
+            words += ["--p-num-blocks", str(P_NUM_BLOCKS), "--d-num-blocks", str(D_NUM_BLOCKS),
+                      *self.request.cli()]
+        if self.d_rank is not None:
+            words += ["--d-rank", str(self.d_rank)]
+        return f"mambaxfer plan --model {model} " + " ".join(shlex.quote(w) for w in words)
+
+
+LAYOUT_ENV = "VLLM_SSM_CONV_STATE_LAYOUT"
+
+
+def _double_quoted(text: str) -> str:
+    """``text`` as one double-quoted shell word (so the single quotes inside it stay readable)."""
+    return '"' + "".join("\\" + c if c in '"\\$`' else c for c in text) + '"'
+
+
+@dataclass(frozen=True)
+class HashedEngine:
+    """One engine's settings that might enter vLLM's NIXL compatibility hash."""
+
+    dtype: str | None = None                 # None: the model's
+    kv_cache_dtype: str = "auto"
+    backend: str = "FLASH_ATTN"
+    block_size: int | None = None
+    prefix_caching: bool = True
+    tp: int = 1
+    mamba_ssm_dtype: str | None = None
+    speculative: tuple[str, int] | None = None   # (method, tokens)
+    push: bool = False
+
+    def serve_words(self, role: str) -> list[str]:
+        """This engine's ``vllm serve`` flags (after the model)."""
+        connector = "NixlPushConnector" if self.push else "NixlConnector"
+        words = ["--kv-transfer-config", f'{{"kv_connector":"{connector}","kv_role":"{role}"}}']
+        for flag, value, default in (("--dtype", self.dtype, None), ("--kv-cache-dtype", self.kv_cache_dtype, "auto"),
+                                     ("--attention-backend", self.backend, "FLASH_ATTN"),
+                                     ("--block-size", self.block_size, None), ("-tp", self.tp, 1),
+                                     ("--mamba-ssm-cache-dtype", self.mamba_ssm_dtype, None)):
+            if value != default:
+                words += [flag, str(value)]
+        if not self.prefix_caching:
+            words.append("--no-enable-prefix-caching")
+        if self.speculative is not None:
+            method, tokens = self.speculative
+            words += ["--speculative-config", f'{{"method":"{method}","num_speculative_tokens":{tokens}}}']
+        return words
+
+
+@dataclass(frozen=True)
+class Variation:
+    """Two engines that differ in one setting: does the compatibility hash tell them apart?"""
+
+    name: str
+    prefill: HashedEngine
+    decode: HashedEngine = HashedEngine()
+
+    def serve_words(self) -> tuple[list[str], list[str]]:
+        return self.prefill.serve_words("kv_producer"), self.decode.serve_words("kv_consumer")
+
+
+HASH_VARIATIONS = (
+    Variation("the same engine on both sides", HashedEngine()),
+    Variation("--dtype float16 on P", HashedEngine(dtype="float16")),
+    Variation("--kv-cache-dtype fp8 on P", HashedEngine(kv_cache_dtype="fp8")),
+    Variation("--attention-backend FLASHINFER on P", HashedEngine(backend="FLASHINFER")),
+    Variation("NixlPushConnector on P", HashedEngine(push=True)),
+    Variation("MTP on P only", HashedEngine(speculative=("mtp", 1))),
+    Variation("MTP 1 token on P, 2 on D", HashedEngine(speculative=("mtp", 1)), HashedEngine(speculative=("mtp", 2))),
+    Variation("-tp 2 on P", HashedEngine(tp=2)),
+    Variation("--block-size 32 on P", HashedEngine(block_size=32)),
+    Variation("--no-enable-prefix-caching on P", HashedEngine(prefix_caching=False)),
+    Variation("--mamba-ssm-cache-dtype float16 on P", HashedEngine(mamba_ssm_dtype="float16")),
+)
+
+
+def _engines_of(case: Case) -> Variation:
+    """A pairing case's two engines as ``vllm serve`` lines for ``preflight``."""
+    flags = case.flags or DEFAULT_FLAGS
+    engine = dict(backend=flags.backend, block_size=flags.block_size, prefix_caching=flags.prefix_caching,
+                  push=case.push)
+    return Variation("", HashedEngine(tp=case.p_tp, **engine), HashedEngine(tp=case.d_tp, **engine))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """The first case where the two sides part: both values, and the command that shows ours."""
+
+    case: Case
+    vllm: object
+    mambaxfer: object
+
+    def to_dict(self) -> dict:
+        return {"case": self.case.describe(), "vllm": _plain(self.vllm), "mambaxfer": _plain(self.mambaxfer),
+                "command": self.case.command()}
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+@dataclass
+class Tally:
+    """One function's comparisons so far."""
+
+    cases: int = 0
+    differing: int = 0
+    first: Difference | None = None
+    by_model: dict[str, list[int]] = field(default_factory=dict)   # model: [cases, differing]
+
+    def record(self, case: Case, vllm, mambaxfer, shown: tuple | None = None) -> bool:
+        """Count one case; ``shown`` gives the values to report when they differ (by default
+        the compared ones)."""
+        same = vllm == mambaxfer
+        self.cases += 1
+        counts = self.by_model.setdefault(case.model, [0, 0])
+        counts[0] += 1
+        if not same:
+            self.differing += 1
+            counts[1] += 1
+            if self.first is None:
+                self.first = Difference(case, *(shown or (vllm, mambaxfer)))
+        return same
+
+
+def pairings(tp_sizes: Iterable[int]) -> list[tuple[int, int]]:
+    """Every P/D pairing of these TP sizes in which one divides the other (vLLM refuses the rest
+    before anything is compared)."""
+    sizes = sorted(set(tp_sizes))
+    return [(p, d) for p, d in itertools.product(sizes, sizes) if max(p, d) % min(p, d) == 0]

@@ -1,0 +1,378 @@
+"""Run vLLM's functions and mambaxfer's rules on the same inputs, function by function.
+
+For each model: the conv split at every valid TP size; each engine's geometry under every flag
+variant; for every P/D pairing up to the largest TP size, each D rank's SSM reads and sources,
+the handshake's verdict and a request's descriptor IDs under every flag variant; and which
+settings the compatibility hash tells apart. vLLM computes its side with its own geometry;
+descriptor IDs are computed on mambaxfer's geometry on both sides, so that they compare the ID
+layout alone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from mambaxfer_cli.conformance.adapter import Engine, Ours
+from mambaxfer_cli.conformance.cases import (
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, pairings,
+)
+from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
+from mambaxfer_cli.conformance.vllm_side import CouldNotCall, VllmFails
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.reads import Read, Segment, tp_ratio
+
+CONV_SPLIT = Function("derive_mamba_conv_split", "each rank's sub-projections, conv rows and state bytes")
+REMOTE_CONV = Function("remote_conv_offsets", "the conv bytes each D rank reads in a P page")
+REMOTE_SSM = Function("_build_mamba_remote", "every SSM byte range each D rank reads in a P page")
+LOCAL_SSM = Function("_build_mamba_local", "where each read lands in the D page (split per P source)")
+BYTES = Function("bytes right (exact plan)", "which of vLLM's reads land wrong bytes")
+SOURCES = Function("compute_tp_mapping", "the P ranks each D rank reads attention and SSM state from")
+DESC_IDS = Function("_compute_desc_ids", "the descriptor IDs each D rank posts for a request")
+BLOCK = Function("update_block_size_for_backend", "each engine's block size and page bytes")
+KERNEL = Function("select_common_block_size", "each engine's kernel block and blocks per logical block")
+ALIGN = Function("GDN checkpoint alignment", "the SSM layers' prefill checkpoint alignment on the GPU")
+HANDSHAKE = Function("handshake verdict", "block_size_ratio, _validate_remote_agent_handshake, "
+                                          "_build_local_splits_from_plan (and push's "
+                                          "_validate_remote_parallel_config): accepted, or the first refusal")
+HASH = Function("compute_nixl_compatibility_hash", "which engine settings the compatibility hash tells apart")
+FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, ALIGN,
+             HANDSHAKE, HASH)
+
+# Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
+Start = Callable[[int], None]
+Done = Callable[[str, int, int], None]
+
+
+class Comparison:
+    """One run: the installed vLLM against mambaxfer's rules for its release."""
+
+    def __init__(self, vllm, ours: Ours) -> None:
+        self.vllm = vllm
+        self.ours = ours
+        self.results = {f.name: FunctionResult(f) for f in FUNCTIONS}
+        self._ids: dict = {}
+        self._verdicts: dict = {}
+
+    # --- bookkeeping ---------------------------------------------------------------------------
+
+    def case(self, model: str, *args, **kwargs) -> Case:
+        """A case whose command names the release and GPU mambaxfer answered for."""
+        return Case(model, *args, rules=("--vllm-version", self.ours.release, "--gpu", self.ours.device.spec),
+                    **kwargs)
+
+    def live(self, *functions: Function) -> bool:
+        return any(self.results[f.name].not_called is None for f in functions)
+
+    def cannot(self, functions: tuple[Function, ...], exc: CouldNotCall) -> None:
+        for f in functions:
+            result = self.results[f.name]
+            if result.not_called is None:
+                result.not_called = f"{exc.function}: {exc.reason}"
+                result.attribute = exc.attribute
+
+    def skip(self, functions: tuple[Function, ...], reason: str) -> None:
+        for f in functions:
+            result = self.results[f.name]
+            result.skipped += 1
+            result.skip_reason = result.skip_reason or reason
+
+    def record(self, function: Function, case: Case, vllm, ours, shown: tuple | None = None) -> None:
+        result = self.results[function.name]
+        if result.not_called is None:
+            result.tally.record(case, vllm, ours, shown)
+
+    # --- one model -------------------------------------------------------------------------------
+
+    def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
+        sizes = self.ours.tp_sizes(model, max_tp)
+        for tp in sizes:
+            self.conv_split(name, model, tp)
+            for flags in FLAG_VARIANTS:
+                self.geometry(name, model, tp, flags)
+        for p_tp, d_tp in pairings(sizes):
+            self.reads(name, model, p_tp, d_tp)
+            for flags in FLAG_VARIANTS:
+                for push in (False, True):
+                    self.handshake(name, model, p_tp, d_tp, flags, push)
+                self.descriptor_ids(name, model, p_tp, d_tp, flags)
+            if done is not None:
+                done(name, p_tp, d_tp)
+        self.compatibility_hash(name, model)
+
+    # --- conv split --------------------------------------------------------------------------------
+
+    def conv_split(self, name: str, model: ModelSpec, tp: int) -> None:
+        if not self.live(CONV_SPLIT):
+            return
+        case = self.case(name, tp=tp)
+        try:
+            info = self.vllm.conv_split(model, tp)
+            theirs = {"sub-projection dims": list(info.local_proj_dims), "conv rows": info.conv_rows,
+                      "conv dtype bytes": info.conv_dtype_size, "state bytes (conv, temporal)": list(info.ssm_sizes)}
+        except CouldNotCall as exc:
+            return self.cannot((CONV_SPLIT,), exc)
+        except VllmFails as exc:
+            theirs = {"fails": exc.message}
+        layout = self.ours.layout(model, tp)
+        conv = next(r for r in layout.regions if r.kind == "conv")
+        ours = {"sub-projection dims": list(layout.sub_projection_dims), "conv rows": layout.conv_rows,
+                "conv dtype bytes": conv.unit_bytes // layout.conv_rows,
+                "state bytes (conv, temporal)": [layout.conv_bytes, layout.ssm_bytes]}
+        self.record(CONV_SPLIT, case, theirs, ours)
+
+    # --- geometry ----------------------------------------------------------------------------------
+
+    def geometry(self, name: str, model: ModelSpec, tp: int, flags: Flags) -> None:
+        if not self.live(BLOCK, KERNEL, ALIGN):
+            return
+        case = self.case(name, tp=tp, flags=flags)
+        try:
+            theirs, alignment = self.vllm.geometry(model, tp, flags, D_NUM_BLOCKS)
+        except CouldNotCall as exc:
+            return self.cannot((BLOCK, KERNEL, ALIGN), exc)
+        except VllmFails as exc:
+            theirs, alignment = f"the engine fails: {exc.message}", None
+        try:
+            ours = self.ours.engine(model, tp, flags).geometry
+        except UserError as exc:
+            ours = f"the engine fails: {exc}"
+        if isinstance(theirs, str) or isinstance(ours, str):
+            both = tuple(g if isinstance(g, str) else g.shown() for g in (theirs, ours))
+            key = tuple(isinstance(g, str) for g in (theirs, ours))
+            self.record(BLOCK, case, key, (True, True), both)
+            self.record(KERNEL, case, key, (True, True), both)
+        else:
+            # Without attention an engine's page is its state and its block size means nothing.
+            block = (lambda g: (g.block_size, g.page_bytes)) if model.has_attention else (lambda g: (g.page_bytes,))
+            kernel = ((lambda g: (g.kernel_block_size, g.blocks_per_logical)) if model.has_attention
+                      else (lambda g: (g.blocks_per_logical,)))
+            shown = (theirs.shown(), ours.shown())
+            self.record(BLOCK, case, block(theirs), block(ours), shown)
+            self.record(KERNEL, case, kernel(theirs), kernel(ours), shown)
+        if alignment is not None:
+            self.record(ALIGN, case, alignment, self.ours.checkpoint_alignment(model, flags))
+
+    # --- the SSM reads and sources -----------------------------------------------------------------
+
+    def reads(self, name: str, model: ModelSpec, p_tp: int, d_tp: int) -> None:
+        ratio = tp_ratio(p_tp, d_tp)
+        flags = Flags()
+        functions = (REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES)
+        if not self.live(*functions):
+            return
+        ours_reads = self.ours.vllm_reads(model, p_tp, d_tp)
+        try:
+            p_ours, d_ours, p_vllm, d_vllm = self.engines(model, p_tp, d_tp, flags)
+        except CouldNotCall as exc:
+            return self.cannot(functions, exc)
+        for d_rank in range(d_tp):
+            case = self.case(name, p_tp, d_tp, d_rank=d_rank)
+            mine = sorted((r for r in ours_reads if r.d_rank == d_rank), key=lambda r: r.p_rank)
+            self.sources(case, model, p_ours, d_ours, d_vllm, p_tp, d_rank, mine)
+            self.remote_conv(case, d_vllm, d_rank, ratio, mine)
+            if not self.live(REMOTE_SSM, LOCAL_SSM, BYTES):
+                continue
+            try:
+                theirs = self.vllm.ssm_reads(p_vllm, d_vllm, d_rank, ratio)
+                _, ssm_sources = self.vllm.sources(d_vllm, p_tp, d_rank)
+            except CouldNotCall as exc:
+                self.cannot((REMOTE_SSM, LOCAL_SSM, BYTES), exc)
+                continue
+            except VllmFails as exc:
+                self.skip((REMOTE_SSM, LOCAL_SSM, BYTES), f"vLLM's own code fails before the reads: {exc.message} "
+                          f"({case.describe()}; the handshake verdict reports it)")
+                continue
+            self.record(REMOTE_SSM, case, [(ro, rs) for _, ro, _, rs in theirs[0]],
+                        [(s.remote_offset, s.size) for s in mine[0].segments])
+            self.record(LOCAL_SSM, case, [[(lo, ls) for lo, _, ls, _ in rows] for rows in theirs],
+                        [[(s.local_offset, s.size) for s in r.segments] for r in mine])
+            names = [s.region for s in mine[0].segments]
+            as_reads = tuple(Read(d_rank, p_rank, tuple(Segment(n, ro, lo, min(ls, rs))
+                                                         for n, (lo, ro, ls, rs) in zip(names, rows)))
+                             for p_rank, rows in zip(ssm_sources, theirs))
+            wrong = self.ours.misreads(model, p_tp, d_tp, as_reads)
+            ours_wrong = self.ours.misreads(model, p_tp, d_tp, mine)
+            self.record(BYTES, case, len(wrong), len(ours_wrong),
+                        (_misread_text(wrong), _misread_text(ours_wrong)))
+
+    def sources(self, case: Case, model: ModelSpec, p_ours: Engine, d_ours: Engine, d_vllm, p_tp: int,
+                d_rank: int, mine: list[Read]) -> None:
+        if not self.live(SOURCES):
+            return
+        try:
+            theirs = self.vllm.sources(d_vllm, p_tp, d_rank)
+        except CouldNotCall as exc:
+            return self.cannot((SOURCES,), exc)
+        except VllmFails as exc:
+            theirs = f"fails: {exc.message}"
+        attention = self.ours.attention_sources(p_ours, d_ours, d_rank) if model.has_attention else []
+        ours = (attention, [r.p_rank for r in mine])
+        self.record(SOURCES, case, _listed(theirs), _listed(ours))
+
+    def remote_conv(self, case: Case, decode, d_rank: int, ratio: int, mine: list[Read]) -> None:
+        if not self.live(REMOTE_CONV):
+            return
+        try:
+            theirs = self.vllm.remote_conv_offsets(decode, d_rank, ratio)
+        except CouldNotCall as exc:
+            return self.cannot((REMOTE_CONV,), exc)
+        except VllmFails as exc:
+            theirs = f"fails: {exc.message}"
+        conv = [[s.remote_offset, s.size] for s in mine[0].segments if s.region != "ssm"]
+        self.record(REMOTE_CONV, case, theirs, conv)
+
+    def engines(self, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags, vllm_geometry: bool = False):
+        """Both sides' engines: mambaxfer's, and vLLM's worker state on the same geometry
+        (or on vLLM's own, with ``vllm_geometry``)."""
+        p_ours = self.ours.engine(model, p_tp, flags, P_NUM_BLOCKS)
+        d_ours = self.ours.engine(model, d_tp, flags, D_NUM_BLOCKS)
+        if vllm_geometry:
+            p_geometry = self.vllm.geometry(model, p_tp, flags, P_NUM_BLOCKS)[0]
+            d_geometry = self.vllm.geometry(model, d_tp, flags, D_NUM_BLOCKS)[0]
+        else:
+            p_geometry, d_geometry = p_ours.geometry, d_ours.geometry
+        backend = flags.backend
+        return (p_ours, d_ours, self.vllm.engine(model, p_tp, p_geometry, "prefill", backend),
+                self.vllm.engine(model, d_tp, d_geometry, "decode", backend))
+
+    # --- the handshake -----------------------------------------------------------------------------
+
+    def handshake(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags, push: bool) -> None:
+        if not self.live(HANDSHAKE):
+            return
+        case = self.case(name, p_tp, d_tp, flags=flags, push=push)
+        try:
+            p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags, vllm_geometry=True)
+        except CouldNotCall as exc:
+            return self.cannot((HANDSHAKE,), exc)
+        except VllmFails as exc:
+            theirs = shown_theirs = f"an engine fails to start: {exc.message}"
+            p_ours = d_ours = None
+        except UserError as exc:
+            return self.record(HANDSHAKE, case, "?", f"mambaxfer cannot build the engines: {exc}")
+        else:
+            key = (model.name, p_tp, d_tp, prefill.geometry, decode.geometry, push)
+            if key not in self._verdicts:
+                try:
+                    self._verdicts[key] = self.vllm.handshake(prefill, decode, push)
+                except CouldNotCall as exc:
+                    return self.cannot((HANDSHAKE,), exc)
+            theirs = self._verdicts[key]
+            shown_theirs = _verdict_text(theirs, prefill.geometry, decode.geometry)
+        if p_ours is None:
+            p_ours = self.ours.engine(model, p_tp, flags, P_NUM_BLOCKS)
+            d_ours = self.ours.engine(model, d_tp, flags, D_NUM_BLOCKS)
+        ours = self.ours.verdict(p_ours, d_ours, push)
+        self.record(HANDSHAKE, case, theirs, ours,
+                    (shown_theirs, _verdict_text(ours, p_ours.geometry, d_ours.geometry)))
+
+    # --- descriptor IDs ----------------------------------------------------------------------------
+
+    def descriptor_ids(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags) -> None:
+        if not self.live(DESC_IDS):
+            return
+        try:
+            p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
+        except CouldNotCall as exc:
+            return self.cannot((DESC_IDS,), exc)
+        key = (model.name, p_tp, d_tp, prefill.geometry, decode.geometry)
+        if key not in self._ids:
+            try:
+                self._ids[key] = self._compute_ids(model, p_tp, d_tp, flags, p_ours, d_ours, prefill, decode)
+            except CouldNotCall as exc:
+                return self.cannot((DESC_IDS,), exc)
+        request, per_rank = self._ids[key]
+        for d_rank, (theirs, ours, shown) in enumerate(per_rank):
+            case = self.case(name, p_tp, d_tp, flags=flags, d_rank=d_rank, request=request)
+            if theirs is None:
+                self.skip((DESC_IDS,), f"vLLM's own code refuses to pair the blocks: {shown} ({case.describe()})")
+                continue
+            self.record(DESC_IDS, case, theirs, ours, shown)
+
+    def _compute_ids(self, model, p_tp, d_tp, flags, p_ours, d_ours, prefill, decode):
+        """Both sides' IDs for one request on mambaxfer's geometry, whatever the handshake says of
+        it (the ID layout is compared on its own), except where vLLM cannot pair the blocks."""
+        request = self.ours.request(model, p_ours, d_ours)
+        try:
+            mine = self.ours.descriptor_ids(model, p_tp, d_tp, flags, request)
+        except UserError as exc:
+            mine = {(d, -1): (f"mambaxfer cannot plan it: {exc}", []) for d in range(d_tp)}
+        per_rank = []
+        for d_rank in range(d_tp):
+            ours = {p: ids for (d, p), ids in mine.items() if d == d_rank}
+            try:
+                theirs = self.vllm.descriptor_ids(prefill, decode, d_rank, request)
+            except VllmFails as exc:
+                per_rank.append((None, ours, exc.message))
+                continue
+            per_rank.append((theirs, ours, _ids_shown(theirs, ours)))
+        return request, per_rank
+
+    # --- the compatibility hash --------------------------------------------------------------------
+
+    def compatibility_hash(self, name: str, model: ModelSpec) -> None:
+        if not self.live(HASH):
+            return
+        for variation in HASH_VARIATIONS:
+            case = self.case(name, variation=variation)
+            try:
+                theirs = (self.vllm.compatibility_hash(model, variation.prefill)
+                          != self.vllm.compatibility_hash(model, variation.decode))
+            except CouldNotCall as exc:
+                return self.cannot((HASH,), exc)
+            except VllmFails as exc:
+                theirs = f"fails: {exc.message}"
+            ours = self.ours.hash_refuses(name, variation)
+            self.record(HASH, case, theirs, ours, tuple(_hash_text(v) for v in (theirs, ours)))
+
+
+def _listed(value):
+    return value if isinstance(value, str) else [list(v) for v in value]
+
+
+def _verdict_text(verdict: str | None, prefill, decode) -> str:
+    where = f" (P {prefill.shown()}; D {decode.shown()})"
+    return ("accepts" if verdict is None else f"refuses: {verdict}") + where
+
+
+def _hash_text(value) -> str:
+    if isinstance(value, str):
+        return value
+    return "the hashes differ (refused)" if value else "the hashes are equal (accepted)"
+
+
+def _misread_text(misreads: list) -> str:
+    if not misreads:
+        return "every byte right"
+    more = f" and {len(misreads) - 1} more" if len(misreads) > 1 else ""
+    return f"{len(misreads)} wrong pieces: {misreads[0]}{more}"
+
+
+def _ids_shown(theirs: dict, ours: dict) -> tuple:
+    """Where two ID maps first part: the P rank, the side, the index and a window of both lists."""
+    if sorted(theirs) != sorted(ours):
+        return ({"P ranks read": sorted(theirs)}, {"P ranks read": sorted(ours)})
+    for p_rank in sorted(theirs):
+        for side, index in (("local IDs", 0), ("remote IDs", 1)):
+            a, b = list(theirs[p_rank][index]), list(ours[p_rank][index])
+            if a != b:
+                at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                window = slice(max(0, at - 2), at + 6)
+                head = {"P rank": p_rank, "list": side, "first differing index": at}
+                return ({**head, "length": len(a), "ids": a[window]}, {**head, "length": len(b), "ids": b[window]})
+    return (theirs, ours)
+
+
+def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, start: Start | None = None,
+        done: Done | None = None) -> Report:
+    """Compare every function on every model (its --model name and spec), pairing and flag variant."""
+    started = time.monotonic()
+    comparison = Comparison(vllm, ours)
+    if start is not None:
+        start(sum(len(pairings(ours.tp_sizes(model, max_tp))) for _, model in models))
+    for name, model in models:
+        comparison.model(name, model, max_tp, done)
+    return Report(vllm.version, ours.release, ours.gpu, [name for name, _ in models], max_tp,
+                  [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)

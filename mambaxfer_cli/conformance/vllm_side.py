@@ -1,0 +1,902 @@
+"""Everything conformance runs of the vLLM installed beside mambaxfer: the one module that imports
+it, and nothing else in mambaxfer imports this one (``conformance.run`` loads it when the command
+runs).
+
+Each function of vLLM is called as the NIXL worker calls it, on a stand-in that carries only the
+attributes it reads (``object.__new__`` of vLLM's own worker class, so the methods it calls on
+itself are vLLM's too), with inputs built by vLLM's own code where it has any: the state shapes by
+``MambaStateShapeCalculator``, the KV-cache groups by the KV-cache planner, the topology by
+``TransferTopology``, the remote engine by ``NixlAgentMetadata``. A stand-in that lacks an attribute
+the installed vLLM reads, or a signature that changed, is ``CouldNotCall`` naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import os
+import types
+from functools import lru_cache
+
+import numpy as np
+
+from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Request
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
+
+LAYOUT_VARIABLE = "VLLM_SSM_CONV_STATE_LAYOUT"
+NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
+# Engine IDs as mambaxfer names the engines (vLLM quotes the remote one in some messages).
+P_ENGINE, D_ENGINE = "P", "D"
+REGION_BASE = 1 << 40          # region r of a stand-in engine starts at r · REGION_BASE
+
+
+class CouldNotCall(Exception):
+    """A vLLM function could not be called on its stand-in: a signature or an attribute changed."""
+
+    def __init__(self, function: str, reason: str, attribute: str | None = None) -> None:
+        super().__init__(f"{function}: {reason}")
+        self.function = function
+        self.reason = reason
+        self.attribute = attribute
+
+
+class StandIn(types.SimpleNamespace):
+    """A named bundle of attributes standing in for one of vLLM's objects."""
+
+    def __init__(self, _name: str, **attributes) -> None:
+        super().__init__(**attributes)
+        object.__setattr__(self, "_stand_in", _name)
+
+    def __repr__(self) -> str:
+        return f"<stand-in {self._stand_in}>"
+
+
+def _owner(obj) -> str:
+    if isinstance(obj, StandIn):
+        return obj._stand_in
+    if obj is None:
+        return "None"
+    return type(obj).__name__
+
+
+@contextlib.contextmanager
+def calling(function: str):
+    """Run vLLM code; what it needs that the stand-in lacks becomes ``CouldNotCall``. vLLM's own
+    refusals (AssertionError, RuntimeError, ...) pass through: they are answers."""
+    try:
+        yield
+    except CouldNotCall:
+        raise
+    except AttributeError as exc:
+        name = getattr(exc, "name", None)
+        owner = _owner(getattr(exc, "obj", None))
+        what = f"'{owner}.{name}'" if name else str(exc)
+        raise CouldNotCall(function, f"it reads {what}, which its stand-in does not carry", name) from None
+    except TypeError as exc:
+        raise CouldNotCall(function, f"its signature changed: {exc}") from None
+    except ImportError as exc:
+        raise CouldNotCall(function, f"it is no longer where it was: {exc}") from None
+
+
+class VllmFails(Exception):
+    """vLLM's own code refused or failed on these inputs: its answer, with its message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# What vLLM raises when it refuses (its asserts and checks) or breaks on an input.
+REFUSALS = (AssertionError, RuntimeError, NotImplementedError, ValueError, StopIteration, KeyError, IndexError)
+
+
+@contextlib.contextmanager
+def answering():
+    """vLLM's refusals and failures inside as ``VllmFails`` with its message."""
+    try:
+        yield
+    except REFUSALS as exc:
+        raise VllmFails(_message(exc)) from None
+
+
+def _accepts(function, name: str) -> bool:
+    """Whether vLLM's ``function`` (a bound method or a function) takes a parameter ``name``."""
+    return name in _parameters(getattr(function, "__func__", function))
+
+
+@lru_cache(maxsize=None)
+def _parameters(function) -> frozenset[str]:
+    return frozenset(inspect.signature(function).parameters)
+
+
+@lru_cache(maxsize=None)
+def _symbol(module: str, name: str):
+    """vLLM's ``module.name``, looked up once."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise CouldNotCall(f"{module}.{name}", f"not found in the installed vLLM: {exc}", name) from None
+
+
+def layout_setting() -> tuple[str | None, bool]:
+    """Set ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` (NIXL's only layout) unless the user set it; returns
+    the value the user had and whether it had to be set."""
+    before = os.environ.get(LAYOUT_VARIABLE)
+    if before is None:
+        os.environ[LAYOUT_VARIABLE] = "DS"
+    return before, before is None
+
+
+# --- the GPU vLLM is asked about ------------------------------------------------------------
+
+class ModelledGpu:
+    """``current_platform`` as a CUDA GPU of compute capability 9.0 (H100/H200) and CUDA 13, for
+    vLLM's code that asks the platform which kernel it runs."""
+
+    capability = (9, 0)
+    cuda_major = 13
+    device_name = "cuda"
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def is_rocm(self) -> bool:
+        return False
+
+    def is_xpu(self) -> bool:
+        return False
+
+    def is_cpu(self) -> bool:
+        return False
+
+    def is_device_capability(self, capability) -> bool:
+        major, minor = self.capability
+        return capability in (major * 10 + minor, (major, minor))
+
+    def is_device_capability_family(self, capability) -> bool:
+        return self.capability[0] * 10 == capability
+
+    def get_cuda_runtime_major(self) -> int:
+        return self.cuda_major
+
+
+@contextlib.contextmanager
+def _patched(module, name: str, value):
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+# --- the worker stand-in ------------------------------------------------------------------------
+
+def worker_attributes(engine: "EngineState", rank: int) -> dict:
+    """What the NIXL worker functions conformance calls read of ``self``: the state
+    ``register_kv_caches`` leaves for this model, engine geometry and rank."""
+    g = engine.geometry
+    regions = len(engine.regions)
+    kernel_bytes = g.kernel_block_bytes
+    return {
+        "engine_id": D_ENGINE if engine.role == "decode" else P_ENGINE,
+        "tp_rank": rank,
+        "tp_size": engine.tp,
+        "pp_size": 1,
+        "pcp_size": 1,
+        "dcp_size": 1,
+        "device_id": 0,
+        "use_mla": False,
+        "use_host_buffer": False,
+        "block_size": g.kernel_block_size,
+        "num_blocks": g.num_blocks,
+        "_logical_num_blocks": g.logical_blocks,
+        "_physical_blocks_per_logical_kv_block": g.blocks_per_logical,
+        "_has_mamba": True,
+        "_is_csa_linear": False,
+        "_conv_decomp": engine.conv_split,
+        "_mamba_ssm_size": engine.conv_split.ssm_sizes,
+        "_group_spec_types": engine.group_spec_types,
+        "_ple_group_index": None,
+        "_ple_region_index": None,
+        "_ssm_region_indices": engine.ssm_regions,
+        "_scratch_region_indices": [],
+        "_transfer_layer_group_ids": (),
+        "_transfer_layer_region_indices": (),
+        "_transfer_layer_names": (),
+        "_head_sharded_draft_regions": set(),
+        "_dcp_replicated_groups": set(),
+        "_packed_member_layouts": {},
+        "_is_hma_required": True,
+        "_layer_specs": engine.layer_specs,
+        "_regions_by_layer": {name: [r] for r, names in enumerate(engine.regions) for name in names},
+        "_region_is_mla": [False] * regions,
+        "num_regions": regions,
+        "block_len_per_layer": [kernel_bytes] * regions,
+        "block_stride_per_layer": [kernel_bytes] * regions,
+        "region_num_blocks": [g.num_blocks] * regions,
+        "region_group_ids": engine.region_groups,
+        "region_names": [names[0] for names in engine.regions],
+        "_uses_region_group_mapping": False,
+        "num_descs": g.num_blocks * regions,
+        "kv_cache_layout": engine.kv_cache_layout,
+        "host_buffer_kv_cache_layout": engine.kv_cache_layout,
+        "enable_permute_local_kv": False,
+        "backend_name": engine.backend_name,
+        "kv_transfer_config": StandIn("kv_transfer_config", enable_permute_local_kv=False),
+        "kv_cache_config": engine.kv_cache_config,
+        "vllm_config": StandIn("vllm_config", cache_config=StandIn(
+            "vllm_config.cache_config", enable_prefix_caching=g.prefix_caching)),
+        "transfer_topo": engine.topology(rank),
+        "dst_num_blocks": {},
+        "dst_region_num_blocks": {},
+        "dst_region_group_ids": {},
+        "dst_uses_region_group_mapping": {},
+        "_dst_pairs": {},
+        "tp_mappings": {},
+    }
+
+
+@dataclasses.dataclass
+class EngineState:
+    """One engine (P or D) as the NIXL worker sees it after registering its KV caches."""
+
+    vllm: "Installed"
+    model: ModelSpec
+    tp: int
+    role: str                       # prefill | decode
+    geometry: Geometry
+    conv_split: object
+    groups: list                    # vLLM's KVCacheGroupSpec list
+    regions: list[list[str]]        # layer names held by each KV-cache tensor
+    layer_specs: dict
+    kv_cache_config: object
+    kv_cache_layout: str
+    backend_name: str
+    _metadata: object = None
+
+    @property
+    def group_spec_types(self) -> tuple:
+        return tuple(type(group.kv_cache_spec) for group in self.groups)
+
+    @property
+    def region_groups(self) -> list[int]:
+        """Each region's KV-cache group, -1 where layers of several groups share it (as
+        ``register_kv_caches`` records them)."""
+        group_of = {name: index for index, group in enumerate(self.groups) for name in group.layer_names}
+        return [group_of[names[0]] if len({group_of[n] for n in names}) == 1 else -1 for names in self.regions]
+
+    @property
+    def ssm_regions(self) -> list[int]:
+        mamba = self.vllm.mamba_spec_class
+        return [r for r, names in enumerate(self.regions) if any(isinstance(self.layer_specs[n], mamba) for n in names)]
+
+    def topology(self, rank: int):
+        topology_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology")
+        with calling("TransferTopology"):
+            return _construct(topology_class, tp_rank=rank, tp_size=self.tp, block_size=self.geometry.kernel_block_size,
+                              engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=False,
+                              is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
+
+    def worker(self, rank: int, worker_class=None):
+        """A stand-in worker of this engine's rank ``rank``: an instance of vLLM's worker class
+        (the pull worker's base unless given) carrying ``worker_attributes``."""
+        worker = object.__new__(worker_class or self.vllm.worker_class)
+        worker.__dict__.update(worker_attributes(self, rank))
+        return worker
+
+    def metadata(self):
+        """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once
+        (vLLM's functions conformance calls read it, never change it)."""
+        if self._metadata is None:
+            self._metadata = self._build_metadata()
+        return self._metadata
+
+    def _build_metadata(self):
+        g = self.geometry
+        regions = len(self.regions)
+        values = {
+            "engine_id": P_ENGINE if self.role == "prefill" else D_ENGINE, "agent_metadata": b"",
+            "kv_caches_base_addr": [r * REGION_BASE for r in range(regions)], "device_id": 0,
+            "num_blocks": g.num_blocks, "block_lens": [g.kernel_block_bytes] * regions,
+            "block_strides": [g.kernel_block_bytes] * regions, "kv_cache_layout": self.kv_cache_layout,
+            "block_size": g.kernel_block_size, "ssm_sizes": self.conv_split.ssm_sizes,
+            "attn_backend_name": self.backend_name,
+            "physical_blocks_per_logical_kv_block": g.blocks_per_logical,
+            "region_num_blocks": [g.num_blocks] * regions, "region_group_ids": self.region_groups,
+            "region_names": [names[0] for names in self.regions],
+            "region_mem_types": ["VRAM"] * regions,
+            "region_members": [list(names) for names in self.regions],
+            "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
+        }
+        metadata_class = _symbol(f"{NIXL}.metadata", "NixlAgentMetadata")
+        with calling("NixlAgentMetadata"):
+            return _construct(metadata_class, **values)
+
+
+def _construct(cls, **values):
+    """``cls(**values)`` with only the fields ``cls`` has: a field it requires that we do not know
+    fails as a changed signature."""
+    if dataclasses.is_dataclass(cls):
+        names = {f.name for f in dataclasses.fields(cls)}
+    else:
+        names = set(inspect.signature(cls).parameters)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _descs(rows: np.ndarray) -> list[tuple[int, int, int]]:
+    """Strided descriptor rows as (region, offset in it, size)."""
+    return [(int(a) // REGION_BASE, int(a) % REGION_BASE, int(n)) for a, n in zip(rows[:, 0], rows[:, 1])]
+
+
+# --- the installed vLLM -------------------------------------------------------------------------
+
+class Installed:
+    """The installed vLLM, imported once, and the stand-ins built from it, cached."""
+
+    def __init__(self) -> None:
+        import logging
+
+        import torch
+        import vllm
+
+        if "VLLM_LOGGING_LEVEL" not in os.environ:
+            # vLLM's warnings about the stand-in engines (padding layers, no NIXL, ...) would bury
+            # the report; a level the user chose is kept.
+            logging.getLogger("vllm").setLevel(logging.ERROR)
+        self.version = getattr(vllm, "__version__", "unknown")
+        self.torch = torch
+        self._engines: dict = {}
+        self._splits: dict = {}
+        self._geometry: dict = {}
+        self._groups: dict = {}
+        self._pairs: dict = {}
+        self._layers: dict = {}
+
+    # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
+    @property
+    def worker_class(self):
+        return _symbol(f"{NIXL}.base_worker", "NixlBaseConnectorWorker")
+
+    @property
+    def push_worker_class(self):
+        return _symbol(f"{NIXL}.push_worker", "NixlPushConnectorWorker")
+
+    @property
+    def mamba_spec_class(self):
+        return _symbol("vllm.v1.kv_cache_interface", "MambaSpec")
+
+    @property
+    def attention_spec_class(self):
+        return _symbol("vllm.v1.kv_cache_interface", "FullAttentionSpec")
+
+    # --- shapes and the conv split ------------------------------------------------------------
+
+    def state_shapes(self, model: ModelSpec, tp: int) -> tuple:
+        calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateShapeCalculator")
+        p = model.params
+        with calling("MambaStateShapeCalculator"):
+            if model.variant is Variant.MAMBA1:
+                return calculator.mamba1_state_shape(tp, p["intermediate_size"], p["d_state"], model.conv_kernel)
+            if model.variant is Variant.MAMBA2:
+                return calculator.mamba2_state_shape(tp, p["intermediate_size"], p["n_groups"], p["num_heads"],
+                                                     p["head_dim"], p["d_state"], model.conv_kernel, model.num_spec)
+            return calculator.gated_delta_net_state_shape(tp, p["num_k_heads"], p["num_v_heads"], p["head_k_dim"],
+                                                          p["head_v_dim"], model.conv_kernel, model.num_spec)
+
+    def mamba_type(self, model: ModelSpec):
+        enum = _symbol("vllm.v1.attention.backends.registry", "MambaAttentionBackendEnum")
+        return {Variant.MAMBA1: enum.MAMBA1, Variant.MAMBA2: enum.MAMBA2, Variant.GDN: enum.GDN_ATTN}[model.variant]
+
+    def dtype(self, name: str):
+        return getattr(self.torch, name)
+
+    def mamba_spec(self, model: ModelSpec, tp: int, block_size: int = 16, page: int | None = None):
+        with calling("MambaSpec"):
+            return _construct(self.mamba_spec_class, block_size=block_size, shapes=self.state_shapes(model, tp),
+                              dtypes=(self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)),
+                              mamba_type=self.mamba_type(model), page_size_padded=page)
+
+    def attention_spec(self, model: ModelSpec, tp: int, block_size: int, kv_dtype: str | None = None):
+        heads = max(1, (model.num_kv_heads or 1) // tp)
+        with calling("FullAttentionSpec"):
+            return _construct(self.attention_spec_class, block_size=block_size, num_kv_heads=heads,
+                              head_size=model.head_size, dtype=self.dtype(kv_dtype or model.model_dtype))
+
+    def conv_split(self, model: ModelSpec, tp: int):
+        """``derive_mamba_conv_split`` of this model's state spec at TP ``tp``."""
+        key = (model.name, tp)
+        if key not in self._splits:
+            derive = _symbol("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils",
+                             "derive_mamba_conv_split")
+            spec = self.mamba_spec(model, tp)
+            with calling("derive_mamba_conv_split"), answering():
+                self._splits[key] = derive(spec, tp)
+        return self._splits[key]
+
+    # --- KV-cache groups and tensors ----------------------------------------------------------
+
+    @staticmethod
+    def layer_names(model: ModelSpec) -> list[str]:
+        return [f"model.layers.{i}." + ("self_attn.attn" if kind == ATTENTION else "mixer")
+                for i, kind in enumerate(model.layers)]
+
+    def groups(self, model: ModelSpec, tp: int, geometry: Geometry):
+        """vLLM's KV-cache groups of the model (``_get_kv_cache_groups_uniform_page_size``) and the
+        layers each KV-cache tensor holds (tensor t: the t-th layer of every group)."""
+        key = (model.name, tp, geometry)
+        if key not in self._groups:
+            plan_groups = _symbol("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size")
+            specs = {}
+            mamba = self.mamba_spec(model, tp, geometry.block_size, geometry.page_bytes)
+            attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
+            for name, kind in zip(self.layer_names(model), model.layers):
+                specs[name] = attention if kind == ATTENTION else mamba
+            with calling("_get_kv_cache_groups_uniform_page_size"):
+                groups = plan_groups(specs)
+            width = max(len(group.layer_names) for group in groups)
+            regions = [[group.layer_names[t] for group in groups if t < len(group.layer_names)]
+                       for t in range(width)]
+            config_class = _symbol("vllm.v1.kv_cache_interface", "KVCacheConfig")
+            with calling("KVCacheConfig"):
+                config = _construct(config_class, num_blocks=geometry.num_blocks, kv_cache_tensors=[],
+                                    kv_cache_groups=groups)
+            self._groups[key] = (groups, regions, specs, config)
+        return self._groups[key]
+
+    def kv_cache_layout(self) -> str:
+        connector = _symbol(f"{NIXL}.connector", "NixlPullConnector")
+        config = StandIn("vllm_config", model_config=StandIn("vllm_config.model_config", use_mla=False))
+        with calling("get_required_kvcache_layout"):
+            return connector.get_required_kvcache_layout(config) or "LBHNC"
+
+    def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
+        key = (model.name, tp, geometry, role, backend)
+        if key not in self._engines:
+            groups, regions, specs, config = self.groups(model, tp, geometry)
+            self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
+                                             regions, specs, config, self.kv_cache_layout(), backend)
+        return self._engines[key]
+
+    # --- which P ranks a D rank reads ---------------------------------------------------------
+
+    def tp_mapping(self, decode: EngineState, p_tp: int, d_rank: int):
+        compute = _symbol(f"{NIXL}.tp_mapping", "compute_tp_mapping")
+        topology = decode.topology(d_rank)
+        with calling("compute_tp_mapping"):
+            return compute(transfer_topology=topology, remote_tp_size=p_tp, group_spec_types=decode.group_spec_types)
+
+    def sources(self, decode: EngineState, p_tp: int, d_rank: int) -> tuple[list[int], list[int]]:
+        """``compute_tp_mapping``: (attention sources, SSM sources) of D rank ``d_rank``."""
+        with answering():
+            mapping = self.tp_mapping(decode, p_tp, d_rank)
+        attention = ssm = []
+        for spec_type, ranks in zip(decode.group_spec_types, mapping.source_ranks_per_group):
+            if issubclass(spec_type, self.mamba_spec_class):
+                ssm = list(ranks)
+            else:
+                attention = list(ranks)
+        return attention, ssm
+
+    # --- the SSM reads ------------------------------------------------------------------------
+
+    @staticmethod
+    def remote_conv_offsets(decode: EngineState, d_rank: int, ratio: int) -> list[list[int]]:
+        """``MambaConvSplitInfo.remote_conv_offsets`` as the worker calls it for D rank ``d_rank``."""
+        with calling("remote_conv_offsets"), answering():
+            return [list(pair) for pair in decode.conv_split.remote_conv_offsets(d_rank % max(ratio, 1), ratio)]
+
+    def pairs(self, worker, local: EngineState, remote: EngineState):
+        """0.34's region pairing (``_pair_regions``) of a local worker with a remote engine, None
+        where the release has none. The same for every rank of an engine: computed once."""
+        if not hasattr(type(worker), "_pair_regions"):
+            return None
+        key = (id(local), id(remote), type(worker))
+        if key not in self._pairs:
+            with calling("_pair_regions"):
+                self._pairs[key] = (worker._pair_regions(remote.metadata()), local, remote)
+        return self._pairs[key][0]
+
+    def ssm_reads(self, prefill: EngineState, decode: EngineState, d_rank: int, ratio: int):
+        with answering():
+            return self._ssm_reads(prefill, decode, d_rank, ratio)
+
+    def _ssm_reads(self, prefill: EngineState, decode: EngineState, d_rank: int, ratio: int):
+        """What D rank ``d_rank`` reads of one SSM layer from each P source, as the worker builds
+        its descriptors: per source, [(local offset, remote offset, local size, remote size)] in
+        sub-projection order, the temporal state last."""
+        worker = decode.worker(d_rank)
+        info = self.engine_info(prefill)
+        meta = prefill.metadata()
+        pairs = self.pairs(worker, decode, prefill)
+        bases = [r * REGION_BASE for r in range(len(decode.regions))]
+        with calling("_build_mamba_local"):
+            local = worker._build_mamba_local(bases)
+        with calling("_build_mamba_remote"):
+            extra = {"pairs": pairs} if _accepts(worker._build_mamba_remote, "pairs") else {}
+            remote = worker._build_mamba_remote(meta, ratio, info, **extra)
+        k = len(decode.conv_split.local_conv_offsets) + 1
+        remote_rows = _descs(remote)[:k]
+        if ratio > 0:
+            locals_ = [_descs(local)[:k]]
+        else:
+            plan = self.tp_mapping(decode, prefill.tp, d_rank)
+            fa = self._fa_local(worker, bases, 1)
+            with calling("_build_local_splits_from_plan"):
+                splits = list(worker._build_local_splits_from_plan(plan, np.concatenate([fa, local]),
+                                                                   int(fa[:, 4].sum()), 1))
+            locals_ = [_descs(s[len(fa):])[:k] for s in splits]
+        return [[(lo, ro, ls, rs) for (_, lo, ls), (_, ro, rs) in zip(rows, remote_rows)] for rows in locals_]
+
+    def _fa_local(self, worker, bases: list[int], ratio: int) -> np.ndarray:
+        with calling("_build_fa_local"):
+            return worker._build_fa_local(bases, ratio)
+
+    def engine_info(self, remote: EngineState):
+        """What the local worker records of a remote engine at the handshake (``EngineTransferInfo``)."""
+        info_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "EngineTransferInfo")
+        g = remote.geometry
+        with calling("EngineTransferInfo"):
+            return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=g.kernel_block_bytes,
+                              remote_block_size=g.kernel_block_size,
+                              remote_physical_blocks_per_logical=g.blocks_per_logical, remote_dcp_size=1)
+
+    # --- the handshake ------------------------------------------------------------------------
+
+    def handshake(self, prefill: EngineState, decode: EngineState, push: bool = False) -> str | None:
+        """vLLM's verdict on one engine adding the other's agent (D adds P's when D pulls, P adds
+        D's when P pushes), every local rank in turn: None when it accepts, else the first
+        refusal's message, in the order the worker meets them."""
+        local, remote = (prefill, decode) if push else (decode, prefill)
+        worker_class = self.push_worker_class if push else self.worker_class
+        for rank in range(local.tp):
+            message = self._handshake_rank(local, remote, rank, worker_class)
+            if message is not None:
+                return message
+        return None
+
+    def _handshake_rank(self, local: EngineState, remote: EngineState, rank: int, worker_class) -> str | None:
+        worker = local.worker(rank, worker_class)
+        topology = worker.transfer_topo
+        try:
+            meta = remote.metadata()
+            with calling("tp_ratio"):
+                ratio = topology.tp_ratio(remote.tp)
+            if hasattr(worker_class, "_validate_remote_parallel_config"):
+                with calling("_validate_remote_parallel_config"):
+                    worker._validate_remote_parallel_config(meta)
+            pairs = self.pairs(worker, local, remote)
+            with calling("register_remote_engine"):
+                topology.register_remote_engine(meta.engine_id, self.engine_info(remote))
+            plan = self.tp_mapping(local, remote.tp, rank)
+            with calling("block_size_ratio"):
+                block_ratio = topology.block_size_ratio(remote.geometry.kernel_block_size)
+            self._register(worker, meta, pairs, plan)
+            with calling("_validate_remote_agent_handshake"):
+                worker._validate_remote_agent_handshake(meta, remote.tp)
+            bases = [r * REGION_BASE for r in range(len(local.regions))]
+            with calling("_needs_split_local_xfer_handles"):
+                split = worker._needs_split_local_xfer_handles(ratio, plan)
+            if split:
+                fa = self._fa_local(worker, bases, block_ratio)
+                with calling("_build_mamba_local"):
+                    src = np.concatenate([fa, worker._build_mamba_local(bases)])
+                with calling("_build_local_splits_from_plan"):
+                    list(worker._build_local_splits_from_plan(plan, src, worker.num_descs * block_ratio, block_ratio))
+            with calling("_build_fa_remote"):
+                worker._build_fa_remote(plan, meta, block_ratio)
+        except CouldNotCall:
+            raise
+        except REFUSALS as exc:
+            return _message(exc)
+        return None
+
+    @staticmethod
+    def _register(worker, meta, pairs, plan) -> None:
+        """The per-engine state ``add_remote_agent`` records before it validates."""
+        worker.tp_mappings[meta.engine_id] = plan
+        worker.dst_num_blocks[meta.engine_id] = meta.num_blocks
+        worker.dst_region_num_blocks[meta.engine_id] = list(meta.region_num_blocks)
+        worker.dst_region_group_ids[meta.engine_id] = list(meta.region_group_ids)
+        worker.dst_uses_region_group_mapping[meta.engine_id] = False
+        if pairs is not None:
+            worker._dst_pairs[meta.engine_id] = pairs
+
+    # --- descriptor IDs -----------------------------------------------------------------------
+
+    def descriptor_ids(self, prefill: EngineState, decode: EngineState, d_rank: int,
+                       request: Request) -> dict[int, tuple[list[int], list[int]]]:
+        with answering():
+            return self._descriptor_ids(prefill, decode, d_rank, request)
+
+    def _descriptor_ids(self, prefill: EngineState, decode: EngineState, d_rank: int,
+                        request: Request) -> dict[int, tuple[list[int], list[int]]]:
+        """The (local, remote) descriptor IDs D rank ``d_rank`` posts to each P source for
+        ``request``, through the worker's own block pairing and ``_compute_desc_ids``."""
+        worker = decode.worker(d_rank)
+        topology = worker.transfer_topo
+        with calling("register_remote_engine"):
+            topology.register_remote_engine(P_ENGINE, self.engine_info(prefill))
+        with calling("block_size_ratio"):
+            block_ratio = topology.block_size_ratio(prefill.geometry.kernel_block_size)
+        plan = self.tp_mapping(decode, prefill.tp, d_rank)
+        pairs = self.pairs(worker, decode, prefill)
+        p_ppl, d_ppl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
+        local_logical = [list(g) for g in request.decode_blocks]
+        remote_logical = [list(g) for g in request.prefill_blocks]
+        with calling("_logical_to_kernel_block_ids"):
+            local = worker._logical_to_kernel_block_ids(local_logical, d_ppl)
+            remote = worker._logical_to_kernel_block_ids(remote_logical, p_ppl)
+        last_token = hasattr(type(worker), "_pair_blocks_by_last_token")
+        different = (decode.geometry.kernel_block_size != prefill.geometry.kernel_block_size or p_ppl != d_ppl)
+        if last_token and different:
+            with calling("_pair_blocks_by_last_token"):
+                local, remote, _ = worker._pair_blocks_by_last_token(local, remote, request.tokens, block_ratio, p_ppl)
+        out = {}
+        for rank in plan.all_source_ranks:
+            local_ids = [list(g) if rank in plan.source_ranks_per_group[i] else [] for i, g in enumerate(local)]
+            remote_ids = [list(g) if rank in plan.source_ranks_per_group[i] else [] for i, g in enumerate(remote)]
+            if block_ratio > 1 and not last_token:
+                with calling("_map_block_ids_for_block_size_ratio"):
+                    local_ids, remote_ids = worker._map_block_ids_for_block_size_ratio(local_ids, remote_ids,
+                                                                                        block_ratio)
+            if not any(len(g) for g in local_ids):
+                continue            # a full prefix hit: vLLM only notifies P
+            with calling("_apply_prefix_caching"):
+                local_ids, remote_ids = worker._apply_prefix_caching(local_ids, remote_ids, d_ppl, p_ppl)
+            out[rank] = (self._ids(worker, remote_ids, prefill.geometry.num_blocks, None, p_ppl, pairs, "remote"),
+                         None)
+            out[rank] = (self._ids(worker, local_ids, decode.geometry.num_blocks, block_ratio, d_ppl, pairs, "local"),
+                         out[rank][0])
+        return out
+
+    @staticmethod
+    def _ids(worker, blocks, num_blocks: int, ratio, ppl: int, pairs, side: str) -> list[int]:
+        compute = worker._compute_desc_ids
+        with calling("_compute_desc_ids"):
+            extra = {}
+            if _accepts(compute, "pairs"):
+                if pairs is None:
+                    raise CouldNotCall("_compute_desc_ids", "it takes region pairs, but this vLLM has no "
+                                       "_pair_regions to make them")
+                extra["pairs"] = (pairs.remote if side == "remote" else pairs.local, pairs.group)
+                if side == "remote" and _accepts(compute, "ssm_regions"):
+                    extra["ssm_regions"] = pairs.remote_ssm_regions
+            ids = compute(blocks, num_blocks, ratio, ppl, **extra)
+        return [int(i) for i in np.asarray(ids).ravel()]
+
+    # --- engine geometry ----------------------------------------------------------------------
+
+    def geometry(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int) -> tuple[Geometry, int]:
+        """The engine vLLM builds for the model at TP ``tp`` with ``flags`` on the modelled GPU
+        (``update_block_size_for_backend``, then ``select_common_block_size``), and the SSM
+        layers' prefill checkpoint alignment it used."""
+        key = (model.name, tp, flags, num_blocks)
+        if key not in self._geometry:
+            try:
+                with answering():
+                    self._geometry[key] = self._derive_geometry(model, tp, flags, num_blocks)
+            except VllmFails as exc:
+                self._geometry[key] = exc
+        found = self._geometry[key]
+        if isinstance(found, VllmFails):
+            raise found
+        return found
+
+    def backend_class(self, name: str):
+        enum = _symbol("vllm.v1.attention.backends.registry", "AttentionBackendEnum")
+        with calling("AttentionBackendEnum"):
+            return enum[name].get_class()
+
+    def vllm_config(self, model: ModelSpec, tp: int, flags: Flags, alignment_layers: bool = True):
+        """A stand-in ``VllmConfig`` with a real ``CacheConfig`` and a forward context of
+        stand-in layers (attention layers on ``flags.backend``)."""
+        cache_class = _symbol("vllm.config.cache", "CacheConfig")
+        with calling("CacheConfig"):
+            cache = cache_class(block_size=flags.block_size, enable_prefix_caching=flags.prefix_caching)
+        heads = model.num_kv_heads or 1
+        parallel = StandIn("vllm_config.parallel_config", tensor_parallel_size=tp, pipeline_parallel_size=1,
+                           decode_context_parallel_size=1)
+        hf_text = StandIn("hf_text_config", **{k: v for k, v in (
+            ("linear_key_head_dim", model.params.get("head_k_dim")),
+            ("linear_value_head_dim", model.params.get("head_v_dim"))) if v is not None})
+        model_config = StandIn(
+            "vllm_config.model_config", architecture=f"{model.family or model.variant.value}-stand-in",
+            model=model.source, dtype=self.dtype(model.model_dtype), use_mla=False, is_hybrid=model.has_attention,
+            max_model_len=4096, hf_text_config=hf_text, hf_config=hf_text,
+            get_num_kv_heads=lambda parallel_config: max(1, heads // parallel_config.tensor_parallel_size),
+            get_total_num_kv_heads=lambda: heads, get_head_size=lambda: model.head_size or 0,
+            get_total_num_hidden_layers=lambda: len(model.layers),
+            get_num_attention_heads=lambda parallel_config: max(1, heads // parallel_config.tensor_parallel_size))
+        layers = self.forward_context(model, flags.backend)
+        return StandIn(
+            "vllm_config", cache_config=cache, model_config=model_config, parallel_config=parallel,
+            scheduler_config=StandIn("vllm_config.scheduler_config", enable_chunked_prefill=True,
+                                     max_num_batched_tokens=8192, disable_hybrid_kv_cache_manager=False),
+            compilation_config=StandIn("vllm_config.compilation_config", static_forward_context=layers),
+            additional_config={}, speculative_config=None, kv_transfer_config=None,
+            # ReplaySSM is refused with any KV connector (VllmConfig's own check), so never on here.
+            use_flashinfer_replayssm=False)
+
+    def forward_context(self, model: ModelSpec, backend: str) -> dict:
+        """Stand-in layers in model order: the SSM mixers of the model's variant, attention layers
+        running ``backend`` (built once per model and backend)."""
+        key = (model.name, backend)
+        if key not in self._layers:
+            self._layers[key] = self._forward_context(model, backend)
+        return self._layers[key]
+
+    def _forward_context(self, model: ModelSpec, backend: str) -> dict:
+        mixers = {Variant.MAMBA1: ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
+                  Variant.MAMBA2: ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
+        mixer_class = self._gdn_class() if model.variant is Variant.GDN else _symbol(*mixers[model.variant])
+        attention_class = _symbol("vllm.model_executor.layers.attention.attention", "Attention")
+        backend_class = self.backend_class(backend) if model.has_attention else None
+        out = {}
+        for name, kind in zip(self.layer_names(model), model.layers):
+            if kind == ATTENTION:
+                layer = object.__new__(attention_class)
+                layer.__dict__["attn_backend"] = backend_class
+            else:
+                layer = object.__new__(mixer_class)
+                layer.__dict__["_checkpoint_alignment"] = None
+            out[name] = layer
+        return out
+
+    @staticmethod
+    def _gdn_class():
+        module = importlib.import_module("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
+        mamba_base = _symbol("vllm.model_executor.layers.mamba.abstract", "MambaBase")
+        found = [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, mamba_base)
+                 and c.__module__ == module.__name__ and "get_prefill_checkpoint_alignment" in vars(c)]
+        if not found:
+            raise CouldNotCall("GDN layer", "no layer class in qwen_gdn_linear_attn exports a prefill "
+                               "checkpoint alignment")
+        return found[0]
+
+    def gdn_alignment(self, vllm_config) -> int | None:
+        """The GDN layers' prefill checkpoint alignment on the modelled GPU: the prefill backend
+        ``_resolve_gdn_prefill_backend`` picks, FlashInfer's checkpoints in align mode."""
+        module = importlib.import_module("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
+        resolve = _symbol(module.__name__, "_resolve_gdn_prefill_backend")
+        aligned = _symbol("vllm.v1.attention.backends.gdn_attn", "FLASHINFER_GDN_CHECKPOINT_ALIGNMENT")
+        with calling("_resolve_gdn_prefill_backend"), _patched(module, "current_platform", ModelledGpu()):
+            _, backend = resolve(vllm_config)
+        # GatedDeltaNetAttention.__init__: FlashInfer's prefill exports checkpoints in align mode.
+        if vllm_config.cache_config.mamba_cache_mode == "align" and backend == "flashinfer":
+            return aligned
+        return None
+
+    def _derive_geometry(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int) -> tuple[Geometry, int]:
+        config = self.vllm_config(model, tp, flags)
+        mamba_config = _symbol("vllm.model_executor.models.config", "MambaModelConfig")
+        with calling("MambaModelConfig.verify_and_update_config"):
+            mamba_config.verify_and_update_config(config)
+        if model.variant is Variant.GDN:
+            alignment = self.gdn_alignment(config)
+            for layer in config.compilation_config.static_forward_context.values():
+                if "_checkpoint_alignment" in layer.__dict__:
+                    layer.__dict__["_checkpoint_alignment"] = alignment
+        checkpoint = _symbol("vllm.model_executor.layers.mamba.abstract", "get_mamba_prefill_checkpoint_alignment")
+        with calling("get_mamba_prefill_checkpoint_alignment"):
+            used_alignment = (checkpoint(config) or 1) if config.cache_config.mamba_cache_mode == "align" else 1
+        state = self.mamba_spec(model, tp)
+        page_state = state.page_size_bytes
+        if not model.has_attention:
+            cache = config.cache_config
+            return Geometry(cache.block_size, cache.block_size, 1, page_state, num_blocks, flags.prefix_caching,
+                            False), used_alignment
+        platform = self._probe_platform(model, tp)
+        registry = _symbol("vllm.model_executor.models", "ModelRegistry")
+        with calling("update_block_size_for_backend"), _patched(registry, "resolve_model_cls",
+                                                                 platform.resolve_model_cls):
+            platform.update_block_size_for_backend(config)
+        block = config.cache_config.block_size
+        spec = self.attention_spec(model, tp, block)
+        select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
+        set_config = _symbol("vllm.config.vllm", "set_current_vllm_config")
+        backend = self.backend_class(flags.backend)
+        with calling("select_common_block_size"), set_config(config):
+            kernel = select(block, [backend], [spec])
+        page = spec.page_size_bytes
+        return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
+
+    def _probe_platform(self, model: ModelSpec, tp: int):
+        """vLLM's ``Platform`` with only the model class stood in: the state shapes of this model
+        (from ``MambaStateShapeCalculator``) where vLLM would import the model's code."""
+        platform = _symbol("vllm.platforms.interface", "Platform")
+        shapes = self.state_shapes(model, tp)
+        dtypes = (self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype))
+
+        class StandInModel:
+            @classmethod
+            def get_mamba_state_shape_from_config(cls, vllm_config):
+                return shapes
+
+            @classmethod
+            def get_mamba_state_dtype_from_config(cls, vllm_config):
+                return dtypes
+
+        class Probe(platform):
+            @staticmethod
+            def resolve_model_cls(*args, **kwargs):
+                return StandInModel, "stand-in"
+
+        return Probe
+
+    # --- the compatibility hash ---------------------------------------------------------------
+
+    def compatibility_hash(self, model: ModelSpec, engine: HashedEngine) -> str:
+        """``compute_nixl_compatibility_hash`` of one engine, with the backend name the worker
+        hashes (its first cache layer's, ``get_current_attn_backends``); every setting of
+        ``engine`` is in the stand-in config, whether this vLLM hashes it or not."""
+        flags = Flags(engine.backend, engine.block_size, engine.prefix_caching)
+        config = self.vllm_config(model, engine.tp, flags)
+        config.model_config.dtype = self.dtype(engine.dtype or model.model_dtype)
+        config.cache_config.cache_dtype = engine.kv_cache_dtype
+        if engine.mamba_ssm_dtype is not None:
+            config.cache_config.mamba_ssm_cache_dtype = engine.mamba_ssm_dtype
+        if engine.speculative is not None:
+            config.speculative_config = self._speculative(*engine.speculative)
+        backends = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "get_current_attn_backends")
+        compute = _symbol(f"{NIXL}.metadata", "compute_nixl_compatibility_hash")
+        with calling("get_current_attn_backends"):
+            name = backends(config)[0].get_name()
+        with calling("compute_nixl_compatibility_hash"):
+            return compute(config, name, "push" if engine.push else "pull")
+
+    def _speculative(self, method: str, tokens: int):
+        """A stand-in ``SpeculativeConfig``: the fields a server sets, and every other question
+        (``use_eagle()``, ``uses_target_hidden_states``, ...) answered by vLLM's own class."""
+        spec_class = _symbol("vllm.config.speculative", "SpeculativeConfig")
+        draft = StandIn("speculative_config.draft_model_config", model="draft", revision=None, code_revision=None,
+                        hf_config=StandIn("draft_model_config.hf_config"))
+        return Answered(spec_class, "speculative_config", method=method, num_speculative_tokens=tokens,
+                        draft_model_config=draft, parallel_drafting=False, kv_cache_dtype=None, model="draft")
+
+
+class Answered(StandIn):
+    """A stand-in whose missing attributes are what vLLM's ``cls`` has: its fields' defaults, and
+    its properties and methods evaluated on the stand-in."""
+
+    def __init__(self, cls, _name: str, **attributes) -> None:
+        super().__init__(_name, **attributes)
+        object.__setattr__(self, "_answered_by", cls)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        cls = object.__getattribute__(self, "_answered_by")
+        if dataclasses.is_dataclass(cls):
+            found = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+            if found is not None and found.default is not dataclasses.MISSING:
+                return found.default
+        member = inspect.getattr_static(cls, name, None)
+        if isinstance(member, property):
+            return member.fget(self)
+        if isinstance(member, (staticmethod, classmethod)):
+            return member.__get__(None, cls)
+        if callable(member):
+            return types.MethodType(member, self)
+        raise AttributeError(f"{self._stand_in} has no attribute {name!r}", name=name, obj=self)
+
+
+def _message(exc: BaseException) -> str:
+    """vLLM's message; for an exception without one (a ``next()`` that found nothing, also when a
+    generator turned it into a RuntimeError), its type and the vLLM function it came from."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, StopIteration) else exc
+    text = str(cause).strip()
+    if isinstance(cause, StopIteration) or not text:
+        where = cause.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        frame = where.tb_frame.f_code.co_name if where is not None else "?"
+        return f"{type(cause).__name__} in {frame}" + (f": {text}" if text else "")
+    return text
+
+
+@lru_cache(maxsize=1)
+def installed() -> Installed:
+    return Installed()

@@ -1,0 +1,92 @@
+"""Run ``mambaxfer conformance`` inside a vLLM environment after altering vLLM (or mambaxfer's
+stand-in) in this process, to show that conformance notices. Run by vLLM's interpreter:
+
+    python conformance_driver.py '[{"name": ..., "alter": ALTERATION, "args": [CONFORMANCE ARGS]}, ...]'
+
+Alterations: ``as-installed``; ``remote_conv_offsets`` (vLLM reads one conv row further into P's
+page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local IDs off by one);
+``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE). Prints one JSON object: each
+run's exit code and document, by name. One process runs them all: vLLM is imported once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+
+
+def alter(scenario: str, undo: list) -> None:
+    from mambaxfer_cli.conformance import vllm_side
+
+    def patch(owner, name, value):
+        undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    if scenario == "as-installed":
+        return
+    if scenario == "remote_conv_offsets":
+        from vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils import MambaConvSplitInfo
+
+        original = MambaConvSplitInfo.remote_conv_offsets
+
+        def shifted(self, local_rank_offset, tp_ratio):
+            row = self.conv_rows * self.conv_dtype_size
+            return [(offset + (row if tp_ratio > 1 else 0), size)
+                    for offset, size in original(self, local_rank_offset, tp_ratio)]
+
+        patch(MambaConvSplitInfo, "remote_conv_offsets", shifted)
+    elif scenario == "_compute_desc_ids":
+        from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import NixlBaseConnectorWorker
+
+        original = NixlBaseConnectorWorker._compute_desc_ids
+
+        def off_by_one(self, block_ids, dst_num_blocks, block_size_ratio, *args, **kwargs):
+            ids = original(self, block_ids, dst_num_blocks, block_size_ratio, *args, **kwargs)
+            return ids + 1 if block_size_ratio is not None else ids     # the local list only
+
+        off_by_one.__wrapped__ = original   # keeps inspect.signature's parameters
+        patch(NixlBaseConnectorWorker, "_compute_desc_ids", off_by_one)
+    elif scenario.startswith("drop:"):
+        attribute = scenario.split(":", 1)[1]
+        original = vllm_side.worker_attributes
+
+        def without(*args, **kwargs):
+            attributes = original(*args, **kwargs)
+            attributes.pop(attribute)
+            return attributes
+
+        patch(vllm_side, "worker_attributes", without)
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+
+
+def main(argv: list[str]) -> None:
+    (spec,) = argv
+    from mambaxfer_cli.cli import run
+    from mambaxfer_cli.conformance import vllm_side
+
+    out = {}
+    for item in json.loads(spec):
+        undo: list = []
+        alter(item["alter"], undo)
+        vllm_side.installed.cache_clear()
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(captured):
+                code = run(["conformance", *item["args"]])
+        finally:
+            for owner, name, value in reversed(undo):
+                setattr(owner, name, value)
+        text = captured.getvalue()
+        try:
+            document = json.loads(text)
+        except ValueError:
+            document = {"unparsed": text}
+        out[item["name"]] = {"code": code, "document": document}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
