@@ -81,7 +81,8 @@ def test_an_internal_error_has_its_own_exit_code():
                "@cli.app.command('crash')\n"
                "def crash():\n"
                "    raise RuntimeError('a bug')\n"
-               "cli.main()\n")
+               "from mambaxfer_cli.__main__ import main\n"
+               "main()\n")
     proc = subprocess.run([sys.executable, "-c", program, "crash"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 70
     assert "Traceback" in proc.stderr and "RuntimeError: a bug" in proc.stderr

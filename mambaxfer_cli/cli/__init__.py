@@ -16,13 +16,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli import __version__
+from mambaxfer_cli import __version__, exits
 from mambaxfer_cli.errors import UserError
-
-EXIT_USAGE = 2
-EXIT_INTERNAL = 70          # sysexits' EX_SOFTWARE: distinct from every verdict code
-EXIT_INTERRUPTED = 130
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_USAGE
 
 app = typer.Typer(
     name="mambaxfer",
@@ -88,18 +84,6 @@ def verdict(code: int) -> None:
     _verdict[:] = [code]
 
 
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP: unwinds like Ctrl-C (every ``finally`` runs, ranks are stopped)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stopped(signum, frame) -> None:
-    raise Stopped(signum)
-
-
 def _one_line(text: str) -> str:
     """One line, with any very long word (a value pasted by mistake) cut to its ends."""
     text = "; ".join(line.strip() for line in text.splitlines() if line.strip())
@@ -139,15 +123,17 @@ def _closed_pipe() -> int:
 
 def run(args: list[str], prog_name: str = "mambaxfer") -> int:
     """Run one command line; returns the exit code. Every way out is decided here."""
-    from mambaxfer_cli._click_compat import click
-
-    command = typer.main.get_command(app)
     _verdict.clear()
     try:
+        from mambaxfer_cli._click_compat import click
+
+        command = typer.main.get_command(app)
         command._main_shell_completion(ctx_args={}, prog_name=prog_name)
         with command.make_context(prog_name, list(args)) as ctx:
             command.invoke(ctx)
         return 0
+    except KeyboardInterrupt as exc:     # a stop signal (exits.Stopped), or Python's own Ctrl-C
+        return exits.report(exc)
     except typer.Exit as exc:
         return exc.exit_code
     except UserError as exc:
@@ -155,12 +141,8 @@ def run(args: list[str], prog_name: str = "mambaxfer") -> int:
         return EXIT_USAGE
     except click.exceptions.ClickException as exc:
         return _usage_error(exc)
-    except (KeyboardInterrupt, typer.Abort):
-        sys.stderr.write("interrupted\n")
-        return EXIT_INTERRUPTED
-    except Stopped as exc:
-        sys.stderr.write(f"stopped by {signal.Signals(exc.signum).name}\n")
-        return 128 + exc.signum
+    except typer.Abort:
+        return exits.report(KeyboardInterrupt())
     except BrokenPipeError:
         return _closed_pipe()
     except SystemExit as exc:
@@ -176,15 +158,13 @@ def run(args: list[str], prog_name: str = "mambaxfer") -> int:
         return EXIT_INTERNAL
 
 
-def main() -> None:
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _raise_stopped)
-    code = run(sys.argv[1:])
+def flushed(code: int) -> int:
+    """The exit code once stdout is flushed (a reader that stopped reading decides it then)."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        code = _closed_pipe()
-    raise SystemExit(code)
+        return _closed_pipe()
+    return code
 
 
 # Each module registers its command on ``app``.

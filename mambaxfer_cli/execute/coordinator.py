@@ -12,14 +12,18 @@ import contextlib
 import errno
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
 import statistics
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Callable
 
+from mambaxfer_cli import exits
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask, RunSettings, build_tasks
 from mambaxfer_cli.planning.plan import Plan
@@ -45,8 +49,9 @@ Progress = Callable[[str, str, str], None]   # (rank name, phase, detail)
 @dataclass
 class _Rank:
     task: RankTask
-    process: multiprocessing.process.BaseProcess
+    process: subprocess.Popen
     conn: object
+    pidfd: int | None = None       # readable once the process ended (None: polled instead)
     phase: str = "spawning"
     detail: str = ""
     ready: dict | None = None
@@ -150,27 +155,6 @@ def check_ports(settings: RunSettings, p_tp: int) -> None:
                 raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None
 
 
-# Ctrl-C and a closed terminal reach the whole process group: ranks start with them ignored (a
-# disposition that survives exec, and Python then installs no KeyboardInterrupt), so that only the
-# coordinator hears them and stops every rank: one line, no rank tracebacks.
-_GROUP_SIGNALS = (signal.SIGINT, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _group_signals_ignored():
-    """Around one spawn. The signals are also blocked meanwhile: Linux keeps a blocked signal pending
-    even while it is ignored, so one that comes during the spawn reaches the coordinator's own
-    handler once it is back, instead of being dropped."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
-    handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _GROUP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)
-
-
 @contextlib.contextmanager
 def _child_environment(settings: RunSettings):
     """Rank processes get one thread for numpy/torch (few cores, one process per rank) and quiet NIXL;
@@ -201,6 +185,29 @@ def environment(forced: dict[str, str], defaults: dict[str, str] | None = None):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _spawn(task: RankTask, deadline: float, ranks: list[_Rank]) -> None:
+    """Start one rank process, in a process group of its own: a terminal's Ctrl-C or hang-up
+    reaches the process group in front, the coordinator's, and the coordinator stops every rank
+    (no disposition of the coordinator's changes around a spawn, so no signal can be lost)."""
+    from mambaxfer_cli.execute.rank_process import command
+
+    parent_end, child_end = multiprocessing.Pipe()
+    with tempfile.TemporaryFile() as handoff:     # unnamed: nothing is left behind, whatever happens
+        pickle.dump((task, deadline), handoff)
+        handoff.flush()
+        handoff.seek(0)
+        fds = (handoff.fileno(), child_end.fileno())
+        try:
+            with exits.held():     # a rank started is a rank recorded, to be stopped
+                process = subprocess.Popen(command(*fds), pass_fds=fds, process_group=0, stdin=subprocess.DEVNULL)
+                rank = _Rank(task, process, parent_end)
+                ranks.append(rank)
+                with contextlib.suppress(AttributeError, OSError):
+                    rank.pidfd = os.pidfd_open(process.pid)
+        finally:
+            child_end.close()
 
 
 def _exit_text(code: int | None) -> str:
@@ -293,32 +300,33 @@ class _Run:
         self._drain(rank)
         if not rank.settled and rank not in self.deaths:
             self.deaths.append(rank)
-            self.progress(rank.name, "died", _exit_text(rank.process.exitcode))
+            self.progress(rank.name, "died", _exit_text(rank.process.returncode))
 
     def _step(self, wait_s: float) -> None:
-        live = [r for r in self.ranks if r.process.exitcode is None or not r.closed]
-        objects = {}
-        for r in live:
+        objects: dict = {}
+        for r in self.ranks:
             if not r.closed:
                 objects[r.conn] = r
-            if r.process.exitcode is None:
-                objects[r.process.sentinel] = r
+            if r.process.returncode is None and r.pidfd is not None:
+                objects[r.pidfd] = r
+            elif r.process.returncode is None:
+                wait_s = min(wait_s, 0.1)    # no pidfd here: poll
         for obj in wait(list(objects), timeout=wait_s):
             rank = objects[obj]
             if obj is rank.conn:
                 self._drain(rank)
             else:
-                rank.process.join(1.0)   # its sentinel fires as it closes its files, just before it can be reaped
+                rank.process.wait()      # its pidfd is readable once it ended
                 self._exited(rank)
-        for r in self.ranks:   # a rank that ended without our noticing its sentinel
-            if r.process.exitcode is not None and r not in self.deaths:
+        for r in self.ranks:   # a rank that ended without our noticing
+            if r.process.poll() is not None and r not in self.deaths:
                 self._exited(r)
 
     def _failure(self) -> Exception:
         death = self.deaths[0] if self.deaths else None
         if death is not None:
             what = (f" while {death.phase}" + (f" ({death.detail})" if death.detail else ""))
-            return RunFailure(f"{death.name} died ({_exit_text(death.process.exitcode)}){what}")
+            return RunFailure(f"{death.name} died ({_exit_text(death.process.returncode)}){what}")
         first = next((r for r in self.errors if r.error[0] == "user"), self.errors[0])
         kind, message = first.error
         if kind == "user":
@@ -354,32 +362,39 @@ def _margin(timeout: float) -> float:
     return min(MARGIN, timeout / 4)
 
 
+def _ended(process: subprocess.Popen, within: float) -> bool:
+    try:
+        process.wait(max(within, 0.0))
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
 def _stop(ranks: list[_Rank]) -> None:
-    """Ask, then terminate, then kill: no rank survives the coordinator's return."""
-    for rank in ranks:
-        if rank.process.is_alive():
-            with contextlib.suppress(OSError):
-                rank.conn.send(("stop", None))
-    end = time.time() + STOP_WAIT
-    for rank in ranks:
-        rank.process.join(max(end - time.time(), 0.0))
-    for rank in ranks:
-        if rank.process.is_alive():
-            rank.process.terminate()
-    for rank in ranks:
-        rank.process.join(1.0)
-        if rank.process.is_alive():
-            rank.process.kill()
-            rank.process.join(1.0)
-        rank.conn.close()
+    """Ask, then terminate, then kill: no rank survives the coordinator's return (a signal that
+    comes meanwhile is raised once they are all gone)."""
+    with exits.held():
+        for rank in ranks:
+            if rank.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    rank.conn.send(("stop", None))
+        end = time.time() + STOP_WAIT
+        for rank in ranks:
+            if not _ended(rank.process, end - time.time()):
+                rank.process.terminate()
+        for rank in ranks:
+            if not _ended(rank.process, 1.0):
+                rank.process.kill()
+                rank.process.wait()
+            rank.conn.close()
+            if rank.pidfd is not None:
+                os.close(rank.pidfd)
 
 
 def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None,
             tasks: tuple[list[PrefillTask], list[DecodeTask]] | None = None) -> Outcome:
     """Run the plan with real NIXL transfers; raises UserError (exit 2) or RunFailure (exit 3).
     ``tasks``: the ranks' tasks when the caller built them (bench), else the plan's."""
-    from mambaxfer_cli.execute.rank import rank_main
-
     if timeout <= 0:
         raise UserError("--timeout must be a positive number of seconds")
     if settings.iters < 1:
@@ -392,20 +407,13 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
                         f"processes; execute starts at most {MAX_RANKS}")
     if settings.discovery is None:
         check_ports(settings, len(prefill))
-    context = multiprocessing.get_context("spawn")
     end = time.time() + timeout
     deadline = end - _margin(timeout)
     ranks: list[_Rank] = []
     try:
         with _child_environment(settings):
             for task in [*prefill, *decode]:
-                parent_end, child_end = context.Pipe()
-                process = context.Process(target=rank_main, args=(task, deadline, child_end, os.getpid()),
-                                          name=f"mambaxfer-{task.name}", daemon=True)
-                with _group_signals_ignored():
-                    process.start()
-                child_end.close()
-                ranks.append(_Rank(task, process, parent_end))
+                _spawn(task, deadline, ranks)
                 if progress:
                     progress(task.name, "spawned", "")
         run = _Run(ranks, timeout, end, progress)
