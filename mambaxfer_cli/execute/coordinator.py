@@ -33,6 +33,7 @@ MARGIN = 2.0         # at most: the ranks' deadline comes this much before the r
 SETTLE = 0.3         # after a first error, for the root cause (often a dead peer) to surface
 STOP_WAIT = 0.5      # between asking ranks to stop and terminating them
 MAX_RANKS = 64       # processes, each with its own NIXL agent and memory
+OUTPUT_TAIL = 64 << 10   # bytes of each rank's own output (NIXL's and UCX's log lines) kept for a failure
 
 SCHEMA = "mambaxfer.execute/v1"
 _CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -52,6 +53,8 @@ class _Rank:
     process: subprocess.Popen
     conn: object
     pidfd: int | None = None       # readable once the process ended (None: polled instead)
+    output: int | None = None      # the read end of the rank's stdout and stderr
+    tail: bytearray = field(default_factory=bytearray)   # the last OUTPUT_TAIL bytes it wrote
     phase: str = "spawning"
     detail: str = ""
     ready: dict | None = None
@@ -194,6 +197,7 @@ def _spawn(task: RankTask, deadline: float, ranks: list[_Rank]) -> None:
     from mambaxfer_cli.execute.rank_process import command
 
     parent_end, child_end = multiprocessing.Pipe()
+    output, written = os.pipe()
     with tempfile.TemporaryFile() as handoff:     # unnamed: nothing is left behind, whatever happens
         pickle.dump((task, deadline), handoff)
         handoff.flush()
@@ -201,13 +205,53 @@ def _spawn(task: RankTask, deadline: float, ranks: list[_Rank]) -> None:
         fds = (handoff.fileno(), child_end.fileno())
         try:
             with exits.held():     # a rank started is a rank recorded, to be stopped
-                process = subprocess.Popen(command(*fds), pass_fds=fds, process_group=0, stdin=subprocess.DEVNULL)
-                rank = _Rank(task, process, parent_end)
+                process = subprocess.Popen(command(task.name, *fds), pass_fds=fds, process_group=0, stdin=subprocess.DEVNULL,
+                                           stdout=written, stderr=written)
+                rank = _Rank(task, process, parent_end, output=output)
                 ranks.append(rank)
+                os.set_blocking(output, False)
                 with contextlib.suppress(AttributeError, OSError):
                     rank.pidfd = os.pidfd_open(process.pid)
+        except BaseException:
+            if not ranks or ranks[-1].output != output:
+                os.close(output)
+            raise
         finally:
             child_end.close()
+            os.close(written)
+
+
+def _read_output(rank: _Rank) -> None:
+    """Whatever the rank wrote on its stdout and stderr (never the user's: only the last
+    OUTPUT_TAIL bytes are kept, for the log of a run that fails)."""
+    while rank.output is not None:
+        try:
+            chunk = os.read(rank.output, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            os.close(rank.output)
+            rank.output = None
+            return
+        rank.tail += chunk
+        del rank.tail[:-OUTPUT_TAIL]
+
+
+def save_output(ranks: list[_Rank], run_id: str) -> str | None:
+    """The ranks' own output in a log file of its own (None when they wrote nothing)."""
+    for rank in ranks:
+        _read_output(rank)
+    written = [r for r in ranks if r.tail.strip()]
+    if not written:
+        return None
+    handle, path = tempfile.mkstemp(prefix=f"mambaxfer-{run_id}-", suffix=".log")
+    with os.fdopen(handle, "wb") as log:
+        for rank in written:
+            log.write(f"--- {rank.name} ({_exit_text(rank.process.returncode)}) ---\n".encode())
+            log.write(bytes(rank.tail).rstrip(b"\n") + b"\n")
+    return path
 
 
 def _exit_text(code: int | None) -> str:
@@ -307,6 +351,8 @@ class _Run:
         for r in self.ranks:
             if not r.closed:
                 objects[r.conn] = r
+            if r.output is not None:
+                objects[r.output] = r
             if r.process.returncode is None and r.pidfd is not None:
                 objects[r.pidfd] = r
             elif r.process.returncode is None:
@@ -315,6 +361,8 @@ class _Run:
             rank = objects[obj]
             if obj is rank.conn:
                 self._drain(rank)
+            elif obj == rank.output:
+                _read_output(rank)
             else:
                 rank.process.wait()      # its pidfd is readable once it ended
                 self._exited(rank)
@@ -389,6 +437,8 @@ def _stop(ranks: list[_Rank]) -> None:
             rank.conn.close()
             if rank.pidfd is not None:
                 os.close(rank.pidfd)
+                rank.pidfd = None
+            _read_output(rank)
 
 
 def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None,
@@ -418,8 +468,24 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
                     progress(task.name, "spawned", "")
         run = _Run(ranks, timeout, end, progress)
         run.drive()
+    except RunFailure as failure:
+        _stop(ranks)
+        log = save_output(ranks, settings.run_id)
+        raise RunFailure(f"{failure}; the ranks' own output is in {log}" if log else str(failure)) from None
+    except UserError:
+        raise
+    except Exception as exc:      # a bug: its traceback is shown, with where the ranks' output went
+        _stop(ranks)
+        log = save_output(ranks, settings.run_id)
+        if log:
+            exc.add_note(f"the ranks' own output: {log}")
+        raise
     finally:
         _stop(ranks)
+        for rank in ranks:
+            if rank.output is not None:
+                os.close(rank.output)
+                rank.output = None
     return Outcome(plan, settings,
                    decode=[DecodeOutcome(r.task.rank, r.result) for r in run.decode],
                    prefill={r.task.rank: r.result for r in run.prefill}, phases=run.phases)

@@ -15,9 +15,11 @@ SPAWN_CODE = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
               "from mambaxfer_cli.execute.rank_process import spawn_main; spawn_main(sys.argv[2:])")
 
 
-def command(task_fd: int, conn_fd: int) -> list[str]:
-    """The command line of a rank process (this interpreter, this process's import path)."""
-    return [sys.executable, "-c", SPAWN_CODE, json.dumps(sys.path), str(task_fd), str(conn_fd), str(os.getpid())]
+def command(name: str, task_fd: int, conn_fd: int) -> list[str]:
+    """The command line of rank ``name``'s process (this interpreter, this process's import path);
+    the name comes last, for ``ps``."""
+    return [sys.executable, "-c", SPAWN_CODE, json.dumps(sys.path), str(task_fd), str(conn_fd), str(os.getpid()),
+            name]
 
 
 def spawn_main(argv: list[str]) -> None:
@@ -26,7 +28,7 @@ def spawn_main(argv: list[str]) -> None:
         signal.signal(signum, signal.SIG_IGN)
     from mambaxfer_cli.execute.rank import rank_main
 
-    task_fd, conn_fd, coordinator = (int(a) for a in argv)
+    task_fd, conn_fd, coordinator = (int(a) for a in argv[:3])
     with os.fdopen(task_fd, "rb") as handle:
         task, deadline = pickle.load(handle)
     rank_main(task, deadline, Connection(conn_fd), coordinator)
