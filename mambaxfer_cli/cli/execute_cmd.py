@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import (
     MODEL_HELP, BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, HeadSizeOpt, KvDtypeOpt,
     KvHeadsOpt, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics, SsmDtypeOpt,
@@ -38,7 +38,6 @@ class ExecuteFormat(str, Enum):
     json = "json"
 
 
-@app.command("execute")
 def execute(
     model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Optional with --plan.", show_default=False)] = None,
@@ -109,7 +108,7 @@ def execute(
     """
     import importlib.util
 
-    from mambaxfer_cli.cli import red_line
+    from mambaxfer_cli.cli.outcome import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
     from mambaxfer_cli.execute.device import resolve_device
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT

@@ -6,14 +6,13 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, ConvDtypeOpt, EngineOption, Format, HeadSizeOpt, KvDtypeOpt, KvHeadsOpt, ModelOpt,
     NumSpecOpt, OutputOption, PrefixOpt, SsmDtypeOpt, VariantOpt, dump, load, parse_tp_list, stamped,
 )
 
 
-@app.command("inspect")
 def inspect(
     model: ModelOpt,
     tp: Annotated[str, EngineOption("--tp", help="TP sizes, comma-separated, e.g. 1,2,4,8.")] = "1",

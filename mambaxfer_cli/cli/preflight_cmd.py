@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import (
     EngineOption, Format, OutputOption, check_writable,
 )
@@ -29,7 +28,6 @@ def _text(line: str | None, file: Path | None, side: str) -> str:
         raise UserError(f"--{side}-file {file}: not UTF-8 text") from None
 
 
-@app.command("preflight")
 def preflight(
     prefill: Annotated[Optional[str], EngineOption(
         "--prefill", help="The prefill engine's command line: 'vllm serve MODEL ...'.", show_default=False)] = None,
