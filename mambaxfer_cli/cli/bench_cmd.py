@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
     OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
@@ -49,7 +49,6 @@ def _devices(text: str) -> list[str]:
     return out
 
 
-@app.command("bench")
 def bench(
     model: Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)],
     p_tp: Annotated[int, EngineOption("--p-tp", help="Prefill (P) TP size.", show_default=False)],
@@ -94,7 +93,7 @@ def bench(
     """
     import importlib.util
 
-    from mambaxfer_cli.cli import red_line
+    from mambaxfer_cli.cli.outcome import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.limits import check_bounds, finite_seconds

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, GdnBackendOpt, GpuOpt, HeadSizeOpt,
     KvDtypeOpt, KvHeadsOpt, MODEL_HELP, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics,
@@ -38,7 +38,6 @@ class ExecuteFormat(str, Enum):
     json = "json"
 
 
-@app.command("execute")
 def execute(
     model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Optional with --plan.", show_default=False)] = None,
@@ -112,7 +111,7 @@ def execute(
     """
     import importlib.util
 
-    from mambaxfer_cli.cli import red_line
+    from mambaxfer_cli.cli.outcome import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
     from mambaxfer_cli.execute.device import resolve_device
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT

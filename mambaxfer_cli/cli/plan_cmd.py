@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
@@ -19,7 +19,6 @@ from mambaxfer_cli.cli.options import (
 )
 
 
-@app.command("plan")
 def plan(
     model: ModelOpt,
     p_tp: PTpOpt,

@@ -9,11 +9,9 @@ byte by byte on D. The UCX transport is read from UCX's own info log of the endp
 
 from __future__ import annotations
 
-import contextlib
 import re
 import secrets
 import statistics
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -129,20 +127,6 @@ def transports(log_text: str, run_id: str) -> dict:
             "WRITE": {"transports": sorted(out["P"]), "ucx_lanes": sorted(lanes["P"])}}
 
 
-@contextlib.contextmanager
-def _ucx_info_log():
-    """UCX logs each endpoint's configuration at info level, into files of our own."""
-    from mambaxfer_cli.execute.coordinator import environment
-
-    with tempfile.TemporaryDirectory(prefix="mambaxfer-ucx-") as tmp:
-        texts: list[str] = []
-        try:
-            with environment({"UCX_LOG_LEVEL": "info", "UCX_LOG_FILE": str(Path(tmp) / "ucx.%p.log")}):
-                yield texts
-        finally:
-            texts.extend(p.read_text(errors="replace") for p in sorted(Path(tmp).glob("ucx.*")))
-
-
 def _p99(values: Sequence[float]) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), 99))
 
@@ -171,12 +155,12 @@ def summarise(steps: list[dict], nbytes: int, iters: int) -> dict:
 def bench_point(planned, coalesced, device: str, gpus: int, iters: int, timeout: float,
                 progress: Callable[[str, str, str], None] | None = None) -> dict:
     """One request size: run all variants in both directions; the document's ``points`` entry."""
-    from mambaxfer_cli.execute.coordinator import execute
+    from mambaxfer_cli.execute.coordinator import environment, execute
     from mambaxfer_cli.execute.tasks import RunSettings
 
     settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
     tasks = bench_tasks(planned, coalesced, settings)
-    with _ucx_info_log() as logs:
+    with environment({"UCX_LOG_LEVEL": "info"}):     # each rank keeps UCX's log of its endpoints
         outcome = execute(planned, tasks[0][0].settings, timeout, progress, tasks=tasks)
     decode = {d.d_rank: d.result for d in outcome.decode}
     prefill = outcome.prefill
@@ -205,8 +189,8 @@ def bench_point(planned, coalesced, device: str, gpus: int, iters: int, timeout:
                           for name in (PLANNED, COALESCED)} for direction in DIRECTIONS}
     return {"request_blocks": len(planned.descriptors.request.decode_blocks[0]),
             "device": device, "memory": settings.mem_type,
-            "transport": transports("\n".join([*logs, *(line for r in [*decode.values(), *prefill.values()]
-                                                         for line in r.get("ucx", ()))]), settings.run_id),
+            "transport": transports("\n".join(line for r in [*decode.values(), *prefill.values()]
+                                              for line in r.get("ucx", ())), settings.run_id),
             "variants": variants, "ratios": ratios,
             "verified": all(v["verified"] for d in variants.values() for v in d.values())}
 

@@ -9,6 +9,7 @@ All ranks step together through the coordinator's barriers.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -79,20 +80,26 @@ def _prepare(agent, op: str, pairs, ch: Channel) -> tuple[list, list, dict]:
     return xfers, handles, {"prep_s": prep_s, "make_s": make_s, "descs_posted": posted}
 
 
-def ucx_config_lines() -> list[str]:
-    """This process's UCX endpoint-configuration lines (UCX logs them at info level into
-    UCX_LOG_FILE, ``%p`` standing for the pid); C stdio is flushed first, as the process may be
-    ended before it exits."""
+UCX_LOG_BYTES = 1 << 20      # UCX's info log of one rank: its endpoints' configurations (a few KiB)
+
+
+def keep_ucx_log() -> int:
+    """Have UCX log into an unnamed file of this process (nothing left on disk, whatever
+    happens); before NIXL loads UCX. Returns the file's descriptor."""
+    fd = os.memfd_create("mambaxfer-ucx-log")
+    os.environ["UCX_LOG_FILE"] = f"/proc/self/fd/{fd}"
+    os.environ["UCX_LOG_FILE_SIZE"] = str(UCX_LOG_BYTES)
+    return fd
+
+
+def ucx_config_lines(fd: int) -> list[str]:
+    """This process's UCX endpoint-configuration lines (UCX logs them at info level); C stdio
+    is flushed first, as the process may be ended before it exits."""
     import ctypes
-    import os
 
     ctypes.CDLL(None).fflush(None)
-    path = os.environ.get("UCX_LOG_FILE", "").replace("%p", str(os.getpid()))
-    try:
-        with open(path, errors="replace") as handle:
-            return [line.rstrip("\n") for line in handle if " cfg#" in line]
-    except OSError:
-        return []
+    with open(f"/proc/self/fd/{fd}", errors="replace") as handle:
+        return [line.rstrip("\n") for line in handle if " cfg#" in line]
 
 
 def _one(addr: int, size: int, dev: int) -> np.ndarray:
@@ -101,6 +108,7 @@ def _one(addr: int, size: int, dev: int) -> np.ndarray:
 
 def run_decode(task: DecodeTask, ch: Channel) -> dict:
     spec = task.settings.bench
+    ucx_log = keep_ucx_log()
     api, memory, agent = _setup(task, ch, telemetry=True)
     memory.poison()
     memory.sync()
@@ -163,7 +171,7 @@ def run_decode(task: DecodeTask, ch: Channel) -> dict:
                     verdict = verify_decode(spec.decode_tasks[name][task.rank], regions).to_dict()
                 results[step] = {**run, **prep[name], "verdict": verdict}
                 _barrier(ch, f"{step}:checked")
-        return {"steps": results, "sources": list(task.sources), "ucx": ucx_config_lines()}
+        return {"steps": results, "sources": list(task.sources), "ucx": ucx_config_lines(ucx_log)}
     finally:
         release(agent, handles, remotes, registered, memory)
 
@@ -183,6 +191,7 @@ def _wait_notifs(notes: dict, pump, ch: Channel, senders: set[str], message: byt
 
 def run_prefill(task: PrefillTask, ch: Channel) -> dict:
     spec = task.settings.bench
+    ucx_log = keep_ucx_log()
     api, memory, agent = _setup(task, ch, telemetry=True)
     _fill(task, memory)
     registered = agent.register_memory(memory.regions, memory.mem_type)
@@ -251,7 +260,7 @@ def run_prefill(task: PrefillTask, ch: Channel) -> dict:
                     else:
                         _follow(ch, step, spec.iters, serve)
                     _barrier(ch, f"{step}:checked", idle=serve)
-            return {"steps": results, "consumers": list(task.consumers), "ucx": ucx_config_lines()}
+            return {"steps": results, "consumers": list(task.consumers), "ucx": ucx_config_lines(ucx_log)}
         finally:
             server.close()
     finally:

@@ -12,14 +12,18 @@ import contextlib
 import errno
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
 import statistics
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Callable
 
+from mambaxfer_cli import exits
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask, RunSettings, build_tasks
 from mambaxfer_cli.planning.plan import Plan
@@ -29,6 +33,7 @@ MARGIN = 2.0         # at most: the ranks' deadline comes this much before the r
 SETTLE = 0.3         # after a first error, for the root cause (often a dead peer) to surface
 STOP_WAIT = 0.5      # between asking ranks to stop and terminating them
 MAX_RANKS = 64       # processes, each with its own NIXL agent and memory
+OUTPUT_TAIL = 64 << 10   # bytes of each rank's own output (NIXL's and UCX's log lines) kept for a failure
 
 SCHEMA = "mambaxfer.execute/v1"
 _CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -45,8 +50,11 @@ Progress = Callable[[str, str, str], None]   # (rank name, phase, detail)
 @dataclass
 class _Rank:
     task: RankTask
-    process: multiprocessing.process.BaseProcess
+    process: subprocess.Popen
     conn: object
+    pidfd: int | None = None       # readable once the process ended (None: polled instead)
+    output: int | None = None      # the read end of the rank's stdout and stderr
+    tail: bytearray = field(default_factory=bytearray)   # the last OUTPUT_TAIL bytes it wrote
     phase: str = "spawning"
     detail: str = ""
     ready: dict | None = None
@@ -150,27 +158,6 @@ def check_ports(settings: RunSettings, p_tp: int) -> None:
                 raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None
 
 
-# Ctrl-C and a closed terminal reach the whole process group: ranks start with them ignored (a
-# disposition that survives exec, and Python then installs no KeyboardInterrupt), so that only the
-# coordinator hears them and stops every rank: one line, no rank tracebacks.
-_GROUP_SIGNALS = (signal.SIGINT, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _group_signals_ignored():
-    """Around one spawn. The signals are also blocked meanwhile: Linux keeps a blocked signal pending
-    even while it is ignored, so one that comes during the spawn reaches the coordinator's own
-    handler once it is back, instead of being dropped."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
-    handlers = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _GROUP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _GROUP_SIGNALS)
-
-
 @contextlib.contextmanager
 def _child_environment(settings: RunSettings):
     """Rank processes get one thread for numpy/torch (few cores, one process per rank) and quiet NIXL;
@@ -201,6 +188,70 @@ def environment(forced: dict[str, str], defaults: dict[str, str] | None = None):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _spawn(task: RankTask, deadline: float, ranks: list[_Rank]) -> None:
+    """Start one rank process, in a process group of its own: a terminal's Ctrl-C or hang-up
+    reaches the process group in front, the coordinator's, and the coordinator stops every rank
+    (no disposition of the coordinator's changes around a spawn, so no signal can be lost)."""
+    from mambaxfer_cli.execute.rank_process import command
+
+    parent_end, child_end = multiprocessing.Pipe()
+    output, written = os.pipe()
+    with tempfile.TemporaryFile() as handoff:     # unnamed: nothing is left behind, whatever happens
+        pickle.dump((task, deadline), handoff)
+        handoff.flush()
+        handoff.seek(0)
+        fds = (handoff.fileno(), child_end.fileno())
+        try:
+            with exits.held():     # a rank started is a rank recorded, to be stopped
+                process = subprocess.Popen(command(task.name, *fds), pass_fds=fds, process_group=0, stdin=subprocess.DEVNULL,
+                                           stdout=written, stderr=written)
+                rank = _Rank(task, process, parent_end, output=output)
+                ranks.append(rank)
+                os.set_blocking(output, False)
+                with contextlib.suppress(AttributeError, OSError):
+                    rank.pidfd = os.pidfd_open(process.pid)
+        except BaseException:
+            if not ranks or ranks[-1].output != output:
+                os.close(output)
+            raise
+        finally:
+            child_end.close()
+            os.close(written)
+
+
+def _read_output(rank: _Rank) -> None:
+    """Whatever the rank wrote on its stdout and stderr (never the user's: only the last
+    OUTPUT_TAIL bytes are kept, for the log of a run that fails)."""
+    while rank.output is not None:
+        try:
+            chunk = os.read(rank.output, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            os.close(rank.output)
+            rank.output = None
+            return
+        rank.tail += chunk
+        del rank.tail[:-OUTPUT_TAIL]
+
+
+def save_output(ranks: list[_Rank], run_id: str) -> str | None:
+    """The ranks' own output in a log file of its own (None when they wrote nothing)."""
+    for rank in ranks:
+        _read_output(rank)
+    written = [r for r in ranks if r.tail.strip()]
+    if not written:
+        return None
+    handle, path = tempfile.mkstemp(prefix=f"mambaxfer-{run_id}-", suffix=".log")
+    with os.fdopen(handle, "wb") as log:
+        for rank in written:
+            log.write(f"--- {rank.name} ({_exit_text(rank.process.returncode)}) ---\n".encode())
+            log.write(bytes(rank.tail).rstrip(b"\n") + b"\n")
+    return path
 
 
 def _exit_text(code: int | None) -> str:
@@ -293,32 +344,37 @@ class _Run:
         self._drain(rank)
         if not rank.settled and rank not in self.deaths:
             self.deaths.append(rank)
-            self.progress(rank.name, "died", _exit_text(rank.process.exitcode))
+            self.progress(rank.name, "died", _exit_text(rank.process.returncode))
 
     def _step(self, wait_s: float) -> None:
-        live = [r for r in self.ranks if r.process.exitcode is None or not r.closed]
-        objects = {}
-        for r in live:
+        objects: dict = {}
+        for r in self.ranks:
             if not r.closed:
                 objects[r.conn] = r
-            if r.process.exitcode is None:
-                objects[r.process.sentinel] = r
+            if r.output is not None:
+                objects[r.output] = r
+            if r.process.returncode is None and r.pidfd is not None:
+                objects[r.pidfd] = r
+            elif r.process.returncode is None:
+                wait_s = min(wait_s, 0.1)    # no pidfd here: poll
         for obj in wait(list(objects), timeout=wait_s):
             rank = objects[obj]
             if obj is rank.conn:
                 self._drain(rank)
+            elif obj == rank.output:
+                _read_output(rank)
             else:
-                rank.process.join(1.0)   # its sentinel fires as it closes its files, just before it can be reaped
+                rank.process.wait()      # its pidfd is readable once it ended
                 self._exited(rank)
-        for r in self.ranks:   # a rank that ended without our noticing its sentinel
-            if r.process.exitcode is not None and r not in self.deaths:
+        for r in self.ranks:   # a rank that ended without our noticing
+            if r.process.poll() is not None and r not in self.deaths:
                 self._exited(r)
 
     def _failure(self) -> Exception:
         death = self.deaths[0] if self.deaths else None
         if death is not None:
             what = (f" while {death.phase}" + (f" ({death.detail})" if death.detail else ""))
-            return RunFailure(f"{death.name} died ({_exit_text(death.process.exitcode)}){what}")
+            return RunFailure(f"{death.name} died ({_exit_text(death.process.returncode)}){what}")
         first = next((r for r in self.errors if r.error[0] == "user"), self.errors[0])
         kind, message = first.error
         if kind == "user":
@@ -354,32 +410,41 @@ def _margin(timeout: float) -> float:
     return min(MARGIN, timeout / 4)
 
 
+def _ended(process: subprocess.Popen, within: float) -> bool:
+    try:
+        process.wait(max(within, 0.0))
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
 def _stop(ranks: list[_Rank]) -> None:
-    """Ask, then terminate, then kill: no rank survives the coordinator's return."""
-    for rank in ranks:
-        if rank.process.is_alive():
-            with contextlib.suppress(OSError):
-                rank.conn.send(("stop", None))
-    end = time.time() + STOP_WAIT
-    for rank in ranks:
-        rank.process.join(max(end - time.time(), 0.0))
-    for rank in ranks:
-        if rank.process.is_alive():
-            rank.process.terminate()
-    for rank in ranks:
-        rank.process.join(1.0)
-        if rank.process.is_alive():
-            rank.process.kill()
-            rank.process.join(1.0)
-        rank.conn.close()
+    """Ask, then terminate, then kill: no rank survives the coordinator's return (a signal that
+    comes meanwhile is raised once they are all gone)."""
+    with exits.held():
+        for rank in ranks:
+            if rank.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    rank.conn.send(("stop", None))
+        end = time.time() + STOP_WAIT
+        for rank in ranks:
+            if not _ended(rank.process, end - time.time()):
+                rank.process.terminate()
+        for rank in ranks:
+            if not _ended(rank.process, 1.0):
+                rank.process.kill()
+                rank.process.wait()
+            rank.conn.close()
+            if rank.pidfd is not None:
+                os.close(rank.pidfd)
+                rank.pidfd = None
+            _read_output(rank)
 
 
 def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None,
             tasks: tuple[list[PrefillTask], list[DecodeTask]] | None = None) -> Outcome:
     """Run the plan with real NIXL transfers; raises UserError (exit 2) or RunFailure (exit 3).
     ``tasks``: the ranks' tasks when the caller built them (bench), else the plan's."""
-    from mambaxfer_cli.execute.rank import rank_main
-
     if timeout <= 0:
         raise UserError("--timeout must be a positive number of seconds")
     if settings.iters < 1:
@@ -392,26 +457,35 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
                         f"processes; execute starts at most {MAX_RANKS}")
     if settings.discovery is None:
         check_ports(settings, len(prefill))
-    context = multiprocessing.get_context("spawn")
     end = time.time() + timeout
     deadline = end - _margin(timeout)
     ranks: list[_Rank] = []
     try:
         with _child_environment(settings):
             for task in [*prefill, *decode]:
-                parent_end, child_end = context.Pipe()
-                process = context.Process(target=rank_main, args=(task, deadline, child_end, os.getpid()),
-                                          name=f"mambaxfer-{task.name}", daemon=True)
-                with _group_signals_ignored():
-                    process.start()
-                child_end.close()
-                ranks.append(_Rank(task, process, parent_end))
+                _spawn(task, deadline, ranks)
                 if progress:
                     progress(task.name, "spawned", "")
         run = _Run(ranks, timeout, end, progress)
         run.drive()
+    except RunFailure as failure:
+        _stop(ranks)
+        log = save_output(ranks, settings.run_id)
+        raise RunFailure(f"{failure}; the ranks' own output is in {log}" if log else str(failure)) from None
+    except UserError:
+        raise
+    except Exception as exc:      # a bug: its traceback is shown, with where the ranks' output went
+        _stop(ranks)
+        log = save_output(ranks, settings.run_id)
+        if log:
+            exc.add_note(f"the ranks' own output: {log}")
+        raise
     finally:
         _stop(ranks)
+        for rank in ranks:
+            if rank.output is not None:
+                os.close(rank.output)
+                rank.output = None
     return Outcome(plan, settings,
                    decode=[DecodeOutcome(r.task.rank, r.result) for r in run.decode],
                    prefill={r.task.rank: r.result for r in run.prefill}, phases=run.phases)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import traceback
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -350,7 +351,6 @@ def _transfer(agent, xfers: list, notif: bytes, ch: Channel, what: str = "READ")
 
 def rank_main(task: RankTask, deadline: float, conn: Connection, coordinator: int) -> None:
     """Entry point of a rank process, spawned by the coordinator (whose pid is ``coordinator``)."""
-    os.dup2(2, 1)   # NIXL and UCX log on stdout, which belongs to the CLI's own output
     _watch_parent(coordinator)
     ch = Channel(conn, deadline)
     try:
@@ -368,6 +368,7 @@ def rank_main(task: RankTask, deadline: float, conn: Connection, coordinator: in
     except RankFailure as exc:
         ch.send("error", (exc.kind, f"{task.name}: {exc}"))
     except Exception as exc:  # NIXL raises its own types (nixlRemoteDisconnectError, ...)
+        traceback.print_exc()    # into the rank's own output, which a failed run's log keeps
         ch.send("error", ("run", f"{task.name}: {type(exc).__name__}: {exc} (while {ch.phase_name})"))
     finally:
         conn.close()
