@@ -129,9 +129,18 @@ _flags_without_metavar()
 
 
 def _help_that_never_cuts() -> None:
-    from mambaxfer_cli.render.help import install
+    """Lay out --help with ``render.help`` when help is shown (rich's help machinery is costly to
+    import: a command that shows no help never imports it)."""
+    for cls in (typer.core.TyperCommand, typer.core.TyperGroup):
+        shown = cls.format_help
 
-    install()
+        def format_help(self, ctx, formatter, shown=shown):
+            from mambaxfer_cli.render.help import install
+
+            install()
+            return shown(self, ctx, formatter)
+
+        cls.format_help = format_help
 
 
 _help_that_never_cuts()

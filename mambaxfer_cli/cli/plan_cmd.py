@@ -132,10 +132,10 @@ def plan(
 
 def shown_sections(show: str | None) -> tuple[str, ...]:
     """``--show layouts,ids`` (or ``all``) as the sections to add to the brief form."""
-    from mambaxfer_cli.render.plan_view import SECTIONS
-
     if show is None:
         return ()
+    from mambaxfer_cli.render.plan_view import SECTIONS
+
     names = [name.strip().lower() for name in show.split(",") if name.strip()]
     if "all" in names:
         return SECTIONS
