@@ -8,7 +8,8 @@ import json
 import pytest
 
 from cli_run import run_cli
-from mambaxfer_cli.execute.bench import LIMIT, ORDER, limit_chunks, transports
+from mambaxfer_cli.execute.bench import transports
+from mambaxfer_cli.execute.bench_plan import LIMIT, ORDER, limit_chunks
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import assert_no_rank_left, new_tag

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mambaxfer_cli.execute.rank import FAULT_ENV
+from mambaxfer_cli.execute.faults import FAULT_ENV
 from rank_processes import assert_no_rank_left, new_tag, tagged
 
 

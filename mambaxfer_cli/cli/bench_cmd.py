@@ -14,9 +14,7 @@ from mambaxfer_cli.cli.options import (
     RequestOption, Semantics, VariantOpt, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
-
-EXIT_CORRUPT = 1
-EXIT_RUN_FAILED = 3
+from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
 
 
 class BenchFormat(str, Enum):
@@ -70,7 +68,9 @@ def bench(
     kv_cache_dtype: KvDtypeOpt = "auto",
     enable_prefix_caching: PrefixOpt = True,
     seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, OutputOption("--timeout", help="Seconds each request size's run may take.")] = 120.0,
+    timeout: Annotated[float, OutputOption(
+        "--timeout", help="Stop a run after this many seconds without progress (no rank working or "
+                          "reaching a new step).")] = 120.0,
     fmt: Annotated[BenchFormat, OutputOption(
         "--format", "-f", help="table, or json (mambaxfer.bench/v1).")] = BenchFormat.table,
     chart: Annotated[Optional[Path], OutputOption(
@@ -139,7 +139,7 @@ def bench(
                         "use smaller --request-blocks or fewer --layers")) from None
                 view.advance()
     document = stamped(bench_document(plans[0][0], points, iters))
-    verdict(0 if document["verified"] else EXIT_CORRUPT)
+    verdict(0 if document["verified"] else EXIT_WRONG)
     if fmt is BenchFormat.json:
         import json
 
@@ -154,4 +154,4 @@ def bench(
         why = write_chart(document, chart)
         typer.echo(f"chart skipped: {why}" if why else f"chart written to {chart}", err=True)
     if not document["verified"]:
-        raise typer.Exit(EXIT_CORRUPT)
+        raise typer.Exit(EXIT_WRONG)

@@ -16,10 +16,8 @@ from mambaxfer_cli.cli.options import (
     VariantOpt, check_bounds, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
 from mambaxfer_cli.limits import finite_seconds
-
-EXIT_CORRUPT = 1
-EXIT_RUN_FAILED = 3
 
 
 class Device(str, Enum):
@@ -66,7 +64,9 @@ def execute(
                                  "non-contiguous block IDs on each side.")] = 2,
     iters: Annotated[int, RequestOption("--iters", help="Post the READs this many times (time = median).")] = 3,
     seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, RequestOption("--timeout", help="Seconds the whole run may take.")] = 120.0,
+    timeout: Annotated[float, RequestOption(
+        "--timeout", help="Stop the run after this many seconds without progress (no rank working or "
+                          "reaching a new step).")] = 120.0,
     fmt: Annotated[ExecuteFormat, OutputOption(
         "--format", "-f", help="table, or json (mambaxfer.execute/v1).")] = ExecuteFormat.table,
     plan_file: Annotated[Optional[Path], ModelOption(
@@ -110,7 +110,8 @@ def execute(
     import importlib.util
 
     from mambaxfer_cli.cli import red_line
-    from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
+    from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.execute.run import execute as run
     from mambaxfer_cli.execute.device import resolve_device
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import RunSettings
@@ -151,7 +152,7 @@ def execute(
         except RunFailure as exc:
             red_line(str(exc))   # one red line, with the run's own exit code
             raise typer.Exit(EXIT_RUN_FAILED) from None
-    verdict(0 if outcome.verified else EXIT_CORRUPT)
+    verdict(0 if outcome.verified else EXIT_WRONG)
     if fmt is ExecuteFormat.json:
         import json
 
@@ -166,7 +167,7 @@ def execute(
         if report is not None:
             out.print(report)
     if not outcome.verified:
-        raise typer.Exit(EXIT_CORRUPT)
+        raise typer.Exit(EXIT_WRONG)
 
 
 def _check_local_host(host: str) -> None:

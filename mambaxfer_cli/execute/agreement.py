@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from mambaxfer_cli.execute.plan_source import _comparable, _shown, first_difference
+from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
 from mambaxfer_cli.planning.plan import Plan
 
 TAG = b"mambaxfer:"            # marks our control notifications apart from the READs' own
@@ -27,7 +27,7 @@ def _digest(value: Any) -> str:
 
 def geometry(plan: Plan) -> dict:
     """The compared fields of a plan, in the order they are compared."""
-    document = _comparable(plan.to_dict())
+    document = comparable(plan.to_dict())
     model = dict(document["model"])
     model["config_hash"] = _digest(model.get("params"))
     parts = {"model": model, "semantics": document["semantics"],
@@ -46,8 +46,8 @@ def mismatch(prefill: dict, decode: dict) -> str | None:
     if found is None:
         return None
     where, p_value, d_value = found
-    return (f"prefill and decode disagree on {where}: prefill has {_shown(p_value)}, decode has "
-            f"{_shown(d_value)}; start both sides with the same model and engine options")
+    return (f"prefill and decode disagree on {where}: prefill has {shown_value(p_value)}, decode has "
+            f"{shown_value(d_value)}; start both sides with the same model and engine options")
 
 
 def encode(kind: str, **fields) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,9 +54,9 @@ class RunSettings:
     host: str
     port: int              # P rank r's side channel listens on port + r; 0: any free port
     iters: int
-    discovery: "Discovery | None" = None   # a two-host run: this side's role and how it finds the other
-    geometry: dict | None = None           # what the two sides compare before any byte moves
-    bench: "object | None" = None          # a bench run (execute.bench.BenchSpec): ranks run bench's steps
+    discovery: Discovery | None = None     # a two-host run: this side's role and how it finds the other
+    geometry: dict[str, Any] | None = None   # what the two sides compare before any byte moves
+    bench: BenchSpec | None = None         # a bench run: the ranks run bench's steps
 
     @property
     def mem_type(self) -> str:
@@ -64,6 +65,8 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class RankTask:
+    """What one rank process does: its role and rank, its memory and layout, the run's settings."""
+
     role: str              # "P" or "D"
     rank: int
     settings: RunSettings
@@ -101,6 +104,17 @@ class DecodeTask(RankTask):
     @property
     def sources(self) -> tuple[int, ...]:
         return tuple(r.p_rank for r in self.reads)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What every rank of a bench run needs besides its own task: each variant's reads per D rank,
+    and each variant's D tasks (what D must hold after it)."""
+
+    iters: int
+    variants: tuple[tuple[str, dict[int, tuple[DescriptorRead, ...]]], ...]   # (variant, {d_rank: reads})
+    decode_tasks: dict[str, dict[int, DecodeTask]]                             # variant -> {d_rank: task}
+    order: tuple[str, ...]                                                     # the variants run in this order
 
 
 def side_memory(side: Side) -> Memory:
