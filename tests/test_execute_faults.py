@@ -84,6 +84,7 @@ def test_killing_the_command_leaves_no_rank_behind(tmp_path):
         cli.kill()
 
 
+@pytest.mark.usefixtures("nixl")      # the port is checked where the ranks would start
 def test_a_port_already_in_use():
     env = new_tag()
     with socket.socket() as taken:
@@ -147,6 +148,7 @@ def test_plan_file_of_another_model_or_pairing(plan_file):
                       "--blocks: the plan file fixes")
 
 
+@pytest.mark.usefixtures("nixl")      # the memory is checked where the ranks' tasks are made
 def test_plan_too_large_to_execute(tmp_path):
     path = tmp_path / "full-scale.json"
     assert run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "1", "--output", str(path)).code == 0
@@ -230,3 +232,18 @@ def test_native_lines_never_reach_the_terminal(tmp_path, how):
             assert os.path.getsize(path) > 0
             os.unlink(path)
     assert_no_rank_left(env)
+
+
+@pytest.mark.usefixtures("nixl")
+def test_a_rank_that_works_longer_than_the_timeout_is_not_a_fault():
+    # P0 computes for 4 s after filling and says nothing meanwhile; --timeout is 1.5 s. Working is
+    # progress (its CPU time grows), so the run completes; the same silence asleep is a stall.
+    env = {**new_tag(), FAULT_ENV: "P0:work@fill"}
+    result, _ = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "1.5", env=env, timeout=300)
+    assert result.code == 0, result.stderr
+    assert result.stdout.count("verified") == 2
+    asleep = {**new_tag(), FAULT_ENV: "P0:hang@fill"}
+    result, _ = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "1.5", env=asleep, timeout=300)
+    assert_run_failed(result, "timed out: P0 filling (page ")
+    assert_no_rank_left(env)
+    assert_no_rank_left(asleep)

@@ -36,7 +36,7 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _devices(text: str) -> list[str]:
+def _devices(text: str) -> list[tuple[str, int]]:
     from mambaxfer_cli.execute.device import resolve_device
 
     out = []
@@ -99,8 +99,11 @@ def bench(
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, iters=iters, seed=seed)
     finite_seconds("--timeout", timeout)
     sizes = _sizes(request_blocks)
+    if chart is not None and chart.suffix.lower() != ".png":
+        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
     from mambaxfer_cli.execute.bench import bench_document, bench_point, write_chart
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+    from mambaxfer_cli.execute.tasks import check_fits
     from mambaxfer_cli.planning.geometry import EngineFlags
 
     engine = EngineFlags(attention_backend=attention_backend, block_size=block_size,
@@ -109,6 +112,13 @@ def bench(
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics.value, coalesce=c, blocks=None,
                                    request_blocks=n, seed=seed, engine=engine) for c in (False, True))
              for n in sizes]
+    devices = _devices(device)
+    for kind, _ in devices:      # up front: a sweep never stops at its largest size for want of memory
+        for n, (planned, _) in zip(sizes, plans):
+            try:
+                check_fits(planned, kind, "use smaller --request-blocks or fewer --layers")
+            except UserError as exc:
+                raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     refused = plans[0][0].verdict
@@ -117,9 +127,6 @@ def bench(
         typer.echo(f"warning: vLLM 0.33 would refuse this pairing at handshake{fix}: "
                    + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
                    err=True)
-    devices = _devices(device)
-    if chart is not None and chart.suffix.lower() != ".png":
-        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
 
     from mambaxfer_cli.render.bench_view import BenchProgress, bench_tables
 
@@ -134,9 +141,7 @@ def bench(
                     red_line(str(exc))   # one red line, with the run's own exit code
                     raise typer.Exit(EXIT_RUN_FAILED) from None
                 except UserError as exc:
-                    raise UserError(f"{kind}, --request-blocks {n}: {exc}".replace(
-                        "use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)",
-                        "use smaller --request-blocks or fewer --layers")) from None
+                    raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
                 view.advance()
     document = stamped(bench_document(plans[0][0], points, iters))
     verdict(0 if document["verified"] else EXIT_WRONG)

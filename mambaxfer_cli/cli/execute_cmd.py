@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -18,6 +18,11 @@ from mambaxfer_cli.cli.options import (
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
 from mambaxfer_cli.limits import finite_seconds
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.execute.discovery import Discovery
+    from mambaxfer_cli.execute.tasks import RunSettings
+    from mambaxfer_cli.planning.plan import Plan
 
 
 class Device(str, Enum):
@@ -132,9 +137,9 @@ def execute(
                          kv_cache_dtype=kv_cache_dtype, prefix_caching=enable_prefix_caching)
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,
                  seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
+    kind, gpus = resolve_device(device.value)
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
-    kind, gpus = resolve_device(device.value)
     if discovery is None:
         settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, iters)
     else:
@@ -190,7 +195,7 @@ def _check_local_host(host: str) -> None:
                     f"give 127.0.0.1 or one of this machine's own addresses")
 
 
-def _two_host_settings(plan, discovery, device: str, gpus: int, iters: int):
+def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int, iters: int) -> RunSettings:
     """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
     from mambaxfer_cli.execute.discovery import check_etcd, check_listen
     from mambaxfer_cli.execute.agreement import geometry

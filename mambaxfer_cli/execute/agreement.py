@@ -25,7 +25,7 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def geometry(plan: Plan) -> dict:
+def geometry(plan: Plan) -> dict[str, Any]:
     """The compared fields of a plan, in the order they are compared."""
     document = comparable(plan.to_dict())
     model = dict(document["model"])
@@ -40,7 +40,7 @@ def geometry(plan: Plan) -> dict:
     return out
 
 
-def mismatch(prefill: dict, decode: dict) -> str | None:
+def mismatch(prefill: dict[str, Any], decode: dict[str, Any]) -> str | None:
     """The first field the two sides' geometries disagree on, with both values; None when equal."""
     found = first_difference(prefill, decode)
     if found is None:
@@ -50,11 +50,11 @@ def mismatch(prefill: dict, decode: dict) -> str | None:
             f"{shown_value(d_value)}; start both sides with the same model and engine options")
 
 
-def encode(kind: str, **fields) -> bytes:
+def encode(kind: str, **fields: Any) -> bytes:
     return TAG + json.dumps({"kind": kind, **fields}, separators=(",", ":")).encode()
 
 
-def decode(message: bytes) -> dict | None:
+def decode(message: bytes) -> dict[str, Any] | None:
     """Our control message, or None for anything else (a READ's notification)."""
     if not message.startswith(TAG):
         return None

@@ -32,10 +32,10 @@ _LANE = re.compile(r"(\w+)\(([^)]*)\)")
 DATA_LANES = ("rma_bw", "rma", "rma_am", "am")     # the lanes that carry a READ's or WRITE's bytes
 
 
-def transports(log_text: str, run_id: str) -> dict:
+def transports(log_text: str, run_id: str) -> dict[str, Any]:
     """Per role (P: WRITE, D: READ) the UCX lanes of the endpoints its agents used, and transport names."""
-    out: dict[str, set] = {"P": set(), "D": set()}
-    lanes: dict[str, set] = {"P": set(), "D": set()}
+    out: dict[str, set[str]] = {"P": set(), "D": set()}
+    lanes: dict[str, set[str]] = {"P": set(), "D": set()}
     for line in log_text.splitlines():
         match = _CFG.search(line)
         if not match or not match.group(1).startswith(f"mambaxfer-{run_id}-"):
@@ -122,7 +122,7 @@ def bench_document(planned: Plan, points: list[dict[str, Any]], iters: int) -> d
             "points": points, "verified": all(p["verified"] for p in points)}
 
 
-def write_chart(document: dict, path: Path) -> str | None:
+def write_chart(document: dict[str, Any], path: Path) -> str | None:
     """GB/s against request size, one line per variant and direction (READ solid, WRITE dotted), the
     limit in black. Returns
     why not when matplotlib is missing."""

@@ -71,10 +71,20 @@ def _iterations(node: RankAgent, xfers: list[Any], iters: int, ch: Channel, star
     return Timing(tuple(times), tuple(post_us), tuple(xfer_us), kept)
 
 
+def _starts(ch: Channel, step: str, idle: Idle | None = None) -> Callable[[int], None]:
+    """Where every rank meets before iteration ``i`` of ``step`` (-1: the warm-up)."""
+
+    def start(i: int) -> None:
+        ch.meet(f"{step}:{i}", idle=idle, every=SERVE_WAIT)
+
+    return start
+
+
 def _follow(ch: Channel, step: str, iters: int, idle: Idle) -> None:
     """A rank that does not post in this step meets the initiators at each iteration's start."""
+    start = _starts(ch, step, idle)
     for i in range(-1, iters):
-        ch.meet(f"{step}:{i}", idle=idle, every=SERVE_WAIT)
+        start(i)
 
 
 def _one(addr: int, size: int, dev: int) -> np.ndarray:
@@ -134,8 +144,7 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
                 ch.meet(step)
                 ch.phase("transferring", f"{direction} {name}")
                 if direction == "READ":
-                    timings[step] = _iterations(node, xfers[name], spec.iters, ch,
-                                                lambda i, step=step: ch.meet(f"{step}:{i}"))
+                    timings[step] = _iterations(node, xfers[name], spec.iters, ch, _starts(ch, step))
                 else:
                     _follow(ch, step, spec.iters, pump)
                     _wait_notifs(notes, pump, ch, {f"P{p}" for p in task.sources}, f"{step}:done".encode(), task)
@@ -234,10 +243,8 @@ def bench_prefill(task: PrefillTask, ch: Channel) -> BenchResult:
                     ch.meet(step, idle=serve, every=SERVE_WAIT)
                     if direction == "WRITE":
                         ch.phase("transferring", f"WRITE {name}")
-                        timings[step] = _iterations(
-                            node, xfers[name], spec.iters, ch,
-                            lambda i, step=step: ch.meet(f"{step}:{i}", idle=serve, every=SERVE_WAIT),
-                            f"{step}:done".encode())
+                        timings[step] = _iterations(node, xfers[name], spec.iters, ch, _starts(ch, step, serve),
+                                                    f"{step}:done".encode())
                     else:
                         _follow(ch, step, spec.iters, serve)
                     ch.meet(f"{step}:checked", idle=serve, every=SERVE_WAIT)

@@ -28,9 +28,9 @@ def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | N
     return None if a == b and type(a) is type(b) else (path.lstrip("."), a, b)
 
 
-def comparable(document: dict) -> dict:
+def comparable(document: dict[str, Any]) -> dict[str, Any]:
     """JSON-normalised, warning texts left out (their wording is not part of the contract)."""
-    out = json.loads(json.dumps(document, default=str))
+    out: dict[str, Any] = json.loads(json.dumps(document, default=str))
     out["warnings"] = [w.get("code") if isinstance(w, dict) else w for w in out.get("warnings", [])]
     out.pop("producer", None)   # any version's document is the same plan
     if isinstance(out.get("model"), dict):

@@ -1,5 +1,6 @@
-"""Faults injected into rank processes by the tests: ``MAMBAXFER_EXECUTE_FAULT=<rank>:<die|hang>@<point>``,
-e.g. ``P0:hang@serve``. Points: fill, serve, prepare, transfer."""
+"""Faults injected into rank processes by the tests: ``MAMBAXFER_EXECUTE_FAULT=<rank>:<action>@<point>``,
+e.g. ``P0:hang@serve``. Actions: die (exit 70), hang (sleep for ever), work (use the CPU for WORK_S
+seconds, saying nothing: slow work, not a fault). Points: fill, serve, prepare, transfer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from mambaxfer_cli.execute.tasks import RankTask
 
 FAULT_ENV = "MAMBAXFER_EXECUTE_FAULT"
 DIED = 70
+WORK_S = 4.0
 
 
 def fault(task: RankTask, point: str) -> None:
@@ -23,3 +25,7 @@ def fault(task: RankTask, point: str) -> None:
     if action == "hang":
         while True:
             time.sleep(1)
+    if action == "work":
+        end = time.monotonic() + WORK_S
+        while time.monotonic() < end:
+            pass

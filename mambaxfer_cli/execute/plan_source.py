@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
@@ -65,7 +66,7 @@ def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, co
     return build_plan(spec, p_tp, d_tp, options)
 
 
-def _read_document(path: Path) -> dict:
+def _read_document(path: Path) -> dict[str, Any]:
     text = read_text(path, f"--plan {path}")
     where = f"--plan {path}: not a readable plan document"
     document = parse_yaml(text, where) if path.suffix in (".yaml", ".yml") else parse_json(text, where)
@@ -91,7 +92,7 @@ def _prefix_with(spec: ModelSpec, ssm_layers: int, attention_layers: int) -> Mod
     return spec   # the comparison below names the mismatch
 
 
-def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
+def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str, Any]) -> ModelSpec:
     """--model when given, else the preset or source the document names; the document's dtype and
     variant choices unless the command line gives its own."""
     from mambaxfer_cli.readers.model_source import load_model, preset_names
@@ -111,7 +112,7 @@ def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
     return replace(spec, origin=origin)
 
 
-def _flags(geometry: dict) -> EngineFlags:
+def _flags(geometry: dict[str, Any]) -> EngineFlags:
     """The flags that give an engine of this geometry again (its block size is a fixed point)."""
     derived = bool(geometry.get("vllm_derived", True))
     return EngineFlags(attention_backend=str(geometry["attention_backend"]),
@@ -120,7 +121,7 @@ def _flags(geometry: dict) -> EngineFlags:
                        blocks_per_logical=None if derived else int(geometry["blocks_per_logical"]))
 
 
-def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict | None = None) -> Plan:
+def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict[str, Any] | None = None) -> Plan:
     """Rebuild the plan a document describes and require it to equal the document."""
     document = _read_document(path)
     try:

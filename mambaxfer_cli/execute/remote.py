@@ -129,10 +129,11 @@ def _answer(task: PrefillTask, ch: Channel, agent: Any, sender: str, hello: dict
         except PeerGone:
             pass
         raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
+    assert isinstance(d_rank, int)      # one of this rank's consumers
     _notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
     ch.phase("serving", f"welcomed D{d_rank}")
     final = f"{task.settings.run_id}-iter{int(hello.get('iters', 1)) - 1}".encode()
-    return _Consumer(int(d_rank), sender, final)
+    return _Consumer(d_rank, sender, final)
 
 
 def _ping_consumers(agent: Any, consumers: dict[str, _Consumer]) -> None:
@@ -188,19 +189,19 @@ def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[s
                 asked[p] = time.monotonic()
         by_name = {name: p for p, name in names.items()}
         for sender, _, control in _notifications(agent):
-            p = by_name.get(sender)
-            if control is None or p is None:
+            source = by_name.get(sender)
+            if control is None or source is None:
                 continue
             if control["kind"] == "refuse":
-                raise RankFailure(f"P{p} refused this decode run: {control.get('message')}", user=True)
-            if control["kind"] == "welcome" and p not in welcomed and p not in answered:
+                raise RankFailure(f"P{source} refused this decode run: {control.get('message')}", user=True)
+            if control["kind"] == "welcome" and source not in welcomed and source not in answered:
                 problem = agreement.mismatch(control.get("geometry") or {}, mine)
                 if problem is not None:
-                    raise RankFailure(f"P{p}: {problem}", user=True)
+                    raise RankFailure(f"P{source}: {problem}", user=True)
                 header = control.get("header") or {}
-                check_layout(task, p, header)
+                check_layout(task, source, header)
                 regions = [(int(a), int(n), int(header["dev_id"])) for a, n in header["regions"]]
-                answered[p] = (sender, header, agent.get_xfer_descs(regions, header["mem_type"]))
+                answered[source] = (sender, header, agent.get_xfer_descs(regions, header["mem_type"]))
         for p, (name, header, regions) in list(answered.items()):
             # The metadata loaded before P registered its memory may not hold it: ask until it does.
             if agent.check_remote_metadata(name, regions):

@@ -13,7 +13,7 @@ import json
 import select
 import socket
 import struct
-from typing import Callable
+from typing import Any, Callable
 
 _LENGTHS = struct.Struct("!II")
 MAX_HEADER = 1 << 20
@@ -47,13 +47,13 @@ def _recv_exact(sock: socket.socket, size: int, keep_going: KeepGoing, what: str
     return b"".join(chunks)
 
 
-def send_frame(sock: socket.socket, header: dict, blob: bytes) -> None:
+def send_frame(sock: socket.socket, header: dict[str, Any], blob: bytes) -> None:
     head = json.dumps(header).encode()
     sock.settimeout(None)      # the peer reads it at once; one that died closes the connection
     sock.sendall(_LENGTHS.pack(len(head), len(blob)) + head + blob)
 
 
-def recv_frame(sock: socket.socket, keep_going: KeepGoing, what: str) -> tuple[dict, bytes]:
+def recv_frame(sock: socket.socket, keep_going: KeepGoing, what: str) -> tuple[dict[str, Any], bytes]:
     head_len, blob_len = _LENGTHS.unpack(_recv_exact(sock, _LENGTHS.size, keep_going, what))
     if head_len > MAX_HEADER or blob_len > MAX_BLOB:
         raise SideChannelError(f"{what}: not a mambaxfer side-channel frame")
@@ -81,7 +81,7 @@ class SideChannelServer:
         self.host = host
         self.port = self._sock.getsockname()[1]
 
-    def serve(self, reply: Callable[[dict], tuple[dict, bytes]], wait: float, keep_going: KeepGoing) -> dict | None:
+    def serve(self, reply: Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]], wait: float, keep_going: KeepGoing) -> dict[str, Any] | None:
         """Wait up to ``wait`` seconds for a client; answer its request. Returns the request."""
         ready, _, _ = select.select([self._sock], [], [], wait)
         if not ready:
@@ -100,7 +100,7 @@ class SideChannelServer:
         self._sock.close()
 
 
-def fetch(host: str, port: int, request: dict, peer: str, keep_going: KeepGoing) -> tuple[dict, bytes]:
+def fetch(host: str, port: int, request: dict[str, Any], peer: str, keep_going: KeepGoing) -> tuple[dict[str, Any], bytes]:
     """Ask ``peer`` (listening on host:port) for its metadata, as long as it takes to answer."""
     where = f"{peer}'s side channel at {host}:{port}"
     try:

@@ -4,9 +4,9 @@ and where the first wrong bytes are."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -38,7 +38,7 @@ class ProgressView:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._live is not None:
             self._live.__exit__(*exc)
 
@@ -88,8 +88,9 @@ def served_table(outcome: "Outcome") -> Table:
     plan = outcome.plan
     table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
                         f"{plan.semantics} semantics", title_justify="left")
-    for column, justify in (("P rank", "right"), ("served", "left"), ("bytes", "right"),
-                            ("READ notifications", "right"), ("fill", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("P rank", "right"), ("served", "left"), ("bytes", "right"), ("READ notifications", "right"), ("fill", "right"))
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for p_rank, result in sorted(outcome.prefill.items()):
         served = outcome.served(p_rank)
@@ -105,9 +106,10 @@ def served_table(outcome: "Outcome") -> Table:
 def result_table(outcome: "Outcome") -> Table:
     table = Table(title=title(outcome.plan, outcome.settings.device, outcome.settings.discovery),
                   title_justify="left")
-    for column, justify in (("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"),
-                            ("descriptors", "right"), ("after merge", "right"), ("time", "right"),
-                            ("GB/s", "right"), ("verdict", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"), ("descriptors", "right"),
+        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for d in outcome.decode:
         table.add_row(
