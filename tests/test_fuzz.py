@@ -26,9 +26,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 CONFIGS = {p.name: json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))}
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 REPORT = os.environ.get("FUZZ_REPORT")
-TIME_LIMIT = 20.0                  # seconds an input may take (a hang is anything longer)
-RUN_LIMIT = 300.0                  # a run that starts rank processes: its own --timeout (no progress) ends
-                                   # it; this only catches a hang, however busy the machine is
+TIME_LIMIT = 20.0                  # CPU seconds an input may use (a hang is anything longer)
+RUN_LIMIT = 300.0                  # wall seconds, a ceiling that only catches an input that blocks (a run
+                                   # that starts rank processes ends by its own no-progress --timeout)
 SIGNAL_EXAMPLES = int(os.environ.get("FUZZ_SIGNAL_EXAMPLES", "8"))
 REJECTED_MEMORY = 1 << 30          # peak traced bytes of an input the tool refuses
 ACCEPTED_MEMORY = 5 << 30          # check may simulate up to 4 GiB (its own bound)
@@ -201,9 +201,8 @@ def cases(draw) -> dict:
         name, data = draw(plan_file())
         files[name] = data
         argv = ["execute", "--plan", name, "--device", "cpu", "--timeout", "15"]
-    runs = argv[0] in ("execute", "bench")     # it may start rank processes
     return {"kind": kind, "argv": argv, "files": {k: base64.b64encode(v).decode() for k, v in files.items()},
-            "timeout": RUN_LIMIT if runs else TIME_LIMIT + 5, "limit": RUN_LIMIT if runs else TIME_LIMIT}
+            "timeout": TIME_LIMIT + 5, "wall": RUN_LIMIT}
 
 
 # --- the worker ---------------------------------------------------------------------------------
@@ -227,7 +226,7 @@ class Worker:
         if not line:
             code = self.process.wait()
             self.process = None
-            return {"code": None, "hang": False, "died": code, "seconds": 0, "peak_bytes": 0,
+            return {"code": None, "hang": False, "died": code, "seconds": 0, "cpu_seconds": 0, "peak_bytes": 0,
                     "stdout": "", "stderr": f"the worker died ({code})"}
         return json.loads(line)
 
@@ -261,8 +260,8 @@ def test_no_input_ends_in_a_traceback_a_hang_or_a_memory_blow_up(worker, case):
     result = worker.run(case)
     _record(case, result)
     shown = f"{case['argv']} -> {result}"
-    assert not result["hang"], f"hung past {case['timeout']} s: {shown}"
-    assert result["seconds"] < case["limit"], shown
+    assert not result["hang"], f"hung past {case['timeout']} CPU s or {case['wall']} s: {shown}"
+    assert result["cpu_seconds"] < TIME_LIMIT, shown
     assert "Traceback" not in result["stderr"], shown
     allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute", "bench") else {0, 2}
     if case["argv"][0] in ("execute", "bench"):
