@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -60,3 +61,11 @@ def wait_until(log: Path, rank: str, fragment: str, *commands) -> None:
         assert not ended, f"{rank} never reported {fragment!r}; a command ended ({ended[0].returncode}): " \
                           f"{log.read_text() if log.exists() else ''}"
         time.sleep(0.05)
+
+
+def as_a_shell_starts() -> None:
+    """``preexec_fn`` of a command a test will signal: Ctrl-C, SIGTERM and SIGHUP with their default
+    action, as an interactive shell starts a command (a test run in the background inherits them
+    ignored, and mambaxfer keeps a signal it was started ignoring ignored, as ``nohup`` wants)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)

@@ -15,7 +15,7 @@ import pytest
 
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.execute.faults import FAULT_ENV
-from rank_processes import PROGRESS_LOG, assert_no_rank_left, new_tag, tagged, wait_until
+from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, tagged, wait_until
 
 SMALL = ("--model", "jamba", "--layers", "8", "--device", "cpu", "--iters", "1")
 
@@ -210,7 +210,8 @@ def test_native_lines_never_reach_the_terminal(tmp_path, how):
     env = {**os.environ, **new_tag(), PROGRESS_LOG: str(log), "COLUMNS": "160"}
     cli = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", "execute", "--model", "jamba", "--layers", "8",
                             "--device", "cpu", "--p-tp", "1", "--d-tp", "2", "--iters", "100000", "--timeout", "120"],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=as_a_shell_starts)
     try:
         for rank in ("D0", "D1"):
             wait_until(log, rank, "iteration 3/", cli)

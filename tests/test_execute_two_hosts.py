@@ -22,7 +22,7 @@ from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.readers.model_source import load_model
-from rank_processes import PROGRESS_LOG, assert_no_rank_left, new_tag, wait_until
+from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, wait_until
 
 P_HOST = "127.0.0.2"
 JAMBA = ("--model", "jamba", "--layers", "8")                  # Mamba1 + attention, 8 KV-cache groups
@@ -78,7 +78,8 @@ class Pair:
         self.started = time.time()
         self.decode = subprocess.Popen([*self.cmd, "--role", "decode", *decode],
                                        env={**self.base, PROGRESS_LOG: str(self.d_log), **(d_env or {})},
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       preexec_fn=as_a_shell_starts)
         self.prefill: subprocess.Popen | None = None
         if start_prefill:
             self.start_prefill()
@@ -86,7 +87,8 @@ class Pair:
     def start_prefill(self) -> None:
         self.prefill = subprocess.Popen([*self.cmd, "--role", "prefill", *self.p_args],
                                         env={**self.base, PROGRESS_LOG: str(self.p_log), **(self.p_env or {})},
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        preexec_fn=as_a_shell_starts)
 
     def _result(self, proc: subprocess.Popen, timeout: float) -> Side:
         out, err = proc.communicate(timeout=timeout)

@@ -313,11 +313,6 @@ def _handled(pid: int) -> bool:
     return bool(mask >> (signal.SIGHUP - 1) & 1)
 
 
-def _default_dispositions() -> None:
-    for signum in SIGNALS:       # as an interactive shell starts a command
-        signal.signal(signum, signal.SIG_DFL)
-
-
 @settings(max_examples=SIGNAL_EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=signal_cases())
@@ -326,14 +321,14 @@ def test_a_signal_at_any_moment_of_a_run_is_its_code_and_one_line(nixl, tmp_path
     of execute or bench: a time after the command started, or the moment a rank reaches a drawn
     state. The command ends with 128 + the signal and exactly its one line (no NIXL or UCX line,
     no traceback), or, when the signal came after the run's end, as the run ends; no rank is left."""
-    from rank_processes import PROGRESS_LOG, assert_no_rank_left, new_tag, reached
+    from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, reached
 
     log = tmp_path_factory.mktemp("signal") / "progress.log"
     argv, _ = RUNS[case["command"]]
     env = {**os.environ, **new_tag(), PROGRESS_LOG: str(log), "COLUMNS": "80"}
     proc = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
-                            preexec_fn=_default_dispositions)
+                            preexec_fn=as_a_shell_starts)
     try:
         while proc.poll() is None and not _handled(proc.pid):
             time.sleep(0.0005)
