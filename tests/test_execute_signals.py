@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from mambaxfer_cli.execute.rank import FAULT_ENV
-from rank_processes import assert_no_rank_left, new_tag, tagged
+from mambaxfer_cli.execute.faults import FAULT_ENV
+from rank_processes import as_a_shell_starts, assert_no_rank_left, new_tag, tagged
 
 
 @pytest.mark.usefixtures("nixl")
@@ -28,7 +28,8 @@ def test_a_stopped_run_leaves_one_line_and_no_process(signum, to_group, code, li
     proc = subprocess.Popen(
         [sys.executable, "-m", "mambaxfer_cli", "execute", "--model", "jamba", "--layers", "8", "--device", "cpu",
          "--p-tp", "1", "--d-tp", "2", "--iters", "1", "--timeout", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        preexec_fn=as_a_shell_starts)
     try:
         end = time.time() + 60
         while len(tagged(env)) < 4 and time.time() < end:   # the CLI and its three ranks
@@ -61,11 +62,6 @@ def caught(pid: int, signum: int = signal.SIGHUP) -> bool:
     return bool(mask >> (signum - 1) & 1)
 
 
-def default_dispositions() -> None:
-    for signum in LINES:          # as an interactive shell starts a command
-        signal.signal(signum, signal.SIG_DFL)
-
-
 def assert_stopped_or_done(proc: subprocess.Popen, signum: int, out: str, err: str) -> bool:
     """The signal's code and its one line, or (it came too late) the command's own clean end.
     Returns whether the signal stopped it."""
@@ -86,7 +82,7 @@ def test_a_signal_while_the_command_starts_is_one_line(signum):
     for delay in (0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.4):
         proc = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", "plan", "--model", "jamba", "--p-tp", "1",
                                  "--d-tp", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=default_dispositions)
+                                preexec_fn=as_a_shell_starts)
         try:
             while proc.poll() is None and not caught(proc.pid):
                 time.sleep(0.0005)
@@ -123,7 +119,7 @@ def test_a_signal_as_each_rank_starts_is_never_lost(signum, appearing):
     proc = subprocess.Popen(
         [sys.executable, "-m", "mambaxfer_cli", "execute", "--model", "jamba", "--layers", "2", "--p-tp", "2",
          "--d-tp", "2", "--device", "cpu", "--iters", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env, preexec_fn=default_dispositions)
+        text=True, env=env, preexec_fn=as_a_shell_starts)
     try:
         while proc.poll() is None and len(rank_processes(env, proc.pid)) < appearing:
             time.sleep(0.001)
@@ -135,3 +131,22 @@ def test_a_signal_as_each_rank_starts_is_never_lost(signum, appearing):
     assert proc.returncode == 128 + signum, (proc.returncode, err)
     assert out == "" and err.splitlines() == [LINES[signum]], err
     assert_no_rank_left(env)
+
+
+def test_a_signal_the_command_was_started_ignoring_stays_ignored():
+    # nohup, or a background job's Ctrl-C: the command keeps ignoring it and ends as it would.
+    def ignoring() -> None:
+        as_a_shell_starts()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", "plan", "--model", "jamba", "--p-tp", "1",
+                             "--d-tp", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignoring)
+    try:
+        while proc.poll() is None and not caught(proc.pid, signal.SIGTERM):    # its handlers are in
+            time.sleep(0.0005)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and err == "" and "jamba" in out, (proc.returncode, err)
