@@ -1,3 +1,27 @@
-from mambaxfer_cli.cli import main
+"""The ``mambaxfer`` command's entry point (``python -m mambaxfer_cli`` too).
 
-main()
+Its first act handles the stop signals, before the command line's modules are imported: a signal at
+any moment of the command ends it with the signal's exit code and one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from mambaxfer_cli import exits
+
+
+def main() -> None:
+    exits.install()
+    try:
+        from mambaxfer_cli.cli import flushed, run
+
+        code = flushed(run(sys.argv[1:]))
+    except KeyboardInterrupt as stop:     # while importing the command line, or as it returned
+        code = exits.report(stop)
+    exits.quiet()
+    raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

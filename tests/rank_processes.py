@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -31,8 +32,40 @@ def tagged(env: dict[str, str]) -> list[int]:
     return found
 
 
-def assert_no_rank_left(env: dict[str, str], within: float = 3.0) -> None:
+def assert_no_rank_left(env: dict[str, str], within: float = 30.0) -> None:
+    """No process of the run is alive (``within``: a ceiling for ranks whose coordinator was killed
+    to notice it, checked as soon as they are gone)."""
     end = time.time() + within
     while (left := tagged(env)) and time.time() < end:
         time.sleep(0.1)
     assert not left, f"processes of the run still alive: {left}"
+
+
+PROGRESS_LOG = "MAMBAXFER_PROGRESS_LOG"   # the coordinator appends each rank's every new state there
+
+
+def reached(log: Path, rank: str, fragment: str) -> bool:
+    """Whether ``rank`` reported a state holding ``fragment`` (phase or detail)."""
+    try:
+        lines = log.read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.startswith(f"{rank}\t") and fragment in line for line in lines)
+
+
+def wait_until(log: Path, rank: str, fragment: str, *commands) -> None:
+    """Follow a run until ``rank`` reports ``fragment``: no clock, the run's own no-progress
+    timeout ends it otherwise, and a command that ended first fails the wait."""
+    while not reached(log, rank, fragment):
+        ended = [c for c in commands if c.poll() is not None]
+        assert not ended, f"{rank} never reported {fragment!r}; a command ended ({ended[0].returncode}): " \
+                          f"{log.read_text() if log.exists() else ''}"
+        time.sleep(0.05)
+
+
+def as_a_shell_starts() -> None:
+    """``preexec_fn`` of a command a test will signal: Ctrl-C, SIGTERM and SIGHUP with their default
+    action, as an interactive shell starts a command (a test run in the background inherits them
+    ignored, and mambaxfer keeps a signal it was started ignoring ignored, as ``nohup`` wants)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from cli_run import run_cli
-from mambaxfer_cli.execute.bench import LIMIT, ORDER, limit_chunks, transports
+from mambaxfer_cli.execute.bench import transports
+from mambaxfer_cli.execute.bench_plan import LIMIT, ORDER, limit_chunks
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+from mambaxfer_cli.execute.verify import Tally
 from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import assert_no_rank_left, new_tag
 
@@ -21,7 +24,7 @@ CHART: dict = {}
 
 
 @pytest.fixture(scope="module")
-def document(tmp_path_factory) -> dict:
+def document(nixl, tmp_path_factory) -> dict:
     chart = tmp_path_factory.mktemp("bench") / "chart.png"
     result = run_cli("bench", "--model", "jamba", "--p-tp", "2", "--d-tp", "1", "--layers", "4",
                      "--request-blocks", "1,3", "--iters", "3", "--device", "cpu", "--format", "json",
@@ -99,12 +102,37 @@ def test_transports_read_from_ucx_info_lines():
     assert got["WRITE"] == {"transports": ["tcp"], "ucx_lanes": ["rma_am(tcp/lo)"]}
 
 
-def test_a_bench_leaves_no_rank_behind_and_bad_input_is_one_line(document):
+def test_a_bench_leaves_no_rank_behind(document):
+    assert_no_rank_left(RUN_TAG)
+
+
+def test_bad_input_is_one_line_before_anything_runs():
     result = run_cli("bench", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--request-blocks", "0,x")
     assert result.code == 2 and "Traceback" not in result.stderr and "--request-blocks" in result.stderr
     result = run_cli("bench", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--chart", "out.svg")
     assert result.code == 2 and "PNG" in result.stderr
-    assert_no_rank_left(RUN_TAG)
+
+
+def test_a_sweep_that_cannot_fit_is_refused_up_front():
+    """A request size whose engines take more than this machine's available memory: refused before
+    any size runs (no rank starts), naming the size and what to change."""
+    from mambaxfer_cli.execute.tasks import available_memory, side_memory
+
+    spec = load_model("mamba-codestral-7b")
+    blocks = 16
+    while True:
+        plan = plan_to_execute(spec, 1, 1, semantics="vllm", coalesce=False, blocks=None, request_blocks=blocks, seed=0)
+        if side_memory(plan.prefill).total_bytes + side_memory(plan.decode).total_bytes > available_memory():
+            break
+        blocks *= 2
+    env = new_tag()
+    result = run_cli("bench", "--model", "mamba-codestral-7b", "--p-tp", "1", "--d-tp", "1", "--request-blocks",
+                     f"1,{blocks}", env=env)
+    assert result.code == 2 and result.stdout == "", result.stderr
+    line, = result.stderr.splitlines()
+    assert line.startswith(f"error: cpu, --request-blocks {blocks}: this plan cannot be executed: its engines need ")
+    assert line.endswith("available; use smaller --request-blocks or fewer --layers")
+    assert_no_rank_left(env)
 
 
 def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
@@ -118,3 +146,27 @@ def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
     document = json.loads(result.stdout)       # stdout stays the document, which names the release
     assert document["vllm_versions"] == {"prefill": "0.33", "decode": "0.33"}
     assert document["gpu"] == {"prefill": "H100", "decode": "H100"}
+
+
+def test_the_limit_check_finds_a_wrong_byte_in_a_chunk_and_outside_it():
+    from mambaxfer_cli.execute.bench_plan import bench_tasks, limit_check
+    from mambaxfer_cli.execute.tasks import RunSettings
+    from mambaxfer_cli.proof.pattern import POISON, fill
+
+    spec = cut_layers(load_model("jamba"), 4)
+    planned, coalesced = (plan_to_execute(spec, 2, 1, semantics="vllm", coalesce=c, blocks=None, request_blocks=1,
+                                          seed=0) for c in (False, True))
+    _, (task,) = bench_tasks(planned, coalesced, RunSettings("t", "cpu", 0, "127.0.0.1", 0, 1))
+    memory = np.full(task.memory.total_bytes, POISON, dtype=np.uint8)
+    page, blocks = task.prefill_memory.page_bytes, task.prefill_memory.logical_blocks
+    for p_rank, offset, size in limit_chunks(task.reads):    # what the limit READs land: P's first bytes
+        image = np.empty(-(-size // page) * page, dtype=np.uint8).reshape(-1, page)
+        for row in range(image.shape[0]):
+            fill(image[row], task.prefill_pages[p_rank][row // blocks][row % blocks], row // blocks, row % blocks)
+        memory[offset:offset + size] = image.reshape(-1)[:size]
+    regions = np.split(memory, task.memory.tensors)       # bench's one allocation, tensor by tensor
+    assert limit_check(task, regions) == Tally(memory.size, 0)
+    end = sum(c[2] for c in limit_chunks(task.reads))
+    memory[end - 1] ^= 0xFF                                # the last byte of the last chunk
+    memory[-1] ^= 0x01                                     # a byte that must stay poison
+    assert limit_check(task, regions) == Tally(memory.size, 2)

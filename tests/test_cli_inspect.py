@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mambaxfer_cli.cli import main
+from mambaxfer_cli.cli import flushed, run as run_command
 
 TESTS = Path(__file__).parent
 HF = TESTS / "fixtures" / "hf-configs"
@@ -20,14 +20,9 @@ EXAMPLES = TESTS.parent / "examples" / "models"
 
 @pytest.fixture
 def cli(monkeypatch, capsys):
-    """Run ``mambaxfer ARGS`` in-process through main(); return (exit code, stdout, stderr)."""
+    """Run ``mambaxfer ARGS`` in-process as the entry point does; return (exit code, stdout, stderr)."""
     def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["mambaxfer", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = flushed(run_command(list(args)))
         out, err = capsys.readouterr()
         return code, out, err
     return run

@@ -78,10 +78,11 @@ def test_a_closed_pipe_keeps_the_commands_verdict(args, code):
 def test_an_internal_error_has_its_own_exit_code():
     # A command with a bug: the traceback is printed, and the exit code is neither a verdict nor 2.
     program = ("import mambaxfer_cli.cli as cli\n"
-               "@cli.app.command('crash')\n"
                "def crash():\n"
                "    raise RuntimeError('a bug')\n"
-               "cli.main()\n")
+               "cli.COMMANDS['crash'] = cli.Command('crash', '__main__:crash', 'Crash.')\n"
+               "from mambaxfer_cli.__main__ import main\n"
+               "main()\n")
     proc = subprocess.run([sys.executable, "-c", program, "crash"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 70
     assert "Traceback" in proc.stderr and "RuntimeError: a bug" in proc.stderr

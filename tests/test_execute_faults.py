@@ -14,8 +14,8 @@ import time
 import pytest
 
 from cli_run import assert_user_error, run_cli
-from mambaxfer_cli.execute.rank import FAULT_ENV
-from rank_processes import assert_no_rank_left, new_tag, tagged
+from mambaxfer_cli.execute.faults import FAULT_ENV
+from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, tagged, wait_until
 
 SMALL = ("--model", "jamba", "--layers", "8", "--device", "cpu", "--iters", "1")
 
@@ -44,48 +44,47 @@ def assert_run_failed(result, *fragments: str) -> None:
 ])
 def test_a_rank_that_dies(fault, p_tp, d_tp, message):
     env = {**new_tag(), FAULT_ENV: fault}
-    result, seconds = run_with("--p-tp", str(p_tp), "--d-tp", str(d_tp), "--timeout", "30", env=env)
-    assert_run_failed(result, message)
-    assert seconds < 30
+    result, _ = run_with("--p-tp", str(p_tp), "--d-tp", str(d_tp), "--timeout", "120", env=env, timeout=300)
+    assert_run_failed(result, message)      # at once: a death is an event, not a timeout
     assert_no_rank_left(env)
 
 
 @pytest.mark.usefixtures("nixl")
 def test_a_peer_that_never_answers():
+    # --timeout counts only while nothing progresses: the ranks' start, however slow the machine
+    # is today, is progress; P0 stuck in its answer is not.
     env = {**new_tag(), FAULT_ENV: "P0:hang@serve"}
-    result, seconds = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "8", env=env)
-    assert_run_failed(result, "P0 did not answer on its side channel 127.0.0.1:", "within the timeout")
-    assert seconds < 8 + 4   # --timeout bounds the run (plus the CLI's own start, on a busy machine)
+    result, _ = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "5", env=env, timeout=300)
+    assert_run_failed(result, "timed out: P0 serving (answering D", "made no progress for 5s (--timeout)",
+                      "waiting for P0's side channel 127.0.0.1:")
     assert_no_rank_left(env)
 
 
 @pytest.mark.usefixtures("nixl")
 def test_a_rank_stuck_before_its_reads_is_named():
     env = {**new_tag(), FAULT_ENV: "D0:hang@prepare"}
-    result, seconds = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "8", env=env)
-    assert_run_failed(result, "timed out", "still busy: D0 exchanging")
-    assert seconds < 8 + 4
+    result, _ = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "5", env=env, timeout=300)
+    assert_run_failed(result, "timed out: D0 exchanging (loading P0's metadata) made no progress for 5s",
+                      "D1 preparing (waiting for every D rank to prepare)")
     assert_no_rank_left(env)
 
 
 @pytest.mark.usefixtures("nixl")
-def test_killing_the_command_leaves_no_rank_behind():
-    env = {**os.environ, **new_tag(), FAULT_ENV: "P0:hang@serve", "COLUMNS": "160"}
+def test_killing_the_command_leaves_no_rank_behind(tmp_path):
+    log = tmp_path / "progress.log"
+    env = {**os.environ, **new_tag(), FAULT_ENV: "P0:hang@serve", PROGRESS_LOG: str(log), "COLUMNS": "160"}
     cli = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", "execute", *SMALL, "--p-tp", "2", "--d-tp", "2",
-                            "--timeout", "60"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            "--timeout", "300"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        end = time.time() + 30
-        while len(tagged(env)) < 5 and time.time() < end:   # the CLI and its four ranks
-            time.sleep(0.1)
-        assert len(tagged(env)) >= 5
-        time.sleep(2)   # ranks running: P0 hangs in its side channel, the others wait
+        wait_until(log, "P0", "answering D", cli)      # P0 hangs in its side channel, the others wait
         cli.send_signal(signal.SIGKILL)
-        cli.wait(10)
-        assert_no_rank_left(env, within=5)
+        cli.wait(60)
+        assert_no_rank_left(env)   # each rank sees its coordinator gone and ends
     finally:
         cli.kill()
 
 
+@pytest.mark.usefixtures("nixl")      # the port is checked where the ranks would start
 def test_a_port_already_in_use():
     env = new_tag()
     with socket.socket() as taken:
@@ -103,9 +102,8 @@ def test_nixl_not_installed(tmp_path):
         (tmp_path / f"{module}.py").write_text(f"raise ModuleNotFoundError(\"No module named '{module}'\", "
                                                f"name='{module}')\n")
     env = {**new_tag(), "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    result, seconds = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "30", env=env)
+    result, _ = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "120", env=env, timeout=300)
     assert_user_error(result, "NIXL cannot be imported (No module named 'nixl')", "pip install")
-    assert seconds < 30
     assert_no_rank_left(env)
 
 
@@ -150,6 +148,7 @@ def test_plan_file_of_another_model_or_pairing(plan_file):
                       "--blocks: the plan file fixes")
 
 
+@pytest.mark.usefixtures("nixl")      # the memory is checked where the ranks' tasks are made
 def test_plan_too_large_to_execute(tmp_path):
     path = tmp_path / "full-scale.json"
     assert run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "1", "--output", str(path)).code == 0
@@ -188,3 +187,64 @@ def test_device_cuda_without_a_gpu():
         pytest.skip("this machine has a GPU")
     result = run_cli("execute", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--device", "cuda")
     assert_user_error(result, "--device cuda: no CUDA GPU")
+
+
+def rank_pid(env: dict, name: str) -> int:
+    """The process of rank ``name`` (its name ends its command line)."""
+    for pid in tagged(env):
+        try:
+            if open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[-2] == name.encode():
+                return pid
+        except (OSError, IndexError):
+            continue
+    raise AssertionError(f"no process of rank {name}")
+
+
+@pytest.mark.usefixtures("nixl")
+@pytest.mark.parametrize("how", ["P0 killed", "Ctrl-C"])
+def test_native_lines_never_reach_the_terminal(tmp_path, how):
+    """While D reads (many iterations), P0's process is killed, or the command gets Ctrl-C: NIXL and
+    UCX complain on the ranks' own stderr (a remote agent disconnected, UCX errors); the user sees
+    one line. A failed run's line names the log that keeps the ranks' output."""
+    log = tmp_path / "progress.log"
+    env = {**os.environ, **new_tag(), PROGRESS_LOG: str(log), "COLUMNS": "160"}
+    cli = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", "execute", "--model", "jamba", "--layers", "8",
+                            "--device", "cpu", "--p-tp", "1", "--d-tp", "2", "--iters", "100000", "--timeout", "120"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=as_a_shell_starts)
+    try:
+        for rank in ("D0", "D1"):
+            wait_until(log, rank, "iteration 3/", cli)
+        if how == "P0 killed":
+            os.kill(rank_pid(env, "P0"), signal.SIGKILL)
+        else:
+            cli.send_signal(signal.SIGINT)
+        out, err = cli.communicate(timeout=300)
+    finally:
+        cli.kill()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 1, err
+    if how == "Ctrl-C":
+        assert cli.returncode == 130 and lines == ["interrupted"]
+    else:
+        assert cli.returncode == 3 and lines[0].startswith("error: P0 died (killed by SIGKILL)"), err
+        if "own output is in " in lines[0]:
+            path = lines[0].rsplit("own output is in ", 1)[1]
+            assert os.path.getsize(path) > 0
+            os.unlink(path)
+    assert_no_rank_left(env)
+
+
+@pytest.mark.usefixtures("nixl")
+def test_a_rank_that_works_longer_than_the_timeout_is_not_a_fault():
+    # P0 computes for 4 s after filling and says nothing meanwhile; --timeout is 1.5 s. Working is
+    # progress (its CPU time grows), so the run completes; the same silence asleep is a stall.
+    env = {**new_tag(), FAULT_ENV: "P0:work@fill"}
+    result, _ = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "1.5", env=env, timeout=300)
+    assert result.code == 0, result.stderr
+    assert result.stdout.count("verified") == 2
+    asleep = {**new_tag(), FAULT_ENV: "P0:hang@fill"}
+    result, _ = run_with("--p-tp", "1", "--d-tp", "2", "--timeout", "1.5", env=asleep, timeout=300)
+    assert_run_failed(result, "timed out: P0 filling (page ")
+    assert_no_rank_left(env)
+    assert_no_rank_left(asleep)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 CONFIGS = {p.name: json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))}
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 REPORT = os.environ.get("FUZZ_REPORT")
-TIME_LIMIT = 20.0                  # seconds an input may take (a hang is anything longer)
+TIME_LIMIT = 20.0                  # CPU seconds an input may use (a hang is anything longer)
+RUN_LIMIT = 300.0                  # wall seconds, a ceiling that only catches an input that blocks (a run
+                                   # that starts rank processes ends by its own no-progress --timeout)
+SIGNAL_EXAMPLES = int(os.environ.get("FUZZ_SIGNAL_EXAMPLES", "8"))
 REJECTED_MEMORY = 1 << 30          # peak traced bytes of an input the tool refuses
 ACCEPTED_MEMORY = 5 << 30          # check may simulate up to 4 GiB (its own bound)
 
@@ -102,6 +107,9 @@ OPTIONS = {   # the options each command takes, and what to feed them
     "inspect": ["--tp", "--model", "--num-spec", "--conv-dtype", "--variant"],
     "execute": ["--timeout", "--host", "--port", "--iters", "--layers", "--blocks", "--block-size",
                 "--request-blocks", "--p-tp", "--d-tp", "--model", "--seed", "--semantics"],
+    "bench": ["--request-blocks", "--iters", "--device", "--timeout", "--semantics", "--chart", "--layers",
+              "--block-size", "--seed", "--format", "--p-tp", "--d-tp", "--model", "--kv-cache-dtype",
+              "--attention-backend", "--variant"],
 }
 
 
@@ -114,14 +122,16 @@ def option_value(draw) -> str:
 
 @st.composite
 def option_case(draw) -> list[str]:
-    command = draw(st.sampled_from(["plan", "check", "inspect", "execute"]))
+    command = draw(st.sampled_from(["plan", "check", "inspect", "execute", "bench"]))
     model = draw(st.sampled_from(MODELS))
     base = {"plan": ["plan", "--model", model, "--p-tp", "1", "--d-tp", "2"],
             "check": ["check", "--model", model, "--pairs", "1:2"],
             "inspect": ["inspect", "--model", model],
             # a run that the drawn option does not stop is real: keep it small
             "execute": ["execute", "--model", model, "--p-tp", "1", "--d-tp", "2", "--layers", "4",
-                        "--device", "cpu", "--iters", "1"]}[command]
+                        "--device", "cpu", "--iters", "1"],
+            "bench": ["bench", "--model", model, "--p-tp", "1", "--d-tp", "1", "--layers", "2", "--request-blocks",
+                      "1", "--iters", "1", "--device", "cpu", "--format", "json"]}[command]
     names = OPTIONS[command] + (OPTIONS["common"] if command in ("plan", "check") else [])
     argv = list(base)
     for _ in range(draw(st.integers(1, 2))):
@@ -192,7 +202,7 @@ def cases(draw) -> dict:
         files[name] = data
         argv = ["execute", "--plan", name, "--device", "cpu", "--timeout", "15"]
     return {"kind": kind, "argv": argv, "files": {k: base64.b64encode(v).decode() for k, v in files.items()},
-            "timeout": TIME_LIMIT + 5}
+            "timeout": TIME_LIMIT + 5, "wall": RUN_LIMIT}
 
 
 # --- preflight: serve lines and launch scripts ------------------------------------------------
@@ -313,7 +323,7 @@ def preflight_cases(draw) -> dict:
         files["config.json"] = json.dumps(CONFIGS[draw(st.sampled_from(sorted(CONFIGS)))]).encode()
     argv += draw(st.sampled_from([[], ["--format", "json"], ["-f", "yaml"], ["--junit", "out.xml"]]))
     return {"kind": "preflight", "argv": argv, "files": {k: base64.b64encode(v).decode() for k, v in files.items()},
-            "timeout": TIME_LIMIT + 5}
+            "timeout": TIME_LIMIT + 5, "wall": RUN_LIMIT}
 
 
 # --- the worker ---------------------------------------------------------------------------------
@@ -337,7 +347,7 @@ class Worker:
         if not line:
             code = self.process.wait()
             self.process = None
-            return {"code": None, "hang": False, "died": code, "seconds": 0, "peak_bytes": 0,
+            return {"code": None, "hang": False, "died": code, "seconds": 0, "cpu_seconds": 0, "peak_bytes": 0,
                     "stdout": "", "stderr": f"the worker died ({code})"}
         return json.loads(line)
 
@@ -386,11 +396,11 @@ def check_outcome(worker, case: dict) -> None:
     result = worker.run(case)
     _record(case, result)
     shown = f"{case['argv']} -> {result}"
-    assert not result["hang"], f"hung past {case['timeout']} s: {shown}"
-    assert result["seconds"] < TIME_LIMIT, shown
+    assert not result["hang"], f"hung past {case['timeout']} CPU s or {case['wall']} s: {shown}"
+    assert result["cpu_seconds"] < TIME_LIMIT, shown
     assert "Traceback" not in result["stderr"], shown
-    allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute", "preflight") else {0, 2}
-    if case["argv"][0] == "execute":
+    allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute", "bench", "preflight") else {0, 2}
+    if case["argv"][0] in ("execute", "bench"):
         allowed.add(3)   # a run that started and could not complete (its own one line)
     assert result["code"] in allowed, shown
     if result["code"] in (2, 3):
@@ -399,3 +409,84 @@ def check_outcome(worker, case: dict) -> None:
         assert result["peak_bytes"] < REJECTED_MEMORY, shown
     else:
         assert result["peak_bytes"] < ACCEPTED_MEMORY, shown
+
+
+# --- signals at any moment of a run ---------------------------------------------------------------
+
+SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM", signal.SIGHUP: "stopped by SIGHUP"}
+RUNS = {   # small runs, and states their ranks surely pass through (rank, a fragment of its state line)
+    "execute": (["execute", "--model", "jamba", "--layers", "4", "--p-tp", "2", "--d-tp", "2", "--device", "cpu",
+                 "--iters", "3", "--format", "json"],
+                [("P0", "loading NIXL"), ("P1", "filling"), ("P0", "serving"), ("D0", "poisoning"),
+                 ("D1", "exchanging"), ("D0", "preparing"), ("D1", "waiting for every D rank"),
+                 ("D0", "transferring"), ("D1", "verifying")]),
+    "bench": (["bench", "--model", "jamba", "--layers", "2", "--p-tp", "2", "--d-tp", "1", "--request-blocks", "1,2",
+               "--iters", "2", "--device", "cpu", "--format", "json"],
+              [("P1", "filling"), ("D0", "registering"), ("P0", "waiting for the D ranks to register"),
+               ("D0", "READ planned"), ("P1", "WRITE coalesced"), ("D0", "verifying"),
+               ("D0", "waiting for every rank at 'WRITE:limit:checked'")]),
+}
+
+
+@st.composite
+def signal_cases(draw) -> dict:
+    command = draw(st.sampled_from(sorted(RUNS)))
+    states = RUNS[command][1]
+    moment = draw(st.one_of(st.tuples(st.just("after"), st.floats(0, 4)),
+                            st.tuples(st.just("state"), st.sampled_from(states))))
+    return {"command": command, "signum": draw(st.sampled_from(sorted(SIGNALS))), "moment": moment,
+            "to_group": draw(st.booleans())}
+
+
+def _handled(pid: int) -> bool:
+    """mambaxfer's entry point installed its handlers (Python handles SIGINT from its own start,
+    SIGHUP only once mambaxfer does)."""
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (signal.SIGHUP - 1) & 1)
+
+
+@settings(max_examples=SIGNAL_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=signal_cases())
+def test_a_signal_at_any_moment_of_a_run_is_its_code_and_one_line(nixl, tmp_path_factory, case):
+    """Ctrl-C (to the process group, as a terminal sends it), SIGTERM or SIGHUP at a drawn moment
+    of execute or bench: a time after the command started, or the moment a rank reaches a drawn
+    state. The command ends with 128 + the signal and exactly its one line (no NIXL or UCX line,
+    no traceback), or, when the signal came after the run's end, as the run ends; no rank is left."""
+    from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, reached
+
+    log = tmp_path_factory.mktemp("signal") / "progress.log"
+    argv, _ = RUNS[case["command"]]
+    env = {**os.environ, **new_tag(), PROGRESS_LOG: str(log), "COLUMNS": "80"}
+    proc = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=as_a_shell_starts)
+    try:
+        while proc.poll() is None and not _handled(proc.pid):
+            time.sleep(0.0005)
+        kind, value = case["moment"]
+        if kind == "after":
+            time.sleep(value)
+        else:
+            while proc.poll() is None and not reached(log, *value):
+                time.sleep(0.005)
+        if proc.poll() is None:
+            os.killpg(proc.pid, case["signum"]) if case["to_group"] else proc.send_signal(case["signum"])
+        out, err = proc.communicate(timeout=RUN_LIMIT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    shown = f"{case} -> {proc.returncode}: {err!r}"
+    if REPORT:
+        with open(REPORT, "a") as handle:
+            handle.write(json.dumps({"kind": "signal", **case, "code": proc.returncode, "stderr": err[-300:]}) + "\n")
+    if proc.returncode == 0:          # the run ended before the signal came
+        assert err == "" and json.loads(out)["schema"].startswith("mambaxfer."), shown
+    else:
+        assert proc.returncode == 128 + case["signum"], shown
+        assert err.splitlines() == [SIGNALS[case["signum"]]], shown
+    assert_no_rank_left(env)

@@ -188,22 +188,21 @@ def option_names(command: str) -> list[str]:
     """Every option name of a command, from the command line's own definition."""
     import typer
 
-    from mambaxfer_cli.cli import app
+    from mambaxfer_cli.cli import COMMANDS, app
 
-    group = typer.main.get_command(app)
-    params = group.params if not command else group.commands[command].params
+    params = typer.main.get_command(app).params if not command else COMMANDS[command].load().params
     return [name for param in params for name in (*param.opts, *param.secondary_opts)]
 
 
 def test_every_command_is_covered():
-    import typer
+    from mambaxfer_cli.cli import COMMANDS as REGISTERED
 
-    from mambaxfer_cli.cli import app
+    # conformance needs vLLM in this environment: tests/test_conformance.py renders its report at
+    # 80 columns (from a report and through the vLLM interpreters).
+    assert set(REGISTERED) - {"conformance"} == set(COMMANDS)
 
-    assert set(typer.main.get_command(app).commands) == set(COMMANDS)
 
-
-@pytest.mark.parametrize("command", ["", *COMMANDS])
+@pytest.mark.parametrize("command", ["", *COMMANDS, "conformance"])
 @pytest.mark.parametrize("width", NARROW)
 def test_help_shows_every_option_name_and_default_whole(command, width):
     args = (command, "--help") if command else ("--help",)

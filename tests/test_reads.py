@@ -18,7 +18,7 @@ from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.planning.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import (
-    EXACT, VLLM, Read, Segment, _Holding, assign_units, coalesce, exact_reads, misreads,
+    EXACT, VLLM, Read, Segment, Holding, assign_units, coalesce, exact_reads, misreads,
     plan_reads, tp_ratio, vllm_reads,
 )
 
@@ -203,7 +203,7 @@ def test_vllm_plan_warns_on_replicated_groups():
 
 
 def test_assign_units_prefers_then_lowest():
-    holders = [_Holding(0, Shard(0, 6), 0), _Holding(1, Shard(4, 10), 0)]
+    holders = [Holding(0, Shard(0, 6), 0), Holding(1, Shard(4, 10), 0)]
     assert assign_units(Shard(0, 10), holders, preferred=set()) == [(holders[0], Shard(0, 6)),
                                                                     (holders[1], Shard(6, 10))]
     assert assign_units(Shard(0, 10), holders, preferred={1}) == [(holders[0], Shard(0, 4)),

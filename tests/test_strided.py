@@ -31,6 +31,7 @@ def test_strided_rows_expand_to_the_table(model, p_tp, d_tp, semantics):
     assert seen
 
 
+@pytest.mark.usefixtures("nixl")
 def test_nixl_reads_through_strided_lists():
     from mambaxfer_cli.execute.nixl_api import load_nixl
 

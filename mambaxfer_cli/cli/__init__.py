@@ -8,31 +8,108 @@ refuses (``check``, ``execute``); 2 a usage error; 3 an ``execute`` run that cou
 
 from __future__ import annotations
 
-import os
+import importlib
 import re
-import signal
 import sys
+from dataclasses import dataclass
 from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli import __version__
+from mambaxfer_cli import __version__, exits
+from mambaxfer_cli._click_compat import click
+from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_USAGE
 
-EXIT_USAGE = 2
-EXIT_INTERNAL = 70          # sysexits' EX_SOFTWARE: distinct from every verdict code
-EXIT_INTERRUPTED = 130
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+RICH_MARKUP = "rich"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command: its name, the function that runs it (``module:function``, imported only when
+    the command runs) and its summary in the command list (its docstring's first paragraph)."""
+
+    name: str
+    target: str
+    summary: str
+
+    def load(self) -> click.Command:
+        module, function = self.target.split(":")
+        one = typer.Typer(rich_markup_mode=RICH_MARKUP, pretty_exceptions_enable=False, add_completion=False)
+        one.command(self.name)(getattr(importlib.import_module(module), function))
+        return typer.main.get_command(one)
+
+
+# Every command, registered here alone, in the order `mambaxfer --help` lists them.
+COMMANDS = {c.name: c for c in (
+    Command("plan", "mambaxfer_cli.cli.plan_cmd:plan",
+            "Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, "
+            "both sides' layouts, every segment, page diagrams and descriptor IDs."),
+    Command("check", "mambaxfer_cli.cli.check_cmd:check",
+            "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and "
+            "every byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM "
+            "issues."),
+    Command("preflight", "mambaxfer_cli.cli.preflight_cmd:preflight",
+            "Check a P/D deployment from its two vllm serve command lines: the vLLM release's "
+            "verdict, a byte-level check of its reads, and the corrected command lines when anything "
+            "fails."),
+    Command("inspect", "mambaxfer_cli.cli.inspect_cmd:inspect",
+            "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP "
+            "sizes, and the block geometry the vLLM release derives for an engine of each TP size on "
+            "the GPU."),
+    Command("models", "mambaxfer_cli.cli.models_cmd:models",
+            "List the built-in model presets with their variant, layer counts, dtypes and source."),
+    Command("execute", "mambaxfer_cli.cli.execute_cmd:execute",
+            "Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, "
+            "verify every byte."),
+    Command("bench", "mambaxfer_cli.cli.bench_cmd:bench",
+            "Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one "
+            "descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); "
+            "every byte verified."),
+    Command("conformance", "mambaxfer_cli.cli.conformance_cmd:conformance",
+            "Run the installed vLLM's own functions on each model and P/D pairing and compare every "
+            "answer with mambaxfer's."),
+    Command("schema", "mambaxfer_cli.cli.schema_cmd:schema",
+            "Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1)."),
+)}
+
+
+class Commands(typer.core.TyperGroup):
+    """The command group: a command's module is imported when that command runs; listing the
+    commands (``--help``, a mistyped name, completion) imports none."""
+
+    _listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = COMMANDS.get(cmd_name)
+        if command is None:
+            return None
+        if self._listing:
+            return typer.core.TyperCommand(command.name, short_help=command.summary)
+        return command.load()
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="mambaxfer",
+    cls=Commands,
     help="Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector).",
     epilog="Exit codes: 0 ok; 1 wrong bytes or a refused pairing; 2 usage error; 3 execute run failed; "
            "70 internal error (a bug, please report it); 130 interrupted.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
-    rich_markup_mode="rich",
+    rich_markup_mode=RICH_MARKUP,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -52,9 +129,18 @@ _flags_without_metavar()
 
 
 def _help_that_never_cuts() -> None:
-    from mambaxfer_cli.render.help import install
+    """Lay out --help with ``render.help`` when help is shown (rich's help machinery is costly to
+    import: a command that shows no help never imports it)."""
+    for cls in (typer.core.TyperCommand, typer.core.TyperGroup):
+        shown = cls.format_help
 
-    install()
+        def format_help(self, ctx, formatter, shown=shown):
+            from mambaxfer_cli.render.help import install
+
+            install()
+            return shown(self, ctx, formatter)
+
+        cls.format_help = format_help
 
 
 _help_that_never_cuts()
@@ -75,40 +161,6 @@ def _root(
     """Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector)."""
 
 
-def red_line(message: str) -> None:
-    """One red line on stderr."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
-
-
-def fail(message: str) -> "typer.Exit":
-    """Print one red line on stderr; the caller raises the returned Exit (code 2)."""
-    red_line(message)
-    return typer.Exit(EXIT_USAGE)
-
-
-_verdict: list[int] = []
-
-
-def verdict(code: int) -> None:
-    """The command's outcome is known: the exit code to keep if its output pipe closes early."""
-    _verdict[:] = [code]
-
-
-class Stopped(BaseException):
-    """SIGTERM or SIGHUP: unwinds like Ctrl-C (every ``finally`` runs, ranks are stopped)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stopped(signum, frame) -> None:
-    raise Stopped(signum)
-
-
 def _one_line(text: str) -> str:
     """One line, with any very long word (a value pasted by mistake) cut to its ends."""
     text = "; ".join(line.strip() for line in text.splitlines() if line.strip())
@@ -117,11 +169,11 @@ def _one_line(text: str) -> str:
 
 def _usage_error(exc) -> int:
     """Option parsing's error as one red line (typer's box is many), with a pointer to --help."""
-    from mambaxfer_cli._click_compat import click
-
     ctx = getattr(exc, "ctx", None)
-    if isinstance(exc, click.exceptions.NoArgsIsHelpError) and ctx is not None:
-        typer.echo(ctx.get_help())
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        # Building the error rendered the help: rich prints it then, a plain formatter returns it.
+        if exc.format_message().strip():
+            typer.echo(exc.format_message())
         return exc.exit_code
     message = _one_line(exc.format_message())
     if isinstance(exc, click.exceptions.UsageError) and ctx is not None:
@@ -130,33 +182,17 @@ def _usage_error(exc) -> int:
     return exc.exit_code
 
 
-def _silence_stdout() -> None:
-    """After a closed pipe, the interpreter's last flush must not complain."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
-def _closed_pipe() -> int:
-    """A reader that stopped reading (``| head``) is not a failure: the command's own verdict, when
-    it is known, else 141 as for SIGPIPE."""
-    _silence_stdout()
-    return _verdict[0] if _verdict else 128 + signal.SIGPIPE
-
-
 def run(args: list[str], prog_name: str = "mambaxfer") -> int:
     """Run one command line; returns the exit code. Every way out is decided here."""
-    from mambaxfer_cli._click_compat import click
-
-    command = typer.main.get_command(app)
-    _verdict.clear()
+    forget()
     try:
+        command = typer.main.get_command(app)
         command._main_shell_completion(ctx_args={}, prog_name=prog_name)
         with command.make_context(prog_name, list(args)) as ctx:
             command.invoke(ctx)
         return 0
+    except KeyboardInterrupt as exc:     # a stop signal (exits.Stopped), or Python's own Ctrl-C
+        return exits.report(exc)
     except typer.Exit as exc:
         return exc.exit_code
     except UserError as exc:
@@ -164,17 +200,13 @@ def run(args: list[str], prog_name: str = "mambaxfer") -> int:
         return EXIT_USAGE
     except click.exceptions.ClickException as exc:
         return _usage_error(exc)
-    except (KeyboardInterrupt, typer.Abort):
-        sys.stderr.write("interrupted\n")
-        return EXIT_INTERRUPTED
-    except Stopped as exc:
-        sys.stderr.write(f"stopped by {signal.Signals(exc.signum).name}\n")
-        return 128 + exc.signum
+    except typer.Abort:
+        return exits.report(KeyboardInterrupt())
     except BrokenPipeError:
-        return _closed_pipe()
+        return closed_pipe()
     except SystemExit as exc:
         if isinstance(exc.__context__, BrokenPipeError):   # rich's own reaction to a closed pipe
-            return _closed_pipe()
+            return closed_pipe()
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     except BaseException:
         import traceback
@@ -185,19 +217,10 @@ def run(args: list[str], prog_name: str = "mambaxfer") -> int:
         return EXIT_INTERNAL
 
 
-def main() -> None:
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _raise_stopped)
-    code = run(sys.argv[1:])
+def flushed(code: int) -> int:
+    """The exit code once stdout is flushed (a reader that stopped reading decides it then)."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        code = _closed_pipe()
-    raise SystemExit(code)
-
-
-# Each module registers its command on ``app``.
-from mambaxfer_cli.cli import models_cmd, inspect_cmd, plan_cmd, schema_cmd  # noqa: E402,F401
-from mambaxfer_cli.cli import check_cmd, execute_cmd, bench_cmd  # noqa: E402,F401
-from mambaxfer_cli.cli import preflight_cmd  # noqa: E402,F401
-from mambaxfer_cli.cli import conformance_cmd  # noqa: E402,F401
+        return closed_pipe()
+    return code

@@ -8,15 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
     OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
-
-EXIT_CORRUPT = 1
-EXIT_RUN_FAILED = 3
+from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
 
 
 class BenchFormat(str, Enum):
@@ -38,7 +36,7 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _devices(text: str) -> list[str]:
+def _devices(text: str) -> list[tuple[str, int]]:
     from mambaxfer_cli.execute.device import resolve_device
 
     out = []
@@ -49,7 +47,6 @@ def _devices(text: str) -> list[str]:
     return out
 
 
-@app.command("bench")
 def bench(
     model: Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)],
     p_tp: Annotated[int, EngineOption("--p-tp", help="Prefill (P) TP size.", show_default=False)],
@@ -73,7 +70,9 @@ def bench(
     kv_cache_dtype: KvDtypeOpt = None,
     enable_prefix_caching: PrefixOpt = None,
     seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, OutputOption("--timeout", help="Seconds each request size's run may take.")] = 120.0,
+    timeout: Annotated[float, OutputOption(
+        "--timeout", help="Stop a run after this many seconds without progress (no rank working or "
+                          "reaching a new step).")] = 120.0,
     fmt: Annotated[BenchFormat, OutputOption(
         "--format", "-f", help="table, or json (mambaxfer.bench/v1).")] = BenchFormat.table,
     chart: Annotated[Optional[Path], OutputOption(
@@ -94,7 +93,7 @@ def bench(
     """
     import importlib.util
 
-    from mambaxfer_cli.cli import red_line
+    from mambaxfer_cli.cli.outcome import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.limits import check_bounds, finite_seconds
@@ -102,8 +101,11 @@ def bench(
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, iters=iters, seed=seed)
     finite_seconds("--timeout", timeout)
     sizes = _sizes(request_blocks)
+    if chart is not None and chart.suffix.lower() != ".png":
+        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
     from mambaxfer_cli.execute.bench import bench_document, bench_point, write_chart
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+    from mambaxfer_cli.execute.tasks import check_fits
 
     engine = engines(vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
                      attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
@@ -112,6 +114,13 @@ def bench(
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics.value, coalesce=c, blocks=None,
                                    request_blocks=n, seed=seed, engine=engine) for c in (False, True))
              for n in sizes]
+    devices = _devices(device)
+    for kind, _ in devices:      # up front: a sweep never stops at its largest size for want of memory
+        for n, (planned, _) in zip(sizes, plans):
+            try:
+                check_fits(planned, kind, "use smaller --request-blocks or fewer --layers")
+            except UserError as exc:
+                raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     refused = plans[0][0].verdict
@@ -123,9 +132,6 @@ def bench(
             f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
             + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
             markup=False)
-    devices = _devices(device)
-    if chart is not None and chart.suffix.lower() != ".png":
-        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
 
     from mambaxfer_cli.render.bench_view import BenchProgress, bench_tables
 
@@ -140,12 +146,10 @@ def bench(
                     red_line(str(exc))   # one red line, with the run's own exit code
                     raise typer.Exit(EXIT_RUN_FAILED) from None
                 except UserError as exc:
-                    raise UserError(f"{kind}, --request-blocks {n}: {exc}".replace(
-                        "use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)",
-                        "use smaller --request-blocks or fewer --layers")) from None
+                    raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
                 view.advance()
     document = stamped({**bench_document(plans[0][0], points, iters), **plans[0][0].engines.to_dict()})
-    verdict(0 if document["verified"] else EXIT_CORRUPT)
+    verdict(0 if document["verified"] else EXIT_WRONG)
     if fmt is BenchFormat.json:
         import json
 
@@ -160,4 +164,4 @@ def bench(
         why = write_chart(document, chart)
         typer.echo(f"chart skipped: {why}" if why else f"chart written to {chart}", err=True)
     if not document["verified"]:
-        raise typer.Exit(EXIT_CORRUPT)
+        raise typer.Exit(EXIT_WRONG)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CheckSemantics, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt,
     DNumBlocksOpt, DPhysOpt, DPrefixOpt, DVllmVersionOpt, DecodeBlocksOpt, EngineOption, Format, GdnBackendOpt,
@@ -17,7 +16,6 @@ from mambaxfer_cli.cli.options import (
 from mambaxfer_cli.errors import UserError
 
 
-@app.command("check")
 def check(
     model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Or use --all-presets.", show_default=False)] = None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import MODEL_HELP, EngineOption, Format, ModelOption, OutputOption, check_writable
 from mambaxfer_cli.errors import UserError
 
@@ -13,7 +12,6 @@ from mambaxfer_cli.errors import UserError
 MAX_CONFORMANCE_TP = 64
 
 
-@app.command("conformance")
 def conformance(
     model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Or use --all-presets.", show_default=False)] = None,

@@ -5,21 +5,24 @@ from __future__ import annotations
 import secrets
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, GdnBackendOpt, GpuOpt, HeadSizeOpt,
     KvDtypeOpt, KvHeadsOpt, MODEL_HELP, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics,
     SsmDtypeOpt, VariantOpt, VllmVersionOpt, check_bounds, engines, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
 from mambaxfer_cli.limits import finite_seconds
 
-EXIT_CORRUPT = 1
-EXIT_RUN_FAILED = 3
+if TYPE_CHECKING:
+    from mambaxfer_cli.execute.discovery import Discovery
+    from mambaxfer_cli.execute.tasks import RunSettings
+    from mambaxfer_cli.planning.plan import Plan
 
 
 class Device(str, Enum):
@@ -38,7 +41,6 @@ class ExecuteFormat(str, Enum):
     json = "json"
 
 
-@app.command("execute")
 def execute(
     model: Annotated[Optional[str], ModelOption(
         "--model", "-m", help=MODEL_HELP + " Optional with --plan.", show_default=False)] = None,
@@ -69,7 +71,9 @@ def execute(
                                  "non-contiguous block IDs on each side.")] = 2,
     iters: Annotated[int, RequestOption("--iters", help="Post the READs this many times (time = median).")] = 3,
     seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, RequestOption("--timeout", help="Seconds the whole run may take.")] = 120.0,
+    timeout: Annotated[float, RequestOption(
+        "--timeout", help="Stop the run after this many seconds without progress (no rank working or "
+                          "reaching a new step).")] = 120.0,
     fmt: Annotated[ExecuteFormat, OutputOption(
         "--format", "-f", help="table, or json (mambaxfer.execute/v1).")] = ExecuteFormat.table,
     plan_file: Annotated[Optional[Path], ModelOption(
@@ -112,8 +116,9 @@ def execute(
     """
     import importlib.util
 
-    from mambaxfer_cli.cli import red_line
-    from mambaxfer_cli.execute.coordinator import RunFailure, execute as run
+    from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.execute.run import execute as run
     from mambaxfer_cli.execute.device import resolve_device
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import RunSettings
@@ -141,9 +146,9 @@ def execute(
                          enable_prefix_caching=enable_prefix_caching).decode
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,
                  seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
+    kind, gpus = resolve_device(device.value)
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
-    kind, gpus = resolve_device(device.value)
     if discovery is None:
         settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, iters)
     else:
@@ -161,7 +166,7 @@ def execute(
         except RunFailure as exc:
             red_line(str(exc))   # one red line, with the run's own exit code
             raise typer.Exit(EXIT_RUN_FAILED) from None
-    verdict(0 if outcome.verified else EXIT_CORRUPT)
+    verdict(0 if outcome.verified else EXIT_WRONG)
     if fmt is ExecuteFormat.json:
         import json
 
@@ -176,7 +181,7 @@ def execute(
         if report is not None:
             out.print(report)
     if not outcome.verified:
-        raise typer.Exit(EXIT_CORRUPT)
+        raise typer.Exit(EXIT_WRONG)
 
 
 def _engines_fixed(given: dict) -> None:
@@ -208,7 +213,7 @@ def _check_local_host(host: str) -> None:
                     f"give 127.0.0.1 or one of this machine's own addresses")
 
 
-def _two_host_settings(plan, discovery, device: str, gpus: int, iters: int):
+def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int, iters: int) -> RunSettings:
     """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
     from mambaxfer_cli.execute.discovery import check_etcd, check_listen
     from mambaxfer_cli.execute.agreement import geometry

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, ConvDtypeOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, HeadSizeOpt, KvDtypeOpt,
     KvHeadsOpt, ModelOpt, NumSpecOpt, OutputOption, PrefixOpt, SsmDtypeOpt, VariantOpt, VllmVersionOpt, dump,
@@ -14,7 +14,6 @@ from mambaxfer_cli.cli.options import (
 )
 
 
-@app.command("inspect")
 def inspect(
     model: ModelOpt,
     tp: Annotated[str, EngineOption("--tp", help="TP sizes, comma-separated, e.g. 1,2,4,8.")] = "1",

@@ -6,11 +6,10 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.cli.options import Format, OutputOption, dump, stamped
 
 
-@app.command("models")
 def models(
     fmt: Annotated[Format, OutputOption("--format", "-f", help="table, json or yaml.")] = Format.table,
 ) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
@@ -19,7 +19,6 @@ from mambaxfer_cli.cli.options import (
 )
 
 
-@app.command("plan")
 def plan(
     model: ModelOpt,
     p_tp: PTpOpt,
@@ -133,10 +132,10 @@ def plan(
 
 def shown_sections(show: str | None) -> tuple[str, ...]:
     """``--show layouts,ids`` (or ``all``) as the sections to add to the brief form."""
-    from mambaxfer_cli.render.plan_view import SECTIONS
-
     if show is None:
         return ()
+    from mambaxfer_cli.render.plan_view import SECTIONS
+
     names = [name.strip().lower() for name in show.split(",") if name.strip()]
     if "all" in names:
         return SECTIONS

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import (
     DVllmVersionOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, OutputOption, PVllmVersionOpt, VllmVersionOpt,
     check_writable, engines,
@@ -24,7 +23,6 @@ def _text(line: str | None, file: Path | None, side: str) -> str:
     return read_text(Path(file), f"--{side}-file {file}", MAX_SCRIPT_BYTES, "the script that starts the engine")
 
 
-@app.command("preflight")
 def preflight(
     prefill: Annotated[Optional[str], EngineOption(
         "--prefill", help="The prefill engine's command line: 'vllm serve MODEL ...'.", show_default=False)] = None,

@@ -7,7 +7,7 @@ from typing import Callable, Iterable
 
 import typer
 
-from mambaxfer_cli.cli import red_line, verdict
+from mambaxfer_cli.cli.outcome import red_line, verdict
 from mambaxfer_cli.cli.options import Format, dump, stamped, write_output
 from mambaxfer_cli.errors import UserError
 

@@ -7,13 +7,12 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli import app, verdict
+from mambaxfer_cli.cli.outcome import verdict
 from mambaxfer_cli.schema import DOCUMENTS
 
 Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)
 
 
-@app.command("schema")
 def schema(
     document: Annotated[Document, typer.Argument(
         help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "

@@ -1,7 +1,16 @@
-"""``execute``: the plan performed with real NIXL transfers between real processes.
+"""``execute`` and ``bench``: a plan performed with real NIXL transfers between real processes.
 
-``tasks`` turns a plan into what each rank process does (pure), ``coordinator`` spawns one process
-per P and D rank and collects their outcomes, ``rank`` is the process itself (P fills, D poisons,
-prepares, READs and verifies), ``memory``/``nixl_api`` are the only places that touch torch and
-NIXL, ``side_channel`` exchanges agent metadata over a loopback socket, ``verify`` checks D's bytes.
+The plan side (pure, no NIXL): ``plan_source`` (the plan to run), ``tasks`` (what each rank does),
+``bench_plan`` (bench's variants and tasks), ``difference`` (where two plan documents differ),
+``agreement`` (what two hosts compare), ``discovery`` (how two hosts find each other), ``device``.
+
+The coordinator side: ``coordinator`` spawns one process per rank, follows their progress and stops
+them, knowing no program; ``run`` is an execute run and its document, ``bench`` a bench run and its.
+Between them and the ranks: ``messages`` (typed, both ways) and ``results`` (what ranks measured).
+
+A rank process: ``rank_process`` (its entry), ``channel`` (its end of the pipe, its ways to fail),
+``agent`` (its NIXL agent and memory: set up, fill, exchange, prepare, transfer, release),
+``rank`` (execute's P and D programs), ``bench_rank`` (bench's), ``remote`` (a two-host run's side),
+``side_channel`` (metadata over a loopback socket), ``verify`` (D's check of every byte), ``faults``
+(faults the tests inject); ``memory`` and ``nixl_api`` are the only places that touch torch and NIXL.
 """

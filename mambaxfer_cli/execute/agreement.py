@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from mambaxfer_cli.execute.plan_source import _comparable, _shown, first_difference
+from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
 from mambaxfer_cli.planning.plan import Plan
 
 TAG = b"mambaxfer:"            # marks our control notifications apart from the READs' own
@@ -25,9 +25,9 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def geometry(plan: Plan) -> dict:
+def geometry(plan: Plan) -> dict[str, Any]:
     """The compared fields of a plan, in the order they are compared."""
-    document = _comparable(plan.to_dict())
+    document = comparable(plan.to_dict())
     model = dict(document["model"])
     model["config_hash"] = _digest(model.get("params"))
     parts = {"model": model, "semantics": document["semantics"],
@@ -40,21 +40,21 @@ def geometry(plan: Plan) -> dict:
     return out
 
 
-def mismatch(prefill: dict, decode: dict) -> str | None:
+def mismatch(prefill: dict[str, Any], decode: dict[str, Any]) -> str | None:
     """The first field the two sides' geometries disagree on, with both values; None when equal."""
     found = first_difference(prefill, decode)
     if found is None:
         return None
     where, p_value, d_value = found
-    return (f"prefill and decode disagree on {where}: prefill has {_shown(p_value)}, decode has "
-            f"{_shown(d_value)}; start both sides with the same model and engine options")
+    return (f"prefill and decode disagree on {where}: prefill has {shown_value(p_value)}, decode has "
+            f"{shown_value(d_value)}; start both sides with the same model and engine options")
 
 
-def encode(kind: str, **fields) -> bytes:
+def encode(kind: str, **fields: Any) -> bytes:
     return TAG + json.dumps({"kind": kind, **fields}, separators=(",", ":")).encode()
 
 
-def decode(message: bytes) -> dict | None:
+def decode(message: bytes) -> dict[str, Any] | None:
     """Our control message, or None for anything else (a READ's notification)."""
     if not message.startswith(TAG):
         return None

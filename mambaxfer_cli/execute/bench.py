@@ -9,101 +9,21 @@ byte by byte on D. The UCX transport is read from UCX's own info log of the endp
 
 from __future__ import annotations
 
-import contextlib
 import re
 import secrets
 import statistics
-import tempfile
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.bench_plan import COALESCED, DIRECTIONS, LIMIT, MODES, ORDER, PLANNED, bench_tasks, limit_chunks
+from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
+from mambaxfer_cli.execute.tasks import RunSettings
+from mambaxfer_cli.planning.plan import Plan
 
 SCHEMA = "mambaxfer.bench/v1"
-PLANNED, COALESCED, LIMIT = "planned", "coalesced", "limit"
-ORDER = (PLANNED, COALESCED, LIMIT)
-DIRECTIONS = ("READ", "WRITE")
-MODES = {"READ": "pull (D READs)", "WRITE": "push (P WRITEs)"}
-
-
-@dataclass(frozen=True)
-class BenchSpec:
-    """What every rank of a bench run needs besides its own task."""
-
-    iters: int
-    variants: tuple[tuple[str, dict], ...]     # (planned|coalesced, {d_rank: reads})
-    decode_tasks: dict                         # variant -> {d_rank: DecodeTask} (what D must hold)
-    order: tuple[str, ...] = ORDER
-
-
-def limit_chunks(reads: Sequence) -> list[tuple[int, int, int]]:
-    """The limit variant of one D rank's reads: per source P rank (in read order), the D offset and
-    the bytes the plan moves from it; one descriptor each, laid back to back in D's memory."""
-    sizes: dict[int, int] = {}
-    for read in reads:
-        sizes[read.p_rank] = sizes.get(read.p_rank, 0) + int(read.local.resolve(read.local_ids)["size"].sum())
-    out, offset = [], 0
-    for p_rank, size in sizes.items():
-        out.append((p_rank, offset, size))
-        offset += size
-    return out
-
-
-def prefill_image(task, p_rank: int, size: int) -> np.ndarray:
-    """The first ``size`` bytes of P rank ``p_rank``'s memory (tensors back to back), as P fills it."""
-    from mambaxfer_cli.proof.pattern import fill
-
-    page = task.prefill_memory.page_bytes
-    blocks = task.prefill_memory.logical_blocks
-    out = np.empty(-(-size // page) * page, dtype=np.uint8).reshape(-1, page)
-    for row in range(out.shape[0]):
-        tensor, block = divmod(row, blocks)
-        fill(out[row], task.prefill_pages[p_rank][tensor][block], tensor, block)
-    return out.reshape(-1)[:size]
-
-
-def limit_verdict(task, regions: Sequence[np.ndarray]) -> dict:
-    """D's memory after the limit variant: each chunk P's first bytes, everything else poison."""
-    from mambaxfer_cli.proof.pattern import POISON
-
-    got = np.concatenate([r.reshape(-1) for r in regions])
-    expected = np.full(got.size, POISON, dtype=np.uint8)
-    for p_rank, offset, size in limit_chunks(task.reads):
-        expected[offset:offset + size] = prefill_image(task, p_rank, size)
-    wrong = int(np.count_nonzero(got != expected))
-    return {"ok": wrong == 0, "checked_bytes": int(got.size), "wrong_bytes": wrong}
-
-
-def bench_tasks(planned, coalesced, settings):
-    """The rank tasks of one bench run: the planned plan's ranks, with one registered region each."""
-    from mambaxfer_cli.execute.tasks import build_tasks, side_memory
-
-    for side in ("prefill", "decode"):
-        if side_memory(getattr(planned, side)) != side_memory(getattr(coalesced, side)):
-            raise UserError(f"the coalesced plan lays out the {side} engine's memory differently")
-    prefill, decode = build_tasks(planned, settings)
-    _, decode_b = build_tasks(coalesced, settings)
-    for a, b in zip(decode, decode_b):
-        if [e.key for e in a.expected] != [e.key for e in b.expected]:
-            raise UserError(f"the coalesced plan moves other pages to D{a.rank} than the planned one")
-
-    def one(task):
-        return replace(task, memory=replace(task.memory, single_region=True))
-
-    decode = [replace(one(t), prefill_memory=replace(t.prefill_memory, single_region=True)) for t in decode]
-    spec = BenchSpec(settings.iters,
-                     variants=((PLANNED, {t.rank: t.reads for t in decode}),
-                               (COALESCED, {t.rank: t.reads for t in decode_b})),
-                     decode_tasks={PLANNED: {t.rank: t for t in decode}, COALESCED: {t.rank: t for t in decode_b}})
-    settings = replace(settings, bench=spec)
-    prefill = [replace(one(t), settings=settings) for t in prefill]
-    decode = [replace(t, settings=settings) for t in decode]
-    for name in (PLANNED, COALESCED):
-        spec.decode_tasks[name].update({t.rank: replace(t, settings=settings) for t in spec.decode_tasks[name].values()})
-    return prefill, decode
 
 
 # UCX's info log names each endpoint configuration: "<agent> intra-node cfg#1 rma_am(tcp/lo) am(tcp/lo cma/memory) ..."
@@ -112,10 +32,10 @@ _LANE = re.compile(r"(\w+)\(([^)]*)\)")
 DATA_LANES = ("rma_bw", "rma", "rma_am", "am")     # the lanes that carry a READ's or WRITE's bytes
 
 
-def transports(log_text: str, run_id: str) -> dict:
+def transports(log_text: str, run_id: str) -> dict[str, Any]:
     """Per role (P: WRITE, D: READ) the UCX lanes of the endpoints its agents used, and transport names."""
-    out: dict[str, set] = {"P": set(), "D": set()}
-    lanes: dict[str, set] = {"P": set(), "D": set()}
+    out: dict[str, set[str]] = {"P": set(), "D": set()}
+    lanes: dict[str, set[str]] = {"P": set(), "D": set()}
     for line in log_text.splitlines():
         match = _CFG.search(line)
         if not match or not match.group(1).startswith(f"mambaxfer-{run_id}-"):
@@ -129,89 +49,72 @@ def transports(log_text: str, run_id: str) -> dict:
             "WRITE": {"transports": sorted(out["P"]), "ucx_lanes": sorted(lanes["P"])}}
 
 
-@contextlib.contextmanager
-def _ucx_info_log():
-    """UCX logs each endpoint's configuration at info level, into files of our own."""
-    from mambaxfer_cli.execute.coordinator import environment
-
-    with tempfile.TemporaryDirectory(prefix="mambaxfer-ucx-") as tmp:
-        texts: list[str] = []
-        try:
-            with environment({"UCX_LOG_LEVEL": "info", "UCX_LOG_FILE": str(Path(tmp) / "ucx.%p.log")}):
-                yield texts
-        finally:
-            texts.extend(p.read_text(errors="replace") for p in sorted(Path(tmp).glob("ucx.*")))
-
-
 def _p99(values: Sequence[float]) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), 99))
 
 
-def summarise(steps: list[dict], nbytes: int, iters: int) -> dict:
-    """One variant in one direction from its initiators' results (iteration i: the slowest initiator)."""
-    times = [max(s["times"][i] for s in steps) for i in range(iters)]
-    post = [max(s["post_us"][i] for s in steps) for i in range(iters)]
-    xfer = [max(s["xfer_us"][i] for s in steps) for i in range(iters)]
-    posted = sum(s["descs_posted"] for s in steps)
+def summarise(steps: Sequence[tuple[Timing, Preparation]], nbytes: int, iters: int) -> dict[str, Any]:
+    """One variant in one direction from its initiators' figures (iteration i: the slowest initiator)."""
+    times = [max(t.times_s[i] for t, _ in steps) for i in range(iters)]
+    post = [max(t.post_us[i] for t, _ in steps) for i in range(iters)]
+    xfer = [max(t.xfer_us[i] for t, _ in steps) for i in range(iters)]
+    posted = sum(p.descriptors_posted for _, p in steps)
     median, p99 = statistics.median(times), _p99(times)
     return {"bytes": nbytes, "descriptors_posted": posted,
-            "descriptors_kept": sum(s["descs_kept"] for s in steps),
+            "descriptors_kept": sum(t.descriptors_kept for t, _ in steps),
             "segment_bytes": nbytes // max(posted, 1),
             "time_us": {"median": median * 1e6, "p99": p99 * 1e6},
             "gb_per_s": {"median": nbytes / median / 1e9 if median else 0.0,
                          "p99": nbytes / p99 / 1e9 if p99 else 0.0},
             "per_descriptor_us": median * 1e6 / max(posted, 1),
-            "prep_ms": max(s["prep_s"] for s in steps) * 1e3,
-            "make_ms": max(s["make_s"] for s in steps) * 1e3,
+            "prep_ms": max(p.prep_s for _, p in steps) * 1e3,
+            "make_ms": max(p.make_s for _, p in steps) * 1e3,
             "post_us": {"median": statistics.median(post), "p99": _p99(post)},
             "nixl_xfer_us": {"median": statistics.median(xfer), "p99": _p99(xfer)},
             "times_s": times}
 
 
-def bench_point(planned, coalesced, device: str, gpus: int, iters: int, timeout: float,
-                progress: Callable[[str, str, str], None] | None = None) -> dict:
+def bench_point(planned: Plan, coalesced: Plan, device: str, gpus: int, iters: int, timeout: float,
+                progress: Progress | None = None) -> dict[str, Any]:
     """One request size: run all variants in both directions; the document's ``points`` entry."""
-    from mambaxfer_cli.execute.coordinator import execute
-    from mambaxfer_cli.execute.tasks import RunSettings
-
     settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
-    tasks = bench_tasks(planned, coalesced, settings)
-    with _ucx_info_log() as logs:
-        outcome = execute(planned, tasks[0][0].settings, timeout, progress, tasks=tasks)
-    decode = {d.d_rank: d.result for d in outcome.decode}
-    prefill = outcome.prefill
+    prefill, decode = bench_tasks(planned, coalesced, settings)
+    finished = run_ranks([*prefill, *decode], settings.run_id, timeout, progress,
+                         forced={"UCX_LOG_LEVEL": "info"})     # each rank keeps UCX's log of its endpoints
+    results = [r for r in finished.results.values() if isinstance(r, BenchResult)]
+    by_role = {role: {r.rank: r for r in results if r.role == role} for role in ("P", "D")}
     reads = {PLANNED: planned.descriptors.reads, COALESCED: coalesced.descriptors.reads,
              LIMIT: planned.descriptors.reads}
-    variants: dict = {}
+    variants: dict[str, dict[str, Any]] = {}
     for direction in DIRECTIONS:
         variants[direction] = {}
+        initiators = by_role["D" if direction == "READ" else "P"].values()
         for name in ORDER:
             step = f"{direction}:{name}"
             nbytes = sum(int(r.local.resolve(r.local_ids)["size"].sum()) for r in reads[name])
-            initiators = decode.values() if direction == "READ" else prefill.values()
-            row = summarise([r["steps"][step] for r in initiators if step in r["steps"]], nbytes, iters)
+            row = summarise([(r.timings[step], r.preparations[name]) for r in initiators if step in r.timings],
+                            nbytes, iters)
             if name == LIMIT:
                 row["descriptors_posted"] = sum(len(limit_chunks([r for r in reads[name] if r.d_rank == d]))
-                                                for d in decode)
+                                                for d in by_role["D"])
                 row["segment_bytes"] = nbytes // max(row["descriptors_posted"], 1)
                 row["per_descriptor_us"] = row["time_us"]["median"] / max(row["descriptors_posted"], 1)
-            verdicts = [r["steps"][step]["verdict"] for r in decode.values()]
-            row["verified"] = all(v["ok"] for v in verdicts)
-            row["checked_bytes"] = sum(v["checked_bytes"] for v in verdicts)
-            row["wrong_bytes"] = sum(v["wrong_bytes"] for v in verdicts)
+            checks = [r.checks[step] for r in by_role["D"].values()]
+            row["verified"] = all(c.ok for c in checks)
+            row["checked_bytes"] = sum(c.checked_bytes for c in checks)
+            row["wrong_bytes"] = sum(c.wrong_bytes for c in checks)
             variants[direction][name] = row
     ratios = {direction: {f"{name}/limit": (variants[direction][name]["gb_per_s"]["median"]
                                             / variants[direction][LIMIT]["gb_per_s"]["median"])
                           for name in (PLANNED, COALESCED)} for direction in DIRECTIONS}
     return {"request_blocks": len(planned.descriptors.request.decode_blocks[0]),
             "device": device, "memory": settings.mem_type,
-            "transport": transports("\n".join([*logs, *(line for r in [*decode.values(), *prefill.values()]
-                                                         for line in r.get("ucx", ()))]), settings.run_id),
+            "transport": transports("\n".join(line for r in results for line in r.ucx_lines), settings.run_id),
             "variants": variants, "ratios": ratios,
             "verified": all(v["verified"] for d in variants.values() for v in d.values())}
 
 
-def bench_document(planned, points: list[dict], iters: int) -> dict:
+def bench_document(planned: Plan, points: list[dict[str, Any]], iters: int) -> dict[str, Any]:
     return {"schema": SCHEMA, "model": planned.model.name, "semantics": planned.semantics,
             "p_tp": planned.prefill.tp, "d_tp": planned.decode.tp, "iters": iters,
             "directions": MODES, "variants": {PLANNED: "the plan's descriptors", COALESCED: "the plan with --coalesce",
@@ -219,7 +122,7 @@ def bench_document(planned, points: list[dict], iters: int) -> dict:
             "points": points, "verified": all(p["verified"] for p in points)}
 
 
-def write_chart(document: dict, path: Path) -> str | None:
+def write_chart(document: dict[str, Any], path: Path) -> str | None:
     """GB/s against request size, one line per variant and direction (READ solid, WRITE dotted), the
     limit in black. Returns
     why not when matplotlib is missing."""

@@ -6,6 +6,7 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from mambaxfer_cli.errors import UserError
 
@@ -20,12 +21,13 @@ def _torch_cuda_build() -> str | None:
         return None
     if spec is None or not spec.origin:
         return None
-    namespace: dict = {}
+    namespace: dict[str, Any] = {}
     try:
         exec(compile((Path(spec.origin).parent / "version.py").read_text(), "torch/version.py", "exec"), namespace)
     except (OSError, SyntaxError, ImportError):
         return None
-    return namespace.get("cuda")
+    cuda = namespace.get("cuda")
+    return cuda if isinstance(cuda, str) else None
 
 
 def visible_gpus() -> int:

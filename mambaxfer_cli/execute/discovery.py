@@ -14,6 +14,7 @@ import errno
 import re
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from mambaxfer_cli.errors import UserError
 
@@ -59,12 +60,12 @@ class Discovery:
             return f"NIXL listener {_join(host, port)}"
         return f"etcd {self.endpoints} (run {self.run_id})"
 
-    def publish(self, agent) -> None:
+    def publish(self, agent: Any) -> None:
         """Make this rank's agent metadata available (direct: the listener answers by itself)."""
         if self.mode == "etcd":
             agent.send_local_metadata()
 
-    def request(self, agent, name: str, p_rank: int | None) -> None:
+    def request(self, agent: Any, name: str, p_rank: int | None) -> None:
         """Ask for an agent's metadata (once more: the calls are asynchronous and may find nothing
         yet); a D rank in a direct run also sends its own to the P rank's listener."""
         if self.mode == "etcd":
@@ -74,7 +75,7 @@ class Discovery:
             agent.fetch_remote_metadata(name, host, port)
             agent.send_local_metadata(host, port)
 
-    def withdraw(self, agent) -> None:
+    def withdraw(self, agent: Any) -> None:
         """Remove this rank's metadata from the store at the end (a later run may reuse the id)."""
         if self.mode == "etcd":
             agent.invalidate_local_metadata()
@@ -119,6 +120,7 @@ def resolve(role: str | None, listen: str | None, peer: str | None, etcd: str | 
             raise UserError(f"--run-id names a run in etcd; with {own} the address is the run's identity")
         host, port = parse_address(own, direct)
         return Discovery(role, "direct", host=host, port=port)
+    assert etcd is not None
     if run_id is None:
         raise UserError("--etcd needs --run-id NAME, the same on both sides (two runs with different ids "
                         "never see each other's agents)")

@@ -6,6 +6,8 @@ checking work on host arrays; for VRAM they are staged through host copies.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from mambaxfer_cli.execute.tasks import Memory
@@ -15,11 +17,16 @@ ALIGN = 4096
 
 
 class RankMemory:
+    """One rank's regions; ``_buffers`` hold numpy arrays (DRAM) or torch tensors (VRAM)."""
+
     def __init__(self, memory: Memory, device: str, dev_id: int) -> None:
         self.memory = memory
         self.device = device
         self.dev_id = dev_id
         self._shapes = memory.region_shapes
+        self._whole: Any = None
+        self._buffers: list[Any] = []
+        self.addresses: list[int] = []
         if memory.single_region:
             self._one_buffer()
         elif device == "cuda":
@@ -79,7 +86,8 @@ class RankMemory:
         rows, cols = self._shapes[index]
         if self.device == "cuda":
             return np.empty((rows, cols), dtype=np.uint8)
-        return self._buffers[index].reshape(rows, cols)
+        view: np.ndarray = self._buffers[index].reshape(rows, cols)
+        return view
 
     def store(self, index: int, host: np.ndarray) -> None:
         if self.device == "cuda":
@@ -90,9 +98,9 @@ class RankMemory:
     def fetch(self, index: int) -> np.ndarray:
         """Region ``index`` as a ``(blocks, bytes)`` host array (a view for DRAM, a copy for VRAM)."""
         rows, cols = self._shapes[index]
-        if self.device == "cuda":
-            return self._buffers[index].cpu().numpy().reshape(rows, cols)
-        return self._buffers[index].reshape(rows, cols)
+        host: np.ndarray = (self._buffers[index].cpu().numpy() if self.device == "cuda"
+                            else self._buffers[index]).reshape(rows, cols)
+        return host
 
     def poison(self) -> None:
         for buffer in self._buffers:

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
@@ -66,7 +66,7 @@ def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, co
     return build_plan(spec, p_tp, d_tp, options)
 
 
-def _read_document(path: Path) -> dict:
+def _read_document(path: Path) -> dict[str, Any]:
     text = read_text(path, f"--plan {path}")
     where = f"--plan {path}: not a readable plan document"
     document = parse_yaml(text, where) if path.suffix in (".yaml", ".yml") else parse_json(text, where)
@@ -92,45 +92,7 @@ def _prefix_with(spec: ModelSpec, ssm_layers: int, attention_layers: int) -> Mod
     return spec   # the comparison below names the mismatch
 
 
-_MISSING = object()
-
-
-def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in [*a, *(k for k in b if k not in a)]:
-            if key not in a or key not in b:
-                return f"{path}.{key}".lstrip("."), a.get(key, _MISSING), b.get(key, _MISSING)
-            found = first_difference(a[key], b[key], f"{path}.{key}")
-            if found:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = first_difference(x, y, f"{path}[{i}]")
-            if found:
-                return found
-        return None if len(a) == len(b) else (f"{path}.length".lstrip("."), len(a), len(b))
-    return None if a == b and type(a) is type(b) else (path.lstrip("."), a, b)
-
-
-def _comparable(document: dict) -> dict:
-    """JSON-normalised, warning texts left out (their wording is not part of the contract)."""
-    out = json.loads(json.dumps(document, default=str))
-    out["warnings"] = [w.get("code") if isinstance(w, dict) else w for w in out.get("warnings", [])]
-    out.pop("producer", None)   # any version's document is the same plan
-    if isinstance(out.get("model"), dict):
-        out["model"].pop("origin", None)   # why each dtype is what it is: an explanation, not the plan
-    return out
-
-
-def _shown(value: Any) -> str:
-    if value is _MISSING:
-        return "nothing"
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
+def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str, Any]) -> ModelSpec:
     """--model when given, else the preset or source the document names; the document's dtype and
     variant choices unless the command line gives its own."""
     from mambaxfer_cli.readers.model_source import load_model, preset_names
@@ -150,7 +112,7 @@ def _document_model(model: dict, model_arg: str | None, cli: dict) -> ModelSpec:
     return replace(spec, origin=origin)
 
 
-def _flags(geometry: dict) -> EngineFlags:
+def _flags(geometry: dict[str, Any]) -> EngineFlags:
     """The engine that gives this geometry again: its release and GPU, and flags whose block size
     is a fixed point (an explicit block size derives the same in every release)."""
     from mambaxfer_cli.planning.gpu import gpu
@@ -166,7 +128,7 @@ def _flags(geometry: dict) -> EngineFlags:
                        release=release(str(geometry["vllm_version"])), gpu=gpu(str(geometry["gpu"])))
 
 
-def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict | None = None) -> Plan:
+def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict[str, Any] | None = None) -> Plan:
     """Rebuild the plan a document describes and require it to equal the document."""
     document = _read_document(path)
     try:
@@ -203,10 +165,10 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
         plan = build_plan(spec, p_tp, d_tp, options)
     except UserError as exc:
         raise UserError(f"--plan {path}: cannot be planned again for {spec.name}: {exc}") from None
-    difference = first_difference(_comparable(plan.to_dict()), _comparable(document))
+    difference = first_difference(comparable(plan.to_dict()), comparable(document))
     if difference:
         where, mine, theirs = difference
         raise UserError(f"--plan {path} does not match the plan mambaxfer makes for {spec.name} "
-                        f"({spec.source}): at {where} the file has {_shown(theirs)}, planning again gives "
-                        f"{_shown(mine)}; the file was edited, or the model options differ")
+                        f"({spec.source}): at {where} the file has {shown_value(theirs)}, planning again gives "
+                        f"{shown_value(mine)}; the file was edited, or the model options differ")
     return plan

@@ -12,9 +12,14 @@ other every PING_EVERY seconds once they know it, so that a side that died ends 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 from mambaxfer_cli.execute import agreement
-from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
+from mambaxfer_cli.execute.agent import RankAgent, check_layout, layout
+from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure
+from mambaxfer_cli.execute.results import PrefillResult, Served
+from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
 
 POLL = 0.002          # between rounds of notifications
 REQUEST_EVERY = 0.5   # metadata requests are asynchronous and find nothing until the peer is up
@@ -22,15 +27,11 @@ PING_EVERY = 0.5
 LINGER = 0.5          # after a refusal, so that it reaches the other side before this agent goes
 
 
-class PeerGone(Exception):
-    """The other side's agent is unreachable (its process died or the network went)."""
-
-
 def _disconnected(exc: Exception) -> bool:
     return type(exc).__name__ == "nixlRemoteDisconnectError"
 
 
-def _notify(agent, name: str, message: bytes) -> None:
+def _notify(agent: Any, name: str, message: bytes) -> None:
     try:
         agent.send_notif(name, message)
     except Exception as exc:
@@ -39,85 +40,84 @@ def _notify(agent, name: str, message: bytes) -> None:
         raise
 
 
-def _notifications(agent):
+def _notifications(agent: Any) -> Iterator[tuple[str, bytes, dict[str, Any] | None]]:
     for sender, messages in agent.get_new_notifs().items():
         sender = sender.decode() if isinstance(sender, bytes) else sender
         for message in messages:
             yield sender, message, agreement.decode(message)
 
 
-def _linger(agent) -> None:
-    end = time.time() + LINGER
-    while time.time() < end:
+def _linger(agent: Any) -> None:
+    end = time.monotonic() + LINGER
+    while time.monotonic() < end:
         agent.get_new_notifs()
         time.sleep(POLL)
 
 
-def p_agent(task, p_rank: int) -> str:
+def p_agent(task: RankTask, p_rank: int) -> str:
     return f"mambaxfer-{task.settings.run_id}-P{p_rank}"
 
 
 # --- prefill ---------------------------------------------------------------------------------------
 
+@dataclass
 class _Consumer:
-    def __init__(self, d_rank: int, agent: str, final: bytes) -> None:
-        self.d_rank = d_rank
-        self.agent = agent
-        self.final = final          # the notification of its last READ
-        self.notifications = 0
-        self.done = False
+    d_rank: int
+    agent: str
+    final: bytes                # the notification of its last READ
+    notifications: int = 0
+    done: bool = False
 
 
-def serve(task: PrefillTask, ch, agent, header: dict, fill_s: float, refused) -> dict:
-    """Answer hellos and wait for every consumer's last READ; returns what this rank served.
-    ``refused(message)`` builds the exception this rank ends with on a geometry mismatch."""
-    discovery, mine = task.settings.discovery, task.settings.geometry
-    discovery.publish(agent)
-    try:
-        ch.send("ready", {"port": discovery.listen_port("P", task.rank)})
-        ch.phase("waiting for decode", discovery.where(task.rank))
-        consumers: dict[str, _Consumer] = {}
-        hellos: dict[str, tuple[dict, float]] = {}    # sender -> (hello, when metadata was last asked)
-        last_ping = time.time()
-        while len(consumers) < len(task.consumers) or not all(c.done for c in consumers.values()):
-            ch.check_stop()
-            missing = sorted(set(task.consumers) - {c.d_rank for c in consumers.values()})
-            busy = [f"D{c.d_rank}" for c in consumers.values() if not c.done]
-            ch.left(("waiting for the hello of " + ", ".join(f"D{d}" for d in missing)) if missing
-                    else "waiting for the READ notifications of " + ", ".join(busy))
-            for sender, message, control in _notifications(agent):
-                if control is None:
-                    consumer = consumers.get(sender)
-                    if consumer is not None:
-                        consumer.notifications += 1
-                        consumer.done |= message == consumer.final
-                elif control["kind"] == "hello" and sender not in consumers:
-                    hellos[sender] = (control, 0.0)
-            for sender, (hello, asked) in list(hellos.items()):
-                if agent.check_remote_metadata(sender):
-                    del hellos[sender]
-                    if any(c.d_rank == hello.get("d_rank") for c in consumers.values()):   # a second decode run
-                        _notify(agent, sender, agreement.encode(
-                            "refuse", p_rank=task.rank, message=f"P{task.rank} already serves another "
-                                                                f"D{hello.get('d_rank')}"))
-                        continue
-                    consumers[sender] = _answer(task, ch, agent, sender, hello, mine, header, refused)
-                elif time.time() - asked >= REQUEST_EVERY:
-                    discovery.request(agent, sender, None)   # etcd; a direct D sent it to our listener
-                    hellos[sender] = (hello, time.time())
-            if time.time() - last_ping >= PING_EVERY:
-                last_ping = time.time()
-                _ping_consumers(agent, consumers)
-            time.sleep(POLL)
-        ch.phase("freeing", "every consumer notified")
-        return {"fill_s": fill_s, "consumers": list(task.consumers),
-                "served": [{"d_rank": c.d_rank, "agent": c.agent, "notifications": c.notifications}
-                           for c in sorted(consumers.values(), key=lambda c: c.d_rank)]}
-    finally:
-        discovery.withdraw(agent)
+def serve(task: PrefillTask, ch: Channel, node: RankAgent, fill_s: float) -> PrefillResult:
+    """Answer hellos and wait for every consumer's last READ; returns what this rank served."""
+    discovery, agent = task.settings.discovery, node.agent
+    assert discovery is not None and task.settings.geometry is not None
+    mine, header = task.settings.geometry, layout(task, node.memory)
+    node.publish()
+    ch.publish("listening", discovery.listen_port("P", task.rank))
+    ch.phase("serving", discovery.where(task.rank))
+    consumers: dict[str, _Consumer] = {}
+    hellos: dict[str, tuple[dict[str, Any], float]] = {}    # sender -> (hello, when its metadata was asked)
+    last_ping = time.monotonic()
+    while len(consumers) < len(task.consumers) or not all(c.done for c in consumers.values()):
+        ch.check_stop()
+        missing = sorted(set(task.consumers) - {c.d_rank for c in consumers.values()})
+        busy = [f"D{c.d_rank}" for c in consumers.values() if not c.done]
+        ch.waiting(("the hello of " + ", ".join(f"D{d}" for d in missing)) if missing
+                   else "the READ notifications of " + ", ".join(busy))
+        for sender, message, control in _notifications(agent):
+            if control is None:
+                consumer = consumers.get(sender)
+                if consumer is not None:
+                    consumer.notifications += 1
+                    consumer.done |= message == consumer.final
+            elif control["kind"] == "hello" and sender not in consumers:
+                hellos[sender] = (control, 0.0)
+        for sender, (hello, asked) in list(hellos.items()):
+            if agent.check_remote_metadata(sender):
+                del hellos[sender]
+                if any(c.d_rank == hello.get("d_rank") for c in consumers.values()):   # a second decode run
+                    _notify(agent, sender, agreement.encode(
+                        "refuse", p_rank=task.rank, message=f"P{task.rank} already serves another "
+                                                            f"D{hello.get('d_rank')}"))
+                    continue
+                consumers[sender] = _answer(task, ch, agent, sender, hello, mine, header)
+            elif time.monotonic() - asked >= REQUEST_EVERY:
+                discovery.request(agent, sender, None)   # etcd; a direct D sent it to our listener
+                hellos[sender] = (hello, time.monotonic())
+        if time.monotonic() - last_ping >= PING_EVERY:
+            last_ping = time.monotonic()
+            _ping_consumers(agent, consumers)
+        time.sleep(POLL)
+    ch.phase("freeing", "every consumer notified")
+    return PrefillResult(task.rank, fill_s, task.consumers,
+                         served=tuple(Served(c.d_rank, c.agent, c.notifications)
+                                      for c in sorted(consumers.values(), key=lambda c: c.d_rank)))
 
 
-def _answer(task: PrefillTask, ch, agent, sender: str, hello: dict, mine: dict, header: dict, refused):
+def _answer(task: PrefillTask, ch: Channel, agent: Any, sender: str, hello: dict[str, Any], mine: dict[str, Any],
+            header: dict[str, Any]) -> _Consumer:
     d_rank = hello.get("d_rank")
     problem = agreement.mismatch(mine, hello.get("geometry") or {})
     if problem is None and d_rank not in task.consumers:
@@ -128,14 +128,15 @@ def _answer(task: PrefillTask, ch, agent, sender: str, hello: dict, mine: dict, 
             _linger(agent)
         except PeerGone:
             pass
-        raise refused(f"refused D{d_rank} ({sender}): {problem}")
+        raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
+    assert isinstance(d_rank, int)      # one of this rank's consumers
     _notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
     ch.phase("serving", f"welcomed D{d_rank}")
     final = f"{task.settings.run_id}-iter{int(hello.get('iters', 1)) - 1}".encode()
-    return _Consumer(int(d_rank), sender, final)
+    return _Consumer(d_rank, sender, final)
 
 
-def _ping_consumers(agent, consumers: dict[str, _Consumer]) -> None:
+def _ping_consumers(agent: Any, consumers: dict[str, _Consumer]) -> None:
     for consumer in consumers.values():
         if consumer.done:
             continue
@@ -153,25 +154,26 @@ def _ping_consumers(agent, consumers: dict[str, _Consumer]) -> None:
 
 # --- decode ----------------------------------------------------------------------------------------
 
-def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tuple[str, dict]]:
-    """Each source P rank's agent name and published regions, once every one has welcomed us.
-    ``check_header(p_rank, header)`` checks P's regions against the plan; ``refused(message)``
-    builds the exception a refusal ends this rank with."""
-    discovery, mine = task.settings.discovery, task.settings.geometry
-    discovery.publish(agent)
+def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Each source P rank's agent name and published layout, once every one has welcomed us."""
+    discovery, agent = task.settings.discovery, node.agent
+    assert discovery is not None and task.settings.geometry is not None
+    mine = task.settings.geometry
+    ch.phase("exchanging", "finding the P ranks")
+    node.publish()
     hello = agreement.encode("hello", d_rank=task.rank, iters=task.settings.iters, geometry=mine)
     names = {p: p_agent(task, p) for p in task.sources}
     asked = {p: 0.0 for p in task.sources}
     greeted: set[int] = set()
-    answered: dict[int, tuple[str, dict, object]] = {}   # welcomed, P's registered memory not loaded yet
-    welcomed: dict[int, tuple[str, dict]] = {}
-    last_ping = time.time()
+    answered: dict[int, tuple[str, dict[str, Any], Any]] = {}   # welcomed, P's registered memory not loaded yet
+    welcomed: dict[int, tuple[str, dict[str, Any]]] = {}
+    last_ping = time.monotonic()
     while len(welcomed) < len(names):
         ch.check_stop()
         waiting = next(p for p in task.sources if p not in welcomed)
-        ch.left(f"waiting for P{waiting}'s registered memory in its metadata" if waiting in answered
-                else f"waiting for P{waiting}'s answer" if waiting in greeted
-                else f"waiting for P{waiting}'s agent metadata ({discovery.where(waiting)})")
+        ch.waiting(f"P{waiting}'s registered memory in its metadata" if waiting in answered
+                   else f"P{waiting}'s answer" if waiting in greeted
+                   else f"P{waiting}'s agent metadata from {discovery.where(waiting)}")
         for p, name in names.items():
             if p in greeted:
                 continue
@@ -182,40 +184,41 @@ def connect(task: DecodeTask, ch, agent, check_header, refused) -> dict[int, tup
                     greeted.add(p)
                 except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
                     agent.remove_remote_agent(name)
-            elif time.time() - asked[p] >= REQUEST_EVERY:
+            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
                 discovery.request(agent, name, p)
-                asked[p] = time.time()
+                asked[p] = time.monotonic()
         by_name = {name: p for p, name in names.items()}
         for sender, _, control in _notifications(agent):
-            p = by_name.get(sender)
-            if control is None or p is None:
+            source = by_name.get(sender)
+            if control is None or source is None:
                 continue
             if control["kind"] == "refuse":
-                raise refused(f"P{p} refused this decode run: {control.get('message')}")
-            if control["kind"] == "welcome" and p not in welcomed and p not in answered:
+                raise RankFailure(f"P{source} refused this decode run: {control.get('message')}", user=True)
+            if control["kind"] == "welcome" and source not in welcomed and source not in answered:
                 problem = agreement.mismatch(control.get("geometry") or {}, mine)
                 if problem is not None:
-                    raise refused(f"P{p}: {problem}")
+                    raise RankFailure(f"P{source}: {problem}", user=True)
                 header = control.get("header") or {}
-                check_header(p, header)
+                check_layout(task, source, header)
                 regions = [(int(a), int(n), int(header["dev_id"])) for a, n in header["regions"]]
-                answered[p] = (sender, header, agent.get_xfer_descs(regions, header["mem_type"]))
+                answered[source] = (sender, header, agent.get_xfer_descs(regions, header["mem_type"]))
         for p, (name, header, regions) in list(answered.items()):
             # The metadata loaded before P registered its memory may not hold it: ask until it does.
             if agent.check_remote_metadata(name, regions):
                 welcomed[p] = (name, header)
+                node.remotes.append(name)
                 del answered[p]
-            elif time.time() - asked[p] >= REQUEST_EVERY:
+            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
                 discovery.request(agent, name, p)
-                asked[p] = time.time()
-        if time.time() - last_ping >= PING_EVERY:
-            last_ping = time.time()
+                asked[p] = time.monotonic()
+        if time.monotonic() - last_ping >= PING_EVERY:
+            last_ping = time.monotonic()
             ping_sources(agent, {p: names[p] for p in greeted})
         time.sleep(POLL)
     return welcomed
 
 
-def ping_sources(agent, names: dict[int, str]) -> None:
+def ping_sources(agent: Any, names: dict[int, str]) -> None:
     for p, name in names.items():
         try:
             _notify(agent, name, agreement.encode("ping"))

@@ -2,7 +2,8 @@
 
 As in vLLM's connector, each P rank listens on its own port; a D rank connects, sends one request
 frame and receives one reply frame. A frame is a JSON header plus an opaque blob (the agent
-metadata). Every wait is bounded by the caller's deadline.
+metadata). A silent peer is waited for as long as the rank is not told to stop: the coordinator
+decides when nothing progresses.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import json
 import select
 import socket
 import struct
-import time
-from typing import Callable
+from typing import Any, Callable
 
 _LENGTHS = struct.Struct("!II")
 MAX_HEADER = 1 << 20
 MAX_BLOB = 64 << 20
-REQUEST_WAIT = 2.0   # how long a P rank waits for the request of a client that connected
+POLL = 0.25        # between two looks at whether the rank was asked to stop, while a peer is silent
+
+KeepGoing = Callable[[], None]   # raises when the rank must stop waiting (the coordinator's stop)
 
 
 class SideChannelError(Exception):
@@ -29,18 +31,15 @@ class PortInUse(SideChannelError):
     pass
 
 
-def _remaining(deadline: float) -> float:
-    return deadline - time.time()
-
-
-def _recv_exact(sock: socket.socket, size: int, deadline: float, what: str) -> bytes:
+def _recv_exact(sock: socket.socket, size: int, keep_going: KeepGoing, what: str) -> bytes:
     chunks, got = [], 0
+    sock.settimeout(POLL)
     while got < size:
-        left = _remaining(deadline)
-        if left <= 0:
-            raise socket.timeout(what)
-        sock.settimeout(left)
-        chunk = sock.recv(min(size - got, 1 << 20))
+        try:
+            chunk = sock.recv(min(size - got, 1 << 20))
+        except socket.timeout:
+            keep_going()
+            continue
         if not chunk:
             raise SideChannelError(f"{what}: the connection closed after {got} of {size} bytes")
         chunks.append(chunk)
@@ -48,21 +47,21 @@ def _recv_exact(sock: socket.socket, size: int, deadline: float, what: str) -> b
     return b"".join(chunks)
 
 
-def send_frame(sock: socket.socket, header: dict, blob: bytes, deadline: float) -> None:
+def send_frame(sock: socket.socket, header: dict[str, Any], blob: bytes) -> None:
     head = json.dumps(header).encode()
-    sock.settimeout(max(_remaining(deadline), 0.001))
+    sock.settimeout(None)      # the peer reads it at once; one that died closes the connection
     sock.sendall(_LENGTHS.pack(len(head), len(blob)) + head + blob)
 
 
-def recv_frame(sock: socket.socket, deadline: float, what: str) -> tuple[dict, bytes]:
-    head_len, blob_len = _LENGTHS.unpack(_recv_exact(sock, _LENGTHS.size, deadline, what))
+def recv_frame(sock: socket.socket, keep_going: KeepGoing, what: str) -> tuple[dict[str, Any], bytes]:
+    head_len, blob_len = _LENGTHS.unpack(_recv_exact(sock, _LENGTHS.size, keep_going, what))
     if head_len > MAX_HEADER or blob_len > MAX_BLOB:
         raise SideChannelError(f"{what}: not a mambaxfer side-channel frame")
     try:
-        header = json.loads(_recv_exact(sock, head_len, deadline, what))
+        header = json.loads(_recv_exact(sock, head_len, keep_going, what))
     except ValueError:
         raise SideChannelError(f"{what}: not a mambaxfer side-channel frame") from None
-    return header, _recv_exact(sock, blob_len, deadline, what)
+    return header, _recv_exact(sock, blob_len, keep_going, what)
 
 
 class SideChannelServer:
@@ -82,18 +81,17 @@ class SideChannelServer:
         self.host = host
         self.port = self._sock.getsockname()[1]
 
-    def serve(self, reply: Callable[[dict], tuple[dict, bytes]], wait: float, deadline: float) -> dict | None:
+    def serve(self, reply: Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]], wait: float, keep_going: KeepGoing) -> dict[str, Any] | None:
         """Wait up to ``wait`` seconds for a client; answer its request. Returns the request."""
         ready, _, _ = select.select([self._sock], [], [], wait)
         if not ready:
             return None
         client, _ = self._sock.accept()
         with client:
-            limit = min(deadline, time.time() + REQUEST_WAIT)
             try:
-                request, _ = recv_frame(client, limit, "side-channel request")
+                request, _ = recv_frame(client, keep_going, "side-channel request")
                 header, blob = reply(request)
-                send_frame(client, header, blob, deadline)
+                send_frame(client, header, blob)
             except (OSError, SideChannelError):
                 return None   # a client that went away or spoke garbage; the D side reports it
         return request
@@ -102,19 +100,13 @@ class SideChannelServer:
         self._sock.close()
 
 
-def fetch(host: str, port: int, request: dict, deadline: float, peer: str) -> tuple[dict, bytes]:
-    """Ask ``peer`` (listening on host:port) for its metadata."""
+def fetch(host: str, port: int, request: dict[str, Any], peer: str, keep_going: KeepGoing) -> tuple[dict[str, Any], bytes]:
+    """Ask ``peer`` (listening on host:port) for its metadata, as long as it takes to answer."""
     where = f"{peer}'s side channel at {host}:{port}"
-    left = _remaining(deadline)
-    if left <= 0:
-        raise SideChannelError(f"no time left to contact {where}")
     try:
-        with socket.create_connection((host, port), timeout=left) as sock:
-            send_frame(sock, request, b"", deadline)
-            return recv_frame(sock, deadline, where)
-    except socket.timeout:
-        raise SideChannelError(f"{peer} did not answer on its side channel {host}:{port} within the "
-                               f"timeout") from None
+        with socket.create_connection((host, port)) as sock:
+            send_frame(sock, request, b"")
+            return recv_frame(sock, keep_going, where)
     except ConnectionRefusedError:
         raise SideChannelError(f"{where} refused the connection") from None
     except OSError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from mambaxfer_cli.planning.plan import Plan
 from mambaxfer_cli.proof.simulate import id_problems
 
 INT32_MAX = 2**31 - 1
+FEWER_BLOCKS = "use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)"
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,9 @@ class RunSettings:
     host: str
     port: int              # P rank r's side channel listens on port + r; 0: any free port
     iters: int
-    discovery: "Discovery | None" = None   # a two-host run: this side's role and how it finds the other
-    geometry: dict | None = None           # what the two sides compare before any byte moves
-    bench: "object | None" = None          # a bench run (execute.bench.BenchSpec): ranks run bench's steps
+    discovery: Discovery | None = None     # a two-host run: this side's role and how it finds the other
+    geometry: dict[str, Any] | None = None   # what the two sides compare before any byte moves
+    bench: BenchSpec | None = None         # a bench run: the ranks run bench's steps
 
     @property
     def mem_type(self) -> str:
@@ -64,6 +66,8 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class RankTask:
+    """What one rank process does: its role and rank, its memory and layout, the run's settings."""
+
     role: str              # "P" or "D"
     rank: int
     settings: RunSettings
@@ -101,6 +105,17 @@ class DecodeTask(RankTask):
     @property
     def sources(self) -> tuple[int, ...]:
         return tuple(r.p_rank for r in self.reads)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What every rank of a bench run needs besides its own task: each variant's reads per D rank,
+    and each variant's D tasks (what D must hold after it)."""
+
+    iters: int
+    variants: tuple[tuple[str, dict[int, tuple[DescriptorRead, ...]]], ...]   # (variant, {d_rank: reads})
+    decode_tasks: dict[str, dict[int, DecodeTask]]                             # variant -> {d_rank: task}
+    order: tuple[str, ...]                                                     # the variants run in this order
 
 
 def side_memory(side: Side) -> Memory:
@@ -167,6 +182,19 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+def check_fits(plan: Plan, device: str, fix: str = FEWER_BLOCKS) -> None:
+    """The engines' memory fits this machine: with DRAM, at most half of what is available (the
+    ranks' own working memory and the rest of the machine keep the other half)."""
+    p_memory, d_memory = side_memory(plan.prefill), side_memory(plan.decode)
+    p_tp, d_tp = plan.prefill.tp, plan.decode.tp
+    total = p_tp * p_memory.total_bytes + d_tp * d_memory.total_bytes
+    free = available_memory()
+    if device == "cpu" and free is not None and total > free // 2:
+        raise _unexecutable(
+            f"its engines need {_gib(total)} of DRAM over {p_tp + d_tp} ranks (P {_gib(p_memory.total_bytes)}, "
+            f"D {_gib(d_memory.total_bytes)} each), more than half of the {_gib(free)} available; {fix}")
+
+
 def build_tasks(plan: Plan, settings: RunSettings) -> tuple[list[PrefillTask], list[DecodeTask]]:
     """Every rank's task; raises UserError when the plan cannot be executed as it stands."""
     dm = plan.descriptors
@@ -178,13 +206,7 @@ def build_tasks(plan: Plan, settings: RunSettings) -> tuple[list[PrefillTask], l
     for read in dm.reads:
         _check_ids(read, p_tp, d_tp, d_memory, p_memory)
 
-    total = p_tp * p_memory.total_bytes + d_tp * d_memory.total_bytes
-    free = available_memory()
-    if settings.device == "cpu" and free is not None and total > free // 2:
-        raise _unexecutable(
-            f"its engines need {_gib(total)} of DRAM over {p_tp + d_tp} ranks (P {_gib(p_memory.total_bytes)}, "
-            f"D {_gib(d_memory.total_bytes)} each), more than half of the {_gib(free)} available; "
-            f"use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)")
+    check_fits(plan, settings.device)
 
     consumers: dict[int, list[int]] = {}
     for read in dm.reads:

@@ -1,4 +1,4 @@
-"""D's verdict: every byte of every page against what the plan says it must hold.
+"""D's page check: every byte of every page against what the plan says it must hold.
 
 A D page of the request must hold proof/pattern.py's pattern of what D keeps there (an SSM state of
 its own layout, paired with P's block; or attention kernel blocks, each token from where P keeps
@@ -11,7 +11,7 @@ offset the plan's descriptor pair read it from, with what P keeps there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from mambaxfer_cli.proof.pattern import POISON, page
 from mambaxfer_cli.proof.simulate import ByteSource, WrongByte
 
 STRAY = "outside the request"
+Tick = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,23 @@ class StrayByte:
                 f"but holds 0x{self.found:02x}")
 
 
+@dataclass(frozen=True)
+class Tally:
+    """A check of D's memory, counted: bytes compared, bytes wrong."""
+
+    checked_bytes: int
+    wrong_bytes: int
+
+    @property
+    def ok(self) -> bool:
+        return self.wrong_bytes == 0
+
+
 @dataclass
-class Verdict:
+class PageCheck:
+    """What a D rank's memory holds against the plan: bytes checked, wrong ones per region, and the
+    first wrong byte of each, located."""
+
     d_rank: int
     checked_bytes: int = 0
     wrong_by_region: dict[str, int] = field(default_factory=dict)
@@ -72,7 +88,10 @@ class Verdict:
                        f"{self.first_stray.describe(self.d_rank)}")
         return out
 
-    def to_dict(self) -> dict:
+    def tally(self) -> Tally:
+        return Tally(self.checked_bytes, self.wrong_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
         stray = self.first_stray
         return {"ok": self.ok, "checked_bytes": self.checked_bytes, "wrong_bytes": self.wrong_bytes,
                 "wrong_by_region": dict(self.wrong_by_region),
@@ -105,11 +124,12 @@ def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSourc
 CHUNK_BYTES = 64 << 20     # pages outside the request are compared with poison this many bytes at a time
 
 
-def _check_tensor(verdict: Verdict, task: DecodeTask, tensor: int, got: np.ndarray) -> None:
+def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarray, tick: Tick) -> None:
     """Page by page (never a copy of the whole tensor): the request's pages against what they must
     hold, every other page against poison."""
     pages = [e for e in task.expected if e.tensor == tensor]
-    verdict.checked_bytes += got.size
+    check.checked_bytes += got.size
+    where = f"tensor {tensor + 1} of {task.memory.tensors}"
     strays: list[tuple[int, int]] = []          # (block, offset) of the first stray byte found
     for e in pages:
         row = got[e.block]
@@ -119,18 +139,19 @@ def _check_tensor(verdict: Verdict, task: DecodeTask, tensor: int, got: np.ndarr
         for part in e.shape.parts:
             bad = wrong[part.offset:part.end]
             count = int(np.count_nonzero(bad))
-            verdict.count(part.region, count)
-            if count and part.region not in verdict.first_by_region:
+            check.count(part.region, count)
+            if count and part.region not in check.first_by_region:
                 offset = part.offset + int(np.flatnonzero(bad)[0])
                 source = _source(task, tensor, e.block, offset)
-                verdict.first_by_region[part.region] = WrongByte(
+                check.first_by_region[part.region] = WrongByte(
                     task.rank, e.kind, tensor, e.block, e.p_block, offset, e.shape.describe(offset),
                     int(want[offset]), int(row[offset]), 1 if source else 0, source)
         padding = row[state:] != POISON
         count = int(np.count_nonzero(padding))
-        verdict.count("padding", count)
+        check.count("padding", count)
         if count:
             strays.append((e.block, state + int(np.flatnonzero(padding)[0])))
+        tick(f"{where}, request page {e.block}")
     requested = np.zeros(got.shape[0], dtype=bool)
     requested[[e.block for e in pages]] = True
     outside = np.flatnonzero(~requested)
@@ -140,19 +161,21 @@ def _check_tensor(verdict: Verdict, task: DecodeTask, tensor: int, got: np.ndarr
         blocks = outside[at:at + step]
         wrong = got[blocks] != POISON
         count = int(np.count_nonzero(wrong))
-        verdict.count(STRAY, count)
+        check.count(STRAY, count)
         if count and first_outside is None:      # blocks ascend: the first chunk with a stray has the first
             row = int(np.flatnonzero(wrong.any(axis=1))[0])
             first_outside = (int(blocks[row]), int(np.flatnonzero(wrong[row])[0]))
             strays.append(first_outside)
-    if verdict.first_stray is None and strays:
+        tick(f"{where}, other pages {min(at + step, len(outside))} of {len(outside)}")
+    if check.first_stray is None and strays:
         block, offset = min(strays)
-        verdict.first_stray = StrayByte("page", tensor, block, offset, int(got[block, offset]))
+        check.first_stray = StrayByte("page", tensor, block, offset, int(got[block, offset]))
 
 
-def verify_decode(task: DecodeTask, tensors: Sequence[np.ndarray]) -> Verdict:
-    """Check D's memory: ``tensors[t]`` is ``(logical_blocks, page_bytes)``, uint8 host arrays."""
-    verdict = Verdict(task.rank)
+def verify_decode(task: DecodeTask, tensors: Sequence[np.ndarray], tick: Tick = lambda detail: None) -> PageCheck:
+    """Check D's memory: ``tensors[t]`` is ``(logical_blocks, page_bytes)``, uint8 host arrays;
+    ``tick`` hears how far the check got (a long check is progress, not a hang)."""
+    check = PageCheck(task.rank)
     for tensor, got in enumerate(tensors):
-        _check_tensor(verdict, task, tensor, got)
-    return verdict
+        _check_tensor(check, task, tensor, got, tick)
+    return check

@@ -21,7 +21,7 @@ import numpy as np
 from mambaxfer_cli.planning.engine import Side
 from mambaxfer_cli.planning.handshake import attention_sources
 from mambaxfer_cli.planning.layout import Shard
-from mambaxfer_cli.planning.reads import VLLM, _Holding, assign_units
+from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
 
 Pieces = tuple[tuple[int, int], ...]
 
@@ -42,7 +42,7 @@ def sources(prefill: Side, decode: Side, d_rank: int, ssm_sources: set[int], sem
             if common is not None:
                 out[p_rank] = common
         return out
-    holders = [_Holding(rank, shard, 0) for rank, shard in enumerate(prefill.kv_heads)]
+    holders = [Holding(rank, shard, 0) for rank, shard in enumerate(prefill.kv_heads)]
     out: dict[int, Shard] = {}
     for holder, heads in assign_units(wanted, holders, preferred=ssm_sources):
         assert holder.rank not in out, "one P rank gives a D rank two runs of heads"

@@ -16,6 +16,7 @@ when K and V are separate streams).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -258,14 +259,14 @@ def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], 
     """Distinct, non-contiguous logical blocks on each side (seeded), as a busy engine hands out:
     ``counts[g]`` blocks for group ``g`` (attention groups cover the same tokens on both sides, so
     their counts differ where the two engines' blocks do)."""
-    rng = np.random.default_rng(seed)
+    rng = random.Random(seed)
     sides = []
     for engine, counts in ((prefill, prefill_counts), (decode, decode_counts)):
         need = int(sum(counts))
         if need > engine.logical_blocks:
             raise UserError(f"a request of {need} logical blocks ({', '.join(map(str, counts))} per KV-cache "
                             f"group) does not fit an engine of {engine.logical_blocks} logical blocks")
-        chosen = rng.choice(engine.logical_blocks, size=need, replace=False).astype(np.int64)
+        chosen = np.array(rng.sample(range(engine.logical_blocks), need), dtype=np.int64)
         sides.append(tuple(np.split(chosen, np.cumsum(counts)[:-1])))
     return Request(*sides)
 

@@ -51,13 +51,14 @@ def tp_ratio(p_tp: int, d_tp: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class _Holding:
+class Holding:
+    """A P rank that holds a shard of a region, and where that shard starts in its page."""
     rank: int
     shard: Shard
     offset: int       # byte offset of the shard's first unit in the holder's page
 
 
-def assign_units(want: Shard, holders: Sequence[_Holding], preferred: set[int]) -> list[tuple[_Holding, Shard]]:
+def assign_units(want: Shard, holders: Sequence[Holding], preferred: set[int]) -> list[tuple[Holding, Shard]]:
     """Cover ``want`` with ranges of units, each taken from one holder.
 
     Where several holders have a unit, the lowest-numbered preferred holder wins, else the
@@ -67,7 +68,7 @@ def assign_units(want: Shard, holders: Sequence[_Holding], preferred: set[int]) 
     for h in holders:
         cuts.update(c for c in (h.shard.start, h.shard.end) if want.start < c < want.end)
     edges = sorted(cuts)
-    out: list[tuple[_Holding, Shard]] = []
+    out: list[tuple[Holding, Shard]] = []
     for u0, u1 in zip(edges, edges[1:]):
         candidates = [h for h in holders if h.shard.start <= u0 and u1 <= h.shard.end]
         assert candidates, f"no P rank holds units [{u0}, {u1})"
@@ -94,7 +95,7 @@ def exact_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> 
         preferred = {p.rank for p in prefill if p.region(first.name).shard.intersect(first.shard)}
         pieces: list[tuple[int, Segment]] = []
         for region in d.regions:
-            holders = [_Holding(p.rank, p.region(region.name).shard, p.region(region.name).offset)
+            holders = [Holding(p.rank, p.region(region.name).shard, p.region(region.name).offset)
                        for p in prefill]
             assert all(p.region(region.name).unit_bytes == region.unit_bytes for p in prefill)
             for holder, units in assign_units(region.shard, holders, preferred):

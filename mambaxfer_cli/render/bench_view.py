@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -23,7 +25,7 @@ class BenchProgress:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
     def start(self, description: str) -> None:
@@ -36,11 +38,11 @@ class BenchProgress:
         self.progress.advance(self.task)
 
 
-def _transport(point: dict, direction: str) -> str:
+def _transport(point: dict[str, Any], direction: str) -> str:
     return ", ".join(point["transport"][direction]["transports"]) or "?"
 
 
-def bench_tables(document: dict) -> list[Table]:
+def bench_tables(document: dict[str, Any]) -> list[Table]:
     tables = []
     devices = sorted({p["device"] for p in document["points"]})
     for device in devices:

@@ -4,9 +4,9 @@ and where the first wrong bytes are."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -14,7 +14,7 @@ from rich.text import Text
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
-    from mambaxfer_cli.execute.coordinator import Outcome
+    from mambaxfer_cli.execute.run import Outcome
     from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.planning.plan import Plan
 
@@ -38,7 +38,7 @@ class ProgressView:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         if self._live is not None:
             self._live.__exit__(*exc)
 
@@ -88,14 +88,15 @@ def served_table(outcome: "Outcome") -> Table:
     plan = outcome.plan
     table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
                         f"{plan.semantics} semantics", title_justify="left")
-    for column, justify in (("P rank", "right"), ("served", "left"), ("bytes", "right"),
-                            ("READ notifications", "right"), ("fill", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("P rank", "right"), ("served", "left"), ("bytes", "right"), ("READ notifications", "right"), ("fill", "right"))
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for p_rank, result in sorted(outcome.prefill.items()):
         served = outcome.served(p_rank)
         table.add_row(str(p_rank), ", ".join(f"D{c['d_rank']}" for c in served),
                       human_bytes(sum(c["bytes"] for c in served)),
-                      str(sum(c["notifications"] for c in served)), f"{result['fill_s'] * 1e3:.1f} ms")
+                      str(sum(c["notifications"] for c in served)), f"{result.fill_s * 1e3:.1f} ms")
     table.caption = ("geometry agreed with every decode rank; each one's last READ notified, then memory "
                      "freed; the decode side verifies the bytes")
     table.caption_justify = "left"
@@ -105,20 +106,19 @@ def served_table(outcome: "Outcome") -> Table:
 def result_table(outcome: "Outcome") -> Table:
     table = Table(title=title(outcome.plan, outcome.settings.device, outcome.settings.discovery),
                   title_justify="left")
-    for column, justify in (("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"),
-                            ("descriptors", "right"), ("after merge", "right"), ("time", "right"),
-                            ("GB/s", "right"), ("verdict", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"), ("descriptors", "right"),
+        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for d in outcome.decode:
-        r = d.result
-        verdict = r["verdict"]
         table.add_row(
-            str(d.d_rank), ", ".join(f"P{p}" for p in r["sources"]), ", ".join(r["lists"]),
-            human_bytes(r["bytes"]), str(r["descs_posted"]), str(r["descs_merged"]),
-            f"{d.seconds * 1e3:.2f} ms", f"{d.gbps:.2f}",
-            Text("verified", style="green") if verdict["ok"]
-            else Text(f"{verdict['wrong_bytes']} wrong bytes", style="bold red"))
-    longest = max((d.seconds for d in outcome.decode), default=0.0)
+            str(d.d_rank), ", ".join(f"P{p}" for p in d.sources), ", ".join(d.local_lists),
+            human_bytes(d.bytes), str(d.descriptors_posted), str(d.descriptors_merged),
+            f"{d.time_s * 1e3:.2f} ms", f"{d.gb_per_s:.2f}",
+            Text("verified", style="green") if d.ok
+            else Text(f"{d.check.wrong_bytes} wrong bytes", style="bold red"))
+    longest = max((d.time_s for d in outcome.decode), default=0.0)
     aggregate = outcome.total_bytes / longest / 1e9 if longest > 0 else 0.0
     request = outcome.plan.descriptors.request.decode_blocks
     phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
@@ -134,11 +134,11 @@ def corruption_report(outcome: "Outcome") -> Group | None:
     """For each D rank that failed: wrong bytes per region and the first wrong byte, located."""
     lines = []
     for d in outcome.decode:
-        verdict = d.result["verdict"]
-        if verdict["ok"]:
+        check = d.check
+        if check.ok:
             continue
-        regions = ", ".join(f"{name} {count}" for name, count in verdict["wrong_by_region"].items())
-        lines.append(Text(f"D{d.d_rank}: {verdict['wrong_bytes']} of {verdict['checked_bytes']} bytes wrong "
+        regions = ", ".join(f"{name} {count}" for name, count in check.wrong_by_region.items())
+        lines.append(Text(f"D{d.d_rank}: {check.wrong_bytes} of {check.checked_bytes} bytes wrong "
                           f"({regions})", style="bold red"))
-        lines.extend(Text(f"  {line}") for line in verdict["explanation"])
+        lines.extend(Text(f"  {line}") for line in check.lines())
     return Group(*lines) if lines else None

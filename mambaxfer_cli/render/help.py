@@ -40,6 +40,21 @@ def _names(param, ctx) -> list[str]:
     return [first, *param.secondary_opts]
 
 
+def _default_whole(text, width: int, console):
+    """The help with its ``[default: ...]`` on a line of its own where wrapping would split it."""
+    at = text.plain.rfind("[default: ")
+    if at <= 0 or width < 1:
+        return text
+    lines = text.wrap(console, width)
+    if any(line.plain.rstrip().endswith("[default:") for line in lines):
+        head, tail = text[:at], text[at:]
+        head.rstrip()
+        head.append("\n")
+        head.append_text(tail)
+        return head
+    return text
+
+
 def options_panel(*, name: str, params, ctx, markup_mode, console) -> None:
     """Print one panel of options (typer's ``_print_options_panel``, laid out to never cut)."""
     from rich.cells import cell_len
@@ -60,7 +75,10 @@ def options_panel(*, name: str, params, ctx, markup_mode, console) -> None:
         rows.append((names, _help_text(param, ctx, markup_mode)))
     inner = console.width - 4                      # the panel's borders and padding
     names_width = max(cell_len(line) for names, _ in rows for line in names.plain.splitlines())
-    if inner - names_width - 2 >= MIN_HELP:
+    beside = inner - names_width - 2 >= MIN_HELP
+    width = inner - names_width - 2 if beside else inner - INDENT
+    rows = [(names, _default_whole(help_text, width, console)) for names, help_text in rows]
+    if beside:
         table = Table(show_header=False, box=None, padding=(0, 2, 0, 0), expand=True, pad_edge=False)
         table.add_column(width=names_width, no_wrap=True)
         table.add_column(ratio=1, overflow="fold")

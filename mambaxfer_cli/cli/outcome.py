@@ -1,0 +1,54 @@
+"""How a command tells its outcome: one red line for a user error, and the exit code to keep
+when its reader stops reading early (``mambaxfer check ... | head -1``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import typer
+
+from mambaxfer_cli.exits import EXIT_USAGE
+
+_verdict: list[int] = []
+
+
+def red_line(message: str) -> None:
+    """One red line on stderr."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+
+
+def fail(message: str) -> typer.Exit:
+    """Print one red line on stderr; the caller raises the returned Exit (code 2)."""
+    red_line(message)
+    return typer.Exit(EXIT_USAGE)
+
+
+def verdict(code: int) -> None:
+    """The command's outcome is known: the exit code to keep if its output pipe closes early."""
+    _verdict[:] = [code]
+
+
+def forget() -> None:
+    """A new command line starts: no outcome is known yet."""
+    _verdict.clear()
+
+
+def _silence_stdout() -> None:
+    """After a closed pipe, the interpreter's last flush must not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def closed_pipe() -> int:
+    """A reader that stopped reading (``| head``) is not a failure: the command's own verdict, when
+    it is known, else 141 as for SIGPIPE."""
+    _silence_stdout()
+    return _verdict[0] if _verdict else 128 + signal.SIGPIPE

@@ -1,0 +1,226 @@
+"""A rank's NIXL agent with its registered memory, and the steps every rank takes with it (execute's
+and bench's alike): set up, fill, publish its layout, fetch its peers' metadata, prepare and post
+transfers, release everything it took from NIXL.
+
+No progress thread: NIXL 1.5.1's polls without pause and would take a core per rank; a rank drives
+progress itself (an initiator polls its transfers, a target polls for notifications).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import ModuleType, TracebackType
+from typing import Any, Callable, Hashable, Sequence
+
+import numpy as np
+
+from mambaxfer_cli.execute.channel import Channel, RankFailure
+from mambaxfer_cli.execute.memory import RankMemory
+from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
+from mambaxfer_cli.execute.results import Preparation
+from mambaxfer_cli.execute.side_channel import SideChannelError, fetch
+from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
+from mambaxfer_cli.proof.pattern import fill as fill_page
+
+Tick = Callable[[str], None]
+CHECK_STOP_EVERY = 1024      # polls of a transfer's state between two looks at the coordinator's pipe
+
+
+def _name(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """One prepared transfer: a local descriptor list (prepared once per key), a remote one, and the
+    descriptor IDs that pair them."""
+
+    local_key: Hashable           # pairings with equal keys share one prepared local list
+    local: np.ndarray             # (N, 3) uint64 rows: address, length, device
+    local_mem: str
+    remote_agent: str
+    remote: np.ndarray
+    remote_mem: str
+    local_ids: np.ndarray
+    remote_ids: np.ndarray
+
+
+class RankAgent:
+    """A rank's agent and memory; everything it takes from NIXL is released together, in the
+    order NIXL needs, however the rank ends (use it as a context manager)."""
+
+    def __init__(self, task: RankTask, ch: Channel, telemetry: bool) -> None:
+        ch.phase("loading NIXL")
+        try:
+            api = load_nixl(task.settings.device)
+        except NixlMissing as exc:
+            raise RankFailure(str(exc), user=True) from None
+        ch.phase("allocating", f"{task.memory.total_bytes / 2**20:.1f} MiB {task.settings.mem_type}")
+        self.task = task
+        self.memory = RankMemory(task.memory, task.settings.device, task.dev_id)
+        self.agent = _create_agent(api, task, telemetry)
+        self.registered: Any = None
+        self.handles: list[Any] = []       # transfer and descriptor-list handles
+        self.remotes: list[str] = []       # remote agents loaded
+        self.published = False             # its metadata is in the discovery store
+
+    def __enter__(self) -> RankAgent:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None:
+            self.release()
+            return
+        try:              # the rank already fails: NIXL's complaints while releasing (a peer gone) must
+            self.release()    # not hide why
+        except Exception:
+            pass
+
+    def register(self, ch: Channel) -> None:
+        ch.phase("registering")
+        self.registered = self.agent.register_memory(self.memory.regions, self.memory.mem_type)
+
+    def publish(self) -> None:
+        """Make this rank's agent metadata available to the other side (a two-host run)."""
+        discovery = self.task.settings.discovery
+        assert discovery is not None
+        discovery.publish(self.agent)
+        self.published = True
+
+    def add_remote(self, metadata: bytes) -> str:
+        name = _name(self.agent.add_remote_agent(metadata))
+        self.remotes.append(name)
+        return name
+
+    def prepare(self, op: str, pairings: Sequence[Pairing], ch: Channel) -> tuple[list[Any], Preparation]:
+        """Prepared transfers (``op``: READ or WRITE), one per pairing, and what preparing them took."""
+        local: dict[Hashable, Any] = {}
+        xfers = []
+        prep_s = make_s = 0.0
+        for pair in pairings:
+            started = time.perf_counter()
+            if pair.local_key not in local:
+                local[pair.local_key] = self.agent.prep_xfer_dlist("NIXL_INIT_AGENT", pair.local, pair.local_mem)
+                self.handles.append(local[pair.local_key])
+            remote = self.agent.prep_xfer_dlist(pair.remote_agent, pair.remote, pair.remote_mem)
+            self.handles.append(remote)
+            prep_s += time.perf_counter() - started
+            started = time.perf_counter()
+            xfers.append(self.agent.make_prepped_xfer(op, local[pair.local_key], pair.local_ids.astype(np.int32),
+                                                      remote, pair.remote_ids.astype(np.int32), b""))
+            make_s += time.perf_counter() - started
+            self.handles.append(xfers[-1])
+            ch.check_stop()
+        return xfers, Preparation(prep_s, make_s, sum(len(p.local_ids) for p in pairings))
+
+    def transfer(self, xfers: Sequence[Any], notif: bytes, ch: Channel, what: str = "READ") -> float:
+        """Post prepared transfers and drive them to completion; seconds taken. Completion is waited
+        for (it is NIXL's work): one that never comes is a stall the coordinator sees."""
+        ch.waiting(f"the {what}s to complete")
+        started = time.perf_counter()
+        for xfer in xfers:
+            if self.agent.transfer(xfer, notif) == "ERR":
+                raise RankFailure(f"NIXL refused to post a {what}")
+        pending, polls = list(xfers), 0
+        while pending:
+            states = [self.agent.check_xfer_state(x) for x in pending]
+            if "ERR" in states:
+                raise RankFailure(f"a {what} failed")
+            pending = [x for x, state in zip(pending, states) if state != "DONE"]
+            polls += 1
+            if polls % CHECK_STOP_EVERY == 0:
+                ch.check_stop()
+        return time.perf_counter() - started
+
+    def telemetry(self, xfers: Sequence[Any]) -> list[Any]:
+        return [self.agent.get_xfer_telemetry(x) for x in xfers]
+
+    def release(self) -> None:
+        """Give back what the rank took from NIXL, in the order it needs: transfer and list handles,
+        remote agents, its entry in the discovery store, then its registered memory."""
+        for handle in reversed(self.handles):
+            handle.release()
+        self.handles = []
+        for name in self.remotes:
+            self.agent.remove_remote_agent(name)
+        self.remotes = []
+        discovery = self.task.settings.discovery
+        if self.published and discovery is not None:
+            discovery.withdraw(self.agent)
+            self.published = False
+        if self.registered is not None:
+            self.agent.deregister_memory(self.registered)
+            self.registered = None
+        self.memory.release()
+
+
+def _create_agent(api: ModuleType, task: RankTask, telemetry: bool) -> Any:
+    discovery = task.settings.discovery
+    port = discovery.listen_port(task.role, task.rank) if discovery else None
+    config = api.nixl_agent_config(enable_prog_thread=False, backends=["UCX"], capture_telemetry=telemetry,
+                                   enable_listen_thread=port is not None, listen_port=port or 0)
+    try:
+        agent = api.nixl_agent(task.agent, config)
+    except RuntimeError as exc:
+        if port is None or "listener" not in str(exc):
+            raise
+        raise RankFailure(f"NIXL cannot listen on port {port}: {exc} (in use?)", user=True) from None
+    if "UCX" not in agent.backends:
+        raise RankFailure(f"NIXL has no UCX backend here (plugins: {', '.join(agent.plugin_list)})")
+    return agent
+
+
+def fill(task: PrefillTask, memory: RankMemory, tick: Tick = lambda detail: None) -> None:
+    """Every page of a P rank: the pattern of what it holds (an SSM state, or attention kernel blocks)."""
+    pages = task.memory.tensors * task.memory.logical_blocks
+    for tensor in range(task.memory.tensors):
+        host = memory.host(tensor)
+        for block in range(task.memory.logical_blocks):
+            fill_page(host[block], task.pages[tensor][block], tensor, block)
+            tick(f"page {tensor * task.memory.logical_blocks + block + 1} of {pages}")
+        memory.store(tensor, host)
+    memory.sync()
+
+
+def layout(task: PrefillTask, memory: RankMemory) -> dict[str, Any]:
+    """What a P rank publishes besides its agent metadata: its registered regions and layout."""
+    return {"agent": task.agent, "rank": task.rank, "mem_type": memory.mem_type, "dev_id": task.dev_id,
+            "bases": memory.bases, "page_bytes": task.memory.page_bytes,
+            "logical_blocks": task.memory.logical_blocks,
+            "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes,
+            "regions": [[address, length] for address, length, _, _ in memory.regions]}
+
+
+def check_layout(task: DecodeTask, p_rank: int, published: dict[str, Any]) -> None:
+    """What a P rank published against what this D rank's plan expects of it."""
+    want = task.prefill_memory
+    rank_layout = task.prefill_layouts[p_rank]
+    expected = {"rank": p_rank, "page_bytes": want.page_bytes, "logical_blocks": want.logical_blocks,
+                "conv_bytes": rank_layout.conv_bytes, "ssm_bytes": rank_layout.ssm_bytes}
+    for key, value in expected.items():
+        if published.get(key) != value:
+            raise RankFailure(f"P{p_rank} publishes {key}={published.get(key)}, the plan expects {value}")
+    if len(published.get("bases", ())) != want.tensors:
+        raise RankFailure(f"P{p_rank} publishes a different number of registered regions than the plan's")
+
+
+def exchange(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[str, dict[str, Any]]]:
+    """One host: each source P rank's agent name and layout, asked on its side channel once the
+    coordinator says where every P rank listens."""
+    ch.phase("exchanging")
+    ports = ch.gather("listening", "P", "the P ranks to listen")
+    host = task.settings.host
+    published = {}
+    for p_rank in task.sources:
+        port = ports[p_rank]
+        ch.waiting(f"P{p_rank}'s side channel {host}:{port} to answer")
+        try:
+            header, blob = fetch(host, port, {"d_rank": task.rank}, f"P{p_rank}", ch.check_stop)
+        except SideChannelError as exc:
+            raise RankFailure(str(exc)) from None
+        ch.phase("exchanging", f"loading P{p_rank}'s metadata")
+        check_layout(task, p_rank, header)
+        published[p_rank] = (node.add_remote(blob), header)
+    return published

@@ -1,0 +1,31 @@
+"""Faults injected into rank processes by the tests: ``MAMBAXFER_EXECUTE_FAULT=<rank>:<action>@<point>``,
+e.g. ``P0:hang@serve``. Actions: die (exit 70), hang (sleep for ever), work (use the CPU for WORK_S
+seconds, saying nothing: slow work, not a fault). Points: fill, serve, prepare, transfer."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from mambaxfer_cli.execute.tasks import RankTask
+
+FAULT_ENV = "MAMBAXFER_EXECUTE_FAULT"
+DIED = 70
+WORK_S = 4.0
+
+
+def fault(task: RankTask, point: str) -> None:
+    """Die or hang here when the environment asks it of this rank at this point."""
+    spec = os.environ.get(FAULT_ENV, "")
+    if not spec.startswith(f"{task.name}:") or not spec.endswith(f"@{point}"):
+        return
+    action = spec[len(task.name) + 1:-len(point) - 1]
+    if action == "die":
+        os._exit(DIED)
+    if action == "hang":
+        while True:
+            time.sleep(1)
+    if action == "work":
+        end = time.monotonic() + WORK_S
+        while time.monotonic() < end:
+            pass

@@ -1,0 +1,97 @@
+"""An execute run: the plan's rank tasks through the coordinator, and its outcome, the
+``mambaxfer.execute/v1`` document."""
+
+from __future__ import annotations
+
+import errno
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
+from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
+from mambaxfer_cli.planning.plan import Plan
+
+SCHEMA = "mambaxfer.execute/v1"
+
+
+@dataclass
+class Outcome:
+    plan: Plan
+    settings: RunSettings
+    decode: list[DecodeResult]
+    prefill: dict[int, PrefillResult]
+    phases: dict[str, float] = field(default_factory=dict)   # seconds from the start to each milestone
+
+    @property
+    def verified(self) -> bool:
+        return all(d.ok for d in self.decode)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(d.bytes for d in self.decode)
+
+    def served(self, p_rank: int) -> list[dict[str, Any]]:
+        """A two-host prefill side: each consumer of a P rank with the bytes the plan READs from it."""
+        moved: dict[int, int] = {}
+        for read in self.plan.descriptors.reads:
+            if read.p_rank == p_rank:
+                moved[read.d_rank] = moved.get(read.d_rank, 0) + int(read.remote.resolve(read.remote_ids)["size"].sum())
+        return [{"d_rank": c.d_rank, "agent": c.agent, "notifications": c.notifications,
+                 "bytes": moved.get(c.d_rank, 0)} for c in self.prefill[p_rank].served or ()]
+
+    def to_dict(self) -> dict[str, Any]:
+        plan, s = self.plan, self.settings
+        prefill_side = s.discovery is not None and s.discovery.role == "prefill"
+        return {"schema": SCHEMA, "model": plan.model.name, "semantics": plan.semantics,
+                "role": s.discovery.role if s.discovery else "both",
+                "p_tp": plan.prefill.tp, "d_tp": plan.decode.tp, "device": s.device, "memory": s.mem_type,
+                "iters": s.iters, "request": plan.descriptors.request.to_dict(),
+                "verified": None if prefill_side else self.verified,   # the decode side verifies
+                "total_bytes": self.total_bytes, "phases_s": self.phases,
+                "decode": [d.to_dict() for d in self.decode],
+                "prefill": [{"p_rank": p, "consumers": list(r.consumers), "fill_s": r.fill_s,
+                             **({"served": self.served(p)} if r.served is not None else {})}
+                            for p, r in sorted(self.prefill.items())]}
+
+
+def check_ports(settings: RunSettings, p_tp: int) -> None:
+    """With a fixed --port, P rank r listens on port + r: fail before spawning if one is taken."""
+    if not settings.port:
+        return
+    if settings.port + p_tp - 1 > 65535:
+        raise UserError(f"--port {settings.port}: P ranks need ports {settings.port}..{settings.port + p_tp - 1}")
+    for rank in range(p_tp):
+        port = settings.port + rank
+        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((settings.host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise UserError(f"--port {settings.port}: {settings.host}:{port} (P{rank}'s side channel) "
+                                    f"is already in use; pick another --port, or --port 0 for free ports") from None
+                raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None
+
+
+def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None) -> Outcome:
+    """Run the plan with real NIXL transfers; raises UserError (exit 2) or RunFailure (exit 3)."""
+    if settings.iters < 1:
+        raise UserError("--iters must be >= 1")
+    prefill, decode = build_tasks(plan, settings)
+    discovery = settings.discovery
+    if discovery is not None:   # a two-host run: only this side's ranks run here
+        prefill, decode = (prefill, []) if discovery.role == "prefill" else ([], decode)
+        quiet = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per metadata request too early
+        finished = run_ranks([*prefill, *decode], settings.run_id, timeout, progress,
+                             forced=discovery.environment(), defaults=quiet)
+    else:
+        check_ports(settings, len(prefill))
+        finished = run_ranks([*prefill, *decode], settings.run_id, timeout, progress)
+    results = finished.results
+    return Outcome(plan, settings,
+                   decode=[r for t in decode if isinstance(r := results[t.name], DecodeResult)],
+                   prefill={t.rank: r for t in prefill if isinstance(r := results[t.name], PrefillResult)},
+                   phases=finished.phases)

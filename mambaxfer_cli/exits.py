@@ -1,0 +1,101 @@
+"""How a mambaxfer command ends: its exit codes, and the signals that stop it.
+
+Free of heavy imports on purpose: the entry point installs the signal handlers from here before
+anything else is imported, so that a signal at any moment of a command ends it with the signal's
+code and one line. The first signal decides; any later one (a second Ctrl-C while the ranks are
+being stopped) is not news and changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from types import FrameType
+from typing import Iterator
+
+EXIT_OK = 0
+EXIT_WRONG = 1          # wrong bytes (check, execute, bench), or a pairing vLLM refuses (check, preflight)
+EXIT_USAGE = 2          # a user error: one red line
+EXIT_RUN_FAILED = 3     # an execute or bench run that could not complete
+EXIT_INTERNAL = 70      # sysexits' EX_SOFTWARE, distinct from every verdict: a bug, the traceback is printed
+EXIT_INTERRUPTED = 128 + signal.SIGINT     # 130, as a shell reports a process Ctrl-C ended
+
+# The signals that stop a command, and the line each ends with (exit code 128 + the signal).
+STOP_LINES = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",
+              signal.SIGHUP: "stopped by SIGHUP"}
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal that ends the command: unwinds like Ctrl-C, so that every ``finally`` runs (and
+    rank processes are stopped)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    @property
+    def line(self) -> str:
+        return STOP_LINES.get(signal.Signals(self.signum), f"stopped by signal {self.signum}")
+
+
+class _State:
+    first: int | None = None    # the signal that stops this command
+    raised = False              # whether Stopped was raised for it yet
+    holding = 0                 # depth of held() sections
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if _State.first is not None:
+        return
+    _State.first = signum
+    if not _State.holding:
+        _State.raised = True
+        raise Stopped(signum)
+
+
+def install() -> None:
+    """Handle the stop signals (the command's first act). A signal the command was started with
+    ignored stays ignored (``nohup``, a background job's SIGINT)."""
+    for signum in STOP_LINES:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _on_signal)
+
+
+def quiet() -> None:
+    """The command has ended and its process exits: a signal from now on changes nothing (not
+    even while the interpreter shuts down, which gives the signals their default action back)."""
+    _State.first = _State.first or -1
+    _State.raised = True
+    for signum in STOP_LINES:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """A section that a stop signal must not cut in two (a rank spawned but not yet recorded, the
+    ranks being stopped): a signal that comes meanwhile is raised as it ends."""
+    _State.holding += 1
+    try:
+        yield
+    finally:
+        _State.holding -= 1
+        if not _State.holding and _State.first is not None and _State.first > 0 and not _State.raised:
+            _State.raised = True
+            raise Stopped(_State.first)
+
+
+def report(stop: KeyboardInterrupt) -> int:
+    """The one line of a stopped command on stderr; its exit code."""
+    if not isinstance(stop, Stopped):       # Python's own Ctrl-C (before install, or a host that never ran it)
+        stop = Stopped(signal.SIGINT)
+    try:
+        sys.stderr.write(stop.line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return stop.exit_code
