@@ -273,7 +273,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                if verdict.suggested_block_size else "")
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
         warnings.append(Warning_("vllm-refuses", f"{releases} refuses P TP {p_tp} / D TP {d_tp}: "
-                                 + " ".join(r.message for r in verdict.refusals) + fix + tail))
+                                 + " ".join(r.message for r in verdict.refusals).rstrip(".") + fix + tail))
     differs = _state_differences(p_model, model)
     failing = _length_warning(prefill, decode, differs, releases) if options.semantics == VLLM else []
     warnings += failing
