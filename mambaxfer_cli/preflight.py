@@ -458,10 +458,11 @@ def enforces_hash(e: Engine) -> bool:
 
 
 def _no_geometry(p: Engine, d: Engine, mode: str) -> list[Refusal]:
-    """The checks that need no geometry (TP sizes, hash) where no plan could be made."""
+    """The checks that need no geometry (TP sizes, hash, a model without attention) where no plan
+    could be made; the geometry checks pass on the equal stand-in blocks."""
     local, remote = (d, p) if mode == PULL else (p, d)
     hashes = {e.side: e.release.hashed(engine_facts(e, None)) for e in (p, d)}
-    seen = Meeting(mode, local.tp, remote.tp, False, 1, 1, 1, 1, False, 0, hashes[local.side],
+    seen = Meeting(mode, local.tp, remote.tp, remote.model.has_attention, 1, 1, 1, 1, False, 0, hashes[local.side],
                    hashes[remote.side], SIDE_NAME[remote.side], enforce_hash=enforces_hash(local))
     return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 

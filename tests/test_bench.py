@@ -141,7 +141,8 @@ def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
                      "--vllm-version", "0.33")
     assert result.code == 0, result.stderr
     assert ("warning: vLLM 0.33 would refuse this pairing at handshake (--block-size 144 fixes it): Local block "
-            "size 320 is not divisible by remote block size 576 or vice versa; bench measures") in result.stderr
+            "size 320 is not divisible by remote block size 576 or vice versa; bench measures") in " ".join(
+        result.stderr.split())      # wrapped at the terminal's width
     document = json.loads(result.stdout)       # stdout stays the document, which names the release
     assert document["vllm_versions"] == {"prefill": "0.33", "decode": "0.33"}
     assert document["gpu"] == {"prefill": "H100", "decode": "H100"}

@@ -61,9 +61,14 @@ def test_prefix_caching_with_unequal_blocks_per_logical_is_refused(rel):
 
 def test_tp_sizes_that_do_not_divide_are_refused():
     p = plan("mamba-130m", 2, 3, semantics="exact")
+    # TransferTopology.tp_ratio first; once the TP sizes divide, add_remote_agent's next() over the
+    # attention groups (_build_fa_remote: D TP 3 >= P TP 2) still stops a model without attention.
     assert [r.to_dict() for r in p.verdict.refusals] == [{
         "code": "tp-sizes", "message": "Local tensor parallel size 3 is not divisible by remote tensor "
-                                       "parallel size 2."}]
+                                       "parallel size 2."}, {
+        "code": "no-attention", "message": "vLLM's NIXL connector cannot transfer a model without attention "
+                                           "layers: _build_fa_remote raises StopIteration (its next() finds no "
+                                           "attention KV-cache group), so the handshake never completes."}]
     assert [w.code for w in p.warnings] == ["vllm-refuses"]
 
 

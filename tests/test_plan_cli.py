@@ -115,6 +115,8 @@ def test_non_multiple_pairing_is_planned_exactly_and_flagged():
     document = plan_json("--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3")
     assert document["tp_ratio"] is None
     assert [w["code"] for w in document["warnings"]] == ["vllm-refuses"]
+    # the TP sizes first; mamba-130m has no attention layers, so vLLM would refuse it at any TP sizes
+    assert [r["code"] for r in document["vllm"]["refusals"]] == ["tp-sizes", "no-attention"]
     assert [(r["d_rank"], r["p_rank"]) for r in document["reads"]] == [(0, 0), (1, 0), (1, 1), (2, 1)]
 
 

@@ -56,13 +56,14 @@ def test_each_release_as_vllm_states_it():
     # CacheConfig.DEFAULT_BLOCK_SIZE and nixl/metadata.py NIXL_CONNECTOR_VERSION of each wheel.
     assert (V0_33.version, V0_33.default_block_size, V0_33.connector_version) == ("0.33.0", 16, 15)
     assert (V0_34.version, V0_34.default_block_size, V0_34.connector_version) == ("0.34.0", 64, 16)
-    # vLLM's order: the TP sizes before any metadata, the hash, then add_remote_agent's checks.
+    # vLLM's order: the TP sizes before any metadata, the hash, then add_remote_agent's checks; last
+    # the next() over attention groups in _build_local_splits_from_plan and _build_fa_remote.
     assert [c.__name__ for c in V0_33.pull_checks] == [
-        "tp_sizes", "compat_hash", "block_size", "prefix_caching", "host_buffer", "head_sharded"]
+        "tp_sizes", "compat_hash", "block_size", "prefix_caching", "host_buffer", "head_sharded", "attention_free"]
     # 0.34 pairs regions by advertised layers after the hash, and its push rule runs right after.
     assert [c.__name__ for c in V0_34.push_checks] == [
         "tp_sizes", "compat_hash", "advertised_layers", "push_identical_blocks", "block_size", "prefix_caching",
-        "host_buffer", "head_sharded"]
+        "host_buffer", "head_sharded", "attention_free"]
     assert V0_34.knows_flag("--max-num-inflight-kv-loads") and V0_34.knows_flag("--disable-extensible-kv-cache")
     assert not V0_33.knows_flag("--max-num-inflight-kv-loads")
 
@@ -288,7 +289,7 @@ def test_tp_sizes_are_refused_before_the_hash():
     spec = load_model("mamba-130m")
     options = PlanOptions(prefill=EngineFlags(release=V0_33), decode=EngineFlags(release=V0_34))
     p = build_plan(spec, 2, 3, options)
-    assert [r.code for r in p.verdict.refusals] == ["tp-sizes", "compat-hash"]
+    assert [r.code for r in p.verdict.refusals] == ["tp-sizes", "compat-hash", "no-attention"]
 
 
 @pytest.mark.parametrize("rel, code", [(V0_34, "push-block-sizes"), (V0_33, "head-sharded-block-size")])

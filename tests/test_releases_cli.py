@@ -156,3 +156,19 @@ def test_the_release_guides_examples_are_real_output():
         printed = [line.rstrip() for line in result.stdout.splitlines()]
         for line in shown:
             assert line in printed, (command, line)
+
+
+@pytest.mark.parametrize("semantics, ratio", [("vllm", 2), ("exact", 1)])
+def test_a_source_read_for_ssm_state_only_numbers_its_ids_as_vllm_registers_them(semantics, ratio):
+    """Qwen3.5-0.8B 4P2D, prefix caching off, vLLM 0.33: P's kernel block is 272 tokens, D's 544
+    (ratio 2), and D0 reads attention from P0 only, SSM state from P0 and P1. vLLM registers every
+    per-source local list at P's block size (add_remote_agent -> register_local_xfer_handler with the
+    remote block size; _build_local_splits_from_plan), so P1's SSM IDs come after F x N x 2 attention
+    descriptors: F = 6 tensors, N = 100,000 blocks. mambaxfer's exact list keeps whole kernel blocks."""
+    code, document = run_json("plan", "--model", "qwen3.5-0.8b", "--p-tp", "4", "--d-tp", "2",
+                              "--no-enable-prefix-caching", "--vllm-version", "0.33", "--semantics", semantics,
+                              "--show", "all")
+    ids = document["descriptors"]
+    assert (ids["decode"]["tensors"], ids["decode"]["num_blocks"]) == (6, 100_000)
+    read = next(r for r in ids["reads"] if (r["d_rank"], r["p_rank"]) == (0, 1))
+    assert min(read["local_ids"]) == 6 * 100_000 * ratio + 53_075     # 53,075: the same SSM descriptor after them

@@ -126,9 +126,12 @@ def bench(
     refused = plans[0][0].verdict
     if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
-        typer.echo(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
-                   + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
-                   err=True)
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(
+            f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
+            + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
+            markup=False)
 
     from mambaxfer_cli.render.bench_view import BenchProgress, bench_tables
 

@@ -132,7 +132,7 @@ class Ours:
         """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted); in push
         mode P handshakes with D."""
         found = [r for r in refusals(prefill.side, decode.side, PUSH if push else PULL) if r.code != "compat-hash"]
-        return found[0].message if found else None
+        return found[0].vllm_says if found else None
 
     def request(self, model: ModelSpec, prefill: Engine, decode: Engine) -> Request:
         """One D logical block per KV-cache group and the P blocks that hold the same tokens, at

@@ -108,3 +108,21 @@ def whole_block(side: Side) -> Pieces:
     """The one piece of a list that reads a stream's kernel blocks whole."""
     spt = side.lists.streams_per_tensor
     return ((0, side.kernel_block_bytes // spt),)
+
+
+def no_attention_read(prefill: Side, decode: Side, semantics: str) -> Pieces:
+    """The attention pieces of D's list for a P rank it reads SSM state from and no attention.
+
+    vLLM registers D's lists at P's kernel block whenever D's is ``r`` times P's: ``add_remote_agent``
+    calls ``register_local_xfer_handler(remote block size)``, whose ``_build_fa_local`` cuts each
+    kernel block into ``r`` sub-blocks, and ``_build_local_splits_from_plan`` derives every
+    per-source list from it, also the lists of sources that give no attention. Their SSM IDs so
+    start after ``F·N·r`` attention descriptors (``_compute_desc_ids`` with ``block_size_ratio``).
+    mambaxfer's exact lists read such a source's blocks whole: one piece.
+    """
+    kd, kp = decode.kernel_tokens, prefill.kernel_tokens
+    if semantics != VLLM or not decode.has_attention or kd == kp or kd % kp:
+        return whole_block(decode)
+    r = kd // kp
+    sub = decode.kernel_block_bytes // decode.lists.streams_per_tensor // r
+    return tuple((s * sub, sub) for s in range(r))

@@ -3,7 +3,8 @@
 The engine whose code runs the checks (D when it pulls, P when it pushes) meets the other one:
 its release's checks run in vLLM's order (the TP sizes before any metadata is exchanged, the
 compatibility hash, then the kernel blocks, prefix caching against different kernel blocks per
-logical block, a host buffer, and head-sharded attention across different block sizes). None of
+logical block, a host buffer, head-sharded attention across different block sizes, and last a
+model without attention layers, which no pairing of it gets past). None of
 them compares the SSM dtypes, the conv-state layout, the conv rows or the SSM state sizes: a
 mismatch there is accepted and corrupts the state silently.
 """

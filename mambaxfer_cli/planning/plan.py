@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 
-from mambaxfer_cli.planning.attention import AttentionRead, attention_read, sources as attention_sources, whole_block
+from mambaxfer_cli.planning.attention import (
+    AttentionRead, attention_read, no_attention_read, sources as attention_sources, whole_block,
+)
 from mambaxfer_cli.planning.descriptors import (
     DescriptorList, DescriptorMap, DescriptorRead, Request, block_ids, kernel_blocks, parse_blocks,
     random_request,
@@ -161,7 +163,7 @@ def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups
             segs = ssm[p_rank].segments if p_rank in ssm else ()
             how: AttentionRead | None = (attention_read(prefill, decode, d.rank, p_rank, attn[p_rank], semantics)
                                          if p_rank in attn else None)
-            local_attn = how.local if how else whole_block(decode)
+            local_attn = how.local if how else no_attention_read(prefill, decode, semantics)
             remote_attn = how.remote if how else whole_block(prefill)
             local_regions = tuple((s.local_offset, s.size) for s in segs)
             is_base = local_regions == whole and local_attn == whole_block(decode)
@@ -271,7 +273,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                if verdict.suggested_block_size else "")
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
         warnings.append(Warning_("vllm-refuses", f"{releases} refuses P TP {p_tp} / D TP {d_tp}: "
-                                 + " ".join(r.message for r in verdict.refusals) + fix + tail))
+                                 + " ".join(r.message for r in verdict.refusals).rstrip(".") + fix + tail))
     differs = _state_differences(p_model, model)
     failing = _length_warning(prefill, decode, differs, releases) if options.semantics == VLLM else []
     warnings += failing

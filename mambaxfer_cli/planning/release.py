@@ -18,8 +18,15 @@ PULL, PUSH = "pull", "push"
 @dataclass(frozen=True)
 class Refusal:
     code: str       # tp-sizes | compat-hash | push-block-sizes | block-size | prefix-caching | host-buffer
-                    # | head-sharded-block-size | layout | ...
-    message: str    # vLLM's own words
+                    # | head-sharded-block-size | no-attention | layout | ...
+    message: str    # vLLM's own words; where it has none, what it raises and what that means
+    raised: str = ""    # where vLLM's exception carries no words: the exception and the vLLM function
+                        # it escapes from, e.g. "StopIteration in _build_fa_remote"
+
+    @property
+    def vllm_says(self) -> str:
+        """What vLLM's own code raises: its message, or the bare exception where it has none."""
+        return self.raised or self.message
 
     def to_dict(self) -> dict:
         return {"code": self.code, "message": self.message}
@@ -172,6 +179,25 @@ def head_sharded(m: Meeting) -> Refusal | None:
         return None
     return Refusal("head-sharded-block-size", "Head-sharded attention reads with P_TP > D_TP and "
                                               "heterogeneous block sizes are not supported")
+
+
+def attention_free(m: Meeting) -> Refusal | None:
+    """``add_remote_agent`` finds the first attention KV-cache group with a bare ``next()`` and no
+    default, after every check above: in ``_build_local_splits_from_plan`` when the local engine
+    reads from several remote ranks (``tp_ratio < 0``; a generator, so Python turns the
+    StopIteration into ``RuntimeError: generator raised StopIteration``), else in
+    ``_build_fa_remote``, which every handshake calls (``StopIteration``). A model without
+    attention layers never completes the handshake, at any TP sizes, pulling or pushing."""
+    if m.has_attention:
+        return None
+    if m.local_tp < m.remote_tp:
+        where, raised = "_build_local_splits_from_plan", "RuntimeError: generator raised StopIteration"
+    else:
+        where, raised = "_build_fa_remote", "StopIteration"
+    return Refusal("no-attention", (
+        f"vLLM's NIXL connector cannot transfer a model without attention layers: {where} raises "
+        f"{raised} (its next() finds no attention KV-cache group), so the handshake never completes."),
+        raised=f"StopIteration in {where}")
 
 
 # --- the release ---------------------------------------------------------------------------------

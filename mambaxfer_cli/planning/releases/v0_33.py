@@ -4,13 +4,16 @@ Sources (vLLM 0.33.0 wheel): ``config/cache.py`` ``CacheConfig.DEFAULT_BLOCK_SIZ
 ``distributed/kv_transfer/kv_connector/v1/nixl/metadata.py`` ``NIXL_CONNECTOR_VERSION = 15`` and
 ``compute_nixl_compatibility_hash`` (speculative factors with ``parallel_drafting``);
 ``nixl/base_worker.py`` ``_compute_desc_ids`` (every group's IDs over every region of its kind),
-``add_remote_agent`` (the handshake's order), ``config/speculative.py`` ``MTPModelTypes``.
+``add_remote_agent`` (the handshake's order; ``_build_local_splits_from_plan`` and ``_build_fa_remote``
+look up an attention KV-cache group with ``next()``, so a model without attention never completes
+it), ``config/speculative.py`` ``MTPModelTypes``.
 """
 
 from __future__ import annotations
 
 from mambaxfer_cli.planning.release import (
-    Release, block_size, compat_hash, every_region, head_sharded, host_buffer, prefix_caching, tp_sizes,
+    Release, attention_free, block_size, compat_hash, every_region, head_sharded, host_buffer, prefix_caching,
+    tp_sizes,
 )
 
 # SpeculativeConfig: these method names are deprecated aliases of "mtp".
@@ -23,9 +26,10 @@ MTP_METHODS = frozenset((
 ))
 
 # D's handshake when it pulls: the TP sizes (before any metadata), the hash, then add_remote_agent's
-# block_size_ratio, _validate_remote_agent_handshake (prefix caching, host buffer) and
-# _build_local_splits_from_plan (head-sharded reads). Push runs the same checks on P.
-CHECKS = (tp_sizes, compat_hash, block_size, prefix_caching, host_buffer, head_sharded)
+# block_size_ratio, _validate_remote_agent_handshake (prefix caching, host buffer),
+# _build_local_splits_from_plan (head-sharded reads) and the next() over attention groups there and
+# in _build_fa_remote (a model without attention). Push runs the same checks on P.
+CHECKS = (tp_sizes, compat_hash, block_size, prefix_caching, host_buffer, head_sharded, attention_free)
 
 RELEASE = Release(
     name="0.33",
