@@ -170,3 +170,32 @@ def test_the_limit_check_finds_a_wrong_byte_in_a_chunk_and_outside_it():
     memory[end - 1] ^= 0xFF                                # the last byte of the last chunk
     memory[-1] ^= 0x01                                     # a byte that must stay poison
     assert limit_check(task, regions) == Tally(memory.size, 2)
+
+
+def test_a_killed_bench_leaves_nothing_in_its_temporary_folder(nixl, tmp_path):
+    """SIGKILL cannot be caught, so nothing of a run may live in $TMPDIR for cleanup to miss: each
+    rank's UCX info log is an unnamed in-memory file (memfd)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from rank_processes import PROGRESS_LOG, reached, wait_until
+
+    temp, log = tmp_path / "tmp", tmp_path / "progress.log"
+    temp.mkdir()
+    env = {**os.environ, **new_tag(), "TMPDIR": str(temp), PROGRESS_LOG: str(log)}
+    proc = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", "bench", "--model", "jamba", "--p-tp", "1",
+                             "--d-tp", "2", "--layers", "2", "--request-blocks", "1,2", "--device", "cpu",
+                             "--format", "json", "--timeout", "60"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        wait_until(log, "D1", "", proc)                    # every rank is up and has said something
+        assert reached(log, "D0", "")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert_no_rank_left(env)
+    assert sorted(p.name for p in temp.iterdir()) == []
