@@ -301,3 +301,21 @@ def test_execute_help_and_no_heavy_imports_in_the_coordinator():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+@pytest.mark.parametrize("header", [b"[" * 100_000, b"[1, 2]", b"\xff\xfe", b"99" * 3000])
+def test_a_frame_that_is_no_header_is_a_side_channel_error(header):
+    """Whatever a peer sends as a header: a JSON object, or a SideChannelError (never RecursionError,
+    a list where a dict is read, or a decoding error)."""
+    import struct
+
+    from mambaxfer_cli.execute.side_channel import recv_frame
+
+    a, b = socket.socketpair()
+    try:
+        a.sendall(struct.pack("!II", len(header), 0) + header)
+        with pytest.raises(SideChannelError, match="not a mambaxfer side-channel frame"):
+            recv_frame(b, lambda: None, "P0")
+    finally:
+        a.close()
+        b.close()

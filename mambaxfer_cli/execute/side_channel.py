@@ -59,8 +59,10 @@ def recv_frame(sock: socket.socket, keep_going: KeepGoing, what: str) -> tuple[d
         raise SideChannelError(f"{what}: not a mambaxfer side-channel frame")
     try:
         header = json.loads(_recv_exact(sock, head_len, keep_going, what))
-    except ValueError:
+    except (ValueError, RecursionError):      # not JSON, or nested past the parser's depth
         raise SideChannelError(f"{what}: not a mambaxfer side-channel frame") from None
+    if not isinstance(header, dict):
+        raise SideChannelError(f"{what}: not a mambaxfer side-channel frame")
     return header, _recv_exact(sock, blob_len, keep_going, what)
 
 
