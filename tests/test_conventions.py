@@ -39,8 +39,16 @@ def test_help_groups_options_and_ends_with_examples():
 
 
 def test_shell_completion_script():
-    result = run_cli("--show-completion", "bash")
-    assert result.code == 0 and "_mambaxfer_completion" in result.stdout and "complete " in result.stdout
+    """--show-completion finds the shell it runs in from its parent processes, as from a user's bash
+    (the ``; exit`` keeps bash from replacing itself with the command)."""
+    import shlex
+    import subprocess
+    import sys
+
+    command = f"{shlex.quote(sys.executable)} -m mambaxfer_cli --show-completion; exit $?"
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "_mambaxfer_completion" in result.stdout and "complete " in result.stdout
     assert "--install-completion" in run_cli("--help").stdout
 
 
