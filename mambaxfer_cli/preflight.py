@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.engine import Engines, Side, build_side
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.planning.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.planning.geometry import EngineFlags, Geometry
 from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, Verdict, verdict as handshake_verdict
+from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, Verdict, handshake_verdict
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.planning.model import ModelSpec
@@ -32,8 +33,8 @@ from mambaxfer_cli.readers.serve_args import (
 
 SCHEMA = "mambaxfer.preflight/v1"
 PREFILL, DECODE = "prefill", "decode"
-ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
-ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
+KV_ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
+KV_ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
 SIDE_NAME = {PREFILL: "P", DECODE: "D"}
 VLLM_DTYPES = {"float": "float32", "half": "float16"}
 
@@ -41,7 +42,7 @@ VLLM_DTYPES = {"float": "float32", "half": "float16"}
 # --- one engine ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Engine:
+class ServedEngine:
     """One engine as its vLLM release builds it from its command line on its GPU."""
 
     side: str                 # prefill | decode
@@ -119,7 +120,7 @@ def vllm_dtype(requested: str, config_dtype: str) -> str:
     return VLLM_DTYPES.get(requested, requested)
 
 
-def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> Engine:
+def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> ServedEngine:
     """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
     hf_overrides=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
     GPU and what the line leaves unsaid."""
@@ -147,7 +148,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
-    return Engine(side, line, model, flags, base)
+    return ServedEngine(side, line, model, flags, base)
 
 
 def _line_gdn_backend(line: ServeLine) -> str | None:
@@ -174,7 +175,7 @@ class Field:
         return {"field": self.name, "prefill": self.prefill, "decode": self.decode, "agree": self.agree}
 
 
-def speculative(e: Engine) -> Speculative | None:
+def speculative(e: ServedEngine) -> Speculative | None:
     """The line's ``--speculative-config`` as the hash reads it."""
     if not e.line.speculative:
         return None
@@ -186,16 +187,16 @@ def speculative(e: Engine) -> Speculative | None:
                        None if kv is None else str(kv))
 
 
-def engine_facts(e: Engine, plan: Plan | None) -> EngineFacts:
+def engine_facts(e: ServedEngine, plan: Plan | None) -> EngineFacts:
     """What ``compute_nixl_compatibility_hash`` reads of one engine."""
-    side = None if plan is None else (plan.prefill if e.side == PREFILL else plan.decode)
-    backend = side.hashed_backend if side is not None else e.attention_backend
+    layout = None if plan is None else (plan.prefill if e.side == PREFILL else plan.decode)
+    backend = layout.hashed_backend if layout is not None else e.attention_backend
     return EngineFacts(e.line.model, e.model.model_dtype, e.model.num_kv_heads, e.model.head_size,
                        len(e.model.layers), backend, e.flags.kv_cache_dtype, speculative=speculative(e),
                        transfer_mode=e.line.transfer_mode, hybrid_kv_cache_manager=e.hma)
 
 
-def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+def hashed_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[Field]:
     """What each engine's compatibility hash takes (``compute_nixl_compatibility_hash``, its
     release's fields), side by side."""
     theirs = dict(p.release.hashed(engine_facts(p, plan)))
@@ -207,7 +208,7 @@ def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
 PUSH_IDENTICAL = "push_identical_blocks"
 
 
-def handshake_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+def handshake_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[Field]:
     """What the handshake compares besides the hash (TP, kernel blocks, blocks per logical), as
     the local engine does: D when it pulls, P when it pushes."""
     big, small = max(p.tp, d.tp), min(p.tp, d.tp)
@@ -232,7 +233,7 @@ def handshake_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
     return rows
 
 
-def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+def unchecked_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[Field]:
     """What vLLM never compares (docs/reference.md): a mismatch is accepted and corrupts the state."""
     rows = [Field("conv dtype", p.model.conv_dtype, d.model.conv_dtype, False),
             Field("SSM (temporal) dtype", p.model.ssm_dtype, d.model.ssm_dtype, False),
@@ -250,7 +251,7 @@ def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
 
 # --- the verdict --------------------------------------------------------------------------------
 
-def startup_refusals(e: Engine) -> list[Refusal]:
+def startup_refusals(e: ServedEngine) -> list[Refusal]:
     """What stops the engine before any handshake, as its release's NIXL worker asserts it."""
     name, out = SIDE_NAME[e.side], []
     line = e.line
@@ -260,9 +261,9 @@ def startup_refusals(e: Engine) -> list[Refusal]:
     elif line.kv_connector not in NIXL_CONNECTORS:
         out.append(Refusal("connector", f"{name} uses {line.kv_connector}; mambaxfer checks vLLM's NIXL "
                                         f"connector ({', '.join(NIXL_CONNECTORS)})"))
-    elif line.kv_role not in ROLES[e.side]:
+    elif line.kv_role not in KV_ROLES[e.side]:
         out.append(Refusal("kv-role", f"{name} is the {e.side} engine but its kv_role is {line.kv_role} "
-                                      f"(use {ROLE_FOR[e.side]})"))
+                                      f"(use {KV_ROLE_FOR[e.side]})"))
     for var, (value, message) in e.release.fatal_env.items():
         if dict(line.environment()).get(var) == value:
             out.append(Refusal("environment", f"{name}: vLLM {e.release.name} refuses to start: {message}"))
@@ -297,7 +298,7 @@ def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
     return tuple(x for x in DEFAULT_LAYOUTS if x in BLOCK_COMPACT) if model.has_attention else DEFAULT_LAYOUTS
 
 
-def flag_startup_refusals(e: Engine) -> list[Refusal]:
+def flag_startup_refusals(e: ServedEngine) -> list[Refusal]:
     """What stops one engine at start-up among the flags beyond section 8's: HMA off, a buffer
     device or a KV-cache layout vLLM does not take."""
     name, line, out = SIDE_NAME[e.side], e.line, []
@@ -320,12 +321,12 @@ def flag_startup_refusals(e: Engine) -> list[Refusal]:
     return out
 
 
-def handshake_sides(p: Engine, d: Engine) -> tuple[Engine, Engine]:
+def handshake_sides(p: ServedEngine, d: ServedEngine) -> tuple[ServedEngine, ServedEngine]:
     """(local, remote) of the handshake: D checks P when it pulls; P checks D when it pushes."""
     return (p, d) if _push(p, d) else (d, p)
 
 
-def layout_refusals(p: Engine, d: Engine, plan: Plan) -> list[Refusal]:
+def layout_refusals(p: ServedEngine, d: ServedEngine, plan: Plan) -> list[Refusal]:
     """``_validate_remote_agent_handshake`` after its block checks (the release's, the host buffer's
     among them): the two engines' KV-cache layouts, then head splitting across TP sizes."""
     local, remote = handshake_sides(p, d)
@@ -351,7 +352,7 @@ def layout_refusals(p: Engine, d: Engine, plan: Plan) -> list[Refusal]:
     return out
 
 
-def skipped_hash(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
+def skipped_hash(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[str]:
     """What the compatibility hash would refuse, when the handshake's local side skips it
     (``enforce_handshake_compat`` false): the fields that differ and now pass."""
     local, _ = handshake_sides(p, d)
@@ -360,7 +361,7 @@ def skipped_hash(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
     return [f"{f.name} (P {f.prefill}, D {f.decode})" for f in hashed_fields(p, d, plan) if not f.agree]
 
 
-def hash_warnings(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
+def hash_warnings(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[str]:
     local, remote = handshake_sides(p, d)
     out = []
     if not local.line.enforce_handshake_compat:
@@ -379,8 +380,8 @@ def hash_warnings(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
 class Assessment:
     """One pairing's answer, before any fix."""
 
-    prefill: Engine
-    decode: Engine
+    prefill: ServedEngine
+    decode: ServedEngine
     plan: Plan | None
     refusals: tuple[Refusal, ...]           # start-up and handshake, in the order vLLM meets them
     suggested_block_size: int | None
@@ -443,21 +444,21 @@ class Assessment:
         return hashed_fields(p, d, self.plan) + handshake_fields(p, d, self.plan) + unchecked_fields(p, d, self.plan)
 
 
-def _push(p: Engine, d: Engine) -> bool:
+def _push(p: ServedEngine, d: ServedEngine) -> bool:
     return p.line.transfer_mode == "push" and d.line.transfer_mode == "push"
 
 
-def _host_buffer(e: Engine) -> bool:
+def _host_buffer(e: ServedEngine) -> bool:
     return e.kv_buffer_device == "cpu"
 
 
-def enforces_hash(e: Engine) -> bool:
+def enforces_hash(e: ServedEngine) -> bool:
     """``kv_connector_extra_config.enforce_handshake_compat`` (default true; vLLM tests it as Python
     truth, so the string "false" still enforces)."""
     return bool(e.line.enforce_handshake_compat)
 
 
-def _no_geometry(p: Engine, d: Engine, mode: str) -> list[Refusal]:
+def _no_geometry(p: ServedEngine, d: ServedEngine, mode: str) -> list[Refusal]:
     """The checks that need no geometry (TP sizes, hash) where no plan could be made."""
     local, remote = (d, p) if mode == PULL else (p, d)
     hashes = {e.side: e.release.hashed(engine_facts(e, None)) for e in (p, d)}
@@ -466,7 +467,7 @@ def _no_geometry(p: Engine, d: Engine, mode: str) -> list[Refusal]:
     return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 
 
-def assess(p: Engine, d: Engine) -> Assessment:
+def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
     """The releases' verdict on the pairing and the byte-level check of what vLLM would read."""
     refusals = startup_refusals(p) + startup_refusals(d)
     plan, skipped = None, ""
@@ -479,8 +480,8 @@ def assess(p: Engine, d: Engine) -> Assessment:
     let_through = skipped_hash(p, d, plan)
     suggestion = None
     if plan is not None:
-        def rebuild(size: int) -> tuple[Side, Side]:
-            return tuple(build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d))
+        def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
+            return tuple(engine_layout(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d))
 
         layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
         local = d if mode == PULL else p
@@ -562,15 +563,15 @@ def apply_change(line: ServeLine, change: Change) -> ServeLine:
                    line.env_prefix, where)
 
 
-def _align(p: Engine, d: Engine) -> list[Change]:
+def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
     """Changes that make D agree with P (and both engines start), flag by flag."""
     out: list[Change] = []
     for e in (p, d):
-        if e.line.kv_connector is None or e.line.kv_role not in ROLES[e.side]:
+        if e.line.kv_connector is None or e.line.kv_role not in KV_ROLES[e.side]:
             config = {**e.line.kv_transfer, "kv_connector": e.line.kv_connector
                       if e.line.kv_connector in NIXL_CONNECTORS else
                       (p.line.kv_connector if p.line.kv_connector in NIXL_CONNECTORS else "NixlConnector"),
-                      "kv_role": ROLE_FOR[e.side]}
+                      "kv_role": KV_ROLE_FOR[e.side]}
             out.append(Change(e.side, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
                               "the engine's NIXL connector and role"))
         if e.conv_layout != "DS":
@@ -596,7 +597,7 @@ def _align(p: Engine, d: Engine) -> list[Change]:
         out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
                           "as P's"))
     if p.model.num_spec != d.model.num_spec or _spec_factors(p) != _spec_factors(d):
-        def spec(e: Engine) -> str | None:
+        def spec(e: ServedEngine) -> str | None:
             return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
         why = ("as P's: the hash compares the speculative method and draft, and conv rows follow the tokens"
                if _spec_factors(p) != _spec_factors(d) else
@@ -613,7 +614,7 @@ def _align(p: Engine, d: Engine) -> list[Change]:
     return out
 
 
-def _spec_factors(e: Engine):
+def _spec_factors(e: ServedEngine):
     return e.release.speculative_factors(speculative(e), e.line.model, e.flags.kv_cache_dtype)
 
 
@@ -709,7 +710,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.assessment.works else 1
+        return EXIT_OK if self.assessment.works else EXIT_WRONG
 
     def headline(self) -> str:
         a = self.assessment
@@ -747,7 +748,7 @@ class Report:
     def to_dict(self) -> dict:
         a = self.assessment
 
-        def engine(e: Engine, g: Geometry | None) -> dict:
+        def engine(e: ServedEngine, g: Geometry | None) -> dict:
             return {"command": e.line.command(), **e.summary(), "geometry": g.to_dict() if g else None,
                     "ignored_flags": list(e.line.ignored), "unknown_flags": list(e.line.unknown)}
 

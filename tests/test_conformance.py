@@ -22,7 +22,7 @@ import pytest
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.conformance.adapter import KNOWN_RELEASES, Ours, release_for
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, Tally, pairings,
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, CaseTally, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.schema import document_schema
@@ -159,7 +159,7 @@ def test_junit_has_one_case_per_function_and_fails_the_differing_ones(all_preset
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "conformance.md"
 
 
-def _shown(text: str) -> list[str]:
+def _as_documented(text: str) -> list[str]:
     """Output as documented: no trailing spaces, the run's duration left out."""
     return [re.sub(r" in \d+\.\d s:", " in N s:", line.rstrip()) for line in text.strip().splitlines()]
 
@@ -168,7 +168,7 @@ def test_the_documented_output_is_what_vllm_0_34_prints():
     documented = DOCS.read_text().split("<!-- conformance-output -->\n```text\n", 1)[1].split("\n```", 1)[0]
     proc = run_in_vllm("0.34", "-m", "mambaxfer_cli", "conformance", "--all-presets")
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert _shown(proc.stdout) == _shown(documented)
+    assert _as_documented(proc.stdout) == _as_documented(documented)
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80
 
 
@@ -394,7 +394,7 @@ def test_the_synthetic_report_follows_the_schema_and_exits_1():
 
 
 def test_a_tally_keeps_the_first_difference_and_counts_per_model():
-    tally = Tally()
+    tally = CaseTally()
     assert tally.record(Case("a", tp=1), 1, 1)
     assert not tally.record(Case("a", tp=2), 1, 2)
     assert not tally.record(Case("b", tp=1), 3, 4)

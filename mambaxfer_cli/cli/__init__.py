@@ -20,7 +20,7 @@ from mambaxfer_cli import __version__, exits
 from mambaxfer_cli._click_compat import click
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_USAGE
+from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
 RICH_MARKUP = "rich"
 
@@ -135,9 +135,9 @@ def _help_that_never_cuts() -> None:
         shown = cls.format_help
 
         def format_help(self, ctx, formatter, shown=shown):
-            from mambaxfer_cli.render.help import install
+            from mambaxfer_cli.render.help import install_help
 
-            install()
+            install_help()
             return shown(self, ctx, formatter)
 
         cls.format_help = format_help
@@ -149,7 +149,7 @@ _help_that_never_cuts()
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"mambaxfer {__version__}")
-        raise typer.Exit(0)
+        raise typer.Exit(EXIT_OK)
 
 
 @app.callback()

@@ -8,13 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
     OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
 
 
 class BenchFormat(str, Enum):
@@ -146,7 +146,7 @@ def bench(
                     raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
                 view.advance()
     document = stamped({**bench_document(plans[0][0], points, iters), **plans[0][0].engines.to_dict()})
-    verdict(0 if document["verified"] else EXIT_WRONG)
+    keep_exit_code(EXIT_OK if document["verified"] else EXIT_WRONG)
     if fmt is BenchFormat.json:
         import json
 

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
+from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
@@ -103,7 +104,7 @@ def plan(
     check_document_fits(spec, p_tp, d_tp, options, d_rank, Format.yaml if fmt is Format.yaml else Format.json)
     result = build_plan(spec, p_tp, d_tp, options)
     document = stamped(result.to_dict(d_rank))  # validates --d-rank before anything is written
-    verdict(0)
+    keep_exit_code(EXIT_OK)
     if output is not None:
         from rich.console import Console
 

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
+from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.schema import DOCUMENTS
 
 Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)
@@ -28,5 +29,5 @@ def schema(
     """
     from mambaxfer_cli.schema import schema_path
 
-    verdict(0)
+    keep_exit_code(EXIT_OK)
     typer.echo(schema_path(document.value).read_text(), nl=False)

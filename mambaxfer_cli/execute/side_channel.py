@@ -18,7 +18,7 @@ from typing import Any, Callable
 _LENGTHS = struct.Struct("!II")
 MAX_HEADER = 1 << 20
 MAX_BLOB = 64 << 20
-POLL = 0.25        # between two looks at whether the rank was asked to stop, while a peer is silent
+STOP_LOOK = 0.25   # between two looks at whether the rank was asked to stop, while a peer is silent
 
 KeepGoing = Callable[[], None]   # raises when the rank must stop waiting (the coordinator's stop)
 
@@ -33,7 +33,7 @@ class PortInUse(SideChannelError):
 
 def _recv_exact(sock: socket.socket, size: int, keep_going: KeepGoing, what: str) -> bytes:
     chunks, got = [], 0
-    sock.settimeout(POLL)
+    sock.settimeout(STOP_LOOK)
     while got < size:
         try:
             chunk = sock.recv(min(size - got, 1 << 20))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.handshake import attention_sources
 from mambaxfer_cli.planning.layout import Shard
 from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
@@ -26,7 +26,7 @@ from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
 Pieces = tuple[tuple[int, int], ...]
 
 
-def sources(prefill: Side, decode: Side, d_rank: int, ssm_sources: set[int], semantics: str) -> dict[int, Shard]:
+def head_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int, ssm_sources: set[int], semantics: str) -> dict[int, Shard]:
     """The global KV heads D rank ``d_rank`` reads from each P rank.
 
     vLLM: ``compute_tp_mapping``'s ranks. Exact: for each head a P rank the D rank already reads
@@ -82,7 +82,7 @@ class AttentionRead:
         return local.ravel(), remote.ravel()
 
 
-def attention_read(prefill: Side, decode: Side, d_rank: int, p_rank: int, heads: Shard, semantics: str) -> AttentionRead:
+def attention_read(prefill: EngineLayout, decode: EngineLayout, d_rank: int, p_rank: int, heads: Shard, semantics: str) -> AttentionRead:
     """How D rank ``d_rank`` reads ``heads`` from P rank ``p_rank``."""
     kd, kp = decode.kernel_tokens, prefill.kernel_tokens
     spt = decode.lists.streams_per_tensor
@@ -104,7 +104,7 @@ def attention_read(prefill: Side, decode: Side, d_rank: int, p_rank: int, heads:
     return AttentionRead(heads, local, remote, "tokens", kd, kp)
 
 
-def whole_block(side: Side) -> Pieces:
+def whole_block(side: EngineLayout) -> Pieces:
     """The one piece of a list that reads a stream's kernel blocks whole."""
     spt = side.lists.streams_per_tensor
     return ((0, side.kernel_block_bytes // spt),)

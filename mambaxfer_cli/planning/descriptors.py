@@ -27,7 +27,7 @@ from mambaxfer_cli.planning.kv_groups import KVGrouping
 from mambaxfer_cli.planning.model import ATTENTION
 
 @dataclass(frozen=True)
-class Engine:
+class ListShape:
     tensors: int
     ssm_tensors: int
     attention_streams: int
@@ -64,11 +64,11 @@ class Engine:
                 "attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()}
 
 
-def make_engine(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
-                streams_per_tensor: int, ssm_regions: int) -> Engine:
+def list_shape(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
+                streams_per_tensor: int, ssm_regions: int) -> ListShape:
     if streams_per_tensor not in (1, 2):
         raise UserError("attention streams per KV-cache tensor must be 1 (vLLM) or 2 (split K and V)")
-    return Engine(grouping.tensors, grouping.ssm_tensors, grouping.tensors * streams_per_tensor,
+    return ListShape(grouping.tensors, grouping.ssm_tensors, grouping.tensors * streams_per_tensor,
                   num_blocks, blocks_per_logical, ssm_regions)
 
 
@@ -76,7 +76,7 @@ def make_engine(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
 class DescriptorList:
     """One prepared list: where each descriptor points, relative to its block."""
 
-    engine: Engine
+    engine: ListShape
     regions: tuple[tuple[int, int], ...]     # SSM (offset, size) in a page, k of them
     attention: tuple[tuple[int, int], ...]   # (offset, size) pieces of a stream's kernel block
 
@@ -254,8 +254,8 @@ class Request:
                 "decode_blocks": [b.tolist() for b in self.decode_blocks]}
 
 
-def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], prefill: Engine,
-                   decode: Engine, seed: int) -> Request:
+def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], prefill: ListShape,
+                   decode: ListShape, seed: int) -> Request:
     """Distinct, non-contiguous logical blocks on each side (seeded), as a busy engine hands out:
     ``counts[g]`` blocks for group ``g`` (attention groups cover the same tokens on both sides, so
     their counts differ where the two engines' blocks do)."""
@@ -271,7 +271,7 @@ def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], 
     return Request(*sides)
 
 
-def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[np.ndarray, ...]:
+def parse_blocks(text: str, n_groups: int, engine: ListShape, side: str) -> tuple[np.ndarray, ...]:
     """``'3,5;1;2'``: block IDs per group, groups separated by ';' (each block once in the request)."""
     try:
         lists = [np.array([int(x) for x in part.split(",") if x.strip()], dtype=np.int64)
@@ -325,8 +325,8 @@ class DescriptorRead:
 @dataclass(frozen=True)
 class DescriptorMap:
     groups: tuple[str, ...]
-    prefill: Engine
-    decode: Engine
+    prefill: ListShape
+    decode: ListShape
     request: Request
     reads: tuple[DescriptorRead, ...]
     group_tensors: tuple[int, ...] = ()     # tensors each group's IDs cover (the release decides)

@@ -142,7 +142,7 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
     return RankLayout(rank, tp, rows, tuple(regions))
 
 
-def engine_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
+def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
     """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
     layouts = tuple(rank_layout(model, tp, rank) for rank in range(check_tp(tp)))
     kv_head_shard(model, tp, 0)

@@ -227,7 +227,7 @@ class Release:
                 ("head size", facts.head_size), ("layers", facts.layers), ("hashed backend", facts.backend),
                 ("KV-cache dtype", facts.cache_dtype),
                 ("hybrid KV-cache manager", "on" if facts.hybrid_kv_cache_manager else "off"),
-                ("speculative (hidden-state drafts)", _shown(spec)), ("transfer mode", facts.transfer_mode))
+                ("speculative (hidden-state drafts)", _factors_text(spec)), ("transfer mode", facts.transfer_mode))
 
     def knows_flag(self, spelling: str) -> bool:
         """Whether ``spelling`` is one of the serve flags new in this release (a boolean flag's
@@ -253,7 +253,7 @@ class Release:
         return self.pairs_from_last_token and (p_kernel, p_per_logical) != (d_kernel, d_per_logical)
 
 
-def _shown(factors: Hash | None) -> str | None:
+def _factors_text(factors: Hash | None) -> str | None:
     return None if factors is None else ", ".join(f"{name}={value}" for name, value in factors)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
@@ -77,7 +78,7 @@ def pairings_up_to(model: ModelSpec, max_tp: int, semantics: str) -> tuple[Pairi
 def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
     """The TP sizes up to ``max_tp`` that have no layout for the model, each with the reason
     (the layout's own error, without the model's name and the list of sizes that work)."""
-    from mambaxfer_cli.planning.layout import engine_layouts
+    from mambaxfer_cli.planning.layout import rank_layouts
 
     valid = set(valid_tp_sizes(model, max_tp))
     out = {}
@@ -85,7 +86,7 @@ def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
         if tp in valid:
             continue
         try:
-            engine_layouts(model, tp)
+            rank_layouts(model, tp)
             assert False, f"{model.name}: TP {tp} has a layout but is not a valid TP size"
         except UserError as exc:
             out[tp] = str(exc).removeprefix(f"{model.name}: ").split("; TP sizes that work")[0]
@@ -294,7 +295,7 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return EXIT_OK if self.ok else EXIT_WRONG
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "semantics": self.semantics, **self.engines.to_dict(), "ok": self.ok,

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.planning.descriptors import kernel_blocks
-from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.proof.pattern import PageShape, Part
@@ -44,7 +44,7 @@ def token_offset(heads: int, kernel: int, sub_blocks: int, head: int, token: int
     return sub * heads * piece + head * piece + at
 
 
-def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kernel: int,
+def attention_shape(model: ModelSpec, side: EngineLayout, rank: int, tensor: int, p_kernel: int,
                     kernels: Sequence[Sequence[Run]], sub_blocks: int = 1) -> PageShape:
     """A page of ``len(kernels)`` kernel blocks; ``kernels[j]`` are the token runs kernel block ``j``
     holds, the same for every head and stream. ``p_kernel``: P's kernel tokens (the pattern's);
@@ -69,7 +69,7 @@ def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kern
     return PageShape(tuple(parts), side.page_bytes)
 
 
-def p_attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, block: int) -> PageShape:
+def p_attention_shape(model: ModelSpec, side: EngineLayout, rank: int, tensor: int, block: int) -> PageShape:
     """P's attention page of logical block ``block``: its own kernel blocks, whole."""
     bpl, k = side.geometry.blocks_per_logical, side.kernel_tokens
     return attention_shape(model, side, rank, tensor, k, [[(0, block * bpl + j, 0, k)] for j in range(bpl)])

@@ -19,6 +19,7 @@ class DefaultRelease:
 
 
 def installed_version() -> str | None:
+    """The vLLM version in this environment, from its package metadata (vLLM is not imported)."""
     try:
         return metadata.version("vllm")
     except metadata.PackageNotFoundError:

@@ -11,7 +11,7 @@ from typing import Any
 
 from mambaxfer_cli.limits import MAX_REF_BYTES
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
 
@@ -103,7 +103,7 @@ def load_model(
     try:
         kind = "dir" if path.is_dir() else "file" if path.is_file() else None
     except OSError as exc:   # a name too long for the file system, a loop of symlinks, ...
-        raise UserError(f"--model {_shown(model)}: {exc.strerror or exc}") from None
+        raise UserError(f"--model {clipped(model)}: {exc.strerror or exc}") from None
     if kind == "dir":
         for candidate in ("config.json", "model.yaml"):
             if (path / candidate).is_file():
@@ -120,23 +120,23 @@ def load_model(
         try:
             cached = _cached_repo_config(model)
         except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"'{_shown(model)}': cannot look it up in the Hugging Face cache: "
+            raise UserError(f"'{clipped(model)}': cannot look it up in the Hugging Face cache: "
                             f"{getattr(exc, 'strerror', None) or exc}") from None
         if cached is None:
             preset = preset_for_source(model)
             if preset is not None:       # a preset's own source: the preset holds its config
                 return _from_yaml(PRESET_DIR / f"{preset}.yaml", cli, default_name=preset)
-            raise UserError(f"'{_shown(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}) nor a "
+            raise UserError(f"'{clipped(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}) nor a "
                             f"built-in preset's source; mambaxfer never downloads: fetch its config.json "
                             f"first, or pass a path")
         # The snapshot directory's name is the commit the cache holds: the plan records it.
         return spec_from_config(_read_json(cached), name=model, source=model, revision=cached.parent.name, **cli)
     # A name with a dot ('qwen3.5') is a preset name mistyped, unless it looks like a path.
     if os.sep in model or model.startswith((".", "~")) or path.suffix.lower() in _FILE_SUFFIXES:
-        raise UserError(f"{_shown(model)}: no such file or directory")
+        raise UserError(f"{clipped(model)}: no such file or directory")
     close = difflib.get_close_matches(model, preset_names(), n=1, cutoff=0.4)
     hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise UserError(f"unknown model '{_shown(model)}'{hint} (built-in presets: {', '.join(preset_names())}; "
+    raise UserError(f"unknown model '{clipped(model)}'{hint} (built-in presets: {', '.join(preset_names())}; "
                     f"or pass a config.json, a model directory, a YAML file or a cached repo id)")
 
 
@@ -154,10 +154,6 @@ def preset_sources() -> dict[str, str]:
 def preset_for_source(repo_id: str) -> str | None:
     """The preset whose source is this repo id (any case), if one is."""
     return preset_sources().get(repo_id.lower())
-
-
-def _shown(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:

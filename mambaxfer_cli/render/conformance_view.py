@@ -41,7 +41,7 @@ def summary_table(report: Report) -> Table:
     return table
 
 
-def _value(value) -> str:
+def _as_text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
@@ -49,8 +49,8 @@ def difference_panel(result: FunctionResult) -> Panel:
     first = result.first
     lines = [Text(f"{result.tally.differing} of {result.tally.cases} cases differ; the first:", style="bold"),
              Text(first.case.describe()),
-             Text.assemble(("vLLM:      ", "bold"), _value(first.vllm)),
-             Text.assemble(("mambaxfer: ", "bold"), _value(first.mambaxfer)),
+             Text.assemble(("vLLM:      ", "bold"), _as_text(first.vllm)),
+             Text.assemble(("mambaxfer: ", "bold"), _as_text(first.mambaxfer)),
              Text.assemble(("mambaxfer's side: ", "dim"), first.case.command())]
     models = [f"{model} {d}/{c}" for model, (c, d) in result.tally.by_model.items() if d]
     lines.append(Text("differing cases by model: " + ", ".join(models), style="dim"))
@@ -146,8 +146,8 @@ def junit_xml(report: Report) -> str:
             first = result.first
             failure = ET.SubElement(case, "failure", type="mambaxfer.conformance",
                                     message=f"differs in {result.tally.differing} of {result.tally.cases} cases")
-            failure.text = "\n".join([f"first: {first.case.describe()}", f"vLLM: {_value(first.vllm)}",
-                                      f"mambaxfer: {_value(first.mambaxfer)}", f"reproduce: {first.case.command()}"])
+            failure.text = "\n".join([f"first: {first.case.describe()}", f"vLLM: {_as_text(first.vllm)}",
+                                      f"mambaxfer: {_as_text(first.mambaxfer)}", f"reproduce: {first.case.command()}"])
         elif result.outcome == NOT_CALLED:
             failure = ET.SubElement(case, "failure", type="mambaxfer.conformance", message="could not be called")
             failure.text = result.not_called

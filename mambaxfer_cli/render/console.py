@@ -181,7 +181,7 @@ def _words(text: str) -> int:
     return max((len(word) for word in text.split()), default=0)
 
 
-def _value(text: str) -> int:
+def _narrowest(text: str) -> int:
     """The narrowest a cell can be: a value's whole line, else (prose) its longest word."""
     from rich.cells import cell_len
 
@@ -200,7 +200,7 @@ def column_widths(table, width: int) -> list[int] | None:
     for column in table.columns:
         header = _plain(column.header)
         cells = [_plain(cell) for cell in column.cells]
-        need.append(max([_words(header), *map(_value, cells)]))
+        need.append(max([_words(header), *map(_narrowest, cells)]))
         want.append(max([cell_len(line) for text in (header, *cells) for line in (text.splitlines() or [""])]))
     extra = table._extra_width + sum(table._get_padding_width(i) for i in range(len(table.columns)))
     room = width - extra

@@ -101,7 +101,7 @@ def paragraphs(text: str) -> str:
                         for part in inspect.cleandoc(text).split("\n\n"))
 
 
-def install() -> None:
+def install_help() -> None:
     """Use ``options_panel`` for every command's --help, and one line per paragraph of its help
     (where typer lays its help out as we know)."""
     from typer import rich_utils

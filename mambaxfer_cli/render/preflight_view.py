@@ -8,13 +8,14 @@ from typing import Iterator
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.planning.engine import Engines
 from mambaxfer_cli.preflight import Field, Report, quote_lines
 
 OK, BAD = Text("✓", style="green"), Text("✗", style="bold red")
 
 
-def _value(v) -> str:
+def _cell_text(v) -> str:
     if v is None:
         return "—"
     if isinstance(v, bool):
@@ -53,11 +54,11 @@ def engines_table(report: Report) -> Table:
         elif label == "num_spec / conv rows":
             pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
         elif label == "connector / role":
-            pv, dv = (f"{_value(x['kv_connector'])}\n{_value(x['kv_role'])}" for x in (p, d))
+            pv, dv = (f"{_cell_text(x['kv_connector'])}\n{_cell_text(x['kv_role'])}" for x in (p, d))
         elif label == "KV layout / buffer":
             pv, dv = (f"{x['kv_cache_layout']}\n{x['kv_buffer_device']}" for x in (p, d))
         else:
-            pv, dv = _value(p[key]), _value(d[key])
+            pv, dv = _cell_text(p[key]), _cell_text(d[key])
         table.add_row(label, pv, dv)
     if a.plan is not None:
         pg, dg = a.plan.prefill.geometry, a.plan.decode.geometry
@@ -65,7 +66,7 @@ def engines_table(report: Report) -> Table:
         table.add_row("block (tokens)", str(pg.block_size), str(dg.block_size))
         table.add_row("kernel × per logical", f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
                       f"{dg.kernel_block_size} × {dg.blocks_per_logical}")
-        table.add_row("attention B/token", _value(pg.attention_bytes_per_token), _value(dg.attention_bytes_per_token))
+        table.add_row("attention B/token", _cell_text(pg.attention_bytes_per_token), _cell_text(dg.attention_bytes_per_token))
         table.add_row("SSM state B/rank", str(pg.state_bytes), str(dg.state_bytes))
         table.add_row("page bytes", str(pg.page_bytes), str(dg.page_bytes))
     return table
@@ -77,13 +78,13 @@ def fields_table(title: str, fields: list[Field]) -> Table:
         if f.name == "model":    # often a long path: named in full above the tables
             table.add_row(f.name, "as above", "the same" if f.agree else "another", OK if f.agree else BAD)
             continue
-        table.add_row(f.name, _value(f.prefill), _value(f.decode), OK if f.agree else BAD)
+        table.add_row(f.name, _cell_text(f.prefill), _cell_text(f.decode), OK if f.agree else BAD)
     return table
 
 
 def render_report(report: Report) -> Iterator[object]:
     a = report.assessment
-    style = "bold green" if report.exit_code == 0 else "bold red"
+    style = "bold green" if report.exit_code == EXIT_OK else "bold red"
     yield Text(report.headline(), style=style)
     yield Text("")
     for name, e in (("P", a.prefill), ("D", a.decode)):
@@ -113,7 +114,7 @@ def render_report(report: Report) -> Iterator[object]:
         for line in a.byte_check.explanation(limit=6):
             if not line.startswith((f"{a.releases} refuses", "fix:")):    # the Fix section below says the fix
                 yield Text(f"  {line}", style="red")
-    if report.exit_code != 0:
+    if report.exit_code != EXIT_OK:
         yield Text("Fix", style="bold")
         if report.fix is None:
             yield Text("  no change of flags found that makes this pairing work")
