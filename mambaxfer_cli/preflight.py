@@ -18,7 +18,7 @@ from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.planning.geometry import EngineFlags, Geometry
 from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, Verdict, handshake_verdict
+from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, handshake_verdict
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.planning.model import ModelSpec
@@ -496,7 +496,7 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         if let_through:
             skipped = (f"{skipped}; vLLM's handshake lets it through (the hash check is skipped), and what it "
                        f"moves is not checked")
-        elif not any(r.code in ("compat-hash", "tp-sizes") for r in refusals):   # e.g. a TP size the heads do not divide
+        elif not any(r.code in ("compat-hash", "tp-sizes") for r in refusals):   # a TP size the heads do not divide
             refusals.append(Refusal("tp-layout", skipped))
     mismatched = vllm_length_mismatches(plan.prefill.ranks, plan.decode.ranks) if plan is not None else []
     result = check_plan(plan) if plan is not None and not mismatched else None
@@ -532,7 +532,8 @@ class Change:
         return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
 
 
-FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
+FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype",
+              "kv_cache_dtype": "--kv-cache-dtype",
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
               "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",

@@ -331,7 +331,8 @@ def test_each_flag_variant_is_its_own_command_line():
 def test_case_commands_run_and_show_mambaxfer_side():
     ours = Ours(release_for(f"{KNOWN_RELEASES[-1]}.0"))
     model, flags = ours.load("jamba"), Flags(prefix_caching=False)
-    request = ours.request(model, ours.engine(model, 2, flags, P_NUM_BLOCKS), ours.engine(model, 1, flags, D_NUM_BLOCKS))
+    request = ours.request(model, ours.engine(model, 2, flags, P_NUM_BLOCKS),
+                           ours.engine(model, 1, flags, D_NUM_BLOCKS))
     case = Case("jamba", 2, 1, flags=flags, d_rank=0, request=request)
     words = shlex.split(case.command())
     assert words[:2] == ["mambaxfer", "plan"] and "--no-enable-prefix-caching" in words
@@ -361,7 +362,8 @@ def _synthetic_report() -> Report:
     agreeing.tally.record(Case("jamba", tp=1), [8192], [8192])
     differing = FunctionResult(Function("update_block_size_for_backend", "each engine's block"))
     differing.tally.record(Case("jamba", tp=1, flags=Flags()), (128, 524288), (80, 327680),
-                           ("block 128 tokens = 1 x 128, page 524288 bytes", "block 80 tokens = 1 x 80, page 327680 bytes"))
+                           ("block 128 tokens = 1 x 128, page 524288 bytes",
+                            "block 80 tokens = 1 x 80, page 327680 bytes"))
     broken = FunctionResult(Function("_compute_desc_ids", "IDs"), not_called="_compute_desc_ids: it reads "
                             "'NixlBaseConnectorWorker._ple_group_index', which its stand-in does not carry",
                             attribute="_ple_group_index")

@@ -84,7 +84,7 @@ def test_table_and_resolve_agree_with_the_formula():
         for b in range(8):
             expected.append((bases[f] + b * kernel + 16, 32, 3))
     for t in range(2):                                   # then tensor, region, logical block
-        for region, (offset, size) in enumerate(lst.regions):
+        for offset, size in lst.regions:
             for b in range(4):
                 expected.append((bases[t] + offset + b * page, size, 3))
     assert [tuple(int(v) for v in row) for row in table] == expected

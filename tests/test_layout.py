@@ -158,7 +158,8 @@ def test_kv_head_shards():
     qwen = load(QWEN35_08B)                                 # 2 KV heads: TP 4 replicates each twice
     assert [kv_head_shard(qwen, 4, r) for r in range(4)] == [Shard(0, 1), Shard(0, 1), Shard(1, 2), Shard(1, 2)]
     assert kv_head_shard(load("state-spaces__mamba-130m-hf.json"), 2, 0) is None
-    with pytest.raises(UserError, match=r"TP 3 and the attention's 8 KV heads \(num_key_value_heads\) do not divide one another"):
+    with pytest.raises(UserError,
+                       match=r"TP 3 and the attention's 8 KV heads \(num_key_value_heads\) do not divide one another"):
         kv_head_shard(jamba, 3, 0)
 
 

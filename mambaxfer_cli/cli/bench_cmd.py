@@ -61,7 +61,8 @@ def bench(
         "--semantics", help="exact: mambaxfer's reads; vllm: what vLLM issues.", case_sensitive=False)
     ] = Semantics.vllm,
     layers: Annotated[Optional[int], ModelOption(
-        "--layers", help="Use only the model's first N cache-keeping layers. Default: all.", show_default=False)] = None,
+        "--layers", help="Use only the model's first N cache-keeping layers. Default: all.",
+        show_default=False)] = None,
     vllm_version: VllmVersionOpt = None,
     gpu: GpuOpt = None,
     gdn_prefill_backend: GdnBackendOpt = None,
@@ -83,7 +84,8 @@ def bench(
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
     byte verified.
 
-    Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal error; 130: interrupted (every rank is stopped).
+    Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal
+    error; 130: interrupted (every rank is stopped).
 
     [bold]Examples[/]
 
@@ -127,7 +129,8 @@ def bench(
     if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
         typer.echo(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
-                   + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
+                   + " ".join(r.message for r in refused.refusals).rstrip(".")
+                   + "; bench measures mambaxfer's plan of it",
                    err=True)
 
     from mambaxfer_cli.render.bench_view import BenchProgress, bench_tables

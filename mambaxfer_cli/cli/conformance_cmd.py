@@ -26,9 +26,14 @@ def conformance(
 ) -> None:
     """Run the installed vLLM's own functions on each model and P/D pairing and compare every answer with mambaxfer's.
 
-    Compared: the conv split and SSM offsets, the sources, the descriptor IDs, both engines' geometry, the handshake's verdict and the compatibility hash. Each function agrees, differs (the first differing case, both values, and the mambaxfer command that shows ours) or could not be called (the installed vLLM changed a signature or an attribute it reads). Needs vLLM in the same environment.
+    Compared: the conv split and SSM offsets, the sources, the descriptor IDs, both engines'
+    geometry, the handshake's verdict and the compatibility hash. Each function agrees, differs
+    (the first differing case, both values, and the mambaxfer command that shows ours) or could
+    not be called (the installed vLLM changed a signature or an attribute it reads). Needs vLLM in
+    the same environment.
 
-    Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage error, or no vLLM installed here; 70: an internal error.
+    Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage
+    error, or no vLLM installed here; 70: an internal error.
 
     [bold]Examples[/]
 

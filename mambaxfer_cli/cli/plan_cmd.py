@@ -188,7 +188,8 @@ def check_document_fits(spec, p_tp: int, d_tp: int, options, d_rank: int | None,
     nodes, size = room * (n1 + (n2 - n1) * (blocks - 1)), room * (b1 + (b2 - b1) * (blocks - 1))
     if nodes <= MAX_NODES and size <= MAX_FILE_BYTES:
         return
-    most = 1 + min(int((MAX_NODES / room - n1) // max(n2 - n1, 1)), int((MAX_FILE_BYTES / room - b1) // max(b2 - b1, 1)))
+    most = 1 + min(int((MAX_NODES / room - n1) // max(n2 - n1, 1)),
+                   int((MAX_FILE_BYTES / room - b1) // max(b2 - b1, 1)))
     raise UserError(f"{blocks} request blocks make a plan document of about {size / 2**20:,.1f} MiB and "
                     f"{nodes:,.0f} values, past what execute --plan reads ({MAX_FILE_BYTES >> 20} MiB, {MAX_NODES:,} "
                     f"values); use at most {max(most, 1)} for {spec.name} {p_tp}:{d_tp}")

@@ -17,7 +17,8 @@ Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)
 def schema(
     document: Annotated[Document, typer.Argument(
         help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
-             "preflight, bench or conformance (their --format json).", case_sensitive=False, show_default=True)] = Document.plan,
+             "preflight, bench or conformance (their --format json).", case_sensitive=False,
+        show_default=True)] = Document.plan,
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).
 

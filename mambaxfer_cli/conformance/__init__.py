@@ -45,7 +45,8 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
         vllm = installed()
     except Exception as exc:     # an install that does not import: nothing of it can be compared
         first = (str(exc).strip().splitlines() or [""])[0]
-        raise UserError(f"vLLM {version} is installed here but does not import: {type(exc).__name__}: {first}") from None
+        raise UserError(f"vLLM {version} is installed here but does not import: "
+                        f"{type(exc).__name__}: {first}") from None
     report = compare(specs, max_tp, vllm, ours, start, done)
     if set_here:
         report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")

@@ -127,9 +127,9 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
         limit = []
         for p_rank, offset, size in limit_chunks(task.reads):
             r_name, peer = published[p_rank]
-            limit.append(DescriptorPairing(f"limit:{p_rank}", _one(memory.bases[0] + offset, size, task.dev_id),
-                                 memory.mem_type, r_name, _one(peer["regions"][0][0], size, peer["dev_id"]),
-                                 peer["mem_type"], ZERO, ZERO))
+            limit.append(DescriptorPairing(
+                f"limit:{p_rank}", _one(memory.bases[0] + offset, size, task.dev_id), memory.mem_type, r_name,
+                _one(peer["regions"][0][0], size, peer["dev_id"]), peer["mem_type"], ZERO, ZERO))
         xfers[LIMIT], prep[LIMIT] = node.prepare("READ", limit, ch)
         ch.meet("prepared")
         timings: dict[str, Timing] = {}
@@ -230,9 +230,10 @@ def bench_prefill(task: PrefillTask, ch: Channel) -> BenchResult:
                 peer = decoders[d]
                 for p_rank, offset, size in limit_chunks(spec.variants[0][1][d]):
                     if p_rank == task.rank:
-                        limit.append(DescriptorPairing(f"limit:{d}", _one(memory.bases[0], size, task.dev_id), memory.mem_type,
-                                             names[d], _one(peer["bases"][0] + offset, size, peer["dev_id"]),
-                                             peer["mem_type"], ZERO, ZERO))
+                        limit.append(DescriptorPairing(
+                            f"limit:{d}", _one(memory.bases[0], size, task.dev_id), memory.mem_type,
+                            names[d], _one(peer["bases"][0] + offset, size, peer["dev_id"]), peer["mem_type"],
+                            ZERO, ZERO))
             xfers[LIMIT], prep[LIMIT] = node.prepare("WRITE", limit, ch)
             ch.meet("prepared", idle=serve, every=WAIT_ROUND)
             timings: dict[str, Timing] = {}

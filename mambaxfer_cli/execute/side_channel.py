@@ -81,7 +81,8 @@ class SideChannelServer:
         self.host = host
         self.port = self._sock.getsockname()[1]
 
-    def serve(self, reply: Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]], wait: float, keep_going: KeepGoing) -> dict[str, Any] | None:
+    def serve(self, reply: Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]], wait: float,
+              keep_going: KeepGoing) -> dict[str, Any] | None:
         """Wait up to ``wait`` seconds for a client; answer its request. Returns the request."""
         ready, _, _ = select.select([self._sock], [], [], wait)
         if not ready:
@@ -100,7 +101,8 @@ class SideChannelServer:
         self._sock.close()
 
 
-def fetch(host: str, port: int, request: dict[str, Any], peer: str, keep_going: KeepGoing) -> tuple[dict[str, Any], bytes]:
+def fetch(host: str, port: int, request: dict[str, Any], peer: str,
+          keep_going: KeepGoing) -> tuple[dict[str, Any], bytes]:
     """Ask ``peer`` (listening on host:port) for its metadata, as long as it takes to answer."""
     where = f"{peer}'s side channel at {host}:{port}"
     try:

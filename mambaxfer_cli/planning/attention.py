@@ -26,7 +26,8 @@ from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
 Pieces = tuple[tuple[int, int], ...]
 
 
-def head_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int, ssm_sources: set[int], semantics: str) -> dict[int, Shard]:
+def head_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int, ssm_sources: set[int],
+                 semantics: str) -> dict[int, Shard]:
     """The global KV heads D rank ``d_rank`` reads from each P rank.
 
     vLLM: ``compute_tp_mapping``'s ranks. Exact: for each head a P rank the D rank already reads
@@ -82,7 +83,8 @@ class AttentionRead:
         return local.ravel(), remote.ravel()
 
 
-def attention_read(prefill: EngineLayout, decode: EngineLayout, d_rank: int, p_rank: int, heads: Shard, semantics: str) -> AttentionRead:
+def attention_read(prefill: EngineLayout, decode: EngineLayout, d_rank: int, p_rank: int, heads: Shard,
+                   semantics: str) -> AttentionRead:
     """How D rank ``d_rank`` reads ``heads`` from P rank ``p_rank``."""
     kd, kp = decode.kernel_tokens, prefill.kernel_tokens
     spt = decode.lists.streams_per_tensor

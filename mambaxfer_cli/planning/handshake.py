@@ -75,8 +75,9 @@ def layout_facts(layout: EngineLayout) -> EngineFacts:
     return EngineFacts("", "", None, None, 0, layout.hashed_backend, layout.geometry.kv_cache_dtype)
 
 
-def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
-            host_buffer: bool = False, enforce_hash: bool = True) -> Meeting:
+def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
+            facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+            enforce_hash: bool = True) -> Meeting:
     """The pairing as the local engine's handshake sees it (D local when it pulls, P when it
     pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
     local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
@@ -93,8 +94,9 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL, facts
                    remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash)
 
 
-def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
-             host_buffer: bool = False, enforce_hash: bool = True) -> list[Refusal]:
+def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
+             facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+             enforce_hash: bool = True) -> list[Refusal]:
     """vLLM's refusals of this pairing, in the order the local engine's handshake meets them
     (vLLM stops at the first; the others are what it would say once that one is fixed; checks
     that need the TP sizes or kernel blocks to pass are not reached while they fail)."""
@@ -113,8 +115,8 @@ def geometry_refused(prefill: EngineLayout, decode: EngineLayout, mode: str = PU
     return any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode, mode, host_buffer=host_buffer))
 
 
-def suggest_block_size(rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]], step: int, mode: str = PULL,
-                       host_buffer: bool = False) -> int | None:
+def suggest_block_size(rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]], step: int,
+                       mode: str = PULL, host_buffer: bool = False) -> int | None:
     """The smallest ``--block-size`` (for both engines, in the backend's steps) at which vLLM's
     geometry checks pass, or None when none up to SEARCH_LIMIT does."""
     for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step):
@@ -123,10 +125,11 @@ def suggest_block_size(rebuild: Callable[[int], tuple[EngineLayout, EngineLayout
     return None
 
 
-def handshake_verdict(prefill: EngineLayout, decode: EngineLayout, rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]] | None = None,
-            extra: tuple[Refusal, ...] = (), mode: str = PULL,
-            facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
-            enforce_hash: bool = True) -> Verdict:
+def handshake_verdict(prefill: EngineLayout, decode: EngineLayout,
+                      rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]] | None = None,
+                      extra: tuple[Refusal, ...] = (), mode: str = PULL,
+                      facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+                      enforce_hash: bool = True) -> Verdict:
     """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides
     at another block size, the smallest block size that fixes it."""
     found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash)) + tuple(extra)

@@ -92,7 +92,8 @@ class Plan:
 
     def to_dict(self, d_rank: int | None = None) -> dict:
         if d_rank is not None and not 0 <= d_rank < self.decode.tp:
-            raise UserError(f"--d-rank {d_rank} is not a D rank (D TP is {self.decode.tp}: ranks 0..{self.decode.tp - 1})")
+            raise UserError(f"--d-rank {d_rank} is not a D rank (D TP is {self.decode.tp}: "
+                            f"ranks 0..{self.decode.tp - 1})")
         return {
             "schema": SCHEMA,
             "model": self.model.to_dict(),
@@ -255,8 +256,9 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     decode = engine_layout(model, d_tp, options.decode, grouping, options.attention_streams)
 
     def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
-        return (engine_layout(p_model, p_tp, with_block_size(options.prefill, size), grouping, options.attention_streams),
-                engine_layout(model, d_tp, with_block_size(options.decode, size), grouping, options.attention_streams))
+        streams = options.attention_streams
+        return (engine_layout(p_model, p_tp, with_block_size(options.prefill, size), grouping, streams),
+                engine_layout(model, d_tp, with_block_size(options.decode, size), grouping, streams))
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)

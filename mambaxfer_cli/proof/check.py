@@ -53,7 +53,8 @@ def parse_pairs(text: str) -> tuple[Pairing, ...]:
                 raise ValueError
             pairing = Pairing(int(sides[0]), int(sides[1]))
         except ValueError:
-            raise UserError(f"--pairs: '{item}' is not a P:D pair of TP sizes; write e.g. --pairs 1:4,4:1,2:3") from None
+            raise UserError(f"--pairs: '{item}' is not a P:D pair of TP sizes; write e.g. "
+                            f"--pairs 1:4,4:1,2:3") from None
         if pairing.p_tp < 1 or pairing.d_tp < 1:
             raise UserError(f"--pairs: '{item}': TP sizes must be positive integers")
         if max(pairing.p_tp, pairing.d_tp) > MAX_TP:
@@ -87,7 +88,7 @@ def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
             continue
         try:
             rank_layouts(model, tp)
-            assert False, f"{model.name}: TP {tp} has a layout but is not a valid TP size"
+            raise AssertionError(f"{model.name}: TP {tp} has a layout but is not a valid TP size")
         except UserError as exc:
             out[tp] = str(exc).removeprefix(f"{model.name}: ").split("; TP sizes that work")[0]
     return out
@@ -158,7 +159,8 @@ class PairingResult:
     def _corrupted_regions(self) -> list[str]:
         sim = self.vllm_check.simulation if self.vllm_check else None
         found = {d.region for d in sim.damage} if sim else set()
-        return sorted(found, key=lambda name: (REGION_ORDER.index(name) if name in REGION_ORDER else len(REGION_ORDER), name))
+        return sorted(found, key=lambda name: (REGION_ORDER.index(name) if name in REGION_ORDER
+                                               else len(REGION_ORDER), name))
 
     @property
     def vllm_name(self) -> str:
@@ -206,7 +208,8 @@ class PairingResult:
             if self.exact_verdict == "fail":
                 return [self.deployment_line()] + replace(self, semantics=EXACT).explanation(limit)
             detail = self.vllm_check.explanation(limit) if self.vllm_check else []
-            return [self.deployment_line()] + [line for line in detail if not line.startswith((f"{self.vllm_name} refuses", "fix:"))]
+            said_above = (f"{self.vllm_name} refuses", "fix:")
+            return [self.deployment_line()] + [line for line in detail if not line.startswith(said_above)]
         lines = []
         if self.vllm and not self.vllm["accepts"]:
             lines += [f"{self.vllm['releases']} refuses this pairing at handshake: {r['message']}"
@@ -445,7 +448,7 @@ def run_check(targets: Sequence[Target], options: PlanOptions,
     start = time.perf_counter()
     jobs = [(target, *_job(target.model, pairing, options, semantics, target.listed))
             for target in targets for pairing in target.pairings]
-    for target, planned, _ in jobs:
+    for _, planned, _ in jobs:
         if not isinstance(planned, PairingResult):
             check_memory(planned, f"{planned.prefill.tp}:{planned.decode.tp}")
     if on_start:
@@ -491,7 +494,8 @@ def _left_out(model: ModelSpec, top: int, semantics: str, pairings: Sequence[Pai
         for tp, why in skipped.items():
             reasons.setdefault(why.replace(f"TP {tp}", "TP {}", 1), []).append(tp)
         said = "; ".join(why.replace("{}", ", ".join(map(str, sizes))).replace(
-            "does not divide", "does not divide" if len(sizes) == 1 else "do not divide") for why, sizes in reasons.items())
+            "does not divide", "does not divide" if len(sizes) == 1 else "do not divide")
+            for why, sizes in reasons.items())
         lines.append(f"{model.name}: not checked up to TP {top}: {said}")
     sizes = valid_tp_sizes(model, top)
     mixed = len(sizes) ** 2 - len(pairings)

@@ -76,7 +76,8 @@ class ByteSource:
     holds: str           # what P keeps there, e.g. "ssm head 0 byte 0"
 
     def describe(self) -> str:
-        return f"P{self.p_rank} {_place(self.space, self.tensor, self.block)} offset {self.offset}, which holds {self.holds}"
+        return (f"P{self.p_rank} {_place(self.space, self.tensor, self.block)} offset {self.offset}, "
+                f"which holds {self.holds}")
 
     def to_dict(self) -> dict:
         return {"p_rank": self.p_rank, "space": self.space, "tensor": self.tensor, "block": self.block,
@@ -123,7 +124,8 @@ class WrongByte:
         if holds != wants:
             return "bytes of the unit shifted"
         if self.source.block != self.p_block:
-            return f"{'kernel ' if self.space == 'attention' else ''}block {self.source.block} read instead of {self.p_block}"
+            kind = "kernel " if self.space == "attention" else ""
+            return f"{kind}block {self.source.block} read instead of {self.p_block}"
         if self.source.tensor != self.tensor:
             what = "stream" if self.space == "attention" else "tensor"
             return f"{what} {self.source.tensor} read instead of {self.tensor}"

@@ -23,7 +23,8 @@ VALUE_CHARS = 40      # a cell line up to this long is one value, never wrapped
 # Values of several words that prose never splits: a number and its unit, a pairing, a shard, an
 # ID run, an option and its number.
 KEEP = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs|tokens|bytes)(?![\w/])"
-                  r"|P\d+ → D\d+|P TP \d+|D TP \d+|vLLM \d+\.\d+|\[\d+, \d+\)|\d+\.\.\d+ step \d+|--[\w-]+ \d+(?![\w.])")
+                  r"|P\d+ → D\d+|P TP \d+|D TP \d+|vLLM \d+\.\d+|\[\d+, \d+\)|\d+\.\.\d+ step \d+"
+                  r"|--[\w-]+ \d+(?![\w.])")
 
 
 @lru_cache(maxsize=None)

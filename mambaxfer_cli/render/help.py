@@ -33,7 +33,8 @@ def _help_text(param, ctx, markup_mode):
 def _names(param, ctx) -> list[str]:
     """The option's names, one line each: the long names and short ones, then the type; the
     negative names of a --flag/--no-flag pair on a line of their own."""
-    first = ", ".join([*(o for o in param.opts if o.startswith("--")), *(o for o in param.opts if not o.startswith("--"))])
+    first = ", ".join([*(o for o in param.opts if o.startswith("--")),
+                       *(o for o in param.opts if not o.startswith("--"))])
     kind = param.display_type_rich(ctx=ctx) if hasattr(param, "display_type_rich") else None
     if kind:
         first += f" {kind}"

@@ -151,7 +151,7 @@ def page_diagram(plan: Plan, d_rank: int, width: int = DIAGRAM_WIDTH) -> Text:
         widths = [piece] * len(segments)    # too many pieces for one line: equal pieces, several lines
     head = f"D{d_rank} "
     bar, used = Text(head), 0
-    for (seg, p_rank), label, w in zip(segments, labels, widths):
+    for (_, p_rank), label, w in zip(segments, labels, widths):
         if used and used + w > width:
             bar.append("\n" + " " * len(head))
             used = 0

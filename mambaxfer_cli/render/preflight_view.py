@@ -25,7 +25,7 @@ def _cell_text(v) -> str:
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold")
-    for i, name in enumerate(columns):
+    for name in columns:
         table.add_column(name, overflow="fold", justify="left")
     return table
 
@@ -66,7 +66,8 @@ def engines_table(report: Report) -> Table:
         table.add_row("block (tokens)", str(pg.block_size), str(dg.block_size))
         table.add_row("kernel × per logical", f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
                       f"{dg.kernel_block_size} × {dg.blocks_per_logical}")
-        table.add_row("attention B/token", _cell_text(pg.attention_bytes_per_token), _cell_text(dg.attention_bytes_per_token))
+        table.add_row("attention B/token", _cell_text(pg.attention_bytes_per_token),
+                      _cell_text(dg.attention_bytes_per_token))
         table.add_row("SSM state B/rank", str(pg.state_bytes), str(dg.state_bytes))
         table.add_row("page bytes", str(pg.page_bytes), str(dg.page_bytes))
     return table
