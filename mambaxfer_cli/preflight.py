@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -27,6 +27,7 @@ from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_misma
 from mambaxfer_cli.planning.release import EngineFacts, Meeting, Speculative
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.proof.check import PairingResult, check_plan
+from mambaxfer_cli.proof.simulate import Simulation
 from mambaxfer_cli.readers.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, RELEASES, ServeLine, reparse,
 )
@@ -242,8 +243,8 @@ def unchecked_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> lis
                   f"{d.model.num_spec} / {d.model.conv_rows}", False)]
     try:   # what D's offsets assume of P's state, rank for rank: both models laid out at D's TP
         sizes = [rank_layout(e.model, d.tp, 0) for e in (p, d)]
-        rows.append(Field("SSM state bytes per rank (at D's TP)", *(f"{r.conv_bytes} + {r.ssm_bytes}" for r in sizes),
-                          False))
+        p_bytes, d_bytes = (f"{r.conv_bytes} + {r.ssm_bytes}" for r in sizes)
+        rows.append(Field("SSM state bytes per rank (at D's TP)", p_bytes, d_bytes, False))
     except UserError:
         pass
     return rows
@@ -415,16 +416,22 @@ class Assessment:
         """(what, P's dtype, D's dtype) where D reads P's values as another dtype of the same size
         (float16 and bfloat16): every byte lands where D expects it, and every number is wrong."""
         p, d = self.prefill, self.decode
-        rows = [("conv state", p.model.conv_dtype, d.model.conv_dtype),
-                ("SSM state", p.model.ssm_dtype, d.model.ssm_dtype)]
+        rows: list[tuple[str, str | None, str | None]] = [
+            ("conv state", p.model.conv_dtype, d.model.conv_dtype), ("SSM state", p.model.ssm_dtype, d.model.ssm_dtype)]
         if self.plan is not None and self.plan.prefill.has_attention:
             rows.append(("attention KV cache", self.plan.prefill.kv_dtype, self.plan.decode.kv_dtype))
         return [(what, a, b) for what, a, b in rows
-                if a != b and a in DTYPE_BYTES and DTYPE_BYTES[a] == DTYPE_BYTES.get(b)]
+                if a is not None and b is not None and a != b and a in DTYPE_BYTES
+                and DTYPE_BYTES[a] == DTYPE_BYTES.get(b)]
+
+    @property
+    def simulation(self) -> Simulation | None:
+        """The byte check's simulation of vLLM's reads; None without a byte check."""
+        return None if self.byte_check is None else _simulation(self.byte_check)
 
     @property
     def corrupt(self) -> bool:
-        return self.byte_check is not None and (not self.byte_check.simulation.ok or bool(self.reinterpreted))
+        return self.byte_check is not None and (not _simulation(self.byte_check).ok or bool(self.reinterpreted))
 
     @property
     def verdict(self) -> str:
@@ -481,7 +488,10 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
     suggestion = None
     if plan is not None:
         def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
-            return tuple(engine_layout(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d))
+            def at(e: ServedEngine) -> EngineLayout:
+                return engine_layout(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping)
+
+            return at(p), at(d)
 
         layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
         local = d if mode == PULL else p
@@ -555,6 +565,7 @@ def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
 def apply_change(line: ServeLine, change: Change) -> ServeLine:
     where = f"--{change.side}"
     if change.flag.endswith("="):
+        assert change.new is not None, "an environment change sets a value"
         env = tuple((k, v) for k, v in line.env_prefix if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
         return reparse(line, list(line.words), env, where)
     if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
@@ -605,9 +616,9 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
                "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare")
         out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), why))
     if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
-        value = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
+        wanted = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
         was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
-        out.append(Change(DECODE, "--hf-overrides", was, value, "as P's: the model's dimensions follow it"))
+        out.append(Change(DECODE, "--hf-overrides", was, wanted, "as P's: the model's dimensions follow it"))
     if p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector:
         config = {**d.line.kv_transfer, "kv_connector": p.line.kv_connector}
         out.append(Change(DECODE, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
@@ -619,7 +630,7 @@ def _spec_factors(e: ServedEngine):
     return e.release.speculative_factors(speculative(e), e.line.model, e.flags.kv_cache_dtype)
 
 
-def _both(flag: str, old: tuple, value: str, why: str) -> list[Change]:
+def _both(flag: str, old: tuple[str | None, str | None], value: str, why: str) -> list[Change]:
     return [Change(side, flag, o, value, why) for side, o in zip((PREFILL, DECODE), old)]
 
 
@@ -649,8 +660,8 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
     pl, dl, after = run(base)
     candidates: list[list[Change]] = [base]
     p_line, d_line = first.prefill.line, first.decode.line
-    old_bs = (p_line.block_size, d_line.block_size)
-    old_bs = tuple(None if v is None else str(v) for v in old_bs)
+    p_bs, d_bs = p_line.block_size, d_line.block_size
+    old_bs = (None if p_bs is None else str(p_bs), None if d_bs is None else str(d_bs))
     if after.suggested_block_size:
         candidates.append(base + _both("--block-size", old_bs, str(after.suggested_block_size),
                                        "vLLM's handshake accepts both engines' blocks"))
@@ -720,7 +731,10 @@ class Report:
             return f"REFUSED: {releases} would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
         if a.fails:
             return _fails_headline(a)
-        if a.corrupt and a.byte_check.simulation.ok and a.reinterpreted:
+        if a.byte_check is None:
+            return f"UNCHECKED: {a.byte_check_skipped}"
+        sim = _simulation(a.byte_check)
+        if a.corrupt and sim.ok and a.reinterpreted:
             what, pv, dv = a.reinterpreted[0]
             unchecked = ("the compatibility hash that would refuse this pairing is skipped (enforce_handshake_"
                          "compat false)" if a.let_through else "vLLM's handshake does not compare it")
@@ -730,21 +744,19 @@ class Report:
             f = a.unchecked_mismatches[0]
             return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
                     f"does not compare: {releases} accepts the pairing and D reads P's bytes with its own "
-                    f"offsets ({a.byte_check.simulation.wrong_bytes} wrong bytes)")
+                    f"offsets ({sim.wrong_bytes} wrong bytes)")
         if a.corrupt and a.plan is not None and any(w.code == "vllm-replicated-groups" for w in a.plan.warnings):
             groups = a.decode.model.params.get("n_groups")
             return (f"CORRUPT: {releases} accepts this pairing, but its reads corrupt the SSM state: its offsets "
                     f"assume every region is evenly sharded across ranks, while this model's B/C groups "
-                    f"(n_groups={groups}) are replicated on the D ranks ({a.byte_check.simulation.wrong_bytes} "
+                    f"(n_groups={groups}) are replicated on the D ranks ({sim.wrong_bytes} "
                     f"wrong bytes)")
         if a.corrupt:
             lines = a.byte_check.explanation()
             return (f"CORRUPT: {releases} accepts this pairing, but D's reads land wrong bytes "
-                    f"({a.byte_check.simulation.wrong_bytes} bytes; {lines[0] if lines else 'see below'})")
-        if a.byte_check is None:
-            return f"UNCHECKED: {a.byte_check_skipped}"
+                    f"({sim.wrong_bytes} bytes; {lines[0] if lines else 'see below'})")
         return (f"WORKS: {releases} accepts this pairing and its reads move the right bytes "
-                f"({a.byte_check.simulation.bytes_verified} bytes verified)")
+                f"({sim.bytes_verified} bytes verified)")
 
     def to_dict(self) -> dict:
         a = self.assessment
@@ -766,10 +778,7 @@ class Report:
             "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode, plan)],
             "vllm": {"releases": a.releases, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
                      "suggested_block_size": a.suggested_block_size, "not_checked": list(NOT_CHECKED)},
-            "byte_check": None if check is None else {
-                "verdict": "pass" if check.simulation.ok else "fail", "bytes_moved": check.bytes,
-                "bytes_verified": check.simulation.bytes_verified, "wrong_bytes": check.simulation.wrong_bytes,
-                "explanation": check.explanation(limit=1000) if not check.simulation.ok else []},
+            "byte_check": None if check is None else _byte_check(check),
             "byte_check_skipped": a.byte_check_skipped or None,
             "unchecked_mismatches": [f"{f.name}: P {f.prefill}, D {f.decode}" for f in a.unchecked_mismatches],
             "plan_warnings": [w.to_dict() for w in plan.warnings] if plan else [],
@@ -811,6 +820,17 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
         warnings.append(f"{a.releases} pairs P's and D's blocks from the request's last token here: the proxy "
                         f"must forward remote_num_tokens in kv_transfer_params, or D declines the reads")
     return Report(first, fix, tuple(warnings))
+
+
+def _simulation(check: PairingResult) -> Simulation:
+    assert check.simulation is not None, "preflight's byte check simulates the reads"
+    return check.simulation
+
+
+def _byte_check(check: PairingResult) -> dict[str, Any]:
+    sim = _simulation(check)
+    return {"verdict": "pass" if sim.ok else "fail", "bytes_moved": check.bytes, "bytes_verified": sim.bytes_verified,
+            "wrong_bytes": sim.wrong_bytes, "explanation": check.explanation(limit=1000) if not sim.ok else []}
 
 
 def quote_lines(line: ServeLine, width: int = 78) -> list[str]:

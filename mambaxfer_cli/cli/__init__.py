@@ -12,7 +12,7 @@ import importlib
 import re
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -22,7 +22,7 @@ from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
-RICH_MARKUP = "rich"
+RICH_MARKUP: Literal["rich"] = "rich"
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def _flags_without_metavar() -> None:
     def display_type_rich(self, ctx):
         return None if self.is_flag else shown(self, ctx)
 
-    option.display_type_rich = display_type_rich
+    option.display_type_rich = display_type_rich  # type: ignore[method-assign]  # typer's own method, patched
 
 
 _flags_without_metavar()
@@ -140,7 +140,7 @@ def _help_that_never_cuts() -> None:
             install_help()
             return shown(self, ctx, formatter)
 
-        cls.format_help = format_help
+        cls.format_help = format_help  # type: ignore[method-assign]  # typer's own method, patched
 
 
 _help_that_never_cuts()

@@ -46,12 +46,12 @@ def conformance(
     if (model is None) == (not all_presets):
         raise UserError("give --model M or --all-presets (one of them)")
     within("--max-tp", max_tp, 1, MAX_CONFORMANCE_TP, "deployment's TP size")
-    if all_presets:
+    if model is not None:
+        names = [model]
+    else:
         from mambaxfer_cli.readers.model_source import preset_names
 
         names = preset_names()
-    else:
-        names = [model]
     if junit is not None:   # fail before the run, not after it
         check_writable(junit, "--junit")
 

@@ -20,6 +20,7 @@ def finish(code: int, document: dict, fmt: Format, parts: Callable[[], Iterable]
     keep_exit_code(code)
     unwritten = None
     if junit is not None:
+        assert junit_text is not None, "a command that takes --junit says what the file holds"
         try:
             write_output(junit, junit_text(), flag="--junit")
         except UserError as exc:

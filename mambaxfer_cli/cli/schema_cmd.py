@@ -11,14 +11,15 @@ from mambaxfer_cli.cli.outcome import keep_exit_code
 from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.schema import DOCUMENTS
 
-Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)
+# Its members are DOCUMENTS' names, which mypy cannot read from a functional Enum call.
+Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)  # type: ignore[misc]
 
 
 def schema(
     document: Annotated[Document, typer.Argument(
         help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
              "preflight, bench or conformance (their --format json).", case_sensitive=False,
-        show_default=True)] = Document.plan,
+        show_default=True)] = Document["plan"],
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).
 

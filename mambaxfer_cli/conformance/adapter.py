@@ -36,7 +36,7 @@ def release_for(installed: str) -> str:
     before it (a newer vLLM, a nightly or a branch, is compared with the newest rules: finding where
     they part is the point), and the oldest for an older vLLM."""
     found = minor(installed)
-    known = [(minor(name), name) for name in KNOWN_RELEASES]
+    known = [(version, name) for name in KNOWN_RELEASES if (version := minor(name)) is not None]
     if found is None:
         return KNOWN_RELEASES[-1]
     older = [name for version, name in known if version <= found]

@@ -212,9 +212,13 @@ HASH_VARIATIONS = (
 def _engines_of(case: Case) -> Variation:
     """A pairing case's two engines as ``vllm serve`` lines for ``preflight``."""
     flags = case.flags or DEFAULT_FLAGS
-    engine = dict(backend=flags.backend, block_size=flags.block_size, prefix_caching=flags.prefix_caching,
-                  push=case.push)
-    return Variation("", HashedEngine(tp=case.p_tp, **engine), HashedEngine(tp=case.d_tp, **engine))
+    assert case.p_tp is not None and case.d_tp is not None, "a pairing case has both TP sizes"
+
+    def engine(tp: int) -> HashedEngine:
+        return HashedEngine(backend=flags.backend, block_size=flags.block_size, prefix_caching=flags.prefix_caching,
+                            tp=tp, push=case.push)
+
+    return Variation("", engine(case.p_tp), engine(case.d_tp))
 
 
 @dataclass(frozen=True)

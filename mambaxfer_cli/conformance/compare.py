@@ -11,11 +11,12 @@ layout alone.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 from mambaxfer_cli.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, pairings,
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, Geometry, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.conformance.vllm_side import CouldNotCall, VllmFails
@@ -59,8 +60,8 @@ class Comparison:
 
     def case(self, model: str, *args, **kwargs) -> Case:
         """A case whose command names the release and GPU mambaxfer answered for."""
-        return Case(model, *args, rules=("--vllm-version", self.ours.release, "--gpu", self.ours.device.spec),
-                    **kwargs)
+        return replace(Case(model, *args, **kwargs),
+                       rules=("--vllm-version", self.ours.release, "--gpu", self.ours.device.spec))
 
     def live(self, *functions: Function) -> bool:
         return any(self.results[f.name].not_called is None for f in functions)
@@ -134,6 +135,7 @@ class Comparison:
             return self.cannot((BLOCK, KERNEL, GDN_ALIGNMENT), exc)
         except VllmFails as exc:
             theirs, alignment = f"the engine fails: {exc.message}", None
+        ours: Geometry | str
         try:
             ours = self.ours.engine(model, tp, flags).geometry
         except UserError as exc:
@@ -158,6 +160,7 @@ class Comparison:
 
     def reads(self, name: str, model: ModelSpec, p_tp: int, d_tp: int) -> None:
         ratio = tp_ratio(p_tp, d_tp)
+        assert ratio is not None, "conformance pairs TP sizes one of which divides the other"
         flags = Flags()
         functions = (REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES)
         if not self.live(*functions):

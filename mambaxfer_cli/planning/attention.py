@@ -37,14 +37,14 @@ def head_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int, ssm_s
     if wanted is None:
         return {}
     if semantics == VLLM:
-        out = {}
+        out: dict[int, Shard] = {}
         for p_rank in attention_sources(prefill, decode, d_rank):
-            common = prefill.kv_heads[p_rank].intersect(wanted)
+            common = prefill.heads(p_rank).intersect(wanted)
             if common is not None:
                 out[p_rank] = common
         return out
-    holders = [Holding(rank, shard, 0) for rank, shard in enumerate(prefill.kv_heads)]
-    out: dict[int, Shard] = {}
+    holders = [Holding(rank, prefill.heads(rank), 0) for rank in range(prefill.tp)]
+    out = {}
     for holder, heads in assign_units(wanted, holders, preferred=ssm_sources):
         assert holder.rank not in out, "one P rank gives a D rank two runs of heads"
         out[holder.rank] = heads
@@ -89,7 +89,7 @@ def attention_read(prefill: EngineLayout, decode: EngineLayout, d_rank: int, p_r
     kd, kp = decode.kernel_tokens, prefill.kernel_tokens
     spt = decode.lists.streams_per_tensor
     unit = decode.head_token_bytes // spt            # one token of one head, in one stream
-    d_first, p_first = decode.kv_heads[d_rank].start, prefill.kv_heads[p_rank].start
+    d_first, p_first = decode.heads(d_rank).start, prefill.heads(p_rank).start
     d_at, p_at = heads.start - d_first, heads.start - p_first
     n = len(heads)
     if kd == kp:
@@ -97,7 +97,7 @@ def attention_read(prefill: EngineLayout, decode: EngineLayout, d_rank: int, p_r
                              "block", kd, kp)
     if semantics == VLLM and kd % kp == 0:
         r = kd // kp
-        sub = kp * len(decode.kv_heads[d_rank]) * unit
+        sub = kp * len(decode.heads(d_rank)) * unit
         local = tuple((s * sub + d_at * kp * unit, n * kp * unit) for s in range(r))
         return AttentionRead(heads, local, ((p_at * kp * unit, n * kp * unit),), "sub-block", kd, kp)
     g = math.gcd(kd, kp)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class ListShape:
     def ssm_descs(self, k: int | None = None) -> int:
         return self.ssm_tensors * (self.ssm_regions if k is None else k) * self.logical_blocks
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"tensors": self.tensors, "ssm_tensors": self.ssm_tensors,
                 "attention_streams": self.attention_streams, "num_blocks": self.num_blocks,
                 "blocks_per_logical": self.blocks_per_logical,
@@ -139,9 +139,9 @@ class DescriptorList:
         eng = self.engine
         kernel = page_bytes // eng.blocks_per_logical
         spt = eng.streams_per_tensor
-        bases = np.asarray(bases, dtype=np.uint64)
+        base = np.asarray(bases, dtype=np.uint64)
         streams = np.arange(eng.attention_streams, dtype=np.uint64)
-        stream_base = bases[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt)
+        stream_base = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt)
         a_off = np.array([o for o, _ in self.attention], dtype=np.uint64)
         a_size = np.array([s for _, s in self.attention], dtype=np.uint64)
         attn_addr = (stream_base[:, None, None]
@@ -149,7 +149,7 @@ class DescriptorList:
                      + a_off[None, None, :]).ravel()
         offsets = np.array([o for o, _ in self.regions], dtype=np.uint64)
         sizes = np.array([s for _, s in self.regions], dtype=np.uint64)
-        ssm_addr = (bases[:eng.ssm_tensors, None, None]
+        ssm_addr = (base[:eng.ssm_tensors, None, None]
                     + offsets[None, :, None]
                     + np.arange(eng.logical_blocks, dtype=np.uint64)[None, None, :] * np.uint64(page_bytes)
                     ).ravel()
@@ -175,16 +175,16 @@ def strided(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id
     eng = dlist.engine
     kernel = page_bytes // eng.blocks_per_logical
     spt = eng.streams_per_tensor
-    bases = np.asarray(bases, dtype=np.uint64)
+    base = np.asarray(bases, dtype=np.uint64)
     streams = np.arange(eng.attention_streams, dtype=np.uint64)
     attn = np.empty((eng.attention_streams, 5), dtype=np.uint64)
-    attn[:, 0] = bases[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt) \
+    attn[:, 0] = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt) \
         + np.uint64(dlist.attention[0][0])
     attn[:, 1], attn[:, 3], attn[:, 4] = dlist.attention[0][1], kernel, eng.num_blocks
     offsets = np.array([o for o, _ in dlist.regions], dtype=np.uint64)
     sizes = np.array([z for _, z in dlist.regions], dtype=np.uint64)
     ssm = np.empty((eng.ssm_tensors, dlist.k, 5), dtype=np.uint64)
-    ssm[..., 0] = bases[:eng.ssm_tensors, None] + offsets[None, :]
+    ssm[..., 0] = base[:eng.ssm_tensors, None] + offsets[None, :]
     ssm[..., 1] = sizes[None, :]
     ssm[..., 3], ssm[..., 4] = page_bytes, eng.logical_blocks
     out = np.concatenate([attn, ssm.reshape(-1, 5)])
@@ -249,7 +249,7 @@ class Request:
     prefill_blocks: tuple[np.ndarray, ...]
     decode_blocks: tuple[np.ndarray, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"prefill_blocks": [b.tolist() for b in self.prefill_blocks],
                 "decode_blocks": [b.tolist() for b in self.decode_blocks]}
 
@@ -316,7 +316,7 @@ class DescriptorRead:
     attention: bool = False
     group_counts: tuple[int, ...] = field(default=(), compare=False)   # IDs of each KV-cache group
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"d_rank": self.d_rank, "p_rank": self.p_rank, "local_list": self.local_list,
                 "ssm_regions_per_layer": self.local.k,
                 "local_ids": self.local_ids.tolist(), "remote_ids": self.remote_ids.tolist()}
@@ -336,7 +336,7 @@ class DescriptorMap:
             return self.group_tensors[group]
         return self.decode.tensors if self.groups[group] == ATTENTION else self.decode.ssm_tensors
 
-    def to_dict(self, d_rank: int | None = None) -> dict:
+    def to_dict(self, d_rank: int | None = None) -> dict[str, Any]:
         return {"groups": list(self.groups), "group_tensors": [self.tensors_of(g) for g in range(len(self.groups))],
                 "prefill": self.prefill.to_dict(),
                 "decode": self.decode.to_dict(), "request": self.request.to_dict(),

@@ -7,6 +7,7 @@ KV-cache tensors: reads, descriptor lists, the simulator and execute all consume
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mambaxfer_cli.planning.descriptors import ListShape, list_shape
 from mambaxfer_cli.planning.geometry import (
@@ -49,6 +50,12 @@ class EngineLayout:
         return self.kernel or kernel_backend(self.flags.attention_backend, self.gpu, self.head_size,
                                              self.flags.kv_cache_dtype)
 
+    def heads(self, rank: int) -> Shard:
+        """The KV heads rank ``rank`` holds (an engine with attention)."""
+        held = self.kv_heads[rank]
+        assert held is not None, "an engine without attention holds no KV heads"
+        return held
+
     @property
     def page_bytes(self) -> int:
         return self.geometry.page_bytes
@@ -70,7 +77,7 @@ class EngineLayout:
     def has_attention(self) -> bool:
         return self.geometry.attention_bytes_per_token is not None
 
-    def to_dict(self, only: int | None = None) -> dict:
+    def to_dict(self, only: int | None = None) -> dict[str, Any]:
         return {"tp": self.tp, "ranks": [r.to_dict() for r in self.ranks if only is None or r.rank == only]}
 
 
@@ -92,7 +99,7 @@ class Engines:
         gpus = p.describe() if p == d else f"{p.describe()} (P) / {d.describe()} (D)"
         return f"{self.releases} on {gpus}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """What every document records of the deployment: the release(s) and the GPU(s)."""
         return {"vllm_versions": {"prefill": self.prefill.release.name, "decode": self.decode.release.name},
                 "gpu": {"prefill": self.prefill.gpu.spec, "decode": self.decode.gpu.spec}}
@@ -112,12 +119,12 @@ def gdn_backend(model: ModelSpec, flags: EngineFlags) -> str | None:
 
 
 def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGrouping,
-               attention_streams: int = 1) -> EngineLayout:
+                  attention_streams: int = 1) -> EngineLayout:
     """Lay out one engine of ``tp`` ranks started with ``flags`` (its release, GPU and serve flags)."""
     ranks = rank_layouts(model, tp)
     heads = tuple(kv_head_shard(model, tp, r) for r in range(tp))
     a1 = kv_dtype = None
-    if model.has_attention:
+    if model.has_attention and heads[0] is not None and model.head_size is not None:
         kv_dtype = resolve_kv_dtype(flags.kv_cache_dtype, model.model_dtype)
         a1 = attention_bytes_per_token(len(heads[0]), model.head_size, kv_dtype)
     gdn = gdn_backend(model, flags)
@@ -127,9 +134,9 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
                             q_heads, len(heads[0]) if heads[0] is not None else None)
     geometry = derive(ranks[0].state_bytes, a1, flags, alignment, kernel, gdn)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
-                        len(ranks[0].regions))
-    return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size, hashed_backend(model, geometry),
-                flags, kernel)
+                       len(ranks[0].regions))
+    return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
+                        hashed_backend(model, geometry), flags, kernel)
 
 
 # The backend of an SSM layer, as vLLM names it.

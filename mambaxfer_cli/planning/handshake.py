@@ -11,7 +11,7 @@ mismatch there is accepted and corrupts the state silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags
@@ -38,7 +38,7 @@ class Verdict:
     def accepts(self) -> bool:
         return not self.refusals
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "accepts": self.accepts,
                 "refusals": [r.to_dict() for r in self.refusals],
                 "suggested_block_size": self.suggested_block_size,
@@ -62,7 +62,7 @@ def _sources(remote: EngineLayout, local: EngineLayout, rank: int) -> list[int]:
     a = r_tp // l_tp
     firsts, seen = [], set()
     for q in range(rank * a, rank * a + a):
-        head = remote.kv_heads[q].start
+        head = remote.heads(q).start
         if head not in seen:
             seen.add(head)
             firsts.append(q)

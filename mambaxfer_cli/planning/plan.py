@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
-
+from typing import TYPE_CHECKING, Any, Sequence
 
 from mambaxfer_cli.planning.attention import AttentionRead, attention_read, head_sources, whole_block
 from mambaxfer_cli.planning.descriptors import (
@@ -16,11 +15,15 @@ from mambaxfer_cli.planning.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.handshake import Refusal, Verdict, handshake_verdict, with_block_size
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.planning.release import EngineFacts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = "mambaxfer.plan/v1"
 
@@ -49,7 +52,7 @@ class Warning_:
     code: str
     message: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message}
 
 
@@ -90,7 +93,7 @@ class Plan:
             return 1
         return kd // kp
 
-    def to_dict(self, d_rank: int | None = None) -> dict:
+    def to_dict(self, d_rank: int | None = None) -> dict[str, Any]:
         if d_rank is not None and not 0 <= d_rank < self.decode.tp:
             raise UserError(f"--d-rank {d_rank} is not a D rank (D TP is {self.decode.tp}: "
                             f"ranks 0..{self.decode.tp - 1})")
@@ -110,7 +113,8 @@ class Plan:
         }
 
 
-def _misread_warning(plan_reads_: Sequence[Read], prefill, decode, code: str, lead: str) -> list[Warning_]:
+def _misread_warning(plan_reads_: Sequence[Read], prefill: Sequence[RankLayout], decode: Sequence[RankLayout],
+                     code: str, lead: str) -> list[Warning_]:
     bad = misreads(plan_reads_, prefill, decode)
     if not bad:
         return []
@@ -168,7 +172,8 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             is_base = local_regions == whole and local_attn == whole_block(decode)
             local = DescriptorList(decode.lists, local_regions, local_attn)
             remote = DescriptorList(prefill.lists, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
-            local_slots, remote_slots = [], []
+            local_slots: list[np.ndarray | None] = []
+            remote_slots: list[np.ndarray | None] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
                 if kind != ATTENTION or how is None:
                     local_slots.append(None)

@@ -10,7 +10,7 @@ runs them sees them (D when it pulls, P when it pushes), so they need nothing el
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 PULL, PUSH = "pull", "push"
 
@@ -21,7 +21,7 @@ class Refusal:
                     # | head-sharded-block-size | layout | ...
     message: str    # vLLM's own words
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message}
 
 
@@ -168,7 +168,8 @@ def head_sharded(m: Meeting) -> Refusal | None:
     (``tp_ratio < 0``) across different kernel blocks, each of its attention regions must come from
     one source (``compute_tp_mapping`` keeps one rank per distinct head) or be MLA. Ranks that
     replicate a KV head are not exempt."""
-    if not m.geometry_meets or m.tp_ratio >= 0 or m.block_ratio == 1 or m.attention_sources <= 1 or m.mla:
+    ratio = m.tp_ratio
+    if not m.geometry_meets or ratio is None or ratio >= 0 or m.block_ratio == 1 or m.attention_sources <= 1 or m.mla:
         return None
     return Refusal("head-sharded-block-size", "Head-sharded attention reads with P_TP > D_TP and "
                                               "heterogeneous block sizes are not supported")

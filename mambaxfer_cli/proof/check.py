@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -17,7 +17,9 @@ from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
-from mambaxfer_cli.proof.simulate import Patterns, Simulation, request_pages, simulate
+from mambaxfer_cli.planning.release import Release
+from mambaxfer_cli.proof.pages import request_pages
+from mambaxfer_cli.proof.simulate import Patterns, Simulation, simulate
 
 SCHEMA = "mambaxfer.check/v1"
 ALL_PRESETS_MAX_TP = 8
@@ -122,7 +124,7 @@ class PairingResult:
     misreads: tuple[str, ...] = ()   # what the plan's segments do wrong, region by region
     warnings: tuple[str, ...] = ()   # warning codes of the plan
     reason: str = ""                 # why a pairing was skipped
-    vllm: dict | None = None         # the release's verdict on the pairing (plan's "vllm" field)
+    vllm: dict[str, Any] | None = None         # the release's verdict on the pairing (plan's "vllm" field)
     vllm_check: "PairingResult | None" = None   # BOTH: the proof of vLLM's own reads, when it plans them
     exact_verdict: str | None = None            # BOTH: the verdict of mambaxfer's exact plan
 
@@ -136,11 +138,16 @@ class PairingResult:
         return f"{self.model} {self.pairing} ({self.semantics}{extra})"
 
     @property
+    def _vllm_verdict(self) -> dict[str, Any]:
+        assert self.vllm is not None, "a planned pairing has the release's verdict"
+        return self.vllm
+
+    @property
     def vllm_does(self) -> str | None:
         """BOTH: what vLLM does with the pairing: RIGHT, CORRUPTS or REFUSES (None otherwise)."""
         if self.semantics != BOTH or self.verdict == "skip":
             return None
-        if not self.vllm["accepts"]:
+        if not self._vllm_verdict["accepts"]:
             return REFUSES
         return CORRUPTS if self.vllm_check is None or self.vllm_check.verdict != "pass" else RIGHT
 
@@ -178,7 +185,7 @@ class PairingResult:
         corrupts = self.vllm_check is not None and self.vllm_check.verdict == "fail"
         does = self.vllm_does
         if does == REFUSES:
-            message = " ".join(r["message"] for r in self.vllm["refusals"][:1]).rstrip(".")
+            message = " ".join(r["message"] for r in self._vllm_verdict["refusals"][:1]).rstrip(".")
             line = f"{pairing}: {vllm} refuses it ({message})"
             if fix:
                 line += f"; --block-size {fix} on both engines makes vLLM accept it"
@@ -215,7 +222,7 @@ class PairingResult:
             lines += [f"{self.vllm['releases']} refuses this pairing at handshake: {r['message']}"
                       for r in self.vllm["refusals"]]
         fix = self.vllm["suggested_block_size"] if self.vllm else None
-        if fix and (self.verdict != "pass" or not self.vllm["accepts"]):
+        if fix and (self.verdict != "pass" or not self._vllm_verdict["accepts"]):
             lines.append(f"fix: --block-size {fix} on both engines")
         if sim is None or sim.ok:
             return lines
@@ -241,7 +248,7 @@ class PairingResult:
             lines.append(f"and {len(sim.problems) - limit} more problems")
         return lines
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         sim = self.simulation
         return {
             "model": self.model, "p_tp": self.p_tp, "d_tp": self.d_tp, "semantics": self.semantics,
@@ -258,7 +265,7 @@ class PairingResult:
             "deployment": self._deployment(),
         }
 
-    def _deployment(self) -> dict | None:
+    def _deployment(self) -> dict[str, Any] | None:
         """BOTH: the answer, and the proof of vLLM's own reads."""
         does = self.vllm_does
         if does is None:
@@ -268,7 +275,7 @@ class PairingResult:
         return {"mambaxfer": self.exact_verdict, "vllm": does,
                 "vllm_wrong_bytes": sim.wrong_bytes if sim else 0,
                 "vllm_corrupts": self._corrupted_regions(),
-                "fix_block_size": self.vllm.get("suggested_block_size"),
+                "fix_block_size": self._vllm_verdict.get("suggested_block_size"),
                 "summary": self.deployment_line(),
                 "vllm_check": check.to_dict() if check else None}
 
@@ -300,7 +307,7 @@ class CheckReport:
     def exit_code(self) -> int:
         return EXIT_OK if self.ok else EXIT_WRONG
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "semantics": self.semantics, **self.engines.to_dict(), "ok": self.ok,
                 "summary": {"pairings": len(self.results), "passed": self.count("pass"),
                             "failed": self.count("fail"), "refused": self.count("refused"),
@@ -310,12 +317,14 @@ class CheckReport:
                 "results": [r.to_dict() for r in self.results]}
 
 
-def check_options(release=None, **overrides) -> PlanOptions:
+def check_options(release: Release | None = None, **overrides: Any) -> PlanOptions:
     """PlanOptions with check's engine sizes (used by tests and the API), for ``release`` (default:
     EngineFlags')."""
-    sides = {side: EngineFlags(num_blocks=n, **({} if release is None else {"release": release}))
-             for side, n in CHECK_NUM_BLOCKS.items()}
-    return replace(PlanOptions(**sides), **overrides)
+    def flags(side: str) -> EngineFlags:
+        blocks = CHECK_NUM_BLOCKS[side]
+        return EngineFlags(num_blocks=blocks) if release is None else EngineFlags(num_blocks=blocks, release=release)
+
+    return replace(PlanOptions(prefill=flags("prefill"), decode=flags("decode")), **overrides)
 
 
 def _segment_misreads(plan: Plan) -> tuple[str, ...]:
@@ -407,7 +416,8 @@ def vllm_plan(model: ModelSpec, pairing: Pairing, options: PlanOptions) -> Plan 
         return None
 
 
-def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: str, listed: bool):
+def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: str,
+         listed: bool) -> tuple[Plan | PairingResult, Plan | None]:
     """What to prove for one pairing: a plan (and under BOTH, vLLM's beside it), or a skip."""
     if semantics != BOTH:
         return plan_pairing(model, pairing, replace(options, semantics=semantics), listed), None
@@ -417,7 +427,8 @@ def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: st
     return exact, vllm_plan(model, pairing, options)
 
 
-def _prove(planned, theirs, semantics: str, patterns: Patterns, coalesce: bool) -> PairingResult:
+def _prove(planned: Plan | PairingResult, theirs: Plan | None, semantics: str, patterns: Patterns,
+           coalesce: bool) -> PairingResult:
     if isinstance(planned, PairingResult):
         return planned
     if semantics == BOTH:

@@ -123,13 +123,11 @@ class ServeLine:
     kv_connector: str | None = None
     kv_role: str | None = None
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
-    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's
+    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's; None: auto
     additional_config: Mapping[str, Any] = field(default_factory=dict)   # --additional-config, whole
     speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
     kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
     attention_config: Mapping[str, Any] = field(default_factory=dict)   # --attention-config / -ac
-    additional_config: Mapping[str, Any] = field(default_factory=dict)  # --additional-config
-    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else additional_config's; None: auto
     kv_buffer_device: str | None = None         # kv_transfer_config.kv_buffer_device; None: the GPU ("cuda")
     enforce_handshake_compat: bool = True       # kv_connector_extra_config.enforce_handshake_compat
     enable_permute_local_kv: bool = False       # kv_transfer_config.enable_permute_local_kv
@@ -279,7 +277,9 @@ def _quoted_before(line: str, i: int) -> bool:
 
 def _logical_lines(text: str) -> list[str]:
     """Split at newlines outside quotes (a quoted JSON value may span lines)."""
-    lines, current, quote = [], [], None
+    lines: list[str] = []
+    current: list[str] = []
+    quote: str | None = None
     i = 0
     while i < len(text):
         ch = text[i]
@@ -410,7 +410,8 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
             ignored.append("--optimization-level")       # -O3, -O=3, -O 3: FlexibleArgumentParser's forms
             i += 2 if word == "-O" else 1
             continue
-        name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
+        name, eq, value_after = word.partition("=")
+        inline = value_after if eq else None
         if name.startswith("--"):          # underscores in the option's name, not in a JSON sub-key
             head, dot, tail = name[2:].partition(".")
             name = "--" + head.replace("_", "-") + dot + tail
@@ -734,7 +735,7 @@ def _transfer_fields(transfer: dict, where: str) -> dict:
 
 def _release_keys(fields: dict) -> list[tuple[str, tuple[str, ...]]]:
     """JSON keys that only some releases read (RELEASE_KEYS), where the line sets them."""
-    out = []
+    out: list[tuple[str, tuple[str, ...]]] = []
     for (key, *path), releases in RELEASE_KEYS.items():
         node: Any = {"kv_transfer_config": fields.get("kv_transfer")}.get(key)
         for part in path:

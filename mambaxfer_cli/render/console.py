@@ -112,7 +112,7 @@ class Prose:
     def _words(self, line: str) -> list[tuple[int, int]]:
         """(start, end) of each unbreakable piece of one line."""
         kept = [m.span() for m in KEEP.finditer(line)]
-        pieces = []
+        pieces: list[tuple[int, int]] = []
         for m in re.finditer(r"\S+", line):
             start, end = m.span()
             for a, b in kept:

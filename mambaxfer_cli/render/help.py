@@ -79,6 +79,7 @@ def options_panel(*, name: str, params, ctx, markup_mode, console) -> None:
     beside = inner - names_width - 2 >= MIN_HELP
     width = inner - names_width - 2 if beside else inner - INDENT
     rows = [(names, _default_whole(help_text, width, console)) for names, help_text in rows]
+    body: Table | Group
     if beside:
         table = Table(show_header=False, box=None, padding=(0, 2, 0, 0), expand=True, pad_edge=False)
         table.add_column(width=names_width, no_wrap=True)
@@ -119,5 +120,5 @@ def install_help() -> None:
             finally:
                 obj.help = original
 
-        joined.joined = True
+        joined.joined = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
         rich_utils._get_help_text = joined

@@ -105,14 +105,14 @@ def render_report(report: Report) -> Iterator[object]:
     for r in a.refusals:
         yield Text(f"  ✗ {r.code}: {r.message}", style="red")
     yield Text("Byte-level check of vLLM's reads (as 'mambaxfer check --semantics vllm')", style="bold")
-    if a.byte_check is None:
+    check, sim = a.byte_check, a.simulation
+    if check is None or sim is None:
         yield Text(f"  not run: {a.byte_check_skipped}")
-    elif a.byte_check.simulation.ok:
-        sim = a.byte_check.simulation
+    elif sim.ok:
         yield Text(f"  ✓ every byte right: {sim.bytes_verified} bytes of D's memory verified, "
-                   f"{a.byte_check.bytes} bytes moved", style="green")
+                   f"{check.bytes} bytes moved", style="green")
     else:
-        for line in a.byte_check.explanation(limit=6):
+        for line in check.explanation(limit=6):
             if not line.startswith((f"{a.releases} refuses", "fix:")):    # the Fix section below says the fix
                 yield Text(f"  {line}", style="red")
     if report.exit_code != EXIT_OK:
@@ -123,9 +123,9 @@ def render_report(report: Report) -> Iterator[object]:
             for c in report.fix.changes:
                 yield Text(f"  {c.describe()}")
             yield Text(f"  corrected command lines (verified: {report.fix.after.verdict}):")
-            for label, line in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
+            for label, serve_line in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
                 yield Text(f"  # {label}", style="dim")
-                for part in quote_lines(line, 76):
+                for part in quote_lines(serve_line, 76):
                     yield Text(f"  {part}", no_wrap=True, overflow="ignore")   # pasteable: never re-wrapped
     ignored = [(n, e.line.ignored) for n, e in (("P", a.prefill), ("D", a.decode)) if e.line.ignored]
     for name, flags in ignored:
@@ -156,7 +156,7 @@ def junit_xml(report: Report) -> str:
         failure.text = "\n".join(f"{m}" for m in a.length_mismatches)
     elif a.byte_check is None:
         ET.SubElement(case, "skipped", message=a.byte_check_skipped)
-    elif not a.byte_check.simulation.ok:
+    elif a.simulation is not None and not a.simulation.ok:
         lines = [line for line in a.byte_check.explanation(limit=1000) if not line.startswith("fix:")]
         failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
         failure.text = "\n".join(lines)
