@@ -48,8 +48,10 @@ def tables(doc: dict) -> list[str]:
             a, b, c = v["planned"], v["coalesced"], v["limit"]
             r = p["ratios"][direction]
             lines.append(
-                f"| {p['device']} | {p['request_blocks']} | {direction} | {', '.join(p['transport'][direction]['transports'])} "
-                f"| {a['bytes'] / 2**20:.1f} MiB | {a['descriptors_posted']}/{b['descriptors_posted']}/{c['descriptors_posted']} "
+                f"| {p['device']} | {p['request_blocks']} | {direction} "
+                f"| {', '.join(p['transport'][direction]['transports'])} "
+                f"| {a['bytes'] / 2**20:.1f} MiB "
+                f"| {a['descriptors_posted']}/{b['descriptors_posted']}/{c['descriptors_posted']} "
                 f"({a['descriptors_kept']}/{b['descriptors_kept']}/{c['descriptors_kept']}) "
                 f"| {a['segment_bytes'] // 1024} / {b['segment_bytes'] // 1024} KiB "
                 f"| {a['gb_per_s']['median']:.2f} | {b['gb_per_s']['median']:.2f} | {c['gb_per_s']['median']:.2f} "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 from array import array
+from functools import partial
 
 import numpy as np
 
@@ -82,11 +83,11 @@ def main() -> None:
         read = plan.descriptors.reads[0]
         dlist, page = read.local, plan.decode.page_bytes
         bases = [(1 << 44) + i * (1 << 36) for i in range(dlist.engine.tensors)]
-        t_strided, rows = timed(lambda: strided(dlist, bases, page), repeat=5)
+        t_strided, rows = timed(partial(strided, dlist, bases, page), repeat=5)
         if dlist.length <= args.max_table:
-            t_table, table = timed(lambda: dlist.table(bases, page))
+            t_table, table = timed(partial(dlist.table, bases, page))
             assert np.array_equal(expand(rows), table)
-            t_loop, looped = timed(lambda: loop_table(dlist, bases, page))
+            t_loop, looped = timed(partial(loop_table, dlist, bases, page))
             assert np.array_equal(looped, table)
             del looped, table
             loop_s, table_s = f"{t_loop:8.1f}", f"{t_table:8.2f}"
@@ -103,12 +104,13 @@ def main() -> None:
             ratios = f"{'(not built)':>10} {'':>12}"
         groups = plan.descriptors.groups
         blocks = plan.descriptors.request.decode_blocks
+        attention_ids = read.local_ids[read.local_ids < dlist.attention_descs]
+        per_stream = len(attention_ids) // max(dlist.engine.attention_streams, 1)
         slots = [None if kind != "attention" else
-                 np.sort(read.local_ids[read.local_ids < dlist.attention_descs] % (dlist.engine.num_blocks * dlist.pieces))[
-                     : len(read.local_ids[read.local_ids < dlist.attention_descs]) // max(dlist.engine.attention_streams, 1)]
+                 np.sort(attention_ids % (dlist.engine.num_blocks * dlist.pieces))[:per_stream]
                  for kind in groups]
-        t_vec, vec = timed(lambda: block_ids(dlist, groups, blocks, slots), repeat=5)
-        t_ids, looped_ids = timed(lambda: loop_ids(dlist, groups, blocks, slots))
+        t_vec, vec = timed(partial(block_ids, dlist, groups, blocks, slots), repeat=5)
+        t_ids, looped_ids = timed(partial(loop_ids, dlist, groups, blocks, slots))
         assert vec.tolist() == looped_ids
         print(f"{name:<20} {len(spec.layers):>6} {dlist.length:>12,} {rows.shape[0]:>5} {loop_s} {table_s} "
               f"{t_strided * 1e3:10.3f} {ratios} {t_ids / t_vec:11.1f}x")

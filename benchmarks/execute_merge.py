@@ -19,7 +19,8 @@ CASES = [("jamba", 1, 1), ("jamba", 1, 4), ("granite-4.0-h-tiny", 2, 1), ("qwen3
 
 def run(model: str, p_tp: int, d_tp: int, coalesce: bool, args) -> dict:
     command = [sys.executable, "-m", "mambaxfer_cli", "execute", "--model", model, "--p-tp", str(p_tp),
-               "--d-tp", str(d_tp), "--device", args.device, "--request-blocks", str(args.request_blocks), "--iters", str(args.iters), "--format", "json"]
+               "--d-tp", str(d_tp), "--device", args.device, "--request-blocks", str(args.request_blocks),
+               "--iters", str(args.iters), "--format", "json"]
     result = subprocess.run(command + (["--coalesce"] if coalesce else []), capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.strip()}")

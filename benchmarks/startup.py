@@ -59,7 +59,7 @@ def main() -> None:
                  "mambaxfer plan": [sys.executable, "-m", "mambaxfer_cli", *PLAN],
                  "mambaxfer --help": [sys.executable, "-m", "mambaxfer_cli", "--help"]}
         times = {name: [] for name in cases}
-        for name, command in cases.items():   # warm the file cache
+        for command in cases.values():   # warm the file cache
             wall(command)
         for _ in range(args.runs):
             for name, command in cases.items():

@@ -20,6 +20,8 @@ EXIT_USAGE = 2          # a user error: one red line
 EXIT_RUN_FAILED = 3     # an execute or bench run that could not complete
 EXIT_INTERNAL = 70      # sysexits' EX_SOFTWARE, distinct from every verdict: a bug, the traceback is printed
 EXIT_INTERRUPTED = 128 + signal.SIGINT     # 130, as a shell reports a process Ctrl-C ended
+# A rank process's own end, which its coordinator reports (the command then ends with EXIT_RUN_FAILED):
+EXIT_RANK_ORPHANED = 75  # its coordinator is gone (sysexits' EX_TEMPFAIL)
 
 # The signals that stop a command, and the line each ends with (exit code 128 + the signal).
 STOP_LINES = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.engine import Engines, Side, build_side
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.planning.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.planning.geometry import EngineFlags, Geometry
 from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, Verdict, verdict as handshake_verdict
+from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, handshake_verdict
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.planning.model import ModelSpec
@@ -26,14 +27,15 @@ from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_misma
 from mambaxfer_cli.planning.release import EngineFacts, Meeting, Speculative
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.proof.check import PairingResult, check_plan
+from mambaxfer_cli.proof.simulate import Simulation
 from mambaxfer_cli.readers.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, RELEASES, ServeLine, reparse,
 )
 
 SCHEMA = "mambaxfer.preflight/v1"
 PREFILL, DECODE = "prefill", "decode"
-ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
-ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
+KV_ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
+KV_ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
 SIDE_NAME = {PREFILL: "P", DECODE: "D"}
 VLLM_DTYPES = {"float": "float32", "half": "float16"}
 
@@ -41,7 +43,7 @@ VLLM_DTYPES = {"float": "float32", "half": "float16"}
 # --- one engine ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Engine:
+class ServedEngine:
     """One engine as its vLLM release builds it from its command line on its GPU."""
 
     side: str                 # prefill | decode
@@ -119,7 +121,7 @@ def vllm_dtype(requested: str, config_dtype: str) -> str:
     return VLLM_DTYPES.get(requested, requested)
 
 
-def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> Engine:
+def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> ServedEngine:
     """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
     hf_overrides=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
     GPU and what the line leaves unsaid."""
@@ -147,7 +149,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
-    return Engine(side, line, model, flags, base)
+    return ServedEngine(side, line, model, flags, base)
 
 
 def _line_gdn_backend(line: ServeLine) -> str | None:
@@ -174,7 +176,7 @@ class Field:
         return {"field": self.name, "prefill": self.prefill, "decode": self.decode, "agree": self.agree}
 
 
-def speculative(e: Engine) -> Speculative | None:
+def speculative(e: ServedEngine) -> Speculative | None:
     """The line's ``--speculative-config`` as the hash reads it."""
     if not e.line.speculative:
         return None
@@ -186,16 +188,16 @@ def speculative(e: Engine) -> Speculative | None:
                        None if kv is None else str(kv))
 
 
-def engine_facts(e: Engine, plan: Plan | None) -> EngineFacts:
+def engine_facts(e: ServedEngine, plan: Plan | None) -> EngineFacts:
     """What ``compute_nixl_compatibility_hash`` reads of one engine."""
-    side = None if plan is None else (plan.prefill if e.side == PREFILL else plan.decode)
-    backend = side.hashed_backend if side is not None else e.attention_backend
+    layout = None if plan is None else (plan.prefill if e.side == PREFILL else plan.decode)
+    backend = layout.hashed_backend if layout is not None else e.attention_backend
     return EngineFacts(e.line.model, e.model.model_dtype, e.model.num_kv_heads, e.model.head_size,
                        len(e.model.layers), backend, e.flags.kv_cache_dtype, speculative=speculative(e),
                        transfer_mode=e.line.transfer_mode, hybrid_kv_cache_manager=e.hma)
 
 
-def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+def hashed_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[Field]:
     """What each engine's compatibility hash takes (``compute_nixl_compatibility_hash``, its
     release's fields), side by side."""
     theirs = dict(p.release.hashed(engine_facts(p, plan)))
@@ -207,7 +209,7 @@ def hashed_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
 PUSH_IDENTICAL = "push_identical_blocks"
 
 
-def handshake_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+def handshake_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[Field]:
     """What the handshake compares besides the hash (TP, kernel blocks, blocks per logical), as
     the local engine does: D when it pulls, P when it pushes."""
     big, small = max(p.tp, d.tp), min(p.tp, d.tp)
@@ -232,7 +234,7 @@ def handshake_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
     return rows
 
 
-def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
+def unchecked_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[Field]:
     """What vLLM never compares (docs/reference.md): a mismatch is accepted and corrupts the state."""
     rows = [Field("conv dtype", p.model.conv_dtype, d.model.conv_dtype, False),
             Field("SSM (temporal) dtype", p.model.ssm_dtype, d.model.ssm_dtype, False),
@@ -241,8 +243,8 @@ def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
                   f"{d.model.num_spec} / {d.model.conv_rows}", False)]
     try:   # what D's offsets assume of P's state, rank for rank: both models laid out at D's TP
         sizes = [rank_layout(e.model, d.tp, 0) for e in (p, d)]
-        rows.append(Field("SSM state bytes per rank (at D's TP)", *(f"{r.conv_bytes} + {r.ssm_bytes}" for r in sizes),
-                          False))
+        p_bytes, d_bytes = (f"{r.conv_bytes} + {r.ssm_bytes}" for r in sizes)
+        rows.append(Field("SSM state bytes per rank (at D's TP)", p_bytes, d_bytes, False))
     except UserError:
         pass
     return rows
@@ -250,7 +252,7 @@ def unchecked_fields(p: Engine, d: Engine, plan: Plan | None) -> list[Field]:
 
 # --- the verdict --------------------------------------------------------------------------------
 
-def startup_refusals(e: Engine) -> list[Refusal]:
+def startup_refusals(e: ServedEngine) -> list[Refusal]:
     """What stops the engine before any handshake, as its release's NIXL worker asserts it."""
     name, out = SIDE_NAME[e.side], []
     line = e.line
@@ -260,9 +262,9 @@ def startup_refusals(e: Engine) -> list[Refusal]:
     elif line.kv_connector not in NIXL_CONNECTORS:
         out.append(Refusal("connector", f"{name} uses {line.kv_connector}; mambaxfer checks vLLM's NIXL "
                                         f"connector ({', '.join(NIXL_CONNECTORS)})"))
-    elif line.kv_role not in ROLES[e.side]:
+    elif line.kv_role not in KV_ROLES[e.side]:
         out.append(Refusal("kv-role", f"{name} is the {e.side} engine but its kv_role is {line.kv_role} "
-                                      f"(use {ROLE_FOR[e.side]})"))
+                                      f"(use {KV_ROLE_FOR[e.side]})"))
     for var, (value, message) in e.release.fatal_env.items():
         if dict(line.environment()).get(var) == value:
             out.append(Refusal("environment", f"{name}: vLLM {e.release.name} refuses to start: {message}"))
@@ -297,7 +299,7 @@ def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
     return tuple(x for x in DEFAULT_LAYOUTS if x in BLOCK_COMPACT) if model.has_attention else DEFAULT_LAYOUTS
 
 
-def flag_startup_refusals(e: Engine) -> list[Refusal]:
+def flag_startup_refusals(e: ServedEngine) -> list[Refusal]:
     """What stops one engine at start-up among the flags beyond section 8's: HMA off, a buffer
     device or a KV-cache layout vLLM does not take."""
     name, line, out = SIDE_NAME[e.side], e.line, []
@@ -320,12 +322,12 @@ def flag_startup_refusals(e: Engine) -> list[Refusal]:
     return out
 
 
-def handshake_sides(p: Engine, d: Engine) -> tuple[Engine, Engine]:
+def handshake_sides(p: ServedEngine, d: ServedEngine) -> tuple[ServedEngine, ServedEngine]:
     """(local, remote) of the handshake: D checks P when it pulls; P checks D when it pushes."""
     return (p, d) if _push(p, d) else (d, p)
 
 
-def layout_refusals(p: Engine, d: Engine, plan: Plan) -> list[Refusal]:
+def layout_refusals(p: ServedEngine, d: ServedEngine, plan: Plan) -> list[Refusal]:
     """``_validate_remote_agent_handshake`` after its block checks (the release's, the host buffer's
     among them): the two engines' KV-cache layouts, then head splitting across TP sizes."""
     local, remote = handshake_sides(p, d)
@@ -351,7 +353,7 @@ def layout_refusals(p: Engine, d: Engine, plan: Plan) -> list[Refusal]:
     return out
 
 
-def skipped_hash(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
+def skipped_hash(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[str]:
     """What the compatibility hash would refuse, when the handshake's local side skips it
     (``enforce_handshake_compat`` false): the fields that differ and now pass."""
     local, _ = handshake_sides(p, d)
@@ -360,7 +362,7 @@ def skipped_hash(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
     return [f"{f.name} (P {f.prefill}, D {f.decode})" for f in hashed_fields(p, d, plan) if not f.agree]
 
 
-def hash_warnings(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
+def hash_warnings(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[str]:
     local, remote = handshake_sides(p, d)
     out = []
     if not local.line.enforce_handshake_compat:
@@ -379,8 +381,8 @@ def hash_warnings(p: Engine, d: Engine, plan: Plan | None) -> list[str]:
 class Assessment:
     """One pairing's answer, before any fix."""
 
-    prefill: Engine
-    decode: Engine
+    prefill: ServedEngine
+    decode: ServedEngine
     plan: Plan | None
     refusals: tuple[Refusal, ...]           # start-up and handshake, in the order vLLM meets them
     suggested_block_size: int | None
@@ -414,16 +416,22 @@ class Assessment:
         """(what, P's dtype, D's dtype) where D reads P's values as another dtype of the same size
         (float16 and bfloat16): every byte lands where D expects it, and every number is wrong."""
         p, d = self.prefill, self.decode
-        rows = [("conv state", p.model.conv_dtype, d.model.conv_dtype),
-                ("SSM state", p.model.ssm_dtype, d.model.ssm_dtype)]
+        rows: list[tuple[str, str | None, str | None]] = [
+            ("conv state", p.model.conv_dtype, d.model.conv_dtype), ("SSM state", p.model.ssm_dtype, d.model.ssm_dtype)]
         if self.plan is not None and self.plan.prefill.has_attention:
             rows.append(("attention KV cache", self.plan.prefill.kv_dtype, self.plan.decode.kv_dtype))
         return [(what, a, b) for what, a, b in rows
-                if a != b and a in DTYPE_BYTES and DTYPE_BYTES[a] == DTYPE_BYTES.get(b)]
+                if a is not None and b is not None and a != b and a in DTYPE_BYTES
+                and DTYPE_BYTES[a] == DTYPE_BYTES.get(b)]
+
+    @property
+    def simulation(self) -> Simulation | None:
+        """The byte check's simulation of vLLM's reads; None without a byte check."""
+        return None if self.byte_check is None else _simulation(self.byte_check)
 
     @property
     def corrupt(self) -> bool:
-        return self.byte_check is not None and (not self.byte_check.simulation.ok or bool(self.reinterpreted))
+        return self.byte_check is not None and (not _simulation(self.byte_check).ok or bool(self.reinterpreted))
 
     @property
     def verdict(self) -> str:
@@ -443,21 +451,21 @@ class Assessment:
         return hashed_fields(p, d, self.plan) + handshake_fields(p, d, self.plan) + unchecked_fields(p, d, self.plan)
 
 
-def _push(p: Engine, d: Engine) -> bool:
+def _push(p: ServedEngine, d: ServedEngine) -> bool:
     return p.line.transfer_mode == "push" and d.line.transfer_mode == "push"
 
 
-def _host_buffer(e: Engine) -> bool:
+def _host_buffer(e: ServedEngine) -> bool:
     return e.kv_buffer_device == "cpu"
 
 
-def enforces_hash(e: Engine) -> bool:
+def enforces_hash(e: ServedEngine) -> bool:
     """``kv_connector_extra_config.enforce_handshake_compat`` (default true; vLLM tests it as Python
     truth, so the string "false" still enforces)."""
     return bool(e.line.enforce_handshake_compat)
 
 
-def _no_geometry(p: Engine, d: Engine, mode: str) -> list[Refusal]:
+def _no_geometry(p: ServedEngine, d: ServedEngine, mode: str) -> list[Refusal]:
     """The checks that need no geometry (TP sizes, hash, a model without attention) where no plan
     could be made; the geometry checks pass on the equal stand-in blocks."""
     local, remote = (d, p) if mode == PULL else (p, d)
@@ -467,7 +475,7 @@ def _no_geometry(p: Engine, d: Engine, mode: str) -> list[Refusal]:
     return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 
 
-def assess(p: Engine, d: Engine) -> Assessment:
+def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
     """The releases' verdict on the pairing and the byte-level check of what vLLM would read."""
     refusals = startup_refusals(p) + startup_refusals(d)
     plan, skipped = None, ""
@@ -480,8 +488,11 @@ def assess(p: Engine, d: Engine) -> Assessment:
     let_through = skipped_hash(p, d, plan)
     suggestion = None
     if plan is not None:
-        def rebuild(size: int) -> tuple[Side, Side]:
-            return tuple(build_side(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d))
+        def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
+            def at(e: ServedEngine) -> EngineLayout:
+                return engine_layout(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping)
+
+            return at(p), at(d)
 
         layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
         local = d if mode == PULL else p
@@ -496,7 +507,7 @@ def assess(p: Engine, d: Engine) -> Assessment:
         if let_through:
             skipped = (f"{skipped}; vLLM's handshake lets it through (the hash check is skipped), and what it "
                        f"moves is not checked")
-        elif not any(r.code in ("compat-hash", "tp-sizes") for r in refusals):   # e.g. a TP size the heads do not divide
+        elif not any(r.code in ("compat-hash", "tp-sizes") for r in refusals):   # a TP size the heads do not divide
             refusals.append(Refusal("tp-layout", skipped))
     mismatched = vllm_length_mismatches(plan.prefill.ranks, plan.decode.ranks) if plan is not None else []
     result = check_plan(plan) if plan is not None and not mismatched else None
@@ -532,7 +543,8 @@ class Change:
         return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
 
 
-FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
+FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype",
+              "kv_cache_dtype": "--kv-cache-dtype",
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
               "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
@@ -554,6 +566,7 @@ def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
 def apply_change(line: ServeLine, change: Change) -> ServeLine:
     where = f"--{change.side}"
     if change.flag.endswith("="):
+        assert change.new is not None, "an environment change sets a value"
         env = tuple((k, v) for k, v in line.env_prefix if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
         return reparse(line, list(line.words), env, where)
     if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
@@ -563,15 +576,15 @@ def apply_change(line: ServeLine, change: Change) -> ServeLine:
                    line.env_prefix, where)
 
 
-def _align(p: Engine, d: Engine) -> list[Change]:
+def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
     """Changes that make D agree with P (and both engines start), flag by flag."""
     out: list[Change] = []
     for e in (p, d):
-        if e.line.kv_connector is None or e.line.kv_role not in ROLES[e.side]:
+        if e.line.kv_connector is None or e.line.kv_role not in KV_ROLES[e.side]:
             config = {**e.line.kv_transfer, "kv_connector": e.line.kv_connector
                       if e.line.kv_connector in NIXL_CONNECTORS else
                       (p.line.kv_connector if p.line.kv_connector in NIXL_CONNECTORS else "NixlConnector"),
-                      "kv_role": ROLE_FOR[e.side]}
+                      "kv_role": KV_ROLE_FOR[e.side]}
             out.append(Change(e.side, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
                               "the engine's NIXL connector and role"))
         if e.conv_layout != "DS":
@@ -597,16 +610,16 @@ def _align(p: Engine, d: Engine) -> list[Change]:
         out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
                           "as P's"))
     if p.model.num_spec != d.model.num_spec or _spec_factors(p) != _spec_factors(d):
-        def spec(e: Engine) -> str | None:
+        def spec(e: ServedEngine) -> str | None:
             return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
         why = ("as P's: the hash compares the speculative method and draft, and conv rows follow the tokens"
                if _spec_factors(p) != _spec_factors(d) else
                "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare")
         out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), why))
     if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
-        value = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
+        wanted = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
         was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
-        out.append(Change(DECODE, "--hf-overrides", was, value, "as P's: the model's dimensions follow it"))
+        out.append(Change(DECODE, "--hf-overrides", was, wanted, "as P's: the model's dimensions follow it"))
     if p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector:
         config = {**d.line.kv_transfer, "kv_connector": p.line.kv_connector}
         out.append(Change(DECODE, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
@@ -614,11 +627,11 @@ def _align(p: Engine, d: Engine) -> list[Change]:
     return out
 
 
-def _spec_factors(e: Engine):
+def _spec_factors(e: ServedEngine):
     return e.release.speculative_factors(speculative(e), e.line.model, e.flags.kv_cache_dtype)
 
 
-def _both(flag: str, old: tuple, value: str, why: str) -> list[Change]:
+def _both(flag: str, old: tuple[str | None, str | None], value: str, why: str) -> list[Change]:
     return [Change(side, flag, o, value, why) for side, o in zip((PREFILL, DECODE), old)]
 
 
@@ -648,8 +661,8 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
     pl, dl, after = run(base)
     candidates: list[list[Change]] = [base]
     p_line, d_line = first.prefill.line, first.decode.line
-    old_bs = (p_line.block_size, d_line.block_size)
-    old_bs = tuple(None if v is None else str(v) for v in old_bs)
+    p_bs, d_bs = p_line.block_size, d_line.block_size
+    old_bs = (None if p_bs is None else str(p_bs), None if d_bs is None else str(d_bs))
     if after.suggested_block_size:
         candidates.append(base + _both("--block-size", old_bs, str(after.suggested_block_size),
                                        "vLLM's handshake accepts both engines' blocks"))
@@ -710,7 +723,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.assessment.works else 1
+        return EXIT_OK if self.assessment.works else EXIT_WRONG
 
     def headline(self) -> str:
         a = self.assessment
@@ -719,7 +732,10 @@ class Report:
             return f"REFUSED: {releases} would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
         if a.fails:
             return _fails_headline(a)
-        if a.corrupt and a.byte_check.simulation.ok and a.reinterpreted:
+        if a.byte_check is None:
+            return f"UNCHECKED: {a.byte_check_skipped}"
+        sim = _simulation(a.byte_check)
+        if a.corrupt and sim.ok and a.reinterpreted:
             what, pv, dv = a.reinterpreted[0]
             unchecked = ("the compatibility hash that would refuse this pairing is skipped (enforce_handshake_"
                          "compat false)" if a.let_through else "vLLM's handshake does not compare it")
@@ -729,26 +745,24 @@ class Report:
             f = a.unchecked_mismatches[0]
             return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
                     f"does not compare: {releases} accepts the pairing and D reads P's bytes with its own "
-                    f"offsets ({a.byte_check.simulation.wrong_bytes} wrong bytes)")
+                    f"offsets ({sim.wrong_bytes} wrong bytes)")
         if a.corrupt and a.plan is not None and any(w.code == "vllm-replicated-groups" for w in a.plan.warnings):
             groups = a.decode.model.params.get("n_groups")
             return (f"CORRUPT: {releases} accepts this pairing, but its reads corrupt the SSM state: its offsets "
                     f"assume every region is evenly sharded across ranks, while this model's B/C groups "
-                    f"(n_groups={groups}) are replicated on the D ranks ({a.byte_check.simulation.wrong_bytes} "
+                    f"(n_groups={groups}) are replicated on the D ranks ({sim.wrong_bytes} "
                     f"wrong bytes)")
         if a.corrupt:
             lines = a.byte_check.explanation()
             return (f"CORRUPT: {releases} accepts this pairing, but D's reads land wrong bytes "
-                    f"({a.byte_check.simulation.wrong_bytes} bytes; {lines[0] if lines else 'see below'})")
-        if a.byte_check is None:
-            return f"UNCHECKED: {a.byte_check_skipped}"
+                    f"({sim.wrong_bytes} bytes; {lines[0] if lines else 'see below'})")
         return (f"WORKS: {releases} accepts this pairing and its reads move the right bytes "
-                f"({a.byte_check.simulation.bytes_verified} bytes verified)")
+                f"({sim.bytes_verified} bytes verified)")
 
     def to_dict(self) -> dict:
         a = self.assessment
 
-        def engine(e: Engine, g: Geometry | None) -> dict:
+        def engine(e: ServedEngine, g: Geometry | None) -> dict:
             return {"command": e.line.command(), **e.summary(), "geometry": g.to_dict() if g else None,
                     "ignored_flags": list(e.line.ignored), "unknown_flags": list(e.line.unknown)}
 
@@ -765,10 +779,7 @@ class Report:
             "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode, plan)],
             "vllm": {"releases": a.releases, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
                      "suggested_block_size": a.suggested_block_size, "not_checked": list(NOT_CHECKED)},
-            "byte_check": None if check is None else {
-                "verdict": "pass" if check.simulation.ok else "fail", "bytes_moved": check.bytes,
-                "bytes_verified": check.simulation.bytes_verified, "wrong_bytes": check.simulation.wrong_bytes,
-                "explanation": check.explanation(limit=1000) if not check.simulation.ok else []},
+            "byte_check": None if check is None else _byte_check(check),
             "byte_check_skipped": a.byte_check_skipped or None,
             "unchecked_mismatches": [f"{f.name}: P {f.prefill}, D {f.decode}" for f in a.unchecked_mismatches],
             "plan_warnings": [w.to_dict() for w in plan.warnings] if plan else [],
@@ -810,6 +821,17 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
         warnings.append(f"{a.releases} pairs P's and D's blocks from the request's last token here: the proxy "
                         f"must forward remote_num_tokens in kv_transfer_params, or D declines the reads")
     return Report(first, fix, tuple(warnings))
+
+
+def _simulation(check: PairingResult) -> Simulation:
+    assert check.simulation is not None, "preflight's byte check simulates the reads"
+    return check.simulation
+
+
+def _byte_check(check: PairingResult) -> dict[str, Any]:
+    sim = _simulation(check)
+    return {"verdict": "pass" if sim.ok else "fail", "bytes_moved": check.bytes, "bytes_verified": sim.bytes_verified,
+            "wrong_bytes": sim.wrong_bytes, "explanation": check.explanation(limit=1000) if not sim.ok else []}
 
 
 def quote_lines(line: ServeLine, width: int = 78) -> list[str]:

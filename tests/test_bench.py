@@ -151,7 +151,7 @@ def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
 def test_the_limit_check_finds_a_wrong_byte_in_a_chunk_and_outside_it():
     from mambaxfer_cli.execute.bench_plan import bench_tasks, limit_check
     from mambaxfer_cli.execute.tasks import RunSettings
-    from mambaxfer_cli.proof.pattern import POISON, fill
+    from mambaxfer_cli.proof.pattern import POISON, fill_page
 
     spec = cut_layers(load_model("jamba"), 4)
     planned, coalesced = (plan_to_execute(spec, 2, 1, semantics="vllm", coalesce=c, blocks=None, request_blocks=1,
@@ -162,7 +162,7 @@ def test_the_limit_check_finds_a_wrong_byte_in_a_chunk_and_outside_it():
     for p_rank, offset, size in limit_chunks(task.reads):    # what the limit READs land: P's first bytes
         image = np.empty(-(-size // page) * page, dtype=np.uint8).reshape(-1, page)
         for row in range(image.shape[0]):
-            fill(image[row], task.prefill_pages[p_rank][row // blocks][row % blocks], row // blocks, row % blocks)
+            fill_page(image[row], task.prefill_pages[p_rank][row // blocks][row % blocks], row // blocks, row % blocks)
         memory[offset:offset + size] = image.reshape(-1)[:size]
     regions = np.split(memory, task.memory.tensors)       # bench's one allocation, tensor by tensor
     assert limit_check(task, regions) == Tally(memory.size, 0)

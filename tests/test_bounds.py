@@ -23,7 +23,8 @@ def config(tmp_path, name: str, **change) -> str:
 
 
 @pytest.mark.parametrize("fixture,change,fragment", [
-    ("mistralai__Mamba-Codestral-7B-v0.1.json", {"num_heads": 2 ** 63}, "key 'num_heads' 9223372036854775808 is larger"),
+    ("mistralai__Mamba-Codestral-7B-v0.1.json", {"num_heads": 2 ** 63},
+     "key 'num_heads' 9223372036854775808 is larger"),
     ("ai21labs__Jamba-v0.1.json", {"num_key_value_heads": 2 ** 63}, "key 'num_key_value_heads' 9223372036854775808"),
     ("ai21labs__Jamba-v0.1.json", {"num_key_value_heads": -2}, "'num_key_value_heads' must be a positive integer"),
     ("ai21labs__Jamba-v0.1.json", {"num_key_value_heads": 0}, "'num_key_value_heads' must be a positive integer"),

@@ -22,7 +22,7 @@ import pytest
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.conformance.adapter import KNOWN_RELEASES, Ours, release_for
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, Tally, pairings,
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, CaseTally, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.schema import document_schema
@@ -125,7 +125,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTED = (ROOT / "README.md", ROOT / "docs" / "conformance.md")
 
 
-def _shown(text: str) -> list[str]:
+def _as_documented(text: str) -> list[str]:
     """Output as documented: no trailing spaces, the run's duration left out."""
     return [re.sub(r" in \d+\.\d s:", " in N s:", line.rstrip()) for line in text.strip().splitlines()]
 
@@ -136,7 +136,7 @@ def test_the_documented_output_is_what_vllm_0_34_prints():
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80
     for page in DOCUMENTED:
         documented = page.read_text().split("<!-- conformance-output -->\n```text\n", 1)[1].split("\n```", 1)[0]
-        assert _shown(proc.stdout) == _shown(documented), page.name
+        assert _as_documented(proc.stdout) == _as_documented(documented), page.name
 
 
 # --- it can fail: vLLM altered in the driver's process ---------------------------------------------
@@ -298,7 +298,8 @@ def test_each_flag_variant_is_its_own_command_line():
 def test_case_commands_run_and_show_mambaxfer_side():
     ours = Ours(release_for(f"{KNOWN_RELEASES[-1]}.0"))
     model, flags = ours.load("jamba"), Flags(prefix_caching=False)
-    request = ours.request(model, ours.engine(model, 2, flags, P_NUM_BLOCKS), ours.engine(model, 1, flags, D_NUM_BLOCKS))
+    request = ours.request(model, ours.engine(model, 2, flags, P_NUM_BLOCKS),
+                           ours.engine(model, 1, flags, D_NUM_BLOCKS))
     case = Case("jamba", 2, 1, flags=flags, d_rank=0, request=request)
     words = shlex.split(case.command())
     assert words[:2] == ["mambaxfer", "plan"] and "--no-enable-prefix-caching" in words
@@ -328,7 +329,8 @@ def _synthetic_report() -> Report:
     agreeing.tally.record(Case("jamba", tp=1), [8192], [8192])
     differing = FunctionResult(Function("update_block_size_for_backend", "each engine's block"))
     differing.tally.record(Case("jamba", tp=1, flags=Flags()), (128, 524288), (80, 327680),
-                           ("block 128 tokens = 1 x 128, page 524288 bytes", "block 80 tokens = 1 x 80, page 327680 bytes"))
+                           ("block 128 tokens = 1 x 128, page 524288 bytes",
+                            "block 80 tokens = 1 x 80, page 327680 bytes"))
     broken = FunctionResult(Function("_compute_desc_ids", "IDs"), not_called="_compute_desc_ids: it reads "
                             "'NixlBaseConnectorWorker._ple_group_index', which its stand-in does not carry",
                             attribute="_ple_group_index")
@@ -361,7 +363,7 @@ def test_the_synthetic_report_follows_the_schema_and_exits_1():
 
 
 def test_a_tally_keeps_the_first_difference_and_counts_per_model():
-    tally = Tally()
+    tally = CaseTally()
     assert tally.record(Case("a", tp=1), 1, 1)
     assert not tally.record(Case("a", tp=2), 1, 2)
     assert not tally.record(Case("b", tp=1), 3, 4)

@@ -126,6 +126,6 @@ def test_narrow_terminals_keep_every_identifier_whole(columns):
 def test_execute_refuses_a_bad_timeout_or_host_before_starting():
     base = ("execute", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--device", "cpu")
     for value in ("nan", "inf", "0", "-3"):
-        assert_user_error(run_cli(*base, "--timeout", value), f"--timeout")
+        assert_user_error(run_cli(*base, "--timeout", value), "--timeout")
     assert_user_error(run_cli(*base, "--host", "no-such-host.invalid"), "--host no-such-host.invalid: unknown host")
     assert_user_error(run_cli(*base, "--host", "192.0.2.1"), "not an address of this machine")

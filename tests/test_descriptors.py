@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mambaxfer_cli.planning.descriptors import (
-    DescriptorList, Engine, block_ids as slot_ids, kernel_blocks, make_engine, parse_blocks, random_request,
+    DescriptorList, ListShape, block_ids as slot_ids, kernel_blocks, list_shape, parse_blocks, random_request,
 )
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.geometry import EngineFlags
@@ -18,7 +18,7 @@ from mambaxfer_cli.planning.releases import V0_33
 
 def vllm_mock_list(num_blocks: int, phys: int) -> DescriptorList:
     """vLLM's unit-test worker: F = 2 attention streams, one SSM tensor with k = 4 regions."""
-    engine = Engine(tensors=2, ssm_tensors=1, attention_streams=2, num_blocks=num_blocks,
+    engine = ListShape(tensors=2, ssm_tensors=1, attention_streams=2, num_blocks=num_blocks,
                     blocks_per_logical=phys, ssm_regions=4)
     return DescriptorList(engine, regions=((0, 8), (8, 8), (16, 8), (24, 8)), attention=((0, 64),))
 
@@ -64,7 +64,7 @@ def test_ids_skip_attention_for_a_non_source():
 
 
 def test_ids_with_several_ssm_tensors_are_tensor_then_region_major():
-    engine = Engine(tensors=2, ssm_tensors=2, attention_streams=2, num_blocks=10, blocks_per_logical=2,
+    engine = ListShape(tensors=2, ssm_tensors=2, attention_streams=2, num_blocks=10, blocks_per_logical=2,
                     ssm_regions=2)
     lst = DescriptorList(engine, ((0, 4), (4, 4)), ((0, 64),))
     # F*N = 20, L = 5: q = tensor * 2 + region.
@@ -72,7 +72,7 @@ def test_ids_with_several_ssm_tensors_are_tensor_then_region_major():
 
 
 def test_table_and_resolve_agree_with_the_formula():
-    engine = Engine(tensors=2, ssm_tensors=2, attention_streams=2, num_blocks=8, blocks_per_logical=2,
+    engine = ListShape(tensors=2, ssm_tensors=2, attention_streams=2, num_blocks=8, blocks_per_logical=2,
                     ssm_regions=2)
     lst = DescriptorList(engine, ((0, 10), (10, 20)), ((16, 32),))
     bases, page = [100_000, 200_000], 100            # one region per KV-cache tensor, pages of 100 B
@@ -84,7 +84,7 @@ def test_table_and_resolve_agree_with_the_formula():
         for b in range(8):
             expected.append((bases[f] + b * kernel + 16, 32, 3))
     for t in range(2):                                   # then tensor, region, logical block
-        for region, (offset, size) in enumerate(lst.regions):
+        for offset, size in lst.regions:
             for b in range(4):
                 expected.append((bases[t] + offset + b * page, size, 3))
     assert [tuple(int(v) for v in row) for row in table] == expected
@@ -102,7 +102,7 @@ def test_table_and_resolve_agree_with_the_formula():
 
 
 def test_pieces_number_attention_ids_within_a_kernel_block():
-    engine = Engine(tensors=1, ssm_tensors=1, attention_streams=1, num_blocks=10, blocks_per_logical=1,
+    engine = ListShape(tensors=1, ssm_tensors=1, attention_streams=1, num_blocks=10, blocks_per_logical=1,
                     ssm_regions=1)
     lst = DescriptorList(engine, ((0, 4),), ((0, 8), (8, 8), (16, 8)))   # 3 pieces a kernel block
     assert lst.attention_descs == 30 and lst.length == 40
@@ -192,7 +192,7 @@ def test_map_to_dict_filters_d_rank():
 
 
 def test_random_request_is_distinct_and_seeded():
-    eng = make_engine(vllm_grouping(("ssm",) * 3 + ("attention",)), 400, 4, 1, 2)
+    eng = list_shape(vllm_grouping(("ssm",) * 3 + ("attention",)), 400, 4, 1, 2)
     a = random_request([5, 5], [5, 5], eng, eng, seed=1)
     assert a.to_dict() == random_request([5, 5], [5, 5], eng, eng, seed=1).to_dict()
     for side in (a.prefill_blocks, a.decode_blocks):
@@ -206,7 +206,7 @@ def test_random_request_is_distinct_and_seeded():
 
 
 def test_parse_blocks():
-    eng = make_engine(vllm_grouping(("ssm", "attention")), 40, 4, 1, 2)   # 10 logical blocks
+    eng = list_shape(vllm_grouping(("ssm", "attention")), 40, 4, 1, 2)   # 10 logical blocks
     assert [b.tolist() for b in parse_blocks("3,5;1", 2, eng, "prefill")] == [[3, 5], [1]]
     # A request holds each block once: one list for two groups would share its pages.
     with pytest.raises(UserError, match="block 4 is in groups 0 and 1"):
@@ -224,11 +224,11 @@ def test_parse_blocks():
 def test_engine_errors():
     grouping = vllm_grouping(("ssm",))
     with pytest.raises(UserError, match="attention streams per KV-cache tensor must be 1"):
-        make_engine(grouping, 100, 1, 3, 2)
+        list_shape(grouping, 100, 1, 3, 2)
     with pytest.raises(UserError, match="3 kernel blocks hold no whole logical block of 4"):
-        make_engine(grouping, 3, 4, 1, 2)
+        list_shape(grouping, 3, 4, 1, 2)
     with pytest.raises(UserError, match="must be >= 1"):
-        make_engine(grouping, 0, 1, 1, 2)
+        list_shape(grouping, 0, 1, 1, 2)
 
 
 def test_request_blocks_must_be_positive():

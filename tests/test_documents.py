@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import run_cli
 from mambaxfer_cli import __version__
 from mambaxfer_cli.schema import DOCUMENTS
 

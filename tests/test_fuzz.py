@@ -1,6 +1,7 @@
 """Fuzzing every way in: mutated model configs (JSON and YAML), option values, plan files for
-``execute --plan``, and preflight's serve lines and launch scripts. Whatever the input: exit 0 (or check's and execute's 1), or exit 2 with one
-red line; never a traceback or an internal error, within a time and a memory bound.
+``execute --plan``, and preflight's serve lines and launch scripts. Whatever the input: exit 0 (or
+check's and execute's 1), or exit 2 with one red line; never a traceback or an internal error,
+within a time and a memory bound.
 
 The CI run is short; ``FUZZ_EXAMPLES=3000 FUZZ_PREFLIGHT_EXAMPLES=1000 FUZZ_REPORT=fuzz.jsonl pytest
 tests/test_fuzz.py`` runs a long one and records every input's outcome (see scripts/fuzz_summary.py).
@@ -207,7 +208,8 @@ def cases(draw) -> dict:
 
 # --- preflight: serve lines and launch scripts ------------------------------------------------
 
-SCRIPTS = {p.name: p.read_text() for p in sorted((Path(__file__).parent.parent / "examples" / "preflight").glob("*.sh"))}
+SCRIPTS = {p.name: p.read_text()
+           for p in sorted((Path(__file__).parent.parent / "examples" / "preflight").glob("*.sh"))}
 PREFLIGHT_EXAMPLES = int(os.environ.get("FUZZ_PREFLIGHT_EXAMPLES", str(max(EXAMPLES // 3, 30))))
 SERVE_MODELS = ["jamba", "mamba-130m", "qwen3.5-0.8b", "granite-4.0-h-tiny", "nemotron-h-8b", "Qwen/Qwen3.5-0.8B",
                 "config.json", "no/such-model", "./x.yaml"]

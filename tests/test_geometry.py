@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from mambaxfer_cli.planning.engine import build_side
+from mambaxfer_cli.planning.engine import engine_layout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.geometry import EngineFlags, backend, derive, kv_cache_dtype
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
@@ -22,7 +22,7 @@ from mambaxfer_cli.readers.model_source import load_model
 
 def side(model: str, tp: int, **flags):
     spec = load_model(model)
-    return build_side(spec, tp, EngineFlags(**{"release": V0_33, **flags}), vllm_grouping(spec.layers))
+    return engine_layout(spec, tp, EngineFlags(**{"release": V0_33, **flags}), vllm_grouping(spec.layers))
 
 
 def geometry(model: str, tp: int, **flags) -> tuple:

@@ -8,7 +8,7 @@ from math import gcd
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from mambaxfer_cli.planning.attention import sources
+from mambaxfer_cli.planning.attention import head_sources
 from mambaxfer_cli.proof.check import check_plan
 from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.handshake import attention_sources
@@ -112,11 +112,11 @@ def test_vllm_reads_attention_from_its_ssm_source_when_d_tp_is_at_least_p_tp(mod
 def test_compute_tp_mapping_takes_the_first_rank_of_each_head():
     p = plan("qwen3.5-0.8b", 4, 1)          # 2 KV heads: P ranks 0, 1 hold head 0; ranks 2, 3 head 1
     assert attention_sources(p.prefill, p.decode, 0) == [0, 2]
-    assert sorted(sources(p.prefill, p.decode, 0, {0, 1, 2, 3}, "vllm")) == [0, 2]
+    assert sorted(head_sources(p.prefill, p.decode, 0, {0, 1, 2, 3}, "vllm")) == [0, 2]
     p = plan("qwen3.5-0.8b", 4, 4)
     assert [attention_sources(p.prefill, p.decode, d) for d in range(4)] == [[0], [1], [2], [3]]
     # Exact semantics prefers the rank already read for SSM state (D1 <- P1, not P0).
-    assert sources(p.prefill, p.decode, 1, {1}, "exact") == {1: p.decode.kv_heads[1]}
+    assert head_sources(p.prefill, p.decode, 1, {1}, "exact") == {1: p.decode.kv_heads[1]}
 
 
 # --- properties ---------------------------------------------------------------------------------

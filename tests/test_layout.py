@@ -9,7 +9,7 @@ import pytest
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import (
-    Shard, check_tp, engine_layouts, kv_head_shard, rank_layout, valid_tp_sizes,
+    Shard, check_tp, rank_layouts, kv_head_shard, rank_layout, valid_tp_sizes,
 )
 from mambaxfer_cli.readers.model_config import spec_from_config
 
@@ -45,13 +45,13 @@ QWEN35_27B = {"model_type": "qwen3_5", "text_config": {
     (QWEN35_08B, 4, (512, 512, 512)),
 ])
 def test_vllm_sub_projection_dims(fixture, tp, dims):
-    for layout in engine_layouts(load(fixture), tp):
+    for layout in rank_layouts(load(fixture), tp):
         assert layout.sub_projection_dims == dims
 
 
 def test_vllm_sub_projection_dims_qwen35_27b():
     spec = spec_from_config(QWEN35_27B, name="qwen3.5-27b", source="")
-    assert {layout.sub_projection_dims for layout in engine_layouts(spec, 8)} == {(256, 256, 768)}
+    assert {layout.sub_projection_dims for layout in rank_layouts(spec, 8)} == {(256, 256, 768)}
 
 
 def test_jamba_tp4_bytes():
@@ -92,7 +92,7 @@ def test_qwen35_tp2_offsets():
 
 
 def test_granite_replicates_the_single_group():
-    ranks = engine_layouts(load(GRANITE), 4)
+    ranks = rank_layouts(load(GRANITE), 4)
     assert {r.region("B").shard for r in ranks} == {Shard(0, 128)}
     assert {r.region("C").shard for r in ranks} == {Shard(0, 128)}
     assert [r.region("x").shard for r in ranks] == [Shard(i * 768, (i + 1) * 768) for i in range(4)]
@@ -105,7 +105,7 @@ def test_single_group_at_tp1_is_just_sharded():
 
 def test_other_non_dividing_groups_are_an_error():
     with pytest.raises(UserError) as err:
-        engine_layouts(load(CODESTRAL), 16)
+        rank_layouts(load(CODESTRAL), 16)
     assert str(err.value) == (
         f"{CODESTRAL}: TP 16 does not divide n_groups = 8, and vLLM replicates B/C groups only when "
         f"n_groups == 1 (padding to n_eff = TP); TP sizes that work: 1, 2, 4, 8")
@@ -119,7 +119,7 @@ def test_other_non_dividing_groups_are_an_error():
 ])
 def test_tp_not_dividing_names_dimension_and_working_sizes(fixture, tp, dim, works):
     with pytest.raises(UserError) as err:
-        engine_layouts(load(fixture), tp)
+        rank_layouts(load(fixture), tp)
     assert f"TP {tp} does not divide {dim}" in str(err.value)
     assert str(err.value).endswith(f"TP sizes that work: {works}")
 
@@ -130,7 +130,7 @@ def test_heads_must_divide_too():
                              "head_dim": 8, "n_groups": 1, "state_size": 8, "conv_kernel": 4,
                              "num_hidden_layers": 1}, name="m", source="")
     with pytest.raises(UserError, match=r"TP 8 does not divide num_heads = 12 \(mamba2 'ssm' heads\)"):
-        engine_layouts(spec, 8)
+        rank_layouts(spec, 8)
     assert valid_tp_sizes(spec) == [1, 2, 3, 4, 6, 12]
 
 
@@ -158,7 +158,8 @@ def test_kv_head_shards():
     qwen = load(QWEN35_08B)                                 # 2 KV heads: TP 4 replicates each twice
     assert [kv_head_shard(qwen, 4, r) for r in range(4)] == [Shard(0, 1), Shard(0, 1), Shard(1, 2), Shard(1, 2)]
     assert kv_head_shard(load("state-spaces__mamba-130m-hf.json"), 2, 0) is None
-    with pytest.raises(UserError, match=r"TP 3 and the attention's 8 KV heads \(num_key_value_heads\) do not divide one another"):
+    with pytest.raises(UserError,
+                       match=r"TP 3 and the attention's 8 KV heads \(num_key_value_heads\) do not divide one another"):
         kv_head_shard(jamba, 3, 0)
 
 

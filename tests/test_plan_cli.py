@@ -30,7 +30,8 @@ def test_schema_command_prints_a_valid_json_schema():
 
 
 def test_show_all_renders_every_section():
-    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--show", "all", "--vllm-version", "0.33")
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--show", "all",
+                     "--vllm-version", "0.33")
     assert result.code == 0, result.stderr
     for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads (bytes within", "Where every byte",
                     "Descriptor IDs", "step 100000", "vLLM 0.33 accepts this pairing and issues the same reads",
@@ -73,7 +74,8 @@ def test_output_says_the_verdict_and_the_warnings(tmp_path):
         "vLLM 0.33 accepts this pairing but its reads corrupt the state (see the warnings)",
         f"wrote {target}: 2 reads, 2 descriptor reads, 1 warning: vllm-differs"]
 def test_the_first_line_and_the_header_name_the_release_and_the_gpu():
-    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--vllm-version", "0.34", "--show", "all")
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--vllm-version", "0.34",
+                     "--show", "all")
     assert result.code == 0, result.stderr
     for section in ("tp_ratio 4", "Prefill (P) TP 1", "Decode (D) TP 4", "Reads", "Where every byte",
                     "Descriptor IDs", "step 100000", "vLLM 0.34 accepts this pairing and issues the same reads",
@@ -178,7 +180,8 @@ def test_output_writes_the_document(tmp_path):
      ["vLLM needs one TP size to divide the other", "--semantics exact"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["TP 3 does not divide intermediate_size = 8192"]),
     (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["--p-tp must be >= 1, got 0"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1000"], ["--d-tp 1000 is larger than any deployment's TP size; at most 256"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1000"],
+     ["--d-tp 1000 is larger than any deployment's TP size; at most 256"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--p-num-blocks", "2000000000000000000"],
      ["--p-num-blocks 2000000000000000000 is larger than any GPU's kernel blocks"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--seed", "-1"], ["--seed must be >= 0, got -1"]),

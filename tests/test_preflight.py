@@ -357,7 +357,8 @@ def test_the_model_line_says_preset_only_for_a_preset(tmp_path):
                      env={"COLUMNS": "400"})
     assert f"P model: {model} ({model}/config.json)" in result.stdout, result.stdout
     assert "preset" not in result.stdout.split("Engines")[0]
-    preset = run_cli("preflight", "--prefill", "vllm serve Qwen/Qwen3.5-0.8B", "--decode", "vllm serve Qwen/Qwen3.5-0.8B")
+    preset = run_cli("preflight", "--prefill", "vllm serve Qwen/Qwen3.5-0.8B",
+                     "--decode", "vllm serve Qwen/Qwen3.5-0.8B")
     assert "P model: Qwen/Qwen3.5-0.8B (qwen3.5-0.8b preset)" in preset.stdout
 
 
@@ -385,7 +386,7 @@ def test_mtp_1_on_p_and_2_on_d_is_accepted_and_corrupt(version):
     assert spec["agree"] and spec["prefill"].startswith("method=mtp, model=Qwen/Qwen3.5-0.8B")
     assert "num_spec / conv rows: P 1 / 4, D 2 / 5" in doc["unchecked_mismatches"]
     assert doc["byte_check"]["verdict"] == "fail" and doc["byte_check"]["wrong_bytes"] > 0
-    assert doc["headline"].startswith(f"CORRUPT: P and D differ in num_spec / conv rows (P 1 / 4, D 2 / 5)")
+    assert doc["headline"].startswith("CORRUPT: P and D differ in num_spec / conv rows (P 1 / 4, D 2 / 5)")
     assert f"vLLM {version} accepts the pairing" in doc["headline"]
     check_fix_works(doc)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import assume, given, settings, strategies as st
 
-from mambaxfer_cli.planning.descriptors import DescriptorList, Engine, block_ids, kernel_blocks
+from mambaxfer_cli.planning.descriptors import DescriptorList, ListShape, block_ids, kernel_blocks
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.layout import Shard, engine_layouts
+from mambaxfer_cli.planning.layout import Shard, rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.proof.pattern import page
 from mambaxfer_cli.proof.pages import ssm_shape
@@ -51,7 +51,7 @@ def test_shards_cover_every_unit(case):
     model, p_tp, d_tp = case
     units = expected_units(model)
     for tp in (p_tp, d_tp):
-        ranks = engine_layouts(model, tp)
+        ranks = rank_layouts(model, tp)
         assert [r.rank for r in ranks] == list(range(tp))
         for name, (count, unit_bytes) in units.items():
             regions = [r.region(name) for r in ranks]
@@ -69,7 +69,7 @@ def test_shards_cover_every_unit(case):
 @given(pairings())
 def test_regions_tile_the_state(case):
     model, p_tp, _ = case
-    for layout in engine_layouts(model, p_tp):
+    for layout in rank_layouts(model, p_tp):
         assert [r.name for r in layout.regions] == NAMES[model.variant]
         offset = 0
         for region in layout.regions:
@@ -103,7 +103,7 @@ def _apply(model, reads, prefill, decode):
 @given(pairings())
 def test_exact_reads_reproduce_every_d_state(case):
     model, p_tp, d_tp = case
-    prefill, decode = engine_layouts(model, p_tp), engine_layouts(model, d_tp)
+    prefill, decode = rank_layouts(model, p_tp), rank_layouts(model, d_tp)
     reads = exact_reads(prefill, decode)
     out, writes = _apply(model, reads, prefill, decode)
     for d in decode:
@@ -118,7 +118,7 @@ def test_exact_equals_vllm_where_vllm_is_right(case):
     model, p_tp, d_tp = case
     assume(tp_ratio(p_tp, d_tp) is not None
            and not any(replicated(model, n, tp) for n in "BC" for tp in (p_tp, d_tp)))
-    prefill, decode = engine_layouts(model, p_tp), engine_layouts(model, d_tp)
+    prefill, decode = rank_layouts(model, p_tp), rank_layouts(model, d_tp)
     assert exact_reads(prefill, decode) == vllm_reads(prefill, decode)
 
 
@@ -133,7 +133,7 @@ def _byte_map(read) -> tuple[np.ndarray, np.ndarray]:
 @given(pairings())
 def test_coalesce_preserves_the_byte_mapping(case):
     model, p_tp, d_tp = case
-    prefill, decode = engine_layouts(model, p_tp), engine_layouts(model, d_tp)
+    prefill, decode = rank_layouts(model, p_tp), rank_layouts(model, d_tp)
     reads = exact_reads(prefill, decode)
     if tp_ratio(p_tp, d_tp) is not None:
         try:
@@ -158,7 +158,7 @@ def test_coalesce_preserves_the_byte_mapping(case):
 @given(pairings())
 def test_replicas_hold_identical_bytes(case):
     model, _, d_tp = case
-    ranks = engine_layouts(model, d_tp)
+    ranks = rank_layouts(model, d_tp)
     for name in ("B", "C"):
         if replicated(model, name, d_tp):
             chunks = {state_page(model, r, 3, 7)[r.region(name).offset:r.region(name).end].tobytes()
@@ -170,7 +170,7 @@ def test_replicas_hold_identical_bytes(case):
 def engines(draw):
     tensors = draw(st.integers(1, 4))
     phys = draw(st.integers(1, 4))
-    engine = Engine(tensors=tensors, ssm_tensors=draw(st.integers(1, tensors)),
+    engine = ListShape(tensors=tensors, ssm_tensors=draw(st.integers(1, tensors)),
                     attention_streams=tensors * draw(st.integers(1, 2)),
                     num_blocks=phys * draw(st.integers(1, 12)), blocks_per_logical=phys, ssm_regions=4)
     k = draw(st.integers(1, 4))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.layout import Shard, engine_layouts
+from mambaxfer_cli.planning.layout import Shard, rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
@@ -30,7 +30,7 @@ def load(fixture: str):
 
 
 def both(model, p_tp, d_tp):
-    return engine_layouts(model, p_tp), engine_layouts(model, d_tp)
+    return rank_layouts(model, p_tp), rank_layouts(model, d_tp)
 
 
 def segs(read: Read) -> list[tuple]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.engine import build_side
+from mambaxfer_cli.planning.engine import engine_layout
 from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.handshake import PUSH, refusals
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
@@ -32,7 +32,7 @@ FALCON = str(HF / "tiiuae__Falcon-H1-0.5B-Base.partial.json")
 
 def side(model: str, tp: int, rel, **flags):
     spec = load_model(model)
-    return build_side(spec, tp, EngineFlags(release=rel, **flags), vllm_grouping(spec.layers))
+    return engine_layout(spec, tp, EngineFlags(release=rel, **flags), vllm_grouping(spec.layers))
 
 
 def plan(model: str, p_tp: int, d_tp: int, rel, semantics: str = "vllm", **flags):

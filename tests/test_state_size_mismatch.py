@@ -16,7 +16,7 @@ import json
 import pytest
 
 from cli_run import run_cli
-from mambaxfer_cli.planning.layout import engine_layouts
+from mambaxfer_cli.planning.layout import rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.reads import misreads, vllm_length_mismatches, vllm_reads
 from mambaxfer_cli.preflight import preflight
@@ -37,7 +37,7 @@ def mamba1(ssm_dtype: str) -> ModelSpec:
 def test_wider_p_state_2p1d_is_two_length_mismatches_by_hand():
     # D TP 1, bfloat16: temporal 16 channels x 4 x 2 B = 128 bytes, split into 2 slices of 64.
     # P TP 2, float32: 8 channels x 4 x 4 B = 128 bytes each: 128 != 64 for both sources.
-    prefill, decode = engine_layouts(mamba1("float32"), 2), engine_layouts(mamba1("bfloat16"), 1)
+    prefill, decode = rank_layouts(mamba1("float32"), 2), rank_layouts(mamba1("bfloat16"), 1)
     bad = vllm_length_mismatches(prefill, decode)
     assert [(m.d_rank, m.p_rank, m.region, m.local_bytes, m.remote_bytes) for m in bad] == [
         (0, 0, "ssm", 64, 128), (0, 1, "ssm", 64, 128)]
@@ -50,13 +50,13 @@ def test_wider_p_state_2p1d_is_two_length_mismatches_by_hand():
 @pytest.mark.parametrize("p_tp, d_tp", [(1, 2), (2, 2), (1, 1)])
 def test_no_length_mismatch_where_d_sizes_both_descriptors(p_tp, d_tp):
     # tp_ratio >= 1: vLLM reads D's own temporal size from P: lengths agree, the bytes do not.
-    prefill, decode = engine_layouts(mamba1("float32"), p_tp), engine_layouts(mamba1("bfloat16"), d_tp)
+    prefill, decode = rank_layouts(mamba1("float32"), p_tp), rank_layouts(mamba1("bfloat16"), d_tp)
     assert vllm_length_mismatches(prefill, decode) == []
     assert misreads(vllm_reads(prefill, decode), prefill, decode)      # unit sizes differ: wrong bytes
 
 
 def test_same_state_2p1d_has_no_mismatch():
-    prefill, decode = engine_layouts(mamba1("bfloat16"), 2), engine_layouts(mamba1("bfloat16"), 1)
+    prefill, decode = rank_layouts(mamba1("bfloat16"), 2), rank_layouts(mamba1("bfloat16"), 1)
     assert vllm_length_mismatches(prefill, decode) == []
     assert misreads(vllm_reads(prefill, decode), prefill, decode) == []
 

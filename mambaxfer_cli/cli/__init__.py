@@ -12,7 +12,7 @@ import importlib
 import re
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -20,9 +20,9 @@ from mambaxfer_cli import __version__, exits
 from mambaxfer_cli._click_compat import click
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_USAGE
+from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
-RICH_MARKUP = "rich"
+RICH_MARKUP: Literal["rich"] = "rich"
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def _flags_without_metavar() -> None:
     def display_type_rich(self, ctx):
         return None if self.is_flag else shown(self, ctx)
 
-    option.display_type_rich = display_type_rich
+    option.display_type_rich = display_type_rich  # type: ignore[method-assign]  # typer's own method, patched
 
 
 _flags_without_metavar()
@@ -135,12 +135,12 @@ def _help_that_never_cuts() -> None:
         shown = cls.format_help
 
         def format_help(self, ctx, formatter, shown=shown):
-            from mambaxfer_cli.render.help import install
+            from mambaxfer_cli.render.help import install_help
 
-            install()
+            install_help()
             return shown(self, ctx, formatter)
 
-        cls.format_help = format_help
+        cls.format_help = format_help  # type: ignore[method-assign]  # typer's own method, patched
 
 
 _help_that_never_cuts()
@@ -149,7 +149,7 @@ _help_that_never_cuts()
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"mambaxfer {__version__}")
-        raise typer.Exit(0)
+        raise typer.Exit(EXIT_OK)
 
 
 @app.callback()

@@ -8,13 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
     OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
 
 
 class BenchFormat(str, Enum):
@@ -61,7 +61,8 @@ def bench(
         "--semantics", help="exact: mambaxfer's reads; vllm: what vLLM issues.", case_sensitive=False)
     ] = Semantics.vllm,
     layers: Annotated[Optional[int], ModelOption(
-        "--layers", help="Use only the model's first N cache-keeping layers. Default: all.", show_default=False)] = None,
+        "--layers", help="Use only the model's first N cache-keeping layers. Default: all.",
+        show_default=False)] = None,
     vllm_version: VllmVersionOpt = None,
     gpu: GpuOpt = None,
     gdn_prefill_backend: GdnBackendOpt = None,
@@ -83,7 +84,8 @@ def bench(
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
     byte verified.
 
-    Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal error; 130: interrupted (every rank is stopped).
+    Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal
+    error; 130: interrupted (every rank is stopped).
 
     [bold]Examples[/]
 
@@ -149,7 +151,7 @@ def bench(
                     raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
                 view.advance()
     document = stamped({**bench_document(plans[0][0], points, iters), **plans[0][0].engines.to_dict()})
-    verdict(0 if document["verified"] else EXIT_WRONG)
+    keep_exit_code(EXIT_OK if document["verified"] else EXIT_WRONG)
     if fmt is BenchFormat.json:
         import json
 

@@ -76,7 +76,8 @@ def check(
     """Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every
     byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues.
 
-    Exit code 0: every pairing works; 1: vLLM refuses a pairing or moves wrong bytes, or a plan is wrong (one line each, with the fix); 2: a usage error; 70: an internal error.
+    Exit code 0: every pairing works; 1: vLLM refuses a pairing or moves wrong bytes, or a plan is
+    wrong (one line each, with the fix); 2: a usage error; 70: an internal error.
 
     [bold]Examples[/]
 
@@ -91,12 +92,12 @@ def check(
 
     if (model is None) == (not all_presets):
         raise UserError("give --model M or --all-presets (one of them)")
-    if all_presets:
+    if model is not None:
+        names = [model]
+    else:
         from mambaxfer_cli.readers.model_source import preset_names
 
         names = preset_names()
-    else:
-        names = [model]
     specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size) for name in names]
     deployment = engines(
         vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version, gpu=gpu,

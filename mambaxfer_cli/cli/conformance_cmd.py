@@ -26,9 +26,14 @@ def conformance(
 ) -> None:
     """Run the installed vLLM's own functions on each model and P/D pairing and compare every answer with mambaxfer's.
 
-    Compared: the conv split and SSM offsets, the sources, the descriptor IDs, both engines' geometry, the handshake's verdict and the compatibility hash. Each function agrees, differs (the first differing case, both values, and the mambaxfer command that shows ours) or could not be called (the installed vLLM changed a signature or an attribute it reads). Needs vLLM in the same environment.
+    Compared: the conv split and SSM offsets, the sources, the descriptor IDs, both engines'
+    geometry, the handshake's verdict and the compatibility hash. Each function agrees, differs
+    (the first differing case, both values, and the mambaxfer command that shows ours) or could
+    not be called (the installed vLLM changed a signature or an attribute it reads). Needs vLLM in
+    the same environment.
 
-    Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage error, or no vLLM installed here; 70: an internal error.
+    Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage
+    error, or no vLLM installed here; 70: an internal error.
 
     [bold]Examples[/]
 
@@ -41,12 +46,12 @@ def conformance(
     if (model is None) == (not all_presets):
         raise UserError("give --model M or --all-presets (one of them)")
     within("--max-tp", max_tp, 1, MAX_CONFORMANCE_TP, "deployment's TP size")
-    if all_presets:
+    if model is not None:
+        names = [model]
+    else:
         from mambaxfer_cli.readers.model_source import preset_names
 
         names = preset_names()
-    else:
-        names = [model]
     if junit is not None:   # fail before the run, not after it
         check_writable(junit, "--junit")
 

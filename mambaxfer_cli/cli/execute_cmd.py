@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, GdnBackendOpt, GpuOpt, HeadSizeOpt,
     KvDtypeOpt, KvHeadsOpt, MODEL_HELP, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics,
     SsmDtypeOpt, VariantOpt, VllmVersionOpt, check_bounds, engines, load, stamped,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
 from mambaxfer_cli.limits import finite_seconds
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def execute(
         except RunFailure as exc:
             red_line(str(exc))   # one red line, with the run's own exit code
             raise typer.Exit(EXIT_RUN_FAILED) from None
-    verdict(0 if outcome.verified else EXIT_WRONG)
+    keep_exit_code(EXIT_OK if outcome.verified else EXIT_WRONG)
     if fmt is ExecuteFormat.json:
         import json
 

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
+from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, ConvDtypeOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, HeadSizeOpt, KvDtypeOpt,
     KvHeadsOpt, ModelOpt, NumSpecOpt, OutputOption, PrefixOpt, SsmDtypeOpt, VariantOpt, VllmVersionOpt, dump,
@@ -41,7 +42,7 @@ def inspect(
 
     mambaxfer inspect --model ./my-model/config.json --tp 8 --format json
     """
-    from mambaxfer_cli.planning.engine import build_side
+    from mambaxfer_cli.planning.engine import engine_layout
     from mambaxfer_cli.planning.kv_groups import vllm_grouping
 
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
@@ -49,9 +50,9 @@ def inspect(
                     attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
                     enable_prefix_caching=enable_prefix_caching).decode
     grouping = vllm_grouping(spec.layers)
-    sides = {size: build_side(spec, size, flags, grouping) for size in parse_tp_list(tp)}
+    sides = {size: engine_layout(spec, size, flags, grouping) for size in parse_tp_list(tp)}
     layouts = {size: side.ranks for size, side in sides.items()}
-    verdict(0)
+    keep_exit_code(EXIT_OK)
     if fmt is not Format.table:
         document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
                     "model": spec.to_dict(),

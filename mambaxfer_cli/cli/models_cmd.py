@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
+from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.cli.options import Format, OutputOption, dump, stamped
 
 
@@ -24,7 +25,7 @@ def models(
     from mambaxfer_cli.readers.model_source import load_model, preset_description, preset_names
 
     specs = [load_model(name) for name in preset_names()]
-    verdict(0)
+    keep_exit_code(EXIT_OK)
     if fmt is not Format.table:
         rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
                 for spec in specs]

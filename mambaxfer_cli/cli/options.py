@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds, within
 from mambaxfer_cli.planning.geometry import DEFAULT_NUM_BLOCKS
 from mambaxfer_cli.planning.model import ModelSpec, Variant
@@ -119,7 +119,7 @@ def _target(path: Path, flag: str) -> tuple[Path, os.stat_result | None]:
         except FileNotFoundError:
             return target, None
     except OSError as exc:   # a name too long for the file system, a loop of symlinks, ...
-        raise UserError(f"{flag} {_shown(path)}: {exc.strerror or exc}") from None
+        raise UserError(f"{flag} {clipped(str(path))}: {exc.strerror or exc}") from None
 
 
 def check_writable(path: Path, flag: str = "--output") -> None:
@@ -166,11 +166,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def _shown(path: Path, limit: int = 80) -> str:
-    text = str(path)
-    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 PTpOpt = Annotated[int, EngineOption("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
@@ -244,12 +239,12 @@ HeadSizeOpt = Annotated[Optional[int], ModelOption(
 _said: set[str] = set()
 
 
-def default_release():
+def _release_when_unnamed():
     """The release of an engine given no --vllm-version: the vLLM installed here, else the newest
     mambaxfer knows; what to say about an installed release it does not know, said once."""
-    from mambaxfer_cli.readers.installed_vllm import default_release as detect
+    from mambaxfer_cli.readers.installed_vllm import default_release
 
-    found = detect()
+    found = default_release()
     if found.note and found.note not in _said:
         _said.add(found.note)
         typer.echo(f"note: {found.note}", err=True)
@@ -260,7 +255,7 @@ def _release(flag: str, name: str | None):
     from mambaxfer_cli.planning.releases import release
 
     if name is None:
-        return default_release()
+        return _release_when_unnamed()
     try:
         return release(name)
     except UserError as exc:
@@ -308,7 +303,7 @@ def engines(*, vllm_version: str | None = None, p_vllm_version: str | None = Non
 
     def side(prefix: str, version, backend, size, kv, prefix_caching, num_blocks, per_logical) -> EngineFlags:
         flag = f"--{prefix}-vllm-version"
-        chosen = _release(flag, version) if version is not None else shared or default_release()
+        chosen = _release(flag, version) if version is not None else shared or _release_when_unnamed()
         given = dict(attention_backend=_own(backend, attention_backend), block_size=_own(size, block_size),
                      kv_cache_dtype=_own(kv, kv_cache_dtype),
                      prefix_caching=_own(prefix_caching, enable_prefix_caching),

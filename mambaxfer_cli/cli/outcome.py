@@ -11,7 +11,7 @@ import typer
 
 from mambaxfer_cli.exits import EXIT_USAGE
 
-_verdict: list[int] = []
+_kept: list[int] = []
 
 
 def red_line(message: str) -> None:
@@ -28,14 +28,14 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def verdict(code: int) -> None:
+def keep_exit_code(code: int) -> None:
     """The command's outcome is known: the exit code to keep if its output pipe closes early."""
-    _verdict[:] = [code]
+    _kept[:] = [code]
 
 
 def forget() -> None:
     """A new command line starts: no outcome is known yet."""
-    _verdict.clear()
+    _kept.clear()
 
 
 def _silence_stdout() -> None:
@@ -51,4 +51,4 @@ def closed_pipe() -> int:
     """A reader that stopped reading (``| head``) is not a failure: the command's own verdict, when
     it is known, else 141 as for SIGPIPE."""
     _silence_stdout()
-    return _verdict[0] if _verdict else 128 + signal.SIGPIPE
+    return _kept[0] if _kept else 128 + signal.SIGPIPE

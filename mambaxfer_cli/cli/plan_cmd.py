@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli.outcome import verdict
+from mambaxfer_cli.cli.outcome import keep_exit_code
+from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
@@ -103,7 +104,7 @@ def plan(
     check_document_fits(spec, p_tp, d_tp, options, d_rank, Format.yaml if fmt is Format.yaml else Format.json)
     result = build_plan(spec, p_tp, d_tp, options)
     document = stamped(result.to_dict(d_rank))  # validates --d-rank before anything is written
-    verdict(0)
+    keep_exit_code(EXIT_OK)
     if output is not None:
         from rich.console import Console
 
@@ -187,7 +188,8 @@ def check_document_fits(spec, p_tp: int, d_tp: int, options, d_rank: int | None,
     nodes, size = room * (n1 + (n2 - n1) * (blocks - 1)), room * (b1 + (b2 - b1) * (blocks - 1))
     if nodes <= MAX_NODES and size <= MAX_FILE_BYTES:
         return
-    most = 1 + min(int((MAX_NODES / room - n1) // max(n2 - n1, 1)), int((MAX_FILE_BYTES / room - b1) // max(b2 - b1, 1)))
+    most = 1 + min(int((MAX_NODES / room - n1) // max(n2 - n1, 1)),
+                   int((MAX_FILE_BYTES / room - b1) // max(b2 - b1, 1)))
     raise UserError(f"{blocks} request blocks make a plan document of about {size / 2**20:,.1f} MiB and "
                     f"{nodes:,.0f} values, past what execute --plan reads ({MAX_FILE_BYTES >> 20} MiB, {MAX_NODES:,} "
                     f"values); use at most {max(most, 1)} for {spec.name} {p_tp}:{d_tp}")

@@ -13,10 +13,10 @@ from mambaxfer_cli.errors import UserError
 
 
 def _text(line: str | None, file: Path | None, side: str) -> str:
-    if (line is None) == (file is None):
-        raise UserError(f"give --{side} 'vllm serve ...' or --{side}-file FILE (one of them)")
-    if line is not None:
+    if line is not None and file is None:
         return line
+    if file is None or line is not None:
+        raise UserError(f"give --{side} 'vllm serve ...' or --{side}-file FILE (one of them)")
     from mambaxfer_cli.limits import MAX_SCRIPT_BYTES
     from mambaxfer_cli.readers.documents import read_text
 

@@ -7,18 +7,20 @@ from typing import Callable, Iterable
 
 import typer
 
-from mambaxfer_cli.cli.outcome import red_line, verdict
+from mambaxfer_cli.cli.outcome import red_line, keep_exit_code
 from mambaxfer_cli.cli.options import Format, dump, stamped, write_output
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_USAGE
 
 
 def finish(code: int, document: dict, fmt: Format, parts: Callable[[], Iterable],
            junit: Path | None = None, junit_text: Callable[[], str] | None = None) -> None:
     """Say the verdict and exit with ``code``. A JUnit file that cannot be written is said after
     the report, whose verdict it must not hide: a pass then exits 2, a failure keeps its code."""
-    verdict(code)
+    keep_exit_code(code)
     unwritten = None
     if junit is not None:
+        assert junit_text is not None, "a command that takes --junit says what the file holds"
         try:
             write_output(junit, junit_text(), flag="--junit")
         except UserError as exc:
@@ -33,5 +35,5 @@ def finish(code: int, document: dict, fmt: Format, parts: Callable[[], Iterable]
             out.print(part)
     if unwritten is not None:
         red_line(str(unwritten))
-        raise typer.Exit(code or 2)
+        raise typer.Exit(code or EXIT_USAGE)
     raise typer.Exit(code)

@@ -9,22 +9,14 @@ run starts; nothing outside this package imports it.
 from __future__ import annotations
 
 import sys
-from importlib import metadata
 from typing import Callable
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.readers.installed_vllm import installed_version
 
 NOT_INSTALLED = ("no vLLM is installed beside mambaxfer (in {python}); conformance runs vLLM's own code, "
                  "so run it where vLLM is installed: {python_hint} -m pip install --no-deps mambaxfer, "
                  "then mambaxfer conformance there")
-
-
-def installed_version() -> str | None:
-    """The vLLM version in this environment, from its package metadata (vLLM is not imported)."""
-    try:
-        return metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def require_vllm() -> str:
@@ -53,7 +45,8 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
         vllm = installed()
     except Exception as exc:     # an install that does not import: nothing of it can be compared
         first = (str(exc).strip().splitlines() or [""])[0]
-        raise UserError(f"vLLM {version} is installed here but does not import: {type(exc).__name__}: {first}") from None
+        raise UserError(f"vLLM {version} is installed here but does not import: "
+                        f"{type(exc).__name__}: {first}") from None
     report = compare(specs, max_tp, vllm, ours, start, done)
     if set_here:
         report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")

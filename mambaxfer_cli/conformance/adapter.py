@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
-from mambaxfer_cli.planning.engine import Side, build_side, gdn_backend
+from mambaxfer_cli.planning.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.gpu import Gpu, gdn_checkpoint_alignment, gpu
 from mambaxfer_cli.planning.handshake import attention_sources, refusals
@@ -36,7 +36,7 @@ def release_for(installed: str) -> str:
     before it (a newer vLLM, a nightly or a branch, is compared with the newest rules: finding where
     they part is the point), and the oldest for an older vLLM."""
     found = minor(installed)
-    known = [(minor(name), name) for name in KNOWN_RELEASES]
+    known = [(version, name) for name in KNOWN_RELEASES if (version := minor(name)) is not None]
     if found is None:
         return KNOWN_RELEASES[-1]
     older = [name for version, name in known if version <= found]
@@ -44,10 +44,10 @@ def release_for(installed: str) -> str:
 
 
 @dataclass(frozen=True)
-class Engine:
+class OurEngine:
     """One engine as mambaxfer builds it, with its geometry in the shared form."""
 
-    side: Side
+    layout: EngineLayout
     geometry: Geometry
 
 
@@ -92,14 +92,14 @@ class Ours:
                            prefix_caching=flags.prefix_caching, num_blocks=num_blocks, release=self.rules,
                            gpu=self.device)
 
-    def engine(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int = D_NUM_BLOCKS) -> Engine:
+    def engine(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int = D_NUM_BLOCKS) -> OurEngine:
         key = (model.name, tp, flags, num_blocks)
         if key not in self._engines:
-            side = build_side(model, tp, self.engine_flags(flags, num_blocks), self.grouping(model))
-            g = side.geometry
-            self._engines[key] = Engine(side, Geometry(
+            layout = engine_layout(model, tp, self.engine_flags(flags, num_blocks), self.grouping(model))
+            g = layout.geometry
+            self._engines[key] = OurEngine(layout, Geometry(
                 g.block_size, g.kernel_block_size, g.blocks_per_logical, g.page_bytes, g.num_blocks,
-                g.prefix_caching, side.has_attention))
+                g.prefix_caching, layout.has_attention))
         return self._engines[key]
 
     def checkpoint_alignment(self, model: ModelSpec, flags: Flags) -> int:
@@ -124,17 +124,17 @@ class Ours:
         return misreads(reads, self.layouts(model, p_tp), self.layouts(model, d_tp))
 
     @staticmethod
-    def attention_sources(prefill: Engine, decode: Engine, d_rank: int) -> list[int]:
-        return attention_sources(prefill.side, decode.side, d_rank)
+    def attention_sources(prefill: OurEngine, decode: OurEngine, d_rank: int) -> list[int]:
+        return attention_sources(prefill.layout, decode.layout, d_rank)
 
     @staticmethod
-    def verdict(prefill: Engine, decode: Engine, push: bool = False) -> str | None:
+    def verdict(prefill: OurEngine, decode: OurEngine, push: bool = False) -> str | None:
         """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted); in push
         mode P handshakes with D."""
-        found = [r for r in refusals(prefill.side, decode.side, PUSH if push else PULL) if r.code != "compat-hash"]
+        found = [r for r in refusals(prefill.layout, decode.layout, PUSH if push else PULL) if r.code != "compat-hash"]
         return found[0].vllm_says if found else None
 
-    def request(self, model: ModelSpec, prefill: Engine, decode: Engine) -> Request:
+    def request(self, model: ModelSpec, prefill: OurEngine, decode: OurEngine) -> Request:
         """One D logical block per KV-cache group and the P blocks that hold the same tokens, at
         distinct, spread block IDs on each side."""
         groups = self.grouping(model).groups

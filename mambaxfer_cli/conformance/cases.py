@@ -11,6 +11,7 @@ from typing import Iterable
 # The attention backends NIXL hybrids run on NVIDIA GPUs, and the serve flags that change an
 # engine's blocks: --block-size (None: not given, the release's default) and prefix caching.
 BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+DEFAULT_BACKEND = "FLASH_ATTN"    # vLLM's pick on the modelled GPU (an H100) without --attention-backend
 EXPLICIT_BLOCK_SIZE = 32          # a --block-size every backend accepts as a kernel block
 
 # Engines of different sizes on the two sides catch an ID computed with the other engine's N.
@@ -22,13 +23,13 @@ D_NUM_BLOCKS = 2048
 class Flags:
     """One engine's serve flags that shape its blocks; both engines of a case share them."""
 
-    backend: str = "FLASH_ATTN"
+    backend: str = DEFAULT_BACKEND
     block_size: int | None = None       # None: --block-size not given
     prefix_caching: bool = True
 
     def cli(self) -> list[str]:
         """The same flags on a ``mambaxfer plan`` command line."""
-        out = [] if self.backend == "FLASH_ATTN" else ["--attention-backend", self.backend]
+        out = [] if self.backend == DEFAULT_BACKEND else ["--attention-backend", self.backend]
         if self.block_size is not None:
             out += ["--block-size", str(self.block_size)]
         if not self.prefix_caching:
@@ -155,7 +156,7 @@ class HashedEngine:
 
     dtype: str | None = None                 # None: the model's
     kv_cache_dtype: str = "auto"
-    backend: str = "FLASH_ATTN"
+    backend: str = DEFAULT_BACKEND
     block_size: int | None = None
     prefix_caching: bool = True
     tp: int = 1
@@ -168,7 +169,7 @@ class HashedEngine:
         connector = "NixlPushConnector" if self.push else "NixlConnector"
         words = ["--kv-transfer-config", f'{{"kv_connector":"{connector}","kv_role":"{role}"}}']
         for flag, value, default in (("--dtype", self.dtype, None), ("--kv-cache-dtype", self.kv_cache_dtype, "auto"),
-                                     ("--attention-backend", self.backend, "FLASH_ATTN"),
+                                     ("--attention-backend", self.backend, DEFAULT_BACKEND),
                                      ("--block-size", self.block_size, None), ("-tp", self.tp, 1),
                                      ("--mamba-ssm-cache-dtype", self.mamba_ssm_dtype, None)):
             if value != default:
@@ -211,9 +212,13 @@ HASH_VARIATIONS = (
 def _engines_of(case: Case) -> Variation:
     """A pairing case's two engines as ``vllm serve`` lines for ``preflight``."""
     flags = case.flags or DEFAULT_FLAGS
-    engine = dict(backend=flags.backend, block_size=flags.block_size, prefix_caching=flags.prefix_caching,
-                  push=case.push)
-    return Variation("", HashedEngine(tp=case.p_tp, **engine), HashedEngine(tp=case.d_tp, **engine))
+    assert case.p_tp is not None and case.d_tp is not None, "a pairing case has both TP sizes"
+
+    def engine(tp: int) -> HashedEngine:
+        return HashedEngine(backend=flags.backend, block_size=flags.block_size, prefix_caching=flags.prefix_caching,
+                            tp=tp, push=case.push)
+
+    return Variation("", engine(case.p_tp), engine(case.d_tp))
 
 
 @dataclass(frozen=True)
@@ -225,22 +230,22 @@ class Difference:
     mambaxfer: object
 
     def to_dict(self) -> dict:
-        return {"case": self.case.describe(), "vllm": _plain(self.vllm), "mambaxfer": _plain(self.mambaxfer),
+        return {"case": self.case.describe(), "vllm": _plain_data(self.vllm), "mambaxfer": _plain_data(self.mambaxfer),
                 "command": self.case.command()}
 
 
-def _plain(value):
+def _plain_data(value):
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain_data(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain_data(v) for k, v in value.items()}
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
 
 
 @dataclass
-class Tally:
+class CaseTally:
     """One function's comparisons so far."""
 
     cases: int = 0

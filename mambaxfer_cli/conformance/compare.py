@@ -11,11 +11,12 @@ layout alone.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
-from mambaxfer_cli.conformance.adapter import Engine, Ours
+from mambaxfer_cli.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, pairings,
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, Geometry, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.conformance.vllm_side import CouldNotCall, VllmFails
@@ -32,12 +33,12 @@ SOURCES = Function("compute_tp_mapping", "the P ranks each D rank reads attentio
 DESC_IDS = Function("_compute_desc_ids", "the descriptor IDs each D rank posts for a request")
 BLOCK = Function("update_block_size_for_backend", "each engine's block size and page bytes")
 KERNEL = Function("select_common_block_size", "each engine's kernel block and blocks per logical block")
-ALIGN = Function("GDN checkpoint alignment", "the SSM layers' prefill checkpoint alignment on the GPU")
+GDN_ALIGNMENT = Function("GDN checkpoint alignment", "the SSM layers' prefill checkpoint alignment on the GPU")
 HANDSHAKE = Function("handshake verdict", "block_size_ratio, _validate_remote_agent_handshake, "
                                           "_build_local_splits_from_plan (and push's "
                                           "_validate_remote_parallel_config): accepted, or the first refusal")
 HASH = Function("compute_nixl_compatibility_hash", "which engine settings the compatibility hash tells apart")
-FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, ALIGN,
+FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, GDN_ALIGNMENT,
              HANDSHAKE, HASH)
 
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
@@ -59,8 +60,8 @@ class Comparison:
 
     def case(self, model: str, *args, **kwargs) -> Case:
         """A case whose command names the release and GPU mambaxfer answered for."""
-        return Case(model, *args, rules=("--vllm-version", self.ours.release, "--gpu", self.ours.device.spec),
-                    **kwargs)
+        return replace(Case(model, *args, **kwargs),
+                       rules=("--vllm-version", self.ours.release, "--gpu", self.ours.device.spec))
 
     def live(self, *functions: Function) -> bool:
         return any(self.results[f.name].not_called is None for f in functions)
@@ -125,15 +126,16 @@ class Comparison:
     # --- geometry ----------------------------------------------------------------------------------
 
     def geometry(self, name: str, model: ModelSpec, tp: int, flags: Flags) -> None:
-        if not self.live(BLOCK, KERNEL, ALIGN):
+        if not self.live(BLOCK, KERNEL, GDN_ALIGNMENT):
             return
         case = self.case(name, tp=tp, flags=flags)
         try:
             theirs, alignment = self.vllm.geometry(model, tp, flags, D_NUM_BLOCKS)
         except CouldNotCall as exc:
-            return self.cannot((BLOCK, KERNEL, ALIGN), exc)
+            return self.cannot((BLOCK, KERNEL, GDN_ALIGNMENT), exc)
         except VllmFails as exc:
             theirs, alignment = f"the engine fails: {exc.message}", None
+        ours: Geometry | str
         try:
             ours = self.ours.engine(model, tp, flags).geometry
         except UserError as exc:
@@ -152,12 +154,13 @@ class Comparison:
             self.record(BLOCK, case, block(theirs), block(ours), shown)
             self.record(KERNEL, case, kernel(theirs), kernel(ours), shown)
         if alignment is not None:
-            self.record(ALIGN, case, alignment, self.ours.checkpoint_alignment(model, flags))
+            self.record(GDN_ALIGNMENT, case, alignment, self.ours.checkpoint_alignment(model, flags))
 
     # --- the SSM reads and sources -----------------------------------------------------------------
 
     def reads(self, name: str, model: ModelSpec, p_tp: int, d_tp: int) -> None:
         ratio = tp_ratio(p_tp, d_tp)
+        assert ratio is not None, "conformance pairs TP sizes one of which divides the other"
         flags = Flags()
         functions = (REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES)
         if not self.live(*functions):
@@ -197,7 +200,7 @@ class Comparison:
             self.record(BYTES, case, len(wrong), len(ours_wrong),
                         (_misread_text(wrong), _misread_text(ours_wrong)))
 
-    def sources(self, case: Case, model: ModelSpec, p_ours: Engine, d_ours: Engine, d_vllm, p_tp: int,
+    def sources(self, case: Case, model: ModelSpec, p_ours: OurEngine, d_ours: OurEngine, d_vllm, p_tp: int,
                 d_rank: int, mine: list[Read]) -> None:
         if not self.live(SOURCES):
             return
@@ -209,7 +212,7 @@ class Comparison:
             theirs = f"fails: {exc.message}"
         attention = self.ours.attention_sources(p_ours, d_ours, d_rank) if model.has_attention else []
         ours = (attention, [r.p_rank for r in mine])
-        self.record(SOURCES, case, _listed(theirs), _listed(ours))
+        self.record(SOURCES, case, _as_lists(theirs), _as_lists(ours))
 
     def remote_conv(self, case: Case, decode, d_rank: int, ratio: int, mine: list[Read]) -> None:
         if not self.live(REMOTE_CONV):
@@ -328,7 +331,7 @@ class Comparison:
             self.record(HASH, case, theirs, ours, tuple(_hash_text(v) for v in (theirs, ours)))
 
 
-def _listed(value):
+def _as_lists(value):
     return value if isinstance(value, str) else [list(v) for v in value]
 
 

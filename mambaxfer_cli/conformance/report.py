@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mambaxfer_cli.conformance.cases import Difference, Tally
+from mambaxfer_cli.conformance.cases import Difference, CaseTally
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 SCHEMA = "mambaxfer.conformance/v1"
 AGREES, DIFFERS, NOT_CALLED = "agrees", "differs", "could not be called"
@@ -22,7 +23,7 @@ class Function:
 @dataclass
 class FunctionResult:
     function: Function
-    tally: Tally = field(default_factory=Tally)
+    tally: CaseTally = field(default_factory=CaseTally)
     not_called: str | None = None          # why it could not be called
     attribute: str | None = None           # the attribute it reads that the stand-in lacks
     skipped: int = 0                       # cases vLLM's own code refused before this function
@@ -68,7 +69,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return EXIT_OK if self.ok else EXIT_WRONG
 
     def count(self, outcome: str) -> int:
         return sum(r.outcome == outcome for r in self.results)

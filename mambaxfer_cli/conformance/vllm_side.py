@@ -19,6 +19,7 @@ import inspect
 import os
 import types
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -248,7 +249,7 @@ class EngineState:
     tp: int
     role: str                       # prefill | decode
     geometry: Geometry
-    conv_split: object
+    conv_split: Any                      # vLLM's MambaConvSplitInfo (vLLM is not typed here)
     groups: list                    # vLLM's KVCacheGroupSpec list
     regions: list[list[str]]        # layer names held by each KV-cache tensor
     layer_specs: dict
@@ -646,10 +647,9 @@ class Installed:
                 continue            # a full prefix hit: vLLM only notifies P
             with calling("_apply_prefix_caching"):
                 local_ids, remote_ids = worker._apply_prefix_caching(local_ids, remote_ids, d_ppl, p_ppl)
-            out[rank] = (self._ids(worker, remote_ids, prefill.geometry.num_blocks, None, p_ppl, pairs, "remote"),
-                         None)
+            remote_side = self._ids(worker, remote_ids, prefill.geometry.num_blocks, None, p_ppl, pairs, "remote")
             out[rank] = (self._ids(worker, local_ids, decode.geometry.num_blocks, block_ratio, d_ppl, pairs, "local"),
-                         out[rank][0])
+                         remote_side)
         return out
 
     @staticmethod
@@ -819,7 +819,7 @@ class Installed:
             def get_mamba_state_dtype_from_config(cls, vllm_config):
                 return dtypes
 
-        class Probe(platform):
+        class Probe(platform):  # type: ignore[misc, valid-type]  # vLLM's platform class, found at run time
             @staticmethod
             def resolve_model_cls(*args, **kwargs):
                 return StandInModel, "stand-in"
@@ -874,7 +874,7 @@ class Answered(StandIn):
             if found is not None and found.default is not dataclasses.MISSING:
                 return found.default
         member = inspect.getattr_static(cls, name, None)
-        if isinstance(member, property):
+        if isinstance(member, property) and member.fget is not None:
             return member.fget(self)
         if isinstance(member, (staticmethod, classmethod)):
             return member.__get__(None, cls)

@@ -21,7 +21,7 @@ from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
 from mambaxfer_cli.execute.results import Preparation
 from mambaxfer_cli.execute.side_channel import SideChannelError, fetch
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
-from mambaxfer_cli.proof.pattern import fill as fill_page
+from mambaxfer_cli.proof.pattern import fill_page
 
 Tick = Callable[[str], None]
 CHECK_STOP_EVERY = 1024      # polls of a transfer's state between two looks at the coordinator's pipe
@@ -32,9 +32,9 @@ def _name(value: bytes | str) -> str:
 
 
 @dataclass(frozen=True)
-class Pairing:
-    """One prepared transfer: a local descriptor list (prepared once per key), a remote one, and the
-    descriptor IDs that pair them."""
+class DescriptorPairing:
+    """What one transfer is prepared from: a local descriptor list (prepared once per key), a remote
+    one, and the descriptor IDs that pair them."""
 
     local_key: Hashable           # pairings with equal keys share one prepared local list
     local: np.ndarray             # (N, 3) uint64 rows: address, length, device
@@ -94,7 +94,7 @@ class RankAgent:
         self.remotes.append(name)
         return name
 
-    def prepare(self, op: str, pairings: Sequence[Pairing], ch: Channel) -> tuple[list[Any], Preparation]:
+    def prepare(self, op: str, pairings: Sequence[DescriptorPairing], ch: Channel) -> tuple[list[Any], Preparation]:
         """Prepared transfers (``op``: READ or WRITE), one per pairing, and what preparing them took."""
         local: dict[Hashable, Any] = {}
         xfers = []

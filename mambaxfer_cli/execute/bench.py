@@ -17,7 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.execute.bench_plan import COALESCED, DIRECTIONS, LIMIT, MODES, ORDER, PLANNED, bench_tasks, limit_chunks
+from mambaxfer_cli.execute.bench_plan import (
+    COALESCED, DIRECTIONS, LIMIT, MODES, ORDER, PLANNED, bench_tasks, limit_chunks,
+)
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
 from mambaxfer_cli.execute.tasks import RunSettings
@@ -138,7 +140,8 @@ def write_chart(document: dict[str, Any], path: Path) -> str | None:
     markers = {PLANNED: "o", COALESCED: "s", LIMIT: ""}
     lines = {"READ": "-", "WRITE": ":"}
     for device in sorted({p["device"] for p in document["points"]}):
-        points = sorted((p for p in document["points"] if p["device"] == device), key=lambda p: p["variants"]["READ"][PLANNED]["bytes"])
+        points = sorted((p for p in document["points"] if p["device"] == device),
+                        key=lambda p: p["variants"]["READ"][PLANNED]["bytes"])
         for direction in DIRECTIONS:
             for name in ORDER:
                 xs = [p["variants"][direction][name]["bytes"] / 2**20 for p in points]

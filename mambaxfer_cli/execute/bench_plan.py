@@ -9,17 +9,16 @@ from typing import Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute.verify import Tally
+from mambaxfer_cli.execute.verify import CHUNK_BYTES, Tally
 from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask, RunSettings, build_tasks, side_memory
 from mambaxfer_cli.planning.descriptors import DescriptorRead
 from mambaxfer_cli.planning.plan import Plan
-from mambaxfer_cli.proof.pattern import POISON, fill
+from mambaxfer_cli.proof.pattern import POISON, fill_page
 
 PLANNED, COALESCED, LIMIT = "planned", "coalesced", "limit"
 ORDER = (PLANNED, COALESCED, LIMIT)
 DIRECTIONS = ("READ", "WRITE")
 MODES = {"READ": "pull (D READs)", "WRITE": "push (P WRITEs)"}
-CHUNK_BYTES = 64 << 20      # D's bytes outside the limit's chunks are compared with poison this many at a time
 
 
 def limit_chunks(reads: Sequence[DescriptorRead]) -> list[tuple[int, int, int]]:
@@ -73,7 +72,7 @@ def limit_check(task: DecodeTask, regions: Sequence[np.ndarray],
         covered.append((offset, offset + size))
         for row in range(-(-size // page)):
             tensor, block = divmod(row, blocks)
-            fill(want, task.prefill_pages[p_rank][tensor][block], tensor, block)
+            fill_page(want, task.prefill_pages[p_rank][tensor][block], tensor, block)
             n = min(page, size - row * page)
             at = offset + row * page
             wrong += int(np.count_nonzero(got[at:at + n] != want[:n]))

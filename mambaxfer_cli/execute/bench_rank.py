@@ -16,16 +16,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mambaxfer_cli.execute.agent import Pairing, RankAgent, exchange, fill, layout
+from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, exchange, fill, layout
 from mambaxfer_cli.execute.bench_plan import DIRECTIONS, LIMIT, limit_check, limit_chunks
-from mambaxfer_cli.execute.channel import Channel, RankFailure
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask
 from mambaxfer_cli.execute.verify import Tally, verify_decode
 from mambaxfer_cli.planning.descriptors import nixl_rows
 
-SERVE_WAIT = 0.002           # between two rounds of a waiting P rank's work (notifications, side channel)
 UCX_LOG_BYTES = 1 << 20      # UCX's info log of one rank: its endpoints' configurations (a few KiB)
 Idle = Callable[[], None]
 
@@ -75,7 +74,7 @@ def _starts(ch: Channel, step: str, idle: Idle | None = None) -> Callable[[int],
     """Where every rank meets before iteration ``i`` of ``step`` (-1: the warm-up)."""
 
     def start(i: int) -> None:
-        ch.meet(f"{step}:{i}", idle=idle, every=SERVE_WAIT)
+        ch.meet(f"{step}:{i}", idle=idle, every=WAIT_ROUND)
 
     return start
 
@@ -120,7 +119,7 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
             pairings = []
             for read in reads.get(task.rank, ()):
                 r_name, peer = published[read.p_rank]
-                pairings.append(Pairing(
+                pairings.append(DescriptorPairing(
                     read.local_list, nixl_rows(read.local, memory.bases, task.memory.page_bytes, task.dev_id),
                     memory.mem_type, r_name, nixl_rows(read.remote, peer["bases"], peer["page_bytes"], peer["dev_id"]),
                     peer["mem_type"], read.local_ids, read.remote_ids))
@@ -128,9 +127,9 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
         limit = []
         for p_rank, offset, size in limit_chunks(task.reads):
             r_name, peer = published[p_rank]
-            limit.append(Pairing(f"limit:{p_rank}", _one(memory.bases[0] + offset, size, task.dev_id),
-                                 memory.mem_type, r_name, _one(peer["regions"][0][0], size, peer["dev_id"]),
-                                 peer["mem_type"], ZERO, ZERO))
+            limit.append(DescriptorPairing(
+                f"limit:{p_rank}", _one(memory.bases[0] + offset, size, task.dev_id), memory.mem_type, r_name,
+                _one(peer["regions"][0][0], size, peer["dev_id"]), peer["mem_type"], ZERO, ZERO))
         xfers[LIMIT], prep[LIMIT] = node.prepare("READ", limit, ch)
         ch.meet("prepared")
         timings: dict[str, Timing] = {}
@@ -209,7 +208,7 @@ def bench_prefill(task: PrefillTask, ch: Channel) -> BenchResult:
         try:
             ch.publish("listening", server.port)
             ch.phase("serving")
-            decoders = ch.gather("registered", "D", "the D ranks to register", idle=serve, every=SERVE_WAIT)
+            decoders = ch.gather("registered", "D", "the D ranks to register", idle=serve, every=WAIT_ROUND)
             names = {d: node.add_remote(decoders[d]["metadata"]) for d in task.consumers}
             xfers: dict[str, list[Any]] = {}
             prep: dict[str, Preparation] = {}
@@ -219,7 +218,7 @@ def bench_prefill(task: PrefillTask, ch: Channel) -> BenchResult:
                     peer = decoders[d]
                     for read in reads.get(d, ()):
                         if read.p_rank == task.rank:
-                            pairings.append(Pairing(
+                            pairings.append(DescriptorPairing(
                                 read.remote, nixl_rows(read.remote, memory.bases, task.memory.page_bytes,
                                                                 task.dev_id),
                                 memory.mem_type, names[d],
@@ -231,23 +230,24 @@ def bench_prefill(task: PrefillTask, ch: Channel) -> BenchResult:
                 peer = decoders[d]
                 for p_rank, offset, size in limit_chunks(spec.variants[0][1][d]):
                     if p_rank == task.rank:
-                        limit.append(Pairing(f"limit:{d}", _one(memory.bases[0], size, task.dev_id), memory.mem_type,
-                                             names[d], _one(peer["bases"][0] + offset, size, peer["dev_id"]),
-                                             peer["mem_type"], ZERO, ZERO))
+                        limit.append(DescriptorPairing(
+                            f"limit:{d}", _one(memory.bases[0], size, task.dev_id), memory.mem_type,
+                            names[d], _one(peer["bases"][0] + offset, size, peer["dev_id"]), peer["mem_type"],
+                            ZERO, ZERO))
             xfers[LIMIT], prep[LIMIT] = node.prepare("WRITE", limit, ch)
-            ch.meet("prepared", idle=serve, every=SERVE_WAIT)
+            ch.meet("prepared", idle=serve, every=WAIT_ROUND)
             timings: dict[str, Timing] = {}
             for direction in DIRECTIONS:
                 for name in spec.order:
                     step = f"{direction}:{name}"
-                    ch.meet(step, idle=serve, every=SERVE_WAIT)
+                    ch.meet(step, idle=serve, every=WAIT_ROUND)
                     if direction == "WRITE":
                         ch.phase("transferring", f"WRITE {name}")
                         timings[step] = _iterations(node, xfers[name], spec.iters, ch, _starts(ch, step, serve),
                                                     f"{step}:done".encode())
                     else:
                         _follow(ch, step, spec.iters, serve)
-                    ch.meet(f"{step}:checked", idle=serve, every=SERVE_WAIT)
+                    ch.meet(f"{step}:checked", idle=serve, every=WAIT_ROUND)
             return BenchResult("P", task.rank, timings=timings, preparations=prep,
                                ucx_lines=ucx_config_lines(ucx_log))
         finally:

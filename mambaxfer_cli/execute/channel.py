@@ -11,12 +11,13 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
+from mambaxfer_cli.exits import EXIT_RANK_ORPHANED
 from mambaxfer_cli.execute.messages import (
     Await, Down, Gathered, Meet, Publish, Released, State, Stop, Up,
 )
 
 TICK = 0.2          # at most this often a working rank says how far it got
-GONE = 75           # a rank's exit code when its coordinator is gone (sysexits' EX_TEMPFAIL)
+WAIT_ROUND = 0.002  # between two rounds of a waiting rank's work (notifications, side-channel requests)
 
 Idle = Callable[[], None]
 
@@ -52,7 +53,7 @@ class Channel:
         try:
             self._conn.send(message)
         except OSError:
-            os._exit(GONE)   # nobody to report to
+            os._exit(EXIT_RANK_ORPHANED)   # nobody to report to
 
     def _report(self, state: State) -> None:
         if state != self._state:
@@ -109,7 +110,7 @@ class Channel:
         try:
             message = self._conn.recv()
         except (EOFError, OSError):
-            os._exit(GONE)
+            os._exit(EXIT_RANK_ORPHANED)
         if isinstance(message, Stop):
             raise StopRequested()
         self._inbox.append(message)

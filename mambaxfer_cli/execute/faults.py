@@ -8,9 +8,9 @@ import os
 import time
 
 from mambaxfer_cli.execute.tasks import RankTask
+from mambaxfer_cli.exits import EXIT_INTERNAL
 
 FAULT_ENV = "MAMBAXFER_EXECUTE_FAULT"
-DIED = 70
 WORK_S = 4.0
 
 
@@ -21,7 +21,7 @@ def fault(task: RankTask, point: str) -> None:
         return
     action = spec[len(task.name) + 1:-len(point) - 1]
     if action == "die":
-        os._exit(DIED)
+        os._exit(EXIT_INTERNAL)   # as a rank with a bug ends
     if action == "hang":
         while True:
             time.sleep(1)

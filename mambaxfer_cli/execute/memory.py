@@ -13,7 +13,7 @@ import numpy as np
 from mambaxfer_cli.execute.tasks import Memory
 from mambaxfer_cli.proof.pattern import POISON
 
-ALIGN = 4096
+ALIGN = 4096       # bytes: host memory starts on a page boundary
 
 
 class RankMemory:

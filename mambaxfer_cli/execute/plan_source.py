@@ -44,8 +44,6 @@ def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, co
                     blocks: int | None, request_blocks: int, seed: int,
                     engine: EngineFlags = EngineFlags()) -> Plan:
     """A plan with small engines (``blocks`` logical blocks each) of vLLM's geometry for ``engine``'s flags."""
-    from dataclasses import replace as with_
-
     if request_blocks < 1:
         raise UserError("--request-blocks must be >= 1")
     probe = PlanOptions(semantics=semantics, prefill=engine, decode=engine)
@@ -60,8 +58,8 @@ def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, co
                         f"least {need} logical blocks")
     options = PlanOptions(
         semantics=semantics, coalesce=coalesce,
-        prefill=with_(engine, num_blocks=blocks * sizes.prefill.geometry.blocks_per_logical),
-        decode=with_(engine, num_blocks=blocks * sizes.decode.geometry.blocks_per_logical),
+        prefill=replace(engine, num_blocks=blocks * sizes.prefill.geometry.blocks_per_logical),
+        decode=replace(engine, num_blocks=blocks * sizes.decode.geometry.blocks_per_logical),
         request_blocks=request_blocks, seed=seed)
     return build_plan(spec, p_tp, d_tp, options)
 

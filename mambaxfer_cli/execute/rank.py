@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from mambaxfer_cli.execute import remote
-from mambaxfer_cli.execute.agent import Pairing, RankAgent, exchange, fill, layout
-from mambaxfer_cli.execute.channel import Channel, RankFailure
+from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, exchange, fill, layout
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
@@ -22,7 +22,6 @@ from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.execute.verify import verify_decode
 from mambaxfer_cli.planning.descriptors import nixl_rows
 
-SERVE_WAIT = 0.002      # P's poll interval between side-channel requests and notifications
 
 
 def prefill(task: PrefillTask, ch: Channel) -> PrefillResult:
@@ -66,7 +65,7 @@ def _serve(task: PrefillTask, ch: Channel, node: RankAgent, server: SideChannelS
     while waiting:
         ch.check_stop()
         ch.waiting("the READ notifications of " + ", ".join(f"D{d}" for d in sorted(waiting)))
-        server.serve(reply, SERVE_WAIT, ch.check_stop)
+        server.serve(reply, WAIT_ROUND, ch.check_stop)
         for sender, messages in node.agent.get_new_notifs().items():
             sender = sender.decode() if isinstance(sender, bytes) else sender
             if sender.startswith(prefix) and final in messages:
@@ -91,7 +90,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         pairings = []
         for read in task.reads:
             name, peer = published[read.p_rank]
-            pairings.append(Pairing(
+            pairings.append(DescriptorPairing(
                 read.local_list, nixl_rows(read.local, memory.bases, task.memory.page_bytes, task.dev_id),
                 memory.mem_type, name, nixl_rows(read.remote, peer["bases"], peer["page_bytes"], peer["dev_id"]),
                 peer["mem_type"], read.local_ids, read.remote_ids))

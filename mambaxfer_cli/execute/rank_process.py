@@ -14,10 +14,11 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from mambaxfer_cli.execute import bench_rank, rank
-from mambaxfer_cli.execute.channel import GONE, Channel, PeerGone, RankFailure, StopRequested
+from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure, StopRequested
 from mambaxfer_cli.execute.messages import Done, Failed
 from mambaxfer_cli.execute.results import RankResult
 from mambaxfer_cli.execute.tasks import RankTask
+from mambaxfer_cli.exits import EXIT_RANK_ORPHANED
 
 WATCH_EVERY = 0.25      # how often a rank looks whether its coordinator is still there
 
@@ -34,7 +35,7 @@ def _watch(coordinator: int) -> None:
     def watch() -> None:
         while os.getppid() == coordinator:
             time.sleep(WATCH_EVERY)
-        os._exit(GONE)
+        os._exit(EXIT_RANK_ORPHANED)
 
     threading.Thread(target=watch, daemon=True).start()
 

@@ -17,11 +17,10 @@ from typing import Any, Iterator
 
 from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.agent import RankAgent, check_layout, layout
-from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
 from mambaxfer_cli.execute.results import PrefillResult, Served
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
 
-POLL = 0.002          # between rounds of notifications
 REQUEST_EVERY = 0.5   # metadata requests are asynchronous and find nothing until the peer is up
 PING_EVERY = 0.5
 LINGER = 0.5          # after a refusal, so that it reaches the other side before this agent goes
@@ -51,7 +50,7 @@ def _linger(agent: Any) -> None:
     end = time.monotonic() + LINGER
     while time.monotonic() < end:
         agent.get_new_notifs()
-        time.sleep(POLL)
+        time.sleep(WAIT_ROUND)
 
 
 def p_agent(task: RankTask, p_rank: int) -> str:
@@ -109,7 +108,7 @@ def serve(task: PrefillTask, ch: Channel, node: RankAgent, fill_s: float) -> Pre
         if time.monotonic() - last_ping >= PING_EVERY:
             last_ping = time.monotonic()
             _ping_consumers(agent, consumers)
-        time.sleep(POLL)
+        time.sleep(WAIT_ROUND)
     ch.phase("freeing", "every consumer notified")
     return PrefillResult(task.rank, fill_s, task.consumers,
                          served=tuple(Served(c.d_rank, c.agent, c.notifications)
@@ -214,7 +213,7 @@ def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[s
         if time.monotonic() - last_ping >= PING_EVERY:
             last_ping = time.monotonic()
             ping_sources(agent, {p: names[p] for p in greeted})
-        time.sleep(POLL)
+        time.sleep(WAIT_ROUND)
     return welcomed
 
 

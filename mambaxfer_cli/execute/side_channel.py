@@ -18,7 +18,7 @@ from typing import Any, Callable
 _LENGTHS = struct.Struct("!II")
 MAX_HEADER = 1 << 20
 MAX_BLOB = 64 << 20
-POLL = 0.25        # between two looks at whether the rank was asked to stop, while a peer is silent
+STOP_LOOK = 0.25   # between two looks at whether the rank was asked to stop, while a peer is silent
 
 KeepGoing = Callable[[], None]   # raises when the rank must stop waiting (the coordinator's stop)
 
@@ -33,7 +33,7 @@ class PortInUse(SideChannelError):
 
 def _recv_exact(sock: socket.socket, size: int, keep_going: KeepGoing, what: str) -> bytes:
     chunks, got = [], 0
-    sock.settimeout(POLL)
+    sock.settimeout(STOP_LOOK)
     while got < size:
         try:
             chunk = sock.recv(min(size - got, 1 << 20))
@@ -83,7 +83,8 @@ class SideChannelServer:
         self.host = host
         self.port = self._sock.getsockname()[1]
 
-    def serve(self, reply: Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]], wait: float, keep_going: KeepGoing) -> dict[str, Any] | None:
+    def serve(self, reply: Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]], wait: float,
+              keep_going: KeepGoing) -> dict[str, Any] | None:
         """Wait up to ``wait`` seconds for a client; answer its request. Returns the request."""
         ready, _, _ = select.select([self._sock], [], [], wait)
         if not ready:
@@ -102,7 +103,8 @@ class SideChannelServer:
         self._sock.close()
 
 
-def fetch(host: str, port: int, request: dict[str, Any], peer: str, keep_going: KeepGoing) -> tuple[dict[str, Any], bytes]:
+def fetch(host: str, port: int, request: dict[str, Any], peer: str,
+          keep_going: KeepGoing) -> tuple[dict[str, Any], bytes]:
     """Ask ``peer`` (listening on host:port) for its metadata, as long as it takes to answer."""
     where = f"{peer}'s side channel at {host}:{port}"
     try:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mambaxfer_cli.planning.descriptors import DescriptorRead
-from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.planning.layout import RankLayout
@@ -118,7 +118,7 @@ class BenchSpec:
     order: tuple[str, ...]                                                     # the variants run in this order
 
 
-def side_memory(side: Side) -> Memory:
+def side_memory(side: EngineLayout) -> Memory:
     return Memory(side.lists.tensors, side.lists.logical_blocks, side.page_bytes)
 
 

@@ -121,7 +121,7 @@ def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSourc
     return found
 
 
-CHUNK_BYTES = 64 << 20     # pages outside the request are compared with poison this many bytes at a time
+CHUNK_BYTES = 64 << 20     # memory that must hold poison is compared with it this many bytes at a time
 
 
 def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarray, tick: Tick) -> None:

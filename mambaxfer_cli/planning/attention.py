@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.handshake import attention_sources
 from mambaxfer_cli.planning.layout import Shard
 from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
@@ -26,7 +26,8 @@ from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
 Pieces = tuple[tuple[int, int], ...]
 
 
-def sources(prefill: Side, decode: Side, d_rank: int, ssm_sources: set[int], semantics: str) -> dict[int, Shard]:
+def head_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int, ssm_sources: set[int],
+                 semantics: str) -> dict[int, Shard]:
     """The global KV heads D rank ``d_rank`` reads from each P rank.
 
     vLLM: ``compute_tp_mapping``'s ranks. Exact: for each head a P rank the D rank already reads
@@ -36,14 +37,14 @@ def sources(prefill: Side, decode: Side, d_rank: int, ssm_sources: set[int], sem
     if wanted is None:
         return {}
     if semantics == VLLM:
-        out = {}
+        out: dict[int, Shard] = {}
         for p_rank in attention_sources(prefill, decode, d_rank):
-            common = prefill.kv_heads[p_rank].intersect(wanted)
+            common = prefill.heads(p_rank).intersect(wanted)
             if common is not None:
                 out[p_rank] = common
         return out
-    holders = [Holding(rank, shard, 0) for rank, shard in enumerate(prefill.kv_heads)]
-    out: dict[int, Shard] = {}
+    holders = [Holding(rank, prefill.heads(rank), 0) for rank in range(prefill.tp)]
+    out = {}
     for holder, heads in assign_units(wanted, holders, preferred=ssm_sources):
         assert holder.rank not in out, "one P rank gives a D rank two runs of heads"
         out[holder.rank] = heads
@@ -82,12 +83,13 @@ class AttentionRead:
         return local.ravel(), remote.ravel()
 
 
-def attention_read(prefill: Side, decode: Side, d_rank: int, p_rank: int, heads: Shard, semantics: str) -> AttentionRead:
+def attention_read(prefill: EngineLayout, decode: EngineLayout, d_rank: int, p_rank: int, heads: Shard,
+                   semantics: str) -> AttentionRead:
     """How D rank ``d_rank`` reads ``heads`` from P rank ``p_rank``."""
     kd, kp = decode.kernel_tokens, prefill.kernel_tokens
     spt = decode.lists.streams_per_tensor
     unit = decode.head_token_bytes // spt            # one token of one head, in one stream
-    d_first, p_first = decode.kv_heads[d_rank].start, prefill.kv_heads[p_rank].start
+    d_first, p_first = decode.heads(d_rank).start, prefill.heads(p_rank).start
     d_at, p_at = heads.start - d_first, heads.start - p_first
     n = len(heads)
     if kd == kp:
@@ -95,7 +97,7 @@ def attention_read(prefill: Side, decode: Side, d_rank: int, p_rank: int, heads:
                              "block", kd, kp)
     if semantics == VLLM and kd % kp == 0:
         r = kd // kp
-        sub = kp * len(decode.kv_heads[d_rank]) * unit
+        sub = kp * len(decode.heads(d_rank)) * unit
         local = tuple((s * sub + d_at * kp * unit, n * kp * unit) for s in range(r))
         return AttentionRead(heads, local, ((p_at * kp * unit, n * kp * unit),), "sub-block", kd, kp)
     g = math.gcd(kd, kp)
@@ -104,13 +106,13 @@ def attention_read(prefill: Side, decode: Side, d_rank: int, p_rank: int, heads:
     return AttentionRead(heads, local, remote, "tokens", kd, kp)
 
 
-def whole_block(side: Side) -> Pieces:
+def whole_block(side: EngineLayout) -> Pieces:
     """The one piece of a list that reads a stream's kernel blocks whole."""
     spt = side.lists.streams_per_tensor
     return ((0, side.kernel_block_bytes // spt),)
 
 
-def no_attention_read(prefill: Side, decode: Side, semantics: str) -> Pieces:
+def no_attention_read(prefill: EngineLayout, decode: EngineLayout, semantics: str) -> Pieces:
     """The attention pieces of D's list for a P rank it reads SSM state from and no attention.
 
     vLLM registers D's lists at P's kernel block whenever D's is ``r`` times P's: ``add_remote_agent``

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from mambaxfer_cli.planning.kv_groups import KVGrouping
 from mambaxfer_cli.planning.model import ATTENTION
 
 @dataclass(frozen=True)
-class Engine:
+class ListShape:
     tensors: int
     ssm_tensors: int
     attention_streams: int
@@ -57,18 +57,18 @@ class Engine:
     def ssm_descs(self, k: int | None = None) -> int:
         return self.ssm_tensors * (self.ssm_regions if k is None else k) * self.logical_blocks
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"tensors": self.tensors, "ssm_tensors": self.ssm_tensors,
                 "attention_streams": self.attention_streams, "num_blocks": self.num_blocks,
                 "blocks_per_logical": self.blocks_per_logical,
                 "attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()}
 
 
-def make_engine(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
-                streams_per_tensor: int, ssm_regions: int) -> Engine:
+def list_shape(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
+                streams_per_tensor: int, ssm_regions: int) -> ListShape:
     if streams_per_tensor not in (1, 2):
         raise UserError("attention streams per KV-cache tensor must be 1 (vLLM) or 2 (split K and V)")
-    return Engine(grouping.tensors, grouping.ssm_tensors, grouping.tensors * streams_per_tensor,
+    return ListShape(grouping.tensors, grouping.ssm_tensors, grouping.tensors * streams_per_tensor,
                   num_blocks, blocks_per_logical, ssm_regions)
 
 
@@ -76,7 +76,7 @@ def make_engine(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
 class DescriptorList:
     """One prepared list: where each descriptor points, relative to its block."""
 
-    engine: Engine
+    engine: ListShape
     regions: tuple[tuple[int, int], ...]     # SSM (offset, size) in a page, k of them
     attention: tuple[tuple[int, int], ...]   # (offset, size) pieces of a stream's kernel block
 
@@ -139,9 +139,9 @@ class DescriptorList:
         eng = self.engine
         kernel = page_bytes // eng.blocks_per_logical
         spt = eng.streams_per_tensor
-        bases = np.asarray(bases, dtype=np.uint64)
+        base = np.asarray(bases, dtype=np.uint64)
         streams = np.arange(eng.attention_streams, dtype=np.uint64)
-        stream_base = bases[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt)
+        stream_base = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt)
         a_off = np.array([o for o, _ in self.attention], dtype=np.uint64)
         a_size = np.array([s for _, s in self.attention], dtype=np.uint64)
         attn_addr = (stream_base[:, None, None]
@@ -149,7 +149,7 @@ class DescriptorList:
                      + a_off[None, None, :]).ravel()
         offsets = np.array([o for o, _ in self.regions], dtype=np.uint64)
         sizes = np.array([s for _, s in self.regions], dtype=np.uint64)
-        ssm_addr = (bases[:eng.ssm_tensors, None, None]
+        ssm_addr = (base[:eng.ssm_tensors, None, None]
                     + offsets[None, :, None]
                     + np.arange(eng.logical_blocks, dtype=np.uint64)[None, None, :] * np.uint64(page_bytes)
                     ).ravel()
@@ -175,16 +175,16 @@ def strided(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id
     eng = dlist.engine
     kernel = page_bytes // eng.blocks_per_logical
     spt = eng.streams_per_tensor
-    bases = np.asarray(bases, dtype=np.uint64)
+    base = np.asarray(bases, dtype=np.uint64)
     streams = np.arange(eng.attention_streams, dtype=np.uint64)
     attn = np.empty((eng.attention_streams, 5), dtype=np.uint64)
-    attn[:, 0] = bases[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt) \
+    attn[:, 0] = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt) \
         + np.uint64(dlist.attention[0][0])
     attn[:, 1], attn[:, 3], attn[:, 4] = dlist.attention[0][1], kernel, eng.num_blocks
     offsets = np.array([o for o, _ in dlist.regions], dtype=np.uint64)
     sizes = np.array([z for _, z in dlist.regions], dtype=np.uint64)
     ssm = np.empty((eng.ssm_tensors, dlist.k, 5), dtype=np.uint64)
-    ssm[..., 0] = bases[:eng.ssm_tensors, None] + offsets[None, :]
+    ssm[..., 0] = base[:eng.ssm_tensors, None] + offsets[None, :]
     ssm[..., 1] = sizes[None, :]
     ssm[..., 3], ssm[..., 4] = page_bytes, eng.logical_blocks
     out = np.concatenate([attn, ssm.reshape(-1, 5)])
@@ -249,13 +249,13 @@ class Request:
     prefill_blocks: tuple[np.ndarray, ...]
     decode_blocks: tuple[np.ndarray, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"prefill_blocks": [b.tolist() for b in self.prefill_blocks],
                 "decode_blocks": [b.tolist() for b in self.decode_blocks]}
 
 
-def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], prefill: Engine,
-                   decode: Engine, seed: int) -> Request:
+def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], prefill: ListShape,
+                   decode: ListShape, seed: int) -> Request:
     """Distinct, non-contiguous logical blocks on each side (seeded), as a busy engine hands out:
     ``counts[g]`` blocks for group ``g`` (attention groups cover the same tokens on both sides, so
     their counts differ where the two engines' blocks do)."""
@@ -271,7 +271,7 @@ def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], 
     return Request(*sides)
 
 
-def parse_blocks(text: str, n_groups: int, engine: Engine, side: str) -> tuple[np.ndarray, ...]:
+def parse_blocks(text: str, n_groups: int, engine: ListShape, side: str) -> tuple[np.ndarray, ...]:
     """``'3,5;1;2'``: block IDs per group, groups separated by ';' (each block once in the request)."""
     try:
         lists = [np.array([int(x) for x in part.split(",") if x.strip()], dtype=np.int64)
@@ -316,7 +316,7 @@ class DescriptorRead:
     attention: bool = False
     group_counts: tuple[int, ...] = field(default=(), compare=False)   # IDs of each KV-cache group
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"d_rank": self.d_rank, "p_rank": self.p_rank, "local_list": self.local_list,
                 "ssm_regions_per_layer": self.local.k,
                 "local_ids": self.local_ids.tolist(), "remote_ids": self.remote_ids.tolist()}
@@ -325,8 +325,8 @@ class DescriptorRead:
 @dataclass(frozen=True)
 class DescriptorMap:
     groups: tuple[str, ...]
-    prefill: Engine
-    decode: Engine
+    prefill: ListShape
+    decode: ListShape
     request: Request
     reads: tuple[DescriptorRead, ...]
     group_tensors: tuple[int, ...] = ()     # tensors each group's IDs cover (the release decides)
@@ -336,7 +336,7 @@ class DescriptorMap:
             return self.group_tensors[group]
         return self.decode.tensors if self.groups[group] == ATTENTION else self.decode.ssm_tensors
 
-    def to_dict(self, d_rank: int | None = None) -> dict:
+    def to_dict(self, d_rank: int | None = None) -> dict[str, Any]:
         return {"groups": list(self.groups), "group_tensors": [self.tensors_of(g) for g in range(len(self.groups))],
                 "prefill": self.prefill.to_dict(),
                 "decode": self.decode.to_dict(), "request": self.request.to_dict(),

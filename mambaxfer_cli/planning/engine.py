@@ -7,28 +7,29 @@ KV-cache tensors: reads, descriptor lists, the simulator and execute all consume
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from mambaxfer_cli.planning.descriptors import Engine, make_engine
+from mambaxfer_cli.planning.descriptors import ListShape, list_shape
 from mambaxfer_cli.planning.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
 )
 from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.planning.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
 from mambaxfer_cli.planning.kv_groups import KVGrouping
-from mambaxfer_cli.planning.layout import RankLayout, Shard, engine_layouts, kv_head_shard
+from mambaxfer_cli.planning.layout import RankLayout, Shard, rank_layouts, kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.release import Release, label
 
 
 @dataclass(frozen=True)
-class Side:
+class EngineLayout:
     """One engine: TP size, every rank's layout and KV heads, geometry and descriptor lists."""
 
     tp: int
     ranks: tuple[RankLayout, ...]
     kv_heads: tuple[Shard | None, ...]     # per rank; None without attention
     geometry: Geometry
-    lists: Engine                          # what its prepared descriptor lists hold
+    lists: ListShape                          # what its prepared descriptor lists hold
     kv_dtype: str | None = None            # element type of the attention cache
     head_size: int | None = None
     hashed_backend: str = ""               # the backend name vLLM's compatibility hash takes
@@ -48,6 +49,12 @@ class Side:
         """Its attention backend's kernel block sizes on its GPU."""
         return self.kernel or kernel_backend(self.flags.attention_backend, self.gpu, self.head_size,
                                              self.flags.kv_cache_dtype)
+
+    def heads(self, rank: int) -> Shard:
+        """The KV heads rank ``rank`` holds (an engine with attention)."""
+        held = self.kv_heads[rank]
+        assert held is not None, "an engine without attention holds no KV heads"
+        return held
 
     @property
     def page_bytes(self) -> int:
@@ -70,7 +77,7 @@ class Side:
     def has_attention(self) -> bool:
         return self.geometry.attention_bytes_per_token is not None
 
-    def to_dict(self, only: int | None = None) -> dict:
+    def to_dict(self, only: int | None = None) -> dict[str, Any]:
         return {"tp": self.tp, "ranks": [r.to_dict() for r in self.ranks if only is None or r.rank == only]}
 
 
@@ -92,7 +99,7 @@ class Engines:
         gpus = p.describe() if p == d else f"{p.describe()} (P) / {d.describe()} (D)"
         return f"{self.releases} on {gpus}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """What every document records of the deployment: the release(s) and the GPU(s)."""
         return {"vllm_versions": {"prefill": self.prefill.release.name, "decode": self.decode.release.name},
                 "gpu": {"prefill": self.prefill.gpu.spec, "decode": self.decode.gpu.spec}}
@@ -111,13 +118,13 @@ def gdn_backend(model: ModelSpec, flags: EngineFlags) -> str | None:
     return gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), flags.gdn_prefill_backend)
 
 
-def build_side(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGrouping,
-               attention_streams: int = 1) -> Side:
+def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGrouping,
+                  attention_streams: int = 1) -> EngineLayout:
     """Lay out one engine of ``tp`` ranks started with ``flags`` (its release, GPU and serve flags)."""
-    ranks = engine_layouts(model, tp)
+    ranks = rank_layouts(model, tp)
     heads = tuple(kv_head_shard(model, tp, r) for r in range(tp))
     a1 = kv_dtype = None
-    if model.has_attention:
+    if model.has_attention and heads[0] is not None and model.head_size is not None:
         kv_dtype = resolve_kv_dtype(flags.kv_cache_dtype, model.model_dtype)
         a1 = attention_bytes_per_token(len(heads[0]), model.head_size, kv_dtype)
     gdn = gdn_backend(model, flags)
@@ -126,10 +133,10 @@ def build_side(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGroupi
     kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
                             q_heads, len(heads[0]) if heads[0] is not None else None)
     geometry = derive(ranks[0].state_bytes, a1, flags, alignment, kernel, gdn)
-    lists = make_engine(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
-                        len(ranks[0].regions))
-    return Side(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size, hashed_backend(model, geometry),
-                flags, kernel)
+    lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
+                       len(ranks[0].regions))
+    return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
+                        hashed_backend(model, geometry), flags, kernel)
 
 
 # The backend of an SSM layer, as vLLM names it.

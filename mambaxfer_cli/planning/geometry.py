@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
@@ -174,7 +175,7 @@ class Geometry:
     def kernel_block_bytes(self) -> int:
         return self.page_bytes // self.blocks_per_logical
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"attention_backend": self.attention_backend, "kv_cache_dtype": self.kv_cache_dtype,
                 "prefix_caching": self.prefix_caching, "block_size": self.block_size,
                 "kernel_block_size": self.kernel_block_size, "blocks_per_logical": self.blocks_per_logical,
@@ -207,10 +208,11 @@ def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alig
     (applied with prefix caching) and its backend's kernel blocks on its GPU."""
     kernel = kernel or kernel_backend(flags.attention_backend, flags.gpu, None, flags.kv_cache_dtype)
     requested = flags.requested_block_size
-    stamp = dict(release=flags.release.name, gpu=flags.gpu.spec, gdn_prefill_backend=gdn_prefill_backend)
+    release, gpu = flags.release.name, flags.gpu.spec
     if a1 is None:
         return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, requested,
-                        requested, 1, None, state_bytes, state_bytes, flags.num_blocks, **stamp)
+                        requested, 1, None, state_bytes, state_bytes, flags.num_blocks, release=release, gpu=gpu,
+                        gdn_prefill_backend=gdn_prefill_backend)
     alignment = checkpoint_alignment if flags.prefix_caching else 1
     block = hybrid_block_size(state_bytes, a1, requested, kernel, alignment)
     if block > MAX_BLOCK_SIZE:
@@ -219,13 +221,15 @@ def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alig
     kernel_tokens = kernel.kernel_for(block)
     per_logical = block // kernel_tokens
     derived = per_logical
-    overridden = flags.blocks_per_logical is not None and flags.blocks_per_logical != per_logical
-    if overridden:
-        per_logical = flags.blocks_per_logical
+    wanted = flags.blocks_per_logical
+    overridden = wanted is not None and wanted != per_logical
+    if wanted is not None and overridden:
+        per_logical = wanted
         if block % per_logical:
             raise UserError(f"{per_logical} kernel blocks per logical block do not divide the block of "
                             f"{block} tokens")
         kernel_tokens = block // per_logical
     return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, block, kernel_tokens,
                     per_logical, a1, state_bytes, block * a1, flags.num_blocks, overridden, derived,
-                    checkpoint_alignment=alignment, **stamp)
+                    release=release, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+                    checkpoint_alignment=alignment)

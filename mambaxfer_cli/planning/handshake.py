@@ -12,13 +12,13 @@ mismatch there is accepted and corrupts the state silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
-from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags
 from mambaxfer_cli.planning.release import PULL, PUSH, EngineFacts, Hash, Meeting, Refusal, label
 
-__all__ = ["PULL", "PUSH", "Refusal", "Verdict", "attention_sources", "meeting", "refusals", "verdict"]
+__all__ = ["PULL", "PUSH", "Refusal", "Verdict", "attention_sources", "meeting", "refusals", "handshake_verdict"]
 
 NOT_CHECKED = ("SSM dtypes (conv and temporal)", "the conv-state layout (VLLM_SSM_CONV_STATE_LAYOUT)",
                "conv rows (num_spec)", "SSM state sizes")
@@ -39,7 +39,7 @@ class Verdict:
     def accepts(self) -> bool:
         return not self.refusals
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "accepts": self.accepts,
                 "refusals": [r.to_dict() for r in self.refusals],
                 "suggested_block_size": self.suggested_block_size,
@@ -47,12 +47,12 @@ class Verdict:
                 "not_checked": list(NOT_CHECKED)}
 
 
-def attention_sources(prefill: Side, decode: Side, d_rank: int) -> list[int]:
+def attention_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> list[int]:
     """``compute_tp_mapping``: the P ranks D rank ``d_rank`` reads attention KV from."""
     return _sources(prefill, decode, d_rank)
 
 
-def _sources(remote: Side, local: Side, rank: int) -> list[int]:
+def _sources(remote: EngineLayout, local: EngineLayout, rank: int) -> list[int]:
     """The remote ranks local rank ``rank`` reads attention from: one when the local engine has
     at least as many ranks, else the first rank of each distinct head among its remote ranks."""
     r_tp, l_tp = remote.tp, local.tp
@@ -63,25 +63,26 @@ def _sources(remote: Side, local: Side, rank: int) -> list[int]:
     a = r_tp // l_tp
     firsts, seen = [], set()
     for q in range(rank * a, rank * a + a):
-        head = remote.kv_heads[q].start
+        head = remote.heads(q).start
         if head not in seen:
             seen.add(head)
             firsts.append(q)
     return firsts
 
 
-def side_facts(side: Side) -> EngineFacts:
+def layout_facts(layout: EngineLayout) -> EngineFacts:
     """What the hash takes of an engine when only its geometry is known: the same model on both
     sides, so its backend and KV-cache dtype (and its release) are what can differ."""
-    return EngineFacts("", "", None, None, 0, side.hashed_backend, side.geometry.kv_cache_dtype)
+    return EngineFacts("", "", None, None, 0, layout.hashed_backend, layout.geometry.kv_cache_dtype)
 
 
-def meeting(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
-            host_buffer: bool = False, enforce_hash: bool = True) -> Meeting:
+def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
+            facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+            enforce_hash: bool = True) -> Meeting:
     """The pairing as the local engine's handshake sees it (D local when it pulls, P when it
     pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
     local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
-    p_facts, d_facts = facts or (side_facts(prefill), side_facts(decode))
+    p_facts, d_facts = facts or (layout_facts(prefill), layout_facts(decode))
     hashes: dict[str, Hash] = {"P": prefill.release.hashed(p_facts), "D": decode.release.hashed(d_facts)}
     ratio_ok = (local.tp % remote.tp == 0) if local.tp >= remote.tp else (remote.tp % local.tp == 0)
     sources = len(_sources(remote, local, 0)) if ratio_ok and remote.has_attention else 0
@@ -94,8 +95,9 @@ def meeting(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFa
                    remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash)
 
 
-def refusals(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineFacts, EngineFacts] | None = None,
-             host_buffer: bool = False, enforce_hash: bool = True) -> list[Refusal]:
+def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
+             facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+             enforce_hash: bool = True) -> list[Refusal]:
     """vLLM's refusals of this pairing, in the order the local engine's handshake meets them
     (vLLM stops at the first; the others are what it would say once that one is fixed; checks
     that need the TP sizes or kernel blocks to pass are not reached while they fail)."""
@@ -110,12 +112,12 @@ def refusals(prefill: Side, decode: Side, mode: str = PULL, facts: tuple[EngineF
     return out
 
 
-def geometry_refused(prefill: Side, decode: Side, mode: str = PULL, host_buffer: bool = False) -> bool:
+def geometry_refused(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL, host_buffer: bool = False) -> bool:
     return any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode, mode, host_buffer=host_buffer))
 
 
-def suggest_block_size(rebuild: Callable[[int], tuple[Side, Side]], step: int, mode: str = PULL,
-                       host_buffer: bool = False) -> int | None:
+def suggest_block_size(rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]], step: int,
+                       mode: str = PULL, host_buffer: bool = False) -> int | None:
     """The smallest ``--block-size`` (for both engines, in the backend's steps) at which vLLM's
     geometry checks pass, or None when none up to SEARCH_LIMIT does."""
     for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step):
@@ -124,10 +126,11 @@ def suggest_block_size(rebuild: Callable[[int], tuple[Side, Side]], step: int, m
     return None
 
 
-def verdict(prefill: Side, decode: Side, rebuild: Callable[[int], tuple[Side, Side]] | None = None,
-            extra: tuple[Refusal, ...] = (), mode: str = PULL,
-            facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
-            enforce_hash: bool = True) -> Verdict:
+def handshake_verdict(prefill: EngineLayout, decode: EngineLayout,
+                      rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]] | None = None,
+                      extra: tuple[Refusal, ...] = (), mode: str = PULL,
+                      facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
+                      enforce_hash: bool = True) -> Verdict:
     """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides
     at another block size, the smallest block size that fixes it."""
     found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash)) + tuple(extra)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.errors import UserError
@@ -44,7 +45,7 @@ class Region:
     def end(self) -> int:
         return self.offset + self.size
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "unit": self.unit, "unit_bytes": self.unit_bytes,
                 "shard": [self.shard.start, self.shard.end], "offset": self.offset, "size": self.size}
 
@@ -78,7 +79,7 @@ class RankLayout:
     def region_at(self, offset: int) -> Region | None:
         return next((r for r in self.regions if r.offset <= offset < r.end), None)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "conv_rows": self.conv_rows, "conv_bytes": self.conv_bytes,
                 "ssm_bytes": self.ssm_bytes, "regions": [r.to_dict() for r in self.regions]}
 
@@ -134,15 +135,18 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
     regions, offset = [], 0
     for shape in VARIANTS[model.variant]:
         shard = _shard(shape, model, tp, rank)
-        unit_bytes = (conv_unit if shape.kind == "conv"
-                      else shape.unit_elements(model.params) * dtype_bytes(model.ssm_dtype))
+        if shape.kind == "conv":
+            unit_bytes = conv_unit
+        else:
+            assert shape.unit_elements is not None, f"{shape.name}: a temporal region counts its elements"
+            unit_bytes = shape.unit_elements(model.params) * dtype_bytes(model.ssm_dtype)
         region = Region(shape.name, shape.kind, shape.unit, unit_bytes, shard, offset)
         regions.append(region)
         offset = region.end
     return RankLayout(rank, tp, rows, tuple(regions))
 
 
-def engine_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
+def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
     """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
     layouts = tuple(rank_layout(model, tp, rank) for rank in range(check_tp(tp)))
     kv_head_shard(model, tp, 0)

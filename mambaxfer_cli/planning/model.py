@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 
 class Variant(str, Enum):
@@ -64,7 +64,7 @@ class ModelSpec:
             return self.conv_kernel - 1
         return self.conv_kernel - 1 + self.num_spec
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "source": self.source,

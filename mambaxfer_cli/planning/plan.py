@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
-
+from typing import TYPE_CHECKING, Any, Sequence
 
 from mambaxfer_cli.planning.attention import (
-    AttentionRead, attention_read, no_attention_read, sources as attention_sources, whole_block,
+    AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
 )
 from mambaxfer_cli.planning.descriptors import (
     DescriptorList, DescriptorMap, DescriptorRead, Request, block_ids, kernel_blocks, parse_blocks,
     random_request,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.engine import Engines, Side, build_side
+from mambaxfer_cli.planning.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.handshake import Refusal, Verdict, verdict as vllm_verdict, with_block_size
+from mambaxfer_cli.planning.handshake import Refusal, Verdict, handshake_verdict, with_block_size
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.planning.release import EngineFacts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = "mambaxfer.plan/v1"
 
@@ -51,7 +54,7 @@ class Warning_:
     code: str
     message: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message}
 
 
@@ -60,8 +63,8 @@ class Plan:
     model: ModelSpec
     semantics: str
     tp_ratio: int | None
-    prefill: Side
-    decode: Side
+    prefill: EngineLayout
+    decode: EngineLayout
     reads: tuple[Read, ...]
     descriptors: DescriptorMap
     warnings: tuple[Warning_, ...]
@@ -92,9 +95,10 @@ class Plan:
             return 1
         return kd // kp
 
-    def to_dict(self, d_rank: int | None = None) -> dict:
+    def to_dict(self, d_rank: int | None = None) -> dict[str, Any]:
         if d_rank is not None and not 0 <= d_rank < self.decode.tp:
-            raise UserError(f"--d-rank {d_rank} is not a D rank (D TP is {self.decode.tp}: ranks 0..{self.decode.tp - 1})")
+            raise UserError(f"--d-rank {d_rank} is not a D rank (D TP is {self.decode.tp}: "
+                            f"ranks 0..{self.decode.tp - 1})")
         return {
             "schema": SCHEMA,
             "model": self.model.to_dict(),
@@ -111,7 +115,8 @@ class Plan:
         }
 
 
-def _misread_warning(plan_reads_: Sequence[Read], prefill, decode, code: str, lead: str) -> list[Warning_]:
+def _misread_warning(plan_reads_: Sequence[Read], prefill: Sequence[RankLayout], decode: Sequence[RankLayout],
+                     code: str, lead: str) -> list[Warning_]:
     bad = misreads(plan_reads_, prefill, decode)
     if not bad:
         return []
@@ -120,7 +125,7 @@ def _misread_warning(plan_reads_: Sequence[Read], prefill, decode, code: str, le
     return [Warning_(code, f"{lead}: {shown}{more}")]
 
 
-def _request(options: PlanOptions, groups: Sequence[str], prefill: Side, decode: Side) -> Request:
+def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout, decode: EngineLayout) -> Request:
     """Logical blocks per group: SSM groups one page per block on both sides; attention groups the
     same tokens, ``request_blocks`` whole D blocks and as many P blocks as hold them."""
     b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
@@ -149,7 +154,7 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: Side, decode:
     return Request(tuple(p_blocks), tuple(d_blocks))
 
 
-def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups: Sequence[str],
+def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: EngineLayout, groups: Sequence[str],
                       request: Request, semantics: str, group_tensors: Sequence[int]) -> list[DescriptorRead]:
     has_attention = ATTENTION in groups and decode.has_attention
     b_d = decode.geometry.block_size
@@ -157,7 +162,7 @@ def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups
     out = []
     for d in decode.ranks:
         ssm = {r.p_rank: r for r in reads if r.d_rank == d.rank}
-        attn = attention_sources(prefill, decode, d.rank, set(ssm), semantics) if has_attention else {}
+        attn = head_sources(prefill, decode, d.rank, set(ssm), semantics) if has_attention else {}
         whole = tuple((r.offset, r.size) for r in d.regions)
         for i, p_rank in enumerate(sorted(set(ssm) | set(attn))):
             segs = ssm[p_rank].segments if p_rank in ssm else ()
@@ -169,7 +174,8 @@ def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups
             is_base = local_regions == whole and local_attn == whole_block(decode)
             local = DescriptorList(decode.lists, local_regions, local_attn)
             remote = DescriptorList(prefill.lists, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
-            local_slots, remote_slots = [], []
+            local_slots: list[np.ndarray | None] = []
+            remote_slots: list[np.ndarray | None] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
                 if kind != ATTENTION or how is None:
                     local_slots.append(None)
@@ -191,7 +197,7 @@ def _descriptor_reads(reads: Sequence[Read], prefill: Side, decode: Side, groups
     return out
 
 
-def _layout_refusal(prefill: Side, decode: Side) -> tuple[Refusal, ...]:
+def _layout_refusal(prefill: EngineLayout, decode: EngineLayout) -> tuple[Refusal, ...]:
     """vLLM's own SSM layout check (a region it cannot split evenly), when it refuses."""
     if tp_ratio(prefill.tp, decode.tp) is None:
         return ()
@@ -223,7 +229,7 @@ def _state_differences(prefill: ModelSpec, decode: ModelSpec) -> list[str]:
             if getattr(prefill, key) != getattr(decode, key)]
 
 
-def _length_warning(prefill: Side, decode: Side, differs: list[str], releases: str) -> list[Warning_]:
+def _length_warning(prefill: EngineLayout, decode: EngineLayout, differs: list[str], releases: str) -> list[Warning_]:
     """vLLM's descriptor pairs of unequal length: NIXL refuses every READ of the pairing."""
     bad = vllm_length_mismatches(prefill.ranks, decode.ranks)
     if not bad:
@@ -234,13 +240,13 @@ def _length_warning(prefill: Side, decode: Side, differs: list[str], releases: s
         f"{why}, and D reads it into a {bad[0].local_bytes}-byte slice of its own ({bad[0]}; {len(bad)} "
         f"such pairs); NIXL refuses descriptors of unequal length (makeXferReq: length mismatch), so "
         f"every transfer fails"))]
-def engine_facts(model: ModelSpec, side: Side) -> EngineFacts:
+def engine_facts(model: ModelSpec, layout: EngineLayout) -> EngineFacts:
     """What vLLM's compatibility hash takes of one engine of a plan (pull, no speculation)."""
     return EngineFacts(model.name, model.model_dtype, model.num_kv_heads, model.head_size, len(model.layers),
-                       side.hashed_backend, side.geometry.kv_cache_dtype)
+                       layout.hashed_backend, layout.geometry.kv_cache_dtype)
 
 
-def group_tensors(grouping: KVGrouping, decode: Side) -> tuple[int, ...]:
+def group_tensors(grouping: KVGrouping, decode: EngineLayout) -> tuple[int, ...]:
     """How many tensors each group's descriptor IDs cover: D's release decides (D builds both
     lists of a pull)."""
     rule = decode.release.group_regions
@@ -253,15 +259,16 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
     grouping = options.grouping or vllm_grouping(model.layers)
     p_model = _prefill_model(model, options.prefill_model)
-    prefill = build_side(p_model, p_tp, options.prefill, grouping, options.attention_streams)
-    decode = build_side(model, d_tp, options.decode, grouping, options.attention_streams)
+    prefill = engine_layout(p_model, p_tp, options.prefill, grouping, options.attention_streams)
+    decode = engine_layout(model, d_tp, options.decode, grouping, options.attention_streams)
 
-    def rebuild(size: int) -> tuple[Side, Side]:
-        return (build_side(p_model, p_tp, with_block_size(options.prefill, size), grouping, options.attention_streams),
-                build_side(model, d_tp, with_block_size(options.decode, size), grouping, options.attention_streams))
+    def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
+        streams = options.attention_streams
+        return (engine_layout(p_model, p_tp, with_block_size(options.prefill, size), grouping, streams),
+                engine_layout(model, d_tp, with_block_size(options.decode, size), grouping, streams))
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
-    verdict = vllm_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
+    verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import RankLayout, Shard
@@ -23,7 +23,7 @@ class Segment:
     local_offset: int
     size: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"region": self.region, "remote_offset": self.remote_offset,
                 "local_offset": self.local_offset, "size": self.size}
 
@@ -38,7 +38,7 @@ class Read:
     def bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"d_rank": self.d_rank, "p_rank": self.p_rank,
                 "segments": [s.to_dict() for s in self.segments]}
 

@@ -10,7 +10,7 @@ runs them sees them (D when it pulls, P when it pushes), so they need nothing el
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 PULL, PUSH = "pull", "push"
 
@@ -28,7 +28,7 @@ class Refusal:
         """What vLLM's own code raises: its message, or the bare exception where it has none."""
         return self.raised or self.message
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message}
 
 
@@ -175,7 +175,8 @@ def head_sharded(m: Meeting) -> Refusal | None:
     (``tp_ratio < 0``) across different kernel blocks, each of its attention regions must come from
     one source (``compute_tp_mapping`` keeps one rank per distinct head) or be MLA. Ranks that
     replicate a KV head are not exempt."""
-    if not m.geometry_meets or m.tp_ratio >= 0 or m.block_ratio == 1 or m.attention_sources <= 1 or m.mla:
+    ratio = m.tp_ratio
+    if not m.geometry_meets or ratio is None or ratio >= 0 or m.block_ratio == 1 or m.attention_sources <= 1 or m.mla:
         return None
     return Refusal("head-sharded-block-size", "Head-sharded attention reads with P_TP > D_TP and "
                                               "heterogeneous block sizes are not supported")
@@ -253,7 +254,7 @@ class Release:
                 ("head size", facts.head_size), ("layers", facts.layers), ("hashed backend", facts.backend),
                 ("KV-cache dtype", facts.cache_dtype),
                 ("hybrid KV-cache manager", "on" if facts.hybrid_kv_cache_manager else "off"),
-                ("speculative (hidden-state drafts)", _shown(spec)), ("transfer mode", facts.transfer_mode))
+                ("speculative (hidden-state drafts)", _factors_text(spec)), ("transfer mode", facts.transfer_mode))
 
     def knows_flag(self, spelling: str) -> bool:
         """Whether ``spelling`` is one of the serve flags new in this release (a boolean flag's
@@ -279,7 +280,7 @@ class Release:
         return self.pairs_from_last_token and (p_kernel, p_per_logical) != (d_kernel, d_per_logical)
 
 
-def _shown(factors: Hash | None) -> str | None:
+def _factors_text(factors: Hash | None) -> str | None:
     return None if factors is None else ", ".join(f"{name}={value}" for name, value in factors)
 
 

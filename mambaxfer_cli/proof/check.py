@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
@@ -16,7 +17,9 @@ from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
-from mambaxfer_cli.proof.simulate import Patterns, Simulation, request_pages, simulate
+from mambaxfer_cli.planning.release import Release
+from mambaxfer_cli.proof.pages import request_pages
+from mambaxfer_cli.proof.simulate import Patterns, Simulation, simulate
 
 SCHEMA = "mambaxfer.check/v1"
 ALL_PRESETS_MAX_TP = 8
@@ -52,7 +55,8 @@ def parse_pairs(text: str) -> tuple[Pairing, ...]:
                 raise ValueError
             pairing = Pairing(int(sides[0]), int(sides[1]))
         except ValueError:
-            raise UserError(f"--pairs: '{item}' is not a P:D pair of TP sizes; write e.g. --pairs 1:4,4:1,2:3") from None
+            raise UserError(f"--pairs: '{item}' is not a P:D pair of TP sizes; write e.g. "
+                            f"--pairs 1:4,4:1,2:3") from None
         if pairing.p_tp < 1 or pairing.d_tp < 1:
             raise UserError(f"--pairs: '{item}': TP sizes must be positive integers")
         if max(pairing.p_tp, pairing.d_tp) > MAX_TP:
@@ -77,7 +81,7 @@ def pairings_up_to(model: ModelSpec, max_tp: int, semantics: str) -> tuple[Pairi
 def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
     """The TP sizes up to ``max_tp`` that have no layout for the model, each with the reason
     (the layout's own error, without the model's name and the list of sizes that work)."""
-    from mambaxfer_cli.planning.layout import engine_layouts
+    from mambaxfer_cli.planning.layout import rank_layouts
 
     valid = set(valid_tp_sizes(model, max_tp))
     out = {}
@@ -85,8 +89,8 @@ def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
         if tp in valid:
             continue
         try:
-            engine_layouts(model, tp)
-            assert False, f"{model.name}: TP {tp} has a layout but is not a valid TP size"
+            rank_layouts(model, tp)
+            raise AssertionError(f"{model.name}: TP {tp} has a layout but is not a valid TP size")
         except UserError as exc:
             out[tp] = str(exc).removeprefix(f"{model.name}: ").split("; TP sizes that work")[0]
     return out
@@ -120,7 +124,7 @@ class PairingResult:
     misreads: tuple[str, ...] = ()   # what the plan's segments do wrong, region by region
     warnings: tuple[str, ...] = ()   # warning codes of the plan
     reason: str = ""                 # why a pairing was skipped
-    vllm: dict | None = None         # the release's verdict on the pairing (plan's "vllm" field)
+    vllm: dict[str, Any] | None = None         # the release's verdict on the pairing (plan's "vllm" field)
     vllm_check: "PairingResult | None" = None   # BOTH: the proof of vLLM's own reads, when it plans them
     exact_verdict: str | None = None            # BOTH: the verdict of mambaxfer's exact plan
 
@@ -134,11 +138,16 @@ class PairingResult:
         return f"{self.model} {self.pairing} ({self.semantics}{extra})"
 
     @property
+    def _vllm_verdict(self) -> dict[str, Any]:
+        assert self.vllm is not None, "a planned pairing has the release's verdict"
+        return self.vllm
+
+    @property
     def vllm_does(self) -> str | None:
         """BOTH: what vLLM does with the pairing: RIGHT, CORRUPTS or REFUSES (None otherwise)."""
         if self.semantics != BOTH or self.verdict == "skip":
             return None
-        if not self.vllm["accepts"]:
+        if not self._vllm_verdict["accepts"]:
             return REFUSES
         return CORRUPTS if self.vllm_check is None or self.vllm_check.verdict != "pass" else RIGHT
 
@@ -157,7 +166,8 @@ class PairingResult:
     def _corrupted_regions(self) -> list[str]:
         sim = self.vllm_check.simulation if self.vllm_check else None
         found = {d.region for d in sim.damage} if sim else set()
-        return sorted(found, key=lambda name: (REGION_ORDER.index(name) if name in REGION_ORDER else len(REGION_ORDER), name))
+        return sorted(found, key=lambda name: (REGION_ORDER.index(name) if name in REGION_ORDER
+                                               else len(REGION_ORDER), name))
 
     @property
     def vllm_name(self) -> str:
@@ -175,7 +185,7 @@ class PairingResult:
         corrupts = self.vllm_check is not None and self.vllm_check.verdict == "fail"
         does = self.vllm_does
         if does == REFUSES:
-            message = " ".join(r["message"] for r in self.vllm["refusals"][:1]).rstrip(".")
+            message = " ".join(r["message"] for r in self._vllm_verdict["refusals"][:1]).rstrip(".")
             line = f"{pairing}: {vllm} refuses it ({message})"
             if fix:
                 line += f"; --block-size {fix} on both engines makes vLLM accept it"
@@ -205,13 +215,14 @@ class PairingResult:
             if self.exact_verdict == "fail":
                 return [self.deployment_line()] + replace(self, semantics=EXACT).explanation(limit)
             detail = self.vllm_check.explanation(limit) if self.vllm_check else []
-            return [self.deployment_line()] + [line for line in detail if not line.startswith((f"{self.vllm_name} refuses", "fix:"))]
+            said_above = (f"{self.vllm_name} refuses", "fix:")
+            return [self.deployment_line()] + [line for line in detail if not line.startswith(said_above)]
         lines = []
         if self.vllm and not self.vllm["accepts"]:
             lines += [f"{self.vllm['releases']} refuses this pairing at handshake: {r['message']}"
                       for r in self.vllm["refusals"]]
         fix = self.vllm["suggested_block_size"] if self.vllm else None
-        if fix and (self.verdict != "pass" or not self.vllm["accepts"]):
+        if fix and (self.verdict != "pass" or not self._vllm_verdict["accepts"]):
             lines.append(f"fix: --block-size {fix} on both engines")
         if sim is None or sim.ok:
             return lines
@@ -237,7 +248,7 @@ class PairingResult:
             lines.append(f"and {len(sim.problems) - limit} more problems")
         return lines
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         sim = self.simulation
         return {
             "model": self.model, "p_tp": self.p_tp, "d_tp": self.d_tp, "semantics": self.semantics,
@@ -254,7 +265,7 @@ class PairingResult:
             "deployment": self._deployment(),
         }
 
-    def _deployment(self) -> dict | None:
+    def _deployment(self) -> dict[str, Any] | None:
         """BOTH: the answer, and the proof of vLLM's own reads."""
         does = self.vllm_does
         if does is None:
@@ -264,7 +275,7 @@ class PairingResult:
         return {"mambaxfer": self.exact_verdict, "vllm": does,
                 "vllm_wrong_bytes": sim.wrong_bytes if sim else 0,
                 "vllm_corrupts": self._corrupted_regions(),
-                "fix_block_size": self.vllm.get("suggested_block_size"),
+                "fix_block_size": self._vllm_verdict.get("suggested_block_size"),
                 "summary": self.deployment_line(),
                 "vllm_check": check.to_dict() if check else None}
 
@@ -294,9 +305,9 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return EXIT_OK if self.ok else EXIT_WRONG
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "semantics": self.semantics, **self.engines.to_dict(), "ok": self.ok,
                 "summary": {"pairings": len(self.results), "passed": self.count("pass"),
                             "failed": self.count("fail"), "refused": self.count("refused"),
@@ -306,12 +317,14 @@ class CheckReport:
                 "results": [r.to_dict() for r in self.results]}
 
 
-def check_options(release=None, **overrides) -> PlanOptions:
+def check_options(release: Release | None = None, **overrides: Any) -> PlanOptions:
     """PlanOptions with check's engine sizes (used by tests and the API), for ``release`` (default:
     EngineFlags')."""
-    sides = {side: EngineFlags(num_blocks=n, **({} if release is None else {"release": release}))
-             for side, n in CHECK_NUM_BLOCKS.items()}
-    return replace(PlanOptions(**sides), **overrides)
+    def flags(side: str) -> EngineFlags:
+        blocks = CHECK_NUM_BLOCKS[side]
+        return EngineFlags(num_blocks=blocks) if release is None else EngineFlags(num_blocks=blocks, release=release)
+
+    return replace(PlanOptions(prefill=flags("prefill"), decode=flags("decode")), **overrides)
 
 
 def _segment_misreads(plan: Plan) -> tuple[str, ...]:
@@ -403,7 +416,8 @@ def vllm_plan(model: ModelSpec, pairing: Pairing, options: PlanOptions) -> Plan 
         return None
 
 
-def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: str, listed: bool):
+def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: str,
+         listed: bool) -> tuple[Plan | PairingResult, Plan | None]:
     """What to prove for one pairing: a plan (and under BOTH, vLLM's beside it), or a skip."""
     if semantics != BOTH:
         return plan_pairing(model, pairing, replace(options, semantics=semantics), listed), None
@@ -413,7 +427,8 @@ def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: st
     return exact, vllm_plan(model, pairing, options)
 
 
-def _prove(planned, theirs, semantics: str, patterns: Patterns, coalesce: bool) -> PairingResult:
+def _prove(planned: Plan | PairingResult, theirs: Plan | None, semantics: str, patterns: Patterns,
+           coalesce: bool) -> PairingResult:
     if isinstance(planned, PairingResult):
         return planned
     if semantics == BOTH:
@@ -444,7 +459,7 @@ def run_check(targets: Sequence[Target], options: PlanOptions,
     start = time.perf_counter()
     jobs = [(target, *_job(target.model, pairing, options, semantics, target.listed))
             for target in targets for pairing in target.pairings]
-    for target, planned, _ in jobs:
+    for _, planned, _ in jobs:
         if not isinstance(planned, PairingResult):
             check_memory(planned, f"{planned.prefill.tp}:{planned.decode.tp}")
     if on_start:
@@ -490,7 +505,8 @@ def _left_out(model: ModelSpec, top: int, semantics: str, pairings: Sequence[Pai
         for tp, why in skipped.items():
             reasons.setdefault(why.replace(f"TP {tp}", "TP {}", 1), []).append(tp)
         said = "; ".join(why.replace("{}", ", ".join(map(str, sizes))).replace(
-            "does not divide", "does not divide" if len(sizes) == 1 else "do not divide") for why, sizes in reasons.items())
+            "does not divide", "does not divide" if len(sizes) == 1 else "do not divide")
+            for why, sizes in reasons.items())
         lines.append(f"{model.name}: not checked up to TP {top}: {said}")
     sizes = valid_tp_sizes(model, top)
     mixed = len(sizes) ** 2 - len(pairings)

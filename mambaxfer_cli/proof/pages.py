@@ -17,9 +17,10 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.planning.descriptors import kernel_blocks
-from mambaxfer_cli.planning.engine import Side
+from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.plan import Plan
 from mambaxfer_cli.proof.pattern import PageShape, Part
 from mambaxfer_cli.planning.variants import VARIANTS
 
@@ -44,16 +45,17 @@ def token_offset(heads: int, kernel: int, sub_blocks: int, head: int, token: int
     return sub * heads * piece + head * piece + at
 
 
-def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kernel: int,
+def attention_shape(model: ModelSpec, side: EngineLayout, rank: int, tensor: int, p_kernel: int,
                     kernels: Sequence[Sequence[Run]], sub_blocks: int = 1) -> PageShape:
     """A page of ``len(kernels)`` kernel blocks; ``kernels[j]`` are the token runs kernel block ``j``
     holds, the same for every head and stream. ``p_kernel``: P's kernel tokens (the pattern's);
     ``sub_blocks``: the page as vLLM receives it, before its post-receive rearrangement."""
     spt = side.lists.streams_per_tensor
     unit = side.head_token_bytes // spt
-    heads = side.kv_heads[rank]
+    heads = side.heads(rank)
     stream_bytes = side.kernel_block_bytes // spt
     own = side.kernel_tokens
+    assert model.num_kv_heads is not None, "an attention page needs the model's KV heads"
     total = model.num_kv_heads * p_kernel
     parts = []
     for j, runs in enumerate(kernels):
@@ -69,7 +71,7 @@ def attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, p_kern
     return PageShape(tuple(parts), side.page_bytes)
 
 
-def p_attention_shape(model: ModelSpec, side: Side, rank: int, tensor: int, block: int) -> PageShape:
+def p_attention_shape(model: ModelSpec, side: EngineLayout, rank: int, tensor: int, block: int) -> PageShape:
     """P's attention page of logical block ``block``: its own kernel blocks, whole."""
     bpl, k = side.geometry.blocks_per_logical, side.kernel_tokens
     return attention_shape(model, side, rank, tensor, k, [[(0, block * bpl + j, 0, k)] for j in range(bpl)])
@@ -100,7 +102,7 @@ class ExpectedPage:
         return (self.tensor, self.block)
 
 
-def request_pages(plan, d_rank: int) -> list[ExpectedPage]:
+def request_pages(plan: Plan, d_rank: int) -> list[ExpectedPage]:
     """Every D page of the request in request order: groups, then tensor (those the release's
     descriptor IDs cover), then block. Under vLLM semantics an attention page is what D holds when
     the reads complete: with ``plan.received_sub_blocks`` > 1, before vLLM rearranges it."""
@@ -131,14 +133,14 @@ def request_pages(plan, d_rank: int) -> list[ExpectedPage]:
     return out
 
 
-def p_page_kinds(plan) -> dict[int, str]:
+def p_page_kinds(plan: Plan) -> dict[int, str]:
     """P's logical blocks the request hands to attention groups (every other page holds SSM state)."""
     desc = plan.descriptors
     return {int(b): ATTENTION_PAGE for kind, blocks in zip(desc.groups, desc.request.prefill_blocks)
             if kind == ATTENTION for b in blocks.tolist()}
 
 
-def p_page_shape(plan, p_rank: int, tensor: int, block: int, kinds: dict[int, str]) -> PageShape:
+def p_page_shape(plan: Plan, p_rank: int, tensor: int, block: int, kinds: dict[int, str]) -> PageShape:
     """What P rank ``p_rank`` keeps in logical block ``block`` of tensor ``tensor``."""
     side = plan.prefill
     if kinds.get(block) == ATTENTION_PAGE and side.has_attention:

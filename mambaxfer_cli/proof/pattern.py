@@ -99,7 +99,7 @@ def part_bytes(layer: int, block: int, part: Part) -> np.ndarray:
 RowSource = Callable[[int, int, Part], np.ndarray]
 
 
-def fill(out: np.ndarray, shape: PageShape, layer: int, block: int, rows: RowSource = part_bytes) -> None:
+def fill_page(out: np.ndarray, shape: PageShape, layer: int, block: int, rows: RowSource = part_bytes) -> None:
     """Write one block's page (or slot) of ``shape`` into ``out``, padding included.
 
     ``rows`` gives each part's bytes; a caching source must give what ``part_bytes`` gives.
@@ -113,5 +113,5 @@ def fill(out: np.ndarray, shape: PageShape, layer: int, block: int, rows: RowSou
 
 def page(shape: PageShape, layer: int, block: int, rows: RowSource = part_bytes) -> np.ndarray:
     out = np.empty(shape.page_bytes, dtype=np.uint8)
-    fill(out, shape, layer, block, rows)
+    fill_page(out, shape, layer, block, rows)
     return out

@@ -12,7 +12,7 @@ spills into the next one (whatever layer kind uses it), as it would on a GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ class Patterns:
     region) and sliced for each rank, so every TP size of one model shares the work."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple, np.ndarray] = {}
+        self._rows: dict[tuple[int, int, str, int, int], np.ndarray] = {}
 
     def rows(self, layer: int, block: int, part: Part) -> np.ndarray:
         """``(units, unit_bytes)``: the bytes of the part's units, as ``pattern.part_bytes`` gives
@@ -60,7 +60,7 @@ class Problem:
     d_rank: int | None = None
     p_rank: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "d_rank": self.d_rank, "p_rank": self.p_rank}
 
 
@@ -76,9 +76,10 @@ class ByteSource:
     holds: str           # what P keeps there, e.g. "ssm head 0 byte 0"
 
     def describe(self) -> str:
-        return f"P{self.p_rank} {_place(self.space, self.tensor, self.block)} offset {self.offset}, which holds {self.holds}"
+        return (f"P{self.p_rank} {_place(self.space, self.tensor, self.block)} offset {self.offset}, "
+                f"which holds {self.holds}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"p_rank": self.p_rank, "space": self.space, "tensor": self.tensor, "block": self.block,
                 "offset": self.offset, "holds": self.holds}
 
@@ -123,7 +124,8 @@ class WrongByte:
         if holds != wants:
             return "bytes of the unit shifted"
         if self.source.block != self.p_block:
-            return f"{'kernel ' if self.space == 'attention' else ''}block {self.source.block} read instead of {self.p_block}"
+            kind = "kernel " if self.space == "attention" else ""
+            return f"{kind}block {self.source.block} read instead of {self.p_block}"
         if self.source.tensor != self.tensor:
             what = "stream" if self.space == "attention" else "tensor"
             return f"{what} {self.source.tensor} read instead of {self.tensor}"
@@ -139,7 +141,7 @@ class WrongByte:
         times = "" if self.writes == 1 else f", written {self.writes} times, last"
         return f"{where}{times} from {self.source.describe()}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"d_rank": self.d_rank, "space": self.space, "tensor": self.tensor, "block": self.block,
                 "p_block": self.p_block, "offset": self.offset, "wants": self.wants,
                 "expected": self.expected, "found": self.found, "writes": self.writes,
@@ -158,7 +160,7 @@ class Damage:
     pages: int
     first: WrongByte
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"d_rank": self.d_rank, "space": self.space, "region": self.region,
                 "wrong_bytes": self.wrong_bytes, "pages": self.pages, "first": self.first.to_dict()}
 
@@ -184,7 +186,7 @@ class Simulation:
     def first_wrong(self) -> WrongByte | None:
         return self.damage[0].first if self.damage else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"reads": self.reads, "descriptor_pairs": self.pairs, "bytes_moved": self.bytes_moved,
                 "bytes_verified": self.bytes_verified, "wrong_bytes": self.wrong_bytes,
                 "first_wrong_byte": self.first_wrong.to_dict() if self.first_wrong else None,
@@ -289,13 +291,14 @@ def _memory(plan: Plan, side: str) -> _Memory:
     return _Memory(engine.page_bytes, engine.lists.logical_blocks, engine.page_bytes)
 
 
-def _addresses(dlist: DescriptorList, ids: np.ndarray, memory: _Memory):
+def _addresses(dlist: DescriptorList, ids: np.ndarray,
+               memory: _Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     tensor, addr, size = dlist.addresses(ids, memory.page)
     fits = (addr >= 0) & (size >= 0) & (addr + size <= memory.limit)
     return tensor, addr, size, fits
 
 
-def _chunks(read: DescriptorRead, p: _Memory, d: _Memory, problems: list[Problem]):
+def _chunks(read: DescriptorRead, p: _Memory, d: _Memory, problems: list[Problem]) -> np.ndarray:
     """The pairs of one read as copies that stay inside one page on both sides."""
     local, remote = np.asarray(read.local_ids, np.int64), np.asarray(read.remote_ids, np.int64)
     dt, da, size, dfit = _addresses(read.local, local, d)
@@ -317,13 +320,13 @@ def _chunks(read: DescriptorRead, p: _Memory, d: _Memory, problems: list[Problem
     if spans.any():
         extra: list[list[int]] = [[] for _ in rows]
         origin: list[int] = []
-        for i in np.flatnonzero(spans):
+        for i in np.flatnonzero(spans).tolist():
             d0, s0, n, pos = int(da[i]), int(sa[i]), int(size[i]), 0
             while pos < n:
                 step = min(n - pos, dpage - (d0 + pos) % dpage, spage - (s0 + pos) % spage)
                 for col, value in zip(extra, (dt[i], d0 + pos, st[i], s0 + pos, step)):
                     col.append(int(value))
-                origin.append(int(i))
+                origin.append(i)
                 pos += step
         # Keep the copies in the read's order: with repeated writes, the last one wins.
         order = np.argsort(np.concatenate([np.flatnonzero(~spans), origin]), kind="stable")
@@ -341,7 +344,9 @@ class _Sources:
     """P ranks' pages, generated from the pattern the first time a read touches them."""
 
     def __init__(self, plan: Plan, patterns: Patterns) -> None:
-        self.plan, self.patterns, self.pages, self.shapes = plan, patterns, {}, {}
+        self.plan, self.patterns = plan, patterns
+        self.pages: dict[tuple[int, int, int], np.ndarray] = {}
+        self.shapes: dict[tuple[int, int, int], PageShape] = {}
         self.kinds = p_page_kinds(plan)
 
     def shape(self, p_rank: int, tensor: int, block: int) -> PageShape:
@@ -359,7 +364,8 @@ class _Sources:
         return found
 
 
-def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, fences: dict[int, tuple[int, ...]]):
+def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+              fences: dict[int, tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per page, the intervals written a given number of times (vectorised sweep over events).
 
     ``fences`` adds zero-weight events (page start, state end, page end) so unwritten stretches of
@@ -379,7 +385,8 @@ def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, fences: di
     return key[:-1][keep], pos[:-1][keep], pos[1:][keep], count[:-1][keep]
 
 
-def _find_source(chunks: np.ndarray, page_index: np.ndarray, key: int, offset: int):
+def _find_source(chunks: np.ndarray, page_index: np.ndarray, key: int,
+                 offset: int) -> tuple[int, int, int, int] | None:
     """The last chunk that wrote ``offset`` of page ``key``, and where in P that byte came from."""
     hit = np.flatnonzero((page_index == key) & (chunks[:, _DO] <= offset)
                          & (offset < chunks[:, _DO] + chunks[:, _N]))
@@ -414,9 +421,9 @@ def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
         chunks = (np.concatenate(per_rank[d_rank]) if per_rank[d_rank]
                   else np.zeros((0, 8), dtype=np.int64))
         bytes_moved += int(chunks[:, _N].sum())
-        found, verified = _verify_rank(d_rank, chunks, request_pages(plan, d_rank), d_memory, sources,
+        wrong, verified = _verify_rank(d_rank, chunks, request_pages(plan, d_rank), d_memory, sources,
                                        patterns, problems)
-        damage.extend(found)
+        damage.extend(wrong)
         bytes_verified += verified
     return Simulation(len(desc.reads), pairs, bytes_moved, bytes_verified, tuple(problems), tuple(damage))
 
@@ -439,7 +446,7 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
         src = sources.page(row[_PR], row[_ST], row[_SB])
         pages[k][row[_DO]:row[_DO] + row[_N]] = src[row[_SO]:row[_SO] + row[_N]]
 
-    fences = {}
+    fences: dict[int, tuple[int, ...]] = {}
     for k, key in enumerate(keys[:n_expected]):
         fences[k] = (0, by_key[key].shape.state_bytes, memory.page)
     ck, c0, c1, cn = _coverage(page_index, chunks[:, _DO], chunks[:, _DO] + chunks[:, _N], fences)
@@ -469,7 +476,7 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
         parts += [f"{padding} bytes written into page padding"] if padding else []
         problems.append(Problem("write-count", f"D{d_rank}: " + ", ".join(parts), d_rank))
 
-    found: dict[tuple[str, str], list] = {}
+    found: dict[tuple[str, str], list[Any]] = {}     # (space, region) -> [wrong bytes, pages, first]
     verified = 0
     for e in expected:
         k = index[e.key]

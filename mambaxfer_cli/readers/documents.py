@@ -73,7 +73,8 @@ def decode_utf8(data: bytes, where: str) -> str:
         raise UserError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
 
 
-def read_text(path: Path, where: str, limit: int = MAX_FILE_BYTES, what: str = "a model config or plan document") -> str:
+def read_text(path: Path, where: str, limit: int = MAX_FILE_BYTES,
+              what: str = "a model config or plan document") -> str:
     """The file's text: at most ``limit`` bytes (MAX_FILE_BYTES), UTF-8 (a BOM is allowed)."""
     return decode_utf8(read_bounded(path, where, limit, what), where)
 

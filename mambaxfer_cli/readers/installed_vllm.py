@@ -19,6 +19,7 @@ class DefaultRelease:
 
 
 def installed_version() -> str | None:
+    """The vLLM version in this environment, from its package metadata (vLLM is not imported)."""
     try:
         return metadata.version("vllm")
     except metadata.PackageNotFoundError:
@@ -36,7 +37,8 @@ def default_release(installed: str | None = None, probe: bool = True) -> Default
         if found == minor(known.name):
             return DefaultRelease(known, version)
     known_names = ", ".join(r.name for r in RELEASES)
-    if found is None or found > minor(NEWEST.name):
+    newest = minor(NEWEST.name)
+    if found is None or (newest is not None and found > newest):
         return DefaultRelease(NEWEST, version, (
             f"vLLM {version} is installed, newer than the releases mambaxfer knows ({known_names}): answering "
             f"for vLLM {NEWEST.name}; give --vllm-version to choose"))

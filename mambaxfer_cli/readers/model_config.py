@@ -6,7 +6,7 @@ import math
 from typing import Any, Mapping
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.readers.families import (
     GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
 )
@@ -36,22 +36,17 @@ def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> i
                 part = config[key]
                 if (isinstance(part, bool) or not isinstance(part, (int, float)) or not math.isfinite(part)
                         or part != int(part) or part <= 0):
-                    raise UserError(f"{where}: key '{key}' must be a positive integer, got {_shown(part)}")
+                    raise UserError(f"{where}: key '{key}' must be a positive integer, got {quoted(part)}")
                 value *= at_most(f"{where}: key '{key}'", int(part), MAX_DIM, "model's")
             return at_most(f"{where}: {what} ({'·'.join(keys)})", value, MAX_DIM, "model's")
     wanted = " or ".join("·".join(keys) for keys in alternatives)
     raise UserError(f"{where}: missing key for {what}: expected {wanted}")
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
-
-
 def _int_key(config: Mapping[str, Any], key: str, minimum: int, where: str) -> int:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {_shown(value)}")
+        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
     return value
 
 
@@ -61,7 +56,7 @@ _ITEM_NAMES = {str: "strings", int: "integers"}
 def _list_key(config: Mapping[str, Any], key: str, item: type, where: str) -> list:
     value = config[key]
     if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
-        raise UserError(f"{where}: key '{key}' must be a list of {_ITEM_NAMES[item]}, got {_shown(value)}")
+        raise UserError(f"{where}: key '{key}' must be a list of {_ITEM_NAMES[item]}, got {quoted(value)}")
     return value
 
 
@@ -83,7 +78,7 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
         pattern = config["hybrid_override_pattern"]
         if not isinstance(pattern, str):
             raise UserError(f"{where}: key 'hybrid_override_pattern' must be a string like 'M-M*', "
-                            f"got {_shown(pattern)}")
+                            f"got {quoted(pattern)}")
         at_most(f"{where}: hybrid_override_pattern of length", len(pattern), 4 * MAX_LAYERS, "model's")
         bad = sorted(set(pattern) - set(kinds))
         if bad:
@@ -99,7 +94,7 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
         at_most(f"{where}: {key} of length", len(entries), 4 * MAX_LAYERS, "model's")
         for entry in entries:
             if entry not in kinds:
-                raise UserError(f"{where}: {key} has unknown layer kind {_shown(entry)}; known: {', '.join(kinds)}")
+                raise UserError(f"{where}: {key} has unknown layer kind {quoted(entry)}; known: {', '.join(kinds)}")
             out.extend(kinds[entry])
         return tuple(out)
     if n_layers is None:
@@ -147,7 +142,7 @@ def _dtype(config: Mapping[str, Any], keys: tuple[str, ...], where: str) -> tupl
         if config.get(key) and config[key] != "auto":
             if not isinstance(config[key], str):
                 raise UserError(f"{where}: key '{key}' must be a dtype name such as 'bfloat16', "
-                                f"got {_shown(config[key])}")
+                                f"got {quoted(config[key])}")
             try:
                 return canonical_dtype(config[key]), key
             except UserError as exc:
@@ -196,7 +191,7 @@ def spec_from_config(
         ssm, ssm_origin = conv, "the conv dtype"
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
-        raise UserError(f"--num-spec must be a non-negative integer, got {_shown(spec_num)}")
+        raise UserError(f"--num-spec must be a non-negative integer, got {quoted(spec_num)}")
     within("--num-spec" if num_spec is not None else f"{where}: num_speculative_tokens", spec_num, 0,
            MAX_NUM_SPEC, "speculative decoding uses")
     layers = _layer_kinds(config, family, where)
@@ -240,7 +235,7 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
     key, else ``hidden_size / num_attention_heads``) of a model with attention layers."""
     for flag, value in (("--kv-heads", kv_heads), ("--head-size", head_size)):
         if value is not None and _positive(value) is None:
-            raise UserError(f"{flag} must be a positive integer, got {_shown(value)}")
+            raise UserError(f"{flag} must be a positive integer, got {quoted(value)}")
     heads = kv_heads
     if heads is None:
         for key in ("num_key_value_heads", "num_attention_heads"):
@@ -248,7 +243,7 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
                 heads = _positive(config[key])
                 if heads is None:
                     raise UserError(f"{where}: key '{key}' must be a positive integer (attention KV heads), "
-                                    f"got {_shown(config[key])}")
+                                    f"got {quoted(config[key])}")
                 at_most(f"{where}: key '{key}'", heads, MAX_DIM, "model's")
                 break
     if heads is None:
@@ -261,7 +256,7 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
                 size = _positive(config[key])
                 if size is None:
                     raise UserError(f"{where}: key '{key}' must be a positive integer (attention head size), "
-                                    f"got {_shown(config[key])}")
+                                    f"got {quoted(config[key])}")
                 at_most(f"{where}: key '{key}'", size, MAX_DIM, "model's")
                 break
     if size is None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from mambaxfer_cli.limits import MAX_REF_BYTES
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
 
@@ -25,7 +25,7 @@ def preset_names() -> list[str]:
 
 
 @lru_cache(maxsize=None)
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     data = parse_yaml(read_text(path, str(path)), str(path))
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
         raise UserError(f"{path}: a model YAML file needs a 'config:' mapping of Hugging Face config keys "
@@ -39,7 +39,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
     data = parse_json(read_text(path, str(path)), str(path))
     if not isinstance(data, dict):
         raise UserError(f"{path}: a config.json must hold a JSON object, found {type(data).__name__}")
@@ -67,7 +67,7 @@ def config_label(path: Path) -> str:
     return folder or path.stem
 
 
-def _cached_repo_config(repo_id: str) -> Path | None:
+def cached_repo_config(repo_id: str) -> Path | None:
     repo = hf_cache_dir() / f"models--{repo_id.replace('/', '--')}"
     snapshots = repo / "snapshots"
     if not snapshots.is_dir():
@@ -93,7 +93,7 @@ def load_model(
     head_size: int | None = None,
 ) -> ModelSpec:
     """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
-    cli = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
+    cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size}
     if model in preset_names():
         return _from_yaml(PRESET_DIR / f"{model}.yaml", cli, default_name=model)
@@ -103,7 +103,7 @@ def load_model(
     try:
         kind = "dir" if path.is_dir() else "file" if path.is_file() else None
     except OSError as exc:   # a name too long for the file system, a loop of symlinks, ...
-        raise UserError(f"--model {_shown(model)}: {exc.strerror or exc}") from None
+        raise UserError(f"--model {clipped(model)}: {exc.strerror or exc}") from None
     if kind == "dir":
         for candidate in ("config.json", "model.yaml"):
             if (path / candidate).is_file():
@@ -112,31 +112,31 @@ def load_model(
     if kind == "file":
         if path.suffix in (".yaml", ".yml"):
             return _from_yaml(path, cli, default_name=path.stem)
-        config = _read_json(path)
+        config = read_json(path)
         return spec_from_config(config, name=config_label(path), source=str(path), **cli)
     # Repo ids often hold dots ('ai21labs/Jamba-v0.1'): only a file suffix marks a path.
     if (model.count("/") == 1 and not model.startswith((".", "/", "~"))
             and path.suffix.lower() not in _FILE_SUFFIXES):
         try:
-            cached = _cached_repo_config(model)
+            cached = cached_repo_config(model)
         except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"'{_shown(model)}': cannot look it up in the Hugging Face cache: "
+            raise UserError(f"'{clipped(model)}': cannot look it up in the Hugging Face cache: "
                             f"{getattr(exc, 'strerror', None) or exc}") from None
         if cached is None:
             preset = preset_for_source(model)
             if preset is not None:       # a preset's own source: the preset holds its config
                 return _from_yaml(PRESET_DIR / f"{preset}.yaml", cli, default_name=preset)
-            raise UserError(f"'{_shown(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}) nor a "
+            raise UserError(f"'{clipped(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}) nor a "
                             f"built-in preset's source; mambaxfer never downloads: fetch its config.json "
                             f"first, or pass a path")
         # The snapshot directory's name is the commit the cache holds: the plan records it.
-        return spec_from_config(_read_json(cached), name=model, source=model, revision=cached.parent.name, **cli)
+        return spec_from_config(read_json(cached), name=model, source=model, revision=cached.parent.name, **cli)
     # A name with a dot ('qwen3.5') is a preset name mistyped, unless it looks like a path.
     if os.sep in model or model.startswith((".", "~")) or path.suffix.lower() in _FILE_SUFFIXES:
-        raise UserError(f"{_shown(model)}: no such file or directory")
+        raise UserError(f"{clipped(model)}: no such file or directory")
     close = difflib.get_close_matches(model, preset_names(), n=1, cutoff=0.4)
     hint = f"; did you mean '{close[0]}'?" if close else ""
-    raise UserError(f"unknown model '{_shown(model)}'{hint} (built-in presets: {', '.join(preset_names())}; "
+    raise UserError(f"unknown model '{clipped(model)}'{hint} (built-in presets: {', '.join(preset_names())}; "
                     f"or pass a config.json, a model directory, a YAML file or a cached repo id)")
 
 
@@ -145,7 +145,7 @@ def preset_sources() -> dict[str, str]:
     """A preset's Hugging Face repo id (lower case) -> the preset's name."""
     out = {}
     for name in preset_names():
-        source = _read_yaml(PRESET_DIR / f"{name}.yaml").get("source")
+        source = read_yaml(PRESET_DIR / f"{name}.yaml").get("source")
         if source:
             out[str(source).lower()] = name
     return out
@@ -156,12 +156,8 @@ def preset_for_source(repo_id: str) -> str | None:
     return preset_sources().get(repo_id.lower())
 
 
-def _shown(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
-
-
 def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
-    data = _read_yaml(path)
+    data = read_yaml(path)
     merged = {key: data.get(key) for key in _OVERRIDE_KEYS}
     given_by = {key: f"{path.name}: {key}" for key in ("conv_dtype", "ssm_dtype") if data.get(key) is not None}
     merged.update({key: value for key, value in cli.items() if value is not None})
@@ -177,4 +173,4 @@ def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
 
 
 def preset_description(name: str) -> str:
-    return str(_read_yaml(PRESET_DIR / f"{name}.yaml").get("description", ""))
+    return str(read_yaml(PRESET_DIR / f"{name}.yaml").get("description", ""))

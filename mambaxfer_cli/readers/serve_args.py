@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 
 CONV_LAYOUT_VAR = "VLLM_SSM_CONV_STATE_LAYOUT"
@@ -123,13 +123,11 @@ class ServeLine:
     kv_connector: str | None = None
     kv_role: str | None = None
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
-    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's
+    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's; None: auto
     additional_config: Mapping[str, Any] = field(default_factory=dict)   # --additional-config, whole
     speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
     kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
     attention_config: Mapping[str, Any] = field(default_factory=dict)   # --attention-config / -ac
-    additional_config: Mapping[str, Any] = field(default_factory=dict)  # --additional-config
-    gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else additional_config's; None: auto
     kv_buffer_device: str | None = None         # kv_transfer_config.kv_buffer_device; None: the GPU ("cuda")
     enforce_handshake_compat: bool = True       # kv_connector_extra_config.enforce_handshake_compat
     enable_permute_local_kv: bool = False       # kv_transfer_config.enable_permute_local_kv
@@ -279,7 +277,9 @@ def _quoted_before(line: str, i: int) -> bool:
 
 def _logical_lines(text: str) -> list[str]:
     """Split at newlines outside quotes (a quoted JSON value may span lines)."""
-    lines, current, quote = [], [], None
+    lines: list[str] = []
+    current: list[str] = []
+    quote: str | None = None
     i = 0
     while i < len(text):
         ch = text[i]
@@ -320,11 +320,6 @@ def _serve_start(words: list[str]) -> int | None:
         if word == "-m" and i + 1 < len(words) and words[i + 1] == API_SERVER_MODULE and i > 0:
             return i - 1
     return None
-
-
-def _shown(value: str) -> str:
-    """A value quoted in an error message: escaped, and cut to its start when long."""
-    return repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
 
 
 def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> ServeLine:
@@ -409,13 +404,14 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
                 occurrences.setdefault("model", []).append(Occurrence(word, i, i + 1))
                 i += 1
                 continue
-            raise UserError(f"{where}: unexpected argument {_shown(word)} (vllm serve takes one model)")
+            raise UserError(f"{where}: unexpected argument {quoted(word)} (vllm serve takes one model)")
         if word.startswith("-O") and word != "-O" or (word == "-O" and words[i + 1:i + 2] in (["0"], ["1"], ["2"],
                                                                                              ["3"])):
             ignored.append("--optimization-level")       # -O3, -O=3, -O 3: FlexibleArgumentParser's forms
             i += 2 if word == "-O" else 1
             continue
-        name, inline = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
+        name, eq, value_after = word.partition("=")
+        inline = value_after if eq else None
         if name.startswith("--"):          # underscores in the option's name, not in a JSON sub-key
             head, dot, tail = name[2:].partition(".")
             name = "--" + head.replace("_", "-") + dot + tail
@@ -449,7 +445,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
             continue
         if known.takes in SETS:
             if inline is not None:
-                raise UserError(f"{where}: {name} takes no value (got {_shown(word)})")
+                raise UserError(f"{where}: {name} takes no value (got {quoted(word)})")
             value = known.takes != "false"
         elif known.takes == OPTIONAL:
             value = inline
@@ -470,7 +466,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         if key is None:
             ignored.append(known.spelling)
             if known.dest == "config":
-                notes.append(f"{known.spelling} {_shown(str(value))}: the flags in that file are not read by "
+                notes.append(f"{known.spelling} {quoted(str(value))}: the flags in that file are not read by "
                              f"mambaxfer; write them on the command line")
         else:
             values[key] = value
@@ -507,7 +503,7 @@ def _check_choice(known: Known, value: str, name: str, where: str, release_only:
     accepting = tuple(r for r in known.releases if value in known.choices.get(r, (value,)))
     if not accepting:
         union = dict.fromkeys(c for r in known.releases for c in known.choices.get(r, ()))
-        raise UserError(f"{where}: {name}: invalid choice {_shown(value)} (choose from {', '.join(union)})")
+        raise UserError(f"{where}: {name}: invalid choice {quoted(value)} (choose from {', '.join(union)})")
     if accepting != known.releases:
         release_only.append((f"{known.spelling} {value}", accepting))
 
@@ -560,9 +556,9 @@ def _json(value: str, flag: str, where: str) -> dict:
     try:
         data = load_json(value, flag, where)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{where}: {flag} is not valid JSON ({exc.msg}): {_shown(value)}") from None
+        raise UserError(f"{where}: {flag} is not valid JSON ({exc.msg}): {quoted(value)}") from None
     if not isinstance(data, dict):
-        raise UserError(f"{where}: {flag} must be a JSON object, got {_shown(value)}")
+        raise UserError(f"{where}: {flag} must be a JSON object, got {quoted(value)}")
     return data
 
 
@@ -623,11 +619,11 @@ def _config(values: dict, dotted: dict, key: str, where: str) -> dict:
 def _int(value: Any, flag: str, where: str, minimum: int = 1) -> int:
     text = str(value)
     if len(text) > MAX_JSON_INT_DIGITS:
-        raise UserError(f"{where}: {flag} expects an integer, got {_shown(text)}")
+        raise UserError(f"{where}: {flag} expects an integer, got {quoted(text)}")
     try:
         number = int(text, 10)
     except ValueError:
-        raise UserError(f"{where}: {flag} expects an integer, got {_shown(text)}") from None
+        raise UserError(f"{where}: {flag} expects an integer, got {quoted(text)}") from None
     if number < minimum:
         raise UserError(f"{where}: {flag} must be >= {minimum}, got {number}")
     if number > 1 << 20:
@@ -646,14 +642,14 @@ def _bool(value: Any, what: str, where: str) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
-    raise UserError(f"{where}: {what} must be a boolean, got {_shown(repr(value))}")
+    raise UserError(f"{where}: {what} must be a boolean, got {quoted(repr(value))}")
 
 
 def _backend(name: Any, what: str, where: str) -> str | None:
     if name is None:
         return None
     if not isinstance(name, str):
-        raise UserError(f"{where}: {what} must be a backend name, got {_shown(repr(name))}")
+        raise UserError(f"{where}: {what} must be a backend name, got {quoted(repr(name))}")
     return None if name.lower() == "auto" else name.upper()
 
 
@@ -677,7 +673,7 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         n = spec.get("num_speculative_tokens", 0)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise UserError(f"{where}: --speculative-config: num_speculative_tokens must be a non-negative "
-                            f"integer, got {_shown(repr(n))}")
+                            f"integer, got {quoted(repr(n))}")
         out["num_speculative_tokens"] = _int(n, "num_speculative_tokens", where, 0)
         out["speculative"] = spec
         out["speculative_method"] = str(spec["method"]) if spec.get("method") is not None else None
@@ -711,19 +707,19 @@ def _transfer_fields(transfer: dict, where: str) -> dict:
     connector = transfer.get("kv_connector")
     role = transfer.get("kv_role")
     if connector is not None and not isinstance(connector, str):
-        raise UserError(f"{where}: --kv-transfer-config: kv_connector must be a string, got {_shown(repr(connector))}")
+        raise UserError(f"{where}: --kv-transfer-config: kv_connector must be a string, got {quoted(repr(connector))}")
     if connector is not None and role is None:
         raise UserError(f"{where}: --kv-transfer-config: Please specify kv_role when kv_connector is set, "
                         f"supported roles are {', '.join(KV_ROLES)}")
     if role is not None and role not in KV_ROLES:
         raise UserError(f"{where}: --kv-transfer-config: kv_role must be one of {', '.join(KV_ROLES)}, "
-                        f"got {_shown(repr(role))}")
+                        f"got {quoted(repr(role))}")
     out: dict[str, Any] = {"kv_connector": connector, "kv_role": role, "kv_transfer": transfer}
     device = transfer.get("kv_buffer_device")
     if device is not None:
         if not isinstance(device, str):
             raise UserError(f"{where}: --kv-transfer-config: kv_buffer_device must be a string, got "
-                            f"{_shown(repr(device))}")
+                            f"{quoted(repr(device))}")
         out["kv_buffer_device"] = device
     if "enable_permute_local_kv" in transfer:
         out["enable_permute_local_kv"] = _bool(transfer["enable_permute_local_kv"],
@@ -731,7 +727,7 @@ def _transfer_fields(transfer: dict, where: str) -> dict:
     extra = transfer.get("kv_connector_extra_config", {})
     if not isinstance(extra, dict):
         raise UserError(f"{where}: --kv-transfer-config: kv_connector_extra_config must be a JSON object, got "
-                        f"{_shown(repr(extra))}")
+                        f"{quoted(repr(extra))}")
     if "enforce_handshake_compat" in extra:        # get_from_extra_config(..., True): Python truth
         out["enforce_handshake_compat"] = bool(extra["enforce_handshake_compat"])
     return out
@@ -739,7 +735,7 @@ def _transfer_fields(transfer: dict, where: str) -> dict:
 
 def _release_keys(fields: dict) -> list[tuple[str, tuple[str, ...]]]:
     """JSON keys that only some releases read (RELEASE_KEYS), where the line sets them."""
-    out = []
+    out: list[tuple[str, tuple[str, ...]]] = []
     for (key, *path), releases in RELEASE_KEYS.items():
         node: Any = {"kv_transfer_config": fields.get("kv_transfer")}.get(key)
         for part in path:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.proof.check import BOTH, CORRUPTS, EXACT, REFUSES, RIGHT, CheckReport, PairingResult
+from mambaxfer_cli.planning.reads import EXACT
+from mambaxfer_cli.proof.check import BOTH, CORRUPTS, REFUSES, RIGHT, CheckReport, PairingResult
 from mambaxfer_cli.render.model_view import human_bytes
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),
@@ -24,8 +25,9 @@ LINES_SHOWN = 20
 def deployment_table(report: CheckReport) -> Table:
     """BOTH: per pairing, mambaxfer's exact plan and what vLLM does."""
     table = Table(title=f"mambaxfer check: exact plan and {report.answered_for}", title_justify="left")
-    for column, justify in (("model", "left"), ("pairing", "left"), ("bytes", "right"),
-                            ("mambaxfer", "left"), (report.releases, "left")):
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("model", "left"), ("pairing", "left"), ("bytes", "right"), ("mambaxfer", "left"), (report.releases, "left")]
+    for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=True)
     last_model = None
     for r in report.results:
@@ -37,7 +39,9 @@ def deployment_table(report: CheckReport) -> Table:
         if r.verdict == "skip":
             table.add_row(model, pairing, "", VERDICTS["skip"], VERDICTS["skip"])
             continue
-        table.add_row(model, pairing, human_bytes(r.bytes), EXACT_PLAN[r.exact_verdict], VLLM_DOES[r.vllm_does])
+        exact, does = r.exact_verdict, r.vllm_does
+        assert exact is not None and does is not None, "a pairing checked under both semantics has both answers"
+        table.add_row(model, pairing, human_bytes(r.bytes), EXACT_PLAN[exact], VLLM_DOES[does])
     return table
 
 
@@ -46,9 +50,10 @@ def summary_table(report: CheckReport) -> Table:
         return deployment_table(report)
     table = Table(title=f"mambaxfer check ({report.semantics} semantics) · {report.answered_for}",
                   title_justify="left")
-    for column, justify in (("model", "left"), ("pairing", "left"), ("tp_ratio", "right"),
-                            ("reads", "right"), ("segments", "right"), ("descriptors", "right"),
-                            ("bytes", "right"), ("time", "right"), ("verdict", "left")):
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("model", "left"), ("pairing", "left"), ("tp_ratio", "right"), ("reads", "right"), ("segments", "right"),
+        ("descriptors", "right"), ("bytes", "right"), ("time", "right"), ("verdict", "left")]
+    for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=column != "model")
     last_model = None
     for r in report.results:

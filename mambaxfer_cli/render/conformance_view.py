@@ -41,16 +41,17 @@ def summary_table(report: Report) -> Table:
     return table
 
 
-def _value(value) -> str:
+def _as_text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
 def difference_panel(result: FunctionResult) -> Panel:
     first = result.first
+    assert first is not None, "a function that differs has a first difference"
     lines = [Text(f"{result.tally.differing} of {result.tally.cases} cases differ; the first:", style="bold"),
              Text(first.case.describe()),
-             Text.assemble(("vLLM:      ", "bold"), _value(first.vllm)),
-             Text.assemble(("mambaxfer: ", "bold"), _value(first.mambaxfer)),
+             Text.assemble(("vLLM:      ", "bold"), _as_text(first.vllm)),
+             Text.assemble(("mambaxfer: ", "bold"), _as_text(first.mambaxfer)),
              Text.assemble(("mambaxfer's side: ", "dim"), first.case.command())]
     models = [f"{model} {d}/{c}" for model, (c, d) in result.tally.by_model.items() if d]
     lines.append(Text("differing cases by model: " + ", ".join(models), style="dim"))
@@ -58,6 +59,7 @@ def difference_panel(result: FunctionResult) -> Panel:
 
 
 def not_called_panel(result: FunctionResult) -> Panel:
+    assert result.not_called is not None, "a function not called says why"
     lines = [Text(result.not_called)]
     if result.attribute:
         lines.append(Text(f"the attribute: {result.attribute}", style="bold"))
@@ -104,7 +106,8 @@ def progress() -> Iterator[tuple[Callable[[int], None], Callable[[str, int, int]
 
     err = Console(stderr=True)
     if not err.is_terminal:
-        started, last = time.monotonic(), []
+        started = time.monotonic()
+        last: list[str] = []
 
         def start(total: int) -> None:
             sys.stderr.write(f"conformance: {total} pairings to compare\n")
@@ -144,10 +147,11 @@ def junit_xml(report: Report) -> str:
                              name=result.function.name)
         if result.outcome == DIFFERS:
             first = result.first
+            assert first is not None, "a function that differs has a first difference"
             failure = ET.SubElement(case, "failure", type="mambaxfer.conformance",
                                     message=f"differs in {result.tally.differing} of {result.tally.cases} cases")
-            failure.text = "\n".join([f"first: {first.case.describe()}", f"vLLM: {_value(first.vllm)}",
-                                      f"mambaxfer: {_value(first.mambaxfer)}", f"reproduce: {first.case.command()}"])
+            failure.text = "\n".join([f"first: {first.case.describe()}", f"vLLM: {_as_text(first.vllm)}",
+                                      f"mambaxfer: {_as_text(first.mambaxfer)}", f"reproduce: {first.case.command()}"])
         elif result.outcome == NOT_CALLED:
             failure = ET.SubElement(case, "failure", type="mambaxfer.conformance", message="could not be called")
             failure.text = result.not_called

@@ -23,7 +23,8 @@ VALUE_CHARS = 40      # a cell line up to this long is one value, never wrapped
 # Values of several words that prose never splits: a number and its unit, a pairing, a shard, an
 # ID run, an option and its number.
 KEEP = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs|tokens|bytes)(?![\w/])"
-                  r"|P\d+ → D\d+|P TP \d+|D TP \d+|vLLM \d+\.\d+|\[\d+, \d+\)|\d+\.\.\d+ step \d+|--[\w-]+ \d+(?![\w.])")
+                  r"|P\d+ → D\d+|P TP \d+|D TP \d+|vLLM \d+\.\d+|\[\d+, \d+\)|\d+\.\.\d+ step \d+"
+                  r"|--[\w-]+ \d+(?![\w.])")
 
 
 @lru_cache(maxsize=None)
@@ -111,7 +112,7 @@ class Prose:
     def _words(self, line: str) -> list[tuple[int, int]]:
         """(start, end) of each unbreakable piece of one line."""
         kept = [m.span() for m in KEEP.finditer(line)]
-        pieces = []
+        pieces: list[tuple[int, int]] = []
         for m in re.finditer(r"\S+", line):
             start, end = m.span()
             for a, b in kept:
@@ -181,7 +182,7 @@ def _words(text: str) -> int:
     return max((len(word) for word in text.split()), default=0)
 
 
-def _value(text: str) -> int:
+def _narrowest(text: str) -> int:
     """The narrowest a cell can be: a value's whole line, else (prose) its longest word."""
     from rich.cells import cell_len
 
@@ -200,7 +201,7 @@ def column_widths(table, width: int) -> list[int] | None:
     for column in table.columns:
         header = _plain(column.header)
         cells = [_plain(cell) for cell in column.cells]
-        need.append(max([_words(header), *map(_value, cells)]))
+        need.append(max([_words(header), *map(_narrowest, cells)]))
         want.append(max([cell_len(line) for text in (header, *cells) for line in (text.splitlines() or [""])]))
     extra = table._extra_width + sum(table._get_padding_width(i) for i in range(len(table.columns)))
     room = width - extra

@@ -33,7 +33,8 @@ def _help_text(param, ctx, markup_mode):
 def _names(param, ctx) -> list[str]:
     """The option's names, one line each: the long names and short ones, then the type; the
     negative names of a --flag/--no-flag pair on a line of their own."""
-    first = ", ".join([*(o for o in param.opts if o.startswith("--")), *(o for o in param.opts if not o.startswith("--"))])
+    first = ", ".join([*(o for o in param.opts if o.startswith("--")),
+                       *(o for o in param.opts if not o.startswith("--"))])
     kind = param.display_type_rich(ctx=ctx) if hasattr(param, "display_type_rich") else None
     if kind:
         first += f" {kind}"
@@ -78,6 +79,7 @@ def options_panel(*, name: str, params, ctx, markup_mode, console) -> None:
     beside = inner - names_width - 2 >= MIN_HELP
     width = inner - names_width - 2 if beside else inner - INDENT
     rows = [(names, _default_whole(help_text, width, console)) for names, help_text in rows]
+    body: Table | Group
     if beside:
         table = Table(show_header=False, box=None, padding=(0, 2, 0, 0), expand=True, pad_edge=False)
         table.add_column(width=names_width, no_wrap=True)
@@ -101,7 +103,7 @@ def paragraphs(text: str) -> str:
                         for part in inspect.cleandoc(text).split("\n\n"))
 
 
-def install() -> None:
+def install_help() -> None:
     """Use ``options_panel`` for every command's --help, and one line per paragraph of its help
     (where typer lays its help out as we know)."""
     from typer import rich_utils
@@ -118,5 +120,5 @@ def install() -> None:
             finally:
                 obj.help = original
 
-        joined.joined = True
+        joined.joined = True  # type: ignore[attr-defined]  # marks the wrapper: installed once
         rich_utils._get_help_text = joined

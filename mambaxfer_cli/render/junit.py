@@ -34,7 +34,8 @@ def junit_xml(report: CheckReport) -> str:
             else:
                 out = ET.SubElement(case, "system-out")
                 out.text = (f"{r.reads} reads, {r.segments} segments, {r.descriptors} descriptor pairs, "
-                            f"{r.bytes} bytes copied, {r.simulation.bytes_verified if r.simulation else 0} bytes verified"
+                            f"{r.bytes} bytes copied, "
+                            f"{r.simulation.bytes_verified if r.simulation else 0} bytes verified"
                             + (f"; {r.deployment_line()}" if r.vllm_does else ""))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -15,11 +16,12 @@ REGION_STYLES = {"x": "cyan", "B": "magenta", "C": "yellow", "Q": "cyan", "K": "
 
 
 def human_bytes(n: int) -> str:
+    size: float = n
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+        if size < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
 
 
 def models_table(specs: Sequence[ModelSpec]) -> Table:
@@ -48,9 +50,10 @@ def model_summary(spec: ModelSpec) -> str:
 def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
     """One row per rank and region: shard in global units, byte offset and size."""
     table = Table(title=title, title_justify="left", show_lines=False)
-    for column, justify in (("rank", "right"), ("region", "left"), ("unit", "left"),
-                            ("shard", "right"), ("unit bytes", "right"), ("offset", "right"),
-                            ("size", "right")):
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("rank", "right"), ("region", "left"), ("unit", "left"), ("shard", "right"), ("unit bytes", "right"),
+        ("offset", "right"), ("size", "right")]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     shards_seen: dict[tuple[str, int, int], int] = {}
     for layout in layouts:

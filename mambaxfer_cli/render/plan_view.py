@@ -6,7 +6,7 @@ from typing import Sequence
 
 
 import numpy as np
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -111,8 +111,10 @@ def reads_table(plan: Plan, d_rank: int | None) -> Table:
     notes = _misread_notes(plan)
     exact = exact_reads(plan.prefill.ranks, plan.decode.ranks) if notes else ()
     table = Table(title="Reads (bytes within one block's page)", title_justify="left")
-    for column, justify in (("D", "right"), ("P", "right"), ("region", "left"), ("remote offset", "right"),
-                            ("local offset", "right"), ("size", "right"), ("check", "left")):
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("D", "right"), ("P", "right"), ("region", "left"), ("remote offset", "right"), ("local offset", "right"),
+        ("size", "right"), ("check", "left")]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     shown = [r for r in plan.reads if d_rank is None or r.d_rank == d_rank]
     for i, read in enumerate(shown):
@@ -151,7 +153,7 @@ def page_diagram(plan: Plan, d_rank: int, width: int = DIAGRAM_WIDTH) -> Text:
         widths = [piece] * len(segments)    # too many pieces for one line: equal pieces, several lines
     head = f"D{d_rank} "
     bar, used = Text(head), 0
-    for (seg, p_rank), label, w in zip(segments, labels, widths):
+    for (_, p_rank), label, w in zip(segments, labels, widths):
         if used and used + w > width:
             bar.append("\n" + " " * len(head))
             used = 0
@@ -200,8 +202,10 @@ def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
     """One row block per distinct read; D ranks whose IDs are identical share a row block."""
     d = plan.descriptors
     table = Table(title="Descriptor IDs for the request (one READ per source P rank)", title_justify="left")
-    for column, justify in (("D", "right"), ("P", "right"), ("local list", "left"), ("k", "right"),
-                            ("group", "left"), ("local IDs", "left"), ("remote IDs", "left")):
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("D", "right"), ("P", "right"), ("local list", "left"), ("k", "right"), ("group", "left"),
+        ("local IDs", "left"), ("remote IDs", "left")]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     shared: dict[tuple, list[DescriptorRead]] = {}
     for read in d.reads:

@@ -8,13 +8,14 @@ from typing import Iterator
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.planning.engine import Engines
 from mambaxfer_cli.preflight import Field, Report, quote_lines
 
 OK, BAD = Text("✓", style="green"), Text("✗", style="bold red")
 
 
-def _value(v) -> str:
+def _cell_text(v) -> str:
     if v is None:
         return "—"
     if isinstance(v, bool):
@@ -24,7 +25,7 @@ def _value(v) -> str:
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold")
-    for i, name in enumerate(columns):
+    for name in columns:
         table.add_column(name, overflow="fold", justify="left")
     return table
 
@@ -53,11 +54,11 @@ def engines_table(report: Report) -> Table:
         elif label == "num_spec / conv rows":
             pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
         elif label == "connector / role":
-            pv, dv = (f"{_value(x['kv_connector'])}\n{_value(x['kv_role'])}" for x in (p, d))
+            pv, dv = (f"{_cell_text(x['kv_connector'])}\n{_cell_text(x['kv_role'])}" for x in (p, d))
         elif label == "KV layout / buffer":
             pv, dv = (f"{x['kv_cache_layout']}\n{x['kv_buffer_device']}" for x in (p, d))
         else:
-            pv, dv = _value(p[key]), _value(d[key])
+            pv, dv = _cell_text(p[key]), _cell_text(d[key])
         table.add_row(label, pv, dv)
     if a.plan is not None:
         pg, dg = a.plan.prefill.geometry, a.plan.decode.geometry
@@ -65,7 +66,8 @@ def engines_table(report: Report) -> Table:
         table.add_row("block (tokens)", str(pg.block_size), str(dg.block_size))
         table.add_row("kernel × per logical", f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
                       f"{dg.kernel_block_size} × {dg.blocks_per_logical}")
-        table.add_row("attention B/token", _value(pg.attention_bytes_per_token), _value(dg.attention_bytes_per_token))
+        table.add_row("attention B/token", _cell_text(pg.attention_bytes_per_token),
+                      _cell_text(dg.attention_bytes_per_token))
         table.add_row("SSM state B/rank", str(pg.state_bytes), str(dg.state_bytes))
         table.add_row("page bytes", str(pg.page_bytes), str(dg.page_bytes))
     return table
@@ -77,13 +79,13 @@ def fields_table(title: str, fields: list[Field]) -> Table:
         if f.name == "model":    # often a long path: named in full above the tables
             table.add_row(f.name, "as above", "the same" if f.agree else "another", OK if f.agree else BAD)
             continue
-        table.add_row(f.name, _value(f.prefill), _value(f.decode), OK if f.agree else BAD)
+        table.add_row(f.name, _cell_text(f.prefill), _cell_text(f.decode), OK if f.agree else BAD)
     return table
 
 
 def render_report(report: Report) -> Iterator[object]:
     a = report.assessment
-    style = "bold green" if report.exit_code == 0 else "bold red"
+    style = "bold green" if report.exit_code == EXIT_OK else "bold red"
     yield Text(report.headline(), style=style)
     yield Text("")
     for name, e in (("P", a.prefill), ("D", a.decode)):
@@ -103,17 +105,17 @@ def render_report(report: Report) -> Iterator[object]:
     for r in a.refusals:
         yield Text(f"  ✗ {r.code}: {r.message}", style="red")
     yield Text("Byte-level check of vLLM's reads (as 'mambaxfer check --semantics vllm')", style="bold")
-    if a.byte_check is None:
+    check, sim = a.byte_check, a.simulation
+    if check is None or sim is None:
         yield Text(f"  not run: {a.byte_check_skipped}")
-    elif a.byte_check.simulation.ok:
-        sim = a.byte_check.simulation
+    elif sim.ok:
         yield Text(f"  ✓ every byte right: {sim.bytes_verified} bytes of D's memory verified, "
-                   f"{a.byte_check.bytes} bytes moved", style="green")
+                   f"{check.bytes} bytes moved", style="green")
     else:
-        for line in a.byte_check.explanation(limit=6):
+        for line in check.explanation(limit=6):
             if not line.startswith((f"{a.releases} refuses", "fix:")):    # the Fix section below says the fix
                 yield Text(f"  {line}", style="red")
-    if report.exit_code != 0:
+    if report.exit_code != EXIT_OK:
         yield Text("Fix", style="bold")
         if report.fix is None:
             yield Text("  no change of flags found that makes this pairing work")
@@ -121,9 +123,9 @@ def render_report(report: Report) -> Iterator[object]:
             for c in report.fix.changes:
                 yield Text(f"  {c.describe()}")
             yield Text(f"  corrected command lines (verified: {report.fix.after.verdict}):")
-            for label, line in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
+            for label, serve_line in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
                 yield Text(f"  # {label}", style="dim")
-                for part in quote_lines(line, 76):
+                for part in quote_lines(serve_line, 76):
                     yield Text(f"  {part}", no_wrap=True, overflow="ignore")   # pasteable: never re-wrapped
     ignored = [(n, e.line.ignored) for n, e in (("P", a.prefill), ("D", a.decode)) if e.line.ignored]
     for name, flags in ignored:
@@ -154,7 +156,7 @@ def junit_xml(report: Report) -> str:
         failure.text = "\n".join(f"{m}" for m in a.length_mismatches)
     elif a.byte_check is None:
         ET.SubElement(case, "skipped", message=a.byte_check_skipped)
-    elif not a.byte_check.simulation.ok:
+    elif a.simulation is not None and not a.simulation.ok:
         lines = [line for line in a.byte_check.explanation(limit=1000) if not line.startswith("fix:")]
         failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
         failure.text = "\n".join(lines)

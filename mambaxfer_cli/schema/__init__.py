@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 SCHEMA_DIR = Path(__file__).parent
-DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "bench", "conformance")   # mambaxfer.<name>/v1
+# Their schemas: mambaxfer.<name>/v1.
+DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "bench", "conformance")
 PLAN_SCHEMA_PATH = SCHEMA_DIR / "plan-v1.schema.json"
 
 

@@ -45,7 +45,7 @@ def advertised_layers(m: Meeting) -> Refusal | None:
     connector (0.33's, version 15) advertises none for Mamba hybrids. Reached only when the hash,
     which differs across releases, is not enforced."""
     remote = dict(m.remote_hash).get("NIXL connector version")
-    if m.enforce_hash or remote is None or remote >= 16:   # enforced, the hash refuses first
+    if m.enforce_hash or not isinstance(remote, int) or remote >= 16:   # enforced, the hash refuses first
         return None
     return Refusal("region-layers", f"Engine {m.remote_name} did not advertise the layers of its KV regions.")
 
