@@ -166,4 +166,13 @@ def bench(
         why = write_chart(document, chart)
         typer.echo(f"chart skipped: {why}" if why else f"chart written to {chart}", err=True)
     if not document["verified"]:
+        wrong = sum(row["wrong_bytes"] for point in document["points"] for rows in point["variants"].values()
+                    for row in rows.values())
+        how = ("vLLM's reads (--semantics vllm) land these bytes wrong"
+               if semantics is Semantics.vllm else "mambaxfer's plan landed these bytes wrong")
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(
+            f"wrong bytes: {wrong} over the runs marked WRONG; {how}; 'mambaxfer check --model {model} "
+            f"--pairs {p_tp}:{d_tp}' says which", markup=False)
         raise typer.Exit(EXIT_WRONG)

@@ -57,8 +57,8 @@ def bench_tables(document: dict[str, Any]) -> list[Table]:
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
             # blocks per request; descriptors posted and kept after NIXL's merge; median and p99 GB/s;
             # us per posted descriptor; prep (prep_xfer_dlist + make_prepped_xfer) ms; post us (telemetry)
-            for column in ("blk", "variant", "bytes", "desc", "kept", "GB/s", "p99", "us/d", "prep", "post",
-                           "/lim"):
+            for column in ("blk", "variant", "bytes", "desc", "kept", "GB/s", "p99", "us/d", "prep ms",
+                           "post us", "/lim"):
                 table.add_column(column, justify="left" if column == "variant" else "right")
             for point in points:
                 for name, row in point["variants"][direction].items():
