@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--max-table", type=int, default=80_000_000, help="largest expanded list built")
     args = parser.parse_args()
     print(f"{'model':<20} {'layers':>6} {'descriptors':>12} {'rows':>5} {'loop s':>8} {'table s':>8} "
-          f"{'strided ms':>10} {'loop/table':>10} {'loop/strided':>12} {'ids loop/plan':>14}")
+          f"{'strided ms':>10} {'loop/table':>10} {'loop/strided':>12} {'ids loop/plan':>14} {'ids':>9} {'ids plan ms':>11}")
     for name in args.models.split(","):
         spec = load_model(name)
         engine = EngineFlags(num_blocks=args.num_blocks)
@@ -115,7 +115,7 @@ def main() -> None:
         t_ids, looped_ids = timed(lambda: loop_ids(dlist, groups, blocks, slots))
         assert vec.tolist() == looped_ids
         print(f"{name:<20} {len(spec.layers):>6} {dlist.length:>12,} {rows.shape[0]:>5} {loop_s} {table_s} "
-              f"{t_strided * 1e3:10.3f} {ratios} {t_ids / t_vec:13.1f}x")
+              f"{t_strided * 1e3:10.3f} {ratios} {t_ids / t_vec:13.1f}x {len(vec):9,} {t_vec * 1e3:11.1f}")
 
 
 if __name__ == "__main__":
