@@ -1,5 +1,6 @@
 """Descriptor lists and request IDs at engine scale: a Python loop per descriptor against the
-vectorised (N, 3) table and NIXL 1.5's (N, 5) strided rows, same inputs, outputs checked equal.
+vectorised (N, 3) table and NIXL 1.5's (N, 5) strided rows, same inputs, outputs checked equal; and a
+request's descriptor IDs, a per-ID loop against the planner's ``block_ids`` (plain Python, as ``plan`` runs).
 
     python benchmarks/descriptor_ids.py [--num-blocks 1000000] [--models qwen3-next-80b,...]
                                         [--loop-max 80000000]
@@ -18,7 +19,8 @@ from functools import partial
 
 import numpy as np
 
-from mambaxfer_cli.planning.descriptors import block_ids, expand, strided
+from mambaxfer_cli.planning.descriptors import block_ids
+from mambaxfer_cli.proof.addresses import address_table, addresses, expand, strided
 from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.planning.plan import PlanOptions, build_plan
@@ -75,7 +77,8 @@ def main() -> None:
     parser.add_argument("--max-table", type=int, default=80_000_000, help="largest expanded list built")
     args = parser.parse_args()
     print(f"{'model':<20} {'layers':>6} {'descriptors':>12} {'rows':>5} {'loop s':>8} {'table s':>8} "
-          f"{'strided ms':>10} {'loop/table':>10} {'loop/strided':>12} {'ids loop/vec':>12}")
+          f"{'strided ms':>10} {'loop/table':>10} {'loop/strided':>12} {'ids loop/plan':>14} {'ids':>9} "
+          f"{'ids plan ms':>11}")
     for name in args.models.split(","):
         spec = load_model(name)
         engine = EngineFlags(num_blocks=args.num_blocks)
@@ -85,7 +88,7 @@ def main() -> None:
         bases = [(1 << 44) + i * (1 << 36) for i in range(dlist.engine.tensors)]
         t_strided, rows = timed(partial(strided, dlist, bases, page), repeat=5)
         if dlist.length <= args.max_table:
-            t_table, table = timed(partial(dlist.table, bases, page))
+            t_table, table = timed(partial(address_table, dlist, bases, page))
             assert np.array_equal(expand(rows), table)
             t_loop, looped = timed(partial(loop_table, dlist, bases, page))
             assert np.array_equal(looped, table)
@@ -96,7 +99,7 @@ def main() -> None:
             ids = np.random.default_rng(0).choice(dlist.length, 100_000, replace=False)
             index = np.searchsorted(np.cumsum(rows[:, 4].astype(np.int64)), ids, side="right")
             step = ids - (np.cumsum(rows[:, 4].astype(np.int64)) - rows[:, 4].astype(np.int64))[index]
-            tensor, offset, size = dlist.addresses(ids, page)
+            tensor, offset, size = addresses(dlist, ids, page)
             want = np.asarray(bases, dtype=np.int64)[tensor] + offset
             assert np.array_equal(rows[index, 0].astype(np.int64) + step * rows[index, 3].astype(np.int64), want)
             assert np.array_equal(rows[index, 1].astype(np.int64), size)
@@ -104,16 +107,17 @@ def main() -> None:
             ratios = f"{'(not built)':>10} {'':>12}"
         groups = plan.descriptors.groups
         blocks = plan.descriptors.request.decode_blocks
-        attention_ids = read.local_ids[read.local_ids < dlist.attention_descs]
-        per_stream = len(attention_ids) // max(dlist.engine.attention_streams, 1)
+        local_ids = np.asarray(read.local_ids)
+        attention_ids = local_ids[local_ids < dlist.attention_descs]
         slots = [None if kind != "attention" else
-                 np.sort(attention_ids % (dlist.engine.num_blocks * dlist.pieces))[:per_stream]
+                 np.sort(attention_ids % (dlist.engine.num_blocks * dlist.pieces))[
+                     : len(attention_ids) // max(dlist.engine.attention_streams, 1)].tolist()
                  for kind in groups]
         t_vec, vec = timed(partial(block_ids, dlist, groups, blocks, slots), repeat=5)
         t_ids, looped_ids = timed(partial(loop_ids, dlist, groups, blocks, slots))
         assert vec.tolist() == looped_ids
         print(f"{name:<20} {len(spec.layers):>6} {dlist.length:>12,} {rows.shape[0]:>5} {loop_s} {table_s} "
-              f"{t_strided * 1e3:10.3f} {ratios} {t_ids / t_vec:11.1f}x")
+              f"{t_strided * 1e3:10.3f} {ratios} {t_ids / t_vec:13.1f}x {len(vec):9,} {t_vec * 1e3:11.1f}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from mambaxfer_cli.execute.bench_plan import LIMIT, ORDER, limit_chunks
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.verify import Tally
 from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.proof.addresses import resolve
 from rank_processes import assert_no_rank_left, new_tag
 
 
@@ -87,7 +88,7 @@ def test_limit_chunks_lie_back_to_back_and_carry_every_byte():
     reads = plan.descriptors.reads
     chunks = limit_chunks(reads)
     assert [c[0] for c in chunks] == [0, 1, 2, 3]
-    assert sum(c[2] for c in chunks) == sum(int(r.local.resolve(r.local_ids)["size"].sum()) for r in reads)
+    assert sum(c[2] for c in chunks) == sum(int(resolve(r.local, r.local_ids)["size"].sum()) for r in reads)
     assert all(a[1] + a[2] == b[1] for a, b in zip(chunks, chunks[1:]))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -146,7 +148,7 @@ def test_any_changed_remote_id_is_caught(case, data):
     index = data.draw(st.integers(0, len(reads) - 1))
     dread = reads[index]
     position = data.draw(st.integers(0, len(dread.remote_ids) - 1))
-    ids = dread.remote_ids.copy()
+    ids = array("q", dread.remote_ids)
     new = data.draw(st.integers(0, dread.remote.length - 1).filter(lambda i: i != ids[position]))
     ids[position] = new
     mutated = replace(dread, remote_ids=ids)

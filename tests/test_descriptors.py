@@ -14,6 +14,7 @@ from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.planning.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.releases import V0_33
+from mambaxfer_cli.proof.addresses import address_table, addresses, resolve
 
 
 def vllm_mock_list(num_blocks: int, phys: int) -> DescriptorList:
@@ -77,7 +78,7 @@ def test_table_and_resolve_agree_with_the_formula():
     lst = DescriptorList(engine, ((0, 10), (10, 20)), ((16, 32),))
     bases, page = [100_000, 200_000], 100            # one region per KV-cache tensor, pages of 100 B
     kernel = page // 2                               # 2 kernel blocks a logical block, in the same page
-    table = lst.table(bases, page, dev_id=3)
+    table = address_table(lst, bases, page, dev_id=3)
     assert table.shape == (lst.length, 3) == (16 + 2 * 2 * 4, 3)
     expected = []
     for f in range(2):                                   # F*N attention descriptors, stream-major
@@ -90,14 +91,14 @@ def test_table_and_resolve_agree_with_the_formula():
     assert [tuple(int(v) for v in row) for row in table] == expected
 
     ids = np.arange(lst.length)
-    where = lst.resolve(ids)
+    where = resolve(lst, ids)
     assert where["attention"].tolist() == [True] * 16 + [False] * 16
     assert where["region"].tolist() == [-1] * 16 + ([0] * 4 + [1] * 4) * 2
     assert where["block"].tolist() == list(range(8)) * 2 + list(range(4)) * 4
     assert where["tensor"].tolist() == [0] * 8 + [1] * 8 + [0] * 8 + [1] * 8
     assert where["offset"].tolist() == [16] * 16 + ([0] * 4 + [10] * 4) * 2
     # Attention kernel block k and SSM block k // 2 of the same tensor share its memory.
-    tensor, offset, _ = lst.addresses(np.array([3, 16 + 1]), page)
+    tensor, offset, _ = addresses(lst, np.array([3, 16 + 1]), page)
     assert tensor.tolist() == [0, 0] and offset.tolist() == [3 * kernel + 16, page + 0]
 
 
@@ -106,7 +107,7 @@ def test_pieces_number_attention_ids_within_a_kernel_block():
                     ssm_regions=1)
     lst = DescriptorList(engine, ((0, 4),), ((0, 8), (8, 8), (16, 8)))   # 3 pieces a kernel block
     assert lst.attention_descs == 30 and lst.length == 40
-    where = lst.resolve(np.array([0, 1, 2, 3, 29, 30]))
+    where = resolve(lst, np.array([0, 1, 2, 3, 29, 30]))
     assert where["block"].tolist() == [0, 0, 0, 1, 9, 0]
     assert where["piece"].tolist() == [0, 1, 2, 0, 2, -1]
     assert where["offset"].tolist() == [0, 8, 16, 0, 16, 0]

@@ -3,6 +3,7 @@ that names the cause first, so that fields the plan gains are compared without c
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import replace
 
 import pytest
@@ -87,7 +88,7 @@ def test_plan_hash_covers_the_descriptor_ids():
     plan = plan_of()
     geometry = agreement.geometry(plan)
     read = plan.descriptors.reads[0]
-    ids = read.remote_ids.copy()
+    ids = array("q", read.remote_ids)
     ids[0] += 1
     edited = replace(plan, descriptors=replace(plan.descriptors, reads=(replace(read, remote_ids=ids),
                                                                         *plan.descriptors.reads[1:])))

@@ -3,6 +3,7 @@ transfer done with memmove through the very descriptor tables a rank prepares, a
 
 from __future__ import annotations
 
+from array import array
 import ctypes
 import json
 import socket
@@ -26,6 +27,7 @@ from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, Side
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.execute.verify import verify_decode
 from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.proof.addresses import address_table
 from mambaxfer_cli.proof.pattern import POISON
 from mambaxfer_cli.planning.geometry import EngineFlags
 from mambaxfer_cli.planning.plan import PlanOptions, build_plan
@@ -77,7 +79,7 @@ def test_a_request_that_writes_a_d_block_twice_cannot_be_executed():
 def test_ids_outside_the_lists_cannot_be_executed():
     plan = small_plan("qwen3.5-0.8b", 1, 1, layers=4)
     read = plan.descriptors.reads[0]
-    bad = replace(read, remote_ids=read.remote_ids + 10**6)
+    bad = replace(read, remote_ids=array("q", (i + 10**6 for i in read.remote_ids)))
     broken = replace(plan, descriptors=replace(plan.descriptors, reads=(bad,)))
     with pytest.raises(UserError, match="remote ID .* is outside its list"):
         build_tasks(broken, SETTINGS)
@@ -126,8 +128,8 @@ def memmove_transfer(plan):
         memory.poison()
         for read in task.reads:
             src = p_mem[read.p_rank]
-            local = read.local.table(memory.bases, task.memory.page_bytes)[read.local_ids]
-            remote = read.remote.table(src.bases, task.prefill_memory.page_bytes)[read.remote_ids]
+            local = address_table(read.local, memory.bases, task.memory.page_bytes)[read.local_ids]
+            remote = address_table(read.remote, src.bases, task.prefill_memory.page_bytes)[read.remote_ids]
             assert np.array_equal(local[:, 1], remote[:, 1])
             for (dst, size, _), (source, _, _) in zip(local.tolist(), remote.tolist()):
                 ctypes.memmove(dst, source, size)

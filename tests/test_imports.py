@@ -28,3 +28,27 @@ def test_planning_modules_and_cli_do_not_import_torch_or_nixl():
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
 
+
+
+RUN_THEN_LIST = """
+import json, sys
+from mambaxfer_cli.__main__ import main
+sys.argv = ["mambaxfer", *sys.argv[1:]]
+try:
+    main()
+finally:
+    print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def test_plan_as_json_imports_neither_numpy_nor_yaml_nor_rich():
+    # What `plan --format json` starts in (docs: BENCHMARKS.md, start-up): the planning core is plain
+    # Python, a preset is read from its compiled JSON, and no table is rendered.
+    args = ["plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "4", "--format", "json"]
+    proc = subprocess.run([sys.executable, "-c", RUN_THEN_LIST, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["schema"] == "mambaxfer.plan/v1"
+    modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
+    assert "mambaxfer_cli.planning.plan" in modules
+    assert sorted(m for m in modules if m.split(".")[0] in ("numpy", "yaml", "rich")
+                  or m in ("mambaxfer_cli.render.plan_view", "mambaxfer_cli.proof.addresses")) == []

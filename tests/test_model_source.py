@@ -13,7 +13,8 @@ import pytest
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
-from mambaxfer_cli.readers.model_source import hf_cache_dir, load_model, preset_names
+from mambaxfer_cli.readers.documents import parse_yaml
+from mambaxfer_cli.readers.model_source import PRESET_DIR, compiled_presets, hf_cache_dir, load_model, preset_names
 
 TESTS = Path(__file__).parent
 HF = TESTS / "fixtures" / "hf-configs"
@@ -28,6 +29,16 @@ def test_required_presets_exist_and_load():
     for name in preset_names():
         spec = load_model(name)
         assert spec.name == name and spec.ssm_layers > 0
+
+
+def test_compiled_presets_say_what_the_yaml_files_say():
+    # Loading a preset reads compiled.json (no PyYAML at start-up); the YAML files are the source.
+    compiled = compiled_presets()
+    assert sorted(compiled) == preset_names()
+    for name in preset_names():
+        path = PRESET_DIR / f"{name}.yaml"
+        assert json.dumps(compiled[name]) == json.dumps(parse_yaml(path.read_text(), str(path))), \
+            f"{name}: compiled.json is stale; run python scripts/compile_presets.py"
 
 
 @pytest.mark.parametrize("preset, fixture", [

@@ -14,6 +14,7 @@ from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import Shard, rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.proof.addresses import resolve
 from mambaxfer_cli.proof.pattern import page
 from mambaxfer_cli.proof.pages import ssm_shape
 from mambaxfer_cli.planning.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
@@ -184,7 +185,7 @@ def test_descriptor_ids_resolve_to_their_blocks(lst, data):
     eng = lst.engine
     # Every ID of the list decodes back to itself (docs/reference.md §4's formulas).
     ids = np.arange(lst.length)
-    w = lst.resolve(ids)
+    w = resolve(lst, ids)
     L, A, N, n = eng.logical_blocks, lst.attention_descs, eng.num_blocks, lst.pieces
     rebuilt = np.where(w["attention"], (w["tensor"] * N + w["block"]) * n + w["piece"],
                        A + (w["tensor"] * lst.k + w["region"]) * L + w["block"])
@@ -193,10 +194,10 @@ def test_descriptor_ids_resolve_to_their_blocks(lst, data):
     groups = data.draw(st.lists(st.sampled_from(["ssm", "attention"]), min_size=1, max_size=3))
     blocks = [np.array(data.draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=3))) for _ in groups]
     # Attention slots: every kernel block of the group's logical blocks, piece 0 (one per block).
-    slots = [kernel_blocks(b, eng.blocks_per_logical) * n if kind == "attention" else None
+    slots = [[slot * n for slot in kernel_blocks(b, eng.blocks_per_logical)] if kind == "attention" else None
              for kind, b in zip(groups, blocks)]
     ids = block_ids(lst, groups, blocks, slots)
-    got = lst.resolve(ids)
+    got = resolve(lst, ids)
     expected_blocks = []
     for kind, logical in zip(groups, blocks):
         if kind == "attention":
@@ -205,4 +206,4 @@ def test_descriptor_ids_resolve_to_their_blocks(lst, data):
         else:
             expected_blocks += list(logical) * (eng.ssm_tensors * lst.k)
     assert got["block"].tolist() == expected_blocks
-    assert np.all(ids < lst.length)
+    assert np.all(np.asarray(ids) < lst.length)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import replace
 
 import numpy as np
@@ -15,6 +16,7 @@ from mambaxfer_cli.proof.pages import p_attention_shape, request_pages, ssm_shap
 from mambaxfer_cli.proof.pattern import page, unit_bytes_pattern
 from mambaxfer_cli.planning.plan import Plan, build_plan
 from mambaxfer_cli.proof.simulate import Patterns, simulate
+from mambaxfer_cli.proof.addresses import resolve
 
 
 def plan_of(model: str, p_tp: int, d_tp: int, **options) -> Plan:
@@ -209,11 +211,11 @@ def test_mutated_source_rank_reads_another_p_ranks_units():
 def test_local_id_moved_to_another_block_writes_outside_the_request():
     plan = plan_of("qwen3.5-0.8b", 2, 1)
     old = dread(plan, 0, 1)
-    ids = old.local_ids.copy()
+    ids = array("q", old.local_ids)
     ids[0] += 1                                     # the same region, the next logical block
     sim = simulate(with_dread(plan, old, replace(old, local_ids=ids)))
     assert {"outside-request", "write-count"} <= codes(sim)
-    info = old.local.resolve(old.local_ids[:1])
+    info = resolve(old.local, old.local_ids[:1])
     stray = next(p for p in sim.problems if p.code == "outside-request")
     assert f"block {int(info['block'][0]) + 1}" in stray.message
     first = sim.first_wrong
@@ -225,11 +227,11 @@ def test_local_id_moved_to_another_block_writes_outside_the_request():
 def test_remote_id_moved_to_another_block_reads_that_blocks_bytes():
     plan = plan_of("qwen3.5-0.8b", 2, 1)
     old = dread(plan, 0, 0)
-    ids = old.remote_ids.copy()
+    ids = array("q", old.remote_ids)
     ids[3] += 1
     sim = simulate(with_dread(plan, old, replace(old, remote_ids=ids)))
     assert codes(sim) == set()
-    p_block = int(old.remote.resolve(old.remote_ids[3:4])["block"][0])
+    p_block = int(resolve(old.remote, old.remote_ids[3:4])["block"][0])
     assert len(sim.damage) == 1
     first = sim.first_wrong
     assert first.p_block == p_block and first.source.block == p_block + 1
@@ -239,14 +241,14 @@ def test_remote_id_moved_to_another_block_reads_that_blocks_bytes():
 def test_id_outside_its_list_and_repeated_ids_are_named():
     plan = plan_of("qwen3.5-0.8b", 2, 1)
     old = dread(plan, 0, 1)
-    ids = old.local_ids.copy()
+    ids = array("q", old.local_ids)
     ids[0] = old.local.length
     sim = simulate(with_dread(plan, old, replace(old, local_ids=ids)))
     assert "id-range" in codes(sim)
     assert f"local ID {old.local.length} is outside its list of {old.local.length}" in \
         next(p.message for p in sim.problems if p.code == "id-range")
 
-    ids = old.local_ids.copy()
+    ids = array("q", old.local_ids)
     ids[1] = ids[0]
     sim = simulate(with_dread(plan, old, replace(old, local_ids=ids)))
     assert {"id-duplicate", "write-count"} <= codes(sim)

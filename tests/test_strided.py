@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambaxfer_cli.planning.descriptors import expand, strided
+from mambaxfer_cli.proof.addresses import address_table, expand, strided
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.readers.model_source import load_model
 
@@ -27,7 +27,7 @@ def test_strided_rows_expand_to_the_table(model, p_tp, d_tp, semantics):
                 continue
             seen += 1
             assert rows.shape[0] < dlist.length or dlist.length <= 2
-            assert np.array_equal(expand(rows), dlist.table(bases, page, 3))
+            assert np.array_equal(expand(rows), address_table(dlist, bases, page, 3))
     assert seen
 
 

@@ -42,8 +42,8 @@ class DescriptorPairing:
     remote_agent: str
     remote: np.ndarray
     remote_mem: str
-    local_ids: np.ndarray
-    remote_ids: np.ndarray
+    local_ids: Sequence[int]      # a plan's array('q')
+    remote_ids: Sequence[int]
 
 
 class RankAgent:
@@ -108,8 +108,9 @@ class RankAgent:
             self.handles.append(remote)
             prep_s += time.perf_counter() - started
             started = time.perf_counter()
-            xfers.append(self.agent.make_prepped_xfer(op, local[pair.local_key], pair.local_ids.astype(np.int32),
-                                                      remote, pair.remote_ids.astype(np.int32), b""))
+            local_ids = np.asarray(pair.local_ids, dtype=np.int64).astype(np.int32)
+            remote_ids = np.asarray(pair.remote_ids, dtype=np.int64).astype(np.int32)
+            xfers.append(self.agent.make_prepped_xfer(op, local[pair.local_key], local_ids, remote, remote_ids, b""))
             make_s += time.perf_counter() - started
             self.handles.append(xfers[-1])
             ch.check_stop()

@@ -24,6 +24,7 @@ from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.proof.addresses import read_bytes
 
 SCHEMA = "mambaxfer.bench/v1"
 
@@ -93,7 +94,7 @@ def bench_point(planned: Plan, coalesced: Plan, device: str, gpus: int, iters: i
         initiators = by_role["D" if direction == "READ" else "P"].values()
         for name in ORDER:
             step = f"{direction}:{name}"
-            nbytes = sum(int(r.local.resolve(r.local_ids)["size"].sum()) for r in reads[name])
+            nbytes = sum(read_bytes(r.local, r.local_ids) for r in reads[name])
             row = summarise([(r.timings[step], r.preparations[name]) for r in initiators if step in r.timings],
                             nbytes, iters)
             if name == LIMIT:

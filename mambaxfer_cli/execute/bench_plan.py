@@ -13,6 +13,7 @@ from mambaxfer_cli.execute.verify import CHUNK_BYTES, Tally
 from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask, RunSettings, build_tasks, side_memory
 from mambaxfer_cli.planning.descriptors import DescriptorRead
 from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.proof.addresses import read_bytes
 from mambaxfer_cli.proof.pattern import POISON, fill_page
 
 PLANNED, COALESCED, LIMIT = "planned", "coalesced", "limit"
@@ -26,7 +27,7 @@ def limit_chunks(reads: Sequence[DescriptorRead]) -> list[tuple[int, int, int]]:
     the bytes the plan moves from it; one descriptor each, laid back to back in D's memory."""
     sizes: dict[int, int] = {}
     for read in reads:
-        sizes[read.p_rank] = sizes.get(read.p_rank, 0) + int(read.local.resolve(read.local_ids)["size"].sum())
+        sizes[read.p_rank] = sizes.get(read.p_rank, 0) + read_bytes(read.local, read.local_ids)
     out, offset = [], 0
     for p_rank, size in sizes.items():
         out.append((p_rank, offset, size))

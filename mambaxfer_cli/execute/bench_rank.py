@@ -23,7 +23,7 @@ from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask
 from mambaxfer_cli.execute.verify import Tally, verify_decode
-from mambaxfer_cli.planning.descriptors import nixl_rows
+from mambaxfer_cli.proof.addresses import nixl_rows
 
 UCX_LOG_BYTES = 1 << 20      # UCX's info log of one rank: its endpoints' configurations (a few KiB)
 Idle = Callable[[], None]
@@ -90,7 +90,7 @@ def _one(addr: int, size: int, dev: int) -> np.ndarray:
     return np.array([[addr, size, dev]], dtype=np.uint64)
 
 
-ZERO = np.zeros(1, dtype=np.int32)
+ZERO = (0,)       # the one descriptor of a one-descriptor list
 
 
 def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:

@@ -20,7 +20,7 @@ from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.execute.verify import verify_decode
-from mambaxfer_cli.planning.descriptors import nixl_rows
+from mambaxfer_cli.proof.addresses import nixl_rows, read_bytes
 
 
 
@@ -112,7 +112,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         check = verify_decode(task, [memory.fetch(i) for i in range(memory.count)], ch.progress)
         return DecodeResult(
             task.rank, task.sources, tuple(sorted({r.local_list for r in task.reads})),
-            bytes=sum(int(r.local.resolve(r.local_ids)["size"].sum()) for r in task.reads),
+            bytes=sum(read_bytes(r.local, r.local_ids) for r in task.reads),
             descriptors_posted=prep.descriptors_posted,
             descriptors_merged=sum(int(t.descCount) for t in telemetry),
             telemetry_bytes=sum(int(t.totalBytes) for t in telemetry),

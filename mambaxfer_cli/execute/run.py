@@ -13,6 +13,7 @@ from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.proof.addresses import read_bytes
 
 SCHEMA = "mambaxfer.execute/v1"
 
@@ -38,7 +39,7 @@ class Outcome:
         moved: dict[int, int] = {}
         for read in self.plan.descriptors.reads:
             if read.p_rank == p_rank:
-                moved[read.d_rank] = moved.get(read.d_rank, 0) + int(read.remote.resolve(read.remote_ids)["size"].sum())
+                moved[read.d_rank] = moved.get(read.d_rank, 0) + read_bytes(read.remote, read.remote_ids)
         return [{"d_rank": c.d_rank, "agent": c.agent, "notifications": c.notifications,
                  "bytes": moved.get(c.d_rank, 0)} for c in self.prefill[p_rank].served or ()]
 

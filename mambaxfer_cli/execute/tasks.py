@@ -22,6 +22,7 @@ from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import PageShape
 from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.proof.addresses import addresses
 from mambaxfer_cli.proof.simulate import id_problems
 
 INT32_MAX = 2**31 - 1
@@ -157,10 +158,10 @@ def _check_ids(read: DescriptorRead, p_tp: int, d_tp: int, local: Memory, remote
         if dlist.length > INT32_MAX:
             raise _unexecutable(f"{who}: the {side} list has {dlist.length} descriptors, more than NIXL's "
                                 f"32-bit descriptor IDs address")
-        _, addr, size = dlist.addresses(ids, memory.page_bytes)
+        _, addr, size = addresses(dlist, ids, memory.page_bytes)
         outside = np.flatnonzero((addr < 0) | (addr + size > memory.logical_blocks * memory.page_bytes))
         if outside.size:
-            raise _unexecutable(f"{who}: {side} ID {int(ids[outside[0]])} points beyond the rank's registered "
+            raise _unexecutable(f"{who}: {side} ID {int(ids[int(outside[0])])} points beyond the rank's registered "
                                 f"memory ({outside.size} such IDs)")
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.execute.tasks import DecodeTask
+from mambaxfer_cli.proof.addresses import addresses
 from mambaxfer_cli.proof.pattern import POISON, page
 from mambaxfer_cli.proof.simulate import ByteSource, WrongByte
 
@@ -107,12 +108,12 @@ def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSourc
     page = task.memory.page_bytes
     at = block * page + offset
     for read in task.reads:
-        l_tensor, l_addr, l_size = read.local.addresses(read.local_ids, page)
+        l_tensor, l_addr, l_size = addresses(read.local, read.local_ids, page)
         hit = np.flatnonzero((l_tensor == tensor) & (l_addr <= at) & (at < l_addr + l_size))
         if hit.size:
             i = int(hit[-1])
             p_page = task.prefill_memory.page_bytes
-            r_tensor, r_addr, _ = read.remote.addresses(read.remote_ids[i:i + 1], p_page)
+            r_tensor, r_addr, _ = addresses(read.remote, read.remote_ids[i:i + 1], p_page)
             p_at = int(r_addr[0]) + at - int(l_addr[i])
             p_tensor, (p_block, p_offset) = int(r_tensor[0]), divmod(p_at, p_page)
             shape = task.prefill_pages[read.p_rank][p_tensor][p_block]

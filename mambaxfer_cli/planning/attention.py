@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
+from typing import Sequence
 
 from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.handshake import attention_sources
@@ -62,7 +61,7 @@ class AttentionRead:
     local_tokens: int   # kernel tokens of D and P
     remote_tokens: int
 
-    def slots(self, d_kernel: np.ndarray, p_kernel: np.ndarray, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    def slots(self, d_kernel: Sequence[int], p_kernel: Sequence[int], tokens: int) -> tuple[list[int], list[int]]:
         """Paired (local, remote) slots, ``kernel block · pieces + piece``, for a request of
         ``tokens`` tokens over these D and P kernel blocks."""
         kd, kp = self.local_tokens, self.remote_tokens
@@ -70,17 +69,19 @@ class AttentionRead:
         p_count = -(-tokens // kp)
         if self.mode == "block":
             count = min(len(d_kernel), p_count)
-            return d_kernel[:count] * nl, p_kernel[:count] * nr
+            return [b * nl for b in d_kernel[:count]], [b * nr for b in p_kernel[:count]]
         if self.mode == "sub-block":
-            local = (d_kernel[:, None] * nl + np.arange(nl, dtype=np.int64)[None, :]).ravel()
+            local = [b * nl + j for b in d_kernel for j in range(nl)]
             count = min(len(local), p_count)
-            return local[:count], p_kernel[:count] * nr
+            return local[:count], [b * nr for b in p_kernel[:count]]
+        # By tokens: chunks of g tokens, head-major; each chunk's slot in D's and P's kernel block.
         g = math.gcd(kd, kp)
-        z = np.arange(tokens // g, dtype=np.int64) * g
-        heads = np.arange(len(self.heads), dtype=np.int64)[:, None]
-        local = d_kernel[z // kd][None, :] * nl + heads * (kd // g) + ((z % kd) // g)[None, :]
-        remote = p_kernel[z // kp][None, :] * nr + heads * (kp // g) + ((z % kp) // g)[None, :]
-        return local.ravel(), remote.ravel()
+        chunks = range(0, tokens // g * g, g)
+        local_first = [d_kernel[z // kd] * nl + (z % kd) // g for z in chunks]
+        remote_first = [p_kernel[z // kp] * nr + (z % kp) // g for z in chunks]
+        heads = range(len(self.heads))
+        return ([first + h * (kd // g) for h in heads for first in local_first],
+                [first + h * (kp // g) for h in heads for first in remote_first])
 
 
 def attention_read(prefill: EngineLayout, decode: EngineLayout, d_rank: int, p_rank: int, heads: Shard,

@@ -1,4 +1,6 @@
-"""From a plan's reads to NIXL descriptor lists and descriptor IDs (docs/reference.md §4), vectorised.
+"""From a plan's reads to NIXL descriptor lists and descriptor IDs (docs/reference.md §4), in plain
+Python (``plan`` imports no numpy); IDs and request blocks are ``array('q')``, which numpy reads
+without a copy. Where the IDs point in memory, the lists' rows as NIXL takes them: ``proof.addresses``.
 
 A prepared list is ``[attention | SSM]``: ``F·N·n`` attention descriptors (per stream, per kernel
 block, its ``n`` pieces: one in vLLM's own lists, ``block_size_ratio`` sub-blocks when D's kernel
@@ -7,20 +9,15 @@ sizes), then for each SSM tensor, each of its ``k`` regions, one descriptor per 
 IDs: attention ``f·N·n + b·n + j``; SSM ``F·N·n + q·L + b`` with ``q = tensor·k + region``. Which
 tensors a group's IDs cover is the release's rule: every one of its kind in vLLM 0.33, only those
 holding one of its layers in 0.34 (a short last group posts fewer).
-
-Memory is vLLM's: one registered region per KV-cache tensor of ``L`` pages; an SSM layer's
-logical block ``b`` is the page at ``b·page``, an attention layer's kernel block ``k`` the
-``page/blocks_per_logical`` bytes at ``k·page/blocks_per_logical`` (split in ``F/R`` equal parts
-when K and V are separate streams).
 """
 
 from __future__ import annotations
 
 import random
+from array import array
 from dataclasses import dataclass, field
-from typing import Any, Sequence
-
-import numpy as np
+from itertools import accumulate
+from typing import Any, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.kv_groups import KVGrouping
@@ -96,160 +93,54 @@ class DescriptorList:
     def length(self) -> int:
         return self.attention_descs + self.engine.ssm_descs(self.k)
 
-    def resolve(self, ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Vectorised: what each ID points at. ``attention`` rows give stream, kernel block and
-        piece; the others SSM tensor, region and logical block."""
-        ids = np.asarray(ids, dtype=np.int64)
-        eng = self.engine
-        is_attn = ids < self.attention_descs
-        ssm = np.where(is_attn, 0, ids - self.attention_descs)
-        q, block = np.divmod(ssm, eng.logical_blocks)
-        tensor, region = np.divmod(q, max(self.k, 1))
-        attn = np.where(is_attn, ids, 0)
-        stream, rest = np.divmod(attn, eng.num_blocks * self.pieces)
-        attn_block, piece = np.divmod(rest, self.pieces)
-        offsets = np.array([o for o, _ in self.regions] or [0], dtype=np.int64)
-        sizes = np.array([s for _, s in self.regions] or [0], dtype=np.int64)
-        a_off = np.array([o for o, _ in self.attention], dtype=np.int64)
-        a_size = np.array([s for _, s in self.attention], dtype=np.int64)
-        region = np.clip(region, 0, max(self.k - 1, 0))
-        return {
-            "attention": is_attn,
-            "tensor": np.where(is_attn, stream, tensor),
-            "block": np.where(is_attn, attn_block, block),
-            "region": np.where(is_attn, -1, region),
-            "piece": np.where(is_attn, piece, -1),
-            "offset": np.where(is_attn, a_off[piece], offsets[region]),
-            "size": np.where(is_attn, a_size[piece], sizes[region]),
-        }
 
-    def addresses(self, ids: np.ndarray, page_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(KV-cache tensor, byte offset in it, size) of each ID, in vLLM's shared memory."""
-        r = self.resolve(ids)
-        eng = self.engine
-        kernel = page_bytes // eng.blocks_per_logical
-        spt = eng.streams_per_tensor
-        tensor = np.where(r["attention"], r["tensor"] // spt, r["tensor"])
-        attn = r["block"] * kernel + (r["tensor"] % spt) * (kernel // spt) + r["offset"]
-        ssm = r["block"] * page_bytes + r["offset"]
-        return tensor, np.where(r["attention"], attn, ssm), r["size"]
-
-    def table(self, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray:
-        """The whole list as an ``(length, 3)`` uint64 array of (address, length, device)."""
-        eng = self.engine
-        kernel = page_bytes // eng.blocks_per_logical
-        spt = eng.streams_per_tensor
-        base = np.asarray(bases, dtype=np.uint64)
-        streams = np.arange(eng.attention_streams, dtype=np.uint64)
-        stream_base = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt)
-        a_off = np.array([o for o, _ in self.attention], dtype=np.uint64)
-        a_size = np.array([s for _, s in self.attention], dtype=np.uint64)
-        attn_addr = (stream_base[:, None, None]
-                     + np.arange(eng.num_blocks, dtype=np.uint64)[None, :, None] * np.uint64(kernel)
-                     + a_off[None, None, :]).ravel()
-        offsets = np.array([o for o, _ in self.regions], dtype=np.uint64)
-        sizes = np.array([s for _, s in self.regions], dtype=np.uint64)
-        ssm_addr = (base[:eng.ssm_tensors, None, None]
-                    + offsets[None, :, None]
-                    + np.arange(eng.logical_blocks, dtype=np.uint64)[None, None, :] * np.uint64(page_bytes)
-                    ).ravel()
-        ssm_len = np.broadcast_to(sizes[None, :, None], (eng.ssm_tensors, self.k, eng.logical_blocks)).ravel()
-        out = np.empty((self.length, 3), dtype=np.uint64)
-        n_attn = self.attention_descs
-        out[:n_attn, 0] = attn_addr
-        out[:n_attn, 1] = np.broadcast_to(a_size[None, None, :], (eng.attention_streams, eng.num_blocks,
-                                                                  self.pieces)).ravel()
-        out[n_attn:, 0] = ssm_addr
-        out[n_attn:, 1] = ssm_len
-        out[:, 2] = dev_id
-        return out
-
-
-def strided(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray | None:
-    """The list in NIXL 1.5's ``(rows, 5)`` form (address, length, device, stride, count): one row per
-    attention stream and per SSM tensor region, each standing for its blocks ``stride`` bytes apart,
-    numbered as ``table`` numbers them. None where the form does not fit (several pieces per kernel
-    block, whose IDs run piece-minor)."""
-    if dlist.pieces != 1:
-        return None
-    eng = dlist.engine
-    kernel = page_bytes // eng.blocks_per_logical
-    spt = eng.streams_per_tensor
-    base = np.asarray(bases, dtype=np.uint64)
-    streams = np.arange(eng.attention_streams, dtype=np.uint64)
-    attn = np.empty((eng.attention_streams, 5), dtype=np.uint64)
-    attn[:, 0] = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt) \
-        + np.uint64(dlist.attention[0][0])
-    attn[:, 1], attn[:, 3], attn[:, 4] = dlist.attention[0][1], kernel, eng.num_blocks
-    offsets = np.array([o for o, _ in dlist.regions], dtype=np.uint64)
-    sizes = np.array([z for _, z in dlist.regions], dtype=np.uint64)
-    ssm = np.empty((eng.ssm_tensors, dlist.k, 5), dtype=np.uint64)
-    ssm[..., 0] = base[:eng.ssm_tensors, None] + offsets[None, :]
-    ssm[..., 1] = sizes[None, :]
-    ssm[..., 3], ssm[..., 4] = page_bytes, eng.logical_blocks
-    out = np.concatenate([attn, ssm.reshape(-1, 5)])
-    out[:, 2] = dev_id
-    return out[out[:, 4] > 0]
-
-
-def nixl_rows(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray:
-    """What ``prep_xfer_dlist`` gets: the strided form where it fits (fewer rows), else the table."""
-    rows = strided(dlist, bases, page_bytes, dev_id)
-    return rows if rows is not None else dlist.table(bases, page_bytes, dev_id)
-
-
-def expand(rows: np.ndarray) -> np.ndarray:
-    """An ``(N, 5)`` strided list as the ``(M, 3)`` list it stands for."""
-    counts = rows[:, 4].astype(np.int64)
-    index = np.repeat(np.arange(rows.shape[0]), counts)
-    step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    out = np.empty((index.size, 3), dtype=np.uint64)
-    out[:, 0] = rows[index, 0] + step.astype(np.uint64) * rows[index, 3]
-    out[:, 1], out[:, 2] = rows[index, 1], rows[index, 2]
-    return out
-
-
-def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[np.ndarray],
-              attention_slots: Sequence[np.ndarray | None] | None = None,
-              group_tensors: Sequence[int] | None = None) -> np.ndarray:
+def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[Iterable[int]],
+              attention_slots: Sequence[Iterable[int] | None] | None = None,
+              group_tensors: Sequence[int] | None = None) -> array[int]:
     """The IDs of one read for a request: per group, region-major (stream-major for attention);
     groups concatenated. ``attention_slots[g]`` gives, for an attention group, the slots
     (``kernel block · pieces + piece``) this read pairs, or None for a read without attention;
     ``group_tensors[g]`` how many of its kind's tensors group ``g``'s IDs cover (the first ones;
     default: all)."""
     eng = dlist.engine
-    parts = []
+    out: array[int] = array("q")
     for index, (kind, logical) in enumerate(zip(groups, blocks)):
         if kind == ATTENTION:
             slots = attention_slots[index] if attention_slots is not None else None
             if slots is None:
                 continue
             tensors = eng.tensors if group_tensors is None else group_tensors[index]
-            streams = np.arange(tensors * eng.streams_per_tensor, dtype=np.int64)[:, None]
-            streams = streams * (eng.num_blocks * dlist.pieces)
-            parts.append((streams + np.asarray(slots, dtype=np.int64)[None, :]).ravel())
+            ids, span = integers(slots), eng.num_blocks * dlist.pieces
+            for stream in range(tensors * eng.streams_per_tensor):
+                first = stream * span
+                out.fromlist([first + slot for slot in ids])
         else:
             tensors = eng.ssm_tensors if group_tensors is None else group_tensors[index]
-            logical = np.asarray(logical, dtype=np.int64)
-            q = np.arange(tensors * dlist.k, dtype=np.int64)[:, None]
-            parts.append((dlist.attention_descs + q * eng.logical_blocks + logical[None, :]).ravel())
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            ids = integers(logical)
+            for q in range(tensors * dlist.k):
+                first = dlist.attention_descs + q * eng.logical_blocks
+                out.fromlist([first + block for block in ids])
+    return out
 
 
-def kernel_blocks(logical: np.ndarray, blocks_per_logical: int) -> np.ndarray:
+def integers(values: Iterable[int]) -> list[int]:
+    """Block IDs or slots as Python ints (from a list, an ``array`` or any sequence of integers)."""
+    return list(map(int, values))
+
+
+def kernel_blocks(logical: Iterable[int], blocks_per_logical: int) -> list[int]:
     """Attention logical blocks expanded into kernel blocks with one engine's own ratio."""
-    logical = np.asarray(logical, dtype=np.int64)
-    return (logical[:, None] * blocks_per_logical + np.arange(blocks_per_logical, dtype=np.int64)[None, :]).ravel()
+    return [block * blocks_per_logical + j for block in integers(logical) for j in range(blocks_per_logical)]
 
 
 @dataclass(frozen=True)
 class Request:
     """Logical block IDs of one request, one array per KV-cache group, on each side."""
 
-    prefill_blocks: tuple[np.ndarray, ...]
-    decode_blocks: tuple[np.ndarray, ...]
+    prefill_blocks: tuple[array[int], ...]
+    decode_blocks: tuple[array[int], ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, list[list[int]]]:
         return {"prefill_blocks": [b.tolist() for b in self.prefill_blocks],
                 "decode_blocks": [b.tolist() for b in self.decode_blocks]}
 
@@ -266,16 +157,16 @@ def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], 
         if need > engine.logical_blocks:
             raise UserError(f"a request of {need} logical blocks ({', '.join(map(str, counts))} per KV-cache "
                             f"group) does not fit an engine of {engine.logical_blocks} logical blocks")
-        chosen = np.array(rng.sample(range(engine.logical_blocks), need), dtype=np.int64)
-        sides.append(tuple(np.split(chosen, np.cumsum(counts)[:-1])))
+        chosen = rng.sample(range(engine.logical_blocks), need)
+        starts = list(accumulate(counts, initial=0))
+        sides.append(tuple(array("q", chosen[a:b]) for a, b in zip(starts, starts[1:])))
     return Request(*sides)
 
 
-def parse_blocks(text: str, n_groups: int, engine: ListShape, side: str) -> tuple[np.ndarray, ...]:
+def parse_blocks(text: str, n_groups: int, engine: ListShape, side: str) -> tuple[array[int], ...]:
     """``'3,5;1;2'``: block IDs per group, groups separated by ';' (each block once in the request)."""
     try:
-        lists = [np.array([int(x) for x in part.split(",") if x.strip()], dtype=np.int64)
-                 for part in text.split(";")]
+        lists = [array("q", [int(x) for x in part.split(",") if x.strip()]) for part in text.split(";")]
     except (ValueError, OverflowError):   # OverflowError: beyond int64, no block ID
         shown = text if len(text) <= 60 else f"{text[:57]}..."
         raise UserError(f"--{side}-blocks: '{shown}' is not a list of integers like '3,5;1;2'") from None
@@ -284,17 +175,17 @@ def parse_blocks(text: str, n_groups: int, engine: ListShape, side: str) -> tupl
     if len(lists) != n_groups:
         raise UserError(f"--{side}-blocks gives {len(lists)} groups, the model has {n_groups} KV-cache groups")
     for blocks in lists:
-        bad = blocks[(blocks < 0) | (blocks >= engine.logical_blocks)]
-        if bad.size:
-            raise UserError(f"--{side}-blocks: block {int(bad[0])} is outside the {side} engine's "
+        bad = next((block for block in blocks if not 0 <= block < engine.logical_blocks), None)
+        if bad is not None:
+            raise UserError(f"--{side}-blocks: block {bad} is outside the {side} engine's "
                             f"{engine.logical_blocks} logical blocks")
-    empty = next((group for group, blocks in enumerate(lists) if not blocks.size), None)
+    empty = next((group for group, blocks in enumerate(lists) if not blocks), None)
     if empty is not None:
         raise UserError(f"--{side}-blocks: group {empty} has no block; a request gives each group at least one")
     # vLLM hands each block of a request to one group once: a repeat would share one page.
     first: dict[int, int] = {}
     for group, blocks in enumerate(lists):
-        for block in blocks.tolist():
+        for block in blocks:
             if block in first:
                 again = "twice in group" if first[block] == group else f"in groups {first[block]} and"
                 raise UserError(f"--{side}-blocks: block {block} is {again} {group}; a request holds each "
@@ -311,8 +202,8 @@ class DescriptorRead:
     local_list: str                 # "base" | "split:<i>"
     local: DescriptorList
     remote: DescriptorList
-    local_ids: np.ndarray = field(compare=False)
-    remote_ids: np.ndarray = field(compare=False)
+    local_ids: array[int] = field(compare=False)
+    remote_ids: array[int] = field(compare=False)
     attention: bool = False
     group_counts: tuple[int, ...] = field(default=(), compare=False)   # IDs of each KV-cache group
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from mambaxfer_cli.planning.attention import (
     AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
@@ -24,8 +24,6 @@ from mambaxfer_cli.planning.reads import (
 )
 from mambaxfer_cli.planning.release import EngineFacts
 
-if TYPE_CHECKING:
-    import numpy as np
 
 SCHEMA = "mambaxfer.plan/v1"
 
@@ -174,8 +172,8 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             is_base = local_regions == whole and local_attn == whole_block(decode)
             local = DescriptorList(decode.lists, local_regions, local_attn)
             remote = DescriptorList(prefill.lists, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
-            local_slots: list[np.ndarray | None] = []
-            remote_slots: list[np.ndarray | None] = []
+            local_slots: list[list[int] | None] = []
+            remote_slots: list[list[int] | None] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
                 if kind != ATTENTION or how is None:
                     local_slots.append(None)

@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-
 from mambaxfer_cli.planning.descriptors import kernel_blocks
 from mambaxfer_cli.planning.engine import EngineLayout
 from mambaxfer_cli.planning.layout import RankLayout
@@ -77,7 +75,7 @@ def p_attention_shape(model: ModelSpec, side: EngineLayout, rank: int, tensor: i
     return attention_shape(model, side, rank, tensor, k, [[(0, block * bpl + j, 0, k)] for j in range(bpl)])
 
 
-def token_runs(d_kernel: int, d_tokens: int, p_kernels: np.ndarray, p_tokens: int, start: int) -> list[Run]:
+def token_runs(d_kernel: int, d_tokens: int, p_kernels: Sequence[int], p_tokens: int, start: int) -> list[Run]:
     """The runs of one D kernel block holding request tokens ``start .. start + d_tokens``."""
     runs, q, end = [], start, start + d_tokens
     while q < end:

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mambaxfer_cli.planning.descriptors import DescriptorList, DescriptorRead
+from mambaxfer_cli.proof.addresses import addresses, resolve
 from mambaxfer_cli.proof.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
 from mambaxfer_cli.planning.plan import Plan
@@ -197,7 +198,7 @@ class Simulation:
 # --- checks on the lists and IDs ---------------------------------------------------------------
 
 def _describe_id(dlist: DescriptorList, desc_id: int) -> str:
-    info = {k: int(v[0]) for k, v in dlist.resolve(np.array([desc_id])).items()}
+    info = {k: int(v[0]) for k, v in resolve(dlist, np.array([desc_id])).items()}
     if info["attention"]:
         return f"attention stream {info['tensor']} kernel block {info['block']}"
     return (f"SSM tensor {info['tensor']} region #{info['region']} block {info['block']} "
@@ -232,7 +233,7 @@ def id_problems(read: DescriptorRead, p_tp: int, d_tp: int) -> list[Problem]:
             problem("id-duplicate", f"{side} ID {int(twice[0])} ({_describe_id(dlist, int(twice[0]))}) "
                                     f"appears {int(counts[counts > 1][0])} times ({twice.size} repeated IDs)")
     if in_range and len(local) == len(remote) and len(local):
-        ls, rs = read.local.resolve(local)["size"], read.remote.resolve(remote)["size"]
+        ls, rs = resolve(read.local, local)["size"], resolve(read.remote, remote)["size"]
         bad = np.flatnonzero(ls != rs)
         if bad.size:
             i = int(bad[0])
@@ -293,7 +294,7 @@ def _memory(plan: Plan, side: str) -> _Memory:
 
 def _addresses(dlist: DescriptorList, ids: np.ndarray,
                memory: _Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    tensor, addr, size = dlist.addresses(ids, memory.page)
+    tensor, addr, size = addresses(dlist, ids, memory.page)
     fits = (addr >= 0) & (size >= 0) & (addr + size <= memory.limit)
     return tensor, addr, size, fits
 

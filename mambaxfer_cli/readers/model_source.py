@@ -4,6 +4,7 @@ or a Hugging Face repo id already in the local cache (never the network)."""
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +17,9 @@ from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
 
 PRESET_DIR = Path(__file__).parent.parent / "presets"
+# The presets' YAML files parsed, for loading one without importing PyYAML (about 10 ms of a
+# command's start); scripts/compile_presets.py writes it, tests/test_model_source.py keeps it equal.
+COMPILED_PRESETS = PRESET_DIR / "compiled.json"
 _OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec", "kv_heads", "head_size")
 _FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -26,7 +30,25 @@ def preset_names() -> list[str]:
 
 @lru_cache(maxsize=None)
 def read_yaml(path: Path) -> dict[str, Any]:
-    data = parse_yaml(read_text(path, str(path)), str(path))
+    return _model_file(parse_yaml(read_text(path, str(path)), str(path)), path)
+
+
+@lru_cache(maxsize=None)
+def compiled_presets() -> dict[str, Any]:
+    """Each preset's model file as scripts/compile_presets.py parsed it from the YAML."""
+    data: dict[str, Any] = json.loads(COMPILED_PRESETS.read_text(encoding="utf-8"))
+    return data
+
+
+def preset_file(name: str) -> dict[str, Any]:
+    """A built-in preset's model file: compiled, else (a preset added since) its YAML."""
+    path = PRESET_DIR / f"{name}.yaml"
+    compiled = compiled_presets().get(name)
+    return read_yaml(path) if compiled is None else _model_file(compiled, path)
+
+
+def _model_file(data: Any, path: Path) -> dict[str, Any]:
+    """A model file's document, checked: a ``config`` mapping and only the known top-level keys."""
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
         raise UserError(f"{path}: a model YAML file needs a 'config:' mapping of Hugging Face config keys "
                         f"(see docs/models.md)")
@@ -96,7 +118,7 @@ def load_model(
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size}
     if model in preset_names():
-        return _from_yaml(PRESET_DIR / f"{model}.yaml", cli, default_name=model)
+        return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:
         raise UserError(f"--model {model!r}: not a model name or path")
     path = Path(model).expanduser()
@@ -111,7 +133,7 @@ def load_model(
         raise UserError(f"{path}: directory holds no config.json")
     if kind == "file":
         if path.suffix in (".yaml", ".yml"):
-            return _from_yaml(path, cli, default_name=path.stem)
+            return _from_model_file(read_yaml(path), path, cli, default_name=path.stem)
         config = read_json(path)
         return spec_from_config(config, name=config_label(path), source=str(path), **cli)
     # Repo ids often hold dots ('ai21labs/Jamba-v0.1'): only a file suffix marks a path.
@@ -125,7 +147,7 @@ def load_model(
         if cached is None:
             preset = preset_for_source(model)
             if preset is not None:       # a preset's own source: the preset holds its config
-                return _from_yaml(PRESET_DIR / f"{preset}.yaml", cli, default_name=preset)
+                return _from_model_file(preset_file(preset), PRESET_DIR / f"{preset}.yaml", cli, default_name=preset)
             raise UserError(f"'{clipped(model)}' is not in the local Hugging Face cache ({hf_cache_dir()}) nor a "
                             f"built-in preset's source; mambaxfer never downloads: fetch its config.json "
                             f"first, or pass a path")
@@ -145,7 +167,7 @@ def preset_sources() -> dict[str, str]:
     """A preset's Hugging Face repo id (lower case) -> the preset's name."""
     out = {}
     for name in preset_names():
-        source = read_yaml(PRESET_DIR / f"{name}.yaml").get("source")
+        source = preset_file(name).get("source")
         if source:
             out[str(source).lower()] = name
     return out
@@ -156,8 +178,8 @@ def preset_for_source(repo_id: str) -> str | None:
     return preset_sources().get(repo_id.lower())
 
 
-def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
-    data = read_yaml(path)
+
+def _from_model_file(data: dict[str, Any], path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
     merged = {key: data.get(key) for key in _OVERRIDE_KEYS}
     given_by = {key: f"{path.name}: {key}" for key in ("conv_dtype", "ssm_dtype") if data.get(key) is not None}
     merged.update({key: value for key, value in cli.items() if value is not None})
@@ -173,4 +195,4 @@ def _from_yaml(path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
 
 
 def preset_description(name: str) -> str:
-    return str(read_yaml(PRESET_DIR / f"{name}.yaml").get("description", ""))
+    return str(preset_file(name).get("description", ""))

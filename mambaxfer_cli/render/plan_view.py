@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
-import numpy as np
 from rich.console import Group, JustifyMethod
 from rich.panel import Panel
 from rich.table import Table
@@ -179,7 +177,7 @@ def diagrams(plan: Plan, d_rank: int | None, width: int = DIAGRAM_WIDTH + 20) ->
                  title="Where every byte of each D page comes from", title_align="left", expand=False)
 
 
-def _group_id_lines(read: DescriptorRead, ids: np.ndarray, plan: Plan, side: str) -> list[tuple[str, str]]:
+def _group_id_lines(read: DescriptorRead, ids: Sequence[int], plan: Plan, side: str) -> list[tuple[str, str]]:
     """Split a read's IDs by KV-cache group; within a group, one line per block (stride L)."""
     engine = plan.descriptors.decode if side == "local" else plan.descriptors.prefill
     request = plan.descriptors.request
@@ -189,11 +187,12 @@ def _group_id_lines(read: DescriptorRead, ids: np.ndarray, plan: Plan, side: str
         if kind == ATTENTION:
             if not count:
                 continue
-            rows = ids[at:at + count].reshape(engine.attention_streams, -1)
+            width = count // engine.attention_streams       # one row per stream
+            rows = [ids[at + s * width:at + (s + 1) * width] for s in range(engine.attention_streams)]
         else:
-            rows = ids[at:at + count].reshape(-1, len(logical)).T
+            rows = [ids[at + b:at + count:len(logical)] for b in range(len(logical))]   # one row per block
         at += count
-        out.append((f"{g} {kind}", "\n".join(compact(row.tolist(), limit=3) for row in rows[:4])
+        out.append((f"{g} {kind}", "\n".join(compact(row, limit=3) for row in rows[:4])
                     + (f"\n… {len(rows) - 4} more" if len(rows) > 4 else "")))
     return out
 
