@@ -8,6 +8,7 @@ being stopped) is not news and changes nothing.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import signal
 import sys
@@ -52,17 +53,32 @@ class _State:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    if _State.first is not None:
-        return
-    _State.first = signum
+    if _State.first is None:
+        _State.first = signum
+    elif _State.raised or signum != _State.first:
+        return          # a later signal is not news
     if not _State.holding:
         _State.raised = True
-        raise Stopped(signum)
+        raise Stopped(_State.first)
+
+
+def _unraisable(info: sys.UnraisableHookArgs) -> None:
+    """Python runs a signal handler wherever the main thread is, also inside a weakref callback or
+    a ``__del__`` (importing a module runs one), where an exception cannot propagate: Python would
+    print it as 'Exception ignored' and go on. A Stopped swallowed there is delivered again, from
+    a thread of its own so that it lands after this hook, where it can end the command (should it
+    land in such a place again, it comes back here)."""
+    if isinstance(info.exc_value, Stopped) and _State.first is not None and _State.first > 0:
+        _State.raised = False
+        _thread.start_new_thread(_thread.interrupt_main, (_State.first,))
+        return
+    sys.__unraisablehook__(info)
 
 
 def install() -> None:
     """Handle the stop signals (the command's first act). A signal the command was started with
     ignored stays ignored (``nohup``, a background job's SIGINT)."""
+    sys.unraisablehook = _unraisable
     for signum in STOP_LINES:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _on_signal)

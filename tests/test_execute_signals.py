@@ -150,3 +150,32 @@ def test_a_signal_the_command_was_started_ignoring_stays_ignored():
     finally:
         proc.kill()
     assert proc.returncode == 0 and err == "" and "jamba" in out, (proc.returncode, err)
+
+
+WEAKREF_STOP = """
+import os, signal, sys, weakref
+from mambaxfer_cli import exits
+exits.install()
+class Thing:
+    pass
+thing = Thing()
+def callback(ref):
+    os.kill(os.getpid(), signal.SIGTERM)     # Python runs the handler here, inside the callback
+    for _ in range(1000):
+        pass
+ref = weakref.ref(thing, callback)
+try:
+    del thing
+    for _ in range(10 ** 6):
+        pass
+    print("not stopped")
+except KeyboardInterrupt as stop:
+    sys.exit(exits.report(stop))
+"""
+
+
+def test_a_signal_handled_inside_a_callback_still_stops_the_command():
+    """Importing a module runs importlib's weakref callbacks; a signal handled inside one raises
+    where Python can only print 'Exception ignored'. It must still end the command, with its line."""
+    proc = subprocess.run([sys.executable, "-c", WEAKREF_STOP], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", "stopped by SIGTERM\n")
