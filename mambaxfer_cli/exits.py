@@ -70,7 +70,7 @@ def _unraisable(info: sys.UnraisableHookArgs) -> None:
     land in such a place again, it comes back here)."""
     if isinstance(info.exc_value, Stopped) and _State.first is not None and _State.first > 0:
         _State.raised = False
-        _thread.start_new_thread(_thread.interrupt_main, (_State.first,))
+        _thread.start_new_thread(_thread.interrupt_main, (signal.Signals(_State.first),))
         return
     sys.__unraisablehook__(info)
 
