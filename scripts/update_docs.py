@@ -31,8 +31,9 @@ COLUMNS = 80
 MARKER = re.compile(r"<!-- (?P<kind>run|run-together): (?P<cmd>.+?) -->\n", re.S)
 FENCE = re.compile(r"```text\n(?P<body>.*?)```", re.S)
 # What varies from run to run: timings and rates, i.e. a number with a unit of time or rate, or
-# with two decimals (how mambaxfer prints them, e.g. in a 'GB/s' column; sizes have one decimal).
-TIMED = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|µs|GB/s)(?![\w/])|(?<![\d.])\d+\.\d\d(?![\d.])")
+# with two decimals (how mambaxfer prints them, e.g. in a 'GB/s' column; sizes have one decimal),
+# but not a release ("vLLM 0.34"), which has two decimals too and must match.
+TIMED = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|µs|GB/s)(?![\w/])|(?<![\d.])(?<!vLLM )\d+\.\d\d(?![\d.])")
 BOX = re.compile(r"[─━│┃┏┓┗┛┡┩└┘├┤┼╇╈┳┻┯┷╭╮╯╰┌┐┬┴═║]")
 NEEDS_NIXL = re.compile(r"\bmambaxfer (?:execute|bench)\b")
 

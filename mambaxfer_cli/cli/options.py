@@ -186,8 +186,8 @@ DPhysOpt = Annotated[Optional[int], EngineOption(
     show_default=False)]
 BACKEND_NAMES = "FLASH_ATTN, FLASHINFER or TRITON_ATTN"
 BackendOpt = Annotated[Optional[str], EngineOption(
-    "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES} (default FLASH_ATTN).",
-    show_default=False)]
+    "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES} (default: vLLM's choice for "
+                                "the GPU, FLASHINFER on SM 10.x, else FLASH_ATTN).", show_default=False)]
 PBackendOpt = Annotated[Optional[str], EngineOption(
     "--p-attention-backend", help="P's attention backend, when it differs.", show_default=False)]
 DBackendOpt = Annotated[Optional[str], EngineOption(
