@@ -82,6 +82,13 @@ class RankAgent:
         ch.phase("registering")
         self.registered = self.agent.register_memory(self.memory.regions, self.memory.mem_type)
 
+    def poison_and_register(self, ch: Channel) -> None:
+        """A D rank's start: its memory all poison (a byte no read lands stays so), then registered."""
+        ch.phase("poisoning")
+        self.memory.poison()
+        self.memory.sync()
+        self.register(ch)
+
     def publish(self) -> None:
         """Make this rank's agent metadata available to the other side (a two-host run)."""
         discovery = self.task.settings.discovery

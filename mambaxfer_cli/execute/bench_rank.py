@@ -98,10 +98,7 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
     ucx_log = keep_ucx_log()
     with RankAgent(task, ch, telemetry=True) as node:
         memory = node.memory
-        ch.phase("poisoning")
-        memory.poison()
-        memory.sync()
-        node.register(ch)
+        node.poison_and_register(ch)
         ch.publish("registered", {"metadata": node.agent.get_agent_metadata(), "bases": memory.bases,
                                   "mem_type": memory.mem_type, "dev_id": task.dev_id,
                                   "page_bytes": task.memory.page_bytes})

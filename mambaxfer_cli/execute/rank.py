@@ -76,10 +76,7 @@ def _serve(task: PrefillTask, ch: Channel, node: RankAgent, server: SideChannelS
 def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
     with RankAgent(task, ch, telemetry=True) as node:
         memory = node.memory
-        ch.phase("poisoning")
-        memory.poison()
-        memory.sync()
-        node.register(ch)
+        node.poison_and_register(ch)
         discovery = task.settings.discovery
         if discovery is not None:
             published = remote.connect(task, ch, node)
