@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_run import run_cli
+from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute import tasks as tasks_module
 from mambaxfer_cli.execute.memory import RankMemory
@@ -321,3 +321,14 @@ def test_a_frame_that_is_no_header_is_a_side_channel_error(header):
     finally:
         a.close()
         b.close()
+
+
+def test_a_plan_file_too_large_for_this_machine_is_refused_with_plan_s_options(tmp_path):
+    """Under --plan, --blocks and --layers do not apply: the advice names what plans the blocks."""
+    plan_file = tmp_path / "big.json"
+    made = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--p-num-blocks", "1000000",
+                   "--d-num-blocks", "1000000", "--output", str(plan_file))
+    assert made.code == 0, made.stderr
+    result = run_cli("execute", "--plan", str(plan_file), "--device", "cpu")
+    assert_user_error(result, "more than half of the", "plan it again with fewer --p-num-blocks/--d-num-blocks")
+    assert "--blocks" not in result.stderr.replace("--p-num-blocks", "").replace("--d-num-blocks", "")

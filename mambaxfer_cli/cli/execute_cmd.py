@@ -147,6 +147,10 @@ def execute(
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,
                  seed, plan_file, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
     kind, gpus = resolve_device(device.value)
+    if plan_file is not None:     # its blocks come from the plan: the advice names plan's options
+        from mambaxfer_cli.execute.tasks import check_fits
+
+        check_fits(plan, kind, "plan it again with fewer --p-num-blocks/--d-num-blocks")
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     if discovery is None:
