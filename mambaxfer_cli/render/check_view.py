@@ -29,13 +29,7 @@ def deployment_table(report: CheckReport) -> Table:
         ("model", "left"), ("pairing", "left"), ("bytes", "right"), ("mambaxfer", "left"), (report.releases, "left")]
     for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=True)
-    last_model = None
-    for r in report.results:
-        model = r.model if r.model != last_model else ""
-        if r.model != last_model and last_model is not None:
-            table.add_section()
-        last_model = r.model
-        pairing = r.pairing + (" coalesced" if r.coalesce else "")
+    for model, pairing, r in _rows_by_model(table, report):
         if r.verdict == "skip":
             table.add_row(model, pairing, "", VERDICTS["skip"], VERDICTS["skip"])
             continue
@@ -43,6 +37,18 @@ def deployment_table(report: CheckReport) -> Table:
         assert exact is not None and does is not None, "a pairing checked under both semantics has both answers"
         table.add_row(model, pairing, human_bytes(r.bytes), EXACT_PLAN[exact], VLLM_DOES[does])
     return table
+
+
+def _rows_by_model(table: Table, report: CheckReport) -> Iterator[tuple[str, str, PairingResult]]:
+    """Each result with the model named on its first row only and a section between models; the
+    pairing says when the plan was coalesced."""
+    last_model = None
+    for r in report.results:
+        if r.model != last_model and last_model is not None:
+            table.add_section()
+        model = r.model if r.model != last_model else ""
+        last_model = r.model
+        yield model, r.pairing + (" coalesced" if r.coalesce else ""), r
 
 
 def summary_table(report: CheckReport) -> Table:
@@ -55,14 +61,8 @@ def summary_table(report: CheckReport) -> Table:
         ("descriptors", "right"), ("bytes", "right"), ("time", "right"), ("verdict", "left")]
     for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=column != "model")
-    last_model = None
-    for r in report.results:
+    for model, pairing, r in _rows_by_model(table, report):
         ratio = "—" if r.tp_ratio is None else str(r.tp_ratio)
-        model = r.model if r.model != last_model else ""
-        if r.model != last_model and last_model is not None:
-            table.add_section()
-        last_model = r.model
-        pairing = r.pairing + (" coalesced" if r.coalesce else "")
         if r.verdict == "skip":
             table.add_row(model, pairing, ratio, "", "", "", "", "", VERDICTS["skip"])
             continue
