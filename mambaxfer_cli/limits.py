@@ -49,7 +49,7 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
     "--kv-tensors": (1, MAX_KV_TENSORS, "model's layers"),
     "--ssm-tensors": (1, MAX_KV_TENSORS, "model's layers"),
     "--request-blocks": (1, MAX_REQUEST_BLOCKS, "request's"),
-    "--seed": (0, MAX_SEED, "seed numpy takes here"),
+    "--seed": (0, MAX_SEED, "32-bit seed"),
     "--layers": (1, MAX_LAYERS, "model's layers"),
     "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
     "--iters": (1, MAX_ITERS, "useful number of repeats"),
