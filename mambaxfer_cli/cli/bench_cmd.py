@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambaxfer_cli.cli.outcome import keep_exit_code
+from mambaxfer_cli.cli.outcome import keep_exit_code, said
 from mambaxfer_cli.cli.options import (
     BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
     OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
@@ -128,12 +128,8 @@ def bench(
     refused = plans[0][0].verdict
     if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
-        from rich.console import Console
-
-        Console(stderr=True, highlight=False).print(
-            f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
-            + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it",
-            markup=False)
+        said(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
+             + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it")
 
     from mambaxfer_cli.render.bench_view import BenchProgress, bench_tables
 
@@ -170,9 +166,6 @@ def bench(
                     for row in rows.values())
         how = ("vLLM's reads (--semantics vllm) land these bytes wrong"
                if semantics is Semantics.vllm else "mambaxfer's plan landed these bytes wrong")
-        from rich.console import Console
-
-        Console(stderr=True, highlight=False).print(
-            f"wrong bytes: {wrong} over the runs marked WRONG; {how}; 'mambaxfer check --model {model} "
-            f"--pairs {p_tp}:{d_tp}' says which", markup=False)
+        said(f"wrong bytes: {wrong} over the runs marked WRONG; {how}; 'mambaxfer check --model {model} "
+             f"--pairs {p_tp}:{d_tp}' says which")
         raise typer.Exit(EXIT_WRONG)

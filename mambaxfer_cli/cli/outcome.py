@@ -22,6 +22,13 @@ def red_line(message: str) -> None:
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
 
 
+def said(message: str) -> None:
+    """A plain line on stderr (a warning, a note), wrapped at the terminal's width, no markup."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(message, markup=False)
+
+
 def fail(message: str) -> typer.Exit:
     """Print one red line on stderr; the caller raises the returned Exit (code 2)."""
     red_line(message)
