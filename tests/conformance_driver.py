@@ -18,7 +18,7 @@ import sys
 
 
 def alter(scenario: str, undo: list) -> None:
-    from mambaxfer_cli.conformance import vllm_side
+    from mambaxfer_cli.engines.vllm import probe as vllm_side
 
     def patch(owner, name, value):
         undo.append((owner, name, getattr(owner, name)))
@@ -65,7 +65,7 @@ def alter(scenario: str, undo: list) -> None:
 def main(argv: list[str]) -> None:
     (spec,) = argv
     from mambaxfer_cli.cli import run
-    from mambaxfer_cli.conformance import vllm_side
+    from mambaxfer_cli.engines.vllm import probe as vllm_side
 
     out = {}
     for item in json.loads(spec):

@@ -14,7 +14,7 @@ from mambaxfer_cli.proof.check import (
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_source import load_model, preset_names
-from mambaxfer_cli.planning.plan import build_plan
+from mambaxfer_cli.engines.vllm.plan import build_plan
 from mambaxfer_cli.planning.reads import tp_ratio
 from mambaxfer_cli.proof.simulate import Patterns, simulate
 from strategies import pairings

@@ -5,15 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambaxfer_cli.planning.descriptors import (
+from mambaxfer_cli.engines.vllm.descriptors import (
     DescriptorList, ListShape, block_ids as slot_ids, kernel_blocks, list_shape, parse_blocks, random_request,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.planning.plan import PlanOptions, build_plan
-from mambaxfer_cli.planning.releases import V0_33
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.releases import release
+
+V0_33 = release("0.33")
 from mambaxfer_cli.proof.addresses import address_table, addresses, resolve
 
 

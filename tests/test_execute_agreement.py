@@ -12,7 +12,7 @@ from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.discovery import Discovery, resolve
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.plan import Plan
 
 
 def plan_of(model: str = "jamba", layers: int = 8, p_tp: int = 1, d_tp: int = 2, seed: int = 0, engine=None,
@@ -70,8 +70,8 @@ def test_fields_the_plan_gains_are_compared(monkeypatch):
 
 
 def test_engine_geometry_is_named_before_what_derives_from_it():
-    from mambaxfer_cli.planning.geometry import EngineFlags
-    from mambaxfer_cli.planning.releases import V0_33, V0_34
+    from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+    from mambaxfer_cli.engines.vllm.releases import V0_33, V0_34
 
     mine = agreement.geometry(plan_of(engine=EngineFlags(release=V0_33)))     # Jamba: 80-token blocks
     theirs = agreement.geometry(plan_of(engine=EngineFlags(release=V0_33, block_size=160)))

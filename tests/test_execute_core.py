@@ -29,8 +29,8 @@ from mambaxfer_cli.execute.verify import verify_decode
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.proof.addresses import address_table
 from mambaxfer_cli.proof.pattern import POISON
-from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 
 SETTINGS = RunSettings("test", "cpu", 0, "127.0.0.1", 0, 1)
 TOY = str(Path(__file__).resolve().parents[1] / "examples" / "models" / "toy-mamba2.yaml")

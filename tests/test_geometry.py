@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from mambaxfer_cli.planning.engine import engine_layout
+from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.geometry import EngineFlags, backend, derive, kv_cache_dtype
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags, backend, derive, kv_cache_dtype
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
-from mambaxfer_cli.planning.releases import V0_33
+from mambaxfer_cli.engines.vllm.releases import V0_33
 from mambaxfer_cli.readers.model_source import load_model
 
 

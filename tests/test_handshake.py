@@ -8,13 +8,13 @@ from math import gcd
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from mambaxfer_cli.planning.attention import head_sources
+from mambaxfer_cli.engines.vllm.attention import head_sources
 from mambaxfer_cli.proof.check import check_plan
-from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.handshake import attention_sources
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.planning.plan import PlanOptions, build_plan
-from mambaxfer_cli.planning.releases import RELEASES, V0_33
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.releases import RELEASES, V0_33
 from strategies import pairings
 
 

@@ -8,8 +8,8 @@ import sys
 
 PLANNING = ["mambaxfer_cli.planning.model", "mambaxfer_cli.readers.families", "mambaxfer_cli.readers.model_config",
             "mambaxfer_cli.readers.model_source", "mambaxfer_cli.planning.variants", "mambaxfer_cli.planning.layout",
-            "mambaxfer_cli.planning.reads", "mambaxfer_cli.planning.kv_groups", "mambaxfer_cli.planning.descriptors",
-            "mambaxfer_cli.planning.plan", "mambaxfer_cli.proof.pattern"]
+            "mambaxfer_cli.planning.reads", "mambaxfer_cli.planning.kv_groups", "mambaxfer_cli.engines.vllm.descriptors",
+            "mambaxfer_cli.engines.vllm.plan", "mambaxfer_cli.proof.pattern"]
 
 PROBE = """
 import importlib, json, sys
@@ -49,6 +49,6 @@ def test_plan_as_json_imports_neither_numpy_nor_yaml_nor_rich():
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["schema"] == "mambaxfer.plan/v1"
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    assert "mambaxfer_cli.planning.plan" in modules
+    assert "mambaxfer_cli.engines.vllm.plan" in modules
     assert sorted(m for m in modules if m.split(".")[0] in ("numpy", "yaml", "rich")
                   or m in ("mambaxfer_cli.render.plan_view", "mambaxfer_cli.proof.addresses")) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import assume, given, settings, strategies as st
 
-from mambaxfer_cli.planning.descriptors import DescriptorList, ListShape, block_ids, kernel_blocks
+from mambaxfer_cli.engines.vllm.descriptors import DescriptorList, ListShape, block_ids, kernel_blocks
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import Shard, rank_layouts

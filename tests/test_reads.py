@@ -16,7 +16,7 @@ from mambaxfer_cli.planning.layout import Shard, rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.planning.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import (
     EXACT, VLLM, Read, Segment, Holding, assign_units, coalesce, exact_reads, misreads,
     plan_reads, tp_ratio, vllm_reads,

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.engine import engine_layout
-from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.handshake import PUSH, refusals
+from mambaxfer_cli.engines.vllm.engine import engine_layout
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.handshake import PUSH, refusals
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
-from mambaxfer_cli.planning.plan import PlanOptions, build_plan
-from mambaxfer_cli.planning.releases import NEWEST, RELEASES, V0_33, V0_34, release
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.releases import NEWEST, RELEASES, release
+
+V0_33, V0_34 = release("0.33"), release("0.34")
 from mambaxfer_cli.proof.check import check_plan
-from mambaxfer_cli.readers.installed_vllm import default_release
+from mambaxfer_cli.engines.vllm.installed import default_release
 from mambaxfer_cli.readers.model_source import load_model
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"
@@ -195,7 +197,7 @@ def test_accepted_unequal_kernel_blocks_pass_byte_by_byte(rel):
 
 def test_the_rearrangement_is_what_makes_those_reads_right(monkeypatch):
     # Without vLLM's post-receive permutation the same reads leave D's two heads interleaved.
-    from mambaxfer_cli.planning.plan import Plan
+    from mambaxfer_cli.engines.vllm.plan import Plan
 
     spec = load_model("qwen3.5-0.8b")
     p = build_plan(spec, 1, 1, PlanOptions(semantics="vllm", prefill=EngineFlags(block_size=576, num_blocks=4096),
@@ -321,7 +323,7 @@ def test_qwen35_push_1p8d(rel, code):
     ("H100", {"gdn_prefill_backend": "triton"}, (544, 272)),
 ])
 def test_qwen35_1p4d_blocks_per_gpu_in_033(gpu_name, flags, expected):
-    from mambaxfer_cli.planning.gpu import gpu
+    from mambaxfer_cli.engines.vllm.gpu import gpu
 
     got = tuple(side("qwen3.5-0.8b", tp, V0_33, gpu=gpu(gpu_name), **flags).geometry.block_size for tp in (1, 4))
     assert got == expected
@@ -329,7 +331,7 @@ def test_qwen35_1p4d_blocks_per_gpu_in_033(gpu_name, flags, expected):
 
 def test_a100_takes_064s_default_block_in_034():
     # No GDN alignment on A100, but 0.34 starts from 64 tokens: 64·ceil(8.28) = 576, 64·ceil(4.14) = 320.
-    from mambaxfer_cli.planning.gpu import gpu
+    from mambaxfer_cli.engines.vllm.gpu import gpu
 
     assert tuple(side("qwen3.5-0.8b", tp, V0_34, gpu=gpu("A100")).geometry.block_size for tp in (1, 4)) == (576, 320)
 
@@ -338,7 +340,7 @@ def test_vllm_picks_flashinfer_on_sm10():
     # platforms/cuda.py _get_backend_priorities: FLASHINFER first on SM 10.x (causal, non-MLA),
     # FLASH_ATTN first elsewhere. On B200, Qwen3.5 runs FlashInfer's pages: 576 = 9·64, 320 = 5·64
     # (128 divides neither, so its larger trtllm-gen pages do not apply here).
-    from mambaxfer_cli.planning.gpu import gpu
+    from mambaxfer_cli.engines.vllm.gpu import gpu
 
     for rel in RELEASES:
         g1, g4 = (side("qwen3.5-0.8b", tp, rel, gpu=gpu("B200")).geometry for tp in (1, 4))
@@ -357,7 +359,7 @@ def test_vllm_picks_flashinfer_on_sm10():
     ((12, 0), 13, ("flashinfer", "triton", "triton")), ((12, 0), 12, ("triton", "triton", "triton")),
 ])
 def test_gdn_prefill_backend_as_vllm_resolves_it(capability, cuda, expected):
-    from mambaxfer_cli.planning.gpu import Gpu, gdn_prefill_backend
+    from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_prefill_backend
 
     device = Gpu("x", capability, cuda)
     assert tuple(gdn_prefill_backend(device, 128, choice) for choice in (None, "triton", "cutedsl")) == expected
@@ -366,7 +368,7 @@ def test_gdn_prefill_backend_as_vllm_resolves_it(capability, cuda, expected):
 
 
 def test_unknown_gpus_and_gdn_backends_are_user_errors():
-    from mambaxfer_cli.planning.gpu import gdn_prefill_backend, gpu
+    from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend, gpu
 
     assert gpu("sm90").capability == (9, 0) and gpu("10.3").capability == (10, 3)
     assert gpu("rtx pro 6000").name == "RTX PRO 6000" and gpu("b200/cu12").cuda == 12

@@ -10,9 +10,9 @@ import pytest
 
 from cli_run import run_cli
 from mambaxfer_cli.execute.plan_source import cut_layers
-from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.plan import PlanOptions, build_plan
-from mambaxfer_cli.planning.releases import release
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.releases import release
 from mambaxfer_cli.readers.model_source import load_model, preset_names
 from rank_processes import assert_no_rank_left, new_tag
 

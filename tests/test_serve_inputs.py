@@ -22,7 +22,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.preflight import preflight
 from mambaxfer_cli.readers import documents
 from mambaxfer_cli.readers.documents import read_bounded
-from mambaxfer_cli.readers.serve_args import flag_table, parse_serve
+from mambaxfer_cli.engines.vllm.serve_args import flag_table, parse_serve
 from mambaxfer_cli.readers.serve_model import load_serve_model
 from mambaxfer_cli.schema import document_schema
 
@@ -43,9 +43,9 @@ def run_json(p: str, d: str, *extra: str):
 def assess(p: str, d: str, release: str = "0.34"):
     from dataclasses import replace
 
-    from mambaxfer_cli.planning.engine import Engines
-    from mambaxfer_cli.planning.geometry import EngineFlags
-    from mambaxfer_cli.planning.releases import release as named
+    from mambaxfer_cli.engines.vllm.engine import Engines
+    from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+    from mambaxfer_cli.engines.vllm.releases import release as named
 
     flags = replace(EngineFlags(), release=named(release))
     return preflight(parse_serve(p), parse_serve(d, "--decode"), load_serve_model, Engines(flags, flags))

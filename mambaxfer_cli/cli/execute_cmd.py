@@ -22,7 +22,7 @@ from mambaxfer_cli.limits import finite_seconds
 if TYPE_CHECKING:
     from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.execute.tasks import RunSettings
-    from mambaxfer_cli.planning.plan import Plan
+    from mambaxfer_cli.engines.vllm.plan import Plan
 
 
 class Device(str, Enum):

@@ -42,7 +42,7 @@ def inspect(
 
     mambaxfer inspect --model ./my-model/config.json --tp 8 --format json
     """
-    from mambaxfer_cli.planning.engine import engine_layout
+    from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.planning.kv_groups import vllm_grouping
 
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)

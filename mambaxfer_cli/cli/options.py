@@ -13,7 +13,8 @@ import typer
 
 from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds, within
-from mambaxfer_cli.planning.geometry import DEFAULT_NUM_BLOCKS
+from mambaxfer_cli.engines.vllm import releases
+from mambaxfer_cli.engines.vllm.geometry import DEFAULT_NUM_BLOCKS
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 
@@ -193,8 +194,8 @@ PBackendOpt = Annotated[Optional[str], EngineOption(
 DBackendOpt = Annotated[Optional[str], EngineOption(
     "--d-attention-backend", help="D's attention backend, when it differs.", show_default=False)]
 BlockSizeOpt = Annotated[Optional[int], EngineOption(
-    "--block-size", help="Both engines' --block-size in tokens (default: none given, so the release's: 16 in "
-                         "vLLM 0.33, 64 in 0.34; vLLM raises it for hybrids).", show_default=False)]
+    "--block-size", help="Both engines' --block-size in tokens (default: none given, so the release's: "
+                         f"{releases.block_size_defaults()}; vLLM raises it for hybrids).", show_default=False)]
 PBlockSizeOpt = Annotated[Optional[int], EngineOption(
     "--p-block-size", help="P's --block-size, when it differs.", show_default=False)]
 DBlockSizeOpt = Annotated[Optional[int], EngineOption(
@@ -216,7 +217,7 @@ DPrefixOpt = Annotated[Optional[bool], EngineOption(
     "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help="D's prefix caching, when it differs.",
     show_default=False)]
 VllmVersionOpt = Annotated[Optional[str], EngineOption(
-    "--vllm-version", help="The vLLM release the engines run: 0.33 or 0.34 (default: the vLLM installed "
+    "--vllm-version", help=f"The vLLM release the engines run: {releases.choices()} (default: the vLLM installed "
                            "here, else the newest mambaxfer knows).", show_default=False)]
 PVllmVersionOpt = Annotated[Optional[str], EngineOption(
     "--p-vllm-version", help="P's vLLM release, when it differs.", show_default=False)]
@@ -242,7 +243,7 @@ _said: set[str] = set()
 def _release_when_unnamed():
     """The release of an engine given no --vllm-version: the vLLM installed here, else the newest
     mambaxfer knows; what to say about an installed release it does not know, said once."""
-    from mambaxfer_cli.readers.installed_vllm import default_release
+    from mambaxfer_cli.engines.vllm.installed import default_release
 
     found = default_release()
     if found.note and found.note not in _said:
@@ -252,7 +253,7 @@ def _release_when_unnamed():
 
 
 def _release(flag: str, name: str | None):
-    from mambaxfer_cli.planning.releases import release
+    from mambaxfer_cli.engines.vllm.releases import release
 
     if name is None:
         return _release_when_unnamed()
@@ -263,7 +264,7 @@ def _release(flag: str, name: str | None):
 
 
 def _gpu(name: str | None):
-    from mambaxfer_cli.planning.gpu import DEFAULT_GPU, gpu
+    from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, gpu
 
     if name is None:
         return DEFAULT_GPU
@@ -289,8 +290,8 @@ def engines(*, vllm_version: str | None = None, p_vllm_version: str | None = Non
     """Both engines from a command's engine options, built once: each side's own value where
     given, else the one both share, else the planner's default (``EngineFlags``'s, the release's
     block size, the installed vLLM's release)."""
-    from mambaxfer_cli.planning.engine import Engines
-    from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags
+    from mambaxfer_cli.engines.vllm.engine import Engines
+    from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags
 
     check_bounds(p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks, p_blocks_per_logical=p_blocks_per_logical,
                  d_blocks_per_logical=d_blocks_per_logical)
@@ -312,7 +313,7 @@ def engines(*, vllm_version: str | None = None, p_vllm_version: str | None = Non
         return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})
 
     if gdn_prefill_backend is not None:
-        from mambaxfer_cli.planning.gpu import gdn_prefill_backend as resolve
+        from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend as resolve
 
         try:
             resolve(device, None, gdn_prefill_backend)
@@ -347,7 +348,7 @@ def plan_options(*, semantics: Semantics, coalesce: bool, engines, attention_str
                  request_blocks: int, prefill_blocks: str | None, decode_blocks: str | None, seed: int):
     """PlanOptions from the command line's values; ``engines``: both engines (``engines()``)."""
     from mambaxfer_cli.planning.kv_groups import parse_grouping
-    from mambaxfer_cli.planning.plan import PlanOptions
+    from mambaxfer_cli.engines.vllm.plan import PlanOptions
 
     check_bounds(attention_streams=attention_streams, kv_tensors=kv_tensors, ssm_tensors=ssm_tensors,
                  request_blocks=request_blocks, seed=seed)

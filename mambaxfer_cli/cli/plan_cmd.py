@@ -82,7 +82,7 @@ def plan(
 
     mambaxfer plan --model qwen3.5-0.8b --p-tp 2 --d-tp 1 --semantics vllm --output plan.json
     """
-    from mambaxfer_cli.planning.plan import build_plan
+    from mambaxfer_cli.engines.vllm.plan import build_plan
 
     check_bounds(p_tp=p_tp, d_tp=d_tp)
     sections = shown_sections(show)
@@ -170,7 +170,7 @@ def check_document_fits(spec, p_tp: int, d_tp: int, options, d_rank: int | None,
     from dataclasses import replace
 
     from mambaxfer_cli.limits import MAX_FILE_BYTES, MAX_NODES
-    from mambaxfer_cli.planning.plan import build_plan
+    from mambaxfer_cli.engines.vllm.plan import build_plan
 
     listed = max((len(re.findall(r"\d+", text)) for text in (options.prefill_blocks, options.decode_blocks)
                   if text is not None), default=0)

@@ -57,7 +57,7 @@ def preflight(
     mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --junit preflight.xml
     """
     from mambaxfer_cli.preflight import preflight as run
-    from mambaxfer_cli.readers.serve_args import parse_serve
+    from mambaxfer_cli.engines.vllm.serve_args import parse_serve
     from mambaxfer_cli.readers.serve_model import load_serve_model
 
     p_text = _text(prefill, prefill_file, "prefill")

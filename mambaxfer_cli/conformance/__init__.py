@@ -12,7 +12,7 @@ import sys
 from typing import Callable
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.readers.installed_vllm import installed_version
+from mambaxfer_cli.engines.vllm.installed import installed_version
 
 NOT_INSTALLED = ("no vLLM is installed beside mambaxfer (in {python}); conformance runs vLLM's own code, "
                  "so run it where vLLM is installed: {python_hint} -m pip install --no-deps mambaxfer, "
@@ -33,13 +33,13 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
     names or paths), every pairing up to ``max_tp``."""
     version = require_vllm()
     from mambaxfer_cli.conformance.adapter import Ours, release_for
-    from mambaxfer_cli.conformance.vllm_side import LAYOUT_VARIABLE, layout_setting
+    from mambaxfer_cli.engines.vllm.probe import LAYOUT_VARIABLE, layout_setting
 
     ours = Ours(release_for(version))
     specs = [(name, ours.load(name)) for name in models]     # a bad --model fails before vLLM loads
     before, set_here = layout_setting()
     from mambaxfer_cli.conformance.compare import run as compare
-    from mambaxfer_cli.conformance.vllm_side import installed
+    from mambaxfer_cli.engines.vllm.probe import installed
 
     try:
         vllm = installed()

@@ -12,16 +12,16 @@ import shlex
 from dataclasses import dataclass
 
 from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
-from mambaxfer_cli.planning.engine import EngineLayout, engine_layout, gdn_backend
-from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.gpu import Gpu, gdn_checkpoint_alignment, gpu
-from mambaxfer_cli.planning.handshake import attention_sources, refusals
-from mambaxfer_cli.planning.release import PULL, PUSH
-from mambaxfer_cli.planning.releases import RELEASES, minor, release
+from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
+from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
+from mambaxfer_cli.engines.vllm.release import PULL, PUSH
+from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
-from mambaxfer_cli.planning.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
 
 # The releases mambaxfer has rules for, oldest first.
@@ -164,7 +164,7 @@ class Ours:
         ``variation`` apart (``preflight``'s hashed fields)."""
         from mambaxfer_cli.planning.reads import VLLM
         from mambaxfer_cli.preflight import DECODE, PREFILL, build_engine, hashed_fields
-        from mambaxfer_cli.readers.serve_args import parse_serve
+        from mambaxfer_cli.engines.vllm.serve_args import parse_serve
         from mambaxfer_cli.readers.serve_model import load_serve_model
 
         engines = []

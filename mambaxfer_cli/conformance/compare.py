@@ -19,7 +19,7 @@ from mambaxfer_cli.conformance.cases import (
     D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, Geometry, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
-from mambaxfer_cli.conformance.vllm_side import CouldNotCall, VllmFails
+from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import Read, Segment, tp_ratio

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.plan import Plan
 
 TAG = b"mambaxfer:"            # marks our control notifications apart from the READs' own
 FIRST = ("model", "semantics", "tp", "engines", "vllm", "descriptors")

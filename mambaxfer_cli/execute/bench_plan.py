@@ -11,8 +11,8 @@ import numpy as np
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.verify import CHUNK_BYTES, Tally
 from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask, RunSettings, build_tasks, side_memory
-from mambaxfer_cli.planning.descriptors import DescriptorRead
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
+from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.proof.addresses import read_bytes
 from mambaxfer_cli.proof.pattern import POISON, fill_page
 

@@ -13,8 +13,8 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.limits import MAX_KV_GROUPS, at_most, check_bounds
 from mambaxfer_cli.planning.model import ModelSpec, Variant
-from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.plan import SCHEMA, Plan, PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.plan import SCHEMA, Plan, PlanOptions, build_plan
 
 MIN_BLOCKS = 4
 
@@ -113,8 +113,8 @@ def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str,
 def _flags(geometry: dict[str, Any]) -> EngineFlags:
     """The engine that gives this geometry again: its release and GPU, and flags whose block size
     is a fixed point (an explicit block size derives the same in every release)."""
-    from mambaxfer_cli.planning.gpu import gpu
-    from mambaxfer_cli.planning.releases import release
+    from mambaxfer_cli.engines.vllm.gpu import gpu
+    from mambaxfer_cli.engines.vllm.releases import release
 
     derived = bool(geometry.get("vllm_derived", True))
     gdn = geometry.get("gdn_prefill_backend")

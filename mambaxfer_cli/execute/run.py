@@ -12,7 +12,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.proof.addresses import read_bytes
 
 SCHEMA = "mambaxfer.execute/v1"

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from mambaxfer_cli.planning.descriptors import DescriptorRead
-from mambaxfer_cli.planning.engine import EngineLayout
+from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
+from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import PageShape
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.proof.addresses import addresses
 from mambaxfer_cli.proof.simulate import id_problems
 

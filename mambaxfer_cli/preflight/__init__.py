@@ -15,20 +15,20 @@ from typing import Any, Callable
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
-from mambaxfer_cli.planning.engine import Engines, EngineLayout, engine_layout
-from mambaxfer_cli.planning.geometry import EngineFlags, Geometry
-from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.planning.handshake import NOT_CHECKED, PULL, PUSH, Refusal, handshake_verdict
+from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags, Geometry
+from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
+from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED, PULL, PUSH, Refusal, handshake_verdict
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_mismatches
-from mambaxfer_cli.planning.release import EngineFacts, Meeting, Speculative
+from mambaxfer_cli.engines.vllm.release import EngineFacts, Meeting, Speculative
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.proof.check import PairingResult, check_plan
 from mambaxfer_cli.proof.simulate import Simulation
-from mambaxfer_cli.readers.serve_args import (
+from mambaxfer_cli.engines.vllm.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, RELEASES, ServeLine, reparse,
 )
 
@@ -63,7 +63,7 @@ class ServedEngine:
     @property
     def attention_backend(self) -> str:
         """The line's backend, else vLLM's pick for the GPU."""
-        from mambaxfer_cli.planning.gpu import default_attention_backend
+        from mambaxfer_cli.engines.vllm.gpu import default_attention_backend
 
         return self.flags.attention_backend or default_attention_backend(self.flags.gpu)
 
@@ -144,7 +144,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
                         prefix_caching=model.has_attention if line.prefix_caching is None else line.prefix_caching,
                         gdn_prefill_backend=gdn, num_blocks=CHECK_NUM_BLOCKS[side])
         if model.variant.value == "gdn" and gdn is not None:
-            from mambaxfer_cli.planning.gpu import gdn_prefill_backend
+            from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
 
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
     except UserError as exc:

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from mambaxfer_cli.planning.descriptors import DescriptorList
+from mambaxfer_cli.engines.vllm.descriptors import DescriptorList
 
 Ids = npt.ArrayLike      # descriptor IDs: an array('q') of a plan, a numpy array, a list
 

@@ -12,12 +12,12 @@ from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.engine import Engines
-from mambaxfer_cli.planning.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.engine import Engines
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
-from mambaxfer_cli.planning.plan import Plan, PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
-from mambaxfer_cli.planning.release import Release
+from mambaxfer_cli.engines.vllm.release import Release
 from mambaxfer_cli.proof.pages import request_pages
 from mambaxfer_cli.proof.simulate import Patterns, Simulation, simulate
 

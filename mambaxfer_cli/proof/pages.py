@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from mambaxfer_cli.planning.descriptors import kernel_blocks
-from mambaxfer_cli.planning.engine import EngineLayout
+from mambaxfer_cli.engines.vllm.descriptors import kernel_blocks
+from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.proof.pattern import PageShape, Part
 from mambaxfer_cli.planning.variants import VARIANTS
 

@@ -16,11 +16,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.planning.descriptors import DescriptorList, DescriptorRead
+from mambaxfer_cli.engines.vllm.descriptors import DescriptorList, DescriptorRead
 from mambaxfer_cli.proof.addresses import addresses, resolve
 from mambaxfer_cli.proof.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.plan import Plan
 
 
 # --- what a page holds ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from mambaxfer_cli.render.model_view import human_bytes
 if TYPE_CHECKING:
     from mambaxfer_cli.execute.run import Outcome
     from mambaxfer_cli.execute.discovery import Discovery
-    from mambaxfer_cli.planning.plan import Plan
+    from mambaxfer_cli.engines.vllm.plan import Plan
 
 PHASE_STYLES = {"done": "green", "failed": "bold red", "died": "bold red", "transferring": "cyan",
                 "verifying": "magenta", "exchanging": "yellow", "serving": "yellow"}

@@ -96,6 +96,6 @@ def geometry_line(name: str, side) -> str:
 def engine_header(flags, decode=None) -> str:
     """Which release and GPU the answer is for: ``vLLM 0.34 on H100 (SM 9.0, CUDA 13)``, both
     engines' where ``decode`` (the second engine's flags) differs."""
-    from mambaxfer_cli.planning.engine import Engines
+    from mambaxfer_cli.engines.vllm.engine import Engines
 
     return Engines(flags, decode or flags).describe()

@@ -9,11 +9,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.planning.descriptors import DescriptorRead
-from mambaxfer_cli.planning.handshake import NOT_CHECKED
+from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
+from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
 from mambaxfer_cli.planning.kv_groups import describe
 from mambaxfer_cli.planning.model import ATTENTION
-from mambaxfer_cli.planning.plan import Plan
+from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
 from mambaxfer_cli.render.model_view import (

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.exits import EXIT_OK
-from mambaxfer_cli.planning.engine import Engines
+from mambaxfer_cli.engines.vllm.engine import Engines
 from mambaxfer_cli.preflight import Field, Report, quote_lines
 
 OK, BAD = Text("✓", style="green"), Text("✗", style="bold red")

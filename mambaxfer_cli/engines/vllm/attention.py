@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from mambaxfer_cli.planning.engine import EngineLayout
-from mambaxfer_cli.planning.handshake import attention_sources
+from mambaxfer_cli.engines.vllm.engine import EngineLayout
+from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.planning.layout import Shard
 from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
 

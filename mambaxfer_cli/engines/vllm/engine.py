@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mambaxfer_cli.planning.descriptors import ListShape, list_shape
-from mambaxfer_cli.planning.geometry import (
+from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
+from mambaxfer_cli.engines.vllm.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
 )
-from mambaxfer_cli.planning.geometry import kv_cache_dtype as resolve_kv_dtype
-from mambaxfer_cli.planning.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
+from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
+from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
 from mambaxfer_cli.planning.kv_groups import KVGrouping
 from mambaxfer_cli.planning.layout import RankLayout, Shard, rank_layouts, kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec, Variant
-from mambaxfer_cli.planning.release import Release, label
+from mambaxfer_cli.engines.vllm.release import Release, label
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
-from mambaxfer_cli.planning.gpu import (
+from mambaxfer_cli.engines.vllm.gpu import (
     DEFAULT_GPU, Gpu, default_attention_backend, fa4_hd256_kernel, flashinfer_large_pages,
 )
-from mambaxfer_cli.planning.release import Release
-from mambaxfer_cli.planning.releases import NEWEST
+from mambaxfer_cli.engines.vllm.release import Release
+from mambaxfer_cli.engines.vllm.releases import NEWEST
 
 DEFAULT_KV_CACHE_DTYPE = "auto"
 DEFAULT_NUM_BLOCKS = 100_000      # kernel blocks (N): GPU memory decides them

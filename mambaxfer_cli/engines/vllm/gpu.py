@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mambaxfer_cli.engines.vllm.releases import NEWEST
 from mambaxfer_cli.errors import UserError
 
-DEFAULT_CUDA = 13          # vLLM 0.33 and 0.34 wheels: torch 2.14 built for CUDA 13.0
+DEFAULT_CUDA = NEWEST.cuda   # the newest release's wheels: torch built for CUDA 13.0
 
 
 @dataclass(frozen=True)

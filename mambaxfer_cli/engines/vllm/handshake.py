@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from mambaxfer_cli.planning.engine import EngineLayout
-from mambaxfer_cli.planning.geometry import MAX_BLOCK_SIZE, EngineFlags
-from mambaxfer_cli.planning.release import PULL, PUSH, EngineFacts, Hash, Meeting, Refusal, label
+from mambaxfer_cli.engines.vllm.engine import EngineLayout
+from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags
+from mambaxfer_cli.engines.vllm.release import PULL, PUSH, EngineFacts, Hash, Meeting, Refusal, label
 
 __all__ = ["PULL", "PUSH", "Refusal", "Verdict", "attention_sources", "meeting", "refusals", "handshake_verdict"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import metadata
 
-from mambaxfer_cli.planning.release import Release
-from mambaxfer_cli.planning.releases import NEWEST, RELEASES, minor
+from mambaxfer_cli.engines.vllm.release import Release
+from mambaxfer_cli.engines.vllm.releases import NEWEST, RELEASES, minor
 
 
 @dataclass(frozen=True)

@@ -5,24 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mambaxfer_cli.planning.attention import (
+from mambaxfer_cli.engines.vllm.attention import (
     AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
 )
-from mambaxfer_cli.planning.descriptors import (
+from mambaxfer_cli.engines.vllm.descriptors import (
     DescriptorList, DescriptorMap, DescriptorRead, Request, block_ids, kernel_blocks, parse_blocks,
     random_request,
 )
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.engine import Engines, EngineLayout, engine_layout
-from mambaxfer_cli.planning.geometry import EngineFlags
-from mambaxfer_cli.planning.handshake import Refusal, Verdict, handshake_verdict, with_block_size
+from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.handshake import Refusal, Verdict, handshake_verdict, with_block_size
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
-from mambaxfer_cli.planning.release import EngineFacts
+from mambaxfer_cli.engines.vllm.release import EngineFacts
 
 
 SCHEMA = "mambaxfer.plan/v1"

@@ -10,6 +10,7 @@ runs them sees them (D when it pulls, P when it pushes), so they need nothing el
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 PULL, PUSH = "pull", "push"
@@ -210,8 +211,6 @@ HIDDEN_STATE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
 class Release:
     """One vLLM release's rules for P/D transfers of Mamba-family state through NIXL."""
 
-    name: str                                  # "0.34"
-    version: str                               # "0.34.0": vLLM's __version__, hashed
     connector_version: int                     # NIXL_CONNECTOR_VERSION, hashed
     default_block_size: int                    # CacheConfig.DEFAULT_BLOCK_SIZE
     pull_checks: tuple[Check, ...]             # the handshake's checks in vLLM's order, D local
@@ -220,6 +219,11 @@ class Release:
                                                # regions its descriptor IDs cover
     hashed_speculative: tuple[str, ...]        # speculative fields the hash takes
     mtp_methods: frozenset[str]                # method names vLLM rewrites to "mtp"
+    name: str = ""                             # "0.34": the registry names it after its folder
+    version: str = ""                          # "0.34.0": vLLM's __version__, hashed
+    flag_table: Path | None = None             # its serve_flags.json (the registry finds it)
+    cuda: int = 13                             # the CUDA runtime major of its wheels' torch
+    serve_keys: tuple[tuple[str, ...], ...] = ()   # keys inside a JSON serve flag that older releases ignore
     pairs_from_last_token: bool = False        # pulls across block sizes need remote_num_tokens
     serve_flags: Mapping[str, str] = field(default_factory=dict)   # flags new in this release: value | bool
     fatal_env: Mapping[str, tuple[str, str]] = field(default_factory=dict)   # VAR -> (value, vLLM's message)

@@ -8,8 +8,8 @@ end a command (``;``, ``&``, ``&&``, ``|``, ...) or redirect its output (``> ser
 abbreviations of long flags, and dotted JSON sub-keys (``--kv-transfer-config.kv_role=kv_consumer``,
 nested as vLLM nests them, which then replace any whole JSON value of the same flag).
 
-Which flags each vLLM release knows is data: ``vllm_serve_flags/<release>.json``, the option table
-of its ``vllm serve`` (``scripts/vllm_serve_flags.py`` writes it from vLLM's own parser). The
+Which flags each vLLM release knows is data: its release folder's ``serve_flags.json``, the option
+table of its ``vllm serve`` (``scripts/vllm_serve_flags.py`` writes it from vLLM's own parser). The
 flags that change the transfer feed ``ServeLine`` fields (``TRANSFER_FIELDS``); the others are
 read past and listed as ignored; a flag no release knows is listed as unknown, one that only some
 releases know says which. Every JSON value is bounded (nesting, integer digits, values) before it
@@ -25,6 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from mambaxfer_cli.engines.vllm.releases import NAMES
+from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
+from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 
@@ -34,8 +37,7 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 PUSH_CONNECTOR = "NixlPushConnector"
 NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", PUSH_CONNECTOR)
-FLAG_TABLES = Path(__file__).parent / "vllm_serve_flags"
-RELEASES = ("0.33", "0.34")
+RELEASES = NAMES
 
 # vLLM's argparse dest -> the ServeLine field it feeds. Every other flag does not change the transfer.
 TRANSFER_FIELDS = {
@@ -50,7 +52,8 @@ TRANSFER_FIELDS = {
 }
 JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "attention_config", "additional_config")
 # Keys inside a JSON flag that only some releases read (the others ignore them).
-RELEASE_KEYS = {("kv_transfer_config", "kv_connector_extra_config", "ucx_backend_params"): ("0.34",)}
+RELEASE_KEYS = {key: tuple(r.name for r in ALL if key in r.serve_keys)
+                for key in dict.fromkeys(k for r in ALL for k in r.serve_keys)}
 
 VALUE, MANY, OPTIONAL = "value", "many", "optional"
 SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
@@ -59,7 +62,9 @@ SETS = {"true": True, "false": False, "none": True}      # flags that take no va
 @lru_cache(maxsize=None)
 def flag_table(release: str) -> Mapping[str, tuple[str, str, tuple[str, ...]]]:
     """Every option string ``vllm serve`` of ``release`` accepts -> (dest, takes, choices)."""
-    data = json.loads((FLAG_TABLES / f"{release}.json").read_text())
+    table = release_named(release).flag_table
+    assert table is not None, "every release the registry finds has its serve_flags.json"
+    data = json.loads(table.read_text())
     return {k: (v[0], v[1], tuple(v[2]) if len(v) > 2 else ()) for k, v in data["options"].items()}
 
 

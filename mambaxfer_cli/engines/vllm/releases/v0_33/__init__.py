@@ -11,7 +11,7 @@ it), ``config/speculative.py`` ``MTPModelTypes``.
 
 from __future__ import annotations
 
-from mambaxfer_cli.planning.release import (
+from mambaxfer_cli.engines.vllm.release import (
     Release, attention_free, block_size, compat_hash, every_region, head_sharded, host_buffer, prefix_caching,
     tp_sizes,
 )
@@ -32,8 +32,6 @@ MTP_METHODS = frozenset((
 CHECKS = (tp_sizes, compat_hash, block_size, prefix_caching, host_buffer, head_sharded, attention_free)
 
 RELEASE = Release(
-    name="0.33",
-    version="0.33.0",
     connector_version=15,
     default_block_size=16,
     pull_checks=CHECKS,

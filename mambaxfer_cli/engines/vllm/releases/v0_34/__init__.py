@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mambaxfer_cli.planning.release import (
+from mambaxfer_cli.engines.vllm.release import (
     PUSH, Meeting, Refusal, attention_free, block_size, compat_hash, head_sharded, host_buffer, prefix_caching,
     regions_holding_a_layer, tp_sizes,
 )
-from mambaxfer_cli.planning.releases.v0_33 import RELEASE as V0_33
+from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
 
 
 def push_identical_blocks(m: Meeting) -> Refusal | None:
@@ -52,8 +52,6 @@ def advertised_layers(m: Meeting) -> Refusal | None:
 
 RELEASE = replace(
     V0_33,
-    name="0.34",
-    version="0.34.0",
     connector_version=16,
     default_block_size=64,
     pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, prefix_caching, host_buffer, head_sharded,
@@ -67,6 +65,7 @@ RELEASE = replace(
     serve_flags={"--enable-extensible-kv-cache": "bool", "--max-num-inflight-kv-loads": "value",
                  "--cache-aware-admission-window": "value", "--cache-aware-admission-threshold": "value",
                  "--checkpoint-prepare-on-startup": "bool", "--shuffle-safetensors-files": "bool"},
+    serve_keys=(("kv_transfer_config", "kv_connector_extra_config", "ucx_backend_params"),),
     fatal_env={"VLLM_USE_V2_MODEL_RUNNER": ("0", "VLLM_USE_V2_MODEL_RUNNER=0 is no longer supported: Model "
                                                  "Runner V1 has been removed. Unset this variable.")},
     changes=(
