@@ -10,6 +10,7 @@ import typer
 
 from mambaxfer_cli.cli.outcome import keep_exit_code, said
 from mambaxfer_cli.cli.options import (
+    ServingEngineOpt,
     BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
     OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
 )
@@ -63,6 +64,7 @@ def bench(
     layers: Annotated[Optional[int], ModelOption(
         "--layers", help="Use only the model's first N cache-keeping layers. Default: all.",
         show_default=False)] = None,
+    serving_engine: ServingEngineOpt = "vllm",
     vllm_version: VllmVersionOpt = None,
     gpu: GpuOpt = None,
     gdn_prefill_backend: GdnBackendOpt = None,
@@ -109,7 +111,7 @@ def bench(
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
     from mambaxfer_cli.execute.tasks import check_fits
 
-    engine = engines(vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+    engine = engines(engine=serving_engine, vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
                      attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
                      enable_prefix_caching=enable_prefix_caching).decode
     spec = cut_layers(load(model, variant, None, None, None, None, None), layers)

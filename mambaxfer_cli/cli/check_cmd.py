@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 from mambaxfer_cli.cli.options import (
+    ServingEngineOpt,
     BackendOpt, BlockSizeOpt, CheckSemantics, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt,
     DNumBlocksOpt, DPhysOpt, DPrefixOpt, DVllmVersionOpt, DecodeBlocksOpt, EngineOption, Format, GdnBackendOpt,
     GpuOpt, HeadSizeOpt, KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, MODEL_HELP, ModelOption, NumSpecOpt,
@@ -43,6 +44,7 @@ def check(
     num_spec: NumSpecOpt = None,
     kv_heads: KvHeadsOpt = None,
     head_size: HeadSizeOpt = None,
+    serving_engine: ServingEngineOpt = "vllm",
     vllm_version: VllmVersionOpt = None,
     p_vllm_version: PVllmVersionOpt = None,
     d_vllm_version: DVllmVersionOpt = None,
@@ -100,6 +102,7 @@ def check(
         names = preset_names()
     specs = [load(name, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size) for name in names]
     deployment = engines(
+        engine=serving_engine,
         vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version, gpu=gpu,
         gdn_prefill_backend=gdn_prefill_backend, attention_backend=attention_backend,
         p_attention_backend=p_attention_backend, d_attention_backend=d_attention_backend, block_size=block_size,

@@ -11,6 +11,7 @@ import typer
 
 from mambaxfer_cli.cli.outcome import keep_exit_code
 from mambaxfer_cli.cli.options import (
+    ServingEngineOpt,
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, EngineOption, GdnBackendOpt, GpuOpt, HeadSizeOpt,
     KvDtypeOpt, KvHeadsOpt, MODEL_HELP, ModelOption, NumSpecOpt, OutputOption, PrefixOpt, RequestOption, Semantics,
     SsmDtypeOpt, VariantOpt, VllmVersionOpt, check_bounds, engines, load, stamped,
@@ -59,6 +60,7 @@ def execute(
     blocks: Annotated[Optional[int], EngineOption(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request "
                          "needs.", show_default=False)] = None,
+    serving_engine: ServingEngineOpt = "vllm",
     vllm_version: VllmVersionOpt = None,
     gpu: GpuOpt = None,
     gdn_prefill_backend: GdnBackendOpt = None,
@@ -141,7 +143,8 @@ def execute(
         _engines_fixed(given)
         engine = None
     else:
-        engine = engines(vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+        engine = engines(engine=serving_engine,
+                         vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
                          attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
                          enable_prefix_caching=enable_prefix_caching).decode
     plan = _plan(model, p_tp, d_tp, semantics, coalesce, layers, blocks, engine, request_blocks,

@@ -9,6 +9,7 @@ import typer
 from mambaxfer_cli.cli.outcome import keep_exit_code
 from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.cli.options import (
+    ServingEngineOpt,
     BackendOpt, BlockSizeOpt, ConvDtypeOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, HeadSizeOpt, KvDtypeOpt,
     KvHeadsOpt, ModelOpt, NumSpecOpt, OutputOption, PrefixOpt, SsmDtypeOpt, VariantOpt, VllmVersionOpt, dump,
     engines, load, parse_tp_list, stamped,
@@ -25,6 +26,7 @@ def inspect(
     num_spec: NumSpecOpt = None,
     kv_heads: KvHeadsOpt = None,
     head_size: HeadSizeOpt = None,
+    serving_engine: ServingEngineOpt = "vllm",
     vllm_version: VllmVersionOpt = None,
     gpu: GpuOpt = None,
     gdn_prefill_backend: GdnBackendOpt = None,
@@ -46,7 +48,7 @@ def inspect(
     from mambaxfer_cli.planning.kv_groups import vllm_grouping
 
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
-    flags = engines(vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+    flags = engines(engine=serving_engine, vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
                     attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
                     enable_prefix_caching=enable_prefix_caching).decode
     grouping = vllm_grouping(spec.layers)

@@ -13,6 +13,9 @@ import typer
 
 from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds, within
+from mambaxfer_cli.engines import DEFAULT as DEFAULT_ENGINE
+from mambaxfer_cli.engines import engine as serving_engine
+from mambaxfer_cli.engines import names as engine_names
 from mambaxfer_cli.engines.vllm import releases
 from mambaxfer_cli.engines.vllm.geometry import DEFAULT_NUM_BLOCKS
 from mambaxfer_cli.planning.model import ModelSpec, Variant
@@ -216,6 +219,8 @@ PPrefixOpt = Annotated[Optional[bool], EngineOption(
 DPrefixOpt = Annotated[Optional[bool], EngineOption(
     "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help="D's prefix caching, when it differs.",
     show_default=False)]
+ServingEngineOpt = Annotated[str, EngineOption(
+    "--engine", help=f"The serving engine of P and D: {', '.join(engine_names())}.")]
 VllmVersionOpt = Annotated[Optional[str], EngineOption(
     "--vllm-version", help=f"The vLLM release the engines run: {releases.choices()} (default: the vLLM installed "
                            "here, else the newest mambaxfer knows).", show_default=False)]
@@ -252,13 +257,11 @@ def _release_when_unnamed():
     return found.release
 
 
-def _release(flag: str, name: str | None):
-    from mambaxfer_cli.engines.vllm.releases import release
-
+def _release(flag: str, name: str | None, engine: str = DEFAULT_ENGINE):
     if name is None:
         return _release_when_unnamed()
     try:
-        return release(name)
+        return serving_engine(engine).release(name)
     except UserError as exc:
         raise UserError(f"{flag} {name}: {exc}") from None
 
@@ -278,7 +281,7 @@ def _own(own, shared):
     return shared if own is None else own
 
 
-def engines(*, vllm_version: str | None = None, p_vllm_version: str | None = None,
+def engines(*, engine: str = DEFAULT_ENGINE, vllm_version: str | None = None, p_vllm_version: str | None = None,
             d_vllm_version: str | None = None, gpu: str | None = None, gdn_prefill_backend: str | None = None,
             attention_backend: str | None = None, p_attention_backend: str | None = None,
             d_attention_backend: str | None = None, block_size: int | None = None, p_block_size: int | None = None,
@@ -299,12 +302,13 @@ def engines(*, vllm_version: str | None = None, p_vllm_version: str | None = Non
                         ("--d-block-size", d_block_size)):
         if value is not None:
             within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
+    serving_engine(engine)
     device = _gpu(gpu)
-    shared = _release("--vllm-version", vllm_version) if vllm_version is not None else None
+    shared = _release("--vllm-version", vllm_version, engine) if vllm_version is not None else None
 
     def side(prefix: str, version, backend, size, kv, prefix_caching, num_blocks, per_logical) -> EngineFlags:
         flag = f"--{prefix}-vllm-version"
-        chosen = _release(flag, version) if version is not None else shared or _release_when_unnamed()
+        chosen = _release(flag, version, engine) if version is not None else shared or _release_when_unnamed()
         given = dict(attention_backend=_own(backend, attention_backend), block_size=_own(size, block_size),
                      kv_cache_dtype=_own(kv, kv_cache_dtype),
                      prefix_caching=_own(prefix_caching, enable_prefix_caching),

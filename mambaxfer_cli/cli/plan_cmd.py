@@ -11,6 +11,7 @@ from mambaxfer_cli.cli.outcome import keep_exit_code
 from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.cli.options import (
+    ServingEngineOpt,
     BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
     DPhysOpt, DPrefixOpt, DTpOpt, DVllmVersionOpt, DecodeBlocksOpt, Format, GdnBackendOpt, GpuOpt, HeadSizeOpt,
     KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOpt, NumSpecOpt, OutputOption, PBackendOpt,
@@ -41,6 +42,7 @@ def plan(
     num_spec: NumSpecOpt = None,
     kv_heads: KvHeadsOpt = None,
     head_size: HeadSizeOpt = None,
+    serving_engine: ServingEngineOpt = "vllm",
     vllm_version: VllmVersionOpt = None,
     p_vllm_version: PVllmVersionOpt = None,
     d_vllm_version: DVllmVersionOpt = None,
@@ -88,6 +90,7 @@ def plan(
     sections = shown_sections(show)
     spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
     deployment = engines(
+        engine=serving_engine,
         vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version, gpu=gpu,
         gdn_prefill_backend=gdn_prefill_backend, attention_backend=attention_backend,
         p_attention_backend=p_attention_backend, d_attention_backend=d_attention_backend, block_size=block_size,

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 from mambaxfer_cli.cli.options import (
+    ServingEngineOpt,
     DVllmVersionOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, OutputOption, PVllmVersionOpt, VllmVersionOpt,
     check_writable, engines,
 )
@@ -38,6 +39,7 @@ def preflight(
         "--format", "-f", help="table, json or yaml (mambaxfer.preflight/v1).")] = Format.table,
     junit: Annotated[Optional[Path], OutputOption(
         "--junit", help="Also write the verdict as JUnit XML to FILE.", show_default=False)] = None,
+    serving_engine: ServingEngineOpt = "vllm",
     vllm_version: VllmVersionOpt = None,
     p_vllm_version: PVllmVersionOpt = None,
     d_vllm_version: DVllmVersionOpt = None,
@@ -66,7 +68,8 @@ def preflight(
     d_line = parse_serve(d_text, "--decode-file" if decode is None else "--decode")
     if junit is not None:   # fail before the work, not after it
         check_writable(junit, "--junit")
-    deployment = engines(vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version,
+    deployment = engines(engine=serving_engine,
+                         vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version,
                          gpu=gpu, gdn_prefill_backend=gdn_prefill_backend)
     report = run(p_line, d_line, load_serve_model, deployment)
     from mambaxfer_cli.cli.report import finish

@@ -22,7 +22,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Mapping
 
 from mambaxfer_cli.engines.vllm.releases import NAMES
