@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.planning.variants import VARIANTS
 
 
 @st.composite
@@ -19,11 +20,11 @@ def pairings(draw, max_tp: int = 6, attention: bool = False):
     """
     p_tp, d_tp = draw(st.integers(1, max_tp)), draw(st.integers(1, max_tp))
     m = lcm(p_tp, d_tp)
-    variant = draw(st.sampled_from(list(Variant)))
+    variant = draw(st.sampled_from([Variant(n) for n in VARIANTS]))
     small = st.integers(1, 3)
-    if variant is Variant.MAMBA1:
+    if variant == Variant("mamba1"):
         params = {"intermediate_size": m * draw(small), "d_state": draw(small)}
-    elif variant is Variant.MAMBA2:
+    elif variant == Variant("mamba2"):
         heads, head_dim = m * draw(st.integers(1, 2)), draw(small)
         # n_groups == 1 is replicated wherever TP > 1; otherwise it must divide by both TP sizes.
         params = {"intermediate_size": heads * head_dim, "d_state": draw(small),

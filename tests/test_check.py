@@ -159,7 +159,7 @@ def test_any_changed_remote_id_is_caught(case, data):
 
 def test_a_pairing_vllm_refuses_is_still_planned_and_proved_exactly():
     # n_groups == 1 replicated: D TP 1's B region (2 bytes) cannot be split in 3 parts by vLLM.
-    model = ModelSpec("odd", "test", Variant.MAMBA2, {"intermediate_size": 3, "d_state": 1, "n_groups": 1,
+    model = ModelSpec("odd", "test", Variant("mamba2"), {"intermediate_size": 3, "d_state": 1, "n_groups": 1,
                                                       "num_heads": 3, "head_dim": 1},
                       ("ssm",), conv_kernel=2, num_spec=0, conv_dtype="bfloat16", ssm_dtype="bfloat16")
     exact = check_pairing(model, Pairing(3, 1), check_options())

@@ -14,9 +14,9 @@ from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import release
+from mambaxfer_cli.proof.addresses import address_table, addresses, resolve
 
 V0_33 = release("0.33")
-from mambaxfer_cli.proof.addresses import address_table, addresses, resolve
 
 
 def vllm_mock_list(num_blocks: int, phys: int) -> DescriptorList:

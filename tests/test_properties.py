@@ -21,19 +21,19 @@ from mambaxfer_cli.planning.reads import coalesce, exact_reads, misreads, tp_rat
 from strategies import pairings
 
 FAST = settings(max_examples=80, deadline=None)
-NAMES = {Variant.MAMBA1: ["x", "ssm"], Variant.MAMBA2: ["x", "B", "C", "ssm"],
-         Variant.GDN: ["Q", "K", "V", "ssm"]}
+NAMES = {Variant("mamba1"): ["x", "ssm"], Variant("mamba2"): ["x", "B", "C", "ssm"],
+         Variant("gdn"): ["Q", "K", "V", "ssm"]}
 
 
 def expected_units(model: ModelSpec) -> dict[str, tuple[int, int]]:
     """Global units and unit bytes of each region, from docs/reference.md §1."""
     p, v = model.params, model.variant
-    rows = model.conv_kernel - 1 + (0 if v is Variant.MAMBA1 else model.num_spec)
+    rows = model.conv_kernel - 1 + (0 if v == Variant("mamba1") else model.num_spec)
     cu = rows * DTYPE_BYTES[model.conv_dtype]
     sb = DTYPE_BYTES[model.ssm_dtype]
-    if v is Variant.MAMBA1:
+    if v == Variant("mamba1"):
         return {"x": (p["intermediate_size"], cu), "ssm": (p["intermediate_size"], p["d_state"] * sb)}
-    if v is Variant.MAMBA2:
+    if v == Variant("mamba2"):
         bc = p["n_groups"] * p["d_state"]
         return {"x": (p["intermediate_size"], cu), "B": (bc, cu), "C": (bc, cu),
                 "ssm": (p["num_heads"], p["head_dim"] * p["d_state"] * sb)}
@@ -43,7 +43,7 @@ def expected_units(model: ModelSpec) -> dict[str, tuple[int, int]]:
 
 
 def replicated(model: ModelSpec, name: str, tp: int) -> bool:
-    return model.variant is Variant.MAMBA2 and name in "BC" and model.params["n_groups"] == 1 and tp > 1
+    return model.variant == Variant("mamba2") and name in "BC" and model.params["n_groups"] == 1 and tp > 1
 
 
 @FAST

@@ -38,7 +38,7 @@ def segs(read: Read) -> list[tuple]:
 
 
 def mamba1(intermediate: int, d_state: int = 4, conv_kernel: int = 4, dtype: str = "bfloat16") -> ModelSpec:
-    return ModelSpec(name="m1", source="", variant=Variant.MAMBA1,
+    return ModelSpec(name="m1", source="", variant=Variant("mamba1"),
                      params={"intermediate_size": intermediate, "d_state": d_state}, layers=("ssm",),
                      conv_kernel=conv_kernel, num_spec=0, conv_dtype=dtype, ssm_dtype=dtype)
 

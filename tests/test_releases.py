@@ -20,11 +20,11 @@ from mambaxfer_cli.engines.vllm.handshake import PUSH, refusals
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import NEWEST, RELEASES, release
-
-V0_33, V0_34 = release("0.33"), release("0.34")
 from mambaxfer_cli.proof.check import check_plan
 from mambaxfer_cli.engines.vllm.installed import default_release
 from mambaxfer_cli.readers.model_source import load_model
+
+V0_33, V0_34 = release("0.33"), release("0.34")
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"
 BAMBA = str(HF / "ibm-ai-platform__Bamba-9B.partial.json")

@@ -297,7 +297,7 @@ def test_descriptor_beyond_registered_memory_is_not_copied():
 def test_local_overrun_spills_into_the_next_block():
     from mambaxfer_cli.planning.model import ModelSpec, Variant
 
-    tiny = ModelSpec("tiny", "test", Variant.MAMBA1, {"intermediate_size": 5, "d_state": 3}, ("ssm",),
+    tiny = ModelSpec("tiny", "test", Variant("mamba1"), {"intermediate_size": 5, "d_state": 3}, ("ssm",),
                      conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype="bfloat16")
     plan = build_plan(tiny, 1, 1, check_options())
     assert plan.page_bytes == (60, 60)             # an SSM-only engine's page is the state

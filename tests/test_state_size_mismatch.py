@@ -29,7 +29,7 @@ D_KV = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_co
 
 
 def mamba1(ssm_dtype: str) -> ModelSpec:
-    return ModelSpec(name="m1", source="", variant=Variant.MAMBA1,
+    return ModelSpec(name="m1", source="", variant=Variant("mamba1"),
                      params={"intermediate_size": 16, "d_state": 4}, layers=("ssm",),
                      conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype=ssm_dtype)
 

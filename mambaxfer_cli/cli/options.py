@@ -19,6 +19,7 @@ from mambaxfer_cli.engines import names as engine_names
 from mambaxfer_cli.engines.vllm import releases
 from mambaxfer_cli.engines.vllm.geometry import DEFAULT_NUM_BLOCKS
 from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.planning.variants import names as variant_names
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 
 
@@ -55,8 +56,18 @@ MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a mode
               "a YAML model file, or a Hugging Face repo id already in the local cache.")
 
 ModelOpt = Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)]
+
+
+def _variant(text: str | Variant) -> Variant:
+    """``--variant``: a variant's name, in any case (``planning/variants/`` lists them)."""
+    try:
+        return Variant(str(text).strip().lower())
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not one of {', '.join(map(repr, variant_names()))}.") from None
+
+
 VariantOpt = Annotated[Optional[Variant], ModelOption(
-    "--variant", help="Override variant detection.", case_sensitive=False)]
+    "--variant", help="Override variant detection.", parser=_variant, metavar="<Variant>")]
 ConvDtypeOpt = Annotated[Optional[str], ModelOption(
     "--conv-dtype", help="Conv state dtype (default: the model's torch_dtype).")]
 SsmDtypeOpt = Annotated[Optional[str], ModelOption(

@@ -107,7 +107,7 @@ def _listed(sizes: list[int]) -> str:
 
 
 def _tp_fits(model: ModelSpec, tp: int) -> bool:
-    for shape in VARIANTS[model.variant]:
+    for shape in VARIANTS[model.variant].regions:
         groups = shape.groups(model.params)
         if groups % tp and not (shape.replicable and groups == 1):
             return False
@@ -133,7 +133,7 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
         raise UserError(f"{model.name}: conv_kernel {model.conv_kernel} leaves no conv state rows")
     conv_unit = rows * dtype_bytes(model.conv_dtype)
     regions, offset = [], 0
-    for shape in VARIANTS[model.variant]:
+    for shape in VARIANTS[model.variant].regions:
         shard = _shard(shape, model, tp, rank)
         if shape.kind == "conv":
             unit_bytes = conv_unit

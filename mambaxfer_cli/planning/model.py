@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from mambaxfer_cli.planning.variants import VARIANTS, VariantRules
 
-class Variant(str, Enum):
-    MAMBA1 = "mamba1"
-    MAMBA2 = "mamba2"
-    GDN = "gdn"
+
+class Variant(str):
+    """A variant's name (``mamba1``, ``mamba2``, ``gdn``, ...): one of ``planning/variants/``'s
+    modules, whose ``VariantRules`` say the rest."""
+
+    def __new__(cls, name: str) -> Variant:
+        if str(name) not in VARIANTS:
+            raise ValueError(f"'{name}' is not a variant; mambaxfer knows {', '.join(VARIANTS)}")
+        return super().__new__(cls, str(name))
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+    @property
+    def rules(self) -> VariantRules:
+        return VARIANTS[self]
 
 
 SSM = "ssm"
@@ -59,10 +72,7 @@ class ModelSpec:
 
     @property
     def conv_rows(self) -> int:
-        # Mamba1's conv state keeps no room for speculative tokens in vLLM.
-        if self.variant is Variant.MAMBA1:
-            return self.conv_kernel - 1
-        return self.conv_kernel - 1 + self.num_spec
+        return self.conv_kernel - 1 + (self.num_spec if self.variant.rules.speculative_rows else 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,7 @@ from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
 from mambaxfer_cli.engines.vllm.release import Release
 from mambaxfer_cli.proof.pages import request_pages
 from mambaxfer_cli.proof.simulate import Patterns, Simulation, simulate
+from mambaxfer_cli.proof.pattern import REGION_IDS
 
 SCHEMA = "mambaxfer.check/v1"
 ALL_PRESETS_MAX_TP = 8
@@ -31,7 +32,7 @@ CHECK_SEMANTICS = (BOTH, EXACT, VLLM)
 # What vLLM does with a pairing, under BOTH.
 RIGHT, CORRUPTS, REFUSES = "right-bytes", "corrupts", "refuses"
 # Regions in the order a page holds them, for naming what is corrupted.
-REGION_ORDER = ("x", "B", "C", "Q", "K", "V", "ssm", "kv")
+REGION_ORDER = tuple(sorted((r for r in REGION_IDS if r != "pad"), key=REGION_IDS.__getitem__))
 
 
 @dataclass(frozen=True)

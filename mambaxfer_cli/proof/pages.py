@@ -28,7 +28,7 @@ Run = tuple[int, int, int, int]   # (first token in the D kernel block, P kernel
 
 
 def ssm_shape(model: ModelSpec, layout: RankLayout, page: int) -> PageShape:
-    totals = {shape.name: shape.units(model.params) for shape in VARIANTS[model.variant]}
+    totals = {shape.name: shape.units(model.params) for shape in VARIANTS[model.variant].regions}
     return PageShape(tuple(Part(r.name, r.unit, r.offset, r.unit_bytes, r.shard.start, len(r.shard),
                                 totals[r.name]) for r in layout.regions), page)
 

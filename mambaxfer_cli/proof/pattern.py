@@ -9,7 +9,10 @@ from typing import Callable
 
 import numpy as np
 
-REGION_IDS = {"x": 1, "B": 2, "C": 3, "Q": 4, "K": 5, "V": 6, "ssm": 7, "kv": 8, "pad": 9}
+from mambaxfer_cli.planning.variants import REGION_IDS as VARIANT_REGION_IDS
+
+# Each region's ID in the pattern: the variants' own (1..7), then attention's KV and padding.
+REGION_IDS = {**VARIANT_REGION_IDS, "kv": 8, "pad": 9}
 POISON = 0xA5
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from mambaxfer_cli.planning.model import Variant
+from mambaxfer_cli.planning.variants import VARIANTS
 
 Alternatives = tuple[tuple[str, ...], ...]
 
@@ -33,22 +34,22 @@ MAMBA1_HF = {
 }
 
 FAMILIES: tuple[Family, ...] = (
-    Family("Jamba", ("jamba",), Variant.MAMBA1,
+    Family("Jamba", ("jamba",), Variant("mamba1"),
            {"intermediate_size": (("mamba_expand", "hidden_size"),),
             "d_state": (("mamba_d_state",),)},
            conv_kernel=(("mamba_d_conv",),)),
-    Family("Mamba (HF)", ("mamba",), Variant.MAMBA1, MAMBA1_HF,
+    Family("Mamba (HF)", ("mamba",), Variant("mamba1"), MAMBA1_HF,
            conv_kernel=(("conv_kernel",), ("d_conv",)), layers="all_ssm"),
-    Family("Falcon-Mamba", ("falcon_mamba",), Variant.MAMBA1, MAMBA1_HF,
+    Family("Falcon-Mamba", ("falcon_mamba",), Variant("mamba1"), MAMBA1_HF,
            conv_kernel=(("conv_kernel",), ("d_conv",)), layers="all_ssm"),
-    Family("Mamba2", ("mamba2",), Variant.MAMBA2,
+    Family("Mamba2", ("mamba2",), Variant("mamba2"),
            {"intermediate_size": (("expand", "hidden_size"), ("intermediate_size",)),
             "d_state": (("state_size",), ("d_state",)),
             "n_groups": (("n_groups",), ("ngroups",)),
             "num_heads": (("num_heads",),),
             "head_dim": (("head_dim",),)},
            conv_kernel=(("conv_kernel",), ("d_conv",)), layers="all_ssm"),
-    Family("Nemotron-H", ("nemotron_h",), Variant.MAMBA2,
+    Family("Nemotron-H", ("nemotron_h",), Variant("mamba2"),
            {"intermediate_size": (("mamba_num_heads", "mamba_head_dim"),),
             "d_state": (("ssm_state_size",),),
             "n_groups": (("n_groups",),),
@@ -56,21 +57,21 @@ FAMILIES: tuple[Family, ...] = (
             "head_dim": (("mamba_head_dim",),)},
            conv_kernel=(("conv_kernel",),), ssm_dtype_keys=("mamba_ssm_cache_dtype",),
            ssm_dtype_default="float32", head_size_keys=("attention_head_dim", "head_dim")),
-    Family("Granite-4.0-H / Bamba", ("granitemoehybrid", "bamba"), Variant.MAMBA2,
+    Family("Granite-4.0-H / Bamba", ("granitemoehybrid", "bamba"), Variant("mamba2"),
            {"intermediate_size": (("mamba_expand", "hidden_size"),),
             "d_state": (("mamba_d_state",),),
             "n_groups": (("mamba_n_groups",),),
             "num_heads": (("mamba_n_heads",),),
             "head_dim": (("mamba_d_head",),)},
            conv_kernel=(("mamba_d_conv",),)),
-    Family("Falcon-H1", ("falcon_h1",), Variant.MAMBA2,
+    Family("Falcon-H1", ("falcon_h1",), Variant("mamba2"),
            {"intermediate_size": (("mamba_d_ssm",), ("mamba_expand", "hidden_size")),
             "d_state": (("mamba_d_state",),),
             "n_groups": (("mamba_n_groups",),),
             "num_heads": (("mamba_n_heads",),),
             "head_dim": (("mamba_d_head",),)},
            conv_kernel=(("mamba_d_conv",),), layers="parallel"),
-    Family("Zamba2", ("zamba2",), Variant.MAMBA2,
+    Family("Zamba2", ("zamba2",), Variant("mamba2"),
            {"intermediate_size": (("mamba_expand", "hidden_size"),),
             "d_state": (("mamba_d_state",),),
             "n_groups": (("mamba_ngroups",),),
@@ -78,7 +79,7 @@ FAMILIES: tuple[Family, ...] = (
             "head_dim": (("mamba_headdim",),)},
            conv_kernel=(("mamba_d_conv",),)),
     Family("Qwen3-Next / Qwen3.5", ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
-                                    "qwen3_5_moe_text"), Variant.GDN,
+                                    "qwen3_5_moe_text"), Variant("gdn"),
            {"num_k_heads": (("linear_num_key_heads",),),
             "num_v_heads": (("linear_num_value_heads",),),
             "head_k_dim": (("linear_key_head_dim",),),
@@ -86,42 +87,17 @@ FAMILIES: tuple[Family, ...] = (
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
 )
 
-# Used when the model_type is not in the table, or when --variant overrides detection:
-# every name any family uses, most specific first.
-GENERIC: Mapping[Variant, Family] = {
-    Variant.MAMBA1: Family("generic Mamba1", (), Variant.MAMBA1,
-                           {"intermediate_size": (("mamba_d_ssm",), ("d_inner",),
-                                                  ("mamba_expand", "hidden_size"),
-                                                  ("intermediate_size",), ("expand", "hidden_size")),
-                            "d_state": (("mamba_d_state",), ("ssm_state_size",), ("state_size",),
-                                        ("d_state",))},
-                           conv_kernel=(("mamba_d_conv",), ("conv_kernel",), ("d_conv",))),
-    Variant.MAMBA2: Family("generic Mamba2", (), Variant.MAMBA2,
-                           {"intermediate_size": (("mamba_d_ssm",),
-                                                  ("mamba_num_heads", "mamba_head_dim"),
-                                                  ("mamba_n_heads", "mamba_d_head"),
-                                                  ("mamba_expand", "hidden_size"),
-                                                  ("expand", "hidden_size"), ("intermediate_size",)),
-                            "d_state": (("mamba_d_state",), ("ssm_state_size",), ("state_size",),
-                                        ("d_state",)),
-                            "n_groups": (("mamba_n_groups",), ("mamba_ngroups",), ("n_groups",),
-                                         ("ngroups",)),
-                            "num_heads": (("mamba_num_heads",), ("mamba_n_heads",), ("n_mamba_heads",),
-                                          ("num_heads",)),
-                            "head_dim": (("mamba_head_dim",), ("mamba_d_head",), ("mamba_headdim",),
-                                         ("head_dim",))},
-                           conv_kernel=(("mamba_d_conv",), ("conv_kernel",), ("d_conv",))),
-    Variant.GDN: Family("generic GDN", (), Variant.GDN, FAMILIES[-1].params,
-                        conv_kernel=(("linear_conv_kernel_dim",), ("conv_kernel",)),
-                        ssm_dtype_keys=("mamba_ssm_dtype",)),
+# Used when the model_type is not in the table, or when --variant overrides detection: every
+# name any family uses, most specific first (each variant's module lists them).
+GENERIC: Mapping[str, Family] = {
+    name: Family(f"generic {v.title}", (), Variant(name), v.generic_params, conv_kernel=v.generic_conv_kernel,
+                 ssm_dtype_keys=v.ssm_dtype_keys)
+    for name, v in VARIANTS.items()
 }
 
-# Keys whose presence identifies a variant when the model_type is unknown.
-SIGNATURE_KEYS: tuple[tuple[Variant, tuple[str, ...]], ...] = (
-    (Variant.GDN, ("linear_num_value_heads", "linear_num_key_heads")),
-    (Variant.MAMBA2, ("mamba_n_groups", "mamba_ngroups", "n_groups", "ngroups")),
-    (Variant.MAMBA1, ("mamba_d_state", "state_size", "ssm_state_size", "d_state")),
-)
+# Keys whose presence identifies a variant when the model_type is unknown, most specific first.
+SIGNATURE_KEYS: tuple[tuple[Variant, tuple[str, ...]], ...] = tuple(
+    (Variant(v.name), v.signature) for v in sorted(VARIANTS.values(), key=lambda v: v.detect_rank) if v.signature)
 
 # Recurrent or linear-attention families that exist but are not Mamba1, Mamba2 or GDN.
 UNSUPPORTED: Mapping[str, str] = {

@@ -14,6 +14,7 @@ from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
 )
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
+from mambaxfer_cli.planning.variants import titles
 
 DEFAULT_DTYPE = "bfloat16"
 
@@ -117,7 +118,7 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> F
     model_type = str(config.get("model_type", ""))
     family = family_for(model_type)
     if variant is not None:
-        if family is not None and family.variant is variant:
+        if family is not None and family.variant == variant:
             return family
         return GENERIC[variant]
     if family is not None:
@@ -125,7 +126,7 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> F
     if model_type in UNSUPPORTED:
         raise UserError(
             f"{where}: model_type '{model_type}' is a {UNSUPPORTED[model_type]} model, which mambaxfer "
-            f"does not support; supported variants are Mamba1, Mamba2 and GDN ({supported_summary()})")
+            f"does not support; supported variants are {titles()} ({supported_summary()})")
     for candidate, keys in SIGNATURE_KEYS:
         if any(key in config for key in keys):
             return GENERIC[candidate]

@@ -14,6 +14,7 @@ from mambaxfer_cli.limits import MAX_REF_BYTES
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
 from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.planning.variants import VARIANTS
 from mambaxfer_cli.readers.model_config import spec_from_config
 
 PRESET_DIR = Path(__file__).parent.parent / "presets"
@@ -189,7 +190,7 @@ def _from_model_file(data: dict[str, Any], path: Path, cli: dict[str, Any], defa
         try:
             merged["variant"] = Variant(str(merged["variant"]).lower())
         except ValueError:
-            raise UserError(f"{path}: variant must be one of mamba1, mamba2, gdn") from None
+            raise UserError(f"{path}: variant must be one of {', '.join(VARIANTS)}") from None
     return spec_from_config(data["config"], name=str(data.get("name") or default_name),
                             source=str(data.get("source") or path), given_by=given_by, **merged)
 

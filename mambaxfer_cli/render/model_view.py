@@ -10,9 +10,9 @@ from rich.text import Text
 
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.variants import REGION_COLOURS
 
-REGION_STYLES = {"x": "cyan", "B": "magenta", "C": "yellow", "Q": "cyan", "K": "magenta",
-                 "V": "yellow", "ssm": "green"}
+REGION_STYLES = REGION_COLOURS
 
 
 def human_bytes(n: int) -> str:

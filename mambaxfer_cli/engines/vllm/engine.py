@@ -17,7 +17,7 @@ from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dty
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
 from mambaxfer_cli.planning.kv_groups import KVGrouping
 from mambaxfer_cli.planning.layout import RankLayout, Shard, rank_layouts, kv_head_shard
-from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.engines.vllm.release import Release, label
 
 
@@ -113,7 +113,7 @@ def _dtype_bytes(name: str | None) -> int:
 
 def gdn_backend(model: ModelSpec, flags: EngineFlags) -> str | None:
     """The GDN prefill kernel of a GDN model's engine (None for other variants)."""
-    if model.variant is not Variant.GDN:
+    if model.variant != GDN:
         return None
     return gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), flags.gdn_prefill_backend)
 
@@ -139,8 +139,12 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
                         hashed_backend(model, geometry), flags, kernel)
 
 
-# The backend of an SSM layer, as vLLM names it.
-SSM_BACKENDS = {Variant.MAMBA1: "MAMBA1_ATTN", Variant.MAMBA2: "MAMBA2_ATTN", Variant.GDN: "GDN_ATTN"}
+GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-prefill-backend)
+
+
+def ssm_backend(variant: str) -> str:
+    """The backend of an SSM layer, as vLLM names it: ``MAMBA1_ATTN``, ``MAMBA2_ATTN``, ``GDN_ATTN``."""
+    return f"{variant.upper()}_ATTN"
 
 
 def hashed_backend(model: ModelSpec, geometry: Geometry) -> str:
@@ -149,4 +153,4 @@ def hashed_backend(model: ModelSpec, geometry: Geometry) -> str:
     hybrid that starts with an SSM layer, the attention backend is not part of the hash."""
     if model.layers and model.layers[0] == "attention":
         return geometry.attention_backend
-    return SSM_BACKENDS[model.variant]
+    return ssm_backend(model.variant)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Request
-from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 
 LAYOUT_VARIABLE = "VLLM_SSM_CONV_STATE_LAYOUT"
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -379,9 +379,9 @@ class Installed:
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateShapeCalculator")
         p = model.params
         with calling("MambaStateShapeCalculator"):
-            if model.variant is Variant.MAMBA1:
+            if model.variant == "mamba1":
                 return calculator.mamba1_state_shape(tp, p["intermediate_size"], p["d_state"], model.conv_kernel)
-            if model.variant is Variant.MAMBA2:
+            if model.variant == "mamba2":
                 return calculator.mamba2_state_shape(tp, p["intermediate_size"], p["n_groups"], p["num_heads"],
                                                      p["head_dim"], p["d_state"], model.conv_kernel, model.num_spec)
             return calculator.gated_delta_net_state_shape(tp, p["num_k_heads"], p["num_v_heads"], p["head_k_dim"],
@@ -389,7 +389,7 @@ class Installed:
 
     def mamba_type(self, model: ModelSpec):
         enum = _symbol("vllm.v1.attention.backends.registry", "MambaAttentionBackendEnum")
-        return {Variant.MAMBA1: enum.MAMBA1, Variant.MAMBA2: enum.MAMBA2, Variant.GDN: enum.GDN_ATTN}[model.variant]
+        return {"mamba1": enum.MAMBA1, "mamba2": enum.MAMBA2, "gdn": enum.GDN_ATTN}[model.variant]
 
     def dtype(self, name: str):
         return getattr(self.torch, name)
@@ -729,9 +729,9 @@ class Installed:
         return self._layers[key]
 
     def _forward_context(self, model: ModelSpec, backend: str) -> dict:
-        mixers = {Variant.MAMBA1: ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
-                  Variant.MAMBA2: ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
-        mixer_class = self._gdn_class() if model.variant is Variant.GDN else _symbol(*mixers[model.variant])
+        mixers = {"mamba1": ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
+                  "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
+        mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(*mixers[model.variant])
         attention_class = _symbol("vllm.model_executor.layers.attention.attention", "Attention")
         backend_class = self.backend_class(backend) if model.has_attention else None
         out = {}
@@ -774,7 +774,7 @@ class Installed:
         mamba_config = _symbol("vllm.model_executor.models.config", "MambaModelConfig")
         with calling("MambaModelConfig.verify_and_update_config"):
             mamba_config.verify_and_update_config(config)
-        if model.variant is Variant.GDN:
+        if model.variant == "gdn":
             alignment = self.gdn_alignment(config)
             for layer in config.compilation_config.static_forward_context.values():
                 if "_checkpoint_alignment" in layer.__dict__:

@@ -1,13 +1,21 @@
-"""One small description per variant: its sub-projections and its unit of sharding."""
+"""The model variants mambaxfer knows: one module each in this package, found by name.
+
+A variant's module fills one ``VariantRules`` (its ``VARIANT``): the regions of its per-request
+state with their sub-projections and unit of sharding, the parameters it needs, whether its conv
+state keeps rows for speculative tokens, the IDs and colours of its regions, and the config keys
+that give its dimensions when a model's family is not known. Nothing else names a variant:
+``--variant``, the schemas, the proof's patterns and the tables read them from here.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from mambaxfer_cli.planning.model import Variant
-
 Params = Mapping[str, int]
+Alternatives = tuple[tuple[str, ...], ...]    # config keys tried in order; each a product of keys
 
 
 @dataclass(frozen=True)
@@ -29,41 +37,50 @@ class RegionShape:
     replicable: bool = False
 
 
-def _p(name: str) -> Callable[[Params], int]:
+@dataclass(frozen=True)
+class VariantRules:
+    """One variant, whole."""
+
+    name: str                              # "mamba2": what --variant and every document say
+    title: str                             # "Mamba2": how prose names it
+    order: int                             # where it is listed among the variants
+    regions: tuple[RegionShape, ...]       # its state's regions, conv ones first
+    required: tuple[str, ...]              # the params its regions read
+    region_ids: Mapping[str, int]          # each region's ID in the proof's byte pattern (1..7)
+    colours: Mapping[str, str]             # each region's colour in tables
+    speculative_rows: bool = True          # its conv state keeps a row per speculative token
+    generic_params: Mapping[str, Alternatives] = field(default_factory=dict)   # an unknown family's keys
+    generic_conv_kernel: Alternatives = ()
+    ssm_dtype_keys: tuple[str, ...] = ()
+    signature: tuple[str, ...] = ()        # config keys whose presence says a config is of this variant
+    detect_rank: int = 0                   # signatures are tried lowest rank first (most specific)
+
+
+def param(name: str) -> Callable[[Params], int]:
+    """A dimension that is one param."""
     return lambda p: p[name]
 
 
-_I = _p("intermediate_size")
+def _found() -> Mapping[str, VariantRules]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        if not info.ispkg and not info.name.startswith("_"):
+            found.append(importlib.import_module(f"{__name__}.{info.name}").VARIANT)
+    return {v.name: v for v in sorted(found, key=lambda v: (v.order, v.name))}
 
-VARIANTS: Mapping[Variant, tuple[RegionShape, ...]] = {
-    Variant.MAMBA1: (
-        RegionShape("x", "conv", "channel", _I, _I, "intermediate_size"),
-        RegionShape("ssm", "ssm", "channel", _I, _I, "intermediate_size",
-                    unit_elements=_p("d_state")),
-    ),
-    Variant.MAMBA2: (
-        RegionShape("x", "conv", "channel", _I, _I, "intermediate_size"),
-        RegionShape("B", "conv", "channel", lambda p: p["n_groups"] * p["d_state"], _p("n_groups"),
-                    "n_groups", replicable=True),
-        RegionShape("C", "conv", "channel", lambda p: p["n_groups"] * p["d_state"], _p("n_groups"),
-                    "n_groups", replicable=True),
-        RegionShape("ssm", "ssm", "head", _p("num_heads"), _p("num_heads"), "num_heads",
-                    unit_elements=lambda p: p["head_dim"] * p["d_state"]),
-    ),
-    Variant.GDN: (
-        RegionShape("Q", "conv", "channel", lambda p: p["num_k_heads"] * p["head_k_dim"],
-                    _p("num_k_heads"), "num_k_heads"),
-        RegionShape("K", "conv", "channel", lambda p: p["num_k_heads"] * p["head_k_dim"],
-                    _p("num_k_heads"), "num_k_heads"),
-        RegionShape("V", "conv", "channel", lambda p: p["num_v_heads"] * p["head_v_dim"],
-                    _p("num_v_heads"), "num_v_heads"),
-        RegionShape("ssm", "ssm", "head", _p("num_v_heads"), _p("num_v_heads"), "num_v_heads",
-                    unit_elements=lambda p: p["head_v_dim"] * p["head_k_dim"]),
-    ),
-}
 
-REQUIRED_PARAMS: Mapping[Variant, tuple[str, ...]] = {
-    Variant.MAMBA1: ("intermediate_size", "d_state"),
-    Variant.MAMBA2: ("intermediate_size", "d_state", "n_groups", "num_heads", "head_dim"),
-    Variant.GDN: ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"),
-}
+VARIANTS: Mapping[str, VariantRules] = _found()
+REQUIRED_PARAMS: Mapping[str, tuple[str, ...]] = {name: v.required for name, v in VARIANTS.items()}
+REGION_IDS: Mapping[str, int] = {region: number for v in VARIANTS.values() for region, number in v.region_ids.items()}
+REGION_COLOURS: Mapping[str, str] = {region: colour for v in VARIANTS.values() for region, colour in v.colours.items()}
+
+
+def names() -> tuple[str, ...]:
+    """The variants, in their listed order: ``mamba1``, ``mamba2``, ``gdn``."""
+    return tuple(VARIANTS)
+
+
+def titles() -> str:
+    """For prose: ``Mamba1, Mamba2 and GDN``."""
+    listed = [v.title for v in VARIANTS.values()]
+    return " and ".join((", ".join(listed[:-1]), listed[-1])) if len(listed) > 1 else listed[0]
