@@ -60,7 +60,7 @@ JAMBA_SMALL = {"model_type": "jamba", "hidden_size": 64, "mamba_expand": 2, "mam
 ])
 def test_real_configs(fixture, variant, params, conv_kernel, ssm_layers, attn_layers, conv_dt, ssm_dt):
     s = spec(hf(fixture))
-    assert s.variant is variant
+    assert s.variant == variant
     assert dict(s.params) == params
     assert (s.conv_kernel, s.ssm_layers, s.attention_layers) == (conv_kernel, ssm_layers, attn_layers)
     assert (s.conv_dtype, s.ssm_dtype) == (conv_dt, ssm_dt)
