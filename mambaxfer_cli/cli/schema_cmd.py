@@ -29,7 +29,7 @@ def schema(
 
     mambaxfer schema check
     """
-    from mambaxfer_cli.schema import schema_path
+    from mambaxfer_cli.schema import schema_text
 
     keep_exit_code(EXIT_OK)
-    typer.echo(schema_path(document.value).read_text(), nl=False)
+    typer.echo(schema_text(document.value), nl=False)
