@@ -102,3 +102,57 @@ def test_the_checks_see_a_circle_and_a_private_import():
     # The checks themselves can fail: a made-up pair of modules that import each other.
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# --- the seam: the core knows no serving engine -----------------------------------------------------
+
+# The core: the model, its variants, the exact layout and reads, and the readers of model configs.
+CORE = ("mambaxfer_cli.planning", "mambaxfer_cli.readers", "mambaxfer_cli.schema", "mambaxfer_cli.errors",
+        "mambaxfer_cli.exits", "mambaxfer_cli.limits")
+ENGINES = "mambaxfer_cli.engines"
+NOT_IN_CORE = ("torch", "nixl", "vllm", "sglang", "mambaxfer_cli.execute")
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _engine_of(module: str) -> str | None:
+    """The engine package a module is in (``vllm`` for ``mambaxfer_cli.engines.vllm.plan``)."""
+    parts = module.split(".")
+    return parts[2] if _within(module, ENGINES) and len(parts) > 2 else None
+
+
+def _seam_breaks(imports: dict[str, list[str]]) -> list[str]:
+    """Imports across the seam: the core importing an engine (or torch, NIXL, an engine's own
+    package, execute), the engines' registry importing an engine, an engine importing another."""
+    broken = []
+    for module, targets in imports.items():
+        for target in targets:
+            core = any(_within(module, c) for c in CORE)
+            if core and (_within(target, ENGINES) or any(_within(target, n) for n in NOT_IN_CORE)):
+                broken.append(f"{module} (core) imports {target}")
+            elif module == ENGINES and _engine_of(target):
+                broken.append(f"{module} (the registry) imports {target}")
+            elif _engine_of(module) and _engine_of(target) not in (None, _engine_of(module)):
+                broken.append(f"{module} imports another engine's {target}")
+    return broken
+
+
+def test_the_core_imports_no_engine():
+    imports = {module: [target for target, _, _ in _imports(module)] for module in MODULES}
+    assert _seam_breaks(imports) == []
+    assert any(_within(m, "mambaxfer_cli.planning") for m in imports)     # the core is where CORE says
+
+
+def test_the_seam_check_sees_a_break():
+    assert _seam_breaks({"mambaxfer_cli.planning.model": ["mambaxfer_cli.engines.vllm.release"],
+                         "mambaxfer_cli.readers.x": ["torch"],
+                         "mambaxfer_cli.engines": ["mambaxfer_cli.engines.vllm"],
+                         "mambaxfer_cli.engines.sglang.plan": ["mambaxfer_cli.engines.vllm.plan"],
+                         "mambaxfer_cli.proof.check": ["mambaxfer_cli.engines.vllm.plan"],
+                         "mambaxfer_cli.engines.vllm.plan": ["mambaxfer_cli.planning.model"]}) == [
+        "mambaxfer_cli.planning.model (core) imports mambaxfer_cli.engines.vllm.release",
+        "mambaxfer_cli.readers.x (core) imports torch",
+        "mambaxfer_cli.engines (the registry) imports mambaxfer_cli.engines.vllm",
+        "mambaxfer_cli.engines.sglang.plan imports another engine's mambaxfer_cli.engines.vllm.plan"]
