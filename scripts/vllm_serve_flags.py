@@ -1,7 +1,7 @@
 """Write the option table of ``vllm serve`` as one installed vLLM release parses it.
 
     VLLM_SSM_CONV_STATE_LAYOUT=DS <venv with vllm>/bin/python scripts/vllm_serve_flags.py \
-        mambaxfer_cli/readers/vllm_serve_flags/0.34.json
+        mambaxfer_cli/engines/vllm/releases/v0_34/serve_flags.json
 
 It builds vLLM's own parser (``entrypoints/common/cli_args.make_arg_parser`` over a
 ``FlexibleArgumentParser``, as ``vllm serve`` does) and records every option string it accepts,

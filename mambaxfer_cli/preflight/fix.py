@@ -1,0 +1,193 @@
+"""The smallest set of flag changes that makes a failing pairing work, and the lines with them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from mambaxfer_cli.engines.vllm.serve_args import (
+    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse,
+)
+from mambaxfer_cli.preflight.served import (
+    DECODE, KV_ROLES, KV_ROLE_FOR, ModelLoader, PREFILL, SIDE_NAME, ServedEngine, build_engine,
+)
+from mambaxfer_cli.preflight.fields import speculative
+from mambaxfer_cli.preflight.refusals import Assessment, assess
+
+
+# --- fixes ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Change:
+    side: str
+    flag: str                 # a flag, or VAR= for the environment
+    old: str | None           # as it was (None: absent)
+    new: str | None           # as it becomes (None: removed)
+    why: str
+
+    def describe(self) -> str:
+        name = SIDE_NAME[self.side]
+        if self.flag.endswith("="):
+            return f"{name}: export {self.flag}{self.new}  ({self.why})"
+        if self.new == "":
+            return f"{name}: {self.flag}  ({self.why})"
+        if self.new is None:
+            return f"{name}: remove {self.flag}  ({self.why})"
+        return f"{name}: {self.flag} {self.new}  ({self.why})"
+
+    def to_dict(self) -> dict:
+        return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
+
+
+FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype",
+              "kv_cache_dtype": "--kv-cache-dtype",
+              "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
+              "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
+              "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
+              "hf_overrides": "--hf-overrides", "disable_hybrid_kv_cache_manager": "--disable-hybrid-kv-cache-manager"}
+
+
+def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
+    """The line's words with every occurrence of ``key``'s flag replaced by ``new`` (at the first)."""
+    words = list(line.words)
+    occ = sorted(line.occurrences.get(key, ()), key=lambda o: o.start)
+    if not occ:
+        return words + new
+    first = occ[0].start
+    for o in reversed(occ):
+        del words[o.start:o.end]
+    return words[:first] + new + words[first:]
+
+
+def apply_change(line: ServeLine, change: Change) -> ServeLine:
+    where = f"--{change.side}"
+    if change.flag.endswith("="):
+        assert change.new is not None, "an environment change sets a value"
+        env = tuple((k, v) for k, v in line.env_prefix if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
+        return reparse(line, list(line.words), env, where)
+    if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+        return reparse(line, _set_words(line, "prefix_caching", [change.flag]), line.env_prefix, where)
+    key = next(k for k, f in FIELD_FLAG.items() if f == change.flag)
+    return reparse(line, _set_words(line, key, [] if change.new is None else [change.flag, change.new]),
+                   line.env_prefix, where)
+
+
+def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
+    """Changes that make D agree with P (and both engines start), flag by flag."""
+    out: list[Change] = []
+    for e in (p, d):
+        if e.line.kv_connector is None or e.line.kv_role not in KV_ROLES[e.side]:
+            config = {**e.line.kv_transfer, "kv_connector": e.line.kv_connector
+                      if e.line.kv_connector in NIXL_CONNECTORS else
+                      (p.line.kv_connector if p.line.kv_connector in NIXL_CONNECTORS else "NixlConnector"),
+                      "kv_role": KV_ROLE_FOR[e.side]}
+            out.append(Change(e.side, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
+                              "the engine's NIXL connector and role"))
+        if e.conv_layout != "DS":
+            out.append(Change(e.side, f"{CONV_LAYOUT_VAR}=", e.line.conv_layout, "DS",
+                              "vLLM's NIXL worker requires it"))
+        if e.line.disable_hybrid_kv_cache_manager:
+            out.append(Change(e.side, "--disable-hybrid-kv-cache-manager", "", None,
+                              "vLLM's NIXL worker requires the hybrid KV-cache manager for Mamba layers"))
+        if e.line.kv_cache_layout is not None and e.transfer_layout != "LBHNC":
+            out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, "LBHNC",
+                              "the NIXL connector's block-contiguous layout, the same on P and D"))
+    pairs = [("dtype", p.model.model_dtype, d.model.model_dtype, p.line.dtype, "the hash compares it"),
+             ("kv_cache_dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype, p.line.kv_cache_dtype,
+              "the hash compares it"),
+             ("mamba_cache_dtype", p.model.conv_dtype, d.model.conv_dtype, p.model.conv_dtype,
+              "vLLM does not compare it: D would read P's conv state as its own"),
+             ("mamba_ssm_cache_dtype", p.model.ssm_dtype, d.model.ssm_dtype, p.model.ssm_dtype,
+              "vLLM does not compare it: D would read P's SSM state as its own")]
+    for key, pv, dv, value, why in pairs:
+        if pv != dv:
+            out.append(Change(DECODE, FIELD_FLAG[key], getattr(d.line, key), value, f"as P's; {why}"))
+    if p.flags.attention_backend != d.flags.attention_backend:
+        out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
+                          "as P's"))
+    if p.model.num_spec != d.model.num_spec or _spec_factors(p) != _spec_factors(d):
+        def spec(e: ServedEngine) -> str | None:
+            return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
+        why = ("as P's: the hash compares the speculative method and draft, and conv rows follow the tokens"
+               if _spec_factors(p) != _spec_factors(d) else
+               "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare")
+        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), why))
+    if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
+        wanted = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
+        was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
+        out.append(Change(DECODE, "--hf-overrides", was, wanted, "as P's: the model's dimensions follow it"))
+    if p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector:
+        config = {**d.line.kv_transfer, "kv_connector": p.line.kv_connector}
+        out.append(Change(DECODE, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
+                          "the same transfer mode as P"))
+    return out
+
+
+def _spec_factors(e: ServedEngine):
+    return e.release.speculative_factors(speculative(e), e.line.model, e.flags.kv_cache_dtype)
+
+
+def _both(flag: str, old: tuple[str | None, str | None], value: str, why: str) -> list[Change]:
+    return [Change(side, flag, o, value, why) for side, o in zip((PREFILL, DECODE), old)]
+
+
+@dataclass(frozen=True)
+class Fix:
+    changes: tuple[Change, ...]
+    prefill: ServeLine
+    decode: ServeLine
+    after: Assessment
+
+    def to_dict(self) -> dict:
+        return {"changes": [c.to_dict() for c in self.changes], "prefill": self.prefill.command(),
+                "decode": self.decode.command(), "verdict_after": self.after.verdict}
+
+
+def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
+    """The smallest set of changes (D aligned to P, then the block geometry, then TP) that works."""
+    def run(changes: list[Change]) -> tuple[ServeLine, ServeLine, Assessment]:
+        lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
+        for c in changes:
+            lines[c.side] = apply_change(lines[c.side], c)
+        p = build_engine(PREFILL, lines[PREFILL], load, first.prefill.base)
+        d = build_engine(DECODE, lines[DECODE], load, first.decode.base)
+        return lines[PREFILL], lines[DECODE], assess(p, d)
+
+    base = _align(first.prefill, first.decode)
+    pl, dl, after = run(base)
+    candidates: list[list[Change]] = [base]
+    p_line, d_line = first.prefill.line, first.decode.line
+    p_bs, d_bs = p_line.block_size, d_line.block_size
+    old_bs = (None if p_bs is None else str(p_bs), None if d_bs is None else str(d_bs))
+    if after.suggested_block_size:
+        candidates.append(base + _both("--block-size", old_bs, str(after.suggested_block_size),
+                                       "vLLM's handshake accepts both engines' blocks"))
+    no_pc = _both("--no-enable-prefix-caching", (None, None), "", "vLLM refuses prefix caching with "
+                  "different blocks per logical block")
+    candidates.append(base + no_pc)
+    _, _, off = run(base + no_pc)
+    if off.suggested_block_size:
+        candidates.append(base + no_pc + _both("--block-size", old_bs, str(off.suggested_block_size),
+                                               "vLLM's handshake accepts both engines' blocks"))
+    if first.prefill.tp != first.decode.tp:
+        same_tp = [Change(PREFILL, "--tensor-parallel-size", str(p_line.tp), str(first.decode.tp),
+                          "vLLM's reads are right only when P and D shard alike")]
+        reshaped = [c + same_tp for c in candidates]
+    else:
+        reshaped = []
+    tried = set()
+    # Flag changes first, fewest first; a different TP (the deployment's shape) only as a last resort.
+    for changes in sorted(candidates, key=len) + sorted(reshaped, key=len):
+        key = tuple(changes)
+        if key in tried or not changes:
+            continue
+        tried.add(key)
+        pl, dl, after = run(changes)
+        if after.works:
+            return Fix(tuple(_drop_noops(changes)), pl, dl, after)
+    return None
+
+
+def _drop_noops(changes: list[Change]) -> list[Change]:
+    return [c for c in changes if c.old != c.new or c.new == ""]

@@ -1,0 +1,160 @@
+"""Preflight's first room: each ``vllm serve`` line read into the engine its release builds from it
+(model, dtypes, geometry and the flags of the transfer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.engines.vllm.engine import GDN
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
+from mambaxfer_cli.engines.vllm.serve_args import (
+    ServeLine,
+)
+
+
+SCHEMA = "mambaxfer.preflight/v1"
+PREFILL, DECODE = "prefill", "decode"
+KV_ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
+KV_ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
+SIDE_NAME = {PREFILL: "P", DECODE: "D"}
+VLLM_DTYPES = {"float": "float32", "half": "float16"}
+
+
+# --- one engine ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServedEngine:
+    """One engine as its vLLM release builds it from its command line on its GPU."""
+
+    side: str                 # prefill | decode
+    line: ServeLine
+    model: ModelSpec
+    flags: EngineFlags
+    base: EngineFlags = EngineFlags()   # what the command gave: release, GPU, defaults the line may change
+
+    @property
+    def tp(self) -> int:
+        return self.line.tp
+
+    @property
+    def release(self):
+        return self.flags.release
+
+    @property
+    def attention_backend(self) -> str:
+        """The line's backend, else vLLM's pick for the GPU."""
+        from mambaxfer_cli.engines.vllm.gpu import default_attention_backend
+
+        return self.flags.attention_backend or default_attention_backend(self.flags.gpu)
+
+    @property
+    def conv_layout(self) -> str:
+        return self.line.conv_layout or "SD"     # vLLM's default on CUDA when unset
+
+    def summary(self) -> dict:
+        m = self.model
+        return {"model": self.line.model, "vllm_version": self.release.name, "gpu": self.flags.gpu.spec,
+                "tp": self.tp, "dtype": m.model_dtype,
+                "kv_cache_dtype": self.flags.kv_cache_dtype, "attention_backend": self.attention_backend,
+                "requested_block_size": self.line.block_size, "prefix_caching": self.flags.prefix_caching,
+                "conv_dtype": m.conv_dtype, "ssm_dtype": m.ssm_dtype, "num_spec": m.num_spec,
+                "conv_rows": m.conv_rows, "conv_layout": self.conv_layout,
+                "kv_connector": self.line.kv_connector, "kv_role": self.line.kv_role,
+                "transfer_mode": self.line.transfer_mode, "kv_cache_layout": self.kv_cache_layout,
+                "kv_buffer_device": self.kv_buffer_device, "hybrid_kv_cache_manager": self.hma,
+                "enforce_handshake_compat": self.line.enforce_handshake_compat,
+                "gdn_prefill_backend": self.line.gdn_prefill_backend,
+                "release_only_flags": [f"{flag} ({', '.join(releases)})" for flag, releases in self.line.release_only]}
+
+    @property
+    def kv_cache_layout(self) -> str:
+        """The KV-cache layout the engine resolves: VLLM_KV_CACHE_LAYOUT (NHD and HND being the old
+        names of LBNHC and LBHNC), else the NIXL connector's LBHNC (``get_required_kvcache_layout``)."""
+        name = self.line.kv_cache_layout
+        return LAYOUT_ALIASES.get(name, name) if name is not None else "LBHNC"
+
+    @property
+    def kv_buffer_device(self) -> str:
+        return self.line.kv_buffer_device or "cuda"     # kv_buffer_device_default_factory: the platform's
+
+    @property
+    def hma(self) -> bool:
+        """Whether the hybrid KV-cache manager runs: unless disabled (the NIXL connector supports it)."""
+        return not self.line.disable_hybrid_kv_cache_manager
+
+    @property
+    def transfer_layout(self) -> str:
+        """The layout the engine advertises and transfers in: with a host buffer, an LBNHC device
+        cache is staged as LBHNC when enable_permute_local_kv is set (``initialize_host_xfer_buffer``)."""
+        if self.kv_buffer_device == "cpu" and self.kv_cache_layout == "LBNHC" and self.line.enable_permute_local_kv:
+            return "LBHNC"
+        return self.kv_cache_layout
+
+
+ModelLoader = Callable[..., ModelSpec]
+
+
+def vllm_dtype(requested: str, config_dtype: str) -> str:
+    """``--dtype``: auto is the config's dtype, float32 checkpoints downcast to bfloat16 on GPUs."""
+    if requested == "auto":
+        return "bfloat16" if config_dtype == "float32" else config_dtype
+    return VLLM_DTYPES.get(requested, requested)
+
+
+def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> ServedEngine:
+    """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
+    hf_overrides=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
+    GPU and what the line leaves unsaid."""
+    try:
+        base_model = load(line.model, hf_overrides=line.hf_overrides)
+    except UserError as exc:
+        raise UserError(f"--{side}: {exc}") from None
+    dtype = vllm_dtype(line.dtype, base_model.model_dtype)
+    conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
+    ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
+    model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
+                 hf_overrides=line.hf_overrides)
+    model = replace(model, model_dtype=dtype)
+    where = f"--{side}"
+    gdn = _line_gdn_backend(line) or base.gdn_prefill_backend
+    try:
+        resolve_kv_dtype(line.kv_cache_dtype, dtype)
+        flags = replace(base, attention_backend=line.attention_backend or base.attention_backend,
+                        block_size=line.block_size, kv_cache_dtype=line.kv_cache_dtype,
+                        prefix_caching=model.has_attention if line.prefix_caching is None else line.prefix_caching,
+                        gdn_prefill_backend=gdn, num_blocks=CHECK_NUM_BLOCKS[side])
+        if model.variant == GDN and gdn is not None:
+            from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
+
+            gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return ServedEngine(side, line, model, flags, base)
+
+
+def _line_gdn_backend(line: ServeLine) -> str | None:
+    """The line's GDN prefill backend (``--gdn-prefill-backend``, else ``--additional-config``'s);
+    None leaves vLLM's choice for the GPU (or the command's --gdn-prefill-backend)."""
+    return None if line.gdn_prefill_backend in (None, "auto") else line.gdn_prefill_backend
+
+
+# --- the KV-cache layouts an engine may resolve ----------------------------------------------------
+
+LAYOUT_ALIASES = {"NHD": "LBNHC", "HND": "LBHNC"}                   # config/cache.py _LAYOUT_COMPAT_ALIASES
+ENV_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "NHD", "HND", "BLHNC", "BLNHC", "BHLNC")   # envs.py's choices
+# attention/backends/utils.py _DEFAULT_LAYOUT_PREFERENCE: what the engine may resolve when no backend
+# declares layouts (FLASH_ATTN, TRITON_ATTN, FlashInfer before Blackwell, the Mamba backends)
+DEFAULT_LAYOUTS = ("LBNHC", "LBHNC", "BLNHC", "BLHNC", "BHLNC", "LHBNC")
+BLOCK_COMPACT = ("LBHNC", "LBNHC", "BLHNC", "BLNHC")     # KVCacheLayout.is_block_compact: L and B outermost
+BLOCK_CONTIGUOUS = ("LBHNC", "BLHNC")                    # KVCacheLayout.is_block_contiguous: [H, N, C] last
+
+
+def pushes(p: ServedEngine, d: ServedEngine) -> bool:
+    """Whether the two engines push (NixlPushConnector on both)."""
+    return p.line.transfer_mode == "push" and d.line.transfer_mode == "push"
