@@ -4,6 +4,7 @@ through others, a module that imports it back) and no module imports another's p
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mambaxfer_cli"
@@ -156,3 +157,33 @@ def test_the_seam_check_sees_a_break():
         "mambaxfer_cli.readers.x (core) imports torch",
         "mambaxfer_cli.engines (the registry) imports mambaxfer_cli.engines.vllm",
         "mambaxfer_cli.engines.sglang.plan imports another engine's mambaxfer_cli.engines.vllm.plan"]
+
+
+# --- docs/architecture.md's code map is the package's folders ----------------------------------------
+
+def _code_map() -> set[str]:
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    return {m.rstrip("/") for m in re.findall(r"^### `(mambaxfer_cli(?:/[\w.]+)*/)`$", text, re.M)}
+
+
+def _folders(root: Path = PACKAGE) -> set[str]:
+    """Every folder of the package with a file in it, one release's folder aside (its registry's
+    entry names those)."""
+    return {str(p.relative_to(root.parent)) for p in [root, *root.rglob("*")]
+            if p.is_dir() and p.name != "__pycache__" and not RELEASE_FOLDER.match(p.name)
+            and any(f.is_file() for f in p.iterdir())}
+
+
+RELEASE_FOLDER = re.compile(r"^v\d+_\d+$")
+
+
+def test_the_code_map_is_the_folders():
+    assert _code_map() == _folders()
+
+
+def test_the_code_map_check_sees_a_new_folder(tmp_path):
+    (tmp_path / "mambaxfer_cli" / "room").mkdir(parents=True)
+    (tmp_path / "mambaxfer_cli" / "room" / "__init__.py").write_text("")
+    (tmp_path / "mambaxfer_cli" / "releases" / "v0_35").mkdir(parents=True)
+    (tmp_path / "mambaxfer_cli" / "releases" / "v0_35" / "__init__.py").write_text("")
+    assert _folders(tmp_path / "mambaxfer_cli") == {"mambaxfer_cli/room"}
