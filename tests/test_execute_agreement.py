@@ -71,7 +71,9 @@ def test_fields_the_plan_gains_are_compared(monkeypatch):
 
 def test_engine_geometry_is_named_before_what_derives_from_it():
     from mambaxfer_cli.engines.vllm.geometry import EngineFlags
-    from mambaxfer_cli.engines.vllm.releases import V0_33, V0_34
+    from mambaxfer_cli.engines.vllm.releases import release
+
+    V0_33, V0_34 = release("0.33"), release("0.34")
 
     mine = agreement.geometry(plan_of(engine=EngineFlags(release=V0_33)))     # Jamba: 80-token blocks
     theirs = agreement.geometry(plan_of(engine=EngineFlags(release=V0_33, block_size=160)))

@@ -16,8 +16,10 @@ from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags, backend, derive, kv_cache_dtype
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
-from mambaxfer_cli.engines.vllm.releases import V0_33
+from mambaxfer_cli.engines.vllm.releases import release
 from mambaxfer_cli.readers.model_source import load_model
+
+V0_33 = release("0.33")
 
 
 def side(model: str, tp: int, **flags):

@@ -14,8 +14,10 @@ from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
-from mambaxfer_cli.engines.vllm.releases import RELEASES, V0_33
+from mambaxfer_cli.engines.vllm.releases import RELEASES, release
 from strategies import pairings
+
+V0_33 = release("0.33")
 
 
 def plan(model: str, p_tp: int, d_tp: int, semantics: str = "vllm", **flags):
