@@ -15,7 +15,7 @@ from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds, within
 from mambaxfer_cli.engines import DEFAULT as DEFAULT_ENGINE
 from mambaxfer_cli.engines import engine as serving_engine
-from mambaxfer_cli.engines import names as engine_names
+from mambaxfer_cli.engines import described as described_engines
 from mambaxfer_cli.engines.vllm import releases
 from mambaxfer_cli.engines.vllm.geometry import DEFAULT_NUM_BLOCKS
 from mambaxfer_cli.planning.model import ModelSpec, Variant
@@ -231,7 +231,7 @@ DPrefixOpt = Annotated[Optional[bool], EngineOption(
     "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help="D's prefix caching, when it differs.",
     show_default=False)]
 ServingEngineOpt = Annotated[str, EngineOption(
-    "--engine", help=f"The serving engine of P and D: {', '.join(engine_names())}.")]
+    "--engine", help=f"The serving engine of P and D: {described_engines()}.")]
 VllmVersionOpt = Annotated[Optional[str], EngineOption(
     "--vllm-version", help=f"The vLLM release the engines run: {releases.choices()} (default: the vLLM installed "
                            "here, else the newest mambaxfer knows).", show_default=False)]

@@ -59,13 +59,14 @@ def preflight(
     mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --junit preflight.xml
     """
     from mambaxfer_cli.preflight import preflight as run
-    from mambaxfer_cli.engines.vllm.serve_args import parse_serve
+    from mambaxfer_cli.engines import engine as engine_named
     from mambaxfer_cli.readers.serve_model import load_serve_model
 
     p_text = _text(prefill, prefill_file, "prefill")
     d_text = _text(decode, decode_file, "decode")
-    p_line = parse_serve(p_text, "--prefill-file" if prefill is None else "--prefill")
-    d_line = parse_serve(d_text, "--decode-file" if decode is None else "--decode")
+    serving = engine_named(serving_engine)
+    p_line = serving.read_serve_line(p_text, "--prefill-file" if prefill is None else "--prefill")
+    d_line = serving.read_serve_line(d_text, "--decode-file" if decode is None else "--decode")
     if junit is not None:   # fail before the work, not after it
         check_writable(junit, "--junit")
     deployment = engines(engine=serving_engine,

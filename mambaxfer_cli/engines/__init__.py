@@ -44,10 +44,10 @@ class ServingEngine(Protocol):
         """One engine's command line (or a script that runs one), as the engine reads it."""
         ...
 
-    @property
-    def probe(self) -> str:
-        """The module that runs the engine's own code for ``conformance``, in its environment."""
-        ...
+
+def described() -> str:
+    """For help: each engine with the releases it has rules for, ``vllm (vLLM 0.33, 0.34)``."""
+    return ", ".join(f"{e.name} ({e.title} {', '.join(e.release_names())})" for e in map(engine, names()))
 
 
 def names() -> tuple[str, ...]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from mambaxfer_cli.engines import ServingEngine
+
 
 class Vllm:
     """The ``ServingEngine`` of vLLM."""
 
     name = "vllm"
     title = "vLLM"
-    probe = "mambaxfer_cli.engines.vllm.probe"
 
     def release_names(self) -> tuple[str, ...]:
         from mambaxfer_cli.engines.vllm.releases import NAMES
@@ -40,4 +41,4 @@ class Vllm:
         return parse_serve(text, origin)
 
 
-ENGINE = Vllm()
+ENGINE: ServingEngine = Vllm()
