@@ -19,7 +19,7 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
@@ -47,6 +47,7 @@ SOURCES: Mapping[str, tuple[str, str]] = {
                                               "compute_mamba_state_slice_byte_blocks"),
     "should_send_replicated_state": ("sglang.srt.disaggregation.utils", "should_send_replicated_state"),
     "compute_head_slice_params": ("sglang.srt.disaggregation.common.staging_buffer", "compute_head_slice_params"),
+    "MambaPool transfer entries": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
     "_resolve_rank_mapping": ("sglang.srt.disaggregation.common.conn", "CommonKVManager._resolve_rank_mapping"),
 }
 
@@ -352,6 +353,34 @@ class _Checker:
                                      partial(_call, head_slice, HeadSlice.as_tuple, src_tp=p_tp, dst_tp=d_tp,
                                              src_rank=p, dst_rank=d, kv_heads=kv))
 
+    def pool_entries(self, models: Sequence[ModelSpec]) -> None:
+        pool = self.fn("MambaPool transfer entries")
+        create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
+                              self.fn("KimiLinearStateShape.create"))
+        if pool is None or not (create and full and kimi):
+            return
+        layers = (0, 3)
+        for model in models:
+            spec = sglang_model(model, {}, self.release)
+            for tp in tp_sizes(spec, MAX_TP):
+                if model.variant is Variant.MAMBA1:
+                    p = model.params
+                    theirs_shape = partial(full, tp_world_size=tp, intermediate_size=p["intermediate_size"],
+                                           state_size=p["d_state"], conv_kernel=model.conv_kernel)
+                else:
+                    theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model))
+                self.compare("MambaPool transfer entries", {"model": model.name, "tp": tp, "layers": layers},
+                             partial(_their_pool_entries, pool, theirs_shape, "Mamba2CacheParams", layers),
+                             partial(_our_pool_entries, state_shape(spec, tp), spec.conv_dtype, spec.ssm_dtype,
+                                     layers))
+        for kargs, tp in itertools.product(KIMI_STAND_INS, (1, 2, 4, 8)):
+            theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
+            self.compare("MambaPool transfer entries", {"stand_in": kargs, "tp": tp, "layers": layers},
+                         partial(_their_pool_entries, pool, partial(kimi, tp_world_size=tp, **theirs_args),
+                                 "KimiLinearCacheParams", layers),
+                         partial(_our_pool_entries, kimi_linear_state_shape(tp=tp, **kargs), "bfloat16", "float32",
+                                 layers))
+
     def rank_mapping(self) -> None:
         resolve = self.fn("_resolve_rank_mapping")
         if resolve is None:
@@ -399,6 +428,24 @@ def _their_mapping(resolve: Callable[..., Any], p_tp: int, d_tp: int, d: int) ->
     return (tuple(info.target_tp_ranks), info.required_dst_info_num, info.required_prefill_response_num)
 
 
+def _their_pool_entries(pool: Callable[..., Any], shape: Callable[[], Any], params_class: str,
+                        layers: Sequence[int]) -> tuple[Any, ...]:
+    """SGLang's own pool of one slot on the CPU, and the entry metadata it registers for PD."""
+    params = getattr(importlib.import_module("sglang.srt.configs.mamba_utils"), params_class)
+    built = pool(size=1, spec_state_size=0, cache_params=params(shape=shape(), layers=list(layers)),
+                 mamba_layer_ids=list(layers), device="cpu")
+    groups = built.get_state_conv_shard_groups()
+    return (tuple(built.get_contiguous_buf_infos()[2]), tuple(built.get_state_dim_per_tensor()),
+            tuple(built.get_state_slice_outer_counts()), tuple(tuple(g) if g else None for g in groups),
+            tuple(built.get_state_layer_ids()))
+
+
+def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers: Sequence[int]) -> tuple[Any, ...]:
+    entries = transfer_entries(shape, conv_dtype, ssm_dtype, layers)
+    return (tuple(e.item_len for e in entries), tuple(e.dim for e in entries), tuple(e.outer_count for e in entries),
+            tuple(e.conv_shard_groups for e in entries), tuple(e.layer_id for e in entries))
+
+
 def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
     m = rank_mapping(p_tp, d_tp, d)
     return (m.target_ranks, m.required_dst_info_num, m.required_prefill_response_num)
@@ -414,6 +461,7 @@ def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
     checker.slices(models)
     checker.replicated()
     checker.heads(models)
+    checker.pool_entries(models)
     checker.rank_mapping()
     return Report(version, release.label, [m.name for m in models], MAX_TP, list(checker.results.values()),
                   time.monotonic() - start)
