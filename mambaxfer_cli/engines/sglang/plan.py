@@ -65,7 +65,8 @@ class SGLangPlan:
         return {
             "engine": "sglang", "release": self.release.version, "model": self.model.name,
             "p_tp": self.p_tp, "d_tp": self.d_tp, "backend": self.backend,
-            "dtypes": {"conv": self.model.conv_dtype, "temporal": self.model.ssm_dtype, "origin": dict(self.model.origin)},
+            "dtypes": {"conv": self.model.conv_dtype, "temporal": self.model.ssm_dtype,
+                       "origin": dict(self.model.origin)},
             "entries": {"prefill": [_entry_dict(e) for e in self.prefill_entries],
                         "decode": [_entry_dict(e) for e in self.decode_entries]},
             "rank_mapping": [{"d_rank": m.d_rank, "target_ranks": list(m.target_ranks),
