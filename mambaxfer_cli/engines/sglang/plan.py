@@ -86,17 +86,19 @@ def _entry_dict(e: TransferEntry) -> dict[str, Any]:
             "conv_shard_groups": list(e.conv_shard_groups) if e.conv_shard_groups else None}
 
 
-def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, env: Mapping[str, str] | None = None,
-         release: Release = SGLANG_0_5_23) -> SGLangPlan:
-    """SGLang's transfer of ``model``'s state from P TP ``p_tp`` to D TP ``d_tp``."""
+def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: Mapping[str, str] | None = None,
+         d_env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23) -> SGLangPlan:
+    """SGLang's transfer of ``model``'s state from P TP ``p_tp`` to D TP ``d_tp``. The exact
+    writes are a plain copy only where both sides keep the state in the same dtypes (else none)."""
     if backend not in release.backends:
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
-    spec = sglang_model(model, env, release)
-    p_side, d_side = check_side(spec, p_tp, release), check_side(spec, d_tp, release)
+    p_spec, spec = sglang_model(model, p_env, release), sglang_model(model, d_env, release)
+    p_side, d_side = check_side(p_spec, p_tp, release), check_side(spec, d_tp, release)
     # Layers are numbered among the model's cache-keeping layers (SGLang numbers them among all of
     # its layers; both sides number them alike, so the pairing of entries is the same).
     layer_ids = tuple(i for i, kind in enumerate(spec.layers) if kind == SSM)
-    outcome = verdict(model, p_tp, d_tp, backend=backend, env=env, release=release)
+    outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=p_env, d_env=d_env, release=release)
+    same_dtypes = (p_spec.conv_dtype, p_spec.ssm_dtype) == (spec.conv_dtype, spec.ssm_dtype)
     writes = () if outcome.refusal else sglang_writes(p_side, d_side, backend, release)
     heads: list[tuple[int, int, HeadSlice]] = []
     if spec.num_kv_heads and p_tp != d_tp:
@@ -104,7 +106,7 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, env: Ma
                  for d in range(d_tp) for p in writers(p_tp, d_tp, d)]
     return SGLangPlan(
         release, spec, p_tp, d_tp, backend,
-        transfer_entries(state_shape(spec, p_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids),
+        transfer_entries(state_shape(p_spec, p_tp), p_spec.conv_dtype, p_spec.ssm_dtype, layer_ids),
         transfer_entries(state_shape(spec, d_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids),
-        tuple(rank_mapping(p_tp, d_tp, d) for d in range(d_tp)), writes, exact_writes(p_side, d_side),
-        tuple(heads), outcome)
+        tuple(rank_mapping(p_tp, d_tp, d) for d in range(d_tp)), writes,
+        exact_writes(p_side, d_side) if same_dtypes else (), tuple(heads), outcome)

@@ -86,13 +86,15 @@ def kv_heads_wrong(model: ModelSpec, p_tp: int, d_tp: int) -> int:
 
 
 def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
-            env: Mapping[str, str] | None = None, prefill: Server | None = None, decode: Server | None = None,
+            p_env: Mapping[str, str] | None = None, d_env: Mapping[str, str] | None = None,
+            prefill: Server | None = None, decode: Server | None = None,
             release: Release = SGLANG_0_5_23) -> Verdict:
-    """SGLang's outcome for ``model`` from P TP ``p_tp`` to D TP ``d_tp`` over ``backend``."""
+    """SGLang's outcome for ``model`` from P TP ``p_tp`` to D TP ``d_tp`` over ``backend``; each
+    side's environment (``p_env``, ``d_env``) may set SGLang's state dtype variables."""
     if backend not in release.backends:
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
-    spec = sglang_model(model, env, release)
-    p_side, d_side = check_side(spec, p_tp, release), check_side(spec, d_tp, release)
+    spec = sglang_model(model, d_env, release)
+    p_side, d_side = check_side(sglang_model(model, p_env, release), p_tp, release), check_side(spec, d_tp, release)
     said = refusals(prefill or Server(p_tp), decode or Server(d_tp), backend, release)
     findings = tuple(rank_findings(p_tp, d_tp).lines(p_tp))
     if said:
