@@ -106,6 +106,17 @@ def flat_outer_counts(cls):
             return [1 for _ in super().get_state_slice_outer_counts()]
     return Pool
 
+def rolled_conv_channels(cls):
+    def build(*a, **k):
+        mixer = cls(*a, **k)
+        load = mixer.conv1d.bias.weight_loader
+        def loader(param, weight):
+            load(param, weight)
+            param.data.copy_(param.data.roll(1))
+        mixer.conv1d.bias.weight_loader = loader
+        return mixer
+    return build
+
 def changed_signature(fn):
     def call(*a, **k):
         raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
@@ -122,6 +133,7 @@ faults = {
     "mamba2_state_dtype": config_ignored,
     "_resolve_rank_mapping": one_response,
     "MambaPool transfer entries": flat_outer_counts,
+    "MambaMixer2 conv channels": rolled_conv_channels,
     "changed signature": changed_signature,
 }
 out = {}

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -30,6 +30,7 @@ from mambaxfer_cli.engines.sglang.shapes import (
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
 from mambaxfer_cli.engines.sglang.writes import Side
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 
 SCHEMA = "mambaxfer.sglang-conformance/v1"
@@ -48,6 +49,7 @@ SOURCES: Mapping[str, tuple[str, str]] = {
     "should_send_replicated_state": ("sglang.srt.disaggregation.utils", "should_send_replicated_state"),
     "compute_head_slice_params": ("sglang.srt.disaggregation.common.staging_buffer", "compute_head_slice_params"),
     "MambaPool transfer entries": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
+    "MambaMixer2 conv channels": ("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2"),
     "_resolve_rank_mapping": ("sglang.srt.disaggregation.common.conn", "CommonKVManager._resolve_rank_mapping"),
 }
 
@@ -353,6 +355,22 @@ class _Checker:
                                      partial(_call, head_slice, HeadSlice.as_tuple, src_tp=p_tp, dst_tp=d_tp,
                                              src_rank=p, dst_rank=d, kv_heads=kv))
 
+    def mixer_channels(self, models: Sequence[ModelSpec]) -> None:
+        """The premise of the Mamba2 finding, from SGLang's own mixer: which checkpoint channels a
+        rank's conv input (so its conv state) holds, in order, once the mixer's loaders have run."""
+        mixer = self.fn("MambaMixer2 conv channels")
+        if mixer is None:
+            return
+        stand_ins = [replace(model_stand_in, name=f"stand-in n_groups={g}", params={**model_stand_in.params,
+                                                                                     "n_groups": g})
+                     for g in (1, 2, 4)]
+        for model in [m for m in models if m.variant is Variant.MAMBA2] + stand_ins:
+            for tp in tp_sizes(model, MAX_TP):
+                for rank in range(tp):
+                    self.compare("MambaMixer2 conv channels", {"model": model.name, "tp": tp, "rank": rank},
+                                 partial(_their_mixer_channels, mixer, model, tp, rank),
+                                 partial(_our_conv_channels, model, tp, rank))
+
     def pool_entries(self, models: Sequence[ModelSpec]) -> None:
         pool = self.fn("MambaPool transfer entries")
         create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
@@ -428,6 +446,49 @@ def _their_mapping(resolve: Callable[..., Any], p_tp: int, d_tp: int, d: int) ->
     return (tuple(info.target_tp_ranks), info.required_dst_info_num, info.required_prefill_response_num)
 
 
+# A small Mamba2 model whose groups the mixer check varies.
+model_stand_in = ModelSpec(name="stand-in", source="conformance", variant=Variant.MAMBA2,
+                           params={"intermediate_size": 64, "d_state": 4, "n_groups": 1, "num_heads": 8,
+                                   "head_dim": 8},
+                           layers=("ssm",), conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype="float32",
+                           family="Mamba2")
+
+
+def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
+    """SGLang's MambaMixer2 built for one rank (its parallel context stated, as SGLang allows
+    before distributed start-up), its conv1d bias and in_proj weight loaded from a checkpoint whose
+    every channel carries its own number: the channels of the rank's conv input, both ways."""
+    import torch
+    utils = importlib.import_module("sglang.srt.configs.mamba_utils")
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    p = model.params
+    i, g, n, h = p["intermediate_size"], p["n_groups"], p["d_state"], p["num_heads"]
+    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
+        shape = utils.Mamba2StateShape.create(tp_world_size=tp, intermediate_size=i, n_groups=g, num_heads=h,
+                                              head_dim=p["head_dim"], state_size=n, conv_kernel=model.conv_kernel)
+        built = mixer(utils.Mamba2CacheParams(shape=shape, layers=[0]), hidden_size=8, use_conv_bias=True,
+                      use_bias=False, n_groups=g)
+        bias = built.conv1d.bias
+        bias.weight_loader(bias, torch.arange(i + 2 * g * n, dtype=torch.float32))
+        proj = built.in_proj.weight
+        rows = 2 * i + 2 * g * n + h        # the checkpoint's [z | x | B | C | dt]
+        proj.weight_loader(proj, torch.arange(rows, dtype=torch.float32)[:, None].expand(rows, 8).contiguous())
+    conv = [int(v) for v in bias.tolist()]
+    local_i = i // tp
+    xbc = [int(v) - i for v in proj[local_i:local_i + len(conv), 0].tolist()]
+    return (tuple(conv), tuple(xbc))
+
+
+def _our_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
+    """The checkpoint channels of a rank's conv state in mambaxfer's layout ([x | B | C] regions)."""
+    p = model.params
+    base = {"x": 0, "B": p["intermediate_size"], "C": p["intermediate_size"] + p["n_groups"] * p["d_state"]}
+    layout = rank_layout(model, tp, rank)
+    channels = tuple(base[r.name] + u for r in layout.regions if r.kind == "conv"
+                     for u in range(r.shard.start, r.shard.end))
+    return (channels, channels)
+
+
 def _their_pool_entries(pool: Callable[..., Any], shape: Callable[[], Any], params_class: str,
                         layers: Sequence[int]) -> tuple[Any, ...]:
     """SGLang's own pool of one slot on the CPU, and the entry metadata it registers for PD."""
@@ -461,6 +522,7 @@ def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
     checker.slices(models)
     checker.replicated()
     checker.heads(models)
+    checker.mixer_channels(models)
     checker.pool_entries(models)
     checker.rank_mapping()
     return Report(version, release.label, [m.name for m in models], MAX_TP, list(checker.results.values()),
