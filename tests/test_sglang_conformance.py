@@ -117,6 +117,15 @@ def rolled_conv_channels(cls):
         return mixer
     return build
 
+def next_slot(cls):
+    # The sliced send writes the request's state into the next decode slot.
+    from types import SimpleNamespace
+    def call(self, *a):
+        a = list(a)
+        a[6] = [a[6][0] + 1]
+        return cls._send_mamba_state_slice(self, *a)
+    return SimpleNamespace(_send_mamba_state=cls._send_mamba_state, _send_mamba_state_slice=call)
+
 def changed_signature(fn):
     def call(*a, **k):
         raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
@@ -134,6 +143,8 @@ faults = {
     "_resolve_rank_mapping": one_response,
     "MambaPool transfer entries": flat_outer_counts,
     "MambaMixer2 conv channels": rolled_conv_channels,
+    "NIXL state send": next_slot,
+    "Mooncake state send": next_slot,
     "changed signature": changed_signature,
 }
 out = {}
@@ -147,8 +158,8 @@ print(json.dumps(out))
 """
 
 # A function whose fault also changes what is built on it in the probe.
-BUILT_ON = {"Mamba2StateShape.create": {"MambaPool transfer entries"},
-            "Mamba2StateShape.create_full_rank": {"MambaPool transfer entries"},
+SENDS = {"MambaPool transfer entries", "NIXL state send", "Mooncake state send"}
+BUILT_ON = {"Mamba2StateShape.create": SENDS, "Mamba2StateShape.create_full_rank": SENDS,
             "KimiLinearStateShape.create": {"MambaPool transfer entries"}}
 
 

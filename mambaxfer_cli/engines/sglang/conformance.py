@@ -22,15 +22,16 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
-from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
     StateShape, kimi_linear_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
     state_shape, tp_sizes,
 )
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
-from mambaxfer_cli.engines.sglang.writes import Side
+from mambaxfer_cli.engines.sglang.verdict import verdict
+from mambaxfer_cli.engines.sglang.writes import Side, sglang_writes
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.layout import rank_layout
+from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 
 SCHEMA = "mambaxfer.sglang-conformance/v1"
@@ -50,6 +51,8 @@ SOURCES: Mapping[str, tuple[str, str]] = {
     "compute_head_slice_params": ("sglang.srt.disaggregation.common.staging_buffer", "compute_head_slice_params"),
     "MambaPool transfer entries": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
     "MambaMixer2 conv channels": ("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2"),
+    "NIXL state send": ("sglang.srt.disaggregation.nixl.conn", "NixlKVManager"),
+    "Mooncake state send": ("sglang.srt.disaggregation.mooncake.conn", "MooncakeKVManager"),
     "_resolve_rank_mapping": ("sglang.srt.disaggregation.common.conn", "CommonKVManager._resolve_rank_mapping"),
 }
 
@@ -371,6 +374,31 @@ class _Checker:
                                  partial(_their_mixer_channels, mixer, model, tp, rank),
                                  partial(_our_conv_channels, model, tp, rank))
 
+    def sends(self, models: Sequence[ModelSpec]) -> None:
+        """SGLang's own send methods, between SGLang's own pools on the CPU: the writes they post
+        for one request (per entry, slot and layer) and the decode bytes that end up wrong."""
+        pool, create, full = (self.fn("MambaPool transfer entries"), self.fn("Mamba2StateShape.create"),
+                              self.fn("Mamba2StateShape.create_full_rank"))
+        if pool is None or create is None or full is None:
+            return
+        for name, backend in (("NIXL state send", NIXL), ("Mooncake state send", MOONCAKE)):
+            manager = self.fn(name)
+            if manager is None:
+                continue
+            for model in models:
+                spec = sglang_model(model, FLOAT32_STATE, self.release)
+                sizes = tp_sizes(spec, MAX_TP)
+                for p_tp, d_tp in itertools.product(sizes, repeat=2):
+                    if model.variant is Variant.MAMBA1:
+                        p = model.params
+                        shape = partial(full, intermediate_size=p["intermediate_size"], state_size=p["d_state"],
+                                        conv_kernel=model.conv_kernel)
+                    else:
+                        shape = partial(create, **_mamba2_args(model))
+                    self.compare(name, {"model": model.name, "p_tp": p_tp, "d_tp": d_tp, "layers": SEND_LAYERS},
+                                 partial(_their_send, manager, backend, pool, shape, spec, p_tp, d_tp),
+                                 partial(_our_send, model, spec, p_tp, d_tp, backend, self.release))
+
     def pool_entries(self, models: Sequence[ModelSpec]) -> None:
         pool = self.fn("MambaPool transfer entries")
         create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
@@ -489,6 +517,133 @@ def _our_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
     return (channels, channels)
 
 
+# The send check keeps both state fields in float32, so that every element carries its own
+# label (int32) whatever the model; two layers, the request in slot 1 of each pool.
+FLOAT32_STATE = {"SGLANG_MAMBA_CONV_DTYPE": "float32", "SGLANG_MAMBA_SSM_DTYPE": "float32"}
+SEND_LAYERS = (0, 1)
+P_SLOT, D_SLOT = 1, 1
+UNWRITTEN, OTHER_SLOT = -2, -1
+
+
+def _labels(layout: RankLayout, field: str, layer: int) -> Any:
+    """One item's elements (an int32 tensor), each labelled with its layer, region and global element."""
+    import torch
+    kind = "conv" if field == CONV else "ssm"
+    parts = []
+    for index, region in enumerate(layout.regions):
+        if region.kind == kind:
+            per_unit = region.unit_bytes // 4
+            first = (layer << 29) + ((index + 1) << 25) + region.shard.start * per_unit
+            parts.append(torch.arange(first, first + len(region.shard) * per_unit, dtype=torch.int32))
+    return torch.cat(parts)
+
+
+def _kept(blocks: list[tuple[int, int, int]], session: str, posted: list[tuple[int, int, int]]) -> int:
+    """A stand-in for Mooncake's ``_transfer_data``: keeps the blocks, reports success."""
+    blocks.extend(posted)
+    return 0
+
+
+class _Agent:
+    """A stand-in NIXL agent that keeps the descriptors SGLang posts."""
+
+    def __init__(self, blocks: list[tuple[int, int, int]]):
+        self.blocks = blocks
+
+    def get_xfer_descs(self, addrs: list[tuple[int, int, int]], memory: str) -> list[tuple[int, int, int]]:
+        return list(addrs)
+
+    def initialize_xfer(self, op: str, src: list[tuple[int, int, int]], dst: list[tuple[int, int, int]],
+                        peer: str) -> str:
+        assert op == "WRITE", op
+        self.blocks.extend((s[0], d[0], s[1]) for s, d in zip(src, dst))
+        return "posted"
+
+
+def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shape: Callable[..., Any],
+                spec: ModelSpec, p_tp: int, d_tp: int) -> tuple[Any, ...]:
+    """Labelled prefill pools, empty decode pools, SGLang's send method for every (decode rank,
+    writer); the posted writes as (field, layer, d, p, src, dst, length) and the bad decode bytes."""
+    import ctypes
+
+    import torch
+    utils = importlib.import_module("sglang.srt.configs.mamba_utils")
+    dtype = utils.Mamba2StateDType(conv=torch.float32, temporal=torch.float32)
+
+    def pools(tp: int, fill: bool) -> list[Any]:
+        out = []
+        for rank in range(tp):
+            params = utils.Mamba2CacheParams(shape=shape(tp_world_size=tp), layers=list(SEND_LAYERS), dtype=dtype)
+            built = pool_class(size=3, spec_state_size=0, cache_params=params, mamba_layer_ids=list(SEND_LAYERS),
+                               device="cpu")
+            layout = rank_layout(spec, tp, rank)
+            for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
+                ints = tensor.view(torch.int32)
+                ints.fill_(OTHER_SLOT if fill else UNWRITTEN)
+                if fill:
+                    for layer in SEND_LAYERS:
+                        ints[layer, P_SLOT] = _labels(layout, field_name, layer).view(ints.shape[2:])
+            out.append(built)
+        return out
+
+    prefill, decode = pools(p_tp, True), pools(d_tp, False)
+    meta = [(b.get_contiguous_buf_infos(), b.get_state_dim_per_tensor(), b.get_state_conv_shard_groups(),
+             b.get_state_slice_outer_counts(), b.get_state_layer_ids()) for b in (*prefill, *decode)]
+    writes, bad = [], 0
+    for d in range(d_tp):
+        (d_ptrs, d_lens, d_items), d_dims, _, _, d_ids = meta[p_tp + d]
+        for p in writers(p_tp, d_tp, d):
+            (s_ptrs, s_lens, s_items), s_dims, s_groups, s_outer, s_ids = meta[p]
+            blocks: list[tuple[int, int, int]] = []
+            if backend == NIXL:
+                stand_in = SimpleNamespace(state_tp_size=p_tp, kv_args=SimpleNamespace(engine_rank=p, gpu_id=0),
+                                           pp_size=1, agent=_Agent(blocks), _post_xfer=lambda handle, message: None)
+                if p_tp == d_tp:
+                    manager._send_mamba_state(stand_in, "peer", [P_SLOT], s_ptrs, s_items, d_ptrs, [D_SLOT], 0,
+                                              s_ids, d_ids)
+                else:
+                    manager._send_mamba_state_slice(stand_in, "peer", [P_SLOT], s_ptrs, s_items, s_dims, d_ptrs,
+                                                    [D_SLOT], d_items, d_dims, 0, d_tp, d, s_groups, s_outer,
+                                                    s_ids, d_ids)
+            else:
+                stand_in = SimpleNamespace(state_tp_size=p_tp, kv_args=SimpleNamespace(engine_rank=p), pp_size=1,
+                                           _transfer_data=partial(_kept, blocks))
+                request = SimpleNamespace(mooncake_session_id="session")
+                if p_tp == d_tp:
+                    manager._send_mamba_state(stand_in, request, [P_SLOT], s_ptrs, s_items, d_ptrs, [D_SLOT],
+                                              s_ids, d_ids, d_items)
+                else:
+                    manager._send_mamba_state_slice(stand_in, request, [P_SLOT], s_ptrs, s_items, s_dims, d_ptrs,
+                                                    [D_SLOT], d_items, d_dims, d, d_tp, s_groups, s_outer,
+                                                    s_ids, d_ids)
+            for src, dst, length in blocks:
+                i = next(i for i, ptr in enumerate(s_ptrs) if ptr <= src < ptr + s_lens[i])
+                j = next(j for j, ptr in enumerate(d_ptrs) if ptr <= dst < ptr + d_lens[j])
+                src_off, dst_off = src - s_ptrs[i] - s_items[i] * P_SLOT, dst - d_ptrs[j] - d_items[j] * D_SLOT
+                writes.append((FIELDS[i // len(SEND_LAYERS)], s_ids[i], d, p, src_off, dst_off, length))
+                bad += length - max(0, min(dst_off + length, d_items[j]) - max(dst_off, 0))   # outside the item
+                # Copy only within the two pools' memory (a block past them is counted, not made).
+                if src + length <= s_ptrs[i] + s_lens[i] and dst + length <= d_ptrs[j] + d_lens[j]:
+                    ctypes.memmove(dst, src, length)
+    for d, built in enumerate(decode):
+        layout = rank_layout(spec, d_tp, d)
+        for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
+            ints = tensor.view(torch.int32)
+            for layer in SEND_LAYERS:
+                want = _labels(layout, field_name, layer)
+                bad += 4 * int((ints[layer, D_SLOT].reshape(-1) != want).sum())
+    return (tuple(sorted(writes)), bad)
+
+
+def _our_send(model: ModelSpec, spec: ModelSpec, p_tp: int, d_tp: int, backend: str,
+              release: Release) -> tuple[Any, ...]:
+    prefill, decode = Side(spec, p_tp), Side(spec, d_tp)
+    writes = sorted((w.field, layer, w.d_rank, w.p_rank, w.src, w.dst, w.length)
+                    for w in sglang_writes(prefill, decode, backend, release) for layer in SEND_LAYERS)
+    outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=FLOAT32_STATE, d_env=FLOAT32_STATE, release=release)
+    return (tuple(writes), outcome.bad_bytes() // outcome.ssm_layers * len(SEND_LAYERS))
+
+
 def _their_pool_entries(pool: Callable[..., Any], shape: Callable[[], Any], params_class: str,
                         layers: Sequence[int]) -> tuple[Any, ...]:
     """SGLang's own pool of one slot on the CPU, and the entry metadata it registers for PD."""
@@ -524,6 +679,7 @@ def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
     checker.heads(models)
     checker.mixer_channels(models)
     checker.pool_entries(models)
+    checker.sends(models)
     checker.rank_mapping()
     return Report(version, release.label, [m.name for m in models], MAX_TP, list(checker.results.values()),
                   time.monotonic() - start)
