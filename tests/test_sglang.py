@@ -259,6 +259,8 @@ def test_non_multiple_ratio_verdicts():
     v = verdict(model("mamba-130m"), 2, 3)
     assert v.findings == ("decode rank 2 is pointed at prefill rank 2, which does not exist (P TP 2)",)
     assert [o.missing for o in v.outcomes if o.d_rank == 2] == [3072, 32768]
+    assert v.lines() == ["SGLang 0.5.23 corrupts the conv state and the temporal (SSM) state of mamba-130m at "
+                         "P2 \u2192 D3: 1,720,320 bytes wrong", v.findings[0]]
 
 
 def test_attention_heads_land_right():

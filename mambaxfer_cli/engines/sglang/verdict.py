@@ -54,6 +54,10 @@ class Verdict:
                 [*self.findings, *([f"{self.heads_wrong} KV heads wrong"] if self.heads_wrong else [])])
         return f"{self.release} moves {self.model}'s state right at {pair}"
 
+    def lines(self) -> list[str]:
+        """The sentence, then what the rank mapping does where the ratio is not a multiple."""
+        return [self.sentence(), *(f for f in self.findings if self.bad_bytes() or self.refusal)]
+
     def to_dict(self) -> dict[str, Any]:
         return {"engine": "sglang", "release": self.release, "model": self.model, "p_tp": self.p_tp,
                 "d_tp": self.d_tp, "backend": self.backend, "refusal": self.refusal, "right": self.right,
