@@ -1,0 +1,711 @@
+"""The conformance probe: SGLang's own functions, called in an environment where SGLang is
+installed, against this package's answers for the same cases.
+
+Run it inside that environment (``python -m mambaxfer_cli.engines.sglang.conformance``); it
+prints one JSON document. SGLang's functions are imported from their own modules; each one that
+cannot be imported or called is reported as such, never replaced."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import itertools
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from functools import partial
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for, transfer_entries
+from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
+from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
+from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.shapes import (
+    StateShape, kimi_linear_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
+    state_shape, tp_sizes,
+)
+from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
+from mambaxfer_cli.engines.sglang.verdict import verdict
+from mambaxfer_cli.engines.sglang.writes import Side, sglang_writes
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.layout import RankLayout, rank_layout
+from mambaxfer_cli.planning.model import ModelSpec, Variant
+
+SCHEMA = "mambaxfer.sglang-conformance/v1"
+AGREES, DIFFERS, NOT_CALLED = "agrees", "differs", "could not be called"
+MAX_TP = 8
+
+# SGLang's functions: the name conformance reports, the module that holds it, the attribute path.
+SOURCES: Mapping[str, tuple[str, str]] = {
+    "Mamba2StateShape.create": ("sglang.srt.configs.mamba_utils", "Mamba2StateShape.create"),
+    "Mamba2StateShape.create_full_rank": ("sglang.srt.configs.mamba_utils", "Mamba2StateShape.create_full_rank"),
+    "KimiLinearStateShape.create": ("sglang.srt.configs.mamba_utils", "KimiLinearStateShape.create"),
+    "mamba2_state_dtype": ("sglang.srt.configs.mamba_utils", "mamba2_state_dtype"),
+    "compute_mamba_state_slice_blocks": ("sglang.srt.disaggregation.utils", "compute_mamba_state_slice_blocks"),
+    "compute_mamba_state_slice_byte_blocks": ("sglang.srt.disaggregation.utils",
+                                              "compute_mamba_state_slice_byte_blocks"),
+    "should_send_replicated_state": ("sglang.srt.disaggregation.utils", "should_send_replicated_state"),
+    "compute_head_slice_params": ("sglang.srt.disaggregation.common.staging_buffer", "compute_head_slice_params"),
+    "MambaPool transfer entries": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
+    "MambaMixer2 conv channels": ("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2"),
+    "NIXL state send": ("sglang.srt.disaggregation.nixl.conn", "NixlKVManager"),
+    "Mooncake state send": ("sglang.srt.disaggregation.mooncake.conn", "MooncakeKVManager"),
+    "_resolve_rank_mapping": ("sglang.srt.disaggregation.common.conn", "CommonKVManager._resolve_rank_mapping"),
+}
+
+Loaded = Mapping[str, "Callable[..., Any] | str"]     # a function, or why it could not be loaded
+
+
+def load_functions(names: Sequence[str] = tuple(SOURCES)) -> dict[str, Callable[..., Any] | str]:
+    """SGLang's functions from their own modules (the package's ordinary import chain)."""
+    out: dict[str, Callable[..., Any] | str] = {}
+    for name in names:
+        module_name, path = SOURCES[name]
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            out[name] = obj
+        except Exception as error:     # an import error is a finding, reported per function
+            out[name] = f"{type(error).__name__}: {error}"
+    return out
+
+
+def installed_version() -> str:
+    from importlib.metadata import version
+    return version("sglang")
+
+
+# --- results -------------------------------------------------------------------------------------
+
+@dataclass
+class FunctionResult:
+    name: str
+    cases: int = 0
+    differing: int = 0
+    first: dict[str, Any] | None = None
+    not_called: str | None = None
+
+    @property
+    def outcome(self) -> str:
+        if self.not_called is not None:
+            return NOT_CALLED
+        return DIFFERS if self.differing else AGREES
+
+    def record(self, case: Mapping[str, Any], theirs: Any, ours: Any) -> None:
+        self.cases += 1
+        if theirs != ours:
+            self.differing += 1
+            if self.first is None:
+                self.first = {"case": dict(case), "sglang": theirs, "mambaxfer": ours}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"function": self.name, "outcome": self.outcome, "cases": self.cases,
+                               "differing": self.differing}
+        if self.first is not None:
+            out["first_difference"] = self.first
+        if self.not_called is not None:
+            out["could_not_be_called"] = self.not_called
+        return out
+
+
+@dataclass
+class Report:
+    sglang_version: str
+    rules: str
+    models: list[str]
+    max_tp: int
+    results: list[FunctionResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(r.outcome == AGREES for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules},
+                "models": self.models, "max_tp": self.max_tp, "ok": self.ok,
+                "functions": [r.to_dict() for r in self.results], "seconds": round(self.seconds, 3)}
+
+
+def _outcome(call: Callable[[], Any]) -> Any:
+    """A value, or the refusal (any exception SGLang raises; ours are UserErrors) as one token."""
+    try:
+        return call()
+    except (UserError, ValueError, AssertionError, ZeroDivisionError) as error:
+        return ("refused", type(error).__name__ if not isinstance(error, UserError) else "refused")
+
+
+def _refusal_token(value: Any) -> Any:
+    # Both sides refuse in their own words; conformance compares that they refuse.
+    return "refused" if isinstance(value, tuple) and value[:1] == ("refused",) else value
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+def _shape_tuple(shape: Any) -> tuple[Any, ...]:
+    groups = getattr(shape, "conv_shard_groups", None)
+    return (tuple(tuple(c) for c in shape.conv), tuple(shape.temporal),
+            tuple(groups) if groups is not None else None)
+
+
+def _ours(shape: StateShape) -> tuple[Any, ...]:
+    return ((shape.conv,), shape.temporal, shape.conv_shard_groups)
+
+
+def _call(fn: Callable[..., Any], after: Callable[[Any], Any], /, *args: Any, **kwargs: Any) -> Any:
+    return after(fn(*args, **kwargs))
+
+
+def _tuples(blocks: Any) -> list[tuple[int, ...]]:
+    return [tuple(b.as_tuple()) if hasattr(b, "as_tuple") else tuple(b) for b in blocks]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# Stand-ins beside the presets: the shapes SGLang's configs pass for families mambaxfer has no
+# preset of, and small odd dimensions.
+KIMI_STAND_INS: tuple[dict[str, int], ...] = (
+    {"num_heads": 32, "head_dim": 128, "conv_kernel": 4},
+    {"num_heads": 16, "head_dim": 64, "num_k_heads": 8, "head_k_dim": 32, "conv_kernel": 3})
+MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
+    {"intermediate_size": 4096, "n_groups": 1, "num_heads": 64, "head_dim": 64, "state_size": 128, "conv_kernel": 4},
+    {"intermediate_size": 768, "n_groups": 2, "num_heads": 24, "head_dim": 32, "state_size": 16, "conv_kernel": 4})
+
+
+def _mamba2_args(model: ModelSpec) -> dict[str, Any]:
+    p = model.params
+    if model.variant is Variant.GDN:
+        key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
+        return {"intermediate_size": value_dim, "n_groups": p["num_k_heads"], "num_heads": p["num_v_heads"],
+                "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"], "conv_kernel": model.conv_kernel,
+                "conv_shard_groups": [key_dim, key_dim, value_dim]}
+    return {"intermediate_size": p["intermediate_size"], "n_groups": p["n_groups"], "num_heads": p["num_heads"],
+            "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
+
+
+def _our_mamba2(tp: int, args: Mapping[str, Any]) -> tuple[Any, ...]:
+    groups = args.get("conv_shard_groups")
+    rest = {k: v for k, v in args.items() if k != "conv_shard_groups"}
+    return _ours(mamba2_state_shape(tp=tp, conv_shard_groups=tuple(groups) if groups else None, **rest))
+
+
+def _our_kimi(tp: int, args: Mapping[str, int]) -> tuple[Any, ...]:
+    return _ours(kimi_linear_state_shape(tp=tp, **args))
+
+
+def _our_model_shape(model: ModelSpec, tp: int) -> tuple[Any, ...]:
+    return _ours(state_shape(model, tp))
+
+
+class _Checker:
+    """Runs each case on both sides and records it under its function."""
+
+    def __init__(self, functions: Loaded, release: Release):
+        self.functions, self.release = functions, release
+        self.results = {name: FunctionResult(name) for name in SOURCES}
+        for name, fn in functions.items():
+            if isinstance(fn, str):
+                self.results[name].not_called = fn
+
+    def fn(self, name: str) -> Callable[..., Any] | None:
+        fn = self.functions.get(name)
+        return None if fn is None or isinstance(fn, str) or self.results[name].not_called else fn
+
+    def compare(self, name: str, case: Mapping[str, Any], theirs: Callable[[], Any], ours: Callable[[], Any]) -> None:
+        result = self.results[name]
+        try:
+            value = _refusal_token(_outcome(theirs))
+        except Exception as error:   # what a refusal never is: SGLang's function could not be called
+            result.not_called = f"{type(error).__name__}: {error}"
+            return
+        result.record(case, value, _refusal_token(_outcome(ours)))
+
+    # --- shapes and dtypes ---
+
+    def shapes(self, models: Sequence[ModelSpec]) -> None:
+        create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
+                              self.fn("KimiLinearStateShape.create"))
+        for model, tp in itertools.product(models, range(1, MAX_TP + 1)):
+            case = {"model": model.name, "tp": tp}
+            if model.variant is Variant.MAMBA1 and full:
+                p = model.params
+                self.compare("Mamba2StateShape.create_full_rank", case,
+                             partial(_call, full, _shape_tuple, tp_world_size=tp, conv_kernel=model.conv_kernel,
+                                     intermediate_size=p["intermediate_size"], state_size=p["d_state"]),
+                             partial(_our_model_shape, model, tp))
+            elif model.variant is not Variant.MAMBA1 and create:
+                self.compare("Mamba2StateShape.create", case,
+                             partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model)),
+                             partial(_our_model_shape, model, tp))
+        for tp in range(1, MAX_TP + 1):
+            for args in MAMBA2_STAND_INS:
+                if create:
+                    self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
+                                 partial(_call, create, _shape_tuple, tp_world_size=tp, **args),
+                                 partial(_our_mamba2, tp, args))
+            if full:
+                m1 = {"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4}
+                self.compare("Mamba2StateShape.create_full_rank", {"stand_in": m1, "tp": tp},
+                             partial(_call, full, _shape_tuple, tp_world_size=tp, **m1),
+                             partial(lambda tp, a: _ours(mamba1_state_shape(tp=tp, **a)), tp, m1))
+            for kargs in KIMI_STAND_INS:
+                if kimi:
+                    theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
+                    self.compare("KimiLinearStateShape.create", {"stand_in": kargs, "tp": tp},
+                                 partial(_call, kimi, _shape_tuple, tp_world_size=tp, **theirs_args),
+                                 partial(_our_kimi, tp, kargs))
+
+    def dtypes(self) -> None:
+        dtype = self.fn("mamba2_state_dtype")
+        if dtype is None:
+            return
+        rel = self.release
+        envs: list[dict[str, str]] = [{}]
+        envs += [{rel.conv_dtype_env: c} for c in ("float32", "float16", "nonsense")]
+        envs += [{rel.ssm_dtype_env: s} for s in ("bfloat16", "float16", "nonsense")]
+        for config_dtype, env, text in itertools.product((None, "float32", "bfloat16", "float16", "float8"),
+                                                         envs, (False, True)):
+            config = None
+            if config_dtype is not None:
+                inner = SimpleNamespace(mamba_ssm_dtype=config_dtype)
+                config = SimpleNamespace(text_config=inner) if text else inner
+            self.compare("mamba2_state_dtype",
+                         {"config_mamba_ssm_dtype": config_dtype, "in_text_config": text, "env": env},
+                         partial(_their_dtypes, dtype, config, env), partial(_our_dtypes, config_dtype, env, rel))
+
+    # --- slices ---
+
+    def _slice_case(self, case: Mapping[str, Any], src: TransferEntry, dst: TransferEntry, p_tp: int, d_tp: int,
+                    d: int, p: int, logical: bool = True) -> None:
+        blocks, byte_fn = self.fn("compute_mamba_state_slice_blocks"), self.fn("compute_mamba_state_slice_byte_blocks")
+        groups = list(src.conv_shard_groups) if src.conv_shard_groups else None
+        if logical and blocks and src.dim:
+            self.compare("compute_mamba_state_slice_blocks", case,
+                         partial(_call, blocks, _tuples, src.dim, dst.dim, p_tp, d_tp, d, p, groups),
+                         partial(_call, slice_blocks, _tuples, src_dim=src.dim, dst_dim=dst.dim, src_tp=p_tp,
+                                 dst_tp=d_tp, dst_rank=d, src_rank=p, conv_shard_groups=src.conv_shard_groups))
+        if byte_fn:
+            self.compare("compute_mamba_state_slice_byte_blocks", case,
+                         partial(_call, byte_fn, _tuples, src_item_len=src.item_len, dst_item_len=dst.item_len,
+                                 src_dim=src.dim, dst_dim=dst.dim, outer_count=src.outer_count,
+                                 src_attn_tp_size=p_tp, dst_attn_tp_size=d_tp, dst_tp_rank_in_group=d,
+                                 local_tp_rank_in_group=p, conv_shard_groups=groups),
+                         partial(_call, byte_blocks, _tuples, src, dst, src_tp=p_tp, dst_tp=d_tp, dst_rank=d,
+                                 src_rank=p, release=self.release))
+
+    def slices(self, models: Sequence[ModelSpec]) -> None:
+        for model in models:
+            spec = sglang_model(model, {}, self.release)
+            sizes = tp_sizes(spec, MAX_TP)
+            for p_tp, d_tp in itertools.product(sizes, repeat=2):
+                if p_tp == d_tp:
+                    continue
+                src_side, dst_side = Side(spec, p_tp), Side(spec, d_tp)
+                for name in FIELDS:
+                    src, dst = src_side.entry(name), dst_side.entry(name)
+                    for d in range(d_tp):
+                        for p in writers(p_tp, d_tp, d):
+                            case = {"model": model.name, "field": name, "p_tp": p_tp, "d_tp": d_tp, "d_rank": d,
+                                    "p_rank": p}
+                            self._slice_case(case, src, dst, p_tp, d_tp, d, p)
+        # Kimi's transposed conv (one block per conv row), and items replicated across TP.
+        for kargs in KIMI_STAND_INS:
+            for p_tp, d_tp in itertools.product((1, 2, 4, 8), repeat=2):
+                if p_tp == d_tp:
+                    continue
+                src, dst = (entry_for(CONV, kimi_linear_state_shape(tp=t, **kargs), "bfloat16", "float32")
+                            for t in (p_tp, d_tp))
+                for d in range(d_tp):
+                    for p in writers(p_tp, d_tp, d):
+                        case = {"stand_in": kargs, "p_tp": p_tp, "d_tp": d_tp, "d_rank": d, "p_rank": p}
+                        self._slice_case(case, src, dst, p_tp, d_tp, d, p)
+        for p_tp, d_tp in itertools.product(range(1, MAX_TP + 1), repeat=2):
+            for p, d, dst_len in itertools.product(range(p_tp), range(d_tp), (4096, 2048)):
+                src, dst = TransferEntry("ple", 0, 4096, 0), TransferEntry("ple", 0, dst_len, 0)
+                case = {"replicated": True, "p_tp": p_tp, "d_tp": d_tp, "d_rank": d, "p_rank": p,
+                        "dst_item_len": dst_len}
+                self._slice_case(case, src, dst, p_tp, d_tp, d, p, logical=False)
+
+    def replicated(self) -> None:
+        elect = self.fn("should_send_replicated_state")
+        if elect is None:
+            return
+        for src, dst in itertools.product(range(0, MAX_TP + 1), repeat=2):
+            for rank in range(-1, src + 1):
+                self.compare("should_send_replicated_state", {"src_tp": src, "dst_tp": dst, "rank": rank},
+                             partial(elect, src_attn_tp_size=src, dst_attn_tp_size=dst, local_tp_rank_in_group=rank),
+                             partial(replicated_writer, src, dst, rank, self.release))
+
+    def heads(self, models: Sequence[ModelSpec]) -> None:
+        params = self.fn("compute_head_slice_params")
+        if params is None:
+            return
+        for kv in sorted({m.num_kv_heads for m in models if m.num_kv_heads} | {1, 2, 4, 8}):
+            for p_tp, d_tp in itertools.product(range(1, MAX_TP + 1), repeat=2):
+                if p_tp == d_tp or any(kv % t and t % kv for t in (p_tp, d_tp)) or max(p_tp, d_tp) % min(p_tp, d_tp):
+                    continue
+                for d in range(d_tp):
+                    for p in writers(p_tp, d_tp, d):
+                        self.compare("compute_head_slice_params",
+                                     {"kv_heads": kv, "p_tp": p_tp, "d_tp": d_tp, "d_rank": d, "p_rank": p},
+                                     partial(_call, params, tuple, p_tp, d_tp, p, d, kv),
+                                     partial(_call, head_slice, HeadSlice.as_tuple, src_tp=p_tp, dst_tp=d_tp,
+                                             src_rank=p, dst_rank=d, kv_heads=kv))
+
+    def mixer_channels(self, models: Sequence[ModelSpec]) -> None:
+        """The premise of the Mamba2 finding, from SGLang's own mixer: which checkpoint channels a
+        rank's conv input (so its conv state) holds, in order, once the mixer's loaders have run."""
+        mixer = self.fn("MambaMixer2 conv channels")
+        if mixer is None:
+            return
+        stand_ins = [replace(model_stand_in, name=f"stand-in n_groups={g}", params={**model_stand_in.params,
+                                                                                     "n_groups": g})
+                     for g in (1, 2, 4)]
+        for model in [m for m in models if m.variant is Variant.MAMBA2] + stand_ins:
+            for tp in tp_sizes(model, MAX_TP):
+                for rank in range(tp):
+                    self.compare("MambaMixer2 conv channels", {"model": model.name, "tp": tp, "rank": rank},
+                                 partial(_their_mixer_channels, mixer, model, tp, rank),
+                                 partial(_our_conv_channels, model, tp, rank))
+
+    def sends(self, models: Sequence[ModelSpec]) -> None:
+        """SGLang's own send methods, between SGLang's own pools on the CPU: the writes they post
+        for one request (per entry, slot and layer) and the decode bytes that end up wrong."""
+        pool, create, full = (self.fn("MambaPool transfer entries"), self.fn("Mamba2StateShape.create"),
+                              self.fn("Mamba2StateShape.create_full_rank"))
+        if pool is None or create is None or full is None:
+            return
+        for name, backend in (("NIXL state send", NIXL), ("Mooncake state send", MOONCAKE)):
+            manager = self.fn(name)
+            if manager is None:
+                continue
+            for model in models:
+                spec = sglang_model(model, FLOAT32_STATE, self.release)
+                sizes = tp_sizes(spec, MAX_TP)
+                for p_tp, d_tp in itertools.product(sizes, repeat=2):
+                    if model.variant is Variant.MAMBA1:
+                        p = model.params
+                        shape = partial(full, intermediate_size=p["intermediate_size"], state_size=p["d_state"],
+                                        conv_kernel=model.conv_kernel)
+                    else:
+                        shape = partial(create, **_mamba2_args(model))
+                    self.compare(name, {"model": model.name, "p_tp": p_tp, "d_tp": d_tp, "layers": SEND_LAYERS},
+                                 partial(_their_send, manager, backend, pool, shape, spec, p_tp, d_tp),
+                                 partial(_our_send, model, spec, p_tp, d_tp, backend, self.release))
+
+    def pool_entries(self, models: Sequence[ModelSpec]) -> None:
+        pool = self.fn("MambaPool transfer entries")
+        create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
+                              self.fn("KimiLinearStateShape.create"))
+        if pool is None or not (create and full and kimi):
+            return
+        layers = (0, 3)
+        for model in models:
+            spec = sglang_model(model, {}, self.release)
+            for tp in tp_sizes(spec, MAX_TP):
+                if model.variant is Variant.MAMBA1:
+                    p = model.params
+                    theirs_shape = partial(full, tp_world_size=tp, intermediate_size=p["intermediate_size"],
+                                           state_size=p["d_state"], conv_kernel=model.conv_kernel)
+                else:
+                    theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model))
+                self.compare("MambaPool transfer entries", {"model": model.name, "tp": tp, "layers": layers},
+                             partial(_their_pool_entries, pool, theirs_shape, "Mamba2CacheParams", layers),
+                             partial(_our_pool_entries, state_shape(spec, tp), spec.conv_dtype, spec.ssm_dtype,
+                                     layers))
+        for kargs, tp in itertools.product(KIMI_STAND_INS, (1, 2, 4, 8)):
+            theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
+            self.compare("MambaPool transfer entries", {"stand_in": kargs, "tp": tp, "layers": layers},
+                         partial(_their_pool_entries, pool, partial(kimi, tp_world_size=tp, **theirs_args),
+                                 "KimiLinearCacheParams", layers),
+                         partial(_our_pool_entries, kimi_linear_state_shape(tp=tp, **kargs), "bfloat16", "float32",
+                                 layers))
+
+    def rank_mapping(self) -> None:
+        resolve = self.fn("_resolve_rank_mapping")
+        if resolve is None:
+            return
+        for p_tp, d_tp in itertools.product(range(1, MAX_TP + 1), repeat=2):
+            for d in range(d_tp):
+                self.compare("_resolve_rank_mapping", {"p_tp": p_tp, "d_tp": d_tp, "d_rank": d},
+                             partial(_their_mapping, resolve, p_tp, d_tp, d), partial(_our_mapping, p_tp, d_tp, d))
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _their_dtypes(dtype: Callable[..., Any], config: Any, env: Mapping[str, str]) -> tuple[str, str]:
+    with _environ(env):
+        got = dtype(config)
+    return (str(got.conv).removeprefix("torch."), str(got.temporal).removeprefix("torch."))
+
+
+def _our_dtypes(config_dtype: str | None, env: Mapping[str, str], release: Release) -> tuple[str, str]:
+    got = state_dtypes(config_ssm_dtype=config_dtype, env=env, release=release)
+    return (got.conv, got.temporal)
+
+
+def _their_mapping(resolve: Callable[..., Any], p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
+    # A stand-in manager (the method reads these attributes) for a non-MLA model with one CP and
+    # PP rank on each side; the method stores its answer on the prefill server info.
+    manager = SimpleNamespace(
+        is_mla_backend=False, is_hybrid_mla_backend=False, attn_tp_size=d_tp, kv_args=SimpleNamespace(engine_rank=d),
+        attn_cp_size=1, attn_cp_rank=0, pp_size=1, pp_rank=0, enable_all_cp_ranks_for_transfer=False)
+    info = SimpleNamespace(attn_tp_size=p_tp, attn_cp_size=1, pp_size=1, enable_kv_cache_sharding=False,
+                           enable_dsa_cache_layer_split=False)
+    resolve(manager, info)
+    return (tuple(info.target_tp_ranks), info.required_dst_info_num, info.required_prefill_response_num)
+
+
+# A small Mamba2 model whose groups the mixer check varies.
+model_stand_in = ModelSpec(name="stand-in", source="conformance", variant=Variant.MAMBA2,
+                           params={"intermediate_size": 64, "d_state": 4, "n_groups": 1, "num_heads": 8,
+                                   "head_dim": 8},
+                           layers=("ssm",), conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype="float32",
+                           family="Mamba2")
+
+
+def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
+    """SGLang's MambaMixer2 built for one rank (its parallel context stated, as SGLang allows
+    before distributed start-up), its conv1d bias and in_proj weight loaded from a checkpoint whose
+    every channel carries its own number: the channels of the rank's conv input, both ways."""
+    import torch
+    utils = importlib.import_module("sglang.srt.configs.mamba_utils")
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    p = model.params
+    i, g, n, h = p["intermediate_size"], p["n_groups"], p["d_state"], p["num_heads"]
+    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
+        shape = utils.Mamba2StateShape.create(tp_world_size=tp, intermediate_size=i, n_groups=g, num_heads=h,
+                                              head_dim=p["head_dim"], state_size=n, conv_kernel=model.conv_kernel)
+        built = mixer(utils.Mamba2CacheParams(shape=shape, layers=[0]), hidden_size=8, use_conv_bias=True,
+                      use_bias=False, n_groups=g)
+        bias = built.conv1d.bias
+        bias.weight_loader(bias, torch.arange(i + 2 * g * n, dtype=torch.float32))
+        proj = built.in_proj.weight
+        rows = 2 * i + 2 * g * n + h        # the checkpoint's [z | x | B | C | dt]
+        proj.weight_loader(proj, torch.arange(rows, dtype=torch.float32)[:, None].expand(rows, 8).contiguous())
+    conv = [int(v) for v in bias.tolist()]
+    local_i = i // tp
+    xbc = [int(v) - i for v in proj[local_i:local_i + len(conv), 0].tolist()]
+    return (tuple(conv), tuple(xbc))
+
+
+def _our_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
+    """The checkpoint channels of a rank's conv state in mambaxfer's layout ([x | B | C] regions)."""
+    p = model.params
+    base = {"x": 0, "B": p["intermediate_size"], "C": p["intermediate_size"] + p["n_groups"] * p["d_state"]}
+    layout = rank_layout(model, tp, rank)
+    channels = tuple(base[r.name] + u for r in layout.regions if r.kind == "conv"
+                     for u in range(r.shard.start, r.shard.end))
+    return (channels, channels)
+
+
+# The send check keeps both state fields in float32, so that every element carries its own
+# label (int32) whatever the model; two layers, the request in slot 1 of each pool.
+FLOAT32_STATE = {"SGLANG_MAMBA_CONV_DTYPE": "float32", "SGLANG_MAMBA_SSM_DTYPE": "float32"}
+SEND_LAYERS = (0, 1)
+P_SLOT, D_SLOT = 1, 1
+UNWRITTEN, OTHER_SLOT = -2, -1
+
+
+def _labels(layout: RankLayout, field: str, layer: int) -> Any:
+    """One item's elements (an int32 tensor), each labelled with its layer, region and global element."""
+    import torch
+    kind = "conv" if field == CONV else "ssm"
+    parts = []
+    for index, region in enumerate(layout.regions):
+        if region.kind == kind:
+            per_unit = region.unit_bytes // 4
+            first = (layer << 29) + ((index + 1) << 25) + region.shard.start * per_unit
+            parts.append(torch.arange(first, first + len(region.shard) * per_unit, dtype=torch.int32))
+    return torch.cat(parts)
+
+
+def _kept(blocks: list[tuple[int, int, int]], session: str, posted: list[tuple[int, int, int]]) -> int:
+    """A stand-in for Mooncake's ``_transfer_data``: keeps the blocks, reports success."""
+    blocks.extend(posted)
+    return 0
+
+
+class _Agent:
+    """A stand-in NIXL agent that keeps the descriptors SGLang posts."""
+
+    def __init__(self, blocks: list[tuple[int, int, int]]):
+        self.blocks = blocks
+
+    def get_xfer_descs(self, addrs: list[tuple[int, int, int]], memory: str) -> list[tuple[int, int, int]]:
+        return list(addrs)
+
+    def initialize_xfer(self, op: str, src: list[tuple[int, int, int]], dst: list[tuple[int, int, int]],
+                        peer: str) -> str:
+        assert op == "WRITE", op
+        self.blocks.extend((s[0], d[0], s[1]) for s, d in zip(src, dst))
+        return "posted"
+
+
+def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shape: Callable[..., Any],
+                spec: ModelSpec, p_tp: int, d_tp: int) -> tuple[Any, ...]:
+    """Labelled prefill pools, empty decode pools, SGLang's send method for every (decode rank,
+    writer); the posted writes as (field, layer, d, p, src, dst, length) and the bad decode bytes."""
+    import ctypes
+
+    import torch
+    utils = importlib.import_module("sglang.srt.configs.mamba_utils")
+    dtype = utils.Mamba2StateDType(conv=torch.float32, temporal=torch.float32)
+
+    def pools(tp: int, fill: bool) -> list[Any]:
+        out = []
+        for rank in range(tp):
+            params = utils.Mamba2CacheParams(shape=shape(tp_world_size=tp), layers=list(SEND_LAYERS), dtype=dtype)
+            built = pool_class(size=3, spec_state_size=0, cache_params=params, mamba_layer_ids=list(SEND_LAYERS),
+                               device="cpu")
+            layout = rank_layout(spec, tp, rank)
+            for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
+                ints = tensor.view(torch.int32)
+                ints.fill_(OTHER_SLOT if fill else UNWRITTEN)
+                if fill:
+                    for layer in SEND_LAYERS:
+                        ints[layer, P_SLOT] = _labels(layout, field_name, layer).view(ints.shape[2:])
+            out.append(built)
+        return out
+
+    prefill, decode = pools(p_tp, True), pools(d_tp, False)
+    meta = [(b.get_contiguous_buf_infos(), b.get_state_dim_per_tensor(), b.get_state_conv_shard_groups(),
+             b.get_state_slice_outer_counts(), b.get_state_layer_ids()) for b in (*prefill, *decode)]
+    writes, bad = [], 0
+    for d in range(d_tp):
+        (d_ptrs, d_lens, d_items), d_dims, _, _, d_ids = meta[p_tp + d]
+        for p in writers(p_tp, d_tp, d):
+            (s_ptrs, s_lens, s_items), s_dims, s_groups, s_outer, s_ids = meta[p]
+            blocks: list[tuple[int, int, int]] = []
+            if backend == NIXL:
+                stand_in = SimpleNamespace(state_tp_size=p_tp, kv_args=SimpleNamespace(engine_rank=p, gpu_id=0),
+                                           pp_size=1, agent=_Agent(blocks), _post_xfer=lambda handle, message: None)
+                if p_tp == d_tp:
+                    manager._send_mamba_state(stand_in, "peer", [P_SLOT], s_ptrs, s_items, d_ptrs, [D_SLOT], 0,
+                                              s_ids, d_ids)
+                else:
+                    manager._send_mamba_state_slice(stand_in, "peer", [P_SLOT], s_ptrs, s_items, s_dims, d_ptrs,
+                                                    [D_SLOT], d_items, d_dims, 0, d_tp, d, s_groups, s_outer,
+                                                    s_ids, d_ids)
+            else:
+                stand_in = SimpleNamespace(state_tp_size=p_tp, kv_args=SimpleNamespace(engine_rank=p), pp_size=1,
+                                           _transfer_data=partial(_kept, blocks))
+                request = SimpleNamespace(mooncake_session_id="session")
+                if p_tp == d_tp:
+                    manager._send_mamba_state(stand_in, request, [P_SLOT], s_ptrs, s_items, d_ptrs, [D_SLOT],
+                                              s_ids, d_ids, d_items)
+                else:
+                    manager._send_mamba_state_slice(stand_in, request, [P_SLOT], s_ptrs, s_items, s_dims, d_ptrs,
+                                                    [D_SLOT], d_items, d_dims, d, d_tp, s_groups, s_outer,
+                                                    s_ids, d_ids)
+            for src, dst, length in blocks:
+                i = next(i for i, ptr in enumerate(s_ptrs) if ptr <= src < ptr + s_lens[i])
+                j = next(j for j, ptr in enumerate(d_ptrs) if ptr <= dst < ptr + d_lens[j])
+                src_off, dst_off = src - s_ptrs[i] - s_items[i] * P_SLOT, dst - d_ptrs[j] - d_items[j] * D_SLOT
+                writes.append((FIELDS[i // len(SEND_LAYERS)], s_ids[i], d, p, src_off, dst_off, length))
+                bad += length - max(0, min(dst_off + length, d_items[j]) - max(dst_off, 0))   # outside the item
+                # Copy only within the two pools' memory (a block past them is counted, not made).
+                if src + length <= s_ptrs[i] + s_lens[i] and dst + length <= d_ptrs[j] + d_lens[j]:
+                    ctypes.memmove(dst, src, length)
+    for d, built in enumerate(decode):
+        layout = rank_layout(spec, d_tp, d)
+        for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
+            ints = tensor.view(torch.int32)
+            for layer in SEND_LAYERS:
+                want = _labels(layout, field_name, layer)
+                bad += 4 * int((ints[layer, D_SLOT].reshape(-1) != want).sum())
+    return (tuple(sorted(writes)), bad)
+
+
+def _our_send(model: ModelSpec, spec: ModelSpec, p_tp: int, d_tp: int, backend: str,
+              release: Release) -> tuple[Any, ...]:
+    prefill, decode = Side(spec, p_tp), Side(spec, d_tp)
+    writes = sorted((w.field, layer, w.d_rank, w.p_rank, w.src, w.dst, w.length)
+                    for w in sglang_writes(prefill, decode, backend, release) for layer in SEND_LAYERS)
+    outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=FLOAT32_STATE, d_env=FLOAT32_STATE, release=release)
+    return (tuple(writes), outcome.bad_bytes() // outcome.ssm_layers * len(SEND_LAYERS))
+
+
+def _their_pool_entries(pool: Callable[..., Any], shape: Callable[[], Any], params_class: str,
+                        layers: Sequence[int]) -> tuple[Any, ...]:
+    """SGLang's own pool of one slot on the CPU, and the entry metadata it registers for PD."""
+    params = getattr(importlib.import_module("sglang.srt.configs.mamba_utils"), params_class)
+    built = pool(size=1, spec_state_size=0, cache_params=params(shape=shape(), layers=list(layers)),
+                 mamba_layer_ids=list(layers), device="cpu")
+    groups = built.get_state_conv_shard_groups()
+    return (tuple(built.get_contiguous_buf_infos()[2]), tuple(built.get_state_dim_per_tensor()),
+            tuple(built.get_state_slice_outer_counts()), tuple(tuple(g) if g else None for g in groups),
+            tuple(built.get_state_layer_ids()))
+
+
+def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers: Sequence[int]) -> tuple[Any, ...]:
+    entries = transfer_entries(shape, conv_dtype, ssm_dtype, layers)
+    return (tuple(e.item_len for e in entries), tuple(e.dim for e in entries), tuple(e.outer_count for e in entries),
+            tuple(e.conv_shard_groups for e in entries), tuple(e.layer_id for e in entries))
+
+
+def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
+    m = rank_mapping(p_tp, d_tp, d)
+    return (m.target_ranks, m.required_dst_info_num, m.required_prefill_response_num)
+
+
+def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
+          release: Release = SGLANG_0_5_23) -> Report:
+    """Every case for ``models`` (the presets SGLang serves), to TP 8."""
+    start = time.monotonic()
+    checker = _Checker(functions, release)
+    checker.shapes(models)
+    checker.dtypes()
+    checker.slices(models)
+    checker.replicated()
+    checker.heads(models)
+    checker.mixer_channels(models)
+    checker.pool_entries(models)
+    checker.sends(models)
+    checker.rank_mapping()
+    return Report(version, release.label, [m.name for m in models], MAX_TP, list(checker.results.values()),
+                  time.monotonic() - start)
+
+
+def served_presets(release: Release = SGLANG_0_5_23) -> list[ModelSpec]:
+    """The presets of the families SGLang serves (read through mambaxfer's preset reader)."""
+    from mambaxfer_cli.readers.model_source import load_model, preset_names
+    out = []
+    for name in preset_names():
+        model = load_model(name)
+        rule = release.families.get(model.family)
+        if rule is not None and rule.served:
+            out.append(model)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every case against the installed SGLang and print the report as JSON."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    functions = load_functions()
+    report = probe(served_presets(), functions, version=installed_version())
+    json.dump(report.to_dict(), sys.stdout, indent=1 if "--indent" in argv else None)
+    sys.stdout.write("\n")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""SGLang's state slot and its transfer entries (mem_cache/memory_pool.py ``MambaPool``).
+
+The pool keeps one slot per request (not blocks): entry ``i`` is one state tensor of one layer,
+``[size + 1, ...]``, and a request's bytes of it lie at ``ptr + item_len · slot``. The entries run
+all conv tensors layer by layer, then all temporal ones (``_iter_transfer_state_entries``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from mambaxfer_cli.engines.sglang.shapes import StateShape
+from mambaxfer_cli.planning.dtypes import dtype_bytes
+
+CONV = "conv"
+TEMPORAL = "temporal"
+FIELDS = (CONV, TEMPORAL)
+
+
+@dataclass(frozen=True)
+class TransferEntry:
+    """One (state, layer) entry as SGLang registers it: its item length (one slot) in bytes, the
+    size of its TP-sliced axis (0 marks an item replicated across attention TP), the rows before
+    that axis, and the full dims of its independently sharded sub-blocks."""
+
+    field: str
+    layer_id: int
+    item_len: int
+    dim: int
+    outer_count: int = 1
+    conv_shard_groups: tuple[int, ...] | None = None
+
+    @property
+    def replicated(self) -> bool:
+        return self.dim == 0
+
+
+def entry_for(field: str, shape: StateShape, conv_dtype: str, ssm_dtype: str, layer_id: int = 0) -> TransferEntry:
+    """The entry of one field for one layer."""
+    if field == CONV:
+        return TransferEntry(CONV, layer_id, shape.conv_elements * dtype_bytes(conv_dtype), shape.conv_dim,
+                             shape.conv_outer, shape.conv_shard_groups)
+    assert field == TEMPORAL, field
+    return TransferEntry(TEMPORAL, layer_id, shape.temporal_elements * dtype_bytes(ssm_dtype), shape.temporal[0])
+
+
+def transfer_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str,
+                     layer_ids: Sequence[int]) -> tuple[TransferEntry, ...]:
+    """Every entry of a rank's pool in SGLang's order (``get_contiguous_buf_infos``); a field
+    with no elements (a short-conv layer's temporal state) is not advertised."""
+    out = []
+    for field in FIELDS:
+        for layer_id in layer_ids:
+            entry = entry_for(field, shape, conv_dtype, ssm_dtype, layer_id)
+            if entry.item_len:
+                out.append(entry)
+    return tuple(out)

@@ -1,0 +1,112 @@
+"""One SGLang pairing planned whole: the entries each side registers, the rank mapping, the writes
+SGLang posts per slot and layer (and the descriptors they become), the exact writes, and the
+verdict. The document a ``plan --engine sglang`` shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from mambaxfer_cli.engines.sglang.entries import TransferEntry, transfer_entries
+from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
+from mambaxfer_cli.engines.sglang.ranks import RankMapping, rank_mapping, writers
+from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.shapes import sglang_model, state_shape
+from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
+from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side, exact_writes, sglang_writes
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.model import SSM, ModelSpec
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """One write as SGLang posts it: from prefill entry ``src_entry`` at ``src_offset`` bytes past
+    that entry's base pointer to decode entry ``dst_entry`` (``item_len · slot + offset``)."""
+
+    p_rank: int
+    d_rank: int
+    layer_id: int
+    src_entry: int
+    src_offset: int
+    dst_entry: int
+    dst_offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class SGLangPlan:
+    release: Release
+    model: ModelSpec                      # in SGLang's dtypes
+    p_tp: int
+    d_tp: int
+    backend: str
+    prefill_entries: tuple[TransferEntry, ...]
+    decode_entries: tuple[TransferEntry, ...]
+    mapping: tuple[RankMapping, ...]
+    writes: tuple[StateWrite, ...]        # SGLang's, one slot of one layer
+    exact: tuple[StateWrite, ...]         # the right bytes, one slot of one layer
+    head_slices: tuple[tuple[int, int, HeadSlice], ...]   # (d_rank, p_rank, slice) where TP differs
+    verdict: Verdict
+
+    def descriptors(self, p_slot: int = 0, d_slot: int = 0) -> tuple[Descriptor, ...]:
+        """SGLang's writes for one request in slots ``p_slot`` and ``d_slot``, every layer."""
+        out = []
+        index = {(e.field, e.layer_id): i for i, e in enumerate(self.decode_entries)}
+        for i, src in enumerate(self.prefill_entries):
+            j = index[(src.field, src.layer_id)]
+            dst = self.decode_entries[j]
+            for w in self.writes:
+                if w.field == src.field:
+                    out.append(Descriptor(w.p_rank, w.d_rank, src.layer_id, i, src.item_len * p_slot + w.src, j,
+                                          dst.item_len * d_slot + w.dst, w.length))
+        return tuple(sorted(out, key=lambda d: (d.d_rank, d.p_rank, d.src_entry)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": "sglang", "release": self.release.version, "model": self.model.name,
+            "p_tp": self.p_tp, "d_tp": self.d_tp, "backend": self.backend,
+            "dtypes": {"conv": self.model.conv_dtype, "temporal": self.model.ssm_dtype,
+                       "origin": dict(self.model.origin)},
+            "entries": {"prefill": [_entry_dict(e) for e in self.prefill_entries],
+                        "decode": [_entry_dict(e) for e in self.decode_entries]},
+            "rank_mapping": [{"d_rank": m.d_rank, "target_ranks": list(m.target_ranks),
+                              "required_dst_info_num": m.required_dst_info_num,
+                              "required_prefill_response_num": m.required_prefill_response_num} for m in self.mapping],
+            "writes": [w.to_dict() for w in self.writes],
+            "exact": [w.to_dict() for w in self.exact],
+            "head_slices": [{"d_rank": d, "p_rank": p, "src_start": s.src_start, "count": s.count,
+                             "dst_start": s.dst_start} for d, p, s in self.head_slices],
+            "verdict": self.verdict.to_dict(),
+        }
+
+
+def _entry_dict(e: TransferEntry) -> dict[str, Any]:
+    return {"field": e.field, "layer_id": e.layer_id, "item_len": e.item_len, "dim": e.dim,
+            "outer_count": e.outer_count,
+            "conv_shard_groups": list(e.conv_shard_groups) if e.conv_shard_groups else None}
+
+
+def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: Mapping[str, str] | None = None,
+         d_env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23) -> SGLangPlan:
+    """SGLang's transfer of ``model``'s state from P TP ``p_tp`` to D TP ``d_tp``. The exact
+    writes are a plain copy only where both sides keep the state in the same dtypes (else none)."""
+    if backend not in release.backends:
+        raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
+    p_spec, spec = sglang_model(model, p_env, release), sglang_model(model, d_env, release)
+    p_side, d_side = check_side(p_spec, p_tp, release), check_side(spec, d_tp, release)
+    # Layers are numbered among the model's cache-keeping layers (SGLang numbers them among all of
+    # its layers; both sides number them alike, so the pairing of entries is the same).
+    layer_ids = tuple(i for i, kind in enumerate(spec.layers) if kind == SSM)
+    outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=p_env, d_env=d_env, release=release)
+    same_dtypes = (p_spec.conv_dtype, p_spec.ssm_dtype) == (spec.conv_dtype, spec.ssm_dtype)
+    writes = () if outcome.refusal else sglang_writes(p_side, d_side, backend, release)
+    heads: list[tuple[int, int, HeadSlice]] = []
+    if spec.num_kv_heads and p_tp != d_tp:
+        heads = [(d, p, head_slice(src_tp=p_tp, dst_tp=d_tp, src_rank=p, dst_rank=d, kv_heads=spec.num_kv_heads))
+                 for d in range(d_tp) for p in writers(p_tp, d_tp, d)]
+    return SGLangPlan(
+        release, spec, p_tp, d_tp, backend,
+        transfer_entries(state_shape(p_spec, p_tp), p_spec.conv_dtype, p_spec.ssm_dtype, layer_ids),
+        transfer_entries(state_shape(spec, d_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids),
+        tuple(rank_mapping(p_tp, d_tp, d) for d in range(d_tp)), writes,
+        exact_writes(p_side, d_side) if same_dtypes else (), tuple(heads), outcome)

@@ -1,0 +1,179 @@
+"""SGLang's per-request state shapes and dtypes (configs/mamba_utils.py): what one slot of one
+layer holds on one rank, in elements, and which of its axes TP slices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, FamilyRule, Release
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.model import ModelSpec, Variant
+
+
+@dataclass(frozen=True)
+class StateShape:
+    """One rank's state per slot and layer: conv ``(dim, K-1)`` (Kimi: ``(K-1, dim)``, sliced on
+    axis 1) and temporal ``(heads, head_dim, state)``, with the full sub-block dims of the conv
+    axis where each sub-block is sharded on its own (``conv_shard_groups``)."""
+
+    conv: tuple[int, int]
+    temporal: tuple[int, int, int]
+    conv_slice_axis: int = 0
+    conv_shard_groups: tuple[int, ...] | None = None
+    conv_dim_full: int = 0            # the conv axis before TP (after n_groups padding)
+
+    @property
+    def conv_dim(self) -> int:
+        """The size of the conv axis TP slices (``get_state_dim_per_tensor``)."""
+        return self.conv[self.conv_slice_axis]
+
+    @property
+    def conv_outer(self) -> int:
+        """Rows before the sliced conv axis (``get_state_slice_outer_counts``)."""
+        return self.conv[0] if self.conv_slice_axis == 1 else 1
+
+    @property
+    def conv_elements(self) -> int:
+        return self.conv[0] * self.conv[1]
+
+    @property
+    def temporal_elements(self) -> int:
+        h, d, s = self.temporal
+        return h * d * s
+
+
+def _divide(numerator: int, tp: int, what: str) -> int:
+    # SGLang's distributed.utils.divide asserts; mambaxfer says which dimension.
+    if numerator % tp:
+        raise UserError(f"SGLang: TP {tp} does not divide {what} = {numerator}")
+    return numerator // tp
+
+
+def padded_groups(n_groups: int, tp: int) -> int:
+    """``extra_groups_for_head_shards``: groups grow to ``tp`` when ``tp`` does not divide them."""
+    return n_groups if n_groups % tp == 0 else tp
+
+
+def mamba2_state_shape(*, tp: int, intermediate_size: int, n_groups: int, num_heads: int,
+                       head_dim: int, state_size: int, conv_kernel: int,
+                       conv_shard_groups: tuple[int, ...] | None = None) -> StateShape:
+    """``Mamba2StateShape.create``: conv ``((I + 2·G'·N) / tp, K-1)`` with ``G'`` the padded groups."""
+    conv_dim = intermediate_size + 2 * padded_groups(n_groups, tp) * state_size
+    return StateShape(conv=(_divide(conv_dim, tp, "conv_dim"), conv_kernel - 1),
+                      temporal=(_divide(num_heads, tp, "num_heads"), head_dim, state_size),
+                      conv_shard_groups=conv_shard_groups, conv_dim_full=conv_dim)
+
+
+def mamba1_state_shape(*, tp: int, intermediate_size: int, state_size: int,
+                       conv_kernel: int) -> StateShape:
+    """``Mamba2StateShape.create_full_rank``: Mamba-1 as heads of one channel."""
+    per_rank = _divide(intermediate_size, tp, "intermediate_size")
+    return StateShape(conv=(per_rank, conv_kernel - 1), temporal=(per_rank, 1, state_size),
+                      conv_dim_full=intermediate_size)
+
+
+def kimi_linear_state_shape(*, tp: int, num_heads: int, head_dim: int, num_k_heads: int | None = None,
+                            head_k_dim: int | None = None, conv_kernel: int = 4) -> StateShape:
+    """``KimiLinearStateShape.create``: conv transposed to ``(K-1, (P + 2·Pk) / tp)``."""
+    num_k_heads = num_heads if num_k_heads is None else num_k_heads
+    head_k_dim = head_dim if head_k_dim is None else head_k_dim
+    proj, proj_k = num_heads * head_dim, num_k_heads * head_k_dim
+    dim = _divide(proj, tp, "num_heads · head_dim") + 2 * _divide(proj_k, tp, "num_k_heads · head_k_dim")
+    return StateShape(conv=(conv_kernel - 1, dim),
+                      temporal=(_divide(num_heads, tp, "num_heads"), head_dim, head_dim),
+                      conv_slice_axis=1, conv_shard_groups=(proj, proj_k, proj_k),
+                      conv_dim_full=proj + 2 * proj_k)
+
+
+def state_shape(model: ModelSpec, tp: int) -> StateShape:
+    """The shape SGLang's config hook gives ``model`` at TP ``tp`` (``mamba2_cache_params``)."""
+    p = model.params
+    if model.variant is Variant.MAMBA1:
+        return mamba1_state_shape(tp=tp, intermediate_size=p["intermediate_size"],
+                                  state_size=p["d_state"], conv_kernel=model.conv_kernel)
+    if model.variant is Variant.MAMBA2:
+        return mamba2_state_shape(tp=tp, intermediate_size=p["intermediate_size"], n_groups=p["n_groups"],
+                                  num_heads=p["num_heads"], head_dim=p["head_dim"], state_size=p["d_state"],
+                                  conv_kernel=model.conv_kernel)
+    # GDN (configs/qwen3_next.py): conv_state is cat([query, key, value]), each sub-block sharded
+    # on its own, so the config records their full dims.
+    key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
+    return mamba2_state_shape(tp=tp, intermediate_size=value_dim, n_groups=p["num_k_heads"],
+                              num_heads=p["num_v_heads"], head_dim=p["head_v_dim"], state_size=p["head_k_dim"],
+                              conv_kernel=model.conv_kernel, conv_shard_groups=(key_dim, key_dim, value_dim))
+
+
+@dataclass(frozen=True)
+class StateDtypes:
+    conv: str
+    temporal: str
+    origin: tuple[str, str]   # what gave each
+
+
+def state_dtypes(*, config_ssm_dtype: str | None = None, reads_config: bool = True,
+                 env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23) -> StateDtypes:
+    """``mamba2_state_dtype``: conv from ``SGLANG_MAMBA_CONV_DTYPE`` (an unknown name is bf16);
+    temporal float32, else the config's ``mamba_ssm_dtype`` (when the family's hook passes its
+    config), else ``SGLANG_MAMBA_SSM_DTYPE``; an unknown name leaves the value before it."""
+    env = env or {}
+    known = release.state_dtypes
+    conv_name = env.get(release.conv_dtype_env, release.conv_dtype_default)
+    conv = conv_name if conv_name in known else "bfloat16"
+    conv_origin = (f"env {release.conv_dtype_env}" if release.conv_dtype_env in env and conv_name in known
+                   else f"SGLang default ({release.conv_dtype_default})")
+    temporal, origin = release.ssm_dtype_default, f"SGLang default ({release.ssm_dtype_default})"
+    if reads_config and config_ssm_dtype is not None and config_ssm_dtype in known:
+        temporal, origin = config_ssm_dtype, f"config key {release.ssm_dtype_config_key}"
+    env_ssm = env.get(release.ssm_dtype_env)
+    if env_ssm is not None and env_ssm in known:
+        temporal, origin = env_ssm, f"env {release.ssm_dtype_env}"
+    return StateDtypes(conv, temporal, (conv_origin, origin))
+
+
+def config_ssm_dtype_of(model: ModelSpec) -> str | None:
+    """The config's ``mamba_ssm_dtype`` where mambaxfer read the SSM dtype from that key."""
+    return model.ssm_dtype if model.origin.get("ssm_dtype") == "config key mamba_ssm_dtype" else None
+
+
+def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRule:
+    rule = release.families.get(model.family)
+    if rule is None or not rule.served:
+        why = rule.note if rule else f"SGLang {release.version} has no rule for the family '{model.family}'"
+        raise UserError(f"{model.name}: {why}; mambaxfer answers for SGLang only where it serves the model")
+    return rule
+
+
+def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
+                 release: Release = SGLANG_0_5_23) -> ModelSpec:
+    """``model`` as SGLang keeps its state: its dtypes, and conv rows ``K-1`` (no speculative room)."""
+    rule = family_rule(model, release)
+    dtypes = state_dtypes(config_ssm_dtype=config_ssm_dtype_of(model), reads_config=rule.config_ssm_dtype,
+                          env=env, release=release)
+    return replace(model, num_spec=0, conv_dtype=dtypes.conv, ssm_dtype=dtypes.temporal,
+                   origin={"conv_dtype": dtypes.origin[0], "ssm_dtype": dtypes.origin[1]})
+
+
+def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> str | None:
+    """Why SGLang cannot serve ``model`` at TP ``tp`` (its mixer's or attention's assert), or None."""
+    p = model.params
+    if model.variant is Variant.MAMBA1 and p["intermediate_size"] % tp:
+        return release.message("mamba1_intermediate", intermediate=p["intermediate_size"], tp=tp)
+    if model.variant is Variant.MAMBA2:
+        if p["num_heads"] % tp:
+            return release.message("mamba2_heads")
+        if p["n_groups"] % tp and p["n_groups"] != 1:
+            return release.message("mamba2_groups")
+    if model.variant is Variant.GDN:
+        for key in ("num_k_heads", "num_v_heads"):
+            if p[key] % tp:
+                return f"TP {tp} does not divide {key} = {p[key]} (GDN heads are sharded whole)"
+    heads = model.num_kv_heads
+    if heads is not None and heads % tp and tp % heads:
+        return f"TP {tp} and the {heads} KV heads do not divide one another (attention's assert)"
+    return None
+
+
+def tp_sizes(model: ModelSpec, limit: int = 8) -> tuple[int, ...]:
+    """The TP sizes up to ``limit`` at which SGLang serves ``model``."""
+    return tuple(tp for tp in range(1, limit + 1) if tp_refusal(model, tp) is None)

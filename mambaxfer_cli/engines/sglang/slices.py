@@ -1,0 +1,92 @@
+"""SGLang's heterogeneous-TP slices of one state item (disaggregation/utils.py): which blocks a
+prefill rank writes into a decode rank's slot when their attention TP sizes differ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mambaxfer_cli.engines.sglang.entries import TransferEntry
+from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
+from mambaxfer_cli.errors import UserError
+
+
+@dataclass(frozen=True)
+class Block:
+    """``(src_start, dst_start, length)``: in units of the sliced axis, or in bytes."""
+
+    src: int
+    dst: int
+    length: int
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return (self.src, self.dst, self.length)
+
+
+def replicated_writer(src_tp: int, dst_tp: int, src_rank: int, release: Release = SGLANG_0_5_23) -> bool:
+    """``should_send_replicated_state``: scatter broadcasts (every source writes); aggregation
+    elects the first source of each group of ``src_tp / dst_tp``."""
+    if src_tp <= 0 or dst_tp <= 0:
+        raise UserError("SGLang: attention TP sizes must be positive for replicated-state transfer")
+    if max(src_tp, dst_tp) % min(src_tp, dst_tp):
+        raise UserError("SGLang: " + release.message("replicated_divide", prefill=src_tp, decode=dst_tp))
+    if not 0 <= src_rank < src_tp:
+        raise UserError(f"SGLang: source attention TP rank {src_rank} is out of range for TP {src_tp}")
+    if src_tp <= dst_tp:
+        return True
+    return src_rank % (src_tp // dst_tp) == 0
+
+
+def slice_blocks(*, src_dim: int, dst_dim: int, src_tp: int, dst_tp: int, dst_rank: int, src_rank: int,
+                 conv_shard_groups: tuple[int, ...] | None = None) -> tuple[Block, ...]:
+    """``compute_mamba_state_slice_blocks``, in units of the sliced axis.
+
+    Aggregation (P TP > D TP): writer ``src_rank mod (P/D)`` puts its whole shard at that many
+    source shards into the decode item. Scatter (P TP < D TP): the decode rank's shard is taken at
+    ``(dst_rank · dst_dim) mod src_dim``. Either way one contiguous block, unless the item's
+    sub-blocks are sharded on their own (GDN's and Kimi's conv): then one block per sub-block.
+    The sub-blocks count only when they add up to the whole unsharded axis."""
+    groups = conv_shard_groups if conv_shard_groups and sum(conv_shard_groups) == src_dim * src_tp else None
+    if src_tp > dst_tp:
+        writer = src_rank % (src_tp // dst_tp)
+        if groups is None:
+            return (Block(0, writer * src_dim, src_dim),)
+        blocks, src_off, dst_off = [], 0, 0
+        for full in groups:
+            src_sub, dst_sub = full // src_tp, full // dst_tp
+            blocks.append(Block(src_off, dst_off + writer * src_sub, src_sub))
+            src_off, dst_off = src_off + src_sub, dst_off + dst_sub
+        return tuple(blocks)
+    if groups is None:
+        return (Block((dst_rank * dst_dim) % src_dim, 0, dst_dim),)
+    blocks, src_off, dst_off = [], 0, 0
+    for full in groups:
+        src_sub, dst_sub = full // src_tp, full // dst_tp
+        blocks.append(Block(src_off + (dst_rank * dst_sub) % src_sub, dst_off, dst_sub))
+        src_off, dst_off = src_off + src_sub, dst_off + dst_sub
+    return tuple(blocks)
+
+
+def byte_blocks(src: TransferEntry, dst: TransferEntry, *, src_tp: int, dst_tp: int, dst_rank: int,
+                src_rank: int, release: Release = SGLANG_0_5_23) -> tuple[Block, ...]:
+    """``compute_mamba_state_slice_byte_blocks``: the slices in bytes of one slot, one block per
+    conv row for Kimi (``outer_count`` rows before the sliced axis). A replicated item (dim 0)
+    moves whole from the elected writers; the length is counted in source bytes per unit."""
+    if (src.dim == 0) != (dst.dim == 0):
+        raise UserError("SGLang: Mamba state replication metadata differs between prefill and decode")
+    if src.dim == 0:
+        if src.item_len != dst.item_len:
+            raise UserError(f"SGLang: Replicated Mamba state item lengths differ between prefill and "
+                            f"decode: {src.item_len} != {dst.item_len}")
+        if not replicated_writer(src_tp, dst_tp, src_rank, release):
+            return ()
+        return (Block(0, 0, src.item_len),)
+    outer = src.outer_count
+    src_unit, dst_unit = src.item_len // (src.dim * outer), dst.item_len // (dst.dim * outer)
+    logical = slice_blocks(src_dim=src.dim, dst_dim=dst.dim, src_tp=src_tp, dst_tp=dst_tp, dst_rank=dst_rank,
+                           src_rank=src_rank, conv_shard_groups=src.conv_shard_groups)
+    out: list[Block] = []
+    for row in range(outer):
+        src_row, dst_row = row * src.dim * src_unit, row * dst.dim * dst_unit
+        out.extend(Block(src_row + b.src * src_unit, dst_row + b.dst * dst_unit, b.length * src_unit)
+                   for b in logical)
+    return tuple(out)

@@ -1,0 +1,203 @@
+"""What SGLang writes into each decode rank's slot, per (state, layer) entry, and what it should
+write: the exact bytes come from mambaxfer's own layout and reads (``planning/layout.py``,
+``planning/reads.py``), SGLang's from its blocks (``slices.py``) and rank mapping (``ranks.py``).
+
+Offsets are within one slot of one layer's entry; every layer of a field moves alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL, TransferEntry, entry_for
+from mambaxfer_cli.engines.sglang.ranks import writers
+from mambaxfer_cli.engines.sglang.release import MOONCAKE, SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.shapes import state_shape, tp_refusal
+from mambaxfer_cli.engines.sglang.slices import byte_blocks
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.layout import RankLayout, rank_layout
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.reads import exact_reads
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """Bytes ``[src, src + length)`` of prefill rank ``p_rank``'s item into ``[dst, dst + length)``
+    of decode rank ``d_rank``'s item of the same field and layer."""
+
+    field: str
+    d_rank: int
+    p_rank: int
+    src: int
+    dst: int
+    length: int
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"field": self.field, "d_rank": self.d_rank, "p_rank": self.p_rank, "src": self.src,
+                "dst": self.dst, "length": self.length}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One engine's state, as SGLang lays it out: the model (in SGLang's dtypes) at one TP size."""
+
+    model: ModelSpec
+    tp: int
+
+    def layouts(self) -> tuple[RankLayout, ...]:
+        return tuple(rank_layout(self.model, self.tp, r) for r in range(self.tp))
+
+    def entry(self, field: str) -> TransferEntry:
+        shape = state_shape(self.model, self.tp)
+        return entry_for(field, shape, self.model.conv_dtype, self.model.ssm_dtype)
+
+
+def check_side(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> Side:
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise UserError(f"TP size must be a positive integer, got {tp!r}")
+    why = tp_refusal(model, tp, release)
+    if why:
+        raise UserError(f"{model.name}: {release.label} cannot serve it at TP {tp}: {why}")
+    side = Side(model, tp)
+    layout = rank_layout(model, tp, 0)
+    # SGLang's item lengths and mambaxfer's layout describe the same bytes.
+    assert side.entry(CONV).item_len == layout.conv_bytes, (side.entry(CONV), layout.conv_bytes)
+    assert side.entry(TEMPORAL).item_len == layout.ssm_bytes, (side.entry(TEMPORAL), layout.ssm_bytes)
+    return side
+
+
+def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
+                  release: Release = SGLANG_0_5_23) -> tuple[StateWrite, ...]:
+    """Every write SGLang posts for one request, one layer: equal TP copies each item whole
+    (``_send_mamba_state``: the source's length, with no check on NIXL); different TP writes the
+    blocks of ``compute_mamba_state_slice_byte_blocks``. Mooncake refuses unequal items at equal
+    TP (a UserError here, with SGLang's words)."""
+    out = []
+    for field in FIELDS:
+        src, dst = prefill.entry(field), decode.entry(field)
+        if src.item_len == 0:
+            continue
+        for d in range(decode.tp):
+            for p in writers(prefill.tp, decode.tp, d):
+                if prefill.tp == decode.tp:
+                    if backend == MOONCAKE and src.item_len != dst.item_len:
+                        raise UserError("SGLang: " + release.message("slot_size", prefill=src.item_len,
+                                                                     decode=dst.item_len))
+                    out.append(StateWrite(field, d, p, 0, 0, src.item_len))
+                    continue
+                for b in byte_blocks(src, dst, src_tp=prefill.tp, dst_tp=decode.tp, dst_rank=d, src_rank=p,
+                                     release=release):
+                    out.append(StateWrite(field, d, p, b.src, b.dst, b.length))
+    return tuple(out)
+
+
+def _field_of(region_kind: str) -> str:
+    return CONV if region_kind == "conv" else TEMPORAL
+
+
+def exact_writes(prefill: Side, decode: Side) -> tuple[StateWrite, ...]:
+    """The right bytes for each decode rank, from mambaxfer's exact reads, in entry offsets."""
+    p_layouts, d_layouts = prefill.layouts(), decode.layouts()
+    out = []
+    for read in exact_reads(p_layouts, d_layouts):
+        p, d = p_layouts[read.p_rank], d_layouts[read.d_rank]
+        for seg in read.segments:
+            kind = d.region(seg.region).kind
+            field = _field_of(kind)
+            p_base = 0 if field == CONV else p.conv_bytes
+            d_base = 0 if field == CONV else d.conv_bytes
+            out.append(StateWrite(field, read.d_rank, read.p_rank, seg.remote_offset - p_base,
+                                  seg.local_offset - d_base, seg.size))
+    return tuple(out)
+
+
+# --- comparing bytes by what they hold ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Piece:
+    """Bytes ``[lo, hi)`` of an item holding region ``name`` from global byte ``start`` on."""
+    lo: int
+    hi: int
+    name: str | None          # None: bytes outside the source item
+    start: int
+    unit_bytes: int
+
+
+def _pieces(layout: RankLayout, field: str) -> list[_Piece]:
+    kind = "conv" if field == CONV else "ssm"
+    base = 0 if field == CONV else layout.conv_bytes
+    return [_Piece(r.offset - base, r.end - base, r.name, r.shard.start * r.unit_bytes, r.unit_bytes)
+            for r in layout.regions if r.kind == kind]
+
+
+def _item_len(layout: RankLayout, field: str) -> int:
+    return layout.conv_bytes if field == CONV else layout.ssm_bytes
+
+
+def _written(write: StateWrite, source: RankLayout) -> list[_Piece]:
+    """What one write puts where, in the decode item's offsets."""
+    out, lo, hi = [], write.src, write.src + write.length
+    covered = lo
+    for piece in _pieces(source, write.field):
+        a, b = max(lo, piece.lo), min(hi, piece.hi)
+        if a < b:
+            out.append(_Piece(write.dst + a - lo, write.dst + b - lo, piece.name, piece.start + a - piece.lo,
+                              piece.unit_bytes))
+            covered = max(covered, b)
+    end = _item_len(source, write.field)
+    if hi > end:   # bytes read past the source item (another slot's)
+        a = max(lo, end)
+        out.append(_Piece(write.dst + a - lo, write.dst + hi - lo, None, 0, 0))
+    return out
+
+
+@dataclass(frozen=True)
+class FieldOutcome:
+    """One decode rank's item of one field, one layer: bytes right, wrong (written with other
+    bytes), missing (never written), and written beyond the item (into a neighbouring slot)."""
+
+    field: str
+    d_rank: int
+    item_bytes: int
+    wrong: int
+    missing: int
+    beyond: int
+
+    @property
+    def bad(self) -> int:
+        return self.wrong + self.missing + self.beyond
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"field": self.field, "d_rank": self.d_rank, "item_bytes": self.item_bytes,
+                "wrong": self.wrong, "missing": self.missing, "beyond": self.beyond}
+
+
+def compare(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple[FieldOutcome, ...]:
+    """Each decode item byte by byte against the exact layout: a byte is right when something
+    writes it and everything that writes it carries the unit the decode rank keeps there."""
+    p_layouts, d_layouts = prefill.layouts(), decode.layouts()
+    out = []
+    for field in FIELDS:
+        for d in d_layouts:
+            size = _item_len(d, field)
+            if size == 0:
+                continue
+            wanted = _pieces(d, field)
+            written = [piece for w in writes if w.field == field and w.d_rank == d.rank
+                       for piece in _written(w, p_layouts[w.p_rank])]
+            beyond = sum(max(0, p.hi - max(p.lo, size)) + max(0, min(p.hi, 0) - p.lo) for p in written)
+            cuts = {0, size}
+            for p in (*wanted, *written):
+                cuts.update(c for c in (p.lo, p.hi) if 0 < c < size)
+            edges = sorted(cuts)
+            wrong = missing = 0
+            for a, b in zip(edges, edges[1:]):
+                want = next(p for p in wanted if p.lo <= a < p.hi)
+                over = [p for p in written if p.lo <= a < p.hi]
+                if not over:
+                    missing += b - a
+                elif any(p.name != want.name or p.unit_bytes != want.unit_bytes
+                         or p.start + (a - p.lo) != want.start + (a - want.lo) for p in over):
+                    wrong += b - a
+            out.append(FieldOutcome(field, d.rank, size, wrong, missing, beyond))
+    return tuple(out)
