@@ -268,6 +268,15 @@ def _release_when_unnamed():
     return found.release
 
 
+def modelled(engine: str) -> None:
+    """Refuse, in one line, an engine whose rules the commands do not apply yet."""
+    serving_engine(engine)
+    if engine != DEFAULT_ENGINE:
+        from mambaxfer_cli.engines.sglang import NOT_WIRED
+
+        raise UserError(NOT_WIRED)
+
+
 def _release(flag: str, name: str | None, engine: str = DEFAULT_ENGINE):
     if name is None:
         return _release_when_unnamed()
@@ -313,7 +322,7 @@ def engines(*, engine: str = DEFAULT_ENGINE, vllm_version: str | None = None, p_
                         ("--d-block-size", d_block_size)):
         if value is not None:
             within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
-    serving_engine(engine)
+    modelled(engine)
     device = _gpu(gpu)
     shared = _release("--vllm-version", vllm_version, engine) if vllm_version is not None else None
 

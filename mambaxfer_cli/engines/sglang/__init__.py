@@ -14,10 +14,46 @@ Which module holds what:
 - ``conformance``: SGLang's own functions against these, run where SGLang is installed.
 """
 
+from typing import Any
+
+from mambaxfer_cli.engines import ServingEngine
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.release import BACKENDS, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, tp_sizes
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 
-__all__ = ["BACKENDS", "RELEASES", "SGLANG_0_5_23", "Release", "SGLangPlan", "Verdict", "plan", "sglang_model",
+__all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLangPlan", "Verdict", "plan", "sglang_model",
            "tp_sizes", "verdict"]
+
+
+# What the commands do not answer for SGLang yet, said the same way wherever it is asked.
+NOT_WIRED = ("--engine sglang: the commands answer for vLLM only so far; SGLang 0.5.23's rules are "
+             "the package mambaxfer_cli.engines.sglang, checked by 'python -m "
+             "mambaxfer_cli.engines.sglang.conformance' where SGLang is installed")
+
+
+class Sglang:
+    """The ``ServingEngine`` of SGLang."""
+
+    name = "sglang"
+    title = "SGLang"
+
+    def release_names(self) -> tuple[str, ...]:
+        return tuple(RELEASES)
+
+    def release(self, name: str | None) -> Any:
+        from mambaxfer_cli.errors import UserError
+
+        if name is None:
+            return RELEASES[self.release_names()[-1]]
+        if name not in RELEASES:
+            raise UserError(f"SGLang {name}: mambaxfer knows SGLang {', '.join(RELEASES)}")
+        return RELEASES[name]
+
+    def read_serve_line(self, text: str, origin: str = "--prefill") -> Any:
+        from mambaxfer_cli.errors import UserError
+
+        raise UserError(NOT_WIRED)
+
+
+ENGINE: ServingEngine = Sglang()
