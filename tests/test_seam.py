@@ -115,9 +115,22 @@ def test_every_variant_numbers_its_regions_alike():
 def test_an_engine_is_one_package(copy):
     from mambaxfer_cli.engines import engine, names
 
-    assert names() == ("vllm",) and engine("vllm").release_names() == ("0.33", "0.34")
+    assert names() == ("sglang", "vllm") and engine("vllm").release_names() == ("0.33", "0.34")
+    assert engine("sglang").release_names() == ("0.5.23",)
     shutil.copytree(copy / "engines" / "vllm", copy / "engines" / "other", ignore=shutil.ignore_patterns("__pycache__"))
     listed = run(copy, "-c", "from mambaxfer_cli.engines import names; print(names())")
-    assert listed.stdout.strip() == "('other', 'vllm')"
+    assert listed.stdout.strip() == "('other', 'sglang', 'vllm')"
     refused = run(copy, "-m", "mambaxfer_cli", "plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "1", "--engine", "nope")
-    assert refused.returncode == 2 and "mambaxfer knows other, vllm" in refused.stderr
+    assert refused.returncode == 2 and "mambaxfer knows other, sglang, vllm" in refused.stderr
+
+
+def test_an_engine_the_commands_do_not_answer_for_is_refused_in_one_line(tmp_path):
+    """SGLang is a registered engine whose rules the commands do not apply yet: naming it is one
+    line and exit 2, never vLLM's answer under another name."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mambaxfer_cli", "plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2",
+                           "--engine", "sglang"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "the commands answer for vLLM only so far" in done.stderr and "Traceback" not in done.stderr

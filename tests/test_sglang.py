@@ -242,7 +242,7 @@ def test_equal_tp_is_right_and_gdn_and_mamba1_are_right_across_dividing_tp_sizes
     sizes = [t for t in tp_sizes(m) if t in (1, 2, 4, 8)]
     for p_tp in sizes:
         assert verdict(m, p_tp, p_tp).right
-        if m.variant is not Variant.MAMBA2:
+        if m.variant != "mamba2":
             for d_tp in sizes:
                 for backend in (NIXL, MOONCAKE):
                     v = verdict(m, p_tp, d_tp, backend=backend)
@@ -330,11 +330,11 @@ def sglang_pairings(draw):
     """A small model SGLang can serve at both TP sizes (non-multiples included)."""
     p_tp, d_tp = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     m = p_tp * d_tp
-    variant = draw(st.sampled_from(list(Variant)))
+    variant = Variant(draw(st.sampled_from(["mamba1", "mamba2", "gdn"])))
     small = st.integers(1, 3)
-    if variant is Variant.MAMBA1:
+    if variant == "mamba1":
         params = {"intermediate_size": m * draw(small), "d_state": draw(small)}
-    elif variant is Variant.MAMBA2:
+    elif variant == "mamba2":
         heads, head_dim = m * draw(st.integers(1, 2)), draw(small)
         params = {"intermediate_size": heads * head_dim, "d_state": draw(small),
                   "n_groups": draw(st.sampled_from([1, m])), "num_heads": heads, "head_dim": head_dim}
@@ -383,7 +383,7 @@ def test_who_sglang_gets_right(case):
     if max(p_tp, d_tp) % min(p_tp, d_tp):
         return
     v = verdict(m, p_tp, d_tp)
-    if m.variant is Variant.MAMBA2 and p_tp != d_tp:
+    if m.variant == "mamba2" and p_tp != d_tp:
         assert v.bad_bytes(CONV) > 0 and v.bad_bytes(TEMPORAL) == 0
     else:
         assert v.right, v.sentence()

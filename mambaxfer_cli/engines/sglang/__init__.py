@@ -22,8 +22,8 @@ from mambaxfer_cli.engines.sglang.release import BACKENDS, RELEASES, SGLANG_0_5_
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, tp_sizes
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 
-__all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLangPlan", "Verdict", "plan", "sglang_model",
-           "tp_sizes", "verdict"]
+__all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLangPlan", "Verdict", "plan",
+           "sglang_model", "tp_sizes", "verdict"]
 
 
 # What the commands do not answer for SGLang yet, said the same way wherever it is asked.

@@ -180,7 +180,7 @@ MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
 
 def _mamba2_args(model: ModelSpec) -> dict[str, Any]:
     p = model.params
-    if model.variant is Variant.GDN:
+    if model.variant == "gdn":
         key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
         return {"intermediate_size": value_dim, "n_groups": p["num_k_heads"], "num_heads": p["num_v_heads"],
                 "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"], "conv_kernel": model.conv_kernel,
@@ -233,13 +233,13 @@ class _Checker:
                               self.fn("KimiLinearStateShape.create"))
         for model, tp in itertools.product(models, range(1, MAX_TP + 1)):
             case = {"model": model.name, "tp": tp}
-            if model.variant is Variant.MAMBA1 and full:
+            if model.variant == "mamba1" and full:
                 p = model.params
                 self.compare("Mamba2StateShape.create_full_rank", case,
                              partial(_call, full, _shape_tuple, tp_world_size=tp, conv_kernel=model.conv_kernel,
                                      intermediate_size=p["intermediate_size"], state_size=p["d_state"]),
                              partial(_our_model_shape, model, tp))
-            elif model.variant is not Variant.MAMBA1 and create:
+            elif model.variant != "mamba1" and create:
                 self.compare("Mamba2StateShape.create", case,
                              partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model)),
                              partial(_our_model_shape, model, tp))
@@ -367,7 +367,7 @@ class _Checker:
         stand_ins = [replace(model_stand_in, name=f"stand-in n_groups={g}", params={**model_stand_in.params,
                                                                                      "n_groups": g})
                      for g in (1, 2, 4)]
-        for model in [m for m in models if m.variant is Variant.MAMBA2] + stand_ins:
+        for model in [m for m in models if m.variant == "mamba2"] + stand_ins:
             for tp in tp_sizes(model, MAX_TP):
                 for rank in range(tp):
                     self.compare("MambaMixer2 conv channels", {"model": model.name, "tp": tp, "rank": rank},
@@ -389,7 +389,7 @@ class _Checker:
                 spec = sglang_model(model, FLOAT32_STATE, self.release)
                 sizes = tp_sizes(spec, MAX_TP)
                 for p_tp, d_tp in itertools.product(sizes, repeat=2):
-                    if model.variant is Variant.MAMBA1:
+                    if model.variant == "mamba1":
                         p = model.params
                         shape = partial(full, intermediate_size=p["intermediate_size"], state_size=p["d_state"],
                                         conv_kernel=model.conv_kernel)
@@ -409,7 +409,7 @@ class _Checker:
         for model in models:
             spec = sglang_model(model, {}, self.release)
             for tp in tp_sizes(spec, MAX_TP):
-                if model.variant is Variant.MAMBA1:
+                if model.variant == "mamba1":
                     p = model.params
                     theirs_shape = partial(full, tp_world_size=tp, intermediate_size=p["intermediate_size"],
                                            state_size=p["d_state"], conv_kernel=model.conv_kernel)
@@ -475,7 +475,7 @@ def _their_mapping(resolve: Callable[..., Any], p_tp: int, d_tp: int, d: int) ->
 
 
 # A small Mamba2 model whose groups the mixer check varies.
-model_stand_in = ModelSpec(name="stand-in", source="conformance", variant=Variant.MAMBA2,
+model_stand_in = ModelSpec(name="stand-in", source="conformance", variant=Variant("mamba2"),
                            params={"intermediate_size": 64, "d_state": 4, "n_groups": 1, "num_heads": 8,
                                    "head_dim": 8},
                            layers=("ssm",), conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype="float32",

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, FamilyRule, Release
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.planning.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,10 @@ def kimi_linear_state_shape(*, tp: int, num_heads: int, head_dim: int, num_k_hea
 def state_shape(model: ModelSpec, tp: int) -> StateShape:
     """The shape SGLang's config hook gives ``model`` at TP ``tp`` (``mamba2_cache_params``)."""
     p = model.params
-    if model.variant is Variant.MAMBA1:
+    if model.variant == "mamba1":
         return mamba1_state_shape(tp=tp, intermediate_size=p["intermediate_size"],
                                   state_size=p["d_state"], conv_kernel=model.conv_kernel)
-    if model.variant is Variant.MAMBA2:
+    if model.variant == "mamba2":
         return mamba2_state_shape(tp=tp, intermediate_size=p["intermediate_size"], n_groups=p["n_groups"],
                                   num_heads=p["num_heads"], head_dim=p["head_dim"], state_size=p["d_state"],
                                   conv_kernel=model.conv_kernel)
@@ -157,14 +157,14 @@ def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
 def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> str | None:
     """Why SGLang cannot serve ``model`` at TP ``tp`` (its mixer's or attention's assert), or None."""
     p = model.params
-    if model.variant is Variant.MAMBA1 and p["intermediate_size"] % tp:
+    if model.variant == "mamba1" and p["intermediate_size"] % tp:
         return release.message("mamba1_intermediate", intermediate=p["intermediate_size"], tp=tp)
-    if model.variant is Variant.MAMBA2:
+    if model.variant == "mamba2":
         if p["num_heads"] % tp:
             return release.message("mamba2_heads")
         if p["n_groups"] % tp and p["n_groups"] != 1:
             return release.message("mamba2_groups")
-    if model.variant is Variant.GDN:
+    if model.variant == "gdn":
         for key in ("num_k_heads", "num_v_heads"):
             if p[key] % tp:
                 return f"TP {tp} does not divide {key} = {p[key]} (GDN heads are sharded whole)"
