@@ -27,5 +27,6 @@ def assert_user_error(result: CliResult, *fragments: str) -> None:
     """Exit code 2, one line on stderr naming the problem, no traceback."""
     assert result.code == 2, (result.code, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout
+    words = " ".join(result.stderr.split())     # the message wraps between words at the width
     for fragment in fragments:
-        assert fragment in result.stderr, (fragment, result.stderr)
+        assert fragment in result.stderr or " ".join(fragment.split()) in words, (fragment, result.stderr)

@@ -15,11 +15,15 @@ _kept: list[int] = []
 
 
 def red_line(message: str) -> None:
-    """One red line on stderr."""
+    """One red message on stderr, wrapped between words (never inside a word or a value) at the
+    terminal's width, else ``COLUMNS``, else 80."""
     from rich.console import Console
-    from rich.markup import escape
+    from rich.text import Text
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+    from mambaxfer_cli.render.console import Prose
+
+    text = Text.assemble(("error:", "bold red"), " ", message)
+    Console(stderr=True, highlight=False).print(Prose(text))
 
 
 def said(message: str) -> None:

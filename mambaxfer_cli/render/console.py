@@ -12,13 +12,10 @@ out the same way: all as tables, or all vertically.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-PIPE_WIDTH = 120
 VALUE_CHARS = 40      # a cell line up to this long is one value, never wrapped
 # Values of several words that prose never splits: a number and its unit, a pairing, a shard, an
 # ID run, an option and its number.
@@ -31,9 +28,8 @@ KEEP = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs|tokens|bytes)(?
 def console():
     from rich.console import Console
 
-    # Piped output (CI logs, bug reports) gets a width that fits the tables, not rich's 80.
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(highlight=False, width=width)
+    # The terminal's width; through a pipe (``| less``, a CI log) COLUMNS, else 80.
+    return Console(highlight=False)
 
 
 def together(tables: Sequence, name: str) -> Sequence:
