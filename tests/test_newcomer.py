@@ -237,3 +237,29 @@ def test_schema_without_a_name_lists_the_documents():
     assert not result.stdout.lstrip().startswith("{")
     for name in DOCUMENTS:
         assert f"mambaxfer.{name}/v1" in result.stdout
+
+
+def test_a_pure_mamba_plan_names_no_attention_streams():
+    result = run_cli("plan", "--model", "mamba-codestral-7b", "--p-tp", "1", "--d-tp", "1")
+    words = " ".join(result.stdout.split())
+    assert "attention streams" not in words
+    assert "64 whole-block streams (no attention layers)" in words
+    hybrid = " ".join(run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1").stdout.split())
+    assert "4 attention streams" in hybrid
+
+
+def test_a_pattern_longer_than_num_hidden_layers_wins_as_in_vllm_and_says_so(tmp_path):
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mambaxfer_cli/presets/nemotron-h-8b.yaml").read_text())["config"]
+    pattern = config["hybrid_override_pattern"] + "M-M-"        # 56 entries against 52 layers
+    config.update(hybrid_override_pattern=pattern, num_hidden_layers=len(pattern) - 4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1", "--format", "json")
+    model = json.loads(result.stdout)["model"]
+    # vLLM's NemotronHModel makes one layer per pattern entry
+    assert model["ssm_layers"] == pattern.count("M") and model["attention_layers"] == pattern.count("*")
+    assert "num_hidden_layers 52 ignored" in model["origin"]["layers"]
+    table = " ".join(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1").stdout.split())
+    assert "layers: from hybrid_override_pattern (56 layers; num_hidden_layers 52 ignored" in table
