@@ -263,3 +263,9 @@ def test_a_pattern_longer_than_num_hidden_layers_wins_as_in_vllm_and_says_so(tmp
     assert "num_hidden_layers 52 ignored" in model["origin"]["layers"]
     table = " ".join(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1").stdout.split())
     assert "layers: from hybrid_override_pattern (56 layers; num_hidden_layers 52 ignored" in table
+
+
+def test_the_check_title_wraps_at_the_terminal_not_the_table():
+    code, shown = _in_terminal("check", "--model", "jamba", "--pairs", "1:2")
+    assert code == 0
+    assert shown.splitlines()[0].strip() == "mambaxfer check: exact plan and vLLM 0.34 on H100 (SM 9.0, CUDA 13)"

@@ -65,7 +65,25 @@ def fit_all(parts: Iterable, out=None) -> list:
             if chosen:
                 for column, width in zip(parts[i].columns, chosen):
                     column.width, column.no_wrap = width, False
-    return [_caption_apart(part) for part in parts]
+    return [_title_apart(_caption_apart(part), out) for part in parts]
+
+
+def _title_apart(part, out):
+    """A table's title wider than the table as Prose above it (rich would wrap it at the table's
+    width); one that fits stays where rich puts it."""
+    from rich.console import Group
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
+    table = part.renderables[0] if isinstance(part, Group) and part.renderables else part
+    if not isinstance(table, Table) or not table.title:
+        return part
+    title = table.title if isinstance(table.title, Text) else Text.from_markup(str(table.title))
+    if title.cell_len <= Measurement.get(out, out.options, table).maximum:
+        return part
+    table.title = None
+    return Group(Prose(Text(title.plain, style="italic")), part)
 
 
 def _prose(part):
