@@ -269,3 +269,13 @@ def test_the_check_title_wraps_at_the_terminal_not_the_table():
     code, shown = _in_terminal("check", "--model", "jamba", "--pairs", "1:2")
     assert code == 0
     assert shown.splitlines()[0].strip() == "mambaxfer check: exact plan and vLLM 0.34 on H100 (SM 9.0, CUDA 13)"
+
+
+def test_piped_yaml_keeps_long_values_on_one_line():
+    import yaml
+
+    result = _piped("plan", "--model", "mamba-130m", "--p-tp", "2", "--d-tp", "1", "--format", "yaml", COLUMNS="40")
+    document = yaml.safe_load(result.stdout)
+    for warning in document["warnings"]:     # each message whole on its own line, however long
+        assert f"message: {yaml.safe_dump(warning['message'], width=1 << 30).splitlines()[0]}" in result.stdout
+    assert _widest(result.stdout) > 120

@@ -115,11 +115,14 @@ def stamped(document: dict) -> dict:
     return {**head, "producer": f"mambaxfer {__version__}", **document}
 
 
+MAX_YAML_WIDTH = 1 << 30     # YAML's lines as long as their values: a document is never wrapped
+
+
 def dump(document: dict, fmt: Format) -> str:
     if fmt is Format.yaml:
         import yaml
 
-        return yaml.safe_dump(document, sort_keys=False, width=120)
+        return yaml.safe_dump(document, sort_keys=False, width=MAX_YAML_WIDTH)   # never folded
     import json
 
     return json.dumps(document, indent=2) + "\n"
