@@ -242,7 +242,8 @@ def test_without_vllm_one_line_saying_where_to_run_it():
     if probe.stdout.strip() != "None":
         pytest.skip("vLLM is installed in the test environment")
     result = run_cli("conformance", "--all-presets")
-    assert_user_error(result, "no vLLM is installed", "pip install --no-deps mambaxfer", "mambaxfer conformance")
+    assert_user_error(result, "no vLLM is installed", "pip install vllm==0.33.0",
+                      "pip install --no-deps -e . from your mambaxfer clone", "docs/conformance.md")
     assert len(messages(result.stderr.strip())) == 1 and not result.stdout
 
 
