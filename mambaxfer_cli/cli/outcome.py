@@ -4,6 +4,7 @@ when its reader stops reading early (``mambaxfer check ... | head -1``)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -12,6 +13,7 @@ import typer
 from mambaxfer_cli.exits import EXIT_USAGE
 
 _kept: list[int] = []
+_ERROR_AND_FIRST_WORD = re.compile(r"^error: \S+")   # never 'error:' alone on its line
 
 
 def red_line(message: str) -> None:
@@ -23,7 +25,7 @@ def red_line(message: str) -> None:
     from mambaxfer_cli.render.console import Prose
 
     text = Text.assemble(("error:", "bold red"), " ", message)
-    Console(stderr=True, highlight=False).print(Prose(text))
+    Console(stderr=True, highlight=False).print(Prose(text, keep=_ERROR_AND_FIRST_WORD))
 
 
 def said(message: str) -> None:

@@ -120,12 +120,13 @@ class Prose:
     """Text that wraps between words but never inside a value (``KEEP``: ``311296 B``, ``P1 → D2``,
     ``[0, 2048)``, ``--block-size 144``, ...), nor inside a word shorter than the line."""
 
-    def __init__(self, text) -> None:
+    def __init__(self, text, keep: re.Pattern | None = None) -> None:
         self.text = text
+        self.keep = keep        # more values to keep whole, besides KEEP's
 
     def _words(self, line: str) -> list[tuple[int, int]]:
         """(start, end) of each unbreakable piece of one line."""
-        kept = [m.span() for m in KEEP.finditer(line)]
+        kept = [m.span() for pattern in (KEEP, self.keep) if pattern for m in pattern.finditer(line)]
         pieces: list[tuple[int, int]] = []
         for m in re.finditer(r"\S+", line):
             start, end = m.span()
