@@ -94,7 +94,7 @@ def test_an_internal_error_has_its_own_exit_code():
     proc = subprocess.run([sys.executable, "-c", program, "crash"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 70
     assert "Traceback" in proc.stderr and "RuntimeError: a bug" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: internal error")
+    assert messages(proc.stderr.strip())[-1].startswith("error: internal error")
 
 
 def words(text: str) -> set[str]:
