@@ -27,5 +27,20 @@ def assert_user_error(result: CliResult, *fragments: str) -> None:
     """Exit code 2, one line on stderr naming the problem, no traceback."""
     assert result.code == 2, (result.code, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout
+    words = " ".join(result.stderr.split())     # the message wraps between words at the width
     for fragment in fragments:
-        assert fragment in result.stderr, (fragment, result.stderr)
+        assert fragment in result.stderr or " ".join(fragment.split()) in words, (fragment, result.stderr)
+
+
+def messages(stderr: str) -> list[str]:
+    """stderr's messages, one per item: an error wraps between words at the output's width, so the
+    lines after an ``error:`` line are joined to it."""
+    out: list[str] = []
+    joining = False
+    for line in stderr.splitlines():
+        if joining and line.strip() and not line.startswith(("error: ", "warning: ", "Traceback")):
+            out[-1] = f"{out[-1]} {line.strip()}"
+            continue
+        out.append(line)
+        joining = line.startswith("error: ")
+    return out

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from cli_run import run_cli
+from cli_run import messages, run_cli
 from mambaxfer_cli.execute.bench import transports
 from mambaxfer_cli.execute.bench_plan import LIMIT, ORDER, limit_chunks
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
@@ -130,7 +130,7 @@ def test_a_sweep_that_cannot_fit_is_refused_up_front():
     result = run_cli("bench", "--model", "mamba-codestral-7b", "--p-tp", "1", "--d-tp", "1", "--request-blocks",
                      f"1,{blocks}", env=env)
     assert result.code == 2 and result.stdout == "", result.stderr
-    line, = result.stderr.splitlines()
+    line, = messages(result.stderr)
     assert line.startswith(f"error: cpu, --request-blocks {blocks}: this plan cannot be executed: its engines need ")
     assert line.endswith("available; use smaller --request-blocks or fewer --layers")
     assert_no_rank_left(env)
@@ -200,3 +200,35 @@ def test_a_killed_bench_leaves_nothing_in_its_temporary_folder(nixl, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert_no_rank_left(env)
     assert sorted(p.name for p in temp.iterdir()) == []
+
+
+def test_the_table_names_its_units_and_says_the_bytes_were_verified(document):
+    from rich.console import Console
+
+    from mambaxfer_cli.render.bench_view import bench_tables
+    from mambaxfer_cli.render.console import fit
+
+    out = Console(width=80, record=True, file=open("/dev/null", "w"), color_system=None)
+    for table in bench_tables(document):
+        out.print(fit(table, out))
+    text = out.export_text()
+    words = " ".join(text.split())
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "p99 GB/s" in words and "us/d: microseconds per posted descriptor" in words
+    assert "/lim: GB/s over the limit row's" in words
+    assert "every byte verified after each run" in words
+
+
+def test_the_progress_line_is_never_cut_at_80_columns():
+    from rich.console import Console
+
+    from mambaxfer_cli.render.bench_view import BenchProgress
+
+    bar = BenchProgress(4)
+    out = Console(width=80, record=True, file=open("/dev/null", "w"), color_system=None, force_terminal=True)
+    bar.start("jamba 8P1D request 64 blocks")
+    detail = "P3 registering 1,234,567,890 bytes of SSM state with the NIXL agent mambaxfer-P3"
+    bar.update("P3", "prepare", detail)
+    out.print(bar.progress.get_renderable())
+    words = " ".join(out.export_text().split())
+    assert detail in words

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.schema import document_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,7 +198,7 @@ def test_non_multiples_under_exact_semantics():
 def test_user_errors_are_one_line_and_exit_2(args, fragments):
     result = run_cli("check", *args)
     assert_user_error(result, *fragments)
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(messages(result.stderr.strip())) == 1
     assert result.stdout == ""
 
 

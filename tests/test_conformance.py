@@ -19,7 +19,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.conformance.adapter import KNOWN_RELEASES, Ours, release_for
 from mambaxfer_cli.conformance.cases import (
     D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, CaseTally, pairings,
@@ -242,8 +242,9 @@ def test_without_vllm_one_line_saying_where_to_run_it():
     if probe.stdout.strip() != "None":
         pytest.skip("vLLM is installed in the test environment")
     result = run_cli("conformance", "--all-presets")
-    assert_user_error(result, "no vLLM is installed", "pip install --no-deps mambaxfer", "mambaxfer conformance")
-    assert len(result.stderr.strip().splitlines()) == 1 and not result.stdout
+    assert_user_error(result, "no vLLM is installed", "pip install vllm==0.33.0",
+                      "pip install --no-deps -e . from your mambaxfer clone", "docs/conformance.md")
+    assert len(messages(result.stderr.strip())) == 1 and not result.stdout
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli import __version__
 from mambaxfer_cli.readers.model_source import load_model, preset_names
 
@@ -62,7 +62,7 @@ def test_shell_completion_script():
 def test_option_parsing_errors_are_one_red_line(args, fragment):
     result = run_cli(*args)
     assert_user_error(result, fragment)
-    assert len(result.stderr.strip().splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert len(messages(result.stderr.strip())) == 1 and result.stderr.startswith("error: ")
     assert "--help" in result.stderr and "╭" not in result.stderr
 
 
@@ -94,7 +94,7 @@ def test_an_internal_error_has_its_own_exit_code():
     proc = subprocess.run([sys.executable, "-c", program, "crash"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 70
     assert "Traceback" in proc.stderr and "RuntimeError: a bug" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: internal error")
+    assert messages(proc.stderr.strip())[-1].startswith("error: internal error")
 
 
 def words(text: str) -> set[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_run import run_cli
+from cli_run import messages, run_cli
 from mambaxfer_cli import __version__
 from mambaxfer_cli.schema import DOCUMENTS
 
@@ -51,8 +51,8 @@ def test_each_document_validates_against_its_published_schema(name, request):
     published(name).validate(document)
 
 
-def test_schema_defaults_to_the_plan_and_refuses_unknown_names():
-    assert json.loads(run_cli("schema").stdout)["title"] == "mambaxfer.plan/v1"
+def test_schema_names_the_plan_and_refuses_unknown_names():
+    assert json.loads(run_cli("schema", "plan").stdout)["title"] == "mambaxfer.plan/v1"
     result = run_cli("schema", "banana")
-    assert result.code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.code == 2 and len(messages(result.stderr.strip())) == 1
     assert result.stderr.startswith("error: ") and "plan" in result.stderr

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, tagged, wait_until
 
@@ -30,7 +30,7 @@ def assert_run_failed(result, *fragments: str) -> None:
     """Exit code 3 (the run could not complete), one line on stderr, nothing on stdout."""
     assert result.code == 3, (result.code, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr and result.stdout == ""
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in messages(result.stderr) if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for fragment in fragments:
         assert fragment in result.stderr, (fragment, result.stderr)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
@@ -122,7 +122,7 @@ def via_etcd(url: str) -> tuple[str, ...]:
 
 def assert_only_our_lines(side: Side, last: str) -> None:
     """stderr holds the side's own first line and ``last``: nothing else (no NIXL or UCX line)."""
-    lines = [line for line in side.stderr.splitlines() if line.strip()]
+    lines = [line for line in messages(side.stderr) if line.strip()]
     assert len(lines) == 2 and lines[0].split(":")[0] in ("prefill side", "decode side"), side.stderr
     assert lines[1].startswith(last), side.stderr
 
@@ -132,7 +132,7 @@ def assert_failed(side: Side, code: int, *fragments: str) -> None:
     assert side.code == code, (side.code, side.stdout, side.stderr)
     assert side.stdout == ""
     assert_only_our_lines(side, "error: ")
-    last = side.stderr.strip().splitlines()[-1]
+    last = messages(side.stderr.strip())[-1]
     for fragment in fragments:
         assert fragment in last, (fragment, side.stderr)
 

@@ -22,7 +22,7 @@ def plan_json(*args: str) -> dict:
 
 
 def test_schema_command_prints_a_valid_json_schema():
-    result = run_cli("schema")
+    result = run_cli("schema", "plan")
     assert result.code == 0
     schema = json.loads(result.stdout)
     jsonschema.Draft202012Validator.check_schema(schema)

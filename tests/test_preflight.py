@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.preflight import preflight, quote_lines
 from mambaxfer_cli.schema import document_schema
@@ -188,7 +188,7 @@ def test_malformed_lines_are_one_line_usage_errors(prefill, fragment):
     d = lines("qwen3.5-0.8b", "", "-tp 4")[1]
     result = run_cli("preflight", "--prefill", prefill, "--decode", d)
     assert_user_error(result, fragment)
-    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+    assert len(messages(result.stderr.strip())) == 1 and result.stdout == ""
 
 
 def test_parser_reads_vllm_spellings():

@@ -17,7 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.preflight import preflight
 from mambaxfer_cli.readers import documents
@@ -113,7 +113,7 @@ def test_huge_or_deep_values_are_one_user_error(tmp_path, flag, fragment):
     script.write_text(f"vllm serve jamba {flag}\n")
     result = run_cli("preflight", "--prefill-file", str(script), "--decode", "vllm serve jamba")
     assert_user_error(result, fragment)
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(messages(result.stderr.strip())) == 1
 
 
 def test_the_reported_json_reproducers(tmp_path):

@@ -20,7 +20,8 @@ from mambaxfer_cli import __version__, exits
 from mambaxfer_cli._click_compat import click
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE,
+                                  EXIT_WRONG)
 
 RICH_MARKUP: Literal["rich"] = "rich"
 
@@ -33,45 +34,67 @@ class Command:
     name: str
     target: str
     summary: str
+    exits: str = ""         # what its own exit codes mean, before the ones every command shares
+
+    @property
+    def epilog(self) -> str:
+        """The exit codes its --help ends with."""
+        return f"Exit codes: {self.exits}; {COMMON_EXITS}."
 
     def load(self) -> click.Command:
         module, function = self.target.split(":")
         one = typer.Typer(rich_markup_mode=RICH_MARKUP, pretty_exceptions_enable=False, add_completion=False)
-        one.command(self.name)(getattr(importlib.import_module(module), function))
+        one.command(self.name, epilog=self.epilog)(getattr(importlib.import_module(module), function))
         return typer.main.get_command(one)
 
+
+COMMON_EXITS = (f"{EXIT_USAGE} a usage error (one red line); {EXIT_INTERNAL} an internal error (a bug: please "
+                f"report it); {EXIT_INTERRUPTED} interrupted (Ctrl-C)")
+VERDICT = f"{EXIT_OK} the pairing works, every byte verified; {EXIT_WRONG} vLLM refuses a pairing or moves wrong bytes"
+RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes; {EXIT_RUN_FAILED} the run could not complete "
+       f"(a rank died, a peer did not answer)")
 
 # Every command, registered here alone, in the order `mambaxfer --help` lists them.
 COMMANDS = {c.name: c for c in (
     Command("plan", "mambaxfer_cli.cli.plan_cmd:plan",
             "Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, "
-            "both sides' layouts, every segment, page diagrams and descriptor IDs."),
+            "both sides' layouts, every segment, page diagrams and descriptor IDs.",
+            f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing or moves wrong "
+            f"bytes (plan inspects; check and preflight give a verdict)"),
     Command("check", "mambaxfer_cli.cli.check_cmd:check",
             "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and "
             "every byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM "
-            "issues."),
+            "issues.",
+            VERDICT),
     Command("preflight", "mambaxfer_cli.cli.preflight_cmd:preflight",
             "Check a P/D deployment from its two vllm serve command lines: the vLLM release's "
             "verdict, a byte-level check of its reads, and the corrected command lines when anything "
-            "fails."),
+            "fails.",
+            VERDICT + " (the corrected command lines are printed)"),
     Command("inspect", "mambaxfer_cli.cli.inspect_cmd:inspect",
             "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP "
             "sizes, and the block geometry the vLLM release derives for an engine of each TP size on "
-            "the GPU."),
+            "the GPU.",
+            f"{EXIT_OK} printed"),
     Command("models", "mambaxfer_cli.cli.models_cmd:models",
-            "List the built-in model presets with their variant, layer counts, dtypes and source."),
+            "List the built-in model presets with their variant, layer counts, dtypes and source.",
+            f"{EXIT_OK} listed"),
     Command("execute", "mambaxfer_cli.cli.execute_cmd:execute",
             "Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, "
-            "verify every byte."),
+            "verify every byte.",
+            RUN),
     Command("bench", "mambaxfer_cli.cli.bench_cmd:bench",
             "Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one "
             "descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); "
-            "every byte verified."),
+            "every byte verified.",
+            RUN),
     Command("conformance", "mambaxfer_cli.cli.conformance_cmd:conformance",
             "Run the installed vLLM's own functions on each model and P/D pairing and compare every "
-            "answer with mambaxfer's."),
+            "answer with mambaxfer's.",
+            f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called"),
     Command("schema", "mambaxfer_cli.cli.schema_cmd:schema",
-            "Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1)."),
+            "Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).",
+            f"{EXIT_OK} printed"),
 )}
 
 

@@ -115,11 +115,14 @@ def stamped(document: dict) -> dict:
     return {**head, "producer": f"mambaxfer {__version__}", **document}
 
 
+MAX_YAML_WIDTH = 1 << 30     # YAML's lines as long as their values: a document is never wrapped
+
+
 def dump(document: dict, fmt: Format) -> str:
     if fmt is Format.yaml:
         import yaml
 
-        return yaml.safe_dump(document, sort_keys=False, width=120)
+        return yaml.safe_dump(document, sort_keys=False, width=MAX_YAML_WIDTH)   # never folded
     import json
 
     return json.dumps(document, indent=2) + "\n"
@@ -241,7 +244,8 @@ DVllmVersionOpt = Annotated[Optional[str], EngineOption(
     "--d-vllm-version", help="D's vLLM release, when it differs.", show_default=False)]
 GpuOpt = Annotated[Optional[str], EngineOption(
     "--gpu", help="The engines' GPU: H100, H200, A100, L40S, B200, GB200, B300, RTX PRO 6000, ... or a "
-                  "compute capability (sm90); /cu12 after it for a CUDA 12 build (default H100).",
+                  "compute capability (sm90); also as nvidia-smi prints it ('NVIDIA H100 80GB HBM3'); /cu12 after it "
+                  "for a CUDA 12 build (default H100).",
     show_default=False)]
 GdnBackendOpt = Annotated[Optional[str], EngineOption(
     "--gdn-prefill-backend", help="vLLM's --gdn-prefill-backend for GDN models: flashinfer, triton or cutedsl "

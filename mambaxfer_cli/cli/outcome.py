@@ -4,6 +4,7 @@ when its reader stops reading early (``mambaxfer check ... | head -1``)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -12,14 +13,19 @@ import typer
 from mambaxfer_cli.exits import EXIT_USAGE
 
 _kept: list[int] = []
+_ERROR_AND_FIRST_WORD = re.compile(r"^error: \S+")   # never 'error:' alone on its line
 
 
 def red_line(message: str) -> None:
-    """One red line on stderr."""
+    """One red message on stderr, wrapped between words (never inside a word or a value) at the
+    terminal's width, else ``COLUMNS``, else 80."""
     from rich.console import Console
-    from rich.markup import escape
+    from rich.text import Text
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+    from mambaxfer_cli.render.console import Prose
+
+    text = Text.assemble(("error:", "bold red"), " ", message)
+    Console(stderr=True, highlight=False).print(Prose(text, keep=_ERROR_AND_FIRST_WORD))
 
 
 def said(message: str) -> None:

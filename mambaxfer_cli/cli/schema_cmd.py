@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -16,20 +16,27 @@ Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)  # typ
 
 
 def schema(
-    document: Annotated[Document, typer.Argument(
+    document: Annotated[Optional[Document], typer.Argument(
         help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
              "preflight, bench or conformance (their --format json).", case_sensitive=False,
-        show_default=True)] = Document["plan"],
+        show_default=False)] = None,
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).
 
     [bold]Examples[/]
 
-    mambaxfer schema > plan-v1.schema.json
+    mambaxfer schema plan > plan-v1.schema.json
 
     mambaxfer schema check
+
+    mambaxfer schema (no name) lists the documents.
     """
     from mambaxfer_cli.schema import schema_text
 
     keep_exit_code(EXIT_OK)
+    if document is None:
+        typer.echo("mambaxfer schema NAME prints one of these documents' JSON Schema:")
+        for name in DOCUMENTS:
+            typer.echo(f"  {name:<12} mambaxfer.{name}/v1")
+        return
     typer.echo(schema_text(document.value), nl=False)

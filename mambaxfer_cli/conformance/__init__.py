@@ -15,15 +15,16 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.installed import installed_version
 
 NOT_INSTALLED = ("no vLLM is installed beside mambaxfer (in {python}); conformance runs vLLM's own code, "
-                 "so run it where vLLM is installed: {python_hint} -m pip install --no-deps mambaxfer, "
-                 "then mambaxfer conformance there")
+                 "so run it where vLLM is installed: in a new virtual environment, pip install "
+                 "vllm==0.33.0, then pip install --no-deps -e . from your mambaxfer clone "
+                 "(docs/conformance.md)")
 
 
 def require_vllm() -> str:
     """The installed vLLM's version; a UserError (exit 2) saying what to do when there is none."""
     version = installed_version()
     if version is None:
-        raise UserError(NOT_INSTALLED.format(python=sys.prefix, python_hint="<vllm-env>/bin/python"))
+        raise UserError(NOT_INSTALLED.format(python=sys.prefix))
     return version
 
 

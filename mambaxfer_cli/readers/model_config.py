@@ -61,7 +61,9 @@ def _list_key(config: Mapping[str, Any], key: str, item: type, where: str) -> li
     return value
 
 
-def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple[str, ...]:
+def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
+                 notes: dict[str, str]) -> tuple[str, ...]:
+    """Each cache-keeping layer's kind; ``notes["layers"]`` says which key won when two disagree."""
     layer_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers")
                       if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
     n_layers = None
@@ -84,6 +86,11 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str) -> tuple
         bad = sorted(set(pattern) - set(kinds))
         if bad:
             raise UserError(f"{where}: hybrid_override_pattern has unknown layer symbols {bad}; known: M * - E")
+        if n_layers is not None and n_layers != len(pattern):
+            # vLLM's NemotronHModel builds one layer per pattern entry (make_layers over
+            # len(hybrid_override_pattern)); transformers' config ignores num_hidden_layers then.
+            notes["layers"] = (f"hybrid_override_pattern ({len(pattern)} layers; {layer_key} {n_layers} "
+                               f"ignored, as vLLM builds one layer per pattern entry)")
         return tuple(k for ch in pattern for k in kinds[ch])
     if "layers_block_type" in config or "layer_types" in config:
         key = "layers_block_type" if "layers_block_type" in config else "layer_types"
@@ -195,7 +202,8 @@ def spec_from_config(
         raise UserError(f"--num-spec must be a non-negative integer, got {quoted(spec_num)}")
     within("--num-spec" if num_spec is not None else f"{where}: num_speculative_tokens", spec_num, 0,
            MAX_NUM_SPEC, "speculative decoding uses")
-    layers = _layer_kinds(config, family, where)
+    notes: dict[str, str] = {}
+    layers = _layer_kinds(config, family, where, notes)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
@@ -208,7 +216,7 @@ def spec_from_config(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
-        num_q_heads=q_heads, revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin},
+        num_q_heads=q_heads, revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec

@@ -157,6 +157,10 @@ def load_model(
     # A name with a dot ('qwen3.5') is a preset name mistyped, unless it looks like a path.
     if os.sep in model or model.startswith((".", "~")) or path.suffix.lower() in _FILE_SUFFIXES:
         raise UserError(f"{clipped(model)}: no such file or directory")
+    # Preset names match whatever the case ('--model Jamba'), once no file of that name exists.
+    preset = {name.lower(): name for name in preset_names()}.get(model.strip().lower())
+    if preset is not None:
+        return _from_model_file(preset_file(preset), PRESET_DIR / f"{preset}.yaml", cli, default_name=preset)
     close = difflib.get_close_matches(model, preset_names(), n=1, cutoff=0.4)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     raise UserError(f"unknown model '{clipped(model)}'{hint} (built-in presets: {', '.join(preset_names())}; "

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from mambaxfer_cli.render.model_view import human_bytes
 
@@ -16,9 +16,11 @@ class BenchProgress:
 
     def __init__(self, total: int) -> None:
         self.console = Console(stderr=True, highlight=False)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[detail]}"),
-                                 console=self.console, transient=True, disable=not self.console.is_terminal)
+        # The detail wraps inside its column (rich would cut the line at the terminal's edge).
+        detail = TextColumn("{task.fields[detail]}", table_column=Column(no_wrap=False, overflow="fold", ratio=1))
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), detail, console=self.console, transient=True, expand=True,
+                                 disable=not self.console.is_terminal)
         self.task = self.progress.add_task("bench", total=total, detail="")
 
     def __enter__(self) -> "BenchProgress":
@@ -32,7 +34,7 @@ class BenchProgress:
         self.progress.update(self.task, description=description, detail="")
 
     def update(self, name: str, phase: str, detail: str) -> None:
-        self.progress.update(self.task, detail=f"{name} {phase} {detail}"[:40])
+        self.progress.update(self.task, detail=f"{name} {phase} {detail}")
 
     def advance(self) -> None:
         self.progress.advance(self.task)
@@ -57,7 +59,7 @@ def bench_tables(document: dict[str, Any]) -> list[Table]:
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
             # blocks per request; descriptors posted and kept after NIXL's merge; median and p99 GB/s;
             # us per posted descriptor; prep (prep_xfer_dlist + make_prepped_xfer) ms; post us (telemetry)
-            for column in ("blk", "variant", "bytes", "desc", "kept", "GB/s", "p99", "us/d", "prep ms",
+            for column in ("blk", "variant", "bytes", "desc", "kept", "GB/s", "p99 GB/s", "us/d", "prep ms",
                            "post us", "/lim"):
                 table.add_column(column, justify="left" if column == "variant" else "right")
             for point in points:
@@ -69,5 +71,21 @@ def bench_tables(document: dict[str, Any]) -> list[Table]:
                                   f"{row['gb_per_s']['p99']:.2f}", f"{row['per_descriptor_us']:.1f}",
                                   f"{row['prep_ms'] + row['make_ms']:.1f}", f"{row['post_us']['median']:.0f}",
                                   "" if ratio is None else f"{ratio:.2f}")
+            table.caption = legend(points, direction)
             tables.append(table)
     return tables
+
+
+LEGEND = ("blk: blocks per request · desc/kept: descriptors posted, and kept after NIXL's merge · GB/s: "
+          "median rate, p99 GB/s: the rate at the 99th-percentile time · us/d: microseconds per posted "
+          "descriptor · prep ms: prep_xfer_dlist + make_prepped_xfer · post us: median time to post · /lim: "
+          "GB/s over the limit row's (one descriptor per source)")
+
+
+def legend(points: list[dict[str, Any]], direction: str) -> str:
+    """What the columns mean, and whether every byte was verified."""
+    rows = [row for point in points for row in point["variants"][direction].values()]
+    wrong = sum(not row["verified"] for row in rows)
+    verdict = (f"every byte verified after each run ({len(rows)} rows)" if not wrong else
+               f"{wrong} of {len(rows)} rows moved WRONG bytes")
+    return f"{LEGEND}\n{verdict}"

@@ -12,13 +12,10 @@ out the same way: all as tables, or all vertically.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-PIPE_WIDTH = 120
 VALUE_CHARS = 40      # a cell line up to this long is one value, never wrapped
 # Values of several words that prose never splits: a number and its unit, a pairing, a shard, an
 # ID run, an option and its number.
@@ -31,9 +28,8 @@ KEEP = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs|tokens|bytes)(?
 def console():
     from rich.console import Console
 
-    # Piped output (CI logs, bug reports) gets a width that fits the tables, not rich's 80.
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
-    return Console(highlight=False, width=width)
+    # The terminal's width; through a pipe (``| less``, a CI log) COLUMNS, else 80.
+    return Console(highlight=False)
 
 
 def together(tables: Sequence, name: str) -> Sequence:
@@ -69,7 +65,25 @@ def fit_all(parts: Iterable, out=None) -> list:
             if chosen:
                 for column, width in zip(parts[i].columns, chosen):
                     column.width, column.no_wrap = width, False
-    return [_caption_apart(part) for part in parts]
+    return [_title_apart(_caption_apart(part), out) for part in parts]
+
+
+def _title_apart(part, out):
+    """A table's title wider than the table as Prose above it (rich would wrap it at the table's
+    width); one that fits stays where rich puts it."""
+    from rich.console import Group
+    from rich.measure import Measurement
+    from rich.table import Table
+    from rich.text import Text
+
+    table = part.renderables[0] if isinstance(part, Group) and part.renderables else part
+    if not isinstance(table, Table) or not table.title:
+        return part
+    title = table.title if isinstance(table.title, Text) else Text.from_markup(str(table.title))
+    if title.cell_len <= Measurement.get(out, out.options, table).maximum:
+        return part
+    table.title = None
+    return Group(Prose(Text(title.plain, style="italic")), part)
 
 
 def _prose(part):
@@ -106,12 +120,13 @@ class Prose:
     """Text that wraps between words but never inside a value (``KEEP``: ``311296 B``, ``P1 → D2``,
     ``[0, 2048)``, ``--block-size 144``, ...), nor inside a word shorter than the line."""
 
-    def __init__(self, text) -> None:
+    def __init__(self, text, keep: re.Pattern | None = None) -> None:
         self.text = text
+        self.keep = keep        # more values to keep whole, besides KEEP's
 
     def _words(self, line: str) -> list[tuple[int, int]]:
         """(start, end) of each unbreakable piece of one line."""
-        kept = [m.span() for m in KEEP.finditer(line)]
+        kept = [m.span() for pattern in (KEEP, self.keep) if pattern for m in pattern.finditer(line)]
         pieces: list[tuple[int, int]] = []
         for m in re.finditer(r"\S+", line):
             start, end = m.span()

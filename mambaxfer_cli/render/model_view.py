@@ -44,7 +44,8 @@ def model_summary(spec: ModelSpec) -> str:
             f"conv_kernel={spec.conv_kernel} num_spec={spec.num_spec} conv_rows={spec.conv_rows} · "
             f"conv {spec.conv_dtype}, ssm {spec.ssm_dtype} · "
             f"{spec.ssm_layers} SSM + {spec.attention_layers} attention layers"
-            + (f"\ndtypes: {origin}" if origin else ""))
+            + (f"\ndtypes: {origin}" if origin else "")
+            + (f"\nlayers: from {spec.origin['layers']}" if "layers" in spec.origin else ""))
 
 
 def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:

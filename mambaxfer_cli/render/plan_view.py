@@ -70,12 +70,16 @@ def header(plan: Plan) -> Panel:
     ratio = "none (neither TP divides the other)" if plan.tp_ratio is None else str(plan.tp_ratio)
     d = plan.descriptors
     flags = plan.decode.geometry
+    # A model without attention layers still has F whole-block streams in each list (docs/reference.md, descriptor IDs),
+    # but none of them is attention's.
+    streams = (f"{d.decode.attention_streams} attention streams" if plan.model.attention_layers else
+               f"{d.decode.attention_streams} whole-block streams (no attention layers)")
     lines = [
         model_summary(plan.model),
         engine_header(plan.prefill.flags, plan.decode.flags),
         f"P TP {plan.prefill.tp} → D TP {plan.decode.tp} · tp_ratio {ratio} · semantics {plan.semantics}",
         f"KV-cache groups {describe(plan.grouping)} · {d.decode.tensors} tensors "
-        f"({d.decode.ssm_tensors} with SSM layers) · {d.decode.attention_streams} attention streams",
+        f"({d.decode.ssm_tensors} with SSM layers) · {streams}",
         geometry_line("P", plan.prefill),
         geometry_line("D", plan.decode),
         f"prefix caching {'on' if flags.prefix_caching else 'off'} · KV cache {flags.kv_cache_dtype}"

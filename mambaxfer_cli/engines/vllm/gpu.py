@@ -57,6 +57,27 @@ _BY_NAME = {_key(g.name): g for g in GPUS}
 _SM = re.compile(r"^(?:SM)?(\d{1,2})(?:\.?(\d))$")
 
 
+# How nvidia-smi (``nvidia-smi --query-gpu=name``) and cloud instance pages spell a GPU around the
+# name in the table: the vendor before it; form factor, memory and interconnect after it.
+_VENDOR = {"NVIDIA", "TESLA", "GEFORCE"}
+_SUFFIX = re.compile(r"\d+GB|HBM\d*E?|SXM\d*|PCIE|NVL\d*|MIG\S*|BLACKWELL|SERVER|WORKSTATION|EDITION|MAX"
+                     r"|Q|\d+C|\d+G", re.I)
+_ROCM = re.compile(r"^(?:AMD)?(?:INSTINCT)?(?:MI\d{2,3}[A-Z]*|RADEON\S*|RX\d+\S*)$")
+
+
+def _spelled(name: str) -> Gpu | None:
+    """A table GPU as nvidia-smi or a cloud page spells it: ``NVIDIA H100 80GB HBM3``,
+    ``H100-SXM``, ``a100-80gb`` and ``NVIDIA B200`` read as H100, H100, A100 and B200."""
+    words = [w for w in re.split(r"[\s_-]+", name.strip()) if w]
+    while words and words[0].upper() in _VENDOR:
+        words = words[1:]
+    for end in range(len(words), 0, -1):
+        found = _BY_NAME.get(_key("".join(words[:end])))
+        if found is not None and all(_SUFFIX.fullmatch(w) for w in words[end:]):
+            return found
+    return None
+
+
 def gpu(text: str) -> Gpu:
     """``--gpu``: a name from the table (``H100``, ``B200``, ...), or a compute capability
     (``sm90``, ``10.0``); ``/cu12`` after it names the CUDA runtime (13 unless given)."""
@@ -67,13 +88,16 @@ def gpu(text: str) -> Gpu:
         if not match:
             raise UserError(f"GPU '{text}': write the CUDA runtime as /cu12 or /cu13, e.g. B200/cu12")
         cuda = int(match.group(1))
-    found = _BY_NAME.get(_key(name))
+    found = _BY_NAME.get(_key(name)) or _spelled(name)
     if found is not None:
         return Gpu(found.name, found.capability, cuda)
     sm = _SM.match(_key(name))
     if sm and 7 <= int(sm.group(1)) <= 12:
         capability = (int(sm.group(1)), int(sm.group(2)))
         return Gpu(f"SM {capability[0]}.{capability[1]}", capability, cuda)
+    if _ROCM.match(_key(name)):
+        raise UserError(f"GPU '{text}' is an AMD GPU: mambaxfer models vLLM on NVIDIA GPUs (CUDA) only; "
+                        f"ROCm platforms are not modelled")
     known = ", ".join(g.name for g in GPUS)
     raise UserError(f"unknown GPU '{text}'; choose one of: {known}, or a compute capability such as sm90")
 
