@@ -1,0 +1,42 @@
+"""vLLM's start-up before its connector: the checks an engine meets before any KV-cache transfer
+exists. Each rule names the vLLM function it follows (docs/reference.md, "Start-up").
+
+Hooks (marked ``# startup:``): ``planning/layout.py`` (TP sizes), ``preflight/refusals.py`` (the
+serve line's flags, the parallel config), in vLLM's order: the parser, then the model config.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+from mambaxfer_cli.planning.model import ModelSpec
+
+
+def attention_heads(model: ModelSpec) -> int:
+    """``total_num_attention_heads`` as vLLM's arch-config reads it: the config's
+    ``num_attention_heads``, 0 where it has none (a pure-Mamba model)."""
+    return model.num_q_heads or 0
+
+
+def parallel_refusal(model: ModelSpec, tp: int) -> str | None:
+    """``ModelConfig.verify_with_parallel_config``'s first check: the attention heads must divide
+    by the TP size, or the engine does not start (ValueError). None where it passes."""
+    heads = attention_heads(model)
+    if heads % tp:
+        return f"{heads} attention heads do not divide by TP {tp}"
+    return None
+
+
+def vllm_error(model: ModelSpec, tp: int) -> str:
+    """vLLM's own words for ``parallel_refusal``."""
+    heads = attention_heads(model)
+    return (f"Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+            f"({tp}).")
+
+
+def did_you_mean(name: str, spellings: Iterable[str]) -> str:
+    """argparse's suggestion for an unknown option (Python 3.12+: close matches of the option
+    strings), as "did you mean --x?"; empty where nothing is close."""
+    close = difflib.get_close_matches(name, sorted(spellings), n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else ""
