@@ -40,3 +40,16 @@ def did_you_mean(name: str, spellings: Iterable[str]) -> str:
     strings), as "did you mean --x?"; empty where nothing is close."""
     close = difflib.get_close_matches(name, sorted(spellings), n=1, cutoff=0.6)
     return f"did you mean {close[0]}?" if close else ""
+
+
+# Refusal codes of the start-up steps, in vLLM's order (the serve line's parser, then
+# ModelConfig.verify_with_parallel_config): a verdict's first line names the first one met.
+STARTUP_CODES = ("unrecognized-arguments", "parallel-config")
+
+
+def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
+    """What ``vllm serve`` says of options its parser does not know (argparse's error, exit 2 of
+    vllm serve), with a suggestion for the first where one is close."""
+    flags = list(flags)
+    hint = did_you_mean(flags[0], spellings) if flags else ""
+    return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")
