@@ -8,7 +8,10 @@ serve line's flags, the parallel config), in vLLM's order: the parser, then the 
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -53,3 +56,32 @@ def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
     flags = list(flags)
     hint = did_you_mean(flags[0], spellings) if flags else ""
     return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")
+
+
+# --- the architecture each release serves (model_executor/models/registry.py) --------------------
+
+@lru_cache(maxsize=None)
+def architectures(release: str) -> dict:
+    """The release's registry tables: ``served`` architectures, ``removed`` -> the last release
+    that served it (``scripts/vllm_architectures.py`` extracts them from the wheel)."""
+    folder = Path(__file__).parent.parent / "engines" / "vllm" / "releases" / f"v{release.replace('.', '_')}"
+    return json.loads((folder / "architectures.json").read_text())
+
+
+def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33", "0.34")) -> str | None:
+    """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed. Under
+    ``--model-impl vllm`` vLLM stops with this error; under ``auto`` or ``transformers`` it falls
+    back to its Transformers backend (``_try_resolve_transformers``), which keeps no Mamba state,
+    so the NIXL connector has no SSM state to move. None where a release serves it."""
+    archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
+    for release in sorted(releases, reverse=True):
+        table = architectures(release)
+        if not archs or any(a in table["served"] for a in archs):
+            return None
+        for arch in archs:
+            if arch in table["removed"]:
+                return (f"vLLM {release} does not serve {arch}: \"Model architecture {arch} was supported in vLLM "
+                        f"until v{table['removed'][arch]}, and is not supported anymore\" "
+                        f"(_ModelRegistry._raise_for_unsupported; with --model-impl auto or transformers its "
+                        f"Transformers backend runs it with no Mamba state to transfer)")
+    return None
