@@ -61,11 +61,12 @@ def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
 # --- the architecture each release serves (model_executor/models/registry.py) --------------------
 
 @lru_cache(maxsize=None)
-def architectures(release: str) -> dict:
+def architectures(release: str) -> dict[str, Any]:
     """The release's registry tables: ``served`` architectures, ``removed`` -> the last release
     that served it (``scripts/vllm_architectures.py`` extracts them from the wheel)."""
     folder = Path(__file__).parent.parent / "engines" / "vllm" / "releases" / f"v{release.replace('.', '_')}"
-    return json.loads((folder / "architectures.json").read_text())
+    table: dict[str, Any] = json.loads((folder / "architectures.json").read_text())
+    return table
 
 
 def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33", "0.34")) -> str | None:
