@@ -70,7 +70,7 @@ def test_by_default_a_refused_pairing_fails_with_its_fix_and_equal_tp_passes():
 
 def test_default_document_and_junit_answer_the_deployment_question(tmp_path):
     junit = tmp_path / "report.xml"
-    result = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:1,1:2,1:8", "--format", "json",
+    result = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:1,1:2,1:12", "--format", "json",
                      "--junit", str(junit))
     assert result.code == 1
     doc = json.loads(result.stdout)
@@ -90,7 +90,7 @@ def test_default_document_and_junit_answer_the_deployment_question(tmp_path):
     assert refused["deployment"]["vllm"] == "refuses" and refused["deployment"]["fix_block_size"] == 400
     assert "corrupt the B/C groups" in refused["deployment"]["summary"]   # and after the fix, still wrong
     cases = ET.parse(junit).getroot().findall("testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["P1-D1 both", "P1-D2 both", "P1-D8 both"]
+    assert [c.get("name") for c in cases] == ["P1-D1 both", "P1-D2 both", "P1-D12 both"]
     assert cases[0].find("failure") is None and "moves the right bytes" in cases[0].find("system-out").text
     assert cases[1].find("failure").get("message") == split["deployment"]["summary"]
     assert "first wrong byte: D0" in cases[1].find("failure").text     # vLLM's, for the CI log
@@ -183,7 +183,10 @@ def test_non_multiples_under_exact_semantics():
     (["--model", "granit", "--pairs", "1:2"], ["unknown model 'granit'", "did you mean"]),
     (["--model", "jamba", "--pairs", "1-2"], ["--pairs: '1-2' is not a P:D pair"]),
     (["--model", "jamba", "--pairs", ""], ["--pairs: give at least one P:D pair"]),
-    (["--model", "jamba", "--pairs", "1:3"], ["--pairs 1:3: jamba: TP 3 does not divide", "TP sizes that work"]),
+    (["--model", "jamba", "--pairs", "1:3"], ["--pairs 1:3: vLLM does not start a TP-3 engine of jamba",
+                                              "32 attention heads", "verify_with_parallel_config",
+                                              "TP sizes that work"]),
+    (["--model", "granite-4.0-h-tiny", "--pairs", "1:8"], ["12 attention heads do not divide by TP 8"]),
     (["--model", "granite-4.0-h-tiny", "--pairs", "1:3"], ["--pairs 1:3", "4 KV heads"]),
     (["--model", "mamba-130m", "--pairs", "2:3", "--semantics", "vllm"],
      ["vLLM needs one TP size to divide the other"]),

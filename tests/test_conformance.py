@@ -144,7 +144,7 @@ def test_the_documented_output_is_what_vllm_0_34_prints():
 _driven: dict = {}
 JAMBA = ["--model", "jamba", "--max-tp", "2", "--format", "json"]
 # Bamba-9B: 29 Mamba2 layers and 3 attention layers make groups of 3 layers, the last SSM group of 2.
-BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json")
+BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims.partial.json")
 RUNS = [{"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
         {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,24 @@ def test_other_non_dividing_groups_are_an_error():
         f"n_groups == 1 (padding to n_eff = TP); TP sizes that work: 1, 2, 4, 8")
 
 
+@pytest.mark.parametrize("fixture, tp, heads, works", [
+    (JAMBA, 3, 32, "1, 2, 4, 8, 16, 32"),
+    (GRANITE, 8, 12, "1, 2, 4, 12"),
+    (NEMOTRON, 3, 32, "1, 2, 4, 8"),
+    (QWEN35_08B, 32, 8, "1, 2, 4, 8"),
+])
+def test_vllm_start_up_check_comes_first(fixture, tp, heads, works):
+    # ModelConfig.verify_with_parallel_config refuses before any layout exists, and the sizes
+    # listed are only those vLLM starts.
+    with pytest.raises(UserError) as err:
+        rank_layouts(load(fixture), tp)
+    assert f"vLLM does not start a TP-{tp} engine" in str(err.value)
+    assert f"{heads} attention heads do not divide by TP {tp}" in str(err.value)
+    assert "verify_with_parallel_config" in str(err.value)
+    assert str(err.value).endswith(f"TP sizes that work: {works}")
+    assert tp not in valid_tp_sizes(load(fixture))
+
+
 @pytest.mark.parametrize("fixture, tp, dim, works", [
     (JAMBA, 3, "intermediate_size = 8192 (mamba1 'x' channels)", "1, 2, 4, 8, 16, 32, 64"),
     (GRANITE, 5, "intermediate_size = 3072 (mamba2 'x' channels)", "1, 2, 4, 8, 12, 16, 24, 48"),
@@ -118,8 +137,10 @@ def test_other_non_dividing_groups_are_an_error():
     (QWEN35_08B, 32, "num_k_heads = 16 (gdn 'Q' channels)", "1, 2, 4, 8, 16"),
 ])
 def test_tp_not_dividing_names_dimension_and_working_sizes(fixture, tp, dim, works):
+    # Without a num_attention_heads (vLLM reads 0), the layout's own dimensions decide.
+    spec = replace(load(fixture), num_q_heads=None)
     with pytest.raises(UserError) as err:
-        rank_layouts(load(fixture), tp)
+        rank_layouts(spec, tp)
     assert f"TP {tp} does not divide {dim}" in str(err.value)
     assert str(err.value).endswith(f"TP sizes that work: {works}")
 
@@ -136,7 +157,8 @@ def test_heads_must_divide_too():
 
 def test_valid_tp_sizes_qwen35_27b():
     spec = spec_from_config(QWEN35_27B, name="q", source="")
-    assert valid_tp_sizes(spec) == [1, 2, 4, 8, 16]
+    # 16 would shard its layers, but its 24 attention heads do not divide by 16: vLLM does not start
+    assert valid_tp_sizes(spec) == [1, 2, 4, 8]
 
 
 @pytest.mark.parametrize("tp", [0, -1, True, 2.0, "2"])

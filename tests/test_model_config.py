@@ -10,6 +10,7 @@ import pytest
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
 from mambaxfer_cli.readers.model_config import flatten_text_config, spec_from_config
+from mambaxfer_cli.planning.startup import removed_refusal
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"
 A, S = ATTENTION, SSM
@@ -305,3 +306,16 @@ def test_hybrid_head_size_from_head_dim_else_hidden_over_heads():
         spec({**base, "num_attention_heads": 3, "num_key_value_heads": 1})   # 64 / 3 is no head size
     with pytest.raises(UserError, match="key 'num_key_value_heads' must be a positive integer"):
         spec({**base, "num_key_value_heads": 0})
+
+
+def test_bamba_is_refused_as_vllm_refuses_it():
+    # vLLM's registry removed BambaForCausalLM in 0.23.0 (_PREVIOUSLY_SUPPORTED_MODELS), in 0.33 and 0.34
+    config = json.loads((Path(__file__).parent / "fixtures" / "hf-configs" /
+                         "ibm-ai-platform__Bamba-9B.partial.json").read_text())
+    with pytest.raises(UserError) as err:
+        spec_from_config(config, name="bamba", source="ibm-ai-platform/Bamba-9B")
+    assert str(err.value).startswith("ibm-ai-platform/Bamba-9B: vLLM 0.34 does not serve BambaForCausalLM: "
+                                     "\"Model architecture BambaForCausalLM was supported in vLLM until v0.23.0")
+    assert "_raise_for_unsupported" in str(err.value)
+    served = dict(config, architectures=["GraniteMoeHybridForCausalLM"], model_type="granitemoehybrid")
+    assert removed_refusal(served) is None

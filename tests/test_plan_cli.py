@@ -178,7 +178,9 @@ def test_output_writes_the_document(tmp_path):
 @pytest.mark.parametrize("args,fragments", [
     (["--model", "mamba-130m", "--p-tp", "2", "--d-tp", "3", "--semantics", "vllm"],
      ["vLLM needs one TP size to divide the other", "--semantics exact"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["TP 3 does not divide intermediate_size = 8192"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["32 attention heads do not divide by TP 3"]),
+    (["--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "8"],
+     ["vLLM does not start a TP-8 engine", "12 attention heads", "verify_with_parallel_config"]),
     (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["--p-tp must be >= 1, got 0"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1000"],
      ["--d-tp 1000 is larger than any deployment's TP size; at most 256"]),

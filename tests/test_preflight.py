@@ -450,3 +450,32 @@ def test_flags_of_a_release_are_known_to_it_and_a_fatal_variable_stops_034():
     assert any(w.startswith("P: --max-num-inflight-kv-loads is known to vLLM 0.34 only, and this engine runs "
                             "vLLM 0.33") for w in doc["warnings"]), doc["warnings"]
     assert not any(r["code"] == "environment" for r in doc["vllm"]["refusals"])
+
+
+def test_startup_refusals_come_first_and_exit_1(tmp_path):
+    # vLLM's parser, then ModelConfig.verify_with_parallel_config: both before the connector.
+    ex = Path(__file__).parent.parent / "examples" / "preflight"
+    prefill, decode = (ex / "qwen35-prefill.sh").read_text(), (ex / "qwen35-decode.sh").read_text()
+    bad = tmp_path / "bad.sh"
+    bad.write_text(decode.replace("--tensor-parallel-size", "--tensor-paralel-size"))
+    result = run_cli("preflight", "--prefill-file", str(ex / "qwen35-prefill.sh"), "--decode-file", str(bad))
+    assert result.code == 1
+    assert result.stdout.startswith("REFUSED: vLLM 0.34 does not start the decode engine: vllm serve exits "
+                                    "with unrecognized arguments: --tensor-paralel-size")
+    assert "did you mean --tensor-parallel-size?" in result.stdout
+    abbreviated = tmp_path / "abbrev.sh"        # argparse's abbreviations are accepted, as vLLM's are
+    abbreviated.write_text(decode.replace("--tensor-parallel-size", "--tensor-parallel"))
+    as_written = run_cli("preflight", "--prefill-file", str(ex / "qwen35-prefill.sh"),
+                         "--decode-file", str(ex / "qwen35-decode.sh"))
+    short = run_cli("preflight", "--prefill-file", str(ex / "qwen35-prefill.sh"), "--decode-file", str(abbreviated))
+    assert short.stdout.splitlines()[0] == as_written.stdout.splitlines()[0]
+    assert "unrecognized" not in short.stdout
+    granite = "ibm-granite/granite-4.0-h-tiny"
+    p, d = tmp_path / "p.sh", tmp_path / "d.sh"
+    p.write_text(prefill.replace("Qwen/Qwen3.5-0.8B", granite))
+    d.write_text(decode.replace("Qwen/Qwen3.5-0.8B", granite).replace("-size 4", "-size 8"))
+    result = run_cli("preflight", "--prefill-file", str(p), "--decode-file", str(d))
+    assert result.code == 1
+    assert result.stdout.startswith("REFUSED: vLLM 0.34 does not start the decode engine: 12 attention heads "
+                                    "do not divide by TP 8")
+    assert "verify_with_parallel_config" in result.stdout.split("\n\n")[0]

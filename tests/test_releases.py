@@ -27,7 +27,7 @@ from mambaxfer_cli.readers.model_source import load_model
 V0_33, V0_34 = release("0.33"), release("0.34")
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"
-BAMBA = str(HF / "ibm-ai-platform__Bamba-9B.partial.json")
+BAMBA = str(HF / "bamba-9b-dims.partial.json")
 NANO = str(HF / "nvidia__NVIDIA-Nemotron-Nano-9B-v2.partial.json")
 FALCON = str(HF / "tiiuae__Falcon-H1-0.5B-Base.partial.json")
 

@@ -8,6 +8,7 @@ from typing import Any
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.planning.variants import VARIANTS, RegionShape
 
 MAX_LISTED_TP = 64
@@ -112,6 +113,8 @@ def _tp_fits(model: ModelSpec, tp: int) -> bool:
         if groups % tp and not (shape.replicable and groups == 1):
             return False
     heads = model.num_kv_heads
+    if parallel_refusal(model, tp):   # startup: vLLM does not start this TP size
+        return False
     return heads is None or heads % tp == 0 or tp % heads == 0
 
 
@@ -148,6 +151,11 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
 
 def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
     """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
+    refusal = parallel_refusal(model, check_tp(tp))   # startup: vLLM's check comes first
+    if refusal:
+        raise UserError(f"vLLM does not start a TP-{tp} engine of {model.name}: {refusal} "
+                        f"(ModelConfig.verify_with_parallel_config); TP sizes that work: "
+                        f"{_listed(valid_tp_sizes(model))}")
     layouts = tuple(rank_layout(model, tp, rank) for rank in range(check_tp(tp)))
     kv_head_shard(model, tp, 0)
     return layouts

@@ -16,8 +16,9 @@ from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_misma
 from mambaxfer_cli.engines.vllm.release import Meeting
 from mambaxfer_cli.proof.check import PairingResult, check_plan
 from mambaxfer_cli.proof.simulate import Simulation
+from mambaxfer_cli.planning.startup import parallel_refusal, unrecognized, vllm_error
 from mambaxfer_cli.engines.vllm.serve_args import (
-    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS,
+    flag_table, CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS,
 )
 from mambaxfer_cli.preflight.served import (
     BLOCK_COMPACT, BLOCK_CONTIGUOUS, DEFAULT_LAYOUTS, ENV_LAYOUTS, KV_ROLES, KV_ROLE_FOR, SIDE_NAME,
@@ -236,9 +237,27 @@ def _no_geometry(p: ServedEngine, d: ServedEngine, mode: str) -> list[Refusal]:
     return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 
 
+def before_connector(e: ServedEngine) -> list[Refusal]:
+    """startup: what stops one engine before its connector exists, in vLLM's order: the serve
+    line's parser (an option its release does not know), then
+    ``ModelConfig.verify_with_parallel_config`` (planning/startup.py)."""
+    start = f"vLLM {e.release.name} does not start the {e.side} engine"
+    unknown = list(e.line.unknown) + [flag for flag, releases in e.line.release_only
+                                      if e.release.name not in releases]
+    if unknown:
+        why = unrecognized(unknown, flag_table(e.release.name))
+        return [Refusal("unrecognized-arguments", f"{start}: vllm serve exits with {why}")]
+    refusal = parallel_refusal(e.model, e.tp)
+    if refusal:
+        return [Refusal("parallel-config", f"{start}: {refusal} (ModelConfig.verify_with_parallel_config: "
+                                           f"{vllm_error(e.model, e.tp)})")]
+    return []
+
+
 def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
     """The releases' verdict on the pairing and the byte-level check of what vLLM would read."""
-    refusals = startup_refusals(p) + startup_refusals(d)
+    refusals = before_connector(p) + before_connector(d)     # startup: vLLM's first steps
+    refusals += startup_refusals(p) + startup_refusals(d)
     plan, skipped = None, ""
     options = PlanOptions(semantics=VLLM, prefill=p.flags, decode=d.flags, prefill_model=p.model)
     try:

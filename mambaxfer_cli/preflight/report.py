@@ -22,6 +22,7 @@ from mambaxfer_cli.preflight.served import (
 from mambaxfer_cli.preflight.fields import handshake_fields, hashed_fields, unchecked_fields
 from mambaxfer_cli.preflight.refusals import Assessment, assess, hash_warnings, simulation_of
 from mambaxfer_cli.preflight.fix import Fix, find_fix
+from mambaxfer_cli.planning.startup import STARTUP_CODES
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -56,6 +57,8 @@ class Report:
     def headline(self) -> str:
         a = self.assessment
         releases = a.releases
+        if a.refused and a.refusals[0].code in STARTUP_CODES:      # startup: the engine's first step
+            return f"REFUSED: {a.refusals[0].message}"
         if a.refused:
             return f"REFUSED: {releases} would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
         if a.fails:

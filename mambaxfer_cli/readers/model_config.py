@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.planning.startup import removed_refusal
 from mambaxfer_cli.readers.families import (
     GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
 )
@@ -175,6 +176,9 @@ def spec_from_config(
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag)."""
     where = source or name
+    removed = removed_refusal(config)      # startup: the registry's removed architectures
+    if removed:
+        raise UserError(f"{where}: {removed}")
     config = flatten_text_config(config)
     family = _detect(config, variant, where)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}

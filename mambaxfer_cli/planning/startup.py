@@ -1,0 +1,88 @@
+"""vLLM's start-up before its connector: the checks an engine meets before any KV-cache transfer
+exists. Each rule names the vLLM function it follows (docs/reference.md, "Start-up").
+
+Hooks (marked ``# startup:``): ``planning/layout.py`` (TP sizes), ``preflight/refusals.py`` (the
+serve line's flags, the parallel config), in vLLM's order: the parser, then the model config.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from mambaxfer_cli.planning.model import ModelSpec
+
+
+def attention_heads(model: ModelSpec) -> int:
+    """``total_num_attention_heads`` as vLLM's arch-config reads it: the config's
+    ``num_attention_heads``, 0 where it has none (a pure-Mamba model)."""
+    return model.num_q_heads or 0
+
+
+def parallel_refusal(model: ModelSpec, tp: int) -> str | None:
+    """``ModelConfig.verify_with_parallel_config``'s first check: the attention heads must divide
+    by the TP size, or the engine does not start (ValueError). None where it passes."""
+    heads = attention_heads(model)
+    if heads % tp:
+        return f"{heads} attention heads do not divide by TP {tp}"
+    return None
+
+
+def vllm_error(model: ModelSpec, tp: int) -> str:
+    """vLLM's own words for ``parallel_refusal``."""
+    heads = attention_heads(model)
+    return (f"Total number of attention heads ({heads}) must be divisible by tensor parallel size "
+            f"({tp}).")
+
+
+def did_you_mean(name: str, spellings: Iterable[str]) -> str:
+    """argparse's suggestion for an unknown option (Python 3.12+: close matches of the option
+    strings), as "did you mean --x?"; empty where nothing is close."""
+    close = difflib.get_close_matches(name, sorted(spellings), n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else ""
+
+
+# Refusal codes of the start-up steps, in vLLM's order (the serve line's parser, then
+# ModelConfig.verify_with_parallel_config): a verdict's first line names the first one met.
+STARTUP_CODES = ("unrecognized-arguments", "parallel-config")
+
+
+def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
+    """What ``vllm serve`` says of options its parser does not know (argparse's error, exit 2 of
+    vllm serve), with a suggestion for the first where one is close."""
+    flags = list(flags)
+    hint = did_you_mean(flags[0], spellings) if flags else ""
+    return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")
+
+
+# --- the architecture each release serves (model_executor/models/registry.py) --------------------
+
+@lru_cache(maxsize=None)
+def architectures(release: str) -> dict[str, Any]:
+    """The release's registry tables: ``served`` architectures, ``removed`` -> the last release
+    that served it (``scripts/vllm_architectures.py`` extracts them from the wheel)."""
+    folder = Path(__file__).parent.parent / "engines" / "vllm" / "releases" / f"v{release.replace('.', '_')}"
+    table: dict[str, Any] = json.loads((folder / "architectures.json").read_text())
+    return table
+
+
+def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33", "0.34")) -> str | None:
+    """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed. Under
+    ``--model-impl vllm`` vLLM stops with this error; under ``auto`` or ``transformers`` it falls
+    back to its Transformers backend (``_try_resolve_transformers``), which keeps no Mamba state,
+    so the NIXL connector has no SSM state to move. None where a release serves it."""
+    archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
+    for release in sorted(releases, reverse=True):
+        table = architectures(release)
+        if not archs or any(a in table["served"] for a in archs):
+            return None
+        for arch in archs:
+            if arch in table["removed"]:
+                return (f"vLLM {release} does not serve {arch}: \"Model architecture {arch} was supported in vLLM "
+                        f"until v{table['removed'][arch]}, and is not supported anymore\" "
+                        f"(_ModelRegistry._raise_for_unsupported; with --model-impl auto or transformers its "
+                        f"Transformers backend runs it with no Mamba state to transfer)")
+    return None

@@ -1,0 +1,64 @@
+"""vLLM's start-up rules (planning/startup.py) against the installed vLLM's own code, in each
+vLLM environment (MAMBAXFER_TEST_VLLM_0_33 / _0_34): ``ModelConfig.verify_with_parallel_config``
+called on a stand-in for every head count and TP size up to 64, and the registry's tables. A planted fault
+(our rule off by one head) must disagree."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from test_conformance import RELEASES, run_in_vllm
+from mambaxfer_cli.planning.startup import architectures, parallel_refusal
+
+PROBE = r'''
+import json, sys, types
+from vllm.config.model import ModelConfig
+from vllm.model_executor.models import registry
+out = {"parallel": {}, "served": sorted(registry.ModelRegistry.get_supported_archs()),
+       "removed": dict(registry._PREVIOUSLY_SUPPORTED_MODELS)}
+for heads in range(0, 65):
+    for tp in range(1, 65):
+        me = types.SimpleNamespace(model_arch_config=types.SimpleNamespace(total_num_attention_heads=heads),
+                                   multimodal_config=None, use_mla=False)
+        pc = types.SimpleNamespace(enable_hc_sp=False, tensor_parallel_size=tp, enable_expert_parallel=False,
+                                   pipeline_parallel_size=1, decode_context_parallel_size=1,
+                                   world_size_across_dp=tp)
+        try:
+            ModelConfig.verify_with_parallel_config(me, pc)
+            out["parallel"][f"{heads}:{tp}"] = None
+        except ValueError as exc:
+            out["parallel"][f"{heads}:{tp}"] = str(exc)
+json.dump(out, sys.stdout)
+'''
+
+
+def vllm_answers(release: str) -> dict:
+    result = run_in_vllm(release, "-c", PROBE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
+
+
+def ours(heads: int, tp: int, fault: int = 0) -> bool:
+    model = type("M", (), {"num_q_heads": heads + fault})()
+    return parallel_refusal(model, tp) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_parallel_config_and_registry_agree_with_vllm(release):
+    theirs = vllm_answers(release)
+    disagree = [k for k, v in theirs["parallel"].items() if (v is None) != ours(*map(int, k.split(":")))]
+    assert not disagree, disagree[:5]
+    planted = [k for k, v in theirs["parallel"].items() if (v is None) != ours(*map(int, k.split(":")), fault=1)]
+    assert planted, "a rule off by one head must disagree with vLLM somewhere"
+    table = architectures(release)
+    assert table["removed"] == theirs["removed"]
+    # the registry's live architectures include those registered at import; ours are the tables'
+    assert set(table["served"]) <= set(theirs["served"]), sorted(set(table["served"]) - set(theirs["served"]))
+    assert "BambaForCausalLM" not in theirs["served"] and "GraniteMoeHybridForCausalLM" in theirs["served"]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))
