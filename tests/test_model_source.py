@@ -162,7 +162,7 @@ def test_missing_paths(tmp_path):
 
 
 @pytest.mark.parametrize("typo,meant", [("qwen3.5", "qwen3.5-0.8b"), ("granite-4.0-h-tin", "granite-4.0-h-tiny"),
-                                        ("qwen3.5-0.8B", "qwen3.5-0.8b"), ("mamba-130m.", "mamba-130m")])
+                                        ("QWEN3.5-0.8", "qwen3.5-0.8b"), ("mamba-130m.", "mamba-130m")])
 def test_a_preset_name_with_a_dot_mistyped_suggests_the_preset(typo, meant):
     # a dot in a name is no file suffix: only .json, .yaml and .yml (or a path) make it a file
     with pytest.raises(UserError, match=rf"unknown model '{re.escape(typo)}'; did you mean '{re.escape(meant)}'\?"):
