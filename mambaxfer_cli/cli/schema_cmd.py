@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
 
-import typer
-
-from mambaxfer_cli.cli.outcome import keep_exit_code
-from mambaxfer_cli.exits import EXIT_OK
+from mambaxfer_cli.cli.params import argument, command
+from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.schema import DOCUMENTS
 
 # Its members are DOCUMENTS' names, which mypy cannot read from a functional Enum call.
 Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)  # type: ignore[misc]
 
 
+@command()
 def schema(
-    document: Annotated[Document, typer.Argument(
-        help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
-             "preflight, bench or conformance (their --format json).", case_sensitive=False,
-        show_default=True)] = Document["plan"],
+    document: str = argument(
+        "document", help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
+                         "preflight, bench or conformance (their --format json).", type=Document,
+        default=Document["plan"]),
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).
 
@@ -31,5 +29,15 @@ def schema(
     """
     from mambaxfer_cli.schema import schema_text
 
-    keep_exit_code(EXIT_OK)
-    typer.echo(schema_text(document.value), nl=False)
+    finish(SchemaText(schema_text(getattr(document, "value", document))))
+
+
+class SchemaText(Report):
+    """A schema: its text, printed as it is."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def render(self, width: int) -> list[str]:
+        return [self.text]
