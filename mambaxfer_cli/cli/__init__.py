@@ -103,7 +103,7 @@ def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 def _shell() -> str:
     """The shell this command runs in: its parent processes' (shellingham), else $SHELL's name."""
     try:
-        import shellingham
+        import shellingham  # type: ignore[import-untyped]  # no type information
 
         return shellingham.detect_shell()[0]
     except (ImportError, RuntimeError):
@@ -144,7 +144,7 @@ def _install_completion(ctx: click.Context, param: click.Parameter, value: bool)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(script)
     if startup is not None:
-        line = f"source '{target}'" if shell == "bash" else f"fpath+=~/.zfunc; autoload -Uz compinit; compinit"
+        line = f"source '{target}'" if shell == "bash" else "fpath+=~/.zfunc; autoload -Uz compinit; compinit"
         existing = startup.read_text() if startup.exists() else ""
         if line not in existing:
             startup.write_text(existing + ("" if existing.endswith("\n") or not existing else "\n") + line + "\n")

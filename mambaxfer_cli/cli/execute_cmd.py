@@ -207,7 +207,7 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
     if plan_file is None:
         missing = [flag for flag, value in (("--model", model.model), ("--p-tp", pair.p_tp), ("--d-tp", pair.d_tp))
                    if value is None]
-        if missing:
+        if missing or pair.p_tp is None or pair.d_tp is None:
             raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
         spec = cut_layers(model.load(), layers)
         return plan_to_execute(spec, pair.p_tp, pair.d_tp, semantics=request.reads(), coalesce=request.coalesce,

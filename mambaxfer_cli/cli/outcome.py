@@ -7,9 +7,6 @@ import os
 import signal
 import sys
 
-import typer
-
-from mambaxfer_cli.exits import EXIT_USAGE
 
 _kept: list[int] = []
 
@@ -27,12 +24,6 @@ def said(message: str) -> None:
     from rich.console import Console
 
     Console(stderr=True, highlight=False).print(message, markup=False)
-
-
-def fail(message: str) -> typer.Exit:
-    """Print one red line on stderr; the caller raises the returned Exit (code 2)."""
-    red_line(message)
-    return typer.Exit(EXIT_USAGE)
 
 
 def keep_exit_code(code: int) -> None:

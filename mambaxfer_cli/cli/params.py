@@ -57,14 +57,17 @@ class Declared:
     required: bool = False
 
     def build(self, name: str, default: Any, required: bool, command: str) -> Option:
-        settings: dict[str, Any] = dict(help=self.help.replace("{command}", command), panel=self.panel, show_default=self.show_default,
-                                        required=required or self.required, default=default)
+        settings: dict[str, Any] = dict(help=self.help.replace("{command}", command), panel=self.panel,
+                                        show_default=self.show_default, required=required or self.required)
         if self.metavar is not None:
             settings["metavar"] = self.metavar
         if any("/" in n for n in self.names):
-            settings["is_flag"] = True
-        elif self.type is not None:
-            settings["type"] = self.type
+            settings.update(is_flag=True, default=default)   # None: neither given (a tri-state flag)
+        else:
+            if default is not None:     # click tells an option not given from a None default
+                settings["default"] = default
+            if self.type is not None:
+                settings["type"] = self.type
         return Option([*self.names, name], **settings)
 
 
