@@ -18,7 +18,7 @@ import click
 
 from mambaxfer_cli import __version__, exits
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
-from mambaxfer_cli.cli.params import Option
+from mambaxfer_cli.cli.params import Option, command
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
@@ -28,9 +28,9 @@ COMPLETE_VAR = "_MAMBAXFER_COMPLETE"
 
 @dataclass(frozen=True)
 class Command:
-    """A command: its name, the function that runs it (``module:function``, a ``click.Command``
-    built by ``params.command``, imported only when the command runs) and its summary in the
-    command list (its docstring's first paragraph)."""
+    """A command: its name, the function that runs it (``module:function``, imported only when
+    the command runs; built by ``params.command``) and its summary in the command list (its
+    docstring's first paragraph)."""
 
     name: str
     target: str
@@ -39,8 +39,7 @@ class Command:
     def load(self) -> click.Command:
         module, function = self.target.split(":")
         found = getattr(importlib.import_module(module), function)
-        assert isinstance(found, click.Command), f"{self.target} is not a command (see params.command)"
-        return found
+        return found if isinstance(found, click.Command) else command()(found)
 
 
 # Every command, registered here alone, in the order `mambaxfer --help` lists them.
@@ -187,7 +186,12 @@ def _usage_error(exc) -> int:
         if exc.format_message().strip():
             click.echo(exc.format_message())
         return exc.exit_code
-    message = _one_line(exc.format_message())
+    if isinstance(exc, click.exceptions.NoSuchOption):   # one wording whatever click's release
+        near = sorted(exc.possibilities or ())
+        message = _one_line(f"No such option: {exc.option_name}"
+                            + (f" (Possible options: {', '.join(near)})" if near else ""))
+    else:
+        message = _one_line(exc.format_message())
     if isinstance(exc, click.exceptions.UsageError) and ctx is not None:
         message += f" (see '{ctx.command_path} --help')"
     red_line(message)

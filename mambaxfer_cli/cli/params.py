@@ -165,7 +165,9 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
                 values[name] = group(**{member: values.pop(member) for member in members})
             function(**values)
 
-        return Command(function.__name__, callback=callback, params=params, help=function.__doc__)
+        built = Command(function.__name__, callback=callback, params=params, help=function.__doc__)
+        built.__doc__ = function.__doc__    # the command's own words, as the function's
+        return built
 
     return build
 
