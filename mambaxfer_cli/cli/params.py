@@ -167,6 +167,7 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
 
         built = Command(function.__name__, callback=callback, params=params, help=function.__doc__)
         built.__doc__ = function.__doc__    # the command's own words, as the function's
+        built.function = function
         return built
 
     return build
@@ -186,7 +187,10 @@ def given_flags(value: Group, group_fields: Iterable[str] | None = None) -> dict
 
 
 class Command(click.Command):
-    """A command whose --help is ``render.help``'s (rich is imported only when help is shown)."""
+    """A command whose --help is ``render.help``'s (rich is imported only when help is shown);
+    ``function``: the function it calls, with its groups."""
+
+    function: Callable[..., None] | None = None
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from mambaxfer_cli.render.help import show_help
