@@ -92,6 +92,13 @@ class Commands(click.Group):
 
         show_help(self, ctx, commands=[(c.name, c.summary) for c in COMMANDS.values()])
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list:
+        """The commands named from the registry, then the group's own options."""
+        from click.shell_completion import CompletionItem
+
+        found = [CompletionItem(c.name, help=c.summary) for c in COMMANDS.values() if c.name.startswith(incomplete)]
+        return found + click.Command.shell_complete(self, ctx, incomplete)
+
 
 def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
