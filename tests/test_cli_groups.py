@@ -84,3 +84,33 @@ def test_p_and_d_forms_fall_back_to_the_shared_value():
     built = EngineArgs(vllm_version="0.33", p_vllm_version="0.34", block_size=32, d_block_size=64).build()
     assert (built.prefill.release.name, built.decode.release.name) == ("0.34", "0.33")
     assert (built.prefill.block_size, built.decode.block_size) == (32, 64)
+
+
+LIBRARIES = ("click", "rich", "typer")
+
+
+def test_no_private_name_or_patched_method_of_the_cli_libraries():
+    """The command line uses click's and rich's public API only, and changes none of theirs."""
+    package = CLI.parent
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {alias.asname or alias.name.split(".")[0]: node
+                    for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for alias in node.names
+                    if (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0] in LIBRARIES}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARIES:
+                assert not any(a.name.startswith("_") for a in node.names), (path, node.lineno)
+                assert not any(part.startswith("_") for part in (node.module or "").split(".")), (path, node.lineno)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                assert not (isinstance(root, ast.Name) and root.id in imported), (path, node.lineno, node.attr)
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    root = target
+                    while isinstance(root, ast.Attribute):
+                        root = root.value
+                    assert not (isinstance(target, ast.Attribute) and isinstance(root, ast.Name)
+                                and root.id in imported), (path, node.lineno)
