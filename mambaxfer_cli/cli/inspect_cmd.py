@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, parse_tp_list
 from mambaxfer_cli.cli.params import ENGINES, command, option
-from mambaxfer_cli.cli.report import AsIs, Document, finish
+from mambaxfer_cli.cli.report import AsIs, Report, finish
 
 
 @command(uses={"model": ModelArgs.without("all_presets"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -38,7 +38,7 @@ def inspect(
     finish(InspectReport(document, spec, flags, sides), output)
 
 
-class InspectReport(Document):
+class InspectReport(Report):
     def __init__(self, document: dict, spec, flags, sides: dict) -> None:
         super().__init__(document)
         self.spec, self.flags, self.sides = spec, flags, sides

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mambaxfer_cli.cli.options import OutputArgs
 from mambaxfer_cli.cli.params import command
-from mambaxfer_cli.cli.report import Document, finish
+from mambaxfer_cli.cli.report import Report, finish
 
 
 @command(uses={"output": OutputArgs.given("fmt")})
@@ -25,7 +25,7 @@ def models(output: OutputArgs) -> None:
     finish(ModelsReport({"schema": "mambaxfer.models/v1", "models": rows}, specs), output)
 
 
-class ModelsReport(Document):
+class ModelsReport(Report):
     def __init__(self, document: dict, specs: list) -> None:
         super().__init__(document)
         self.specs = specs

@@ -115,17 +115,17 @@ class PairArgs(Group):
     d_tp: int | None = option("--d-tp", help="Decode (D) tensor-parallel size.", panel=ENGINES, kind=int)
 
 
-def _side(flag: str, what: str) -> tuple[str, str]:
-    """The P and D forms' help of a flag both engines share."""
+def _side(what: str) -> tuple[str, str]:
+    """The help of a shared flag's P and D forms."""
     return f"P's {what}, when it differs.", f"D's {what}, when it differs."
 
 
 BACKEND_NAMES = "FLASH_ATTN, FLASHINFER or TRITON_ATTN"
-_P_RELEASE, _D_RELEASE = _side("--vllm-version", "vLLM release")
-_P_BACKEND, _D_BACKEND = _side("--attention-backend", "attention backend")
-_P_SIZE, _D_SIZE = _side("--block-size", "--block-size")
-_P_KV, _D_KV = _side("--kv-cache-dtype", "--kv-cache-dtype")
-_P_PREFIX, _D_PREFIX = _side("--enable-prefix-caching", "prefix caching")
+_P_RELEASE, _D_RELEASE = _side("vLLM release")
+_P_BACKEND, _D_BACKEND = _side("attention backend")
+_P_SIZE, _D_SIZE = _side("--block-size")
+_P_KV, _D_KV = _side("--kv-cache-dtype")
+_P_PREFIX, _D_PREFIX = _side("prefix caching")
 _EXPERT = "Expert: {}'s kernel blocks per logical block by hand (not what vLLM builds)."
 _BLOCKS = "{} engine's number of kernel blocks (N; default {}, in check {})."
 

@@ -17,7 +17,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, Callable, Iterable
 
 import click
 
@@ -90,9 +90,7 @@ def argument(name: str, *, help: str, type: Any, default: Any) -> Any:
 class Group:
     """A group of options: subclasses are frozen dataclasses whose fields are ``option(...)``.
     ``given(...)``: the group with only those options on the command line, the rest at their
-    defaults."""
-
-    only: ClassVar[tuple[str, ...] | None] = None
+    defaults; ``without(...)``: all but those."""
 
     @classmethod
     def given(cls, *names: str) -> Narrowed:

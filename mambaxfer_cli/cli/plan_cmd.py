@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 from mambaxfer_cli.cli.options import (
-    EngineArgs, Format, ModelArgs, OutputArgs, PairArgs, RequestArgs, check_bounds, dump, stamped,
+    EngineArgs, Format, ModelArgs, OutputArgs, PairArgs, RequestArgs, check_bounds, dump,
 )
 from mambaxfer_cli.cli.params import OUTPUT, command, option
-from mambaxfer_cli.cli.report import Document, finish
+from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.errors import UserError
 
 
@@ -44,11 +43,11 @@ def plan(
     options = request.plan_options(engines.build())
     check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())
     result = build_plan(spec, p_tp, d_tp, options)
-    document = stamped(result.to_dict(d_rank))  # validates --d-rank before anything is written
+    document = result.to_dict(d_rank)  # validates --d-rank before anything is written
     finish(PlanReport(result, document, d_rank, sections), output)
 
 
-class PlanReport(Document):
+class PlanReport(Report):
     """A plan: its document, or its tables; with --output, the document in the file and a summary."""
 
     def __init__(self, result, document: dict, d_rank: int | None, sections: tuple[str, ...]) -> None:

@@ -12,11 +12,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_USAGE
 from mambaxfer_cli.render.report import AsIs, Report, Viewed
 
-__all__ = ["AsIs", "Document", "Report", "Viewed", "finish"]
-
-
-class Document(Report):
-    """A report made of a document and a rendering of it (a subclass's ``render``)."""
+__all__ = ["AsIs", "Report", "Viewed", "finish"]
 
 
 def finish(report: Report, output: OutputArgs | None = None) -> None:
