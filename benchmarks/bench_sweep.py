@@ -27,7 +27,7 @@ def run(model: str, p_tp: int, d_tp: int, largest: int, args, out: Path) -> Path
     command = [sys.executable, "-m", "mambaxfer_cli", "bench", "--model", model, "--p-tp", str(p_tp),
                "--d-tp", str(d_tp), "--device", args.device,
                "--request-blocks", ",".join(n for n in args.request_blocks.split(",") if int(n) <= largest),
-               "--iters", str(args.iters), "--format", "json", "--chart", f"{stem}.png"]
+               "--semantics", "vllm", "--iters", str(args.iters), "--format", "json", "--chart", f"{stem}.png"]
     print("$", " ".join(command[1:]), file=sys.stderr)
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -85,7 +85,7 @@ def main() -> None:
         doc = json.loads(path.read_text())
         print("\n".join(tables(doc)))
         try:
-            from mambaxfer_cli.execute.bench import write_chart
+            from mambaxfer_cli.bench.measure import write_chart
 
             why = write_chart(doc, path.with_suffix(".png"))
             if why:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from cli_run import messages, run_cli
-from mambaxfer_cli.execute.bench import transports
-from mambaxfer_cli.execute.bench_plan import LIMIT, ORDER, limit_chunks
+from mambaxfer_cli.bench.measure import transports
+from mambaxfer_cli.bench.variants import LIMIT, ORDER, limit_chunks
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.verify import Tally
 from mambaxfer_cli.readers.model_source import load_model
@@ -150,7 +150,7 @@ def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
 
 
 def test_the_limit_check_finds_a_wrong_byte_in_a_chunk_and_outside_it():
-    from mambaxfer_cli.execute.bench_plan import bench_tasks, limit_check
+    from mambaxfer_cli.bench.variants import bench_tasks, limit_check
     from mambaxfer_cli.execute.tasks import RunSettings
     from mambaxfer_cli.proof.pattern import POISON, fill_page
 

@@ -188,11 +188,9 @@ def test_a_real_80_column_terminal(args):
 
 def option_names(command: str) -> list[str]:
     """Every option name of a command, from the command line's own definition."""
-    import typer
-
     from mambaxfer_cli.cli import COMMANDS, app
 
-    params = typer.main.get_command(app).params if not command else COMMANDS[command].load().params
+    params = app.params if not command else COMMANDS[command].load().params
     return [name for param in params for name in (*param.opts, *param.secondary_opts)]
 
 

@@ -111,7 +111,7 @@ def test_the_checks_see_a_circle_and_a_private_import():
 CORE = ("mambaxfer_cli.planning", "mambaxfer_cli.readers", "mambaxfer_cli.schema", "mambaxfer_cli.errors",
         "mambaxfer_cli.exits", "mambaxfer_cli.limits")
 ENGINES = "mambaxfer_cli.engines"
-NOT_IN_CORE = ("torch", "nixl", "vllm", "sglang", "mambaxfer_cli.execute")
+NOT_IN_CORE = ("torch", "nixl", "vllm", "sglang", "mambaxfer_cli.execute", "mambaxfer_cli.bench")
 
 
 def _within(module: str, package: str) -> bool:

@@ -1,4 +1,4 @@
-"""The ``mambaxfer`` command line: thin typer commands that parse, delegate and render.
+"""The ``mambaxfer`` command line: thin click commands that parse, delegate and render.
 
 Exit codes, the same for every command: 0 done (verified); 1 wrong bytes, or a pairing vLLM
 refuses (``check``, ``execute``); 2 a usage error; 3 an ``execute`` run that could not complete;
@@ -9,27 +9,29 @@ refuses (``check``, ``execute``); 2 a usage error; 3 an ``execute`` run that cou
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Literal, Optional
 
-import typer
+import click
 
 from mambaxfer_cli import __version__, exits
-from mambaxfer_cli._click_compat import click
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
+from mambaxfer_cli.cli.params import Option, command
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE,
                                   EXIT_WRONG)
 
-RICH_MARKUP: Literal["rich"] = "rich"
+PROG = "mambaxfer"
+COMPLETE_VAR = "_MAMBAXFER_COMPLETE"
 
 
 @dataclass(frozen=True)
 class Command:
     """A command: its name, the function that runs it (``module:function``, imported only when
-    the command runs) and its summary in the command list (its docstring's first paragraph)."""
+    the command runs; built by ``params.command``) and its summary in the command list (its
+    docstring's first paragraph)."""
 
     name: str
     target: str
@@ -43,9 +45,10 @@ class Command:
 
     def load(self) -> click.Command:
         module, function = self.target.split(":")
-        one = typer.Typer(rich_markup_mode=RICH_MARKUP, pretty_exceptions_enable=False, add_completion=False)
-        one.command(self.name, epilog=self.epilog)(getattr(importlib.import_module(module), function))
-        return typer.main.get_command(one)
+        found = getattr(importlib.import_module(module), function)
+        built = found if isinstance(found, click.Command) else command()(found)
+        built.epilog = self.epilog
+        return built
 
 
 COMMON_EXITS = (f"{EXIT_USAGE} a usage error (one red line); {EXIT_INTERNAL} an internal error (a bug: please "
@@ -98,90 +101,107 @@ COMMANDS = {c.name: c for c in (
 )}
 
 
-class Commands(typer.core.TyperGroup):
+class Commands(click.Group):
     """The command group: a command's module is imported when that command runs; listing the
     commands (``--help``, a mistyped name, completion) imports none."""
-
-    _listing = False
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = COMMANDS.get(cmd_name)
-        if command is None:
-            return None
-        if self._listing:
-            return typer.core.TyperCommand(command.name, short_help=command.summary)
-        return command.load()
+        return None if command is None else command.load()
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        self._listing = True
-        try:
-            super().format_help(ctx, formatter)
-        finally:
-            self._listing = False
+        from mambaxfer_cli.render.help import show_help
+
+        show_help(self, ctx, commands=[(c.name, c.summary) for c in COMMANDS.values()])
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list:
+        """The commands named from the registry, then the group's own options."""
+        from click.shell_completion import CompletionItem
+
+        found = [CompletionItem(c.name, help=c.summary) for c in COMMANDS.values() if c.name.startswith(incomplete)]
+        return found + click.Command.shell_complete(self, ctx, incomplete)
 
 
-app = typer.Typer(
-    name="mambaxfer",
-    cls=Commands,
+def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"{PROG} {__version__}")
+        ctx.exit(EXIT_OK)
+
+
+def _shell() -> str:
+    """The shell this command runs in: its parent processes' (shellingham), else $SHELL's name."""
+    try:
+        import shellingham  # type: ignore[import-untyped]  # no type information
+
+        return shellingham.detect_shell()[0]
+    except (ImportError, RuntimeError):
+        return os.path.basename(os.environ.get("SHELL", "")) or "bash"
+
+
+def _completion_script(ctx: click.Context) -> tuple[str, str]:
+    from click.shell_completion import get_completion_class
+
+    shell = _shell()
+    found = get_completion_class(shell)
+    if found is None:
+        raise UserError(f"shell completion: {shell} is not supported (bash, zsh or fish)")
+    root = ctx.find_root().command
+    return shell, found(root, {}, PROG, COMPLETE_VAR).source()
+
+
+def _show_completion(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_completion_script(ctx)[1], nl=False)
+        ctx.exit(EXIT_OK)
+
+
+# Where each shell reads a completion script from, and the line its start-up file needs (or None).
+_INSTALLED = {"bash": ("~/.bash_completions/mambaxfer.sh", "~/.bashrc"),
+              "zsh": ("~/.zfunc/_mambaxfer", "~/.zshrc"),
+              "fish": ("~/.config/fish/completions/mambaxfer.fish", None)}
+
+
+def _install_completion(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from pathlib import Path
+
+    shell, script = _completion_script(ctx)
+    target, startup = (Path(os.path.expanduser(p)) if p else None for p in _INSTALLED[shell])
+    assert target is not None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(script)
+    if startup is not None:
+        line = f"source '{target}'" if shell == "bash" else "fpath+=~/.zfunc; autoload -Uz compinit; compinit"
+        existing = startup.read_text() if startup.exists() else ""
+        if line not in existing:
+            startup.write_text(existing + ("" if existing.endswith("\n") or not existing else "\n") + line + "\n")
+    click.echo(f"{shell} completion installed in {target}")
+    click.echo("Completion will take effect once you restart the terminal")
+    ctx.exit(EXIT_OK)
+
+
+def _flag(names: list[str], help: str, callback) -> Option:
+    return Option(names, is_flag=True, expose_value=False, is_eager=True, callback=callback, help=help)
+
+
+app = Commands(
+    name=PROG,
     help="Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector).",
     epilog="Exit codes: 0 ok; 1 wrong bytes or a refused pairing; 2 usage error; 3 execute run failed; "
            "70 internal error (a bug, please report it); 130 interrupted.",
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=True,
-    rich_markup_mode=RICH_MARKUP,
     context_settings={"help_option_names": ["-h", "--help"]},
+    params=[
+        _flag(["--version", "-V"], "Print mambaxfer's version and exit.", _version),
+        _flag(["--install-completion"], "Install completion for the current shell.", _install_completion),
+        _flag(["--show-completion"], "Show completion for the current shell, to copy it or customize the "
+                                     "installation.", _show_completion),
+    ],
 )
-
-
-def _flags_without_metavar() -> None:
-    """typer's help shows '<bool>' beside a --flag/--no-flag pair, which takes no value."""
-    option = typer.core.TyperOption
-    shown = option.display_type_rich
-
-    def display_type_rich(self, ctx):
-        return None if self.is_flag else shown(self, ctx)
-
-    option.display_type_rich = display_type_rich  # type: ignore[method-assign]  # typer's own method, patched
-
-
-_flags_without_metavar()
-
-
-def _help_that_never_cuts() -> None:
-    """Lay out --help with ``render.help`` when help is shown (rich's help machinery is costly to
-    import: a command that shows no help never imports it)."""
-    for cls in (typer.core.TyperCommand, typer.core.TyperGroup):
-        shown = cls.format_help
-
-        def format_help(self, ctx, formatter, shown=shown):
-            from mambaxfer_cli.render.help import install_help
-
-            install_help()
-            return shown(self, ctx, formatter)
-
-        cls.format_help = format_help  # type: ignore[method-assign]  # typer's own method, patched
-
-
-_help_that_never_cuts()
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"mambaxfer {__version__}")
-        raise typer.Exit(EXIT_OK)
-
-
-@app.callback()
-def _root(
-    version: Annotated[Optional[bool], typer.Option(
-        "--version", "-V", help="Print mambaxfer's version and exit.", callback=_version,
-        is_eager=True)] = None,
-) -> None:
-    """Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector)."""
 
 
 def _one_line(text: str) -> str:
@@ -191,39 +211,47 @@ def _one_line(text: str) -> str:
 
 
 def _usage_error(exc) -> int:
-    """Option parsing's error as one red line (typer's box is many), with a pointer to --help."""
+    """Option parsing's error as one red line (a box would be many), with a pointer to --help."""
     ctx = getattr(exc, "ctx", None)
     if isinstance(exc, click.exceptions.NoArgsIsHelpError):
         # Building the error rendered the help: rich prints it then, a plain formatter returns it.
         if exc.format_message().strip():
-            typer.echo(exc.format_message())
+            click.echo(exc.format_message())
         return exc.exit_code
-    message = _one_line(exc.format_message())
+    if isinstance(exc, click.exceptions.NoSuchOption):   # one wording whatever click's release
+        near = sorted(exc.possibilities or ())
+        message = _one_line(f"No such option: {exc.option_name}"
+                            + (f" (Possible options: {', '.join(near)})" if near else ""))
+    else:
+        message = _one_line(exc.format_message())
     if isinstance(exc, click.exceptions.UsageError) and ctx is not None:
         message += f" (see '{ctx.command_path} --help')"
     red_line(message)
     return exc.exit_code
 
 
-def run(args: list[str], prog_name: str = "mambaxfer") -> int:
+def run(args: list[str], prog_name: str = PROG) -> int:
     """Run one command line; returns the exit code. Every way out is decided here."""
     forget()
     try:
-        command = typer.main.get_command(app)
-        command._main_shell_completion(ctx_args={}, prog_name=prog_name)
-        with command.make_context(prog_name, list(args)) as ctx:
-            command.invoke(ctx)
+        instruction = os.environ.get(COMPLETE_VAR)
+        if instruction:
+            from click.shell_completion import shell_complete
+
+            return shell_complete(app, {}, prog_name, COMPLETE_VAR, instruction)
+        with app.make_context(prog_name, list(args)) as ctx:
+            app.invoke(ctx)
         return 0
     except KeyboardInterrupt as exc:     # a stop signal (exits.Stopped), or Python's own Ctrl-C
         return exits.report(exc)
-    except typer.Exit as exc:
+    except click.exceptions.Exit as exc:
         return exc.exit_code
     except UserError as exc:
         red_line(str(exc))
         return EXIT_USAGE
     except click.exceptions.ClickException as exc:
         return _usage_error(exc)
-    except typer.Abort:
+    except click.exceptions.Abort:
         return exits.report(KeyboardInterrupt())
     except BrokenPipeError:
         return closed_pipe()

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
+import click
 
-from mambaxfer_cli.cli.outcome import keep_exit_code, said
 from mambaxfer_cli.cli.options import (
-    ServingEngineOpt,
-    BackendOpt, BlockSizeOpt, EngineOption, GdnBackendOpt, GpuOpt, KvDtypeOpt, MODEL_HELP, ModelOption,
-    OutputOption, PrefixOpt, RequestOption, Semantics, VariantOpt, VllmVersionOpt, engines, load, stamped,
+    EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, Semantics,
 )
+from mambaxfer_cli.cli.outcome import said
+from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
+from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
-
-
-class BenchFormat(str, Enum):
-    table = "table"
-    json = "json"
 
 
 def _sizes(text: str) -> list[int]:
@@ -37,50 +30,21 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _devices(text: str) -> list[tuple[str, int]]:
-    from mambaxfer_cli.execute.device import resolve_device
-
-    out = []
-    for name in [x.strip() for x in text.split(",") if x.strip()] or ["auto"]:
-        if name not in ("auto", "cpu", "cuda"):
-            raise UserError(f"--device '{name}': one of auto, cpu, cuda (comma-separated for a sweep)")
-        out.append(resolve_device(name))
-    return out
-
-
+@command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
+               "request": RequestArgs.given("semantics", "seed"), "output": OutputArgs.given("fmt")},
+         required=("model", "p_tp", "d_tp"), defaults={"iters": 20})
 def bench(
-    model: Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)],
-    p_tp: Annotated[int, EngineOption("--p-tp", help="Prefill (P) TP size.", show_default=False)],
-    d_tp: Annotated[int, EngineOption("--d-tp", help="Decode (D) TP size.", show_default=False)],
-    request_blocks: Annotated[str, RequestOption(
-        "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.")
-    ] = "1,4,16",
-    device: Annotated[str, EngineOption(
-        "--device", help="cpu (DRAM), cuda (VRAM) or auto; comma-separated for a sweep, e.g. cpu,cuda.")] = "cpu",
-    iters: Annotated[int, RequestOption("--iters", help="Transfers per variant and direction (median, p99).")] = 20,
-    semantics: Annotated[Semantics, RequestOption(
-        "--semantics", help="exact: mambaxfer's reads; vllm: what vLLM issues.", case_sensitive=False)
-    ] = Semantics.vllm,
-    layers: Annotated[Optional[int], ModelOption(
-        "--layers", help="Use only the model's first N cache-keeping layers. Default: all.",
-        show_default=False)] = None,
-    serving_engine: ServingEngineOpt = "vllm",
-    vllm_version: VllmVersionOpt = None,
-    gpu: GpuOpt = None,
-    gdn_prefill_backend: GdnBackendOpt = None,
-    attention_backend: BackendOpt = None,
-    block_size: BlockSizeOpt = None,
-    kv_cache_dtype: KvDtypeOpt = None,
-    enable_prefix_caching: PrefixOpt = None,
-    seed: Annotated[int, RequestOption("--seed", help="Seed of the request's block IDs.")] = 0,
-    timeout: Annotated[float, OutputOption(
-        "--timeout", help="Stop a run after this many seconds without progress (no rank working or "
-                          "reaching a new step).")] = 120.0,
-    fmt: Annotated[BenchFormat, OutputOption(
-        "--format", "-f", help="table, or json (mambaxfer.bench/v1).")] = BenchFormat.table,
-    chart: Annotated[Optional[Path], OutputOption(
-        "--chart", help="Write a PNG of GB/s against request size (needs matplotlib).", show_default=False)] = None,
-    variant: VariantOpt = None,
+    model: ModelArgs,
+    pair: PairArgs,
+    engines: EngineArgs,
+    request: RequestArgs,
+    run: RunArgs,
+    output: OutputArgs,
+    sweep: str = option(
+        "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.",
+        panel=REQUEST, default="1,4,16"),
+    chart: Path | None = option("--chart", help="Write a PNG of GB/s against request size (needs matplotlib).",
+                                panel=OUTPUT, kind=click.Path(path_type=Path)),
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
@@ -102,23 +66,23 @@ def bench(
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.limits import check_bounds, finite_seconds
 
-    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=layers, iters=iters, seed=seed)
-    finite_seconds("--timeout", timeout)
-    sizes = _sizes(request_blocks)
+    p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
+    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run.layers, iters=run.iters, seed=request.seed)
+    finite_seconds("--timeout", run.timeout)
+    sizes = _sizes(sweep)
     if chart is not None and chart.suffix.lower() != ".png":
         raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
-    from mambaxfer_cli.execute.bench import bench_document, bench_point, write_chart
+    from mambaxfer_cli.bench.measure import bench_document, bench_point
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
     from mambaxfer_cli.execute.tasks import check_fits
 
-    engine = engines(engine=serving_engine, vllm_version=vllm_version, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
-                     attention_backend=attention_backend, block_size=block_size, kv_cache_dtype=kv_cache_dtype,
-                     enable_prefix_caching=enable_prefix_caching).decode
-    spec = cut_layers(load(model, variant, None, None, None, None, None), layers)
-    plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics.value, coalesce=c, blocks=None,
-                                   request_blocks=n, seed=seed, engine=engine) for c in (False, True))
+    engine = engines.build().decode
+    spec = cut_layers(model.load(), run.layers)
+    semantics = request.reads()
+    plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
+                                   request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))
              for n in sizes]
-    devices = _devices(device)
+    devices = run.devices(default="cpu")
     for kind, _ in devices:      # up front: a sweep never stops at its largest size for want of memory
         for n, (planned, _) in zip(sizes, plans):
             try:
@@ -133,7 +97,7 @@ def bench(
         said(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
              + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it")
 
-    from mambaxfer_cli.render.bench_view import BenchProgress, bench_tables
+    from mambaxfer_cli.render.bench_view import BenchProgress
 
     points = []
     with BenchProgress(len(plans) * len(devices)) as view:
@@ -141,33 +105,41 @@ def bench(
             for n, (planned, coalesced) in zip(sizes, plans):
                 view.start(f"{kind} {n} blocks/request")
                 try:
-                    points.append(bench_point(planned, coalesced, kind, gpus, iters, timeout, view.update))
+                    points.append(bench_point(planned, coalesced, kind, gpus, run.iters, run.timeout, view.update))
                 except RunFailure as exc:
                     red_line(str(exc))   # one red line, with the run's own exit code
-                    raise typer.Exit(EXIT_RUN_FAILED) from None
+                    raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
                 except UserError as exc:
                     raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
                 view.advance()
-    document = stamped({**bench_document(plans[0][0], points, iters), **plans[0][0].engines.to_dict()})
-    keep_exit_code(EXIT_OK if document["verified"] else EXIT_WRONG)
-    if fmt is BenchFormat.json:
-        import json
+    document = {**bench_document(plans[0][0], points, run.iters), **plans[0][0].engines.to_dict()}
+    hint = f"'mambaxfer check --model {model.model} --pairs {p_tp}:{d_tp}' says which"
+    finish(BenchReport(document, chart, semantics == Semantics.vllm.value, hint), output)
 
-        typer.echo(json.dumps(document, indent=2))
-    else:
-        from mambaxfer_cli.render.console import console, fit
 
-        out = console()
-        for table in bench_tables(document):
-            out.print(fit(table))
-    if chart is not None:
-        why = write_chart(document, chart)
-        typer.echo(f"chart skipped: {why}" if why else f"chart written to {chart}", err=True)
-    if not document["verified"]:
-        wrong = sum(row["wrong_bytes"] for point in document["points"] for rows in point["variants"].values()
-                    for row in rows.values())
-        how = ("vLLM's reads (--semantics vllm) land these bytes wrong"
-               if semantics is Semantics.vllm else "mambaxfer's plan landed these bytes wrong")
-        said(f"wrong bytes: {wrong} over the runs marked WRONG; {how}; 'mambaxfer check --model {model} "
-             f"--pairs {p_tp}:{d_tp}' says which")
-        raise typer.Exit(EXIT_WRONG)
+class BenchReport(Report):
+    """Bench's figures: its tables; the chart written after them; wrong bytes said last."""
+
+    def __init__(self, document: dict, chart: Path | None, vllm_reads: bool, hint: str) -> None:
+        super().__init__(document, EXIT_OK if document["verified"] else EXIT_WRONG)
+        self.chart, self.vllm_reads, self.hint = chart, vllm_reads, hint
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.render.bench_view import bench_tables
+
+        return list(bench_tables(self.document))
+
+    def notes(self) -> list[str]:
+        from mambaxfer_cli.bench.measure import write_chart
+
+        notes = []
+        if self.chart is not None:
+            why = write_chart(self.document, self.chart)
+            notes.append(f"chart skipped: {why}" if why else f"chart written to {self.chart}")
+        if not self.document["verified"]:
+            wrong = sum(row["wrong_bytes"] for point in self.document["points"]
+                        for rows in point["variants"].values() for row in rows.values())
+            how = ("vLLM's reads (--semantics vllm) land these bytes wrong" if self.vllm_reads
+                   else "mambaxfer's plan landed these bytes wrong")
+            notes.append(f"wrong bytes: {wrong} over the runs marked WRONG; {how}; {self.hint}")
+        return notes

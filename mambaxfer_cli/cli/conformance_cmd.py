@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
-
-from mambaxfer_cli.cli.options import MODEL_HELP, EngineOption, Format, ModelOption, OutputOption, check_writable
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.cli.options import MAX_TP_OPTION, ModelArgs, OutputArgs, check_writable
+from mambaxfer_cli.cli.params import command
+from mambaxfer_cli.cli.report import Viewed, finish
 
 # A deployment's TP sizes: conformance compares every pairing up to this, per model.
 MAX_CONFORMANCE_TP = 64
 
 
-def conformance(
-    model: Annotated[Optional[str], ModelOption(
-        "--model", "-m", help=MODEL_HELP + " Or use --all-presets.", show_default=False)] = None,
-    all_presets: Annotated[bool, ModelOption(
-        "--all-presets/--no-all-presets", help="Compare on every built-in model.")] = False,
-    max_tp: Annotated[int, EngineOption(
-        "--max-tp", help="Compare every pairing of the model's valid TP sizes up to N.")] = 8,
-    fmt: Annotated[Format, OutputOption(
-        "--format", "-f", help="table, json or yaml (mambaxfer.conformance/v1).")] = Format.table,
-    junit: Annotated[Optional[Path], OutputOption(
-        "--junit", help="Also write one JUnit test case per vLLM function to FILE.", show_default=False)] = None,
-) -> None:
+@command(uses={"model": ModelArgs.given("model", "all_presets"), "output": OutputArgs.without("output")})
+def conformance(model: ModelArgs, output: OutputArgs, max_tp: int | None = MAX_TP_OPTION) -> None:
     """Run the installed vLLM's own functions on each model and P/D pairing and compare every answer with mambaxfer's.
 
     Compared: the conv split and SSM offsets, the sources, the descriptor IDs, both engines'
@@ -43,23 +31,15 @@ def conformance(
     """
     from mambaxfer_cli.limits import within
 
-    if (model is None) == (not all_presets):
-        raise UserError("give --model M or --all-presets (one of them)")
-    within("--max-tp", max_tp, 1, MAX_CONFORMANCE_TP, "deployment's TP size")
-    if model is not None:
-        names = [model]
-    else:
-        from mambaxfer_cli.readers.model_source import preset_names
-
-        names = preset_names()
-    if junit is not None:   # fail before the run, not after it
-        check_writable(junit, "--junit")
+    names = model.names()
+    largest = 8 if max_tp is None else max_tp
+    within("--max-tp", largest, 1, MAX_CONFORMANCE_TP, "deployment's TP size")
+    if output.junit is not None:   # fail before the run, not after it
+        check_writable(output.junit, "--junit")
 
     from mambaxfer_cli.conformance import run
     from mambaxfer_cli.render.conformance_view import junit_xml, progress, render_report
 
     with progress() as (start, done):
-        report = run(names, max_tp, start, done)
-    from mambaxfer_cli.cli.report import finish
-
-    finish(report.exit_code, report.to_dict(), fmt, lambda: render_report(report), junit, lambda: junit_xml(report))
+        report = run(names, largest, start, done)
+    finish(Viewed(report, render_report, junit_xml), output)

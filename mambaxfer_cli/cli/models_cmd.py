@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
-from mambaxfer_cli.cli.outcome import keep_exit_code
-from mambaxfer_cli.exits import EXIT_OK
-from mambaxfer_cli.cli.options import Format, OutputOption, dump, stamped
+from mambaxfer_cli.cli.options import OutputArgs
+from mambaxfer_cli.cli.params import command
+from mambaxfer_cli.cli.report import Report, finish
 
 
-def models(
-    fmt: Annotated[Format, OutputOption("--format", "-f", help="table, json or yaml.")] = Format.table,
-) -> None:
+@command(uses={"output": OutputArgs.given("fmt")})
+def models(output: OutputArgs) -> None:
     """List the built-in model presets with their variant, layer counts, dtypes and source.
 
     [bold]Examples[/]
@@ -25,13 +20,17 @@ def models(
     from mambaxfer_cli.readers.model_source import load_model, preset_description, preset_names
 
     specs = [load_model(name) for name in preset_names()]
-    keep_exit_code(EXIT_OK)
-    if fmt is not Format.table:
-        rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
-                for spec in specs]
-        typer.echo(dump(stamped({"schema": "mambaxfer.models/v1", "models": rows}), fmt), nl=False)
-        return
-    from mambaxfer_cli.render.model_view import models_table
-    from mambaxfer_cli.render.console import console, fit
+    rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
+            for spec in specs]
+    finish(ModelsReport({"schema": "mambaxfer.models/v1", "models": rows}, specs), output)
 
-    console().print(fit(models_table(specs)))
+
+class ModelsReport(Report):
+    def __init__(self, document: dict, specs: list) -> None:
+        super().__init__(document)
+        self.specs = specs
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.render.model_view import models_table
+
+        return [models_table(self.specs)]

@@ -1,16 +1,19 @@
-"""Options shared by several commands, and the builders that turn them into core values."""
+"""The option groups commands take, each option declared once, and the builders that turn a
+group's value into core values (``ModelArgs.load``, ``EngineArgs.build``, ``RequestArgs.plan_options``)."""
 
 from __future__ import annotations
 
 import os
 import stat
 import tempfile
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Any
 
-import typer
+import click
 
+from mambaxfer_cli.cli.params import ENGINES, MODEL, OUTPUT, REQUEST, Group, option
 from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds, within
 from mambaxfer_cli.engines import DEFAULT as DEFAULT_ENGINE
@@ -23,17 +26,6 @@ from mambaxfer_cli.planning.variants import names as variant_names
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 
 
-def _panel(name: str):
-    def option(*names, **settings):
-        return typer.Option(*names, rich_help_panel=name, **settings)
-    option.__doc__ = f"typer.Option, listed under '{name}' in --help."
-    return option
-
-
-# Help groups options in these panels, the same in every command.
-ModelOption, EngineOption, RequestOption, OutputOption = map(_panel, ("Model", "Engines", "Request", "Output"))
-
-
 class Format(str, Enum):
     table = "table"
     json = "json"
@@ -41,42 +33,318 @@ class Format(str, Enum):
 
 
 class Semantics(str, Enum):
+    """Whose reads: mambaxfer's unit-exact ones, vLLM's, or (``check``) both."""
     exact = "exact"
     vllm = "vllm"
-
-
-class CheckSemantics(str, Enum):
-    """What ``check`` proves: both (mambaxfer's exact plan and vLLM's reads), or one of them."""
     both = "both"
-    exact = "exact"
-    vllm = "vllm"
+
+
+def refuse_value(name: str, value: Any, choices: tuple[str, ...]) -> click.BadParameter:
+    """A value this command does not take, said as click says a wrong choice."""
+    ctx = click.get_current_context(silent=True)
+    param = next((p for p in ctx.command.params if p.name == name), None) if ctx is not None else None
+    shown = getattr(value, "value", value)
+    return click.BadParameter(f"{shown!r} is not one of {', '.join(map(repr, choices))}.", ctx=ctx, param=param)
 
 
 MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a model directory, "
               "a YAML model file, or a Hugging Face repo id already in the local cache.")
 
-ModelOpt = Annotated[str, ModelOption("--model", "-m", help=MODEL_HELP, show_default=False)]
 
-
-def _variant(text: str | Variant) -> Variant:
+class VariantType(click.ParamType):
     """``--variant``: a variant's name, in any case (``planning/variants/`` lists them)."""
-    try:
-        return Variant(str(text).strip().lower())
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not one of {', '.join(map(repr, variant_names()))}.") from None
+
+    name = "Variant"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Variant:
+        if isinstance(value, Variant):
+            return value
+        try:
+            return Variant(str(value).strip().lower())
+        except ValueError:
+            self.fail(f"{value!r} is not one of {', '.join(map(repr, variant_names()))}.", param, ctx)
 
 
-VariantOpt = Annotated[Optional[Variant], ModelOption(
-    "--variant", help="Override variant detection.", parser=_variant, metavar="<Variant>")]
-ConvDtypeOpt = Annotated[Optional[str], ModelOption(
-    "--conv-dtype", help="Conv state dtype (default: the model's torch_dtype).")]
-SsmDtypeOpt = Annotated[Optional[str], ModelOption(
-    "--ssm-dtype", help="Temporal (SSM) state dtype (default: the model's, else the conv dtype).")]
-NumSpecOpt = Annotated[Optional[int], ModelOption(
-    "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).")]
-SemanticsOpt = Annotated[Semantics, RequestOption(
-    "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM issues.",
-    case_sensitive=False)]
+@dataclass(frozen=True)
+class ModelArgs(Group):
+    """The model: which one, and what overrides its config."""
+
+    model: str | None = option("--model", "-m", help=MODEL_HELP, panel=MODEL)
+    all_presets: bool = option("--all-presets/--no-all-presets", help="Run on every built-in model.",
+                               panel=MODEL, default=False)
+    variant: Variant | None = option("--variant", help="Override variant detection.", panel=MODEL,
+                                     kind=VariantType(), metavar="<Variant>")
+    conv_dtype: str | None = option("--conv-dtype", help="Conv state dtype (default: the model's torch_dtype).",
+                                    panel=MODEL)
+    ssm_dtype: str | None = option(
+        "--ssm-dtype", help="Temporal (SSM) state dtype (default: the model's, else the conv dtype).", panel=MODEL)
+    num_spec: int | None = option(
+        "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).", panel=MODEL,
+        kind=int)
+    kv_heads: int | None = option(
+        "--kv-heads", help="Attention KV heads (default: the config's num_key_value_heads).", panel=MODEL, kind=int)
+    head_size: int | None = option(
+        "--head-size", help="Attention head size (default: the config's head_dim, else hidden_size / heads).",
+        panel=MODEL, kind=int)
+
+    def load(self, name: str | None = None) -> ModelSpec:
+        """The model (``name``, else --model) with this group's overrides."""
+        return load(name or self.model or "", self.variant, self.conv_dtype, self.ssm_dtype, self.num_spec,
+                    self.kv_heads, self.head_size)
+
+    def names(self) -> list[str]:
+        """--model, or every preset with --all-presets: one of them."""
+        if (self.model is None) == (not self.all_presets):
+            raise UserError("give --model M or --all-presets (one of them)")
+        if self.model is not None:
+            return [self.model]
+        from mambaxfer_cli.readers.model_source import preset_names
+
+        return preset_names()
+
+    def overrides(self) -> dict[str, Any]:
+        return {"variant": self.variant, "conv_dtype": self.conv_dtype, "ssm_dtype": self.ssm_dtype,
+                "num_spec": self.num_spec, "kv_heads": self.kv_heads, "head_size": self.head_size}
+
+
+@dataclass(frozen=True)
+class PairArgs(Group):
+    """The deployment's two TP sizes."""
+
+    p_tp: int | None = option("--p-tp", help="Prefill (P) tensor-parallel size.", panel=ENGINES, kind=int)
+    d_tp: int | None = option("--d-tp", help="Decode (D) tensor-parallel size.", panel=ENGINES, kind=int)
+
+
+def _side(what: str) -> tuple[str, str]:
+    """The help of a shared flag's P and D forms."""
+    return f"P's {what}, when it differs.", f"D's {what}, when it differs."
+
+
+BACKEND_NAMES = "FLASH_ATTN, FLASHINFER or TRITON_ATTN"
+_P_RELEASE, _D_RELEASE = _side("vLLM release")
+_P_BACKEND, _D_BACKEND = _side("attention backend")
+_P_SIZE, _D_SIZE = _side("--block-size")
+_P_KV, _D_KV = _side("--kv-cache-dtype")
+_P_PREFIX, _D_PREFIX = _side("prefix caching")
+_EXPERT = "Expert: {}'s kernel blocks per logical block by hand (not what vLLM builds)."
+_BLOCKS = "{} engine's number of kernel blocks (N; default {}, in check {})."
+
+
+@dataclass(frozen=True)
+class EngineArgs(Group):
+    """Both engines: each flag of ``vllm serve`` mambaxfer models, for both sides and, where the
+    two may differ, for P and for D (``--p-...``, ``--d-...``: the side's own value wins)."""
+
+    engine: str = option("--engine", help=f"The serving engine of P and D: {described_engines()}.", panel=ENGINES,
+                         default=DEFAULT_ENGINE)
+    vllm_version: str | None = option(
+        "--vllm-version", help=f"The vLLM release the engines run: {releases.choices()} (default: the vLLM "
+                               "installed here, else the newest mambaxfer knows).", panel=ENGINES)
+    p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES)
+    d_vllm_version: str | None = option("--d-vllm-version", help=_D_RELEASE, panel=ENGINES)
+    gpu: str | None = option(
+        "--gpu", help="The engines' GPU: H100, H200, A100, L40S, B200, GB200, B300, RTX PRO 6000, ... or a "
+                      "compute capability (sm90); also as nvidia-smi prints it ('NVIDIA H100 80GB HBM3'); /cu12 "
+                      "after it for a CUDA 12 build (default H100).", panel=ENGINES)
+    gdn_prefill_backend: str | None = option(
+        "--gdn-prefill-backend", help="vLLM's --gdn-prefill-backend for GDN models: flashinfer, triton or cutedsl "
+                                      "(default: vLLM's choice for the GPU).", panel=ENGINES)
+    attention_backend: str | None = option(
+        "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES} (default: vLLM's choice "
+                                    "for the GPU, FLASHINFER on SM 10.x, else FLASH_ATTN).", panel=ENGINES)
+    p_attention_backend: str | None = option("--p-attention-backend", help=_P_BACKEND, panel=ENGINES)
+    d_attention_backend: str | None = option("--d-attention-backend", help=_D_BACKEND, panel=ENGINES)
+    block_size: int | None = option(
+        "--block-size", help="Both engines' --block-size in tokens (default: none given, so the release's: "
+                             f"{releases.block_size_defaults()}; vLLM raises it for hybrids).", panel=ENGINES,
+        kind=int)
+    p_block_size: int | None = option("--p-block-size", help=_P_SIZE, panel=ENGINES, kind=int)
+    d_block_size: int | None = option("--d-block-size", help=_D_SIZE, panel=ENGINES, kind=int)
+    kv_cache_dtype: str | None = option(
+        "--kv-cache-dtype", help="Both engines' --kv-cache-dtype: auto (the model's dtype, the default), fp8, "
+                                 "bfloat16, ...", panel=ENGINES)
+    p_kv_cache_dtype: str | None = option("--p-kv-cache-dtype", help=_P_KV, panel=ENGINES)
+    d_kv_cache_dtype: str | None = option("--d-kv-cache-dtype", help=_D_KV, panel=ENGINES)
+    enable_prefix_caching: bool | None = option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Both engines' prefix caching (default on: vLLM enables it for hybrid models).", panel=ENGINES)
+    p_enable_prefix_caching: bool | None = option(
+        "--p-enable-prefix-caching/--p-no-enable-prefix-caching", help=_P_PREFIX, panel=ENGINES)
+    d_enable_prefix_caching: bool | None = option(
+        "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help=_D_PREFIX, panel=ENGINES)
+    p_num_blocks: int | None = option(
+        "--p-num-blocks", help=_BLOCKS.format("P", DEFAULT_NUM_BLOCKS, CHECK_NUM_BLOCKS["prefill"]), panel=ENGINES,
+        kind=int)
+    d_num_blocks: int | None = option(
+        "--d-num-blocks", help=_BLOCKS.format("D", DEFAULT_NUM_BLOCKS, CHECK_NUM_BLOCKS["decode"]), panel=ENGINES,
+        kind=int)
+    p_blocks_per_logical: int | None = option("--p-blocks-per-logical", help=_EXPERT.format("P"), panel=ENGINES,
+                                              kind=int)
+    d_blocks_per_logical: int | None = option("--d-blocks-per-logical", help=_EXPERT.format("D"), panel=ENGINES,
+                                              kind=int)
+
+    # What a command that runs one engine's geometry (execute, bench, inspect) takes: no side's own.
+    SHARED = ("engine", "vllm_version", "gpu", "gdn_prefill_backend", "attention_backend", "block_size",
+              "kv_cache_dtype", "enable_prefix_caching")
+
+    def build(self, num_blocks: dict[str, int] | None = None):
+        """Both engines, built once: each side's own value where given, else the one both share, else
+        the planner's default (``EngineFlags``'s, the release's block size, the installed vLLM's
+        release); ``num_blocks``: the sides' number of blocks when not given (check's)."""
+        from mambaxfer_cli.engines.vllm.engine import Engines
+        from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags
+
+        check_bounds(p_num_blocks=self.p_num_blocks, d_num_blocks=self.d_num_blocks,
+                     p_blocks_per_logical=self.p_blocks_per_logical, d_blocks_per_logical=self.d_blocks_per_logical)
+        for flag, value in (("--block-size", self.block_size), ("--p-block-size", self.p_block_size),
+                            ("--d-block-size", self.d_block_size)):
+            if value is not None:
+                within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
+        modelled(self.engine)
+        device = _gpu(self.gpu)
+        shared = _release("--vllm-version", self.vllm_version, self.engine) if self.vllm_version is not None else None
+
+        def side(prefix: str, role: str) -> EngineFlags:
+            version = getattr(self, f"{prefix}_vllm_version")
+            flag = f"--{prefix}-vllm-version"
+            chosen = (_release(flag, version, self.engine) if version is not None
+                      else shared or _release_when_unnamed())
+            blocks = getattr(self, f"{prefix}_num_blocks")
+            given = dict(attention_backend=self._own(prefix, "attention_backend"),
+                         block_size=self._own(prefix, "block_size"),
+                         kv_cache_dtype=self._own(prefix, "kv_cache_dtype"),
+                         prefix_caching=self._own(prefix, "enable_prefix_caching"),
+                         gdn_prefill_backend=self.gdn_prefill_backend,
+                         num_blocks=(num_blocks or {}).get(role) if blocks is None else blocks,
+                         blocks_per_logical=getattr(self, f"{prefix}_blocks_per_logical"))
+            return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})
+
+        if self.gdn_prefill_backend is not None:
+            from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend as resolve
+
+            try:
+                resolve(device, None, self.gdn_prefill_backend)
+            except UserError as exc:
+                raise UserError(f"--gdn-prefill-backend: {exc}") from None
+        return Engines(side("p", "prefill"), side("d", "decode"))
+
+    def _own(self, prefix: str, name: str) -> Any:
+        own = getattr(self, f"{prefix}_{name}")
+        return getattr(self, name) if own is None else own
+
+
+@dataclass(frozen=True)
+class RequestArgs(Group):
+    """The request and how its reads are laid out: whose reads, its block IDs, the KV-cache grouping."""
+
+    semantics: Semantics | None = option(
+        "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM issues; both (check's default): "
+                            "mambaxfer's exact plan and what vLLM does (accepts and moves the right bytes, corrupts "
+                            "them, or refuses). Default: exact, in check both.", panel=REQUEST, kind=Semantics)
+    coalesce: bool = option("--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one "
+                                                             "descriptor.", panel=REQUEST, default=False)
+    attention_streams: int = option(
+        "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM) or 2 (K and V split).",
+        panel=ENGINES, default=1, kind=int)
+    kv_groups: str | None = option(
+        "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM's rule).", panel=ENGINES)
+    kv_tensors: int | None = option("--kv-tensors", help="KV-cache tensors, with --kv-groups.", panel=ENGINES,
+                                    kind=int)
+    ssm_tensors: int | None = option(
+        "--ssm-tensors", help="Tensors that hold SSM layers, with --kv-groups (default: all).", panel=ENGINES,
+        kind=int)
+    request_blocks: int = option(
+        "--request-blocks", help="Logical blocks per KV-cache group in the request, at block IDs drawn at random.",
+        panel=REQUEST, default=1, kind=int)
+    prefill_blocks: str | None = option(
+        "--prefill-blocks", help="The request's P logical block IDs per group, e.g. '3,5;1;2' (';' between groups).",
+        panel=REQUEST)
+    decode_blocks: str | None = option(
+        "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.", panel=REQUEST)
+    seed: int = option("--seed", help="Seed of the request's block IDs.", panel=REQUEST, default=0, kind=int)
+
+    def reads(self, both: bool = False) -> str:
+        """--semantics as the planner takes it: exact unless given; ``both`` only where the command
+        proves both (check, whose default it is)."""
+        if self.semantics is None:
+            return Semantics.both.value if both else Semantics.exact.value
+        if self.semantics is Semantics.both and not both:
+            raise refuse_value("semantics", self.semantics, ("exact", "vllm"))
+        return self.semantics.value
+
+    def plan_options(self, engines, semantics: str | None = None):
+        """PlanOptions from this request and both engines (``EngineArgs.build()``)."""
+        from mambaxfer_cli.planning.kv_groups import parse_grouping
+        from mambaxfer_cli.engines.vllm.plan import PlanOptions
+
+        check_bounds(attention_streams=self.attention_streams, kv_tensors=self.kv_tensors,
+                     ssm_tensors=self.ssm_tensors, request_blocks=self.request_blocks, seed=self.seed)
+        if self.kv_groups is None and (self.kv_tensors is not None or self.ssm_tensors is not None):
+            raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
+        grouping = (parse_grouping(self.kv_groups, self.kv_tensors, self.ssm_tensors)
+                    if self.kv_groups is not None else None)
+        return PlanOptions(
+            semantics=semantics or self.reads(), coalesce=self.coalesce, prefill=engines.prefill,
+            decode=engines.decode, attention_streams=self.attention_streams, grouping=grouping,
+            request_blocks=self.request_blocks, prefill_blocks=self.prefill_blocks,
+            decode_blocks=self.decode_blocks, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class RunArgs(Group):
+    """A run of real NIXL agents (execute, bench): where, how long, how often."""
+
+    device: str | None = option(
+        "--device", help="cuda: VRAM on the visible GPUs; cpu: DRAM over UCX; auto: cuda when available; bench: "
+                         "comma-separated for a sweep, e.g. cpu,cuda (default: auto; bench: cpu).", panel=ENGINES)
+    layers: int | None = option(
+        "--layers", help="Use only the model's first N cache-keeping layers (fewer KV-cache tensors). Default: all.",
+        panel=MODEL, kind=int)
+    iters: int = option("--iters", help="Transfers per run and direction (median; bench: and p99).", panel=REQUEST,
+                        default=3, kind=int)
+    timeout: float = option(
+        "--timeout", help="Stop the run after this many seconds without progress (no rank working or reaching a "
+                          "new step).", panel=REQUEST, default=120.0, kind=float)
+
+    DEVICES = ("auto", "cpu", "cuda")
+
+    def devices(self, default: str = "auto") -> list[tuple[str, int]]:
+        """--device resolved: each named device's kind and GPU count, in order."""
+        from mambaxfer_cli.execute.device import resolve_device
+
+        names = [x.strip().lower() for x in (self.device or default).split(",") if x.strip()] or [default]
+        for name in names:
+            if name not in self.DEVICES:
+                raise refuse_value("device", name, self.DEVICES)
+        return [resolve_device(name) for name in names]
+
+    def device_one(self) -> tuple[str, int]:
+        """--device when one run takes one device."""
+        if self.device is not None and self.device.strip().lower() not in self.DEVICES:
+            raise refuse_value("device", self.device, self.DEVICES)
+        return self.devices()[0]
+
+
+# A sweep's largest TP size (check, conformance): one declaration that both commands take.
+MAX_TP_OPTION: int | None = option(
+    "--max-tp", help="Every pairing of the model's valid TP sizes up to N (default 8; check: unless --pairs).",
+    panel=ENGINES, kind=int)
+
+
+@dataclass(frozen=True)
+class OutputArgs(Group):
+    """Where and how a command says its result."""
+
+    fmt: Format = option("--format", "-f", help="table, json or yaml (mambaxfer.{command}/v1).", panel=OUTPUT,
+                         default=Format.table, kind=Format)
+    output: Path | None = option("--output", "-o", help="Write the document (JSON, or YAML with --format yaml) "
+                                                        "to FILE.", panel=OUTPUT, kind=click.Path(path_type=Path))
+    junit: Path | None = option("--junit", help="Also write the results as JUnit XML to FILE.", panel=OUTPUT,
+                                kind=click.Path(path_type=Path))
+
+    def document_format(self) -> Format:
+        """The format of a document written to a file: YAML when asked, else JSON."""
+        return Format.yaml if self.fmt is Format.yaml else Format.json
 
 
 def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
@@ -186,77 +454,6 @@ def _umask() -> int:
     return mask
 
 
-PTpOpt = Annotated[int, EngineOption("--p-tp", help="Prefill (P) tensor-parallel size.", show_default=False)]
-DTpOpt = Annotated[int, EngineOption("--d-tp", help="Decode (D) tensor-parallel size.", show_default=False)]
-CoalesceOpt = Annotated[bool, RequestOption(
-    "--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one descriptor.")]
-PNumBlocksOpt = Annotated[Optional[int], EngineOption(
-    "--p-num-blocks", help=f"P engine's number of kernel blocks (N; default {DEFAULT_NUM_BLOCKS}, in check "
-                           f"{CHECK_NUM_BLOCKS['prefill']}).", show_default=False)]
-DNumBlocksOpt = Annotated[Optional[int], EngineOption(
-    "--d-num-blocks", help=f"D engine's number of kernel blocks (N; default {DEFAULT_NUM_BLOCKS}, in check "
-                           f"{CHECK_NUM_BLOCKS['decode']}).", show_default=False)]
-PPhysOpt = Annotated[Optional[int], EngineOption(
-    "--p-blocks-per-logical", help="Expert: P's kernel blocks per logical block by hand (not what vLLM builds).",
-    show_default=False)]
-DPhysOpt = Annotated[Optional[int], EngineOption(
-    "--d-blocks-per-logical", help="Expert: D's kernel blocks per logical block by hand (not what vLLM builds).",
-    show_default=False)]
-BACKEND_NAMES = "FLASH_ATTN, FLASHINFER or TRITON_ATTN"
-BackendOpt = Annotated[Optional[str], EngineOption(
-    "--attention-backend", help=f"Both engines' attention backend: {BACKEND_NAMES} (default: vLLM's choice for "
-                                "the GPU, FLASHINFER on SM 10.x, else FLASH_ATTN).", show_default=False)]
-PBackendOpt = Annotated[Optional[str], EngineOption(
-    "--p-attention-backend", help="P's attention backend, when it differs.", show_default=False)]
-DBackendOpt = Annotated[Optional[str], EngineOption(
-    "--d-attention-backend", help="D's attention backend, when it differs.", show_default=False)]
-BlockSizeOpt = Annotated[Optional[int], EngineOption(
-    "--block-size", help="Both engines' --block-size in tokens (default: none given, so the release's: "
-                         f"{releases.block_size_defaults()}; vLLM raises it for hybrids).", show_default=False)]
-PBlockSizeOpt = Annotated[Optional[int], EngineOption(
-    "--p-block-size", help="P's --block-size, when it differs.", show_default=False)]
-DBlockSizeOpt = Annotated[Optional[int], EngineOption(
-    "--d-block-size", help="D's --block-size, when it differs.", show_default=False)]
-KvDtypeOpt = Annotated[Optional[str], EngineOption(
-    "--kv-cache-dtype", help="Both engines' --kv-cache-dtype: auto (the model's dtype, the default), fp8, "
-                             "bfloat16, ...", show_default=False)]
-PKvDtypeOpt = Annotated[Optional[str], EngineOption(
-    "--p-kv-cache-dtype", help="P's --kv-cache-dtype, when it differs.", show_default=False)]
-DKvDtypeOpt = Annotated[Optional[str], EngineOption(
-    "--d-kv-cache-dtype", help="D's --kv-cache-dtype, when it differs.", show_default=False)]
-PrefixOpt = Annotated[Optional[bool], EngineOption(
-    "--enable-prefix-caching/--no-enable-prefix-caching",
-    help="Both engines' prefix caching (default on: vLLM enables it for hybrid models).", show_default=False)]
-PPrefixOpt = Annotated[Optional[bool], EngineOption(
-    "--p-enable-prefix-caching/--p-no-enable-prefix-caching", help="P's prefix caching, when it differs.",
-    show_default=False)]
-DPrefixOpt = Annotated[Optional[bool], EngineOption(
-    "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help="D's prefix caching, when it differs.",
-    show_default=False)]
-ServingEngineOpt = Annotated[str, EngineOption(
-    "--engine", help=f"The serving engine of P and D: {described_engines()}.")]
-VllmVersionOpt = Annotated[Optional[str], EngineOption(
-    "--vllm-version", help=f"The vLLM release the engines run: {releases.choices()} (default: the vLLM installed "
-                           "here, else the newest mambaxfer knows).", show_default=False)]
-PVllmVersionOpt = Annotated[Optional[str], EngineOption(
-    "--p-vllm-version", help="P's vLLM release, when it differs.", show_default=False)]
-DVllmVersionOpt = Annotated[Optional[str], EngineOption(
-    "--d-vllm-version", help="D's vLLM release, when it differs.", show_default=False)]
-GpuOpt = Annotated[Optional[str], EngineOption(
-    "--gpu", help="The engines' GPU: H100, H200, A100, L40S, B200, GB200, B300, RTX PRO 6000, ... or a "
-                  "compute capability (sm90); also as nvidia-smi prints it ('NVIDIA H100 80GB HBM3'); /cu12 after it "
-                  "for a CUDA 12 build (default H100).",
-    show_default=False)]
-GdnBackendOpt = Annotated[Optional[str], EngineOption(
-    "--gdn-prefill-backend", help="vLLM's --gdn-prefill-backend for GDN models: flashinfer, triton or cutedsl "
-                                  "(default: vLLM's choice for the GPU).", show_default=False)]
-KvHeadsOpt = Annotated[Optional[int], ModelOption(
-    "--kv-heads", help="Attention KV heads (default: the config's num_key_value_heads).", show_default=False)]
-HeadSizeOpt = Annotated[Optional[int], ModelOption(
-    "--head-size", help="Attention head size (default: the config's head_dim, else hidden_size / heads).",
-    show_default=False)]
-
-
 _said: set[str] = set()
 
 
@@ -268,7 +465,7 @@ def _release_when_unnamed():
     found = default_release()
     if found.note and found.note not in _said:
         _said.add(found.note)
-        typer.echo(f"note: {found.note}", err=True)
+        click.echo(f"note: {found.note}", err=True)
     return found.release
 
 
@@ -301,89 +498,3 @@ def _gpu(name: str | None):
         raise UserError(f"--gpu: {exc}") from None
 
 
-def _own(own, shared):
-    return shared if own is None else own
-
-
-def engines(*, engine: str = DEFAULT_ENGINE, vllm_version: str | None = None, p_vllm_version: str | None = None,
-            d_vllm_version: str | None = None, gpu: str | None = None, gdn_prefill_backend: str | None = None,
-            attention_backend: str | None = None, p_attention_backend: str | None = None,
-            d_attention_backend: str | None = None, block_size: int | None = None, p_block_size: int | None = None,
-            d_block_size: int | None = None, kv_cache_dtype: str | None = None, p_kv_cache_dtype: str | None = None,
-            d_kv_cache_dtype: str | None = None, enable_prefix_caching: bool | None = None,
-            p_enable_prefix_caching: bool | None = None, d_enable_prefix_caching: bool | None = None,
-            p_num_blocks: int | None = None, d_num_blocks: int | None = None,
-            p_blocks_per_logical: int | None = None, d_blocks_per_logical: int | None = None):
-    """Both engines from a command's engine options, built once: each side's own value where
-    given, else the one both share, else the planner's default (``EngineFlags``'s, the release's
-    block size, the installed vLLM's release)."""
-    from mambaxfer_cli.engines.vllm.engine import Engines
-    from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags
-
-    check_bounds(p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks, p_blocks_per_logical=p_blocks_per_logical,
-                 d_blocks_per_logical=d_blocks_per_logical)
-    for flag, value in (("--block-size", block_size), ("--p-block-size", p_block_size),
-                        ("--d-block-size", d_block_size)):
-        if value is not None:
-            within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
-    modelled(engine)
-    device = _gpu(gpu)
-    shared = _release("--vllm-version", vllm_version, engine) if vllm_version is not None else None
-
-    def side(prefix: str, version, backend, size, kv, prefix_caching, num_blocks, per_logical) -> EngineFlags:
-        flag = f"--{prefix}-vllm-version"
-        chosen = _release(flag, version, engine) if version is not None else shared or _release_when_unnamed()
-        given = dict(attention_backend=_own(backend, attention_backend), block_size=_own(size, block_size),
-                     kv_cache_dtype=_own(kv, kv_cache_dtype),
-                     prefix_caching=_own(prefix_caching, enable_prefix_caching),
-                     gdn_prefill_backend=gdn_prefill_backend, num_blocks=num_blocks,
-                     blocks_per_logical=per_logical)
-        return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})
-
-    if gdn_prefill_backend is not None:
-        from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend as resolve
-
-        try:
-            resolve(device, None, gdn_prefill_backend)
-        except UserError as exc:
-            raise UserError(f"--gdn-prefill-backend: {exc}") from None
-    return Engines(
-        side("p", p_vllm_version, p_attention_backend, p_block_size, p_kv_cache_dtype, p_enable_prefix_caching,
-             p_num_blocks, p_blocks_per_logical),
-        side("d", d_vllm_version, d_attention_backend, d_block_size, d_kv_cache_dtype, d_enable_prefix_caching,
-             d_num_blocks, d_blocks_per_logical))
-
-
-StreamsOpt = Annotated[int, EngineOption(
-    "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM) or 2 (K and V split).")]
-KvGroupsOpt = Annotated[Optional[str], EngineOption(
-    "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM's rule).")]
-KvTensorsOpt = Annotated[Optional[int], EngineOption(
-    "--kv-tensors", help="KV-cache tensors, with --kv-groups.")]
-SsmTensorsOpt = Annotated[Optional[int], EngineOption(
-    "--ssm-tensors", help="Tensors that hold SSM layers, with --kv-groups (default: all).")]
-RequestBlocksOpt = Annotated[int, RequestOption(
-    "--request-blocks", help="Logical blocks per KV-cache group in the generated request.")]
-PrefillBlocksOpt = Annotated[Optional[str], RequestOption(
-    "--prefill-blocks", help="The request's P logical block IDs per group, e.g. '3,5;1;2' (';' between groups).")]
-DecodeBlocksOpt = Annotated[Optional[str], RequestOption(
-    "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.")]
-SeedOpt = Annotated[int, RequestOption("--seed", help="Seed of the generated request's block IDs.")]
-
-
-def plan_options(*, semantics: Semantics, coalesce: bool, engines, attention_streams: int,
-                 kv_groups: str | None, kv_tensors: int | None, ssm_tensors: int | None,
-                 request_blocks: int, prefill_blocks: str | None, decode_blocks: str | None, seed: int):
-    """PlanOptions from the command line's values; ``engines``: both engines (``engines()``)."""
-    from mambaxfer_cli.planning.kv_groups import parse_grouping
-    from mambaxfer_cli.engines.vllm.plan import PlanOptions
-
-    check_bounds(attention_streams=attention_streams, kv_tensors=kv_tensors, ssm_tensors=ssm_tensors,
-                 request_blocks=request_blocks, seed=seed)
-    if kv_groups is None and (kv_tensors is not None or ssm_tensors is not None):
-        raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
-    grouping = parse_grouping(kv_groups, kv_tensors, ssm_tensors) if kv_groups is not None else None
-    return PlanOptions(
-        semantics=semantics.value, coalesce=coalesce, prefill=engines.prefill, decode=engines.decode,
-        attention_streams=attention_streams, grouping=grouping, request_blocks=request_blocks,
-        prefill_blocks=prefill_blocks, decode_blocks=decode_blocks, seed=seed)

@@ -8,9 +8,6 @@ import re
 import signal
 import sys
 
-import typer
-
-from mambaxfer_cli.exits import EXIT_USAGE
 
 _kept: list[int] = []
 _ERROR_AND_FIRST_WORD = re.compile(r"^error: \S+")   # never 'error:' alone on its line
@@ -33,12 +30,6 @@ def said(message: str) -> None:
     from rich.console import Console
 
     Console(stderr=True, highlight=False).print(message, markup=False)
-
-
-def fail(message: str) -> typer.Exit:
-    """Print one red line on stderr; the caller raises the returned Exit (code 2)."""
-    red_line(message)
-    return typer.Exit(EXIT_USAGE)
 
 
 def keep_exit_code(code: int) -> None:

@@ -2,76 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-
-from mambaxfer_cli.cli.outcome import keep_exit_code
-from mambaxfer_cli.exits import EXIT_OK
-from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.cli.options import (
-    ServingEngineOpt,
-    BackendOpt, BlockSizeOpt, CoalesceOpt, ConvDtypeOpt, DBackendOpt, DBlockSizeOpt, DKvDtypeOpt, DNumBlocksOpt,
-    DPhysOpt, DPrefixOpt, DTpOpt, DVllmVersionOpt, DecodeBlocksOpt, Format, GdnBackendOpt, GpuOpt, HeadSizeOpt,
-    KvDtypeOpt, KvGroupsOpt, KvHeadsOpt, KvTensorsOpt, ModelOpt, NumSpecOpt, OutputOption, PBackendOpt,
-    PBlockSizeOpt, PKvDtypeOpt, PNumBlocksOpt, PPhysOpt, PPrefixOpt, PTpOpt, PVllmVersionOpt, PrefillBlocksOpt,
-    PrefixOpt, RequestBlocksOpt, SeedOpt, Semantics, SemanticsOpt, SsmDtypeOpt, SsmTensorsOpt, StreamsOpt,
-    VariantOpt, VllmVersionOpt, check_bounds, dump, engines, load, plan_options, stamped, write_output,
+    EngineArgs, Format, ModelArgs, OutputArgs, PairArgs, RequestArgs, check_bounds, dump,
 )
+from mambaxfer_cli.cli.params import OUTPUT, command, option
+from mambaxfer_cli.cli.report import Report, finish
+from mambaxfer_cli.errors import UserError
 
 
+@command(uses={"model": ModelArgs.without("all_presets"), "output": OutputArgs.without("junit")},
+         required=("model", "p_tp", "d_tp"))
 def plan(
-    model: ModelOpt,
-    p_tp: PTpOpt,
-    d_tp: DTpOpt,
-    semantics: SemanticsOpt = Semantics.exact,
-    coalesce: CoalesceOpt = False,
-    fmt: Annotated[Format, OutputOption(
-        "--format", "-f", help="table, json or yaml (mambaxfer.plan/v1).")] = Format.table,
-    d_rank: Annotated[Optional[int], OutputOption("--d-rank", help="Show only this D rank.")] = None,
-    show: Annotated[Optional[str], OutputOption(
+    model: ModelArgs,
+    pair: PairArgs,
+    engines: EngineArgs,
+    request: RequestArgs,
+    output: OutputArgs,
+    d_rank: int | None = option("--d-rank", help="Show only this D rank.", panel=OUTPUT, kind=int),
+    show: str | None = option(
         "--show", help="Also show, comma-separated: layouts (both sides' ranks), reads (every segment), "
-                       "diagram (where each D byte comes from), ids (descriptor IDs), notes; or all.",
-        show_default=False)] = None,
-    output: Annotated[Optional[Path], OutputOption(
-        "--output", "-o", help="Write the plan document (JSON, or YAML with --format yaml) to FILE.")] = None,
-    variant: VariantOpt = None,
-    conv_dtype: ConvDtypeOpt = None,
-    ssm_dtype: SsmDtypeOpt = None,
-    num_spec: NumSpecOpt = None,
-    kv_heads: KvHeadsOpt = None,
-    head_size: HeadSizeOpt = None,
-    serving_engine: ServingEngineOpt = "vllm",
-    vllm_version: VllmVersionOpt = None,
-    p_vllm_version: PVllmVersionOpt = None,
-    d_vllm_version: DVllmVersionOpt = None,
-    gpu: GpuOpt = None,
-    gdn_prefill_backend: GdnBackendOpt = None,
-    attention_backend: BackendOpt = None,
-    p_attention_backend: PBackendOpt = None,
-    d_attention_backend: DBackendOpt = None,
-    block_size: BlockSizeOpt = None,
-    p_block_size: PBlockSizeOpt = None,
-    d_block_size: DBlockSizeOpt = None,
-    kv_cache_dtype: KvDtypeOpt = None,
-    p_kv_cache_dtype: PKvDtypeOpt = None,
-    d_kv_cache_dtype: DKvDtypeOpt = None,
-    enable_prefix_caching: PrefixOpt = None,
-    p_enable_prefix_caching: PPrefixOpt = None,
-    d_enable_prefix_caching: DPrefixOpt = None,
-    p_num_blocks: PNumBlocksOpt = None,
-    d_num_blocks: DNumBlocksOpt = None,
-    p_blocks_per_logical: PPhysOpt = None,
-    d_blocks_per_logical: DPhysOpt = None,
-    attention_streams: StreamsOpt = 1,
-    kv_groups: KvGroupsOpt = None,
-    kv_tensors: KvTensorsOpt = None,
-    ssm_tensors: SsmTensorsOpt = None,
-    request_blocks: RequestBlocksOpt = 1,
-    prefill_blocks: PrefillBlocksOpt = None,
-    decode_blocks: DecodeBlocksOpt = None,
-    seed: SeedOpt = 0,
+                       "diagram (where each D byte comes from), ids (descriptor IDs), notes; or all.", panel=OUTPUT),
 ) -> None:
     """Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both
     sides' layouts, every segment, page diagrams and descriptor IDs.
@@ -86,52 +36,37 @@ def plan(
     """
     from mambaxfer_cli.engines.vllm.plan import build_plan
 
+    p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp)
     sections = shown_sections(show)
-    spec = load(model, variant, conv_dtype, ssm_dtype, num_spec, kv_heads, head_size)
-    deployment = engines(
-        engine=serving_engine,
-        vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version, gpu=gpu,
-        gdn_prefill_backend=gdn_prefill_backend, attention_backend=attention_backend,
-        p_attention_backend=p_attention_backend, d_attention_backend=d_attention_backend, block_size=block_size,
-        p_block_size=p_block_size, d_block_size=d_block_size, kv_cache_dtype=kv_cache_dtype,
-        p_kv_cache_dtype=p_kv_cache_dtype, d_kv_cache_dtype=d_kv_cache_dtype,
-        enable_prefix_caching=enable_prefix_caching, p_enable_prefix_caching=p_enable_prefix_caching,
-        d_enable_prefix_caching=d_enable_prefix_caching, p_num_blocks=p_num_blocks, d_num_blocks=d_num_blocks,
-        p_blocks_per_logical=p_blocks_per_logical, d_blocks_per_logical=d_blocks_per_logical)
-    options = plan_options(
-        semantics=semantics, coalesce=coalesce, engines=deployment,
-        attention_streams=attention_streams, kv_groups=kv_groups, kv_tensors=kv_tensors,
-        ssm_tensors=ssm_tensors, request_blocks=request_blocks, prefill_blocks=prefill_blocks,
-        decode_blocks=decode_blocks, seed=seed)
-    check_document_fits(spec, p_tp, d_tp, options, d_rank, Format.yaml if fmt is Format.yaml else Format.json)
+    spec = model.load()
+    options = request.plan_options(engines.build())
+    check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())
     result = build_plan(spec, p_tp, d_tp, options)
-    document = stamped(result.to_dict(d_rank))  # validates --d-rank before anything is written
-    keep_exit_code(EXIT_OK)
-    if output is not None:
-        from rich.console import Console
+    document = result.to_dict(d_rank)  # validates --d-rank before anything is written
+    finish(PlanReport(result, document, d_rank, sections), output)
 
+
+class PlanReport(Report):
+    """A plan: its document, or its tables; with --output, the document in the file and a summary."""
+
+    def __init__(self, result, document: dict, d_rank: int | None, sections: tuple[str, ...]) -> None:
+        super().__init__(document)
+        self.result, self.d_rank, self.sections = result, d_rank, sections
+
+    def render(self, width: int):
+        from mambaxfer_cli.render.plan_view import render_plan
+
+        return render_plan(self.result, self.d_rank, self.sections, width)
+
+    def written(self, path) -> list:
         from mambaxfer_cli.render.plan_view import verdict_line
 
-        text = dump(document, Format.yaml if fmt is Format.yaml else Format.json)
-        write_output(output, text)
-        warnings = document["warnings"]
+        warnings = self.document["warnings"]
         said = f": {', '.join(w['code'] for w in warnings)}" if warnings else ""
-        err = Console(stderr=True, highlight=False)
-        err.print(verdict_line(result))
-        err.print(f"wrote {output}: {len(document['reads'])} reads, {len(document['descriptors']['reads'])} "
-                  f"descriptor reads, {len(warnings)} warning{'' if len(warnings) == 1 else 's'}{said}",
-                  markup=False)
-        return
-    if fmt is not Format.table:
-        typer.echo(dump(document, fmt), nl=False)
-        return
-    from mambaxfer_cli.render.console import console, fit_all
-    from mambaxfer_cli.render.plan_view import render_plan
-
-    out = console()
-    for part in fit_all(render_plan(result, d_rank, sections, out.width), out):
-        out.print(part)
+        return [verdict_line(self.result),
+                f"wrote {path}: {len(self.document['reads'])} reads, {len(self.document['descriptors']['reads'])} "
+                f"descriptor reads, {len(warnings)} warning{'' if len(warnings) == 1 else 's'}{said}"]
 
 
 def shown_sections(show: str | None) -> tuple[str, ...]:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
 
-from mambaxfer_cli.cli.options import (
-    ServingEngineOpt,
-    DVllmVersionOpt, EngineOption, Format, GdnBackendOpt, GpuOpt, OutputOption, PVllmVersionOpt, VllmVersionOpt,
-    check_writable, engines,
-)
+import click
+
+from mambaxfer_cli.cli.options import EngineArgs, OutputArgs, check_writable
+from mambaxfer_cli.cli.params import ENGINES, command, option
+from mambaxfer_cli.cli.report import Viewed, finish
 from mambaxfer_cli.errors import UserError
+
+_FILE = click.Path(path_type=Path)
 
 
 def _text(line: str | None, file: Path | None, side: str) -> str:
@@ -24,27 +25,22 @@ def _text(line: str | None, file: Path | None, side: str) -> str:
     return read_text(Path(file), f"--{side}-file {file}", MAX_SCRIPT_BYTES, "the script that starts the engine")
 
 
+@command(uses={"engines": EngineArgs.given("engine", "vllm_version", "p_vllm_version", "d_vllm_version", "gpu",
+                                           "gdn_prefill_backend"),
+               "output": OutputArgs.without("output")})
 def preflight(
-    prefill: Annotated[Optional[str], EngineOption(
-        "--prefill", help="The prefill engine's command line: 'vllm serve MODEL ...'.", show_default=False)] = None,
-    decode: Annotated[Optional[str], EngineOption(
-        "--decode", help="The decode engine's command line: 'vllm serve MODEL ...'.", show_default=False)] = None,
-    prefill_file: Annotated[Optional[Path], EngineOption(
-        "--prefill-file", help="A file with P's command line, or a shell script that runs it.",
-        show_default=False)] = None,
-    decode_file: Annotated[Optional[Path], EngineOption(
-        "--decode-file", help="A file with D's command line, or a shell script that runs it.",
-        show_default=False)] = None,
-    fmt: Annotated[Format, OutputOption(
-        "--format", "-f", help="table, json or yaml (mambaxfer.preflight/v1).")] = Format.table,
-    junit: Annotated[Optional[Path], OutputOption(
-        "--junit", help="Also write the verdict as JUnit XML to FILE.", show_default=False)] = None,
-    serving_engine: ServingEngineOpt = "vllm",
-    vllm_version: VllmVersionOpt = None,
-    p_vllm_version: PVllmVersionOpt = None,
-    d_vllm_version: DVllmVersionOpt = None,
-    gpu: GpuOpt = None,
-    gdn_prefill_backend: GdnBackendOpt = None,
+    engines: EngineArgs,
+    output: OutputArgs,
+    prefill: str | None = option(
+        "--prefill", help="The prefill engine's command line: 'vllm serve MODEL ...'.", panel=ENGINES),
+    decode: str | None = option(
+        "--decode", help="The decode engine's command line: 'vllm serve MODEL ...'.", panel=ENGINES),
+    prefill_file: Path | None = option(
+        "--prefill-file", help="A file with P's command line, or a shell script that runs it.", panel=ENGINES,
+        kind=_FILE),
+    decode_file: Path | None = option(
+        "--decode-file", help="A file with D's command line, or a shell script that runs it.", panel=ENGINES,
+        kind=_FILE),
 ) -> None:
     """Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a
     byte-level check of its reads, and the corrected command lines when anything fails.
@@ -64,16 +60,12 @@ def preflight(
 
     p_text = _text(prefill, prefill_file, "prefill")
     d_text = _text(decode, decode_file, "decode")
-    serving = engine_named(serving_engine)
+    serving = engine_named(engines.engine)
     p_line = serving.read_serve_line(p_text, "--prefill-file" if prefill is None else "--prefill")
     d_line = serving.read_serve_line(d_text, "--decode-file" if decode is None else "--decode")
-    if junit is not None:   # fail before the work, not after it
-        check_writable(junit, "--junit")
-    deployment = engines(engine=serving_engine,
-                         vllm_version=vllm_version, p_vllm_version=p_vllm_version, d_vllm_version=d_vllm_version,
-                         gpu=gpu, gdn_prefill_backend=gdn_prefill_backend)
-    report = run(p_line, d_line, load_serve_model, deployment)
-    from mambaxfer_cli.cli.report import finish
+    if output.junit is not None:   # fail before the work, not after it
+        check_writable(output.junit, "--junit")
+    report = run(p_line, d_line, load_serve_model, engines.build())
     from mambaxfer_cli.render.preflight_view import junit_xml, render_report
 
-    finish(report.exit_code, report.to_dict(), fmt, lambda: render_report(report), junit, lambda: junit_xml(report))
+    finish(Viewed(report, render_report, junit_xml), output)

@@ -1,39 +1,53 @@
-"""How a command that reaches a verdict ends: JUnit file, the report (rich or a document), exit code."""
+"""How every command ends: ``finish(report, output)`` writes the JUnit file, the document (to
+--output, or as --format json/yaml) or the rendering, says the notes, and exits with the
+report's code."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Callable, Iterable
+import click
 
-import typer
-
-from mambaxfer_cli.cli.outcome import red_line, keep_exit_code
-from mambaxfer_cli.cli.options import Format, dump, stamped, write_output
+from mambaxfer_cli.cli.options import Format, OutputArgs, dump, stamped, write_output
+from mambaxfer_cli.cli.outcome import keep_exit_code, red_line, said
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_USAGE
+from mambaxfer_cli.exits import EXIT_OK, EXIT_USAGE
+from mambaxfer_cli.render.report import AsIs, Report, Viewed
+
+__all__ = ["AsIs", "Report", "Viewed", "finish"]
 
 
-def finish(code: int, document: dict, fmt: Format, parts: Callable[[], Iterable],
-           junit: Path | None = None, junit_text: Callable[[], str] | None = None) -> None:
-    """Say the verdict and exit with ``code``. A JUnit file that cannot be written is said after
+def finish(report: Report, output: OutputArgs | None = None) -> None:
+    """Say the report and exit with its code. A JUnit file that cannot be written is said after
     the report, whose verdict it must not hide: a pass then exits 2, a failure keeps its code."""
+    code = report.exit_code
     keep_exit_code(code)
+    output = output or OutputArgs()
     unwritten = None
-    if junit is not None:
-        assert junit_text is not None, "a command that takes --junit says what the file holds"
+    if output.junit is not None:
         try:
-            write_output(junit, junit_text(), flag="--junit")
+            write_output(output.junit, report.junit(), flag="--junit")
         except UserError as exc:
             unwritten = exc
-    if fmt is not Format.table:
-        typer.echo(dump(stamped(document), fmt), nl=False)
+    if output.output is not None:
+        write_output(output.output, dump(stamped(report.to_dict()), output.document_format()))
+        for line in report.written(output.output):
+            said(line)
+    elif output.fmt is not Format.table:
+        click.echo(dump(stamped(report.to_dict()), output.fmt), nl=False)
     else:
         from mambaxfer_cli.render.console import console, fit_all
 
         out = console()
-        for part in fit_all(parts(), out):
-            out.print(part)
+        parts = list(report.render(out.width))
+        if all(isinstance(part, str) for part in parts):     # text as it is (a schema)
+            click.echo("".join(parts), nl=False)
+        else:
+            fitted = iter(fit_all([part for part in parts if not isinstance(part, AsIs)], out))
+            for part in parts:
+                out.print(part.part if isinstance(part, AsIs) else next(fitted))
+    for line in report.notes():
+        said(line)
     if unwritten is not None:
         red_line(str(unwritten))
-        raise typer.Exit(code or EXIT_USAGE)
-    raise typer.Exit(code)
+        raise click.exceptions.Exit(code or EXIT_USAGE)
+    if code != EXIT_OK:
+        raise click.exceptions.Exit(code)

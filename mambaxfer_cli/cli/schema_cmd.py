@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
 
-import typer
-
-from mambaxfer_cli.cli.outcome import keep_exit_code
-from mambaxfer_cli.exits import EXIT_OK
+from mambaxfer_cli.cli.params import argument, command
+from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.schema import DOCUMENTS
 
 # Its members are DOCUMENTS' names, which mypy cannot read from a functional Enum call.
 Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)  # type: ignore[misc]
 
 
+@command()
 def schema(
-    document: Annotated[Optional[Document], typer.Argument(
-        help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
-             "preflight, bench or conformance (their --format json).", case_sensitive=False,
-        show_default=False)] = None,
+    document: str | None = argument(
+        "document", help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
+                         "preflight, bench or conformance (their --format json); none: the list of them.",
+        type=Document, default=None),
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).
 
@@ -33,10 +31,19 @@ def schema(
     """
     from mambaxfer_cli.schema import schema_text
 
-    keep_exit_code(EXIT_OK)
     if document is None:
-        typer.echo("mambaxfer schema NAME prints one of these documents' JSON Schema:")
-        for name in DOCUMENTS:
-            typer.echo(f"  {name:<12} mambaxfer.{name}/v1")
-        return
-    typer.echo(schema_text(document.value), nl=False)
+        finish(SchemaText("mambaxfer schema NAME prints one of these documents' JSON Schema:\n"
+                          + "".join(f"  {name:<12} mambaxfer.{name}/v1\n" for name in DOCUMENTS)))
+    else:
+        finish(SchemaText(schema_text(getattr(document, "value", document))))
+
+
+class SchemaText(Report):
+    """A schema: its text, printed as it is."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def render(self, width: int) -> list[str]:
+        return [self.text]

@@ -13,7 +13,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Callable
 
-from mambaxfer_cli.execute import bench_rank, rank
+from mambaxfer_cli.bench import rank as bench_rank
+from mambaxfer_cli.execute import rank
 from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure, StopRequested
 from mambaxfer_cli.execute.messages import Done, Failed
 from mambaxfer_cli.execute.results import RankResult

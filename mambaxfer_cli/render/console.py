@@ -218,7 +218,7 @@ def column_widths(table, width: int) -> list[int] | None:
         cells = [_plain(cell) for cell in column.cells]
         need.append(max([_words(header), *map(_narrowest, cells)]))
         want.append(max([cell_len(line) for text in (header, *cells) for line in (text.splitlines() or [""])]))
-    extra = table._extra_width + sum(table._get_padding_width(i) for i in range(len(table.columns)))
+    extra = _chrome(table)
     room = width - extra
     if sum(want) <= room:
         return []
@@ -229,6 +229,15 @@ def column_widths(table, width: int) -> list[int] | None:
     total = sum(slack)
     chosen = [n + (s * spare // total if total else 0) for n, s in zip(need, slack)]
     return chosen
+
+
+def _chrome(table) -> int:
+    """The columns a table takes besides its cells: its borders and each column's padding."""
+    borders = (2 if table.box and table.show_edge else 0) + (len(table.columns) - 1 if table.box else 0)
+    _, right, _, left = table.padding
+    padding = sum(right + (max(0, left - right) if table.collapse_padding and i else left)
+                  for i in range(len(table.columns)))
+    return borders + padding
 
 
 def vertical(table, width: int | None = None):

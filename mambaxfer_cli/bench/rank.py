@@ -1,4 +1,4 @@
-"""A bench run's rank programs (see ``execute.bench``).
+"""A bench run's rank programs (see ``bench.measure``).
 
 Both directions between the same agents and the same registered memory (one region per rank):
 pull, D posting prepared READs, and push, P posting prepared WRITEs into D's memory, each for
@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, exchange, fill, layout
-from mambaxfer_cli.execute.bench_plan import DIRECTIONS, LIMIT, limit_check, limit_chunks
+from mambaxfer_cli.bench.variants import DIRECTIONS, LIMIT, limit_check, limit_chunks
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer

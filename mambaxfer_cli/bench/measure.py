@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.execute.bench_plan import (
+from mambaxfer_cli.bench.variants import (
     COALESCED, DIRECTIONS, LIMIT, MODES, ORDER, PLANNED, bench_tasks, limit_chunks,
 )
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks

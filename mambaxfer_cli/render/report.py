@@ -1,0 +1,61 @@
+"""The one protocol every command ends with: its exit code, its document, its rendering for the
+terminal and, where it has one, its JUnit XML. ``cli.report.finish`` says it all the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from mambaxfer_cli.exits import EXIT_OK
+
+
+class AsIs:
+    """A part of a rendering printed as it is, not fitted to the width (a heading line)."""
+
+    def __init__(self, part: Any) -> None:
+        self.part = part
+
+
+class Report:
+    """A command's result. ``document``: what --format json/yaml prints (``to_dict``); ``render``:
+    the parts the terminal shows (rich renderables, or plain text printed as it is); ``junit``:
+    the JUnit XML of a command that takes --junit; ``written``: what is said on stderr when the
+    document goes to --output; ``notes``: lines said on stderr after the report."""
+
+    def __init__(self, document: dict | None = None, exit_code: int = EXIT_OK) -> None:
+        self.document = document if document is not None else {}
+        self.exit_code = exit_code
+
+    def to_dict(self) -> dict:
+        return self.document
+
+    def render(self, width: int) -> Iterable[Any]:
+        raise NotImplementedError(f"{type(self).__name__} has no table view")
+
+    def junit(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no JUnit view")
+
+    def written(self, path: Path) -> list[str]:
+        return [f"wrote {path}"]
+
+    def notes(self) -> list[str]:
+        return []
+
+
+class Viewed(Report):
+    """A core report (``exit_code``, ``to_dict``) with its view's functions."""
+
+    def __init__(self, report: Any, render: Any, junit: Any = None) -> None:
+        super().__init__(exit_code=report.exit_code)
+        self.report, self._render, self._junit = report, render, junit
+
+    def to_dict(self) -> dict:
+        return self.report.to_dict()
+
+    def render(self, width: int) -> Iterable[Any]:
+        return self._render(self.report)
+
+    def junit(self) -> str:
+        if self._junit is None:
+            return super().junit()
+        return self._junit(self.report)
