@@ -23,6 +23,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_run import messages
+
 FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 CONFIGS = {p.name: json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))}
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
@@ -406,7 +408,7 @@ def check_outcome(worker, case: dict) -> None:
         allowed.add(3)   # a run that started and could not complete (its own one line)
     assert result["code"] in allowed, shown
     if result["code"] in (2, 3):
-        lines = [line for line in result["stderr"].splitlines() if line.strip()]
+        lines = [line for line in messages(result["stderr"]) if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: "), shown
         assert result["peak_bytes"] < REJECTED_MEMORY, shown
     else:
