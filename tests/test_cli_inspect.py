@@ -116,16 +116,18 @@ def test_unsupported_variants(fails, tmp_path, config, message):
     ("-2", "--tp: TP sizes must be positive integers, got -2"),
     ("1,a", "--tp: 'a' is not an integer; write e.g. --tp 1,2,4,8"),
     ("", "--tp: give at least one TP size"),
-    ("1,5", "granite-4.0-h-tiny: TP 5 does not divide intermediate_size = 3072 (mamba2 'x' channels); "
-            "TP sizes that work: 1, 2, 4, 8, 12, 16, 24, 48"),
+    ("1,5", "vLLM does not start a TP-5 engine of granite-4.0-h-tiny: 12 attention heads do not divide by TP 5 "
+            "(ModelConfig.verify_with_parallel_config); TP sizes that work: 1, 2, 4, 12"),
 ])
 def test_bad_tp_list(fails, tp, message):
     fails(message, "inspect", "--model", "granite-4.0-h-tiny", "--tp", tp)
 
 
 def test_tp_not_dividing_heads(fails):
-    fails("qwen3.5-0.8b: TP 32 does not divide num_k_heads = 16 (gdn 'Q' channels); "
-          "TP sizes that work: 1, 2, 4, 8, 16", "inspect", "-m", "qwen3.5-0.8b", "--tp", "4,32")
+    # vLLM's start-up check (8 attention heads) comes before the layout's (16 K heads)
+    fails("vLLM does not start a TP-32 engine of qwen3.5-0.8b: 8 attention heads do not divide by TP 32 "
+          "(ModelConfig.verify_with_parallel_config); TP sizes that work: 1, 2, 4, 8",
+          "inspect", "-m", "qwen3.5-0.8b", "--tp", "4,32")
 
 
 def test_non_dividing_groups(fails):
