@@ -38,7 +38,8 @@ def test_a_release_is_one_folder(copy):
     before = files(copy)
     shutil.copytree(releases / "v0_34", releases / "v0_35", ignore=shutil.ignore_patterns("__pycache__"))
     assert files(copy) - before == {"engines/vllm/releases/v0_35/__init__.py",
-                                    "engines/vllm/releases/v0_35/serve_flags.json"}
+                                    "engines/vllm/releases/v0_35/serve_flags.json",
+                                    "engines/vllm/releases/v0_35/architectures.json"}
 
     planned = run(copy, "-m", "mambaxfer_cli", "plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2",
                   "--vllm-version", "0.35", "--format", "json")
