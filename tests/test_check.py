@@ -71,7 +71,8 @@ def test_targets_need_pairs_or_max_tp_not_both():
 
 def test_a_listed_pairing_that_cannot_be_planned_is_a_user_error_and_an_enumerated_one_a_skip():
     model = load_model("jamba")                      # intermediate 8192 and 8 KV heads: TP 3 does not exist
-    with pytest.raises(UserError, match=r"--pairs 3:1: vLLM does not start a TP-3 engine of jamba: 32 attention heads do not divide by TP 3"):
+    with pytest.raises(UserError, match=r"--pairs 3:1: vLLM does not start a TP-3 engine of jamba: "
+                                          r"32 attention heads do not divide by TP 3"):
         plan_pairing(model, Pairing(3, 1), check_options(), listed=True)
     skipped = check_pairing(model, Pairing(3, 1), check_options(), listed=False)
     assert skipped.verdict == "skip" and "TP 3" in skipped.reason
