@@ -471,11 +471,9 @@ def _release_when_unnamed():
 
 def modelled(engine: str) -> None:
     """Refuse, in one line, an engine whose rules the commands do not apply yet."""
-    serving_engine(engine)
-    if engine != DEFAULT_ENGINE:
-        from mambaxfer_cli.engines.sglang import NOT_WIRED
-
-        raise UserError(NOT_WIRED)
+    why = serving_engine(engine).unanswered
+    if why is not None:
+        raise UserError(why)
 
 
 def _release(flag: str, name: str | None, engine: str = DEFAULT_ENGINE):

@@ -32,6 +32,11 @@ class ServingEngine(Protocol):
         """How answers name it: ``vLLM``."""
         ...
 
+    @property
+    def unanswered(self) -> str | None:
+        """Why the commands do not answer for this engine yet (None: they do)."""
+        ...
+
     def release_names(self) -> tuple[str, ...]:
         """The releases mambaxfer has rules for, oldest first."""
         ...

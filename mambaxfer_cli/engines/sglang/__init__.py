@@ -37,6 +37,7 @@ class Sglang:
 
     name = "sglang"
     title = "SGLang"
+    unanswered = NOT_WIRED
 
     def release_names(self) -> tuple[str, ...]:
         return tuple(RELEASES)

@@ -20,6 +20,7 @@ class Vllm:
 
     name = "vllm"
     title = "vLLM"
+    unanswered = None
 
     def release_names(self) -> tuple[str, ...]:
         from mambaxfer_cli.engines.vllm.releases import NAMES
