@@ -26,6 +26,14 @@ COMMANDS = {
               "--iters", "1", "--device", "cpu", "--format", "json"),
     "preflight": ("preflight", "--prefill-file", str(EXAMPLES / "qwen35-prefill.sh"),
                   "--decode-file", str(EXAMPLES / "qwen35-decode.sh"), "--format", "json"),   # refused, with a fix
+    "sglang-plan": ("plan", "--engine", "sglang", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "2",
+                    "--format", "json"),   # wrong bytes
+    "sglang-check": ("check", "--engine", "sglang", "--model", "mamba-130m", "--pairs", "1:2,3:2", "--format",
+                     "json"),   # right, and wrong bytes with a rank the mapping never reads
+    "sglang-inspect": ("inspect", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--tp", "1,2", "--format",
+                       "json"),
+    "check-engines": ("check", "--engine", "vllm,sglang", "--model", "granite-4.0-h-tiny", "--pairs", "1:2,1:1",
+                      "--format", "json"),
 }
 
 

@@ -125,13 +125,19 @@ def test_an_engine_is_one_package(copy):
     assert refused.returncode == 2 and "mambaxfer knows other, sglang, vllm" in refused.stderr
 
 
-def test_an_engine_the_commands_do_not_answer_for_is_refused_in_one_line(tmp_path):
-    """SGLang is a registered engine whose rules the commands do not apply yet: naming it is one
-    line and exit 2, never vLLM's answer under another name."""
+def test_a_command_that_does_not_answer_for_an_engine_refuses_it_in_one_line(tmp_path):
+    """SGLang is a registered engine that execute does not answer for yet: naming it is one line
+    and exit 2, never vLLM's answer under another name; plan answers for it, and a model SGLang
+    does not serve is refused as SGLang's."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "mambaxfer_cli", "plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2",
-                           "--engine", "sglang"], capture_output=True, text=True, timeout=120)
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
+                              timeout=120)
+
+    done = run("execute", "-m", "jamba", "--p-tp", "1", "--d-tp", "2", "--device", "cpu", "--engine", "sglang")
     assert done.returncode == 2 and done.stdout == ""
-    assert "the commands answer for vLLM only so far" in done.stderr and "Traceback" not in done.stderr
+    assert "answer for vLLM only so far" in done.stderr and "Traceback" not in done.stderr
+    jamba = run("plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2", "--engine", "sglang")
+    assert jamba.returncode == 2 and jamba.stdout == "" and "SGLang 0.5.23 has no Jamba model file" in jamba.stderr

@@ -16,7 +16,8 @@ def inspect(
     tp: str = option("--tp", help="TP sizes, comma-separated, e.g. 1,2,4,8.", panel=ENGINES, default="1"),
 ) -> None:
     """Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes,
-    and the block geometry the vLLM release derives for an engine of each TP size on the GPU.
+    and the block geometry the vLLM release derives for an engine of each TP size on the GPU (with
+    --engine sglang: SGLang's state shapes per slot).
 
     [bold]Examples[/]
 
@@ -24,6 +25,12 @@ def inspect(
 
     mambaxfer inspect --model ./my-model/config.json --tp 8 --format json
     """
+    if engines.engine.strip().lower() == "sglang":
+        from mambaxfer_cli.cli import sglang
+
+        finish(sglang.inspect_report(model, engines, parse_tp_list(tp)), output)
+        return
+
     from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.planning.kv_groups import vllm_grouping
 

@@ -137,6 +137,9 @@ class EngineArgs(Group):
 
     engine: str = option("--engine", help=f"The serving engine of P and D: {described_engines()}.", panel=ENGINES,
                          default=DEFAULT_ENGINE)
+    transfer_backend: str | None = option(
+        "--transfer-backend", help="SGLang's --disaggregation-transfer-backend: nixl (the default) or mooncake "
+                                   "(--engine sglang).", panel=ENGINES)
     vllm_version: str | None = option(
         "--vllm-version", help=f"The vLLM release the engines run: {releases.choices()} (default: the vLLM "
                                "installed here, else the newest mambaxfer knows).", panel=ENGINES)
@@ -201,6 +204,9 @@ class EngineArgs(Group):
             if value is not None:
                 within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
         modelled(self.engine)
+        if self.transfer_backend is not None:
+            raise UserError("--transfer-backend: SGLang's option (with --engine sglang); vLLM's NIXL connector has "
+                            "one transfer backend")
         device = _gpu(self.gpu)
         shared = _release("--vllm-version", self.vllm_version, self.engine) if self.vllm_version is not None else None
 

@@ -178,6 +178,12 @@ def _built(field: dataclasses.Field, needed: set[str], defaults: dict[str, Any],
     return declared.build(name, defaults.get(name, field.default), name in needed, command)
 
 
+def changed_flags(value: Group, skip: Iterable[str] = ()) -> list[str]:
+    """The options of a group's value given other than their default (but ``skip``), by their first name."""
+    return [f.metadata["option"].names[0].split("/")[0] for f in _fields(type(value), None)
+            if f.name not in skip and getattr(value, f.name) != f.default]
+
+
 def given_flags(value: Group, group_fields: Iterable[str] | None = None) -> dict[str, Any]:
     """The options of a group's value that the command line gave (not None), by their first name."""
     return {f.metadata["option"].names[0].split("/")[0]: getattr(value, f.name)

@@ -24,7 +24,8 @@ def plan(
                        "diagram (where each D byte comes from), ids (descriptor IDs), notes; or all.", panel=OUTPUT),
 ) -> None:
     """Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both
-    sides' layouts, every segment, page diagrams and descriptor IDs.
+    sides' layouts, every segment, page diagrams and descriptor IDs. With --engine sglang: SGLang's
+    entries, the writes it posts beside the exact ones, and its verdict.
 
     [bold]Examples[/]
 
@@ -33,11 +34,19 @@ def plan(
     mambaxfer plan --model jamba --p-tp 1 --d-tp 4 --show all
 
     mambaxfer plan --model qwen3.5-0.8b --p-tp 2 --d-tp 1 --semantics vllm --output plan.json
-    """
-    from mambaxfer_cli.engines.vllm.plan import build_plan
 
+    mambaxfer plan --engine sglang --model nemotron-h-8b --p-tp 1 --d-tp 2
+    """
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp)
+    if engines.engine.strip().lower() == "sglang":
+        from mambaxfer_cli.cli import sglang
+
+        finish(sglang.plan_report(model, engines, request, p_tp, d_tp, d_rank, show), output)
+        return
+
+    from mambaxfer_cli.engines.vllm.plan import build_plan
+
     sections = shown_sections(show)
     spec = model.load()
     options = request.plan_options(engines.build())

@@ -16,7 +16,9 @@ Document = Enum("Document", {name: name for name in DOCUMENTS}, type=str)  # typ
 def schema(
     document: str | None = argument(
         "document", help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
-                         "preflight, bench or conformance (their --format json); none: the list of them.",
+                         "preflight, bench or conformance (their --format json); sglang-plan, sglang-check, "
+                         "sglang-inspect (the same with --engine sglang), check-engines (check --engine "
+                         "vllm,sglang); none: the list of them.",
         type=Document, default=None),
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).
@@ -33,7 +35,7 @@ def schema(
 
     if document is None:
         finish(SchemaText("mambaxfer schema NAME prints one of these documents' JSON Schema:\n"
-                          + "".join(f"  {name:<12} mambaxfer.{name}/v1\n" for name in DOCUMENTS)))
+                          + "".join(f"  {name:<15} mambaxfer.{name}/v1\n" for name in DOCUMENTS)))
     else:
         finish(SchemaText(schema_text(getattr(document, "value", document))))
 

@@ -27,9 +27,8 @@ __all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLang
 
 
 # What the commands do not answer for SGLang yet, said the same way wherever it is asked.
-NOT_WIRED = ("--engine sglang: the commands answer for vLLM only so far; SGLang 0.5.23's rules are "
-             "the package mambaxfer_cli.engines.sglang, checked by 'python -m "
-             "mambaxfer_cli.engines.sglang.conformance' where SGLang is installed")
+NOT_WIRED = ("--engine sglang: plan, inspect, check and conformance answer for SGLang 0.5.23; preflight, execute "
+             "and bench answer for vLLM only so far")
 
 
 class Sglang:

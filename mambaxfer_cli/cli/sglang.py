@@ -1,0 +1,172 @@
+"""What plan, inspect and check do under ``--engine sglang``: the options SGLang's rules read, the
+ones they refuse (vLLM's flags), and the reports."""
+
+from __future__ import annotations
+
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
+from mambaxfer_cli.cli.params import changed_flags
+from mambaxfer_cli.cli.report import Report, Viewed
+from mambaxfer_cli.errors import UserError
+
+NAME = "sglang"
+# ModelArgs' options that SGLang's rules set themselves (its dtype variables, no speculative rows).
+_SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
+
+
+def backend(engines: EngineArgs) -> str:
+    """--transfer-backend, after refusing the vLLM flags given with --engine sglang."""
+    from mambaxfer_cli.engines.sglang import BACKENDS
+
+    given = changed_flags(engines, skip=("engine", "transfer_backend"))
+    if given:
+        raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; --engine sglang does "
+                        f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend)")
+    chosen = (engines.transfer_backend or "nixl").strip().lower()
+    if chosen not in BACKENDS:
+        raise UserError(f"--transfer-backend: '{engines.transfer_backend}' is not one of {', '.join(BACKENDS)}")
+    return chosen
+
+
+def request_unused(request: RequestArgs | None) -> None:
+    """Refuse the request options (vLLM's blocks and reads) with --engine sglang."""
+    given = changed_flags(request) if request is not None else []
+    if given:
+        raise UserError(f"{', '.join(given)}: {'these apply' if len(given) > 1 else 'it applies'} to vLLM's block "
+                        f"reads; SGLang moves one slot per request (--engine sglang)")
+
+
+def load(model: ModelArgs, name: str | None = None):
+    """The model, refusing the overrides SGLang decides itself."""
+    given = [flag for flag in changed_flags(model, skip=("model", "all_presets", "variant", "kv_heads", "head_size"))
+             if flag.lstrip("-").replace("-", "_") in _SET_BY_SGLANG]
+    if given:
+        raise UserError(f"{', '.join(given)}: SGLang sets its state dtypes and conv rows itself "
+                        f"(SGLANG_MAMBA_CONV_DTYPE, SGLANG_MAMBA_SSM_DTYPE, the config's mamba_ssm_dtype); "
+                        f"--engine sglang does not take {'them' if len(given) > 1 else 'it'}")
+    return model.load(name)
+
+
+class PlanReport(Report):
+    def __init__(self, plan, d_rank: int | None) -> None:
+        document = {"schema": "mambaxfer.sglang-plan/v1", **plan.to_dict(),
+                    "descriptors": [vars(d) for d in plan.descriptors()]}
+        if d_rank is not None:
+            if not 0 <= d_rank < plan.d_tp:
+                raise UserError(f"--d-rank {d_rank}: D has ranks 0 to {plan.d_tp - 1}")
+            for key in ("writes", "exact"):
+                document[key] = [w for w in document[key] if w["d_rank"] == d_rank]
+            document["descriptors"] = [x for x in document["descriptors"] if x["d_rank"] == d_rank]
+        super().__init__(document)
+        self.plan, self.d_rank = plan, d_rank
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.render.sglang_view import render_plan
+
+        return render_plan(self.plan, self.d_rank)
+
+    def written(self, path) -> list:
+        return [self.plan.verdict.sentence(), f"wrote {path}: {len(self.document['writes'])} writes per layer, "
+                                              f"{len(self.document['descriptors'])} descriptors"]
+
+
+def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_tp: int, d_tp: int,
+                d_rank: int | None, show: str | None) -> Report:
+    from mambaxfer_cli.engines.sglang import plan
+
+    chosen = backend(engines)
+    request_unused(request)
+    if show is not None:
+        raise UserError("--show: the sections of vLLM's plan; --engine sglang shows its entries, writes and "
+                        "rank mapping always")
+    return PlanReport(plan(load(model), p_tp, d_tp, backend=chosen), d_rank)
+
+
+def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,
+                 max_tp: int | None) -> Report:
+    from mambaxfer_cli.engines.sglang.check import run, targets
+    from mambaxfer_cli.limits import MAX_TP, within
+    from mambaxfer_cli.proof.check import ALL_PRESETS_MAX_TP, parse_pairs
+    from mambaxfer_cli.render.check_view import progress
+    from mambaxfer_cli.render.sglang_view import check_junit, render_check
+
+    chosen = backend(engines)
+    request_unused(request)
+    if pairs is not None and max_tp is not None:
+        raise UserError("give either --pairs or --max-tp, not both")
+    if max_tp is not None:
+        within("--max-tp", max_tp, 1, MAX_TP, "deployment's TP size")
+    listed = [(p.p_tp, p.d_tp) for p in parse_pairs(pairs)] if pairs is not None else None
+    specs = [load(model, name) for name in model.names()]
+    work, left_out = targets(specs, listed, max_tp or ALL_PRESETS_MAX_TP, every=model.all_presets)
+    with progress() as (on_start, on_result):
+        report = run(work, chosen, on_start=on_start, on_result=on_result, left_out=left_out)
+    return Viewed(report, render_check, check_junit)
+
+
+def inspect_report(model: ModelArgs, engines: EngineArgs, sizes: list[int]) -> Report:
+    from mambaxfer_cli.engines.sglang import SGLANG_0_5_23, sglang_model
+    from mambaxfer_cli.engines.sglang.entries import transfer_entries
+    from mambaxfer_cli.engines.sglang.shapes import state_shape
+    from mambaxfer_cli.engines.sglang.writes import check_side
+
+    backend(engines)
+    spec = sglang_model(load(model))
+    sides = {tp: check_side(spec, tp) for tp in sizes}
+    shapes = {tp: state_shape(spec, tp) for tp in sizes}
+    document = {"schema": "mambaxfer.sglang-inspect/v1", "engine": NAME, "release": SGLANG_0_5_23.version,
+                "model": spec.to_dict(),
+                "layouts": {str(tp): [r.to_dict() for r in side.layouts()] for tp, side in sides.items()},
+                "entries": {str(tp): [vars(e) | {"conv_shard_groups": list(e.conv_shard_groups or []) or None}
+                                      for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype, (0,))]
+                            for tp in sizes}}
+    return InspectReport(document, spec, sides, shapes)
+
+
+class InspectReport(Report):
+    def __init__(self, document: dict, spec, sides: dict, shapes: dict) -> None:
+        super().__init__(document)
+        self.spec, self.sides, self.shapes = spec, sides, shapes
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.cli.report import AsIs
+        from mambaxfer_cli.render.console import together
+        from mambaxfer_cli.render.model_view import layout_table, model_summary
+
+        tables = together([layout_table(f"TP {tp}", side.layouts()) for tp, side in self.sides.items()], "layouts")
+        parts: list = [AsIs(model_summary(self.spec)), AsIs("SGLang 0.5.23: one slot per request, per layer")]
+        for tp, table in zip(self.sides, tables):
+            shape = self.shapes[tp]
+            conv = " × ".join(map(str, shape.conv))
+            temporal = " × ".join(map(str, shape.temporal))
+            groups = f", sharded in groups {list(shape.conv_shard_groups)}" if shape.conv_shard_groups else ""
+            parts += [table, AsIs(f"SGLang at TP {tp}: conv state {conv} ({self.spec.conv_dtype}){groups}; "
+                                  f"temporal {temporal} ({self.spec.ssm_dtype})")]
+        return parts
+
+
+def side_by_side(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,
+                 max_tp: int | None, vllm_check) -> Report:
+    """``check --engine vllm,sglang``: both engines on the same models and pairings, in one table.
+    ``vllm_check(engines)``: vLLM's check report, run as plain ``check`` runs it."""
+    from dataclasses import replace
+
+    ours = EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend)   # vLLM's flags are vLLM's
+    backend(ours)
+    vllm = vllm_check(replace(engines, engine="vllm", transfer_backend=None))
+    theirs = check_report(model, ours, request, pairs, max_tp)
+    return BothReport(vllm.report, theirs.report)
+
+
+class BothReport(Report):
+    """vLLM's and SGLang's checks of the same pairings, side by side."""
+
+    def __init__(self, vllm, sglang) -> None:
+        super().__init__({"schema": "mambaxfer.check-engines/v1", "engines": ["vllm", "sglang"],
+                          "ok": vllm.ok and sglang.ok, "vllm": vllm.to_dict(), "sglang": sglang.to_dict()},
+                         exit_code=0 if vllm.ok and sglang.ok else 1)
+        self.vllm, self.sglang = vllm, sglang
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.render.sglang_view import render_both
+
+        return render_both(self.vllm, self.sglang)

@@ -1,0 +1,176 @@
+"""``check --engine sglang``: each pairing's SGLang outcome, proven on real bytes.
+
+For each model and P:D pairing, the writes SGLang posts and mambaxfer's exact writes are both
+applied to pattern-filled slots (``proof.py``): the exact ones must land every byte right (else
+mambaxfer's plan is wrong), and SGLang's land right, or the bytes they get wrong must be the
+bytes the verdict names (else the two ways of counting disagree: an internal error)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from mambaxfer_cli.engines.sglang.entries import CONV
+from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
+from mambaxfer_cli.engines.sglang.proof import outcomes
+from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_refusal, tp_sizes
+from mambaxfer_cli.engines.sglang.writes import FieldOutcome, check_side
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.model import ModelSpec
+
+# A pairing's outcome: SGLang moves the right bytes, corrupts some, routes some to the wrong
+# rank, or refuses; "fail": mambaxfer's own exact plan is wrong.
+RIGHT, CORRUPTS, MISROUTES, REFUSED, FAIL = "right", "corrupts", "misroutes", "refused", "fail"
+
+
+@dataclass(frozen=True)
+class PairingCheck:
+    plan: SGLangPlan
+    exact: tuple[FieldOutcome, ...]     # mambaxfer's exact writes, simulated
+    sglang: tuple[FieldOutcome, ...]    # SGLang's writes, simulated
+    seconds: float
+
+    @property
+    def model(self) -> str:
+        return self.plan.model.name
+
+    @property
+    def pairing(self) -> str:
+        return f"{self.plan.p_tp}:{self.plan.d_tp}"
+
+    @property
+    def outcome(self) -> str:
+        verdict = self.plan.verdict
+        if any(o.bad for o in self.exact):
+            return FAIL
+        if verdict.refusal:
+            return REFUSED
+        if verdict.bad_bytes():
+            return CORRUPTS
+        return MISROUTES if not verdict.right else RIGHT
+
+    def wrong(self, field: str | None = None) -> int:
+        """Bytes SGLang gets wrong for one request, every SSM layer and decode rank."""
+        return sum(o.bad for o in self.sglang if field in (None, o.field)) * self.plan.verdict.ssm_layers
+
+    def exact_wrong(self) -> int:
+        return sum(o.bad for o in self.exact) * self.plan.verdict.ssm_layers
+
+    def to_dict(self) -> dict:
+        verdict = self.plan.verdict
+        return {"model": self.plan.model.name, "p_tp": self.plan.p_tp, "d_tp": self.plan.d_tp,
+                "backend": self.plan.backend, "outcome": self.outcome, "sentence": verdict.sentence(),
+                "refusal": verdict.refusal,
+                "bytes_wrong": {"conv": self.wrong(CONV), "temporal": self.wrong() - self.wrong(CONV)},
+                "kv_heads_wrong": verdict.heads_wrong, "findings": list(verdict.findings),
+                "exact_bytes_wrong": self.exact_wrong(), "ssm_layers": verdict.ssm_layers,
+                "writes_per_layer": len(self.plan.writes), "seconds": round(self.seconds, 3)}
+
+
+def check_pairing(model: ModelSpec, p_tp: int, d_tp: int, backend: str = NIXL,
+                  release: Release = SGLANG_0_5_23) -> PairingCheck:
+    start = time.perf_counter()
+    planned = plan(model, p_tp, d_tp, backend=backend, release=release)
+    prefill, decode = check_side(planned.model, p_tp, release), check_side(planned.model, d_tp, release)
+    exact = outcomes(planned.exact, prefill, decode)
+    theirs = outcomes(planned.writes, prefill, decode)
+    result = PairingCheck(planned, exact, theirs, time.perf_counter() - start)
+    analytic = planned.verdict.bad_bytes()
+    if result.wrong() != analytic:
+        raise AssertionError(f"{model.name} P{p_tp} -> D{d_tp}: the simulated bytes give {result.wrong():,} "
+                             f"wrong, the verdict {analytic:,}")
+    return result
+
+
+@dataclass(frozen=True)
+class Target:
+    model: ModelSpec
+    pairings: tuple[tuple[int, int], ...]
+    unchecked: tuple[str, ...] = ()
+
+
+def served(model: ModelSpec, release: Release = SGLANG_0_5_23) -> str | None:
+    """Why SGLang does not serve ``model`` (None: it does)."""
+    try:
+        family_rule(model, release)
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
+def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None, max_tp: int,
+            release: Release = SGLANG_0_5_23, every: bool = False) -> tuple[list[Target], list[str]]:
+    """The pairings to prove per model: the listed ones, or every pair of TP sizes SGLang serves
+    the model at, up to ``max_tp``. ``every`` (--all-presets): a model SGLang does not serve is
+    left out with a line saying why; else it is the user's error."""
+    out, left_out = [], []
+    for model in models:
+        why = served(model, release)
+        if why is not None:
+            if not every:
+                raise UserError(why)
+            left_out.append(why.split("; mambaxfer answers")[0])
+            continue
+        if pairs is not None:
+            for p_tp, d_tp in pairs:
+                for tp in (p_tp, d_tp):
+                    refused = tp_refusal(model, tp, release)
+                    if refused:
+                        raise UserError(f"{model.name}: {release.label} cannot serve it at TP {tp}: {refused}")
+            out.append(Target(model, tuple(pairs)))
+            continue
+        sizes = tp_sizes(model, max_tp)
+        skipped = [tp for tp in range(1, max_tp + 1) if tp not in sizes]
+        lines = ((f"{model.name}: not checked at TP {', '.join(map(str, skipped))}: {release.label} does not "
+                  f"serve it there",) if skipped else ())
+        out.append(Target(model, tuple(itertools.product(sizes, sizes)), lines))
+    return out, left_out
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    release: str
+    backend: str
+    results: tuple[PairingCheck, ...]
+    unchecked: tuple[str, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.outcome == RIGHT for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for r in self.results if r.outcome == outcome)
+
+    def to_dict(self) -> dict:
+        return {"schema": "mambaxfer.sglang-check/v1", "engine": "sglang", "release": self.release.split()[-1],
+                "backend": self.backend, "ok": self.ok,
+                "summary": {o: self.count(o) for o in (RIGHT, CORRUPTS, MISROUTES, REFUSED, FAIL)},
+                "pairings": [r.to_dict() for r in self.results], "unchecked": list(self.unchecked),
+                "seconds": round(self.seconds, 3)}
+
+
+def run(work: Sequence[Target], backend: str = NIXL, release: Release = SGLANG_0_5_23,
+        on_start: Callable[[int], None] | None = None,
+        on_result: Callable[[PairingCheck], None] | None = None, left_out: Sequence[str] = ()) -> CheckReport:
+    start = time.perf_counter()
+    jobs = [(t.model, p, d) for t in work for p, d in t.pairings]
+    if on_start:
+        on_start(len(jobs))
+    results = []
+    for model, p_tp, d_tp in jobs:
+        result = check_pairing(model, p_tp, d_tp, backend, release)
+        results.append(result)
+        if on_result:
+            on_result(result)
+    unchecked = (*left_out, *(line for t in work for line in t.unchecked))
+    return CheckReport(release.label, backend, tuple(results), unchecked, time.perf_counter() - start)
+
+

@@ -1,0 +1,113 @@
+"""SGLang's writes proven on real bytes: each prefill rank's slots filled with the pattern of the
+units they hold, the writes applied as NIXL would apply them, each decode rank's slot compared
+with what it must hold.
+
+One layer's entries stand for all of them (every layer of a field moves alike, at its own base
+pointer). Three slots per entry, the request in the middle one: a write that reads past its item
+takes the neighbouring request's bytes, one that writes past its item lands in a neighbour's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS
+from mambaxfer_cli.engines.sglang.writes import FieldOutcome, Side, StateWrite
+from mambaxfer_cli.planning.layout import RankLayout
+from mambaxfer_cli.proof.pattern import POISON, REGION_IDS, unit_bytes_pattern
+
+SLOTS = 3
+SLOT = 1          # the request's slot, on both sides
+
+
+def _regions(layout: RankLayout, field: str):
+    kind = "conv" if field == CONV else "ssm"
+    base = 0 if field == CONV else layout.conv_bytes
+    return [(r, r.offset - base) for r in layout.regions if r.kind == kind]
+
+
+def item_len(layout: RankLayout, field: str) -> int:
+    return layout.conv_bytes if field == CONV else layout.ssm_bytes
+
+
+def item(layout: RankLayout, field: str, slot: int) -> np.ndarray:
+    """What one slot of one rank's entry holds: each region's units, as the pattern of the slot."""
+    out = np.empty(item_len(layout, field), dtype=np.uint8)
+    for region, offset in _regions(layout, field):
+        out[offset:offset + region.size] = unit_bytes_pattern(
+            0, slot, region.name, region.shard.start, len(region.shard), region.unit_bytes).ravel()
+    return out
+
+
+def tags(layout: RankLayout, field: str, slot: int) -> np.ndarray:
+    """Which byte each byte of the slot is: its slot, region and byte within the whole region. Moved
+    beside the bytes, so that a byte written with another that happens to hold the same value
+    still counts as wrong."""
+    out = np.empty(item_len(layout, field), dtype=np.int64)
+    for region, offset in _regions(layout, field):
+        first = region.shard.start * region.unit_bytes
+        out[offset:offset + region.size] = ((slot << 44) | (REGION_IDS[region.name] << 40)
+                                            | np.arange(first, first + region.size, dtype=np.int64))
+    return out
+
+
+@dataclass(frozen=True)
+class Landed:
+    """The decode ranks' entries after the writes: bytes, and which were written."""
+
+    field: str
+    data: tuple[np.ndarray, ...]
+    tags: tuple[np.ndarray, ...]
+    written: tuple[np.ndarray, ...]
+
+
+def apply(writes: Sequence[StateWrite], prefill: Side, decode: Side, field: str) -> Landed:
+    """Every write of ``field`` applied to poisoned decode entries, from pattern-filled prefill ones."""
+    p_layouts, d_layouts = prefill.layouts(), decode.layouts()
+    mine = [w for w in writes if w.field == field]
+    p_len = [item_len(layout, field) for layout in p_layouts]
+    d_len = [item_len(layout, field) for layout in d_layouts]
+    sources, source_tags = [], []
+    for layout, size in zip(p_layouts, p_len):
+        # Room for what a write reaches past its slot (a refused or broken plan may reach far).
+        room = max([SLOTS * size, *(size * SLOT + w.src + w.length for w in mine if w.p_rank == layout.rank)])
+        buffer, tagged = np.full(room, POISON, dtype=np.uint8), np.full(room, -1, dtype=np.int64)
+        for slot in range(SLOTS):
+            buffer[slot * size:(slot + 1) * size] = item(layout, field, slot)
+            tagged[slot * size:(slot + 1) * size] = tags(layout, field, slot)
+        sources.append(buffer)
+        source_tags.append(tagged)
+    rooms = [max([SLOTS * size, *(size * SLOT + w.dst + w.length for w in mine if w.d_rank == layout.rank)])
+             for layout, size in zip(d_layouts, d_len)]
+    data = [np.full(room, POISON, dtype=np.uint8) for room in rooms]
+    landed_tags = [np.full(room, -1, dtype=np.int64) for room in rooms]
+    written = [np.zeros(room, dtype=bool) for room in rooms]
+    for w in mine:
+        src, dst = p_len[w.p_rank] * SLOT + w.src, d_len[w.d_rank] * SLOT + w.dst
+        data[w.d_rank][dst:dst + w.length] = sources[w.p_rank][src:src + w.length]
+        landed_tags[w.d_rank][dst:dst + w.length] = source_tags[w.p_rank][src:src + w.length]
+        written[w.d_rank][dst:dst + w.length] = True
+    return Landed(field, tuple(data), tuple(landed_tags), tuple(written))
+
+
+def outcomes(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple[FieldOutcome, ...]:
+    """Each decode rank's item of each field, byte by byte against the bytes it must hold: wrong
+    (written, and not the byte it must hold), missing (never written), beyond (written outside it)."""
+    out = []
+    d_layouts = decode.layouts()
+    for field in FIELDS:
+        if not any(item_len(layout, field) for layout in d_layouts):
+            continue
+        landed = apply(writes, prefill, decode, field)
+        for layout, data, tagged, written in zip(d_layouts, landed.data, landed.tags, landed.written):
+            size = item_len(layout, field)
+            lo, hi = size * SLOT, size * (SLOT + 1)
+            inside = written[lo:hi]
+            differs = (data[lo:hi] != item(layout, field, SLOT)) | (tagged[lo:hi] != tags(layout, field, SLOT))
+            wrong = int(np.count_nonzero(inside & differs))
+            missing = int(np.count_nonzero(~inside))
+            beyond = int(np.count_nonzero(written[:lo]) + np.count_nonzero(written[hi:]))
+            out.append(FieldOutcome(field, layout.rank, size, wrong, missing, beyond))
+    return tuple(out)

@@ -1,0 +1,212 @@
+"""The rich rendering of what the commands answer for SGLang: a plan, a check, an inspect."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rich.console import JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, MISROUTES, REFUSED, RIGHT, CheckReport
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
+from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+from mambaxfer_cli.engines.sglang.writes import StateWrite
+from mambaxfer_cli.render.model_view import human_bytes
+
+LINES_SHOWN = 20
+FIELD_NAMES = {CONV: "conv", TEMPORAL: "temporal"}
+OUTCOMES = {RIGHT: Text("✓ right", style="green"), CORRUPTS: Text("✗ corrupts", style="bold red"),
+            MISROUTES: Text("✗ misroutes", style="bold red"), REFUSED: Text("✗ refuses", style="bold red"),
+            FAIL: Text("✗ WRONG", style="bold red")}
+
+
+def _table(title: str, columns: Sequence[tuple[str, JustifyMethod]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column, justify in columns:
+        table.add_column(column, justify=justify, no_wrap=True)
+    return table
+
+
+def verdict_text(plan: SGLangPlan) -> Text:
+    right = plan.verdict.right
+    lines = plan.verdict.lines()
+    return Text("\n".join(f"{'✓' if right else '✗'} {line}" for line in lines),
+                style="green" if right else "bold red")
+
+
+def _heading(plan: SGLangPlan) -> str:
+    spec = plan.model
+    return (f"{spec.name} · {spec.variant.value} [{spec.family}] · {plan.release.label} over "
+            f"{plan.backend.upper() if plan.backend == 'nixl' else plan.backend.capitalize()} · "
+            f"P TP {plan.p_tp} → D TP {plan.d_tp} · conv {spec.conv_dtype}, temporal {spec.ssm_dtype}")
+
+
+def entries_table(plan: SGLangPlan) -> Table:
+    """Each field's entry: the bytes of one slot on a P rank and a D rank, and its layers."""
+    table = _table("entries (one per state and layer; a request is one slot of each)",
+                   [("state", "left"), ("layers", "right"), ("P item", "right"), ("D item", "right"),
+                    ("TP-sliced axis (P → D)", "right")])
+    for field in FIELDS:
+        p = [e for e in plan.prefill_entries if e.field == field]
+        d = [e for e in plan.decode_entries if e.field == field]
+        if not p:
+            continue
+        axis = "replicated" if p[0].replicated else f"{p[0].dim:,} → {d[0].dim:,}"
+        groups = f" in {len(p[0].conv_shard_groups)} groups" if p[0].conv_shard_groups else ""
+        table.add_row(FIELD_NAMES[field], str(len(p)), f"{p[0].item_len:,} B", f"{d[0].item_len:,} B",
+                      axis + groups)
+    return table
+
+
+def _spans(writes: Sequence[StateWrite]) -> str:
+    total = sum(w.length for w in writes)
+    return f"{len(writes)} · {total:,} B" if writes else "—"
+
+
+def writes_table(plan: SGLangPlan, d_rank: int | None = None) -> Table:
+    """Per D rank, P rank and state: what SGLang writes (writes · bytes, one layer) beside the
+    exact writes, and the bytes of that D rank's item SGLang gets wrong."""
+    wrong = {(o.field, o.d_rank): o.bad for o in plan.verdict.outcomes}
+    table = _table("writes per layer (P pushes into D's slot): SGLang's and the exact ones",
+                   [("D", "right"), ("P", "right"), ("state", "left"), ("SGLang", "right"), ("exact", "right"),
+                    ("D item wrong", "right")])
+    keys = sorted({(w.d_rank, w.p_rank, w.field) for w in (*plan.writes, *plan.exact)},
+                  key=lambda k: (k[0], FIELDS.index(k[2]), k[1]))
+    for d, p, field in keys:
+        if d_rank is not None and d != d_rank:
+            continue
+        theirs = [w for w in plan.writes if (w.d_rank, w.p_rank, w.field) == (d, p, field)]
+        exact = [w for w in plan.exact if (w.d_rank, w.p_rank, w.field) == (d, p, field)]
+        bad = wrong.get((field, d), 0)
+        table.add_row(str(d), str(p), FIELD_NAMES[field], _spans(theirs), _spans(exact),
+                      Text(f"{bad:,} B", style="red") if bad else Text("0", style="green"))
+    return table
+
+
+def mapping_lines(plan: SGLangPlan) -> list[Text]:
+    if plan.p_tp == plan.d_tp:
+        return []
+    said = "; ".join(f"D{m.d_rank} ← P{','.join(map(str, m.target_ranks))}" for m in plan.mapping)
+    out = [Text(f"rank mapping (_resolve_rank_mapping): {said}")]
+    if plan.head_slices:
+        heads = "; ".join(f"D{d} ← P{p} heads {s.src_start}..{s.src_start + s.count - 1}"
+                          for d, p, s in plan.head_slices)
+        out.append(Text(f"attention KV head slices (compute_head_slice_params): {heads}"))
+    return out
+
+
+def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
+    descriptors = plan.descriptors()
+    parts: list = [Text(_heading(plan), style="bold"), verdict_text(plan), entries_table(plan)]
+    if plan.writes or plan.exact:
+        parts.append(writes_table(plan, d_rank))
+    parts += mapping_lines(plan)
+    parts.append(Text(f"{len(descriptors):,} NIXL write descriptors per request (every layer), "
+                      f"{sum(x.length for x in descriptors):,} B", style="dim"))
+    return parts
+
+
+def check_table(report: CheckReport) -> Table:
+    """Per pairing, what SGLang does and the bytes it gets wrong (mambaxfer's exact plan: the footer)."""
+    table = _table(f"mambaxfer check: {report.release} over {report.backend.upper()}",
+                   [("model", "left"), ("P:D", "left"), ("SGLang", "left"), ("state", "left"),
+                    ("wrong bytes", "right")])
+    last = None
+    for r in report.results:
+        if last is not None and r.model != last:
+            table.add_section()
+        shown = r.model if r.model != last else ""
+        last = r.model
+        wrong = r.wrong()
+        fields = "+".join(FIELD_NAMES[f] for f in FIELDS if r.wrong(f))
+        table.add_row(shown, r.pairing, OUTCOMES[r.outcome], fields, f"{wrong:,}" if wrong else "")
+    return table
+
+
+def check_footer(report: CheckReport) -> Text:
+    counts = [f"{report.count(RIGHT)} right"]
+    for outcome, word in ((CORRUPTS, "corrupted"), (MISROUTES, "misrouted"), (REFUSED, "refused")):
+        if report.count(outcome):
+            counts.append(f"{report.count(outcome)} {word} by {report.release}")
+    n = len(report.results)
+    exact = (f"mambaxfer's exact plan WRONG on {report.count(FAIL)}" if report.count(FAIL)
+             else "mambaxfer's exact plan right on every one")
+    return Text(f"{n} pairing{'' if n == 1 else 's'} checked byte by byte in {report.seconds:.2f} s: "
+                f"{', '.join(counts)}; {exact}", style="bold green" if report.ok else "bold red")
+
+
+def render_check(report: CheckReport) -> list:
+    parts: list = [check_table(report)]
+    bad = [r for r in report.results if r.outcome != RIGHT]
+    parts += [Text("✗ " + "\n  ".join(r.plan.verdict.lines()), style="red") for r in bad[:LINES_SHOWN]]
+    if len(bad) > LINES_SHOWN:
+        parts.append(Text(f"… and {len(bad) - LINES_SHOWN} more (all of them in --format json)", style="red"))
+    parts += [Text(f"– {line}", style="yellow") for line in report.unchecked]
+    parts.append(check_footer(report))
+    return parts
+
+
+def check_junit(report: CheckReport) -> str:
+    """One test suite per model, one test case per pairing; a pairing SGLang does not move right
+    is a failure carrying its verdict."""
+    import xml.etree.ElementTree as ET
+    from itertools import groupby
+
+    failed = [r for r in report.results if r.outcome != RIGHT]
+    root = ET.Element("testsuites", name=f"mambaxfer check {report.release}", tests=str(len(report.results)),
+                      failures=str(len(failed)), skipped="0", errors="0", time=f"{report.seconds:.3f}")
+    for model, group in groupby(report.results, key=lambda r: r.model):
+        results = list(group)
+        suite = ET.SubElement(root, "testsuite", name=f"mambaxfer check {report.release} {model}",
+                              tests=str(len(results)), failures=str(sum(r.outcome != RIGHT for r in results)),
+                              skipped="0", errors="0", time=f"{sum(r.seconds for r in results):.3f}")
+        for r in results:
+            case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.check.sglang.{model}",
+                                 name=f"P{r.plan.p_tp}-D{r.plan.d_tp} {report.backend}", time=f"{r.seconds:.3f}")
+            if r.outcome != RIGHT:
+                failure = ET.SubElement(case, "failure", message=r.plan.verdict.sentence(), type="mambaxfer.check")
+                failure.text = "\n".join(r.plan.verdict.lines())
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def render_both(vllm, sglang: CheckReport) -> list:
+    """One row per model and pairing either engine was checked on: what each does with it."""
+    from mambaxfer_cli.proof.check import CORRUPTS as VLLM_CORRUPTS
+    from mambaxfer_cli.proof.check import REFUSES, RIGHT as VLLM_RIGHT
+
+    vllm_does = {VLLM_RIGHT: OUTCOMES[RIGHT], VLLM_CORRUPTS: OUTCOMES[CORRUPTS], REFUSES: OUTCOMES[REFUSED]}
+    rows: dict[tuple[str, int, int], list] = {}
+    for r in vllm.results:
+        if r.verdict != "skip":
+            rows.setdefault((r.model, r.p_tp, r.d_tp), [None, None])[0] = r
+    for s in sglang.results:
+        rows.setdefault((s.model, s.plan.p_tp, s.plan.d_tp), [None, None])[1] = s
+    table = _table(f"mambaxfer check: {vllm.releases} and {sglang.release}",
+                   [("model", "left"), ("P:D", "left"), (vllm.releases, "left"), (sglang.release, "left"),
+                    ("SGLang wrong B", "right")])
+    not_checked = Text("– not checked", style="yellow")
+    last = None
+    for (model, p_tp, d_tp), (v, s) in rows.items():
+        if last is not None and model != last:
+            table.add_section()
+        shown = model if model != last else ""
+        last = model
+        left = vllm_does[v.vllm_does] if v is not None and v.vllm_does in vllm_does else not_checked
+        right = OUTCOMES[s.outcome] if s is not None else not_checked
+        table.add_row(shown, f"{p_tp}:{d_tp}", left, right, f"{s.wrong():,}" if s is not None and s.wrong() else "")
+    parts: list = [table]
+    lines = [r.deployment_line() for r in vllm.results if r.verdict in ("fail", "refused")]
+    lines += [s.plan.verdict.sentence() for s in sglang.results if s.outcome != RIGHT]
+    parts += [Text(f"✗ {line}", style="red") for line in lines[:LINES_SHOWN]]
+    if len(lines) > LINES_SHOWN:
+        parts.append(Text(f"… and {len(lines) - LINES_SHOWN} more (all of them in --format json)", style="red"))
+    parts += [Text(f"– {line}", style="yellow") for line in (*vllm.unchecked, *sglang.unchecked)]
+    n = len(rows)
+    v_right = sum(1 for r in vllm.results if r.vllm_does == VLLM_RIGHT)
+    ok = vllm.ok and sglang.ok
+    parts.append(Text(f"{n} pairing{'' if n == 1 else 's'}: {vllm.releases} moves {v_right} of "
+                      f"{sum(1 for r in vllm.results if r.verdict != 'skip')} right, {sglang.release} "
+                      f"{sglang.count(RIGHT)} of {len(sglang.results)}", style="bold green" if ok else "bold red"))
+    return parts
