@@ -3,6 +3,8 @@ ones they refuse (vLLM's flags), and the reports."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
 from mambaxfer_cli.cli.params import changed_flags
 from mambaxfer_cli.cli.report import Report, Viewed
@@ -82,7 +84,7 @@ def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_t
 
 
 def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,
-                 max_tp: int | None) -> Report:
+                 max_tp: int | None) -> Viewed:
     from mambaxfer_cli.engines.sglang.check import run, targets
     from mambaxfer_cli.limits import MAX_TP, within
     from mambaxfer_cli.proof.check import ALL_PRESETS_MAX_TP, parse_pairs
@@ -99,7 +101,8 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
     specs = [load(model, name) for name in model.names()]
     work, left_out = targets(specs, listed, max_tp or ALL_PRESETS_MAX_TP, every=model.all_presets)
     with progress() as (on_start, on_result):
-        report = run(work, chosen, on_start=on_start, on_result=on_result, left_out=left_out)
+        # The progress bar reads a result's model and pairing, which SGLang's results have too.
+        report = run(work, chosen, on_start=on_start, on_result=cast(Any, on_result), left_out=left_out)
     return Viewed(report, render_check, check_junit)
 
 

@@ -12,7 +12,6 @@ from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, MISROUTES, REFUSE
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite
-from mambaxfer_cli.render.model_view import human_bytes
 
 LINES_SHOWN = 20
 FIELD_NAMES = {CONV: "conv", TEMPORAL: "temporal"}
