@@ -89,7 +89,8 @@ def mapping_lines(plan: SGLangPlan) -> list[Text]:
     said = "; ".join(f"D{m.d_rank} ← P{','.join(map(str, m.target_ranks))}" for m in plan.mapping)
     out = [Text(f"rank mapping (_resolve_rank_mapping): {said}")]
     if plan.head_slices:
-        heads = "; ".join(f"D{d} ← P{p} heads {s.src_start}..{s.src_start + s.count - 1}"
+        heads = "; ".join(f"D{d} ← P{p} " + (f"head {s.src_start}" if s.count == 1 else
+                                               f"heads {s.src_start}..{s.src_start + s.count - 1}")
                           for d, p, s in plan.head_slices)
         out.append(Text(f"attention KV head slices (compute_head_slice_params): {heads}"))
     return out
