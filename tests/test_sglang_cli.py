@@ -10,7 +10,7 @@ import pytest
 
 from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.sglang import writes as writes_module
-from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, RIGHT, check_pairing
+from mambaxfer_cli.engines.sglang.check import FAIL, FAILS, RIGHT, check_pairing
 from mambaxfer_cli.engines.sglang.conformance import served_presets
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.proof import outcomes
@@ -56,12 +56,13 @@ def test_check_proves_gdn_right_and_mamba2_wrong_and_exits_by_it():
     assert "mambaxfer's exact plan right on every one" in text
 
 
-def test_a_ratio_that_is_no_multiple_names_the_rank_nobody_reads():
+def test_a_ratio_that_is_no_multiple_fails_its_requests_and_names_the_rank_nobody_reads():
     result = run_cli("check", "--engine", "sglang", "--model", "mamba-130m", "--pairs", "3:2", "--format", "json")
     assert result.code == 1
     (pairing,) = json.loads(result.stdout)["pairings"]
-    assert pairing["outcome"] == CORRUPTS
+    assert pairing["outcome"] == FAILS
     assert pairing["findings"] == ["no decode rank reads prefill rank 2 (P TP 3)"]
+    assert pairing["sentence"].startswith("SGLang 0.5.23 fails every request of mamba-130m at P3")
 
 
 @pytest.mark.parametrize("model", [m.name for m in served_presets()])

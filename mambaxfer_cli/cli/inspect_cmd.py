@@ -16,8 +16,9 @@ def inspect(
     tp: str = option("--tp", help="TP sizes, comma-separated, e.g. 1,2,4,8.", panel=ENGINES, default="1"),
 ) -> None:
     """Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes,
-    and the block geometry the vLLM release derives for an engine of each TP size on the GPU (with
-    --engine sglang: SGLang's state shapes per slot).
+    and the block geometry the vLLM release derives for an engine of each TP size on the GPU.
+
+    With --engine sglang: the same layouts, and SGLang's state shapes per slot.
 
     [bold]Examples[/]
 

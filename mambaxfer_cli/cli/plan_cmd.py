@@ -24,8 +24,10 @@ def plan(
                        "diagram (where each D byte comes from), ids (descriptor IDs), notes; or all.", panel=OUTPUT),
 ) -> None:
     """Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both
-    sides' layouts, every segment, page diagrams and descriptor IDs. With --engine sglang: SGLang's
-    entries, the writes it posts beside the exact ones, and its verdict.
+    sides' layouts, every segment, page diagrams and descriptor IDs.
+
+    With --engine sglang: SGLang's entries, the writes it posts beside the exact ones, and its
+    verdict.
 
     [bold]Examples[/]
 

@@ -8,7 +8,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, MISROUTES, REFUSED, RIGHT, CheckReport
+from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, FAILS, MISROUTES, REFUSED, RIGHT, CheckReport
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite
@@ -17,6 +17,7 @@ LINES_SHOWN = 20
 FIELD_NAMES = {CONV: "conv", TEMPORAL: "temporal"}
 OUTCOMES = {RIGHT: Text("✓ right", style="green"), CORRUPTS: Text("✗ corrupts", style="bold red"),
             MISROUTES: Text("✗ misroutes", style="bold red"), REFUSED: Text("✗ refuses", style="bold red"),
+            FAILS: Text("✗ fails", style="bold red"),
             FAIL: Text("✗ WRONG", style="bold red")}
 
 
@@ -118,15 +119,16 @@ def check_table(report: CheckReport) -> Table:
             table.add_section()
         shown = r.model if r.model != last else ""
         last = r.model
-        wrong = r.wrong()
-        fields = "+".join(FIELD_NAMES[f] for f in FIELDS if r.wrong(f))
+        wrong = r.wrong() if r.outcome == CORRUPTS else 0   # bytes that land wrong, not what a failed request would
+        fields = "+".join(FIELD_NAMES[f] for f in FIELDS if r.wrong(f)) if wrong else ""
         table.add_row(shown, r.pairing, OUTCOMES[r.outcome], fields, f"{wrong:,}" if wrong else "")
     return table
 
 
 def check_footer(report: CheckReport) -> Text:
     counts = [f"{report.count(RIGHT)} right"]
-    for outcome, word in ((CORRUPTS, "corrupted"), (MISROUTES, "misrouted"), (REFUSED, "refused")):
+    for outcome, word in ((CORRUPTS, "corrupted"), (MISROUTES, "misrouted"), (REFUSED, "refused"),
+                          (FAILS, "failed")):
         if report.count(outcome):
             counts.append(f"{report.count(outcome)} {word} by {report.release}")
     n = len(report.results)
@@ -195,7 +197,8 @@ def render_both(vllm, sglang: CheckReport) -> list:
         last = model
         left = vllm_does[v.vllm_does] if v is not None and v.vllm_does in vllm_does else not_checked
         right = OUTCOMES[s.outcome] if s is not None else not_checked
-        table.add_row(shown, f"{p_tp}:{d_tp}", left, right, f"{s.wrong():,}" if s is not None and s.wrong() else "")
+        wrong = s.wrong() if s is not None and s.outcome == CORRUPTS else 0
+        table.add_row(shown, f"{p_tp}:{d_tp}", left, right, f"{wrong:,}" if wrong else "")
     parts: list = [table]
     lines = [r.deployment_line() for r in vllm.results if r.verdict in ("fail", "refused")]
     lines += [s.plan.verdict.sentence() for s in sglang.results if s.outcome != RIGHT]

@@ -22,8 +22,8 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
 # A pairing's outcome: SGLang moves the right bytes, corrupts some, routes some to the wrong
-# rank, or refuses; "fail": mambaxfer's own exact plan is wrong.
-RIGHT, CORRUPTS, MISROUTES, REFUSED, FAIL = "right", "corrupts", "misroutes", "refused", "fail"
+# rank, refuses, or fails every request at bootstrap; "fail": mambaxfer's own exact plan is wrong.
+RIGHT, CORRUPTS, MISROUTES, REFUSED, FAILS, FAIL = "right", "corrupts", "misroutes", "refused", "fails", "fail"
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class PairingCheck:
             return FAIL
         if verdict.refusal:
             return REFUSED
+        if verdict.fails:
+            return FAILS
         if verdict.bad_bytes():
             return CORRUPTS
         return MISROUTES if not verdict.right else RIGHT
@@ -152,7 +154,7 @@ class CheckReport:
     def to_dict(self) -> dict:
         return {"schema": "mambaxfer.sglang-check/v1", "engine": "sglang", "release": self.release.split()[-1],
                 "backend": self.backend, "ok": self.ok,
-                "summary": {o: self.count(o) for o in (RIGHT, CORRUPTS, MISROUTES, REFUSED, FAIL)},
+                "summary": {o: self.count(o) for o in (RIGHT, CORRUPTS, MISROUTES, REFUSED, FAILS, FAIL)},
                 "pairings": [r.to_dict() for r in self.results], "unchecked": list(self.unchecked),
                 "seconds": round(self.seconds, 3)}
 

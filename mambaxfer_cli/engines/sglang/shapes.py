@@ -168,6 +168,9 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
         for key in ("num_k_heads", "num_v_heads"):
             if p[key] % tp:
                 return f"TP {tp} does not divide {key} = {p[key]} (GDN heads are sharded whole)"
+    queries = model.num_q_heads
+    if queries and queries % tp:   # the attention layers' assert total_num_heads % tp_size == 0
+        return f"TP {tp} does not divide the {queries} attention heads (attention's assert)"
     heads = model.num_kv_heads
     if heads is not None and heads % tp and tp % heads:
         return f"TP {tp} and the {heads} KV heads do not divide one another (attention's assert)"

@@ -31,6 +31,8 @@ class Verdict:
     outcomes: tuple[FieldOutcome, ...]
     findings: tuple[str, ...]          # rank mapping of non-multiple ratios
     heads_wrong: int                   # attention KV heads landed wrong, per layer and token
+    fails: str | None = None           # why every request fails before its state moves
+
 
     def bad_bytes(self, field: str | None = None) -> int:
         """Bytes wrong for one request, every SSM layer and decode rank together."""
@@ -38,12 +40,15 @@ class Verdict:
 
     @property
     def right(self) -> bool:
-        return self.refusal is None and not self.bad_bytes() and not self.heads_wrong and not self.findings
+        return (self.refusal is None and self.fails is None and not self.bad_bytes() and not self.heads_wrong
+                and not self.findings)
 
     def sentence(self) -> str:
         pair = f"P{self.p_tp} \u2192 D{self.d_tp}"
         if self.refusal:
             return f"{self.release} refuses {self.model} at {pair}: {self.refusal}"
+        if self.fails:
+            return f"{self.release} fails every request of {self.model} at {pair}: {self.fails}"
         bad = [f for f in FIELDS if self.bad_bytes(f)]
         if bad:
             what = " and the ".join(_STATE_NAMES[f] for f in bad)
@@ -55,15 +60,19 @@ class Verdict:
         return f"{self.release} moves {self.model}'s state right at {pair}"
 
     def lines(self) -> list[str]:
-        """The sentence, then what the rank mapping does where the ratio is not a multiple."""
-        return [self.sentence(), *(f for f in self.findings if self.bad_bytes() or self.refusal)]
+        """The sentence, then what the rank mapping does where the ratio is not a multiple, and
+        what the writes would do if the requests went through."""
+        out = [self.sentence(), *(f for f in self.findings if self.bad_bytes() or self.refusal or self.fails)]
+        if self.fails and self.bad_bytes():
+            out.append(f"were the state moved, {self.bad_bytes():,} bytes would be wrong")
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"engine": "sglang", "release": self.release, "model": self.model, "p_tp": self.p_tp,
                 "d_tp": self.d_tp, "backend": self.backend, "refusal": self.refusal, "right": self.right,
                 "ssm_layers": self.ssm_layers, "bytes_wrong": self.bad_bytes(),
                 "outcomes": [o.to_dict() for o in self.outcomes], "findings": list(self.findings),
-                "kv_heads_wrong": self.heads_wrong, "sentence": self.sentence()}
+                "kv_heads_wrong": self.heads_wrong, "fails": self.fails, "sentence": self.sentence()}
 
 
 def kv_heads_wrong(model: ModelSpec, p_tp: int, d_tp: int) -> int:
@@ -110,4 +119,23 @@ def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
         return Verdict(release.label, model.name, p_tp, d_tp, backend, str(refused).removeprefix("SGLang: "),
                        spec.ssm_layers, (), findings, 0)
     return Verdict(release.label, model.name, p_tp, d_tp, backend, None, spec.ssm_layers,
-                   compare(writes, p_side, d_side), findings, kv_heads_wrong(spec, p_tp, d_tp))
+                   compare(writes, p_side, d_side), findings, kv_heads_wrong(spec, p_tp, d_tp),
+                   request_failure(p_tp, d_tp))
+
+
+def request_failure(p_tp: int, d_tp: int) -> str | None:
+    """Why SGLang's bootstrap fails every request where one TP size does not divide the other
+    (None where it does). A decode rank pointed at a prefill rank that does not exist gets no
+    bootstrap entry for it (``CommonKVBootstrapServer._handle_route_get`` answers 404) and fails
+    the request at once; a prefill rank no decode rank targets waits in Bootstrapping for one
+    that never comes, and the prefill ranks' polls fail the request after
+    SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s by default)."""
+    found = rank_findings(p_tp, d_tp)
+    if found.missing:
+        d, p = found.missing[0]
+        return (f"decode rank {d} asks the bootstrap server for prefill rank {p}, which does not exist (HTTP 404), "
+                f"and fails the request")
+    if found.unread:
+        return (f"prefill rank {found.unread[0]} waits for a decode rank that never comes and fails the request "
+                f"after SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s)")
+    return None
