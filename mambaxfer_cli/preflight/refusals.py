@@ -251,10 +251,9 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     if refusal:
         return [Refusal("parallel-config", f"{start}: {refusal} (ModelConfig.verify_with_parallel_config: "
                                            f"{vllm_error(e.model, e.tp)})")]
-    if e.line.use_replayssm:
-        why = replayssm_refusal(e.model, e.line.kv_connector is not None)
-        if why:
-            return [Refusal("replayssm", f"{start}: {why} (VllmConfig.validate_mamba_cached_kernel)")]
+    replay = replayssm_refusal(e.model, e.line.kv_connector is not None) if e.line.use_replayssm else None
+    if replay:
+        return [Refusal("replayssm", f"{start}: {replay} (VllmConfig.validate_mamba_cached_kernel)")]
     return []
 
 
