@@ -126,3 +126,13 @@ def supported_summary() -> str:
     for family in FAMILIES:
         by_variant.setdefault(family.variant, []).extend(family.model_types)
     return "; ".join(f"{variant.value}: {', '.join(types)}" for variant, types in by_variant.items())
+
+# The architectures whose config hook hands a config's ``mamba_ssm_dtype`` to the SSM cache
+# (vLLM's model_executor/models/config.py: ``Qwen3_5ForConditionalGenerationConfig`` and the
+# classes built on it, in ``MODELS_CONFIG_MAP``; the same in 0.33 and 0.34). Every other class,
+# Qwen3-Next's among them, ignores the key.
+MAMBA_SSM_DTYPE_READERS = frozenset((
+    "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP",
+    "ColQwen3_5", "D3ForSequenceClassification",
+))

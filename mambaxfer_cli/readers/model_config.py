@@ -9,7 +9,7 @@ from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import removed_refusal
 from mambaxfer_cli.readers.families import (
-    GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
+    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
 )
 from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
@@ -18,6 +18,7 @@ from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.variants import titles
 
 DEFAULT_DTYPE = "bfloat16"
+AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
 
 
 def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,6 +173,7 @@ def spec_from_config(
     head_size: int | None = None,
     revision: str | None = None,
     given_by: Mapping[str, str] | None = None,
+    dtype: str | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag)."""
@@ -179,6 +181,7 @@ def spec_from_config(
     removed = removed_refusal(config)      # startup: the registry's removed architectures
     if removed:
         raise UserError(f"{where}: {removed}")
+    archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
     config = flatten_text_config(config)
     family = _detect(config, variant, where)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
@@ -188,9 +191,26 @@ def spec_from_config(
     found = _dtype(config, ("torch_dtype", "dtype"), where)
     model_dtype, model_origin = (found[0], f"config key {found[1]}") if found else (
         DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype")
+    checkpoint = ""
+    if dtype is not None and dtype.strip().lower() != "auto":      # vLLM's --dtype, given
+        named = {"float": "float32", "half": "float16"}.get(dtype.strip().lower(), dtype)
+        try:
+            model_dtype, model_origin = canonical_dtype(named), "--dtype"
+        except UserError as exc:
+            raise UserError(f"--dtype: {exc}") from None
+    elif model_dtype == "float32":     # vLLM's --dtype auto (config/model.py _resolve_auto_dtype)
+        checkpoint, model_dtype = model_dtype, AUTO_FROM_FLOAT32
+        model_origin = (f"{model_origin} float32, which vLLM's --dtype auto runs in {AUTO_FROM_FLOAT32} "
+                        f"(_resolve_auto_dtype)")
     conv, conv_origin = (canonical_dtype(conv_dtype), given_by["conv_dtype"]) if conv_dtype else (
         model_dtype, model_origin)
     found = _dtype(config, family.ssm_dtype_keys, where)
+    notes: dict[str, str] = {}
+    ignored = ""
+    if found and archs and not MAMBA_SSM_DTYPE_READERS.intersection(archs):
+        notes["config_mamba_ssm_dtype"] = found[0]     # what an engine that reads it finds
+        ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
+        found = None
     if ssm_dtype:
         ssm, ssm_origin = canonical_dtype(ssm_dtype), given_by["ssm_dtype"]
     elif found:
@@ -201,12 +221,12 @@ def spec_from_config(
             f"whatever torch_dtype says")
     else:
         ssm, ssm_origin = conv, "the conv dtype"
+    ssm_origin += ignored if not ssm_dtype else ""
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
         raise UserError(f"--num-spec must be a non-negative integer, got {quoted(spec_num)}")
     within("--num-spec" if num_spec is not None else f"{where}: num_speculative_tokens", spec_num, 0,
            MAX_NUM_SPEC, "speculative decoding uses")
-    notes: dict[str, str] = {}
     layers = _layer_kinds(config, family, where, notes)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
@@ -220,7 +240,8 @@ def spec_from_config(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
-        num_q_heads=q_heads, revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
+        num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint,
+        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec
