@@ -9,7 +9,8 @@ from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import removed_refusal
 from mambaxfer_cli.readers.families import (
-    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
+    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
+    supported_summary,
 )
 from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
@@ -182,6 +183,9 @@ def spec_from_config(
     if removed:
         raise UserError(f"{where}: {removed}")
     archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
+    refused = connector_refusal(archs) if variant is None else None
+    if refused:
+        raise UserError(f"{where}: {refused}")
     config = flatten_text_config(config)
     family = _detect(config, variant, where)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
