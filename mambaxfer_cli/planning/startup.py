@@ -104,3 +104,9 @@ def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33"
                         f"(_ModelRegistry._raise_for_unsupported; with --model-impl auto or transformers its "
                         f"Transformers backend runs it with no Mamba state to transfer)")
     return None
+
+
+def served_anywhere(archs: Iterable[str], releases: Iterable[str] = ("0.33", "0.34")) -> bool:
+    """Whether some release's registry serves one of ``archs``."""
+    wanted = set(archs)
+    return any(wanted.intersection(architectures(release)["served"]) for release in releases)

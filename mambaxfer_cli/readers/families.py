@@ -90,7 +90,7 @@ FAMILIES: tuple[Family, ...] = (
 # Used when the model_type is not in the table, or when --variant overrides detection: every
 # name any family uses, most specific first (each variant's module lists them).
 GENERIC: Mapping[str, Family] = {
-    name: Family(f"generic {v.title}", (), Variant(name), v.generic_params, conv_kernel=v.generic_conv_kernel,
+    name: Family(f"generic {v.title} (guessed)", (), Variant(name), v.generic_params, conv_kernel=v.generic_conv_kernel,
                  ssm_dtype_keys=v.ssm_dtype_keys)
     for name, v in VARIANTS.items()
 }

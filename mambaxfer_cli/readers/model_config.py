@@ -16,6 +16,7 @@ from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
 )
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
+from mambaxfer_cli.planning.startup import served_anywhere
 from mambaxfer_cli.planning.variants import titles
 
 DEFAULT_DTYPE = "bfloat16"
@@ -124,7 +125,10 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
     return (SSM,) * n_layers
 
 
-def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> Family:
+def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
+            archs: tuple[str, ...] = ()) -> Family:
+    """The config's family: by model_type, else (a guess) by its keys, or as --variant says. A
+    config whose architectures no vLLM release serves is planned only with --variant."""
     model_type = str(config.get("model_type", ""))
     family = family_for(model_type)
     if variant is not None:
@@ -139,6 +143,12 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> F
             f"does not support; supported variants are {titles()} ({supported_summary()})")
     for candidate, keys in SIGNATURE_KEYS:
         if any(key in config for key in keys):
+            if archs and not served_anywhere(archs):
+                raise UserError(
+                    f"{where}: no vLLM release mambaxfer knows serves {archs[0]} (model_type '{model_type}'), so "
+                    f"its state is not vLLM's to move; --variant {candidate.value} plans it as a "
+                    f"{GENERIC[candidate].label.removeprefix('generic ').removesuffix(' (guessed)')} model, "
+                    f"guessed from its keys")
             return GENERIC[candidate]
     found = f"model_type '{model_type}'" if model_type else "no model_type"
     raise UserError(
@@ -187,7 +197,7 @@ def spec_from_config(
     if refused:
         raise UserError(f"{where}: {refused}")
     config = flatten_text_config(config)
-    family = _detect(config, variant, where)
+    family = _detect(config, variant, where, archs)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
@@ -211,7 +221,7 @@ def spec_from_config(
     found = _dtype(config, family.ssm_dtype_keys, where)
     notes: dict[str, str] = {}
     ignored = ""
-    if found and archs and not MAMBA_SSM_DTYPE_READERS.intersection(archs):
+    if found and found[1] == "mamba_ssm_dtype" and archs and not MAMBA_SSM_DTYPE_READERS.intersection(archs):
         notes["config_mamba_ssm_dtype"] = found[0]     # what an engine that reads it finds
         ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
         found = None
