@@ -80,8 +80,11 @@ def difference_panel(result: FunctionResult) -> Panel:
     lines += [Text.assemble(("SGLang:    ", "bold"), _clipped(theirs)),
               Text.assemble(("mambaxfer: ", "bold"), _clipped(ours))]
     models = [f"{model} {d}/{c}" for model, (c, d) in result.by_model.items() if d]
-    if models:
-        lines.append(Text("differing cases by model: " + ", ".join(models), style="dim"))
+    rest = (result.differing - sum(d for _, d in result.by_model.values()),
+            result.cases - sum(c for c, _ in result.by_model.values()))
+    if rest[0]:     # stand-ins and inputs of no model
+        models.append(f"other inputs {rest[0]}/{rest[1]}")
+    lines.append(Text("differing cases by model: " + ", ".join(models), style="dim"))
     return Panel(Group(*lines), title=f"✗ {result.name}", title_align="left", border_style="red")
 
 
