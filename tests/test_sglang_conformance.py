@@ -203,6 +203,8 @@ def test_a_planted_fault_is_in_the_document_with_both_values(cli_runs):
     functions = {f["function"]: f for f in document["functions"]}
     first = functions["compute_mamba_state_slice_blocks"]["first_difference"]
     assert document["ok"] is False and first["inputs"]["model"] == "granite-4.0-h-tiny"
+    # --max-tp 2 reaches the probe: a D rank of each pairing of TP 1 and 2, 1 + 2 + 1 + 2 of them.
+    assert document["max_tp"] == 2 and functions["_resolve_rank_mapping"]["cases"] == 6
     # The plant shifts every block's start by one: SGLang's blocks are ours, one later.
     assert [[s + 1, d, n] for s, d, n in first["mambaxfer"]] == first["sglang"]
     reason = functions["compute_head_slice_params"]["could_not_be_called"]["reason"]
