@@ -70,7 +70,8 @@ class ModelArgs(Group):
     """The model: which one, and what overrides its config."""
 
     model: str | None = option("--model", "-m", help=MODEL_HELP, panel=MODEL)
-    all_presets: bool = option("--all-presets/--no-all-presets", help="Run on every built-in model.",
+    all_presets: bool = option("--all-presets/--no-all-presets",
+                               help="Run on every built-in model (--engine sglang: those SGLang serves).",
                                panel=MODEL, default=False)
     variant: Variant | None = option("--variant", help="Override variant detection.", panel=MODEL,
                                      kind=VariantType(), metavar="<Variant>")
