@@ -35,7 +35,7 @@ def _notif(task: SlotTask, round_: int) -> bytes:
     return f"{task.settings.run_id}-round{round_}".encode()
 
 
-def _fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick: Tick) -> None:
+def fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick: Tick) -> None:
     """One slot of every entry: the pattern of the units this rank keeps there, per layer."""
     for index, entry in enumerate(task.entries):
         host = memory.host(index)
@@ -47,7 +47,7 @@ def _fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick:
     memory.sync()
 
 
-def _poison(memory: RankMemory, value: int) -> None:
+def poison_all(memory: RankMemory, value: int) -> None:
     for index in range(memory.count):
         host = memory.host(index)
         host.fill(value)
@@ -55,13 +55,13 @@ def _poison(memory: RankMemory, value: int) -> None:
     memory.sync()
 
 
-def _layout(task: SlotTask, node: RankAgent) -> dict[str, Any]:
+def published_layout(task: SlotTask, node: RankAgent) -> dict[str, Any]:
     return {"agent": task.agent, "rank": task.rank, "mem_type": node.memory.mem_type, "dev_id": task.dev_id,
             "bases": node.memory.bases, "item_lens": [e.item_len for e in task.entries],
             "slots": task.memory.logical_blocks}
 
 
-def _rows(descriptors: Sequence[Descriptor], bases: list[int], dev_id: int, source: bool) -> np.ndarray:
+def descriptor_rows(descriptors: Sequence[Descriptor], bases: list[int], dev_id: int, source: bool) -> np.ndarray:
     rows = np.empty((len(descriptors), 3), dtype=np.uint64)
     for i, d in enumerate(descriptors):
         entry, offset = (d.src_entry, d.src_offset) if source else (d.dst_entry, d.dst_offset)
@@ -77,27 +77,11 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
         ch.phase("filling")
         started = time.perf_counter()
         for slot in range(task.memory.logical_blocks):
-            _fill_slot(task, node.memory, slot, 0, ch.progress)
+            fill_slot(task, node.memory, slot, 0, ch.progress)
         fill_s = time.perf_counter() - started
         fault(task, "fill")
         node.register(ch)
-        ch.phase("exchanging")
-        ports = ch.gather("listening", "D", "the D ranks to listen")
-        pairings = []
-        for d_rank, descriptors in task.writes:
-            port = ports[d_rank]
-            ch.waiting(f"D{d_rank}'s side channel {task.settings.host}:{port} to answer")
-            try:
-                header, blob = fetch(task.settings.host, port, {"p_rank": task.rank}, f"D{d_rank}", ch.check_stop)
-            except SideChannelError as exc:
-                raise RankFailure(str(exc)) from None
-            ch.phase("exchanging", f"loading D{d_rank}'s metadata")
-            _check_layout(task, d_rank, header)
-            name = node.add_remote(blob)
-            ids = range(len(descriptors))
-            pairings.append(DescriptorPairing(
-                d_rank, _rows(descriptors, node.memory.bases, task.dev_id, True), node.memory.mem_type, name,
-                _rows(descriptors, header["bases"], header["dev_id"], False), header["mem_type"], ids, ids))
+        pairings = planned_pairings(task, node, connect(task, ch, node))
         fault(task, "prepare")
         ch.phase("preparing")
         xfers, prep = node.prepare("WRITE", pairings, ch)
@@ -106,11 +90,11 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
         for round_ in range(task.rounds):
             if round_:
                 ch.phase("filling", f"round {round_ + 1}")
-                _fill_slot(task, node.memory, task.slot, round_, ch.progress)
+                fill_slot(task, node.memory, task.slot, round_, ch.progress)
             ch.meet(f"round {round_}", None, "the D ranks to poison")
             fault(task, "transfer")
             ch.phase("transferring", f"round {round_ + 1}/{task.rounds}")
-            for xfer_times, took in zip(times, _post(node, xfers, _notif(task, round_), ch)):
+            for xfer_times, took in zip(times, post(node, xfers, _notif(task, round_), ch)):
                 xfer_times.append(took)
         telemetry = node.telemetry(xfers)
         ch.meet("received", None, "the D ranks to check the last round")
@@ -120,7 +104,36 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
         return SlotPrefillResult(task.rank, fill_s, prep.prep_s + prep.make_s, writes)
 
 
-def _check_layout(task: SlotPrefillTask, d_rank: int, published: dict[str, Any]) -> None:
+def planned_pairings(task: SlotPrefillTask, node: RankAgent,
+                     connected: list[tuple[str, dict[str, Any]]]) -> list[DescriptorPairing]:
+    """One WRITE per D rank (``connect``'s), of the plan's descriptors to it."""
+    return [DescriptorPairing(
+        d_rank, descriptor_rows(descriptors, node.memory.bases, task.dev_id, True), node.memory.mem_type,
+        name, descriptor_rows(descriptors, header["bases"], header["dev_id"], False), header["mem_type"],
+        range(len(descriptors)), range(len(descriptors)))
+        for (d_rank, descriptors), (name, header) in zip(task.writes, connected)]
+
+
+def connect(task: SlotPrefillTask, ch: Channel, node: RankAgent) -> list[tuple[str, dict[str, Any]]]:
+    """Each D rank this P rank writes into (``task.writes``' order): its agent loaded, and what it
+    published (base addresses, item lengths), checked against the plan."""
+    ch.phase("exchanging")
+    ports = ch.gather("listening", "D", "the D ranks to listen")
+    out = []
+    for d_rank, _ in task.writes:
+        port = ports[d_rank]
+        ch.waiting(f"D{d_rank}'s side channel {task.settings.host}:{port} to answer")
+        try:
+            header, blob = fetch(task.settings.host, port, {"p_rank": task.rank}, f"D{d_rank}", ch.check_stop)
+        except SideChannelError as exc:
+            raise RankFailure(str(exc)) from None
+        ch.phase("exchanging", f"loading D{d_rank}'s metadata")
+        check_decode_layout(task, d_rank, header)
+        out.append((node.add_remote(blob), header))
+    return out
+
+
+def check_decode_layout(task: SlotPrefillTask, d_rank: int, published: dict[str, Any]) -> None:
     want = task.decode_memory
     expected = {"rank": d_rank, "item_lens": list(want.item_lens), "slots": want.logical_blocks}
     for key, value in expected.items():
@@ -128,7 +141,7 @@ def _check_layout(task: SlotPrefillTask, d_rank: int, published: dict[str, Any])
             raise RankFailure(f"D{d_rank} publishes {key}={published.get(key)}, the plan expects {value}")
 
 
-def _post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel) -> list[float]:
+def post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel) -> list[float]:
     """Every WRITE posted at once; each one's time until NIXL says it is done."""
     started = time.perf_counter()
     for xfer in xfers:
@@ -157,37 +170,42 @@ def _post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel) -> list[
 
 def decode(task: SlotDecodeTask, ch: Channel) -> SlotDecodeResult:
     with RankAgent(task, ch, telemetry=False) as node:
-        ch.phase("poisoning")
-        _poison(node.memory, poison(0))
-        node.register(ch)
-        try:
-            server = SideChannelServer(task.settings.host, task.port)
-        except PortInUse as exc:
-            raise RankFailure(str(exc), user=True) from None
-        except SideChannelError as exc:
-            raise RankFailure(str(exc)) from None
-        try:
-            _serve(task, ch, node, server)
-        finally:
-            server.close()
+        start_target(task, ch, node)
         ch.meet("prepared", None, "every rank to prepare", milestone=True)
         check = _Check(task)
         for round_ in range(task.rounds):
             if round_:
                 ch.phase("poisoning", f"round {round_ + 1}")
-                _poison(node.memory, poison(round_))
+                poison_all(node.memory, poison(round_))
             ch.meet(f"round {round_}", None, "the P ranks to fill")
             ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
-            _await_notifications(task, ch, node, round_)
+            await_notifications(task, ch, node, _notif(task, round_))
             ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")
             check.round(node.memory, round_, ch.progress)
         ch.meet("received", None, "the P ranks to finish")
         return check.result()
 
 
-def _serve(task: SlotDecodeTask, ch: Channel, node: RankAgent, server: SideChannelServer) -> None:
+def start_target(task: SlotDecodeTask, ch: Channel, node: RankAgent) -> None:
+    """A D rank's start: poisoned, registered, each writer's metadata request answered."""
+    ch.phase("poisoning")
+    poison_all(node.memory, poison(0))
+    node.register(ch)
+    try:
+        server = SideChannelServer(task.settings.host, task.port)
+    except PortInUse as exc:
+        raise RankFailure(str(exc), user=True) from None
+    except SideChannelError as exc:
+        raise RankFailure(str(exc)) from None
+    try:
+        serve_writers(task, ch, node, server)
+    finally:
+        server.close()
+
+
+def serve_writers(task: SlotDecodeTask, ch: Channel, node: RankAgent, server: SideChannelServer) -> None:
     """Answer each writer's metadata request (a P rank asks once)."""
-    header, metadata = _layout(task, node), node.agent.get_agent_metadata()
+    header, metadata = published_layout(task, node), node.agent.get_agent_metadata()
 
     def reply(request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         ch.phase("serving", f"answering P{request.get('p_rank')}")
@@ -205,9 +223,8 @@ def _serve(task: SlotDecodeTask, ch: Channel, node: RankAgent, server: SideChann
             waiting.discard(request["p_rank"])
 
 
-def _await_notifications(task: SlotDecodeTask, ch: Channel, node: RankAgent, round_: int) -> None:
-    """Until every writer's WRITE of this round notified (NIXL sends it once the bytes are here)."""
-    final = _notif(task, round_)
+def await_notifications(task: SlotDecodeTask, ch: Channel, node: RankAgent, final: bytes) -> None:
+    """Until every writer's WRITE with this message notified (NIXL sends it once the bytes are here)."""
     prefix = f"mambaxfer-{task.settings.run_id}-P"
     waiting = set(task.writers)
     while waiting:
