@@ -14,6 +14,8 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from mambaxfer_cli.bench import rank as bench_rank
+from mambaxfer_cli.bench import sglang_rank as sglang_bench_rank
+from mambaxfer_cli.bench.sglang import SlotBenchDecode, SlotBenchPrefill
 from mambaxfer_cli.execute import rank, sglang_rank
 from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure, StopRequested
 from mambaxfer_cli.execute.messages import Done, Failed
@@ -53,8 +55,12 @@ def spawn_main(argv: list[str]) -> None:
     conn = Connection(conn_fd)
     ch = Channel(conn)
     try:
-        program = (sglang_rank.PROGRAMS[task.role] if isinstance(task, SlotTask)
-                   else PROGRAMS[task.role, task.settings.bench is not None])
+        if isinstance(task, (SlotBenchPrefill, SlotBenchDecode)):
+            program = sglang_bench_rank.PROGRAMS[task.role]
+        elif isinstance(task, SlotTask):
+            program = sglang_rank.PROGRAMS[task.role]
+        else:
+            program = PROGRAMS[task.role, task.settings.bench is not None]
         ch.send(Done(program(task, ch)))
     except StopRequested:
         pass

@@ -103,3 +103,31 @@ class SlotPrefillResult:
                 "writes": [{"d_rank": w.d_rank, "descriptors": w.descriptors,
                             "descriptors_merged": w.descriptors_merged, "bytes": w.bytes, "time_s": w.time_s,
                             "times_s": list(w.times_s)} for w in self.writes]}
+
+
+@dataclass(frozen=True)
+class VariantTiming:
+    """One P rank's WRITEs of one bench variant: per iteration its time (the slowest of its
+    WRITEs), the descriptors it posted and NIXL kept, and what preparing them took."""
+
+    times_s: tuple[float, ...]
+    descriptors_posted: int
+    descriptors_kept: int
+    prep_s: float
+    make_s: float
+
+
+@dataclass(frozen=True)
+class SlotCheck:
+    """A D rank's memory after one bench variant: bytes compared, bytes wrong."""
+
+    checked_bytes: int
+    wrong_bytes: int
+
+
+@dataclass(frozen=True)
+class SlotBenchResult:
+    role: str
+    rank: int
+    timings: dict[str, VariantTiming]      # a P rank's, by variant
+    checks: dict[str, SlotCheck]           # a D rank's, by variant

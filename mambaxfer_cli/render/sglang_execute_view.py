@@ -1,9 +1,10 @@
 """Rich views of ``execute --engine sglang``: its title, the per-D-rank result table, and the bad
-bytes per D rank beside what ``check --engine sglang`` predicts."""
+bytes per D rank beside what ``check --engine sglang`` predicts; and ``bench --engine sglang``'s
+table."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, JustifyMethod
 from rich.table import Table
@@ -72,3 +73,28 @@ def bad_bytes_report(outcome: "SlotOutcome") -> Group | None:
         lines.append(Text(f"measured {outcome.bad_bytes:,} bad bytes for one request, all layers; check --engine "
                           f"sglang predicts {outcome.predicted:,}: {same}"))
     return Group(*lines) if lines else None
+
+
+def bench_table(document: dict[str, Any]) -> Table:
+    """``bench --engine sglang``: the planned WRITEs and the one-descriptor limit, side by side."""
+    title_text = (f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, SGLang "
+                  f"{document['release']} WRITEs ({document['semantics']} writes), {document['device']}, "
+                  f"{document['iters']} iters")
+    table = Table(title=title_text, title_justify="left", box=None, padding=(0, 1))
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("variant", "left"), ("descriptors", "right"), ("after merge", "right"), ("bytes/desc", "right"),
+        ("bytes", "right"), ("median", "right"), ("GB/s", "right"), ("p99 GB/s", "right"), ("check", "left"))
+    for column, justify in columns:
+        table.add_column(column, justify=justify)
+    for name, row in document["variants"].items():
+        table.add_row(name, str(row["descriptors_posted"]), str(row["descriptors_kept"]),
+                      human_bytes(row["bytes_per_descriptor"]), human_bytes(row["bytes"]),
+                      f"{row['time_us']['median'] / 1e3:.2f} ms", f"{row['gb_per_s']['median']:.2f}",
+                      f"{row['gb_per_s']['p99']:.2f}",
+                      Text("ok", style="green") if row["verified"] else Text("WRONG", style="bold red"))
+    table.caption = (f"one request: P slot -> D slot of {document['entries']} entries ({document['ssm_layers']} SSM "
+                     f"layers); planned: the plan's descriptors, one per write and layer; limit: one descriptor "
+                     f"per P -> D pair, the same bytes; planned/limit {document['ratio']:.2f}; every byte of D "
+                     f"checked after each")
+    table.caption_justify = "left"
+    return table
