@@ -196,6 +196,10 @@ def test_a_model_sglang_does_not_serve_and_a_pairing_it_refuses():
     exact = run_cli("execute", "--engine", "sglang", "--model", "mamba-130m", "--p-tp", "1", "--d-tp", "1",
                     "--device", "cpu", "--layers", "0")
     assert_user_error(exact, "--layers must be >= 1")
+    failing = run_cli("execute", "--engine", "sglang", "--model", "mamba-130m", "--p-tp", "3", "--d-tp", "2",
+                      "--semantics", "sglang", "--device", "cpu")
+    assert_user_error(failing, "SGLang 0.5.23 fails every request of mamba-130m at P3 → D2",
+                      "so no state moves; --semantics exact moves the bytes")
 
 
 def test_vllm_commands_refuse_sglang_semantics():

@@ -96,6 +96,8 @@ def chosen_writes(plan: SGLangPlan, semantics: str) -> SGLangPlan:
     if semantics == "sglang":
         if plan.verdict.refusal:
             raise UserError(f"SGLang refuses this pairing, so it writes nothing: {plan.verdict.refusal}")
+        if plan.verdict.fails:
+            raise UserError(f"{plan.verdict.sentence()}, so no state moves; --semantics exact moves the bytes")
         return plan
     if not plan.exact:
         raise _unexecutable("the two sides keep the state in different dtypes, so no plain copy is exact")
