@@ -48,8 +48,10 @@ def bench(
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
-    byte verified. With --engine sglang: SGLang's WRITE of one slot per entry, as planned and as one
-    descriptor per P -> D pair.
+    byte verified.
+
+    With --engine sglang: SGLang's WRITE of one slot per entry, as planned and as one descriptor per
+    P -> D pair.
 
     Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal
     error; 130: interrupted (every rank is stopped).
