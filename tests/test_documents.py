@@ -32,6 +32,10 @@ COMMANDS = {
                      "json"),   # right, and wrong bytes with a rank the mapping never reads
     "sglang-inspect": ("inspect", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--tp", "1,2", "--format",
                        "json"),
+    "sglang-execute": ("execute", "--engine", "sglang", "--model", "nemotron-h-8b", "--layers", "4", "--p-tp", "1",
+                       "--d-tp", "2", "--semantics", "sglang", "--device", "cpu", "--iters", "1", "--format", "json"),
+    "sglang-bench": ("bench", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers", "2", "--p-tp", "2",
+                     "--d-tp", "1", "--iters", "2", "--device", "cpu", "--format", "json"),
     "check-engines": ("check", "--engine", "vllm,sglang", "--model", "granite-4.0-h-tiny", "--pairs", "1:2,1:1",
                       "--format", "json"),
 }
@@ -50,7 +54,7 @@ def published(name: str) -> jsonschema.Draft202012Validator:
 # validates it, run by the engine's interpreter.
 @pytest.mark.parametrize("name", [name for name in DOCUMENTS if name != "conformance"])
 def test_each_document_validates_against_its_published_schema(name, request):
-    if name in ("execute", "bench"):
+    if name in ("execute", "bench", "sglang-execute", "sglang-bench"):
         request.getfixturevalue("nixl")
     result = run_cli(*COMMANDS[name])
     assert result.code in (0, 1), result.stderr

@@ -126,7 +126,7 @@ def test_an_engine_is_one_package(copy):
 
 
 def test_a_command_that_does_not_answer_for_an_engine_refuses_it_in_one_line(tmp_path):
-    """SGLang is a registered engine that execute does not answer for yet: naming it is one line
+    """SGLang is a registered engine that preflight does not answer for yet: naming it is one line
     and exit 2, never vLLM's answer under another name; plan answers for it, and a model SGLang
     does not serve is refused as SGLang's."""
     import subprocess
@@ -136,8 +136,10 @@ def test_a_command_that_does_not_answer_for_an_engine_refuses_it_in_one_line(tmp
         return subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
                               timeout=120)
 
-    done = run("execute", "-m", "jamba", "--p-tp", "1", "--d-tp", "2", "--device", "cpu", "--engine", "sglang")
+    examples = Path(__file__).resolve().parents[1] / "examples" / "preflight"
+    done = run("preflight", "--engine", "sglang", "--prefill-file", str(examples / "qwen35-prefill.sh"),
+               "--decode-file", str(examples / "qwen35-decode.sh"))
     assert done.returncode == 2 and done.stdout == ""
-    assert "answer for vLLM only so far" in done.stderr and "Traceback" not in done.stderr
+    assert "answers for vLLM only so far" in done.stderr and "Traceback" not in done.stderr
     jamba = run("plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2", "--engine", "sglang")
     assert jamba.returncode == 2 and jamba.stdout == "" and "SGLang 0.5.23 has no Jamba model file" in jamba.stderr

@@ -50,6 +50,9 @@ def bench(
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
     byte verified.
 
+    With --engine sglang: SGLang's WRITE of one slot per entry, as planned and as one descriptor per
+    P -> D pair.
+
     Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal
     error; 130: interrupted (every rank is stopped).
 
@@ -59,6 +62,11 @@ def bench(
 
     mambaxfer bench --model qwen3-next-80b --p-tp 2 --d-tp 1 --format json --chart bench.png
     """
+    if engines.engine.strip().lower() == "sglang":
+        from mambaxfer_cli.cli import sglang_bench
+
+        sglang_bench.run(model, pair, engines, request, run, output)
+        return
     import importlib.util
 
     from mambaxfer_cli.cli.outcome import red_line

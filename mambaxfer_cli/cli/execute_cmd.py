@@ -1,4 +1,5 @@
-"""``mambaxfer execute``: the plan performed with real NIXL READs between real rank processes."""
+"""``mambaxfer execute``: the plan performed with real NIXL READs between real rank processes (SGLang's
+WRITEs: ``cli/sglang_execute.py``)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,8 @@ def execute(
 ) -> None:
     """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every byte.
 
+    With --engine sglang: SGLang's transfer, P WRITEs of one slot per entry (--semantics exact or sglang).
+
     Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed; 70: an internal error;
     130: interrupted (every rank is stopped).
 
@@ -95,7 +98,14 @@ def execute(
     mambaxfer execute --model jamba --p-tp 1 --d-tp 4 --device cpu
 
     mambaxfer execute --plan plan.json --device cpu
+
+    mambaxfer execute --engine sglang --model nemotron-h-8b --p-tp 1 --d-tp 2 --semantics sglang
     """
+    if engines.engine.strip().lower() == "sglang":
+        from mambaxfer_cli.cli import sglang_execute
+
+        sglang_execute.run(model, pair, engines, request, run, peers.host, peers.port, output, peers.discovery)
+        return
     import importlib.util
 
     from mambaxfer_cli.cli.outcome import red_line

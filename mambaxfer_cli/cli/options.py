@@ -33,10 +33,12 @@ class Format(str, Enum):
 
 
 class Semantics(str, Enum):
-    """Whose reads: mambaxfer's unit-exact ones, vLLM's, or (``check``) both."""
+    """Whose reads: mambaxfer's unit-exact ones, vLLM's, or (``check``) both; SGLang's writes
+    (``execute --engine sglang``)."""
     exact = "exact"
     vllm = "vllm"
     both = "both"
+    sglang = "sglang"
 
 
 def refuse_value(name: str, value: Any, choices: tuple[str, ...]) -> click.BadParameter:
@@ -251,7 +253,8 @@ class RequestArgs(Group):
     semantics: Semantics | None = option(
         "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM issues; both (check's default): "
                             "mambaxfer's exact plan and what vLLM does (accepts and moves the right bytes, corrupts "
-                            "them, or refuses). Default: exact, in check both.", panel=REQUEST, kind=Semantics)
+                            "them, or refuses); sglang: SGLang's own writes (execute --engine sglang). Default: "
+                            "exact, in check both.", panel=REQUEST, kind=Semantics)
     coalesce: bool = option("--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one "
                                                              "descriptor.", panel=REQUEST, default=False)
     attention_streams: int = option(
@@ -279,8 +282,8 @@ class RequestArgs(Group):
         proves both (check, whose default it is)."""
         if self.semantics is None:
             return Semantics.both.value if both else Semantics.exact.value
-        if self.semantics is Semantics.both and not both:
-            raise refuse_value("semantics", self.semantics, ("exact", "vllm"))
+        if (self.semantics is Semantics.both and not both) or self.semantics is Semantics.sglang:
+            raise refuse_value("semantics", self.semantics, ("exact", "vllm", "both") if both else ("exact", "vllm"))
         return self.semantics.value
 
     def plan_options(self, engines, semantics: str | None = None):

@@ -1,6 +1,6 @@
 """How a rank process starts and ends: the coordinator runs ``spawn_main`` in a process of its own
 (``coordinator.command``), and hands it its task through an unnamed file and its pipe as a
-descriptor. The rank runs its program (execute's or bench's, P's or D's) and says how it ended."""
+descriptor. The rank runs its program (execute's or bench's, P's or D's, vLLM's or SGLang's) and says how it ended."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from mambaxfer_cli.bench import rank as bench_rank
-from mambaxfer_cli.execute import rank
+from mambaxfer_cli.bench import sglang_rank as sglang_bench_rank
+from mambaxfer_cli.bench.sglang import SlotBenchDecode, SlotBenchPrefill
+from mambaxfer_cli.execute import rank, sglang_rank
 from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure, StopRequested
 from mambaxfer_cli.execute.messages import Done, Failed
 from mambaxfer_cli.execute.results import RankResult
+from mambaxfer_cli.execute.sglang import SlotTask
 from mambaxfer_cli.execute.tasks import RankTask
 from mambaxfer_cli.exits import EXIT_RANK_ORPHANED
 
@@ -52,7 +55,13 @@ def spawn_main(argv: list[str]) -> None:
     conn = Connection(conn_fd)
     ch = Channel(conn)
     try:
-        ch.send(Done(PROGRAMS[task.role, task.settings.bench is not None](task, ch)))
+        if isinstance(task, (SlotBenchPrefill, SlotBenchDecode)):
+            program = sglang_bench_rank.PROGRAMS[task.role]
+        elif isinstance(task, SlotTask):
+            program = sglang_rank.PROGRAMS[task.role]
+        else:
+            program = PROGRAMS[task.role, task.settings.bench is not None]
+        ch.send(Done(program(task, ch)))
     except StopRequested:
         pass
     except PeerGone as exc:

@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from mambaxfer_cli.execute.sglang_results import SlotBenchResult, SlotDecodeResult, SlotPrefillResult
 from mambaxfer_cli.execute.verify import PageCheck, Tally
 
 
@@ -92,4 +93,4 @@ class BenchResult:
     ucx_lines: tuple[str, ...] = ()      # UCX's configuration line of each endpoint this rank used
 
 
-RankResult = Union[PrefillResult, DecodeResult, BenchResult]
+RankResult = Union[PrefillResult, DecodeResult, BenchResult, SlotPrefillResult, SlotDecodeResult, SlotBenchResult]

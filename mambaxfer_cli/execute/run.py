@@ -58,12 +58,13 @@ class Outcome:
                             for p, r in sorted(self.prefill.items())]}
 
 
-def check_ports(settings: RunSettings, p_tp: int) -> None:
-    """With a fixed --port, P rank r listens on port + r: fail before spawning if one is taken."""
+def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:
+    """With a fixed --port, P rank r listens on port + r (SGLang's transfer: D rank r, ``role``):
+    fail before spawning if one is taken."""
     if not settings.port:
         return
     if settings.port + p_tp - 1 > 65535:
-        raise UserError(f"--port {settings.port}: P ranks need ports {settings.port}..{settings.port + p_tp - 1}")
+        raise UserError(f"--port {settings.port}: {role} ranks need ports {settings.port}..{settings.port + p_tp - 1}")
     for rank in range(p_tp):
         port = settings.port + rank
         with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as sock:
@@ -72,7 +73,7 @@ def check_ports(settings: RunSettings, p_tp: int) -> None:
                 sock.bind((settings.host, port))
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    raise UserError(f"--port {settings.port}: {settings.host}:{port} (P{rank}'s side channel) "
+                    raise UserError(f"--port {settings.port}: {settings.host}:{port} ({role}{rank}'s side channel) "
                                     f"is already in use; pick another --port, or --port 0 for free ports") from None
                 raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None
 

@@ -27,8 +27,8 @@ __all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLang
 
 
 # What the commands do not answer for SGLang yet, said the same way wherever it is asked.
-NOT_WIRED = ("--engine sglang: plan, inspect, check and conformance answer for SGLang 0.5.23; preflight, execute "
-             "and bench answer for vLLM only so far")
+NOT_WIRED = ("--engine sglang: plan, inspect, check, execute, bench and conformance answer for SGLang 0.5.23; "
+             "preflight answers for vLLM only so far")
 
 
 class Sglang:

@@ -32,12 +32,13 @@ def item_len(layout: RankLayout, field: str) -> int:
     return layout.conv_bytes if field == CONV else layout.ssm_bytes
 
 
-def item(layout: RankLayout, field: str, slot: int) -> np.ndarray:
-    """What one slot of one rank's entry holds: each region's units, as the pattern of the slot."""
+def item(layout: RankLayout, field: str, slot: int, layer: int = 0) -> np.ndarray:
+    """What one slot of one rank's entry holds: each region's units, as the pattern of the slot
+    (of ``layer``: a real transfer tells one layer's entry from another's)."""
     out = np.empty(item_len(layout, field), dtype=np.uint8)
     for region, offset in _regions(layout, field):
         out[offset:offset + region.size] = unit_bytes_pattern(
-            0, slot, region.name, region.shard.start, len(region.shard), region.unit_bytes).ravel()
+            layer, slot, region.name, region.shard.start, len(region.shard), region.unit_bytes).ravel()
     return out
 
 

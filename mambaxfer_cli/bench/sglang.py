@@ -1,0 +1,128 @@
+"""``bench --engine sglang``: SGLang's WRITE of per-slot entries against the machine's limit.
+
+One run: the rank processes, NIXL agents and memory of ``execute --engine sglang`` (each rank's
+entries back to back in one registered region, so that one descriptor may span them) move one
+request two ways, each ``--iters`` times: ``planned`` (the plan's descriptors, one per write and
+layer, SGLang's own or the exact ones) and ``limit`` (one descriptor per P -> D pair moving the
+same number of bytes, P's first bytes into D's, back to back). D checks every byte after each.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from mambaxfer_cli.engines.sglang.entries import TransferEntry
+from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.sglang import (
+    SlotDecodeTask, SlotPrefillTask, build_tasks, chosen_writes,
+)
+from mambaxfer_cli.execute.sglang_results import SlotBenchResult, VariantTiming
+from mambaxfer_cli.execute.tasks import RunSettings
+from mambaxfer_cli.planning.layout import RankLayout
+
+SCHEMA = "mambaxfer.sglang-bench/v1"
+PLANNED, LIMIT = "planned", "limit"
+ORDER = (PLANNED, LIMIT)
+
+
+@dataclass(frozen=True)
+class SlotBenchPrefill(SlotPrefillTask):
+    iters: int = 1
+    limit: tuple[tuple[int, int, int], ...] = ()     # per D rank in ``writes``' order: (d_rank, D offset, bytes)
+
+
+@dataclass(frozen=True)
+class SlotBenchDecode(SlotDecodeTask):
+    iters: int = 1
+    limit: tuple[tuple[int, int, int], ...] = ()     # per writer: (p_rank, D offset, bytes)
+    prefill_layouts: tuple[RankLayout, ...] = ()
+    prefill_entries: tuple[TransferEntry, ...] = ()
+
+
+def bench_tasks(plan: SGLangPlan, settings: RunSettings,
+                iters: int) -> tuple[list[SlotBenchPrefill], list[SlotBenchDecode]]:
+    """Execute's tasks, one registered region per rank, and the limit variant's chunks."""
+    prefill, decode = build_tasks(plan, settings, rounds=1)
+    moved = {(p.rank, d): sum(x.length for x in descriptors) for p in prefill for d, descriptors in p.writes}
+    chunks: dict[int, list[tuple[int, int, int]]] = {}
+    for d in decode:
+        offset = 0
+        for p_rank in d.writers:
+            size = moved[p_rank, d.rank]
+            if size > prefill[p_rank].memory.total_bytes:
+                raise UserError(f"P{p_rank} writes {size} bytes into D{d.rank}, more than it holds: no one "
+                                f"descriptor moves them")
+            chunks.setdefault(d.rank, []).append((p_rank, offset, size))
+            offset += size
+        if offset > d.memory.total_bytes:
+            raise UserError(f"D{d.rank} receives {offset} bytes, more than its entries hold: no one descriptor "
+                            f"per source moves them")
+    p_layouts = tuple(p.layout for p in prefill)
+    return ([SlotBenchPrefill(**{**_fields(p), "memory": replace(p.memory, single_region=True)}, iters=iters,
+                              limit=tuple((d, o, s) for d, _ in p.writes
+                                          for q, o, s in chunks[d] if q == p.rank)) for p in prefill],
+            [SlotBenchDecode(**{**_fields(d), "memory": replace(d.memory, single_region=True)}, iters=iters,
+                             limit=tuple(chunks.get(d.rank, ())), prefill_layouts=p_layouts,
+                             prefill_entries=plan.prefill_entries) for d in decode])
+
+
+def _fields(task: Any) -> dict[str, Any]:
+    return {name: getattr(task, name) for name in task.__dataclass_fields__}
+
+
+def _p99(values: Sequence[float]) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), 99))
+
+
+def summarise(timings: Sequence[VariantTiming], nbytes: int, iters: int) -> dict[str, Any]:
+    """One variant from its initiators' figures (iteration i: the slowest P rank)."""
+    times = [max(t.times_s[i] for t in timings) for i in range(iters)]
+    posted = sum(t.descriptors_posted for t in timings)
+    median, p99 = statistics.median(times), _p99(times)
+    return {"bytes": nbytes, "descriptors_posted": posted, "descriptors_kept": sum(t.descriptors_kept for t in timings),
+            "bytes_per_descriptor": nbytes // max(posted, 1),
+            "time_us": {"median": median * 1e6, "p99": p99 * 1e6},
+            "gb_per_s": {"median": nbytes / median / 1e9 if median else 0.0,
+                         "p99": nbytes / p99 / 1e9 if p99 else 0.0},
+            "per_descriptor_us": median * 1e6 / max(posted, 1),
+            "prep_ms": max(t.prep_s for t in timings) * 1e3, "make_ms": max(t.make_s for t in timings) * 1e3,
+            "times_s": times}
+
+
+def bench(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int, timeout: float,
+          progress: Progress | None = None) -> dict[str, Any]:
+    """Run both variants; the ``mambaxfer.sglang-bench/v1`` document."""
+    if iters < 1:
+        raise UserError("--iters must be >= 1")
+    chosen = chosen_writes(plan, semantics)
+    settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
+    prefill, decode = bench_tasks(chosen, settings, iters)
+    finished = run_ranks([*decode, *prefill], settings.run_id, timeout, progress)
+    results = [r for r in finished.results.values() if isinstance(r, SlotBenchResult)]
+    p_results = [r for r in results if r.role == "P"]
+    d_results = [r for r in results if r.role == "D"]
+    nbytes = sum(x.length for p in prefill for _, descriptors in p.writes for x in descriptors)
+    variants = {}
+    for name in ORDER:
+        row = summarise([r.timings[name] for r in p_results], nbytes, iters)
+        checks = [r.checks[name] for r in d_results]
+        row.update(verified=all(c.wrong_bytes == 0 for c in checks),
+                   checked_bytes=sum(c.checked_bytes for c in checks),
+                   wrong_bytes=sum(c.wrong_bytes for c in checks))
+        variants[name] = row
+    limit_rate = variants[LIMIT]["gb_per_s"]["median"]
+    return {"schema": SCHEMA, "engine": "sglang", "release": plan.release.version, "model": plan.model.name,
+            "p_tp": plan.p_tp, "d_tp": plan.d_tp, "backend": plan.backend, "semantics": semantics, "iters": iters,
+            "device": device, "memory": settings.mem_type, "entries": len(plan.decode_entries),
+            "ssm_layers": plan.verdict.ssm_layers,
+            "variants": variants,
+            "ratio": variants[PLANNED]["gb_per_s"]["median"] / limit_rate if limit_rate else 0.0,
+            "phases_s": finished.phases,
+            "verified": all(v["verified"] for v in variants.values())}

@@ -1,0 +1,119 @@
+"""The rank programs of ``bench --engine sglang``: execute's SGLang steps, then each variant
+(planned, limit) posted ``iters`` times by the P ranks and checked once by the D ranks."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from mambaxfer_cli.bench.sglang import LIMIT, ORDER, PLANNED, SlotBenchDecode, SlotBenchPrefill
+from mambaxfer_cli.engines.sglang.proof import item
+from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
+from mambaxfer_cli.execute.channel import Channel
+from mambaxfer_cli.execute.memory import RankMemory
+from mambaxfer_cli.execute.results import RankResult
+from mambaxfer_cli.execute.sglang import P_SLOTS, pattern_block, poison
+from mambaxfer_cli.execute.sglang_rank import (
+    await_notifications, connect, fill_slot, planned_pairings, poison_all, post, start_target,
+)
+from mambaxfer_cli.execute.sglang_results import SlotBenchResult, SlotCheck, VariantTiming
+
+Tick = Callable[[str], None]
+
+
+def _message(task: SlotBenchPrefill | SlotBenchDecode, variant: str, iteration: int) -> bytes:
+    return f"{task.settings.run_id}-{variant}-{iteration}".encode()
+
+
+def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
+    with RankAgent(task, ch, telemetry=True) as node:
+        ch.phase("filling")
+        for slot in range(task.memory.logical_blocks):
+            fill_slot(task, node.memory, slot, 0, ch.progress)
+        node.register(ch)
+        connected = connect(task, ch, node)
+        ch.phase("preparing")
+        planned, planned_prep = node.prepare("WRITE", planned_pairings(task, node, connected), ch)
+        base, dev = node.memory.bases[0], task.dev_id
+        limit, limit_prep = node.prepare("WRITE", [
+            DescriptorPairing(("limit", d_rank), np.array([[base, size, dev]], dtype=np.uint64), node.memory.mem_type,
+                              name, np.array([[header["bases"][0] + offset, size, header["dev_id"]]], dtype=np.uint64),
+                              header["mem_type"], [0], [0])
+            for (d_rank, offset, size), (name, header) in zip(task.limit, connected)], ch)
+        ch.meet("prepared", None, "every rank to prepare", milestone=True)
+        timings = {}
+        for variant, xfers, prep in ((PLANNED, planned, planned_prep), (LIMIT, limit, limit_prep)):
+            ch.meet(f"{variant} ready", None, "the D ranks to poison")
+            times = []
+            for iteration in range(task.iters):
+                ch.phase("transferring", f"{variant} {iteration + 1}/{task.iters}")
+                times.append(max(post(node, xfers, _message(task, variant, iteration), ch)))
+            kept = sum(int(t.descCount) for t in node.telemetry(xfers))
+            timings[variant] = VariantTiming(tuple(times), prep.descriptors_posted, kept, prep.prep_s, prep.make_s)
+        ch.meet("checked", None, "the D ranks to check")
+        return SlotBenchResult("P", task.rank, timings, {})
+
+
+def bench_decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
+    with RankAgent(task, ch, telemetry=False) as node:
+        start_target(task, ch, node)
+        ch.meet("prepared", None, "every rank to prepare", milestone=True)
+        checks = {}
+        for variant in ORDER:
+            if variant != ORDER[0]:
+                ch.phase("poisoning", variant)
+                poison_all(node.memory, poison(0))
+            ch.meet(f"{variant} ready", None, "the P ranks to post")
+            ch.phase("receiving", variant)
+            await_notifications(task, ch, node, _message(task, variant, task.iters - 1))
+            ch.phase("verifying", variant)
+            checks[variant] = (planned_check(task, node.memory, ch.progress) if variant == PLANNED
+                               else limit_check(task, node.memory, ch.progress))
+        ch.meet("checked", None, "the P ranks to finish")
+        return SlotBenchResult("D", task.rank, {}, checks)
+
+
+def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> SlotCheck:
+    """The request's slot of every entry holds the pattern D keeps there; every other slot poison."""
+    wrong = checked = 0
+    others = [s for s in range(task.memory.logical_blocks) if s != task.slot]
+    for index, entry in enumerate(task.entries):
+        got = memory.fetch(index)
+        want = item(task.layout, entry.field, pattern_block(task.p_slot, 0), entry.layer_id)
+        wrong += int(np.count_nonzero(got[task.slot] != want)) + int(np.count_nonzero(got[others] != poison(0)))
+        checked += got.size
+        tick(f"entry {index + 1} of {len(task.entries)}")
+    return SlotCheck(checked, wrong)
+
+
+def _prefill_bytes(task: SlotBenchDecode, p_rank: int, size: int) -> np.ndarray:
+    """The first ``size`` bytes of P rank ``p_rank``'s region, as it fills it."""
+    out = np.empty(size, dtype=np.uint8)
+    at = 0
+    layout = task.prefill_layouts[p_rank]
+    for entry in task.prefill_entries:
+        for slot in range(P_SLOTS):
+            if at >= size:
+                return out
+            row = item(layout, entry.field, pattern_block(slot, 0), entry.layer_id)
+            n = min(row.size, size - at)
+            out[at:at + n] = row[:n]
+            at += n
+    return out
+
+
+def limit_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> SlotCheck:
+    """Each writer's chunk holds that P rank's first bytes; the rest of D's region poison."""
+    flat = np.concatenate([memory.fetch(i).reshape(-1) for i in range(memory.count)])
+    covered = np.zeros(flat.size, dtype=bool)
+    wrong = 0
+    for p_rank, offset, size in task.limit:
+        wrong += int(np.count_nonzero(flat[offset:offset + size] != _prefill_bytes(task, p_rank, size)))
+        covered[offset:offset + size] = True
+        tick(f"P{p_rank}'s bytes")
+    wrong += int(np.count_nonzero(flat[~covered] != poison(0)))
+    return SlotCheck(flat.size, wrong)
+
+
+PROGRAMS: dict[str, Callable[..., RankResult]] = {"P": bench_prefill, "D": bench_decode}

@@ -1,0 +1,103 @@
+"""``execute --engine sglang``: the options SGLang's transfer reads, the ones it refuses (vLLM's
+blocks, reads and engine flags, a plan file, two hosts), the run, and its report."""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any, Callable
+
+import click
+
+from mambaxfer_cli.cli.options import ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, refuse_value
+from mambaxfer_cli.cli.report import AsIs, Report, finish
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.cli.options import EngineArgs
+    from mambaxfer_cli.execute.sglang import SlotOutcome
+
+# The options execute takes for vLLM that SGLang's transfer has no use for, by parameter name.
+_VLLM_ONLY = {"blocks": "--blocks", "plan_file": "--plan", "coalesce": "--coalesce",
+              "request_blocks": "--request-blocks", "seed": "--seed", "role": "--role", "listen": "--listen",
+              "peer": "--peer", "etcd": "--etcd", "run_id": "--run-id"}
+
+
+def _given_on_command_line() -> list[str]:
+    """The vLLM-only options the user gave (a default the command sets is not given)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    return [flag for name, flag in _VLLM_ONLY.items()
+            if ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
+                                                  click.core.ParameterSource.ENVIRONMENT)]
+
+
+def semantics(request: RequestArgs) -> str:
+    """--semantics: exact (the default) or sglang."""
+    from mambaxfer_cli.cli.options import Semantics
+
+    if request.semantics is None:
+        return Semantics.exact.value
+    if request.semantics not in (Semantics.exact, Semantics.sglang):
+        raise refuse_value("semantics", request.semantics, ("exact", "sglang"))
+    return request.semantics.value
+
+
+def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs,
+        host: str, port: int, output: OutputArgs, check_peers: Callable[[], object]) -> None:
+    """``check_peers``: --host and --port checked (execute's own)."""
+    import importlib.util
+
+    from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.cli.options import check_bounds
+    from mambaxfer_cli.cli.sglang import backend, load
+    from mambaxfer_cli.engines.sglang import plan
+    from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
+    from mambaxfer_cli.execute.plan_source import cut_layers
+    from mambaxfer_cli.execute.sglang import execute
+    from mambaxfer_cli.execute.tasks import RunSettings
+    from mambaxfer_cli.limits import finite_seconds
+    from mambaxfer_cli.render.execute_view import ProgressView
+    from mambaxfer_cli.render.sglang_execute_view import title
+
+    given = _given_on_command_line()
+    if given:
+        raise UserError(f"{', '.join(given)}: {'these apply' if len(given) > 1 else 'it applies'} to vLLM's block "
+                        f"reads; SGLang's transfer moves one slot per request, on one host (--engine sglang)")
+    check_peers()
+    backend(engines)
+    chosen = semantics(request)
+    check_bounds(p_tp=pair.p_tp, d_tp=pair.d_tp, layers=run_args.layers, iters=run_args.iters)
+    finite_seconds("--timeout", run_args.timeout)
+    missing = [flag for flag, value in (("--model", model.model), ("--p-tp", pair.p_tp), ("--d-tp", pair.d_tp))
+               if value is None]
+    if missing or pair.p_tp is None or pair.d_tp is None:
+        raise UserError(f"execute needs {', '.join(missing)}")
+    planned = plan(cut_layers(load(model), run_args.layers), pair.p_tp, pair.d_tp)
+    kind, gpus = run_args.device_one()
+    if importlib.util.find_spec("nixl") is None:
+        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, run_args.iters)
+    with ProgressView(title(planned, chosen, kind)) as view:
+        try:
+            outcome = execute(planned, chosen, settings, run_args.timeout, view.update)
+        except RunFailure as exc:
+            red_line(str(exc))
+            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    finish(SGLangExecuteReport(outcome), output)
+
+
+class SGLangExecuteReport(Report):
+    """A run of SGLang's transfer: verified, or the bad bytes per D rank beside check's."""
+
+    def __init__(self, outcome: SlotOutcome) -> None:
+        super().__init__(outcome.to_dict(), EXIT_OK if outcome.verified else EXIT_WRONG)
+        self.outcome = outcome
+
+    def render(self, width: int) -> list[Any]:
+        from mambaxfer_cli.render.sglang_execute_view import bad_bytes_report, result_table
+
+        report = bad_bytes_report(self.outcome)
+        return [result_table(self.outcome)] if report is None else [result_table(self.outcome), AsIs(report)]

@@ -1,0 +1,235 @@
+"""``execute --engine sglang``: SGLang's transfer performed for real (pure: no torch, no NIXL).
+
+Memory model, per rank, as SGLang's ``MambaPool`` lays it out: one registered region per transfer
+entry (one state of one SSM layer), ``slots`` items of ``item_len`` bytes each. One request: P's
+slot ``P_SLOT`` into D's slot ``D_SLOT``, so that offsets within an entry are real, with slots
+around it on both sides (a write that reads or lands past its item is seen).
+
+The prefill side is the initiator, as in SGLang: each P rank posts one prepared NIXL WRITE per D
+rank it serves, of the plan's descriptors (``SGLangPlan.descriptors``: one per write and layer).
+A run is ``rounds`` rounds; in each, P's request slot holds its own pattern (``pattern_block``)
+and D starts from its own poison (``poison``), so that D tells a byte written with the wrong
+bytes, a byte never written, and a byte written outside its item apart, as ``check`` counts them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mambaxfer_cli.engines.sglang.entries import TransferEntry
+from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
+from mambaxfer_cli.engines.sglang.writes import check_side
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.run import check_ports
+from mambaxfer_cli.execute.sglang_results import SlotDecodeResult, SlotPrefillResult, WriteTiming
+from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory
+from mambaxfer_cli.planning.layout import RankLayout
+from mambaxfer_cli.proof.pattern import POISON
+
+SCHEMA = "mambaxfer.sglang-execute/v1"
+P_SLOTS, P_SLOT = 3, 1      # prefill: the request in the middle slot
+D_SLOTS, D_SLOT = 4, 2      # decode: another slot than P's, and room past it
+MIN_ROUNDS = 3              # two poisons tell written from untouched; three patterns make a
+                            # wrong byte that holds the right value by chance (1 in 2^24) negligible
+
+
+def pattern_block(slot: int, round_: int) -> int:
+    """The pattern's block of a P slot in a round: the request's slot changes every round, the
+    slots around it keep round 0's."""
+    return slot + P_SLOTS * round_ if slot == P_SLOT else slot
+
+
+def poison(round_: int) -> int:
+    """D's poison in a round: two values by turns, so that a byte no write reached holds each."""
+    return POISON if round_ % 2 == 0 else POISON ^ 0xFF
+
+
+@dataclass(frozen=True)
+class SlotMemory(Memory):
+    """One region per transfer entry: ``logical_blocks`` slots of that entry's item length."""
+
+    item_lens: tuple[int, ...] = ()
+
+    @property
+    def region_shapes(self) -> tuple[tuple[int, int], ...]:
+        return tuple((self.logical_blocks, n) for n in self.item_lens)
+
+
+def slot_memory(entries: tuple[TransferEntry, ...], slots: int) -> SlotMemory:
+    return SlotMemory(len(entries), slots, 0, item_lens=tuple(e.item_len for e in entries))
+
+
+@dataclass(frozen=True)
+class SlotTask(RankTask):
+    """A rank of SGLang's transfer: its entries (their order is its regions'), its request slot."""
+
+    entries: tuple[TransferEntry, ...] = ()
+    slot: int = 0
+    rounds: int = MIN_ROUNDS
+
+
+@dataclass(frozen=True)
+class SlotPrefillTask(SlotTask):
+    writes: tuple[tuple[int, tuple[Descriptor, ...]], ...] = ()   # (d_rank, its descriptors from here)
+    decode_memory: SlotMemory = SlotMemory(0, 0, 0)               # what a D rank must publish
+
+
+@dataclass(frozen=True)
+class SlotDecodeTask(SlotTask):
+    writers: tuple[int, ...] = ()      # the P ranks that write into this rank
+    p_slot: int = P_SLOT               # where its bytes come from: the pattern's block
+
+    @property
+    def port(self) -> int:
+        """D rank d's side channel: --port + d (0: a free port)."""
+        return self.settings.port + self.rank if self.settings.port else 0
+
+
+def _unexecutable(message: str) -> UserError:
+    return UserError(f"this plan cannot be executed: {message}")
+
+
+def chosen_writes(plan: SGLangPlan, semantics: str) -> SGLangPlan:
+    """The plan with the writes ``semantics`` names: SGLang's own, or the exact ones."""
+    if semantics == "sglang":
+        if plan.verdict.refusal:
+            raise UserError(f"SGLang refuses this pairing, so it writes nothing: {plan.verdict.refusal}")
+        if plan.verdict.fails:
+            raise UserError(f"{plan.verdict.sentence()}, so no state moves; --semantics exact moves the bytes")
+        return plan
+    if not plan.exact:
+        raise _unexecutable("the two sides keep the state in different dtypes, so no plain copy is exact")
+    return replace(plan, writes=plan.exact)
+
+
+def _check_bounds(plan: SGLangPlan, descriptors: tuple[Descriptor, ...]) -> None:
+    """Every descriptor inside the entry it names on both sides (NIXL refuses one outside)."""
+    for d in descriptors:
+        for side, entries, index, offset, slots in (
+                ("prefill", plan.prefill_entries, d.src_entry, d.src_offset, P_SLOTS),
+                ("decode", plan.decode_entries, d.dst_entry, d.dst_offset, D_SLOTS)):
+            size = entries[index].item_len * slots
+            if offset < 0 or offset + d.length > size:
+                raise _unexecutable(f"P{d.p_rank} -> D{d.d_rank} layer {d.layer_id}: a write of {d.length} bytes "
+                                    f"at {offset} reaches past the {side} entry ({size} bytes)")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def build_tasks(plan: SGLangPlan, settings: RunSettings,
+                rounds: int) -> tuple[list[SlotPrefillTask], list[SlotDecodeTask]]:
+    """Every rank's task for the plan's writes (``chosen_writes``); raises UserError when they
+    cannot be executed."""
+    descriptors = plan.descriptors(P_SLOT, D_SLOT)
+    _check_bounds(plan, descriptors)
+    p_memory, d_memory = slot_memory(plan.prefill_entries, P_SLOTS), slot_memory(plan.decode_entries, D_SLOTS)
+    total = plan.p_tp * p_memory.total_bytes + plan.d_tp * d_memory.total_bytes
+    free = available_memory()
+    if settings.device == "cpu" and free is not None and total > free // 2:
+        raise _unexecutable(f"its pools need {_gib(total)} of DRAM over {plan.p_tp + plan.d_tp} ranks, more than "
+                            f"half of the {_gib(free)} available; use fewer --layers")
+    p_layouts = check_side(plan.model, plan.p_tp, plan.release).layouts()
+    d_layouts = check_side(plan.model, plan.d_tp, plan.release).layouts()
+
+    def dev(index: int) -> int:
+        return index % settings.gpus if settings.device == "cuda" else 0
+
+    prefill = []
+    for p, layout in enumerate(p_layouts):
+        mine = [x for x in descriptors if x.p_rank == p]
+        targets = sorted({x.d_rank for x in mine})
+        prefill.append(SlotPrefillTask(
+            "P", p, settings, dev(p), layout, p_memory, entries=plan.prefill_entries, slot=P_SLOT, rounds=rounds,
+            writes=tuple((d, tuple(x for x in mine if x.d_rank == d)) for d in targets), decode_memory=d_memory))
+    decode = [SlotDecodeTask("D", d, settings, dev(plan.p_tp + d), layout, d_memory, entries=plan.decode_entries,
+                             slot=D_SLOT, rounds=rounds,
+                             writers=tuple(sorted({x.p_rank for x in descriptors if x.d_rank == d})))
+              for d, layout in enumerate(d_layouts)]
+    return prefill, decode
+
+
+@dataclass
+class SlotOutcome:
+    plan: SGLangPlan
+    semantics: str
+    settings: RunSettings
+    rounds: int
+    decode: list[SlotDecodeResult]
+    prefill: list[SlotPrefillResult]
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        return all(d.ok for d in self.decode)
+
+    @property
+    def bad_bytes(self) -> int:
+        return sum(d.bad for d in self.decode)
+
+    @property
+    def predicted(self) -> int:
+        """What ``check --engine sglang`` predicts for these writes: the verdict's bytes for
+        SGLang's, none for the exact ones."""
+        return self.plan.verdict.bad_bytes() if self.semantics == "sglang" else 0
+
+    def into(self, d_rank: int) -> list[tuple[int, WriteTiming]]:
+        """The WRITEs into one D rank: (P rank, timing)."""
+        return [(p.p_rank, w) for p in self.prefill for w in p.writes if w.d_rank == d_rank]
+
+    def d_time(self, d_rank: int) -> float:
+        return max((w.time_s for _, w in self.into(d_rank)), default=0.0)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(w.bytes for p in self.prefill for w in p.writes)
+
+    def to_dict(self) -> dict[str, Any]:
+        plan, s = self.plan, self.settings
+        decode = []
+        for d in self.decode:
+            into = self.into(d.d_rank)
+            moved, seconds = sum(w.bytes for _, w in into), self.d_time(d.d_rank)
+            decode.append({**d.to_dict(), "bytes": moved,
+                           "descriptors": sum(w.descriptors for _, w in into),
+                           "descriptors_merged": sum(w.descriptors_merged for _, w in into),
+                           "time_s": seconds, "gb_per_s": moved / seconds / 1e9 if seconds > 0 else 0.0})
+        return {"schema": SCHEMA, "engine": "sglang", "release": plan.release.version, "model": plan.model.name,
+                "p_tp": plan.p_tp, "d_tp": plan.d_tp, "backend": plan.backend, "semantics": self.semantics,
+                "device": s.device, "memory": s.mem_type, "rounds": self.rounds,
+                "slots": {"prefill": {"slots": P_SLOTS, "request": P_SLOT},
+                          "decode": {"slots": D_SLOTS, "request": D_SLOT}},
+                "ssm_layers": plan.verdict.ssm_layers, "verified": self.verified, "bad_bytes": self.bad_bytes,
+                "predicted_bad_bytes": self.predicted, "total_bytes": self.total_bytes, "phases_s": self.phases,
+                "decode": decode, "prefill": [p.to_dict() for p in self.prefill]}
+
+
+def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: float,
+            progress: Progress | None = None) -> SlotOutcome:
+    """Run the plan's writes (``semantics``: sglang or exact) with real NIXL WRITEs; raises
+    UserError (exit 2) or RunFailure (exit 3)."""
+    if settings.iters < 1:
+        raise UserError("--iters must be >= 1")
+    rounds = max(settings.iters, MIN_ROUNDS)
+    prefill, decode = build_tasks(chosen_writes(plan, semantics), settings, rounds)
+    check_ports(settings, len(decode), role="D")
+    finished = run_ranks([*decode, *prefill], settings.run_id, timeout, progress)
+    results = finished.results
+    return SlotOutcome(plan, semantics, settings, rounds,
+                       decode=[r for t in decode if isinstance(r := results[t.name], SlotDecodeResult)],
+                       prefill=[r for t in prefill if isinstance(r := results[t.name], SlotPrefillResult)],
+                       phases=finished.phases)
+
+
+def holds(layout: RankLayout, field_name: str, offset: int) -> str:
+    """What a byte of an item holds: its region, unit and byte."""
+    kind, base = ("conv", 0) if field_name == "conv" else ("ssm", layout.conv_bytes)
+    for region in layout.regions:
+        start = region.offset - base
+        if region.kind == kind and start <= offset < start + region.size:
+            unit, byte = divmod(offset - start, region.unit_bytes)
+            return f"{region.name} {region.unit} {region.shard.start + unit} byte {byte}"
+    return "padding"

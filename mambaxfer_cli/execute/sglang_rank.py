@@ -1,0 +1,296 @@
+"""The rank programs of SGLang's transfer (``execute/sglang.py``), each in its own process with its
+own NIXL agent.
+
+D: poison, register, answer each writer's metadata request on its side channel (its entries'
+base addresses and item lengths, as SGLang's decode side sends its pointers at bootstrap), then
+each round: poison, wait for every writer's notification, check every byte. P: fill its slots
+with the pattern, register, fetch each D rank's metadata, prepare one WRITE per D rank from the
+plan's descriptors, then each round: its request slot refilled, every WRITE posted at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mambaxfer_cli.engines.sglang.plan import Descriptor
+from mambaxfer_cli.engines.sglang.proof import item
+from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
+from mambaxfer_cli.execute.faults import fault
+from mambaxfer_cli.execute.memory import RankMemory
+from mambaxfer_cli.execute.results import RankResult
+from mambaxfer_cli.execute.sglang import SlotDecodeTask, SlotPrefillTask, SlotTask, holds, pattern_block, poison
+from mambaxfer_cli.execute.sglang_results import (
+    FieldCount, FirstWrong, SlotDecodeResult, SlotPrefillResult, WriteTiming,
+)
+from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
+
+Tick = Callable[[str], None]
+
+
+def _notif(task: SlotTask, round_: int) -> bytes:
+    return f"{task.settings.run_id}-round{round_}".encode()
+
+
+def fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick: Tick) -> None:
+    """One slot of every entry: the pattern of the units this rank keeps there, per layer."""
+    for index, entry in enumerate(task.entries):
+        host = memory.host(index)
+        if memory.device == "cuda":
+            host[:] = memory.fetch(index)
+        host[slot] = item(task.layout, entry.field, pattern_block(slot, round_), entry.layer_id)
+        memory.store(index, host)
+        tick(f"round {round_ + 1}, entry {index + 1} of {len(task.entries)}")
+    memory.sync()
+
+
+def poison_all(memory: RankMemory, value: int) -> None:
+    for index in range(memory.count):
+        host = memory.host(index)
+        host.fill(value)
+        memory.store(index, host)
+    memory.sync()
+
+
+def published_layout(task: SlotTask, node: RankAgent) -> dict[str, Any]:
+    return {"agent": task.agent, "rank": task.rank, "mem_type": node.memory.mem_type, "dev_id": task.dev_id,
+            "bases": node.memory.bases, "item_lens": [e.item_len for e in task.entries],
+            "slots": task.memory.logical_blocks}
+
+
+def descriptor_rows(descriptors: Sequence[Descriptor], bases: list[int], dev_id: int, source: bool) -> np.ndarray:
+    rows = np.empty((len(descriptors), 3), dtype=np.uint64)
+    for i, d in enumerate(descriptors):
+        entry, offset = (d.src_entry, d.src_offset) if source else (d.dst_entry, d.dst_offset)
+        rows[i] = (bases[entry] + offset, d.length, dev_id)
+    return rows
+
+
+# --- the prefill side: the initiator ------------------------------------------------------------
+
+
+def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
+    with RankAgent(task, ch, telemetry=True) as node:
+        ch.phase("filling")
+        started = time.perf_counter()
+        for slot in range(task.memory.logical_blocks):
+            fill_slot(task, node.memory, slot, 0, ch.progress)
+        fill_s = time.perf_counter() - started
+        fault(task, "fill")
+        node.register(ch)
+        pairings = planned_pairings(task, node, connect(task, ch, node))
+        fault(task, "prepare")
+        ch.phase("preparing")
+        xfers, prep = node.prepare("WRITE", pairings, ch)
+        ch.meet("prepared", None, "every rank to prepare", milestone=True)
+        times: list[list[float]] = [[] for _ in xfers]
+        for round_ in range(task.rounds):
+            if round_:
+                ch.phase("filling", f"round {round_ + 1}")
+                fill_slot(task, node.memory, task.slot, round_, ch.progress)
+            ch.meet(f"round {round_}", None, "the D ranks to poison")
+            fault(task, "transfer")
+            ch.phase("transferring", f"round {round_ + 1}/{task.rounds}")
+            for xfer_times, took in zip(times, post(node, xfers, _notif(task, round_), ch)):
+                xfer_times.append(took)
+        telemetry = node.telemetry(xfers)
+        ch.meet("received", None, "the D ranks to check the last round")
+        writes = tuple(WriteTiming(d_rank, len(descriptors), int(t.descCount), sum(x.length for x in descriptors),
+                                   tuple(xfer_times))
+                       for (d_rank, descriptors), t, xfer_times in zip(task.writes, telemetry, times))
+        return SlotPrefillResult(task.rank, fill_s, prep.prep_s + prep.make_s, writes)
+
+
+def planned_pairings(task: SlotPrefillTask, node: RankAgent,
+                     connected: list[tuple[str, dict[str, Any]]]) -> list[DescriptorPairing]:
+    """One WRITE per D rank (``connect``'s), of the plan's descriptors to it."""
+    return [DescriptorPairing(
+        d_rank, descriptor_rows(descriptors, node.memory.bases, task.dev_id, True), node.memory.mem_type,
+        name, descriptor_rows(descriptors, header["bases"], header["dev_id"], False), header["mem_type"],
+        range(len(descriptors)), range(len(descriptors)))
+        for (d_rank, descriptors), (name, header) in zip(task.writes, connected)]
+
+
+def connect(task: SlotPrefillTask, ch: Channel, node: RankAgent) -> list[tuple[str, dict[str, Any]]]:
+    """Each D rank this P rank writes into (``task.writes``' order): its agent loaded, and what it
+    published (base addresses, item lengths), checked against the plan."""
+    ch.phase("exchanging")
+    ports = ch.gather("listening", "D", "the D ranks to listen")
+    out = []
+    for d_rank, _ in task.writes:
+        port = ports[d_rank]
+        ch.waiting(f"D{d_rank}'s side channel {task.settings.host}:{port} to answer")
+        try:
+            header, blob = fetch(task.settings.host, port, {"p_rank": task.rank}, f"D{d_rank}", ch.check_stop)
+        except SideChannelError as exc:
+            raise RankFailure(str(exc)) from None
+        ch.phase("exchanging", f"loading D{d_rank}'s metadata")
+        check_decode_layout(task, d_rank, header)
+        out.append((node.add_remote(blob), header))
+    return out
+
+
+def check_decode_layout(task: SlotPrefillTask, d_rank: int, published: dict[str, Any]) -> None:
+    want = task.decode_memory
+    expected = {"rank": d_rank, "item_lens": list(want.item_lens), "slots": want.logical_blocks}
+    for key, value in expected.items():
+        if published.get(key) != value:
+            raise RankFailure(f"D{d_rank} publishes {key}={published.get(key)}, the plan expects {value}")
+
+
+def post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel) -> list[float]:
+    """Every WRITE posted at once; each one's time until NIXL says it is done."""
+    started = time.perf_counter()
+    for xfer in xfers:
+        if node.agent.transfer(xfer, notif) == "ERR":
+            raise RankFailure("NIXL refused to post a WRITE")
+    ch.waiting("the WRITEs to complete")
+    took: list[float | None] = [None] * len(xfers)
+    polls = 0
+    while any(t is None for t in took):
+        for i, xfer in enumerate(xfers):
+            if took[i] is not None:
+                continue
+            state = node.agent.check_xfer_state(xfer)
+            if state == "ERR":
+                raise RankFailure("a WRITE failed")
+            if state == "DONE":
+                took[i] = time.perf_counter() - started
+        polls += 1
+        if polls % CHECK_STOP_EVERY == 0:
+            ch.check_stop()
+    return [t for t in took if t is not None]
+
+
+# --- the decode side: the target --------------------------------------------------------------
+
+
+def decode(task: SlotDecodeTask, ch: Channel) -> SlotDecodeResult:
+    with RankAgent(task, ch, telemetry=False) as node:
+        start_target(task, ch, node)
+        ch.meet("prepared", None, "every rank to prepare", milestone=True)
+        check = _Check(task)
+        for round_ in range(task.rounds):
+            if round_:
+                ch.phase("poisoning", f"round {round_ + 1}")
+                poison_all(node.memory, poison(round_))
+            ch.meet(f"round {round_}", None, "the P ranks to fill")
+            ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
+            await_notifications(task, ch, node, _notif(task, round_))
+            ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")
+            check.round(node.memory, round_, ch.progress)
+        ch.meet("received", None, "the P ranks to finish")
+        return check.result()
+
+
+def start_target(task: SlotDecodeTask, ch: Channel, node: RankAgent) -> None:
+    """A D rank's start: poisoned, registered, each writer's metadata request answered."""
+    ch.phase("poisoning")
+    poison_all(node.memory, poison(0))
+    node.register(ch)
+    try:
+        server = SideChannelServer(task.settings.host, task.port)
+    except PortInUse as exc:
+        raise RankFailure(str(exc), user=True) from None
+    except SideChannelError as exc:
+        raise RankFailure(str(exc)) from None
+    try:
+        serve_writers(task, ch, node, server)
+    finally:
+        server.close()
+
+
+def serve_writers(task: SlotDecodeTask, ch: Channel, node: RankAgent, server: SideChannelServer) -> None:
+    """Answer each writer's metadata request (a P rank asks once)."""
+    header, metadata = published_layout(task, node), node.agent.get_agent_metadata()
+
+    def reply(request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        ch.phase("serving", f"answering P{request.get('p_rank')}")
+        fault(task, "serve")
+        return header, metadata
+
+    ch.publish("listening", server.port)
+    ch.phase("serving", f"{server.host}:{server.port}")
+    waiting = set(task.writers)
+    while waiting:
+        ch.check_stop()
+        ch.waiting("the metadata requests of " + ", ".join(f"P{p}" for p in sorted(waiting)))
+        request = server.serve(reply, WAIT_ROUND * 50, ch.check_stop)
+        if request is not None and request.get("p_rank") in waiting:
+            waiting.discard(request["p_rank"])
+
+
+def await_notifications(task: SlotDecodeTask, ch: Channel, node: RankAgent, final: bytes) -> None:
+    """Until every writer's WRITE with this message notified (NIXL sends it once the bytes are here)."""
+    prefix = f"mambaxfer-{task.settings.run_id}-P"
+    waiting = set(task.writers)
+    while waiting:
+        ch.check_stop()
+        ch.waiting("the WRITE notifications of " + ", ".join(f"P{p}" for p in sorted(waiting)))
+        for sender, messages in node.agent.get_new_notifs().items():
+            sender = sender.decode() if isinstance(sender, bytes) else sender
+            if sender.startswith(prefix) and final in messages:
+                waiting.discard(int(sender[len(prefix):]))
+        if waiting:
+            time.sleep(WAIT_ROUND)
+
+
+class _Check:
+    """Every byte of every entry, round after round. A byte of the request slot is right when it
+    holds the round's pattern in every round; untouched when it holds the round's poison in every
+    round (two poisons by turns); any other slot must hold the poison in every round."""
+
+    def __init__(self, task: SlotDecodeTask) -> None:
+        self.task = task
+        self.right = [np.ones(e.item_len, dtype=bool) for e in task.entries]
+        self.untouched = [np.ones(e.item_len, dtype=bool) for e in task.entries]
+        self.stray = [np.zeros((task.memory.logical_blocks - 1, e.item_len), dtype=bool) for e in task.entries]
+        self.last: list[tuple[np.ndarray, np.ndarray]] = []
+        self.checked = 0
+        self.seconds = 0.0
+
+    def round(self, memory: RankMemory, round_: int, tick: Tick) -> None:
+        started = time.perf_counter()
+        task, value = self.task, poison(round_)
+        self.last = []
+        others = [s for s in range(task.memory.logical_blocks) if s != task.slot]
+        for index, entry in enumerate(task.entries):
+            got = memory.fetch(index)
+            want = item(task.layout, entry.field, pattern_block(task.p_slot, round_), entry.layer_id)
+            mine = got[task.slot]
+            self.right[index] &= mine == want
+            self.untouched[index] &= mine == value
+            self.stray[index] |= got[others] != value
+            self.last.append((want, mine.copy()))
+            self.checked += got.size
+            tick(f"round {round_ + 1}, entry {index + 1} of {len(task.entries)}")
+        self.seconds += time.perf_counter() - started
+
+    def result(self) -> SlotDecodeResult:
+        task = self.task
+        counts: dict[str, list[int]] = {}
+        first = None
+        for index, entry in enumerate(task.entries):
+            wrong = ~self.right[index] & ~self.untouched[index]
+            missing = ~self.right[index] & self.untouched[index]
+            row = counts.setdefault(entry.field, [0, 0, 0, 0, entry.item_len])
+            row[0] += 1
+            row[1] += int(np.count_nonzero(wrong))
+            row[2] += int(np.count_nonzero(missing))
+            row[3] += int(np.count_nonzero(self.stray[index]))
+            bad = np.flatnonzero(wrong | missing)
+            if first is None and bad.size:
+                at = int(bad[0])
+                want, found = self.last[index]
+                first = FirstWrong(entry.field, entry.layer_id, at, holds(task.layout, entry.field, at),
+                                   int(want[at]), int(found[at]), "wrong" if wrong[at] else "missing")
+        fields = tuple(FieldCount(name, layers, size, wrong, missing, beyond)
+                       for name, (layers, wrong, missing, beyond, size) in counts.items())
+        return SlotDecodeResult(task.rank, task.writers, len(task.entries), self.checked, fields, first,
+                                self.seconds)
+
+
+PROGRAMS: dict[str, Callable[..., RankResult]] = {"P": prefill, "D": decode}

@@ -1,0 +1,133 @@
+"""What the ranks of SGLang's transfer (``execute/sglang.py``) find and measure, as typed values."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FieldCount:
+    """One D rank's items of one field, all layers: bytes wrong (written with other bytes), missing
+    (never written) and written beyond the item (into another slot), as ``check`` counts them."""
+
+    field: str
+    layers: int
+    item_bytes: int       # one layer's item
+    wrong: int = 0
+    missing: int = 0
+    beyond: int = 0
+
+    @property
+    def bad(self) -> int:
+        return self.wrong + self.missing + self.beyond
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "layers": self.layers, "item_bytes": self.item_bytes, "wrong": self.wrong,
+                "missing": self.missing, "beyond": self.beyond}
+
+
+@dataclass(frozen=True)
+class FirstWrong:
+    """The first bad byte of a D rank's request slot, located, with what the last round found."""
+
+    field: str
+    layer_id: int
+    offset: int
+    holds: str            # what D keeps there: region, unit and byte
+    expected: int
+    found: int
+    kind: str             # wrong, missing
+
+    def describe(self, d_rank: int) -> str:
+        return (f"D{d_rank} {self.field} layer {self.layer_id} byte {self.offset} = {self.holds}: "
+                f"{self.kind}, expected 0x{self.expected:02x}, found 0x{self.found:02x}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "layer_id": self.layer_id, "offset": self.offset, "holds": self.holds,
+                "expected": self.expected, "found": self.found, "kind": self.kind}
+
+
+@dataclass(frozen=True)
+class SlotDecodeResult:
+    d_rank: int
+    writers: tuple[int, ...]
+    entries: int
+    checked_bytes: int                 # every byte of every entry, every round
+    fields: tuple[FieldCount, ...]
+    first: FirstWrong | None
+    verify_s: float
+
+    @property
+    def bad(self) -> int:
+        return sum(f.bad for f in self.fields)
+
+    @property
+    def ok(self) -> bool:
+        return self.bad == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"d_rank": self.d_rank, "writers": list(self.writers), "entries": self.entries,
+                "checked_bytes": self.checked_bytes, "ok": self.ok, "bad_bytes": self.bad,
+                "fields": [f.to_dict() for f in self.fields],
+                "first_bad_byte": None if self.first is None else {**self.first.to_dict(),
+                                                                   "description": self.first.describe(self.d_rank)},
+                "verify_s": self.verify_s}
+
+
+@dataclass(frozen=True)
+class WriteTiming:
+    """One P rank's WRITE to one D rank: its descriptors, bytes, and per round its time."""
+
+    d_rank: int
+    descriptors: int
+    descriptors_merged: int       # after NIXL merged pairs adjacent on both sides
+    bytes: int
+    times_s: tuple[float, ...]
+
+    @property
+    def time_s(self) -> float:
+        return statistics.median(self.times_s)
+
+
+@dataclass(frozen=True)
+class SlotPrefillResult:
+    p_rank: int
+    fill_s: float
+    prepare_s: float
+    writes: tuple[WriteTiming, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"p_rank": self.p_rank, "fill_s": self.fill_s, "prepare_s": self.prepare_s,
+                "writes": [{"d_rank": w.d_rank, "descriptors": w.descriptors,
+                            "descriptors_merged": w.descriptors_merged, "bytes": w.bytes, "time_s": w.time_s,
+                            "times_s": list(w.times_s)} for w in self.writes]}
+
+
+@dataclass(frozen=True)
+class VariantTiming:
+    """One P rank's WRITEs of one bench variant: per iteration its time (the slowest of its
+    WRITEs), the descriptors it posted and NIXL kept, and what preparing them took."""
+
+    times_s: tuple[float, ...]
+    descriptors_posted: int
+    descriptors_kept: int
+    prep_s: float
+    make_s: float
+
+
+@dataclass(frozen=True)
+class SlotCheck:
+    """A D rank's memory after one bench variant: bytes compared, bytes wrong."""
+
+    checked_bytes: int
+    wrong_bytes: int
+
+
+@dataclass(frozen=True)
+class SlotBenchResult:
+    role: str
+    rank: int
+    timings: dict[str, VariantTiming]      # a P rank's, by variant
+    checks: dict[str, SlotCheck]           # a D rank's, by variant

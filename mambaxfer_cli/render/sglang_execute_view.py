@@ -1,0 +1,100 @@
+"""Rich views of ``execute --engine sglang``: its title, the per-D-rank result table, and the bad
+bytes per D rank beside what ``check --engine sglang`` predicts; and ``bench --engine sglang``'s
+table."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group, JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.render.model_view import human_bytes
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+    from mambaxfer_cli.execute.sglang import SlotOutcome
+
+
+def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
+    memory = "VRAM" if device == "cuda" else "DRAM"
+    return (f"execute {plan.model.name}: P TP {plan.p_tp} -> D TP {plan.d_tp}, {semantics} semantics, "
+            f"{plan.release.label} WRITEs ({plan.backend.upper()}), {memory} over UCX")
+
+
+def result_table(outcome: "SlotOutcome") -> Table:
+    from mambaxfer_cli.execute.sglang import D_SLOT, P_SLOT
+
+    table = Table(title=title(outcome.plan, outcome.semantics, outcome.settings.device), title_justify="left")
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("D rank", "right"), ("from P", "left"), ("bytes", "right"), ("descriptors", "right"),
+        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
+    for column, justify in columns:
+        table.add_column(column, justify=justify)
+    for d in outcome.decode:
+        into = outcome.into(d.d_rank)
+        moved, seconds = sum(w.bytes for _, w in into), outcome.d_time(d.d_rank)
+        table.add_row(
+            str(d.d_rank), ", ".join(f"P{p}" for p, _ in into), human_bytes(moved),
+            str(sum(w.descriptors for _, w in into)), str(sum(w.descriptors_merged for _, w in into)),
+            f"{seconds * 1e3:.2f} ms", f"{moved / seconds / 1e9 if seconds > 0 else 0.0:.2f}",
+            Text("verified", style="green") if d.ok else Text(f"{d.bad} bad bytes", style="bold red"))
+    longest = max((outcome.d_time(d.d_rank) for d in outcome.decode), default=0.0)
+    aggregate = outcome.total_bytes / longest / 1e9 if longest > 0 else 0.0
+    phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
+    plan = outcome.plan
+    table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {len(plan.decode_entries)} entries "
+                     f"({plan.verdict.ssm_layers} SSM layers); P WRITEs, one descriptor per write and layer; "
+                     f"{outcome.rounds} rounds, each with its own pattern and poison, time = median; all P ranks "
+                     f"together wrote {human_bytes(outcome.total_bytes)} at {aggregate:.2f} GB/s; every byte of "
+                     f"every D entry checked each round; {phases}")
+    table.caption_justify = "left"
+    return table
+
+
+def bad_bytes_report(outcome: "SlotOutcome") -> Group | None:
+    """Per D rank with bad bytes: per field wrong, missing, beyond, and the first bad byte; then
+    the total beside check's prediction (SGLang's writes)."""
+    lines = []
+    for d in outcome.decode:
+        if d.ok:
+            continue
+        fields = "; ".join(f"{f.field}: " + ", ".join(f"{n} {what}" for n, what in
+                                                      ((f.wrong, "wrong"), (f.missing, "missing"),
+                                                       (f.beyond, "beyond its item")) if n)
+                           for f in d.fields if f.bad)
+        lines.append(Text(f"D{d.d_rank}: {d.bad} bad bytes over {d.fields[0].layers} layers ({fields})",
+                          style="bold red"))
+        if d.first is not None:
+            lines.append(Text(f"  first: {d.first.describe(d.d_rank)}"))
+    if outcome.semantics == "sglang":
+        same = "the same" if outcome.bad_bytes == outcome.predicted else "they differ"
+        lines.append(Text(f"measured {outcome.bad_bytes:,} bad bytes for one request, all layers; check --engine "
+                          f"sglang predicts {outcome.predicted:,}: {same}"))
+    return Group(*lines) if lines else None
+
+
+def bench_table(document: dict[str, Any]) -> Table:
+    """``bench --engine sglang``: the planned WRITEs and the one-descriptor limit, side by side."""
+    title_text = (f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, SGLang "
+                  f"{document['release']} WRITEs ({document['semantics']} writes), {document['device']}, "
+                  f"{document['iters']} iters")
+    table = Table(title=title_text, title_justify="left", box=None, padding=(0, 1))
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("variant", "left"), ("descriptors", "right"), ("after merge", "right"), ("bytes/desc", "right"),
+        ("bytes", "right"), ("median", "right"), ("GB/s", "right"), ("p99 GB/s", "right"), ("check", "left"))
+    for column, justify in columns:
+        table.add_column(column, justify=justify)
+    for name, row in document["variants"].items():
+        table.add_row(name, str(row["descriptors_posted"]), str(row["descriptors_kept"]),
+                      human_bytes(row["bytes_per_descriptor"]), human_bytes(row["bytes"]),
+                      f"{row['time_us']['median'] / 1e3:.2f} ms", f"{row['gb_per_s']['median']:.2f}",
+                      f"{row['gb_per_s']['p99']:.2f}",
+                      Text("ok", style="green") if row["verified"] else Text("WRONG", style="bold red"))
+    table.caption = (f"one request: P slot -> D slot of {document['entries']} entries ({document['ssm_layers']} SSM "
+                     f"layers); planned: the plan's descriptors, one per write and layer; limit: one descriptor "
+                     f"per P -> D pair, the same bytes; planned/limit {document['ratio']:.2f}; every byte of D "
+                     f"checked after each")
+    table.caption_justify = "left"
+    return table
