@@ -42,12 +42,12 @@ READ = {
     "attn_dp_size": "attn_dp", "attn_cp_size": "attn_cp", "enable_dp_attention": "enable_dp_attention",
     "page_size": "page_size", "kv_cache_dtype": "kv_cache_dtype", "mamba_ssm_dtype": "mamba_ssm_dtype",
     "disaggregation_transfer_backend": "transfer_backend", "disaggregation_bootstrap_port": "bootstrap_port",
-    "port": "port", "mamba_radix_cache_strategy": "radix_strategy", "disable_radix_cache": "disable_radix_cache",
+    "mamba_radix_cache_strategy": "radix_strategy", "disable_radix_cache": "disable_radix_cache",
     "max_mamba_cache_size": "max_mamba_cache_size", "mamba_full_memory_ratio": "mamba_full_memory_ratio",
     "mamba_track_interval": "mamba_track_interval", "attention_backend": "attention_backend",
     "enable_unified_memory": "unified_memory",
 }
-INTS = ("tp", "pp", "dp", "attn_dp", "attn_cp", "page_size", "bootstrap_port", "port", "max_mamba_cache_size",
+INTS = ("tp", "pp", "dp", "attn_dp", "attn_cp", "page_size", "bootstrap_port", "max_mamba_cache_size",
         "mamba_track_interval")
 # The spelling a corrected line uses for each field.
 FLAG = {"model": "--model-path", "mode": "--disaggregation-mode", "tp": "--tp-size", "pp": "--pp-size",
@@ -122,7 +122,6 @@ class LaunchLine:
     mamba_ssm_dtype: str | None = None
     transfer_backend: str = "mooncake"       # SGLang's default
     bootstrap_port: int = 8998
-    port: int = 30000
     radix_strategy: str = "auto"
     disable_radix_cache: bool = False
     max_mamba_cache_size: int | None = None
