@@ -1,4 +1,5 @@
-"""``mambaxfer preflight``: will two ``vllm serve`` engines work together as P and D?"""
+"""``mambaxfer preflight``: will two ``vllm serve`` engines (or two SGLang servers) work together as P
+and D?"""
 
 from __future__ import annotations
 
@@ -72,9 +73,10 @@ def preflight(
     engines: EngineArgs,
     output: OutputArgs,
     prefill: str | None = option(
-        "--prefill", help="The prefill engine's command line: 'vllm serve MODEL ...'.", panel=ENGINES),
+        "--prefill", help="The prefill engine's command line: 'vllm serve MODEL ...' or "
+             "'python -m sglang.launch_server ...'.", panel=ENGINES),
     decode: str | None = option(
-        "--decode", help="The decode engine's command line: 'vllm serve MODEL ...'.", panel=ENGINES),
+        "--decode", help="The decode engine's command line, like --prefill.", panel=ENGINES),
     prefill_file: Path | None = option(
         "--prefill-file", help="A file with P's command line, or a shell script that runs it.", panel=ENGINES,
         kind=_FILE),
@@ -83,7 +85,9 @@ def preflight(
         kind=_FILE),
 ) -> None:
     """Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a
-    byte-level check of its reads, and the corrected command lines when anything fails.
+    byte-level check of its reads, and the corrected command lines when anything fails. Two SGLang
+    launch lines (python -m sglang.launch_server, sglang serve) get SGLang 0.5.23's verdict the same
+    way; the engine is the lines', or --engine's.
 
     Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it, its
     transfers fail, or it corrupts state (explained); 2: a usage error; 70: an internal error.
