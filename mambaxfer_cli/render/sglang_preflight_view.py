@@ -11,12 +11,12 @@ from rich.text import Text
 from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.preflight.report import quote_lines
 from mambaxfer_cli.preflight.sglang import Report
-from mambaxfer_cli.render.preflight_view import _cell_text, _model_origin, _table, fields_table
+from mambaxfer_cli.render.preflight_view import cell_text, fields_table, model_origin, titled_table
 
 
 def servers_table(report: Report) -> Table:
     a = report.assessment
-    table = _table("Servers", ("", "prefill (P)", "decode (D)"))
+    table = titled_table("Servers", ("", "prefill (P)", "decode (D)"))
     p, d = a.prefill.summary(), a.decode.summary()
 
     def tp(x: dict) -> str:
@@ -33,7 +33,7 @@ def servers_table(report: Report) -> Table:
             ("Mamba radix cache", lambda x: x["mamba_radix_cache_strategy"] if x["radix_cache"] else "off"),
             ("bootstrap port", lambda x: str(x["bootstrap_port"]))]
     for label, cell in rows:
-        table.add_row(label, _cell_text(cell(p)), _cell_text(cell(d)))
+        table.add_row(label, cell_text(cell(p)), cell_text(cell(d)))
     return table
 
 
@@ -44,7 +44,7 @@ def render_report(report: Report) -> Iterator[object]:
     yield Text(report.headline(), style=style)
     yield Text("")
     for name, e in (("P", a.prefill), ("D", a.decode)):
-        yield Text(f"{name} model: {e.line.model}{_model_origin(e.line.model, e.model)}")
+        yield Text(f"{name} model: {e.line.model}{model_origin(e.line.model, e.model)}")
     yield Text(f"answered for {label}")
     yield servers_table(report)
     yield fields_table(f"Compared by {label} (bootstrap)", [f for f in a.fields if f.compared])
