@@ -239,3 +239,85 @@ def test_the_report_in_process():
     p, d = lines(QWEN, "--tp 2", "--tp 1")
     report = preflight(parse_launch(p), parse_launch(d, "--decode"), load_serve_model)
     assert report.exit_code == 0 and report.headline().startswith("WORKS: SGLang 0.5.23 accepts this pairing")
+
+
+def test_junit_names_sglangs_verdict(tmp_path):
+    junit = tmp_path / "preflight.xml"
+    result = run_cli("preflight", "--prefill-file", str(EXAMPLES / "sglang-qwen3-next-prefill.sh"),
+                     "--decode-file", str(EXAMPLES / "sglang-qwen3-next-decode.sh"), "--junit", str(junit))
+    assert result.code == 1
+    text = junit.read_text()
+    assert 'name="SGLang 0.5.23 accepts the pairing"' in text and "Page size mismatch" in text
+    assert "--page-size 64" in text      # the fix, with the corrected lines
+
+
+# --- against SGLang's own parser, where SGLang is installed -------------------------------------------
+
+SGLANG_ARGVS = [
+    ["--model-path", "m", "--tp", "2", "--page-size=16", "--disaggregation-mode", "prefill"],
+    ["--model", "m", "--tensor-parallel-size", "4", "--attn-dp-size", "2", "--kv-cache-dtype", "fp8_e4m3"],
+    ["--model-path", "m", "--disaggregation-transfer-backend", "nixl", "--mamba-ssm-dtype", "bfloat16",
+     "--pp-size", "2", "--disaggregation-bootstrap-port", "9000", "--mamba-radix-cache-strategy", "no_buffer"],
+    ["--model-path", "m", "--page-sise", "16"],
+    ["--model-path", "m", "--tp_size", "2"],
+    ["--model-path", "m", "--page", "16"],
+    ["--model-path", "m", "--disaggregation-mode", "prefil"],
+]
+COMPARED = {"model_path": "model", "tp_size": "tp", "page_size": "page_size", "disaggregation_mode": "mode",
+            "kv_cache_dtype": "kv_cache_dtype", "attn_dp_size": "attn_dp", "pp_size": "pp",
+            "disaggregation_transfer_backend": "transfer_backend", "mamba_ssm_dtype": "mamba_ssm_dtype",
+            "disaggregation_bootstrap_port": "bootstrap_port", "mamba_radix_cache_strategy": "radix_strategy"}
+PARSE = """
+import argparse, contextlib, io, json, sys
+from sglang.srt.server_args import ServerArgs
+out = []
+for argv in json.loads(sys.argv[1]):
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args(argv)
+        out.append({k: getattr(args, k) for k in json.loads(sys.argv[2])})
+    except SystemExit:
+        out.append({"error": err.getvalue().strip().splitlines()[-1]})
+print(json.dumps(out))
+"""
+
+
+def test_lines_read_as_sglangs_own_parser_reads_them():
+    """Each argv through SGLang 0.5.23's own parser (its interpreter, MAMBAXFER_TEST_SGLANG_0_5_23)
+    and through ``parse_launch``: the same values, and an error where SGLang's parser exits; the
+    option table is the one its parser builds."""
+    import os
+    import subprocess
+    import sys
+
+    from test_sglang_conformance import sglang_python
+
+    python = sglang_python()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([python, "-c", PARSE, json.dumps(SGLANG_ARGVS), json.dumps(list(COMPARED))],
+                          capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    for argv, answer in zip(SGLANG_ARGVS, theirs):
+        text = f"{LAUNCH} {' '.join(argv)}"
+        if "error" in answer:
+            try:
+                line = parse_launch(text)
+            except UserError as exc:
+                assert answer["error"].split("error: ", 1)[1].split(" (choose")[0] in str(exc), (argv, answer)
+                continue
+            assert line.unknown and "unrecognized arguments" in answer["error"], (argv, answer)
+            assert answer["error"].endswith(" ".join(line.words[line.occurrences["?" + line.unknown[0]][0].start:]))
+            continue
+        line = parse_launch(text)
+        for dest, key in COMPARED.items():
+            if answer[dest] is not None:
+                assert getattr(line, key) == answer[dest], (argv, dest)
+    table = Path(sys.modules["mambaxfer_cli.engines.sglang.launch_args"].__file__).parent / "releases"
+    written = subprocess.run([python, str(ROOT / "scripts" / "sglang_launch_flags.py"), "/dev/stdout"],
+                             capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT.parent)
+    assert written.returncode == 0, written.stderr[-2000:]
+    assert json.loads(written.stdout) == json.loads((table / "v0_5_23" / "launch_flags.json").read_text())
