@@ -152,8 +152,11 @@ def test_a_misspelled_flag_is_sglangs_parser_error_with_a_suggestion_and_a_fix()
     assert refusal["code"] == "unrecognized-arguments"
     assert "unrecognized arguments: --page-sise (did you mean --page-size?)" in refusal["message"]
     assert doc["engines"]["prefill"]["unknown_flags"] == ["--page-sise"]
-    assert doc["fix"]["changes"][0] == {"side": "prefill", "flag": "--page-size", "old": "--page-sise", "new": None,
-                                        "why": "SGLang's parser does not know it"}
+    assert doc["fix"]["changes"][0] == {"side": "prefill", "flag": "--page-sise", "old": "--page-sise",
+                                        "new": "--page-size", "why": "the flag SGLang's parser knows"}
+    check_fix_works(doc)
+    code, doc = run_json(p.replace("--page-sise 16", "--page-sise=16"), d)     # --flag=value keeps its value
+    assert code == 1 and "--page-size=16" in doc["fix"]["prefill"]
     check_fix_works(doc)
     table = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
     assert table.code == 1 and table.stdout.startswith("REFUSED") and "did you mean --page-size?" in table.stdout

@@ -241,21 +241,20 @@ class Change:
     old: str | None
     new: str | None           # None: removed
     why: str
-    rename: str | None = None   # an unknown flag replaced by this one
+    rename: bool = False      # an unknown flag (``flag``) spelled as ``new``
 
     def describe(self) -> str:
         name = SIDE_NAME[self.side]
         if self.flag.endswith("="):
             return f"{name}: export {self.flag}{self.new}  ({self.why})"
-        if self.rename is not None:
-            return f"{name}: {self.rename} for {self.flag}  ({self.why})"
+        if self.rename:
+            return f"{name}: {self.new} for {self.flag}  ({self.why})"
         if self.new is None:
             return f"{name}: remove {self.flag}  ({self.why})"
         return f"{name}: {self.flag} {self.new}  ({self.why})"
 
     def to_dict(self) -> dict:
-        return {"side": self.side, "flag": self.rename or self.flag.rstrip("="), "old": self.old, "new": self.new,
-                "why": self.why}
+        return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
 
 
 def apply_change(line: LaunchLine, c: Change) -> LaunchLine:
@@ -264,13 +263,13 @@ def apply_change(line: LaunchLine, c: Change) -> LaunchLine:
         assert c.new is not None, "an environment change sets a value"
         env = tuple((k, v) for k, v in line.env_prefix if k != c.flag[:-1]) + ((c.flag[:-1], c.new),)
         return reparse(line, list(line.words), env, where)
-    if c.rename is not None or c.flag in line.unknown:
+    if c.rename or c.flag in line.unknown:
         words = list(line.words)
         for o in sorted(line.occurrences.get(UNKNOWN + c.flag, ()), key=lambda o: o.start, reverse=True):
-            if c.rename is None:
-                del words[o.start:o.end]
+            if c.rename and c.new is not None:       # --flag=value keeps its value
+                words[o.start] = c.new + words[o.start][len(c.flag):]
             else:
-                words[o.start] = c.rename
+                del words[o.start:o.end]
         return reparse(line, words, line.env_prefix, where)
     key = next(k for k, f in FLAG.items() if f == c.flag)
     return reparse(line, set_flag(line, key, c.new), line.env_prefix, where)
@@ -287,7 +286,7 @@ def _startup_changes(p: SGLangServer, d: SGLangServer) -> list[Change]:
                 continue
             hint = did_you_mean(flag, flag_table(e.release.version)).removeprefix("did you mean ").rstrip("?")
             if hint:
-                out.append(Change(e.side, flag, flag, None, "SGLang's parser does not know it", rename=hint))
+                out.append(Change(e.side, flag, flag, hint, "the flag SGLang's parser knows", rename=True))
             else:
                 out.append(Change(e.side, flag, flag, None, "SGLang's parser does not know it"))
         if e.line.mode != e.side:
