@@ -85,9 +85,10 @@ def preflight(
         kind=_FILE),
 ) -> None:
     """Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a
-    byte-level check of its reads, and the corrected command lines when anything fails. Two SGLang
-    launch lines (python -m sglang.launch_server, sglang serve) get SGLang 0.5.23's verdict the same
-    way; the engine is the lines', or --engine's.
+    byte-level check of its reads, and the corrected command lines when anything fails.
+
+    Two SGLang launch lines (python -m sglang.launch_server, sglang serve) get SGLang 0.5.23's
+    verdict the same way; the engine is the lines', or --engine's.
 
     Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it, its
     transfers fail, or it corrupts state (explained); 2: a usage error; 70: an internal error.
