@@ -46,7 +46,8 @@ def published(name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
-# The conformance document needs vLLM installed: test_conformance validates it, run by vLLM's interpreter.
+# The conformance document needs vLLM (or SGLang) installed: test_conformance (test_sglang_conformance)
+# validates it, run by the engine's interpreter.
 @pytest.mark.parametrize("name", [name for name in DOCUMENTS if name != "conformance"])
 def test_each_document_validates_against_its_published_schema(name, request):
     if name in ("execute", "bench"):

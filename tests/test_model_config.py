@@ -41,8 +41,9 @@ JAMBA_SMALL = {"model_type": "jamba", "hidden_size": 64, "mamba_expand": 2, "mam
 @pytest.mark.parametrize("fixture, variant, params, conv_kernel, ssm_layers, attn_layers, conv_dt, ssm_dt", [
     ("ai21labs__Jamba-v0.1.json", Variant("mamba1"),
      {"intermediate_size": 8192, "d_state": 16}, 4, 28, 4, "bfloat16", "bfloat16"),
+    # A float32 checkpoint runs in bfloat16 under vLLM's --dtype auto.
     ("state-spaces__mamba-130m-hf.json", Variant("mamba1"),
-     {"intermediate_size": 1536, "d_state": 16}, 4, 24, 0, "float32", "float32"),
+     {"intermediate_size": 1536, "d_state": 16}, 4, 24, 0, "bfloat16", "bfloat16"),
     ("mistralai__Mamba-Codestral-7B-v0.1.json", Variant("mamba2"),
      {"intermediate_size": 8192, "d_state": 128, "n_groups": 8, "num_heads": 128, "head_dim": 64},
      4, 64, 0, "bfloat16", "bfloat16"),
@@ -198,7 +199,7 @@ def test_variant_override_uses_generic_names():
               "mamba_n_groups": 2, "mamba_n_heads": 4, "mamba_d_head": 32, "mamba_d_conv": 4,
               "num_hidden_layers": 2}
     s = spec(config, variant=Variant("mamba2"))
-    assert s.variant == Variant("mamba2") and s.family == "generic Mamba2"
+    assert s.variant == Variant("mamba2") and s.family == "generic Mamba2 (guessed)"
     assert dict(s.params) == {"intermediate_size": 128, "d_state": 16, "n_groups": 2, "num_heads": 4,
                               "head_dim": 32}
     assert spec(config).variant == Variant("mamba2")        # detected from mamba_n_groups as well

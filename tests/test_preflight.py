@@ -479,3 +479,27 @@ def test_startup_refusals_come_first_and_exit_1(tmp_path):
     assert result.stdout.startswith("REFUSED: vLLM 0.34 does not start the decode engine: 12 attention heads "
                                     "do not divide by TP 8")
     assert "verify_with_parallel_config" in result.stdout.split("\n\n")[0]
+
+
+@pytest.mark.parametrize("release", ["0.33", "0.34"])
+def test_use_replayssm_beside_a_connector_stops_the_engine_and_the_fix_removes_it(release):
+    # VllmConfig.validate_mamba_cached_kernel: any KV connector refuses ReplaySSM (its rings are not sent).
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--use-replayssm", "-tp 2")
+    code, doc = run_json(p, d, "--vllm-version", release)
+    assert code == 1
+    assert doc["vllm"]["refusals"][0] == {
+        "code": "replayssm", "message": f"vLLM {release} does not start the prefill engine: --use-replayssm is "
+                                        f"incompatible with KV connectors (P/D disaggregation, KV cache offload) "
+                                        f"(VllmConfig.validate_mamba_cached_kernel)"}
+    fix = doc["fix"]
+    assert [c["flag"] for c in fix["changes"]] == ["--use-replayssm"] and fix["changes"][0]["new"] is None
+    assert "--use-replayssm" not in fix["prefill"]
+    # Negated on the line: vLLM starts, and so does the transfer.
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--use-replayssm --no-use-replayssm", "-tp 2")
+    code, doc = run_json(p, d, "--vllm-version", release)
+    assert not any(r["code"] == "replayssm" for r in doc["vllm"]["refusals"])
+    # Only Nemotron-H's class supports ReplaySSM at all.
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--use-replayssm")
+    code, doc = run_json(p, d, "--vllm-version", release)
+    assert doc["vllm"]["refusals"][0]["message"].startswith(f"vLLM {release} does not start the prefill engine: "
+                                                            f"--use-replayssm is not supported for architecture")

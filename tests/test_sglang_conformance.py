@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-from mambaxfer_cli.engines.sglang.conformance import AGREES, DIFFERS, NOT_CALLED, SOURCES, probe, served_presets
+from cli_run import assert_user_error, messages, run_cli
+from mambaxfer_cli import __version__
+from mambaxfer_cli.engines.sglang.conformance import (
+    AGREES, DIFFERS, IMPORT_STEP, NOT_CALLED, SOURCES, STEPS, probe, served_presets,
+)
+from mambaxfer_cli.schema import document_schema
 
 VARIABLE = "MAMBAXFER_TEST_SGLANG_0_5_23"
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +41,10 @@ def sglang_python() -> str:
     pytest.skip(message)
 
 
-def run_in_sglang(*args: str) -> subprocess.CompletedProcess:
+def run_in_sglang(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     # This checkout's mambaxfer first, whatever the environment has installed.
     # One torch thread: the probe's tensors are small, and a shared machine pays for idle spinning.
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {}),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sglang_python(), "-W", "ignore", *args], capture_output=True, text=True,
                           timeout=TIMEOUT, env=env, cwd=ROOT)
@@ -44,27 +54,258 @@ def test_without_sglang_every_function_could_not_be_called():
     # This environment has no SGLang: the probe says so per function and never passes.
     functions = {name: "ModuleNotFoundError: No module named 'sglang'" for name in SOURCES}
     report = probe(served_presets(), functions)
-    assert {r.outcome for r in report.results} == {NOT_CALLED} and not report.ok
-    assert report.to_dict()["functions"][0]["could_not_be_called"].startswith("ModuleNotFoundError")
+    assert {r.outcome for r in report.results} == {NOT_CALLED} and not report.ok and report.exit_code == 1
+    reason = report.to_dict()["functions"][0]["could_not_be_called"]
+    assert reason["reason"].startswith("ModuleNotFoundError") and reason["attribute"] is None
 
+
+# --- the command, in SGLang's environment -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def document() -> dict:
-    result = run_in_sglang("-m", "mambaxfer_cli.engines.sglang.conformance")
-    assert result.stdout, result.stderr[-3000:]
-    return json.loads(result.stdout)
+def all_presets(tmp_path_factory) -> dict:
+    """``conformance --engine sglang --all-presets --format json --junit`` in SGLang's
+    environment, as a user runs it (its wall time kept: the figure docs/conformance.md gives)."""
+    junit = tmp_path_factory.mktemp("sglang-conformance") / "junit.xml"
+    started = time.monotonic()
+    proc = run_in_sglang("-m", "mambaxfer_cli", "conformance", "--engine", "sglang", "--all-presets",
+                         "--format", "json", "--junit", str(junit))
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"document": json.loads(proc.stdout), "junit": junit.read_text(), "stderr": proc.stderr,
+            "seconds": seconds}
 
 
-def test_sglang_agrees_on_every_function(document):
-    assert document["sglang"] == {"version": "0.5.23", "rules": "SGLang 0.5.23"}
+def test_sglang_agrees_on_every_function(all_presets):
+    document = all_presets["document"]
+    assert document["schema"] == "mambaxfer.conformance/v1" and document["engine"] == "sglang"
+    assert document["producer"] == f"mambaxfer {__version__}"
+    assert document["sglang"] == {"version": "0.5.23", "rules": "SGLang 0.5.23"} and "vllm" not in document
     assert document["models"] == [m.name for m in served_presets()]
-    assert document["max_tp"] == 8
+    assert document["max_tp"] == 8 and document["notes"] == []
     outcomes = {f["function"]: (f["outcome"], f["cases"]) for f in document["functions"]}
-    assert set(outcomes) == set(SOURCES)
+    assert list(outcomes) == list(SOURCES)
     for name, (outcome, cases) in outcomes.items():
         assert outcome == AGREES, next(f for f in document["functions"] if f["function"] == name)
         assert cases > 0, name
     assert document["ok"] is True
+    jsonschema.Draft202012Validator(document_schema("conformance")).validate(document)
+    print(f"conformance --engine sglang --all-presets: {all_presets['seconds']:.1f} s wall, "
+          f"{document['seconds']:.1f} s comparing")
+
+
+def test_every_model_is_compared_by_the_functions_that_take_one(all_presets):
+    document = all_presets["document"]
+    by_model = {f["function"]: f["by_model"] for f in document["functions"]}
+    for name in ("compute_mamba_state_slice_blocks", "NIXL state send", "Mooncake state send",
+                 "MambaPool transfer entries"):
+        assert set(by_model[name]) == set(document["models"]), name
+        assert all(counts["cases"] > 0 and counts["differing"] == 0 for counts in by_model[name].values())
+
+
+def test_progress_goes_to_stderr_step_by_step(all_presets):
+    lines = [line for line in all_presets["stderr"].splitlines() if line.startswith("conformance: ")]
+    assert lines[0] == f"conformance: {IMPORT_STEP}, then {len(STEPS)} steps of comparison"
+    assert [line.split(" done (")[0] for line in lines[1:]] == [f"conformance: {s}" for s in (IMPORT_STEP, *STEPS)]
+    # SGLang's warnings about the dtypes the probe gives it on purpose are not the user's business.
+    assert "Invalid mamba_ssm_dtype" not in all_presets["stderr"]
+
+
+def test_junit_has_one_passing_case_per_function(all_presets):
+    root = ET.fromstring(all_presets["junit"])
+    cases = root.findall(".//testcase")
+    assert [c.get("name") for c in cases] == list(SOURCES)
+    assert root.get("failures") == "0" and all(c.find("failure") is None for c in cases)
+    assert {c.get("classname") for c in cases} == {"mambaxfer.conformance.sglang-0.5.23"}
+
+
+# In SGLang's interpreter: the CLI in this process (SGLang imported once), each run's exit code,
+# stdout and stderr; a run may plant faults in SGLang's functions first, as a fault in SGLang would.
+CLI_RUNS = r"""
+import contextlib, io, json, sys
+from mambaxfer_cli.cli import run
+from mambaxfer_cli.engines.sglang import conformance as c
+
+load = c.load_functions
+
+def shifted_start(fn):
+    return lambda *a, **k: [(s + 1, d, n) for s, d, n in fn(*a, **k)]
+
+def changed_signature(fn):
+    def call(*a, **k):
+        raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
+    return call
+
+PLANTS = {"compute_mamba_state_slice_blocks": shifted_start, "compute_head_slice_params": changed_signature}
+results = []
+for args, planted in json.loads(sys.argv[1]):
+    def planted_load(names=tuple(c.SOURCES), planted=planted):
+        functions = load(names)
+        for name in planted:
+            functions[name] = PLANTS[name](functions[name])
+        return functions
+    c.load_functions = planted_load
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run(args)
+    results.append({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+GRANITE = ["--model", "granite-4.0-h-tiny", "--max-tp", "2"]
+PLANTED = ["compute_mamba_state_slice_blocks", "compute_head_slice_params"]
+
+
+@pytest.fixture(scope="module")
+def cli_runs() -> dict:
+    runs = {"table": (["conformance", "--engine", "sglang", "--all-presets"], []),
+            "planted": (["conformance", "--engine", "sglang", *GRANITE], PLANTED),
+            "planted json": (["conformance", "--engine", "sglang", *GRANITE, "--format", "json"], PLANTED)}
+    proc = run_in_sglang("-c", CLI_RUNS, json.dumps(list(runs.values())), env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(zip(runs, json.loads(proc.stdout.strip().splitlines()[-1])))
+
+
+def _as_documented(text: str) -> list[str]:
+    """Output as documented: no trailing spaces, the run's duration left out."""
+    return [re.sub(r" in \d+\.\d s:", " in N s:", line.rstrip()) for line in text.strip().splitlines()]
+
+
+def test_the_documented_output_is_what_sglang_prints(cli_runs):
+    table = cli_runs["table"]
+    assert table["code"] == 0, table["stderr"][-3000:]
+    assert max(len(line) for line in table["stdout"].splitlines()) <= 80
+    page = (ROOT / "docs" / "conformance.md").read_text()
+    documented = page.split("<!-- sglang-conformance-output -->\n```text\n", 1)[1].split("\n```", 1)[0]
+    assert _as_documented(table["stdout"]) == _as_documented(documented)
+
+
+def test_a_planted_fault_fails_the_command_naming_the_function(cli_runs):
+    planted = cli_runs["planted"]
+    assert planted["code"] == 1, planted["stderr"][-3000:]
+    text = planted["stdout"]
+    assert max(len(line) for line in text.splitlines()) <= 80
+    rows = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in text.splitlines()
+            if line.startswith("│") and line.count("│") == 4}
+    assert rows["compute_mamba_state_slice_blocks"].startswith("✗ differs")
+    assert rows["compute_head_slice_params"] == "! could not be called"
+    assert {o for name, o in rows.items() if name not in PLANTED} == {"✓ agrees"}
+    assert "✗ compute_mamba_state_slice_blocks" in text and "SGLang:" in text and "mambaxfer:" in text
+    words = " ".join(text.split())
+    assert "compute_head_slice_params() takes 4 positional arguments" in words
+    assert "13 functions" in words and "11 agree, 1 differ, 1 could not be called" in words
+
+
+def test_a_planted_fault_is_in_the_document_with_both_values(cli_runs):
+    planted = cli_runs["planted json"]
+    assert planted["code"] == 1, planted["stderr"][-3000:]
+    document = json.loads(planted["stdout"])
+    jsonschema.Draft202012Validator(document_schema("conformance")).validate(document)
+    functions = {f["function"]: f for f in document["functions"]}
+    first = functions["compute_mamba_state_slice_blocks"]["first_difference"]
+    assert document["ok"] is False and first["inputs"]["model"] == "granite-4.0-h-tiny"
+    # --max-tp 2 reaches the probe: a D rank of each pairing of TP 1 and 2, 1 + 2 + 1 + 2 of them.
+    assert document["max_tp"] == 2 and functions["_resolve_rank_mapping"]["cases"] == 6
+    # The plant shifts every block's start by one: SGLang's blocks are ours, one later.
+    assert [[s + 1, d, n] for s, d, n in first["mambaxfer"]] == first["sglang"]
+    reason = functions["compute_head_slice_params"]["could_not_be_called"]["reason"]
+    assert reason.startswith("TypeError: compute_head_slice_params()")
+
+
+# --- the command's refusals, in this environment (no SGLang) -------------------------------------------
+
+def _sglang_importable() -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('sglang'))"],
+                           capture_output=True, text=True, timeout=60)
+    return probe.stdout.strip() != "None"
+
+
+def test_without_sglang_one_line_saying_where_to_run_it():
+    if _sglang_importable():
+        pytest.skip("SGLang is installed in the test environment")
+    result = run_cli("conformance", "--engine", "sglang", "--all-presets")
+    assert_user_error(result, "no SGLang is installed", "pip install torch==2.14.1 torchvision==0.29.1 sglang==0.5.23",
+                      "pip install --no-deps -e . from your mambaxfer clone", "docs/conformance.md")
+    assert len(messages(result.stderr.strip())) == 1 and not result.stdout
+    module = subprocess.run([sys.executable, "-m", "mambaxfer_cli.engines.sglang.conformance"], capture_output=True,
+                            text=True, timeout=120)
+    assert module.returncode == 2 and module.stdout == "" and "no SGLang is installed" in module.stderr
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (("--model", "jamba"), ("--model jamba: SGLang 0.5.23 has no Jamba model file", "the presets SGLang serves",
+                            "nemotron-h-8b")),
+    ((), ("give --model M or --all-presets",)),
+    (("--all-presets", "--max-tp", "0"), ("--max-tp must be >= 1",)),
+    (("--all-presets", "--max-tp", "65"), ("--max-tp 65",)),
+])
+def test_usage_errors_are_one_line(args, fragments):
+    result = run_cli("conformance", "--engine", "sglang", *args)
+    assert_user_error(result, *fragments)
+    assert len(messages(result.stderr.strip())) == 1 and not result.stdout
+
+
+def test_an_unknown_engine_is_one_line():
+    assert_user_error(run_cli("conformance", "--engine", "nope", "--all-presets"), "unknown serving engine 'nope'",
+                      "mambaxfer knows sglang, vllm")
+
+
+# --- the view, by itself -------------------------------------------------------------------------------
+
+def _synthetic_report():
+    from mambaxfer_cli.engines.sglang.conformance import FunctionResult, Report
+
+    agreeing = FunctionResult("Mamba2StateShape.create")
+    agreeing.record({"model": "nemotron-h-8b", "tp": 1}, (1, 2), (1, 2))
+    sends = FunctionResult("NIXL state send")
+    writes = tuple(("conv", layer, 0, 0, 4096 * i, 4096 * i, 4096) for layer in (0, 1) for i in range(40))
+    moved = writes[:57] + (("conv", 1, 0, 0, 4096 * 17, 4096 * 18, 4096),) + writes[58:]
+    sends.record({"model": "nemotron-h-8b", "p_tp": 1, "d_tp": 2, "layers": (0, 1)}, (moved, 4096), (writes, 0))
+    broken = FunctionResult("compute_head_slice_params")
+    broken.could_not_call(AttributeError("'SimpleNamespace' object has no attribute 'attn_cp_size'",
+                                         name="attn_cp_size"))
+    return Report("0.5.23", "SGLang 0.5.23", ["nemotron-h-8b"], 8, [agreeing, sends, broken], 1.5, ["a note"])
+
+
+def test_the_report_renders_within_80_columns_from_where_the_values_part():
+    from rich.console import Console
+
+    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.sglang_conformance_view import render_report
+
+    console = Console(width=80, record=True, highlight=False)
+    for part in render_report(_synthetic_report()):
+        console.print(fit(part, console))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    words = " ".join(text.split())
+    for whole in ("✗ differs (1)", "! could not be called", "the attribute: attn_cp_size",
+                  "nemotron-h-8b, P TP 1, D TP 2, layers [0, 1]", "the values first part at [0][57]",
+                  'SGLang: ["conv", 1, 0, 0, 69632, 73728, 4096]', 'mambaxfer: ["conv", 1, 0, 0, 69632, 69632, 4096]',
+                  "differing cases by model: nemotron-h-8b 1/1", "note: a note",
+                  "3 functions, 2 cases, 1 model up to TP 8 in 1.5 s: 1 agree, 1 differ, 1 could not be called"):
+        assert whole in words, whole
+
+
+def test_the_synthetic_report_follows_the_schema_and_its_junit_fails_the_right_cases():
+    from mambaxfer_cli.render.sglang_conformance_view import junit_xml
+
+    report = _synthetic_report()
+    document = report.to_dict()
+    assert report.exit_code == 1 and document["engine"] == "sglang"
+    jsonschema.Draft202012Validator(document_schema("conformance")).validate(document)
+    assert [f["outcome"] for f in document["functions"]] == [AGREES, DIFFERS, NOT_CALLED]
+    assert document["functions"][2]["could_not_be_called"]["attribute"] == "attn_cp_size"
+    cases = ET.fromstring(junit_xml(report)).findall(".//testcase")
+    assert [c.find("failure") is not None for c in cases] == [False, True, True]
+
+
+def test_the_schema_keeps_each_engine_to_its_own_document():
+    validator = jsonschema.Draft202012Validator(document_schema("conformance"))
+    document = _synthetic_report().to_dict()
+    as_vllm = {k: v for k, v in document.items() if k != "engine"}      # no engine: vLLM's document
+    assert not validator.is_valid(as_vllm)
+    mixed = {**document, "vllm": {"version": "0.34.0", "rules": "0.34", "gpu": "H100"}}
+    assert not validator.is_valid(mixed)
 
 
 # Faults planted in SGLang's functions, inside SGLang's environment: each must make its function

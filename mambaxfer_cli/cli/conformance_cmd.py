@@ -1,8 +1,8 @@
-"""``mambaxfer conformance``: is mambaxfer right about the vLLM installed beside it?"""
+"""``mambaxfer conformance``: is mambaxfer right about the engine installed beside it?"""
 
 from __future__ import annotations
 
-from mambaxfer_cli.cli.options import MAX_TP_OPTION, ModelArgs, OutputArgs, check_writable
+from mambaxfer_cli.cli.options import MAX_TP_OPTION, EngineArgs, ModelArgs, OutputArgs, check_writable
 from mambaxfer_cli.cli.params import command
 from mambaxfer_cli.cli.report import Viewed, finish
 
@@ -10,32 +10,42 @@ from mambaxfer_cli.cli.report import Viewed, finish
 MAX_CONFORMANCE_TP = 64
 
 
-@command(uses={"model": ModelArgs.given("model", "all_presets"), "output": OutputArgs.without("output")})
-def conformance(model: ModelArgs, output: OutputArgs, max_tp: int | None = MAX_TP_OPTION) -> None:
+@command(uses={"model": ModelArgs.given("model", "all_presets"), "engine": EngineArgs.given("engine"),
+               "output": OutputArgs.without("output")})
+def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp: int | None = MAX_TP_OPTION) -> None:
     """Run the installed vLLM's own functions on each model and P/D pairing and compare every answer with mambaxfer's.
 
     Compared: the conv split and SSM offsets, the sources, the descriptor IDs, both engines'
     geometry, the handshake's verdict and the compatibility hash. Each function agrees, differs
     (the first differing case, both values, and the mambaxfer command that shows ours) or could
     not be called (the installed vLLM changed a signature or an attribute it reads). Needs vLLM in
-    the same environment.
+    the same environment. With --engine sglang: SGLang's own functions (state shapes and dtypes,
+    slice blocks, head slices, rank mapping, the pool's entries and its state sends) on the models
+    SGLang serves, where SGLang is installed.
 
     Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage
-    error, or no vLLM installed here; 70: an internal error.
+    error, or no vLLM (with --engine sglang: no SGLang) installed here; 70: an internal error.
 
     [bold]Examples[/]
 
     mambaxfer conformance --all-presets --junit conformance.xml
 
     mambaxfer conformance --model qwen3.5-0.8b --max-tp 4 --format json
+
+    mambaxfer conformance --engine sglang --all-presets
     """
+    from mambaxfer_cli.engines import engine as serving_engine
     from mambaxfer_cli.limits import within
 
     names = model.names()
+    serving_engine(engine.engine)       # an engine mambaxfer knows, or one line
     largest = 8 if max_tp is None else max_tp
     within("--max-tp", largest, 1, MAX_CONFORMANCE_TP, "deployment's TP size")
     if output.junit is not None:   # fail before the run, not after it
         check_writable(output.junit, "--junit")
+    if engine.engine == "sglang":
+        finish(sglang(None if model.all_presets else names, largest), output)
+        return
 
     from mambaxfer_cli.conformance import run
     from mambaxfer_cli.render.conformance_view import junit_xml, progress, render_report
@@ -43,3 +53,13 @@ def conformance(model: ModelArgs, output: OutputArgs, max_tp: int | None = MAX_T
     with progress() as (start, done):
         report = run(names, largest, start, done)
     finish(Viewed(report, render_report, junit_xml), output)
+
+
+def sglang(names: list[str] | None, max_tp: int) -> Viewed:
+    """SGLang's own functions against mambaxfer's SGLang rules (None: every preset it serves)."""
+    from mambaxfer_cli.engines.sglang.conformance import run
+    from mambaxfer_cli.render.sglang_conformance_view import junit_xml, progress, render_report
+
+    with progress() as (start, done):
+        report = run(names, max_tp, start, done)
+    return Viewed(report, render_report, junit_xml)

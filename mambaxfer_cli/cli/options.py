@@ -70,11 +70,15 @@ class ModelArgs(Group):
     """The model: which one, and what overrides its config."""
 
     model: str | None = option("--model", "-m", help=MODEL_HELP, panel=MODEL)
-    all_presets: bool = option("--all-presets/--no-all-presets", help="Run on every built-in model.",
+    all_presets: bool = option("--all-presets/--no-all-presets",
+                               help="Run on every built-in model (--engine sglang: those SGLang serves).",
                                panel=MODEL, default=False)
     variant: Variant | None = option("--variant", help="Override variant detection.", panel=MODEL,
                                      kind=VariantType(), metavar="<Variant>")
-    conv_dtype: str | None = option("--conv-dtype", help="Conv state dtype (default: the model's torch_dtype).",
+    dtype: str | None = option(
+        "--dtype", help="vLLM's --dtype: auto (the config's torch_dtype; a float32 checkpoint runs in bfloat16, as "
+                        "vLLM runs it), bfloat16, float16 or float32. The conv state's dtype follows it.", panel=MODEL)
+    conv_dtype: str | None = option("--conv-dtype", help="Conv state dtype (default: the model's dtype, --dtype).",
                                     panel=MODEL)
     ssm_dtype: str | None = option(
         "--ssm-dtype", help="Temporal (SSM) state dtype (default: the model's, else the conv dtype).", panel=MODEL)
@@ -90,7 +94,7 @@ class ModelArgs(Group):
     def load(self, name: str | None = None) -> ModelSpec:
         """The model (``name``, else --model) with this group's overrides."""
         return load(name or self.model or "", self.variant, self.conv_dtype, self.ssm_dtype, self.num_spec,
-                    self.kv_heads, self.head_size)
+                    self.kv_heads, self.head_size, self.dtype)
 
     def names(self) -> list[str]:
         """--model, or every preset with --all-presets: one of them."""
@@ -104,7 +108,8 @@ class ModelArgs(Group):
 
     def overrides(self) -> dict[str, Any]:
         return {"variant": self.variant, "conv_dtype": self.conv_dtype, "ssm_dtype": self.ssm_dtype,
-                "num_spec": self.num_spec, "kv_heads": self.kv_heads, "head_size": self.head_size}
+                "num_spec": self.num_spec, "kv_heads": self.kv_heads, "head_size": self.head_size,
+                "dtype": self.dtype}
 
 
 @dataclass(frozen=True)
@@ -354,12 +359,13 @@ class OutputArgs(Group):
 
 
 def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
-         num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None) -> ModelSpec:
+         num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None,
+         dtype: str | None = None) -> ModelSpec:
     from mambaxfer_cli.readers.model_source import load_model
 
     check_bounds(num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
-                      num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
+                      num_spec=num_spec, kv_heads=kv_heads, head_size=head_size, dtype=dtype)
 
 
 def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:

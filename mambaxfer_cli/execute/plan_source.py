@@ -100,6 +100,8 @@ def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str,
     attention = model.get("attention")
     if attention:
         overrides.update(kv_heads=int(attention["num_kv_heads"]), head_size=int(attention["head_size"]))
+        if attention.get("dtype"):
+            overrides["dtype"] = str(attention["dtype"])     # the model's dtype the plan was made with
     overrides.update({key: value for key, value in cli.items() if value is not None})
     if model_arg is None:
         model_arg = model["name"] if model["name"] in preset_names() else model["source"]

@@ -50,6 +50,7 @@ class ModelSpec:
     model_dtype: str = "bfloat16"    # the model's dtype: the KV cache's with --kv-cache-dtype auto
     num_q_heads: int | None = None   # attention query heads, where the config says (FlashInfer's pages)
     revision: str | None = None      # the Hugging Face cache snapshot the config was read from
+    checkpoint_dtype: str = ""       # the config's own dtype where the engine runs another ("": the same)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
 
     def __post_init__(self) -> None:

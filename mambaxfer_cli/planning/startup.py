@@ -38,6 +38,24 @@ def vllm_error(model: ModelSpec, tp: int) -> str:
             f"({tp}).")
 
 
+# The architectures whose class is SupportsReplaySSM (nemotron_h.py; 0.34 adds nano_nemotron_vl.py),
+# by the family label mambaxfer reads, and KDA's, whose RecoverSSM keeps the stock page.
+REPLAYSSM_FAMILIES = ("Nemotron-H",)
+KDA_ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
+
+
+def replayssm_refusal(model: ModelSpec, kv_connector: bool) -> str | None:
+    """``VllmConfig.validate_mamba_cached_kernel`` on ``--use-replayssm``: an architecture that does
+    not support it, then any KV connector (P/D disaggregation, KV offload): ReplaySSM's rings live in
+    the mamba page beside the conv and SSM state, and the connectors do not move them. None where
+    vLLM starts (no connector). KDA's RecoverSSM (speculative tokens) is not modelled here."""
+    if model.family not in REPLAYSSM_FAMILIES:
+        return f"--use-replayssm is not supported for architecture of the {model.family or model.name} family"
+    if kv_connector:
+        return "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
+    return None
+
+
 def did_you_mean(name: str, spellings: Iterable[str]) -> str:
     """argparse's suggestion for an unknown option (Python 3.12+: close matches of the option
     strings), as "did you mean --x?"; empty where nothing is close."""
@@ -86,3 +104,9 @@ def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33"
                         f"(_ModelRegistry._raise_for_unsupported; with --model-impl auto or transformers its "
                         f"Transformers backend runs it with no Mamba state to transfer)")
     return None
+
+
+def served_anywhere(archs: Iterable[str], releases: Iterable[str] = ("0.33", "0.34")) -> bool:
+    """Whether some release's registry serves one of ``archs``."""
+    wanted = set(archs)
+    return any(wanted.intersection(architectures(release)["served"]) for release in releases)

@@ -45,7 +45,8 @@ FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--b
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
               "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
-              "hf_overrides": "--hf-overrides", "disable_hybrid_kv_cache_manager": "--disable-hybrid-kv-cache-manager"}
+              "hf_overrides": "--hf-overrides", "disable_hybrid_kv_cache_manager": "--disable-hybrid-kv-cache-manager",
+              "use_replayssm": "--use-replayssm"}
 
 
 def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
@@ -87,6 +88,9 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
         if e.conv_layout != "DS":
             out.append(Change(e.side, f"{CONV_LAYOUT_VAR}=", e.line.conv_layout, "DS",
                               "vLLM's NIXL worker requires it"))
+        if e.line.use_replayssm:
+            out.append(Change(e.side, "--use-replayssm", "", None,
+                              "vLLM refuses ReplaySSM beside a KV connector: its rings are not transferred"))
         if e.line.disable_hybrid_kv_cache_manager:
             out.append(Change(e.side, "--disable-hybrid-kv-cache-manager", "", None,
                               "vLLM's NIXL worker requires the hybrid KV-cache manager for Mamba layers"))

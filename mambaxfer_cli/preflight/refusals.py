@@ -16,7 +16,7 @@ from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_misma
 from mambaxfer_cli.engines.vllm.release import Meeting
 from mambaxfer_cli.proof.check import PairingResult, check_plan
 from mambaxfer_cli.proof.simulate import Simulation
-from mambaxfer_cli.planning.startup import parallel_refusal, unrecognized, vllm_error
+from mambaxfer_cli.planning.startup import parallel_refusal, replayssm_refusal, unrecognized, vllm_error
 from mambaxfer_cli.engines.vllm.serve_args import (
     flag_table, CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS,
 )
@@ -251,6 +251,9 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     if refusal:
         return [Refusal("parallel-config", f"{start}: {refusal} (ModelConfig.verify_with_parallel_config: "
                                            f"{vllm_error(e.model, e.tp)})")]
+    replay = replayssm_refusal(e.model, e.line.kv_connector is not None) if e.line.use_replayssm else None
+    if replay:
+        return [Refusal("replayssm", f"{start}: {replay} (VllmConfig.validate_mamba_cached_kernel)")]
     return []
 
 

@@ -7,7 +7,7 @@ each alternative is a tuple of keys whose values multiply (``("mamba_expand", "h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from mambaxfer_cli.planning.model import Variant
 from mambaxfer_cli.planning.variants import VARIANTS
@@ -90,7 +90,7 @@ FAMILIES: tuple[Family, ...] = (
 # Used when the model_type is not in the table, or when --variant overrides detection: every
 # name any family uses, most specific first (each variant's module lists them).
 GENERIC: Mapping[str, Family] = {
-    name: Family(f"generic {v.title}", (), Variant(name), v.generic_params, conv_kernel=v.generic_conv_kernel,
+    name: Family(f"generic {v.title} (guessed)", (), Variant(name), v.generic_params, conv_kernel=v.generic_conv_kernel,
                  ssm_dtype_keys=v.ssm_dtype_keys)
     for name, v in VARIANTS.items()
 }
@@ -126,3 +126,42 @@ def supported_summary() -> str:
     for family in FAMILIES:
         by_variant.setdefault(family.variant, []).extend(family.model_types)
     return "; ".join(f"{variant.value}: {', '.join(types)}" for variant, types in by_variant.items())
+
+# The architectures whose config hook hands a config's ``mamba_ssm_dtype`` to the SSM cache
+# (vLLM's model_executor/models/config.py: ``Qwen3_5ForConditionalGenerationConfig`` and the
+# classes built on it, in ``MODELS_CONFIG_MAP``; the same in 0.33 and 0.34). Every other class,
+# Qwen3-Next's among them, ignores the key.
+MAMBA_SSM_DTYPE_READERS = frozenset((
+    "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP",
+    "ColQwen3_5", "D3ForSequenceClassification",
+))
+
+# Architectures vLLM serves whose state its NIXL connector cannot move: ``derive_mamba_conv_split``
+# (distributed/kv_transfer/kv_connector/v1/ssm_conv_transfer_utils.py) raises NotImplementedError for
+# any mamba_type but MAMBA1, MAMBA2 and GDN_ATTN, when the decode worker starts. Each with its
+# family's label and its layers' mamba_type (0.33 and 0.34 alike).
+_SHORT_CONV = "vllm.v1.attention.backends.short_conv_attn.ShortConvAttentionBackend"
+_LINEAR = "vllm.v1.attention.backends.linear_attn.LinearAttentionBackend"
+CONNECTOR_REFUSED: Mapping[str, tuple[str, str, str]] = {
+    "Lfm2ForCausalLM": ("LFM2", "SHORT_CONV", _SHORT_CONV),
+    "Lfm2MoeForCausalLM": ("LFM2-MoE", "SHORT_CONV", _SHORT_CONV),
+    "Lfm2VlForConditionalGeneration": ("LFM2-VL", "SHORT_CONV", _SHORT_CONV),
+    "Lfm3ForCausalLM": ("LFM3", "SHORT_CONV", _SHORT_CONV),
+    "Lfm3VlForConditionalGeneration": ("LFM3-VL", "SHORT_CONV", _SHORT_CONV),
+    "Lfm3AudioForConditionalGeneration": ("LFM3-Audio", "SHORT_CONV", _SHORT_CONV),
+    "ZayaForCausalLM": ("Zaya", "SHORT_CONV", _SHORT_CONV),
+    "BailingMoeV2_5ForCausalLM": ("Bailing-V2.5", "LINEAR", _LINEAR),
+}
+
+
+def connector_refusal(architectures: Sequence[str]) -> str | None:
+    """vLLM's own error where its NIXL connector refuses the architecture's state (None: it does not)."""
+    for arch in architectures:
+        if arch in CONNECTOR_REFUSED:
+            label, member, path = CONNECTOR_REFUSED[arch]
+            return (f"vLLM serves {label} ({arch}), but its NIXL connector refuses its state when the decode "
+                    f"worker starts: NotImplementedError: Conv transfer only supports Mamba1, Mamba2 and GDN "
+                    f"models, got mamba_type=<MambaAttentionBackendEnum.{member}: '{path}'>. "
+                    f"(derive_mamba_conv_split)")
+    return None

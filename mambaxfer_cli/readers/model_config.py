@@ -9,15 +9,18 @@ from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import removed_refusal
 from mambaxfer_cli.readers.families import (
-    GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family, family_for, supported_summary,
+    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
+    supported_summary,
 )
 from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
 )
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
+from mambaxfer_cli.planning.startup import served_anywhere
 from mambaxfer_cli.planning.variants import titles
 
 DEFAULT_DTYPE = "bfloat16"
+AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
 
 
 def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,7 +125,10 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
     return (SSM,) * n_layers
 
 
-def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> Family:
+def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
+            archs: tuple[str, ...] = ()) -> Family:
+    """The config's family: by model_type, else (a guess) by its keys, or as --variant says. A
+    config whose architectures no vLLM release serves is planned only with --variant."""
     model_type = str(config.get("model_type", ""))
     family = family_for(model_type)
     if variant is not None:
@@ -137,6 +143,12 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> F
             f"does not support; supported variants are {titles()} ({supported_summary()})")
     for candidate, keys in SIGNATURE_KEYS:
         if any(key in config for key in keys):
+            if archs and not served_anywhere(archs):
+                raise UserError(
+                    f"{where}: no vLLM release mambaxfer knows serves {archs[0]} (model_type '{model_type}'), so "
+                    f"its state is not vLLM's to move; --variant {candidate.value} plans it as a "
+                    f"{GENERIC[candidate].label.removeprefix('generic ').removesuffix(' (guessed)')} model, "
+                    f"guessed from its keys")
             return GENERIC[candidate]
     found = f"model_type '{model_type}'" if model_type else "no model_type"
     raise UserError(
@@ -172,6 +184,7 @@ def spec_from_config(
     head_size: int | None = None,
     revision: str | None = None,
     given_by: Mapping[str, str] | None = None,
+    dtype: str | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag)."""
@@ -179,8 +192,12 @@ def spec_from_config(
     removed = removed_refusal(config)      # startup: the registry's removed architectures
     if removed:
         raise UserError(f"{where}: {removed}")
+    archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
+    refused = connector_refusal(archs) if variant is None else None
+    if refused:
+        raise UserError(f"{where}: {refused}")
     config = flatten_text_config(config)
-    family = _detect(config, variant, where)
+    family = _detect(config, variant, where, archs)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
@@ -188,9 +205,26 @@ def spec_from_config(
     found = _dtype(config, ("torch_dtype", "dtype"), where)
     model_dtype, model_origin = (found[0], f"config key {found[1]}") if found else (
         DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype")
+    checkpoint = ""
+    if dtype is not None and dtype.strip().lower() != "auto":      # vLLM's --dtype, given
+        named = {"float": "float32", "half": "float16"}.get(dtype.strip().lower(), dtype)
+        try:
+            model_dtype, model_origin = canonical_dtype(named), "--dtype"
+        except UserError as exc:
+            raise UserError(f"--dtype: {exc}") from None
+    elif model_dtype == "float32":     # vLLM's --dtype auto (config/model.py _resolve_auto_dtype)
+        checkpoint, model_dtype = model_dtype, AUTO_FROM_FLOAT32
+        model_origin = (f"{model_origin} float32, which vLLM's --dtype auto runs in {AUTO_FROM_FLOAT32} "
+                        f"(_resolve_auto_dtype)")
     conv, conv_origin = (canonical_dtype(conv_dtype), given_by["conv_dtype"]) if conv_dtype else (
         model_dtype, model_origin)
     found = _dtype(config, family.ssm_dtype_keys, where)
+    notes: dict[str, str] = {}
+    ignored = ""
+    if found and found[1] == "mamba_ssm_dtype" and archs and not MAMBA_SSM_DTYPE_READERS.intersection(archs):
+        notes["config_mamba_ssm_dtype"] = found[0]     # what an engine that reads it finds
+        ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
+        found = None
     if ssm_dtype:
         ssm, ssm_origin = canonical_dtype(ssm_dtype), given_by["ssm_dtype"]
     elif found:
@@ -201,12 +235,12 @@ def spec_from_config(
             f"whatever torch_dtype says")
     else:
         ssm, ssm_origin = conv, "the conv dtype"
+    ssm_origin += ignored if not ssm_dtype else ""
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
         raise UserError(f"--num-spec must be a non-negative integer, got {quoted(spec_num)}")
     within("--num-spec" if num_spec is not None else f"{where}: num_speculative_tokens", spec_num, 0,
            MAX_NUM_SPEC, "speculative decoding uses")
-    notes: dict[str, str] = {}
     layers = _layer_kinds(config, family, where, notes)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
@@ -220,7 +254,8 @@ def spec_from_config(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
-        num_q_heads=q_heads, revision=revision, origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
+        num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint,
+        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec

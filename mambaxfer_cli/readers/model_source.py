@@ -114,10 +114,11 @@ def load_model(
     num_spec: int | None = None,
     kv_heads: int | None = None,
     head_size: int | None = None,
+    dtype: str | None = None,
 ) -> ModelSpec:
     """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
-           "kv_heads": kv_heads, "head_size": head_size}
+           "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype}
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

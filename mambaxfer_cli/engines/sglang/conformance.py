@@ -1,8 +1,9 @@
 """The conformance probe: SGLang's own functions, called in an environment where SGLang is
 installed, against this package's answers for the same cases.
 
-Run it inside that environment (``python -m mambaxfer_cli.engines.sglang.conformance``); it
-prints one JSON document. SGLang's functions are imported from their own modules; each one that
+``mambaxfer conformance --engine sglang`` runs it (``run``), in that environment; so does
+``python -m mambaxfer_cli.engines.sglang.conformance``, which prints the JSON document of every
+preset SGLang serves. SGLang's functions are imported from their own modules; each one that
 cannot be imported or called is reported as such, never replaced."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
-from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
     StateShape, kimi_linear_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
     state_shape, tp_sizes,
@@ -31,29 +32,53 @@ from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, 
 from mambaxfer_cli.engines.sglang.verdict import verdict
 from mambaxfer_cli.engines.sglang.writes import Side, sglang_writes
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 
-SCHEMA = "mambaxfer.sglang-conformance/v1"
+SCHEMA = "mambaxfer.conformance/v1"     # vLLM's document, with "engine": "sglang"
 AGREES, DIFFERS, NOT_CALLED = "agrees", "differs", "could not be called"
-MAX_TP = 8
+MAX_TP = 8      # the largest TP size compared unless asked otherwise (--max-tp)
 
-# SGLang's functions: the name conformance reports, the module that holds it, the attribute path.
-SOURCES: Mapping[str, tuple[str, str]] = {
-    "Mamba2StateShape.create": ("sglang.srt.configs.mamba_utils", "Mamba2StateShape.create"),
-    "Mamba2StateShape.create_full_rank": ("sglang.srt.configs.mamba_utils", "Mamba2StateShape.create_full_rank"),
-    "KimiLinearStateShape.create": ("sglang.srt.configs.mamba_utils", "KimiLinearStateShape.create"),
-    "mamba2_state_dtype": ("sglang.srt.configs.mamba_utils", "mamba2_state_dtype"),
-    "compute_mamba_state_slice_blocks": ("sglang.srt.disaggregation.utils", "compute_mamba_state_slice_blocks"),
-    "compute_mamba_state_slice_byte_blocks": ("sglang.srt.disaggregation.utils",
-                                              "compute_mamba_state_slice_byte_blocks"),
-    "should_send_replicated_state": ("sglang.srt.disaggregation.utils", "should_send_replicated_state"),
-    "compute_head_slice_params": ("sglang.srt.disaggregation.common.staging_buffer", "compute_head_slice_params"),
-    "MambaPool transfer entries": ("sglang.srt.mem_cache.memory_pool", "MambaPool"),
-    "MambaMixer2 conv channels": ("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2"),
-    "NIXL state send": ("sglang.srt.disaggregation.nixl.conn", "NixlKVManager"),
-    "Mooncake state send": ("sglang.srt.disaggregation.mooncake.conn", "MooncakeKVManager"),
-    "_resolve_rank_mapping": ("sglang.srt.disaggregation.common.conn", "CommonKVManager._resolve_rank_mapping"),
+
+@dataclass(frozen=True)
+class Source:
+    """Where one of SGLang's functions lives, and what conformance compares it on."""
+
+    module: str
+    path: str           # the attribute path in the module
+    compares: str       # what is compared, in a few words
+
+
+_UTILS, _DISAGG = "sglang.srt.configs.mamba_utils", "sglang.srt.disaggregation"
+
+# SGLang's functions, by the name conformance reports.
+SOURCES: Mapping[str, Source] = {
+    "Mamba2StateShape.create": Source(_UTILS, "Mamba2StateShape.create",
+                                      "each rank's conv and temporal state shapes, conv_shard_groups"),
+    "Mamba2StateShape.create_full_rank": Source(_UTILS, "Mamba2StateShape.create_full_rank",
+                                                "Mamba-1's per-rank state shapes"),
+    "KimiLinearStateShape.create": Source(_UTILS, "KimiLinearStateShape.create", "Kimi-Linear's state shapes"),
+    "mamba2_state_dtype": Source(_UTILS, "mamba2_state_dtype",
+                                 "the state dtypes from the config and the environment variables"),
+    "compute_mamba_state_slice_blocks": Source(f"{_DISAGG}.utils", "compute_mamba_state_slice_blocks",
+                                               "the blocks of a state dim each P rank sends a D rank"),
+    "compute_mamba_state_slice_byte_blocks": Source(f"{_DISAGG}.utils", "compute_mamba_state_slice_byte_blocks",
+                                                    "the byte blocks of each transfer entry"),
+    "should_send_replicated_state": Source(f"{_DISAGG}.utils", "should_send_replicated_state",
+                                           "which P ranks write replicated state"),
+    "compute_head_slice_params": Source(f"{_DISAGG}.common.staging_buffer", "compute_head_slice_params",
+                                        "the attention KV heads each P rank sends a D rank"),
+    "MambaPool transfer entries": Source("sglang.srt.mem_cache.memory_pool", "MambaPool",
+                                         "the pool's entries: item bytes, dims, rows, groups, layers"),
+    "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
+                                        "the checkpoint channels of a rank's conv state"),
+    "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
+                              "the state writes NIXL posts, and the decode bytes they leave wrong"),
+    "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
+                                  "the state writes Mooncake posts, and the decode bytes they leave wrong"),
+    "_resolve_rank_mapping": Source(f"{_DISAGG}.common.conn", "CommonKVManager._resolve_rank_mapping",
+                                    "the P ranks each D rank reads, and the responses it waits for"),
 }
 
 Loaded = Mapping[str, "Callable[..., Any] | str"]     # a function, or why it could not be loaded
@@ -63,10 +88,10 @@ def load_functions(names: Sequence[str] = tuple(SOURCES)) -> dict[str, Callable[
     """SGLang's functions from their own modules (the package's ordinary import chain)."""
     out: dict[str, Callable[..., Any] | str] = {}
     for name in names:
-        module_name, path = SOURCES[name]
+        source = SOURCES[name]
         try:
-            obj: Any = importlib.import_module(module_name)
-            for part in path.split("."):
+            obj: Any = importlib.import_module(source.module)
+            for part in source.path.split("."):
                 obj = getattr(obj, part)
             out[name] = obj
         except Exception as error:     # an import error is a finding, reported per function
@@ -74,20 +99,63 @@ def load_functions(names: Sequence[str] = tuple(SOURCES)) -> dict[str, Callable[
     return out
 
 
-def installed_version() -> str:
-    from importlib.metadata import version
-    return version("sglang")
+def installed_version() -> str | None:
+    """The installed SGLang's version, from its package metadata (SGLang is not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
 
 
 # --- results -------------------------------------------------------------------------------------
+
+def plain(value: Any) -> Any:
+    """A value as JSON holds it (tuples as lists)."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+# How a case's inputs read (the rest: the key with spaces).
+_WORDS = {"p_tp": "P TP", "d_tp": "D TP", "tp": "TP", "d_rank": "D rank", "p_rank": "P rank", "src_tp": "src TP",
+          "dst_tp": "dst TP", "kv_heads": "KV heads", "env": "environment"}
+
+
+def describe(case: Mapping[str, Any]) -> str:
+    """A case's inputs in a line: ``nemotron-h-8b, field conv, P TP 1, D TP 2, D rank 0``."""
+    parts = []
+    for key, value in case.items():
+        if key == "model":
+            parts.append(str(value))
+        elif key == "stand_in" and isinstance(value, Mapping):
+            parts.append("stand-in " + " ".join(f"{k}={v}" for k, v in value.items()))
+        elif isinstance(value, Mapping):
+            parts.append(f"{_WORDS.get(key, key.replace('_', ' '))} "
+                         + (" ".join(f"{k}={v}" for k, v in value.items()) or "none"))
+        else:
+            parts.append(f"{_WORDS.get(key, key.replace('_', ' '))} {plain(value)}")
+    return ", ".join(parts)
+
 
 @dataclass
 class FunctionResult:
     name: str
     cases: int = 0
     differing: int = 0
-    first: dict[str, Any] | None = None
-    not_called: str | None = None
+    first: dict[str, Any] | None = None          # the first differing case, both values
+    not_called: str | None = None                # why it could not be called
+    attribute: str | None = None                 # the attribute SGLang lacks, when that is why
+    by_model: dict[str, list[int]] = field(default_factory=dict)   # model: [cases, differing]
+
+    @property
+    def compares(self) -> str:
+        return SOURCES[self.name].compares if self.name in SOURCES else ""
 
     @property
     def outcome(self) -> str:
@@ -97,38 +165,58 @@ class FunctionResult:
 
     def record(self, case: Mapping[str, Any], theirs: Any, ours: Any) -> None:
         self.cases += 1
+        counts = self.by_model.setdefault(case["model"], [0, 0]) if "model" in case else [0, 0]
+        counts[0] += 1
         if theirs != ours:
             self.differing += 1
+            counts[1] += 1
             if self.first is None:
                 self.first = {"case": dict(case), "sglang": theirs, "mambaxfer": ours}
 
+    def could_not_call(self, error: BaseException | str) -> None:
+        self.not_called = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        if isinstance(error, AttributeError):
+            self.attribute = error.name
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"function": self.name, "outcome": self.outcome, "cases": self.cases,
-                               "differing": self.differing}
+        out: dict[str, Any] = {"function": self.name, "compares": self.compares, "outcome": self.outcome,
+                               "cases": self.cases, "differing": self.differing,
+                               "by_model": {m: {"cases": c, "differing": d} for m, (c, d) in self.by_model.items()}}
         if self.first is not None:
-            out["first_difference"] = self.first
+            out["first_difference"] = {"case": describe(self.first["case"]), "inputs": plain(self.first["case"]),
+                                       "sglang": plain(self.first["sglang"]),
+                                       "mambaxfer": plain(self.first["mambaxfer"])}
         if self.not_called is not None:
-            out["could_not_be_called"] = self.not_called
+            out["could_not_be_called"] = {"reason": self.not_called, "attribute": self.attribute}
         return out
 
 
 @dataclass
 class Report:
     sglang_version: str
-    rules: str
+    rules: str                      # the release whose rules mambaxfer compared
     models: list[str]
     max_tp: int
     results: list[FunctionResult] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return all(r.outcome == AGREES for r in self.results)
 
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_WRONG
+
+    def count(self, outcome: str) -> int:
+        return sum(r.outcome == outcome for r in self.results)
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules},
-                "models": self.models, "max_tp": self.max_tp, "ok": self.ok,
-                "functions": [r.to_dict() for r in self.results], "seconds": round(self.seconds, 3)}
+                "models": list(self.models), "max_tp": self.max_tp, "ok": self.ok,
+                "functions": [r.to_dict() for r in self.results], "notes": list(self.notes),
+                "seconds": round(self.seconds, 3)}
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
@@ -206,12 +294,16 @@ def _our_model_shape(model: ModelSpec, tp: int) -> tuple[Any, ...]:
 class _Checker:
     """Runs each case on both sides and records it under its function."""
 
-    def __init__(self, functions: Loaded, release: Release):
-        self.functions, self.release = functions, release
+    def __init__(self, functions: Loaded, release: Release, max_tp: int = MAX_TP):
+        self.functions, self.release, self.max_tp = functions, release, max_tp
         self.results = {name: FunctionResult(name) for name in SOURCES}
         for name, fn in functions.items():
             if isinstance(fn, str):
-                self.results[name].not_called = fn
+                self.results[name].could_not_call(fn)
+
+    def sizes(self, *sizes: int) -> tuple[int, ...]:
+        """Of these TP sizes, those up to the largest compared."""
+        return tuple(tp for tp in sizes if tp <= self.max_tp)
 
     def fn(self, name: str) -> Callable[..., Any] | None:
         fn = self.functions.get(name)
@@ -222,7 +314,7 @@ class _Checker:
         try:
             value = _refusal_token(_outcome(theirs))
         except Exception as error:   # what a refusal never is: SGLang's function could not be called
-            result.not_called = f"{type(error).__name__}: {error}"
+            result.could_not_call(error)
             return
         result.record(case, value, _refusal_token(_outcome(ours)))
 
@@ -231,7 +323,7 @@ class _Checker:
     def shapes(self, models: Sequence[ModelSpec]) -> None:
         create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
                               self.fn("KimiLinearStateShape.create"))
-        for model, tp in itertools.product(models, range(1, MAX_TP + 1)):
+        for model, tp in itertools.product(models, range(1, self.max_tp + 1)):
             case = {"model": model.name, "tp": tp}
             if model.variant == "mamba1" and full:
                 p = model.params
@@ -243,7 +335,7 @@ class _Checker:
                 self.compare("Mamba2StateShape.create", case,
                              partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model)),
                              partial(_our_model_shape, model, tp))
-        for tp in range(1, MAX_TP + 1):
+        for tp in range(1, self.max_tp + 1):
             for args in MAMBA2_STAND_INS:
                 if create:
                     self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
@@ -302,7 +394,7 @@ class _Checker:
     def slices(self, models: Sequence[ModelSpec]) -> None:
         for model in models:
             spec = sglang_model(model, {}, self.release)
-            sizes = tp_sizes(spec, MAX_TP)
+            sizes = tp_sizes(spec, self.max_tp)
             for p_tp, d_tp in itertools.product(sizes, repeat=2):
                 if p_tp == d_tp:
                     continue
@@ -316,7 +408,7 @@ class _Checker:
                             self._slice_case(case, src, dst, p_tp, d_tp, d, p)
         # Kimi's transposed conv (one block per conv row), and items replicated across TP.
         for kargs in KIMI_STAND_INS:
-            for p_tp, d_tp in itertools.product((1, 2, 4, 8), repeat=2):
+            for p_tp, d_tp in itertools.product(self.sizes(1, 2, 4, 8), repeat=2):
                 if p_tp == d_tp:
                     continue
                 src, dst = (entry_for(CONV, kimi_linear_state_shape(tp=t, **kargs), "bfloat16", "float32")
@@ -325,7 +417,7 @@ class _Checker:
                     for p in writers(p_tp, d_tp, d):
                         case = {"stand_in": kargs, "p_tp": p_tp, "d_tp": d_tp, "d_rank": d, "p_rank": p}
                         self._slice_case(case, src, dst, p_tp, d_tp, d, p)
-        for p_tp, d_tp in itertools.product(range(1, MAX_TP + 1), repeat=2):
+        for p_tp, d_tp in itertools.product(range(1, self.max_tp + 1), repeat=2):
             for p, d, dst_len in itertools.product(range(p_tp), range(d_tp), (4096, 2048)):
                 src, dst = TransferEntry("ple", 0, 4096, 0), TransferEntry("ple", 0, dst_len, 0)
                 case = {"replicated": True, "p_tp": p_tp, "d_tp": d_tp, "d_rank": d, "p_rank": p,
@@ -336,7 +428,7 @@ class _Checker:
         elect = self.fn("should_send_replicated_state")
         if elect is None:
             return
-        for src, dst in itertools.product(range(0, MAX_TP + 1), repeat=2):
+        for src, dst in itertools.product(range(0, self.max_tp + 1), repeat=2):
             for rank in range(-1, src + 1):
                 self.compare("should_send_replicated_state", {"src_tp": src, "dst_tp": dst, "rank": rank},
                              partial(elect, src_attn_tp_size=src, dst_attn_tp_size=dst, local_tp_rank_in_group=rank),
@@ -347,7 +439,7 @@ class _Checker:
         if params is None:
             return
         for kv in sorted({m.num_kv_heads for m in models if m.num_kv_heads} | {1, 2, 4, 8}):
-            for p_tp, d_tp in itertools.product(range(1, MAX_TP + 1), repeat=2):
+            for p_tp, d_tp in itertools.product(range(1, self.max_tp + 1), repeat=2):
                 if p_tp == d_tp or any(kv % t and t % kv for t in (p_tp, d_tp)) or max(p_tp, d_tp) % min(p_tp, d_tp):
                     continue
                 for d in range(d_tp):
@@ -368,7 +460,7 @@ class _Checker:
                                                                                      "n_groups": g})
                      for g in (1, 2, 4)]
         for model in [m for m in models if m.variant == "mamba2"] + stand_ins:
-            for tp in tp_sizes(model, MAX_TP):
+            for tp in tp_sizes(model, self.max_tp):
                 for rank in range(tp):
                     self.compare("MambaMixer2 conv channels", {"model": model.name, "tp": tp, "rank": rank},
                                  partial(_their_mixer_channels, mixer, model, tp, rank),
@@ -387,7 +479,7 @@ class _Checker:
                 continue
             for model in models:
                 spec = sglang_model(model, FLOAT32_STATE, self.release)
-                sizes = tp_sizes(spec, MAX_TP)
+                sizes = tp_sizes(spec, self.max_tp)
                 for p_tp, d_tp in itertools.product(sizes, repeat=2):
                     if model.variant == "mamba1":
                         p = model.params
@@ -408,7 +500,7 @@ class _Checker:
         layers = (0, 3)
         for model in models:
             spec = sglang_model(model, {}, self.release)
-            for tp in tp_sizes(spec, MAX_TP):
+            for tp in tp_sizes(spec, self.max_tp):
                 if model.variant == "mamba1":
                     p = model.params
                     theirs_shape = partial(full, tp_world_size=tp, intermediate_size=p["intermediate_size"],
@@ -419,7 +511,7 @@ class _Checker:
                              partial(_their_pool_entries, pool, theirs_shape, "Mamba2CacheParams", layers),
                              partial(_our_pool_entries, state_shape(spec, tp), spec.conv_dtype, spec.ssm_dtype,
                                      layers))
-        for kargs, tp in itertools.product(KIMI_STAND_INS, (1, 2, 4, 8)):
+        for kargs, tp in itertools.product(KIMI_STAND_INS, self.sizes(1, 2, 4, 8)):
             theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
             self.compare("MambaPool transfer entries", {"stand_in": kargs, "tp": tp, "layers": layers},
                          partial(_their_pool_entries, pool, partial(kimi, tp_world_size=tp, **theirs_args),
@@ -431,7 +523,7 @@ class _Checker:
         resolve = self.fn("_resolve_rank_mapping")
         if resolve is None:
             return
-        for p_tp, d_tp in itertools.product(range(1, MAX_TP + 1), repeat=2):
+        for p_tp, d_tp in itertools.product(range(1, self.max_tp + 1), repeat=2):
             for d in range(d_tp):
                 self.compare("_resolve_rank_mapping", {"p_tp": p_tp, "d_tp": d_tp, "d_rank": d},
                              partial(_their_mapping, resolve, p_tp, d_tp, d), partial(_our_mapping, p_tp, d_tp, d))
@@ -668,21 +760,28 @@ def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
 
 
 def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
-          release: Release = SGLANG_0_5_23) -> Report:
-    """Every case for ``models`` (the presets SGLang serves), to TP 8."""
+          release: Release = SGLANG_0_5_23, max_tp: int = MAX_TP,
+          done: Callable[[str], None] | None = None) -> Report:
+    """Every case for ``models`` (the presets SGLang serves), to TP ``max_tp``; ``done`` is
+    told each step (one of ``STEPS``) as it ends."""
     start = time.monotonic()
-    checker = _Checker(functions, release)
-    checker.shapes(models)
-    checker.dtypes()
-    checker.slices(models)
-    checker.replicated()
-    checker.heads(models)
-    checker.mixer_channels(models)
-    checker.pool_entries(models)
-    checker.sends(models)
-    checker.rank_mapping()
-    return Report(version, release.label, [m.name for m in models], MAX_TP, list(checker.results.values()),
+    checker = _Checker(functions, release, max_tp)
+    steps: tuple[Callable[[], None], ...] = (
+        partial(checker.shapes, models), checker.dtypes, partial(checker.slices, models), checker.replicated,
+        partial(checker.heads, models), partial(checker.mixer_channels, models), partial(checker.pool_entries, models),
+        partial(checker.sends, models), checker.rank_mapping)
+    for label, step in zip(STEPS, steps, strict=True):
+        step()
+        if done is not None:
+            done(label)
+    return Report(version, release.label, [m.name for m in models], max_tp, list(checker.results.values()),
                   time.monotonic() - start)
+
+
+# The probe's steps, as its progress names them.
+STEPS = ("state shapes", "state dtypes", "slice blocks", "replicated state", "head slices", "conv channels",
+         "pool entries", "state sends", "rank mapping")
+IMPORT_STEP = "SGLang's import"
 
 
 def served_presets(release: Release = SGLANG_0_5_23) -> list[ModelSpec]:
@@ -697,14 +796,78 @@ def served_presets(release: Release = SGLANG_0_5_23) -> list[ModelSpec]:
     return out
 
 
+def served_model(name: str, release: Release = SGLANG_0_5_23) -> ModelSpec:
+    """``--model``'s model (a preset or a config), where SGLang serves its family."""
+    from mambaxfer_cli.readers.model_source import load_model
+
+    model = load_model(name)
+    rule = release.families.get(model.family)
+    if rule is None or not rule.served:
+        why = rule.note if rule is not None else f"{release.label} serves no {model.family} model"
+        served = ", ".join(m.name for m in served_presets(release))
+        raise UserError(f"--model {name}: {why}; the presets SGLang serves: {served}")
+    return model
+
+
+NOT_INSTALLED = ("no SGLang is installed beside mambaxfer (in {python}); conformance --engine sglang runs "
+                 "SGLang's own code, so run it where SGLang is installed: in a new virtual environment, pip "
+                 "install torch==2.14.1 torchvision==0.29.1 sglang==0.5.23, then pip install --no-deps -e . "
+                 "from your mambaxfer clone (docs/conformance.md)")
+
+
+def run(names: Sequence[str] | None, max_tp: int = MAX_TP, start: Callable[[int], None] | None = None,
+        done: Callable[[str], None] | None = None) -> Report:
+    """``mambaxfer conformance --engine sglang``: the installed SGLang's functions against
+    mambaxfer's rules for its release, on ``names`` (None: every preset SGLang serves), every TP
+    size up to ``max_tp``. A model SGLang does not serve, or no SGLang here, is a UserError."""
+    version = installed_version()
+    release = RELEASES.get(version or "", RELEASES[tuple(RELEASES)[-1]])
+    models = served_presets(release) if names is None else [served_model(n, release) for n in names]
+    if version is None:
+        raise UserError(NOT_INSTALLED.format(python=sys.prefix))
+    if start is not None:
+        start(1 + len(STEPS))
+    with _sglang_quiet():
+        functions = load_functions()
+        if done is not None:
+            done(IMPORT_STEP)
+        report = probe(models, functions, version=version, release=release, max_tp=max_tp, done=done)
+    if version not in RELEASES:
+        report.notes.append(f"mambaxfer has no rules for SGLang {version}: compared with the newest it knows, "
+                            f"{release.version}'s")
+    return report
+
+
+@contextlib.contextmanager
+def _sglang_quiet() -> Iterator[None]:
+    """SGLang's log at errors only and its warnings unsaid for the run: it warns of the invalid
+    dtypes the probe gives it on purpose, and that Triton falls back to the CPU."""
+    import logging
+    import warnings
+
+    logger = logging.getLogger("sglang")
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every case against the installed SGLang and print the report as JSON."""
+    """Run every case on the presets SGLang serves and print the report as JSON (the document
+    ``mambaxfer conformance --engine sglang --all-presets --format json`` prints)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    functions = load_functions()
-    report = probe(served_presets(), functions, version=installed_version())
+    try:
+        report = run(None)
+    except UserError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 2
     json.dump(report.to_dict(), sys.stdout, indent=1 if "--indent" in argv else None)
     sys.stdout.write("\n")
-    return 0 if report.ok else 1
+    return report.exit_code
 
 
 if __name__ == "__main__":

@@ -132,7 +132,9 @@ def state_dtypes(*, config_ssm_dtype: str | None = None, reads_config: bool = Tr
 
 
 def config_ssm_dtype_of(model: ModelSpec) -> str | None:
-    """The config's ``mamba_ssm_dtype`` where mambaxfer read the SSM dtype from that key."""
+    """The config's ``mamba_ssm_dtype`` (whether or not vLLM's class reads it)."""
+    if "config_mamba_ssm_dtype" in model.origin:
+        return model.origin["config_mamba_ssm_dtype"]
     return model.ssm_dtype if model.origin.get("ssm_dtype") == "config key mamba_ssm_dtype" else None
 
 
@@ -150,7 +152,10 @@ def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
     rule = family_rule(model, release)
     dtypes = state_dtypes(config_ssm_dtype=config_ssm_dtype_of(model), reads_config=rule.config_ssm_dtype,
                           env=env, release=release)
-    return replace(model, num_spec=0, conv_dtype=dtypes.conv, ssm_dtype=dtypes.temporal,
+    # A float32 checkpoint runs in float16 under SGLang's --dtype auto (configs/model_config.py
+    # _get_and_verify_dtype; Gemma aside): the attention KV's dtype.
+    model_dtype = "float16" if model.checkpoint_dtype == "float32" else model.model_dtype
+    return replace(model, num_spec=0, conv_dtype=dtypes.conv, ssm_dtype=dtypes.temporal, model_dtype=model_dtype,
                    origin={"conv_dtype": dtypes.origin[0], "ssm_dtype": dtypes.origin[1]})
 
 

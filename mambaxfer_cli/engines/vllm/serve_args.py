@@ -50,6 +50,7 @@ TRANSFER_FIELDS = {
     "attention_config": "attention_config", "gdn_prefill_backend": "gdn_prefill_backend",
     "additional_config": "additional_config",
     "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
+    "use_replayssm": "use_replayssm",
 }
 JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "attention_config", "additional_config")
 # Keys inside a JSON flag that only some releases read (the others ignore them).
@@ -138,6 +139,7 @@ class ServeLine:
     enforce_handshake_compat: bool = True       # kv_connector_extra_config.enforce_handshake_compat
     enable_permute_local_kv: bool = False       # kv_transfer_config.enable_permute_local_kv
     disable_hybrid_kv_cache_manager: bool | None = None   # None: vLLM decides (on with NIXL)
+    use_replayssm: bool = False                 # --use-replayssm (refused beside a KV connector)
     conv_layout: str | None = None              # VLLM_SSM_CONV_STATE_LAYOUT as the engine sees it
     kv_cache_layout: str | None = None          # VLLM_KV_CACHE_LAYOUT as the engine sees it
     env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command
@@ -537,6 +539,8 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         out["prefix_caching"] = bool(values["prefix_caching"])
     if "disable_hybrid_kv_cache_manager" in values:
         out["disable_hybrid_kv_cache_manager"] = bool(values["disable_hybrid_kv_cache_manager"])
+    if "use_replayssm" in values:
+        out["use_replayssm"] = bool(values["use_replayssm"])
     spec = _config(values, dotted, "speculative_config", where)
     if spec:
         n = spec.get("num_speculative_tokens", 0)

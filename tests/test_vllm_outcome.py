@@ -1,0 +1,68 @@
+"""vLLM's outcome beyond the connector's arithmetic: the families its connector refuses, and the
+dtypes as vLLM resolves them (a float32 checkpoint, a config's mamba_ssm_dtype, --dtype)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_run import assert_user_error, run_cli
+from mambaxfer_cli.engines.sglang.shapes import sglang_model
+from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.readers.model_source import load_model
+
+QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "torch_dtype": "bfloat16",
+              "mamba_ssm_dtype": "float32", "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+              "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+              "num_hidden_layers": 4, "full_attention_interval": 4, "num_attention_heads": 16,
+              "num_key_value_heads": 2, "head_dim": 256, "hidden_size": 2048}
+
+
+@pytest.mark.parametrize("arch, model_type, label, member", [
+    ("Lfm2ForCausalLM", "lfm2", "LFM2", "SHORT_CONV"),
+    ("Lfm3ForCausalLM", "lfm3", "LFM3", "SHORT_CONV"),
+    ("ZayaForCausalLM", "zaya", "Zaya", "SHORT_CONV"),
+    ("BailingMoeV2_5ForCausalLM", "bailing_moe_linear", "Bailing-V2.5", "LINEAR"),
+])
+def test_families_the_connector_refuses_are_refused_in_vllms_words(tmp_path, arch, model_type, label, member):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": [arch], "model_type": model_type, "hidden_size": 1024,
+                                  "num_hidden_layers": 4}))
+    result = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
+    assert_user_error(result, f"vLLM serves {label} ({arch}), but its NIXL connector refuses its state",
+                      "NotImplementedError: Conv transfer only supports Mamba1, Mamba2 and GDN models, got "
+                      f"mamba_type=<MambaAttentionBackendEnum.{member}:", "(derive_mamba_conv_split)")
+
+
+def test_a_float32_checkpoint_runs_in_bfloat16_unless_dtype_says_otherwise():
+    auto = load_model("mamba-130m")
+    assert (auto.model_dtype, auto.conv_dtype, auto.ssm_dtype, auto.checkpoint_dtype) == (
+        "bfloat16", "bfloat16", "bfloat16", "float32")
+    assert "--dtype auto runs in bfloat16" in auto.origin["conv_dtype"]
+    literal = load_model("mamba-130m", dtype="float32")
+    assert (literal.conv_dtype, literal.ssm_dtype) == ("float32", "float32")
+    assert load_model("mamba-130m", dtype="float").conv_dtype == "float32"     # vLLM's alias
+    # SGLang runs a float32 checkpoint in float16 (its KV), its state in its own dtypes.
+    assert sglang_model(auto).model_dtype == "float16"
+    inspected = json.loads(run_cli("inspect", "--model", "mamba-130m", "--tp", "1", "--format", "json").stdout)
+    assert inspected["model"]["conv_dtype"] == "bfloat16"
+    given = json.loads(run_cli("inspect", "--model", "mamba-130m", "--dtype", "float32", "--tp", "1", "--format",
+                               "json").stdout)
+    assert given["model"]["conv_dtype"] == "float32"
+    assert given["layouts"]["1"][0]["conv_bytes"] == 2 * inspected["layouts"]["1"][0]["conv_bytes"]
+    assert_user_error(run_cli("plan", "--model", "mamba-130m", "--dtype", "int3", "--p-tp", "1", "--d-tp", "1"),
+                      "--dtype: unknown dtype 'int3'")
+
+
+def test_mamba_ssm_dtype_is_read_only_by_the_classes_whose_hook_reads_it():
+    qwen3_next = spec_from_config(QWEN3_NEXT, name="q3n", source="test")
+    assert qwen3_next.ssm_dtype == "bfloat16"
+    assert "does not read the config's mamba_ssm_dtype float32" in qwen3_next.origin["ssm_dtype"]
+    qwen35 = spec_from_config({**QWEN3_NEXT, "architectures": ["Qwen3_5ForConditionalGeneration"],
+                               "model_type": "qwen3_5"}, name="q35", source="test")
+    assert qwen35.ssm_dtype == "float32" and qwen35.origin["ssm_dtype"] == "config key mamba_ssm_dtype"
+    assert load_model("qwen3.5-0.8b").ssm_dtype == "float32"      # the preset's own config
+    # An explicit --ssm-dtype still wins, without the note.
+    given = spec_from_config(QWEN3_NEXT, name="q3n", source="test", ssm_dtype="float16")
+    assert given.ssm_dtype == "float16" and given.origin["ssm_dtype"] == "--ssm-dtype"
