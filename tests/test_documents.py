@@ -64,6 +64,22 @@ def test_each_document_validates_against_its_published_schema(name, request):
     published(name).validate(document)
 
 
+@pytest.mark.parametrize("pair", ["qwen3-next", "nemotron"])
+def test_the_sglang_preflight_document_validates_against_the_preflight_schema(pair):
+    """preflight of two SGLang lines prints the same document, with engine 'sglang' and SGLang's
+    verdict in place of vLLM's; the schema holds each engine's document to its own fields."""
+    result = run_cli("preflight", "--prefill-file", str(EXAMPLES / f"sglang-{pair}-prefill.sh"),
+                     "--decode-file", str(EXAMPLES / f"sglang-{pair}-decode.sh"), "--format", "json")
+    assert result.code == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert document["schema"] == "mambaxfer.preflight/v1" and document["engine"] == "sglang"
+    assert document["producer"] == f"mambaxfer {__version__}"
+    validator = published("preflight")
+    validator.validate(document)
+    assert not validator.is_valid({**document, "sglang": None})
+    assert not validator.is_valid({key: value for key, value in document.items() if key != "engine"})
+
+
 def test_schema_names_the_plan_and_refuses_unknown_names():
     assert json.loads(run_cli("schema", "plan").stdout)["title"] == "mambaxfer.plan/v1"
     result = run_cli("schema", "banana")

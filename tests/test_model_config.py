@@ -320,3 +320,13 @@ def test_bamba_is_refused_as_vllm_refuses_it():
     assert "_raise_for_unsupported" in str(err.value)
     served = dict(config, architectures=["GraniteMoeHybridForCausalLM"], model_type="granitemoehybrid")
     assert removed_refusal(served) is None
+
+
+@pytest.mark.parametrize("architectures", [-9223372036854775808, "GraniteMoeHybridForCausalLM", {"a": 1}, None])
+def test_architectures_that_are_not_a_list_name_none(architectures):
+    # a config may hold anything there (the fuzz test found an integer): no architecture, no traceback
+    config = json.loads((Path(__file__).parent / "fixtures" / "hf-configs" /
+                         "ibm-ai-platform__Bamba-9B.partial.json").read_text())
+    config = dict(config, architectures=architectures, model_type="granitemoehybrid")
+    assert removed_refusal(config) is None
+    assert spec_from_config(config, name="granite", source="granite").family == "Granite-4.0-H / Bamba"

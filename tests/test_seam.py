@@ -125,21 +125,39 @@ def test_an_engine_is_one_package(copy):
     assert refused.returncode == 2 and "mambaxfer knows other, sglang, vllm" in refused.stderr
 
 
-def test_a_command_that_does_not_answer_for_an_engine_refuses_it_in_one_line(tmp_path):
-    """SGLang is a registered engine that preflight does not answer for yet: naming it is one line
-    and exit 2, never vLLM's answer under another name; plan answers for it, and a model SGLang
-    does not serve is refused as SGLang's."""
-    import subprocess
-    import sys
+UNANSWERED_ENGINE = """
+from mambaxfer_cli.errors import UserError
 
-    def run(*args):
-        return subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
-                              timeout=120)
 
-    examples = Path(__file__).resolve().parents[1] / "examples" / "preflight"
-    done = run("preflight", "--engine", "sglang", "--prefill-file", str(examples / "qwen35-prefill.sh"),
-               "--decode-file", str(examples / "qwen35-decode.sh"))
-    assert done.returncode == 2 and done.stdout == ""
-    assert "answers for vLLM only so far" in done.stderr and "Traceback" not in done.stderr
-    jamba = run("plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2", "--engine", "sglang")
+class Other:
+    name = "other"
+    title = "Other"
+    unanswered = "--engine other: the commands do not answer for Other yet"
+
+    def release_names(self):
+        return ("1.0",)
+
+    def release(self, name):
+        return "1.0"
+
+    def read_serve_line(self, text, origin=""):
+        raise UserError(self.unanswered)
+
+
+ENGINE = Other()
+"""
+
+
+def test_an_engine_the_commands_do_not_answer_for_is_refused_in_one_line(copy):
+    """A registered engine whose rules the commands do not apply yet: naming it is its own one
+    line and exit 2, never vLLM's answer under another name. SGLang answers; a model SGLang does
+    not serve is refused as SGLang's."""
+    (copy / "engines" / "other").mkdir()
+    (copy / "engines" / "other" / "__init__.py").write_text(UNANSWERED_ENGINE)
+    for command in (("plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2"),
+                    ("execute", "-m", "jamba", "--p-tp", "1", "--d-tp", "2", "--device", "cpu")):
+        done = run(copy, "-m", "mambaxfer_cli", *command, "--engine", "other")
+        assert done.returncode == 2 and done.stdout == "", command
+        assert "the commands do not answer for Other yet" in done.stderr and "Traceback" not in done.stderr
+    jamba = run(copy, "-m", "mambaxfer_cli", "plan", "-m", "jamba", "--p-tp", "1", "--d-tp", "2", "--engine", "sglang")
     assert jamba.returncode == 2 and jamba.stdout == "" and "SGLang 0.5.23 has no Jamba model file" in jamba.stderr

@@ -87,12 +87,19 @@ def architectures(release: str) -> dict[str, Any]:
     return table
 
 
+def architecture_names(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The config's ``architectures`` that are names; none where it is not a list (a config may
+    hold anything there)."""
+    found = config.get("architectures")
+    return tuple(a for a in found if isinstance(a, str)) if isinstance(found, (list, tuple)) else ()
+
+
 def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33", "0.34")) -> str | None:
     """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed. Under
     ``--model-impl vllm`` vLLM stops with this error; under ``auto`` or ``transformers`` it falls
     back to its Transformers backend (``_try_resolve_transformers``), which keeps no Mamba state,
     so the NIXL connector has no SSM state to move. None where a release serves it."""
-    archs = [a for a in config.get("architectures") or () if isinstance(a, str)]
+    archs = architecture_names(config)
     for release in sorted(releases, reverse=True):
         table = architectures(release)
         if not archs or any(a in table["served"] for a in archs):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.engines.vllm.engine import Engines
@@ -160,7 +160,16 @@ def _byte_check(check: PairingResult) -> dict[str, Any]:
             "wrong_bytes": sim.wrong_bytes, "explanation": check.explanation(limit=1000) if not sim.ok else []}
 
 
-def quote_lines(line: ServeLine, width: int = 78) -> list[str]:
+class Quotable(Protocol):
+    """A command line: its environment prefixes and its words (vLLM's or SGLang's)."""
+
+    @property
+    def words(self) -> Sequence[str]: ...
+
+    def environment(self) -> Sequence[tuple[str, str]]: ...
+
+
+def quote_lines(line: Quotable, width: int = 78) -> list[str]:
     """A corrected command as shell lines of at most ``width`` columns (``\\`` continuations),
     never cutting a word."""
     quoted = [f"{k}={shlex.quote(v)}" for k, v in line.environment()] + [shlex.quote(w) for w in line.words]

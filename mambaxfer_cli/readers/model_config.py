@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
-from mambaxfer_cli.planning.startup import removed_refusal
+from mambaxfer_cli.planning.startup import architecture_names, removed_refusal
 from mambaxfer_cli.readers.families import (
     GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
     supported_summary,
@@ -192,7 +192,7 @@ def spec_from_config(
     removed = removed_refusal(config)      # startup: the registry's removed architectures
     if removed:
         raise UserError(f"{where}: {removed}")
-    archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
+    archs = architecture_names(config)
     refused = connector_refusal(archs) if variant is None else None
     if refused:
         raise UserError(f"{where}: {refused}")

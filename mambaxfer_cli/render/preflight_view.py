@@ -15,7 +15,7 @@ from mambaxfer_cli.preflight import Field, Report, quote_lines
 OK, BAD = Text("✓", style="green"), Text("✗", style="bold red")
 
 
-def _cell_text(v) -> str:
+def cell_text(v) -> str:
     if v is None:
         return "—"
     if isinstance(v, bool):
@@ -23,14 +23,14 @@ def _cell_text(v) -> str:
     return str(v)
 
 
-def _table(title: str, columns: tuple[str, ...]) -> Table:
+def titled_table(title: str, columns: tuple[str, ...]) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold")
     for name in columns:
         table.add_column(name, overflow="fold", justify="left")
     return table
 
 
-def _model_origin(named: str, model) -> str:
+def model_origin(named: str, model) -> str:
     """Where the model a serve line names was read from: a preset (by name or by its source's
     repo id), or the file that holds its config."""
     from mambaxfer_cli.readers.model_source import preset_for_source, preset_names
@@ -42,7 +42,7 @@ def _model_origin(named: str, model) -> str:
 
 def engines_table(report: Report) -> Table:
     a = report.assessment
-    table = _table("Engines", ("", "prefill (P)", "decode (D)"))
+    table = titled_table("Engines", ("", "prefill (P)", "decode (D)"))
     p, d = a.prefill.summary(), a.decode.summary()
     rows = [("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
             ("attention backend", "attention_backend"), ("--block-size", "requested_block_size"),
@@ -54,11 +54,11 @@ def engines_table(report: Report) -> Table:
         elif label == "num_spec / conv rows":
             pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
         elif label == "connector / role":
-            pv, dv = (f"{_cell_text(x['kv_connector'])}\n{_cell_text(x['kv_role'])}" for x in (p, d))
+            pv, dv = (f"{cell_text(x['kv_connector'])}\n{cell_text(x['kv_role'])}" for x in (p, d))
         elif label == "KV layout / buffer":
             pv, dv = (f"{x['kv_cache_layout']}\n{x['kv_buffer_device']}" for x in (p, d))
         else:
-            pv, dv = _cell_text(p[key]), _cell_text(d[key])
+            pv, dv = cell_text(p[key]), cell_text(d[key])
         table.add_row(label, pv, dv)
     if a.plan is not None:
         pg, dg = a.plan.prefill.geometry, a.plan.decode.geometry
@@ -66,20 +66,20 @@ def engines_table(report: Report) -> Table:
         table.add_row("block (tokens)", str(pg.block_size), str(dg.block_size))
         table.add_row("kernel × per logical", f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
                       f"{dg.kernel_block_size} × {dg.blocks_per_logical}")
-        table.add_row("attention B/token", _cell_text(pg.attention_bytes_per_token),
-                      _cell_text(dg.attention_bytes_per_token))
+        table.add_row("attention B/token", cell_text(pg.attention_bytes_per_token),
+                      cell_text(dg.attention_bytes_per_token))
         table.add_row("SSM state B/rank", str(pg.state_bytes), str(dg.state_bytes))
         table.add_row("page bytes", str(pg.page_bytes), str(dg.page_bytes))
     return table
 
 
 def fields_table(title: str, fields: list[Field]) -> Table:
-    table = _table(title, ("field", "P", "D", ""))
+    table = titled_table(title, ("field", "P", "D", ""))
     for f in fields:
         if f.name == "model":    # often a long path: named in full above the tables
             table.add_row(f.name, "as above", "the same" if f.agree else "another", OK if f.agree else BAD)
             continue
-        table.add_row(f.name, _cell_text(f.prefill), _cell_text(f.decode), OK if f.agree else BAD)
+        table.add_row(f.name, cell_text(f.prefill), cell_text(f.decode), OK if f.agree else BAD)
     return table
 
 
@@ -89,7 +89,7 @@ def render_report(report: Report) -> Iterator[object]:
     yield Text(report.headline(), style=style)
     yield Text("")
     for name, e in (("P", a.prefill), ("D", a.decode)):
-        yield Text(f"{name} model: {e.line.model}{_model_origin(e.line.model, e.model)}")
+        yield Text(f"{name} model: {e.line.model}{model_origin(e.line.model, e.model)}")
     yield Text(f"answered for {Engines(a.prefill.flags, a.decode.flags).describe()}")
     yield engines_table(report)
     yield fields_table(f"Compared by {a.releases} (hash, handshake)",

@@ -9,6 +9,7 @@ Which module holds what:
 - ``ranks``: which prefill ranks serve a decode rank (``_resolve_rank_mapping``);
 - ``heads``: attention KV head slices (``compute_head_slice_params``);
 - ``bootstrap``: what the two servers' settings make SGLang refuse;
+- ``launch_args``: a server's command line as SGLang's parser reads it (preflight);
 - ``writes``: what SGLang writes and what it should, compared byte by byte;
 - ``verdict``: refused, right, or the bytes it corrupts; ``plan``: one pairing whole;
 - ``conformance``: SGLang's own functions against these, run where SGLang is installed.
@@ -27,8 +28,7 @@ __all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLang
 
 
 # What the commands do not answer for SGLang yet, said the same way wherever it is asked.
-NOT_WIRED = ("--engine sglang: plan, inspect, check, execute, bench and conformance answer for SGLang 0.5.23; "
-             "preflight answers for vLLM only so far")
+NOT_WIRED = None    # every command answers for SGLang 0.5.23
 
 
 class Sglang:
@@ -51,9 +51,9 @@ class Sglang:
         return RELEASES[name]
 
     def read_serve_line(self, text: str, origin: str = "--prefill") -> Any:
-        from mambaxfer_cli.errors import UserError
+        from mambaxfer_cli.engines.sglang.launch_args import parse_launch
 
-        raise UserError(NOT_WIRED)
+        return parse_launch(text, origin)
 
 
 ENGINE: ServingEngine = Sglang()

@@ -1,0 +1,345 @@
+"""Read an SGLang server's command line (or a shell script that runs one) as SGLang 0.5.23 reads it.
+
+Pure: text in, one frozen ``LaunchLine`` out. The shell's part is ``readers/shell.py``'s (quotes,
+continuations, ``VAR=value`` prefixes, ``export`` lines). SGLang's part follows its launcher:
+``python -m sglang.launch_server ...`` and ``sglang serve [MODEL] ...`` both parse their words with
+a plain ``argparse.ArgumentParser`` built by ``ServerArgs.add_cli_args`` (``prepare_server_args``):
+``--flag=value``, the aliases (``--model``, ``--tensor-parallel-size``), unique abbreviations of
+long flags (``--tp`` is ``--tp-size``: the parser allows them), no underscore spellings and no
+``--no-`` forms. ``sglang serve`` also takes the model as its first word and drops
+``--model-type X`` (``cli/serve.py``).
+
+Which flags the release knows is data: ``releases/v0_5_23/launch_flags.json``, the parser's option
+table (``scripts/sglang_launch_flags.py`` writes it from SGLang's own parser). The flags that change
+the transfer feed ``LaunchLine`` fields (``READ``); the others are read past and listed as
+ignored; a flag the parser does not know is listed as unknown (SGLang exits with argparse's
+"unrecognized arguments"). The environment SGLang reads for the state dtypes is kept: the
+``VAR=value`` words before the command and what the script exports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.readers.shell import script_command, split_commands
+
+LAUNCH_MODULE = "sglang.launch_server"
+RELEASE = "0.5.23"
+CONV_DTYPE_VAR, SSM_DTYPE_VAR = "SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTYPE"
+STATE_VARS = (CONV_DTYPE_VAR, SSM_DTYPE_VAR)
+MODES = ("prefill", "decode")
+
+# SGLang's argparse dest -> the LaunchLine field it feeds. Every other flag does not change the transfer.
+READ = {
+    "model_path": "model", "disaggregation_mode": "mode", "tp_size": "tp", "pp_size": "pp", "dp_size": "dp",
+    "attn_dp_size": "attn_dp", "attn_cp_size": "attn_cp", "enable_dp_attention": "enable_dp_attention",
+    "page_size": "page_size", "kv_cache_dtype": "kv_cache_dtype", "mamba_ssm_dtype": "mamba_ssm_dtype",
+    "disaggregation_transfer_backend": "transfer_backend", "disaggregation_bootstrap_port": "bootstrap_port",
+    "mamba_radix_cache_strategy": "radix_strategy", "disable_radix_cache": "disable_radix_cache",
+    "max_mamba_cache_size": "max_mamba_cache_size", "mamba_full_memory_ratio": "mamba_full_memory_ratio",
+    "mamba_track_interval": "mamba_track_interval", "attention_backend": "attention_backend",
+    "enable_unified_memory": "unified_memory",
+}
+INTS = ("tp", "pp", "dp", "attn_dp", "attn_cp", "page_size", "bootstrap_port", "max_mamba_cache_size",
+        "mamba_track_interval")
+# The spelling a corrected line uses for each field.
+FLAG = {"model": "--model-path", "mode": "--disaggregation-mode", "tp": "--tp-size", "pp": "--pp-size",
+        "page_size": "--page-size", "kv_cache_dtype": "--kv-cache-dtype", "mamba_ssm_dtype": "--mamba-ssm-dtype",
+        "transfer_backend": "--disaggregation-transfer-backend", "radix_strategy": "--mamba-radix-cache-strategy"}
+
+VALUE, MANY, OPTIONAL = "value", "many", "optional"
+UNKNOWN = "?"                 # occurrences of an unknown flag: UNKNOWN + its name
+SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str
+    takes: str
+    choices: tuple[str, ...] = ()
+    default: Any = None
+
+
+@lru_cache(maxsize=None)
+def flag_table(release: str = RELEASE) -> Mapping[str, Option]:
+    """Every option string SGLang's launcher of ``release`` accepts."""
+    path = Path(__file__).parent / "releases" / f"v{release.replace('.', '_')}" / "launch_flags.json"
+    data = json.loads(path.read_text())
+    return {k: Option(v["dest"], v["takes"], tuple(v.get("choices", ())), v.get("default"))
+            for k, v in data["options"].items()}
+
+
+def default(dest: str, release: str = RELEASE) -> Any:
+    """The parser's default of a dest (the first option string that has it)."""
+    return next((o.default for o in flag_table(release).values() if o.dest == dest), None)
+
+
+def resolve(name: str, release: str = RELEASE) -> tuple[str, Option] | None:
+    """What ``name`` is to SGLang's parser: an option string, or the one long option it abbreviates
+    (argparse's rule: a unique prefix); None where it knows none. An ambiguous prefix is argparse's
+    error, said as it says it."""
+    table = flag_table(release)
+    if name in table:
+        return name, table[name]
+    if not name.startswith("--") or len(name) <= 2:
+        return None
+    matches = sorted(s for s in table if s.startswith(name))
+    if len(matches) > 1:
+        raise UserError(f"ambiguous option: {name} could match {', '.join(matches)}")
+    return (matches[0], table[matches[0]]) if matches else None
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """Where a flag sits in the command's words: words[start:end]."""
+
+    spelling: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    """One SGLang server's command line, as far as the transfer is concerned."""
+
+    model: str
+    mode: str = "null"                       # --disaggregation-mode
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    attn_dp: int = 1
+    attn_cp: int = 1
+    enable_dp_attention: bool = False
+    page_size: int | None = None             # None: SGLang's default (1 on CUDA)
+    kv_cache_dtype: str = "auto"
+    mamba_ssm_dtype: str | None = None
+    transfer_backend: str = "mooncake"       # SGLang's default
+    bootstrap_port: int = 8998
+    radix_strategy: str = "auto"
+    disable_radix_cache: bool = False
+    max_mamba_cache_size: int | None = None
+    mamba_full_memory_ratio: float | None = None
+    mamba_track_interval: int = 256
+    attention_backend: str | None = None
+    unified_memory: bool = False
+    launcher: str = "python -m sglang.launch_server"
+    env: tuple[tuple[str, str], ...] = ()          # what SGLang's process sees of its state variables
+    env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command
+    words: tuple[str, ...] = ()
+    start: int = 3                                 # the first of SGLang's own words
+    occurrences: Mapping[str, tuple[Occurrence, ...]] = field(default_factory=dict)  # by field
+    ignored: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def attn_dp_size(self) -> int:
+        """Attention DP groups: ``--attn-dp-size``, else the deprecated ``--dp-size N
+        --enable-dp-attention`` (``_handle_deprecated_dp_attention``)."""
+        if self.attn_dp > 1 or not self.enable_dp_attention:
+            return self.attn_dp
+        return self.dp
+
+    @property
+    def attn_tp(self) -> int:
+        """The attention TP size, the one SGLang's state and rank mapping follow
+        (``derive_attn_tp_size``: TP over attention DP over attention CP)."""
+        return max(1, self.tp // self.attn_dp_size // self.attn_cp)
+
+    @property
+    def state_env(self) -> dict[str, str]:
+        """SGLang's state dtype variables as the server resolves them: ``--mamba-ssm-dtype`` sets
+        SGLANG_MAMBA_SSM_DTYPE over the environment's (``handle_environment_variables``)."""
+        env = dict(self.env)
+        if self.mamba_ssm_dtype is not None:
+            env[SSM_DTYPE_VAR] = self.mamba_ssm_dtype
+        return env
+
+    def environment(self) -> tuple[tuple[str, str], ...]:
+        """The prefixes a pasted line needs: its own, and the state variables a script exported."""
+        own = dict(self.env_prefix)
+        exported = tuple((k, v) for k, v in self.env if k not in own)
+        return exported + tuple(self.env_prefix)
+
+    def command(self) -> str:
+        """The command as one line a shell reads back the same (env prefixes first)."""
+        return shlex.join([f"{k}={v}" for k, v in self.environment()] + list(self.words))
+
+
+def _start(words: list[str]) -> int | None:
+    """Index of the words that start SGLang's server: ``python -m sglang.launch_server`` or
+    ``sglang serve``."""
+    for i, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] == "sglang" and i + 1 < len(words) and words[i + 1] == "serve":
+            return i
+        if word == "-m" and i + 1 < len(words) and words[i + 1] == LAUNCH_MODULE and i > 0:
+            return i - 1
+    return None
+
+
+def launches(text: str) -> bool:
+    """Whether ``text`` runs an SGLang server (what preflight recognises the engine by)."""
+    try:
+        return any(_start(words) is not None for words in split_commands(text, ""))
+    except UserError:
+        return False
+
+
+def parse_launch(text: str, where: str = "--prefill") -> LaunchLine:
+    """One SGLang server's line from a command line or a shell script."""
+    try:
+        found = script_command(text, where, _start, "SGLang's server")
+        if found is None:
+            raise UserError(f"{where}: no 'python -m {LAUNCH_MODULE} --model-path M ...' (or 'sglang serve "
+                            f"M ...') found")
+        notes = [f"{name}={value} is set but not exported, so SGLang does not see it"
+                 for name, value in found.unexported.items()
+                 if name in STATE_VARS and name not in found.environment]
+        env = {k: v for k, v in found.environment.items() if k in STATE_VARS}
+        return _parse_words(found.words, found.assigns, env, where, tuple(notes))
+    except UserError as exc:     # one line, whatever the input held
+        raise UserError(" ".join(str(exc).split())) from None
+
+
+def reparse(line: LaunchLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> LaunchLine:
+    """The same server with its words or env prefixes edited (a corrected line)."""
+    env = {**dict(line.env), **{k: v for k, v in env_prefix if k in STATE_VARS}}
+    notes = tuple(n for n in line.notes if "not exported" in n)
+    return _parse_words(list(words), tuple(env_prefix), env, where, notes)
+
+
+def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Mapping[str, str], where: str,
+                 notes: tuple[str, ...]) -> LaunchLine:
+    serve = words[1] == "serve"
+    i = 2 if serve else 3          # sglang serve ... | python -m sglang.launch_server ...
+    start = i
+    launcher = "sglang serve" if serve else f"{words[0]} -m {LAUNCH_MODULE}"
+    values: dict[str, Any] = {}
+    occurrences: dict[str, list[Occurrence]] = {}
+    ignored: list[str] = []
+    unknown: list[str] = []
+    notes_out = list(notes)
+    if serve and i < len(words) and not words[i].startswith("-"):     # _normalize_positional_model_path
+        values["model"] = words[i]
+        occurrences.setdefault("model", []).append(Occurrence(words[i], i, i + 1))
+        i += 1
+    while i < len(words):
+        word = words[i]
+        if serve and (word == "--model-type" or word.startswith("--model-type=")):   # _extract_model_type_override
+            ignored.append("--model-type")
+            i += 1 if "=" in word else 2
+            continue
+        if not word.startswith("-") or word == "-" or _negative_number(word):
+            unknown.append(word)        # argparse: an extra positional is unrecognized
+            i += 1
+            continue
+        name, eq, after = word.partition("=")
+        inline = after if eq and name.startswith("--") else None
+        if not name.startswith("--"):
+            name, inline = word, None
+        try:
+            found = resolve(name)
+        except UserError as exc:
+            raise UserError(f"{where}: {exc} (SGLang's parser exits)") from None
+        if found is None:
+            unknown.append(name)
+            takes = inline is None and i + 1 < len(words) and not words[i + 1].startswith("-")
+            occurrences.setdefault(UNKNOWN + name, []).append(Occurrence(name, i, i + 1 + (1 if takes else 0)))
+            i += 1 + (1 if takes else 0)
+            continue
+        spelling, option = found
+        key = READ.get(option.dest)
+        end = i + 1
+        if option.takes in SETS:
+            if inline is not None:
+                raise UserError(f"{where}: argument {spelling}: ignored explicit argument {quoted(inline)}")
+            value: Any = SETS[option.takes] if option.takes != "none" else True
+        elif option.takes == OPTIONAL:
+            value = inline
+            if inline is None and end < len(words) and not words[end].startswith("-"):
+                value, end = words[end], end + 1
+        else:
+            if inline is not None:
+                value = inline
+            elif end < len(words) and not (words[end].startswith("-") and not _negative_number(words[end])):
+                value, end = words[end], end + 1
+            else:
+                raise UserError(f"{where}: argument {spelling}: expected "
+                                f"{'at least one argument' if option.takes == MANY else 'one argument'}")
+            if option.takes == MANY:
+                while end < len(words) and not words[end].startswith("-"):
+                    end += 1
+            if option.choices and str(value) not in option.choices:
+                raise UserError(f"{where}: argument {spelling}: invalid choice: {quoted(str(value))} (choose from "
+                                f"{', '.join(map(repr, option.choices))})")
+        if key is None:
+            ignored.append(spelling)
+            if option.dest == "config":
+                notes_out.append(f"{spelling} {quoted(str(value))}: the flags in that file are not read by "
+                                 f"mambaxfer; write them on the command line")
+        else:
+            values[key] = value
+            occurrences.setdefault(key, []).append(Occurrence(spelling, i, end))
+        i = end
+    if "model" not in values:
+        raise UserError(f"{where}: no model: SGLang needs --model-path M")
+    fields = _fields(values, where)
+    return LaunchLine(launcher=launcher, env=tuple(sorted(env.items())), env_prefix=tuple(assigns),
+                      words=tuple(words), start=start, occurrences={k: tuple(v) for k, v in occurrences.items()},
+                      ignored=tuple(dict.fromkeys(ignored)), unknown=tuple(dict.fromkeys(unknown)),
+                      notes=tuple(notes_out), **fields)
+
+
+def _negative_number(word: str) -> bool:
+    return re.fullmatch(r"-\d+(\.\d+)?", word) is not None
+
+
+def _int(value: Any, name: str, where: str) -> int:
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d{1,12}", text):
+        raise UserError(f"{where}: argument {name}: invalid int value: {quoted(str(value))}")
+    return int(text)
+
+
+def _fields(values: dict[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        flag = FLAG.get(key, f"--{key.replace('_', '-')}")
+        if key in INTS:
+            out[key] = _int(value, flag, where)
+        elif key == "mamba_full_memory_ratio":
+            try:
+                out[key] = float(value)
+            except ValueError:
+                raise UserError(f"{where}: argument --mamba-full-memory-ratio: invalid float value: "
+                                f"{quoted(str(value))}") from None
+        else:
+            out[key] = value
+    for key in ("tp", "pp", "dp", "attn_dp", "attn_cp", "page_size"):
+        if key in out and out[key] < 1:
+            raise UserError(f"{where}: {FLAG.get(key, '--' + key.replace('_', '-'))} must be at least 1, got "
+                            f"{out[key]}")
+    if out.get("tp", 1) > 1 << 10 or out.get("page_size", 1) > 1 << 20:
+        raise UserError(f"{where}: --tp-size or --page-size is larger than any server uses")
+    return out
+
+
+def set_flag(line: LaunchLine, key: str, value: str | None, spelling: str | None = None) -> list[str]:
+    """The line's words with ``key``'s flag set to ``value`` (its occurrences replaced at the first;
+    None removes it); ``spelling``: the option string to write (else ``FLAG``'s)."""
+    words = list(line.words)
+    occ = sorted(line.occurrences.get(key, ()), key=lambda o: o.start)
+    new = [] if value is None else [spelling or FLAG[key], value]
+    if not occ:
+        return words + new
+    first = occ[0].start
+    for o in reversed(occ):
+        del words[o.start:o.end]
+    return words[:first] + new + words[first:]

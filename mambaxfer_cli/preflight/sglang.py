@@ -1,0 +1,445 @@
+"""Preflight for SGLang: will these two SGLang servers work together as P and D, and if not, what
+to change?
+
+Each ``python -m sglang.launch_server`` (or ``sglang serve``) line becomes the server SGLang 0.5.23
+starts from it (``engines/sglang/launch_args.py``): its attention TP size, page size, KV-cache
+dtype, state dtypes (``SGLANG_MAMBA_*`` and ``--mamba-ssm-dtype``), transfer backend and mode. The
+pairing then gets what stops a server before it starts, SGLang's own verdict
+(``engines/sglang/verdict.py``: what its bootstrap refuses, requests that fail, and the bytes its
+writes corrupt) and, when anything fails, the smallest set of flag changes that makes it work,
+verified by running the corrected lines through the same verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from mambaxfer_cli.engines.sglang.bootstrap import Server
+from mambaxfer_cli.engines.sglang.launch_args import (
+    CONV_DTYPE_VAR, FLAG, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
+)
+from mambaxfer_cli.engines.sglang.release import BACKENDS, SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_refusal
+from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
+from mambaxfer_cli.engines.sglang.writes import check_side
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.startup import did_you_mean, unrecognized
+from mambaxfer_cli.preflight.fields import Field
+from mambaxfer_cli.preflight.served import DECODE, PREFILL, SCHEMA, SIDE_NAME
+
+ModelLoader = Callable[[str], ModelSpec]
+ENGINE = "sglang"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    code: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+
+# --- one server ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SGLangServer:
+    """One side's server as SGLang starts it from its line."""
+
+    side: str
+    line: LaunchLine
+    model: ModelSpec                 # as mambaxfer reads the checkpoint
+    state: ModelSpec | None          # as SGLang keeps its state (its dtypes); None: SGLang does not serve it
+    not_served: str | None           # why SGLang does not serve the model
+    release: Release = SGLANG_0_5_23
+
+    @property
+    def tp(self) -> int:
+        return self.line.attn_tp
+
+    @property
+    def page_size(self) -> int:
+        """``--page-size``, else SGLang's default on CUDA (``_page_size_default``: 1)."""
+        return 1 if self.line.page_size is None else self.line.page_size
+
+    def server(self) -> Server:
+        return Server(tp=self.tp, pp=self.line.pp, page_size=self.page_size,
+                      kv_cache_dtype=self.line.kv_cache_dtype, unified_memory=self.line.unified_memory)
+
+    def state_bytes(self) -> str | None:
+        """Conv + temporal bytes of one slot of one layer on one rank."""
+        if self.state is None or tp_refusal(self.state, self.tp, self.release) is not None:
+            return None
+        try:
+            layout = check_side(self.state, self.tp, self.release).layouts()[0]
+        except UserError:
+            return None
+        return f"{layout.conv_bytes} + {layout.ssm_bytes}"
+
+    def summary(self) -> dict:
+        s = self.state
+        return {"command": self.line.command(), "model": self.line.model, "launcher": self.line.launcher,
+                "disaggregation_mode": self.line.mode, "tp": self.line.tp, "attention_tp": self.tp,
+                "pp": self.line.pp, "page_size": self.page_size, "requested_page_size": self.line.page_size,
+                "kv_cache_dtype": self.line.kv_cache_dtype, "transfer_backend": self.line.transfer_backend,
+                "bootstrap_port": self.line.bootstrap_port,
+                "conv_dtype": s.conv_dtype if s else None, "ssm_dtype": s.ssm_dtype if s else None,
+                "conv_dtype_from": _origin(s.origin.get("conv_dtype")) if s else None,
+                "ssm_dtype_from": ("--mamba-ssm-dtype" if self.line.mamba_ssm_dtype is not None else
+                                   _origin(s.origin.get("ssm_dtype"))) if s else None,
+                "mamba_radix_cache_strategy": self.line.radix_strategy,
+                "radix_cache": not self.line.disable_radix_cache,
+                "environment": dict(self.line.env), "ignored_flags": list(self.line.ignored),
+                "unknown_flags": list(self.line.unknown)}
+
+
+def _origin(said: str | None) -> str | None:
+    """Where a state dtype came from, said short: default, env VAR, config key K."""
+    return "default" if said is None or said.startswith("SGLang default") else said
+
+
+def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Release = SGLANG_0_5_23) -> SGLangServer:
+    """The server SGLang starts from ``line``; ``load(name)`` resolves the model as ``--model`` does."""
+    if line.transfer_backend not in BACKENDS:
+        raise UserError(f"--{side}: --disaggregation-transfer-backend {line.transfer_backend}: mambaxfer answers "
+                        f"for SGLang's {' and '.join(BACKENDS)} backends")
+    try:
+        model = load(line.model)
+    except UserError as exc:
+        raise UserError(f"--{side}: {exc}") from None
+    try:
+        family_rule(model, release)
+    except UserError as exc:
+        return SGLangServer(side, line, model, None, str(exc), release)
+    return SGLangServer(side, line, model, sglang_model(model, line.state_env, release), None, release)
+
+
+# --- the verdict ---------------------------------------------------------------------------------
+
+def startup_refusals(e: SGLangServer) -> list[Refusal]:
+    """What stops one server before it meets the other, in SGLang's order: its parser, the model,
+    the TP size, the Mamba cache settings, then its disaggregation mode."""
+    name, line, rel = SIDE_NAME[e.side], e.line, e.release
+    start = f"{rel.label} does not start the {e.side} server"
+    if line.unknown:
+        return [Refusal("unrecognized-arguments",
+                        f"{start}: its parser exits with {unrecognized(line.unknown, flag_table(rel.version))}")]
+    if e.state is None:
+        return [Refusal("model", f"{start}: {e.not_served}")]
+    refused = tp_refusal(e.state, e.tp, rel)
+    if refused:
+        return [Refusal("parallel-config", f"{start} at TP {e.tp}: {refused}")]
+    out = []
+    if not line.disable_radix_cache and line.radix_strategy == "extra_buffer_lazy" and line.mode != "null":
+        # mamba_hook.py validate_mamba_extra_buffer (an assert)
+        out.append(Refusal("mamba-radix-cache", f"{start}: extra_buffer_lazy unsupported under PD disaggregation; "
+                                                f"use --mamba-radix-cache-strategy extra_buffer."))
+    if not line.disable_radix_cache and line.radix_strategy == "no_buffer" and e.page_size != 1:
+        # mamba_hook.py validate_mamba_no_buffer (an assert)
+        out.append(Refusal("mamba-radix-cache", f"{start}: no_buffer only supports page_size=1."))
+    if line.mode != e.side:
+        what = ("serves requests on its own (SGLang's default, --disaggregation-mode null)" if line.mode == "null"
+                else f"is a {line.mode} server (--disaggregation-mode {line.mode})")
+        verb = "sends" if e.side == PREFILL else "receives"
+        out.append(Refusal("disaggregation-mode", f"{name} {what}: it never {verb} state as the {e.side} side"))
+    return out
+
+
+def pair_refusals(p: SGLangServer, d: SGLangServer) -> list[Refusal]:
+    if p.line.transfer_backend != d.line.transfer_backend:
+        return [Refusal("transfer-backend", (
+            f"P's --disaggregation-transfer-backend is {p.line.transfer_backend} and D's "
+            f"{d.line.transfer_backend}: the two servers' transfer engines do not talk to each other"))]
+    return []
+
+
+@dataclass(frozen=True)
+class Assessment:
+    prefill: SGLangServer
+    decode: SGLangServer
+    refusals: tuple[Refusal, ...]        # before the servers meet, then SGLang's bootstrap
+    verdict: Verdict | None              # None where a server does not start
+
+    @property
+    def release(self) -> Release:
+        return self.prefill.release
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals)
+
+    @property
+    def fails(self) -> bool:
+        return not self.refused and self.verdict is not None and self.verdict.fails is not None
+
+    @property
+    def corrupt(self) -> bool:
+        return not self.refused and not self.fails and self.verdict is not None and not self.verdict.right
+
+    @property
+    def outcome(self) -> str:
+        return "refused" if self.refused else "fails" if self.fails else "corrupt" if self.corrupt else "works"
+
+    @property
+    def works(self) -> bool:
+        return self.outcome == "works"
+
+    @property
+    def fields(self) -> list[Field]:
+        return compared_fields(self.prefill, self.decode) + unchecked_fields(self.prefill, self.decode)
+
+
+def assess(p: SGLangServer, d: SGLangServer) -> Assessment:
+    refusals = startup_refusals(p) + startup_refusals(d)
+    if any(r.code in ("unrecognized-arguments", "model", "parallel-config") for r in refusals):
+        return Assessment(p, d, tuple(refusals), None)
+    refusals += pair_refusals(p, d)
+    assert p.state is not None and d.state is not None
+    found = verdict(p.model, p.tp, d.tp, backend=p.line.transfer_backend, p_env=p.line.state_env,
+                    d_env=d.line.state_env, prefill=p.server(), decode=d.server(), release=p.release)
+    if found.refusal is not None:
+        refusals.append(Refusal("bootstrap", found.refusal))
+    return Assessment(p, d, tuple(refusals), found)
+
+
+# --- what is compared ----------------------------------------------------------------------------
+
+def compared_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
+    """What SGLang's bootstrap compares (page size, KV-cache dtype, PP sizes) and what the two
+    servers must share to meet at all (mode, backend, TP sizes that divide)."""
+    big, small = max(p.tp, d.tp), min(p.tp, d.tp)
+    return [Field("disaggregation mode", p.line.mode, d.line.mode, True,
+                  p.line.mode == PREFILL and d.line.mode == DECODE),
+            Field("transfer backend", p.line.transfer_backend, d.line.transfer_backend, True),
+            Field("page size", p.page_size, d.page_size, True),
+            Field("KV-cache dtype", p.line.kv_cache_dtype, d.line.kv_cache_dtype, True),
+            Field("PP size (D's equal or 1)", p.line.pp, d.line.pp, True, d.line.pp in (p.line.pp, 1)),
+            Field("attention TP (one divides the other)", p.tp, d.tp, True, big % small == 0)]
+
+
+def unchecked_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
+    """What SGLang never compares: a mismatch is accepted and moves the bytes as they are."""
+    rows = [Field("model", p.line.model, d.line.model, False)]
+    if p.state is not None and d.state is not None:
+        rows += [Field("conv dtype", p.state.conv_dtype, d.state.conv_dtype, False),
+                 Field("SSM (temporal) dtype", p.state.ssm_dtype, d.state.ssm_dtype, False)]
+    pb, db = p.state_bytes(), d.state_bytes()
+    if pb is not None and db is not None:
+        rows.append(Field("state bytes per slot, layer, rank", pb, db, False, True))
+    return rows
+
+
+# --- fixes ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Change:
+    side: str
+    flag: str                 # a flag, or VAR= for the environment
+    old: str | None
+    new: str | None           # None: removed
+    why: str
+    rename: bool = False      # an unknown flag (``flag``) spelled as ``new``
+
+    def describe(self) -> str:
+        name = SIDE_NAME[self.side]
+        if self.flag.endswith("="):
+            return f"{name}: export {self.flag}{self.new}  ({self.why})"
+        if self.rename:
+            return f"{name}: {self.new} for {self.flag}  ({self.why})"
+        if self.new is None:
+            return f"{name}: remove {self.flag}  ({self.why})"
+        return f"{name}: {self.flag} {self.new}  ({self.why})"
+
+    def to_dict(self) -> dict:
+        return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
+
+
+def apply_change(line: LaunchLine, c: Change) -> LaunchLine:
+    where = f"--{c.side}"
+    if c.flag.endswith("="):
+        assert c.new is not None, "an environment change sets a value"
+        env = tuple((k, v) for k, v in line.env_prefix if k != c.flag[:-1]) + ((c.flag[:-1], c.new),)
+        return reparse(line, list(line.words), env, where)
+    if c.rename or c.flag in line.unknown:
+        words = list(line.words)
+        for o in sorted(line.occurrences.get(UNKNOWN + c.flag, ()), key=lambda o: o.start, reverse=True):
+            if c.rename and c.new is not None:       # --flag=value keeps its value
+                words[o.start] = c.new + words[o.start][len(c.flag):]
+            else:
+                del words[o.start:o.end]
+        return reparse(line, words, line.env_prefix, where)
+    key = next(k for k, f in FLAG.items() if f == c.flag)
+    return reparse(line, set_flag(line, key, c.new), line.env_prefix, where)
+
+
+def _startup_changes(p: SGLangServer, d: SGLangServer) -> list[Change]:
+    """Each server started as its side: its flags as SGLang's parser knows them, its mode, a Mamba
+    cache strategy that starts under PD."""
+    out: list[Change] = []
+    for e in (p, d):
+        for flag in e.line.unknown:
+            if not flag.startswith("-"):
+                out.append(Change(e.side, flag, flag, None, "an argument SGLang's parser does not take"))
+                continue
+            hint = did_you_mean(flag, flag_table(e.release.version)).removeprefix("did you mean ").rstrip("?")
+            if hint:
+                out.append(Change(e.side, flag, flag, hint, "the flag SGLang's parser knows", rename=True))
+            else:
+                out.append(Change(e.side, flag, flag, None, "SGLang's parser does not know it"))
+        if e.line.mode != e.side:
+            out.append(Change(e.side, FLAG["mode"], e.line.mode, e.side, f"the {e.side} side of the pair"))
+        if e.line.radix_strategy == "extra_buffer_lazy" and e.line.mode != "null" or \
+                e.line.radix_strategy == "no_buffer" and e.page_size != 1:
+            out.append(Change(e.side, FLAG["radix_strategy"], e.line.radix_strategy, None,
+                              "SGLang's own choice (auto) starts with this page size under PD"))
+    return out
+
+
+def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
+    """D aligned to P where SGLang's bootstrap compares or its writes move bytes as they are."""
+    out: list[Change] = []
+    pl, dl = p.line, d.line
+    if pl.transfer_backend != dl.transfer_backend:
+        out.append(Change(DECODE, FLAG["transfer_backend"], dl.transfer_backend, pl.transfer_backend, "as P's"))
+    if p.page_size != d.page_size:
+        out.append(Change(DECODE, FLAG["page_size"], _text(dl.page_size), str(p.page_size),
+                          "as P's: SGLang's bootstrap compares it"))
+    if pl.kv_cache_dtype != dl.kv_cache_dtype:
+        out.append(Change(DECODE, FLAG["kv_cache_dtype"], dl.kv_cache_dtype, pl.kv_cache_dtype,
+                          "as P's: SGLang's bootstrap compares it"))
+    if dl.pp not in (pl.pp, 1):
+        out.append(Change(DECODE, FLAG["pp"], str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1"))
+    if p.state is not None and d.state is not None:
+        if p.state.ssm_dtype != d.state.ssm_dtype:
+            out.append(Change(DECODE, FLAG["mamba_ssm_dtype"], dl.mamba_ssm_dtype, p.state.ssm_dtype,
+                              "as P's: SGLang does not compare the SSM state dtype"))
+        if p.state.conv_dtype != d.state.conv_dtype:
+            out.append(Change(DECODE, f"{CONV_DTYPE_VAR}=", d.line.state_env.get(CONV_DTYPE_VAR), p.state.conv_dtype,
+                              "as P's: SGLang does not compare the conv state dtype"))
+    return out
+
+
+def _text(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Fix:
+    changes: tuple[Change, ...]
+    prefill: LaunchLine
+    decode: LaunchLine
+    after: Assessment
+
+    def to_dict(self) -> dict:
+        return {"changes": [c.to_dict() for c in self.changes], "prefill": self.prefill.command(),
+                "decode": self.decode.command(), "verdict_after": self.after.outcome}
+
+
+def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
+    """The smallest set of changes (each server started as its side, D aligned to P, then the
+    same TP on both) that the verdict, re-run on the corrected lines, finds working."""
+    def run(changes: list[Change]) -> tuple[LaunchLine, LaunchLine, Assessment]:
+        lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
+        for c in changes:
+            lines[c.side] = apply_change(lines[c.side], c)
+        p = build_server(PREFILL, lines[PREFILL], load, first.release)
+        d = build_server(DECODE, lines[DECODE], load, first.release)
+        return lines[PREFILL], lines[DECODE], assess(p, d)
+
+    started = _startup_changes(first.prefill, first.decode)
+    try:
+        _, _, now = run(started)
+    except UserError:
+        return None
+    base = started + _align(now.prefill, now.decode)
+    candidates = [base]
+    pl, dl = first.prefill.line, first.decode.line
+    plain = all(x.attn_dp_size == 1 and x.attn_cp == 1 for x in (pl, dl))
+    if first.prefill.tp != first.decode.tp and plain:
+        candidates.append(base + [Change(PREFILL, FLAG["tp"], str(pl.tp), str(dl.tp),
+                                         "SGLang's writes are right only when P and D shard alike here")])
+    for changes in candidates:
+        if not changes:
+            continue
+        try:
+            p_line, d_line, after = run(changes)
+        except UserError:
+            continue
+        if after.works:
+            return Fix(tuple(changes), p_line, d_line, after)
+    return None
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Report:
+    assessment: Assessment
+    fix: Fix | None
+    warnings: tuple[str, ...]
+
+    @property
+    def verdict(self) -> str:
+        return self.assessment.outcome
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.assessment.works else EXIT_WRONG
+
+    def headline(self) -> str:
+        a = self.assessment
+        label = a.release.label
+        if a.refused:
+            r = a.refusals[0]
+            if r.code in ("unrecognized-arguments", "model", "parallel-config", "mamba-radix-cache"):
+                return f"REFUSED: {r.message}"
+            return f"REFUSED: {label} would not run this pairing ({r.code}: {r.message})"
+        assert a.verdict is not None
+        v = a.verdict
+        if a.fails:
+            return f"FAILS: {label} starts both servers, but every request fails: {v.fails}"
+        if a.corrupt:
+            return f"CORRUPT: {label} accepts this pairing, but {v.sentence().removeprefix(label + ' ')}"
+        verified = sum(o.item_bytes for o in v.outcomes) * v.ssm_layers
+        return (f"WORKS: {label} accepts this pairing and its writes move the right bytes ({verified:,} bytes of "
+                f"state per request verified)")
+
+    def to_dict(self) -> dict:
+        a = self.assessment
+        return {
+            "schema": SCHEMA, "engine": ENGINE, "release": a.release.version, "verdict": self.verdict,
+            "exit_code": self.exit_code, "headline": self.headline(),
+            "engines": {PREFILL: a.prefill.summary(), DECODE: a.decode.summary()},
+            "compared": [f.to_dict() for f in compared_fields(a.prefill, a.decode)],
+            "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode)],
+            "sglang": {"release": a.release.label, "accepts": not a.refused,
+                       "refusals": [r.to_dict() for r in a.refusals],
+                       "verdict": None if a.verdict is None else a.verdict.to_dict()},
+            "fix": self.fix.to_dict() if self.fix else None,
+            "warnings": list(self.warnings),
+        }
+
+
+def preflight(prefill: LaunchLine, decode: LaunchLine, load: ModelLoader,
+              release: Release = SGLANG_0_5_23) -> Report:
+    """The verdict on two SGLang server lines."""
+    p = build_server(PREFILL, prefill, load, release)
+    d = build_server(DECODE, decode, load, release)
+    first = assess(p, d)
+    fix = None if first.works else find_fix(first, load)
+    warnings = []
+    for e in (p, d):
+        name = SIDE_NAME[e.side]
+        if e.line.page_size is None and not e.line.unknown:
+            warnings.append(f"{name}: no --page-size: SGLang's default on CUDA, 1, assumed")
+        if e.line.attn_dp_size > 1 or e.line.attn_cp > 1:
+            warnings.append(f"{name}: attention DP/CP: the state and rank mapping follow the attention TP size "
+                            f"{e.tp} (TP {e.line.tp} / attention DP {e.line.attn_dp_size} / CP {e.line.attn_cp})")
+        warnings += [f"{name}: {n}" for n in e.line.notes]
+    if p.line.mode == PREFILL and d.line.mode == DECODE:
+        warnings.append(f"the router gives D P's --disaggregation-bootstrap-port ({p.line.bootstrap_port})")
+    return Report(first, fix, tuple(warnings))
+

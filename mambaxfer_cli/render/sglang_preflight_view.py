@@ -1,0 +1,115 @@
+"""The rich report of an SGLang preflight (verdict first) and its JUnit XML."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Iterator
+
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.exits import EXIT_OK
+from mambaxfer_cli.preflight.report import quote_lines
+from mambaxfer_cli.preflight.sglang import Report
+from mambaxfer_cli.render.preflight_view import cell_text, fields_table, model_origin, titled_table
+
+
+def servers_table(report: Report) -> Table:
+    a = report.assessment
+    table = titled_table("Servers", ("", "prefill (P)", "decode (D)"))
+    p, d = a.prefill.summary(), a.decode.summary()
+
+    def tp(x: dict) -> str:
+        return str(x["tp"]) if x["attention_tp"] == x["tp"] else f"{x['tp']} (attention {x['attention_tp']})"
+
+    def dtype(x: dict, key: str) -> str:
+        return f"{x[key]} ({x[f'{key}_from']})" if x[key] else "—"
+
+    rows = [("mode", lambda x: x["disaggregation_mode"]), ("TP", tp), ("PP", lambda x: str(x["pp"])),
+            ("page size", lambda x: str(x["page_size"]) + ("" if x["requested_page_size"] else " (default)")),
+            ("KV-cache dtype", lambda x: x["kv_cache_dtype"]),
+            ("transfer backend", lambda x: x["transfer_backend"]),
+            ("conv dtype", lambda x: dtype(x, "conv_dtype")), ("SSM dtype", lambda x: dtype(x, "ssm_dtype")),
+            ("Mamba radix cache", lambda x: x["mamba_radix_cache_strategy"] if x["radix_cache"] else "off"),
+            ("bootstrap port", lambda x: str(x["bootstrap_port"]))]
+    for label, cell in rows:
+        table.add_row(label, cell_text(cell(p)), cell_text(cell(d)))
+    return table
+
+
+def render_report(report: Report) -> Iterator[object]:
+    a = report.assessment
+    label = a.release.label
+    style = "bold green" if report.exit_code == EXIT_OK else "bold red"
+    yield Text(report.headline(), style=style)
+    yield Text("")
+    for name, e in (("P", a.prefill), ("D", a.decode)):
+        yield Text(f"{name} model: {e.line.model}{model_origin(e.line.model, e.model)}")
+    yield Text(f"answered for {label}")
+    yield servers_table(report)
+    yield fields_table(f"Compared by {label} (bootstrap)", [f for f in a.fields if f.compared])
+    yield fields_table(f"Not compared by {label}", [f for f in a.fields if not f.compared])
+    yield Text(f"{label}'s verdict", style="bold")
+    if not a.refusals:
+        yield Text("  accepts: both servers start and D's bootstrap with P passes", style="green")
+    for r in a.refusals:
+        yield Text(f"  ✗ {r.code}: {r.message}", style="red")
+    yield Text("SGLang's writes on real bytes (as 'mambaxfer check --engine sglang')", style="bold")
+    v = a.verdict
+    if v is None:
+        yield Text("  not run: a server does not start")
+    elif v.refusal is not None:
+        yield Text("  not run: SGLang refuses the pairing before it writes")
+    else:
+        for line in v.lines():
+            yield Text(f"  {'✓' if v.right else '✗'} {line}", style="green" if v.right else "red")
+        if not v.right:
+            for o in v.outcomes:
+                if o.bad:
+                    yield Text(f"  D rank {o.d_rank} {o.field}: {o.bad:,} of {o.item_bytes:,} bytes wrong per "
+                               f"layer", style="red")
+    if report.exit_code != EXIT_OK:
+        yield Text("Fix", style="bold")
+        if report.fix is None:
+            yield Text("  no change of flags found that makes this pairing work")
+        else:
+            for c in report.fix.changes:
+                yield Text(f"  {c.describe()}")
+            yield Text(f"  corrected command lines (verified: {report.fix.after.outcome}):")
+            for side, fixed in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
+                yield Text(f"  # {side}", style="dim")
+                for part in quote_lines(fixed, 76):
+                    yield Text(f"  {part}", no_wrap=True, overflow="ignore")   # pasteable: never re-wrapped
+    for name, e in (("P", a.prefill), ("D", a.decode)):
+        if e.line.ignored:
+            yield Text(f"{name}: ignored (no effect on the transfer): {', '.join(e.line.ignored)}", style="dim")
+    for w in report.warnings:
+        yield Text(f"warning: {w}", style="yellow")
+
+
+def junit_xml(report: Report) -> str:
+    """One test suite, two cases: SGLang's verdict on the pairing, and its writes."""
+    a = report.assessment
+    label = a.release.label
+    root = ET.Element("testsuites", name="mambaxfer preflight")
+    suite = ET.SubElement(root, "testsuite", name="mambaxfer preflight", tests="2",
+                          failures=str(int(a.refused) + int(a.corrupt or a.fails)), errors="0",
+                          skipped=str(int(a.refused)))
+    case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name=f"{label} accepts the pairing")
+    if a.refused:
+        failure = ET.SubElement(case, "failure", message=f"{a.refusals[0].code}: {a.refusals[0].message}",
+                                type="mambaxfer.preflight")
+        lines = [f"{r.code}: {r.message}" for r in a.refusals]
+        if report.fix:
+            lines += ["fix:"] + [c.describe() for c in report.fix.changes]
+            lines += [report.fix.prefill.command(), report.fix.decode.command()]
+        failure.text = "\n".join(lines)
+    case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name=f"{label}'s writes move the right "
+                                                                                 f"bytes")
+    if a.refused:
+        ET.SubElement(case, "skipped", message="SGLang refuses the pairing before it writes")
+    elif a.corrupt or a.fails:
+        failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
+        failure.text = "\n".join(a.verdict.lines() if a.verdict else [])
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
