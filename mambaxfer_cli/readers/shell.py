@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from mambaxfer_cli.errors import UserError
 
@@ -148,12 +148,13 @@ def _logical_lines(text: str) -> list[str]:
     return lines
 
 
-def script_command(text: str, where: str, starts: Callable[[list[str]], int | None], what: str):
+def script_command(text: str, where: str, starts: Callable[[list[str]], int | None], what: str,
+                   environ: Mapping[str, str] | None = None):
     """The one command of ``text`` that ``starts`` finds (the index of its first word), with the
     ``VAR=value`` words before it and the variables the script exports before it (``export``,
-    ``unset``); None when no command starts. Two such commands: one UserError (``what`` names
-    them)."""
-    env: dict[str, str] = {}
+    ``unset``; ``environ``: what it inherits); None when no command starts. Two such commands:
+    one UserError (``what`` names them)."""
+    env: dict[str, str] = dict(environ or {})
     shell_vars: dict[str, str] = {}
     found = None
     for words in split_commands(text, where):

@@ -29,8 +29,7 @@ from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
 from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
-from mambaxfer_cli.readers.shell import ASSIGN as _ASSIGN
-from mambaxfer_cli.readers.shell import split_commands as _split
+from mambaxfer_cli.readers.shell import script_command
 
 CONV_LAYOUT_VAR = "VLLM_SSM_CONV_STATE_LAYOUT"
 KV_LAYOUT_VAR = "VLLM_KV_CACHE_LAYOUT"
@@ -209,40 +208,14 @@ def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLin
 
     ``environ``: variables the engine inherits besides the script's (none by default: a command
     line is judged as written)."""
-    env = dict(environ or {})
-    shell_vars: dict[str, str] = {}
-    notes: list[str] = []
-    found = None
-    for words in _split(text, where):
-        if words[0] == "export":
-            for word in words[1:]:
-                m = _ASSIGN.match(word)
-                if m:
-                    env[m.group(1)] = m.group(2)
-                elif word in shell_vars:
-                    env[word] = shell_vars[word]
-            continue
-        if words[0] == "unset":
-            for word in words[1:]:
-                env.pop(word, None)
-            continue
-        start = _serve_start(words)
-        prefix = words[:start] if start is not None else words
-        assigns = [(m.group(1), m.group(2)) for m in map(_ASSIGN.match, prefix) if m]
-        if start is None:
-            if words and len(assigns) == len(words):       # VAR=value on its own: a shell variable
-                shell_vars.update(assigns)
-            continue
-        if found is not None:
-            raise UserError(f"{where}: the script runs vLLM's server twice; give one engine per line or file")
-        found = (words[start:], assigns)
+    found = script_command(text, where, _serve_start, "vLLM's server", environ)
     if found is None:
         raise UserError(f"{where}: no 'vllm serve MODEL ...' (or 'python -m {API_SERVER_MODULE} --model M') "
                         f"found")
-    words, assigns = found
-    for name, value in shell_vars.items():
-        if name in LAYOUT_VARS and name not in env and name not in dict(assigns):
-            notes.append(f"{name}={value} is set but not exported, so vLLM does not see it")
+    words, assigns, env = found.words, found.assigns, found.exported
+    notes = [f"{name}={value} is set but not exported, so vLLM does not see it"
+             for name, value in found.unexported.items()
+             if name in LAYOUT_VARS and name not in env and name not in dict(assigns)]
     line_env = {**env, **dict(assigns)}
     return _parse_words(words, assigns, line_env, where, tuple(notes))
 
