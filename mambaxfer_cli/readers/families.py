@@ -85,6 +85,13 @@ FAMILIES: tuple[Family, ...] = (
             "head_k_dim": (("linear_key_head_dim",),),
             "head_v_dim": (("linear_value_head_dim",),)},
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
+    # GDN as Qwen3.5's, plus a TP-replicated PLE state and QSA indexer caches (readers/qwen4exp.py).
+    Family("Qwen4Exp", ("qwen4_exp", "qwen4_exp_text"), Variant("gdn"),
+           {"num_k_heads": (("linear_num_key_heads",),),
+            "num_v_heads": (("linear_num_value_heads",),),
+            "head_k_dim": (("linear_key_head_dim",),),
+            "head_v_dim": (("linear_value_head_dim",),)},
+           conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
 )
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every

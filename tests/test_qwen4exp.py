@@ -1,0 +1,130 @@
+"""Qwen4Exp (vLLM's models/qwen4_exp): its config read as vLLM's transformers config reads it,
+its PLE state and QSA caches, and what vLLM's NIXL connector refuses of a pairing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.readers.model_config import spec_from_config
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Qwen__Qwen3.8-Flash-Next.partial.json"
+CONFIG = json.loads(FIXTURE.read_text())
+
+
+def model(**text):
+    config = copy.deepcopy(CONFIG)
+    config["text_config"].update(text)
+    return spec_from_config(config, name="qwen3.8-flash-next", source=str(FIXTURE))
+
+
+def plan(spec, p_tp, d_tp, p_block=None, d_block=None):
+    p = EngineFlags(num_blocks=4096, block_size=p_block)
+    d = EngineFlags(num_blocks=4096, block_size=d_block)
+    return build_plan(spec, p_tp, d_tp, PlanOptions(prefill=p, decode=d))
+
+
+def codes(p):
+    return [r.code for r in p.verdict.refusals]
+
+
+def test_the_released_config_reads_as_gdn_with_ple_and_qsa():
+    spec = model()
+    assert spec.family == "Qwen4Exp" and spec.variant == "gdn"
+    # transformers reads the checkpoint's full_attention as indexed_attention: 36 GDN + 12 QSA.
+    assert (spec.ssm_layers, spec.attention_layers) == (36, 12)
+    assert spec.ssm_dtype == "float32"          # Qwen4Exp's class reads mamba_ssm_dtype
+    q = spec.qwen4exp
+    assert q is not None and q.ple_layers == (1,) and q.ple_channels == 4 * 2560
+    assert q.ple_state_len == (4 - 1) * 3 and q.indexer_head_dim == 128 and q.compress_ratio == 4
+    # short_conv_state_shape(tp_world_size=1, 10240, 10, 0): 10240 x 9 bf16, whatever the TP.
+    assert qwen4exp.ple_state_bytes(spec) == 10240 * 9 * 2
+    assert qwen4exp.ple_state_bytes(model(num_speculative_tokens=1)) == 10240 * 10 * 2
+    assert qwen4exp.ring_tokens(spec) == 4 and qwen4exp.ring_tokens(model(num_speculative_tokens=1)) == 8
+
+
+@pytest.mark.parametrize("kind", ["indexed_attention", "qwen_sparse_attention"])
+def test_indexed_attention_is_an_attention_layer(kind):
+    types = ["linear_attention", "linear_attention", "linear_attention", kind] * 12
+    assert model(layer_types=types).attention_layers == 12
+
+
+@pytest.mark.parametrize("text, words", [
+    ({"ple_layer_ids": [4]}, "only supported on linear_attention layers"),
+    ({"ple_layer_ids": [49]}, "one-indexed layers in [1, 48]"),
+    ({"indexer_kv_heads": 2}, "indexer_kv_heads = 1"),
+    ({"indexer_budget": None}, "missing indexer_budget"),
+])
+def test_configs_transformers_refuses_are_refused(text, words):
+    with pytest.raises(UserError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        model(**text)
+
+
+@pytest.mark.parametrize("p_tp, d_tp", [(1, 2), (2, 1), (1, 4), (4, 1)])
+def test_pairings_across_the_kv_head_boundary_are_refused_first(p_tp, d_tp):
+    # _validate_csa_linear_tp_layout: 2 KV heads, so TP 1 and TP >= 2 lay pages out differently.
+    p = plan(model(), p_tp, d_tp)
+    assert codes(p)[0] == "csa-linear-tp"
+    assert p.verdict.refusals[0].message == (
+        "CSA-linear NIXL requires both endpoints on the same side of the KV-head sharding boundary "
+        f"(2 KV heads): got local TP {d_tp}, remote TP {p_tp}.")
+
+
+def test_same_side_of_the_boundary_is_not_refused_for_it():
+    # 4 KV heads: TP 1 and 2 both hold several heads per page.
+    spec = model(num_key_value_heads=4)
+    assert "csa-linear-tp" not in codes(plan(spec, 1, 2)) and "csa-linear-tp" not in codes(plan(spec, 2, 1))
+    assert codes(plan(spec, 1, 4))[0] == "csa-linear-tp"
+
+
+def test_ple_pages_must_be_equal_and_the_fix_gives_equal_pages():
+    # P TP 2 and D TP 4 each hold one KV head, but vLLM fits each side's block to its own GDN
+    # state (1600 and 832 tokens), so the padded PLE pages differ: _build_mamba_remote refuses.
+    p = plan(model(), 2, 4)
+    assert "ple-geometry" in codes(p)
+    assert p.verdict.refusals[-1].message == (
+        "PLE pages require identical P/D geometry: local=851968, remote=1638400.")
+    fixed = plan(model(), 2, 4, 1600, 1600)
+    assert fixed.verdict.accepts
+    assert qwen4exp.ple_page_bytes(fixed.model, fixed.prefill) == qwen4exp.ple_page_bytes(fixed.model, fixed.decode)
+    assert any("--block-size 1600 on P and 1600 on D" in w.message for w in p.warnings)
+
+
+SMALL_GDN = dict(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
+
+
+@pytest.mark.parametrize("heads, refused", [(8, False), (2, True)])
+def test_num_spec_on_one_side_only(heads, refused):
+    # D speculates (MTP): its PLE state has one more row (204800 B against 184320 B). With 8 KV
+    # heads both pages pad to the same attention page (64 tokens x 4096 B): vLLM compares the
+    # padded pages, accepts, and D reads P's page whole onto its own rows. With 2 heads (1 per
+    # rank) the pages follow the states and differ: refused.
+    spec = model(num_key_value_heads=heads, **SMALL_GDN)
+    draft = model(num_key_value_heads=heads, num_speculative_tokens=1, **SMALL_GDN)
+    options = PlanOptions(semantics="vllm", prefill=EngineFlags(num_blocks=4096),
+                          decode=EngineFlags(num_blocks=4096), prefill_model=spec)
+    p = build_plan(draft, 2, 2, options)
+    assert ("ple-geometry" in codes(p)) is refused
+    assert any(w.code == "vllm-ple-differs" for w in p.warnings) is not refused
+
+
+def test_ple_without_qsa_is_refused_at_worker_start():
+    spec = model(indexer_n_heads=None, indexer_kv_heads=None, indexer_head_dim=None, indexer_budget=None,
+                 indexer_compress_ratio=None)
+    assert not spec.qwen4exp.has_qsa
+    assert codes(plan(spec, 2, 2)) == ["ple-without-qsa"]
+
+
+def test_the_mamba_page_is_the_largest_of_gdn_and_ple():
+    # Tiny GDN state: the PLE page (184320 B) sets the block the attention page must reach.
+    spec = model(**SMALL_GDN)
+    p = plan(spec, 2, 2)
+    assert p.prefill.geometry.state_bytes == 184320
+    assert p.prefill.geometry.page_bytes >= 184320
