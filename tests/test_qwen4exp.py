@@ -128,3 +128,49 @@ def test_the_mamba_page_is_the_largest_of_gdn_and_ple():
     p = plan(spec, 2, 2)
     assert p.prefill.geometry.state_bytes == 184320
     assert p.prefill.geometry.page_bytes >= 184320
+
+
+# --- the PLE pages, byte by byte -----------------------------------------------------------------
+
+from mambaxfer_cli.proof import qwen4exp as ple_proof  # noqa: E402
+from mambaxfer_cli.proof.check import check_plan  # noqa: E402
+
+
+@pytest.mark.parametrize("p_tp, d_tp, semantics, reads", [
+    (2, 2, "exact", 2), (2, 2, "vllm", 2), (4, 8, "vllm", 8), (8, 4, "vllm", 8), (8, 4, "exact", 4)])
+def test_every_d_rank_gets_the_whole_ple_state(p_tp, d_tp, semantics, reads):
+    # 832-token blocks on both sides: the same attention page at TP 4 and 8 (one KV head per rank).
+    engine = EngineFlags(num_blocks=4096, block_size=832)
+    p = build_plan(model(), p_tp, d_tp, PlanOptions(semantics=semantics, prefill=engine, decode=engine))
+    assert p.verdict.accepts
+    proof = ple_proof.prove_ple(p)
+    assert proof is not None and not proof.damage
+    # vLLM reads the page from every SSM source rank (P > D: each D rank has P/D of them).
+    assert proof.reads == reads
+    assert proof.bytes_verified == d_tp * 10240 * 9 * 2
+    assert check_plan(p).simulation.bytes_verified >= proof.bytes_verified
+
+
+def test_a_ple_read_that_never_lands_is_caught(monkeypatch):
+    p = plan(model(), 2, 2)
+    monkeypatch.setattr(ple_proof.qwen4exp, "ple_sources", lambda prefill, decode, d: [] if d == 1 else [d])
+    result = check_plan(p)
+    assert result.verdict == "fail"
+    damage = result.simulation.damage
+    assert [(d.d_rank, d.region) for d in damage] == [(1, "ple")]
+    # Every byte but those whose pattern happens to equal the poison (about 1 in 256).
+    assert damage[0].first.reason == "never written" and 0.99 < damage[0].wrong_bytes / (10240 * 9 * 2) < 1
+
+
+def test_num_spec_on_one_side_corrupts_the_ple_state_under_vllm():
+    # The padded pages agree (8 KV heads), vLLM copies P's 9-row page onto D's 10-row layout.
+    spec = model(num_key_value_heads=8, **SMALL_GDN)
+    draft = model(num_key_value_heads=8, num_speculative_tokens=1, **SMALL_GDN)
+    options = PlanOptions(semantics="vllm", prefill=EngineFlags(num_blocks=4096),
+                          decode=EngineFlags(num_blocks=4096), prefill_model=spec)
+    p = build_plan(draft, 2, 2, options)
+    proof = ple_proof.prove_ple(p, spec)
+    assert proof is not None and proof.damage
+    first = proof.damage[0].first
+    # Channel 0's 9 rows land right; channel 1 starts 2 bytes (one bf16 row) early on P.
+    assert first.wants.startswith("ple channel 1 row 0") and first.source.holds.startswith("ple channel 1 row 1")

@@ -70,6 +70,7 @@ class Plan:
     grouping: KVGrouping
     verdict: Verdict = field(default=Verdict(()), compare=False)
     uncoalesced_reads: tuple[Read, ...] = field(default=(), compare=False)
+    prefill_model: ModelSpec | None = field(default=None, compare=False)   # P's, where it differs from D's
 
     @property
     def page_bytes(self) -> tuple[int, int]:
@@ -365,4 +366,5 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors)
     descriptors = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
-                grouping, verdict, uncoalesced_reads=raw)
+                grouping, verdict, uncoalesced_reads=raw,
+                prefill_model=p_model if p_model is not model else None)
