@@ -76,9 +76,10 @@ def ring_tokens(model: ModelSpec) -> int | None:
 
 
 def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
-             p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:
-    """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (D
-    pulls: D is local); ``p_model``: P's model where its num_spec or dtypes differ from D's."""
+             p_model: ModelSpec | None = None, push: bool = False) -> tuple[Refusal, ...]:
+    """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (the
+    local engine is D when it pulls, P when P pushes); ``p_model``: P's model where its num_spec or
+    dtypes differ from D's."""
     q = model.qwen4exp
     if q is None:
         return ()
@@ -91,16 +92,18 @@ def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
             raised="AssertionError in register_kv_caches (assert self._is_csa_linear)"))
         return tuple(out)
     heads = model.num_kv_heads or 0
-    if q.has_qsa and heads and (decode.tp < heads) != (prefill.tp < heads):
+    local, remote = (prefill, decode) if push else (decode, prefill)
+    if q.has_qsa and heads and (local.tp < heads) != (remote.tp < heads):
         out.append(Refusal("csa-linear-tp", (
             f"CSA-linear NIXL requires both endpoints on the same side of the KV-head sharding "
-            f"boundary ({heads} KV heads): got local TP {decode.tp}, remote TP {prefill.tp}.")))
+            f"boundary ({heads} KV heads): got local TP {local.tp}, remote TP {remote.tp}.")))
         return tuple(out)       # _nixl_handshake raises before any metadata is read
     if q.ple_layers:
-        local, remote = ple_page_bytes(model, decode), ple_page_bytes(p_model or model, prefill)
-        if local != remote:
+        pages = {"D": ple_page_bytes(model, decode), "P": ple_page_bytes(p_model or model, prefill)}
+        here, there = (pages["P"], pages["D"]) if push else (pages["D"], pages["P"])
+        if here != there:
             out.append(Refusal("ple-geometry", (
-                f"PLE pages require identical P/D geometry: local={local}, remote={remote}.")))
+                f"PLE pages require identical P/D geometry: local={here}, remote={there}.")))
     return tuple(out)
 
 
@@ -141,15 +144,15 @@ FIRST = ("csa-linear-tp",)      # raised in _nixl_handshake, before the peer's m
 
 def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
                   rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]],
-                  p_model: ModelSpec | None = None) -> Verdict:
+                  p_model: ModelSpec | None = None, push: bool = False) -> Verdict:
     """The handshake's verdict with Qwen4Exp's refusals in vLLM's order; a same-size block
     suggestion is kept only where vLLM then refuses nothing of Qwen4Exp's either."""
-    found = refusals(model, prefill, decode, p_model)
+    found = refusals(model, prefill, decode, p_model, push)
     if not found:
         return verdict
     first = tuple(r for r in found if r.code in FIRST)
     last = tuple(r for r in found if r.code not in FIRST)
     suggested = verdict.suggested_block_size
-    if suggested is not None and refusals(model, *rebuild(suggested), p_model):
+    if suggested is not None and refusals(model, *rebuild(suggested), p_model, push):
         suggested = None
     return replace(verdict, refusals=first + verdict.refusals + last, suggested_block_size=suggested)
