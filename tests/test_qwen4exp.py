@@ -174,3 +174,39 @@ def test_num_spec_on_one_side_corrupts_the_ple_state_under_vllm():
     first = proof.damage[0].first
     # Channel 0's 9 rows land right; channel 1 starts 2 bytes (one bf16 row) early on P.
     assert first.wants.startswith("ple channel 1 row 0") and first.source.holds.startswith("ple channel 1 row 1")
+
+
+# --- the commands ----------------------------------------------------------------------------------
+
+from cli_run import run_cli  # noqa: E402
+
+SERVE = ("VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve Qwen/Qwen3.8-Flash-Next -tp {tp} --kv-transfer-config "
+         "'{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_{role}\"}}'")
+
+
+@pytest.mark.parametrize("p_tp, d_tp, first", [(1, 2, "csa-linear-tp"), (2, 4, "block-size")])
+def test_preflight_reads_the_preset_and_names_vllms_first_refusal(p_tp, d_tp, first):
+    result = run_cli("preflight", "--prefill", SERVE.format(tp=p_tp, role="producer"),
+                     "--decode", SERVE.format(tp=d_tp, role="consumer"), "--format", "json")
+    assert result.code == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "refused"
+    codes_ = [r["code"] for r in doc["vllm"]["refusals"]]
+    assert codes_[0] == first
+    if first == "block-size":
+        # --block-size 400 on both: each side raises it to 1600 tokens, the same PLE page.
+        assert "ple-geometry" in codes_
+        assert doc["fix"]["verdict_after"] == "works"
+
+
+def test_check_proves_the_preset_and_plan_names_what_it_leaves_out():
+    result = run_cli("check", "--model", "qwen3.8-flash-next", "--pairs", "2:2,1:2", "--format", "json")
+    assert result.code == 1     # 1:2 refused by vLLM
+    doc = json.loads(result.stdout)
+    same, cross = doc["results"]
+    assert same["verdict"] == "pass" and same["bytes_verified"] > 2 * 10240 * 9 * 2
+    assert cross["vllm"]["refusals"][0]["code"] == "csa-linear-tp"
+    plan_doc = json.loads(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
+                                  "--format", "json").stdout)
+    assert plan_doc["model"]["qwen4exp"]["ple_layers"] == [1]
+    assert {w["code"] for w in plan_doc["warnings"]} == {"qwen4exp-ple", "qwen4exp-qsa"}
