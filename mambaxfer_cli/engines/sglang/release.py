@@ -95,6 +95,8 @@ _FAMILIES = {
                                        note="configs/qwen3_next.py (Qwen3.5 inherits it)"),
     "Jamba": FamilyRule(False, note="SGLang 0.5.23 has no Jamba model file"),
     "Zamba2": FamilyRule(False, note="SGLang 0.5.23 has no Zamba2 model file"),
+    "Qwen4Exp": FamilyRule(False, note=("SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state "
+                                        "mambaxfer does not model for SGLang")),
 }
 
 SGLANG_0_5_23 = Release(
