@@ -210,3 +210,48 @@ def test_check_proves_the_preset_and_plan_names_what_it_leaves_out():
                                   "--format", "json").stdout)
     assert plan_doc["model"]["qwen4exp"]["ple_layers"] == [1]
     assert {w["code"] for w in plan_doc["warnings"]} == {"qwen4exp-ple", "qwen4exp-qsa"}
+
+
+# --- rings, the schema, inspect ---------------------------------------------------------------------
+
+from mambaxfer_cli.engines.vllm import circular_buffer  # noqa: E402
+
+
+@pytest.mark.parametrize("ratio, spec, tokens", [(4, 0, 4), (4, 1, 8), (4, 4, 8), (4, 5, 12)])
+def test_the_qsa_ring_rounds_up_to_whole_groups(ratio, spec, tokens):
+    assert circular_buffer.qsa_ring_tokens(ratio, spec) == tokens
+
+
+@pytest.mark.parametrize("kpool, spec, tokens", [(16, 0, 16), (16, 1, 32), (16, 16, 32), (16, 17, 64)])
+def test_glm5next_tail_ring_takes_a_power_of_two_of_pools(kpool, spec, tokens):
+    # Glm5NextTailCache.get_kv_cache_spec: kpool * next_power_of_2(cdiv(kpool + num_spec, kpool)).
+    assert circular_buffer.glm5next_ring_tokens(kpool, spec) == tokens
+    assert circular_buffer.glm5next_ring_bytes(kpool, 128, spec) == tokens * 2 * 128 * 2
+
+
+def test_a_ring_that_does_not_divide_the_block_stops_the_engine():
+    # num_spec 5: a 12-token ring (round_up(4 + 5, 4)); vLLM's 1600-token block is no multiple.
+    spec = model(num_speculative_tokens=5)
+    refused = plan(spec, 2, 2)
+    assert codes(refused)[0] == "qsa-ring"
+    assert "ring of 12 tokens does not divide the attention block" in refused.verdict.refusals[0].message
+    # 1728 tokens: a multiple of 12, of FLASH_ATTN's 16 and of the GDN checkpoint alignment 64.
+    assert "qsa-ring" not in codes(plan(spec, 2, 2, 1728, 1728))
+
+
+def test_the_plan_document_of_the_preset_fits_its_schema():
+    import jsonschema
+
+    from mambaxfer_cli.schema import plan_schema
+
+    doc = json.loads(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
+                             "--format", "json").stdout)
+    jsonschema.Draft202012Validator(plan_schema()).validate(doc)
+    assert doc["model"]["qwen4exp"] == {"ple_layers": [1], "ple_channels": 10240, "ple_state_len": 9,
+                                        "indexer_head_dim": 128, "compress_ratio": 4}
+
+
+def test_inspect_names_the_ple_page_and_the_ring():
+    out = run_cli("inspect", "--model", "qwen3.8-flash-next", "--tp", "2,4").stdout
+    assert "Qwen4Exp: PLE state 184320 B on every rank (1 layer(s), TP-replicated), page 1638400 B" in out
+    assert "page 851968 B" in out and "QSA ring 4 tokens" in out

@@ -59,4 +59,7 @@ class InspectReport(Report):
         parts = [AsIs(model_summary(self.spec)), AsIs(engine_header(self.flags))]
         for size, table in zip(self.sides, tables):
             parts += [table, AsIs(geometry_line(f"engine at TP {size}:", self.sides[size]))]
+            if self.spec.qwen4exp is not None:
+                from mambaxfer_cli.render.model_view import qwen4exp_line
+                parts.append(AsIs(qwen4exp_line(self.spec, self.sides[size])))
         return parts

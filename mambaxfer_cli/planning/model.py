@@ -47,6 +47,11 @@ class Qwen4ExpParts:
     def has_qsa(self) -> bool:
         return self.indexer_head_dim is not None
 
+    def ple_state_bytes(self, num_spec: int, dtype_size: int) -> int:
+        """One PLE layer's state on any rank (vLLM's ``short_conv_state_shape`` with
+        ``tp_world_size=1``): channels × (state rows + num_spec) elements; 0 without PLE layers."""
+        return self.ple_channels * (self.ple_state_len + num_spec) * dtype_size if self.ple_layers else 0
+
     def to_dict(self) -> dict[str, Any]:
         return {"ple_layers": list(self.ple_layers), "ple_channels": self.ple_channels,
                 "ple_state_len": self.ple_state_len, "indexer_head_dim": self.indexer_head_dim,

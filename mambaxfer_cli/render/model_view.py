@@ -94,6 +94,21 @@ def geometry_line(name: str, side) -> str:
 
 
 
+def qwen4exp_line(spec, side) -> str:
+    """Qwen4Exp's caches beside the GDN state of one engine (docs/reference.md §6d)."""
+    from mambaxfer_cli.engines.vllm import qwen4exp
+
+    q = spec.qwen4exp
+    parts = []
+    if q.ple_layers:
+        parts.append(f"PLE state {qwen4exp.ple_state_bytes(spec)} B on every rank ({len(q.ple_layers)} layer(s), "
+                     f"TP-replicated), page {qwen4exp.ple_page_bytes(spec, side)} B")
+    if q.has_qsa:
+        parts.append(f"QSA ring {qwen4exp.ring_tokens(spec)} tokens (CircularBufferSpec), compressed keys 1 per "
+                     f"{q.compress_ratio} tokens")
+    return "Qwen4Exp: " + "; ".join(parts)
+
+
 def engine_header(flags, decode=None) -> str:
     """Which release and GPU the answer is for: ``vLLM 0.34 on H100 (SM 9.0, CUDA 13)``, both
     engines' where ``decode`` (the second engine's flags) differs."""

@@ -133,9 +133,8 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
                             q_heads, len(heads[0]) if heads[0] is not None else None)
     state = ranks[0].state_bytes
-    if model.qwen4exp is not None:     # the largest of its mamba pages (GDN's, PLE's)
-        from mambaxfer_cli.engines.vllm.qwen4exp import mamba_page_bytes
-        state = mamba_page_bytes(model, state)
+    if model.qwen4exp is not None:     # the largest of its mamba pages (GDN's, PLE's): qwen4exp.mamba_page_bytes
+        state = max(state, model.qwen4exp.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
     geometry = derive(state, a1, flags, alignment, kernel, gdn)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))

@@ -27,6 +27,7 @@ from typing import Callable
 
 from dataclasses import replace
 
+from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.release import Refusal
@@ -43,14 +44,13 @@ def ple_state_bytes(model: ModelSpec) -> int:
     in the conv dtype (``short_conv_state_dtype``: the mamba cache dtype, else the model's). 0
     without PLE layers."""
     q = model.qwen4exp
-    if q is None or not q.ple_layers:
-        return 0
-    return q.ple_channels * (q.ple_state_len + model.num_spec) * dtype_bytes(model.conv_dtype)
+    return q.ple_state_bytes(model.num_spec, dtype_bytes(model.conv_dtype)) if q is not None else 0
 
 
 def mamba_page_bytes(model: ModelSpec, gdn_state: int) -> int:
     """The mamba page ``_align_hybrid_block_size`` fits the attention block to: the largest of
-    ``get_mamba_specs_from_config``'s pages (GDN's per rank, PLE's whole)."""
+    ``get_mamba_specs_from_config``'s pages (GDN's per rank, PLE's whole); ``engine_layout``
+    derives the geometry from it."""
     return max(gdn_state, ple_state_bytes(model))
 
 
@@ -66,13 +66,11 @@ def ple_page_bytes(model: ModelSpec, side: EngineLayout) -> int:
 
 
 def ring_tokens(model: ModelSpec) -> int | None:
-    """``QSARawKeyCache.get_kv_cache_spec``: the ring's capacity, the open group plus the
-    speculative rows, rounded up to whole groups."""
+    """The QSA raw-key ring's capacity (``circular_buffer.qsa_ring_tokens``); None without QSA."""
     q = model.qwen4exp
     if q is None or q.compress_ratio is None:
         return None
-    ratio = q.compress_ratio
-    return math.ceil((ratio + model.num_spec) / ratio) * ratio
+    return circular_buffer.qsa_ring_tokens(q.compress_ratio, model.num_spec)
 
 
 def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
@@ -91,12 +89,17 @@ def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
             "(QSA) group; without indexer_n_heads the decode worker stops at start-up"),
             raised="AssertionError in register_kv_caches (assert self._is_csa_linear)"))
         return tuple(out)
-    heads = model.num_kv_heads or 0
+    for name, side, spec in (("P", prefill, p_model or model), ("D", decode, model)):
+        ring = ring_tokens(spec)
+        said = circular_buffer.ring_refusal(side.geometry.block_size, ring, "QSA raw-key") if ring else None
+        if said:     # QSARawKeyCache.get_kv_cache_spec: the engine does not start
+            out.append(Refusal("qsa-ring", f"{name}: {said}"))
+    if out:
+        return tuple(out)
     local, remote = (prefill, decode) if push else (decode, prefill)
-    if q.has_qsa and heads and (local.tp < heads) != (remote.tp < heads):
-        out.append(Refusal("csa-linear-tp", (
-            f"CSA-linear NIXL requires both endpoints on the same side of the KV-head sharding "
-            f"boundary ({heads} KV heads): got local TP {local.tp}, remote TP {remote.tp}.")))
+    said = circular_buffer.csa_linear_refusal(model.num_kv_heads or 0, local.tp, remote.tp) if q.has_qsa else None
+    if said:
+        out.append(Refusal("csa-linear-tp", said))
         return tuple(out)       # _nixl_handshake raises before any metadata is read
     if q.ple_layers:
         pages = {"D": ple_page_bytes(model, decode), "P": ple_page_bytes(p_model or model, prefill)}
@@ -139,7 +142,8 @@ def ple_fix(rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]], mo
     return None
 
 
-FIRST = ("csa-linear-tp",)      # raised in _nixl_handshake, before the peer's metadata is read
+# An engine that does not start, then _nixl_handshake's check before the peer's metadata is read.
+FIRST = ("qsa-ring", "csa-linear-tp")
 
 
 def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
