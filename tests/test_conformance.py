@@ -148,6 +148,8 @@ BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims
 RUNS = [{"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
         {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
+        {"name": "heads", "alter": "heads", "args": ["--model", "jamba", "--max-tp", "4", "--format", "json"]},
+        {"name": "registry", "alter": "registry", "args": JAMBA},
         {"name": "bamba", "alter": "as-installed", "args": ["--model", BAMBA, "--max-tp", "1", "--format", "json"]}]
 
 
@@ -202,6 +204,30 @@ def test_an_altered_compute_desc_ids_differs_with_a_reproducible_case(driven):
     (read,) = [r for r in plan["descriptors"]["reads"] if r["p_rank"] == first["mambaxfer"]["P rank"]]
     at = first["mambaxfer"]["first differing index"]
     assert read["local_ids"][at:at + len(first["mambaxfer"]["ids"])] == first["mambaxfer"]["ids"]
+
+
+def test_a_vllm_reading_other_attention_heads_differs_at_the_tp_size_it_starts(driven):
+    release, runs = driven
+    run = runs["heads"]
+    assert run["code"] == 1
+    functions = by_function(run["document"])
+    first = functions["verify_with_parallel_config"]["first_difference"]
+    # Jamba's 32 heads read as 96: vLLM starts TP 3, which mambaxfer (32 heads) refuses.
+    assert first["case"] == "jamba, TP 3"
+    assert first["vllm"] == "starts"
+    assert first["mambaxfer"].startswith("refuses: Total number of attention heads (32)")
+    assert functions["ModelRegistry"]["outcome"] == "agrees"
+
+
+def test_a_registry_that_removed_the_architecture_differs(driven):
+    release, runs = driven
+    run = runs["registry"]
+    assert run["code"] == 1
+    function = by_function(run["document"])["ModelRegistry"]
+    assert function["outcome"] == "differs"
+    first = function["first_difference"]
+    assert first["vllm"].startswith("Model architecture JambaForCausalLM was supported in vLLM until v0.1.0")
+    assert first["mambaxfer"] == "served"
 
 
 def test_a_stand_in_without_an_attribute_vllm_reads_could_not_be_called(driven):

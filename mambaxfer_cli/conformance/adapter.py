@@ -18,6 +18,7 @@ from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
 from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
+from mambaxfer_cli.planning import startup
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
@@ -74,6 +75,17 @@ class Ours:
     @staticmethod
     def tp_sizes(model: ModelSpec, max_tp: int) -> list[int]:
         return valid_tp_sizes(model, max_tp)
+
+    def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
+        """vLLM's words where its parallel-config check refuses TP ``tp``, else None."""
+        return startup.vllm_error(model, tp) if startup.parallel_refusal(model, tp) else None
+
+    @staticmethod
+    def architectures(model: ModelSpec) -> tuple[str, ...]:
+        return startup.architecture_names(model.hf_config)
+
+    def registry_outcome(self, archs: tuple[str, ...]) -> str:
+        return startup.registry_outcome(archs, self.release)
 
     def grouping(self, model: ModelSpec) -> KVGrouping:
         if model.name not in self._grouping:

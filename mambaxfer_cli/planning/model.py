@@ -52,10 +52,14 @@ class ModelSpec:
     revision: str | None = None      # the Hugging Face cache snapshot the config was read from
     checkpoint_dtype: str = ""       # the config's own dtype where the engine runs another ("": the same)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
+    # The Hugging Face config as read (empty for a model given another way): what an engine's own
+    # config reader is handed in conformance.
+    hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
         object.__setattr__(self, "origin", MappingProxyType(dict(self.origin)))
+        object.__setattr__(self, "hf_config", MappingProxyType(dict(self.hf_config)))
         assert not self.has_attention or (self.num_kv_heads and self.head_size), \
             "a model with attention layers needs its KV heads and head size"
 

@@ -6,7 +6,7 @@ each alternative is a tuple of keys whose values multiply (``("mamba_expand", "h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from mambaxfer_cli.planning.model import Variant
@@ -86,6 +86,31 @@ FAMILIES: tuple[Family, ...] = (
             "head_v_dim": (("linear_value_head_dim",),)},
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
 )
+
+# vLLM's served architectures whose language model is a family above (under ``text_config``) or a
+# variant's generic keys, by the name vLLM gives them, with the variant vLLM types their layers as
+# (model_executor/models/registry.py and each class's ``get_mamba_state_shape_from_config``).
+ARCHITECTURE_LABELS: Mapping[str, tuple[str, str]] = {
+    "OlmoHybridForCausalLM": ("OLMo-Hybrid", "gdn"),
+    "MiniCPMV4_6ForConditionalGeneration": ("MiniCPM-V 4.6", "gdn"),
+    "MiniCPMV4_7ForConditionalGeneration": ("MiniCPM-V 4.7", "gdn"),
+    "InternS2MobiusForConditionalGeneration": ("InternS2 Mobius", "gdn"),
+    "InternS2PreviewForConditionalGeneration": ("InternS2 Preview", "gdn"),
+    "ColQwen3_5": ("ColQwen3.5", "gdn"),
+    "Nemotron3_5TranscribeForConditionalGeneration": ("Nemotron3.5-Transcribe", "mamba2"),
+}
+
+
+def labelled(family: Family, architectures: Sequence[str]) -> Family:
+    """The family under vLLM's name for the first architecture it names, where its variant is the
+    one vLLM types the layers as (a generic guess it confirms is no longer a guess)."""
+    for arch in architectures:
+        if arch in ARCHITECTURE_LABELS:
+            label, variant = ARCHITECTURE_LABELS[arch]
+            if family.variant == variant:
+                return replace(family, label=label)
+    return family
+
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every
 # name any family uses, most specific first (each variant's module lists them).

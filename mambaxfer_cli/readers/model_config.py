@@ -9,7 +9,7 @@ from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names, removed_refusal
 from mambaxfer_cli.readers.families import (
-    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
+    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for, labelled,
     supported_summary,
 )
 from mambaxfer_cli.limits import (
@@ -189,6 +189,7 @@ def spec_from_config(
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag)."""
     where = source or name
+    as_read = config
     removed = removed_refusal(config)      # startup: the registry's removed architectures
     if removed:
         raise UserError(f"{where}: {removed}")
@@ -197,7 +198,7 @@ def spec_from_config(
     if refused:
         raise UserError(f"{where}: {refused}")
     config = flatten_text_config(config)
-    family = _detect(config, variant, where, archs)
+    family = labelled(_detect(config, variant, where, archs), archs)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
@@ -255,7 +256,7 @@ def spec_from_config(
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint,
-        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
+        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes}, hf_config=as_read,
     )
     _check_state_size(spec, where)
     return spec

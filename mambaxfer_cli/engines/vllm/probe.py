@@ -355,6 +355,7 @@ class Installed:
         self._groups: dict = {}
         self._pairs: dict = {}
         self._layers: dict = {}
+        self._arch_configs: dict = {}
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
     @property
@@ -372,6 +373,74 @@ class Installed:
     @property
     def attention_spec_class(self):
         return _symbol("vllm.v1.kv_cache_interface", "FullAttentionSpec")
+
+    # --- start-up: the model's config and the registry -----------------------------------------
+
+    def arch_config(self, model: ModelSpec):
+        """The model's config as vLLM reads it: its loader (``get_config``) on the config.json, and
+        the architecture convertor ``ModelConfig.get_model_arch_config`` picks for its model type
+        (read once per model; a config vLLM cannot read is ``VllmFails``)."""
+        if model.name not in self._arch_configs:
+            try:
+                self._arch_configs[model.name] = self._read_arch_config(model)
+            except VllmFails as exc:
+                self._arch_configs[model.name] = exc
+        found = self._arch_configs[model.name]
+        if isinstance(found, VllmFails):
+            raise found
+        return found
+
+    def _read_arch_config(self, model: ModelSpec):
+        import json
+        import tempfile
+        from pathlib import Path
+
+        _symbol("vllm.config.model", "ModelConfig")      # the convertor module imports from it
+        get_config = _symbol("vllm.transformers_utils.config", "get_config")
+        text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
+        module = "vllm.transformers_utils.model_arch_config_convertor"
+        convertors = _symbol(module, "MODEL_ARCH_CONFIG_CONVERTORS")
+        base = _symbol(module, "ModelArchConfigConvertorBase")
+        if not model.hf_config:
+            raise VllmFails("no config.json to read (the model was not given as a Hugging Face config)")
+        with tempfile.TemporaryDirectory(prefix="mambaxfer-config-") as folder:
+            (Path(folder) / "config.json").write_text(json.dumps(dict(model.hf_config)))
+            with calling("get_config"), answering():
+                hf = get_config(folder, trust_remote_code=False)
+            with calling("ModelConfig.get_model_arch_config"), answering():    # may read the folder again
+                convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
+                return convertor.convert(supports_multimodal=False)
+
+    def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
+        """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` (no pipeline, expert or decode
+        context parallelism) on the model's config as vLLM reads it: None where it passes, else
+        vLLM's message."""
+        verify = _symbol("vllm.config.model", "ModelConfig").verify_with_parallel_config
+        config = StandIn("model_config", model_arch_config=self.arch_config(model), multimodal_config=None,
+                         use_mla=False)
+        parallel = StandIn("parallel_config", enable_hc_sp=False, tensor_parallel_size=tp,
+                           enable_expert_parallel=False, pipeline_parallel_size=1, decode_context_parallel_size=1,
+                           world_size_across_dp=tp)
+        with calling("ModelConfig.verify_with_parallel_config"):
+            try:
+                verify(config, parallel)
+            except ValueError as exc:
+                return str(exc)
+        return None
+
+    def registry_outcome(self, archs: tuple[str, ...]) -> str:
+        """What the installed registry makes of these architectures: "served", the first sentence of
+        ``_raise_for_unsupported``'s error for one it removed, or "not served"."""
+        registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
+        with calling("ModelRegistry"):
+            if any(arch in registry.get_supported_archs() for arch in archs):
+                return "served"
+            try:
+                registry._raise_for_unsupported(list(archs))
+            except ValueError as exc:
+                text = str(exc)
+                return text.split(". ")[0] if "was supported in vLLM until" in text else "not served"
+        return "served"
 
     # --- shapes and the conv split ------------------------------------------------------------
 
