@@ -6,8 +6,9 @@ stand-in) in this process, to show that conformance notices. Run by vLLM's inter
 Alterations: ``as-installed``; ``remote_conv_offsets`` (vLLM reads one conv row further into P's
 page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local IDs off by one);
 ``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE); ``heads`` (vLLM's architecture
-convertor reads three times the attention heads); ``registry`` (vLLM's registry removed Jamba in 0.1.0). Prints one JSON object: each
-run's exit code and document, by name. One process runs them all: vLLM is imported once.
+convertor reads three times the attention heads); ``registry`` (vLLM's registry removed Jamba in
+0.1.0). Prints one JSON object: each run's exit code and document, by name. One process runs them
+all: vLLM is imported once.
 """
 
 from __future__ import annotations
