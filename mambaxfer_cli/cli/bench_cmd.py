@@ -53,7 +53,7 @@ def bench(
     byte verified.
 
     With --engine sglang: SGLang's WRITE of one slot per entry, as planned and as one descriptor per
-    P -> D pair.
+    P -> D pair. With --engine vllm,sglang: both engines in one run, side by side.
 
     Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal
     error; 130: interrupted (every rank is stopped).
@@ -63,6 +63,8 @@ def bench(
     mambaxfer bench --model jamba --p-tp 1 --d-tp 4 --request-blocks 1,4,16,64
 
     mambaxfer bench --model qwen3-next-80b --p-tp 2 --d-tp 1 --format json --chart bench.png
+
+    mambaxfer bench --engine vllm,sglang --model nemotron-h-8b --p-tp 1 --d-tp 2
     """
     named = [name.strip().lower() for name in engines.engine.split(",")]
     if named == ["sglang"]:
