@@ -52,6 +52,7 @@ class ModelSpec:
     revision: str | None = None      # the Hugging Face cache snapshot the config was read from
     checkpoint_dtype: str = ""       # the config's own dtype where the engine runs another ("": the same)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
+    mla: bool = False                # MLA: one latent vector per token (head_size), every rank whole
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -88,7 +89,8 @@ class ModelSpec:
             "ssm_dtype": self.ssm_dtype,
             "params": dict(self.params),
             "attention": ({"num_kv_heads": self.num_kv_heads, "head_size": self.head_size,
-                           "dtype": self.model_dtype} if self.has_attention else None),
+                           "dtype": self.model_dtype, **({"mla": True} if self.mla else {})}
+                          if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
             "origin": dict(self.origin),
         }

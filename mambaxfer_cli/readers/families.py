@@ -26,6 +26,8 @@ class Family:
     ssm_dtype_keys: tuple[str, ...] = ()
     ssm_dtype_default: str | None = None  # None: the conv dtype
     head_size_keys: tuple[str, ...] = ("head_dim",)  # attention head size; else hidden_size / heads
+    mla: bool = False                 # its attention is MLA: one latent "head", replicated across TP
+    ssm_dtype_fixed: bool = False     # vLLM keeps the SSM state in ssm_dtype_default whatever the flags
 
 
 MAMBA1_HF = {
@@ -85,6 +87,14 @@ FAMILIES: tuple[Family, ...] = (
             "head_k_dim": (("linear_key_head_dim",),),
             "head_v_dim": (("linear_value_head_dim",),)},
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
+    # KDA + MLA (vLLM's KimiLinearForCausalLM, vllm/models/kimi_k3): linear_attn_config's 1-based
+    # kda_layers are KDA, the rest MLA (KimiLinearConfig.is_kda_layer); kda_state_dtype keeps the
+    # SSM state in float32 unless --mamba-ssm-cache-dtype says bfloat16.
+    Family("Kimi-Linear", ("kimi_linear",), Variant("kda"),
+           {"num_heads": (("linear_attn_config.num_heads",),),
+            "head_dim": (("linear_attn_config.head_dim",),)},
+           conv_kernel=(("linear_attn_config.short_conv_kernel_size",),), layers="kda",
+           ssm_dtype_default="float32", mla=True),
 )
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every
@@ -103,7 +113,6 @@ SIGNATURE_KEYS: tuple[tuple[Variant, tuple[str, ...]], ...] = tuple(
 UNSUPPORTED: Mapping[str, str] = {
     "lfm2": "short-conv (LFM2)",
     "lfm2_moe": "short-conv (LFM2-MoE)",
-    "kimi_linear": "KDA linear attention (Kimi-Linear)",
     "minimax": "lightning attention (MiniMax)",
     "minimax_m1": "lightning attention (MiniMax-M1)",
     "rwkv": "RWKV",
