@@ -145,6 +145,7 @@ class EngineFlags:
     gdn_prefill_backend: str | None = None    # None: vLLM's choice for the GPU
     num_blocks: int = DEFAULT_NUM_BLOCKS
     blocks_per_logical: int | None = None     # expert override: not what vLLM builds
+    dcp_size: int = 1                         # --decode-context-parallel-size
     release: Release = NEWEST
     gpu: Gpu = DEFAULT_GPU
 
@@ -184,6 +185,7 @@ class Geometry:
     gpu: str = DEFAULT_GPU.name
     gdn_prefill_backend: str | None = None   # the GDN prefill kernel (GDN models)
     checkpoint_alignment: int = 1        # tokens the blocks align to for prefill checkpoints
+    split_by_remote: int = 1             # >1: the pulling engine views each kernel block as this many
 
     @property
     def logical_blocks(self) -> int:
