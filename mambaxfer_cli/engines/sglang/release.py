@@ -95,6 +95,8 @@ _FAMILIES = {
                                        note="configs/qwen3_next.py (Qwen3.5 inherits it)"),
     "Jamba": FamilyRule(False, note="SGLang 0.5.23 has no Jamba model file"),
     "Zamba2": FamilyRule(False, note="SGLang 0.5.23 has no Zamba2 model file"),
+    "Kimi-Linear": FamilyRule(False, note="SGLang 0.5.23 serves Kimi-Linear (models/kimi_linear.py), but "
+                                          "mambaxfer does not model its KDA and MLA transfer yet"),
 }
 
 SGLANG_0_5_23 = Release(
