@@ -172,3 +172,17 @@ def test_cli_plan_check_and_errors():
     assert fixed.code == 0, fixed.stdout + fixed.stderr
     assert_user_error(run_cli("plan", "--model", "kimi-linear-48b", "--p-tp", "1", "--d-tp", "2",
                               "--attention-backend", "FLASH_ATTN"), "does not run an MLA model")
+
+
+def test_preflight_reads_dcp_and_names_the_mla_backend(tmp_path):
+    kv = "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+    lines = {}
+    for side, extra in (("p", "-tp 1"), ("d", "-tp 2 -dcp 2")):
+        lines[side] = tmp_path / f"{side}.sh"
+        lines[side].write_text(f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve kimi-linear-48b {extra} "
+                               f"--no-enable-prefix-caching {kv}\n")
+    result = run_cli("preflight", "--prefill-file", str(lines["p"]), "--decode-file", str(lines["d"]))
+    assert result.code == 1
+    words = " ".join(result.stdout.split())
+    assert "require matching DCP sizes, got local=2, remote=1" in words
+    assert "FLASH_ATTN_MLA" in words
