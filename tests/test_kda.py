@@ -58,7 +58,7 @@ def test_state_is_kda_state_shape(tp, spec):
 
 def test_ssm_dtype_is_kda_state_dtype():
     assert kimi().ssm_dtype == "float32"
-    assert kimi(ssm_dtype="bfloat16").ssm_dtype == "bfloat16"
+    assert kimi(ssm_dtype="float32").sizing_ssm_dtype == ""
     with pytest.raises(UserError, match="KDA recurrent state supports only auto, float32, and bfloat16"):
         kimi(ssm_dtype="float16")
 
@@ -186,3 +186,17 @@ def test_preflight_reads_dcp_and_names_the_mla_backend(tmp_path):
     words = " ".join(result.stdout.split())
     assert "require matching DCP sizes, got local=2, remote=1" in words
     assert "FLASH_ATTN_MLA" in words
+
+
+def test_kda_layers_keep_float32_and_the_flag_only_sizes_the_blocks():
+    # KimiGatedDeltaNetAttention.get_state_dtype passes no --mamba-ssm-cache-dtype: the layers keep
+    # float32; KimiLinearForCausalLM.get_mamba_state_dtype_from_config passes it: the blocks are sized
+    # for a bfloat16 state, too small a page unless --block-size makes it large enough.
+    model = kimi(ssm_dtype="bfloat16")
+    assert (model.ssm_dtype, model.sizing_ssm_dtype) == ("float32", "bfloat16")
+    grouping = vllm_grouping(model.layers)
+    with pytest.raises(UserError, match="asserts page_size_padded >= page_size"):
+        engine_layout(model, 2, EngineFlags(), grouping)
+    big = engine_layout(model, 2, EngineFlags(block_size=1920), grouping)
+    assert big.geometry.state_bytes == rank_layout(kimi(), 2, 0).state_bytes
+    assert big.geometry.page_bytes == 1920 * LATENT * 2

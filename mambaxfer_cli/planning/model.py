@@ -53,6 +53,7 @@ class ModelSpec:
     checkpoint_dtype: str = ""       # the config's own dtype where the engine runs another ("": the same)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
     mla: bool = False                # MLA: one latent vector per token (head_size), every rank whole
+    sizing_ssm_dtype: str = ""       # the SSM dtype vLLM sizes the blocks for, where not ssm_dtype (KDA)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))

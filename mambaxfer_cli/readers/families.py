@@ -27,7 +27,8 @@ class Family:
     ssm_dtype_default: str | None = None  # None: the conv dtype
     head_size_keys: tuple[str, ...] = ("head_dim",)  # attention head size; else hidden_size / heads
     mla: bool = False                 # its attention is MLA: one latent "head", replicated across TP
-    ssm_dtype_fixed: bool = False     # vLLM keeps the SSM state in ssm_dtype_default whatever the flags
+    ssm_dtype_fixed: str = ""         # "always": the SSM state is ssm_dtype_default whatever the flags;
+                                      # "layer": the same, but --mamba-ssm-cache-dtype sizes the blocks
 
 
 MAMBA1_HF = {
@@ -94,7 +95,7 @@ FAMILIES: tuple[Family, ...] = (
            {"num_heads": (("linear_attn_config.num_heads",),),
             "head_dim": (("linear_attn_config.head_dim",),)},
            conv_kernel=(("linear_attn_config.short_conv_kernel_size",),), layers="kda",
-           ssm_dtype_default="float32", mla=True),
+           ssm_dtype_default="float32", ssm_dtype_fixed="layer", mla=True),
 )
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every

@@ -248,16 +248,24 @@ def spec_from_config(
         notes["config_mamba_ssm_dtype"] = found[0]     # what an engine that reads it finds
         ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
         found = None
+    sizing = ""
     if ssm_dtype and family.ssm_dtype_fixed:
-        ssm_origin = (f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
-                      f"whatever the flags ({given_by['ssm_dtype']} {canonical_dtype(ssm_dtype)} not read)")
-        ssm, ssm_dtype = str(family.ssm_dtype_default), None
+        given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
+        if family.ssm_dtype_fixed == "layer" and given not in ("float32", "bfloat16"):
+            raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports only "
+                            f"auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
+        if family.ssm_dtype_fixed == "layer" and given != ssm:
+            sizing = given
+            ssm_origin = (f"{family.label}'s KDA layers keep their SSM state in {ssm} whatever the flags "
+                          f"(KimiGatedDeltaNetAttention.get_state_dtype); vLLM sizes its blocks for a {given} state "
+                          f"({given_by['ssm_dtype']}, get_mamba_state_dtype_from_config)")
+        else:
+            ssm_origin = (f"{family.label} default: vLLM keeps this family's SSM state in {ssm} whatever the "
+                          f"flags ({given_by['ssm_dtype']} {given} not read)")
+        ssm_dtype = None
     elif ssm_dtype:
         ssm, ssm_origin = canonical_dtype(ssm_dtype), given_by["ssm_dtype"]
-        if family.variant == "kda" and ssm not in ("float32", "bfloat16"):
-            raise UserError(f"{given_by['ssm_dtype']} {ssm}: vLLM refuses it for KDA layers: \"KDA recurrent state "
-                            f"supports only auto, float32, and bfloat16; got {ssm}\" (kda_state_dtype)")
-    elif ssm_dtype is None and family.ssm_dtype_fixed:
+    elif family.ssm_dtype_fixed:
         ssm, ssm_origin = str(family.ssm_dtype_default), (
             f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
             f"whatever the flags")
@@ -293,6 +301,7 @@ def spec_from_config(
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
+        sizing_ssm_dtype=sizing,
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)

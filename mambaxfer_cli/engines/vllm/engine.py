@@ -6,9 +6,10 @@ KV-cache tensors: reads, descriptor lists, the simulator and execute all consume
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
 from mambaxfer_cli.engines.vllm.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
@@ -133,7 +134,18 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     q_heads = model.num_q_heads // tp if model.num_q_heads else None
     kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
                             q_heads, len(heads[0]) if heads[0] is not None else None, mla=model.mla)
-    geometry = derive(ranks[0].state_bytes, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
+    state = ranks[0].state_bytes
+    sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
+        if model.sizing_ssm_dtype else state
+    geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
+    if sized != state:      # startup: the page vLLM sized is the layers' page only if it holds their state
+        if geometry.page_bytes < state:
+            raise UserError(
+                f"vLLM does not start a TP-{tp} engine of {model.name}: it sizes its blocks for a "
+                f"{model.sizing_ssm_dtype} SSM state (--mamba-ssm-cache-dtype), a {geometry.page_bytes}-byte page, "
+                f"but its KDA layers keep the state in {model.ssm_dtype} (KimiGatedDeltaNetAttention."
+                f"get_state_dtype), {state} bytes: MambaSpec.page_size_bytes asserts page_size_padded >= page_size")
+        geometry = replace(geometry, state_bytes=state)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))
     return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,

@@ -259,10 +259,9 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
     grouping = options.grouping or vllm_grouping(model.layers)
     p_model = _prefill_model(model, options.prefill_model)
+    prefill = engine_layout(p_model, p_tp, options.prefill, grouping, options.attention_streams)
     decode = engine_layout(model, d_tp, options.decode, grouping, options.attention_streams)
-    # startup: D views P's kernel blocks as vLLM's handshake splits them (hybrid MLA pulls)
-    prefill = split_remote_blocks(engine_layout(p_model, p_tp, options.prefill, grouping, options.attention_streams),
-                                  decode)
+    prefill = split_remote_blocks(prefill, decode)   # D views P's blocks as vLLM's handshake splits them
 
     def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
         streams = options.attention_streams
