@@ -200,3 +200,39 @@ def test_kda_layers_keep_float32_and_the_flag_only_sizes_the_blocks():
     big = engine_layout(model, 2, EngineFlags(block_size=1920), grouping)
     assert big.geometry.state_bytes == rank_layout(kimi(), 2, 0).state_bytes
     assert big.geometry.page_bytes == 1920 * LATENT * 2
+
+
+# Stand-ins with the keys vLLM's classes read (no released configs here): Bailing-V3 and AliceAI.
+BAILING = {"architectures": ["BailingMoeV3ForCausalLM"], "model_type": "bailing_hybrid", "torch_dtype": "bfloat16",
+           "num_hidden_layers": 10, "layer_group_size": 4, "num_attention_heads": 16, "head_dim": 128,
+           "short_conv_kernel_size": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128}
+ALICE = {"architectures": ["AliceAIForCausalLM"], "model_type": "alice_ai", "torch_dtype": "bfloat16",
+         "num_hidden_layers": 4, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+         "linear_num_key_heads": 32, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+         "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_attention_heads": 16,
+         "num_key_value_heads": 2, "head_dim": 256}
+
+
+def test_bailing_v3_layers_and_latent():
+    model = spec_from_config(BAILING, name="bailing", source="stand-in", ssm_dtype="bfloat16")
+    # _is_kda_layer: every 4th layer and the tail past the last whole group (8, 9) are MLA.
+    assert [i for i, kind in enumerate(model.layers) if kind == "attention"] == [3, 7, 8, 9]
+    assert (model.family, model.params) == ("Bailing-V3", {"num_heads": 16, "head_dim": 128})
+    assert (model.mla, model.head_size, model.ssm_dtype, model.sizing_ssm_dtype) == (True, LATENT, "float32", "")
+
+
+def test_alice_ai_is_float32_whatever_the_flags_with_head_sharded_attention():
+    model = spec_from_config(ALICE, name="alice", source="stand-in", ssm_dtype="bfloat16")
+    assert (model.family, model.variant, model.ssm_dtype, model.sizing_ssm_dtype) == ("AliceAI", "kda", "float32", "")
+    assert "not read" in model.origin["ssm_dtype"]
+    assert (model.mla, model.num_kv_heads, model.head_size) == (False, 2, 256)
+    result = check_pairing(model, Pairing(1, 2), check_options(request_blocks=2))
+    assert result.verdict in ("pass", "refused"), result.explanation()
+    assert result.exact_verdict in ("pass", None) and result.simulation.ok
+
+
+def test_kimi_k3_is_refused_as_not_modelled():
+    config = {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3",
+              "text_config": json.loads(HF.read_text())}
+    with pytest.raises(UserError, match="does not model Kimi-K3's"):
+        spec_from_config(config, name="k3", source="stand-in")

@@ -96,7 +96,27 @@ FAMILIES: tuple[Family, ...] = (
             "head_dim": (("linear_attn_config.head_dim",),)},
            conv_kernel=(("linear_attn_config.short_conv_kernel_size",),), layers="kda",
            ssm_dtype_default="float32", ssm_dtype_fixed="layer", mla=True),
+    # KDA + MLA (vLLM's BailingMoeV3ForCausalLM, bailing_moe_v3.py): KDA heads are the attention
+    # heads; every layer_group_size-th layer and the tail are MLA (_is_kda_layer); the state dtype
+    # takes no --mamba-ssm-cache-dtype, in the layer or the class: float32.
+    Family("Bailing-V3", ("bailing_hybrid",), Variant("kda"),
+           {"num_heads": (("num_attention_heads",),), "head_dim": (("head_dim",),)},
+           conv_kernel=(("short_conv_kernel_size",),), layers="bailing_kda",
+           ssm_dtype_default="float32", ssm_dtype_fixed="always", mla=True),
+    # KDA + gated full attention (vLLM's AliceAIForCausalLM, alice_ai.py): layer_types name each
+    # layer; the KDA layers are KimiGatedDeltaNetAttention, float32 whatever the flags.
+    Family("AliceAI", ("alice_ai",), Variant("kda"),
+           {"num_heads": (("linear_num_key_heads",),), "head_dim": (("linear_key_head_dim",),)},
+           conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_default="float32", ssm_dtype_fixed="always"),
 )
+
+# Architectures vLLM serves with KDA layers whose transfer mambaxfer does not model yet, and why.
+NOT_MODELLED: Mapping[str, str] = {
+    "KimiK3ForConditionalGeneration": "Kimi-K3's full-rank KDA layers, sparse-attention (DSA) indexer caches and "
+                                      "packed hybrid blocks (get_packed_hybrid_block_size)",
+    "KimiK31ForConditionalGeneration": "Kimi-K3.1's full-rank KDA layers, sparse-attention (DSA) indexer caches "
+                                       "and packed hybrid blocks (get_packed_hybrid_block_size)",
+}
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every
 # name any family uses, most specific first (each variant's module lists them).

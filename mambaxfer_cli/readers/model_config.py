@@ -9,7 +9,7 @@ from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names, removed_refusal
 from mambaxfer_cli.readers.families import (
-    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
+    GENERIC, MAMBA_SSM_DTYPE_READERS, NOT_MODELLED, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
     supported_summary,
 )
 from mambaxfer_cli.limits import (
@@ -86,6 +86,8 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
     config = {k: v for k, v in config.items() if v is not None}
     if family.layers == "kda":
         return _kda_layers(config, n_layers, where)
+    if family.layers == "bailing_kda":
+        return _bailing_layers(config, n_layers, where)
     if family.layers == "all_ssm" or family.layers == "parallel":
         if n_layers is None:
             raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
@@ -146,6 +148,18 @@ def _kda_layers(config: Mapping[str, Any], n_layers: int | None, where: str) -> 
         raise UserError(f"{where}: missing key linear_attn_config.kda_layers (the 1-based KDA layers)")
     kda = set(_list_key(config, key, int, where))
     return tuple(SSM if i + 1 in kda else ATTENTION for i in range(n_layers))
+
+
+def _bailing_layers(config: Mapping[str, Any], n_layers: int | None, where: str) -> tuple[str, ...]:
+    """Bailing-V3's ``_is_kda_layer``: MLA where ``(i + 1) % layer_group_size == 0`` and on the
+    layers past the last whole group; KDA elsewhere."""
+    if n_layers is None:
+        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
+    if "layer_group_size" not in config:
+        raise UserError(f"{where}: missing key layer_group_size (every group's last layer is MLA)")
+    group = _int_key(config, "layer_group_size", 1, where)
+    tail = n_layers // group * group
+    return tuple(ATTENTION if (i + 1) % group == 0 or i >= tail else SSM for i in range(n_layers))
 
 
 def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
@@ -216,6 +230,9 @@ def spec_from_config(
     if removed:
         raise UserError(f"{where}: {removed}")
     archs = architecture_names(config)
+    unmodelled = next((NOT_MODELLED[a] for a in archs if a in NOT_MODELLED), None)
+    if unmodelled:
+        raise UserError(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not model {unmodelled} yet")
     refused = connector_refusal(archs) if variant is None else None
     if refused:
         raise UserError(f"{where}: {refused}")
