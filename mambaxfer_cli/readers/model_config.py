@@ -269,8 +269,8 @@ def spec_from_config(
     if ssm_dtype and family.ssm_dtype_fixed:
         given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
         if family.ssm_dtype_fixed == "layer" and given not in ("float32", "bfloat16"):
-            raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports only "
-                            f"auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
+            raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
+                            f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
         if family.ssm_dtype_fixed == "layer" and given != ssm:
             sizing = given
             ssm_origin = (f"{family.label}'s KDA layers keep their SSM state in {ssm} whatever the flags "

@@ -9,12 +9,12 @@ equal key and value heads; the SSM state is float32 unless ``--mamba-ssm-cache-d
 bfloat16 (``kda_state_dtype``).
 """
 
-from mambaxfer_cli.planning.variants import RegionShape, VariantRules, param
+from mambaxfer_cli.planning.variants import Params, RegionShape, VariantRules, param
 
 _H = param("num_heads")
 
 
-def _channels(p):
+def _channels(p: Params) -> int:
     return p["num_heads"] * p["head_dim"]
 
 
