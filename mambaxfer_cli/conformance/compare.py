@@ -88,19 +88,25 @@ class Comparison:
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
         sizes = self.ours.tp_sizes(model, max_tp)
+        engines = not model.mla     # the geometry's MLA backends and MLA handshake: not stood in for yet
+        if model.mla:
+            self.skip((BLOCK, KERNEL, GDN_ALIGNMENT, HANDSHAKE, DESC_IDS, HASH),
+                      f"{name}: MLA attention (its backends, _split_remote_blocks, the hybrid MLA checks) is "
+                      f"not stood in for yet; its state, conv split, SSM reads and sources are compared")
         for tp in sizes:
             self.conv_split(name, model, tp)
-            for flags in FLAG_VARIANTS:
+            for flags in FLAG_VARIANTS if engines else ():
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
             self.reads(name, model, p_tp, d_tp)
-            for flags in FLAG_VARIANTS:
+            for flags in FLAG_VARIANTS if engines else ():
                 for push in (False, True):
                     self.handshake(name, model, p_tp, d_tp, flags, push)
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
-        self.compatibility_hash(name, model)
+        if engines:
+            self.compatibility_hash(name, model)
 
     # --- conv split --------------------------------------------------------------------------------
 
