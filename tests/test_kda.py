@@ -236,3 +236,19 @@ def test_kimi_k3_is_refused_as_not_modelled():
               "text_config": json.loads(HF.read_text())}
     with pytest.raises(UserError, match="does not model Kimi-K3's"):
         spec_from_config(config, name="k3", source="stand-in")
+
+
+@pytest.mark.parametrize("p_tp, d_tp, semantics", [(1, 2, "exact"), (2, 1, "vllm")])
+def test_execute_moves_every_byte_over_nixl(nixl, p_tp, d_tp, semantics):
+    from rank_processes import assert_no_rank_left, new_tag
+
+    env = new_tag()
+    result = run_cli("execute", "--model", "kimi-linear-48b", "--p-tp", str(p_tp), "--d-tp", str(d_tp),
+                     "--device", "cpu", "--format", "json", "--timeout", "120", "--iters", "1", "--semantics",
+                     semantics, "--no-enable-prefix-caching", "--layers", "8", env=env, timeout=300)
+    assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    doc = json.loads(result.stdout)
+    assert doc["verified"] and len(doc["decode"]) == d_tp
+    for d in doc["decode"]:
+        assert d["verdict"]["ok"] and d["verdict"]["wrong_bytes"] == 0 and d["verdict"]["checked_bytes"] > 0
+    assert_no_rank_left(env)
