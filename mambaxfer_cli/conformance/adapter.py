@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 
 from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
@@ -107,7 +107,10 @@ class Ours:
     def engine(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int = D_NUM_BLOCKS) -> OurEngine:
         key = (model.name, tp, flags, num_blocks)
         if key not in self._engines:
-            layout = engine_layout(model, tp, self.engine_flags(flags, num_blocks), self.grouping(model))
+            engine_flags = self.engine_flags(flags, num_blocks)
+            if model.mla:       # an MLA model runs vLLM's MLA backend for the GPU
+                engine_flags = replace(engine_flags, attention_backend=None)
+            layout = engine_layout(model, tp, engine_flags, self.grouping(model))
             g = layout.geometry
             self._engines[key] = OurEngine(layout, Geometry(
                 g.block_size, g.kernel_block_size, g.blocks_per_logical, g.page_bytes, g.num_blocks,

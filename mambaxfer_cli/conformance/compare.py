@@ -57,6 +57,7 @@ class Comparison:
         self.vllm = vllm
         self.ours = ours
         self.results = {f.name: FunctionResult(f) for f in FUNCTIONS}
+        self.notes: list[str] = []
         self._ids: dict = {}
         self._verdicts: dict = {}
 
@@ -95,19 +96,25 @@ class Comparison:
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
         sizes = self.ours.tp_sizes(model, max_tp)
+        engines = not model.mla     # the geometry's MLA backends and MLA handshake: not stood in for yet
+        if model.mla:
+            self.notes.append(f"{name}: MLA attention is not stood in for yet (its backends, "
+                              f"_split_remote_blocks, the hybrid MLA checks): only its state, conv split, SSM "
+                              f"reads and sources are compared")
         for tp in sizes:
             self.conv_split(name, model, tp)
-            for flags in FLAG_VARIANTS:
+            for flags in FLAG_VARIANTS if engines else ():
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
             self.reads(name, model, p_tp, d_tp)
-            for flags in FLAG_VARIANTS:
+            for flags in FLAG_VARIANTS if engines else ():
                 for push in (False, True):
                     self.handshake(name, model, p_tp, d_tp, flags, push)
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
-        self.compatibility_hash(name, model)
+        if engines:
+            self.compatibility_hash(name, model)
 
     # --- start-up: the registry and the parallel config -------------------------------------------
 
@@ -410,5 +417,7 @@ def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, star
         start(sum(len(pairings(ours.tp_sizes(model, max_tp))) for _, model in models))
     for name, model in models:
         comparison.model(name, model, max_tp, done)
-    return Report(vllm.version, ours.release, ours.gpu, [name for name, _ in models], max_tp,
-                  [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)
+    report = Report(vllm.version, ours.release, ours.gpu, [name for name, _ in models], max_tp,
+                    [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)
+    report.notes.extend(comparison.notes)
+    return report

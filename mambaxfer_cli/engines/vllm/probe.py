@@ -189,7 +189,7 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "pcp_size": 1,
         "dcp_size": 1,
         "device_id": 0,
-        "use_mla": False,
+        "use_mla": engine.model.mla,
         "use_host_buffer": False,
         "block_size": g.kernel_block_size,
         "num_blocks": g.num_blocks,
@@ -213,7 +213,8 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "_is_hma_required": True,
         "_layer_specs": engine.layer_specs,
         "_regions_by_layer": {name: [r] for r, names in enumerate(engine.regions) for name in names},
-        "_region_is_mla": [False] * regions,
+        "_region_is_mla": [engine.model.mla and any(not isinstance(engine.layer_specs[n], engine.vllm.mamba_spec_class)
+                                                    for n in names) for names in engine.regions],
         "num_regions": regions,
         "block_len_per_layer": [kernel_bytes] * regions,
         "block_stride_per_layer": [kernel_bytes] * regions,
@@ -278,7 +279,7 @@ class EngineState:
         topology_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology")
         with calling("TransferTopology"):
             return _construct(topology_class, tp_rank=rank, tp_size=self.tp, block_size=self.geometry.kernel_block_size,
-                              engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=False,
+                              engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=self.model.mla,
                               is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
 
     def worker(self, rank: int, worker_class=None):
@@ -453,12 +454,27 @@ class Installed:
             if model.variant == "mamba2":
                 return calculator.mamba2_state_shape(tp, p["intermediate_size"], p["n_groups"], p["num_heads"],
                                                      p["head_dim"], p["d_state"], model.conv_kernel, model.num_spec)
+            if model.variant == "kda":
+                return calculator.kda_state_shape(tp, p["num_heads"], p["head_dim"],
+                                                  conv_kernel_size=model.conv_kernel, num_spec=model.num_spec)
             return calculator.gated_delta_net_state_shape(tp, p["num_k_heads"], p["num_v_heads"], p["head_k_dim"],
                                                           p["head_v_dim"], model.conv_kernel, model.num_spec)
 
+    def state_dtypes(self, model: ModelSpec) -> tuple:
+        """The state's dtypes: KDA layers' as ``kda_state_dtype`` gives them to the layer
+        (``KimiGatedDeltaNetAttention.get_state_dtype``: no SSM cache dtype passed); mambaxfer's
+        for the other variants."""
+        if model.variant != "kda":
+            return self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)
+        calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
+        cache = "auto" if model.conv_dtype == model.model_dtype else model.conv_dtype
+        with calling("MambaStateDtypeCalculator.kda_state_dtype"), answering():
+            return tuple(calculator.kda_state_dtype(self.dtype(model.model_dtype), cache))
+
     def mamba_type(self, model: ModelSpec):
         enum = _symbol("vllm.v1.attention.backends.registry", "MambaAttentionBackendEnum")
-        return {"mamba1": enum.MAMBA1, "mamba2": enum.MAMBA2, "gdn": enum.GDN_ATTN}[model.variant]
+        return {"mamba1": enum.MAMBA1, "mamba2": enum.MAMBA2, "gdn": enum.GDN_ATTN,
+                "kda": enum.GDN_ATTN}[model.variant]   # KimiGatedDeltaNetAttention is a GDN layer
 
     def dtype(self, name: str):
         return getattr(self.torch, name)
@@ -466,11 +482,16 @@ class Installed:
     def mamba_spec(self, model: ModelSpec, tp: int, block_size: int = 16, page: int | None = None):
         with calling("MambaSpec"):
             return _construct(self.mamba_spec_class, block_size=block_size, shapes=self.state_shapes(model, tp),
-                              dtypes=(self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)),
+                              dtypes=self.state_dtypes(model),
                               mamba_type=self.mamba_type(model), page_size_padded=page)
 
     def attention_spec(self, model: ModelSpec, tp: int, block_size: int, kv_dtype: str | None = None):
         heads = max(1, (model.num_kv_heads or 1) // tp)
+        if model.mla:       # one latent vector per token, no V
+            mla_class = _symbol("vllm.v1.kv_cache_interface", "MLAAttentionSpec")
+            with calling("MLAAttentionSpec"):
+                return _construct(mla_class, block_size=block_size, num_kv_heads=1, head_size=model.head_size,
+                                  dtype=self.dtype(kv_dtype or model.model_dtype), cache_dtype_str="auto")
         with calling("FullAttentionSpec"):
             return _construct(self.attention_spec_class, block_size=block_size, num_kv_heads=heads,
                               head_size=model.head_size, dtype=self.dtype(kv_dtype or model.model_dtype))
@@ -799,7 +820,8 @@ class Installed:
 
     def _forward_context(self, model: ModelSpec, backend: str) -> dict:
         mixers = {"mamba1": ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
-                  "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
+                  "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2"),
+                  "kda": ("vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn", "KimiGatedDeltaNetAttention")}
         mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(*mixers[model.variant])
         attention_class = _symbol("vllm.model_executor.layers.attention.attention", "Attention")
         backend_class = self.backend_class(backend) if model.has_attention else None
