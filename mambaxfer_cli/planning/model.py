@@ -32,6 +32,28 @@ ATTENTION = "attention"
 
 
 @dataclass(frozen=True)
+class Qwen4ExpParts:
+    """What Qwen4Exp keeps beside its GDN and attention layers (vLLM's ``models/qwen4_exp``): the
+    PLE short-conv state of each PLE layer (a ``MambaSpec`` with ``tp_replicated``: every TP rank
+    holds all ``ple_channels``), and the QSA indexer's caches of each indexed-attention layer."""
+
+    ple_layers: tuple[int, ...]        # 0-based decoder layers with a PLE state (ple_layer_ids - 1)
+    ple_channels: int                  # hc_count * hidden_size
+    ple_state_len: int                 # (ple_conv_kernel_size - 1) * ngram_size
+    indexer_head_dim: int | None = None  # None: no QSA (indexer_n_heads absent)
+    compress_ratio: int | None = None  # indexer_compress_ratio
+
+    @property
+    def has_qsa(self) -> bool:
+        return self.indexer_head_dim is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ple_layers": list(self.ple_layers), "ple_channels": self.ple_channels,
+                "ple_state_len": self.ple_state_len, "indexer_head_dim": self.indexer_head_dim,
+                "compress_ratio": self.compress_ratio}
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Everything the planner needs from a model config, already validated."""
 
@@ -57,6 +79,7 @@ class ModelSpec:
     # The Hugging Face config as read (empty for a model given another way): what an engine's own
     # config reader is handed in conformance.
     hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    qwen4exp: Qwen4ExpParts | None = None  # Qwen4Exp's PLE state and QSA caches
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -97,5 +120,6 @@ class ModelSpec:
                            "dtype": self.model_dtype, **({"mla": True} if self.mla else {})}
                           if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
+            **({"qwen4exp": self.qwen4exp.to_dict()} if self.qwen4exp else {}),
             "origin": dict(self.origin),
         }

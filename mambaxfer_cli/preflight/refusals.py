@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
+from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
@@ -54,9 +55,10 @@ def startup_refusals(e: ServedEngine) -> list[Refusal]:
                                           f"3-read Mamba conv transfer requires DS conv state layout. Set "
                                           f"{CONV_LAYOUT_VAR}=DS"))
     return out + flag_startup_refusals(e)
-# Met before the layout checks, in the release's order (the head-sharded check comes after them).
-HANDSHAKE_FIRST = ("tp-sizes", "compat-hash", "region-layers", "push-block-sizes", "block-size", "prefix-caching",
-                   "host-buffer")
+# Met before the layout checks, in the release's order (the head-sharded check comes after them);
+# Qwen4Exp's CSA-linear TP check comes first of all (_nixl_handshake, before the hash).
+HANDSHAKE_FIRST = ("csa-linear-tp", "tp-sizes", "compat-hash", "region-layers", "push-block-sizes", "block-size",
+                   "prefix-caching", "host-buffer")
 
 
 def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
@@ -282,6 +284,9 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
                                   (engine_facts(p, plan), engine_facts(d, plan)), _host_buffer(local),
                                   enforces_hash(local))
+        if d.model.qwen4exp is not None:     # the CSA-linear and PLE checks of its connector
+            found = qwen4exp.with_refusals(found, d.model, plan.prefill, plan.decode, rebuild, p.model,
+                                           push=mode == PUSH)
         first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]
         refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in HANDSHAKE_FIRST]
         suggestion = found.suggested_block_size

@@ -365,6 +365,9 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     """Prove one plan byte by byte (the plan may come from anywhere, a mutated one included)."""
     start = time.perf_counter()
     sim = simulate(plan, patterns)
+    if plan.model.qwen4exp is not None:     # its PLE pages, beside the pages simulate proves
+        from mambaxfer_cli.proof import qwen4exp
+        sim = qwen4exp.merged(sim, qwen4exp.prove_ple(plan, plan_prefill_model(plan)))
     verdict = "pass" if sim.ok else "fail"
     if verdict == "pass" and plan.semantics == VLLM and not plan.verdict.accepts:
         verdict = "refused"     # what vLLM would do is refuse: the deployment does not work
@@ -376,6 +379,11 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
         descriptors=sim.pairs, bytes=sim.bytes_moved, simulation=sim,
         misreads=() if sim.ok else _segment_misreads(plan),
         warnings=tuple(w.code for w in plan.warnings), vllm=plan.verdict.to_dict())
+
+
+def plan_prefill_model(plan: Plan) -> ModelSpec:
+    """P's model of a plan (D's unless the plan was built with another)."""
+    return plan.prefill_model or plan.model
 
 
 def check_deployment(exact: Plan, vllm: Plan | None, patterns: Patterns | None = None,

@@ -108,6 +108,13 @@ FAMILIES: tuple[Family, ...] = (
     Family("AliceAI", ("alice_ai",), Variant("kda"),
            {"num_heads": (("linear_num_key_heads",),), "head_dim": (("linear_key_head_dim",),)},
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_default="float32", ssm_dtype_fixed="always"),
+    # GDN as Qwen3.5's, plus a TP-replicated PLE state and QSA indexer caches (readers/qwen4exp.py).
+    Family("Qwen4Exp", ("qwen4_exp", "qwen4_exp_text"), Variant("gdn"),
+           {"num_k_heads": (("linear_num_key_heads",),),
+            "num_v_heads": (("linear_num_value_heads",),),
+            "head_k_dim": (("linear_key_head_dim",),),
+            "head_v_dim": (("linear_value_head_dim",),)},
+           conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
 )
 
 # vLLM's served architectures whose language model is a family above (under ``text_config``) or a

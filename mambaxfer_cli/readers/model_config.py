@@ -19,6 +19,7 @@ from mambaxfer_cli.limits import (
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import served_anywhere
 from mambaxfer_cli.planning.variants import titles
+from mambaxfer_cli.readers import qwen4exp
 
 DEFAULT_DTYPE = "bfloat16"
 AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
@@ -114,6 +115,7 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
         key = "layers_block_type" if "layers_block_type" in config else "layer_types"
         kinds = {"mamba": (SSM,), "linear_attention": (SSM,), "attention": (ATTENTION,),
                  "full_attention": (ATTENTION,), "sliding_attention": (ATTENTION,),
+                 **{kind: (ATTENTION,) for kind in qwen4exp.INDEXED_KINDS},
                  "hybrid": (ATTENTION, SSM), "mlp": (), "moe": ()}
         out: list[str] = []
         entries = _list_key(config, key, str, where)
@@ -315,12 +317,16 @@ def spec_from_config(
         heads, size = _attention_heads(config, family, where, kv_heads, head_size)
         q_heads = _positive(config.get("num_attention_heads"))
         q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
+    parts = None
+    if family.label == qwen4exp.FAMILY:
+        linear = {i for i, kind in enumerate(layers) if kind == SSM}
+        parts = qwen4exp.qwen4exp_parts(config, len(layers), linear, where)
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
-        sizing_ssm_dtype=sizing, hf_config=as_read,
+        sizing_ssm_dtype=sizing, hf_config=as_read, qwen4exp=parts,
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)

@@ -99,6 +99,8 @@ _FAMILIES = {
                                           "mambaxfer does not model its KDA and MLA transfer yet"),
     "Bailing-V3": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
     "AliceAI": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
+    "Qwen4Exp": FamilyRule(False, note=("SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state "
+                                        "mambaxfer does not model for SGLang")),
 }
 
 SGLANG_0_5_23 = Release(

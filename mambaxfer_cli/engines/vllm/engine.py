@@ -135,6 +135,9 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
                             q_heads, len(heads[0]) if heads[0] is not None else None, mla=model.mla)
     state = ranks[0].state_bytes
+    if model.qwen4exp is not None:     # the largest of its mamba pages (GDN's, PLE's)
+        from mambaxfer_cli.engines.vllm.qwen4exp import mamba_page_bytes
+        state = mamba_page_bytes(model, state)
     sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
         if model.sizing_ssm_dtype else state
     geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)

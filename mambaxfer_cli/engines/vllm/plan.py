@@ -25,6 +25,7 @@ from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.engines.vllm.release import EngineFacts
+from mambaxfer_cli.engines.vllm import qwen4exp
 
 
 SCHEMA = "mambaxfer.plan/v1"
@@ -71,6 +72,7 @@ class Plan:
     grouping: KVGrouping
     verdict: Verdict = field(default=Verdict(()), compare=False)
     uncoalesced_reads: tuple[Read, ...] = field(default=(), compare=False)
+    prefill_model: ModelSpec | None = field(default=None, compare=False)   # P's, where it differs from D's
 
     @property
     def page_bytes(self) -> tuple[int, int]:
@@ -240,6 +242,49 @@ def _length_warning(prefill: EngineLayout, decode: EngineLayout, differs: list[s
         f"{why}, and D reads it into a {bad[0].local_bytes}-byte slice of its own ({bad[0]}; {len(bad)} "
         f"such pairs); NIXL refuses descriptors of unequal length (makeXferReq: length mismatch), so "
         f"every transfer fails"))]
+def _ple_fix(model: ModelSpec, p_model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions,
+             grouping: KVGrouping, prefill: EngineLayout, decode: EngineLayout) -> str:
+    def rebuild(p_block: int, d_block: int) -> tuple[EngineLayout, EngineLayout]:
+        streams = options.attention_streams
+        return (engine_layout(p_model, p_tp, with_block_size(options.prefill, p_block), grouping, streams),
+                engine_layout(model, d_tp, with_block_size(options.decode, d_block), grouping, streams))
+
+    found = qwen4exp.ple_fix(rebuild, model, prefill, decode, p_model)
+    if found is None:
+        return ""
+    return f"; --block-size {found[0]} on P and {found[1]} on D give both the same PLE page"
+
+
+def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+                    verdict: Verdict, releases: str) -> list[Warning_]:
+    """What this plan's reads leave out of Qwen4Exp: its PLE page and its QSA indexer caches; and a
+    PLE state that differs inside pages vLLM finds equal."""
+    q = model.qwen4exp
+    assert q is not None
+    out = []
+    p_state, d_state = qwen4exp.ple_state_bytes(p_model), qwen4exp.ple_state_bytes(model)
+    if q.ple_layers and verdict.accepts and p_state != d_state:
+        out.append(Warning_("vllm-ple-differs", (
+            f"P's PLE state is {p_state} bytes and D's {d_state} (speculative rows or dtype differ), but "
+            f"both pages are padded to {qwen4exp.ple_page_bytes(model, decode)} B, so {releases} accepts "
+            f"them and D reads P's page whole: its PLE conv state lands on the wrong rows")))
+    if q.ple_layers:
+        sources = {len(qwen4exp.ple_sources(prefill, decode, d)) for d in range(decode.tp)}
+        out.append(Warning_("qwen4exp-ple", (
+            f"PLE: {len(q.ple_layers)} TP-replicated page(s) of {qwen4exp.ple_state_bytes(model)} bytes of "
+            f"state (page {qwen4exp.ple_page_bytes(model, decode)} B on D, "
+            f"{qwen4exp.ple_page_bytes(model, prefill)} B on P); each D rank reads the whole page from "
+            f"each of its {max(sources)} source P rank(s), the same bytes from each; not in the reads "
+            f"above")))
+    if q.has_qsa:
+        out.append(Warning_("qwen4exp-qsa", (
+            f"QSA: each of the {model.attention_layers} indexed-attention layers also keeps a raw-key ring "
+            f"({qwen4exp.ring_tokens(model)} tokens, CircularBufferSpec, outside the transfer block size) "
+            f"and compressed keys (1 per {q.compress_ratio} tokens); vLLM packs every page of a block in "
+            f"one row (a block-outermost layout), which the reads above do not model")))
+    return out
+
+
 def engine_facts(model: ModelSpec, layout: EngineLayout) -> EngineFacts:
     """What vLLM's compatibility hash takes of one engine of a plan (pull, no speculation)."""
     return EngineFacts(model.name, model.model_dtype, model.num_kv_heads, model.head_size, len(model.layers),
@@ -270,6 +315,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
+    if model.qwen4exp is not None:
+        verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model)
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases
@@ -279,6 +326,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     if not verdict.accepts:
         fix = (f"; --block-size {verdict.suggested_block_size} on both engines makes vLLM accept it"
                if verdict.suggested_block_size else "")
+        if any(r.code == "ple-geometry" for r in verdict.refusals):
+            fix += _ple_fix(model, p_model, p_tp, d_tp, options, grouping, prefill, decode)
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
         warnings.append(Warning_("vllm-refuses", f"{releases} refuses P TP {p_tp} / D TP {d_tp}: "
                                  + " ".join(r.message for r in verdict.refusals).rstrip(".") + fix + tail))
@@ -300,6 +349,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     elif ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
         warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
                                      "vllm-differs", f"{releases} would read wrong bytes for this pairing")
+    if model.qwen4exp is not None:
+        warnings += _qwen4exp_notes(model, p_model, prefill, decode, verdict, releases)
     if verdict.accepts and verdict.needs_remote_num_tokens:
         warnings.append(Warning_("remote-num-tokens", (
             f"{releases} pairs P's and D's blocks from the request's last token here (kernel blocks "
@@ -324,4 +375,5 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors)
     descriptors = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
-                grouping, verdict, uncoalesced_reads=raw)
+                grouping, verdict, uncoalesced_reads=raw,
+                prefill_model=p_model if p_model is not model else None)

@@ -910,12 +910,47 @@ class Installed:
             def get_mamba_state_dtype_from_config(cls, vllm_config):
                 return dtypes
 
+        model_class: type = StandInModel
+        if model.qwen4exp is not None and model.qwen4exp.ple_layers:
+            model_class = self._qwen4exp_model(model, StandInModel)
+
         class Probe(platform):  # type: ignore[misc, valid-type]  # vLLM's platform class, found at run time
             @staticmethod
             def resolve_model_cls(*args, **kwargs):
-                return StandInModel, "stand-in"
+                return model_class, "stand-in"
 
         return Probe
+
+    def _qwen4exp_model(self, model: ModelSpec, gdn: type) -> type:
+        """Qwen4Exp's model class as ``_align_hybrid_block_size`` meets it: its
+        ``get_mamba_specs_from_config`` (the GDN spec, and the PLE spec of vLLM's own
+        ``Qwen4ExpForCausalLM.get_ple_mamba_state_shape_from_config`` / ``short_conv_state_dtype``,
+        ``tp_replicated``). The PLE shape is asked with equivalent keys: ``hidden_size`` the PLE
+        channels, ``hc_count`` 1, ``ngram_size`` 1 and ``ple_conv_kernel_size`` the state rows + 1."""
+        q = model.qwen4exp
+        assert q is not None
+        qwen4 = importlib.import_module("vllm.models.qwen4_exp.nvidia.model").Qwen4ExpForCausalLM
+        calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
+        probe = self
+        text = StandIn("hf_text_config", hidden_size=q.ple_channels, hc_count=1, ngram_size=1,
+                       ple_conv_kernel_size=q.ple_state_len + 1)
+
+        class StandInQwen4Exp(gdn):  # the GDN stand-in above
+            @classmethod
+            def get_mamba_specs_from_config(cls, vllm_config):
+                ple_config = StandIn("vllm_config", model_config=StandIn("model_config", hf_text_config=text),
+                                     speculative_config=None)
+                with calling("Qwen4ExpForCausalLM.get_ple_mamba_state_shape_from_config"):
+                    shapes = qwen4.get_ple_mamba_state_shape_from_config(ple_config)
+                with calling("MambaStateDtypeCalculator.short_conv_state_dtype"):
+                    dtypes = calculator.short_conv_state_dtype(probe.dtype(model.conv_dtype), "auto")
+                spec = probe.mamba_spec_class
+                with calling("MambaSpec"):
+                    return (_construct(spec, block_size=-1, shapes=gdn.get_mamba_state_shape_from_config(vllm_config),
+                                       dtypes=gdn.get_mamba_state_dtype_from_config(vllm_config)),
+                            _construct(spec, block_size=-1, shapes=shapes, dtypes=dtypes, tp_replicated=True))
+
+        return StandInQwen4Exp
 
     # --- the compatibility hash ---------------------------------------------------------------
 

@@ -1,0 +1,158 @@
+"""Qwen4Exp in vLLM (``models/qwen4_exp``) and its NIXL connector's CSA-linear path.
+
+Beside its GDN layers and its attention, Qwen4Exp keeps two kinds of cache vLLM's connector
+treats on their own:
+
+- the **PLE state** of each PLE layer: a short-conv ``MambaSpec`` with ``tp_replicated=True``
+  (``Qwen4ExpPLELayer.get_state_shape``: ``short_conv_state_shape(tp_world_size=1,
+  hc_count · hidden_size, (ple_conv_kernel_size − 1) · ngram_size + 1, num_spec)``, in the conv
+  dtype), padded like every mamba page to the attention page (``MambaBase.get_kv_cache_spec``:
+  ``page_size_padded``). The connector sends it as one whole page from each source P rank
+  (``_build_mamba_local`` / ``_build_mamba_remote``) and refuses a peer whose PLE page differs;
+- the **QSA indexer caches** of each indexed-attention layer: the raw-key ring
+  (``QSARawKeyCache``: a ``CircularBufferSpec`` of ``round_up(compress_ratio + num_spec,
+  compress_ratio)`` tokens, one block per request) and the compressed keys (``QSACompressedKeyCache``:
+  an ``MLAAttentionSpec``, one state per ``compress_ratio`` tokens). A ``CircularBufferSpec`` group
+  makes the worker "CSA-linear" (``NixlBaseConnectorWorker.__init__``), which is what lets it own a
+  PLE group at all; its block size stays out of the transfer block size (the LCM of the other
+  groups' block sizes).
+
+Each rule names the vLLM function it follows (docs/reference.md, "Qwen4Exp").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from dataclasses import replace
+
+from mambaxfer_cli.engines.vllm.engine import EngineLayout
+from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
+from mambaxfer_cli.engines.vllm.release import Refusal
+from mambaxfer_cli.planning.dtypes import dtype_bytes
+from mambaxfer_cli.planning.model import ModelSpec, Qwen4ExpParts
+
+
+def parts(model: ModelSpec) -> Qwen4ExpParts | None:
+    return model.qwen4exp
+
+
+def ple_state_bytes(model: ModelSpec) -> int:
+    """One PLE layer's state on any rank (``tp_world_size=1``): channels × (state_len + num_spec)
+    in the conv dtype (``short_conv_state_dtype``: the mamba cache dtype, else the model's). 0
+    without PLE layers."""
+    q = model.qwen4exp
+    if q is None or not q.ple_layers:
+        return 0
+    return q.ple_channels * (q.ple_state_len + model.num_spec) * dtype_bytes(model.conv_dtype)
+
+
+def mamba_page_bytes(model: ModelSpec, gdn_state: int) -> int:
+    """The mamba page ``_align_hybrid_block_size`` fits the attention block to: the largest of
+    ``get_mamba_specs_from_config``'s pages (GDN's per rank, PLE's whole)."""
+    return max(gdn_state, ple_state_bytes(model))
+
+
+def ple_page_bytes(model: ModelSpec, side: EngineLayout) -> int:
+    """The PLE page as the connector registers it (``_ple_block_len``): the spec's page, padded to
+    the attention page when vLLM pads mamba pages (``mamba_page_size_padded``, set unless the
+    attention page equals the mamba page already)."""
+    own = ple_state_bytes(model)
+    g = side.geometry
+    if g.attention_bytes_per_token is None or g.page_bytes <= g.state_bytes:
+        return own
+    return g.page_bytes
+
+
+def ring_tokens(model: ModelSpec) -> int | None:
+    """``QSARawKeyCache.get_kv_cache_spec``: the ring's capacity, the open group plus the
+    speculative rows, rounded up to whole groups."""
+    q = model.qwen4exp
+    if q is None or q.compress_ratio is None:
+        return None
+    ratio = q.compress_ratio
+    return math.ceil((ratio + model.num_spec) / ratio) * ratio
+
+
+def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+             p_model: ModelSpec | None = None, push: bool = False) -> tuple[Refusal, ...]:
+    """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (the
+    local engine is D when it pulls, P when P pushes); ``p_model``: P's model where its num_spec or
+    dtypes differ from D's."""
+    q = model.qwen4exp
+    if q is None:
+        return ()
+    out: list[Refusal] = []
+    if q.ple_layers and not q.has_qsa:
+        # register_kv_caches: a tp_replicated MambaSpec outside a CSA-linear worker.
+        out.append(Refusal("ple-without-qsa", (
+            "the NIXL connector registers a TP-replicated PLE state only beside a CircularBufferSpec "
+            "(QSA) group; without indexer_n_heads the decode worker stops at start-up"),
+            raised="AssertionError in register_kv_caches (assert self._is_csa_linear)"))
+        return tuple(out)
+    heads = model.num_kv_heads or 0
+    local, remote = (prefill, decode) if push else (decode, prefill)
+    if q.has_qsa and heads and (local.tp < heads) != (remote.tp < heads):
+        out.append(Refusal("csa-linear-tp", (
+            f"CSA-linear NIXL requires both endpoints on the same side of the KV-head sharding "
+            f"boundary ({heads} KV heads): got local TP {local.tp}, remote TP {remote.tp}.")))
+        return tuple(out)       # _nixl_handshake raises before any metadata is read
+    if q.ple_layers:
+        pages = {"D": ple_page_bytes(model, decode), "P": ple_page_bytes(p_model or model, prefill)}
+        here, there = (pages["P"], pages["D"]) if push else (pages["D"], pages["P"])
+        if here != there:
+            out.append(Refusal("ple-geometry", (
+                f"PLE pages require identical P/D geometry: local={here}, remote={there}.")))
+    return tuple(out)
+
+
+def ple_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> list[int]:
+    """The P ranks D rank ``d_rank`` reads the whole PLE page from (``compute_tp_mapping``'s SSM
+    source ranks: every P rank of its share when P has more ranks, else the one attention rank);
+    the page is replicated, so each of them sends the same bytes."""
+    if prefill.tp > decode.tp:
+        share = prefill.tp // decode.tp
+        return list(range(d_rank * share, (d_rank + 1) * share))
+    return [d_rank * prefill.tp // decode.tp]
+
+
+def ple_fix(rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]], model: ModelSpec,
+            prefill: EngineLayout, decode: EngineLayout, p_model: ModelSpec | None = None,
+            limit: int = 64) -> tuple[int, int] | None:
+    """The smallest ``--block-size`` pair (P's, D's) at which vLLM builds both engines with the
+    same PLE page and refuses nothing else of Qwen4Exp's: the attention pages must be equal, so
+    the blocks are inverse to each side's attention bytes per token."""
+    a_p, a_d = prefill.geometry.attention_bytes_per_token, decode.geometry.attention_bytes_per_token
+    if a_p is None or a_d is None:
+        return None
+    step = math.lcm(a_p, a_d)
+    start = math.ceil(max(prefill.geometry.state_bytes, decode.geometry.state_bytes) / step)
+    for k in range(start, start + limit * 64):
+        p_block, d_block = k * step // a_p, k * step // a_d
+        if p_block % prefill.kernel_backend.step or d_block % decode.kernel_backend.step:
+            continue
+        p, d = rebuild(p_block, d_block)
+        if (not refusals(model, p, d, p_model) and not geometry_refused(p, d)
+                and p.geometry.block_size == p_block and d.geometry.block_size == d_block):
+            return p_block, d_block
+    return None
+
+
+FIRST = ("csa-linear-tp",)      # raised in _nixl_handshake, before the peer's metadata is read
+
+
+def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+                  rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]],
+                  p_model: ModelSpec | None = None, push: bool = False) -> Verdict:
+    """The handshake's verdict with Qwen4Exp's refusals in vLLM's order; a same-size block
+    suggestion is kept only where vLLM then refuses nothing of Qwen4Exp's either."""
+    found = refusals(model, prefill, decode, p_model, push)
+    if not found:
+        return verdict
+    first = tuple(r for r in found if r.code in FIRST)
+    last = tuple(r for r in found if r.code not in FIRST)
+    suggested = verdict.suggested_block_size
+    if suggested is not None and refusals(model, *rebuild(suggested), p_model, push):
+        suggested = None
+    return replace(verdict, refusals=first + verdict.refusals + last, suggested_block_size=suggested)

@@ -1,0 +1,126 @@
+"""Qwen4Exp's PLE pages proved byte by byte: each P rank's page filled with the pattern (the state
+is replicated, so every P rank holds the same bytes), each D rank's page poisoned, the reads
+performed as vLLM's connector posts them (the whole page, once per source P rank:
+``_build_mamba_local`` / ``_build_mamba_remote``, split per source by ``_build_local_splits_from_plan``
+only for the sharded SSM descriptors), and every byte of D's PLE state compared with the pattern
+of the channel and row it must hold (the conv state is ``(channels, rows)``, channel-major: vLLM's
+DS layout).
+
+mambaxfer's exact plan reads the page once, from the first source P rank; under vLLM semantics
+from every source rank. Where vLLM refuses the pages (``ple-geometry``) it posts no read, and
+nothing is proved here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.plan import Plan
+from mambaxfer_cli.planning.dtypes import dtype_bytes
+from mambaxfer_cli.planning.model import SSM, ModelSpec
+from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
+from mambaxfer_cli.proof.simulate import ByteSource, Damage, Simulation, WrongByte
+
+SPACE = "ple"
+
+
+@dataclass(frozen=True)
+class PleProof:
+    reads: int
+    bytes_moved: int
+    bytes_verified: int
+    damage: tuple[Damage, ...]
+
+
+def _rows(model: ModelSpec) -> int:
+    q = model.qwen4exp
+    assert q is not None
+    return q.ple_state_len + model.num_spec
+
+
+def _p_page(model: ModelSpec, page_len: int, layer: int, block: int) -> np.ndarray:
+    q = model.qwen4exp
+    assert q is not None
+    unit = _rows(model) * dtype_bytes(model.conv_dtype)
+    out = np.full(page_len, 0x5A, dtype=np.uint8)      # the page's padding past the state
+    state = unit_bytes_pattern(layer, block, "ple", 0, q.ple_channels, unit).reshape(-1)
+    out[:state.size] = state
+    return out
+
+
+def _block_pair(plan: Plan) -> tuple[int, int]:
+    """The request's first SSM block on each side (a PLE group is an SSM group)."""
+    request = plan.descriptors.request
+    for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
+        if kind == SSM and len(p) and len(d):
+            return int(p[0]), int(d[0])
+    return 0, 0
+
+
+def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
+    """The PLE pages of one request block, for every PLE layer and D rank; None for a model
+    without PLE state, or where vLLM refuses the pages."""
+    model = plan.model
+    q = model.qwen4exp
+    if q is None or not q.ple_layers:
+        return None
+    if any(r.code in ("ple-geometry", "ple-without-qsa", "csa-linear-tp") for r in plan.verdict.refusals):
+        return None
+    p_model = p_model or model
+    p_len = qwen4exp.ple_page_bytes(p_model, plan.prefill)
+    d_len = qwen4exp.ple_page_bytes(model, plan.decode)
+    p_block, d_block = _block_pair(plan)
+    eb = dtype_bytes(model.conv_dtype)
+    p_rows, d_rows = _rows(p_model), _rows(model)
+    keep = min(p_rows, d_rows) * eb
+    reads = moved = verified = 0
+    damage: list[Damage] = []
+    for layer in q.ple_layers:
+        source = _p_page(p_model, p_len, layer, p_block)    # every P rank's page: replicated bytes
+        want = unit_bytes_pattern(layer, p_block, "ple", 0, q.ple_channels, p_rows * eb)[:, :keep]
+        for d in range(plan.decode.tp):
+            page = np.full(d_len, POISON, dtype=np.uint8)
+            writes = np.zeros(d_len, dtype=np.uint16)
+            sources = qwen4exp.ple_sources(plan.prefill, plan.decode, d)
+            if plan.semantics != VLLM:
+                sources = sources[:1]
+            for _ in sources:
+                n = min(p_len, d_len)
+                page[:n] = source[:n]
+                writes[:n] += 1
+                reads += 1
+                moved += n
+            got = page[:q.ple_channels * d_rows * eb].reshape(q.ple_channels, d_rows * eb)[:, :keep]
+            verified += got.size
+            bad = np.argwhere(got != want)
+            if bad.size:
+                c, k = (int(v) for v in bad[0])
+                offset = c * d_rows * eb + k
+                first = WrongByte(d, SPACE, layer, d_block, p_block, offset,
+                                  f"ple channel {c} row {k // eb} byte {k % eb}", int(want[c, k]),
+                                  int(got[c, k]), int(writes[offset]),
+                                  ByteSource(sources[-1], SPACE, layer, p_block, offset,
+                                             _holds(offset, p_rows, eb, q.ple_channels))
+                                  if writes[offset] else None)
+                damage.append(Damage(d, SPACE, "ple", len(bad), 1, first))
+    return PleProof(reads, moved, verified, tuple(damage))
+
+
+def _holds(offset: int, rows: int, eb: int, channels: int) -> str:
+    unit = rows * eb
+    if offset >= channels * unit:
+        return "pad byte"
+    c, k = divmod(offset, unit)
+    return f"ple channel {c} row {k // eb} byte {k % eb}"
+
+
+def merged(sim: Simulation, proof: PleProof | None) -> Simulation:
+    """The simulation of a plan's reads with its PLE pages' proof added."""
+    if proof is None:
+        return sim
+    return Simulation(sim.reads + proof.reads, sim.pairs + proof.reads, sim.bytes_moved + proof.bytes_moved,
+                      sim.bytes_verified + proof.bytes_verified, sim.problems, sim.damage + proof.damage)

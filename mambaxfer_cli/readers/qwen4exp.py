@@ -1,0 +1,60 @@
+"""Qwen4Exp's config keys beyond its GDN dimensions: the PLE state and the QSA indexer.
+
+Defaults and checks are those of transformers' ``Qwen4ExpTextConfig`` (5.18), which vLLM loads the
+config with: ``ple_conv_kernel_size`` 4, ``ngram_size`` 3, ``hc_count`` 4, no PLE layers, no QSA.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.limits import MAX_DIM, at_most
+from mambaxfer_cli.planning.model import Qwen4ExpParts
+
+FAMILY = "Qwen4Exp"
+QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
+# Layer kinds of a Qwen4Exp config: transformers 5.18 renamed qwen_sparse_attention to
+# indexed_attention and reads the released checkpoint's full_attention as indexed_attention.
+INDEXED_KINDS = ("indexed_attention", "qwen_sparse_attention")
+
+
+def _int(config: Mapping[str, Any], key: str, default: int | None, where: str, minimum: int = 1) -> int:
+    value = config.get(key, default) if config.get(key) is not None else default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
+    return at_most(f"{where}: key '{key}'", value, MAX_DIM, "model's")
+
+
+def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], where: str) -> Qwen4ExpParts:
+    """The PLE layers and their state, and the QSA indexer, of a flattened Qwen4Exp config;
+    ``linear``: the 0-based linear_attention layers (PLE is allowed on those only)."""
+    raw = config.get("ple_layer_ids") or []
+    if not isinstance(raw, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
+        raise UserError(f"{where}: key 'ple_layer_ids' must be a list of integers, got {quoted(raw)}")
+    ids = sorted(set(raw))
+    bad = [i for i in ids if not 1 <= i <= n_layers]
+    if bad:
+        raise UserError(f"{where}: ple_layer_ids must be one-indexed layers in [1, {n_layers}], got {bad}")
+    not_linear = [i for i in ids if i - 1 not in linear]
+    if not_linear:
+        raise UserError(f"{where}: Qwen4Exp PLE is only supported on linear_attention layers, got PLE on "
+                        f"layers {not_linear} (transformers' Qwen4ExpTextConfig refuses it)")
+    hidden = _int(config, "hidden_size", None, where)
+    hc_count = _int(config, "hc_count", 4, where)
+    kernel = _int(config, "ple_conv_kernel_size", 4, where)
+    ngram = _int(config, "ngram_size", 3, where)
+    given = {key: config.get(key) for key in QSA_KEYS if config.get(key) is not None}
+    head_dim = ratio = None
+    if given:
+        missing = [key for key in QSA_KEYS if key not in given]
+        if missing:
+            raise UserError(f"{where}: the QSA indexer config is missing {', '.join(missing)}")
+        head_dim = _int(config, "indexer_head_dim", None, where)
+        ratio = _int(config, "indexer_compress_ratio", None, where)
+        if _int(config, "indexer_kv_heads", None, where) != 1:
+            raise UserError(f"{where}: Qwen4Exp QSA requires indexer_kv_heads = 1, got "
+                            f"{config['indexer_kv_heads']}")
+    return Qwen4ExpParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
+                                                            MAX_DIM, "model's"),
+                         (kernel - 1) * ngram, head_dim, ratio)

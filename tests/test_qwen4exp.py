@@ -1,0 +1,212 @@
+"""Qwen4Exp (vLLM's models/qwen4_exp): its config read as vLLM's transformers config reads it,
+its PLE state and QSA caches, and what vLLM's NIXL connector refuses of a pairing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.readers.model_config import spec_from_config
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Qwen__Qwen3.8-Flash-Next.partial.json"
+CONFIG = json.loads(FIXTURE.read_text())
+
+
+def model(**text):
+    config = copy.deepcopy(CONFIG)
+    config["text_config"].update(text)
+    return spec_from_config(config, name="qwen3.8-flash-next", source=str(FIXTURE))
+
+
+def plan(spec, p_tp, d_tp, p_block=None, d_block=None):
+    p = EngineFlags(num_blocks=4096, block_size=p_block)
+    d = EngineFlags(num_blocks=4096, block_size=d_block)
+    return build_plan(spec, p_tp, d_tp, PlanOptions(prefill=p, decode=d))
+
+
+def codes(p):
+    return [r.code for r in p.verdict.refusals]
+
+
+def test_the_released_config_reads_as_gdn_with_ple_and_qsa():
+    spec = model()
+    assert spec.family == "Qwen4Exp" and spec.variant == "gdn"
+    # transformers reads the checkpoint's full_attention as indexed_attention: 36 GDN + 12 QSA.
+    assert (spec.ssm_layers, spec.attention_layers) == (36, 12)
+    assert spec.ssm_dtype == "float32"          # Qwen4Exp's class reads mamba_ssm_dtype
+    q = spec.qwen4exp
+    assert q is not None and q.ple_layers == (1,) and q.ple_channels == 4 * 2560
+    assert q.ple_state_len == (4 - 1) * 3 and q.indexer_head_dim == 128 and q.compress_ratio == 4
+    # short_conv_state_shape(tp_world_size=1, 10240, 10, 0): 10240 x 9 bf16, whatever the TP.
+    assert qwen4exp.ple_state_bytes(spec) == 10240 * 9 * 2
+    assert qwen4exp.ple_state_bytes(model(num_speculative_tokens=1)) == 10240 * 10 * 2
+    assert qwen4exp.ring_tokens(spec) == 4 and qwen4exp.ring_tokens(model(num_speculative_tokens=1)) == 8
+
+
+@pytest.mark.parametrize("kind", ["indexed_attention", "qwen_sparse_attention"])
+def test_indexed_attention_is_an_attention_layer(kind):
+    types = ["linear_attention", "linear_attention", "linear_attention", kind] * 12
+    assert model(layer_types=types).attention_layers == 12
+
+
+@pytest.mark.parametrize("text, words", [
+    ({"ple_layer_ids": [4]}, "only supported on linear_attention layers"),
+    ({"ple_layer_ids": [49]}, "one-indexed layers in [1, 48]"),
+    ({"indexer_kv_heads": 2}, "indexer_kv_heads = 1"),
+    ({"indexer_budget": None}, "missing indexer_budget"),
+])
+def test_configs_transformers_refuses_are_refused(text, words):
+    with pytest.raises(UserError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        model(**text)
+
+
+@pytest.mark.parametrize("p_tp, d_tp", [(1, 2), (2, 1), (1, 4), (4, 1)])
+def test_pairings_across_the_kv_head_boundary_are_refused_first(p_tp, d_tp):
+    # _validate_csa_linear_tp_layout: 2 KV heads, so TP 1 and TP >= 2 lay pages out differently.
+    p = plan(model(), p_tp, d_tp)
+    assert codes(p)[0] == "csa-linear-tp"
+    assert p.verdict.refusals[0].message == (
+        "CSA-linear NIXL requires both endpoints on the same side of the KV-head sharding boundary "
+        f"(2 KV heads): got local TP {d_tp}, remote TP {p_tp}.")
+
+
+def test_same_side_of_the_boundary_is_not_refused_for_it():
+    # 4 KV heads: TP 1 and 2 both hold several heads per page.
+    spec = model(num_key_value_heads=4)
+    assert "csa-linear-tp" not in codes(plan(spec, 1, 2)) and "csa-linear-tp" not in codes(plan(spec, 2, 1))
+    assert codes(plan(spec, 1, 4))[0] == "csa-linear-tp"
+
+
+def test_ple_pages_must_be_equal_and_the_fix_gives_equal_pages():
+    # P TP 2 and D TP 4 each hold one KV head, but vLLM fits each side's block to its own GDN
+    # state (1600 and 832 tokens), so the padded PLE pages differ: _build_mamba_remote refuses.
+    p = plan(model(), 2, 4)
+    assert "ple-geometry" in codes(p)
+    assert p.verdict.refusals[-1].message == (
+        "PLE pages require identical P/D geometry: local=851968, remote=1638400.")
+    fixed = plan(model(), 2, 4, 1600, 1600)
+    assert fixed.verdict.accepts
+    assert qwen4exp.ple_page_bytes(fixed.model, fixed.prefill) == qwen4exp.ple_page_bytes(fixed.model, fixed.decode)
+    assert any("--block-size 1600 on P and 1600 on D" in w.message for w in p.warnings)
+
+
+SMALL_GDN = dict(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
+
+
+@pytest.mark.parametrize("heads, refused", [(8, False), (2, True)])
+def test_num_spec_on_one_side_only(heads, refused):
+    # D speculates (MTP): its PLE state has one more row (204800 B against 184320 B). With 8 KV
+    # heads both pages pad to the same attention page (64 tokens x 4096 B): vLLM compares the
+    # padded pages, accepts, and D reads P's page whole onto its own rows. With 2 heads (1 per
+    # rank) the pages follow the states and differ: refused.
+    spec = model(num_key_value_heads=heads, **SMALL_GDN)
+    draft = model(num_key_value_heads=heads, num_speculative_tokens=1, **SMALL_GDN)
+    options = PlanOptions(semantics="vllm", prefill=EngineFlags(num_blocks=4096),
+                          decode=EngineFlags(num_blocks=4096), prefill_model=spec)
+    p = build_plan(draft, 2, 2, options)
+    assert ("ple-geometry" in codes(p)) is refused
+    assert any(w.code == "vllm-ple-differs" for w in p.warnings) is not refused
+
+
+def test_ple_without_qsa_is_refused_at_worker_start():
+    spec = model(indexer_n_heads=None, indexer_kv_heads=None, indexer_head_dim=None, indexer_budget=None,
+                 indexer_compress_ratio=None)
+    assert not spec.qwen4exp.has_qsa
+    assert codes(plan(spec, 2, 2)) == ["ple-without-qsa"]
+
+
+def test_the_mamba_page_is_the_largest_of_gdn_and_ple():
+    # Tiny GDN state: the PLE page (184320 B) sets the block the attention page must reach.
+    spec = model(**SMALL_GDN)
+    p = plan(spec, 2, 2)
+    assert p.prefill.geometry.state_bytes == 184320
+    assert p.prefill.geometry.page_bytes >= 184320
+
+
+# --- the PLE pages, byte by byte -----------------------------------------------------------------
+
+from mambaxfer_cli.proof import qwen4exp as ple_proof  # noqa: E402
+from mambaxfer_cli.proof.check import check_plan  # noqa: E402
+
+
+@pytest.mark.parametrize("p_tp, d_tp, semantics, reads", [
+    (2, 2, "exact", 2), (2, 2, "vllm", 2), (4, 8, "vllm", 8), (8, 4, "vllm", 8), (8, 4, "exact", 4)])
+def test_every_d_rank_gets_the_whole_ple_state(p_tp, d_tp, semantics, reads):
+    # 832-token blocks on both sides: the same attention page at TP 4 and 8 (one KV head per rank).
+    engine = EngineFlags(num_blocks=4096, block_size=832)
+    p = build_plan(model(), p_tp, d_tp, PlanOptions(semantics=semantics, prefill=engine, decode=engine))
+    assert p.verdict.accepts
+    proof = ple_proof.prove_ple(p)
+    assert proof is not None and not proof.damage
+    # vLLM reads the page from every SSM source rank (P > D: each D rank has P/D of them).
+    assert proof.reads == reads
+    assert proof.bytes_verified == d_tp * 10240 * 9 * 2
+    assert check_plan(p).simulation.bytes_verified >= proof.bytes_verified
+
+
+def test_a_ple_read_that_never_lands_is_caught(monkeypatch):
+    p = plan(model(), 2, 2)
+    monkeypatch.setattr(ple_proof.qwen4exp, "ple_sources", lambda prefill, decode, d: [] if d == 1 else [d])
+    result = check_plan(p)
+    assert result.verdict == "fail"
+    damage = result.simulation.damage
+    assert [(d.d_rank, d.region) for d in damage] == [(1, "ple")]
+    # Every byte but those whose pattern happens to equal the poison (about 1 in 256).
+    assert damage[0].first.reason == "never written" and 0.99 < damage[0].wrong_bytes / (10240 * 9 * 2) < 1
+
+
+def test_num_spec_on_one_side_corrupts_the_ple_state_under_vllm():
+    # The padded pages agree (8 KV heads), vLLM copies P's 9-row page onto D's 10-row layout.
+    spec = model(num_key_value_heads=8, **SMALL_GDN)
+    draft = model(num_key_value_heads=8, num_speculative_tokens=1, **SMALL_GDN)
+    options = PlanOptions(semantics="vllm", prefill=EngineFlags(num_blocks=4096),
+                          decode=EngineFlags(num_blocks=4096), prefill_model=spec)
+    p = build_plan(draft, 2, 2, options)
+    proof = ple_proof.prove_ple(p, spec)
+    assert proof is not None and proof.damage
+    first = proof.damage[0].first
+    # Channel 0's 9 rows land right; channel 1 starts 2 bytes (one bf16 row) early on P.
+    assert first.wants.startswith("ple channel 1 row 0") and first.source.holds.startswith("ple channel 1 row 1")
+
+
+# --- the commands ----------------------------------------------------------------------------------
+
+from cli_run import run_cli  # noqa: E402
+
+SERVE = ("VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve Qwen/Qwen3.8-Flash-Next -tp {tp} --kv-transfer-config "
+         "'{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_{role}\"}}'")
+
+
+@pytest.mark.parametrize("p_tp, d_tp, first", [(1, 2, "csa-linear-tp"), (2, 4, "block-size")])
+def test_preflight_reads_the_preset_and_names_vllms_first_refusal(p_tp, d_tp, first):
+    result = run_cli("preflight", "--prefill", SERVE.format(tp=p_tp, role="producer"),
+                     "--decode", SERVE.format(tp=d_tp, role="consumer"), "--format", "json")
+    assert result.code == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "refused"
+    codes_ = [r["code"] for r in doc["vllm"]["refusals"]]
+    assert codes_[0] == first
+    if first == "block-size":
+        # --block-size 400 on both: each side raises it to 1600 tokens, the same PLE page.
+        assert "ple-geometry" in codes_
+        assert doc["fix"]["verdict_after"] == "works"
+
+
+def test_check_proves_the_preset_and_plan_names_what_it_leaves_out():
+    result = run_cli("check", "--model", "qwen3.8-flash-next", "--pairs", "2:2,1:2", "--format", "json")
+    assert result.code == 1     # 1:2 refused by vLLM
+    doc = json.loads(result.stdout)
+    same, cross = doc["results"]
+    assert same["verdict"] == "pass" and same["bytes_verified"] > 2 * 10240 * 9 * 2
+    assert cross["vllm"]["refusals"][0]["code"] == "csa-linear-tp"
+    plan_doc = json.loads(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
+                                  "--format", "json").stdout)
+    assert plan_doc["model"]["qwen4exp"]["ple_layers"] == [1]
+    assert {w["code"] for w in plan_doc["warnings"]} == {"qwen4exp-ple", "qwen4exp-qsa"}
