@@ -406,11 +406,16 @@ class Installed:
             raise VllmFails("no config.json to read (the model was not given as a Hugging Face config)")
         with tempfile.TemporaryDirectory(prefix="mambaxfer-config-") as folder:
             (Path(folder) / "config.json").write_text(json.dumps(dict(model.hf_config)))
-            with calling("get_config"), answering():
-                hf = get_config(folder, trust_remote_code=False)
-            with calling("ModelConfig.get_model_arch_config"), answering():    # may read the folder again
-                convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
-                return convertor.convert(supports_multimodal=False)
+            try:    # vLLM's config reader (and Transformers' config classes under it) raise anything
+                with calling("get_config"):
+                    hf = get_config(folder, trust_remote_code=False)
+                with calling("ModelConfig.get_model_arch_config"):     # may read the folder again
+                    convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
+                    return convertor.convert(supports_multimodal=False)
+            except CouldNotCall:
+                raise
+            except Exception as exc:
+                raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
         """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` (no pipeline, expert or decode
