@@ -1,18 +1,24 @@
 """vLLM's READ of per-block regions and SGLang's WRITE of per-slot entries, side by side: for each
-preset SGLang serves and each pairing, one `mambaxfer bench` run per engine, each measuring its
-planned descriptors against one descriptor per P -> D pair (the machine's limit) in the same run.
+preset SGLang serves and each pairing, one `mambaxfer bench --engine vllm,sglang` run, which
+measures each engine's planned descriptors against one descriptor per P -> D pair (the machine's
+limit) in the same run, every byte verified.
 
-    python benchmarks/engines_side_by_side.py [--device cpu] [--iters 10] [--pairs 1:1,1:2,2:1,1:4]
+    python benchmarks/engines_side_by_side.py [--device cpu] [--iters 20] [--pairs 1:1,1:2,2:1,1:4]
+        [--repeat 3] [--raw runs.jsonl]
 
 Prints the markdown table of BENCHMARKS.md. The two engines move different bytes (vLLM the request's
 blocks, attention KV included; SGLang one slot of each Mamba entry): compare each engine's
-planned/limit ratio, measured side by side in one run, not the two engines' rates.
+planned/limit ratio, measured side by side in one run, not the two engines' rates. vLLM's WRITE
+column is vLLM's layout pushed as SGLang pushes, so that layout and direction can be told apart.
+With --repeat N each pairing runs N times: each ratio is the median of the N runs' ratios, with
+their range in brackets; --raw keeps every run's rows.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 
@@ -20,7 +26,7 @@ MODELS = ("granite-4.0-h-tiny", "mamba-130m", "mamba-codestral-7b", "nemotron-h-
 
 
 def bench(*args: str) -> dict | str:
-    command = [sys.executable, "-m", "mambaxfer_cli", "bench", *args, "--format", "json"]
+    command = [sys.executable, "-m", "mambaxfer_cli", "bench", "--engine", "vllm,sglang", *args, "--format", "json"]
     print("$", " ".join(command[2:]), file=sys.stderr)
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -28,39 +34,53 @@ def bench(*args: str) -> dict | str:
     return json.loads(result.stdout)
 
 
-def vllm_row(doc: dict) -> tuple[str, str, str]:
-    point = doc["points"][0]["variants"]["READ"]
-    planned, limit = point["planned"], point["limit"]
-    ratio = planned["gb_per_s"]["median"] / limit["gb_per_s"]["median"]
-    return (f"{planned['descriptors_posted']:,}", f"{planned['bytes'] / planned['descriptors_posted'] / 1024:,.0f} KiB",
-            f"{ratio:.2f}")
+KEYS = (("vllm", "READ"), ("vllm", "WRITE"), ("sglang", "WRITE"))
 
 
-def sglang_row(doc: dict) -> tuple[str, str, str]:
-    planned = doc["variants"]["planned"]
-    return (f"{planned['descriptors_posted']:,}", f"{planned['bytes_per_descriptor'] / 1024:,.0f} KiB",
-            f"{doc['ratio']:.2f}")
+def cells(docs: list[dict]) -> list[str]:
+    """A pairing's cells from its runs: descriptors and bytes per descriptor (the same in every
+    run), and each ratio's median over the runs, with the range when there are several."""
+    rows = [{(r["engine"], r["direction"]): r for r in doc["rows"]} for doc in docs]
+
+    def ratio(key: tuple[str, str]) -> str:
+        values = [r[key]["ratio"] for r in rows]
+        spread = f" ({min(values):.2f}–{max(values):.2f})" if len(values) > 1 else ""
+        return f"{statistics.median(values):.2f}{spread}"
+
+    read, sglang = rows[0]["vllm", "READ"], rows[0]["sglang", "WRITE"]
+    return [f"{read['descriptors']:,}", f"{read['bytes_per_descriptor'] / 1024:,.0f} KiB", ratio(KEYS[0]),
+            ratio(KEYS[1]), f"{sglang['descriptors']:,}", f"{sglang['bytes_per_descriptor'] / 1024:,.0f} KiB",
+            ratio(KEYS[2]), "yes" if all(doc["verified"] for doc in docs) else "NO"]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--iters", default="10")
+    parser.add_argument("--iters", default="20")
     parser.add_argument("--pairs", default="1:1,1:2,2:1,1:4")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--raw", help="Append every run's rows to this JSON-lines file.")
     args = parser.parse_args()
-    print("| model | P:D | vLLM READ descriptors | bytes/desc | planned/limit | SGLang WRITE descriptors | "
-          "bytes/desc | planned/limit |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for model in MODELS:
+    print("| model | P:D | vLLM desc | bytes/desc | vLLM READ /lim | vLLM WRITE /lim | SGLang desc | bytes/desc | "
+          "SGLang WRITE /lim | verified |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for model in args.models.split(","):
         for pair in args.pairs.split(","):
             p_tp, d_tp = pair.split(":")
-            common = ["--model", model, "--p-tp", p_tp, "--d-tp", d_tp, "--device", args.device, "--iters", args.iters]
-            vllm = bench(*common, "--request-blocks", "1")
-            sglang = bench(*common, "--engine", "sglang")
-            cells = []
-            for doc, row in ((vllm, vllm_row), (sglang, sglang_row)):
-                cells += list(row(doc)) if isinstance(doc, dict) else [f"not run: {doc}", "", ""]
-            print(f"| {model} | {pair} | " + " | ".join(cells) + " |", flush=True)
+            docs, failed = [], None
+            for _ in range(args.repeat):
+                doc = bench("--model", model, "--p-tp", p_tp, "--d-tp", d_tp, "--device", args.device,
+                            "--iters", args.iters)
+                if not isinstance(doc, dict):
+                    failed = doc
+                    break
+                docs.append(doc)
+                if args.raw:
+                    with open(args.raw, "a") as raw:
+                        raw.write(json.dumps({"model": model, "pair": pair, "rows": doc["rows"]}) + "\n")
+            row = cells(docs) if failed is None else [f"not run: {failed}"] + [""] * 7
+            print(f"| {model} | {pair} | " + " | ".join(row) + " |", flush=True)
     return 0
 
 

@@ -6,9 +6,10 @@
 #
 #   scripts/gpu_check.sh                 # VRAM (needs a GPU, a CUDA torch and nixl==1.5.1)
 #   DEVICE=cpu scripts/gpu_check.sh      # the same runs on DRAM, to try the script without a GPU
-# Then `mambaxfer bench` on the same device: GB/s of the plan against one descriptor, READ and WRITE.
+# Then `mambaxfer bench` on the same device: GB/s of the plan against one descriptor, READ and WRITE;
+# then SGLang's WRITE of per-slot entries: `execute --engine sglang` and `bench --engine sglang`.
 # Knobs: MAMBAXFER (command, default "python -m mambaxfer_cli"), BLOCKS, REQUEST_BLOCKS, ITERS, TIMEOUT,
-# BENCH_BLOCKS, BENCH_ITERS.
+# BENCH_BLOCKS, BENCH_ITERS, ENGINES (default "vllm sglang": the engines whose runs to make).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,7 @@ BLOCKS=${BLOCKS:-64}
 REQUEST_BLOCKS=${REQUEST_BLOCKS:-4}
 ITERS=${ITERS:-5}
 TIMEOUT=${TIMEOUT:-300}
+ENGINES=${ENGINES:-vllm sglang}
 
 # model p_tp d_tp semantics expected-exit
 RUNS=(
@@ -37,6 +39,8 @@ RUNS=(
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+status=0
+if [[ " $ENGINES " == *" vllm "* ]]; then
 i=0
 for run in "${RUNS[@]}"; do
   read -r model p_tp d_tp semantics want <<<"$run"
@@ -49,7 +53,6 @@ for run in "${RUNS[@]}"; do
   echo "$? $want $model $p_tp $d_tp $semantics" >"$work/$i.run"
 done
 
-status=0
 "$PYTHON" - "$work" "${#RUNS[@]}" "$DEVICE" <<'EOF' || status=1
 import json, sys
 from pathlib import Path
@@ -112,4 +115,83 @@ for p in doc["points"]:
 print("bench: every byte verified" if doc["verified"] else "bench: WRONG BYTES")
 sys.exit(0 if doc["verified"] else 1)
 EOF
+fi
+
+if [[ " $ENGINES " == *" sglang "* ]]; then
+# SGLang's way: P ranks WRITE each transfer entry into D's request slot. Every byte verified, except
+# SGLang's own blocks on a Mamba2 model at different TP sizes, which must exit 1 with the wrong bytes
+# `check --engine sglang` predicts.
+# model p_tp d_tp semantics expected-exit
+SGLANG_RUNS=(
+  "qwen3.5-0.8b 1 2 exact 0"
+  "qwen3.5-0.8b 2 1 exact 0"
+  "qwen3.5-0.8b 1 4 exact 0"
+  "nemotron-h-8b 1 2 exact 0"
+  "nemotron-h-8b 1 2 sglang 1"
+)
+j=0
+for run in "${SGLANG_RUNS[@]}"; do
+  read -r model p_tp d_tp semantics want <<<"$run"
+  j=$((j + 1))
+  echo "gpu_check: sglang [$j/${#SGLANG_RUNS[@]}] $model P$p_tp -> D$d_tp ($semantics) on $DEVICE" >&2
+  # shellcheck disable=SC2086
+  $MAMBAXFER execute --engine sglang --model "$model" --p-tp "$p_tp" --d-tp "$d_tp" --semantics "$semantics" \
+    --device "$DEVICE" --timeout "$TIMEOUT" --format json >"$work/s$j.json" 2>"$work/s$j.err"
+  echo "$? $want $model $p_tp $d_tp $semantics" >"$work/s$j.run"
+done
+"$PYTHON" - "$work" "${#SGLANG_RUNS[@]}" "$DEVICE" <<'PY' || status=1
+import json, sys
+from pathlib import Path
+
+work, count, device = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+header = ("model", "pairing", "semantics", "exit", "memory", "MiB", "descs", "GB/s min..max", "result")
+rows, good = [], True
+for i in range(1, count + 1):
+    code, want, model, p_tp, d_tp, semantics = (work / f"s{i}.run").read_text().split()
+    ok = code == want
+    row = [model, f"{p_tp}P{d_tp}D", semantics, code]
+    try:
+        doc = json.loads((work / f"s{i}.json").read_text())
+        rates = [d["gb_per_s"] for d in doc["decode"]]
+        row += [doc["memory"], f"{doc['total_bytes'] / 2**20:.1f}", str(sum(d["descriptors"] for d in doc["decode"])),
+                f"{min(rates):.1f}..{max(rates):.1f}",
+                "verified" if doc["verified"] else
+                f"{doc['bad_bytes']:,} wrong (check predicts {doc['predicted_bad_bytes']:,})"]
+        ok &= doc["bad_bytes"] == doc["predicted_bad_bytes"]
+    except (OSError, ValueError, KeyError):
+        err = (work / f"s{i}.err").read_text().strip().splitlines()
+        row += [""] * 4 + [(err[-1] if err else "no output")[:70]]
+    row[-1] = ("ok  " if ok else "BAD ") + row[-1]
+    good &= ok
+    rows.append(row)
+widths = [max(len(str(r[c])) for r in [header, *rows]) for c in range(len(header))]
+print(f"mambaxfer execute --engine sglang on {device}")
+for r in [header, ["-" * w for w in widths], *rows]:
+    print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+print("all runs as expected" if good else "SOME RUNS FAILED")
+sys.exit(0 if good else 1)
+PY
+
+for model in qwen3.5-0.8b nemotron-h-8b; do
+  echo "gpu_check: bench --engine sglang $model P1 -> D2 on $DEVICE" >&2
+  # shellcheck disable=SC2086
+  $MAMBAXFER bench --engine sglang --model "$model" --p-tp 1 --d-tp 2 --device "$DEVICE" \
+    --iters "${BENCH_ITERS:-20}" --timeout "$TIMEOUT" --format json >"$work/sb.json" 2>"$work/sb.err" || status=1
+  "$PYTHON" - "$work/sb.json" "$work/sb.err" <<'PY' || status=1
+import json, sys
+
+try:
+    doc = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit("bench --engine sglang: no document: " + open(sys.argv[2]).read().strip()[-300:])
+print(f"mambaxfer bench --engine sglang {doc['model']} P{doc['p_tp']} -> D{doc['d_tp']} on {doc['memory']}, "
+      f"{doc['iters']} iters (WRITE, GB/s median)")
+for name, v in doc["variants"].items():
+    print(f"  {name:<8} {v['descriptors_posted']:>6} descs  {v['bytes_per_descriptor']:>10,} B/desc  "
+          f"{v['gb_per_s']['median']:>8.2f} GB/s  {'verified' if v['verified'] else 'WRONG BYTES'}")
+print(f"  planned/limit {doc['ratio']:.2f}")
+sys.exit(0 if doc["verified"] else 1)
+PY
+done
+fi
 exit $status

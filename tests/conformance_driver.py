@@ -5,8 +5,10 @@ stand-in) in this process, to show that conformance notices. Run by vLLM's inter
 
 Alterations: ``as-installed``; ``remote_conv_offsets`` (vLLM reads one conv row further into P's
 page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local IDs off by one);
-``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE). Prints one JSON object: each
-run's exit code and document, by name. One process runs them all: vLLM is imported once.
+``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE); ``heads`` (vLLM's architecture
+convertor reads three times the attention heads); ``registry`` (vLLM's registry removed Jamba in
+0.1.0). Prints one JSON object: each run's exit code and document, by name. One process runs them
+all: vLLM is imported once.
 """
 
 from __future__ import annotations
@@ -48,6 +50,18 @@ def alter(scenario: str, undo: list) -> None:
 
         off_by_one.__wrapped__ = original   # keeps inspect.signature's parameters
         patch(NixlBaseConnectorWorker, "_compute_desc_ids", off_by_one)
+    elif scenario == "heads":
+        from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
+
+        original = ModelArchConfigConvertorBase.get_total_num_attention_heads
+        patch(ModelArchConfigConvertorBase, "get_total_num_attention_heads", lambda self: 3 * original(self))
+    elif scenario == "registry":
+        from vllm.model_executor.models import registry
+
+        patch(registry.ModelRegistry, "models", {k: v for k, v in registry.ModelRegistry.models.items()
+                                                 if k != "JambaForCausalLM"})
+        patch(registry, "_PREVIOUSLY_SUPPORTED_MODELS",
+              {**registry._PREVIOUSLY_SUPPORTED_MODELS, "JambaForCausalLM": "0.1.0"})
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

@@ -29,6 +29,8 @@ def pairings(draw, max_tp: int = 6, attention: bool = False):
         # n_groups == 1 is replicated wherever TP > 1; otherwise it must divide by both TP sizes.
         params = {"intermediate_size": heads * head_dim, "d_state": draw(small),
                   "n_groups": draw(st.sampled_from([1, m, 2 * m])), "num_heads": heads, "head_dim": head_dim}
+    elif variant == Variant("kda"):
+        params = {"num_heads": m * draw(st.integers(1, 2)), "head_dim": draw(small)}
     else:
         k_heads = m * draw(st.integers(1, 2))
         params = {"num_k_heads": k_heads, "num_v_heads": k_heads * draw(st.integers(1, 2)),
@@ -38,11 +40,13 @@ def pairings(draw, max_tp: int = 6, attention: bool = False):
         layers = tuple(draw(st.lists(st.sampled_from(["ssm", "ssm", "attention"]), min_size=1, max_size=6)))
         if "ssm" not in layers:
             layers += ("ssm",)
+    # KDA's attention is MLA (Kimi-Linear): one latent "head", replicated on every rank.
+    mla = variant == Variant("kda") and "attention" in layers and draw(st.booleans())
     model = ModelSpec(
         name="random", source="hypothesis", variant=variant, params=params, layers=layers,
         conv_kernel=draw(st.integers(2, 4)), num_spec=draw(st.integers(0, 2)),
         conv_dtype=draw(st.sampled_from(list(DTYPE_BYTES))), ssm_dtype=draw(st.sampled_from(list(DTYPE_BYTES))),
-        num_kv_heads=draw(st.sampled_from([1, m, 2 * m])) if "attention" in layers else None,
+        num_kv_heads=(1 if mla else draw(st.sampled_from([1, m, 2 * m]))) if "attention" in layers else None,
         head_size=draw(st.sampled_from([1, 4, 16])) if "attention" in layers else None,
-        model_dtype=draw(st.sampled_from(["bfloat16", "float32"])))
+        model_dtype=draw(st.sampled_from(["bfloat16", "float32"])), mla=mla)
     return model, p_tp, d_tp

@@ -58,6 +58,7 @@ def test_sglang_writes_are_marked_wrong_and_the_limit_is_not():
     (("--chart", "x.png", "--seed", "2"), "--chart, --seed: vLLM's bench options"),
     (("--semantics", "vllm"), "'vllm' is not one of 'exact', 'sglang'"),
     (("--gpu", "B200"), "--gpu: vLLM's option"),
+    (("--device", "cpu,cpu"), "SGLang's bench runs on one device (cpu or cuda)"),
 ])
 def test_bad_options_are_one_line(args, fragment):
     result = run_cli("bench", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",

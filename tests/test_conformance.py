@@ -78,6 +78,11 @@ def test_the_installed_release_and_its_rules(all_presets):
     assert document["models"] == sorted(document["models"]) and len(document["models"]) >= 7
 
 
+STATE_FUNCTIONS = ("derive_mamba_conv_split", "remote_conv_offsets", "_build_mamba_remote", "_build_mamba_local",
+                   "bytes right (exact plan)", "compute_tp_mapping")
+START_FUNCTIONS = ("verify_with_parallel_config", "ModelRegistry")     # read the config alone: every model
+
+
 def test_every_function_compares_real_cases(all_presets):
     """No vacuous agreement: each function ran on every model it applies to."""
     _, document, _ = all_presets
@@ -85,7 +90,11 @@ def test_every_function_compares_real_cases(all_presets):
         assert function["outcome"] != "could not be called", function
         assert function["cases"] > 0, function["function"]
         if function["function"] != "GDN checkpoint alignment":
-            assert set(function["by_model"]) == set(document["models"]), function["function"]
+            # MLA models (Kimi-Linear): their engines are not stood in for yet, and a note says so.
+            expected = set(document["models"]) if function["function"] in STATE_FUNCTIONS + START_FUNCTIONS else (
+                set(document["models"]) - {m for m in document["models"] if f"{m}: MLA attention is not stood in"
+                                           in " ".join(document["notes"])})
+            assert set(function["by_model"]) == expected, function["function"]
 
 
 def test_every_function_agrees(all_presets):
@@ -122,7 +131,7 @@ def test_junit_has_one_case_per_function_and_fails_the_differing_ones(all_preset
 
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTED = (ROOT / "README.md", ROOT / "docs" / "conformance.md")
+DOCUMENTED = (ROOT / "docs" / "conformance.md",)
 
 
 def _as_documented(text: str) -> list[str]:
@@ -148,6 +157,8 @@ BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims
 RUNS = [{"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
         {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
+        {"name": "heads", "alter": "heads", "args": ["--model", "jamba", "--max-tp", "4", "--format", "json"]},
+        {"name": "registry", "alter": "registry", "args": JAMBA},
         {"name": "bamba", "alter": "as-installed", "args": ["--model", BAMBA, "--max-tp", "1", "--format", "json"]}]
 
 
@@ -202,6 +213,30 @@ def test_an_altered_compute_desc_ids_differs_with_a_reproducible_case(driven):
     (read,) = [r for r in plan["descriptors"]["reads"] if r["p_rank"] == first["mambaxfer"]["P rank"]]
     at = first["mambaxfer"]["first differing index"]
     assert read["local_ids"][at:at + len(first["mambaxfer"]["ids"])] == first["mambaxfer"]["ids"]
+
+
+def test_a_vllm_reading_other_attention_heads_differs_at_the_tp_size_it_starts(driven):
+    release, runs = driven
+    run = runs["heads"]
+    assert run["code"] == 1
+    functions = by_function(run["document"])
+    first = functions["verify_with_parallel_config"]["first_difference"]
+    # Jamba's 32 heads read as 96: vLLM starts TP 3, which mambaxfer (32 heads) refuses.
+    assert first["case"] == "jamba, TP 3"
+    assert first["vllm"] == "starts"
+    assert first["mambaxfer"].startswith("refuses: Total number of attention heads (32)")
+    assert functions["ModelRegistry"]["outcome"] == "agrees"
+
+
+def test_a_registry_that_removed_the_architecture_differs(driven):
+    release, runs = driven
+    run = runs["registry"]
+    assert run["code"] == 1
+    function = by_function(run["document"])["ModelRegistry"]
+    assert function["outcome"] == "differs"
+    first = function["first_difference"]
+    assert first["vllm"].startswith("Model architecture JambaForCausalLM was supported in vLLM until v0.1.0")
+    assert first["mambaxfer"] == "served"
 
 
 def test_a_stand_in_without_an_attribute_vllm_reads_could_not_be_called(driven):

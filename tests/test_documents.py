@@ -38,6 +38,8 @@ COMMANDS = {
                      "--d-tp", "1", "--iters", "2", "--device", "cpu", "--format", "json"),
     "check-engines": ("check", "--engine", "vllm,sglang", "--model", "granite-4.0-h-tiny", "--pairs", "1:2,1:1",
                       "--format", "json"),
+    "bench-engines": ("bench", "--engine", "vllm,sglang", "--model", "nemotron-h-8b", "--layers", "4", "--p-tp", "2",
+                      "--d-tp", "1", "--iters", "1", "--device", "cpu", "--format", "json"),
 }
 
 
@@ -54,7 +56,7 @@ def published(name: str) -> jsonschema.Draft202012Validator:
 # validates it, run by the engine's interpreter.
 @pytest.mark.parametrize("name", [name for name in DOCUMENTS if name != "conformance"])
 def test_each_document_validates_against_its_published_schema(name, request):
-    if name in ("execute", "bench", "sglang-execute", "sglang-bench"):
+    if name in ("execute", "bench", "sglang-execute", "sglang-bench", "bench-engines"):
         request.getfixturevalue("nixl")
     result = run_cli(*COMMANDS[name])
     assert result.code in (0, 1), result.stderr

@@ -129,6 +129,8 @@ def test_compute_tp_mapping_takes_the_first_rank_of_each_head():
 def test_derived_geometry_invariants(case, backend_name, prefix, block_size, rel):
     model, p_tp, d_tp = case
     assume(model.has_attention)
+    if model.mla:       # the MLA backend of each kind
+        backend_name = {"FLASH_ATTN": "FLASH_ATTN_MLA", "FLASHINFER": "FLASHINFER_MLA"}.get(backend_name, "TRITON_MLA")
     flags = EngineFlags(attention_backend=backend_name, prefix_caching=prefix, block_size=block_size,
                         num_blocks=2048, release=rel)
     try:

@@ -217,14 +217,14 @@ def test_gdn_detected_from_keys_without_known_model_type():
 
 @pytest.mark.parametrize("model_type, found", [
     ("lfm2", "short-conv (LFM2)"),
-    ("kimi_linear", "KDA linear attention (Kimi-Linear)"),
+    ("minimax", "lightning attention (MiniMax)"),
 ])
 def test_unsupported_families(model_type, found):
     with pytest.raises(UserError) as err:
         spec({"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2})
     message = str(err.value)
     assert f"model_type '{model_type}' is a {found} model" in message
-    assert "supported variants are Mamba1, Mamba2 and GDN" in message
+    assert "supported variants are Mamba1, Mamba2, GDN and KDA" in message
 
 
 def test_plain_transformer_is_not_a_mamba_config():

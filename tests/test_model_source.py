@@ -117,7 +117,7 @@ def test_yaml_variant_key(tmp_path):
     assert load_model(str(path)).variant == Variant("mamba2")
     bad = tmp_path / "bad.yaml"
     bad.write_text(path.read_text().replace("Mamba2", "mamba3"))
-    with pytest.raises(UserError, match="variant must be one of mamba1, mamba2, gdn"):
+    with pytest.raises(UserError, match="variant must be one of mamba1, mamba2, gdn, kda"):
         load_model(str(bad))
 
 

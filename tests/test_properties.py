@@ -22,7 +22,7 @@ from strategies import pairings
 
 FAST = settings(max_examples=80, deadline=None)
 NAMES = {Variant("mamba1"): ["x", "ssm"], Variant("mamba2"): ["x", "B", "C", "ssm"],
-         Variant("gdn"): ["Q", "K", "V", "ssm"]}
+         Variant("gdn"): ["Q", "K", "V", "ssm"], Variant("kda"): ["Q", "K", "V", "ssm"]}
 
 
 def expected_units(model: ModelSpec) -> dict[str, tuple[int, int]]:
@@ -37,6 +37,9 @@ def expected_units(model: ModelSpec) -> dict[str, tuple[int, int]]:
         bc = p["n_groups"] * p["d_state"]
         return {"x": (p["intermediate_size"], cu), "B": (bc, cu), "C": (bc, cu),
                 "ssm": (p["num_heads"], p["head_dim"] * p["d_state"] * sb)}
+    if v == Variant("kda"):     # kda_state_shape: Q, K, V of H·d channels; (H, d, d) SSM
+        hd = p["num_heads"] * p["head_dim"]
+        return {"Q": (hd, cu), "K": (hd, cu), "V": (hd, cu), "ssm": (p["num_heads"], p["head_dim"] ** 2 * sb)}
     qk = p["num_k_heads"] * p["head_k_dim"]
     return {"Q": (qk, cu), "K": (qk, cu), "V": (p["num_v_heads"] * p["head_v_dim"], cu),
             "ssm": (p["num_v_heads"], p["head_v_dim"] * p["head_k_dim"] * sb)}

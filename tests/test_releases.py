@@ -61,11 +61,12 @@ def test_each_release_as_vllm_states_it():
     # vLLM's order: the TP sizes before any metadata, the hash, then add_remote_agent's checks; last
     # the next() over attention groups in _build_local_splits_from_plan and _build_fa_remote.
     assert [c.__name__ for c in V0_33.pull_checks] == [
-        "tp_sizes", "compat_hash", "block_size", "prefix_caching", "host_buffer", "head_sharded", "attention_free"]
+        "tp_sizes", "compat_hash", "block_size", "dcp_sizes", "prefix_caching", "host_buffer", "mla_block_lens",
+        "head_sharded", "attention_free"]
     # 0.34 pairs regions by advertised layers after the hash, and its push rule runs right after.
     assert [c.__name__ for c in V0_34.push_checks] == [
-        "tp_sizes", "compat_hash", "advertised_layers", "push_identical_blocks", "block_size", "prefix_caching",
-        "host_buffer", "head_sharded", "attention_free"]
+        "tp_sizes", "compat_hash", "advertised_layers", "push_identical_blocks", "block_size", "dcp_sizes",
+        "prefix_caching", "host_buffer", "mla_block_lens", "head_sharded", "attention_free"]
     assert V0_34.knows_flag("--max-num-inflight-kv-loads") and V0_34.knows_flag("--disable-extensible-kv-cache")
     assert not V0_33.knows_flag("--max-num-inflight-kv-loads")
 

@@ -65,7 +65,7 @@ from dataclasses import replace
 
 from mambaxfer_cli.planning.variants.mamba2 import VARIANT as MAMBA2
 
-VARIANT = replace(MAMBA2, name="mamba3", title="Mamba3", order=4, signature=(), detect_rank=9)
+VARIANT = replace(MAMBA2, name="mamba3", title="Mamba3", order=5, signature=(), detect_rank=9)
 '''
 
 
@@ -94,7 +94,7 @@ def test_a_variant_is_one_module(copy):
 
     for name in ("plan", "inspect", "models"):
         schema = json.loads(run(copy, "-m", "mambaxfer_cli", "schema", name).stdout)
-        assert variant_enums(schema) == [["mamba1", "mamba2", "gdn", "mamba3"]], name
+        assert variant_enums(schema) == [["mamba1", "mamba2", "gdn", "kda", "mamba3"]], name
 
     refused = run(copy, "-m", "mambaxfer_cli", "plan", "-m", config, "--variant", "mamba4", "--p-tp", "1",
                   "--d-tp", "1")

@@ -4,6 +4,7 @@ dtypes as vLLM resolves them (a float32 checkpoint, a config's mamba_ssm_dtype, 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from mambaxfer_cli.engines.sglang.shapes import sglang_model
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
 
+FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "torch_dtype": "bfloat16",
               "mamba_ssm_dtype": "float32", "linear_num_key_heads": 16, "linear_num_value_heads": 32,
               "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
@@ -66,3 +68,45 @@ def test_mamba_ssm_dtype_is_read_only_by_the_classes_whose_hook_reads_it():
     # An explicit --ssm-dtype still wins, without the note.
     given = spec_from_config(QWEN3_NEXT, name="q3n", source="test", ssm_dtype="float16")
     assert given.ssm_dtype == "float16" and given.origin["ssm_dtype"] == "--ssm-dtype"
+
+
+OLMO_HYBRID = {  # OLMo-Hybrid's default dimensions (vLLM's olmo_hybrid.py reads the linear_* keys)
+    "architectures": ["OlmoHybridForCausalLM"], "model_type": "olmo_hybrid", "hidden_size": 3840,
+    "num_hidden_layers": 4, "num_attention_heads": 30, "num_key_value_heads": 30,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"], "linear_num_key_heads": 30,
+    "linear_num_value_heads": 30, "linear_key_head_dim": 96, "linear_value_head_dim": 192,
+    "linear_conv_kernel_dim": 4, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("arch, label", [
+    ("OlmoHybridForCausalLM", "OLMo-Hybrid"),
+    ("MiniCPMV4_6ForConditionalGeneration", "MiniCPM-V 4.6"),
+    ("MiniCPMV4_7ForConditionalGeneration", "MiniCPM-V 4.7"),
+    ("InternS2PreviewForConditionalGeneration", "InternS2 Preview"),
+])
+def test_served_architectures_carry_vllms_name_not_a_guess(arch, label):
+    spec = spec_from_config({**OLMO_HYBRID, "architectures": [arch]}, name="m", source="m")
+    assert spec.family == label and spec.variant == "gdn"
+    # The same keys under an architecture vLLM does not name are a guess, and say so.
+    guessed = spec_from_config({**OLMO_HYBRID, "architectures": []}, name="m", source="m")
+    assert guessed.family.endswith("(guessed)")
+
+
+def test_a_label_never_changes_the_variant_vllm_types_the_layers_as():
+    # Nemotron3.5-Transcribe is Mamba2 in vLLM: a GDN config under its name keeps its guessed label.
+    spec = spec_from_config({**OLMO_HYBRID, "architectures": ["Nemotron3_5TranscribeForConditionalGeneration"]},
+                            name="m", source="m")
+    assert spec.family.endswith("(guessed)")
+
+
+def test_nemotron_3_5_transcribe_is_named_and_refused_replayssm(tmp_path):
+    config = json.loads((FIXTURES / "nvidia__Nemotron-H-8B-Base-8K.partial.json").read_text())
+    transcribe = {"architectures": ["Nemotron3_5TranscribeForConditionalGeneration"], "model_type": "nemotron3_5",
+                  "text_config": config}
+    spec = spec_from_config(transcribe, name="t", source="t")
+    assert spec.family == "Nemotron3.5-Transcribe"
+    from mambaxfer_cli.planning.startup import replayssm_refusal
+
+    # Only Nemotron-H's own class (and 0.34's Nano-VL) supports ReplaySSM.
+    assert "not supported" in (replayssm_refusal(spec, kv_connector=False) or "")

@@ -96,14 +96,36 @@ def summarise(timings: Sequence[VariantTiming], nbytes: int, iters: int) -> dict
             "times_s": times}
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One SGLang bench run, its tasks built (every refusal said) before any rank starts."""
+
+    plan: SGLangPlan
+    semantics: str
+    settings: RunSettings
+    prefill: list[SlotBenchPrefill]
+    decode: list[SlotBenchDecode]
+
+
+def prepare(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int) -> Prepared:
+    """The run's tasks; raises UserError where the writes cannot be executed or benched."""
+    if iters < 1:
+        raise UserError("--iters must be >= 1")
+    settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
+    prefill, decode = bench_tasks(chosen_writes(plan, semantics), settings, iters)
+    return Prepared(plan, semantics, settings, prefill, decode)
+
+
 def bench(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int, timeout: float,
           progress: Progress | None = None) -> dict[str, Any]:
     """Run both variants; the ``mambaxfer.sglang-bench/v1`` document."""
-    if iters < 1:
-        raise UserError("--iters must be >= 1")
-    chosen = chosen_writes(plan, semantics)
-    settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
-    prefill, decode = bench_tasks(chosen, settings, iters)
+    return measure(prepare(plan, semantics, device, gpus, iters), timeout, progress)
+
+
+def measure(prepared: Prepared, timeout: float, progress: Progress | None = None) -> dict[str, Any]:
+    """Run a prepared bench: the ``mambaxfer.sglang-bench/v1`` document."""
+    plan, semantics, settings = prepared.plan, prepared.semantics, prepared.settings
+    prefill, decode, iters, device = prepared.prefill, prepared.decode, settings.iters, settings.device
     finished = run_ranks([*decode, *prefill], settings.run_id, timeout, progress)
     results = [r for r in finished.results.values() if isinstance(r, SlotBenchResult)]
     p_results = [r for r in results if r.role == "P"]

@@ -11,6 +11,7 @@ from mambaxfer_cli.bench.sglang import LIMIT, ORDER, PLANNED, SlotBenchDecode, S
 from mambaxfer_cli.engines.sglang.proof import item
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.execute.channel import Channel
+from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.execute.results import RankResult
 from mambaxfer_cli.execute.sglang import P_SLOTS, pattern_block, poison
@@ -31,6 +32,7 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
         ch.phase("filling")
         for slot in range(task.memory.logical_blocks):
             fill_slot(task, node.memory, slot, 0, ch.progress)
+        fault(task, "fill")
         node.register(ch)
         connected = connect(task, ch, node)
         ch.phase("preparing")
@@ -46,9 +48,13 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
         for variant, xfers, prep in ((PLANNED, planned, planned_prep), (LIMIT, limit, limit_prep)):
             ch.meet(f"{variant} ready", None, "the D ranks to poison")
             times = []
+            fault(task, "transfer")
             for iteration in range(task.iters):
                 ch.phase("transferring", f"{variant} {iteration + 1}/{task.iters}")
-                times.append(max(post(node, xfers, _message(task, variant, iteration), ch)))
+                # Only the last WRITE notifies, as vLLM's bench: a notification's WRITE completes
+                # when D next polls (every WAIT_ROUND), which is D's cadence, not the transfer's.
+                last = iteration == task.iters - 1
+                times.append(max(post(node, xfers, _message(task, variant, iteration) if last else b"", ch)))
             kept = sum(int(t.descCount) for t in node.telemetry(xfers))
             timings[variant] = VariantTiming(tuple(times), prep.descriptors_posted, kept, prep.prep_s, prep.make_s)
         ch.meet("checked", None, "the D ranks to check")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -51,7 +53,7 @@ def bench(
     byte verified.
 
     With --engine sglang: SGLang's WRITE of one slot per entry, as planned and as one descriptor per
-    P -> D pair.
+    P -> D pair. With --engine vllm,sglang: both engines in one run, side by side.
 
     Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal
     error; 130: interrupted (every rank is stopped).
@@ -61,16 +63,57 @@ def bench(
     mambaxfer bench --model jamba --p-tp 1 --d-tp 4 --request-blocks 1,4,16,64
 
     mambaxfer bench --model qwen3-next-80b --p-tp 2 --d-tp 1 --format json --chart bench.png
+
+    mambaxfer bench --engine vllm,sglang --model nemotron-h-8b --p-tp 1 --d-tp 2
     """
-    if engines.engine.strip().lower() == "sglang":
+    named = [name.strip().lower() for name in engines.engine.split(",")]
+    if named == ["sglang"]:
         from mambaxfer_cli.cli import sglang_bench
 
         sglang_bench.run(model, pair, engines, request, run, output)
         return
-    import importlib.util
+    if sorted(named) == ["sglang", "vllm"]:
+        from mambaxfer_cli.cli import engines_bench
 
+        engines_bench.run(model, pair, engines, request, run, output, sweep, chart)
+        return
     from mambaxfer_cli.cli.outcome import red_line
     from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.render.bench_view import BenchProgress
+
+    prepared = prepare_vllm(model, pair, engines, request, run, sweep, chart)
+    with BenchProgress(prepared.steps) as view:
+        try:
+            document = measure_vllm(prepared, run, view)
+        except RunFailure as exc:
+            red_line(str(exc))   # one red line, with the run's own exit code
+            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    hint = f"'mambaxfer check --model {model.model} --pairs {prepared.p_tp}:{prepared.d_tp}' says which"
+    finish(BenchReport(document, chart, prepared.semantics == Semantics.vllm.value, hint), output)
+
+
+@dataclass(frozen=True)
+class VllmBench:
+    """vLLM's bench, planned (every refusal said) before any rank starts: per request size, the
+    planned and the coalesced plan; the devices."""
+
+    p_tp: int
+    d_tp: int
+    semantics: str
+    sizes: list[int]
+    plans: list[tuple[Any, Any]]
+    devices: list[tuple[str, int]]
+
+    @property
+    def steps(self) -> int:
+        return len(self.plans) * len(self.devices)
+
+
+def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+                 sweep: str, chart: Path | None) -> VllmBench:
+    """vLLM's bench planned: options checked, the plans made, the memory checked, NIXL found."""
+    import importlib.util
+
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.limits import check_bounds, finite_seconds
 
@@ -80,7 +123,6 @@ def bench(
     sizes = _sizes(sweep)
     if chart is not None and chart.suffix.lower() != ".png":
         raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
-    from mambaxfer_cli.bench.measure import bench_document, bench_point
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
     from mambaxfer_cli.execute.tasks import check_fits
 
@@ -104,25 +146,25 @@ def bench(
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
         said(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
              + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it")
+    return VllmBench(p_tp, d_tp, semantics, sizes, [(a, b) for a, b in plans], devices)
 
-    from mambaxfer_cli.render.bench_view import BenchProgress
+
+def measure_vllm(prepared: VllmBench, run: RunArgs, view: Any) -> dict[str, Any]:
+    """Run vLLM's bench (``view``: a BenchProgress); the ``mambaxfer.bench/v1`` document. A failed
+    run raises RunFailure."""
+    from mambaxfer_cli.bench.measure import bench_document, bench_point
 
     points = []
-    with BenchProgress(len(plans) * len(devices)) as view:
-        for kind, gpus in devices:
-            for n, (planned, coalesced) in zip(sizes, plans):
-                view.start(f"{kind} {n} blocks/request")
-                try:
-                    points.append(bench_point(planned, coalesced, kind, gpus, run.iters, run.timeout, view.update))
-                except RunFailure as exc:
-                    red_line(str(exc))   # one red line, with the run's own exit code
-                    raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
-                except UserError as exc:
-                    raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
-                view.advance()
-    document = {**bench_document(plans[0][0], points, run.iters), **plans[0][0].engines.to_dict()}
-    hint = f"'mambaxfer check --model {model.model} --pairs {p_tp}:{d_tp}' says which"
-    finish(BenchReport(document, chart, semantics == Semantics.vllm.value, hint), output)
+    for kind, gpus in prepared.devices:
+        for n, (planned, coalesced) in zip(prepared.sizes, prepared.plans):
+            view.start(f"{kind} {n} blocks/request")
+            try:
+                points.append(bench_point(planned, coalesced, kind, gpus, run.iters, run.timeout, view.update))
+            except UserError as exc:
+                raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
+            view.advance()
+    first = prepared.plans[0][0]
+    return {**bench_document(first, points, run.iters), **first.engines.to_dict()}
 
 
 class BenchReport(Report):

@@ -18,7 +18,8 @@ def schema(
         "document", help="Which document: plan (plan --format json/--output), check, execute, inspect, models, "
                          "preflight, bench or conformance (their --format json); sglang-plan, sglang-check, "
                          "sglang-inspect, sglang-execute, sglang-bench (the same with --engine sglang), "
-                         "check-engines (check --engine vllm,sglang); none: the list of them.",
+                         "check-engines (check --engine vllm,sglang), bench-engines (bench --engine "
+                         "vllm,sglang); none: the list of them.",
         type=Document, default=None),
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).

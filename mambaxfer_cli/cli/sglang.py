@@ -155,8 +155,8 @@ def side_by_side(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
 
     ours = EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend)   # vLLM's flags are vLLM's
     backend(ours)
+    theirs = check_report(model, ours, request, pairs, max_tp)     # first: it refuses a model SGLang lacks
     vllm = vllm_check(replace(engines, engine="vllm", transfer_backend=None))
-    theirs = check_report(model, ours, request, pairs, max_tp)
     return BothReport(vllm.report, theirs.report)
 
 

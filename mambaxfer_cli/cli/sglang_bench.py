@@ -47,7 +47,11 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)
     planned = plan(cut_layers(load(model), run_args.layers), p_tp, d_tp)
-    kind, gpus = run_args.device_one()
+    devices = run_args.devices(default="cpu")     # as vLLM's bench: DRAM unless --device says otherwise
+    if len(devices) > 1:
+        raise UserError(f"--device {run_args.device}: SGLang's bench runs on one device (cpu or cuda); "
+                        f"--engine vllm,sglang runs both engines on each")
+    kind, gpus = devices[0]
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     with BenchProgress(1) as view:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 
 from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
@@ -18,6 +18,7 @@ from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
 from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
+from mambaxfer_cli.planning import startup
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
@@ -75,6 +76,17 @@ class Ours:
     def tp_sizes(model: ModelSpec, max_tp: int) -> list[int]:
         return valid_tp_sizes(model, max_tp)
 
+    def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
+        """vLLM's words where its parallel-config check refuses TP ``tp``, else None."""
+        return startup.vllm_error(model, tp) if startup.parallel_refusal(model, tp) else None
+
+    @staticmethod
+    def architectures(model: ModelSpec) -> tuple[str, ...]:
+        return startup.architecture_names(model.hf_config)
+
+    def registry_outcome(self, archs: tuple[str, ...]) -> str:
+        return startup.registry_outcome(archs, self.release)
+
     def grouping(self, model: ModelSpec) -> KVGrouping:
         if model.name not in self._grouping:
             self._grouping[model.name] = vllm_grouping(model.layers)
@@ -95,7 +107,10 @@ class Ours:
     def engine(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int = D_NUM_BLOCKS) -> OurEngine:
         key = (model.name, tp, flags, num_blocks)
         if key not in self._engines:
-            layout = engine_layout(model, tp, self.engine_flags(flags, num_blocks), self.grouping(model))
+            engine_flags = self.engine_flags(flags, num_blocks)
+            if model.mla:       # an MLA model runs vLLM's MLA backend for the GPU
+                engine_flags = replace(engine_flags, attention_backend=None)
+            layout = engine_layout(model, tp, engine_flags, self.grouping(model))
             g = layout.geometry
             self._engines[key] = OurEngine(layout, Geometry(
                 g.block_size, g.kernel_block_size, g.blocks_per_logical, g.page_bytes, g.num_blocks,

@@ -38,8 +38,12 @@ HANDSHAKE = Function("handshake verdict", "block_size_ratio, _validate_remote_ag
                                           "_build_local_splits_from_plan (and push's "
                                           "_validate_remote_parallel_config): accepted, or the first refusal")
 HASH = Function("compute_nixl_compatibility_hash", "which engine settings the compatibility hash tells apart")
+PARALLEL = Function("verify_with_parallel_config",
+                    "ModelConfig's check: whether vLLM starts the engine at each TP size, on its own reading of "
+                    "the config")
+REGISTRY = Function("ModelRegistry", "whether the release serves the config's architectures, or removed them")
 FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, GDN_ALIGNMENT,
-             HANDSHAKE, HASH)
+             HANDSHAKE, HASH, PARALLEL, REGISTRY)
 
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
 Start = Callable[[int], None]
@@ -53,6 +57,7 @@ class Comparison:
         self.vllm = vllm
         self.ours = ours
         self.results = {f.name: FunctionResult(f) for f in FUNCTIONS}
+        self.notes: list[str] = []
         self._ids: dict = {}
         self._verdicts: dict = {}
 
@@ -87,20 +92,55 @@ class Comparison:
     # --- one model -------------------------------------------------------------------------------
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
+        self.registry(name, model)
+        for tp in range(1, max_tp + 1):
+            self.start(name, model, tp)
         sizes = self.ours.tp_sizes(model, max_tp)
+        engines = not model.mla     # the geometry's MLA backends and MLA handshake: not stood in for yet
+        if model.mla:
+            self.notes.append(f"{name}: MLA attention is not stood in for yet (its backends, "
+                              f"_split_remote_blocks, the hybrid MLA checks): only its state, conv split, SSM "
+                              f"reads and sources are compared")
         for tp in sizes:
             self.conv_split(name, model, tp)
-            for flags in FLAG_VARIANTS:
+            for flags in FLAG_VARIANTS if engines else ():
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
             self.reads(name, model, p_tp, d_tp)
-            for flags in FLAG_VARIANTS:
+            for flags in FLAG_VARIANTS if engines else ():
                 for push in (False, True):
                     self.handshake(name, model, p_tp, d_tp, flags, push)
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
-        self.compatibility_hash(name, model)
+        if engines:
+            self.compatibility_hash(name, model)
+
+    # --- start-up: the registry and the parallel config -------------------------------------------
+
+    def registry(self, name: str, model: ModelSpec) -> None:
+        if not self.live(REGISTRY):
+            return
+        archs = self.ours.architectures(model)
+        try:
+            theirs = self.vllm.registry_outcome(archs)
+        except CouldNotCall as exc:
+            return self.cannot((REGISTRY,), exc)
+        self.record(REGISTRY, self.case(name), theirs, self.ours.registry_outcome(archs))
+
+    def start(self, name: str, model: ModelSpec, tp: int) -> None:
+        """Every TP size to the largest, those vLLM refuses included: which it starts is the answer."""
+        if not self.live(PARALLEL):
+            return
+        try:
+            theirs: str | None = self.vllm.start_refusal(model, tp)
+        except CouldNotCall as exc:
+            return self.cannot((PARALLEL,), exc)
+        except VllmFails as exc:     # vLLM cannot read the config at all: nothing to compare
+            return self.skip((PARALLEL,), f"vLLM's config reader fails on it: {exc.message}")
+        ours = self.ours.start_refusal(model, tp)
+        shown = tuple("starts" if v is None else f"refuses: {v}" for v in (theirs, ours))
+        self.record(PARALLEL, self.case(name, tp=tp), theirs, ours, shown)
 
     # --- conv split --------------------------------------------------------------------------------
 
@@ -377,5 +417,7 @@ def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, star
         start(sum(len(pairings(ours.tp_sizes(model, max_tp))) for _, model in models))
     for name, model in models:
         comparison.model(name, model, max_tp, done)
-    return Report(vllm.version, ours.release, ours.gpu, [name for name, _ in models], max_tp,
-                  [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)
+    report = Report(vllm.version, ours.release, ours.gpu, [name for name, _ in models], max_tp,
+                    [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)
+    report.notes.extend(comparison.notes)
+    return report

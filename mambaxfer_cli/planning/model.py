@@ -79,11 +79,17 @@ class ModelSpec:
     revision: str | None = None      # the Hugging Face cache snapshot the config was read from
     checkpoint_dtype: str = ""       # the config's own dtype where the engine runs another ("": the same)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False)  # what gave each dtype
+    mla: bool = False                # MLA: one latent vector per token (head_size), every rank whole
+    sizing_ssm_dtype: str = ""       # the SSM dtype vLLM sizes the blocks for, where not ssm_dtype (KDA)
+    # The Hugging Face config as read (empty for a model given another way): what an engine's own
+    # config reader is handed in conformance.
+    hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     qwen4exp: Qwen4ExpParts | None = None  # Qwen4Exp's PLE state and QSA caches
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
         object.__setattr__(self, "origin", MappingProxyType(dict(self.origin)))
+        object.__setattr__(self, "hf_config", MappingProxyType(dict(self.hf_config)))
         assert not self.has_attention or (self.num_kv_heads and self.head_size), \
             "a model with attention layers needs its KV heads and head size"
 
@@ -116,7 +122,8 @@ class ModelSpec:
             "ssm_dtype": self.ssm_dtype,
             "params": dict(self.params),
             "attention": ({"num_kv_heads": self.num_kv_heads, "head_size": self.head_size,
-                           "dtype": self.model_dtype} if self.has_attention else None),
+                           "dtype": self.model_dtype, **({"mla": True} if self.mla else {})}
+                          if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
             **({"qwen4exp": self.qwen4exp.to_dict()} if self.qwen4exp else {}),
             "origin": dict(self.origin),

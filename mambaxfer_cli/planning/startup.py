@@ -106,11 +106,26 @@ def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33"
             return None
         for arch in archs:
             if arch in table["removed"]:
-                return (f"vLLM {release} does not serve {arch}: \"Model architecture {arch} was supported in vLLM "
-                        f"until v{table['removed'][arch]}, and is not supported anymore\" "
+                return (f"vLLM {release} does not serve {arch}: \"{removed_words(arch, table['removed'][arch])}\" "
                         f"(_ModelRegistry._raise_for_unsupported; with --model-impl auto or transformers its "
                         f"Transformers backend runs it with no Mamba state to transfer)")
     return None
+
+
+def removed_words(arch: str, last: str) -> str:
+    """The first sentence of ``_ModelRegistry._raise_for_unsupported`` on a removed architecture."""
+    return f"Model architecture {arch} was supported in vLLM until v{last}, and is not supported anymore"
+
+
+def registry_outcome(archs: Iterable[str], release: str) -> str:
+    """What the release's registry makes of a config's architectures: "served", the removed one's
+    words (the first listed that it removed), or "not served"."""
+    archs = tuple(archs)
+    table = architectures(release)
+    if any(a in table["served"] for a in archs):
+        return "served"
+    removed = next((a for a in archs if a in table["removed"]), None)
+    return removed_words(removed, table["removed"][removed]) if removed else "not served"
 
 
 def served_anywhere(archs: Iterable[str], releases: Iterable[str] = ("0.33", "0.34")) -> bool:

@@ -48,10 +48,11 @@ class ServedEngine:
 
     @property
     def attention_backend(self) -> str:
-        """The line's backend, else vLLM's pick for the GPU."""
-        from mambaxfer_cli.engines.vllm.gpu import default_attention_backend
+        """The line's backend, else vLLM's pick for the GPU (an MLA backend for an MLA model)."""
+        from mambaxfer_cli.engines.vllm.gpu import default_attention_backend, default_mla_backend
 
-        return self.flags.attention_backend or default_attention_backend(self.flags.gpu)
+        pick = default_mla_backend if self.model.mla else default_attention_backend
+        return self.flags.attention_backend or pick(self.flags.gpu)
 
     @property
     def conv_layout(self) -> str:
@@ -128,7 +129,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
         flags = replace(base, attention_backend=line.attention_backend or base.attention_backend,
                         block_size=line.block_size, kv_cache_dtype=line.kv_cache_dtype,
                         prefix_caching=model.has_attention if line.prefix_caching is None else line.prefix_caching,
-                        gdn_prefill_backend=gdn, num_blocks=CHECK_NUM_BLOCKS[side])
+                        gdn_prefill_backend=gdn, num_blocks=CHECK_NUM_BLOCKS[side], dcp_size=line.dcp)
         if model.variant == GDN and gdn is not None:
             from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
 

@@ -6,7 +6,7 @@ each alternative is a tuple of keys whose values multiply (``("mamba_expand", "h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from mambaxfer_cli.planning.model import Variant
@@ -26,6 +26,9 @@ class Family:
     ssm_dtype_keys: tuple[str, ...] = ()
     ssm_dtype_default: str | None = None  # None: the conv dtype
     head_size_keys: tuple[str, ...] = ("head_dim",)  # attention head size; else hidden_size / heads
+    mla: bool = False                 # its attention is MLA: one latent "head", replicated across TP
+    ssm_dtype_fixed: str = ""         # "always": the SSM state is ssm_dtype_default whatever the flags;
+                                      # "layer": the same, but --mamba-ssm-cache-dtype sizes the blocks
 
 
 MAMBA1_HF = {
@@ -85,6 +88,26 @@ FAMILIES: tuple[Family, ...] = (
             "head_k_dim": (("linear_key_head_dim",),),
             "head_v_dim": (("linear_value_head_dim",),)},
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
+    # KDA + MLA (vLLM's KimiLinearForCausalLM, vllm/models/kimi_k3): linear_attn_config's 1-based
+    # kda_layers are KDA, the rest MLA (KimiLinearConfig.is_kda_layer); kda_state_dtype keeps the
+    # SSM state in float32 unless --mamba-ssm-cache-dtype says bfloat16.
+    Family("Kimi-Linear", ("kimi_linear",), Variant("kda"),
+           {"num_heads": (("linear_attn_config.num_heads",),),
+            "head_dim": (("linear_attn_config.head_dim",),)},
+           conv_kernel=(("linear_attn_config.short_conv_kernel_size",),), layers="kda",
+           ssm_dtype_default="float32", ssm_dtype_fixed="layer", mla=True),
+    # KDA + MLA (vLLM's BailingMoeV3ForCausalLM, bailing_moe_v3.py): KDA heads are the attention
+    # heads; every layer_group_size-th layer and the tail are MLA (_is_kda_layer); the state dtype
+    # takes no --mamba-ssm-cache-dtype, in the layer or the class: float32.
+    Family("Bailing-V3", ("bailing_hybrid",), Variant("kda"),
+           {"num_heads": (("num_attention_heads",),), "head_dim": (("head_dim",),)},
+           conv_kernel=(("short_conv_kernel_size",),), layers="bailing_kda",
+           ssm_dtype_default="float32", ssm_dtype_fixed="always", mla=True),
+    # KDA + gated full attention (vLLM's AliceAIForCausalLM, alice_ai.py): layer_types name each
+    # layer; the KDA layers are KimiGatedDeltaNetAttention, float32 whatever the flags.
+    Family("AliceAI", ("alice_ai",), Variant("kda"),
+           {"num_heads": (("linear_num_key_heads",),), "head_dim": (("linear_key_head_dim",),)},
+           conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_default="float32", ssm_dtype_fixed="always"),
     # GDN as Qwen3.5's, plus a TP-replicated PLE state and QSA indexer caches (readers/qwen4exp.py).
     Family("Qwen4Exp", ("qwen4_exp", "qwen4_exp_text"), Variant("gdn"),
            {"num_k_heads": (("linear_num_key_heads",),),
@@ -93,6 +116,39 @@ FAMILIES: tuple[Family, ...] = (
             "head_v_dim": (("linear_value_head_dim",),)},
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
 )
+
+# vLLM's served architectures whose language model is a family above (under ``text_config``) or a
+# variant's generic keys, by the name vLLM gives them, with the variant vLLM types their layers as
+# (model_executor/models/registry.py and each class's ``get_mamba_state_shape_from_config``).
+ARCHITECTURE_LABELS: Mapping[str, tuple[str, str]] = {
+    "OlmoHybridForCausalLM": ("OLMo-Hybrid", "gdn"),
+    "MiniCPMV4_6ForConditionalGeneration": ("MiniCPM-V 4.6", "gdn"),
+    "MiniCPMV4_7ForConditionalGeneration": ("MiniCPM-V 4.7", "gdn"),
+    "InternS2MobiusForConditionalGeneration": ("InternS2 Mobius", "gdn"),
+    "InternS2PreviewForConditionalGeneration": ("InternS2 Preview", "gdn"),
+    "ColQwen3_5": ("ColQwen3.5", "gdn"),
+    "Nemotron3_5TranscribeForConditionalGeneration": ("Nemotron3.5-Transcribe", "mamba2"),
+}
+
+
+def labelled(family: Family, architectures: Sequence[str]) -> Family:
+    """The family under vLLM's name for the first architecture it names, where its variant is the
+    one vLLM types the layers as (a generic guess it confirms is no longer a guess)."""
+    for arch in architectures:
+        if arch in ARCHITECTURE_LABELS:
+            label, variant = ARCHITECTURE_LABELS[arch]
+            if family.variant == variant:
+                return replace(family, label=label)
+    return family
+
+
+# Architectures vLLM serves with KDA layers whose transfer mambaxfer does not model yet, and why.
+NOT_MODELLED: Mapping[str, str] = {
+    "KimiK3ForConditionalGeneration": "Kimi-K3's full-rank KDA layers, sparse-attention (DSA) indexer caches and "
+                                      "packed hybrid blocks (get_packed_hybrid_block_size)",
+    "KimiK31ForConditionalGeneration": "Kimi-K3.1's full-rank KDA layers, sparse-attention (DSA) indexer caches "
+                                       "and packed hybrid blocks (get_packed_hybrid_block_size)",
+}
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every
 # name any family uses, most specific first (each variant's module lists them).
@@ -110,7 +166,6 @@ SIGNATURE_KEYS: tuple[tuple[Variant, tuple[str, ...]], ...] = tuple(
 UNSUPPORTED: Mapping[str, str] = {
     "lfm2": "short-conv (LFM2)",
     "lfm2_moe": "short-conv (LFM2-MoE)",
-    "kimi_linear": "KDA linear attention (Kimi-Linear)",
     "minimax": "lightning attention (MiniMax)",
     "minimax_m1": "lightning attention (MiniMax-M1)",
     "rwkv": "RWKV",

@@ -9,7 +9,8 @@ from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names, removed_refusal
 from mambaxfer_cli.readers.families import (
-    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
+    GENERIC, MAMBA_SSM_DTYPE_READERS, NOT_MODELLED, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
+    labelled,
     supported_summary,
 )
 from mambaxfer_cli.limits import (
@@ -32,6 +33,15 @@ def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     merged = {k: v for k, v in config.items() if k != "text_config"}
     merged.update(inner)
     return merged
+
+
+def nested_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Kimi-Linear keeps its KDA dimensions under ``linear_attn_config``: each of its keys is also
+    read as ``linear_attn_config.<key>``."""
+    inner = config.get("linear_attn_config")
+    if not isinstance(inner, Mapping):
+        return dict(config)
+    return {**config, **{f"linear_attn_config.{key}": value for key, value in inner.items()}}
 
 
 def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> int:
@@ -76,6 +86,10 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
         n_layers = within(f"{where}: {layer_key}", config[layer_key], 0, MAX_LAYERS, "model's")
     # A key set to null (as HF serialises unset fields) counts as absent.
     config = {k: v for k, v in config.items() if v is not None}
+    if family.layers == "kda":
+        return _kda_layers(config, n_layers, where)
+    if family.layers == "bailing_kda":
+        return _bailing_layers(config, n_layers, where)
     if family.layers == "all_ssm" or family.layers == "parallel":
         if n_layers is None:
             raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
@@ -125,6 +139,30 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
         return tuple(ATTENTION if (i + 1) % interval == 0 else SSM for i in range(n_layers))
     # A plain Mamba model: no layer-kind key, every layer is an SSM layer.
     return (SSM,) * n_layers
+
+
+def _kda_layers(config: Mapping[str, Any], n_layers: int | None, where: str) -> tuple[str, ...]:
+    """``KimiLinearConfig.is_kda_layer``: layer ``i`` is KDA when ``i + 1`` is in
+    ``linear_attn_config.kda_layers`` (1-based), else MLA."""
+    if n_layers is None:
+        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
+    key = "linear_attn_config.kda_layers"
+    if key not in config:
+        raise UserError(f"{where}: missing key linear_attn_config.kda_layers (the 1-based KDA layers)")
+    kda = set(_list_key(config, key, int, where))
+    return tuple(SSM if i + 1 in kda else ATTENTION for i in range(n_layers))
+
+
+def _bailing_layers(config: Mapping[str, Any], n_layers: int | None, where: str) -> tuple[str, ...]:
+    """Bailing-V3's ``_is_kda_layer``: MLA where ``(i + 1) % layer_group_size == 0`` and on the
+    layers past the last whole group; KDA elsewhere."""
+    if n_layers is None:
+        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
+    if "layer_group_size" not in config:
+        raise UserError(f"{where}: missing key layer_group_size (every group's last layer is MLA)")
+    group = _int_key(config, "layer_group_size", 1, where)
+    tail = n_layers // group * group
+    return tuple(ATTENTION if (i + 1) % group == 0 or i >= tail else SSM for i in range(n_layers))
 
 
 def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
@@ -191,15 +229,19 @@ def spec_from_config(
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag)."""
     where = source or name
+    as_read = config
     removed = removed_refusal(config)      # startup: the registry's removed architectures
     if removed:
         raise UserError(f"{where}: {removed}")
     archs = architecture_names(config)
+    unmodelled = next((NOT_MODELLED[a] for a in archs if a in NOT_MODELLED), None)
+    if unmodelled:
+        raise UserError(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not model {unmodelled} yet")
     refused = connector_refusal(archs) if variant is None else None
     if refused:
         raise UserError(f"{where}: {refused}")
-    config = flatten_text_config(config)
-    family = _detect(config, variant, where, archs)
+    config = nested_keys(flatten_text_config(config))
+    family = labelled(_detect(config, variant, where, archs), archs)
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
@@ -227,8 +269,27 @@ def spec_from_config(
         notes["config_mamba_ssm_dtype"] = found[0]     # what an engine that reads it finds
         ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
         found = None
-    if ssm_dtype:
+    sizing = ""
+    if ssm_dtype and family.ssm_dtype_fixed:
+        given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
+        if family.ssm_dtype_fixed == "layer" and given not in ("float32", "bfloat16"):
+            raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
+                            f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
+        if family.ssm_dtype_fixed == "layer" and given != ssm:
+            sizing = given
+            ssm_origin = (f"{family.label}'s KDA layers keep their SSM state in {ssm} whatever the flags "
+                          f"(KimiGatedDeltaNetAttention.get_state_dtype); vLLM sizes its blocks for a {given} state "
+                          f"({given_by['ssm_dtype']}, get_mamba_state_dtype_from_config)")
+        else:
+            ssm_origin = (f"{family.label} default: vLLM keeps this family's SSM state in {ssm} whatever the "
+                          f"flags ({given_by['ssm_dtype']} {given} not read)")
+        ssm_dtype = None
+    elif ssm_dtype:
         ssm, ssm_origin = canonical_dtype(ssm_dtype), given_by["ssm_dtype"]
+    elif family.ssm_dtype_fixed:
+        ssm, ssm_origin = str(family.ssm_dtype_default), (
+            f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
+            f"whatever the flags")
     elif found:
         ssm, ssm_origin = found[0], f"config key {found[1]}"
     elif family.ssm_dtype_default:
@@ -248,7 +309,11 @@ def spec_from_config(
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
-    if ATTENTION in layers:
+    if ATTENTION in layers and family.mla:
+        heads, size = _latent(config, where, kv_heads, head_size)
+        q_heads = _positive(config.get("num_attention_heads"))
+        q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
+    elif ATTENTION in layers:
         heads, size = _attention_heads(config, family, where, kv_heads, head_size)
         q_heads = _positive(config.get("num_attention_heads"))
         q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
@@ -260,8 +325,9 @@ def spec_from_config(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
-        num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint,
-        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes}, qwen4exp=parts,
+        num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
+        sizing_ssm_dtype=sizing, hf_config=as_read, qwen4exp=parts,
+        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec
@@ -281,6 +347,20 @@ def _positive(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return None
     return value
+
+
+def _latent(config: Mapping[str, Any], where: str, kv_heads: int | None,
+            head_size: int | None) -> tuple[int, int]:
+    """MLA's KV cache as vLLM keeps it: one latent vector per token, ``kv_lora_rank +
+    qk_rope_head_dim`` elements (``ModelArchConfigConvertor.get_head_size``), one "head" that every
+    rank holds whole (``ModelConfig.get_num_kv_heads`` is 1 under MLA)."""
+    for flag, value in (("--kv-heads", kv_heads), ("--head-size", head_size)):
+        if value is not None:
+            raise UserError(f"{flag}: {where} is an MLA model, whose KV cache is one latent vector per token "
+                            f"(kv_lora_rank + qk_rope_head_dim), not heads")
+    size = _lookup(config, (("kv_lora_rank",),), "kv_lora_rank", where) + \
+        _lookup(config, (("qk_rope_head_dim",),), "qk_rope_head_dim", where)
+    return 1, at_most(f"{where}: kv_lora_rank + qk_rope_head_dim", size, MAX_DIM, "model's")
 
 
 def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_heads: int | None,

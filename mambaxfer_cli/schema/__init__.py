@@ -14,7 +14,7 @@ SCHEMA_DIR = Path(__file__).parent
 # Their schemas: mambaxfer.<name>/v1.
 DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "bench", "conformance", "sglang-plan",
              "sglang-check", "sglang-inspect", "sglang-execute", "sglang-bench",
-             "check-engines")
+             "check-engines", "bench-engines")
 PLAN_SCHEMA_PATH = SCHEMA_DIR / "plan-v1.schema.json"
 
 

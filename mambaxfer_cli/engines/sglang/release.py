@@ -95,6 +95,10 @@ _FAMILIES = {
                                        note="configs/qwen3_next.py (Qwen3.5 inherits it)"),
     "Jamba": FamilyRule(False, note="SGLang 0.5.23 has no Jamba model file"),
     "Zamba2": FamilyRule(False, note="SGLang 0.5.23 has no Zamba2 model file"),
+    "Kimi-Linear": FamilyRule(False, note="SGLang 0.5.23 serves Kimi-Linear (models/kimi_linear.py), but "
+                                          "mambaxfer does not model its KDA and MLA transfer yet"),
+    "Bailing-V3": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
+    "AliceAI": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
     "Qwen4Exp": FamilyRule(False, note=("SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state "
                                         "mambaxfer does not model for SGLang")),
 }

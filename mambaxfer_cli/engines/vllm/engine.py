@@ -6,9 +6,10 @@ KV-cache tensors: reads, descriptor lists, the simulator and execute all consume
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
 from mambaxfer_cli.engines.vllm.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
@@ -35,6 +36,7 @@ class EngineLayout:
     hashed_backend: str = ""               # the backend name vLLM's compatibility hash takes
     flags: EngineFlags = EngineFlags()     # how it was started: release, GPU, serve flags
     kernel: Backend | None = None          # its attention backend's kernel blocks on its GPU
+    mla: bool = False                      # MLA: one latent vector per token, every rank whole
 
     @property
     def release(self) -> Release:
@@ -48,7 +50,7 @@ class EngineLayout:
     def kernel_backend(self) -> Backend:
         """Its attention backend's kernel block sizes on its GPU."""
         return self.kernel or kernel_backend(self.flags.attention_backend, self.gpu, self.head_size,
-                                             self.flags.kv_cache_dtype)
+                                             self.flags.kv_cache_dtype, mla=self.mla)
 
     def heads(self, rank: int) -> Shard:
         """The KV heads rank ``rank`` holds (an engine with attention)."""
@@ -70,8 +72,8 @@ class EngineLayout:
 
     @property
     def head_token_bytes(self) -> int:
-        """K and V of one token of one KV head."""
-        return 2 * (self.head_size or 0) * _dtype_bytes(self.kv_dtype)
+        """K and V of one token of one KV head (MLA: its latent vector)."""
+        return (1 if self.mla else 2) * (self.head_size or 0) * _dtype_bytes(self.kv_dtype)
 
     @property
     def has_attention(self) -> bool:
@@ -126,28 +128,42 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     a1 = kv_dtype = None
     if model.has_attention and heads[0] is not None and model.head_size is not None:
         kv_dtype = resolve_kv_dtype(flags.kv_cache_dtype, model.model_dtype)
-        a1 = attention_bytes_per_token(len(heads[0]), model.head_size, kv_dtype)
+        a1 = attention_bytes_per_token(len(heads[0]), model.head_size, kv_dtype, model.mla)
     gdn = gdn_backend(model, flags)
     alignment = gdn_checkpoint_alignment(gdn) if gdn else 1
     q_heads = model.num_q_heads // tp if model.num_q_heads else None
     kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
-                            q_heads, len(heads[0]) if heads[0] is not None else None)
+                            q_heads, len(heads[0]) if heads[0] is not None else None, mla=model.mla)
     state = ranks[0].state_bytes
     if model.qwen4exp is not None:     # the largest of its mamba pages (GDN's, PLE's): qwen4exp.mamba_page_bytes
         state = max(state, model.qwen4exp.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
-    geometry = derive(state, a1, flags, alignment, kernel, gdn)
+    sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
+        if model.sizing_ssm_dtype else state
+    geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
+    if sized != state:      # startup: the page vLLM sized is the layers' page only if it holds their state
+        if geometry.page_bytes < state:
+            raise UserError(
+                f"vLLM does not start a TP-{tp} engine of {model.name}: it sizes its blocks for a "
+                f"{model.sizing_ssm_dtype} SSM state (--mamba-ssm-cache-dtype), a {geometry.page_bytes}-byte page, "
+                f"but its KDA layers keep the state in {model.ssm_dtype} (KimiGatedDeltaNetAttention."
+                f"get_state_dtype), {state} bytes: MambaSpec.page_size_bytes asserts page_size_padded >= page_size")
+        geometry = replace(geometry, state_bytes=state)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))
     return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
-                        hashed_backend(model, geometry), flags, kernel)
+                        hashed_backend(model, geometry), flags, kernel, mla=model.mla)
 
 
 GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-prefill-backend)
 
 
 def ssm_backend(variant: str) -> str:
-    """The backend of an SSM layer, as vLLM names it: ``MAMBA1_ATTN``, ``MAMBA2_ATTN``, ``GDN_ATTN``."""
-    return f"{variant.upper()}_ATTN"
+    """The backend of an SSM layer, as vLLM names it: ``MAMBA1_ATTN``, ``MAMBA2_ATTN``, ``GDN_ATTN``
+    (KDA's layers are GDN's: ``KimiGatedDeltaNetAttention``)."""
+    from mambaxfer_cli.planning.variants import VARIANTS
+
+    rules = VARIANTS.get(str(variant))
+    return (rules.backend if rules and rules.backend else "") or f"{str(variant).upper()}_ATTN"
 
 
 def hashed_backend(model: ModelSpec, geometry: Geometry) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
 from mambaxfer_cli.engines.vllm.gpu import (
-    DEFAULT_GPU, Gpu, default_attention_backend, fa4_hd256_kernel, flashinfer_large_pages,
+    DEFAULT_GPU, Gpu, default_attention_backend, default_mla_backend, fa4_hd256_kernel, flashinfer_large_pages,
 )
 from mambaxfer_cli.engines.vllm.release import Release
 from mambaxfer_cli.engines.vllm.releases import NEWEST
@@ -70,12 +70,27 @@ BACKENDS = {
     "TRITON_ATTN": Backend("TRITON_ATTN", multiple_of=16),
     "FLASHINFER": Backend("FLASHINFER", sizes=(16, 32, 64)),
 }
+# MLA's backends (v1/attention/backends/mla/, get_supported_kernel_block_sizes), for MLA models only.
+MLA_BACKENDS = {
+    "FLASH_ATTN_MLA": Backend("FLASH_ATTN_MLA", multiple_of=16),
+    "TRITON_MLA": Backend("TRITON_MLA", multiple_of=16),
+    "FLASHMLA": Backend("FLASHMLA", sizes=(64,)),
+    "FLASHINFER_MLA": Backend("FLASHINFER_MLA", sizes=(32, 64)),
+    "CUTLASS_MLA": Backend("CUTLASS_MLA", sizes=(128,)),
+}
 
 
-def backend(name: str) -> Backend:
-    found = BACKENDS.get(str(name).strip().upper())
+def backend(name: str, mla: bool | None = None) -> Backend:
+    """The backend of that name; ``mla``: whether the model's attention is MLA (None: either)."""
+    key = str(name).strip().upper()
+    found = BACKENDS.get(key) or MLA_BACKENDS.get(key)
     if found is None:
-        raise UserError(f"unknown attention backend '{name}'; choose one of: {', '.join(BACKENDS)}")
+        raise UserError(f"unknown attention backend '{name}'; choose one of: {', '.join(BACKENDS)} "
+                        f"(MLA models: {', '.join(MLA_BACKENDS)})")
+    if mla is not None and (key in MLA_BACKENDS) != mla:
+        kind, table = ("an MLA", MLA_BACKENDS) if mla else ("a non-MLA", BACKENDS)
+        raise UserError(f"attention backend {key} does not run {kind} model's attention; choose one of: "
+                        f"{', '.join(table)}")
     return found
 
 
@@ -83,12 +98,15 @@ FLASHINFER_LARGE_PAGES = (16, 32, 64, 128, 256, 512, 1024)
 
 
 def kernel_backend(name: str | None, device: Gpu, head_size: int | None, kv_cache: str,
-                   q_heads: int | None = None, kv_heads: int | None = None) -> Backend:
+                   q_heads: int | None = None, kv_heads: int | None = None, mla: bool = False) -> Backend:
     """The backend (None: vLLM's pick for the GPU) with its kernel block sizes on this GPU:
     FLASH_ATTN runs FA4's head-size-256 kernel on fixed 128-token blocks on SM 10.x
     (``FlashAttentionBackend.get_supported_kernel_block_sizes``); FLASHINFER runs blocks up to 1024
-    tokens there for grouped-query attention (``q_heads``, ``kv_heads``: per rank)."""
-    found = backend(name or default_attention_backend(device))
+    tokens there for grouped-query attention (``q_heads``, ``kv_heads``: per rank). An MLA model
+    runs an MLA backend (``default_mla_backend``)."""
+    if mla:
+        return backend(name or default_mla_backend(device), mla=True)
+    found = backend(name or default_attention_backend(device), mla=False if name else None)
     if found.name == "FLASH_ATTN":
         fixed = fa4_hd256_kernel(device, head_size, quantized_kv=is_quantized(kv_cache))
         if fixed:
@@ -127,6 +145,7 @@ class EngineFlags:
     gdn_prefill_backend: str | None = None    # None: vLLM's choice for the GPU
     num_blocks: int = DEFAULT_NUM_BLOCKS
     blocks_per_logical: int | None = None     # expert override: not what vLLM builds
+    dcp_size: int = 1                         # --decode-context-parallel-size
     release: Release = NEWEST
     gpu: Gpu = DEFAULT_GPU
 
@@ -166,6 +185,7 @@ class Geometry:
     gpu: str = DEFAULT_GPU.name
     gdn_prefill_backend: str | None = None   # the GDN prefill kernel (GDN models)
     checkpoint_alignment: int = 1        # tokens the blocks align to for prefill checkpoints
+    split_by_remote: int = 1             # >1: the pulling engine views each kernel block as this many
 
     @property
     def logical_blocks(self) -> int:
@@ -186,23 +206,29 @@ class Geometry:
                 "checkpoint_alignment": self.checkpoint_alignment}
 
 
-def attention_bytes_per_token(kv_heads: int, head_size: int, dtype: str) -> int:
-    """``FullAttentionSpec(block_size=1).page_size_bytes``: K and V of one token (head_size_v = head_size)."""
-    return kv_heads * 2 * head_size * dtype_bytes(dtype)
+def attention_bytes_per_token(kv_heads: int, head_size: int, dtype: str, mla: bool = False) -> int:
+    """``FullAttentionSpec(block_size=1).page_size_bytes``: K and V of one token (head_size_v =
+    head_size); ``MLAAttentionSpec``'s (``head_size_v = 0``): the latent vector alone."""
+    return kv_heads * (1 if mla else 2) * head_size * dtype_bytes(dtype)
 
 
-def hybrid_block_size(state_bytes: int, a1: int, requested: int, kernel: Backend, alignment: int = 1) -> int:
+MLA_HYBRID_ALIGNMENT = 128     # tokens: _align_hybrid_block_size's floor for MLA hybrids
+
+
+def hybrid_block_size(state_bytes: int, a1: int, requested: int, kernel: Backend, alignment: int = 1,
+                      mla: bool = False) -> int:
     """``_align_hybrid_block_size``: the smallest block (a multiple of the backend's step, at
     least the requested size) whose attention page holds the SSM state; ``alignment``: the SSM
-    layers' prefill checkpoint alignment (prefix caching only)."""
-    kba = math.lcm(max(kernel.smallest, requested), alignment)
+    layers' prefill checkpoint alignment (prefix caching only). An MLA hybrid aligns to at least
+    128 tokens (FlashInfer/TRTLLM MLA decode kernels' invariant, kept for every MLA backend)."""
+    kba = math.lcm(max(kernel.smallest, requested, MLA_HYBRID_ALIGNMENT if mla else 1), alignment)
     tokens = kba * math.ceil(state_bytes / (kba * a1))
     tokens = -(-tokens // kernel.step) * kernel.step
     return max(requested, tokens)
 
 
 def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alignment: int = 1,
-           kernel: Backend | None = None, gdn_prefill_backend: str | None = None) -> Geometry:
+           kernel: Backend | None = None, gdn_prefill_backend: str | None = None, mla: bool = False) -> Geometry:
     """One engine's geometry from its SSM state bytes ``m``, its attention bytes per token ``a1``
     (None for an SSM-only model), its flags, its SSM layers' prefill checkpoint alignment in tokens
     (applied with prefix caching) and its backend's kernel blocks on its GPU."""
@@ -214,7 +240,7 @@ def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alig
                         requested, 1, None, state_bytes, state_bytes, flags.num_blocks, release=release, gpu=gpu,
                         gdn_prefill_backend=gdn_prefill_backend)
     alignment = checkpoint_alignment if flags.prefix_caching else 1
-    block = hybrid_block_size(state_bytes, a1, requested, kernel, alignment)
+    block = hybrid_block_size(state_bytes, a1, requested, kernel, alignment, mla)
     if block > MAX_BLOCK_SIZE:
         raise UserError(f"the SSM state ({state_bytes} bytes) needs attention blocks of {block} tokens, "
                         f"more than any engine builds")

@@ -145,6 +145,14 @@ def default_attention_backend(device: Gpu) -> str:
     return "FLASHINFER" if device.capability[0] == 10 else "FLASH_ATTN"
 
 
+def default_mla_backend(device: Gpu) -> str:
+    """The MLA backend vLLM picks without ``--attention-backend`` (``_get_backend_priorities``
+    with ``use_mla``, the first whose ``supports_compute_capability`` holds): FLASHINFER_MLA on
+    SM 10.x, FLASH_ATTN_MLA on SM 9.x (FA3), TRITON_MLA elsewhere."""
+    major = device.capability[0]
+    return {10: "FLASHINFER_MLA", 9: "FLASH_ATTN_MLA"}.get(major, "TRITON_MLA")
+
+
 def flashinfer_large_pages(device: Gpu, q_heads: int | None, kv_heads: int | None) -> bool:
     """FlashInfer's kernel blocks of 128 to 1024 tokens (trtllm-gen, ``FlashInferBackend.
     get_supported_kernel_block_sizes``): on SM 10.x for grouped-query attention (more query heads

@@ -11,6 +11,7 @@ mismatch there is accepted and corrupts the state silently.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -70,6 +71,31 @@ def _sources(remote: EngineLayout, local: EngineLayout, rank: int) -> list[int]:
     return firsts
 
 
+MAX_HYBRID_BLOCK_SPLIT = 128     # base_worker.py _MAX_HYBRID_BLOCK_SPLIT
+
+
+def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = PULL) -> EngineLayout:
+    """``_split_remote_blocks``: a hybrid MLA+SSM engine that pulls views the remote's kernel blocks
+    as ``gcd(local, remote)``-token blocks when its own are not a multiple of them (the blocks hold
+    the TP-sharded SSM page, so they differ with TP while the MLA page per token does not). The
+    remote's memory is unchanged; its kernel blocks per logical block and block count grow by
+    ``split``. Not when the split would exceed 128 blocks (vLLM logs a warning and pairs nothing)."""
+    if mode != PULL or not local.mla or not local.has_attention or not remote.has_attention:
+        return remote
+    mine, theirs = local.kernel_tokens, remote.kernel_tokens
+    if mine % theirs == 0:
+        return remote
+    unit = math.gcd(mine, theirs)
+    split = theirs // unit
+    if max(split, mine // unit) > MAX_HYBRID_BLOCK_SPLIT or remote.kernel_block_bytes % split:
+        return remote
+    g, lists = remote.geometry, remote.lists
+    geometry = replace(g, kernel_block_size=unit, blocks_per_logical=g.blocks_per_logical * split,
+                       num_blocks=g.num_blocks * split, split_by_remote=split)
+    return replace(remote, geometry=geometry, lists=replace(lists, num_blocks=lists.num_blocks * split,
+                                                            blocks_per_logical=lists.blocks_per_logical * split))
+
+
 def layout_facts(layout: EngineLayout) -> EngineFacts:
     """What the hash takes of an engine when only its geometry is known: the same model on both
     sides, so its backend and KV-cache dtype (and its release) are what can differ."""
@@ -82,6 +108,7 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
     """The pairing as the local engine's handshake sees it (D local when it pulls, P when it
     pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
     local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
+    remote = split_remote_blocks(remote, local, mode)
     p_facts, d_facts = facts or (layout_facts(prefill), layout_facts(decode))
     hashes: dict[str, Hash] = {"P": prefill.release.hashed(p_facts), "D": decode.release.hashed(d_facts)}
     ratio_ok = (local.tp % remote.tp == 0) if local.tp >= remote.tp else (remote.tp % local.tp == 0)
@@ -92,7 +119,10 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
                    local_per_logical=lg.blocks_per_logical, remote_per_logical=rg.blocks_per_logical,
                    local_prefix_caching=lg.prefix_caching, attention_sources=sources,
                    local_hash=hashes["D" if mode == PULL else "P"], remote_hash=hashes["P" if mode == PULL else "D"],
-                   remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash)
+                   remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash,
+                   mla=local.mla, local_block_bytes=local.kernel_block_bytes,
+                   remote_block_bytes=remote.kernel_block_bytes, local_dcp=local.flags.dcp_size,
+                   remote_dcp=remote.flags.dcp_size)
 
 
 def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,

@@ -15,7 +15,9 @@ from mambaxfer_cli.engines.vllm.descriptors import (
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
-from mambaxfer_cli.engines.vllm.handshake import Refusal, Verdict, handshake_verdict, with_block_size
+from mambaxfer_cli.engines.vllm.handshake import (
+    Refusal, Verdict, handshake_verdict, split_remote_blocks, with_block_size,
+)
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
@@ -304,6 +306,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     p_model = _prefill_model(model, options.prefill_model)
     prefill = engine_layout(p_model, p_tp, options.prefill, grouping, options.attention_streams)
     decode = engine_layout(model, d_tp, options.decode, grouping, options.attention_streams)
+    prefill = split_remote_blocks(prefill, decode)   # D views P's blocks as vLLM's handshake splits them
 
     def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
         streams = options.attention_streams
@@ -354,6 +357,12 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             f"{prefill.kernel_tokens} × {prefill.geometry.blocks_per_logical} vs {decode.kernel_tokens} × "
             f"{decode.geometry.blocks_per_logical}): the proxy must forward remote_num_tokens in "
             f"kv_transfer_params, or D declines the reads")))
+    split = prefill.geometry.split_by_remote
+    if split > 1:
+        warnings.append(Warning_("vllm-splits-blocks", (
+            f"{releases}'s D views each of P's {prefill.kernel_tokens * split}-token kernel blocks as {split} "
+            f"blocks of {prefill.kernel_tokens} tokens (_split_remote_blocks: hybrid MLA blocks differ with TP), "
+            f"so P has {prefill.geometry.blocks_per_logical} kernel blocks per logical block in its reads")))
     for name, side in (("P", prefill), ("D", decode)):
         if side.geometry.overridden:
             warnings.append(Warning_("not-vllm-geometry", f"{name}'s kernel blocks per logical block are set "

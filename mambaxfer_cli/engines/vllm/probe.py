@@ -189,7 +189,7 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "pcp_size": 1,
         "dcp_size": 1,
         "device_id": 0,
-        "use_mla": False,
+        "use_mla": engine.model.mla,
         "use_host_buffer": False,
         "block_size": g.kernel_block_size,
         "num_blocks": g.num_blocks,
@@ -213,7 +213,8 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "_is_hma_required": True,
         "_layer_specs": engine.layer_specs,
         "_regions_by_layer": {name: [r] for r, names in enumerate(engine.regions) for name in names},
-        "_region_is_mla": [False] * regions,
+        "_region_is_mla": [engine.model.mla and any(not isinstance(engine.layer_specs[n], engine.vllm.mamba_spec_class)
+                                                    for n in names) for names in engine.regions],
         "num_regions": regions,
         "block_len_per_layer": [kernel_bytes] * regions,
         "block_stride_per_layer": [kernel_bytes] * regions,
@@ -278,7 +279,7 @@ class EngineState:
         topology_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology")
         with calling("TransferTopology"):
             return _construct(topology_class, tp_rank=rank, tp_size=self.tp, block_size=self.geometry.kernel_block_size,
-                              engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=False,
+                              engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=self.model.mla,
                               is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
 
     def worker(self, rank: int, worker_class=None):
@@ -355,6 +356,7 @@ class Installed:
         self._groups: dict = {}
         self._pairs: dict = {}
         self._layers: dict = {}
+        self._arch_configs: dict = {}
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
     @property
@@ -373,6 +375,79 @@ class Installed:
     def attention_spec_class(self):
         return _symbol("vllm.v1.kv_cache_interface", "FullAttentionSpec")
 
+    # --- start-up: the model's config and the registry -----------------------------------------
+
+    def arch_config(self, model: ModelSpec):
+        """The model's config as vLLM reads it: its loader (``get_config``) on the config.json, and
+        the architecture convertor ``ModelConfig.get_model_arch_config`` picks for its model type
+        (read once per model; a config vLLM cannot read is ``VllmFails``)."""
+        if model.name not in self._arch_configs:
+            try:
+                self._arch_configs[model.name] = self._read_arch_config(model)
+            except VllmFails as exc:
+                self._arch_configs[model.name] = exc
+        found = self._arch_configs[model.name]
+        if isinstance(found, VllmFails):
+            raise found
+        return found
+
+    def _read_arch_config(self, model: ModelSpec):
+        import json
+        import tempfile
+        from pathlib import Path
+
+        _symbol("vllm.config.model", "ModelConfig")      # the convertor module imports from it
+        get_config = _symbol("vllm.transformers_utils.config", "get_config")
+        text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
+        module = "vllm.transformers_utils.model_arch_config_convertor"
+        convertors = _symbol(module, "MODEL_ARCH_CONFIG_CONVERTORS")
+        base = _symbol(module, "ModelArchConfigConvertorBase")
+        if not model.hf_config:
+            raise VllmFails("no config.json to read (the model was not given as a Hugging Face config)")
+        with tempfile.TemporaryDirectory(prefix="mambaxfer-config-") as folder:
+            (Path(folder) / "config.json").write_text(json.dumps(dict(model.hf_config)))
+            try:    # vLLM's config reader (and Transformers' config classes under it) raise anything
+                with calling("get_config"):
+                    hf = get_config(folder, trust_remote_code=False)
+                with calling("ModelConfig.get_model_arch_config"):     # may read the folder again
+                    convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
+                    return convertor.convert(supports_multimodal=False)
+            except CouldNotCall:
+                raise
+            except Exception as exc:
+                raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
+
+    def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
+        """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` (no pipeline, expert or decode
+        context parallelism) on the model's config as vLLM reads it: None where it passes, else
+        vLLM's message."""
+        verify = _symbol("vllm.config.model", "ModelConfig").verify_with_parallel_config
+        config = StandIn("model_config", model_arch_config=self.arch_config(model), multimodal_config=None,
+                         use_mla=False)
+        parallel = StandIn("parallel_config", enable_hc_sp=False, tensor_parallel_size=tp,
+                           enable_expert_parallel=False, pipeline_parallel_size=1, decode_context_parallel_size=1,
+                           world_size_across_dp=tp)
+        with calling("ModelConfig.verify_with_parallel_config"):
+            try:
+                verify(config, parallel)
+            except ValueError as exc:
+                return str(exc)
+        return None
+
+    def registry_outcome(self, archs: tuple[str, ...]) -> str:
+        """What the installed registry makes of these architectures: "served", the first sentence of
+        ``_raise_for_unsupported``'s error for one it removed, or "not served"."""
+        registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
+        with calling("ModelRegistry"):
+            if any(arch in registry.get_supported_archs() for arch in archs):
+                return "served"
+            try:
+                registry._raise_for_unsupported(list(archs))
+            except ValueError as exc:
+                text = str(exc)
+                return text.split(". ")[0] if "was supported in vLLM until" in text else "not served"
+        return "served"
+
     # --- shapes and the conv split ------------------------------------------------------------
 
     def state_shapes(self, model: ModelSpec, tp: int) -> tuple:
@@ -384,12 +459,27 @@ class Installed:
             if model.variant == "mamba2":
                 return calculator.mamba2_state_shape(tp, p["intermediate_size"], p["n_groups"], p["num_heads"],
                                                      p["head_dim"], p["d_state"], model.conv_kernel, model.num_spec)
+            if model.variant == "kda":
+                return calculator.kda_state_shape(tp, p["num_heads"], p["head_dim"],
+                                                  conv_kernel_size=model.conv_kernel, num_spec=model.num_spec)
             return calculator.gated_delta_net_state_shape(tp, p["num_k_heads"], p["num_v_heads"], p["head_k_dim"],
                                                           p["head_v_dim"], model.conv_kernel, model.num_spec)
 
+    def state_dtypes(self, model: ModelSpec) -> tuple:
+        """The state's dtypes: KDA layers' as ``kda_state_dtype`` gives them to the layer
+        (``KimiGatedDeltaNetAttention.get_state_dtype``: no SSM cache dtype passed); mambaxfer's
+        for the other variants."""
+        if model.variant != "kda":
+            return self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)
+        calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
+        cache = "auto" if model.conv_dtype == model.model_dtype else model.conv_dtype
+        with calling("MambaStateDtypeCalculator.kda_state_dtype"), answering():
+            return tuple(calculator.kda_state_dtype(self.dtype(model.model_dtype), cache))
+
     def mamba_type(self, model: ModelSpec):
         enum = _symbol("vllm.v1.attention.backends.registry", "MambaAttentionBackendEnum")
-        return {"mamba1": enum.MAMBA1, "mamba2": enum.MAMBA2, "gdn": enum.GDN_ATTN}[model.variant]
+        return {"mamba1": enum.MAMBA1, "mamba2": enum.MAMBA2, "gdn": enum.GDN_ATTN,
+                "kda": enum.GDN_ATTN}[model.variant]   # KimiGatedDeltaNetAttention is a GDN layer
 
     def dtype(self, name: str):
         return getattr(self.torch, name)
@@ -397,11 +487,16 @@ class Installed:
     def mamba_spec(self, model: ModelSpec, tp: int, block_size: int = 16, page: int | None = None):
         with calling("MambaSpec"):
             return _construct(self.mamba_spec_class, block_size=block_size, shapes=self.state_shapes(model, tp),
-                              dtypes=(self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)),
+                              dtypes=self.state_dtypes(model),
                               mamba_type=self.mamba_type(model), page_size_padded=page)
 
     def attention_spec(self, model: ModelSpec, tp: int, block_size: int, kv_dtype: str | None = None):
         heads = max(1, (model.num_kv_heads or 1) // tp)
+        if model.mla:       # one latent vector per token, no V
+            mla_class = _symbol("vllm.v1.kv_cache_interface", "MLAAttentionSpec")
+            with calling("MLAAttentionSpec"):
+                return _construct(mla_class, block_size=block_size, num_kv_heads=1, head_size=model.head_size,
+                                  dtype=self.dtype(kv_dtype or model.model_dtype), cache_dtype_str="auto")
         with calling("FullAttentionSpec"):
             return _construct(self.attention_spec_class, block_size=block_size, num_kv_heads=heads,
                               head_size=model.head_size, dtype=self.dtype(kv_dtype or model.model_dtype))
@@ -730,7 +825,8 @@ class Installed:
 
     def _forward_context(self, model: ModelSpec, backend: str) -> dict:
         mixers = {"mamba1": ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
-                  "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
+                  "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2"),
+                  "kda": ("vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn", "KimiGatedDeltaNetAttention")}
         mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(*mixers[model.variant])
         attention_class = _symbol("vllm.model_executor.layers.attention.attention", "Attention")
         backend_class = self.backend_class(backend) if model.has_attention else None

@@ -83,7 +83,11 @@ class Meeting:
     remote_name: str = "P"
     host_buffer: bool = False            # kv_buffer_device = cpu
     enforce_hash: bool = True            # kv_connector_extra_config.enforce_handshake_compat (local)
-    mla: bool = False
+    mla: bool = False                    # the model's attention is MLA (hybrid MLA+SSM)
+    local_block_bytes: int = 0           # one kernel block of one region (block_len_per_layer)
+    remote_block_bytes: int = 0          # the remote's, as the local engine views it
+    local_dcp: int = 1                   # --decode-context-parallel-size
+    remote_dcp: int = 1
 
     @property
     def tp_ratio(self) -> int | None:
@@ -169,6 +173,29 @@ def host_buffer(m: Meeting) -> Refusal | None:
     if not m.geometry_meets or not m.host_buffer or m.block_ratio == 1:
         return None
     return Refusal("host-buffer", "Heterogeneous block sizes are not supported with host buffer")
+
+
+def dcp_sizes(m: Meeting) -> Refusal | None:
+    """``_validate_remote_agent_handshake``: a model with Mamba layers needs equal decode context
+    parallel sizes on both sides (RuntimeError), checked before its other geometry checks."""
+    if m.local_dcp == m.remote_dcp or not m.geometry_meets:
+        return None
+    return Refusal("dcp-sizes", (f"Hybrid MLA+Mamba NIXL transfers require matching DCP sizes, got "
+                                 f"local={m.local_dcp}, remote={m.remote_dcp}."))
+
+
+def mla_block_lens(m: Meeting) -> Refusal | None:
+    """``_validate_remote_agent_handshake`` for hybrid MLA+SSM: every region is a kernel-granularity
+    view of the unified page, and the MLA page per token does not depend on TP, so the local block
+    lengths must be the remote ones times ``block_size_ratio`` even across TP (an assert)."""
+    if not m.mla or not m.geometry_meets or m.block_ratio is None:
+        return None
+    if m.local_block_bytes == m.remote_block_bytes * m.block_ratio:
+        return None
+    return Refusal("mla-block-lens", (
+        f"Hybrid MLA kernel-granularity block lengths must match between P and D (block_size_ratio="
+        f"{m.block_ratio}): local=[{m.local_block_bytes}, ...], remote=[{m.remote_block_bytes}, ...]."),
+        raised="AssertionError in _validate_remote_agent_handshake")
 
 
 def head_sharded(m: Meeting) -> Refusal | None:

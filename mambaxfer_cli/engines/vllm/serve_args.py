@@ -49,7 +49,7 @@ TRANSFER_FIELDS = {
     "attention_config": "attention_config", "gdn_prefill_backend": "gdn_prefill_backend",
     "additional_config": "additional_config",
     "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
-    "use_replayssm": "use_replayssm",
+    "use_replayssm": "use_replayssm", "decode_context_parallel_size": "dcp",
 }
 JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "attention_config", "additional_config")
 # Keys inside a JSON flag that only some releases read (the others ignore them).
@@ -139,6 +139,7 @@ class ServeLine:
     enable_permute_local_kv: bool = False       # kv_transfer_config.enable_permute_local_kv
     disable_hybrid_kv_cache_manager: bool | None = None   # None: vLLM decides (on with NIXL)
     use_replayssm: bool = False                 # --use-replayssm (refused beside a KV connector)
+    dcp: int = 1                                # --decode-context-parallel-size / -dcp
     conv_layout: str | None = None              # VLLM_SSM_CONV_STATE_LAYOUT as the engine sees it
     kv_cache_layout: str | None = None          # VLLM_KV_CACHE_LAYOUT as the engine sees it
     env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command
@@ -514,6 +515,8 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         out["disable_hybrid_kv_cache_manager"] = bool(values["disable_hybrid_kv_cache_manager"])
     if "use_replayssm" in values:
         out["use_replayssm"] = bool(values["use_replayssm"])
+    if "dcp" in values:
+        out["dcp"] = _int(values["dcp"], "--decode-context-parallel-size", where)
     spec = _config(values, dotted, "speculative_config", where)
     if spec:
         n = spec.get("num_speculative_tokens", 0)

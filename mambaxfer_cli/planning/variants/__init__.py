@@ -54,6 +54,7 @@ class VariantRules:
     ssm_dtype_keys: tuple[str, ...] = ()
     signature: tuple[str, ...] = ()        # config keys whose presence says a config is of this variant
     detect_rank: int = 0                   # signatures are tried lowest rank first (most specific)
+    backend: str = ""                      # vLLM's backend of its layers ("": NAME_ATTN)
 
 
 def param(name: str) -> Callable[[Params], int]:
@@ -76,7 +77,7 @@ REGION_COLOURS: Mapping[str, str] = {region: colour for v in VARIANTS.values() f
 
 
 def names() -> tuple[str, ...]:
-    """The variants, in their listed order: ``mamba1``, ``mamba2``, ``gdn``."""
+    """The variants, in their listed order: ``mamba1``, ``mamba2``, ``gdn``, ``kda``."""
     return tuple(VARIANTS)
 
 

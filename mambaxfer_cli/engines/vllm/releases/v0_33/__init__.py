@@ -12,8 +12,8 @@ it), ``config/speculative.py`` ``MTPModelTypes``.
 from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm.release import (
-    Release, attention_free, block_size, compat_hash, every_region, head_sharded, host_buffer, prefix_caching,
-    tp_sizes,
+    Release, attention_free, block_size, compat_hash, dcp_sizes, every_region, head_sharded, host_buffer,
+    mla_block_lens, prefix_caching, tp_sizes,
 )
 
 # SpeculativeConfig: these method names are deprecated aliases of "mtp".
@@ -26,10 +26,12 @@ MTP_METHODS = frozenset((
 ))
 
 # D's handshake when it pulls: the TP sizes (before any metadata), the hash, then add_remote_agent's
-# block_size_ratio, _validate_remote_agent_handshake (prefix caching, host buffer),
+# block_size_ratio, _validate_remote_agent_handshake (DCP sizes with Mamba layers, prefix caching, host
+# buffer, hybrid MLA block lengths),
 # _build_local_splits_from_plan (head-sharded reads) and the next() over attention groups there and
 # in _build_fa_remote (a model without attention). Push runs the same checks on P.
-CHECKS = (tp_sizes, compat_hash, block_size, prefix_caching, host_buffer, head_sharded, attention_free)
+CHECKS = (tp_sizes, compat_hash, block_size, dcp_sizes, prefix_caching, host_buffer, mla_block_lens, head_sharded,
+          attention_free)
 
 RELEASE = Release(
     connector_version=15,

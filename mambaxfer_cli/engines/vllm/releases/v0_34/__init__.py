@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm.release import (
-    PUSH, Meeting, Refusal, attention_free, block_size, compat_hash, head_sharded, host_buffer, prefix_caching,
-    regions_holding_a_layer, tp_sizes,
+    PUSH, Meeting, Refusal, attention_free, block_size, compat_hash, dcp_sizes, head_sharded, host_buffer,
+    mla_block_lens, prefix_caching, regions_holding_a_layer, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
 
@@ -54,10 +54,10 @@ RELEASE = replace(
     V0_33,
     connector_version=16,
     default_block_size=64,
-    pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, prefix_caching, host_buffer, head_sharded,
-                 attention_free),
-    push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, block_size, prefix_caching,
-                 host_buffer, head_sharded, attention_free),
+    pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, dcp_sizes, prefix_caching, host_buffer,
+                 mla_block_lens, head_sharded, attention_free),
+    push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, block_size, dcp_sizes,
+                 prefix_caching, host_buffer, mla_block_lens, head_sharded, attention_free),
     group_regions=regions_holding_a_layer,
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     mtp_methods=V0_33.mtp_methods | {"nemotron3_5_transcribe_mtp"},

@@ -1,0 +1,110 @@
+"""``bench --engine vllm,sglang``: vLLM's transfer of per-block regions and SGLang's WRITE of
+per-slot entries for one model and pairing, each against the machine's one-descriptor limit.
+
+The document holds both engines' own bench documents (``mambaxfer.bench/v1`` and one
+``mambaxfer.sglang-bench/v1`` per device) and, per device, one row per engine and direction: the
+planned descriptors' count, bytes per descriptor and rate beside the limit's (one descriptor per
+P -> D pair moving the same bytes, measured in the same run), and whether every byte was right.
+vLLM's WRITE row is vLLM's layout pushed, so that the table tells layout from direction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "mambaxfer.bench-engines/v1"
+BLOCKS, SLOTS = "per-block regions", "per-slot entries"
+
+
+def _row(device: str, engine: str, release: str, direction: str, layout: str, request_blocks: int | None,
+         planned: dict[str, Any], limit: dict[str, Any]) -> dict[str, Any]:
+    rate, limit_rate = planned["gb_per_s"]["median"], limit["gb_per_s"]["median"]
+    posted = planned["descriptors_posted"]
+    return {"device": device, "engine": engine, "release": release, "direction": direction, "layout": layout,
+            "request_blocks": request_blocks, "bytes": planned["bytes"], "descriptors": posted,
+            "bytes_per_descriptor": planned["bytes"] // max(posted, 1),
+            "limit_descriptors": limit["descriptors_posted"], "gb_per_s": rate, "limit_gb_per_s": limit_rate,
+            "ratio": rate / limit_rate if limit_rate else 0.0,
+            "verified": bool(planned["verified"] and limit["verified"]),
+            "wrong_bytes": planned["wrong_bytes"] + limit["wrong_bytes"]}
+
+
+def vllm_release(document: dict[str, Any]) -> str:
+    versions = document.get("vllm_versions") or {}
+    if versions.get("prefill") == versions.get("decode"):
+        return str(versions.get("decode"))
+    return f"{versions.get('prefill')} (P) / {versions.get('decode')} (D)"
+
+
+def engines_document(vllm: dict[str, Any], sglang: list[dict[str, Any]]) -> dict[str, Any]:
+    """Both engines' bench documents, and their rows side by side (per device: vLLM's READ and
+    WRITE per request size, then SGLang's WRITE)."""
+    rows = []
+    release = vllm_release(vllm)
+    for theirs in sglang:
+        device = theirs["device"]
+        for point in (p for p in vllm["points"] if p["device"] == device):
+            for direction in ("READ", "WRITE"):
+                variants = point["variants"][direction]
+                rows.append(_row(device, "vllm", release, direction, BLOCKS, point["request_blocks"],
+                                 variants["planned"], variants["limit"]))
+        rows.append(_row(device, "sglang", theirs["release"], "WRITE", SLOTS, None, theirs["variants"]["planned"],
+                         theirs["variants"]["limit"]))
+    verified = bool(vllm["verified"]) and all(d["verified"] for d in sglang)
+    return {"schema": SCHEMA, "engines": ["vllm", "sglang"], "model": vllm["model"], "p_tp": vllm["p_tp"],
+            "d_tp": vllm["d_tp"], "iters": vllm["iters"], "semantics": vllm["semantics"], "rows": rows,
+            "verified": verified, "vllm": vllm, "sglang": sglang}
+
+
+def wrong_bytes(document: dict[str, Any]) -> int:
+    """Wrong bytes over every variant both engines ran (vLLM's coalesced included)."""
+    vllm = sum(row["wrong_bytes"] for point in document["vllm"]["points"]
+               for rows in point["variants"].values() for row in rows.values())
+    return vllm + sum(v["wrong_bytes"] for d in document["sglang"] for v in d["variants"].values())
+
+
+def label(row: dict[str, Any]) -> str:
+    """A row's name on the chart: the engine, its direction and layout, the request size for vLLM."""
+    engine = "vLLM" if row["engine"] == "vllm" else "SGLang"
+    size = f", {row['request_blocks']} blk" if row["request_blocks"] is not None else ""
+    return f"{row['device']} {engine} {row['direction']} {'blocks' if row['layout'] == BLOCKS else 'slots'}{size}"
+
+
+def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
+    """Per row, the planned rate beside the limit's (GB/s), each bar labelled with its descriptors
+    and bytes per descriptor. Returns why not when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib)"
+    from mambaxfer_cli.render.model_view import human_bytes
+
+    rows = document["rows"]
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.62 * len(rows)), dpi=120)
+    height = 0.38
+    colours = {"vllm": "tab:blue", "sglang": "tab:green"}
+    for i, row in enumerate(rows):
+        y = len(rows) - 1 - i
+        ax.barh(y + height / 2, row["gb_per_s"], height, color=colours[row["engine"]],
+                hatch="" if row["direction"] == "READ" else "//", edgecolor="white")
+        ax.barh(y - height / 2, row["limit_gb_per_s"], height, color="black")
+        ax.text(row["gb_per_s"], y + height / 2,
+                f" {row['descriptors']} × {human_bytes(row['bytes_per_descriptor'])}"
+                f"{'' if row['verified'] else ' WRONG'}", va="center", fontsize=7)
+        ax.text(row["limit_gb_per_s"], y - height / 2, f" limit: {row['limit_descriptors']}, /lim "
+                f"{row['ratio']:.2f}", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label(row) for row in reversed(rows)], fontsize=8)
+    ax.set_xlabel("GB/s (median); black: one descriptor per P -> D pair, the same bytes")
+    ax.set_xlim(0, max([r["gb_per_s"] for r in rows] + [r["limit_gb_per_s"] for r in rows] + [0.01]) * 1.45)
+    ax.set_title(f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}: vLLM and SGLang",
+                 fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return None
