@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import click
 
 from mambaxfer_cli.cli.options import (
     EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, Semantics,
 )
-from mambaxfer_cli.cli.outcome import said
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import Report, finish
-from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
-
-
-def _sizes(text: str) -> list[int]:
-    from mambaxfer_cli.limits import check_bounds
-
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--request-blocks '{text[:40]}': give block counts like '1,4,16'") from None
-    if not sizes:
-        raise UserError(f"--request-blocks '{text[:40]}': give block counts like '1,4,16'")
-    for size in sizes:
-        check_bounds(request_blocks=size)
-    return sizes
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -78,6 +60,7 @@ def bench(
         engines_bench.run(model, pair, engines, request, run, output, sweep, chart)
         return
     from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
     from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.render.bench_view import BenchProgress
 
@@ -90,81 +73,6 @@ def bench(
             raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
     hint = f"'mambaxfer check --model {model.model} --pairs {prepared.p_tp}:{prepared.d_tp}' says which"
     finish(BenchReport(document, chart, prepared.semantics == Semantics.vllm.value, hint), output)
-
-
-@dataclass(frozen=True)
-class VllmBench:
-    """vLLM's bench, planned (every refusal said) before any rank starts: per request size, the
-    planned and the coalesced plan; the devices."""
-
-    p_tp: int
-    d_tp: int
-    semantics: str
-    sizes: list[int]
-    plans: list[tuple[Any, Any]]
-    devices: list[tuple[str, int]]
-
-    @property
-    def steps(self) -> int:
-        return len(self.plans) * len(self.devices)
-
-
-def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
-                 sweep: str, chart: Path | None) -> VllmBench:
-    """vLLM's bench planned: options checked, the plans made, the memory checked, NIXL found."""
-    import importlib.util
-
-    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
-    from mambaxfer_cli.limits import check_bounds, finite_seconds
-
-    p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
-    check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run.layers, iters=run.iters, seed=request.seed)
-    finite_seconds("--timeout", run.timeout)
-    sizes = _sizes(sweep)
-    if chart is not None and chart.suffix.lower() != ".png":
-        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
-    from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-    from mambaxfer_cli.execute.tasks import check_fits
-
-    engine = engines.build().decode
-    spec = cut_layers(model.load(), run.layers)
-    semantics = request.reads()
-    plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
-                                   request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))
-             for n in sizes]
-    devices = run.devices(default="cpu")
-    for kind, _ in devices:      # up front: a sweep never stops at its largest size for want of memory
-        for n, (planned, _) in zip(sizes, plans):
-            try:
-                check_fits(planned, kind, "use smaller --request-blocks or fewer --layers")
-            except UserError as exc:
-                raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
-    if importlib.util.find_spec("nixl") is None:
-        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
-    refused = plans[0][0].verdict
-    if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
-        fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
-        said(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
-             + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it")
-    return VllmBench(p_tp, d_tp, semantics, sizes, [(a, b) for a, b in plans], devices)
-
-
-def measure_vllm(prepared: VllmBench, run: RunArgs, view: Any) -> dict[str, Any]:
-    """Run vLLM's bench (``view``: a BenchProgress); the ``mambaxfer.bench/v1`` document. A failed
-    run raises RunFailure."""
-    from mambaxfer_cli.bench.measure import bench_document, bench_point
-
-    points = []
-    for kind, gpus in prepared.devices:
-        for n, (planned, coalesced) in zip(prepared.sizes, prepared.plans):
-            view.start(f"{kind} {n} blocks/request")
-            try:
-                points.append(bench_point(planned, coalesced, kind, gpus, run.iters, run.timeout, view.update))
-            except UserError as exc:
-                raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
-            view.advance()
-    first = prepared.plans[0][0]
-    return {**bench_document(first, points, run.iters), **first.engines.to_dict()}
 
 
 class BenchReport(Report):

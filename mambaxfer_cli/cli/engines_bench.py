@@ -26,7 +26,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
         output: OutputArgs, sweep: str, chart: Path | None) -> None:
     from mambaxfer_cli.bench import sglang as sglang_bench
     from mambaxfer_cli.bench.engines import engines_document
-    from mambaxfer_cli.cli.bench_cmd import measure_vllm, prepare_vllm
+    from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
     from mambaxfer_cli.cli.options import EngineArgs, Semantics, check_bounds
     from mambaxfer_cli.cli.outcome import red_line
     from mambaxfer_cli.cli.sglang import NAME, backend, load
