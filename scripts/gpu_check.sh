@@ -194,4 +194,15 @@ sys.exit(0 if doc["verified"] else 1)
 PY
 done
 fi
+
+if [[ " $ENGINES " == *" vllm "* && " $ENGINES " == *" sglang "* ]]; then
+# Both engines in one command: vLLM's READ and WRITE of per-block regions and SGLang's WRITE of
+# per-slot entries, each against one descriptor per P -> D pair; exit 0 only if every byte verified.
+for model in qwen3.5-0.8b nemotron-h-8b; do
+  echo "gpu_check: bench --engine vllm,sglang $model P1 -> D2 on $DEVICE" >&2
+  # shellcheck disable=SC2086
+  COLUMNS=100 $MAMBAXFER bench --engine vllm,sglang --model "$model" --p-tp 1 --d-tp 2 --device "$DEVICE" \
+    --iters "${BENCH_ITERS:-20}" --timeout "$TIMEOUT" || status=1
+done
+fi
 exit $status

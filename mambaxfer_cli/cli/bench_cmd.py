@@ -60,10 +60,9 @@ def bench(
         engines_bench.run(model, pair, engines, request, run, output, sweep, chart)
         return
     from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
     from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.render.bench_view import BenchProgress
-
-    from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
 
     prepared = prepare_vllm(model, pair, engines, request, run, sweep, chart)
     with BenchProgress(prepared.steps) as view:

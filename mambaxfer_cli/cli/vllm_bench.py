@@ -1,5 +1,6 @@
-"""vLLM's side of ``mambaxfer bench``: the plans made and checked before any rank starts, then
-measured (``bench`` alone, and beside SGLang's in ``bench --engine vllm,sglang``)."""
+"""vLLM's bench, in two steps that ``bench`` and ``bench --engine vllm,sglang`` share: planned
+(every option checked, the plans made, memory and NIXL found: every refusal said before any rank
+starts), then measured."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ def _sizes(text: str) -> list[int]:
     for size in sizes:
         check_bounds(request_blocks=size)
     return sizes
-
 
 
 @dataclass(frozen=True)
