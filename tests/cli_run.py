@@ -44,3 +44,13 @@ def messages(stderr: str) -> list[str]:
         out.append(line)
         joining = line.startswith("error: ")
     return out
+
+
+def assert_run_failed(result: CliResult, *fragments: str) -> None:
+    """Exit code 3 (a run that could not complete), one line on stderr, nothing on stdout."""
+    assert result.code == 3, (result.code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    lines = [line for line in messages(result.stderr) if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, result.stderr)

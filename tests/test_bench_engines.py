@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from cli_run import assert_user_error, messages, run_cli
+from cli_run import assert_run_failed, assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.plan_source import cut_layers
@@ -125,15 +125,6 @@ def test_refusals_are_one_line_before_any_rank_starts(args, fragments):
     assert_user_error(result, *fragments)
     assert len(messages(result.stderr)) == 1 and result.stdout == ""   # no warning of vLLM's run either
     assert_no_rank_left(env)
-
-
-def assert_run_failed(result, *fragments: str) -> None:
-    assert result.code == 3, (result.code, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr and result.stdout == ""
-    lines = [line for line in messages(result.stderr) if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, result.stderr)
 
 
 # The faults hit SGLang's ranks (vLLM's bench ranks have no fault points): the run fails after vLLM's half.

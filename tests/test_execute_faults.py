@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from cli_run import assert_user_error, messages, run_cli
+from cli_run import assert_run_failed, assert_user_error, messages, run_cli
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, tagged, wait_until
 
@@ -24,16 +24,6 @@ def run_with(*args: str, env: dict | None = None, timeout: float = 60):
     started = time.time()
     result = run_cli("execute", *SMALL, *args, env=env, timeout=timeout)
     return result, time.time() - started
-
-
-def assert_run_failed(result, *fragments: str) -> None:
-    """Exit code 3 (the run could not complete), one line on stderr, nothing on stdout."""
-    assert result.code == 3, (result.code, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr and result.stdout == ""
-    lines = [line for line in messages(result.stderr) if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, result.stderr)
 
 
 @pytest.mark.usefixtures("nixl")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cli_run import assert_user_error, messages, run_cli
+from cli_run import assert_run_failed, assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.engines.sglang.check import check_pairing
 from mambaxfer_cli.execute.faults import FAULT_ENV
@@ -118,15 +118,6 @@ def test_equal_tp_sglang_writes_are_right_when_check_says_so():
 
 SMALL = ("execute", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers", "4", "--device", "cpu",
          "--iters", "1")
-
-
-def assert_run_failed(result, *fragments: str) -> None:
-    assert result.code == 3, (result.code, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr and result.stdout == ""
-    lines = [line for line in messages(result.stderr) if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, result.stderr)
 
 
 @pytest.mark.usefixtures("nixl")
