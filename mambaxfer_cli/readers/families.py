@@ -148,6 +148,9 @@ NOT_MODELLED: Mapping[str, str] = {
                                       "packed hybrid blocks (get_packed_hybrid_block_size)",
     "KimiK31ForConditionalGeneration": "Kimi-K3.1's full-rank KDA layers, sparse-attention (DSA) indexer caches "
                                        "and packed hybrid blocks (get_packed_hybrid_block_size)",
+    "Glm5NextForCausalLM": "GLM-5-Next's KDA layers beside MLA attention with a CircularBufferSpec tail ring",
+    "Glm5NextForConditionalGeneration": "GLM-5-Next's KDA layers beside MLA attention with a CircularBufferSpec "
+                                        "tail ring",
 }
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every
