@@ -54,3 +54,13 @@ def assert_run_failed(result: CliResult, *fragments: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, result.stderr)
+
+
+def run_json(*args: str, env: dict | None = None, timeout: float = 300) -> tuple[int, dict]:
+    """A run that ends with its verdict (exit 0 or 1), no traceback, and its JSON document."""
+    import json
+
+    result = run_cli(*args, env=env, timeout=timeout)
+    assert result.code in (0, 1), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    return result.code, json.loads(result.stdout)
