@@ -36,13 +36,13 @@ def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:
 
 
 def written_table(outcome: "SideOutcome") -> Table:
-    """The prefill side: each P rank's WRITEs into each D rank, timed, and the D rank's verdict."""
+    """The prefill side: each P rank's WRITEs into each D rank, timed, and that D rank's verdict."""
     plan = outcome.plan
     table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.p_tp} -> D TP {plan.d_tp}, "
-                        f"{outcome.semantics} semantics, {plan.release.label} WRITEs", title_justify="left")
+                        f"{outcome.semantics} semantics", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("P rank", "right"), ("into D", "right"), ("bytes", "right"), ("descriptors", "right"),
-        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("fill", "right"), ("decode says", "left"))
+        ("P rank", "right"), ("D rank", "right"), ("bytes", "right"), ("descriptors", "right"),
+        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
     for column, justify in columns:
         table.add_column(column, justify=justify)
     answers = {a.d_rank: a for a in outcome.answers}
@@ -53,9 +53,9 @@ def written_table(outcome: "SideOutcome") -> Table:
                     else Text(f"{answer.bad_bytes if answer else '?'} bad bytes", style="bold red"))
             table.add_row(str(p.p_rank), str(w.d_rank), human_bytes(w.bytes), str(w.descriptors),
                           str(w.descriptors_merged), f"{w.time_s * 1e3:.2f} ms",
-                          f"{w.bytes / w.time_s / 1e9 if w.time_s > 0 else 0.0:.2f}", f"{p.fill_s * 1e3:.1f} ms", said)
-    table.caption = (f"geometry agreed with every decode rank; {outcome.rounds} rounds, each started once every D "
-                     f"rank written into was poisoned, time = median; the decode side checked every byte and "
-                     f"answered")
+                          f"{w.bytes / w.time_s / 1e9 if w.time_s > 0 else 0.0:.2f}", said)
+    table.caption = (f"{plan.release.label} WRITEs; geometry agreed with every decode rank; {outcome.rounds} "
+                     f"rounds, each once the D ranks written into were poisoned, time = median; the verdict is "
+                     f"the decode side's, which checked every byte")
     table.caption_justify = "left"
     return table

@@ -1,0 +1,179 @@
+"""Two-host ``execute --engine sglang``: the prefill and decode sides as separate ``mambaxfer``
+processes that find each other through NIXL's listener (on 127.0.0.2) or etcd (on loopback),
+agree on the geometry, keep SGLang's rounds in step over NIXL notifications and verify every
+byte on the decode side; a refusal on both sides, a side that goes away, and no orphans."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from cli_run import assert_user_error, run_cli
+from mambaxfer_cli.cli.sglang import load
+from mambaxfer_cli.engines.sglang import plan
+from mambaxfer_cli.execute.faults import FAULT_ENV
+from mambaxfer_cli.execute.plan_source import cut_layers
+from mambaxfer_cli.execute.sglang import D_SLOTS, MIN_ROUNDS, P_SLOTS
+from rank_processes import assert_no_rank_left
+from test_execute_two_hosts import P_HOST, Pair, Side, assert_failed, assert_only_our_lines, direct, via_etcd
+
+QWEN = ("--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers", "4")   # 3 GDN layers, 6 entries
+
+
+def common(p_tp: int, d_tp: int, *more: str) -> tuple[str, ...]:
+    return (*QWEN, "--p-tp", str(p_tp), "--d-tp", str(d_tp), "--timeout", "120", *more)
+
+
+def planned(p_tp: int, d_tp: int):
+    from mambaxfer_cli.cli.options import ModelArgs
+
+    return plan(cut_layers(load(ModelArgs(model="qwen3.5-0.8b")), 4), p_tp, d_tp)
+
+
+def assert_verified_run(prefill: Side, decode: Side, p_tp: int, d_tp: int) -> None:
+    assert decode.code == 0, decode.stderr
+    assert prefill.code == 0, prefill.stderr
+    expected = planned(p_tp, d_tp)
+    descriptors = expected.descriptors(1, 2)
+    d_doc, p_doc = decode.doc, prefill.doc
+    assert d_doc["role"] == "decode" and d_doc["verified"] and d_doc["bad_bytes"] == 0
+    assert d_doc["rounds"] == MIN_ROUNDS
+    assert [d["d_rank"] for d in d_doc["decode"]] == list(range(d_tp))
+    entry_bytes = sum(e.item_len for e in expected.decode_entries) * D_SLOTS
+    for d in d_doc["decode"]:
+        mine = [x for x in descriptors if x.d_rank == d["d_rank"]]
+        assert d["ok"] and d["writers"] == sorted({x.p_rank for x in mine})
+        assert d["checked_bytes"] == MIN_ROUNDS * entry_bytes      # every byte of every entry, every round
+        assert d["bytes"] == sum(x.length for x in mine) > 0      # what its writers reported, the plan's
+        assert d["descriptors"] == len(mine)
+    assert p_doc["role"] == "prefill" and p_doc["decode"] == [] and p_doc["verified"] is True
+    assert [p["p_rank"] for p in p_doc["prefill"]] == list(range(p_tp))
+    for p in p_doc["prefill"]:
+        mine = [x for x in descriptors if x.p_rank == p["p_rank"]]
+        assert [w["d_rank"] for w in p["writes"]] == sorted({x.d_rank for x in mine})
+        assert all(len(w["times_s"]) == MIN_ROUNDS for w in p["writes"])
+        assert p["decode_verdicts"] == [{"d_rank": d, "ok": True, "bad_bytes": 0}
+                                        for d in sorted({x.d_rank for x in mine})]
+    assert p_doc["total_bytes"] == d_doc["total_bytes"] == sum(x.length for x in descriptors)
+    assert P_SLOTS == p_doc["slots"]["prefill"]["slots"]
+
+
+pytestmark = pytest.mark.usefixtures("nixl")
+
+
+def test_direct_1p2d_verifies_every_byte():
+    listen, peer = direct(1)
+    pair = Pair(common(1, 2, "--format", "json"), listen, peer)
+    prefill, decode = pair.results()
+    assert_verified_run(prefill, decode, 1, 2)
+    assert f"prefill side: P0 wait for the decode side through NIXL listener {P_HOST}:" in prefill.stderr
+    assert f"decode side: D0..D1 receive the prefill side's WRITEs through NIXL listener {P_HOST}:" in decode.stderr
+    assert_no_rank_left(pair.tag)
+
+
+@pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 1)], ids=["1P2D", "2P1D"])
+def test_etcd_verifies_every_byte(etcd, p_tp, d_tp):
+    found = via_etcd(etcd)
+    pair = Pair(common(p_tp, d_tp, "--format", "json", *found), (), ())
+    prefill, decode = pair.results()
+    assert_verified_run(prefill, decode, p_tp, d_tp)
+    assert f"through etcd {etcd}, run {found[-1]}" in decode.stderr
+    assert_no_rank_left(pair.tag)
+
+
+def test_decode_started_first_waits_and_both_print_their_tables():
+    """The order a user may start them in; each side's table."""
+    listen, peer = direct(2)
+    pair = Pair(common(2, 1), listen, peer, start_prefill=False)
+    pair.wait_decode("D0", "waiting for P0's agent metadata")   # D asks P's listener again and again
+    pair.start_prefill()
+    prefill, decode = pair.results()
+    assert decode.code == 0 and prefill.code == 0, (decode.stderr, prefill.stderr)
+    assert "decode side" in decode.stdout and "P0, P1" in decode.stdout and decode.stdout.count("verified") == 1
+    assert "prefill side of qwen3.5-0.8b" in prefill.stdout and prefill.stdout.count("verified") == 2
+    assert "the verdict is the decode side's" in prefill.stdout
+    assert_no_rank_left(pair.tag)
+
+
+# --- refusals: the prefill side compares what each D rank publishes with its own plan
+
+@pytest.mark.parametrize("prefill_args,decode_args,message", [
+    (("--d-tp", "2"), ("--d-tp", "1"), "prefill and decode disagree on tp.decode: prefill has 2, decode has 1"),
+    (("--d-tp", "1", "--iters", "4"), ("--d-tp", "1"), "prefill and decode disagree on rounds: prefill has 4, "
+                                                       "decode has 3"),
+], ids=["d-tp", "rounds"])
+def test_direct_mismatch_is_refused_on_both_sides(prefill_args, decode_args, message):
+    listen, peer = direct(1)
+    base = (*QWEN, "--p-tp", "1", "--timeout", "120")
+    pair = Pair(base, (*listen, *prefill_args), (*peer, *decode_args))
+    prefill, decode = pair.results()
+    assert_failed(prefill, 2, "P0: refused D0", message)
+    assert_failed(decode, 2, "P0 refused this decode run", message)
+    assert "verified" not in decode.stdout + decode.stderr
+    assert_no_rank_left(pair.tag)
+
+
+def test_etcd_mismatch_is_refused_on_both_sides(etcd):
+    pair = Pair(common(1, 1, *via_etcd(etcd)), ("--semantics", "exact"), ("--layers", "8"))
+    prefill, decode = pair.results()
+    assert_failed(prefill, 2, "prefill and decode disagree on model.ssm_layers: prefill has 3, decode has 6")
+    assert_failed(decode, 2, "prefill and decode disagree on model.ssm_layers: prefill has 3, decode has 6")
+    assert_no_rank_left(pair.tag)
+
+
+# --- a side that goes away ends the other at once (pings), with one line; no process left
+
+def test_prefill_killed_while_decode_waits_for_its_answer():
+    listen, peer = direct(1)
+    pair = Pair(common(1, 2), listen, peer, p_env={FAULT_ENV: "P0:hang@serve"})
+    for rank in ("D0", "D1"):
+        pair.wait_decode(rank, "waiting for P0's answer")
+    pair.prefill.send_signal(signal.SIGKILL)
+    prefill, decode = pair.results()
+    assert prefill.code == -signal.SIGKILL
+    assert_failed(decode, 3, "P0 (mambaxfer-direct-P0) went away")   # from its pings, not the 120 s timeout
+    assert_no_rank_left(pair.tag)
+
+
+@pytest.mark.parametrize("how", ["killed", "ctrl-c"])
+def test_decode_gone_between_rounds_ends_prefill(how):
+    """D1 hangs before it says it is ready for round 1; D0 waits for P0's WRITE, P0 for D1."""
+    listen, peer = direct(1)
+    pair = Pair(common(1, 2), listen, peer, d_env={FAULT_ENV: "D1:hang@transfer"})
+    pair.wait_decode("D0", "waiting for the WRITE notifications of P0")
+    pair.wait_prefill("P0", "waiting for D1 to poison for round 1")
+    pair.decode.send_signal(signal.SIGKILL if how == "killed" else signal.SIGINT)
+    prefill, decode = pair.results()
+    if how == "killed":
+        assert decode.code == -signal.SIGKILL
+    else:
+        assert decode.code == 130 and decode.stdout == ""
+        assert_only_our_lines(decode, "interrupted")
+    assert_failed(prefill, 3, "went away")
+    assert "(mambaxfer-direct-D" in prefill.stderr
+    assert_no_rank_left(pair.tag)
+
+
+def test_ctrl_c_on_prefill_mid_run_ends_decode():
+    listen, peer = direct(1)
+    pair = Pair(common(1, 2), listen, peer, d_env={FAULT_ENV: "D1:hang@transfer"})
+    pair.wait_prefill("P0", "waiting for D1 to poison for round 1")
+    pair.prefill.send_signal(signal.SIGINT)
+    prefill, decode = pair.results()
+    assert prefill.code == 130 and prefill.stdout == ""
+    assert_only_our_lines(prefill, "interrupted")
+    assert_failed(decode, 3, "P0 (mambaxfer-direct-P0) went away")   # D0 learns it from its pings
+    assert_no_rank_left(pair.tag)
+
+
+# --- user errors, before any rank starts --------------------------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (("--role", "decode"), "--role decode needs --peer HOST:PORT or --etcd ENDPOINTS"),
+    (("--role", "prefill", "--peer", "127.0.0.2:5600"), "--peer is for the decode side"),
+    (("--peer", "127.0.0.2:5600"), "--peer is for a two-host run: add --role"),
+    (("--role", "decode", "--etcd", "http://127.0.0.1:2379"), "--etcd needs --run-id"),
+])
+def test_two_host_user_errors(args, message):
+    assert_user_error(run_cli("execute", *common(1, 2), "--device", "cpu", *args), message)
