@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 
+import jsonschema
 import pytest
 
 from cli_run import assert_user_error, run_cli
@@ -15,6 +16,7 @@ from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.plan_source import cut_layers
 from mambaxfer_cli.execute.sglang import D_SLOTS, MIN_ROUNDS, P_SLOTS
+from mambaxfer_cli.schema import document_schema
 from rank_processes import assert_no_rank_left
 from test_execute_two_hosts import P_HOST, Pair, Side, assert_failed, assert_only_our_lines, direct, via_etcd
 
@@ -37,6 +39,8 @@ def assert_verified_run(prefill: Side, decode: Side, p_tp: int, d_tp: int) -> No
     expected = planned(p_tp, d_tp)
     descriptors = expected.descriptors(1, 2)
     d_doc, p_doc = decode.doc, prefill.doc
+    for doc in (d_doc, p_doc):    # each side's document is the published one, with its role
+        jsonschema.Draft202012Validator(document_schema("sglang-execute")).validate(doc)
     assert d_doc["role"] == "decode" and d_doc["verified"] and d_doc["bad_bytes"] == 0
     assert d_doc["rounds"] == MIN_ROUNDS
     assert [d["d_rank"] for d in d_doc["decode"]] == list(range(d_tp))

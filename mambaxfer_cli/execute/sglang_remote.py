@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from functools import partial
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
