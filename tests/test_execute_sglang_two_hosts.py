@@ -96,7 +96,7 @@ def test_decode_started_first_waits_and_both_print_their_tables():
     assert decode.code == 0 and prefill.code == 0, (decode.stderr, prefill.stderr)
     assert "decode side" in decode.stdout and "P0, P1" in decode.stdout and decode.stdout.count("verified") == 1
     assert "prefill side of qwen3.5-0.8b" in prefill.stdout and prefill.stdout.count("verified") == 2
-    assert "the verdict is the decode side's" in prefill.stdout
+    assert "P0 -> D0" in prefill.stdout and "P1 -> D0" in prefill.stdout and "checked every byte" in prefill.stdout
     assert_no_rank_left(pair.tag)
 
 

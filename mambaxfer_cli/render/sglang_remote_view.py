@@ -41,7 +41,7 @@ def written_table(outcome: "SideOutcome") -> Table:
     table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.p_tp} -> D TP {plan.d_tp}, "
                         f"{outcome.semantics} semantics", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("P rank", "right"), ("D rank", "right"), ("bytes", "right"), ("descriptors", "right"),
+        ("WRITE", "left"), ("bytes", "right"), ("descriptors", "right"),
         ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
     for column, justify in columns:
         table.add_column(column, justify=justify)
@@ -51,7 +51,7 @@ def written_table(outcome: "SideOutcome") -> Table:
             answer = answers.get(w.d_rank)
             said = (Text("verified", style="green") if answer is not None and answer.ok
                     else Text(f"{answer.bad_bytes if answer else '?'} bad bytes", style="bold red"))
-            table.add_row(str(p.p_rank), str(w.d_rank), human_bytes(w.bytes), str(w.descriptors),
+            table.add_row(f"P{p.p_rank} -> D{w.d_rank}", human_bytes(w.bytes), str(w.descriptors),
                           str(w.descriptors_merged), f"{w.time_s * 1e3:.2f} ms",
                           f"{w.bytes / w.time_s / 1e9 if w.time_s > 0 else 0.0:.2f}", said)
     table.caption = (f"{plan.release.label} WRITEs; geometry agreed with every decode rank; {outcome.rounds} "
