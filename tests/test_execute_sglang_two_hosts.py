@@ -17,7 +17,7 @@ from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.plan_source import cut_layers
 from mambaxfer_cli.execute.sglang import D_SLOTS, MIN_ROUNDS, P_SLOTS
 from mambaxfer_cli.schema import document_schema
-from rank_processes import assert_no_rank_left
+from rank_processes import assert_no_rank_left, new_tag
 from test_execute_two_hosts import P_HOST, Pair, Side, assert_failed, assert_only_our_lines, direct, via_etcd
 
 QWEN = ("--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers", "4")   # 3 GDN layers, 6 entries
@@ -140,16 +140,21 @@ def test_prefill_killed_while_decode_waits_for_its_answer():
     assert_no_rank_left(pair.tag)
 
 
-@pytest.mark.parametrize("how", ["killed", "ctrl-c"])
+@pytest.mark.parametrize("how", ["rank dies", "killed", "ctrl-c"])
 def test_decode_gone_between_rounds_ends_prefill(how):
-    """D1 hangs before it says it is ready for round 1; D0 waits for P0's WRITE, P0 for D1."""
+    """D1 dies, or hangs before it says it is ready for round 1 (D0 waits for P0's WRITE, P0 for
+    D1) and its command is killed or interrupted."""
     listen, peer = direct(1)
-    pair = Pair(common(1, 2), listen, peer, d_env={FAULT_ENV: "D1:hang@transfer"})
-    pair.wait_decode("D0", "waiting for the WRITE notifications of P0")
-    pair.wait_prefill("P0", "waiting for D1 to poison for round 1")
-    pair.decode.send_signal(signal.SIGKILL if how == "killed" else signal.SIGINT)
+    fault = "D1:die@transfer" if how == "rank dies" else "D1:hang@transfer"
+    pair = Pair(common(1, 2), listen, peer, d_env={FAULT_ENV: fault})
+    if how != "rank dies":
+        pair.wait_decode("D0", "waiting for the WRITE notifications of P0")
+        pair.wait_prefill("P0", "waiting for D1 to poison for round 1")
+        pair.decode.send_signal(signal.SIGKILL if how == "killed" else signal.SIGINT)
     prefill, decode = pair.results()
-    if how == "killed":
+    if how == "rank dies":
+        assert_failed(decode, 3, "D1 died (exit code 70)")
+    elif how == "killed":
         assert decode.code == -signal.SIGKILL
     else:
         assert decode.code == 130 and decode.stdout == ""
@@ -169,6 +174,17 @@ def test_ctrl_c_on_prefill_mid_run_ends_decode():
     assert_only_our_lines(prefill, "interrupted")
     assert_failed(decode, 3, "P0 (mambaxfer-direct-P0) went away")   # D0 learns it from its pings
     assert_no_rank_left(pair.tag)
+
+
+def test_prefill_without_a_decode_side_times_out():
+    """Before any D rank said hello there is nobody to ping: --timeout ends the wait, saying what for."""
+    listen, _ = direct(1)
+    tag = new_tag()
+    result = run_cli("execute", *common(1, 2)[:-2], "--device", "cpu", "--timeout", "4", "--role", "prefill",
+                     *listen, env=tag, timeout=300)
+    assert_failed(Side(result.code, result.stdout, result.stderr, 0), 3, "timed out: nothing happened for 4s",
+                  "P0 serving (waiting for the hello of D0, D1)")
+    assert_no_rank_left(tag)
 
 
 # --- user errors, before any rank starts --------------------------------------------------------
