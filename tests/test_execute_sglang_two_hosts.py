@@ -100,6 +100,22 @@ def test_decode_started_first_waits_and_both_print_their_tables():
     assert_no_rank_left(pair.tag)
 
 
+def test_sglang_semantics_bad_bytes_are_told_on_both_sides():
+    """SGLang's own writes on Nemotron-H at 1P2D: the decode side measures what check predicts, and
+    the prefill side reports what each D rank answered; both exit 1."""
+    listen, peer = direct(1)
+    model = ("--engine", "sglang", "--model", "nemotron-h-8b", "--layers", "4", "--semantics", "sglang")
+    pair = Pair((*model, "--p-tp", "1", "--d-tp", "2", "--timeout", "120", "--format", "json"), listen, peer)
+    prefill, decode = pair.results()
+    assert decode.code == 1 and prefill.code == 1, (decode.stderr, prefill.stderr)
+    d_doc, p_doc = decode.doc, prefill.doc
+    assert not d_doc["verified"] and d_doc["bad_bytes"] == d_doc["predicted_bad_bytes"] > 0
+    assert p_doc["verified"] is False and p_doc["bad_bytes"] == d_doc["bad_bytes"]
+    assert [v["bad_bytes"] for v in p_doc["prefill"][0]["decode_verdicts"]] == \
+        [d["bad_bytes"] for d in d_doc["decode"]]
+    assert_no_rank_left(pair.tag)
+
+
 # --- refusals: the prefill side compares what each D rank publishes with its own plan
 
 @pytest.mark.parametrize("prefill_args,decode_args,message", [
