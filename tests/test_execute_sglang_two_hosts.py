@@ -135,7 +135,7 @@ def test_direct_mismatch_is_refused_on_both_sides(prefill_args, decode_args, mes
 
 
 def test_etcd_mismatch_is_refused_on_both_sides(etcd):
-    pair = Pair(common(1, 1, *via_etcd(etcd)), ("--semantics", "exact"), ("--layers", "8"))
+    pair = Pair(common(1, 1, *via_etcd(etcd)), (), ("--layers", "8"))     # the decode side's --layers wins
     prefill, decode = pair.results()
     assert_failed(prefill, 2, "prefill and decode disagree on model.ssm_layers: prefill has 3, decode has 6")
     assert_failed(decode, 2, "prefill and decode disagree on model.ssm_layers: prefill has 3, decode has 6")
