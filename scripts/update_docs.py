@@ -2,6 +2,7 @@
 
     python scripts/update_docs.py            # rewrite the outputs
     python scripts/update_docs.py --check    # only say which differ (exit 1 if any)
+    python scripts/update_docs.py docs/sglang.md   # only these pages
 
 Markers, each followed by its output block(s) (a ```text fence; prose may stand between):
 
@@ -112,9 +113,12 @@ def normalise(text: str) -> str | list[str]:
     return BOX.sub(" ", TIMED.sub("⏱", text)).split()
 
 
-def update(check: bool = False) -> int:
+def update(check: bool = False, only: list[str] | None = None) -> int:
     stale = 0
+    chosen = {(ROOT / p).resolve() for p in only} if only else None
     for path in documents():
+        if chosen is not None and path.resolve() not in chosen:
+            continue
         found = examples(path)
         if not found:
             continue
@@ -138,4 +142,5 @@ def update(check: bool = False) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(update(check="--check" in sys.argv[1:]))
+    args = sys.argv[1:]
+    raise SystemExit(update(check="--check" in args, only=[a for a in args if not a.startswith("--")]))

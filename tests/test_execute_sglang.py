@@ -17,9 +17,10 @@ import pytest
 from cli_run import assert_run_failed, assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.engines.sglang.check import check_pairing
+from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.plan_source import cut_layers
-from mambaxfer_cli.execute.sglang import D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, chosen_writes
+from mambaxfer_cli.execute.sglang import D_SLOTS, MIN_ROUNDS, chosen_writes, transfer
 from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import as_a_shell_starts, assert_no_rank_left, new_tag, tagged
 
@@ -41,8 +42,12 @@ def assert_counts_match_check(doc: dict, model: str, p_tp: int, d_tp: int, layer
     expected = {(o.d_rank, o.field): (o.wrong * ssm_layers, o.missing * ssm_layers, o.beyond * ssm_layers)
                 for o in checked.sglang}
     measured = {(d["d_rank"], f["field"]): (f["wrong"], f["missing"], f["beyond"])
-                for d in doc["decode"] for f in d["fields"]}
+                for d in doc["decode"] for f in d["fields"] if f["field"] not in KV_FIELDS}
     assert measured == expected
+    # SGLang's head slices land every KV head right (check: no KV head wrong).
+    assert checked.plan.verdict.heads_wrong == 0
+    assert all(f["wrong"] == f["missing"] == f["beyond"] == 0
+               for d in doc["decode"] for f in d["fields"] if f["field"] in KV_FIELDS)
     assert doc["bad_bytes"] == doc["predicted_bad_bytes"] == checked.wrong()
 
 
@@ -54,14 +59,15 @@ def test_exact_writes_verify_every_byte_of_qwen35_at_1p2d():
     assert code == 0 and doc["verified"] and doc["bad_bytes"] == 0, doc
     assert (doc["engine"], doc["semantics"], doc["rounds"]) == ("sglang", "exact", MIN_ROUNDS)
     planned = plan(load_model("qwen3.5-0.8b"), 1, 2)
-    exact = chosen_writes(planned, "exact").descriptors(P_SLOT, D_SLOT)
-    assert exact
+    moved = transfer(chosen_writes(planned, "exact"), "exact")
+    exact = moved.descriptors
+    assert exact and len(moved.decode_entries) == len(planned.decode_entries) + 2 * 6   # K and V of 6 layers
     for d in doc["decode"]:
         mine = [x for x in exact if x.d_rank == d["d_rank"]]
         assert d["descriptors"] == len(mine) and 1 <= d["descriptors_merged"] <= len(mine)
         assert d["bytes"] == sum(x.length for x in mine)
-        assert d["entries"] == len(planned.decode_entries)
-        slot_bytes = sum(e.item_len for e in planned.decode_entries)
+        assert d["entries"] == len(moved.decode_entries)
+        slot_bytes = sum(e.item_len for e in moved.decode_entries)
         assert d["checked_bytes"] == MIN_ROUNDS * D_SLOTS * slot_bytes
         assert all(f["wrong"] == f["missing"] == f["beyond"] == 0 for f in d["fields"])
         assert d["first_bad_byte"] is None and d["gb_per_s"] > 0

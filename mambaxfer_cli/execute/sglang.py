@@ -10,6 +10,11 @@ rank it serves, of the plan's descriptors (``SGLangPlan.descriptors``: one per w
 A run is ``rounds`` rounds; in each, P's request slot holds its own pattern (``pattern_block``)
 and D starts from its own poison (``poison``), so that D tells a byte written with the wrong
 bytes, a byte never written, and a byte written outside its item apart, as ``check`` counts them.
+
+The attention KV moves beside the state (``engines/sglang/kv.py``): one region per K and V buffer
+of each full-attention layer, whose items are pages of ``PAGE_SIZE`` tokens; the request's page is
+P's page ``P_SLOT`` into D's page ``D_SLOT``, written whole at equal TP and head slice by head slice,
+token by token, where the TP sizes differ, as SGLang's NIXL sender does.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
+from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
-from mambaxfer_cli.engines.sglang.writes import check_side
+from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.run import check_ports
@@ -31,6 +37,7 @@ from mambaxfer_cli.proof.pattern import POISON
 SCHEMA = "mambaxfer.sglang-execute/v1"
 P_SLOTS, P_SLOT = 3, 1      # prefill: the request in the middle slot
 D_SLOTS, D_SLOT = 4, 2      # decode: another slot than P's, and room past it
+PAGE_SIZE = 4               # tokens per KV page (SGLang's --page-size): a page's tokens are real strides
 MIN_ROUNDS = 3              # two poisons tell written from untouched; three patterns make a
                             # wrong byte that holds the right value by chance (1 in 2^24) negligible
 
@@ -68,6 +75,7 @@ class SlotTask(RankTask):
     entries: tuple[TransferEntry, ...] = ()
     slot: int = 0
     rounds: int = MIN_ROUNDS
+    kv: KVRank | None = None           # the rank's KV page, where entries hold K and V buffers
 
 
 @dataclass(frozen=True)
@@ -104,12 +112,54 @@ def chosen_writes(plan: SGLangPlan, semantics: str) -> SGLangPlan:
     return replace(plan, writes=plan.exact)
 
 
-def _check_bounds(plan: SGLangPlan, descriptors: tuple[Descriptor, ...]) -> None:
+@dataclass(frozen=True)
+class Transfer:
+    """What a run moves: each side's entries (the state's, then the KV buffers'), and the
+    descriptors of one request into them."""
+
+    prefill_entries: tuple[TransferEntry, ...]
+    decode_entries: tuple[TransferEntry, ...]
+    descriptors: tuple[Descriptor, ...]
+    p_kv: KVSide | None = None
+    d_kv: KVSide | None = None
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(1 for e in self.decode_entries if e.field == "k")
+
+
+def kv_descriptors(writes: tuple[StateWrite, ...], p_entries: tuple[TransferEntry, ...],
+                   d_entries: tuple[TransferEntry, ...], first: int) -> list[Descriptor]:
+    """The KV writes of one page, for every K and V buffer (entries ``first`` on, alike on both
+    sides), at the request's pages."""
+    out = []
+    for i in range(first, len(p_entries)):
+        src, dst = p_entries[i], d_entries[i]
+        out += [Descriptor(w.p_rank, w.d_rank, src.layer_id, i, src.item_len * P_SLOT + w.src, i,
+                           dst.item_len * D_SLOT + w.dst, w.length) for w in writes if w.field == src.field]
+    return out
+
+
+def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
+    """The state's writes of ``plan``, and the attention KV's (``attention``: SGLang's head slices,
+    the exact heads, or None for the state alone)."""
+    descriptors = list(plan.descriptors(P_SLOT, D_SLOT))
+    if attention is None or not plan.model.has_attention or plan.model.mla:
+        return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
+    p_kv, d_kv = KVSide(plan.model, plan.p_tp, PAGE_SIZE), KVSide(plan.model, plan.d_tp, PAGE_SIZE)
+    p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
+    writes = sglang_kv_writes(p_kv, d_kv, plan.head_slices) if attention == "sglang" else exact_kv_writes(p_kv, d_kv)
+    descriptors += kv_descriptors(writes, p_entries, d_entries, len(plan.prefill_entries))
+    ordered = tuple(sorted(descriptors, key=lambda d: (d.d_rank, d.p_rank, d.src_entry)))
+    return Transfer(p_entries, d_entries, ordered, p_kv, d_kv)
+
+
+def _check_bounds(moved: Transfer) -> None:
     """Every descriptor inside the entry it names on both sides (NIXL refuses one outside)."""
-    for d in descriptors:
+    for d in moved.descriptors:
         for side, entries, index, offset, slots in (
-                ("prefill", plan.prefill_entries, d.src_entry, d.src_offset, P_SLOTS),
-                ("decode", plan.decode_entries, d.dst_entry, d.dst_offset, D_SLOTS)):
+                ("prefill", moved.prefill_entries, d.src_entry, d.src_offset, P_SLOTS),
+                ("decode", moved.decode_entries, d.dst_entry, d.dst_offset, D_SLOTS)):
             size = entries[index].item_len * slots
             if offset < 0 or offset + d.length > size:
                 raise _unexecutable(f"P{d.p_rank} -> D{d.d_rank} layer {d.layer_id}: a write of {d.length} bytes "
@@ -120,13 +170,14 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def build_tasks(plan: SGLangPlan, settings: RunSettings,
-                rounds: int) -> tuple[list[SlotPrefillTask], list[SlotDecodeTask]]:
-    """Every rank's task for the plan's writes (``chosen_writes``); raises UserError when they
-    cannot be executed."""
-    descriptors = plan.descriptors(P_SLOT, D_SLOT)
-    _check_bounds(plan, descriptors)
-    p_memory, d_memory = slot_memory(plan.prefill_entries, P_SLOTS), slot_memory(plan.decode_entries, D_SLOTS)
+def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
+                attention: str | None = None) -> tuple[list[SlotPrefillTask], list[SlotDecodeTask]]:
+    """Every rank's task for the plan's writes (``chosen_writes``) and, with ``attention``
+    (``sglang`` or ``exact``), the attention KV's; raises UserError when they cannot be executed."""
+    moved = transfer(plan, attention)
+    descriptors = moved.descriptors
+    _check_bounds(moved)
+    p_memory, d_memory = slot_memory(moved.prefill_entries, P_SLOTS), slot_memory(moved.decode_entries, D_SLOTS)
     total = plan.p_tp * p_memory.total_bytes + plan.d_tp * d_memory.total_bytes
     free = available_memory()
     if settings.device == "cpu" and free is not None and total > free // 2:
@@ -143,10 +194,11 @@ def build_tasks(plan: SGLangPlan, settings: RunSettings,
         mine = [x for x in descriptors if x.p_rank == p]
         targets = sorted({x.d_rank for x in mine})
         prefill.append(SlotPrefillTask(
-            "P", p, settings, dev(p), layout, p_memory, entries=plan.prefill_entries, slot=P_SLOT, rounds=rounds,
+            "P", p, settings, dev(p), layout, p_memory, entries=moved.prefill_entries, slot=P_SLOT, rounds=rounds,
+            kv=moved.p_kv.rank(p) if moved.p_kv else None,
             writes=tuple((d, tuple(x for x in mine if x.d_rank == d)) for d in targets), decode_memory=d_memory))
-    decode = [SlotDecodeTask("D", d, settings, dev(plan.p_tp + d), layout, d_memory, entries=plan.decode_entries,
-                             slot=D_SLOT, rounds=rounds,
+    decode = [SlotDecodeTask("D", d, settings, dev(plan.p_tp + d), layout, d_memory, entries=moved.decode_entries,
+                             slot=D_SLOT, rounds=rounds, kv=moved.d_kv.rank(d) if moved.d_kv else None,
                              writers=tuple(sorted({x.p_rank for x in descriptors if x.d_rank == d})))
               for d, layout in enumerate(d_layouts)]
     return prefill, decode
@@ -161,6 +213,7 @@ class SlotOutcome:
     decode: list[SlotDecodeResult]
     prefill: list[SlotPrefillResult]
     phases: dict[str, float] = field(default_factory=dict)
+    moved: Transfer | None = None      # None: the plan's state alone
 
     @property
     def verified(self) -> bool:
@@ -173,8 +226,24 @@ class SlotOutcome:
     @property
     def predicted(self) -> int:
         """What ``check --engine sglang`` predicts for these writes: the verdict's bytes for
-        SGLang's, none for the exact ones."""
-        return self.plan.verdict.bad_bytes() if self.semantics == "sglang" else 0
+        SGLang's (the state's bytes, and each KV head it lands wrong, per token and layer of K and
+        V), none for the exact ones."""
+        if self.semantics != "sglang":
+            return 0
+        kv = self.moved.d_kv if self.moved else None
+        heads = (self.plan.verdict.heads_wrong * kv.head_bytes * kv.page_size * 2 * self.moved.attention_layers
+                 if kv and self.moved else 0)
+        return self.plan.verdict.bad_bytes() + heads
+
+    @property
+    def attention(self) -> dict[str, Any] | None:
+        """The attention KV moved: its layers, page size and heads per rank on each side."""
+        moved = self.moved
+        if moved is None or moved.p_kv is None or moved.d_kv is None:
+            return None
+        return {"layers": moved.attention_layers, "page_size": moved.d_kv.page_size,
+                "head_bytes": moved.d_kv.head_bytes, "dtype": self.plan.model.model_dtype,
+                "heads_per_rank": {"prefill": moved.p_kv.heads, "decode": moved.d_kv.heads}}
 
     def into(self, d_rank: int) -> list[tuple[int, WriteTiming]]:
         """The WRITEs into one D rank: (P rank, timing)."""
@@ -202,7 +271,8 @@ class SlotOutcome:
                 "device": s.device, "memory": s.mem_type, "rounds": self.rounds,
                 "slots": {"prefill": {"slots": P_SLOTS, "request": P_SLOT},
                           "decode": {"slots": D_SLOTS, "request": D_SLOT}},
-                "ssm_layers": plan.verdict.ssm_layers, "verified": self.verified, "bad_bytes": self.bad_bytes,
+                "ssm_layers": plan.verdict.ssm_layers, "attention": self.attention, "verified": self.verified,
+                "bad_bytes": self.bad_bytes,
                 "predicted_bad_bytes": self.predicted, "total_bytes": self.total_bytes, "phases_s": self.phases,
                 "decode": decode, "prefill": [p.to_dict() for p in self.prefill]}
 
@@ -214,18 +284,22 @@ def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: fl
     if settings.iters < 1:
         raise UserError("--iters must be >= 1")
     rounds = max(settings.iters, MIN_ROUNDS)
-    prefill, decode = build_tasks(chosen_writes(plan, semantics), settings, rounds)
+    chosen = chosen_writes(plan, semantics)
+    prefill, decode = build_tasks(chosen, settings, rounds, attention=semantics)
     check_ports(settings, len(decode), role="D")
     finished = run_ranks([*decode, *prefill], settings.run_id, timeout, progress)
     results = finished.results
     return SlotOutcome(plan, semantics, settings, rounds,
                        decode=[r for t in decode if isinstance(r := results[t.name], SlotDecodeResult)],
                        prefill=[r for t in prefill if isinstance(r := results[t.name], SlotPrefillResult)],
-                       phases=finished.phases)
+                       phases=finished.phases, moved=transfer(chosen, semantics))
 
 
-def holds(layout: RankLayout, field_name: str, offset: int) -> str:
-    """What a byte of an item holds: its region, unit and byte."""
+def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = None) -> str:
+    """What a byte of an item holds: its region, unit and byte (a KV page's: buffer, token, head
+    and byte)."""
+    if kv is not None and field_name in KV_FIELDS:
+        return kv.holds(field_name, offset)
     kind, base = ("conv", 0) if field_name == "conv" else ("ssm", layout.conv_bytes)
     for region in layout.regions:
         start = region.offset - base

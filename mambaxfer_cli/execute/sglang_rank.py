@@ -15,6 +15,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from mambaxfer_cli.engines.sglang.entries import TransferEntry
+from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
 from mambaxfer_cli.engines.sglang.plan import Descriptor
 from mambaxfer_cli.engines.sglang.proof import item
 from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
@@ -41,10 +43,17 @@ def fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick: 
         host = memory.host(index)
         if memory.device == "cuda":
             host[:] = memory.fetch(index)
-        host[slot] = item(task.layout, entry.field, pattern_block(slot, round_), entry.layer_id)
+        host[slot] = entry_item(task, entry, pattern_block(slot, round_))
         memory.store(index, host)
         tick(f"round {round_ + 1}, entry {index + 1} of {len(task.entries)}")
     memory.sync()
+
+
+def entry_item(task: SlotTask, entry: TransferEntry, block: int) -> np.ndarray:
+    """What one item of an entry holds for a block of the pattern: a state slot, or a KV page."""
+    if task.kv is not None and entry.field in KV_FIELDS:
+        return task.kv.page(entry.field, block, entry.layer_id)
+    return item(task.layout, entry.field, block, entry.layer_id)
 
 
 def poison_all(memory: RankMemory, value: int) -> None:
@@ -259,7 +268,7 @@ class _Check:
         others = [s for s in range(task.memory.logical_blocks) if s != task.slot]
         for index, entry in enumerate(task.entries):
             got = memory.fetch(index)
-            want = item(task.layout, entry.field, pattern_block(task.p_slot, round_), entry.layer_id)
+            want = entry_item(task, entry, pattern_block(task.p_slot, round_))
             mine = got[task.slot]
             self.right[index] &= mine == want
             self.untouched[index] &= mine == value
@@ -285,7 +294,7 @@ class _Check:
             if first is None and bad.size:
                 at = int(bad[0])
                 want, found = self.last[index]
-                first = FirstWrong(entry.field, entry.layer_id, at, holds(task.layout, entry.field, at),
+                first = FirstWrong(entry.field, entry.layer_id, at, holds(task.layout, entry.field, at, task.kv),
                                    int(want[at]), int(found[at]), "wrong" if wrong[at] else "missing")
         fields = tuple(FieldCount(name, layers, size, wrong, missing, beyond)
                        for name, (layers, wrong, missing, beyond, size) in counts.items())

@@ -43,9 +43,13 @@ def result_table(outcome: "SlotOutcome") -> Table:
     longest = max((outcome.d_time(d.d_rank) for d in outcome.decode), default=0.0)
     aggregate = outcome.total_bytes / longest / 1e9 if longest > 0 else 0.0
     phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
-    plan = outcome.plan
-    table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {len(plan.decode_entries)} entries "
-                     f"({plan.verdict.ssm_layers} SSM layers); P WRITEs, one descriptor per write and layer; "
+    plan, kv = outcome.plan, outcome.attention
+    entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
+    layers = f"{plan.verdict.ssm_layers} SSM layers" + (
+        f", K and V of {kv['layers']} attention layers: slot = page of {kv['page_size']} tokens" if kv else "")
+    table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {entries} entries "
+                     f"({layers}); P WRITEs, one descriptor per write and layer"
+                     f"{', and per token where KV heads are sliced' if kv else ''}; "
                      f"{outcome.rounds} rounds, each with its own pattern and poison, time = median; all P ranks "
                      f"together wrote {human_bytes(outcome.total_bytes)} at {aggregate:.2f} GB/s; every byte of "
                      f"every D entry checked each round; {phases}")
