@@ -15,7 +15,7 @@ from mambaxfer_cli.cli.sglang import load
 from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.plan_source import cut_layers
-from mambaxfer_cli.execute.sglang import D_SLOTS, MIN_ROUNDS, P_SLOTS
+from mambaxfer_cli.execute.sglang import D_SLOTS, MIN_ROUNDS, P_SLOTS, transfer
 from mambaxfer_cli.schema import document_schema
 from rank_processes import assert_no_rank_left, new_tag
 from test_execute_two_hosts import P_HOST, Pair, Side, assert_failed, assert_only_our_lines, direct, via_etcd
@@ -30,19 +30,20 @@ def common(p_tp: int, d_tp: int, *more: str) -> tuple[str, ...]:
 def planned(p_tp: int, d_tp: int):
     from mambaxfer_cli.cli.options import ModelArgs
 
-    return plan(cut_layers(load(ModelArgs(model="qwen3.5-0.8b")), 4), p_tp, d_tp)
+    return transfer(plan(cut_layers(load(ModelArgs(model="qwen3.5-0.8b")), 4), p_tp, d_tp), "exact")
 
 
 def assert_verified_run(prefill: Side, decode: Side, p_tp: int, d_tp: int) -> None:
     assert decode.code == 0, decode.stderr
     assert prefill.code == 0, prefill.stderr
     expected = planned(p_tp, d_tp)
-    descriptors = expected.descriptors(1, 2)
+    descriptors = expected.descriptors
+    assert expected.attention_layers == 1    # the attention KV moves beside the state, as on one host
     d_doc, p_doc = decode.doc, prefill.doc
     for doc in (d_doc, p_doc):    # each side's document is the published one, with its role
         jsonschema.Draft202012Validator(document_schema("sglang-execute")).validate(doc)
     assert d_doc["role"] == "decode" and d_doc["verified"] and d_doc["bad_bytes"] == 0
-    assert d_doc["rounds"] == MIN_ROUNDS
+    assert d_doc["rounds"] == MIN_ROUNDS and d_doc["attention"]["layers"] == p_doc["attention"]["layers"] == 1
     assert [d["d_rank"] for d in d_doc["decode"]] == list(range(d_tp))
     entry_bytes = sum(e.item_len for e in expected.decode_entries) * D_SLOTS
     for d in d_doc["decode"]:

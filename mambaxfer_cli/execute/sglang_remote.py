@@ -39,7 +39,7 @@ from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, _linger, _no
 from mambaxfer_cli.execute.results import RankResult
 from mambaxfer_cli.execute.sglang import (
     D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask, build_tasks,
-    chosen_writes, poison,
+    chosen_writes, poison, transfer,
 )
 from mambaxfer_cli.execute.sglang_rank import (
     _Check, _notif, check_decode_layout, fill_slot, planned_pairings, poison_all, post, published_layout,
@@ -61,7 +61,9 @@ def rounds_of(iters: int) -> int:
 def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
     """What the two sides compare, in the order that names the cause first: the model (its config
     values, then their hash), semantics, TP sizes, SGLang's release and backend, the rounds, each
-    side's entries (item lengths) and slots, then hashes of the descriptors and the whole plan."""
+    side's entries (the state's and the attention KV's item lengths) and slots, then hashes of the
+    descriptors and the whole plan."""
+    moved = transfer(plan, semantics)
     model = comparable({"model": plan.model.to_dict()})["model"]
     model["config_hash"] = _digest(model)
 
@@ -70,10 +72,10 @@ def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
 
     return {"model": model, "semantics": semantics, "tp": {"prefill": plan.p_tp, "decode": plan.d_tp},
             "release": plan.release.version, "backend": plan.backend, "rounds": rounds,
-            "entries": {"prefill": entries(plan.prefill_entries), "decode": entries(plan.decode_entries)},
+            "entries": {"prefill": entries(moved.prefill_entries), "decode": entries(moved.decode_entries)},
             "slots": {"prefill": {"slots": P_SLOTS, "request": P_SLOT},
                       "decode": {"slots": D_SLOTS, "request": D_SLOT}},
-            "descriptors_hash": _digest([asdict(d) for d in plan.descriptors(P_SLOT, D_SLOT)]),
+            "descriptors_hash": _digest([asdict(d) for d in moved.descriptors]),
             "plan_hash": _digest(comparable(plan.to_dict()))}
 
 
@@ -158,7 +160,9 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
     if settings.iters < 1:
         raise UserError("--iters must be >= 1")
     rounds = rounds_of(settings.iters)
-    prefill, decode = build_tasks(chosen_writes(plan, semantics), settings, rounds)
+    chosen = chosen_writes(plan, semantics)
+    prefill, decode = build_tasks(chosen, settings, rounds, attention=semantics)
+    moved = transfer(chosen, semantics)
     tasks = prefill if discovery.role == "prefill" else decode
     finished = run_ranks(list(tasks), settings.run_id, timeout, progress, forced=discovery.environment(),
                          defaults=QUIET)
@@ -167,10 +171,10 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
         written = [r for r in results if isinstance(r, RemotePrefillResult)]
         answers = sorted({a.d_rank: a for r in written for a in r.answers}.values(), key=lambda a: a.d_rank)
         return SideOutcome(plan, semantics, settings, rounds, decode=[], prefill=list(written),
-                           phases=finished.phases, role="prefill", answers=answers)
+                           phases=finished.phases, moved=moved, role="prefill", answers=answers)
     checked = [r for r in results if isinstance(r, RemoteDecodeResult)]
     return SideOutcome(plan, semantics, settings, rounds, decode=list(checked), prefill=_writers(checked),
-                       phases=finished.phases, role="decode")
+                       phases=finished.phases, moved=moved, role="decode")
 
 
 def _writers(checked: list[RemoteDecodeResult]) -> list[SlotPrefillResult]:
