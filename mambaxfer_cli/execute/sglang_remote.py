@@ -35,14 +35,14 @@ from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.difference import comparable
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.faults import fault
-from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, _linger, _notifications, _notify, p_agent
+from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, linger, notifications, notify, p_agent
 from mambaxfer_cli.execute.results import RankResult
 from mambaxfer_cli.execute.sglang import (
-    D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask, build_tasks,
-    chosen_writes, poison, transfer,
+    D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask, SlotTask,
+    build_tasks, chosen_writes, poison, transfer,
 )
 from mambaxfer_cli.execute.sglang_rank import (
-    _Check, _notif, check_decode_layout, fill_slot, planned_pairings, poison_all, post, published_layout,
+    Check, check_decode_layout, fill_slot, planned_pairings, poison_all, post, published_layout,
 )
 from mambaxfer_cli.execute.sglang_results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import RunSettings
@@ -52,6 +52,11 @@ QUIET = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per me
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _round_notification(task: SlotTask, round_: int) -> bytes:
+    """What a P rank's WRITEs of a round notify (NIXL sends it once their bytes are on D)."""
+    return f"{task.settings.run_id}-round{round_}".encode()
 
 
 def rounds_of(iters: int) -> int:
@@ -200,7 +205,7 @@ class _Inbox:
         self.plain: set[tuple[str, bytes]] = set()
 
     def poll(self) -> None:
-        for sender, message, control in _notifications(self.agent):
+        for sender, message, control in notifications(self.agent):
             if control is None:
                 self.plain.add((sender, message))
             elif control["kind"] != "ping":
@@ -228,9 +233,9 @@ class _Peers:
         self.finished: set[int] = set()
         self.last = time.monotonic()
 
-    def notify(self, rank: int, message: bytes) -> None:
+    def tell(self, rank: int, message: bytes) -> None:
         try:
-            _notify(self.agent, self.names[rank], message)
+            notify(self.agent, self.names[rank], message)
         except PeerGone:
             raise self.gone(rank) from None
 
@@ -247,7 +252,7 @@ class _Peers:
             if rank in self.finished:
                 continue
             try:
-                _notify(self.agent, name, agreement.encode("ping"))
+                notify(self.agent, name, agreement.encode("ping"))
             except PeerGone:
                 self.inbox.poll()
                 if last_word(rank):
@@ -308,7 +313,7 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
             _await(ch, inbox, peers, partial(_not_ready, task, inbox, peers, round_))
             fault(task, "transfer")
             try:
-                took = post(node, xfers, _notif(task, round_), ch)
+                took = post(node, xfers, _round_notification(task, round_), ch)
             except PeerGone:
                 raise
             except RankFailure:
@@ -323,7 +328,7 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
                        for (d_rank, descriptors), t, xfer_times in zip(task.writes, telemetry, times))
         prepare_s = prep.prep_s + prep.make_s
         for timing in writes:
-            peers.notify(timing.d_rank, agreement.encode(
+            peers.tell(timing.d_rank, agreement.encode(
                 "wrote", p_rank=task.rank, fill_s=fill_s, prepare_s=prepare_s, descriptors=timing.descriptors,
                 descriptors_merged=timing.descriptors_merged, bytes=timing.bytes, times_s=list(timing.times_s)))
         ch.phase("finishing")
@@ -379,7 +384,7 @@ def welcome(task: SlotPrefillTask, ch: Channel, node: RankAgent, inbox: _Inbox,
             if sender in agreed and agent.check_remote_metadata(sender, _entries(agent, hello["header"])):
                 assert isinstance(d_rank, int)
                 del hellos[sender]
-                _notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, geometry=mine))
+                notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, geometry=mine))
                 ch.phase("serving", f"welcomed D{d_rank}")
                 node.remotes.append(sender)
                 peers.names[d_rank] = sender
@@ -409,9 +414,9 @@ def _refusal(task: SlotPrefillTask, hello: dict[str, Any], mine: dict[str, Any])
 
 def _refuse(agent: Any, sender: str, p_rank: int, problem: str, leaving: bool) -> None:
     try:
-        _notify(agent, sender, agreement.encode("refuse", p_rank=p_rank, message=problem))
+        notify(agent, sender, agreement.encode("refuse", p_rank=p_rank, message=problem))
         if leaving:
-            _linger(agent)      # so that it reaches the D rank before this agent goes
+            linger(agent)      # so that it reaches the D rank before this agent goes
     except PeerGone:
         pass
 
@@ -437,16 +442,16 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
         greet(task, ch, node, inbox, peers)
         fault(task, "prepare")
         ch.meet("prepared", "D", "every D rank to be welcomed", milestone=True, idle=peers.ping, every=PING_EVERY)
-        check = _Check(task)
+        check = Check(task)
         for round_ in range(task.rounds):
             if round_:
                 ch.phase("poisoning", f"round {round_ + 1}")
                 poison_all(node.memory, poison(round_))
             fault(task, "transfer")
             for p in task.writers:
-                peers.notify(p, agreement.encode("ready", d_rank=task.rank, round=round_))
+                peers.tell(p, agreement.encode("ready", d_rank=task.rank, round=round_))
             ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
-            final = _notif(task, round_)
+            final = _round_notification(task, round_)
             _await(ch, inbox, peers, partial(_not_written, task, inbox, peers, final))
             ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")
             check.round(node.memory, round_, ch.progress)
@@ -460,8 +465,8 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
                else "the WRITE timings of " + _ranks("P", (p for p in task.writers if not reported(p))))
         received = tuple(_received(p, inbox.find(peers.names[p], "wrote") or {}, task.rank) for p in task.writers)
         for p in task.writers:
-            peers.notify(p, agreement.encode("done", d_rank=task.rank, ok=checked.ok, bad_bytes=checked.bad))
-        _linger(node.agent)     # so that the verdicts reach the P ranks before this agent goes
+            peers.tell(p, agreement.encode("done", d_rank=task.rank, ok=checked.ok, bad_bytes=checked.bad))
+        linger(node.agent)     # so that the verdicts reach the P ranks before this agent goes
         return RemoteDecodeResult(checked.d_rank, checked.writers, checked.entries, checked.checked_bytes,
                                   checked.fields, checked.first, checked.verify_s, received=received)
 
@@ -500,7 +505,7 @@ def greet(task: SlotDecodeTask, ch: Channel, node: RankAgent, inbox: _Inbox, pee
             if agent.check_remote_metadata(name):
                 ch.phase("exchanging", f"hello to P{p}")
                 try:
-                    _notify(agent, name, hello)
+                    notify(agent, name, hello)
                 except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
                     agent.remove_remote_agent(name)
                     continue
