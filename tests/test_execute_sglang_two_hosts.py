@@ -117,6 +117,25 @@ def test_sglang_semantics_bad_bytes_are_told_on_both_sides():
     assert_no_rank_left(pair.tag)
 
 
+def test_etcd_entries_of_a_killed_run_do_not_hold_up_the_next(etcd):
+    """A killed run leaves its agents' entries in etcd; the next run of the same id finds the dead
+    prefill agent, says hello in vain, forgets it and asks again until the new one publishes."""
+    found = via_etcd(etcd)
+    first = Pair(common(1, 2, "--format", "json", *found), (), (), d_env={FAULT_ENV: "D0:hang@prepare"})
+    first.wait_decode("D1", "waiting for every D rank to be welcomed")
+    first.prefill.send_signal(signal.SIGKILL)
+    first.decode.send_signal(signal.SIGKILL)
+    first.results()
+    assert_no_rank_left(first.tag)
+    pair = Pair(common(1, 2, "--format", "json", *found), (), (), start_prefill=False)
+    for rank in ("D0", "D1"):
+        pair.wait_decode(rank, "waiting for P0's agent metadata")
+    pair.start_prefill()
+    prefill, decode = pair.results()
+    assert_verified_run(prefill, decode, 1, 2)
+    assert_no_rank_left(pair.tag)
+
+
 # --- refusals: the prefill side compares what each D rank publishes with its own plan
 
 @pytest.mark.parametrize("prefill_args,decode_args,message", [
