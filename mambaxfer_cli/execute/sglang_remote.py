@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, Callable
 
@@ -168,8 +168,10 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
     chosen = chosen_writes(plan, semantics)
     prefill, decode = build_tasks(chosen, settings, rounds, attention=semantics)
     moved = transfer(chosen, semantics)
-    tasks = prefill if discovery.role == "prefill" else decode
-    finished = run_ranks(list(tasks), settings.run_id, timeout, progress, forced=discovery.environment(),
+    mine: list[SlotPrefillTask] | list[SlotDecodeTask] = prefill if discovery.role == "prefill" else decode
+    # This host's GPUs are this side's alone: its ranks go round robin over them from the first.
+    tasks = [replace(t, dev_id=t.rank % max(settings.gpus, 1)) if settings.device == "cuda" else t for t in mine]
+    finished = run_ranks(tasks, settings.run_id, timeout, progress, forced=discovery.environment(),
                          defaults=QUIET)
     results = [finished.results[t.name] for t in tasks]
     if discovery.role == "prefill":
