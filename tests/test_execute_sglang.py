@@ -171,7 +171,6 @@ def test_ctrl_c_leaves_one_line_and_no_process():
     (("--semantics", "vllm"), ("'vllm' is not one of 'exact', 'sglang'",)),
     (("--blocks", "8"), ("--blocks: it applies to vLLM's block reads",)),
     (("--request-blocks", "2", "--seed", "3"), ("--request-blocks, --seed: these apply",)),
-    (("--role", "prefill", "--listen", "127.0.0.1:7000"), ("--role, --listen",)),
     (("--vllm-version", "0.34"), ("--vllm-version: vLLM's option",)),
     (("--port", "70000"), ("--port 70000: not a port number",)),
     (("--iters", "0"), ("--iters",)),

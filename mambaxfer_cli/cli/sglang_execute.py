@@ -1,5 +1,5 @@
 """``execute --engine sglang``: the options SGLang's transfer reads, the ones it refuses (vLLM's
-blocks, reads and engine flags, a plan file, two hosts), the run, and its report."""
+blocks, reads and engine flags, a plan file), the run, and its report (two hosts: ``sglang_two_hosts``)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
 
 if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import EngineArgs
+    from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.execute.sglang import SlotOutcome
 
 # The options execute takes for vLLM that SGLang's transfer has no use for, by parameter name.
 _VLLM_ONLY = {"blocks": "--blocks", "plan_file": "--plan", "coalesce": "--coalesce",
-              "request_blocks": "--request-blocks", "seed": "--seed", "role": "--role", "listen": "--listen",
-              "peer": "--peer", "etcd": "--etcd", "run_id": "--run-id"}
+              "request_blocks": "--request-blocks", "seed": "--seed"}
 
 
 def _given_on_command_line() -> list[str]:
@@ -45,8 +45,8 @@ def semantics(request: RequestArgs) -> str:
 
 
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs,
-        host: str, port: int, output: OutputArgs, check_peers: Callable[[], object]) -> None:
-    """``check_peers``: --host and --port checked (execute's own)."""
+        host: str, port: int, output: OutputArgs, check_peers: Callable[[], Discovery | None]) -> None:
+    """``check_peers``: --host and --port checked, and the two-host discovery (execute's own)."""
     import importlib.util
 
     from mambaxfer_cli.cli.outcome import red_line
@@ -65,8 +65,8 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     given = _given_on_command_line()
     if given:
         raise UserError(f"{', '.join(given)}: {'these apply' if len(given) > 1 else 'it applies'} to vLLM's block "
-                        f"reads; SGLang's transfer moves one slot per request, on one host (--engine sglang)")
-    check_peers()
+                        f"reads; SGLang's transfer moves one slot per request (--engine sglang)")
+    discovery = check_peers()
     backend(engines)
     chosen = semantics(request)
     check_bounds(p_tp=pair.p_tp, d_tp=pair.d_tp, layers=run_args.layers, iters=run_args.iters)
@@ -79,6 +79,11 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     kind, gpus = run_args.device_one()
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    if discovery is not None:
+        from mambaxfer_cli.cli.sglang_two_hosts import run_side
+
+        run_side(planned, chosen, discovery, kind, gpus, run_args, output)
+        return
     settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, run_args.iters)
     with ProgressView(title(planned, chosen, kind)) as view:
         try:

@@ -16,7 +16,7 @@ from typing import Callable
 from mambaxfer_cli.bench import rank as bench_rank
 from mambaxfer_cli.bench import sglang_rank as sglang_bench_rank
 from mambaxfer_cli.bench.sglang import SlotBenchDecode, SlotBenchPrefill
-from mambaxfer_cli.execute import rank, sglang_rank
+from mambaxfer_cli.execute import rank, sglang_rank, sglang_remote
 from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure, StopRequested
 from mambaxfer_cli.execute.messages import Done, Failed
 from mambaxfer_cli.execute.results import RankResult
@@ -58,7 +58,7 @@ def spawn_main(argv: list[str]) -> None:
         if isinstance(task, (SlotBenchPrefill, SlotBenchDecode)):
             program = sglang_bench_rank.PROGRAMS[task.role]
         elif isinstance(task, SlotTask):
-            program = sglang_rank.PROGRAMS[task.role]
+            program = (sglang_remote if task.settings.discovery else sglang_rank).PROGRAMS[task.role]
         else:
             program = PROGRAMS[task.role, task.settings.bench is not None]
         ch.send(Done(program(task, ch)))

@@ -30,7 +30,7 @@ def _disconnected(exc: Exception) -> bool:
     return type(exc).__name__ == "nixlRemoteDisconnectError"
 
 
-def _notify(agent: Any, name: str, message: bytes) -> None:
+def notify(agent: Any, name: str, message: bytes) -> None:
     try:
         agent.send_notif(name, message)
     except Exception as exc:
@@ -39,14 +39,14 @@ def _notify(agent: Any, name: str, message: bytes) -> None:
         raise
 
 
-def _notifications(agent: Any) -> Iterator[tuple[str, bytes, dict[str, Any] | None]]:
+def notifications(agent: Any) -> Iterator[tuple[str, bytes, dict[str, Any] | None]]:
     for sender, messages in agent.get_new_notifs().items():
         sender = sender.decode() if isinstance(sender, bytes) else sender
         for message in messages:
             yield sender, message, agreement.decode(message)
 
 
-def _linger(agent: Any) -> None:
+def linger(agent: Any) -> None:
     end = time.monotonic() + LINGER
     while time.monotonic() < end:
         agent.get_new_notifs()
@@ -85,7 +85,7 @@ def serve(task: PrefillTask, ch: Channel, node: RankAgent, fill_s: float) -> Pre
         busy = [f"D{c.d_rank}" for c in consumers.values() if not c.done]
         ch.waiting(("the hello of " + ", ".join(f"D{d}" for d in missing)) if missing
                    else "the READ notifications of " + ", ".join(busy))
-        for sender, message, control in _notifications(agent):
+        for sender, message, control in notifications(agent):
             if control is None:
                 consumer = consumers.get(sender)
                 if consumer is not None:
@@ -97,7 +97,7 @@ def serve(task: PrefillTask, ch: Channel, node: RankAgent, fill_s: float) -> Pre
             if agent.check_remote_metadata(sender):
                 del hellos[sender]
                 if any(c.d_rank == hello.get("d_rank") for c in consumers.values()):   # a second decode run
-                    _notify(agent, sender, agreement.encode(
+                    notify(agent, sender, agreement.encode(
                         "refuse", p_rank=task.rank, message=f"P{task.rank} already serves another "
                                                             f"D{hello.get('d_rank')}"))
                     continue
@@ -123,13 +123,13 @@ def _answer(task: PrefillTask, ch: Channel, agent: Any, sender: str, hello: dict
         problem = f"D{d_rank} does not read from P{task.rank} in this plan"
     if problem is not None:
         try:
-            _notify(agent, sender, agreement.encode("refuse", p_rank=task.rank, message=problem))
-            _linger(agent)
+            notify(agent, sender, agreement.encode("refuse", p_rank=task.rank, message=problem))
+            linger(agent)
         except PeerGone:
             pass
         raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
     assert isinstance(d_rank, int)      # one of this rank's consumers
-    _notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
+    notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
     ch.phase("serving", f"welcomed D{d_rank}")
     final = f"{task.settings.run_id}-iter{int(hello.get('iters', 1)) - 1}".encode()
     return _Consumer(d_rank, sender, final)
@@ -140,10 +140,10 @@ def _ping_consumers(agent: Any, consumers: dict[str, _Consumer]) -> None:
         if consumer.done:
             continue
         try:
-            _notify(agent, consumer.agent, agreement.encode("ping"))
+            notify(agent, consumer.agent, agreement.encode("ping"))
         except PeerGone:
             # Its last READ's notification may have come in just before it left.
-            for sender, message, _ in _notifications(agent):
+            for sender, message, _ in notifications(agent):
                 if sender == consumer.agent and message == consumer.final:
                     consumer.done = True
             if not consumer.done:
@@ -179,7 +179,7 @@ def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[s
             if agent.check_remote_metadata(name):
                 ch.phase("exchanging", f"hello to P{p}")
                 try:
-                    _notify(agent, name, hello)
+                    notify(agent, name, hello)
                     greeted.add(p)
                 except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
                     agent.remove_remote_agent(name)
@@ -187,7 +187,7 @@ def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[s
                 discovery.request(agent, name, p)
                 asked[p] = time.monotonic()
         by_name = {name: p for p, name in names.items()}
-        for sender, _, control in _notifications(agent):
+        for sender, _, control in notifications(agent):
             source = by_name.get(sender)
             if control is None or source is None:
                 continue
@@ -220,6 +220,6 @@ def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[s
 def ping_sources(agent: Any, names: dict[int, str]) -> None:
     for p, name in names.items():
         try:
-            _notify(agent, name, agreement.encode("ping"))
+            notify(agent, name, agreement.encode("ping"))
         except PeerGone:
             raise PeerGone(f"P{p} ({name}) went away") from None

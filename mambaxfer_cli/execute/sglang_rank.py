@@ -181,7 +181,7 @@ def decode(task: SlotDecodeTask, ch: Channel) -> SlotDecodeResult:
     with RankAgent(task, ch, telemetry=False) as node:
         start_target(task, ch, node)
         ch.meet("prepared", None, "every rank to prepare", milestone=True)
-        check = _Check(task)
+        check = Check(task)
         for round_ in range(task.rounds):
             if round_:
                 ch.phase("poisoning", f"round {round_ + 1}")
@@ -247,7 +247,7 @@ def await_notifications(task: SlotDecodeTask, ch: Channel, node: RankAgent, fina
             time.sleep(WAIT_ROUND)
 
 
-class _Check:
+class Check:
     """Every byte of every entry, round after round. A byte of the request slot is right when it
     holds the round's pattern in every round; untouched when it holds the round's poison in every
     round (two poisons by turns); any other slot must hold the poison in every round."""

@@ -1,0 +1,58 @@
+"""``execute --engine sglang --role prefill|decode``: one side of SGLang's transfer on this host,
+the other side's command on another (``execute/sglang_remote.py``), and each side's report."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from mambaxfer_cli.cli.report import AsIs, Report, finish
+from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.cli.options import OutputArgs, RunArgs
+    from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+    from mambaxfer_cli.execute.discovery import Discovery
+    from mambaxfer_cli.execute.sglang_remote import SideOutcome
+
+
+def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str, gpus: int, run_args: RunArgs,
+             output: OutputArgs) -> None:
+    """This side's ranks, to their end; its report (exit 0, 1 with bad bytes, 2 refused, 3 failed)."""
+    from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.execute.sglang_remote import execute_side, settings_for
+    from mambaxfer_cli.render.execute_view import ProgressView
+    from mambaxfer_cli.render.sglang_execute_view import title
+    from mambaxfer_cli.render.sglang_remote_view import side_line
+
+    settings = settings_for(planned, chosen, discovery, device, gpus, run_args.iters)
+    click.echo(side_line(planned, discovery), err=True)
+    with ProgressView(f"{title(planned, chosen, device)}, {discovery.role} side") as view:
+        try:
+            outcome = execute_side(planned, chosen, settings, run_args.timeout, view.update)
+        except RunFailure as exc:
+            red_line(str(exc))
+            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    finish(SideReport(outcome), output)
+
+
+class SideReport(Report):
+    """The decode side: one host's table, its bad bytes; the prefill side: what it wrote, and what
+    each D rank answered (its exit code is theirs)."""
+
+    def __init__(self, outcome: SideOutcome) -> None:
+        super().__init__(outcome.to_dict(), EXIT_OK if outcome.verified else EXIT_WRONG)
+        self.outcome = outcome
+
+    def render(self, width: int) -> list[Any]:
+        from mambaxfer_cli.render.sglang_execute_view import bad_bytes_report, result_table
+        from mambaxfer_cli.render.sglang_remote_view import written_table
+
+        if self.outcome.role == "prefill":
+            return [AsIs(written_table(self.outcome))]
+        table = result_table(self.outcome)
+        table.title = f"{table.title}, decode side"
+        report = bad_bytes_report(self.outcome)
+        return [table] if report is None else [table, AsIs(report)]

@@ -1,0 +1,535 @@
+"""``execute --engine sglang`` on two hosts: each side's ranks in its own ``mambaxfer`` command,
+finding the other through NIXL's own metadata exchange (``discovery``), agreeing on the geometry
+(``agreement``'s messages), then SGLang's rounds, kept in step over NIXL notifications.
+
+Who listens: the prefill side, as SGLang's bootstrap server does. SGLang's decode side registers
+its destination pointers with the prefill side (``KVArgsRegisterInfo``) and P, the initiator,
+WRITEs there; here each D rank, once registered, reaches its writers (``--peer``, or etcd), sends
+its agent metadata there and says ``hello`` with its geometry and its entries' base addresses and
+item lengths. A P rank compares the geometry with its own plan and answers ``welcome`` or
+``refuse`` (the first field that differs, both values: a user error on both sides).
+
+Each round, per (P rank, D rank) pair: D poisons, then says ``ready``; P, its slot refilled, waits
+for ``ready`` from every D rank it writes into, then posts its WRITEs with the round's
+notification; D waits for every writer's, then checks every byte. After the last round each P
+rank sends each D rank its WRITE timings (``wrote``), and D answers ``done`` with its verdict.
+Both sides ping the other every PING_EVERY seconds while they wait, so that a side that dies ends
+the other at once; otherwise every wait is one the coordinator's --timeout watches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from typing import Any, Callable
+
+from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute import agreement
+from mambaxfer_cli.execute.agent import RankAgent
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
+from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.difference import comparable
+from mambaxfer_cli.execute.discovery import Discovery
+from mambaxfer_cli.execute.faults import fault
+from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, linger, notifications, notify, p_agent
+from mambaxfer_cli.execute.results import RankResult
+from mambaxfer_cli.execute.sglang import (
+    D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask, SlotTask,
+    build_tasks, chosen_writes, poison, transfer,
+)
+from mambaxfer_cli.execute.sglang_rank import (
+    Check, check_decode_layout, fill_slot, planned_pairings, poison_all, post, published_layout,
+)
+from mambaxfer_cli.execute.sglang_results import SlotDecodeResult, SlotPrefillResult, WriteTiming
+from mambaxfer_cli.execute.tasks import RunSettings
+
+QUIET = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per metadata request too early
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _round_notification(task: SlotTask, round_: int) -> bytes:
+    """What a P rank's WRITEs of a round notify (NIXL sends it once their bytes are on D)."""
+    return f"{task.settings.run_id}-round{round_}".encode()
+
+
+def rounds_of(iters: int) -> int:
+    return max(iters, MIN_ROUNDS)
+
+
+def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
+    """What the two sides compare, in the order that names the cause first: the model (its config
+    values, then their hash), semantics, TP sizes, SGLang's release and backend, the rounds, each
+    side's entries (the state's and the attention KV's item lengths) and slots, then hashes of the
+    descriptors and the whole plan."""
+    moved = transfer(plan, semantics)
+    model = comparable({"model": plan.model.to_dict()})["model"]
+    model["config_hash"] = _digest(model)
+
+    def entries(side: tuple[Any, ...]) -> list[dict[str, Any]]:
+        return [{"field": e.field, "layer_id": e.layer_id, "item_len": e.item_len} for e in side]
+
+    return {"model": model, "semantics": semantics, "tp": {"prefill": plan.p_tp, "decode": plan.d_tp},
+            "release": plan.release.version, "backend": plan.backend, "rounds": rounds,
+            "entries": {"prefill": entries(moved.prefill_entries), "decode": entries(moved.decode_entries)},
+            "slots": {"prefill": {"slots": P_SLOTS, "request": P_SLOT},
+                      "decode": {"slots": D_SLOTS, "request": D_SLOT}},
+            "descriptors_hash": _digest([asdict(d) for d in moved.descriptors]),
+            "plan_hash": _digest(comparable(plan.to_dict()))}
+
+
+# --- what a side's ranks return ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Received:
+    """One writer's WRITEs into a D rank, as the P rank reported them after the last round."""
+
+    p_rank: int
+    fill_s: float
+    prepare_s: float
+    timing: WriteTiming
+
+
+@dataclass(frozen=True)
+class RemoteDecodeResult(SlotDecodeResult):
+    received: tuple[Received, ...] = ()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A D rank's verdict, as it answered its writer after the last round."""
+
+    d_rank: int
+    ok: bool
+    bad_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"d_rank": self.d_rank, "ok": self.ok, "bad_bytes": self.bad_bytes}
+
+
+@dataclass(frozen=True)
+class RemotePrefillResult(SlotPrefillResult):
+    answers: tuple[Answer, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "decode_verdicts": [a.to_dict() for a in self.answers]}
+
+
+@dataclass
+class SideOutcome(SlotOutcome):
+    """One side's run: the decode side's checks (with what its writers reported), or the prefill
+    side's WRITEs (with what each D rank answered)."""
+
+    role: str = "decode"
+    answers: list[Answer] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        if self.role == "prefill":
+            return all(a.ok for a in self.answers)
+        return all(d.ok for d in self.decode)
+
+    def to_dict(self) -> dict[str, Any]:
+        document = {**super().to_dict(), "role": self.role}
+        if self.role == "prefill":
+            document["bad_bytes"] = sum(a.bad_bytes for a in self.answers)
+        return document
+
+
+# --- the run of one side ----------------------------------------------------------------------------
+
+def settings_for(plan: SGLangPlan, semantics: str, discovery: Discovery, device: str, gpus: int,
+                 iters: int) -> RunSettings:
+    """This side's settings, the discovery checked before any rank starts; raises UserError."""
+    from mambaxfer_cli.execute.discovery import check_etcd, check_listen
+
+    if discovery.mode == "etcd":
+        check_etcd(discovery)
+    elif discovery.role == "prefill":
+        check_listen(discovery, plan.p_tp)
+    return RunSettings(discovery.run_id, device, gpus, discovery.host, discovery.port, iters, discovery=discovery,
+                       geometry=geometry(chosen_writes(plan, semantics), semantics, rounds_of(iters)))
+
+
+def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: float,
+                 progress: Progress | None = None) -> SideOutcome:
+    """Run this side's ranks (``settings.discovery.role``); raises UserError (exit 2) or RunFailure (exit 3)."""
+    discovery = settings.discovery
+    assert discovery is not None
+    if settings.iters < 1:
+        raise UserError("--iters must be >= 1")
+    rounds = rounds_of(settings.iters)
+    chosen = chosen_writes(plan, semantics)
+    prefill, decode = build_tasks(chosen, settings, rounds, attention=semantics)
+    moved = transfer(chosen, semantics)
+    mine: list[SlotPrefillTask] | list[SlotDecodeTask] = prefill if discovery.role == "prefill" else decode
+    # This host's GPUs are this side's alone: its ranks go round robin over them from the first.
+    tasks = [replace(t, dev_id=t.rank % max(settings.gpus, 1)) if settings.device == "cuda" else t for t in mine]
+    finished = run_ranks(tasks, settings.run_id, timeout, progress, forced=discovery.environment(),
+                         defaults=QUIET)
+    results = [finished.results[t.name] for t in tasks]
+    if discovery.role == "prefill":
+        written = [r for r in results if isinstance(r, RemotePrefillResult)]
+        answers = sorted({a.d_rank: a for r in written for a in r.answers}.values(), key=lambda a: a.d_rank)
+        return SideOutcome(plan, semantics, settings, rounds, decode=[], prefill=list(written),
+                           phases=finished.phases, moved=moved, role="prefill", answers=answers)
+    checked = [r for r in results if isinstance(r, RemoteDecodeResult)]
+    return SideOutcome(plan, semantics, settings, rounds, decode=list(checked), prefill=_writers(checked),
+                       phases=finished.phases, moved=moved, role="decode")
+
+
+def _writers(checked: list[RemoteDecodeResult]) -> list[SlotPrefillResult]:
+    """The P ranks' WRITEs into this side's D ranks, from what each reported."""
+    by_rank: dict[int, list[Received]] = {}
+    for result in checked:
+        for got in result.received:
+            by_rank.setdefault(got.p_rank, []).append(got)
+    return [SlotPrefillResult(p, got[0].fill_s, got[0].prepare_s,
+                              tuple(sorted((g.timing for g in got), key=lambda w: w.d_rank)))
+            for p, got in sorted(by_rank.items())]
+
+
+# --- what both sides' ranks share -----------------------------------------------------------------
+
+class _Inbox:
+    """Every notification this rank's agent received, kept until it is looked for: a message may
+    come before this rank waits for it (a D rank's ``ready`` while P still welcomes another)."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.control: list[tuple[str, dict[str, Any]]] = []
+        self.plain: set[tuple[str, bytes]] = set()
+
+    def poll(self) -> None:
+        for sender, message, control in notifications(self.agent):
+            if control is None:
+                self.plain.add((sender, message))
+            elif control["kind"] != "ping":
+                self.control.append((sender, control))
+
+    def find(self, sender: str, kind: str, **fields: Any) -> dict[str, Any] | None:
+        for who, control in self.control:
+            if who == sender and control["kind"] == kind and all(control.get(k) == v for k, v in fields.items()):
+                return control
+        return None
+
+    def take(self, kind: str) -> list[tuple[str, dict[str, Any]]]:
+        found = [(who, c) for who, c in self.control if c["kind"] == kind]
+        self.control = [(who, c) for who, c in self.control if c["kind"] != kind]
+        return found
+
+
+class _Peers:
+    """The other side's ranks this rank knows (by rank: agent name), pinged while it waits. One
+    that answered its last message (``finished``) may leave without its going being a failure."""
+
+    def __init__(self, agent: Any, role: str, inbox: _Inbox) -> None:
+        self.agent, self.role, self.inbox = agent, role, inbox
+        self.names: dict[int, str] = {}
+        self.finished: set[int] = set()
+        self.last = time.monotonic()
+
+    def tell(self, rank: int, message: bytes) -> None:
+        try:
+            notify(self.agent, self.names[rank], message)
+        except PeerGone:
+            raise self.gone(rank) from None
+
+    def gone(self, rank: int) -> PeerGone:
+        return PeerGone(f"{self.role}{rank} ({self.names[rank]}) went away")
+
+    def ping(self, last_word: Callable[[int], bool] = lambda rank: False) -> None:
+        """Every PING_EVERY seconds at most; a peer gone is an error unless ``last_word(rank)``:
+        its last message came in just before it left."""
+        if time.monotonic() - self.last < PING_EVERY:
+            return
+        self.last = time.monotonic()
+        for rank, name in self.names.items():
+            if rank in self.finished:
+                continue
+            try:
+                notify(self.agent, name, agreement.encode("ping"))
+            except PeerGone:
+                self.inbox.poll()
+                if last_word(rank):
+                    self.finished.add(rank)
+                    continue
+                raise self.gone(rank) from None
+
+
+def _await(ch: Channel, inbox: _Inbox, peers: _Peers, pending: Callable[[], str | None],
+           last_word: Callable[[int], bool] = lambda rank: False) -> None:
+    """Until ``pending()`` (what is still awaited, said to the coordinator) is None; the peers
+    pinged meanwhile."""
+    while True:
+        inbox.poll()
+        what = pending()
+        if what is None:
+            return
+        ch.check_stop()
+        ch.waiting(what)
+        peers.ping(last_word)
+        time.sleep(WAIT_ROUND)
+
+
+def _ranks(role: str, ranks: Any) -> str:
+    return ", ".join(f"{role}{r}" for r in sorted(ranks))
+
+
+# --- the prefill side: the initiator, whose ranks the decode side finds --------------------------
+
+def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
+    discovery = task.settings.discovery
+    assert discovery is not None
+    with RankAgent(task, ch, telemetry=True) as node:
+        ch.phase("filling")
+        started = time.perf_counter()
+        for slot in range(task.memory.logical_blocks):
+            fill_slot(task, node.memory, slot, 0, ch.progress)
+        fill_s = time.perf_counter() - started
+        fault(task, "fill")
+        node.register(ch)
+        node.publish()
+        ch.phase("serving", discovery.where(task.rank))
+        inbox = _Inbox(node.agent)
+        peers = _Peers(node.agent, "D", inbox)
+        fault(task, "serve")
+        headers = welcome(task, ch, node, inbox, peers)
+        pairings = planned_pairings(task, node, [(peers.names[d], headers[d]) for d, _ in task.writes])
+        fault(task, "prepare")
+        ch.phase("preparing")
+        xfers, prep = node.prepare("WRITE", pairings, ch)
+        ch.meet("prepared", "P", "every P rank to prepare", milestone=True, idle=peers.ping, every=PING_EVERY)
+        times: list[list[float]] = [[] for _ in xfers]
+        for round_ in range(task.rounds):
+            if round_:
+                ch.phase("filling", f"round {round_ + 1}")
+                fill_slot(task, node.memory, task.slot, round_, ch.progress)
+            ch.phase("transferring", f"round {round_ + 1}/{task.rounds}")
+            _await(ch, inbox, peers, partial(_not_ready, task, inbox, peers, round_))
+            fault(task, "transfer")
+            try:
+                took = post(node, xfers, _round_notification(task, round_), ch)
+            except PeerGone:
+                raise
+            except RankFailure:
+                peers.last = 0.0
+                peers.ping()        # a D rank gone says so; otherwise the failure as NIXL said it
+                raise
+            for xfer_times, seconds in zip(times, took):
+                xfer_times.append(seconds)
+        telemetry = node.telemetry(xfers)
+        writes = tuple(WriteTiming(d_rank, len(descriptors), int(t.descCount), sum(x.length for x in descriptors),
+                                   tuple(xfer_times))
+                       for (d_rank, descriptors), t, xfer_times in zip(task.writes, telemetry, times))
+        prepare_s = prep.prep_s + prep.make_s
+        for timing in writes:
+            peers.tell(timing.d_rank, agreement.encode(
+                "wrote", p_rank=task.rank, fill_s=fill_s, prepare_s=prepare_s, descriptors=timing.descriptors,
+                descriptors_merged=timing.descriptors_merged, bytes=timing.bytes, times_s=list(timing.times_s)))
+        ch.phase("finishing")
+
+        def answered(d_rank: int) -> bool:
+            return inbox.find(peers.names[d_rank], "done") is not None
+
+        _await(ch, inbox, peers, lambda: None if all(answered(d) for d in peers.names)
+               else "the verdicts of " + _ranks("D", (d for d in peers.names if not answered(d))), answered)
+        answers = []
+        for d_rank, name in sorted(peers.names.items()):
+            done = inbox.find(name, "done") or {}
+            answers.append(Answer(d_rank, bool(done.get("ok")), int(done.get("bad_bytes", 0))))
+        return RemotePrefillResult(task.rank, fill_s, prepare_s, writes, answers=tuple(answers))
+
+
+def _not_ready(task: SlotPrefillTask, inbox: _Inbox, peers: _Peers, round_: int) -> str | None:
+    waiting = [d for d, _ in task.writes if inbox.find(peers.names[d], "ready", round=round_) is None]
+    return f"{_ranks('D', waiting)} to poison for round {round_ + 1}" if waiting else None
+
+
+def welcome(task: SlotPrefillTask, ch: Channel, node: RankAgent, inbox: _Inbox,
+            peers: _Peers) -> dict[int, dict[str, Any]]:
+    """Each D rank this P rank writes into, once it said hello and its registered entries are
+    loaded: the header it published. A geometry that differs from this side's is refused."""
+    discovery, agent = task.settings.discovery, node.agent
+    assert discovery is not None and task.settings.geometry is not None
+    mine = task.settings.geometry
+    targets = [d for d, _ in task.writes]
+    hellos: dict[str, tuple[dict[str, Any], float]] = {}   # sender -> (hello, when its metadata was asked)
+    agreed: set[str] = set()                               # senders whose hello this rank accepted
+    headers: dict[int, dict[str, Any]] = {}
+    while len(headers) < len(targets):
+        ch.check_stop()
+        missing = [d for d in targets if d not in headers]
+        ch.waiting(f"the hello of {_ranks('D', missing)}")
+        inbox.poll()
+        for sender, hello in inbox.take("hello"):
+            if sender not in peers.names.values():
+                hellos[sender] = (hello, 0.0)
+        for sender, (hello, asked) in list(hellos.items()):
+            d_rank = hello.get("d_rank")
+            if sender not in agreed and agent.check_remote_metadata(sender):
+                if d_rank in headers:    # a second decode run
+                    del hellos[sender]
+                    _refuse(agent, sender, task.rank, f"P{task.rank} already writes into another D{d_rank}", False)
+                    continue
+                problem = _refusal(task, hello, mine)
+                if problem is not None:
+                    _refuse(agent, sender, task.rank, problem, True)
+                    raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
+                agreed.add(sender)
+            if sender in agreed and agent.check_remote_metadata(sender, _entries(agent, hello["header"])):
+                assert isinstance(d_rank, int)
+                del hellos[sender]
+                notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, geometry=mine))
+                ch.phase("serving", f"welcomed D{d_rank}")
+                node.remotes.append(sender)
+                peers.names[d_rank] = sender
+                headers[d_rank] = hello["header"]
+            elif time.monotonic() - asked >= REQUEST_EVERY:
+                discovery.request(agent, sender, None)   # etcd; a direct D sent it to our listener
+                hellos[sender] = (hello, time.monotonic())
+        peers.ping()
+        time.sleep(WAIT_ROUND)
+    return headers
+
+
+def _refusal(task: SlotPrefillTask, hello: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """Why this P rank cannot write into the D rank that said ``hello``; None when it can."""
+    d_rank = hello.get("d_rank")
+    problem = agreement.mismatch(mine, hello.get("geometry") or {})
+    if problem is not None:
+        return problem
+    if d_rank not in [d for d, _ in task.writes]:
+        return f"D{d_rank} is not written by P{task.rank} in this plan"
+    try:
+        check_decode_layout(task, d_rank, hello.get("header") or {})
+    except RankFailure as exc:
+        return str(exc)
+    return None
+
+
+def _refuse(agent: Any, sender: str, p_rank: int, problem: str, leaving: bool) -> None:
+    try:
+        notify(agent, sender, agreement.encode("refuse", p_rank=p_rank, message=problem))
+        if leaving:
+            linger(agent)      # so that it reaches the D rank before this agent goes
+    except PeerGone:
+        pass
+
+
+def _entries(agent: Any, header: dict[str, Any]) -> Any:
+    """A D rank's registered entries, as NIXL descriptors (to see that its metadata holds them)."""
+    size = int(header["slots"])
+    regions = [(int(base), int(n) * size, int(header["dev_id"]))
+               for base, n in zip(header["bases"], header["item_lens"])]
+    return agent.get_xfer_descs(regions, header["mem_type"])
+
+
+# --- the decode side: the target, whose ranks reach the prefill side -----------------------------
+
+def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
+    with RankAgent(task, ch, telemetry=False) as node:
+        ch.phase("poisoning")
+        poison_all(node.memory, poison(0))
+        node.register(ch)
+        node.publish()
+        inbox = _Inbox(node.agent)
+        peers = _Peers(node.agent, "P", inbox)
+        greet(task, ch, node, inbox, peers)
+        fault(task, "prepare")
+        ch.meet("prepared", "D", "every D rank to be welcomed", milestone=True, idle=peers.ping, every=PING_EVERY)
+        check = Check(task)
+        for round_ in range(task.rounds):
+            if round_:
+                ch.phase("poisoning", f"round {round_ + 1}")
+                poison_all(node.memory, poison(round_))
+            fault(task, "transfer")
+            for p in task.writers:
+                peers.tell(p, agreement.encode("ready", d_rank=task.rank, round=round_))
+            ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
+            final = _round_notification(task, round_)
+            _await(ch, inbox, peers, partial(_not_written, task, inbox, peers, final))
+            ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")
+            check.round(node.memory, round_, ch.progress)
+        checked = check.result()
+        ch.phase("finishing")
+
+        def reported(p: int) -> bool:
+            return inbox.find(peers.names[p], "wrote") is not None
+
+        _await(ch, inbox, peers, lambda: None if all(reported(p) for p in task.writers)
+               else "the WRITE timings of " + _ranks("P", (p for p in task.writers if not reported(p))))
+        received = tuple(_received(p, inbox.find(peers.names[p], "wrote") or {}, task.rank) for p in task.writers)
+        for p in task.writers:
+            peers.tell(p, agreement.encode("done", d_rank=task.rank, ok=checked.ok, bad_bytes=checked.bad))
+        linger(node.agent)     # so that the verdicts reach the P ranks before this agent goes
+        return RemoteDecodeResult(checked.d_rank, checked.writers, checked.entries, checked.checked_bytes,
+                                  checked.fields, checked.first, checked.verify_s, received=received)
+
+
+def _not_written(task: SlotDecodeTask, inbox: _Inbox, peers: _Peers, final: bytes) -> str | None:
+    waiting = [p for p in task.writers if (peers.names[p], final) not in inbox.plain]
+    return f"the WRITE notifications of {_ranks('P', waiting)}" if waiting else None
+
+
+def _received(p_rank: int, wrote: dict[str, Any], d_rank: int) -> Received:
+    return Received(p_rank, float(wrote.get("fill_s", 0.0)), float(wrote.get("prepare_s", 0.0)),
+                    WriteTiming(d_rank, int(wrote.get("descriptors", 0)), int(wrote.get("descriptors_merged", 0)),
+                                int(wrote.get("bytes", 0)), tuple(float(t) for t in wrote.get("times_s", ()))))
+
+
+def greet(task: SlotDecodeTask, ch: Channel, node: RankAgent, inbox: _Inbox, peers: _Peers) -> None:
+    """Every writer's agent loaded, sent hello (this rank's geometry and entries, SGLang's
+    registration of its destination), and welcomed this rank; a refusal is a user error."""
+    discovery, agent = task.settings.discovery, node.agent
+    assert discovery is not None and task.settings.geometry is not None
+    mine = task.settings.geometry
+    hello = agreement.encode("hello", d_rank=task.rank, geometry=mine, header=published_layout(task, node))
+    names = {p: p_agent(task, p) for p in task.writers}
+    by_name = {name: p for p, name in names.items()}
+    asked = {p: 0.0 for p in task.writers}
+    welcomed: set[int] = set()
+    ch.phase("exchanging", "finding the P ranks")
+    while len(welcomed) < len(names):
+        ch.check_stop()
+        waiting = next(p for p in task.writers if p not in welcomed)
+        ch.waiting(f"P{waiting}'s answer" if waiting in peers.names
+                   else f"P{waiting}'s agent metadata from {discovery.where(waiting)}")
+        for p, name in names.items():
+            if p in peers.names:
+                continue
+            if agent.check_remote_metadata(name):
+                ch.phase("exchanging", f"hello to P{p}")
+                try:
+                    notify(agent, name, hello)
+                except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
+                    agent.remove_remote_agent(name)
+                    continue
+                peers.names[p] = name
+                node.remotes.append(name)
+            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
+                discovery.request(agent, name, p)
+                asked[p] = time.monotonic()
+        inbox.poll()
+        for sender, control in inbox.take("refuse"):
+            if sender in by_name:
+                raise RankFailure(f"P{by_name[sender]} refused this decode run: {control.get('message')}", user=True)
+        for sender, control in inbox.take("welcome"):
+            source = by_name.get(sender)
+            if source is None:
+                continue
+            problem = agreement.mismatch(control.get("geometry") or {}, mine)
+            if problem is not None:
+                raise RankFailure(f"P{source}: {problem}", user=True)
+            welcomed.add(source)
+        peers.ping()
+        time.sleep(WAIT_ROUND)
+
+
+PROGRAMS: dict[str, Callable[..., RankResult]] = {"P": prefill, "D": decode}

@@ -1,0 +1,61 @@
+"""Rich views of ``execute --engine sglang`` on two hosts: the line each side prints first, and the
+prefill side's table of what each P rank wrote (the decode side prints one host's table)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.render.model_view import human_bytes
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+    from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+    from mambaxfer_cli.execute.discovery import Discovery
+    from mambaxfer_cli.execute.sglang_remote import SideOutcome
+
+
+def _ranks(role: str, count: int) -> str:
+    return f"{role}0" if count == 1 else f"{role}0..{role}{count - 1}"
+
+
+def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:
+    """The line a side prints first: where the prefill side waits, or where the decode side finds it."""
+    if discovery.mode == "etcd":
+        where = f"etcd {discovery.endpoints}, run {discovery.run_id}"
+    else:
+        first, last = discovery.p_address(0), discovery.p_address(plan.p_tp - 1)
+        ports = str(first[1]) if plan.p_tp == 1 else f"{first[1]}..{last[1]}"
+        where = f"NIXL listener{'s' if plan.p_tp > 1 else ''} {discovery.host}:{ports}"
+    if discovery.role == "prefill":
+        return f"prefill side: {_ranks('P', plan.p_tp)} wait for the decode side through {where}"
+    return f"decode side: {_ranks('D', plan.d_tp)} receive the prefill side's WRITEs through {where}"
+
+
+def written_table(outcome: "SideOutcome") -> Table:
+    """The prefill side: each P rank's WRITEs into each D rank, timed, and that D rank's verdict."""
+    plan = outcome.plan
+    table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.p_tp} -> D TP {plan.d_tp}, "
+                        f"{outcome.semantics} semantics", title_justify="left")
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("WRITE", "left"), ("bytes", "right"), ("descriptors", "right"),
+        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
+    for column, justify in columns:
+        table.add_column(column, justify=justify)
+    answers = {a.d_rank: a for a in outcome.answers}
+    for p in outcome.prefill:
+        for w in p.writes:
+            answer = answers.get(w.d_rank)
+            said = (Text("verified", style="green") if answer is not None and answer.ok
+                    else Text(f"{answer.bad_bytes if answer else '?'} bad bytes", style="bold red"))
+            table.add_row(f"P{p.p_rank} -> D{w.d_rank}", human_bytes(w.bytes), str(w.descriptors),
+                          str(w.descriptors_merged), f"{w.time_s * 1e3:.2f} ms",
+                          f"{w.bytes / w.time_s / 1e9 if w.time_s > 0 else 0.0:.2f}", said)
+    table.caption = (f"{plan.release.label} WRITEs; geometry agreed with every decode rank; {outcome.rounds} "
+                     f"rounds, each once the D ranks written into were poisoned, time = median; the verdict is "
+                     f"the decode side's, which checked every byte")
+    table.caption_justify = "left"
+    return table
