@@ -58,9 +58,14 @@ class PleLists:
         return self.first_region + layer_index
 
     def shape(self, layer_index: int) -> PageShape:
-        """What every page of PLE layer ``layer_index`` holds: all channels, then padding."""
-        return PageShape((Part(REGION, "channel", 0, self.unit_bytes, 0, self.channels, self.channels,
-                               layer=self.layers[layer_index]),), self.page_bytes)
+        """What every page of PLE layer ``layer_index`` holds: all channels, then padding (the PLE
+        layer's and block's, as ``check`` fills it: the whole page moves, padding included)."""
+        layer, state = self.layers[layer_index], self.channels * self.unit_bytes
+        parts: tuple[Part, ...] = (Part(REGION, "channel", 0, self.unit_bytes, 0, self.channels, self.channels,
+                                        layer=layer),)
+        if self.page_bytes > state:
+            parts += (Part("pad", "byte", state, self.page_bytes - state, 0, 1, 1, layer=layer),)
+        return PageShape(parts, self.page_bytes)
 
     def describe(self, offset: int) -> str:
         """What the byte at ``offset`` of a page stands for, as ``check`` names it."""

@@ -48,9 +48,11 @@ def _p_page(model: ModelSpec, page_len: int, layer: int, block: int) -> np.ndarr
     q = model.qwen4exp
     assert q is not None
     unit = _rows(model) * dtype_bytes(model.conv_dtype)
-    out = np.full(page_len, 0x5A, dtype=np.uint8)      # the page's padding past the state
     state = unit_bytes_pattern(layer, block, "ple", 0, q.ple_channels, unit).reshape(-1)
+    out = np.empty(page_len, dtype=np.uint8)
     out[:state.size] = state
+    if page_len > state.size:       # the page's padding past the state (execute fills it the same way)
+        out[state.size:] = unit_bytes_pattern(layer, block, "pad", 0, 1, page_len - state.size).reshape(-1)
     return out
 
 
