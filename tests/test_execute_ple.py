@@ -158,3 +158,18 @@ def test_num_spec_on_d_only_corrupts_the_ple_state_as_check_predicts():
     for d in decode:
         first, sim = d.check.first_by_region["ple"], next(x.first for x in predicted.damage if x.d_rank == d.d_rank)
         assert (first.offset, first.wants, first.source.holds) == (sim.offset, sim.wants, sim.source.holds)
+
+
+def test_two_hosts_move_the_ple_page_and_the_prefill_side_counts_it():
+    from test_execute_two_hosts import Pair, direct
+
+    listen, peer = direct(2)
+    pair = Pair(("--model", MODEL, "--layers", str(LAYERS), "--p-tp", "2", "--d-tp", "2", "--semantics", "vllm",
+                 "--format", "json", "--timeout", "120"), listen, peer)
+    prefill, decode = pair.results()
+    assert decode.code == 0 and prefill.code == 0, decode.stderr + prefill.stderr
+    d_doc, p_doc = decode.doc, prefill.doc
+    assert d_doc["verified"] and all(d["ple_descriptors"] == 1 for d in d_doc["decode"])
+    # What P served (its PLE pages included) is what D moved.
+    assert sum(s["bytes"] for p in p_doc["prefill"] for s in p["served"]) == d_doc["total_bytes"]
+    assert_no_rank_left(pair.tag)
