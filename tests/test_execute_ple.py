@@ -108,6 +108,7 @@ def test_a_ple_read_from_the_wrong_block_gives_wrong_bytes_on_d(monkeypatch):
     first = check.first_by_region["ple"]
     assert first.reason == f"block {wrong} read instead of {p_block}"
     assert first.wants == first.source.holds == "ple channel 0 row 0 byte 0"
+    assert f"PLE layer 1 block {wrong} offset 0" in first.describe()
     assert d.ple_descriptors == 1
 
 

@@ -138,12 +138,12 @@ def _ple_source(task: DecodeTask, page_: PlePage, offset: int) -> tuple[ByteSour
                 continue
             writes += 1
             p_region, p_block = task.prefill_ple.locate(remote)
-            found = ByteSource(read.p_rank, PLE, p_region, p_block, offset, task.prefill_ple.describe(offset))
+            p_layer = task.prefill_ple.layers[p_region - task.prefill_ple.first_region]
+            found = ByteSource(read.p_rank, PLE, p_layer, p_block, offset, task.prefill_ple.describe(offset))
     return found, writes
 
 
-def _check_ple_page(check: PageCheck, task: DecodeTask, page_: PlePage, row: np.ndarray,
-                    strays: list[tuple[int, int]]) -> None:
+def _check_ple_page(check: PageCheck, task: DecodeTask, page_: PlePage, row: np.ndarray) -> None:
     """One D PLE page: the kept rows of every channel against the pattern (as ``check`` proves
     them, region ``ple``), every other byte against P's page at the same offset (``ple page``)."""
     d_lists, p_lists = task.ple, task.prefill_ple
@@ -167,10 +167,8 @@ def _check_ple_page(check: PageCheck, task: DecodeTask, page_: PlePage, row: np.
             source, writes = _ple_source(task, page_, offset)
             wants = (d_lists if region == PLE else p_lists).describe(offset)
             check.first_by_region[region] = WrongByte(
-                task.rank, PLE, page_.region, page_.block, page_.p_block, offset, wants,
+                task.rank, PLE, d_lists.layers[page_.layer_index], page_.block, page_.p_block, offset, wants,
                 int(want[offset]), int(row[offset]), writes if source else 0, source)
-    if n < row.size and np.any(row[n:] != POISON):
-        strays.append((page_.block, n + int(np.flatnonzero(row[n:] != POISON)[0])))
 
 
 CHUNK_BYTES = 64 << 20     # memory that must hold poison is compared with it this many bytes at a time
@@ -207,7 +205,7 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
             strays.append((e.block, state + int(np.flatnonzero(padding)[0])))
         tick(f"{where}, request page {e.block}")
     for p in ple:
-        _check_ple_page(check, task, p, got[p.block], strays)
+        _check_ple_page(check, task, p, got[p.block])
         tick(f"{where}, PLE page {p.block}")
     requested = np.zeros(got.shape[0], dtype=bool)
     requested[[e.block for e in pages] + [p.block for p in ple]] = True
