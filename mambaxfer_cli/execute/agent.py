@@ -181,9 +181,11 @@ def _create_agent(api: ModuleType, task: RankTask, telemetry: bool) -> Any:
 
 
 def fill(task: PrefillTask, memory: RankMemory, tick: Tick = lambda detail: None) -> None:
-    """Every page of a P rank: the pattern of what it holds (an SSM state, or attention kernel blocks)."""
-    pages = task.memory.tensors * task.memory.logical_blocks
-    for tensor in range(task.memory.tensors):
+    """Every page of a P rank: the pattern of what it holds (an SSM state, attention kernel blocks, or
+    a PLE state)."""
+    regions = len(task.memory.region_shapes)
+    pages = regions * task.memory.logical_blocks
+    for tensor in range(regions):
         host = memory.host(tensor)
         for block in range(task.memory.logical_blocks):
             fill_page(host[block], task.pages[tensor][block], tensor, block)
@@ -196,7 +198,7 @@ def layout(task: PrefillTask, memory: RankMemory) -> dict[str, Any]:
     """What a P rank publishes besides its agent metadata: its registered regions and layout."""
     return {"agent": task.agent, "rank": task.rank, "mem_type": memory.mem_type, "dev_id": task.dev_id,
             "bases": memory.bases, "page_bytes": task.memory.page_bytes,
-            "logical_blocks": task.memory.logical_blocks,
+            "logical_blocks": task.memory.logical_blocks, "ple_page_bytes": task.memory.ple_page_bytes,
             "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes,
             "regions": [[address, length] for address, length, _, _ in memory.regions]}
 
@@ -206,11 +208,12 @@ def check_layout(task: DecodeTask, p_rank: int, published: dict[str, Any]) -> No
     want = task.prefill_memory
     rank_layout = task.prefill_layouts[p_rank]
     expected = {"rank": p_rank, "page_bytes": want.page_bytes, "logical_blocks": want.logical_blocks,
-                "conv_bytes": rank_layout.conv_bytes, "ssm_bytes": rank_layout.ssm_bytes}
+                "ple_page_bytes": want.ple_page_bytes, "conv_bytes": rank_layout.conv_bytes,
+                "ssm_bytes": rank_layout.ssm_bytes}
     for key, value in expected.items():
         if published.get(key) != value:
             raise RankFailure(f"P{p_rank} publishes {key}={published.get(key)}, the plan expects {value}")
-    if len(published.get("bases", ())) != want.tensors:
+    if len(published.get("bases", ())) != len(want.region_shapes):
         raise RankFailure(f"P{p_rank} publishes a different number of registered regions than the plan's")
 
 

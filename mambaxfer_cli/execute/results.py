@@ -42,6 +42,8 @@ class DecodeResult:
     prepare_s: float
     verify_s: float
     check: PageCheck
+    ple_bytes: int = 0                   # Qwen4Exp's PLE pages, in bytes and descriptors above
+    ple_descriptors: int = 0
 
     @property
     def ok(self) -> bool:
@@ -61,6 +63,7 @@ class DecodeResult:
                 "descriptors_merged": self.descriptors_merged, "telemetry_bytes": self.telemetry_bytes,
                 "time_s": self.time_s, "times_s": list(self.times_s), "gb_per_s": self.gb_per_s,
                 "xfer_us": self.xfer_us, "prepare_s": self.prepare_s, "verify_s": self.verify_s,
+                "ple_bytes": self.ple_bytes, "ple_descriptors": self.ple_descriptors,
                 "verdict": self.check.to_dict()}
 
 

@@ -3,7 +3,9 @@
 A D page of the request must hold proof/pattern.py's pattern of what D keeps there (an SSM state of
 its own layout, paired with P's block; or attention kernel blocks, each token from where P keeps
 it) up to its state's end and poison after it (padding is never read); every other page must
-still be all poison. A wrong byte of the request is located as
+still be all poison. A PLE page of the request (Qwen4Exp) must hold the pattern of each channel's
+rows both sides keep, and every other byte what the whole-page read copies from P's page. A wrong
+byte of the request is located as
 ``check`` locates it (``simulate.WrongByte``): D rank, region, unit, and the P rank, block and
 offset the plan's descriptor pair read it from, with what P keeps there.
 """
@@ -15,9 +17,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from mambaxfer_cli.execute.ple import REGION as PLE, PlePage
 from mambaxfer_cli.execute.tasks import DecodeTask
 from mambaxfer_cli.proof.addresses import addresses
-from mambaxfer_cli.proof.pattern import POISON, page
+from mambaxfer_cli.proof.pattern import POISON, page, part_bytes
 from mambaxfer_cli.proof.simulate import ByteSource, WrongByte
 
 STRAY = "outside the request"
@@ -122,6 +125,52 @@ def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSourc
     return found
 
 
+PLE_PAGE = "ple page"       # a PLE page's bytes outside the state both sides keep
+
+
+def _ple_source(task: DecodeTask, page_: PlePage, offset: int) -> tuple[ByteSource | None, int]:
+    """The P byte the PLE reads copy to this D byte (the last read that covers it), and how many do."""
+    assert task.ple is not None and task.prefill_ple is not None
+    found, writes = None, 0
+    for read in task.ple_reads:
+        for local, remote in zip(read.local_ids, read.remote_ids):
+            if task.ple.locate(local) != (page_.region, page_.block):
+                continue
+            writes += 1
+            p_region, p_block = task.prefill_ple.locate(remote)
+            p_layer = task.prefill_ple.layers[p_region - task.prefill_ple.first_region]
+            found = ByteSource(read.p_rank, PLE, p_layer, p_block, offset, task.prefill_ple.describe(offset))
+    return found, writes
+
+
+def _check_ple_page(check: PageCheck, task: DecodeTask, page_: PlePage, row: np.ndarray) -> None:
+    """One D PLE page: the kept rows of every channel against the pattern (as ``check`` proves
+    them, region ``ple``), every other byte against P's page at the same offset (``ple page``)."""
+    d_lists, p_lists = task.ple, task.prefill_ple
+    assert d_lists is not None and p_lists is not None
+    p_page = page(p_lists.shape(page_.layer_index), p_lists.region(page_.layer_index), page_.p_block)
+    want = np.full(row.size, POISON, dtype=np.uint8)
+    n = min(row.size, p_page.size)
+    want[:n] = p_page[:n]
+    channels, unit = d_lists.channels, d_lists.unit_bytes
+    part = d_lists.shape(page_.layer_index).parts[0]
+    cells = want[:channels * unit].reshape(channels, unit)
+    cells[:, :page_.keep] = part_bytes(*part.key(page_.region, page_.p_block), part)[:, :page_.keep]
+    kept = np.zeros(row.size, dtype=bool)
+    kept[:channels * unit].reshape(channels, unit)[:, :page_.keep] = True
+    wrong = row != want
+    for region, mask in ((PLE, kept), (PLE_PAGE, ~kept)):
+        bad = np.flatnonzero(wrong & mask)
+        check.count(region, int(bad.size))
+        if bad.size and region not in check.first_by_region:
+            offset = int(bad[0])
+            source, writes = _ple_source(task, page_, offset)
+            wants = (d_lists if region == PLE else p_lists).describe(offset)
+            check.first_by_region[region] = WrongByte(
+                task.rank, PLE, d_lists.layers[page_.layer_index], page_.block, page_.p_block, offset, wants,
+                int(want[offset]), int(row[offset]), writes if source else 0, source)
+
+
 CHUNK_BYTES = 64 << 20     # memory that must hold poison is compared with it this many bytes at a time
 
 
@@ -129,8 +178,10 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
     """Page by page (never a copy of the whole tensor): the request's pages against what they must
     hold, every other page against poison."""
     pages = [e for e in task.expected if e.tensor == tensor]
+    ple = [p for p in task.ple_pages if p.region == tensor]
     check.checked_bytes += got.size
-    where = f"tensor {tensor + 1} of {task.memory.tensors}"
+    where = (f"tensor {tensor + 1} of {task.memory.tensors}" if tensor < task.memory.tensors
+             else f"PLE region {tensor - task.memory.tensors + 1} of {task.memory.ple_regions}")
     strays: list[tuple[int, int]] = []          # (block, offset) of the first stray byte found
     for e in pages:
         row = got[e.block]
@@ -153,8 +204,11 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
         if count:
             strays.append((e.block, state + int(np.flatnonzero(padding)[0])))
         tick(f"{where}, request page {e.block}")
+    for p in ple:
+        _check_ple_page(check, task, p, got[p.block])
+        tick(f"{where}, PLE page {p.block}")
     requested = np.zeros(got.shape[0], dtype=bool)
-    requested[[e.block for e in pages]] = True
+    requested[[e.block for e in pages] + [p.block for p in ple]] = True
     outside = np.flatnonzero(~requested)
     step = max(1, CHUNK_BYTES // max(got.shape[1], 1))
     first_outside = None

@@ -26,6 +26,8 @@ from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.proof.simulate import ByteSource, Damage, Simulation, WrongByte
 
 SPACE = "ple"
+# vLLM's refusals under which it registers or reads no PLE page.
+REFUSED = ("ple-geometry", "ple-without-qsa", "csa-linear-tp")
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,15 @@ def _p_page(model: ModelSpec, page_len: int, layer: int, block: int) -> np.ndarr
     q = model.qwen4exp
     assert q is not None
     unit = _rows(model) * dtype_bytes(model.conv_dtype)
-    out = np.full(page_len, 0x5A, dtype=np.uint8)      # the page's padding past the state
     state = unit_bytes_pattern(layer, block, "ple", 0, q.ple_channels, unit).reshape(-1)
+    out = np.empty(page_len, dtype=np.uint8)
     out[:state.size] = state
+    if page_len > state.size:       # the page's padding past the state (execute fills it the same way)
+        out[state.size:] = unit_bytes_pattern(layer, block, "pad", 0, 1, page_len - state.size).reshape(-1)
     return out
 
 
-def _block_pair(plan: Plan) -> tuple[int, int]:
+def block_pair(plan: Plan) -> tuple[int, int]:
     """The request's first SSM block on each side (a PLE group is an SSM group)."""
     request = plan.descriptors.request
     for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
@@ -68,12 +72,12 @@ def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
     q = model.qwen4exp
     if q is None or not q.ple_layers:
         return None
-    if any(r.code in ("ple-geometry", "ple-without-qsa", "csa-linear-tp") for r in plan.verdict.refusals):
+    if any(r.code in REFUSED for r in plan.verdict.refusals):
         return None
     p_model = p_model or model
     p_len = qwen4exp.ple_page_bytes(p_model, plan.prefill)
     d_len = qwen4exp.ple_page_bytes(model, plan.decode)
-    p_block, d_block = _block_pair(plan)
+    p_block, d_block = block_pair(plan)
     eb = dtype_bytes(model.conv_dtype)
     p_rows, d_rows = _rows(p_model), _rows(model)
     keep = min(p_rows, d_rows) * eb
@@ -104,13 +108,13 @@ def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
                                   f"ple channel {c} row {k // eb} byte {k % eb}", int(want[c, k]),
                                   int(got[c, k]), int(writes[offset]),
                                   ByteSource(sources[-1], SPACE, layer, p_block, offset,
-                                             _holds(offset, p_rows, eb, q.ple_channels))
+                                             holds(offset, p_rows, eb, q.ple_channels))
                                   if writes[offset] else None)
                 damage.append(Damage(d, SPACE, "ple", len(bad), 1, first))
     return PleProof(reads, moved, verified, tuple(damage))
 
 
-def _holds(offset: int, rows: int, eb: int, channels: int) -> str:
+def holds(offset: int, rows: int, eb: int, channels: int) -> str:
     unit = rows * eb
     if offset >= channels * unit:
         return "pad byte"

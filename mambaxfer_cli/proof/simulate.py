@@ -93,14 +93,16 @@ def _region_words(region: str) -> str:
 def _place(space: str, tensor: int, block: int) -> str:
     if space == "attention":
         return f"tensor {tensor} attention block {block}"
+    if space == "ple":      # Qwen4Exp's PLE pages, one per PLE layer (decoder layer, 0-based)
+        return f"PLE layer {tensor} block {block}"
     return f"tensor {tensor} SSM block {block}"
 
 
 @dataclass(frozen=True)
 class WrongByte:
     d_rank: int
-    space: str           # "ssm" | "attention"
-    tensor: int          # SSM tensor, or attention stream
+    space: str           # "ssm" | "attention" | "ple"
+    tensor: int          # SSM tensor, attention stream, or PLE layer
     block: int           # D's block (attention: kernel block)
     p_block: int         # the P block it is paired with in the request
     offset: int          # byte within the D page or slot

@@ -1,0 +1,176 @@
+"""``mambaxfer execute`` on Qwen4Exp: the PLE page moved for real (NIXL READs, DRAM over UCX, real
+rank processes) as vLLM's connector moves it, every byte of D's PLE page verified, a planted wrong
+PLE read seen on D, and the bytes ``check`` predicts wrong where one side speculates."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cli_run import run_cli
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.execute import tasks as tasks_module
+from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+from mambaxfer_cli.execute.ple import PleRead, ple_lists, ple_reads
+from mambaxfer_cli.execute.run import execute
+from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
+from mambaxfer_cli.proof import qwen4exp as ple_proof
+from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.readers.model_source import load_model
+from rank_processes import assert_no_rank_left, new_tag
+
+pytestmark = pytest.mark.usefixtures("nixl")
+
+MODEL = "qwen3.8-flash-next"
+LAYERS = 4                         # three GDN layers and an attention layer: one KV-cache tensor
+PLE_STATE = 10240 * 9 * 2          # channels x rows x bf16: every rank holds all of it
+SETTINGS = RunSettings("ple", "cpu", 0, "127.0.0.1", 0, 1)
+
+
+def execute_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
+    result = run_cli("execute", "--model", MODEL, "--layers", str(LAYERS), "--device", "cpu", "--format", "json",
+                     "--timeout", "90", "--iters", "1", *args, env=env)
+    assert result.code in (0, 1), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def local_plan(p_tp: int, d_tp: int, semantics: str, block_size: int | None = None):
+    return plan_to_execute(cut_layers(load_model(MODEL), LAYERS), p_tp, d_tp, semantics=semantics, coalesce=False,
+                           blocks=None, request_blocks=2, seed=0, engine=EngineFlags(block_size=block_size))
+
+
+@pytest.mark.parametrize("p_tp,d_tp,semantics,block", [(1, 1, "exact", None), (2, 2, "vllm", None),
+                                                       (8, 4, "vllm", 832)],
+                         ids=["1P1D-exact", "2P2D-vllm", "8P4D-vllm"])
+def test_every_byte_of_the_ple_page_is_moved_and_verified(p_tp, d_tp, semantics, block):
+    env = new_tag()
+    extra = ("--block-size", str(block)) if block else ()
+    code, doc = execute_json("--p-tp", str(p_tp), "--d-tp", str(d_tp), "--semantics", semantics, *extra, env=env)
+    assert code == 0 and doc["verified"], doc
+    plan = local_plan(p_tp, d_tp, semantics, block)
+    assert plan.verdict.accepts
+    _, decode = build_tasks(plan, SETTINGS)
+    page = ple_lists(plan)[1].page_bytes
+    for d, task in zip(doc["decode"], decode):
+        # vLLM: the whole page once per SSM source P rank (8P4D: two); every byte of D's memory checked,
+        # its PLE region included.
+        reads = len(ple_reads(plan, d["d_rank"]))
+        assert reads == (p_tp // d_tp if semantics == "vllm" else 1)
+        assert d["ple_descriptors"] == reads and d["ple_bytes"] == reads * page
+        assert d["descriptors_posted"] == sum(len(r.local_ids) for r in task.reads) + reads
+        assert d["telemetry_bytes"] == d["bytes"] > d["ple_bytes"]
+        assert task.memory.ple_regions == 1 and page >= PLE_STATE
+        assert d["verdict"]["checked_bytes"] == task.memory.total_bytes
+    assert_no_rank_left(env)
+
+
+def test_the_table_shows_the_ple_reads():
+    result = run_cli("execute", "--model", MODEL, "--layers", str(LAYERS), "--p-tp", "1", "--d-tp", "1",
+                     "--device", "cpu", "--iters", "1", timeout=120)
+    assert result.code == 0, result.stdout + result.stderr
+    assert "PLE" in result.stdout and "1 page read" in result.stdout and "verified" in result.stdout
+
+
+def test_where_vllm_refuses_the_pairing_no_ple_page_moves():
+    # 1P2D crosses the KV-head boundary (2 KV heads): vLLM reads no PLE page; check proves none.
+    code, doc = execute_json("--p-tp", "1", "--d-tp", "2", "--semantics", "vllm")
+    assert code == 0
+    assert all(d["ple_descriptors"] == 0 and d["ple_bytes"] == 0 for d in doc["decode"])
+    assert ple_lists(local_plan(1, 2, "vllm")) is None
+
+
+def run_in_process(plan):
+    outcome = execute(plan, replace(SETTINGS, run_id=new_tag()["MAMBAXFER_TEST_RUN"][:8]), 90.0)
+    return outcome.decode
+
+
+def test_a_ple_read_from_the_wrong_block_gives_wrong_bytes_on_d(monkeypatch):
+    plan = local_plan(1, 1, "exact")
+    _, d_lists = ple_lists(plan)
+    p_block, _ = ple_proof.block_pair(plan)
+    wrong = (p_block + 1) % d_lists.logical_blocks
+
+    def misdirected(plan_, d_rank):     # P's page of another block: the right layer at the wrong offset
+        return tuple(PleRead(r.p_rank, r.local_ids, (wrong,)) for r in ple_reads(plan_, d_rank))
+
+    monkeypatch.setattr(tasks_module, "ple_reads", misdirected)
+    [d] = run_in_process(plan)
+    check = d.check
+    assert not check.ok and set(check.wrong_by_region) == {"ple", "ple page"}
+    # Every state byte but those whose pattern happens to agree (about 1 in 256).
+    assert 0.99 < check.wrong_by_region["ple"] / PLE_STATE <= 1
+    first = check.first_by_region["ple"]
+    assert first.reason == f"block {wrong} read instead of {p_block}"
+    assert first.wants == first.source.holds == "ple channel 0 row 0 byte 0"
+    assert f"PLE layer 1 block {wrong} offset 0" in first.describe()
+    assert d.ple_descriptors == 1
+
+
+def test_a_ple_read_onto_the_wrong_d_block_leaves_the_page_poisoned_and_is_a_stray_write(monkeypatch):
+    plan = local_plan(1, 1, "exact")
+    _, d_lists = ple_lists(plan)
+    _, d_block = ple_proof.block_pair(plan)
+    wrong = (d_block + 1) % d_lists.logical_blocks
+    monkeypatch.setattr(tasks_module, "ple_reads", lambda plan_, d_rank: tuple(
+        PleRead(r.p_rank, (wrong,), r.remote_ids) for r in ple_reads(plan_, d_rank)))
+    [d] = run_in_process(plan)
+    check = d.check
+    assert check.first_by_region["ple"].reason == "never written"
+    assert 0.99 < check.wrong_by_region["ple"] / PLE_STATE <= 1
+    assert check.wrong_by_region["outside the request"] > 0.99 * d_lists.page_bytes
+    assert check.first_stray is not None and check.first_stray.block == wrong
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Qwen__Qwen3.8-Flash-Next.partial.json"
+SMALL_GDN = dict(linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
+
+
+def config_model(**text):
+    config = json.loads(FIXTURE.read_text())
+    config = copy.deepcopy(config)
+    config["text_config"].update(text)
+    return spec_from_config(config, name=MODEL, source=str(FIXTURE))
+
+
+def test_num_spec_on_d_only_corrupts_the_ple_state_as_check_predicts():
+    # D speculates (MTP): its PLE state has a row more per channel; with 8 KV heads both pages pad to
+    # the same attention page, vLLM accepts them and D reads P's page whole onto its own rows
+    # (vllm-ple-differs). execute has one --num-spec for both sides: the plan is built here.
+    spec = cut_layers(config_model(num_key_value_heads=8, **SMALL_GDN), LAYERS)
+    draft = cut_layers(config_model(num_key_value_heads=8, num_speculative_tokens=1, **SMALL_GDN), LAYERS)
+    probe = build_plan(draft, 2, 2, PlanOptions(semantics="vllm", prefill_model=spec))
+    engines = {side: EngineFlags(num_blocks=16 * getattr(probe, side).geometry.blocks_per_logical)
+               for side in ("prefill", "decode")}
+    plan = build_plan(draft, 2, 2, PlanOptions(semantics="vllm", prefill=engines["prefill"],
+                                               decode=engines["decode"], prefill_model=spec, request_blocks=2))
+    assert plan.verdict.accepts and any(w.code == "vllm-ple-differs" for w in plan.warnings)
+    predicted = ple_proof.prove_ple(plan, spec)
+    assert predicted is not None and predicted.damage
+    expected = {d.d_rank: d.wrong_bytes for d in predicted.damage}
+    decode = run_in_process(plan)
+    measured = {d.d_rank: d.check.wrong_by_region.get("ple", 0) for d in decode}
+    assert measured == expected
+    for d in decode:
+        first, sim = d.check.first_by_region["ple"], next(x.first for x in predicted.damage if x.d_rank == d.d_rank)
+        assert (first.offset, first.wants, first.source.holds) == (sim.offset, sim.wants, sim.source.holds)
+
+
+def test_two_hosts_move_the_ple_page_and_the_prefill_side_counts_it():
+    from test_execute_two_hosts import Pair, direct
+
+    listen, peer = direct(2)
+    pair = Pair(("--model", MODEL, "--layers", str(LAYERS), "--p-tp", "2", "--d-tp", "2", "--semantics", "vllm",
+                 "--format", "json", "--timeout", "120"), listen, peer)
+    prefill, decode = pair.results()
+    assert decode.code == 0 and prefill.code == 0, decode.stderr + prefill.stderr
+    d_doc, p_doc = decode.doc, prefill.doc
+    assert d_doc["verified"] and all(d["ple_descriptors"] == 1 for d in d_doc["decode"])
+    # What P served (its PLE pages included) is what D moved.
+    assert sum(s["bytes"] for p in p_doc["prefill"] for s in p["served"]) == d_doc["total_bytes"]
+    assert_no_rank_left(pair.tag)
