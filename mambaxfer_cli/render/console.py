@@ -205,9 +205,26 @@ def _narrowest(text: str) -> int:
     return max(cell_len(line) if cell_len(line) <= VALUE_CHARS else _words(line) for line in lines)
 
 
+# A measured time or rate, alone in a cell: its digits vary from run to run.
+_TIME = re.compile(r"^\d{1,2}(\.\d\d (?:ms|s|µs))$")
+_RATE = re.compile(r"^\d(\.\d\d)$")
+
+
+def _room(cell: str) -> str:
+    """A cell as wide as its value may be on another run: a time with three digits before the
+    point, a rate with two; so that whether a table fits, and how it wraps, is the same whatever
+    the machine measured."""
+    for pattern, digits in ((_TIME, "999"), (_RATE, "99")):
+        m = pattern.match(cell)
+        if m:
+            return digits + m.group(1)
+    return cell
+
+
 def column_widths(table, width: int) -> list[int] | None:
     """[] when rich's own layout fits ``width``; else widths that keep every value whole; None
-    when no widths do (the table must go vertical)."""
+    when no widths do (the table must go vertical). Measured times and rates count at the widest
+    they are likely to be (``_room``)."""
     from rich.cells import cell_len
 
     for column in table.columns:
@@ -215,7 +232,7 @@ def column_widths(table, width: int) -> list[int] | None:
     need, want = [], []
     for column in table.columns:
         header = _plain(column.header)
-        cells = [_plain(cell) for cell in column.cells]
+        cells = [_room(_plain(cell)) for cell in column.cells]
         need.append(max([_words(header), *map(_narrowest, cells)]))
         want.append(max([cell_len(line) for text in (header, *cells) for line in (text.splitlines() or [""])]))
     extra = _chrome(table)

@@ -46,7 +46,8 @@ def result_table(outcome: "SlotOutcome") -> Table:
     plan, kv = outcome.plan, outcome.attention
     entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
     layers = f"{plan.verdict.ssm_layers} SSM layers" + (
-        f", K and V of {kv['layers']} attention layers: slot = page of {kv['page_size']} tokens" if kv else "")
+        f", K and V of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}: slot = page of "
+        f"{kv['page_size']} tokens" if kv else "")
     table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {entries} entries "
                      f"({layers}); P WRITEs, one descriptor per write and layer"
                      f"{', and per token where KV heads are sliced' if kv else ''}; "
@@ -86,7 +87,7 @@ def bench_table(document: dict[str, Any]) -> Table:
                   f"{document['iters']} iters")
     table = Table(title=title_text, title_justify="left", box=None, padding=(0, 1))
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("variant", "left"), ("descriptors", "right"), ("after merge", "right"), ("bytes/desc", "right"),
+        ("variant", "left"), ("desc", "right"), ("kept", "right"), ("B/desc", "right"),
         ("bytes", "right"), ("median", "right"), ("GB/s", "right"), ("p99 GB/s", "right"), ("check", "left"))
     for column, justify in columns:
         table.add_column(column, justify=justify)
@@ -97,7 +98,8 @@ def bench_table(document: dict[str, Any]) -> Table:
                       f"{row['gb_per_s']['p99']:.2f}",
                       Text("ok", style="green") if row["verified"] else Text("WRONG", style="bold red"))
     table.caption = (f"one request: P slot -> D slot of {document['entries']} entries ({document['ssm_layers']} SSM "
-                     f"layers); planned: the plan's descriptors, one per write and layer; limit: one descriptor "
+                     f"layers); desc/kept: descriptors posted, and kept after NIXL's merge; planned: the plan's "
+                     f"descriptors, one per write and layer; limit: one descriptor "
                      f"per P -> D pair, the same bytes; planned/limit {document['ratio']:.2f}; every byte of D "
                      f"checked after each")
     table.caption_justify = "left"

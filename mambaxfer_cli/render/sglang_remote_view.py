@@ -55,7 +55,7 @@ def written_table(outcome: "SideOutcome") -> Table:
                           str(w.descriptors_merged), f"{w.time_s * 1e3:.2f} ms",
                           f"{w.bytes / w.time_s / 1e9 if w.time_s > 0 else 0.0:.2f}", said)
     table.caption = (f"{plan.release.label} WRITEs; geometry agreed with every decode rank; {outcome.rounds} "
-                     f"rounds, each once the D ranks written into were poisoned, time = median; the verdict is "
+                     f"rounds, each posted once the D ranks written into were poisoned, time = median; the verdict is "
                      f"the decode side's, which checked every byte")
     table.caption_justify = "left"
     return table
