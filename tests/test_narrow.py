@@ -220,3 +220,28 @@ def test_help_shows_every_option_name_and_default_whole(command, width):
     flat = " ".join(text.replace("│", " ").split())
     for value in defaults:
         assert re.search(rf"\[default: {re.escape(value)}\]", flat), (value, text)
+
+
+@pytest.mark.parametrize("fast,slow", [(("9.99", "8.10 ms"), ("10.03", "81.02 ms")),
+                                       (("0.45", "1.10 ms"), ("12.80", "120.50 ms"))])
+def test_a_tables_layout_does_not_follow_the_measured_digits(fast, slow):
+    """Whether a table fits, and where its headers wrap, is the same whatever the machine measured:
+    a rate of 9.99 or 10.03 GB/s, a time of 8 or 81 ms (a docs example once went vertical on a
+    fast run)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from mambaxfer_cli.render.console import fit
+
+    def shown(rate: str, time: str) -> list[list[str]]:
+        table = Table()
+        for name in ("D rank", "from P", "bytes", "descriptors", "after merge", "time", "GB/s", "verdict"):
+            table.add_column(name)
+        table.add_row("0", "P0", "9.3 MiB", "120", "120", time, rate, "verified")
+        out = Console(width=80, record=True, highlight=False)
+        out.print(fit(table, out))
+        text = out.export_text()
+        assert max(cell_len(line) for line in text.splitlines()) <= 80
+        return [re.sub(r"[\d.]+", "#", line).split() for line in text.splitlines()]
+
+    assert shown(*fast) == shown(*slow)
