@@ -11,7 +11,9 @@ import math
 import shlex
 from dataclasses import replace, dataclass
 
-from mambaxfer_cli.conformance.cases import D_NUM_BLOCKS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation
+from mambaxfer_cli.conformance.cases import (
+    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation,
+)
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
@@ -108,7 +110,7 @@ class Ours:
         key = (model.name, tp, flags, num_blocks)
         if key not in self._engines:
             engine_flags = self.engine_flags(flags, num_blocks)
-            if model.mla:       # an MLA model runs vLLM's MLA backend for the GPU
+            if model.mla and flags.backend not in MLA_BACKENDS:   # vLLM's MLA backend for the GPU
                 engine_flags = replace(engine_flags, attention_backend=None)
             layout = engine_layout(model, tp, engine_flags, self.grouping(model))
             g = layout.geometry

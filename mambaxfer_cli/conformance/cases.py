@@ -45,6 +45,11 @@ class Flags:
 DEFAULT_FLAGS = Flags()
 FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
     BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+# An MLA model's backends, those whose vLLM class imports without a GPU (FLASH_ATTN_MLA needs
+# vLLM's flash-attention build, CUTLASS_MLA a driver).
+MLA_BACKENDS = ("TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA")
+MLA_FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
+    MLA_BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Callable
 
 from mambaxfer_cli.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Flags, Geometry, pairings,
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, MLA_BACKENDS, MLA_FLAG_VARIANTS, P_NUM_BLOCKS, Case, Flags,
+    Geometry, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
@@ -96,14 +97,15 @@ class Comparison:
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
         sizes = self.ours.tp_sizes(model, max_tp)
-        engines = not model.mla     # the geometry's MLA backends and MLA handshake: not stood in for yet
+        engines = not model.mla     # the MLA handshake, IDs and hash: not stood in for yet
         if model.mla:
-            self.notes.append(f"{name}: MLA attention is not stood in for yet (its backends, "
-                              f"_split_remote_blocks, the hybrid MLA checks): only its state, conv split, SSM "
-                              f"reads and sources are compared")
+            self.notes.append(f"{name}: MLA engines are compared on their geometry (on {', '.join(MLA_BACKENDS)}; "
+                              f"FLASH_ATTN_MLA and CUTLASS_MLA do not import without a GPU); the MLA "
+                              f"handshake (_split_remote_blocks, the hybrid MLA checks), descriptor IDs and "
+                              f"hash are not stood in for yet")
         for tp in sizes:
             self.conv_split(name, model, tp)
-            for flags in FLAG_VARIANTS if engines else ():
+            for flags in MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS:
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
             self.reads(name, model, p_tp, d_tp)

@@ -799,9 +799,11 @@ class Installed:
             ("linear_value_head_dim", model.params.get("head_v_dim"))) if v is not None})
         model_config = StandIn(
             "vllm_config.model_config", architecture=f"{model.family or model.variant.value}-stand-in",
-            model=model.source, dtype=self.dtype(model.model_dtype), use_mla=False, is_hybrid=model.has_attention,
-            max_model_len=4096, hf_text_config=hf_text, hf_config=hf_text,
-            get_num_kv_heads=lambda parallel_config: max(1, heads // parallel_config.tensor_parallel_size),
+            model=model.source, dtype=self.dtype(model.model_dtype), use_mla=model.mla,
+            is_hybrid=model.has_attention, max_model_len=4096, hf_text_config=hf_text, hf_config=hf_text,
+            # MLA: one latent vector per token, whole on every rank (ModelConfig.get_num_kv_heads gives 1)
+            get_num_kv_heads=lambda parallel_config: 1 if model.mla else max(
+                1, heads // parallel_config.tensor_parallel_size),
             get_total_num_kv_heads=lambda: heads, get_head_size=lambda: model.head_size or 0,
             get_total_num_hidden_layers=lambda: len(model.layers),
             get_num_attention_heads=lambda parallel_config: max(1, heads // parallel_config.tensor_parallel_size))
