@@ -131,7 +131,8 @@ def test_junit_has_one_case_per_function_and_fails_the_differing_ones(all_preset
     cases = root.findall(".//testcase")
     assert [c.get("name") for c in cases] == [f["function"] for f in document["functions"]]
     failed = {c.get("name") for c in cases if c.find("failure") is not None}
-    assert failed == {f["function"] for f in document["functions"] if f["outcome"] != "agrees"}
+    assert failed == {f["function"] for f in document["functions"]
+                      if f["outcome"] in ("differs", "could not be called")}
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -412,3 +413,27 @@ def test_a_tally_keeps_the_first_difference_and_counts_per_model():
     assert (tally.cases, tally.differing) == (3, 2)
     assert tally.first == Difference(Case("a", tp=2), 1, 2)
     assert tally.by_model == {"a": [2, 1], "b": [1, 1]}
+
+
+def test_a_function_with_no_case_says_so_and_does_not_fail():
+    """A function no case of the run applies to (an MLA model's handshake) is 'no case', not
+    'agrees': shown as such, skipped in JUnit, and no failure; beside one that agrees, the run is ok."""
+    from rich.console import Console
+
+    from mambaxfer_cli.render.conformance_view import junit_xml, render_report
+    from mambaxfer_cli.render.console import fit
+
+    agreeing = FunctionResult(Function("derive_mamba_conv_split", "the split"))
+    agreeing.tally.record(Case("kimi-linear-48b", tp=1), [8192], [8192])
+    empty = FunctionResult(Function("handshake verdict", "vLLM's first refusal"))
+    report = Report("0.34.0", "0.34", "H100", ["kimi-linear-48b"], 2, [agreeing, empty], 1.0, [])
+    assert [r.outcome for r in report.results] == ["agrees", "no case"] and report.ok and report.exit_code == 0
+    jsonschema.Draft202012Validator(document_schema("conformance")).validate({**report.to_dict(), "producer": "x"})
+    console = Console(width=80, record=True, highlight=False)
+    for part in render_report(report):
+        console.print(fit(part, console))
+    text = console.export_text()
+    assert "– no case" in text and "1 agree, 1 with no case" in text
+    cases = ET.fromstring(junit_xml(report)).findall(".//testcase")
+    assert [c.find("skipped") is not None for c in cases] == [False, True]
+    assert all(c.find("failure") is None for c in cases)

@@ -10,6 +10,7 @@ from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 SCHEMA = "mambaxfer.conformance/v1"
 AGREES, DIFFERS, NOT_CALLED = "agrees", "differs", "could not be called"
+NO_CASE = "no case"      # no case of the run applies (e.g. a model whose engines are not compared)
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,9 @@ class FunctionResult:
     def outcome(self) -> str:
         if self.not_called is not None:
             return NOT_CALLED
-        return DIFFERS if self.tally.differing else AGREES
+        if self.tally.differing:
+            return DIFFERS
+        return AGREES if self.tally.cases else NO_CASE
 
     @property
     def first(self) -> Difference | None:
@@ -65,7 +68,7 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return all(r.outcome == AGREES for r in self.results)
+        return all(r.outcome in (AGREES, NO_CASE) for r in self.results)
 
     @property
     def exit_code(self) -> int:

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NOT_CALLED, FunctionResult, Report
+from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NO_CASE, NOT_CALLED, FunctionResult, Report
 
 
 def outcome_text(result: FunctionResult) -> Text:
@@ -23,6 +23,8 @@ def outcome_text(result: FunctionResult) -> Text:
         return Text("✓ agrees", style="green")
     if result.outcome == DIFFERS:
         return Text(f"✗ differs ({result.tally.differing})", style="bold red")
+    if result.outcome == NO_CASE:
+        return Text("– no case", style="dim")
     return Text("! could not be called", style="bold yellow")
 
 
@@ -76,6 +78,8 @@ def footer(report: Report) -> Text:
         counts.append(f"{report.count(DIFFERS)} differ")
     if report.count(NOT_CALLED):
         counts.append(f"{report.count(NOT_CALLED)} could not be called")
+    if report.count(NO_CASE):
+        counts.append(f"{report.count(NO_CASE)} with no case")
     cases = sum(r.tally.cases for r in report.results)
     return Text(f"{n} functions, {cases:,} cases, {len(report.models)} model{'' if len(report.models) == 1 else 's'} "
                 f"up to TP {report.max_tp} in {report.seconds:.1f} s: {', '.join(counts)}",
@@ -136,12 +140,13 @@ def progress() -> Iterator[tuple[Callable[[int], None], Callable[[str, int, int]
 
 def junit_xml(report: Report) -> str:
     """One test case per vLLM function; a difference or a call that failed is a failure."""
-    failed = [r for r in report.results if r.outcome != AGREES]
+    failed = [r for r in report.results if r.outcome in (DIFFERS, NOT_CALLED)]
+    skipped = sum(r.outcome == NO_CASE for r in report.results)
     name = f"mambaxfer conformance vLLM {report.vllm_version}"
     root = ET.Element("testsuites", name=name, tests=str(len(report.results)), failures=str(len(failed)),
                       errors="0", time=f"{report.seconds:.3f}")
     suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(report.results)), failures=str(len(failed)),
-                          errors="0", time=f"{report.seconds:.3f}")
+                          errors="0", skipped=str(skipped), time=f"{report.seconds:.3f}")
     for result in report.results:
         case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.conformance.vllm-{report.vllm_version}",
                              name=result.function.name)
@@ -155,6 +160,8 @@ def junit_xml(report: Report) -> str:
         elif result.outcome == NOT_CALLED:
             failure = ET.SubElement(case, "failure", type="mambaxfer.conformance", message="could not be called")
             failure.text = result.not_called
+        elif result.outcome == NO_CASE:
+            ET.SubElement(case, "skipped", message="no case of this run applies to it")
         else:
             out = ET.SubElement(case, "system-out")
             out.text = f"agrees in {result.tally.cases} cases ({result.function.what})"
