@@ -97,25 +97,23 @@ class Comparison:
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
         sizes = self.ours.tp_sizes(model, max_tp)
-        engines = not model.mla     # the MLA handshake, IDs and hash: not stood in for yet
         if model.mla:
-            self.notes.append(f"{name}: MLA engines are compared on their geometry (on {', '.join(MLA_BACKENDS)}; "
-                              f"FLASH_ATTN_MLA and CUTLASS_MLA do not import without a GPU); the MLA "
-                              f"handshake (_split_remote_blocks, the hybrid MLA checks), descriptor IDs and "
-                              f"hash are not stood in for yet")
+            self.notes.append(f"{name}: its MLA engines run {', '.join(MLA_BACKENDS)} (FLASH_ATTN_MLA and "
+                              f"CUTLASS_MLA do not import without a GPU); the compatibility hash's variations "
+                              f"are not MLA's, so it is not compared for this model")
         for tp in sizes:
             self.conv_split(name, model, tp)
             for flags in MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS:
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
             self.reads(name, model, p_tp, d_tp)
-            for flags in FLAG_VARIANTS if engines else ():
+            for flags in MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS:
                 for push in (False, True):
                     self.handshake(name, model, p_tp, d_tp, flags, push)
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
-        if engines:
+        if not model.mla:
             self.compatibility_hash(name, model)
 
     # --- start-up: the registry and the parallel config -------------------------------------------

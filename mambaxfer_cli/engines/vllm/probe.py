@@ -630,14 +630,36 @@ class Installed:
         with calling("_build_fa_local"):
             return worker._build_fa_local(bases, ratio)
 
-    def engine_info(self, remote: EngineState):
-        """What the local worker records of a remote engine at the handshake (``EngineTransferInfo``)."""
+    def engine_info(self, remote: EngineState, meta=None):
+        """What the local worker records of a remote engine at the handshake (``EngineTransferInfo``);
+        from ``meta`` where the worker changed what the remote advertised (``split_remote_blocks``)."""
         info_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "EngineTransferInfo")
         g = remote.geometry
         with calling("EngineTransferInfo"):
+            if meta is not None:
+                return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=meta.block_lens[0],
+                                  remote_block_size=meta.block_size,
+                                  remote_physical_blocks_per_logical=meta.physical_blocks_per_logical_kv_block,
+                                  remote_dcp_size=1)
             return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=g.kernel_block_bytes,
                               remote_block_size=g.kernel_block_size,
                               remote_physical_blocks_per_logical=g.blocks_per_logical, remote_dcp_size=1)
+
+    @staticmethod
+    def split_remote_blocks(worker, meta):
+        """``add_remote_agent``'s view of a remote engine's blocks for an MLA hybrid pulling
+        (``_split_remote_blocks``: gcd-sized kernel blocks where the local block size is not a
+        multiple of the remote one), on a copy of the metadata; None where the worker does not
+        split (another model, push mode, or a release without it)."""
+        import copy
+
+        if not (hasattr(worker, "_split_remote_blocks") and getattr(worker, "_has_mamba", False)
+                and getattr(worker, "use_mla", False) and getattr(worker, "_TRANSFER_MODE", "pull") == "pull"):
+            return None
+        view = copy.deepcopy(meta)
+        with calling("_split_remote_blocks"):
+            worker._split_remote_blocks(view)
+        return view
 
     # --- the handshake ------------------------------------------------------------------------
 
@@ -664,11 +686,16 @@ class Installed:
                 with calling("_validate_remote_parallel_config"):
                     worker._validate_remote_parallel_config(meta)
             pairs = self.pairs(worker, local, remote)
+            info, remote_block = self.engine_info(remote), remote.geometry.kernel_block_size
+            split = self.split_remote_blocks(worker, meta)
+            if split is not None:
+                meta = split
+                info, remote_block = self.engine_info(remote, split), split.block_size
             with calling("register_remote_engine"):
-                topology.register_remote_engine(meta.engine_id, self.engine_info(remote))
+                topology.register_remote_engine(meta.engine_id, info)
             plan = self.tp_mapping(local, remote.tp, rank)
             with calling("block_size_ratio"):
-                block_ratio = topology.block_size_ratio(remote.geometry.kernel_block_size)
+                block_ratio = topology.block_size_ratio(remote_block)
             self._register(worker, meta, pairs, plan)
             with calling("_validate_remote_agent_handshake"):
                 worker._validate_remote_agent_handshake(meta, remote.tp)
@@ -713,20 +740,27 @@ class Installed:
         ``request``, through the worker's own block pairing and ``_compute_desc_ids``."""
         worker = decode.worker(d_rank)
         topology = worker.transfer_topo
+        # P's blocks as the worker sees them: split into gcd-sized kernel blocks for an MLA hybrid
+        info, p_kernel = self.engine_info(prefill), prefill.geometry.kernel_block_size
+        p_ppl, p_num_blocks = prefill.geometry.blocks_per_logical, prefill.geometry.num_blocks
+        split = self.split_remote_blocks(worker, prefill.metadata())
+        if split is not None:
+            info, p_kernel = self.engine_info(prefill, split), split.block_size
+            p_ppl, p_num_blocks = split.physical_blocks_per_logical_kv_block, split.num_blocks
         with calling("register_remote_engine"):
-            topology.register_remote_engine(P_ENGINE, self.engine_info(prefill))
+            topology.register_remote_engine(P_ENGINE, info)
         with calling("block_size_ratio"):
-            block_ratio = topology.block_size_ratio(prefill.geometry.kernel_block_size)
+            block_ratio = topology.block_size_ratio(p_kernel)
         plan = self.tp_mapping(decode, prefill.tp, d_rank)
         pairs = self.pairs(worker, decode, prefill)
-        p_ppl, d_ppl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
+        d_ppl = decode.geometry.blocks_per_logical
         local_logical = [list(g) for g in request.decode_blocks]
         remote_logical = [list(g) for g in request.prefill_blocks]
         with calling("_logical_to_kernel_block_ids"):
             local = worker._logical_to_kernel_block_ids(local_logical, d_ppl)
             remote = worker._logical_to_kernel_block_ids(remote_logical, p_ppl)
         last_token = hasattr(type(worker), "_pair_blocks_by_last_token")
-        different = (decode.geometry.kernel_block_size != prefill.geometry.kernel_block_size or p_ppl != d_ppl)
+        different = decode.geometry.kernel_block_size != p_kernel or p_ppl != d_ppl
         if last_token and different:
             with calling("_pair_blocks_by_last_token"):
                 local, remote, _ = worker._pair_blocks_by_last_token(local, remote, request.tokens, block_ratio, p_ppl)
@@ -742,7 +776,7 @@ class Installed:
                 continue            # a full prefix hit: vLLM only notifies P
             with calling("_apply_prefix_caching"):
                 local_ids, remote_ids = worker._apply_prefix_caching(local_ids, remote_ids, d_ppl, p_ppl)
-            remote_side = self._ids(worker, remote_ids, prefill.geometry.num_blocks, None, p_ppl, pairs, "remote")
+            remote_side = self._ids(worker, remote_ids, p_num_blocks, None, p_ppl, pairs, "remote")
             out[rank] = (self._ids(worker, local_ids, decode.geometry.num_blocks, block_ratio, d_ppl, pairs, "local"),
                          remote_side)
         return out
