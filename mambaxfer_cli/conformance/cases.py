@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 # The attention backends NIXL hybrids run on NVIDIA GPUs, and the serve flags that change an
@@ -212,6 +212,21 @@ HASH_VARIATIONS = (
     Variation("--no-enable-prefix-caching on P", HashedEngine(prefix_caching=False)),
     Variation("--mamba-ssm-cache-dtype float16 on P", HashedEngine(mamba_ssm_dtype="float16")),
 )
+
+
+def _on_mla(variation: Variation) -> Variation:
+    """A variation for an MLA model: its backends MLA's (TRITON_MLA on both sides, FLASHMLA where
+    the variation changes P's backend)."""
+    def mla(engine: HashedEngine, other: str) -> HashedEngine:
+        return replace(engine, backend=other if engine.backend != DEFAULT_BACKEND else MLA_BACKENDS[0])
+
+    return Variation(variation.name.replace("FLASHINFER", "FLASHMLA"), mla(variation.prefill, "FLASHMLA"),
+                     mla(variation.decode, "FLASHMLA"))
+
+
+# Not --mamba-ssm-cache-dtype: the MLA hybrids' KDA state is float32 whatever it says, and vLLM does
+# not start an engine whose blocks it sizes for another dtype.
+MLA_HASH_VARIATIONS = tuple(_on_mla(v) for v in HASH_VARIATIONS if v.prefill.mamba_ssm_dtype is None)
 
 
 def _engines_of(case: Case) -> Variation:

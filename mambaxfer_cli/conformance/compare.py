@@ -16,7 +16,8 @@ from typing import Callable
 
 from mambaxfer_cli.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, MLA_BACKENDS, MLA_FLAG_VARIANTS, P_NUM_BLOCKS, Case, Flags,
+    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, MLA_BACKENDS, MLA_FLAG_VARIANTS, MLA_HASH_VARIATIONS, P_NUM_BLOCKS,
+    Case, Flags,
     Geometry, pairings,
 )
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
@@ -99,8 +100,8 @@ class Comparison:
         sizes = self.ours.tp_sizes(model, max_tp)
         if model.mla:
             self.notes.append(f"{name}: its MLA engines run {', '.join(MLA_BACKENDS)} (FLASH_ATTN_MLA and "
-                              f"CUTLASS_MLA do not import without a GPU); the compatibility hash's variations "
-                              f"are not MLA's, so it is not compared for this model")
+                              f"CUTLASS_MLA do not import without a GPU); its hash variations leave out "
+                              f"--mamba-ssm-cache-dtype (KDA keeps a float32 state whatever it says)")
         for tp in sizes:
             self.conv_split(name, model, tp)
             for flags in MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS:
@@ -113,8 +114,7 @@ class Comparison:
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
-        if not model.mla:
-            self.compatibility_hash(name, model)
+        self.compatibility_hash(name, model)
 
     # --- start-up: the registry and the parallel config -------------------------------------------
 
@@ -358,7 +358,7 @@ class Comparison:
     def compatibility_hash(self, name: str, model: ModelSpec) -> None:
         if not self.live(HASH):
             return
-        for variation in HASH_VARIATIONS:
+        for variation in MLA_HASH_VARIATIONS if model.mla else HASH_VARIATIONS:
             case = self.case(name, variation=variation)
             try:
                 theirs = (self.vllm.compatibility_hash(model, variation.prefill)
