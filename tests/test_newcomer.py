@@ -34,12 +34,13 @@ def _piped(*args: str, **env: str) -> subprocess.CompletedProcess:
                           stderr=subprocess.PIPE, text=True, env=_env(**env), timeout=120)
 
 
-def _in_terminal(*args: str, columns: int = 80) -> tuple[int, str]:
-    """The command in a real terminal (a pty) of ``columns`` columns: its code and what it showed."""
+def _in_terminal(*args: str, columns: int = 80, raw: bool = False, **env: str) -> tuple[int, str]:
+    """The command in a real terminal (a pty) of ``columns`` columns: its code and what it showed
+    (``raw``: with the terminal's control sequences)."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "mambaxfer_cli", *args], stdin=follower, stdout=follower,
-                            stderr=follower, env=_env(TERM="xterm"), close_fds=True)
+                            stderr=follower, env=_env(TERM="xterm", **env), close_fds=True)
     os.close(follower)
     chunks = []
     while True:
@@ -56,6 +57,8 @@ def _in_terminal(*args: str, columns: int = 80) -> tuple[int, str]:
         chunks.append(chunk)
     os.close(leader)
     code = proc.wait(timeout=60)
+    if raw:
+        return code, b"".join(chunks).decode()
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode())
     return code, text.replace("\r\n", "\n")
 
@@ -281,3 +284,21 @@ def test_piped_yaml_keeps_long_values_on_one_line():
     for warning in document["warnings"]:     # each message whole on its own line, however long
         assert f"message: {yaml.safe_dump(warning['message'], width=1 << 30).splitlines()[0]}" in result.stdout
     assert _widest(result.stdout) > 120
+
+
+@pytest.mark.usefixtures("nixl")
+@pytest.mark.parametrize("rank,args", [
+    ("D0", ("execute", "--model", "qwen3.5-0.8b", "--layers", "4", "--p-tp", "1", "--d-tp", "2", "--device", "cpu")),
+    ("P0", ("execute", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers", "4", "--p-tp", "1", "--d-tp",
+            "2", "--device", "cpu")),
+    ("P0", ("bench", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers", "4", "--p-tp", "1", "--d-tp",
+            "2", "--iters", "3")),
+], ids=["execute", "execute-sglang", "bench-sglang"])
+def test_a_failed_run_leaves_its_line_on_the_terminal(rank, args):
+    """In a terminal the ranks' live table is erased when the run ends; the failure's one line
+    comes after that, so it stays on the screen (it used to be erased with the table)."""
+    code, shown = _in_terminal(*args, raw=True, MAMBAXFER_EXECUTE_FAULT=f"{rank}:die@transfer")
+    assert code == 3
+    assert "\x1b[2K" in shown, "the live table was drawn and erased"
+    assert shown.rfind("error:") > shown.rfind("\x1b[2K"), shown[-600:]
+    assert f"{rank} died" in shown[shown.rfind("error:"):]

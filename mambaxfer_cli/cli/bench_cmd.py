@@ -11,7 +11,7 @@ from mambaxfer_cli.cli.options import (
 )
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import Report, finish
-from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -59,18 +59,13 @@ def bench(
 
         engines_bench.run(model, pair, engines, request, run, output, sweep, chart)
         return
-    from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
-    from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.render.bench_view import BenchProgress
 
     prepared = prepare_vllm(model, pair, engines, request, run, sweep, chart)
-    with BenchProgress(prepared.steps) as view:
-        try:
-            document = measure_vllm(prepared, run, view)
-        except RunFailure as exc:
-            red_line(str(exc))   # one red line, with the run's own exit code
-            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    with one_line_when_the_run_fails(), BenchProgress(prepared.steps) as view:
+        document = measure_vllm(prepared, run, view)
     hint = f"'mambaxfer check --model {model.model} --pairs {prepared.p_tp}:{prepared.d_tp}' says which"
     finish(BenchReport(document, chart, prepared.semantics == Semantics.vllm.value, hint), output)
 

@@ -13,7 +13,7 @@ import click
 from mambaxfer_cli.cli.options import ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import EngineArgs
@@ -28,10 +28,9 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.bench.engines import engines_document
     from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
     from mambaxfer_cli.cli.options import EngineArgs, Semantics, check_bounds
-    from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.sglang import NAME, backend, load
     from mambaxfer_cli.engines.sglang import plan
-    from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.execute.plan_source import cut_layers
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
@@ -56,17 +55,13 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
                         sweep, chart)
     theirs = [sglang_bench.prepare(planned, Semantics.exact.value, kind, gpus, run_args.iters)
               for kind, gpus in vllm.devices]
-    with BenchProgress(vllm.steps + len(theirs)) as view:
-        try:
-            ours = measure_vllm(vllm, run_args, view)
-            documents = []
-            for prepared in theirs:
-                view.start(f"{prepared.settings.device} SGLang one slot")
-                documents.append(sglang_bench.measure(prepared, run_args.timeout, view.update))
-                view.advance()
-        except RunFailure as exc:
-            red_line(str(exc))
-            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    with one_line_when_the_run_fails(), BenchProgress(vllm.steps + len(theirs)) as view:
+        ours = measure_vllm(vllm, run_args, view)
+        documents = []
+        for prepared in theirs:
+            view.start(f"{prepared.settings.device} SGLang one slot")
+            documents.append(sglang_bench.measure(prepared, run_args.timeout, view.update))
+            view.advance()
     finish(EnginesBenchReport(engines_document(ours, documents), chart, model.model or "", p_tp, d_tp), output)
 
 

@@ -17,7 +17,7 @@ from mambaxfer_cli.cli.options import (
 from mambaxfer_cli.cli.params import ENGINES, MODEL, Group, command, given_flags, option
 from mambaxfer_cli.cli.report import AsIs, Report, finish
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.limits import finite_seconds
 
 if TYPE_CHECKING:
@@ -108,8 +108,7 @@ def execute(
         return
     import importlib.util
 
-    from mambaxfer_cli.cli.outcome import red_line
-    from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.execute.run import execute as perform
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import RunSettings
@@ -140,12 +139,8 @@ def execute(
 
     if discovery is not None:
         click.echo(side_line(plan, discovery), err=True)
-    with ProgressView(title(plan, kind, discovery)) as view:
-        try:
-            outcome = perform(plan, settings, run.timeout, view.update)
-        except RunFailure as exc:
-            red_line(str(exc))   # one red line, with the run's own exit code
-            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    with one_line_when_the_run_fails(), ProgressView(title(plan, kind, discovery)) as view:
+        outcome = perform(plan, settings, run.timeout, view.update)
     finish(ExecuteReport(outcome, plan, discovery), output)
 
 

@@ -7,6 +7,8 @@ import os
 import re
 import signal
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 
 _kept: list[int] = []
@@ -23,6 +25,23 @@ def red_line(message: str) -> None:
 
     text = Text.assemble(("error:", "bold red"), " ", message)
     Console(stderr=True, highlight=False).print(Prose(text, keep=_ERROR_AND_FIRST_WORD))
+
+
+@contextmanager
+def one_line_when_the_run_fails() -> Iterator[None]:
+    """A run that fails (``RunFailure``) as one red line and exit 3. Put it outside the live view
+    (``with one_line_when_the_run_fails(), ProgressView(...)``): a transient view clears the lines
+    it drew when it closes, and a line written while it shows would be cleared with them."""
+    import click
+
+    from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.exits import EXIT_RUN_FAILED
+
+    try:
+        yield
+    except RunFailure as exc:
+        red_line(str(exc))
+        raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
 
 
 def said(message: str) -> None:

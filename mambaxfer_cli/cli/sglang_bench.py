@@ -10,7 +10,7 @@ import click
 from mambaxfer_cli.cli.options import ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import EngineArgs
@@ -24,11 +24,10 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
 
     from mambaxfer_cli.bench.sglang import bench
     from mambaxfer_cli.cli.options import check_bounds
-    from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.sglang import backend, load
     from mambaxfer_cli.cli.sglang_execute import semantics
     from mambaxfer_cli.engines.sglang import plan
-    from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.plan_source import cut_layers
     from mambaxfer_cli.limits import finite_seconds
@@ -54,13 +53,9 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     kind, gpus = devices[0]
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
-    with BenchProgress(1) as view:
+    with one_line_when_the_run_fails(), BenchProgress(1) as view:
         view.start(f"{kind} one slot")
-        try:
-            document = bench(planned, chosen, kind, gpus, run_args.iters, run_args.timeout, view.update)
-        except RunFailure as exc:
-            red_line(str(exc))
-            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+        document = bench(planned, chosen, kind, gpus, run_args.iters, run_args.timeout, view.update)
         view.advance()
     finish(SGLangBenchReport(document), output)
 

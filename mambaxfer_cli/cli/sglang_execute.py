@@ -11,7 +11,7 @@ import click
 from mambaxfer_cli.cli.options import ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, refuse_value
 from mambaxfer_cli.cli.report import AsIs, Report, finish
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import EngineArgs
@@ -49,11 +49,10 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     """``check_peers``: --host and --port checked, and the two-host discovery (execute's own)."""
     import importlib.util
 
-    from mambaxfer_cli.cli.outcome import red_line
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.cli.sglang import backend, load
     from mambaxfer_cli.engines.sglang import plan
-    from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.plan_source import cut_layers
     from mambaxfer_cli.execute.sglang import execute
@@ -85,12 +84,8 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
         run_side(planned, chosen, discovery, kind, gpus, run_args, output)
         return
     settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, run_args.iters)
-    with ProgressView(title(planned, chosen, kind)) as view:
-        try:
-            outcome = execute(planned, chosen, settings, run_args.timeout, view.update)
-        except RunFailure as exc:
-            red_line(str(exc))
-            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    with one_line_when_the_run_fails(), ProgressView(title(planned, chosen, kind)) as view:
+        outcome = execute(planned, chosen, settings, run_args.timeout, view.update)
     finish(SGLangExecuteReport(outcome), output)
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mambaxfer_cli.cli.report import AsIs, Report, finish
-from mambaxfer_cli.exits import EXIT_OK, EXIT_RUN_FAILED, EXIT_WRONG
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import OutputArgs, RunArgs
@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str, gpus: int, run_args: RunArgs,
              output: OutputArgs) -> None:
     """This side's ranks, to their end; its report (exit 0, 1 with bad bytes, 2 refused, 3 failed)."""
-    from mambaxfer_cli.cli.outcome import red_line
-    from mambaxfer_cli.execute.coordinator import RunFailure
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.execute.sglang_remote import execute_side, settings_for
     from mambaxfer_cli.render.execute_view import ProgressView
     from mambaxfer_cli.render.sglang_execute_view import title
@@ -29,12 +28,9 @@ def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str
 
     settings = settings_for(planned, chosen, discovery, device, gpus, run_args.iters)
     click.echo(side_line(planned, discovery), err=True)
-    with ProgressView(f"{title(planned, chosen, device)}, {discovery.role} side") as view:
-        try:
-            outcome = execute_side(planned, chosen, settings, run_args.timeout, view.update)
-        except RunFailure as exc:
-            red_line(str(exc))
-            raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+    view_title = f"{title(planned, chosen, device)}, {discovery.role} side"
+    with one_line_when_the_run_fails(), ProgressView(view_title) as view:
+        outcome = execute_side(planned, chosen, settings, run_args.timeout, view.update)
     finish(SideReport(outcome), output)
 
 
