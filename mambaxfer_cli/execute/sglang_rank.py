@@ -81,15 +81,22 @@ def descriptor_rows(descriptors: Sequence[Descriptor], bases: list[int], dev_id:
 # --- the prefill side: the initiator ------------------------------------------------------------
 
 
+def fill_and_register(task: SlotTask, ch: Channel, node: RankAgent) -> float:
+    """A P rank's start: every slot of its entries filled with the pattern, then registered; the
+    fill's seconds."""
+    ch.phase("filling")
+    started = time.perf_counter()
+    for slot in range(task.memory.logical_blocks):
+        fill_slot(task, node.memory, slot, 0, ch.progress)
+    fill_s = time.perf_counter() - started
+    fault(task, "fill")
+    node.register(ch)
+    return fill_s
+
+
 def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
     with RankAgent(task, ch, telemetry=True) as node:
-        ch.phase("filling")
-        started = time.perf_counter()
-        for slot in range(task.memory.logical_blocks):
-            fill_slot(task, node.memory, slot, 0, ch.progress)
-        fill_s = time.perf_counter() - started
-        fault(task, "fill")
-        node.register(ch)
+        fill_s = fill_and_register(task, ch, node)
         pairings = planned_pairings(task, node, connect(task, ch, node))
         fault(task, "prepare")
         ch.phase("preparing")

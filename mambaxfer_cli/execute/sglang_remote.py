@@ -42,7 +42,7 @@ from mambaxfer_cli.execute.sglang import (
     build_tasks, chosen_writes, poison, transfer,
 )
 from mambaxfer_cli.execute.sglang_rank import (
-    Check, check_decode_layout, fill_slot, planned_pairings, poison_all, post, published_layout,
+    Check, check_decode_layout, fill_and_register, fill_slot, planned_pairings, poison_all, post, published_layout,
 )
 from mambaxfer_cli.execute.sglang_results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import RunSettings
@@ -288,13 +288,7 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
     discovery = task.settings.discovery
     assert discovery is not None
     with RankAgent(task, ch, telemetry=True) as node:
-        ch.phase("filling")
-        started = time.perf_counter()
-        for slot in range(task.memory.logical_blocks):
-            fill_slot(task, node.memory, slot, 0, ch.progress)
-        fill_s = time.perf_counter() - started
-        fault(task, "fill")
-        node.register(ch)
+        fill_s = fill_and_register(task, ch, node)
         node.publish()
         ch.phase("serving", discovery.where(task.rank))
         inbox = _Inbox(node.agent)

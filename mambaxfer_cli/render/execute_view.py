@@ -65,22 +65,25 @@ def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> st
             f"{plan.semantics} semantics, {plan.engines.describe()}, {memory} over UCX{side}")
 
 
-def _ranks(role: str, count: int) -> str:
+def ranks_named(role: str, count: int) -> str:
     return f"{role}0" if count == 1 else f"{role}0..{role}{count - 1}"
+
+
+def meeting_place(discovery: "Discovery", p_tp: int) -> str:
+    """Where the two sides of a two-host run meet: etcd, or the prefill ranks' NIXL listeners."""
+    if discovery.mode == "etcd":
+        return f"etcd {discovery.endpoints}, run {discovery.run_id}"
+    first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
+    ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
+    return f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
 
 
 def side_line(plan: "Plan", discovery: "Discovery") -> str:
     """The line a two-host side prints first: where it waits, or whom it reads from."""
-    p_tp = plan.prefill.tp
-    if discovery.mode == "etcd":
-        where = f"etcd {discovery.endpoints}, run {discovery.run_id}"
-    else:
-        first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
-        ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
-        where = f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
+    p_tp, where = plan.prefill.tp, meeting_place(discovery, plan.prefill.tp)
     if discovery.role == "prefill":
-        return f"prefill side: {_ranks('P', p_tp)} wait for the decode side through {where}"
-    return f"decode side: {_ranks('D', plan.decode.tp)} read from the prefill side through {where}"
+        return f"prefill side: {ranks_named('P', p_tp)} wait for the decode side through {where}"
+    return f"decode side: {ranks_named('D', plan.decode.tp)} read from the prefill side through {where}"
 
 
 def served_table(outcome: "Outcome") -> Table:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.render.execute_view import meeting_place, ranks_named
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
@@ -18,21 +19,12 @@ if TYPE_CHECKING:
     from mambaxfer_cli.execute.sglang_remote import SideOutcome
 
 
-def _ranks(role: str, count: int) -> str:
-    return f"{role}0" if count == 1 else f"{role}0..{role}{count - 1}"
-
-
 def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:
     """The line a side prints first: where the prefill side waits, or where the decode side finds it."""
-    if discovery.mode == "etcd":
-        where = f"etcd {discovery.endpoints}, run {discovery.run_id}"
-    else:
-        first, last = discovery.p_address(0), discovery.p_address(plan.p_tp - 1)
-        ports = str(first[1]) if plan.p_tp == 1 else f"{first[1]}..{last[1]}"
-        where = f"NIXL listener{'s' if plan.p_tp > 1 else ''} {discovery.host}:{ports}"
+    where = meeting_place(discovery, plan.p_tp)
     if discovery.role == "prefill":
-        return f"prefill side: {_ranks('P', plan.p_tp)} wait for the decode side through {where}"
-    return f"decode side: {_ranks('D', plan.d_tp)} receive the prefill side's WRITEs through {where}"
+        return f"prefill side: {ranks_named('P', plan.p_tp)} wait for the decode side through {where}"
+    return f"decode side: {ranks_named('D', plan.d_tp)} receive the prefill side's WRITEs through {where}"
 
 
 def written_table(outcome: "SideOutcome") -> Table:
