@@ -69,3 +69,15 @@ def as_a_shell_starts() -> None:
     ignored, and mambaxfer keeps a signal it was started ignoring ignored, as ``nohup`` wants)."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+
+
+def assert_fault_fails_the_run(fault: str, args: tuple[str, ...], *fragments: str) -> None:
+    """The command with one rank's fault planted (``rank:action@point``): a failed run saying
+    ``fragments`` in one line, and no rank left."""
+    from cli_run import assert_run_failed, run_cli
+    from mambaxfer_cli.execute.faults import FAULT_ENV
+
+    env = {**new_tag(), FAULT_ENV: fault}
+    result = run_cli(*args, env=env, timeout=300)
+    assert_run_failed(result, *fragments)
+    assert_no_rank_left(env)

@@ -13,13 +13,15 @@ import sys
 
 import pytest
 
-from cli_run import assert_run_failed, assert_user_error, messages, run_cli
+from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.plan_source import cut_layers
 from mambaxfer_cli.execute.sglang import D_SLOT, P_SLOT, chosen_writes
 from mambaxfer_cli.readers.model_source import load_model
-from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, wait_until
+from rank_processes import (
+    PROGRESS_LOG, as_a_shell_starts, assert_fault_fails_the_run, assert_no_rank_left, new_tag, wait_until,
+)
 
 MODEL, LAYERS, P_TP, D_TP = "qwen3.5-0.8b", 4, 1, 2
 SMALL = ("bench", "--engine", "vllm,sglang", "--model", MODEL, "--layers", str(LAYERS), "--device", "cpu",
@@ -134,18 +136,13 @@ def test_refusals_are_one_line_before_any_rank_starts(args, fragments):
     ("P0:die@transfer", "P0 died (exit code 70) while"),
 ])
 def test_a_killed_rank(fault, message):
-    env = {**new_tag(), FAULT_ENV: fault}
-    result = run_cli(*SMALL, "--p-tp", "1", "--d-tp", "2", "--timeout", "120", env=env, timeout=300)
-    assert_run_failed(result, message)
-    assert_no_rank_left(env)
+    assert_fault_fails_the_run(fault, (*SMALL, "--p-tp", "1", "--d-tp", "2", "--timeout", "120"), message)
 
 
 @pytest.mark.usefixtures("nixl")
 def test_a_rank_that_never_answers_times_out():
-    env = {**new_tag(), FAULT_ENV: "D0:hang@serve"}
-    result = run_cli(*SMALL, "--p-tp", "1", "--d-tp", "2", "--timeout", "5", env=env, timeout=300)
-    assert_run_failed(result, "timed out: D0 serving (answering P0) made no progress for 5s (--timeout)")
-    assert_no_rank_left(env)
+    assert_fault_fails_the_run("D0:hang@serve", (*SMALL, "--p-tp", "1", "--d-tp", "2", "--timeout", "5"),
+                               "timed out: D0 serving (answering P0) made no progress for 5s (--timeout)")
 
 
 @pytest.mark.usefixtures("nixl")

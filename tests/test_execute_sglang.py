@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cli_run import assert_run_failed, assert_user_error, messages, run_cli, run_json
+from cli_run import assert_user_error, messages, run_cli, run_json
 from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.engines.sglang.check import check_pairing
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
@@ -22,7 +22,7 @@ from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.plan_source import cut_layers
 from mambaxfer_cli.execute.sglang import D_SLOTS, MIN_ROUNDS, chosen_writes, transfer
 from mambaxfer_cli.readers.model_source import load_model
-from rank_processes import as_a_shell_starts, assert_no_rank_left, new_tag, tagged
+from rank_processes import as_a_shell_starts, assert_fault_fails_the_run, assert_no_rank_left, new_tag, tagged
 
 
 def execute_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
@@ -130,19 +130,15 @@ SMALL = ("execute", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers",
     ("P1:die@fill", 2, 1, "P1 died (exit code 70) while filling"),
 ])
 def test_a_killed_rank(fault, p_tp, d_tp, message):
-    env = {**new_tag(), FAULT_ENV: fault}
-    result = run_cli(*SMALL, "--p-tp", str(p_tp), "--d-tp", str(d_tp), "--timeout", "120", env=env, timeout=300)
-    assert_run_failed(result, message)
-    assert_no_rank_left(env)
+    assert_fault_fails_the_run(fault, (*SMALL, "--p-tp", str(p_tp), "--d-tp", str(d_tp), "--timeout", "120"),
+                               message)
 
 
 @pytest.mark.usefixtures("nixl")
 def test_a_decode_rank_that_never_answers_times_out():
-    env = {**new_tag(), FAULT_ENV: "D0:hang@serve"}
-    result = run_cli(*SMALL, "--p-tp", "1", "--d-tp", "2", "--timeout", "5", env=env, timeout=300)
-    assert_run_failed(result, "timed out: D0 serving (answering P0) made no progress for 5s (--timeout)",
-                      "waiting for D0's side channel 127.0.0.1:")
-    assert_no_rank_left(env)
+    assert_fault_fails_the_run("D0:hang@serve", (*SMALL, "--p-tp", "1", "--d-tp", "2", "--timeout", "5"),
+                               "timed out: D0 serving (answering P0) made no progress for 5s (--timeout)",
+                               "waiting for D0's side channel 127.0.0.1:")
 
 
 @pytest.mark.usefixtures("nixl")

@@ -171,10 +171,10 @@ def _gib(n: int) -> str:
 
 
 def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
-                attention: str | None = None) -> tuple[list[SlotPrefillTask], list[SlotDecodeTask]]:
-    """Every rank's task for the plan's writes (``chosen_writes``) and, with ``attention``
-    (``sglang`` or ``exact``), the attention KV's; raises UserError when they cannot be executed."""
-    moved = transfer(plan, attention)
+                moved: Transfer | None = None) -> tuple[list[SlotPrefillTask], list[SlotDecodeTask]]:
+    """Every rank's task for what ``moved`` moves (``transfer``; None: the plan's writes alone,
+    ``chosen_writes``); raises UserError when they cannot be executed."""
+    moved = moved or transfer(plan, None)
     descriptors = moved.descriptors
     _check_bounds(moved)
     p_memory, d_memory = slot_memory(moved.prefill_entries, P_SLOTS), slot_memory(moved.decode_entries, D_SLOTS)
@@ -285,14 +285,15 @@ def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: fl
         raise UserError("--iters must be >= 1")
     rounds = max(settings.iters, MIN_ROUNDS)
     chosen = chosen_writes(plan, semantics)
-    prefill, decode = build_tasks(chosen, settings, rounds, attention=semantics)
+    moved = transfer(chosen, semantics)
+    prefill, decode = build_tasks(chosen, settings, rounds, moved)
     check_ports(settings, len(decode), role="D")
     finished = run_ranks([*decode, *prefill], settings.run_id, timeout, progress)
     results = finished.results
     return SlotOutcome(plan, semantics, settings, rounds,
                        decode=[r for t in decode if isinstance(r := results[t.name], SlotDecodeResult)],
                        prefill=[r for t in prefill if isinstance(r := results[t.name], SlotPrefillResult)],
-                       phases=finished.phases, moved=transfer(chosen, semantics))
+                       phases=finished.phases, moved=moved)
 
 
 def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = None) -> str:

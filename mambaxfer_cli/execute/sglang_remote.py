@@ -166,8 +166,8 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
         raise UserError("--iters must be >= 1")
     rounds = rounds_of(settings.iters)
     chosen = chosen_writes(plan, semantics)
-    prefill, decode = build_tasks(chosen, settings, rounds, attention=semantics)
     moved = transfer(chosen, semantics)
+    prefill, decode = build_tasks(chosen, settings, rounds, moved)
     mine: list[SlotPrefillTask] | list[SlotDecodeTask] = prefill if discovery.role == "prefill" else decode
     # This host's GPUs are this side's alone: its ranks go round robin over them from the first.
     tasks = [replace(t, dev_id=t.rank % max(settings.gpus, 1)) if settings.device == "cuda" else t for t in mine]

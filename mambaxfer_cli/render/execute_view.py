@@ -78,12 +78,18 @@ def meeting_place(discovery: "Discovery", p_tp: int) -> str:
     return f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
 
 
-def side_line(plan: "Plan", discovery: "Discovery") -> str:
-    """The line a two-host side prints first: where it waits, or whom it reads from."""
-    p_tp, where = plan.prefill.tp, meeting_place(discovery, plan.prefill.tp)
+def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str) -> str:
+    """The line a two-host side prints first: where the prefill side waits, or what the decode
+    side does (``decode_does``) and through what."""
+    where = meeting_place(discovery, p_tp)
     if discovery.role == "prefill":
         return f"prefill side: {ranks_named('P', p_tp)} wait for the decode side through {where}"
-    return f"decode side: {ranks_named('D', plan.decode.tp)} read from the prefill side through {where}"
+    return f"decode side: {ranks_named('D', d_tp)} {decode_does} through {where}"
+
+
+def side_line(plan: "Plan", discovery: "Discovery") -> str:
+    """vLLM's two-host first line: D reads."""
+    return two_host_line(discovery, plan.prefill.tp, plan.decode.tp, "read from the prefill side")
 
 
 def served_table(outcome: "Outcome") -> Table:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.render.execute_view import meeting_place, ranks_named
+from mambaxfer_cli.render.execute_view import two_host_line
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
@@ -20,11 +20,8 @@ if TYPE_CHECKING:
 
 
 def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:
-    """The line a side prints first: where the prefill side waits, or where the decode side finds it."""
-    where = meeting_place(discovery, plan.p_tp)
-    if discovery.role == "prefill":
-        return f"prefill side: {ranks_named('P', plan.p_tp)} wait for the decode side through {where}"
-    return f"decode side: {ranks_named('D', plan.d_tp)} receive the prefill side's WRITEs through {where}"
+    """SGLang's two-host first line: D receives P's WRITEs."""
+    return two_host_line(discovery, plan.p_tp, plan.d_tp, "receive the prefill side's WRITEs")
 
 
 def written_table(outcome: "SideOutcome") -> Table:
