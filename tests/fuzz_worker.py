@@ -18,6 +18,7 @@ import io
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -78,10 +79,13 @@ def main() -> None:
     signal.signal(signal.SIGPROF, _on_alarm)
     tracemalloc.start()
     root = tempfile.mkdtemp(prefix="mambaxfer-fuzz-")
-    for index, line in enumerate(sys.stdin):
-        result = run_case(json.loads(line), root, index)
-        sys.__stdout__.write(json.dumps(result) + "\n")
-        sys.__stdout__.flush()
+    try:
+        for index, line in enumerate(sys.stdin):
+            result = run_case(json.loads(line), root, index)
+            sys.__stdout__.write(json.dumps(result) + "\n")
+            sys.__stdout__.flush()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)   # the cases' files, gone with the worker
 
 
 if __name__ == "__main__":
