@@ -7,7 +7,8 @@ Alterations: ``as-installed``; ``remote_conv_offsets`` (vLLM reads one conv row 
 page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local IDs off by one);
 ``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE); ``heads`` (vLLM's architecture
 convertor reads three times the attention heads); ``registry`` (vLLM's registry removed Jamba in
-0.1.0). Prints one JSON object: each run's exit code and document, by name. One process runs them
+0.1.0); ``nemotron-hook`` (vLLM without Nemotron-H's config hook, which keeps its SSM state in
+float32). Prints one JSON object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
 
@@ -62,6 +63,12 @@ def alter(scenario: str, undo: list) -> None:
                                                  if k != "JambaForCausalLM"})
         patch(registry, "_PREVIOUSLY_SUPPORTED_MODELS",
               {**registry._PREVIOUSLY_SUPPORTED_MODELS, "JambaForCausalLM": "0.1.0"})
+    elif scenario == "nemotron-hook":
+        from vllm.model_executor.models import config as hooks
+
+        # In place: the probe holds the map it found first (its symbols are looked up once).
+        table = hooks.MODELS_CONFIG_MAP
+        undo.append((table, "NemotronHForCausalLM", table.pop("NemotronHForCausalLM")))
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes
@@ -92,7 +99,10 @@ def main(argv: list[str]) -> None:
                 code = run(["conformance", *item["args"]])
         finally:
             for owner, name, value in reversed(undo):
-                setattr(owner, name, value)
+                if isinstance(owner, dict):
+                    owner[name] = value
+                else:
+                    setattr(owner, name, value)
         text = captured.getvalue()
         try:
             document = json.loads(text)

@@ -162,6 +162,8 @@ RUNS = [{"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": 
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
         {"name": "heads", "alter": "heads", "args": ["--model", "jamba", "--max-tp", "4", "--format", "json"]},
         {"name": "registry", "alter": "registry", "args": JAMBA},
+        {"name": "nemotron-hook", "alter": "nemotron-hook",
+         "args": ["--model", "nemotron-h-8b", "--max-tp", "2", "--format", "json"]},
         {"name": "bamba", "alter": "as-installed", "args": ["--model", BAMBA, "--max-tp", "1", "--format", "json"]}]
 
 
@@ -240,6 +242,22 @@ def test_a_registry_that_removed_the_architecture_differs(driven):
     first = function["first_difference"]
     assert first["vllm"].startswith("Model architecture JambaForCausalLM was supported in vLLM until v0.1.0")
     assert first["mambaxfer"] == "served"
+
+
+def test_the_model_class_state_follows_the_config_hook(driven):
+    """Without Nemotron-H's config hook vLLM's class keeps the SSM state in the model dtype: the
+    class-state comparison differs (and only it: the other functions take mambaxfer's dtypes)."""
+    release, runs = driven
+    run = runs["nemotron-hook"]
+    assert run["code"] == 1
+    functions = by_function(run["document"])
+    state = functions["get_mamba_state_*_from_config"]
+    assert state["outcome"] == "differs" and state["differing"] == state["cases"] > 0
+    first = state["first_difference"]
+    assert first["vllm"]["dtypes (conv, temporal)"] == ["bfloat16", "bfloat16"]
+    assert first["mambaxfer"]["dtypes (conv, temporal)"] == ["bfloat16", "float32"]
+    assert first["vllm"]["state bytes (conv, temporal)"][1] * 2 == first["mambaxfer"]["state bytes (conv, temporal)"][1]
+    assert [f["function"] for f in run["document"]["functions"] if f["outcome"] != "agrees"] == [state["function"]]
 
 
 def test_a_stand_in_without_an_attribute_vllm_reads_could_not_be_called(driven):

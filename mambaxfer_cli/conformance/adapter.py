@@ -23,6 +23,7 @@ from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.planning import startup
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
+from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
@@ -99,6 +100,12 @@ class Ours:
     @staticmethod
     def layout(model: ModelSpec, tp: int, rank: int = 0) -> RankLayout:
         return rank_layout(model, tp, rank)
+
+    @staticmethod
+    def with_ssm_cache_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
+        """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype``."""
+        return spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
+                                given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"})
 
     def engine_flags(self, flags: Flags, num_blocks: int) -> EngineFlags:
         """One engine of this release on the modelled GPU (no --block-size: the release's default)."""

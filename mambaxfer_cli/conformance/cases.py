@@ -26,10 +26,13 @@ class Flags:
     backend: str = DEFAULT_BACKEND
     block_size: int | None = None       # None: --block-size not given
     prefix_caching: bool = True
+    ssm_dtype: str | None = None        # --mamba-ssm-cache-dtype (mambaxfer's --ssm-dtype); None: auto
 
     def cli(self) -> list[str]:
         """The same flags on a ``mambaxfer plan`` command line."""
         out = [] if self.backend == DEFAULT_BACKEND else ["--attention-backend", self.backend]
+        if self.ssm_dtype is not None:
+            out += ["--ssm-dtype", self.ssm_dtype]
         if self.block_size is not None:
             out += ["--block-size", str(self.block_size)]
         if not self.prefix_caching:
@@ -39,6 +42,8 @@ class Flags:
     def label(self) -> str:
         words = [self.backend, "--block-size " + (str(self.block_size) if self.block_size else "default"),
                  "prefix caching " + ("on" if self.prefix_caching else "off")]
+        if self.ssm_dtype is not None:
+            words.append(f"--mamba-ssm-cache-dtype {self.ssm_dtype}")
         return ", ".join(words)
 
 

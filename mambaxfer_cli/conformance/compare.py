@@ -10,6 +10,7 @@ layout alone.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Callable
@@ -23,6 +24,7 @@ from mambaxfer_cli.conformance.cases import (
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import Read, Segment, tp_ratio
 
@@ -44,8 +46,11 @@ PARALLEL = Function("verify_with_parallel_config",
                     "ModelConfig's check: whether vLLM starts the engine at each TP size, on its own reading of "
                     "the config")
 REGISTRY = Function("ModelRegistry", "whether the release serves the config's architectures, or removed them")
+STATE = Function("get_mamba_state_*_from_config",
+                 "the model class's own state shapes and dtypes at each TP size (its conv and temporal state "
+                 "bytes per rank), on the config as vLLM reads it")
 FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, GDN_ALIGNMENT,
-             HANDSHAKE, HASH, PARALLEL, REGISTRY)
+             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE)
 
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
 Start = Callable[[int], None]
@@ -101,9 +106,11 @@ class Comparison:
         if model.mla:
             self.notes.append(f"{name}: its MLA engines run {', '.join(MLA_BACKENDS)} (FLASH_ATTN_MLA and "
                               f"CUTLASS_MLA do not import without a GPU); its hash variations leave out "
-                              f"--mamba-ssm-cache-dtype (KDA keeps a float32 state whatever it says)")
+                              f"--mamba-ssm-cache-dtype (Kimi-Linear's KDA layers keep a float32 state "
+                              f"whatever it says)")
         for tp in sizes:
             self.conv_split(name, model, tp)
+            self.class_state(name, model, tp)
             for flags in MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS:
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
@@ -141,6 +148,40 @@ class Comparison:
         ours = self.ours.start_refusal(model, tp)
         shown = tuple("starts" if v is None else f"refuses: {v}" for v in (theirs, ours))
         self.record(PARALLEL, self.case(name, tp=tp), theirs, ours, shown)
+
+    # --- the model class's state -----------------------------------------------------------------
+
+    def class_state(self, name: str, model: ModelSpec, tp: int) -> None:
+        """The class's shapes and dtypes, with no SSM cache dtype and, for KDA, with
+        ``--mamba-ssm-cache-dtype bfloat16`` (which some KDA classes read and some do not)."""
+        if not self.live(STATE):
+            return
+        for ssm_flag in ("auto", "bfloat16") if model.variant == "kda" else ("auto",):
+            flags = Flags() if ssm_flag == "auto" else Flags(ssm_dtype=ssm_flag)
+            case = self.case(name, tp=tp, flags=flags)
+            try:
+                shapes, dtypes = self.vllm.class_state(model, tp, ssm_flag)
+                theirs: dict | str = {"state bytes (conv, temporal)": [
+                    math.prod(shape) * dtype_bytes(dtype) for shape, dtype in zip(shapes, dtypes)],
+                    "dtypes (conv, temporal)": list(dtypes)}
+            except CouldNotCall as exc:
+                return self.cannot((STATE,), exc)
+            except VllmFails as exc:
+                theirs = f"fails: {exc.message}"
+            ours: dict | str
+            try:
+                spec = model if ssm_flag == "auto" else self.ours.with_ssm_cache_dtype(model, ssm_flag)
+                # The class sizes the blocks for the SSM dtype it is given (KDA: sizing_ssm_dtype).
+                sized = replace(spec, ssm_dtype=spec.sizing_ssm_dtype) if spec.sizing_ssm_dtype else spec
+                layout = self.ours.layout(sized, tp)
+                ours = {"state bytes (conv, temporal)": [layout.conv_bytes, layout.ssm_bytes],
+                        "dtypes (conv, temporal)": [sized.conv_dtype, sized.ssm_dtype]}
+            except UserError as exc:
+                ours = f"fails: {exc}"
+            if isinstance(theirs, str) or isinstance(ours, str):
+                self.record(STATE, case, isinstance(theirs, str), isinstance(ours, str), (str(theirs), str(ours)))
+            else:
+                self.record(STATE, case, theirs, ours)
 
     # --- conv split --------------------------------------------------------------------------------
 

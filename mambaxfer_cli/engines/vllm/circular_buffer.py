@@ -36,7 +36,7 @@ def ring_refusal(block_size: int, ring: int, who: str) -> str | None:
     of the transfer block size). None where it divides."""
     if block_size % ring:
         return (f"vLLM does not start this engine: the {who} ring of {ring} tokens does not divide the "
-                f"attention block of {block_size} tokens (AssertionError in get_kv_cache_spec)")
+                f"attention block of {block_size} tokens (AssertionError in get_kv_cache_spec).")
     return None
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Request
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.startup import architecture_names
 
 LAYOUT_VARIABLE = "VLLM_SSM_CONV_STATE_LAYOUT"
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -392,23 +393,14 @@ class Installed:
         return found
 
     def _read_arch_config(self, model: ModelSpec):
-        import json
-        import tempfile
-        from pathlib import Path
-
         _symbol("vllm.config.model", "ModelConfig")      # the convertor module imports from it
-        get_config = _symbol("vllm.transformers_utils.config", "get_config")
         text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
         module = "vllm.transformers_utils.model_arch_config_convertor"
         convertors = _symbol(module, "MODEL_ARCH_CONFIG_CONVERTORS")
         base = _symbol(module, "ModelArchConfigConvertorBase")
-        if not model.hf_config:
-            raise VllmFails("no config.json to read (the model was not given as a Hugging Face config)")
-        with tempfile.TemporaryDirectory(prefix="mambaxfer-config-") as folder:
-            (Path(folder) / "config.json").write_text(json.dumps(dict(model.hf_config)))
-            try:    # vLLM's config reader (and Transformers' config classes under it) raise anything
-                with calling("get_config"):
-                    hf = get_config(folder, trust_remote_code=False)
+        with self._config_folder(model) as folder:
+            hf = self._hf_config(folder)
+            try:
                 with calling("ModelConfig.get_model_arch_config"):     # may read the folder again
                     convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
                     return convertor.convert(supports_multimodal=False)
@@ -416,6 +408,69 @@ class Installed:
                 raise
             except Exception as exc:
                 raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _config_folder(model: ModelSpec):
+        """A folder holding the model's config.json, for vLLM's reader."""
+        import json
+        import tempfile
+        from pathlib import Path
+
+        if not model.hf_config:
+            raise VllmFails("no config.json to read (the model was not given as a Hugging Face config)")
+        with tempfile.TemporaryDirectory(prefix="mambaxfer-config-") as folder:
+            (Path(folder) / "config.json").write_text(json.dumps(dict(model.hf_config)))
+            yield folder
+
+    @staticmethod
+    def _hf_config(folder: str):
+        """vLLM's config reader (``get_config``) on the folder; what it raises is ``VllmFails``."""
+        get_config = _symbol("vllm.transformers_utils.config", "get_config")
+        try:    # vLLM's config reader (and Transformers' config classes under it) raise anything
+            with calling("get_config"):
+                return get_config(folder, trust_remote_code=False)
+        except CouldNotCall:
+            raise
+        except Exception as exc:
+            raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
+
+    def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
+        """The model class's own ``get_mamba_state_shape_from_config`` and
+        ``get_mamba_state_dtype_from_config`` at TP ``tp``, the class as the registry loads it for
+        the config's first architecture it serves, on the config as vLLM reads it: ``(shapes,
+        dtypes)`` of the class's conv and temporal states."""
+        registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
+        text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
+        archs = architecture_names(model.hf_config)
+        with calling("ModelRegistry._try_load_model_cls"):
+            found = next(((a, c) for a in archs if (c := registry._try_load_model_cls(a)) is not None), None)
+        if found is None:
+            raise VllmFails(f"the registry loads no class for {', '.join(archs) or 'the config'}")
+        arch, model_class = found
+        with self._config_folder(model) as folder:
+            hf = self._hf_config(folder)
+        model_config = StandIn("model_config", hf_config=hf, hf_text_config=text_config(hf), architecture=arch,
+                               dtype=self.dtype(model.model_dtype), max_model_len=4096, multimodal_config=None)
+        # ReplaySSM is refused with any KV connector (VllmConfig's own check), so never on here; the
+        # hooks' other settings (prefix caching off) leave the state alone.
+        cache_config = StandIn("cache_config", mamba_cache_dtype="auto", mamba_ssm_cache_dtype=ssm_cache_dtype,
+                               cache_dtype="auto", use_replayssm=False, enable_prefix_caching=False,
+                               mamba_cache_mode="none", mamba_block_size=None, block_size=16)
+        parallel = StandIn("parallel_config", tensor_parallel_size=tp, decode_context_parallel_size=1,
+                           pipeline_parallel_size=1, use_sequence_parallel_moe=False, enable_dbo=False,
+                           ubatch_size=1)
+        vllm_config = StandIn("vllm_config", model_config=model_config, cache_config=cache_config,
+                              parallel_config=parallel, speculative_config=None, num_speculative_tokens=0)
+        hooks = _symbol("vllm.model_executor.models.config", "MODELS_CONFIG_MAP")
+        if arch in hooks:      # the architecture's config hook runs first (Nemotron-H's, Qwen3.5's SSM dtype)
+            with calling(f"{hooks[arch].__name__}.verify_and_update_config"), answering():
+                hooks[arch].verify_and_update_config(vllm_config)
+        with calling(f"{model_class.__name__}.get_mamba_state_shape_from_config"), answering():
+            shapes = model_class.get_mamba_state_shape_from_config(vllm_config)
+        with calling(f"{model_class.__name__}.get_mamba_state_dtype_from_config"), answering():
+            dtypes = model_class.get_mamba_state_dtype_from_config(vllm_config)
+        return tuple(tuple(s) for s in shapes[:2]), tuple(str(d).removeprefix("torch.") for d in dtypes[:2])
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
         """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` (no pipeline, expert or decode
