@@ -241,9 +241,10 @@ def test_kimi_k3_is_refused_as_not_modelled():
 @pytest.mark.parametrize("arch", ["Glm5NextForCausalLM", "Glm5NextForConditionalGeneration"])
 def test_glm_5_next_is_refused_as_not_modelled_not_as_foreign(tmp_path, arch):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"architectures": [arch], "model_type": "glm5next", "hidden_size": 1024}))
+    config.write_text(json.dumps({"architectures": [arch], "model_type": "glm5_next", "hidden_size": 1024}))
     result = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
-    assert_user_error(result, f"vLLM serves {arch}", "does not model GLM-5-Next's")
+    assert_user_error(result, f"vLLM serves {arch}", "does not model GLM-5-Next's sparse-attention indexer",
+                      "tail ring (CircularBufferSpec)")
     assert "not a Mamba-family config" not in result.stderr
 
 

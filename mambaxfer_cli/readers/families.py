@@ -143,14 +143,18 @@ def labelled(family: Family, architectures: Sequence[str]) -> Family:
 
 
 # Architectures vLLM serves with KDA layers whose transfer mambaxfer does not model yet, and why.
+_GLM5NEXT = ("GLM-5-Next's sparse-attention indexer (index_topk): its MLA layers run on a sparse MLA "
+             "backend, and each keeps compressed keys and a tail ring (CircularBufferSpec) that the NIXL "
+             "connector moves in packed block rows")
 NOT_MODELLED: Mapping[str, str] = {
     "KimiK3ForConditionalGeneration": "Kimi-K3's full-rank KDA layers, sparse-attention (DSA) indexer caches and "
                                       "packed hybrid blocks (get_packed_hybrid_block_size)",
     "KimiK31ForConditionalGeneration": "Kimi-K3.1's full-rank KDA layers, sparse-attention (DSA) indexer caches "
                                        "and packed hybrid blocks (get_packed_hybrid_block_size)",
-    "Glm5NextForCausalLM": "GLM-5-Next's KDA layers beside MLA attention with a CircularBufferSpec tail ring",
-    "Glm5NextForConditionalGeneration": "GLM-5-Next's KDA layers beside MLA attention with a CircularBufferSpec "
-                                        "tail ring",
+    # transformers' Glm5NextTextConfig takes index_topk as an int (null is refused), so every
+    # GLM-5-Next has the indexer.
+    "Glm5NextForCausalLM": _GLM5NEXT,
+    "Glm5NextForConditionalGeneration": _GLM5NEXT,
 }
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every
