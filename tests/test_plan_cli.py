@@ -228,3 +228,33 @@ def test_kv_groups_override_changes_the_ids():
     assert document["descriptors"]["groups"] == ["ssm", "ssm"]
     assert document["descriptors"]["decode"]["tensors"] == 12
     assert document["descriptors"]["decode"]["ssm_descs"] == 12 * 2 * 100000   # SSM-only: a block is a page
+
+
+@pytest.mark.parametrize("args, codes", [
+    (("--model", "qwen3.8-flash-next", "--p-tp", "1", "--d-tp", "2"), ["csa-linear-tp"]),
+    (("--model", "qwen3.8-flash-next", "--p-tp", "1", "--d-tp", "1", "--num-spec", "5"), ["qsa-ring", "qsa-ring"]),
+    (("--model", "kimi-linear-48b", "--p-tp", "1", "--d-tp", "2"), ["prefix-caching"]),
+    (("--model", "kimi-linear-48b", "--p-tp", "2", "--d-tp", "1", "--no-enable-prefix-caching", "--show", "all"), []),
+])
+def test_the_json_of_mla_and_qwen4exp_plans_is_valid(args, codes):
+    """Their refusal codes, MLA backends and MLA attention are in the published schema (plan_json
+    validates every document)."""
+    document = plan_json(*args)
+    assert [r["code"] for r in document["vllm"]["refusals"]] == codes
+    if "kimi-linear-48b" in args:
+        assert document["model"]["attention"]["mla"] is True
+        assert document["engines"]["decode"]["attention_backend"] == "FLASH_ATTN_MLA"
+
+
+def test_every_verdict_code_the_vllm_rules_give_is_published():
+    """Each ``Refusal("code", ...)`` under engines/vllm is one of VERDICT_CODES, which the schema lists."""
+    import re
+    from pathlib import Path
+
+    from mambaxfer_cli.engines.vllm.release import VERDICT_CODES
+
+    root = Path(__file__).resolve().parents[1] / "mambaxfer_cli" / "engines" / "vllm"
+    given = {code for path in root.rglob("*.py") for code in re.findall(r'Refusal\("([a-z-]+)"', path.read_text())}
+    assert given and given <= set(VERDICT_CODES), sorted(given - set(VERDICT_CODES))
+    listed = plan_schema()["properties"]["vllm"]["properties"]["refusals"]["items"]["properties"]["code"]["enum"]
+    assert listed == list(VERDICT_CODES)

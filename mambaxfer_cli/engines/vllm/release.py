@@ -16,10 +16,16 @@ from typing import Any, Callable, Mapping
 PULL, PUSH = "pull", "push"
 
 
+# Every code a plan's verdict (the handshake and the checks before it) can give, in the plan's JSON
+# ("vllm": "refusals"); the published schema lists them from here.
+VERDICT_CODES = ("compat-hash", "tp-sizes", "push-block-sizes", "block-size", "prefix-caching", "host-buffer",
+                 "head-sharded-block-size", "no-attention", "layout", "dcp-sizes", "mla-block-lens",
+                 "region-layers", "qsa-ring", "csa-linear-tp", "ple-geometry", "ple-without-qsa")
+
+
 @dataclass(frozen=True)
 class Refusal:
-    code: str       # tp-sizes | compat-hash | push-block-sizes | block-size | prefix-caching | host-buffer
-                    # | head-sharded-block-size | no-attention | layout | ...
+    code: str       # one of VERDICT_CODES in a plan; preflight adds its own start-up codes
     message: str    # vLLM's own words; where it has none, what it raises and what that means
     raised: str = ""    # where vLLM's exception carries no words: the exception and the vLLM function
                         # it escapes from, e.g. "StopIteration in _build_fa_remote"
