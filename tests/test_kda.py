@@ -262,3 +262,23 @@ def test_execute_moves_every_byte_over_nixl(nixl, p_tp, d_tp, semantics):
     for d in doc["decode"]:
         assert d["verdict"]["ok"] and d["verdict"]["wrong_bytes"] == 0 and d["verdict"]["checked_bytes"] > 0
     assert_no_rank_left(env)
+
+
+def test_an_mla_plan_file_is_executed(nixl, tmp_path):
+    """``execute --plan`` of a Kimi-Linear plan: the file's MLA attention is taken from the config
+    (not as --kv-heads), and P's split kernel blocks (_split_remote_blocks) are not split again."""
+    from rank_processes import assert_no_rank_left, new_tag
+
+    path = tmp_path / "kimi.json"
+    written = run_cli("plan", "--model", "kimi-linear-48b", "--p-tp", "2", "--d-tp", "1", "--no-enable-prefix-caching",
+                      "--p-num-blocks", "64", "--d-num-blocks", "64", "--output", str(path))
+    assert written.code == 0, written.stderr
+    geometry = json.loads(path.read_text())["engines"]["prefill"]
+    assert geometry["split_by_remote"] > 1
+    env = new_tag()
+    result = run_cli("execute", "--plan", str(path), "--device", "cpu", "--iters", "1", "--timeout", "120",
+                     "--format", "json", env=env, timeout=300)
+    assert result.code == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    doc = json.loads(result.stdout)
+    assert doc["verified"] and all(d["verdict"]["wrong_bytes"] == 0 for d in doc["decode"])
+    assert_no_rank_left(env)

@@ -99,7 +99,8 @@ def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str,
                  "ssm_dtype": model["ssm_dtype"], "num_spec": int(model["num_spec"])}
     attention = model.get("attention")
     if attention:
-        overrides.update(kv_heads=int(attention["num_kv_heads"]), head_size=int(attention["head_size"]))
+        if not attention.get("mla"):    # an MLA model's latent comes from its config (checked below)
+            overrides.update(kv_heads=int(attention["num_kv_heads"]), head_size=int(attention["head_size"]))
         if attention.get("dtype"):
             overrides["dtype"] = str(attention["dtype"])     # the model's dtype the plan was made with
     overrides.update({key: value for key, value in cli.items() if value is not None})
@@ -120,9 +121,10 @@ def _flags(geometry: dict[str, Any]) -> EngineFlags:
 
     derived = bool(geometry.get("vllm_derived", True))
     gdn = geometry.get("gdn_prefill_backend")
+    split = int(geometry.get("split_by_remote", 1))      # the engine's own blocks, before D's view splits them
     return EngineFlags(attention_backend=str(geometry["attention_backend"]),
                        block_size=int(geometry["block_size"]), kv_cache_dtype=str(geometry["kv_cache_dtype"]),
-                       prefix_caching=bool(geometry["prefix_caching"]), num_blocks=int(geometry["num_blocks"]),
+                       prefix_caching=bool(geometry["prefix_caching"]), num_blocks=int(geometry["num_blocks"]) // split,
                        blocks_per_logical=None if derived else int(geometry["blocks_per_logical"]),
                        gdn_prefill_backend=None if gdn is None else str(gdn),
                        release=release(str(geometry["vllm_version"])), gpu=gpu(str(geometry["gpu"])))

@@ -203,7 +203,7 @@ class Geometry:
                 "state_bytes": self.state_bytes, "page_bytes": self.page_bytes,
                 "num_blocks": self.num_blocks, "vllm_derived": not self.overridden,
                 "vllm_version": self.release, "gpu": self.gpu, "gdn_prefill_backend": self.gdn_prefill_backend,
-                "checkpoint_alignment": self.checkpoint_alignment}
+                "checkpoint_alignment": self.checkpoint_alignment, "split_by_remote": self.split_by_remote}
 
 
 def attention_bytes_per_token(kv_heads: int, head_size: int, dtype: str, mla: bool = False) -> int:
