@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from cli_run import run_cli
@@ -12,6 +13,7 @@ from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.proof.simulate import simulate
+from mambaxfer_cli.schema import document_schema
 from rank_processes import assert_no_rank_left, new_tag
 
 pytestmark = pytest.mark.usefixtures("nixl")
@@ -62,6 +64,22 @@ def test_whole_mamba1_model_without_attention():
     code, doc = execute_json("--model", "mamba-130m", "--p-tp", "2", "--d-tp", "4", "--iters", "2")
     assert code == 0 and doc["verified"]
     assert all(len(d["times_s"]) == 2 for d in doc["decode"])
+    # vLLM's connector cannot pair a model without attention: the run says so.
+    assert doc["vllm"]["accepts"] is False
+    assert [r["code"] for r in doc["vllm"]["refusals"]] == ["no-attention"]
+    jsonschema.Draft202012Validator(document_schema("execute")).validate(doc)
+
+
+def test_a_pairing_vllm_refuses_says_so_before_the_reads_it_moved():
+    result = run_cli("execute", "--model", "mamba-130m", "--p-tp", "1", "--d-tp", "2", "--semantics", "vllm",
+                     "--device", "cpu", "--iters", "1", "--layers", "2", timeout=120)
+    assert result.code == 0, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert out.startswith("vLLM 0.34 refuses this pairing at handshake: vLLM's NIXL connector cannot transfer")
+    assert "a deployment moves nothing; the run moved the reads vLLM's rules would post" in out
+    accepted = run_cli("execute", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--device", "cpu",
+                       "--iters", "1", "--layers", "8", timeout=120)
+    assert accepted.code == 0 and "refuses" not in accepted.stdout
 
 
 def test_p_larger_than_d_reads_through_split_lists():

@@ -148,15 +148,19 @@ class ExecuteReport(Report):
     """A run: verified or not; the prefill side of two hosts shows what it served."""
 
     def __init__(self, outcome, plan: Plan, discovery: Discovery | None) -> None:
-        super().__init__({**outcome.to_dict(), **plan.engines.to_dict()},
+        verdict = plan.verdict.to_dict()
+        vllm = {key: verdict[key] for key in ("releases", "accepts", "refusals")}
+        super().__init__({**outcome.to_dict(), **plan.engines.to_dict(), "vllm": vllm},
                          EXIT_OK if outcome.verified else EXIT_WRONG)
-        self.outcome, self.discovery = outcome, discovery
+        self.outcome, self.discovery, self.plan = outcome, discovery, plan
 
     def render(self, width: int) -> list:
-        from mambaxfer_cli.render.execute_view import corruption_report, result_table, served_table
+        from mambaxfer_cli.render.execute_view import corruption_report, refused_line, result_table, served_table
 
         served = self.discovery is not None and self.discovery.role == "prefill"
-        parts = [AsIs(served_table(self.outcome)) if served else result_table(self.outcome)]
+        refused = refused_line(self.plan)
+        parts: list = [] if refused is None else [refused]
+        parts.append(AsIs(served_table(self.outcome)) if served else result_table(self.outcome))
         report = corruption_report(self.outcome)
         return parts if report is None else [*parts, AsIs(report)]
 
@@ -214,10 +218,21 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
                    if value is None]
         if missing or pair.p_tp is None or pair.d_tp is None:
             raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
-        spec = cut_layers(model.load(), layers)
-        return plan_to_execute(spec, pair.p_tp, pair.d_tp, semantics=request.reads(), coalesce=request.coalesce,
-                               blocks=blocks, engine=engine, request_blocks=request.request_blocks,
-                               seed=request.seed)
+        full = model.load()
+        plan = plan_to_execute(cut_layers(full, layers), pair.p_tp, pair.d_tp, semantics=request.reads(),
+                               coalesce=request.coalesce, blocks=blocks, engine=engine,
+                               request_blocks=request.request_blocks, seed=request.seed)
+        if layers is None:
+            return plan
+        # vLLM's verdict is the deployment's: the whole model's, not the cut's (a cut without
+        # attention layers is no model vLLM serves).
+        from dataclasses import replace
+
+        from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+
+        whole = build_plan(full, pair.p_tp, pair.d_tp, PlanOptions(semantics=plan.semantics, prefill=engine,
+                                                                   decode=engine))
+        return replace(plan, verdict=whole.verdict)
     fixed = [flag for flag, given in (("--layers", layers is not None), ("--blocks", blocks is not None),
                                       ("--coalesce", request.coalesce)) if given]
     if fixed:

@@ -92,6 +92,18 @@ def side_line(plan: "Plan", discovery: "Discovery") -> str:
     return two_host_line(discovery, plan.prefill.tp, plan.decode.tp, "read from the prefill side")
 
 
+def refused_line(plan: "Plan") -> Text | None:
+    """Where vLLM refuses the pairing: its refusal, and what the run's reads are then."""
+    verdict = plan.verdict
+    if verdict.accepts:
+        return None
+    what = ("a deployment moves nothing; the run moved the reads vLLM's rules would post" if plan.semantics == "vllm"
+            else "a deployment moves nothing; the run moved mambaxfer's exact reads")
+    text = Text(f"{verdict.releases} refuses this pairing at handshake: ", style="bold red")
+    text.append(" ".join(r.message for r in verdict.refusals).rstrip(".") + f"; {what}", style="red")
+    return text
+
+
 def served_table(outcome: "Outcome") -> Table:
     """The prefill side of a two-host run: what each P rank served, to whom."""
     plan = outcome.plan
