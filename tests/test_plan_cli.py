@@ -247,7 +247,8 @@ def test_the_json_of_mla_and_qwen4exp_plans_is_valid(args, codes):
 
 
 def test_every_verdict_code_the_vllm_rules_give_is_published():
-    """Each ``Refusal("code", ...)`` under engines/vllm is one of VERDICT_CODES, which the schema lists."""
+    """Each ``Refusal("code", ...)`` under engines/vllm is one of VERDICT_CODES, which the plan and
+    execute schemas list, as they list the attention backends mambaxfer knows."""
     import re
     from pathlib import Path
 
@@ -256,5 +257,11 @@ def test_every_verdict_code_the_vllm_rules_give_is_published():
     root = Path(__file__).resolve().parents[1] / "mambaxfer_cli" / "engines" / "vllm"
     given = {code for path in root.rglob("*.py") for code in re.findall(r'Refusal\("([a-z-]+)"', path.read_text())}
     assert given and given <= set(VERDICT_CODES), sorted(given - set(VERDICT_CODES))
-    listed = plan_schema()["properties"]["vllm"]["properties"]["refusals"]["items"]["properties"]["code"]["enum"]
-    assert listed == list(VERDICT_CODES)
+    from mambaxfer_cli.engines.vllm.geometry import BACKENDS, MLA_BACKENDS
+    from mambaxfer_cli.schema import document_schema
+
+    for name in ("plan", "execute"):
+        verdict = document_schema(name)["properties"]["vllm"]["properties"]
+        assert verdict["refusals"]["items"]["properties"]["code"]["enum"] == list(VERDICT_CODES), name
+    backend = plan_schema()["$defs"]["Geometry"]["properties"]["attention_backend"]["enum"]
+    assert backend == [*BACKENDS, *MLA_BACKENDS]

@@ -1,9 +1,7 @@
 """The published JSON Schemas of every document mambaxfer emits.
 
 Where a schema lists the model variants, its file says ``"enum": "$variants"``: the variants are
-those of ``planning/variants/``, written in when the schema is read; so are the codes of a plan's
-verdict (``"enum": "$verdict_codes"``, ``engines/vllm/release.py VERDICT_CODES``) and the
-attention backends (``"$attention_backends"``, ``engines/vllm/geometry.py``).
+those of ``planning/variants/``, written in when the schema is read.
 """
 
 from __future__ import annotations
@@ -24,24 +22,19 @@ def schema_path(name: str) -> Path:
     return SCHEMA_DIR / f"{name}-v1.schema.json"
 
 
-_LISTS = re.compile(r'^( *)"enum": "\$(variants|verdict_codes|attention_backends)"', re.M)
+_VARIANTS = re.compile(r'^( *)"enum": "\$variants"', re.M)
 
 
 def schema_text(name: str) -> str:
-    """The schema as published: its file, with the variants mambaxfer knows and the codes of a
-    plan's verdict written in."""
-    from mambaxfer_cli.engines.vllm.geometry import BACKENDS, MLA_BACKENDS
-    from mambaxfer_cli.engines.vllm.release import VERDICT_CODES
+    """The schema as published: its file, with the variants mambaxfer knows written in."""
     from mambaxfer_cli.planning.variants import names
 
     def listed(match: re.Match[str]) -> str:
         indent = match.group(1)
-        values = {"variants": tuple(names()), "verdict_codes": VERDICT_CODES,
-                  "attention_backends": (*BACKENDS, *MLA_BACKENDS)}[match.group(2)]
-        items = ",\n".join(f'{indent}  "{value}"' for value in values)
+        items = ",\n".join(f'{indent}  "{name}"' for name in names())
         return f'{indent}"enum": [\n{items}\n{indent}]'
 
-    return _LISTS.sub(listed, schema_path(name).read_text())
+    return _VARIANTS.sub(listed, schema_path(name).read_text())
 
 
 def document_schema(name: str) -> dict:

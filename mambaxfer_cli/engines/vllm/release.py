@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping
 PULL, PUSH = "pull", "push"
 
 
-# Every code a plan's verdict (the handshake and the checks before it) can give, in the plan's JSON
-# ("vllm": "refusals"); the published schema lists them from here.
+# Every code a plan's verdict (the handshake and the checks before it) can give, in the plan's and
+# execute's JSON ("vllm": "refusals"); their published schemas list the same (a test keeps them so).
 VERDICT_CODES = ("compat-hash", "tp-sizes", "push-block-sizes", "block-size", "prefix-caching", "host-buffer",
                  "head-sharded-block-size", "no-attention", "layout", "dcp-sizes", "mla-block-lens",
                  "region-layers", "qsa-ring", "csa-linear-tp", "ple-geometry", "ple-without-qsa")
