@@ -234,7 +234,7 @@ def test_alice_ai_is_float32_whatever_the_flags_with_head_sharded_attention():
 def test_kimi_k3_is_refused_as_not_modelled():
     config = {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3",
               "text_config": json.loads(HF.read_text())}
-    with pytest.raises(UserError, match="does not model Kimi-K3's"):
+    with pytest.raises(UserError, match="does not yet model Kimi-K3's"):
         spec_from_config(config, name="k3", source="stand-in")
 
 
@@ -243,7 +243,7 @@ def test_glm_5_next_is_refused_as_not_modelled_not_as_foreign(tmp_path, arch):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"architectures": [arch], "model_type": "glm5_next", "hidden_size": 1024}))
     result = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
-    assert_user_error(result, f"vLLM serves {arch}", "does not model GLM-5-Next's sparse-attention indexer",
+    assert_user_error(result, f"vLLM serves {arch}", "does not yet model GLM-5-Next's sparse-attention indexer",
                       "tail ring (CircularBufferSpec)")
     assert "not a Mamba-family config" not in result.stderr
 

@@ -236,7 +236,7 @@ def spec_from_config(
     archs = architecture_names(config)
     unmodelled = next((NOT_MODELLED[a] for a in archs if a in NOT_MODELLED), None)
     if unmodelled:
-        raise UserError(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not model {unmodelled} yet")
+        raise UserError(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not yet model {unmodelled}")
     refused = connector_refusal(archs) if variant is None else None
     if refused:
         raise UserError(f"{where}: {refused}")
