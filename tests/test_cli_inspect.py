@@ -313,7 +313,7 @@ def test_json_document_shape(cli):
                                    "blocks_per_logical": 1, "attention_bytes_per_token": 2048,
                                    "state_bytes": 155648, "page_bytes": 163840, "num_blocks": 100000,
                                    "vllm_derived": True, "vllm_version": "0.33", "gpu": "H100",
-                                   "gdn_prefill_backend": None, "checkpoint_alignment": 1}
+                                   "gdn_prefill_backend": None, "checkpoint_alignment": 1, "split_by_remote": 1}
     newer = inspect_json(cli, "-m", "jamba", "--tp", "2", "--vllm-version", "0.34")["engines"]["2"]
     assert (newer["block_size"], newer["page_bytes"], newer["vllm_version"]) == (128, 262144, "0.34")
     rank = doc["layouts"]["2"][1]
