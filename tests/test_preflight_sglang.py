@@ -324,3 +324,13 @@ def test_lines_read_as_sglangs_own_parser_reads_them():
                              capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT.parent)
     assert written.returncode == 0, written.stderr[-2000:]
     assert json.loads(written.stdout) == json.loads((table / "v0_5_23" / "launch_flags.json").read_text())
+
+
+def test_a_model_mambaxfer_does_not_model_is_refused_in_sglang_s_words(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["KimiK3ForConditionalGeneration"],
+                                                      "model_type": "kimi_k3"}))
+    p, d = lines(str(tmp_path), "--tp 1", "--tp 2")
+    result = run_cli("preflight", "--prefill", p, "--decode", d)
+    assert_user_error(result, "--prefill:", "SGLang 0.5.23 serves KimiK3ForConditionalGeneration "
+                                            "(srt/models/kimi_k3.py), but mambaxfer does not yet model")
+    assert "vLLM" not in result.stderr

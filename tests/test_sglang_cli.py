@@ -161,3 +161,20 @@ def test_mooncake_is_planned_for_the_same_pairing():
     assert result.code == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["backend"] == "mooncake" and document["verdict"]["right"]
+
+
+@pytest.mark.parametrize("arch, says", [
+    ("Glm5NextForConditionalGeneration", "SGLang 0.5.23 serves Glm5NextForConditionalGeneration "
+                                         "(srt/models/glm5_next.py), but mambaxfer does not yet model"),
+    ("Glm5NextForCausalLM", "SGLang 0.5.23 serves no Glm5NextForCausalLM"),
+])
+def test_a_family_mambaxfer_does_not_model_is_refused_in_sglang_s_words(tmp_path, arch, says):
+    """Under --engine sglang the reader's vLLM-worded refusal becomes SGLang's."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": [arch], "model_type": "glm5_next"}))
+    for command in (("plan", "--p-tp", "1", "--d-tp", "2"), ("check", "--pairs", "1:2")):
+        result = run_cli(command[0], "--engine", "sglang", "--model", str(config), *command[1:])
+        assert_user_error(result, says)
+        assert "vLLM" not in result.stderr
+    vllm = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
+    assert_user_error(vllm, f"vLLM serves {arch}, but mambaxfer does not yet model GLM-5-Next's")

@@ -6,7 +6,7 @@ import math
 from typing import Any, Mapping
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
-from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.errors import NotModelled, UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names, removed_refusal
 from mambaxfer_cli.readers.families import (
     GENERIC, MAMBA_SSM_DTYPE_READERS, NOT_MODELLED, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
@@ -236,7 +236,8 @@ def spec_from_config(
     archs = architecture_names(config)
     unmodelled = next((NOT_MODELLED[a] for a in archs if a in NOT_MODELLED), None)
     if unmodelled:
-        raise UserError(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not yet model {unmodelled}")
+        raise NotModelled(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not yet model {unmodelled}",
+                          where, archs[0])
     refused = connector_refusal(archs) if variant is None else None
     if refused:
         raise UserError(f"{where}: {refused}")

@@ -35,10 +35,21 @@ class Release:
     state_dtypes: tuple[str, ...]            # the names mamba2_state_dtype accepts
     families: Mapping[str, FamilyRule]
     messages: Mapping[str, str] = field(default_factory=dict)
+    # Architectures whose transfer mambaxfer does not model, that this release serves: their model file.
+    unmodelled_files: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "families", MappingProxyType(dict(self.families)))
         object.__setattr__(self, "messages", MappingProxyType(dict(self.messages)))
+        object.__setattr__(self, "unmodelled_files", MappingProxyType(dict(self.unmodelled_files)))
+
+    def not_modelled(self, where: str, arch: str) -> str:
+        """Its line for a config whose transfer mambaxfer does not model (``NotModelled``)."""
+        found = self.unmodelled_files.get(arch)
+        if found is None:
+            return f"{where}: {self.label} serves no {arch} (no model file in srt/models/ names it)"
+        return (f"{where}: {self.label} serves {arch} ({found}), but mambaxfer does not yet model its state and "
+                f"KV transfer")
 
     @property
     def label(self) -> str:
@@ -114,6 +125,9 @@ SGLANG_0_5_23 = Release(
     state_dtypes=("float32", "bfloat16", "float16"),
     families=_FAMILIES,
     messages=_MESSAGES,
+    # srt/models/: each file's EntryClass.
+    unmodelled_files={"Glm5NextForConditionalGeneration": "srt/models/glm5_next.py",
+                      "KimiK3ForConditionalGeneration": "srt/models/kimi_k3.py"},
 )
 
 RELEASES: Mapping[str, Release] = MappingProxyType({SGLANG_0_5_23.version: SGLANG_0_5_23})
