@@ -94,14 +94,12 @@ def side_line(plan: "Plan", discovery: "Discovery") -> str:
 
 def refused_line(plan: "Plan") -> Text | None:
     """Where vLLM refuses the pairing: its refusal, and what the run's reads are then."""
-    verdict = plan.verdict
-    if verdict.accepts:
+    from mambaxfer_cli.render.plan_view import refused_text
+
+    if plan.verdict.accepts:
         return None
-    what = ("a deployment moves nothing; the run moved the reads vLLM's rules would post" if plan.semantics == "vllm"
-            else "a deployment moves nothing; the run moved mambaxfer's exact reads")
-    text = Text(f"{verdict.releases} refuses this pairing at handshake: ", style="bold red")
-    text.append(" ".join(r.message for r in verdict.refusals).rstrip(".") + f"; {what}", style="red")
-    return text
+    moved = "the reads vLLM's rules would post" if plan.semantics == "vllm" else "mambaxfer's exact reads"
+    return refused_text(plan.verdict, f"a deployment moves nothing; the run moved {moved}")
 
 
 def served_table(outcome: "Outcome") -> Table:

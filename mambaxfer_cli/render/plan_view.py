@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
-from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
+from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED, Verdict
 from mambaxfer_cli.planning.kv_groups import describe
 from mambaxfer_cli.planning.model import ATTENTION
 from mambaxfer_cli.engines.vllm.plan import Plan
@@ -30,6 +30,15 @@ SUMMARY_READS = 8
 
 def _p_style(p_rank: int) -> str:
     return f"bold white on {P_COLOURS[p_rank % len(P_COLOURS)]}"
+
+
+def refused_text(verdict: Verdict, tail: str = "", releases: str = "") -> Text:
+    """``<release> refuses this pairing at handshake: <its refusals>``, then ``; tail`` if given
+    (``releases``: how to name the release, by default as the verdict does)."""
+    said = " ".join(r.message for r in verdict.refusals)
+    text = Text(f"{releases or verdict.releases} refuses this pairing at handshake: ", style="bold red")
+    text.append(f"{said.rstrip('.')}; {tail}" if tail else said, style="red")
+    return text
 
 
 def verdict_line(plan: Plan) -> Text:
@@ -52,8 +61,7 @@ def verdict_line(plan: Plan) -> Text:
         if v.suggested_block_size:
             text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines", style="bold yellow")
         return text
-    text = Text(f"{releases} refuses this pairing at handshake: ", style="bold red")
-    text.append(" ".join(r.message for r in v.refusals), style="red")
+    text = refused_text(v, releases=releases)
     if v.suggested_block_size:
         text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines (vllm serve … "
                     f"--block-size {v.suggested_block_size})", style="bold yellow")

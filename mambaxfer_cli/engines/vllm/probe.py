@@ -358,6 +358,7 @@ class Installed:
         self._pairs: dict = {}
         self._layers: dict = {}
         self._arch_configs: dict = {}
+        self._hf_configs: dict = {}
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
     @property
@@ -435,6 +436,22 @@ class Installed:
         except Exception as exc:
             raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
 
+    def hf_config(self, model: ModelSpec):
+        """The model's config as vLLM's ``get_config`` reads it, read once per model (a config
+        vLLM cannot read is ``VllmFails``); a copy, which the config hooks may change."""
+        import copy
+
+        if model.name not in self._hf_configs:
+            try:
+                with self._config_folder(model) as folder:
+                    self._hf_configs[model.name] = self._hf_config(folder)
+            except VllmFails as exc:
+                self._hf_configs[model.name] = exc
+        found = self._hf_configs[model.name]
+        if isinstance(found, VllmFails):
+            raise found
+        return copy.deepcopy(found)
+
     def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
         """The model class's own ``get_mamba_state_shape_from_config`` and
         ``get_mamba_state_dtype_from_config`` at TP ``tp``, the class as the registry loads it for
@@ -448,8 +465,7 @@ class Installed:
         if found is None:
             raise VllmFails(f"the registry loads no class for {', '.join(archs) or 'the config'}")
         arch, model_class = found
-        with self._config_folder(model) as folder:
-            hf = self._hf_config(folder)
+        hf = self.hf_config(model)
         model_config = StandIn("model_config", hf_config=hf, hf_text_config=text_config(hf), architecture=arch,
                                dtype=self.dtype(model.model_dtype), max_model_len=4096, multimodal_config=None)
         # ReplaySSM is refused with any KV connector (VllmConfig's own check), so never on here; the
