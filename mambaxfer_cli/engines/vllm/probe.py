@@ -319,6 +319,19 @@ class EngineState:
             return _construct(metadata_class, **values)
 
 
+def _once(cache: dict, key: str, read):
+    """``read()`` once per key, its ``VllmFails`` kept and raised again like its value returned."""
+    if key not in cache:
+        try:
+            cache[key] = read()
+        except VllmFails as exc:
+            cache[key] = exc
+    found = cache[key]
+    if isinstance(found, VllmFails):
+        raise found
+    return found
+
+
 def _construct(cls, **values):
     """``cls(**values)`` with only the fields ``cls`` has: a field it requires that we do not know
     fails as a changed signature."""
@@ -383,15 +396,7 @@ class Installed:
         """The model's config as vLLM reads it: its loader (``get_config``) on the config.json, and
         the architecture convertor ``ModelConfig.get_model_arch_config`` picks for its model type
         (read once per model; a config vLLM cannot read is ``VllmFails``)."""
-        if model.name not in self._arch_configs:
-            try:
-                self._arch_configs[model.name] = self._read_arch_config(model)
-            except VllmFails as exc:
-                self._arch_configs[model.name] = exc
-        found = self._arch_configs[model.name]
-        if isinstance(found, VllmFails):
-            raise found
-        return found
+        return _once(self._arch_configs, model.name, lambda: self._read_arch_config(model))
 
     def _read_arch_config(self, model: ModelSpec):
         _symbol("vllm.config.model", "ModelConfig")      # the convertor module imports from it
@@ -441,16 +446,11 @@ class Installed:
         vLLM cannot read is ``VllmFails``); a copy, which the config hooks may change."""
         import copy
 
-        if model.name not in self._hf_configs:
-            try:
-                with self._config_folder(model) as folder:
-                    self._hf_configs[model.name] = self._hf_config(folder)
-            except VllmFails as exc:
-                self._hf_configs[model.name] = exc
-        found = self._hf_configs[model.name]
-        if isinstance(found, VllmFails):
-            raise found
-        return copy.deepcopy(found)
+        def read():
+            with self._config_folder(model) as folder:
+                return self._hf_config(folder)
+
+        return copy.deepcopy(_once(self._hf_configs, model.name, read))
 
     def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
         """The model class's own ``get_mamba_state_shape_from_config`` and
