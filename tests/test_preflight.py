@@ -503,3 +503,29 @@ def test_use_replayssm_beside_a_connector_stops_the_engine_and_the_fix_removes_i
     code, doc = run_json(p, d, "--vllm-version", release)
     assert doc["vllm"]["refusals"][0]["message"].startswith(f"vLLM {release} does not start the prefill engine: "
                                                             f"--use-replayssm is not supported for architecture")
+
+
+QWEN4EXP = "Qwen/Qwen3.8-Flash-Next"
+
+
+def test_qwen4exp_across_tp_sizes_needs_blhnc_on_both_and_the_fix_sets_it():
+    # QSA's indexer allows BLNHC and BLHNC only: the engine runs BLNHC (the NIXL connector's LBHNC
+    # is dropped), which cannot split P's heads for D (P TP 2 = its 2 KV heads).
+    p, d = lines(QWEN4EXP, "-tp 2", "-tp 4")
+    code, doc = run_json(p, d)
+    assert code == 1
+    assert doc["engines"]["prefill"]["kv_cache_layout"] == "BLNHC"
+    said = [r["code"] for r in doc["vllm"]["refusals"]]
+    assert said == ["block-size", "kv-cache-layout-heads", "ple-geometry"]
+    layout = [c for c in doc["fix"]["changes"] if c["flag"] == "VLLM_KV_CACHE_LAYOUT"]
+    assert sorted(c["side"] for c in layout) == ["decode", "prefill"] and {c["new"] for c in layout} == {"BLHNC"}
+    check_fix_works(doc)
+
+
+def test_qwen4exp_refuses_the_connectors_own_layout_at_start_up():
+    p, d = lines(QWEN4EXP, "-tp 2", "-tp 2", p_env=f"{DS} VLLM_KV_CACHE_LAYOUT=LBHNC")
+    code, doc = run_json(p, d)
+    assert code == 1
+    messages_ = [r["message"] for r in doc["vllm"]["refusals"]]
+    assert any("VLLM_KV_CACHE_LAYOUT=LBHNC does not satisfy every supported set; valid layouts: "
+               "['BLNHC', 'BLHNC']" in m for m in messages_), messages_

@@ -25,10 +25,10 @@ def model(**text):
     return spec_from_config(config, name="qwen3.8-flash-next", source=str(FIXTURE))
 
 
-def plan(spec, p_tp, d_tp, p_block=None, d_block=None):
+def plan(spec, p_tp, d_tp, p_block=None, d_block=None, layout=None):
     p = EngineFlags(num_blocks=4096, block_size=p_block)
     d = EngineFlags(num_blocks=4096, block_size=d_block)
-    return build_plan(spec, p_tp, d_tp, PlanOptions(prefill=p, decode=d))
+    return build_plan(spec, p_tp, d_tp, PlanOptions(prefill=p, decode=d, kv_cache_layout=layout))
 
 
 def codes(p):
@@ -91,7 +91,9 @@ def test_ple_pages_must_be_equal_and_the_fix_gives_equal_pages():
     assert "ple-geometry" in codes(p)
     assert p.verdict.refusals[-1].message == (
         "PLE pages require identical P/D geometry: local=851968, remote=1638400.")
-    fixed = plan(model(), 2, 4, 1600, 1600)
+    # Equal blocks alone are not enough: QSA's default layout (BLNHC) cannot split heads.
+    assert codes(plan(model(), 2, 4, 1600, 1600)) == ["kv-cache-layout-heads"]
+    fixed = plan(model(), 2, 4, 1600, 1600, layout="BLHNC")
     assert fixed.verdict.accepts
     assert qwen4exp.ple_page_bytes(fixed.model, fixed.prefill) == qwen4exp.ple_page_bytes(fixed.model, fixed.decode)
     assert any("--block-size 1600 on P and 1600 on D" in w.message for w in p.warnings)
@@ -255,3 +257,22 @@ def test_inspect_names_the_ple_page_and_the_ring():
     out = run_cli("inspect", "--model", "qwen3.8-flash-next", "--tp", "2,4").stdout
     assert "Qwen4Exp: PLE state 184320 B on every rank (1 layer(s), TP-replicated), page 1638400 B" in out
     assert "page 851968 B" in out and "QSA ring 4 tokens" in out
+
+
+@pytest.mark.parametrize("p_tp, d_tp, refused", [
+    (2, 4, True),     # P holds one KV head per rank (TP 2 = 2 heads): D splits P's heads
+    (4, 2, False),    # P replicates the heads (TP 4 > 2): nothing is split
+    (4, 8, False),
+    (2, 2, False),    # the same TP: no split
+])
+def test_heterogeneous_tp_needs_qsas_block_contiguous_layout(p_tp, d_tp, refused):
+    # QSA's indexer backend allows BLNHC and BLHNC only; the engine runs BLNHC (the NIXL connector's
+    # LBHNC is dropped), and _validate_remote_agent_handshake refuses a head split in it.
+    p = plan(model(), p_tp, d_tp)
+    assert ("kv-cache-layout-heads" in codes(p)) is refused
+    assert (p.verdict.suggested_layout == "BLHNC") is refused
+    assert "kv-cache-layout-heads" not in codes(plan(model(), p_tp, d_tp, layout="BLHNC"))
+    if refused:
+        # vLLM's order: the block sizes, then the layout, then the PLE pages (_build_mamba_remote).
+        assert codes(p) == ["block-size", "kv-cache-layout-heads", "ple-geometry"]
+        assert "VLLM_KV_CACHE_LAYOUT=BLHNC and --block-size" in p.verdict.fix_words()

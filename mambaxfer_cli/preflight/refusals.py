@@ -11,7 +11,6 @@ from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layo
 from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
 from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
-from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_mismatches
 from mambaxfer_cli.engines.vllm.release import Meeting
@@ -22,8 +21,7 @@ from mambaxfer_cli.engines.vllm.serve_args import (
     flag_table, CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS,
 )
 from mambaxfer_cli.preflight.served import (
-    BLOCK_COMPACT, BLOCK_CONTIGUOUS, DEFAULT_LAYOUTS, ENV_LAYOUTS, KV_ROLES, KV_ROLE_FOR, SIDE_NAME,
-    ServedEngine, pushes,
+    BLOCK_CONTIGUOUS, ENV_LAYOUTS, KV_ROLES, KV_ROLE_FOR, SIDE_NAME, ServedEngine, layout_candidates, pushes,
 )
 from mambaxfer_cli.preflight.fields import Field, engine_facts, handshake_fields, hashed_fields, unchecked_fields
 
@@ -59,12 +57,6 @@ def startup_refusals(e: ServedEngine) -> list[Refusal]:
 # Qwen4Exp's QSA ring (start-up) and CSA-linear TP check (_nixl_handshake, before the hash) come first.
 HANDSHAKE_FIRST = ("qsa-ring", "csa-linear-tp", "tp-sizes", "compat-hash", "region-layers", "push-block-sizes",
                    "block-size", "prefix-caching", "host-buffer")
-
-
-def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
-    """The layouts ``resolve_kv_cache_layout`` may pick: a hybrid's Mamba and attention specs have
-    different (heads, states) shapes, which leaves only block-compact layouts."""
-    return tuple(x for x in DEFAULT_LAYOUTS if x in BLOCK_COMPACT) if model.has_attention else DEFAULT_LAYOUTS
 
 
 def flag_startup_refusals(e: ServedEngine) -> list[Refusal]:
@@ -286,7 +278,7 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
                                   enforces_hash(local))
         if d.model.qwen4exp is not None:     # the CSA-linear and PLE checks of its connector
             found = qwen4exp.with_refusals(found, d.model, plan.prefill, plan.decode, rebuild, p.model,
-                                           push=mode == PUSH)
+                                           push=mode == PUSH, layout=None)     # layout_refusals: each line's
         first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]
         refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in HANDSHAKE_FIRST]
         suggestion = found.suggested_block_size

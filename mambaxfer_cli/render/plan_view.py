@@ -58,13 +58,14 @@ def verdict_line(plan: Plan) -> Text:
         if v.needs_remote_num_tokens:
             text.append("\nthe proxy must forward remote_num_tokens (blocks pair from the last token)",
                         style="bold yellow")
-        if v.suggested_block_size:
-            text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines", style="bold yellow")
+        if v.fix_words():
+            text.append(f"\nfix: {v.fix_words()}", style="bold yellow")
         return text
     text = refused_text(v, releases=releases)
-    if v.suggested_block_size:
-        text.append(f"\nfix: --block-size {v.suggested_block_size} on both engines (vllm serve … "
-                    f"--block-size {v.suggested_block_size})", style="bold yellow")
+    if v.fix_words():
+        env = f"VLLM_KV_CACHE_LAYOUT={v.suggested_layout} " if v.suggested_layout else ""
+        size = f" --block-size {v.suggested_block_size}" if v.suggested_block_size else ""
+        text.append(f"\nfix: {v.fix_words()} ({env}vllm serve …{size})", style="bold yellow")
     return text
 
 

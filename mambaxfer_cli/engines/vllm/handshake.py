@@ -35,16 +35,25 @@ class Verdict:
     suggested_block_size: int | None = None
     releases: str = ""                      # how the answer names the release(s): "vLLM 0.34"
     needs_remote_num_tokens: bool = False   # a pull pairing blocks from the last token
+    suggested_layout: str | None = None     # VLLM_KV_CACHE_LAYOUT on both engines, where the fix needs it
 
     @property
     def accepts(self) -> bool:
         return not self.refusals
+
+    def fix_words(self) -> str:
+        """The suggested fix as the plan words it ("" without one): "--block-size 400 on both
+        engines", "VLLM_KV_CACHE_LAYOUT=BLHNC and --block-size 400 on both engines"."""
+        said = [f"VLLM_KV_CACHE_LAYOUT={self.suggested_layout}"] if self.suggested_layout else []
+        said += [f"--block-size {self.suggested_block_size}"] if self.suggested_block_size else []
+        return f"{' and '.join(said)} on both engines" if said else ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "accepts": self.accepts,
                 "refusals": [r.to_dict() for r in self.refusals],
                 "suggested_block_size": self.suggested_block_size,
                 "needs_remote_num_tokens": self.needs_remote_num_tokens,
+                "suggested_kv_cache_layout": self.suggested_layout,
                 "not_checked": list(NOT_CHECKED)}
 
 

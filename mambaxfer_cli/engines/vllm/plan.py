@@ -44,6 +44,7 @@ class PlanOptions:
     decode_blocks: str | None = None
     seed: int = 0
     prefill_model: ModelSpec | None = None   # P's model when its dtypes or num_spec differ from D's
+    kv_cache_layout: str | None = None       # VLLM_KV_CACHE_LAYOUT on both engines (None: vLLM's pick)
 
     @property
     def engines(self) -> Engines:
@@ -316,7 +317,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
     if model.qwen4exp is not None:
-        verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model)
+        verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model,
+                                         layout=options.kv_cache_layout or qwen4exp.DEFAULT_LAYOUT)
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases
@@ -324,8 +326,10 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     warnings: list[Warning_] = []
     ratio = tp_ratio(p_tp, d_tp)
     if not verdict.accepts:
-        fix = (f"; --block-size {verdict.suggested_block_size} on both engines makes vLLM accept it"
-               if verdict.suggested_block_size else "")
+        fix = (f"; {verdict.fix_words()} makes vLLM accept it" if verdict.fix_words() else "")
+        if verdict.suggested_layout:
+            fix += (f" ({qwen4exp.HEADS_LAYOUT}: the block-contiguous layout QSA's indexer allows, "
+                    f"where vLLM's message names LBHNC)")
         if any(r.code == "ple-geometry" for r in verdict.refusals):
             fix += _ple_fix(model, p_model, p_tp, d_tp, options, grouping, prefill, decode)
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
