@@ -250,7 +250,7 @@ def test_the_plan_document_of_the_preset_fits_its_schema():
                              "--format", "json").stdout)
     jsonschema.Draft202012Validator(plan_schema()).validate(doc)
     assert doc["model"]["qwen4exp"] == {"ple_layers": [1], "ple_channels": 10240, "ple_state_len": 9,
-                                        "indexer_head_dim": 128, "compress_ratio": 4}
+                                        "indexer_head_dim": 128, "compress_ratio": 4, "rope_positions": True}
 
 
 def test_inspect_names_the_ple_page_and_the_ring():
@@ -276,3 +276,77 @@ def test_heterogeneous_tp_needs_qsas_block_contiguous_layout(p_tp, d_tp, refused
         # vLLM's order: the block sizes, then the layout, then the PLE pages (_build_mamba_remote).
         assert codes(p) == ["block-size", "kv-cache-layout-heads", "ple-geometry"]
         assert "VLLM_KV_CACHE_LAYOUT=BLHNC and --block-size" in p.verdict.fix_words()
+
+
+# --- the QSA caches, proved byte by byte ---------------------------------------------------------
+
+from mambaxfer_cli.proof import qwen4exp as proof_qsa  # noqa: E402
+
+GDN8 = dict(linear_num_value_heads=8, linear_num_key_heads=8, linear_key_head_dim=16, linear_value_head_dim=16)
+
+
+def qsa_plan(spec, p_tp, d_tp, semantics="vllm", block=256, blocks=3):
+    flags = EngineFlags(num_blocks=4096, block_size=block)
+    return build_plan(spec, p_tp, d_tp, PlanOptions(semantics=semantics, prefill=flags, decode=flags,
+                                                    kv_cache_layout="BLHNC", request_blocks=blocks))
+
+
+def test_the_qsa_pages_of_the_released_config():
+    spec = model()
+    # M-RoPE (rope_parameters.mrope_section): each ring slot is the 128-wide key, then 3 int64
+    # positions as 12 bf16 slots (QSARawKeyCache): 140 x 2 B, 4 slots.
+    assert spec.qwen4exp.rope_positions and qwen4exp.ring_page_bytes(spec) == 4 * 140 * 2
+    assert not model(rope_parameters={"rope_type": "default", "rope_theta": 1e7}).qwen4exp.rope_positions
+    # One 128-wide bf16 key per 4 tokens of the attention block.
+    assert qwen4exp.compressed_page_bytes(spec, 1600) == 400 * 128 * 2
+
+
+@pytest.mark.parametrize("p_tp, d_tp", [(1, 1), (2, 2), (4, 8), (8, 4)])
+def test_every_qsa_byte_lands_where_vllm_accepts(p_tp, d_tp):
+    spec = model(num_key_value_heads=2, ple_layer_ids=[], **GDN8)
+    p = qsa_plan(spec, p_tp, d_tp)
+    assert p.verdict.accepts
+    proof = proof_qsa.prove_qsa(p)
+    ring, ckey = qwen4exp.ring_page_bytes(spec), qwen4exp.compressed_page_bytes(spec, 256)
+    # Every D rank: each layer's ring (one block) and its compressed keys of the request's 3 blocks.
+    assert proof.bytes_verified == d_tp * 12 * (ring + 3 * ckey)
+    assert not proof.damage
+    assert not any(w.code == "vllm-qsa-ring" for w in p.warnings)
+
+
+@pytest.mark.parametrize("p_tp, d_tp, ranks, said", [
+    (2, 4, [1, 3], "past the page"),      # D reads its head offset's page: the next layer's ring
+    (4, 2, [0, 1], "copies"),             # each of 2 sources gives its first half into its slot
+])
+def test_vllm_reads_the_ring_as_head_sharded_below_the_kv_heads(p_tp, d_tp, ranks, said):
+    # 8 KV heads, both TP sizes below them, BLHNC (the layout that lets the heads split): vLLM
+    # flags the ring SPLIT and reads a TP-invariant page as a head slice. The compressed keys
+    # (an MLA spec, REPLICATE) land right.
+    spec = model(num_key_value_heads=8, ple_layer_ids=[], **GDN8)
+    p = qsa_plan(spec, p_tp, d_tp)
+    assert p.verdict.accepts
+    proof = proof_qsa.prove_qsa(p)
+    assert sorted(d.d_rank for d in proof.damage) == ranks
+    assert {d.space for d in proof.damage} == {"ring"}
+    assert all(d.pages == 12 for d in proof.damage)
+    warning = next(w for w in p.warnings if w.code == "vllm-qsa-ring")
+    assert said in warning.message
+    # mambaxfer's own reads (the whole page from one source) are right.
+    assert not proof_qsa.prove_qsa(qsa_plan(spec, p_tp, d_tp, semantics="exact")).damage
+
+
+def test_check_counts_the_qsa_pages_and_names_a_wrong_ring():
+    from mambaxfer_cli.proof.check import check_plan
+    spec = model(num_key_value_heads=8, ple_layer_ids=[], **GDN8)
+    result = check_plan(qsa_plan(spec, 2, 4))
+    assert result.verdict == "fail"
+    first = result.simulation.first_wrong
+    assert first.space == "ring" and "QSA raw-key ring layer 7" in first.describe()
+    right = check_plan(qsa_plan(spec, 2, 2))
+    assert right.verdict == "pass"
+
+
+def test_qsa_pages_are_not_proved_across_block_sizes_nor_where_vllm_moves_none():
+    assert proof_qsa.qsa_unproved(plan(model(), 2, 4)).startswith("P's and D's blocks differ (1600 and 832")
+    assert proof_qsa.qsa_unproved(plan(model(), 1, 2)) == ""       # csa-linear-tp: nothing moves
+    assert proof_qsa.qsa_unproved(plan(model(), 2, 2)) is None

@@ -42,6 +42,7 @@ class Qwen4ExpParts:
     ple_state_len: int                 # (ple_conv_kernel_size - 1) * ngram_size
     indexer_head_dim: int | None = None  # None: no QSA (indexer_n_heads absent)
     compress_ratio: int | None = None  # indexer_compress_ratio
+    rope_positions: bool = False       # M-RoPE: the raw-key ring also keeps each token's 3 positions
 
     @property
     def has_qsa(self) -> bool:
@@ -55,7 +56,7 @@ class Qwen4ExpParts:
     def to_dict(self) -> dict[str, Any]:
         return {"ple_layers": list(self.ple_layers), "ple_channels": self.ple_channels,
                 "ple_state_len": self.ple_state_len, "indexer_head_dim": self.indexer_head_dim,
-                "compress_ratio": self.compress_ratio}
+                "compress_ratio": self.compress_ratio, "rope_positions": self.rope_positions}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.engines.vllm.engine import Engines
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.handshake import fix_words
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
@@ -182,14 +183,14 @@ class PairingResult:
         if self.exact_verdict == "fail":
             return (f"{pairing}: mambaxfer's exact plan moves wrong bytes (a bug in mambaxfer; "
                     f"--semantics exact explains it)")
-        fix = self.vllm.get("suggested_block_size") if self.vllm else None
+        fix = self._fix()
         corrupts = self.vllm_check is not None and self.vllm_check.verdict == "fail"
         does = self.vllm_does
         if does == REFUSES:
             message = " ".join(r["message"] for r in self._vllm_verdict["refusals"][:1]).rstrip(".")
             line = f"{pairing}: {vllm} refuses it ({message})"
             if fix:
-                line += f"; --block-size {fix} on both engines makes vLLM accept it"
+                line += f"; {fix} makes vLLM accept it"
                 line += f", but its reads then corrupt {self.corrupted()}" if corrupts else ""
             elif corrupts:
                 line += f"; its reads would also corrupt {self.corrupted()}"
@@ -198,11 +199,16 @@ class PairingResult:
             sim = self.vllm_check.simulation if self.vllm_check else None
             line = f"{pairing}: {vllm} corrupts {self.corrupted()}: {sim.wrong_bytes if sim else 0} bytes wrong"
             if fix:
-                line += f"; fix: --block-size {fix} on both engines"
+                line += f"; fix: {fix}"
             elif "vllm-replicated-groups" in (self.vllm_check.warnings if self.vllm_check else ()):
                 line += "; fix: the same TP on both sides"
             return line
         return f"{pairing}: {vllm} accepts it and moves the right bytes"
+
+    def _fix(self) -> str:
+        """vLLM's verdict's suggested fix in words ("" without one)."""
+        v = self.vllm or {}
+        return fix_words(v.get("suggested_kv_cache_layout"), v.get("suggested_block_size"))
 
     def explanation(self, limit: int = 8) -> list[str]:
         """Plain lines saying what is wrong: the first wrong byte, the damage per D rank and region,
@@ -222,9 +228,9 @@ class PairingResult:
         if self.vllm and not self.vllm["accepts"]:
             lines += [f"{self.vllm['releases']} refuses this pairing at handshake: {r['message']}"
                       for r in self.vllm["refusals"]]
-        fix = self.vllm["suggested_block_size"] if self.vllm else None
+        fix = self._fix()
         if fix and (self.verdict != "pass" or not self._vllm_verdict["accepts"]):
-            lines.append(f"fix: --block-size {fix} on both engines")
+            lines.append(f"fix: {fix}")
         if sim is None or sim.ok:
             return lines
         if sim.first_wrong:
@@ -367,7 +373,8 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     sim = simulate(plan, patterns)
     if plan.model.qwen4exp is not None:     # its PLE pages, beside the pages simulate proves
         from mambaxfer_cli.proof import qwen4exp
-        sim = qwen4exp.merged(sim, qwen4exp.prove_ple(plan, plan_prefill_model(plan)))
+        sim = qwen4exp.merged(sim, qwen4exp.prove_ple(plan, plan_prefill_model(plan)),
+                              qwen4exp.prove_qsa(plan, plan_prefill_model(plan)))
     verdict = "pass" if sim.ok else "fail"
     if verdict == "pass" and plan.semantics == VLLM and not plan.verdict.accepts:
         verdict = "refused"     # what vLLM would do is refuse: the deployment does not work

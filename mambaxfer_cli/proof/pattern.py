@@ -12,7 +12,7 @@ import numpy as np
 from mambaxfer_cli.planning.variants import REGION_IDS as VARIANT_REGION_IDS
 
 # Each region's ID in the pattern: the variants' own (1..7), then attention's KV and padding.
-REGION_IDS = {**VARIANT_REGION_IDS, "kv": 8, "pad": 9, "ple": 10}
+REGION_IDS = {**VARIANT_REGION_IDS, "kv": 8, "pad": 9, "ple": 10, "ring": 11, "ckey": 12}
 POISON = 0xA5
 
 

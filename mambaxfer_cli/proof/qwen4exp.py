@@ -14,13 +14,14 @@ nothing is proved here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import SSM, ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.proof.simulate import ByteSource, Damage, Simulation, WrongByte
@@ -122,9 +123,150 @@ def holds(offset: int, rows: int, eb: int, channels: int) -> str:
     return f"ple channel {c} row {k // eb} byte {k % eb}"
 
 
-def merged(sim: Simulation, proof: PleProof | None) -> Simulation:
-    """The simulation of a plan's reads with its PLE pages' proof added."""
-    if proof is None:
-        return sim
-    return Simulation(sim.reads + proof.reads, sim.pairs + proof.reads, sim.bytes_moved + proof.bytes_moved,
-                      sim.bytes_verified + proof.bytes_verified, sim.problems, sim.damage + proof.damage)
+def merged(sim: Simulation, *proofs: PleProof | None) -> Simulation:
+    """The simulation of a plan's reads with its PLE and QSA pages' proofs added."""
+    for proof in proofs:
+        if proof is not None:
+            sim = Simulation(sim.reads + proof.reads, sim.pairs + proof.reads, sim.bytes_moved + proof.bytes_moved,
+                             sim.bytes_verified + proof.bytes_verified, sim.problems, sim.damage + proof.damage)
+    return sim
+
+
+# --- the QSA caches ------------------------------------------------------------------------------
+
+RING, CKEY = "ring", "ckey"
+# vLLM's refusals under which no QSA page moves: an engine that does not start, or _nixl_handshake's
+# check before any metadata is read.
+QSA_REFUSED = ("qsa-ring", "csa-linear-tp")
+
+
+@dataclass(frozen=True)
+class _Cache:
+    """One QSA cache as the proof sees it: a page per indexed-attention layer and block, all
+    the layers' pages side by side in P's block row (vLLM's block-outermost packing), so a read
+    past a page lands in the next layer's page, and past the last one in the rest of the row."""
+
+    space: str
+    unit: str               # what one unit of the page is: a ring slot, a compressed key
+    unit_bytes: int
+    p_page: int
+    d_page: int
+    reads: Callable[[int], tuple[qwen4exp.CacheRead, ...]]      # a D rank's reads of one page
+
+    def p_row(self, layers: tuple[int, ...], p_block: int) -> np.ndarray:
+        """P's row of the block: every layer's page, then as many pad bytes as reads may run past."""
+        pages = [_pattern_page(self.space, layer, p_block, self.p_page, self.unit_bytes) for layer in layers]
+        tail = unit_bytes_pattern(0, p_block, "pad", 0, 1, self.d_page * 4).reshape(-1)
+        return np.concatenate(pages + [tail])
+
+    def holds(self, offset: int, layers: tuple[int, ...]) -> tuple[int, str]:
+        """The layer whose page holds byte ``offset`` of P's row, and what it holds there."""
+        index, at = divmod(offset, self.p_page)
+        if index >= len(layers):
+            return -1, "pad byte beyond the QSA pages"
+        unit, byte = divmod(at, self.unit_bytes)
+        if unit * self.unit_bytes + self.unit_bytes > self.p_page:
+            return layers[index], "pad byte"
+        return layers[index], f"{self.space} {self.unit} {unit} byte {byte}"
+
+
+def _pattern_page(space: str, layer: int, block: int, page: int, unit_bytes: int) -> np.ndarray:
+    units = page // unit_bytes
+    out = unit_bytes_pattern(layer, block, space, 0, units, unit_bytes).reshape(-1)
+    if out.size < page:
+        out = np.concatenate([out, np.full(page - out.size, POISON, dtype=np.uint8)])
+    return out
+
+
+def _caches(plan: Plan, p_model: ModelSpec) -> tuple[_Cache, ...]:
+    model, prefill, decode = plan.model, plan.prefill, plan.decode
+    exact = plan.semantics != VLLM
+    ring = _Cache(RING, "slot", qwen4exp.ring_slot_bytes(model), qwen4exp.ring_page_bytes(p_model),
+                  qwen4exp.ring_page_bytes(model),
+                  lambda d: qwen4exp.ring_reads(model, prefill, decode, d, exact))
+    q = model.qwen4exp
+    assert q is not None and q.indexer_head_dim is not None
+    ckey = _Cache(CKEY, "key", q.indexer_head_dim * dtype_bytes("bfloat16"),
+                  qwen4exp.compressed_page_bytes(p_model, prefill.geometry.block_size),
+                  qwen4exp.compressed_page_bytes(model, decode.geometry.block_size),
+                  lambda d: qwen4exp.compressed_reads(model, prefill, decode, d, exact))
+    return ring, ckey
+
+
+def qsa_unproved(plan: Plan) -> str | None:
+    """Why the QSA pages of a plan are not proved ("" where vLLM moves none); None where they are."""
+    q = plan.model.qwen4exp
+    if q is None or not q.has_qsa:
+        return ""
+    if any(r.code in QSA_REFUSED for r in plan.verdict.refusals):
+        return ""
+    if plan.prefill.geometry.block_size != plan.decode.geometry.block_size:
+        return (f"P's and D's blocks differ ({plan.prefill.geometry.block_size} and "
+                f"{plan.decode.geometry.block_size} tokens), and mambaxfer does not model how vLLM pairs "
+                f"compressed keys and rings across block sizes")
+    return None
+
+
+def attention_pairs(plan: Plan) -> tuple[tuple[int, int], ...]:
+    """The request's attention block pairs (P's, D's), in the order D holds them."""
+    request = plan.descriptors.request
+    for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
+        if kind == ATTENTION:
+            return tuple(zip((int(b) for b in p), (int(b) for b in d)))
+    return ()
+
+
+def prove_qsa(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
+    """Qwen4Exp's QSA pages of one request, for every indexed-attention layer and D rank: the
+    raw-key ring (one block per request: labelled with the request's first attention block pair)
+    and the compressed keys of every attention block; None where vLLM moves none or mambaxfer
+    does not prove them (``qsa_unproved``)."""
+    if qsa_unproved(plan) is not None:
+        return None
+    model = plan.model
+    p_model = p_model or model
+    layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
+    pairs = attention_pairs(plan)
+    reads = moved = verified = 0
+    damage: list[Damage] = []
+    for cache in _caches(plan, p_model):
+        blocks = pairs[:1] if cache.space == RING else pairs
+        keep = min(cache.p_page, cache.d_page) // cache.unit_bytes * cache.unit_bytes
+        for d in range(plan.decode.tp):
+            wrong = pages = 0
+            first: WrongByte | None = None
+            for p_block, d_block in blocks:
+                row = cache.p_row(layers, p_block)
+                for index, layer in enumerate(layers):
+                    page = np.full(cache.d_page, POISON, dtype=np.uint8)
+                    writes = np.zeros(cache.d_page, dtype=np.uint16)
+                    last: dict[int, tuple[int, int]] = {}
+                    for read in cache.reads(d):
+                        start = index * cache.p_page + read.remote_offset
+                        page[read.local_offset:read.local_offset + read.size] = row[start:start + read.size]
+                        writes[read.local_offset:read.local_offset + read.size] += 1
+                        last[read.local_offset] = (read.p_rank, start - read.local_offset)
+                        reads += 1
+                        moved += read.size
+                    want = row[index * cache.p_page:index * cache.p_page + keep]
+                    verified += keep
+                    bad = np.flatnonzero(page[:keep] != want)
+                    if not bad.size:
+                        continue
+                    wrong += int(bad.size)
+                    pages += 1
+                    if first is None:
+                        at = int(bad[0])
+                        source = None
+                        if writes[at]:
+                            p_rank, shift = next(v for k, v in sorted(last.items(), reverse=True) if k <= at)
+                            s_layer, s_holds = cache.holds(at + shift, layers)
+                            source = ByteSource(p_rank, cache.space, s_layer, p_block,
+                                                (at + shift) % cache.p_page, s_holds)
+                        unit, byte = divmod(at, cache.unit_bytes)
+                        first = WrongByte(d, cache.space, layer, d_block, p_block, at,
+                                          f"{cache.space} {cache.unit} {unit} byte {byte}", int(want[at]),
+                                          int(page[at]), int(writes[at]), source)
+            if first is not None:
+                damage.append(Damage(d, cache.space, cache.space, wrong, pages, first))
+    return PleProof(reads, moved, verified, tuple(damage))

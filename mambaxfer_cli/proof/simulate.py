@@ -95,13 +95,15 @@ def _place(space: str, tensor: int, block: int) -> str:
         return f"tensor {tensor} attention block {block}"
     if space == "ple":      # Qwen4Exp's PLE pages, one per PLE layer (decoder layer, 0-based)
         return f"PLE layer {tensor} block {block}"
+    if space in ("ring", "ckey"):   # Qwen4Exp's QSA pages, one per indexed-attention layer
+        return f"QSA {'raw-key ring' if space == 'ring' else 'compressed keys'} layer {tensor} block {block}"
     return f"tensor {tensor} SSM block {block}"
 
 
 @dataclass(frozen=True)
 class WrongByte:
     d_rank: int
-    space: str           # "ssm" | "attention" | "ple"
+    space: str           # "ssm" | "attention" | "ple" | "ring" | "ckey"
     tensor: int          # SSM tensor, attention stream, or PLE layer
     block: int           # D's block (attention: kernel block)
     p_block: int         # the P block it is paired with in the request

@@ -57,4 +57,15 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
                             f"{config['indexer_kv_heads']}")
     return Qwen4ExpParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
                                                             MAX_DIM, "model's"),
-                         (kernel - 1) * ngram, head_dim, ratio)
+                         (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config))
+
+
+def uses_mrope(config: Mapping[str, Any]) -> bool:
+    """vLLM's ``uses_mrope``: the RoPE parameters (or one layer type's) name an ``mrope_section``
+    (``xdrope_section``, its older name), a list."""
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(params, Mapping):
+        return False
+    candidates = [params] + [v for v in params.values() if isinstance(v, Mapping)]
+    return any(isinstance(c.get(name), (list, tuple)) for c in candidates
+               for name in ("mrope_section", "xdrope_section"))

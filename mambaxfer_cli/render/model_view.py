@@ -104,8 +104,9 @@ def qwen4exp_line(spec, side) -> str:
         parts.append(f"PLE state {qwen4exp.ple_state_bytes(spec)} B on every rank ({len(q.ple_layers)} layer(s), "
                      f"TP-replicated), page {qwen4exp.ple_page_bytes(spec, side)} B")
     if q.has_qsa:
-        parts.append(f"QSA ring {qwen4exp.ring_tokens(spec)} tokens (CircularBufferSpec), compressed keys 1 per "
-                     f"{q.compress_ratio} tokens")
+        parts.append(f"QSA ring {qwen4exp.ring_tokens(spec)} tokens (CircularBufferSpec, page "
+                     f"{qwen4exp.ring_page_bytes(spec)} B), compressed keys 1 per {q.compress_ratio} tokens "
+                     f"({qwen4exp.compressed_page_bytes(spec, side.geometry.block_size)} B per block)")
     return "Qwen4Exp: " + "; ".join(parts)
 
 

@@ -42,11 +42,7 @@ class Verdict:
         return not self.refusals
 
     def fix_words(self) -> str:
-        """The suggested fix as the plan words it ("" without one): "--block-size 400 on both
-        engines", "VLLM_KV_CACHE_LAYOUT=BLHNC and --block-size 400 on both engines"."""
-        said = [f"VLLM_KV_CACHE_LAYOUT={self.suggested_layout}"] if self.suggested_layout else []
-        said += [f"--block-size {self.suggested_block_size}"] if self.suggested_block_size else []
-        return f"{' and '.join(said)} on both engines" if said else ""
+        return fix_words(self.suggested_layout, self.suggested_block_size)
 
     def to_dict(self) -> dict[str, Any]:
         return {"releases": self.releases, "accepts": self.accepts,
@@ -55,6 +51,14 @@ class Verdict:
                 "needs_remote_num_tokens": self.needs_remote_num_tokens,
                 "suggested_kv_cache_layout": self.suggested_layout,
                 "not_checked": list(NOT_CHECKED)}
+
+
+def fix_words(layout: str | None, block_size: int | None) -> str:
+    """A verdict's suggested fix as plan and check word it ("" without one): "--block-size 400 on
+    both engines", "VLLM_KV_CACHE_LAYOUT=BLHNC and --block-size 400 on both engines"."""
+    said = [f"VLLM_KV_CACHE_LAYOUT={layout}"] if layout else []
+    said += [f"--block-size {block_size}"] if block_size else []
+    return f"{' and '.join(said)} on both engines" if said else ""
 
 
 def attention_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> list[int]:

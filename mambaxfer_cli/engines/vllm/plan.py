@@ -257,7 +257,7 @@ def _ple_fix(model: ModelSpec, p_model: ModelSpec, p_tp: int, d_tp: int, options
 
 
 def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
-                    verdict: Verdict, releases: str) -> list[Warning_]:
+                    verdict: Verdict, releases: str, semantics: str) -> list[Warning_]:
     """What this plan's reads leave out of Qwen4Exp: its PLE page and its QSA indexer caches; and a
     PLE state that differs inside pages vLLM finds equal."""
     q = model.qwen4exp
@@ -278,11 +278,23 @@ def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout,
             f"each of its {max(sources)} source P rank(s), the same bytes from each; not in the reads "
             f"above")))
     if q.has_qsa:
+        ring, ckey = qwen4exp.ring_page_bytes(model), qwen4exp.compressed_page_bytes(model, decode.geometry.block_size)
         out.append(Warning_("qwen4exp-qsa", (
             f"QSA: each of the {model.attention_layers} indexed-attention layers also keeps a raw-key ring "
-            f"({qwen4exp.ring_tokens(model)} tokens, CircularBufferSpec, outside the transfer block size) "
-            f"and compressed keys (1 per {q.compress_ratio} tokens); vLLM packs every page of a block in "
-            f"one row (a block-outermost layout), which the reads above do not model")))
+            f"({qwen4exp.ring_tokens(model)} tokens, a {ring} B page, one block per request) and compressed "
+            f"keys (1 per {q.compress_ratio} tokens, {ckey} B per D block), the same on every rank; each D "
+            f"rank reads both whole from its attention source P rank; not in the reads above (check proves "
+            f"them)")))
+        if semantics == VLLM and verdict.accepts:
+            bent = [d for d in range(decode.tp) if qwen4exp.ring_misread(model, prefill, decode, d)]
+            if bent:
+                out.append(Warning_("vllm-qsa-ring", (
+                    f"{releases} reads the QSA raw-key ring as head-sharded attention (its region is not "
+                    f"an MLA spec), though every rank holds the whole page: D rank(s) "
+                    f"{', '.join(map(str, bent))} read it "
+                    + ("from past the page (the next layer's ring)" if prefill.tp < decode.tp else
+                       f"as {prefill.tp // decode.tp} copies of each source's first slots")
+                    + "; their rings land wrong")))
     return out
 
 
@@ -354,7 +366,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
         warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
                                      "vllm-differs", f"{releases} would read wrong bytes for this pairing")
     if model.qwen4exp is not None:
-        warnings += _qwen4exp_notes(model, p_model, prefill, decode, verdict, releases)
+        warnings += _qwen4exp_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
     if verdict.accepts and verdict.needs_remote_num_tokens:
         warnings.append(Warning_("remote-num-tokens", (
             f"{releases} pairs P's and D's blocks from the request's last token here (kernel blocks "

@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
-from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
+from mambaxfer_cli.engines.vllm.handshake import Verdict, attention_sources, geometry_refused
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec, Qwen4ExpParts
@@ -196,3 +196,96 @@ def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, dec
     fix_layout = HEADS_LAYOUT if any(r.code == "kv-cache-layout-heads" for r in found) else None
     return replace(verdict, refusals=first + verdict.refusals + last, suggested_block_size=suggested,
                    suggested_layout=fix_layout)
+
+
+# --- the QSA caches as the connector moves them --------------------------------------------------
+
+# QSARawKeyCache: with M-RoPE each token's three int64 positions follow its key, 4 bf16 slots each,
+# after the key rounded up to 4 slots.
+_POSITION_SLOTS, _ROPE_AXES = 4, 3
+
+
+def ring_slot_bytes(model: ModelSpec) -> int:
+    """One token slot of the raw-key ring: the key (``indexer_head_dim``) in bfloat16, and with
+    M-RoPE (``model_config.uses_mrope``) its positions (``QSARawKeyCache.__init__``)."""
+    q = model.qwen4exp
+    assert q is not None and q.indexer_head_dim is not None
+    slots = q.indexer_head_dim
+    if q.rope_positions:
+        slots = -(-slots // _POSITION_SLOTS) * _POSITION_SLOTS + _ROPE_AXES * _POSITION_SLOTS
+    return slots * dtype_bytes("bfloat16")
+
+
+def ring_page_bytes(model: ModelSpec) -> int:
+    """The raw-key ring's page: ``CircularBufferSpec(num_kv_heads=1)`` of ``ring_tokens`` slots;
+    every rank holds the same (the indexer's projection is replicated)."""
+    ring = ring_tokens(model)
+    assert ring is not None
+    return ring * ring_slot_bytes(model)
+
+
+def compressed_page_bytes(model: ModelSpec, block_size: int) -> int:
+    """The compressed keys' page of one attention block: ``MLAAttentionSpec(num_kv_heads=1,
+    tokens_per_state=compress_ratio)``, one ``indexer_head_dim`` key per group of tokens, in the
+    indexer's dtype (bfloat16 unless ``--attention-config`` sets ``indexer_kv_dtype`` fp8)."""
+    q = model.qwen4exp
+    assert q is not None and q.indexer_head_dim is not None and q.compress_ratio is not None
+    return block_size // q.compress_ratio * q.indexer_head_dim * dtype_bytes("bfloat16")
+
+
+@dataclass(frozen=True)
+class CacheRead:
+    """A read of one QSA page: ``size`` bytes from ``remote_offset`` of P rank ``p_rank``'s page
+    (past its end: the bytes after it in P's block row) to ``local_offset`` of D's page."""
+
+    p_rank: int
+    remote_offset: int
+    local_offset: int
+    size: int
+
+
+def head_offset(d_rank: int, d_tp: int, p_tp: int, kv_heads: int) -> int:
+    """``compute_head_offset``: where D rank ``d_rank``'s heads start in its source P rank's
+    block, in D's head slices."""
+    if d_tp <= p_tp:
+        return 0
+    if d_tp > kv_heads:
+        p_rank = d_rank * p_tp // d_tp
+        return d_rank * kv_heads // d_tp - p_rank * kv_heads // p_tp
+    return d_rank % (d_tp // p_tp)
+
+
+def ring_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
+               exact: bool) -> tuple[CacheRead, ...]:
+    """D rank ``d_rank``'s reads of a raw-key ring page. vLLM flags the ring region SPLIT like the
+    attention KV (``_is_region_replicated``: not an MLA spec), so ``_build_fa_remote`` reads it as
+    head-sharded although every rank holds the whole page: from one source (D at least as many
+    ranks) ``page`` bytes at ``head_offset · page``; from several (P more ranks, both below the KV
+    heads) each its first ``page/n`` bytes into slot ``i`` (``_build_local_splits_from_plan``).
+    Where the offset is 0 and the source one, that is the whole page. ``exact``: mambaxfer's own
+    read, the whole page from the first source."""
+    page = ring_page_bytes(model)
+    sources = attention_sources(prefill, decode, d_rank)
+    if exact:
+        return (CacheRead(sources[0], 0, 0, page),)
+    if len(sources) > 1:
+        part = page // len(sources)
+        return tuple(CacheRead(s, 0, i * part, part) for i, s in enumerate(sources))
+    offset = head_offset(d_rank, decode.tp, prefill.tp, model.num_kv_heads or 0)
+    return (CacheRead(sources[0], offset * page, 0, page),)
+
+
+def ring_misread(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> bool:
+    """Whether vLLM's reads of D rank ``d_rank``'s ring differ from the whole page of one source."""
+    return (ring_reads(model, prefill, decode, d_rank, exact=False)
+            != ring_reads(model, prefill, decode, d_rank, exact=True))
+
+
+def compressed_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
+                     exact: bool) -> tuple[CacheRead, ...]:
+    """D rank ``d_rank``'s reads of a compressed-key page: an MLA spec, so a REPLICATE region, read
+    whole (D's page length) from every attention source (``_build_fa_remote``; the same bytes from
+    each), or from the first under ``exact``."""
+    page = compressed_page_bytes(model, decode.geometry.block_size)
+    sources = attention_sources(prefill, decode, d_rank)
+    return tuple(CacheRead(s, 0, 0, page) for s in (sources[:1] if exact else sources))
