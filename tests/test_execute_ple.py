@@ -14,7 +14,8 @@ import pytest
 from cli_run import run_cli
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
-from mambaxfer_cli.execute import tasks as tasks_module
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute import ple as ple_module
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.ple import PleRead, ple_lists, ple_reads
 from mambaxfer_cli.execute.run import execute
@@ -63,9 +64,9 @@ def test_every_byte_of_the_ple_page_is_moved_and_verified(p_tp, d_tp, semantics,
         reads = len(ple_reads(plan, d["d_rank"]))
         assert reads == (p_tp // d_tp if semantics == "vllm" else 1)
         assert d["ple_descriptors"] == reads and d["ple_bytes"] == reads * page
-        assert d["descriptors_posted"] == sum(len(r.local_ids) for r in task.reads) + reads
+        assert d["descriptors_posted"] == sum(len(r.local_ids) for r in task.reads) + reads + d["qsa_descriptors"]
         assert d["telemetry_bytes"] == d["bytes"] > d["ple_bytes"]
-        assert task.memory.ple_regions == 1 and page >= PLE_STATE
+        assert task.memory.side_regions[0] == (1, page) and page >= PLE_STATE
         assert d["verdict"]["checked_bytes"] == task.memory.total_bytes
     assert_no_rank_left(env)
 
@@ -99,7 +100,7 @@ def test_a_ple_read_from_the_wrong_block_gives_wrong_bytes_on_d(monkeypatch):
     def misdirected(plan_, d_rank):     # P's page of another block: the right layer at the wrong offset
         return tuple(PleRead(r.p_rank, r.local_ids, (wrong,)) for r in ple_reads(plan_, d_rank))
 
-    monkeypatch.setattr(tasks_module, "ple_reads", misdirected)
+    monkeypatch.setattr(ple_module, "ple_reads", misdirected)
     [d] = run_in_process(plan)
     check = d.check
     assert not check.ok and set(check.wrong_by_region) == {"ple", "ple page"}
@@ -117,7 +118,7 @@ def test_a_ple_read_onto_the_wrong_d_block_leaves_the_page_poisoned_and_is_a_str
     _, d_lists = ple_lists(plan)
     _, d_block = ple_proof.block_pair(plan)
     wrong = (d_block + 1) % d_lists.logical_blocks
-    monkeypatch.setattr(tasks_module, "ple_reads", lambda plan_, d_rank: tuple(
+    monkeypatch.setattr(ple_module, "ple_reads", lambda plan_, d_rank: tuple(
         PleRead(r.p_rank, (wrong,), r.remote_ids) for r in ple_reads(plan_, d_rank)))
     [d] = run_in_process(plan)
     check = d.check
@@ -174,3 +175,48 @@ def test_two_hosts_move_the_ple_page_and_the_prefill_side_counts_it():
     # What P served (its PLE pages included) is what D moved.
     assert sum(s["bytes"] for p in p_doc["prefill"] for s in p["served"]) == d_doc["total_bytes"]
     assert_no_rank_left(pair.tag)
+
+
+def test_the_qsa_pages_move_beside_the_ple_page_and_every_byte_is_verified():
+    # --layers 4: one indexed-attention layer; a request of 2 attention blocks: the ring's one page
+    # and the compressed keys of both blocks, from the one attention source.
+    code, doc = execute_json("--p-tp", "2", "--d-tp", "2", "--semantics", "vllm")
+    assert code == 0 and doc["verified"]
+    plan = local_plan(2, 2, "vllm")
+    ring, ckey = [d for _, d in ple_module.side_lists(plan)][1:]
+    assert (ring.space, ckey.space) == ("ring", "ckey") and ring.page_bytes == 4 * 140 * 2
+    for d in doc["decode"]:
+        assert d["qsa_descriptors"] == 3 and d["qsa_bytes"] == ring.page_bytes + 2 * ckey.page_bytes
+
+
+def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
+    plan = local_plan(1, 1, "exact")
+    real = ple_module._qsa_reads
+
+    def misdirected(plan_, lists, d_rank):      # P's compressed keys of another block
+        reads = real(plan_, lists, d_rank)
+        if lists[1].space != "ckey":
+            return reads
+        return tuple(PleRead(r.p_rank, r.local_ids, tuple((i + 1) % lists[0].length for i in r.remote_ids))
+                     for r in reads)
+
+    monkeypatch.setattr(ple_module, "_qsa_reads", misdirected)
+    [d] = run_in_process(plan)
+    check = d.check
+    assert not check.ok and set(check.wrong_by_region) == {"ckey"}
+    first = check.first_by_region["ckey"]
+    assert first.wants == "ckey key 0 byte 0" and first.reason.startswith("block ")
+    assert "QSA compressed keys layer 3" in first.describe()
+
+
+def test_a_ring_vllm_reads_in_pieces_is_not_executed():
+    # 8 KV heads, P TP 2 -> D TP 4 under BLHNC: vLLM reads D1's ring from past the page; execute
+    # says so and leaves it to check.
+    spec = cut_layers(config_model(num_key_value_heads=8, ple_layer_ids=[], linear_num_value_heads=8,
+                                   linear_num_key_heads=8, linear_key_head_dim=16, linear_value_head_dim=16), LAYERS)
+    flags = EngineFlags(num_blocks=64, block_size=256)
+    plan = build_plan(spec, 2, 4, PlanOptions(semantics="vllm", prefill=flags, decode=flags,
+                                              kv_cache_layout="BLHNC", request_blocks=2))
+    assert plan.verdict.accepts
+    with pytest.raises(UserError, match="vLLM reads D1's QSA raw-key ring in pieces .* 'mambaxfer check' proves"):
+        build_tasks(plan, SETTINGS)

@@ -182,7 +182,7 @@ def _create_agent(api: ModuleType, task: RankTask, telemetry: bool) -> Any:
 
 def fill(task: PrefillTask, memory: RankMemory, tick: Tick = lambda detail: None) -> None:
     """Every page of a P rank: the pattern of what it holds (an SSM state, attention kernel blocks, or
-    a PLE state)."""
+    one of Qwen4Exp's whole pages)."""
     regions = len(task.memory.region_shapes)
     pages = regions * task.memory.logical_blocks
     for tensor in range(regions):
@@ -198,7 +198,8 @@ def layout(task: PrefillTask, memory: RankMemory) -> dict[str, Any]:
     """What a P rank publishes besides its agent metadata: its registered regions and layout."""
     return {"agent": task.agent, "rank": task.rank, "mem_type": memory.mem_type, "dev_id": task.dev_id,
             "bases": memory.bases, "page_bytes": task.memory.page_bytes,
-            "logical_blocks": task.memory.logical_blocks, "ple_page_bytes": task.memory.ple_page_bytes,
+            "logical_blocks": task.memory.logical_blocks,
+            "side_page_bytes": list(task.memory.side_page_bytes),
             "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes,
             "regions": [[address, length] for address, length, _, _ in memory.regions]}
 
@@ -208,7 +209,7 @@ def check_layout(task: DecodeTask, p_rank: int, published: dict[str, Any]) -> No
     want = task.prefill_memory
     rank_layout = task.prefill_layouts[p_rank]
     expected = {"rank": p_rank, "page_bytes": want.page_bytes, "logical_blocks": want.logical_blocks,
-                "ple_page_bytes": want.ple_page_bytes, "conv_bytes": rank_layout.conv_bytes,
+                "side_page_bytes": list(want.side_page_bytes), "conv_bytes": rank_layout.conv_bytes,
                 "ssm_bytes": rank_layout.ssm_bytes}
     for key, value in expected.items():
         if published.get(key) != value:

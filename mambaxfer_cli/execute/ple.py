@@ -1,19 +1,33 @@
-"""Qwen4Exp's PLE pages in an execute run, moved as vLLM's NIXL connector moves them.
+"""Qwen4Exp's whole pages in an execute run (its PLE state and its QSA caches), moved as vLLM's NIXL
+connector moves them.
 
-Memory: after the KV-cache tensors, one more registered region per PLE layer, the engine's logical
-blocks as pages of the PLE page (``_ple_block_len``: the padded page), each holding the layer's
-whole state (TP-replicated: every rank holds all channels), channel-major ``(channels, rows)``
-(vLLM's DS layout), then padding. vLLM keeps that page in a KV-cache tensor it shares with other
-groups' pages; a region of its own holds the same bytes at the same offsets in the page and leaves
+Three sets of pages, each a page per layer and logical block, every rank holding the same bytes:
+
+- the **PLE** page of each PLE layer (``_ple_block_len``: the padded page), the whole state
+  channel-major ``(channels, rows)`` (vLLM's DS layout), then padding;
+- the **QSA raw-key ring** of each indexed-attention layer (one block per request), its token slots;
+- the **QSA compressed keys** of each indexed-attention layer, one key per ``compress_ratio`` tokens
+  of each attention block.
+
+Memory: after the KV-cache tensors, one more registered region per layer of each set, the engine's
+logical blocks as pages of the set's page. vLLM keeps these pages in KV-cache tensors shared with
+other pages; a region of their own holds the same bytes at the same offsets in the page and leaves
 the plan's lists as they are.
 
-Reads: as ``_build_mamba_local`` / ``_build_mamba_remote`` append them, the PLE descriptors follow
-the plan's attention and SSM descriptors in every prepared list (``[attention | SSM | PLE]``): one
-per PLE layer and logical block, the whole page, the same in split lists (only the sharded SSM
-descriptors are split). Each D rank reads the page of the request's SSM block (the block
-``proof/qwen4exp.py`` proves) from every SSM source P rank under vLLM semantics
-(``compute_tp_mapping``), from the first one under the exact semantics, and from none where vLLM
-refuses the pages, where ``check`` proves nothing either.
+Reads: the set's descriptors follow the plan's in every prepared list (PLE as ``_build_mamba_local``
+/ ``_build_mamba_remote`` append them: ``[attention | SSM | PLE]``), one per layer and logical
+block, the whole page, the same in split lists (only the sharded SSM and attention descriptors are
+split). Each D rank reads, per layer:
+
+- the PLE page of the request's SSM block (the block ``proof/qwen4exp.py`` proves) from every SSM
+  source P rank under vLLM semantics (``compute_tp_mapping``), from the first under the exact;
+- the ring and the compressed keys of the request's attention blocks (the ring's one block at the
+  first attention block pair, as ``check`` labels it) from every attention source under vLLM
+  semantics, from the first under the exact: whole pages (``qwen4exp.ring_reads`` and
+  ``compressed_reads``). Where vLLM reads the ring in pieces (both TP sizes below the KV heads),
+  execute refuses the run and ``check`` proves those reads.
+
+No set moves where vLLM refuses its pages, nor where ``check`` proves none.
 """
 
 from __future__ import annotations
@@ -27,28 +41,33 @@ import numpy as np
 from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.plan import Plan
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
-from mambaxfer_cli.proof.qwen4exp import REFUSED, block_pair, holds
+from mambaxfer_cli.proof.qwen4exp import CKEY, QSA_REFUSED, REFUSED, RING, attention_pairs, block_pair, holds, \
+    qsa_unproved
 
 REGION = "ple"
+SPACES = (REGION, RING, CKEY)
 
 
 @dataclass(frozen=True)
 class PleLists:
-    """One side's PLE regions and the descriptor list over them: ID ``j·L + b`` is the page of
-    logical block ``b`` of the ``j``-th PLE layer."""
+    """One side's regions of one set of whole pages and the descriptor list over them: ID
+    ``j·L + b`` is the page of logical block ``b`` of the ``j``-th layer."""
 
-    first_region: int               # the first PLE region's index (after the KV-cache tensors)
-    layers: tuple[int, ...]         # the model's PLE layers, one region each (the pattern's layer)
-    page_bytes: int                 # the PLE page (padded)
+    first_region: int               # the set's first region's index (after the KV-cache tensors)
+    layers: tuple[int, ...]         # the model's layers of the set, one region each (the pattern's layer)
+    page_bytes: int                 # the page (PLE: padded)
     logical_blocks: int
-    channels: int
-    unit_bytes: int                 # one channel's rows
-    row_bytes: int                  # one row of a channel (the conv dtype)
+    channels: int                   # units of the page: PLE channels, ring slots, compressed keys
+    unit_bytes: int                 # one unit
+    row_bytes: int                  # one row of a PLE channel (the conv dtype); QSA: the unit
+    space: str = REGION             # ple | ring | ckey
+    unit: str = "channel"
 
     @property
     def length(self) -> int:
@@ -58,10 +77,10 @@ class PleLists:
         return self.first_region + layer_index
 
     def shape(self, layer_index: int) -> PageShape:
-        """What every page of PLE layer ``layer_index`` holds: all channels, then padding (the PLE
+        """What every page of the set's layer ``layer_index`` holds: all units, then padding (the
         layer's and block's, as ``check`` fills it: the whole page moves, padding included)."""
         layer, state = self.layers[layer_index], self.channels * self.unit_bytes
-        parts: tuple[Part, ...] = (Part(REGION, "channel", 0, self.unit_bytes, 0, self.channels, self.channels,
+        parts: tuple[Part, ...] = (Part(self.space, self.unit, 0, self.unit_bytes, 0, self.channels, self.channels,
                                         layer=layer),)
         if self.page_bytes > state:
             parts += (Part("pad", "byte", state, self.page_bytes - state, 0, 1, 1, layer=layer),)
@@ -69,7 +88,12 @@ class PleLists:
 
     def describe(self, offset: int) -> str:
         """What the byte at ``offset`` of a page stands for, as ``check`` names it."""
-        return holds(offset, self.unit_bytes // self.row_bytes, self.row_bytes, self.channels)
+        if self.space == REGION:
+            return holds(offset, self.unit_bytes // self.row_bytes, self.row_bytes, self.channels)
+        if offset >= self.channels * self.unit_bytes:
+            return "pad byte"
+        unit, byte = divmod(offset, self.unit_bytes)
+        return f"{self.space} {self.unit} {unit} byte {byte}"
 
     def rows(self, bases: Sequence[int], dev_id: int, strided: bool) -> np.ndarray:
         """The list as NIXL takes it: ``(layers, 5)`` strided rows, or the ``(length, 3)`` table."""
@@ -86,7 +110,7 @@ class PleLists:
 
 @dataclass(frozen=True)
 class PleRead:
-    """One D rank's PLE reads from one source P rank: IDs into each side's PLE list."""
+    """One D rank's reads of one set from one source P rank: IDs into each side's list of the set."""
 
     p_rank: int
     local_ids: tuple[int, ...]
@@ -95,36 +119,79 @@ class PleRead:
 
 @dataclass(frozen=True)
 class PlePage:
-    """One D PLE page of the request and what it must hold: the channels' rows both sides keep
-    (``keep`` bytes of each) the pattern of P's block, and every other byte of the page what the
-    whole-page read copies from P's page, at the same offset."""
+    """One D page of the request and what it must hold: the units both sides keep (``keep`` bytes
+    of each) the pattern of P's block, and every other byte what the whole-page read copies from
+    P's page, at the same offset."""
 
     region: int
     layer_index: int
     block: int                      # D's logical block
     p_block: int                    # P's logical block it is paired with
-    keep: int                       # bytes of each channel compared with the pattern
+    keep: int                       # bytes of each unit compared with the pattern
 
 
-def _lists(model: ModelSpec, side: EngineLayout) -> PleLists | None:
+@dataclass(frozen=True)
+class SidePages:
+    """One set of whole pages as one D rank moves them: both sides' lists, its reads, its pages."""
+
+    lists: PleLists                 # D's
+    prefill_lists: PleLists         # each P rank's
+    reads: tuple[PleRead, ...]
+    pages: tuple[PlePage, ...]
+
+    @property
+    def descriptors(self) -> int:
+        return sum(len(r.local_ids) for r in self.reads)
+
+    @property
+    def bytes(self) -> int:
+        return self.descriptors * self.lists.page_bytes
+
+
+def _ple(model: ModelSpec, side: EngineLayout, first_region: int) -> PleLists | None:
     q = model.qwen4exp
     if q is None or not q.ple_layers:
         return None
     eb = dtype_bytes(model.conv_dtype)
-    return PleLists(side.lists.tensors, tuple(q.ple_layers), qwen4exp.ple_page_bytes(model, side),
+    return PleLists(first_region, tuple(q.ple_layers), qwen4exp.ple_page_bytes(model, side),
                     side.lists.logical_blocks, q.ple_channels, (q.ple_state_len + model.num_spec) * eb, eb)
 
 
+def _qsa(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PleLists, PleLists]:
+    q = model.qwen4exp
+    assert q is not None and q.indexer_head_dim is not None and q.compress_ratio is not None
+    layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
+    slot, ring = qwen4exp.ring_slot_bytes(model), qwen4exp.ring_page_bytes(model)
+    key = q.indexer_head_dim * dtype_bytes("bfloat16")
+    ckey = qwen4exp.compressed_page_bytes(model, side.geometry.block_size)
+    blocks = side.lists.logical_blocks
+    return (PleLists(first_region, layers, ring, blocks, ring // slot, slot, slot, RING, "slot"),
+            PleLists(first_region + len(layers), layers, ckey, blocks, ckey // key, key, key, CKEY, "key"))
+
+
+def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PleLists, PleLists], ...]:
+    """(P's, D's) lists of each set of whole pages that moves, in ``SPACES``' order, regions
+    numbered after the KV-cache tensors; none where vLLM refuses a set's pages (it then registers or
+    reads none of them) or ``check`` proves none."""
+    p_model, model = plan.prefill_model or plan.model, plan.model
+    refused = {r.code for r in plan.verdict.refusals}
+    out: list[tuple[PleLists, PleLists]] = []
+    p_next, d_next = plan.prefill.lists.tensors, plan.decode.lists.tensors
+    if REGION in spaces and not refused & set(REFUSED):
+        p_ple, d_ple = _ple(p_model, plan.prefill, p_next), _ple(model, plan.decode, d_next)
+        if p_ple is not None and d_ple is not None:
+            out.append((p_ple, d_ple))
+            p_next, d_next = p_next + len(p_ple.layers), d_next + len(d_ple.layers)
+    if (RING in spaces or CKEY in spaces) and not refused & set(QSA_REFUSED) and qsa_unproved(plan) is None:
+        pairs = zip(_qsa(p_model, plan.prefill, p_next), _qsa(model, plan.decode, d_next))
+        out.extend(pair for pair in pairs if pair[1].space in spaces)
+    return tuple(out)
+
+
 def ple_lists(plan: Plan) -> tuple[PleLists, PleLists] | None:
-    """P's and D's PLE lists; None without PLE state or where vLLM refuses the pages (it then
-    registers or reads none of them)."""
-    if any(r.code in REFUSED for r in plan.verdict.refusals):
-        return None
-    p_lists = _lists(plan.prefill_model or plan.model, plan.prefill)
-    d_lists = _lists(plan.model, plan.decode)
-    if p_lists is None or d_lists is None:
-        return None
-    return p_lists, d_lists
+    """P's and D's PLE lists; None without PLE state or where vLLM refuses the pages."""
+    found = side_lists(plan, (REGION,))
+    return found[0] if found else None
 
 
 def ple_reads(plan: Plan, d_rank: int) -> tuple[PleRead, ...]:
@@ -133,32 +200,65 @@ def ple_reads(plan: Plan, d_rank: int) -> tuple[PleRead, ...]:
     lists = ple_lists(plan)
     if lists is None:
         return ()
-    p_lists, d_lists = lists
     p_block, d_block = block_pair(plan)
     sources = qwen4exp.ple_sources(plan.prefill, plan.decode, d_rank)
     if plan.semantics != VLLM:
         sources = sources[:1]
-    local = tuple(j * d_lists.logical_blocks + d_block for j in range(len(d_lists.layers)))
-    remote = tuple(j * p_lists.logical_blocks + p_block for j in range(len(p_lists.layers)))
+    return _whole(lists, sources, ((p_block, d_block),))
+
+
+def _whole(lists: tuple[PleLists, PleLists], sources: Sequence[int],
+           pairs: Sequence[tuple[int, int]]) -> tuple[PleRead, ...]:
+    """Every layer's page of each block pair, whole, from each of ``sources``."""
+    p_lists, d_lists = lists
+    local = tuple(j * d_lists.logical_blocks + d for j in range(len(d_lists.layers)) for _, d in pairs)
+    remote = tuple(j * p_lists.logical_blocks + p for j in range(len(p_lists.layers)) for p, _ in pairs)
     return tuple(PleRead(p, local, remote) for p in sources)
 
 
-def ple_pages(plan: Plan) -> tuple[PlePage, ...]:
-    """The D PLE pages of the request (the same on every D rank: the state is replicated)."""
-    lists = ple_lists(plan)
-    if lists is None:
+def _qsa_reads(plan: Plan, lists: tuple[PleLists, PleLists], d_rank: int) -> tuple[PleRead, ...]:
+    """D rank ``d_rank``'s reads of one QSA set: whole pages from the sources vLLM (or the exact
+    plan) reads them from; a ring vLLM reads in pieces is refused here (``check`` proves it)."""
+    space = lists[1].space
+    exact = plan.semantics != VLLM
+    find = qwen4exp.ring_reads if space == RING else qwen4exp.compressed_reads
+    cache_reads = find(plan.model, plan.prefill, plan.decode, d_rank, exact)
+    page = lists[1].page_bytes
+    piece = next((r for r in cache_reads if (r.remote_offset, r.local_offset, r.size) != (0, 0, page)), None)
+    if piece is not None:
+        raise UserError(f"this plan cannot be executed: vLLM reads D{d_rank}'s QSA raw-key ring in pieces "
+                        f"({piece.size} of its {page} bytes from P{piece.p_rank} at offset "
+                        f"{piece.remote_offset}), which execute does not move; 'mambaxfer check' proves "
+                        f"those reads")
+    pairs = attention_pairs(plan)
+    return _whole(lists, [r.p_rank for r in cache_reads], pairs[:1] if space == RING else pairs)
+
+
+def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ...]:
+    """Every set of whole pages D rank ``d_rank`` moves: its lists, reads and the request's pages
+    (the same on every D rank: the pages are replicated). ``ple``: False moves none (bench)."""
+    if not ple:
         return ()
-    p_lists, d_lists = lists
-    p_block, d_block = block_pair(plan)
-    keep = min(p_lists.unit_bytes, d_lists.unit_bytes)
-    return tuple(PlePage(d_lists.region(j), j, d_block, p_block, keep) for j in range(len(d_lists.layers)))
+    out = []
+    for p_lists, d_lists in side_lists(plan):
+        if d_lists.space == REGION:
+            reads = ple_reads(plan, d_rank)
+            pairs: Sequence[tuple[int, int]] = (block_pair(plan),)
+            keep = min(p_lists.unit_bytes, d_lists.unit_bytes)
+        else:
+            reads = _qsa_reads(plan, (p_lists, d_lists), d_rank)
+            pairs = attention_pairs(plan)[:1] if d_lists.space == RING else attention_pairs(plan)
+            keep = d_lists.unit_bytes
+        pages = tuple(PlePage(d_lists.region(j), j, d, p, keep) for j in range(len(d_lists.layers)) for p, d in pairs)
+        out.append(SidePages(d_lists, p_lists, reads, pages))
+    return tuple(out)
 
 
-def with_ple(rows: np.ndarray, ids: Sequence[int], plan_length: int, lists: PleLists, bases: Sequence[int],
-             dev_id: int, ple_ids: Sequence[int]) -> tuple[np.ndarray, array[int]]:
-    """A prepared list's rows with the PLE descriptors appended after its ``plan_length`` ones (in
-    the list's form, strided or not), and the read's IDs with ``ple_ids`` appended, shifted past them."""
+def with_side(rows: np.ndarray, ids: Sequence[int], plan_length: int, lists: PleLists, bases: Sequence[int],
+              dev_id: int, side_ids: Sequence[int]) -> tuple[np.ndarray, array[int]]:
+    """A prepared list's rows with a set's descriptors appended after its ``plan_length`` ones (in
+    the list's form, strided or not), and the read's IDs with ``side_ids`` appended, shifted past them."""
     extra = lists.rows(bases, dev_id, strided=rows.shape[1] == 5)
     all_ids = array("q", ids)
-    all_ids.extend(plan_length + i for i in ple_ids)
+    all_ids.extend(plan_length + i for i in side_ids)
     return np.concatenate([rows, extra]), all_ids

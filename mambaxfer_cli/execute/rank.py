@@ -16,7 +16,7 @@ from mambaxfer_cli.execute import remote
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, exchange, fill, layout
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
-from mambaxfer_cli.execute.ple import with_ple
+from mambaxfer_cli.execute.ple import REGION as PLE, with_side
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
@@ -104,30 +104,35 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         ch.phase("verifying")
         started = time.perf_counter()
         check = verify_decode(task, [memory.fetch(i) for i in range(memory.count)], ch.progress)
-        ple_descriptors = sum(len(r.local_ids) for r in task.ple_reads)
-        ple_bytes = ple_descriptors * task.ple.page_bytes if task.ple else 0
+        ple = [s for s in task.sides if s.lists.space == PLE]
+        qsa = [s for s in task.sides if s.lists.space != PLE]
         return DecodeResult(
             task.rank, task.sources, tuple(sorted({r.local_list for r in task.reads})),
-            bytes=sum(read_bytes(r.local, r.local_ids) for r in task.reads) + ple_bytes,
+            bytes=sum(read_bytes(r.local, r.local_ids) for r in task.reads) + sum(s.bytes for s in task.sides),
             descriptors_posted=prep.descriptors_posted,
             descriptors_merged=sum(int(t.descCount) for t in telemetry),
             telemetry_bytes=sum(int(t.totalBytes) for t in telemetry),
             times_s=tuple(times), xfer_us=max((int(t.xferDuration) for t in telemetry), default=0),
             prepare_s=prep.prep_s + prep.make_s, verify_s=time.perf_counter() - started, check=check,
-            ple_bytes=ple_bytes, ple_descriptors=ple_descriptors)
+            ple_bytes=sum(s.bytes for s in ple), ple_descriptors=sum(s.descriptors for s in ple),
+            qsa_bytes=sum(s.bytes for s in qsa), qsa_descriptors=sum(s.descriptors for s in qsa))
 
 
 def _pairing(task: DecodeTask, read: DescriptorRead, bases: list[int], mem_type: str, name: str,
              peer: dict[str, Any]) -> DescriptorPairing:
-    """One read's transfer: the plan's lists and IDs, and where PLE pages move, the PLE descriptors
-    after them in both lists (in every list, as vLLM builds them) with this P rank's PLE IDs."""
+    """One read's transfer: the plan's lists and IDs, and where Qwen4Exp's whole pages move, each
+    set's descriptors after them in both lists (in every list, as vLLM builds them) with this P
+    rank's IDs of the set."""
     local = nixl_rows(read.local, bases, task.memory.page_bytes, task.dev_id)
     remote = nixl_rows(read.remote, peer["bases"], peer["page_bytes"], peer["dev_id"])
     local_ids, remote_ids = read.local_ids, read.remote_ids
-    if task.ple is not None and task.prefill_ple is not None:
-        ple = [r for r in task.ple_reads if r.p_rank == read.p_rank]
-        local, local_ids = with_ple(local, local_ids, read.local.length, task.ple, bases, task.dev_id,
-                                    [i for r in ple for i in r.local_ids])
-        remote, remote_ids = with_ple(remote, remote_ids, read.remote.length, task.prefill_ple, peer["bases"],
-                                      peer["dev_id"], [i for r in ple for i in r.remote_ids])
+    local_length, remote_length = read.local.length, read.remote.length
+    for side in task.sides:
+        mine = [r for r in side.reads if r.p_rank == read.p_rank]
+        local, local_ids = with_side(local, local_ids, local_length, side.lists, bases, task.dev_id,
+                                     [i for r in mine for i in r.local_ids])
+        remote, remote_ids = with_side(remote, remote_ids, remote_length, side.prefill_lists, peer["bases"],
+                                       peer["dev_id"], [i for r in mine for i in r.remote_ids])
+        local_length += side.lists.length
+        remote_length += side.prefill_lists.length
     return DescriptorPairing(read.local_list, local, mem_type, name, remote, peer["mem_type"], local_ids, remote_ids)

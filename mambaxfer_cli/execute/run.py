@@ -10,7 +10,7 @@ from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.execute.ple import ple_lists, ple_reads
+from mambaxfer_cli.execute.ple import side_pages
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.engines.vllm.plan import Plan
@@ -41,11 +41,10 @@ class Outcome:
         for read in self.plan.descriptors.reads:
             if read.p_rank == p_rank:
                 moved[read.d_rank] = moved.get(read.d_rank, 0) + read_bytes(read.remote, read.remote_ids)
-        lists = ple_lists(self.plan)
-        if lists is not None:        # Qwen4Exp: its PLE pages ride on the same reads
-            for d_rank in moved:
-                pages = sum(len(r.remote_ids) for r in ple_reads(self.plan, d_rank) if r.p_rank == p_rank)
-                moved[d_rank] += pages * lists[0].page_bytes
+        for d_rank in moved:        # Qwen4Exp: its whole pages ride on the same reads
+            for side in side_pages(self.plan, d_rank):
+                pages = sum(len(r.remote_ids) for r in side.reads if r.p_rank == p_rank)
+                moved[d_rank] += pages * side.prefill_lists.page_bytes
         return [{"d_rank": c.d_rank, "agent": c.agent, "notifications": c.notifications,
                  "bytes": moved.get(c.d_rank, 0)} for c in self.prefill[p_rank].served or ()]
 

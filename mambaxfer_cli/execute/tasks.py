@@ -3,15 +3,15 @@
 Memory model, per rank, as vLLM lays it out: one registered region per KV-cache tensor holding
 the engine's logical blocks as pages; an SSM layer's block is one page, an attention layer's
 kernel blocks are slices of one (real-sized stand-in KV bytes), so that every descriptor of the
-plan's lists points at real, checkable memory. Qwen4Exp's PLE pages take one more region per PLE
-layer after them (``execute/ple.py``).
+plan's lists points at real, checkable memory. Qwen4Exp's whole pages (PLE, QSA ring and
+compressed keys) take one more region per layer of each after them (``execute/ple.py``).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.discovery import Discovery
-from mambaxfer_cli.execute.ple import PleLists, PlePage, PleRead, ple_lists, ple_pages, ple_reads
+from mambaxfer_cli.execute.ple import PleLists, SidePages, side_lists, side_pages
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import PageShape
@@ -39,14 +39,18 @@ class Memory:
     logical_blocks: int
     page_bytes: int
     single_region: bool = False    # bench: the tensors back to back in one registered region
-    ple_regions: int = 0           # Qwen4Exp: PLE regions after the tensors, one per PLE layer
-    ple_page_bytes: int = 0
+    side_regions: tuple[tuple[int, int], ...] = ()   # Qwen4Exp: (regions, page bytes) of each set of
+                                                     # whole pages after the tensors, one region per layer
+
+    @property
+    def side_page_bytes(self) -> tuple[int, ...]:
+        return tuple(page for _, page in self.side_regions)
 
     @property
     def region_shapes(self) -> tuple[tuple[int, int], ...]:
         """(pages, bytes per page) of each region."""
         return (((self.logical_blocks, self.page_bytes),) * self.tensors
-                + ((self.logical_blocks, self.ple_page_bytes),) * self.ple_regions)
+                + tuple((self.logical_blocks, page) for regions, page in self.side_regions for _ in range(regions)))
 
     @property
     def total_bytes(self) -> int:
@@ -107,10 +111,7 @@ class DecodeTask(RankTask):
     prefill_memory: Memory
     prefill_pages: tuple[tuple[tuple[PageShape, ...], ...], ...]   # per P rank, tensor, page
     expected: tuple[ExpectedPage, ...]      # the request's pages on D and what each must hold
-    ple_reads: tuple[PleRead, ...] = ()     # Qwen4Exp: its PLE reads, appended to the reads' lists
-    ple_pages: tuple[PlePage, ...] = ()     # the request's PLE pages on D
-    ple: PleLists | None = None             # D's PLE list
-    prefill_ple: PleLists | None = None     # each P rank's PLE list
+    sides: tuple[SidePages, ...] = ()       # Qwen4Exp: its whole pages, appended to the reads' lists
 
     @property
     def sources(self) -> tuple[int, ...]:
@@ -128,29 +129,25 @@ class BenchSpec:
     order: tuple[str, ...]                                                     # the variants run in this order
 
 
-def side_memory(side: EngineLayout, ple: PleLists | None = None) -> Memory:
-    if ple is None:
-        return Memory(side.lists.tensors, side.lists.logical_blocks, side.page_bytes)
+def side_memory(side: EngineLayout, sets: Sequence[PleLists] = ()) -> Memory:
     return Memory(side.lists.tensors, side.lists.logical_blocks, side.page_bytes,
-                  ple_regions=len(ple.layers), ple_page_bytes=ple.page_bytes)
+                  side_regions=tuple((len(s.layers), s.page_bytes) for s in sets))
 
 
 def plan_memory(plan: Plan, ple: bool = True) -> tuple[Memory, Memory]:
-    """P's and D's memory: the KV-cache tensors, and the PLE regions where PLE pages move."""
-    lists = ple_lists(plan) if ple else None
-    return (side_memory(plan.prefill, lists[0] if lists else None),
-            side_memory(plan.decode, lists[1] if lists else None))
+    """P's and D's memory: the KV-cache tensors, and the regions of the whole pages that move
+    (``ple``: False for none)."""
+    sets = side_lists(plan) if ple else ()
+    return (side_memory(plan.prefill, [p for p, _ in sets]), side_memory(plan.decode, [d for _, d in sets]))
 
 
-def prefill_pages(plan: Plan, rank: int, ple: PleLists | None = None) -> tuple[tuple[PageShape, ...], ...]:
-    """What P rank ``rank`` keeps in every page of every tensor (and PLE region)."""
+def prefill_pages(plan: Plan, rank: int, sets: Sequence[PleLists] = ()) -> tuple[tuple[PageShape, ...], ...]:
+    """What P rank ``rank`` keeps in every page of every tensor (and region of whole pages)."""
     kinds = p_page_kinds(plan)
     blocks = plan.prefill.lists.logical_blocks
     tensors = tuple(tuple(p_page_shape(plan, rank, tensor, block, kinds) for block in range(blocks))
                     for tensor in range(plan.prefill.lists.tensors))
-    if ple is None:
-        return tensors
-    return tensors + tuple((ple.shape(j),) * blocks for j in range(len(ple.layers)))
+    return tensors + tuple((s.shape(j),) * blocks for s in sets for j in range(len(s.layers)))
 
 
 def _unexecutable(message: str) -> UserError:
@@ -218,25 +215,27 @@ def check_fits(plan: Plan, device: str, fix: str = FEWER_BLOCKS) -> None:
             f"D {_gib(d_memory.total_bytes)} each), more than half of the {_gib(free)} available; {fix}")
 
 
-def _check_ple(reads: dict[int, tuple[PleRead, ...]], plan_reads: tuple[DescriptorRead, ...],
-               lists: tuple[PleLists, PleLists]) -> None:
-    """Each PLE read rides on the plan's read from its P rank, with IDs inside both PLE lists."""
-    for d_rank, ples in reads.items():
-        sources = {r.p_rank for r in plan_reads if r.d_rank == d_rank}
-        for read in ples:
+def _check_side(d_rank: int, sets: tuple[SidePages, ...], plan_reads: tuple[DescriptorRead, ...]) -> None:
+    """Each read of a set of whole pages rides on the plan's read from its P rank, with IDs inside
+    both of the set's lists."""
+    sources = {r.p_rank for r in plan_reads if r.d_rank == d_rank}
+    for pages in sets:
+        name = pages.lists.space.upper() if pages.lists.space == "ple" else f"QSA {pages.lists.space}"
+        for read in pages.reads:
             if read.p_rank not in sources:
-                raise _unexecutable(f"D{d_rank} reads its PLE page from P{read.p_rank}, which it reads nothing "
-                                    f"else from")
-            for side, ids, dlist in (("local", read.local_ids, lists[1]), ("remote", read.remote_ids, lists[0])):
+                raise _unexecutable(f"D{d_rank} reads its {name} page from P{read.p_rank}, which it reads "
+                                    f"nothing else from")
+            for side, ids, dlist in (("local", read.local_ids, pages.lists),
+                                     ("remote", read.remote_ids, pages.prefill_lists)):
                 bad = next((i for i in ids if not 0 <= i < dlist.length), None)
                 if bad is not None:
-                    raise _unexecutable(f"D{d_rank} <- P{read.p_rank}: {side} PLE ID {bad} is outside the "
-                                        f"{dlist.length} descriptors of the PLE list")
+                    raise _unexecutable(f"D{d_rank} <- P{read.p_rank}: {side} {name} ID {bad} is outside the "
+                                        f"{dlist.length} descriptors of the {name} list")
 
 
 def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[list[PrefillTask], list[DecodeTask]]:
     """Every rank's task; raises UserError when the plan cannot be executed as it stands. ``ple``:
-    move Qwen4Exp's PLE pages too (bench moves the plan's reads only)."""
+    move Qwen4Exp's whole pages too (bench moves the plan's reads only)."""
     dm = plan.descriptors
     p_tp, d_tp = plan.prefill.tp, plan.decode.tp
     p_memory, d_memory = plan_memory(plan, ple)
@@ -245,10 +244,10 @@ def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[li
         _check_twice(pages)
     for read in dm.reads:
         _check_ids(read, p_tp, d_tp, d_memory, p_memory)
-    lists = ple_lists(plan) if ple else None
-    ple_by_rank = {d: ple_reads(plan, d) if lists else () for d in range(d_tp)}
-    if lists is not None:
-        _check_ple(ple_by_rank, dm.reads, lists)
+    sets = side_lists(plan) if ple else ()
+    by_rank = {d: side_pages(plan, d, ple) for d in range(d_tp)}
+    for d, sides in by_rank.items():
+        _check_side(d, sides, dm.reads)
 
     check_fits(plan, settings.device)
 
@@ -259,15 +258,13 @@ def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[li
     def dev(index: int) -> int:
         return index % settings.gpus if settings.device == "cuda" else 0
 
-    p_pages = tuple(prefill_pages(plan, r, lists[0] if lists else None) for r in range(p_tp))
+    p_pages = tuple(prefill_pages(plan, r, [p for p, _ in sets]) for r in range(p_tp))
     prefill = [PrefillTask("P", r, settings, dev(r), layout, p_memory,
                            consumers=tuple(sorted(consumers.get(r, ()))), pages=p_pages[r])
                for r, layout in enumerate(plan.prefill.ranks)]
     decode = [DecodeTask("D", d, settings, dev(p_tp + d), layout, d_memory,
                          reads=tuple(r for r in dm.reads if r.d_rank == d),
                          prefill_layouts=plan.prefill.ranks, prefill_memory=p_memory, prefill_pages=p_pages,
-                         expected=tuple(expected[d]), ple_reads=ple_by_rank[d],
-                         ple_pages=ple_pages(plan) if lists else (), ple=lists[1] if lists else None,
-                         prefill_ple=lists[0] if lists else None)
+                         expected=tuple(expected[d]), sides=by_rank[d])
               for d, layout in enumerate(plan.decode.ranks)]
     return prefill, decode

@@ -3,8 +3,9 @@
 A D page of the request must hold proof/pattern.py's pattern of what D keeps there (an SSM state of
 its own layout, paired with P's block; or attention kernel blocks, each token from where P keeps
 it) up to its state's end and poison after it (padding is never read); every other page must
-still be all poison. A PLE page of the request (Qwen4Exp) must hold the pattern of each channel's
-rows both sides keep, and every other byte what the whole-page read copies from P's page. A wrong
+still be all poison. A whole page of the request (Qwen4Exp's PLE, QSA ring or compressed keys)
+must hold the pattern of the units both sides keep (a PLE channel's rows, a ring slot, a key), and
+every other byte what the whole-page read copies from P's page. A wrong
 byte of the request is located as
 ``check`` locates it (``simulate.WrongByte``): D rank, region, unit, and the P rank, block and
 offset the plan's descriptor pair read it from, with what P keeps there.
@@ -17,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.execute.ple import REGION as PLE, PlePage
+from mambaxfer_cli.execute.ple import PlePage, SidePages
 from mambaxfer_cli.execute.tasks import DecodeTask
 from mambaxfer_cli.proof.addresses import addresses
 from mambaxfer_cli.proof.pattern import POISON, page, part_bytes
@@ -125,29 +126,27 @@ def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSourc
     return found
 
 
-PLE_PAGE = "ple page"       # a PLE page's bytes outside the state both sides keep
-
-
-def _ple_source(task: DecodeTask, page_: PlePage, offset: int) -> tuple[ByteSource | None, int]:
-    """The P byte the PLE reads copy to this D byte (the last read that covers it), and how many do."""
-    assert task.ple is not None and task.prefill_ple is not None
+def _side_source(side: SidePages, page_: PlePage, offset: int) -> tuple[ByteSource | None, int]:
+    """The P byte a set's reads copy to this D byte (the last read that covers it), and how many do."""
     found, writes = None, 0
-    for read in task.ple_reads:
+    p_lists = side.prefill_lists
+    for read in side.reads:
         for local, remote in zip(read.local_ids, read.remote_ids):
-            if task.ple.locate(local) != (page_.region, page_.block):
+            if side.lists.locate(local) != (page_.region, page_.block):
                 continue
             writes += 1
-            p_region, p_block = task.prefill_ple.locate(remote)
-            p_layer = task.prefill_ple.layers[p_region - task.prefill_ple.first_region]
-            found = ByteSource(read.p_rank, PLE, p_layer, p_block, offset, task.prefill_ple.describe(offset))
+            p_region, p_block = p_lists.locate(remote)
+            p_layer = p_lists.layers[p_region - p_lists.first_region]
+            found = ByteSource(read.p_rank, p_lists.space, p_layer, p_block, offset, p_lists.describe(offset))
     return found, writes
 
 
-def _check_ple_page(check: PageCheck, task: DecodeTask, page_: PlePage, row: np.ndarray) -> None:
-    """One D PLE page: the kept rows of every channel against the pattern (as ``check`` proves
-    them, region ``ple``), every other byte against P's page at the same offset (``ple page``)."""
-    d_lists, p_lists = task.ple, task.prefill_ple
-    assert d_lists is not None and p_lists is not None
+def _check_side_page(check: PageCheck, task: DecodeTask, side: SidePages, page_: PlePage, row: np.ndarray) -> None:
+    """One D page of a set: the kept bytes of every unit against the pattern (as ``check`` proves
+    them, region ``ple``, ``ring`` or ``ckey``), every other byte against P's page at the same
+    offset (``ple page``, ...)."""
+    d_lists, p_lists = side.lists, side.prefill_lists
+    space = d_lists.space
     p_page = page(p_lists.shape(page_.layer_index), p_lists.region(page_.layer_index), page_.p_block)
     want = np.full(row.size, POISON, dtype=np.uint8)
     n = min(row.size, p_page.size)
@@ -159,15 +158,15 @@ def _check_ple_page(check: PageCheck, task: DecodeTask, page_: PlePage, row: np.
     kept = np.zeros(row.size, dtype=bool)
     kept[:channels * unit].reshape(channels, unit)[:, :page_.keep] = True
     wrong = row != want
-    for region, mask in ((PLE, kept), (PLE_PAGE, ~kept)):
+    for region, mask in ((space, kept), (f"{space} page", ~kept)):
         bad = np.flatnonzero(wrong & mask)
         check.count(region, int(bad.size))
         if bad.size and region not in check.first_by_region:
             offset = int(bad[0])
-            source, writes = _ple_source(task, page_, offset)
-            wants = (d_lists if region == PLE else p_lists).describe(offset)
+            source, writes = _side_source(side, page_, offset)
+            wants = (d_lists if region == space else p_lists).describe(offset)
             check.first_by_region[region] = WrongByte(
-                task.rank, PLE, d_lists.layers[page_.layer_index], page_.block, page_.p_block, offset, wants,
+                task.rank, space, d_lists.layers[page_.layer_index], page_.block, page_.p_block, offset, wants,
                 int(want[offset]), int(row[offset]), writes if source else 0, source)
 
 
@@ -178,10 +177,12 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
     """Page by page (never a copy of the whole tensor): the request's pages against what they must
     hold, every other page against poison."""
     pages = [e for e in task.expected if e.tensor == tensor]
-    ple = [p for p in task.ple_pages if p.region == tensor]
+    side = next((s for s in task.sides if any(p.region == tensor for p in s.pages)), None)
+    whole = [p for p in side.pages if p.region == tensor] if side else []
     check.checked_bytes += got.size
+    regions = len(task.memory.region_shapes)
     where = (f"tensor {tensor + 1} of {task.memory.tensors}" if tensor < task.memory.tensors
-             else f"PLE region {tensor - task.memory.tensors + 1} of {task.memory.ple_regions}")
+             else f"region {tensor + 1} of {regions}")
     strays: list[tuple[int, int]] = []          # (block, offset) of the first stray byte found
     for e in pages:
         row = got[e.block]
@@ -204,11 +205,12 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
         if count:
             strays.append((e.block, state + int(np.flatnonzero(padding)[0])))
         tick(f"{where}, request page {e.block}")
-    for p in ple:
-        _check_ple_page(check, task, p, got[p.block])
-        tick(f"{where}, PLE page {p.block}")
+    for p in whole:
+        assert side is not None
+        _check_side_page(check, task, side, p, got[p.block])
+        tick(f"{where}, {side.lists.space} page {p.block}")
     requested = np.zeros(got.shape[0], dtype=bool)
-    requested[[e.block for e in pages] + [p.block for p in ple]] = True
+    requested[[e.block for e in pages] + [p.block for p in whole]] = True
     outside = np.flatnonzero(~requested)
     step = max(1, CHUNK_BYTES // max(got.shape[1], 1))
     first_outside = None

@@ -204,6 +204,10 @@ def qsa_unproved(plan: Plan) -> str | None:
         return (f"P's and D's blocks differ ({plan.prefill.geometry.block_size} and "
                 f"{plan.decode.geometry.block_size} tokens), and mambaxfer does not model how vLLM pairs "
                 f"compressed keys and rings across block sizes")
+    p_ring, d_ring = qwen4exp.ring_tokens(plan.prefill_model or plan.model), qwen4exp.ring_tokens(plan.model)
+    if p_ring != d_ring:
+        return (f"P's and D's raw-key rings differ ({p_ring} and {d_ring} slots: speculative tokens on one "
+                f"side), and mambaxfer does not model what D's ring holds when it reads P's")
     return None
 
 

@@ -128,17 +128,19 @@ def result_table(outcome: "Outcome") -> Table:
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"), ("descriptors", "right"),
         ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
-    ple = any(d.ple_descriptors for d in outcome.decode)     # Qwen4Exp's PLE pages, within bytes and descriptors
-    if ple:
-        columns = (*columns[:5], ("PLE", "right"), *columns[5:])
+    # Qwen4Exp's whole pages, within bytes and descriptors: PLE, and QSA (ring and compressed keys)
+    ple = any(d.ple_descriptors for d in outcome.decode)
+    qsa = any(d.qsa_descriptors for d in outcome.decode)
+    columns = (*columns[:5], *((("PLE", "right"),) if ple else ()), *((("QSA", "right"),) if qsa else ()),
+               *columns[5:])
     for column, justify in columns:
         table.add_column(column, justify=justify)
     for d in outcome.decode:
         cells = [str(d.d_rank), ", ".join(f"P{p}" for p in d.sources), ", ".join(d.local_lists),
                  human_bytes(d.bytes), str(d.descriptors_posted)]
-        if ple:
-            cells.append(f"{d.ple_descriptors} page read{'' if d.ple_descriptors == 1 else 's'}, "
-                         f"{human_bytes(d.ple_bytes)}")
+        for shown, count, size in ((ple, d.ple_descriptors, d.ple_bytes), (qsa, d.qsa_descriptors, d.qsa_bytes)):
+            if shown:
+                cells.append(f"{count} page read{'' if count == 1 else 's'}, {human_bytes(size)}")
         table.add_row(
             *cells, str(d.descriptors_merged), f"{d.time_s * 1e3:.2f} ms", f"{d.gb_per_s:.2f}",
             Text("verified", style="green") if d.ok
