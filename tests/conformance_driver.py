@@ -8,7 +8,8 @@ page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local
 ``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE); ``heads`` (vLLM's architecture
 convertor reads three times the attention heads); ``registry`` (vLLM's registry removed Jamba in
 0.1.0); ``nemotron-hook`` (vLLM without Nemotron-H's config hook, which keeps its SSM state in
-float32). Prints one JSON object: each run's exit code and document, by name. One process runs them
+float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts). Prints one JSON
+object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
 
@@ -69,6 +70,10 @@ def alter(scenario: str, undo: list) -> None:
         # In place: the probe holds the map it found first (its symbols are looked up once).
         table = hooks.MODELS_CONFIG_MAP
         undo.append((table, "NemotronHForCausalLM", table.pop("NemotronHForCausalLM")))
+    elif scenario == "qsa-layouts":
+        # QSA's backend declaring no layouts: the engine would run the connector's LBHNC.
+        backend = vllm_side.Installed()._qsa_backend()
+        patch(backend, "supported_kv_cache_layouts", classmethod(lambda cls: None))
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

@@ -164,7 +164,9 @@ RUNS = [{"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": 
         {"name": "registry", "alter": "registry", "args": JAMBA},
         {"name": "nemotron-hook", "alter": "nemotron-hook",
          "args": ["--model", "nemotron-h-8b", "--max-tp", "2", "--format", "json"]},
-        {"name": "bamba", "alter": "as-installed", "args": ["--model", BAMBA, "--max-tp", "1", "--format", "json"]}]
+        {"name": "bamba", "alter": "as-installed", "args": ["--model", BAMBA, "--max-tp", "1", "--format", "json"]},
+        {"name": "qsa-layouts", "alter": "qsa-layouts",
+         "args": ["--model", "qwen3.8-flash-next", "--max-tp", "4", "--format", "json"]}]
 
 
 @pytest.fixture(params=sorted(RELEASES))
@@ -453,3 +455,25 @@ def test_a_function_with_no_case_says_so_and_does_not_fail():
     cases = ET.fromstring(junit_xml(report)).findall(".//testcase")
     assert [c.find("skipped") is not None for c in cases] == [False, True]
     assert all(c.find("failure") is None for c in cases)
+
+
+def test_the_layout_qsa_declares_decides_the_engines_layout_and_the_head_split(driven):
+    """With vLLM's QSA backend declaring no layouts, a Qwen4Exp engine would run the connector's
+    LBHNC: the layout comparison differs, and so does the handshake wherever the heads split (vLLM
+    then accepts what mambaxfer refuses); nothing else does."""
+    release, runs = driven
+    run = runs["qsa-layouts"]
+    assert run["code"] == 1
+    functions = by_function(run["document"])
+    layout = functions["resolve_kv_cache_layout"]
+    assert layout["outcome"] == "differs"
+    first = layout["first_difference"]
+    assert first["case"].endswith("VLLM_KV_CACHE_LAYOUT unset")
+    assert (first["vllm"], first["mambaxfer"]) == ("LBHNC", "BLNHC")
+    handshake = functions["handshake verdict"]
+    assert handshake["outcome"] == "differs"
+    assert handshake["first_difference"]["vllm"].startswith("accepts")
+    assert "Heterogeneous TP head-dimension splitting requires contiguous heads" in \
+        handshake["first_difference"]["mambaxfer"]
+    assert sorted(f["function"] for f in run["document"]["functions"] if f["outcome"] != "agrees") == \
+        ["handshake verdict", "resolve_kv_cache_layout"]

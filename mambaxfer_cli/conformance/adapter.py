@@ -17,7 +17,9 @@ from mambaxfer_cli.conformance.cases import (
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
+from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
+from mambaxfer_cli.engines.vllm.kv_layout import layout_error, resolved_layout
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.planning import startup
@@ -152,11 +154,23 @@ class Ours:
         return attention_sources(prefill.layout, decode.layout, d_rank)
 
     @staticmethod
-    def verdict(prefill: OurEngine, decode: OurEngine, push: bool = False) -> str | None:
+    def verdict(prefill: OurEngine, decode: OurEngine, push: bool = False,
+                model: ModelSpec | None = None) -> str | None:
         """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted); in push
-        mode P handshakes with D."""
+        mode P handshakes with D. ``model``: a Qwen4Exp's, whose QSA layout splits no heads."""
         found = [r for r in refusals(prefill.layout, decode.layout, PUSH if push else PULL) if r.code != "compat-hash"]
+        if model is not None and qwen4exp.layouts(model) is not None:
+            local, remote = (prefill, decode) if push else (decode, prefill)
+            heads = qwen4exp.heads_refusal(model, local.layout.tp, remote.layout.tp, resolved_layout(model, None))
+            found += [heads] if heads is not None else []
         return found[0].vllm_says if found else None
+
+    @staticmethod
+    def kv_cache_layout(model: ModelSpec, requested: str | None) -> str:
+        """The layout an engine of ``model`` runs under ``VLLM_KV_CACHE_LAYOUT=requested``, or
+        "refused: " and vLLM's words, as mambaxfer predicts them."""
+        said = layout_error(model, requested)
+        return f"refused: {said}" if said is not None else resolved_layout(model, requested)
 
     def request(self, model: ModelSpec, prefill: OurEngine, decode: OurEngine) -> Request:
         """One D logical block per KV-cache group and the P blocks that hold the same tokens, at

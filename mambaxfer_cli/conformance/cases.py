@@ -136,8 +136,8 @@ class Case:
         flags = self.flags.cli() if self.flags else []
         if self.variation is not None or self.push:
             variation = self.variation or _engines_of(self)
-            p_line, d_line = (shlex.join([f"{LAYOUT_ENV}=DS", "vllm", "serve", self.model, *words])
-                              for words in variation.serve_words())
+            p_line, d_line = (shlex.join([*engine.env_words(), "vllm", "serve", self.model, *words])
+                              for engine, words in zip((variation.prefill, variation.decode), variation.serve_words()))
             return (f"mambaxfer preflight --prefill {_double_quoted(p_line)} --decode {_double_quoted(d_line)}"
                     + "".join(f" {w}" for w in self.rules))
         if self.p_tp is None:
@@ -173,6 +173,11 @@ class HashedEngine:
     mamba_ssm_dtype: str | None = None
     speculative: tuple[str, int] | None = None   # (method, tokens)
     push: bool = False
+    kv_cache_layout: str | None = None       # VLLM_KV_CACHE_LAYOUT
+
+    def env_words(self) -> list[str]:
+        """The line's environment before ``vllm serve``."""
+        return [f"{LAYOUT_ENV}=DS"] + ([f"VLLM_KV_CACHE_LAYOUT={self.kv_cache_layout}"] if self.kv_cache_layout else [])
 
     def serve_words(self, role: str) -> list[str]:
         """This engine's ``vllm serve`` flags (after the model)."""

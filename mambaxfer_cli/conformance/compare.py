@@ -19,8 +19,9 @@ from mambaxfer_cli.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.conformance.cases import (
     D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, MLA_BACKENDS, MLA_FLAG_VARIANTS, MLA_HASH_VARIATIONS, P_NUM_BLOCKS,
     Case, Flags,
-    Geometry, pairings,
+    Geometry, HashedEngine, Variation, pairings,
 )
+from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
 from mambaxfer_cli.errors import UserError
@@ -49,8 +50,11 @@ REGISTRY = Function("ModelRegistry", "whether the release serves the config's ar
 STATE = Function("get_mamba_state_*_from_config",
                  "the model class's own state shapes and dtypes at each TP size (its conv and temporal state "
                  "bytes per rank), on the config as vLLM reads it")
+LAYOUT = Function("resolve_kv_cache_layout",
+                  "the KV-cache layout each engine runs under the NIXL connector, for each VLLM_KV_CACHE_LAYOUT "
+                  "(or vLLM's refusal of it)")
 FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, GDN_ALIGNMENT,
-             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE)
+             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE, LAYOUT)
 
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
 Start = Callable[[int], None]
@@ -100,6 +104,7 @@ class Comparison:
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
         self.registry(name, model)
+        self.kv_layouts(name, model)
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
         sizes = self.ours.tp_sizes(model, max_tp)
@@ -134,6 +139,22 @@ class Comparison:
         except CouldNotCall as exc:
             return self.cannot((REGISTRY,), exc)
         self.record(REGISTRY, self.case(name), theirs, self.ours.registry_outcome(archs))
+
+    def kv_layouts(self, name: str, model: ModelSpec) -> None:
+        """Each VLLM_KV_CACHE_LAYOUT a line may set (and none, and a misspelt one), on the model's
+        first attention backend of the modelled GPU."""
+        if not self.live(LAYOUT):
+            return
+        backend = (MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS)[0].backend
+        for requested in (None, *ENV_LAYOUTS, "LBHCN"):
+            try:
+                theirs = self.vllm.kv_cache_layout(model, backend, requested)
+            except CouldNotCall as exc:
+                return self.cannot((LAYOUT,), exc)
+            engine = HashedEngine(backend=backend, kv_cache_layout=requested)
+            said = f"VLLM_KV_CACHE_LAYOUT={requested}" if requested else "VLLM_KV_CACHE_LAYOUT unset"
+            case = self.case(name, variation=Variation(said, engine, engine))
+            self.record(LAYOUT, case, theirs, self.ours.kv_cache_layout(model, requested))
 
     def start(self, name: str, model: ModelSpec, tp: int) -> None:
         """Every TP size to the largest, those vLLM refuses included: which it starts is the answer."""
@@ -348,7 +369,7 @@ class Comparison:
         if p_ours is None:
             p_ours = self.ours.engine(model, p_tp, flags, P_NUM_BLOCKS)
             d_ours = self.ours.engine(model, d_tp, flags, D_NUM_BLOCKS)
-        ours = self.ours.verdict(p_ours, d_ours, push)
+        ours = self.ours.verdict(p_ours, d_ours, push, model)
         self.record(HANDSHAKE, case, theirs, ours,
                     (shown_theirs, _verdict_text(ours, p_ours.geometry, d_ours.geometry)))
 

@@ -10,6 +10,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
 from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.kv_layout import BLOCK_CONTIGUOUS, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_mismatches
@@ -18,10 +19,10 @@ from mambaxfer_cli.proof.check import PairingResult, check_plan
 from mambaxfer_cli.proof.simulate import Simulation
 from mambaxfer_cli.planning.startup import parallel_refusal, replayssm_refusal, unrecognized, vllm_error
 from mambaxfer_cli.engines.vllm.serve_args import (
-    flag_table, CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS,
+    flag_table, CONV_LAYOUT_VAR, NIXL_CONNECTORS,
 )
 from mambaxfer_cli.preflight.served import (
-    BLOCK_CONTIGUOUS, ENV_LAYOUTS, KV_ROLES, KV_ROLE_FOR, SIDE_NAME, ServedEngine, layout_candidates, pushes,
+    KV_ROLES, KV_ROLE_FOR, SIDE_NAME, ServedEngine, pushes,
 )
 from mambaxfer_cli.preflight.fields import Field, engine_facts, handshake_fields, hashed_fields, unchecked_fields
 
@@ -71,14 +72,9 @@ def flag_startup_refusals(e: ServedEngine) -> list[Refusal]:
             f"so the engine does not start")))
     if nixl and e.kv_buffer_device not in ("cuda", "cpu"):
         out.append(Refusal("kv-buffer-device", f"{name}: cuda with {e.kv_buffer_device} kv_buffer is not supported."))
-    layout = line.kv_cache_layout
-    if layout is not None and layout not in ENV_LAYOUTS:
-        out.append(Refusal("kv-cache-layout", f"{name}: Invalid value '{layout}' for {KV_LAYOUT_VAR}. Valid "
-                                              f"options: {list(ENV_LAYOUTS)}."))
-    elif layout is not None and e.kv_cache_layout not in layout_candidates(e.model):
-        out.append(Refusal("kv-cache-layout", (
-            f"{name}: {KV_LAYOUT_VAR}={layout} does not satisfy every supported set; valid layouts: "
-            f"{list(layout_candidates(e.model))}.")))
+    said = layout_error(e.model, line.kv_cache_layout)
+    if said is not None:
+        out.append(Refusal("kv-cache-layout", f"{name}: {said}"))
     return out
 
 

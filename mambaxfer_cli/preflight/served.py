@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
 from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
@@ -80,12 +80,7 @@ class ServedEngine:
         (NHD and HND being the old names of LBNHC and LBHNC), else the NIXL connector's LBHNC
         (``get_required_kvcache_layout``; none for MLA) where the model's backends allow it, else
         the first they allow (Qwen4Exp's QSA: BLNHC)."""
-        name = self.line.kv_cache_layout
-        if name is not None:
-            return LAYOUT_ALIASES.get(name, name)
-        allowed = layout_candidates(self.model)
-        connector = None if self.model.mla else "LBHNC"
-        return connector if connector in allowed else allowed[0]
+        return resolved_layout(self.model, self.line.kv_cache_layout)
 
     @property
     def kv_buffer_device(self) -> str:
@@ -150,27 +145,6 @@ def _line_gdn_backend(line: ServeLine) -> str | None:
     """The line's GDN prefill backend (``--gdn-prefill-backend``, else ``--additional-config``'s);
     None leaves vLLM's choice for the GPU (or the command's --gdn-prefill-backend)."""
     return None if line.gdn_prefill_backend in (None, "auto") else line.gdn_prefill_backend
-
-
-# --- the KV-cache layouts an engine may resolve ----------------------------------------------------
-
-LAYOUT_ALIASES = {"NHD": "LBNHC", "HND": "LBHNC"}                   # config/cache.py _LAYOUT_COMPAT_ALIASES
-ENV_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "NHD", "HND", "BLHNC", "BLNHC", "BHLNC")   # envs.py's choices
-# attention/backends/utils.py _DEFAULT_LAYOUT_PREFERENCE: what the engine may resolve when no backend
-# declares layouts (FLASH_ATTN, TRITON_ATTN, FlashInfer before Blackwell, the Mamba backends)
-DEFAULT_LAYOUTS = ("LBNHC", "LBHNC", "BLNHC", "BLHNC", "BHLNC", "LHBNC")
-BLOCK_COMPACT = ("LBHNC", "LBNHC", "BLHNC", "BLNHC")     # KVCacheLayout.is_block_compact: L and B outermost
-BLOCK_CONTIGUOUS = ("LBHNC", "BLHNC")                    # KVCacheLayout.is_block_contiguous: [H, N, C] last
-
-
-def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
-    """The layouts ``resolve_kv_cache_layout`` may pick: those the model's backends declare
-    (Qwen4Exp's QSA indexer: two), else vLLM's default preference; a hybrid's Mamba and attention
-    specs have different (heads, states) shapes, which leaves only block-compact layouts."""
-    declared = qwen4exp.layouts(model)
-    if declared is not None:
-        return declared
-    return tuple(x for x in DEFAULT_LAYOUTS if x in BLOCK_COMPACT) if model.has_attention else DEFAULT_LAYOUTS
 
 
 def pushes(p: ServedEngine, d: ServedEngine) -> bool:

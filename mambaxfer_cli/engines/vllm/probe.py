@@ -28,6 +28,7 @@ from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names
 
 LAYOUT_VARIABLE = "VLLM_SSM_CONV_STATE_LAYOUT"
+KV_LAYOUT_VARIABLE = "VLLM_KV_CACHE_LAYOUT"
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
 # Engine IDs as mambaxfer names the engines (vLLM quotes the remote one in some messages).
 P_ENGINE, D_ENGINE = "P", "D"
@@ -372,6 +373,7 @@ class Installed:
         self._layers: dict = {}
         self._arch_configs: dict = {}
         self._hf_configs: dict = {}
+        self._layouts: dict = {}
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
     @property
@@ -613,18 +615,62 @@ class Installed:
             self._groups[key] = (groups, regions, specs, config)
         return self._groups[key]
 
-    def kv_cache_layout(self) -> str:
-        connector = _symbol(f"{NIXL}.connector", "NixlPullConnector")
-        config = StandIn("vllm_config", model_config=StandIn("vllm_config.model_config", use_mla=False))
-        with calling("get_required_kvcache_layout"):
-            return connector.get_required_kvcache_layout(config) or "LBHNC"
+    # QSA's backend, which declares the layouts a Qwen4Exp engine may run: (module, class) by release.
+    QSA_BACKENDS = (("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend"),
+                    ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend"))
+
+    def _qsa_backend(self):
+        for module, name in self.QSA_BACKENDS:
+            with contextlib.suppress(CouldNotCall):
+                return _symbol(module, name)
+        raise CouldNotCall("QSAIndexerBackend", "not found in the installed vLLM's models/qwen4_exp")
+
+    def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
+        """``resolve_kv_cache_layout`` for one engine of ``model`` under the NIXL connector: the
+        layouts its backends declare (``get_supported_kv_cache_layouts``: the attention backend's,
+        and QSA's for Qwen4Exp), its specs, the connector's preference and ``VLLM_KV_CACHE_LAYOUT``
+        (``requested``); the layout's name, or "refused: " and vLLM's words."""
+        key = (model.name, backend, requested)
+        if key not in self._layouts:
+            self._layouts[key] = self._kv_cache_layout(model, backend, requested)
+        return self._layouts[key]
+
+    def _kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None) -> str:
+        utils = "vllm.v1.attention.backends.utils"
+        supported = _symbol(utils, "get_supported_kv_cache_layouts")
+        resolve = _symbol(utils, "resolve_kv_cache_layout")
+        backends = [self.backend_class(backend)] if model.has_attention else []
+        if model.qwen4exp is not None and model.qwen4exp.has_qsa:
+            backends.append(self._qsa_backend())
+        with calling("get_supported_kv_cache_layouts"):
+            names = [layout.name for layout in supported(backends)]
+        specs = [self.mamba_spec(model, 1)] + ([self.attention_spec(model, 1, 16)] if model.has_attention else [])
+        config = StandIn("vllm_config",
+                         cache_config=StandIn("cache_config", kv_cache_layout=None, enable_extensible_kv_cache=False),
+                         kv_transfer_config=StandIn("kv_transfer_config", kv_connector="NixlConnector",
+                                                    kv_connector_module_path=None,
+                                                    get_from_extra_config=lambda key, default: default),
+                         model_config=StandIn("model_config", use_mla=model.mla))
+        before = os.environ.pop(KV_LAYOUT_VARIABLE, None)
+        try:
+            if requested is not None:
+                os.environ[KV_LAYOUT_VARIABLE] = requested
+            with calling("resolve_kv_cache_layout"):
+                try:
+                    return resolve(config, [names], specs).name
+                except ValueError as exc:
+                    return f"refused: {exc}"
+        finally:
+            os.environ.pop(KV_LAYOUT_VARIABLE, None)
+            if before is not None:
+                os.environ[KV_LAYOUT_VARIABLE] = before
 
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
         key = (model.name, tp, geometry, role, backend)
         if key not in self._engines:
             groups, regions, specs, config = self.groups(model, tp, geometry)
             self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
-                                             regions, specs, config, self.kv_cache_layout(), backend)
+                                             regions, specs, config, self.kv_cache_layout(model, backend), backend)
         return self._engines[key]
 
     # --- which P ranks a D rank reads ---------------------------------------------------------

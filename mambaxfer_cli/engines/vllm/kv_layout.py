@@ -1,0 +1,51 @@
+"""The KV-cache layout a vLLM engine runs under the NIXL connector (``resolve_kv_cache_layout``),
+and the words it stops with when ``VLLM_KV_CACHE_LAYOUT`` names one it cannot run."""
+
+from __future__ import annotations
+
+from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
+from mambaxfer_cli.planning.model import ModelSpec
+
+LAYOUT_ALIASES = {"NHD": "LBNHC", "HND": "LBHNC"}                   # config/cache.py _LAYOUT_COMPAT_ALIASES
+ENV_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "NHD", "HND", "BLHNC", "BLNHC", "BHLNC")   # envs.py's choices
+# attention/backends/utils.py _DEFAULT_LAYOUT_PREFERENCE: what the engine may resolve when no backend
+# declares layouts (FLASH_ATTN, TRITON_ATTN, FlashInfer before Blackwell, the Mamba backends)
+DEFAULT_LAYOUTS = ("LBNHC", "LBHNC", "BLNHC", "BLHNC", "BHLNC", "LHBNC")
+BLOCK_COMPACT = ("LBHNC", "LBNHC", "BLHNC", "BLNHC")     # KVCacheLayout.is_block_compact: L and B outermost
+BLOCK_CONTIGUOUS = ("LBHNC", "BLHNC")                    # KVCacheLayout.is_block_contiguous: [H, N, C] last
+CONNECTOR_LAYOUT = "LBHNC"                               # NixlConnector.get_required_kvcache_layout, MLA aside
+
+
+def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
+    """The layouts ``resolve_kv_cache_layout`` may pick: those the model's backends declare
+    (Qwen4Exp's QSA indexer: two), else vLLM's default preference; a hybrid's Mamba and attention
+    specs have different (heads, states) shapes, which leaves only block-compact layouts."""
+    declared = qwen4exp.layouts(model)
+    if declared is not None:
+        return declared
+    return tuple(x for x in DEFAULT_LAYOUTS if x in BLOCK_COMPACT) if model.has_attention else DEFAULT_LAYOUTS
+
+
+def resolved_layout(model: ModelSpec, requested: str | None) -> str:
+    """The layout the engine runs: ``VLLM_KV_CACHE_LAYOUT`` (NHD and HND being the old names of
+    LBNHC and LBHNC), else the connector's LBHNC (none for MLA) where the model's backends allow it,
+    else the first they allow (Qwen4Exp's QSA: BLNHC). ``layout_error`` says when the engine stops."""
+    if requested is not None:
+        return LAYOUT_ALIASES.get(requested, requested)
+    allowed = layout_candidates(model)
+    connector = None if model.mla else CONNECTOR_LAYOUT
+    return connector if connector in allowed else allowed[0]
+
+
+def layout_error(model: ModelSpec, requested: str | None) -> str | None:
+    """vLLM's words where ``VLLM_KV_CACHE_LAYOUT`` stops the engine at start-up (``envs.py``'s
+    choices, then ``resolve_kv_cache_layout``); None where it runs."""
+    if requested is None:
+        return None
+    if requested not in ENV_LAYOUTS:
+        return f"Invalid value '{requested}' for {KV_LAYOUT_VAR}. Valid options: {list(ENV_LAYOUTS)}."
+    allowed = layout_candidates(model)
+    if resolved_layout(model, requested) not in allowed:
+        return f"{KV_LAYOUT_VAR}={requested} does not satisfy every supported set; valid layouts: {list(allowed)}."
+    return None
