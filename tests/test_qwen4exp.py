@@ -350,3 +350,35 @@ def test_qsa_pages_are_not_proved_across_block_sizes_nor_where_vllm_moves_none()
     assert proof_qsa.qsa_unproved(plan(model(), 2, 4)).startswith("P's and D's blocks differ (1600 and 832")
     assert proof_qsa.qsa_unproved(plan(model(), 1, 2)) == ""       # csa-linear-tp: nothing moves
     assert proof_qsa.qsa_unproved(plan(model(), 2, 2)) is None
+
+
+def test_plan_takes_the_layout_and_the_fix_it_names_is_accepted():
+    refused = run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "4", env={"COLUMNS": "80"})
+    assert "fix: VLLM_KV_CACHE_LAYOUT=BLHNC and --block-size 400 on both engines" in refused.stdout
+    fixed = run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "4", "--kv-cache-layout",
+                    "BLHNC", "--block-size", "400", "--format", "json")
+    doc = json.loads(fixed.stdout)
+    assert doc["vllm"]["accepts"] and doc["vllm"]["suggested_kv_cache_layout"] is None
+
+
+@pytest.mark.parametrize("layout, words", [
+    ("LBHNC", "vLLM does not start an engine of qwen3.8-flash-next: VLLM_KV_CACHE_LAYOUT=LBHNC does not satisfy "
+              "every supported set; valid layouts: ['BLNHC', 'BLHNC']."),
+    ("LBHCN", "'LBHCN' is not one of"),
+])
+def test_a_layout_vllm_does_not_run_is_one_line_and_exit_2(layout, words):
+    from cli_run import assert_user_error
+
+    assert_user_error(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
+                              "--kv-cache-layout", layout), words)
+
+
+def test_other_models_split_heads_only_in_a_block_contiguous_layout():
+    # Granite-4.0-H-Tiny, 4 KV heads: P TP 1 holds them all, D TP 2 splits them; LBNHC keeps a block's
+    # heads apart, so vLLM refuses, and the fix is the connector's own LBHNC.
+    options = ("--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2", "--format", "json")
+    doc = json.loads(run_cli("plan", *options, "--kv-cache-layout", "LBNHC").stdout)
+    assert [r["code"] for r in doc["vllm"]["refusals"]][-1] == "kv-cache-layout-heads"
+    assert doc["vllm"]["suggested_kv_cache_layout"] == "LBHNC"
+    doc = json.loads(run_cli("plan", *options).stdout)
+    assert "kv-cache-layout-heads" not in [r["code"] for r in doc["vllm"]["refusals"]]

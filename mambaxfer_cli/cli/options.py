@@ -175,6 +175,9 @@ class EngineArgs(Group):
                                  "bfloat16, ...", panel=ENGINES)
     p_kv_cache_dtype: str | None = option("--p-kv-cache-dtype", help=_P_KV, panel=ENGINES)
     d_kv_cache_dtype: str | None = option("--d-kv-cache-dtype", help=_D_KV, panel=ENGINES)
+    kv_cache_layout: str | None = option(
+        "--kv-cache-layout", help="Both engines' VLLM_KV_CACHE_LAYOUT: LBHNC, BLHNC, LBNHC, ... (default: unset, so "
+                                  "vLLM's pick: the NIXL connector's LBHNC, BLNHC for Qwen4Exp's QSA).", panel=ENGINES)
     enable_prefix_caching: bool | None = option(
         "--enable-prefix-caching/--no-enable-prefix-caching",
         help="Both engines' prefix caching (default on: vLLM enables it for hybrid models).", panel=ENGINES)
@@ -239,7 +242,11 @@ class EngineArgs(Group):
                 resolve(device, None, self.gdn_prefill_backend)
             except UserError as exc:
                 raise UserError(f"--gdn-prefill-backend: {exc}") from None
-        return Engines(side("p", "prefill"), side("d", "decode"))
+        from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
+
+        if self.kv_cache_layout is not None and self.kv_cache_layout not in ENV_LAYOUTS:
+            raise refuse_value("kv_cache_layout", self.kv_cache_layout, ENV_LAYOUTS)
+        return Engines(side("p", "prefill"), side("d", "decode"), kv_cache_layout=self.kv_cache_layout)
 
     def _own(self, prefix: str, name: str) -> Any:
         own = getattr(self, f"{prefix}_{name}")
@@ -301,7 +308,7 @@ class RequestArgs(Group):
             semantics=semantics or self.reads(), coalesce=self.coalesce, prefill=engines.prefill,
             decode=engines.decode, attention_streams=self.attention_streams, grouping=grouping,
             request_blocks=self.request_blocks, prefill_blocks=self.prefill_blocks,
-            decode_blocks=self.decode_blocks, seed=self.seed)
+            decode_blocks=self.decode_blocks, seed=self.seed, kv_cache_layout=engines.kv_cache_layout)
 
 
 @dataclass(frozen=True)

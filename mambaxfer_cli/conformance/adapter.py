@@ -17,9 +17,8 @@ from mambaxfer_cli.conformance.cases import (
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
-from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
-from mambaxfer_cli.engines.vllm.kv_layout import layout_error, resolved_layout
+from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error, resolved_layout
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.planning import startup
@@ -159,9 +158,9 @@ class Ours:
         """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted); in push
         mode P handshakes with D. ``model``: a Qwen4Exp's, whose QSA layout splits no heads."""
         found = [r for r in refusals(prefill.layout, decode.layout, PUSH if push else PULL) if r.code != "compat-hash"]
-        if model is not None and qwen4exp.layouts(model) is not None:
+        if model is not None:
             local, remote = (prefill, decode) if push else (decode, prefill)
-            heads = qwen4exp.heads_refusal(model, local.layout.tp, remote.layout.tp, resolved_layout(model, None))
+            heads = heads_refusal(model, local.layout.tp, remote.layout.tp, resolved_layout(model, None))
             found += [heads] if heads is not None else []
         return found[0].vllm_says if found else None
 

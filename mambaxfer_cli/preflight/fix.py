@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_layout
 from mambaxfer_cli.engines.vllm.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse,
 )
@@ -95,14 +95,15 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
         if e.line.disable_hybrid_kv_cache_manager:
             out.append(Change(e.side, "--disable-hybrid-kv-cache-manager", "", None,
                               "vLLM's NIXL worker requires the hybrid KV-cache manager for Mamba layers"))
-        if qwen4exp.layouts(e.model) is not None:
+        contiguous = contiguous_layout(e.model)
+        if contiguous != CONNECTOR_LAYOUT:
             # QSA's indexer allows BLNHC (its default) and BLHNC; different TP sizes need the
             # block-contiguous one, the same on P and D.
-            if e.transfer_layout != qwen4exp.HEADS_LAYOUT and (e.line.kv_cache_layout is not None or p.tp != d.tp):
-                out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, qwen4exp.HEADS_LAYOUT,
-                                  "the block-contiguous layout QSA's indexer allows, the same on P and D"))
-        elif e.line.kv_cache_layout is not None and e.transfer_layout != "LBHNC":
-            out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, "LBHNC",
+            if e.transfer_layout != contiguous and (e.line.kv_cache_layout is not None or p.tp != d.tp):
+                out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, contiguous,
+                                  "the block-contiguous layout this model's backends allow, the same on P and D"))
+        elif e.line.kv_cache_layout is not None and e.transfer_layout != CONNECTOR_LAYOUT:
+            out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, CONNECTOR_LAYOUT,
                               "the NIXL connector's block-contiguous layout, the same on P and D"))
     pairs = [("dtype", p.model.model_dtype, d.model.model_dtype, p.line.dtype, "the hash compares it"),
              ("kv_cache_dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype, p.line.kv_cache_dtype,

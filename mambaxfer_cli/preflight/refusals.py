@@ -10,7 +10,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
 from mambaxfer_cli.engines.vllm import qwen4exp
-from mambaxfer_cli.engines.vllm.kv_layout import BLOCK_CONTIGUOUS, layout_error
+from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_mismatches
@@ -100,13 +100,8 @@ def layout_refusals(p: ServedEngine, d: ServedEngine, plan: Plan) -> list[Refusa
                 f"Heterogeneous TP expects same kv_cache_layout (local {mine}, remote {theirs}). Or enable "
                 f"experimental feature to receive LBHNC into a local LBNHC cache by setting "
                 f"'enable_permute_local_kv'=True in --kv-transfer-config.")))
-    replicated = remote.tp > (remote.model.num_kv_heads or 0)      # TransferTopology.is_kv_replicated
-    if (p.tp != d.tp and p.model.has_attention and not replicated and mine not in BLOCK_CONTIGUOUS
-            and not permute):
-        out.append(Refusal("kv-cache-layout-heads", (
-            "Heterogeneous TP head-dimension splitting requires contiguous heads. Use a block-contiguous "
-            "layout (e.g. LBHNC) on the prefill side.")))
-    return out
+    heads = heads_refusal(local.model, local.tp, remote.tp, mine, permute)
+    return out + ([heads] if heads is not None else [])
 
 
 def skipped_hash(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> list[str]:
@@ -274,7 +269,7 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
                                   enforces_hash(local))
         if d.model.qwen4exp is not None:     # the CSA-linear and PLE checks of its connector
             found = qwen4exp.with_refusals(found, d.model, plan.prefill, plan.decode, rebuild, p.model,
-                                           push=mode == PUSH, layout=None)     # layout_refusals: each line's
+                                           push=mode == PUSH)
         first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]
         refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in HANDSHAKE_FIRST]
         suggestion = found.suggested_block_size

@@ -90,6 +90,7 @@ class Engines:
 
     prefill: EngineFlags = EngineFlags()
     decode: EngineFlags = EngineFlags()
+    kv_cache_layout: str | None = None      # both engines' VLLM_KV_CACHE_LAYOUT (None: vLLM's pick)
 
     @property
     def releases(self) -> str:

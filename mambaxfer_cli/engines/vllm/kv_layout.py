@@ -4,6 +4,7 @@ and the words it stops with when ``VLLM_KV_CACHE_LAYOUT`` names one it cannot ru
 from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -36,6 +37,27 @@ def resolved_layout(model: ModelSpec, requested: str | None) -> str:
     allowed = layout_candidates(model)
     connector = None if model.mla else CONNECTOR_LAYOUT
     return connector if connector in allowed else allowed[0]
+
+
+def contiguous_layout(model: ModelSpec) -> str:
+    """The block-contiguous layout an engine of ``model`` can run (the heads of a block together,
+    which heterogeneous TP needs): LBHNC, or BLHNC for Qwen4Exp's QSA."""
+    return next(x for x in layout_candidates(model) if x in BLOCK_CONTIGUOUS)
+
+
+def heads_refusal(model: ModelSpec, local_tp: int, remote_tp: int, layout: str,
+                  permute: bool = False) -> Refusal | None:
+    """``_validate_remote_agent_handshake`` after its block checks: a TP ratio other than 1 splits
+    the attention heads, which needs a block-contiguous layout, unless the model is MLA, the remote
+    engine replicates the KV heads (more ranks than heads), or the local engine permutes an LBHNC
+    peer into its LBNHC cache (``enable_permute_local_kv``). vLLM's words name LBHNC, which a QSA
+    engine cannot run (``contiguous_layout``)."""
+    if (local_tp == remote_tp or not model.has_attention or model.mla or remote_tp > (model.num_kv_heads or 0)
+            or layout in BLOCK_CONTIGUOUS or permute):
+        return None
+    return Refusal("kv-cache-layout-heads", (
+        "Heterogeneous TP head-dimension splitting requires contiguous heads. Use a block-contiguous "
+        "layout (e.g. LBHNC) on the prefill side."))
 
 
 def layout_error(model: ModelSpec, requested: str | None) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from mambaxfer_cli.engines.vllm.attention import (
@@ -26,6 +26,9 @@ from mambaxfer_cli.planning.reads import (
 )
 from mambaxfer_cli.engines.vllm.release import EngineFacts
 from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.kv_layout import (
+    CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
+)
 
 
 SCHEMA = "mambaxfer.plan/v1"
@@ -211,6 +214,20 @@ def _layout_refusal(prefill: EngineLayout, decode: EngineLayout) -> tuple[Refusa
     return ()
 
 
+def _with_kv_layout(verdict: Verdict, model: ModelSpec, p_tp: int, d_tp: int, requested: str | None) -> Verdict:
+    """The verdict with what the KV-cache layout both engines run decides (``requested``: their
+    VLLM_KV_CACHE_LAYOUT, None for vLLM's pick): after the handshake's block checks, a head split in
+    a layout that keeps a block's heads apart (D is local: it pulls). A layout the model's backends
+    cannot run stops the engines at start-up, as a TP size vLLM does not start does: a user error."""
+    said = layout_error(model, requested)
+    if said is not None:
+        raise UserError(f"vLLM does not start an engine of {model.name}: {said}")
+    heads = heads_refusal(model, d_tp, p_tp, resolved_layout(model, requested))
+    if heads is None:
+        return verdict
+    return replace(verdict, refusals=(*verdict.refusals, heads), suggested_layout=contiguous_layout(model))
+
+
 def _prefill_model(model: ModelSpec, prefill: ModelSpec | None) -> ModelSpec:
     """P's model: D's unless given. It may differ in what vLLM's handshake does not compare (SSM
     dtypes, num_spec), never in shape: pages are patterned from D's dimensions on both sides."""
@@ -328,9 +345,9 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
+    verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
     if model.qwen4exp is not None:
-        verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model,
-                                         layout=options.kv_cache_layout or qwen4exp.DEFAULT_LAYOUT)
+        verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model)
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases
@@ -339,9 +356,9 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     ratio = tp_ratio(p_tp, d_tp)
     if not verdict.accepts:
         fix = (f"; {verdict.fix_words()} makes vLLM accept it" if verdict.fix_words() else "")
-        if verdict.suggested_layout:
-            fix += (f" ({qwen4exp.HEADS_LAYOUT}: the block-contiguous layout QSA's indexer allows, "
-                    f"where vLLM's message names LBHNC)")
+        if verdict.suggested_layout and verdict.suggested_layout != CONNECTOR_LAYOUT:
+            fix += (f" ({verdict.suggested_layout}: the block-contiguous layout this model's backends allow, "
+                    f"where vLLM's message names {CONNECTOR_LAYOUT})")
         if any(r.code == "ple-geometry" for r in verdict.refusals):
             fix += _ple_fix(model, p_model, p_tp, d_tp, options, grouping, prefill, decode)
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"

@@ -37,10 +37,9 @@ from mambaxfer_cli.planning.model import ModelSpec, Qwen4ExpParts
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
 # the only ones ``resolve_kv_cache_layout`` may pick: the NIXL connector's LBHNC is dropped with a
-# warning and the engine runs the first, BLNHC, unless VLLM_KV_CACHE_LAYOUT names the other.
+# warning and the engine runs the first, BLNHC, unless VLLM_KV_CACHE_LAYOUT names the other
+# (engines/vllm/kv_layout.py).
 QSA_LAYOUTS = ("BLNHC", "BLHNC")
-DEFAULT_LAYOUT = QSA_LAYOUTS[0]
-HEADS_LAYOUT = "BLHNC"          # the block-contiguous one, which heterogeneous TP needs
 
 
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
@@ -88,25 +87,11 @@ def ring_tokens(model: ModelSpec) -> int | None:
     return circular_buffer.qsa_ring_tokens(q.compress_ratio, model.num_spec)
 
 
-def heads_refusal(model: ModelSpec, local_tp: int, remote_tp: int, layout: str) -> Refusal | None:
-    """``_validate_remote_agent_handshake`` after its block checks: a TP ratio other than 1 splits
-    the attention heads, which needs a block-contiguous layout unless the remote engine replicates
-    the KV heads (more ranks than heads). vLLM's words name LBHNC, which a QSA engine cannot run
-    (``layouts``): its block-contiguous layout is BLHNC."""
-    if local_tp == remote_tp or remote_tp > (model.num_kv_heads or 0) or layout == HEADS_LAYOUT:
-        return None
-    return Refusal("kv-cache-layout-heads", (
-        "Heterogeneous TP head-dimension splitting requires contiguous heads. Use a block-contiguous "
-        "layout (e.g. LBHNC) on the prefill side."))
-
-
 def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
-             p_model: ModelSpec | None = None, push: bool = False,
-             layout: str | None = DEFAULT_LAYOUT) -> tuple[Refusal, ...]:
+             p_model: ModelSpec | None = None, push: bool = False) -> tuple[Refusal, ...]:
     """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (the
     local engine is D when it pulls, P when P pushes); ``p_model``: P's model where its num_spec or
-    dtypes differ from D's; ``layout``: the KV-cache layout both engines run (None: not checked
-    here, as preflight checks each line's own)."""
+    dtypes differ from D's."""
     q = model.qwen4exp
     if q is None:
         return ()
@@ -130,9 +115,6 @@ def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
     if said:
         out.append(Refusal("csa-linear-tp", said))
         return tuple(out)       # _nixl_handshake raises before any metadata is read
-    heads = heads_refusal(model, local.tp, remote.tp, layout) if layout is not None and q.has_qsa else None
-    if heads is not None:
-        out.append(heads)
     if q.ple_layers:
         pages = {"D": ple_page_bytes(model, decode), "P": ple_page_bytes(p_model or model, prefill)}
         here, there = (pages["P"], pages["D"]) if push else (pages["D"], pages["P"])
@@ -168,7 +150,7 @@ def ple_fix(rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]], mo
         if p_block % prefill.kernel_backend.step or d_block % decode.kernel_backend.step:
             continue
         p, d = rebuild(p_block, d_block)
-        if (not refusals(model, p, d, p_model, layout=HEADS_LAYOUT) and not geometry_refused(p, d)
+        if (not refusals(model, p, d, p_model) and not geometry_refused(p, d)
                 and p.geometry.block_size == p_block and d.geometry.block_size == d_block):
             return p_block, d_block
     return None
@@ -180,22 +162,18 @@ FIRST = ("qsa-ring", "csa-linear-tp")
 
 def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
                   rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]],
-                  p_model: ModelSpec | None = None, push: bool = False,
-                  layout: str | None = DEFAULT_LAYOUT) -> Verdict:
+                  p_model: ModelSpec | None = None, push: bool = False) -> Verdict:
     """The handshake's verdict with Qwen4Exp's refusals in vLLM's order; a same-size block
-    suggestion is kept only where vLLM then refuses nothing of Qwen4Exp's either (with the layout
-    fix, where the layout is refused: BLHNC on both engines)."""
-    found = refusals(model, prefill, decode, p_model, push, layout)
+    suggestion is kept only where vLLM then refuses nothing of Qwen4Exp's either."""
+    found = refusals(model, prefill, decode, p_model, push)
     if not found:
         return verdict
     first = tuple(r for r in found if r.code in FIRST)
     last = tuple(r for r in found if r.code not in FIRST)
     suggested = verdict.suggested_block_size
-    if suggested is not None and refusals(model, *rebuild(suggested), p_model, push, layout=HEADS_LAYOUT):
+    if suggested is not None and refusals(model, *rebuild(suggested), p_model, push):
         suggested = None
-    fix_layout = HEADS_LAYOUT if any(r.code == "kv-cache-layout-heads" for r in found) else None
-    return replace(verdict, refusals=first + verdict.refusals + last, suggested_block_size=suggested,
-                   suggested_layout=fix_layout)
+    return replace(verdict, refusals=first + verdict.refusals + last, suggested_block_size=suggested)
 
 
 # --- the QSA caches as the connector moves them --------------------------------------------------

@@ -20,8 +20,8 @@ PULL, PUSH = "pull", "push"
 # execute's JSON ("vllm": "refusals"); their published schemas list the same (a test keeps them so).
 VERDICT_CODES = ("compat-hash", "tp-sizes", "push-block-sizes", "block-size", "prefix-caching", "host-buffer",
                  "head-sharded-block-size", "no-attention", "layout", "dcp-sizes", "mla-block-lens",
-                 "region-layers", "qsa-ring", "csa-linear-tp", "kv-cache-layout-heads", "ple-geometry",
-                 "ple-without-qsa")
+                 "region-layers", "qsa-ring", "csa-linear-tp", "kv-cache-layout-heads",
+                 "ple-geometry", "ple-without-qsa")
 
 
 @dataclass(frozen=True)
