@@ -461,8 +461,7 @@ def test_the_layout_qsa_declares_decides_the_engines_layout_and_the_head_split(d
     """With vLLM's QSA backend declaring no layouts, a Qwen4Exp engine would run the connector's
     LBHNC: the layout comparison differs, and so does the handshake wherever the heads split (vLLM
     then accepts what mambaxfer refuses); nothing else does."""
-    release, runs = driven
-    run = runs["qsa-layouts"]
+    run = driven[1]["qsa-layouts"]
     assert run["code"] == 1
     functions = by_function(run["document"])
     layout = functions["resolve_kv_cache_layout"]
