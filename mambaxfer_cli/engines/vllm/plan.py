@@ -223,7 +223,7 @@ def _with_kv_layout(verdict: Verdict, model: ModelSpec, p_tp: int, d_tp: int, re
     if said is not None:
         raise UserError(f"vLLM does not start an engine of {model.name}: {said}")
     heads = heads_refusal(model, d_tp, p_tp, resolved_layout(model, requested))
-    if heads is None:
+    if heads is None or any(r.code == "tp-sizes" for r in verdict.refusals):    # met only past the TP sizes
         return verdict
     return replace(verdict, refusals=(*verdict.refusals, heads), suggested_layout=contiguous_layout(model))
 

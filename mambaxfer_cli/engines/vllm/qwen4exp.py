@@ -173,6 +173,10 @@ def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, dec
     suggested = verdict.suggested_block_size
     if suggested is not None and refusals(model, *rebuild(suggested), p_model, push):
         suggested = None
+    if any(r.code == "csa-linear-tp" for r in first):
+        # Another TP size is the fix: the head split it would meet is not listed.
+        kept = tuple(r for r in verdict.refusals if r.code != "kv-cache-layout-heads")
+        verdict = replace(verdict, refusals=kept, suggested_layout=None)
     return replace(verdict, refusals=first + verdict.refusals + last, suggested_block_size=suggested)
 
 
