@@ -8,6 +8,8 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
+from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
+
 # The attention backends NIXL hybrids run on NVIDIA GPUs, and the serve flags that change an
 # engine's blocks: --block-size (None: not given, the release's default) and prefix caching.
 BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
@@ -152,7 +154,6 @@ class Case:
         return f"mambaxfer plan --model {model} " + " ".join(shlex.quote(w) for w in words)
 
 
-LAYOUT_ENV = "VLLM_SSM_CONV_STATE_LAYOUT"
 
 
 def _double_quoted(text: str) -> str:
@@ -177,7 +178,7 @@ class HashedEngine:
 
     def env_words(self) -> list[str]:
         """The line's environment before ``vllm serve``."""
-        return [f"{LAYOUT_ENV}=DS"] + ([f"VLLM_KV_CACHE_LAYOUT={self.kv_cache_layout}"] if self.kv_cache_layout else [])
+        return [f"{CONV_LAYOUT_VAR}=DS"] + ([f"{KV_LAYOUT_VAR}={self.kv_cache_layout}"] if self.kv_cache_layout else [])
 
     def serve_words(self, role: str) -> list[str]:
         """This engine's ``vllm serve`` flags (after the model)."""

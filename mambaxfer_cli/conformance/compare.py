@@ -22,6 +22,7 @@ from mambaxfer_cli.conformance.cases import (
     Geometry, HashedEngine, Variation, pairings,
 )
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
+from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
 from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
 from mambaxfer_cli.errors import UserError
@@ -152,7 +153,7 @@ class Comparison:
             except CouldNotCall as exc:
                 return self.cannot((LAYOUT,), exc)
             engine = HashedEngine(backend=backend, kv_cache_layout=requested)
-            said = f"VLLM_KV_CACHE_LAYOUT={requested}" if requested else "VLLM_KV_CACHE_LAYOUT unset"
+            said = f"{KV_LAYOUT_VAR}={requested}" if requested else f"{KV_LAYOUT_VAR} unset"
             case = self.case(name, variation=Variation(said, engine, engine))
             self.record(LAYOUT, case, theirs, self.ours.kv_cache_layout(model, requested))
 

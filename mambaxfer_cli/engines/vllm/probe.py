@@ -18,6 +18,7 @@ import importlib
 import inspect
 import os
 import types
+from unittest import mock
 from functools import lru_cache
 from typing import Any
 
@@ -25,10 +26,10 @@ import numpy as np
 
 from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Request
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
 
-LAYOUT_VARIABLE = "VLLM_SSM_CONV_STATE_LAYOUT"
-KV_LAYOUT_VARIABLE = "VLLM_KV_CACHE_LAYOUT"
+LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
 # Engine IDs as mambaxfer names the engines (vLLM quotes the remote one in some messages).
 P_ENGINE, D_ENGINE = "P", "D"
@@ -320,7 +321,7 @@ class EngineState:
             return _construct(metadata_class, **values)
 
 
-def _once(cache: dict, key: str, read):
+def _once(cache: dict, key, read):
     """``read()`` once per key, its ``VllmFails`` kept and raised again like its value returned."""
     if key not in cache:
         try:
@@ -630,10 +631,8 @@ class Installed:
         layouts its backends declare (``get_supported_kv_cache_layouts``: the attention backend's,
         and QSA's for Qwen4Exp), its specs, the connector's preference and ``VLLM_KV_CACHE_LAYOUT``
         (``requested``); the layout's name, or "refused: " and vLLM's words."""
-        key = (model.name, backend, requested)
-        if key not in self._layouts:
-            self._layouts[key] = self._kv_cache_layout(model, backend, requested)
-        return self._layouts[key]
+        return _once(self._layouts, (model.name, backend, requested),
+                     lambda: self._kv_cache_layout(model, backend, requested))
 
     def _kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None) -> str:
         utils = "vllm.v1.attention.backends.utils"
@@ -651,19 +650,14 @@ class Installed:
                                                     kv_connector_module_path=None,
                                                     get_from_extra_config=lambda key, default: default),
                          model_config=StandIn("model_config", use_mla=model.mla))
-        before = os.environ.pop(KV_LAYOUT_VARIABLE, None)
-        try:
+        with mock.patch.dict(os.environ), calling("resolve_kv_cache_layout"):   # the environment restored after
+            os.environ.pop(KV_LAYOUT_VAR, None)
             if requested is not None:
-                os.environ[KV_LAYOUT_VARIABLE] = requested
-            with calling("resolve_kv_cache_layout"):
-                try:
-                    return resolve(config, [names], specs).name
-                except ValueError as exc:
-                    return f"refused: {exc}"
-        finally:
-            os.environ.pop(KV_LAYOUT_VARIABLE, None)
-            if before is not None:
-                os.environ[KV_LAYOUT_VARIABLE] = before
+                os.environ[KV_LAYOUT_VAR] = requested
+            try:
+                return resolve(config, [names], specs).name
+            except ValueError as exc:
+                return f"refused: {exc}"
 
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
         key = (model.name, tp, geometry, role, backend)
