@@ -224,11 +224,13 @@ def _qsa_reads(plan: Plan, lists: tuple[PleLists, PleLists], d_rank: int) -> tup
     find = qwen4exp.ring_reads if space == RING else qwen4exp.compressed_reads
     cache_reads = find(plan.model, plan.prefill, plan.decode, d_rank, exact)
     page = lists[1].page_bytes
-    piece = next((r for r in cache_reads if (r.remote_offset, r.local_offset, r.size) != (0, 0, page)), None)
+    piece = next(((r.p_rank, s) for r in cache_reads for s in r.segments
+                  if (s.remote_offset, s.local_offset, s.size) != (0, 0, page)), None)
     if piece is not None:
+        p_rank, segment = piece
         raise UserError(f"this plan cannot be executed: vLLM reads D{d_rank}'s QSA raw-key ring in pieces "
-                        f"({piece.size} of its {page} bytes from P{piece.p_rank} at offset "
-                        f"{piece.remote_offset}), which execute does not move; 'mambaxfer check' proves "
+                        f"({segment.size} of its {page} bytes from P{p_rank} at offset "
+                        f"{segment.remote_offset}), which execute does not move; 'mambaxfer check' proves "
                         f"those reads")
     pairs = attention_pairs(plan)
     return _whole(lists, [r.p_rank for r in cache_reads], pairs[:1] if space == RING else pairs)

@@ -22,7 +22,7 @@ from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
-from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.planning.reads import VLLM, Read
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.proof.simulate import ByteSource, Damage, Simulation, WrongByte
 
@@ -134,7 +134,7 @@ def merged(sim: Simulation, *proofs: PleProof | None) -> Simulation:
 
 # --- the QSA caches ------------------------------------------------------------------------------
 
-RING, CKEY = "ring", "ckey"
+RING, CKEY = qwen4exp.RING, qwen4exp.CKEY
 # vLLM's refusals under which no QSA page moves: an engine that does not start, or _nixl_handshake's
 # check before any metadata is read.
 QSA_REFUSED = ("qsa-ring", "csa-linear-tp")
@@ -151,7 +151,7 @@ class _Cache:
     unit_bytes: int
     p_page: int
     d_page: int
-    reads: Callable[[int], tuple[qwen4exp.CacheRead, ...]]      # a D rank's reads of one page
+    reads: Callable[[int], tuple[Read, ...]]      # a D rank's reads of one page
 
     def p_row(self, layers: tuple[int, ...], p_block: int) -> np.ndarray:
         """P's row of the block: every layer's page, then as many pad bytes as reads may run past."""
@@ -220,6 +220,38 @@ def attention_pairs(plan: Plan) -> tuple[tuple[int, int], ...]:
     return ()
 
 
+def _land(cache: _Cache, row: np.ndarray, index: int,
+          reads: tuple[Read, ...]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, int]]]:
+    """D's page of the ``index``-th layer after ``reads`` (from P's ``row``): its bytes, how many
+    writes each byte took, and each segment's (local offset, P rank, row offset - local offset)."""
+    page = np.full(cache.d_page, POISON, dtype=np.uint8)
+    writes = np.zeros(cache.d_page, dtype=np.uint16)
+    shifts = []
+    for read in reads:
+        for s in read.segments:
+            start = index * cache.p_page + s.remote_offset
+            page[s.local_offset:s.local_offset + s.size] = row[start:start + s.size]
+            writes[s.local_offset:s.local_offset + s.size] += 1
+            shifts.append((s.local_offset, read.p_rank, start - s.local_offset))
+    return page, writes, shifts
+
+
+def _wrong_byte(cache: _Cache, layers: tuple[int, ...], d: int, index: int, pair: tuple[int, int], at: int,
+                want: np.ndarray, page: np.ndarray, writes: np.ndarray,
+                shifts: list[tuple[int, int, int]]) -> WrongByte:
+    """D's byte ``at`` of the ``index``-th layer's page, located: the last segment that wrote it."""
+    p_block, d_block = pair
+    source = None
+    if writes[at]:
+        _, p_rank, shift = max(x for x in shifts if x[0] <= at)
+        s_layer, s_holds = cache.holds(at + shift, layers)
+        source = ByteSource(p_rank, cache.space, s_layer, p_block, (at + shift) % cache.p_page, s_holds)
+    unit, byte = divmod(at, cache.unit_bytes)
+    wants = f"{cache.space} {cache.unit} {unit} byte {byte}"
+    return WrongByte(d, cache.space, layers[index], d_block, p_block, at, wants, int(want[at]), int(page[at]),
+                     int(writes[at]), source)
+
+
 def prove_qsa(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
     """Qwen4Exp's QSA pages of one request, for every indexed-attention layer and D rank: the
     raw-key ring (one block per request: labelled with the request's first attention block pair)
@@ -228,49 +260,28 @@ def prove_qsa(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
     if qsa_unproved(plan) is not None:
         return None
     model = plan.model
-    p_model = p_model or model
     layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
     pairs = attention_pairs(plan)
     reads = moved = verified = 0
     damage: list[Damage] = []
-    for cache in _caches(plan, p_model):
+    for cache in _caches(plan, p_model or model):
         blocks = pairs[:1] if cache.space == RING else pairs
         keep = min(cache.p_page, cache.d_page) // cache.unit_bytes * cache.unit_bytes
         for d in range(plan.decode.tp):
+            mine = cache.reads(d)
             wrong = pages = 0
             first: WrongByte | None = None
-            for p_block, d_block in blocks:
-                row = cache.p_row(layers, p_block)
-                for index, layer in enumerate(layers):
-                    page = np.full(cache.d_page, POISON, dtype=np.uint8)
-                    writes = np.zeros(cache.d_page, dtype=np.uint16)
-                    last: dict[int, tuple[int, int]] = {}
-                    for read in cache.reads(d):
-                        start = index * cache.p_page + read.remote_offset
-                        page[read.local_offset:read.local_offset + read.size] = row[start:start + read.size]
-                        writes[read.local_offset:read.local_offset + read.size] += 1
-                        last[read.local_offset] = (read.p_rank, start - read.local_offset)
-                        reads += 1
-                        moved += read.size
+            for pair in blocks:
+                row = cache.p_row(layers, pair[0])
+                for index in range(len(layers)):
+                    page, writes, shifts = _land(cache, row, index, mine)
+                    reads, moved, verified = reads + len(mine), moved + sum(r.bytes for r in mine), verified + keep
                     want = row[index * cache.p_page:index * cache.p_page + keep]
-                    verified += keep
                     bad = np.flatnonzero(page[:keep] != want)
-                    if not bad.size:
-                        continue
-                    wrong += int(bad.size)
-                    pages += 1
-                    if first is None:
-                        at = int(bad[0])
-                        source = None
-                        if writes[at]:
-                            p_rank, shift = next(v for k, v in sorted(last.items(), reverse=True) if k <= at)
-                            s_layer, s_holds = cache.holds(at + shift, layers)
-                            source = ByteSource(p_rank, cache.space, s_layer, p_block,
-                                                (at + shift) % cache.p_page, s_holds)
-                        unit, byte = divmod(at, cache.unit_bytes)
-                        first = WrongByte(d, cache.space, layer, d_block, p_block, at,
-                                          f"{cache.space} {cache.unit} {unit} byte {byte}", int(want[at]),
-                                          int(page[at]), int(writes[at]), source)
+                    if bad.size:
+                        wrong, pages = wrong + int(bad.size), pages + 1
+                        first = first or _wrong_byte(cache, layers, d, index, pair, int(bad[0]), want, page, writes,
+                                                     shifts)
             if first is not None:
                 damage.append(Damage(d, cache.space, cache.space, wrong, pages, first))
     return PleProof(reads, moved, verified, tuple(damage))

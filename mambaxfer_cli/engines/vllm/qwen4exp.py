@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
@@ -33,6 +33,7 @@ from mambaxfer_cli.engines.vllm.handshake import Verdict, attention_sources, geo
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec, Qwen4ExpParts
+from mambaxfer_cli.planning.reads import Read, Segment
 
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
@@ -215,15 +216,14 @@ def compressed_page_bytes(model: ModelSpec, block_size: int) -> int:
     return block_size // q.compress_ratio * q.indexer_head_dim * dtype_bytes("bfloat16")
 
 
-@dataclass(frozen=True)
-class CacheRead:
-    """A read of one QSA page: ``size`` bytes from ``remote_offset`` of P rank ``p_rank``'s page
-    (past its end: the bytes after it in P's block row) to ``local_offset`` of D's page."""
+# The QSA pages' regions: the raw-key ring and the compressed keys. A read of one is a ``Read`` of
+# one ``Segment``: bytes from an offset of P's page (past its end: the bytes after it in P's block
+# row) to an offset of D's.
+RING, CKEY = "ring", "ckey"
 
-    p_rank: int
-    remote_offset: int
-    local_offset: int
-    size: int
+
+def _read(d_rank: int, p_rank: int, region: str, remote: int, local: int, size: int) -> Read:
+    return Read(d_rank, p_rank, (Segment(region, remote, local, size),))
 
 
 def head_offset(d_rank: int, d_tp: int, p_tp: int, kv_heads: int) -> int:
@@ -238,7 +238,7 @@ def head_offset(d_rank: int, d_tp: int, p_tp: int, kv_heads: int) -> int:
 
 
 def ring_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
-               exact: bool) -> tuple[CacheRead, ...]:
+               exact: bool) -> tuple[Read, ...]:
     """D rank ``d_rank``'s reads of a raw-key ring page. vLLM flags the ring region SPLIT like the
     attention KV (``_is_region_replicated``: not an MLA spec), so ``_build_fa_remote`` reads it as
     head-sharded although every rank holds the whole page: from one source (D at least as many
@@ -249,12 +249,12 @@ def ring_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_
     page = ring_page_bytes(model)
     sources = attention_sources(prefill, decode, d_rank)
     if exact:
-        return (CacheRead(sources[0], 0, 0, page),)
+        return (_read(d_rank, sources[0], RING, 0, 0, page),)
     if len(sources) > 1:
         part = page // len(sources)
-        return tuple(CacheRead(s, 0, i * part, part) for i, s in enumerate(sources))
+        return tuple(_read(d_rank, s, RING, 0, i * part, part) for i, s in enumerate(sources))
     offset = head_offset(d_rank, decode.tp, prefill.tp, model.num_kv_heads or 0)
-    return (CacheRead(sources[0], offset * page, 0, page),)
+    return (_read(d_rank, sources[0], RING, offset * page, 0, page),)
 
 
 def ring_misread(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> bool:
@@ -264,10 +264,10 @@ def ring_misread(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, 
 
 
 def compressed_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
-                     exact: bool) -> tuple[CacheRead, ...]:
+                     exact: bool) -> tuple[Read, ...]:
     """D rank ``d_rank``'s reads of a compressed-key page: an MLA spec, so a REPLICATE region, read
     whole (D's page length) from every attention source (``_build_fa_remote``; the same bytes from
     each), or from the first under ``exact``."""
     page = compressed_page_bytes(model, decode.geometry.block_size)
     sources = attention_sources(prefill, decode, d_rank)
-    return tuple(CacheRead(s, 0, 0, page) for s in (sources[:1] if exact else sources))
+    return tuple(_read(d_rank, s, CKEY, 0, 0, page) for s in (sources[:1] if exact else sources))
