@@ -193,8 +193,8 @@ def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
     plan = local_plan(1, 1, "exact")
     real = ple_module._qsa_reads
 
-    def misdirected(plan_, lists, d_rank):      # P's compressed keys of another block
-        reads = real(plan_, lists, d_rank)
+    def misdirected(plan_, lists, d_rank, pairs):      # P's compressed keys of another block
+        reads = real(plan_, lists, d_rank, pairs)
         if lists[1].space != "ckey":
             return reads
         return tuple(PleRead(r.p_rank, r.local_ids, tuple((i + 1) % lists[0].length for i in r.remote_ids))

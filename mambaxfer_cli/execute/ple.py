@@ -47,8 +47,7 @@ from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
-from mambaxfer_cli.proof.qwen4exp import CKEY, QSA_REFUSED, REFUSED, RING, attention_pairs, block_pair, holds, \
-    qsa_unproved
+from mambaxfer_cli.proof.qwen4exp import CKEY, QSA_REFUSED, REFUSED, RING, block_pair, holds, qsa_pairs, qsa_unproved
 
 REGION = "ple"
 SPACES = (REGION, RING, CKEY)
@@ -162,7 +161,7 @@ def _qsa(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PleLi
     assert q is not None and q.indexer_head_dim is not None and q.compress_ratio is not None
     layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
     slot, ring = qwen4exp.ring_slot_bytes(model), qwen4exp.ring_page_bytes(model)
-    key = q.indexer_head_dim * dtype_bytes("bfloat16")
+    key = qwen4exp.compressed_key_bytes(model)
     ckey = qwen4exp.compressed_page_bytes(model, side.geometry.block_size)
     blocks = side.lists.logical_blocks
     return (PleLists(first_region, layers, ring, blocks, ring // slot, slot, slot, RING, "slot"),
@@ -216,7 +215,8 @@ def _whole(lists: tuple[PleLists, PleLists], sources: Sequence[int],
     return tuple(PleRead(p, local, remote) for p in sources)
 
 
-def _qsa_reads(plan: Plan, lists: tuple[PleLists, PleLists], d_rank: int) -> tuple[PleRead, ...]:
+def _qsa_reads(plan: Plan, lists: tuple[PleLists, PleLists], d_rank: int,
+               pairs: Sequence[tuple[int, int]]) -> tuple[PleRead, ...]:
     """D rank ``d_rank``'s reads of one QSA set: whole pages from the sources vLLM (or the exact
     plan) reads them from; a ring vLLM reads in pieces is refused here (``check`` proves it)."""
     space = lists[1].space
@@ -232,8 +232,7 @@ def _qsa_reads(plan: Plan, lists: tuple[PleLists, PleLists], d_rank: int) -> tup
                         f"({segment.size} of its {page} bytes from P{p_rank} at offset "
                         f"{segment.remote_offset}), which execute does not move; 'mambaxfer check' proves "
                         f"those reads")
-    pairs = attention_pairs(plan)
-    return _whole(lists, [r.p_rank for r in cache_reads], pairs[:1] if space == RING else pairs)
+    return _whole(lists, [r.p_rank for r in cache_reads], pairs)
 
 
 def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ...]:
@@ -248,8 +247,8 @@ def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ..
             pairs: Sequence[tuple[int, int]] = (block_pair(plan),)
             keep = min(p_lists.unit_bytes, d_lists.unit_bytes)
         else:
-            reads = _qsa_reads(plan, (p_lists, d_lists), d_rank)
-            pairs = attention_pairs(plan)[:1] if d_lists.space == RING else attention_pairs(plan)
+            pairs = qsa_pairs(plan, d_lists.space)
+            reads = _qsa_reads(plan, (p_lists, d_lists), d_rank, pairs)
             keep = d_lists.unit_bytes
         pages = tuple(PlePage(d_lists.region(j), j, d, p, keep) for j in range(len(d_lists.layers)) for p, d in pairs)
         out.append(SidePages(d_lists, p_lists, reads, pages))

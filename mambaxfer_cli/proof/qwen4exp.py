@@ -184,9 +184,7 @@ def _caches(plan: Plan, p_model: ModelSpec) -> tuple[_Cache, ...]:
     ring = _Cache(RING, "slot", qwen4exp.ring_slot_bytes(model), qwen4exp.ring_page_bytes(p_model),
                   qwen4exp.ring_page_bytes(model),
                   lambda d: qwen4exp.ring_reads(model, prefill, decode, d, exact))
-    q = model.qwen4exp
-    assert q is not None and q.indexer_head_dim is not None
-    ckey = _Cache(CKEY, "key", q.indexer_head_dim * dtype_bytes("bfloat16"),
+    ckey = _Cache(CKEY, "key", qwen4exp.compressed_key_bytes(model),
                   qwen4exp.compressed_page_bytes(p_model, prefill.geometry.block_size),
                   qwen4exp.compressed_page_bytes(model, decode.geometry.block_size),
                   lambda d: qwen4exp.compressed_reads(model, prefill, decode, d, exact))
@@ -211,12 +209,15 @@ def qsa_unproved(plan: Plan) -> str | None:
     return None
 
 
-def attention_pairs(plan: Plan) -> tuple[tuple[int, int], ...]:
-    """The request's attention block pairs (P's, D's), in the order D holds them."""
+def qsa_pairs(plan: Plan, space: str) -> tuple[tuple[int, int], ...]:
+    """The request's block pairs (P's, D's) of a QSA cache, in the order D holds them: the
+    compressed keys' are the attention blocks; the ring's one block per request is labelled with
+    the first of them."""
     request = plan.descriptors.request
     for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
         if kind == ATTENTION:
-            return tuple(zip((int(b) for b in p), (int(b) for b in d)))
+            pairs = tuple(zip((int(b) for b in p), (int(b) for b in d)))
+            return pairs[:1] if space == RING else pairs
     return ()
 
 
@@ -261,11 +262,10 @@ def prove_qsa(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
         return None
     model = plan.model
     layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
-    pairs = attention_pairs(plan)
     reads = moved = verified = 0
     damage: list[Damage] = []
     for cache in _caches(plan, p_model or model):
-        blocks = pairs[:1] if cache.space == RING else pairs
+        blocks = qsa_pairs(plan, cache.space)
         keep = min(cache.p_page, cache.d_page) // cache.unit_bytes * cache.unit_bytes
         for d in range(plan.decode.tp):
             mine = cache.reads(d)

@@ -207,13 +207,20 @@ def ring_page_bytes(model: ModelSpec) -> int:
     return ring * ring_slot_bytes(model)
 
 
+def compressed_key_bytes(model: ModelSpec) -> int:
+    """One compressed key: ``indexer_head_dim`` in the indexer's dtype (bfloat16 unless
+    ``--attention-config`` sets ``indexer_kv_dtype`` fp8)."""
+    q = model.qwen4exp
+    assert q is not None and q.indexer_head_dim is not None
+    return q.indexer_head_dim * dtype_bytes("bfloat16")
+
+
 def compressed_page_bytes(model: ModelSpec, block_size: int) -> int:
     """The compressed keys' page of one attention block: ``MLAAttentionSpec(num_kv_heads=1,
-    tokens_per_state=compress_ratio)``, one ``indexer_head_dim`` key per group of tokens, in the
-    indexer's dtype (bfloat16 unless ``--attention-config`` sets ``indexer_kv_dtype`` fp8)."""
+    tokens_per_state=compress_ratio)``, one key per group of tokens."""
     q = model.qwen4exp
-    assert q is not None and q.indexer_head_dim is not None and q.compress_ratio is not None
-    return block_size // q.compress_ratio * q.indexer_head_dim * dtype_bytes("bfloat16")
+    assert q is not None and q.compress_ratio is not None
+    return block_size // q.compress_ratio * compressed_key_bytes(model)
 
 
 # The QSA pages' regions: the raw-key ring and the compressed keys. A read of one is a ``Read`` of
