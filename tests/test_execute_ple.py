@@ -15,9 +15,9 @@ from cli_run import run_cli
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute import ple as ple_module
+from mambaxfer_cli.execute import whole_pages as ple_module
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-from mambaxfer_cli.execute.ple import PleRead, ple_lists, ple_reads
+from mambaxfer_cli.execute.whole_pages import PageRead, ple_lists, ple_reads
 from mambaxfer_cli.execute.run import execute
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.proof import qwen4exp as ple_proof
@@ -98,7 +98,7 @@ def test_a_ple_read_from_the_wrong_block_gives_wrong_bytes_on_d(monkeypatch):
     wrong = (p_block + 1) % d_lists.logical_blocks
 
     def misdirected(plan_, d_rank):     # P's page of another block: the right layer at the wrong offset
-        return tuple(PleRead(r.p_rank, r.local_ids, (wrong,)) for r in ple_reads(plan_, d_rank))
+        return tuple(PageRead(r.p_rank, r.local_ids, (wrong,)) for r in ple_reads(plan_, d_rank))
 
     monkeypatch.setattr(ple_module, "ple_reads", misdirected)
     [d] = run_in_process(plan)
@@ -119,7 +119,7 @@ def test_a_ple_read_onto_the_wrong_d_block_leaves_the_page_poisoned_and_is_a_str
     _, d_block = ple_proof.block_pair(plan)
     wrong = (d_block + 1) % d_lists.logical_blocks
     monkeypatch.setattr(ple_module, "ple_reads", lambda plan_, d_rank: tuple(
-        PleRead(r.p_rank, (wrong,), r.remote_ids) for r in ple_reads(plan_, d_rank)))
+        PageRead(r.p_rank, (wrong,), r.remote_ids) for r in ple_reads(plan_, d_rank)))
     [d] = run_in_process(plan)
     check = d.check
     assert check.first_by_region["ple"].reason == "never written"
@@ -197,7 +197,7 @@ def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
         reads = real(plan_, lists, d_rank, pairs)
         if lists[1].space != "ckey":
             return reads
-        return tuple(PleRead(r.p_rank, r.local_ids, tuple((i + 1) % lists[0].length for i in r.remote_ids))
+        return tuple(PageRead(r.p_rank, r.local_ids, tuple((i + 1) % lists[0].length for i in r.remote_ids))
                      for r in reads)
 
     monkeypatch.setattr(ple_module, "_qsa_reads", misdirected)

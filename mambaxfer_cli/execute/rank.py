@@ -16,7 +16,7 @@ from mambaxfer_cli.execute import remote
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, exchange, fill, layout
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
-from mambaxfer_cli.execute.ple import REGION as PLE, with_side
+from mambaxfer_cli.execute.whole_pages import REGION as PLE, with_side
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask

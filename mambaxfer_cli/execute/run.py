@@ -10,7 +10,7 @@ from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.execute.ple import side_pages
+from mambaxfer_cli.execute.whole_pages import side_pages
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.engines.vllm.plan import Plan

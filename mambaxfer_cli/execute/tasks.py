@@ -4,7 +4,7 @@ Memory model, per rank, as vLLM lays it out: one registered region per KV-cache 
 the engine's logical blocks as pages; an SSM layer's block is one page, an attention layer's
 kernel blocks are slices of one (real-sized stand-in KV bytes), so that every descriptor of the
 plan's lists points at real, checkable memory. Qwen4Exp's whole pages (PLE, QSA ring and
-compressed keys) take one more region per layer of each after them (``execute/ple.py``).
+compressed keys) take one more region per layer of each after them (``execute/whole_pages.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.discovery import Discovery
-from mambaxfer_cli.execute.ple import PleLists, SidePages, side_lists, side_pages
+from mambaxfer_cli.execute.whole_pages import PageLists, SidePages, side_lists, side_pages
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import PageShape
@@ -129,7 +129,7 @@ class BenchSpec:
     order: tuple[str, ...]                                                     # the variants run in this order
 
 
-def side_memory(side: EngineLayout, sets: Sequence[PleLists] = ()) -> Memory:
+def side_memory(side: EngineLayout, sets: Sequence[PageLists] = ()) -> Memory:
     return Memory(side.lists.tensors, side.lists.logical_blocks, side.page_bytes,
                   side_regions=tuple((len(s.layers), s.page_bytes) for s in sets))
 
@@ -141,7 +141,7 @@ def plan_memory(plan: Plan, ple: bool = True) -> tuple[Memory, Memory]:
     return (side_memory(plan.prefill, [p for p, _ in sets]), side_memory(plan.decode, [d for _, d in sets]))
 
 
-def prefill_pages(plan: Plan, rank: int, sets: Sequence[PleLists] = ()) -> tuple[tuple[PageShape, ...], ...]:
+def prefill_pages(plan: Plan, rank: int, sets: Sequence[PageLists] = ()) -> tuple[tuple[PageShape, ...], ...]:
     """What P rank ``rank`` keeps in every page of every tensor (and region of whole pages)."""
     kinds = p_page_kinds(plan)
     blocks = plan.prefill.lists.logical_blocks

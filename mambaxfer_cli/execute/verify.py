@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.execute.ple import PlePage, SidePages
+from mambaxfer_cli.execute.whole_pages import WholePage, SidePages
 from mambaxfer_cli.execute.tasks import DecodeTask
 from mambaxfer_cli.proof.addresses import addresses
 from mambaxfer_cli.proof.pattern import POISON, page, part_bytes
@@ -126,7 +126,7 @@ def _source(task: DecodeTask, tensor: int, block: int, offset: int) -> ByteSourc
     return found
 
 
-def _side_source(side: SidePages, page_: PlePage, offset: int) -> tuple[ByteSource | None, int]:
+def _side_source(side: SidePages, page_: WholePage, offset: int) -> tuple[ByteSource | None, int]:
     """The P byte a set's reads copy to this D byte (the last read that covers it), and how many do."""
     found, writes = None, 0
     p_lists = side.prefill_lists
@@ -141,7 +141,7 @@ def _side_source(side: SidePages, page_: PlePage, offset: int) -> tuple[ByteSour
     return found, writes
 
 
-def _check_side_page(check: PageCheck, task: DecodeTask, side: SidePages, page_: PlePage, row: np.ndarray) -> None:
+def _check_side_page(check: PageCheck, task: DecodeTask, side: SidePages, page_: WholePage, row: np.ndarray) -> None:
     """One D page of a set: the kept bytes of every unit against the pattern (as ``check`` proves
     them, region ``ple``, ``ring`` or ``ckey``), every other byte against P's page at the same
     offset (``ple page``, ...)."""

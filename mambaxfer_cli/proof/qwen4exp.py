@@ -32,7 +32,9 @@ REFUSED = ("ple-geometry", "ple-without-qsa", "csa-linear-tp")
 
 
 @dataclass(frozen=True)
-class PleProof:
+class PagesProof:
+    """What a proof of whole pages (PLE or QSA) moved and verified, and where it found wrong bytes."""
+
     reads: int
     bytes_moved: int
     bytes_verified: int
@@ -66,7 +68,7 @@ def block_pair(plan: Plan) -> tuple[int, int]:
     return 0, 0
 
 
-def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
+def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None:
     """The PLE pages of one request block, for every PLE layer and D rank; None for a model
     without PLE state, or where vLLM refuses the pages."""
     model = plan.model
@@ -112,7 +114,7 @@ def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
                                              holds(offset, p_rows, eb, q.ple_channels))
                                   if writes[offset] else None)
                 damage.append(Damage(d, SPACE, "ple", len(bad), 1, first))
-    return PleProof(reads, moved, verified, tuple(damage))
+    return PagesProof(reads, moved, verified, tuple(damage))
 
 
 def holds(offset: int, rows: int, eb: int, channels: int) -> str:
@@ -123,7 +125,7 @@ def holds(offset: int, rows: int, eb: int, channels: int) -> str:
     return f"ple channel {c} row {k // eb} byte {k % eb}"
 
 
-def merged(sim: Simulation, *proofs: PleProof | None) -> Simulation:
+def merged(sim: Simulation, *proofs: PagesProof | None) -> Simulation:
     """The simulation of a plan's reads with its PLE and QSA pages' proofs added."""
     for proof in proofs:
         if proof is not None:
@@ -253,7 +255,7 @@ def _wrong_byte(cache: _Cache, layers: tuple[int, ...], d: int, index: int, pair
                      int(writes[at]), source)
 
 
-def prove_qsa(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
+def prove_qsa(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None:
     """Qwen4Exp's QSA pages of one request, for every indexed-attention layer and D rank: the
     raw-key ring (one block per request: labelled with the request's first attention block pair)
     and the compressed keys of every attention block; None where vLLM moves none or mambaxfer
@@ -284,4 +286,4 @@ def prove_qsa(plan: Plan, p_model: ModelSpec | None = None) -> PleProof | None:
                                                      shifts)
             if first is not None:
                 damage.append(Damage(d, cache.space, cache.space, wrong, pages, first))
-    return PleProof(reads, moved, verified, tuple(damage))
+    return PagesProof(reads, moved, verified, tuple(damage))

@@ -54,7 +54,7 @@ SPACES = (REGION, RING, CKEY)
 
 
 @dataclass(frozen=True)
-class PleLists:
+class PageLists:
     """One side's regions of one set of whole pages and the descriptor list over them: ID
     ``j·L + b`` is the page of logical block ``b`` of the ``j``-th layer."""
 
@@ -108,7 +108,7 @@ class PleLists:
 
 
 @dataclass(frozen=True)
-class PleRead:
+class PageRead:
     """One D rank's reads of one set from one source P rank: IDs into each side's list of the set."""
 
     p_rank: int
@@ -117,7 +117,7 @@ class PleRead:
 
 
 @dataclass(frozen=True)
-class PlePage:
+class WholePage:
     """One D page of the request and what it must hold: the units both sides keep (``keep`` bytes
     of each) the pattern of P's block, and every other byte what the whole-page read copies from
     P's page, at the same offset."""
@@ -133,10 +133,10 @@ class PlePage:
 class SidePages:
     """One set of whole pages as one D rank moves them: both sides' lists, its reads, its pages."""
 
-    lists: PleLists                 # D's
-    prefill_lists: PleLists         # each P rank's
-    reads: tuple[PleRead, ...]
-    pages: tuple[PlePage, ...]
+    lists: PageLists                 # D's
+    prefill_lists: PageLists         # each P rank's
+    reads: tuple[PageRead, ...]
+    pages: tuple[WholePage, ...]
 
     @property
     def descriptors(self) -> int:
@@ -147,16 +147,16 @@ class SidePages:
         return self.descriptors * self.lists.page_bytes
 
 
-def _ple(model: ModelSpec, side: EngineLayout, first_region: int) -> PleLists | None:
+def _ple(model: ModelSpec, side: EngineLayout, first_region: int) -> PageLists | None:
     q = model.qwen4exp
     if q is None or not q.ple_layers:
         return None
     eb = dtype_bytes(model.conv_dtype)
-    return PleLists(first_region, tuple(q.ple_layers), qwen4exp.ple_page_bytes(model, side),
+    return PageLists(first_region, tuple(q.ple_layers), qwen4exp.ple_page_bytes(model, side),
                     side.lists.logical_blocks, q.ple_channels, (q.ple_state_len + model.num_spec) * eb, eb)
 
 
-def _qsa(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PleLists, PleLists]:
+def _qsa(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PageLists, PageLists]:
     q = model.qwen4exp
     assert q is not None and q.indexer_head_dim is not None and q.compress_ratio is not None
     layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
@@ -164,17 +164,17 @@ def _qsa(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PleLi
     key = qwen4exp.compressed_key_bytes(model)
     ckey = qwen4exp.compressed_page_bytes(model, side.geometry.block_size)
     blocks = side.lists.logical_blocks
-    return (PleLists(first_region, layers, ring, blocks, ring // slot, slot, slot, RING, "slot"),
-            PleLists(first_region + len(layers), layers, ckey, blocks, ckey // key, key, key, CKEY, "key"))
+    return (PageLists(first_region, layers, ring, blocks, ring // slot, slot, slot, RING, "slot"),
+            PageLists(first_region + len(layers), layers, ckey, blocks, ckey // key, key, key, CKEY, "key"))
 
 
-def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PleLists, PleLists], ...]:
+def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PageLists, PageLists], ...]:
     """(P's, D's) lists of each set of whole pages that moves, in ``SPACES``' order, regions
     numbered after the KV-cache tensors; none where vLLM refuses a set's pages (it then registers or
     reads none of them) or ``check`` proves none."""
     p_model, model = plan.prefill_model or plan.model, plan.model
     refused = {r.code for r in plan.verdict.refusals}
-    out: list[tuple[PleLists, PleLists]] = []
+    out: list[tuple[PageLists, PageLists]] = []
     p_next, d_next = plan.prefill.lists.tensors, plan.decode.lists.tensors
     if REGION in spaces and not refused & set(REFUSED):
         p_ple, d_ple = _ple(p_model, plan.prefill, p_next), _ple(model, plan.decode, d_next)
@@ -187,13 +187,13 @@ def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PleLis
     return tuple(out)
 
 
-def ple_lists(plan: Plan) -> tuple[PleLists, PleLists] | None:
+def ple_lists(plan: Plan) -> tuple[PageLists, PageLists] | None:
     """P's and D's PLE lists; None without PLE state or where vLLM refuses the pages."""
     found = side_lists(plan, (REGION,))
     return found[0] if found else None
 
 
-def ple_reads(plan: Plan, d_rank: int) -> tuple[PleRead, ...]:
+def ple_reads(plan: Plan, d_rank: int) -> tuple[PageRead, ...]:
     """D rank ``d_rank``'s PLE reads: the whole page of every PLE layer at the request's SSM block
     pair, once per SSM source P rank under vLLM semantics, once from the first under the exact."""
     lists = ple_lists(plan)
@@ -206,17 +206,17 @@ def ple_reads(plan: Plan, d_rank: int) -> tuple[PleRead, ...]:
     return _whole(lists, sources, ((p_block, d_block),))
 
 
-def _whole(lists: tuple[PleLists, PleLists], sources: Sequence[int],
-           pairs: Sequence[tuple[int, int]]) -> tuple[PleRead, ...]:
+def _whole(lists: tuple[PageLists, PageLists], sources: Sequence[int],
+           pairs: Sequence[tuple[int, int]]) -> tuple[PageRead, ...]:
     """Every layer's page of each block pair, whole, from each of ``sources``."""
     p_lists, d_lists = lists
     local = tuple(j * d_lists.logical_blocks + d for j in range(len(d_lists.layers)) for _, d in pairs)
     remote = tuple(j * p_lists.logical_blocks + p for j in range(len(p_lists.layers)) for p, _ in pairs)
-    return tuple(PleRead(p, local, remote) for p in sources)
+    return tuple(PageRead(p, local, remote) for p in sources)
 
 
-def _qsa_reads(plan: Plan, lists: tuple[PleLists, PleLists], d_rank: int,
-               pairs: Sequence[tuple[int, int]]) -> tuple[PleRead, ...]:
+def _qsa_reads(plan: Plan, lists: tuple[PageLists, PageLists], d_rank: int,
+               pairs: Sequence[tuple[int, int]]) -> tuple[PageRead, ...]:
     """D rank ``d_rank``'s reads of one QSA set: whole pages from the sources vLLM (or the exact
     plan) reads them from; a ring vLLM reads in pieces is refused here (``check`` proves it)."""
     space = lists[1].space
@@ -250,12 +250,12 @@ def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ..
             pairs = qsa_pairs(plan, d_lists.space)
             reads = _qsa_reads(plan, (p_lists, d_lists), d_rank, pairs)
             keep = d_lists.unit_bytes
-        pages = tuple(PlePage(d_lists.region(j), j, d, p, keep) for j in range(len(d_lists.layers)) for p, d in pairs)
+        pages = tuple(WholePage(d_lists.region(j), j, d, p, keep) for j in range(len(d_lists.layers)) for p, d in pairs)
         out.append(SidePages(d_lists, p_lists, reads, pages))
     return tuple(out)
 
 
-def with_side(rows: np.ndarray, ids: Sequence[int], plan_length: int, lists: PleLists, bases: Sequence[int],
+def with_side(rows: np.ndarray, ids: Sequence[int], plan_length: int, lists: PageLists, bases: Sequence[int],
               dev_id: int, side_ids: Sequence[int]) -> tuple[np.ndarray, array[int]]:
     """A prepared list's rows with a set's descriptors appended after its ``plan_length`` ones (in
     the list's form, strided or not), and the read's IDs with ``side_ids`` appended, shifted past them."""
