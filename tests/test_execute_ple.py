@@ -191,7 +191,7 @@ def test_the_qsa_pages_move_beside_the_ple_page_and_every_byte_is_verified():
 
 def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
     plan = local_plan(1, 1, "exact")
-    real = ple_module._qsa_reads
+    real = ple_module._indexer_reads
 
     def misdirected(plan_, lists, d_rank, pairs):      # P's compressed keys of another block
         reads = real(plan_, lists, d_rank, pairs)
@@ -200,7 +200,7 @@ def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
         return tuple(PageRead(r.p_rank, r.local_ids, tuple((i + 1) % lists[0].length for i in r.remote_ids))
                      for r in reads)
 
-    monkeypatch.setattr(ple_module, "_qsa_reads", misdirected)
+    monkeypatch.setattr(ple_module, "_indexer_reads", misdirected)
     [d] = run_in_process(plan)
     check = d.check
     assert not check.ok and set(check.wrong_by_region) == {"ckey"}

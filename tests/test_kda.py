@@ -238,16 +238,6 @@ def test_kimi_k3_is_refused_as_not_modelled():
         spec_from_config(config, name="k3", source="stand-in")
 
 
-@pytest.mark.parametrize("arch", ["Glm5NextForCausalLM", "Glm5NextForConditionalGeneration"])
-def test_glm_5_next_is_refused_as_not_modelled_not_as_foreign(tmp_path, arch):
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"architectures": [arch], "model_type": "glm5_next", "hidden_size": 1024}))
-    result = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
-    assert_user_error(result, f"vLLM serves {arch}", "does not yet model GLM-5-Next's sparse-attention indexer",
-                      "tail ring (CircularBufferSpec)")
-    assert "not a Mamba-family config" not in result.stderr
-
-
 @pytest.mark.parametrize("p_tp, d_tp, semantics", [(1, 2, "exact"), (2, 1, "vllm")])
 def test_execute_moves_every_byte_over_nixl(nixl, p_tp, d_tp, semantics):
     from rank_processes import assert_no_rank_left, new_tag

@@ -256,7 +256,7 @@ def test_the_plan_document_of_the_preset_fits_its_schema():
 def test_inspect_names_the_ple_page_and_the_ring():
     out = run_cli("inspect", "--model", "qwen3.8-flash-next", "--tp", "2,4").stdout
     assert "Qwen4Exp: PLE state 184320 B on every rank (1 layer(s), TP-replicated), page 1638400 B" in out
-    assert "page 851968 B" in out and "QSA ring 4 tokens" in out
+    assert "page 851968 B" in out and "QSA raw-key ring 4 tokens" in out
 
 
 @pytest.mark.parametrize("p_tp, d_tp, refused", [
@@ -280,7 +280,8 @@ def test_heterogeneous_tp_needs_qsas_block_contiguous_layout(p_tp, d_tp, refused
 
 # --- the QSA caches, proved byte by byte ---------------------------------------------------------
 
-from mambaxfer_cli.proof import qwen4exp as proof_qsa  # noqa: E402
+from mambaxfer_cli.engines.vllm import indexer_caches  # noqa: E402
+from mambaxfer_cli.proof import indexer_caches as proof_qsa  # noqa: E402
 
 GDN8 = dict(linear_num_value_heads=8, linear_num_key_heads=8, linear_key_head_dim=16, linear_value_head_dim=16)
 
@@ -295,10 +296,10 @@ def test_the_qsa_pages_of_the_released_config():
     spec = model()
     # M-RoPE (rope_parameters.mrope_section): each ring slot is the 128-wide key, then 3 int64
     # positions as 12 bf16 slots (QSARawKeyCache): 140 x 2 B, 4 slots.
-    assert spec.qwen4exp.rope_positions and qwen4exp.ring_page_bytes(spec) == 4 * 140 * 2
+    assert spec.qwen4exp.rope_positions and indexer_caches.caches(spec).ring_page_bytes == 4 * 140 * 2
     assert not model(rope_parameters={"rope_type": "default", "rope_theta": 1e7}).qwen4exp.rope_positions
     # One 128-wide bf16 key per 4 tokens of the attention block.
-    assert qwen4exp.compressed_page_bytes(spec, 1600) == 400 * 128 * 2
+    assert indexer_caches.caches(spec).key_page_bytes(1600) == 400 * 128 * 2
 
 
 @pytest.mark.parametrize("p_tp, d_tp", [(1, 1), (2, 2), (4, 8), (8, 4)])
@@ -306,8 +307,8 @@ def test_every_qsa_byte_lands_where_vllm_accepts(p_tp, d_tp):
     spec = model(num_key_value_heads=2, ple_layer_ids=[], **GDN8)
     p = qsa_plan(spec, p_tp, d_tp)
     assert p.verdict.accepts
-    proof = proof_qsa.prove_qsa(p)
-    ring, ckey = qwen4exp.ring_page_bytes(spec), qwen4exp.compressed_page_bytes(spec, 256)
+    proof = proof_qsa.prove(p)
+    ring, ckey = indexer_caches.caches(spec).ring_page_bytes, indexer_caches.caches(spec).key_page_bytes(256)
     # Every D rank: each layer's ring (one block) and its compressed keys of the request's 3 blocks.
     assert proof.bytes_verified == d_tp * 12 * (ring + 3 * ckey)
     assert not proof.damage
@@ -325,14 +326,14 @@ def test_vllm_reads_the_ring_as_head_sharded_below_the_kv_heads(p_tp, d_tp, rank
     spec = model(num_key_value_heads=8, ple_layer_ids=[], **GDN8)
     p = qsa_plan(spec, p_tp, d_tp)
     assert p.verdict.accepts
-    proof = proof_qsa.prove_qsa(p)
+    proof = proof_qsa.prove(p)
     assert sorted(d.d_rank for d in proof.damage) == ranks
     assert {d.space for d in proof.damage} == {"ring"}
     assert all(d.pages == 12 for d in proof.damage)
     warning = next(w for w in p.warnings if w.code == "vllm-qsa-ring")
     assert said in warning.message
     # mambaxfer's own reads (the whole page from one source) are right.
-    assert not proof_qsa.prove_qsa(qsa_plan(spec, p_tp, d_tp, semantics="exact")).damage
+    assert not proof_qsa.prove(qsa_plan(spec, p_tp, d_tp, semantics="exact")).damage
 
 
 def test_check_counts_the_qsa_pages_and_names_a_wrong_ring():
@@ -347,9 +348,9 @@ def test_check_counts_the_qsa_pages_and_names_a_wrong_ring():
 
 
 def test_qsa_pages_are_not_proved_across_block_sizes_nor_where_vllm_moves_none():
-    assert proof_qsa.qsa_unproved(plan(model(), 2, 4)).startswith("P's and D's blocks differ (1600 and 832")
-    assert proof_qsa.qsa_unproved(plan(model(), 1, 2)) == ""       # csa-linear-tp: nothing moves
-    assert proof_qsa.qsa_unproved(plan(model(), 2, 2)) is None
+    assert proof_qsa.unproved(plan(model(), 2, 4)).startswith("P's and D's blocks differ (1600 and 832")
+    assert proof_qsa.unproved(plan(model(), 1, 2)) == ""       # csa-linear-tp: nothing moves
+    assert proof_qsa.unproved(plan(model(), 2, 2)) is None
 
 
 def test_plan_takes_the_layout_and_the_fix_it_names_is_accepted():

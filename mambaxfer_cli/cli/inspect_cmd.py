@@ -59,7 +59,8 @@ class InspectReport(Report):
         parts = [AsIs(model_summary(self.spec)), AsIs(engine_header(self.flags))]
         for size, table in zip(self.sides, tables):
             parts += [table, AsIs(geometry_line(f"engine at TP {size}:", self.sides[size]))]
-            if self.spec.qwen4exp is not None:
-                from mambaxfer_cli.render.model_view import qwen4exp_line
-                parts.append(AsIs(qwen4exp_line(self.spec, self.sides[size])))
+            from mambaxfer_cli.render.model_view import side_caches_line
+            line = side_caches_line(self.spec, self.sides[size])
+            if line:
+                parts.append(AsIs(line))
         return parts

@@ -1,13 +1,14 @@
-"""Qwen4Exp's whole pages in an execute run (its PLE state and its QSA caches), moved as vLLM's NIXL
-connector moves them.
+"""Whole pages in an execute run (Qwen4Exp's PLE state, and the sparse-attention indexer caches of
+Qwen4Exp and GLM-5-Next), moved as vLLM's NIXL connector moves them.
 
 Three sets of pages, each a page per layer and logical block, every rank holding the same bytes:
 
 - the **PLE** page of each PLE layer (``_ple_block_len``: the padded page), the whole state
   channel-major ``(channels, rows)`` (vLLM's DS layout), then padding;
-- the **QSA raw-key ring** of each indexed-attention layer (one block per request), its token slots;
-- the **QSA compressed keys** of each indexed-attention layer, one key per ``compress_ratio`` tokens
-  of each attention block.
+- the indexer's **ring** of each indexed-attention layer (Qwen4Exp's QSA raw-key ring, GLM-5-Next's
+  kpool tail ring: one block per request), its token slots;
+- the indexer's **compressed keys** of each indexed-attention layer, one key per ``compress_ratio``
+  (``index_kpool``) tokens of each attention block.
 
 Memory: after the KV-cache tensors, one more registered region per layer of each set, the engine's
 logical blocks as pages of the set's page. vLLM keeps these pages in KV-cache tensors shared with
@@ -23,8 +24,8 @@ split). Each D rank reads, per layer:
   source P rank under vLLM semantics (``compute_tp_mapping``), from the first under the exact;
 - the ring and the compressed keys of the request's attention blocks (the ring's one block at the
   first attention block pair, as ``check`` labels it) from every attention source under vLLM
-  semantics, from the first under the exact: whole pages (``qwen4exp.ring_reads`` and
-  ``compressed_reads``). Where vLLM reads the ring in pieces (both TP sizes below the KV heads),
+  semantics, from the first under the exact: whole pages (``indexer_caches.ring_reads`` and
+  ``key_reads``). Where vLLM reads the ring in pieces (both TP sizes below the KV heads),
   execute refuses the run and ``check`` proves those reads.
 
 No set moves where vLLM refuses its pages, nor where ``check`` proves none.
@@ -38,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.errors import UserError
@@ -47,7 +48,8 @@ from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
-from mambaxfer_cli.proof.qwen4exp import CKEY, QSA_REFUSED, REFUSED, RING, block_pair, holds, qsa_pairs, qsa_unproved
+from mambaxfer_cli.proof.indexer_caches import CKEY, RING, cache_pairs, unproved
+from mambaxfer_cli.proof.qwen4exp import REFUSED, block_pair, holds
 
 REGION = "ple"
 SPACES = (REGION, RING, CKEY)
@@ -64,7 +66,7 @@ class PageLists:
     logical_blocks: int
     channels: int                   # units of the page: PLE channels, ring slots, compressed keys
     unit_bytes: int                 # one unit
-    row_bytes: int                  # one row of a PLE channel (the conv dtype); QSA: the unit
+    row_bytes: int                  # one row of a PLE channel (the conv dtype); indexer: the unit
     space: str = REGION             # ple | ring | ckey
     unit: str = "channel"
 
@@ -156,13 +158,12 @@ def _ple(model: ModelSpec, side: EngineLayout, first_region: int) -> PageLists |
                     side.lists.logical_blocks, q.ple_channels, (q.ple_state_len + model.num_spec) * eb, eb)
 
 
-def _qsa(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PageLists, PageLists]:
-    q = model.qwen4exp
-    assert q is not None and q.indexer_head_dim is not None and q.compress_ratio is not None
+def _indexer(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PageLists, PageLists]:
+    found = indexer_caches.caches(model)
+    assert found is not None
     layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
-    slot, ring = qwen4exp.ring_slot_bytes(model), qwen4exp.ring_page_bytes(model)
-    key = qwen4exp.compressed_key_bytes(model)
-    ckey = qwen4exp.compressed_page_bytes(model, side.geometry.block_size)
+    slot, ring, key = found.ring_slot_bytes, found.ring_page_bytes, found.key_bytes
+    ckey = found.key_page_bytes(side.geometry.block_size)
     blocks = side.lists.logical_blocks
     return (PageLists(first_region, layers, ring, blocks, ring // slot, slot, slot, RING, "slot"),
             PageLists(first_region + len(layers), layers, ckey, blocks, ckey // key, key, key, CKEY, "key"))
@@ -181,8 +182,8 @@ def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PageLi
         if p_ple is not None and d_ple is not None:
             out.append((p_ple, d_ple))
             p_next, d_next = p_next + len(p_ple.layers), d_next + len(d_ple.layers)
-    if (RING in spaces or CKEY in spaces) and not refused & set(QSA_REFUSED) and qsa_unproved(plan) is None:
-        pairs = zip(_qsa(p_model, plan.prefill, p_next), _qsa(model, plan.decode, d_next))
+    if (RING in spaces or CKEY in spaces) and unproved(plan) is None:
+        pairs = zip(_indexer(p_model, plan.prefill, p_next), _indexer(model, plan.decode, d_next))
         out.extend(pair for pair in pairs if pair[1].space in spaces)
     return tuple(out)
 
@@ -215,24 +216,29 @@ def _whole(lists: tuple[PageLists, PageLists], sources: Sequence[int],
     return tuple(PageRead(p, local, remote) for p in sources)
 
 
-def _qsa_reads(plan: Plan, lists: tuple[PageLists, PageLists], d_rank: int,
-               pairs: Sequence[tuple[int, int]]) -> tuple[PageRead, ...]:
-    """D rank ``d_rank``'s reads of one QSA set: whole pages from the sources vLLM (or the exact
+def _indexer_reads(plan: Plan, lists: tuple[PageLists, PageLists], d_rank: int,
+                   pairs: Sequence[tuple[int, int]]) -> tuple[PageRead, ...]:
+    """D rank ``d_rank``'s reads of one indexer set: whole pages from the sources vLLM (or the exact
     plan) reads them from; a ring vLLM reads in pieces is refused here (``check`` proves it)."""
     space = lists[1].space
     exact = plan.semantics != VLLM
-    find = qwen4exp.ring_reads if space == RING else qwen4exp.compressed_reads
+    find = indexer_caches.ring_reads if space == RING else indexer_caches.key_reads
     cache_reads = find(plan.model, plan.prefill, plan.decode, d_rank, exact)
     page = lists[1].page_bytes
     piece = next(((r.p_rank, s) for r in cache_reads for s in r.segments
                   if (s.remote_offset, s.local_offset, s.size) != (0, 0, page)), None)
     if piece is not None:
         p_rank, segment = piece
-        raise UserError(f"this plan cannot be executed: vLLM reads D{d_rank}'s QSA raw-key ring in pieces "
+        raise UserError(f"this plan cannot be executed: vLLM reads D{d_rank}'s {_ring_name(plan)} in pieces "
                         f"({segment.size} of its {page} bytes from P{p_rank} at offset "
                         f"{segment.remote_offset}), which execute does not move; 'mambaxfer check' proves "
                         f"those reads")
     return _whole(lists, [r.p_rank for r in cache_reads], pairs)
+
+
+def _ring_name(plan: Plan) -> str:
+    found = indexer_caches.caches(plan.model)
+    return found.ring_name if found else "ring"
 
 
 def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ...]:
@@ -247,8 +253,8 @@ def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ..
             pairs: Sequence[tuple[int, int]] = (block_pair(plan),)
             keep = min(p_lists.unit_bytes, d_lists.unit_bytes)
         else:
-            pairs = qsa_pairs(plan, d_lists.space)
-            reads = _qsa_reads(plan, (p_lists, d_lists), d_rank, pairs)
+            pairs = cache_pairs(plan, d_lists.space)
+            reads = _indexer_reads(plan, (p_lists, d_lists), d_rank, pairs)
             keep = d_lists.unit_bytes
         pages = tuple(WholePage(d_lists.region(j), j, d, p, keep) for j in range(len(d_lists.layers)) for p, d in pairs)
         out.append(SidePages(d_lists, p_lists, reads, pages))

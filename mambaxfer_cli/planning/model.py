@@ -60,6 +60,26 @@ class Qwen4ExpParts:
 
 
 @dataclass(frozen=True)
+class Glm5NextParts:
+    """GLM-5-Next's sparse-attention indexer beside each MLA layer (vLLM's ``models/glm5next``):
+    its compressed keys (``Glm5NextIndexerCache``: one fp8 key with its scales per ``index_kpool``
+    tokens, in the MLA latent's blocks) and its kpool tail ring (``Glm5NextTailCache``: a
+    ``CircularBufferSpec`` of the in-progress pool's raw keys and gate scores, one block per
+    request); and the MLA dimensions its sparse backend is chosen by."""
+
+    index_kpool: int
+    index_head_dim: int
+    index_topk: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index_kpool": self.index_kpool, "index_head_dim": self.index_head_dim,
+                "index_topk": self.index_topk, "kv_lora_rank": self.kv_lora_rank,
+                "qk_nope_head_dim": self.qk_nope_head_dim}
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Everything the planner needs from a model config, already validated."""
 
@@ -86,6 +106,7 @@ class ModelSpec:
     # config reader is handed in conformance.
     hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     qwen4exp: Qwen4ExpParts | None = None  # Qwen4Exp's PLE state and QSA caches
+    glm5next: Glm5NextParts | None = None  # GLM-5-Next's sparse-attention indexer caches
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -127,5 +148,6 @@ class ModelSpec:
                           if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
             **({"qwen4exp": self.qwen4exp.to_dict()} if self.qwen4exp else {}),
+            **({"glm5next": self.glm5next.to_dict()} if self.glm5next else {}),
             "origin": dict(self.origin),
         }

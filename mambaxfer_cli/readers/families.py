@@ -108,6 +108,15 @@ FAMILIES: tuple[Family, ...] = (
     Family("AliceAI", ("alice_ai",), Variant("kda"),
            {"num_heads": (("linear_num_key_heads",),), "head_dim": (("linear_key_head_dim",),)},
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_default="float32", ssm_dtype_fixed="always"),
+    # KDA + sparse MLA (vLLM's Glm5NextForCausalLM / ForConditionalGeneration, models/glm5next):
+    # layer_types' linear_attention layers are KDA (its layer and class both read
+    # --mamba-ssm-cache-dtype: kda_state_dtype), the rest MLA with the sparse-attention indexer
+    # (readers/glm5next.py); transformers folds linear_attn_config into the flat keys.
+    Family("GLM-5-Next", ("glm5_next", "glm5_next_text"), Variant("kda"),
+           {"num_heads": (("linear_attn_config.num_heads",), ("linear_num_heads",)),
+            "head_dim": (("linear_attn_config.head_dim",), ("linear_head_dim",))},
+           conv_kernel=(("linear_attn_config.short_conv_kernel_size",), ("linear_conv_kernel_dim",)),
+           layers="glm5next", ssm_dtype_default="float32", mla=True),
     # GDN as Qwen3.5's, plus a TP-replicated PLE state and QSA indexer caches (readers/qwen4exp.py).
     Family("Qwen4Exp", ("qwen4_exp", "qwen4_exp_text"), Variant("gdn"),
            {"num_k_heads": (("linear_num_key_heads",),),
@@ -143,18 +152,11 @@ def labelled(family: Family, architectures: Sequence[str]) -> Family:
 
 
 # Architectures vLLM serves with KDA layers whose transfer mambaxfer does not model yet, and why.
-_GLM5NEXT = ("GLM-5-Next's sparse-attention indexer (index_topk): its MLA layers run on a sparse MLA "
-             "backend, and each keeps compressed keys and a tail ring (CircularBufferSpec) that the NIXL "
-             "connector moves in packed block rows")
 NOT_MODELLED: Mapping[str, str] = {
     "KimiK3ForConditionalGeneration": "Kimi-K3's full-rank KDA layers, sparse-attention (DSA) indexer caches and "
                                       "packed hybrid blocks (get_packed_hybrid_block_size)",
     "KimiK31ForConditionalGeneration": "Kimi-K3.1's full-rank KDA layers, sparse-attention (DSA) indexer caches "
                                        "and packed hybrid blocks (get_packed_hybrid_block_size)",
-    # transformers' Glm5NextTextConfig takes index_topk as an int (null is refused), so every
-    # GLM-5-Next has the indexer.
-    "Glm5NextForCausalLM": _GLM5NEXT,
-    "Glm5NextForConditionalGeneration": _GLM5NEXT,
 }
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every

@@ -19,7 +19,7 @@ from mambaxfer_cli.limits import (
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import served_anywhere
 from mambaxfer_cli.planning.variants import titles
-from mambaxfer_cli.readers import qwen4exp
+from mambaxfer_cli.readers import glm5next, qwen4exp
 
 DEFAULT_DTYPE = "bfloat16"
 AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
@@ -90,6 +90,10 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
         return _kda_layers(config, n_layers, where)
     if family.layers == "bailing_kda":
         return _bailing_layers(config, n_layers, where)
+    if family.layers == "glm5next" and "layer_types" not in config:
+        if n_layers is None:
+            raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
+        return glm5next.default_layers(n_layers)
     if family.layers == "all_ssm" or family.layers == "parallel":
         if n_layers is None:
             raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
@@ -318,16 +322,18 @@ def spec_from_config(
         heads, size = _attention_heads(config, family, where, kv_heads, head_size)
         q_heads = _positive(config.get("num_attention_heads"))
         q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
-    parts = None
+    parts = glm = None
     if family.label == qwen4exp.FAMILY:
         linear = {i for i, kind in enumerate(layers) if kind == SSM}
         parts = qwen4exp.qwen4exp_parts(config, len(layers), linear, where)
+    if family.label == glm5next.FAMILY and ATTENTION in layers:
+        glm = glm5next.glm5next_parts(config, where)
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
-        sizing_ssm_dtype=sizing, hf_config=as_read, qwen4exp=parts,
+        sizing_ssm_dtype=sizing, hf_config=as_read, qwen4exp=parts, glm5next=glm,
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
@@ -359,8 +365,10 @@ def _latent(config: Mapping[str, Any], where: str, kv_heads: int | None,
         if value is not None:
             raise UserError(f"{flag}: {where} is an MLA model, whose KV cache is one latent vector per token "
                             f"(kv_lora_rank + qk_rope_head_dim), not heads")
-    size = _lookup(config, (("kv_lora_rank",),), "kv_lora_rank", where) + \
-        _lookup(config, (("qk_rope_head_dim",),), "qk_rope_head_dim", where)
+    rope = config.get("qk_rope_head_dim")      # 0 for a NoPE latent (GLM-5-Next)
+    if rope != 0:
+        rope = _lookup(config, (("qk_rope_head_dim",),), "qk_rope_head_dim", where)
+    size = _lookup(config, (("kv_lora_rank",),), "kv_lora_rank", where) + rope
     return 1, at_most(f"{where}: kv_lora_rank + qk_rope_head_dim", size, MAX_DIM, "model's")
 
 

@@ -94,20 +94,23 @@ def geometry_line(name: str, side) -> str:
 
 
 
-def qwen4exp_line(spec, side) -> str:
-    """Qwen4Exp's caches beside the GDN state of one engine (docs/reference.md §6d)."""
-    from mambaxfer_cli.engines.vllm import qwen4exp
+def side_caches_line(spec, side) -> str:
+    """The caches beside the SSM state and the attention KV of one engine: Qwen4Exp's PLE state,
+    the sparse-attention indexer's ring and compressed keys (docs/reference.md, "Qwen4Exp" and
+    "GLM-5-Next"); empty for a model that keeps none."""
+    from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
 
-    q = spec.qwen4exp
     parts = []
-    if q.ple_layers:
+    q = spec.qwen4exp
+    if q is not None and q.ple_layers:
         parts.append(f"PLE state {qwen4exp.ple_state_bytes(spec)} B on every rank ({len(q.ple_layers)} layer(s), "
                      f"TP-replicated), page {qwen4exp.ple_page_bytes(spec, side)} B")
-    if q.has_qsa:
-        parts.append(f"QSA ring {qwen4exp.ring_tokens(spec)} tokens (CircularBufferSpec, page "
-                     f"{qwen4exp.ring_page_bytes(spec)} B), compressed keys 1 per {q.compress_ratio} tokens "
-                     f"({qwen4exp.compressed_page_bytes(spec, side.geometry.block_size)} B per block)")
-    return "Qwen4Exp: " + "; ".join(parts)
+    found = indexer_caches.caches(spec)
+    if found is not None:
+        parts.append(f"{found.ring_name} {found.ring_tokens} tokens (CircularBufferSpec, page "
+                     f"{found.ring_page_bytes} B), compressed keys 1 per {found.tokens_per_key} tokens "
+                     f"({found.key_page_bytes(side.geometry.block_size)} B per block)")
+    return f"{spec.family}: " + "; ".join(parts) if parts else ""
 
 
 def engine_header(flags, decode=None) -> str:

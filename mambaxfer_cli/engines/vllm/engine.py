@@ -37,6 +37,10 @@ class EngineLayout:
     flags: EngineFlags = EngineFlags()     # how it was started: release, GPU, serve flags
     kernel: Backend | None = None          # its attention backend's kernel blocks on its GPU
     mla: bool = False                      # MLA: one latent vector per token, every rank whole
+    # Block-outermost rows (GLM-5-Next's BLHNC): every layer's page of a block side by side, so a
+    # region's block stride is the row, not its page, and vLLM never splits its blocks.
+    packed: bool = False
+    ring_bytes: int = 0                    # a CircularBufferSpec ring page among its attention regions
 
     @property
     def release(self) -> Release:
@@ -124,6 +128,9 @@ def gdn_backend(model: ModelSpec, flags: EngineFlags) -> str | None:
 def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGrouping,
                   attention_streams: int = 1) -> EngineLayout:
     """Lay out one engine of ``tp`` ranks started with ``flags`` (its release, GPU and serve flags)."""
+    if model.glm5next is not None:      # its config hook (fp8 KV on SM 10.x) and sparse backend
+        from mambaxfer_cli.engines.vllm import glm5next
+        flags = glm5next.engine_flags(model, flags)
     ranks = rank_layouts(model, tp)
     heads = tuple(kv_head_shard(model, tp, r) for r in range(tp))
     a1 = kv_dtype = None
@@ -133,8 +140,11 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     gdn = gdn_backend(model, flags)
     alignment = gdn_checkpoint_alignment(gdn) if gdn else 1
     q_heads = model.num_q_heads // tp if model.num_q_heads else None
-    kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
-                            q_heads, len(heads[0]) if heads[0] is not None else None, mla=model.mla)
+    if model.glm5next is not None:
+        kernel = glm5next.kernel(model, flags)
+    else:
+        kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
+                                q_heads, len(heads[0]) if heads[0] is not None else None, mla=model.mla)
     state = ranks[0].state_bytes
     if model.qwen4exp is not None:     # the largest of its mamba pages (GDN's, PLE's): qwen4exp.mamba_page_bytes
         state = max(state, model.qwen4exp.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
@@ -151,8 +161,10 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
         geometry = replace(geometry, state_bytes=state)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))
+    ring = glm5next.ring_tokens(model) * glm5next.ring_slot_bytes(model) if model.glm5next is not None else 0
     return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
-                        hashed_backend(model, geometry), flags, kernel, mla=model.mla)
+                        hashed_backend(model, geometry), flags, kernel, mla=model.mla,
+                        packed=model.glm5next is not None, ring_bytes=ring)
 
 
 GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-prefill-backend)

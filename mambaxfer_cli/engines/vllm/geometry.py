@@ -33,6 +33,9 @@ class Backend:
     name: str
     multiple_of: int = 0                 # any multiple of this, or
     sizes: tuple[int, ...] = ()          # exactly one of these
+    # The smallest kernel block of the first non-SSM backend vLLM finds, which
+    # _align_hybrid_block_size aligns to, where another model's backend (0: this one's).
+    first: int = 0
 
     @property
     def smallest(self) -> int:
@@ -221,7 +224,7 @@ def hybrid_block_size(state_bytes: int, a1: int, requested: int, kernel: Backend
     least the requested size) whose attention page holds the SSM state; ``alignment``: the SSM
     layers' prefill checkpoint alignment (prefix caching only). An MLA hybrid aligns to at least
     128 tokens (FlashInfer/TRTLLM MLA decode kernels' invariant, kept for every MLA backend)."""
-    kba = math.lcm(max(kernel.smallest, requested, MLA_HYBRID_ALIGNMENT if mla else 1), alignment)
+    kba = math.lcm(max(kernel.first or kernel.smallest, requested, MLA_HYBRID_ALIGNMENT if mla else 1), alignment)
     tokens = kba * math.ceil(state_bytes / (kba * a1))
     tokens = -(-tokens // kernel.step) * kernel.step
     return max(requested, tokens)

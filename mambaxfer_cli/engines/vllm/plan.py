@@ -25,7 +25,7 @@ from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.engines.vllm.release import EngineFacts
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
 from mambaxfer_cli.engines.vllm.kv_layout import (
     CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
 )
@@ -275,8 +275,8 @@ def _ple_fix(model: ModelSpec, p_model: ModelSpec, p_tp: int, d_tp: int, options
 
 def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
                     verdict: Verdict, releases: str, semantics: str) -> list[Warning_]:
-    """What this plan's reads leave out of Qwen4Exp: its PLE page and its QSA indexer caches; and a
-    PLE state that differs inside pages vLLM finds equal."""
+    """What this plan's reads leave out of Qwen4Exp: its PLE page; and a PLE state that differs
+    inside pages vLLM finds equal."""
     q = model.qwen4exp
     assert q is not None
     out = []
@@ -294,24 +294,34 @@ def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout,
             f"{qwen4exp.ple_page_bytes(model, prefill)} B on P); each D rank reads the whole page from "
             f"each of its {max(sources)} source P rank(s), the same bytes from each; not in the reads "
             f"above")))
-    if q.has_qsa:
-        ring, ckey = qwen4exp.ring_page_bytes(model), qwen4exp.compressed_page_bytes(model, decode.geometry.block_size)
-        out.append(Warning_("qwen4exp-qsa", (
-            f"QSA: each of the {model.attention_layers} indexed-attention layers also keeps a raw-key ring "
-            f"({qwen4exp.ring_tokens(model)} tokens, a {ring} B page, one block per request) and compressed "
-            f"keys (1 per {q.compress_ratio} tokens, {ckey} B per D block), the same on every rank; each D "
-            f"rank reads both whole from its attention source P rank; not in the reads above (check proves "
-            f"them)")))
-        if semantics == VLLM and verdict.accepts:
-            bent = [d for d in range(decode.tp) if qwen4exp.ring_misread(model, prefill, decode, d)]
-            if bent:
-                out.append(Warning_("vllm-qsa-ring", (
-                    f"{releases} reads the QSA raw-key ring as head-sharded attention (its region is not "
-                    f"an MLA spec), though every rank holds the whole page: D rank(s) "
-                    f"{', '.join(map(str, bent))} read it "
-                    + ("from past the page (the next layer's ring)" if prefill.tp < decode.tp else
-                       f"as {prefill.tp // decode.tp} copies of each source's first slots")
-                    + "; their rings land wrong")))
+    return out
+
+
+def _indexer_notes(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, verdict: Verdict,
+                   releases: str, semantics: str) -> list[Warning_]:
+    """What this plan's reads leave out: the sparse-attention indexer's ring and compressed keys
+    (Qwen4Exp's QSA, GLM-5-Next's kpool indexer); and a ring vLLM reads as head-sharded."""
+    found = indexer_caches.caches(model)
+    if found is None:
+        return []
+    code = "qwen4exp-qsa" if model.qwen4exp is not None else "glm5next-indexer"
+    kind = "indexed-attention" if model.qwen4exp is not None else "MLA"
+    out = [Warning_(code, (
+        f"{found.indexer}: each of the {model.attention_layers} {kind} layers also keeps a {found.ring_name} "
+        f"({found.ring_tokens} tokens, a {found.ring_page_bytes} B page, one block per request) and compressed "
+        f"keys (1 per {found.tokens_per_key} tokens, {found.key_page_bytes(decode.geometry.block_size)} B per D "
+        f"block), the same on every rank; each D rank reads both whole from its attention source P rank; not "
+        f"in the reads above (check proves them)"))]
+    if semantics == VLLM and verdict.accepts:
+        bent = [d for d in range(decode.tp) if indexer_caches.ring_misread(model, prefill, decode, d)]
+        if bent:
+            out.append(Warning_("vllm-qsa-ring", (
+                f"{releases} reads the {found.ring_name} as head-sharded attention (its region is not "
+                f"an MLA spec), though every rank holds the whole page: D rank(s) "
+                f"{', '.join(map(str, bent))} read it "
+                + ("from past the page (the next layer's ring)" if prefill.tp < decode.tp else
+                   f"as {prefill.tp // decode.tp} copies of each source's first slots")
+                + "; their rings land wrong")))
     return out
 
 
@@ -384,6 +394,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                                      "vllm-differs", f"{releases} would read wrong bytes for this pairing")
     if model.qwen4exp is not None:
         warnings += _qwen4exp_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
+    warnings += _indexer_notes(model, prefill, decode, verdict, releases, options.semantics)
     if verdict.accepts and verdict.needs_remote_num_tokens:
         warnings.append(Warning_("remote-num-tokens", (
             f"{releases} pairs P's and D's blocks from the request's last token here (kernel blocks "

@@ -29,11 +29,10 @@ from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
-from mambaxfer_cli.engines.vllm.handshake import Verdict, attention_sources, geometry_refused
+from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec, Qwen4ExpParts
-from mambaxfer_cli.planning.reads import Read, Segment
 
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
@@ -199,82 +198,9 @@ def ring_slot_bytes(model: ModelSpec) -> int:
     return slots * dtype_bytes("bfloat16")
 
 
-def ring_page_bytes(model: ModelSpec) -> int:
-    """The raw-key ring's page: ``CircularBufferSpec(num_kv_heads=1)`` of ``ring_tokens`` slots;
-    every rank holds the same (the indexer's projection is replicated)."""
-    ring = ring_tokens(model)
-    assert ring is not None
-    return ring * ring_slot_bytes(model)
-
-
 def compressed_key_bytes(model: ModelSpec) -> int:
     """One compressed key: ``indexer_head_dim`` in the indexer's dtype (bfloat16 unless
     ``--attention-config`` sets ``indexer_kv_dtype`` fp8)."""
     q = model.qwen4exp
     assert q is not None and q.indexer_head_dim is not None
     return q.indexer_head_dim * dtype_bytes("bfloat16")
-
-
-def compressed_page_bytes(model: ModelSpec, block_size: int) -> int:
-    """The compressed keys' page of one attention block: ``MLAAttentionSpec(num_kv_heads=1,
-    tokens_per_state=compress_ratio)``, one key per group of tokens."""
-    q = model.qwen4exp
-    assert q is not None and q.compress_ratio is not None
-    return block_size // q.compress_ratio * compressed_key_bytes(model)
-
-
-# The QSA pages' regions: the raw-key ring and the compressed keys. A read of one is a ``Read`` of
-# one ``Segment``: bytes from an offset of P's page (past its end: the bytes after it in P's block
-# row) to an offset of D's.
-RING, CKEY = "ring", "ckey"
-
-
-def _read(d_rank: int, p_rank: int, region: str, remote: int, local: int, size: int) -> Read:
-    return Read(d_rank, p_rank, (Segment(region, remote, local, size),))
-
-
-def head_offset(d_rank: int, d_tp: int, p_tp: int, kv_heads: int) -> int:
-    """``compute_head_offset``: where D rank ``d_rank``'s heads start in its source P rank's
-    block, in D's head slices."""
-    if d_tp <= p_tp:
-        return 0
-    if d_tp > kv_heads:
-        p_rank = d_rank * p_tp // d_tp
-        return d_rank * kv_heads // d_tp - p_rank * kv_heads // p_tp
-    return d_rank % (d_tp // p_tp)
-
-
-def ring_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
-               exact: bool) -> tuple[Read, ...]:
-    """D rank ``d_rank``'s reads of a raw-key ring page. vLLM flags the ring region SPLIT like the
-    attention KV (``_is_region_replicated``: not an MLA spec), so ``_build_fa_remote`` reads it as
-    head-sharded although every rank holds the whole page: from one source (D at least as many
-    ranks) ``page`` bytes at ``head_offset · page``; from several (P more ranks, both below the KV
-    heads) each its first ``page/n`` bytes into slot ``i`` (``_build_local_splits_from_plan``).
-    Where the offset is 0 and the source one, that is the whole page. ``exact``: mambaxfer's own
-    read, the whole page from the first source."""
-    page = ring_page_bytes(model)
-    sources = attention_sources(prefill, decode, d_rank)
-    if exact:
-        return (_read(d_rank, sources[0], RING, 0, 0, page),)
-    if len(sources) > 1:
-        part = page // len(sources)
-        return tuple(_read(d_rank, s, RING, 0, i * part, part) for i, s in enumerate(sources))
-    offset = head_offset(d_rank, decode.tp, prefill.tp, model.num_kv_heads or 0)
-    return (_read(d_rank, sources[0], RING, offset * page, 0, page),)
-
-
-def ring_misread(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> bool:
-    """Whether vLLM's reads of D rank ``d_rank``'s ring differ from the whole page of one source."""
-    return (ring_reads(model, prefill, decode, d_rank, exact=False)
-            != ring_reads(model, prefill, decode, d_rank, exact=True))
-
-
-def compressed_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
-                     exact: bool) -> tuple[Read, ...]:
-    """D rank ``d_rank``'s reads of a compressed-key page: an MLA spec, so a REPLICATE region, read
-    whole (D's page length) from every attention source (``_build_fa_remote``; the same bytes from
-    each), or from the first under ``exact``."""
-    page = compressed_page_bytes(model, decode.geometry.block_size)
-    sources = attention_sources(prefill, decode, d_rank)
-    return tuple(_read(d_rank, s, CKEY, 0, 0, page) for s in (sources[:1] if exact else sources))

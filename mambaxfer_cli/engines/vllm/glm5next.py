@@ -1,0 +1,136 @@
+"""GLM-5-Next in vLLM (``models/glm5next``): KDA layers beside sparse MLA layers, each MLA layer
+with its sparse-attention indexer's two caches, and what its NIXL connector makes of them.
+
+- **Its attention backend** is a sparse MLA backend, chosen by the GPU (``CudaPlatform``'s
+  priority lists; every dense MLA backend refuses ``use_sparse``): FlashInfer's SM90 kernel on
+  Hopper (``FLASHINFER_MLA_SPARSE_SM90``, kernel blocks of any multiple of 64), FlashInfer's
+  TRTLLM kernel on Blackwell SM 10.x (``FLASHINFER_MLA_SPARSE``, multiples of 32; for a NoPE
+  latent it needs ``qk_nope_head_dim`` 256 and ``kv_lora_rank`` 512), none before Hopper.
+- **Its KV-cache dtype** is fp8 on SM 10.x under ``--kv-cache-dtype auto``
+  (``Glm5NextModelConfig.verify_and_update_config``), the model's dtype elsewhere.
+- **Its blocks.** The first non-SSM backend vLLM finds is the indexer's
+  (``Glm5NextIndexerBackend``: kernel blocks of ``index_kpool`` × 32 or 64 tokens), which
+  ``_align_hybrid_block_size`` aligns the hybrid block to, and to a multiple of every backend's
+  smallest kernel block.
+- **Its caches** (``Indexer.__init__``): the compressed keys (``Glm5NextIndexerCache``: an
+  ``MLAAttentionSpec`` with ``tokens_per_state = index_kpool``, one key of ``index_head_dim`` fp8
+  bytes plus a 4-byte scale per 128 per state, in the MLA latent's blocks) and the tail ring
+  (``Glm5NextTailCache``: a ``CircularBufferSpec`` of ``ring`` tokens, two bf16 head slots of
+  ``index_head_dim``, the raw key and the gate score). The ring must divide the block, and its
+  backend (``KpoolTailBackend``) declares BLHNC only, so every GLM-5-Next engine runs BLHNC: each
+  layer's pages of one block sit side by side in a block row.
+- **Its transfer.** Under MLA every attention-kind region (latent, compressed keys, ring) is read
+  whole from the one source P rank ``compute_tp_mapping`` names; the ring region is flagged SPLIT
+  (not an MLA spec) but, with one source and no head offset, that is the whole page too. The
+  hybrid MLA check of ``_validate_remote_agent_handshake`` asserts every local region length is
+  the remote's times ``block_size_ratio``: the ring's does not grow with the block, so P and D
+  must run the same block size; packed rows (block stride ≠ block length) are never split into
+  smaller remote blocks (``_split_remote_blocks`` returns with a warning).
+
+Each rule names the vLLM function it follows (docs/reference.md, "GLM-5-Next").
+"""
+
+from __future__ import annotations
+
+import math
+
+from mambaxfer_cli.engines.vllm import circular_buffer
+from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags
+from mambaxfer_cli.engines.vllm.gpu import Gpu
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.model import ATTENTION, Glm5NextParts, ModelSpec
+
+# KpoolTailBackend.supported_kv_cache_layouts: the only layout a GLM-5-Next engine may run.
+LAYOUTS = ("BLHNC",)
+# Glm5NextIndexerCache's key: index_head_dim fp8 bytes and one float32 scale per 128 of them.
+QUANT_BLOCK, SCALE_BYTES = 128, 4
+# The indexer's kernel pages in states (get_paged_mqa_page_sizes; SM 12.x: 64 only).
+PAGED_MQA_STATES = (32, 64)
+
+
+def parts(model: ModelSpec) -> Glm5NextParts | None:
+    return model.glm5next
+
+
+def layouts(model: ModelSpec) -> tuple[str, ...] | None:
+    """The KV-cache layouts an engine of ``model`` may run: BLHNC, or None (not GLM-5-Next)."""
+    return LAYOUTS if model.glm5next is not None else None
+
+
+def sparse_backend(model: ModelSpec, gpu: Gpu, kv_cache_dtype: str) -> tuple[str, int]:
+    """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens), or
+    a UserError where vLLM starts no engine there or mambaxfer does not model the pick
+    (``CudaPlatform.get_attn_backend_cls`` over ``_get_backend_priorities``)."""
+    g = model.glm5next
+    assert g is not None
+    major = gpu.capability[0]
+    start = f"vLLM does not start a GLM-5-Next engine on {gpu.describe()}"
+    if major == 9:
+        if g.kv_lora_rank != 512:
+            raise UserError(f"mambaxfer models GLM-5-Next's sparse MLA backend on SM 9.x for kv_lora_rank 512 "
+                            f"(FLASHINFER_MLA_SPARSE_SM90) only; this model has {g.kv_lora_rank}")
+        return "FLASHINFER_MLA_SPARSE_SM90", 64
+    if major == 10:
+        if (g.kv_lora_rank, g.qk_nope_head_dim) != (512, 256):
+            raise UserError(f"{start}: no sparse MLA backend runs its NoPE latent there (FLASHINFER_MLA_SPARSE "
+                            f"needs qk_nope_head_dim 256 and kv_lora_rank 512, FLASHMLA_SPARSE no head size 512 on "
+                            f"SM 10.x): \"No valid attention backend found\" (ValueError in get_attn_backend_cls)")
+        return "FLASHINFER_MLA_SPARSE", 32
+    if major == 12:
+        raise UserError(f"mambaxfer does not model GLM-5-Next on SM 12.x ({gpu.name}): vLLM runs "
+                        f"FLASHINFER_MLA_SPARSE_SM120 there with fp8_ds_mla latent rows of 528 bytes")
+    raise UserError(f"{start}: the sparse MLA backends run on SM 9.x and 10.x only: \"No valid attention "
+                    f"backend found\" (ValueError in get_attn_backend_cls)")
+
+
+def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags:
+    """The engine's flags after ``Glm5NextModelConfig.verify_and_update_config``: fp8 KV on SM
+    10.x under ``--kv-cache-dtype auto``. ``--attention-backend`` is refused: the backend is vLLM's
+    sparse pick for the GPU."""
+    if flags.attention_backend is not None:
+        raise UserError(f"--attention-backend {flags.attention_backend}: GLM-5-Next runs vLLM's sparse MLA "
+                        f"backend for its GPU, which mambaxfer picks as vLLM does; drop the flag")
+    if flags.kv_cache_dtype == "auto" and flags.gpu.capability[0] == 10:
+        from dataclasses import replace
+
+        return replace(flags, kv_cache_dtype="fp8")
+    return flags
+
+
+def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
+    """The backend geometry derives the block from: named after the sparse MLA backend, any
+    multiple of every non-SSM backend's smallest kernel block (the indexer's ``index_kpool · 32``,
+    the sparse backend's, the ring's 1), aligned from the indexer's (``_align_hybrid_block_size``
+    takes the first backend found, the indexer's). A packed block is never split into kernel
+    blocks (``prepare_kernel_block_sizes``), and every such block is a kernel block of both."""
+    g = model.glm5next
+    assert g is not None
+    name, smallest = sparse_backend(model, flags.gpu, flags.kv_cache_dtype)
+    indexer = g.index_kpool * PAGED_MQA_STATES[0]
+    return Backend(name, multiple_of=math.lcm(indexer, smallest), first=indexer)
+
+
+# --- the indexer's caches -----------------------------------------------------------------------
+
+def ring_tokens(model: ModelSpec) -> int:
+    g = model.glm5next
+    assert g is not None
+    return circular_buffer.glm5next_ring_tokens(g.index_kpool, model.num_spec)
+
+
+def ring_slot_bytes(model: ModelSpec) -> int:
+    """One ring slot: two bf16 head slots of ``index_head_dim`` (the raw key, the gate score)."""
+    g = model.glm5next
+    assert g is not None
+    return circular_buffer.glm5next_ring_bytes(g.index_kpool, g.index_head_dim, 0) // g.index_kpool
+
+
+def key_bytes(model: ModelSpec) -> int:
+    """One compressed key: ``index_head_dim`` fp8 bytes and a float32 scale per 128."""
+    g = model.glm5next
+    assert g is not None
+    return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
+
+
+def attention_layers(model: ModelSpec) -> tuple[int, ...]:
+    return tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)

@@ -1,0 +1,125 @@
+"""A sparse-attention indexer's two caches beside each indexed-attention layer, as vLLM's NIXL
+connector moves them. Two models keep them:
+
+- Qwen4Exp's QSA indexer (``models/qwen4_exp``): the raw-key ring (``QSARawKeyCache``) and the
+  compressed keys (``QSACompressedKeyCache``), on its indexed-attention layers;
+- GLM-5-Next's kpool indexer (``models/glm5next``): the tail ring (``Glm5NextTailCache``) and the
+  compressed keys (``Glm5NextIndexerCache``), on its MLA layers.
+
+In both the **ring** is a ``CircularBufferSpec``: one block of a few token slots per request, a
+page every rank holds whole (the indexer is replicated), which the connector flags SPLIT like
+attention KV (``_is_region_replicated``: not an MLA spec). The **compressed keys** are an
+``MLAAttentionSpec`` with one state per ``tokens_per_key`` tokens of the attention block: a
+REPLICATE region, read whole from every attention source (``_build_fa_remote``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mambaxfer_cli.engines.vllm.engine import EngineLayout
+from mambaxfer_cli.engines.vllm.handshake import attention_sources
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.reads import Read, Segment
+
+# The caches' regions: the ring and the compressed keys. A read of one is a ``Read`` of one
+# ``Segment``: bytes from an offset of P's page (past its end: the bytes after it in P's block
+# row) to an offset of D's.
+RING, CKEY = "ring", "ckey"
+
+
+@dataclass(frozen=True)
+class IndexerCaches:
+    """One model's indexer caches: the ring's slots and the compressed keys' size."""
+
+    indexer: str            # whose: "QSA", "GLM-5-Next indexer"
+    ring_name: str          # "QSA raw-key ring", "kpool tail ring"
+    ring_tokens: int
+    ring_slot_bytes: int
+    tokens_per_key: int     # compress_ratio, index_kpool
+    key_bytes: int
+    mla: bool               # the model's attention is MLA: one source, no head offset
+
+    @property
+    def ring_page_bytes(self) -> int:
+        """``ring_tokens`` slots: every rank holds the same page."""
+        return self.ring_tokens * self.ring_slot_bytes
+
+    def key_page_bytes(self, block_size: int) -> int:
+        """The compressed keys of one attention block of ``block_size`` tokens."""
+        return block_size // self.tokens_per_key * self.key_bytes
+
+
+def caches(model: ModelSpec) -> IndexerCaches | None:
+    """The model's indexer caches, None where it keeps none."""
+    if model.qwen4exp is not None and model.qwen4exp.has_qsa:
+        from mambaxfer_cli.engines.vllm import qwen4exp
+
+        q = model.qwen4exp
+        assert q.compress_ratio is not None
+        ring = qwen4exp.ring_tokens(model)
+        assert ring is not None
+        return IndexerCaches("QSA", "QSA raw-key ring", ring, qwen4exp.ring_slot_bytes(model), q.compress_ratio,
+                             qwen4exp.compressed_key_bytes(model), model.mla)
+    if model.glm5next is not None:
+        from mambaxfer_cli.engines.vllm import glm5next
+
+        return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", glm5next.ring_tokens(model),
+                             glm5next.ring_slot_bytes(model), model.glm5next.index_kpool, glm5next.key_bytes(model),
+                             model.mla)
+    return None
+
+
+def _read(d_rank: int, p_rank: int, region: str, remote: int, local: int, size: int) -> Read:
+    return Read(d_rank, p_rank, (Segment(region, remote, local, size),))
+
+
+def head_offset(d_rank: int, d_tp: int, p_tp: int, kv_heads: int) -> int:
+    """``compute_head_offset``: where D rank ``d_rank``'s heads start in its source P rank's
+    block, in D's head slices."""
+    if d_tp <= p_tp:
+        return 0
+    if d_tp > kv_heads:
+        p_rank = d_rank * p_tp // d_tp
+        return d_rank * kv_heads // d_tp - p_rank * kv_heads // p_tp
+    return d_rank % (d_tp // p_tp)
+
+
+def ring_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
+               exact: bool) -> tuple[Read, ...]:
+    """D rank ``d_rank``'s reads of a ring page. vLLM flags the ring region SPLIT, so
+    ``_build_fa_remote`` reads it as head-sharded although every rank holds the whole page: from
+    one source (D at least as many ranks) ``page`` bytes at ``head_offset · page``; from several (P
+    more ranks, both below the KV heads) each its first ``page/n`` bytes into slot ``i``
+    (``_build_local_splits_from_plan``). Under MLA (one source, ``rank_offset_factor`` 0), and
+    wherever the offset is 0 and the source one, that is the whole page. ``exact``: mambaxfer's
+    own read, the whole page from the first source."""
+    found = caches(model)
+    assert found is not None
+    page = found.ring_page_bytes
+    sources = attention_sources(prefill, decode, d_rank)
+    if exact:
+        return (_read(d_rank, sources[0], RING, 0, 0, page),)
+    if len(sources) > 1:
+        part = page // len(sources)
+        return tuple(_read(d_rank, s, RING, 0, i * part, part) for i, s in enumerate(sources))
+    offset = 0 if found.mla else head_offset(d_rank, decode.tp, prefill.tp, model.num_kv_heads or 0)
+    return (_read(d_rank, sources[0], RING, offset * page, 0, page),)
+
+
+def ring_misread(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> bool:
+    """Whether vLLM's reads of D rank ``d_rank``'s ring differ from the whole page of one source."""
+    return (ring_reads(model, prefill, decode, d_rank, exact=False)
+            != ring_reads(model, prefill, decode, d_rank, exact=True))
+
+
+def key_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
+              exact: bool) -> tuple[Read, ...]:
+    """D rank ``d_rank``'s reads of a compressed-key page: an MLA spec, so a REPLICATE region, read
+    whole (D's page length) from every attention source (``_build_fa_remote``; the same bytes from
+    each), or from the first under ``exact``."""
+    found = caches(model)
+    assert found is not None
+    page = found.key_page_bytes(decode.geometry.block_size)
+    sources = attention_sources(prefill, decode, d_rank)
+    return tuple(_read(d_rank, s, CKEY, 0, 0, page) for s in (sources[:1] if exact else sources))

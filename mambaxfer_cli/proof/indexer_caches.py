@@ -1,0 +1,176 @@
+"""A sparse-attention indexer's caches proved byte by byte (Qwen4Exp's QSA ring and compressed
+keys, GLM-5-Next's kpool tail ring and compressed keys: ``engines/vllm/indexer_caches.py``): P's
+block row filled with the pattern, each of D's pages poisoned, the reads performed as vLLM's
+connector posts them (or mambaxfer's exact plan: the whole page from the first source), and every
+byte of D's pages compared with P's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from mambaxfer_cli.engines.vllm import indexer_caches
+from mambaxfer_cli.engines.vllm.plan import Plan
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.reads import VLLM, Read
+from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
+from mambaxfer_cli.proof.qwen4exp import PagesProof
+from mambaxfer_cli.proof.simulate import ByteSource, Damage, WrongByte
+
+RING, CKEY = indexer_caches.RING, indexer_caches.CKEY
+# vLLM's refusals under which no indexer page moves: an engine that does not start (its ring does
+# not divide the block), or _nixl_handshake's check before any metadata is read.
+REFUSED = ("qsa-ring", "csa-linear-tp", "kpool-ring")
+
+
+@dataclass(frozen=True)
+class _Cache:
+    """One indexer cache as the proof sees it: a page per indexed-attention layer and block, all
+    the layers' pages side by side in P's block row (vLLM's block-outermost packing), so a read
+    past a page lands in the next layer's page, and past the last one in the rest of the row."""
+
+    space: str
+    unit: str               # what one unit of the page is: a ring slot, a compressed key
+    unit_bytes: int
+    p_page: int
+    d_page: int
+    reads: Callable[[int], tuple[Read, ...]]      # a D rank's reads of one page
+
+    def p_row(self, layers: tuple[int, ...], p_block: int) -> np.ndarray:
+        """P's row of the block: every layer's page, then as many pad bytes as reads may run past."""
+        pages = [_pattern_page(self.space, layer, p_block, self.p_page, self.unit_bytes) for layer in layers]
+        tail = unit_bytes_pattern(0, p_block, "pad", 0, 1, self.d_page * 4).reshape(-1)
+        return np.concatenate(pages + [tail])
+
+    def holds(self, offset: int, layers: tuple[int, ...]) -> tuple[int, str]:
+        """The layer whose page holds byte ``offset`` of P's row, and what it holds there."""
+        index, at = divmod(offset, self.p_page)
+        if index >= len(layers):
+            return -1, "pad byte beyond the indexer pages"
+        unit, byte = divmod(at, self.unit_bytes)
+        if unit * self.unit_bytes + self.unit_bytes > self.p_page:
+            return layers[index], "pad byte"
+        return layers[index], f"{self.space} {self.unit} {unit} byte {byte}"
+
+
+def _pattern_page(space: str, layer: int, block: int, page: int, unit_bytes: int) -> np.ndarray:
+    units = page // unit_bytes
+    out = unit_bytes_pattern(layer, block, space, 0, units, unit_bytes).reshape(-1)
+    if out.size < page:
+        out = np.concatenate([out, np.full(page - out.size, POISON, dtype=np.uint8)])
+    return out
+
+
+def _caches(plan: Plan, p_model: ModelSpec) -> tuple[_Cache, ...]:
+    model, prefill, decode = plan.model, plan.prefill, plan.decode
+    exact = plan.semantics != VLLM
+    mine, theirs = indexer_caches.caches(model), indexer_caches.caches(p_model)
+    assert mine is not None and theirs is not None
+    ring = _Cache(RING, "slot", mine.ring_slot_bytes, theirs.ring_page_bytes, mine.ring_page_bytes,
+                  lambda d: indexer_caches.ring_reads(model, prefill, decode, d, exact))
+    ckey = _Cache(CKEY, "key", mine.key_bytes, theirs.key_page_bytes(prefill.geometry.block_size),
+                  mine.key_page_bytes(decode.geometry.block_size),
+                  lambda d: indexer_caches.key_reads(model, prefill, decode, d, exact))
+    return ring, ckey
+
+
+def unproved(plan: Plan) -> str | None:
+    """Why the indexer pages of a plan are not proved ("" where vLLM moves none); None where
+    they are."""
+    mine = indexer_caches.caches(plan.model)
+    if mine is None:
+        return ""
+    if any(r.code in REFUSED for r in plan.verdict.refusals):
+        return ""
+    if plan.prefill.geometry.block_size != plan.decode.geometry.block_size:
+        return (f"P's and D's blocks differ ({plan.prefill.geometry.block_size} and "
+                f"{plan.decode.geometry.block_size} tokens), and mambaxfer does not model how vLLM pairs "
+                f"compressed keys and rings across block sizes")
+    theirs = indexer_caches.caches(plan.prefill_model or plan.model)
+    assert theirs is not None
+    if theirs.ring_tokens != mine.ring_tokens:
+        return (f"P's and D's {mine.ring_name}s differ ({theirs.ring_tokens} and {mine.ring_tokens} slots: "
+                f"speculative tokens on one side), and mambaxfer does not model what D's ring holds when it "
+                f"reads P's")
+    return None
+
+
+def cache_pairs(plan: Plan, space: str) -> tuple[tuple[int, int], ...]:
+    """The request's block pairs (P's, D's) of an indexer cache, in the order D holds them: the
+    compressed keys' are the attention blocks; the ring's one block per request is labelled with
+    the first of them."""
+    request = plan.descriptors.request
+    for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
+        if kind == ATTENTION:
+            pairs = tuple(zip((int(b) for b in p), (int(b) for b in d)))
+            return pairs[:1] if space == RING else pairs
+    return ()
+
+
+def _land(cache: _Cache, row: np.ndarray, index: int,
+          reads: tuple[Read, ...]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, int]]]:
+    """D's page of the ``index``-th layer after ``reads`` (from P's ``row``): its bytes, how many
+    writes each byte took, and each segment's (local offset, P rank, row offset - local offset)."""
+    page = np.full(cache.d_page, POISON, dtype=np.uint8)
+    writes = np.zeros(cache.d_page, dtype=np.uint16)
+    shifts = []
+    for read in reads:
+        for s in read.segments:
+            start = index * cache.p_page + s.remote_offset
+            page[s.local_offset:s.local_offset + s.size] = row[start:start + s.size]
+            writes[s.local_offset:s.local_offset + s.size] += 1
+            shifts.append((s.local_offset, read.p_rank, start - s.local_offset))
+    return page, writes, shifts
+
+
+def _wrong_byte(cache: _Cache, layers: tuple[int, ...], d: int, index: int, pair: tuple[int, int], at: int,
+                want: np.ndarray, page: np.ndarray, writes: np.ndarray,
+                shifts: list[tuple[int, int, int]]) -> WrongByte:
+    """D's byte ``at`` of the ``index``-th layer's page, located: the last segment that wrote it."""
+    p_block, d_block = pair
+    source = None
+    if writes[at]:
+        _, p_rank, shift = max(x for x in shifts if x[0] <= at)
+        s_layer, s_holds = cache.holds(at + shift, layers)
+        source = ByteSource(p_rank, cache.space, s_layer, p_block, (at + shift) % cache.p_page, s_holds)
+    unit, byte = divmod(at, cache.unit_bytes)
+    wants = f"{cache.space} {cache.unit} {unit} byte {byte}"
+    return WrongByte(d, cache.space, layers[index], d_block, p_block, at, wants, int(want[at]), int(page[at]),
+                     int(writes[at]), source)
+
+
+def prove(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None:
+    """The indexer pages of one request, for every indexed-attention layer and D rank: the
+    ring (one block per request: labelled with the request's first attention block pair)
+    and the compressed keys of every attention block; None where vLLM moves none or mambaxfer
+    does not prove them (``unproved``)."""
+    if unproved(plan) is not None:
+        return None
+    model = plan.model
+    layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
+    reads = moved = verified = 0
+    damage: list[Damage] = []
+    for cache in _caches(plan, p_model or model):
+        blocks = cache_pairs(plan, cache.space)
+        keep = min(cache.p_page, cache.d_page) // cache.unit_bytes * cache.unit_bytes
+        for d in range(plan.decode.tp):
+            mine = cache.reads(d)
+            wrong = pages = 0
+            first: WrongByte | None = None
+            for pair in blocks:
+                row = cache.p_row(layers, pair[0])
+                for index in range(len(layers)):
+                    page, writes, shifts = _land(cache, row, index, mine)
+                    reads, moved, verified = reads + len(mine), moved + sum(r.bytes for r in mine), verified + keep
+                    want = row[index * cache.p_page:index * cache.p_page + keep]
+                    bad = np.flatnonzero(page[:keep] != want)
+                    if bad.size:
+                        wrong, pages = wrong + int(bad.size), pages + 1
+                        first = first or _wrong_byte(cache, layers, d, index, pair, int(bad[0]), want, page, writes,
+                                                     shifts)
+            if first is not None:
+                damage.append(Damage(d, cache.space, cache.space, wrong, pages, first))
+    return PagesProof(reads, moved, verified, tuple(damage))

@@ -1,0 +1,65 @@
+"""GLM-5-Next's config keys beyond its KDA dimensions and its MLA latent: the sparse-attention
+indexer and the layer schedule.
+
+Defaults and checks are those of transformers' ``Glm5NextTextConfig``, which vLLM loads the
+config with: every fourth layer (``i % 4 == 3``) is an MLA layer when ``layer_types`` is absent,
+``index_kpool`` 16, ``index_head_dim`` 128, ``index_topk`` 2048 (an integer: every GLM-5-Next has
+the indexer), NoPE attention (``qk_rope_head_dim`` 0), ``q_lora_rank`` required; and vLLM's own
+(``_validate_supported_config``, ``Glm5NextIndexerCache``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.limits import MAX_DIM, within
+from mambaxfer_cli.planning.model import ATTENTION, SSM, Glm5NextParts
+
+FAMILY = "GLM-5-Next"
+MODEL_TYPES = ("glm5_next", "glm5_next_text")
+# transformers' defaults (Glm5NextTextConfig) for the keys the transfer depends on.
+DEFAULTS = {"index_kpool": 16, "index_head_dim": 128, "index_topk": 2048, "kv_lora_rank": 512,
+            "qk_nope_head_dim": 256, "qk_rope_head_dim": 0}
+
+
+def _int(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int:
+    value = config.get(key)
+    value = DEFAULTS[key] if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
+    return within(f"{where}: key '{key}'", value, minimum, MAX_DIM, "model's")
+
+
+def default_layers(n_layers: int) -> tuple[str, ...]:
+    """``Glm5NextTextConfig.__post_init__`` without ``layer_types``: KDA (``linear_attention``)
+    where ``i % 4 != 3``, the rest MLA (``indexed_attention``)."""
+    return tuple(SSM if i % 4 != 3 else ATTENTION for i in range(n_layers))
+
+
+def glm5next_parts(config: Mapping[str, Any], where: str) -> Glm5NextParts:
+    """The indexer and MLA dimensions of a flattened GLM-5-Next config, refused as transformers
+    (when loading the config) or vLLM (when building the model) refuses them."""
+    rope = _int(config, "qk_rope_head_dim", where, minimum=0)
+    if rope:
+        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: \"Expecting NoPE for the DSA "
+                        f"attention layers, but got {rope} as RoPE dim.\"")
+    if config.get("q_lora_rank") is None:
+        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: \"For DSA usage in the attention "
+                        f"layers, the `q_lora_rank` is strictly required!\"")
+    heads, kv_heads = config.get("num_attention_heads"), config.get("num_key_value_heads")
+    if kv_heads is not None and heads is not None and kv_heads != heads:
+        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: num_attention_heads ({heads}) must "
+                        f"be the same as num_key_value_heads ({kv_heads})")
+    kpool, topk = _int(config, "index_kpool", where), _int(config, "index_topk", where)
+    if topk % kpool:
+        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: index_topk ({topk}) must be "
+                        f"divisible by index_kpool ({kpool})")
+    if kpool < 2:
+        raise UserError(f"{where}: vLLM does not build GLM-5-Next's indexer with index_kpool {kpool} "
+                        f"(AssertionError: Glm5NextIndexerCache expects index_kpool > 1)")
+    if config.get("index_kpool_always_select_tail") is False:
+        raise UserError(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
+                        f"index_kpool_always_select_tail=True\" (NotImplementedError in _validate_supported_config)")
+    return Glm5NextParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
+                         _int(config, "qk_nope_head_dim", where))
