@@ -64,7 +64,7 @@ def test_every_byte_of_the_ple_page_is_moved_and_verified(p_tp, d_tp, semantics,
         reads = len(ple_reads(plan, d["d_rank"]))
         assert reads == (p_tp // d_tp if semantics == "vllm" else 1)
         assert d["ple_descriptors"] == reads and d["ple_bytes"] == reads * page
-        assert d["descriptors_posted"] == sum(len(r.local_ids) for r in task.reads) + reads + d["qsa_descriptors"]
+        assert d["descriptors_posted"] == sum(len(r.local_ids) for r in task.reads) + reads + d["indexer_descriptors"]
         assert d["telemetry_bytes"] == d["bytes"] > d["ple_bytes"]
         assert task.memory.side_regions[0] == (1, page) and page >= PLE_STATE
         assert d["verdict"]["checked_bytes"] == task.memory.total_bytes
@@ -186,7 +186,7 @@ def test_the_qsa_pages_move_beside_the_ple_page_and_every_byte_is_verified():
     ring, ckey = [d for _, d in ple_module.side_lists(plan)][1:]
     assert (ring.space, ckey.space) == ("ring", "ckey") and ring.page_bytes == 4 * 140 * 2
     for d in doc["decode"]:
-        assert d["qsa_descriptors"] == 3 and d["qsa_bytes"] == ring.page_bytes + 2 * ckey.page_bytes
+        assert d["indexer_descriptors"] == 3 and d["indexer_bytes"] == ring.page_bytes + 2 * ckey.page_bytes
 
 
 def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
@@ -206,7 +206,7 @@ def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
     assert not check.ok and set(check.wrong_by_region) == {"ckey"}
     first = check.first_by_region["ckey"]
     assert first.wants == "ckey key 0 byte 0" and first.reason.startswith("block ")
-    assert "QSA compressed keys layer 3" in first.describe()
+    assert "indexer compressed keys layer 3" in first.describe()
 
 
 def test_a_ring_vllm_reads_in_pieces_is_not_executed():

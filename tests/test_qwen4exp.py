@@ -342,7 +342,7 @@ def test_check_counts_the_qsa_pages_and_names_a_wrong_ring():
     result = check_plan(qsa_plan(spec, 2, 4))
     assert result.verdict == "fail"
     first = result.simulation.first_wrong
-    assert first.space == "ring" and "QSA raw-key ring layer 7" in first.describe()
+    assert first.space == "ring" and "indexer ring layer 7" in first.describe()
     right = check_plan(qsa_plan(spec, 2, 2))
     assert right.verdict == "pass"
 

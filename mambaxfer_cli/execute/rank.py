@@ -105,7 +105,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         started = time.perf_counter()
         check = verify_decode(task, [memory.fetch(i) for i in range(memory.count)], ch.progress)
         ple = [s for s in task.sides if s.lists.space == PLE]
-        qsa = [s for s in task.sides if s.lists.space != PLE]
+        indexer = [s for s in task.sides if s.lists.space != PLE]
         return DecodeResult(
             task.rank, task.sources, tuple(sorted({r.local_list for r in task.reads})),
             bytes=sum(read_bytes(r.local, r.local_ids) for r in task.reads) + sum(s.bytes for s in task.sides),
@@ -115,7 +115,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
             times_s=tuple(times), xfer_us=max((int(t.xferDuration) for t in telemetry), default=0),
             prepare_s=prep.prep_s + prep.make_s, verify_s=time.perf_counter() - started, check=check,
             ple_bytes=sum(s.bytes for s in ple), ple_descriptors=sum(s.descriptors for s in ple),
-            qsa_bytes=sum(s.bytes for s in qsa), qsa_descriptors=sum(s.descriptors for s in qsa))
+            indexer_bytes=sum(s.bytes for s in indexer), indexer_descriptors=sum(s.descriptors for s in indexer))
 
 
 def _pairing(task: DecodeTask, read: DescriptorRead, bases: list[int], mem_type: str, name: str,

@@ -44,8 +44,8 @@ class DecodeResult:
     check: PageCheck
     ple_bytes: int = 0                   # Qwen4Exp's PLE pages, in bytes and descriptors above
     ple_descriptors: int = 0
-    qsa_bytes: int = 0                   # Qwen4Exp's QSA ring and compressed-key pages, likewise
-    qsa_descriptors: int = 0
+    indexer_bytes: int = 0               # the indexer's ring and compressed-key pages (Qwen4Exp, GLM-5-Next)
+    indexer_descriptors: int = 0
 
     @property
     def ok(self) -> bool:
@@ -66,7 +66,7 @@ class DecodeResult:
                 "time_s": self.time_s, "times_s": list(self.times_s), "gb_per_s": self.gb_per_s,
                 "xfer_us": self.xfer_us, "prepare_s": self.prepare_s, "verify_s": self.verify_s,
                 "ple_bytes": self.ple_bytes, "ple_descriptors": self.ple_descriptors,
-                "qsa_bytes": self.qsa_bytes, "qsa_descriptors": self.qsa_descriptors,
+                "indexer_bytes": self.indexer_bytes, "indexer_descriptors": self.indexer_descriptors,
                 "verdict": self.check.to_dict()}
 
 

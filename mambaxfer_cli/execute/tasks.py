@@ -3,7 +3,7 @@
 Memory model, per rank, as vLLM lays it out: one registered region per KV-cache tensor holding
 the engine's logical blocks as pages; an SSM layer's block is one page, an attention layer's
 kernel blocks are slices of one (real-sized stand-in KV bytes), so that every descriptor of the
-plan's lists points at real, checkable memory. Qwen4Exp's whole pages (PLE, QSA ring and
+plan's lists points at real, checkable memory. Whole pages (Qwen4Exp's PLE, an indexer's ring and
 compressed keys) take one more region per layer of each after them (``execute/whole_pages.py``).
 """
 
@@ -220,7 +220,7 @@ def _check_side(d_rank: int, sets: tuple[SidePages, ...], plan_reads: tuple[Desc
     both of the set's lists."""
     sources = {r.p_rank for r in plan_reads if r.d_rank == d_rank}
     for pages in sets:
-        name = pages.lists.space.upper() if pages.lists.space == "ple" else f"QSA {pages.lists.space}"
+        name = pages.lists.space.upper() if pages.lists.space == "ple" else f"indexer {pages.lists.space}"
         for read in pages.reads:
             if read.p_rank not in sources:
                 raise _unexecutable(f"D{d_rank} reads its {name} page from P{read.p_rank}, which it reads "

@@ -95,8 +95,8 @@ def _place(space: str, tensor: int, block: int) -> str:
         return f"tensor {tensor} attention block {block}"
     if space == "ple":      # Qwen4Exp's PLE pages, one per PLE layer (decoder layer, 0-based)
         return f"PLE layer {tensor} block {block}"
-    if space in ("ring", "ckey"):   # Qwen4Exp's QSA pages, one per indexed-attention layer
-        return f"QSA {'raw-key ring' if space == 'ring' else 'compressed keys'} layer {tensor} block {block}"
+    if space in ("ring", "ckey"):   # an indexer's pages (Qwen4Exp, GLM-5-Next), one per indexed-attention layer
+        return f"indexer {'ring' if space == 'ring' else 'compressed keys'} layer {tensor} block {block}"
     return f"tensor {tensor} SSM block {block}"
 
 

@@ -128,17 +128,17 @@ def result_table(outcome: "Outcome") -> Table:
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"), ("descriptors", "right"),
         ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
-    # Qwen4Exp's whole pages, within bytes and descriptors: PLE, and QSA (ring and compressed keys)
+    # Whole pages, within bytes and descriptors: Qwen4Exp's PLE, and the indexer's ring and compressed keys
     ple = any(d.ple_descriptors for d in outcome.decode)
-    qsa = any(d.qsa_descriptors for d in outcome.decode)
-    columns = (*columns[:5], *((("PLE", "right"),) if ple else ()), *((("QSA", "right"),) if qsa else ()),
+    indexer = any(d.indexer_descriptors for d in outcome.decode)
+    columns = (*columns[:5], *((("PLE", "right"),) if ple else ()), *((("indexer", "right"),) if indexer else ()),
                *columns[5:])
     for column, justify in columns:
         table.add_column(column, justify=justify)
     for d in outcome.decode:
         cells = [str(d.d_rank), ", ".join(f"P{p}" for p in d.sources), ", ".join(d.local_lists),
                  human_bytes(d.bytes), str(d.descriptors_posted)]
-        for shown, count, size in ((ple, d.ple_descriptors, d.ple_bytes), (qsa, d.qsa_descriptors, d.qsa_bytes)):
+        for shown, count, size in ((ple, d.ple_descriptors, d.ple_bytes), (indexer, d.indexer_descriptors, d.indexer_bytes)):
             if shown:
                 cells.append(f"{count} page read{'' if count == 1 else 's'}, {human_bytes(size)}")
         table.add_row(

@@ -23,7 +23,8 @@ __all__ = ["PULL", "PUSH", "Refusal", "Verdict", "attention_sources", "meeting",
 
 NOT_CHECKED = ("SSM dtypes (conv and temporal)", "the conv-state layout (VLLM_SSM_CONV_STATE_LAYOUT)",
                "conv rows (num_spec)", "SSM state sizes")
-GEOMETRY_CODES = ("block-size", "prefix-caching", "head-sharded-block-size", "push-block-sizes", "host-buffer")
+GEOMETRY_CODES = ("block-size", "prefix-caching", "head-sharded-block-size", "push-block-sizes", "host-buffer",
+                  "mla-block-lens")
 # Refusals that change the blocks once fixed: the geometry checks after them are not reached.
 BLOCK_CODES = ("block-size", "push-block-sizes")
 SEARCH_LIMIT = 8192     # tokens: the largest block size suggested
@@ -93,8 +94,8 @@ def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = P
     the TP-sharded SSM page, so they differ with TP while the MLA page per token does not). The
     remote's memory is unchanged; its kernel blocks per logical block and block count grow by
     ``split``. Not when the split would exceed 128 blocks (vLLM logs a warning and pairs nothing)."""
-    if mode != PULL or not local.mla or not local.has_attention or not remote.has_attention:
-        return remote
+    if mode != PULL or not local.mla or not local.has_attention or not remote.has_attention or remote.packed:
+        return remote       # packed rows (block stride != block length): vLLM warns and splits nothing
     mine, theirs = local.kernel_tokens, remote.kernel_tokens
     if mine % theirs == 0:
         return remote
@@ -135,7 +136,7 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
                    remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash,
                    mla=local.mla, local_block_bytes=local.kernel_block_bytes,
                    remote_block_bytes=remote.kernel_block_bytes, local_dcp=local.flags.dcp_size,
-                   remote_dcp=remote.flags.dcp_size)
+                   remote_dcp=remote.flags.dcp_size, ring_bytes=local.ring_bytes)
 
 
 def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,

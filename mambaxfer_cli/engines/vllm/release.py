@@ -95,6 +95,7 @@ class Meeting:
     remote_block_bytes: int = 0          # the remote's, as the local engine views it
     local_dcp: int = 1                   # --decode-context-parallel-size
     remote_dcp: int = 1
+    ring_bytes: int = 0                  # a CircularBufferSpec ring region (GLM-5-Next's tail ring): its page
 
     @property
     def tp_ratio(self) -> int | None:
@@ -198,10 +199,15 @@ def mla_block_lens(m: Meeting) -> Refusal | None:
     if not m.mla or not m.geometry_meets or m.block_ratio is None:
         return None
     if m.local_block_bytes == m.remote_block_bytes * m.block_ratio:
-        return None
+        if not m.ring_bytes or m.block_ratio == 1:
+            return None
+        # A ring region's page does not grow with the block (GLM-5-Next's tail ring).
+        local, remote = m.ring_bytes, m.ring_bytes
+    else:
+        local, remote = m.local_block_bytes, m.remote_block_bytes
     return Refusal("mla-block-lens", (
         f"Hybrid MLA kernel-granularity block lengths must match between P and D (block_size_ratio="
-        f"{m.block_ratio}): local=[{m.local_block_bytes}, ...], remote=[{m.remote_block_bytes}, ...]."),
+        f"{m.block_ratio}): local=[{local}, ...], remote=[{remote}, ...]."),
         raised="AssertionError in _validate_remote_agent_handshake")
 
 
