@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm import glm5next, qwen4exp
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
@@ -56,7 +56,7 @@ def startup_refusals(e: ServedEngine) -> list[Refusal]:
     return out + flag_startup_refusals(e)
 # Met before the layout checks, in the release's order (the head-sharded check comes after them);
 # Qwen4Exp's QSA ring (start-up) and CSA-linear TP check (_nixl_handshake, before the hash) come first.
-HANDSHAKE_FIRST = ("qsa-ring", "csa-linear-tp", "tp-sizes", "compat-hash", "region-layers", "push-block-sizes",
+HANDSHAKE_FIRST = ("qsa-ring", "kpool-ring", "csa-linear-tp", "tp-sizes", "compat-hash", "region-layers", "push-block-sizes",
                    "block-size", "prefix-caching", "host-buffer")
 
 
@@ -270,6 +270,8 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         if d.model.qwen4exp is not None:     # the CSA-linear and PLE checks of its connector
             found = qwen4exp.with_refusals(found, d.model, plan.prefill, plan.decode, rebuild, p.model,
                                            push=mode == PUSH)
+        if d.model.glm5next is not None:     # an engine whose tail ring does not divide its block
+            found = glm5next.with_refusals(found, d.model, plan.prefill, plan.decode, p.model)
         first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]
         refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in HANDSHAKE_FIRST]
         suggestion = found.suggested_block_size

@@ -52,6 +52,10 @@ class ServedEngine:
         """The line's backend, else vLLM's pick for the GPU (an MLA backend for an MLA model)."""
         from mambaxfer_cli.engines.vllm.gpu import default_attention_backend, default_mla_backend
 
+        if self.model.glm5next is not None:       # vLLM's sparse MLA pick for the GPU
+            from mambaxfer_cli.engines.vllm import glm5next
+
+            return glm5next.sparse_backend(self.model, self.flags.gpu, self.flags.kv_cache_dtype)[0]
         pick = default_mla_backend if self.model.mla else default_attention_backend
         return self.flags.attention_backend or pick(self.flags.gpu)
 
@@ -136,6 +140,11 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
             from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
 
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
+        if model.glm5next is not None:    # its config hook (fp8 KV on SM 10.x), its sparse backend
+            from mambaxfer_cli.engines.vllm import glm5next
+
+            flags = glm5next.engine_flags(model, flags)
+            glm5next.sparse_backend(model, flags.gpu, flags.kv_cache_dtype)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base)

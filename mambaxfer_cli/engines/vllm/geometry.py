@@ -33,9 +33,12 @@ class Backend:
     name: str
     multiple_of: int = 0                 # any multiple of this, or
     sizes: tuple[int, ...] = ()          # exactly one of these
-    # The smallest kernel block of the first non-SSM backend vLLM finds, which
-    # _align_hybrid_block_size aligns to, where another model's backend (0: this one's).
+    # Where a model's layers run other backends beside this one (GLM-5-Next's indexer and ring):
+    # the smallest kernel block of the first non-SSM backend vLLM finds, which
+    # _align_hybrid_block_size aligns to, and the LCM of every such backend's smallest kernel
+    # block, which it rounds the block up to (0: this backend's own).
     first: int = 0
+    align: int = 0
 
     @property
     def smallest(self) -> int:
@@ -44,7 +47,7 @@ class Backend:
     @property
     def step(self) -> int:
         """The granularity of the block sizes vLLM derives for this backend."""
-        return self.smallest
+        return self.align or self.smallest
 
     def accepts(self, tokens: int) -> bool:
         if self.multiple_of:

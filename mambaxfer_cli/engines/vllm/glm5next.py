@@ -33,12 +33,19 @@ Each rule names the vLLM function it follows (docs/reference.md, "GLM-5-Next").
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags
+from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ATTENTION, Glm5NextParts, ModelSpec
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.engines.vllm.engine import EngineLayout
+    from mambaxfer_cli.engines.vllm.handshake import Verdict
 
 # KpoolTailBackend.supported_kv_cache_layouts: the only layout a GLM-5-Next engine may run.
 LAYOUTS = ("BLHNC",)
@@ -91,23 +98,22 @@ def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags:
         raise UserError(f"--attention-backend {flags.attention_backend}: GLM-5-Next runs vLLM's sparse MLA "
                         f"backend for its GPU, which mambaxfer picks as vLLM does; drop the flag")
     if flags.kv_cache_dtype == "auto" and flags.gpu.capability[0] == 10:
-        from dataclasses import replace
-
         return replace(flags, kv_cache_dtype="fp8")
     return flags
 
 
 def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
-    """The backend geometry derives the block from: named after the sparse MLA backend, any
-    multiple of every non-SSM backend's smallest kernel block (the indexer's ``index_kpool · 32``,
-    the sparse backend's, the ring's 1), aligned from the indexer's (``_align_hybrid_block_size``
-    takes the first backend found, the indexer's). A packed block is never split into kernel
-    blocks (``prepare_kernel_block_sizes``), and every such block is a kernel block of both."""
+    """The backend geometry derives the block from, named after the sparse MLA backend: aligned
+    from the indexer's smallest kernel block (``index_kpool · 32``: ``_align_hybrid_block_size``
+    takes the first backend found, the indexer's) and rounded to a multiple of every non-SSM
+    backend's smallest (the indexer's, the sparse backend's, the ring's 1), which a block above
+    the requested size always is. A packed block is never split into kernel blocks
+    (``prepare_kernel_block_sizes``): every block is its own kernel block."""
     g = model.glm5next
     assert g is not None
     name, smallest = sparse_backend(model, flags.gpu, flags.kv_cache_dtype)
     indexer = g.index_kpool * PAGED_MQA_STATES[0]
-    return Backend(name, multiple_of=math.lcm(indexer, smallest), first=indexer)
+    return Backend(name, multiple_of=1, first=indexer, align=math.lcm(indexer, smallest))
 
 
 # --- the indexer's caches -----------------------------------------------------------------------
@@ -134,3 +140,25 @@ def key_bytes(model: ModelSpec) -> int:
 
 def attention_layers(model: ModelSpec) -> tuple[int, ...]:
     return tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
+
+
+def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+             p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:
+    """vLLM's refusals of a GLM-5-Next pairing its other checks do not make: an engine whose tail
+    ring does not divide its block does not start (``Glm5NextTailCache.get_kv_cache_spec``)."""
+    out = []
+    for name, side, spec in (("P", prefill, p_model or model), ("D", decode, model)):
+        said = circular_buffer.ring_refusal(side.geometry.block_size, ring_tokens(spec), "kpool tail")
+        if said:
+            out.append(Refusal("kpool-ring", f"{name}: {said}"))
+    return tuple(out)
+
+
+def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+                  p_model: ModelSpec | None = None) -> Verdict:
+    """The verdict with an engine that does not start first; no block size is suggested then
+    (another --num-spec or --block-size is the fix)."""
+    found = refusals(model, prefill, decode, p_model)
+    if not found:
+        return verdict
+    return replace(verdict, refusals=found + verdict.refusals, suggested_block_size=None)

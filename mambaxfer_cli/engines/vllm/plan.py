@@ -25,7 +25,7 @@ from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.engines.vllm.release import EngineFacts
-from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
+from mambaxfer_cli.engines.vllm import glm5next, indexer_caches, qwen4exp
 from mambaxfer_cli.engines.vllm.kv_layout import (
     CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
 )
@@ -358,6 +358,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
     if model.qwen4exp is not None:
         verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model)
+    if model.glm5next is not None:
+        verdict = glm5next.with_refusals(verdict, model, prefill, decode, p_model)
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases
