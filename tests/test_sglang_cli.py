@@ -16,7 +16,7 @@ from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.proof import outcomes
 from mambaxfer_cli.engines.sglang.shapes import tp_sizes
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
-from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.readers.model_source import compiled_presets, load_model
 
 
 def words(text: str) -> str:
@@ -163,18 +163,24 @@ def test_mooncake_is_planned_for_the_same_pairing():
     assert document["backend"] == "mooncake" and document["verdict"]["right"]
 
 
-@pytest.mark.parametrize("arch, says", [
-    ("Glm5NextForConditionalGeneration", "SGLang 0.5.23 serves Glm5NextForConditionalGeneration "
-                                         "(srt/models/glm5_next.py), but mambaxfer does not yet model"),
-    ("Glm5NextForCausalLM", "SGLang 0.5.23 serves no Glm5NextForCausalLM"),
-])
-def test_a_family_mambaxfer_does_not_model_is_refused_in_sglang_s_words(tmp_path, arch, says):
-    """Under --engine sglang the reader's vLLM-worded refusal becomes SGLang's."""
+@pytest.mark.parametrize("arch", ["Glm5NextForConditionalGeneration", "Glm5NextForCausalLM"])
+def test_a_family_mambaxfer_does_not_model_for_sglang_is_refused_in_sglang_s_words(tmp_path, arch):
+    """GLM-5-Next, which mambaxfer models for vLLM, is refused under --engine sglang, naming SGLang's file."""
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"architectures": [arch], "model_type": "glm5_next"}))
+    config.write_text(json.dumps({**compiled_presets()["glm-5-next"]["config"], "architectures": [arch]}))
     for command in (("plan", "--p-tp", "1", "--d-tp", "2"), ("check", "--pairs", "1:2")):
         result = run_cli(command[0], "--engine", "sglang", "--model", str(config), *command[1:])
-        assert_user_error(result, says)
+        assert_user_error(result, "SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "
+                                  "Glm5NextForConditionalGeneration only), but mambaxfer does not model")
         assert "vLLM" not in result.stderr
-    vllm = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
-    assert_user_error(vllm, f"vLLM serves {arch}, but mambaxfer does not yet model GLM-5-Next's")
+    vllm = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2", "--block-size", "4608")
+    assert vllm.code == 0, vllm.stderr
+
+
+def test_kimi_k3_is_refused_in_sglang_s_words(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3"}))
+    result = run_cli("plan", "--engine", "sglang", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
+    assert_user_error(result, "SGLang 0.5.23 serves KimiK3ForConditionalGeneration (srt/models/kimi_k3.py), but "
+                              "mambaxfer does not yet model")
+    assert "vLLM" not in result.stderr

@@ -112,6 +112,9 @@ _FAMILIES = {
     "AliceAI": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
     "Qwen4Exp": FamilyRule(False, note=("SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state "
                                         "mambaxfer does not model for SGLang")),
+    "GLM-5-Next": FamilyRule(False, note=("SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "
+                                          "Glm5NextForConditionalGeneration only), but mambaxfer does not model its "
+                                          "KDA, sparse MLA and indexer transfer for SGLang")),
 }
 
 SGLANG_0_5_23 = Release(
@@ -126,8 +129,7 @@ SGLANG_0_5_23 = Release(
     families=_FAMILIES,
     messages=_MESSAGES,
     # srt/models/: each file's EntryClass.
-    unmodelled_files={"Glm5NextForConditionalGeneration": "srt/models/glm5_next.py",
-                      "KimiK3ForConditionalGeneration": "srt/models/kimi_k3.py"},
+    unmodelled_files={"KimiK3ForConditionalGeneration": "srt/models/kimi_k3.py"},
 )
 
 RELEASES: Mapping[str, Release] = MappingProxyType({SGLANG_0_5_23.version: SGLANG_0_5_23})
