@@ -17,12 +17,16 @@ POISON = 0xA5
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """A 32-bit integer hash (lowbias32), in place on a uint32 array."""
-    x ^= x >> np.uint32(16)
+    """A 32-bit integer hash (lowbias32), in place on a uint32 array (one scratch array for the
+    shifts: pattern pages of hundreds of MB are filled without a temporary per step)."""
+    shifted = x >> np.uint32(16)
+    x ^= shifted
     x *= np.uint32(0x7FEB352D)
-    x ^= x >> np.uint32(15)
+    np.right_shift(x, np.uint32(15), out=shifted)
+    x ^= shifted
     x *= np.uint32(0x846CA68B)
-    x ^= x >> np.uint32(16)
+    np.right_shift(x, np.uint32(16), out=shifted)
+    x ^= shifted
     return x
 
 
