@@ -236,3 +236,46 @@ def test_execute_moves_every_byte_over_nixl(p_tp, d_tp, semantics):
     assert doc["verified"] and len(doc["decode"]) == d_tp
     for d in doc["decode"]:
         assert d["indexer_descriptors"] == 3 and d["indexer_bytes"] == 8192 + 2 * 4608 // 16 * 132
+
+
+def serve(tmp_path, tp: int, role: str, extra: str = "") -> str:
+    path = tmp_path / "glm"
+    path.mkdir(exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config()))
+    transfer = json.dumps({"kv_connector": "NixlConnector", "kv_role": role})
+    return f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve {path} -tp {tp} --kv-transfer-config '{transfer}' {extra}"
+
+
+def preflight(tmp_path, p_tp, d_tp, *args, extra=""):
+    result = run_cli("preflight", "--prefill", serve(tmp_path, p_tp, "kv_producer", extra), "--decode",
+                     serve(tmp_path, d_tp, "kv_consumer", extra), "--format", "json", *args)
+    assert "Traceback" not in result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def test_preflight_names_one_block_size_and_its_lines_work(tmp_path):
+    code, doc = preflight(tmp_path, 1, 2)
+    assert code == 1 and doc["verdict"] == "refused"
+    assert doc["vllm"]["refusals"][0]["code"] == "block-size"
+    assert doc["engines"]["decode"]["attention_backend"] == "FLASHINFER_MLA_SPARSE_SM90"
+    assert doc["engines"]["decode"]["kv_cache_layout"] == "BLHNC"
+    changes = {(c["side"], c["flag"], c["new"]) for c in doc["fix"]["changes"]}
+    assert changes == {("prefill", "--block-size", "4608"), ("decode", "--block-size", "4608")}
+    assert doc["fix"]["verdict_after"] == "works"
+    code, doc = preflight(tmp_path, 1, 2, extra="--block-size 4608")
+    assert code == 0 and doc["verdict"] == "works", doc["headline"]
+
+
+def test_preflight_on_blackwell_hashes_the_fp8_its_config_hook_sets(tmp_path):
+    code, doc = preflight(tmp_path, 1, 1, "--gpu", "B200")
+    assert code == 0, doc["headline"]
+    for side in ("prefill", "decode"):
+        assert doc["engines"][side]["kv_cache_dtype"] == "fp8"
+        assert doc["engines"][side]["attention_backend"] == "FLASHINFER_MLA_SPARSE"
+
+
+def test_preflight_before_hopper_is_a_start_up_refusal(tmp_path):
+    code, doc = preflight(tmp_path, 1, 1, "--gpu", "A100")
+    assert code == 1 and doc["headline"].startswith(
+        "REFUSED: vLLM 0.34 does not start the prefill engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends run on")
+    assert [r["code"] for r in doc["vllm"]["refusals"]][:2] == ["attention-backend", "attention-backend"]

@@ -64,8 +64,9 @@ def did_you_mean(name: str, spellings: Iterable[str]) -> str:
 
 
 # Refusal codes of the start-up steps, in vLLM's order (the serve line's parser, then
-# ModelConfig.verify_with_parallel_config): a verdict's first line names the first one met.
-STARTUP_CODES = ("unrecognized-arguments", "parallel-config")
+# ModelConfig.verify_with_parallel_config, then the model's attention backend as its layers are
+# built): a verdict's first line names the first one met.
+STARTUP_CODES = ("unrecognized-arguments", "parallel-config", "attention-backend")
 
 
 def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:

@@ -136,7 +136,8 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
             if e.release.name not in releases:
                 warnings.append(f"{name}: {flag} is known to vLLM {', '.join(releases)} only, and this engine "
                                 f"runs vLLM {e.release.name}: vllm serve exits with 'unrecognized arguments'")
-        if e.line.attention_backend is None and e.model.has_attention and e.flags.attention_backend is None:
+        if (e.line.attention_backend is None and e.model.has_attention and e.flags.attention_backend is None
+                and e.model.glm5next is None):     # GLM-5-Next: vLLM's sparse pick, shown in the table
             warnings.append(f"{name}: no --attention-backend: {e.attention_backend} assumed (vLLM's pick on "
                             f"{e.flags.gpu.name})")
         if e.line.kv_role == "kv_both":

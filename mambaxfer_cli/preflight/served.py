@@ -55,6 +55,8 @@ class ServedEngine:
         if self.model.glm5next is not None:       # vLLM's sparse MLA pick for the GPU
             from mambaxfer_cli.engines.vllm import glm5next
 
+            if glm5next.startup_refusal(self.model, self.flags.gpu):
+                return "none (no sparse MLA backend)"
             return glm5next.sparse_backend(self.model, self.flags.gpu, self.flags.kv_cache_dtype)[0]
         pick = default_mla_backend if self.model.mla else default_attention_backend
         return self.flags.attention_backend or pick(self.flags.gpu)
@@ -144,7 +146,8 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
             from mambaxfer_cli.engines.vllm import glm5next
 
             flags = glm5next.engine_flags(model, flags)
-            glm5next.sparse_backend(model, flags.gpu, flags.kv_cache_dtype)
+            if not glm5next.startup_refusal(model, flags.gpu):     # else: a start-up refusal
+                glm5next.sparse_backend(model, flags.gpu, flags.kv_cache_dtype)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base)

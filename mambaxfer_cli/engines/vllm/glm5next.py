@@ -64,30 +64,43 @@ def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     return LAYOUTS if model.glm5next is not None else None
 
 
-def sparse_backend(model: ModelSpec, gpu: Gpu, kv_cache_dtype: str) -> tuple[str, int]:
-    """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens), or
-    a UserError where vLLM starts no engine there or mambaxfer does not model the pick
-    (``CudaPlatform.get_attn_backend_cls`` over ``_get_backend_priorities``)."""
+def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
+    """Why vLLM starts no engine of ``model`` on ``gpu``: no sparse MLA backend is valid there
+    (``CudaPlatform.get_attn_backend_cls`` raises when every backend of ``_get_backend_priorities``
+    fails ``validate_configuration``); None where one is."""
     g = model.glm5next
     assert g is not None
     major = gpu.capability[0]
-    start = f"vLLM does not start a GLM-5-Next engine on {gpu.describe()}"
+    why = ""
+    if major == 10 and (g.kv_lora_rank, g.qk_nope_head_dim) != (512, 256):
+        why = ("no sparse MLA backend runs its NoPE latent there (FLASHINFER_MLA_SPARSE needs qk_nope_head_dim 256 "
+               "and kv_lora_rank 512, FLASHMLA_SPARSE no head size 512 on SM 10.x)")
+    elif major not in (9, 10, 12):
+        why = "the sparse MLA backends run on SM 9.x, 10.x and 12.x only"
+    if not why:
+        return None
+    return f"{why}: \"No valid attention backend found\" (ValueError in get_attn_backend_cls)"
+
+
+def sparse_backend(model: ModelSpec, gpu: Gpu, kv_cache_dtype: str) -> tuple[str, int]:
+    """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens), or
+    a UserError where vLLM starts no engine there (``startup_refusal``) or mambaxfer does not model
+    the pick."""
+    g = model.glm5next
+    assert g is not None
+    refused = startup_refusal(model, gpu)
+    if refused:
+        raise UserError(f"vLLM does not start a GLM-5-Next engine on {gpu.describe()}: {refused}")
+    major = gpu.capability[0]
     if major == 9:
         if g.kv_lora_rank != 512:
             raise UserError(f"mambaxfer models GLM-5-Next's sparse MLA backend on SM 9.x for kv_lora_rank 512 "
                             f"(FLASHINFER_MLA_SPARSE_SM90) only; this model has {g.kv_lora_rank}")
         return "FLASHINFER_MLA_SPARSE_SM90", 64
     if major == 10:
-        if (g.kv_lora_rank, g.qk_nope_head_dim) != (512, 256):
-            raise UserError(f"{start}: no sparse MLA backend runs its NoPE latent there (FLASHINFER_MLA_SPARSE "
-                            f"needs qk_nope_head_dim 256 and kv_lora_rank 512, FLASHMLA_SPARSE no head size 512 on "
-                            f"SM 10.x): \"No valid attention backend found\" (ValueError in get_attn_backend_cls)")
         return "FLASHINFER_MLA_SPARSE", 32
-    if major == 12:
-        raise UserError(f"mambaxfer does not model GLM-5-Next on SM 12.x ({gpu.name}): vLLM runs "
-                        f"FLASHINFER_MLA_SPARSE_SM120 there with fp8_ds_mla latent rows of 528 bytes")
-    raise UserError(f"{start}: the sparse MLA backends run on SM 9.x and 10.x only: \"No valid attention "
-                    f"backend found\" (ValueError in get_attn_backend_cls)")
+    raise UserError(f"mambaxfer does not model GLM-5-Next on SM 12.x ({gpu.name}): vLLM runs "
+                    f"FLASHINFER_MLA_SPARSE_SM120 there with fp8_ds_mla latent rows of 528 bytes")
 
 
 def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags:
