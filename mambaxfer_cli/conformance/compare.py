@@ -95,6 +95,14 @@ class Comparison:
             result.skipped += 1
             result.skip_reason = result.skip_reason or reason
 
+    def not_stood_in(self, functions: tuple[Function, ...], reason: str) -> None:
+        """A case the probe cannot stand in the model's engine for: counted apart from vLLM's
+        own refusals, with its reason."""
+        for f in functions:
+            result = self.results[f.name]
+            result.not_stood_in += 1
+            result.not_stood_in_reason = result.not_stood_in_reason or reason
+
     def record(self, function: Function, case: Case, vllm, ours, shown: tuple | None = None) -> None:
         result = self.results[function.name]
         if result.not_called is None:
@@ -353,7 +361,7 @@ class Comparison:
             return
         case = self.case(name, p_tp, d_tp, flags=flags, push=push)
         if (why := self.vllm.regions_not_stood_in(model)) is not None:
-            return self.skip((HANDSHAKE,), f"{why} ({name})")
+            return self.not_stood_in((HANDSHAKE,), f"{why} ({name})")
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags, vllm_geometry=True)
         except CouldNotCall as exc:
@@ -385,7 +393,7 @@ class Comparison:
         if not self.live(DESC_IDS):
             return
         if (why := self.vllm.regions_not_stood_in(model)) is not None:
-            return self.skip((DESC_IDS,), f"{why} ({name})")
+            return self.not_stood_in((DESC_IDS,), f"{why} ({name})")
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
         except CouldNotCall as exc:
