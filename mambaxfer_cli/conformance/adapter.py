@@ -12,7 +12,7 @@ import shlex
 from dataclasses import replace, dataclass
 
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, Flags, Geometry, Request, Variation,
+    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry, Request, Variation,
 )
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
@@ -110,7 +110,9 @@ class Ours:
 
     def engine_flags(self, flags: Flags, num_blocks: int) -> EngineFlags:
         """One engine of this release on the modelled GPU (no --block-size: the release's default)."""
-        return EngineFlags(attention_backend=flags.backend, block_size=flags.block_size,
+        # GLM-5-Next's sparse backend is the GPU's pick, never a flag (mambaxfer refuses one).
+        backend = None if flags.backend == SPARSE_MLA_BACKEND else flags.backend
+        return EngineFlags(attention_backend=backend, block_size=flags.block_size,
                            prefix_caching=flags.prefix_caching, num_blocks=num_blocks, release=self.rules,
                            gpu=self.device)
 

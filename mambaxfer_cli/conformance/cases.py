@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
+from mambaxfer_cli.planning.model import ModelSpec
 
 # The attention backends NIXL hybrids run on NVIDIA GPUs, and the serve flags that change an
 # engine's blocks: --block-size (None: not given, the release's default) and prefix caching.
@@ -32,7 +33,7 @@ class Flags:
 
     def cli(self) -> list[str]:
         """The same flags on a ``mambaxfer plan`` command line."""
-        out = [] if self.backend == DEFAULT_BACKEND else ["--attention-backend", self.backend]
+        out = [] if self.backend in PICKED_BACKENDS else ["--attention-backend", self.backend]
         if self.ssm_dtype is not None:
             out += ["--ssm-dtype", self.ssm_dtype]
         if self.block_size is not None:
@@ -57,6 +58,21 @@ FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix i
 MLA_BACKENDS = ("TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA")
 MLA_FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
     MLA_BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+# GLM-5-Next's MLA layers run the sparse MLA backend vLLM picks for the GPU (its dense MLA
+# backends refuse a sparse model, and mambaxfer refuses --attention-backend for it): on the
+# modelled H100, FlashInfer's SM90 kernel. Its engines vary only --block-size and prefix caching.
+SPARSE_MLA_BACKEND = "FLASHINFER_MLA_SPARSE_SM90"
+SPARSE_FLAG_VARIANTS = tuple(Flags(SPARSE_MLA_BACKEND, block, prefix) for block, prefix in itertools.product(
+    (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+# Backends vLLM picks on the modelled GPU without --attention-backend: never on a command line.
+PICKED_BACKENDS = (DEFAULT_BACKEND, SPARSE_MLA_BACKEND)
+
+
+def flag_variants(model: ModelSpec) -> tuple[Flags, ...]:
+    """The engine flags every case of ``model`` runs under: its attention backends'."""
+    if model.glm5next is not None:
+        return SPARSE_FLAG_VARIANTS
+    return MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS
 
 
 @dataclass(frozen=True)
@@ -184,8 +200,9 @@ class HashedEngine:
         """This engine's ``vllm serve`` flags (after the model)."""
         connector = "NixlPushConnector" if self.push else "NixlConnector"
         words = ["--kv-transfer-config", f'{{"kv_connector":"{connector}","kv_role":"{role}"}}']
+        backend = None if self.backend in PICKED_BACKENDS else self.backend
         for flag, value, default in (("--dtype", self.dtype, None), ("--kv-cache-dtype", self.kv_cache_dtype, "auto"),
-                                     ("--attention-backend", self.backend, DEFAULT_BACKEND),
+                                     ("--attention-backend", backend, None),
                                      ("--block-size", self.block_size, None), ("-tp", self.tp, 1),
                                      ("--mamba-ssm-cache-dtype", self.mamba_ssm_dtype, None)):
             if value != default:
@@ -238,6 +255,24 @@ def _on_mla(variation: Variation) -> Variation:
 # Not --mamba-ssm-cache-dtype: the MLA hybrids' KDA state is float32 whatever it says, and vLLM does
 # not start an engine whose blocks it sizes for another dtype.
 MLA_HASH_VARIATIONS = tuple(_on_mla(v) for v in HASH_VARIATIONS if v.prefill.mamba_ssm_dtype is None)
+
+
+def _on_sparse(variation: Variation) -> Variation:
+    """A variation for GLM-5-Next: both engines on the sparse MLA backend vLLM picks."""
+    return Variation(variation.name, replace(variation.prefill, backend=SPARSE_MLA_BACKEND),
+                     replace(variation.decode, backend=SPARSE_MLA_BACKEND))
+
+
+# GLM-5-Next: as MLA's, less the one that names another backend on P (its backend is the GPU's).
+SPARSE_HASH_VARIATIONS = tuple(_on_sparse(v) for v in HASH_VARIATIONS
+                               if v.prefill.mamba_ssm_dtype is None and v.prefill.backend == DEFAULT_BACKEND)
+
+
+def hash_variations(model: ModelSpec) -> tuple[Variation, ...]:
+    """The engine pairs whose compatibility hashes are compared for ``model``."""
+    if model.glm5next is not None:
+        return SPARSE_HASH_VARIATIONS
+    return MLA_HASH_VARIATIONS if model.mla else HASH_VARIATIONS
 
 
 def _engines_of(case: Case) -> Variation:

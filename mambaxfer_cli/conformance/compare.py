@@ -17,9 +17,8 @@ from typing import Callable
 
 from mambaxfer_cli.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, MLA_BACKENDS, MLA_FLAG_VARIANTS, MLA_HASH_VARIATIONS, P_NUM_BLOCKS,
-    Case, Flags,
-    Geometry, HashedEngine, Variation, pairings,
+    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry, HashedEngine, Variation,
+    flag_variants, hash_variations, pairings,
 )
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
@@ -96,6 +95,14 @@ class Comparison:
             result.skipped += 1
             result.skip_reason = result.skip_reason or reason
 
+    def not_stood_in(self, functions: tuple[Function, ...], reason: str) -> None:
+        """A case the probe cannot stand in the model's engine for: counted apart from vLLM's
+        own refusals, with its reason."""
+        for f in functions:
+            result = self.results[f.name]
+            result.not_stood_in += 1
+            result.not_stood_in_reason = result.not_stood_in_reason or reason
+
     def record(self, function: Function, case: Case, vllm, ours, shown: tuple | None = None) -> None:
         result = self.results[function.name]
         if result.not_called is None:
@@ -109,7 +116,11 @@ class Comparison:
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
         sizes = self.ours.tp_sizes(model, max_tp)
-        if model.mla:
+        if model.glm5next is not None:
+            self.notes.append(f"{name}: its MLA layers run {SPARSE_MLA_BACKEND}, vLLM's sparse MLA pick for the "
+                              f"modelled GPU (no --attention-backend: the dense MLA backends refuse it); its hash "
+                              f"variations leave out --mamba-ssm-cache-dtype and another backend on P")
+        elif model.mla:
             self.notes.append(f"{name}: its MLA engines run {', '.join(MLA_BACKENDS)} (FLASH_ATTN_MLA and "
                               f"CUTLASS_MLA do not import without a GPU); its hash variations leave out "
                               f"--mamba-ssm-cache-dtype (Kimi-Linear's KDA layers keep a float32 state "
@@ -117,11 +128,11 @@ class Comparison:
         for tp in sizes:
             self.conv_split(name, model, tp)
             self.class_state(name, model, tp)
-            for flags in MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS:
+            for flags in flag_variants(model):
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
             self.reads(name, model, p_tp, d_tp)
-            for flags in MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS:
+            for flags in flag_variants(model):
                 for push in (False, True):
                     self.handshake(name, model, p_tp, d_tp, flags, push)
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
@@ -146,7 +157,7 @@ class Comparison:
         first attention backend of the modelled GPU."""
         if not self.live(LAYOUT):
             return
-        backend = (MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS)[0].backend
+        backend = flag_variants(model)[0].backend
         for requested in (None, *ENV_LAYOUTS, "LBHCN"):
             try:
                 theirs = self.vllm.kv_cache_layout(model, backend, requested)
@@ -349,6 +360,8 @@ class Comparison:
         if not self.live(HANDSHAKE):
             return
         case = self.case(name, p_tp, d_tp, flags=flags, push=push)
+        if (why := self.vllm.regions_not_stood_in(model)) is not None:
+            return self.not_stood_in((HANDSHAKE,), f"{why} ({name})")
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags, vllm_geometry=True)
         except CouldNotCall as exc:
@@ -379,6 +392,8 @@ class Comparison:
     def descriptor_ids(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags) -> None:
         if not self.live(DESC_IDS):
             return
+        if (why := self.vllm.regions_not_stood_in(model)) is not None:
+            return self.not_stood_in((DESC_IDS,), f"{why} ({name})")
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
         except CouldNotCall as exc:
@@ -421,7 +436,7 @@ class Comparison:
     def compatibility_hash(self, name: str, model: ModelSpec) -> None:
         if not self.live(HASH):
             return
-        for variation in MLA_HASH_VARIATIONS if model.mla else HASH_VARIATIONS:
+        for variation in hash_variations(model):
             case = self.case(name, variation=variation)
             try:
                 theirs = (self.vllm.compatibility_hash(model, variation.prefill)

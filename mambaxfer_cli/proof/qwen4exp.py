@@ -14,15 +14,14 @@ nothing is proved here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from mambaxfer_cli.engines.vllm import qwen4exp
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
-from mambaxfer_cli.planning.reads import VLLM, Read
+from mambaxfer_cli.planning.model import SSM, ModelSpec
+from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.proof.simulate import ByteSource, Damage, Simulation, WrongByte
 

@@ -138,7 +138,8 @@ def result_table(outcome: "Outcome") -> Table:
     for d in outcome.decode:
         cells = [str(d.d_rank), ", ".join(f"P{p}" for p in d.sources), ", ".join(d.local_lists),
                  human_bytes(d.bytes), str(d.descriptors_posted)]
-        for shown, count, size in ((ple, d.ple_descriptors, d.ple_bytes), (indexer, d.indexer_descriptors, d.indexer_bytes)):
+        pages = ((ple, d.ple_descriptors, d.ple_bytes), (indexer, d.indexer_descriptors, d.indexer_bytes))
+        for shown, count, size in pages:
             if shown:
                 cells.append(f"{count} page read{'' if count == 1 else 's'}, {human_bytes(size)}")
         table.add_row(

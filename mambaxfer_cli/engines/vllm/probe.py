@@ -641,6 +641,9 @@ class Installed:
         backends = [self.backend_class(backend)] if model.has_attention else []
         if model.qwen4exp is not None and model.qwen4exp.has_qsa:
             backends.append(self._qsa_backend())
+        if model.glm5next is not None:      # the indexer's backends, which declare the layouts too
+            indexer = "vllm.v1.attention.backends.mla.indexer"
+            backends += [_symbol(indexer, "Glm5NextIndexerBackend"), _symbol(indexer, "KpoolTailBackend")]
         with calling("get_supported_kv_cache_layouts"):
             names = [layout.name for layout in supported(backends)]
         specs = [self.mamba_spec(model, 1)] + ([self.attention_spec(model, 1, 16)] if model.has_attention else [])
@@ -658,6 +661,19 @@ class Installed:
                 return resolve(config, [names], specs).name
             except ValueError as exc:
                 return f"refused: {exc}"
+
+    @staticmethod
+    def regions_not_stood_in(model: ModelSpec) -> str | None:
+        """Why the worker stand-in cannot carry ``model``'s registered regions, or None. Its
+        regions are each a kernel-block-long page, one per layer of every KV-cache group; a
+        GLM-5-Next engine registers packed BLHNC rows instead (every region's block stride the
+        whole row, the indexer's compressed keys and tail ring as regions of their own page
+        lengths), which decide vLLM's handshake (``_split_remote_blocks`` splits no packed row,
+        the hybrid MLA block-length assert) and its descriptor IDs."""
+        if model.glm5next is not None:
+            return ("the probe's worker stand-in does not carry GLM-5-Next's packed BLHNC regions (the "
+                    "indexer's compressed keys and tail ring, block strides of a whole row)")
+        return None
 
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
         key = (model.name, tp, geometry, role, backend)
@@ -941,7 +957,8 @@ class Installed:
                            decode_context_parallel_size=1)
         hf_text = StandIn("hf_text_config", **{k: v for k, v in (
             ("linear_key_head_dim", model.params.get("head_k_dim")),
-            ("linear_value_head_dim", model.params.get("head_v_dim"))) if v is not None})
+            ("linear_value_head_dim", model.params.get("head_v_dim")),
+            ("index_kpool", model.glm5next.index_kpool if model.glm5next else None)) if v is not None})
         model_config = StandIn(
             "vllm_config.model_config", architecture=f"{model.family or model.variant.value}-stand-in",
             model=model.source, dtype=self.dtype(model.model_dtype), use_mla=model.mla,
@@ -980,12 +997,35 @@ class Installed:
         out = {}
         for name, kind in zip(self.layer_names(model), model.layers):
             if kind == ATTENTION:
+                if model.glm5next is not None:      # the indexer's two caches, built before the MLA layer
+                    out.update(self._glm5next_indexer_layers(model, name))
                 layer = object.__new__(attention_class)
                 layer.__dict__["attn_backend"] = backend_class
             else:
                 layer = object.__new__(mixer_class)
                 layer.__dict__["_checkpoint_alignment"] = None
             out[name] = layer
+        return out
+
+    # GLM-5-Next's indexer caches (models/glm5next/common/attention.py), each MLA layer's two.
+    GLM5NEXT_CACHES = "vllm.models.glm5next.common.attention"
+
+    def _glm5next_indexer_layers(self, model: ModelSpec, attention_name: str) -> dict:
+        """One MLA layer's indexer caches as ``Indexer.__init__`` registers them, ahead of the MLA
+        layer: the compressed keys (``Glm5NextIndexerCache``), then the tail ring
+        (``Glm5NextTailCache``), vLLM's own classes carrying the attributes ``__init__`` sets."""
+        g = model.glm5next
+        assert g is not None
+        prefix = attention_name.removesuffix(".attn").removesuffix(".self_attn") + ".self_attn.indexer"
+        out = {}
+        # Indexer.__init__: the keys fp8 with a float32 scale per 128 (uint8 bytes), the ring bf16.
+        key_bytes = g.index_head_dim + g.index_head_dim // 128 * 4
+        for suffix, cls, head, dtype in (("k_cache", "Glm5NextIndexerCache", key_bytes, self.torch.uint8),
+                                         ("tail_cache", "Glm5NextTailCache", g.index_head_dim, self.torch.bfloat16)):
+            layer = object.__new__(_symbol(self.GLM5NEXT_CACHES, cls))
+            layer.__dict__.update(head_dim=head, prefix=f"{prefix}.{suffix}", dtype=dtype,
+                                  _index_kpool=g.index_kpool, cache_config=None)
+            out[f"{prefix}.{suffix}"] = layer
         return out
 
     @staticmethod
@@ -1033,18 +1073,68 @@ class Installed:
                             False), used_alignment
         platform = self._probe_platform(model, tp)
         registry = _symbol("vllm.model_executor.models", "ModelRegistry")
-        with calling("update_block_size_for_backend"), _patched(registry, "resolve_model_cls",
-                                                                 platform.resolve_model_cls):
+        with contextlib.ExitStack() as patches, calling("update_block_size_for_backend"):
+            patches.enter_context(_patched(registry, "resolve_model_cls", platform.resolve_model_cls))
+            if model.glm5next is not None:   # the indexer's kernel pages by GPU (get_paged_mqa_page_sizes)
+                deep_gemm = importlib.import_module("vllm.utils.deep_gemm")
+                patches.enter_context(_patched(deep_gemm, "current_platform", ModelledGpu()))
             platform.update_block_size_for_backend(config)
         block = config.cache_config.block_size
         spec = self.attention_spec(model, tp, block)
+        page = spec.page_size_bytes
+        if model.glm5next is not None:
+            kernel = self._packed_kernel_block(model, tp, config, spec, page, num_blocks)
+            return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
         select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
         set_config = _symbol("vllm.config.vllm", "set_current_vllm_config")
         backend = self.backend_class(flags.backend)
         with calling("select_common_block_size"), set_config(config):
             kernel = select(block, [backend], [spec])
-        page = spec.page_size_bytes
         return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
+
+    def glm5next_kv_cache(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int):
+        """A GLM-5-Next engine's KV caches as vLLM plans them: every layer's spec from its own
+        class (the indexer caches' ``get_kv_cache_spec``; the MLA latent's and the KDA state's
+        padded to the latent page), grouped by ``get_kv_cache_groups`` and laid out in BLHNC
+        (``KpoolTailBackend``'s only layout) by ``get_kv_cache_config_from_groups``, with
+        ``num_blocks`` blocks (``--num-gpu-blocks-override``)."""
+        planning = "vllm.v1.core.kv_cache_planning"
+        groups_of = _symbol(planning, "get_kv_cache_groups")
+        config_of = _symbol(planning, "get_kv_cache_config_from_groups")
+        mamba = self.mamba_spec(model, tp, config.cache_config.block_size, page)
+        specs = {}
+        config.cache_config.kv_cache_layout = "BLHNC"
+        config.cache_config.num_gpu_blocks_override = num_blocks
+        config.num_speculative_tokens = model.num_spec
+        config.attention_config = StandIn("vllm_config.attention_config", hisparse_config=None)
+        for name, layer in config.compilation_config.static_forward_context.items():
+            if hasattr(type(layer), "get_kv_cache_spec") and "_index_kpool" in layer.__dict__:
+                with calling(f"{type(layer).__name__}.get_kv_cache_spec"):
+                    layer.__dict__["cache_config"] = config.cache_config
+                    specs[name] = layer.get_kv_cache_spec(config)
+            else:
+                specs[name] = attention if "attn_backend" in layer.__dict__ else mamba
+        with calling("get_kv_cache_groups"):
+            groups = groups_of(config, specs)
+        with calling("get_kv_cache_config_from_groups"):
+            return groups, config_of(config, groups, 1 << 62), specs
+
+    def _packed_kernel_block(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int) -> int:
+        """The MLA latent group's kernel block as the worker prepares it
+        (``prepare_kernel_block_sizes``) on the KV caches vLLM plans: a block-outermost group's
+        blocks are never split."""
+        groups, kv_cache_config, _ = self.glm5next_kv_cache(model, tp, config, attention, page, num_blocks)
+        prepare = _symbol("vllm.v1.worker.utils", "prepare_kernel_block_sizes")
+        backend_of = {name: layer.get_attn_backend()
+                      for name, layer in config.compilation_config.static_forward_context.items()
+                      if "attn_backend" in layer.__dict__ or "_index_kpool" in layer.__dict__}
+        attn_groups = [[StandIn("AttentionGroup", backend=backend_of.get(group.layer_names[0]),
+                                kv_cache_spec=group.kv_cache_spec)] for group in groups]
+        with calling("prepare_kernel_block_sizes"):
+            kernels = prepare(kv_cache_config, attn_groups)
+        latent = next(i for i, group in enumerate(groups) if any(
+            "attn_backend" in config.compilation_config.static_forward_context[n].__dict__ for n in group.layer_names))
+        return kernels[latent]
 
     def _probe_platform(self, model: ModelSpec, tp: int):
         """vLLM's ``Platform`` with only the model class stood in: the state shapes of this model
