@@ -156,7 +156,8 @@ def test_blocks_that_divide_still_fail_on_the_tail_rings_length():
     p = plan(2, 1, block=2560)
     assert (p.prefill.geometry.block_size, p.decode.geometry.block_size) == (2560, 5120)
     [refusal] = p.verdict.refusals
-    assert refusal.code == "mla-block-lens" and "block_size_ratio=2): local=[8192, ...], remote=[8192" in refusal.message
+    assert refusal.code == "mla-block-lens"
+    assert "block_size_ratio=2): local=[8192, ...], remote=[8192" in refusal.message
 
 
 def test_a_ring_that_does_not_divide_the_block_stops_the_engine():
@@ -211,7 +212,8 @@ def test_unequal_blocks_leave_the_indexer_pages_unproved():
 
 
 def test_plan_and_inspect_name_the_indexer_pages():
-    result = run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "2", "--block-size", "4608", "--format", "json")
+    result = run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "2", "--block-size", "4608",
+                     "--format", "json")
     doc = json.loads(result.stdout)
     assert doc["vllm"]["accepts"] and doc["model"]["glm5next"]["index_kpool"] == KPOOL
     [warning] = [w for w in doc["warnings"] if w["code"] == "glm5next-indexer"]
@@ -277,5 +279,6 @@ def test_preflight_on_blackwell_hashes_the_fp8_its_config_hook_sets(tmp_path):
 def test_preflight_before_hopper_is_a_start_up_refusal(tmp_path):
     code, doc = preflight(tmp_path, 1, 1, "--gpu", "A100")
     assert code == 1 and doc["headline"].startswith(
-        "REFUSED: vLLM 0.34 does not start the prefill engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends run on")
+        "REFUSED: vLLM 0.34 does not start the prefill engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends "
+        "run on")
     assert [r["code"] for r in doc["vllm"]["refusals"]][:2] == ["attention-backend", "attention-backend"]

@@ -41,7 +41,7 @@ from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.model import ATTENTION, Glm5NextParts, ModelSpec
+from mambaxfer_cli.planning.model import ModelSpec
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.engine import EngineLayout
@@ -53,10 +53,6 @@ LAYOUTS = ("BLHNC",)
 QUANT_BLOCK, SCALE_BYTES = 128, 4
 # The indexer's kernel pages in states (get_paged_mqa_page_sizes; SM 12.x: 64 only).
 PAGED_MQA_STATES = (32, 64)
-
-
-def parts(model: ModelSpec) -> Glm5NextParts | None:
-    return model.glm5next
 
 
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
@@ -149,10 +145,6 @@ def key_bytes(model: ModelSpec) -> int:
     g = model.glm5next
     assert g is not None
     return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
-
-
-def attention_layers(model: ModelSpec) -> tuple[int, ...]:
-    return tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
 
 
 def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
