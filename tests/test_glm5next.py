@@ -161,9 +161,7 @@ def test_blocks_that_divide_still_fail_on_the_tail_rings_length():
 
 
 def test_a_ring_that_does_not_divide_the_block_stops_the_engine():
-    p = plan(1, 1)
-    odd = replace(p.decode, geometry=replace(p.decode.geometry, block_size=4608 + 8))
-    [refusal] = glm5next.refusals(p.model, p.prefill, odd)
+    [refusal] = glm5next.refusals(load_model(PRESET), 4608, 4608 + 8)
     assert refusal.code == "kpool-ring" and refusal.message.startswith("D: vLLM does not start this engine: the "
                                                                        "kpool tail ring of 16 tokens")
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("nixl")
 # tensor or few): small pages, a run of a few seconds.
 WITH_ATTENTION = [name for name in preset_names() if load_model(name).has_attention]
 LAYERS = {"jamba": 8, "granite-4.0-h-tiny": 6, "kimi-linear-48b": 8, "nemotron-h-8b": 8, "qwen3.5-0.8b": 4,
-          "qwen3-next-80b": 4, "qwen3.8-flash-next": 4}
+          "qwen3-next-80b": 4, "qwen3.8-flash-next": 4, "glm-5-next": 4}
 
 
 def execute_json(*args: str) -> tuple[int, dict]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
-from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
+from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict, not_started_first
 from mambaxfer_cli.engines.vllm import glm5next, qwen4exp
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
@@ -275,7 +275,8 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
             found = qwen4exp.with_refusals(found, d.model, plan.prefill, plan.decode, rebuild, p.model,
                                            push=mode == PUSH)
         if d.model.glm5next is not None:     # an engine whose tail ring does not divide its block
-            found = glm5next.with_refusals(found, d.model, plan.prefill, plan.decode, p.model)
+            found = not_started_first(found, glm5next.refusals(d.model, plan.prefill.geometry.block_size,
+                                                               plan.decode.geometry.block_size, p.model))
         first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]
         refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in HANDSHAKE_FIRST]
         suggestion = found.suggested_block_size

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags
@@ -42,10 +41,6 @@ from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
-
-if TYPE_CHECKING:
-    from mambaxfer_cli.engines.vllm.engine import EngineLayout
-    from mambaxfer_cli.engines.vllm.handshake import Verdict
 
 # KpoolTailBackend.supported_kv_cache_layouts: the only layout a GLM-5-Next engine may run.
 LAYOUTS = ("BLHNC",)
@@ -147,23 +142,13 @@ def key_bytes(model: ModelSpec) -> int:
     return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
 
 
-def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
-             p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:
+def refusals(model: ModelSpec, p_block: int, d_block: int, p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:
     """vLLM's refusals of a GLM-5-Next pairing its other checks do not make: an engine whose tail
-    ring does not divide its block does not start (``Glm5NextTailCache.get_kv_cache_spec``)."""
+    ring does not divide its block (P's and D's, tokens) does not start
+    (``Glm5NextTailCache.get_kv_cache_spec``)."""
     out = []
-    for name, side, spec in (("P", prefill, p_model or model), ("D", decode, model)):
-        said = circular_buffer.ring_refusal(side.geometry.block_size, ring_tokens(spec), "kpool tail")
+    for name, block, spec in (("P", p_block, p_model or model), ("D", d_block, model)):
+        said = circular_buffer.ring_refusal(block, ring_tokens(spec), "kpool tail")
         if said:
             out.append(Refusal("kpool-ring", f"{name}: {said}"))
     return tuple(out)
-
-
-def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
-                  p_model: ModelSpec | None = None) -> Verdict:
-    """The verdict with an engine that does not start first; no block size is suggested then
-    (another --num-spec or --block-size is the fix)."""
-    found = refusals(model, prefill, decode, p_model)
-    if not found:
-        return verdict
-    return replace(verdict, refusals=found + verdict.refusals, suggested_block_size=None)

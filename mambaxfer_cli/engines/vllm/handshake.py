@@ -191,3 +191,11 @@ def handshake_verdict(prefill: EngineLayout, decode: EngineLayout,
 
 def with_block_size(flags: EngineFlags, size: int) -> EngineFlags:
     return replace(flags, block_size=size)
+
+
+def not_started_first(verdict: Verdict, found: tuple[Refusal, ...]) -> Verdict:
+    """The verdict with ``found``, engines that do not start, listed first; no block size is
+    suggested then (another flag is the fix)."""
+    if not found:
+        return verdict
+    return replace(verdict, refusals=found + verdict.refusals, suggested_block_size=None)

@@ -16,7 +16,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import (
-    Refusal, Verdict, handshake_verdict, split_remote_blocks, with_block_size,
+    Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
 )
 from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout
@@ -359,7 +359,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     if model.qwen4exp is not None:
         verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model)
     if model.glm5next is not None:
-        verdict = glm5next.with_refusals(verdict, model, prefill, decode, p_model)
+        verdict = not_started_first(verdict, glm5next.refusals(model, prefill.geometry.block_size,
+                                                               decode.geometry.block_size, p_model))
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases
