@@ -218,8 +218,15 @@ def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[s
 
 
 def ping_sources(agent: Any, names: dict[int, str]) -> None:
+    """Ping P ranks this D rank has greeted (their metadata loaded). A peer whose process died is
+    reported by NIXL at once as a disconnect, or, once its listener has dropped the peer's metadata
+    on the disconnect, as not found: either way the peer went away."""
     for p, name in names.items():
         try:
             notify(agent, name, agreement.encode("ping"))
         except PeerGone:
             raise PeerGone(f"P{p} ({name}) went away") from None
+        except Exception as exc:
+            if type(exc).__name__ == "nixlNotFoundError":
+                raise PeerGone(f"P{p} ({name}) went away") from None
+            raise
