@@ -180,7 +180,7 @@ def test_num_spec_on_one_side_corrupts_the_ple_state_under_vllm():
 
 # --- the commands ----------------------------------------------------------------------------------
 
-from cli_run import run_cli  # noqa: E402
+from cli_run import assert_user_error, run_cli  # noqa: E402
 
 SERVE = ("VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve Qwen/Qwen3.8-Flash-Next -tp {tp} --kv-transfer-config "
          "'{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_{role}\"}}'")
@@ -250,7 +250,8 @@ def test_the_plan_document_of_the_preset_fits_its_schema():
                              "--format", "json").stdout)
     jsonschema.Draft202012Validator(plan_schema()).validate(doc)
     assert doc["model"]["qwen4exp"] == {"ple_layers": [1], "ple_channels": 10240, "ple_state_len": 9,
-                                        "indexer_head_dim": 128, "compress_ratio": 4, "rope_positions": True}
+                                        "indexer_head_dim": 128, "compress_ratio": 4, "rope_positions": True,
+                                        "indexer_kv_dtype": "bf16"}
 
 
 def test_inspect_names_the_ple_page_and_the_ring():
@@ -368,8 +369,6 @@ def test_plan_takes_the_layout_and_the_fix_it_names_is_accepted():
     ("LBHCN", "'LBHCN' is not one of"),
 ])
 def test_a_layout_vllm_does_not_run_is_one_line_and_exit_2(layout, words):
-    from cli_run import assert_user_error
-
     assert_user_error(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
                               "--kv-cache-layout", layout), words)
 
@@ -383,3 +382,47 @@ def test_other_models_split_heads_only_in_a_block_contiguous_layout():
     assert doc["vllm"]["suggested_kv_cache_layout"] == "LBHNC"
     doc = json.loads(run_cli("plan", *options).stdout)
     assert "kv-cache-layout-heads" not in [r["code"] for r in doc["vllm"]["refusals"]]
+
+
+# --- --attention-config indexer_kv_dtype: the compressed keys' dtype --------------------------------
+
+def test_fp8_compressed_keys_are_one_byte_an_element():
+    # QSAIndexer.__init__: indexer_kv_dtype fp8 keeps the compressed keys in plain float8_e4m3fn, no
+    # scales; "auto" is bf16. The ring stays bf16.
+    bf16, fp8 = model(), spec_from_config(copy.deepcopy(CONFIG), name="q", source="t", indexer_kv_dtype="fp8")
+    assert fp8.qwen4exp.indexer_kv_dtype == "fp8" and bf16.qwen4exp.indexer_kv_dtype == "bf16"
+    assert indexer_caches.caches(fp8).key_page_bytes(1600) == 400 * 128
+    assert indexer_caches.caches(fp8).ring_page_bytes == indexer_caches.caches(bf16).ring_page_bytes
+    result = run_cli("check", "--model", "qwen3.8-flash-next", "--pairs", "2:2", "--indexer-kv-dtype", "fp8")
+    assert result.code == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("value, words", [
+    ("nvfp4", "indexer_kv_dtype='nvfp4' is not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8')"),
+    ("fp16", "indexer_kv_dtype must be one of auto, bf16, fp8, mxfp4, nvfp4"),
+])
+def test_indexer_kv_dtypes_vllm_refuses_are_one_line(value, words):
+    assert_user_error(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
+                              "--indexer-kv-dtype", value), words)
+
+
+def test_the_flag_on_a_model_without_qsa_says_so():
+    assert_user_error(run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--indexer-kv-dtype",
+                              "fp8"), "--indexer-kv-dtype: jamba has no QSA indexer")
+
+
+def test_keys_in_different_dtypes_are_accepted_by_vllm_and_preflight_says_corrupt():
+    # The compatibility hash does not take the attention config, and a hybrid without MLA gets no
+    # region-length check: vLLM accepts, D reads P's fp8 key pages as bf16 ones.
+    layout = "VLLM_KV_CACHE_LAYOUT=BLHNC " + SERVE + " --block-size 1600"
+    fp8 = " --attention-config '{{\"indexer_kv_dtype\":\"fp8\"}}'"
+    result = run_cli("preflight", "--prefill", (layout + fp8).format(tp=2, role="producer"),
+                     "--decode", layout.format(tp=2, role="consumer"), "--format", "json")
+    assert result.code == 1, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "corrupt" and doc["vllm"]["accepts"]
+    assert doc["headline"].startswith("CORRUPT: P keeps its QSA compressed keys in fp8, D in bf16")
+    assert "vllm-indexer-key-dtype" in [w["code"] for w in doc["plan_warnings"]]
+    same = run_cli("preflight", "--prefill", (layout + fp8).format(tp=2, role="producer"),
+                   "--decode", (layout + fp8).format(tp=2, role="consumer"), "--format", "json")
+    assert same.code == 0 and json.loads(same.stdout)["verdict"] == "works", same.stdout[-800:]

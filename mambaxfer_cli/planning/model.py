@@ -43,6 +43,7 @@ class Qwen4ExpParts:
     indexer_head_dim: int | None = None  # None: no QSA (indexer_n_heads absent)
     compress_ratio: int | None = None  # indexer_compress_ratio
     rope_positions: bool = False       # M-RoPE: the raw-key ring also keeps each token's 3 positions
+    indexer_kv_dtype: str = "bf16"     # the compressed keys' dtype (--attention-config indexer_kv_dtype)
 
     @property
     def has_qsa(self) -> bool:
@@ -56,7 +57,8 @@ class Qwen4ExpParts:
     def to_dict(self) -> dict[str, Any]:
         return {"ple_layers": list(self.ple_layers), "ple_channels": self.ple_channels,
                 "ple_state_len": self.ple_state_len, "indexer_head_dim": self.indexer_head_dim,
-                "compress_ratio": self.compress_ratio, "rope_positions": self.rope_positions}
+                "compress_ratio": self.compress_ratio, "rope_positions": self.rope_positions,
+                "indexer_kv_dtype": self.indexer_kv_dtype}
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,14 @@ class Assessment:
 
     @property
     def corrupt(self) -> bool:
-        return self.byte_check is not None and (not simulation_of(self.byte_check).ok or bool(self.reinterpreted))
+        return self.byte_check is not None and (not simulation_of(self.byte_check).ok or bool(self.reinterpreted)
+                                                or self.indexer_keys_differ)
+
+    @property
+    def indexer_keys_differ(self) -> bool:
+        """vLLM accepts P's and D's QSA compressed keys in different dtypes and D reads them as its
+        own (plan warning ``vllm-indexer-key-dtype``)."""
+        return self.plan is not None and any(w.code == "vllm-indexer-key-dtype" for w in self.plan.warnings)
 
     @property
     def verdict(self) -> str:

@@ -72,6 +72,11 @@ class Report:
                          "compat false)" if a.let_through else "vLLM's handshake does not compare it")
             return (f"CORRUPT: P keeps its {what} in {pv}, D in {dv}, and {unchecked}: every byte lands where D "
                     f"expects it, but D reads P's {pv} values as {dv}")
+        if a.corrupt and a.indexer_keys_differ and sim.ok:
+            p, d = (e.model.qwen4exp.indexer_kv_dtype for e in (a.prefill, a.decode) if e.model.qwen4exp)
+            return (f"CORRUPT: P keeps its QSA compressed keys in {p}, D in {d} (--attention-config "
+                    f"indexer_kv_dtype), which vLLM's handshake does not compare: {releases} accepts the pairing and "
+                    f"D reads P's key pages as its own")
         if a.corrupt and a.unchecked_mismatches:
             f = a.unchecked_mismatches[0]
             return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "

@@ -127,8 +127,10 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     dtype = vllm_dtype(line.dtype, base_model.model_dtype)
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
+    # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
+    kv = line.attention_config.get("indexer_kv_dtype") if base_model.qwen4exp is not None else None
     model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
-                 hf_overrides=line.hf_overrides)
+                 hf_overrides=line.hf_overrides, **({"indexer_kv_dtype": kv} if kv is not None else {}))
     model = replace(model, model_dtype=dtype)
     where = f"--{side}"
     gdn = _line_gdn_backend(line) or base.gdn_prefill_backend

@@ -91,6 +91,9 @@ def unproved(plan: Plan) -> str | None:
                 f"compressed keys and rings across block sizes")
     theirs = indexer_caches.caches(plan.prefill_model or plan.model)
     assert theirs is not None
+    if theirs.key_bytes != mine.key_bytes:
+        return (f"P's and D's compressed keys differ ({theirs.key_bytes} and {mine.key_bytes} bytes: "
+                f"--attention-config indexer_kv_dtype on one side), and no read converts them")
     if theirs.ring_tokens != mine.ring_tokens:
         return (f"P's and D's {mine.ring_name}s differ ({theirs.ring_tokens} and {mine.ring_tokens} slots: "
                 f"speculative tokens on one side), and mambaxfer does not model what D's ring holds when it "

@@ -229,6 +229,7 @@ def spec_from_config(
     revision: str | None = None,
     given_by: Mapping[str, str] | None = None,
     dtype: str | None = None,
+    indexer_kv_dtype: str | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag)."""
@@ -325,7 +326,8 @@ def spec_from_config(
     parts = glm = None
     if family.label == qwen4exp.FAMILY:
         linear = {i for i, kind in enumerate(layers) if kind == SSM}
-        parts = qwen4exp.qwen4exp_parts(config, len(layers), linear, where)
+        parts = qwen4exp.qwen4exp_parts(config, len(layers), linear, where,
+                                        qwen4exp.indexer_kv_dtype(indexer_kv_dtype, "indexer_kv_dtype"))
     if family.label == glm5next.FAMILY and ATTENTION in layers:
         glm = glm5next.glm5next_parts(config, where)
     spec = ModelSpec(

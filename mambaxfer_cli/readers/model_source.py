@@ -21,7 +21,7 @@ PRESET_DIR = Path(__file__).parent.parent / "presets"
 # The presets' YAML files parsed, for loading one without importing PyYAML (about 10 ms of a
 # command's start); scripts/compile_presets.py writes it, tests/test_model_source.py keeps it equal.
 COMPILED_PRESETS = PRESET_DIR / "compiled.json"
-_OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec", "kv_heads", "head_size")
+_OVERRIDE_KEYS = ("variant", "conv_dtype", "ssm_dtype", "num_spec", "kv_heads", "head_size", "indexer_kv_dtype")
 _FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -115,10 +115,11 @@ def load_model(
     kv_heads: int | None = None,
     head_size: int | None = None,
     dtype: str | None = None,
+    indexer_kv_dtype: str | None = None,
 ) -> ModelSpec:
     """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
-           "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype}
+           "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype}
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

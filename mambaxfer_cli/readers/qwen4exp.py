@@ -26,9 +26,29 @@ def _int(config: Mapping[str, Any], key: str, default: int | None, where: str, m
     return at_most(f"{where}: key '{key}'", value, MAX_DIM, "model's")
 
 
-def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], where: str) -> Qwen4ExpParts:
+# vLLM's AttentionConfig.indexer_kv_dtype (config/attention.py IndexerKVDType), and what QSA's
+# indexer makes of each (QSAIndexer.__init__: "auto" is bf16; mxfp4 and nvfp4 stop the engine).
+INDEXER_KV_DTYPES = ("auto", "bf16", "fp8", "mxfp4", "nvfp4")
+
+
+def indexer_kv_dtype(given: str | None, where: str) -> str:
+    """The QSA compressed keys' dtype for ``--attention-config``'s ``indexer_kv_dtype``: bf16 or fp8."""
+    value = "auto" if given is None else str(given).strip().lower()
+    if value not in INDEXER_KV_DTYPES:
+        raise UserError(f"{where}: indexer_kv_dtype must be one of {', '.join(INDEXER_KV_DTYPES)} (vLLM's "
+                        f"AttentionConfig), got {quoted(given)}")
+    if value in ("mxfp4", "nvfp4"):
+        raise UserError(f"{where}: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype='{value}' is "
+                        f"not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8').\" (NotImplementedError "
+                        f"in QSAIndexer.__init__)")
+    return "bf16" if value == "auto" else value
+
+
+def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], where: str,
+                   kv_dtype: str = "bf16") -> Qwen4ExpParts:
     """The PLE layers and their state, and the QSA indexer, of a flattened Qwen4Exp config;
-    ``linear``: the 0-based linear_attention layers (PLE is allowed on those only)."""
+    ``linear``: the 0-based linear_attention layers (PLE is allowed on those only); ``kv_dtype``:
+    the compressed keys' dtype (``indexer_kv_dtype``)."""
     raw = config.get("ple_layer_ids") or []
     if not isinstance(raw, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
         raise UserError(f"{where}: key 'ple_layer_ids' must be a list of integers, got {quoted(raw)}")
@@ -57,7 +77,7 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
                             f"{config['indexer_kv_heads']}")
     return Qwen4ExpParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
                                                             MAX_DIM, "model's"),
-                         (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config))
+                         (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config), kv_dtype)
 
 
 def uses_mrope(config: Mapping[str, Any]) -> bool:

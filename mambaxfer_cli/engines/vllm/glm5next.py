@@ -42,6 +42,9 @@ from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
+# The sparse MLA backends mambaxfer models, by the GPU family vLLM picks each on (SM 9.x, SM 10.x),
+# with their smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(64), MultipleOf(32)).
+SPARSE_BACKENDS = {9: ("FLASHINFER_MLA_SPARSE_SM90", 64), 10: ("FLASHINFER_MLA_SPARSE", 32)}
 # KpoolTailBackend.supported_kv_cache_layouts: the only layout a GLM-5-Next engine may run.
 LAYOUTS = ("BLHNC",)
 # Glm5NextIndexerCache's key: index_head_dim fp8 bytes and one float32 scale per 128 of them.
@@ -87,9 +90,9 @@ def sparse_backend(model: ModelSpec, gpu: Gpu, kv_cache_dtype: str) -> tuple[str
         if g.kv_lora_rank != 512:
             raise UserError(f"mambaxfer models GLM-5-Next's sparse MLA backend on SM 9.x for kv_lora_rank 512 "
                             f"(FLASHINFER_MLA_SPARSE_SM90) only; this model has {g.kv_lora_rank}")
-        return "FLASHINFER_MLA_SPARSE_SM90", 64
+        return SPARSE_BACKENDS[9]
     if major == 10:
-        return "FLASHINFER_MLA_SPARSE", 32
+        return SPARSE_BACKENDS[10]
     raise UserError(f"mambaxfer does not model GLM-5-Next on SM 12.x ({gpu.name}): vLLM runs "
                     f"FLASHINFER_MLA_SPARSE_SM120 there with fp8_ds_mla latent rows of 528 bytes")
 

@@ -297,8 +297,8 @@ def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout,
     return out
 
 
-def _indexer_notes(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, verdict: Verdict,
-                   releases: str, semantics: str) -> list[Warning_]:
+def _indexer_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+                   verdict: Verdict, releases: str, semantics: str) -> list[Warning_]:
     """What this plan's reads leave out: the sparse-attention indexer's ring and compressed keys
     (Qwen4Exp's QSA, GLM-5-Next's kpool indexer); and a ring vLLM reads as head-sharded."""
     found = indexer_caches.caches(model)
@@ -312,6 +312,14 @@ def _indexer_notes(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout
         f"keys (1 per {found.tokens_per_key} tokens, {found.key_page_bytes(decode.geometry.block_size)} B per D "
         f"block), the same on every rank; each D rank reads both whole from its attention source P rank; not "
         f"in the reads above (check proves them)"))]
+    theirs = indexer_caches.caches(p_model)
+    if verdict.accepts and theirs is not None and theirs.key_bytes != found.key_bytes:
+        out.append(Warning_("vllm-indexer-key-dtype", (
+            f"P's compressed keys are {theirs.key_bytes} bytes and D's {found.key_bytes} (--attention-config "
+            f"indexer_kv_dtype differs): {releases} compares neither their dtype (its compatibility hash does not take "
+            f"the attention config) nor, for a hybrid without MLA, their length, and D reads "
+            f"{found.key_page_bytes(decode.geometry.block_size)} bytes of each P page as its own keys: they land "
+            f"wrong; set the same indexer_kv_dtype on both engines")))
     if semantics == VLLM and verdict.accepts:
         bent = [d for d in range(decode.tp) if indexer_caches.ring_misread(model, prefill, decode, d)]
         if bent:
@@ -397,7 +405,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                                      "vllm-differs", f"{releases} would read wrong bytes for this pairing")
     if model.qwen4exp is not None:
         warnings += _qwen4exp_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
-    warnings += _indexer_notes(model, prefill, decode, verdict, releases, options.semantics)
+    warnings += _indexer_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
     if verdict.accepts and verdict.needs_remote_num_tokens:
         warnings.append(Warning_("remote-num-tokens", (
             f"{releases} pairs P's and D's blocks from the request's last token here (kernel blocks "

@@ -199,8 +199,9 @@ def ring_slot_bytes(model: ModelSpec) -> int:
 
 
 def compressed_key_bytes(model: ModelSpec) -> int:
-    """One compressed key: ``indexer_head_dim`` in the indexer's dtype (bfloat16 unless
-    ``--attention-config`` sets ``indexer_kv_dtype`` fp8)."""
+    """One compressed key: ``indexer_head_dim`` in the indexer's dtype (``QSAIndexer.__init__``:
+    bfloat16, or plain float8_e4m3fn without scales where ``--attention-config`` sets
+    ``indexer_kv_dtype`` fp8)."""
     q = model.qwen4exp
     assert q is not None and q.indexer_head_dim is not None
-    return q.indexer_head_dim * dtype_bytes("bfloat16")
+    return q.indexer_head_dim * dtype_bytes("float8_e4m3fn" if q.indexer_kv_dtype == "fp8" else "bfloat16")
