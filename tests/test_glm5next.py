@@ -227,7 +227,8 @@ def test_unequal_blocks_leave_the_indexer_pages_unproved():
 
 
 def test_plan_and_inspect_name_the_indexer_pages():
-    result = run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "2", "--block-size", "4608", "--format", "json")
+    result = run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "2", "--block-size", "4608",
+                     "--format", "json")
     doc = json.loads(result.stdout)
     assert doc["vllm"]["accepts"] and doc["model"]["glm5next"]["index_kpool"] == KPOOL
     [warning] = [w for w in doc["warnings"] if w["code"] == "glm5next-indexer"]
@@ -293,5 +294,6 @@ def test_preflight_on_blackwell_hashes_the_fp8_its_config_hook_sets(tmp_path):
 def test_preflight_before_hopper_is_a_start_up_refusal(tmp_path):
     code, doc = preflight(tmp_path, 1, 1, "--gpu", "A100")
     assert code == 1 and doc["headline"].startswith(
-        "REFUSED: vLLM 0.34 does not start the prefill engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends run on")
+        "REFUSED: vLLM 0.34 does not start the prefill engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends "
+        "run on")
     assert [r["code"] for r in doc["vllm"]["refusals"]][:2] == ["attention-backend", "attention-backend"]

@@ -56,8 +56,8 @@ def startup_refusals(e: ServedEngine) -> list[Refusal]:
     return out + flag_startup_refusals(e)
 # Met before the layout checks, in the release's order (the head-sharded check comes after them);
 # Qwen4Exp's QSA ring (start-up) and CSA-linear TP check (_nixl_handshake, before the hash) come first.
-HANDSHAKE_FIRST = ("qsa-ring", "kpool-ring", "csa-linear-tp", "tp-sizes", "compat-hash", "region-layers", "push-block-sizes",
-                   "block-size", "prefix-caching", "host-buffer")
+HANDSHAKE_FIRST = ("qsa-ring", "kpool-ring", "csa-linear-tp", "tp-sizes", "compat-hash", "region-layers",
+                   "push-block-sizes", "block-size", "prefix-caching", "host-buffer")
 
 
 def flag_startup_refusals(e: ServedEngine) -> list[Refusal]:
