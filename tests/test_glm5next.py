@@ -156,8 +156,23 @@ def test_blocks_that_divide_still_fail_on_the_tail_rings_length():
     p = plan(2, 1, block=2560)
     assert (p.prefill.geometry.block_size, p.decode.geometry.block_size) == (2560, 5120)
     [refusal] = p.verdict.refusals
-    assert refusal.code == "mla-block-lens"
-    assert "block_size_ratio=2): local=[8192, ...], remote=[8192" in refusal.message
+    assert refusal.code == "mla-block-lens" and "block_size_ratio=2): local=[" in refusal.message
+    # vLLM's assert names every region's length: D's ring is 8192 bytes, not twice P's
+    local, remote = (p.decode.region_block_lens, p.prefill.region_block_lens)
+    assert f"local={list(local)}, remote={list(remote)}." in refusal.message
+    assert local[-1] == remote[-1] == 8192 and local[:-11] == tuple(2 * n for n in remote[:-11])
+
+
+def test_every_page_of_the_row_is_a_region_of_its_own():
+    # register_kv_caches on vLLM 0.34: 9 KDA slots (4 groups of up to 9 layers side by side), then
+    # the 11 MLA layers' compressed keys (a 4608-token block: 288 keys of 132 bytes), latents and rings.
+    p = plan(1, 1)
+    page, keys = p.decode.geometry.page_bytes, 4608 // 16 * 132
+    assert p.decode.region_block_lens == (page,) * 9 + (keys,) * 11 + (page,) * 11 + (8192,) * 11
+    # vLLM 0.33 keys a region by its address alone: the first keys' and ring's pages start the row
+    # like the first KDA slot and join its region, which takes the keys' (MLA) length.
+    assert glm5next.region_block_lens(p.model, p.decode.geometry, 9, keyed_by_length=False) == (
+        (keys,) + (page,) * 8 + (keys,) * 10 + (page,) * 11 + (8192,) * 10)
 
 
 def test_a_ring_that_does_not_divide_the_block_stops_the_engine():

@@ -284,6 +284,8 @@ class Comparison:
             p_ours, d_ours, p_vllm, d_vllm = self.engines(model, p_tp, d_tp, flags)
         except CouldNotCall as exc:
             return self.cannot(functions, exc)
+        except VllmFails as exc:    # vLLM's own registration of an engine's KV caches refused
+            return self.skip(functions, f"an engine fails to start: {exc.message} ({name}, P TP {p_tp} / D TP {d_tp})")
         for d_rank in range(d_tp):
             case = self.case(name, p_tp, d_tp, d_rank=d_rank)
             mine = sorted((r for r in ours_reads if r.d_rank == d_rank), key=lambda r: r.p_rank)
@@ -360,8 +362,6 @@ class Comparison:
         if not self.live(HANDSHAKE):
             return
         case = self.case(name, p_tp, d_tp, flags=flags, push=push)
-        if (why := self.vllm.regions_not_stood_in(model)) is not None:
-            return self.not_stood_in((HANDSHAKE,), f"{why} ({name})")
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags, vllm_geometry=True)
         except CouldNotCall as exc:
@@ -392,7 +392,7 @@ class Comparison:
     def descriptor_ids(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags) -> None:
         if not self.live(DESC_IDS):
             return
-        if (why := self.vllm.regions_not_stood_in(model)) is not None:
+        if (why := self.vllm.descriptor_ids_not_stood_in(model)) is not None:
             return self.not_stood_in((DESC_IDS,), f"{why} ({name})")
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)

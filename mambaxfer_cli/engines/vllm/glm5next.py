@@ -36,11 +36,11 @@ import math
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
-from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags
+from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags, Geometry
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 
 # The sparse MLA backends mambaxfer models, by the GPU family vLLM picks each on (SM 9.x, SM 10.x),
 # with their smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(64), MultipleOf(32)).
@@ -143,6 +143,42 @@ def key_bytes(model: ModelSpec) -> int:
     g = model.glm5next
     assert g is not None
     return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
+
+
+def attention_layers(model: ModelSpec) -> tuple[int, ...]:
+    return tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
+
+
+def region_block_lens(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_length: bool) -> tuple[int, ...]:
+    """Every NIXL region's block length as ``register_kv_caches`` records it on a GLM-5-Next
+    engine. Its KV caches (``get_kv_cache_config_from_groups``, BLHNC) are views of one block row,
+    allocated in this order: the KDA groups' (group g's i-th layer at slot i, a page each, so
+    ``kda_slots`` of them), the compressed keys' (from the row's start, a key page each), the
+    latent's (after the keys, a page each) and the tail ring's (from the row's start). Each view is
+    a region at its page's address (block length its page, stride the row: it has SSM layers, so
+    no row is registered whole) unless a region with its key exists: its address (0.33), its
+    address and length (0.34, ``keyed_by_length``); a view of an MLA spec (keys, latent) that
+    joins one sets its length."""
+    g = model.glm5next
+    assert g is not None
+    mla = len(attention_layers(model))
+    page = geometry.page_bytes
+    keys = geometry.block_size // g.index_kpool * key_bytes(model)
+    ring = ring_tokens(model) * ring_slot_bytes(model)
+    views = ([(i * page, page, False) for i in range(kda_slots)]           # (offset in the row, length, MLA spec)
+             + [(j * keys, keys, True) for j in range(mla)]
+             + [(mla * keys + j * page, page, True) for j in range(mla)]
+             + [(j * ring, ring, False) for j in range(mla)])
+    seen: list[tuple[int, int] | int] = []
+    lens: list[int] = []
+    for offset, length, is_mla in views:
+        key = (offset, length) if keyed_by_length else offset
+        if key not in seen:
+            seen.append(key)
+            lens.append(length)
+        elif is_mla:
+            lens[seen.index(key)] = length
+    return tuple(lens)
 
 
 def refusals(model: ModelSpec, p_block: int, d_block: int, p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:

@@ -136,7 +136,8 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
                    remote_name="P" if mode == PULL else "D", host_buffer=host_buffer, enforce_hash=enforce_hash,
                    mla=local.mla, local_block_bytes=local.kernel_block_bytes,
                    remote_block_bytes=remote.kernel_block_bytes, local_dcp=local.flags.dcp_size,
-                   remote_dcp=remote.flags.dcp_size, ring_bytes=local.ring_bytes)
+                   remote_dcp=remote.flags.dcp_size, local_block_lens=local.region_block_lens,
+                   remote_block_lens=remote.region_block_lens)
 
 
 def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,

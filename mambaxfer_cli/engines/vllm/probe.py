@@ -241,7 +241,7 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "dst_uses_region_group_mapping": {},
         "_dst_pairs": {},
         "tp_mappings": {},
-    }
+    } | (engine.registered_attributes() if engine.registered is not None else {})
 
 
 @dataclasses.dataclass
@@ -260,21 +260,51 @@ class EngineState:
     kv_cache_config: object
     kv_cache_layout: str
     backend_name: str
+    # What vLLM's own ``register_kv_caches`` left on a worker that registered this engine's KV
+    # caches (GLM-5-Next's packed BLHNC rows), None where the regions are stood in as one
+    # kernel-block page per layer of every KV-cache group.
+    registered: dict | None = None
     _metadata: object = None
+
+    # The worker state ``register_kv_caches`` sets that conformance's functions read.
+    REGISTERED = ("block_len_per_layer", "block_stride_per_layer", "region_group_ids", "region_names",
+                  "_region_is_mla", "_ssm_region_indices", "_scratch_region_indices", "_group_region_indices",
+                  "_uses_region_group_mapping", "_packed_member_layouts", "_ple_region_index", "_ple_block_len",
+                  "num_regions", "_head_sharded_draft_regions")
+
+    def registered_attributes(self) -> dict:
+        """The registered worker state, its block counts this engine's (``register_kv_caches``
+        ran on fewer blocks: every block of a region is laid out alike)."""
+        assert self.registered is not None
+        found = {k: self.registered[k] for k in self.REGISTERED if k in self.registered}
+        regions = len(self.regions)
+        found.update(
+            region_num_blocks=[self.geometry.num_blocks] * regions, num_descs=self.geometry.num_blocks * regions,
+            _regions_by_layer={name: [r] for r, names in enumerate(self.regions) for name in names},
+            _layer_specs=self.layer_specs, _is_csa_linear=self.registered["_is_csa_linear"],
+            _group_spec_types=self.group_spec_types, kv_cache_config=self.kv_cache_config,
+            region_members=[list(names) for names in self.regions])
+        return found
 
     @property
     def group_spec_types(self) -> tuple:
+        if self.registered is not None:
+            return self.registered["_group_spec_types"]
         return tuple(type(group.kv_cache_spec) for group in self.groups)
 
     @property
     def region_groups(self) -> list[int]:
         """Each region's KV-cache group, -1 where layers of several groups share it (as
         ``register_kv_caches`` records them)."""
+        if self.registered is not None:
+            return list(self.registered["region_group_ids"])
         group_of = {name: index for index, group in enumerate(self.groups) for name in group.layer_names}
         return [group_of[names[0]] if len({group_of[n] for n in names}) == 1 else -1 for names in self.regions]
 
     @property
     def ssm_regions(self) -> list[int]:
+        if self.registered is not None:
+            return list(self.registered["_ssm_region_indices"])
         mamba = self.vllm.mamba_spec_class
         return [r for r, names in enumerate(self.regions) if any(isinstance(self.layer_specs[n], mamba) for n in names)]
 
@@ -305,16 +335,22 @@ class EngineState:
         values = {
             "engine_id": P_ENGINE if self.role == "prefill" else D_ENGINE, "agent_metadata": b"",
             "kv_caches_base_addr": [r * REGION_BASE for r in range(regions)], "device_id": 0,
-            "num_blocks": g.num_blocks, "block_lens": [g.kernel_block_bytes] * regions,
-            "block_strides": [g.kernel_block_bytes] * regions, "kv_cache_layout": self.kv_cache_layout,
+            "num_blocks": g.num_blocks,
+            "block_lens": (list(self.registered["block_len_per_layer"]) if self.registered is not None
+                           else [g.kernel_block_bytes] * regions),
+            "block_strides": (list(self.registered["block_stride_per_layer"]) if self.registered is not None
+                              else [g.kernel_block_bytes] * regions),
+            "kv_cache_layout": self.kv_cache_layout,
             "block_size": g.kernel_block_size, "ssm_sizes": self.conv_split.ssm_sizes,
             "attn_backend_name": self.backend_name,
             "physical_blocks_per_logical_kv_block": g.blocks_per_logical,
             "region_num_blocks": [g.num_blocks] * regions, "region_group_ids": self.region_groups,
-            "region_names": [names[0] for names in self.regions],
+            "region_names": (list(self.registered["region_names"]) if self.registered is not None
+                             else [names[0] for names in self.regions]),
             "region_mem_types": ["VRAM"] * regions,
             "region_members": [list(names) for names in self.regions],
             "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
+            "packed_member_layouts": dict(self.registered["_packed_member_layouts"]) if self.registered else {},
         }
         metadata_class = _symbol(f"{NIXL}.metadata", "NixlAgentMetadata")
         with calling("NixlAgentMetadata"):
@@ -342,6 +378,19 @@ def _construct(cls, **values):
     else:
         names = set(inspect.signature(cls).parameters)
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+class _NoNixl:
+    """NIXL's wrapper as ``register_kv_caches`` calls it, registering nothing."""
+
+    def get_reg_descs(self, ranges, mem_type):
+        return ranges
+
+    def register_memory(self, descs, backends=None) -> None:
+        pass
+
+    def get_agent_metadata(self) -> bytes:
+        return b""
 
 
 def _descs(rows: np.ndarray) -> list[tuple[int, int, int]]:
@@ -375,6 +424,8 @@ class Installed:
         self._arch_configs: dict = {}
         self._hf_configs: dict = {}
         self._layouts: dict = {}
+        self._registrations: dict = {}
+        self._glm5next_configs: dict = {}
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
     @property
@@ -663,20 +714,26 @@ class Installed:
                 return f"refused: {exc}"
 
     @staticmethod
-    def regions_not_stood_in(model: ModelSpec) -> str | None:
-        """Why the worker stand-in cannot carry ``model``'s registered regions, or None. Its
-        regions are each a kernel-block-long page, one per layer of every KV-cache group; a
-        GLM-5-Next engine registers packed BLHNC rows instead (every region's block stride the
-        whole row, the indexer's compressed keys and tail ring as regions of their own page
-        lengths), which decide vLLM's handshake (``_split_remote_blocks`` splits no packed row,
-        the hybrid MLA block-length assert) and its descriptor IDs."""
+    def descriptor_ids_not_stood_in(model: ModelSpec) -> str | None:
+        """Why ``_compute_desc_ids`` is not compared for ``model``, or None. A GLM-5-Next engine's
+        regions are vLLM's own (``glm5next_registration``), but its IDs number every region of
+        every transfer group: the compressed keys' with the latent's group, the tail rings' as a
+        group of their own. mambaxfer's request and IDs cover the KDA and latent regions only (it
+        plans the indexer's pages apart, ``execute/whole_pages.py``), so neither the request
+        (one block list per group) nor the IDs line up."""
         if model.glm5next is not None:
-            return ("the probe's worker stand-in does not carry GLM-5-Next's packed BLHNC regions (the "
-                    "indexer's compressed keys and tail ring, block strides of a whole row)")
+            return ("mambaxfer's descriptor IDs cover GLM-5-Next's KDA and MLA-latent regions only (it plans the "
+                    "indexer's compressed keys and tail ring apart); vLLM numbers every registered region, the "
+                    "compressed keys in the latent's transfer group and the tail rings in a group of their own")
         return None
 
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
         key = (model.name, tp, geometry, role, backend)
+        if key not in self._engines and model.glm5next is not None:
+            registered, groups, regions, specs, config = self.glm5next_registration(model, tp, geometry)
+            self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
+                                             regions, specs, config, self.kv_cache_layout(model, backend), backend,
+                                             registered)
         if key not in self._engines:
             groups, regions, specs, config = self.groups(model, tp, geometry)
             self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
@@ -1119,11 +1176,80 @@ class Installed:
         with calling("get_kv_cache_config_from_groups"):
             return groups, config_of(config, groups, 1 << 62), specs
 
+    # Blocks the GLM-5-Next engines register on: every block row is laid out alike, so the regions
+    # of two are those of any number (their block counts are the engine's, set after).
+    REGISTERED_BLOCKS = 2
+
+    def glm5next_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
+        """A GLM-5-Next engine's regions as vLLM's worker registers them: the KV caches vLLM plans
+        (``glm5next_kv_cache``, the block size ``geometry``'s) allocated on the CPU by vLLM's own
+        ``allocate_kv_cache`` with ``REGISTERED_BLOCKS`` blocks, then ``register_kv_caches`` on
+        a worker stand-in (NIXL's wrapper a stand-in that registers nothing). Returns the worker
+        state it left (``EngineState.REGISTERED``, with the spec types of its transfer groups),
+        the transfer groups, the layers of each region, the layer specs and the KV-cache config."""
+        key = (model.name, tp, geometry.block_size)
+        return _once(self._registrations, key, lambda: self._glm5next_registration(model, tp, geometry))
+
+    def _glm5next_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
+        planned = self._glm5next_configs.get((model.name, tp, geometry.block_size))
+        if planned is None:
+            raise CouldNotCall("register_kv_caches", f"no KV-cache plan for a {geometry.block_size}-token "
+                                                     f"GLM-5-Next engine at TP {tp} (vLLM derived none)")
+        config, attention, page = planned
+        _, kv_cache_config, _ = self.glm5next_kv_cache(model, tp, config, attention, page, self.REGISTERED_BLOCKS)
+        utils = "vllm.v1.worker.utils"
+        layout = _symbol("vllm.v1.kv_cache_layout", "KVCacheLayout")[config.cache_config.kv_cache_layout]
+        with answering(), calling("allocate_kv_cache"):
+            caches = _symbol(utils, "allocate_kv_cache")(kv_cache_config, self.torch.device("cpu"), layout, None)
+        representative = _symbol(f"{NIXL}.utils", "get_representative_spec_type")
+        uniform = _symbol("vllm.v1.kv_cache_interface", "UniformTypeKVCacheSpecs")
+        circular = _symbol("vllm.v1.kv_cache_interface", "CircularBufferSpec")
+        groups = list(kv_cache_config.transfer_groups)
+        layer_specs: dict = {}
+        for group in groups:          # NixlBaseConnectorWorker.__init__: UniformTypeKVCacheSpecs unwrapped
+            spec = group.kv_cache_spec
+            layer_specs.update(spec.kv_cache_specs if isinstance(spec, uniform)
+                               else dict.fromkeys(group.layer_names, spec))
+        spec_types = tuple(representative(group.kv_cache_spec) for group in groups)
+        csa_linear = any(representative(group.kv_cache_spec) is circular
+                         for group in kv_cache_config.kv_cache_groups)
+        worker = object.__new__(self.worker_class)
+        worker.__dict__.update(
+            engine_id="registering", tp_rank=0, transfer_tp_rank=0, transfer_tp_size=tp, tp_size=tp, world_size=tp,
+            pp_size=1, dcp_size=1, pcp_size=1, device_id=0, block_size=geometry.kernel_block_size,
+            num_blocks=self.REGISTERED_BLOCKS * geometry.blocks_per_logical,
+            _logical_num_blocks=self.REGISTERED_BLOCKS,
+            _physical_blocks_per_logical_kv_block=geometry.blocks_per_logical, use_mla=model.mla, _has_mamba=True,
+            _is_csa_linear=csa_linear, _has_packed_cache=layout.is_block_outermost,
+            kv_cache_layout=layout.name, host_buffer_kv_cache_layout=layout.name, use_host_buffer=False,
+            host_xfer_buffers={}, kv_buffer_device="cuda", attn_backends=[], backend_name="registering",
+            _layer_specs=layer_specs, kv_cache_config=kv_cache_config, nixl_memory_type="VRAM",
+            nixl_wrapper=_NoNixl(), nixl_backends=[], _registered_descs=[], block_len_per_layer=[],
+            block_stride_per_layer=[], region_group_ids=[], region_names=[], region_num_blocks=[],
+            _region_is_mla=[], _ssm_region_indices=[], _scratch_region_indices=[], _head_sharded_draft_kv_heads=None,
+            kv_caches_base_addr={"registering": {}}, dst_num_blocks={}, dst_region_num_blocks={},
+            dst_region_group_ids={}, dst_region_mem_types={}, dst_uses_region_group_mapping={},
+            _group_spec_types=spec_types, src_xfer_handles_by_block_size={}, _mixed_mem_types=False,
+            _mamba_ssm_size=self.conv_split(model, tp).ssm_sizes, _ple_region_index=None, _ple_block_len=None,
+            _ple_group_index=None, _transfer_layer_group_ids=(), _transfer_layer_region_indices=(),
+            vllm_config=None, model_config=None,
+            # what follows the regions (the local descriptors, the handshake payload) is NIXL's
+            register_local_xfer_handler=lambda block_size: (None, None))
+        module = importlib.import_module(f"{NIXL}.base_worker")
+        with (answering(), calling("register_kv_caches"),
+              _patched(module, "compute_nixl_compatibility_hash", lambda *args, **kwargs: "stand-in")):
+            worker.register_kv_caches(caches)
+        state = {k: getattr(worker, k) for k in EngineState.REGISTERED if k in worker.__dict__}
+        state.update(_group_spec_types=spec_types, _is_csa_linear=csa_linear)
+        members = getattr(worker, "region_members", None) or [[name] for name in worker.region_names]
+        return state, groups, [list(names) for names in members], layer_specs, kv_cache_config
+
     def _packed_kernel_block(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int) -> int:
         """The MLA latent group's kernel block as the worker prepares it
         (``prepare_kernel_block_sizes``) on the KV caches vLLM plans: a block-outermost group's
         blocks are never split."""
         groups, kv_cache_config, _ = self.glm5next_kv_cache(model, tp, config, attention, page, num_blocks)
+        self._glm5next_configs[(model.name, tp, config.cache_config.block_size)] = (config, attention, page)
         prepare = _symbol("vllm.v1.worker.utils", "prepare_kernel_block_sizes")
         backend_of = {name: layer.get_attn_backend()
                       for name, layer in config.compilation_config.static_forward_context.items()

@@ -95,7 +95,12 @@ class Meeting:
     remote_block_bytes: int = 0          # the remote's, as the local engine views it
     local_dcp: int = 1                   # --decode-context-parallel-size
     remote_dcp: int = 1
-    ring_bytes: int = 0                  # a CircularBufferSpec ring region (GLM-5-Next's tail ring): its page
+    # Every region's block length as the local worker registers it and as the remote advertises it
+    # (block_len_per_layer, NixlAgentMetadata.block_lens), where mambaxfer models each region:
+    # GLM-5-Next's packed rows (latent, KDA, compressed keys, tail ring); empty elsewhere, where
+    # every region is one kernel block (local_block_bytes, remote_block_bytes).
+    local_block_lens: tuple[int, ...] = ()
+    remote_block_lens: tuple[int, ...] = ()
 
     @property
     def tp_ratio(self) -> int | None:
@@ -198,16 +203,18 @@ def mla_block_lens(m: Meeting) -> Refusal | None:
     lengths must be the remote ones times ``block_size_ratio`` even across TP (an assert)."""
     if not m.mla or not m.geometry_meets or m.block_ratio is None:
         return None
-    if m.local_block_bytes == m.remote_block_bytes * m.block_ratio:
-        if not m.ring_bytes or m.block_ratio == 1:
+    if m.local_block_lens:      # every region modelled (GLM-5-Next: a ring's page does not grow with the block)
+        if list(m.local_block_lens) == [length * m.block_ratio for length in m.remote_block_lens]:
             return None
-        # A ring region's page does not grow with the block (GLM-5-Next's tail ring).
-        local, remote = m.ring_bytes, m.ring_bytes
-    else:
-        local, remote = m.local_block_bytes, m.remote_block_bytes
+        # the assert's message names every region's length, as vLLM 0.33 and 0.34 write it
+        return Refusal("mla-block-lens", (
+            f"Hybrid MLA kernel-granularity block lengths must match between P and D (block_size_ratio="
+            f"{m.block_ratio}): local={list(m.local_block_lens)}, remote={list(m.remote_block_lens)}."))
+    if m.local_block_bytes == m.remote_block_bytes * m.block_ratio:
+        return None
     return Refusal("mla-block-lens", (
         f"Hybrid MLA kernel-granularity block lengths must match between P and D (block_size_ratio="
-        f"{m.block_ratio}): local=[{local}, ...], remote=[{remote}, ...]."),
+        f"{m.block_ratio}): local=[{m.local_block_bytes}, ...], remote=[{m.remote_block_bytes}, ...]."),
         raised="AssertionError in _validate_remote_agent_handshake")
 
 
@@ -265,6 +272,9 @@ class Release:
     cuda: int = 13                             # the CUDA runtime major of its wheels' torch
     serve_keys: tuple[tuple[str, ...], ...] = ()   # keys inside a JSON serve flag that older releases ignore
     pairs_from_last_token: bool = False        # pulls across block sizes need remote_num_tokens
+    # register_kv_caches: views of one address share a region only if their block lengths match too
+    # (0.34); before, any views of one address did, the region taking the MLA view's length.
+    regions_keyed_by_length: bool = False
     serve_flags: Mapping[str, str] = field(default_factory=dict)   # flags new in this release: value | bool
     fatal_env: Mapping[str, tuple[str, str]] = field(default_factory=dict)   # VAR -> (value, vLLM's message)
     changes: tuple[str, ...] = ()              # what changed from the release before, for people

@@ -14,6 +14,9 @@
   (``_pair_blocks_by_last_token``) and needs the proxy to forward ``remote_num_tokens``.
 - Regions pair by the layers both engines advertise (``_pair_regions``): with the hash not enforced,
   a 0.33 peer (which advertises none for hybrids) is still refused.
+- Views of one address share a NIXL region only if their block lengths match too
+  (``register_kv_caches``'s region key): a GLM-5-Next engine's first compressed-key and tail-ring
+  pages, at the row's start like its first KDA page, are regions of their own.
 - New serve flags (``engine/arg_utils.py``); ``VLLM_USE_V2_MODEL_RUNNER=0`` stops the engine
   (``platforms/interface.py``).
 """
@@ -62,6 +65,7 @@ RELEASE = replace(
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     mtp_methods=V0_33.mtp_methods | {"nemotron3_5_transcribe_mtp"},
     pairs_from_last_token=True,
+    regions_keyed_by_length=True,
     serve_flags={"--enable-extensible-kv-cache": "bool", "--max-num-inflight-kv-loads": "value",
                  "--cache-aware-admission-window": "value", "--cache-aware-admission-threshold": "value",
                  "--checkpoint-prepare-on-startup": "bool", "--shuffle-safetensors-files": "bool"},
@@ -76,5 +80,7 @@ RELEASE = replace(
         "forward remote_num_tokens",
         "NIXL connector version 16 (15 in 0.33): 0.33 and 0.34 engines refuse each other",
         "the hash no longer takes the speculative parallel_drafting setting",
+        "views of one address share a NIXL region only if their block lengths match too (GLM-5-Next's "
+        "first compressed-key and tail-ring pages are regions of their own)",
     ),
 )
