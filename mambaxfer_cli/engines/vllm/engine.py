@@ -40,7 +40,6 @@ class EngineLayout:
     # Block-outermost rows (GLM-5-Next's BLHNC): every layer's page of a block side by side, so a
     # region's block stride is the row, not its page, and vLLM never splits its blocks.
     packed: bool = False
-    ring_bytes: int = 0                    # a CircularBufferSpec ring page among its attention regions
     # every NIXL region's block length as register_kv_caches records it, where mambaxfer models
     # each region (GLM-5-Next's packed rows: glm5next.region_block_lens); empty elsewhere
     region_block_lens: tuple[int, ...] = ()
@@ -164,13 +163,12 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
         geometry = replace(geometry, state_bytes=state)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))
-    ring = glm5next.ring_tokens(model) * glm5next.ring_slot_bytes(model) if model.glm5next is not None else 0
     region_lens = (glm5next.region_block_lens(model, geometry, grouping.ssm_tensors,
                                               flags.release.regions_keyed_by_length)
                    if model.glm5next is not None else ())
     return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
                         hashed_backend(model, geometry), flags, kernel, mla=model.mla,
-                        packed=model.glm5next is not None, ring_bytes=ring, region_block_lens=region_lens)
+                        packed=model.glm5next is not None, region_block_lens=region_lens)
 
 
 GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-prefill-backend)
