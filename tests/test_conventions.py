@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -81,6 +82,26 @@ def test_a_closed_pipe_keeps_the_commands_verdict(args, code):
     os.close(write)
     assert proc.returncode == code, proc.stderr
     assert proc.stderr == ""
+
+
+def test_a_stop_signal_python_wraps_is_still_the_signals_one_line():
+    # SIGTERM landing while a dataclass is created: Python 3.11 re-raises the handler's exception
+    # from __set_name__ as a RuntimeError caused by it. Seen in the signal tests under load.
+    program = ("import dataclasses, signal\n"
+               "import mambaxfer_cli.cli as cli\n"
+               "class Landing:\n"
+               "    def __set_name__(self, owner, name):\n"
+               "        signal.raise_signal(signal.SIGTERM)\n"
+               "def starts():\n"
+               "    @dataclasses.dataclass\n"
+               "    class Options:\n"
+               "        field: object = Landing()\n"
+               "cli.COMMANDS['starts'] = cli.Command('starts', '__main__:starts', 'Start.')\n"
+               "from mambaxfer_cli.__main__ import main\n"
+               "main()\n")
+    proc = subprocess.run([sys.executable, "-c", program, "starts"], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 128 + signal.SIGTERM and messages(proc.stderr.strip()) == ["stopped by SIGTERM"]
 
 
 def test_an_internal_error_has_its_own_exit_code():

@@ -259,13 +259,30 @@ def run(args: list[str], prog_name: str = PROG) -> int:
         if isinstance(exc.__context__, BrokenPipeError):   # rich's own reaction to a closed pipe
             return closed_pipe()
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    except BaseException:
+    except BaseException as exc:
+        stop = _wrapped_stop(exc)
+        if stop is not None:        # a stop signal Python re-raised as another error
+            return exits.report(stop)
         import traceback
 
         traceback.print_exc()
         red_line(f"internal error (a bug in mambaxfer {__version__}, please report it with the command "
                  f"line and the traceback above); exit code {EXIT_INTERNAL}")
         return EXIT_INTERNAL
+
+
+def _wrapped_stop(exc: BaseException) -> KeyboardInterrupt | None:
+    """The stop signal behind ``exc``, where Python wrapped it: a signal that lands while a class
+    is created comes out of ``__set_name__`` as ``RuntimeError('Error calling __set_name__ ...')``
+    (Python 3.11), its cause the ``exits.Stopped``."""
+    seen: set[int] = set()
+    cause = exc.__cause__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None
 
 
 def flushed(code: int) -> int:
