@@ -57,7 +57,7 @@ class ServedEngine:
 
             if glm5next.startup_refusal(self.model, self.flags.gpu):
                 return "none (no sparse MLA backend)"
-            return glm5next.sparse_backend(self.model, self.flags.gpu, self.flags.kv_cache_dtype)[0]
+            return glm5next.sparse_backend(self.model, self.flags.gpu)[0]
         pick = default_mla_backend if self.model.mla else default_attention_backend
         return self.flags.attention_backend or pick(self.flags.gpu)
 
@@ -149,7 +149,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
 
             flags = glm5next.engine_flags(model, flags)
             if not glm5next.startup_refusal(model, flags.gpu):     # else: a start-up refusal
-                glm5next.sparse_backend(model, flags.gpu, flags.kv_cache_dtype)
+                glm5next.sparse_backend(model, flags.gpu)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base)

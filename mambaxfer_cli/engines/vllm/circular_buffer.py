@@ -24,10 +24,16 @@ def glm5next_ring_tokens(index_kpool: int, num_spec: int) -> int:
     return index_kpool * (1 << (pools - 1).bit_length())
 
 
+def glm5next_slot_bytes(index_head_dim: int) -> int:
+    """One slot of GLM-5-Next's tail ring: ``CircularBufferSpec(num_kv_heads=2,
+    head_size=index_head_dim, head_size_v=0, bfloat16)``, its two head slots the raw key and the
+    gate score."""
+    return 2 * index_head_dim * dtype_bytes("bfloat16")
+
+
 def glm5next_ring_bytes(index_kpool: int, index_head_dim: int, num_spec: int) -> int:
-    """GLM-5-Next's tail ring page: ``CircularBufferSpec(num_kv_heads=2, head_size=index_head_dim,
-    head_size_v=0, bfloat16)``, its two head slots the raw key and the gate score."""
-    return glm5next_ring_tokens(index_kpool, num_spec) * 2 * index_head_dim * dtype_bytes("bfloat16")
+    """GLM-5-Next's tail ring page: ``glm5next_ring_tokens`` slots."""
+    return glm5next_ring_tokens(index_kpool, num_spec) * glm5next_slot_bytes(index_head_dim)
 
 
 def ring_refusal(block_size: int, ring: int, who: str) -> str | None:

@@ -76,7 +76,7 @@ def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
     return f"{why}: \"No valid attention backend found\" (ValueError in get_attn_backend_cls)"
 
 
-def sparse_backend(model: ModelSpec, gpu: Gpu, kv_cache_dtype: str) -> tuple[str, int]:
+def sparse_backend(model: ModelSpec, gpu: Gpu) -> tuple[str, int]:
     """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens), or
     a UserError where vLLM starts no engine there (``startup_refusal``) or mambaxfer does not model
     the pick."""
@@ -118,7 +118,7 @@ def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
     (``prepare_kernel_block_sizes``): every block is its own kernel block."""
     g = model.glm5next
     assert g is not None
-    name, smallest = sparse_backend(model, flags.gpu, flags.kv_cache_dtype)
+    name, smallest = sparse_backend(model, flags.gpu)
     indexer = g.index_kpool * PAGED_MQA_STATES[0]
     return Backend(name, multiple_of=1, first=indexer, align=math.lcm(indexer, smallest))
 
@@ -135,7 +135,7 @@ def ring_slot_bytes(model: ModelSpec) -> int:
     """One ring slot: two bf16 head slots of ``index_head_dim`` (the raw key, the gate score)."""
     g = model.glm5next
     assert g is not None
-    return circular_buffer.glm5next_ring_bytes(g.index_kpool, g.index_head_dim, 0) // g.index_kpool
+    return circular_buffer.glm5next_slot_bytes(g.index_head_dim)
 
 
 def key_bytes(model: ModelSpec) -> int:
