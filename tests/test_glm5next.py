@@ -171,8 +171,10 @@ def test_every_page_of_the_row_is_a_region_of_its_own():
     assert p.decode.region_block_lens == (page,) * 9 + (keys,) * 11 + (page,) * 11 + (8192,) * 11
     # vLLM 0.33 keys a region by its address alone: the first keys' and ring's pages start the row
     # like the first KDA slot and join its region, which takes the keys' (MLA) length.
-    assert glm5next.region_block_lens(p.model, p.decode.geometry, 9, keyed_by_length=False) == (
-        (keys,) + (page,) * 8 + (keys,) * 10 + (page,) * 11 + (8192,) * 10)
+    older = glm5next.regions(p.model, p.decode.geometry, 9, keyed_by_length=False)
+    assert tuple(r.length for r in older) == (keys,) + (page,) * 8 + (keys,) * 10 + (page,) * 11 + (8192,) * 10
+    # the joined region is still the KDA slot's (the first view registered at it)
+    assert [r.kind for r in older[:2]] == [glm5next.KDA_VIEW] * 2 and older[9].kind == glm5next.KEYS
 
 
 def test_a_ring_that_does_not_divide_the_block_stops_the_engine():

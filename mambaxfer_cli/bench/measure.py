@@ -86,8 +86,8 @@ def bench_point(planned: Plan, coalesced: Plan, device: str, gpus: int, iters: i
                          forced={"UCX_LOG_LEVEL": "info"})     # each rank keeps UCX's log of its endpoints
     results = [r for r in finished.results.values() if isinstance(r, BenchResult)]
     by_role = {role: {r.rank: r for r in results if r.role == role} for role in ("P", "D")}
-    reads = {PLANNED: planned.descriptors.reads, COALESCED: coalesced.descriptors.reads,
-             LIMIT: planned.descriptors.reads}
+    reads = {PLANNED: planned.moved_descriptors.reads, COALESCED: coalesced.moved_descriptors.reads,
+             LIMIT: planned.moved_descriptors.reads}
     variants: dict[str, dict[str, Any]] = {}
     for direction in DIRECTIONS:
         variants[direction] = {}

@@ -33,11 +33,11 @@ def inspect(
         return
 
     from mambaxfer_cli.engines.vllm.engine import engine_layout
-    from mambaxfer_cli.planning.kv_groups import vllm_grouping
+    from mambaxfer_cli.planning.kv_groups import model_grouping
 
     spec = model.load()
     flags = engines.build().decode
-    grouping = vllm_grouping(spec.layers)
+    grouping = model_grouping(spec)
     sides = {size: engine_layout(spec, size, flags, grouping) for size in parse_tp_list(tp)}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
                 "model": spec.to_dict(),

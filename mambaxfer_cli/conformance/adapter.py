@@ -22,7 +22,7 @@ from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error, re
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.planning import startup
-from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
@@ -93,7 +93,7 @@ class Ours:
 
     def grouping(self, model: ModelSpec) -> KVGrouping:
         if model.name not in self._grouping:
-            self._grouping[model.name] = vllm_grouping(model.layers)
+            self._grouping[model.name] = model_grouping(model)
         return self._grouping[model.name]
 
     # --- one engine --------------------------------------------------------------------------

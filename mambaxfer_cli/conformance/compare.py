@@ -95,14 +95,6 @@ class Comparison:
             result.skipped += 1
             result.skip_reason = result.skip_reason or reason
 
-    def not_stood_in(self, functions: tuple[Function, ...], reason: str) -> None:
-        """A case the probe cannot stand in the model's engine for: counted apart from vLLM's
-        own refusals, with its reason."""
-        for f in functions:
-            result = self.results[f.name]
-            result.not_stood_in += 1
-            result.not_stood_in_reason = result.not_stood_in_reason or reason
-
     def record(self, function: Function, case: Case, vllm, ours, shown: tuple | None = None) -> None:
         result = self.results[function.name]
         if result.not_called is None:
@@ -392,8 +384,6 @@ class Comparison:
     def descriptor_ids(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags) -> None:
         if not self.live(DESC_IDS):
             return
-        if (why := self.vllm.descriptor_ids_not_stood_in(model)) is not None:
-            return self.not_stood_in((DESC_IDS,), f"{why} ({name})")
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
         except CouldNotCall as exc:

@@ -29,8 +29,6 @@ class FunctionResult:
     attribute: str | None = None           # the attribute it reads that the stand-in lacks
     skipped: int = 0                       # cases vLLM's own code refused before this function
     skip_reason: str | None = None
-    not_stood_in: int = 0                  # cases the probe cannot stand in the model's engine for
-    not_stood_in_reason: str | None = None
 
     @property
     def outcome(self) -> str:
@@ -50,8 +48,6 @@ class FunctionResult:
                "by_model": {model: {"cases": c, "differing": d} for model, (c, d) in self.tally.by_model.items()}}
         if self.skipped:
             out["skipped"] = {"cases": self.skipped, "reason": self.skip_reason}
-        if self.not_stood_in:
-            out["not_stood_in"] = {"cases": self.not_stood_in, "reason": self.not_stood_in_reason}
         if self.first is not None:
             out["first_difference"] = self.first.to_dict()
         if self.not_called is not None:

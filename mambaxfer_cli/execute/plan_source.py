@@ -10,7 +10,7 @@ from typing import Any
 from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.limits import MAX_KV_GROUPS, at_most, check_bounds
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
@@ -35,7 +35,7 @@ def cut_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
 def default_blocks(spec: ModelSpec, request_blocks: int, ratio: int = 1) -> int:
     """Twice what the request needs, so that pages outside the request exist and are checked;
     ``ratio``: how many more blocks the attention groups take on the side of smaller blocks."""
-    groups = vllm_grouping(spec.layers).groups
+    groups = model_grouping(spec).groups
     need = sum(request_blocks * (ratio if kind == "attention" else 1) for kind in groups)
     return max(MIN_BLOCKS, 2 * need)
 
@@ -149,7 +149,7 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
                      kv_tensors=int(p_engine["tensors"]), ssm_tensors=int(p_engine["ssm_tensors"]))
         at_most(f"--plan {path}: KV-cache groups", len(dm["groups"]), MAX_KV_GROUPS, "model's")
         grouping = KVGrouping(tuple(dm["groups"]), int(p_engine["tensors"]), int(p_engine["ssm_tensors"]))
-        derived = vllm_grouping(spec.layers)
+        derived = model_grouping(spec)
         if (derived.groups, derived.tensors, derived.ssm_tensors) == (grouping.groups, grouping.tensors,
                                                                       grouping.ssm_tensors):
             grouping = derived      # with each group's layers: the release's descriptor IDs need them

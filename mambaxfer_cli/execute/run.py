@@ -38,7 +38,7 @@ class Outcome:
     def served(self, p_rank: int) -> list[dict[str, Any]]:
         """A two-host prefill side: each consumer of a P rank with the bytes the plan READs from it."""
         moved: dict[int, int] = {}
-        for read in self.plan.descriptors.reads:
+        for read in self.plan.moved_descriptors.reads:
             if read.p_rank == p_rank:
                 moved[read.d_rank] = moved.get(read.d_rank, 0) + read_bytes(read.remote, read.remote_ids)
         for d_rank in moved:        # Qwen4Exp: its whole pages ride on the same reads

@@ -236,7 +236,7 @@ def _check_side(d_rank: int, sets: tuple[SidePages, ...], plan_reads: tuple[Desc
 def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[list[PrefillTask], list[DecodeTask]]:
     """Every rank's task; raises UserError when the plan cannot be executed as it stands. ``ple``:
     move Qwen4Exp's whole pages too (bench moves the plan's reads only)."""
-    dm = plan.descriptors
+    dm = plan.moved_descriptors
     p_tp, d_tp = plan.prefill.tp, plan.decode.tp
     p_memory, d_memory = plan_memory(plan, ple)
     expected = {d: request_pages(plan, d) for d in range(d_tp)}

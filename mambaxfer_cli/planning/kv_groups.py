@@ -10,9 +10,12 @@ from typing import Sequence
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import MAX_KV_GROUPS
-from mambaxfer_cli.planning.model import ATTENTION, SSM
+from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 
 KINDS = (ATTENTION, SSM)
+# A group of GLM-5-Next's indexer tail rings (a CircularBufferSpec group): a group kind, never a
+# layer kind. Its descriptor IDs are attention-kind; its pages are the indexer's, moved apart.
+RING = "ring"
 
 
 @dataclass(frozen=True)
@@ -36,12 +39,22 @@ class KVGrouping:
         return len(self.members[group]) if self.members else None
 
 
-def vllm_grouping(layers: Sequence[str]) -> KVGrouping:
-    """Bucket by type (buckets ordered by first layer); G = smallest bucket, or the largest when
-    largest < 1.5·smallest; a bucket of n layers makes ceil(n/G) groups, layer i to group i mod that."""
+def model_grouping(model: ModelSpec) -> KVGrouping:
+    """vLLM's grouping of ``model``'s layers; GLM-5-Next's tail rings, one beside each MLA layer,
+    are a bucket of their own after the MLA layers' (its compressed keys join the MLA group)."""
+    rings = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION) if model.glm5next else ()
+    return vllm_grouping(model.layers, rings)
+
+
+def vllm_grouping(layers: Sequence[str], rings: Sequence[int] = ()) -> KVGrouping:
+    """Bucket by type (buckets ordered by first layer; ``rings``, the layers that keep a tail ring
+    too, a bucket after theirs); G = smallest bucket, or the largest when largest < 1.5·smallest;
+    a bucket of n layers makes ceil(n/G) groups, layer i to group i mod that."""
     buckets: dict[str, list[int]] = {}
     for index, kind in enumerate(layers):
         buckets.setdefault(kind, []).append(index)
+        if index in rings:
+            buckets.setdefault(RING, []).append(index)
     sizes = [len(b) for b in buckets.values()]
     smallest, largest = min(sizes), max(sizes)
     size = largest if largest < 1.5 * smallest else smallest

@@ -14,6 +14,7 @@ import numpy as np
 
 from mambaxfer_cli.engines.vllm import indexer_caches
 from mambaxfer_cli.engines.vllm.plan import Plan
+from mambaxfer_cli.planning.kv_groups import RING as RING_GROUP
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM, Read
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
@@ -103,14 +104,16 @@ def unproved(plan: Plan) -> str | None:
 
 def cache_pairs(plan: Plan, space: str) -> tuple[tuple[int, int], ...]:
     """The request's block pairs (P's, D's) of an indexer cache, in the order D holds them: the
-    compressed keys' are the attention blocks; the ring's one block per request is labelled with
-    the first of them."""
+    compressed keys' are the attention blocks; the ring's one block per request is its ring
+    group's (GLM-5-Next's tail rings), or labelled with the first attention block where the
+    ring is no group of the request's (Qwen4Exp's QSA ring)."""
     request = plan.descriptors.request
+    found: dict[str, tuple[tuple[int, int], ...]] = {}
     for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
-        if kind == ATTENTION:
-            pairs = tuple(zip((int(b) for b in p), (int(b) for b in d)))
-            return pairs[:1] if space == RING else pairs
-    return ()
+        found.setdefault(kind, tuple(zip((int(b) for b in p), (int(b) for b in d))))
+    if space == RING:
+        return found.get(RING_GROUP, found.get(ATTENTION, ())[:1])
+    return found.get(ATTENTION, ())
 
 
 def _land(cache: _Cache, row: np.ndarray, index: int,

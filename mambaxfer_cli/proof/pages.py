@@ -17,7 +17,7 @@ from typing import Sequence
 from mambaxfer_cli.engines.vllm.descriptors import kernel_blocks
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.planning.layout import RankLayout
-from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.proof.pattern import PageShape, Part
 from mambaxfer_cli.planning.variants import VARIANTS
@@ -104,7 +104,7 @@ def request_pages(plan: Plan, d_rank: int) -> list[ExpectedPage]:
     """Every D page of the request in request order: groups, then tensor (those the release's
     descriptor IDs cover), then block. Under vLLM semantics an attention page is what D holds when
     the reads complete: with ``plan.received_sub_blocks`` > 1, before vLLM rearranges it."""
-    desc, decode, prefill = plan.descriptors, plan.decode, plan.prefill
+    desc, decode, prefill = plan.moved_descriptors, plan.decode, plan.prefill
     model = plan.model
     out = []
     layout = decode.ranks[d_rank]
@@ -124,7 +124,7 @@ def request_pages(plan: Plan, d_rank: int) -> list[ExpectedPage]:
                                for j in range(d_bpl)]
                     shape = attention_shape(model, decode, d_rank, tensor, kp, kernels, sub_blocks)
                     out.append(ExpectedPage(ATTENTION_PAGE, tensor, db, -1, shape))
-        else:
+        elif kind == SSM:
             for tensor in range(desc.tensors_of(group)):
                 out.extend(ExpectedPage(SSM_PAGE, tensor, db, pb, ssm)
                            for pb, db in zip(p_blocks.tolist(), d_blocks.tolist()))
@@ -133,7 +133,7 @@ def request_pages(plan: Plan, d_rank: int) -> list[ExpectedPage]:
 
 def p_page_kinds(plan: Plan) -> dict[int, str]:
     """P's logical blocks the request hands to attention groups (every other page holds SSM state)."""
-    desc = plan.descriptors
+    desc = plan.moved_descriptors
     return {int(b): ATTENTION_PAGE for kind, blocks in zip(desc.groups, desc.request.prefill_blocks)
             if kind == ATTENTION for b in blocks.tolist()}
 

@@ -253,7 +253,7 @@ def reads_vs_descriptors(plan: Plan) -> list[Problem]:
     out = []
     by_pair = {(r.d_rank, r.p_rank): r for r in plan.reads}
     seen = set()
-    for dread in plan.descriptors.reads:
+    for dread in plan.moved_descriptors.reads:
         key = (dread.d_rank, dread.p_rank)
         read = by_pair.get(key)
         segs = read.segments if read else ()
@@ -404,7 +404,7 @@ def _find_source(chunks: np.ndarray, page_index: np.ndarray, key: int,
 def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
     """Perform every descriptor read of ``plan`` on simulated memory and verify every D byte."""
     patterns = patterns or Patterns()
-    desc = plan.descriptors
+    desc = plan.moved_descriptors
     p_memory, d_memory = _memory(plan, "prefill"), _memory(plan, "decode")
     sources = _Sources(plan, patterns)
     problems = reads_vs_descriptors(plan)

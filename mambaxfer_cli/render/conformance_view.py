@@ -97,9 +97,6 @@ def render_report(report: Report) -> list:
         if result.skipped:
             parts.append(Text(f"– {result.function.name}: {result.skipped} cases not compared: {result.skip_reason}",
                               style="yellow"))
-        if result.not_stood_in:
-            parts.append(Text(f"– {result.function.name}: {result.not_stood_in} cases not stood in: "
-                              f"{result.not_stood_in_reason}", style="yellow"))
     parts.extend(Text(f"note: {note}", style="dim") for note in report.notes)
     parts.append(footer(report))
     return parts

@@ -12,7 +12,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED, Verdict
 from mambaxfer_cli.planning.kv_groups import describe
-from mambaxfer_cli.planning.model import ATTENTION
+from mambaxfer_cli.planning.model import SSM
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
@@ -83,6 +83,8 @@ def header(plan: Plan) -> Panel:
     # but none of them is attention's.
     streams = (f"{d.decode.attention_streams} attention streams" if plan.model.attention_layers else
                f"{d.decode.attention_streams} whole-block streams (no attention layers)")
+    if d.decode.regions:    # vLLM's own regions: every view of a block row (GLM-5-Next)
+        streams = f"{d.decode.regions} NIXL regions (KDA views, compressed keys, latents, rings)"
     lines = [
         model_summary(plan.model),
         engine_header(plan.prefill.flags, plan.decode.flags),
@@ -192,16 +194,16 @@ def diagrams(plan: Plan, d_rank: int | None, width: int = DIAGRAM_WIDTH + 20) ->
 
 def _group_id_lines(read: DescriptorRead, ids: Sequence[int], plan: Plan, side: str) -> list[tuple[str, str]]:
     """Split a read's IDs by KV-cache group; within a group, one line per block (stride L)."""
-    engine = plan.descriptors.decode if side == "local" else plan.descriptors.prefill
     request = plan.descriptors.request
     blocks = request.decode_blocks if side == "local" else request.prefill_blocks
     out, at = [], 0
     for g, (kind, logical, count) in enumerate(zip(plan.descriptors.groups, blocks, read.group_counts)):
-        if kind == ATTENTION:
+        if kind != SSM:
             if not count:
                 continue
-            width = count // engine.attention_streams       # one row per stream
-            rows = [ids[at + s * width:at + (s + 1) * width] for s in range(engine.attention_streams)]
+            streams = plan.descriptors.streams_of(g)
+            width = count // streams       # one row per stream
+            rows = [ids[at + s * width:at + (s + 1) * width] for s in range(streams)]
         else:
             rows = [ids[at + b:at + count:len(logical)] for b in range(len(logical))]   # one row per block
         at += count
@@ -250,7 +252,7 @@ def coalesce_note(plan: Plan) -> Text | None:
         return None
     eng = plan.descriptors.decode
     ssm_blocks = sum(len(b) for kind, b in zip(plan.descriptors.groups, plan.descriptors.request.decode_blocks)
-                     if kind != ATTENTION)
+                     if kind == SSM)
     saved = (before - after) * eng.ssm_tensors * ssm_blocks
     return Text(f"--coalesce: {before} segments → {after}; saves {saved} descriptors for this request "
                 f"({before - after} per layer and block)", style="bold cyan")

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.kv_groups import KVGrouping
-from mambaxfer_cli.planning.model import ATTENTION
+from mambaxfer_cli.planning.model import ATTENTION, SSM
 
 @dataclass(frozen=True)
 class ListShape:
@@ -31,6 +31,9 @@ class ListShape:
     num_blocks: int
     blocks_per_logical: int
     ssm_regions: int            # k of the engine's base list
+    # NIXL regions the list numbers where they are not the tensors' attention streams (GLM-5-Next's
+    # views of its block rows: glm5next.regions), each with its own attention descriptors; 0: the streams
+    regions: int = 0
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1 or self.blocks_per_logical < 1:
@@ -44,8 +47,13 @@ class ListShape:
         return self.num_blocks // self.blocks_per_logical
 
     @property
+    def fa_regions(self) -> int:
+        """The regions (streams) that hold attention descriptors, ``F``."""
+        return self.regions or self.attention_streams
+
+    @property
     def attention_descs(self) -> int:
-        return self.attention_streams * self.num_blocks
+        return self.fa_regions * self.num_blocks
 
     @property
     def streams_per_tensor(self) -> int:
@@ -58,7 +66,8 @@ class ListShape:
         return {"tensors": self.tensors, "ssm_tensors": self.ssm_tensors,
                 "attention_streams": self.attention_streams, "num_blocks": self.num_blocks,
                 "blocks_per_logical": self.blocks_per_logical,
-                "attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()}
+                "attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()} | (
+                    {"regions": self.regions} if self.regions else {})
 
 
 def list_shape(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
@@ -96,22 +105,26 @@ class DescriptorList:
 
 def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[Iterable[int]],
               attention_slots: Sequence[Iterable[int] | None] | None = None,
-              group_tensors: Sequence[int] | None = None) -> array[int]:
+              group_tensors: Sequence[int] | None = None,
+              group_streams: Sequence[Sequence[int] | None] | None = None) -> array[int]:
     """The IDs of one read for a request: per group, region-major (stream-major for attention);
-    groups concatenated. ``attention_slots[g]`` gives, for an attention group, the slots
-    (``kernel block · pieces + piece``) this read pairs, or None for a read without attention;
+    groups concatenated. ``attention_slots[g]`` gives, for an attention-kind group, the slots
+    (``kernel block · pieces + piece``) this read pairs, or None for a read without it;
     ``group_tensors[g]`` how many of its kind's tensors group ``g``'s IDs cover (the first ones;
-    default: all)."""
+    default: all); ``group_streams[g]``, where given, which streams (regions) an attention-kind
+    group's IDs cover instead."""
     eng = dlist.engine
     out: array[int] = array("q")
     for index, (kind, logical) in enumerate(zip(groups, blocks)):
-        if kind == ATTENTION:
+        if kind != SSM:
             slots = attention_slots[index] if attention_slots is not None else None
             if slots is None:
                 continue
+            chosen = group_streams[index] if group_streams is not None else None
             tensors = eng.tensors if group_tensors is None else group_tensors[index]
+            streams = range(tensors * eng.streams_per_tensor) if chosen is None else chosen
             ids, span = integers(slots), eng.num_blocks * dlist.pieces
-            for stream in range(tensors * eng.streams_per_tensor):
+            for stream in streams:
                 first = stream * span
                 out.fromlist([first + slot for slot in ids])
         else:
@@ -221,14 +234,26 @@ class DescriptorMap:
     request: Request
     reads: tuple[DescriptorRead, ...]
     group_tensors: tuple[int, ...] = ()     # tensors each group's IDs cover (the release decides)
+    # the regions each attention-kind group's IDs cover, where the list numbers regions
+    # (ListShape.regions: GLM-5-Next), None for an SSM group; empty elsewhere
+    group_streams: tuple[tuple[int, ...] | None, ...] = ()
 
     def tensors_of(self, group: int) -> int:
         if self.group_tensors:
             return self.group_tensors[group]
         return self.decode.tensors if self.groups[group] == ATTENTION else self.decode.ssm_tensors
 
+    def streams_of(self, group: int) -> int:
+        """How many streams (regions) an attention-kind group's IDs cover."""
+        chosen = self.group_streams[group] if self.group_streams else None
+        if chosen is not None:
+            return len(chosen)
+        return self.tensors_of(group) * self.decode.streams_per_tensor
+
     def to_dict(self, d_rank: int | None = None) -> dict[str, Any]:
         return {"groups": list(self.groups), "group_tensors": [self.tensors_of(g) for g in range(len(self.groups))],
+                **({"group_regions": [list(s) if s is not None else None for s in self.group_streams]}
+                   if self.group_streams else {}),
                 "prefill": self.prefill.to_dict(),
                 "decode": self.decode.to_dict(), "request": self.request.to_dict(),
                 "reads": [r.to_dict() for r in self.reads if d_rank is None or r.d_rank == d_rank]}

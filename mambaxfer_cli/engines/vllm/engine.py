@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.engines.vllm import glm5next
 from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
 from mambaxfer_cli.engines.vllm.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
@@ -40,9 +41,13 @@ class EngineLayout:
     # Block-outermost rows (GLM-5-Next's BLHNC): every layer's page of a block side by side, so a
     # region's block stride is the row, not its page, and vLLM never splits its blocks.
     packed: bool = False
-    # every NIXL region's block length as register_kv_caches records it, where mambaxfer models
-    # each region (GLM-5-Next's packed rows: glm5next.region_block_lens); empty elsewhere
-    region_block_lens: tuple[int, ...] = ()
+    # every NIXL region as register_kv_caches records it, where mambaxfer models each region
+    # (GLM-5-Next's packed rows: glm5next.regions); empty elsewhere
+    regions: tuple[glm5next.Region, ...] = ()
+
+    @property
+    def region_block_lens(self) -> tuple[int, ...]:
+        return tuple(r.length for r in self.regions)
 
     @property
     def release(self) -> Release:
@@ -131,7 +136,6 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
                   attention_streams: int = 1) -> EngineLayout:
     """Lay out one engine of ``tp`` ranks started with ``flags`` (its release, GPU and serve flags)."""
     if model.glm5next is not None:      # its config hook (fp8 KV on SM 10.x) and sparse backend
-        from mambaxfer_cli.engines.vllm import glm5next
         flags = glm5next.engine_flags(model, flags)
     ranks = rank_layouts(model, tp)
     heads = tuple(kv_head_shard(model, tp, r) for r in range(tp))
@@ -163,12 +167,11 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
         geometry = replace(geometry, state_bytes=state)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))
-    region_lens = (glm5next.region_block_lens(model, geometry, grouping.ssm_tensors,
-                                              flags.release.regions_keyed_by_length)
-                   if model.glm5next is not None else ())
+    regions = (glm5next.regions(model, geometry, grouping.ssm_tensors, flags.release.regions_keyed_by_length)
+               if model.glm5next is not None else ())
     return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
                         hashed_backend(model, geometry), flags, kernel, mla=model.mla,
-                        packed=model.glm5next is not None, region_block_lens=region_lens)
+                        packed=model.glm5next is not None, regions=regions)
 
 
 GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-prefill-backend)

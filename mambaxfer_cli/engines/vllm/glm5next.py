@@ -33,7 +33,7 @@ Each rule names the vLLM function it follows (docs/reference.md, "GLM-5-Next").
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags, Geometry
@@ -149,9 +149,23 @@ def attention_layers(model: ModelSpec) -> tuple[int, ...]:
     return tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
 
 
-def region_block_lens(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_length: bool) -> tuple[int, ...]:
-    """Every NIXL region's block length as ``register_kv_caches`` records it on a GLM-5-Next
-    engine. Its KV caches (``get_kv_cache_config_from_groups``, BLHNC) are views of one block row,
+# What a registered region of a GLM-5-Next engine holds: the first of its views (register_kv_caches).
+KDA_VIEW, KEYS, LATENT, RING = "kda", "keys", "latent", "ring"
+
+
+@dataclass(frozen=True)
+class Region:
+    kind: str                    # KDA_VIEW | KEYS | LATENT | RING: the first view registered at it
+    length: int                  # its block length as register_kv_caches records it
+    views: frozenset[str] = frozenset()     # the kinds of every view registered at it
+
+    def holds(self, kinds: tuple[str, ...]) -> bool:
+        return bool(self.views & set(kinds))
+
+
+def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_length: bool) -> tuple[Region, ...]:
+    """Every NIXL region of a GLM-5-Next engine as ``register_kv_caches`` records it, in its order.
+    Its KV caches (``get_kv_cache_config_from_groups``, BLHNC) are views of one block row,
     allocated in this order: the KDA groups' (group g's i-th layer at slot i, a page each, so
     ``kda_slots`` of them), the compressed keys' (from the row's start, a key page each), the
     latent's (after the keys, a page each) and the tail ring's (from the row's start). Each view is
@@ -165,20 +179,34 @@ def region_block_lens(model: ModelSpec, geometry: Geometry, kda_slots: int, keye
     page = geometry.page_bytes
     keys = geometry.block_size // g.index_kpool * key_bytes(model)
     ring = ring_tokens(model) * ring_slot_bytes(model)
-    views = ([(i * page, page, False) for i in range(kda_slots)]           # (offset in the row, length, MLA spec)
-             + [(j * keys, keys, True) for j in range(mla)]
-             + [(mla * keys + j * page, page, True) for j in range(mla)]
-             + [(j * ring, ring, False) for j in range(mla)])
+    views = ([(i * page, page, KDA_VIEW) for i in range(kda_slots)]           # (offset in the row, length, kind)
+             + [(j * keys, keys, KEYS) for j in range(mla)]
+             + [(mla * keys + j * page, page, LATENT) for j in range(mla)]
+             + [(j * ring, ring, RING) for j in range(mla)])
     seen: list[tuple[int, int] | int] = []
-    lens: list[int] = []
-    for offset, length, is_mla in views:
+    out: list[Region] = []
+    for offset, length, kind in views:
         key = (offset, length) if keyed_by_length else offset
         if key not in seen:
             seen.append(key)
-            lens.append(length)
-        elif is_mla:
-            lens[seen.index(key)] = length
-    return tuple(lens)
+            out.append(Region(kind, length, frozenset((kind,))))
+            continue
+        at = seen.index(key)
+        joined = out[at].views | {kind}
+        out[at] = replace(out[at], views=joined, length=length if kind in (KEYS, LATENT) else out[at].length)
+    return tuple(out)
+
+
+def covered_regions(found: tuple[Region, ...], ring_group: bool, every_region: bool) -> tuple[int, ...]:
+    """The regions an attention-kind transfer group's descriptor IDs cover (``_compute_desc_ids``):
+    the ring group's, the regions a ring was registered at (0.33: ``_scratch_region_indices``;
+    0.34: its ``_group_region_indices``); the MLA group's, every region where the release spans
+    every region with an attention group (0.33, ``every_region``), else those holding its
+    compressed keys or latents."""
+    if every_region and not ring_group:
+        return tuple(range(len(found)))
+    kinds = (RING,) if ring_group else (KEYS, LATENT)
+    return tuple(i for i, r in enumerate(found) if r.holds(kinds))
 
 
 def refusals(model: ModelSpec, p_block: int, d_block: int, p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:

@@ -9,7 +9,7 @@ from mambaxfer_cli.engines.vllm.attention import (
     AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
 )
 from mambaxfer_cli.engines.vllm.descriptors import (
-    DescriptorList, DescriptorMap, DescriptorRead, Request, block_ids, kernel_blocks, parse_blocks,
+    DescriptorList, DescriptorMap, DescriptorRead, ListShape, Request, block_ids, kernel_blocks, parse_blocks,
     random_request,
 )
 from mambaxfer_cli.errors import UserError
@@ -18,13 +18,13 @@ from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import (
     Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
 )
-from mambaxfer_cli.planning.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.planning.kv_groups import RING, KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout
-from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
-from mambaxfer_cli.engines.vllm.release import EngineFacts
+from mambaxfer_cli.engines.vllm.release import EngineFacts, every_region
 from mambaxfer_cli.engines.vllm import glm5next, indexer_caches, qwen4exp
 from mambaxfer_cli.engines.vllm.kv_layout import (
     CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
@@ -77,6 +77,16 @@ class Plan:
     verdict: Verdict = field(default=Verdict(()), compare=False)
     uncoalesced_reads: tuple[Read, ...] = field(default=(), compare=False)
     prefill_model: ModelSpec | None = field(default=None, compare=False)   # P's, where it differs from D's
+    # the lists execute posts and check proves where ``descriptors`` numbers vLLM's regions apart
+    # from mambaxfer's KV-cache tensors (GLM-5-Next under vLLM semantics); None: ``descriptors``
+    moved: DescriptorMap | None = field(default=None, compare=False)
+
+    @property
+    def moved_descriptors(self) -> DescriptorMap:
+        """The descriptor map execute posts and check proves: vLLM's reads on mambaxfer's memory
+        (the KV-cache tensors, the indexer's pages apart). It is ``descriptors`` except where vLLM
+        numbers regions that are not those tensors (GLM-5-Next); then both map the same pages."""
+        return self.moved or self.descriptors
 
     @property
     def page_bytes(self) -> tuple[int, int]:
@@ -141,7 +151,8 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout,
 
     if options.request_blocks < 1:
         raise UserError("--request-blocks must be >= 1")
-    d_counts = [options.request_blocks] * len(groups)
+    # a tail ring is one block per request, whatever its length
+    d_counts = [1 if kind == RING else options.request_blocks for kind in groups]
     request = random_request([p_count(k, n) for k, n in zip(groups, d_counts)], d_counts,
                              prefill.lists, decode.lists, options.seed)
     p_blocks, d_blocks = request.prefill_blocks, request.decode_blocks
@@ -155,16 +166,22 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout,
     for kind, p, d in zip(groups, p_blocks, d_blocks):
         if len(p) != p_count(kind, len(d)):
             what = (f"{len(d)} D blocks of {b_d} tokens need {p_count(kind, len(d))} P blocks of {b_p} tokens"
-                    if kind == ATTENTION else f"an SSM group needs as many P blocks as D blocks ({len(d)})")
+                    if kind == ATTENTION else f"{'a ring' if kind == RING else 'an SSM'} group needs as many P "
+                    f"blocks as D blocks ({len(d)})")
             raise UserError(f"--prefill-blocks and --decode-blocks do not pair: {what}, got {len(p)}")
     return Request(tuple(p_blocks), tuple(d_blocks))
 
 
 def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: EngineLayout, groups: Sequence[str],
-                      request: Request, semantics: str, group_tensors: Sequence[int]) -> list[DescriptorRead]:
+                      request: Request, semantics: str, group_tensors: Sequence[int],
+                      numbered: Numbering | None = None) -> list[DescriptorRead]:
+    """Each D rank's reads as descriptor lists and IDs: on mambaxfer's lists (the KV-cache tensors,
+    what execute moves), or on vLLM's ``numbered`` regions where they are not those tensors."""
     has_attention = ATTENTION in groups and decode.has_attention
     b_d = decode.geometry.block_size
     p_bpl, d_bpl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
+    p_shape, d_shape = (numbered.prefill, numbered.decode) if numbered else (prefill.lists, decode.lists)
+    streams = numbered.group_streams if numbered else None
     out = []
     for d in decode.ranks:
         ssm = {r.p_rank: r for r in reads if r.d_rank == d.rank}
@@ -178,29 +195,60 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             remote_attn = how.remote if how else whole_block(prefill)
             local_regions = tuple((s.local_offset, s.size) for s in segs)
             is_base = local_regions == whole and local_attn == whole_block(decode)
-            local = DescriptorList(decode.lists, local_regions, local_attn)
-            remote = DescriptorList(prefill.lists, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
+            local = DescriptorList(d_shape, local_regions, local_attn)
+            remote = DescriptorList(p_shape, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
             local_slots: list[list[int] | None] = []
             remote_slots: list[list[int] | None] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
-                if kind != ATTENTION or how is None:
+                # a ring group's pages are the indexer's: in vLLM's numbering only
+                if kind == SSM or how is None or (kind == RING and numbered is None):
                     local_slots.append(None)
                     remote_slots.append(None)
                     continue
-                ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
+                if kind == RING:    # its one block per request, whole: the first piece of each side's kernel block
+                    ls = [b * len(local_attn) for b in kernel_blocks(db, d_bpl)]
+                    rs = [b * len(remote_attn) for b in kernel_blocks(pb, p_bpl)]
+                else:
+                    ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
                 local_slots.append(ls)
                 remote_slots.append(rs)
-            spt = decode.lists.streams_per_tensor
-            counts = tuple((0 if slots is None else len(slots) * tensors * spt)
-                           if kind == ATTENTION else tensors * local.k * len(db)
-                           for kind, slots, db, tensors in zip(groups, local_slots, request.decode_blocks,
-                                                               group_tensors))
+            spt = d_shape.streams_per_tensor
+            counts = tuple(tensors * local.k * len(db) if kind == SSM
+                           else 0 if slots is None
+                           else len(slots) * (len(streams[g] or ()) if streams else tensors * spt)
+                           for g, (kind, slots, db, tensors)
+                           in enumerate(zip(groups, local_slots, request.decode_blocks, group_tensors)))
             out.append(DescriptorRead(
                 d.rank, p_rank, "base" if is_base else f"split:{i}", local, remote,
-                local_ids=block_ids(local, groups, request.decode_blocks, local_slots, group_tensors),
-                remote_ids=block_ids(remote, groups, request.prefill_blocks, remote_slots, group_tensors),
+                local_ids=block_ids(local, groups, request.decode_blocks, local_slots, group_tensors, streams),
+                remote_ids=block_ids(remote, groups, request.prefill_blocks, remote_slots, group_tensors, streams),
                 attention=how is not None, group_counts=counts))
     return out
+
+
+@dataclass(frozen=True)
+class Numbering:
+    """vLLM's descriptor lists where its NIXL regions are not mambaxfer's KV-cache tensors
+    (GLM-5-Next: every view of its block rows a region, ``glm5next.regions``): both sides' list
+    shapes over those regions and the regions each attention-kind group's IDs cover."""
+
+    prefill: ListShape
+    decode: ListShape
+    group_streams: tuple[tuple[int, ...] | None, ...]
+
+
+def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, decode: EngineLayout,
+               semantics: str) -> Numbering | None:
+    """vLLM's numbering of a GLM-5-Next pairing's regions under vLLM semantics (D's release
+    decides which regions a group covers: D builds both lists of a pull); None elsewhere, and
+    for a grouping given by hand."""
+    if model.glm5next is None or semantics != VLLM or RING not in grouping.groups:
+        return None
+    every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
+    streams = tuple(None if kind == SSM else glm5next.covered_regions(decode.regions, kind == RING, every)
+                    for kind in grouping.groups)
+    return Numbering(replace(prefill.lists, regions=len(prefill.regions)),
+                     replace(decode.lists, regions=len(decode.regions)), streams)
 
 
 def _layout_refusal(prefill: EngineLayout, decode: EngineLayout) -> tuple[Refusal, ...]:
@@ -350,7 +398,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     """Plan every read of a P/D pairing, under exact or vLLM semantics, for each engine's release and GPU."""
     if options.semantics not in SEMANTICS:
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
-    grouping = options.grouping or vllm_grouping(model.layers)
+    grouping = options.grouping or model_grouping(model)
     p_model = _prefill_model(model, options.prefill_model)
     prefill = engine_layout(p_model, p_tp, options.prefill, grouping, options.attention_streams)
     decode = engine_layout(model, d_tp, options.decode, grouping, options.attention_streams)
@@ -428,7 +476,15 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     request = _request(options, grouping.groups, prefill, decode)
     tensors = group_tensors(grouping, decode)
     dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors)
-    descriptors = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)
+    moved = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)
+    numbered = _numbering(model, grouping, prefill, decode, options.semantics)
+    descriptors = moved
+    if numbered is not None:
+        vreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors,
+                                   numbered)
+        descriptors = DescriptorMap(grouping.groups, numbered.prefill, numbered.decode, request, tuple(vreads),
+                                    tensors, numbered.group_streams)
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
                 grouping, verdict, uncoalesced_reads=raw,
-                prefill_model=p_model if p_model is not model else None)
+                prefill_model=p_model if p_model is not model else None,
+                moved=moved if numbered is not None else None)

@@ -713,20 +713,6 @@ class Installed:
             except ValueError as exc:
                 return f"refused: {exc}"
 
-    @staticmethod
-    def descriptor_ids_not_stood_in(model: ModelSpec) -> str | None:
-        """Why ``_compute_desc_ids`` is not compared for ``model``, or None. A GLM-5-Next engine's
-        regions are vLLM's own (``glm5next_registration``), but its IDs number every region of
-        every transfer group: the compressed keys' with the latent's group, the tail rings' as a
-        group of their own. mambaxfer's request and IDs cover the KDA and latent regions only (it
-        plans the indexer's pages apart, ``execute/whole_pages.py``), so neither the request
-        (one block list per group) nor the IDs line up."""
-        if model.glm5next is not None:
-            return ("mambaxfer's descriptor IDs cover GLM-5-Next's KDA and MLA-latent regions only (it plans the "
-                    "indexer's compressed keys and tail ring apart); vLLM numbers every registered region, the "
-                    "compressed keys in the latent's transfer group and the tail rings in a group of their own")
-        return None
-
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
         key = (model.name, tp, geometry, role, backend)
         if key not in self._engines and model.glm5next is not None:
