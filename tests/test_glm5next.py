@@ -19,6 +19,7 @@ from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import gpu as gpu_named
 from mambaxfer_cli.engines.vllm.kv_layout import layout_error, resolved_layout
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.releases import release as vllm_release
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.proof import indexer_caches as proof
@@ -175,6 +176,39 @@ def test_every_page_of_the_row_is_a_region_of_its_own():
     assert tuple(r.length for r in older) == (keys,) + (page,) * 8 + (keys,) * 10 + (page,) * 11 + (8192,) * 10
     # the joined region is still the KDA slot's (the first view registered at it)
     assert [r.kind for r in older[:2]] == [glm5next.KDA_VIEW] * 2 and older[9].kind == glm5next.KEYS
+
+
+@pytest.mark.parametrize("release, latent, ring", [
+    # vLLM 0.34: 8 regions (2 KDA slots, then keys, latents, rings of layers 3 and 7); the MLA group
+    # covers the keys and latents, the ring group the rings (its _group_region_indices)
+    ("0.34", [2 * 2048 + 12, 3 * 2048 + 12, 4 * 2048 + 12, 5 * 2048 + 12], [6 * 2048 + 15, 7 * 2048 + 15]),
+    # vLLM 0.33: layer 3's keys and ring join the first KDA slot's region (one address), 6 regions;
+    # an attention group spans every region, the ring group its scratch regions (0 and the last)
+    ("0.33", [r * 2048 + 12 for r in range(6)], [15, 5 * 2048 + 15]),
+])
+def test_descriptor_ids_number_every_region_as_vllms_worker_does(release, latent, ring):
+    """The IDs vLLM's own _compute_desc_ids gave (conformance, an 8-layer GLM-5-Next at TP 1 on both
+    sides, D with 2,048 blocks, request '3;6;9;12;15'): SSM IDs after every region's attention
+    descriptors (F·N), each attention-kind group over the regions it covers."""
+    flags = EngineFlags(num_blocks=2048, release=vllm_release(release))
+    p = build_plan(glm(num_hidden_layers=8), 1, 1, PlanOptions(
+        semantics="vllm", prefill=replace(flags, num_blocks=4096), decode=flags,
+        prefill_blocks="3;6;9;12;15", decode_blocks="3;6;9;12;15"))
+    assert p.grouping.groups == ("ssm",) * 3 + ("attention", "ring")
+    regions = 8 if release == "0.34" else 6
+    [read] = p.descriptors.reads
+    ssm = [regions * 2048 + q * 2048 + block for block in (3, 6, 9) for q in range(2 * 4)]
+    assert read.local_ids.tolist() == ssm + latent + ring
+    assert p.descriptors.decode.regions == regions
+    # execute and check move the same pages on mambaxfer's lists: the KDA and latent IDs on the KV-cache
+    # tensors, the keys and rings as the indexer's whole pages apart
+    [moved] = p.moved_descriptors.reads
+    assert len(moved.local_ids) == len(ssm) + 2 and p.moved_descriptors.decode.regions == 0
+
+
+def test_exact_semantics_number_mambaxfers_own_lists():
+    p = plan(1, 1, semantics="exact")
+    assert p.moved_descriptors is p.descriptors and not p.descriptors.decode.regions
 
 
 def test_a_ring_that_does_not_divide_the_block_stops_the_engine():

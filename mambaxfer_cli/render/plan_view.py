@@ -240,7 +240,9 @@ def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
     table.caption = (f"request: P blocks {[b.tolist() for b in request.prefill_blocks]}, "
                      f"D blocks {[b.tolist() for b in request.decode_blocks]}; "
                      f"SSM IDs = F·N·n + (tensor·k + region)·L + block, attention IDs = (stream·N + kernel "
-                     f"block)·n + piece (n pieces per kernel block: 1 unless the block sizes differ)")
+                     f"block)·n + piece (n pieces per kernel block: 1 unless the block sizes differ)"
+                     + ("; streams are vLLM's NIXL regions (F of them: KDA views, compressed keys, latents, "
+                        "rings), each attention-kind group over those it covers" if d.decode.regions else ""))
     table.caption_justify = "left"
     return table
 
