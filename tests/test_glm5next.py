@@ -130,9 +130,24 @@ def test_a_latent_blackwells_kernel_does_not_run_stops_the_engine():
                       vllm_grouping(glm().layers))
 
 
-def test_attention_backend_is_vllms_pick():
-    assert_user_error(run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--attention-backend",
-                              "TRITON_MLA"), "GLM-5-Next runs vLLM's sparse MLA backend")
+@pytest.mark.parametrize("gpu, pick", [("H100", "FLASHINFER_MLA_SPARSE_SM90"), ("B200", "FLASHINFER_MLA_SPARSE")])
+def test_attention_backend_may_name_vllms_pick_and_no_other(gpu, pick):
+    """get_attn_backend_cls validates a selected backend and raises where it is invalid: a dense MLA
+    backend ("sparse not supported"), the other GPU family's sparse one ("compute capability")."""
+    plain = run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--gpu", gpu, "--format", "json")
+    named = run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--gpu", gpu, "--format", "json",
+                    "--attention-backend", pick)
+    assert plain.code == named.code == 0 and json.loads(plain.stdout) == json.loads(named.stdout)
+    other = next(name for name in ("FLASHINFER_MLA_SPARSE_SM90", "FLASHINFER_MLA_SPARSE") if name != pick)
+    for backend, reason in (("TRITON_MLA", "sparse not supported"), (other, "compute capability not supported")):
+        assert_user_error(run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--gpu", gpu,
+                                  "--attention-backend", backend),
+                          f"vLLM does not start a GLM-5-Next engine on --attention-backend {backend}", reason, pick)
+
+
+def test_a_sparse_backend_does_not_start_a_dense_model():
+    assert_user_error(run_cli("plan", "--model", "kimi-linear-48b", "--p-tp", "1", "--d-tp", "1",
+                              "--attention-backend", "FLASHINFER_MLA_SPARSE_SM90"), "non-sparse not supported")
 
 
 def test_blhnc_is_the_only_layout():
@@ -330,4 +345,15 @@ def test_preflight_before_hopper_is_a_start_up_refusal(tmp_path):
     assert code == 1 and doc["headline"].startswith(
         "REFUSED: vLLM 0.34 does not start the prefill engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends "
         "run on")
+    assert [r["code"] for r in doc["vllm"]["refusals"]][:2] == ["attention-backend", "attention-backend"]
+
+
+def test_preflight_reads_the_lines_attention_backend(tmp_path):
+    """A line naming vLLM's pick is the line without it; one naming a dense MLA backend does not start."""
+    code, doc = preflight(tmp_path, 1, 1, extra="--attention-backend FLASHINFER_MLA_SPARSE_SM90")
+    assert code == 0 and doc["verdict"] == "works"
+    code, doc = preflight(tmp_path, 1, 1, extra="--attention-backend FLASHMLA")
+    assert code == 1 and doc["headline"].startswith(
+        "REFUSED: vLLM 0.34 does not start the prefill engine on --attention-backend FLASHMLA: \"Selected backend "
+        "FLASHMLA is not valid")
     assert [r["code"] for r in doc["vllm"]["refusals"]][:2] == ["attention-backend", "attention-backend"]

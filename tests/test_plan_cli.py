@@ -257,12 +257,11 @@ def test_every_verdict_code_the_vllm_rules_give_is_published():
     root = Path(__file__).resolve().parents[1] / "mambaxfer_cli" / "engines" / "vllm"
     given = {code for path in root.rglob("*.py") for code in re.findall(r'Refusal\("([a-z-]+)"', path.read_text())}
     assert given and given <= set(VERDICT_CODES), sorted(given - set(VERDICT_CODES))
-    from mambaxfer_cli.engines.vllm.geometry import BACKENDS, MLA_BACKENDS
-    from mambaxfer_cli.engines.vllm.glm5next import SPARSE_BACKENDS
+    from mambaxfer_cli.engines.vllm.geometry import BACKENDS, MLA_BACKENDS, SPARSE_MLA_BACKENDS
     from mambaxfer_cli.schema import document_schema
 
     for name in ("plan", "execute"):
         verdict = document_schema(name)["properties"]["vllm"]["properties"]
         assert verdict["refusals"]["items"]["properties"]["code"]["enum"] == list(VERDICT_CODES), name
     backend = plan_schema()["$defs"]["Geometry"]["properties"]["attention_backend"]["enum"]
-    assert backend == [*BACKENDS, *MLA_BACKENDS, *(name for name, _ in SPARSE_BACKENDS.values())]
+    assert backend == [*BACKENDS, *MLA_BACKENDS, *SPARSE_MLA_BACKENDS]

@@ -247,6 +247,9 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     backend = glm5next.startup_refusal(e.model, e.flags.gpu) if e.model.glm5next is not None else None
     if backend:     # MLAAttention.__init__ -> get_attn_backend, while the model is built
         return [Refusal("attention-backend", f"{start} on {e.flags.gpu.describe()}: {backend}")]
+    chosen = glm5next.backend_refusal(e.model, e.flags) if e.model.glm5next is not None else None
+    if chosen:
+        return [Refusal("attention-backend", f"{start} on --attention-backend {e.flags.attention_backend}: {chosen}")]
     replay = replayssm_refusal(e.model, e.line.kv_connector is not None) if e.line.use_replayssm else None
     if replay:
         return [Refusal("replayssm", f"{start}: {replay} (VllmConfig.validate_mamba_cached_kernel)")]

@@ -147,7 +147,8 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
         if model.glm5next is not None:    # its config hook (fp8 KV on SM 10.x), its sparse backend
             from mambaxfer_cli.engines.vllm import glm5next
 
-            flags = glm5next.engine_flags(model, flags)
+            if not glm5next.backend_refusal(model, flags):         # else: a start-up refusal
+                flags = glm5next.engine_flags(model, flags)
             if not glm5next.startup_refusal(model, flags.gpu):     # else: a start-up refusal
                 glm5next.sparse_backend(model, flags.gpu)
     except UserError as exc:

@@ -84,15 +84,26 @@ MLA_BACKENDS = {
     "FLASHINFER_MLA": Backend("FLASHINFER_MLA", sizes=(32, 64)),
     "CUTLASS_MLA": Backend("CUTLASS_MLA", sizes=(128,)),
 }
+# vLLM's sparse MLA backends mambaxfer models (GLM-5-Next's picks on SM 9.x and 10.x), with their
+# kernel blocks (get_supported_kernel_block_sizes: MultipleOf(64), MultipleOf(32)). A dense model
+# does not start on one ("non-sparse not supported"), a sparse one on no other.
+SPARSE_MLA_BACKENDS = {
+    "FLASHINFER_MLA_SPARSE_SM90": Backend("FLASHINFER_MLA_SPARSE_SM90", multiple_of=64),
+    "FLASHINFER_MLA_SPARSE": Backend("FLASHINFER_MLA_SPARSE", multiple_of=32),
+}
 
 
 def backend(name: str, mla: bool | None = None) -> Backend:
     """The backend of that name; ``mla``: whether the model's attention is MLA (None: either)."""
     key = str(name).strip().upper()
-    found = BACKENDS.get(key) or MLA_BACKENDS.get(key)
+    found = BACKENDS.get(key) or MLA_BACKENDS.get(key) or SPARSE_MLA_BACKENDS.get(key)
     if found is None:
         raise UserError(f"unknown attention backend '{name}'; choose one of: {', '.join(BACKENDS)} "
-                        f"(MLA models: {', '.join(MLA_BACKENDS)})")
+                        f"(MLA models: {', '.join(MLA_BACKENDS)}; sparse MLA: {', '.join(SPARSE_MLA_BACKENDS)})")
+    if key in SPARSE_MLA_BACKENDS and mla is not None:     # kernel_backend: a model without sparse attention
+        raise UserError(f"vLLM does not start this model's engines on {key}: \"Selected backend {key} is not "
+                        f"valid for this configuration. Reason: [..., 'non-sparse not supported', ...]\" "
+                        f"(get_attn_backend_cls); its sparse MLA backends run GLM-5-Next only")
     if mla is not None and (key in MLA_BACKENDS) != mla:
         kind, table = ("an MLA", MLA_BACKENDS) if mla else ("a non-MLA", BACKENDS)
         raise UserError(f"attention backend {key} does not run {kind} model's attention; choose one of: "

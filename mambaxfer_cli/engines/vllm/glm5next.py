@@ -36,15 +36,14 @@ import math
 from dataclasses import dataclass, replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
-from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags, Geometry
+from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, EngineFlags, Geometry
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 
-# The sparse MLA backends mambaxfer models, by the GPU family vLLM picks each on (SM 9.x, SM 10.x),
-# with their smallest kernel block (get_supported_kernel_block_sizes: MultipleOf(64), MultipleOf(32)).
-SPARSE_BACKENDS = {9: ("FLASHINFER_MLA_SPARSE_SM90", 64), 10: ("FLASHINFER_MLA_SPARSE", 32)}
+# The sparse MLA backend vLLM picks, by GPU family (SM 9.x, SM 10.x): geometry.SPARSE_MLA_BACKENDS.
+SPARSE_PICKS = {9: "FLASHINFER_MLA_SPARSE_SM90", 10: "FLASHINFER_MLA_SPARSE"}
 # KpoolTailBackend.supported_kv_cache_layouts: the only layout a GLM-5-Next engine may run.
 LAYOUTS = ("BLHNC",)
 # Glm5NextIndexerCache's key: index_head_dim fp8 bytes and one float32 scale per 128 of them.
@@ -90,20 +89,45 @@ def sparse_backend(model: ModelSpec, gpu: Gpu) -> tuple[str, int]:
         if g.kv_lora_rank != 512:
             raise UserError(f"mambaxfer models GLM-5-Next's sparse MLA backend on SM 9.x for kv_lora_rank 512 "
                             f"(FLASHINFER_MLA_SPARSE_SM90) only; this model has {g.kv_lora_rank}")
-        return SPARSE_BACKENDS[9]
+        return _pick(9)
     if major == 10:
-        return SPARSE_BACKENDS[10]
+        return _pick(10)
     raise UserError(f"mambaxfer does not model GLM-5-Next on SM 12.x ({gpu.name}): vLLM runs "
                     f"FLASHINFER_MLA_SPARSE_SM120 there with fp8_ds_mla latent rows of 528 bytes")
 
 
+def backend_refusal(model: ModelSpec, flags: EngineFlags) -> str | None:
+    """Why vLLM starts no GLM-5-Next engine on the ``--attention-backend`` given, in its words;
+    None without the flag, where it names vLLM's pick, or where no backend runs on the GPU at all
+    (``startup_refusal`` says that first)."""
+    chosen = flags.attention_backend
+    if chosen is None or startup_refusal(model, flags.gpu):
+        return None
+    pick, _ = sparse_backend(model, flags.gpu)
+    if chosen == pick:
+        return None
+    reason = "compute capability not supported" if chosen in SPARSE_MLA_BACKENDS else "sparse not supported"
+    return (f"\"Selected backend {chosen} is not valid for this configuration. Reason: [..., '{reason}', ...]\" "
+            f"(get_attn_backend_cls); on {flags.gpu.describe()} its backend is {pick}, vLLM's pick (leave the flag "
+            f"out or name it)")
+
+
+def _pick(major: int) -> tuple[str, int]:
+    name = SPARSE_PICKS[major]
+    return name, SPARSE_MLA_BACKENDS[name].multiple_of
+
+
 def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags:
     """The engine's flags after ``Glm5NextModelConfig.verify_and_update_config``: fp8 KV on SM
-    10.x under ``--kv-cache-dtype auto``. ``--attention-backend`` is refused: the backend is vLLM's
-    sparse pick for the GPU."""
-    if flags.attention_backend is not None:
-        raise UserError(f"--attention-backend {flags.attention_backend}: GLM-5-Next runs vLLM's sparse MLA "
-                        f"backend for its GPU, which mambaxfer picks as vLLM does; drop the flag")
+    10.x under ``--kv-cache-dtype auto``. ``--attention-backend`` may name vLLM's sparse pick for
+    the GPU; vLLM starts no GLM-5-Next engine on another it validates and refuses
+    (``get_attn_backend_cls``: a dense MLA backend, "sparse not supported"; the other family's
+    sparse backend, "compute capability not supported"). Where no sparse backend runs on the GPU,
+    that start-up refusal comes first (``startup_refusal``)."""
+    refused = backend_refusal(model, flags)
+    if refused:
+        raise UserError(f"vLLM does not start a GLM-5-Next engine on --attention-backend "
+                        f"{flags.attention_backend}: {refused}")
     if flags.kv_cache_dtype == "auto" and flags.gpu.capability[0] == 10:
         return replace(flags, kv_cache_dtype="fp8")
     return flags
