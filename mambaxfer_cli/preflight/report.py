@@ -124,6 +124,10 @@ class Report:
         }
 
 
+# Speculative methods that draft without a model (vLLM's SpeculativeMethod): no draft layers.
+DRAFTLESS = ("ngram", "ngram_gpu", "suffix")
+
+
 def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines: Engines = Engines()) -> Report:
     """The verdict on two serve lines; ``engines``: each side's release and GPU (and what the
     lines leave unsaid)."""
@@ -147,6 +151,11 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
                             f"{e.flags.gpu.name})")
         if e.line.kv_role == "kv_both":
             warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
+        method = e.line.speculative_method
+        if method and method not in DRAFTLESS and e.line.num_speculative_tokens:
+            warnings.append(f"{name}: --speculative-config method {method}: vLLM keeps the draft's attention layers "
+                            f"in this engine's KV-cache groups (get_kv_cache_spec: is_draft layers) and its connector "
+                            f"moves their pages too; mambaxfer checks the target model's layers only")
         warnings += [f"{name}: {n}" for n in e.line.notes]
     warnings += hash_warnings(p, d, first.plan)
     if pushes(p, d):

@@ -460,6 +460,13 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             f"{prefill.kernel_tokens} × {prefill.geometry.blocks_per_logical} vs {decode.kernel_tokens} × "
             f"{decode.geometry.blocks_per_logical}): the proxy must forward remote_num_tokens in "
             f"kv_transfer_params, or D declines the reads")))
+    if model.num_spec or p_model.num_spec:
+        warnings.append(Warning_("draft-layers", (
+            f"speculative decoding ({p_model.num_spec} tokens on P, {model.num_spec} on D): where a draft model "
+            f"drafts them (MTP, EAGLE, a draft model; not n-gram), vLLM keeps its attention layers in the same "
+            f"KV-cache groups as the target's (get_kv_cache_spec: is_draft layers) and the connector moves their "
+            f"pages too; mambaxfer plans the target's layers only, so with those layers the groups, tensors and "
+            f"descriptor IDs differ (each SSM layer's reads do not)")))
     split = prefill.geometry.split_by_remote
     if split > 1:
         warnings.append(Warning_("vllm-splits-blocks", (
