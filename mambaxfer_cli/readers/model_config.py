@@ -20,6 +20,7 @@ from mambaxfer_cli.limits import (
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import served_anywhere
 from mambaxfer_cli.planning.variants import titles
+from mambaxfer_cli.planning.variants.kda import KIMI_K3_KDA
 from mambaxfer_cli.readers import glm5next, qwen4exp
 
 DEFAULT_DTYPE = "bfloat16"
@@ -360,10 +361,6 @@ def spec_from_config(
     )
     _check_state_size(spec, where)
     return spec
-
-
-# KimiK3DeltaAttention.get_attn_backend: KimiK3KDAAttentionBackend, a GDNAttentionBackend by this name.
-KIMI_K3_KDA = "KIMI_K3_KDA"
 
 
 def _kimi_mla_asserts(config: Mapping[str, Any], where: str) -> None:
