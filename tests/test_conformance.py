@@ -120,6 +120,30 @@ def test_glm_5_next_agrees_with_vllm_on_its_sparse_backend(release):
     assert any(n.startswith("glm-5-next: its MLA layers run FLASHINFER_MLA_SPARSE_SM90") for n in document["notes"])
 
 
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_kimi_k3_agrees_with_vllm_and_k3_1_is_refused_as_the_release_refuses_it(release):
+    """Kimi-K3's example config (tests/test_kimi_k3.py) through vLLM's own functions: its class's
+    state with and without --mamba-ssm-cache-dtype bfloat16 (KimiK3DeltaAttention reads it), blocks,
+    reads, IDs and hashes on the full-rank-gate layer. Kimi-K3.1 is refused in each release's words:
+    0.33's registry has no such architecture, 0.34's connector cannot register its KV cache."""
+    fixtures = Path(__file__).parent / "fixtures" / "hf-configs"
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", str(fixtures / "kimi-k3.example.json"),
+                       "--max-tp", "4", "--format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    functions = by_function(document)
+    assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
+    assert functions["get_mamba_state_*_from_config"]["cases"] == 8      # TP 1-4, auto and bfloat16
+    for name in ("update_block_size_for_backend", "compute_nixl_compatibility_hash", "handshake verdict",
+                 "_compute_desc_ids", "ModelRegistry", *STATE_FUNCTIONS):
+        assert functions[name]["cases"] > 0, name
+    refused = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model",
+                          str(fixtures / "kimi-k3.1.example.json"), "--max-tp", "2")
+    words = ("vLLM 0.33 does not serve KimiK31ForConditionalGeneration" if release == "0.33" else
+             "AssertionError: KV cache view cannot be partitioned into NIXL regions")
+    assert refused.returncode == 2 and words in " ".join(refused.stderr.split()), refused.stderr[-2000:]
+
+
 def test_every_function_agrees(all_presets):
     release, document, _ = all_presets
     differing = sorted(f["function"] for f in document["functions"] if f["outcome"] != "agrees")

@@ -231,11 +231,15 @@ def test_alice_ai_is_float32_whatever_the_flags_with_head_sharded_attention():
     assert result.exact_verdict in ("pass", None) and result.simulation.ok
 
 
-def test_kimi_k3_is_refused_as_not_modelled():
+def test_kimi_k3_without_the_full_rank_gate_keeps_kimi_linears_layer():
+    """KimiDecoderLayer picks the KDA layer by linear_attn_config.use_full_rank_gate, not by the
+    architecture: a Kimi-K3 config without it runs Kimi-Linear's float32 layer, hashed GDN_ATTN."""
     config = {"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3",
               "text_config": json.loads(HF.read_text())}
-    with pytest.raises(UserError, match="does not yet model Kimi-K3's"):
-        spec_from_config(config, name="k3", source="stand-in")
+    k3 = spec_from_config(config, name="k3", source="stand-in", ssm_dtype="bfloat16")
+    linear = spec_from_config(json.loads(HF.read_text()), name="kl", source="stand-in", ssm_dtype="bfloat16")
+    assert (k3.family, k3.ssm_dtype, k3.sizing_ssm_dtype, k3.ssm_backend) == ("Kimi-K3", "float32", "bfloat16", "")
+    assert (k3.layers, k3.params, k3.head_size) == (linear.layers, linear.params, linear.head_size)
 
 
 @pytest.mark.parametrize("p_tp, d_tp, semantics", [(1, 2, "exact"), (2, 1, "vllm")])

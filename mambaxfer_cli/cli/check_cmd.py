@@ -58,9 +58,10 @@ def vllm_check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pair
     from mambaxfer_cli.proof.check import run_check, targets_for
 
     names = model.names()
-    specs = [model.load(name) for name in names]
+    built = engines.build(CHECK_NUM_BLOCKS)
+    specs = [model.load(name, built.release_names) for name in names]
     semantics = request.reads(both=True)
-    options = request.plan_options(engines.build(CHECK_NUM_BLOCKS),
+    options = request.plan_options(built,
                                    semantics="vllm" if semantics == "vllm" else "exact")
     targets = targets_for(specs, pairs, max_tp, semantics)
     if junit is not None:   # fail before the run, not after it

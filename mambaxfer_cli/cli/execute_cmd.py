@@ -218,7 +218,7 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
                    if value is None]
         if missing or pair.p_tp is None or pair.d_tp is None:
             raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
-        full = model.load()
+        full = model.load(releases=(engine.release.name,) if engine is not None else None)
         plan = plan_to_execute(cut_layers(full, layers), pair.p_tp, pair.d_tp, semantics=request.reads(),
                                coalesce=request.coalesce, blocks=blocks, engine=engine,
                                request_blocks=request.request_blocks, seed=request.seed)

@@ -35,8 +35,8 @@ def inspect(
     from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.planning.kv_groups import model_grouping
 
-    spec = model.load()
     flags = engines.build().decode
+    spec = model.load(releases=(flags.release.name,))
     grouping = model_grouping(spec)
     sides = {size: engine_layout(spec, size, flags, grouping) for size in parse_tp_list(tp)}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,

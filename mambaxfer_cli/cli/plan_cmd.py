@@ -50,8 +50,9 @@ def plan(
     from mambaxfer_cli.engines.vllm.plan import build_plan
 
     sections = shown_sections(show)
-    spec = model.load()
-    options = request.plan_options(engines.build())
+    built = engines.build()
+    spec = model.load(releases=built.release_names)
+    options = request.plan_options(built)
     check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())
     result = build_plan(spec, p_tp, d_tp, options)
     document = result.to_dict(d_rank)  # validates --d-rank before anything is written

@@ -61,8 +61,9 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
     from mambaxfer_cli.execute.tasks import check_fits
 
-    engine = engines.build().decode
-    spec = cut_layers(model.load(), run.layers)
+    built = engines.build()
+    engine = built.decode
+    spec = cut_layers(model.load(releases=built.release_names), run.layers)
     semantics = request.reads()
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
                                    request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))

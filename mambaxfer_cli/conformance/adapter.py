@@ -70,11 +70,11 @@ class Ours:
 
     # --- the model ---------------------------------------------------------------------------
 
-    @staticmethod
-    def load(name: str) -> ModelSpec:
+    def load(self, name: str) -> ModelSpec:
+        """The model as the installed release reads it (an architecture its registry lacks is refused)."""
         from mambaxfer_cli.readers.model_source import load_model
 
-        return load_model(name)
+        return load_model(name, releases=(self.release,))
 
     @staticmethod
     def tp_sizes(model: ModelSpec, max_tp: int) -> list[int]:

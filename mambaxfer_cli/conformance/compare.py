@@ -115,8 +115,8 @@ class Comparison:
         elif model.mla:
             self.notes.append(f"{name}: its MLA engines run {', '.join(MLA_BACKENDS)} (FLASH_ATTN_MLA and "
                               f"CUTLASS_MLA do not import without a GPU); its hash variations leave out "
-                              f"--mamba-ssm-cache-dtype (Kimi-Linear's KDA layers keep a float32 state "
-                              f"whatever it says)")
+                              f"--mamba-ssm-cache-dtype" + ("" if model.ssm_backend else " (Kimi-Linear's KDA "
+                                                            "layers keep a float32 state whatever it says)"))
         for tp in sizes:
             self.conv_split(name, model, tp)
             self.class_state(name, model, tp)

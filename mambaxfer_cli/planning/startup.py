@@ -113,6 +113,27 @@ def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33"
     return None
 
 
+def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None:
+    """``_ModelRegistry._raise_for_unsupported`` in a release that does not have the architecture
+    while another release's registry does (Kimi-K3.1, Zaya and LFM3 are 0.34's only): vLLM stops
+    there (its Transformers backend has no such model either). None where every release in
+    ``releases`` serves it, or no release does (the reader refuses or guesses those)."""
+    archs = tuple(archs)
+    if not archs or not served_anywhere(archs):
+        return None
+    for release in releases:
+        table = architectures(release)
+        if set(archs).intersection(table["served"]):
+            continue
+        removed = next((a for a in archs if a in table["removed"]), None)
+        words = (removed_words(removed, table["removed"][removed]) if removed else
+                 f"Model architectures {list(archs)} are not supported for now")
+        others = sorted(r for r in ("0.33", "0.34") if set(archs).intersection(architectures(r)["served"]))
+        return (f"vLLM {release} does not serve {archs[0]}: \"{words}\" (_ModelRegistry._raise_for_unsupported); "
+                f"vLLM {' and '.join(others)} serves it")
+    return None
+
+
 def removed_words(arch: str, last: str) -> str:
     """The first sentence of ``_ModelRegistry._raise_for_unsupported`` on a removed architecture."""
     return f"Model architecture {arch} was supported in vLLM until v{last}, and is not supported anymore"

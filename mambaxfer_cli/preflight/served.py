@@ -118,10 +118,10 @@ def vllm_dtype(requested: str, config_dtype: str) -> str:
 
 def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> ServedEngine:
     """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
-    hf_overrides=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
+    hf_overrides=, releases=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
     GPU and what the line leaves unsaid."""
     try:
-        base_model = load(line.model, hf_overrides=line.hf_overrides)
+        base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,))
     except UserError as exc:
         raise UserError(f"--{side}: {exc}") from None
     dtype = vllm_dtype(line.dtype, base_model.model_dtype)
@@ -130,7 +130,8 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
     kv = line.attention_config.get("indexer_kv_dtype") if base_model.qwen4exp is not None else None
     model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
-                 hf_overrides=line.hf_overrides, **({"indexer_kv_dtype": kv} if kv is not None else {}))
+                 hf_overrides=line.hf_overrides, releases=(base.release.name,),
+                 **({"indexer_kv_dtype": kv} if kv is not None else {}))
     model = replace(model, model_dtype=dtype)
     where = f"--{side}"
     gdn = _line_gdn_backend(line) or base.gdn_prefill_backend

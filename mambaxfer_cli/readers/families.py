@@ -90,8 +90,10 @@ FAMILIES: tuple[Family, ...] = (
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",)),
     # KDA + MLA (vLLM's KimiLinearForCausalLM, vllm/models/kimi_k3): linear_attn_config's 1-based
     # kda_layers are KDA, the rest MLA (KimiLinearConfig.is_kda_layer); kda_state_dtype keeps the
-    # SSM state in float32 unless --mamba-ssm-cache-dtype says bfloat16.
-    Family("Kimi-Linear", ("kimi_linear",), Variant("kda"),
+    # SSM state in float32 unless --mamba-ssm-cache-dtype says bfloat16. Kimi-K3's text_config is a
+    # KimiLinearConfig (model_type kimi_linear, its default where the text_config names none), served
+    # by the same KimiDecoderLayer; its full-rank-gate KDA layers are model_config.full_rank_kda's.
+    Family("Kimi-Linear", ("kimi_linear", "kimi_k3"), Variant("kda"),
            {"num_heads": (("linear_attn_config.num_heads",),),
             "head_dim": (("linear_attn_config.head_dim",),)},
            conv_kernel=(("linear_attn_config.short_conv_kernel_size",),), layers="kda",
@@ -137,6 +139,7 @@ ARCHITECTURE_LABELS: Mapping[str, tuple[str, str]] = {
     "InternS2PreviewForConditionalGeneration": ("InternS2 Preview", "gdn"),
     "ColQwen3_5": ("ColQwen3.5", "gdn"),
     "Nemotron3_5TranscribeForConditionalGeneration": ("Nemotron3.5-Transcribe", "mamba2"),
+    "KimiK3ForConditionalGeneration": ("Kimi-K3", "kda"),
 }
 
 
@@ -151,13 +154,9 @@ def labelled(family: Family, architectures: Sequence[str]) -> Family:
     return family
 
 
-# Architectures vLLM serves with KDA layers whose transfer mambaxfer does not model yet, and why.
-NOT_MODELLED: Mapping[str, str] = {
-    "KimiK3ForConditionalGeneration": "Kimi-K3's full-rank KDA layers, sparse-attention (DSA) indexer caches and "
-                                      "packed hybrid blocks (get_packed_hybrid_block_size)",
-    "KimiK31ForConditionalGeneration": "Kimi-K3.1's full-rank KDA layers, sparse-attention (DSA) indexer caches "
-                                       "and packed hybrid blocks (get_packed_hybrid_block_size)",
-}
+# Architectures vLLM serves with KDA layers whose transfer mambaxfer does not model yet, and why
+# (none today: SGLang's reader still words its own, engines/sglang/release.py).
+NOT_MODELLED: Mapping[str, str] = {}
 
 # Used when the model_type is not in the table, or when --variant overrides detection: every
 # name any family uses, most specific first (each variant's module lists them).
@@ -226,8 +225,25 @@ CONNECTOR_REFUSED: Mapping[str, tuple[str, str, str]] = {
 }
 
 
+# Architectures vLLM serves whose KV cache its NIXL connector cannot register: Kimi-K3.1 (vLLM 0.34,
+# KimiK3ForConditionalGeneration with dsa_config). Its DSA indexer's key cache is one entry per token
+# (tokens_per_state 1), so get_current_attn_backends_and_specs keeps it, and the connector's
+# _sync_block_size_with_kernel takes its backend's 64-token kernel block (KimiK3IndexerBackend) for
+# every group; the packed block rows its BLHNC layout forces are never split so, and
+# register_kv_caches raises on each engine, prefill and decode, whatever the TP or GPU.
+REGISTRATION_REFUSED: Mapping[str, str] = {
+    "KimiK31ForConditionalGeneration": "Kimi-K3.1",
+}
+
+
 def connector_refusal(architectures: Sequence[str]) -> str | None:
     """vLLM's own error where its NIXL connector refuses the architecture's state (None: it does not)."""
+    for arch in architectures:
+        if arch in REGISTRATION_REFUSED:
+            return (f"vLLM 0.34 serves {REGISTRATION_REFUSED[arch]} ({arch}), but its NIXL connector refuses its "
+                    f"KV cache when each worker registers it: AssertionError: KV cache view cannot be partitioned into "
+                    f"NIXL regions (register_kv_caches, after _sync_block_size_with_kernel takes the DSA "
+                    f"indexer's 64-token kernel block for the packed block rows)")
     for arch in architectures:
         if arch in CONNECTOR_REFUSED:
             label, member, path = CONNECTOR_REFUSED[arch]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import NotModelled, UserError, quoted
-from mambaxfer_cli.planning.startup import architecture_names, removed_refusal
+from mambaxfer_cli.planning.startup import architecture_names, release_refusal, removed_refusal
 from mambaxfer_cli.readers.families import (
     GENERIC, MAMBA_SSM_DTYPE_READERS, NOT_MODELLED, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
     labelled,
@@ -19,6 +20,7 @@ from mambaxfer_cli.limits import (
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import served_anywhere
 from mambaxfer_cli.planning.variants import titles
+from mambaxfer_cli.planning.variants.kda import KIMI_K3_KDA
 from mambaxfer_cli.readers import glm5next, qwen4exp
 
 DEFAULT_DTYPE = "bfloat16"
@@ -230,15 +232,20 @@ def spec_from_config(
     given_by: Mapping[str, str] | None = None,
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
+    releases: Sequence[str] | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
-    ``given_by`` names where an override came from (default: its command-line flag)."""
+    ``given_by`` names where an override came from (default: its command-line flag); ``releases``:
+    the vLLM releases the engines run, each of which must serve the architecture."""
     where = source or name
     as_read = config
     removed = removed_refusal(config)      # startup: the registry's removed architectures
     if removed:
         raise UserError(f"{where}: {removed}")
     archs = architecture_names(config)
+    unserved = release_refusal(archs, releases or ()) if variant is None else None
+    if unserved:      # startup: an architecture only another release's registry has
+        raise UserError(f"{where}: {unserved}")
     unmodelled = next((NOT_MODELLED[a] for a in archs if a in NOT_MODELLED), None)
     if unmodelled:
         raise NotModelled(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not yet model {unmodelled}",
@@ -248,6 +255,9 @@ def spec_from_config(
         raise UserError(f"{where}: {refused}")
     config = nested_keys(flatten_text_config(config))
     family = labelled(_detect(config, variant, where, archs), archs)
+    full_rank = family.layers == "kda" and bool(config.get("linear_attn_config.use_full_rank_gate"))
+    if full_rank:       # KimiK3DeltaAttention: its layer and class both read --mamba-ssm-cache-dtype
+        family = replace(family, ssm_dtype_fixed="")
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
@@ -276,6 +286,10 @@ def spec_from_config(
         ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
         found = None
     sizing = ""
+    if ssm_dtype and full_rank and canonical_dtype(ssm_dtype) not in ("float32", "bfloat16"):
+        given = canonical_dtype(ssm_dtype)
+        raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
+                        f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
     if ssm_dtype and family.ssm_dtype_fixed:
         given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
         if family.ssm_dtype_fixed == "layer" and given not in ("float32", "bfloat16"):
@@ -298,6 +312,10 @@ def spec_from_config(
             f"whatever the flags")
     elif found:
         ssm, ssm_origin = found[0], f"config key {found[1]}"
+    elif full_rank:
+        ssm, ssm_origin = str(family.ssm_dtype_default), (
+            f"{family.label} default: its full-rank-gate KDA layers (KimiK3DeltaAttention) keep the SSM state in "
+            f"{family.ssm_dtype_default} under --mamba-ssm-cache-dtype auto (kda_state_dtype)")
     elif family.ssm_dtype_default:
         ssm, ssm_origin = family.ssm_dtype_default, (
             f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
@@ -315,6 +333,8 @@ def spec_from_config(
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
+    if ATTENTION in layers and family.layers == "kda":
+        _kimi_mla_asserts(config, where)
     if ATTENTION in layers and family.mla:
         heads, size = _latent(config, where, kv_heads, head_size)
         q_heads = _positive(config.get("num_attention_heads"))
@@ -335,11 +355,26 @@ def spec_from_config(
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
-        sizing_ssm_dtype=sizing, hf_config=as_read, qwen4exp=parts, glm5next=glm,
+        sizing_ssm_dtype=sizing, ssm_backend=KIMI_K3_KDA if full_rank else "", hf_config=as_read,
+        qwen4exp=parts, glm5next=glm,
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec
+
+
+def _kimi_mla_asserts(config: Mapping[str, Any], where: str) -> None:
+    """``KimiDecoderLayer.__init__`` (vllm/models/kimi_k3, Kimi-Linear's and Kimi-K3's layer) on an
+    MLA layer: it asserts the MLA keys are set (``KimiLinearConfig`` defaults them to None) and
+    ``mla_use_nope`` is true (its default is false); vLLM stops as it builds the model."""
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
+        if config.get(key) is None:
+            raise UserError(f"{where}: vLLM does not start: its MLA layers need {key}, which the config does not "
+                            f"set (KimiDecoderLayer.__init__: assert {key} is not None)")
+    if not config.get("mla_use_nope"):
+        raise UserError(f"{where}: vLLM does not start: \"Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only\": "
+                        f"its MLA layers need mla_use_nope true (KimiDecoderLayer.__init__'s assert), got "
+                        f"{quoted(config.get('mla_use_nope'))}")
 
 
 def _check_state_size(spec: ModelSpec, where: str) -> None:

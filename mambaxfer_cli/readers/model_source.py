@@ -116,10 +116,13 @@ def load_model(
     head_size: int | None = None,
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
+    releases: tuple[str, ...] | None = None,
 ) -> ModelSpec:
-    """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
+    """Find and read the model named by ``--model``; CLI overrides beat file overrides;
+    ``releases``: the vLLM releases its engines run, each of which must serve it."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
-           "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype}
+           "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype,
+           "releases": releases}
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

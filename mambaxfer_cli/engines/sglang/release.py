@@ -108,6 +108,8 @@ _FAMILIES = {
     "Zamba2": FamilyRule(False, note="SGLang 0.5.23 has no Zamba2 model file"),
     "Kimi-Linear": FamilyRule(False, note="SGLang 0.5.23 serves Kimi-Linear (models/kimi_linear.py), but "
                                           "mambaxfer does not model its KDA and MLA transfer yet"),
+    "Kimi-K3": FamilyRule(False, note="SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer does "
+                                      "not model its KDA and MLA transfer for SGLang"),
     "Bailing-V3": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
     "AliceAI": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
     "Qwen4Exp": FamilyRule(False, note=("SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state "

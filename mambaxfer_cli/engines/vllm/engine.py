@@ -107,6 +107,11 @@ class Engines:
     def releases(self) -> str:
         return label(self.prefill.release, self.decode.release)
 
+    @property
+    def release_names(self) -> tuple[str, ...]:
+        """Both engines' releases by name (``0.34``), prefill's first."""
+        return (self.prefill.release.name, self.decode.release.name)
+
     def describe(self) -> str:
         """The release(s) and GPU(s) answers are for: ``vLLM 0.34 on H100 (SM 9.0, CUDA 13)``."""
         p, d = self.prefill.gpu, self.decode.gpu
@@ -189,7 +194,8 @@ def ssm_backend(variant: str) -> str:
 def hashed_backend(model: ModelSpec, geometry: Geometry) -> str:
     """vLLM's compatibility hash takes the backend of the first layer that keeps a cache
     (``get_current_attn_backends(...)[0]``; SSM layers are attention layers there too): for a
-    hybrid that starts with an SSM layer, the attention backend is not part of the hash."""
+    hybrid that starts with an SSM layer, the attention backend is not part of the hash; Kimi-K3's
+    full-rank-gate KDA layers name theirs ``KIMI_K3_KDA`` (``KimiK3KDAAttentionBackend.get_name``)."""
     if model.layers and model.layers[0] == "attention":
         return geometry.attention_backend
-    return ssm_backend(model.variant)
+    return model.ssm_backend or ssm_backend(model.variant)

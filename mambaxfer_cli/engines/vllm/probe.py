@@ -28,6 +28,7 @@ from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Reque
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
+from mambaxfer_cli.planning.variants.kda import KIMI_K3_KDA
 
 LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -530,8 +531,20 @@ class Installed:
         parallel = StandIn("parallel_config", tensor_parallel_size=tp, decode_context_parallel_size=1,
                            pipeline_parallel_size=1, use_sequence_parallel_moe=False, enable_dbo=False,
                            ubatch_size=1)
-        vllm_config = StandIn("vllm_config", model_config=model_config, cache_config=cache_config,
-                              parallel_config=parallel, speculative_config=None, num_speculative_tokens=0)
+
+        def config_of(model_config):
+            return StandIn("vllm_config", model_config=model_config, cache_config=cache_config,
+                           parallel_config=parallel, speculative_config=None, num_speculative_tokens=0,
+                           with_hf_config=with_hf_config)
+
+        def with_hf_config(hf_config, architectures=None):
+            """``VllmConfig.with_hf_config``: the same config on another HF config (Kimi-K3's class
+            hands its text_config to KimiLinearForCausalLM's)."""
+            return config_of(StandIn("model_config", hf_config=hf_config, hf_text_config=text_config(hf_config),
+                                     architecture=(architectures or [arch])[0], dtype=model_config.dtype,
+                                     max_model_len=4096, multimodal_config=None))
+
+        vllm_config = config_of(model_config)
         hooks = _symbol("vllm.model_executor.models.config", "MODELS_CONFIG_MAP")
         if arch in hooks:      # the architecture's config hook runs first (Nemotron-H's, Qwen3.5's SSM dtype)
             with calling(f"{hooks[arch].__name__}.verify_and_update_config"), answering():
@@ -598,8 +611,10 @@ class Installed:
             return self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
         cache = "auto" if model.conv_dtype == model.model_dtype else model.conv_dtype
+        # Kimi-K3's full-rank-gate layer (KimiK3DeltaAttention.get_state_dtype) passes the SSM dtype too.
+        ssm = (model.ssm_dtype,) if model.ssm_backend == KIMI_K3_KDA else ()
         with calling("MambaStateDtypeCalculator.kda_state_dtype"), answering():
-            return tuple(calculator.kda_state_dtype(self.dtype(model.model_dtype), cache))
+            return tuple(calculator.kda_state_dtype(self.dtype(model.model_dtype), cache, *ssm))
 
     def mamba_type(self, model: ModelSpec):
         enum = _symbol("vllm.v1.attention.backends.registry", "MambaAttentionBackendEnum")
@@ -1035,6 +1050,8 @@ class Installed:
                   "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2"),
                   "kda": ("vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn", "KimiGatedDeltaNetAttention")}
         mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(*mixers[model.variant])
+        if model.ssm_backend == KIMI_K3_KDA:     # KimiDecoderLayer's layer under use_full_rank_gate
+            mixer_class = _symbol("vllm.models.kimi_k3.nvidia.kda", "KimiK3DeltaAttention")
         attention_class = _symbol("vllm.model_executor.layers.attention.attention", "Attention")
         backend_class = self.backend_class(backend) if model.has_attention else None
         out = {}
