@@ -4,6 +4,7 @@ dtypes as vLLM resolves them (a float32 checkpoint, a config's mamba_ssm_dtype, 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,5 +109,40 @@ def test_nemotron_3_5_transcribe_is_named_and_refused_replayssm(tmp_path):
     assert spec.family == "Nemotron3.5-Transcribe"
     from mambaxfer_cli.planning.startup import replayssm_refusal
 
-    # Only Nemotron-H's own class (and 0.34's Nano-VL) supports ReplaySSM.
-    assert "not supported" in (replayssm_refusal(spec, kv_connector=False) or "")
+    # Only Nemotron-H's own class (and 0.34's Nano-VL) and the KDA classes support ReplaySSM.
+    assert replayssm_refusal(spec, kv_connector=False) == ("--use-replayssm is not supported for architecture "
+                                                           "'Nemotron3_5TranscribeForConditionalGeneration'")
+
+
+def test_kimis_replayssm_is_recoverssm_with_speculative_tokens_which_a_connector_moves():
+    """validate_mamba_cached_kernel: a KDA architecture with speculative tokens runs RecoverSSM on the
+    stock page (allowed beside a KV connector); without them it is ReplaySSM, refused beside one."""
+    from mambaxfer_cli.planning.startup import replayssm_refusal
+
+    kimi = load_model("kimi-linear-48b")
+    assert replayssm_refusal(replace(kimi, num_spec=2), kv_connector=True) is None
+    assert "incompatible with KV connectors" in (replayssm_refusal(kimi, kv_connector=True) or "")
+    assert "not supported for architecture 'Glm5NextForConditionalGeneration'" in (
+        replayssm_refusal(load_model("glm-5-next"), kv_connector=True) or "")
+
+
+def test_preflight_takes_kimis_recoverssm_beside_the_connector():
+    """--use-replayssm with speculative tokens on Kimi-Linear: RecoverSSM, the stock page; vLLM starts
+    and the connector moves it (the same lines without speculative tokens are refused)."""
+    spec = json.dumps({"method": "eagle3", "model": "org/kimi-eagle3", "num_speculative_tokens": 2})
+
+    def line(role: str, extra: str) -> str:
+        transfer = json.dumps({"kv_connector": "NixlConnector", "kv_role": role})
+        return (f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve moonshotai/Kimi-Linear-48B-A3B-Instruct -tp 1 "
+                f"--use-replayssm --kv-transfer-config '{transfer}' {extra}")
+
+    speculative = f"--speculative-config '{spec}'"
+    result = run_cli("preflight", "--prefill", line("kv_producer", speculative), "--decode",
+                     line("kv_consumer", speculative), "--format", "json")
+    doc = json.loads(result.stdout)
+    assert result.code == 0 and doc["verdict"] == "works", result.stdout[-2000:]
+    assert any("RecoverSSM" in w for w in doc["warnings"])
+    result = run_cli("preflight", "--prefill", line("kv_producer", ""), "--decode", line("kv_consumer", ""),
+                     "--format", "json")
+    doc = json.loads(result.stdout)
+    assert result.code == 1 and "incompatible with KV connectors" in doc["headline"]

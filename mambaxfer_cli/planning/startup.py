@@ -44,13 +44,32 @@ REPLAYSSM_FAMILIES = ("Nemotron-H",)
 KDA_ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
 
 
+KDA_FAMILIES = ("Kimi-Linear", "Kimi-K3")      # the family labels of KDA_ARCHITECTURES' models
+
+
+def _kda(model: ModelSpec) -> bool:
+    return any(a in KDA_ARCHITECTURES for a in architecture_names(model.hf_config)) or model.family in KDA_FAMILIES
+
+
+def runs_recoverssm(model: ModelSpec) -> bool:
+    """Whether ``--use-replayssm`` means RecoverSSM on this model (``use_kda_recoverssm``): a KDA
+    architecture with speculative tokens."""
+    return _kda(model) and model.num_spec > 0
+
+
 def replayssm_refusal(model: ModelSpec, kv_connector: bool) -> str | None:
     """``VllmConfig.validate_mamba_cached_kernel`` on ``--use-replayssm``: an architecture that does
     not support it, then any KV connector (P/D disaggregation, KV offload): ReplaySSM's rings live in
-    the mamba page beside the conv and SSM state, and the connectors do not move them. None where
-    vLLM starts (no connector). KDA's RecoverSSM (speculative tokens) is not modelled here."""
-    if model.family not in REPLAYSSM_FAMILIES:
-        return f"--use-replayssm is not supported for architecture of the {model.family or model.name} family"
+    the mamba page beside the conv and SSM state, and the connectors do not move them. A KDA
+    architecture (Kimi-Linear, Kimi-K3) with speculative tokens runs RecoverSSM instead
+    (``use_kda_recoverssm``): its verify records live outside the KV cache, the page is the stock
+    one, and the connectors move it as usual. None where vLLM starts."""
+    archs = architecture_names(model.hf_config)
+    if model.family not in REPLAYSSM_FAMILIES and not _kda(model):
+        named = repr(archs[0]) if archs else f"of the {model.family or model.name} family"
+        return f"--use-replayssm is not supported for architecture {named}"
+    if runs_recoverssm(model):
+        return None
     if kv_connector:
         return "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
     return None
