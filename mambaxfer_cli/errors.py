@@ -8,15 +8,6 @@ class UserError(Exception):
     """Something the user asked for is wrong; the message says what and how to fix it."""
 
 
-class NotModelled(UserError):
-    """A config of an architecture an engine serves whose transfer mambaxfer does not model yet;
-    the message is vLLM's case, ``where`` and ``arch`` let another engine say its own."""
-
-    def __init__(self, message: str, where: str, arch: str) -> None:
-        super().__init__(message)
-        self.where, self.arch = where, arch
-
-
 def clipped(text: str, limit: int = 80) -> str:
     """A long text (a path, a model name) cut to its start, with its length."""
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"

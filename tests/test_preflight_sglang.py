@@ -327,10 +327,11 @@ def test_lines_read_as_sglangs_own_parser_reads_them():
 
 
 def test_a_model_mambaxfer_does_not_model_is_refused_in_sglang_s_words(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["KimiK3ForConditionalGeneration"],
-                                                      "model_type": "kimi_k3"}))
+    source = Path(__file__).with_name("fixtures") / "hf-configs" / "kimi-k3.example.json"
+    (tmp_path / "config.json").write_text(source.read_text())
     p, d = lines(str(tmp_path), "--tp 1", "--tp 2")
     result = run_cli("preflight", "--prefill", p, "--decode", d)
-    assert_user_error(result, "--prefill:", "SGLang 0.5.23 serves KimiK3ForConditionalGeneration "
-                                            "(srt/models/kimi_k3.py), but mambaxfer does not yet model")
+    # SGLang starts it: not a start-up refusal, but one line saying mambaxfer does not model it
+    assert_user_error(result, "--prefill:", "SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer "
+                                            "does not model its KDA and MLA transfer for SGLang")
     assert "vLLM" not in result.stderr

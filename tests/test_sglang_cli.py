@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -177,10 +178,9 @@ def test_a_family_mambaxfer_does_not_model_for_sglang_is_refused_in_sglang_s_wor
     assert vllm.code == 0, vllm.stderr
 
 
-def test_kimi_k3_is_refused_in_sglang_s_words(tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3"}))
+def test_kimi_k3_is_refused_in_sglang_s_words():
+    config = Path(__file__).with_name("fixtures") / "hf-configs" / "kimi-k3.example.json"
     result = run_cli("plan", "--engine", "sglang", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
-    assert_user_error(result, "SGLang 0.5.23 serves KimiK3ForConditionalGeneration (srt/models/kimi_k3.py), but "
-                              "mambaxfer does not yet model")
+    assert_user_error(result, "SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer does not "
+                              "model its KDA and MLA transfer for SGLang")
     assert "vLLM" not in result.stderr

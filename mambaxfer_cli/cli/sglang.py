@@ -8,7 +8,7 @@ from typing import Any, cast
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
 from mambaxfer_cli.cli.params import changed_flags
 from mambaxfer_cli.cli.report import Report, Viewed
-from mambaxfer_cli.errors import NotModelled, UserError
+from mambaxfer_cli.errors import UserError
 
 NAME = "sglang"
 # ModelArgs' options that SGLang's rules set themselves (its dtype variables, no speculative rows).
@@ -45,12 +45,7 @@ def load(model: ModelArgs, name: str | None = None):
         raise UserError(f"{', '.join(given)}: SGLang sets its state dtypes and conv rows itself "
                         f"(SGLANG_MAMBA_CONV_DTYPE, SGLANG_MAMBA_SSM_DTYPE, the config's mamba_ssm_dtype); "
                         f"--engine sglang does not take {'them' if len(given) > 1 else 'it'}")
-    from mambaxfer_cli.engines.sglang import SGLANG_0_5_23
-
-    try:
-        return model.load(name)
-    except NotModelled as exc:      # the reader words it for vLLM
-        raise UserError(SGLANG_0_5_23.not_modelled(exc.where, exc.arch)) from None
+    return model.load(name)
 
 
 class PlanReport(Report):

@@ -23,7 +23,7 @@ from mambaxfer_cli.engines.sglang.release import BACKENDS, SGLANG_0_5_23, Releas
 from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_refusal
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 from mambaxfer_cli.engines.sglang.writes import check_side
-from mambaxfer_cli.errors import NotModelled, UserError
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import did_you_mean, unrecognized
@@ -108,13 +108,14 @@ def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Releas
                         f"for SGLang's {' and '.join(BACKENDS)} backends")
     try:
         model = load(line.model)
-    except NotModelled as exc:      # the reader words it for vLLM
-        raise UserError(f"--{side}: {release.not_modelled(exc.where, exc.arch)}") from None
     except UserError as exc:
         raise UserError(f"--{side}: {exc}") from None
     try:
         family_rule(model, release)
     except UserError as exc:
+        rule = release.families.get(model.family)
+        if rule is not None and rule.engine_serves:     # SGLang starts it; mambaxfer does not model it
+            raise UserError(f"--{side}: {exc}") from None
         return SGLangServer(side, line, model, None, str(exc), release)
     return SGLangServer(side, line, model, sglang_model(model, line.state_env, release), None, release)
 

@@ -154,10 +154,6 @@ def labelled(family: Family, architectures: Sequence[str]) -> Family:
     return family
 
 
-# Architectures vLLM serves with KDA layers whose transfer mambaxfer does not model yet, and why
-# (none today: SGLang's reader still words its own, engines/sglang/release.py).
-NOT_MODELLED: Mapping[str, str] = {}
-
 # Used when the model_type is not in the table, or when --variant overrides detection: every
 # name any family uses, most specific first (each variant's module lists them).
 GENERIC: Mapping[str, Family] = {

@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
-from mambaxfer_cli.errors import NotModelled, UserError, quoted
+from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names, release_refusal, removed_refusal
 from mambaxfer_cli.readers.families import (
-    GENERIC, MAMBA_SSM_DTYPE_READERS, NOT_MODELLED, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
+    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
     labelled,
     supported_summary,
 )
@@ -246,10 +246,6 @@ def spec_from_config(
     unserved = release_refusal(archs, releases or ()) if variant is None else None
     if unserved:      # startup: an architecture only another release's registry has
         raise UserError(f"{where}: {unserved}")
-    unmodelled = next((NOT_MODELLED[a] for a in archs if a in NOT_MODELLED), None)
-    if unmodelled:
-        raise NotModelled(f"{where}: vLLM serves {archs[0]}, but mambaxfer does not yet model {unmodelled}",
-                          where, archs[0])
     refused = connector_refusal(archs) if variant is None else None
     if refused:
         raise UserError(f"{where}: {refused}")

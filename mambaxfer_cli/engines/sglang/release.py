@@ -16,9 +16,10 @@ BACKENDS = (NIXL, MOONCAKE)
 class FamilyRule:
     """How SGLang serves one model family (keyed by the family label mambaxfer reads)."""
 
-    served: bool
+    served: bool                     # mambaxfer answers for it under this release
     config_ssm_dtype: bool = False   # its config hook passes the config to mamba2_state_dtype
     note: str = ""
+    engine_serves: bool = False      # not served by mambaxfer, but SGLang serves it (srt/models/ has it)
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,10 @@ class Release:
     state_dtypes: tuple[str, ...]            # the names mamba2_state_dtype accepts
     families: Mapping[str, FamilyRule]
     messages: Mapping[str, str] = field(default_factory=dict)
-    # Architectures whose transfer mambaxfer does not model, that this release serves: their model file.
-    unmodelled_files: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "families", MappingProxyType(dict(self.families)))
         object.__setattr__(self, "messages", MappingProxyType(dict(self.messages)))
-        object.__setattr__(self, "unmodelled_files", MappingProxyType(dict(self.unmodelled_files)))
-
-    def not_modelled(self, where: str, arch: str) -> str:
-        """Its line for a config whose transfer mambaxfer does not model (``NotModelled``)."""
-        found = self.unmodelled_files.get(arch)
-        if found is None:
-            return f"{where}: {self.label} serves no {arch} (no model file in srt/models/ names it)"
-        return (f"{where}: {self.label} serves {arch} ({found}), but mambaxfer does not yet model its state and "
-                f"KV transfer")
 
     @property
     def label(self) -> str:
@@ -106,17 +96,21 @@ _FAMILIES = {
                                        note="configs/qwen3_next.py (Qwen3.5 inherits it)"),
     "Jamba": FamilyRule(False, note="SGLang 0.5.23 has no Jamba model file"),
     "Zamba2": FamilyRule(False, note="SGLang 0.5.23 has no Zamba2 model file"),
-    "Kimi-Linear": FamilyRule(False, note="SGLang 0.5.23 serves Kimi-Linear (models/kimi_linear.py), but "
-                                          "mambaxfer does not model its KDA and MLA transfer yet"),
-    "Kimi-K3": FamilyRule(False, note="SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer does "
-                                      "not model its KDA and MLA transfer for SGLang"),
-    "Bailing-V3": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
-    "AliceAI": FamilyRule(False, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
-    "Qwen4Exp": FamilyRule(False, note=("SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state "
-                                        "mambaxfer does not model for SGLang")),
-    "GLM-5-Next": FamilyRule(False, note=("SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "
-                                          "Glm5NextForConditionalGeneration only), but mambaxfer does not model its "
-                                          "KDA, sparse MLA and indexer transfer for SGLang")),
+    "Kimi-Linear": FamilyRule(False, engine_serves=True,
+                              note="SGLang 0.5.23 serves Kimi-Linear (models/kimi_linear.py), but mambaxfer does not "
+                                   "model its KDA and MLA transfer yet"),
+    "Kimi-K3": FamilyRule(False, engine_serves=True,
+                          note="SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer does not model "
+                               "its KDA and MLA transfer for SGLang"),
+    "Bailing-V3": FamilyRule(False, engine_serves=True, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
+    "AliceAI": FamilyRule(False, engine_serves=True, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
+    "Qwen4Exp": FamilyRule(False, engine_serves=True,
+                           note="SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state mambaxfer does "
+                                "not model for SGLang"),
+    "GLM-5-Next": FamilyRule(False, engine_serves=True,
+                             note="SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "
+                                  "Glm5NextForConditionalGeneration only), but mambaxfer does not model its KDA, "
+                                  "sparse MLA and indexer transfer for SGLang"),
 }
 
 SGLANG_0_5_23 = Release(
@@ -130,8 +124,6 @@ SGLANG_0_5_23 = Release(
     state_dtypes=("float32", "bfloat16", "float16"),
     families=_FAMILIES,
     messages=_MESSAGES,
-    # srt/models/: each file's EntryClass.
-    unmodelled_files={"KimiK3ForConditionalGeneration": "srt/models/kimi_k3.py"},
 )
 
 RELEASES: Mapping[str, Release] = MappingProxyType({SGLANG_0_5_23.version: SGLANG_0_5_23})
