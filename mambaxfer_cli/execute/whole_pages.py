@@ -44,7 +44,7 @@ from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
@@ -161,7 +161,7 @@ def _ple(model: ModelSpec, side: EngineLayout, first_region: int) -> PageLists |
 def _indexer(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[PageLists, PageLists]:
     found = indexer_caches.caches(model)
     assert found is not None
-    layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
+    layers = model.attention_indices
     slot, ring, key = found.ring_slot_bytes, found.ring_page_bytes, found.key_bytes
     ckey = found.key_page_bytes(side.geometry.block_size)
     blocks = side.lists.logical_blocks

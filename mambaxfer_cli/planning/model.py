@@ -131,6 +131,11 @@ class ModelSpec:
         return sum(1 for kind in self.layers if kind == ATTENTION)
 
     @property
+    def attention_indices(self) -> tuple[int, ...]:
+        """The attention layers' indices among the cache-keeping layers."""
+        return tuple(i for i, kind in enumerate(self.layers) if kind == ATTENTION)
+
+    @property
     def conv_rows(self) -> int:
         return self.conv_kernel - 1 + (self.num_spec if self.variant.rules.speculative_rows else 0)
 

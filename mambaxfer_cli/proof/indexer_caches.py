@@ -156,7 +156,7 @@ def prove(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None:
     if unproved(plan) is not None:
         return None
     model = plan.model
-    layers = tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
+    layers = model.attention_indices
     reads = moved = verified = 0
     damage: list[Damage] = []
     for cache in _caches(plan, p_model or model):

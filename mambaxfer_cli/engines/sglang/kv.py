@@ -25,7 +25,7 @@ from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.layout import kv_head_shard
-from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.proof.pattern import unit_bytes_pattern
 
 K, V = "k", "v"
@@ -97,17 +97,12 @@ class KVRank:
         return f"{field.upper()} token {token} head {self.first_head + head} byte {byte}"
 
 
-def attention_layer_ids(model: ModelSpec) -> tuple[int, ...]:
-    """The attention layers, numbered among the cache-keeping layers as the state entries are."""
-    return tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
-
-
 def kv_entries(side: KVSide) -> tuple[TransferEntry, ...]:
     """One entry per buffer in SGLang's order: K of every attention layer, then V of every one;
     an item is one page (``dim``: the rank's KV heads)."""
     if not side.model.has_attention or side.model.mla:
         return ()
-    layers = attention_layer_ids(side.model)
+    layers = side.model.attention_indices      # numbered among the cache-keeping layers, as the state entries are
     return tuple(TransferEntry(field, layer, side.page_bytes, side.heads) for field in KV_FIELDS for layer in layers)
 
 

@@ -40,7 +40,7 @@ from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, En
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.model import ModelSpec
 
 # The sparse MLA backend vLLM picks, by GPU family (SM 9.x, SM 10.x): geometry.SPARSE_MLA_BACKENDS.
 SPARSE_PICKS = {9: "FLASHINFER_MLA_SPARSE_SM90", 10: "FLASHINFER_MLA_SPARSE"}
@@ -169,10 +169,6 @@ def key_bytes(model: ModelSpec) -> int:
     return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
 
 
-def attention_layers(model: ModelSpec) -> tuple[int, ...]:
-    return tuple(i for i, kind in enumerate(model.layers) if kind == ATTENTION)
-
-
 # What a registered region of a GLM-5-Next engine holds: the first of its views (register_kv_caches).
 KDA_VIEW, KEYS, LATENT, RING = "kda", "keys", "latent", "ring"
 
@@ -199,7 +195,7 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
     joins one sets its length."""
     g = model.glm5next
     assert g is not None
-    mla = len(attention_layers(model))
+    mla = model.attention_layers
     page = geometry.page_bytes
     keys = geometry.block_size // g.index_kpool * key_bytes(model)
     ring = ring_tokens(model) * ring_slot_bytes(model)
