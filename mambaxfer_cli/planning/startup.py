@@ -114,13 +114,20 @@ def architecture_names(config: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(a for a in found if isinstance(a, str)) if isinstance(found, (list, tuple)) else ()
 
 
-def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] = ("0.33", "0.34")) -> str | None:
+def known_releases() -> tuple[str, ...]:
+    """Every vLLM release mambaxfer models, by name, oldest first (engines/vllm/releases)."""
+    from mambaxfer_cli.engines.vllm.releases import NAMES
+
+    return NAMES
+
+
+def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
     """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed. Under
     ``--model-impl vllm`` vLLM stops with this error; under ``auto`` or ``transformers`` it falls
     back to its Transformers backend (``_try_resolve_transformers``), which keeps no Mamba state,
     so the NIXL connector has no SSM state to move. None where a release serves it."""
     archs = architecture_names(config)
-    for release in sorted(releases, reverse=True):
+    for release in reversed(tuple(releases or known_releases())):
         table = architectures(release)
         if not archs or any(a in table["served"] for a in archs):
             return None
@@ -147,7 +154,7 @@ def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None
         removed = next((a for a in archs if a in table["removed"]), None)
         words = (removed_words(removed, table["removed"][removed]) if removed else
                  f"Model architectures {list(archs)} are not supported for now")
-        others = sorted(r for r in ("0.33", "0.34") if set(archs).intersection(architectures(r)["served"]))
+        others = [r for r in known_releases() if set(archs).intersection(architectures(r)["served"])]
         return (f"vLLM {release} does not serve {archs[0]}: \"{words}\" (_ModelRegistry._raise_for_unsupported); "
                 f"vLLM {' and '.join(others)} serves it")
     return None
@@ -169,7 +176,7 @@ def registry_outcome(archs: Iterable[str], release: str) -> str:
     return removed_words(removed, table["removed"][removed]) if removed else "not served"
 
 
-def served_anywhere(archs: Iterable[str], releases: Iterable[str] = ("0.33", "0.34")) -> bool:
+def served_anywhere(archs: Iterable[str]) -> bool:
     """Whether some release's registry serves one of ``archs``."""
     wanted = set(archs)
-    return any(wanted.intersection(architectures(release)["served"]) for release in releases)
+    return any(wanted.intersection(architectures(release)["served"]) for release in known_releases())
