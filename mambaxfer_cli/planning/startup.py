@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -98,11 +99,14 @@ def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
 
 # --- the architecture each release serves (model_executor/models/registry.py) --------------------
 
+RELEASES_DIR = Path(__file__).parent.parent / "engines" / "vllm" / "releases"
+
+
 @lru_cache(maxsize=None)
 def architectures(release: str) -> dict[str, Any]:
     """The release's registry tables: ``served`` architectures, ``removed`` -> the last release
     that served it (``scripts/vllm_architectures.py`` extracts them from the wheel)."""
-    folder = Path(__file__).parent.parent / "engines" / "vllm" / "releases" / f"v{release.replace('.', '_')}"
+    folder = RELEASES_DIR / f"v{release.replace('.', '_')}"
     table: dict[str, Any] = json.loads((folder / "architectures.json").read_text())
     return table
 
@@ -114,11 +118,13 @@ def architecture_names(config: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(a for a in found if isinstance(a, str)) if isinstance(found, (list, tuple)) else ()
 
 
+@lru_cache(maxsize=None)
 def known_releases() -> tuple[str, ...]:
-    """Every vLLM release mambaxfer models, by name, oldest first (engines/vllm/releases)."""
-    from mambaxfer_cli.engines.vllm.releases import NAMES
-
-    return NAMES
+    """Every vLLM release mambaxfer models, by name, oldest first: the ``v<major>_<minor>`` folders
+    of engines/vllm/releases (read as files: the planning core imports no engine)."""
+    found = sorted((int(m.group(1)), int(m.group(2))) for path in RELEASES_DIR.iterdir()
+                   if (m := re.fullmatch(r"v(\d+)_(\d+)", path.name)) and (path / "architectures.json").is_file())
+    return tuple(f"{major}.{minor}" for major, minor in found)
 
 
 def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
