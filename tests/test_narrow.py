@@ -245,3 +245,22 @@ def test_a_tables_layout_does_not_follow_the_measured_digits(fast, slow):
         return [re.sub(r"[\d.]+", "#", line).split() for line in text.splitlines()]
 
     assert shown(*fast) == shown(*slow)
+
+
+def test_the_stacked_form_shows_an_unnamed_columns_value_alone():
+    """A table too wide for the terminal prints each row as ``column: value`` pairs; a column with no
+    header (preflight's agreement mark) shows its value alone, not as ': ✓'."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from mambaxfer_cli.render.console import fit
+
+    table = Table(title="Compared")
+    for name in ("field", "P", "D", ""):
+        table.add_column(name)
+    table.add_row("speculative", "method=mtp, model=" + "x" * 40, "method=mtp, model=" + "x" * 40, "✓")
+    out = Console(width=80, record=True, highlight=False)
+    out.print(fit(table, out))
+    text = out.export_text()
+    assert "field: speculative" in text and "P: method=mtp" in text
+    assert ": ✓" not in text and text.rstrip().endswith("· ✓"), text

@@ -259,7 +259,8 @@ def _chrome(table) -> int:
 
 def vertical(table, width: int | None = None):
     """The table's rows as lines: the first column's value as a heading, then ``column: value``
-    pairs packed into lines of at most ``width`` (a pair longer than that alone on its line)."""
+    pairs (an unnamed column's value alone) packed into lines of at most ``width`` (a pair longer
+    than that alone on its line)."""
     from rich.cells import cell_len
     from rich.console import Group
     from rich.text import Text
@@ -279,7 +280,7 @@ def vertical(table, width: int | None = None):
         for k, value in enumerate(values):
             if not k or not value.plain:
                 continue
-            pair = Text.assemble((headers[k] + ": ", "dim"), value)
+            pair = Text.assemble((headers[k] + ": " if headers[k] else "", "dim"), value)   # a mark column: the mark alone
             if line.plain.strip() and cell_len(line.plain) + 3 + cell_len(pair.plain) > width:
                 lines.append(line)
                 line = Text("  ")
