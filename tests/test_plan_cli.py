@@ -265,3 +265,18 @@ def test_every_verdict_code_the_vllm_rules_give_is_published():
         assert verdict["refusals"]["items"]["properties"]["code"]["enum"] == list(VERDICT_CODES), name
     backend = plan_schema()["$defs"]["Geometry"]["properties"]["attention_backend"]["enum"]
     assert backend == [*BACKENDS, *MLA_BACKENDS, *SPARSE_MLA_BACKENDS]
+
+
+def test_speculative_tokens_warn_that_draft_layers_are_not_planned():
+    """vLLM puts a drafter's attention layers in the target's KV-cache groups (docs/reference.md,
+    section 4); the plan has the target's layers only, and says so when speculative tokens are set."""
+    def codes(*extra: str) -> list[str]:
+        document = plan_json("--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", *extra)
+        return [w["code"] for w in document["warnings"]]
+
+    assert "draft-layers" not in codes()
+    assert "draft-layers" in codes("--num-spec", "1")
+    document = plan_json("--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--num-spec", "2")
+    message = next(w["message"] for w in document["warnings"] if w["code"] == "draft-layers")
+    assert message.startswith("speculative decoding (2 tokens on P, 2 on D): where a model drafts them")
+    assert "is_draft layers" in message and "descriptor IDs differ" in message

@@ -391,6 +391,30 @@ def test_mtp_1_on_p_and_2_on_d_is_accepted_and_corrupt(version):
     check_fix_works(doc)
 
 
+@pytest.mark.parametrize("spec, method", [
+    ('{"method":"mtp","num_speculative_tokens":1}', "mtp"),
+    ('{"model":"some/eagle3-head","method":"eagle3","num_speculative_tokens":2}', "eagle3"),
+    ('{"num_speculative_tokens":1}', "draft_model (vLLM's default without a model)"),
+    ('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}', None),
+    ('{"method":"suffix","num_speculative_tokens":2}', None),
+    ('{"model":"[ngram]","num_speculative_tokens":2}', None),
+])
+def test_a_drafting_method_is_named_and_a_draftless_one_is_not(spec, method):
+    """A method that drafts with a model adds draft layers to vLLM's KV-cache groups, which mambaxfer
+    does not plan: each line says so, and so does the plan; n-gram and suffix drafting add none."""
+    flag = f"--speculative-config '{spec}'"
+    code, doc = run_json(*lines("Qwen/Qwen3.5-0.8B", flag, f"--tensor-parallel-size 2 {flag}"))
+    assert code == 0 and doc["verdict"] == "works"
+    drafted = [w for w in doc["warnings"] if "is_draft layers" in w]
+    plan_codes = [w["code"] for w in doc["plan_warnings"]]
+    if method is None:
+        assert not drafted and "draft-layers" not in plan_codes
+    else:
+        assert [w.split(":")[0] for w in drafted] == ["P", "D"]
+        assert all(w[3:].startswith(f"--speculative-config method {method}: ") for w in drafted), drafted
+        assert plan_codes.count("draft-layers") == 1
+
+
 def test_033_hashes_parallel_drafting_and_034_does_not():
     p, d = lines("Qwen/Qwen3.5-0.8B", MTP.format(method="mtp", n=1).replace("}'", ",\"parallel_drafting\":true}'"),
                  MTP.format(method="mtp", n=1))

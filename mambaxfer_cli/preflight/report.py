@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.engines.vllm import drafts
 from mambaxfer_cli.engines.vllm.engine import Engines
 from mambaxfer_cli.engines.vllm.geometry import Geometry
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
@@ -125,10 +126,6 @@ class Report:
         }
 
 
-# Speculative methods that draft without a model (vLLM's SpeculativeMethod): no draft layers.
-DRAFTLESS = ("ngram", "ngram_gpu", "suffix")
-
-
 def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines: Engines = Engines()) -> Report:
     """The verdict on two serve lines; ``engines``: each side's release and GPU (and what the
     lines leave unsaid)."""
@@ -157,11 +154,9 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
                             f"(validate_mamba_cached_kernel): its verify records live outside the KV cache, the page "
                             f"is the stock one and the connector moves it; vLLM needs --mamba-backend triton (its "
                             f"default) and one pipeline stage")
-        method = e.line.speculative_method
-        if method and method not in DRAFTLESS and e.line.num_speculative_tokens:
-            warnings.append(f"{name}: --speculative-config method {method}: vLLM keeps the draft's attention layers "
-                            f"in this engine's KV-cache groups (get_kv_cache_spec: is_draft layers) and its connector "
-                            f"moves their pages too; mambaxfer checks the target model's layers only")
+        if e.line.num_speculative_tokens and drafts.drafts(e.line.speculative):
+            warnings.append(f"{name}: --speculative-config method {drafts.method_name(e.line.speculative)}: "
+                            f"{drafts.RULE}; mambaxfer checks the target model's layers only")
         warnings += [f"{name}: {n}" for n in e.line.notes]
     warnings += hash_warnings(p, d, first.plan)
     if pushes(p, d):

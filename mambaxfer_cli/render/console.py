@@ -280,7 +280,8 @@ def vertical(table, width: int | None = None):
         for k, value in enumerate(values):
             if not k or not value.plain:
                 continue
-            pair = Text.assemble((headers[k] + ": " if headers[k] else "", "dim"), value)   # a mark column: the mark alone
+            label = headers[k] + ": " if headers[k] else ""      # a mark column: the mark alone
+            pair = Text.assemble((label, "dim"), value)
             if line.plain.strip() and cell_len(line.plain) + 3 + cell_len(pair.plain) > width:
                 lines.append(line)
                 line = Text("  ")

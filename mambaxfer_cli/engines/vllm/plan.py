@@ -25,7 +25,7 @@ from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.engines.vllm.release import EngineFacts, every_region
-from mambaxfer_cli.engines.vllm import glm5next, indexer_caches, qwen4exp
+from mambaxfer_cli.engines.vllm import drafts, glm5next, indexer_caches, qwen4exp
 from mambaxfer_cli.engines.vllm.kv_layout import (
     CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
 )
@@ -48,6 +48,7 @@ class PlanOptions:
     seed: int = 0
     prefill_model: ModelSpec | None = None   # P's model when its dtypes or num_spec differ from D's
     kv_cache_layout: str | None = None       # VLLM_KV_CACHE_LAYOUT on both engines (None: vLLM's pick)
+    drafted: bool | None = None              # speculative tokens drafted by a model (None: not said)
 
     @property
     def engines(self) -> Engines:
@@ -460,13 +461,12 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             f"{prefill.kernel_tokens} × {prefill.geometry.blocks_per_logical} vs {decode.kernel_tokens} × "
             f"{decode.geometry.blocks_per_logical}): the proxy must forward remote_num_tokens in "
             f"kv_transfer_params, or D declines the reads")))
-    if model.num_spec or p_model.num_spec:
+    if (model.num_spec or p_model.num_spec) and options.drafted is not False:
+        where = "" if options.drafted else "where a model drafts them (MTP, EAGLE, a draft model; not n-gram), "
         warnings.append(Warning_("draft-layers", (
-            f"speculative decoding ({p_model.num_spec} tokens on P, {model.num_spec} on D): where a draft model "
-            f"drafts them (MTP, EAGLE, a draft model; not n-gram), vLLM keeps its attention layers in the same "
-            f"KV-cache groups as the target's (get_kv_cache_spec: is_draft layers) and the connector moves their "
-            f"pages too; mambaxfer plans the target's layers only, so with those layers the groups, tensors and "
-            f"descriptor IDs differ (each SSM layer's reads do not)")))
+            f"speculative decoding ({p_model.num_spec} tokens on P, {model.num_spec} on D): {where}{drafts.RULE}; "
+            f"mambaxfer plans the target's layers only, so with those layers the groups, tensors and descriptor IDs "
+            f"differ (each SSM layer's reads do not)")))
     split = prefill.geometry.split_by_remote
     if split > 1:
         warnings.append(Warning_("vllm-splits-blocks", (
