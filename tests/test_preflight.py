@@ -46,6 +46,19 @@ def check_fix_works(doc) -> None:
     assert again["verdict"] == "works" and again["fix"] is None
 
 
+def test_the_hashed_layer_count_is_the_configs_num_hidden_layers():
+    """compute_nixl_compatibility_hash takes get_total_num_hidden_layers, the config's
+    num_hidden_layers: Nemotron-H-8B's 52 decoder layers, of which 28 keep a cache (24 Mamba, 4
+    attention; the rest are MLP layers)."""
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--tensor-parallel-size 1", "--tensor-parallel-size 2")
+    code, doc = run_json(p, d)
+    layers = next(f for f in doc["compared"] if f["field"] == "layers")
+    assert (layers["prefill"], layers["decode"], layers["agree"]) == (52, 52, True), layers
+    from mambaxfer_cli.readers.model_source import load_model
+    model = load_model("nemotron-h-8b")
+    assert (len(model.layers), model.hashed_layers) == (28, 52)
+
+
 def test_nemotron_h_1p2d_works():
     p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--tensor-parallel-size 1", "--tensor-parallel-size 2")
     code, doc = run_json(p, d)

@@ -110,6 +110,7 @@ class ModelSpec:
     hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     qwen4exp: Qwen4ExpParts | None = None  # Qwen4Exp's PLE state and QSA caches
     glm5next: Glm5NextParts | None = None  # GLM-5-Next's sparse-attention indexer caches
+    hidden_layers: int = 0           # the config's num_hidden_layers (0: not said): every decoder layer
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -134,6 +135,12 @@ class ModelSpec:
     def attention_indices(self) -> tuple[int, ...]:
         """The attention layers' indices among the cache-keeping layers."""
         return tuple(i for i, kind in enumerate(self.layers) if kind == ATTENTION)
+
+    @property
+    def hashed_layers(self) -> int:
+        """The layer count vLLM's compatibility hash takes (``get_total_num_hidden_layers``: the
+        config's ``num_hidden_layers``, MLP and MoE layers included), else the cache-keeping layers'."""
+        return self.hidden_layers or len(self.layers)
 
     @property
     def conv_rows(self) -> int:

@@ -48,7 +48,7 @@ def engine_facts(e: ServedEngine, plan: Plan | None) -> EngineFacts:
     layout = None if plan is None else (plan.prefill if e.side == PREFILL else plan.decode)
     backend = layout.hashed_backend if layout is not None else e.attention_backend
     return EngineFacts(e.line.model, e.model.model_dtype, e.model.num_kv_heads, e.model.head_size,
-                       len(e.model.layers), backend, e.flags.kv_cache_dtype, speculative=speculative(e),
+                       e.model.hashed_layers, backend, e.flags.kv_cache_dtype, speculative=speculative(e),
                        transfer_mode=e.line.transfer_mode, hybrid_kv_cache_manager=e.hma)
 
 

@@ -352,11 +352,17 @@ def spec_from_config(
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
         sizing_ssm_dtype=sizing, ssm_backend=KIMI_K3_KDA if full_rank else "", hf_config=as_read,
-        qwen4exp=parts, glm5next=glm,
+        qwen4exp=parts, glm5next=glm, hidden_layers=_hidden_layers(config),
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec
+
+
+def _hidden_layers(config: Mapping[str, Any]) -> int:
+    """The text config's ``num_hidden_layers`` where it is a positive integer, else 0."""
+    value = config.get("num_hidden_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _kimi_mla_asserts(config: Mapping[str, Any], where: str) -> None:

@@ -384,7 +384,7 @@ def _indexer_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, 
 
 def engine_facts(model: ModelSpec, layout: EngineLayout) -> EngineFacts:
     """What vLLM's compatibility hash takes of one engine of a plan (pull, no speculation)."""
-    return EngineFacts(model.name, model.model_dtype, model.num_kv_heads, model.head_size, len(model.layers),
+    return EngineFacts(model.name, model.model_dtype, model.num_kv_heads, model.head_size, model.hashed_layers,
                        layout.hashed_backend, layout.geometry.kv_cache_dtype)
 
 

@@ -1025,7 +1025,7 @@ class Installed:
             get_num_kv_heads=lambda parallel_config: 1 if model.mla else max(
                 1, heads // parallel_config.tensor_parallel_size),
             get_total_num_kv_heads=lambda: heads, get_head_size=lambda: model.head_size or 0,
-            get_total_num_hidden_layers=lambda: len(model.layers),
+            get_total_num_hidden_layers=lambda: model.hashed_layers,
             get_num_attention_heads=lambda parallel_config: max(1, heads // parallel_config.tensor_parallel_size))
         layers = self.forward_context(model, flags.backend)
         return StandIn(
