@@ -97,6 +97,11 @@ def test_every_function_compares_real_cases(all_presets):
     for name in ("update_block_size_for_backend", "handshake verdict", "_compute_desc_ids",
                  "compute_nixl_compatibility_hash"):
         assert functions[name]["by_model"]["kimi-linear-48b"]["cases"] > 0, name
+    # --use-replayssm: every combination of the settings vLLM's check reads where the class supports
+    # it (Nemotron-H's ReplaySSM, Kimi-Linear's RecoverSSM), one default engine elsewhere.
+    replay = functions["validate_mamba_cached_kernel"]["by_model"]
+    assert replay["nemotron-h-8b"]["cases"] >= 288 and replay["kimi-linear-48b"]["cases"] >= 288, replay
+    assert replay["jamba"]["cases"] == 1, replay
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))

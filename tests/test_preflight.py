@@ -521,13 +521,21 @@ def test_startup_refusals_come_first_and_exit_1(tmp_path):
 @pytest.mark.parametrize("release", ["0.33", "0.34"])
 def test_use_replayssm_beside_a_connector_stops_the_engine_and_the_fix_removes_it(release):
     # VllmConfig.validate_mamba_cached_kernel: any KV connector refuses ReplaySSM (its rings are not sent).
-    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--use-replayssm", "-tp 2")
+    # vLLM 0.33 runs triton ReplaySSM on Model Runner V1 only, and starts V2 unless told otherwise.
+    v1 = "VLLM_USE_V2_MODEL_RUNNER=0 " if release == "0.33" else ""
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--use-replayssm", "-tp 2", p_env=v1 + DS)
     code, doc = run_json(p, d, "--vllm-version", release)
     assert code == 1
     assert doc["vllm"]["refusals"][0] == {
         "code": "replayssm", "message": f"vLLM {release} does not start the prefill engine: --use-replayssm is "
                                         f"incompatible with KV connectors (P/D disaggregation, KV cache offload) "
                                         f"(VllmConfig.validate_mamba_cached_kernel)"}
+    if release == "0.33":
+        p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--use-replayssm", "-tp 2")
+        code, doc = run_json(p, d, "--vllm-version", release)
+        assert code == 1 and doc["vllm"]["refusals"][0]["message"] == (
+            "vLLM 0.33 does not start the prefill engine: Triton ReplaySSM requires Model Runner V1; use "
+            "--mamba-backend flashinfer or Model Runner V1 (VllmConfig.validate_mamba_cached_kernel)")
     fix = doc["fix"]
     assert [c["flag"] for c in fix["changes"]] == ["--use-replayssm"] and fix["changes"][0]["new"] is None
     assert "--use-replayssm" not in fix["prefill"]
@@ -540,6 +548,49 @@ def test_use_replayssm_beside_a_connector_stops_the_engine_and_the_fix_removes_i
     code, doc = run_json(p, d, "--vllm-version", release)
     assert doc["vllm"]["refusals"][0]["message"].startswith(f"vLLM {release} does not start the prefill engine: "
                                                             f"--use-replayssm is not supported for architecture")
+
+
+@pytest.mark.parametrize("release", ["0.33", "0.34"])
+def test_recoverssm_beside_a_connector_needs_the_triton_mamba_backend(release):
+    """Kimi-Linear with speculative tokens and --use-replayssm runs RecoverSSM, which a connector
+    moves; on --mamba-backend flashinfer vLLM does not start (validate_mamba_cached_kernel)."""
+    spec = """--speculative-config '{"method":"eagle3","model":"org/kimi-eagle3","num_speculative_tokens":2}'"""
+    flags = f"--use-replayssm {spec} --no-enable-prefix-caching"
+    p, d = lines("moonshotai/Kimi-Linear-48B-A3B-Instruct", flags, flags)
+    code, doc = run_json(p, d, "--vllm-version", release)
+    assert code == 0 and doc["verdict"] == "works", doc["headline"]
+    p, d = lines("moonshotai/Kimi-Linear-48B-A3B-Instruct", flags + " --mamba-backend flashinfer", flags)
+    code, doc = run_json(p, d, "--vllm-version", release)
+    assert code == 1 and doc["vllm"]["refusals"][0] == {
+        "code": "replayssm", "message": f"vLLM {release} does not start the prefill engine: RecoverSSM requires "
+                                        f"--mamba-backend triton (VllmConfig.validate_mamba_cached_kernel)"}
+    # The fix keeps RecoverSSM and runs it on its backend.
+    assert [(c["flag"], c["new"]) for c in doc["fix"]["changes"]] == [("--mamba-backend", "triton")]
+    assert "--use-replayssm" in doc["fix"]["prefill"] and "--mamba-backend triton" in doc["fix"]["prefill"]
+    check_fix_works(doc)
+
+
+def test_stochastic_rounding_on_triton_needs_a_data_center_blackwell():
+    """MambaConfig: the triton kernels' stochastic rounding (cvt.rs) exists on compute capability
+    10.x only; on an H100 vLLM does not start, and the fix drops the flag."""
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--enable-mamba-cache-stochastic-rounding")
+    code, doc = run_json(p, d, "--gpu", "H100")
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "mamba-config"
+    assert "requires compute capability 10.0 (data center Blackwell)" in doc["vllm"]["refusals"][0]["message"]
+    assert "--enable-mamba-cache-stochastic-rounding" not in doc["fix"]["prefill"]
+    check_fix_works(doc)
+    code, doc = run_json(p, d, "--gpu", "B200")
+    assert not any(r["code"] == "mamba-config" for r in doc["vllm"]["refusals"])
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--enable-mamba-cache-stochastic-rounding --mamba-backend flashinfer")
+    code, doc = run_json(p, d, "--gpu", "H100")
+    assert not any(r["code"] == "mamba-config" for r in doc["vllm"]["refusals"])
+
+
+def test_an_unknown_mamba_backend_is_one_line():
+    p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--mamba-backend cuda")
+    result = run_cli("preflight", "--prefill", p, "--decode", d)
+    assert_user_error(result, "--mamba-backend: vLLM does not start: Unknown Mamba SSU backend: 'CUDA'. Valid "
+                              "options are: TRITON, FLASHINFER, CPU")
 
 
 QWEN4EXP = "Qwen/Qwen3.8-Flash-Next"

@@ -11,6 +11,8 @@ import pytest
 
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.engines.sglang.shapes import sglang_model
+from mambaxfer_cli.engines.vllm.releases import release
+from mambaxfer_cli.planning.startup import replayssm_case
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
 
@@ -107,23 +109,76 @@ def test_nemotron_3_5_transcribe_is_named_and_refused_replayssm(tmp_path):
                   "text_config": config}
     spec = spec_from_config(transcribe, name="t", source="t")
     assert spec.family == "Nemotron3.5-Transcribe"
-    from mambaxfer_cli.planning.startup import replayssm_refusal
-
     # Only Nemotron-H's own class (and 0.34's Nano-VL) and the KDA classes support ReplaySSM.
-    assert replayssm_refusal(spec, kv_connector=False) == ("--use-replayssm is not supported for architecture "
-                                                           "'Nemotron3_5TranscribeForConditionalGeneration'")
+    for rules in RULES.values():
+        assert rules.replayssm(replayssm_case(spec, kv_connector=False)) == (
+            "--use-replayssm is not supported for architecture 'Nemotron3_5TranscribeForConditionalGeneration'")
+
+
+RULES = {"0.33": release("0.33"), "0.34": release("0.34")}
+CONNECTOR = "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
 
 
 def test_kimis_replayssm_is_recoverssm_with_speculative_tokens_which_a_connector_moves():
     """validate_mamba_cached_kernel: a KDA architecture with speculative tokens runs RecoverSSM on the
     stock page (allowed beside a KV connector); without them it is ReplaySSM, refused beside one."""
-    from mambaxfer_cli.planning.startup import replayssm_refusal
-
     kimi = load_model("kimi-linear-48b")
-    assert replayssm_refusal(replace(kimi, num_spec=2), kv_connector=True) is None
-    assert "incompatible with KV connectors" in (replayssm_refusal(kimi, kv_connector=True) or "")
-    assert "not supported for architecture 'Glm5NextForConditionalGeneration'" in (
-        replayssm_refusal(load_model("glm-5-next"), kv_connector=True) or "")
+    for rules in RULES.values():
+        assert rules.replayssm(replayssm_case(replace(kimi, num_spec=2))) is None
+        assert rules.replayssm(replayssm_case(kimi)) in (CONNECTOR, TRITON_V1)
+        assert "not supported for architecture 'Glm5NextForConditionalGeneration'" in (
+            rules.replayssm(replayssm_case(load_model("glm-5-next"))) or "")
+
+
+TRITON_V1 = "Triton ReplaySSM requires Model Runner V1; use --mamba-backend flashinfer or Model Runner V1"
+
+
+@pytest.mark.parametrize("release_name, settings, expected", [
+    # Nemotron-H (ReplaySSM): 0.33 runs triton ReplaySSM on Model Runner V1 only, and V2 is its default.
+    ("0.33", {}, TRITON_V1),
+    ("0.33", {"v2_runner": False}, CONNECTOR),
+    ("0.34", {}, CONNECTOR),
+    ("0.33", {"backend": "flashinfer"},
+     "FlashInfer ReplaySSM does not support prefix caching yet; use --disable-prefix-caching"),
+    ("0.33", {"backend": "flashinfer", "cache_mode": "none"}, CONNECTOR),
+    ("0.34", {"backend": "flashinfer"}, CONNECTOR),
+    ("0.34", {"backend": "flashinfer", "model_dtype": "float16"},
+     "FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state cache dtype is "
+     "independent"),
+    ("0.34", {"backend": "flashinfer", "buffer_len": 17}, "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"),
+    ("0.34", {"backend": "flashinfer", "pipeline": 2},
+     "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"),
+    ("0.34", {"backend": "cpu"}, "--use-replayssm requires --mamba-backend triton or flashinfer"),
+    # With speculative tokens: FlashInfer only, and a ring for the verify window.
+    ("0.34", {"num_spec": 2}, "Mamba2 ReplaySSM speculative decoding requires --mamba-backend flashinfer"),
+    ("0.34", {"num_spec": 2, "backend": "flashinfer", "buffer_len": 2},
+     "FlashInfer ReplaySSM speculative decoding requires --replayssm-buffer-len >= 1 + num_speculative_tokens "
+     "(3); got 2"),
+    ("0.33", {"num_spec": 2},
+     "FlashInfer ReplaySSM speculative decoding does not support prefix caching; use --disable-prefix-caching"),
+    ("0.33", {"num_spec": 2, "cache_mode": "none"},
+     "Mamba2 ReplaySSM speculative decoding requires --mamba-backend flashinfer"),
+    ("0.33", {"num_spec": 2, "cache_mode": "none", "backend": "flashinfer"}, CONNECTOR),
+])
+def test_replayssm_start_up_checks_in_each_releases_order(release_name, settings, expected):
+    """Each release's validate_mamba_cached_kernel (the same inputs give vLLM's own answer in
+    conformance): the first check an engine with --use-replayssm fails, else the connector's."""
+    nemotron = load_model("nemotron-h-8b")
+    num_spec = settings.pop("num_spec", 0)
+    case = replayssm_case(replace(nemotron, num_spec=num_spec), **settings)
+    assert RULES[release_name].replayssm(case) == expected
+
+
+@pytest.mark.parametrize("release_name", ["0.33", "0.34"])
+def test_recoverssm_runs_triton_only(release_name):
+    kimi = replace(load_model("kimi-linear-48b"), num_spec=2)
+    rules = RULES[release_name]
+    assert rules.replayssm(replayssm_case(kimi, backend="flashinfer")) == "RecoverSSM requires --mamba-backend triton"
+    assert rules.replayssm(replayssm_case(kimi, pipeline=2)) == "RecoverSSM currently requires pipeline_parallel_size=1"
+    assert rules.replayssm(replayssm_case(kimi, stochastic_rounding=True)).startswith("RecoverSSM supports bfloat16")
+    without_v2 = rules.replayssm(replayssm_case(kimi, v2_runner=False))
+    assert without_v2 == ("RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
+                          if release_name == "0.33" else None)
 
 
 def test_preflight_takes_kimis_recoverssm_beside_the_connector():

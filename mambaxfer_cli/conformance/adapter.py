@@ -12,7 +12,8 @@ import shlex
 from dataclasses import replace, dataclass
 
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry, Request, Variation,
+    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry, ReplaySSMSetting, Request,
+    Variation,
 )
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
@@ -83,6 +84,24 @@ class Ours:
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
         """vLLM's words where its parallel-config check refuses TP ``tp``, else None."""
         return startup.vllm_error(model, tp) if startup.parallel_refusal(model, tp) else None
+
+    @staticmethod
+    def replayssm_case(model: ModelSpec, setting: ReplaySSMSetting) -> startup.ReplaySSM:
+        """What mambaxfer reads of an engine started with ``setting`` (as preflight reads its line)."""
+        return startup.replayssm_case(
+            replace(model, num_spec=setting.num_spec), backend=setting.backend, buffer_len=setting.buffer_len,
+            cache_mode=startup.mamba_cache_mode(setting.prefix_caching, None),
+            model_dtype=setting.dtype or model.model_dtype, pipeline=setting.pipeline,
+            stochastic_rounding=setting.stochastic_rounding, v2_runner=not setting.v1_runner)
+
+    def replayssm_refusal(self, case: startup.ReplaySSM) -> str | None:
+        return self.rules.replayssm(case)
+
+    @property
+    def model_runner_v1(self) -> bool:
+        """Whether the release still has Model Runner V1 (a release that removed it refuses
+        VLLM_USE_V2_MODEL_RUNNER=0 at start-up)."""
+        return "VLLM_USE_V2_MODEL_RUNNER" not in self.rules.fatal_env
 
     @staticmethod
     def architectures(model: ModelSpec) -> tuple[str, ...]:

@@ -191,10 +191,13 @@ class HashedEngine:
     speculative: tuple[str, int] | None = None   # (method, tokens)
     push: bool = False
     kv_cache_layout: str | None = None       # VLLM_KV_CACHE_LAYOUT
+    env: tuple[str, ...] = ()                # other VAR=value words of the line
+    extra: tuple[str, ...] = ()              # other serve words (--use-replayssm and its settings)
 
     def env_words(self) -> list[str]:
         """The line's environment before ``vllm serve``."""
-        return [f"{CONV_LAYOUT_VAR}=DS"] + ([f"{KV_LAYOUT_VAR}={self.kv_cache_layout}"] if self.kv_cache_layout else [])
+        layout = [f"{KV_LAYOUT_VAR}={self.kv_cache_layout}"] if self.kv_cache_layout else []
+        return [f"{CONV_LAYOUT_VAR}=DS", *layout, *self.env]
 
     def serve_words(self, role: str) -> list[str]:
         """This engine's ``vllm serve`` flags (after the model)."""
@@ -212,7 +215,7 @@ class HashedEngine:
         if self.speculative is not None:
             method, tokens = self.speculative
             words += ["--speculative-config", f'{{"method":"{method}","num_speculative_tokens":{tokens}}}']
-        return words
+        return words + list(self.extra)
 
 
 @dataclass(frozen=True)
@@ -339,3 +342,48 @@ def pairings(tp_sizes: Iterable[int]) -> list[tuple[int, int]]:
     before anything is compared)."""
     sizes = sorted(set(tp_sizes))
     return [(p, d) for p, d in itertools.product(sizes, sizes) if max(p, d) % min(p, d) == 0]
+
+
+@dataclass(frozen=True)
+class ReplaySSMSetting:
+    """One engine started with --use-replayssm: the settings ``validate_mamba_cached_kernel`` reads."""
+
+    num_spec: int = 0
+    backend: str = "triton"
+    buffer_len: int = 16
+    prefix_caching: bool = True
+    dtype: str | None = None          # --dtype (None: the model's)
+    pipeline: int = 1
+    stochastic_rounding: bool = False
+    v1_runner: bool = False           # VLLM_USE_V2_MODEL_RUNNER=0 (vLLM 0.33 only has Model Runner V1)
+
+    def engine(self) -> HashedEngine:
+        """The engine's serve line, as a preflight reads it."""
+        extra = ["--use-replayssm"]
+        for flag, value, default in (("--mamba-backend", self.backend, "triton"),
+                                     ("--replayssm-buffer-len", self.buffer_len, 16), ("-pp", self.pipeline, 1)):
+            if value != default:
+                extra += [flag, str(value)]
+        if self.stochastic_rounding:
+            extra.append("--enable-mamba-cache-stochastic-rounding")
+        return HashedEngine(dtype=self.dtype, prefix_caching=self.prefix_caching,
+                            speculative=("mtp", self.num_spec) if self.num_spec else None,
+                            env=("VLLM_USE_V2_MODEL_RUNNER=0",) if self.v1_runner else (), extra=tuple(extra))
+
+    def variation(self) -> Variation:
+        engine = self.engine()
+        return Variation(" ".join([*engine.env[:1], *engine.serve_words("kv_producer")[2:]]) + " on both", engine,
+                         engine)
+
+
+def replayssm_settings(supported: bool, model_runner_v1: bool) -> tuple[ReplaySSMSetting, ...]:
+    """Every combination of the settings each check of ``validate_mamba_cached_kernel`` turns on (one
+    default engine where the class does not support ReplaySSM); ``model_runner_v1``: the release
+    still has Model Runner V1."""
+    if not supported:
+        return (ReplaySSMSetting(),)
+    import itertools
+
+    return tuple(ReplaySSMSetting(*values) for values in itertools.product(
+        (0, 2), ("triton", "flashinfer", "cpu"), (16, 2, 17), (True, False), (None, "float16"), (1, 2), (False, True),
+        (False, True) if model_runner_v1 else (False,)))

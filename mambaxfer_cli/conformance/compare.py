@@ -17,8 +17,8 @@ from typing import Callable
 
 from mambaxfer_cli.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.conformance.cases import (
-    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry, HashedEngine, Variation,
-    flag_variants, hash_variations, pairings,
+    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry, HashedEngine,
+    ReplaySSMSetting, Variation, flag_variants, hash_variations, pairings, replayssm_settings,
 )
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
@@ -53,8 +53,12 @@ STATE = Function("get_mamba_state_*_from_config",
 LAYOUT = Function("resolve_kv_cache_layout",
                   "the KV-cache layout each engine runs under the NIXL connector, for each VLLM_KV_CACHE_LAYOUT "
                   "(or vLLM's refusal of it)")
+REPLAYSSM = Function("validate_mamba_cached_kernel",
+                     "whether an engine with --use-replayssm starts beside the connector, for each --mamba-backend, "
+                     "--replayssm-buffer-len, prefix caching, dtype, pipeline size, speculative tokens and model "
+                     "runner (or vLLM's refusal)")
 FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, GDN_ALIGNMENT,
-             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE, LAYOUT)
+             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE, LAYOUT, REPLAYSSM)
 
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
 Start = Callable[[int], None]
@@ -104,6 +108,7 @@ class Comparison:
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
         self.registry(name, model)
+        self.replayssm(name, model)
         self.kv_layouts(name, model)
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
@@ -143,6 +148,32 @@ class Comparison:
         except CouldNotCall as exc:
             return self.cannot((REGISTRY,), exc)
         self.record(REGISTRY, self.case(name), theirs, self.ours.registry_outcome(archs))
+
+    def replayssm(self, name: str, model: ModelSpec) -> None:
+        """--use-replayssm on the model's first architecture, beside the connector, under every
+        combination of the settings vLLM's check reads; whether its class supports ReplaySSM is
+        vLLM's registry's answer on vLLM's side."""
+        if not self.live(REPLAYSSM):
+            return
+        architecture = self.ours.replayssm_case(model, ReplaySSMSetting()).architecture
+        if not architecture:
+            return self.skip((REPLAYSSM,), "the config names no architecture")
+        try:
+            supported = self.vllm.supports_replayssm(architecture)
+        except CouldNotCall as exc:
+            return self.cannot((REPLAYSSM,), exc)
+        if supported is None:
+            return self.skip((REPLAYSSM,), f"vLLM's registry loads no class for {architecture}")
+        ours_supported = self.ours.replayssm_case(model, ReplaySSMSetting()).supported
+        for setting in replayssm_settings(supported or ours_supported, self.ours.model_runner_v1):
+            ours = self.ours.replayssm_case(model, setting)
+            try:
+                theirs = self.vllm.replayssm_refusal(replace(ours, supported=supported))
+            except CouldNotCall as exc:
+                return self.cannot((REPLAYSSM,), exc)
+            mine = self.ours.replayssm_refusal(ours)
+            shown = tuple("starts" if v is None else f"refuses: {v}" for v in (theirs, mine))
+            self.record(REPLAYSSM, self.case(name, variation=setting.variation()), theirs, mine, shown)
 
     def kv_layouts(self, name: str, model: ModelSpec) -> None:
         """Each VLLM_KV_CACHE_LAYOUT a line may set (and none, and a misspelt one), on the model's

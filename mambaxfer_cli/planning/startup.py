@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -58,22 +59,57 @@ def runs_recoverssm(model: ModelSpec) -> bool:
     return _kda(model) and model.num_spec > 0
 
 
-def replayssm_refusal(model: ModelSpec, kv_connector: bool) -> str | None:
-    """``VllmConfig.validate_mamba_cached_kernel`` on ``--use-replayssm``: an architecture that does
-    not support it, then any KV connector (P/D disaggregation, KV offload): ReplaySSM's rings live in
-    the mamba page beside the conv and SSM state, and the connectors do not move them. A KDA
-    architecture (Kimi-Linear, Kimi-K3) with speculative tokens runs RecoverSSM instead
-    (``use_kda_recoverssm``): its verify records live outside the KV cache, the page is the stock
-    one, and the connectors move it as usual. None where vLLM starts."""
+MAMBA_BACKENDS = ("triton", "flashinfer", "cpu")     # MambaBackendEnum: --mamba-backend
+MAMBA_CACHE_MODES = ("align", "none")                # MambaCacheMode: --mamba-cache-mode
+DEFAULT_REPLAYSSM_BUFFER_LEN = 16                    # CacheConfig.replayssm_buffer_len
+
+
+@dataclass(frozen=True)
+class ReplaySSM:
+    """What ``VllmConfig.validate_mamba_cached_kernel`` reads of an engine started with
+    ``--use-replayssm``; each release's rule (``Release.replayssm``) says whether it starts."""
+
+    architecture: str                # model_config.architecture ("": the config names none)
+    supported: bool                  # model_config.supports_replayssm (the class is SupportsReplaySSM)
+    kda: bool                        # a KDA architecture: RecoverSSM when it has speculative tokens
+    num_spec: int = 0
+    backend: str = "triton"          # --mamba-backend
+    buffer_len: int = DEFAULT_REPLAYSSM_BUFFER_LEN   # --replayssm-buffer-len
+    cache_mode: str = "align"        # mamba_cache_mode: align with prefix caching, none without
+    model_dtype: str = "bfloat16"
+    pipeline: int = 1                # --pipeline-parallel-size
+    stochastic_rounding: bool = False   # --enable-mamba-cache-stochastic-rounding
+    kv_connector: bool = True        # --kv-transfer-config names a connector
+    v2_runner: bool = True           # Model Runner V2 (0.33 also runs V1; 0.34 runs V2 only)
+
+    family: str = ""                 # mambaxfer's family label, where the config names no architecture
+
+    @property
+    def named(self) -> str:
+        """The architecture as vLLM's message names it (``{architecture!r}``)."""
+        return repr(self.architecture) if self.architecture else f"of the {self.family} family"
+
+    @property
+    def recoverssm(self) -> bool:
+        """``use_kda_recoverssm``: a KDA architecture with speculative tokens."""
+        return self.kda and self.num_spec > 0
+
+
+def replayssm_case(model: ModelSpec, **settings: Any) -> ReplaySSM:
+    """The model's side of ``validate_mamba_cached_kernel``'s inputs (its architecture, whether its
+    class supports ReplaySSM, KDA), with the engine's ``settings`` (the other fields)."""
     archs = architecture_names(model.hf_config)
-    if model.family not in REPLAYSSM_FAMILIES and not _kda(model):
-        named = repr(archs[0]) if archs else f"of the {model.family or model.name} family"
-        return f"--use-replayssm is not supported for architecture {named}"
-    if runs_recoverssm(model):
-        return None
-    if kv_connector:
-        return "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
-    return None
+    return ReplaySSM(archs[0] if archs else "", model.family in REPLAYSSM_FAMILIES or _kda(model), _kda(model),
+                     **{"num_spec": model.num_spec, "model_dtype": model.model_dtype,
+                        "family": model.family or model.name, **settings})
+
+
+def mamba_cache_mode(prefix_caching: bool, given: str | None) -> str:
+    """``MambaModelConfig.verify_and_update_config``: ``align`` with prefix caching (unless the line
+    names another mode), ``none`` without it, whatever the line says."""
+    if not prefix_caching:
+        return "none"
+    return given if given not in (None, "none") else "align"
 
 
 def did_you_mean(name: str, spellings: Iterable[str]) -> str:

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_layout
+from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
 from mambaxfer_cli.engines.vllm.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse,
 )
@@ -14,7 +15,7 @@ from mambaxfer_cli.preflight.served import (
     DECODE, KV_ROLES, KV_ROLE_FOR, ModelLoader, PREFILL, SIDE_NAME, ServedEngine, build_engine,
 )
 from mambaxfer_cli.preflight.fields import speculative
-from mambaxfer_cli.preflight.refusals import Assessment, assess
+from mambaxfer_cli.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
 
 
 # --- fixes ---------------------------------------------------------------------------------------
@@ -47,7 +48,8 @@ FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--b
               "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
               "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
               "hf_overrides": "--hf-overrides", "disable_hybrid_kv_cache_manager": "--disable-hybrid-kv-cache-manager",
-              "use_replayssm": "--use-replayssm"}
+              "use_replayssm": "--use-replayssm", "mamba_backend": "--mamba-backend",
+              "mamba_stochastic_rounding": "--enable-mamba-cache-stochastic-rounding"}
 
 
 def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
@@ -89,9 +91,15 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
         if e.conv_layout != "DS":
             out.append(Change(e.side, f"{CONV_LAYOUT_VAR}=", e.line.conv_layout, "DS",
                               "vLLM's NIXL worker requires it"))
-        if e.line.use_replayssm:
-            out.append(Change(e.side, "--use-replayssm", "", None,
-                              "vLLM refuses ReplaySSM beside a KV connector: its rings are not transferred"))
+        replay = e.release.replayssm(replayssm_of(e)) if e.line.use_replayssm else None
+        if replay == RECOVERSSM_BACKEND:      # RecoverSSM, which a connector moves, on its one backend
+            out.append(Change(e.side, "--mamba-backend", e.line.mamba_backend, "triton", "RecoverSSM runs on triton"))
+        elif replay:
+            out.append(Change(e.side, "--use-replayssm", "", None, f"vLLM does not start with it here: {replay}"))
+        if stochastic_rounding_refusal(e):
+            out.append(Change(e.side, "--enable-mamba-cache-stochastic-rounding", "", None,
+                              f"the triton kernels round stochastically only on compute capability 10.x, not "
+                              f"{e.flags.gpu.name}'s {e.flags.gpu.sm}"))
         if e.line.disable_hybrid_kv_cache_manager:
             out.append(Change(e.side, "--disable-hybrid-kv-cache-manager", "", None,
                               "vLLM's NIXL worker requires the hybrid KV-cache manager for Mamba layers"))

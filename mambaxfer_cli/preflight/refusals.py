@@ -18,7 +18,9 @@ from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_misma
 from mambaxfer_cli.engines.vllm.release import Meeting
 from mambaxfer_cli.proof.check import PairingResult, check_plan
 from mambaxfer_cli.proof.simulate import Simulation
-from mambaxfer_cli.planning.startup import parallel_refusal, replayssm_refusal, unrecognized, vllm_error
+from mambaxfer_cli.planning.startup import (
+    ReplaySSM, mamba_cache_mode, parallel_refusal, replayssm_case, unrecognized, vllm_error,
+)
 from mambaxfer_cli.engines.vllm.serve_args import (
     flag_table, CONV_LAYOUT_VAR, NIXL_CONNECTORS,
 )
@@ -231,6 +233,43 @@ def _no_geometry(p: ServedEngine, d: ServedEngine, mode: str) -> list[Refusal]:
     return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 
 
+# Speculative settings Model Runner V2 does not run in vLLM 0.33 (_get_v2_model_runner_unsupported_features):
+# the engine falls back to V1 unless VLLM_USE_V2_MODEL_RUNNER says otherwise.
+V1_ONLY_METHODS = ("suffix", "custom_class")
+NATIVE_PARALLEL_DRAFTING = ("dflash", "dspark")
+
+
+def v2_runner(e: ServedEngine) -> bool:
+    """Whether the engine runs Model Runner V2: VLLM_USE_V2_MODEL_RUNNER as vLLM reads it
+    (``bool(int(value))``), else V2 unless its speculative settings need V1."""
+    given = dict(e.line.environment()).get("VLLM_USE_V2_MODEL_RUNNER")
+    if given is not None and given.strip().lstrip("-").isdigit():
+        return bool(int(given))
+    spec = e.line.speculative
+    method = e.line.speculative_method
+    drafting = bool(spec.get("parallel_drafting")) and method not in NATIVE_PARALLEL_DRAFTING
+    return not (method in V1_ONLY_METHODS or drafting)
+
+
+def replayssm_of(e: ServedEngine) -> ReplaySSM:
+    """What ``validate_mamba_cached_kernel`` reads of one engine started with --use-replayssm."""
+    line = e.line
+    return replayssm_case(e.model, backend=line.mamba_backend, buffer_len=line.replayssm_buffer_len,
+                          cache_mode=mamba_cache_mode(e.flags.prefix_caching, line.mamba_cache_mode),
+                          pipeline=line.pipeline, stochastic_rounding=line.mamba_stochastic_rounding,
+                          kv_connector=line.kv_connector is not None, v2_runner=v2_runner(e))
+
+
+def stochastic_rounding_refusal(e: ServedEngine) -> str | None:
+    """``MambaConfig.__post_init__``: the triton kernels round stochastically with ``cvt.rs``, which
+    only data-center Blackwell (compute capability 10.x) has."""
+    if not e.line.mamba_stochastic_rounding or e.line.mamba_backend != "triton" or e.flags.gpu.capability[0] == 10:
+        return None
+    return ("Stochastic rounding for Mamba cache with triton backend requires compute capability 10.0 (data center "
+            "Blackwell). The `cvt.rs` PTX instruction is not supported on your GPU. Please do not specify "
+            "`--enable-mamba-cache-stochastic-rounding`, or set `--mamba-backend flashinfer`.")
+
+
 def before_connector(e: ServedEngine) -> list[Refusal]:
     """startup: what stops one engine before its connector exists, in vLLM's order: the serve
     line's parser (an option its release does not know), then
@@ -241,6 +280,9 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     if unknown:
         why = unrecognized(unknown, flag_table(e.release.name))
         return [Refusal("unrecognized-arguments", f"{start}: vllm serve exits with {why}")]
+    rounding = stochastic_rounding_refusal(e)
+    if rounding:       # MambaConfig.__post_init__, as create_engine_config builds the engine's config
+        return [Refusal("mamba-config", f"{start} on {e.flags.gpu.describe()}: {rounding} (MambaConfig)")]
     refusal = parallel_refusal(e.model, e.tp)
     if refusal:
         return [Refusal("parallel-config", f"{start}: {refusal} (ModelConfig.verify_with_parallel_config: "
@@ -251,7 +293,7 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     chosen = glm5next.backend_refusal(e.model, e.flags) if e.model.glm5next is not None else None
     if chosen:
         return [Refusal("attention-backend", f"{start} on --attention-backend {e.flags.attention_backend}: {chosen}")]
-    replay = replayssm_refusal(e.model, e.line.kv_connector is not None) if e.line.use_replayssm else None
+    replay = e.release.replayssm(replayssm_of(e)) if e.line.use_replayssm else None
     if replay:
         return [Refusal("replayssm", f"{start}: {replay} (VllmConfig.validate_mamba_cached_kernel)")]
     return []

@@ -152,8 +152,7 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
         if e.line.use_replayssm and runs_recoverssm(e.model):
             warnings.append(f"{name}: --use-replayssm with speculative tokens on a KDA model is RecoverSSM "
                             f"(validate_mamba_cached_kernel): its verify records live outside the KV cache, the page "
-                            f"is the stock one and the connector moves it; vLLM needs --mamba-backend triton (its "
-                            f"default) and one pipeline stage")
+                            f"is the stock one and the connector moves it")
         if e.line.num_speculative_tokens and drafts.drafts(e.line.speculative):
             warnings.append(f"{name}: --speculative-config method {drafts.method_name(e.line.speculative)}: "
                             f"{drafts.RULE}; mambaxfer checks the target model's layers only")

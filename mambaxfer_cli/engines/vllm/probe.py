@@ -572,6 +572,40 @@ class Installed:
                 return str(exc)
         return None
 
+    def supports_replayssm(self, architecture: str) -> bool | None:
+        """Whether the registry's class for ``architecture`` is ``SupportsReplaySSM`` (what the
+        ``_ModelInfo`` behind ``ModelConfig.supports_replayssm`` records); None where the registry
+        loads no class for it."""
+        registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
+        supports = _symbol("vllm.model_executor.models.interfaces", "supports_replayssm")
+        with calling("ModelRegistry._try_load_model_cls"):
+            model_class = registry._try_load_model_cls(architecture)
+        return None if model_class is None else bool(supports(model_class))
+
+    def replayssm_refusal(self, case) -> str | None:
+        """``VllmConfig.validate_mamba_cached_kernel`` on an engine started with --use-replayssm
+        (``case``: a ``planning.startup.ReplaySSM``): None where it passes, else its message."""
+        validate = _symbol("vllm.config.vllm", "VllmConfig").validate_mamba_cached_kernel
+        backends = _symbol("vllm.config.mamba", "MambaBackendEnum")
+        config = StandIn(
+            "vllm_config",
+            cache_config=StandIn("cache_config", use_replayssm=True, use_kda_recoverssm=None,
+                                 replayssm_buffer_len=case.buffer_len, mamba_cache_mode=case.cache_mode),
+            model_config=StandIn("model_config", architecture=case.architecture, supports_replayssm=case.supported,
+                                 dtype=self.dtype(case.model_dtype)),
+            mamba_config=StandIn("mamba_config", backend=backends[case.backend.upper()],
+                                 enable_stochastic_rounding=case.stochastic_rounding),
+            parallel_config=StandIn("parallel_config", pipeline_parallel_size=case.pipeline, use_ubatching=False),
+            kv_transfer_config=StandIn("kv_transfer_config", is_kv_transfer_instance=True) if case.kv_connector
+            else None,
+            num_speculative_tokens=case.num_spec, use_v2_model_runner=case.v2_runner)
+        with calling("VllmConfig.validate_mamba_cached_kernel"):
+            try:
+                validate(config)
+            except ValueError as exc:
+                return str(exc)
+        return None
+
     def registry_outcome(self, archs: tuple[str, ...]) -> str:
         """What the installed registry makes of these architectures: "served", the first sentence of
         ``_raise_for_unsupported``'s error for one it removed, or "not served"."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from mambaxfer_cli.planning.startup import ReplaySSM
+
 PULL, PUSH = "pull", "push"
 
 
@@ -249,6 +251,38 @@ def attention_free(m: Meeting) -> Refusal | None:
         raised=f"StopIteration in {where}")
 
 
+# --- --use-replayssm: VllmConfig.validate_mamba_cached_kernel ----------------------------------
+# Its messages, shared by the releases; each release's module has the order it raises them in.
+
+def replayssm_unsupported(c: ReplaySSM) -> str:
+    return f"--use-replayssm is not supported for architecture {c.named}"
+
+
+FLASHINFER_BUFFER = "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"
+RECOVERSSM_ROUNDING = ("RecoverSSM supports bfloat16/float32 SSM state caches, not --enable-mamba-cache-stochastic-"
+                       "rounding, which requires an explicit float16 cache")
+RECOVERSSM_PIPELINE = "RecoverSSM currently requires pipeline_parallel_size=1"
+RECOVERSSM_BACKEND = "RecoverSSM requires --mamba-backend triton"
+MAMBA2_SPEC_BACKEND = "Mamba2 ReplaySSM speculative decoding requires --mamba-backend flashinfer"
+REPLAYSSM_BACKEND = "--use-replayssm requires --mamba-backend triton or flashinfer"
+REPLAYSSM_CONNECTOR = "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
+
+
+def flashinfer_spec_buffer(c: ReplaySSM) -> str | None:
+    """FlashInfer ReplaySSM's ring holds the verify window: 1 + the speculative tokens."""
+    query = 1 + c.num_spec
+    if c.buffer_len >= query:
+        return None
+    return (f"FlashInfer ReplaySSM speculative decoding requires --replayssm-buffer-len >= 1 + num_speculative_tokens "
+            f"({query}); got {c.buffer_len}")
+
+
+def replayssm_connector(c: ReplaySSM) -> str | None:
+    """The last check: ReplaySSM's rings live in the mamba page and no connector moves them;
+    RecoverSSM keeps the stock page, which connectors move as usual."""
+    return REPLAYSSM_CONNECTOR if c.kv_connector and not c.recoverssm else None
+
+
 # --- the release ---------------------------------------------------------------------------------
 
 HIDDEN_STATE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
@@ -266,6 +300,7 @@ class Release:
                                                # regions its descriptor IDs cover
     hashed_speculative: tuple[str, ...]        # speculative fields the hash takes
     mtp_methods: frozenset[str]                # method names vLLM rewrites to "mtp"
+    replayssm: Callable[[ReplaySSM], str | None]   # validate_mamba_cached_kernel: None, or its message
     name: str = ""                             # "0.34": the registry names it after its folder
     version: str = ""                          # "0.34.0": vLLM's __version__, hashed
     flag_table: Path | None = None             # its serve_flags.json (the registry finds it)

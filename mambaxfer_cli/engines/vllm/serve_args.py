@@ -30,6 +30,7 @@ from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 from mambaxfer_cli.readers.shell import script_command
+from mambaxfer_cli.planning.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
 
 CONV_LAYOUT_VAR = "VLLM_SSM_CONV_STATE_LAYOUT"
 KV_LAYOUT_VAR = "VLLM_KV_CACHE_LAYOUT"
@@ -50,6 +51,10 @@ TRANSFER_FIELDS = {
     "additional_config": "additional_config",
     "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
     "use_replayssm": "use_replayssm", "decode_context_parallel_size": "dcp",
+    # Read for --use-replayssm's start-up check (validate_mamba_cached_kernel):
+    "mamba_backend": "mamba_backend", "replayssm_buffer_len": "replayssm_buffer_len",
+    "mamba_cache_mode": "mamba_cache_mode", "pipeline_parallel_size": "pipeline",
+    "enable_mamba_cache_stochastic_rounding": "mamba_stochastic_rounding",
 }
 JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "attention_config", "additional_config")
 # Keys inside a JSON flag that only some releases read (the others ignore them).
@@ -140,6 +145,11 @@ class ServeLine:
     disable_hybrid_kv_cache_manager: bool | None = None   # None: vLLM decides (on with NIXL)
     use_replayssm: bool = False                 # --use-replayssm (refused beside a KV connector)
     dcp: int = 1                                # --decode-context-parallel-size / -dcp
+    mamba_backend: str = "triton"               # --mamba-backend (vLLM's MambaBackendEnum, lower case)
+    replayssm_buffer_len: int = DEFAULT_REPLAYSSM_BUFFER_LEN   # --replayssm-buffer-len
+    mamba_cache_mode: str | None = None         # --mamba-cache-mode (None: vLLM's, from prefix caching)
+    pipeline: int = 1                           # --pipeline-parallel-size / -pp
+    mamba_stochastic_rounding: bool = False     # --enable-mamba-cache-stochastic-rounding
     conv_layout: str | None = None              # VLLM_SSM_CONV_STATE_LAYOUT as the engine sees it
     kv_cache_layout: str | None = None          # VLLM_KV_CACHE_LAYOUT as the engine sees it
     env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command
@@ -517,6 +527,21 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         out["use_replayssm"] = bool(values["use_replayssm"])
     if "dcp" in values:
         out["dcp"] = _int(values["dcp"], "--decode-context-parallel-size", where)
+    if "mamba_backend" in values:
+        backend = str(values["mamba_backend"]).lower()
+        if backend not in MAMBA_BACKENDS:      # MambaBackendEnum[value.upper()] (create_engine_config)
+            raise UserError(f"{where}: --mamba-backend: vLLM does not start: Unknown Mamba SSU backend: "
+                            f"{quoted(str(values['mamba_backend']).upper())}. Valid options are: "
+                            f"{', '.join(b.upper() for b in MAMBA_BACKENDS)}")
+        out["mamba_backend"] = backend
+    if "replayssm_buffer_len" in values:
+        out["replayssm_buffer_len"] = _int(values["replayssm_buffer_len"], "--replayssm-buffer-len", where)
+    if "mamba_cache_mode" in values:
+        out["mamba_cache_mode"] = str(values["mamba_cache_mode"])
+    if "pipeline" in values:
+        out["pipeline"] = _int(values["pipeline"], "--pipeline-parallel-size", where)
+    if "mamba_stochastic_rounding" in values:
+        out["mamba_stochastic_rounding"] = bool(values["mamba_stochastic_rounding"])
     spec = _config(values, dotted, "speculative_config", where)
     if spec:
         n = spec.get("num_speculative_tokens", 0)

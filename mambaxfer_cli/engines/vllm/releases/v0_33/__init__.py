@@ -6,15 +6,19 @@ Sources (vLLM 0.33.0 wheel): ``config/cache.py`` ``CacheConfig.DEFAULT_BLOCK_SIZ
 ``nixl/base_worker.py`` ``_compute_desc_ids`` (every group's IDs over every region of its kind),
 ``add_remote_agent`` (the handshake's order; ``_build_local_splits_from_plan`` and ``_build_fa_remote``
 look up an attention KV-cache group with ``next()``, so a model without attention never completes
-it), ``config/speculative.py`` ``MTPModelTypes``.
+it), ``config/speculative.py`` ``MTPModelTypes``, ``config/vllm.py``
+``VllmConfig.validate_mamba_cached_kernel`` (``--use-replayssm``).
 """
 
 from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm.release import (
-    Release, attention_free, block_size, compat_hash, dcp_sizes, every_region, head_sharded, host_buffer,
-    mla_block_lens, prefix_caching, tp_sizes,
+    FLASHINFER_BUFFER, MAMBA2_SPEC_BACKEND, RECOVERSSM_BACKEND, RECOVERSSM_PIPELINE, RECOVERSSM_ROUNDING,
+    REPLAYSSM_BACKEND, Release, attention_free, block_size, compat_hash, dcp_sizes, every_region,
+    flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching, replayssm_connector,
+    replayssm_unsupported, tp_sizes,
 )
+from mambaxfer_cli.planning.startup import ReplaySSM
 
 # SpeculativeConfig: these method names are deprecated aliases of "mtp".
 MTP_METHODS = frozenset((
@@ -33,6 +37,44 @@ MTP_METHODS = frozenset((
 CHECKS = (tp_sizes, compat_hash, block_size, dcp_sizes, prefix_caching, host_buffer, mla_block_lens, head_sharded,
           attention_free)
 
+
+
+def replayssm(c: ReplaySSM) -> str | None:
+    """``validate_mamba_cached_kernel`` in 0.33: RecoverSSM's checks (prefix caching needs Model Runner
+    V2), then Mamba2 ReplaySSM with speculative tokens (FlashInfer, no prefix caching), FlashInfer
+    without prefix caching, triton only on Model Runner V1; then the connector."""
+    if not c.supported:
+        return replayssm_unsupported(c)
+    if c.backend == "flashinfer" and c.buffer_len > 16:
+        return FLASHINFER_BUFFER
+    if c.recoverssm:
+        if c.stochastic_rounding:
+            return RECOVERSSM_ROUNDING
+        if c.cache_mode == "align" and not c.v2_runner:
+            return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
+        if c.pipeline > 1:
+            return RECOVERSSM_PIPELINE
+        if c.backend != "triton":
+            return RECOVERSSM_BACKEND
+    elif c.num_spec > 0:
+        if c.cache_mode != "none":
+            return ("FlashInfer ReplaySSM speculative decoding does not support prefix caching; use "
+                    "--disable-prefix-caching")
+        too_short = flashinfer_spec_buffer(c)
+        if too_short:
+            return too_short
+        if c.backend != "flashinfer":
+            return MAMBA2_SPEC_BACKEND
+    elif c.backend == "flashinfer":
+        if c.cache_mode == "align":
+            return "FlashInfer ReplaySSM does not support prefix caching yet; use --disable-prefix-caching"
+    elif c.backend != "triton":
+        return REPLAYSSM_BACKEND
+    elif c.v2_runner:
+        return "Triton ReplaySSM requires Model Runner V1; use --mamba-backend flashinfer or Model Runner V1"
+    return replayssm_connector(c)
+
+
 RELEASE = Release(
     connector_version=15,
     default_block_size=16,
@@ -41,4 +83,5 @@ RELEASE = Release(
     group_regions=every_region,
     hashed_speculative=("method", "model", "parallel_drafting", "kv_cache_dtype"),
     mtp_methods=MTP_METHODS,
+    replayssm=replayssm,
 )

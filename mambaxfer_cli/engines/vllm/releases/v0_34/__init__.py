@@ -19,6 +19,9 @@
   pages, at the row's start like its first KDA page, are regions of their own.
 - New serve flags (``engine/arg_utils.py``); ``VLLM_USE_V2_MODEL_RUNNER=0`` stops the engine
   (``platforms/interface.py``).
+- ``--use-replayssm`` (``VllmConfig.validate_mamba_cached_kernel``): Model Runner V1 is gone, so
+  triton ReplaySSM without speculative tokens and RecoverSSM with prefix caching pass that step;
+  FlashInfer ReplaySSM takes prefix caching (with a bfloat16 model) and speculative tokens.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm.release import (
-    PUSH, Meeting, Refusal, attention_free, block_size, compat_hash, dcp_sizes, head_sharded, host_buffer,
-    mla_block_lens, prefix_caching, regions_holding_a_layer, tp_sizes,
+    FLASHINFER_BUFFER, MAMBA2_SPEC_BACKEND, PUSH, RECOVERSSM_BACKEND, RECOVERSSM_PIPELINE, RECOVERSSM_ROUNDING,
+    REPLAYSSM_BACKEND, Meeting, Refusal, attention_free, block_size, compat_hash, dcp_sizes, flashinfer_spec_buffer,
+    head_sharded, host_buffer, mla_block_lens, prefix_caching, regions_holding_a_layer, replayssm_connector,
+    replayssm_unsupported, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
+from mambaxfer_cli.planning.startup import ReplaySSM
 
 
 def push_identical_blocks(m: Meeting) -> Refusal | None:
@@ -53,8 +59,41 @@ def advertised_layers(m: Meeting) -> Refusal | None:
     return Refusal("region-layers", f"Engine {m.remote_name} did not advertise the layers of its KV regions.")
 
 
+def replayssm(c: ReplaySSM) -> str | None:
+    """``validate_mamba_cached_kernel`` in 0.34: RecoverSSM's checks, then FlashInfer ReplaySSM's
+    (a bfloat16 model with prefix caching, one pipeline stage, a ring for the verify window), Mamba2
+    ReplaySSM with speculative tokens only on FlashInfer; then the connector. (Micro-batching, which
+    FlashInfer ReplaySSM refuses, is not read.)"""
+    if not c.supported:
+        return replayssm_unsupported(c)
+    if c.backend == "flashinfer" and c.buffer_len > 16:
+        return FLASHINFER_BUFFER
+    if c.recoverssm:
+        if c.stochastic_rounding:
+            return RECOVERSSM_ROUNDING
+        if c.pipeline > 1:
+            return RECOVERSSM_PIPELINE
+        if c.backend != "triton":
+            return RECOVERSSM_BACKEND
+    elif c.backend == "flashinfer":
+        if c.cache_mode == "align" and c.model_dtype != "bfloat16":
+            return ("FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state "
+                    "cache dtype is independent")
+        if c.pipeline > 1:
+            return "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"
+        too_short = flashinfer_spec_buffer(c) if c.num_spec > 0 else None
+        if too_short:
+            return too_short
+    elif c.num_spec > 0:
+        return MAMBA2_SPEC_BACKEND
+    elif c.backend != "triton":
+        return REPLAYSSM_BACKEND
+    return replayssm_connector(c)
+
+
 RELEASE = replace(
     V0_33,
+    replayssm=replayssm,
     connector_version=16,
     default_block_size=64,
     pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, dcp_sizes, prefix_caching, host_buffer,
