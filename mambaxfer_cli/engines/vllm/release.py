@@ -268,6 +268,29 @@ REPLAYSSM_BACKEND = "--use-replayssm requires --mamba-backend triton or flashinf
 REPLAYSSM_CONNECTOR = "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
 
 
+def replayssm_opening(c: ReplaySSM) -> str | None:
+    """The checks both releases start with: the model class, then FlashInfer's ring bound."""
+    if not c.supported:
+        return replayssm_unsupported(c)
+    if c.backend == "flashinfer" and c.buffer_len > 16:
+        return FLASHINFER_BUFFER
+    return None
+
+
+def recoverssm_checks(c: ReplaySSM, runner_v1: bool) -> str | None:
+    """RecoverSSM's own checks; ``runner_v1``: the release still has Model Runner V1, on which
+    RecoverSSM takes no prefix caching (0.33)."""
+    if c.stochastic_rounding:
+        return RECOVERSSM_ROUNDING
+    if runner_v1 and c.cache_mode == "align" and not c.v2_runner:
+        return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
+    if c.pipeline > 1:
+        return RECOVERSSM_PIPELINE
+    if c.backend != "triton":
+        return RECOVERSSM_BACKEND
+    return None
+
+
 def flashinfer_spec_buffer(c: ReplaySSM) -> str | None:
     """FlashInfer ReplaySSM's ring holds the verify window: 1 + the speculative tokens."""
     query = 1 + c.num_spec

@@ -13,10 +13,9 @@ it), ``config/speculative.py`` ``MTPModelTypes``, ``config/vllm.py``
 from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm.release import (
-    FLASHINFER_BUFFER, MAMBA2_SPEC_BACKEND, RECOVERSSM_BACKEND, RECOVERSSM_PIPELINE, RECOVERSSM_ROUNDING,
-    REPLAYSSM_BACKEND, Release, attention_free, block_size, compat_hash, dcp_sizes, every_region,
-    flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching, replayssm_connector,
-    replayssm_unsupported, tp_sizes,
+    MAMBA2_SPEC_BACKEND, REPLAYSSM_BACKEND, Release, attention_free, block_size, compat_hash, dcp_sizes,
+    every_region, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching,
+    recoverssm_checks, replayssm_connector, replayssm_opening, tp_sizes,
 )
 from mambaxfer_cli.planning.startup import ReplaySSM
 
@@ -43,36 +42,23 @@ def replayssm(c: ReplaySSM) -> str | None:
     """``validate_mamba_cached_kernel`` in 0.33: RecoverSSM's checks (prefix caching needs Model Runner
     V2), then Mamba2 ReplaySSM with speculative tokens (FlashInfer, no prefix caching), FlashInfer
     without prefix caching, triton only on Model Runner V1; then the connector."""
-    if not c.supported:
-        return replayssm_unsupported(c)
-    if c.backend == "flashinfer" and c.buffer_len > 16:
-        return FLASHINFER_BUFFER
-    if c.recoverssm:
-        if c.stochastic_rounding:
-            return RECOVERSSM_ROUNDING
-        if c.cache_mode == "align" and not c.v2_runner:
-            return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
-        if c.pipeline > 1:
-            return RECOVERSSM_PIPELINE
-        if c.backend != "triton":
-            return RECOVERSSM_BACKEND
-    elif c.num_spec > 0:
+    first = replayssm_opening(c)
+    if first is None and c.recoverssm:
+        first = recoverssm_checks(c, runner_v1=True)
+    elif first is None and c.num_spec > 0:
         if c.cache_mode != "none":
-            return ("FlashInfer ReplaySSM speculative decoding does not support prefix caching; use "
-                    "--disable-prefix-caching")
-        too_short = flashinfer_spec_buffer(c)
-        if too_short:
-            return too_short
-        if c.backend != "flashinfer":
-            return MAMBA2_SPEC_BACKEND
-    elif c.backend == "flashinfer":
+            first = ("FlashInfer ReplaySSM speculative decoding does not support prefix caching; use "
+                     "--disable-prefix-caching")
+        else:
+            first = flashinfer_spec_buffer(c) or (MAMBA2_SPEC_BACKEND if c.backend != "flashinfer" else None)
+    elif first is None and c.backend == "flashinfer":
         if c.cache_mode == "align":
-            return "FlashInfer ReplaySSM does not support prefix caching yet; use --disable-prefix-caching"
-    elif c.backend != "triton":
-        return REPLAYSSM_BACKEND
-    elif c.v2_runner:
-        return "Triton ReplaySSM requires Model Runner V1; use --mamba-backend flashinfer or Model Runner V1"
-    return replayssm_connector(c)
+            first = "FlashInfer ReplaySSM does not support prefix caching yet; use --disable-prefix-caching"
+    elif first is None and c.backend != "triton":
+        first = REPLAYSSM_BACKEND
+    elif first is None and c.v2_runner:
+        first = "Triton ReplaySSM requires Model Runner V1; use --mamba-backend flashinfer or Model Runner V1"
+    return first or replayssm_connector(c)
 
 
 RELEASE = Release(

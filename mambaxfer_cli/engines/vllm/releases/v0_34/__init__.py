@@ -29,10 +29,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm.release import (
-    FLASHINFER_BUFFER, MAMBA2_SPEC_BACKEND, PUSH, RECOVERSSM_BACKEND, RECOVERSSM_PIPELINE, RECOVERSSM_ROUNDING,
-    REPLAYSSM_BACKEND, Meeting, Refusal, attention_free, block_size, compat_hash, dcp_sizes, flashinfer_spec_buffer,
-    head_sharded, host_buffer, mla_block_lens, prefix_caching, regions_holding_a_layer, replayssm_connector,
-    replayssm_unsupported, tp_sizes,
+    MAMBA2_SPEC_BACKEND, PUSH, REPLAYSSM_BACKEND, Meeting, Refusal, attention_free, block_size, compat_hash,
+    dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching,
+    recoverssm_checks, regions_holding_a_layer, replayssm_connector, replayssm_opening, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
 from mambaxfer_cli.planning.startup import ReplaySSM
@@ -64,31 +63,22 @@ def replayssm(c: ReplaySSM) -> str | None:
     (a bfloat16 model with prefix caching, one pipeline stage, a ring for the verify window), Mamba2
     ReplaySSM with speculative tokens only on FlashInfer; then the connector. (Micro-batching, which
     FlashInfer ReplaySSM refuses, is not read.)"""
-    if not c.supported:
-        return replayssm_unsupported(c)
-    if c.backend == "flashinfer" and c.buffer_len > 16:
-        return FLASHINFER_BUFFER
-    if c.recoverssm:
-        if c.stochastic_rounding:
-            return RECOVERSSM_ROUNDING
-        if c.pipeline > 1:
-            return RECOVERSSM_PIPELINE
-        if c.backend != "triton":
-            return RECOVERSSM_BACKEND
-    elif c.backend == "flashinfer":
+    first = replayssm_opening(c)
+    if first is None and c.recoverssm:
+        first = recoverssm_checks(c, runner_v1=False)
+    elif first is None and c.backend == "flashinfer":
         if c.cache_mode == "align" and c.model_dtype != "bfloat16":
-            return ("FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state "
-                    "cache dtype is independent")
-        if c.pipeline > 1:
-            return "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"
-        too_short = flashinfer_spec_buffer(c) if c.num_spec > 0 else None
-        if too_short:
-            return too_short
-    elif c.num_spec > 0:
-        return MAMBA2_SPEC_BACKEND
-    elif c.backend != "triton":
-        return REPLAYSSM_BACKEND
-    return replayssm_connector(c)
+            first = ("FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state "
+                     "cache dtype is independent")
+        elif c.pipeline > 1:
+            first = "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"
+        elif c.num_spec > 0:
+            first = flashinfer_spec_buffer(c)
+    elif first is None and c.num_spec > 0:
+        first = MAMBA2_SPEC_BACKEND
+    elif first is None and c.backend != "triton":
+        first = REPLAYSSM_BACKEND
+    return first or replayssm_connector(c)
 
 
 RELEASE = replace(
