@@ -570,6 +570,24 @@ def test_recoverssm_beside_a_connector_needs_the_triton_mamba_backend(release):
     check_fix_works(doc)
 
 
+def test_033_recoverssm_with_prefix_caching_needs_model_runner_v2_which_suffix_decoding_turns_off():
+    """vLLM 0.33 runs Model Runner V1 for suffix decoding (_get_v2_model_runner_unsupported_features),
+    and RecoverSSM with prefix caching needs V2; an explicit VLLM_USE_V2_MODEL_RUNNER=1 wins."""
+    suffix = """--use-replayssm --speculative-config '{"method":"suffix","num_speculative_tokens":2}'"""
+    p, d = lines("moonshotai/Kimi-Linear-48B-A3B-Instruct", suffix, suffix)
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert code == 1 and doc["vllm"]["refusals"][0]["message"] == (
+        "vLLM 0.33 does not start the prefill engine: RecoverSSM with prefix caching requires "
+        "VLLM_USE_V2_MODEL_RUNNER=1 (VllmConfig.validate_mamba_cached_kernel)")
+    v2 = "VLLM_USE_V2_MODEL_RUNNER=1 " + DS
+    p, d = lines("moonshotai/Kimi-Linear-48B-A3B-Instruct", suffix, suffix, p_env=v2)
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert doc["vllm"]["refusals"][0]["message"].startswith("vLLM 0.33 does not start the decode engine: RecoverSSM")
+    p, d = lines("moonshotai/Kimi-Linear-48B-A3B-Instruct", suffix, suffix, p_env=v2, d_env=v2)
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert not any(r["code"] == "replayssm" for r in doc["vllm"]["refusals"]), doc["vllm"]["refusals"]
+
+
 def test_stochastic_rounding_on_triton_needs_a_data_center_blackwell():
     """MambaConfig: the triton kernels' stochastic rounding (cvt.rs) exists on compute capability
     10.x only; on an H100 vLLM does not start, and the fix drops the flag."""
