@@ -382,8 +382,6 @@ def replayssm_settings(supported: bool, model_runner_v1: bool) -> tuple[ReplaySS
     still has Model Runner V1."""
     if not supported:
         return (ReplaySSMSetting(),)
-    import itertools
-
     return tuple(ReplaySSMSetting(*values) for values in itertools.product(
         (0, 2), ("triton", "flashinfer", "cpu"), (16, 2, 17), (True, False), (None, "float16"), (1, 2), (False, True),
         (False, True) if model_runner_v1 else (False,)))

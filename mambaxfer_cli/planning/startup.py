@@ -53,14 +53,7 @@ def _kda(model: ModelSpec) -> bool:
     return any(a in KDA_ARCHITECTURES for a in architecture_names(model.hf_config)) or model.family in KDA_FAMILIES
 
 
-def runs_recoverssm(model: ModelSpec) -> bool:
-    """Whether ``--use-replayssm`` means RecoverSSM on this model (``use_kda_recoverssm``): a KDA
-    architecture with speculative tokens."""
-    return _kda(model) and model.num_spec > 0
-
-
 MAMBA_BACKENDS = ("triton", "flashinfer", "cpu")     # MambaBackendEnum: --mamba-backend
-MAMBA_CACHE_MODES = ("align", "none")                # MambaCacheMode: --mamba-cache-mode
 DEFAULT_REPLAYSSM_BUFFER_LEN = 16                    # CacheConfig.replayssm_buffer_len
 
 
@@ -81,7 +74,6 @@ class ReplaySSM:
     stochastic_rounding: bool = False   # --enable-mamba-cache-stochastic-rounding
     kv_connector: bool = True        # --kv-transfer-config names a connector
     v2_runner: bool = True           # Model Runner V2 (0.33 also runs V1; 0.34 runs V2 only)
-
     family: str = ""                 # mambaxfer's family label, where the config names no architecture
 
     @property

@@ -21,8 +21,7 @@ from mambaxfer_cli.preflight.served import (
     DECODE, ModelLoader, PREFILL, SCHEMA, SIDE_NAME, ServedEngine, build_engine, pushes,
 )
 from mambaxfer_cli.preflight.fields import handshake_fields, hashed_fields, unchecked_fields
-from mambaxfer_cli.planning.startup import runs_recoverssm
-from mambaxfer_cli.preflight.refusals import Assessment, assess, hash_warnings, simulation_of
+from mambaxfer_cli.preflight.refusals import Assessment, assess, hash_warnings, replayssm_of, simulation_of
 from mambaxfer_cli.preflight.fix import Fix, find_fix
 from mambaxfer_cli.planning.startup import STARTUP_CODES
 
@@ -149,7 +148,7 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
                             f"{e.flags.gpu.name})")
         if e.line.kv_role == "kv_both":
             warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
-        if e.line.use_replayssm and runs_recoverssm(e.model):
+        if e.line.use_replayssm and replayssm_of(e).recoverssm:
             warnings.append(f"{name}: --use-replayssm with speculative tokens on a KDA model is RecoverSSM "
                             f"(validate_mamba_cached_kernel): its verify records live outside the KV cache, the page "
                             f"is the stock one and the connector moves it")
