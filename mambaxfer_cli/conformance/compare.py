@@ -155,17 +155,16 @@ class Comparison:
         vLLM's registry's answer on vLLM's side."""
         if not self.live(REPLAYSSM):
             return
-        architecture = self.ours.replayssm_case(model, ReplaySSMSetting()).architecture
-        if not architecture:
+        default = self.ours.replayssm_case(model, ReplaySSMSetting())
+        if not default.architecture:
             return self.skip((REPLAYSSM,), "the config names no architecture")
         try:
-            supported = self.vllm.supports_replayssm(architecture)
+            supported = self.vllm.supports_replayssm(default.architecture)
         except CouldNotCall as exc:
             return self.cannot((REPLAYSSM,), exc)
         if supported is None:
-            return self.skip((REPLAYSSM,), f"vLLM's registry loads no class for {architecture}")
-        ours_supported = self.ours.replayssm_case(model, ReplaySSMSetting()).supported
-        for setting in replayssm_settings(supported or ours_supported, self.ours.model_runner_v1):
+            return self.skip((REPLAYSSM,), f"vLLM's registry loads no class for {default.architecture}")
+        for setting in replayssm_settings(supported or default.supported, self.ours.model_runner_v1):
             ours = self.ours.replayssm_case(model, setting)
             try:
                 theirs = self.vllm.replayssm_refusal(replace(ours, supported=supported))
