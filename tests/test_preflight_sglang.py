@@ -15,7 +15,7 @@ from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.engines.sglang import verdict
 from mambaxfer_cli.engines.sglang.launch_args import flag_table, launches, parse_launch
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.preflight.sglang import preflight
+from mambaxfer_cli.engines.sglang.preflight import preflight
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.readers.serve_model import load_serve_model
 from mambaxfer_cli.schema import document_schema

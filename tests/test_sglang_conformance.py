@@ -270,7 +270,7 @@ def test_the_report_renders_within_80_columns_from_where_the_values_part():
     from rich.console import Console
 
     from mambaxfer_cli.render.console import fit
-    from mambaxfer_cli.render.sglang_conformance_view import render_report
+    from mambaxfer_cli.engines.sglang.views.conformance import render_report
 
     console = Console(width=80, record=True, highlight=False)
     for part in render_report(_synthetic_report()):
@@ -287,7 +287,7 @@ def test_the_report_renders_within_80_columns_from_where_the_values_part():
 
 
 def test_the_synthetic_report_follows_the_schema_and_its_junit_fails_the_right_cases():
-    from mambaxfer_cli.render.sglang_conformance_view import junit_xml
+    from mambaxfer_cli.engines.sglang.views.conformance import junit_xml
 
     report = _synthetic_report()
     document = report.to_dict()

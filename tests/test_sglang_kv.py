@@ -16,7 +16,7 @@ from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 from mambaxfer_cli.execute.plan_source import cut_layers
-from mambaxfer_cli.execute.sglang import PAGE_SIZE, transfer
+from mambaxfer_cli.engines.sglang.transfer.run import PAGE_SIZE, transfer
 from mambaxfer_cli.proof.pattern import POISON
 from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import assert_no_rank_left, new_tag
@@ -110,7 +110,7 @@ def test_sglang_kv_writes_land_every_head_byte(p_tp, d_tp):
 def test_a_wrong_head_slice_shows_as_wrong_kv_bytes_on_the_decode_side():
     """A planted fault reaches the real transfer: with the two decode ranks' head slices swapped,
     each D rank's K and V pages hold the other's head, every byte of them counted wrong."""
-    from mambaxfer_cli.execute.sglang import execute
+    from mambaxfer_cli.engines.sglang.transfer.run import execute
     from mambaxfer_cli.execute.tasks import RunSettings
 
     planned = plan(cut_layers(load_model("qwen3.5-0.8b"), 8), 1, 2)

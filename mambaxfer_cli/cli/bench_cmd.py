@@ -50,7 +50,7 @@ def bench(
     """
     named = [name.strip().lower() for name in engines.engine.split(",")]
     if named == ["sglang"]:
-        from mambaxfer_cli.cli import sglang_bench
+        from mambaxfer_cli.engines.sglang.commands import bench as sglang_bench
 
         sglang_bench.run(model, pair, engines, request, run, output)
         return
@@ -60,7 +60,7 @@ def bench(
         engines_bench.run(model, pair, engines, request, run, output, sweep, chart)
         return
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
+    from mambaxfer_cli.engines.vllm.commands.bench import measure_vllm, prepare_vllm
     from mambaxfer_cli.render.bench_view import BenchProgress
 
     prepared = prepare_vllm(model, pair, engines, request, run, sweep, chart)

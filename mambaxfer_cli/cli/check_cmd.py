@@ -36,12 +36,12 @@ def check(
     """
     named = [name.strip().lower() for name in engines.engine.split(",")]
     if named == ["sglang"]:
-        from mambaxfer_cli.cli import sglang
+        from mambaxfer_cli.engines.sglang.commands import answers as sglang
 
         finish(sglang.check_report(model, engines, request, pairs, max_tp), output)
         return
     if sorted(named) == ["sglang", "vllm"]:
-        from mambaxfer_cli.cli import sglang
+        from mambaxfer_cli.engines.sglang.commands import answers as sglang
 
         if output.junit is not None:
             raise UserError("--junit: check one engine at a time for JUnit (--engine vllm or --engine sglang)")

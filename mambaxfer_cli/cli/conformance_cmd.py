@@ -58,7 +58,7 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
 def sglang(names: list[str] | None, max_tp: int) -> Viewed:
     """SGLang's own functions against mambaxfer's SGLang rules (None: every preset it serves)."""
     from mambaxfer_cli.engines.sglang.conformance import run
-    from mambaxfer_cli.render.sglang_conformance_view import junit_xml, progress, render_report
+    from mambaxfer_cli.engines.sglang.views.conformance import junit_xml, progress, render_report
 
     with progress() as (start, done):
         report = run(names, max_tp, start, done)

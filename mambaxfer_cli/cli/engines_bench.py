@@ -24,12 +24,12 @@ ONE_REQUEST = "1"
 
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs,
         output: OutputArgs, sweep: str, chart: Path | None) -> None:
-    from mambaxfer_cli.bench import sglang as sglang_bench
+    from mambaxfer_cli.engines.sglang.transfer import bench as sglang_bench
     from mambaxfer_cli.bench.engines import engines_document
-    from mambaxfer_cli.cli.vllm_bench import measure_vllm, prepare_vllm
+    from mambaxfer_cli.engines.vllm.commands.bench import measure_vllm, prepare_vllm
     from mambaxfer_cli.cli.options import EngineArgs, Semantics, check_bounds
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.cli.sglang import NAME, backend, load
+    from mambaxfer_cli.engines.sglang.commands.answers import NAME, backend, load
     from mambaxfer_cli.engines.sglang import plan
     from mambaxfer_cli.execute.plan_source import cut_layers
     from mambaxfer_cli.limits import finite_seconds

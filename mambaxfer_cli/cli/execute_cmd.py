@@ -1,5 +1,5 @@
 """``mambaxfer execute``: the plan performed with real NIXL READs between real rank processes (SGLang's
-WRITEs: ``cli/sglang_execute.py``)."""
+WRITEs: ``engines/sglang/commands/execute.py``)."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def execute(
     mambaxfer execute --engine sglang --model nemotron-h-8b --p-tp 1 --d-tp 2 --semantics sglang
     """
     if engines.engine.strip().lower() == "sglang":
-        from mambaxfer_cli.cli import sglang_execute
+        from mambaxfer_cli.engines.sglang.commands import execute as sglang_execute
 
         sglang_execute.run(model, pair, engines, request, run, peers.host, peers.port, output, peers.discovery)
         return

@@ -27,7 +27,7 @@ def inspect(
     mambaxfer inspect --model ./my-model/config.json --tp 8 --format json
     """
     if engines.engine.strip().lower() == "sglang":
-        from mambaxfer_cli.cli import sglang
+        from mambaxfer_cli.engines.sglang.commands import answers as sglang
 
         finish(sglang.inspect_report(model, engines, parse_tp_list(tp)), output)
         return

@@ -42,7 +42,7 @@ def plan(
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp)
     if engines.engine.strip().lower() == "sglang":
-        from mambaxfer_cli.cli import sglang
+        from mambaxfer_cli.engines.sglang.commands import answers as sglang
 
         finish(sglang.plan_report(model, engines, request, p_tp, d_tp, d_rank, show), output)
         return

@@ -39,9 +39,9 @@ def _sglang(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p
     """preflight of two SGLang servers (their lines, as SGLang's parser reads them)."""
     from mambaxfer_cli.cli.params import changed_flags
     from mambaxfer_cli.engines.sglang.launch_args import parse_launch
-    from mambaxfer_cli.preflight.sglang import preflight as run
+    from mambaxfer_cli.engines.sglang.preflight import preflight as run
     from mambaxfer_cli.readers.serve_model import load_serve_model
-    from mambaxfer_cli.render.sglang_preflight_view import junit_xml, render_report
+    from mambaxfer_cli.engines.sglang.views.preflight import junit_xml, render_report
 
     given = changed_flags(engines, skip=("engine",))
     if given:

@@ -14,13 +14,15 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from mambaxfer_cli.bench import rank as bench_rank
-from mambaxfer_cli.bench import sglang_rank as sglang_bench_rank
-from mambaxfer_cli.bench.sglang import SlotBenchDecode, SlotBenchPrefill
-from mambaxfer_cli.execute import rank, sglang_rank, sglang_remote
+from mambaxfer_cli.engines.sglang.transfer import bench_rank as sglang_bench_rank
+from mambaxfer_cli.engines.sglang.transfer.bench import SlotBenchDecode, SlotBenchPrefill
+from mambaxfer_cli.execute import rank
+from mambaxfer_cli.engines.sglang.transfer import rank as sglang_rank
+from mambaxfer_cli.engines.sglang.transfer import remote as sglang_remote
 from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure, StopRequested
 from mambaxfer_cli.execute.messages import Done, Failed
 from mambaxfer_cli.execute.results import RankResult
-from mambaxfer_cli.execute.sglang import SlotTask
+from mambaxfer_cli.engines.sglang.transfer.run import SlotTask
 from mambaxfer_cli.execute.tasks import RankTask
 from mambaxfer_cli.exits import EXIT_RANK_ORPHANED
 

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from mambaxfer_cli.execute.sglang_results import SlotBenchResult, SlotDecodeResult, SlotPrefillResult
+from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, SlotDecodeResult, SlotPrefillResult
 from mambaxfer_cli.execute.verify import PageCheck, Tally
 
 

@@ -20,10 +20,10 @@ from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.execute.sglang import (
+from mambaxfer_cli.engines.sglang.transfer.run import (
     SlotDecodeTask, SlotPrefillTask, build_tasks, chosen_writes,
 )
-from mambaxfer_cli.execute.sglang_results import SlotBenchResult, VariantTiming
+from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, VariantTiming
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.planning.layout import RankLayout
 

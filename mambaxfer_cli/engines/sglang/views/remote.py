@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from mambaxfer_cli.engines.sglang.plan import SGLangPlan
     from mambaxfer_cli.execute.discovery import Discovery
-    from mambaxfer_cli.execute.sglang_remote import SideOutcome
+    from mambaxfer_cli.engines.sglang.transfer.remote import SideOutcome
 
 
 def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:

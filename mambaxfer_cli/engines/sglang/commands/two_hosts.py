@@ -1,5 +1,5 @@
 """``execute --engine sglang --role prefill|decode``: one side of SGLang's transfer on this host,
-the other side's command on another (``execute/sglang_remote.py``), and each side's report."""
+the other side's command on another (``engines/sglang/transfer/remote.py``), and each side's report."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import OutputArgs, RunArgs
     from mambaxfer_cli.engines.sglang.plan import SGLangPlan
     from mambaxfer_cli.execute.discovery import Discovery
-    from mambaxfer_cli.execute.sglang_remote import SideOutcome
+    from mambaxfer_cli.engines.sglang.transfer.remote import SideOutcome
 
 
 def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str, gpus: int, run_args: RunArgs,
              output: OutputArgs) -> None:
     """This side's ranks, to their end; its report (exit 0, 1 with bad bytes, 2 refused, 3 failed)."""
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.execute.sglang_remote import execute_side, settings_for
+    from mambaxfer_cli.engines.sglang.transfer.remote import execute_side, settings_for
     from mambaxfer_cli.render.execute_view import ProgressView
-    from mambaxfer_cli.render.sglang_execute_view import title
-    from mambaxfer_cli.render.sglang_remote_view import side_line
+    from mambaxfer_cli.engines.sglang.views.execute import title
+    from mambaxfer_cli.engines.sglang.views.remote import side_line
 
     settings = settings_for(planned, chosen, discovery, device, gpus, run_args.iters)
     click.echo(side_line(planned, discovery), err=True)
@@ -43,8 +43,8 @@ class SideReport(Report):
         self.outcome = outcome
 
     def render(self, width: int) -> list[Any]:
-        from mambaxfer_cli.render.sglang_execute_view import bad_bytes_report, result_table
-        from mambaxfer_cli.render.sglang_remote_view import written_table
+        from mambaxfer_cli.engines.sglang.views.execute import bad_bytes_report, result_table
+        from mambaxfer_cli.engines.sglang.views.remote import written_table
 
         if self.outcome.role == "prefill":
             return [AsIs(written_table(self.outcome))]

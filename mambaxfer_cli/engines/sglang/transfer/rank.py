@@ -1,4 +1,4 @@
-"""The rank programs of SGLang's transfer (``execute/sglang.py``), each in its own process with its
+"""The rank programs of SGLang's transfer (``engines/sglang/transfer/run.py``), each in its own process with its
 own NIXL agent.
 
 D: poison, register, answer each writer's metadata request on its side channel (its entries'
@@ -24,8 +24,10 @@ from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.execute.results import RankResult
-from mambaxfer_cli.execute.sglang import SlotDecodeTask, SlotPrefillTask, SlotTask, holds, pattern_block, poison
-from mambaxfer_cli.execute.sglang_results import (
+from mambaxfer_cli.engines.sglang.transfer.run import (
+    SlotDecodeTask, SlotPrefillTask, SlotTask, holds, pattern_block, poison,
+)
+from mambaxfer_cli.engines.sglang.transfer.results import (
     FieldCount, FirstWrong, SlotDecodeResult, SlotPrefillResult, WriteTiming,
 )
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch

@@ -62,7 +62,7 @@ class PlanReport(Report):
         self.plan, self.d_rank = plan, d_rank
 
     def render(self, width: int) -> list:
-        from mambaxfer_cli.render.sglang_view import render_plan
+        from mambaxfer_cli.engines.sglang.views.answers import render_plan
 
         return render_plan(self.plan, self.d_rank)
 
@@ -89,7 +89,7 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
     from mambaxfer_cli.limits import MAX_TP, within
     from mambaxfer_cli.proof.check import ALL_PRESETS_MAX_TP, parse_pairs
     from mambaxfer_cli.render.check_view import progress
-    from mambaxfer_cli.render.sglang_view import check_junit, render_check
+    from mambaxfer_cli.engines.sglang.views.answers import check_junit, render_check
 
     chosen = backend(engines)
     request_unused(request)
@@ -170,6 +170,6 @@ class BothReport(Report):
         self.vllm, self.sglang = vllm, sglang
 
     def render(self, width: int) -> list:
-        from mambaxfer_cli.render.sglang_view import render_both
+        from mambaxfer_cli.engines.sglang.views.answers import render_both
 
         return render_both(self.vllm, self.sglang)

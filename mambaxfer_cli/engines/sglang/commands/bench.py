@@ -22,11 +22,11 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
         output: OutputArgs) -> None:
     import importlib.util
 
-    from mambaxfer_cli.bench.sglang import bench
+    from mambaxfer_cli.engines.sglang.transfer.bench import bench
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.cli.sglang import backend, load
-    from mambaxfer_cli.cli.sglang_execute import semantics
+    from mambaxfer_cli.engines.sglang.commands.answers import backend, load
+    from mambaxfer_cli.engines.sglang.commands.execute import semantics
     from mambaxfer_cli.engines.sglang import plan
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.plan_source import cut_layers
@@ -65,7 +65,7 @@ class SGLangBenchReport(Report):
         super().__init__(document, EXIT_OK if document["verified"] else EXIT_WRONG)
 
     def render(self, width: int) -> list[Any]:
-        from mambaxfer_cli.render.sglang_execute_view import bench_table
+        from mambaxfer_cli.engines.sglang.views.execute import bench_table
 
         return [bench_table(self.document)]
 

@@ -14,7 +14,7 @@ from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.sglang.plan import SGLangPlan
-    from mambaxfer_cli.execute.sglang import SlotOutcome
+    from mambaxfer_cli.engines.sglang.transfer.run import SlotOutcome
 
 
 def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
@@ -24,7 +24,7 @@ def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
 
 
 def result_table(outcome: "SlotOutcome") -> Table:
-    from mambaxfer_cli.execute.sglang import D_SLOT, P_SLOT
+    from mambaxfer_cli.engines.sglang.transfer.run import D_SLOT, P_SLOT
 
     table = Table(title=title(outcome.plan, outcome.semantics, outcome.settings.device), title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (

@@ -16,7 +16,7 @@ from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import EngineArgs
     from mambaxfer_cli.execute.discovery import Discovery
-    from mambaxfer_cli.execute.sglang import SlotOutcome
+    from mambaxfer_cli.engines.sglang.transfer.run import SlotOutcome
 
 # The options execute takes for vLLM that SGLang's transfer has no use for, by parameter name.
 _VLLM_ONLY = {"blocks": "--blocks", "plan_file": "--plan", "coalesce": "--coalesce",
@@ -51,15 +51,15 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
 
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.options import check_bounds
-    from mambaxfer_cli.cli.sglang import backend, load
+    from mambaxfer_cli.engines.sglang.commands.answers import backend, load
     from mambaxfer_cli.engines.sglang import plan
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.plan_source import cut_layers
-    from mambaxfer_cli.execute.sglang import execute
+    from mambaxfer_cli.engines.sglang.transfer.run import execute
     from mambaxfer_cli.execute.tasks import RunSettings
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.execute_view import ProgressView
-    from mambaxfer_cli.render.sglang_execute_view import title
+    from mambaxfer_cli.engines.sglang.views.execute import title
 
     given = _given_on_command_line()
     if given:
@@ -79,7 +79,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     if discovery is not None:
-        from mambaxfer_cli.cli.sglang_two_hosts import run_side
+        from mambaxfer_cli.engines.sglang.commands.two_hosts import run_side
 
         run_side(planned, chosen, discovery, kind, gpus, run_args, output)
         return
@@ -97,7 +97,7 @@ class SGLangExecuteReport(Report):
         self.outcome = outcome
 
     def render(self, width: int) -> list[Any]:
-        from mambaxfer_cli.render.sglang_execute_view import bad_bytes_report, result_table
+        from mambaxfer_cli.engines.sglang.views.execute import bad_bytes_report, result_table
 
         report = bad_bytes_report(self.outcome)
         return [result_table(self.outcome)] if report is None else [result_table(self.outcome), AsIs(report)]

@@ -37,14 +37,14 @@ from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, linger, notifications, notify, p_agent
 from mambaxfer_cli.execute.results import RankResult
-from mambaxfer_cli.execute.sglang import (
+from mambaxfer_cli.engines.sglang.transfer.run import (
     D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask, SlotTask,
     build_tasks, chosen_writes, poison, transfer,
 )
-from mambaxfer_cli.execute.sglang_rank import (
+from mambaxfer_cli.engines.sglang.transfer.rank import (
     Check, check_decode_layout, fill_and_register, fill_slot, planned_pairings, poison_all, post, published_layout,
 )
-from mambaxfer_cli.execute.sglang_results import SlotDecodeResult, SlotPrefillResult, WriteTiming
+from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import RunSettings
 
 QUIET = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per metadata request too early

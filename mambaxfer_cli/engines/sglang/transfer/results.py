@@ -1,4 +1,4 @@
-"""What the ranks of SGLang's transfer (``execute/sglang.py``) find and measure, as typed values."""
+"""What the ranks of SGLang's transfer (``engines/sglang/transfer/run.py``) find and measure, as typed values."""
 
 from __future__ import annotations
 

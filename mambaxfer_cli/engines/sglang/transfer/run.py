@@ -29,7 +29,7 @@ from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.run import check_ports
-from mambaxfer_cli.execute.sglang_results import SlotDecodeResult, SlotPrefillResult, WriteTiming
+from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pattern import POISON

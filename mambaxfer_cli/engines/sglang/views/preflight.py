@@ -10,7 +10,7 @@ from rich.text import Text
 
 from mambaxfer_cli.exits import EXIT_OK
 from mambaxfer_cli.preflight.report import quote_lines
-from mambaxfer_cli.preflight.sglang import Report
+from mambaxfer_cli.engines.sglang.preflight import Report
 from mambaxfer_cli.render.preflight_view import cell_text, fields_table, model_origin, titled_table
 
 

@@ -7,18 +7,18 @@ from typing import Callable
 
 import numpy as np
 
-from mambaxfer_cli.bench.sglang import LIMIT, ORDER, PLANNED, SlotBenchDecode, SlotBenchPrefill
+from mambaxfer_cli.engines.sglang.transfer.bench import LIMIT, ORDER, PLANNED, SlotBenchDecode, SlotBenchPrefill
 from mambaxfer_cli.engines.sglang.proof import item
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.execute.channel import Channel
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.execute.results import RankResult
-from mambaxfer_cli.execute.sglang import P_SLOTS, pattern_block, poison
-from mambaxfer_cli.execute.sglang_rank import (
+from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, poison
+from mambaxfer_cli.engines.sglang.transfer.rank import (
     await_notifications, connect, fill_slot, planned_pairings, poison_all, post, start_target,
 )
-from mambaxfer_cli.execute.sglang_results import SlotBenchResult, SlotCheck, VariantTiming
+from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, SlotCheck, VariantTiming
 
 Tick = Callable[[str], None]
 

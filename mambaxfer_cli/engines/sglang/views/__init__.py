@@ -1,0 +1,1 @@
+"""How SGLang's answers look: plan, check, inspect, preflight, execute and conformance."""
