@@ -81,7 +81,9 @@ def test_a_group_comes_back_as_its_value():
 
 
 def test_p_and_d_forms_fall_back_to_the_shared_value():
-    built = EngineArgs(vllm_version="0.33", p_vllm_version="0.34", block_size=32, d_block_size=64).build()
+    from mambaxfer_cli.engines.vllm.options import build
+
+    built = build(EngineArgs(vllm_version="0.33", p_vllm_version="0.34", block_size=32, d_block_size=64))
     assert (built.prefill.release.name, built.decode.release.name) == ("0.34", "0.33")
     assert (built.prefill.block_size, built.decode.block_size) == (32, 64)
 

@@ -28,10 +28,22 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(module: str) -> list[tuple[str, str | None, int]]:
-    """(imported module, imported name or None, line) of every import statement, at any depth."""
+def _type_only(tree: ast.AST) -> set[int]:
+    """The ids of the imports under ``if TYPE_CHECKING:``: read by the type checker, never run."""
+    return {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+            and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+            for statement in block.body for node in ast.walk(statement)}
+
+
+def _imports(module: str, typing: bool = True) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) of every import statement, at any depth
+    (``typing=False``: those the program runs, not the type checker's alone)."""
     out = []
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    tree = ast.parse(MODULES[module].read_text())
+    skipped = set() if typing else _type_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             out += [(alias.name, None, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -43,10 +55,12 @@ def _imports(module: str) -> list[tuple[str, str | None, int]]:
 
 
 def _graph() -> dict[str, set[str]]:
+    """Who imports whom when the program runs: the type checker's own imports (the protocol's
+    option groups, ``if TYPE_CHECKING:``) close no circle."""
     graph = {}
     for module in MODULES:
         edges = set()
-        for target, _, _ in _imports(module):
+        for target, _, _ in _imports(module, typing=False):
             while target and target not in MODULES:
                 target = target.rpartition(".")[0]
             if target and target != module and target != "mambaxfer_cli":
@@ -187,3 +201,91 @@ def test_the_code_map_check_sees_a_new_folder(tmp_path):
     (tmp_path / "mambaxfer_cli" / "releases" / "v0_35").mkdir(parents=True)
     (tmp_path / "mambaxfer_cli" / "releases" / "v0_35" / "__init__.py").write_text("")
     assert _folders(tmp_path / "mambaxfer_cli") == {"mambaxfer_cli/room"}
+
+
+# --- commands reach an engine only through the registry's protocol -----------------------------------
+
+ENGINE_NAMES = ("vllm", "sglang")
+ENGINE_HOMES = ("mambaxfer_cli.engines", "mambaxfer_cli.schema")
+
+# Modules outside cli/ that still import an engine's package (or compare its name): their folders move into the engines'
+# packages (proof/, preflight/, conformance/, render/'s views, execute/, bench/); the list shrinks
+# to empty as they do. cli/ and the registry are on it never.
+NOT_YET_IN_ENGINE_PACKAGES = frozenset({
+    "mambaxfer_cli.bench.engines", "mambaxfer_cli.bench.measure", "mambaxfer_cli.bench.variants",
+    "mambaxfer_cli.conformance", "mambaxfer_cli.conformance.adapter", "mambaxfer_cli.conformance.cases",
+    "mambaxfer_cli.conformance.compare", "mambaxfer_cli.execute.agreement", "mambaxfer_cli.execute.plan_source",
+    "mambaxfer_cli.execute.rank", "mambaxfer_cli.execute.rank_process", "mambaxfer_cli.execute.results",
+    "mambaxfer_cli.execute.run", "mambaxfer_cli.execute.tasks", "mambaxfer_cli.execute.whole_pages",
+    "mambaxfer_cli.preflight.fields", "mambaxfer_cli.preflight.fix", "mambaxfer_cli.preflight.refusals",
+    "mambaxfer_cli.preflight.report", "mambaxfer_cli.preflight.served", "mambaxfer_cli.proof.addresses",
+    "mambaxfer_cli.proof.check", "mambaxfer_cli.proof.indexer_caches", "mambaxfer_cli.proof.pages",
+    "mambaxfer_cli.proof.qwen4exp", "mambaxfer_cli.proof.simulate", "mambaxfer_cli.render.bench_view",
+    "mambaxfer_cli.render.execute_view", "mambaxfer_cli.render.model_view", "mambaxfer_cli.render.plan_view",
+    "mambaxfer_cli.render.preflight_view",
+})
+
+
+def _names_an_engine(node: ast.AST) -> bool:
+    """A string constant that is an engine's name, or a tuple/list/set of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value.strip().lower() in ENGINE_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_an_engine(element) for element in node.elts)
+    return False
+
+
+def engine_knowledge(module: str, source: str, path: str) -> list[str]:
+    """Where a module outside ``engines/`` and ``schema/`` knows an engine: by its file's name, by
+    comparing an engine's name, or by importing an engine's package (the registry aside)."""
+    if any(_within(module, home) for home in ENGINE_HOMES):
+        return []
+    found = [f"{module}: its file is named after an engine"] if any(n in Path(path).name for n in ENGINE_NAMES) \
+        else []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(map(_names_an_engine, [node.left, *node.comparators])):
+            found.append(f"{module}:{node.lineno} compares an engine's name")
+        elif isinstance(node, ast.match_case) and any(_names_an_engine(n) for n in ast.walk(node.pattern)
+                                                       if isinstance(n, ast.Constant)):
+            found.append(f"{module}:{node.pattern.lineno} matches an engine's name")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            base = _resolve(module, node) if isinstance(node, ast.ImportFrom) and module in MODULES else \
+                getattr(node, "module", None) or ""
+            targets = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                       [base, *(f"{base}.{alias.name}" for alias in node.names)])
+            if any(_engine_of(target) in ENGINE_NAMES for target in targets):
+                found.append(f"{module}:{node.lineno} imports an engine's package")
+    return found
+
+
+def test_commands_reach_an_engine_only_through_the_registry():
+    found = {module: engine_knowledge(module, path.read_text(), str(path)) for module, path in MODULES.items()}
+    knowing = {module for module, said in found.items() if said}
+    assert knowing - NOT_YET_IN_ENGINE_PACKAGES == set(), [s for m in sorted(knowing - NOT_YET_IN_ENGINE_PACKAGES)
+                                                           for s in found[m]]
+    assert NOT_YET_IN_ENGINE_PACKAGES <= knowing        # a module that moved leaves the list
+    assert not any(_within(m, "mambaxfer_cli.cli") or m == ENGINES for m in NOT_YET_IN_ENGINE_PACKAGES)
+
+
+def test_the_engine_check_sees_a_planted_break():
+    planted = """
+from mambaxfer_cli.engines import engine
+from mambaxfer_cli.engines.vllm.plan import build_plan
+import mambaxfer_cli.engines.sglang.plan
+from mambaxfer_cli.engines import sglang
+if name.strip().lower() == "sglang" or name in ("vllm", "x"):
+    pass
+match name:
+    case "vllm":
+        pass
+"""
+    assert sorted(engine_knowledge("mambaxfer_cli.cli.x", planted, "mambaxfer_cli/cli/sglang_x.py")) == [
+        "mambaxfer_cli.cli.x: its file is named after an engine",
+        "mambaxfer_cli.cli.x:3 imports an engine's package",
+        "mambaxfer_cli.cli.x:4 imports an engine's package",
+        "mambaxfer_cli.cli.x:5 imports an engine's package",
+        "mambaxfer_cli.cli.x:6 compares an engine's name",
+        "mambaxfer_cli.cli.x:6 compares an engine's name",
+        "mambaxfer_cli.cli.x:9 matches an engine's name"]
+    assert engine_knowledge("mambaxfer_cli.cli.y", "from mambaxfer_cli.engines import one\n", "cli/y.py") == []
+    assert engine_knowledge("mambaxfer_cli.engines.vllm.x", planted, "engines/vllm/x.py") == []

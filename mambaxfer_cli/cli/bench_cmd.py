@@ -6,12 +6,10 @@ from pathlib import Path
 
 import click
 
-from mambaxfer_cli.cli.options import (
-    EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, Semantics,
-)
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
-from mambaxfer_cli.cli.report import Report, finish
-from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.cli.report import finish
+from mambaxfer_cli.engines import beside, chosen, one
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -48,51 +46,8 @@ def bench(
 
     mambaxfer bench --engine vllm,sglang --model nemotron-h-8b --p-tp 1 --d-tp 2
     """
-    named = [name.strip().lower() for name in engines.engine.split(",")]
-    if named == ["sglang"]:
-        from mambaxfer_cli.engines.sglang.commands import bench as sglang_bench
-
-        sglang_bench.run(model, pair, engines, request, run, output)
+    if len(chosen(engines.engine)) == 1:
+        finish(one(engines.engine).bench(model, pair, engines, request, run, sweep, chart), output)
         return
-    if sorted(named) == ["sglang", "vllm"]:
-        from mambaxfer_cli.cli import engines_bench
-
-        engines_bench.run(model, pair, engines, request, run, output, sweep, chart)
-        return
-    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.engines.vllm.commands.bench import measure_vllm, prepare_vllm
-    from mambaxfer_cli.render.bench_view import BenchProgress
-
-    prepared = prepare_vllm(model, pair, engines, request, run, sweep, chart)
-    with one_line_when_the_run_fails(), BenchProgress(prepared.steps) as view:
-        document = measure_vllm(prepared, run, view)
-    hint = f"'mambaxfer check --model {model.model} --pairs {prepared.p_tp}:{prepared.d_tp}' says which"
-    finish(BenchReport(document, chart, prepared.semantics == Semantics.vllm.value, hint), output)
-
-
-class BenchReport(Report):
-    """Bench's figures: its tables; the chart written after them; wrong bytes said last."""
-
-    def __init__(self, document: dict, chart: Path | None, vllm_reads: bool, hint: str) -> None:
-        super().__init__(document, EXIT_OK if document["verified"] else EXIT_WRONG)
-        self.chart, self.vllm_reads, self.hint = chart, vllm_reads, hint
-
-    def render(self, width: int) -> list:
-        from mambaxfer_cli.render.bench_view import bench_tables
-
-        return list(bench_tables(self.document))
-
-    def notes(self) -> list[str]:
-        from mambaxfer_cli.bench.measure import write_chart
-
-        notes = []
-        if self.chart is not None:
-            why = write_chart(self.document, self.chart)
-            notes.append(f"chart skipped: {why}" if why else f"chart written to {self.chart}")
-        if not self.document["verified"]:
-            wrong = sum(row["wrong_bytes"] for point in self.document["points"]
-                        for rows in point["variants"].values() for row in rows.values())
-            how = ("vLLM's reads (--semantics vllm) land these bytes wrong" if self.vllm_reads
-                   else "mambaxfer's plan landed these bytes wrong")
-            notes.append(f"wrong bytes: {wrong} over the runs marked WRONG; {how}; {self.hint}")
-        return notes
+    finish(beside(engines.engine, lambda first, other: first.bench_beside(other, model, pair, engines, request, run,
+                                                                          sweep, chart)), output)

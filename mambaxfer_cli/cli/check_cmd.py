@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from mambaxfer_cli.cli.options import MAX_TP_OPTION, EngineArgs, ModelArgs, OutputArgs, RequestArgs, check_writable
+from mambaxfer_cli.cli.options import MAX_TP_OPTION, EngineArgs, ModelArgs, OutputArgs, RequestArgs
 from mambaxfer_cli.cli.params import ENGINES, command, option
-from mambaxfer_cli.cli.report import Viewed, finish
+from mambaxfer_cli.cli.report import finish
+from mambaxfer_cli.engines import beside
+from mambaxfer_cli.engines import chosen as chosen_engines
 from mambaxfer_cli.errors import UserError
 
 
@@ -34,42 +36,11 @@ def check(
 
     mambaxfer check --engine sglang --all-presets
     """
-    named = [name.strip().lower() for name in engines.engine.split(",")]
-    if named == ["sglang"]:
-        from mambaxfer_cli.engines.sglang.commands import answers as sglang
-
-        finish(sglang.check_report(model, engines, request, pairs, max_tp), output)
+    chosen = chosen_engines(engines.engine)
+    if len(chosen) == 1:
+        finish(chosen[0].check(model, engines, request, output, pairs, max_tp), output)
         return
-    if sorted(named) == ["sglang", "vllm"]:
-        from mambaxfer_cli.engines.sglang.commands import answers as sglang
-
-        if output.junit is not None:
-            raise UserError("--junit: check one engine at a time for JUnit (--engine vllm or --engine sglang)")
-        finish(sglang.side_by_side(model, engines, request, pairs, max_tp,
-                                   lambda chosen: vllm_check(model, chosen, request, pairs, max_tp, None)), output)
-        return
-    finish(vllm_check(model, engines, request, pairs, max_tp, output.junit), output)
-
-
-def vllm_check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,
-               max_tp: int | None, junit):
-    """vLLM's check of the models and pairings: the report ``finish`` says."""
-    from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
-    from mambaxfer_cli.proof.check import run_check, targets_for
-
-    names = model.names()
-    built = engines.build(CHECK_NUM_BLOCKS)
-    specs = [model.load(name, built.release_names) for name in names]
-    semantics = request.reads(both=True)
-    options = request.plan_options(built,
-                                   semantics="vllm" if semantics == "vllm" else "exact")
-    targets = targets_for(specs, pairs, max_tp, semantics)
-    if junit is not None:   # fail before the run, not after it
-        check_writable(junit, "--junit")
-
-    from mambaxfer_cli.render.check_view import progress, render_report
-    from mambaxfer_cli.render.junit import junit_xml
-
-    with progress() as (on_start, on_result):
-        report = run_check(targets, options, on_start, on_result, semantics=semantics)
-    return Viewed(report, render_report, junit_xml)
+    if output.junit is not None:
+        raise UserError("--junit: check one engine at a time for JUnit (--engine vllm or --engine sglang)")
+    finish(beside(engines.engine, lambda first, other: first.check_beside(other, model, engines, request, output,
+                                                                          pairs, max_tp)), output)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from mambaxfer_cli.cli.options import MAX_TP_OPTION, EngineArgs, ModelArgs, OutputArgs, check_writable
 from mambaxfer_cli.cli.params import command
-from mambaxfer_cli.cli.report import Viewed, finish
+from mambaxfer_cli.cli.report import finish
+from mambaxfer_cli.engines import engine as serving_engine
+from mambaxfer_cli.engines import one
 
 # A deployment's TP sizes: conformance compares every pairing up to this, per model.
 MAX_CONFORMANCE_TP = 64
@@ -34,32 +36,12 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
 
     mambaxfer conformance --engine sglang --all-presets
     """
-    from mambaxfer_cli.engines import engine as serving_engine
     from mambaxfer_cli.limits import within
 
-    names = model.names()
+    model.names()     # --model or --all-presets, or one line
     serving_engine(engine.engine)       # an engine mambaxfer knows, or one line
     largest = 8 if max_tp is None else max_tp
     within("--max-tp", largest, 1, MAX_CONFORMANCE_TP, "deployment's TP size")
     if output.junit is not None:   # fail before the run, not after it
         check_writable(output.junit, "--junit")
-    if engine.engine == "sglang":
-        finish(sglang(None if model.all_presets else names, largest), output)
-        return
-
-    from mambaxfer_cli.conformance import run
-    from mambaxfer_cli.render.conformance_view import junit_xml, progress, render_report
-
-    with progress() as (start, done):
-        report = run(names, largest, start, done)
-    finish(Viewed(report, render_report, junit_xml), output)
-
-
-def sglang(names: list[str] | None, max_tp: int) -> Viewed:
-    """SGLang's own functions against mambaxfer's SGLang rules (None: every preset it serves)."""
-    from mambaxfer_cli.engines.sglang.conformance import run
-    from mambaxfer_cli.engines.sglang.views.conformance import junit_xml, progress, render_report
-
-    with progress() as (start, done):
-        report = run(names, max_tp, start, done)
-    return Viewed(report, render_report, junit_xml)
+    finish(one(engine.engine).conformance(model, largest), output)

@@ -15,15 +15,12 @@ import click
 
 from mambaxfer_cli.cli.params import ENGINES, MODEL, OUTPUT, REQUEST, Group, option
 from mambaxfer_cli.errors import UserError, clipped
-from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds, within
+from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
 from mambaxfer_cli.engines import DEFAULT as DEFAULT_ENGINE
 from mambaxfer_cli.engines import engine as serving_engine
 from mambaxfer_cli.engines import described as described_engines
-from mambaxfer_cli.engines.vllm import releases
-from mambaxfer_cli.engines.vllm.geometry import DEFAULT_NUM_BLOCKS
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.variants import names as variant_names
-from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 
 
 class Format(str, Enum):
@@ -141,7 +138,8 @@ _P_SIZE, _D_SIZE = _side("--block-size")
 _P_KV, _D_KV = _side("--kv-cache-dtype")
 _P_PREFIX, _D_PREFIX = _side("prefix caching")
 _EXPERT = "Expert: {}'s kernel blocks per logical block by hand (not what vLLM builds)."
-_BLOCKS = "{} engine's number of kernel blocks (N; default {}, in check {})."
+# The help that states the default engine's own facts (its releases, their defaults), from its package.
+_HELP = serving_engine(DEFAULT_ENGINE).option_help()
 
 
 @dataclass(frozen=True)
@@ -155,8 +153,7 @@ class EngineArgs(Group):
         "--transfer-backend", help="SGLang's --disaggregation-transfer-backend: nixl (the default) or mooncake "
                                    "(--engine sglang).", panel=ENGINES)
     vllm_version: str | None = option(
-        "--vllm-version", help=f"The vLLM release the engines run: {releases.choices()} (default: the vLLM "
-                               "installed here, else the newest mambaxfer knows).", panel=ENGINES)
+        "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES)
     p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES)
     d_vllm_version: str | None = option("--d-vllm-version", help=_D_RELEASE, panel=ENGINES)
     gpu: str | None = option(
@@ -172,9 +169,7 @@ class EngineArgs(Group):
     p_attention_backend: str | None = option("--p-attention-backend", help=_P_BACKEND, panel=ENGINES)
     d_attention_backend: str | None = option("--d-attention-backend", help=_D_BACKEND, panel=ENGINES)
     block_size: int | None = option(
-        "--block-size", help="Both engines' --block-size in tokens (default: none given, so the release's: "
-                             f"{releases.block_size_defaults()}; vLLM raises it for hybrids).", panel=ENGINES,
-        kind=int)
+        "--block-size", help=_HELP["block_size"], panel=ENGINES, kind=int)
     p_block_size: int | None = option("--p-block-size", help=_P_SIZE, panel=ENGINES, kind=int)
     d_block_size: int | None = option("--d-block-size", help=_D_SIZE, panel=ENGINES, kind=int)
     kv_cache_dtype: str | None = option(
@@ -193,11 +188,9 @@ class EngineArgs(Group):
     d_enable_prefix_caching: bool | None = option(
         "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help=_D_PREFIX, panel=ENGINES)
     p_num_blocks: int | None = option(
-        "--p-num-blocks", help=_BLOCKS.format("P", DEFAULT_NUM_BLOCKS, CHECK_NUM_BLOCKS["prefill"]), panel=ENGINES,
-        kind=int)
+        "--p-num-blocks", help=_HELP["p_num_blocks"], panel=ENGINES, kind=int)
     d_num_blocks: int | None = option(
-        "--d-num-blocks", help=_BLOCKS.format("D", DEFAULT_NUM_BLOCKS, CHECK_NUM_BLOCKS["decode"]), panel=ENGINES,
-        kind=int)
+        "--d-num-blocks", help=_HELP["d_num_blocks"], panel=ENGINES, kind=int)
     p_blocks_per_logical: int | None = option("--p-blocks-per-logical", help=_EXPERT.format("P"), panel=ENGINES,
                                               kind=int)
     d_blocks_per_logical: int | None = option("--d-blocks-per-logical", help=_EXPERT.format("D"), panel=ENGINES,
@@ -206,58 +199,6 @@ class EngineArgs(Group):
     # What a command that runs one engine's geometry (execute, bench, inspect) takes: no side's own.
     SHARED = ("engine", "vllm_version", "gpu", "gdn_prefill_backend", "attention_backend", "block_size",
               "kv_cache_dtype", "enable_prefix_caching")
-
-    def build(self, num_blocks: dict[str, int] | None = None):
-        """Both engines, built once: each side's own value where given, else the one both share, else
-        the planner's default (``EngineFlags``'s, the release's block size, the installed vLLM's
-        release); ``num_blocks``: the sides' number of blocks when not given (check's)."""
-        from mambaxfer_cli.engines.vllm.engine import Engines
-        from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags
-
-        check_bounds(p_num_blocks=self.p_num_blocks, d_num_blocks=self.d_num_blocks,
-                     p_blocks_per_logical=self.p_blocks_per_logical, d_blocks_per_logical=self.d_blocks_per_logical)
-        for flag, value in (("--block-size", self.block_size), ("--p-block-size", self.p_block_size),
-                            ("--d-block-size", self.d_block_size)):
-            if value is not None:
-                within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
-        modelled(self.engine)
-        if self.transfer_backend is not None:
-            raise UserError("--transfer-backend: SGLang's option (with --engine sglang); vLLM's NIXL connector has "
-                            "one transfer backend")
-        device = _gpu(self.gpu)
-        shared = _release("--vllm-version", self.vllm_version, self.engine) if self.vllm_version is not None else None
-
-        def side(prefix: str, role: str) -> EngineFlags:
-            version = getattr(self, f"{prefix}_vllm_version")
-            flag = f"--{prefix}-vllm-version"
-            chosen = (_release(flag, version, self.engine) if version is not None
-                      else shared or _release_when_unnamed())
-            blocks = getattr(self, f"{prefix}_num_blocks")
-            given = dict(attention_backend=self._own(prefix, "attention_backend"),
-                         block_size=self._own(prefix, "block_size"),
-                         kv_cache_dtype=self._own(prefix, "kv_cache_dtype"),
-                         prefix_caching=self._own(prefix, "enable_prefix_caching"),
-                         gdn_prefill_backend=self.gdn_prefill_backend,
-                         num_blocks=(num_blocks or {}).get(role) if blocks is None else blocks,
-                         blocks_per_logical=getattr(self, f"{prefix}_blocks_per_logical"))
-            return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})
-
-        if self.gdn_prefill_backend is not None:
-            from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend as resolve
-
-            try:
-                resolve(device, None, self.gdn_prefill_backend)
-            except UserError as exc:
-                raise UserError(f"--gdn-prefill-backend: {exc}") from None
-        from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
-
-        if self.kv_cache_layout is not None and self.kv_cache_layout not in ENV_LAYOUTS:
-            raise refuse_value("kv_cache_layout", self.kv_cache_layout, ENV_LAYOUTS)
-        return Engines(side("p", "prefill"), side("d", "decode"), kv_cache_layout=self.kv_cache_layout)
-
-    def _own(self, prefix: str, name: str) -> Any:
-        own = getattr(self, f"{prefix}_{name}")
-        return getattr(self, name) if own is None else own
 
 
 @dataclass(frozen=True)
@@ -299,23 +240,6 @@ class RequestArgs(Group):
         if (self.semantics is Semantics.both and not both) or self.semantics is Semantics.sglang:
             raise refuse_value("semantics", self.semantics, ("exact", "vllm", "both") if both else ("exact", "vllm"))
         return self.semantics.value
-
-    def plan_options(self, engines, semantics: str | None = None):
-        """PlanOptions from this request and both engines (``EngineArgs.build()``)."""
-        from mambaxfer_cli.planning.kv_groups import parse_grouping
-        from mambaxfer_cli.engines.vllm.plan import PlanOptions
-
-        check_bounds(attention_streams=self.attention_streams, kv_tensors=self.kv_tensors,
-                     ssm_tensors=self.ssm_tensors, request_blocks=self.request_blocks, seed=self.seed)
-        if self.kv_groups is None and (self.kv_tensors is not None or self.ssm_tensors is not None):
-            raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
-        grouping = (parse_grouping(self.kv_groups, self.kv_tensors, self.ssm_tensors)
-                    if self.kv_groups is not None else None)
-        return PlanOptions(
-            semantics=semantics or self.reads(), coalesce=self.coalesce, prefill=engines.prefill,
-            decode=engines.decode, attention_streams=self.attention_streams, grouping=grouping,
-            request_blocks=self.request_blocks, prefill_blocks=self.prefill_blocks,
-            decode_blocks=self.decode_blocks, seed=self.seed, kv_cache_layout=engines.kv_cache_layout)
 
 
 @dataclass(frozen=True)
@@ -483,47 +407,3 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-_said: set[str] = set()
-
-
-def _release_when_unnamed():
-    """The release of an engine given no --vllm-version: the vLLM installed here, else the newest
-    mambaxfer knows; what to say about an installed release it does not know, said once."""
-    from mambaxfer_cli.engines.vllm.installed import default_release
-
-    found = default_release()
-    if found.note and found.note not in _said:
-        _said.add(found.note)
-        click.echo(f"note: {found.note}", err=True)
-    return found.release
-
-
-def modelled(engine: str) -> None:
-    """Refuse, in one line, an engine whose rules the commands do not apply yet."""
-    why = serving_engine(engine).unanswered
-    if why is not None:
-        raise UserError(why)
-
-
-def _release(flag: str, name: str | None, engine: str = DEFAULT_ENGINE):
-    if name is None:
-        return _release_when_unnamed()
-    try:
-        return serving_engine(engine).release(name)
-    except UserError as exc:
-        raise UserError(f"{flag} {name}: {exc}") from None
-
-
-def _gpu(name: str | None):
-    from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, gpu
-
-    if name is None:
-        return DEFAULT_GPU
-    try:
-        return gpu(name)
-    except UserError as exc:
-        raise UserError(f"--gpu: {exc}") from None
-
-

@@ -7,52 +7,24 @@ from pathlib import Path
 
 import click
 
-from mambaxfer_cli.cli.options import EngineArgs, OutputArgs, check_writable
+from mambaxfer_cli.cli.options import EngineArgs, OutputArgs
 from mambaxfer_cli.cli.params import ENGINES, command, option
-from mambaxfer_cli.cli.report import Viewed, finish
+from mambaxfer_cli.cli.report import finish
+from mambaxfer_cli.engines import ServingEngine, engine, names, one
 from mambaxfer_cli.errors import UserError
 
 _FILE = click.Path(path_type=Path)
 
 
-SGLANG = "sglang"
-
-
-def _engine(engines: EngineArgs, p_text: str, d_text: str) -> str:
-    """--engine where given, else the engine the lines run: SGLang's launcher, else vLLM's."""
+def _engine(engines: EngineArgs, p_text: str, d_text: str) -> ServingEngine:
+    """--engine where given, else the engine whose server both lines run, else --engine's default."""
     ctx = click.get_current_context(silent=True)
     given = ctx is not None and ctx.get_parameter_source("engine") not in (None, click.core.ParameterSource.DEFAULT)
-    if given:
-        return engines.engine
-    from mambaxfer_cli.engines.sglang.launch_args import launches
-
-    runs = [launches(p_text), launches(d_text)]
-    if runs[0] != runs[1]:
-        which = "P" if runs[0] else "D"
-        raise UserError(f"{which}'s line runs SGLang's server and the other does not: preflight pairs two servers "
-                        f"of one engine")
-    return SGLANG if runs[0] else engines.engine
-
-
-def _sglang(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
-            d_origin: str) -> None:
-    """preflight of two SGLang servers (their lines, as SGLang's parser reads them)."""
-    from mambaxfer_cli.cli.params import changed_flags
-    from mambaxfer_cli.engines.sglang.launch_args import parse_launch
-    from mambaxfer_cli.engines.sglang.preflight import preflight as run
-    from mambaxfer_cli.readers.serve_model import load_serve_model
-    from mambaxfer_cli.engines.sglang.views.preflight import junit_xml, render_report
-
-    given = changed_flags(engines, skip=("engine",))
-    if given:
-        raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; SGLang's lines say "
-                        f"what their servers run (--engine sglang)")
-    p_line = parse_launch(p_text, p_origin)
-    d_line = parse_launch(d_text, d_origin)
-    if output.junit is not None:   # fail before the work, not after it
-        check_writable(output.junit, "--junit")
-    report = run(p_line, d_line, load_serve_model)
-    finish(Viewed(report, render_report, junit_xml), output)
+    if not given:
+        for name in names():
+            if engine(name).unanswered is None and engine(name).runs(p_text, d_text):
+                return engine(name)
+    return one(engines.engine)
 
 
 def _text(line: str | None, file: Path | None, side: str) -> str:
@@ -99,21 +71,8 @@ def preflight(
 
     mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --junit preflight.xml
     """
-    from mambaxfer_cli.preflight import preflight as run
-    from mambaxfer_cli.engines import engine as engine_named
-    from mambaxfer_cli.readers.serve_model import load_serve_model
-
     p_text = _text(prefill, prefill_file, "prefill")
     d_text = _text(decode, decode_file, "decode")
-    if _engine(engines, p_text, d_text) == SGLANG:
-        return _sglang(engines, output, p_text, d_text, "--prefill-file" if prefill is None else "--prefill",
-                       "--decode-file" if decode is None else "--decode")
-    serving = engine_named(engines.engine)
-    p_line = serving.read_serve_line(p_text, "--prefill-file" if prefill is None else "--prefill")
-    d_line = serving.read_serve_line(d_text, "--decode-file" if decode is None else "--decode")
-    if output.junit is not None:   # fail before the work, not after it
-        check_writable(output.junit, "--junit")
-    report = run(p_line, d_line, load_serve_model, engines.build())
-    from mambaxfer_cli.render.preflight_view import junit_xml, render_report
-
-    finish(Viewed(report, render_report, junit_xml), output)
+    finish(_engine(engines, p_text, d_text).preflight(
+        engines, output, p_text, d_text, "--prefill-file" if prefill is None else "--prefill",
+        "--decode-file" if decode is None else "--decode"), output)

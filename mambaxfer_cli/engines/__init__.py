@@ -12,15 +12,36 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from mambaxfer_cli.errors import UserError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mambaxfer_cli.cli.execute_cmd import PeerArgs
+    from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
+    from mambaxfer_cli.render.bench_view import BenchProgress
+    from mambaxfer_cli.render.report import Report
 
 DEFAULT = "vllm"
 
 
+class PreparedBench(Protocol):
+    """An engine's bench, planned: its progress steps, its devices, and the run that measures it."""
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def devices(self) -> list[tuple[str, int]]: ...
+
+    def measure(self, run: RunArgs, view: BenchProgress) -> dict[str, object]: ...
+
+
 class ServingEngine(Protocol):
-    """What the commands ask of a serving engine."""
+    """What the commands ask of a serving engine: each command's whole option groups in, the
+    report ``finish`` says out."""
 
     @property
     def name(self) -> str:
@@ -41,12 +62,50 @@ class ServingEngine(Protocol):
         """The releases mambaxfer has rules for, oldest first."""
         ...
 
-    def release(self, name: str | None) -> Any:
-        """The release a version names; None: the one installed here, else the newest known."""
+    def option_help(self) -> dict[str, str]:
+        """The help of the options that state this engine's facts, by option (``vllm_version``)."""
         ...
 
-    def read_serve_line(self, text: str, origin: str = "") -> Any:
-        """One engine's command line (or a script that runs one), as the engine reads it."""
+    def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
+             output: OutputArgs, d_rank: int | None, show: str | None) -> Report: ...
+
+    def check(self, model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs,
+              pairs: str | None, max_tp: int | None) -> Report: ...
+
+    def check_beside(self, other: ServingEngine, model: ModelArgs, engines: EngineArgs, request: RequestArgs,
+                     output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report | None:
+        """``check --engine a,b``: both engines' checks in one report (None: this engine has none with ``other``)."""
+        ...
+
+    def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
+        """``tp``: the TP sizes, comma-separated (``--tp``)."""
+        ...
+
+    def runs(self, p_text: str, d_text: str) -> bool:
+        """Whether both command lines run this engine's server (preflight without --engine)."""
+        ...
+
+    def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
+                  d_origin: str) -> Report: ...
+
+    def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+                peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report: ...
+
+    def bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+              sweep: str, chart: Path | None) -> Report: ...
+
+    def prepare_bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
+                      run: RunArgs, sweep: str, chart: Path | None) -> PreparedBench:
+        """The bench planned, every refusal said, before any rank starts (beside another engine)."""
+        ...
+
+    def bench_beside(self, other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: EngineArgs,
+                     request: RequestArgs, run: RunArgs, sweep: str, chart: Path | None) -> Report | None:
+        """``bench --engine a,b``: both engines in one run (None: this engine has none with ``other``)."""
+        ...
+
+    def conformance(self, model: ModelArgs, max_tp: int) -> Report:
+        """The installed engine's own functions against mambaxfer's, on --model or --all-presets."""
         ...
 
 
@@ -67,3 +126,36 @@ def engine(name: str = DEFAULT) -> ServingEngine:
         raise UserError(f"--engine: unknown serving engine '{name}'; mambaxfer knows {', '.join(names())}")
     found: ServingEngine = importlib.import_module(f"{__name__}.{name}").ENGINE
     return found
+
+
+def chosen(text: str) -> tuple[ServingEngine, ...]:
+    """The engines ``--engine`` names (comma-separated: several, side by side), each one the
+    commands answer for."""
+    named = [name.strip().lower() for name in text.split(",")]
+    if len(set(named)) != len(named) or not set(named) <= set(names()):
+        engine(text)     # an engine mambaxfer does not know: one line
+    found = tuple(engine(name) for name in named)
+    for each in found:
+        if each.unanswered is not None:
+            raise UserError(each.unanswered)
+    return found
+
+
+def one(text: str) -> ServingEngine:
+    """The one engine a command that takes one runs."""
+    found = chosen(text)
+    if len(found) > 1:
+        engine(text)
+    return found[0]
+
+
+def beside(text: str, ask: Callable[[ServingEngine, ServingEngine], Report | None]) -> Report:
+    """Several engines side by side (``check``, ``bench --engine a,b``): the report one of the two
+    gives beside the other (``ask(one, other)``)."""
+    found = chosen(text)
+    if len(found) == 2:
+        report = ask(*found) or ask(*reversed(found))
+        if report is not None:
+            return report
+    engine(text)     # engines that do not go together: one line
+    raise AssertionError(text)

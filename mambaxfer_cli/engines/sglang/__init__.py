@@ -15,13 +15,23 @@ Which module holds what:
 - ``conformance``: SGLang's own functions against these, run where SGLang is installed.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from mambaxfer_cli.engines import ServingEngine
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.release import BACKENDS, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, tp_sizes
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mambaxfer_cli.cli.execute_cmd import PeerArgs
+    from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
+    from mambaxfer_cli.engines import PreparedBench
+    from mambaxfer_cli.render.report import Report
 
 __all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLangPlan", "Verdict", "plan",
            "sglang_model", "tp_sizes", "verdict"]
@@ -32,7 +42,7 @@ NOT_WIRED = None    # every command answers for SGLang 0.5.23
 
 
 class Sglang:
-    """The ``ServingEngine`` of SGLang."""
+    """The ``ServingEngine`` of SGLang: each command's body in ``commands/``, imported when asked."""
 
     name = "sglang"
     title = "SGLang"
@@ -41,19 +51,77 @@ class Sglang:
     def release_names(self) -> tuple[str, ...]:
         return tuple(RELEASES)
 
-    def release(self, name: str | None) -> Any:
-        from mambaxfer_cli.errors import UserError
+    def option_help(self) -> dict[str, str]:
+        return {}
 
-        if name is None:
-            return RELEASES[self.release_names()[-1]]
-        if name not in RELEASES:
-            raise UserError(f"SGLang {name}: mambaxfer knows SGLang {', '.join(RELEASES)}")
-        return RELEASES[name]
+    def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
+             output: OutputArgs, d_rank: int | None, show: str | None) -> Report:
+        from mambaxfer_cli.engines.sglang.commands.answers import plan_report
 
-    def read_serve_line(self, text: str, origin: str = "--prefill") -> Any:
-        from mambaxfer_cli.engines.sglang.launch_args import parse_launch
+        return plan_report(model, engines, request, pair.p_tp or 0, pair.d_tp or 0, d_rank, show)
 
-        return parse_launch(text, origin)
+    def check(self, model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs,
+              pairs: str | None, max_tp: int | None) -> Report:
+        from mambaxfer_cli.engines.sglang.commands.answers import check_report
+
+        return check_report(model, engines, request, pairs, max_tp)
+
+    def check_beside(self, other: ServingEngine, model: ModelArgs, engines: EngineArgs, request: RequestArgs,
+                     output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report | None:
+        from mambaxfer_cli.engines.sglang.commands.answers import side_by_side
+
+        if other.name != "vllm":
+            return None
+        return side_by_side(other, model, engines, request, output, pairs, max_tp)
+
+    def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
+        from mambaxfer_cli.engines.sglang.commands.answers import inspect_report
+
+        return inspect_report(model, engines, tp)
+
+    def runs(self, p_text: str, d_text: str) -> bool:
+        from mambaxfer_cli.engines.sglang.commands.preflight import runs
+
+        return runs(p_text, d_text)
+
+    def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
+                  d_origin: str) -> Report:
+        from mambaxfer_cli.engines.sglang.commands.preflight import preflight
+
+        return preflight(engines, output, p_text, d_text, p_origin, d_origin)
+
+    def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+                peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:
+        from mambaxfer_cli.engines.sglang.commands.execute import run as execute
+
+        return execute(model, pair, engines, request, run, peers.host, peers.port, peers.discovery)
+
+    def bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+              sweep: str, chart: Path | None) -> Report:
+        from mambaxfer_cli.engines.sglang.commands.bench import run as bench
+
+        return bench(model, pair, engines, request, run)
+
+    def prepare_bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
+                      run: RunArgs, sweep: str, chart: Path | None) -> PreparedBench:
+        raise NotImplementedError("SGLang's bench is one run; beside vLLM it measures its slots itself")
+
+    def bench_beside(self, other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: EngineArgs,
+                     request: RequestArgs, run: RunArgs, sweep: str, chart: Path | None) -> Report | None:
+        from mambaxfer_cli.engines.sglang.commands.bench import beside
+
+        if other.name != "vllm":
+            return None
+        return beside(other, model, pair, engines, request, run, sweep, chart)
+
+    def conformance(self, model: ModelArgs, max_tp: int) -> Report:
+        from mambaxfer_cli.engines.sglang.conformance import run
+        from mambaxfer_cli.engines.sglang.views.conformance import junit_xml, progress, render_report
+        from mambaxfer_cli.render.report import Viewed
+
+        with progress() as (start, done):
+            report = run(None if model.all_presets else model.names(), max_tp, start, done)
+        return Viewed(report, render_report, junit_xml)
 
 
 ENGINE: ServingEngine = Sglang()

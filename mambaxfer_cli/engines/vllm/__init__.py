@@ -10,13 +10,21 @@ a question needs it, so naming the engine costs the command line nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mambaxfer_cli.engines import ServingEngine
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mambaxfer_cli.cli.execute_cmd import PeerArgs
+    from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
+    from mambaxfer_cli.engines import PreparedBench
+    from mambaxfer_cli.render.report import Report
+
 
 class Vllm:
-    """The ``ServingEngine`` of vLLM."""
+    """The ``ServingEngine`` of vLLM: each command's body in ``commands/``, imported when asked."""
 
     name = "vllm"
     title = "vLLM"
@@ -27,19 +35,71 @@ class Vllm:
 
         return NAMES
 
-    def release(self, name: str | None) -> Any:
-        if name is None:
-            from mambaxfer_cli.engines.vllm.installed import default_release
+    def option_help(self) -> dict[str, str]:
+        from mambaxfer_cli.engines.vllm.options import option_help
 
-            return default_release().release
-        from mambaxfer_cli.engines.vllm.releases import release
+        return option_help()
 
-        return release(name)
+    def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
+             output: OutputArgs, d_rank: int | None, show: str | None) -> Report:
+        from mambaxfer_cli.engines.vllm.commands.plan import plan
 
-    def read_serve_line(self, text: str, origin: str = "--prefill") -> Any:
-        from mambaxfer_cli.engines.vllm.serve_args import parse_serve
+        return plan(model, pair, engines, request, output, d_rank, show)
 
-        return parse_serve(text, origin)
+    def check(self, model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs,
+              pairs: str | None, max_tp: int | None) -> Report:
+        from mambaxfer_cli.engines.vllm.commands.check import check
+
+        return check(model, engines, request, output, pairs, max_tp)
+
+    def check_beside(self, other: ServingEngine, model: ModelArgs, engines: EngineArgs, request: RequestArgs,
+                     output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report | None:
+        return None     # SGLang's package checks itself beside vLLM
+
+    def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
+        from mambaxfer_cli.engines.vllm.commands.inspect import inspect
+
+        return inspect(model, engines, tp)
+
+    def runs(self, p_text: str, d_text: str) -> bool:
+        return False    # the engine preflight reads lines for when no other's server runs them
+
+    def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
+                  d_origin: str) -> Report:
+        from mambaxfer_cli.engines.vllm.commands.preflight import preflight
+
+        return preflight(engines, output, p_text, d_text, p_origin, d_origin)
+
+    def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+                peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:
+        from mambaxfer_cli.engines.vllm.commands.execute import execute
+
+        return execute(model, pair, engines, request, run, peers, output, blocks, plan_file)
+
+    def bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+              sweep: str, chart: Path | None) -> Report:
+        from mambaxfer_cli.engines.vllm.commands.bench import bench
+
+        return bench(model, pair, engines, request, run, sweep, chart)
+
+    def prepare_bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
+                      run: RunArgs, sweep: str, chart: Path | None) -> PreparedBench:
+        from mambaxfer_cli.engines.vllm.commands.bench import prepare_vllm
+
+        return prepare_vllm(model, pair, engines, request, run, sweep, chart)
+
+    def bench_beside(self, other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: EngineArgs,
+                     request: RequestArgs, run: RunArgs, sweep: str, chart: Path | None) -> Report | None:
+        return None     # SGLang's package benches itself beside vLLM
+
+    def conformance(self, model: ModelArgs, max_tp: int) -> Report:
+        from mambaxfer_cli.conformance import run
+        from mambaxfer_cli.render.conformance_view import junit_xml, progress, render_report
+        from mambaxfer_cli.render.report import Viewed
+
+        with progress() as (start, done):
+            report = run(model.names(), max_tp, start, done)
+        return Viewed(report, render_report, junit_xml)
 
 
 ENGINE: ServingEngine = Vllm()

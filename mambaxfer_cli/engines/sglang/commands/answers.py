@@ -3,12 +3,15 @@ ones they refuse (vLLM's flags), and the reports."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs
 from mambaxfer_cli.cli.params import changed_flags
-from mambaxfer_cli.cli.report import Report, Viewed
+from mambaxfer_cli.render.report import Report, Viewed
 from mambaxfer_cli.errors import UserError
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.engines import ServingEngine
 
 NAME = "sglang"
 # ModelArgs' options that SGLang's rules set themselves (its dtype variables, no speculative rows).
@@ -17,7 +20,7 @@ _SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
 
 def backend(engines: EngineArgs) -> str:
     """--transfer-backend, after refusing the vLLM flags given with --engine sglang."""
-    from mambaxfer_cli.engines.sglang import BACKENDS
+    from mambaxfer_cli.engines.sglang.release import BACKENDS
 
     given = changed_flags(engines, skip=("engine", "transfer_backend"))
     if given:
@@ -73,7 +76,7 @@ class PlanReport(Report):
 
 def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_tp: int, d_tp: int,
                 d_rank: int | None, show: str | None) -> Report:
-    from mambaxfer_cli.engines.sglang import plan
+    from mambaxfer_cli.engines.sglang.plan import plan
 
     chosen = backend(engines)
     request_unused(request)
@@ -106,12 +109,15 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
     return Viewed(report, render_check, check_junit)
 
 
-def inspect_report(model: ModelArgs, engines: EngineArgs, sizes: list[int]) -> Report:
-    from mambaxfer_cli.engines.sglang import SGLANG_0_5_23, sglang_model
+def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
+    from mambaxfer_cli.cli.options import parse_tp_list
+    from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23
+    from mambaxfer_cli.engines.sglang.shapes import sglang_model
     from mambaxfer_cli.engines.sglang.entries import transfer_entries
     from mambaxfer_cli.engines.sglang.shapes import state_shape
     from mambaxfer_cli.engines.sglang.writes import check_side
 
+    sizes = parse_tp_list(tp)
     backend(engines)
     spec = sglang_model(load(model))
     sides = {tp: check_side(spec, tp) for tp in sizes}
@@ -131,7 +137,7 @@ class InspectReport(Report):
         self.spec, self.sides, self.shapes = spec, sides, shapes
 
     def render(self, width: int) -> list:
-        from mambaxfer_cli.cli.report import AsIs
+        from mambaxfer_cli.render.report import AsIs
         from mambaxfer_cli.render.console import together
         from mambaxfer_cli.render.model_view import layout_table, model_summary
 
@@ -147,17 +153,18 @@ class InspectReport(Report):
         return parts
 
 
-def side_by_side(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,
-                 max_tp: int | None, vllm_check) -> Report:
-    """``check --engine vllm,sglang``: both engines on the same models and pairings, in one table.
-    ``vllm_check(engines)``: vLLM's check report, run as plain ``check`` runs it."""
+def side_by_side(other: ServingEngine, model: ModelArgs, engines: EngineArgs, request: RequestArgs,
+                 output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report:
+    """``check --engine vllm,sglang``: both engines on the same models and pairings, in one table;
+    ``other`` (vLLM) checks as plain ``check`` runs it."""
     from dataclasses import replace
 
     ours = EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend)   # vLLM's flags are vLLM's
     backend(ours)
     theirs = check_report(model, ours, request, pairs, max_tp)     # first: it refuses a model SGLang lacks
-    vllm = vllm_check(replace(engines, engine="vllm", transfer_backend=None))
-    return BothReport(vllm.report, theirs.report)
+    vllm = other.check(model, replace(engines, engine=other.name, transfer_backend=None), request, output, pairs,
+                       max_tp)
+    return BothReport(cast(Viewed, vllm).report, theirs.report)
 
 
 class BothReport(Report):

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from mambaxfer_cli.cli.options import ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, refuse_value
-from mambaxfer_cli.cli.report import AsIs, Report, finish
+from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs, refuse_value
+from mambaxfer_cli.render.report import AsIs, Report
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
@@ -45,14 +45,14 @@ def semantics(request: RequestArgs) -> str:
 
 
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs,
-        host: str, port: int, output: OutputArgs, check_peers: Callable[[], Discovery | None]) -> None:
+        host: str, port: int, check_peers: Callable[[], Discovery | None]) -> Report:
     """``check_peers``: --host and --port checked, and the two-host discovery (execute's own)."""
     import importlib.util
 
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.engines.sglang.commands.answers import backend, load
-    from mambaxfer_cli.engines.sglang import plan
+    from mambaxfer_cli.engines.sglang.plan import plan
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.plan_source import cut_layers
     from mambaxfer_cli.engines.sglang.transfer.run import execute
@@ -81,12 +81,11 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     if discovery is not None:
         from mambaxfer_cli.engines.sglang.commands.two_hosts import run_side
 
-        run_side(planned, chosen, discovery, kind, gpus, run_args, output)
-        return
+        return run_side(planned, chosen, discovery, kind, gpus, run_args)
     settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, run_args.iters)
     with one_line_when_the_run_fails(), ProgressView(title(planned, chosen, kind)) as view:
         outcome = execute(planned, chosen, settings, run_args.timeout, view.update)
-    finish(SGLangExecuteReport(outcome), output)
+    return SGLangExecuteReport(outcome)
 
 
 class SGLangExecuteReport(Report):

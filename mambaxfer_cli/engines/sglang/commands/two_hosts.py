@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mambaxfer_cli.cli.report import AsIs, Report, finish
+from mambaxfer_cli.render.report import AsIs, Report
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 if TYPE_CHECKING:
-    from mambaxfer_cli.cli.options import OutputArgs, RunArgs
+    from mambaxfer_cli.cli.options import RunArgs
     from mambaxfer_cli.engines.sglang.plan import SGLangPlan
     from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.engines.sglang.transfer.remote import SideOutcome
 
 
-def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str, gpus: int, run_args: RunArgs,
-             output: OutputArgs) -> None:
+def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str, gpus: int,
+             run_args: RunArgs) -> Report:
     """This side's ranks, to their end; its report (exit 0, 1 with bad bytes, 2 refused, 3 failed)."""
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.transfer.remote import execute_side, settings_for
@@ -31,7 +31,7 @@ def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str
     view_title = f"{title(planned, chosen, device)}, {discovery.role} side"
     with one_line_when_the_run_fails(), ProgressView(view_title) as view:
         outcome = execute_side(planned, chosen, settings, run_args.timeout, view.update)
-    finish(SideReport(outcome), output)
+    return SideReport(outcome)
 
 
 class SideReport(Report):

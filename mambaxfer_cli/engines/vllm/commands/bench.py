@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, PairArgs, RequestArgs, RunArgs
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, PairArgs, RequestArgs, RunArgs, Semantics
 from mambaxfer_cli.cli.outcome import said
+from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.render.report import Report
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.render.bench_view import BenchProgress
 
 
 def _sizes(text: str) -> list[int]:
@@ -43,6 +49,9 @@ class VllmBench:
     def steps(self) -> int:
         return len(self.plans) * len(self.devices)
 
+    def measure(self, run: RunArgs, view: BenchProgress) -> dict[str, Any]:
+        return measure_vllm(self, run, view)
+
 
 def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
                  sweep: str, chart: Path | None) -> VllmBench:
@@ -61,7 +70,7 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
     from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
     from mambaxfer_cli.execute.tasks import check_fits
 
-    built = engines.build()
+    built = build(engines)
     engine = built.decode
     spec = cut_layers(model.load(releases=built.release_names), run.layers)
     semantics = request.reads()
@@ -101,3 +110,44 @@ def measure_vllm(prepared: VllmBench, run: RunArgs, view: Any) -> dict[str, Any]
             view.advance()
     first = prepared.plans[0][0]
     return {**bench_document(first, points, run.iters), **first.engines.to_dict()}
+
+
+def bench(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs, sweep: str,
+          chart: Path | None) -> Report:
+    """vLLM's bench, planned and measured; its report."""
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
+    from mambaxfer_cli.render.bench_view import BenchProgress
+
+    prepared = prepare_vllm(model, pair, engines, request, run, sweep, chart)
+    with one_line_when_the_run_fails(), BenchProgress(prepared.steps) as view:
+        document = measure_vllm(prepared, run, view)
+    hint = f"'mambaxfer check --model {model.model} --pairs {prepared.p_tp}:{prepared.d_tp}' says which"
+    return BenchReport(document, chart, prepared.semantics == Semantics.vllm.value, hint)
+
+
+class BenchReport(Report):
+    """Bench's figures: its tables; the chart written after them; wrong bytes said last."""
+
+    def __init__(self, document: dict, chart: Path | None, vllm_reads: bool, hint: str) -> None:
+        super().__init__(document, EXIT_OK if document["verified"] else EXIT_WRONG)
+        self.chart, self.vllm_reads, self.hint = chart, vllm_reads, hint
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.render.bench_view import bench_tables
+
+        return list(bench_tables(self.document))
+
+    def notes(self) -> list[str]:
+        from mambaxfer_cli.bench.measure import write_chart
+
+        notes = []
+        if self.chart is not None:
+            why = write_chart(self.document, self.chart)
+            notes.append(f"chart skipped: {why}" if why else f"chart written to {self.chart}")
+        if not self.document["verified"]:
+            wrong = sum(row["wrong_bytes"] for point in self.document["points"]
+                        for rows in point["variants"].values() for row in rows.values())
+            how = ("vLLM's reads (--semantics vllm) land these bytes wrong" if self.vllm_reads
+                   else "mambaxfer's plan landed these bytes wrong")
+            notes.append(f"wrong bytes: {wrong} over the runs marked WRONG; {how}; {self.hint}")
+        return notes

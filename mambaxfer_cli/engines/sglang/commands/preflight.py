@@ -1,0 +1,39 @@
+"""``preflight`` of two SGLang servers: their lines, as SGLang's parser reads them."""
+
+from __future__ import annotations
+
+from mambaxfer_cli.cli.options import EngineArgs, OutputArgs, check_writable
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.render.report import Viewed
+
+
+def runs(p_text: str, d_text: str) -> bool:
+    """Whether both lines run SGLang's server; one of them only: one line."""
+    from mambaxfer_cli.engines.sglang.launch_args import launches
+
+    found = [launches(p_text), launches(d_text)]
+    if found[0] != found[1]:
+        which = "P" if found[0] else "D"
+        raise UserError(f"{which}'s line runs SGLang's server and the other does not: preflight pairs two servers "
+                        f"of one engine")
+    return found[0]
+
+
+def preflight(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
+              d_origin: str) -> Viewed:
+    from mambaxfer_cli.cli.params import changed_flags
+    from mambaxfer_cli.engines.sglang.launch_args import parse_launch
+    from mambaxfer_cli.engines.sglang.preflight import preflight as run
+    from mambaxfer_cli.readers.serve_model import load_serve_model
+    from mambaxfer_cli.engines.sglang.views.preflight import junit_xml, render_report
+
+    given = changed_flags(engines, skip=("engine",))
+    if given:
+        raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; SGLang's lines say "
+                        f"what their servers run (--engine sglang)")
+    p_line = parse_launch(p_text, p_origin)
+    d_line = parse_launch(d_text, d_origin)
+    if output.junit is not None:   # fail before the work, not after it
+        check_writable(output.junit, "--junit")
+    report = run(p_line, d_line, load_serve_model)
+    return Viewed(report, render_report, junit_xml)

@@ -1,0 +1,30 @@
+"""``check`` for vLLM: its proof of the models and pairings, and the report ``finish`` says."""
+
+from __future__ import annotations
+
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs, check_writable
+from mambaxfer_cli.engines.vllm.options import build, plan_options
+from mambaxfer_cli.render.report import Viewed
+
+
+def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs, pairs: str | None,
+          max_tp: int | None) -> Viewed:
+    """vLLM's check of the models and pairings."""
+    from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
+    from mambaxfer_cli.proof.check import run_check, targets_for
+
+    names = model.names()
+    built = build(engines, CHECK_NUM_BLOCKS)
+    specs = [model.load(name, built.release_names) for name in names]
+    semantics = request.reads(both=True)
+    options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact")
+    targets = targets_for(specs, pairs, max_tp, semantics)
+    if output.junit is not None:   # fail before the run, not after it
+        check_writable(output.junit, "--junit")
+
+    from mambaxfer_cli.render.check_view import progress, render_report
+    from mambaxfer_cli.render.junit import junit_xml
+
+    with progress() as (on_start, on_result):
+        report = run_check(targets, options, on_start, on_result, semantics=semantics)
+    return Viewed(report, render_report, junit_xml)

@@ -1,0 +1,146 @@
+"""``execute`` for vLLM: the plan performed with real NIXL READs between real rank processes."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, check_bounds
+from mambaxfer_cli.cli.params import given_flags
+from mambaxfer_cli.engines.vllm.options import build
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.limits import finite_seconds
+from mambaxfer_cli.render.report import AsIs, Report
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.cli.execute_cmd import PeerArgs
+    from mambaxfer_cli.execute.discovery import Discovery
+    from mambaxfer_cli.execute.tasks import RunSettings
+    from mambaxfer_cli.engines.vllm.plan import Plan
+
+
+def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
+            peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:
+    import importlib.util
+
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
+    from mambaxfer_cli.execute.run import execute as perform
+    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
+    from mambaxfer_cli.execute.tasks import RunSettings
+
+    check_bounds(p_tp=pair.p_tp, d_tp=pair.d_tp, layers=run.layers, blocks=blocks,
+                 request_blocks=request.request_blocks, iters=run.iters, seed=request.seed)
+    finite_seconds("--timeout", run.timeout)
+    discovery = peers.discovery()
+    if plan_file is not None:
+        _engines_fixed(engines)
+        engine = None
+    else:
+        engine = build(engines).decode
+    plan = _plan(model, pair, request, run.layers, blocks, engine, plan_file)
+    kind, gpus = run.device_one()
+    if plan_file is not None:     # its blocks come from the plan: the advice names plan's options
+        from mambaxfer_cli.execute.tasks import check_fits
+
+        check_fits(plan, kind, "plan it again with fewer --p-num-blocks/--d-num-blocks")
+    if importlib.util.find_spec("nixl") is None:
+        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    if discovery is None:
+        settings = RunSettings(secrets.token_hex(4), kind, gpus, peers.host, peers.port, run.iters)
+    else:
+        settings = _two_host_settings(plan, discovery, kind, gpus, run.iters)
+
+    from mambaxfer_cli.render.execute_view import ProgressView, side_line, title
+
+    if discovery is not None:
+        click.echo(side_line(plan, discovery), err=True)
+    with one_line_when_the_run_fails(), ProgressView(title(plan, kind, discovery)) as view:
+        outcome = perform(plan, settings, run.timeout, view.update)
+    return ExecuteReport(outcome, plan, discovery)
+
+
+class ExecuteReport(Report):
+    """A run: verified or not; the prefill side of two hosts shows what it served."""
+
+    def __init__(self, outcome, plan: Plan, discovery: Discovery | None) -> None:
+        verdict = plan.verdict.to_dict()
+        vllm = {key: verdict[key] for key in ("releases", "accepts", "refusals")}
+        super().__init__({**outcome.to_dict(), **plan.engines.to_dict(), "vllm": vllm},
+                         EXIT_OK if outcome.verified else EXIT_WRONG)
+        self.outcome, self.discovery, self.plan = outcome, discovery, plan
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.render.execute_view import corruption_report, refused_line, result_table, served_table
+
+        served = self.discovery is not None and self.discovery.role == "prefill"
+        refused = refused_line(self.plan)
+        parts: list = [] if refused is None else [refused]
+        parts.append(AsIs(served_table(self.outcome)) if served else result_table(self.outcome))
+        report = corruption_report(self.outcome)
+        return parts if report is None else [*parts, AsIs(report)]
+
+
+def _engines_fixed(engines: EngineArgs) -> None:
+    """A plan file fixes both engines (their release, GPU and flags): options that would change them
+    are the user's mistake, said before anything runs."""
+    named = [flag for flag, value in given_flags(engines, EngineArgs.SHARED).items()
+             if value is not None and flag != "--engine"]
+    if named:
+        raise UserError(f"{', '.join(named)}: the plan file fixes both engines (vLLM release, GPU and flags); "
+                        f"plan again with those options instead")
+
+
+def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int, iters: int) -> RunSettings:
+    """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
+    from mambaxfer_cli.execute.discovery import check_etcd, check_listen
+    from mambaxfer_cli.execute.agreement import geometry
+    from mambaxfer_cli.execute.tasks import RunSettings
+
+    if discovery.mode == "etcd":
+        check_etcd(discovery)
+    elif discovery.role == "prefill":
+        check_listen(discovery, plan.prefill.tp)
+    return RunSettings(discovery.run_id, device, gpus, discovery.host, discovery.port, iters,
+                       discovery=discovery, geometry=geometry(plan))
+
+
+def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | None, blocks: int | None,
+          engine, plan_file: Path | None):
+    from mambaxfer_cli.execute.plan_source import cut_layers, load_plan_file, plan_to_execute
+
+    if plan_file is None:
+        missing = [flag for flag, value in (("--model", model.model), ("--p-tp", pair.p_tp), ("--d-tp", pair.d_tp))
+                   if value is None]
+        if missing or pair.p_tp is None or pair.d_tp is None:
+            raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
+        full = model.load(releases=(engine.release.name,) if engine is not None else None)
+        plan = plan_to_execute(cut_layers(full, layers), pair.p_tp, pair.d_tp, semantics=request.reads(),
+                               coalesce=request.coalesce, blocks=blocks, engine=engine,
+                               request_blocks=request.request_blocks, seed=request.seed)
+        if layers is None:
+            return plan
+        # vLLM's verdict is the deployment's: the whole model's, not the cut's (a cut without
+        # attention layers is no model vLLM serves).
+        from dataclasses import replace
+
+        from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+
+        whole = build_plan(full, pair.p_tp, pair.d_tp, PlanOptions(semantics=plan.semantics, prefill=engine,
+                                                                   decode=engine))
+        return replace(plan, verdict=whole.verdict)
+    fixed = [flag for flag, given in (("--layers", layers is not None), ("--blocks", blocks is not None),
+                                      ("--coalesce", request.coalesce)) if given]
+    if fixed:
+        raise UserError(f"{', '.join(fixed)}: the plan file fixes the model's layers, engines and reads; "
+                        f"plan again with those options instead")
+    plan = load_plan_file(plan_file, model.model, model.overrides())
+    semantics = request.semantics and request.reads()
+    for flag, given, actual in (("--p-tp", pair.p_tp, plan.prefill.tp), ("--d-tp", pair.d_tp, plan.decode.tp),
+                                ("--semantics", semantics, plan.semantics)):
+        if given is not None and given != actual:
+            raise UserError(f"{flag} {given} does not match --plan {plan_file}, which has {actual}")
+    return plan

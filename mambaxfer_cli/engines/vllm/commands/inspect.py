@@ -1,0 +1,43 @@
+"""``inspect`` for vLLM: every rank's state layout, and the block geometry the release derives."""
+
+from __future__ import annotations
+
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, parse_tp_list
+from mambaxfer_cli.engines.vllm.options import build
+from mambaxfer_cli.render.report import AsIs, Report
+
+
+def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
+    """``tp``: the TP sizes, comma-separated."""
+    from mambaxfer_cli.engines.vllm.engine import engine_layout
+    from mambaxfer_cli.planning.kv_groups import model_grouping
+
+    flags = build(engines).decode
+    spec = model.load(releases=(flags.release.name,))
+    grouping = model_grouping(spec)
+    sides = {size: engine_layout(spec, size, flags, grouping) for size in parse_tp_list(tp)}
+    document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
+                "model": spec.to_dict(),
+                "layouts": {str(size): [r.to_dict() for r in side.ranks] for size, side in sides.items()},
+                "engines": {str(size): side.geometry.to_dict() for size, side in sides.items()}}
+    return InspectReport(document, spec, flags, sides)
+
+
+class InspectReport(Report):
+    def __init__(self, document: dict, spec, flags, sides: dict) -> None:
+        super().__init__(document)
+        self.spec, self.flags, self.sides = spec, flags, sides
+
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.render.console import together
+        from mambaxfer_cli.render.model_view import engine_header, geometry_line, layout_table, model_summary
+
+        tables = together([layout_table(f"TP {size}", side.ranks) for size, side in self.sides.items()], "layouts")
+        parts = [AsIs(model_summary(self.spec)), AsIs(engine_header(self.flags))]
+        for size, table in zip(self.sides, tables):
+            parts += [table, AsIs(geometry_line(f"engine at TP {size}:", self.sides[size]))]
+            from mambaxfer_cli.render.model_view import side_caches_line
+            line = side_caches_line(self.spec, self.sides[size])
+            if line:
+                parts.append(AsIs(line))
+        return parts

@@ -1,0 +1,23 @@
+"""``preflight`` for vLLM: two ``vllm serve`` lines, the release's verdict and a byte-level check of
+their reads."""
+
+from __future__ import annotations
+
+from mambaxfer_cli.cli.options import EngineArgs, OutputArgs, check_writable
+from mambaxfer_cli.engines.vllm.options import build
+from mambaxfer_cli.render.report import Viewed
+
+
+def preflight(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
+              d_origin: str) -> Viewed:
+    from mambaxfer_cli.engines.vllm.serve_args import parse_serve
+    from mambaxfer_cli.preflight import preflight as run
+    from mambaxfer_cli.readers.serve_model import load_serve_model
+    from mambaxfer_cli.render.preflight_view import junit_xml, render_report
+
+    p_line = parse_serve(p_text, p_origin)
+    d_line = parse_serve(d_text, d_origin)
+    if output.junit is not None:   # fail before the work, not after it
+        check_writable(output.junit, "--junit")
+    report = run(p_line, d_line, load_serve_model, build(engines))
+    return Viewed(report, render_report, junit_xml)

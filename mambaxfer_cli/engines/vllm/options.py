@@ -1,0 +1,149 @@
+"""What vLLM reads of the option groups: both engines built from ``EngineArgs``, the plan's options
+from ``RequestArgs``, and the help of its own flags."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.limits import check_bounds, within
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.cli.options import EngineArgs, RequestArgs
+    from mambaxfer_cli.engines.vllm.engine import Engines
+    from mambaxfer_cli.engines.vllm.plan import PlanOptions
+    from mambaxfer_cli.engines.vllm.gpu import Gpu
+    from mambaxfer_cli.engines.vllm.release import Release
+
+_BLOCKS = "{} engine's number of kernel blocks (N; default {}, in check {})."
+
+
+def option_help() -> dict[str, str]:
+    """The help of the flags that state vLLM's facts (its releases, their defaults)."""
+    from mambaxfer_cli.engines.vllm import releases
+    from mambaxfer_cli.engines.vllm.geometry import DEFAULT_NUM_BLOCKS
+    from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
+
+    return {"vllm_version": f"The vLLM release the engines run: {releases.choices()} (default: the vLLM installed "
+                            "here, else the newest mambaxfer knows).",
+            "block_size": "Both engines' --block-size in tokens (default: none given, so the release's: "
+                          f"{releases.block_size_defaults()}; vLLM raises it for hybrids).",
+            "p_num_blocks": _BLOCKS.format("P", DEFAULT_NUM_BLOCKS, CHECK_NUM_BLOCKS["prefill"]),
+            "d_num_blocks": _BLOCKS.format("D", DEFAULT_NUM_BLOCKS, CHECK_NUM_BLOCKS["decode"])}
+
+
+def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines:
+    """Both engines, built once: each side's own value where given, else the one both share, else
+    the planner's default (``EngineFlags``'s, the release's block size, the installed vLLM's
+    release); ``num_blocks``: the sides' number of blocks when not given (check's)."""
+    from mambaxfer_cli.cli.options import refuse_value
+    from mambaxfer_cli.engines.vllm.engine import Engines
+    from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags
+
+    check_bounds(p_num_blocks=args.p_num_blocks, d_num_blocks=args.d_num_blocks,
+                 p_blocks_per_logical=args.p_blocks_per_logical, d_blocks_per_logical=args.d_blocks_per_logical)
+    for flag, value in (("--block-size", args.block_size), ("--p-block-size", args.p_block_size),
+                        ("--d-block-size", args.d_block_size)):
+        if value is not None:
+            within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
+    _modelled(args.engine)
+    if args.transfer_backend is not None:
+        raise UserError("--transfer-backend: SGLang's option (with --engine sglang); vLLM's NIXL connector has "
+                        "one transfer backend")
+    device = _gpu(args.gpu)
+    shared = _release("--vllm-version", args.vllm_version) if args.vllm_version is not None else None
+
+    def own(prefix: str, name: str) -> Any:
+        value = getattr(args, f"{prefix}_{name}")
+        return getattr(args, name) if value is None else value
+
+    def side(prefix: str, role: str) -> EngineFlags:
+        version = getattr(args, f"{prefix}_vllm_version")
+        chosen = (_release(f"--{prefix}-vllm-version", version) if version is not None
+                  else shared or _release_when_unnamed())
+        blocks = getattr(args, f"{prefix}_num_blocks")
+        given = dict(attention_backend=own(prefix, "attention_backend"),
+                     block_size=own(prefix, "block_size"),
+                     kv_cache_dtype=own(prefix, "kv_cache_dtype"),
+                     prefix_caching=own(prefix, "enable_prefix_caching"),
+                     gdn_prefill_backend=args.gdn_prefill_backend,
+                     num_blocks=(num_blocks or {}).get(role) if blocks is None else blocks,
+                     blocks_per_logical=getattr(args, f"{prefix}_blocks_per_logical"))
+        return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})
+
+    if args.gdn_prefill_backend is not None:
+        from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend as resolve
+
+        try:
+            resolve(device, None, args.gdn_prefill_backend)
+        except UserError as exc:
+            raise UserError(f"--gdn-prefill-backend: {exc}") from None
+    from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
+
+    if args.kv_cache_layout is not None and args.kv_cache_layout not in ENV_LAYOUTS:
+        raise refuse_value("kv_cache_layout", args.kv_cache_layout, ENV_LAYOUTS)
+    return Engines(side("p", "prefill"), side("d", "decode"), kv_cache_layout=args.kv_cache_layout)
+
+
+def plan_options(request: RequestArgs, engines: Engines, semantics: str | None = None) -> PlanOptions:
+    """PlanOptions from the request and both engines (``build``)."""
+    from mambaxfer_cli.planning.kv_groups import parse_grouping
+    from mambaxfer_cli.engines.vllm.plan import PlanOptions
+
+    check_bounds(attention_streams=request.attention_streams, kv_tensors=request.kv_tensors,
+                 ssm_tensors=request.ssm_tensors, request_blocks=request.request_blocks, seed=request.seed)
+    if request.kv_groups is None and (request.kv_tensors is not None or request.ssm_tensors is not None):
+        raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
+    grouping = (parse_grouping(request.kv_groups, request.kv_tensors, request.ssm_tensors)
+                if request.kv_groups is not None else None)
+    return PlanOptions(
+        semantics=semantics or request.reads(), coalesce=request.coalesce, prefill=engines.prefill,
+        decode=engines.decode, attention_streams=request.attention_streams, grouping=grouping,
+        request_blocks=request.request_blocks, prefill_blocks=request.prefill_blocks,
+        decode_blocks=request.decode_blocks, seed=request.seed, kv_cache_layout=engines.kv_cache_layout)
+
+
+_said: set[str] = set()
+
+
+def _release_when_unnamed() -> Release:
+    """The release of an engine given no --vllm-version: the vLLM installed here, else the newest
+    mambaxfer knows; what to say about an installed release it does not know, said once."""
+    from mambaxfer_cli.engines.vllm.installed import default_release
+
+    found = default_release()
+    if found.note and found.note not in _said:
+        _said.add(found.note)
+        click.echo(f"note: {found.note}", err=True)
+    return found.release
+
+
+def _modelled(engine: str) -> None:
+    """Refuse, in one line, an engine whose rules the commands do not apply yet."""
+    from mambaxfer_cli.engines import engine as serving_engine
+
+    why = serving_engine(engine).unanswered
+    if why is not None:
+        raise UserError(why)
+
+
+def _release(flag: str, name: str) -> Release:
+    from mambaxfer_cli.engines.vllm.releases import release
+
+    try:
+        return release(name)
+    except UserError as exc:
+        raise UserError(f"{flag} {name}: {exc}") from None
+
+
+def _gpu(name: str | None) -> Gpu:
+    from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, gpu
+
+    if name is None:
+        return DEFAULT_GPU
+    try:
+        return gpu(name)
+    except UserError as exc:
+        raise UserError(f"--gpu: {exc}") from None
