@@ -1,5 +1,5 @@
-"""The option groups commands take, each option declared once, and the builders that turn a
-group's value into core values (``ModelArgs.load``, ``EngineArgs.build``, ``RequestArgs.plan_options``)."""
+"""The option groups commands take, each option declared once (an engine reads the groups it is
+handed: vLLM's ``engines/vllm/options.py``), and the model a group names (``ModelArgs.load``)."""
 
 from __future__ import annotations
 
