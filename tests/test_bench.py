@@ -14,7 +14,7 @@ from mambaxfer_cli.bench.variants import LIMIT, ORDER, limit_chunks
 from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
 from mambaxfer_cli.execute.verify import Tally
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.proof.addresses import resolve
+from mambaxfer_cli.engines.vllm.proof.addresses import resolve
 from rank_processes import assert_no_rank_left, new_tag
 
 

@@ -27,7 +27,7 @@ from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, Side
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.execute.verify import verify_decode
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.proof.addresses import address_table
+from mambaxfer_cli.engines.vllm.proof.addresses import address_table
 from mambaxfer_cli.proof.pattern import POISON
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan

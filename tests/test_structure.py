@@ -151,7 +151,7 @@ def test_the_seam_check_sees_a_break():
                          "mambaxfer_cli.readers.x": ["torch"],
                          "mambaxfer_cli.engines": ["mambaxfer_cli.engines.vllm"],
                          "mambaxfer_cli.engines.sglang.plan": ["mambaxfer_cli.engines.vllm.plan"],
-                         "mambaxfer_cli.proof.check": ["mambaxfer_cli.engines.vllm.plan"],
+                         "mambaxfer_cli.engines.vllm.proof.check": ["mambaxfer_cli.engines.vllm.plan"],
                          "mambaxfer_cli.engines.vllm.plan": ["mambaxfer_cli.planning.model"]}) == [
         "mambaxfer_cli.planning.model (core) imports mambaxfer_cli.engines.vllm.release",
         "mambaxfer_cli.readers.x (core) imports torch",

@@ -24,7 +24,7 @@ from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.proof.addresses import read_bytes
+from mambaxfer_cli.engines.vllm.proof.addresses import read_bytes
 
 SCHEMA = "mambaxfer.bench/v1"
 

@@ -23,7 +23,7 @@ from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask
 from mambaxfer_cli.execute.verify import Tally, verify_decode
-from mambaxfer_cli.proof.addresses import nixl_rows
+from mambaxfer_cli.engines.vllm.proof.addresses import nixl_rows
 
 UCX_LOG_BYTES = 1 << 20      # UCX's info log of one rank: its endpoints' configurations (a few KiB)
 Idle = Callable[[], None]

@@ -55,7 +55,7 @@ def vllm_check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pair
                max_tp: int | None, junit):
     """vLLM's check of the models and pairings: the report ``finish`` says."""
     from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
-    from mambaxfer_cli.proof.check import run_check, targets_for
+    from mambaxfer_cli.engines.vllm.proof.check import run_check, targets_for
 
     names = model.names()
     built = engines.build(CHECK_NUM_BLOCKS)

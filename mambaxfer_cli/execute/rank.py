@@ -22,7 +22,7 @@ from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, Side
 from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.execute.verify import verify_decode
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
-from mambaxfer_cli.proof.addresses import nixl_rows, read_bytes
+from mambaxfer_cli.engines.vllm.proof.addresses import nixl_rows, read_bytes
 
 
 

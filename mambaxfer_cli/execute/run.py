@@ -14,7 +14,7 @@ from mambaxfer_cli.execute.whole_pages import side_pages
 from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.proof.addresses import read_bytes
+from mambaxfer_cli.engines.vllm.proof.addresses import read_bytes
 
 SCHEMA = "mambaxfer.execute/v1"
 

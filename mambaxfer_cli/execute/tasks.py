@@ -21,11 +21,13 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.whole_pages import PageLists, SidePages, side_lists, side_pages
 from mambaxfer_cli.planning.layout import RankLayout
-from mambaxfer_cli.proof.pages import ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages
+from mambaxfer_cli.engines.vllm.proof.pages import (
+    ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages,
+)
 from mambaxfer_cli.proof.pattern import PageShape
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.proof.addresses import addresses
-from mambaxfer_cli.proof.simulate import id_problems
+from mambaxfer_cli.engines.vllm.proof.addresses import addresses
+from mambaxfer_cli.engines.vllm.proof.simulate import id_problems
 
 INT32_MAX = 2**31 - 1
 FEWER_BLOCKS = "use fewer --blocks or --layers (or plan with fewer --p-num-blocks/--d-num-blocks)"
