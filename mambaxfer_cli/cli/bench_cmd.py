@@ -83,7 +83,7 @@ class BenchReport(Report):
         return list(bench_tables(self.document))
 
     def notes(self) -> list[str]:
-        from mambaxfer_cli.bench.measure import write_chart
+        from mambaxfer_cli.engines.vllm.transfer.bench import write_chart
 
         notes = []
         if self.chart is not None:

@@ -31,7 +31,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.commands.answers import NAME, backend, load
     from mambaxfer_cli.engines.sglang import plan
-    from mambaxfer_cli.execute.plan_source import cut_layers
+    from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
 
