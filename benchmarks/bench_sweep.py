@@ -85,7 +85,7 @@ def main() -> None:
         doc = json.loads(path.read_text())
         print("\n".join(tables(doc)))
         try:
-            from mambaxfer_cli.bench.measure import write_chart
+            from mambaxfer_cli.engines.vllm.transfer.bench import write_chart
 
             why = write_chart(doc, path.with_suffix(".png"))
             if why:

@@ -20,7 +20,7 @@ from functools import partial
 import numpy as np
 
 from mambaxfer_cli.engines.vllm.descriptors import block_ids
-from mambaxfer_cli.proof.addresses import address_table, addresses, expand, strided
+from mambaxfer_cli.engines.vllm.proof.addresses import address_table, addresses, expand, strided
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from cli_run import messages, run_cli
-from mambaxfer_cli.bench.measure import transports
-from mambaxfer_cli.bench.variants import LIMIT, ORDER, limit_chunks
-from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-from mambaxfer_cli.execute.verify import Tally
+from mambaxfer_cli.engines.vllm.transfer.bench import transports
+from mambaxfer_cli.engines.vllm.transfer.bench_variants import LIMIT, ORDER, limit_chunks
+from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
+from mambaxfer_cli.execute.tasks import cut_layers
+from mambaxfer_cli.engines.vllm.transfer.verify import Tally
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.proof.addresses import resolve
+from mambaxfer_cli.engines.vllm.proof.addresses import resolve
 from rank_processes import assert_no_rank_left, new_tag
 
 
@@ -117,7 +118,8 @@ def test_bad_input_is_one_line_before_anything_runs():
 def test_a_sweep_that_cannot_fit_is_refused_up_front():
     """A request size whose engines take more than this machine's available memory: refused before
     any size runs (no rank starts), naming the size and what to change."""
-    from mambaxfer_cli.execute.tasks import available_memory, side_memory
+    from mambaxfer_cli.engines.vllm.transfer.tasks import side_memory
+    from mambaxfer_cli.execute.tasks import available_memory
 
     spec = load_model("mamba-codestral-7b")
     blocks = 16
@@ -150,7 +152,7 @@ def test_a_pairing_vllm_refuses_is_said_on_stderr(nixl):
 
 
 def test_the_limit_check_finds_a_wrong_byte_in_a_chunk_and_outside_it():
-    from mambaxfer_cli.bench.variants import bench_tasks, limit_check
+    from mambaxfer_cli.engines.vllm.transfer.bench_variants import bench_tasks, limit_check
     from mambaxfer_cli.execute.tasks import RunSettings
     from mambaxfer_cli.proof.pattern import POISON, fill_page
 

@@ -7,7 +7,7 @@ from array import array
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mambaxfer_cli.proof.check import (
+from mambaxfer_cli.engines.vllm.proof.check import (
     Pairing, Target, check_options, check_pairing, pairings_up_to, parse_pairs, plan_pairing, run_check,
     targets_for,
 )
@@ -16,7 +16,7 @@ from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_source import load_model, preset_names
 from mambaxfer_cli.engines.vllm.plan import build_plan
 from mambaxfer_cli.planning.reads import tp_ratio
-from mambaxfer_cli.proof.simulate import Patterns, simulate
+from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, simulate
 from strategies import pairings
 
 

@@ -14,7 +14,7 @@ from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import release
-from mambaxfer_cli.proof.addresses import address_table, addresses, resolve
+from mambaxfer_cli.engines.vllm.proof.addresses import address_table, addresses, resolve
 
 V0_33 = release("0.33")
 

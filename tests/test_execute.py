@@ -9,10 +9,12 @@ import jsonschema
 import pytest
 
 from cli_run import run_cli
-from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
+from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
+from mambaxfer_cli.execute.tasks import cut_layers
+from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
+from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.proof.simulate import simulate
+from mambaxfer_cli.engines.vllm.proof.simulate import simulate
 from mambaxfer_cli.schema import document_schema
 from rank_processes import assert_no_rank_left, new_tag
 

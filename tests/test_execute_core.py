@@ -18,16 +18,18 @@ import pytest
 
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute import tasks as tasks_module
+from mambaxfer_cli.engines.vllm.transfer import tasks as tasks_module
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.execute.difference import first_difference
-from mambaxfer_cli.execute.plan_source import cut_layers, load_plan_file, plan_to_execute
-from mambaxfer_cli.execute.agent import fill
+from mambaxfer_cli.engines.vllm.transfer.plan_source import load_plan_file, plan_to_execute
+from mambaxfer_cli.execute.tasks import cut_layers
+from mambaxfer_cli.engines.vllm.transfer.exchange import fill
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
-from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
-from mambaxfer_cli.execute.verify import verify_decode
+from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
+from mambaxfer_cli.execute.tasks import RunSettings
+from mambaxfer_cli.engines.vllm.transfer.verify import verify_decode
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.proof.addresses import address_table
+from mambaxfer_cli.engines.vllm.proof.addresses import address_table
 from mambaxfer_cli.proof.pattern import POISON
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
@@ -296,8 +298,9 @@ def test_execute_help_and_no_heavy_imports_in_the_coordinator():
                    "--iters", "--seed", "--timeout", "--format", "--plan", "--host", "--port"):
         assert option in result.stdout
     probe = ("import sys, json\n"
-             "import mambaxfer_cli.execute.coordinator, mambaxfer_cli.execute.plan_source, "
-             "mambaxfer_cli.execute.verify, mambaxfer_cli.execute.device, mambaxfer_cli.render.execute_view\n"
+             "import mambaxfer_cli.execute.coordinator, mambaxfer_cli.engines.vllm.transfer.plan_source, "
+             "mambaxfer_cli.engines.vllm.transfer.verify, mambaxfer_cli.execute.device, "
+             "mambaxfer_cli.render.execute_view\n"
              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
              "('torch', 'nixl', 'nixl_cu12', 'nixl_cu13'))))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

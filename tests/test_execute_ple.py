@@ -16,10 +16,12 @@ from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute import whole_pages as ple_module
-from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
+from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.execute.whole_pages import PageRead, ple_lists, ple_reads
-from mambaxfer_cli.execute.run import execute
-from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
+from mambaxfer_cli.engines.vllm.transfer.run import execute
+from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
+from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.proof import qwen4exp as ple_proof
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model

@@ -19,7 +19,7 @@ from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.engines.sglang.check import check_pairing
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
 from mambaxfer_cli.execute.faults import FAULT_ENV
-from mambaxfer_cli.execute.plan_source import cut_layers
+from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.sglang.transfer.run import D_SLOTS, MIN_ROUNDS, chosen_writes, transfer
 from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import as_a_shell_starts, assert_fault_fails_the_run, assert_no_rank_left, new_tag, tagged

@@ -14,7 +14,7 @@ from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.engines.sglang.commands.answers import load
 from mambaxfer_cli.engines.sglang import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
-from mambaxfer_cli.execute.plan_source import cut_layers
+from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.sglang.transfer.run import D_SLOTS, MIN_ROUNDS, P_SLOTS, transfer
 from mambaxfer_cli.schema import document_schema
 from rank_processes import assert_no_rank_left, new_tag

@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from cli_run import assert_user_error, messages, run_cli
-from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
+from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.execute.faults import FAULT_ENV
-from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
+from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
+from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, wait_until
 

@@ -144,8 +144,8 @@ def option_case(draw) -> list[str]:
 
 def plan_document(fmt: str) -> bytes:
     from mambaxfer_cli.cli.options import Format, dump
-    from mambaxfer_cli.execute.plan_source import plan_to_execute
-    from mambaxfer_cli.execute.plan_source import cut_layers
+    from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
+    from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.readers.model_source import load_model
 
     plan = plan_to_execute(cut_layers(load_model("jamba"), 4), 1, 2, semantics="exact", coalesce=False,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from mambaxfer_cli.engines.vllm.attention import head_sources
-from mambaxfer_cli.proof.check import check_plan
+from mambaxfer_cli.engines.vllm.proof.check import check_plan
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.readers.model_source import load_model

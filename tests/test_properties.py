@@ -14,9 +14,9 @@ from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import Shard, rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
-from mambaxfer_cli.proof.addresses import resolve
+from mambaxfer_cli.engines.vllm.proof.addresses import resolve
 from mambaxfer_cli.proof.pattern import page
-from mambaxfer_cli.proof.pages import ssm_shape
+from mambaxfer_cli.engines.vllm.proof.pages import ssm_shape
 from mambaxfer_cli.planning.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
 from strategies import pairings
 

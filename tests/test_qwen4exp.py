@@ -135,7 +135,7 @@ def test_the_mamba_page_is_the_largest_of_gdn_and_ple():
 # --- the PLE pages, byte by byte -----------------------------------------------------------------
 
 from mambaxfer_cli.proof import qwen4exp as ple_proof  # noqa: E402
-from mambaxfer_cli.proof.check import check_plan  # noqa: E402
+from mambaxfer_cli.engines.vllm.proof.check import check_plan  # noqa: E402
 
 
 @pytest.mark.parametrize("p_tp, d_tp, semantics, reads", [
@@ -338,7 +338,7 @@ def test_vllm_reads_the_ring_as_head_sharded_below_the_kv_heads(p_tp, d_tp, rank
 
 
 def test_check_counts_the_qsa_pages_and_names_a_wrong_ring():
-    from mambaxfer_cli.proof.check import check_plan
+    from mambaxfer_cli.engines.vllm.proof.check import check_plan
     spec = model(num_key_value_heads=8, ple_layer_ids=[], **GDN8)
     result = check_plan(qsa_plan(spec, 2, 4))
     assert result.verdict == "fail"

@@ -20,7 +20,7 @@ from mambaxfer_cli.engines.vllm.handshake import PUSH, refusals
 from mambaxfer_cli.planning.kv_groups import vllm_grouping
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import NEWEST, RELEASES, release
-from mambaxfer_cli.proof.check import check_plan
+from mambaxfer_cli.engines.vllm.proof.check import check_plan
 from mambaxfer_cli.engines.vllm.installed import default_release
 from mambaxfer_cli.readers.model_source import load_model
 
@@ -214,7 +214,7 @@ def test_the_received_layout_is_vllms_permutation_of_ds_layout():
     # head h as received; permuting those positions as vLLM does gives D's own [H][r·n] layout.
     import numpy as np
 
-    from mambaxfer_cli.proof.pages import token_offset
+    from mambaxfer_cli.engines.vllm.proof.pages import token_offset
 
     heads, kernel, r = 3, 12, 4
     received = np.empty(heads * kernel, dtype=np.int64)

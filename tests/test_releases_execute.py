@@ -9,7 +9,7 @@ import json
 import pytest
 
 from cli_run import run_cli
-from mambaxfer_cli.execute.plan_source import cut_layers
+from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import release

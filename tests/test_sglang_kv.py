@@ -15,7 +15,7 @@ from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVSide, exact_kv_writes, 
 from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import StateWrite
-from mambaxfer_cli.execute.plan_source import cut_layers
+from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.sglang.transfer.run import PAGE_SIZE, transfer
 from mambaxfer_cli.proof.pattern import POISON
 from mambaxfer_cli.readers.model_source import load_model

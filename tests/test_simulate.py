@@ -8,15 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mambaxfer_cli.proof.check import check_options
+from mambaxfer_cli.engines.vllm.proof.check import check_options
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.proof.pages import p_attention_shape, request_pages, ssm_shape
+from mambaxfer_cli.engines.vllm.proof.pages import p_attention_shape, request_pages, ssm_shape
 from mambaxfer_cli.proof.pattern import page, unit_bytes_pattern
 from mambaxfer_cli.engines.vllm.plan import Plan, build_plan
-from mambaxfer_cli.proof.simulate import Patterns, simulate
-from mambaxfer_cli.proof.addresses import resolve
+from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, simulate
+from mambaxfer_cli.engines.vllm.proof.addresses import resolve
 
 
 def plan_of(model: str, p_tp: int, d_tp: int, **options) -> Plan:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambaxfer_cli.proof.addresses import address_table, expand, strided
-from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
+from mambaxfer_cli.engines.vllm.proof.addresses import address_table, expand, strided
+from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
+from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.readers.model_source import load_model
 
 

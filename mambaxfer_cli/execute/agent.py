@@ -1,5 +1,5 @@
-"""A rank's NIXL agent with its registered memory, and the steps every rank takes with it (execute's
-and bench's alike): set up, fill, publish its layout, fetch its peers' metadata, prepare and post
+"""A rank's NIXL agent with its registered memory, and the steps every rank takes with it (every
+engine's, execute's and bench's alike): set up, publish, load its peers' metadata, prepare and post
 transfers, release everything it took from NIXL.
 
 No progress thread: NIXL 1.5.1's polls without pause and would take a core per rank; a rank drives
@@ -19,9 +19,7 @@ from mambaxfer_cli.execute.channel import Channel, RankFailure
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
 from mambaxfer_cli.execute.results import Preparation
-from mambaxfer_cli.execute.side_channel import SideChannelError, fetch
-from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask, RankTask
-from mambaxfer_cli.proof.pattern import fill_page
+from mambaxfer_cli.execute.tasks import RankTask
 
 Tick = Callable[[str], None]
 CHECK_STOP_EVERY = 1024      # polls of a transfer's state between two looks at the coordinator's pipe
@@ -178,61 +176,3 @@ def _create_agent(api: ModuleType, task: RankTask, telemetry: bool) -> Any:
     if "UCX" not in agent.backends:
         raise RankFailure(f"NIXL has no UCX backend here (plugins: {', '.join(agent.plugin_list)})")
     return agent
-
-
-def fill(task: PrefillTask, memory: RankMemory, tick: Tick = lambda detail: None) -> None:
-    """Every page of a P rank: the pattern of what it holds (an SSM state, attention kernel blocks, or
-    one of Qwen4Exp's whole pages)."""
-    regions = len(task.memory.region_shapes)
-    pages = regions * task.memory.logical_blocks
-    for tensor in range(regions):
-        host = memory.host(tensor)
-        for block in range(task.memory.logical_blocks):
-            fill_page(host[block], task.pages[tensor][block], tensor, block)
-            tick(f"page {tensor * task.memory.logical_blocks + block + 1} of {pages}")
-        memory.store(tensor, host)
-    memory.sync()
-
-
-def layout(task: PrefillTask, memory: RankMemory) -> dict[str, Any]:
-    """What a P rank publishes besides its agent metadata: its registered regions and layout."""
-    return {"agent": task.agent, "rank": task.rank, "mem_type": memory.mem_type, "dev_id": task.dev_id,
-            "bases": memory.bases, "page_bytes": task.memory.page_bytes,
-            "logical_blocks": task.memory.logical_blocks,
-            "side_page_bytes": list(task.memory.side_page_bytes),
-            "conv_bytes": task.layout.conv_bytes, "ssm_bytes": task.layout.ssm_bytes,
-            "regions": [[address, length] for address, length, _, _ in memory.regions]}
-
-
-def check_layout(task: DecodeTask, p_rank: int, published: dict[str, Any]) -> None:
-    """What a P rank published against what this D rank's plan expects of it."""
-    want = task.prefill_memory
-    rank_layout = task.prefill_layouts[p_rank]
-    expected = {"rank": p_rank, "page_bytes": want.page_bytes, "logical_blocks": want.logical_blocks,
-                "side_page_bytes": list(want.side_page_bytes), "conv_bytes": rank_layout.conv_bytes,
-                "ssm_bytes": rank_layout.ssm_bytes}
-    for key, value in expected.items():
-        if published.get(key) != value:
-            raise RankFailure(f"P{p_rank} publishes {key}={published.get(key)}, the plan expects {value}")
-    if len(published.get("bases", ())) != len(want.region_shapes):
-        raise RankFailure(f"P{p_rank} publishes a different number of registered regions than the plan's")
-
-
-def exchange(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[str, dict[str, Any]]]:
-    """One host: each source P rank's agent name and layout, asked on its side channel once the
-    coordinator says where every P rank listens."""
-    ch.phase("exchanging")
-    ports = ch.gather("listening", "P", "the P ranks to listen")
-    host = task.settings.host
-    published = {}
-    for p_rank in task.sources:
-        port = ports[p_rank]
-        ch.waiting(f"P{p_rank}'s side channel {host}:{port} to answer")
-        try:
-            header, blob = fetch(host, port, {"d_rank": task.rank}, f"P{p_rank}", ch.check_stop)
-        except SideChannelError as exc:
-            raise RankFailure(str(exc)) from None
-        ch.phase("exchanging", f"loading P{p_rank}'s metadata")
-        check_layout(task, p_rank, header)
-        published[p_rank] = (node.add_remote(blob), header)
-    return published

@@ -1,43 +1,14 @@
-"""What the two sides of a two-host run compare before any byte moves, and the NIXL notification
-messages that carry it (pure: no NIXL).
-
-Each side plans from its own command line; the geometry is that plan's own document, the
-descriptor IDs left out but hashed with everything else, so that any field the plan gains is
-compared too. Fields come in the order that names the cause first: the model (its config values
-one by one, then their hash), semantics and TP sizes, the engines, then what is derived from them.
-"""
+"""What the two sides of a two-host run tell each other over NIXL notifications (pure: no NIXL): our
+control messages, and the first field their geometries (each engine's own) disagree on."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
-from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
-from mambaxfer_cli.engines.vllm.plan import Plan
+from mambaxfer_cli.execute.difference import first_difference, shown_value
 
 TAG = b"mambaxfer:"            # marks our control notifications apart from the READs' own
-FIRST = ("model", "semantics", "tp", "engines", "vllm", "descriptors")
-LEFT_OUT = ("schema", "reads", "warnings")
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
-def geometry(plan: Plan) -> dict[str, Any]:
-    """The compared fields of a plan, in the order they are compared."""
-    document = comparable(plan.to_dict())
-    model = dict(document["model"])
-    model["config_hash"] = _digest(model.get("params"))
-    parts = {"model": model, "semantics": document["semantics"],
-             "tp": {"prefill": document["prefill"]["tp"], "decode": document["decode"]["tp"]},
-             "descriptors": {k: v for k, v in document["descriptors"].items() if k != "reads"}}
-    source = {**document, **parts}
-    out = {key: source[key] for key in FIRST if key in source}
-    out.update({k: v for k, v in document.items() if k not in out and k not in LEFT_OUT})
-    out["plan_hash"] = _digest(document)
-    return out
 
 
 def mismatch(prefill: dict[str, Any], decode: dict[str, Any]) -> str | None:

@@ -1,83 +1,13 @@
-"""What a rank process measured and found, as typed values: the coordinator collects them, the
-execute and bench documents are made from them."""
+"""What every rank program's result shares: the base type the coordinator carries back whatever the
+engine (each engine's results are its own subclasses), and what preparing transfers took."""
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
-from typing import Any, Union
-
-from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, SlotDecodeResult, SlotPrefillResult
-from mambaxfer_cli.execute.verify import PageCheck, Tally
+from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
-class Served:
-    """A consumer of a two-host P rank: the D rank, its agent, the notifications it sent."""
-
-    d_rank: int
-    agent: str
-    notifications: int
-
-
-@dataclass(frozen=True)
-class PrefillResult:
-    p_rank: int
-    fill_s: float
-    consumers: tuple[int, ...]
-    served: tuple[Served, ...] | None = None     # a two-host prefill side: who came and read
-
-
-@dataclass(frozen=True)
-class DecodeResult:
-    d_rank: int
-    sources: tuple[int, ...]             # the P ranks it read from
-    local_lists: tuple[str, ...]         # its local descriptor lists (base, split:N)
-    bytes: int
-    descriptors_posted: int
-    descriptors_merged: int              # after NIXL merged pairs adjacent on both sides
-    telemetry_bytes: int
-    times_s: tuple[float, ...]           # one per iteration
-    xfer_us: int
-    prepare_s: float
-    verify_s: float
-    check: PageCheck
-    ple_bytes: int = 0                   # Qwen4Exp's PLE pages, in bytes and descriptors above
-    ple_descriptors: int = 0
-    indexer_bytes: int = 0               # the indexer's ring and compressed-key pages (Qwen4Exp, GLM-5-Next)
-    indexer_descriptors: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.check.ok
-
-    @property
-    def time_s(self) -> float:
-        return statistics.median(self.times_s)
-
-    @property
-    def gb_per_s(self) -> float:
-        return self.bytes / self.time_s / 1e9 if self.time_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"d_rank": self.d_rank, "sources": list(self.sources), "local_lists": list(self.local_lists),
-                "bytes": self.bytes, "descriptors_posted": self.descriptors_posted,
-                "descriptors_merged": self.descriptors_merged, "telemetry_bytes": self.telemetry_bytes,
-                "time_s": self.time_s, "times_s": list(self.times_s), "gb_per_s": self.gb_per_s,
-                "xfer_us": self.xfer_us, "prepare_s": self.prepare_s, "verify_s": self.verify_s,
-                "ple_bytes": self.ple_bytes, "ple_descriptors": self.ple_descriptors,
-                "indexer_bytes": self.indexer_bytes, "indexer_descriptors": self.indexer_descriptors,
-                "verdict": self.check.to_dict()}
-
-
-@dataclass(frozen=True)
-class Timing:
-    """An initiator's timed posts of one bench step: per iteration, its wall time and NIXL's telemetry."""
-
-    times_s: tuple[float, ...]
-    post_us: tuple[int, ...]
-    xfer_us: tuple[int, ...]
-    descriptors_kept: int                # after NIXL's merge (the last iteration's)
+class RankResult:
+    """What one rank's program returns; the coordinator hands it back as it came."""
 
 
 @dataclass(frozen=True)
@@ -87,16 +17,3 @@ class Preparation:
     prep_s: float                        # prep_xfer_dlist, local and remote lists
     make_s: float                        # make_prepped_xfer
     descriptors_posted: int
-
-
-@dataclass(frozen=True)
-class BenchResult:
-    role: str
-    rank: int
-    timings: dict[str, Timing] = field(default_factory=dict)            # step -> posts this rank initiated
-    preparations: dict[str, Preparation] = field(default_factory=dict)  # variant -> its transfers here
-    checks: dict[str, Tally] = field(default_factory=dict)              # step -> D's check after it
-    ucx_lines: tuple[str, ...] = ()      # UCX's configuration line of each endpoint this rank used
-
-
-RankResult = Union[PrefillResult, DecodeResult, BenchResult, SlotPrefillResult, SlotDecodeResult, SlotBenchResult]

@@ -15,6 +15,9 @@ import socket
 import struct
 from typing import Any, Callable
 
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.tasks import RunSettings
+
 _LENGTHS = struct.Struct("!II")
 MAX_HEADER = 1 << 20
 MAX_BLOB = 64 << 20
@@ -115,3 +118,23 @@ def fetch(host: str, port: int, request: dict[str, Any], peer: str,
         raise SideChannelError(f"{where} refused the connection") from None
     except OSError as exc:
         raise SideChannelError(f"{where}: {exc.strerror or exc}") from None
+
+
+def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:
+    """With a fixed --port, P rank r listens on port + r (SGLang's transfer: D rank r, ``role``):
+    fail before spawning if one is taken."""
+    if not settings.port:
+        return
+    if settings.port + p_tp - 1 > 65535:
+        raise UserError(f"--port {settings.port}: {role} ranks need ports {settings.port}..{settings.port + p_tp - 1}")
+    for rank in range(p_tp):
+        port = settings.port + rank
+        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((settings.host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise UserError(f"--port {settings.port}: {settings.host}:{port} ({role}{rank}'s side channel) "
+                                    f"is already in use; pick another --port, or --port 0 for free ports") from None
+                raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None

@@ -46,7 +46,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
-from mambaxfer_cli.proof.addresses import expand
+from mambaxfer_cli.engines.vllm.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
 from mambaxfer_cli.proof.indexer_caches import CKEY, RING, cache_pairs, unproved
 from mambaxfer_cli.proof.qwen4exp import REFUSED, block_pair, holds

@@ -16,8 +16,8 @@ from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_mismatches
 from mambaxfer_cli.engines.vllm.release import Meeting
-from mambaxfer_cli.proof.check import PairingResult, check_plan
-from mambaxfer_cli.proof.simulate import Simulation
+from mambaxfer_cli.engines.vllm.proof.check import PairingResult, check_plan
+from mambaxfer_cli.engines.vllm.proof.simulate import Simulation
 from mambaxfer_cli.planning.startup import (
     ReplaySSM, mamba_cache_mode, parallel_refusal, replayssm_case, unrecognized, vllm_error,
 )

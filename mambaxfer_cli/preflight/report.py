@@ -13,7 +13,7 @@ from mambaxfer_cli.engines.vllm import drafts
 from mambaxfer_cli.engines.vllm.engine import Engines
 from mambaxfer_cli.engines.vllm.geometry import Geometry
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
-from mambaxfer_cli.proof.check import PairingResult
+from mambaxfer_cli.engines.vllm.proof.check import PairingResult
 from mambaxfer_cli.engines.vllm.serve_args import (
     RELEASES, ServeLine,
 )

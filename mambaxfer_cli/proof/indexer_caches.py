@@ -19,7 +19,7 @@ from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM, Read
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.proof.qwen4exp import PagesProof
-from mambaxfer_cli.proof.simulate import ByteSource, Damage, WrongByte
+from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, WrongByte
 
 RING, CKEY = indexer_caches.RING, indexer_caches.CKEY
 # vLLM's refusals under which no indexer page moves: an engine that does not start (its ring does

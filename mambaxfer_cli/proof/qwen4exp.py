@@ -23,7 +23,7 @@ from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import SSM, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
-from mambaxfer_cli.proof.simulate import ByteSource, Damage, Simulation, WrongByte
+from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, Simulation, WrongByte
 
 SPACE = "ple"
 # vLLM's refusals under which it registers or reads no PLE page.

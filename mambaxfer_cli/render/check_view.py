@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.planning.reads import EXACT
-from mambaxfer_cli.proof.check import BOTH, CORRUPTS, REFUSES, RIGHT, CheckReport, PairingResult
+from mambaxfer_cli.engines.vllm.proof.check import BOTH, CheckReport, PairingResult
+from mambaxfer_cli.proof.verdicts import CORRUPTS, REFUSES, RIGHT
 from mambaxfer_cli.render.model_view import human_bytes
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),

@@ -14,7 +14,7 @@ from rich.text import Text
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
-    from mambaxfer_cli.execute.run import Outcome
+    from mambaxfer_cli.engines.vllm.transfer.run import Outcome
     from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.engines.vllm.plan import Plan
 

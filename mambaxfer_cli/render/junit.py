@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from itertools import groupby
 
-from mambaxfer_cli.proof.check import CheckReport
+from mambaxfer_cli.engines.vllm.proof.check import CheckReport
 
 
 def junit_xml(report: CheckReport) -> str:

@@ -34,7 +34,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.engines.sglang.commands.execute import semantics
     from mambaxfer_cli.engines.sglang.plan import plan
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
-    from mambaxfer_cli.execute.plan_source import cut_layers
+    from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
 
@@ -95,7 +95,7 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.commands.answers import NAME, backend, load
     from mambaxfer_cli.engines.sglang.plan import plan
-    from mambaxfer_cli.execute.plan_source import cut_layers
+    from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
 

@@ -54,7 +54,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.engines.sglang.commands.answers import backend, load
     from mambaxfer_cli.engines.sglang.plan import plan
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
-    from mambaxfer_cli.execute.plan_source import cut_layers
+    from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.engines.sglang.transfer.run import execute
     from mambaxfer_cli.execute.tasks import RunSettings
     from mambaxfer_cli.limits import finite_seconds

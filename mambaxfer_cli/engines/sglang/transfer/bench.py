@@ -37,6 +37,10 @@ class SlotBenchPrefill(SlotPrefillTask):
     iters: int = 1
     limit: tuple[tuple[int, int, int], ...] = ()     # per D rank in ``writes``' order: (d_rank, D offset, bytes)
 
+    @property
+    def program(self) -> str:
+        return "mambaxfer_cli.engines.sglang.transfer.bench_rank:bench_prefill"
+
 
 @dataclass(frozen=True)
 class SlotBenchDecode(SlotDecodeTask):
@@ -44,6 +48,10 @@ class SlotBenchDecode(SlotDecodeTask):
     limit: tuple[tuple[int, int, int], ...] = ()     # per writer: (p_rank, D offset, bytes)
     prefill_layouts: tuple[RankLayout, ...] = ()
     prefill_entries: tuple[TransferEntry, ...] = ()
+
+    @property
+    def program(self) -> str:
+        return "mambaxfer_cli.engines.sglang.transfer.bench_rank:bench_decode"
 
 
 def bench_tasks(plan: SGLangPlan, settings: RunSettings,

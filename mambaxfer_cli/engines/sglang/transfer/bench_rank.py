@@ -13,7 +13,6 @@ from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.execute.channel import Channel
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
-from mambaxfer_cli.execute.results import RankResult
 from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, poison
 from mambaxfer_cli.engines.sglang.transfer.rank import (
     await_notifications, connect, fill_slot, planned_pairings, poison_all, post, start_target,
@@ -120,6 +119,3 @@ def limit_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> SlotCh
         tick(f"P{p_rank}'s bytes")
     wrong += int(np.count_nonzero(flat[~covered] != poison(0)))
     return SlotCheck(flat.size, wrong)
-
-
-PROGRAMS: dict[str, Callable[..., RankResult]] = {"P": bench_prefill, "D": bench_decode}

@@ -23,7 +23,6 @@ from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, Ran
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
-from mambaxfer_cli.execute.results import RankResult
 from mambaxfer_cli.engines.sglang.transfer.run import (
     SlotDecodeTask, SlotPrefillTask, SlotTask, holds, pattern_block, poison,
 )
@@ -309,6 +308,3 @@ class Check:
                        for name, (layers, wrong, missing, beyond, size) in counts.items())
         return SlotDecodeResult(task.rank, task.writers, len(task.entries), self.checked, fields, first,
                                 self.seconds)
-
-
-PROGRAMS: dict[str, Callable[..., RankResult]] = {"P": prefill, "D": decode}

@@ -36,7 +36,6 @@ from mambaxfer_cli.execute.difference import comparable
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, linger, notifications, notify, p_agent
-from mambaxfer_cli.execute.results import RankResult
 from mambaxfer_cli.engines.sglang.transfer.run import (
     D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask, SlotTask,
     build_tasks, chosen_writes, poison, transfer,
@@ -524,6 +523,3 @@ def greet(task: SlotDecodeTask, ch: Channel, node: RankAgent, inbox: _Inbox, pee
             welcomed.add(source)
         peers.ping()
         time.sleep(WAIT_ROUND)
-
-
-PROGRAMS: dict[str, Callable[..., RankResult]] = {"P": prefill, "D": decode}

@@ -6,6 +6,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from mambaxfer_cli.execute.results import RankResult
+
 
 @dataclass(frozen=True)
 class FieldCount:
@@ -50,7 +52,7 @@ class FirstWrong:
 
 
 @dataclass(frozen=True)
-class SlotDecodeResult:
+class SlotDecodeResult(RankResult):
     d_rank: int
     writers: tuple[int, ...]
     entries: int
@@ -92,7 +94,7 @@ class WriteTiming:
 
 
 @dataclass(frozen=True)
-class SlotPrefillResult:
+class SlotPrefillResult(RankResult):
     p_rank: int
     fill_s: float
     prepare_s: float
@@ -126,7 +128,7 @@ class SlotCheck:
 
 
 @dataclass(frozen=True)
-class SlotBenchResult:
+class SlotBenchResult(RankResult):
     role: str
     rank: int
     timings: dict[str, VariantTiming]      # a P rank's, by variant

@@ -28,7 +28,7 @@ from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.execute.run import check_ports
+from mambaxfer_cli.execute.side_channel import check_ports
 from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory
 from mambaxfer_cli.planning.layout import RankLayout
@@ -76,6 +76,11 @@ class SlotTask(RankTask):
     slot: int = 0
     rounds: int = MIN_ROUNDS
     kv: KVRank | None = None           # the rank's KV page, where entries hold K and V buffers
+
+    @property
+    def program(self) -> str:
+        module = "remote" if self.settings.discovery else "rank"
+        return f"mambaxfer_cli.engines.sglang.transfer.{module}:{'prefill' if self.role == 'P' else 'decode'}"
 
 
 @dataclass(frozen=True)

@@ -175,8 +175,8 @@ def check_junit(report: CheckReport) -> str:
 
 def render_both(vllm, sglang: CheckReport) -> list:
     """One row per model and pairing either engine was checked on: what each does with it."""
-    from mambaxfer_cli.proof.check import CORRUPTS as VLLM_CORRUPTS
-    from mambaxfer_cli.proof.check import REFUSES, RIGHT as VLLM_RIGHT
+    from mambaxfer_cli.proof.verdicts import CORRUPTS as VLLM_CORRUPTS
+    from mambaxfer_cli.proof.verdicts import REFUSES, RIGHT as VLLM_RIGHT
 
     vllm_does = {VLLM_RIGHT: OUTCOMES[RIGHT], VLLM_CORRUPTS: OUTCOMES[CORRUPTS], REFUSES: OUTCOMES[REFUSED]}
     rows: dict[tuple[str, int, int], list] = {}

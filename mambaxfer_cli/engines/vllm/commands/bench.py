@@ -67,8 +67,9 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
     sizes = _sizes(sweep)
     if chart is not None and chart.suffix.lower() != ".png":
         raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
-    from mambaxfer_cli.execute.plan_source import cut_layers, plan_to_execute
-    from mambaxfer_cli.execute.tasks import check_fits
+    from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
+    from mambaxfer_cli.execute.tasks import cut_layers
+    from mambaxfer_cli.engines.vllm.transfer.tasks import check_fits
 
     built = build(engines)
     engine = built.decode
@@ -97,7 +98,7 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
 def measure_vllm(prepared: VllmBench, run: RunArgs, view: Any) -> dict[str, Any]:
     """Run vLLM's bench (``view``: a BenchProgress); the ``mambaxfer.bench/v1`` document. A failed
     run raises RunFailure."""
-    from mambaxfer_cli.bench.measure import bench_document, bench_point
+    from mambaxfer_cli.engines.vllm.transfer.bench import bench_document, bench_point
 
     points = []
     for kind, gpus in prepared.devices:
@@ -138,7 +139,7 @@ class BenchReport(Report):
         return list(bench_tables(self.document))
 
     def notes(self) -> list[str]:
-        from mambaxfer_cli.bench.measure import write_chart
+        from mambaxfer_cli.engines.vllm.transfer.bench import write_chart
 
         notes = []
         if self.chart is not None:

@@ -11,7 +11,7 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
           max_tp: int | None) -> Viewed:
     """vLLM's check of the models and pairings."""
     from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
-    from mambaxfer_cli.proof.check import run_check, targets_for
+    from mambaxfer_cli.engines.vllm.proof.check import run_check, targets_for
 
     names = model.names()
     built = build(engines, CHECK_NUM_BLOCKS)

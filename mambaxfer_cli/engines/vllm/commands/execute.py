@@ -28,7 +28,7 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
     import importlib.util
 
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.execute.run import execute as perform
+    from mambaxfer_cli.engines.vllm.transfer.run import execute as perform
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import RunSettings
 
@@ -44,7 +44,7 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
     plan = _plan(model, pair, request, run.layers, blocks, engine, plan_file)
     kind, gpus = run.device_one()
     if plan_file is not None:     # its blocks come from the plan: the advice names plan's options
-        from mambaxfer_cli.execute.tasks import check_fits
+        from mambaxfer_cli.engines.vllm.transfer.tasks import check_fits
 
         check_fits(plan, kind, "plan it again with fewer --p-num-blocks/--d-num-blocks")
     if importlib.util.find_spec("nixl") is None:
@@ -97,7 +97,7 @@ def _engines_fixed(engines: EngineArgs) -> None:
 def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int, iters: int) -> RunSettings:
     """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
     from mambaxfer_cli.execute.discovery import check_etcd, check_listen
-    from mambaxfer_cli.execute.agreement import geometry
+    from mambaxfer_cli.engines.vllm.transfer.agreement import geometry
     from mambaxfer_cli.execute.tasks import RunSettings
 
     if discovery.mode == "etcd":
@@ -110,7 +110,8 @@ def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int,
 
 def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | None, blocks: int | None,
           engine, plan_file: Path | None):
-    from mambaxfer_cli.execute.plan_source import cut_layers, load_plan_file, plan_to_execute
+    from mambaxfer_cli.engines.vllm.transfer.plan_source import load_plan_file, plan_to_execute
+    from mambaxfer_cli.execute.tasks import cut_layers
 
     if plan_file is None:
         missing = [flag for flag, value in (("--model", model.model), ("--p-tp", pair.p_tp), ("--d-tp", pair.d_tp))

@@ -16,14 +16,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, exchange, fill, layout
-from mambaxfer_cli.bench.variants import DIRECTIONS, LIMIT, limit_check, limit_chunks
+from mambaxfer_cli.engines.vllm.transfer.exchange import exchange, fill, layout
+from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
+from mambaxfer_cli.engines.vllm.transfer.bench_variants import DIRECTIONS, LIMIT, limit_check, limit_chunks
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
-from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
+from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
+from mambaxfer_cli.execute.results import Preparation
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
-from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask
-from mambaxfer_cli.execute.verify import Tally, verify_decode
-from mambaxfer_cli.proof.addresses import nixl_rows
+from mambaxfer_cli.engines.vllm.transfer.tasks import BenchSpec, DecodeTask, PrefillTask
+from mambaxfer_cli.engines.vllm.transfer.verify import Tally, verify_decode
+from mambaxfer_cli.engines.vllm.proof.addresses import nixl_rows
 
 UCX_LOG_BYTES = 1 << 20      # UCX's info log of one rank: its endpoints' configurations (a few KiB)
 Idle = Callable[[], None]
@@ -47,7 +49,7 @@ def ucx_config_lines(fd: int) -> tuple[str, ...]:
 
 
 def _spec(task: PrefillTask | DecodeTask) -> BenchSpec:
-    assert task.settings.bench is not None
+    assert isinstance(task.settings.bench, BenchSpec)
     return task.settings.bench
 
 

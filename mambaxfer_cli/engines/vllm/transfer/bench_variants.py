@@ -9,11 +9,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute.verify import CHUNK_BYTES, Tally
-from mambaxfer_cli.execute.tasks import BenchSpec, DecodeTask, PrefillTask, RunSettings, build_tasks, side_memory
+from mambaxfer_cli.engines.vllm.transfer.verify import CHUNK_BYTES, Tally
+from mambaxfer_cli.engines.vllm.transfer.tasks import BenchSpec, DecodeTask, PrefillTask, build_tasks, side_memory
+from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.proof.addresses import read_bytes
+from mambaxfer_cli.engines.vllm.proof.addresses import read_bytes
 from mambaxfer_cli.proof.pattern import POISON, fill_page
 
 PLANNED, COALESCED, LIMIT = "planned", "coalesced", "limit"

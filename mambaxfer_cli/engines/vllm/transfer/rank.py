@@ -12,17 +12,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from mambaxfer_cli.execute import remote
-from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, exchange, fill, layout
+from mambaxfer_cli.engines.vllm.transfer import remote
+from mambaxfer_cli.execute.remote import PING_EVERY
+from mambaxfer_cli.engines.vllm.transfer.exchange import exchange, fill, layout
+from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.whole_pages import REGION as PLE, with_side
-from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
+from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
-from mambaxfer_cli.execute.tasks import DecodeTask, PrefillTask
-from mambaxfer_cli.execute.verify import verify_decode
+from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask, PrefillTask
+from mambaxfer_cli.engines.vllm.transfer.verify import verify_decode
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
-from mambaxfer_cli.proof.addresses import nixl_rows, read_bytes
+from mambaxfer_cli.engines.vllm.proof.addresses import nixl_rows, read_bytes
 
 
 
@@ -91,7 +93,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         xfers, prep = node.prepare("READ", pairings, ch)
         sources = {p: name for p, (name, _) in published.items()} if discovery else {}
         ch.meet("prepared", "D", "every D rank to prepare", milestone=True,
-                idle=lambda: remote.ping_sources(node.agent, sources), every=remote.PING_EVERY)
+                idle=lambda: remote.ping_sources(node.agent, sources), every=PING_EVERY)
         fault(task, "transfer")
         times = []
         for iteration in range(task.settings.iters):

@@ -19,10 +19,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.execute.whole_pages import WholePage, SidePages
-from mambaxfer_cli.execute.tasks import DecodeTask
-from mambaxfer_cli.proof.addresses import addresses
+from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask
+from mambaxfer_cli.engines.vllm.proof.addresses import addresses
 from mambaxfer_cli.proof.pattern import POISON, page, part_bytes
-from mambaxfer_cli.proof.simulate import ByteSource, WrongByte
+from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, WrongByte
 
 STRAY = "outside the request"
 Tick = Callable[[str], None]

@@ -17,8 +17,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorList, DescriptorRead
-from mambaxfer_cli.proof.addresses import addresses, resolve
-from mambaxfer_cli.proof.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
+from mambaxfer_cli.engines.vllm.proof.addresses import addresses, resolve
+from mambaxfer_cli.engines.vllm.proof.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
 from mambaxfer_cli.engines.vllm.plan import Plan
 

@@ -19,55 +19,18 @@ from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
 from mambaxfer_cli.engines.vllm.release import Release
-from mambaxfer_cli.proof.pages import request_pages
-from mambaxfer_cli.proof.simulate import Patterns, Simulation, simulate
+from mambaxfer_cli.engines.vllm.proof.pages import request_pages
+from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, Simulation, simulate
 from mambaxfer_cli.proof.pattern import REGION_IDS
+from mambaxfer_cli.proof.verdicts import ALL_PRESETS_MAX_TP, CORRUPTS, REFUSES, RIGHT, Pairing, parse_pairs
 
 SCHEMA = "mambaxfer.check/v1"
-ALL_PRESETS_MAX_TP = 8
-
 # What check proves. BOTH, the default, answers the deployment question: is mambaxfer's exact plan
 # right, and what does vLLM do with the pairing (move the right bytes, corrupt some, or refuse it)?
 BOTH = "both"
 CHECK_SEMANTICS = (BOTH, EXACT, VLLM)
-# What vLLM does with a pairing, under BOTH.
-RIGHT, CORRUPTS, REFUSES = "right-bytes", "corrupts", "refuses"
 # Regions in the order a page holds them, for naming what is corrupted.
 REGION_ORDER = tuple(sorted((r for r in REGION_IDS if r != "pad"), key=REGION_IDS.__getitem__))
-
-
-@dataclass(frozen=True)
-class Pairing:
-    p_tp: int
-    d_tp: int
-
-    def __str__(self) -> str:
-        return f"{self.p_tp}:{self.d_tp}"
-
-
-def parse_pairs(text: str) -> tuple[Pairing, ...]:
-    """``--pairs 1:4,4:1,2:3``: P:D TP sizes, comma-separated, in the order given."""
-    pairs: list[Pairing] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        sides = item.split(":")
-        try:
-            if len(sides) != 2:
-                raise ValueError
-            pairing = Pairing(int(sides[0]), int(sides[1]))
-        except ValueError:
-            raise UserError(f"--pairs: '{item}' is not a P:D pair of TP sizes; write e.g. "
-                            f"--pairs 1:4,4:1,2:3") from None
-        if pairing.p_tp < 1 or pairing.d_tp < 1:
-            raise UserError(f"--pairs: '{item}': TP sizes must be positive integers")
-        if max(pairing.p_tp, pairing.d_tp) > MAX_TP:
-            raise UserError(f"--pairs: '{item}': TP sizes are at most {MAX_TP}")
-        if pairing not in pairs:
-            pairs.append(pairing)
-    if not pairs:
-        raise UserError("--pairs: give at least one P:D pair, e.g. --pairs 1:4,4:1,2:3")
-    return tuple(pairs)
 
 
 def pairings_up_to(model: ModelSpec, max_tp: int, semantics: str) -> tuple[Pairing, ...]:

@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-import errno
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.whole_pages import side_pages
-from mambaxfer_cli.execute.results import DecodeResult, PrefillResult
-from mambaxfer_cli.execute.tasks import RunSettings, build_tasks
+from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
+from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
+from mambaxfer_cli.execute.side_channel import check_ports
+from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.proof.addresses import read_bytes
+from mambaxfer_cli.engines.vllm.proof.addresses import read_bytes
 
 SCHEMA = "mambaxfer.execute/v1"
 
@@ -61,26 +61,6 @@ class Outcome:
                 "prefill": [{"p_rank": p, "consumers": list(r.consumers), "fill_s": r.fill_s,
                              **({"served": self.served(p)} if r.served is not None else {})}
                             for p, r in sorted(self.prefill.items())]}
-
-
-def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:
-    """With a fixed --port, P rank r listens on port + r (SGLang's transfer: D rank r, ``role``):
-    fail before spawning if one is taken."""
-    if not settings.port:
-        return
-    if settings.port + p_tp - 1 > 65535:
-        raise UserError(f"--port {settings.port}: {role} ranks need ports {settings.port}..{settings.port + p_tp - 1}")
-    for rank in range(p_tp):
-        port = settings.port + rank
-        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((settings.host, port))
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    raise UserError(f"--port {settings.port}: {settings.host}:{port} ({role}{rank}'s side channel) "
-                                    f"is already in use; pick another --port, or --port 0 for free ports") from None
-                raise UserError(f"--host {settings.host} --port {port}: cannot listen there: {exc.strerror}") from None
 
 
 def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progress | None = None) -> Outcome:

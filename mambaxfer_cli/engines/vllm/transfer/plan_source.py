@@ -19,19 +19,6 @@ from mambaxfer_cli.engines.vllm.plan import SCHEMA, Plan, PlanOptions, build_pla
 MIN_BLOCKS = 4
 
 
-def cut_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
-    """The model's first ``layers`` cache-keeping layers (fewer KV-cache tensors, less memory)."""
-    if layers is None:
-        return spec
-    if layers < 1:
-        raise UserError("--layers must be >= 1")
-    cut = spec.layers[:layers]
-    if "ssm" not in cut:
-        raise UserError(f"--layers {layers}: the first {layers} cache-keeping layers of {spec.name} hold no SSM "
-                        f"layer ({', '.join(cut)}); take more layers")
-    return replace(spec, layers=cut)
-
-
 def default_blocks(spec: ModelSpec, request_blocks: int, ratio: int = 1) -> int:
     """Twice what the request needs, so that pages outside the request exist and are checked;
     ``ratio``: how many more blocks the attention groups take on the side of smaller blocks."""

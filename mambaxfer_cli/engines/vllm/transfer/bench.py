@@ -17,14 +17,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.bench.variants import (
+from mambaxfer_cli.engines.vllm.transfer.bench_variants import (
     COALESCED, DIRECTIONS, LIMIT, MODES, ORDER, PLANNED, bench_tasks, limit_chunks,
 )
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.execute.results import BenchResult, Preparation, Timing
+from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
+from mambaxfer_cli.execute.results import Preparation
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.proof.addresses import read_bytes
+from mambaxfer_cli.engines.vllm.proof.addresses import read_bytes
 
 SCHEMA = "mambaxfer.bench/v1"
 

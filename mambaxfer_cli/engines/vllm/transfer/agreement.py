@@ -1,0 +1,35 @@
+"""What the two sides of a vLLM two-host run compare before any byte moves: the geometry, the plan's own
+document with the descriptor IDs left out but hashed with everything else, so that any field the
+plan gains is compared too. Fields come in the order that names the cause first: the model (its
+config values one by one, then their hash), semantics and TP sizes, the engines, then what is derived."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from mambaxfer_cli.engines.vllm.plan import Plan
+from mambaxfer_cli.execute.difference import comparable
+
+FIRST = ("model", "semantics", "tp", "engines", "vllm", "descriptors")
+LEFT_OUT = ("schema", "reads", "warnings")
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def geometry(plan: Plan) -> dict[str, Any]:
+    """The compared fields of a plan, in the order they are compared."""
+    document = comparable(plan.to_dict())
+    model = dict(document["model"])
+    model["config_hash"] = _digest(model.get("params"))
+    parts = {"model": model, "semantics": document["semantics"],
+             "tp": {"prefill": document["prefill"]["tp"], "decode": document["decode"]["tp"]},
+             "descriptors": {k: v for k, v in document["descriptors"].items() if k != "reads"}}
+    source = {**document, **parts}
+    out = {key: source[key] for key in FIRST if key in source}
+    out.update({k: v for k, v in document.items() if k not in out and k not in LEFT_OUT})
+    out["plan_hash"] = _digest(document)
+    return out
