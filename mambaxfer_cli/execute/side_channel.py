@@ -16,6 +16,7 @@ import struct
 from typing import Any, Callable
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.channel import RankFailure
 from mambaxfer_cli.execute.tasks import RunSettings
 
 _LENGTHS = struct.Struct("!II")
@@ -118,6 +119,20 @@ def fetch(host: str, port: int, request: dict[str, Any], peer: str,
         raise SideChannelError(f"{where} refused the connection") from None
     except OSError as exc:
         raise SideChannelError(f"{where}: {exc.strerror or exc}") from None
+
+
+def listen(host: str, port: int, serve: Callable[[SideChannelServer], None]) -> None:
+    """A rank's side channel on ``host:port`` while ``serve`` answers on it; a port in use is the user's to fix."""
+    try:
+        server = SideChannelServer(host, port)
+    except PortInUse as exc:
+        raise RankFailure(str(exc), user=True) from None
+    except SideChannelError as exc:
+        raise RankFailure(str(exc)) from None
+    try:
+        serve(server)
+    finally:
+        server.close()
 
 
 def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:

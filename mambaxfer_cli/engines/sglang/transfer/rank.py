@@ -29,7 +29,7 @@ from mambaxfer_cli.engines.sglang.transfer.run import (
 from mambaxfer_cli.engines.sglang.transfer.results import (
     FieldCount, FirstWrong, SlotDecodeResult, SlotPrefillResult, WriteTiming,
 )
-from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
+from mambaxfer_cli.execute.side_channel import SideChannelError, SideChannelServer, fetch, listen
 
 Tick = Callable[[str], None]
 
@@ -208,16 +208,7 @@ def start_target(task: SlotDecodeTask, ch: Channel, node: RankAgent) -> None:
     ch.phase("poisoning")
     poison_all(node.memory, poison(0))
     node.register(ch)
-    try:
-        server = SideChannelServer(task.settings.host, task.port)
-    except PortInUse as exc:
-        raise RankFailure(str(exc), user=True) from None
-    except SideChannelError as exc:
-        raise RankFailure(str(exc)) from None
-    try:
-        serve_writers(task, ch, node, server)
-    finally:
-        server.close()
+    listen(task.settings.host, task.port, lambda server: serve_writers(task, ch, node, server))
 
 
 def serve_writers(task: SlotDecodeTask, ch: Channel, node: RankAgent, server: SideChannelServer) -> None:

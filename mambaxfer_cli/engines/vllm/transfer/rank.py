@@ -16,11 +16,11 @@ from mambaxfer_cli.engines.vllm.transfer import remote
 from mambaxfer_cli.execute.remote import PING_EVERY
 from mambaxfer_cli.engines.vllm.transfer.exchange import exchange, fill, layout
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
-from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.whole_pages import REGION as PLE, with_side
 from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
-from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
+from mambaxfer_cli.execute.side_channel import SideChannelServer, listen
 from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.engines.vllm.transfer.verify import verify_decode
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
@@ -39,16 +39,7 @@ def prefill(task: PrefillTask, ch: Channel) -> PrefillResult:
         if task.settings.discovery is not None:
             fault(task, "serve")
             return remote.serve(task, ch, node, fill_s)
-        try:
-            server = SideChannelServer(task.settings.host, task.port)
-        except PortInUse as exc:
-            raise RankFailure(str(exc), user=True) from None
-        except SideChannelError as exc:
-            raise RankFailure(str(exc)) from None
-        try:
-            _serve(task, ch, node, server)
-        finally:
-            server.close()
+        listen(task.settings.host, task.port, lambda server: _serve(task, ch, node, server))
         return PrefillResult(task.rank, fill_s, task.consumers)
 
 
