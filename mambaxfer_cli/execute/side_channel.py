@@ -16,8 +16,9 @@ import struct
 from typing import Any, Callable
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute.channel import RankFailure
-from mambaxfer_cli.execute.tasks import RunSettings
+from mambaxfer_cli.execute.channel import Channel, RankFailure
+from mambaxfer_cli.execute.faults import fault
+from mambaxfer_cli.execute.tasks import RankTask, RunSettings
 
 _LENGTHS = struct.Struct("!II")
 MAX_HEADER = 1 << 20
@@ -133,6 +134,20 @@ def listen(host: str, port: int, serve: Callable[[SideChannelServer], None]) -> 
         serve(server)
     finally:
         server.close()
+
+
+def replies(task: RankTask, ch: Channel, server: SideChannelServer, header: dict[str, Any], metadata: bytes,
+            peer: str) -> Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]]:
+    """Say where this rank listens; what it answers each rank of role ``peer`` (P, D) that asks."""
+
+    def reply(request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        ch.phase("serving", f"answering {peer}{request.get('p_rank' if peer == 'P' else 'd_rank')}")
+        fault(task, "serve")
+        return header, metadata
+
+    ch.publish("listening", server.port)
+    ch.phase("serving", f"{server.host}:{server.port}")
+    return reply
 
 
 def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:

@@ -20,7 +20,7 @@ from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.whole_pages import REGION as PLE, with_side
 from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
-from mambaxfer_cli.execute.side_channel import SideChannelServer, listen
+from mambaxfer_cli.execute.side_channel import SideChannelServer, listen, replies
 from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.engines.vllm.transfer.verify import verify_decode
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
@@ -45,26 +45,14 @@ def prefill(task: PrefillTask, ch: Channel) -> PrefillResult:
 
 def _serve(task: PrefillTask, ch: Channel, node: RankAgent, server: SideChannelServer) -> None:
     """Answer metadata requests until every consumer's last READ notified."""
-    header, metadata = layout(task, node.memory), node.agent.get_agent_metadata()
-
-    def reply(request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        ch.phase("serving", f"answering D{request.get('d_rank')}")
-        fault(task, "serve")
-        return header, metadata
-
-    ch.publish("listening", server.port)
-    ch.phase("serving", f"{server.host}:{server.port}")
+    reply = replies(task, ch, server, layout(task, node.memory), node.agent.get_agent_metadata(), "D")
     final = f"{task.settings.run_id}-iter{task.settings.iters - 1}".encode()
-    prefix = f"mambaxfer-{task.settings.run_id}-D"
     waiting = set(task.consumers)
     while waiting:
         ch.check_stop()
         ch.waiting("the READ notifications of " + ", ".join(f"D{d}" for d in sorted(waiting)))
         server.serve(reply, WAIT_ROUND, ch.check_stop)
-        for sender, messages in node.agent.get_new_notifs().items():
-            sender = sender.decode() if isinstance(sender, bytes) else sender
-            if sender.startswith(prefix) and final in messages:
-                waiting.discard(int(sender[len(prefix):]))
+        waiting -= node.notified("D", final)
     ch.phase("freeing", "every consumer notified")
 
 
