@@ -300,7 +300,7 @@ def test_execute_help_and_no_heavy_imports_in_the_coordinator():
     probe = ("import sys, json\n"
              "import mambaxfer_cli.execute.coordinator, mambaxfer_cli.engines.vllm.transfer.plan_source, "
              "mambaxfer_cli.engines.vllm.transfer.verify, mambaxfer_cli.execute.device, "
-             "mambaxfer_cli.render.execute_view\n"
+             "mambaxfer_cli.engines.vllm.views.execute\n"
              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
              "('torch', 'nixl', 'nixl_cu12', 'nixl_cu13'))))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

@@ -52,4 +52,4 @@ def test_plan_as_json_imports_neither_numpy_nor_yaml_nor_rich():
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
     assert "mambaxfer_cli.engines.vllm.plan" in modules
     assert sorted(m for m in modules if m.split(".")[0] in ("numpy", "yaml", "rich")
-                  or m in ("mambaxfer_cli.render.plan_view", "mambaxfer_cli.engines.vllm.proof.addresses")) == []
+                  or m in ("mambaxfer_cli.engines.vllm.views.plan", "mambaxfer_cli.engines.vllm.proof.addresses")) == []

@@ -216,9 +216,7 @@ NOT_YET_IN_ENGINE_PACKAGES = frozenset({
     "mambaxfer_cli.conformance.cases", "mambaxfer_cli.conformance.compare", "mambaxfer_cli.execute.whole_pages",
     "mambaxfer_cli.preflight.fields", "mambaxfer_cli.preflight.fix", "mambaxfer_cli.preflight.refusals",
     "mambaxfer_cli.preflight.report", "mambaxfer_cli.preflight.served", "mambaxfer_cli.proof.indexer_caches",
-    "mambaxfer_cli.proof.qwen4exp", "mambaxfer_cli.render.bench_view", "mambaxfer_cli.render.check_view",
-    "mambaxfer_cli.render.execute_view", "mambaxfer_cli.render.junit", "mambaxfer_cli.render.model_view",
-    "mambaxfer_cli.render.plan_view", "mambaxfer_cli.render.preflight_view",
+    "mambaxfer_cli.proof.qwen4exp", "mambaxfer_cli.render.bench_view", "mambaxfer_cli.render.preflight_view",
 })
 
 

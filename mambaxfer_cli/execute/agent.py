@@ -140,6 +140,16 @@ class RankAgent:
                 ch.check_stop()
         return time.perf_counter() - started
 
+    def notified(self, peer: str, final: bytes) -> set[int]:
+        """The ranks of role ``peer`` (P, D) whose agents sent ``final`` since the last look."""
+        prefix = f"mambaxfer-{self.task.settings.run_id}-{peer}"
+        ranks = set()
+        for sender, messages in self.agent.get_new_notifs().items():
+            sender = _name(sender)
+            if sender.startswith(prefix) and final in messages:
+                ranks.add(int(sender[len(prefix):]))
+        return ranks
+
     def telemetry(self, xfers: Sequence[Any]) -> list[Any]:
         return [self.agent.get_xfer_telemetry(x) for x in xfers]
 

@@ -16,7 +16,9 @@ import struct
 from typing import Any, Callable
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute.tasks import RunSettings
+from mambaxfer_cli.execute.channel import Channel, RankFailure
+from mambaxfer_cli.execute.faults import fault
+from mambaxfer_cli.execute.tasks import RankTask, RunSettings
 
 _LENGTHS = struct.Struct("!II")
 MAX_HEADER = 1 << 20
@@ -118,6 +120,34 @@ def fetch(host: str, port: int, request: dict[str, Any], peer: str,
         raise SideChannelError(f"{where} refused the connection") from None
     except OSError as exc:
         raise SideChannelError(f"{where}: {exc.strerror or exc}") from None
+
+
+def listen(host: str, port: int, serve: Callable[[SideChannelServer], None]) -> None:
+    """A rank's side channel on ``host:port`` while ``serve`` answers on it; a port in use is the user's to fix."""
+    try:
+        server = SideChannelServer(host, port)
+    except PortInUse as exc:
+        raise RankFailure(str(exc), user=True) from None
+    except SideChannelError as exc:
+        raise RankFailure(str(exc)) from None
+    try:
+        serve(server)
+    finally:
+        server.close()
+
+
+def replies(task: RankTask, ch: Channel, server: SideChannelServer, header: dict[str, Any], metadata: bytes,
+            peer: str) -> Callable[[dict[str, Any]], tuple[dict[str, Any], bytes]]:
+    """Say where this rank listens; what it answers each rank of role ``peer`` (P, D) that asks."""
+
+    def reply(request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        ch.phase("serving", f"answering {peer}{request.get('p_rank' if peer == 'P' else 'd_rank')}")
+        fault(task, "serve")
+        return header, metadata
+
+    ch.publish("listening", server.port)
+    ch.phase("serving", f"{server.host}:{server.port}")
+    return reply
 
 
 def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:

@@ -91,7 +91,7 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
     from mambaxfer_cli.engines.sglang.check import run, targets
     from mambaxfer_cli.limits import MAX_TP, within
     from mambaxfer_cli.proof.verdicts import ALL_PRESETS_MAX_TP, parse_pairs
-    from mambaxfer_cli.render.check_view import progress
+    from mambaxfer_cli.render.run_view import progress
     from mambaxfer_cli.engines.sglang.views.answers import check_junit, render_check
 
     chosen = backend(engines)

@@ -58,7 +58,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.engines.sglang.transfer.run import execute
     from mambaxfer_cli.execute.tasks import RunSettings
     from mambaxfer_cli.limits import finite_seconds
-    from mambaxfer_cli.render.execute_view import ProgressView
+    from mambaxfer_cli.render.run_view import ProgressView
     from mambaxfer_cli.engines.sglang.views.execute import title
 
     given = _given_on_command_line()

@@ -22,7 +22,7 @@ def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str
     """This side's ranks, to their end; its report (exit 0, 1 with bad bytes, 2 refused, 3 failed)."""
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.transfer.remote import execute_side, settings_for
-    from mambaxfer_cli.render.execute_view import ProgressView
+    from mambaxfer_cli.render.run_view import ProgressView
     from mambaxfer_cli.engines.sglang.views.execute import title
     from mambaxfer_cli.engines.sglang.views.remote import side_line
 

@@ -29,7 +29,7 @@ from mambaxfer_cli.engines.sglang.transfer.run import (
 from mambaxfer_cli.engines.sglang.transfer.results import (
     FieldCount, FirstWrong, SlotDecodeResult, SlotPrefillResult, WriteTiming,
 )
-from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer, fetch
+from mambaxfer_cli.execute.side_channel import SideChannelError, SideChannelServer, fetch, listen, replies
 
 Tick = Callable[[str], None]
 
@@ -208,29 +208,12 @@ def start_target(task: SlotDecodeTask, ch: Channel, node: RankAgent) -> None:
     ch.phase("poisoning")
     poison_all(node.memory, poison(0))
     node.register(ch)
-    try:
-        server = SideChannelServer(task.settings.host, task.port)
-    except PortInUse as exc:
-        raise RankFailure(str(exc), user=True) from None
-    except SideChannelError as exc:
-        raise RankFailure(str(exc)) from None
-    try:
-        serve_writers(task, ch, node, server)
-    finally:
-        server.close()
+    listen(task.settings.host, task.port, lambda server: serve_writers(task, ch, node, server))
 
 
 def serve_writers(task: SlotDecodeTask, ch: Channel, node: RankAgent, server: SideChannelServer) -> None:
     """Answer each writer's metadata request (a P rank asks once)."""
-    header, metadata = published_layout(task, node), node.agent.get_agent_metadata()
-
-    def reply(request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        ch.phase("serving", f"answering P{request.get('p_rank')}")
-        fault(task, "serve")
-        return header, metadata
-
-    ch.publish("listening", server.port)
-    ch.phase("serving", f"{server.host}:{server.port}")
+    reply = replies(task, ch, server, published_layout(task, node), node.agent.get_agent_metadata(), "P")
     waiting = set(task.writers)
     while waiting:
         ch.check_stop()
@@ -242,15 +225,11 @@ def serve_writers(task: SlotDecodeTask, ch: Channel, node: RankAgent, server: Si
 
 def await_notifications(task: SlotDecodeTask, ch: Channel, node: RankAgent, final: bytes) -> None:
     """Until every writer's WRITE with this message notified (NIXL sends it once the bytes are here)."""
-    prefix = f"mambaxfer-{task.settings.run_id}-P"
     waiting = set(task.writers)
     while waiting:
         ch.check_stop()
         ch.waiting("the WRITE notifications of " + ", ".join(f"P{p}" for p in sorted(waiting)))
-        for sender, messages in node.agent.get_new_notifs().items():
-            sender = sender.decode() if isinstance(sender, bytes) else sender
-            if sender.startswith(prefix) and final in messages:
-                waiting.discard(int(sender[len(prefix):]))
+        waiting -= node.notified("P", final)
         if waiting:
             time.sleep(WAIT_ROUND)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.render.execute_view import two_host_line
+from mambaxfer_cli.render.run_view import two_host_line
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:

@@ -54,7 +54,8 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
     else:
         settings = _two_host_settings(plan, discovery, kind, gpus, run.iters)
 
-    from mambaxfer_cli.render.execute_view import ProgressView, side_line, title
+    from mambaxfer_cli.engines.vllm.views.execute import side_line, title
+    from mambaxfer_cli.render.run_view import ProgressView
 
     if discovery is not None:
         click.echo(side_line(plan, discovery), err=True)
@@ -74,7 +75,7 @@ class ExecuteReport(Report):
         self.outcome, self.discovery, self.plan = outcome, discovery, plan
 
     def render(self, width: int) -> list:
-        from mambaxfer_cli.render.execute_view import corruption_report, refused_line, result_table, served_table
+        from mambaxfer_cli.engines.vllm.views.execute import corruption_report, refused_line, result_table, served_table
 
         served = self.discovery is not None and self.discovery.role == "prefill"
         refused = refused_line(self.plan)

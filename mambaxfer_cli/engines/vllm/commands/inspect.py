@@ -30,13 +30,13 @@ class InspectReport(Report):
 
     def render(self, width: int) -> list:
         from mambaxfer_cli.render.console import together
-        from mambaxfer_cli.render.model_view import engine_header, geometry_line, layout_table, model_summary
+        from mambaxfer_cli.engines.vllm.views.model import engine_header, geometry_line, side_caches_line
+        from mambaxfer_cli.render.model_view import layout_table, model_summary
 
         tables = together([layout_table(f"TP {size}", side.ranks) for size, side in self.sides.items()], "layouts")
         parts = [AsIs(model_summary(self.spec)), AsIs(engine_header(self.flags))]
         for size, table in zip(self.sides, tables):
             parts += [table, AsIs(geometry_line(f"engine at TP {size}:", self.sides[size]))]
-            from mambaxfer_cli.render.model_view import side_caches_line
             line = side_caches_line(self.spec, self.sides[size])
             if line:
                 parts.append(AsIs(line))

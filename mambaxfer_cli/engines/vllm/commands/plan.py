@@ -31,12 +31,12 @@ class PlanReport(Report):
         self.result, self.d_rank, self.sections = result, d_rank, sections
 
     def render(self, width: int):
-        from mambaxfer_cli.render.plan_view import render_plan
+        from mambaxfer_cli.engines.vllm.views.plan import render_plan
 
         return render_plan(self.result, self.d_rank, self.sections, width)
 
     def written(self, path) -> list:
-        from mambaxfer_cli.render.plan_view import verdict_line
+        from mambaxfer_cli.engines.vllm.views.plan import verdict_line
 
         warnings = self.document["warnings"]
         said = f": {', '.join(w['code'] for w in warnings)}" if warnings else ""
@@ -49,7 +49,7 @@ def shown_sections(show: str | None) -> tuple[str, ...]:
     """``--show layouts,ids`` (or ``all``) as the sections to add to the brief form."""
     if show is None:
         return ()
-    from mambaxfer_cli.render.plan_view import SECTIONS
+    from mambaxfer_cli.engines.vllm.views.plan import SECTIONS
 
     names = [name.strip().lower() for name in show.split(",") if name.strip()]
     if "all" in names:

@@ -16,11 +16,11 @@ from mambaxfer_cli.engines.vllm.transfer import remote
 from mambaxfer_cli.execute.remote import PING_EVERY
 from mambaxfer_cli.engines.vllm.transfer.exchange import exchange, fill, layout
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
-from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.whole_pages import REGION as PLE, with_side
 from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
-from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
+from mambaxfer_cli.execute.side_channel import SideChannelServer, listen, replies
 from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.engines.vllm.transfer.verify import verify_decode
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
@@ -39,41 +39,20 @@ def prefill(task: PrefillTask, ch: Channel) -> PrefillResult:
         if task.settings.discovery is not None:
             fault(task, "serve")
             return remote.serve(task, ch, node, fill_s)
-        try:
-            server = SideChannelServer(task.settings.host, task.port)
-        except PortInUse as exc:
-            raise RankFailure(str(exc), user=True) from None
-        except SideChannelError as exc:
-            raise RankFailure(str(exc)) from None
-        try:
-            _serve(task, ch, node, server)
-        finally:
-            server.close()
+        listen(task.settings.host, task.port, lambda server: _serve(task, ch, node, server))
         return PrefillResult(task.rank, fill_s, task.consumers)
 
 
 def _serve(task: PrefillTask, ch: Channel, node: RankAgent, server: SideChannelServer) -> None:
     """Answer metadata requests until every consumer's last READ notified."""
-    header, metadata = layout(task, node.memory), node.agent.get_agent_metadata()
-
-    def reply(request: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        ch.phase("serving", f"answering D{request.get('d_rank')}")
-        fault(task, "serve")
-        return header, metadata
-
-    ch.publish("listening", server.port)
-    ch.phase("serving", f"{server.host}:{server.port}")
+    reply = replies(task, ch, server, layout(task, node.memory), node.agent.get_agent_metadata(), "D")
     final = f"{task.settings.run_id}-iter{task.settings.iters - 1}".encode()
-    prefix = f"mambaxfer-{task.settings.run_id}-D"
     waiting = set(task.consumers)
     while waiting:
         ch.check_stop()
         ch.waiting("the READ notifications of " + ", ".join(f"D{d}" for d in sorted(waiting)))
         server.serve(reply, WAIT_ROUND, ch.check_stop)
-        for sender, messages in node.agent.get_new_notifs().items():
-            sender = sender.decode() if isinstance(sender, bytes) else sender
-            if sender.startswith(prefix) and final in messages:
-                waiting.discard(int(sender[len(prefix):]))
+        waiting -= node.notified("D", final)
     ch.phase("freeing", "every consumer notified")
 
 

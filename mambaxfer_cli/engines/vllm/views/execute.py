@@ -1,61 +1,21 @@
-"""Rich views of an execute run: live rank progress on stderr, the per-D-rank result table,
-and where the first wrong bytes are."""
+"""Rich views of vLLM's execute run: its title and two-host line, the per-D-rank result table, and
+where the first wrong bytes are."""
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rich.console import Console, Group, JustifyMethod
-from rich.live import Live
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.render.model_view import human_bytes
+from mambaxfer_cli.render.run_view import two_host_line
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.transfer.run import Outcome
     from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.engines.vllm.plan import Plan
-
-PHASE_STYLES = {"done": "green", "failed": "bold red", "died": "bold red", "transferring": "cyan",
-                "verifying": "magenta", "exchanging": "yellow", "serving": "yellow"}
-
-
-class ProgressView:
-    """A live table of the ranks' phases on stderr; silent when stderr is not a terminal."""
-
-    def __init__(self, title: str) -> None:
-        self.title = title
-        self.console = Console(stderr=True, highlight=False)
-        self.rows: dict[str, tuple[str, str, float]] = {}
-        self.started = time.time()
-        self._live: Live | None = None
-
-    def __enter__(self) -> "ProgressView":
-        if self.console.is_terminal:
-            self._live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
-            self._live.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._live is not None:
-            self._live.__exit__(*exc)
-
-    def update(self, name: str, phase: str, detail: str) -> None:
-        self.rows[name] = (phase, detail, time.time() - self.started)
-        if self._live is not None:
-            self._live.update(self._render())
-
-    def _render(self) -> Table:
-        table = Table(title=self.title, title_justify="left", box=None, padding=(0, 1))
-        for column in ("rank", "phase", "detail", "at"):
-            table.add_column(column, justify="right" if column == "at" else "left")
-        order = sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:])))
-        for name in order:
-            phase, detail, at = self.rows[name]
-            table.add_row(name, Text(phase, style=PHASE_STYLES.get(phase, "")), detail, f"{at:.1f}s")
-        return table
 
 
 def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> str:
@@ -65,28 +25,6 @@ def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> st
             f"{plan.semantics} semantics, {plan.engines.describe()}, {memory} over UCX{side}")
 
 
-def ranks_named(role: str, count: int) -> str:
-    return f"{role}0" if count == 1 else f"{role}0..{role}{count - 1}"
-
-
-def meeting_place(discovery: "Discovery", p_tp: int) -> str:
-    """Where the two sides of a two-host run meet: etcd, or the prefill ranks' NIXL listeners."""
-    if discovery.mode == "etcd":
-        return f"etcd {discovery.endpoints}, run {discovery.run_id}"
-    first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
-    ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
-    return f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
-
-
-def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str) -> str:
-    """The line a two-host side prints first: where the prefill side waits, or what the decode
-    side does (``decode_does``) and through what."""
-    where = meeting_place(discovery, p_tp)
-    if discovery.role == "prefill":
-        return f"prefill side: {ranks_named('P', p_tp)} wait for the decode side through {where}"
-    return f"decode side: {ranks_named('D', d_tp)} {decode_does} through {where}"
-
-
 def side_line(plan: "Plan", discovery: "Discovery") -> str:
     """vLLM's two-host first line: D reads."""
     return two_host_line(discovery, plan.prefill.tp, plan.decode.tp, "read from the prefill side")
@@ -94,7 +32,7 @@ def side_line(plan: "Plan", discovery: "Discovery") -> str:
 
 def refused_line(plan: "Plan") -> Text | None:
     """Where vLLM refuses the pairing: its refusal, and what the run's reads are then."""
-    from mambaxfer_cli.render.plan_view import refused_text
+    from mambaxfer_cli.engines.vllm.views.plan import refused_text
 
     if plan.verdict.accepts:
         return None

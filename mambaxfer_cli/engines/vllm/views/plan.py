@@ -16,9 +16,8 @@ from mambaxfer_cli.planning.model import SSM
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
-from mambaxfer_cli.render.model_view import (
-    REGION_STYLES, engine_header, geometry_line, human_bytes, layout_table, model_summary,
-)
+from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
+from mambaxfer_cli.engines.vllm.views.model import engine_header, geometry_line
 
 P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
 DIAGRAM_WIDTH = 80

@@ -1,9 +1,8 @@
-"""The rich rendering of a check: the summary table, each failure's explanation, and progress."""
+"""The rich rendering of vLLM's check: the summary table and each failure's explanation."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Iterator
 
 from rich.console import Group, JustifyMethod
 from rich.panel import Panel
@@ -131,26 +130,3 @@ def render_report(report: CheckReport, failures_shown: int = 10) -> list:
                           f"transfer handles them; --semantics vllm reports them as refused)", style="yellow"))
     parts.append(footer(report))
     return parts
-
-
-@contextmanager
-def progress() -> Iterator[tuple[Callable[[int], None] | None, Callable[[PairingResult], None] | None]]:
-    """A progress bar on stderr while pairings are checked; nothing when stderr is no terminal."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        yield None, None
-        return
-    with Progress(TextColumn("checking {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("", total=None)
-
-        def start(total: int) -> None:
-            bar.update(task, total=total)
-
-        def done(result: PairingResult) -> None:
-            bar.update(task, advance=1, description=f"{result.model} {result.pairing}")
-
-        yield start, done

@@ -1,0 +1,1 @@
+"""How vLLM's answers look: plan, check (and its JUnit XML), inspect's engine lines, execute."""

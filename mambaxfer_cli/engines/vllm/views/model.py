@@ -1,0 +1,42 @@
+"""vLLM's lines about a model's engines: which release and GPU, each side's geometry, the caches
+beside the SSM state and the attention KV."""
+
+from __future__ import annotations
+
+
+def geometry_line(name: str, side) -> str:
+    g = side.geometry
+    a1 = "no attention" if g.attention_bytes_per_token is None else f"a1={g.attention_bytes_per_token} B/token"
+    own = "" if not g.overridden else " (set by hand)"
+    gdn = f" · GDN prefill {g.gdn_prefill_backend}" if g.gdn_prefill_backend else ""
+    return (f"{name} {g.attention_backend} · block {g.block_size} tokens, kernel {g.kernel_block_size} × "
+            f"{g.blocks_per_logical}{own} · page {g.page_bytes} B (state {g.state_bytes} B, {a1}) · "
+            f"N={g.num_blocks}{gdn}")
+
+
+
+def side_caches_line(spec, side) -> str:
+    """The caches beside the SSM state and the attention KV of one engine: Qwen4Exp's PLE state,
+    the sparse-attention indexer's ring and compressed keys (docs/reference.md, "Qwen4Exp" and
+    "GLM-5-Next"); empty for a model that keeps none."""
+    from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
+
+    parts = []
+    q = spec.qwen4exp
+    if q is not None and q.ple_layers:
+        parts.append(f"PLE state {qwen4exp.ple_state_bytes(spec)} B on every rank ({len(q.ple_layers)} layer(s), "
+                     f"TP-replicated), page {qwen4exp.ple_page_bytes(spec, side)} B")
+    found = indexer_caches.caches(spec)
+    if found is not None:
+        parts.append(f"{found.ring_name} {found.ring_tokens} tokens (CircularBufferSpec, page "
+                     f"{found.ring_page_bytes} B), compressed keys 1 per {found.tokens_per_key} tokens "
+                     f"({found.key_page_bytes(side.geometry.block_size)} B per block)")
+    return f"{spec.family}: " + "; ".join(parts) if parts else ""
+
+
+def engine_header(flags, decode=None) -> str:
+    """Which release and GPU the answer is for: ``vLLM 0.34 on H100 (SM 9.0, CUDA 13)``, both
+    engines' where ``decode`` (the second engine's flags) differs."""
+    from mambaxfer_cli.engines.vllm.engine import Engines
+
+    return Engines(flags, decode or flags).describe()

@@ -1,0 +1,100 @@
+"""What every engine's runs show on stderr: the ranks' live phases, a two-host side's first line,
+and ``check``'s progress bar."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.execute.discovery import Discovery
+
+PHASE_STYLES = {"done": "green", "failed": "bold red", "died": "bold red", "transferring": "cyan",
+                "verifying": "magenta", "exchanging": "yellow", "serving": "yellow"}
+
+
+class ProgressView:
+    """A live table of the ranks' phases on stderr; silent when stderr is not a terminal."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.console = Console(stderr=True, highlight=False)
+        self.rows: dict[str, tuple[str, str, float]] = {}
+        self.started = time.time()
+        self._live: Live | None = None
+
+    def __enter__(self) -> "ProgressView":
+        if self.console.is_terminal:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=8, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+
+    def update(self, name: str, phase: str, detail: str) -> None:
+        self.rows[name] = (phase, detail, time.time() - self.started)
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def _render(self) -> Table:
+        table = Table(title=self.title, title_justify="left", box=None, padding=(0, 1))
+        for column in ("rank", "phase", "detail", "at"):
+            table.add_column(column, justify="right" if column == "at" else "left")
+        order = sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:])))
+        for name in order:
+            phase, detail, at = self.rows[name]
+            table.add_row(name, Text(phase, style=PHASE_STYLES.get(phase, "")), detail, f"{at:.1f}s")
+        return table
+
+
+def ranks_named(role: str, count: int) -> str:
+    return f"{role}0" if count == 1 else f"{role}0..{role}{count - 1}"
+
+
+def meeting_place(discovery: "Discovery", p_tp: int) -> str:
+    """Where the two sides of a two-host run meet: etcd, or the prefill ranks' NIXL listeners."""
+    if discovery.mode == "etcd":
+        return f"etcd {discovery.endpoints}, run {discovery.run_id}"
+    first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
+    ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
+    return f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
+
+
+def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str) -> str:
+    """The line a two-host side prints first: where the prefill side waits, or what the decode
+    side does (``decode_does``) and through what."""
+    where = meeting_place(discovery, p_tp)
+    if discovery.role == "prefill":
+        return f"prefill side: {ranks_named('P', p_tp)} wait for the decode side through {where}"
+    return f"decode side: {ranks_named('D', d_tp)} {decode_does} through {where}"
+
+
+@contextmanager
+def progress() -> Iterator[tuple[Callable[[int], None] | None, Callable[[Any], None] | None]]:
+    """A progress bar on stderr while pairings are checked; nothing when stderr is no terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    if not err.is_terminal:
+        yield None, None
+        return
+    with Progress(TextColumn("checking {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def start(total: int) -> None:
+            bar.update(task, total=total)
+
+        def done(result: Any) -> None:   # a pairing's result, either engine's
+            bar.update(task, advance=1, description=f"{result.model} {result.pairing}")
+
+        yield start, done
