@@ -4,7 +4,9 @@ An engine's package fills one ``ServingEngine`` (its ``ENGINE``): the rules of t
 run P and D, behind the few questions the commands ask of it. Everything else of the engine (its
 releases, geometry, handshake verdict, reads and descriptor IDs, command-line reader, conformance
 probe) stays inside its package; the core (``planning/``, ``readers/``) imports none of it.
-Adding an engine is adding a package here with an ``ENGINE``; ``--engine`` lists it.
+Adding an engine is adding a package here with an ``ENGINE`` (``--engine`` lists it), or installing a
+distribution that declares one under the entry-point group ``mambaxfer.engines`` (name: module with
+an ``ENGINE``), looked up only when ``--engine`` names no package here.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from mambaxfer_cli.render.report import Report
 
 DEFAULT = "vllm"
+ENTRY_POINTS = "mambaxfer.engines"
 
 
 class PreparedBench(Protocol):
@@ -120,11 +123,30 @@ def names() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
+def installed() -> dict[str, str]:
+    """The engines installed distributions declare (``mambaxfer.engines``): name -> module; a
+    package here wins over one of the same name."""
+    from importlib.metadata import entry_points
+
+    return {e.name: e.module for e in entry_points(group=ENTRY_POINTS) if e.name not in names()}
+
+
+def known(named: list[str]) -> bool:
+    """Whether mambaxfer knows every engine ``named`` (the installed ones looked up only when needed)."""
+    return set(named) <= set(names()) or set(named) <= set(names()) | set(installed())
+
+
+@lru_cache(maxsize=None)
 def engine(name: str = DEFAULT) -> ServingEngine:
     """The engine ``--engine`` names."""
-    if name not in names():
-        raise UserError(f"--engine: unknown serving engine '{name}'; mambaxfer knows {', '.join(names())}")
-    found: ServingEngine = importlib.import_module(f"{__name__}.{name}").ENGINE
+    if name in names():
+        module = f"{__name__}.{name}"
+    elif name in installed():
+        module = installed()[name]
+    else:
+        raise UserError(f"--engine: unknown serving engine '{name}'; mambaxfer knows "
+                        f"{', '.join(names() + tuple(sorted(installed())))}")
+    found: ServingEngine = importlib.import_module(module).ENGINE
     return found
 
 
@@ -132,7 +154,7 @@ def chosen(text: str) -> tuple[ServingEngine, ...]:
     """The engines ``--engine`` names (comma-separated: several, side by side), each one the
     commands answer for."""
     named = [name.strip().lower() for name in text.split(",")]
-    if len(set(named)) != len(named) or not set(named) <= set(names()):
+    if len(set(named)) != len(named) or not known(named):
         engine(text)     # an engine mambaxfer does not know: one line
     found = tuple(engine(name) for name in named)
     for each in found:
