@@ -49,7 +49,7 @@ def run_report(model: ModelArgs, pair: PairArgs, run: RunArgs, rounds: int) -> R
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.execute.tasks import RunSettings, cut_layers
     from mambaxfer_cli.limits import finite_seconds
-    from mambaxfer_cli.render.execute_view import ProgressView
+    from mambaxfer_cli.render.run_view import ProgressView
     from toy_engine.transfer import run as transfer
 
     check_bounds(p_tp=pair.p_tp or 0, d_tp=pair.d_tp or 0, layers=run.layers, iters=rounds)
