@@ -47,8 +47,8 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
         finish(sglang(None if model.all_presets else names, largest), output)
         return
 
-    from mambaxfer_cli.conformance import run
-    from mambaxfer_cli.render.conformance_view import junit_xml, progress, render_report
+    from mambaxfer_cli.engines.vllm.conformance import run
+    from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, progress, render_report
 
     with progress() as (start, done):
         report = run(names, largest, start, done)

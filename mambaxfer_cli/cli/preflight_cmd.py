@@ -99,7 +99,7 @@ def preflight(
 
     mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --junit preflight.xml
     """
-    from mambaxfer_cli.preflight import preflight as run
+    from mambaxfer_cli.engines.vllm.preflight import preflight as run
     from mambaxfer_cli.engines import engine as engine_named
     from mambaxfer_cli.readers.serve_model import load_serve_model
 
@@ -114,6 +114,6 @@ def preflight(
     if output.junit is not None:   # fail before the work, not after it
         check_writable(output.junit, "--junit")
     report = run(p_line, d_line, load_serve_model, engines.build())
-    from mambaxfer_cli.render.preflight_view import junit_xml, render_report
+    from mambaxfer_cli.engines.vllm.views.preflight import junit_xml, render_report
 
     finish(Viewed(report, render_report, junit_xml), output)

@@ -1,13 +1,12 @@
 """vLLM's start-up before its connector: the checks an engine meets before any KV-cache transfer
 exists. Each rule names the vLLM function it follows (docs/reference.md, "Start-up").
 
-Hooks (marked ``# startup:``): ``planning/layout.py`` (TP sizes), ``preflight/refusals.py`` (the
+Hooks (marked ``# startup:``): ``planning/layout.py`` (TP sizes), ``engines/vllm/preflight/refusals.py`` (the
 serve line's flags, the parallel config), in vLLM's order: the parser, then the model config.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -104,25 +103,10 @@ def mamba_cache_mode(prefix_caching: bool, given: str | None) -> str:
     return given if given not in (None, "none") else "align"
 
 
-def did_you_mean(name: str, spellings: Iterable[str]) -> str:
-    """argparse's suggestion for an unknown option (Python 3.12+: close matches of the option
-    strings), as "did you mean --x?"; empty where nothing is close."""
-    close = difflib.get_close_matches(name, sorted(spellings), n=1, cutoff=0.6)
-    return f"did you mean {close[0]}?" if close else ""
-
-
 # Refusal codes of the start-up steps, in vLLM's order (the serve line's parser, then
 # ModelConfig.verify_with_parallel_config, then the model's attention backend as its layers are
 # built): a verdict's first line names the first one met.
 STARTUP_CODES = ("unrecognized-arguments", "parallel-config", "attention-backend")
-
-
-def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
-    """What ``vllm serve`` says of options its parser does not know (argparse's error, exit 2 of
-    vllm serve), with a suggestion for the first where one is close."""
-    flags = list(flags)
-    hint = did_you_mean(flags[0], spellings) if flags else ""
-    return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")
 
 
 # --- the architecture each release serves (model_executor/models/registry.py) --------------------

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Request
+from mambaxfer_cli.engines.vllm.conformance.cases import Flags, Geometry, HashedEngine, Request
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names

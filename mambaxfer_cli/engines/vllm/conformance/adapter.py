@@ -11,7 +11,7 @@ import math
 import shlex
 from dataclasses import replace, dataclass
 
-from mambaxfer_cli.conformance.cases import (
+from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry, ReplaySSMSetting, Request,
     Variation,
 )
@@ -221,7 +221,7 @@ class Ours:
         """Whether mambaxfer says vLLM's compatibility hash tells the two engines of
         ``variation`` apart (``preflight``'s hashed fields)."""
         from mambaxfer_cli.planning.reads import VLLM
-        from mambaxfer_cli.preflight import DECODE, PREFILL, build_engine, hashed_fields
+        from mambaxfer_cli.engines.vllm.preflight import DECODE, PREFILL, build_engine, hashed_fields
         from mambaxfer_cli.engines.vllm.serve_args import parse_serve
         from mambaxfer_cli.readers.serve_model import load_serve_model
 

@@ -1,0 +1,1 @@
+"""vLLM's views: how its plan, check, preflight and conformance reports are drawn."""
