@@ -584,7 +584,7 @@ class Installed:
 
     def replayssm_refusal(self, case) -> str | None:
         """``VllmConfig.validate_mamba_cached_kernel`` on an engine started with --use-replayssm
-        (``case``: a ``planning.startup.ReplaySSM``): None where it passes, else its message."""
+        (``case``: an ``engines.vllm.startup.ReplaySSM``): None where it passes, else its message."""
         validate = _symbol("vllm.config.vllm", "VllmConfig").validate_mamba_cached_kernel
         backends = _symbol("vllm.config.mamba", "MambaBackendEnum")
         config = StandIn(

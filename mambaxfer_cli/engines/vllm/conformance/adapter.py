@@ -22,7 +22,8 @@ from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error, resolved_layout
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
-from mambaxfer_cli.planning import startup
+from mambaxfer_cli.engines.vllm import startup
+from mambaxfer_cli.planning.startup import architecture_names, parallel_refusal
 from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.readers.model_config import spec_from_config
@@ -83,7 +84,7 @@ class Ours:
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
         """vLLM's words where its parallel-config check refuses TP ``tp``, else None."""
-        return startup.vllm_error(model, tp) if startup.parallel_refusal(model, tp) else None
+        return startup.vllm_error(model, tp) if parallel_refusal(model, tp) else None
 
     @staticmethod
     def replayssm_case(model: ModelSpec, setting: ReplaySSMSetting) -> startup.ReplaySSM:
@@ -105,7 +106,7 @@ class Ours:
 
     @staticmethod
     def architectures(model: ModelSpec) -> tuple[str, ...]:
-        return startup.architecture_names(model.hf_config)
+        return architecture_names(model.hf_config)
 
     def registry_outcome(self, archs: tuple[str, ...]) -> str:
         return startup.registry_outcome(archs, self.release)

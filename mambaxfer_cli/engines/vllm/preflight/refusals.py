@@ -18,9 +18,8 @@ from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_misma
 from mambaxfer_cli.engines.vllm.release import Meeting
 from mambaxfer_cli.proof.check import PairingResult, check_plan
 from mambaxfer_cli.proof.simulate import Simulation
-from mambaxfer_cli.planning.startup import (
-    ReplaySSM, mamba_cache_mode, parallel_refusal, replayssm_case, vllm_error,
-)
+from mambaxfer_cli.planning.startup import parallel_refusal
+from mambaxfer_cli.engines.vllm.startup import ReplaySSM, mamba_cache_mode, replayssm_case, vllm_error
 from mambaxfer_cli.engines.vllm.serve_args import (
     flag_table, CONV_LAYOUT_VAR, NIXL_CONNECTORS,
 )

@@ -20,7 +20,7 @@ from mambaxfer_cli.preflight.report import Report as SharedReport
 from mambaxfer_cli.engines.vllm.preflight.fields import handshake_fields, hashed_fields, unchecked_fields
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, hash_warnings, replayssm_of, simulation_of
 from mambaxfer_cli.engines.vllm.preflight.fix import find_fix
-from mambaxfer_cli.planning.startup import STARTUP_CODES
+from mambaxfer_cli.engines.vllm.startup import STARTUP_CODES
 
 
 # --- the report ----------------------------------------------------------------------------------
