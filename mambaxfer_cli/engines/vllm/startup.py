@@ -1,10 +1,6 @@
 """vLLM's start-up before its connector: the checks an engine meets before any KV-cache transfer
-exists. Each rule names the vLLM function it follows (docs/reference.md, "Start-up").
-
-Hooks (marked ``# startup:``): ``planning/layout.py`` (TP sizes: ``planning/startup.py``),
-``engines/vllm/preflight/refusals.py`` (the serve line's flags, the parallel config), in vLLM's
-order: the parser, then the model config.
-"""
+exists, each named after the vLLM function it follows (docs/reference.md, "Start-up"); asked by
+``preflight/refusals.py`` (marked ``# startup:``), in vLLM's order: the parser, then the model config."""
 
 from __future__ import annotations
 
@@ -26,8 +22,6 @@ def vllm_error(model: ModelSpec, tp: int) -> str:
 # by the family label mambaxfer reads, and KDA's, whose RecoverSSM keeps the stock page.
 REPLAYSSM_FAMILIES = ("Nemotron-H",)
 KDA_ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
-
-
 KDA_FAMILIES = ("Kimi-Linear", "Kimi-K3")      # the family labels of KDA_ARCHITECTURES' models
 
 
