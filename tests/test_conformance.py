@@ -20,11 +20,11 @@ import jsonschema
 import pytest
 
 from cli_run import assert_user_error, messages, run_cli
-from mambaxfer_cli.conformance.adapter import KNOWN_RELEASES, Ours, release_for
-from mambaxfer_cli.conformance.cases import (
+from mambaxfer_cli.engines.vllm.conformance.adapter import KNOWN_RELEASES, Ours, release_for
+from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, CaseTally, pairings,
 )
-from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
+from mambaxfer_cli.engines.vllm.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.schema import document_schema
 
 DRIVER = Path(__file__).with_name("conformance_driver.py")
@@ -374,8 +374,9 @@ def test_release_rules_are_the_installed_release_or_the_newest_known():
 
 def test_the_cli_loads_conformance_only_when_it_runs_and_vllm_only_in_a_run():
     probe = ("import sys; from mambaxfer_cli.cli import run; run(['--help']); "
-             "before = sorted(m for m in sys.modules if m.startswith(('mambaxfer_cli.conformance', 'vllm'))); "
-             "import mambaxfer_cli.conformance.compare, mambaxfer_cli.render.conformance_view; "
+             "before = sorted(m for m in sys.modules if m.startswith(('mambaxfer_cli.conformance', "
+             "'mambaxfer_cli.engines.vllm.conformance', 'vllm'))); "
+             "import mambaxfer_cli.engines.vllm.conformance.compare, mambaxfer_cli.engines.vllm.views.conformance; "
              "print(before, sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'torch')))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -387,7 +388,8 @@ def test_only_the_conformance_package_imports_vllm():
     root = Path(__file__).resolve().parents[1] / "mambaxfer_cli"
     imports = re.compile(r"^\s*(import vllm\b|from vllm\b|from mambaxfer_cli\.engines\.vllm\.probe\b)", re.M)
     naming = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if imports.search(p.read_text()))
-    assert naming and all(p.startswith("conformance/") or p == "engines/vllm/probe.py" for p in naming), naming
+    assert naming and all(p.startswith("engines/vllm/conformance/") or p == "engines/vllm/probe.py"
+                          for p in naming), naming
     assert "engines/vllm/probe.py" in naming
 
 
@@ -451,7 +453,7 @@ def _synthetic_report() -> Report:
 def test_the_report_renders_within_80_columns_with_every_value_whole():
     from rich.console import Console
 
-    from mambaxfer_cli.render.conformance_view import render_report
+    from mambaxfer_cli.engines.vllm.views.conformance import render_report
     from mambaxfer_cli.render.console import fit
 
     console = Console(width=80, record=True, highlight=False)
@@ -488,7 +490,7 @@ def test_a_function_with_no_case_says_so_and_does_not_fail():
     'agrees': shown as such, skipped in JUnit, and no failure; beside one that agrees, the run is ok."""
     from rich.console import Console
 
-    from mambaxfer_cli.render.conformance_view import junit_xml, render_report
+    from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, render_report
     from mambaxfer_cli.render.console import fit
 
     agreeing = FunctionResult(Function("derive_mamba_conv_split", "the split"))

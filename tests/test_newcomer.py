@@ -138,7 +138,7 @@ def test_the_documented_setup_uses_the_clone_and_no_registry_name():
     assert any("pip install vllm==0.33.0" in line for line in lines)
     assert any("pip install --no-deps vllm==0.34.0" in line for line in lines)
     assert sum(line.endswith("pip install --no-deps -e .") for line in lines) == 2
-    for page in (ROOT / "docs/conformance.md", ROOT / "mambaxfer_cli/conformance/__init__.py"):
+    for page in (ROOT / "docs/conformance.md", ROOT / "mambaxfer_cli/engines/vllm/conformance/__init__.py"):
         assert "--no-deps mambaxfer" not in page.read_text(), page
 
 
@@ -165,7 +165,7 @@ def test_ci_builds_the_vllm_environments_with_the_documented_lines(tmp_path):
 
 def test_conformance_without_vllm_says_how_to_set_it_up():
     pytest.importorskip("rich")
-    from mambaxfer_cli.conformance import NOT_INSTALLED
+    from mambaxfer_cli.engines.vllm.conformance import NOT_INSTALLED
 
     assert "pip install --no-deps -e ." in NOT_INSTALLED and "vllm==0.33.0" in NOT_INSTALLED
 

@@ -51,7 +51,7 @@ def test_a_release_is_one_folder(copy):
     helped = run(copy, "-m", "mambaxfer_cli", "plan", "--help")
     assert "0.33, 0.34 or 0.35" in " ".join(helped.stdout.replace("│", " ").split())
 
-    known = run(copy, "-c", "from mambaxfer_cli.conformance.adapter import KNOWN_RELEASES, release_for; "
+    known = run(copy, "-c", "from mambaxfer_cli.engines.vllm.conformance.adapter import KNOWN_RELEASES, release_for; "
                             "from mambaxfer_cli.engines.vllm.serve_args import resolve; "
                             "print(KNOWN_RELEASES, release_for('0.35.1'), "
                             "resolve('--max-num-inflight-kv-loads').releases)")

@@ -212,11 +212,8 @@ ENGINE_HOMES = ("mambaxfer_cli.engines", "mambaxfer_cli.schema")
 # packages (proof/, preflight/, conformance/, render/'s views, execute/, bench/); the list shrinks
 # to empty as they do. cli/ and the registry are on it never.
 NOT_YET_IN_ENGINE_PACKAGES = frozenset({
-    "mambaxfer_cli.bench.engines", "mambaxfer_cli.conformance", "mambaxfer_cli.conformance.adapter",
-    "mambaxfer_cli.conformance.cases", "mambaxfer_cli.conformance.compare", "mambaxfer_cli.execute.whole_pages",
-    "mambaxfer_cli.preflight.fields", "mambaxfer_cli.preflight.fix", "mambaxfer_cli.preflight.refusals",
-    "mambaxfer_cli.preflight.report", "mambaxfer_cli.preflight.served", "mambaxfer_cli.proof.indexer_caches",
-    "mambaxfer_cli.proof.qwen4exp", "mambaxfer_cli.render.bench_view", "mambaxfer_cli.render.preflight_view",
+    "mambaxfer_cli.bench.engines", "mambaxfer_cli.execute.whole_pages", "mambaxfer_cli.proof.indexer_caches",
+    "mambaxfer_cli.proof.qwen4exp", "mambaxfer_cli.render.bench_view",
 })
 
 

@@ -12,7 +12,7 @@ import pytest
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.engines.sglang.shapes import sglang_model
 from mambaxfer_cli.engines.vllm.releases import release
-from mambaxfer_cli.planning.startup import replayssm_case
+from mambaxfer_cli.engines.vllm.startup import replayssm_case
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
 

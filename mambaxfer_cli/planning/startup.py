@@ -1,16 +1,13 @@
-"""vLLM's start-up before its connector: the checks an engine meets before any KV-cache transfer
-exists. Each rule names the vLLM function it follows (docs/reference.md, "Start-up").
-
-Hooks (marked ``# startup:``): ``planning/layout.py`` (TP sizes), ``preflight/refusals.py`` (the
-serve line's flags, the parallel config), in vLLM's order: the parser, then the model config.
+"""What the core reads of a model's start-up: its architectures, the attention heads a TP size
+must divide (``ModelConfig.verify_with_parallel_config``, which ``planning/layout.py`` follows),
+and which vLLM release's registry serves the architecture (the reader refuses a model none
+serves). vLLM's other start-up checks live in ``engines/vllm/startup.py``.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -31,98 +28,6 @@ def parallel_refusal(model: ModelSpec, tp: int) -> str | None:
     if heads % tp:
         return f"{heads} attention heads do not divide by TP {tp}"
     return None
-
-
-def vllm_error(model: ModelSpec, tp: int) -> str:
-    """vLLM's own words for ``parallel_refusal``."""
-    heads = attention_heads(model)
-    return (f"Total number of attention heads ({heads}) must be divisible by tensor parallel size "
-            f"({tp}).")
-
-
-# The architectures whose class is SupportsReplaySSM (nemotron_h.py; 0.34 adds nano_nemotron_vl.py),
-# by the family label mambaxfer reads, and KDA's, whose RecoverSSM keeps the stock page.
-REPLAYSSM_FAMILIES = ("Nemotron-H",)
-KDA_ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
-
-
-KDA_FAMILIES = ("Kimi-Linear", "Kimi-K3")      # the family labels of KDA_ARCHITECTURES' models
-
-
-def _kda(model: ModelSpec) -> bool:
-    return any(a in KDA_ARCHITECTURES for a in architecture_names(model.hf_config)) or model.family in KDA_FAMILIES
-
-
-MAMBA_BACKENDS = ("triton", "flashinfer", "cpu")     # MambaBackendEnum: --mamba-backend
-DEFAULT_REPLAYSSM_BUFFER_LEN = 16                    # CacheConfig.replayssm_buffer_len
-
-
-@dataclass(frozen=True)
-class ReplaySSM:
-    """What ``VllmConfig.validate_mamba_cached_kernel`` reads of an engine started with
-    ``--use-replayssm``; each release's rule (``Release.replayssm``) says whether it starts."""
-
-    architecture: str                # model_config.architecture ("": the config names none)
-    supported: bool                  # model_config.supports_replayssm (the class is SupportsReplaySSM)
-    kda: bool                        # a KDA architecture: RecoverSSM when it has speculative tokens
-    num_spec: int = 0
-    backend: str = "triton"          # --mamba-backend
-    buffer_len: int = DEFAULT_REPLAYSSM_BUFFER_LEN   # --replayssm-buffer-len
-    cache_mode: str = "align"        # mamba_cache_mode: align with prefix caching, none without
-    model_dtype: str = "bfloat16"
-    pipeline: int = 1                # --pipeline-parallel-size
-    stochastic_rounding: bool = False   # --enable-mamba-cache-stochastic-rounding
-    kv_connector: bool = True        # --kv-transfer-config names a connector
-    v2_runner: bool = True           # Model Runner V2 (0.33 also runs V1; 0.34 runs V2 only)
-    family: str = ""                 # mambaxfer's family label, where the config names no architecture
-
-    @property
-    def named(self) -> str:
-        """The architecture as vLLM's message names it (``{architecture!r}``)."""
-        return repr(self.architecture) if self.architecture else f"of the {self.family} family"
-
-    @property
-    def recoverssm(self) -> bool:
-        """``use_kda_recoverssm``: a KDA architecture with speculative tokens."""
-        return self.kda and self.num_spec > 0
-
-
-def replayssm_case(model: ModelSpec, **settings: Any) -> ReplaySSM:
-    """The model's side of ``validate_mamba_cached_kernel``'s inputs (its architecture, whether its
-    class supports ReplaySSM, KDA), with the engine's ``settings`` (the other fields)."""
-    archs = architecture_names(model.hf_config)
-    return ReplaySSM(archs[0] if archs else "", model.family in REPLAYSSM_FAMILIES or _kda(model), _kda(model),
-                     **{"num_spec": model.num_spec, "model_dtype": model.model_dtype,
-                        "family": model.family or model.name, **settings})
-
-
-def mamba_cache_mode(prefix_caching: bool, given: str | None) -> str:
-    """``MambaModelConfig.verify_and_update_config``: ``align`` with prefix caching (unless the line
-    names another mode), ``none`` without it, whatever the line says."""
-    if not prefix_caching:
-        return "none"
-    return given if given not in (None, "none") else "align"
-
-
-def did_you_mean(name: str, spellings: Iterable[str]) -> str:
-    """argparse's suggestion for an unknown option (Python 3.12+: close matches of the option
-    strings), as "did you mean --x?"; empty where nothing is close."""
-    close = difflib.get_close_matches(name, sorted(spellings), n=1, cutoff=0.6)
-    return f"did you mean {close[0]}?" if close else ""
-
-
-# Refusal codes of the start-up steps, in vLLM's order (the serve line's parser, then
-# ModelConfig.verify_with_parallel_config, then the model's attention backend as its layers are
-# built): a verdict's first line names the first one met.
-STARTUP_CODES = ("unrecognized-arguments", "parallel-config", "attention-backend")
-
-
-def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
-    """What ``vllm serve`` says of options its parser does not know (argparse's error, exit 2 of
-    vllm serve), with a suggestion for the first where one is close."""
-    flags = list(flags)
-    hint = did_you_mean(flags[0], spellings) if flags else ""
-    return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")
 
 
 # --- the architecture each release serves (model_executor/models/registry.py) --------------------
@@ -197,17 +102,6 @@ def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None
 def removed_words(arch: str, last: str) -> str:
     """The first sentence of ``_ModelRegistry._raise_for_unsupported`` on a removed architecture."""
     return f"Model architecture {arch} was supported in vLLM until v{last}, and is not supported anymore"
-
-
-def registry_outcome(archs: Iterable[str], release: str) -> str:
-    """What the release's registry makes of a config's architectures: "served", the removed one's
-    words (the first listed that it removed), or "not served"."""
-    archs = tuple(archs)
-    table = architectures(release)
-    if any(a in table["served"] for a in archs):
-        return "served"
-    removed = next((a for a in archs if a in table["removed"]), None)
-    return removed_words(removed, table["removed"][removed]) if removed else "not served"
 
 
 def served_anywhere(archs: Iterable[str]) -> bool:

@@ -1,186 +1,125 @@
-"""The preflight report: the verdict, the fields compared, the byte check and the fix, as one
-document (``render/preflight_view.py`` draws it).
-"""
+"""What preflight shares between the engines: the two sides, the fields compared, a flag change,
+a fix and the report that holds them, and command lines quoted for a shell."""
 
 from __future__ import annotations
 
+import difflib
 import shlex
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Generic, Iterable, Protocol, Sequence, TypeVar
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
-from mambaxfer_cli.engines.vllm import drafts
-from mambaxfer_cli.engines.vllm.engine import Engines
-from mambaxfer_cli.engines.vllm.geometry import Geometry
-from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
-from mambaxfer_cli.engines.vllm.proof.check import PairingResult
-from mambaxfer_cli.engines.vllm.serve_args import (
-    RELEASES, ServeLine,
-)
-from mambaxfer_cli.preflight.served import (
-    DECODE, ModelLoader, PREFILL, SCHEMA, SIDE_NAME, ServedEngine, build_engine, pushes,
-)
-from mambaxfer_cli.preflight.fields import handshake_fields, hashed_fields, unchecked_fields
-from mambaxfer_cli.preflight.refusals import Assessment, assess, hash_warnings, replayssm_of, simulation_of
-from mambaxfer_cli.preflight.fix import Fix, find_fix
-from mambaxfer_cli.planning.startup import STARTUP_CODES
 
-
-# --- the report ----------------------------------------------------------------------------------
-
-def _fails_headline(a: Assessment) -> str:
-    """The state sizes differ, vLLM accepts, and NIXL refuses every READ: say which field and which
-    sizes."""
-    bad = a.length_mismatches[0]
-    differs = [f for f in a.unchecked_mismatches if "bytes" not in f.name]
-    cause = (f"P and D differ in {differs[0].name} (P {differs[0].prefill}, D {differs[0].decode}), which vLLM's "
-             f"handshake does not compare: " if differs else "")
-    return (f"FAILS: {cause}{a.releases} accepts this pairing, but every transfer fails: each P rank's SSM "
-            f"temporal state is {bad.remote_bytes} bytes and D reads it into a {bad.local_bytes}-byte slice; "
-            f"NIXL refuses descriptors of unequal length, so vLLM ends each request in error "
-            f"(kv_load_failure_policy 'fail', its default) or prefills it again on D ('recompute')")
+SCHEMA = "mambaxfer.preflight/v1"
+PREFILL, DECODE = "prefill", "decode"
+SIDE_NAME = {PREFILL: "P", DECODE: "D"}
 
 
 @dataclass(frozen=True)
-class Report:
-    assessment: Assessment
-    fix: Fix | None
+class Field:
+    name: str
+    prefill: object
+    decode: object
+    compared: bool            # by the engine (its compatibility checks)
+    ok: bool | None = None    # the rule when it is not equality (TP sizes, kernel blocks)
+
+    @property
+    def agree(self) -> bool:
+        return self.prefill == self.decode if self.ok is None else self.ok
+
+    def to_dict(self) -> dict:
+        return {"field": self.name, "prefill": self.prefill, "decode": self.decode, "agree": self.agree}
+
+
+@dataclass(frozen=True)
+class Change:
+    side: str
+    flag: str                 # a flag, or VAR= for the environment
+    old: str | None           # as it was (None: absent)
+    new: str | None           # as it becomes (None: removed; "": a flag without a value)
+    why: str
+    rename: bool = False      # an unknown flag (``flag``) spelled as ``new``
+
+    def describe(self) -> str:
+        name = SIDE_NAME[self.side]
+        if self.flag.endswith("="):
+            return f"{name}: export {self.flag}{self.new}  ({self.why})"
+        if self.rename:
+            return f"{name}: {self.new} for {self.flag}  ({self.why})"
+        if self.new == "":
+            return f"{name}: {self.flag}  ({self.why})"
+        if self.new is None:
+            return f"{name}: remove {self.flag}  ({self.why})"
+        return f"{name}: {self.flag} {self.new}  ({self.why})"
+
+    def to_dict(self) -> dict:
+        return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
+
+
+class Quotable(Protocol):
+    """A command line: its environment prefixes and its words."""
+
+    @property
+    def words(self) -> Sequence[str]: ...
+
+    def environment(self) -> Sequence[tuple[str, str]]: ...
+
+
+class CommandLine(Quotable, Protocol):
+    def command(self) -> str: ...
+
+
+class Assessed(Protocol):
+    """An engine's verdict on a pairing."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def works(self) -> bool: ...
+
+
+L = TypeVar("L", bound=CommandLine)
+A = TypeVar("A", bound=Assessed)
+
+
+@dataclass(frozen=True)
+class Fix(Generic[L, A]):
+    changes: tuple[Change, ...]
+    prefill: L
+    decode: L
+    after: A
+
+    def to_dict(self) -> dict:
+        return {"changes": [c.to_dict() for c in self.changes], "prefill": self.prefill.command(),
+                "decode": self.decode.command(), "verdict_after": self.after.outcome}
+
+
+@dataclass(frozen=True)
+class Report(Generic[L, A]):
+    """A preflight's verdict, its fix and its warnings; each engine's says its headline and document."""
+
+    assessment: A
+    fix: Fix[L, A] | None
     warnings: tuple[str, ...]
 
     @property
     def verdict(self) -> str:
-        return self.assessment.verdict
+        return self.assessment.outcome
 
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.assessment.works else EXIT_WRONG
 
     def headline(self) -> str:
-        a = self.assessment
-        releases = a.releases
-        if a.refused and a.refusals[0].code in STARTUP_CODES:      # startup: the engine's first step
-            return f"REFUSED: {a.refusals[0].message}"
-        if a.refused:
-            return f"REFUSED: {releases} would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
-        if a.fails:
-            return _fails_headline(a)
-        if a.byte_check is None:
-            return f"UNCHECKED: {a.byte_check_skipped}"
-        sim = simulation_of(a.byte_check)
-        if a.corrupt and sim.ok and a.reinterpreted:
-            what, pv, dv = a.reinterpreted[0]
-            unchecked = ("the compatibility hash that would refuse this pairing is skipped (enforce_handshake_"
-                         "compat false)" if a.let_through else "vLLM's handshake does not compare it")
-            return (f"CORRUPT: P keeps its {what} in {pv}, D in {dv}, and {unchecked}: every byte lands where D "
-                    f"expects it, but D reads P's {pv} values as {dv}")
-        if a.corrupt and a.indexer_keys_differ and sim.ok:
-            p, d = (e.model.qwen4exp.indexer_kv_dtype for e in (a.prefill, a.decode) if e.model.qwen4exp)
-            return (f"CORRUPT: P keeps its QSA compressed keys in {p}, D in {d} (--attention-config "
-                    f"indexer_kv_dtype), which vLLM's handshake does not compare: {releases} accepts the pairing and "
-                    f"D reads P's key pages as its own")
-        if a.corrupt and a.unchecked_mismatches:
-            f = a.unchecked_mismatches[0]
-            return (f"CORRUPT: P and D differ in {f.name} (P {f.prefill}, D {f.decode}), which vLLM's handshake "
-                    f"does not compare: {releases} accepts the pairing and D reads P's bytes with its own "
-                    f"offsets ({sim.wrong_bytes} wrong bytes)")
-        if a.corrupt and a.plan is not None and any(w.code == "vllm-replicated-groups" for w in a.plan.warnings):
-            groups = a.decode.model.params.get("n_groups")
-            return (f"CORRUPT: {releases} accepts this pairing, but its reads corrupt the SSM state: its offsets "
-                    f"assume every region is evenly sharded across ranks, while this model's B/C groups "
-                    f"(n_groups={groups}) are replicated on the D ranks ({sim.wrong_bytes} "
-                    f"wrong bytes)")
-        if a.corrupt:
-            lines = a.byte_check.explanation()
-            return (f"CORRUPT: {releases} accepts this pairing, but D's reads land wrong bytes "
-                    f"({sim.wrong_bytes} bytes; {lines[0] if lines else 'see below'})")
-        return (f"WORKS: {releases} accepts this pairing and its reads move the right bytes "
-                f"({sim.bytes_verified} bytes verified)")
+        raise NotImplementedError
 
-    def to_dict(self) -> dict:
-        a = self.assessment
-
-        def engine(e: ServedEngine, g: Geometry | None) -> dict:
-            return {"command": e.line.command(), **e.summary(), "geometry": g.to_dict() if g else None,
-                    "ignored_flags": list(e.line.ignored), "unknown_flags": list(e.line.unknown)}
-
-        plan = a.plan
-        check = a.byte_check
-        return {
-            "schema": SCHEMA, **Engines(a.prefill.flags, a.decode.flags).to_dict(),
-            "verdict": self.verdict if a.byte_check or a.refused or a.fails else "unchecked",
-            "exit_code": self.exit_code, "headline": self.headline(),
-            "engines": {PREFILL: engine(a.prefill, plan.prefill.geometry if plan else None),
-                        DECODE: engine(a.decode, plan.decode.geometry if plan else None)},
-            "compared": [f.to_dict() for f in hashed_fields(a.prefill, a.decode, plan)
-                         + handshake_fields(a.prefill, a.decode, plan)],
-            "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode, plan)],
-            "vllm": {"releases": a.releases, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
-                     "suggested_block_size": a.suggested_block_size, "not_checked": list(NOT_CHECKED)},
-            "byte_check": None if check is None else _byte_check(check),
-            "byte_check_skipped": a.byte_check_skipped or None,
-            "unchecked_mismatches": [f"{f.name}: P {f.prefill}, D {f.decode}" for f in a.unchecked_mismatches],
-            "plan_warnings": [w.to_dict() for w in plan.warnings] if plan else [],
-            "fix": self.fix.to_dict() if self.fix else None,
-            "warnings": list(self.warnings),
-        }
-
-
-def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines: Engines = Engines()) -> Report:
-    """The verdict on two serve lines; ``engines``: each side's release and GPU (and what the
-    lines leave unsaid)."""
-    p = build_engine(PREFILL, prefill, load, engines.prefill)
-    d = build_engine(DECODE, decode, load, engines.decode)
-    first = assess(p, d)
-    fix = None if first.works else find_fix(first, load)
-    warnings = []
-    for e in (p, d):
-        name = SIDE_NAME[e.side]
-        if e.line.unknown:
-            warnings.append(f"{name}: no vLLM release mambaxfer knows ({', '.join(RELEASES)}) has "
-                            f"{', '.join(e.line.unknown)}: vllm serve exits with 'unrecognized arguments'")
-        for flag, releases in e.line.release_only:
-            if e.release.name not in releases:
-                warnings.append(f"{name}: {flag} is known to vLLM {', '.join(releases)} only, and this engine "
-                                f"runs vLLM {e.release.name}: vllm serve exits with 'unrecognized arguments'")
-        if (e.line.attention_backend is None and e.model.has_attention and e.flags.attention_backend is None
-                and e.model.glm5next is None):     # GLM-5-Next: vLLM's sparse pick, shown in the table
-            warnings.append(f"{name}: no --attention-backend: {e.attention_backend} assumed (vLLM's pick on "
-                            f"{e.flags.gpu.name})")
-        if e.line.kv_role == "kv_both":
-            warnings.append(f"{name}: kv_role kv_both is deprecated for NIXL")
-        if e.line.use_replayssm and replayssm_of(e).recoverssm:
-            warnings.append(f"{name}: --use-replayssm with speculative tokens on a KDA model is RecoverSSM "
-                            f"(validate_mamba_cached_kernel): its verify records live outside the KV cache, the page "
-                            f"is the stock one and the connector moves it")
-        if e.line.num_speculative_tokens and drafts.drafts(e.line.speculative):
-            warnings.append(f"{name}: --speculative-config method {drafts.method_name(e.line.speculative)}: "
-                            f"{drafts.RULE}; mambaxfer checks the target model's layers only")
-        warnings += [f"{name}: {n}" for n in e.line.notes]
-    warnings += hash_warnings(p, d, first.plan)
-    if pushes(p, d):
-        warnings.append("push mode (NixlPushConnector): vLLM's handshake rules are applied with P as the local "
-                        "side, as its push worker does; the byte-level check simulates D's pull reads "
-                        "(mambaxfer does not model push WRITEs)")
-    a = first
-    if a.plan is not None and not a.refused and a.plan.verdict.needs_remote_num_tokens and not pushes(p, d):
-        warnings.append(f"{a.releases} pairs P's and D's blocks from the request's last token here: the proxy "
-                        f"must forward remote_num_tokens in kv_transfer_params, or D declines the reads")
-    return Report(first, fix, tuple(warnings))
-
-
-def _byte_check(check: PairingResult) -> dict[str, Any]:
-    sim = simulation_of(check)
-    return {"verdict": "pass" if sim.ok else "fail", "bytes_moved": check.bytes, "bytes_verified": sim.bytes_verified,
-            "wrong_bytes": sim.wrong_bytes, "explanation": check.explanation(limit=1000) if not sim.ok else []}
-
-
-class Quotable(Protocol):
-    """A command line: its environment prefixes and its words (vLLM's or SGLang's)."""
-
-    @property
-    def words(self) -> Sequence[str]: ...
-
-    def environment(self) -> Sequence[tuple[str, str]]: ...
+    def fix_commands(self) -> list[str]:
+        """The fix's changes and corrected lines, as a JUnit failure lists them after the refusals."""
+        if self.fix is None:
+            return []
+        return (["fix:"] + [c.describe() for c in self.fix.changes]
+                + [self.fix.prefill.command(), self.fix.decode.command()])
 
 
 def quote_lines(line: Quotable, width: int = 78) -> list[str]:
@@ -203,3 +142,36 @@ def quote_lines(line: Quotable, width: int = 78) -> list[str]:
             current = f"{current} {w}" if current else w
     lines.append(current)
     return lines
+
+
+def set_words(words: Sequence[str], occurrences: Iterable[Any], new: list[str]) -> list[str]:
+    """``words`` with every occurrence of a flag (``start``, ``end``) replaced by ``new``, at the first."""
+    out = list(words)
+    occ = sorted(occurrences, key=lambda o: o.start)
+    if not occ:
+        return out + new
+    first = occ[0].start
+    for o in reversed(occ):
+        del out[o.start:o.end]
+    return out[:first] + new + out[first:]
+
+
+def with_env(env: Iterable[tuple[str, str]], change: Change) -> tuple[tuple[str, str], ...]:
+    """The environment prefix with an environment change (``VAR=``) applied."""
+    assert change.new is not None, "an environment change sets a value"
+    return tuple((k, v) for k, v in env if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
+
+
+def did_you_mean(name: str, spellings: Iterable[str]) -> str:
+    """argparse's suggestion for an unknown option (Python 3.12+: close matches of the option
+    strings), as "did you mean --x?"; empty where nothing is close."""
+    close = difflib.get_close_matches(name, sorted(spellings), n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else ""
+
+
+def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
+    """What a server's argparse parser says of options it does not know (its error, exit 2), with
+    a suggestion for the first where one is close."""
+    flags = list(flags)
+    hint = did_you_mean(flags[0], spellings) if flags else ""
+    return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")

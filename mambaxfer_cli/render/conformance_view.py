@@ -1,78 +1,99 @@
-"""The rich rendering of a conformance run (a table per function, each difference explained),
-its progress on stderr, and its JUnit XML."""
+"""What both engines' conformance reports draw alike: a table of the engine's functions, each
+difference or failed call in a panel, the footer, and the JUnit XML; each engine's view gives
+its own words (``Looks``) and its report, whose results each have a name, what they compare, an
+outcome, their cases and differing ones, by model, and why one could not be called."""
 
 from __future__ import annotations
 
 import json
-import sys
-import time
 import xml.etree.ElementTree as ET
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NO_CASE, NOT_CALLED, FunctionResult, Report
+from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NO_CASE, NOT_CALLED
 
 
-def outcome_text(result: FunctionResult) -> Text:
+@dataclass(frozen=True)
+class Shown:
+    """A function's first differing case as a report shows it."""
+
+    case: str                 # the case, described
+    theirs: str               # the engine's value, as text
+    ours: str                 # mambaxfer's
+    note: str = ""            # a line before the values (where long values part)
+    reproduce: str = ""       # the command that shows mambaxfer's side
+
+
+@dataclass(frozen=True)
+class Looks:
+    """What one engine's conformance report says in its own words."""
+
+    engine: str                          # vLLM, SGLang
+    heading: str
+    update: str                          # what a function that could not be called asks for
+    panel: Callable[[Any], Shown]        # the first difference in a panel
+    whole: Callable[[Any], Shown]        # in JUnit XML (values whole)
+    junit_skipped: bool = False          # the suite counts functions with no case
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def outcome_text(result: Any) -> Text:
     if result.outcome == AGREES:
         return Text("✓ agrees", style="green")
     if result.outcome == DIFFERS:
-        return Text(f"✗ differs ({result.tally.differing})", style="bold red")
+        return Text(f"✗ differs ({result.differing})", style="bold red")
     if result.outcome == NO_CASE:
         return Text("– no case", style="dim")
     return Text("! could not be called", style="bold yellow")
 
 
-def heading(report: Report) -> Text:
-    return Text(f"mambaxfer conformance: vLLM {report.vllm_version} against mambaxfer's rules for vLLM "
-                f"{report.rules}, on {report.gpu}", style="bold")
-
-
-def summary_table(report: Report) -> Table:
+def summary_table(report: Any, looks: Looks) -> Table:
     table = Table()
-    table.add_column("vLLM function", no_wrap=True)
+    table.add_column(f"{looks.engine} function", no_wrap=True)
     table.add_column("cases", justify="right")
     table.add_column("outcome", no_wrap=True)
     for result in report.results:
-        table.add_row(result.function.name, f"{result.tally.cases:,}", outcome_text(result))
+        table.add_row(result.name, f"{result.cases:,}", outcome_text(result))
     return table
 
 
-def _as_text(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def difference_panel(result: FunctionResult) -> Panel:
-    first = result.first
-    assert first is not None, "a function that differs has a first difference"
-    lines = [Text(f"{result.tally.differing} of {result.tally.cases} cases differ; the first:", style="bold"),
-             Text(first.case.describe()),
-             Text.assemble(("vLLM:      ", "bold"), _as_text(first.vllm)),
-             Text.assemble(("mambaxfer: ", "bold"), _as_text(first.mambaxfer)),
-             Text.assemble(("mambaxfer's side: ", "dim"), first.case.command())]
-    models = [f"{model} {d}/{c}" for model, (c, d) in result.tally.by_model.items() if d]
+def difference_panel(result: Any, looks: Looks) -> Panel:
+    shown = looks.panel(result)
+    lines = [Text(f"{result.differing} of {result.cases} cases differ; the first:", style="bold"), Text(shown.case)]
+    if shown.note:
+        lines.append(Text(shown.note, style="dim"))
+    lines += [Text.assemble((f"{looks.engine}:".ljust(11), "bold"), shown.theirs),
+              Text.assemble(("mambaxfer: ", "bold"), shown.ours)]
+    if shown.reproduce:
+        lines.append(Text.assemble(("mambaxfer's side: ", "dim"), shown.reproduce))
+    models = [f"{model} {d}/{c}" for model, (c, d) in result.by_model.items() if d]
+    rest = (result.differing - sum(d for _, d in result.by_model.values()),
+            result.cases - sum(c for c, _ in result.by_model.values()))
+    if rest[0]:     # stand-ins and inputs of no model
+        models.append(f"other inputs {rest[0]}/{rest[1]}")
     lines.append(Text("differing cases by model: " + ", ".join(models), style="dim"))
-    return Panel(Group(*lines), title=f"✗ {result.function.name}", title_align="left", border_style="red")
+    return Panel(Group(*lines), title=f"✗ {result.name}", title_align="left", border_style="red")
 
 
-def not_called_panel(result: FunctionResult) -> Panel:
+def not_called_panel(result: Any, looks: Looks) -> Panel:
     assert result.not_called is not None, "a function not called says why"
     lines = [Text(result.not_called)]
     if result.attribute:
         lines.append(Text(f"the attribute: {result.attribute}", style="bold"))
-    lines.append(Text("mambaxfer's stand-in for this vLLM needs updating (please report it with the vLLM "
-                      "version)", style="dim"))
-    return Panel(Group(*lines), title=f"! {result.function.name} could not be called", title_align="left",
+    lines.append(Text(looks.update, style="dim"))
+    return Panel(Group(*lines), title=f"! {result.name} could not be called", title_align="left",
                  border_style="yellow")
 
 
-def footer(report: Report) -> Text:
-    n = len(report.results)
+def footer(report: Any) -> Text:
     counts = [f"{report.count(AGREES)} agree"]
     if report.count(DIFFERS):
         counts.append(f"{report.count(DIFFERS)} differ")
@@ -80,83 +101,49 @@ def footer(report: Report) -> Text:
         counts.append(f"{report.count(NOT_CALLED)} could not be called")
     if report.count(NO_CASE):
         counts.append(f"{report.count(NO_CASE)} with no case")
-    cases = sum(r.tally.cases for r in report.results)
-    return Text(f"{n} functions, {cases:,} cases, {len(report.models)} model{'' if len(report.models) == 1 else 's'} "
-                f"up to TP {report.max_tp} in {report.seconds:.1f} s: {', '.join(counts)}",
+    cases = sum(r.cases for r in report.results)
+    models = len(report.models)
+    return Text(f"{len(report.results)} functions, {cases:,} cases, {models} model{'' if models == 1 else 's'} up "
+                f"to TP {report.max_tp} in {report.seconds:.1f} s: {', '.join(counts)}",
                 style="bold green" if report.ok else "bold red")
 
 
-def render_report(report: Report) -> list:
-    parts: list = [heading(report), summary_table(report)]
+def render_report(report: Any, looks: Looks) -> list:
+    parts: list = [Text(looks.heading, style="bold"), summary_table(report, looks)]
     for result in report.results:
         if result.outcome == DIFFERS:
-            parts.append(difference_panel(result))
+            parts.append(difference_panel(result, looks))
         elif result.outcome == NOT_CALLED:
-            parts.append(not_called_panel(result))
+            parts.append(not_called_panel(result, looks))
     for result in report.results:
         if result.skipped:
-            parts.append(Text(f"– {result.function.name}: {result.skipped} cases not compared: {result.skip_reason}",
+            parts.append(Text(f"– {result.name}: {result.skipped} cases not compared: {result.skip_reason}",
                               style="yellow"))
     parts.extend(Text(f"note: {note}", style="dim") for note in report.notes)
     parts.append(footer(report))
     return parts
 
 
-@contextmanager
-def progress() -> Iterator[tuple[Callable[[int], None], Callable[[str, int, int], None]]]:
-    """Progress on stderr: a rich bar on a terminal, else a line per model as it finishes."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        started = time.monotonic()
-        last: list[str] = []
-
-        def start(total: int) -> None:
-            sys.stderr.write(f"conformance: {total} pairings to compare\n")
-
-        def done(model: str, p_tp: int, d_tp: int) -> None:
-            if last and last[0] != model:
-                sys.stderr.write(f"conformance: {last[0]} done ({time.monotonic() - started:.1f} s)\n")
-            last[:] = [model]
-
-        yield start, done
-        if last:
-            sys.stderr.write(f"conformance: {last[0]} done ({time.monotonic() - started:.1f} s)\n")
-        return
-    with Progress(TextColumn("comparing {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("", total=None)
-
-        def start(total: int) -> None:
-            bar.update(task, total=total)
-
-        def done(model: str, p_tp: int, d_tp: int) -> None:
-            bar.update(task, advance=1, description=f"{model} P{p_tp}/D{d_tp}")
-
-        yield start, done
-
-
-def junit_xml(report: Report) -> str:
-    """One test case per vLLM function; a difference or a call that failed is a failure."""
+def junit_xml(report: Any, looks: Looks) -> str:
+    """One test case per function of the engine; a difference or a call that failed is a failure."""
     failed = [r for r in report.results if r.outcome in (DIFFERS, NOT_CALLED)]
-    skipped = sum(r.outcome == NO_CASE for r in report.results)
-    name = f"mambaxfer conformance vLLM {report.vllm_version}"
+    name = f"mambaxfer conformance {looks.engine} {report.version}"
     root = ET.Element("testsuites", name=name, tests=str(len(report.results)), failures=str(len(failed)),
                       errors="0", time=f"{report.seconds:.3f}")
-    suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(report.results)), failures=str(len(failed)),
-                          errors="0", skipped=str(skipped), time=f"{report.seconds:.3f}")
+    attrs = {"name": name, "tests": str(len(report.results)), "failures": str(len(failed)), "errors": "0"}
+    if looks.junit_skipped:
+        attrs["skipped"] = str(sum(r.outcome == NO_CASE for r in report.results))
+    suite = ET.SubElement(root, "testsuite", {**attrs, "time": f"{report.seconds:.3f}"})
     for result in report.results:
-        case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.conformance.vllm-{report.vllm_version}",
-                             name=result.function.name)
+        case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.conformance.{looks.engine.lower()}-"
+                             f"{report.version}", name=result.name)
         if result.outcome == DIFFERS:
-            first = result.first
-            assert first is not None, "a function that differs has a first difference"
+            shown = looks.whole(result)
             failure = ET.SubElement(case, "failure", type="mambaxfer.conformance",
-                                    message=f"differs in {result.tally.differing} of {result.tally.cases} cases")
-            failure.text = "\n".join([f"first: {first.case.describe()}", f"vLLM: {_as_text(first.vllm)}",
-                                      f"mambaxfer: {_as_text(first.mambaxfer)}", f"reproduce: {first.case.command()}"])
+                                    message=f"differs in {result.differing} of {result.cases} cases")
+            failure.text = "\n".join([f"first: {shown.case}", f"{looks.engine}: {shown.theirs}",
+                                      f"mambaxfer: {shown.ours}"]
+                                     + ([f"reproduce: {shown.reproduce}"] if shown.reproduce else []))
         elif result.outcome == NOT_CALLED:
             failure = ET.SubElement(case, "failure", type="mambaxfer.conformance", message="could not be called")
             failure.text = result.not_called
@@ -164,6 +151,6 @@ def junit_xml(report: Report) -> str:
             ET.SubElement(case, "skipped", message="no case of this run applies to it")
         else:
             out = ET.SubElement(case, "system-out")
-            out.text = f"agrees in {result.tally.cases} cases ({result.function.what})"
+            out.text = f"agrees in {result.cases} cases ({result.compares})"
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -31,13 +31,11 @@ from mambaxfer_cli.engines.sglang.shapes import (
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
 from mambaxfer_cli.engines.sglang.verdict import verdict
 from mambaxfer_cli.engines.sglang.writes import Side, sglang_writes
+from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NOT_CALLED, SCHEMA, Outcomes, plain, result_document
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 
-SCHEMA = "mambaxfer.conformance/v1"     # vLLM's document, with "engine": "sglang"
-AGREES, DIFFERS, NOT_CALLED = "agrees", "differs", "could not be called"
 MAX_TP = 8      # the largest TP size compared unless asked otherwise (--max-tp)
 
 
@@ -111,17 +109,6 @@ def installed_version() -> str | None:
 
 # --- results -------------------------------------------------------------------------------------
 
-def plain(value: Any) -> Any:
-    """A value as JSON holds it (tuples as lists)."""
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
-
-
 # How a case's inputs read (the rest: the key with spaces).
 _WORDS = {"p_tp": "P TP", "d_tp": "D TP", "tp": "TP", "d_rank": "D rank", "p_rank": "P rank", "src_tp": "src TP",
           "dst_tp": "dst TP", "kv_heads": "KV heads", "env": "environment"}
@@ -152,6 +139,8 @@ class FunctionResult:
     not_called: str | None = None                # why it could not be called
     attribute: str | None = None                 # the attribute SGLang lacks, when that is why
     by_model: dict[str, list[int]] = field(default_factory=dict)   # model: [cases, differing]
+    skipped: int = 0                             # none: every case reaches SGLang's function
+    skip_reason: str | None = None
 
     @property
     def compares(self) -> str:
@@ -179,20 +168,14 @@ class FunctionResult:
             self.attribute = error.name
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"function": self.name, "compares": self.compares, "outcome": self.outcome,
-                               "cases": self.cases, "differing": self.differing,
-                               "by_model": {m: {"cases": c, "differing": d} for m, (c, d) in self.by_model.items()}}
-        if self.first is not None:
-            out["first_difference"] = {"case": describe(self.first["case"]), "inputs": plain(self.first["case"]),
-                                       "sglang": plain(self.first["sglang"]),
-                                       "mambaxfer": plain(self.first["mambaxfer"])}
-        if self.not_called is not None:
-            out["could_not_be_called"] = {"reason": self.not_called, "attribute": self.attribute}
-        return out
+        first = None if self.first is None else {
+            "case": describe(self.first["case"]), "inputs": plain(self.first["case"]),
+            "sglang": plain(self.first["sglang"]), "mambaxfer": plain(self.first["mambaxfer"])}
+        return result_document(self, first)
 
 
 @dataclass
-class Report:
+class Report(Outcomes):
     sglang_version: str
     rules: str                      # the release whose rules mambaxfer compared
     models: list[str]
@@ -202,15 +185,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def ok(self) -> bool:
-        return all(r.outcome == AGREES for r in self.results)
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_OK if self.ok else EXIT_WRONG
-
-    def count(self, outcome: str) -> int:
-        return sum(r.outcome == outcome for r in self.results)
+    def version(self) -> str:
+        return self.sglang_version
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules},

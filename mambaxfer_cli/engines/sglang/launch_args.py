@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.preflight.report import set_words
 from mambaxfer_cli.readers.shell import script_command, split_commands
 
 LAUNCH_MODULE = "sglang.launch_server"
@@ -334,12 +335,4 @@ def _fields(values: dict[str, Any], where: str) -> dict[str, Any]:
 def set_flag(line: LaunchLine, key: str, value: str | None, spelling: str | None = None) -> list[str]:
     """The line's words with ``key``'s flag set to ``value`` (its occurrences replaced at the first;
     None removes it); ``spelling``: the option string to write (else ``FLAG``'s)."""
-    words = list(line.words)
-    occ = sorted(line.occurrences.get(key, ()), key=lambda o: o.start)
-    new = [] if value is None else [spelling or FLAG[key], value]
-    if not occ:
-        return words + new
-    first = occ[0].start
-    for o in reversed(occ):
-        del words[o.start:o.end]
-    return words[:first] + new + words[first:]
+    return set_words(line.words, line.occurrences.get(key, ()), [] if value is None else [spelling or FLAG[key], value])

@@ -24,11 +24,11 @@ from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_re
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 from mambaxfer_cli.engines.sglang.writes import check_side
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.startup import did_you_mean, unrecognized
-from mambaxfer_cli.preflight.fields import Field
-from mambaxfer_cli.preflight.served import DECODE, PREFILL, SCHEMA, SIDE_NAME
+from mambaxfer_cli.preflight.report import (
+    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, did_you_mean, unrecognized, with_env,
+)
+from mambaxfer_cli.preflight.report import Report as SharedReport
 
 ModelLoader = Callable[[str], ModelSpec]
 ENGINE = "sglang"
@@ -237,35 +237,10 @@ def unchecked_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
 
 # --- fixes ---------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Change:
-    side: str
-    flag: str                 # a flag, or VAR= for the environment
-    old: str | None
-    new: str | None           # None: removed
-    why: str
-    rename: bool = False      # an unknown flag (``flag``) spelled as ``new``
-
-    def describe(self) -> str:
-        name = SIDE_NAME[self.side]
-        if self.flag.endswith("="):
-            return f"{name}: export {self.flag}{self.new}  ({self.why})"
-        if self.rename:
-            return f"{name}: {self.new} for {self.flag}  ({self.why})"
-        if self.new is None:
-            return f"{name}: remove {self.flag}  ({self.why})"
-        return f"{name}: {self.flag} {self.new}  ({self.why})"
-
-    def to_dict(self) -> dict:
-        return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
-
-
 def apply_change(line: LaunchLine, c: Change) -> LaunchLine:
     where = f"--{c.side}"
     if c.flag.endswith("="):
-        assert c.new is not None, "an environment change sets a value"
-        env = tuple((k, v) for k, v in line.env_prefix if k != c.flag[:-1]) + ((c.flag[:-1], c.new),)
-        return reparse(line, list(line.words), env, where)
+        return reparse(line, list(line.words), with_env(line.env_prefix, c), where)
     if c.rename or c.flag in line.unknown:
         words = list(line.words)
         for o in sorted(line.occurrences.get(UNKNOWN + c.flag, ()), key=lambda o: o.start, reverse=True):
@@ -329,19 +304,7 @@ def _text(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
-@dataclass(frozen=True)
-class Fix:
-    changes: tuple[Change, ...]
-    prefill: LaunchLine
-    decode: LaunchLine
-    after: Assessment
-
-    def to_dict(self) -> dict:
-        return {"changes": [c.to_dict() for c in self.changes], "prefill": self.prefill.command(),
-                "decode": self.decode.command(), "verdict_after": self.after.outcome}
-
-
-def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
+def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment] | None:
     """The smallest set of changes (each server started as its side, D aligned to P, then the
     same TP on both) that the verdict, re-run on the corrected lines, finds working."""
     def run(changes: list[Change]) -> tuple[LaunchLine, LaunchLine, Assessment]:
@@ -378,20 +341,7 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
 
 # --- the report ----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Report:
-    assessment: Assessment
-    fix: Fix | None
-    warnings: tuple[str, ...]
-
-    @property
-    def verdict(self) -> str:
-        return self.assessment.outcome
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_OK if self.assessment.works else EXIT_WRONG
-
+class Report(SharedReport[LaunchLine, Assessment]):
     def headline(self) -> str:
         a = self.assessment
         label = a.release.label

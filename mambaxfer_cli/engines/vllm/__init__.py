@@ -93,8 +93,8 @@ class Vllm:
         return None     # SGLang's package benches itself beside vLLM
 
     def conformance(self, model: ModelArgs, max_tp: int) -> Report:
-        from mambaxfer_cli.conformance import run
-        from mambaxfer_cli.render.conformance_view import junit_xml, progress, render_report
+        from mambaxfer_cli.engines.vllm.conformance import run
+        from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, progress, render_report
         from mambaxfer_cli.render.report import Viewed
 
         with progress() as (start, done):

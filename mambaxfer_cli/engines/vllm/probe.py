@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Request
+from mambaxfer_cli.engines.vllm.conformance.cases import Flags, Geometry, HashedEngine, Request
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
@@ -584,7 +584,7 @@ class Installed:
 
     def replayssm_refusal(self, case) -> str | None:
         """``VllmConfig.validate_mamba_cached_kernel`` on an engine started with --use-replayssm
-        (``case``: a ``planning.startup.ReplaySSM``): None where it passes, else its message."""
+        (``case``: an ``engines.vllm.startup.ReplaySSM``): None where it passes, else its message."""
         validate = _symbol("vllm.config.vllm", "VllmConfig").validate_mamba_cached_kernel
         backends = _symbol("vllm.config.mamba", "MambaBackendEnum")
         config = StandIn(

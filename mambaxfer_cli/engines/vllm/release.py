@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from mambaxfer_cli.planning.startup import ReplaySSM
+from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
 PULL, PUSH = "pull", "push"
 

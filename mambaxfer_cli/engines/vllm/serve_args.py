@@ -30,7 +30,7 @@ from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 from mambaxfer_cli.readers.shell import script_command
-from mambaxfer_cli.planning.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
+from mambaxfer_cli.engines.vllm.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
 
 CONV_LAYOUT_VAR = "VLLM_SSM_CONV_STATE_LAYOUT"
 KV_LAYOUT_VAR = "VLLM_KV_CACHE_LAYOUT"

@@ -8,10 +8,10 @@ from typing import Iterator
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.exits import EXIT_OK
-from mambaxfer_cli.preflight.report import quote_lines
 from mambaxfer_cli.engines.sglang.preflight import Report
-from mambaxfer_cli.render.preflight_view import cell_text, fields_table, model_origin, titled_table
+from mambaxfer_cli.render.preflight_view import (
+    cell_text, fields_table, fix_and_warnings, junit_suite, junit_text, opening, refusal_lines, titled_table,
+)
 
 
 def servers_table(report: Report) -> Table:
@@ -40,20 +40,11 @@ def servers_table(report: Report) -> Table:
 def render_report(report: Report) -> Iterator[object]:
     a = report.assessment
     label = a.release.label
-    style = "bold green" if report.exit_code == EXIT_OK else "bold red"
-    yield Text(report.headline(), style=style)
-    yield Text("")
-    for name, e in (("P", a.prefill), ("D", a.decode)):
-        yield Text(f"{name} model: {e.line.model}{model_origin(e.line.model, e.model)}")
-    yield Text(f"answered for {label}")
+    yield from opening(report, label)
     yield servers_table(report)
     yield fields_table(f"Compared by {label} (bootstrap)", [f for f in a.fields if f.compared])
     yield fields_table(f"Not compared by {label}", [f for f in a.fields if not f.compared])
-    yield Text(f"{label}'s verdict", style="bold")
-    if not a.refusals:
-        yield Text("  accepts: both servers start and D's bootstrap with P passes", style="green")
-    for r in a.refusals:
-        yield Text(f"  ✗ {r.code}: {r.message}", style="red")
+    yield from refusal_lines(label, a.refusals, "both servers start and D's bootstrap with P passes")
     yield Text("SGLang's writes on real bytes (as 'mambaxfer check --engine sglang')", style="bold")
     v = a.verdict
     if v is None:
@@ -68,42 +59,14 @@ def render_report(report: Report) -> Iterator[object]:
                 if o.bad:
                     yield Text(f"  D rank {o.d_rank} {o.field}: {o.bad:,} of {o.item_bytes:,} bytes wrong per "
                                f"layer", style="red")
-    if report.exit_code != EXIT_OK:
-        yield Text("Fix", style="bold")
-        if report.fix is None:
-            yield Text("  no change of flags found that makes this pairing work")
-        else:
-            for c in report.fix.changes:
-                yield Text(f"  {c.describe()}")
-            yield Text(f"  corrected command lines (verified: {report.fix.after.outcome}):")
-            for side, fixed in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
-                yield Text(f"  # {side}", style="dim")
-                for part in quote_lines(fixed, 76):
-                    yield Text(f"  {part}", no_wrap=True, overflow="ignore")   # pasteable: never re-wrapped
-    for name, e in (("P", a.prefill), ("D", a.decode)):
-        if e.line.ignored:
-            yield Text(f"{name}: ignored (no effect on the transfer): {', '.join(e.line.ignored)}", style="dim")
-    for w in report.warnings:
-        yield Text(f"warning: {w}", style="yellow")
+    yield from fix_and_warnings(report)
 
 
 def junit_xml(report: Report) -> str:
     """One test suite, two cases: SGLang's verdict on the pairing, and its writes."""
     a = report.assessment
     label = a.release.label
-    root = ET.Element("testsuites", name="mambaxfer preflight")
-    suite = ET.SubElement(root, "testsuite", name="mambaxfer preflight", tests="2",
-                          failures=str(int(a.refused) + int(a.corrupt or a.fails)), errors="0",
-                          skipped=str(int(a.refused)))
-    case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name=f"{label} accepts the pairing")
-    if a.refused:
-        failure = ET.SubElement(case, "failure", message=f"{a.refusals[0].code}: {a.refusals[0].message}",
-                                type="mambaxfer.preflight")
-        lines = [f"{r.code}: {r.message}" for r in a.refusals]
-        if report.fix:
-            lines += ["fix:"] + [c.describe() for c in report.fix.changes]
-            lines += [report.fix.prefill.command(), report.fix.decode.command()]
-        failure.text = "\n".join(lines)
+    root, suite = junit_suite(report, label, a.refused)
     case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name=f"{label}'s writes move the right "
                                                                                  f"bytes")
     if a.refused:
@@ -111,5 +74,4 @@ def junit_xml(report: Report) -> str:
     elif a.corrupt or a.fails:
         failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
         failure.text = "\n".join(a.verdict.lines() if a.verdict else [])
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)

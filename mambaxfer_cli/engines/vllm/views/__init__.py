@@ -1,1 +1,2 @@
-"""How vLLM's answers look: plan, check (and its JUnit XML), inspect's engine lines, execute."""
+"""How vLLM's answers look: plan, check (and its JUnit XML), inspect's engine lines, execute,
+preflight and conformance."""

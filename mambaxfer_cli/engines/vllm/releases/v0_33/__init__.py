@@ -17,7 +17,7 @@ from mambaxfer_cli.engines.vllm.release import (
     every_region, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching,
     recoverssm_checks, replayssm_connector, replayssm_opening, tp_sizes,
 )
-from mambaxfer_cli.planning.startup import ReplaySSM
+from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
 # SpeculativeConfig: these method names are deprecated aliases of "mtp".
 MTP_METHODS = frozenset((

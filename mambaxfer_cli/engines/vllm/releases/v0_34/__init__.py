@@ -34,7 +34,7 @@ from mambaxfer_cli.engines.vllm.release import (
     recoverssm_checks, regions_holding_a_layer, replayssm_connector, replayssm_opening, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
-from mambaxfer_cli.planning.startup import ReplaySSM
+from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
 
 def push_identical_blocks(m: Meeting) -> Refusal | None:

@@ -15,14 +15,14 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from mambaxfer_cli.conformance.adapter import OurEngine, Ours
-from mambaxfer_cli.conformance.cases import (
+from mambaxfer_cli.engines.vllm.conformance.adapter import OurEngine, Ours
+from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry, HashedEngine,
     ReplaySSMSetting, Variation, flag_variants, hash_variations, pairings, replayssm_settings,
 )
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
-from mambaxfer_cli.conformance.report import Function, FunctionResult, Report
+from mambaxfer_cli.engines.vllm.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import dtype_bytes

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
+from mambaxfer_cli.conformance.report import plain
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -299,18 +300,8 @@ class Difference:
     mambaxfer: object
 
     def to_dict(self) -> dict:
-        return {"case": self.case.describe(), "vllm": _plain_data(self.vllm), "mambaxfer": _plain_data(self.mambaxfer),
+        return {"case": self.case.describe(), "vllm": plain(self.vllm), "mambaxfer": plain(self.mambaxfer),
                 "command": self.case.command()}
-
-
-def _plain_data(value):
-    if isinstance(value, (list, tuple)):
-        return [_plain_data(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain_data(v) for k, v in value.items()}
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
 
 
 @dataclass

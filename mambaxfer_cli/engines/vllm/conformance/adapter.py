@@ -11,7 +11,7 @@ import math
 import shlex
 from dataclasses import replace, dataclass
 
-from mambaxfer_cli.conformance.cases import (
+from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry, ReplaySSMSetting, Request,
     Variation,
 )
@@ -22,7 +22,8 @@ from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error, resolved_layout
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
-from mambaxfer_cli.planning import startup
+from mambaxfer_cli.engines.vllm import startup
+from mambaxfer_cli.planning.startup import architecture_names, parallel_refusal
 from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.readers.model_config import spec_from_config
@@ -83,7 +84,7 @@ class Ours:
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
         """vLLM's words where its parallel-config check refuses TP ``tp``, else None."""
-        return startup.vllm_error(model, tp) if startup.parallel_refusal(model, tp) else None
+        return startup.vllm_error(model, tp) if parallel_refusal(model, tp) else None
 
     @staticmethod
     def replayssm_case(model: ModelSpec, setting: ReplaySSMSetting) -> startup.ReplaySSM:
@@ -105,7 +106,7 @@ class Ours:
 
     @staticmethod
     def architectures(model: ModelSpec) -> tuple[str, ...]:
-        return startup.architecture_names(model.hf_config)
+        return architecture_names(model.hf_config)
 
     def registry_outcome(self, archs: tuple[str, ...]) -> str:
         return startup.registry_outcome(archs, self.release)
@@ -221,7 +222,7 @@ class Ours:
         """Whether mambaxfer says vLLM's compatibility hash tells the two engines of
         ``variation`` apart (``preflight``'s hashed fields)."""
         from mambaxfer_cli.planning.reads import VLLM
-        from mambaxfer_cli.preflight import DECODE, PREFILL, build_engine, hashed_fields
+        from mambaxfer_cli.engines.vllm.preflight import DECODE, PREFILL, build_engine, hashed_fields
         from mambaxfer_cli.engines.vllm.serve_args import parse_serve
         from mambaxfer_cli.readers.serve_model import load_serve_model
 

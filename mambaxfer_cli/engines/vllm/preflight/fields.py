@@ -4,32 +4,15 @@ ones its handshake checks, and the ones it checks nowhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.engines.vllm.release import EngineFacts, Speculative
-from mambaxfer_cli.preflight.served import PREFILL, ServedEngine, pushes
+from mambaxfer_cli.engines.vllm.preflight.served import ServedEngine, pushes
+from mambaxfer_cli.preflight.report import PREFILL, Field
 
 
 # --- what is compared --------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    prefill: object
-    decode: object
-    compared: bool            # by vLLM (compatibility hash or handshake)
-    ok: bool | None = None    # the rule when it is not equality (TP sizes, kernel blocks)
-
-    @property
-    def agree(self) -> bool:
-        return self.prefill == self.decode if self.ok is None else self.ok
-
-    def to_dict(self) -> dict:
-        return {"field": self.name, "prefill": self.prefill, "decode": self.decode, "agree": self.agree}
-
 
 def speculative(e: ServedEngine) -> Speculative | None:
     """The line's ``--speculative-config`` as the hash reads it."""

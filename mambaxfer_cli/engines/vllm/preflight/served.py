@@ -13,17 +13,15 @@ from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.preflight.report import DECODE, PREFILL
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.engines.vllm.serve_args import (
     ServeLine,
 )
 
 
-SCHEMA = "mambaxfer.preflight/v1"
-PREFILL, DECODE = "prefill", "decode"
 KV_ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
 KV_ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
-SIDE_NAME = {PREFILL: "P", DECODE: "D"}
 VLLM_DTYPES = {"float": "float32", "half": "float16"}
 
 

@@ -18,16 +18,14 @@ from mambaxfer_cli.planning.reads import VLLM, LengthMismatch, vllm_length_misma
 from mambaxfer_cli.engines.vllm.release import Meeting
 from mambaxfer_cli.engines.vllm.proof.check import PairingResult, check_plan
 from mambaxfer_cli.engines.vllm.proof.simulate import Simulation
-from mambaxfer_cli.planning.startup import (
-    ReplaySSM, mamba_cache_mode, parallel_refusal, replayssm_case, unrecognized, vllm_error,
-)
+from mambaxfer_cli.planning.startup import parallel_refusal
+from mambaxfer_cli.engines.vllm.startup import ReplaySSM, mamba_cache_mode, replayssm_case, vllm_error
 from mambaxfer_cli.engines.vllm.serve_args import (
     flag_table, CONV_LAYOUT_VAR, NIXL_CONNECTORS,
 )
-from mambaxfer_cli.preflight.served import (
-    KV_ROLES, KV_ROLE_FOR, SIDE_NAME, ServedEngine, pushes,
-)
-from mambaxfer_cli.preflight.fields import Field, engine_facts, handshake_fields, hashed_fields, unchecked_fields
+from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ServedEngine, pushes
+from mambaxfer_cli.preflight.report import SIDE_NAME, Field, unrecognized
+from mambaxfer_cli.engines.vllm.preflight.fields import engine_facts, handshake_fields, hashed_fields, unchecked_fields
 
 
 # --- the verdict --------------------------------------------------------------------------------
@@ -198,6 +196,8 @@ class Assessment:
     @property
     def verdict(self) -> str:
         return "refused" if self.refused else "fails" if self.fails else "corrupt" if self.corrupt else "works"
+
+    outcome = verdict      # as the shared report names it
 
     @property
     def works(self) -> bool:

@@ -4,43 +4,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_layout
 from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
 from mambaxfer_cli.engines.vllm.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse,
 )
-from mambaxfer_cli.preflight.served import (
-    DECODE, KV_ROLES, KV_ROLE_FOR, ModelLoader, PREFILL, SIDE_NAME, ServedEngine, build_engine,
-)
-from mambaxfer_cli.preflight.fields import speculative
-from mambaxfer_cli.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
+from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ModelLoader, ServedEngine, build_engine
+from mambaxfer_cli.preflight.report import DECODE, PREFILL, Change, Fix, set_words, with_env
+from mambaxfer_cli.engines.vllm.preflight.fields import speculative
+from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
 
 
 # --- fixes ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Change:
-    side: str
-    flag: str                 # a flag, or VAR= for the environment
-    old: str | None           # as it was (None: absent)
-    new: str | None           # as it becomes (None: removed)
-    why: str
-
-    def describe(self) -> str:
-        name = SIDE_NAME[self.side]
-        if self.flag.endswith("="):
-            return f"{name}: export {self.flag}{self.new}  ({self.why})"
-        if self.new == "":
-            return f"{name}: {self.flag}  ({self.why})"
-        if self.new is None:
-            return f"{name}: remove {self.flag}  ({self.why})"
-        return f"{name}: {self.flag} {self.new}  ({self.why})"
-
-    def to_dict(self) -> dict:
-        return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
-
 
 FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype",
               "kv_cache_dtype": "--kv-cache-dtype",
@@ -52,28 +28,16 @@ FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--b
               "mamba_stochastic_rounding": "--enable-mamba-cache-stochastic-rounding"}
 
 
-def _set_words(line: ServeLine, key: str, new: list[str]) -> list[str]:
-    """The line's words with every occurrence of ``key``'s flag replaced by ``new`` (at the first)."""
-    words = list(line.words)
-    occ = sorted(line.occurrences.get(key, ()), key=lambda o: o.start)
-    if not occ:
-        return words + new
-    first = occ[0].start
-    for o in reversed(occ):
-        del words[o.start:o.end]
-    return words[:first] + new + words[first:]
-
-
 def apply_change(line: ServeLine, change: Change) -> ServeLine:
     where = f"--{change.side}"
     if change.flag.endswith("="):
-        assert change.new is not None, "an environment change sets a value"
-        env = tuple((k, v) for k, v in line.env_prefix if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
-        return reparse(line, list(line.words), env, where)
+        return reparse(line, list(line.words), with_env(line.env_prefix, change), where)
     if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
-        return reparse(line, _set_words(line, "prefix_caching", [change.flag]), line.env_prefix, where)
+        words = set_words(line.words, line.occurrences.get("prefix_caching", ()), [change.flag])
+        return reparse(line, words, line.env_prefix, where)
     key = next(k for k, f in FIELD_FLAG.items() if f == change.flag)
-    return reparse(line, _set_words(line, key, [] if change.new is None else [change.flag, change.new]),
+    return reparse(line, set_words(line.words, line.occurrences.get(key, ()),
+                                       [] if change.new is None else [change.flag, change.new]),
                    line.env_prefix, where)
 
 
@@ -152,19 +116,7 @@ def _both(flag: str, old: tuple[str | None, str | None], value: str, why: str) -
     return [Change(side, flag, o, value, why) for side, o in zip((PREFILL, DECODE), old)]
 
 
-@dataclass(frozen=True)
-class Fix:
-    changes: tuple[Change, ...]
-    prefill: ServeLine
-    decode: ServeLine
-    after: Assessment
-
-    def to_dict(self) -> dict:
-        return {"changes": [c.to_dict() for c in self.changes], "prefill": self.prefill.command(),
-                "decode": self.decode.command(), "verdict_after": self.after.verdict}
-
-
-def find_fix(first: Assessment, load: ModelLoader) -> Fix | None:
+def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment] | None:
     """The smallest set of changes (D aligned to P, then the block geometry, then TP) that works."""
     def run(changes: list[Change]) -> tuple[ServeLine, ServeLine, Assessment]:
         lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}

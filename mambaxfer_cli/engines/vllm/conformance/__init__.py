@@ -1,0 +1,60 @@
+"""``mambaxfer conformance``: is mambaxfer right about the vLLM installed beside it?
+
+Runs the installed vLLM's own functions (conv split, SSM offsets, sources, descriptor IDs, engine
+geometry, handshake, compatibility hash) on inputs built from each model, and compares every
+answer with mambaxfer's rules for that release. Only ``vllm_side`` imports vLLM, and only when a
+run starts; nothing outside this package imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.engines.vllm.installed import installed_version
+
+NOT_INSTALLED = ("no vLLM is installed beside mambaxfer (in {python}); conformance runs vLLM's own code, "
+                 "so run it where vLLM is installed: in a new virtual environment, pip install "
+                 "vllm==0.33.0, then pip install --no-deps -e . from your mambaxfer clone "
+                 "(docs/conformance.md)")
+
+
+def require_vllm() -> str:
+    """The installed vLLM's version; a UserError (exit 2) saying what to do when there is none."""
+    version = installed_version()
+    if version is None:
+        raise UserError(NOT_INSTALLED.format(python=sys.prefix))
+    return version
+
+
+def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = None,
+        done: Callable[[str, int, int], None] | None = None):
+    """Compare the installed vLLM with mambaxfer's rules for its release on ``models`` (--model
+    names or paths), every pairing up to ``max_tp``."""
+    version = require_vllm()
+    from mambaxfer_cli.engines.vllm.conformance.adapter import Ours, release_for
+    from mambaxfer_cli.engines.vllm.probe import LAYOUT_VARIABLE, layout_setting
+
+    ours = Ours(release_for(version))
+    specs = [(name, ours.load(name)) for name in models]     # a bad --model fails before vLLM loads
+    before, set_here = layout_setting()
+    from mambaxfer_cli.engines.vllm.conformance.compare import run as compare
+    from mambaxfer_cli.engines.vllm.probe import installed
+
+    try:
+        vllm = installed()
+    except Exception as exc:     # an install that does not import: nothing of it can be compared
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise UserError(f"vLLM {version} is installed here but does not import: "
+                        f"{type(exc).__name__}: {first}") from None
+    report = compare(specs, max_tp, vllm, ours, start, done)
+    if set_here:
+        report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")
+    elif before != "DS":
+        report.notes.append(f"{LAYOUT_VARIABLE}={before} was set by you; NIXL refuses any layout but DS, so "
+                            f"the conv split was computed under {before}")
+    if ours.release != ".".join(report.vllm_version.split(".")[:2]):
+        report.notes.append(f"mambaxfer has no rules for vLLM {report.vllm_version}: compared with the newest "
+                            f"it knows, {ours.release}'s")
+    return report

@@ -1,0 +1,91 @@
+"""The rich report of vLLM's preflight (verdict first) and its JUnit XML."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Iterator
+
+from rich.table import Table
+from rich.text import Text
+
+from mambaxfer_cli.engines.vllm.engine import Engines
+from mambaxfer_cli.engines.vllm.preflight import Report
+from mambaxfer_cli.render.preflight_view import (
+    cell_text, fields_table, fix_and_warnings, junit_suite, junit_text, opening, refusal_lines, titled_table,
+)
+
+
+def engines_table(report: Report) -> Table:
+    a = report.assessment
+    table = titled_table("Engines", ("", "prefill (P)", "decode (D)"))
+    p, d = a.prefill.summary(), a.decode.summary()
+    rows = [("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
+            ("attention backend", "attention_backend"), ("--block-size", "requested_block_size"),
+            ("prefix caching", "prefix_caching"), ("conv / SSM dtype", None), ("conv layout", "conv_layout"),
+            ("num_spec / conv rows", None), ("connector / role", None), ("KV layout / buffer", None)]
+    for label, key in rows:
+        if label == "conv / SSM dtype":
+            pv, dv = f"{p['conv_dtype']} / {p['ssm_dtype']}", f"{d['conv_dtype']} / {d['ssm_dtype']}"
+        elif label == "num_spec / conv rows":
+            pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
+        elif label == "connector / role":
+            pv, dv = (f"{cell_text(x['kv_connector'])}\n{cell_text(x['kv_role'])}" for x in (p, d))
+        elif label == "KV layout / buffer":
+            pv, dv = (f"{x['kv_cache_layout']}\n{x['kv_buffer_device']}" for x in (p, d))
+        else:
+            pv, dv = cell_text(p[key]), cell_text(d[key])
+        table.add_row(label, pv, dv)
+    if a.plan is not None:
+        pg, dg = a.plan.prefill.geometry, a.plan.decode.geometry
+        table.add_section()
+        table.add_row("block (tokens)", str(pg.block_size), str(dg.block_size))
+        table.add_row("kernel × per logical", f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
+                      f"{dg.kernel_block_size} × {dg.blocks_per_logical}")
+        table.add_row("attention B/token", cell_text(pg.attention_bytes_per_token),
+                      cell_text(dg.attention_bytes_per_token))
+        table.add_row("SSM state B/rank", str(pg.state_bytes), str(dg.state_bytes))
+        table.add_row("page bytes", str(pg.page_bytes), str(dg.page_bytes))
+    return table
+
+
+def render_report(report: Report) -> Iterator[object]:
+    a = report.assessment
+    yield from opening(report, Engines(a.prefill.flags, a.decode.flags).describe())
+    yield engines_table(report)
+    yield fields_table(f"Compared by {a.releases} (hash, handshake)",
+                       [f for f in a.fields if f.compared])
+    yield fields_table(f"Not compared by {a.releases}",
+                       [f for f in a.fields if not f.compared])
+    for f in a.unchecked_mismatches:
+        yield Text(f"{f.name} differs (P {f.prefill}, D {f.decode}): vLLM's handshake does not compare it",
+                   style="bold red")
+    yield from refusal_lines(a.releases, a.refusals, "both engines start and D's handshake with P passes")
+    yield Text("Byte-level check of vLLM's reads (as 'mambaxfer check --semantics vllm')", style="bold")
+    check, sim = a.byte_check, a.simulation
+    if check is None or sim is None:
+        yield Text(f"  not run: {a.byte_check_skipped}")
+    elif sim.ok:
+        yield Text(f"  ✓ every byte right: {sim.bytes_verified} bytes of D's memory verified, "
+                   f"{check.bytes} bytes moved", style="green")
+    else:
+        for line in check.explanation(limit=6):
+            if not line.startswith((f"{a.releases} refuses", "fix:")):    # the Fix section below says the fix
+                yield Text(f"  {line}", style="red")
+    yield from fix_and_warnings(report)
+
+
+def junit_xml(report: Report) -> str:
+    """One test suite, three cases: vLLM's verdict, the byte-level check, and the fix."""
+    a = report.assessment
+    root, suite = junit_suite(report, a.releases, a.byte_check is None and not a.fails)
+    case = ET.SubElement(suite, "testcase", classname="mambaxfer.preflight", name="vLLM's reads move the right bytes")
+    if a.fails:
+        failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
+        failure.text = "\n".join(f"{m}" for m in a.length_mismatches)
+    elif a.byte_check is None:
+        ET.SubElement(case, "skipped", message=a.byte_check_skipped)
+    elif a.simulation is not None and not a.simulation.ok:
+        lines = [line for line in a.byte_check.explanation(limit=1000) if not line.startswith("fix:")]
+        failure = ET.SubElement(case, "failure", message=report.headline(), type="mambaxfer.preflight")
+        failure.text = "\n".join(lines)
+    return junit_text(root)
