@@ -8,9 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
-
 from mambaxfer_cli.cli.options import ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
+from mambaxfer_cli.cli.params import given
 from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -43,9 +42,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)
-    ctx = click.get_current_context(silent=True)
-    if ctx is None or ctx.get_parameter_source("sweep") not in (click.core.ParameterSource.COMMANDLINE,
-                                                                click.core.ParameterSource.ENVIRONMENT):
+    if not given("sweep"):
         sweep = ONE_REQUEST
     if chart is not None and chart.suffix.lower() != ".png":
         raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")

@@ -3,13 +3,12 @@ WRITEs: ``cli/sglang_execute.py``)."""
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
+import typer
 
 from mambaxfer_cli.cli.options import (
     EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, check_bounds,
@@ -38,10 +37,10 @@ class PeerArgs(Group):
     host: str = option("--host", help="Address the P ranks' side channels listen on.", panel=ENGINES,
                        default="127.0.0.1")
     port: int = option("--port", help="P rank r's side channel listens on PORT + r; 0: free ports.", panel=ENGINES,
-                       default=0, kind=int)
+                       default=0)
     role: Role | None = option(
         "--role", help="Two hosts: run only this side's ranks here; the other side runs its own command. "
-                       "Default: both sides on this host.", panel=ENGINES, kind=Role)
+                       "Default: both sides on this host.", panel=ENGINES)
     listen: str | None = option(
         "--listen", help="--role prefill: P rank r runs NIXL's listener on PORT + r; HOST is the address the "
                          "decode side reaches.", panel=ENGINES, metavar="HOST:PORT")
@@ -81,10 +80,9 @@ def execute(
     output: OutputArgs,
     blocks: int | None = option(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request needs.",
-        panel=ENGINES, kind=int),
+        panel=ENGINES),
     plan_file: Path | None = option(
-        "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.", panel=MODEL,
-        kind=click.Path(path_type=Path)),
+        "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.", panel=MODEL),
 ) -> None:
     """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every byte.
 
@@ -107,6 +105,7 @@ def execute(
         sglang_execute.run(model, pair, engines, request, run, peers.host, peers.port, output, peers.discovery)
         return
     import importlib.util
+    import secrets
 
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.execute.run import execute as perform
@@ -138,7 +137,7 @@ def execute(
     from mambaxfer_cli.render.execute_view import ProgressView, side_line, title
 
     if discovery is not None:
-        click.echo(side_line(plan, discovery), err=True)
+        typer.echo(side_line(plan, discovery), err=True)
     with one_line_when_the_run_fails(), ProgressView(title(plan, kind, discovery)) as view:
         outcome = perform(plan, settings, run.timeout, view.update)
     finish(ExecuteReport(outcome, plan, discovery), output)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import click
-
 from mambaxfer_cli.cli.options import ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
+from mambaxfer_cli.cli.params import given
 from mambaxfer_cli.cli.report import Report, finish
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -33,12 +32,9 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
 
-    ctx = click.get_current_context(silent=True)
-    given = [flag for name, flag in _VLLM_ONLY.items()
-             if ctx is not None and ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
-                                                                       click.core.ParameterSource.ENVIRONMENT)]
-    if given:
-        raise UserError(f"{', '.join(given)}: vLLM's bench option{'s' if len(given) > 1 else ''}; SGLang moves one "
+    named = [flag for name, flag in _VLLM_ONLY.items() if given(name)]
+    if named:
+        raise UserError(f"{', '.join(named)}: vLLM's bench option{'s' if len(named) > 1 else ''}; SGLang moves one "
                         f"slot per request (--engine sglang)")
     backend(engines)
     chosen = semantics(request)
