@@ -1,7 +1,7 @@
 """Start-up: `mambaxfer plan ... --format json` and `mambaxfer --help` against a minimal typer
 application that parses the same options and prints a small JSON document (the floor: typer's
-own import costs; mambaxfer runs on click, but the floor needs typer installed: `pip install typer`).
-Runs alternate, one after the other, in one process; prints medians and ratios.
+own import and parsing costs; mambaxfer runs on typer too). Runs alternate, one after the other,
+in one process; prints medians and ratios.
 
     python benchmarks/startup.py [--runs 15]
 """

@@ -64,3 +64,13 @@ def run_json(*args: str, env: dict | None = None, timeout: float = 300) -> tuple
     assert result.code in (0, 1), result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     return result.code, json.loads(result.stdout)
+
+
+def commands() -> dict:
+    """The command line's commands by name, in the order ``mambaxfer --help`` lists them: the
+    commands typer builds from the app (their ``params``, ``help``, ``epilog``)."""
+    import typer
+
+    from mambaxfer_cli.cli import app
+
+    return dict(typer.main.get_command(app).commands)

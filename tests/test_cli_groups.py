@@ -9,21 +9,22 @@ import inspect
 from collections import Counter
 from pathlib import Path
 
-import click
 import pytest
+import typer
 
-from mambaxfer_cli.cli import COMMANDS
+from cli_run import commands
+from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
 from mambaxfer_cli.cli.params import ENGINES, Group, command, option
 
 CLI = Path(__file__).resolve().parent.parent / "mambaxfer_cli" / "cli"
 MOST_PARAMETERS = 12
+FUNCTIONS = {info.callback.__name__: info.callback.function for info in app.registered_commands}
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
+@pytest.mark.parametrize("name", list(FUNCTIONS))
 def test_a_command_takes_groups_and_few_options(name):
-    built = COMMANDS[name].load()
-    parameters = inspect.signature(built.function).parameters
+    parameters = inspect.signature(FUNCTIONS[name]).parameters
     assert len(parameters) <= MOST_PARAMETERS, (name, list(parameters))
 
 
@@ -50,15 +51,15 @@ def test_each_flag_is_declared_once():
 
 def test_every_command_line_flag_comes_from_a_declaration():
     declared = set(_declared_flags())
-    for entry in COMMANDS.values():
-        for param in entry.load().params:
-            if isinstance(param, click.Option) and param.name != "help":
-                assert set(param.opts + param.secondary_opts) <= declared, (entry.name, param.opts)
+    for name, built in commands().items():
+        for param in built.params:
+            if param.param_type_name == "option" and param.name != "help":
+                assert set(param.opts + param.secondary_opts) <= declared, (name, param.opts)
 
 
 @dataclasses.dataclass(frozen=True)
 class Pair(Group):
-    left: int | None = option("--left", help="Left.", panel=ENGINES, kind=int)
+    left: int | None = option("--left", help="Left.", panel=ENGINES)
     right: str = option("--right", help="Right.", panel=ENGINES, default="r")
 
 
@@ -67,17 +68,21 @@ def test_a_group_comes_back_as_its_value():
 
     @command(uses={"model": ModelArgs.given("model", "variant")}, required=("model",), defaults={"right": "x"})
     def probe(model: ModelArgs, pair: Pair, request: RequestArgs,
-              own: int = option("--own", help="Own.", panel=ENGINES, default=3, kind=int)) -> None:
+              own: int = option("--own", help="Own.", panel=ENGINES, default=3)) -> None:
         seen.append((model, pair, request, own))
 
-    names = {name for param in probe.params for name in param.opts}
+    probe_app = typer.Typer(add_completion=False)
+    probe_app.command()(probe)
+    built = typer.main.get_command(probe_app)
+    names = {name for param in built.params for name in param.opts}
     assert "--variant" in names and "--conv-dtype" not in names and "--seed" in names
-    probe.main(["--model", "jamba", "--left", "2", "--seed", "5", "--coalesce"], standalone_mode=False)
+    built.main(["--model", "jamba", "--left", "2", "--seed", "5", "--coalesce"], standalone_mode=False)
     model, pair, request, own = seen[0]
     assert model == ModelArgs(model="jamba") and pair == Pair(left=2, right="x") and own == 3
     assert request.seed == 5 and request.coalesce and request.reads() == "exact"
-    with pytest.raises(click.MissingParameter):
-        probe.main([], standalone_mode=False)
+    with pytest.raises(typer.TyperException) as missing:
+        built.main([], standalone_mode=False)
+    assert missing.value.format_message() == "Missing option '--model' / '-m'."
 
 
 def test_p_and_d_forms_fall_back_to_the_shared_value():
@@ -92,7 +97,7 @@ LIBRARIES = ("click", "rich", "typer")
 
 
 def test_no_private_name_or_patched_method_of_the_cli_libraries():
-    """The command line uses click's and rich's public API only, and changes none of theirs."""
+    """The command line uses typer's and rich's public API only, and changes none of theirs."""
     package = CLI.parent
     for path in package.rglob("*.py"):
         tree = ast.parse(path.read_text())

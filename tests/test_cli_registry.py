@@ -1,4 +1,5 @@
-"""Commands are registered in one place and loaded when they run: listing them imports none."""
+"""Commands are plain functions registered on the typer app in one place; a command module imports
+only light things at its top, so listing the commands loads nothing a command runs on."""
 
 from __future__ import annotations
 
@@ -7,16 +8,20 @@ import json
 import subprocess
 import sys
 
-from cli_run import run_cli
-from mambaxfer_cli.cli import COMMANDS
+from cli_run import commands, run_cli
+from mambaxfer_cli.cli import app
 
 PROBE = """
 import json, sys
 from mambaxfer_cli.cli import flushed, run
 code = flushed(run(sys.argv[1:]))
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("mambaxfer_cli.cli.") and m.endswith("_cmd")
-                        or m.split(".")[0] in ("numpy", "yaml"))), file=sys.stderr)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("mambaxfer_cli.")
+                        or m.split(".")[0] in ("numpy", "yaml", "torch", "nixl"))), file=sys.stderr)
 """
+ORDER = ["plan", "check", "preflight", "inspect", "models", "execute", "bench", "conformance", "schema"]
+# What the commands run on, imported in their bodies: none of it is loaded to list them.
+RUN_ON = ("numpy", "yaml", "torch", "nixl", "mambaxfer_cli.execute", "mambaxfer_cli.bench", "mambaxfer_cli.conformance",
+          "mambaxfer_cli.preflight", "mambaxfer_cli.proof.", "mambaxfer_cli.readers", "mambaxfer_cli.engines.vllm.plan")
 
 
 def _loaded(*args: str) -> list[str]:
@@ -28,22 +33,27 @@ def _first_paragraph(text: str) -> str:
     return " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
 
 
-def test_each_summary_is_its_commands_docstring():
-    for name, command in COMMANDS.items():
-        module, function = command.target.split(":")
-        target = getattr(__import__(module, fromlist=[function]), function)
-        assert _first_paragraph(target.__doc__) == command.summary, name
+def _run_on(loaded: list[str]) -> list[str]:
+    return [m for m in loaded if m.startswith(RUN_ON) or (m.startswith("mambaxfer_cli.render.") and "_view" in m)]
 
 
-def test_help_lists_every_command_and_loads_none():
+def test_the_list_is_the_registrys_order_with_each_docstrings_summary():
+    assert list(commands()) == ORDER
+    text = " ".join(run_cli("--help", env={"COLUMNS": "200"}).stdout.replace("│", " ").split())
+    for info in app.registered_commands:
+        name = info.callback.__name__
+        assert f" {name} {_first_paragraph(info.callback.function.__doc__)} " in text, name
+
+
+def test_help_lists_every_command_and_loads_nothing_they_run_on():
     text = run_cli("--help", env={"COLUMNS": "200"}).stdout
-    for name in COMMANDS:
+    for name in ORDER:
         assert f" {name} " in text
-    assert _loaded("--help") == []
-    assert _loaded("plna") == []      # a mistyped command loads nothing either
+    assert _run_on(_loaded("--help")) == []
+    assert _run_on(_loaded("plna")) == []      # a mistyped command loads nothing either
 
 
-def test_a_command_loads_its_own_module_alone():
+def test_a_command_loads_what_it_runs_on_alone():
     loaded = _loaded("schema", "models")
-    assert [m for m in loaded if m.endswith("_cmd")] == ["mambaxfer_cli.cli.schema_cmd"]
-    assert "numpy" not in loaded
+    assert _run_on(loaded) == []
+    assert "mambaxfer_cli.schema" in loaded and "numpy" not in loaded

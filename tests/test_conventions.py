@@ -35,8 +35,9 @@ def test_help_groups_options_and_ends_with_examples():
     text = run_cli("check", "--help", env={"COLUMNS": "120"}).stdout
     for panel in ("Model", "Engines", "Request", "Output"):
         assert f"─ {panel} " in text
-    assert "<bool>" not in text and "--coalesce/--no-coalesce" not in text   # shown as two names, no type
-    assert "--no-coalesce" in text and "Examples" in text and "mambaxfer check --model" in text
+    assert "--coalesce/--no-coalesce" not in text   # shown as two names
+    assert " --coalesce " in text and " --no-coalesce " in text
+    assert "Examples" in text and "mambaxfer check --model" in text
 
 
 def test_shell_completion_script():
@@ -96,7 +97,7 @@ def test_a_stop_signal_python_wraps_is_still_the_signals_one_line():
                "    @dataclasses.dataclass\n"
                "    class Options:\n"
                "        field: object = Landing()\n"
-               "cli.COMMANDS['starts'] = cli.Command('starts', '__main__:starts', 'Start.')\n"
+               "cli.app.command()(starts)\n"
                "from mambaxfer_cli.__main__ import main\n"
                "main()\n")
     proc = subprocess.run([sys.executable, "-c", program, "starts"], capture_output=True, text=True, timeout=60)
@@ -109,7 +110,7 @@ def test_an_internal_error_has_its_own_exit_code():
     program = ("import mambaxfer_cli.cli as cli\n"
                "def crash():\n"
                "    raise RuntimeError('a bug')\n"
-               "cli.COMMANDS['crash'] = cli.Command('crash', '__main__:crash', 'Crash.')\n"
+               "cli.app.command()(crash)\n"
                "from mambaxfer_cli.__main__ import main\n"
                "main()\n")
     proc = subprocess.run([sys.executable, "-c", program, "crash"], capture_output=True, text=True, timeout=60)

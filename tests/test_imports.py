@@ -16,9 +16,9 @@ PROBE = """
 import importlib, json, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-from mambaxfer_cli.cli import COMMANDS
-for command in COMMANDS.values():   # every command's module, as it loads when it runs
-    command.load()
+import typer
+from mambaxfer_cli.cli import app
+typer.main.get_command(app)   # every command's module and options, as they load when one runs
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "nixl", "nixl_cu12", "nixl_cu13"))))
 """
 

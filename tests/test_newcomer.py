@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_user_error, commands, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 AMD = "ROCm platforms are not modelled"
@@ -213,9 +213,7 @@ def test_an_amd_gpu_is_one_line_saying_rocm_is_not_modelled(name):
 # --- 5. exit codes in every --help ------------------------------------------------------------------
 
 def test_every_command_help_gives_its_exit_codes():
-    from mambaxfer_cli.cli import COMMANDS
-
-    for name in COMMANDS:
+    for name in commands():
         result = run_cli(name, "--help")
         words = " ".join(result.stdout.split())
         assert result.code == 0 and "Exit codes: 0 " in words and "2 a usage error" in words, name

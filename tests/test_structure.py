@@ -280,3 +280,79 @@ match name:
         "mambaxfer_cli.cli.x:9 matches an engine's name"]
     assert engine_knowledge("mambaxfer_cli.cli.y", "from mambaxfer_cli.engines import one\n", "cli/y.py") == []
     assert engine_knowledge("mambaxfer_cli.engines.vllm.x", planted, "engines/vllm/x.py") == []
+
+
+# --- the command line is typer's: help and completion drawn by typer, nothing of it changed --------
+
+CLI_LIBRARIES = ("click", "typer")
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name an expression starts from: ``typer`` for ``typer.main.get_command(app).params``."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _changes_to_cli_libraries(tree: ast.AST) -> list[int]:
+    """Lines where a module subclasses a click or typer class, or sets an attribute of a click or
+    typer object: a module, a name imported from one, or a name bound to what they make (``app =
+    typer.Typer()``, a parameter annotated ``typer.Context``)."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {alias.asname or alias.name.split(".")[0] for alias in node.names
+                      if alias.name.split(".")[0] in CLI_LIBRARIES}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in CLI_LIBRARIES:
+            bound |= {alias.asname or alias.name for alias in node.names}
+    grown = True
+    while grown:
+        before = len(bound)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _root(node.value) in bound:
+                bound |= {t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                          if isinstance(t, ast.Name)}
+            elif isinstance(node, ast.arg) and node.annotation is not None and _root(node.annotation) in bound:
+                bound.add(node.arg)
+        grown = len(bound) > before
+    lines = []
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        if ((isinstance(node, ast.ClassDef) and any(_root(base) in bound for base in node.bases))
+                or any(isinstance(t, (ast.Attribute, ast.Subscript)) and _root(t) in bound for t in targets)
+                or (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("setattr", "delattr")
+                    and node.args and _root(node.args[0]) in bound)):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_module_subclasses_or_changes_click_or_typer():
+    changed = {module: lines for module in MODULES
+               if (lines := _changes_to_cli_libraries(ast.parse(MODULES[module].read_text())))}
+    assert changed == {}
+
+
+def test_the_check_sees_a_subclass_and_a_patch():
+    source = ("import typer\nimport click as c\nfrom typer.core import TyperGroup\n"
+              "class Mine(TyperGroup): pass\n"                 # 4
+              "class Other(c.Command): pass\n"                 # 5
+              "app = typer.Typer()\n"
+              "app.info.help = 'x'\n"                          # 7
+              "typer.rich_utils.MAX_WIDTH = 10\n"              # 8
+              "command = typer.main.get_command(app)\n"
+              "setattr(command, 'format_help', print)\n"       # 10
+              "def f(ctx: typer.Context):\n"
+              "    ctx.obj = 1\n"                              # 12
+              "class Fine: pass\n"
+              "fine = Fine()\n"
+              "fine.x = app\n")
+    assert _changes_to_cli_libraries(ast.parse(source)) == [4, 5, 7, 8, 10, 12]
+
+
+def test_the_command_line_is_a_typer_app():
+    import typer
+
+    from mambaxfer_cli.cli import app
+
+    assert isinstance(app, typer.Typer)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import finish
@@ -26,7 +24,7 @@ def bench(
         "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.",
         panel=REQUEST, default="1,4,16"),
     chart: Path | None = option("--chart", help="Write a PNG of GB/s against request size (needs matplotlib).",
-                                panel=OUTPUT, kind=click.Path(path_type=Path)),
+                                panel=OUTPUT),
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every

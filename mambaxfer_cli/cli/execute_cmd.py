@@ -8,8 +8,6 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.cli.params import ENGINES, MODEL, Group, command, option
 from mambaxfer_cli.cli.report import finish
@@ -32,10 +30,10 @@ class PeerArgs(Group):
     host: str = option("--host", help="Address the P ranks' side channels listen on.", panel=ENGINES,
                        default="127.0.0.1")
     port: int = option("--port", help="P rank r's side channel listens on PORT + r; 0: free ports.", panel=ENGINES,
-                       default=0, kind=int)
+                       default=0)
     role: Role | None = option(
         "--role", help="Two hosts: run only this side's ranks here; the other side runs its own command. "
-                       "Default: both sides on this host.", panel=ENGINES, kind=Role)
+                       "Default: both sides on this host.", panel=ENGINES)
     listen: str | None = option(
         "--listen", help="--role prefill: P rank r runs NIXL's listener on PORT + r; HOST is the address the "
                          "decode side reaches.", panel=ENGINES, metavar="HOST:PORT")
@@ -75,10 +73,9 @@ def execute(
     output: OutputArgs,
     blocks: int | None = option(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request needs.",
-        panel=ENGINES, kind=int),
+        panel=ENGINES),
     plan_file: Path | None = option(
-        "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.", panel=MODEL,
-        kind=click.Path(path_type=Path)),
+        "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.", panel=MODEL),
 ) -> None:
     """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every byte.
 

@@ -11,9 +11,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import click
+import typer
 
-from mambaxfer_cli.cli.params import ENGINES, MODEL, OUTPUT, REQUEST, Group, option
+from mambaxfer_cli.cli.params import ENGINES, MODEL, OUTPUT, REQUEST, Group, option, running
 from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
 from mambaxfer_cli.engines import DEFAULT as DEFAULT_ENGINE
@@ -38,30 +38,25 @@ class Semantics(str, Enum):
     sglang = "sglang"
 
 
-def refuse_value(name: str, value: Any, choices: tuple[str, ...]) -> click.BadParameter:
-    """A value this command does not take, said as click says a wrong choice."""
-    ctx = click.get_current_context(silent=True)
-    param = next((p for p in ctx.command.params if p.name == name), None) if ctx is not None else None
+def refuse_value(name: str, value: Any, choices: tuple[str, ...]) -> typer.BadParameter:
+    """A value this command does not take, said as typer says a wrong choice."""
+    ctx = running()
+    names = [o for p in (ctx.command.params if ctx is not None else ()) if p.name == name for o in p.opts]
     shown = getattr(value, "value", value)
-    return click.BadParameter(f"{shown!r} is not one of {', '.join(map(repr, choices))}.", ctx=ctx, param=param)
+    return typer.BadParameter(f"{shown!r} is not one of {', '.join(map(repr, choices))}.", ctx=ctx,
+                              param_hint=" / ".join(f"'{n}'" for n in names) or None)
 
 
 MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a model directory, "
               "a YAML model file, or a Hugging Face repo id already in the local cache.")
 
 
-class VariantType(click.ParamType):
+def variant_named(value: str) -> Variant:
     """``--variant``: a variant's name, in any case (``planning/variants/`` lists them)."""
-
-    name = "Variant"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Variant:
-        if isinstance(value, Variant):
-            return value
-        try:
-            return Variant(str(value).strip().lower())
-        except ValueError:
-            self.fail(f"{value!r} is not one of {', '.join(map(repr, variant_names()))}.", param, ctx)
+    try:
+        return Variant(value.strip().lower())
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(map(repr, variant_names()))}.") from None
 
 
 @dataclass(frozen=True)
@@ -73,7 +68,7 @@ class ModelArgs(Group):
                                help="Run on every built-in model (--engine sglang: those SGLang serves).",
                                panel=MODEL, default=False)
     variant: Variant | None = option("--variant", help="Override variant detection.", panel=MODEL,
-                                     kind=VariantType(), metavar="<Variant>")
+                                     parser=variant_named, metavar="<Variant>")
     dtype: str | None = option(
         "--dtype", help="vLLM's --dtype: auto (the config's torch_dtype; a float32 checkpoint runs in bfloat16, as "
                         "vLLM runs it), bfloat16, float16 or float32. The conv state's dtype follows it.", panel=MODEL)
@@ -82,13 +77,12 @@ class ModelArgs(Group):
     ssm_dtype: str | None = option(
         "--ssm-dtype", help="Temporal (SSM) state dtype (default: the model's, else the conv dtype).", panel=MODEL)
     num_spec: int | None = option(
-        "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).", panel=MODEL,
-        kind=int)
+        "--num-spec", help="Speculative tokens: extra conv rows for Mamba2 and GDN (default 0).", panel=MODEL)
     kv_heads: int | None = option(
-        "--kv-heads", help="Attention KV heads (default: the config's num_key_value_heads).", panel=MODEL, kind=int)
+        "--kv-heads", help="Attention KV heads (default: the config's num_key_value_heads).", panel=MODEL)
     head_size: int | None = option(
         "--head-size", help="Attention head size (default: the config's head_dim, else hidden_size / heads).",
-        panel=MODEL, kind=int)
+        panel=MODEL)
     indexer_kv_dtype: str | None = option(
         "--indexer-kv-dtype", help="Qwen4Exp: vLLM's --attention-config indexer_kv_dtype, the QSA compressed keys' "
                                    "dtype: auto (bf16), bf16 or fp8.", panel=MODEL)
@@ -122,8 +116,8 @@ class ModelArgs(Group):
 class PairArgs(Group):
     """The deployment's two TP sizes."""
 
-    p_tp: int | None = option("--p-tp", help="Prefill (P) tensor-parallel size.", panel=ENGINES, kind=int)
-    d_tp: int | None = option("--d-tp", help="Decode (D) tensor-parallel size.", panel=ENGINES, kind=int)
+    p_tp: int | None = option("--p-tp", help="Prefill (P) tensor-parallel size.", panel=ENGINES)
+    d_tp: int | None = option("--d-tp", help="Decode (D) tensor-parallel size.", panel=ENGINES)
 
 
 def _side(what: str) -> tuple[str, str]:
@@ -169,9 +163,9 @@ class EngineArgs(Group):
     p_attention_backend: str | None = option("--p-attention-backend", help=_P_BACKEND, panel=ENGINES)
     d_attention_backend: str | None = option("--d-attention-backend", help=_D_BACKEND, panel=ENGINES)
     block_size: int | None = option(
-        "--block-size", help=_HELP["block_size"], panel=ENGINES, kind=int)
-    p_block_size: int | None = option("--p-block-size", help=_P_SIZE, panel=ENGINES, kind=int)
-    d_block_size: int | None = option("--d-block-size", help=_D_SIZE, panel=ENGINES, kind=int)
+        "--block-size", help=_HELP["block_size"], panel=ENGINES)
+    p_block_size: int | None = option("--p-block-size", help=_P_SIZE, panel=ENGINES)
+    d_block_size: int | None = option("--d-block-size", help=_D_SIZE, panel=ENGINES)
     kv_cache_dtype: str | None = option(
         "--kv-cache-dtype", help="Both engines' --kv-cache-dtype: auto (the model's dtype, the default), fp8, "
                                  "bfloat16, ...", panel=ENGINES)
@@ -188,13 +182,11 @@ class EngineArgs(Group):
     d_enable_prefix_caching: bool | None = option(
         "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help=_D_PREFIX, panel=ENGINES)
     p_num_blocks: int | None = option(
-        "--p-num-blocks", help=_HELP["p_num_blocks"], panel=ENGINES, kind=int)
+        "--p-num-blocks", help=_HELP["p_num_blocks"], panel=ENGINES)
     d_num_blocks: int | None = option(
-        "--d-num-blocks", help=_HELP["d_num_blocks"], panel=ENGINES, kind=int)
-    p_blocks_per_logical: int | None = option("--p-blocks-per-logical", help=_EXPERT.format("P"), panel=ENGINES,
-                                              kind=int)
-    d_blocks_per_logical: int | None = option("--d-blocks-per-logical", help=_EXPERT.format("D"), panel=ENGINES,
-                                              kind=int)
+        "--d-num-blocks", help=_HELP["d_num_blocks"], panel=ENGINES)
+    p_blocks_per_logical: int | None = option("--p-blocks-per-logical", help=_EXPERT.format("P"), panel=ENGINES)
+    d_blocks_per_logical: int | None = option("--d-blocks-per-logical", help=_EXPERT.format("D"), panel=ENGINES)
 
     # What a command that runs one engine's geometry (execute, bench, inspect) takes: no side's own.
     SHARED = ("engine", "vllm_version", "gpu", "gdn_prefill_backend", "attention_backend", "block_size",
@@ -209,28 +201,26 @@ class RequestArgs(Group):
         "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM issues; both (check's default): "
                             "mambaxfer's exact plan and what vLLM does (accepts and moves the right bytes, corrupts "
                             "them, or refuses); sglang: SGLang's own writes (execute --engine sglang). Default: "
-                            "exact, in check both.", panel=REQUEST, kind=Semantics)
+                            "exact, in check both.", panel=REQUEST)
     coalesce: bool = option("--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one "
                                                              "descriptor.", panel=REQUEST, default=False)
     attention_streams: int = option(
         "--attention-streams", help="Attention streams per KV-cache tensor: 1 (vLLM) or 2 (K and V split).",
-        panel=ENGINES, default=1, kind=int)
+        panel=ENGINES, default=1)
     kv_groups: str | None = option(
         "--kv-groups", help="KV-cache groups by hand, e.g. 'ssm*7,attention' (default: vLLM's rule).", panel=ENGINES)
-    kv_tensors: int | None = option("--kv-tensors", help="KV-cache tensors, with --kv-groups.", panel=ENGINES,
-                                    kind=int)
+    kv_tensors: int | None = option("--kv-tensors", help="KV-cache tensors, with --kv-groups.", panel=ENGINES)
     ssm_tensors: int | None = option(
-        "--ssm-tensors", help="Tensors that hold SSM layers, with --kv-groups (default: all).", panel=ENGINES,
-        kind=int)
+        "--ssm-tensors", help="Tensors that hold SSM layers, with --kv-groups (default: all).", panel=ENGINES)
     request_blocks: int = option(
         "--request-blocks", help="Logical blocks per KV-cache group in the request, at block IDs drawn at random.",
-        panel=REQUEST, default=1, kind=int)
+        panel=REQUEST, default=1)
     prefill_blocks: str | None = option(
         "--prefill-blocks", help="The request's P logical block IDs per group, e.g. '3,5;1;2' (';' between groups).",
         panel=REQUEST)
     decode_blocks: str | None = option(
         "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.", panel=REQUEST)
-    seed: int = option("--seed", help="Seed of the request's block IDs.", panel=REQUEST, default=0, kind=int)
+    seed: int = option("--seed", help="Seed of the request's block IDs.", panel=REQUEST, default=0)
 
     def reads(self, both: bool = False) -> str:
         """--semantics as the planner takes it: exact unless given; ``both`` only where the command
@@ -251,12 +241,12 @@ class RunArgs(Group):
                          "comma-separated for a sweep, e.g. cpu,cuda (default: auto; bench: cpu).", panel=ENGINES)
     layers: int | None = option(
         "--layers", help="Use only the model's first N cache-keeping layers (fewer KV-cache tensors). Default: all.",
-        panel=MODEL, kind=int)
+        panel=MODEL)
     iters: int = option("--iters", help="Transfers per run and direction (median; bench: and p99).", panel=REQUEST,
-                        default=3, kind=int)
+                        default=3)
     timeout: float = option(
         "--timeout", help="Stop the run after this many seconds without progress (no rank working or reaching a "
-                          "new step).", panel=REQUEST, default=120.0, kind=float)
+                          "new step).", panel=REQUEST, default=120.0)
 
     DEVICES = ("auto", "cpu", "cuda")
 
@@ -280,7 +270,7 @@ class RunArgs(Group):
 # A sweep's largest TP size (check, conformance): one declaration that both commands take.
 MAX_TP_OPTION: int | None = option(
     "--max-tp", help="Every pairing of the model's valid TP sizes up to N (default 8; check: unless --pairs).",
-    panel=ENGINES, kind=int)
+    panel=ENGINES)
 
 
 @dataclass(frozen=True)
@@ -288,11 +278,10 @@ class OutputArgs(Group):
     """Where and how a command says its result."""
 
     fmt: Format = option("--format", "-f", help="table, json or yaml (mambaxfer.{command}/v1).", panel=OUTPUT,
-                         default=Format.table, kind=Format)
+                         default=Format.table)
     output: Path | None = option("--output", "-o", help="Write the document (JSON, or YAML with --format yaml) "
-                                                        "to FILE.", panel=OUTPUT, kind=click.Path(path_type=Path))
-    junit: Path | None = option("--junit", help="Also write the results as JUnit XML to FILE.", panel=OUTPUT,
-                                kind=click.Path(path_type=Path))
+                                                        "to FILE.", panel=OUTPUT)
+    junit: Path | None = option("--junit", help="Also write the results as JUnit XML to FILE.", panel=OUTPUT)
 
     def document_format(self) -> Format:
         """The format of a document written to a file: YAML when asked, else JSON."""

@@ -32,7 +32,7 @@ def one_line_when_the_run_fails() -> Iterator[None]:
     """A run that fails (``RunFailure``) as one red line and exit 3. Put it outside the live view
     (``with one_line_when_the_run_fails(), ProgressView(...)``): a transient view clears the lines
     it drew when it closes, and a line written while it shows would be cleared with them."""
-    import click
+    import typer
 
     from mambaxfer_cli.execute.coordinator import RunFailure
     from mambaxfer_cli.exits import EXIT_RUN_FAILED
@@ -41,7 +41,7 @@ def one_line_when_the_run_fails() -> Iterator[None]:
         yield
     except RunFailure as exc:
         red_line(str(exc))
-        raise click.exceptions.Exit(EXIT_RUN_FAILED) from None
+        raise typer.Exit(EXIT_RUN_FAILED) from None
 
 
 def said(message: str) -> None:

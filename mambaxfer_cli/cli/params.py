@@ -1,10 +1,11 @@
-"""Options declared once, as the fields of typed groups, and commands built from them with click.
+"""Options declared once, as the fields of typed groups, and typer commands built from them.
 
 An option is declared by ``option(...)``: its names, help, panel (the box ``--help`` lists it
 in) and default, once. A group is a frozen dataclass whose fields are options; a command's
 function takes whole groups (``model: ModelArgs``) beside its own few options, and ``command``
-turns the function into a ``click.Command``: each group's fields become click options, and at
-call time they are collected back into the group's value before the function is called.
+gives typer the function with its groups expanded: each field becomes a parameter
+``Annotated[type, typer.Option(...)]`` of the signature typer reads, and at call time the values
+are collected back into the group's value before the function is called.
 
 A command may narrow a group (``ModelArgs.given("model", "variant")``: only those options) or
 require an option the group leaves optional (``required=("model",)``): the declaration stays the
@@ -14,77 +15,35 @@ group's.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import typing
+from contextvars import ContextVar
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable
 
-import click
+import typer
 
 MODEL, ENGINES, REQUEST, OUTPUT = "Model", "Engines", "Request", "Output"
-OPTIONS = "Options"       # the panel of --help, --version and anything without a panel of its own
+
+_running: ContextVar[typer.Context | None] = ContextVar("running", default=None)
 
 
-class Option(click.Option):
-    """A click option that knows the panel ``--help`` lists it in."""
-
-    def __init__(self, *args: Any, panel: str = OPTIONS, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.panel = panel
-
-
-class Argument(click.Argument):
-    """A click argument with the help ``--help`` shows beside it."""
-
-    panel = "Arguments"
-
-    def __init__(self, *args: Any, help: str = "", show_default: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = help
-        self.show_default = show_default
-
-
-@dataclass(frozen=True)
-class Declared:
-    """One option's declaration: what ``click.Option`` is built from."""
-
-    names: tuple[str, ...]
-    help: str
-    panel: str
-    type: Any = None
-    show_default: bool = False
-    metavar: str | None = None
-    required: bool = False
-
-    def build(self, name: str, default: Any, required: bool, command: str) -> Option:
-        settings: dict[str, Any] = dict(help=self.help.replace("{command}", command), panel=self.panel,
-                                        show_default=self.show_default, required=required or self.required)
-        if self.metavar is not None:
-            settings["metavar"] = self.metavar
-        if any("/" in n for n in self.names):
-            settings.update(is_flag=True, default=default)   # None: neither given (a tri-state flag)
-        else:
-            if default is not None:     # click tells an option not given from a None default
-                settings["default"] = default
-            if self.type is not None:
-                settings["type"] = self.type
-        return Option([*self.names, name], **settings)
-
-
-def option(*names: str, help: str, panel: str, default: Any = None, kind: Any = None,
+def option(*names: str, help: str, panel: str, default: Any = None, parser: Callable[[str], Any] | None = None,
            show_default: bool | None = None, metavar: str | None = None) -> Any:
     """Declare an option: a dataclass field of a group, or a command function's parameter default.
+    Its type is the field's (an Enum: a choice, in any case; ``parser``: a function of the text).
     The default is shown in --help when there is one (``show_default`` overrides)."""
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        kind = click.Choice(kind, case_sensitive=False)
     shown = default is not None if show_default is None else show_default
-    declared = Declared(tuple(names), help, panel, kind, shown, metavar)
-    return dataclasses.field(default=default, metadata={"option": declared})
+    settings = dict(help=help, rich_help_panel=panel, show_default=shown, metavar=metavar, parser=parser,
+                    case_sensitive=False)
+    return dataclasses.field(default=default, metadata={"option": (names, settings)})
 
 
 def argument(name: str, *, help: str, type: Any, default: Any) -> Any:
-    """Declare a command's positional argument (shown with its default)."""
-    return dataclasses.field(default=default, metadata={"argument": (name, help, type)})
+    """Declare a command's positional argument of ``type`` (shown with its default)."""
+    return dataclasses.field(default=default, metadata={"argument": (type, typer.Argument(
+        help=help, metavar=name, show_default=True, case_sensitive=False))})
 
 
 class Group:
@@ -116,87 +75,95 @@ def _fields(group: type, names: Iterable[str] | None) -> list[dataclasses.Field]
     return [f for f in dataclasses.fields(group) if chosen is None or f.name in chosen]
 
 
+_hints = functools.cache(typing.get_type_hints)     # a group's, read once
+
+
 def _group_of(hint: Any) -> type | None:
     return hint if isinstance(hint, type) and issubclass(hint, Group) else None
 
 
 def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] = (),
-            defaults: dict[str, Any] | None = None) -> Callable[[Callable[..., None]], click.Command]:
-    """The function as a click command. Its parameters: groups (annotated with a ``Group``), and
-    its own options and argument (defaults made by ``option``/``argument``). ``uses``: a group
-    parameter narrowed (``{"model": ModelArgs.given("model", "variant")}``); ``required``:
-    options, by field name, this command cannot do without; ``defaults``: a group's option whose
-    default this command sets otherwise (by field name)."""
-    narrowed = uses or {}
-    needed = set(required)
-    own_defaults = defaults or {}
+            defaults: dict[str, Any] | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The function as typer takes a command: the same function, its signature expanded. Its
+    parameters: groups (annotated with a ``Group``), and its own options and argument (defaults
+    made by ``option``/``argument``). ``uses``: a group parameter narrowed (``{"model":
+    ModelArgs.given("model", "variant")}``); ``required``: options, by field name, this command
+    cannot do without; ``defaults``: a group's option whose default this command sets otherwise
+    (by field name)."""
+    narrowed, needed, own_defaults = uses or {}, set(required), defaults or {}
 
-    def build(function: Callable[..., None]) -> click.Command:
-        import inspect
-
+    def build(function: Callable[..., None]) -> Callable[..., None]:
         hints = typing.get_type_hints(function)
-        params: list[click.Parameter] = []
+        params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
         groups: dict[str, tuple[type, list[str]]] = {}
         for name, parameter in inspect.signature(function).parameters.items():
             group = _group_of(hints.get(name))
-            if group is not None:
-                use = narrowed.get(name)
-                members = _fields(group, use.names if use else None)
-                groups[name] = (group, [f.name for f in members])
-                params.extend(_built(f, needed, own_defaults, function.__name__) for f in members)
+            if group is None:
+                params.append(_parameter(name, hints[name], parameter.default, needed, own_defaults, function))
                 continue
-            field = parameter.default
-            assert isinstance(field, dataclasses.Field), f"{function.__name__}({name}): declare it with option()"
-            if "argument" in field.metadata:
-                shown, text, kind = field.metadata["argument"]
-                if isinstance(kind, type) and issubclass(kind, Enum):
-                    kind = click.Choice(kind, case_sensitive=False)
-                params.append(Argument([name], type=kind, default=field.default, required=False,
-                                       metavar=shown, help=text, show_default=True))
-            else:
-                params.append(_built(field, needed, own_defaults, function.__name__, name))
+            use = narrowed.get(name)
+            members = _fields(group, use.names if use else None)
+            groups[name] = (group, [f.name for f in members])
+            types = _hints(group)
+            params += [_parameter(f.name, types[f.name], f, needed, own_defaults, function) for f in members]
         taken = [p.name for p in params]
         assert len(taken) == len(set(taken)), f"{function.__name__}: an option declared twice"
 
-        def callback(**values: Any) -> None:
+        def collected(ctx: typer.Context, **values: Any) -> None:
             for name, (group, members) in groups.items():
                 values[name] = group(**{member: values.pop(member) for member in members})
-            function(**values)
+            running = _running.set(ctx)
+            try:
+                function(**values)
+            finally:
+                _running.reset(running)
 
-        built = Command(function.__name__, callback=callback, params=params, help=function.__doc__)
-        built.__doc__ = function.__doc__    # the command's own words, as the function's
-        built.function = function
-        return built
+        collected.__name__ = collected.__qualname__ = function.__name__
+        collected.__module__ = function.__module__
+        # Each paragraph on one line, for the terminal to wrap.
+        collected.__doc__ = "\n\n".join(" ".join(part.split()) for part in inspect.cleandoc(function.__doc__ or "")
+                                        .split("\n\n"))
+        collected.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        collected.function = function  # type: ignore[attr-defined]
+        return collected
 
     return build
 
 
-def _built(field: dataclasses.Field, needed: set[str], defaults: dict[str, Any], command: str,
-           name: str | None = None) -> Option:
-    declared: Declared = field.metadata["option"]
-    name = name or field.name
-    return declared.build(name, defaults.get(name, field.default), name in needed, command)
+def _parameter(name: str, hint: Any, field: Any, needed: set[str], defaults: dict[str, Any],
+               function: Callable[..., None]) -> inspect.Parameter:
+    """One parameter of the signature typer reads, from its declaration."""
+    assert isinstance(field, dataclasses.Field), f"{function.__name__}({name}): declare it with option()"
+    if "argument" in field.metadata:
+        kind, info = field.metadata["argument"]
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default,
+                                 annotation=Annotated[kind | None, info])
+    names, settings = field.metadata["option"]
+    info = typer.Option(*names, **{**settings, "help": settings["help"].replace("{command}", function.__name__)})
+    default = inspect.Parameter.empty if name in needed else defaults.get(name, field.default)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, info])
+
+
+def given(name: str) -> bool:
+    """Whether the running command's command line (or environment) gave option ``name`` (its
+    parameter's name): a default the command sets is not given."""
+    ctx = _running.get()
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def running() -> typer.Context | None:
+    """The running command's context (None outside a command)."""
+    return _running.get()
 
 
 def changed_flags(value: Group, skip: Iterable[str] = ()) -> list[str]:
     """The options of a group's value given other than their default (but ``skip``), by their first name."""
-    return [f.metadata["option"].names[0].split("/")[0] for f in _fields(type(value), None)
+    return [f.metadata["option"][0][0].split("/")[0] for f in _fields(type(value), None)
             if f.name not in skip and getattr(value, f.name) != f.default]
 
 
 def given_flags(value: Group, group_fields: Iterable[str] | None = None) -> dict[str, Any]:
     """The options of a group's value that the command line gave (not None), by their first name."""
-    return {f.metadata["option"].names[0].split("/")[0]: getattr(value, f.name)
+    return {f.metadata["option"][0][0].split("/")[0]: getattr(value, f.name)
             for f in _fields(type(value), group_fields) if getattr(value, f.name) is not None}
-
-
-class Command(click.Command):
-    """A command whose --help is ``render.help``'s (rich is imported only when help is shown);
-    ``function``: the function it calls, with its groups."""
-
-    function: Callable[..., None] | None = None
-
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from mambaxfer_cli.render.help import show_help
-
-        show_help(self, ctx)

@@ -16,7 +16,7 @@ def plan(
     engines: EngineArgs,
     request: RequestArgs,
     output: OutputArgs,
-    d_rank: int | None = option("--d-rank", help="Show only this D rank.", panel=OUTPUT, kind=int),
+    d_rank: int | None = option("--d-rank", help="Show only this D rank.", panel=OUTPUT),
     show: str | None = option(
         "--show", help="Also show, comma-separated: layouts (both sides' ranks), reads (every segment), "
                        "diagram (where each D byte comes from), ids (descriptor IDs), notes; or all.", panel=OUTPUT),

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
 from mambaxfer_cli.cli.options import EngineArgs, OutputArgs
-from mambaxfer_cli.cli.params import ENGINES, command, option
+from mambaxfer_cli.cli.params import ENGINES, command, given, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import ServingEngine, engine, names, one
 from mambaxfer_cli.errors import UserError
 
-_FILE = click.Path(path_type=Path)
-
 
 def _engine(engines: EngineArgs, p_text: str, d_text: str) -> ServingEngine:
     """--engine where given, else the engine whose server both lines run, else --engine's default."""
-    ctx = click.get_current_context(silent=True)
-    given = ctx is not None and ctx.get_parameter_source("engine") not in (None, click.core.ParameterSource.DEFAULT)
-    if not given:
+    if not given("engine"):
         for name in names():
             if engine(name).unanswered is None and engine(name).runs(p_text, d_text):
                 return engine(name)
@@ -50,11 +44,9 @@ def preflight(
     decode: str | None = option(
         "--decode", help="The decode engine's command line, like --prefill.", panel=ENGINES),
     prefill_file: Path | None = option(
-        "--prefill-file", help="A file with P's command line, or a shell script that runs it.", panel=ENGINES,
-        kind=_FILE),
+        "--prefill-file", help="A file with P's command line, or a shell script that runs it.", panel=ENGINES),
     decode_file: Path | None = option(
-        "--decode-file", help="A file with D's command line, or a shell script that runs it.", panel=ENGINES,
-        kind=_FILE),
+        "--decode-file", help="A file with D's command line, or a shell script that runs it.", panel=ENGINES),
 ) -> None:
     """Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a
     byte-level check of its reads, and the corrected command lines when anything fails.

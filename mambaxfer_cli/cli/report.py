@@ -4,7 +4,7 @@ report's code."""
 
 from __future__ import annotations
 
-import click
+import typer
 
 from mambaxfer_cli.cli.options import Format, OutputArgs, dump, stamped, write_output
 from mambaxfer_cli.cli.outcome import keep_exit_code, red_line, said
@@ -32,14 +32,14 @@ def finish(report: Report, output: OutputArgs | None = None) -> None:
         for line in report.written(output.output):
             said(line)
     elif output.fmt is not Format.table:
-        click.echo(dump(stamped(report.to_dict()), output.fmt), nl=False)
+        typer.echo(dump(stamped(report.to_dict()), output.fmt), nl=False)
     else:
         from mambaxfer_cli.render.console import console, fit_all
 
         out = console()
         parts = list(report.render(out.width))
         if all(isinstance(part, str) for part in parts):     # text as it is (a schema)
-            click.echo("".join(parts), nl=False)
+            typer.echo("".join(parts), nl=False)
         else:
             fitted = iter(fit_all([part for part in parts if not isinstance(part, AsIs)], out))
             for part in parts:
@@ -48,6 +48,6 @@ def finish(report: Report, output: OutputArgs | None = None) -> None:
         said(line)
     if unwritten is not None:
         red_line(str(unwritten))
-        raise click.exceptions.Exit(code or EXIT_USAGE)
+        raise typer.Exit(code or EXIT_USAGE)
     if code != EXIT_OK:
-        raise click.exceptions.Exit(code)
+        raise typer.Exit(code)

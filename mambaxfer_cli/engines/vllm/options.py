@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import click
+import typer
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import check_bounds, within
@@ -116,7 +116,7 @@ def _release_when_unnamed() -> Release:
     found = default_release()
     if found.note and found.note not in _said:
         _said.add(found.note)
-        click.echo(f"note: {found.note}", err=True)
+        typer.echo(f"note: {found.note}", err=True)
     return found.release
 
 

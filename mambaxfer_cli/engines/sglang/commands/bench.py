@@ -7,8 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
-
+from mambaxfer_cli.cli.params import given
 from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.render.report import Report
 from mambaxfer_cli.errors import UserError
@@ -38,12 +37,9 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
 
-    ctx = click.get_current_context(silent=True)
-    given = [flag for name, flag in _VLLM_ONLY.items()
-             if ctx is not None and ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
-                                                                       click.core.ParameterSource.ENVIRONMENT)]
-    if given:
-        raise UserError(f"{', '.join(given)}: vLLM's bench option{'s' if len(given) > 1 else ''}; SGLang moves one "
+    named = [flag for name, flag in _VLLM_ONLY.items() if given(name)]
+    if named:
+        raise UserError(f"{', '.join(named)}: vLLM's bench option{'s' if len(named) > 1 else ''}; SGLang moves one "
                         f"slot per request (--engine sglang)")
     backend(engines)
     chosen = semantics(request)
@@ -107,9 +103,7 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)
-    ctx = click.get_current_context(silent=True)
-    if ctx is None or ctx.get_parameter_source("sweep") not in (click.core.ParameterSource.COMMANDLINE,
-                                                                click.core.ParameterSource.ENVIRONMENT):
+    if not given("sweep"):
         sweep = ONE_REQUEST
     if chart is not None and chart.suffix.lower() != ".png":
         raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")

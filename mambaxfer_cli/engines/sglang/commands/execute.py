@@ -6,9 +6,8 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any, Callable
 
-import click
-
 from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs, refuse_value
+from mambaxfer_cli.cli.params import given
 from mambaxfer_cli.render.report import AsIs, Report
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -25,12 +24,7 @@ _VLLM_ONLY = {"blocks": "--blocks", "plan_file": "--plan", "coalesce": "--coales
 
 def _given_on_command_line() -> list[str]:
     """The vLLM-only options the user gave (a default the command sets is not given)."""
-    ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return []
-    return [flag for name, flag in _VLLM_ONLY.items()
-            if ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
-                                                  click.core.ParameterSource.ENVIRONMENT)]
+    return [flag for name, flag in _VLLM_ONLY.items() if given(name)]
 
 
 def semantics(request: RequestArgs) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import click
+import typer
 
 from mambaxfer_cli.render.report import AsIs, Report
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -27,7 +27,7 @@ def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str
     from mambaxfer_cli.engines.sglang.views.remote import side_line
 
     settings = settings_for(planned, chosen, discovery, device, gpus, run_args.iters)
-    click.echo(side_line(planned, discovery), err=True)
+    typer.echo(side_line(planned, discovery), err=True)
     view_title = f"{title(planned, chosen, device)}, {discovery.role} side"
     with one_line_when_the_run_fails(), ProgressView(view_title) as view:
         outcome = execute_side(planned, chosen, settings, run_args.timeout, view.update)

@@ -6,7 +6,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
+import typer
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, check_bounds
 from mambaxfer_cli.cli.params import given_flags
@@ -58,7 +58,7 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
     from mambaxfer_cli.render.run_view import ProgressView
 
     if discovery is not None:
-        click.echo(side_line(plan, discovery), err=True)
+        typer.echo(side_line(plan, discovery), err=True)
     with one_line_when_the_run_fails(), ProgressView(title(plan, kind, discovery)) as view:
         outcome = perform(plan, settings, run.timeout, view.update)
     return ExecuteReport(outcome, plan, discovery)
