@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from cli_run import assert_user_error, messages, run_cli
-from mambaxfer_cli.engines.sglang import plan
+from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.sglang.transfer.run import D_SLOT, P_SLOT, chosen_writes

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cli_run import assert_user_error, run_cli, run_json
-from mambaxfer_cli.engines.sglang import plan
+from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.sglang.transfer.run import D_SLOT, P_SLOT, chosen_writes
 from mambaxfer_cli.readers.model_source import load_model

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from cli_run import assert_user_error, messages, run_cli, run_json
-from mambaxfer_cli.engines.sglang import plan
+from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.check import check_pairing
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
 from mambaxfer_cli.execute.faults import FAULT_ENV

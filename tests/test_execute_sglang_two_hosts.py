@@ -12,7 +12,7 @@ import pytest
 
 from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.engines.sglang.commands.answers import load
-from mambaxfer_cli.engines.sglang import plan
+from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.sglang.transfer.run import D_SLOTS, MIN_ROUNDS, P_SLOTS, transfer

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from cli_run import assert_user_error, run_cli
-from mambaxfer_cli.engines.sglang import verdict
+from mambaxfer_cli.engines.sglang.verdict import verdict
 from mambaxfer_cli.engines.sglang.launch_args import flag_table, launches, parse_launch
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.sglang.preflight import preflight

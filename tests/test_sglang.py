@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mambaxfer_cli.engines.sglang import plan, sglang_model, tp_sizes, verdict
+from mambaxfer_cli.engines.sglang.plan import plan
+from mambaxfer_cli.engines.sglang.shapes import sglang_model, tp_sizes
+from mambaxfer_cli.engines.sglang.verdict import verdict
 from mambaxfer_cli.engines.sglang.bootstrap import Server, refusals
 from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL, entry_for, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import head_slice

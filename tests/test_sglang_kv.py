@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cli_run import run_json
-from mambaxfer_cli.engines.sglang import plan
+from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.heads import HeadSlice
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes
 from mambaxfer_cli.engines.sglang.ranks import writers

@@ -8,16 +8,15 @@ refuses (``check``, ``execute``); 2 a usage error; 3 an ``execute`` run that cou
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
-from typing import Annotated
+from typing import Annotated, Sequence
 
 import typer
 
 from mambaxfer_cli import __version__, exits
-from mambaxfer_cli.cli import (bench_cmd, check_cmd, conformance_cmd, execute_cmd, inspect_cmd, models_cmd, plan_cmd,
-                               preflight_cmd, schema_cmd)
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE,
@@ -26,14 +25,53 @@ from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_
 PROG = "mambaxfer"
 COMPLETE_VAR = "_MAMBAXFER_COMPLETE"     # typer's name for it: _{PROG}_COMPLETE
 
-app = typer.Typer(
-    name=PROG,
-    help="Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector).",
-    epilog="Exit codes: 0 ok; 1 wrong bytes or a refused pairing; 2 usage error; 3 execute run failed; "
-           "70 internal error (a bug, please report it); 130 interrupted.",
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode="rich",
-)
+COMMON_EXITS = (f"{EXIT_USAGE} a usage error (one red line); {EXIT_INTERNAL} an internal error (a bug: please "
+                f"report it); {EXIT_INTERRUPTED} interrupted (Ctrl-C)")
+VERDICT = f"{EXIT_OK} the pairing works, every byte verified; {EXIT_WRONG} vLLM refuses a pairing or moves wrong bytes"
+RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes; {EXIT_RUN_FAILED} the run could not complete "
+       f"(a rank died, a peer did not answer)")
+
+# Every command, registered here alone, in the order `mambaxfer --help` lists them: its function
+# ("module:function", imported when the command runs), its summary in that list (its docstring's
+# first paragraph) and what its own exit codes mean (its --help ends with them, before the ones
+# every command shares). A command's module imports only light things at its top.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "plan": ("mambaxfer_cli.cli.plan_cmd:plan",
+             "Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both sides' "
+             "layouts, every segment, page diagrams and descriptor IDs.",
+             f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing or moves wrong bytes "
+             f"(plan inspects; check and preflight give a verdict)"),
+    "check": ("mambaxfer_cli.cli.check_cmd:check",
+              "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every byte and "
+              "descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues.",
+              VERDICT),
+    "preflight": ("mambaxfer_cli.cli.preflight_cmd:preflight",
+                  "Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a "
+                  "byte-level check of its reads, and the corrected command lines when anything fails.",
+                  VERDICT + " (the corrected command lines are printed)"),
+    "inspect": ("mambaxfer_cli.cli.inspect_cmd:inspect",
+                "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes, and the "
+                "block geometry the vLLM release derives for an engine of each TP size on the GPU.",
+                f"{EXIT_OK} printed"),
+    "models": ("mambaxfer_cli.cli.models_cmd:models",
+               "List the built-in model presets with their variant, layer counts, dtypes and source.",
+               f"{EXIT_OK} listed"),
+    "execute": ("mambaxfer_cli.cli.execute_cmd:execute",
+                "Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every "
+                "byte.",
+                RUN),
+    "bench": ("mambaxfer_cli.cli.bench_cmd:bench",
+              "Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one descriptor per "
+              "source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every byte verified.",
+              RUN),
+    "conformance": ("mambaxfer_cli.cli.conformance_cmd:conformance",
+                    "Run the installed vLLM's own functions on each model and P/D pairing and compare every answer "
+                    "with mambaxfer's.",
+                    f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called"),
+    "schema": ("mambaxfer_cli.cli.schema_cmd:schema",
+               "Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).",
+               f"{EXIT_OK} printed"),
+}
 
 
 def _version(value: bool) -> None:
@@ -45,7 +83,6 @@ def _version(value: bool) -> None:
 VERSION = typer.Option("--version", "-V", help="Print mambaxfer's version and exit.", callback=_version, is_eager=True)
 
 
-@app.callback(invoke_without_command=True)
 def _options(ctx: typer.Context, version: Annotated[bool, VERSION] = False) -> None:
     if ctx.invoked_subcommand is None:    # `mambaxfer` alone: its help, and exit 2 (no command given)
         shown = ctx.get_help()            # rich prints it; a plain formatter returns it
@@ -54,30 +91,42 @@ def _options(ctx: typer.Context, version: Annotated[bool, VERSION] = False) -> N
         raise typer.Exit(EXIT_USAGE)
 
 
-COMMON_EXITS = (f"{EXIT_USAGE} a usage error (one red line); {EXIT_INTERNAL} an internal error (a bug: please "
-                f"report it); {EXIT_INTERRUPTED} interrupted (Ctrl-C)")
-VERDICT = f"{EXIT_OK} the pairing works, every byte verified; {EXIT_WRONG} vLLM refuses a pairing or moves wrong bytes"
-RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes; {EXIT_RUN_FAILED} the run could not complete "
-       f"(a rank died, a peer did not answer)")
+def build(args: Sequence[str] | None = None) -> typer.Typer:
+    """The typer app for one command line (``None``: every command whole). A line that names a
+    command gets that command alone, so start-up imports and builds it only; one that names none
+    (the app's help, a mistyped name) gets every command as the list shows it, its name and summary."""
+    app = typer.Typer(
+        name=PROG,
+        help="Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector).",
+        epilog="Exit codes: 0 ok; 1 wrong bytes or a refused pairing; 2 usage error; 3 execute run failed; "
+               "70 internal error (a bug, please report it); 130 interrupted.",
+        context_settings={"help_option_names": ["-h", "--help"]},
+        rich_markup_mode="rich",
+    )
+    app.callback(invoke_without_command=True)(_options)
+    named = None if args is None else next((arg for arg in args if not arg.startswith("-")), "")
+    for name, (target, summary, own_exits) in COMMANDS.items():
+        if named in COMMANDS and name != named:
+            continue
+        if named is None or name == named:
+            module, _, function = target.partition(":")
+            app.command(name, epilog=f"Exit codes: {own_exits}; {COMMON_EXITS}.")(
+                getattr(importlib.import_module(module), function))
+        else:
+            app.command(name, help=summary)(_listed)
+    return app
 
-# Every command, registered here alone, in the order `mambaxfer --help` lists them (its summary
-# there: its docstring's first paragraph), with what its own exit codes mean: its --help ends with
-# them, before the ones every command shares. A command's module imports only light things at its
-# top; what it runs on is imported when it runs.
-for function, own_exits in (
-    (plan_cmd.plan, f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing or moves wrong "
-                    f"bytes (plan inspects; check and preflight give a verdict)"),
-    (check_cmd.check, VERDICT),
-    (preflight_cmd.preflight, VERDICT + " (the corrected command lines are printed)"),
-    (inspect_cmd.inspect, f"{EXIT_OK} printed"),
-    (models_cmd.models, f"{EXIT_OK} listed"),
-    (execute_cmd.execute, RUN),
-    (bench_cmd.bench, RUN),
-    (conformance_cmd.conformance,
-     f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called"),
-    (schema_cmd.schema, f"{EXIT_OK} printed"),
-):
-    app.command(epilog=f"Exit codes: {own_exits}; {COMMON_EXITS}.")(function)
+
+def _listed() -> None:
+    """A command as the list shows it; never run: a line that names a command builds it whole."""
+    raise AssertionError("a command runs as itself")
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``: every command on one typer app, as the docs and tests see it."""
+    if name == "app":
+        return build()
+    raise AttributeError(name)
 
 
 def _one_line(text: str) -> str:
@@ -100,8 +149,8 @@ def run(args: list[str], prog_name: str = PROG) -> int:
     """Run one command line; returns the exit code. Every way out is decided here."""
     forget()
     try:
-        command = typer.main.get_command(app)
         instruction = os.environ.get(COMPLETE_VAR)
+        command = typer.main.get_command(build(None if instruction else args))
         if instruction:
             from typer.completion import shell_complete
 

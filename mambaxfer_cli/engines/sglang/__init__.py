@@ -20,10 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mambaxfer_cli.engines import ServingEngine
-from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
-from mambaxfer_cli.engines.sglang.release import BACKENDS, RELEASES, SGLANG_0_5_23, Release
-from mambaxfer_cli.engines.sglang.shapes import sglang_model, tp_sizes
-from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
+from mambaxfer_cli.engines.sglang.release import RELEASES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,9 +29,6 @@ if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
     from mambaxfer_cli.engines import PreparedBench
     from mambaxfer_cli.render.report import Report
-
-__all__ = ["BACKENDS", "ENGINE", "RELEASES", "SGLANG_0_5_23", "Release", "SGLangPlan", "Verdict", "plan",
-           "sglang_model", "tp_sizes", "verdict"]
 
 
 # What the commands do not answer for SGLang yet, said the same way wherever it is asked.
