@@ -97,7 +97,7 @@ def test_a_stop_signal_python_wraps_is_still_the_signals_one_line():
                "    @dataclasses.dataclass\n"
                "    class Options:\n"
                "        field: object = Landing()\n"
-               "cli.app.command()(starts)\n"
+               "cli.COMMANDS['starts'] = ('__main__:starts', 'Starts.', '0 ok')\n"
                "from mambaxfer_cli.__main__ import main\n"
                "main()\n")
     proc = subprocess.run([sys.executable, "-c", program, "starts"], capture_output=True, text=True, timeout=60)
@@ -110,7 +110,7 @@ def test_an_internal_error_has_its_own_exit_code():
     program = ("import mambaxfer_cli.cli as cli\n"
                "def crash():\n"
                "    raise RuntimeError('a bug')\n"
-               "cli.app.command()(crash)\n"
+               "cli.COMMANDS['crash'] = ('__main__:crash', 'Crashes.', '0 ok')\n"
                "from mambaxfer_cli.__main__ import main\n"
                "main()\n")
     proc = subprocess.run([sys.executable, "-c", program, "crash"], capture_output=True, text=True, timeout=60)
