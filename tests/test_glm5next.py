@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from cli_run import assert_user_error, run_cli
-from mambaxfer_cli.engines.vllm import glm5next, indexer_caches
+from mambaxfer_cli.engines.vllm import indexer_caches
+from mambaxfer_cli.engines.vllm.families import glm5next
 from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import gpu as gpu_named

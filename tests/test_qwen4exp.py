@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.families import qwen4exp
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.errors import UserError
@@ -134,7 +134,7 @@ def test_the_mamba_page_is_the_largest_of_gdn_and_ple():
 
 # --- the PLE pages, byte by byte -----------------------------------------------------------------
 
-from mambaxfer_cli.proof import qwen4exp as ple_proof  # noqa: E402
+from mambaxfer_cli.engines.vllm.families import qwen4exp_proof as ple_proof  # noqa: E402
 from mambaxfer_cli.proof.check import check_plan  # noqa: E402
 
 

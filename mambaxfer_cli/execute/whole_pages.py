@@ -20,7 +20,7 @@ Reads: the set's descriptors follow the plan's in every prepared list (PLE as ``
 block, the whole page, the same in split lists (only the sharded SSM and attention descriptors are
 split). Each D rank reads, per layer:
 
-- the PLE page of the request's SSM block (the block ``proof/qwen4exp.py`` proves) from every SSM
+- the PLE page of the request's SSM block (the block ``engines/vllm/families/qwen4exp_proof.py`` proves) from every SSM
   source P rank under vLLM semantics (``compute_tp_mapping``), from the first under the exact;
 - the ring and the compressed keys of the request's attention blocks (the ring's one block at the
   first attention block pair, as ``check`` labels it) from every attention source under vLLM
@@ -39,7 +39,8 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
+from mambaxfer_cli.engines.vllm import indexer_caches
+from mambaxfer_cli.engines.vllm.families import qwen4exp
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.errors import UserError
@@ -49,7 +50,7 @@ from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
 from mambaxfer_cli.proof.indexer_caches import CKEY, RING, cache_pairs, unproved
-from mambaxfer_cli.proof.qwen4exp import REFUSED, block_pair, holds
+from mambaxfer_cli.engines.vllm.families.qwen4exp_proof import REFUSED, block_pair, holds
 
 REGION = "ple"
 SPACES = (REGION, RING, CKEY)

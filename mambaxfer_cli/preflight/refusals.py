@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict, not_started_first
-from mambaxfer_cli.engines.vllm import glm5next, qwen4exp
+from mambaxfer_cli.engines.vllm.families import qwen4exp
+from mambaxfer_cli.engines.vllm.families import glm5next
 from mambaxfer_cli.engines.vllm.drafts import drafts
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES

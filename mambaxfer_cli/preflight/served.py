@@ -53,7 +53,7 @@ class ServedEngine:
         from mambaxfer_cli.engines.vllm.gpu import default_attention_backend, default_mla_backend
 
         if self.model.glm5next is not None:       # vLLM's sparse MLA pick for the GPU
-            from mambaxfer_cli.engines.vllm import glm5next
+            from mambaxfer_cli.engines.vllm.families import glm5next
 
             if glm5next.startup_refusal(self.model, self.flags.gpu):
                 return "none (no sparse MLA backend)"
@@ -146,7 +146,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
 
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
         if model.glm5next is not None:    # its config hook (fp8 KV on SM 10.x), its sparse backend
-            from mambaxfer_cli.engines.vllm import glm5next
+            from mambaxfer_cli.engines.vllm.families import glm5next
 
             if not glm5next.backend_refusal(model, flags):         # else: a start-up refusal
                 flags = glm5next.engine_flags(model, flags)

@@ -373,7 +373,8 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     sim = simulate(plan, patterns)
     if plan.model.qwen4exp is not None or plan.model.glm5next is not None:
         # its PLE and indexer pages, beside the pages simulate proves
-        from mambaxfer_cli.proof import indexer_caches, qwen4exp
+        from mambaxfer_cli.proof import indexer_caches
+        from mambaxfer_cli.engines.vllm.families import qwen4exp_proof as qwen4exp
         sim = qwen4exp.merged(sim, qwen4exp.prove_ple(plan, plan_prefill_model(plan)),
                               indexer_caches.prove(plan, plan_prefill_model(plan)))
     verdict = "pass" if sim.ok else "fail"

@@ -18,7 +18,7 @@ from mambaxfer_cli.planning.kv_groups import RING as RING_GROUP
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM, Read
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
-from mambaxfer_cli.proof.qwen4exp import PagesProof
+from mambaxfer_cli.engines.vllm.families.qwen4exp_proof import PagesProof
 from mambaxfer_cli.proof.simulate import ByteSource, Damage, WrongByte
 
 RING, CKEY = indexer_caches.RING, indexer_caches.CKEY

@@ -98,7 +98,8 @@ def side_caches_line(spec, side) -> str:
     """The caches beside the SSM state and the attention KV of one engine: Qwen4Exp's PLE state,
     the sparse-attention indexer's ring and compressed keys (docs/reference.md, "Qwen4Exp" and
     "GLM-5-Next"); empty for a model that keeps none."""
-    from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
+    from mambaxfer_cli.engines.vllm import indexer_caches
+    from mambaxfer_cli.engines.vllm.families import qwen4exp
 
     parts = []
     q = spec.qwen4exp

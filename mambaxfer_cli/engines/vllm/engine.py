@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.engines.vllm import glm5next
+from mambaxfer_cli.engines.vllm.families import glm5next
 from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
 from mambaxfer_cli.engines.vllm.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,

@@ -53,7 +53,7 @@ class IndexerCaches:
 def caches(model: ModelSpec) -> IndexerCaches | None:
     """The model's indexer caches, None where it keeps none."""
     if model.qwen4exp is not None and model.qwen4exp.has_qsa:
-        from mambaxfer_cli.engines.vllm import qwen4exp
+        from mambaxfer_cli.engines.vllm.families import qwen4exp
 
         q = model.qwen4exp
         assert q.compress_ratio is not None
@@ -62,7 +62,7 @@ def caches(model: ModelSpec) -> IndexerCaches | None:
         return IndexerCaches("QSA", "QSA raw-key ring", ring, qwen4exp.ring_slot_bytes(model), q.compress_ratio,
                              qwen4exp.compressed_key_bytes(model), model.mla)
     if model.glm5next is not None:
-        from mambaxfer_cli.engines.vllm import glm5next
+        from mambaxfer_cli.engines.vllm.families import glm5next
 
         return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", glm5next.ring_tokens(model),
                              glm5next.ring_slot_bytes(model), model.glm5next.index_kpool, glm5next.key_bytes(model),

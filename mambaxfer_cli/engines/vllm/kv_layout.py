@@ -3,7 +3,8 @@ and the words it stops with when ``VLLM_KV_CACHE_LAYOUT`` names one it cannot ru
 
 from __future__ import annotations
 
-from mambaxfer_cli.engines.vllm import glm5next, qwen4exp
+from mambaxfer_cli.engines.vllm.families import qwen4exp
+from mambaxfer_cli.engines.vllm.families import glm5next
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
 from mambaxfer_cli.planning.model import ModelSpec

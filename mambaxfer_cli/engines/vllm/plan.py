@@ -25,7 +25,9 @@ from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.engines.vllm.release import EngineFacts, every_region
-from mambaxfer_cli.engines.vllm import drafts, glm5next, indexer_caches, qwen4exp
+from mambaxfer_cli.engines.vllm import drafts, indexer_caches
+from mambaxfer_cli.engines.vllm.families import qwen4exp
+from mambaxfer_cli.engines.vllm.families import glm5next
 from mambaxfer_cli.engines.vllm.kv_layout import (
     CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
 )

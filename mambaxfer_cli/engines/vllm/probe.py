@@ -28,7 +28,7 @@ from mambaxfer_cli.conformance.cases import Flags, Geometry, HashedEngine, Reque
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
-from mambaxfer_cli.planning.variants.kda import KIMI_K3_KDA
+from mambaxfer_cli.families.kimi import KIMI_K3_KDA
 
 LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"

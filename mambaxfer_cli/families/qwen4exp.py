@@ -1,4 +1,4 @@
-"""Qwen4Exp's config keys beyond its GDN dimensions: the PLE state and the QSA indexer.
+"""Qwen4Exp: GDN as Qwen3.5's, plus a TP-replicated PLE state and the QSA indexer's caches.
 
 Defaults and checks are those of transformers' ``Qwen4ExpTextConfig`` (5.18), which vLLM loads the
 config with: ``ple_conv_kernel_size`` 4, ``ngram_size`` 3, ``hc_count`` 4, no PLE layers, no QSA.
@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.families import Config, Family
+from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
-from mambaxfer_cli.planning.model import Qwen4ExpParts
+from mambaxfer_cli.planning.model import SSM, Qwen4ExpParts, Variant
 
 FAMILY = "Qwen4Exp"
 QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
@@ -89,3 +91,17 @@ def uses_mrope(config: Mapping[str, Any]) -> bool:
     candidates = [params] + [v for v in params.values() if isinstance(v, Mapping)]
     return any(isinstance(c.get(name), (list, tuple)) for c in candidates
                for name in ("mrope_section", "xdrope_section"))
+
+
+def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv: str | None) -> Mapping[str, Any]:
+    linear = {i for i, kind in enumerate(layers) if kind == SSM}
+    return {"qwen4exp": qwen4exp_parts(config, len(layers), linear, where,
+                                       indexer_kv_dtype(indexer_kv, "indexer_kv_dtype"))}
+
+
+FAMILIES = (
+    Family(FAMILY, ("qwen4_exp", "qwen4_exp_text"), Variant("gdn"), GDN_KEYS,
+           conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",),
+           attention_kinds=INDEXED_KINDS, parts=parts, order=14),
+)
+MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")
