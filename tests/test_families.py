@@ -38,11 +38,8 @@ NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
     ("engines/sglang/release.py", "kimi"), ("engines/sglang/release.py", "nemotron_h"),
     ("engines/sglang/release.py", "qwen4exp"), ("engines/sglang/release.py", "zamba2"),
     ("engines/sglang/shapes.py", "kimi"),
-    ("engines/vllm/circular_buffer.py", "glm5next"),
     ("engines/vllm/engine.py", "glm5next"), ("engines/vllm/engine.py", "kimi"), ("engines/vllm/engine.py", "qwen4exp"),
     ("engines/vllm/geometry.py", "glm5next"),
-    ("engines/vllm/indexer_caches.py", "glm5next"), ("engines/vllm/indexer_caches.py", "qwen4exp"),
-    ("engines/vllm/kv_layout.py", "glm5next"), ("engines/vllm/kv_layout.py", "qwen4exp"),
     ("engines/vllm/plan.py", "glm5next"), ("engines/vllm/plan.py", "qwen4exp"),
     ("engines/vllm/probe.py", "glm5next"), ("engines/vllm/probe.py", "kimi"), ("engines/vllm/probe.py", "qwen4exp"),
     ("engines/vllm/releases/v0_33/__init__.py", "bailing"), ("engines/vllm/releases/v0_33/__init__.py", "glm5next"),
@@ -58,7 +55,6 @@ NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
     ("preflight/report.py", "glm5next"), ("preflight/report.py", "qwen4exp"),
     ("preflight/served.py", "glm5next"), ("preflight/served.py", "qwen4exp"),
     ("proof/check.py", "glm5next"), ("proof/check.py", "qwen4exp"),
-    ("proof/indexer_caches.py", "qwen4exp"),
     ("render/model_view.py", "qwen4exp"),
 }
 

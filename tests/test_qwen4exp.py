@@ -227,8 +227,8 @@ def test_the_qsa_ring_rounds_up_to_whole_groups(ratio, spec, tokens):
 @pytest.mark.parametrize("kpool, spec, tokens", [(16, 0, 16), (16, 1, 32), (16, 16, 32), (16, 17, 64)])
 def test_glm5next_tail_ring_takes_a_power_of_two_of_pools(kpool, spec, tokens):
     # Glm5NextTailCache.get_kv_cache_spec: kpool * next_power_of_2(cdiv(kpool + num_spec, kpool)).
-    assert circular_buffer.glm5next_ring_tokens(kpool, spec) == tokens
-    assert circular_buffer.glm5next_ring_bytes(kpool, 128, spec) == tokens * 2 * 128 * 2
+    assert circular_buffer.kpool_ring_tokens(kpool, spec) == tokens
+    assert circular_buffer.kpool_slot_bytes(128) == 2 * 128 * 2
 
 
 def test_a_ring_that_does_not_divide_the_block_stops_the_engine():

@@ -18,13 +18,22 @@ from mambaxfer_cli.planning.kv_groups import RING as RING_GROUP
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM, Read
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
-from mambaxfer_cli.engines.vllm.families.qwen4exp_proof import PagesProof
 from mambaxfer_cli.proof.simulate import ByteSource, Damage, WrongByte
 
 RING, CKEY = indexer_caches.RING, indexer_caches.CKEY
 # vLLM's refusals under which no indexer page moves: an engine that does not start (its ring does
 # not divide the block), or _nixl_handshake's check before any metadata is read.
 REFUSED = ("qsa-ring", "csa-linear-tp", "kpool-ring")
+
+
+@dataclass(frozen=True)
+class PagesProof:
+    """What a proof of whole pages (PLE or QSA) moved and verified, and where it found wrong bytes."""
+
+    reads: int
+    bytes_moved: int
+    bytes_verified: int
+    damage: tuple[Damage, ...]
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,27 @@
-"""vLLM's special treatment of some model families: one module per family, named as the core's (`families/`)."""
+"""vLLM's special treatment of some model families: one module per family, named as the core's
+(``families/``), found by name. Generic code asks ``first(hook, ...)`` instead of naming a family."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+from typing import Any
+
+from mambaxfer_cli import families
+
+
+@cache
+def _modules() -> tuple[Any, ...]:
+    names = {info.name for info in pkgutil.iter_modules(families.__path__)}
+    return tuple(importlib.import_module(f"{__name__}.{info.name}")
+                 for info in pkgutil.iter_modules(__path__) if info.name in names)
+
+
+def first(hook: str, *args: Any) -> Any:
+    """The first answer other than None of a family module's function ``hook`` (None: no family's)."""
+    for module in _modules():
+        answer = getattr(module, hook, lambda *_: None)(*args)
+        if answer is not None:
+            return answer
+    return None

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
+from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
 from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, EngineFlags, Geometry
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
@@ -152,14 +153,21 @@ def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
 def ring_tokens(model: ModelSpec) -> int:
     g = model.glm5next
     assert g is not None
-    return circular_buffer.glm5next_ring_tokens(g.index_kpool, model.num_spec)
+    return circular_buffer.kpool_ring_tokens(g.index_kpool, model.num_spec)
 
 
 def ring_slot_bytes(model: ModelSpec) -> int:
     """One ring slot: two bf16 head slots of ``index_head_dim`` (the raw key, the gate score)."""
     g = model.glm5next
     assert g is not None
-    return circular_buffer.glm5next_slot_bytes(g.index_head_dim)
+    return circular_buffer.kpool_slot_bytes(g.index_head_dim)
+
+
+def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
+    if model.glm5next is None:
+        return None
+    return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", ring_tokens(model), ring_slot_bytes(model),
+                         model.glm5next.index_kpool, key_bytes(model), model.mla)
 
 
 def key_bytes(model: ModelSpec) -> int:

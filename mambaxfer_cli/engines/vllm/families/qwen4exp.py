@@ -28,6 +28,7 @@ from typing import Callable
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
+from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.release import Refusal
@@ -196,6 +197,16 @@ def ring_slot_bytes(model: ModelSpec) -> int:
     if q.rope_positions:
         slots = -(-slots // _POSITION_SLOTS) * _POSITION_SLOTS + _ROPE_AXES * _POSITION_SLOTS
     return slots * dtype_bytes("bfloat16")
+
+
+def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
+    q = model.qwen4exp
+    if q is None or not q.has_qsa:
+        return None
+    ring = ring_tokens(model)
+    assert q.compress_ratio is not None and ring is not None
+    return IndexerCaches("QSA", "QSA raw-key ring", ring, ring_slot_bytes(model), q.compress_ratio,
+                         compressed_key_bytes(model), model.mla)
 
 
 def compressed_key_bytes(model: ModelSpec) -> int:

@@ -13,8 +13,6 @@ nothing is proved here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from mambaxfer_cli.engines.vllm.families import qwen4exp
@@ -22,22 +20,13 @@ from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import SSM, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.proof.indexer_caches import PagesProof
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.proof.simulate import ByteSource, Damage, Simulation, WrongByte
 
 SPACE = "ple"
 # vLLM's refusals under which it registers or reads no PLE page.
 REFUSED = ("ple-geometry", "ple-without-qsa", "csa-linear-tp")
-
-
-@dataclass(frozen=True)
-class PagesProof:
-    """What a proof of whole pages (PLE or QSA) moved and verified, and where it found wrong bytes."""
-
-    reads: int
-    bytes_moved: int
-    bytes_verified: int
-    damage: tuple[Damage, ...]
 
 
 def _rows(model: ModelSpec) -> int:
