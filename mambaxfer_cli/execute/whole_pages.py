@@ -151,7 +151,7 @@ class SidePages:
 
 
 def _ple(model: ModelSpec, side: EngineLayout, first_region: int) -> PageLists | None:
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None or not q.ple_layers:
         return None
     eb = dtype_bytes(model.conv_dtype)

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.families import Config, Family
 from mambaxfer_cli.limits import MAX_DIM, within
-from mambaxfer_cli.planning.model import ATTENTION, SSM, Glm5NextParts, Variant
+from mambaxfer_cli.planning.model import ATTENTION, SSM, KpoolIndexerParts, Variant
 
 FAMILY = "GLM-5-Next"
 MODEL_TYPES = ("glm5_next", "glm5_next_text")
@@ -40,7 +40,7 @@ def default_layers(n_layers: int) -> tuple[str, ...]:
     return tuple(SSM if i % 4 != 3 else ATTENTION for i in range(n_layers))
 
 
-def glm5next_parts(config: Mapping[str, Any], where: str) -> Glm5NextParts:
+def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
     """The indexer and MLA dimensions of a flattened GLM-5-Next config, refused as transformers
     (when loading the config) or vLLM (when building the model) refuses them."""
     rope = _int(config, "qk_rope_head_dim", where, minimum=0)
@@ -64,7 +64,7 @@ def glm5next_parts(config: Mapping[str, Any], where: str) -> Glm5NextParts:
     if config.get("index_kpool_always_select_tail") is False:
         raise UserError(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
                         f"index_kpool_always_select_tail=True\" (NotImplementedError in _validate_supported_config)")
-    return Glm5NextParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
+    return KpoolIndexerParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
                          _int(config, "qk_nope_head_dim", where))
 
 
@@ -78,7 +78,7 @@ def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, 
 
 
 def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv_dtype: str | None) -> Mapping[str, Any]:
-    return {"glm5next": glm5next_parts(config, where) if ATTENTION in layers else None}
+    return {"kpool_indexer": glm5next_parts(config, where) if ATTENTION in layers else None}
 
 
 FAMILIES = (

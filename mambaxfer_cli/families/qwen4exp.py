@@ -12,7 +12,7 @@ from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.families import Config, Family
 from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
-from mambaxfer_cli.planning.model import SSM, Qwen4ExpParts, Variant
+from mambaxfer_cli.planning.model import SSM, PleQsaParts, Variant
 
 FAMILY = "Qwen4Exp"
 QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
@@ -47,7 +47,7 @@ def indexer_kv_dtype(given: str | None, where: str) -> str:
 
 
 def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], where: str,
-                   kv_dtype: str = "bf16") -> Qwen4ExpParts:
+                   kv_dtype: str = "bf16") -> PleQsaParts:
     """The PLE layers and their state, and the QSA indexer, of a flattened Qwen4Exp config;
     ``linear``: the 0-based linear_attention layers (PLE is allowed on those only); ``kv_dtype``:
     the compressed keys' dtype (``indexer_kv_dtype``)."""
@@ -77,7 +77,7 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
         if _int(config, "indexer_kv_heads", None, where) != 1:
             raise UserError(f"{where}: Qwen4Exp QSA requires indexer_kv_heads = 1, got "
                             f"{config['indexer_kv_heads']}")
-    return Qwen4ExpParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
+    return PleQsaParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
                                                             MAX_DIM, "model's"),
                          (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config), kv_dtype)
 
@@ -95,7 +95,7 @@ def uses_mrope(config: Mapping[str, Any]) -> bool:
 
 def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv: str | None) -> Mapping[str, Any]:
     linear = {i for i, kind in enumerate(layers) if kind == SSM}
-    return {"qwen4exp": qwen4exp_parts(config, len(layers), linear, where,
+    return {"ple_qsa": qwen4exp_parts(config, len(layers), linear, where,
                                        indexer_kv_dtype(indexer_kv, "indexer_kv_dtype"))}
 
 

@@ -288,10 +288,10 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     if refusal:
         return [Refusal("parallel-config", f"{start}: {refusal} (ModelConfig.verify_with_parallel_config: "
                                            f"{vllm_error(e.model, e.tp)})")]
-    backend = glm5next.startup_refusal(e.model, e.flags.gpu) if e.model.glm5next is not None else None
+    backend = glm5next.startup_refusal(e.model, e.flags.gpu) if e.model.kpool_indexer is not None else None
     if backend:     # MLAAttention.__init__ -> get_attn_backend, while the model is built
         return [Refusal("attention-backend", f"{start} on {e.flags.gpu.describe()}: {backend}")]
-    chosen = glm5next.backend_refusal(e.model, e.flags) if e.model.glm5next is not None else None
+    chosen = glm5next.backend_refusal(e.model, e.flags) if e.model.kpool_indexer is not None else None
     if chosen:
         return [Refusal("attention-backend", f"{start} on --attention-backend {e.flags.attention_backend}: {chosen}")]
     replay = e.release.replayssm(replayssm_of(e)) if e.line.use_replayssm else None
@@ -326,10 +326,10 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
                                   (engine_facts(p, plan), engine_facts(d, plan)), _host_buffer(local),
                                   enforces_hash(local))
-        if d.model.qwen4exp is not None:     # the CSA-linear and PLE checks of its connector
+        if d.model.ple_qsa is not None:     # the CSA-linear and PLE checks of its connector
             found = qwen4exp.with_refusals(found, d.model, plan.prefill, plan.decode, rebuild, p.model,
                                            push=mode == PUSH)
-        if d.model.glm5next is not None:     # an engine whose tail ring does not divide its block
+        if d.model.kpool_indexer is not None:     # an engine whose tail ring does not divide its block
             found = not_started_first(found, glm5next.refusals(d.model, plan.prefill.geometry.block_size,
                                                                plan.decode.geometry.block_size, p.model))
         first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]

@@ -52,7 +52,7 @@ class ServedEngine:
         """The line's backend, else vLLM's pick for the GPU (an MLA backend for an MLA model)."""
         from mambaxfer_cli.engines.vllm.gpu import default_attention_backend, default_mla_backend
 
-        if self.model.glm5next is not None:       # vLLM's sparse MLA pick for the GPU
+        if self.model.kpool_indexer is not None:       # vLLM's sparse MLA pick for the GPU
             from mambaxfer_cli.engines.vllm.families import glm5next
 
             if glm5next.startup_refusal(self.model, self.flags.gpu):
@@ -128,7 +128,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
     # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
-    kv = line.attention_config.get("indexer_kv_dtype") if base_model.qwen4exp is not None else None
+    kv = line.attention_config.get("indexer_kv_dtype") if base_model.ple_qsa is not None else None
     model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
                  hf_overrides=line.hf_overrides, releases=(base.release.name,),
                  **({"indexer_kv_dtype": kv} if kv is not None else {}))
@@ -145,7 +145,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
             from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
 
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
-        if model.glm5next is not None:    # its config hook (fp8 KV on SM 10.x), its sparse backend
+        if model.kpool_indexer is not None:    # its config hook (fp8 KV on SM 10.x), its sparse backend
             from mambaxfer_cli.engines.vllm.families import glm5next
 
             if not glm5next.backend_refusal(model, flags):         # else: a start-up refusal

@@ -371,7 +371,7 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     """Prove one plan byte by byte (the plan may come from anywhere, a mutated one included)."""
     start = time.perf_counter()
     sim = simulate(plan, patterns)
-    if plan.model.qwen4exp is not None or plan.model.glm5next is not None:
+    if plan.model.ple_qsa is not None or plan.model.kpool_indexer is not None:
         # its PLE and indexer pages, beside the pages simulate proves
         from mambaxfer_cli.proof import indexer_caches
         from mambaxfer_cli.engines.vllm.families import qwen4exp_proof as qwen4exp

@@ -102,7 +102,7 @@ def side_caches_line(spec, side) -> str:
     from mambaxfer_cli.engines.vllm.families import qwen4exp
 
     parts = []
-    q = spec.qwen4exp
+    q = spec.ple_qsa
     if q is not None and q.ple_layers:
         parts.append(f"PLE state {qwen4exp.ple_state_bytes(spec)} B on every rank ({len(q.ple_layers)} layer(s), "
                      f"TP-replicated), page {qwen4exp.ple_page_bytes(spec, side)} B")

@@ -140,7 +140,7 @@ def gdn_backend(model: ModelSpec, flags: EngineFlags) -> str | None:
 def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGrouping,
                   attention_streams: int = 1) -> EngineLayout:
     """Lay out one engine of ``tp`` ranks started with ``flags`` (its release, GPU and serve flags)."""
-    if model.glm5next is not None:      # its config hook (fp8 KV on SM 10.x) and sparse backend
+    if model.kpool_indexer is not None:      # its config hook (fp8 KV on SM 10.x) and sparse backend
         flags = glm5next.engine_flags(model, flags)
     ranks = rank_layouts(model, tp)
     heads = tuple(kv_head_shard(model, tp, r) for r in range(tp))
@@ -151,14 +151,14 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     gdn = gdn_backend(model, flags)
     alignment = gdn_checkpoint_alignment(gdn) if gdn else 1
     q_heads = model.num_q_heads // tp if model.num_q_heads else None
-    if model.glm5next is not None:
+    if model.kpool_indexer is not None:
         kernel = glm5next.kernel(model, flags)
     else:
         kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
                                 q_heads, len(heads[0]) if heads[0] is not None else None, mla=model.mla)
     state = ranks[0].state_bytes
-    if model.qwen4exp is not None:     # the largest of its mamba pages (GDN's, PLE's): qwen4exp.mamba_page_bytes
-        state = max(state, model.qwen4exp.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
+    if model.ple_qsa is not None:     # the largest of its mamba pages (GDN's, PLE's): qwen4exp.mamba_page_bytes
+        state = max(state, model.ple_qsa.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
     sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
         if model.sizing_ssm_dtype else state
     geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
@@ -173,10 +173,10 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))
     regions = (glm5next.regions(model, geometry, grouping.ssm_tensors, flags.release.regions_keyed_by_length)
-               if model.glm5next is not None else ())
+               if model.kpool_indexer is not None else ())
     return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
                         hashed_backend(model, geometry), flags, kernel, mla=model.mla,
-                        packed=model.glm5next is not None, regions=regions)
+                        packed=model.kpool_indexer is not None, regions=regions)
 
 
 GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-prefill-backend)

@@ -245,7 +245,7 @@ def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, de
     """vLLM's numbering of a GLM-5-Next pairing's regions under vLLM semantics (D's release
     decides which regions a group covers: D builds both lists of a pull); None elsewhere, and
     for a grouping given by hand."""
-    if model.glm5next is None or semantics != VLLM or RING not in grouping.groups:
+    if model.kpool_indexer is None or semantics != VLLM or RING not in grouping.groups:
         return None
     every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
     streams = tuple(None if kind == SSM else glm5next.covered_regions(decode.regions, kind == RING, every)
@@ -328,7 +328,7 @@ def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout,
                     verdict: Verdict, releases: str, semantics: str) -> list[Warning_]:
     """What this plan's reads leave out of Qwen4Exp: its PLE page; and a PLE state that differs
     inside pages vLLM finds equal."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None
     out = []
     p_state, d_state = qwen4exp.ple_state_bytes(p_model), qwen4exp.ple_state_bytes(model)
@@ -355,8 +355,8 @@ def _indexer_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, 
     found = indexer_caches.caches(model)
     if found is None:
         return []
-    code = "qwen4exp-qsa" if model.qwen4exp is not None else "glm5next-indexer"
-    kind = "indexed-attention" if model.qwen4exp is not None else "MLA"
+    code = "qwen4exp-qsa" if model.ple_qsa is not None else "glm5next-indexer"
+    kind = "indexed-attention" if model.ple_qsa is not None else "MLA"
     out = [Warning_(code, (
         f"{found.indexer}: each of the {model.attention_layers} {kind} layers also keeps a {found.ring_name} "
         f"({found.ring_tokens} tokens, a {found.ring_page_bytes} B page, one block per request) and compressed "
@@ -415,9 +415,9 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
-    if model.qwen4exp is not None:
+    if model.ple_qsa is not None:
         verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model)
-    if model.glm5next is not None:
+    if model.kpool_indexer is not None:
         verdict = not_started_first(verdict, glm5next.refusals(model, prefill.geometry.block_size,
                                                                decode.geometry.block_size, p_model))
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
@@ -454,7 +454,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     elif ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
         warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
                                      "vllm-differs", f"{releases} would read wrong bytes for this pairing")
-    if model.qwen4exp is not None:
+    if model.ple_qsa is not None:
         warnings += _qwen4exp_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
     warnings += _indexer_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
     if verdict.accepts and verdict.needs_remote_num_tokens:

@@ -55,14 +55,14 @@ PAGED_MQA_STATES = (32, 64)
 
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     """The KV-cache layouts an engine of ``model`` may run: BLHNC, or None (not GLM-5-Next)."""
-    return LAYOUTS if model.glm5next is not None else None
+    return LAYOUTS if model.kpool_indexer is not None else None
 
 
 def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
     """Why vLLM starts no engine of ``model`` on ``gpu``: no sparse MLA backend is valid there
     (``CudaPlatform.get_attn_backend_cls`` raises when every backend of ``_get_backend_priorities``
     fails ``validate_configuration``); None where one is."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     major = gpu.capability[0]
     why = ""
@@ -80,7 +80,7 @@ def sparse_backend(model: ModelSpec, gpu: Gpu) -> tuple[str, int]:
     """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens), or
     a UserError where vLLM starts no engine there (``startup_refusal``) or mambaxfer does not model
     the pick."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     refused = startup_refusal(model, gpu)
     if refused:
@@ -141,7 +141,7 @@ def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
     backend's smallest (the indexer's, the sparse backend's, the ring's 1), which a block above
     the requested size always is. A packed block is never split into kernel blocks
     (``prepare_kernel_block_sizes``): every block is its own kernel block."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     name, smallest = sparse_backend(model, flags.gpu)
     indexer = g.index_kpool * PAGED_MQA_STATES[0]
@@ -151,28 +151,28 @@ def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
 # --- the indexer's caches -----------------------------------------------------------------------
 
 def ring_tokens(model: ModelSpec) -> int:
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     return circular_buffer.kpool_ring_tokens(g.index_kpool, model.num_spec)
 
 
 def ring_slot_bytes(model: ModelSpec) -> int:
     """One ring slot: two bf16 head slots of ``index_head_dim`` (the raw key, the gate score)."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     return circular_buffer.kpool_slot_bytes(g.index_head_dim)
 
 
 def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
-    if model.glm5next is None:
+    if model.kpool_indexer is None:
         return None
     return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", ring_tokens(model), ring_slot_bytes(model),
-                         model.glm5next.index_kpool, key_bytes(model), model.mla)
+                         model.kpool_indexer.index_kpool, key_bytes(model), model.mla)
 
 
 def key_bytes(model: ModelSpec) -> int:
     """One compressed key: ``index_head_dim`` fp8 bytes and a float32 scale per 128."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
 
@@ -201,7 +201,7 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
     no row is registered whole) unless a region with its key exists: its address (0.33), its
     address and length (0.34, ``keyed_by_length``); a view of an MLA spec (keys, latent) that
     joins one sets its length."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     mla = model.attention_layers
     page = geometry.page_bytes

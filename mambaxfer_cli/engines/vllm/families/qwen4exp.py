@@ -33,7 +33,7 @@ from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import ModelSpec, Qwen4ExpParts
+from mambaxfer_cli.planning.model import ModelSpec, PleQsaParts
 
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
@@ -46,19 +46,19 @@ QSA_LAYOUTS = ("BLNHC", "BLHNC")
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     """The KV-cache layouts an engine of ``model`` may run: QSA's two, or None (no QSA: vLLM's
     default preference applies)."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     return QSA_LAYOUTS if q is not None and q.has_qsa else None
 
 
-def parts(model: ModelSpec) -> Qwen4ExpParts | None:
-    return model.qwen4exp
+def parts(model: ModelSpec) -> PleQsaParts | None:
+    return model.ple_qsa
 
 
 def ple_state_bytes(model: ModelSpec) -> int:
     """One PLE layer's state on any rank (``tp_world_size=1``): channels × (state_len + num_spec)
     in the conv dtype (``short_conv_state_dtype``: the mamba cache dtype, else the model's). 0
     without PLE layers."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     return q.ple_state_bytes(model.num_spec, dtype_bytes(model.conv_dtype)) if q is not None else 0
 
 
@@ -82,7 +82,7 @@ def ple_page_bytes(model: ModelSpec, side: EngineLayout) -> int:
 
 def ring_tokens(model: ModelSpec) -> int | None:
     """The QSA raw-key ring's capacity (``circular_buffer.qsa_ring_tokens``); None without QSA."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None or q.compress_ratio is None:
         return None
     return circular_buffer.qsa_ring_tokens(q.compress_ratio, model.num_spec)
@@ -93,7 +93,7 @@ def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
     """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (the
     local engine is D when it pulls, P when P pushes); ``p_model``: P's model where its num_spec or
     dtypes differ from D's."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None:
         return ()
     out: list[Refusal] = []
@@ -191,7 +191,7 @@ _POSITION_SLOTS, _ROPE_AXES = 4, 3
 def ring_slot_bytes(model: ModelSpec) -> int:
     """One token slot of the raw-key ring: the key (``indexer_head_dim``) in bfloat16, and with
     M-RoPE (``model_config.uses_mrope``) its positions (``QSARawKeyCache.__init__``)."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None and q.indexer_head_dim is not None
     slots = q.indexer_head_dim
     if q.rope_positions:
@@ -200,7 +200,7 @@ def ring_slot_bytes(model: ModelSpec) -> int:
 
 
 def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None or not q.has_qsa:
         return None
     ring = ring_tokens(model)
@@ -213,6 +213,6 @@ def compressed_key_bytes(model: ModelSpec) -> int:
     """One compressed key: ``indexer_head_dim`` in the indexer's dtype (``QSAIndexer.__init__``:
     bfloat16, or plain float8_e4m3fn without scales where ``--attention-config`` sets
     ``indexer_kv_dtype`` fp8)."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None and q.indexer_head_dim is not None
     return q.indexer_head_dim * dtype_bytes("float8_e4m3fn" if q.indexer_kv_dtype == "fp8" else "bfloat16")

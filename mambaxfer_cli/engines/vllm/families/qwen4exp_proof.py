@@ -30,13 +30,13 @@ REFUSED = ("ple-geometry", "ple-without-qsa", "csa-linear-tp")
 
 
 def _rows(model: ModelSpec) -> int:
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None
     return q.ple_state_len + model.num_spec
 
 
 def _p_page(model: ModelSpec, page_len: int, layer: int, block: int) -> np.ndarray:
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None
     unit = _rows(model) * dtype_bytes(model.conv_dtype)
     state = unit_bytes_pattern(layer, block, "ple", 0, q.ple_channels, unit).reshape(-1)
@@ -60,7 +60,7 @@ def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None
     """The PLE pages of one request block, for every PLE layer and D rank; None for a model
     without PLE state, or where vLLM refuses the pages."""
     model = plan.model
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None or not q.ple_layers:
         return None
     if any(r.code in REFUSED for r in plan.verdict.refusals):
