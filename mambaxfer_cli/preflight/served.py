@@ -52,12 +52,11 @@ class ServedEngine:
         """The line's backend, else vLLM's pick for the GPU (an MLA backend for an MLA model)."""
         from mambaxfer_cli.engines.vllm.gpu import default_attention_backend, default_mla_backend
 
-        if self.model.kpool_indexer is not None:       # vLLM's sparse MLA pick for the GPU
-            from mambaxfer_cli.engines.vllm.families import glm5next
+        from mambaxfer_cli.engines.vllm import families
 
-            if glm5next.startup_refusal(self.model, self.flags.gpu):
-                return "none (no sparse MLA backend)"
-            return glm5next.sparse_backend(self.model, self.flags.gpu)[0]
+        own = families.first("attention_pick", self.model, self.flags.gpu)     # a family's (sparse MLA) pick
+        if own is not None:
+            return own
         pick = default_mla_backend if self.model.mla else default_attention_backend
         return self.flags.attention_backend or pick(self.flags.gpu)
 
@@ -145,13 +144,9 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
             from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
 
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
-        if model.kpool_indexer is not None:    # its config hook (fp8 KV on SM 10.x), its sparse backend
-            from mambaxfer_cli.engines.vllm.families import glm5next
+        from mambaxfer_cli.engines.vllm import families
 
-            if not glm5next.backend_refusal(model, flags):         # else: a start-up refusal
-                flags = glm5next.engine_flags(model, flags)
-            if not glm5next.startup_refusal(model, flags.gpu):     # else: a start-up refusal
-                glm5next.sparse_backend(model, flags.gpu)
+        flags = families.first("served_flags", model, flags) or flags    # a family's config hook and backend
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base)

@@ -23,6 +23,8 @@ class IndexerCaches:
     tokens_per_key: int     # compress_ratio, index_kpool
     key_bytes: int
     mla: bool               # the model's attention is MLA: one source, no head offset
+    warning: str            # the plan's warning code for them
+    layer_kind: str         # the layers that keep them, as the warning names them
 
     @property
     def ring_page_bytes(self) -> int:

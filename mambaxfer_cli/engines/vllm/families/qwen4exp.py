@@ -31,6 +31,7 @@ from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
+from mambaxfer_cli.engines.vllm.plan import Warning_
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec, PleQsaParts
@@ -141,6 +142,8 @@ def ple_fix(rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]], mo
     """The smallest ``--block-size`` pair (P's, D's) at which vLLM builds both engines with the
     same PLE page and refuses nothing else of Qwen4Exp's: the attention pages must be equal, so
     the blocks are inverse to each side's attention bytes per token."""
+    if model.ple_qsa is None:
+        return None
     a_p, a_d = prefill.geometry.attention_bytes_per_token, decode.geometry.attention_bytes_per_token
     if a_p is None or a_d is None:
         return None
@@ -163,9 +166,11 @@ FIRST = ("qsa-ring", "csa-linear-tp")
 
 def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
                   rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]],
-                  p_model: ModelSpec | None = None, push: bool = False) -> Verdict:
+                  p_model: ModelSpec | None = None, push: bool = False) -> Verdict | None:
     """The handshake's verdict with Qwen4Exp's refusals in vLLM's order; a same-size block
     suggestion is kept only where vLLM then refuses nothing of Qwen4Exp's either."""
+    if model.ple_qsa is None:
+        return None
     found = refusals(model, prefill, decode, p_model, push)
     if not found:
         return verdict
@@ -206,7 +211,7 @@ def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
     ring = ring_tokens(model)
     assert q.compress_ratio is not None and ring is not None
     return IndexerCaches("QSA", "QSA raw-key ring", ring, ring_slot_bytes(model), q.compress_ratio,
-                         compressed_key_bytes(model), model.mla)
+                         compressed_key_bytes(model), model.mla, "qwen4exp-qsa", "indexed-attention")
 
 
 def compressed_key_bytes(model: ModelSpec) -> int:
@@ -216,3 +221,28 @@ def compressed_key_bytes(model: ModelSpec) -> int:
     q = model.ple_qsa
     assert q is not None and q.indexer_head_dim is not None
     return q.indexer_head_dim * dtype_bytes("float8_e4m3fn" if q.indexer_kv_dtype == "fp8" else "bfloat16")
+
+
+def plan_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+                    verdict: Verdict, releases: str, semantics: str) -> list[Warning_] | None:
+    """What this plan's reads leave out of Qwen4Exp: its PLE page; and a PLE state that differs
+    inside pages vLLM finds equal."""
+    q = model.ple_qsa
+    if q is None:
+        return None
+    out = []
+    p_state, d_state = ple_state_bytes(p_model), ple_state_bytes(model)
+    if q.ple_layers and verdict.accepts and p_state != d_state:
+        out.append(Warning_("vllm-ple-differs", (
+            f"P's PLE state is {p_state} bytes and D's {d_state} (speculative rows or dtype differ), but "
+            f"both pages are padded to {ple_page_bytes(model, decode)} B, so {releases} accepts "
+            f"them and D reads P's page whole: its PLE conv state lands on the wrong rows")))
+    if q.ple_layers:
+        sources = {len(ple_sources(prefill, decode, d)) for d in range(decode.tp)}
+        out.append(Warning_("qwen4exp-ple", (
+            f"PLE: {len(q.ple_layers)} TP-replicated page(s) of {ple_state_bytes(model)} bytes of "
+            f"state (page {ple_page_bytes(model, decode)} B on D, "
+            f"{ple_page_bytes(model, prefill)} B on P); each D rank reads the whole page from "
+            f"each of its {max(sources)} source P rank(s), the same bytes from each; not in the reads "
+            f"above")))
+    return out
