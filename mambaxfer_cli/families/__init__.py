@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.limits import MAX_DIM, within
 from mambaxfer_cli.planning.model import Variant
 from mambaxfer_cli.planning.variants import VARIANTS, Alternatives
 
@@ -55,6 +56,14 @@ def int_key(config: Config, key: str, minimum: int, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
     return value
+
+
+def dim_key(config: Config, key: str, default: int | None, where: str, minimum: int = 1) -> int:
+    """A dimension's key, ``default`` where unset, bounded as any model's."""
+    value = default if config.get(key) is None else config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
+    return within(f"{where}: key '{key}'", value, minimum, MAX_DIM, "model's")
 
 
 _ITEM_NAMES = {str: "strings", int: "integers"}

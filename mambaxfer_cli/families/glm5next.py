@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mambaxfer_cli.errors import UserError, quoted
-from mambaxfer_cli.families import Config, Family
-from mambaxfer_cli.limits import MAX_DIM, within
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.families import Config, Family, dim_key
 from mambaxfer_cli.planning.model import ATTENTION, SSM, KpoolIndexerParts, Variant
 
 FAMILY = "GLM-5-Next"
@@ -27,11 +26,7 @@ DEFAULTS = {"index_kpool": 16, "index_head_dim": 128, "index_topk": 2048, "kv_lo
 
 
 def _int(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int:
-    value = config.get(key)
-    value = DEFAULTS[key] if value is None else value
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
-    return within(f"{where}: key '{key}'", value, minimum, MAX_DIM, "model's")
+    return dim_key(config, key, DEFAULTS[key], where, minimum)
 
 
 def default_layers(n_layers: int) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mambaxfer_cli.errors import UserError, quoted
-from mambaxfer_cli.families import Config, Family
+from mambaxfer_cli.families import Config, Family, dim_key
 from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
 from mambaxfer_cli.planning.model import SSM, PleQsaParts, Variant
@@ -19,13 +19,6 @@ QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_
 # Layer kinds of a Qwen4Exp config: transformers 5.18 renamed qwen_sparse_attention to
 # indexed_attention and reads the released checkpoint's full_attention as indexed_attention.
 INDEXED_KINDS = ("indexed_attention", "qwen_sparse_attention")
-
-
-def _int(config: Mapping[str, Any], key: str, default: int | None, where: str, minimum: int = 1) -> int:
-    value = config.get(key, default) if config.get(key) is not None else default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
-    return at_most(f"{where}: key '{key}'", value, MAX_DIM, "model's")
 
 
 # vLLM's AttentionConfig.indexer_kv_dtype (config/attention.py IndexerKVDType), and what QSA's
@@ -62,19 +55,19 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
     if not_linear:
         raise UserError(f"{where}: Qwen4Exp PLE is only supported on linear_attention layers, got PLE on "
                         f"layers {not_linear} (transformers' Qwen4ExpTextConfig refuses it)")
-    hidden = _int(config, "hidden_size", None, where)
-    hc_count = _int(config, "hc_count", 4, where)
-    kernel = _int(config, "ple_conv_kernel_size", 4, where)
-    ngram = _int(config, "ngram_size", 3, where)
+    hidden = dim_key(config, "hidden_size", None, where)
+    hc_count = dim_key(config, "hc_count", 4, where)
+    kernel = dim_key(config, "ple_conv_kernel_size", 4, where)
+    ngram = dim_key(config, "ngram_size", 3, where)
     given = {key: config.get(key) for key in QSA_KEYS if config.get(key) is not None}
     head_dim = ratio = None
     if given:
         missing = [key for key in QSA_KEYS if key not in given]
         if missing:
             raise UserError(f"{where}: the QSA indexer config is missing {', '.join(missing)}")
-        head_dim = _int(config, "indexer_head_dim", None, where)
-        ratio = _int(config, "indexer_compress_ratio", None, where)
-        if _int(config, "indexer_kv_heads", None, where) != 1:
+        head_dim = dim_key(config, "indexer_head_dim", None, where)
+        ratio = dim_key(config, "indexer_compress_ratio", None, where)
+        if dim_key(config, "indexer_kv_heads", None, where) != 1:
             raise UserError(f"{where}: Qwen4Exp QSA requires indexer_kv_heads = 1, got "
                             f"{config['indexer_kv_heads']}")
     return PleQsaParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,

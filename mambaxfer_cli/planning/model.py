@@ -105,6 +105,7 @@ class ModelSpec:
     mla: bool = False                # MLA: one latent vector per token (head_size), every rank whole
     sizing_ssm_dtype: str = ""       # the SSM dtype vLLM sizes the blocks for, where not ssm_dtype (KDA)
     ssm_backend: str = ""            # its SSM layers' backend name, where not the variant's (Kimi-K3's KDA)
+    state_source: str = ""           # vLLM's function that fixes the SSM state dtype whatever sizes the blocks
     # The Hugging Face config as read (empty for a model given another way): what an engine's own
     # config reader is handed in conformance.
     hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -373,10 +373,10 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     sim = simulate(plan, patterns)
     if plan.model.ple_qsa is not None or plan.model.kpool_indexer is not None:
         # its PLE and indexer pages, beside the pages simulate proves
+        from mambaxfer_cli.engines.vllm import families
         from mambaxfer_cli.proof import indexer_caches
-        from mambaxfer_cli.engines.vllm.families import qwen4exp_proof as qwen4exp
-        sim = qwen4exp.merged(sim, qwen4exp.prove_ple(plan, plan_prefill_model(plan)),
-                              indexer_caches.prove(plan, plan_prefill_model(plan)))
+        sim = indexer_caches.merged(sim, families.first("prove_ple", plan, plan_prefill_model(plan), part="_proof"),
+                                    indexer_caches.prove(plan, plan_prefill_model(plan)))
     verdict = "pass" if sim.ok else "fail"
     if verdict == "pass" and plan.semantics == VLLM and not plan.verdict.accepts:
         verdict = "refused"     # what vLLM would do is refuse: the deployment does not work

@@ -294,6 +294,7 @@ def spec_from_config(
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
         sizing_ssm_dtype=sizing, ssm_backend=family.ssm_backend, hf_config=as_read,
+        state_source=family.fixed_state_source,
         **own, hidden_layers=_hidden_layers(config),
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )

@@ -252,10 +252,6 @@ def _tuples(blocks: Any) -> list[tuple[int, ...]]:
     return [tuple(b.as_tuple()) if hasattr(b, "as_tuple") else tuple(b) for b in blocks]
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
 # Stand-ins beside the presets: the shapes SGLang's configs pass for families mambaxfer has no
 # preset of, and small odd dimensions.
 KIMI_STAND_INS: tuple[dict[str, int], ...] = (

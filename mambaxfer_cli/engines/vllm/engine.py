@@ -165,7 +165,7 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
         flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype, q_heads,
         len(heads[0]) if heads[0] is not None else None, mla=model.mla)
     state = ranks[0].state_bytes
-    if model.ple_qsa is not None:     # the largest of its mamba pages (GDN's, PLE's): qwen4exp.mamba_page_bytes
+    if model.ple_qsa is not None:     # the largest of its mamba pages (GDN's, PLE's whole)
         state = max(state, model.ple_qsa.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
     sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
         if model.sizing_ssm_dtype else state
@@ -175,8 +175,8 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
             raise UserError(
                 f"vLLM does not start a TP-{tp} engine of {model.name}: it sizes its blocks for a "
                 f"{model.sizing_ssm_dtype} SSM state (--mamba-ssm-cache-dtype), a {geometry.page_bytes}-byte page, "
-                f"but its KDA layers keep the state in {model.ssm_dtype} (KimiGatedDeltaNetAttention."
-                f"get_state_dtype), {state} bytes: MambaSpec.page_size_bytes asserts page_size_padded >= page_size")
+                f"but its KDA layers keep the state in {model.ssm_dtype} ({model.state_source}), {state} bytes: "
+                f"MambaSpec.page_size_bytes asserts page_size_padded >= page_size")
         geometry = replace(geometry, state_bytes=state)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))

@@ -34,7 +34,7 @@ from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.plan import Warning_
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import ModelSpec, PleQsaParts
+from mambaxfer_cli.planning.model import ModelSpec
 
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
@@ -51,23 +51,12 @@ def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     return QSA_LAYOUTS if q is not None and q.has_qsa else None
 
 
-def parts(model: ModelSpec) -> PleQsaParts | None:
-    return model.ple_qsa
-
-
 def ple_state_bytes(model: ModelSpec) -> int:
     """One PLE layer's state on any rank (``tp_world_size=1``): channels × (state_len + num_spec)
     in the conv dtype (``short_conv_state_dtype``: the mamba cache dtype, else the model's). 0
     without PLE layers."""
     q = model.ple_qsa
     return q.ple_state_bytes(model.num_spec, dtype_bytes(model.conv_dtype)) if q is not None else 0
-
-
-def mamba_page_bytes(model: ModelSpec, gdn_state: int) -> int:
-    """The mamba page ``_align_hybrid_block_size`` fits the attention block to: the largest of
-    ``get_mamba_specs_from_config``'s pages (GDN's per rank, PLE's whole); ``engine_layout``
-    derives the geometry from it."""
-    return max(gdn_state, ple_state_bytes(model))
 
 
 def ple_page_bytes(model: ModelSpec, side: EngineLayout) -> int:
@@ -124,6 +113,15 @@ def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
             out.append(Refusal("ple-geometry", (
                 f"PLE pages require identical P/D geometry: local={here}, remote={there}.")))
     return tuple(out)
+
+
+def side_cache(model: ModelSpec, side: EngineLayout) -> str | None:
+    """The PLE state as ``inspect`` shows one engine's caches."""
+    q = model.ple_qsa
+    if q is None or not q.ple_layers:
+        return None
+    return (f"PLE state {ple_state_bytes(model)} B on every rank ({len(q.ple_layers)} layer(s), TP-replicated), "
+            f"page {ple_page_bytes(model, side)} B")
 
 
 def ple_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> list[int]:
