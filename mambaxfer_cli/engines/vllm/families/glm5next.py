@@ -43,6 +43,7 @@ from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, En
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.families.glm5next import FAMILY
 from mambaxfer_cli.planning.model import ModelSpec
 
 # The sparse MLA backend vLLM picks, by GPU family (SM 9.x, SM 10.x): geometry.SPARSE_MLA_BACKENDS.
@@ -58,6 +59,11 @@ PAGED_MQA_STATES = (32, 64)
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     """The KV-cache layouts an engine of ``model`` may run: BLHNC, or None (not GLM-5-Next)."""
     return LAYOUTS if model.kpool_indexer is not None else None
+
+
+def sparse_mla() -> str:
+    """The family vLLM's sparse MLA backends run."""
+    return FAMILY
 
 
 def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
