@@ -11,7 +11,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mambaxfer_cli"
 
-# Each family module's name, and how code spells the family (case-insensitive).
+# Each family module's name, and how code spells the family (case-insensitive). Not yet listed:
+# Mamba / Mamba2 (the variants' own word) and Qwen3-Next / Qwen3.5 (named in 11 modules still).
 FAMILY_NAMES = {
     "glm5next": r"glm[-_ ]?5",
     "qwen4exp": r"qwen4[-_ ]?exp",
