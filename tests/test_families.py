@@ -37,7 +37,6 @@ NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
     ("engines/sglang/release.py", "granite"), ("engines/sglang/release.py", "jamba"),
     ("engines/sglang/release.py", "kimi"), ("engines/sglang/release.py", "nemotron_h"),
     ("engines/sglang/release.py", "qwen4exp"), ("engines/sglang/release.py", "zamba2"),
-    ("engines/sglang/shapes.py", "kimi"),
     ("engines/vllm/probe.py", "glm5next"), ("engines/vllm/probe.py", "kimi"), ("engines/vllm/probe.py", "qwen4exp"),
     ("engines/vllm/releases/v0_33/__init__.py", "bailing"), ("engines/vllm/releases/v0_33/__init__.py", "glm5next"),
     ("engines/vllm/releases/v0_33/__init__.py", "kimi"), ("engines/vllm/releases/v0_33/__init__.py", "nemotron_h"),
