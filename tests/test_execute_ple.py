@@ -22,7 +22,7 @@ from mambaxfer_cli.execute.whole_pages import PageRead, ple_lists, ple_reads
 from mambaxfer_cli.engines.vllm.transfer.run import execute
 from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
 from mambaxfer_cli.execute.tasks import RunSettings
-from mambaxfer_cli.proof import qwen4exp as ple_proof
+from mambaxfer_cli.engines.vllm.families import qwen4exp_proof as ple_proof
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import assert_no_rank_left, new_tag

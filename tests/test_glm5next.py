@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from cli_run import assert_user_error, run_cli
-from mambaxfer_cli.engines.vllm import glm5next, indexer_caches
+from mambaxfer_cli.engines.vllm import indexer_caches
+from mambaxfer_cli.engines.vllm.families import glm5next
 from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import gpu as gpu_named
@@ -62,7 +63,7 @@ def test_the_preset_reads_as_transformers_fills_it():
     assert [i for i, kind in enumerate(model.layers) if kind == "attention"] == list(range(3, 45, 4))
     assert (model.num_kv_heads, model.head_size, model.num_q_heads) == (1, LATENT, 64)
     assert (model.conv_dtype, model.ssm_dtype) == ("bfloat16", "float32")      # kda_state_dtype
-    g = model.glm5next
+    g = model.kpool_indexer
     assert (g.index_kpool, g.index_head_dim, g.index_topk, g.kv_lora_rank, g.qk_nope_head_dim) == (
         KPOOL, INDEX_DIM, 2048, 512, 256)
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-PLANNING = ["mambaxfer_cli.planning.model", "mambaxfer_cli.readers.families", "mambaxfer_cli.readers.model_config",
+PLANNING = ["mambaxfer_cli.planning.model", "mambaxfer_cli.families", "mambaxfer_cli.readers.model_config",
             "mambaxfer_cli.readers.model_source", "mambaxfer_cli.planning.variants", "mambaxfer_cli.planning.layout",
             "mambaxfer_cli.planning.reads", "mambaxfer_cli.planning.kv_groups",
             "mambaxfer_cli.engines.vllm.descriptors",

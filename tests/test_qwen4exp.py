@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.families import qwen4exp
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.errors import UserError
@@ -41,7 +41,7 @@ def test_the_released_config_reads_as_gdn_with_ple_and_qsa():
     # transformers reads the checkpoint's full_attention as indexed_attention: 36 GDN + 12 QSA.
     assert (spec.ssm_layers, spec.attention_layers) == (36, 12)
     assert spec.ssm_dtype == "float32"          # Qwen4Exp's class reads mamba_ssm_dtype
-    q = spec.qwen4exp
+    q = spec.ple_qsa
     assert q is not None and q.ple_layers == (1,) and q.ple_channels == 4 * 2560
     assert q.ple_state_len == (4 - 1) * 3 and q.indexer_head_dim == 128 and q.compress_ratio == 4
     # short_conv_state_shape(tp_world_size=1, 10240, 10, 0): 10240 x 9 bf16, whatever the TP.
@@ -120,7 +120,7 @@ def test_num_spec_on_one_side_only(heads, refused):
 def test_ple_without_qsa_is_refused_at_worker_start():
     spec = model(indexer_n_heads=None, indexer_kv_heads=None, indexer_head_dim=None, indexer_budget=None,
                  indexer_compress_ratio=None)
-    assert not spec.qwen4exp.has_qsa
+    assert not spec.ple_qsa.has_qsa
     assert codes(plan(spec, 2, 2)) == ["ple-without-qsa"]
 
 
@@ -134,7 +134,7 @@ def test_the_mamba_page_is_the_largest_of_gdn_and_ple():
 
 # --- the PLE pages, byte by byte -----------------------------------------------------------------
 
-from mambaxfer_cli.proof import qwen4exp as ple_proof  # noqa: E402
+from mambaxfer_cli.engines.vllm.families import qwen4exp_proof as ple_proof  # noqa: E402
 from mambaxfer_cli.engines.vllm.proof.check import check_plan  # noqa: E402
 
 
@@ -227,8 +227,8 @@ def test_the_qsa_ring_rounds_up_to_whole_groups(ratio, spec, tokens):
 @pytest.mark.parametrize("kpool, spec, tokens", [(16, 0, 16), (16, 1, 32), (16, 16, 32), (16, 17, 64)])
 def test_glm5next_tail_ring_takes_a_power_of_two_of_pools(kpool, spec, tokens):
     # Glm5NextTailCache.get_kv_cache_spec: kpool * next_power_of_2(cdiv(kpool + num_spec, kpool)).
-    assert circular_buffer.glm5next_ring_tokens(kpool, spec) == tokens
-    assert circular_buffer.glm5next_ring_bytes(kpool, 128, spec) == tokens * 2 * 128 * 2
+    assert circular_buffer.kpool_ring_tokens(kpool, spec) == tokens
+    assert circular_buffer.kpool_slot_bytes(128) == 2 * 128 * 2
 
 
 def test_a_ring_that_does_not_divide_the_block_stops_the_engine():
@@ -297,8 +297,8 @@ def test_the_qsa_pages_of_the_released_config():
     spec = model()
     # M-RoPE (rope_parameters.mrope_section): each ring slot is the 128-wide key, then 3 int64
     # positions as 12 bf16 slots (QSARawKeyCache): 140 x 2 B, 4 slots.
-    assert spec.qwen4exp.rope_positions and indexer_caches.caches(spec).ring_page_bytes == 4 * 140 * 2
-    assert not model(rope_parameters={"rope_type": "default", "rope_theta": 1e7}).qwen4exp.rope_positions
+    assert spec.ple_qsa.rope_positions and indexer_caches.caches(spec).ring_page_bytes == 4 * 140 * 2
+    assert not model(rope_parameters={"rope_type": "default", "rope_theta": 1e7}).ple_qsa.rope_positions
     # One 128-wide bf16 key per 4 tokens of the attention block.
     assert indexer_caches.caches(spec).key_page_bytes(1600) == 400 * 128 * 2
 
@@ -390,7 +390,7 @@ def test_fp8_compressed_keys_are_one_byte_an_element():
     # QSAIndexer.__init__: indexer_kv_dtype fp8 keeps the compressed keys in plain float8_e4m3fn, no
     # scales; "auto" is bf16. The ring stays bf16.
     bf16, fp8 = model(), spec_from_config(copy.deepcopy(CONFIG), name="q", source="t", indexer_kv_dtype="fp8")
-    assert fp8.qwen4exp.indexer_kv_dtype == "fp8" and bf16.qwen4exp.indexer_kv_dtype == "bf16"
+    assert fp8.ple_qsa.indexer_kv_dtype == "fp8" and bf16.ple_qsa.indexer_kv_dtype == "bf16"
     assert indexer_caches.caches(fp8).key_page_bytes(1600) == 400 * 128
     assert indexer_caches.caches(fp8).ring_page_bytes == indexer_caches.caches(bf16).ring_page_bytes
     result = run_cli("check", "--model", "qwen3.8-flash-next", "--pairs", "2:2", "--indexer-kv-dtype", "fp8")

@@ -18,7 +18,7 @@ from mambaxfer_cli.engines.sglang.heads import head_slice
 from mambaxfer_cli.engines.sglang.ranks import RankMapping, rank_findings, rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, SGLANG_0_5_23
 from mambaxfer_cli.engines.sglang.shapes import (
-    kimi_linear_state_shape, mamba1_state_shape, mamba2_state_shape, state_dtypes, state_shape, tp_refusal,
+    kda_state_shape, mamba1_state_shape, mamba2_state_shape, state_dtypes, state_shape, tp_refusal,
 )
 from mambaxfer_cli.engines.sglang.slices import Block, byte_blocks, replicated_writer, slice_blocks
 from mambaxfer_cli.engines.sglang.writes import (
@@ -59,7 +59,7 @@ def test_mamba2_conv_is_x_b_c_with_groups_padded_to_tp():
 
 def test_mamba1_is_a_full_rank_mamba2_layout_and_kimi_transposes_its_conv():
     assert mamba1_state_shape(tp=2, intermediate_size=1536, state_size=16, conv_kernel=4).temporal == (768, 1, 16)
-    kimi = kimi_linear_state_shape(tp=2, num_heads=32, head_dim=128)
+    kimi = kda_state_shape(tp=2, num_heads=32, head_dim=128)
     assert (kimi.conv, kimi.conv_dim, kimi.conv_outer) == ((3, 6144), 6144, 3)
     assert kimi.conv_shard_groups == (4096, 4096, 4096) and kimi.temporal == (16, 128, 128)
 
@@ -104,7 +104,7 @@ def test_entries_run_conv_by_layer_then_temporal():
     entries = transfer_entries(shape, "bfloat16", "float32", (0, 1, 2))
     assert [(e.field, e.layer_id, e.item_len, e.dim) for e in entries] == (
         [(CONV, i, 18432, 3072) for i in range(3)] + [(TEMPORAL, i, 524288, 8) for i in range(3)])
-    kimi = entry_for(CONV, kimi_linear_state_shape(tp=2, num_heads=32, head_dim=128), "bfloat16", "float32", 1)
+    kimi = entry_for(CONV, kda_state_shape(tp=2, num_heads=32, head_dim=128), "bfloat16", "float32", 1)
     assert (kimi.item_len, kimi.dim, kimi.outer_count) == (36864, 6144, 3)
     short_conv = mamba2_state_shape(tp=1, intermediate_size=8, n_groups=1, num_heads=1, head_dim=8,
                                     state_size=0, conv_kernel=3)
@@ -135,7 +135,7 @@ def test_one_contiguous_block_without_shard_groups():
 
 
 def test_kimi_blocks_repeat_for_every_conv_row():
-    src, dst = (entry_for(CONV, kimi_linear_state_shape(tp=t, num_heads=4, head_dim=2), "bfloat16", "float32")
+    src, dst = (entry_for(CONV, kda_state_shape(tp=t, num_heads=4, head_dim=2), "bfloat16", "float32")
                 for t in (1, 2))
     got = byte_blocks(src, dst, src_tp=1, dst_tp=2, dst_rank=0, src_rank=0)
     assert len(got) == 3 * 3                                     # K-1 rows, three sub-blocks each

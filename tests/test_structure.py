@@ -122,8 +122,8 @@ def test_the_checks_see_a_circle_and_a_private_import():
 # --- the seam: the core knows no serving engine -----------------------------------------------------
 
 # The core: the model, its variants, the exact layout and reads, and the readers of model configs.
-CORE = ("mambaxfer_cli.planning", "mambaxfer_cli.readers", "mambaxfer_cli.schema", "mambaxfer_cli.errors",
-        "mambaxfer_cli.exits", "mambaxfer_cli.limits")
+CORE = ("mambaxfer_cli.planning", "mambaxfer_cli.readers", "mambaxfer_cli.families", "mambaxfer_cli.schema",
+        "mambaxfer_cli.errors", "mambaxfer_cli.exits", "mambaxfer_cli.limits")
 ENGINES = "mambaxfer_cli.engines"
 NOT_IN_CORE = ("torch", "nixl", "vllm", "sglang", "mambaxfer_cli.execute", "mambaxfer_cli.bench")
 
@@ -213,7 +213,7 @@ ENGINE_HOMES = ("mambaxfer_cli.engines", "mambaxfer_cli.schema")
 # to empty as they do. cli/ and the registry are on it never.
 NOT_YET_IN_ENGINE_PACKAGES = frozenset({
     "mambaxfer_cli.bench.engines", "mambaxfer_cli.execute.whole_pages", "mambaxfer_cli.proof.indexer_caches",
-    "mambaxfer_cli.proof.qwen4exp", "mambaxfer_cli.render.bench_view",
+    "mambaxfer_cli.render.bench_view",
 })
 
 

@@ -92,7 +92,7 @@ class ModelArgs(Group):
         releases its engines run (``Engines.release_names``), each of which must serve it."""
         spec = load(name or self.model or "", self.variant, self.conv_dtype, self.ssm_dtype, self.num_spec,
                     self.kv_heads, self.head_size, self.dtype, self.indexer_kv_dtype, releases)
-        if self.indexer_kv_dtype is not None and (spec.qwen4exp is None or not spec.qwen4exp.has_qsa):
+        if self.indexer_kv_dtype is not None and (spec.ple_qsa is None or not spec.ple_qsa.has_qsa):
             raise UserError(f"--indexer-kv-dtype: {spec.name} has no QSA indexer (Qwen4Exp's), which is all it sets")
         return spec
 

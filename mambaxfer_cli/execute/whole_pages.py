@@ -20,7 +20,7 @@ Reads: the set's descriptors follow the plan's in every prepared list (PLE as ``
 block, the whole page, the same in split lists (only the sharded SSM and attention descriptors are
 split). Each D rank reads, per layer:
 
-- the PLE page of the request's SSM block (the block ``proof/qwen4exp.py`` proves) from every SSM
+- the PLE page of the request's SSM block (the block ``engines/vllm/families/qwen4exp_proof.py`` proves) from every SSM
   source P rank under vLLM semantics (``compute_tp_mapping``), from the first under the exact;
 - the ring and the compressed keys of the request's attention blocks (the ring's one block at the
   first attention block pair, as ``check`` labels it) from every attention source under vLLM
@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
+from mambaxfer_cli.engines.vllm import families, indexer_caches
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.errors import UserError
@@ -48,8 +48,7 @@ from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.engines.vllm.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
-from mambaxfer_cli.proof.indexer_caches import CKEY, RING, cache_pairs, unproved
-from mambaxfer_cli.proof.qwen4exp import REFUSED, block_pair, holds
+from mambaxfer_cli.proof.indexer_caches import CKEY, PLE_REFUSED, RING, block_pair, cache_pairs, holds, unproved
 
 REGION = "ple"
 SPACES = (REGION, RING, CKEY)
@@ -150,11 +149,11 @@ class SidePages:
 
 
 def _ple(model: ModelSpec, side: EngineLayout, first_region: int) -> PageLists | None:
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None or not q.ple_layers:
         return None
     eb = dtype_bytes(model.conv_dtype)
-    return PageLists(first_region, tuple(q.ple_layers), qwen4exp.ple_page_bytes(model, side),
+    return PageLists(first_region, tuple(q.ple_layers), families.first("ple_page_bytes", model, side),
                     side.lists.logical_blocks, q.ple_channels, (q.ple_state_len + model.num_spec) * eb, eb)
 
 
@@ -177,7 +176,7 @@ def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PageLi
     refused = {r.code for r in plan.verdict.refusals}
     out: list[tuple[PageLists, PageLists]] = []
     p_next, d_next = plan.prefill.lists.tensors, plan.decode.lists.tensors
-    if REGION in spaces and not refused & set(REFUSED):
+    if REGION in spaces and not refused & set(PLE_REFUSED):
         p_ple, d_ple = _ple(p_model, plan.prefill, p_next), _ple(model, plan.decode, d_next)
         if p_ple is not None and d_ple is not None:
             out.append((p_ple, d_ple))
@@ -201,7 +200,7 @@ def ple_reads(plan: Plan, d_rank: int) -> tuple[PageRead, ...]:
     if lists is None:
         return ()
     p_block, d_block = block_pair(plan)
-    sources = qwen4exp.ple_sources(plan.prefill, plan.decode, d_rank)
+    sources = families.first("ple_sources", plan.prefill, plan.decode, d_rank)
     if plan.semantics != VLLM:
         sources = sources[:1]
     return _whole(lists, sources, ((p_block, d_block),))

@@ -42,7 +42,7 @@ class KVGrouping:
 def model_grouping(model: ModelSpec) -> KVGrouping:
     """vLLM's grouping of ``model``'s layers; GLM-5-Next's tail rings, one beside each MLA layer,
     are a bucket of their own after the MLA layers' (its compressed keys join the MLA group)."""
-    rings = model.attention_indices if model.glm5next else ()
+    rings = model.attention_indices if model.kpool_indexer else ()
     return vllm_grouping(model.layers, rings)
 
 

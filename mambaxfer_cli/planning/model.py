@@ -32,7 +32,7 @@ ATTENTION = "attention"
 
 
 @dataclass(frozen=True)
-class Qwen4ExpParts:
+class PleQsaParts:
     """What Qwen4Exp keeps beside its GDN and attention layers (vLLM's ``models/qwen4_exp``): the
     PLE short-conv state of each PLE layer (a ``MambaSpec`` with ``tp_replicated``: every TP rank
     holds all ``ple_channels``), and the QSA indexer's caches of each indexed-attention layer."""
@@ -62,7 +62,7 @@ class Qwen4ExpParts:
 
 
 @dataclass(frozen=True)
-class Glm5NextParts:
+class KpoolIndexerParts:
     """GLM-5-Next's sparse-attention indexer beside each MLA layer (vLLM's ``models/glm5next``):
     its compressed keys (``Glm5NextIndexerCache``: one fp8 key with its scales per ``index_kpool``
     tokens, in the MLA latent's blocks) and its kpool tail ring (``Glm5NextTailCache``: a
@@ -105,11 +105,12 @@ class ModelSpec:
     mla: bool = False                # MLA: one latent vector per token (head_size), every rank whole
     sizing_ssm_dtype: str = ""       # the SSM dtype vLLM sizes the blocks for, where not ssm_dtype (KDA)
     ssm_backend: str = ""            # its SSM layers' backend name, where not the variant's (Kimi-K3's KDA)
+    state_source: str = ""           # vLLM's function that fixes the SSM state dtype whatever sizes the blocks
     # The Hugging Face config as read (empty for a model given another way): what an engine's own
     # config reader is handed in conformance.
     hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    qwen4exp: Qwen4ExpParts | None = None  # Qwen4Exp's PLE state and QSA caches
-    glm5next: Glm5NextParts | None = None  # GLM-5-Next's sparse-attention indexer caches
+    ple_qsa: PleQsaParts | None = None     # Qwen4Exp's PLE state and QSA caches
+    kpool_indexer: KpoolIndexerParts | None = None  # GLM-5-Next's sparse-attention indexer caches
     hidden_layers: int = 0           # the config's num_hidden_layers (0: not said): every decoder layer
 
     def __post_init__(self) -> None:
@@ -162,7 +163,7 @@ class ModelSpec:
                            "dtype": self.model_dtype, **({"mla": True} if self.mla else {})}
                           if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
-            **({"qwen4exp": self.qwen4exp.to_dict()} if self.qwen4exp else {}),
-            **({"glm5next": self.glm5next.to_dict()} if self.glm5next else {}),
+            **({"qwen4exp": self.ple_qsa.to_dict()} if self.ple_qsa else {}),
+            **({"glm5next": self.kpool_indexer.to_dict()} if self.kpool_indexer else {}),
             "origin": dict(self.origin),
         }

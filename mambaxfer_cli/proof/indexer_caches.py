@@ -15,17 +15,54 @@ import numpy as np
 from mambaxfer_cli.engines.vllm import indexer_caches
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.kv_groups import RING as RING_GROUP
-from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.planning.reads import VLLM, Read
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
-from mambaxfer_cli.proof.qwen4exp import PagesProof
-from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, WrongByte
+from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, Simulation, WrongByte
 
 RING, CKEY = indexer_caches.RING, indexer_caches.CKEY
 # vLLM's refusals under which no indexer page moves: an engine that does not start (its ring does
 # not divide the block), or _nixl_handshake's check before any metadata is read.
 REFUSED = ("qsa-ring", "csa-linear-tp", "kpool-ring")
+# vLLM's refusals under which it registers or reads no PLE page.
+PLE_REFUSED = ("ple-geometry", "ple-without-qsa", "csa-linear-tp")
 
+
+@dataclass(frozen=True)
+class PagesProof:
+    """What a proof of whole pages (PLE or QSA) moved and verified, and where it found wrong bytes."""
+
+    reads: int
+    bytes_moved: int
+    bytes_verified: int
+    damage: tuple[Damage, ...]
+
+
+
+def merged(sim: Simulation, *proofs: PagesProof | None) -> Simulation:
+    """The simulation of a plan's reads with its PLE and QSA pages' proofs added."""
+    for proof in proofs:
+        if proof is not None:
+            sim = Simulation(sim.reads + proof.reads, sim.pairs + proof.reads, sim.bytes_moved + proof.bytes_moved,
+                             sim.bytes_verified + proof.bytes_verified, sim.problems, sim.damage + proof.damage)
+    return sim
+
+
+def block_pair(plan: Plan) -> tuple[int, int]:
+    """The request's first SSM block on each side (a PLE group is an SSM group)."""
+    request = plan.descriptors.request
+    for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
+        if kind == SSM and len(p) and len(d):
+            return int(p[0]), int(d[0])
+    return 0, 0
+
+
+def holds(offset: int, rows: int, eb: int, channels: int) -> str:
+    unit = rows * eb
+    if offset >= channels * unit:
+        return "pad byte"
+    c, k = divmod(offset, unit)
+    return f"ple channel {c} row {k // eb} byte {k % eb}"
 
 @dataclass(frozen=True)
 class _Cache:

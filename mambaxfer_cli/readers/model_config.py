@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names, release_refusal, removed_refusal
-from mambaxfer_cli.readers.families import (
-    GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal, family_for,
-    labelled,
-    supported_summary,
+from mambaxfer_cli.families import (
+    ATTENTION_KINDS, GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal,
+    family_for, int_key, labelled, list_key, supported_summary,
 )
 from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
@@ -20,8 +18,6 @@ from mambaxfer_cli.limits import (
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import served_anywhere
 from mambaxfer_cli.planning.variants import titles
-from mambaxfer_cli.planning.variants.kda import KIMI_K3_KDA
-from mambaxfer_cli.readers import glm5next, qwen4exp
 
 DEFAULT_DTYPE = "bfloat16"
 AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
@@ -38,7 +34,7 @@ def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def nested_keys(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Kimi-Linear keeps its KDA dimensions under ``linear_attn_config``: each of its keys is also
+    """A KDA family may keep its dimensions under ``linear_attn_config``: each of its keys is also
     read as ``linear_attn_config.<key>``."""
     inner = config.get("linear_attn_config")
     if not isinstance(inner, Mapping):
@@ -61,23 +57,6 @@ def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> i
     raise UserError(f"{where}: missing key for {what}: expected {wanted}")
 
 
-def _int_key(config: Mapping[str, Any], key: str, minimum: int, where: str) -> int:
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
-    return value
-
-
-_ITEM_NAMES = {str: "strings", int: "integers"}
-
-
-def _list_key(config: Mapping[str, Any], key: str, item: type, where: str) -> list:
-    value = config[key]
-    if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
-        raise UserError(f"{where}: key '{key}' must be a list of {_ITEM_NAMES[item]}, got {quoted(value)}")
-    return value
-
-
 def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
                  notes: dict[str, str]) -> tuple[str, ...]:
     """Each cache-keeping layer's kind; ``notes["layers"]`` says which key won when two disagree."""
@@ -88,14 +67,9 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
         n_layers = within(f"{where}: {layer_key}", config[layer_key], 0, MAX_LAYERS, "model's")
     # A key set to null (as HF serialises unset fields) counts as absent.
     config = {k: v for k, v in config.items() if v is not None}
-    if family.layers == "kda":
-        return _kda_layers(config, n_layers, where)
-    if family.layers == "bailing_kda":
-        return _bailing_layers(config, n_layers, where)
-    if family.layers == "glm5next" and "layer_types" not in config:
-        if n_layers is None:
-            raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
-        return glm5next.default_layers(n_layers)
+    own = family.layer_kinds(config, n_layers, where) if family.layer_kinds else None
+    if own is not None:
+        return own
     if family.layers == "all_ssm" or family.layers == "parallel":
         if n_layers is None:
             raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
@@ -121,10 +95,10 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
         key = "layers_block_type" if "layers_block_type" in config else "layer_types"
         kinds = {"mamba": (SSM,), "linear_attention": (SSM,), "attention": (ATTENTION,),
                  "full_attention": (ATTENTION,), "sliding_attention": (ATTENTION,),
-                 **{kind: (ATTENTION,) for kind in qwen4exp.INDEXED_KINDS},
+                 **{kind: (ATTENTION,) for kind in ATTENTION_KINDS},
                  "hybrid": (ATTENTION, SSM), "mlp": (), "moe": ()}
         out: list[str] = []
-        entries = _list_key(config, key, str, where)
+        entries = list_key(config, key, str, where)
         at_most(f"{where}: {key} of length", len(entries), 4 * MAX_LAYERS, "model's")
         for entry in entries:
             if entry not in kinds:
@@ -134,41 +108,17 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
     if n_layers is None:
         raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
     if "attn_layer_indices" in config:
-        indices = set(_list_key(config, "attn_layer_indices", int, where))
+        indices = set(list_key(config, "attn_layer_indices", int, where))
         return tuple(ATTENTION if i in indices else SSM for i in range(n_layers))
     if "attn_layer_period" in config and "attn_layer_offset" in config:
-        period = _int_key(config, "attn_layer_period", 1, where)
-        offset = _int_key(config, "attn_layer_offset", 0, where)
+        period = int_key(config, "attn_layer_period", 1, where)
+        offset = int_key(config, "attn_layer_offset", 0, where)
         return tuple(ATTENTION if i % period == offset else SSM for i in range(n_layers))
     if "full_attention_interval" in config:
-        interval = _int_key(config, "full_attention_interval", 1, where)
+        interval = int_key(config, "full_attention_interval", 1, where)
         return tuple(ATTENTION if (i + 1) % interval == 0 else SSM for i in range(n_layers))
     # A plain Mamba model: no layer-kind key, every layer is an SSM layer.
     return (SSM,) * n_layers
-
-
-def _kda_layers(config: Mapping[str, Any], n_layers: int | None, where: str) -> tuple[str, ...]:
-    """``KimiLinearConfig.is_kda_layer``: layer ``i`` is KDA when ``i + 1`` is in
-    ``linear_attn_config.kda_layers`` (1-based), else MLA."""
-    if n_layers is None:
-        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
-    key = "linear_attn_config.kda_layers"
-    if key not in config:
-        raise UserError(f"{where}: missing key linear_attn_config.kda_layers (the 1-based KDA layers)")
-    kda = set(_list_key(config, key, int, where))
-    return tuple(SSM if i + 1 in kda else ATTENTION for i in range(n_layers))
-
-
-def _bailing_layers(config: Mapping[str, Any], n_layers: int | None, where: str) -> tuple[str, ...]:
-    """Bailing-V3's ``_is_kda_layer``: MLA where ``(i + 1) % layer_group_size == 0`` and on the
-    layers past the last whole group; KDA elsewhere."""
-    if n_layers is None:
-        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
-    if "layer_group_size" not in config:
-        raise UserError(f"{where}: missing key layer_group_size (every group's last layer is MLA)")
-    group = _int_key(config, "layer_group_size", 1, where)
-    tail = n_layers // group * group
-    return tuple(ATTENTION if (i + 1) % group == 0 or i >= tail else SSM for i in range(n_layers))
 
 
 def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
@@ -251,9 +201,8 @@ def spec_from_config(
         raise UserError(f"{where}: {refused}")
     config = nested_keys(flatten_text_config(config))
     family = labelled(_detect(config, variant, where, archs), archs)
-    full_rank = family.layers == "kda" and bool(config.get("linear_attn_config.use_full_rank_gate"))
-    if full_rank:       # KimiK3DeltaAttention: its layer and class both read --mamba-ssm-cache-dtype
-        family = replace(family, ssm_dtype_fixed="")
+    family = family.refine(family, config) if family.refine else family
+    full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
@@ -294,7 +243,7 @@ def spec_from_config(
         if family.ssm_dtype_fixed == "layer" and given != ssm:
             sizing = given
             ssm_origin = (f"{family.label}'s KDA layers keep their SSM state in {ssm} whatever the flags "
-                          f"(KimiGatedDeltaNetAttention.get_state_dtype); vLLM sizes its blocks for a {given} state "
+                          f"({family.fixed_state_source}); vLLM sizes its blocks for a {given} state "
                           f"({given_by['ssm_dtype']}, get_mamba_state_dtype_from_config)")
         else:
             ssm_origin = (f"{family.label} default: vLLM keeps this family's SSM state in {ssm} whatever the "
@@ -309,9 +258,8 @@ def spec_from_config(
     elif found:
         ssm, ssm_origin = found[0], f"config key {found[1]}"
     elif full_rank:
-        ssm, ssm_origin = str(family.ssm_dtype_default), (
-            f"{family.label} default: its full-rank-gate KDA layers (KimiK3DeltaAttention) keep the SSM state in "
-            f"{family.ssm_dtype_default} under --mamba-ssm-cache-dtype auto (kda_state_dtype)")
+        ssm = str(family.ssm_dtype_default)
+        ssm_origin = f"{family.label} default: {family.backend_state_note.format(dtype=ssm)}"
     elif family.ssm_dtype_default:
         ssm, ssm_origin = family.ssm_dtype_default, (
             f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
@@ -329,8 +277,8 @@ def spec_from_config(
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
-    if ATTENTION in layers and family.layers == "kda":
-        _kimi_mla_asserts(config, where)
+    if ATTENTION in layers and family.attention_checks:
+        family.attention_checks(config, where)
     if ATTENTION in layers and family.mla:
         heads, size = _latent(config, where, kv_heads, head_size)
         q_heads = _positive(config.get("num_attention_heads"))
@@ -339,20 +287,15 @@ def spec_from_config(
         heads, size = _attention_heads(config, family, where, kv_heads, head_size)
         q_heads = _positive(config.get("num_attention_heads"))
         q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
-    parts = glm = None
-    if family.label == qwen4exp.FAMILY:
-        linear = {i for i, kind in enumerate(layers) if kind == SSM}
-        parts = qwen4exp.qwen4exp_parts(config, len(layers), linear, where,
-                                        qwen4exp.indexer_kv_dtype(indexer_kv_dtype, "indexer_kv_dtype"))
-    if family.label == glm5next.FAMILY and ATTENTION in layers:
-        glm = glm5next.glm5next_parts(config, where)
+    own = family.parts(config, layers, where, indexer_kv_dtype) if family.parts else {}
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
         num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
-        sizing_ssm_dtype=sizing, ssm_backend=KIMI_K3_KDA if full_rank else "", hf_config=as_read,
-        qwen4exp=parts, glm5next=glm, hidden_layers=_hidden_layers(config),
+        sizing_ssm_dtype=sizing, ssm_backend=family.ssm_backend, hf_config=as_read,
+        state_source=family.fixed_state_source,
+        **own, hidden_layers=_hidden_layers(config),
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)
@@ -363,20 +306,6 @@ def _hidden_layers(config: Mapping[str, Any]) -> int:
     """The text config's ``num_hidden_layers`` where it is a positive integer, else 0."""
     value = config.get("num_hidden_layers")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def _kimi_mla_asserts(config: Mapping[str, Any], where: str) -> None:
-    """``KimiDecoderLayer.__init__`` (vllm/models/kimi_k3, Kimi-Linear's and Kimi-K3's layer) on an
-    MLA layer: it asserts the MLA keys are set (``KimiLinearConfig`` defaults them to None) and
-    ``mla_use_nope`` is true (its default is false); vLLM stops as it builds the model."""
-    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
-        if config.get(key) is None:
-            raise UserError(f"{where}: vLLM does not start: its MLA layers need {key}, which the config does not "
-                            f"set (KimiDecoderLayer.__init__: assert {key} is not None)")
-    if not config.get("mla_use_nope"):
-        raise UserError(f"{where}: vLLM does not start: \"Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only\": "
-                        f"its MLA layers need mla_use_nope true (KimiDecoderLayer.__init__'s assert), got "
-                        f"{quoted(config.get('mla_use_nope'))}")
 
 
 def _check_state_size(spec: ModelSpec, where: str) -> None:

@@ -25,7 +25,7 @@ from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
-    StateShape, kimi_linear_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
+    StateShape, kda_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
     state_shape, tp_sizes,
 )
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
@@ -228,10 +228,6 @@ def _tuples(blocks: Any) -> list[tuple[int, ...]]:
     return [tuple(b.as_tuple()) if hasattr(b, "as_tuple") else tuple(b) for b in blocks]
 
 
-def _same(value: Any) -> Any:
-    return value
-
-
 # Stand-ins beside the presets: the shapes SGLang's configs pass for families mambaxfer has no
 # preset of, and small odd dimensions.
 KIMI_STAND_INS: tuple[dict[str, int], ...] = (
@@ -260,7 +256,7 @@ def _our_mamba2(tp: int, args: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _our_kimi(tp: int, args: Mapping[str, int]) -> tuple[Any, ...]:
-    return _ours(kimi_linear_state_shape(tp=tp, **args))
+    return _ours(kda_state_shape(tp=tp, **args))
 
 
 def _our_model_shape(model: ModelSpec, tp: int) -> tuple[Any, ...]:
@@ -387,7 +383,7 @@ class _Checker:
             for p_tp, d_tp in itertools.product(self.sizes(1, 2, 4, 8), repeat=2):
                 if p_tp == d_tp:
                     continue
-                src, dst = (entry_for(CONV, kimi_linear_state_shape(tp=t, **kargs), "bfloat16", "float32")
+                src, dst = (entry_for(CONV, kda_state_shape(tp=t, **kargs), "bfloat16", "float32")
                             for t in (p_tp, d_tp))
                 for d in range(d_tp):
                     for p in writers(p_tp, d_tp, d):
@@ -492,7 +488,7 @@ class _Checker:
             self.compare("MambaPool transfer entries", {"stand_in": kargs, "tp": tp, "layers": layers},
                          partial(_their_pool_entries, pool, partial(kimi, tp_world_size=tp, **theirs_args),
                                  "KimiLinearCacheParams", layers),
-                         partial(_our_pool_entries, kimi_linear_state_shape(tp=tp, **kargs), "bfloat16", "float32",
+                         partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
 
     def rank_mapping(self) -> None:

@@ -73,7 +73,7 @@ def mamba1_state_shape(*, tp: int, intermediate_size: int, state_size: int,
                       conv_dim_full=intermediate_size)
 
 
-def kimi_linear_state_shape(*, tp: int, num_heads: int, head_dim: int, num_k_heads: int | None = None,
+def kda_state_shape(*, tp: int, num_heads: int, head_dim: int, num_k_heads: int | None = None,
                             head_k_dim: int | None = None, conv_kernel: int = 4) -> StateShape:
     """``KimiLinearStateShape.create``: conv transposed to ``(K-1, (P + 2·Pk) / tp)``."""
     num_k_heads = num_heads if num_k_heads is None else num_k_heads

@@ -7,8 +7,33 @@ holds, how large it is, and the checks vLLM makes of it, each with the vLLM func
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from mambaxfer_cli.planning.dtypes import dtype_bytes
+
+
+@dataclass(frozen=True)
+class IndexerCaches:
+    """One model's indexer caches: the ring's slots and the compressed keys' size."""
+
+    indexer: str            # whose: "QSA", "GLM-5-Next indexer"
+    ring_name: str          # "QSA raw-key ring", "kpool tail ring"
+    ring_tokens: int
+    ring_slot_bytes: int
+    tokens_per_key: int     # compress_ratio, index_kpool
+    key_bytes: int
+    mla: bool               # the model's attention is MLA: one source, no head offset
+    warning: str            # the plan's warning code for them
+    layer_kind: str         # the layers that keep them, as the warning names them
+
+    @property
+    def ring_page_bytes(self) -> int:
+        """``ring_tokens`` slots: every rank holds the same page."""
+        return self.ring_tokens * self.ring_slot_bytes
+
+    def key_page_bytes(self, block_size: int) -> int:
+        """The compressed keys of one attention block of ``block_size`` tokens."""
+        return block_size // self.tokens_per_key * self.key_bytes
 
 
 def qsa_ring_tokens(compress_ratio: int, num_spec: int) -> int:
@@ -17,23 +42,18 @@ def qsa_ring_tokens(compress_ratio: int, num_spec: int) -> int:
     return math.ceil((compress_ratio + num_spec) / compress_ratio) * compress_ratio
 
 
-def glm5next_ring_tokens(index_kpool: int, num_spec: int) -> int:
+def kpool_ring_tokens(index_kpool: int, num_spec: int) -> int:
     """GLM-5-Next (``Glm5NextTailCache.get_kv_cache_spec``): the in-progress pool plus the
     speculative rows, in a power-of-two number of pools (``next_power_of_2``)."""
     pools = math.ceil((index_kpool + num_spec) / index_kpool)
     return index_kpool * (1 << (pools - 1).bit_length())
 
 
-def glm5next_slot_bytes(index_head_dim: int) -> int:
+def kpool_slot_bytes(index_head_dim: int) -> int:
     """One slot of GLM-5-Next's tail ring: ``CircularBufferSpec(num_kv_heads=2,
     head_size=index_head_dim, head_size_v=0, bfloat16)``, its two head slots the raw key and the
     gate score."""
     return 2 * index_head_dim * dtype_bytes("bfloat16")
-
-
-def glm5next_ring_bytes(index_kpool: int, index_head_dim: int, num_spec: int) -> int:
-    """GLM-5-Next's tail ring page: ``glm5next_ring_tokens`` slots."""
-    return glm5next_ring_tokens(index_kpool, num_spec) * glm5next_slot_bytes(index_head_dim)
 
 
 def ring_refusal(block_size: int, ring: int, who: str) -> str | None:

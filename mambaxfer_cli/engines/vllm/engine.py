@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.engines.vllm import glm5next
+from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
 from mambaxfer_cli.engines.vllm.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
@@ -21,6 +21,17 @@ from mambaxfer_cli.planning.kv_groups import KVGrouping
 from mambaxfer_cli.planning.layout import RankLayout, Shard, rank_layouts, kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.engines.vllm.release import Release, label
+
+
+# What a registered NIXL region holds where mambaxfer models each (a family's ``regions``).
+@dataclass(frozen=True)
+class Region:
+    kind: str                    # KDA_VIEW | KEYS | LATENT | RING: the first view registered at it
+    length: int                  # its block length as register_kv_caches records it
+    views: frozenset[str] = frozenset()     # the kinds of every view registered at it
+
+    def holds(self, kinds: tuple[str, ...]) -> bool:
+        return bool(self.views & set(kinds))
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,7 @@ class EngineLayout:
     packed: bool = False
     # every NIXL region as register_kv_caches records it, where mambaxfer models each region
     # (GLM-5-Next's packed rows: glm5next.regions); empty elsewhere
-    regions: tuple[glm5next.Region, ...] = ()
+    regions: tuple[Region, ...] = ()
 
     @property
     def region_block_lens(self) -> tuple[int, ...]:
@@ -140,8 +151,7 @@ def gdn_backend(model: ModelSpec, flags: EngineFlags) -> str | None:
 def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGrouping,
                   attention_streams: int = 1) -> EngineLayout:
     """Lay out one engine of ``tp`` ranks started with ``flags`` (its release, GPU and serve flags)."""
-    if model.glm5next is not None:      # its config hook (fp8 KV on SM 10.x) and sparse backend
-        flags = glm5next.engine_flags(model, flags)
+    flags = families.first("engine_flags", model, flags) or flags    # a family's config hook
     ranks = rank_layouts(model, tp)
     heads = tuple(kv_head_shard(model, tp, r) for r in range(tp))
     a1 = kv_dtype = None
@@ -151,14 +161,12 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     gdn = gdn_backend(model, flags)
     alignment = gdn_checkpoint_alignment(gdn) if gdn else 1
     q_heads = model.num_q_heads // tp if model.num_q_heads else None
-    if model.glm5next is not None:
-        kernel = glm5next.kernel(model, flags)
-    else:
-        kernel = kernel_backend(flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype,
-                                q_heads, len(heads[0]) if heads[0] is not None else None, mla=model.mla)
+    kernel = families.first("kernel", model, flags) or kernel_backend(
+        flags.attention_backend, flags.gpu, model.head_size, flags.kv_cache_dtype, q_heads,
+        len(heads[0]) if heads[0] is not None else None, mla=model.mla)
     state = ranks[0].state_bytes
-    if model.qwen4exp is not None:     # the largest of its mamba pages (GDN's, PLE's): qwen4exp.mamba_page_bytes
-        state = max(state, model.qwen4exp.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
+    if model.ple_qsa is not None:     # the largest of its mamba pages (GDN's, PLE's whole)
+        state = max(state, model.ple_qsa.ple_state_bytes(model.num_spec, _dtype_bytes(model.conv_dtype)))
     sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
         if model.sizing_ssm_dtype else state
     geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
@@ -167,16 +175,16 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
             raise UserError(
                 f"vLLM does not start a TP-{tp} engine of {model.name}: it sizes its blocks for a "
                 f"{model.sizing_ssm_dtype} SSM state (--mamba-ssm-cache-dtype), a {geometry.page_bytes}-byte page, "
-                f"but its KDA layers keep the state in {model.ssm_dtype} (KimiGatedDeltaNetAttention."
-                f"get_state_dtype), {state} bytes: MambaSpec.page_size_bytes asserts page_size_padded >= page_size")
+                f"but its KDA layers keep the state in {model.ssm_dtype} ({model.state_source}), {state} bytes: "
+                f"MambaSpec.page_size_bytes asserts page_size_padded >= page_size")
         geometry = replace(geometry, state_bytes=state)
     lists = list_shape(grouping, geometry.num_blocks, geometry.blocks_per_logical, attention_streams,
                        len(ranks[0].regions))
-    regions = (glm5next.regions(model, geometry, grouping.ssm_tensors, flags.release.regions_keyed_by_length)
-               if model.glm5next is not None else ())
+    regions = families.first("regions", model, geometry, grouping.ssm_tensors,
+                             flags.release.regions_keyed_by_length) or ()
     return EngineLayout(tp, ranks, heads, geometry, lists, kv_dtype, model.head_size,
                         hashed_backend(model, geometry), flags, kernel, mla=model.mla,
-                        packed=model.glm5next is not None, regions=regions)
+                        packed=model.kpool_indexer is not None, regions=regions)
 
 
 GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-prefill-backend)

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
 from mambaxfer_cli.engines.vllm.gpu import (
@@ -103,7 +104,7 @@ def backend(name: str, mla: bool | None = None) -> Backend:
     if key in SPARSE_MLA_BACKENDS and mla is not None:     # kernel_backend: a model without sparse attention
         raise UserError(f"vLLM does not start this model's engines on {key}: \"Selected backend {key} is not "
                         f"valid for this configuration. Reason: [..., 'non-sparse not supported', ...]\" "
-                        f"(get_attn_backend_cls); its sparse MLA backends run GLM-5-Next only")
+                        f"(get_attn_backend_cls); its sparse MLA backends run {families.first('sparse_mla')} only")
     if mla is not None and (key in MLA_BACKENDS) != mla:
         kind, table = ("an MLA", MLA_BACKENDS) if mla else ("a non-MLA", BACKENDS)
         raise UserError(f"attention backend {key} does not run {kind} model's attention; choose one of: "

@@ -15,8 +15,8 @@ REPLICATE region, read whole from every attention source (``_build_fa_remote``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from mambaxfer_cli.engines.vllm import families
+from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.planning.model import ModelSpec
@@ -28,46 +28,9 @@ from mambaxfer_cli.planning.reads import Read, Segment
 RING, CKEY = "ring", "ckey"
 
 
-@dataclass(frozen=True)
-class IndexerCaches:
-    """One model's indexer caches: the ring's slots and the compressed keys' size."""
-
-    indexer: str            # whose: "QSA", "GLM-5-Next indexer"
-    ring_name: str          # "QSA raw-key ring", "kpool tail ring"
-    ring_tokens: int
-    ring_slot_bytes: int
-    tokens_per_key: int     # compress_ratio, index_kpool
-    key_bytes: int
-    mla: bool               # the model's attention is MLA: one source, no head offset
-
-    @property
-    def ring_page_bytes(self) -> int:
-        """``ring_tokens`` slots: every rank holds the same page."""
-        return self.ring_tokens * self.ring_slot_bytes
-
-    def key_page_bytes(self, block_size: int) -> int:
-        """The compressed keys of one attention block of ``block_size`` tokens."""
-        return block_size // self.tokens_per_key * self.key_bytes
-
-
 def caches(model: ModelSpec) -> IndexerCaches | None:
     """The model's indexer caches, None where it keeps none."""
-    if model.qwen4exp is not None and model.qwen4exp.has_qsa:
-        from mambaxfer_cli.engines.vllm import qwen4exp
-
-        q = model.qwen4exp
-        assert q.compress_ratio is not None
-        ring = qwen4exp.ring_tokens(model)
-        assert ring is not None
-        return IndexerCaches("QSA", "QSA raw-key ring", ring, qwen4exp.ring_slot_bytes(model), q.compress_ratio,
-                             qwen4exp.compressed_key_bytes(model), model.mla)
-    if model.glm5next is not None:
-        from mambaxfer_cli.engines.vllm import glm5next
-
-        return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", glm5next.ring_tokens(model),
-                             glm5next.ring_slot_bytes(model), model.glm5next.index_kpool, glm5next.key_bytes(model),
-                             model.mla)
-    return None
+    return families.first("indexer_caches", model)
 
 
 def _read(d_rank: int, p_rank: int, region: str, remote: int, local: int, size: int) -> Read:

@@ -3,7 +3,7 @@ and the words it stops with when ``VLLM_KV_CACHE_LAYOUT`` names one it cannot ru
 
 from __future__ import annotations
 
-from mambaxfer_cli.engines.vllm import glm5next, qwen4exp
+from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
 from mambaxfer_cli.planning.model import ModelSpec
@@ -23,7 +23,7 @@ def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
     (Qwen4Exp's QSA indexer: two; GLM-5-Next's tail ring: BLHNC), else vLLM's default preference; a
     hybrid's Mamba and attention specs have different (heads, states) shapes, which leaves only
     block-compact layouts."""
-    declared = qwen4exp.layouts(model) or glm5next.layouts(model)
+    declared = families.first("layouts", model)
     if declared is not None:
         return declared
     return tuple(x for x in DEFAULT_LAYOUTS if x in BLOCK_COMPACT) if model.has_attention else DEFAULT_LAYOUTS

@@ -16,7 +16,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import (
-    Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
+    Refusal, Verdict, handshake_verdict, split_remote_blocks, with_block_size,
 )
 from mambaxfer_cli.planning.kv_groups import RING, KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout
@@ -25,7 +25,7 @@ from mambaxfer_cli.planning.reads import (
     EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, plan_reads, tp_ratio, vllm_length_mismatches, vllm_reads,
 )
 from mambaxfer_cli.engines.vllm.release import EngineFacts, every_region
-from mambaxfer_cli.engines.vllm import drafts, glm5next, indexer_caches, qwen4exp
+from mambaxfer_cli.engines.vllm import drafts, families, indexer_caches
 from mambaxfer_cli.engines.vllm.kv_layout import (
     CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
 )
@@ -243,11 +243,11 @@ def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, de
     """vLLM's numbering of a GLM-5-Next pairing's regions under vLLM semantics (D's release
     decides which regions a group covers: D builds both lists of a pull); None elsewhere, and
     for a grouping given by hand."""
-    if model.glm5next is None or semantics != VLLM or RING not in grouping.groups:
+    if model.kpool_indexer is None or semantics != VLLM or RING not in grouping.groups:
         return None
     every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
-    streams = tuple(None if kind == SSM else glm5next.covered_regions(decode.regions, kind == RING, every)
-                    for kind in grouping.groups)
+    streams = tuple(None if kind == SSM else families.first("covered_regions", model, decode.regions, kind == RING,
+                                                            every) for kind in grouping.groups)
     return Numbering(replace(prefill.lists, regions=len(prefill.regions)),
                      replace(decode.lists, regions=len(decode.regions)), streams)
 
@@ -316,34 +316,10 @@ def _ple_fix(model: ModelSpec, p_model: ModelSpec, p_tp: int, d_tp: int, options
         return (engine_layout(p_model, p_tp, with_block_size(options.prefill, p_block), grouping, streams),
                 engine_layout(model, d_tp, with_block_size(options.decode, d_block), grouping, streams))
 
-    found = qwen4exp.ple_fix(rebuild, model, prefill, decode, p_model)
+    found = families.first("ple_fix", rebuild, model, prefill, decode, p_model)
     if found is None:
         return ""
     return f"; --block-size {found[0]} on P and {found[1]} on D give both the same PLE page"
-
-
-def _qwen4exp_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
-                    verdict: Verdict, releases: str, semantics: str) -> list[Warning_]:
-    """What this plan's reads leave out of Qwen4Exp: its PLE page; and a PLE state that differs
-    inside pages vLLM finds equal."""
-    q = model.qwen4exp
-    assert q is not None
-    out = []
-    p_state, d_state = qwen4exp.ple_state_bytes(p_model), qwen4exp.ple_state_bytes(model)
-    if q.ple_layers and verdict.accepts and p_state != d_state:
-        out.append(Warning_("vllm-ple-differs", (
-            f"P's PLE state is {p_state} bytes and D's {d_state} (speculative rows or dtype differ), but "
-            f"both pages are padded to {qwen4exp.ple_page_bytes(model, decode)} B, so {releases} accepts "
-            f"them and D reads P's page whole: its PLE conv state lands on the wrong rows")))
-    if q.ple_layers:
-        sources = {len(qwen4exp.ple_sources(prefill, decode, d)) for d in range(decode.tp)}
-        out.append(Warning_("qwen4exp-ple", (
-            f"PLE: {len(q.ple_layers)} TP-replicated page(s) of {qwen4exp.ple_state_bytes(model)} bytes of "
-            f"state (page {qwen4exp.ple_page_bytes(model, decode)} B on D, "
-            f"{qwen4exp.ple_page_bytes(model, prefill)} B on P); each D rank reads the whole page from "
-            f"each of its {max(sources)} source P rank(s), the same bytes from each; not in the reads "
-            f"above")))
-    return out
 
 
 def _indexer_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
@@ -353,14 +329,12 @@ def _indexer_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, 
     found = indexer_caches.caches(model)
     if found is None:
         return []
-    code = "qwen4exp-qsa" if model.qwen4exp is not None else "glm5next-indexer"
-    kind = "indexed-attention" if model.qwen4exp is not None else "MLA"
-    out = [Warning_(code, (
-        f"{found.indexer}: each of the {model.attention_layers} {kind} layers also keeps a {found.ring_name} "
-        f"({found.ring_tokens} tokens, a {found.ring_page_bytes} B page, one block per request) and compressed "
-        f"keys (1 per {found.tokens_per_key} tokens, {found.key_page_bytes(decode.geometry.block_size)} B per D "
-        f"block), the same on every rank; each D rank reads both whole from its attention source P rank; not "
-        f"in the reads above (check proves them)"))]
+    out = [Warning_(found.warning, (
+        f"{found.indexer}: each of the {model.attention_layers} {found.layer_kind} layers also keeps a "
+        f"{found.ring_name} ({found.ring_tokens} tokens, a {found.ring_page_bytes} B page, one block per request) "
+        f"and compressed keys (1 per {found.tokens_per_key} tokens, "
+        f"{found.key_page_bytes(decode.geometry.block_size)} B per D block), the same on every rank; each D rank "
+        f"reads both whole from its attention source P rank; not in the reads above (check proves them)"))]
     theirs = indexer_caches.caches(p_model)
     if verdict.accepts and theirs is not None and theirs.key_bytes != found.key_bytes:
         out.append(Warning_("vllm-indexer-key-dtype", (
@@ -413,11 +387,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
-    if model.qwen4exp is not None:
-        verdict = qwen4exp.with_refusals(verdict, model, prefill, decode, rebuild, p_model)
-    if model.glm5next is not None:
-        verdict = not_started_first(verdict, glm5next.refusals(model, prefill.geometry.block_size,
-                                                               decode.geometry.block_size, p_model))
+    verdict = families.first("with_refusals", verdict, model, prefill, decode, rebuild, p_model) or verdict
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases
@@ -452,8 +422,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     elif ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
         warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
                                      "vllm-differs", f"{releases} would read wrong bytes for this pairing")
-    if model.qwen4exp is not None:
-        warnings += _qwen4exp_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
+    warnings += families.first("plan_notes", model, p_model, prefill, decode, verdict, releases,
+                               options.semantics) or []
     warnings += _indexer_notes(model, p_model, prefill, decode, verdict, releases, options.semantics)
     if verdict.accepts and verdict.needs_remote_num_tokens:
         warnings.append(Warning_("remote-num-tokens", (

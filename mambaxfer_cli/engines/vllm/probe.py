@@ -28,7 +28,7 @@ from mambaxfer_cli.engines.vllm.conformance.cases import Flags, Geometry, Hashed
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
-from mambaxfer_cli.planning.variants.kda import KIMI_K3_KDA
+from mambaxfer_cli.families.kimi import KIMI_K3_KDA
 
 LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -739,9 +739,9 @@ class Installed:
         supported = _symbol(utils, "get_supported_kv_cache_layouts")
         resolve = _symbol(utils, "resolve_kv_cache_layout")
         backends = [self.backend_class(backend)] if model.has_attention else []
-        if model.qwen4exp is not None and model.qwen4exp.has_qsa:
+        if model.ple_qsa is not None and model.ple_qsa.has_qsa:
             backends.append(self._qsa_backend())
-        if model.glm5next is not None:      # the indexer's backends, which declare the layouts too
+        if model.kpool_indexer is not None:      # the indexer's backends, which declare the layouts too
             indexer = "vllm.v1.attention.backends.mla.indexer"
             backends += [_symbol(indexer, "Glm5NextIndexerBackend"), _symbol(indexer, "KpoolTailBackend")]
         with calling("get_supported_kv_cache_layouts"):
@@ -764,7 +764,7 @@ class Installed:
 
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
         key = (model.name, tp, geometry, role, backend)
-        if key not in self._engines and model.glm5next is not None:
+        if key not in self._engines and model.kpool_indexer is not None:
             registered, groups, regions, specs, config = self.glm5next_registration(model, tp, geometry)
             self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
                                              regions, specs, config, self.kv_cache_layout(model, backend), backend,
@@ -1050,7 +1050,7 @@ class Installed:
         hf_text = StandIn("hf_text_config", **{k: v for k, v in (
             ("linear_key_head_dim", model.params.get("head_k_dim")),
             ("linear_value_head_dim", model.params.get("head_v_dim")),
-            ("index_kpool", model.glm5next.index_kpool if model.glm5next else None)) if v is not None})
+            ("index_kpool", model.kpool_indexer.index_kpool if model.kpool_indexer else None)) if v is not None})
         model_config = StandIn(
             "vllm_config.model_config", architecture=f"{model.family or model.variant.value}-stand-in",
             model=model.source, dtype=self.dtype(model.model_dtype), use_mla=model.mla,
@@ -1091,7 +1091,7 @@ class Installed:
         out = {}
         for name, kind in zip(self.layer_names(model), model.layers):
             if kind == ATTENTION:
-                if model.glm5next is not None:      # the indexer's two caches, built before the MLA layer
+                if model.kpool_indexer is not None:      # the indexer's two caches, built before the MLA layer
                     out.update(self._glm5next_indexer_layers(model, name))
                 layer = object.__new__(attention_class)
                 layer.__dict__["attn_backend"] = backend_class
@@ -1102,13 +1102,13 @@ class Installed:
         return out
 
     # GLM-5-Next's indexer caches (models/glm5next/common/attention.py), each MLA layer's two.
-    GLM5NEXT_CACHES = "vllm.models.glm5next.common.attention"
+    GLM5NEXT_CACHES = "vllm.models.kpool_indexer.common.attention"
 
     def _glm5next_indexer_layers(self, model: ModelSpec, attention_name: str) -> dict:
         """One MLA layer's indexer caches as ``Indexer.__init__`` registers them, ahead of the MLA
         layer: the compressed keys (``Glm5NextIndexerCache``), then the tail ring
         (``Glm5NextTailCache``), vLLM's own classes carrying the attributes ``__init__`` sets."""
-        g = model.glm5next
+        g = model.kpool_indexer
         assert g is not None
         prefix = attention_name.removesuffix(".attn").removesuffix(".self_attn") + ".self_attn.indexer"
         out = {}
@@ -1169,14 +1169,14 @@ class Installed:
         registry = _symbol("vllm.model_executor.models", "ModelRegistry")
         with contextlib.ExitStack() as patches, calling("update_block_size_for_backend"):
             patches.enter_context(_patched(registry, "resolve_model_cls", platform.resolve_model_cls))
-            if model.glm5next is not None:   # the indexer's kernel pages by GPU (get_paged_mqa_page_sizes)
+            if model.kpool_indexer is not None:   # the indexer's kernel pages by GPU (get_paged_mqa_page_sizes)
                 deep_gemm = importlib.import_module("vllm.utils.deep_gemm")
                 patches.enter_context(_patched(deep_gemm, "current_platform", ModelledGpu()))
             platform.update_block_size_for_backend(config)
         block = config.cache_config.block_size
         spec = self.attention_spec(model, tp, block)
         page = spec.page_size_bytes
-        if model.glm5next is not None:
+        if model.kpool_indexer is not None:
             kernel = self._packed_kernel_block(model, tp, config, spec, page, num_blocks)
             return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
         select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
@@ -1316,7 +1316,7 @@ class Installed:
                 return dtypes
 
         model_class: type = StandInModel
-        if model.qwen4exp is not None and model.qwen4exp.ple_layers:
+        if model.ple_qsa is not None and model.ple_qsa.ple_layers:
             model_class = self._qwen4exp_model(model, StandInModel)
 
         class Probe(platform):  # type: ignore[misc, valid-type]  # vLLM's platform class, found at run time
@@ -1332,7 +1332,7 @@ class Installed:
         ``Qwen4ExpForCausalLM.get_ple_mamba_state_shape_from_config`` / ``short_conv_state_dtype``,
         ``tp_replicated``). The PLE shape is asked with equivalent keys: ``hidden_size`` the PLE
         channels, ``hc_count`` 1, ``ngram_size`` 1 and ``ple_conv_kernel_size`` the state rows + 1."""
-        q = model.qwen4exp
+        q = model.ple_qsa
         assert q is not None
         qwen4 = importlib.import_module("vllm.models.qwen4_exp.nvidia.model").Qwen4ExpForCausalLM
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")

@@ -6,16 +6,13 @@ backend ``GDN_ATTN``: its state is ``MambaStateShapeCalculator.kda_state_shape``
 ``(3·H·d/T, K−1+s)``, SSM ``(H/T, d, d)``), and the NIXL connector splits its conv state as
 GDN's (``derive_mamba_conv_split``: key dims equal, ``Q|K|V``). So the regions are GDN's with
 equal key and value heads; the SSM state is float32 unless ``--mamba-ssm-cache-dtype`` says
-bfloat16 (``kda_state_dtype``). Kimi-K3's full-rank-gate layers (``KimiK3DeltaAttention``) keep the
-same state under another backend name, ``KIMI_K3_KDA`` (``KimiK3KDAAttentionBackend``, a GDN backend).
+bfloat16 (``kda_state_dtype``). A family may keep the same state under another backend name
+(``Family.ssm_backend``).
 """
 
 from mambaxfer_cli.planning.variants import Params, RegionShape, VariantRules, param
 
 _H = param("num_heads")
-
-# KimiK3DeltaAttention.get_attn_backend: KimiK3KDAAttentionBackend, a GDNAttentionBackend by this name.
-KIMI_K3_KDA = "KIMI_K3_KDA"
 
 
 def _channels(p: Params) -> int:

@@ -71,7 +71,7 @@ PICKED_BACKENDS = (DEFAULT_BACKEND, SPARSE_MLA_BACKEND)
 
 def flag_variants(model: ModelSpec) -> tuple[Flags, ...]:
     """The engine flags every case of ``model`` runs under: its attention backends'."""
-    if model.glm5next is not None:
+    if model.kpool_indexer is not None:
         return SPARSE_FLAG_VARIANTS
     return MLA_FLAG_VARIANTS if model.mla else FLAG_VARIANTS
 
@@ -274,7 +274,7 @@ SPARSE_HASH_VARIATIONS = tuple(_on_sparse(v) for v in HASH_VARIATIONS
 
 def hash_variations(model: ModelSpec) -> tuple[Variation, ...]:
     """The engine pairs whose compatibility hashes are compared for ``model``."""
-    if model.glm5next is not None:
+    if model.kpool_indexer is not None:
         return SPARSE_HASH_VARIATIONS
     return MLA_HASH_VARIATIONS if model.mla else HASH_VARIATIONS
 

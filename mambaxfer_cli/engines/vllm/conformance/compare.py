@@ -113,7 +113,7 @@ class Comparison:
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
         sizes = self.ours.tp_sizes(model, max_tp)
-        if model.glm5next is not None:
+        if model.kpool_indexer is not None:
             self.notes.append(f"{name}: its MLA layers run {SPARSE_MLA_BACKEND}, vLLM's sparse MLA pick for the "
                               f"modelled GPU (no --attention-backend: the dense MLA backends refuse it); its hash "
                               f"variations leave out --mamba-ssm-cache-dtype and another backend on P")

@@ -79,9 +79,9 @@ def unchecked_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> lis
             Field("conv layout", p.conv_layout, d.conv_layout, False),
             Field("num_spec / conv rows", f"{p.model.num_spec} / {p.model.conv_rows}",
                   f"{d.model.num_spec} / {d.model.conv_rows}", False)]
-    if p.model.qwen4exp is not None and p.model.qwen4exp.has_qsa and d.model.qwen4exp is not None:
-        rows.append(Field("QSA compressed keys (indexer_kv_dtype)", p.model.qwen4exp.indexer_kv_dtype,
-                          d.model.qwen4exp.indexer_kv_dtype, False))
+    if p.model.ple_qsa is not None and p.model.ple_qsa.has_qsa and d.model.ple_qsa is not None:
+        rows.append(Field("QSA compressed keys (indexer_kv_dtype)", p.model.ple_qsa.indexer_kv_dtype,
+                          d.model.ple_qsa.indexer_kv_dtype, False))
     try:   # what D's offsets assume of P's state, rank for rank: both models laid out at D's TP
         sizes = [rank_layout(e.model, d.tp, 0) for e in (p, d)]
         p_bytes, d_bytes = (f"{r.conv_bytes} + {r.ssm_bytes}" for r in sizes)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
-from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict, not_started_first
-from mambaxfer_cli.engines.vllm import glm5next, qwen4exp
+from mambaxfer_cli.engines.vllm import families
+from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
 from mambaxfer_cli.engines.vllm.drafts import drafts
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
@@ -287,10 +287,10 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     if refusal:
         return [Refusal("parallel-config", f"{start}: {refusal} (ModelConfig.verify_with_parallel_config: "
                                            f"{vllm_error(e.model, e.tp)})")]
-    backend = glm5next.startup_refusal(e.model, e.flags.gpu) if e.model.glm5next is not None else None
+    backend = families.first("startup_refusal", e.model, e.flags.gpu)
     if backend:     # MLAAttention.__init__ -> get_attn_backend, while the model is built
         return [Refusal("attention-backend", f"{start} on {e.flags.gpu.describe()}: {backend}")]
-    chosen = glm5next.backend_refusal(e.model, e.flags) if e.model.glm5next is not None else None
+    chosen = families.first("backend_refusal", e.model, e.flags)
     if chosen:
         return [Refusal("attention-backend", f"{start} on --attention-backend {e.flags.attention_backend}: {chosen}")]
     replay = e.release.replayssm(replayssm_of(e)) if e.line.use_replayssm else None
@@ -325,12 +325,9 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
                                   (engine_facts(p, plan), engine_facts(d, plan)), _host_buffer(local),
                                   enforces_hash(local))
-        if d.model.qwen4exp is not None:     # the CSA-linear and PLE checks of its connector
-            found = qwen4exp.with_refusals(found, d.model, plan.prefill, plan.decode, rebuild, p.model,
-                                           push=mode == PUSH)
-        if d.model.glm5next is not None:     # an engine whose tail ring does not divide its block
-            found = not_started_first(found, glm5next.refusals(d.model, plan.prefill.geometry.block_size,
-                                                               plan.decode.geometry.block_size, p.model))
+        # a family's own checks: its connector's (CSA-linear, PLE), an engine whose ring does not divide its block
+        found = families.first("with_refusals", found, d.model, plan.prefill, plan.decode, rebuild, p.model,
+                               mode == PUSH) or found
         first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]
         refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in HANDSHAKE_FIRST]
         suggestion = found.suggested_block_size

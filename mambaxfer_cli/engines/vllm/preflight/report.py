@@ -58,7 +58,7 @@ class Report(SharedReport[ServeLine, Assessment]):
             return (f"CORRUPT: P keeps its {what} in {pv}, D in {dv}, and {unchecked}: every byte lands where D "
                     f"expects it, but D reads P's {pv} values as {dv}")
         if a.corrupt and a.indexer_keys_differ and sim.ok:
-            p, d = (e.model.qwen4exp.indexer_kv_dtype for e in (a.prefill, a.decode) if e.model.qwen4exp)
+            p, d = (e.model.ple_qsa.indexer_kv_dtype for e in (a.prefill, a.decode) if e.model.ple_qsa)
             return (f"CORRUPT: P keeps its QSA compressed keys in {p}, D in {d} (--attention-config "
                     f"indexer_kv_dtype), which vLLM's handshake does not compare: {releases} accepts the pairing and "
                     f"D reads P's key pages as its own")
@@ -127,7 +127,7 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
                 warnings.append(f"{name}: {flag} is known to vLLM {', '.join(releases)} only, and this engine "
                                 f"runs vLLM {e.release.name}: vllm serve exits with 'unrecognized arguments'")
         if (e.line.attention_backend is None and e.model.has_attention and e.flags.attention_backend is None
-                and e.model.glm5next is None):     # GLM-5-Next: vLLM's sparse pick, shown in the table
+                and e.model.kpool_indexer is None):     # GLM-5-Next: vLLM's sparse pick, shown in the table
             warnings.append(f"{name}: no --attention-backend: {e.attention_backend} assumed (vLLM's pick on "
                             f"{e.flags.gpu.name})")
         if e.line.kv_role == "kv_both":

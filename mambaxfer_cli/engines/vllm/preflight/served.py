@@ -50,12 +50,11 @@ class ServedEngine:
         """The line's backend, else vLLM's pick for the GPU (an MLA backend for an MLA model)."""
         from mambaxfer_cli.engines.vllm.gpu import default_attention_backend, default_mla_backend
 
-        if self.model.glm5next is not None:       # vLLM's sparse MLA pick for the GPU
-            from mambaxfer_cli.engines.vllm import glm5next
+        from mambaxfer_cli.engines.vllm import families
 
-            if glm5next.startup_refusal(self.model, self.flags.gpu):
-                return "none (no sparse MLA backend)"
-            return glm5next.sparse_backend(self.model, self.flags.gpu)[0]
+        own = families.first("attention_pick", self.model, self.flags.gpu)     # a family's (sparse MLA) pick
+        if own is not None:
+            return own
         pick = default_mla_backend if self.model.mla else default_attention_backend
         return self.flags.attention_backend or pick(self.flags.gpu)
 
@@ -126,7 +125,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
     # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
-    kv = line.attention_config.get("indexer_kv_dtype") if base_model.qwen4exp is not None else None
+    kv = line.attention_config.get("indexer_kv_dtype") if base_model.ple_qsa is not None else None
     model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
                  hf_overrides=line.hf_overrides, releases=(base.release.name,),
                  **({"indexer_kv_dtype": kv} if kv is not None else {}))
@@ -143,13 +142,9 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
             from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
 
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
-        if model.glm5next is not None:    # its config hook (fp8 KV on SM 10.x), its sparse backend
-            from mambaxfer_cli.engines.vllm import glm5next
+        from mambaxfer_cli.engines.vllm import families
 
-            if not glm5next.backend_refusal(model, flags):         # else: a start-up refusal
-                flags = glm5next.engine_flags(model, flags)
-            if not glm5next.startup_refusal(model, flags.gpu):     # else: a start-up refusal
-                glm5next.sparse_backend(model, flags.gpu)
+        flags = families.first("served_flags", model, flags) or flags    # a family's config hook and backend
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base)

@@ -334,11 +334,12 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     """Prove one plan byte by byte (the plan may come from anywhere, a mutated one included)."""
     start = time.perf_counter()
     sim = simulate(plan, patterns)
-    if plan.model.qwen4exp is not None or plan.model.glm5next is not None:
+    if plan.model.ple_qsa is not None or plan.model.kpool_indexer is not None:
         # its PLE and indexer pages, beside the pages simulate proves
-        from mambaxfer_cli.proof import indexer_caches, qwen4exp
-        sim = qwen4exp.merged(sim, qwen4exp.prove_ple(plan, plan_prefill_model(plan)),
-                              indexer_caches.prove(plan, plan_prefill_model(plan)))
+        from mambaxfer_cli.engines.vllm import families
+        from mambaxfer_cli.proof import indexer_caches
+        sim = indexer_caches.merged(sim, families.first("prove_ple", plan, plan_prefill_model(plan), part="_proof"),
+                                    indexer_caches.prove(plan, plan_prefill_model(plan)))
     verdict = "pass" if sim.ok else "fail"
     if verdict == "pass" and plan.semantics == VLLM and not plan.verdict.accepts:
         verdict = "refused"     # what vLLM would do is refuse: the deployment does not work

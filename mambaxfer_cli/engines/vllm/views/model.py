@@ -19,13 +19,10 @@ def side_caches_line(spec, side) -> str:
     """The caches beside the SSM state and the attention KV of one engine: Qwen4Exp's PLE state,
     the sparse-attention indexer's ring and compressed keys (docs/reference.md, "Qwen4Exp" and
     "GLM-5-Next"); empty for a model that keeps none."""
-    from mambaxfer_cli.engines.vllm import indexer_caches, qwen4exp
+    from mambaxfer_cli.engines.vllm import families, indexer_caches
 
-    parts = []
-    q = spec.qwen4exp
-    if q is not None and q.ple_layers:
-        parts.append(f"PLE state {qwen4exp.ple_state_bytes(spec)} B on every rank ({len(q.ple_layers)} layer(s), "
-                     f"TP-replicated), page {qwen4exp.ple_page_bytes(spec, side)} B")
+    own = families.first("side_cache", spec, side)      # a family's own state (PLE)
+    parts = [own] if own else []
     found = indexer_caches.caches(spec)
     if found is not None:
         parts.append(f"{found.ring_name} {found.ring_tokens} tokens (CircularBufferSpec, page "

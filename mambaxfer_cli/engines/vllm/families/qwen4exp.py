@@ -28,11 +28,13 @@ from typing import Callable
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
+from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
+from mambaxfer_cli.engines.vllm.plan import Warning_
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import ModelSpec, Qwen4ExpParts
+from mambaxfer_cli.planning.model import ModelSpec
 
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
@@ -45,27 +47,16 @@ QSA_LAYOUTS = ("BLNHC", "BLHNC")
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     """The KV-cache layouts an engine of ``model`` may run: QSA's two, or None (no QSA: vLLM's
     default preference applies)."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     return QSA_LAYOUTS if q is not None and q.has_qsa else None
-
-
-def parts(model: ModelSpec) -> Qwen4ExpParts | None:
-    return model.qwen4exp
 
 
 def ple_state_bytes(model: ModelSpec) -> int:
     """One PLE layer's state on any rank (``tp_world_size=1``): channels × (state_len + num_spec)
     in the conv dtype (``short_conv_state_dtype``: the mamba cache dtype, else the model's). 0
     without PLE layers."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     return q.ple_state_bytes(model.num_spec, dtype_bytes(model.conv_dtype)) if q is not None else 0
-
-
-def mamba_page_bytes(model: ModelSpec, gdn_state: int) -> int:
-    """The mamba page ``_align_hybrid_block_size`` fits the attention block to: the largest of
-    ``get_mamba_specs_from_config``'s pages (GDN's per rank, PLE's whole); ``engine_layout``
-    derives the geometry from it."""
-    return max(gdn_state, ple_state_bytes(model))
 
 
 def ple_page_bytes(model: ModelSpec, side: EngineLayout) -> int:
@@ -81,7 +72,7 @@ def ple_page_bytes(model: ModelSpec, side: EngineLayout) -> int:
 
 def ring_tokens(model: ModelSpec) -> int | None:
     """The QSA raw-key ring's capacity (``circular_buffer.qsa_ring_tokens``); None without QSA."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None or q.compress_ratio is None:
         return None
     return circular_buffer.qsa_ring_tokens(q.compress_ratio, model.num_spec)
@@ -92,7 +83,7 @@ def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
     """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (the
     local engine is D when it pulls, P when P pushes); ``p_model``: P's model where its num_spec or
     dtypes differ from D's."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None:
         return ()
     out: list[Refusal] = []
@@ -124,6 +115,15 @@ def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
     return tuple(out)
 
 
+def side_cache(model: ModelSpec, side: EngineLayout) -> str | None:
+    """The PLE state as ``inspect`` shows one engine's caches."""
+    q = model.ple_qsa
+    if q is None or not q.ple_layers:
+        return None
+    return (f"PLE state {ple_state_bytes(model)} B on every rank ({len(q.ple_layers)} layer(s), TP-replicated), "
+            f"page {ple_page_bytes(model, side)} B")
+
+
 def ple_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> list[int]:
     """The P ranks D rank ``d_rank`` reads the whole PLE page from (``compute_tp_mapping``'s SSM
     source ranks: every P rank of its share when P has more ranks, else the one attention rank);
@@ -140,6 +140,8 @@ def ple_fix(rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]], mo
     """The smallest ``--block-size`` pair (P's, D's) at which vLLM builds both engines with the
     same PLE page and refuses nothing else of Qwen4Exp's: the attention pages must be equal, so
     the blocks are inverse to each side's attention bytes per token."""
+    if model.ple_qsa is None:
+        return None
     a_p, a_d = prefill.geometry.attention_bytes_per_token, decode.geometry.attention_bytes_per_token
     if a_p is None or a_d is None:
         return None
@@ -162,9 +164,11 @@ FIRST = ("qsa-ring", "csa-linear-tp")
 
 def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
                   rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]],
-                  p_model: ModelSpec | None = None, push: bool = False) -> Verdict:
+                  p_model: ModelSpec | None = None, push: bool = False) -> Verdict | None:
     """The handshake's verdict with Qwen4Exp's refusals in vLLM's order; a same-size block
     suggestion is kept only where vLLM then refuses nothing of Qwen4Exp's either."""
+    if model.ple_qsa is None:
+        return None
     found = refusals(model, prefill, decode, p_model, push)
     if not found:
         return verdict
@@ -190,7 +194,7 @@ _POSITION_SLOTS, _ROPE_AXES = 4, 3
 def ring_slot_bytes(model: ModelSpec) -> int:
     """One token slot of the raw-key ring: the key (``indexer_head_dim``) in bfloat16, and with
     M-RoPE (``model_config.uses_mrope``) its positions (``QSARawKeyCache.__init__``)."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None and q.indexer_head_dim is not None
     slots = q.indexer_head_dim
     if q.rope_positions:
@@ -198,10 +202,45 @@ def ring_slot_bytes(model: ModelSpec) -> int:
     return slots * dtype_bytes("bfloat16")
 
 
+def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
+    q = model.ple_qsa
+    if q is None or not q.has_qsa:
+        return None
+    ring = ring_tokens(model)
+    assert q.compress_ratio is not None and ring is not None
+    return IndexerCaches("QSA", "QSA raw-key ring", ring, ring_slot_bytes(model), q.compress_ratio,
+                         compressed_key_bytes(model), model.mla, "qwen4exp-qsa", "indexed-attention")
+
+
 def compressed_key_bytes(model: ModelSpec) -> int:
     """One compressed key: ``indexer_head_dim`` in the indexer's dtype (``QSAIndexer.__init__``:
     bfloat16, or plain float8_e4m3fn without scales where ``--attention-config`` sets
     ``indexer_kv_dtype`` fp8)."""
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None and q.indexer_head_dim is not None
     return q.indexer_head_dim * dtype_bytes("float8_e4m3fn" if q.indexer_kv_dtype == "fp8" else "bfloat16")
+
+
+def plan_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+                    verdict: Verdict, releases: str, semantics: str) -> list[Warning_] | None:
+    """What this plan's reads leave out of Qwen4Exp: its PLE page; and a PLE state that differs
+    inside pages vLLM finds equal."""
+    q = model.ple_qsa
+    if q is None:
+        return None
+    out = []
+    p_state, d_state = ple_state_bytes(p_model), ple_state_bytes(model)
+    if q.ple_layers and verdict.accepts and p_state != d_state:
+        out.append(Warning_("vllm-ple-differs", (
+            f"P's PLE state is {p_state} bytes and D's {d_state} (speculative rows or dtype differ), but "
+            f"both pages are padded to {ple_page_bytes(model, decode)} B, so {releases} accepts "
+            f"them and D reads P's page whole: its PLE conv state lands on the wrong rows")))
+    if q.ple_layers:
+        sources = {len(ple_sources(prefill, decode, d)) for d in range(decode.tp)}
+        out.append(Warning_("qwen4exp-ple", (
+            f"PLE: {len(q.ple_layers)} TP-replicated page(s) of {ple_state_bytes(model)} bytes of "
+            f"state (page {ple_page_bytes(model, decode)} B on D, "
+            f"{ple_page_bytes(model, prefill)} B on P); each D rank reads the whole page from "
+            f"each of its {max(sources)} source P rank(s), the same bytes from each; not in the reads "
+            f"above")))
+    return out

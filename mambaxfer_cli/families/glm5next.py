@@ -1,5 +1,7 @@
-"""GLM-5-Next's config keys beyond its KDA dimensions and its MLA latent: the sparse-attention
-indexer and the layer schedule.
+"""GLM-5-Next: KDA + sparse MLA (vLLM's Glm5NextForCausalLM / ForConditionalGeneration,
+models/glm5next). ``layer_types``' linear_attention layers are KDA (its layer and class both read
+--mamba-ssm-cache-dtype: kda_state_dtype), the rest MLA with the sparse-attention indexer;
+transformers folds ``linear_attn_config`` into the flat keys.
 
 Defaults and checks are those of transformers' ``Glm5NextTextConfig``, which vLLM loads the
 config with: every fourth layer (``i % 4 == 3``) is an MLA layer when ``layer_types`` is absent,
@@ -12,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mambaxfer_cli.errors import UserError, quoted
-from mambaxfer_cli.limits import MAX_DIM, within
-from mambaxfer_cli.planning.model import ATTENTION, SSM, Glm5NextParts
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.families import Config, Family, dim_key
+from mambaxfer_cli.planning.model import ATTENTION, SSM, KpoolIndexerParts, Variant
 
 FAMILY = "GLM-5-Next"
 MODEL_TYPES = ("glm5_next", "glm5_next_text")
@@ -24,11 +26,7 @@ DEFAULTS = {"index_kpool": 16, "index_head_dim": 128, "index_topk": 2048, "kv_lo
 
 
 def _int(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int:
-    value = config.get(key)
-    value = DEFAULTS[key] if value is None else value
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
-    return within(f"{where}: key '{key}'", value, minimum, MAX_DIM, "model's")
+    return dim_key(config, key, DEFAULTS[key], where, minimum)
 
 
 def default_layers(n_layers: int) -> tuple[str, ...]:
@@ -37,7 +35,7 @@ def default_layers(n_layers: int) -> tuple[str, ...]:
     return tuple(SSM if i % 4 != 3 else ATTENTION for i in range(n_layers))
 
 
-def glm5next_parts(config: Mapping[str, Any], where: str) -> Glm5NextParts:
+def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
     """The indexer and MLA dimensions of a flattened GLM-5-Next config, refused as transformers
     (when loading the config) or vLLM (when building the model) refuses them."""
     rope = _int(config, "qk_rope_head_dim", where, minimum=0)
@@ -61,5 +59,27 @@ def glm5next_parts(config: Mapping[str, Any], where: str) -> Glm5NextParts:
     if config.get("index_kpool_always_select_tail") is False:
         raise UserError(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
                         f"index_kpool_always_select_tail=True\" (NotImplementedError in _validate_supported_config)")
-    return Glm5NextParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
+    return KpoolIndexerParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
                          _int(config, "qk_nope_head_dim", where))
+
+
+def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, ...] | None:
+    """The default schedule where ``layer_types`` is absent; else the layer-kind keys."""
+    if "layer_types" in config:
+        return None
+    if n_layers is None:
+        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
+    return default_layers(n_layers)
+
+
+def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv_dtype: str | None) -> Mapping[str, Any]:
+    return {"kpool_indexer": glm5next_parts(config, where) if ATTENTION in layers else None}
+
+
+FAMILIES = (
+    Family(FAMILY, MODEL_TYPES, Variant("kda"),
+           {"num_heads": (("linear_attn_config.num_heads",), ("linear_num_heads",)),
+            "head_dim": (("linear_attn_config.head_dim",), ("linear_head_dim",))},
+           conv_kernel=(("linear_attn_config.short_conv_kernel_size",), ("linear_conv_kernel_dim",)),
+           layer_kinds=layer_kinds, ssm_dtype_default="float32", mla=True, parts=parts, order=13),
+)

@@ -13,41 +13,28 @@ nothing is proved here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from mambaxfer_cli.engines.vllm import qwen4exp
+from mambaxfer_cli.engines.vllm.families import qwen4exp
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import SSM, ModelSpec
+from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.proof.indexer_caches import PLE_REFUSED, PagesProof, block_pair, holds
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
-from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, Simulation, WrongByte
+from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, WrongByte
 
 SPACE = "ple"
-# vLLM's refusals under which it registers or reads no PLE page.
-REFUSED = ("ple-geometry", "ple-without-qsa", "csa-linear-tp")
-
-
-@dataclass(frozen=True)
-class PagesProof:
-    """What a proof of whole pages (PLE or QSA) moved and verified, and where it found wrong bytes."""
-
-    reads: int
-    bytes_moved: int
-    bytes_verified: int
-    damage: tuple[Damage, ...]
 
 
 def _rows(model: ModelSpec) -> int:
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None
     return q.ple_state_len + model.num_spec
 
 
 def _p_page(model: ModelSpec, page_len: int, layer: int, block: int) -> np.ndarray:
-    q = model.qwen4exp
+    q = model.ple_qsa
     assert q is not None
     unit = _rows(model) * dtype_bytes(model.conv_dtype)
     state = unit_bytes_pattern(layer, block, "ple", 0, q.ple_channels, unit).reshape(-1)
@@ -58,23 +45,15 @@ def _p_page(model: ModelSpec, page_len: int, layer: int, block: int) -> np.ndarr
     return out
 
 
-def block_pair(plan: Plan) -> tuple[int, int]:
-    """The request's first SSM block on each side (a PLE group is an SSM group)."""
-    request = plan.descriptors.request
-    for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
-        if kind == SSM and len(p) and len(d):
-            return int(p[0]), int(d[0])
-    return 0, 0
-
 
 def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None:
     """The PLE pages of one request block, for every PLE layer and D rank; None for a model
     without PLE state, or where vLLM refuses the pages."""
     model = plan.model
-    q = model.qwen4exp
+    q = model.ple_qsa
     if q is None or not q.ple_layers:
         return None
-    if any(r.code in REFUSED for r in plan.verdict.refusals):
+    if any(r.code in PLE_REFUSED for r in plan.verdict.refusals):
         return None
     p_model = p_model or model
     p_len = qwen4exp.ple_page_bytes(p_model, plan.prefill)
@@ -114,20 +93,3 @@ def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None
                                   if writes[offset] else None)
                 damage.append(Damage(d, SPACE, "ple", len(bad), 1, first))
     return PagesProof(reads, moved, verified, tuple(damage))
-
-
-def holds(offset: int, rows: int, eb: int, channels: int) -> str:
-    unit = rows * eb
-    if offset >= channels * unit:
-        return "pad byte"
-    c, k = divmod(offset, unit)
-    return f"ple channel {c} row {k // eb} byte {k % eb}"
-
-
-def merged(sim: Simulation, *proofs: PagesProof | None) -> Simulation:
-    """The simulation of a plan's reads with its PLE and QSA pages' proofs added."""
-    for proof in proofs:
-        if proof is not None:
-            sim = Simulation(sim.reads + proof.reads, sim.pairs + proof.reads, sim.bytes_moved + proof.bytes_moved,
-                             sim.bytes_verified + proof.bytes_verified, sim.problems, sim.damage + proof.damage)
-    return sim

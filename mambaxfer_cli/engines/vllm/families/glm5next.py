@@ -33,13 +33,17 @@ Each rule names the vLLM function it follows (docs/reference.md, "GLM-5-Next").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
+from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
+from mambaxfer_cli.engines.vllm.engine import EngineLayout, Region
+from mambaxfer_cli.engines.vllm.handshake import Verdict, not_started_first
 from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, EngineFlags, Geometry
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.families.glm5next import FAMILY
 from mambaxfer_cli.planning.model import ModelSpec
 
 # The sparse MLA backend vLLM picks, by GPU family (SM 9.x, SM 10.x): geometry.SPARSE_MLA_BACKENDS.
@@ -54,15 +58,21 @@ PAGED_MQA_STATES = (32, 64)
 
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     """The KV-cache layouts an engine of ``model`` may run: BLHNC, or None (not GLM-5-Next)."""
-    return LAYOUTS if model.glm5next is not None else None
+    return LAYOUTS if model.kpool_indexer is not None else None
+
+
+def sparse_mla() -> str:
+    """The family vLLM's sparse MLA backends run."""
+    return FAMILY
 
 
 def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
     """Why vLLM starts no engine of ``model`` on ``gpu``: no sparse MLA backend is valid there
     (``CudaPlatform.get_attn_backend_cls`` raises when every backend of ``_get_backend_priorities``
-    fails ``validate_configuration``); None where one is."""
-    g = model.glm5next
-    assert g is not None
+    fails ``validate_configuration``); None where one is (or the model is not GLM-5-Next)."""
+    g = model.kpool_indexer
+    if g is None:
+        return None
     major = gpu.capability[0]
     why = ""
     if major == 10 and (g.kv_lora_rank, g.qk_nope_head_dim) != (512, 256):
@@ -79,7 +89,7 @@ def sparse_backend(model: ModelSpec, gpu: Gpu) -> tuple[str, int]:
     """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens), or
     a UserError where vLLM starts no engine there (``startup_refusal``) or mambaxfer does not model
     the pick."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     refused = startup_refusal(model, gpu)
     if refused:
@@ -101,7 +111,7 @@ def backend_refusal(model: ModelSpec, flags: EngineFlags) -> str | None:
     None without the flag, where it names vLLM's pick, or where no backend runs on the GPU at all
     (``startup_refusal`` says that first)."""
     chosen = flags.attention_backend
-    if chosen is None or startup_refusal(model, flags.gpu):
+    if chosen is None or model.kpool_indexer is None or startup_refusal(model, flags.gpu):
         return None
     pick, _ = sparse_backend(model, flags.gpu)
     if chosen == pick:
@@ -117,13 +127,34 @@ def _pick(major: int) -> tuple[str, int]:
     return name, SPARSE_MLA_BACKENDS[name].multiple_of
 
 
-def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags:
+def attention_pick(model: ModelSpec, gpu: Gpu) -> str | None:
+    """vLLM's sparse MLA pick for the GPU, as preflight shows it."""
+    if model.kpool_indexer is None:
+        return None
+    return "none (no sparse MLA backend)" if startup_refusal(model, gpu) else sparse_backend(model, gpu)[0]
+
+
+def served_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags | None:
+    """A served engine's flags after its config hook, where vLLM starts it (else a start-up refusal
+    says why); the sparse backend is checked as it picks it."""
+    if model.kpool_indexer is None:
+        return None
+    if not backend_refusal(model, flags):
+        flags = engine_flags(model, flags) or flags
+    if not startup_refusal(model, flags.gpu):
+        sparse_backend(model, flags.gpu)
+    return flags
+
+
+def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags | None:
     """The engine's flags after ``Glm5NextModelConfig.verify_and_update_config``: fp8 KV on SM
     10.x under ``--kv-cache-dtype auto``. ``--attention-backend`` may name vLLM's sparse pick for
     the GPU; vLLM starts no GLM-5-Next engine on another it validates and refuses
     (``get_attn_backend_cls``: a dense MLA backend, "sparse not supported"; the other family's
     sparse backend, "compute capability not supported"). Where no sparse backend runs on the GPU,
     that start-up refusal comes first (``startup_refusal``)."""
+    if model.kpool_indexer is None:
+        return None
     refused = backend_refusal(model, flags)
     if refused:
         raise UserError(f"vLLM does not start a GLM-5-Next engine on --attention-backend "
@@ -133,15 +164,16 @@ def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags:
     return flags
 
 
-def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
+def kernel(model: ModelSpec, flags: EngineFlags) -> Backend | None:
     """The backend geometry derives the block from, named after the sparse MLA backend: aligned
     from the indexer's smallest kernel block (``index_kpool · 32``: ``_align_hybrid_block_size``
     takes the first backend found, the indexer's) and rounded to a multiple of every non-SSM
     backend's smallest (the indexer's, the sparse backend's, the ring's 1), which a block above
     the requested size always is. A packed block is never split into kernel blocks
     (``prepare_kernel_block_sizes``): every block is its own kernel block."""
-    g = model.glm5next
-    assert g is not None
+    g = model.kpool_indexer
+    if g is None:
+        return None
     name, smallest = sparse_backend(model, flags.gpu)
     indexer = g.index_kpool * PAGED_MQA_STATES[0]
     return Backend(name, multiple_of=1, first=indexer, align=math.lcm(indexer, smallest))
@@ -150,21 +182,28 @@ def kernel(model: ModelSpec, flags: EngineFlags) -> Backend:
 # --- the indexer's caches -----------------------------------------------------------------------
 
 def ring_tokens(model: ModelSpec) -> int:
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
-    return circular_buffer.glm5next_ring_tokens(g.index_kpool, model.num_spec)
+    return circular_buffer.kpool_ring_tokens(g.index_kpool, model.num_spec)
 
 
 def ring_slot_bytes(model: ModelSpec) -> int:
     """One ring slot: two bf16 head slots of ``index_head_dim`` (the raw key, the gate score)."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
-    return circular_buffer.glm5next_slot_bytes(g.index_head_dim)
+    return circular_buffer.kpool_slot_bytes(g.index_head_dim)
+
+
+def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
+    if model.kpool_indexer is None:
+        return None
+    return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", ring_tokens(model), ring_slot_bytes(model),
+                         model.kpool_indexer.index_kpool, key_bytes(model), model.mla, "glm5next-indexer", "MLA")
 
 
 def key_bytes(model: ModelSpec) -> int:
     """One compressed key: ``index_head_dim`` fp8 bytes and a float32 scale per 128."""
-    g = model.glm5next
+    g = model.kpool_indexer
     assert g is not None
     return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
 
@@ -173,17 +212,7 @@ def key_bytes(model: ModelSpec) -> int:
 KDA_VIEW, KEYS, LATENT, RING = "kda", "keys", "latent", "ring"
 
 
-@dataclass(frozen=True)
-class Region:
-    kind: str                    # KDA_VIEW | KEYS | LATENT | RING: the first view registered at it
-    length: int                  # its block length as register_kv_caches records it
-    views: frozenset[str] = frozenset()     # the kinds of every view registered at it
-
-    def holds(self, kinds: tuple[str, ...]) -> bool:
-        return bool(self.views & set(kinds))
-
-
-def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_length: bool) -> tuple[Region, ...]:
+def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
     """Every NIXL region of a GLM-5-Next engine as ``register_kv_caches`` records it, in its order.
     Its KV caches (``get_kv_cache_config_from_groups``, BLHNC) are views of one block row,
     allocated in this order: the KDA groups' (group g's i-th layer at slot i, a page each, so
@@ -193,8 +222,9 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
     no row is registered whole) unless a region with its key exists: its address (0.33), its
     address and length (0.34, ``keyed_by_length``); a view of an MLA spec (keys, latent) that
     joins one sets its length."""
-    g = model.glm5next
-    assert g is not None
+    g = model.kpool_indexer
+    if g is None:
+        return None
     mla = model.attention_layers
     page = geometry.page_bytes
     keys = geometry.block_size // g.index_kpool * key_bytes(model)
@@ -217,12 +247,15 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
     return tuple(out)
 
 
-def covered_regions(found: tuple[Region, ...], ring_group: bool, every_region: bool) -> tuple[int, ...]:
+def covered_regions(model: ModelSpec, found: tuple[Region, ...], ring_group: bool,
+                    every_region: bool) -> tuple[int, ...] | None:
     """The regions an attention-kind transfer group's descriptor IDs cover (``_compute_desc_ids``):
     the ring group's, the regions a ring was registered at (0.33: ``_scratch_region_indices``;
     0.34: its ``_group_region_indices``); the MLA group's, every region where the release spans
     every region with an attention group (0.33, ``every_region``), else those holding its
     compressed keys or latents."""
+    if model.kpool_indexer is None:
+        return None
     if every_region and not ring_group:
         return tuple(range(len(found)))
     kinds = (RING,) if ring_group else (KEYS, LATENT)
@@ -239,3 +272,12 @@ def refusals(model: ModelSpec, p_block: int, d_block: int, p_model: ModelSpec | 
         if said:
             out.append(Refusal("kpool-ring", f"{name}: {said}"))
     return tuple(out)
+
+
+def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
+                  rebuild: object, p_model: ModelSpec | None = None, push: bool = False) -> Verdict | None:
+    """The handshake's verdict with an engine that does not start first (``refusals``)."""
+    if model.kpool_indexer is None:
+        return None
+    return not_started_first(verdict, refusals(model, prefill.geometry.block_size, decode.geometry.block_size,
+                                               p_model))

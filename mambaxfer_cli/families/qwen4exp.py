@@ -1,4 +1,4 @@
-"""Qwen4Exp's config keys beyond its GDN dimensions: the PLE state and the QSA indexer.
+"""Qwen4Exp: GDN as Qwen3.5's, plus a TP-replicated PLE state and the QSA indexer's caches.
 
 Defaults and checks are those of transformers' ``Qwen4ExpTextConfig`` (5.18), which vLLM loads the
 config with: ``ple_conv_kernel_size`` 4, ``ngram_size`` 3, ``hc_count`` 4, no PLE layers, no QSA.
@@ -9,21 +9,16 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.families import Config, Family, dim_key
+from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
-from mambaxfer_cli.planning.model import Qwen4ExpParts
+from mambaxfer_cli.planning.model import SSM, PleQsaParts, Variant
 
 FAMILY = "Qwen4Exp"
 QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
 # Layer kinds of a Qwen4Exp config: transformers 5.18 renamed qwen_sparse_attention to
 # indexed_attention and reads the released checkpoint's full_attention as indexed_attention.
 INDEXED_KINDS = ("indexed_attention", "qwen_sparse_attention")
-
-
-def _int(config: Mapping[str, Any], key: str, default: int | None, where: str, minimum: int = 1) -> int:
-    value = config.get(key, default) if config.get(key) is not None else default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
-    return at_most(f"{where}: key '{key}'", value, MAX_DIM, "model's")
 
 
 # vLLM's AttentionConfig.indexer_kv_dtype (config/attention.py IndexerKVDType), and what QSA's
@@ -45,7 +40,7 @@ def indexer_kv_dtype(given: str | None, where: str) -> str:
 
 
 def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], where: str,
-                   kv_dtype: str = "bf16") -> Qwen4ExpParts:
+                   kv_dtype: str = "bf16") -> PleQsaParts:
     """The PLE layers and their state, and the QSA indexer, of a flattened Qwen4Exp config;
     ``linear``: the 0-based linear_attention layers (PLE is allowed on those only); ``kv_dtype``:
     the compressed keys' dtype (``indexer_kv_dtype``)."""
@@ -60,22 +55,22 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
     if not_linear:
         raise UserError(f"{where}: Qwen4Exp PLE is only supported on linear_attention layers, got PLE on "
                         f"layers {not_linear} (transformers' Qwen4ExpTextConfig refuses it)")
-    hidden = _int(config, "hidden_size", None, where)
-    hc_count = _int(config, "hc_count", 4, where)
-    kernel = _int(config, "ple_conv_kernel_size", 4, where)
-    ngram = _int(config, "ngram_size", 3, where)
+    hidden = dim_key(config, "hidden_size", None, where)
+    hc_count = dim_key(config, "hc_count", 4, where)
+    kernel = dim_key(config, "ple_conv_kernel_size", 4, where)
+    ngram = dim_key(config, "ngram_size", 3, where)
     given = {key: config.get(key) for key in QSA_KEYS if config.get(key) is not None}
     head_dim = ratio = None
     if given:
         missing = [key for key in QSA_KEYS if key not in given]
         if missing:
             raise UserError(f"{where}: the QSA indexer config is missing {', '.join(missing)}")
-        head_dim = _int(config, "indexer_head_dim", None, where)
-        ratio = _int(config, "indexer_compress_ratio", None, where)
-        if _int(config, "indexer_kv_heads", None, where) != 1:
+        head_dim = dim_key(config, "indexer_head_dim", None, where)
+        ratio = dim_key(config, "indexer_compress_ratio", None, where)
+        if dim_key(config, "indexer_kv_heads", None, where) != 1:
             raise UserError(f"{where}: Qwen4Exp QSA requires indexer_kv_heads = 1, got "
                             f"{config['indexer_kv_heads']}")
-    return Qwen4ExpParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
+    return PleQsaParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
                                                             MAX_DIM, "model's"),
                          (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config), kv_dtype)
 
@@ -89,3 +84,17 @@ def uses_mrope(config: Mapping[str, Any]) -> bool:
     candidates = [params] + [v for v in params.values() if isinstance(v, Mapping)]
     return any(isinstance(c.get(name), (list, tuple)) for c in candidates
                for name in ("mrope_section", "xdrope_section"))
+
+
+def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv: str | None) -> Mapping[str, Any]:
+    linear = {i for i, kind in enumerate(layers) if kind == SSM}
+    return {"ple_qsa": qwen4exp_parts(config, len(layers), linear, where,
+                                       indexer_kv_dtype(indexer_kv, "indexer_kv_dtype"))}
+
+
+FAMILIES = (
+    Family(FAMILY, ("qwen4_exp", "qwen4_exp_text"), Variant("gdn"), GDN_KEYS,
+           conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",),
+           attention_kinds=INDEXED_KINDS, parts=parts, order=14),
+)
+MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")

@@ -1,0 +1,33 @@
+"""Bailing: V3 is KDA + MLA (vLLM's BailingMoeV3ForCausalLM, bailing_moe_v3.py); V2.5's linear
+attention vLLM's connector refuses.
+
+V3's KDA heads are the attention heads; every ``layer_group_size``-th layer and the tail are MLA
+(``_is_kda_layer``); the state dtype takes no --mamba-ssm-cache-dtype, in the layer or the class: float32.
+"""
+
+from __future__ import annotations
+
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.families import LINEAR_BACKEND, Config, Family, int_key
+from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
+
+
+def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, ...]:
+    """``_is_kda_layer``: MLA where ``(i + 1) % layer_group_size == 0`` and on the layers past the
+    last whole group; KDA elsewhere."""
+    if n_layers is None:
+        raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
+    if "layer_group_size" not in config:
+        raise UserError(f"{where}: missing key layer_group_size (every group's last layer is MLA)")
+    group = int_key(config, "layer_group_size", 1, where)
+    tail = n_layers // group * group
+    return tuple(ATTENTION if (i + 1) % group == 0 or i >= tail else SSM for i in range(n_layers))
+
+
+FAMILIES = (
+    Family("Bailing-V3", ("bailing_hybrid",), Variant("kda"),
+           {"num_heads": (("num_attention_heads",),), "head_dim": (("head_dim",),)},
+           conv_kernel=(("short_conv_kernel_size",),), layer_kinds=layer_kinds,
+           ssm_dtype_default="float32", ssm_dtype_fixed="always", mla=True, order=11),
+)
+CONNECTOR_REFUSED = {"BailingMoeV2_5ForCausalLM": ("Bailing-V2.5", "LINEAR", LINEAR_BACKEND)}

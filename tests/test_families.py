@@ -1,0 +1,126 @@
+"""A model family is named only in its family modules (issue 34), read from the package's source:
+the core's ``families/<name>.py`` and an engine's ``engines/<engine>/families/<name>.py`` (or
+``<name>_<part>.py`` beside it). Identifiers, module names and string literals count; docstrings
+and comments do not."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mambaxfer_cli"
+
+# Each family module's name, and how code spells the family (case-insensitive). Not yet listed:
+# Mamba / Mamba2 (the variants' own word) and Qwen3-Next / Qwen3.5 (named in 11 modules still).
+FAMILY_NAMES = {
+    "glm5next": r"glm[-_ ]?5",
+    "qwen4exp": r"qwen4[-_ ]?exp",
+    "kimi": r"kimi",
+    "bailing": r"bailing",
+    "nemotron_h": r"nemotron",
+    "granite": r"granite|bamba",
+    "falcon": r"falcon",
+    "zamba2": r"zamba",
+    "jamba": r"jamba",
+    "lfm2": r"lfm\d",
+    "alice_ai": r"alice",
+}
+
+# (module, family) pairs still to clear: the list only shrinks.
+NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
+    ("cli/options.py", "qwen4exp"),
+    ("engines/vllm/conformance/compare.py", "kimi"),
+    ("engines/sglang/conformance.py", "kimi"),
+    ("engines/sglang/release.py", "alice_ai"), ("engines/sglang/release.py", "bailing"),
+    ("engines/sglang/release.py", "falcon"), ("engines/sglang/release.py", "glm5next"),
+    ("engines/sglang/release.py", "granite"), ("engines/sglang/release.py", "jamba"),
+    ("engines/sglang/release.py", "kimi"), ("engines/sglang/release.py", "nemotron_h"),
+    ("engines/sglang/release.py", "qwen4exp"), ("engines/sglang/release.py", "zamba2"),
+    ("engines/vllm/probe.py", "glm5next"), ("engines/vllm/probe.py", "kimi"), ("engines/vllm/probe.py", "qwen4exp"),
+    ("engines/vllm/releases/v0_33/__init__.py", "bailing"), ("engines/vllm/releases/v0_33/__init__.py", "glm5next"),
+    ("engines/vllm/releases/v0_33/__init__.py", "kimi"), ("engines/vllm/releases/v0_33/__init__.py", "nemotron_h"),
+    ("engines/vllm/releases/v0_33/__init__.py", "qwen4exp"),
+    ("engines/vllm/releases/v0_34/__init__.py", "glm5next"), ("engines/vllm/releases/v0_34/__init__.py", "nemotron_h"),
+    ("planning/model.py", "glm5next"), ("planning/model.py", "qwen4exp"),
+    ("engines/vllm/startup.py", "kimi"), ("engines/vllm/startup.py", "nemotron_h"),
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _words(source: str) -> list[str]:
+    """The identifiers, imported module names and string literals (docstrings aside) of a module."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    words: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            words.append(node.value)
+        elif isinstance(node, ast.Name):
+            words.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.append(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words.append(node.name)
+        elif isinstance(node, ast.arg):
+            words.append(node.arg)
+        elif isinstance(node, ast.keyword) and node.arg:
+            words.append(node.arg)
+        elif isinstance(node, ast.alias):
+            words += [node.name, node.asname or ""]
+        elif isinstance(node, ast.ImportFrom):
+            words.append(node.module or "")
+    return words
+
+
+def _owner(path: str) -> str | None:
+    """The family whose module ``path`` (relative to the package) is, if any."""
+    parts = path.removesuffix(".py").split("/")
+    in_core = len(parts) == 2 and parts[0] == "families"
+    in_engine = len(parts) == 4 and parts[0] == "engines" and parts[2] == "families"
+    if not (in_core or in_engine):
+        return None
+    return next((f for f in FAMILY_NAMES if parts[-1] == f or parts[-1].startswith(f + "_")), None)
+
+
+def named_families(path: str, source: str) -> set[str]:
+    """The families a module (``path`` relative to the package) names outside its family's modules."""
+    text = "\n".join([path, *_words(source)]).lower()
+    owner = _owner(path)
+    return {f for f, pattern in FAMILY_NAMES.items() if f != owner and re.search(pattern, text)}
+
+
+def _found() -> set[tuple[str, str]]:
+    found = set()
+    for file in sorted(PACKAGE.rglob("*.py")):
+        path = file.relative_to(PACKAGE).as_posix()
+        found |= {(path, family) for family in named_families(path, file.read_text())}
+    return found
+
+
+def test_a_family_is_named_only_in_its_modules():
+    found = _found()
+    assert sorted(found - NOT_YET_IN_FAMILY_MODULES) == []
+    assert sorted(NOT_YET_IN_FAMILY_MODULES - found) == [], "cleared: take these pairs off the list"
+
+
+def test_the_check_catches_a_planted_name():
+    planted = ('def f(spec):\n    """Qwen4Exp\'s parts, in a docstring: not code."""\n'
+               '    return spec.family == "Qwen4Exp"  # a comment: Kimi\n')
+    assert named_families("planning/layout.py", planted) == {"qwen4exp"}
+    assert named_families("families/qwen4exp.py", planted) == set()
+    assert named_families("engines/vllm/families/qwen4exp_proof.py", planted) == set()
+    assert named_families("engines/vllm/families/kimi.py", planted) == {"qwen4exp"}
+    assert named_families("planning/layout.py", '"""Qwen4Exp and GLM-5-Next, said in a docstring."""\n') == set()
+    assert named_families("render/x.py", "from mambaxfer_cli.families import glm5next\n") == {"glm5next"}
+    assert named_families("execute/kimi_pages.py", "") == {"kimi"}
+    assert named_families("proof/x.py", "nemotron_h = 1\nz = Zamba2Parts()\n") == {"nemotron_h", "zamba2"}
