@@ -195,6 +195,31 @@ def test_the_code_map_is_the_folders():
     assert _code_map() == _folders()
 
 
+def _touched_paths(text: str) -> list[str]:
+    """The paths "What a change touches" names: its table's cells in backquotes that look like files
+    or folders (``NAME``, ``X_Y``, ``X_Y_Z`` stand for any name)."""
+    table = text.split("## What a change touches", 1)[1].split("\n## ", 1)[0]
+    return [c for c in re.findall(r"`([\w./-]+)`", table) if "/" in c or c.endswith((".py", ".json"))]
+
+
+def _exists(pattern: str, root: Path) -> bool:
+    glob = re.sub(r"NAME|X_Y_Z|X_Y", "*", pattern)
+    return any(next(base.glob(glob), None) is not None for base in (root / "mambaxfer_cli", root))
+
+
+def test_what_a_change_touches_names_real_paths():
+    root = PACKAGE.parent
+    named = _touched_paths((root / "docs" / "architecture.md").read_text())
+    assert len(named) >= 15
+    assert [p for p in named if not _exists(p, root)] == []
+
+
+def test_the_touch_table_check_sees_a_missing_path():
+    text = "## What a change touches\n| a | `engines/NAME/__init__.py`, `cli/nosuch_cmd.py` |\n## Code map\n"
+    assert _touched_paths(text) == ["engines/NAME/__init__.py", "cli/nosuch_cmd.py"]
+    assert [p for p in _touched_paths(text) if not _exists(p, PACKAGE.parent)] == ["cli/nosuch_cmd.py"]
+
+
 def test_the_code_map_check_sees_a_new_folder(tmp_path):
     (tmp_path / "mambaxfer_cli" / "room").mkdir(parents=True)
     (tmp_path / "mambaxfer_cli" / "room" / "__init__.py").write_text("")
