@@ -1,14 +1,16 @@
 """A shell script's commands, read as a shell reads them: quotes, line continuations, comments,
 and the operators that end a command (``;``, ``&``, ``&&``, ``|``, ...) or redirect its output
 (``> server.log 2>&1``, ``| tee x``), which are dropped with their targets. Pure: text in, words
-out; each engine's command-line reader takes it from there.
+out; each engine's command-line reader takes it from there, with the half both share (the end of
+this file: where the server starts, argparse's values, the line's ``command()``).
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from mambaxfer_cli.errors import UserError
 
@@ -199,3 +201,67 @@ class Command:
     def environment(self) -> dict[str, str]:
         """What the command's process sees: the exports, then its own prefixes."""
         return {**self.exported, **dict(self.assigns)}
+
+
+MANY, OPTIONAL = "many", "optional"      # what an option takes besides one value ("value")
+CONFIG_NOTE = "{} {}: the flags in that file are not read by mambaxfer; write them on the command line"   # --config F
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """Where a flag sits in the command's words: words[start:end]."""
+
+    spelling: str
+    start: int
+    end: int
+
+
+def server_start(words: list[str], program: str, module: str) -> int | None:
+    """Index of the words that start a server: ``<program> serve`` or ``python -m <module>``."""
+    for i, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] == program and i + 1 < len(words) and words[i + 1] == "serve":
+            return i
+        if word == "-m" and i + 1 < len(words) and words[i + 1] == module and i > 0:
+            return i - 1
+    return None
+
+
+def negative_number(word: str) -> bool:
+    """Whether argparse reads ``word`` as a negative number (a value, not a flag)."""
+    return re.fullmatch(r"-\d+(\.\d+)?", word) is not None
+
+
+def option_value(words: list[str], end: int, inline: str | None, takes: str) -> tuple[Any, int] | None:
+    """An option's value and the index after it, as argparse reads it (``takes``: value, many or
+    optional); None where a value it needs is missing."""
+    if takes == OPTIONAL:
+        if inline is None and end < len(words) and not words[end].startswith("-"):
+            return words[end], end + 1
+        return inline, end
+    if inline is not None:
+        value = inline
+    elif end < len(words) and not (words[end].startswith("-") and not negative_number(words[end])):
+        value, end = words[end], end + 1
+    else:
+        return None
+    if takes == MANY:
+        while end < len(words) and not words[end].startswith("-"):
+            end += 1
+    return value, end
+
+
+class ServerLine:
+    """What a server's line does with its ``words`` and ``environment()`` (each engine's frozen
+    dataclass has them)."""
+
+    words: tuple[str, ...]
+    notes: tuple[str, ...]
+    environment: Callable[[], tuple[tuple[str, str], ...]]
+
+    def command(self) -> str:
+        """The command as one line a shell reads back the same (env prefixes first)."""
+        return shlex.join([f"{k}={v}" for k, v in self.environment()] + list(self.words))
+
+    def kept_notes(self) -> tuple[str, ...]:
+        """The notes a corrected line keeps: those on the script's unexported variables."""
+        return tuple(n for n in self.notes if "not exported" in n)

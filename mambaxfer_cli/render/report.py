@@ -4,7 +4,7 @@ terminal and, where it has one, its JUnit XML. ``cli.report.finish`` says it all
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from mambaxfer_cli.exits import EXIT_OK
 
@@ -40,6 +40,14 @@ class Report:
 
     def notes(self) -> list[str]:
         return []
+
+
+def chart_notes(write: Callable[[dict, Path], str | None], document: dict, chart: Path | None) -> list[str]:
+    """The line said of a bench's chart (``write`` writes it, or says why not); none when none was asked."""
+    if chart is None:
+        return []
+    why = write(document, chart)
+    return [f"chart skipped: {why}" if why else f"chart written to {chart}"]
 
 
 class Viewed(Report):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +28,10 @@ from typing import Any, Mapping
 
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.preflight.report import set_words
-from mambaxfer_cli.readers.shell import script_command, split_commands
+from mambaxfer_cli.readers.shell import (
+    CONFIG_NOTE, MANY, OPTIONAL, Occurrence, ServerLine, negative_number, option_value, script_command, server_start,
+    split_commands,
+)
 
 LAUNCH_MODULE = "sglang.launch_server"
 RELEASE = "0.5.23"
@@ -55,7 +57,6 @@ FLAG = {"model": "--model-path", "mode": "--disaggregation-mode", "tp": "--tp-si
         "page_size": "--page-size", "kv_cache_dtype": "--kv-cache-dtype", "mamba_ssm_dtype": "--mamba-ssm-dtype",
         "transfer_backend": "--disaggregation-transfer-backend", "radix_strategy": "--mamba-radix-cache-strategy"}
 
-VALUE, MANY, OPTIONAL = "value", "many", "optional"
 UNKNOWN = "?"                 # occurrences of an unknown flag: UNKNOWN + its name
 SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
 
@@ -98,16 +99,7 @@ def resolve(name: str, release: str = RELEASE) -> tuple[str, Option] | None:
 
 
 @dataclass(frozen=True)
-class Occurrence:
-    """Where a flag sits in the command's words: words[start:end]."""
-
-    spelling: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class LaunchLine:
+class LaunchLine(ServerLine):
     """One SGLang server's command line, as far as the transfer is concerned."""
 
     model: str
@@ -169,20 +161,11 @@ class LaunchLine:
         exported = tuple((k, v) for k, v in self.env if k not in own)
         return exported + tuple(self.env_prefix)
 
-    def command(self) -> str:
-        """The command as one line a shell reads back the same (env prefixes first)."""
-        return shlex.join([f"{k}={v}" for k, v in self.environment()] + list(self.words))
-
 
 def _start(words: list[str]) -> int | None:
     """Index of the words that start SGLang's server: ``python -m sglang.launch_server`` or
     ``sglang serve``."""
-    for i, word in enumerate(words):
-        if word.rsplit("/", 1)[-1] == "sglang" and i + 1 < len(words) and words[i + 1] == "serve":
-            return i
-        if word == "-m" and i + 1 < len(words) and words[i + 1] == LAUNCH_MODULE and i > 0:
-            return i - 1
-    return None
+    return server_start(words, "sglang", LAUNCH_MODULE)
 
 
 def launches(text: str) -> bool:
@@ -212,8 +195,7 @@ def parse_launch(text: str, where: str = "--prefill") -> LaunchLine:
 def reparse(line: LaunchLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> LaunchLine:
     """The same server with its words or env prefixes edited (a corrected line)."""
     env = {**dict(line.env), **{k: v for k, v in env_prefix if k in STATE_VARS}}
-    notes = tuple(n for n in line.notes if "not exported" in n)
-    return _parse_words(list(words), tuple(env_prefix), env, where, notes)
+    return _parse_words(list(words), tuple(env_prefix), env, where, line.kept_notes())
 
 
 def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Mapping[str, str], where: str,
@@ -237,7 +219,7 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
             ignored.append("--model-type")
             i += 1 if "=" in word else 2
             continue
-        if not word.startswith("-") or word == "-" or _negative_number(word):
+        if not word.startswith("-") or word == "-" or negative_number(word):
             unknown.append(word)        # argparse: an extra positional is unrecognized
             i += 1
             continue
@@ -262,29 +244,19 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
             if inline is not None:
                 raise UserError(f"{where}: argument {spelling}: ignored explicit argument {quoted(inline)}")
             value: Any = SETS[option.takes] if option.takes != "none" else True
-        elif option.takes == OPTIONAL:
-            value = inline
-            if inline is None and end < len(words) and not words[end].startswith("-"):
-                value, end = words[end], end + 1
         else:
-            if inline is not None:
-                value = inline
-            elif end < len(words) and not (words[end].startswith("-") and not _negative_number(words[end])):
-                value, end = words[end], end + 1
-            else:
+            got = option_value(words, end, inline, option.takes)
+            if got is None:
                 raise UserError(f"{where}: argument {spelling}: expected "
                                 f"{'at least one argument' if option.takes == MANY else 'one argument'}")
-            if option.takes == MANY:
-                while end < len(words) and not words[end].startswith("-"):
-                    end += 1
-            if option.choices and str(value) not in option.choices:
+            value, end = got
+            if option.takes != OPTIONAL and option.choices and str(value) not in option.choices:
                 raise UserError(f"{where}: argument {spelling}: invalid choice: {quoted(str(value))} (choose from "
                                 f"{', '.join(map(repr, option.choices))})")
         if key is None:
             ignored.append(spelling)
             if option.dest == "config":
-                notes_out.append(f"{spelling} {quoted(str(value))}: the flags in that file are not read by "
-                                 f"mambaxfer; write them on the command line")
+                notes_out.append(CONFIG_NOTE.format(spelling, quoted(str(value))))
         else:
             values[key] = value
             occurrences.setdefault(key, []).append(Occurrence(spelling, i, end))
@@ -296,10 +268,6 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
                       words=tuple(words), start=start, occurrences={k: tuple(v) for k, v in occurrences.items()},
                       ignored=tuple(dict.fromkeys(ignored)), unknown=tuple(dict.fromkeys(unknown)),
                       notes=tuple(notes_out), **fields)
-
-
-def _negative_number(word: str) -> bool:
-    return re.fullmatch(r"-\d+(\.\d+)?", word) is not None
 
 
 def _int(value: Any, name: str, where: str) -> int:

@@ -29,7 +29,8 @@ from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
 from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
-from mambaxfer_cli.readers.shell import script_command
+from mambaxfer_cli.readers.shell import CONFIG_NOTE, OPTIONAL, Occurrence, ServerLine, option_value
+from mambaxfer_cli.readers.shell import script_command, server_start
 from mambaxfer_cli.engines.vllm.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
 
 CONV_LAYOUT_VAR = "VLLM_SSM_CONV_STATE_LAYOUT"
@@ -61,7 +62,6 @@ JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "atte
 RELEASE_KEYS = {key: tuple(r.name for r in ALL if key in r.serve_keys)
                 for key in dict.fromkeys(k for r in ALL for k in r.serve_keys)}
 
-VALUE, MANY, OPTIONAL = "value", "many", "optional"
 SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
 
 
@@ -108,16 +108,7 @@ def resolve(name: str) -> Known | None:
 
 
 @dataclass(frozen=True)
-class Occurrence:
-    """Where a flag sits in the command's words: words[start:end]; ``inline`` for --flag=value."""
-
-    spelling: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class ServeLine:
+class ServeLine(ServerLine):
     """One engine's command line, as far as the transfer is concerned."""
 
     model: str
@@ -179,28 +170,15 @@ class ServeLine:
                 own = ((name, value),) + own
         return own
 
-    def command(self) -> str:
-        """The command as one line a shell reads back the same (env prefixes first)."""
-        import shlex
-
-        return shlex.join([f"{k}={v}" for k, v in self.environment()] + list(self.words))
-
 
 def _value_of(words, occ: Occurrence) -> str:
     word = words[occ.start]
     return word.split("=", 1)[1] if occ.end == occ.start + 1 and "=" in word else words[occ.start + 1]
 
 
-
 def _serve_start(words: list[str]) -> int | None:
     """Index of the words that start vLLM's server: ``vllm serve`` or ``python -m <api_server>``."""
-    for i, word in enumerate(words):
-        base = word.rsplit("/", 1)[-1]
-        if base == "vllm" and i + 1 < len(words) and words[i + 1] == "serve":
-            return i
-        if word == "-m" and i + 1 < len(words) and words[i + 1] == API_SERVER_MODULE and i > 0:
-            return i - 1
-    return None
+    return server_start(words, "vllm", API_SERVER_MODULE)
 
 
 def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> ServeLine:
@@ -236,8 +214,7 @@ def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str]
     env = {name: value for name, value in ((CONV_LAYOUT_VAR, line.conv_layout),
                                            (KV_LAYOUT_VAR, line.kv_cache_layout)) if value is not None}
     env.update(dict(env_prefix))
-    notes = tuple(n for n in line.notes if "not exported" in n)
-    return _parse_words(list(words), list(env_prefix), env, where, notes)
+    return _parse_words(list(words), list(env_prefix), env, where, line.kept_notes())
 
 
 # --- vLLM's part -------------------------------------------------------------------------------
@@ -302,27 +279,17 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
             if inline is not None:
                 raise UserError(f"{where}: {name} takes no value (got {quoted(word)})")
             value = known.takes != "false"
-        elif known.takes == OPTIONAL:
-            value = inline
-            if inline is None and end < len(words) and not words[end].startswith("-"):
-                value, end = words[end], end + 1
         else:
-            if inline is not None:
-                value = inline
-            elif end < len(words) and not (words[end].startswith("-") and not _negative_number(words[end])):
-                value = words[end]
-                end += 1
-            else:
+            got = option_value(words, end, inline, known.takes)
+            if got is None:
                 raise UserError(f"{where}: {name} expects a value")
-            if known.takes == MANY:
-                while end < len(words) and not words[end].startswith("-"):
-                    end += 1
-            _check_choice(known, str(value), name, where, release_only)
+            value, end = got
+            if known.takes != OPTIONAL:
+                _check_choice(known, str(value), name, where, release_only)
         if key is None:
             ignored.append(known.spelling)
             if known.dest == "config":
-                notes.append(f"{known.spelling} {quoted(str(value))}: the flags in that file are not read by "
-                             f"mambaxfer; write them on the command line")
+                notes.append(CONFIG_NOTE.format(known.spelling, quoted(str(value))))
         else:
             values[key] = value
             occurrences.setdefault(key, []).append(Occurrence(name, i, end))
@@ -361,10 +328,6 @@ def _check_choice(known: Known, value: str, name: str, where: str, release_only:
         raise UserError(f"{where}: {name}: invalid choice {quoted(value)} (choose from {', '.join(union)})")
     if accepting != known.releases:
         release_only.append((f"{known.spelling} {value}", accepting))
-
-
-def _negative_number(word: str) -> bool:
-    return re.fullmatch(r"-\d+(\.\d+)?", word) is not None
 
 
 # --- JSON values, bounded --------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from mambaxfer_cli.cli.params import given
 from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs
-from mambaxfer_cli.render.report import Report
+from mambaxfer_cli.render.report import Report, chart_notes
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
@@ -138,10 +138,7 @@ class EnginesBenchReport(Report):
     def notes(self) -> list[str]:
         from mambaxfer_cli.bench.engines import wrong_bytes, write_engines_chart
 
-        notes = []
-        if self.chart is not None:
-            why = write_engines_chart(self.document, self.chart)
-            notes.append(f"chart skipped: {why}" if why else f"chart written to {self.chart}")
+        notes = chart_notes(write_engines_chart, self.document, self.chart)
         if not self.document["verified"]:
             notes.append(f"wrong bytes: {wrong_bytes(self.document)} over the runs marked WRONG; mambaxfer's exact "
                          f"plan landed them wrong; 'mambaxfer check --engine vllm,sglang --model {self.model} "

@@ -13,7 +13,7 @@ from mambaxfer_cli.cli.outcome import said
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
-from mambaxfer_cli.render.report import Report
+from mambaxfer_cli.render.report import Report, chart_notes
 
 if TYPE_CHECKING:
     from mambaxfer_cli.render.bench_view import BenchProgress
@@ -141,10 +141,7 @@ class BenchReport(Report):
     def notes(self) -> list[str]:
         from mambaxfer_cli.engines.vllm.transfer.bench import write_chart
 
-        notes = []
-        if self.chart is not None:
-            why = write_chart(self.document, self.chart)
-            notes.append(f"chart skipped: {why}" if why else f"chart written to {self.chart}")
+        notes = chart_notes(write_chart, self.document, self.chart)
         if not self.document["verified"]:
             wrong = sum(row["wrong_bytes"] for point in self.document["points"]
                         for rows in point["variants"].values() for row in rows.values())
