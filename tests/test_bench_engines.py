@@ -82,7 +82,7 @@ def test_sglang_moves_its_exact_plan_and_the_limit_one_descriptor_per_pair(docum
 def test_the_table_fits_80_columns_and_names_both_engines(document):
     from rich.console import Console
 
-    from mambaxfer_cli.render.bench_view import engines_tables
+    from mambaxfer_cli.engines.sglang.beside import engines_tables
     from mambaxfer_cli.render.console import fit
 
     out = Console(width=80, record=True, file=open(os.devnull, "w"), color_system=None)

@@ -15,10 +15,10 @@ from cli_run import run_cli
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute import whole_pages as ple_module
+from mambaxfer_cli.engines.vllm.transfer import whole_pages as ple_module
 from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
 from mambaxfer_cli.execute.tasks import cut_layers
-from mambaxfer_cli.execute.whole_pages import PageRead, ple_lists, ple_reads
+from mambaxfer_cli.engines.vllm.transfer.whole_pages import PageRead, ple_lists, ple_reads
 from mambaxfer_cli.engines.vllm.transfer.run import execute
 from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
 from mambaxfer_cli.execute.tasks import RunSettings

@@ -282,7 +282,7 @@ def test_heterogeneous_tp_needs_qsas_block_contiguous_layout(p_tp, d_tp, refused
 # --- the QSA caches, proved byte by byte ---------------------------------------------------------
 
 from mambaxfer_cli.engines.vllm import indexer_caches  # noqa: E402
-from mambaxfer_cli.proof import indexer_caches as proof_qsa  # noqa: E402
+from mambaxfer_cli.engines.vllm.proof import indexer_caches as proof_qsa  # noqa: E402
 
 GDN8 = dict(linear_num_value_heads=8, linear_num_key_heads=8, linear_key_head_dim=16, linear_value_head_dim=16)
 

@@ -125,7 +125,7 @@ def test_the_checks_see_a_circle_and_a_private_import():
 CORE = ("mambaxfer_cli.planning", "mambaxfer_cli.readers", "mambaxfer_cli.families", "mambaxfer_cli.schema",
         "mambaxfer_cli.errors", "mambaxfer_cli.exits", "mambaxfer_cli.limits")
 ENGINES = "mambaxfer_cli.engines"
-NOT_IN_CORE = ("torch", "nixl", "vllm", "sglang", "mambaxfer_cli.execute", "mambaxfer_cli.bench")
+NOT_IN_CORE = ("torch", "nixl", "vllm", "sglang", "mambaxfer_cli.execute")
 
 
 def _within(module: str, package: str) -> bool:
@@ -233,14 +233,6 @@ def test_the_code_map_check_sees_a_new_folder(tmp_path):
 ENGINE_NAMES = ("vllm", "sglang")
 ENGINE_HOMES = ("mambaxfer_cli.engines", "mambaxfer_cli.schema")
 
-# Modules outside cli/ that still import an engine's package (or compare its name): their folders move into the engines'
-# packages (proof/, preflight/, conformance/, render/'s views, execute/, bench/); the list shrinks
-# to empty as they do. cli/ and the registry are on it never.
-NOT_YET_IN_ENGINE_PACKAGES = frozenset({
-    "mambaxfer_cli.bench.engines", "mambaxfer_cli.execute.whole_pages", "mambaxfer_cli.proof.indexer_caches",
-    "mambaxfer_cli.render.bench_view",
-})
-
 
 def _names_an_engine(node: ast.AST) -> bool:
     """A string constant that is an engine's name, or a tuple/list/set of them."""
@@ -276,11 +268,7 @@ def engine_knowledge(module: str, source: str, path: str) -> list[str]:
 
 def test_commands_reach_an_engine_only_through_the_registry():
     found = {module: engine_knowledge(module, path.read_text(), str(path)) for module, path in MODULES.items()}
-    knowing = {module for module, said in found.items() if said}
-    assert knowing - NOT_YET_IN_ENGINE_PACKAGES == set(), [s for m in sorted(knowing - NOT_YET_IN_ENGINE_PACKAGES)
-                                                           for s in found[m]]
-    assert NOT_YET_IN_ENGINE_PACKAGES <= knowing        # a module that moved leaves the list
-    assert not any(_within(m, "mambaxfer_cli.cli") or m == ENGINES for m in NOT_YET_IN_ENGINE_PACKAGES)
+    assert [said for module in sorted(found) for said in found[module]] == []
 
 
 def test_the_engine_check_sees_a_planted_break():

@@ -89,38 +89,3 @@ def legend(points: list[dict[str, Any]], direction: str) -> str:
     verdict = (f"every byte verified after each run ({len(rows)} rows)" if not wrong else
                f"{wrong} of {len(rows)} rows moved WRONG bytes")
     return f"{LEGEND}\n{verdict}"
-
-
-ENGINES_LEGEND = ("READ: D pulls, WRITE: P pushes; vLLM moves per-block regions, SGLang per-slot entries · "
-                  "blk: blocks per request · desc: descriptors posted · GB/s: median · limit: one descriptor "
-                  "per P -> D pair moving the same bytes, in the same run · /lim: GB/s over the limit's. The "
-                  "engines move different bytes: compare /lim, not GB/s")
-
-
-def engines_tables(document: dict[str, Any]) -> list[Table]:
-    """``bench --engine vllm,sglang``: per device, each engine's planned descriptors against the
-    limit, one row per engine, direction and request size."""
-    tables = []
-    releases = {row["engine"]: row["release"] for row in document["rows"]}
-    for device in dict.fromkeys(row["device"] for row in document["rows"]):
-        rows = [row for row in document["rows"] if row["device"] == device]
-        memory = "VRAM" if device == "cuda" else "DRAM"
-        table = Table(title=f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, vLLM "
-                            f"{releases['vllm']} and SGLang {releases['sglang']}, {device} ({memory}), "
-                            f"{document['iters']} iters",
-                      title_justify="left", box=None, padding=(0, 1))
-        for column in ("engine", "blk", "desc", "B/desc", "bytes", "GB/s", "limit", "/lim", "check"):
-            table.add_column(column, justify="left" if column in ("engine", "check") else "right")
-        for row in rows:
-            table.add_row(f"{'vLLM' if row['engine'] == 'vllm' else 'SGLang'} {row['direction']}",
-                          "" if row["request_blocks"] is None else str(row["request_blocks"]),
-                          str(row["descriptors"]), human_bytes(row["bytes_per_descriptor"]),
-                          human_bytes(row["bytes"]), f"{row['gb_per_s']:.2f}", f"{row['limit_gb_per_s']:.2f}",
-                          f"{row['ratio']:.2f}", "ok" if row["verified"] else "WRONG")
-        wrong = sum(not row["verified"] for row in rows)
-        verdict = (f"every byte verified after each run ({len(rows)} rows, each planned and limit)" if not wrong
-                   else f"{wrong} of {len(rows)} rows moved WRONG bytes")
-        table.caption = f"{ENGINES_LEGEND}\n{verdict}"
-        table.caption_justify = "left"
-        tables.append(table)
-    return tables

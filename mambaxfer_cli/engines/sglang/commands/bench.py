@@ -86,7 +86,7 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
     pairing in one run, each against the machine's one-descriptor limit. Every refusal (a model or
     pairing one engine does not serve, a bad option, too little memory) is said before any rank starts."""
     from mambaxfer_cli.engines.sglang.transfer import bench as sglang_bench
-    from mambaxfer_cli.bench.engines import engines_document
+    from mambaxfer_cli.engines.sglang.beside import engines_document
     from mambaxfer_cli.cli.options import EngineArgs, Semantics, check_bounds
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.commands.answers import NAME, backend, load
@@ -131,12 +131,12 @@ class EnginesBenchReport(Report):
         self.chart, self.model, self.pair = chart, model, f"{p_tp}:{d_tp}"
 
     def render(self, width: int) -> list[Any]:
-        from mambaxfer_cli.render.bench_view import engines_tables
+        from mambaxfer_cli.engines.sglang.beside import engines_tables
 
         return list(engines_tables(self.document))
 
     def notes(self) -> list[str]:
-        from mambaxfer_cli.bench.engines import wrong_bytes, write_engines_chart
+        from mambaxfer_cli.engines.sglang.beside import wrong_bytes, write_engines_chart
 
         notes = chart_notes(write_engines_chart, self.document, self.chart)
         if not self.document["verified"]:

@@ -337,7 +337,7 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
     if plan.model.ple_qsa is not None or plan.model.kpool_indexer is not None:
         # its PLE and indexer pages, beside the pages simulate proves
         from mambaxfer_cli.engines.vllm import families
-        from mambaxfer_cli.proof import indexer_caches
+        from mambaxfer_cli.engines.vllm.proof import indexer_caches
         sim = indexer_caches.merged(sim, families.first("prove_ple", plan, plan_prefill_model(plan), part="_proof"),
                                     indexer_caches.prove(plan, plan_prefill_model(plan)))
     verdict = "pass" if sim.ok else "fail"

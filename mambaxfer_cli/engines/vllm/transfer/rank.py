@@ -18,7 +18,7 @@ from mambaxfer_cli.engines.vllm.transfer.exchange import exchange, fill, layout
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel
 from mambaxfer_cli.execute.faults import fault
-from mambaxfer_cli.execute.whole_pages import REGION as PLE, with_side
+from mambaxfer_cli.engines.vllm.transfer.whole_pages import REGION as PLE, with_side
 from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
 from mambaxfer_cli.execute.side_channel import SideChannelServer, listen, replies
 from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask, PrefillTask

@@ -8,7 +8,7 @@ from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.execute.whole_pages import side_pages
+from mambaxfer_cli.engines.vllm.transfer.whole_pages import side_pages
 from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
 from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
 from mambaxfer_cli.execute.side_channel import check_ports

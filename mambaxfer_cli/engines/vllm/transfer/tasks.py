@@ -4,7 +4,7 @@ Memory model, per rank, as vLLM lays it out: one registered region per KV-cache 
 the engine's logical blocks as pages; an SSM layer's block is one page, an attention layer's
 kernel blocks are slices of one (real-sized stand-in KV bytes), so that every descriptor of the
 plan's lists points at real, checkable memory. Whole pages (Qwen4Exp's PLE, an indexer's ring and
-compressed keys) take one more region per layer of each after them (``execute/whole_pages.py``).
+compressed keys) take one more region per layer of each after them (``engines/vllm/transfer/whole_pages.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory
-from mambaxfer_cli.execute.whole_pages import PageLists, SidePages, side_lists, side_pages
+from mambaxfer_cli.engines.vllm.transfer.whole_pages import PageLists, SidePages, side_lists, side_pages
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.engines.vllm.proof.pages import (
     ATTENTION_PAGE, ExpectedPage, p_page_kinds, p_page_shape, request_pages,

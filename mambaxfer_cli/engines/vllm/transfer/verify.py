@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.execute.whole_pages import WholePage, SidePages
+from mambaxfer_cli.engines.vllm.transfer.whole_pages import WholePage, SidePages
 from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask
 from mambaxfer_cli.engines.vllm.proof.addresses import addresses
 from mambaxfer_cli.proof.pattern import POISON, page, part_bytes

@@ -1,5 +1,5 @@
-"""``bench --engine vllm,sglang``: vLLM's transfer of per-block regions and SGLang's WRITE of
-per-slot entries for one model and pairing, each against the machine's one-descriptor limit.
+"""``bench --engine vllm,sglang``'s document, tables and chart: vLLM's per-block regions and SGLang's
+per-slot entries for one model and pairing, each moved against the machine's one-descriptor limit.
 
 The document holds both engines' own bench documents (``mambaxfer.bench/v1`` and one
 ``mambaxfer.sglang-bench/v1`` per device) and, per device, one row per engine and direction: the
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from rich.table import Table
+
+from mambaxfer_cli.render.model_view import human_bytes
 
 SCHEMA = "mambaxfer.bench-engines/v1"
 BLOCKS, SLOTS = "per-block regions", "per-slot entries"
@@ -81,7 +85,6 @@ def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install matplotlib)"
-    from mambaxfer_cli.render.model_view import human_bytes
 
     rows = document["rows"]
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.62 * len(rows)), dpi=120)
@@ -108,3 +111,35 @@ def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
     fig.savefig(path)
     plt.close(fig)
     return None
+
+
+ENGINES_LEGEND = ("READ: D pulls, WRITE: P pushes; vLLM moves per-block regions, SGLang per-slot entries · "
+                  "blk: blocks per request · desc: descriptors posted · GB/s: median · limit: one descriptor "
+                  "per P -> D pair moving the same bytes, in the same run · /lim: GB/s over the limit's. The "
+                  "engines move different bytes: compare /lim, not GB/s")
+
+
+def engines_tables(document: dict[str, Any]) -> list[Table]:
+    """Per device, each engine's planned descriptors against the limit: a row per engine, direction, size."""
+    tables = []
+    releases = {row["engine"]: row["release"] for row in document["rows"]}
+    for device in dict.fromkeys(row["device"] for row in document["rows"]):
+        rows = [row for row in document["rows"] if row["device"] == device]
+        memory = "VRAM" if device == "cuda" else "DRAM"
+        wrong = sum(not row["verified"] for row in rows)
+        verdict = (f"every byte verified after each run ({len(rows)} rows, each planned and limit)" if not wrong
+                   else f"{wrong} of {len(rows)} rows moved WRONG bytes")
+        table = Table(title=f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, vLLM "
+                            f"{releases['vllm']} and SGLang {releases['sglang']}, {device} ({memory}), "
+                            f"{document['iters']} iters", caption=f"{ENGINES_LEGEND}\n{verdict}",
+                      title_justify="left", caption_justify="left", box=None, padding=(0, 1))
+        for column in ("engine", "blk", "desc", "B/desc", "bytes", "GB/s", "limit", "/lim", "check"):
+            table.add_column(column, justify="left" if column in ("engine", "check") else "right")
+        for row in rows:
+            table.add_row(f"{'vLLM' if row['engine'] == 'vllm' else 'SGLang'} {row['direction']}",
+                          "" if row["request_blocks"] is None else str(row["request_blocks"]),
+                          str(row["descriptors"]), human_bytes(row["bytes_per_descriptor"]),
+                          human_bytes(row["bytes"]), f"{row['gb_per_s']:.2f}", f"{row['limit_gb_per_s']:.2f}",
+                          f"{row['ratio']:.2f}", "ok" if row["verified"] else "WRONG")
+        tables.append(table)
+    return tables

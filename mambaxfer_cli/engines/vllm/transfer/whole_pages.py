@@ -48,7 +48,8 @@ from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import VLLM
 from mambaxfer_cli.engines.vllm.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
-from mambaxfer_cli.proof.indexer_caches import CKEY, PLE_REFUSED, RING, block_pair, cache_pairs, holds, unproved
+from mambaxfer_cli.engines.vllm.proof.indexer_caches import (CKEY, PLE_REFUSED, RING, block_pair, cache_pairs,
+                                                              holds, unproved)
 
 REGION = "ple"
 SPACES = (REGION, RING, CKEY)

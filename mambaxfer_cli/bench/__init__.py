@@ -1,1 +1,0 @@
-"""``bench``: what both engines' benches share (each engine's runs are in its ``transfer/``)."""
