@@ -1102,7 +1102,7 @@ class Installed:
         return out
 
     # GLM-5-Next's indexer caches (models/glm5next/common/attention.py), each MLA layer's two.
-    GLM5NEXT_CACHES = "vllm.models.kpool_indexer.common.attention"
+    GLM5NEXT_CACHES = "vllm.models.glm5next.common.attention"
 
     def _glm5next_indexer_layers(self, model: ModelSpec, attention_name: str) -> dict:
         """One MLA layer's indexer caches as ``Indexer.__init__`` registers them, ahead of the MLA
