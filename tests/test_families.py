@@ -37,7 +37,6 @@ NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
     ("engines/vllm/releases/v0_33/__init__.py", "qwen4exp"),
     ("engines/vllm/releases/v0_34/__init__.py", "glm5next"), ("engines/vllm/releases/v0_34/__init__.py", "nemotron_h"),
     ("planning/model.py", "glm5next"), ("planning/model.py", "qwen4exp"),
-    ("engines/vllm/startup.py", "kimi"), ("engines/vllm/startup.py", "nemotron_h"),
 }
 
 

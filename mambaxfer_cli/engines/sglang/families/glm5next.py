@@ -1,7 +1,5 @@
 """GLM-5-Next in SGLang."""
-
 from mambaxfer_cli.engines.sglang.families import FamilyRule
-
 SGLANG_0_5_23 = {
     "GLM-5-Next": FamilyRule(False, engine_serves=True,
                              note="SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "

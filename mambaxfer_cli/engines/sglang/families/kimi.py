@@ -1,7 +1,5 @@
 """Kimi-Linear and Kimi-K3 in SGLang."""
-
 from mambaxfer_cli.engines.sglang.families import FamilyRule
-
 SGLANG_0_5_23 = {
     "Kimi-Linear": FamilyRule(False, engine_serves=True,
                               note="SGLang 0.5.23 serves Kimi-Linear (models/kimi_linear.py), but mambaxfer does not "
