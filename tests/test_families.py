@@ -31,19 +31,12 @@ FAMILY_NAMES = {
 NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
     ("cli/options.py", "qwen4exp"),
     ("engines/vllm/conformance/compare.py", "kimi"),
-    ("engines/sglang/conformance.py", "kimi"),
-    ("engines/sglang/release.py", "alice_ai"), ("engines/sglang/release.py", "bailing"),
-    ("engines/sglang/release.py", "falcon"), ("engines/sglang/release.py", "glm5next"),
-    ("engines/sglang/release.py", "granite"), ("engines/sglang/release.py", "jamba"),
-    ("engines/sglang/release.py", "kimi"), ("engines/sglang/release.py", "nemotron_h"),
-    ("engines/sglang/release.py", "qwen4exp"), ("engines/sglang/release.py", "zamba2"),
     ("engines/vllm/probe.py", "glm5next"), ("engines/vllm/probe.py", "kimi"), ("engines/vllm/probe.py", "qwen4exp"),
     ("engines/vllm/releases/v0_33/__init__.py", "bailing"), ("engines/vllm/releases/v0_33/__init__.py", "glm5next"),
     ("engines/vllm/releases/v0_33/__init__.py", "kimi"), ("engines/vllm/releases/v0_33/__init__.py", "nemotron_h"),
     ("engines/vllm/releases/v0_33/__init__.py", "qwen4exp"),
     ("engines/vllm/releases/v0_34/__init__.py", "glm5next"), ("engines/vllm/releases/v0_34/__init__.py", "nemotron_h"),
     ("planning/model.py", "glm5next"), ("planning/model.py", "qwen4exp"),
-    ("engines/vllm/startup.py", "kimi"), ("engines/vllm/startup.py", "nemotron_h"),
 }
 
 

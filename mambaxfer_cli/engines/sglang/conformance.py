@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for, transfer_entries
+from mambaxfer_cli.engines.sglang.families import given
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
@@ -49,6 +50,7 @@ class Source:
 
 
 _UTILS, _DISAGG = "sglang.srt.configs.mamba_utils", "sglang.srt.disaggregation"
+KDA_SHAPES, KDA_SHAPES_COMPARED = given("KDA_SHAPES")
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -56,7 +58,7 @@ SOURCES: Mapping[str, Source] = {
                                       "each rank's conv and temporal state shapes, conv_shard_groups"),
     "Mamba2StateShape.create_full_rank": Source(_UTILS, "Mamba2StateShape.create_full_rank",
                                                 "Mamba-1's per-rank state shapes"),
-    "KimiLinearStateShape.create": Source(_UTILS, "KimiLinearStateShape.create", "Kimi-Linear's state shapes"),
+    KDA_SHAPES: Source(_UTILS, KDA_SHAPES, KDA_SHAPES_COMPARED),
     "mamba2_state_dtype": Source(_UTILS, "mamba2_state_dtype",
                                  "the state dtypes from the config and the environment variables"),
     "compute_mamba_state_slice_blocks": Source(f"{_DISAGG}.utils", "compute_mamba_state_slice_blocks",
@@ -230,9 +232,7 @@ def _tuples(blocks: Any) -> list[tuple[int, ...]]:
 
 # Stand-ins beside the presets: the shapes SGLang's configs pass for families mambaxfer has no
 # preset of, and small odd dimensions.
-KIMI_STAND_INS: tuple[dict[str, int], ...] = (
-    {"num_heads": 32, "head_dim": 128, "conv_kernel": 4},
-    {"num_heads": 16, "head_dim": 64, "num_k_heads": 8, "head_k_dim": 32, "conv_kernel": 3})
+KDA_STAND_INS: tuple[dict[str, int], ...] = given("KDA_STAND_INS")
 MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
     {"intermediate_size": 4096, "n_groups": 1, "num_heads": 64, "head_dim": 64, "state_size": 128, "conv_kernel": 4},
     {"intermediate_size": 768, "n_groups": 2, "num_heads": 24, "head_dim": 32, "state_size": 16, "conv_kernel": 4})
@@ -255,7 +255,7 @@ def _our_mamba2(tp: int, args: Mapping[str, Any]) -> tuple[Any, ...]:
     return _ours(mamba2_state_shape(tp=tp, conv_shard_groups=tuple(groups) if groups else None, **rest))
 
 
-def _our_kimi(tp: int, args: Mapping[str, int]) -> tuple[Any, ...]:
+def _our_kda(tp: int, args: Mapping[str, int]) -> tuple[Any, ...]:
     return _ours(kda_state_shape(tp=tp, **args))
 
 
@@ -293,8 +293,8 @@ class _Checker:
     # --- shapes and dtypes ---
 
     def shapes(self, models: Sequence[ModelSpec]) -> None:
-        create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
-                              self.fn("KimiLinearStateShape.create"))
+        create, full, kda = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
+                              self.fn(KDA_SHAPES))
         for model, tp in itertools.product(models, range(1, self.max_tp + 1)):
             case = {"model": model.name, "tp": tp}
             if model.variant == "mamba1" and full:
@@ -318,12 +318,12 @@ class _Checker:
                 self.compare("Mamba2StateShape.create_full_rank", {"stand_in": m1, "tp": tp},
                              partial(_call, full, _shape_tuple, tp_world_size=tp, **m1),
                              partial(lambda tp, a: _ours(mamba1_state_shape(tp=tp, **a)), tp, m1))
-            for kargs in KIMI_STAND_INS:
-                if kimi:
+            for kargs in KDA_STAND_INS:
+                if kda:
                     theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
-                    self.compare("KimiLinearStateShape.create", {"stand_in": kargs, "tp": tp},
-                                 partial(_call, kimi, _shape_tuple, tp_world_size=tp, **theirs_args),
-                                 partial(_our_kimi, tp, kargs))
+                    self.compare(KDA_SHAPES, {"stand_in": kargs, "tp": tp},
+                                 partial(_call, kda, _shape_tuple, tp_world_size=tp, **theirs_args),
+                                 partial(_our_kda, tp, kargs))
 
     def dtypes(self) -> None:
         dtype = self.fn("mamba2_state_dtype")
@@ -378,8 +378,8 @@ class _Checker:
                             case = {"model": model.name, "field": name, "p_tp": p_tp, "d_tp": d_tp, "d_rank": d,
                                     "p_rank": p}
                             self._slice_case(case, src, dst, p_tp, d_tp, d, p)
-        # Kimi's transposed conv (one block per conv row), and items replicated across TP.
-        for kargs in KIMI_STAND_INS:
+        # KDA's transposed conv (one block per conv row), and items replicated across TP.
+        for kargs in KDA_STAND_INS:
             for p_tp, d_tp in itertools.product(self.sizes(1, 2, 4, 8), repeat=2):
                 if p_tp == d_tp:
                     continue
@@ -465,9 +465,9 @@ class _Checker:
 
     def pool_entries(self, models: Sequence[ModelSpec]) -> None:
         pool = self.fn("MambaPool transfer entries")
-        create, full, kimi = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
-                              self.fn("KimiLinearStateShape.create"))
-        if pool is None or not (create and full and kimi):
+        create, full, kda = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
+                              self.fn(KDA_SHAPES))
+        if pool is None or not (create and full and kda):
             return
         layers = (0, 3)
         for model in models:
@@ -483,11 +483,11 @@ class _Checker:
                              partial(_their_pool_entries, pool, theirs_shape, "Mamba2CacheParams", layers),
                              partial(_our_pool_entries, state_shape(spec, tp), spec.conv_dtype, spec.ssm_dtype,
                                      layers))
-        for kargs, tp in itertools.product(KIMI_STAND_INS, self.sizes(1, 2, 4, 8)):
+        for kargs, tp in itertools.product(KDA_STAND_INS, self.sizes(1, 2, 4, 8)):
             theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
             self.compare("MambaPool transfer entries", {"stand_in": kargs, "tp": tp, "layers": layers},
-                         partial(_their_pool_entries, pool, partial(kimi, tp_world_size=tp, **theirs_args),
-                                 "KimiLinearCacheParams", layers),
+                         partial(_their_pool_entries, pool, partial(kda, tp_world_size=tp, **theirs_args),
+                                 given("KDA_CACHE_PARAMS"), layers),
                          partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
 

@@ -7,19 +7,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from mambaxfer_cli.engines.sglang.families import FamilyRule, rows
+
 NIXL = "nixl"
 MOONCAKE = "mooncake"
 BACKENDS = (NIXL, MOONCAKE)
-
-
-@dataclass(frozen=True)
-class FamilyRule:
-    """How SGLang serves one model family (keyed by the family label mambaxfer reads)."""
-
-    served: bool                     # mambaxfer answers for it under this release
-    config_ssm_dtype: bool = False   # its config hook passes the config to mamba2_state_dtype
-    note: str = ""
-    engine_serves: bool = False      # not served by mambaxfer, but SGLang serves it (srt/models/ has it)
 
 
 @dataclass(frozen=True)
@@ -82,37 +74,6 @@ _MESSAGES = {
                             "tp_world_size ({tp})"),
 }
 
-# The families mambaxfer reads, as SGLang 0.5.23 serves them: srt/models/ holds the model file,
-# and the config class's mamba2_cache_params says whether it passes the config to
-# mamba2_state_dtype (so that the config's mamba_ssm_dtype counts).
-_FAMILIES = {
-    "Mamba (HF)": FamilyRule(True, note="configs/mamba.py MambaConfig (full-rank Mamba2 layout)"),
-    "Falcon-Mamba": FamilyRule(True, note="configs/mamba.py FalconMambaConfig"),
-    "Mamba2": FamilyRule(True, note="configs/mamba2.py"),
-    "Nemotron-H": FamilyRule(True, config_ssm_dtype=True, note="configs/nemotron_h.py"),
-    "Granite-4.0-H / Bamba": FamilyRule(True, note="configs/granitemoehybrid.py (GraniteMoeHybrid)"),
-    "Falcon-H1": FamilyRule(True, config_ssm_dtype=True, note="configs/falcon_h1.py"),
-    "Qwen3-Next / Qwen3.5": FamilyRule(True, config_ssm_dtype=True,
-                                       note="configs/qwen3_next.py (Qwen3.5 inherits it)"),
-    "Jamba": FamilyRule(False, note="SGLang 0.5.23 has no Jamba model file"),
-    "Zamba2": FamilyRule(False, note="SGLang 0.5.23 has no Zamba2 model file"),
-    "Kimi-Linear": FamilyRule(False, engine_serves=True,
-                              note="SGLang 0.5.23 serves Kimi-Linear (models/kimi_linear.py), but mambaxfer does not "
-                                   "model its KDA and MLA transfer yet"),
-    "Kimi-K3": FamilyRule(False, engine_serves=True,
-                          note="SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer does not model "
-                               "its KDA and MLA transfer for SGLang"),
-    "Bailing-V3": FamilyRule(False, engine_serves=True, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
-    "AliceAI": FamilyRule(False, engine_serves=True, note="mambaxfer does not model SGLang 0.5.23's KDA transfer"),
-    "Qwen4Exp": FamilyRule(False, engine_serves=True,
-                           note="SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state mambaxfer does "
-                                "not model for SGLang"),
-    "GLM-5-Next": FamilyRule(False, engine_serves=True,
-                             note="SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "
-                                  "Glm5NextForConditionalGeneration only), but mambaxfer does not model its KDA, "
-                                  "sparse MLA and indexer transfer for SGLang"),
-}
-
 SGLANG_0_5_23 = Release(
     version="0.5.23",
     backends=BACKENDS,
@@ -122,7 +83,7 @@ SGLANG_0_5_23 = Release(
     ssm_dtype_default="float32",
     ssm_dtype_config_key="mamba_ssm_dtype",
     state_dtypes=("float32", "bfloat16", "float16"),
-    families=_FAMILIES,
+    families=rows("SGLANG_0_5_23"),   # each family module's row
     messages=_MESSAGES,
 )
 

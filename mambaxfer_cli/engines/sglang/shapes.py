@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, FamilyRule, Release
+from mambaxfer_cli.engines.sglang.families import FamilyRule
+from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 

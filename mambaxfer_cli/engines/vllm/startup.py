@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names, architectures, attention_heads, removed_words
 
@@ -18,15 +19,9 @@ def vllm_error(model: ModelSpec, tp: int) -> str:
             f"({tp}).")
 
 
-# The architectures whose class is SupportsReplaySSM (nemotron_h.py; 0.34 adds nano_nemotron_vl.py),
-# by the family label mambaxfer reads, and KDA's, whose RecoverSSM keeps the stock page.
-REPLAYSSM_FAMILIES = ("Nemotron-H",)
-KDA_ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
-KDA_FAMILIES = ("Kimi-Linear", "Kimi-K3")      # the family labels of KDA_ARCHITECTURES' models
-
-
 def _kda(model: ModelSpec) -> bool:
-    return any(a in KDA_ARCHITECTURES for a in architecture_names(model.hf_config)) or model.family in KDA_FAMILIES
+    """A KDA model's class is SupportsReplaySSM, and its RecoverSSM keeps the stock page (its family module's)."""
+    return bool(first("kda", model))
 
 
 MAMBA_BACKENDS = ("triton", "flashinfer", "cpu")     # MambaBackendEnum: --mamba-backend
@@ -67,7 +62,7 @@ def replayssm_case(model: ModelSpec, **settings: Any) -> ReplaySSM:
     """The model's side of ``validate_mamba_cached_kernel``'s inputs (its architecture, whether its
     class supports ReplaySSM, KDA), with the engine's ``settings`` (the other fields)."""
     archs = architecture_names(model.hf_config)
-    return ReplaySSM(archs[0] if archs else "", model.family in REPLAYSSM_FAMILIES or _kda(model), _kda(model),
+    return ReplaySSM(archs[0] if archs else "", bool(first("replay_ssm", model)) or _kda(model), _kda(model),
                      **{"num_spec": model.num_spec, "model_dtype": model.model_dtype,
                         "family": model.family or model.name, **settings})
 
