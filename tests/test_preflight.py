@@ -12,7 +12,8 @@ import pytest
 
 from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.engines.vllm.preflight import preflight, quote_lines
+from mambaxfer_cli.engines.vllm.preflight.report import preflight
+from mambaxfer_cli.preflight.report import quote_lines
 from mambaxfer_cli.schema import document_schema
 from mambaxfer_cli.engines.vllm.serve_args import parse_serve
 from mambaxfer_cli.readers.serve_model import load_serve_model

@@ -19,7 +19,7 @@ import pytest
 
 from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.engines.vllm.preflight import preflight
+from mambaxfer_cli.engines.vllm.preflight.report import preflight
 from mambaxfer_cli.readers import documents
 from mambaxfer_cli.readers.documents import read_bounded
 from mambaxfer_cli.engines.vllm.serve_args import flag_table, parse_serve

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
+from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from mambaxfer_cli.errors import UserError
@@ -110,6 +111,21 @@ class ServingEngine(Protocol):
     def conformance(self, model: ModelArgs, max_tp: int) -> Report:
         """The installed engine's own functions against mambaxfer's, on --model or --all-presets."""
         ...
+
+
+def submodules(package: str) -> Callable[[str], ModuleType]:
+    """A package's ``__getattr__`` that imports a submodule when it is first named (an engine's
+    ``commands.plan``), so naming the engine imports no command's body."""
+
+    def imported(name: str) -> ModuleType:
+        try:
+            return importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{package}.{name}":
+                raise
+            raise AttributeError(name) from None
+
+    return imported
 
 
 def described() -> str:

@@ -18,7 +18,6 @@ from typing import Any
 
 from mambaxfer_cli.errors import UserError
 
-ROLES = ("prefill", "decode")
 DIRECT_RUN = "direct"          # the run id of a direct run: one run per listen address
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ETCD_PROBE_S = 3.0

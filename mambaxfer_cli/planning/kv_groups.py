@@ -12,7 +12,6 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import MAX_KV_GROUPS
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 
-KINDS = (ATTENTION, SSM)
 # A group of GLM-5-Next's indexer tail rings (a CircularBufferSpec group): a group kind, never a
 # layer kind. Its descriptor IDs are attention-kind; its pages are the indexer's, moved apart.
 RING = "ring"

@@ -15,7 +15,6 @@ SCHEMA_DIR = Path(__file__).parent
 DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "bench", "conformance", "sglang-plan",
              "sglang-check", "sglang-inspect", "sglang-execute", "sglang-bench",
              "check-engines", "bench-engines")
-PLAN_SCHEMA_PATH = SCHEMA_DIR / "plan-v1.schema.json"
 
 
 def schema_path(name: str) -> Path:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mambaxfer_cli.engines import ServingEngine
+from mambaxfer_cli.engines.sglang import commands
 from mambaxfer_cli.engines.sglang.release import RELEASES
 
 if TYPE_CHECKING:
@@ -28,11 +29,8 @@ if TYPE_CHECKING:
     from mambaxfer_cli.cli.execute_cmd import PeerArgs
     from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
     from mambaxfer_cli.engines import PreparedBench
+    from mambaxfer_cli.engines.sglang.commands import answers, bench, execute, preflight  # noqa: F401
     from mambaxfer_cli.render.report import Report
-
-
-# What the commands do not answer for SGLang yet, said the same way wherever it is asked.
-NOT_WIRED = None    # every command answers for SGLang 0.5.23
 
 
 class Sglang:
@@ -40,7 +38,7 @@ class Sglang:
 
     name = "sglang"
     title = "SGLang"
-    unanswered = NOT_WIRED
+    unanswered = None   # every command answers for SGLang 0.5.23
 
     def release_names(self) -> tuple[str, ...]:
         return tuple(RELEASES)
@@ -50,51 +48,35 @@ class Sglang:
 
     def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
              output: OutputArgs, d_rank: int | None, show: str | None) -> Report:
-        from mambaxfer_cli.engines.sglang.commands.answers import plan_report
-
-        return plan_report(model, engines, request, pair.p_tp or 0, pair.d_tp or 0, d_rank, show)
+        return commands.answers.plan_report(model, engines, request, pair.p_tp or 0, pair.d_tp or 0, d_rank, show)
 
     def check(self, model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs,
               pairs: str | None, max_tp: int | None) -> Report:
-        from mambaxfer_cli.engines.sglang.commands.answers import check_report
-
-        return check_report(model, engines, request, pairs, max_tp)
+        return commands.answers.check_report(model, engines, request, pairs, max_tp)
 
     def check_beside(self, other: ServingEngine, model: ModelArgs, engines: EngineArgs, request: RequestArgs,
                      output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report | None:
-        from mambaxfer_cli.engines.sglang.commands.answers import side_by_side
-
         if other.name != "vllm":
             return None
-        return side_by_side(other, model, engines, request, output, pairs, max_tp)
+        return commands.answers.side_by_side(other, model, engines, request, output, pairs, max_tp)
 
     def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
-        from mambaxfer_cli.engines.sglang.commands.answers import inspect_report
-
-        return inspect_report(model, engines, tp)
+        return commands.answers.inspect_report(model, engines, tp)
 
     def runs(self, p_text: str, d_text: str) -> bool:
-        from mambaxfer_cli.engines.sglang.commands.preflight import runs
-
-        return runs(p_text, d_text)
+        return commands.preflight.runs(p_text, d_text)
 
     def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
                   d_origin: str) -> Report:
-        from mambaxfer_cli.engines.sglang.commands.preflight import preflight
-
-        return preflight(engines, output, p_text, d_text, p_origin, d_origin)
+        return commands.preflight.preflight(engines, output, p_text, d_text, p_origin, d_origin)
 
     def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
                 peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:
-        from mambaxfer_cli.engines.sglang.commands.execute import run as execute
-
-        return execute(model, pair, engines, request, run, peers.host, peers.port, peers.discovery)
+        return commands.execute.run(model, pair, engines, request, run, peers.host, peers.port, peers.discovery)
 
     def bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
               sweep: str, chart: Path | None) -> Report:
-        from mambaxfer_cli.engines.sglang.commands.bench import run as bench
-
-        return bench(model, pair, engines, request, run)
+        return commands.bench.run(model, pair, engines, request, run)
 
     def prepare_bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
                       run: RunArgs, sweep: str, chart: Path | None) -> PreparedBench:
@@ -102,11 +84,9 @@ class Sglang:
 
     def bench_beside(self, other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: EngineArgs,
                      request: RequestArgs, run: RunArgs, sweep: str, chart: Path | None) -> Report | None:
-        from mambaxfer_cli.engines.sglang.commands.bench import beside
-
         if other.name != "vllm":
             return None
-        return beside(other, model, pair, engines, request, run, sweep, chart)
+        return commands.bench.beside(other, model, pair, engines, request, run, sweep, chart)
 
     def conformance(self, model: ModelArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.sglang.conformance import run

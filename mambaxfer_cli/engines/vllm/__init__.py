@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mambaxfer_cli.engines import ServingEngine
+from mambaxfer_cli.engines.vllm import commands
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from mambaxfer_cli.cli.execute_cmd import PeerArgs
     from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
     from mambaxfer_cli.engines import PreparedBench
+    from mambaxfer_cli.engines.vllm.commands import bench, check, execute, inspect, plan, preflight  # noqa: F401
     from mambaxfer_cli.render.report import Report
 
 
@@ -42,51 +44,37 @@ class Vllm:
 
     def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
              output: OutputArgs, d_rank: int | None, show: str | None) -> Report:
-        from mambaxfer_cli.engines.vllm.commands.plan import plan
-
-        return plan(model, pair, engines, request, output, d_rank, show)
+        return commands.plan.plan(model, pair, engines, request, output, d_rank, show)
 
     def check(self, model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs,
               pairs: str | None, max_tp: int | None) -> Report:
-        from mambaxfer_cli.engines.vllm.commands.check import check
-
-        return check(model, engines, request, output, pairs, max_tp)
+        return commands.check.check(model, engines, request, output, pairs, max_tp)
 
     def check_beside(self, other: ServingEngine, model: ModelArgs, engines: EngineArgs, request: RequestArgs,
                      output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report | None:
         return None     # SGLang's package checks itself beside vLLM
 
     def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
-        from mambaxfer_cli.engines.vllm.commands.inspect import inspect
-
-        return inspect(model, engines, tp)
+        return commands.inspect.inspect(model, engines, tp)
 
     def runs(self, p_text: str, d_text: str) -> bool:
         return False    # the engine preflight reads lines for when no other's server runs them
 
     def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
                   d_origin: str) -> Report:
-        from mambaxfer_cli.engines.vllm.commands.preflight import preflight
-
-        return preflight(engines, output, p_text, d_text, p_origin, d_origin)
+        return commands.preflight.preflight(engines, output, p_text, d_text, p_origin, d_origin)
 
     def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
                 peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:
-        from mambaxfer_cli.engines.vllm.commands.execute import execute
-
-        return execute(model, pair, engines, request, run, peers, output, blocks, plan_file)
+        return commands.execute.execute(model, pair, engines, request, run, peers, output, blocks, plan_file)
 
     def bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
               sweep: str, chart: Path | None) -> Report:
-        from mambaxfer_cli.engines.vllm.commands.bench import bench
-
-        return bench(model, pair, engines, request, run, sweep, chart)
+        return commands.bench.bench(model, pair, engines, request, run, sweep, chart)
 
     def prepare_bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
                       run: RunArgs, sweep: str, chart: Path | None) -> PreparedBench:
-        from mambaxfer_cli.engines.vllm.commands.bench import prepare_vllm
-
-        return prepare_vllm(model, pair, engines, request, run, sweep, chart)
+        return commands.bench.prepare_vllm(model, pair, engines, request, run, sweep, chart)
 
     def bench_beside(self, other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: EngineArgs,
                      request: RequestArgs, run: RunArgs, sweep: str, chart: Path | None) -> Report | None:

@@ -45,7 +45,6 @@ class VariantRules:
     title: str                             # "Mamba2": how prose names it
     order: int                             # where it is listed among the variants
     regions: tuple[RegionShape, ...]       # its state's regions, conv ones first
-    required: tuple[str, ...]              # the params its regions read
     region_ids: Mapping[str, int]          # each region's ID in the proof's byte pattern (1..7)
     colours: Mapping[str, str]             # each region's colour in tables
     speculative_rows: bool = True          # its conv state keeps a row per speculative token
@@ -71,7 +70,6 @@ def _found() -> Mapping[str, VariantRules]:
 
 
 VARIANTS: Mapping[str, VariantRules] = _found()
-REQUIRED_PARAMS: Mapping[str, tuple[str, ...]] = {name: v.required for name, v in VARIANTS.items()}
 REGION_IDS: Mapping[str, int] = {region: number for v in VARIANTS.values() for region, number in v.region_ids.items()}
 REGION_COLOURS: Mapping[str, str] = {region: colour for v in VARIANTS.values() for region, colour in v.colours.items()}
 

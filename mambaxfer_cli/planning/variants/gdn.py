@@ -15,7 +15,6 @@ VARIANT = VariantRules(
         RegionShape("ssm", "ssm", "head", param("num_v_heads"), param("num_v_heads"), "num_v_heads",
                     unit_elements=lambda p: p["head_v_dim"] * p["head_k_dim"]),
     ),
-    required=("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"),
     region_ids={"Q": 4, "K": 5, "V": 6, "ssm": 7},
     colours={"Q": "cyan", "K": "magenta", "V": "yellow", "ssm": "green"},
     generic_params={

@@ -28,7 +28,6 @@ VARIANT = VariantRules(
         RegionShape("ssm", "ssm", "head", _H, _H, "num_heads",
                     unit_elements=lambda p: p["head_dim"] * p["head_dim"]),
     ),
-    required=("num_heads", "head_dim"),
     region_ids={"Q": 4, "K": 5, "V": 6, "ssm": 7},
     colours={"Q": "cyan", "K": "magenta", "V": "yellow", "ssm": "green"},
     generic_params={

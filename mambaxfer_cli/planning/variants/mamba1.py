@@ -10,7 +10,6 @@ VARIANT = VariantRules(
         RegionShape("x", "conv", "channel", _I, _I, "intermediate_size"),
         RegionShape("ssm", "ssm", "channel", _I, _I, "intermediate_size", unit_elements=param("d_state")),
     ),
-    required=("intermediate_size", "d_state"),
     region_ids={"x": 1, "ssm": 7},
     colours={"x": "cyan", "ssm": "green"},
     speculative_rows=False,             # vLLM's Mamba1 conv state keeps no room for speculative tokens

@@ -16,7 +16,6 @@ VARIANT = VariantRules(
         RegionShape("ssm", "ssm", "head", param("num_heads"), param("num_heads"), "num_heads",
                     unit_elements=lambda p: p["head_dim"] * p["d_state"]),
     ),
-    required=("intermediate_size", "d_state", "n_groups", "num_heads", "head_dim"),
     region_ids={"x": 1, "B": 2, "C": 3, "ssm": 7},
     colours={"x": "cyan", "B": "magenta", "C": "yellow", "ssm": "green"},
     generic_params={

@@ -11,7 +11,7 @@ from mambaxfer_cli.render.report import Viewed
 def preflight(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
               d_origin: str) -> Viewed:
     from mambaxfer_cli.engines.vllm.serve_args import parse_serve
-    from mambaxfer_cli.engines.vllm.preflight import preflight as run
+    from mambaxfer_cli.engines.vllm.preflight.report import preflight as run
     from mambaxfer_cli.readers.serve_model import load_serve_model
     from mambaxfer_cli.engines.vllm.views.preflight import junit_xml, render_report
 

@@ -222,7 +222,9 @@ class Ours:
         """Whether mambaxfer says vLLM's compatibility hash tells the two engines of
         ``variation`` apart (``preflight``'s hashed fields)."""
         from mambaxfer_cli.planning.reads import VLLM
-        from mambaxfer_cli.engines.vllm.preflight import DECODE, PREFILL, build_engine, hashed_fields
+        from mambaxfer_cli.engines.vllm.preflight.fields import hashed_fields
+        from mambaxfer_cli.engines.vllm.preflight.served import build_engine
+        from mambaxfer_cli.preflight.report import DECODE, PREFILL
         from mambaxfer_cli.engines.vllm.serve_args import parse_serve
         from mambaxfer_cli.readers.serve_model import load_serve_model
 

@@ -9,17 +9,3 @@ The rooms, in the order a run goes through them: ``served`` (each line read into
 ``fields`` (what is compared), ``refusals`` (vLLM's verdict), ``fix`` (the flag changes) and
 ``report`` (the document).
 """
-
-from __future__ import annotations
-
-from mambaxfer_cli.engines.vllm.preflight.served import ServedEngine, build_engine
-from mambaxfer_cli.engines.vllm.preflight.fields import hashed_fields
-from mambaxfer_cli.preflight.report import DECODE, PREFILL, SCHEMA, Field, Fix, quote_lines
-from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess
-from mambaxfer_cli.engines.vllm.preflight.fix import find_fix
-from mambaxfer_cli.engines.vllm.preflight.report import Report, preflight
-
-__all__ = [
-    "Assessment", "DECODE", "Field", "Fix", "PREFILL", "Report", "SCHEMA", "ServedEngine", "assess",
-    "build_engine", "find_fix", "hashed_fields", "preflight", "quote_lines",
-]

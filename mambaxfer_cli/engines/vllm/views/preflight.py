@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.engines.vllm.engine import Engines
-from mambaxfer_cli.engines.vllm.preflight import Report
+from mambaxfer_cli.engines.vllm.preflight.report import Report
 from mambaxfer_cli.render.preflight_view import (
     cell_text, fields_table, fix_and_warnings, junit_suite, junit_text, opening, refusal_lines, titled_table,
 )
