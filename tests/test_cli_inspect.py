@@ -166,7 +166,7 @@ def test_variant_forced_onto_the_wrong_config(fails):
 @pytest.mark.parametrize("args, message", [
     (("--variant", "mamba3"), "'mamba3' is not one of 'mamba1', 'mamba2', 'gdn'"),
     (("--num-spec", "x"), "Invalid value for '--num-spec'"),
-    (("--format", "xml"), "Invalid value for '--format'"),
+    (("--format", "xml"), "Invalid value for '--format' / '-f': 'xml' is not one of 'table', 'json', 'yaml'"),
 ])
 def test_option_parse_errors_exit_2(cli, args, message):
     # Click's own usage errors: exit 2 and a usage box, no traceback.

@@ -137,7 +137,8 @@ def _one_line(text: str) -> str:
 
 def _usage_error(exc: typer.TyperException) -> int:
     """Option parsing's error as one red line (a box would be many), with a pointer to --help."""
-    message = _one_line(exc.format_message())
+    # typer's choices say what pydantic's validator said, behind its "Value error, "
+    message = _one_line(exc.format_message()).replace(": Value error, ", ": ")
     ctx = getattr(exc, "ctx", None)      # a usage error's: the command it was made for
     if ctx is not None:
         message += f" (see '{ctx.command_path} --help')"
