@@ -32,10 +32,6 @@ NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
     ("cli/options.py", "qwen4exp"),
     ("engines/vllm/conformance/compare.py", "kimi"),
     ("engines/vllm/probe.py", "glm5next"), ("engines/vllm/probe.py", "kimi"), ("engines/vllm/probe.py", "qwen4exp"),
-    ("engines/vllm/releases/v0_33/__init__.py", "bailing"), ("engines/vllm/releases/v0_33/__init__.py", "glm5next"),
-    ("engines/vllm/releases/v0_33/__init__.py", "kimi"), ("engines/vllm/releases/v0_33/__init__.py", "nemotron_h"),
-    ("engines/vllm/releases/v0_33/__init__.py", "qwen4exp"),
-    ("engines/vllm/releases/v0_34/__init__.py", "glm5next"), ("engines/vllm/releases/v0_34/__init__.py", "nemotron_h"),
     ("planning/model.py", "glm5next"), ("planning/model.py", "qwen4exp"),
 }
 

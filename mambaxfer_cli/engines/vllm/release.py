@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from mambaxfer_cli.engines.vllm.families import gathered
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
 PULL, PUSH = "pull", "push"
@@ -322,7 +323,7 @@ class Release:
     group_regions: Callable[[int | None, int], int]   # (layers in a group, tensors of its kind) ->
                                                # regions its descriptor IDs cover
     hashed_speculative: tuple[str, ...]        # speculative fields the hash takes
-    mtp_methods: frozenset[str]                # method names vLLM rewrites to "mtp"
+    mtp_methods: frozenset[str]                # method names vLLM rewrites to "mtp" (and the families')
     replayssm: Callable[[ReplaySSM], str | None]   # validate_mamba_cached_kernel: None, or its message
     name: str = ""                             # "0.34": the registry names it after its folder
     version: str = ""                          # "0.34.0": vLLM's __version__, hashed
@@ -344,7 +345,15 @@ class Release:
         """``SpeculativeConfig.__post_init__``: every MTP model type becomes ``mtp``."""
         if method is None:
             return None
-        return "mtp" if method in self.mtp_methods else method
+        return "mtp" if method in self.mtp_methods or method in self.family_mtp_methods() else method
+
+    def family_mtp_methods(self) -> frozenset[str]:
+        """The MTP method names the family modules declare (``MTP_METHODS``, by the release that
+        added them) for this release."""
+        def minor(name: str) -> tuple[int, ...]:
+            return tuple(int(n) for n in name.split(".") if n)
+        return frozenset(method for declared in gathered("MTP_METHODS") for since, methods in declared.items()
+                         if minor(since) <= minor(self.name) for method in methods)
 
     def speculative_factors(self, spec: Speculative | None, model: str, cache_dtype: str) -> Hash | None:
         """``_get_speculative_compatibility_factors``: only speculators that read the target's hidden

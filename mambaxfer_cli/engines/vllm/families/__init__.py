@@ -27,3 +27,8 @@ def first(hook: str, *args: Any, part: str = "") -> Any:
         if answer is not None:
             return answer
     return None
+
+
+def gathered(name: str) -> tuple[Any, ...]:
+    """Every family module's ``name`` (a constant), of those that hold one."""
+    return tuple(getattr(module, name) for module in _modules("") if hasattr(module, name))

@@ -46,6 +46,9 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.families.glm5next import FAMILY
 from mambaxfer_cli.planning.model import ModelSpec
 
+# SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
+MTP_METHODS = {"0.33": ("glm5_next_mtp",)}
+
 # The sparse MLA backend vLLM picks, by GPU family (SM 9.x, SM 10.x): geometry.SPARSE_MLA_BACKENDS.
 SPARSE_PICKS = {9: "FLASHINFER_MLA_SPARSE_SM90", 10: "FLASHINFER_MLA_SPARSE"}
 # KpoolTailBackend.supported_kv_cache_layouts: the only layout a GLM-5-Next engine may run.

@@ -5,6 +5,9 @@ from __future__ import annotations
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names
 
+# SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
+MTP_METHODS = {"0.33": ("kimi_k3_mtp",)}
+
 ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
 
 

@@ -36,6 +36,9 @@ from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
 
+# SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
+MTP_METHODS = {"0.33": ("qwen4_exp_mtp",)}
+
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
 # the only ones ``resolve_kv_cache_layout`` may pick: the NIXL connector's LBHNC is dropped with a

@@ -19,13 +19,13 @@ from mambaxfer_cli.engines.vllm.release import (
 )
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
-# SpeculativeConfig: these method names are deprecated aliases of "mtp".
+# SpeculativeConfig: these method names are deprecated aliases of "mtp"; a family module's
+# MTP_METHODS adds its own.
 MTP_METHODS = frozenset((
-    "bailing_hybrid_mtp", "bailing_hybrid_v3_mtp", "deepseek_mtp", "dots3_note_mtp", "ernie_mtp",
-    "exaone4_5_mtp", "exaone_moe_mtp", "gemma4_mtp", "glm4_moe_lite_mtp", "glm4_moe_mtp", "glm5_next_mtp",
-    "glm_ocr_mtp", "hy_v3_mtp", "hy_v4_mtp", "inkling_mtp", "kimi_k3_mtp", "longcat_flash_mtp", "mimo_mtp",
-    "mimo_v2_mtp", "minimax_m3_mtp", "mtp", "nemotron_h_mtp", "pangu_ultra_moe_mtp", "qwen3_5_mtp",
-    "qwen3_next_mtp", "qwen4_exp_mtp", "step3p5_mtp", "step5_mtp",
+    "deepseek_mtp", "dots3_note_mtp", "ernie_mtp", "exaone4_5_mtp", "exaone_moe_mtp", "gemma4_mtp",
+    "glm4_moe_lite_mtp", "glm4_moe_mtp", "glm_ocr_mtp", "hy_v3_mtp", "hy_v4_mtp", "inkling_mtp",
+    "longcat_flash_mtp", "mimo_mtp", "mimo_v2_mtp", "minimax_m3_mtp", "mtp", "pangu_ultra_moe_mtp", "qwen3_5_mtp",
+    "qwen3_next_mtp", "step3p5_mtp", "step5_mtp",
 ))
 
 # D's handshake when it pulls: the TP sizes (before any metadata), the hash, then add_remote_agent's

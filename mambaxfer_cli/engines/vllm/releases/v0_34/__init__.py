@@ -92,7 +92,6 @@ RELEASE = replace(
                  prefix_caching, host_buffer, mla_block_lens, head_sharded, attention_free),
     group_regions=regions_holding_a_layer,
     hashed_speculative=("method", "model", "kv_cache_dtype"),
-    mtp_methods=V0_33.mtp_methods | {"nemotron3_5_transcribe_mtp"},
     pairs_from_last_token=True,
     regions_keyed_by_length=True,
     serve_flags={"--enable-extensible-kv-cache": "bool", "--max-num-inflight-kv-loads": "value",
@@ -109,7 +108,7 @@ RELEASE = replace(
         "forward remote_num_tokens",
         "NIXL connector version 16 (15 in 0.33): 0.33 and 0.34 engines refuse each other",
         "the hash no longer takes the speculative parallel_drafting setting",
-        "views of one address share a NIXL region only if their block lengths match too (GLM-5-Next's "
-        "first compressed-key and tail-ring pages are regions of their own)",
+        "views of one address share a NIXL region only if their block lengths match too (a hybrid's "
+        "first pages of different lengths at a row's start are regions of their own)",
     ),
 )
