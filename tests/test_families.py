@@ -32,7 +32,6 @@ NOT_YET_IN_FAMILY_MODULES: set[tuple[str, str]] = {
     ("cli/options.py", "qwen4exp"),
     ("engines/vllm/conformance/compare.py", "kimi"),
     ("engines/vllm/probe.py", "glm5next"), ("engines/vllm/probe.py", "kimi"), ("engines/vllm/probe.py", "qwen4exp"),
-    ("planning/model.py", "glm5next"), ("planning/model.py", "qwen4exp"),
 }
 
 

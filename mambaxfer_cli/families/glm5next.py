@@ -60,7 +60,7 @@ def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
         raise UserError(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
                         f"index_kpool_always_select_tail=True\" (NotImplementedError in _validate_supported_config)")
     return KpoolIndexerParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
-                         _int(config, "qk_nope_head_dim", where))
+                         _int(config, "qk_nope_head_dim", where), key="glm5next")
 
 
 def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, ...] | None:

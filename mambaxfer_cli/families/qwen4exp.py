@@ -72,7 +72,7 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
                             f"{config['indexer_kv_heads']}")
     return PleQsaParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
                                                             MAX_DIM, "model's"),
-                         (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config), kv_dtype)
+                         (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config), kv_dtype, key="qwen4exp")
 
 
 def uses_mrope(config: Mapping[str, Any]) -> bool:

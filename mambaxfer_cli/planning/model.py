@@ -44,6 +44,7 @@ class PleQsaParts:
     compress_ratio: int | None = None  # indexer_compress_ratio
     rope_positions: bool = False       # M-RoPE: the raw-key ring also keeps each token's 3 positions
     indexer_kv_dtype: str = "bf16"     # the compressed keys' dtype (--attention-config indexer_kv_dtype)
+    key: str = field(kw_only=True)     # its key in the model's JSON: the family module's name
 
     @property
     def has_qsa(self) -> bool:
@@ -74,6 +75,7 @@ class KpoolIndexerParts:
     index_topk: int
     kv_lora_rank: int
     qk_nope_head_dim: int
+    key: str = field(kw_only=True)     # its key in the model's JSON: the family module's name
 
     def to_dict(self) -> dict[str, Any]:
         return {"index_kpool": self.index_kpool, "index_head_dim": self.index_head_dim,
@@ -163,7 +165,6 @@ class ModelSpec:
                            "dtype": self.model_dtype, **({"mla": True} if self.mla else {})}
                           if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
-            **({"qwen4exp": self.ple_qsa.to_dict()} if self.ple_qsa else {}),
-            **({"glm5next": self.kpool_indexer.to_dict()} if self.kpool_indexer else {}),
+            **{part.key: part.to_dict() for part in (self.ple_qsa, self.kpool_indexer) if part},
             "origin": dict(self.origin),
         }
