@@ -15,12 +15,15 @@ import typer
 
 from mambaxfer_cli.cli.params import ENGINES, MODEL, OUTPUT, REQUEST, Group, option, running
 from mambaxfer_cli.errors import UserError, clipped
+from mambaxfer_cli.families import LABELS
 from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
 from mambaxfer_cli.engines import DEFAULT as DEFAULT_ENGINE
 from mambaxfer_cli.engines import engine as serving_engine
 from mambaxfer_cli.engines import described as described_engines
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.variants import names as variant_names
+
+QSA = LABELS["QSA"]     # the family whose QSA indexer --indexer-kv-dtype sets
 
 
 class Format(str, Enum):
@@ -84,7 +87,7 @@ class ModelArgs(Group):
         "--head-size", help="Attention head size (default: the config's head_dim, else hidden_size / heads).",
         panel=MODEL)
     indexer_kv_dtype: str | None = option(
-        "--indexer-kv-dtype", help="Qwen4Exp: vLLM's --attention-config indexer_kv_dtype, the QSA compressed keys' "
+        "--indexer-kv-dtype", help=f"{QSA}: vLLM's --attention-config indexer_kv_dtype, the QSA compressed keys' "
                                    "dtype: auto (bf16), bf16 or fp8.", panel=MODEL)
 
     def load(self, name: str | None = None, releases: tuple[str, ...] | None = None) -> ModelSpec:
@@ -93,7 +96,7 @@ class ModelArgs(Group):
         spec = load(name or self.model or "", self.variant, self.conv_dtype, self.ssm_dtype, self.num_spec,
                     self.kv_heads, self.head_size, self.dtype, self.indexer_kv_dtype, releases)
         if self.indexer_kv_dtype is not None and (spec.ple_qsa is None or not spec.ple_qsa.has_qsa):
-            raise UserError(f"--indexer-kv-dtype: {spec.name} has no QSA indexer (Qwen4Exp's), which is all it sets")
+            raise UserError(f"--indexer-kv-dtype: {spec.name} has no QSA indexer ({QSA}'s), which is all it sets")
         return spec
 
     def names(self) -> list[str]:
@@ -173,7 +176,7 @@ class EngineArgs(Group):
     d_kv_cache_dtype: str | None = option("--d-kv-cache-dtype", help=_D_KV, panel=ENGINES)
     kv_cache_layout: str | None = option(
         "--kv-cache-layout", help="Both engines' VLLM_KV_CACHE_LAYOUT: LBHNC, BLHNC, LBNHC, ... (default: unset, so "
-                                  "vLLM's pick: the NIXL connector's LBHNC, BLNHC for Qwen4Exp's QSA).", panel=ENGINES)
+                                  f"vLLM's pick: the NIXL connector's LBHNC, BLNHC for {QSA}'s QSA).", panel=ENGINES)
     enable_prefix_caching: bool | None = option(
         "--enable-prefix-caching/--no-enable-prefix-caching",
         help="Both engines' prefix caching (default on: vLLM enables it for hybrid models).", panel=ENGINES)

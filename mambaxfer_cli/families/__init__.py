@@ -110,6 +110,8 @@ MAMBA_SSM_DTYPE_READERS = frozenset(a for m in _MODULES for a in getattr(m, "MAM
 CONNECTOR_REFUSED: Mapping[str, tuple[str, str, str]] = _merged("CONNECTOR_REFUSED")
 # Architectures vLLM serves whose KV cache its NIXL connector cannot register.
 REGISTRATION_REFUSED: Mapping[str, str] = _merged("REGISTRATION_REFUSED")
+# The family a generic message names for one of its parts, by the part (its module's LABELS).
+LABELS: Mapping[str, str] = _merged("LABELS")
 # layer_types entries that are attention layers in some family (beside the generic ones).
 ATTENTION_KINDS: tuple[str, ...] = tuple(kind for f in FAMILIES for kind in f.attention_kinds)
 

@@ -64,6 +64,7 @@ FAMILIES = (
            fixed_state_source="KimiGatedDeltaNetAttention.get_state_dtype", attention_checks=mla_asserts,
            refine=full_rank),
 )
+LABELS = {"float32 KDA state": "Kimi-Linear"}    # its KDA layers fix the state's dtype
 ARCHITECTURE_LABELS = {"KimiK3ForConditionalGeneration": ("Kimi-K3", "kda")}
 # Kimi-K3.1 (vLLM 0.34, KimiK3ForConditionalGeneration with dsa_config): its DSA indexer's key cache is
 # one entry per token (tokens_per_state 1), so get_current_attn_backends_and_specs keeps it, and the

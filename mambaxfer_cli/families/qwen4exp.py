@@ -97,4 +97,5 @@ FAMILIES = (
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",),
            attention_kinds=INDEXED_KINDS, parts=parts, order=14),
 )
+LABELS = {"QSA": FAMILY}
 MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")

@@ -25,9 +25,12 @@ from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
 from mambaxfer_cli.engines.vllm.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.families import LABELS
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import Read, Segment, tp_ratio
+
+KDA_FIXED = LABELS["float32 KDA state"]     # the family whose KDA layers fix their state's dtype
 
 CONV_SPLIT = Function("derive_mamba_conv_split", "each rank's sub-projections, conv rows and state bytes")
 REMOTE_CONV = Function("remote_conv_offsets", "the conv bytes each D rank reads in a P page")
@@ -120,7 +123,7 @@ class Comparison:
         elif model.mla:
             self.notes.append(f"{name}: its MLA engines run {', '.join(MLA_BACKENDS)} (FLASH_ATTN_MLA and "
                               f"CUTLASS_MLA do not import without a GPU); its hash variations leave out "
-                              f"--mamba-ssm-cache-dtype" + ("" if model.ssm_backend else " (Kimi-Linear's KDA "
+                              f"--mamba-ssm-cache-dtype" + ("" if model.ssm_backend else f" ({KDA_FIXED}'s KDA "
                                                             "layers keep a float32 state whatever it says)"))
         for tp in sizes:
             self.conv_split(name, model, tp)
