@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from cli_run import commands
 from mambaxfer_cli.cli import app
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
-from mambaxfer_cli.cli.params import ENGINES, Group, command, option
+from mambaxfer_cli.cli.params import ENGINES, Group, command, given, option
 
 CLI = Path(__file__).resolve().parent.parent / "mambaxfer_cli" / "cli"
 MOST_PARAMETERS = 12
@@ -121,3 +122,30 @@ def test_no_private_name_or_patched_method_of_the_cli_libraries():
                         root = root.value
                     assert not (isinstance(target, ast.Attribute) and isinstance(root, ast.Name)
                                 and root.id in imported), (path, node.lineno)
+
+
+@dataclasses.dataclass(frozen=True)
+class Switch(Group):
+    caching: bool | None = option("--caching/--no-caching", help="Caching.", panel=ENGINES)
+
+
+def test_a_switch_is_on_off_or_its_default():
+    """A switch declared "--on/--off": typer shows "--on" with "--off" named in its help (so the
+    80-column help never cuts the pair), and both flags still work."""
+    seen = []
+
+    @command()
+    def probe(switch: Switch) -> None:
+        seen.append((switch.caching, given("caching")))
+
+    app = typer.Typer()
+    app.command()(probe)
+    runner = CliRunner()
+    for args, value in (([], (None, False)), (["--caching"], (True, True)), (["--no-caching"], (False, True))):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert seen.pop() == value
+    both = runner.invoke(app, ["--caching", "--no-caching"])
+    assert both.exit_code == 2 and "give one of --caching and --no-caching, not both" in both.output
+    shown = runner.invoke(app, ["--help"], env={"COLUMNS": "120"}).output
+    assert "--no-caching" not in shown.split("Caching.")[0] and "Off: --no-caching." in shown

@@ -35,8 +35,8 @@ def test_help_groups_options_and_ends_with_examples():
     text = run_cli("check", "--help", env={"COLUMNS": "120"}).stdout
     for panel in ("Model", "Engines", "Request", "Output"):
         assert f"─ {panel} " in text
-    assert "--coalesce/--no-coalesce" not in text   # shown as two names
-    assert " --coalesce " in text and " --no-coalesce " in text
+    assert "--coalesce/--no-coalesce" not in text   # shown as two names: the switch, its "off" in its help
+    assert " --coalesce " in text and "Off: --no-coalesce." in " ".join(text.replace("│", " ").split())
     assert "Examples" in text and "mambaxfer check --model" in text
 
 

@@ -5,8 +5,7 @@ with the width forced (``COLUMNS``) and, for some, in a real pseudo-terminal of 
 narrow width: no line is wider than the terminal; every integer of the command's JSON document
 that the wide text shows is there as often, unbroken; so is every shard ``[a, b)``, ID run
 ``a..b step s``, size ``12.5 MiB`` and pairing ``P1 → D2``; and no value is cut to an ellipsis.
-``--help`` of every command fits too, and shows every option name and default whole at 80 columns,
-but for the commands whose Engines panel typer's layout cuts there (``CUT_AT_80``: whole from 120).
+``--help`` of every command fits too, and shows every option name and default whole at 80 columns.
 """
 
 from __future__ import annotations
@@ -209,10 +208,8 @@ def test_every_command_is_covered():
 
 # --help is typer's rich layout: a panel per group, each a table whose name columns share the
 # width with the help column. It never draws wider than the terminal, but a panel whose longest
-# names do not fit beside their help has them cut to an ellipsis: at 80 columns the Engines panel
-# of these commands ('--p-enable-prefix-c…'), at 60 nearly every panel. From HELP_WHOLE columns
-# every name and default is whole.
-CUT_AT_80 = ("plan", "check", "inspect", "execute", "bench")
+# names do not fit beside their help has them cut to an ellipsis: at 60 columns nearly every
+# panel. At 80 and from HELP_WHOLE columns every name and default is whole.
 HELP_WHOLE = 120
 
 
@@ -241,7 +238,7 @@ def _names_and_defaults_whole(command: str, text: str) -> None:
 @pytest.mark.parametrize("width", NARROW)
 def test_help_fits_the_terminal(command, width):
     text = _help(command, width)
-    if width == 80 and command not in CUT_AT_80:
+    if width == 80:
         _names_and_defaults_whole(command, text)
 
 
@@ -250,10 +247,6 @@ def test_help_shows_every_option_name_and_default_whole(command):
     _names_and_defaults_whole(command, _help(command, HELP_WHOLE))
 
 
-@pytest.mark.xfail(strict=True, reason="typer's rich help cuts the longest names of the Engines panel at 80 columns")
-@pytest.mark.parametrize("command", CUT_AT_80)
-def test_help_of_the_widest_panels_at_80_columns(command):
-    _names_and_defaults_whole(command, _help(command, 80))
 
 
 @pytest.mark.parametrize("fast,slow", [(("9.99", "8.10 ms"), ("10.03", "81.02 ms")),

@@ -147,8 +147,8 @@ class EngineArgs(Group):
     engine: str = option("--engine", help=f"The serving engine of P and D: {described_engines()}.", panel=ENGINES,
                          default=DEFAULT_ENGINE)
     transfer_backend: str | None = option(
-        "--transfer-backend", help="SGLang's --disaggregation-transfer-backend: nixl (the default) or mooncake "
-                                   "(--engine sglang).", panel=ENGINES)
+        "--transfer-backend", help="SGLang's disaggregation transfer backend (--engine sglang): nixl (the "
+                                   "default) or mooncake.", panel=ENGINES)
     vllm_version: str | None = option(
         "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES)
     p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES)

@@ -106,11 +106,15 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
             groups[name] = (group, [f.name for f in members])
             types = _hints(group)
             params += [_parameter(f.name, types[f.name], f, needed, own_defaults, function) for f in members]
+            params += [_negative(f) for f in members if _negated(f)]
         taken = [p.name for p in params]
         assert len(taken) == len(set(taken)), f"{function.__name__}: an option declared twice"
 
         def collected(ctx: typer.Context, **values: Any) -> None:
             for name, (group, members) in groups.items():
+                for member in members:
+                    if f"{member}{NEGATIVE}" in values:
+                        values[member] = _switch(ctx, member, values[member], values.pop(f"{member}{NEGATIVE}"))
                 values[name] = group(**{member: values.pop(member) for member in members})
             running = _running.set(ctx)
             try:
@@ -139,17 +143,57 @@ def _parameter(name: str, hint: Any, field: Any, needed: set[str], defaults: dic
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default,
                                  annotation=Annotated[kind | None, info])
     names, settings = field.metadata["option"]
-    info = typer.Option(*names, **{**settings, "help": settings["help"].replace("{command}", function.__name__)})
+    text = settings["help"].replace("{command}", function.__name__)
+    if _negated(field):
+        on, off = names[0].split("/")
+        names, text = (on, *names[1:]), f"{text} Off: {off}."
+    info = typer.Option(*names, **{**settings, "help": text})
     default = inspect.Parameter.empty if name in needed else defaults.get(name, field.default)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, info])
+
+
+# A switch declared "--on/--off" is two flags to typer: "--on", in --help with its help, and
+# "--off", hidden and named in that help. Typer's help gives a switch's "--off" name a column of
+# its own, and at 80 columns the longest pairs (--p-enable-prefix-caching/--p-no-enable-...) leave
+# the names too little room: they were cut to an ellipsis.
+NEGATIVE = "__off"
+
+
+def _negated(field: dataclasses.Field) -> bool:
+    names = field.metadata.get("option", ((),))[0]
+    return bool(names) and "/" in names[0]
+
+
+def _negative(field: dataclasses.Field) -> inspect.Parameter:
+    names, settings = field.metadata["option"]
+    off = names[0].split("/")[1]
+    info = typer.Option(off, hidden=True, rich_help_panel=settings["rich_help_panel"])
+    return inspect.Parameter(f"{field.name}{NEGATIVE}", inspect.Parameter.KEYWORD_ONLY, default=False,
+                             annotation=Annotated[bool, info])
+
+
+def _switch(ctx: typer.Context, name: str, on: Any, off: bool) -> Any:
+    """A switch's value from its two flags: the one given (both: a usage error)."""
+    if not off:
+        return on
+    if on and _source(ctx, name) in ("COMMANDLINE", "ENVIRONMENT"):
+        flags = [p.opts[0] for p in ctx.command.params if p.name in (name, f"{name}{NEGATIVE}")]
+        raise typer.BadParameter(f"give one of {' and '.join(flags)}, not both")
+    return False
+
+
+def _source(ctx: typer.Context, name: str) -> str | None:
+    source = ctx.get_parameter_source(name)
+    return source.name if source is not None else None
 
 
 def given(name: str) -> bool:
     """Whether the running command's command line (or environment) gave option ``name`` (its
     parameter's name): a default the command sets is not given."""
     ctx = _running.get()
-    source = ctx.get_parameter_source(name) if ctx is not None else None
-    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+    if ctx is None:
+        return False
+    return any(_source(ctx, each) in ("COMMANDLINE", "ENVIRONMENT") for each in (name, f"{name}{NEGATIVE}"))
 
 
 def running() -> typer.Context | None:
