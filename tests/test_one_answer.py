@@ -1,0 +1,46 @@
+"""What every command says the same way: an error or a note through a pipe is one line (a log
+that grep reads whole)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def piped(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI with stdout and stderr pipes and no ``COLUMNS``, as in a CI log."""
+    full = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    return subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
+                          timeout=120, env={**full, **(env or {})})
+
+
+@pytest.mark.parametrize("args,starts", [
+    # our own error: longer than 80 columns
+    (("plan", "--model", "jamba", "--p-tp", "3", "--d-tp", "2"), "error: vLLM does not start a TP-3 engine"),
+    # typer's usage error, through the same red line
+    (("plan", "--model", "jamba", "--p-tp", "abc", "--d-tp", "1"), "error: Invalid value for '--p-tp'"),
+], ids=["ours", "typer"])
+def test_an_error_through_a_pipe_is_one_line(args, starts):
+    result = piped(*args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(starts), result.stderr
+    assert len(lines[0]) > 80            # it would have wrapped at 80 columns
+
+
+def test_a_note_through_a_pipe_is_one_line(tmp_path):
+    out = tmp_path / ("a-directory-whose-name-is-long-enough-to-wrap" * 2) / "plan.json"
+    out.parent.mkdir()
+    result = piped("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    wrote = [line for line in result.stderr.splitlines() if line.startswith("wrote ")]
+    assert len(wrote) == 1 and str(out) in wrote[0] and wrote[0].endswith("0 warnings"), result.stderr
+
+
+def test_a_width_asked_for_still_wraps():
+    result = piped("plan", "--model", "jamba", "--p-tp", "3", "--d-tp", "2", env={"COLUMNS": "60"})
+    lines = result.stderr.splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 60, result.stderr
