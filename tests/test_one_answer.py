@@ -44,3 +44,18 @@ def test_a_width_asked_for_still_wraps():
     result = piped("plan", "--model", "jamba", "--p-tp", "3", "--d-tp", "2", env={"COLUMNS": "60"})
     lines = result.stderr.splitlines()
     assert len(lines) > 1 and max(map(len, lines)) <= 60, result.stderr
+
+
+def test_a_chart_without_matplotlib_is_refused_before_the_run(tmp_path):
+    """Whether or not matplotlib is installed here, the run sees none (``sys.modules`` says so)."""
+    chart = tmp_path / "b.png"
+    script = ("import sys; sys.modules['matplotlib'] = None; sys.argv[0] = 'mambaxfer'; "
+              "from mambaxfer_cli.__main__ import main; main()")
+    result = subprocess.run([sys.executable, "-c", script, "bench", "--model", "jamba", "--p-tp", "1", "--d-tp", "2",
+                             "--device", "cpu", "--iters", "1", "--request-blocks", "1", "--chart", str(chart)],
+                            capture_output=True, text=True, timeout=60,
+                            env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "error: --chart needs matplotlib, which is not installed: pip install 'mambaxfer[bench]'"]
+    assert not result.stdout and not chart.exists()

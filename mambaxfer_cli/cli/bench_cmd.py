@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import beside, chosen, one
+from mambaxfer_cli.errors import UserError
+
+CHART_EXTRA = "pip install 'mambaxfer[bench]'"      # pyproject's extra that brings matplotlib
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -23,8 +27,8 @@ def bench(
     sweep: str = option(
         "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.",
         panel=REQUEST, default="1,4,16"),
-    chart: Path | None = option("--chart", help="Write a PNG of GB/s against request size (needs matplotlib).",
-                                panel=OUTPUT),
+    chart: Path | None = option("--chart", help=f"Write a PNG of GB/s against request size (needs matplotlib: "
+                                                f"{CHART_EXTRA}).", panel=OUTPUT),
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
@@ -44,6 +48,8 @@ def bench(
 
     mambaxfer bench --engine vllm,sglang --model nemotron-h-8b --p-tp 1 --d-tp 2
     """
+    if chart is not None and importlib.util.find_spec("matplotlib") is None:    # refused before the run, not after
+        raise UserError(f"--chart needs matplotlib, which is not installed: {CHART_EXTRA}")
     if len(chosen(engines.engine)) == 1:
         finish(one(engines.engine).bench(model, pair, engines, request, run, sweep, chart), output)
         return

@@ -84,7 +84,7 @@ def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
+        return "matplotlib is not installed (pip install 'mambaxfer[bench]')"
 
     rows = document["rows"]
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.62 * len(rows)), dpi=120)

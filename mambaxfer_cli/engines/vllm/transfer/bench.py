@@ -136,7 +136,7 @@ def write_chart(document: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
+        return "matplotlib is not installed (pip install 'mambaxfer[bench]')"
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     colours = {PLANNED: "tab:blue", COALESCED: "tab:orange", LIMIT: "black"}
     markers = {PLANNED: "o", COALESCED: "s", LIMIT: ""}
