@@ -59,3 +59,21 @@ def test_a_chart_without_matplotlib_is_refused_before_the_run(tmp_path):
     assert result.stderr.splitlines() == [
         "error: --chart needs matplotlib, which is not installed: pip install 'mambaxfer[bench]'"]
     assert not result.stdout and not chart.exists()
+
+
+def test_the_summaries_name_both_engines():
+    """The app's help, the summaries of the commands both engines answer, and the package's
+    description name vLLM and SGLang alike."""
+    import tomllib
+    from pathlib import Path
+
+    from mambaxfer_cli.cli import COMMANDS
+
+    result = piped("--help", env={"COLUMNS": "200"})
+    first = " ".join(result.stdout.split()).split("[ARGS]...")[1].split("╭")[0]     # the app's help
+    assert "vLLM" in first and "SGLang" in first, result.stdout
+    for name in ("plan", "check", "preflight", "inspect", "execute", "conformance"):
+        summary = COMMANDS[name][1]
+        assert "vLLM" in summary and "SGLang" in summary, (name, summary)
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert "vLLM" in project["description"] and "SGLang" in project["description"]

@@ -20,7 +20,8 @@ def check(
     max_tp: int | None = MAX_TP_OPTION,
 ) -> None:
     """Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every
-    byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues.
+    byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues or the
+    writes SGLang posts.
 
     Exit code 0: every pairing works; 1: vLLM refuses a pairing or moves wrong bytes, or a plan is
     wrong (one line each, with the fix); 2: a usage error; 70: an internal error. With --engine
