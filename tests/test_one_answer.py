@@ -77,3 +77,27 @@ def test_the_summaries_name_both_engines():
         assert "vLLM" in summary and "SGLang" in summary, (name, summary)
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
     assert "vLLM" in project["description"] and "SGLang" in project["description"]
+
+
+def completed(*words: str) -> list[str]:
+    """What bash's completion offers for the last word of ``mambaxfer WORDS`` (typer's protocol:
+    the line in COMP_WORDS, the completed word's index in COMP_CWORD)."""
+    line = " ".join(("mambaxfer", *words))
+    result = piped(env={"_MAMBAXFER_COMPLETE": "complete_bash", "COMP_WORDS": line, "COMP_CWORD": str(len(words))})
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_completion_offers_option_values():
+    from mambaxfer_cli.engines import engine, names
+    from mambaxfer_cli.readers.model_source import preset_names
+
+    assert completed("plan", "--model", "") == preset_names()
+    assert completed("check", "-m", "qwen3") == [n for n in preset_names() if n.startswith("qwen3")]
+    assert completed("check", "--engine", "") == sorted(names()) == ["sglang", "vllm"]
+    assert completed("check", "--engine", "vllm,") == ["vllm,sglang"]
+    gpus = completed("plan", "--gpu", "")
+    assert "H100" in gpus and "RTX PRO 6000" in gpus and completed("plan", "--gpu", "B3") == ["B300"]
+    releases = list(engine("vllm").release_names())
+    for flag in ("--vllm-version", "--p-vllm-version", "--d-vllm-version"):
+        assert completed("plan", flag, "") == releases, flag
