@@ -233,3 +233,14 @@ def test_prefill_without_a_decode_side_times_out():
 ])
 def test_two_host_user_errors(args, message):
     assert_user_error(run_cli("execute", *common(1, 2), "--device", "cpu", *args), message)
+
+
+def test_decode_gone_mid_write_is_named_on_prefill():
+    """D1 dies once it said it is ready, while P0's WRITEs into it run: P0's line says D1 went
+    away, with NIXL's error as its detail, not NIXL's error alone."""
+    listen, peer = direct(1)
+    pair = Pair(common(1, 2), listen, peer, d_env={FAULT_ENV: "D1:die@receive"})
+    prefill, decode = pair.results()
+    assert_failed(decode, 3, "D1 died (exit code 70)")
+    assert_failed(prefill, 3, "P0: D1 (mambaxfer-direct-D1) went away", "; NIXL: nixl")
+    assert_no_rank_left(pair.tag)
