@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import beside, chosen, one
-from mambaxfer_cli.errors import UserError
-
-CHART_EXTRA = "pip install 'mambaxfer[bench]'"      # pyproject's extra that brings matplotlib
+from mambaxfer_cli.render.report import CHART_EXTRA
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -48,8 +45,6 @@ def bench(
 
     mambaxfer bench --engine vllm,sglang --model nemotron-h-8b --p-tp 1 --d-tp 2
     """
-    if chart is not None and importlib.util.find_spec("matplotlib") is None:    # refused before the run, not after
-        raise UserError(f"--chart needs matplotlib, which is not installed: {CHART_EXTRA}")
     if len(chosen(engines.engine)) == 1:
         finish(one(engines.engine).bench(model, pair, engines, request, run, sweep, chart), output)
         return
