@@ -4,6 +4,7 @@ that grep reads whole)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -101,3 +102,24 @@ def test_completion_offers_option_values():
     releases = list(engine("vllm").release_names())
     for flag in ("--vllm-version", "--p-vllm-version", "--d-vllm-version"):
         assert completed("plan", flag, "") == releases, flag
+
+
+XPYD = re.compile(r"\b\d+[Pp]\d+[Dd]\b|\bP\d+ ?(?:→|->|-|/) ?D\d+\b")    # 1P2D, P1 → D2, P1-D2, P1/D2
+
+
+@pytest.mark.parametrize("engine,model", [("vllm", "granite-4.0-h-tiny"), ("sglang", "nemotron-h-8b")])
+def test_a_pairing_is_written_with_its_tp_sizes(engine, model, tmp_path):
+    """``1P2D`` reads as instance counts to a deployer: the table, the verdict lines and the
+    JUnit cases write ``P TP 1 → D TP 2``."""
+    junit = tmp_path / "junit.xml"
+    result = piped("check", "--engine", engine, "--model", model, "--pairs", "1:2,2:1", "--junit", str(junit))
+    assert result.returncode == 1, result.stderr
+    shown = result.stdout + junit.read_text()
+    assert shown.count("P TP 1 → D TP 2") >= 3 and shown.count("P TP 2 → D TP 1") >= 3, shown
+    assert not XPYD.findall(shown), XPYD.findall(shown)
+
+
+def test_pairs_says_how_to_write_an_xpyd_pairing():
+    result = piped("check", "--model", "jamba", "--pairs", "1P2D")
+    assert result.returncode == 2
+    assert "'1P2D' reads as instance counts; for P TP 1 → D TP 2 write 1:2" in result.stderr

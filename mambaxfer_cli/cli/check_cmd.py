@@ -16,7 +16,9 @@ def check(
     engines: EngineArgs,
     request: RequestArgs,
     output: OutputArgs,
-    pairs: str | None = option("--pairs", help="P:D TP pairs to check, e.g. 1:4,4:1,2:3.", panel=ENGINES),
+    pairs: str | None = option(
+        "--pairs", help="Pairings of TP sizes to check, P:D, comma-separated: 1:4,4:1 checks P TP 1 → D TP 4 and "
+                        "P TP 4 → D TP 1.", panel=ENGINES),
     max_tp: int | None = MAX_TP_OPTION,
 ) -> None:
     """Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every
