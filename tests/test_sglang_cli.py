@@ -63,7 +63,7 @@ def test_a_ratio_that_is_no_multiple_fails_its_requests_and_names_the_rank_nobod
     (pairing,) = json.loads(result.stdout)["pairings"]
     assert pairing["outcome"] == FAILS
     assert pairing["findings"] == ["no decode rank reads prefill rank 2 (P TP 3)"]
-    assert pairing["sentence"].startswith("SGLang 0.5.23 fails every request of mamba-130m at P3")
+    assert pairing["sentence"].startswith("SGLang 0.5.23 fails every request of mamba-130m at P TP 3 → D TP 2")
 
 
 @pytest.mark.parametrize("model", [m.name for m in served_presets()])
