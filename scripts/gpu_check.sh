@@ -45,7 +45,7 @@ i=0
 for run in "${RUNS[@]}"; do
   read -r model p_tp d_tp semantics want <<<"$run"
   i=$((i + 1))
-  echo "gpu_check: [$i/${#RUNS[@]}] $model P$p_tp -> D$d_tp ($semantics) on $DEVICE" >&2
+  echo "gpu_check: [$i/${#RUNS[@]}] $model P TP $p_tp → D TP $d_tp ($semantics) on $DEVICE" >&2
   # shellcheck disable=SC2086  # MAMBAXFER may be a command with arguments
   $MAMBAXFER execute --model "$model" --p-tp "$p_tp" --d-tp "$d_tp" --semantics "$semantics" \
     --device "$DEVICE" --blocks "$BLOCKS" --request-blocks "$REQUEST_BLOCKS" --iters "$ITERS" \
@@ -64,7 +64,7 @@ rows, good = [], True
 for i in range(1, count + 1):
     code, want, model, p_tp, d_tp, semantics = (work / f"{i}.run").read_text().split()
     ok = code == want
-    row = [model, f"{p_tp}P{d_tp}D", semantics, code]
+    row = [model, f"P TP {p_tp} → D TP {d_tp}", semantics, code]
     try:
         doc = json.loads((work / f"{i}.json").read_text())
         decode = doc["decode"]
@@ -92,7 +92,7 @@ EOF
 
 # bench on the same device: planned, coalesced and one descriptor (the limit), READ and WRITE,
 # the UCX transport of each; the same figures as BENCHMARKS.md. It must verify every byte.
-echo "gpu_check: bench jamba P1 -> D2 on $DEVICE" >&2
+echo "gpu_check: bench jamba P TP 1 → D TP 2 on $DEVICE" >&2
 # shellcheck disable=SC2086
 $MAMBAXFER bench --model jamba --p-tp 1 --d-tp 2 --device "$DEVICE" --request-blocks "${BENCH_BLOCKS:-1,4,16,64}" \
   --iters "${BENCH_ITERS:-20}" --timeout "$TIMEOUT" --format json >"$work/bench.json" 2>"$work/bench.err" || status=1
@@ -103,7 +103,7 @@ try:
     doc = json.load(open(sys.argv[1]))
 except (OSError, ValueError):
     sys.exit("bench: no document: " + open(sys.argv[2]).read().strip()[-300:])
-print(f"mambaxfer bench {doc['model']} P{doc['p_tp']} -> D{doc['d_tp']}, {doc['iters']} iters (GB/s, median)")
+print(f"mambaxfer bench {doc['model']} P TP {doc['p_tp']} → D TP {doc['d_tp']}, {doc['iters']} iters (GB/s, median)")
 print(f"{'device':<6} {'blocks':>6} {'dir':<5} {'transport':<14} {'MiB':>7} {'planned':>8} {'coalesced':>9} "
       f"{'limit':>7} {'a/c':>5} {'b/c':>5}")
 for p in doc["points"]:
@@ -133,7 +133,7 @@ j=0
 for run in "${SGLANG_RUNS[@]}"; do
   read -r model p_tp d_tp semantics want <<<"$run"
   j=$((j + 1))
-  echo "gpu_check: sglang [$j/${#SGLANG_RUNS[@]}] $model P$p_tp -> D$d_tp ($semantics) on $DEVICE" >&2
+  echo "gpu_check: sglang [$j/${#SGLANG_RUNS[@]}] $model P TP $p_tp → D TP $d_tp ($semantics) on $DEVICE" >&2
   # shellcheck disable=SC2086
   $MAMBAXFER execute --engine sglang --model "$model" --p-tp "$p_tp" --d-tp "$d_tp" --semantics "$semantics" \
     --device "$DEVICE" --timeout "$TIMEOUT" --format json >"$work/s$j.json" 2>"$work/s$j.err"
@@ -149,7 +149,7 @@ rows, good = [], True
 for i in range(1, count + 1):
     code, want, model, p_tp, d_tp, semantics = (work / f"s{i}.run").read_text().split()
     ok = code == want
-    row = [model, f"{p_tp}P{d_tp}D", semantics, code]
+    row = [model, f"P TP {p_tp} → D TP {d_tp}", semantics, code]
     try:
         doc = json.loads((work / f"s{i}.json").read_text())
         rates = [d["gb_per_s"] for d in doc["decode"]]
@@ -173,7 +173,7 @@ sys.exit(0 if good else 1)
 PY
 
 for model in qwen3.5-0.8b nemotron-h-8b; do
-  echo "gpu_check: bench --engine sglang $model P1 -> D2 on $DEVICE" >&2
+  echo "gpu_check: bench --engine sglang $model P TP 1 → D TP 2 on $DEVICE" >&2
   # shellcheck disable=SC2086
   $MAMBAXFER bench --engine sglang --model "$model" --p-tp 1 --d-tp 2 --device "$DEVICE" \
     --iters "${BENCH_ITERS:-20}" --timeout "$TIMEOUT" --format json >"$work/sb.json" 2>"$work/sb.err" || status=1
@@ -184,7 +184,7 @@ try:
     doc = json.load(open(sys.argv[1]))
 except (OSError, ValueError):
     sys.exit("bench --engine sglang: no document: " + open(sys.argv[2]).read().strip()[-300:])
-print(f"mambaxfer bench --engine sglang {doc['model']} P{doc['p_tp']} -> D{doc['d_tp']} on {doc['memory']}, "
+print(f"mambaxfer bench --engine sglang {doc['model']} P TP {doc['p_tp']} → D TP {doc['d_tp']} on {doc['memory']}, "
       f"{doc['iters']} iters (WRITE, GB/s median)")
 for name, v in doc["variants"].items():
     print(f"  {name:<8} {v['descriptors_posted']:>6} descs  {v['bytes_per_descriptor']:>10,} B/desc  "
@@ -199,7 +199,7 @@ if [[ " $ENGINES " == *" vllm "* && " $ENGINES " == *" sglang "* ]]; then
 # Both engines in one command: vLLM's READ and WRITE of per-block regions and SGLang's WRITE of
 # per-slot entries, each against one descriptor per P -> D pair; exit 0 only if every byte verified.
 for model in qwen3.5-0.8b nemotron-h-8b; do
-  echo "gpu_check: bench --engine vllm,sglang $model P1 -> D2 on $DEVICE" >&2
+  echo "gpu_check: bench --engine vllm,sglang $model P TP 1 → D TP 2 on $DEVICE" >&2
   # shellcheck disable=SC2086
   COLUMNS=100 $MAMBAXFER bench --engine vllm,sglang --model "$model" --p-tp 1 --d-tp 2 --device "$DEVICE" \
     --iters "${BENCH_ITERS:-20}" --timeout "$TIMEOUT" || status=1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -21,6 +22,11 @@ def run_cli(*args: str, timeout: float = 120, env: dict | None = None, cwd: str 
     proc = subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=cwd, preexec_fn=preexec)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def charted(path) -> tuple[str, ...]:
+    """``--chart PATH`` where matplotlib is installed; bench refuses it before the run without."""
+    return ("--chart", str(path)) if importlib.util.find_spec("matplotlib") else ()
 
 
 def assert_user_error(result: CliResult, *fragments: str) -> None:

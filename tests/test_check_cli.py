@@ -19,7 +19,7 @@ from mambaxfer_cli.schema import document_schema
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_vllm_granite_1p2d_fails_and_explains_the_corruption():
+def test_vllm_granite_p_tp1_d_tp2_fails_and_explains_the_corruption():
     result = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:2", "--semantics", "vllm")
     assert result.code == 1, result.stderr
     out = result.stdout
@@ -39,7 +39,7 @@ def vllm_wrong_bytes(model: str, pairs: str) -> list[int]:
     return [r["wrong_bytes"] for r in doc["results"]]
 
 
-def test_by_default_granite_1p2d_fails_in_one_line_saying_vllm_corrupts_the_bc_groups():
+def test_by_default_granite_p_tp1_d_tp2_fails_in_one_line_saying_vllm_corrupts_the_bc_groups():
     # The deployment question: mambaxfer's plan is right, but vLLM 0.33's reads of Granite's one
     # replicated B/C group corrupt it (its offsets assume the group is sharded; docs/reference.md).
     result = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:2", "--vllm-version", "0.33")
@@ -47,7 +47,7 @@ def test_by_default_granite_1p2d_fails_in_one_line_saying_vllm_corrupts_the_bc_g
     [wrong] = vllm_wrong_bytes("granite-4.0-h-tiny", "1:2")
     assert wrong > 0
     lines = [line for line in result.stdout.splitlines() if line.startswith("✗ ")]
-    assert lines == [f"✗ granite-4.0-h-tiny P1 → D2: vLLM 0.33 corrupts the B/C groups: {wrong} bytes wrong; "
+    assert lines == [f"✗ granite-4.0-h-tiny P TP 1 → D TP 2: vLLM 0.33 corrupts the B/C groups: {wrong} bytes wrong; "
                      f"fix: the same TP on both sides"]
     assert "✓ right" in result.stdout and "✗ corrupts" in result.stdout
     assert "0 passed, 1 FAILED" in result.stdout
@@ -56,7 +56,7 @@ def test_by_default_granite_1p2d_fails_in_one_line_saying_vllm_corrupts_the_bc_g
 def test_by_default_a_refused_pairing_fails_with_its_fix_and_equal_tp_passes():
     result = run_cli("check", "--model", "qwen3.5-0.8b", "--pairs", "1:4", "--vllm-version", "0.33")
     assert result.code == 1
-    assert ("✗ qwen3.5-0.8b P1 → D4: vLLM 0.33 refuses it (Local block size 320 is not divisible by remote "
+    assert ("✗ qwen3.5-0.8b P TP 1 → D TP 4: vLLM 0.33 refuses it (Local block size 320 is not divisible by remote "
             "block size 576 or vice versa); --block-size 144 on both engines makes vLLM accept it") \
         in " ".join(result.stdout.split())
     assert "1 REFUSED by vLLM 0.33" in result.stdout
@@ -90,7 +90,7 @@ def test_default_document_and_junit_answer_the_deployment_question(tmp_path):
     assert refused["deployment"]["vllm"] == "refuses" and refused["deployment"]["fix_block_size"] == 400
     assert "corrupt the B/C groups" in refused["deployment"]["summary"]   # and after the fix, still wrong
     cases = ET.parse(junit).getroot().findall("testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["P1-D1 both", "P1-D2 both", "P1-D12 both"]
+    assert [c.get("name") for c in cases] == ["P TP 1 → D TP 1 both", "P TP 1 → D TP 2 both", "P TP 1 → D TP 12 both"]
     assert cases[0].find("failure") is None and "moves the right bytes" in cases[0].find("system-out").text
     assert cases[1].find("failure").get("message") == split["deployment"]["summary"]
     assert "first wrong byte: D0" in cases[1].find("failure").text     # vLLM's, for the CI log
@@ -113,7 +113,7 @@ def test_max_tp_says_which_tp_sizes_and_pairings_it_left_out():
     assert json.loads(exact.stdout)["unchecked"] == [] and json.loads(exact.stdout)["summary"]["pairings"] == 9
 
 
-def test_exact_granite_1p2d_passes():
+def test_exact_granite_p_tp1_d_tp2_passes():
     result = run_cli("check", "--model", "granite-4.0-h-tiny", "--pairs", "1:2", "--semantics", "exact")
     assert result.code == 0, result.stdout + result.stderr
     assert "✓ pass" in result.stdout and "1 pairing checked byte by byte" in result.stdout
@@ -138,7 +138,7 @@ def test_json_document_and_junit_report(tmp_path):
     assert root.tag == "testsuites"
     assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "2", "0")
     cases = root.findall("testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["P1-D1 vllm", "P1-D2 vllm", "P2-D1 vllm"]
+    assert [c.get("name") for c in cases] == ["P TP 1 → D TP 1 vllm", "P TP 1 → D TP 2 vllm", "P TP 2 → D TP 1 vllm"]
     assert cases[0].find("failure") is None
     failure = cases[1].find("failure")
     assert failure.get("message").startswith("first wrong byte: D0")
@@ -167,7 +167,7 @@ def test_all_presets_pass_in_exact_semantics_with_the_table():
                  "nemotron-h-8b", "qwen3-next-80b", "qwen3.5-0.8b", "qwen3.8-flash-next"):
         assert name in result.stdout
     assert "40 pairings checked byte by byte" in result.stdout and "40 passed" in result.stdout
-    assert "P2 → D1 coalesced" in result.stdout
+    assert "P TP 2 → D TP 1 coalesced" in result.stdout
 
 
 def test_non_multiples_under_exact_semantics():

@@ -115,7 +115,7 @@ def test_pieces_number_attention_ids_within_a_kernel_block():
     assert where["offset"].tolist() == [0, 8, 16, 0, 16, 0]
 
 
-def test_jamba_1p4d_descriptor_ids_by_hand():
+def test_jamba_p_tp1_d_tp4_descriptor_ids_by_hand():
     # Jamba's grouping: 7 SSM groups then 1 attention group, 4 tensors; one attention stream per
     # tensor gives F = 4; k = 2 (x, ssm). Derived geometry (vLLM 0.33): 80-token blocks of one kernel
     # block on both sides (see test_geometry), so P: N = L = 1000; D: N = L = 2000.
@@ -147,7 +147,7 @@ def test_jamba_1p4d_descriptor_ids_by_hand():
     assert (r2.local.attention, r2.remote.attention) == (((0, 81920),), ((4 * 40960, 81920),))
 
 
-def test_jamba_4p1d_uses_split_lists():
+def test_jamba_p_tp4_d_tp1_uses_split_lists():
     # vLLM 0.33's 80-token blocks: a KV head's 80 tokens of K and V are 40960 bytes of a kernel block.
     engine = EngineFlags(release=V0_33)
     plan = build_plan(load_model("jamba"), 4, 1, PlanOptions(prefill=engine, decode=engine))

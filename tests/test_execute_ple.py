@@ -50,7 +50,7 @@ def local_plan(p_tp: int, d_tp: int, semantics: str, block_size: int | None = No
 
 @pytest.mark.parametrize("p_tp,d_tp,semantics,block", [(1, 1, "exact", None), (2, 2, "vllm", None),
                                                        (8, 4, "vllm", 832)],
-                         ids=["1P1D-exact", "2P2D-vllm", "8P4D-vllm"])
+                         ids=["P_TP_1-D_TP_1-exact", "P_TP_2-D_TP_2-vllm", "P_TP_8-D_TP_4-vllm"])
 def test_every_byte_of_the_ple_page_is_moved_and_verified(p_tp, d_tp, semantics, block):
     env = new_tag()
     extra = ("--block-size", str(block)) if block else ()

@@ -90,7 +90,7 @@ def test_sglang_writes_corrupt_nemotron_h_exactly_as_check_predicts():
 
 
 @pytest.mark.usefixtures("nixl")
-@pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 1)], ids=["1P2D", "2P1D"])
+@pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 1)], ids=["P_TP_1-D_TP_2", "P_TP_2-D_TP_1"])
 def test_wrong_bytes_equal_checks_per_rank_and_field(p_tp, d_tp):
     code, doc = execute_json("--model", "nemotron-h-8b", "--layers", "6", "--p-tp", str(p_tp), "--d-tp", str(d_tp),
                              "--semantics", "sglang", "--iters", "1")
@@ -187,7 +187,7 @@ def test_a_model_sglang_does_not_serve_and_a_pairing_it_refuses():
     assert_user_error(exact, "--layers must be >= 1")
     failing = run_cli("execute", "--engine", "sglang", "--model", "mamba-130m", "--p-tp", "3", "--d-tp", "2",
                       "--semantics", "sglang", "--device", "cpu")
-    assert_user_error(failing, "SGLang 0.5.23 fails every request of mamba-130m at P3 → D2",
+    assert_user_error(failing, "SGLang 0.5.23 fails every request of mamba-130m at P TP 3 → D TP 2",
                       "so no state moves; --semantics exact moves the bytes")
 
 

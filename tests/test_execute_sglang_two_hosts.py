@@ -67,7 +67,7 @@ def assert_verified_run(prefill: Side, decode: Side, p_tp: int, d_tp: int) -> No
 pytestmark = pytest.mark.usefixtures("nixl")
 
 
-def test_direct_1p2d_verifies_every_byte():
+def test_direct_p_tp1_d_tp2_verifies_every_byte():
     listen, peer = direct(1)
     pair = Pair(common(1, 2, "--format", "json"), listen, peer)
     prefill, decode = pair.results()
@@ -77,7 +77,7 @@ def test_direct_1p2d_verifies_every_byte():
     assert_no_rank_left(pair.tag)
 
 
-@pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 1)], ids=["1P2D", "2P1D"])
+@pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 1)], ids=["P_TP_1-D_TP_2", "P_TP_2-D_TP_1"])
 def test_etcd_verifies_every_byte(etcd, p_tp, d_tp):
     found = via_etcd(etcd)
     pair = Pair(common(p_tp, d_tp, "--format", "json", *found), (), ())
@@ -233,3 +233,14 @@ def test_prefill_without_a_decode_side_times_out():
 ])
 def test_two_host_user_errors(args, message):
     assert_user_error(run_cli("execute", *common(1, 2), "--device", "cpu", *args), message)
+
+
+def test_decode_gone_mid_write_is_named_on_prefill():
+    """D1 dies once it said it is ready, while P0's WRITEs into it run: P0's line says D1 went
+    away, with NIXL's error as its detail, not NIXL's error alone."""
+    listen, peer = direct(1)
+    pair = Pair(common(1, 2), listen, peer, d_env={FAULT_ENV: "D1:die@receive"})
+    prefill, decode = pair.results()
+    assert_failed(decode, 3, "D1 died (exit code 70)")
+    assert_failed(prefill, 3, "P0: D1 (mambaxfer-direct-D1) went away", "; NIXL: nixl")
+    assert_no_rank_left(pair.tag)

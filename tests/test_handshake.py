@@ -26,7 +26,7 @@ def plan(model: str, p_tp: int, d_tp: int, semantics: str = "vllm", **flags):
 
 
 @pytest.mark.parametrize("rel", RELEASES)
-def test_qwen35_1p4d_is_refused_with_vllms_message_and_the_fix(rel):
+def test_qwen35_p_tp1_d_tp4_is_refused_with_vllms_message_and_the_fix(rel):
     # Default flags give 576 and 320 tokens in both releases (test_releases.py); --block-size 144:
     # kba = lcm(144, 64) = 576 on both sides.
     p = plan("qwen3.5-0.8b", 1, 4, release=rel)

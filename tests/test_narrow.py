@@ -4,7 +4,7 @@ Each command is rendered wide (a reference no table needs to shrink in), at 80 a
 with the width forced (``COLUMNS``) and, for some, in a real pseudo-terminal of that size. At each
 narrow width: no line is wider than the terminal; every integer of the command's JSON document
 that the wide text shows is there as often, unbroken; so is every shard ``[a, b)``, ID run
-``a..b step s``, size ``12.5 MiB`` and pairing ``P1 → D2``; and no value is cut to an ellipsis.
+``a..b step s``, size ``12.5 MiB`` and pairing ``P TP 1 → D TP 2``; and no value is cut to an ellipsis.
 ``--help`` of every command fits too, and shows every option name and default whole at 80 columns.
 """
 
@@ -68,7 +68,7 @@ ATOMS = {
     "ID run": re.compile(r"\d+\.\.\d+(?: step \d+)?"),
     # a number glued to a word ('p99 GB/s', a header) is a name, not a size
     "size": re.compile(r"(?<![\w.])\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs)(?![\w/])"),
-    "pairing": re.compile(r"P\d+ → D\d+"),
+    "pairing": re.compile(r"P TP \d+ → D TP \d+"),
     "ellipsis": re.compile(r"…"),
 }
 DECIMAL = re.compile(r"\d+\.\d+")

@@ -60,7 +60,7 @@ def test_the_hashed_layer_count_is_the_configs_num_hidden_layers():
     assert (len(model.layers), model.hashed_layers) == (28, 52)
 
 
-def test_nemotron_h_1p2d_works():
+def test_nemotron_h_p_tp1_d_tp2_works():
     p, d = lines("nvidia/Nemotron-H-8B-Base-8K", "--tensor-parallel-size 1", "--tensor-parallel-size 2")
     code, doc = run_json(p, d)
     assert code == 0 and doc["verdict"] == "works"
@@ -75,7 +75,7 @@ def test_nemotron_h_1p2d_works():
     assert max(map(len, table.stdout.splitlines())) <= 80
 
 
-def test_qwen35_1p4d_default_flags_is_refused_and_block_size_144_fixes_it():
+def test_qwen35_p_tp1_d_tp4_default_flags_is_refused_and_block_size_144_fixes_it():
     p, d = lines("Qwen/Qwen3.5-0.8B", "", "-tp 4")
     code, doc = run_json(p, d)
     assert code == 1 and doc["verdict"] == "refused"
@@ -141,7 +141,7 @@ def test_ssm_dtype_mismatch_passes_vllm_and_corrupts_state():
                             "vLLM's handshake does not compare")
 
 
-def test_granite_1p2d_vllm_reads_corrupt_bc():
+def test_granite_p_tp1_d_tp2_vllm_reads_corrupt_bc():
     p, d = lines("ibm-granite/granite-4.0-h-tiny", "", "-tp 2")
     code, doc = run_json(p, d)
     assert code == 1 and doc["verdict"] == "corrupt" and doc["vllm"]["accepts"]
@@ -297,7 +297,7 @@ def test_push_mode_checks_the_handshake_from_p():
     assert code == 1 and [r["code"] for r in doc["vllm"]["refusals"]] == ["push-block-sizes"]
 
 
-def test_qwen35_push_1p8d_default_flags_is_refused_by_034():
+def test_qwen35_push_p_tp1_d_tp8_default_flags_is_refused_by_034():
     """Default flags: P 576 tokens, D 192. vLLM 0.34 refuses on P's handshake right after the hash;
     vLLM 0.33 meets D's two head sources across different kernel blocks (head-sharded)."""
     p = f"{DS} vllm serve Qwen/Qwen3.5-0.8B {PUSH_P}"

@@ -100,7 +100,7 @@ def test_the_engine_is_recognised_from_the_line():
 
 # --- verdicts ----------------------------------------------------------------------------------------
 
-def test_qwen3_next_2p1d_over_nixl_works_with_the_fields():
+def test_qwen3_next_p_tp2_d_tp1_over_nixl_works_with_the_fields():
     p, d = lines(QWEN, "--tp 2", "--tp 1")
     code, doc = run_json(p, d)
     assert code == 0 and doc["verdict"] == "works" and doc["fix"] is None and doc["sglang"]["accepts"]
@@ -131,7 +131,7 @@ def test_a_different_page_size_is_sglangs_refusal_and_the_fix_is_verified():
     check_fix_works(doc)
 
 
-def test_nemotron_h_1p2d_shows_sglangs_wrong_bytes():
+def test_nemotron_h_p_tp1_d_tp2_shows_sglangs_wrong_bytes():
     result = run_cli("preflight", "--prefill-file", str(EXAMPLES / "sglang-nemotron-prefill.sh"),
                      "--decode-file", str(EXAMPLES / "sglang-nemotron-decode.sh"), "--format", "json")
     doc = json.loads(result.stdout)

@@ -79,7 +79,7 @@ def test_vllm_mamba1_remote_offsets_tp_ratio_minus_2():
     assert xs == [(0, 0, 48, 0), (1, 0, 48, 48)]
 
 
-def test_jamba_1p4d_by_hand():
+def test_jamba_p_tp1_d_tp4_by_hand():
     # Jamba: I = 2 * 4096 = 8192, d_state 16, 3 conv rows, bf16.
     # P TP1: x 8192 ch * 6 B = 49152 at 0; ssm 8192 ch * 32 B = 262144 at 49152.
     # D TP4: x 2048 ch = 12288 at 0; ssm 2048 ch * 32 = 65536 at 12288.
@@ -92,7 +92,7 @@ def test_jamba_1p4d_by_hand():
     })
 
 
-def test_jamba_4p1d_by_hand():
+def test_jamba_p_tp4_d_tp1_by_hand():
     # P TP4: x 12288 at 0, ssm 65536 at 12288 on every P rank. D TP1: x 49152 at 0, ssm at 49152.
     # D rank 0 reads each P rank i whole: x into i * 12288, ssm into 49152 + i * 65536.
     assert_both_semantics(load("ai21labs__Jamba-v0.1.json"), 4, 1, {
@@ -103,7 +103,7 @@ def test_jamba_4p1d_by_hand():
     })
 
 
-def test_nemotron_h_8b_1p2d_by_hand():
+def test_nemotron_h_8b_p_tp1_d_tp2_by_hand():
     # Nemotron-H-8B: I = 128 heads * 64 = 8192, 8 groups * 128 states = 1024 B/C channels,
     # 3 conv rows bf16 (6 B per channel), temporal float32: one head 64 * 128 * 4 = 32768 B.
     # P TP1: x 49152 at 0; B 6144 at 49152; C 6144 at 55296; ssm 128 heads = 4194304 at 61440.
@@ -118,7 +118,7 @@ def test_nemotron_h_8b_1p2d_by_hand():
     })
 
 
-def test_qwen35_08b_2p1d_by_hand():
+def test_qwen35_08b_p_tp2_d_tp1_by_hand():
     # Qwen3.5-0.8B: Q, K, V 16 heads * 128 = 2048 channels each, 3 conv rows bf16 (6 B);
     # temporal float32: one v-head 128 * 128 * 4 = 65536 B.
     # P TP2: Q 6144 at 0; K 6144 at 6144; V 6144 at 12288; ssm 8 heads = 524288 at 18432.
@@ -157,7 +157,7 @@ def test_non_multiple_pairing_by_hand():
 GRANITE = "ibm-granite__granite-4.0-h-tiny.partial.json"
 
 
-def test_granite_vllm_1p2d_misreads_match_the_spec():
+def test_granite_vllm_p_tp1_d_tp2_misreads_match_the_spec():
     # docs/reference.md §3: in 1P2D, D rank 0 reads the first temporal bytes as C, and D rank 1 reads
     # C as B and temporal bytes as C.
     prefill, decode = both(load(GRANITE), 1, 2)
@@ -165,7 +165,7 @@ def test_granite_vllm_1p2d_misreads_match_the_spec():
     assert bad == [(0, "C[0:128]", "ssm[0:1]"), (1, "B[0:128]", "C[0:128]"), (1, "C[0:128]", "ssm[0:1]")]
 
 
-def test_granite_vllm_2p1d_misreads():
+def test_granite_vllm_p_tp2_d_tp1_misreads():
     # D TP1's sub-projections are (3072, 128, 128) channels, 6 B each; vLLM reads region i of each
     # P rank at sum(pb_j / 2): B at 1536 ch (right: P's B starts there) but only 64 of its 128
     # channels, C at 1600 ch: the second half of P's B, since P holds the group whole.
@@ -185,7 +185,7 @@ def test_granite_exact_reads_take_the_whole_group_from_one_rank():
     assert reads[3].segments[1] == Segment("B", 9216, 4608, 768)
 
 
-def test_granite_exact_4p2d_prefers_the_lowest_x_source():
+def test_granite_exact_p_tp4_d_tp2_prefers_the_lowest_x_source():
     prefill, decode = both(load(GRANITE), 4, 2)
     reads = exact_reads(prefill, decode)
     assert [(r.d_rank, r.p_rank, [s.region for s in r.segments]) for r in reads] == [

@@ -129,7 +129,7 @@ def test_qwen35_default_flags_give_576_and_320_in_both_releases():
 
 # --- verdicts that flip with the release --------------------------------------------------------------
 
-def test_qwen35_4p2d_without_prefix_caching_flips_to_refused():
+def test_qwen35_p_tp4_d_tp2_without_prefix_caching_flips_to_refused():
     old, new = (plan("qwen3.5-0.8b", 4, 2, rel, prefix_caching=False) for rel in (V0_33, V0_34))
     # 0.33: P 272 -> D 544, ratio 2, one attention source (P TP 4 holds head 0 on ranks 0, 1).
     assert old.verdict.accepts and check_plan(old).verdict == "pass"
@@ -137,7 +137,7 @@ def test_qwen35_4p2d_without_prefix_caching_flips_to_refused():
         "Local block size 576 is not divisible by remote block size 320 or vice versa."]
 
 
-def test_qwen35_8p2d_without_prefix_caching_flips_to_accepted():
+def test_qwen35_p_tp8_d_tp2_without_prefix_caching_flips_to_accepted():
     old, new = (plan("qwen3.5-0.8b", 8, 2, rel, prefix_caching=False) for rel in (V0_33, V0_34))
     assert [r.message for r in old.verdict.refusals] == [
         "Local block size 544 is not divisible by remote block size 144 or vice versa."]
@@ -147,7 +147,7 @@ def test_qwen35_8p2d_without_prefix_caching_flips_to_accepted():
     assert check_plan(new).verdict == "pass"
 
 
-def test_qwen35_1p4d_flashinfer_without_prefix_caching_flips_to_accepted():
+def test_qwen35_p_tp1_d_tp4_flashinfer_without_prefix_caching_flips_to_accepted():
     old, new = (plan("qwen3.5-0.8b", 1, 4, rel, prefix_caching=False, attention_backend="FLASHINFER")
                 for rel in (V0_33, V0_34))
     # 0.33: 544 = 17·32 and 272 = 17·16, kernels 32 and 16: D's 16 is no multiple of P's 32.
@@ -160,7 +160,7 @@ def test_qwen35_1p4d_flashinfer_without_prefix_caching_flips_to_accepted():
     assert check_plan(new).verdict == "pass"
 
 
-def test_falcon_h1_4p2d_flips_from_corrupt_to_refused():
+def test_falcon_h1_p_tp4_d_tp2_flips_from_corrupt_to_refused():
     old, new = (plan(FALCON, 4, 2, rel) for rel in (V0_33, V0_34))
     # 0.33: 400 -> 800, accepted, but n_groups = 1 makes vLLM's B/C offsets wrong (#55208).
     assert old.verdict.accepts and "vllm-replicated-groups" in [w.code for w in old.warnings]
@@ -172,7 +172,7 @@ def test_falcon_h1_4p2d_flips_from_corrupt_to_refused():
 # --- 0.33 corrected: head-sharded reads, the receive-side rearrangement ---------------------------------
 
 @pytest.mark.parametrize("rel", RELEASES)
-def test_qwen35_8p1d_is_refused_as_head_sharded_in_both_releases(rel):
+def test_qwen35_p_tp8_d_tp1_is_refused_as_head_sharded_in_both_releases(rel):
     # P 192 -> D 576 (ratio 3); D0's attention sources are P0 (head 0) and P4 (head 1): vLLM's
     # _build_local_splits_from_plan asserts, and P ranks that replicate a head are not exempt.
     p = plan("qwen3.5-0.8b", 8, 1, rel)
@@ -323,7 +323,7 @@ def test_qwen35_push_1p8d(rel, code):
     # Hopper with --gdn-prefill-backend triton: no alignment.
     ("H100", {"gdn_prefill_backend": "triton"}, (544, 272)),
 ])
-def test_qwen35_1p4d_blocks_per_gpu_in_033(gpu_name, flags, expected):
+def test_qwen35_p_tp1_d_tp4_blocks_per_gpu_in_033(gpu_name, flags, expected):
     from mambaxfer_cli.engines.vllm.gpu import gpu
 
     got = tuple(side("qwen3.5-0.8b", tp, V0_33, gpu=gpu(gpu_name), **flags).geometry.block_size for tp in (1, 4))

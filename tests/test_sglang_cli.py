@@ -28,7 +28,7 @@ def test_plan_shows_the_mamba2_corruption_with_slices_and_descriptors():
     result = run_cli("plan", "--engine", "sglang", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "2")
     assert result.code == 0, result.stderr
     text = words(result.stdout)
-    assert "SGLang 0.5.23 corrupts the conv state of nemotron-h-8b at P1 → D2: 811,008 bytes wrong" in text
+    assert "SGLang 0.5.23 corrupts the conv state of nemotron-h-8b at P TP 1 → D TP 2: 811,008 bytes wrong" in text
     assert "D0 ← P0; D1 ← P0" in text          # the rank mapping
     document = json.loads(run_cli("plan", "--engine", "sglang", "--model", "nemotron-h-8b", "--p-tp", "1",
                                   "--d-tp", "2", "--format", "json").stdout)
@@ -52,7 +52,7 @@ def test_check_proves_gdn_right_and_mamba2_wrong_and_exits_by_it():
     wrong = run_cli("check", "--engine", "sglang", "--model", "nemotron-h-8b", "--pairs", "1:2,2:2")
     assert wrong.code == 1, wrong.stderr
     text = words(wrong.stdout)
-    assert "SGLang 0.5.23 corrupts the conv state of nemotron-h-8b at P1 → D2: 811,008 bytes wrong" in text
+    assert "SGLang 0.5.23 corrupts the conv state of nemotron-h-8b at P TP 1 → D TP 2: 811,008 bytes wrong" in text
     assert "2 pairings checked byte by byte" in text and "1 right, 1 corrupted by SGLang 0.5.23" in text
     assert "mambaxfer's exact plan right on every one" in text
 
@@ -63,7 +63,7 @@ def test_a_ratio_that_is_no_multiple_fails_its_requests_and_names_the_rank_nobod
     (pairing,) = json.loads(result.stdout)["pairings"]
     assert pairing["outcome"] == FAILS
     assert pairing["findings"] == ["no decode rank reads prefill rank 2 (P TP 3)"]
-    assert pairing["sentence"].startswith("SGLang 0.5.23 fails every request of mamba-130m at P3")
+    assert pairing["sentence"].startswith("SGLang 0.5.23 fails every request of mamba-130m at P TP 3 → D TP 2")
 
 
 @pytest.mark.parametrize("model", [m.name for m in served_presets()])
@@ -112,7 +112,7 @@ def test_side_by_side_names_both_engines_outcomes():
     assert max(map(len, result.stdout.splitlines())) <= 80
     text = words(result.stdout)
     assert "vLLM 0.34 and SGLang 0.5.23" in text
-    assert "SGLang 0.5.23 corrupts the conv state of granite-4.0-h-tiny at P1 → D2: 442,368 bytes wrong" in text
+    assert "SGLang 0.5.23 corrupts the conv state of granite-4.0-h-tiny at P TP 1 → D TP 2: 442,368 bytes wrong" in text
     assert "2 pairings: vLLM 0.34 moves 1 of 2 right, SGLang 0.5.23 1 of 2" in text
     document = json.loads(run_cli("check", "--engine", "vllm,sglang", "--model", "granite-4.0-h-tiny", "--pairs",
                                   "1:1", "--format", "json").stdout)

@@ -89,7 +89,7 @@ def execute_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
 
 
 @pytest.mark.usefixtures("nixl")
-@pytest.mark.parametrize("p_tp,d_tp", [(1, 4), (4, 1), (2, 2)], ids=["1P4D", "4P1D", "2P2D"])
+@pytest.mark.parametrize("p_tp,d_tp", [(1, 4), (4, 1), (2, 2)], ids=["P_TP_1-D_TP_4", "P_TP_4-D_TP_1", "P_TP_2-D_TP_2"])
 def test_sglang_kv_writes_land_every_head_byte(p_tp, d_tp):
     """Real WRITEs of SGLang's head slices (GQA replication on either side, and equal TP): every
     byte of every K and V page verified."""

@@ -125,7 +125,7 @@ def test_engines_with_different_blocks_per_logical_verify():
 
 # --- vLLM's replicated-groups bug, located ------------------------------------------------------
 
-def test_vllm_granite_1p2d_c_read_as_b_and_temporal_read_as_c():
+def test_vllm_granite_p_tp1_d_tp2_c_read_as_b_and_temporal_read_as_c():
     plan = plan_of("granite-4.0-h-tiny", 1, 2, semantics="vllm")
     sim = simulate(plan)
     assert not sim.ok and codes(sim) == set()       # the IDs are fine, the bytes are not

@@ -34,7 +34,7 @@ def mamba1(ssm_dtype: str) -> ModelSpec:
                      conv_kernel=4, num_spec=0, conv_dtype="bfloat16", ssm_dtype=ssm_dtype)
 
 
-def test_wider_p_state_2p1d_is_two_length_mismatches_by_hand():
+def test_wider_p_state_p_tp2_d_tp1_is_two_length_mismatches_by_hand():
     # D TP 1, bfloat16: temporal 16 channels x 4 x 2 B = 128 bytes, split into 2 slices of 64.
     # P TP 2, float32: 8 channels x 4 x 4 B = 128 bytes each: 128 != 64 for both sources.
     prefill, decode = rank_layouts(mamba1("float32"), 2), rank_layouts(mamba1("bfloat16"), 1)
@@ -55,7 +55,7 @@ def test_no_length_mismatch_where_d_sizes_both_descriptors(p_tp, d_tp):
     assert misreads(vllm_reads(prefill, decode), prefill, decode)      # unit sizes differ: wrong bytes
 
 
-def test_same_state_2p1d_has_no_mismatch():
+def test_same_state_p_tp2_d_tp1_has_no_mismatch():
     prefill, decode = rank_layouts(mamba1("bfloat16"), 2), rank_layouts(mamba1("bfloat16"), 1)
     assert vllm_length_mismatches(prefill, decode) == []
     assert misreads(vllm_reads(prefill, decode), prefill, decode) == []
@@ -71,7 +71,7 @@ def test_the_reported_line_is_a_verdict_not_an_internal_error():
     assert any(w["code"] == "vllm-length-mismatch" for w in doc["plan_warnings"])
 
 
-def test_jamba_2p1d_wider_ssm_dtype_fails_every_transfer():
+def test_jamba_p_tp2_d_tp1_wider_ssm_dtype_fails_every_transfer():
     p = f"{DS} vllm serve jamba -tp 2 --block-size 144 --mamba-ssm-cache-dtype float32 {P_KV}"
     d = f"{DS} vllm serve jamba --block-size 144 {D_KV}"
     result = run_cli("preflight", "--prefill", p, "--decode", d, "--format", "json")
@@ -93,7 +93,7 @@ def test_jamba_2p1d_wider_ssm_dtype_fails_every_transfer():
     assert max(map(len, table.stdout.splitlines())) <= 80
 
 
-def test_jamba_1p2d_wider_ssm_dtype_corrupts():
+def test_jamba_p_tp1_d_tp2_wider_ssm_dtype_corrupts():
     p = f"{DS} vllm serve jamba --block-size 144 --mamba-ssm-cache-dtype float32 {P_KV}"
     d = f"{DS} vllm serve jamba -tp 2 --block-size 144 {D_KV}"
     result = run_cli("preflight", "--prefill", p, "--decode", d, "--format", "json")

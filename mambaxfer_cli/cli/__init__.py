@@ -37,36 +37,38 @@ RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes; {EXIT_RUN_FAIL
 # every command shares). A command's module imports only light things at its top.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("mambaxfer_cli.cli.plan_cmd:plan",
-             "Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both sides' "
-             "layouts, every segment, page diagrams and descriptor IDs.",
+             "Plan a P/D transfer: whether the engine (vLLM, or SGLang) accepts it, both sides and the reads; with "
+             "--show, both sides' layouts, every segment, page diagrams and descriptor IDs.",
              f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing or moves wrong bytes "
              f"(plan inspects; check and preflight give a verdict)"),
     "check": ("mambaxfer_cli.cli.check_cmd:check",
               "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every byte and "
-              "descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues.",
+              "descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues or the writes SGLang posts.",
               VERDICT),
     "preflight": ("mambaxfer_cli.cli.preflight_cmd:preflight",
-                  "Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a "
-                  "byte-level check of its reads, and the corrected command lines when anything fails.",
+                  "Check a P/D deployment from its two server command lines (vLLM's vllm serve, SGLang's "
+                  "launch_server): the release's verdict, a byte-level check of its transfers, and the corrected "
+                  "command lines when anything fails.",
                   VERDICT + " (the corrected command lines are printed)"),
     "inspect": ("mambaxfer_cli.cli.inspect_cmd:inspect",
-                "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes, and the "
-                "block geometry the vLLM release derives for an engine of each TP size on the GPU.",
+                "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes, and what "
+                "the engine derives for each TP size: vLLM's block geometry on the GPU, SGLang's state shapes per "
+                "slot.",
                 f"{EXIT_OK} printed"),
     "models": ("mambaxfer_cli.cli.models_cmd:models",
                "List the built-in model presets with their variant, layer counts, dtypes and source.",
                f"{EXIT_OK} listed"),
     "execute": ("mambaxfer_cli.cli.execute_cmd:execute",
-                "Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every "
-                "byte.",
+                "Run P and D ranks as processes with real NIXL agents, move the state as the engine does (vLLM's "
+                "READs, SGLang's WRITEs), verify every byte.",
                 RUN),
     "bench": ("mambaxfer_cli.cli.bench_cmd:bench",
               "Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one descriptor per "
               "source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every byte verified.",
               RUN),
     "conformance": ("mambaxfer_cli.cli.conformance_cmd:conformance",
-                    "Run the installed vLLM's own functions on each model and P/D pairing and compare every answer "
-                    "with mambaxfer's.",
+                    "Run the installed engine's own functions (vLLM's or SGLang's) on each model and P/D pairing and "
+                    "compare every answer with mambaxfer's.",
                     f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called"),
     "schema": ("mambaxfer_cli.cli.schema_cmd:schema",
                "Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).",
@@ -97,7 +99,8 @@ def build(args: Sequence[str] | None = None) -> typer.Typer:
     (the app's help, a mistyped name) gets every command as the list shows it, its name and summary."""
     app = typer.Typer(
         name=PROG,
-        help="Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector).",
+        help="Plan, check and execute P/D transfers of Mamba-family state (vLLM's NIXL connector and SGLang's "
+             "disaggregation).",
         epilog="Exit codes: 0 ok; 1 wrong bytes or a refused pairing; 2 usage error; 3 execute run failed; "
                "70 internal error (a bug, please report it); 130 interrupted.",
         context_settings={"help_option_names": ["-h", "--help"]},

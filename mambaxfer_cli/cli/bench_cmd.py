@@ -8,6 +8,7 @@ from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArg
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import beside, chosen, one
+from mambaxfer_cli.render.report import CHART_EXTRA
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -23,8 +24,8 @@ def bench(
     sweep: str = option(
         "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.",
         panel=REQUEST, default="1,4,16"),
-    chart: Path | None = option("--chart", help="Write a PNG of GB/s against request size (needs matplotlib).",
-                                panel=OUTPUT),
+    chart: Path | None = option("--chart", help=f"Write a PNG of GB/s against request size (needs matplotlib: "
+                                                f"{CHART_EXTRA}).", panel=OUTPUT),
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every

@@ -16,11 +16,14 @@ def check(
     engines: EngineArgs,
     request: RequestArgs,
     output: OutputArgs,
-    pairs: str | None = option("--pairs", help="P:D TP pairs to check, e.g. 1:4,4:1,2:3.", panel=ENGINES),
+    pairs: str | None = option(
+        "--pairs", help="Pairings of TP sizes to check, P:D, comma-separated: 1:4,4:1 checks P TP 1 → D TP 4 and "
+                        "P TP 4 → D TP 1.", panel=ENGINES),
     max_tp: int | None = MAX_TP_OPTION,
 ) -> None:
     """Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every
-    byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues.
+    byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues or the
+    writes SGLang posts.
 
     Exit code 0: every pairing works; 1: vLLM refuses a pairing or moves wrong bytes, or a plan is
     wrong (one line each, with the fix); 2: a usage error; 70: an internal error. With --engine

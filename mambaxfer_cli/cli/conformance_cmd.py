@@ -15,7 +15,8 @@ MAX_CONFORMANCE_TP = 64
 @command(uses={"model": ModelArgs.given("model", "all_presets"), "engine": EngineArgs.given("engine"),
                "output": OutputArgs.without("output")})
 def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp: int | None = MAX_TP_OPTION) -> None:
-    """Run the installed vLLM's own functions on each model and P/D pairing and compare every answer with mambaxfer's.
+    """Run the installed engine's own functions (vLLM's or SGLang's) on each model and P/D pairing
+    and compare every answer with mambaxfer's.
 
     Compared: the conv split and SSM offsets, the sources, the descriptor IDs, both engines'
     geometry, the handshake's verdict and the compatibility hash. Each function agrees, differs

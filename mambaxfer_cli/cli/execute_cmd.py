@@ -77,7 +77,8 @@ def execute(
     plan_file: Path | None = option(
         "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.", panel=MODEL),
 ) -> None:
-    """Run P and D ranks as processes with real NIXL agents, READ the plan's descriptor IDs, verify every byte.
+    """Run P and D ranks as processes with real NIXL agents, move the state as the engine does
+    (vLLM's READs, SGLang's WRITEs), verify every byte.
 
     With --engine sglang: SGLang's transfer, P WRITEs of one slot per entry (--semantics exact or sglang).
 

@@ -17,7 +17,8 @@ def inspect(
     tp: str = option("--tp", help="TP sizes, comma-separated, e.g. 1,2,4,8.", panel=ENGINES, default="1"),
 ) -> None:
     """Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes,
-    and the block geometry the vLLM release derives for an engine of each TP size on the GPU.
+    and what the engine derives for each TP size: vLLM's block geometry on the GPU, SGLang's state
+    shapes per slot.
 
     With --engine sglang: the same layouts, and SGLang's state shapes per slot.
 

@@ -20,6 +20,7 @@ from mambaxfer_cli.limits import MAX_TP, at_most, check_bounds
 from mambaxfer_cli.engines import DEFAULT as DEFAULT_ENGINE
 from mambaxfer_cli.engines import engine as serving_engine
 from mambaxfer_cli.engines import described as described_engines
+from mambaxfer_cli.engines import names as engine_names
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.variants import names as variant_names
 
@@ -54,6 +55,32 @@ MODEL_HELP = ("A built-in preset (see 'mambaxfer models'), a config.json, a mode
               "a YAML model file, or a Hugging Face repo id already in the local cache.")
 
 
+def _completed(values: Any, incomplete: str) -> list[str]:
+    return [v for v in dict.fromkeys(values) if v.startswith(incomplete)]     # typer keeps these alone
+
+
+def preset_completed(incomplete: str) -> list[str]:
+    """``--model``'s completion: the built-in presets (a path or a repo id is the shell's to type)."""
+    from mambaxfer_cli.readers.model_source import preset_names
+
+    return _completed(preset_names(), incomplete)
+
+
+def engine_completed(incomplete: str) -> list[str]:
+    """``--engine``'s completion: an engine's name, also after a comma (``vllm,sg``)."""
+    typed, _, last = incomplete.rpartition(",")
+    head = typed + "," if typed else ""
+    return [head + name for name in _completed(engine_names(), last) if name not in typed.split(",")]
+
+
+def values_completed(field: str) -> Any:
+    """An option's completion from the engines' facts (``ServingEngine.option_values``)."""
+    def complete(incomplete: str) -> list[str]:
+        return _completed((v for name in engine_names() for v in serving_engine(name).option_values().get(field, ())),
+                          incomplete)
+    return complete
+
+
 def variant_named(value: str) -> Variant:
     """``--variant``: a variant's name, in any case (``planning/variants/`` lists them)."""
     try:
@@ -66,7 +93,7 @@ def variant_named(value: str) -> Variant:
 class ModelArgs(Group):
     """The model: which one, and what overrides its config."""
 
-    model: str | None = option("--model", "-m", help=MODEL_HELP, panel=MODEL)
+    model: str | None = option("--model", "-m", help=MODEL_HELP, panel=MODEL, complete=preset_completed)
     all_presets: bool = option("--all-presets/--no-all-presets",
                                help="Run on every built-in model (--engine sglang: those SGLang serves).",
                                panel=MODEL, default=False)
@@ -145,18 +172,20 @@ class EngineArgs(Group):
     two may differ, for P and for D (``--p-...``, ``--d-...``: the side's own value wins)."""
 
     engine: str = option("--engine", help=f"The serving engine of P and D: {described_engines()}.", panel=ENGINES,
-                         default=DEFAULT_ENGINE)
+                         default=DEFAULT_ENGINE, complete=engine_completed)
     transfer_backend: str | None = option(
         "--transfer-backend", help="SGLang's disaggregation transfer backend (--engine sglang): nixl (the "
                                    "default) or mooncake.", panel=ENGINES)
     vllm_version: str | None = option(
-        "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES)
-    p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES)
-    d_vllm_version: str | None = option("--d-vllm-version", help=_D_RELEASE, panel=ENGINES)
+        "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES, complete=values_completed("vllm_version"))
+    p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES,
+                                        complete=values_completed("p_vllm_version"))
+    d_vllm_version: str | None = option("--d-vllm-version", help=_D_RELEASE, panel=ENGINES,
+                                        complete=values_completed("d_vllm_version"))
     gpu: str | None = option(
         "--gpu", help="The engines' GPU: H100, H200, A100, L40S, B200, GB200, B300, RTX PRO 6000, ... or a "
                       "compute capability (sm90); also as nvidia-smi prints it ('NVIDIA H100 80GB HBM3'); /cu12 "
-                      "after it for a CUDA 12 build (default H100).", panel=ENGINES)
+                      "after it for a CUDA 12 build (default H100).", panel=ENGINES, complete=values_completed("gpu"))
     gdn_prefill_backend: str | None = option(
         "--gdn-prefill-backend", help="vLLM's --gdn-prefill-backend for GDN models: flashinfer, triton or cutedsl "
                                       "(default: vLLM's choice for the GPU).", panel=ENGINES)

@@ -15,16 +15,29 @@ _kept: list[int] = []
 _ERROR_AND_FIRST_WORD = re.compile(r"^error: \S+")   # never 'error:' alone on its line
 
 
+def _unwrapped() -> bool:
+    """Whether stderr's messages stay one line each: stderr is a pipe or a file (a log that grep
+    reads whole) and no width was asked for with ``COLUMNS``."""
+    try:
+        at_terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):    # closed or replaced
+        at_terminal = False
+    return not at_terminal and not os.environ.get("COLUMNS")
+
+
 def red_line(message: str) -> None:
     """One red message on stderr, wrapped between words (never inside a word or a value) at the
-    terminal's width, else ``COLUMNS``, else 80."""
+    terminal's width, else ``COLUMNS``; not at a terminal and without ``COLUMNS``, one line."""
     from rich.console import Console
     from rich.text import Text
 
     from mambaxfer_cli.render.console import Prose
 
     text = Text.assemble(("error:", "bold red"), " ", message)
-    Console(stderr=True, highlight=False).print(Prose(text, keep=_ERROR_AND_FIRST_WORD))
+    if _unwrapped():
+        Console(stderr=True, highlight=False, soft_wrap=True).print(text)
+    else:
+        Console(stderr=True, highlight=False).print(Prose(text, keep=_ERROR_AND_FIRST_WORD))
 
 
 @contextmanager
@@ -45,10 +58,11 @@ def one_line_when_the_run_fails() -> Iterator[None]:
 
 
 def said(message: str) -> None:
-    """A plain line on stderr (a warning, a note), wrapped at the terminal's width, no markup."""
+    """A plain line on stderr (a warning, a note), wrapped at the terminal's width as ``red_line``
+    is (one line where it is), no markup."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False).print(message, markup=False)
+    Console(stderr=True, highlight=False, soft_wrap=_unwrapped()).print(message, markup=False)
 
 
 def keep_exit_code(code: int) -> None:

@@ -30,13 +30,15 @@ _running: ContextVar[typer.Context | None] = ContextVar("running", default=None)
 
 
 def option(*names: str, help: str, panel: str, default: Any = None, parser: Callable[[str], Any] | None = None,
-           show_default: bool | None = None, metavar: str | None = None) -> Any:
+           show_default: bool | None = None, metavar: str | None = None,
+           complete: Callable[[str], list[str]] | None = None) -> Any:
     """Declare an option: a dataclass field of a group, or a command function's parameter default.
     Its type is the field's (an Enum: a choice, in any case; ``parser``: a function of the text).
-    The default is shown in --help when there is one (``show_default`` overrides)."""
+    The default is shown in --help when there is one (``show_default`` overrides). ``complete``:
+    the values the shell's completion offers for the word typed so far (an Enum's are its own)."""
     shown = default is not None if show_default is None else show_default
     settings = dict(help=help, rich_help_panel=panel, show_default=shown, metavar=metavar, parser=parser,
-                    case_sensitive=False)
+                    case_sensitive=False, autocompletion=complete)
     return dataclasses.field(default=default, metadata={"option": (names, settings)})
 
 

@@ -21,8 +21,8 @@ def plan(
         "--show", help="Also show, comma-separated: layouts (both sides' ranks), reads (every segment), "
                        "diagram (where each D byte comes from), ids (descriptor IDs), notes; or all.", panel=OUTPUT),
 ) -> None:
-    """Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both
-    sides' layouts, every segment, page diagrams and descriptor IDs.
+    """Plan a P/D transfer: whether the engine (vLLM, or SGLang) accepts it, both sides and the
+    reads; with --show, both sides' layouts, every segment, page diagrams and descriptor IDs.
 
     With --engine sglang: SGLang's entries, the writes it posts beside the exact ones, and its
     verdict.

@@ -48,8 +48,9 @@ def preflight(
     decode_file: Path | None = option(
         "--decode-file", help="A file with D's command line, or a shell script that runs it.", panel=ENGINES),
 ) -> None:
-    """Check a P/D deployment from its two vllm serve command lines: the vLLM release's verdict, a
-    byte-level check of its reads, and the corrected command lines when anything fails.
+    """Check a P/D deployment from its two server command lines (vLLM's vllm serve, SGLang's
+    launch_server): the release's verdict, a byte-level check of its transfers, and the corrected
+    command lines when anything fails.
 
     Two SGLang launch lines (python -m sglang.launch_server, sglang serve) get SGLang 0.5.23's
     verdict the same way; the engine is the lines', or --engine's.

@@ -70,6 +70,11 @@ class ServingEngine(Protocol):
         """The help of the options that state this engine's facts, by option (``vllm_version``)."""
         ...
 
+    def option_values(self) -> dict[str, tuple[str, ...]]:
+        """The values the shell's completion offers for the options that name this engine's
+        facts, by option (``gpu``: the GPUs it knows)."""
+        ...
+
     def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
              output: OutputArgs, d_rank: int | None, show: str | None) -> Report: ...
 

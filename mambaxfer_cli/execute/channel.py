@@ -31,7 +31,12 @@ class RankFailure(Exception):
 
 
 class PeerGone(RankFailure):
-    """The other side's agent is unreachable (its process died, or the network went)."""
+    """The other side's agent is unreachable (its process died, or the network went); ``nixl``:
+    NIXL's own error, where NIXL said it."""
+
+    def __init__(self, message: str, nixl: str = "") -> None:
+        super().__init__(message)
+        self.nixl = nixl
 
 
 class StopRequested(Exception):

@@ -49,8 +49,8 @@ def spawn_main(argv: list[str]) -> None:
         ch.send(Done(program(task, ch)))
     except StopRequested:
         pass
-    except PeerGone as exc:
-        ch.send(Failed(f"{task.name}: {exc} (while {ch.phase_name})"))
+    except PeerGone as exc:     # the side that went away first, NIXL's words after
+        ch.send(Failed(f"{task.name}: {exc} (while {ch.phase_name})" + (f"; NIXL: {exc.nixl}" if exc.nixl else "")))
     except RankFailure as exc:
         ch.send(Failed(f"{task.name}: {exc}", exc.user))
     except Exception as exc:  # NIXL raises its own types (nixlRemoteDisconnectError, ...)

@@ -17,16 +17,24 @@ PING_EVERY = 0.5
 LINGER = 0.5          # after a refusal, so that it reaches the other side before this agent goes
 
 
-def _disconnected(exc: Exception) -> bool:
-    return type(exc).__name__ == "nixlRemoteDisconnectError"
+def peer_gone(exc: Exception) -> bool:
+    """Whether NIXL's error says the peer went away: a disconnect, or its metadata dropped on the
+    disconnect (not found)."""
+    return type(exc).__name__ in ("nixlRemoteDisconnectError", "nixlNotFoundError")
+
+
+def nixl_said(exc: Exception) -> str:
+    """NIXL's error in one line: its type and its first line."""
+    first = next(iter(str(exc).strip().splitlines()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def notify(agent: Any, name: str, message: bytes) -> None:
     try:
         agent.send_notif(name, message)
     except Exception as exc:
-        if _disconnected(exc):
-            raise PeerGone(f"{name} went away") from None
+        if peer_gone(exc):
+            raise PeerGone(f"{name} went away", nixl_said(exc)) from None
         raise
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from mambaxfer_cli.errors import UserError
@@ -34,7 +35,10 @@ def parse_pairs(text: str) -> tuple[Pairing, ...]:
                 raise ValueError
             pairing = Pairing(int(sides[0]), int(sides[1]))
         except ValueError:
-            raise UserError(f"--pairs: '{item}' is not a P:D pair of TP sizes; write e.g. "
+            counts = re.fullmatch(r"(\d+)[Pp](\d+)[Dd]", item)     # xPyD: instance counts to a deployer
+            hint = (f" ('{item}' reads as instance counts; for P TP {counts[1]} → D TP {counts[2]} write "
+                    f"{counts[1]}:{counts[2]})" if counts else "")
+            raise UserError(f"--pairs: '{item}' is not a P:D pair of TP sizes{hint}; write e.g. "
                             f"--pairs 1:4,4:1,2:3") from None
         if pairing.p_tp < 1 or pairing.d_tp < 1:
             raise UserError(f"--pairs: '{item}': TP sizes must be positive integers")

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 
 
@@ -54,7 +55,7 @@ def bench_tables(document: dict[str, Any]) -> list[Table]:
             versions = document.get("vllm_versions") or {}
             release = (f", vLLM {versions['decode']}" if versions.get("prefill") == versions.get("decode")
                        else f", vLLM {versions.get('prefill')} (P) / {versions.get('decode')} (D)") if versions else ""
-            title = (f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}{release}, {device}, "
+            title = (f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}{release}, {device}, "
                      f"{mode}, UCX: {'; '.join(transports)}, {document['iters']} iters")
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
             # blocks per request; descriptors posted and kept after NIXL's merge; median and p99 GB/s;

@@ -20,8 +20,14 @@ VALUE_CHARS = 40      # a cell line up to this long is one value, never wrapped
 # Values of several words that prose never splits: a number and its unit, a pairing, a shard, an
 # ID run, an option and its number.
 KEEP = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs|tokens|bytes)(?![\w/])"
-                  r"|P\d+ → D\d+|P TP \d+|D TP \d+|vLLM \d+\.\d+|\[\d+, \d+\)|\d+\.\.\d+ step \d+"
+                  r"|P TP \d+ → D TP \d+|P\d+ → D\d+|P TP \d+|D TP \d+|vLLM \d+\.\d+|\[\d+, \d+\)|\d+\.\.\d+ step \d+"
                   r"|--[\w-]+ \d+(?![\w.])")
+
+
+def tp_pairing(p_tp: object, d_tp: object) -> str:
+    """A pairing of TP sizes as every answer writes it, ``P TP 1 → D TP 2`` (``1P2D`` reads as
+    instance counts); ``--pairs`` takes it as ``1:2``."""
+    return f"P TP {p_tp} → D TP {d_tp}"
 
 
 @lru_cache(maxsize=None)

@@ -3,10 +3,14 @@ terminal and, where it has one, its JUnit XML. ``cli.report.finish`` says it all
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK
+
+CHART_EXTRA = "pip install 'mambaxfer[bench]'"      # pyproject's extra that brings matplotlib
 
 
 class AsIs:
@@ -40,6 +44,16 @@ class Report:
 
     def notes(self) -> list[str]:
         return []
+
+
+def check_chart(chart: Path | None) -> None:
+    """``--chart``: a PNG, and matplotlib here to draw it; refused before the run, not after it."""
+    if chart is None:
+        return
+    if chart.suffix.lower() != ".png":
+        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UserError(f"--chart needs matplotlib, which is not installed: {CHART_EXTRA}")
 
 
 def chart_notes(write: Callable[[dict, Path], str | None], document: dict, chart: Path | None) -> list[str]:

@@ -46,6 +46,9 @@ class Sglang:
     def option_help(self) -> dict[str, str]:
         return {}
 
+    def option_values(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
     def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
              output: OutputArgs, d_rank: int | None, show: str | None) -> Report:
         return commands.answers.plan_report(model, engines, request, pair.p_tp or 0, pair.d_tp or 0, d_rank, show)

@@ -16,6 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from mambaxfer_cli.render.model_view import human_bytes
+from mambaxfer_cli.render.console import tp_pairing
 
 SCHEMA = "mambaxfer.bench-engines/v1"
 BLOCKS, SLOTS = "per-block regions", "per-slot entries"
@@ -84,7 +85,7 @@ def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
+        return "matplotlib is not installed (pip install 'mambaxfer[bench]')"
 
     rows = document["rows"]
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.62 * len(rows)), dpi=120)
@@ -104,7 +105,7 @@ def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
     ax.set_yticklabels([label(row) for row in reversed(rows)], fontsize=8)
     ax.set_xlabel("GB/s (median); black: one descriptor per P -> D pair, the same bytes")
     ax.set_xlim(0, max([r["gb_per_s"] for r in rows] + [r["limit_gb_per_s"] for r in rows] + [0.01]) * 1.45)
-    ax.set_title(f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}: vLLM and SGLang",
+    ax.set_title(f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}: vLLM and SGLang",
                  fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
@@ -129,7 +130,7 @@ def engines_tables(document: dict[str, Any]) -> list[Table]:
         wrong = sum(not row["verified"] for row in rows)
         verdict = (f"every byte verified after each run ({len(rows)} rows, each planned and limit)" if not wrong
                    else f"{wrong} of {len(rows)} rows moved WRONG bytes")
-        table = Table(title=f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, vLLM "
+        table = Table(title=f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}, vLLM "
                             f"{releases['vllm']} and SGLang {releases['sglang']}, {device} ({memory}), "
                             f"{document['iters']} iters", caption=f"{ENGINES_LEGEND}\n{verdict}",
                       title_justify="left", caption_justify="left", box=None, padding=(0, 1))

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 from mambaxfer_cli.engines.sglang.entries import CONV
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.proof import outcomes
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_refusal, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, check_side
@@ -39,7 +40,7 @@ class PairingCheck:
 
     @property
     def pairing(self) -> str:
-        return f"{self.plan.p_tp}:{self.plan.d_tp}"
+        return tp_pairing(self.plan.p_tp, self.plan.d_tp)
 
     @property
     def outcome(self) -> str:
@@ -82,7 +83,7 @@ def check_pairing(model: ModelSpec, p_tp: int, d_tp: int, backend: str = NIXL,
     result = PairingCheck(planned, exact, theirs, time.perf_counter() - start)
     analytic = planned.verdict.bad_bytes()
     if result.wrong() != analytic:
-        raise AssertionError(f"{model.name} P{p_tp} -> D{d_tp}: the simulated bytes give {result.wrong():,} "
+        raise AssertionError(f"{model.name} {tp_pairing(p_tp, d_tp)}: the simulated bytes give {result.wrong():,} "
                              f"wrong, the verdict {analytic:,}")
     return result
 

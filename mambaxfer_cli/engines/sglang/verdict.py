@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from mambaxfer_cli.engines.sglang.bootstrap import Server, refusals
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.heads import head_slice
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.ranks import rank_findings, writers
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import sglang_model
@@ -44,7 +45,7 @@ class Verdict:
                 and not self.findings)
 
     def sentence(self) -> str:
-        pair = f"P{self.p_tp} \u2192 D{self.d_tp}"
+        pair = tp_pairing(self.p_tp, self.d_tp)
         if self.refusal:
             return f"{self.release} refuses {self.model} at {pair}: {self.refusal}"
         if self.fails:

@@ -42,6 +42,13 @@ class Vllm:
 
         return option_help()
 
+    def option_values(self) -> dict[str, tuple[str, ...]]:
+        from mambaxfer_cli.engines.vllm.gpu import GPUS
+
+        releases = self.release_names()
+        return {"gpu": tuple(g.name for g in GPUS), "vllm_version": releases, "p_vllm_version": releases,
+                "d_vllm_version": releases}
+
     def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
              output: OutputArgs, d_rank: int | None, show: str | None) -> Report:
         return commands.plan.plan(model, pair, engines, request, output, d_rank, show)

@@ -37,6 +37,9 @@ class Toy:
     def option_help(self) -> dict[str, str]:
         return {}
 
+    def option_values(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
     def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
              output: OutputArgs, d_rank: int | None, show: str | None) -> Report:
         from toy_engine.commands import plan_report

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from mambaxfer_cli.cli.params import given
 from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs
-from mambaxfer_cli.render.report import Report, chart_notes
+from mambaxfer_cli.render.report import Report, chart_notes, check_chart
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
@@ -105,8 +105,7 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
     finite_seconds("--timeout", run_args.timeout)
     if not given("sweep"):
         sweep = ONE_REQUEST
-    if chart is not None and chart.suffix.lower() != ".png":
-        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
+    check_chart(chart)
     # SGLang first: a model or pairing it does not serve is refused before vLLM plans anything.
     planned = plan(cut_layers(load(model), run_args.layers), p_tp, d_tp)
     vllm = other.prepare_bench(model, pair, replace(engines, engine=other.name, transfer_backend=None), request,

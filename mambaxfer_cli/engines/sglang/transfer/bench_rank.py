@@ -44,6 +44,7 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
             for (d_rank, offset, size), (name, header) in zip(task.limit, connected)], ch)
         ch.meet("prepared", None, "every rank to prepare", milestone=True)
         timings = {}
+        targets = [f"D{d_rank}" for d_rank, _ in task.writes]    # connect's order, as both variants'
         for variant, xfers, prep in ((PLANNED, planned, planned_prep), (LIMIT, limit, limit_prep)):
             ch.meet(f"{variant} ready", None, "the D ranks to poison")
             times = []
@@ -53,7 +54,7 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
                 # Only the last WRITE notifies, as vLLM's bench: a notification's WRITE completes
                 # when D next polls (every WAIT_ROUND), which is D's cadence, not the transfer's.
                 last = iteration == task.iters - 1
-                times.append(max(post(node, xfers, _message(task, variant, iteration) if last else b"", ch)))
+                times.append(max(post(node, xfers, _message(task, variant, iteration) if last else b"", ch, targets)))
             kept = sum(int(t.descCount) for t in node.telemetry(xfers))
             timings[variant] = VariantTiming(tuple(times), prep.descriptors_posted, kept, prep.prep_s, prep.make_s)
         ch.meet("checked", None, "the D ranks to check")

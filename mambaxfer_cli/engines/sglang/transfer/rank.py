@@ -20,9 +20,10 @@ from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
 from mambaxfer_cli.engines.sglang.plan import Descriptor
 from mambaxfer_cli.engines.sglang.proof import item
 from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
-from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
+from mambaxfer_cli.execute.remote import nixl_said, peer_gone
 from mambaxfer_cli.engines.sglang.transfer.run import (
     SlotDecodeTask, SlotPrefillTask, SlotTask, holds, pattern_block, poison,
 )
@@ -111,7 +112,8 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
             ch.meet(f"round {round_}", None, "the D ranks to poison")
             fault(task, "transfer")
             ch.phase("transferring", f"round {round_ + 1}/{task.rounds}")
-            for xfer_times, took in zip(times, post(node, xfers, _notif(task, round_), ch)):
+            for xfer_times, took in zip(times, post(node, xfers, _notif(task, round_), ch,
+                                                [f"D{d}" for d, _ in task.writes])):
                 xfer_times.append(took)
         telemetry = node.telemetry(xfers)
         ch.meet("received", None, "the D ranks to check the last round")
@@ -158,11 +160,12 @@ def check_decode_layout(task: SlotPrefillTask, d_rank: int, published: dict[str,
             raise RankFailure(f"D{d_rank} publishes {key}={published.get(key)}, the plan expects {value}")
 
 
-def post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel) -> list[float]:
-    """Every WRITE posted at once; each one's time until NIXL says it is done."""
+def post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel, targets: Sequence[str]) -> list[float]:
+    """Every WRITE posted at once; each one's time until NIXL says it is done. ``targets``: whom
+    each WRITE writes into (``D1``), named when NIXL says it went away."""
     started = time.perf_counter()
-    for xfer in xfers:
-        if node.agent.transfer(xfer, notif) == "ERR":
+    for xfer, target in zip(xfers, targets):
+        if _nixl(node.agent.transfer, xfer, target, notif) == "ERR":
             raise RankFailure("NIXL refused to post a WRITE")
     ch.waiting("the WRITEs to complete")
     took: list[float | None] = [None] * len(xfers)
@@ -171,7 +174,7 @@ def post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel) -> list[f
         for i, xfer in enumerate(xfers):
             if took[i] is not None:
                 continue
-            state = node.agent.check_xfer_state(xfer)
+            state = _nixl(node.agent.check_xfer_state, xfer, targets[i])
             if state == "ERR":
                 raise RankFailure("a WRITE failed")
             if state == "DONE":
@@ -180,6 +183,16 @@ def post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel) -> list[f
         if polls % CHECK_STOP_EVERY == 0:
             ch.check_stop()
     return [t for t in took if t is not None]
+
+
+def _nixl(call: Callable[..., str], xfer: Any, target: str, *args: Any) -> str:
+    """NIXL's answer about a WRITE; its error, where it says the target went away, as that."""
+    try:
+        return call(xfer, *args)
+    except Exception as exc:
+        if peer_gone(exc):
+            raise PeerGone(f"{target} went away during the WRITE into it", nixl_said(exc)) from None
+        raise
 
 
 # --- the decode side: the target --------------------------------------------------------------

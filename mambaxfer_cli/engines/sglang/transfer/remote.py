@@ -237,11 +237,11 @@ class _Peers:
     def tell(self, rank: int, message: bytes) -> None:
         try:
             notify(self.agent, self.names[rank], message)
-        except PeerGone:
-            raise self.gone(rank) from None
+        except PeerGone as exc:
+            raise self.gone(rank, exc.nixl) from None
 
-    def gone(self, rank: int) -> PeerGone:
-        return PeerGone(f"{self.role}{rank} ({self.names[rank]}) went away")
+    def gone(self, rank: int, nixl: str = "") -> PeerGone:
+        return PeerGone(f"{self.role}{rank} ({self.names[rank]}) went away", nixl)
 
     def ping(self, last_word: Callable[[int], bool] = lambda rank: False) -> None:
         """Every PING_EVERY seconds at most; a peer gone is an error unless ``last_word(rank)``:
@@ -254,12 +254,12 @@ class _Peers:
                 continue
             try:
                 notify(self.agent, name, agreement.encode("ping"))
-            except PeerGone:
+            except PeerGone as exc:
                 self.inbox.poll()
                 if last_word(rank):
                     self.finished.add(rank)
                     continue
-                raise self.gone(rank) from None
+                raise self.gone(rank, exc.nixl) from None
 
 
 def _await(ch: Channel, inbox: _Inbox, peers: _Peers, pending: Callable[[], str | None],
@@ -308,7 +308,8 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
             _await(ch, inbox, peers, partial(_not_ready, task, inbox, peers, round_))
             fault(task, "transfer")
             try:
-                took = post(node, xfers, _round_notification(task, round_), ch)
+                took = post(node, xfers, _round_notification(task, round_), ch,
+                            [f"D{d} ({peers.names[d]})" for d, _ in task.writes])
             except PeerGone:
                 raise
             except RankFailure:
@@ -446,6 +447,7 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
             for p in task.writers:
                 peers.tell(p, agreement.encode("ready", d_rank=task.rank, round=round_))
             ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
+            fault(task, "receive")      # while the P ranks write into it
             final = _round_notification(task, round_)
             _await(ch, inbox, peers, partial(_not_written, task, inbox, peers, final))
             ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")

@@ -11,6 +11,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, FAILS, MISROUTES, REFUSED, RIGHT, CheckReport
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
@@ -39,7 +40,7 @@ def _heading(plan: SGLangPlan) -> str:
     spec = plan.model
     return (f"{spec.name} · {spec.variant.value} [{spec.family}] · {plan.release.label} over "
             f"{plan.backend.upper() if plan.backend == 'nixl' else plan.backend.capitalize()} · "
-            f"P TP {plan.p_tp} → D TP {plan.d_tp} · conv {spec.conv_dtype}, temporal {spec.ssm_dtype}")
+            f"{tp_pairing(plan.p_tp, plan.d_tp)} · conv {spec.conv_dtype}, temporal {spec.ssm_dtype}")
 
 
 def entries_table(plan: SGLangPlan) -> Table:
@@ -111,7 +112,7 @@ def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
 def check_table(report: CheckReport) -> Table:
     """Per pairing, what SGLang does and the bytes it gets wrong (mambaxfer's exact plan: the footer)."""
     table = _table(f"mambaxfer check: {report.release} over {report.backend.upper()}",
-                   [("model", "left"), ("P:D", "left"), ("SGLang", "left"), ("state", "left"),
+                   [("model", "left"), ("pairing", "left"), ("SGLang", "left"), ("state", "left"),
                     ("wrong bytes", "right")])
     last = None
     for r in report.results:
@@ -165,7 +166,7 @@ def check_junit(report: CheckReport) -> str:
                               skipped="0", errors="0", time=f"{sum(r.seconds for r in results):.3f}")
         for r in results:
             case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.check.sglang.{model}",
-                                 name=f"P{r.plan.p_tp}-D{r.plan.d_tp} {report.backend}", time=f"{r.seconds:.3f}")
+                                 name=f"{r.pairing} {report.backend}", time=f"{r.seconds:.3f}")
             if r.outcome != RIGHT:
                 failure = ET.SubElement(case, "failure", message=r.plan.verdict.sentence(), type="mambaxfer.check")
                 failure.text = "\n".join(r.plan.verdict.lines())
@@ -186,7 +187,7 @@ def render_both(vllm, sglang: CheckReport) -> list:
     for s in sglang.results:
         rows.setdefault((s.model, s.plan.p_tp, s.plan.d_tp), [None, None])[1] = s
     table = _table(f"mambaxfer check: {vllm.releases} and {sglang.release}",
-                   [("model", "left"), ("P:D", "left"), (vllm.releases, "left"), (sglang.release, "left"),
+                   [("model", "left"), ("pairing", "left"), (vllm.releases, "left"), (sglang.release, "left"),
                     ("SGLang wrong B", "right")])
     not_checked = Text("– not checked", style="yellow")
     last = None
@@ -198,7 +199,7 @@ def render_both(vllm, sglang: CheckReport) -> list:
         left = vllm_does[v.vllm_does] if v is not None and v.vllm_does in vllm_does else not_checked
         right = OUTCOMES[s.outcome] if s is not None else not_checked
         wrong = s.wrong() if s is not None and s.outcome == CORRUPTS else 0
-        table.add_row(shown, f"{p_tp}:{d_tp}", left, right, f"{wrong:,}" if wrong else "")
+        table.add_row(shown, tp_pairing(p_tp, d_tp), left, right, f"{wrong:,}" if wrong else "")
     parts: list = [table]
     lines = [r.deployment_line() for r in vllm.results if r.verdict in ("fail", "refused")]
     lines += [s.plan.verdict.sentence() for s in sglang.results if s.outcome != RIGHT]

@@ -10,6 +10,7 @@ from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
     memory = "VRAM" if device == "cuda" else "DRAM"
-    return (f"execute {plan.model.name}: P TP {plan.p_tp} -> D TP {plan.d_tp}, {semantics} semantics, "
+    return (f"execute {plan.model.name}: {tp_pairing(plan.p_tp, plan.d_tp)}, {semantics} semantics, "
             f"{plan.release.label} WRITEs ({plan.backend.upper()}), {memory} over UCX")
 
 
@@ -82,7 +83,7 @@ def bad_bytes_report(outcome: "SlotOutcome") -> Group | None:
 
 def bench_table(document: dict[str, Any]) -> Table:
     """``bench --engine sglang``: the planned WRITEs and the one-descriptor limit, side by side."""
-    title_text = (f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}, SGLang "
+    title_text = (f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}, SGLang "
                   f"{document['release']} WRITEs ({document['semantics']} writes), {document['device']}, "
                   f"{document['iters']} iters")
     table = Table(title=title_text, title_justify="left", box=None, padding=(0, 1))

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.render.run_view import two_host_line
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:
 def written_table(outcome: "SideOutcome") -> Table:
     """The prefill side: each P rank's WRITEs into each D rank, timed, and that D rank's verdict."""
     plan = outcome.plan
-    table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.p_tp} -> D TP {plan.d_tp}, "
+    table = Table(title=f"prefill side of {plan.model.name}: {tp_pairing(plan.p_tp, plan.d_tp)}, "
                         f"{outcome.semantics} semantics", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("WRITE", "left"), ("bytes", "right"), ("descriptors", "right"),

@@ -13,7 +13,7 @@ from mambaxfer_cli.cli.outcome import said
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
-from mambaxfer_cli.render.report import Report, chart_notes
+from mambaxfer_cli.render.report import Report, chart_notes, check_chart
 
 if TYPE_CHECKING:
     from mambaxfer_cli.render.bench_view import BenchProgress
@@ -65,8 +65,7 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run.layers, iters=run.iters, seed=request.seed)
     finite_seconds("--timeout", run.timeout)
     sizes = _sizes(sweep)
-    if chart is not None and chart.suffix.lower() != ".png":
-        raise UserError(f"--chart {chart}: the chart is a PNG; name it *.png")
+    check_chart(chart)
     from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
     from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.engines.vllm.transfer.tasks import check_fits

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Sequence
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.layout import valid_tp_sizes
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.engines.vllm.engine import Engines
@@ -95,7 +96,7 @@ class PairingResult:
 
     @property
     def pairing(self) -> str:
-        return f"P{self.p_tp} → D{self.d_tp}"
+        return tp_pairing(self.p_tp, self.d_tp)
 
     @property
     def title(self) -> str:

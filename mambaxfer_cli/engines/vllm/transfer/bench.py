@@ -22,6 +22,7 @@ from mambaxfer_cli.engines.vllm.transfer.bench_variants import (
 )
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.execute.results import Preparation
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.plan import Plan
@@ -136,7 +137,7 @@ def write_chart(document: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
+        return "matplotlib is not installed (pip install 'mambaxfer[bench]')"
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     colours = {PLANNED: "tab:blue", COALESCED: "tab:orange", LIMIT: "black"}
     markers = {PLANNED: "o", COALESCED: "s", LIMIT: ""}
@@ -153,7 +154,7 @@ def write_chart(document: dict[str, Any], path: Path) -> str | None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bytes per request (MiB)")
     ax.set_ylabel("GB/s (median)")
-    ax.set_title(f"{document['model']} P TP {document['p_tp']} -> D TP {document['d_tp']}")
+    ax.set_title(f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()

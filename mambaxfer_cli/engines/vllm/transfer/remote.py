@@ -102,14 +102,14 @@ def _ping_consumers(agent: Any, consumers: dict[str, _Consumer]) -> None:
             continue
         try:
             notify(agent, consumer.agent, agreement.encode("ping"))
-        except PeerGone:
+        except PeerGone as gone:
             # Its last READ's notification may have come in just before it left.
             for sender, message, _ in notifications(agent):
                 if sender == consumer.agent and message == consumer.final:
                     consumer.done = True
             if not consumer.done:
                 raise PeerGone(f"D{consumer.d_rank} ({consumer.agent}) went away before its last READ "
-                               f"completed") from None
+                               f"completed", gone.nixl) from None
 
 
 # --- decode ----------------------------------------------------------------------------------------
@@ -185,9 +185,5 @@ def ping_sources(agent: Any, names: dict[int, str]) -> None:
     for p, name in names.items():
         try:
             notify(agent, name, agreement.encode("ping"))
-        except PeerGone:
-            raise PeerGone(f"P{p} ({name}) went away") from None
-        except Exception as exc:
-            if type(exc).__name__ == "nixlNotFoundError":
-                raise PeerGone(f"P{p} ({name}) went away") from None
-            raise
+        except PeerGone as gone:
+            raise PeerGone(f"P{p} ({name}) went away", gone.nixl) from None

@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 from mambaxfer_cli.engines.vllm.conformance.report import FunctionResult, Report
 from mambaxfer_cli.render import conformance_view
 from mambaxfer_cli.render.conformance_view import Looks, Shown, as_text
+from mambaxfer_cli.render.console import tp_pairing
 
 
 def shown(result: FunctionResult) -> Shown:
@@ -64,6 +65,6 @@ def progress() -> Iterator[tuple[Callable[[int], None], Callable[[str, int, int]
             bar.update(task, total=total)
 
         def done(model: str, p_tp: int, d_tp: int) -> None:
-            bar.update(task, advance=1, description=f"{model} P{p_tp}/D{d_tp}")
+            bar.update(task, advance=1, description=f"{model} {tp_pairing(p_tp, d_tp)}")
 
         yield start, done

@@ -9,6 +9,7 @@ from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 from mambaxfer_cli.render.run_view import two_host_line
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> str:
     memory = "VRAM" if device == "cuda" else "DRAM"
     side = f", {discovery.role} side" if discovery is not None else ""
-    return (f"execute {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
+    return (f"execute {plan.model.name}: {tp_pairing(plan.prefill.tp, plan.decode.tp)}, "
             f"{plan.semantics} semantics, {plan.engines.describe()}, {memory} over UCX{side}")
 
 
@@ -43,7 +44,7 @@ def refused_line(plan: "Plan") -> Text | None:
 def served_table(outcome: "Outcome") -> Table:
     """The prefill side of a two-host run: what each P rank served, to whom."""
     plan = outcome.plan
-    table = Table(title=f"prefill side of {plan.model.name}: P TP {plan.prefill.tp} -> D TP {plan.decode.tp}, "
+    table = Table(title=f"prefill side of {plan.model.name}: {tp_pairing(plan.prefill.tp, plan.decode.tp)}, "
                         f"{plan.semantics} semantics", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("P rank", "right"), ("served", "left"), ("bytes", "right"), ("READ notifications", "right"), ("fill", "right"))

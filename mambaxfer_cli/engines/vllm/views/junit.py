@@ -21,7 +21,7 @@ def junit_xml(report: CheckReport) -> str:
             skipped=str(sum(r.verdict == "skip" for r in results)), errors="0",
             time=f"{sum(r.seconds for r in results):.3f}")
         for r in results:
-            name = f"P{r.p_tp}-D{r.d_tp} {r.semantics}" + (" coalesced" if r.coalesce else "")
+            name = f"{r.pairing} {r.semantics}" + (" coalesced" if r.coalesce else "")
             case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.check.{model}", name=name,
                                  time=f"{r.seconds:.3f}")
             if r.verdict in ("fail", "refused"):

@@ -12,6 +12,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED, Verdict
 from mambaxfer_cli.planning.kv_groups import describe
+from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.planning.model import SSM
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
@@ -87,7 +88,7 @@ def header(plan: Plan) -> Panel:
     lines = [
         model_summary(plan.model),
         engine_header(plan.prefill.flags, plan.decode.flags),
-        f"P TP {plan.prefill.tp} → D TP {plan.decode.tp} · tp_ratio {ratio} · semantics {plan.semantics}",
+        f"{tp_pairing(plan.prefill.tp, plan.decode.tp)} · tp_ratio {ratio} · semantics {plan.semantics}",
         f"KV-cache groups {describe(plan.grouping)} · {d.decode.tensors} tensors "
         f"({d.decode.ssm_tensors} with SSM layers) · {streams}",
         geometry_line("P", plan.prefill),
