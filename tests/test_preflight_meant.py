@@ -1,0 +1,31 @@
+"""The option a person meant by one a server's parser does not take: only where one fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from mambaxfer_cli.preflight.report import did_you_mean, meant
+
+TABLE = ("-tp", "--tensor-parallel-size", "--block-size", "--dcp-size", "--kv-transfer-config",
+         "--kv-events-config", "--enable-custom-all-reduce", "--disable-custom-all-reduce", "--tp-size",
+         "--page-size", "--disable-logging-iteration-details", "--pp-size", "--pp-max-micro-batch-size")
+
+
+@pytest.mark.parametrize("name, found", [
+    ("--tp", "-tp"),                                    # the same name, other dashes
+    ("--tensor_parallel_size", "--tensor-parallel-size"),
+    ("-tensor-parallel", "--tensor-parallel-size"),     # the long option it abbreviates
+    ("--tensor-paralel-size", "--tensor-parallel-size"),   # a letter missing
+    ("--blcok-size", "--block-size"),                   # two swapped
+    ("--page-sise", "--page-size"),                     # one wrong
+    ("--disaggregation-mode", None),                    # alike, but another option
+    ("--kv-transfer-cfg", None),
+    ("--enable-custom-all-reduc", "--enable-custom-all-reduce"),
+    ("--disable-custom-all-reduce-x", None),            # two letters and a dash away
+    ("-pp", None),                                      # abbreviates two
+    ("--dcp", "--dcp-size"),
+    ("--bs", None),
+])
+def test_only_an_option_that_fits_is_meant(name, found):
+    assert meant(name, TABLE) == found
+    assert did_you_mean(name, TABLE) == (f"did you mean {found}?" if found else "")
