@@ -693,6 +693,8 @@ def test_a_respelled_tp_flag_whose_size_does_not_start_is_one_change():
     p, d = lines("Qwen/Qwen3.5-0.8B", "", "--tp 3")
     code, doc = run_json(p, d)
     assert fix_changes(doc) == [("decode", "--tensor-parallel-size", "3", "2")]
+    assert doc["fix"]["changes"][0]["why"].startswith("in place of --tp, which vllm serve does not take; 8 attention "
+                                                      "heads do not divide by TP 3; 2 is the nearest size below")
     assert "--tp" not in doc["fix"]["decode"].replace("--tensor-parallel-size", "")
     check_fix_works(doc)
 

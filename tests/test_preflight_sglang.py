@@ -385,6 +385,14 @@ def test_a_tp_size_sglang_does_not_serve_moves_to_the_nearest_that_works(tp, mov
     check_fix_works(doc)
 
 
+def test_a_respelled_tp_flag_whose_size_sglang_does_not_serve_is_one_change():
+    p, d = lines(QWEN, "--page-size 64 -tp 3", "--page-size 64")
+    code, doc = run_json(p, d)
+    assert fix_changes(doc) == [("prefill", "--tp-size", "3", "2")]
+    assert doc["fix"]["changes"][0]["why"].startswith("in place of -tp, which SGLang's parser does not take; TP 3 ")
+    check_fix_works(doc)
+
+
 def test_a_stray_word_is_dropped():
     p, d = lines(QWEN, "--page-size 64 stray", "--page-size 64")
     code, doc = run_json(p, d)

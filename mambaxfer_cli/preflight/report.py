@@ -4,9 +4,9 @@ a fix and the report that holds them, and command lines quoted for a shell."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
-from typing import Any, Generic, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
@@ -148,6 +148,23 @@ def nearest_first(options: Sequence[Sequence[Change]]) -> list[list[Change]]:
     per_side: list[Sequence[Change | None]] = [list(o) or [None] for o in options]
     moves = sorted(product(*per_side), key=lambda m: sum(abs(int(c.new or 0) - int(c.old or 0)) for c in m if c))
     return [[c for c in m if c] for m in moves]
+
+
+def merged(changes: Sequence[Change], same: Callable[[str, str], bool], parser: str) -> list[Change]:
+    """``changes`` with a respelling that a later change of the same option (``same``) replaces
+    said by that change alone, naming the flag as written (``parser`` does not take it)."""
+    renames = [c for c in changes if c.rename and c.new is not None]
+
+    def replaced(c: Change) -> Change | None:
+        return next((r for r in renames if r.side == c.side and same(c.flag, r.new or "")), None)
+
+    out = []
+    for c in changes:
+        if c in renames and any(not x.rename and replaced(x) is c for x in changes):
+            continue
+        r = None if c.rename else replaced(c)
+        out.append(c if r is None else replace(c, why=f"in place of {r.flag}, which {parser} does not take; {c.why}"))
+    return out
 
 
 def quote_lines(line: Quotable, width: int = 78) -> list[str]:

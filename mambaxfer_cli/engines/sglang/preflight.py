@@ -26,8 +26,8 @@ from mambaxfer_cli.engines.sglang.writes import check_side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, nearest_first, respelled, taken_value, tp_moves,
-    unrecognized, with_env,
+    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, merged, nearest_first, respelled, taken_value,
+    tp_moves, unrecognized, with_env,
 )
 from mambaxfer_cli.readers.shell import OPTIONAL
 from mambaxfer_cli.preflight.report import Report as SharedReport
@@ -374,11 +374,12 @@ def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[LaunchLine, As
 
 
 def _merged(changes: list[Change]) -> list[Change]:
-    """A respelling that a later change of the same flag replaces is said by that change alone."""
     table = flag_table()
-    return [c for c in changes if not (c.rename and c.new is not None and any(
-        later.side == c.side and not later.rename and later.flag in table
-        and table[later.flag].dest == table[c.new].dest for later in changes))]
+
+    def same(flag: str, other: str) -> bool:
+        return flag in table and other in table and table[flag].dest == table[other].dest
+
+    return merged(changes, same, "SGLang's parser")
 
 
 # --- the report ----------------------------------------------------------------------------------

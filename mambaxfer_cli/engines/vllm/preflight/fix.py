@@ -16,7 +16,7 @@ from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.readers.shell import OPTIONAL, UNKNOWN
 from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ModelLoader, ServedEngine, build_engine
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, Change, Fix, meant, nearest_first, respelled, set_words, taken_value, tp_moves, with_env,
+    DECODE, PREFILL, Change, Fix, meant, merged, nearest_first, respelled, set_words, taken_value, tp_moves, with_env,
 )
 from mambaxfer_cli.engines.vllm.preflight.fields import speculative
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
@@ -230,13 +230,8 @@ def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Ass
 
 
 def _drop_noops(changes: list[Change]) -> list[Change]:
-    """The changes that change something; a respelling that a later change of the same flag
-    replaces is said by that change alone."""
-    out = [c for c in changes if c.old != c.new or c.new == ""]
-    return [c for c in out if not (c.rename and c.new is not None and any(
-        later.side == c.side and not later.rename and _field(later.flag) == _field(c.new) for later in out))]
+    def same(flag: str, other: str) -> bool:
+        a, b = (resolve(f) if f.startswith("-") else None for f in (flag, other))
+        return a is not None and b is not None and a.dest == b.dest
 
-
-def _field(flag: str) -> str | None:
-    known = resolve(flag) if flag.startswith("-") else None
-    return None if known is None else known.dest
+    return merged([c for c in changes if c.old != c.new or c.new == ""], same, "vllm serve")
