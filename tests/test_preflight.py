@@ -661,7 +661,7 @@ def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_pr
     assert "  # decode" not in fix and max(map(len, result.stdout.splitlines())) <= 80
 
 
-@pytest.mark.parametrize("written, spelled", [("--tp 2", "-tp 2"), ("--tp=2", "-tp=2"),
+@pytest.mark.parametrize("written, spelled", [("--tp 2", "-tp 2"), ("--tp=2", "-tp=2"), ("--tp-size 2", "-tp 2"),
                                               ("--tensor_paralel_size 2", "--tensor-parallel-size 2")])
 def test_a_flag_vllm_names_is_respelled(written, spelled):
     p, d = lines("Qwen/Qwen3.5-0.8B", "", written)

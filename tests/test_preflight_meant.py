@@ -29,3 +29,8 @@ TABLE = ("-tp", "--tensor-parallel-size", "--block-size", "--dcp-size", "--kv-tr
 def test_only_an_option_that_fits_is_meant(name, found):
     assert meant(name, TABLE) == found
     assert did_you_mean(name, TABLE) == (f"did you mean {found}?" if found else "")
+
+
+def test_the_same_name_without_its_size_is_meant():
+    # SGLang's --tp-size in a vllm serve line: vLLM's -tp.
+    assert meant("--tp-size", ("-tp", "-pp", "--tensor-parallel-size")) == "-tp"

@@ -36,7 +36,7 @@ FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--b
 
 def apply_change(line: ServeLine, change: Change) -> ServeLine:
     where = f"--{change.side}"
-    if change.rename or UNKNOWN + change.flag in line.occurrences:
+    if change.rename or UNKNOWN + change.flag in line.occurrences and change.flag not in FIELD_FLAG.values():
         words = respelled(line.words, line.occurrences.get(UNKNOWN + change.flag, ()), change.new)
         return reparse(line, words, line.env_prefix, where)
     if change.flag.endswith("="):
