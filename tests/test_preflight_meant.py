@@ -22,7 +22,9 @@ TABLE = ("-tp", "--tensor-parallel-size", "--block-size", "--dcp-size", "--kv-tr
     ("--kv-transfer-cfg", None),
     ("--enable-custom-all-reduc", "--enable-custom-all-reduce"),
     ("--disable-custom-all-reduce-x", None),            # two letters and a dash away
-    ("-pp", None),                                      # abbreviates two
+    ("--pp", "--pp-size"),
+    ("--pp-max", "--pp-max-micro-batch-size"),
+    ("--p", None),                                      # abbreviates several
     ("--dcp", "--dcp-size"),
     ("--bs", None),
 ])
@@ -31,6 +33,8 @@ def test_only_an_option_that_fits_is_meant(name, found):
     assert did_you_mean(name, TABLE) == (f"did you mean {found}?" if found else "")
 
 
-def test_the_same_name_without_its_size_is_meant():
+def test_the_same_name_with_or_without_its_size_is_meant():
     # SGLang's --tp-size in a vllm serve line: vLLM's -tp.
     assert meant("--tp-size", ("-tp", "-pp", "--tensor-parallel-size")) == "-tp"
+    # vLLM's -pp in an SGLang line: SGLang's --pp-size, though --pp abbreviates several options.
+    assert meant("-pp", TABLE) == "--pp-size"

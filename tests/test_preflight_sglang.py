@@ -367,6 +367,9 @@ def test_vllms_tp_spelling_is_respelled_as_sglangs_and_only_that_line_is_printed
     assert fix_changes(doc) == [("prefill", "-tp", "-tp", "--tp-size")]
     assert "--tp-size 2" in doc["fix"]["prefill"]
     check_fix_works(doc)
+    code, doc = run_json(p.replace("-tp 2", "-pp 2"), d.replace("--tp-size", "--pp-size"))   # --pp abbreviates 3
+    assert fix_changes(doc) == [("prefill", "-pp", "-pp", "--pp-size")]
+    check_fix_works(doc)
     result = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
     fix = result.stdout.split("\nFix\n", 1)[1].splitlines()
     assert fix[1:3] == ["  corrected command line (verified: works):", "  # prefill"]

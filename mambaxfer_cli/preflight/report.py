@@ -230,18 +230,18 @@ def with_env(env: Iterable[tuple[str, str]], change: Change) -> tuple[tuple[str,
 
 def meant(name: str, spellings: Iterable[str]) -> str | None:
     """The option a person meant by an unknown ``name``, where only one fits: the same name with
-    other dashes or underscores (``--tp`` for ``-tp``), the one long option that name abbreviates,
-    the same name without its ``-size`` (``--tp-size`` for ``-tp``), or the one a single typo away
-    (a letter missing, extra, wrong or two swapped). None otherwise: a name merely alike
-    (``--block-size`` and ``--dcp-size``) is another option."""
+    other dashes or underscores (``--tp`` for ``-tp``), the same name with or without ``-size``
+    (``--tp-size`` for ``-tp``, ``-pp`` for ``--pp-size``), the one long option that name
+    abbreviates, or the one a single typo away (a letter missing, extra, wrong or two swapped).
+    None otherwise: a name merely alike (``--block-size`` and ``--dcp-size``) is another option."""
     def bare(s: str) -> str:
         return s.lstrip("-").replace("_", "-")
 
     table = sorted(spellings)
     n = bare(name)
     for fits in (lambda s: bare(s) == n,
+                 lambda s: n == bare(s) + "-size" or bare(s) == n + "-size",
                  lambda s: s.startswith("--" + n),
-                 lambda s: n == bare(s) + "-size",
                  lambda s: len(n) >= 4 and _one_edit(bare(s), n)):
         found = [s for s in table if fits(s)]
         if found:
