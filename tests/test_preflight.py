@@ -636,3 +636,73 @@ def test_qwen4exp_refuses_the_connectors_own_layout_at_start_up():
     messages_ = [r["message"] for r in doc["vllm"]["refusals"]]
     assert any("VLLM_KV_CACHE_LAYOUT=LBHNC does not satisfy every supported set; valid layouts: "
                "['BLNHC', 'BLHNC']" in m for m in messages_), messages_
+
+
+# --- the fix does what a person would: drop, respell, the nearest TP size -------------------------
+
+def fix_changes(doc) -> list[tuple]:
+    return [(c["side"], c["flag"], c["old"], c["new"]) for c in doc["fix"]["changes"]]
+
+
+def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_printed():
+    # SGLang's --disaggregation-mode in a vllm serve line: vLLM's parser stops; nothing of vLLM's is meant.
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--disaggregation-mode prefill", "")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "unrecognized-arguments"
+    assert "did you mean" not in doc["headline"]
+    assert fix_changes(doc) == [("prefill", "--disaggregation-mode", "prefill", None)]
+    assert shlex.split(doc["fix"]["prefill"]) == shlex.split(p.replace(" --disaggregation-mode prefill", ""))
+    assert doc["fix"]["changed"] == ["prefill"] and shlex.split(doc["fix"]["decode"]) == shlex.split(d)
+    check_fix_works(doc)
+    result = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    fix = result.stdout.split("\nFix\n", 1)[1].splitlines()
+    assert fix[0] == "  P: remove --disaggregation-mode prefill  (no vLLM release takes it)"
+    assert fix[1] == "  corrected command line (verified: works):" and fix[2] == "  # prefill"
+    assert "  # decode" not in fix and max(map(len, result.stdout.splitlines())) <= 80
+
+
+@pytest.mark.parametrize("written, spelled", [("--tp 2", "-tp 2"), ("--tp=2", "-tp=2"), ("--tp-size 2", "-tp 2"),
+                                              ("--tensor_paralel_size 2", "--tensor-parallel-size 2")])
+def test_a_flag_vllm_names_is_respelled(written, spelled):
+    p, d = lines("Qwen/Qwen3.5-0.8B", "", written)
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "unrecognized-arguments"
+    flag = written.split()[0].split("=")[0].replace("_", "-")
+    assert fix_changes(doc) == [("decode", flag, flag, spelled.split()[0].split("=")[0])]
+    assert spelled in doc["fix"]["decode"] and doc["fix"]["changed"] == ["decode"]
+    assert doc["fix"]["verdict_after"] == "works"
+    check_fix_works(doc)
+
+
+@pytest.mark.parametrize("tp, moved, where", [("3", "2", "below"), ("5", "4", "below"), ("7", "8", "above")])
+def test_a_tp_size_vllm_does_not_start_moves_to_the_nearest_that_works(tp, moved, where):
+    # Qwen3.5-0.8B's 8 attention heads: TP 1, 2, 4, 8 start (inspect's list).
+    p, d = lines("Qwen/Qwen3.5-0.8B", "", f"-tp {tp}")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "parallel-config"
+    first, *then = fix_changes(doc)        # P TP 1 → D TP 4 or 8 also needs the blocks aligned (see above)
+    assert first == ("decode", "--tensor-parallel-size", tp, moved)
+    assert {c[1] for c in then} <= {"--block-size"} and (then == []) == (moved == "2")
+    why = doc["fix"]["changes"][0]["why"]
+    assert why.startswith(f"8 attention heads do not divide by TP {tp}; {moved} is the nearest size {where}")
+    assert ("4, as near, takes more GPUs" in why) == (tp == "3")
+    check_fix_works(doc)
+
+
+def test_a_respelled_tp_flag_whose_size_does_not_start_is_one_change():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "", "--tp 3")
+    code, doc = run_json(p, d)
+    assert fix_changes(doc) == [("decode", "--tensor-parallel-size", "3", "2")]
+    assert doc["fix"]["changes"][0]["why"].startswith("in place of --tp, which vllm serve does not take; 8 attention "
+                                                      "heads do not divide by TP 3; 2 is the nearest size below")
+    assert "--tp" not in doc["fix"]["decode"].replace("--tensor-parallel-size", "")
+    check_fix_works(doc)
+
+
+def test_a_flag_of_another_release_is_dropped():
+    p, d = lines("Qwen/Qwen3.5-0.8B", "--max-num-inflight-kv-loads 4", "")
+    code, doc = run_json(p, d, "--vllm-version", "0.33")
+    assert code == 1 and doc["vllm"]["refusals"][0]["code"] == "unrecognized-arguments"
+    assert doc["fix"]["changes"] == [{"side": "prefill", "flag": "--max-num-inflight-kv-loads", "old": "4",
+                                      "new": None, "why": "vLLM 0.33 does not take it (0.34 only)"}]
+    check_fix_works(doc)

@@ -335,3 +335,69 @@ def test_a_model_mambaxfer_does_not_model_is_refused_in_sglang_s_words(tmp_path)
     assert_user_error(result, "--prefill:", "SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer "
                                             "does not model its KDA and MLA transfer for SGLang")
     assert "vLLM" not in result.stderr
+
+
+# --- the fix does what a person would: drop, respell, the nearest TP size -------------------------
+
+def fix_changes(doc) -> list[tuple]:
+    return [(c["side"], c["flag"], c["old"], c["new"]) for c in doc["fix"]["changes"]]
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'),   # vLLM's
+    ("--block-size", "64"),
+    ("--max-model-len", "4096"),
+])
+def test_a_flag_sglang_does_not_take_is_dropped_with_its_value(flag, value):
+    # Not respelled as a flag merely alike (--kv-events-config, --dcp-size, --model-impl): another option.
+    p, d = lines(QWEN, f"--page-size 64 {flag} {shlex.quote(value)}", "--page-size 64")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["sglang"]["refusals"][0]["code"] == "unrecognized-arguments"
+    assert "did you mean" not in doc["headline"]
+    assert fix_changes(doc) == [("prefill", flag, value, None)]
+    assert shlex.split(doc["fix"]["prefill"]) == shlex.split(p)[:-2]
+    assert doc["fix"]["changed"] == ["prefill"]
+    check_fix_works(doc)
+
+
+def test_vllms_tp_spelling_is_respelled_as_sglangs_and_only_that_line_is_printed():
+    p, d = lines(QWEN, "--page-size 64 -tp 2", "--page-size 64 --tp-size 2")
+    code, doc = run_json(p, d)
+    assert code == 1 and "did you mean --tp-size?" in doc["headline"]
+    assert fix_changes(doc) == [("prefill", "-tp", "-tp", "--tp-size")]
+    assert "--tp-size 2" in doc["fix"]["prefill"]
+    check_fix_works(doc)
+    code, doc = run_json(p.replace("-tp 2", "-pp 2"), d.replace("--tp-size", "--pp-size"))   # --pp abbreviates 3
+    assert fix_changes(doc) == [("prefill", "-pp", "-pp", "--pp-size")]
+    check_fix_works(doc)
+    result = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    fix = result.stdout.split("\nFix\n", 1)[1].splitlines()
+    assert fix[1:3] == ["  corrected command line (verified: works):", "  # prefill"]
+    assert "  # decode" not in fix and max(map(len, result.stdout.splitlines())) <= 80
+
+
+@pytest.mark.parametrize("tp, moved", [("3", "2"), ("5", "4"), ("7", "8")])
+def test_a_tp_size_sglang_does_not_serve_moves_to_the_nearest_that_works(tp, moved):
+    # Qwen3-Next's 16 key heads: TP 1, 2, 4, 8 and 16. D at TP 1: P's move is its own, not D's size.
+    p, d = lines(QWEN, f"--page-size 64 --tp {tp}", "--page-size 64")
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["sglang"]["refusals"][0]["code"] == "parallel-config"
+    assert fix_changes(doc) == [("prefill", "--tp-size", tp, moved)]
+    where = "below" if int(moved) < int(tp) else "above"
+    assert f"; {moved} is the nearest size {where} that starts and works" in doc["fix"]["changes"][0]["why"]
+    check_fix_works(doc)
+
+
+def test_a_respelled_tp_flag_whose_size_sglang_does_not_serve_is_one_change():
+    p, d = lines(QWEN, "--page-size 64 -tp 3", "--page-size 64")
+    code, doc = run_json(p, d)
+    assert fix_changes(doc) == [("prefill", "--tp-size", "3", "2")]
+    assert doc["fix"]["changes"][0]["why"].startswith("in place of -tp, which SGLang's parser does not take; TP 3 ")
+    check_fix_works(doc)
+
+
+def test_a_stray_word_is_dropped():
+    p, d = lines(QWEN, "--page-size 64 stray", "--page-size 64")
+    code, doc = run_json(p, d)
+    assert code == 1 and fix_changes(doc) == [("prefill", "stray", None, None)]
+    check_fix_works(doc)

@@ -3,10 +3,10 @@ a fix and the report that holds them, and command lines quoted for a shell."""
 
 from __future__ import annotations
 
-import difflib
 import shlex
-from dataclasses import dataclass
-from typing import Any, Generic, Iterable, Protocol, Sequence, TypeVar
+from dataclasses import dataclass, replace
+from itertools import product
+from typing import Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
@@ -49,7 +49,7 @@ class Change:
         if self.new == "":
             return f"{name}: {self.flag}  ({self.why})"
         if self.new is None:
-            return f"{name}: remove {self.flag}  ({self.why})"
+            return f"{name}: remove {' '.join(filter(None, (self.flag, self.old)))}  ({self.why})"
         return f"{name}: {self.flag} {self.new}  ({self.why})"
 
     def to_dict(self) -> dict:
@@ -90,9 +90,17 @@ class Fix(Generic[L, A]):
     decode: L
     after: A
 
+    @property
+    def changed(self) -> tuple[str, ...]:
+        """The sides whose lines the changes touch: the lines to paste."""
+        return tuple(side for side in (PREFILL, DECODE) if any(c.side == side for c in self.changes))
+
+    def line(self, side: str) -> L:
+        return self.prefill if side == PREFILL else self.decode
+
     def to_dict(self) -> dict:
         return {"changes": [c.to_dict() for c in self.changes], "prefill": self.prefill.command(),
-                "decode": self.decode.command(), "verdict_after": self.after.outcome}
+                "decode": self.decode.command(), "changed": list(self.changed), "verdict_after": self.after.outcome}
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,44 @@ class Report(Generic[L, A]):
         if self.fix is None:
             return []
         return (["fix:"] + [c.describe() for c in self.fix.changes]
-                + [self.fix.prefill.command(), self.fix.decode.command()])
+                + [self.fix.line(side).command() for side in self.fix.changed])
+
+
+def tp_moves(side: str, flag: str, tp: int, sizes: Sequence[int], what: str) -> list[Change]:
+    """A TP size the engine does not start (``what`` says why) moved to each of the three sizes in
+    ``sizes`` nearest it, nearest first; of two as near, the smaller (it needs fewer GPUs)."""
+    out = []
+    for new in sorted(sizes, key=lambda t: (abs(t - tp), t))[:3]:
+        where = "below" if new < tp else "above"
+        tie = f"; {2 * tp - new}, as near, takes more GPUs" if new < tp and 2 * tp - new in sizes else ""
+        out.append(Change(side, flag, str(tp), str(new), f"{what}; {new} is the nearest size {where} that "
+                                                          f"starts and works{tie}"))
+    return out
+
+
+def nearest_first(options: Sequence[Sequence[Change]]) -> list[list[Change]]:
+    """One TP move per side (none where ``options`` has none), the smallest moves in all first;
+    [[]] where no side moves."""
+    per_side: list[Sequence[Change | None]] = [list(o) or [None] for o in options]
+    moves = sorted(product(*per_side), key=lambda m: sum(abs(int(c.new or 0) - int(c.old or 0)) for c in m if c))
+    return [[c for c in m if c] for m in moves]
+
+
+def merged(changes: Sequence[Change], same: Callable[[str, str], bool], parser: str) -> list[Change]:
+    """``changes`` with a respelling that a later change of the same option (``same``) replaces
+    said by that change alone, naming the flag as written (``parser`` does not take it)."""
+    renames = [c for c in changes if c.rename and c.new is not None]
+
+    def replaced(c: Change) -> Change | None:
+        return next((r for r in renames if r.side == c.side and same(c.flag, r.new or "")), None)
+
+    out = []
+    for c in changes:
+        if c in renames and any(not x.rename and replaced(x) is c for x in changes):
+            continue
+        r = None if c.rename else replaced(c)
+        out.append(c if r is None else replace(c, why=f"in place of {r.flag}, which {parser} does not take; {c.why}"))
+    return out
 
 
 def quote_lines(line: Quotable, width: int = 78) -> list[str]:
@@ -156,17 +201,70 @@ def set_words(words: Sequence[str], occurrences: Iterable[Any], new: list[str]) 
     return out[:first] + new + out[first:]
 
 
+def respelled(words: Sequence[str], occurrences: Iterable[Any], new: str | None) -> list[str]:
+    """``words`` with each occurrence of a flag the parser does not take spelled ``new`` (a
+    ``--flag=value`` keeps its value), or removed with its value (None)."""
+    out = list(words)
+    for o in sorted(occurrences, key=lambda o: o.start, reverse=True):
+        if new is None:
+            del out[o.start:o.end]
+        else:
+            _, eq, value = out[o.start].partition("=")
+            out[o.start] = new + eq + value
+    return out
+
+
+def taken_value(words: Sequence[str], occurrence: Any) -> str | None:
+    """The value a flag's occurrence took (``--flag=value`` or the next word), None where none."""
+    first, eq, value = words[occurrence.start].partition("=")
+    if eq and first.startswith("--"):
+        return value
+    return words[occurrence.start + 1] if occurrence.end > occurrence.start + 1 else None
+
+
 def with_env(env: Iterable[tuple[str, str]], change: Change) -> tuple[tuple[str, str], ...]:
     """The environment prefix with an environment change (``VAR=``) applied."""
     assert change.new is not None, "an environment change sets a value"
     return tuple((k, v) for k, v in env if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
 
 
+def meant(name: str, spellings: Iterable[str]) -> str | None:
+    """The option a person meant by an unknown ``name``, where only one fits: the same name with
+    other dashes or underscores (``--tp`` for ``-tp``), the same name with or without ``-size``
+    (``--tp-size`` for ``-tp``, ``-pp`` for ``--pp-size``), the one long option that name
+    abbreviates, or the one a single typo away (a letter missing, extra, wrong or two swapped).
+    None otherwise: a name merely alike (``--block-size`` and ``--dcp-size``) is another option."""
+    def bare(s: str) -> str:
+        return s.lstrip("-").replace("_", "-")
+
+    table = sorted(spellings)
+    n = bare(name)
+    for fits in (lambda s: bare(s) == n,
+                 lambda s: n == bare(s) + "-size" or bare(s) == n + "-size",
+                 lambda s: s.startswith("--" + n),
+                 lambda s: len(n) >= 4 and _one_edit(bare(s), n)):
+        found = [s for s in table if fits(s)]
+        if found:
+            return found[0] if len(found) == 1 else None
+    return None
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by one letter added, dropped, changed, or two adjacent swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    if len(a) != len(b):
+        return a[i + 1:] == b[i:] if len(a) > len(b) else a[i:] == b[i + 1:]
+    return a[i + 1:] == b[i + 1:] or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1])
+
+
 def did_you_mean(name: str, spellings: Iterable[str]) -> str:
-    """argparse's suggestion for an unknown option (Python 3.12+: close matches of the option
-    strings), as "did you mean --x?"; empty where nothing is close."""
-    close = difflib.get_close_matches(name, sorted(spellings), n=1, cutoff=0.6)
-    return f"did you mean {close[0]}?" if close else ""
+    """"did you mean --x?" where ``meant`` finds the option a person meant; empty otherwise."""
+    found = meant(name, spellings)
+    return f"did you mean {found}?" if found else ""
 
 
 def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:

@@ -216,6 +216,9 @@ class Occurrence:
     end: int
 
 
+UNKNOWN = "?"       # the occurrences of a flag the server's parser does not take: UNKNOWN + its name
+
+
 def server_start(words: list[str], program: str, module: str) -> int | None:
     """Index of the words that start a server: ``<program> serve`` or ``python -m <module>``."""
     for i, word in enumerate(words):

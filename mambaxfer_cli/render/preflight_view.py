@@ -81,10 +81,12 @@ def fix_and_warnings(report: Report) -> Iterator[object]:
         else:
             for c in report.fix.changes:
                 yield Text(f"  {c.describe()}")
-            yield Text(f"  corrected command lines (verified: {report.fix.after.outcome}):")
-            for side, fixed in (("prefill", report.fix.prefill), ("decode", report.fix.decode)):
+            changed = report.fix.changed
+            yield Text(f"  corrected command line{'s' if len(changed) > 1 else ''} "
+                       f"(verified: {report.fix.after.outcome}):")
+            for side in changed:
                 yield Text(f"  # {side}", style="dim")
-                for part in quote_lines(fixed, 76):
+                for part in quote_lines(report.fix.line(side), 76):
                     yield Text(f"  {part}", no_wrap=True, overflow="ignore")   # pasteable: never re-wrapped
     for name, e in sides(report):
         if e.line.ignored:

@@ -29,8 +29,8 @@ from typing import Any, Mapping
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.preflight.report import set_words
 from mambaxfer_cli.readers.shell import (
-    CONFIG_NOTE, MANY, OPTIONAL, Occurrence, ServerLine, negative_number, option_value, script_command, server_start,
-    split_commands,
+    CONFIG_NOTE, MANY, OPTIONAL, UNKNOWN, Occurrence, ServerLine, negative_number, option_value, script_command,
+    server_start, split_commands,
 )
 
 LAUNCH_MODULE = "sglang.launch_server"
@@ -57,7 +57,6 @@ FLAG = {"model": "--model-path", "mode": "--disaggregation-mode", "tp": "--tp-si
         "page_size": "--page-size", "kv_cache_dtype": "--kv-cache-dtype", "mamba_ssm_dtype": "--mamba-ssm-dtype",
         "transfer_backend": "--disaggregation-transfer-backend", "radix_strategy": "--mamba-radix-cache-strategy"}
 
-UNKNOWN = "?"                 # occurrences of an unknown flag: UNKNOWN + its name
 SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
 
 
@@ -221,6 +220,7 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
             continue
         if not word.startswith("-") or word == "-" or negative_number(word):
             unknown.append(word)        # argparse: an extra positional is unrecognized
+            occurrences.setdefault(UNKNOWN + word, []).append(Occurrence(word, i, i + 1))
             i += 1
             continue
         name, eq, after = word.partition("=")

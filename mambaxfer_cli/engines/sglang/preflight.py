@@ -17,7 +17,7 @@ from typing import Callable
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server
 from mambaxfer_cli.engines.sglang.launch_args import (
-    CONV_DTYPE_VAR, FLAG, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
+    CONV_DTYPE_VAR, FLAG, SETS, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
 )
 from mambaxfer_cli.engines.sglang.release import BACKENDS, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_refusal
@@ -26,8 +26,10 @@ from mambaxfer_cli.engines.sglang.writes import check_side
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, did_you_mean, unrecognized, with_env,
+    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, merged, nearest_first, respelled, taken_value,
+    tp_moves, unrecognized, with_env,
 )
+from mambaxfer_cli.readers.shell import OPTIONAL
 from mambaxfer_cli.preflight.report import Report as SharedReport
 
 ModelLoader = Callable[[str], ModelSpec]
@@ -242,31 +244,30 @@ def apply_change(line: LaunchLine, c: Change) -> LaunchLine:
     if c.flag.endswith("="):
         return reparse(line, list(line.words), with_env(line.env_prefix, c), where)
     if c.rename or c.flag in line.unknown:
-        words = list(line.words)
-        for o in sorted(line.occurrences.get(UNKNOWN + c.flag, ()), key=lambda o: o.start, reverse=True):
-            if c.rename and c.new is not None:       # --flag=value keeps its value
-                words[o.start] = c.new + words[o.start][len(c.flag):]
-            else:
-                del words[o.start:o.end]
+        words = respelled(line.words, line.occurrences.get(UNKNOWN + c.flag, ()), c.new)
         return reparse(line, words, line.env_prefix, where)
     key = next(k for k, f in FLAG.items() if f == c.flag)
     return reparse(line, set_flag(line, key, c.new), line.env_prefix, where)
 
 
-def _startup_changes(p: SGLangServer, d: SGLangServer) -> list[Change]:
-    """Each server started as its side: its flags as SGLang's parser knows them, its mode, a Mamba
-    cache strategy that starts under PD."""
+def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> list[Change]:
+    """Each server started as its side: its flags spelled as SGLang's parser names them where one
+    fits (``meant``) and ``respell``, else dropped with their values; its mode, a Mamba cache
+    strategy that starts under PD."""
     out: list[Change] = []
     for e in (p, d):
+        table = flag_table(e.release.version)
         for flag in e.line.unknown:
             if not flag.startswith("-"):
-                out.append(Change(e.side, flag, flag, None, "an argument SGLang's parser does not take"))
+                out.append(Change(e.side, flag, None, None, "an argument SGLang's parser does not take"))
                 continue
-            hint = did_you_mean(flag, flag_table(e.release.version)).removeprefix("did you mean ").rstrip("?")
-            if hint:
+            occurrences = e.line.occurrences.get(UNKNOWN + flag, ())
+            value = taken_value(e.line.words, occurrences[0]) if occurrences else None
+            hint = meant(flag, table) if respell else None
+            if hint is not None and (table[hint].takes == OPTIONAL or (value is None) == (table[hint].takes in SETS)):
                 out.append(Change(e.side, flag, flag, hint, "the flag SGLang's parser knows", rename=True))
             else:
-                out.append(Change(e.side, flag, flag, None, "SGLang's parser does not know it"))
+                out.append(Change(e.side, flag, value, None, "SGLang's parser does not know it"))
         if e.line.mode != e.side:
             out.append(Change(e.side, FLAG["mode"], e.line.mode, e.side, f"the {e.side} side of the pair"))
         if e.line.radix_strategy == "extra_buffer_lazy" and e.line.mode != "null" or \
@@ -318,13 +319,46 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment
     started = _startup_changes(first.prefill, first.decode)
     try:
         _, _, now = run(started)
-    except UserError:
-        return None
-    base = started + _align(now.prefill, now.decode)
+    except UserError:      # a respelled flag's value its parser refuses: drop the flag instead
+        started = _startup_changes(first.prefill, first.decode, respell=False)
+        try:
+            _, _, now = run(started)
+        except UserError:
+            return None
+    for moved in _tp_moves(now):
+        try:
+            _, _, after = run(started + moved)
+        except UserError:
+            continue
+        found = _with_flags(started + moved, after, run)
+        if found is not None:
+            return found
+    return None
+
+
+def _tp_moves(a: Assessment) -> list[list[Change]]:
+    """Each side whose TP size SGLang does not serve the model at moved to a size it does, nearest
+    first (``tp_moves``); only where the attention TP is the TP size (no attention DP or CP)."""
+    options: list[list[Change]] = []
+    for e in (a.prefill, a.decode):
+        refused = None if e.state is None else tp_refusal(e.state, e.tp, e.release)
+        if refused is None or e.line.attn_dp_size != 1 or e.line.attn_cp != 1:
+            options.append([])
+            continue
+        assert e.state is not None
+        state = e.state
+        sizes = [t for t in range(1, 2 * e.tp + 1) if tp_refusal(state, t, e.release) is None]
+        options.append(tp_moves(e.side, FLAG["tp"], e.tp, sizes, refused))
+    return nearest_first(options)
+
+
+def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[LaunchLine, Assessment] | None:
+    """``prior``, D aligned to P, and as a last resort the same TP on both, verified."""
+    base = prior + _align(now.prefill, now.decode)
     candidates = [base]
-    pl, dl = first.prefill.line, first.decode.line
+    pl, dl = now.prefill.line, now.decode.line
     plain = all(x.attn_dp_size == 1 and x.attn_cp == 1 for x in (pl, dl))
-    if first.prefill.tp != first.decode.tp and plain:
+    if now.prefill.tp != now.decode.tp and plain:
         candidates.append(base + [Change(PREFILL, FLAG["tp"], str(pl.tp), str(dl.tp),
                                          "SGLang's writes are right only when P and D shard alike here")])
     for changes in candidates:
@@ -335,8 +369,17 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment
         except UserError:
             continue
         if after.works:
-            return Fix(tuple(changes), p_line, d_line, after)
+            return Fix(tuple(_merged(changes)), p_line, d_line, after)
     return None
+
+
+def _merged(changes: list[Change]) -> list[Change]:
+    table = flag_table()
+
+    def same(flag: str, other: str) -> bool:
+        return flag in table and other in table and table[flag].dest == table[other].dest
+
+    return merged(changes, same, "SGLang's parser")
 
 
 # --- the report ----------------------------------------------------------------------------------

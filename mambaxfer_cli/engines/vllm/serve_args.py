@@ -29,7 +29,7 @@ from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
 from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
-from mambaxfer_cli.readers.shell import CONFIG_NOTE, OPTIONAL, Occurrence, ServerLine, option_value
+from mambaxfer_cli.readers.shell import CONFIG_NOTE, OPTIONAL, UNKNOWN, Occurrence, ServerLine, option_value
 from mambaxfer_cli.readers.shell import script_command, server_start
 from mambaxfer_cli.engines.vllm.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
 
@@ -255,6 +255,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         if known is None:
             unknown.append(name)
             takes = inline is None and i + 1 < len(words) and not words[i + 1].startswith("-")
+            occurrences.setdefault(UNKNOWN + name, []).append(Occurrence(name, i, i + 1 + (1 if takes else 0)))
             i += 1 + (1 if takes else 0)
             continue
         if known.releases != RELEASES:
@@ -293,6 +294,8 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         else:
             values[key] = value
             occurrences.setdefault(key, []).append(Occurrence(name, i, end))
+        if known.releases != RELEASES:     # where a release that lacks it stops
+            occurrences.setdefault(UNKNOWN + known.spelling, []).append(Occurrence(name, i, end))
         i = end
     model = values.pop("model", None) if positional is None else positional
     if positional is not None and "model" in values:

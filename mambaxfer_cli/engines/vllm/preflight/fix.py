@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_layout
 from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
 from mambaxfer_cli.engines.vllm.serve_args import (
-    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse,
+    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, SETS, ServeLine, flag_table, reparse, resolve,
 )
+from mambaxfer_cli.planning.layout import MAX_LISTED_TP, valid_tp_sizes
+from mambaxfer_cli.planning.startup import parallel_refusal
+from mambaxfer_cli.readers.shell import OPTIONAL, UNKNOWN
 from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ModelLoader, ServedEngine, build_engine
-from mambaxfer_cli.preflight.report import DECODE, PREFILL, Change, Fix, set_words, with_env
+from mambaxfer_cli.preflight.report import (
+    DECODE, PREFILL, Change, Fix, meant, merged, nearest_first, respelled, set_words, taken_value, tp_moves, with_env,
+)
 from mambaxfer_cli.engines.vllm.preflight.fields import speculative
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
 
@@ -30,6 +36,9 @@ FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--b
 
 def apply_change(line: ServeLine, change: Change) -> ServeLine:
     where = f"--{change.side}"
+    if change.rename or UNKNOWN + change.flag in line.occurrences and change.flag not in FIELD_FLAG.values():
+        words = respelled(line.words, line.occurrences.get(UNKNOWN + change.flag, ()), change.new)
+        return reparse(line, words, line.env_prefix, where)
     if change.flag.endswith("="):
         return reparse(line, list(line.words), with_env(line.env_prefix, change), where)
     if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
@@ -116,8 +125,45 @@ def _both(flag: str, old: tuple[str | None, str | None], value: str, why: str) -
     return [Change(side, flag, o, value, why) for side, o in zip((PREFILL, DECODE), old)]
 
 
+def _untaken(e: ServedEngine, respell: bool = True) -> list[Change]:
+    """Each flag the engine's ``vllm serve`` does not take: spelled as the flag it names where one
+    fits (``meant``) and ``respell``, else dropped with its value."""
+    table, release = flag_table(e.release.name), e.release.name
+    out = []
+    for flag in e.line.unknown + tuple(f for f, releases in e.line.release_only if release not in releases):
+        occurrences = e.line.occurrences.get(UNKNOWN + flag, ())
+        if not occurrences:          # a JSON key only some releases read
+            continue
+        value = taken_value(e.line.words, occurrences[0])
+        spelling = meant(flag, table) if respell and flag in e.line.unknown else None
+        if spelling is not None and (table[spelling][1] == OPTIONAL or (value is None) == (table[spelling][1] in SETS)):
+            out.append(Change(e.side, flag, flag, spelling, "the flag vllm serve knows", rename=True))
+        elif flag in e.line.unknown:
+            out.append(Change(e.side, flag, value or "", None, "no vLLM release takes it"))
+        else:
+            others = ", ".join(dict(e.line.release_only)[flag])
+            out.append(Change(e.side, flag, value or "", None, f"vLLM {release} does not take it ({others} only)"))
+    return out
+
+
+def _tp_moves(a: Assessment) -> list[list[Change]]:
+    """Each side whose TP size vLLM does not start (or whose state does not shard) moved to a
+    size that does, nearest first (``tp_moves``)."""
+    options: list[list[Change]] = []
+    for e in (a.prefill, a.decode):
+        sizes = valid_tp_sizes(e.model, max(MAX_LISTED_TP, 2 * e.tp))
+        if e.tp in sizes:
+            options.append([])
+            continue
+        what = parallel_refusal(e.model, e.tp) or f"TP {e.tp} does not shard {e.model.name}'s state"
+        options.append(tp_moves(e.side, FIELD_FLAG["tp"], e.tp, sizes, what))
+    return nearest_first(options)
+
+
 def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment] | None:
-    """The smallest set of changes (D aligned to P, then the block geometry, then TP) that works."""
+    """The smallest set of changes that works: the flags vllm serve does not take spelled as it
+    names them or dropped, a TP size it does not start moved to the nearest that works, then D
+    aligned to P, the block geometry, and last the same TP on both; each verified by the verdict."""
     def run(changes: list[Change]) -> tuple[ServeLine, ServeLine, Assessment]:
         lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
         for c in changes:
@@ -126,10 +172,33 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
         d = build_engine(DECODE, lines[DECODE], load, first.decode.base)
         return lines[PREFILL], lines[DECODE], assess(p, d)
 
-    base = _align(first.prefill, first.decode)
+    started = _untaken(first.prefill) + _untaken(first.decode)
+    try:
+        _, _, now = run(started)
+    except UserError:      # a respelled flag's value its parser refuses: drop the flag instead
+        started = _untaken(first.prefill, respell=False) + _untaken(first.decode, respell=False)
+        try:
+            _, _, now = run(started)
+        except UserError:
+            return None
+    for moved in _tp_moves(now):
+        try:
+            _, _, after = run(started + moved)
+        except UserError:
+            continue
+        found = _with_flags(started + moved, after, run)
+        if found is not None:
+            return found
+    return None
+
+
+def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Assessment] | None:
+    """``prior`` and the fewest flag changes (D aligned to P, then the block geometry) that work;
+    a different TP (the deployment's shape) only as a last resort."""
+    base = prior + _align(now.prefill, now.decode)
     pl, dl, after = run(base)
     candidates: list[list[Change]] = [base]
-    p_line, d_line = first.prefill.line, first.decode.line
+    p_line, d_line = now.prefill.line, now.decode.line
     p_bs, d_bs = p_line.block_size, d_line.block_size
     old_bs = (None if p_bs is None else str(p_bs), None if d_bs is None else str(d_bs))
     if after.suggested_block_size:
@@ -142,14 +211,13 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
     if off.suggested_block_size:
         candidates.append(base + no_pc + _both("--block-size", old_bs, str(off.suggested_block_size),
                                                "vLLM's handshake accepts both engines' blocks"))
-    if first.prefill.tp != first.decode.tp:
-        same_tp = [Change(PREFILL, "--tensor-parallel-size", str(p_line.tp), str(first.decode.tp),
+    if now.prefill.tp != now.decode.tp:
+        same_tp = [Change(PREFILL, "--tensor-parallel-size", str(p_line.tp), str(now.decode.tp),
                           "vLLM's reads are right only when P and D shard alike")]
         reshaped = [c + same_tp for c in candidates]
     else:
         reshaped = []
     tried = set()
-    # Flag changes first, fewest first; a different TP (the deployment's shape) only as a last resort.
     for changes in sorted(candidates, key=len) + sorted(reshaped, key=len):
         key = tuple(changes)
         if key in tried or not changes:
@@ -162,4 +230,8 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
 
 
 def _drop_noops(changes: list[Change]) -> list[Change]:
-    return [c for c in changes if c.old != c.new or c.new == ""]
+    def same(flag: str, other: str) -> bool:
+        a, b = (resolve(f) if f.startswith("-") else None for f in (flag, other))
+        return a is not None and b is not None and a.dest == b.dest
+
+    return merged([c for c in changes if c.old != c.new or c.new == ""], same, "vllm serve")
