@@ -198,3 +198,40 @@ def test_an_unclosed_quote_is_the_same_line_on_both_engines():
         assert_user_error(result, "--decode: cannot read the command line: No closing quotation")
         errors.append(result.stderr)
     assert errors[0] == errors[1]
+
+
+# --- bash itself as the reference ------------------------------------------------------------------
+
+BASH_CASES = [
+    'MODEL="${MODEL:-a/b}"\nTP=${TP:-2}\nvllm serve "$MODEL" -tp "$TP"',
+    'FLAGS="--max-model-len 8192   --port 1"\nvllm serve m $FLAGS "$FLAGS" "$@"',
+    "X='a $b'; export X\nvllm serve \"$X\" --served-model-name '$X' $'tab\\there'",
+    'unset TP\nvllm serve "${MODEL-dflt}" --served-model-name ${TP:=3} "$TP" ${TP:+set} ${NOPE+alt}',
+    '# a comment \\\nexport VLLM_SSM_CONV_STATE_LAYOUT=DS\nvllm serve m',
+    'VLLM_SSM_CONV_STATE_LAYOUT=DS\nvllm serve m\n',
+    'L=DS\nVLLM_SSM_CONV_STATE_LAYOUT=$L exec vllm serve "m"x\'y\' --served-model-name "" \\\n  -tp 2 2>&1 | cat',
+    'MODEL=c/d\nif true; then :; fi\nvllm serve "${MODEL}" --hf-overrides \'{"a": "$x"}\' -tp "${TP:-1}"',
+]
+
+
+@pytest.mark.parametrize("script", BASH_CASES)
+def test_the_words_and_layout_are_the_ones_bash_gives_the_server(tmp_path, script):
+    import os
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    fake = tmp_path / "bin" / "vllm"
+    fake.parent.mkdir()
+    fake.write_text('#!/usr/bin/env python3\nimport json, os, sys\n'
+                    'print(json.dumps([sys.argv[1:], os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT")]))\n')
+    fake.chmod(0o755)
+    path = tmp_path / "serve.sh"
+    path.write_text(script)
+    environ = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "MODEL": "", "TP": "7"}
+    ran = subprocess.run([bash, str(path)], capture_output=True, text=True, env=environ, timeout=30)
+    words, layout = json.loads(ran.stdout.splitlines()[-1])
+    line = parse_serve(script, "--prefill-file serve.sh", environ)
+    assert (list(line.words[1:]), line.conv_layout) == (words, layout)

@@ -31,6 +31,8 @@ _DECLARE = ("export", "declare", "typeset", "readonly", "local")
 _OPS = (":-", ":=", ":+", ":?", "-", "=", "+", "?")
 _ANSI = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
          "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_PLAIN = re.compile(r"[^ \t\r\n'\"\\$`;&|()<>]+")     # characters that stand for themselves
+_PLAIN_QUOTED = re.compile(r'[^"\\$`\n]+')
 UNCLOSED = "cannot read the command line: No closing quotation (an unclosed quote?)"
 
 
@@ -147,8 +149,9 @@ class _Reader:
             return [("unk", t[i:j + 1], "a command substitution", quoted)]
         if ch == "$":
             return self.dollar(quoted)
-        self.i = i + 1
-        return [(lit, ch)]
+        m = _PLAIN.match(t, i) if not quoted else None
+        self.i = m.end() if m else i + 1
+        return [(lit, m.group() if m else ch)]
 
     def double(self) -> list[tuple]:
         t, n = self.text, len(self.text)
@@ -165,9 +168,11 @@ class _Reader:
             elif ch in "$`":
                 parts.extend(self.part(quoted=True))
             else:
-                self.line += ch == "\n"
-                parts.append(("q", ch))
-                self.i += 1
+                m = _PLAIN_QUOTED.match(t, self.i)
+                run = m.group() if m else ch
+                self.line += run.count("\n")
+                parts.append(("q", run))
+                self.i += len(run)
         if self.i >= n:
             raise self.fail(UNCLOSED)
         self.i += 1
@@ -336,9 +341,11 @@ def _variable(name: str, op: str | None, arg: list[tuple] | None, inside: bool,
 def _fields(word: _Word, values: dict[str, str]) -> list[str]:
     """The words bash makes of ``word``: expanded, split where unquoted, empty ones dropped."""
     parts = word.parts
-    if parts[:1] == [("lit", "~")] and parts[1:2] in ([], [("lit", "/")]):
+    first = parts[0][1] if parts[0][0] == "lit" else ""
+    if first == "~" and parts[1:2] in ([], [("lit", "/")]) or first.startswith("~/"):
         home = values.get("HOME")
-        parts = [("q", _known(home) if home is not None else _stop(_unset_why("HOME")))] + parts[1:]
+        home = _known(home) if home is not None else _stop(_unset_why("HOME"))
+        parts = [("q", home), ("lit", first[1:])] + parts[1:]
     fields: list[str] = []
     current: str | None = None
     for text, split in _segments(parts, values):
@@ -367,10 +374,11 @@ def _assignment(word: _Word) -> tuple[str, list[tuple]] | None:
     for k, part in enumerate(word.parts):
         if part[0] != "lit":
             return None
-        if part[1] == "=":
+        head, eq, rest = part[1].partition("=")
+        name.append(head)
+        if eq:
             text = "".join(name)
-            return (text, word.parts[k + 1:]) if NAME.fullmatch(text) else None
-        name.append(part[1])
+            return (text, [("lit", rest)] + word.parts[k + 1:]) if NAME.fullmatch(text) else None
     return None
 
 
