@@ -178,8 +178,10 @@ def test_the_interpreter_must_be_python():
         parse_launch("$'\\u202epython' -m sglang.launch_server --model-path m")
     with pytest.raises(UserError, match="is not python"):
         parse_launch("echo -m sglang.launch_server --model-path m")
-    for python in ("python", "python3", "python3.12", "/opt/venv/bin/python3", "uv run python"):
-        assert parse_launch(f"{python} -m sglang.launch_server --model-path m").model == "m"
+    with pytest.raises(UserError, match=r"line 1: \$PY is set nowhere .* --env PY=VALUE"):
+        parse_launch('"$PY" -m sglang.launch_server --model-path m', "--decode-file d.sh")
+    for python in ("python", "python3", "python3.12", "/opt/venv/bin/python3", "uv run python", "$PY"):
+        assert parse_launch(f"{python} -m sglang.launch_server --model-path m", environ={"PY": "python3"}).model == "m"
 
 
 def test_the_quoted_sglang_assignment_through_the_cli_is_one_line():
@@ -211,6 +213,8 @@ BASH_CASES = [
     'VLLM_SSM_CONV_STATE_LAYOUT=DS\nvllm serve m\n',
     'L=DS\nVLLM_SSM_CONV_STATE_LAYOUT=$L exec vllm serve "m"x\'y\' --served-model-name "" \\\n  -tp 2 2>&1 | cat',
     'MODEL=c/d\nif true; then :; fi\nvllm serve "${MODEL}" --hf-overrides \'{"a": "$x"}\' -tp "${TP:-1}"',
+    "cat > /dev/null <<'EOF'\nit's $(not run) \"\nEOF\nexport VLLM_SSM_CONV_STATE_LAYOUT=DS\nvllm serve m",
+    'cat <<-END >/dev/null; PY=3\n\tdon\'t\n\tEND\nvllm serve m -tp "$PY"',
 ]
 
 

@@ -83,19 +83,24 @@ class _Reader:
         out: list[tuple[str, Any]] = []
         parts: list[tuple] = []
         started, begin = False, 0
+        heredoc: str | None = None               # << or <<- waiting for its delimiter word
+        bodies: list[tuple[str, bool]] = []      # (delimiter, tabs stripped): skipped at the newline
 
         def end_word() -> None:
-            nonlocal parts, started
+            nonlocal parts, started, heredoc
             if started:
                 out.append(("word", _Word(parts, self.line, t[begin:self.i])))
+                if heredoc is not None:
+                    bodies.append(("".join(p[1] for p in parts if p[0] in ("lit", "q")), heredoc == "<<-"))
+                    heredoc = None
             parts, started = [], False
 
         while self.i < n:
             ch = t[self.i]
             if not started:
                 begin = self.i
-            if ch == "\\" and t.startswith("\n", self.i + 1):      # a continuation: the line goes on
-                self.i += 2
+            if ch == "\\" and (t.startswith("\n", self.i + 1) or t.startswith("\r\n", self.i + 1)):
+                self.i += 2 if t[self.i + 1] == "\n" else 3    # a continuation: the line goes on
                 self.line += 1
             elif ch in " \t\r":
                 end_word()
@@ -105,6 +110,9 @@ class _Reader:
                 out.append(("nl", None))
                 self.line += 1
                 self.i += 1
+                for delimiter, tabs in bodies:          # a here-document's lines are no commands
+                    self.skip_lines(delimiter, tabs)
+                bodies.clear()
             elif ch == "#" and not started:                       # a comment ends at the newline
                 while self.i < n and t[self.i] != "\n":
                     self.i += 1
@@ -116,11 +124,23 @@ class _Reader:
                 end_word()
                 out.append(("op", op))
                 self.i += len(op)
+                heredoc = op if op in ("<<", "<<-") else None
             else:
                 parts.extend(self.part(quoted=False))
                 started = True
         end_word()
         return out
+
+    def skip_lines(self, delimiter: str, tabs: bool) -> None:
+        """Past the line that is ``delimiter`` (leading tabs stripped for ``<<-``)."""
+        t = self.text
+        while self.i < len(t):
+            end = t.find("\n", self.i)
+            end = len(t) if end < 0 else end
+            line, self.i = t[self.i:end], end + 1
+            self.line += 1
+            if (line.lstrip("\t") if tabs else line).rstrip("\r") == delimiter:
+                return
 
     def part(self, quoted: bool) -> list[tuple]:
         """The parts at ``i`` (one quoted string, expansion or character), ``i`` moved past them."""
@@ -618,6 +638,9 @@ def server_start(words: list[str], program: str, module: str) -> int | None:
             j = i - 1
             while j > 0 and words[j].startswith("-"):
                 j -= 1
+            interpreter = words[j]
+            if isinstance(interpreter, Unknown):
+                raise UserError(interpreter.why)
             if not PYTHON.fullmatch(words[j].rsplit("/", 1)[-1]):
                 raise UserError(f"{quoted(words[j])} is not python, so '-m {module}' does not start the server")
             return i - 1
