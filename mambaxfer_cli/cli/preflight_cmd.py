@@ -3,20 +3,23 @@ and D?"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Mapping
 
 from mambaxfer_cli.cli.options import EngineArgs, OutputArgs
 from mambaxfer_cli.cli.params import ENGINES, command, given, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import ServingEngine, engine, names, one
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.readers.shell import ASSIGN, check_syntax
 
 
-def _engine(engines: EngineArgs, p_text: str, d_text: str) -> ServingEngine:
+def _engine(engines: EngineArgs, p_text: str, d_text: str, environ: Mapping[str, str]) -> ServingEngine:
     """--engine where given, else the engine whose server both lines run, else --engine's default."""
     if not given("engine"):
         for name in names():
-            if engine(name).unanswered is None and engine(name).runs(p_text, d_text):
+            if engine(name).unanswered is None and engine(name).runs(p_text, d_text, environ):
                 return engine(name)
     return one(engines.engine)
 
@@ -30,6 +33,17 @@ def _text(line: str | None, file: Path | None, side: str) -> str:
     from mambaxfer_cli.readers.documents import read_text
 
     return read_text(Path(file), f"--{side}-file {file}", MAX_SCRIPT_BYTES, "the script that starts the engine")
+
+
+def _environ(pairs: list[str] | None) -> dict[str, str]:
+    """The environment the lines start with: this shell's, then --env's."""
+    environ = dict(os.environ)
+    for pair in pairs or ():
+        m = ASSIGN.match(pair)
+        if m is None:
+            raise UserError(f"--env {quoted(pair)}: give NAME=VALUE (NAME: letters, digits, _)")
+        environ[m.group(1)] = m.group(2)
+    return environ
 
 
 @command(uses={"engines": EngineArgs.given("engine", "vllm_version", "p_vllm_version", "d_vllm_version", "gpu",
@@ -47,6 +61,10 @@ def preflight(
         "--prefill-file", help="A file with P's command line, or a shell script that runs it.", panel=ENGINES),
     decode_file: Path | None = option(
         "--decode-file", help="A file with D's command line, or a shell script that runs it.", panel=ENGINES),
+    env: list[str] | None = option(
+        "--env", metavar="NAME=VALUE", help="A variable the lines read ($NAME), as the shell that runs them "
+             "has it; wins over this shell's environment. Repeat it. Gives what only running a script tells "
+             "(MODEL=$(...), a variable set elsewhere).", panel=ENGINES),
 ) -> None:
     """Check a P/D deployment from its two server command lines (vLLM's vllm serve, SGLang's
     launch_server): the release's verdict, a byte-level check of its transfers, and the corrected
@@ -63,9 +81,15 @@ def preflight(
     mambaxfer preflight --prefill 'vllm serve Qwen/Qwen3.5-0.8B -tp 1' --decode 'vllm serve Qwen/Qwen3.5-0.8B -tp 4'
 
     mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --junit preflight.xml
+
+    mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --env MODEL=nvidia/Nemotron-H-8B-Base-8K
     """
     p_text = _text(prefill, prefill_file, "prefill")
     d_text = _text(decode, decode_file, "decode")
-    finish(_engine(engines, p_text, d_text).preflight(
-        engines, output, p_text, d_text, "--prefill-file" if prefill is None else "--prefill",
-        "--decode-file" if decode is None else "--decode"), output)
+    p_origin = f"--prefill-file {prefill_file}" if prefill is None else "--prefill"
+    d_origin = f"--decode-file {decode_file}" if decode is None else "--decode"
+    check_syntax(p_text, p_origin)        # what bash cannot read, said alike for every engine
+    check_syntax(d_text, d_origin)
+    environ = _environ(env)
+    finish(_engine(engines, p_text, d_text, environ).preflight(
+        engines, output, p_text, d_text, p_origin, d_origin, environ), output)

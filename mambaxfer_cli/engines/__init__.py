@@ -15,7 +15,7 @@ import importlib
 import pkgutil
 from functools import lru_cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from mambaxfer_cli.errors import UserError
 
@@ -90,12 +90,13 @@ class ServingEngine(Protocol):
         """``tp``: the TP sizes, comma-separated (``--tp``)."""
         ...
 
-    def runs(self, p_text: str, d_text: str) -> bool:
-        """Whether both command lines run this engine's server (preflight without --engine)."""
+    def runs(self, p_text: str, d_text: str, environ: Mapping[str, str]) -> bool:
+        """Whether both command lines run this engine's server (preflight without --engine);
+        ``environ``: the environment the lines start with."""
         ...
 
     def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
-                  d_origin: str) -> Report: ...
+                  d_origin: str, environ: Mapping[str, str]) -> Report: ...
 
     def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
                 peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report: ...

@@ -1,206 +1,618 @@
-"""A shell script's commands, read as a shell reads them: quotes, line continuations, comments,
-and the operators that end a command (``;``, ``&``, ``&&``, ``|``, ...) or redirect its output
-(``> server.log 2>&1``, ``| tee x``), which are dropped with their targets. Pure: text in, words
-out; each engine's command-line reader takes it from there, with the half both share (the end of
-this file: where the server starts, argparse's values, the line's ``command()``).
+"""A shell script's commands, read as bash runs them: quotes (``'…'``, ``"…"``, ``$'…'``), line
+continuations, comments (which end at the newline, a ``\\`` at their end included), the operators
+that end a command (``;``, ``&``, ``&&``, ``|``, ...) or redirect its output (``> server.log 2>&1``,
+``| tee x``), dropped with their targets, and variables: ``VAR=value`` (alone or before a
+command), ``export``, ``unset``, ``$VAR``, ``${VAR}``, ``${VAR:-default}`` and its kin, split into
+words where unquoted, from the script and the environment it starts with. What only running the
+script gives (``$(…)``, backticks, ``$((…))``, a variable set nowhere) is kept as ``Unknown``: an
+error only where the server's line reads it. Pure: text in, words out; each engine's command-line
+reader takes it from there, with the half both share (the end of this file: where the server
+starts, argparse's values, the line's ``command()``).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, quoted
 
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
+ENV_OPTION = "--env"        # how a user gives what the script cannot tell
 
 SEPARATORS = (";;", ";", "&&", "&", "||", "|&", "|", "(", ")")
 REDIRECTS = ("&>>", "&>", ">>", ">&", ">|", "<<<", "<<-", "<<", "<&", "<>", ">", "<")
 _OPERATORS = sorted(SEPARATORS + REDIRECTS, key=len, reverse=True)
+_DECLARE = ("export", "declare", "typeset", "readonly", "local")
+_OPS = (":-", ":=", ":+", ":?", "-", "=", "+", "?")
+_ANSI = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+         "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_PLAIN = re.compile(r"[^ \t\r\n'\"\\$`;&|()<>]+")     # characters that stand for themselves
+_PLAIN_QUOTED = re.compile(r'[^"\\$`\n]+')
+UNCLOSED = "cannot read the command line: No closing quotation (an unclosed quote?)"
 
 
-def split_commands(text: str, where: str) -> list[list[str]]:
-    """The script's simple commands, each its words (quotes removed, continuations joined),
-    without the operators between them or the redirections in them."""
-    commands = []
-    for line in _logical_lines(re.sub(r"\\\r?\n", " ", text)):
-        current: list[str] = []
-        tokens = _tokens(line, where)
-        i = 0
-        while i < len(tokens):
-            kind, token = tokens[i]
-            if kind == "op" and token in SEPARATORS:
-                if current:
-                    commands.append(current)
-                current = []
-            elif kind == "op":          # a redirection and its target: not the command's words
-                if i + 1 >= len(tokens) or tokens[i + 1][0] != "word":
-                    raise UserError(f"{where}: syntax error near '{token}' (a redirection without a target)")
-                i += 1
+class Unknown(str):
+    """A value known only by running the script (its text as written); ``why`` says what it is
+    and how to give it."""
+
+    why: str = ""
+
+
+def unknown(text: str, why: str) -> Unknown:
+    value = Unknown(text)
+    value.why = why
+    return value
+
+
+class _Stop(Exception):
+    """An expansion that needs the script to run (its why)."""
+
+
+# --- reading: words made of parts, commands made of words ------------------------------------------
+
+@dataclass
+class _Word:
+    parts: list[tuple]       # ("lit", text) unquoted, ("q", text) quoted, ("var", name, op, arg, quoted),
+    line: int                # ("unk", source, why-kind, quoted)
+    source: str = ""
+
+    def literal_assignment(self) -> str | None:
+        """NAME when the word is an assignment as bash parses it: NAME= unquoted at its start."""
+        if self.parts and self.parts[0][0] == "lit":
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)=", self.parts[0][1])
+            if m:
+                return m.group(1)
+        return None
+
+
+class _Reader:
+    def __init__(self, text: str, where: str, line: int = 1) -> None:
+        self.text, self.where, self.i, self.line = text, where, 0, line
+
+    def fail(self, message: str) -> UserError:
+        return UserError(f"{self.where}: {message}")
+
+    def tokens(self) -> list[tuple[str, Any]]:
+        """("word", _Word), ("op", operator) and ("nl", None) for each newline outside quotes."""
+        t, n = self.text, len(self.text)
+        out: list[tuple[str, Any]] = []
+        parts: list[tuple] = []
+        started, begin = False, 0
+        heredoc: str | None = None               # << or <<- waiting for its delimiter word
+        bodies: list[tuple[str, bool]] = []      # (delimiter, tabs stripped): skipped at the newline
+
+        def end_word() -> None:
+            nonlocal parts, started, heredoc
+            if started:
+                out.append(("word", _Word(parts, self.line, t[begin:self.i])))
+                if heredoc is not None:
+                    bodies.append(("".join(p[1] for p in parts if p[0] in ("lit", "q")), heredoc == "<<-"))
+                    heredoc = None
+            parts, started = [], False
+
+        while self.i < n:
+            ch = t[self.i]
+            if not started:
+                begin = self.i
+            if ch == "\\" and (t.startswith("\n", self.i + 1) or t.startswith("\r\n", self.i + 1)):
+                self.i += 2 if t[self.i + 1] == "\n" else 3    # a continuation: the line goes on
+                self.line += 1
+            elif ch in " \t\r":
+                end_word()
+                self.i += 1
+            elif ch == "\n":
+                end_word()
+                out.append(("nl", None))
+                self.line += 1
+                self.i += 1
+                for delimiter, tabs in bodies:          # a here-document's lines are no commands
+                    self.skip_lines(delimiter, tabs)
+                bodies.clear()
+            elif ch == "#" and not started:                       # a comment ends at the newline
+                while self.i < n and t[self.i] != "\n":
+                    self.i += 1
+            elif ch in ";&|()<>":
+                op = next(o for o in _OPERATORS if t.startswith(o, self.i))
+                if ch in "<>" and started and all(p[0] == "lit" for p in parts) \
+                        and "".join(p[1] for p in parts).isdigit():
+                    parts, started = [], False                    # the descriptor of this redirection
+                end_word()
+                out.append(("op", op))
+                self.i += len(op)
+                heredoc = op if op in ("<<", "<<-") else None
             else:
-                current.append(token)
-            i += 1
-        if current:
-            commands.append(current)
-    return commands
+                parts.extend(self.part(quoted=False))
+                started = True
+        end_word()
+        return out
 
+    def skip_lines(self, delimiter: str, tabs: bool) -> None:
+        """Past the line that is ``delimiter`` (leading tabs stripped for ``<<-``)."""
+        t = self.text
+        while self.i < len(t):
+            end = t.find("\n", self.i)
+            end = len(t) if end < 0 else end
+            line, self.i = t[self.i:end], end + 1
+            self.line += 1
+            if (line.lstrip("\t") if tabs else line).rstrip("\r") == delimiter:
+                return
 
-def _tokens(line: str, where: str) -> list[tuple[str, str]]:
-    """One logical line as a shell splits it: ("word", text) and ("op", operator). A word of
-    digits right before a redirection (``2>&1``) is its file descriptor, part of the operator."""
-    out: list[tuple[str, str]] = []
-    word: list[str] = []
-    started = False            # a word is under way (it may be empty: '')
-    i, n = 0, len(line)
-
-    def end_word() -> None:
-        nonlocal word, started
-        if started:
-            out.append(("word", "".join(word)))
-        word, started = [], False
-
-    while i < n:
-        ch = line[i]
-        if ch in " \t\r\n":
-            end_word()
-            i += 1
-        elif ch == "#" and not started:
-            break
-        elif ch == "'":
-            close = line.find("'", i + 1)
+    def part(self, quoted: bool) -> list[tuple]:
+        """The parts at ``i`` (one quoted string, expansion or character), ``i`` moved past them."""
+        t, i = self.text, self.i
+        ch = t[i]
+        lit = "q" if quoted else "lit"
+        if ch == "'" and not quoted:
+            close = t.find("'", i + 1)
             if close < 0:
-                raise UserError(f"{where}: cannot read the command line: No closing quotation (an unclosed quote?)")
-            word.append(line[i + 1:close])
-            started, i = True, close + 1
-        elif ch == '"':
-            i += 1
-            while i < n and line[i] != '"':
-                if line[i] == "\\" and i + 1 < n and line[i + 1] in '$`"\\':
-                    word.append(line[i + 1])
-                    i += 2
+                raise self.fail(UNCLOSED)
+            self.line += t.count("\n", i, close)
+            self.i = close + 1
+            return [("q", t[i + 1:close])]
+        if ch == '"' and not quoted:
+            return self.double()
+        if ch == "\\":
+            self.i = i + 2
+            return [("q", t[i + 1:i + 2] or "\\")]
+        if ch == "`":
+            j = i + 1
+            while j < len(t) and t[j] != "`":
+                j += 2 if t[j] == "\\" else 1
+            if j >= len(t):
+                raise self.fail(UNCLOSED)
+            self.i = j + 1
+            return [("unk", t[i:j + 1], "a command substitution", quoted)]
+        if ch == "$":
+            return self.dollar(quoted)
+        m = _PLAIN.match(t, i) if not quoted else None
+        self.i = m.end() if m else i + 1
+        return [(lit, m.group() if m else ch)]
+
+    def double(self) -> list[tuple]:
+        t, n = self.text, len(self.text)
+        self.i += 1
+        parts: list[tuple] = [("q", "")]         # "" is a word of its own
+        while self.i < n and t[self.i] != '"':
+            ch = t[self.i]
+            if ch == "\\" and self.i + 1 < n and t[self.i + 1] in '$`"\\\n':
+                if t[self.i + 1] != "\n":
+                    parts.append(("q", t[self.i + 1]))
                 else:
-                    word.append(line[i])
-                    i += 1
-            if i >= n:
-                raise UserError(f"{where}: cannot read the command line: No closing quotation (an unclosed quote?)")
-            started, i = True, i + 1
-        elif ch == "\\":
-            word.append(line[i + 1] if i + 1 < n else "\\")     # a backslash that ends the text stays
-            started, i = True, i + 2
-        elif ch in ";&|()<>":
-            op = next(o for o in _OPERATORS if line.startswith(o, i))
-            if ch in "<>" and started and word and "".join(word).isdigit() and not _quoted_before(line, i):
-                word, started = [], False          # the descriptor of this redirection
-            end_word()
-            out.append(("op", op))
-            i += len(op)
+                    self.line += 1
+                self.i += 2
+            elif ch in "$`":
+                parts.extend(self.part(quoted=True))
+            else:
+                m = _PLAIN_QUOTED.match(t, self.i)
+                run = m.group() if m else ch
+                self.line += run.count("\n")
+                parts.append(("q", run))
+                self.i += len(run)
+        if self.i >= n:
+            raise self.fail(UNCLOSED)
+        self.i += 1
+        if any(p[0] == "var" and p[1] == "@" for p in parts):
+            return parts[1:]                    # "$@" without arguments is no word at all
+        return parts
+
+    def closing(self, start: int, opening: str, closing: str) -> int:
+        """The index of the ``closing`` that matches the ``opening`` at ``start`` (quotes skipped)."""
+        t, depth, j = self.text, 0, start
+        while j < len(t):
+            ch = t[j]
+            if ch == "\\":
+                j += 2
+                continue
+            if ch in "'\"":
+                close = t.find(ch, j + 1)
+                if close < 0:
+                    raise self.fail(UNCLOSED)
+                j = close + 1
+                continue
+            if ch == opening:
+                depth += 1
+            elif ch == closing:
+                depth -= 1
+                if depth == 0:
+                    return j
+            j += 1
+        raise self.fail(f"cannot read the command line: no closing '{closing}' after {quoted(t[start - 1:start + 20])}")
+
+    def dollar(self, quoted_: bool) -> list[tuple]:
+        t, i = self.text, self.i
+        nxt = t[i + 1:i + 2]
+        if nxt == "'" and not quoted_:                       # $'...': ANSI-C quoting
+            j = i + 2
+            while j < len(t) and t[j] != "'":
+                j += 2 if t[j] == "\\" else 1
+            if j >= len(t):
+                raise self.fail(UNCLOSED)
+            self.i = j + 1
+            return [("q", _ansi_c(t[i + 2:j]))]
+        if nxt == '"' and not quoted_:                       # $"...": a translated string, as "..."
+            self.i = i + 1
+            return self.double()
+        if nxt == "(":
+            end = self.closing(i + 1, "(", ")")
+            self.i = end + 1
+            kind = "arithmetic" if t.startswith("((", i + 1) else "a command substitution"
+            return [("unk", t[i:end + 1], kind, quoted_)]
+        if nxt == "{":
+            end = self.closing(i + 1, "{", "}")
+            self.i = end + 1
+            return [self.braced(t[i + 2:end], t[i:end + 1], quoted_)]
+        m = NAME.match(t, i + 1)
+        if m:
+            self.i = m.end()
+            return [("var", m.group(), None, None, quoted_)]
+        if nxt and (nxt.isdigit() or nxt in "@*#?$!-"):
+            self.i = i + 2
+            return [("var", nxt, None, None, quoted_)]
+        self.i = i + 1
+        return [("q" if quoted_ else "lit", "$")]
+
+    def braced(self, inner: str, source: str, quoted_: bool) -> tuple:
+        m = re.match(r"([A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!-])", inner)
+        rest = inner[m.end():] if m else inner
+        op = next((o for o in _OPS if rest.startswith(o)), None) if rest else None
+        if m is None or rest and op is None:
+            return ("unk", source, "an expansion mambaxfer does not evaluate", quoted_)
+        if op is None:
+            return ("var", m.group(), None, None, quoted_)
+        sub = _Reader(rest[len(op):], self.where, self.line)
+        arg: list[tuple] = []
+        while sub.i < len(sub.text):
+            arg.extend(sub.part(quoted=quoted_))
+        return ("var", m.group(), op, arg, quoted_)
+
+
+def _ansi_c(body: str) -> str:
+    """``$'...'`` as bash decodes it."""
+    out, i = [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\" or i + 1 >= len(body):
+            out.append(ch)
+            i += 1
+            continue
+        e = body[i + 1]
+        hexes = {"x": 2, "u": 4, "U": 8}.get(e)
+        if hexes:
+            m = re.match(r"[0-9a-fA-F]{1,%d}" % hexes, body[i + 2:])
+            if m:
+                out.append(chr(min(int(m.group(), 16), 0x10FFFF)))
+                i += 2 + m.end()
+                continue
+        m = re.match(r"[0-7]{1,3}", body[i + 1:])
+        if m:
+            out.append(chr(int(m.group(), 8) & 0xFF))
+            i += 1 + m.end()
+            continue
+        out.append(_ANSI.get(e, "\\" + e))
+        i += 2
+    return "".join(out)
+
+
+# --- expanding: a word into the fields bash makes of it ----------------------------------------
+
+def _unset_why(name: str) -> str:
+    if name.isdigit():
+        return (f"${name} is the script's argument {name}, and preflight reads the script run without "
+                f"arguments: give it a default in the script (${{{name}:-VALUE}})")
+    if not NAME.fullmatch(name):
+        return f"${name} is known only when the script runs; write the value instead"
+    return f"${name} is set nowhere in the script and not in the environment: give it with {ENV_OPTION} {name}=VALUE"
+
+
+def _known(value: str) -> str:
+    if isinstance(value, Unknown):
+        raise _Stop(value.why)
+    return value
+
+
+def _segments(parts: Iterable[tuple], values: dict[str, str], split_lit: bool = False) -> list[tuple[str, bool]]:
+    """(text, whether bash splits it into words) for each part, variables expanded."""
+    out: list[tuple[str, bool]] = []
+    for part in parts:
+        kind = part[0]
+        if kind in ("lit", "q"):
+            out.append((part[1], split_lit and kind == "lit"))
+        elif kind == "unk":
+            raise _Stop(f"{part[1]} is {part[2]}, known only by running the script: write its value instead, "
+                        f"or set a variable to it and give that with {ENV_OPTION} NAME=VALUE", True)
         else:
-            word.append(ch)
-            started, i = True, i + 1
-    end_word()
+            out.extend(_variable(part[1], part[2], part[3], part[4], values))
     return out
 
 
-def _quoted_before(line: str, i: int) -> bool:
-    """Whether the word that ends at ``i`` holds a quote or escape (then it is an argument)."""
-    j = i
-    while j > 0 and line[j - 1] not in " \t":
-        j -= 1
-        if line[j] in "'\"\\":
-            return True
-    return False
+def _variable(name: str, op: str | None, arg: list[tuple] | None, inside: bool,
+              values: dict[str, str]) -> list[tuple[str, bool]]:
+    """``$name`` / ``${name<op><arg>}`` as bash expands it (``inside``: within double quotes)."""
+    if name in "@*":
+        return [("", True)]                   # preflight reads the script run without arguments
+    if name == "#":
+        return [("0", False)]
+    value = values.get(name)
+    if op is None:
+        if value is None:
+            raise _Stop(_unset_why(name))
+        return [(_known(value), not inside)]
+    colon, kind = op.startswith(":"), op[-1]
+    if colon and isinstance(value, Unknown):
+        raise _Stop(value.why)               # empty or not: known only by running it
+    present = value is not None and (not colon or value != "")
+    if kind == "+":
+        return _segments(arg or [], values, not inside) if present else []
+    if present:
+        return [(_known(value), not inside)]  # type: ignore[arg-type]
+    if kind == "?":
+        raise _Stop(_unset_why(name))
+    got = _segments(arg or [], values, not inside)
+    if kind == "=":
+        values[name] = "".join(text for text, _ in got)
+    return got
 
 
-def _logical_lines(text: str) -> list[str]:
-    """Split at newlines outside quotes (a quoted JSON value may span lines)."""
-    lines: list[str] = []
-    current: list[str] = []
-    quote: str | None = None
+def _fields(word: _Word, values: dict[str, str]) -> list[str]:
+    """The words bash makes of ``word``: expanded, split where unquoted, empty ones dropped."""
+    parts = word.parts
+    first = parts[0][1] if parts[0][0] == "lit" else ""
+    if first == "~" and parts[1:2] in ([], [("lit", "/")]) or first.startswith("~/"):
+        home = values.get("HOME")
+        home = _known(home) if home is not None else _stop(_unset_why("HOME"))
+        parts = [("q", home), ("lit", first[1:])] + parts[1:]
+    fields: list[str] = []
+    current: str | None = None
+    for text, split in _segments(parts, values):
+        if not split:
+            current = (current or "") + text
+            continue
+        for piece in re.split(r"([ \t\n]+)", text):
+            if piece and piece.isspace():
+                if current is not None:
+                    fields.append(current)
+                current = None
+            elif piece:
+                current = (current or "") + piece
+    if current is not None:
+        fields.append(current)
+    return fields
+
+
+def _stop(why: str) -> str:
+    raise _Stop(why)
+
+
+def _assignment(word: _Word) -> tuple[str, list[tuple]] | None:
+    """(NAME, the value's parts) where bash takes ``word`` as an assignment: NAME= unquoted."""
+    name: list[str] = []
+    for k, part in enumerate(word.parts):
+        if part[0] != "lit":
+            return None
+        head, eq, rest = part[1].partition("=")
+        name.append(head)
+        if eq:
+            text = "".join(name)
+            return (text, [("lit", rest)] + word.parts[k + 1:]) if NAME.fullmatch(text) else None
+    return None
+
+
+def _assigned(name: str, parts: list[tuple], word: _Word, values: dict[str, str],
+              start: Mapping[str, str]) -> str:
+    """The value ``name=...`` gives (no word splitting). A value only running the script gives
+    is the environment's (``--env``) when it has one, else Unknown."""
+    try:
+        return "".join(text for text, _ in _segments(parts, values))
+    except _Stop as stop:
+        if name in start and not isinstance(start[name], Unknown):
+            return start[name]
+        why = (f"{name} is set by running the script on line {word.line} ({quoted(word.source)}): give its "
+               f"value with {ENV_OPTION} {name}=VALUE" if len(stop.args) > 1 else stop.args[0])
+        return unknown(word.source, why)
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+def _simple_commands(text: str, where: str) -> list[list[_Word]]:
+    """The script's simple commands, their redirections and the operators between them dropped."""
+    commands: list[list[_Word]] = []
+    current: list[_Word] = []
+    tokens = _Reader(text, where).tokens()
     i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote == '"' and i + 1 < len(text):
-                current.append(text[i:i + 2])
-                i += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and (not current or current[-1][-1:] in " \t;"):   # a comment, to the line's end
-            while i < len(text) and text[i] != "\n":
-                i += 1
-            continue
-        elif ch == "\\" and i + 1 < len(text):
-            current.append(text[i:i + 2])
-            i += 2
-            continue
-        elif ch == "\n":
-            lines.append("".join(current))
+    while i < len(tokens):
+        kind, token = tokens[i]
+        if kind == "nl" or kind == "op" and token in SEPARATORS:
+            if current:
+                commands.append(current)
             current = []
+        elif kind == "op":          # a redirection and its target: not the command's words
+            if i + 1 >= len(tokens) or tokens[i + 1][0] != "word":
+                raise UserError(f"{where}: syntax error near '{token}' (a redirection without a target)")
             i += 1
-            continue
-        current.append(ch)
+        else:
+            current.append(token)
         i += 1
-    lines.append("".join(current))
-    return lines
+    if current:
+        commands.append(current)
+    return commands
+
+
+def check_syntax(text: str, where: str) -> None:
+    """One UserError where bash could not read ``text`` at all (an unclosed quote, ...)."""
+    _simple_commands(text, where)
+
+
+@dataclass
+class _Ran:
+    """One command as the script reaches it: its words, its own assignments, and the variables."""
+
+    words: list[str]
+    unknown: dict[int, str]          # word index: why it is known only by running the script
+    assigns: list[tuple[str, str]]
+    values: dict[str, str]
+    exported: set[str]
+    line: int
+
+
+def _run(text: str, where: str, environ: Mapping[str, str] | None) -> Iterable[_Ran]:
+    """Each command that is not an assignment, ``export`` or ``unset``, with the variables as
+    the script has set them by then (``environ``: what it starts with, all exported)."""
+    start = dict(environ or {})
+    values, exported = dict(start), set(start)
+    for command in _simple_commands(text, where):
+        k, prefix = 0, []
+        while k < len(command) and (a := _assignment(command[k])) is not None:
+            prefix.append((a, command[k]))
+            k += 1
+        if k == len(command):                                  # VAR=value ...: shell variables
+            for (name, parts), word in prefix:
+                values[name] = _assigned(name, parts, word, values, start)
+            continue
+        builtin = _literal(command[0]) if k == 0 else None
+        if builtin in _DECLARE:
+            _declare(str(builtin), command[1:], values, exported, start)
+            continue
+        words: list[str] = []
+        unknowns: dict[int, str] = {}
+        for word in command[k:]:
+            try:
+                words.extend(_fields(word, values))
+            except _Stop as stop:
+                unknowns[len(words)] = f"line {word.line}: {stop.args[0]}"
+                shown = word.source[1:-1] if re.fullmatch(r'"[^"]*"', word.source) else word.source
+                words.append(unknown(shown, stop.args[0]))
+        if not words:
+            continue
+        if words[0] == "unset":
+            for name in words[1:]:
+                values.pop(name, None)
+                exported.discard(name)
+            continue
+        scope = dict(values)
+        assigns = []
+        for (name, parts), word in prefix:                     # VAR=value cmd: its own environment
+            scope[name] = _assigned(name, parts, word, scope, start)
+            assigns.append((name, scope[name]))
+        yield _Ran(words, unknowns, assigns, values, exported, command[0].line)
+
+
+def _literal(word: _Word) -> str | None:
+    """The word's text where it holds no expansion."""
+    return "".join(p[1] for p in word.parts) if all(p[0] in ("lit", "q") for p in word.parts) else None
+
+
+def _declare(builtin: str, args: list[_Word], values: dict[str, str], exported: set[str],
+             start: Mapping[str, str]) -> None:
+    """``export``, ``declare``, ``readonly``, ``local``: their assignments, and what they export."""
+    flags = ""
+    for word in args:
+        a = _assignment(word)
+        if a is not None:
+            names = [a[0]]
+            values[a[0]] = _assigned(a[0], a[1], word, values, start)
+        else:
+            try:
+                fields = _fields(word, values)
+            except _Stop:
+                continue
+            flags += "".join(f[1:] for f in fields if f.startswith("-"))
+            names = []
+            for f in fields:
+                m = ASSIGN.match(f)
+                if m:
+                    values[m.group(1)] = m.group(2)
+                if not f.startswith("-"):
+                    names.append(m.group(1) if m else f)
+        for name in names:
+            if builtin == "export" and "n" in flags:
+                exported.discard(name)
+            elif builtin == "export" or "x" in flags:
+                exported.add(name)
 
 
 def script_command(text: str, where: str, starts: Callable[[list[str]], int | None], what: str,
-                   environ: Mapping[str, str] | None = None):
+                   environ: Mapping[str, str] | None = None) -> Command | None:
     """The one command of ``text`` that ``starts`` finds (the index of its first word), with the
-    ``VAR=value`` words before it and the variables the script exports before it (``export``,
-    ``unset``; ``environ``: what it inherits); None when no command starts. Two such commands:
-    one UserError (``what`` names them)."""
-    env: dict[str, str] = dict(environ or {})
-    shell_vars: dict[str, str] = {}
+    ``VAR=value`` words before it and the variables the script exports before it (``environ``:
+    the environment it starts with); None when no command starts. Two such commands: one
+    UserError (``what`` names them)."""
     found = None
-    for words in split_commands(text, where):
-        if words[0] == "export":
-            for word in words[1:]:
-                m = ASSIGN.match(word)
-                if m:
-                    env[m.group(1)] = m.group(2)
-                elif word in shell_vars:
-                    env[word] = shell_vars[word]
-            continue
-        if words[0] == "unset":
-            for word in words[1:]:
-                env.pop(word, None)
-            continue
-        start = starts(words)
-        prefix = words[:start] if start is not None else words
-        assigns = [(m.group(1), m.group(2)) for m in map(ASSIGN.match, prefix) if m]
+    for ran in _run(text, where, environ):
+        try:
+            start = starts(ran.words)
+        except UserError as exc:
+            raise UserError(f"{where} line {ran.line}: {exc}") from None
         if start is None:
-            if words and len(assigns) == len(words):       # VAR=value on its own: a shell variable
-                shell_vars.update(assigns)
             continue
         if found is not None:
             raise UserError(f"{where}: the script runs {what} twice; give one engine per line or file")
-        found = (words[start:], assigns, dict(env))
-    if found is None:
-        return None
-    return Command(found[0], tuple(found[1]), found[2], shell_vars)
+        first = ran.words[0]
+        if start > 0 and ASSIGN.match(first):
+            raise UserError(f"{where} line {ran.line}: bash runs {quoted(first)} as a command, not as an "
+                            f"assignment (its name is quoted): command not found, so {what} never starts")
+        env = {name: ran.values[name] for name in ran.exported if name in ran.values}
+        shell = {name: value for name, value in ran.values.items()
+                 if name not in ran.exported and (environ is None or name not in environ)}
+        assigns = ran.assigns + [(m.group(1), m.group(2)) for m in map(ASSIGN.match, ran.words[:start]) if m]
+        unknowns = {i - start: why for i, why in ran.unknown.items() if i >= start}
+        found = Command(ran.words[start:], tuple(assigns), env, shell, unknowns, where)
+    return found
+
+
+def runs_server(text: str, where: str, starts: Callable[[list[str]], int | None],
+                environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a command of ``text`` starts the server (one that names it wrongly counts)."""
+    for ran in _run(text, where, environ):
+        try:
+            if starts(ran.words) is not None:
+                return True
+        except UserError:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
 class Command:
     """One command of a script: its words, its ``VAR=value`` prefixes, the variables exported
-    before it, and the ones set but not exported."""
+    before it, the ones set but not exported, and its words only running the script gives."""
 
     words: list[str]
     assigns: tuple[tuple[str, str], ...]
     exported: dict[str, str]
     unexported: dict[str, str]
+    unknown: Mapping[int, str] = field(default_factory=dict)
+    where: str = ""
 
     @property
     def environment(self) -> dict[str, str]:
         """What the command's process sees: the exports, then its own prefixes."""
         return {**self.exported, **dict(self.assigns)}
+
+    def known(self, parse: Callable[[], Any], names: Iterable[str]) -> Any:
+        """``parse()`` of this command, where every word it reads and every variable of ``names``
+        it sees is known; else one UserError naming the first that is not, and how to give it."""
+        for name in names:
+            value = self.environment.get(name)
+            if isinstance(value, Unknown):
+                raise UserError(f"{self.where}: {value.why}")
+        try:
+            line = parse()
+        except UserError as exc:
+            for i, why in self.unknown.items():
+                if self.words[i] in str(exc) or repr(self.words[i])[1:-1] in str(exc):
+                    raise UserError(f"{self.where} {why}") from None
+            raise
+        read = [(o.start, o.end) for found in line.occurrences.values() for o in found]
+        for i, why in self.unknown.items():
+            flag_value = self.words[i].startswith("-") or i > 0 and self.words[i - 1].startswith("-")
+            if any(s <= i < e for s, e in read) or not flag_value:
+                raise UserError(f"{self.where} {why}")
+        return line
 
 
 MANY, OPTIONAL = "many", "optional"      # what an option takes besides one value ("value")
@@ -220,11 +632,20 @@ UNKNOWN = "?"       # the occurrences of a flag the server's parser does not tak
 
 
 def server_start(words: list[str], program: str, module: str) -> int | None:
-    """Index of the words that start a server: ``<program> serve`` or ``python -m <module>``."""
+    """Index of the words that start a server: ``<program> serve`` or ``python -m <module>``
+    (python's own options between them); a UserError where the interpreter is not python."""
     for i, word in enumerate(words):
         if word.rsplit("/", 1)[-1] == program and i + 1 < len(words) and words[i + 1] == "serve":
             return i
         if word == "-m" and i + 1 < len(words) and words[i + 1] == module and i > 0:
+            j = i - 1
+            while j > 0 and words[j].startswith("-"):
+                j -= 1
+            interpreter = words[j]
+            if isinstance(interpreter, Unknown):
+                raise UserError(interpreter.why)
+            if not PYTHON.fullmatch(words[j].rsplit("/", 1)[-1]):
+                raise UserError(f"{quoted(words[j])} is not python, so '-m {module}' does not start the server")
             return i - 1
     return None
 

@@ -17,7 +17,7 @@ Which module holds what:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from mambaxfer_cli.engines import ServingEngine
 from mambaxfer_cli.engines.sglang import commands
@@ -66,12 +66,12 @@ class Sglang:
     def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
         return commands.answers.inspect_report(model, engines, tp)
 
-    def runs(self, p_text: str, d_text: str) -> bool:
-        return commands.preflight.runs(p_text, d_text)
+    def runs(self, p_text: str, d_text: str, environ: Mapping[str, str]) -> bool:
+        return commands.preflight.runs(p_text, d_text, environ)
 
     def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
-                  d_origin: str) -> Report:
-        return commands.preflight.preflight(engines, output, p_text, d_text, p_origin, d_origin)
+                  d_origin: str, environ: Mapping[str, str]) -> Report:
+        return commands.preflight.preflight(engines, output, p_text, d_text, p_origin, d_origin, environ)
 
     def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
                 peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:

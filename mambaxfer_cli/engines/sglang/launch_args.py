@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,8 +29,8 @@ from typing import Any, Mapping
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.preflight.report import set_words
 from mambaxfer_cli.readers.shell import (
-    CONFIG_NOTE, MANY, OPTIONAL, UNKNOWN, Occurrence, ServerLine, negative_number, option_value, script_command,
-    server_start, split_commands,
+    CONFIG_NOTE, MANY, OPTIONAL, UNKNOWN, Occurrence, ServerLine, negative_number, option_value, runs_server,
+    script_command, server_start,
 )
 
 LAUNCH_MODULE = "sglang.launch_server"
@@ -130,6 +130,7 @@ class LaunchLine(ServerLine):
     ignored: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    origin: str = ""                               # the option that gave the line (--decode-file F)
 
     @property
     def attn_dp_size(self) -> int:
@@ -167,18 +168,19 @@ def _start(words: list[str]) -> int | None:
     return server_start(words, "sglang", LAUNCH_MODULE)
 
 
-def launches(text: str) -> bool:
+def launches(text: str, environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``text`` runs an SGLang server (what preflight recognises the engine by)."""
     try:
-        return any(_start(words) is not None for words in split_commands(text, ""))
+        return runs_server(text, "", _start, environ)
     except UserError:
         return False
 
 
-def parse_launch(text: str, where: str = "--prefill") -> LaunchLine:
-    """One SGLang server's line from a command line or a shell script."""
+def parse_launch(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> LaunchLine:
+    """One SGLang server's line from a command line or a shell script (``environ``: the
+    environment the script starts with)."""
     try:
-        found = script_command(text, where, _start, "SGLang's server")
+        found = script_command(text, where, _start, "SGLang's server", environ)
         if found is None:
             raise UserError(f"{where}: no 'python -m {LAUNCH_MODULE} --model-path M ...' (or 'sglang serve "
                             f"M ...') found")
@@ -186,7 +188,8 @@ def parse_launch(text: str, where: str = "--prefill") -> LaunchLine:
                  for name, value in found.unexported.items()
                  if name in STATE_VARS and name not in found.environment]
         env = {k: v for k, v in found.environment.items() if k in STATE_VARS}
-        return _parse_words(found.words, found.assigns, env, where, tuple(notes))
+        line = found.known(lambda: _parse_words(found.words, found.assigns, env, where, tuple(notes)), STATE_VARS)
+        return replace(line, origin=where)
     except UserError as exc:     # one line, whatever the input held
         raise UserError(" ".join(str(exc).split())) from None
 

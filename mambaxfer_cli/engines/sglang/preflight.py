@@ -111,7 +111,7 @@ def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Releas
     try:
         model = load(line.model)
     except UserError as exc:
-        raise UserError(f"--{side}: {exc}") from None
+        raise UserError(f"{line.origin or '--' + side}: {exc}") from None
     try:
         family_rule(model, release)
     except UserError as exc:

@@ -10,7 +10,7 @@ a question needs it, so naming the engine costs the command line nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from mambaxfer_cli.engines import ServingEngine
 from mambaxfer_cli.engines.vllm import commands
@@ -64,12 +64,12 @@ class Vllm:
     def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
         return commands.inspect.inspect(model, engines, tp)
 
-    def runs(self, p_text: str, d_text: str) -> bool:
+    def runs(self, p_text: str, d_text: str, environ: Mapping[str, str]) -> bool:
         return False    # the engine preflight reads lines for when no other's server runs them
 
     def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
-                  d_origin: str) -> Report:
-        return commands.preflight.preflight(engines, output, p_text, d_text, p_origin, d_origin)
+                  d_origin: str, environ: Mapping[str, str]) -> Report:
+        return commands.preflight.preflight(engines, output, p_text, d_text, p_origin, d_origin, environ)
 
     def execute(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
                 peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
@@ -150,6 +150,7 @@ class ServeLine(ServerLine):
     unknown: tuple[str, ...] = ()               # flags no vLLM release mambaxfer knows has
     release_only: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (flag, the releases that know it)
     notes: tuple[str, ...] = ()                 # other remarks (unexported variables, ...)
+    origin: str = ""                            # the option that gave the line (--decode-file F)
 
     @property
     def transfer_mode(self) -> str | None:
@@ -206,7 +207,8 @@ def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLin
              for name, value in found.unexported.items()
              if name in LAYOUT_VARS and name not in env and name not in dict(assigns)]
     line_env = {**env, **dict(assigns)}
-    return _parse_words(words, assigns, line_env, where, tuple(notes))
+    line = found.known(lambda: _parse_words(words, assigns, line_env, where, tuple(notes)), LAYOUT_VARS)
+    return replace(line, origin=where)
 
 
 def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> ServeLine:

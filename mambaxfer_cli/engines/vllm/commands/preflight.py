@@ -3,20 +3,22 @@ their reads."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from mambaxfer_cli.cli.options import EngineArgs, OutputArgs, check_writable
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.render.report import Viewed
 
 
 def preflight(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
-              d_origin: str) -> Viewed:
+              d_origin: str, environ: Mapping[str, str]) -> Viewed:
     from mambaxfer_cli.engines.vllm.serve_args import parse_serve
     from mambaxfer_cli.engines.vllm.preflight.report import preflight as run
     from mambaxfer_cli.readers.serve_model import load_serve_model
     from mambaxfer_cli.engines.vllm.views.preflight import junit_xml, render_report
 
-    p_line = parse_serve(p_text, p_origin)
-    d_line = parse_serve(d_text, d_origin)
+    p_line = parse_serve(p_text, p_origin, environ)
+    d_line = parse_serve(d_text, d_origin, environ)
     if output.junit is not None:   # fail before the work, not after it
         check_writable(output.junit, "--junit")
     report = run(p_line, d_line, load_serve_model, build(engines))

@@ -120,7 +120,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     try:
         base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,))
     except UserError as exc:
-        raise UserError(f"--{side}: {exc}") from None
+        raise UserError(f"{line.origin or '--' + side}: {exc}") from None
     dtype = vllm_dtype(line.dtype, base_model.model_dtype)
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
