@@ -201,3 +201,44 @@ def test_preflight_takes_kimis_recoverssm_beside_the_connector():
                      "--format", "json")
     doc = json.loads(result.stdout)
     assert result.code == 1 and "incompatible with KV connectors" in doc["headline"]
+
+
+@pytest.mark.parametrize("model", ["kimi-linear-48b", "glm-5-next", str(FIXTURES / "kimi-k3.example.json")])
+def test_mla_under_float32_gets_no_attention_backend(model):
+    """Every CUDA MLA backend's ``supported_dtypes`` is float16 and bfloat16 (v1/attention/backends/mla/,
+    the sparse ones bfloat16 alone), so ``CudaPlatform.get_attn_backend_cls`` (platforms/cuda.py)
+    raises "No valid attention backend found for cuda ..." as an MLA layer is built with
+    ``--dtype float32``: plan's verdict refuses at start-up, check exits 1; bfloat16 starts."""
+    result = run_cli("plan", "--model", model, "--p-tp", "1", "--d-tp", "1", "--dtype", "float32", "--format", "json")
+    verdict = json.loads(result.stdout)["vllm"]
+    assert result.code == 0 and not verdict["accepts"], verdict
+    refusal = verdict["refusals"][0]
+    assert refusal["code"] == "attention-backend"
+    assert refusal["message"].startswith("vLLM starts neither engine with --dtype float32: \"No valid attention "
+                                         "backend found for cuda with AttentionSelectorConfig(head_size=")
+    assert "dtype=torch.float32" in refusal["message"] and "dtype not supported" in refusal["message"]
+    shown = run_cli("plan", "--model", model, "--p-tp", "1", "--d-tp", "1", "--dtype", "float32")
+    assert " ".join(shown.stdout.split()).startswith("vLLM 0.34 refuses this pairing at start-up: vLLM starts "
+                                                     "neither engine with --dtype float32")
+    assert run_cli("check", "--model", model, "--pairs", "1:1", "--dtype", "float32").code == 1
+    assert run_cli("check", "--model", model, "--pairs", "1:1", "--dtype", "bfloat16").code == 0
+
+
+def test_preflight_refuses_mla_under_float32_and_the_fix_is_bfloat16():
+    """``get_attn_backend_cls`` stops each engine whose MLA layers run in float32 (exit 1); the fix
+    sets --dtype bfloat16 on P and D alike (the hash compares the dtype), verified to work."""
+    def line(role: str, dtype: str) -> str:
+        transfer = json.dumps({"kv_connector": "NixlConnector", "kv_role": role})
+        return (f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve moonshotai/Kimi-Linear-48B-A3B-Instruct -tp 2 "
+                f"--dtype {dtype} --kv-transfer-config '{transfer}'")
+
+    result = run_cli("preflight", "--prefill", line("kv_producer", "float32"), "--decode",
+                     line("kv_consumer", "bfloat16"), "--format", "json")
+    doc = json.loads(result.stdout)
+    assert result.code == 1 and doc["verdict"] == "refused", doc["headline"]
+    assert doc["headline"].startswith("REFUSED: vLLM 0.34 does not start the prefill engine with --dtype float32: "
+                                      "\"No valid "
+                                      "attention backend found for cuda")
+    assert "--dtype bfloat16" in doc["fix"]["prefill"] and "--dtype bfloat16" in doc["fix"]["decode"]
+    again = run_cli("preflight", "--prefill", doc["fix"]["prefill"], "--decode", doc["fix"]["decode"])
+    assert again.code == 0, again.stdout[-2000:]

@@ -7,6 +7,7 @@ import json
 
 from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_layout
 from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
+from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
 from mambaxfer_cli.engines.vllm.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, reparse,
 )
@@ -126,7 +127,11 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
         d = build_engine(DECODE, lines[DECODE], load, first.decode.base)
         return lines[PREFILL], lines[DECODE], assess(p, d)
 
-    base = _align(first.prefill, first.decode)
+    # P's MLA layers get a backend in bfloat16 (mla_dtype_refusal); D is then aligned to that P.
+    started = [Change(PREFILL, "--dtype", first.prefill.line.dtype, "bfloat16", "every CUDA MLA backend runs "
+                      "only float16 and bfloat16")] if mla_dtype_refusal(first.prefill.model) else []
+    aligned = run(started)[2] if started else first
+    base = started + _align(aligned.prefill, aligned.decode)
     pl, dl, after = run(base)
     candidates: list[list[Change]] = [base]
     p_line, d_line = first.prefill.line, first.decode.line
