@@ -105,3 +105,46 @@ def test_no_mla_backend_runs_float32(release):
     assert theirs["default"] == sorted(MLA_DTYPES)
     for name, dtypes in theirs["dtypes"].items():
         assert set(dtypes or theirs["default"]) <= set(MLA_DTYPES), (name, dtypes)
+
+
+TRANSFORMERS_PROBE = r'''
+import importlib.util, json, sys, types
+from transformers import AutoConfig
+from vllm.model_executor.models.registry import ModelRegistry
+
+config = json.load(open(sys.argv[1]))
+hf = AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items() if k != "model_type"})
+out = {"layer_types": list(hf.layer_types)}
+for impl in ("auto", "vllm"):
+    model_config = types.SimpleNamespace(model_impl=impl, hf_config=hf, convert_type="none", runner_type="generate",
+                                         model="stand-in", revision=None, code_revision=None, trust_remote_code=False,
+                                         _get_transformers_backend_cls=lambda: "TransformersForCausalLM")
+    try:
+        out[impl] = ModelRegistry.inspect_model_cls(config["architectures"], model_config)[1]
+    except ValueError as exc:
+        out[impl] = str(exc)
+base = importlib.util.find_spec("vllm.model_executor.models.transformers.base").origin
+out["words"] = "does not dispatch through the Transformers " in open(base).read()
+json.dump(out, sys.stdout)
+'''
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_a_removed_architecture_goes_to_the_transformers_backend_as_vllm_sends_it(release):
+    """``_ModelRegistry.inspect_model_cls`` on Bamba-9B's config: under --model-impl auto
+    ``_try_resolve_transformers`` resolves the Transformers backend (so the config passes and the
+    heads check runs), under vllm ``_raise_for_unsupported`` gives the removed words; transformers'
+    ``layer_types`` names layer 0 as mambaxfer's refusal does (families' TRANSFORMERS_BACKEND)."""
+    from pathlib import Path
+
+    from mambaxfer_cli.families import TRANSFORMERS_BACKEND
+    from mambaxfer_cli.planning.startup import removed_words
+
+    fixture = Path(__file__).parent / "fixtures" / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json"
+    result = run_in_vllm(release, "-c", TRANSFORMERS_PROBE, str(fixture))
+    assert result.returncode == 0, result.stderr[-2000:]
+    theirs = json.loads(result.stdout)
+    assert theirs["auto"] == "TransformersForCausalLM" and theirs["words"]
+    assert theirs["vllm"].startswith(removed_words("BambaForCausalLM", architectures(release)["removed"]
+                                                   ["BambaForCausalLM"]))
+    assert theirs["layer_types"][0] == TRANSFORMERS_BACKEND["BambaForCausalLM"]

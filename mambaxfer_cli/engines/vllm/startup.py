@@ -9,14 +9,14 @@ from typing import Any, Iterable
 
 from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.startup import architecture_names, architectures, attention_heads, removed_words
+from mambaxfer_cli.planning.startup import (
+    architecture_names, architectures, attention_heads, parallel_words, removed_words,
+)
 
 
 def vllm_error(model: ModelSpec, tp: int) -> str:
     """vLLM's own words for ``parallel_refusal``."""
-    heads = attention_heads(model)
-    return (f"Total number of attention heads ({heads}) must be divisible by tensor parallel size "
-            f"({tp}).")
+    return parallel_words(attention_heads(model), tp)
 
 
 def _kda(model: ModelSpec) -> bool:
