@@ -149,6 +149,21 @@ def test_kimi_k3_agrees_with_vllm_and_k3_1_is_refused_as_the_release_refuses_it(
     assert refused.returncode == 2 and words in " ".join(refused.stderr.split()), refused.stderr[-2000:]
 
 
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_bailing_v3_state_agrees_with_vllm(release):
+    """Bailing-V3's example config (head_dim 128, qk_rope_head_dim 64) through vLLM's own
+    ``BailingMoeV3ForCausalLM.get_mamba_state_shape_from_config`` on transformers'
+    ``BailingHybridConfig``, which sets ``head_dim`` from ``qk_rope_head_dim``: its state, and the
+    blocks, reads and IDs built on it, agree at every pairing up to TP 2."""
+    fixtures = Path(__file__).parent / "fixtures" / "hf-configs"
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model",
+                       str(fixtures / "bailing-v3.example.json"), "--max-tp", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
+    assert by_function(document)["get_mamba_state_*_from_config"]["cases"] > 0
+
+
 def test_every_function_agrees(all_presets):
     release, document, _ = all_presets
     differing = sorted(f["function"] for f in document["functions"] if f["outcome"] != "agrees")

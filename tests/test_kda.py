@@ -218,8 +218,23 @@ def test_bailing_v3_layers_and_latent():
     model = spec_from_config(BAILING, name="bailing", source="stand-in", ssm_dtype="bfloat16")
     # _is_kda_layer: every 4th layer and the tail past the last whole group (8, 9) are MLA.
     assert [i for i, kind in enumerate(model.layers) if kind == "attention"] == [3, 7, 8, 9]
-    assert (model.family, model.params) == ("Bailing-V3", {"num_heads": 16, "head_dim": 128})
+    assert (model.family, model.params) == ("Bailing-V3", {"num_heads": 16, "head_dim": 64})
     assert (model.mla, model.head_size, model.ssm_dtype, model.sizing_ssm_dtype) == (True, LATENT, "float32", "")
+
+
+def test_bailing_v3_kda_head_size_is_qk_rope_head_dim_as_vllm_reads_it():
+    """transformers' ``BailingHybridConfig.__post_init__`` sets ``head_dim = qk_rope_head_dim`` (the
+    config's own ``head_dim`` becomes ``linear_head_dim``), and vLLM's
+    ``_get_kda_state_shape_for_config`` (model_executor/models/bailing_moe_v3.py) and its KDA layer
+    read ``config.head_dim``: the example config's 128 is not the KDA head size, 64 is. vLLM's
+    ``get_mamba_state_shape_from_config`` at TP 1 gives (36864, 524288) bytes (conv bfloat16, SSM
+    float32), at TP 2 half of each (``conformance`` compares them)."""
+    model = load_model(str(HF.with_name("bailing-v3.example.json")))
+    assert model.params == {"num_heads": 32, "head_dim": 64}
+    for tp, conv, ssm in ((1, 3 * 32 * 64 * 3 * 2, 32 * 64 * 64 * 4), (2, 3 * 16 * 64 * 3 * 2, 16 * 64 * 64 * 4)):
+        layout = rank_layout(model, tp, 0)
+        assert [r.size for r in layout.regions] == [conv // 3] * 3 + [ssm]
+    assert rank_layout(model, 1, 0).state_bytes == 36864 + 524288
 
 
 def test_alice_ai_is_float32_whatever_the_flags_with_head_sharded_attention():

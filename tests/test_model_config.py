@@ -310,14 +310,23 @@ def test_hybrid_head_size_from_head_dim_else_hidden_over_heads():
 
 
 def test_bamba_is_refused_as_vllm_refuses_it():
-    # vLLM's registry removed BambaForCausalLM in 0.23.0 (_PREVIOUSLY_SUPPORTED_MODELS), in 0.33 and 0.34
+    """vLLM's registry removed BambaForCausalLM in 0.23.0 (_PREVIOUSLY_SUPPORTED_MODELS, 0.33 and 0.34).
+    Under --model-impl auto ``_ModelRegistry._try_resolve_transformers`` hands it to the Transformers
+    backend (transformers has BambaForCausalLM and can set its attention), which keeps no Mamba layer:
+    ``_create_attention_instances`` stops at layer 0, a Mamba layer (``layer_types``
+    "linear_attention"). The refusal says so, never that it runs without Mamba state."""
     config = json.loads((Path(__file__).parent / "fixtures" / "hf-configs" /
                          "ibm-ai-platform__Bamba-9B.partial.json").read_text())
     with pytest.raises(UserError) as err:
         spec_from_config(config, name="bamba", source="ibm-ai-platform/Bamba-9B")
-    assert str(err.value).startswith("ibm-ai-platform/Bamba-9B: vLLM 0.34 does not serve BambaForCausalLM: "
-                                     "\"Model architecture BambaForCausalLM was supported in vLLM until v0.23.0")
-    assert "_raise_for_unsupported" in str(err.value)
+    said = str(err.value)
+    assert said.startswith("ibm-ai-platform/Bamba-9B: vLLM 0.34's registry removed BambaForCausalLM (served until "
+                           "v0.23.0); under --model-impl auto (the default) its Transformers backend takes it")
+    assert ("\"Layer 0 (linear_attention) does not dispatch through the Transformers attention interface and vLLM "
+            "has no other way to handle it.\" (_create_attention_instances)") in said
+    assert ("with --model-impl vllm: \"Model architecture BambaForCausalLM was supported in vLLM until v0.23.0, "
+            "and is not supported anymore\" (_ModelRegistry._raise_for_unsupported)") in said
+    assert "no Mamba state" not in said
     served = dict(config, architectures=["GraniteMoeHybridForCausalLM"], model_type="granitemoehybrid")
     assert removed_refusal(served) is None
 

@@ -62,3 +62,89 @@ def test_parallel_config_and_registry_agree_with_vllm(release):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+MLA_PROBE = r'''
+import ast, importlib.util, json, sys
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+def declared(path):
+    """The class's supported_dtypes as its module declares them (some modules need a GPU to import)."""
+    module, name = path.rsplit(".", 1)
+    tree = ast.parse(open(importlib.util.find_spec(module).origin).read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and getattr(item.target, "id", "") == "supported_dtypes":
+                    return sorted(e.attr for e in item.value.elts)
+            return None      # AttentionBackend's default
+    raise LookupError(path)
+
+cuda = open(importlib.util.find_spec("vllm.platforms.cuda").origin).read()
+backend = open(importlib.util.find_spec("vllm.v1.attention.backend").origin).read()
+json.dump({"dtypes": {n: declared(AttentionBackendEnum[n].get_path()) for n in sys.argv[1:]},
+           "default": declared("vllm.v1.attention.backend.AttentionBackend"),
+           "no_valid": 'f"No valid attention backend found for {cls.device_name} "' in cuda,
+           "reason": 'invalid_reasons.append("dtype not supported")' in backend}, sys.stdout)
+'''
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_no_mla_backend_runs_float32(release):
+    """``mla_dtype_refusal``'s rule against vLLM's own classes: every MLA backend mambaxfer models
+    declares ``supported_dtypes`` within float16 and bfloat16 (``validate_configuration`` says
+    "dtype not supported" otherwise, and ``CudaPlatform.get_attn_backend_cls`` raises "No valid
+    attention backend found for cuda ..." when none is left)."""
+    from mambaxfer_cli.engines.vllm.geometry import MLA_BACKENDS, SPARSE_MLA_BACKENDS
+    from mambaxfer_cli.engines.vllm.startup import MLA_DTYPES
+
+    result = run_in_vllm(release, "-c", MLA_PROBE, *MLA_BACKENDS, *SPARSE_MLA_BACKENDS)
+    assert result.returncode == 0, result.stderr[-2000:]
+    theirs = json.loads(result.stdout)
+    assert theirs["no_valid"] and theirs["reason"]
+    assert theirs["default"] == sorted(MLA_DTYPES)
+    for name, dtypes in theirs["dtypes"].items():
+        assert set(dtypes or theirs["default"]) <= set(MLA_DTYPES), (name, dtypes)
+
+
+TRANSFORMERS_PROBE = r'''
+import importlib.util, json, sys, types
+from transformers import AutoConfig
+from vllm.model_executor.models.registry import ModelRegistry
+
+config = json.load(open(sys.argv[1]))
+hf = AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items() if k != "model_type"})
+out = {"layer_types": list(hf.layer_types)}
+for impl in ("auto", "vllm"):
+    model_config = types.SimpleNamespace(model_impl=impl, hf_config=hf, convert_type="none", runner_type="generate",
+                                         model="stand-in", revision=None, code_revision=None, trust_remote_code=False,
+                                         _get_transformers_backend_cls=lambda: "TransformersForCausalLM")
+    try:
+        out[impl] = ModelRegistry.inspect_model_cls(config["architectures"], model_config)[1]
+    except ValueError as exc:
+        out[impl] = str(exc)
+base = importlib.util.find_spec("vllm.model_executor.models.transformers.base").origin
+out["words"] = "does not dispatch through the Transformers " in open(base).read()
+json.dump(out, sys.stdout)
+'''
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_a_removed_architecture_goes_to_the_transformers_backend_as_vllm_sends_it(release):
+    """``_ModelRegistry.inspect_model_cls`` on Bamba-9B's config: under --model-impl auto
+    ``_try_resolve_transformers`` resolves the Transformers backend (so the config passes and the
+    heads check runs), under vllm ``_raise_for_unsupported`` gives the removed words; transformers'
+    ``layer_types`` names layer 0 as mambaxfer's refusal does (families' TRANSFORMERS_BACKEND)."""
+    from pathlib import Path
+
+    from mambaxfer_cli.families import TRANSFORMERS_BACKEND
+    from mambaxfer_cli.planning.startup import removed_words
+
+    fixture = Path(__file__).parent / "fixtures" / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json"
+    result = run_in_vllm(release, "-c", TRANSFORMERS_PROBE, str(fixture))
+    assert result.returncode == 0, result.stderr[-2000:]
+    theirs = json.loads(result.stdout)
+    assert theirs["auto"] == "TransformersForCausalLM" and theirs["words"]
+    assert theirs["vllm"].startswith(removed_words("BambaForCausalLM", architectures(release)["removed"]
+                                                   ["BambaForCausalLM"]))
+    assert theirs["layer_types"][0] == TRANSFORMERS_BACKEND["BambaForCausalLM"]

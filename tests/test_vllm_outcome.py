@@ -201,3 +201,82 @@ def test_preflight_takes_kimis_recoverssm_beside_the_connector():
                      "--format", "json")
     doc = json.loads(result.stdout)
     assert result.code == 1 and "incompatible with KV connectors" in doc["headline"]
+
+
+@pytest.mark.parametrize("model", ["kimi-linear-48b", "glm-5-next", str(FIXTURES / "kimi-k3.example.json")])
+def test_mla_under_float32_gets_no_attention_backend(model):
+    """Every CUDA MLA backend's ``supported_dtypes`` is float16 and bfloat16 (v1/attention/backends/mla/,
+    the sparse ones bfloat16 alone), so ``CudaPlatform.get_attn_backend_cls`` (platforms/cuda.py)
+    raises "No valid attention backend found for cuda ..." as an MLA layer is built with
+    ``--dtype float32``: plan's verdict refuses at start-up, check exits 1; bfloat16 starts."""
+    result = run_cli("plan", "--model", model, "--p-tp", "1", "--d-tp", "1", "--dtype", "float32", "--format", "json")
+    verdict = json.loads(result.stdout)["vllm"]
+    assert result.code == 0 and not verdict["accepts"], verdict
+    refusal = verdict["refusals"][0]
+    assert refusal["code"] == "attention-backend"
+    assert refusal["message"].startswith("vLLM starts neither engine with --dtype float32: \"No valid attention "
+                                         "backend found for cuda with AttentionSelectorConfig(head_size=")
+    assert "dtype=torch.float32" in refusal["message"] and "dtype not supported" in refusal["message"]
+    shown = run_cli("plan", "--model", model, "--p-tp", "1", "--d-tp", "1", "--dtype", "float32")
+    assert " ".join(shown.stdout.split()).startswith("vLLM 0.34 refuses this pairing at start-up: vLLM starts "
+                                                     "neither engine with --dtype float32")
+    assert run_cli("check", "--model", model, "--pairs", "1:1", "--dtype", "float32").code == 1
+    assert run_cli("check", "--model", model, "--pairs", "1:1", "--dtype", "bfloat16").code == 0
+
+
+def test_preflight_refuses_mla_under_float32_and_the_fix_is_bfloat16():
+    """``get_attn_backend_cls`` stops each engine whose MLA layers run in float32 (exit 1); the fix
+    sets --dtype bfloat16 on P and D alike (the hash compares the dtype), verified to work."""
+    def line(role: str, dtype: str) -> str:
+        transfer = json.dumps({"kv_connector": "NixlConnector", "kv_role": role})
+        return (f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve moonshotai/Kimi-Linear-48B-A3B-Instruct -tp 2 "
+                f"--dtype {dtype} --kv-transfer-config '{transfer}'")
+
+    result = run_cli("preflight", "--prefill", line("kv_producer", "float32"), "--decode",
+                     line("kv_consumer", "bfloat16"), "--format", "json")
+    doc = json.loads(result.stdout)
+    assert result.code == 1 and doc["verdict"] == "refused", doc["headline"]
+    assert doc["headline"].startswith("REFUSED: vLLM 0.34 does not start the prefill engine with --dtype float32: "
+                                      "\"No valid "
+                                      "attention backend found for cuda")
+    assert "--dtype bfloat16" in doc["fix"]["prefill"] and "--dtype bfloat16" in doc["fix"]["decode"]
+    again = run_cli("preflight", "--prefill", doc["fix"]["prefill"], "--decode", doc["fix"]["decode"])
+    assert again.code == 0, again.stdout[-2000:]
+
+
+@pytest.mark.parametrize("arch, model_type, later", [
+    ("BambaForCausalLM", "bamba", "does not dispatch through the Transformers attention interface"),
+    ("Lfm2ForCausalLM", "lfm2", "but its NIXL connector refuses its state"),
+    ("KimiK31ForConditionalGeneration", "kimi_k3", "KV cache view cannot be partitioned into NIXL regions"),
+])
+def test_the_heads_check_comes_before_what_vllm_refuses_later(tmp_path, arch, model_type, later):
+    """vLLM builds its config first: ``ModelConfig.__post_init__`` resolves the architecture (a removed
+    one falls back to the Transformers backend under --model-impl auto), then
+    ``VllmConfig.__post_init__`` calls ``ModelConfig.verify_with_parallel_config``, whose heads check
+    stops a TP size that does not divide them. Building the model (the Transformers backend's
+    layers) and the connector (its state, its KV-cache registration) come after: at TP 3 the
+    first words are the heads check's, at TP 2 the later refusal's. (Either exits non-zero, with
+    no traceback.)"""
+    config = json.loads((FIXTURES / "ibm-ai-platform__Bamba-9B.partial.json").read_text())
+    if model_type == "kimi_k3":
+        config = json.loads((FIXTURES / "kimi-k3.1.example.json").read_text())
+        config["text_config"] = {**config["text_config"], "num_attention_heads": 32}
+    config = {**config, "architectures": [arch], "model_type": model_type, "num_attention_heads": 32}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    heads = ("vLLM does not start a TP-3 engine: \"Total number of attention heads (32) must be divisible by tensor "
+             "parallel size (3).\" (ModelConfig.verify_with_parallel_config)")
+
+    def said(result) -> str:
+        assert result.code in (1, 2) and "Traceback" not in result.stdout + result.stderr, result.stderr
+        return " ".join((result.stdout + result.stderr).split())
+
+    at_3 = said(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "3", "--vllm-version", "0.34"))
+    assert heads in at_3 and later not in at_3
+    at_2 = said(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "2", "--vllm-version", "0.34"))
+    assert later in at_2 and "Total number of attention heads" not in at_2
+    line = f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve {path} -tp {{}} --kv-transfer-config '{{}}'"
+    p = line.format(3, json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_producer"}))
+    d = line.format(2, json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_consumer"}))
+    preflight = said(run_cli("preflight", "--prefill", p, "--decode", d))
+    assert heads in preflight and later not in preflight

@@ -108,6 +108,10 @@ MAMBA_SSM_DTYPE_READERS = frozenset(a for m in _MODULES for a in getattr(m, "MAM
 # any mamba_type but MAMBA1, MAMBA2 and GDN_ATTN, when the decode worker starts. Each with its
 # family's label and its layers' mamba_type (0.33 and 0.34 alike).
 CONNECTOR_REFUSED: Mapping[str, tuple[str, str, str]] = _merged("CONNECTOR_REFUSED")
+# Architectures vLLM's registry removed that ``_try_resolve_transformers`` hands to its Transformers
+# backend under --model-impl auto (transformers has the class and can set its attention), with the
+# ``layer_types`` name transformers' config gives a layer that is not attention.
+TRANSFORMERS_BACKEND: Mapping[str, str] = _merged("TRANSFORMERS_BACKEND")
 # Architectures vLLM serves whose KV cache its NIXL connector cannot register.
 REGISTRATION_REFUSED: Mapping[str, str] = _merged("REGISTRATION_REFUSED")
 # The family a generic message names for one of its parts, by the part (its module's LABELS).

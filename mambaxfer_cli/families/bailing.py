@@ -1,8 +1,12 @@
 """Bailing: V3 is KDA + MLA (vLLM's BailingMoeV3ForCausalLM, bailing_moe_v3.py); V2.5's linear
 attention vLLM's connector refuses.
 
-V3's KDA heads are the attention heads; every ``layer_group_size``-th layer and the tail are MLA
-(``_is_kda_layer``); the state dtype takes no --mamba-ssm-cache-dtype, in the layer or the class: float32.
+V3's KDA heads are the attention heads, and their size is ``qk_rope_head_dim``: transformers'
+``BailingHybridConfig.__post_init__`` sets ``head_dim`` from it, whatever the config's own
+``head_dim`` (kept as ``linear_head_dim``, which vLLM does not read), and vLLM's KDA state and layer
+read ``config.head_dim`` (``_get_kda_state_shape_for_config``). Every ``layer_group_size``-th layer and
+the tail are MLA (``_is_kda_layer``); the state dtype takes no --mamba-ssm-cache-dtype, in the layer or
+the class: float32.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, 
 
 FAMILIES = (
     Family("Bailing-V3", ("bailing_hybrid",), Variant("kda"),
-           {"num_heads": (("num_attention_heads",),), "head_dim": (("head_dim",),)},
+           {"num_heads": (("num_attention_heads",),), "head_dim": (("qk_rope_head_dim",),)},
            conv_kernel=(("short_conv_kernel_size",),), layer_kinds=layer_kinds,
            ssm_dtype_default="float32", ssm_dtype_fixed="always", mla=True, order=11),
 )

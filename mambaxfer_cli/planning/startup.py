@@ -21,6 +21,20 @@ def attention_heads(model: ModelSpec) -> int:
     return model.num_q_heads or 0
 
 
+def parallel_words(heads: int, tp: int) -> str:
+    """``ModelConfig.verify_with_parallel_config``'s own words when ``tp`` does not divide ``heads``."""
+    return f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
+
+
+def heads_first(heads: int, tp_sizes: Iterable[int]) -> str | None:
+    """The heads check at the first of ``tp_sizes`` that does not divide ``heads``: vLLM meets it as
+    it builds its config, before the model and its connector exist, so it stops the engine ahead
+    of any refusal those meet. None where every size divides."""
+    tp = next((tp for tp in tp_sizes if tp > 0 and heads % tp), None)
+    return None if tp is None else (f"vLLM does not start a TP-{tp} engine: \"{parallel_words(heads, tp)}\" "
+                                    f"(ModelConfig.verify_with_parallel_config)")
+
+
 def parallel_refusal(model: ModelSpec, tp: int) -> str | None:
     """``ModelConfig.verify_with_parallel_config``'s first check: the attention heads must divide
     by the TP size, or the engine does not start (ValueError). None where it passes."""
@@ -60,11 +74,9 @@ def known_releases() -> tuple[str, ...]:
     return tuple(f"{major}.{minor}" for major, minor in found)
 
 
-def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
-    """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed. Under
-    ``--model-impl vllm`` vLLM stops with this error; under ``auto`` or ``transformers`` it falls
-    back to its Transformers backend (``_try_resolve_transformers``), which keeps no Mamba state,
-    so the NIXL connector has no SSM state to move. None where a release serves it."""
+def removed_in(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> tuple[str, str, str] | None:
+    """(release, architecture, the last release that served it) where the newest of ``releases``
+    that has none of the config's architectures removed one (``_PREVIOUSLY_SUPPORTED_MODELS``)."""
     archs = architecture_names(config)
     for release in reversed(tuple(releases or known_releases())):
         table = architectures(release)
@@ -72,10 +84,37 @@ def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = 
             return None
         for arch in archs:
             if arch in table["removed"]:
-                return (f"vLLM {release} does not serve {arch}: \"{removed_words(arch, table['removed'][arch])}\" "
-                        f"(_ModelRegistry._raise_for_unsupported; with --model-impl auto or transformers its "
-                        f"Transformers backend runs it with no Mamba state to transfer)")
+                return release, arch, table["removed"][arch]
     return None
+
+
+def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
+    """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed, which stops
+    the engine as its config is built (with ``--model-impl vllm``, or where the Transformers backend
+    has no such model: ``transformers_refusal`` says the rest). None where a release serves it."""
+    found = removed_in(config, releases)
+    if found is None:
+        return None
+    release, arch, last = found
+    return (f"vLLM {release} does not serve {arch}: \"{removed_words(arch, last)}\" "
+            f"(_ModelRegistry._raise_for_unsupported)")
+
+
+def transformers_refusal(config: Mapping[str, Any], layer: int, layer_type: str) -> str | None:
+    """A removed architecture that ``_try_resolve_transformers`` hands to vLLM's Transformers backend
+    under ``--model-impl auto`` (the default) or ``transformers``: the config passes, and building
+    the model stops at its first layer that does not dispatch through the Transformers attention
+    interface (``_create_attention_instances``), ``layer`` (named ``layer_type`` by transformers'
+    config). None where a release serves the architecture."""
+    found = removed_in(config)
+    if found is None:
+        return None
+    release, arch, last = found
+    return (f"vLLM {release}'s registry removed {arch} (served until v{last}); under --model-impl auto "
+            f"(the default) its Transformers backend takes it (_try_resolve_transformers) and stops building "
+            f"the model: \"Layer {layer} ({layer_type}) does not dispatch through the Transformers attention "
+            f"interface and vLLM has no other way to handle it.\" (_create_attention_instances); with "
+            f"--model-impl vllm: \"{removed_words(arch, last)}\" (_ModelRegistry._raise_for_unsupported)")
 
 
 def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None:

@@ -7,10 +7,12 @@ from typing import Any, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
-from mambaxfer_cli.planning.startup import architecture_names, release_refusal, removed_refusal
+from mambaxfer_cli.planning.startup import (
+    architecture_names, heads_first, release_refusal, removed_refusal, transformers_refusal,
+)
 from mambaxfer_cli.families import (
-    ATTENTION_KINDS, GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal,
-    family_for, int_key, labelled, list_key, supported_summary,
+    ATTENTION_KINDS, GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, TRANSFORMERS_BACKEND, UNSUPPORTED, Family,
+    connector_refusal, family_for, int_key, labelled, list_key, supported_summary,
 )
 from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
@@ -183,23 +185,31 @@ def spec_from_config(
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
     releases: Sequence[str] | None = None,
+    tp_sizes: Sequence[int] | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag); ``releases``:
-    the vLLM releases the engines run, each of which must serve the architecture."""
+    the vLLM releases the engines run, each of which must serve the architecture; ``tp_sizes``:
+    their TP sizes, whose heads check vLLM meets before a refusal of the model or its state."""
     where = source or name
     as_read = config
-    removed = removed_refusal(config)      # startup: the registry's removed architectures
-    if removed:
-        raise UserError(f"{where}: {removed}")
     archs = architecture_names(config)
+    # startup, in vLLM's order: the registry as the config is built (a removed architecture the
+    # Transformers backend does not take; one only another release has), then the heads check
+    # (tp_sizes), then what building the model or the connector meets.
+    fallback = bool(archs) and archs[0] in TRANSFORMERS_BACKEND
+    removed = removed_refusal(config)
+    if removed and not fallback:
+        raise UserError(f"{where}: {removed}")
     unserved = release_refusal(archs, releases or ()) if variant is None else None
     if unserved:      # startup: an architecture only another release's registry has
         raise UserError(f"{where}: {unserved}")
-    refused = connector_refusal(archs) if variant is None else None
-    if refused:
-        raise UserError(f"{where}: {refused}")
     config = nested_keys(flatten_text_config(config))
+    refused = connector_refusal(archs) if variant is None else None
+    if refused or removed:
+        first = heads_first(_positive(config.get("num_attention_heads")) or 0, tp_sizes or ())
+        if first or refused:
+            raise UserError(f"{where}: {first or refused}")
     family = labelled(_detect(config, variant, where, archs), archs)
     family = family.refine(family, config) if family.refine else family
     full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
@@ -275,6 +285,9 @@ def spec_from_config(
     layers = _layer_kinds(config, family, where, notes)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
+    if removed:       # startup: the Transformers backend stops at the first layer that is not attention
+        layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
+        raise UserError(f"{where}: {transformers_refusal(as_read, layer, TRANSFORMERS_BACKEND[archs[0]])}")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
     if ATTENTION in layers and family.attention_checks:

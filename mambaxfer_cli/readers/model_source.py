@@ -117,12 +117,14 @@ def load_model(
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
     releases: tuple[str, ...] | None = None,
+    tp_sizes: tuple[int, ...] = (),
 ) -> ModelSpec:
     """Find and read the model named by ``--model``; CLI overrides beat file overrides;
-    ``releases``: the vLLM releases its engines run, each of which must serve it."""
+    ``releases``: the vLLM releases its engines run, each of which must serve it; ``tp_sizes``:
+    their TP sizes (``spec_from_config``)."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype,
-           "releases": releases}
+           "releases": releases, "tp_sizes": tp_sizes}
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

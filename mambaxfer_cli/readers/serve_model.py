@@ -26,11 +26,12 @@ def _preset_for(name: str) -> str | None:
 
 def load_serve_model(name: str, *, conv_dtype: str | None = None, ssm_dtype: str | None = None,
                      num_spec: int | None = None, hf_overrides: Mapping[str, Any] | None = None,
-                     indexer_kv_dtype: str | None = None, releases: tuple[str, ...] | None = None) -> ModelSpec:
+                     indexer_kv_dtype: str | None = None, releases: tuple[str, ...] | None = None,
+                     tp_sizes: tuple[int, ...] = ()) -> ModelSpec:
     overrides = dict(hf_overrides or {})
     preset = _preset_for(name)
     cli: dict[str, Any] = {"conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
-                           "indexer_kv_dtype": indexer_kv_dtype, "releases": releases}
+                           "indexer_kv_dtype": indexer_kv_dtype, "releases": releases, "tp_sizes": tp_sizes}
     if not overrides:
         spec = ms.load_model(preset or name, **cli)
         return spec

@@ -16,8 +16,9 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import (
-    Refusal, Verdict, handshake_verdict, split_remote_blocks, with_block_size,
+    Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
 )
+from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
 from mambaxfer_cli.planning.kv_groups import RING, KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
@@ -369,6 +370,19 @@ def group_tensors(grouping: KVGrouping, decode: EngineLayout) -> tuple[int, ...]
     return tuple(rule(grouping.layers_in(g), grouping.tensors_of(kind)) for g, kind in enumerate(grouping.groups))
 
 
+def _backend_refusals(p_model: ModelSpec, d_model: ModelSpec, options: PlanOptions) -> tuple[Refusal, ...]:
+    """startup: an engine whose MLA layers get no attention backend for the model's dtype
+    (``mla_dtype_refusal``) does not start; a verdict names it first, once where both engines meet it."""
+    said = {side: (model.model_dtype, mla_dtype_refusal(model, flags.attention_backend))
+            for side, model, flags in (("prefill", p_model, options.prefill), ("decode", d_model, options.decode))}
+    if said["prefill"] == said["decode"]:
+        said = {"neither": said["prefill"]}
+    who = {"neither": "vLLM starts neither engine", "prefill": "vLLM does not start the prefill engine",
+           "decode": "vLLM does not start the decode engine"}
+    return tuple(Refusal("attention-backend", f"{who[side]} with --dtype {dtype}: {words}")
+                 for side, (dtype, words) in said.items() if words)
+
+
 def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = PlanOptions()) -> Plan:
     """Plan every read of a P/D pairing, under exact or vLLM semantics, for each engine's release and GPU."""
     if options.semantics not in SEMANTICS:
@@ -388,6 +402,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
     verdict = families.first("with_refusals", verdict, model, prefill, decode, rebuild, p_model) or verdict
+    verdict = not_started_first(verdict, _backend_refusals(p_model, model, options))
     raw = plan_reads(prefill.ranks, decode.ranks, options.semantics)
     reads = coalesce(raw) if options.coalesce else raw
     releases = verdict.releases

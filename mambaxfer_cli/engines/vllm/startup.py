@@ -9,14 +9,14 @@ from typing import Any, Iterable
 
 from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.startup import architecture_names, architectures, attention_heads, removed_words
+from mambaxfer_cli.planning.startup import (
+    architecture_names, architectures, attention_heads, parallel_words, removed_words,
+)
 
 
 def vllm_error(model: ModelSpec, tp: int) -> str:
     """vLLM's own words for ``parallel_refusal``."""
-    heads = attention_heads(model)
-    return (f"Total number of attention heads ({heads}) must be divisible by tensor parallel size "
-            f"({tp}).")
+    return parallel_words(attention_heads(model), tp)
 
 
 def _kda(model: ModelSpec) -> bool:
@@ -75,10 +75,35 @@ def mamba_cache_mode(prefix_caching: bool, given: str | None) -> str:
     return given if given not in (None, "none") else "align"
 
 
+# Every CUDA MLA backend's ``supported_dtypes`` (v1/attention/backends/mla/, 0.33 and 0.34; the
+# sparse ones bfloat16 alone): none runs a float32 model.
+MLA_DTYPES = ("float16", "bfloat16")
+
+
+def mla_dtype_refusal(model: ModelSpec, chosen: str | None = None) -> str | None:
+    """``CudaPlatform.get_attn_backend_cls`` as an MLA layer is built: a model dtype no MLA backend
+    supports ("dtype not supported" from ``validate_configuration``) stops the engine, in its words
+    for a backend ``--attention-backend`` names (``chosen``) or for none valid. None where it passes."""
+    if not model.mla or model.model_dtype in MLA_DTYPES:
+        return None
+    said = (f"Selected backend {chosen} is not valid for this configuration. Reason: [..., 'dtype not supported', "
+            f"...]" if chosen else
+            f"No valid attention backend found for cuda with AttentionSelectorConfig(head_size={model.head_size}, "
+            f"dtype=torch.{model.model_dtype}, ..., use_mla=True, ...). Reasons: {{...: [..., dtype not supported, "
+            f"...], ...}}.")
+    return (f"\"{said}\" (CudaPlatform.get_attn_backend_cls: every CUDA MLA backend runs only "
+            f"{' and '.join(MLA_DTYPES)}; --dtype bfloat16 starts it)")
+
+
 # Refusal codes of the start-up steps, in vLLM's order (the serve line's parser, then
 # ModelConfig.verify_with_parallel_config, then the model's attention backend as its layers are
 # built): a verdict's first line names the first one met.
 STARTUP_CODES = ("unrecognized-arguments", "parallel-config", "attention-backend")
+
+
+def refused_when(code: str) -> str:
+    """When vLLM refuses, by the first refusal's code: at start-up or at handshake."""
+    return "at start-up" if code in STARTUP_CODES else "at handshake"
 
 
 def registry_outcome(archs: Iterable[str], release: str) -> str:

@@ -15,7 +15,10 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
 
     names = model.names()
     built = build(engines, CHECK_NUM_BLOCKS)
-    specs = [model.load(name, built.release_names) for name in names]
+    from mambaxfer_cli.proof.verdicts import parse_pairs
+
+    sizes = tuple(tp for pair in parse_pairs(pairs) for tp in (pair.p_tp, pair.d_tp)) if pairs else ()
+    specs = [model.load(name, built.release_names, sizes) for name in names]
     semantics = request.reads(both=True)
     options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact")
     targets = targets_for(specs, pairs, max_tp, semantics)

@@ -13,9 +13,10 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     from mambaxfer_cli.planning.kv_groups import model_grouping
 
     flags = build(engines).decode
-    spec = model.load(releases=(flags.release.name,))
+    sizes = parse_tp_list(tp)
+    spec = model.load(releases=(flags.release.name,), tp_sizes=tuple(sizes))
     grouping = model_grouping(spec)
-    sides = {size: engine_layout(spec, size, flags, grouping) for size in parse_tp_list(tp)}
+    sides = {size: engine_layout(spec, size, flags, grouping) for size in sizes}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
                 "model": spec.to_dict(),
                 "layouts": {str(size): [r.to_dict() for r in side.ranks] for size, side in sides.items()},

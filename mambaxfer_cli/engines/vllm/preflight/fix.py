@@ -8,6 +8,7 @@ import json
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_layout
 from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
+from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
 from mambaxfer_cli.engines.vllm.serve_args import (
     CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, SETS, ServeLine, flag_table, reparse, resolve,
 )
@@ -172,11 +173,14 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
         d = build_engine(DECODE, lines[DECODE], load, first.decode.base)
         return lines[PREFILL], lines[DECODE], assess(p, d)
 
-    started = _untaken(first.prefill) + _untaken(first.decode)
+    # P's MLA layers get a backend in bfloat16 (mla_dtype_refusal); D is then aligned to that P.
+    mla = [Change(PREFILL, "--dtype", first.prefill.line.dtype, "bfloat16", "every CUDA MLA backend runs "
+                  "only float16 and bfloat16")] if mla_dtype_refusal(first.prefill.model) else []
+    started = mla + _untaken(first.prefill) + _untaken(first.decode)
     try:
         _, _, now = run(started)
     except UserError:      # a respelled flag's value its parser refuses: drop the flag instead
-        started = _untaken(first.prefill, respell=False) + _untaken(first.decode, respell=False)
+        started = mla + _untaken(first.prefill, respell=False) + _untaken(first.decode, respell=False)
         try:
             _, _, now = run(started)
         except UserError:

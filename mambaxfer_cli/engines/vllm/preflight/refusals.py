@@ -19,7 +19,9 @@ from mambaxfer_cli.engines.vllm.release import Meeting
 from mambaxfer_cli.engines.vllm.proof.check import PairingResult, check_plan
 from mambaxfer_cli.engines.vllm.proof.simulate import Simulation
 from mambaxfer_cli.planning.startup import parallel_refusal
-from mambaxfer_cli.engines.vllm.startup import ReplaySSM, mamba_cache_mode, replayssm_case, vllm_error
+from mambaxfer_cli.engines.vllm.startup import (
+    ReplaySSM, mamba_cache_mode, mla_dtype_refusal, replayssm_case, vllm_error,
+)
 from mambaxfer_cli.engines.vllm.serve_args import (
     flag_table, CONV_LAYOUT_VAR, NIXL_CONNECTORS,
 )
@@ -296,6 +298,9 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     replay = e.release.replayssm(replayssm_of(e)) if e.line.use_replayssm else None
     if replay:
         return [Refusal("replayssm", f"{start}: {replay} (VllmConfig.validate_mamba_cached_kernel)")]
+    dtype = mla_dtype_refusal(e.model, e.flags.attention_backend)
+    if dtype:       # get_attn_backend_cls as the MLA layers are built, after the config's checks
+        return [Refusal("attention-backend", f"{start} with --dtype {e.model.model_dtype}: {dtype}")]
     return []
 
 

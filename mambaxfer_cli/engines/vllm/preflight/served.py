@@ -118,7 +118,8 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     hf_overrides=, releases=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
     GPU and what the line leaves unsaid."""
     try:
-        base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,))
+        base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,),
+                          tp_sizes=(line.tp,))
     except UserError as exc:
         raise UserError(f"{line.origin or '--' + side}: {exc}") from None
     dtype = vllm_dtype(line.dtype, base_model.model_dtype)

@@ -20,6 +20,7 @@ from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
 from mambaxfer_cli.engines.vllm.release import Release
+from mambaxfer_cli.engines.vllm.startup import refused_when
 from mambaxfer_cli.engines.vllm.proof.pages import request_pages
 from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, Simulation, simulate
 from mambaxfer_cli.proof.pattern import REGION_IDS
@@ -190,7 +191,7 @@ class PairingResult:
             return [self.deployment_line()] + [line for line in detail if not line.startswith(said_above)]
         lines = []
         if self.vllm and not self.vllm["accepts"]:
-            lines += [f"{self.vllm['releases']} refuses this pairing at handshake: {r['message']}"
+            lines += [f"{self.vllm['releases']} refuses this pairing {refused_when(r['code'])}: {r['message']}"
                       for r in self.vllm["refusals"]]
         fix = self._fix()
         if fix and (self.verdict != "pass" or not self._vllm_verdict["accepts"]):

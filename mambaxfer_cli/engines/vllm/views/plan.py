@@ -15,6 +15,7 @@ from mambaxfer_cli.planning.kv_groups import describe
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.planning.model import SSM
 from mambaxfer_cli.engines.vllm.plan import Plan
+from mambaxfer_cli.engines.vllm.startup import refused_when
 from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
 from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
@@ -33,10 +34,12 @@ def _p_style(p_rank: int) -> str:
 
 
 def refused_text(verdict: Verdict, tail: str = "", releases: str = "") -> Text:
-    """``<release> refuses this pairing at handshake: <its refusals>``, then ``; tail`` if given
-    (``releases``: how to name the release, by default as the verdict does)."""
+    """``<release> refuses this pairing at handshake: <its refusals>`` (at start-up where an engine
+    does not start), then ``; tail`` if given (``releases``: how to name the release, by default as
+    the verdict does)."""
     said = " ".join(r.message for r in verdict.refusals)
-    text = Text(f"{releases or verdict.releases} refuses this pairing at handshake: ", style="bold red")
+    when = refused_when(verdict.refusals[0].code) if verdict.refusals else "at handshake"
+    text = Text(f"{releases or verdict.releases} refuses this pairing {when}: ", style="bold red")
     text.append(f"{said.rstrip('.')}; {tail}" if tail else said, style="red")
     return text
 
