@@ -18,37 +18,43 @@ NAME = "sglang"
 _SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
 
 
-def backend(engines: EngineArgs) -> str:
-    """--transfer-backend, after refusing the vLLM flags given with --engine sglang."""
-    from mambaxfer_cli.engines.sglang.release import BACKENDS
+def backend(engines: EngineArgs, said: bool = True) -> str:
+    """--transfer-backend, after refusing the vLLM flags given with --engine sglang, whatever their
+    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's)."""
+    from mambaxfer_cli.engines.sglang.release import BACKENDS, DEFAULT_BACKEND
 
-    given = changed_flags(engines, skip=("engine", "transfer_backend"))
+    given = changed_flags(engines, skip=("engine", "transfer_backend"), said=said)
     if given:
         raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; --engine sglang does "
                         f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend)")
-    chosen = (engines.transfer_backend or "nixl").strip().lower()
+    chosen = (engines.transfer_backend or DEFAULT_BACKEND).strip().lower()
     if chosen not in BACKENDS:
         raise UserError(f"--transfer-backend: '{engines.transfer_backend}' is not one of {', '.join(BACKENDS)}")
     return chosen
 
 
-def request_unused(request: RequestArgs | None) -> None:
-    """Refuse the request options (vLLM's blocks and reads) with --engine sglang."""
-    given = changed_flags(request) if request is not None else []
+def request_unused(request: RequestArgs | None, said: bool = True) -> None:
+    """Refuse the request options (vLLM's blocks and reads) with --engine sglang, whatever their
+    value (``said``: as ``backend``)."""
+    given = changed_flags(request, said=said) if request is not None else []
     if given:
         raise UserError(f"{', '.join(given)}: {'these apply' if len(given) > 1 else 'it applies'} to vLLM's block "
                         f"reads; SGLang moves one slot per request (--engine sglang)")
 
 
 def load(model: ModelArgs, name: str | None = None):
-    """The model, refusing the overrides SGLang decides itself."""
+    """The model, refusing the overrides SGLang decides itself; read with SGLang's start-up
+    refusals in place of vLLM's."""
+    from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23
+    from mambaxfer_cli.engines.sglang.served import startup
+
     given = [flag for flag in changed_flags(model, skip=("model", "all_presets", "variant", "kv_heads", "head_size"))
              if flag.lstrip("-").replace("-", "_") in _SET_BY_SGLANG]
     if given:
         raise UserError(f"{', '.join(given)}: SGLang sets its state dtypes and conv rows itself "
                         f"(SGLANG_MAMBA_CONV_DTYPE, SGLANG_MAMBA_SSM_DTYPE, the config's mamba_ssm_dtype); "
                         f"--engine sglang does not take {'them' if len(given) > 1 else 'it'}")
-    return model.load(name)
+    return model.load(name, startup=startup(SGLANG_0_5_23.version))
 
 
 class PlanReport(Report):
@@ -87,15 +93,15 @@ def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_t
 
 
 def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,
-                 max_tp: int | None) -> Viewed:
+                 max_tp: int | None, said: bool = True) -> Viewed:
     from mambaxfer_cli.engines.sglang.check import run, targets
     from mambaxfer_cli.limits import MAX_TP, within
     from mambaxfer_cli.proof.verdicts import ALL_PRESETS_MAX_TP, parse_pairs
     from mambaxfer_cli.render.run_view import progress
     from mambaxfer_cli.engines.sglang.views.answers import check_junit, render_check
 
-    chosen = backend(engines)
-    request_unused(request)
+    chosen = backend(engines, said)
+    request_unused(request, said)
     if pairs is not None and max_tp is not None:
         raise UserError("give either --pairs or --max-tp, not both")
     if max_tp is not None:
@@ -160,8 +166,8 @@ def side_by_side(other: ServingEngine, model: ModelArgs, engines: EngineArgs, re
     from dataclasses import replace
 
     ours = EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend)   # vLLM's flags are vLLM's
-    backend(ours)
-    theirs = check_report(model, ours, request, pairs, max_tp)     # first: it refuses a model SGLang lacks
+    backend(ours, said=False)
+    theirs = check_report(model, ours, request, pairs, max_tp, said=False)     # first: it refuses a model SGLang lacks
     vllm = other.check(model, replace(engines, engine=other.name, transfer_backend=None), request, output, pairs,
                        max_tp)
     return BothReport(cast(Viewed, vllm).report, theirs.report)

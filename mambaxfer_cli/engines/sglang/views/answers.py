@@ -11,6 +11,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, FAILS, MISROUTES, REFUSED, RIGHT, CheckReport
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+from mambaxfer_cli.engines.sglang.release import NIXL
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
@@ -38,7 +39,7 @@ def verdict_text(plan: SGLangPlan) -> Text:
 def _heading(plan: SGLangPlan) -> str:
     spec = plan.model
     return (f"{spec.name} · {spec.variant.value} [{spec.family}] · {plan.release.label} over "
-            f"{plan.backend.upper() if plan.backend == 'nixl' else plan.backend.capitalize()} · "
+            f"{backend_name(plan.backend)} · "
             f"P TP {plan.p_tp} → D TP {plan.d_tp} · conv {spec.conv_dtype}, temporal {spec.ssm_dtype}")
 
 
@@ -97,20 +98,26 @@ def mapping_lines(plan: SGLangPlan) -> list[Text]:
     return out
 
 
+def backend_name(backend: str) -> str:
+    """A transfer backend as its project writes it."""
+    return "NIXL" if backend == NIXL else "Mooncake"
+
+
 def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
     descriptors = plan.descriptors()
     parts: list = [Text(_heading(plan), style="bold"), verdict_text(plan), entries_table(plan)]
     if plan.writes or plan.exact:
         parts.append(writes_table(plan, d_rank))
     parts += mapping_lines(plan)
-    parts.append(Text(f"{len(descriptors):,} NIXL write descriptors per request (every layer), "
+    what = "NIXL write descriptors" if plan.backend == NIXL else "Mooncake transfer blocks (_transfer_data)"
+    parts.append(Text(f"{len(descriptors):,} {what} per request (every layer), "
                       f"{sum(x.length for x in descriptors):,} B", style="dim"))
     return parts
 
 
 def check_table(report: CheckReport) -> Table:
     """Per pairing, what SGLang does and the bytes it gets wrong (mambaxfer's exact plan: the footer)."""
-    table = _table(f"mambaxfer check: {report.release} over {report.backend.upper()}",
+    table = _table(f"mambaxfer check: {report.release} over {backend_name(report.backend)}",
                    [("model", "left"), ("P:D", "left"), ("SGLang", "left"), ("state", "left"),
                     ("wrong bytes", "right")])
     last = None
