@@ -138,3 +138,61 @@ def test_the_served_architectures_are_sglang_s_entry_classes():
     assert ARCHITECTURES["Qwen3_5ForConditionalGeneration"] == "models/qwen3_5.py"
     assert "BambaForCausalLM" not in ARCHITECTURES and "JambaForCausalLM" not in ARCHITECTURES
     assert set(STATE_NOT_READ) <= set(ARCHITECTURES)
+
+
+# --- 4. two servers of different models (build_transfer_entry_pairs) ---------------------------------
+
+LAUNCH = "python -m sglang.launch_server --tp 1 --page-size 1"
+
+
+def _preflight(p_model: str, d_model: str) -> tuple[int, dict]:
+    result = run_cli("preflight", "--prefill", f"{LAUNCH} --model-path {p_model} --disaggregation-mode prefill",
+                     "--decode", f"{LAUNCH} --model-path {d_model} --disaggregation-mode decode", "--format", "json")
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def test_two_servers_of_different_models_fail_every_request():
+    # Qwen3.5-0.8B's state layers are 0, 1, 2, 4, ...; Nemotron-H-8B's 0, 2, 4, 6, 9, ...: SGLang pairs
+    # the entries by layer id and finds no decode entry for layer 1.
+    code, doc = _preflight("Qwen/Qwen3.5-0.8B", "nvidia/Nemotron-H-8B-Base-8K")
+    assert code == 1 and doc["verdict"] == "fails"
+    said = words(doc["headline"])
+    assert "build_transfer_entry_pairs" in said and "Decode peer is missing a transfer entry for model layer 1" in said
+
+
+def test_the_same_layers_of_another_model_are_written_into_its_slots(tmp_path):
+    # Nemotron-H-8B with other Mamba heads: the layer ids pair, the state is another model's.
+    config = dict(compiled_presets()["nemotron-h-8b"]["config"], mamba_num_heads=64)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, doc = _preflight("nvidia/Nemotron-H-8B-Base-8K", str(tmp_path))
+    assert code == 1 and doc["verdict"] != "works"
+    assert "D decodes from another model's state" in words(json.dumps(doc))
+    same_code, same = _preflight("nvidia/Nemotron-H-8B-Base-8K", "nvidia/Nemotron-H-8B-Base-8K")
+    assert same_code == 0 and same["verdict"] == "works"
+
+
+# --- 5. what SGLang serves: models --engine sglang, and its column beside vLLM's ----------------------
+
+def test_models_lists_what_sglang_serves_and_why_not_the_rest():
+    document = _json("models", "--engine", "sglang")
+    rows = {row["name"]: row for row in document["models"]}
+    assert rows["nemotron-h-8b"]["sglang_file"] == "models/nemotron_h.py" and rows["nemotron-h-8b"]["answered"]
+    assert rows["jamba"]["sglang_file"] is None and rows["jamba"]["why"] == "SGLang 0.5.23 has no Jamba model file"
+    assert not rows["kimi-linear-48b"]["answered"] and "models/kimi_linear.py" in rows["kimi-linear-48b"]["why"]
+    assert {u["label"] for u in document["state_not_read"]} >= {"LFM2", "GigaChat3.5", "Nemotron-Nano-VL"}
+    result = run_cli("models", "--engine", "sglang", env={"COLUMNS": "80"})
+    assert result.code == 0 and max(map(len, result.stdout.splitlines())) <= 80
+    assert "– jamba: SGLang 0.5.23 has no Jamba model file" in result.stdout
+    assert json.loads(run_cli("models", "--format", "json").stdout)["schema"] == "mambaxfer.models/v1"
+
+
+def test_check_beside_vllm_keeps_vllm_s_column_for_a_model_sglang_does_not_serve():
+    result = run_cli("check", "--engine", "vllm,sglang", "--model", "jamba", "--max-tp", "2", "--format", "json")
+    assert result.code == 1, result.stderr       # SGLang serves none of the models asked about
+    document = json.loads(result.stdout)
+    assert len(document["vllm"]["results"]) == 4 and document["vllm"]["ok"]
+    assert document["sglang"]["pairings"] == [] and document["sglang"]["unchecked"] == [
+        "jamba: SGLang 0.5.23 has no Jamba model file"]
+    text = words(run_cli("check", "--engine", "vllm,sglang", "--model", "jamba", "--max-tp", "2").stdout)
+    assert "– not checked" in text and "jamba: SGLang 0.5.23 has no Jamba model file" in text

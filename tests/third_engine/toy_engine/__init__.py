@@ -70,7 +70,7 @@ class Toy:
     def prepare_bench(self, *_: object) -> PreparedBench:
         _unanswered()
 
-    inspect = preflight = conformance = runs = staticmethod(_unanswered)
+    inspect = preflight = conformance = runs = models = staticmethod(_unanswered)
 
 
 ENGINE: ServingEngine = Toy()

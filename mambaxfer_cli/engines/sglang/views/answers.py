@@ -215,8 +215,23 @@ def render_both(vllm, sglang: CheckReport) -> list:
     parts += [Text(f"– {line}", style="yellow") for line in (*vllm.unchecked, *sglang.unchecked)]
     n = len(rows)
     v_right = sum(1 for r in vllm.results if r.vllm_does == VLLM_RIGHT)
-    ok = vllm.ok and sglang.ok
+    ok = vllm.ok and sglang.ok and bool(sglang.results or not sglang.unchecked)
     parts.append(Text(f"{n} pairing{'' if n == 1 else 's'}: {vllm.releases} moves {v_right} of "
                       f"{sum(1 for r in vllm.results if r.verdict != 'skip')} right, {sglang.release} "
                       f"{sglang.count(RIGHT)} of {len(sglang.results)}", style="bold green" if ok else "bold red"))
+    return parts
+
+
+def render_models(document: dict) -> list:
+    """The presets SGLang serves (its srt/models/ file) and mambaxfer answers for; why not the rest."""
+    table = _table(f"mambaxfer models: SGLang {document['release']}",
+                   [("preset", "left"), ("SGLang's model file", "left"), ("mambaxfer answers", "left")])
+    for row in document["models"]:
+        table.add_row(row["name"], row["sglang_file"] or "– none",
+                      Text("✓ yes", style="green") if row["answered"] else Text("✗ no", style="red"))
+    parts: list = [table]
+    parts += [Text(f"– {row['name']}: {row['why']}", style="yellow") for row in document["models"] if row["why"]]
+    unread = ", ".join(f"{u['label']} ({u['file']}, {u['config_class']})" for u in document["state_not_read"])
+    parts.append(Text(f"SGLang {document['release']} also serves, with a recurrent state that configs/hybrid_arch.py "
+                      f"mambaish_config finds and mambaxfer does not model: {unread}", style="dim"))
     return parts
