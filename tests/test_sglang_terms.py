@@ -46,6 +46,8 @@ def test_nemotron_h_entries_carry_sglang_s_layer_ids():
             ids = [e["layer_id"] for e in document["entries"][side] if e["field"] == field]
             assert ids[:5] == [0, 2, 4, 6, 9] and ids == _sglang_layer_ids("nemotron-h-8b")
     assert sorted({d["layer_id"] for d in document["descriptors"]}) == _sglang_layer_ids("nemotron-h-8b")
+    text = words(run_cli("plan", "--engine", "sglang", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "2").stdout)
+    assert "layer ids (MambaPool.get_state_layer_ids, the model's own): 0, 2, 4, 6, 9, 11," in text
 
 
 @pytest.mark.parametrize("name", ["granite-4.0-h-tiny", "qwen3.5-0.8b", "qwen3-next-80b", "mamba-130m"])

@@ -143,7 +143,8 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
                 "model": spec.to_dict(),
                 "layouts": {str(tp): [r.to_dict() for r in side.layouts()] for tp, side in sides.items()},
                 "entries": {str(tp): [vars(e) | {"conv_shard_groups": list(e.conv_shard_groups or []) or None}
-                                      for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype, (0,))]
+                                      for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype,
+                                                                 spec.ssm_layer_ids[:1])]
                             for tp in sizes}}
     return InspectReport(document, spec, sides, shapes)
 

@@ -60,6 +60,19 @@ def entries_table(plan: SGLangPlan) -> Table:
     return table
 
 
+def layer_ids_text(plan: SGLangPlan) -> Text:
+    """The entries' layer ids as SGLang numbers them, runs of consecutive ids joined."""
+    ids = [e.layer_id for e in plan.prefill_entries if e.field == plan.prefill_entries[0].field]
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+    return Text(f"layer ids (MambaPool.get_state_layer_ids, the model's own): {said}", style="dim")
+
+
 def _spans(writes: Sequence[StateWrite]) -> str:
     total = sum(w.length for w in writes)
     return f"{len(writes)} · {total:,} B" if writes else "—"
@@ -105,7 +118,8 @@ def backend_name(backend: str) -> str:
 
 def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
     descriptors = plan.descriptors()
-    parts: list = [Text(_heading(plan), style="bold"), verdict_text(plan), entries_table(plan)]
+    parts: list = [Text(_heading(plan), style="bold"), verdict_text(plan), entries_table(plan),
+                   layer_ids_text(plan)]
     if plan.writes or plan.exact:
         parts.append(writes_table(plan, d_rank))
     parts += mapping_lines(plan)
