@@ -36,6 +36,7 @@ COMMANDS = {
                        "--d-tp", "2", "--semantics", "sglang", "--device", "cpu", "--iters", "1", "--format", "json"),
     "sglang-bench": ("bench", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--layers", "2", "--p-tp", "2",
                      "--d-tp", "1", "--iters", "2", "--device", "cpu", "--format", "json"),
+    "sglang-models": ("models", "--engine", "sglang", "--format", "json"),
     "check-engines": ("check", "--engine", "vllm,sglang", "--model", "granite-4.0-h-tiny", "--pairs", "1:2,1:1",
                       "--format", "json"),
     "bench-engines": ("bench", "--engine", "vllm,sglang", "--model", "nemotron-h-8b", "--layers", "4", "--p-tp", "2",

@@ -97,7 +97,7 @@ def test_every_model_is_compared_by_the_functions_that_take_one(all_presets):
     document = all_presets["document"]
     by_model = {f["function"]: f["by_model"] for f in document["functions"]}
     for name in ("compute_mamba_state_slice_blocks", "NIXL state send", "Mooncake state send",
-                 "MambaPool transfer entries"):
+                 "MambaPool transfer entries", "mambaish_config state layers"):
         assert set(by_model[name]) == set(document["models"]), name
         assert all(counts["cases"] > 0 and counts["differing"] == 0 for counts in by_model[name].values())
 
@@ -192,7 +192,7 @@ def test_a_planted_fault_fails_the_command_naming_the_function(cli_runs):
     assert "✗ compute_mamba_state_slice_blocks" in text and "SGLang:" in text and "mambaxfer:" in text
     words = " ".join(text.split())
     assert "compute_head_slice_params() takes 4 positional arguments" in words
-    assert "13 functions" in words and "11 agree, 1 differ, 1 could not be called" in words
+    assert "14 functions" in words and "12 agree, 1 differ, 1 could not be called" in words
 
 
 def test_a_planted_fault_is_in_the_document_with_both_values(cli_runs):
@@ -369,6 +369,14 @@ def next_slot(cls):
         return cls._send_mamba_state_slice(self, *a)
     return SimpleNamespace(_send_mamba_state=cls._send_mamba_state, _send_mamba_state_slice=call)
 
+def renumbered(fn):
+    # The state layers numbered 0, 1, 2, ... among themselves, as mambaxfer once did.
+    from types import SimpleNamespace
+    def call(model_config):
+        layers = fn(model_config).mamba2_cache_params.layers
+        return SimpleNamespace(mamba2_cache_params=SimpleNamespace(layers=list(range(len(layers)))))
+    return call
+
 def changed_signature(fn):
     def call(*a, **k):
         raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
@@ -385,6 +393,7 @@ faults = {
     "mamba2_state_dtype": config_ignored,
     "_resolve_rank_mapping": one_response,
     "MambaPool transfer entries": flat_outer_counts,
+    "mambaish_config state layers": renumbered,
     "MambaMixer2 conv channels": rolled_conv_channels,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,

@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
-from mambaxfer_cli.cli.options import OutputArgs
-from mambaxfer_cli.cli.params import command
+from mambaxfer_cli.cli.options import EngineArgs, OutputArgs
+from mambaxfer_cli.cli.params import command, given
 from mambaxfer_cli.cli.report import Report, finish
 
 
-@command(uses={"output": OutputArgs.given("fmt")})
-def models(output: OutputArgs) -> None:
+@command(uses={"engines": EngineArgs.given("engine"), "output": OutputArgs.given("fmt")})
+def models(engines: EngineArgs, output: OutputArgs) -> None:
     """List the built-in model presets with their variant, layer counts, dtypes and source.
+
+    With --engine: what that engine serves of them, and why not the rest (--engine sglang: SGLang's
+    model registry and the model families whose state it keeps).
 
     [bold]Examples[/]
 
     mambaxfer models
 
     mambaxfer models --format json
+
+    mambaxfer models --engine sglang
     """
+    from mambaxfer_cli.engines import one
+
+    finish(one(engines.engine).models() if given("engine") else presets_report(), output)
+
+
+def presets_report() -> Report:
+    """The built-in presets as mambaxfer reads them."""
     from mambaxfer_cli.readers.model_source import load_model, preset_description, preset_names
 
     specs = [load_model(name) for name in preset_names()]
     rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
             for spec in specs]
-    finish(ModelsReport({"schema": "mambaxfer.models/v1", "models": rows}, specs), output)
+    return ModelsReport({"schema": "mambaxfer.models/v1", "models": rows}, specs)
 
 
 class ModelsReport(Report):

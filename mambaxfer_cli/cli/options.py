@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import typer
 
@@ -118,12 +118,14 @@ class ModelArgs(Group):
                                    "dtype: auto (bf16), bf16 or fp8.", panel=MODEL)
 
     def load(self, name: str | None = None, releases: tuple[str, ...] | None = None,
-             tp_sizes: tuple[int, ...] = ()) -> ModelSpec:
+             tp_sizes: tuple[int, ...] = (),
+             startup: Callable[[Mapping[str, Any]], str | None] | None = None) -> ModelSpec:
         """The model (``name``, else --model) with this group's overrides; ``releases``: the vLLM
         releases its engines run (``Engines.release_names``), each of which must serve it;
-        ``tp_sizes``: their TP sizes (vLLM checks the heads first)."""
+        ``tp_sizes``: their TP sizes (vLLM checks the heads first); ``startup``: another engine's
+        start-up refusal, in place of vLLM's."""
         spec = load(name or self.model or "", self.variant, self.conv_dtype, self.ssm_dtype, self.num_spec,
-                    self.kv_heads, self.head_size, self.dtype, self.indexer_kv_dtype, releases, tp_sizes)
+                    self.kv_heads, self.head_size, self.dtype, self.indexer_kv_dtype, releases, tp_sizes, startup)
         if self.indexer_kv_dtype is not None and (spec.ple_qsa is None or not spec.ple_qsa.has_qsa):
             raise UserError(f"--indexer-kv-dtype: {spec.name} has no QSA indexer ({QSA}'s), which is all it sets")
         return spec
@@ -176,8 +178,8 @@ class EngineArgs(Group):
     engine: str = option("--engine", help=f"The serving engine of P and D: {described_engines()}.", panel=ENGINES,
                          default=DEFAULT_ENGINE, complete=engine_completed)
     transfer_backend: str | None = option(
-        "--transfer-backend", help="SGLang's disaggregation transfer backend (--engine sglang): nixl (the "
-                                   "default) or mooncake.", panel=ENGINES)
+        "--transfer-backend", help="SGLang's disaggregation transfer backend (--engine sglang): mooncake "
+                                   "(SGLang's default) or nixl.", panel=ENGINES)
     vllm_version: str | None = option(
         "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES, complete=values_completed("vllm_version"))
     p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES,
@@ -325,13 +327,14 @@ class OutputArgs(Group):
 def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
          num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None,
          dtype: str | None = None, indexer_kv_dtype: str | None = None,
-         releases: tuple[str, ...] | None = None, tp_sizes: tuple[int, ...] = ()) -> ModelSpec:
+         releases: tuple[str, ...] | None = None, tp_sizes: tuple[int, ...] = (),
+         startup: Callable[[Mapping[str, Any]], str | None] | None = None) -> ModelSpec:
     from mambaxfer_cli.readers.model_source import load_model
 
     check_bounds(num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
                       num_spec=num_spec, kv_heads=kv_heads, head_size=head_size, dtype=dtype,
-                      indexer_kv_dtype=indexer_kv_dtype, releases=releases, tp_sizes=tp_sizes)
+                      indexer_kv_dtype=indexer_kv_dtype, releases=releases, tp_sizes=tp_sizes, startup=startup)
 
 
 def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:

@@ -203,10 +203,11 @@ def running() -> typer.Context | None:
     return _running.get()
 
 
-def changed_flags(value: Group, skip: Iterable[str] = ()) -> list[str]:
-    """The options of a group's value given other than their default (but ``skip``), by their first name."""
+def changed_flags(value: Group, skip: Iterable[str] = (), said: bool = False) -> list[str]:
+    """The options of a group's value set other than their default (but ``skip``), by their first
+    name; ``said``: also those the running command's line gave, whatever their value."""
     return [f.metadata["option"][0][0].split("/")[0] for f in _fields(type(value), None)
-            if f.name not in skip and getattr(value, f.name) != f.default]
+            if f.name not in skip and (getattr(value, f.name) != f.default or said and given(f.name))]
 
 
 def given_flags(value: Group, group_fields: Iterable[str] | None = None) -> dict[str, Any]:

@@ -118,6 +118,10 @@ class ServingEngine(Protocol):
         """The installed engine's own functions against mambaxfer's, on --model or --all-presets."""
         ...
 
+    def models(self) -> Report:
+        """``models --engine NAME``: the presets this engine serves, and why not the rest."""
+        ...
+
 
 def submodules(package: str) -> Callable[[str], ModuleType]:
     """A package's ``__getattr__`` that imports a submodule when it is first named (an engine's

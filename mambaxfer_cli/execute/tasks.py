@@ -105,4 +105,4 @@ def cut_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
     if "ssm" not in cut:
         raise UserError(f"--layers {layers}: the first {layers} cache-keeping layers of {spec.name} hold no SSM "
                         f"layer ({', '.join(cut)}); take more layers")
-    return replace(spec, layers=cut)
+    return replace(spec, layers=cut, layer_ids=spec.layer_ids[:layers])

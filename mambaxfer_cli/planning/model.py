@@ -114,6 +114,10 @@ class ModelSpec:
     ple_qsa: PleQsaParts | None = None     # Qwen4Exp's PLE state and QSA caches
     kpool_indexer: KpoolIndexerParts | None = None  # GLM-5-Next's sparse-attention indexer caches
     hidden_layers: int = 0           # the config's num_hidden_layers (0: not said): every decoder layer
+    # Each cache-keeping layer's decoder layer, as the model numbers its layers (MLP and MoE layers
+    # included; a model cut to its first layers keeps their numbers); empty where not read: the
+    # layers are then numbered by their place in ``layers``.
+    layer_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -133,6 +137,12 @@ class ModelSpec:
     @property
     def attention_layers(self) -> int:
         return sum(1 for kind in self.layers if kind == ATTENTION)
+
+    @property
+    def ssm_layer_ids(self) -> tuple[int, ...]:
+        """The SSM layers' numbers as the model gives them (``layer_ids``), else their places."""
+        ids = self.layer_ids or range(len(self.layers))
+        return tuple(i for i, kind in zip(ids, self.layers) if kind == SSM)
 
     @property
     def attention_indices(self) -> tuple[int, ...]:

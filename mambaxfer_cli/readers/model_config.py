@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import UserError, quoted
@@ -59,9 +59,17 @@ def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> i
     raise UserError(f"{where}: missing key for {what}: expected {wanted}")
 
 
+def _numbered(per_layer: Iterable[tuple[str, ...]]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The cache-keeping layers of each decoder layer, in order, and each one's decoder layer."""
+    pairs = [(kind, i) for i, kinds in enumerate(per_layer) for kind in kinds]
+    return tuple(kind for kind, _ in pairs), tuple(i for _, i in pairs)
+
+
 def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
-                 notes: dict[str, str]) -> tuple[str, ...]:
-    """Each cache-keeping layer's kind; ``notes["layers"]`` says which key won when two disagree."""
+                 notes: dict[str, str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Each cache-keeping layer's kind and its decoder layer's index (the model's own numbering;
+    empty where a family's hook reads the kinds); ``notes["layers"]`` says which key won when two
+    disagree."""
     layer_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers")
                       if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
     n_layers = None
@@ -71,12 +79,12 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
     config = {k: v for k, v in config.items() if v is not None}
     own = family.layer_kinds(config, n_layers, where) if family.layer_kinds else None
     if own is not None:
-        return own
+        return own, ()
     if family.layers == "all_ssm" or family.layers == "parallel":
         if n_layers is None:
             raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
         per_layer = (SSM,) if family.layers == "all_ssm" else (SSM, ATTENTION)
-        return per_layer * n_layers
+        return _numbered([per_layer] * n_layers)
     if "hybrid_override_pattern" in config:
         kinds = {"M": (SSM,), "*": (ATTENTION,), "-": (), "E": ()}
         pattern = config["hybrid_override_pattern"]
@@ -92,35 +100,33 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
             # len(hybrid_override_pattern)); transformers' config ignores num_hidden_layers then.
             notes["layers"] = (f"hybrid_override_pattern ({len(pattern)} layers; {layer_key} {n_layers} "
                                f"ignored, as vLLM builds one layer per pattern entry)")
-        return tuple(k for ch in pattern for k in kinds[ch])
+        return _numbered(kinds[ch] for ch in pattern)
     if "layers_block_type" in config or "layer_types" in config:
         key = "layers_block_type" if "layers_block_type" in config else "layer_types"
         kinds = {"mamba": (SSM,), "linear_attention": (SSM,), "attention": (ATTENTION,),
                  "full_attention": (ATTENTION,), "sliding_attention": (ATTENTION,),
                  **{kind: (ATTENTION,) for kind in ATTENTION_KINDS},
                  "hybrid": (ATTENTION, SSM), "mlp": (), "moe": ()}
-        out: list[str] = []
         entries = list_key(config, key, str, where)
         at_most(f"{where}: {key} of length", len(entries), 4 * MAX_LAYERS, "model's")
         for entry in entries:
             if entry not in kinds:
                 raise UserError(f"{where}: {key} has unknown layer kind {quoted(entry)}; known: {', '.join(kinds)}")
-            out.extend(kinds[entry])
-        return tuple(out)
+        return _numbered(kinds[entry] for entry in entries)
     if n_layers is None:
         raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers or n_layer")
     if "attn_layer_indices" in config:
         indices = set(list_key(config, "attn_layer_indices", int, where))
-        return tuple(ATTENTION if i in indices else SSM for i in range(n_layers))
+        return _numbered((ATTENTION if i in indices else SSM,) for i in range(n_layers))
     if "attn_layer_period" in config and "attn_layer_offset" in config:
         period = int_key(config, "attn_layer_period", 1, where)
         offset = int_key(config, "attn_layer_offset", 0, where)
-        return tuple(ATTENTION if i % period == offset else SSM for i in range(n_layers))
+        return _numbered((ATTENTION if i % period == offset else SSM,) for i in range(n_layers))
     if "full_attention_interval" in config:
         interval = int_key(config, "full_attention_interval", 1, where)
-        return tuple(ATTENTION if (i + 1) % interval == 0 else SSM for i in range(n_layers))
+        return _numbered((ATTENTION if (i + 1) % interval == 0 else SSM,) for i in range(n_layers))
     # A plain Mamba model: no layer-kind key, every layer is an SSM layer.
-    return (SSM,) * n_layers
+    return _numbered([(SSM,)] * n_layers)
 
 
 def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
@@ -186,31 +192,35 @@ def spec_from_config(
     indexer_kv_dtype: str | None = None,
     releases: Sequence[str] | None = None,
     tp_sizes: Sequence[int] | None = None,
+    startup: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag); ``releases``:
     the vLLM releases the engines run, each of which must serve the architecture; ``tp_sizes``:
-    their TP sizes, whose heads check vLLM meets before a refusal of the model or its state."""
+    their TP sizes, whose heads check vLLM meets before a refusal of the model or its state;
+    ``startup``: another serving engine's refusal of the config as read (None: it starts), checked
+    in place of vLLM's registry and connector."""
     where = source or name
     as_read = config
     archs = architecture_names(config)
     # startup, in vLLM's order: the registry as the config is built (a removed architecture the
     # Transformers backend does not take; one only another release has), then the heads check
     # (tp_sizes), then what building the model or the connector meets.
-    fallback = bool(archs) and archs[0] in TRANSFORMERS_BACKEND
-    removed = removed_refusal(config)
-    if removed and not fallback:
-        raise UserError(f"{where}: {removed}")
-    unserved = release_refusal(archs, releases or ()) if variant is None else None
+    fallback = startup is None and bool(archs) and archs[0] in TRANSFORMERS_BACKEND
+    removed = removed_refusal(config) if startup is None else None
+    refusal = startup(config) if startup is not None else None
+    if refusal or (removed and not fallback):
+        raise UserError(f"{where}: {refusal or removed}")
+    unserved = release_refusal(archs, releases or ()) if variant is None and startup is None else None
     if unserved:      # startup: an architecture only another release's registry has
         raise UserError(f"{where}: {unserved}")
     config = nested_keys(flatten_text_config(config))
-    refused = connector_refusal(archs) if variant is None else None
+    refused = connector_refusal(archs) if variant is None and startup is None else None
     if refused or removed:
         first = heads_first(_positive(config.get("num_attention_heads")) or 0, tp_sizes or ())
         if first or refused:
             raise UserError(f"{where}: {first or refused}")
-    family = labelled(_detect(config, variant, where, archs), archs)
+    family = labelled(_detect(config, variant, where, archs if startup is None else ()), archs)
     family = family.refine(family, config) if family.refine else family
     full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
@@ -282,7 +292,7 @@ def spec_from_config(
         raise UserError(f"--num-spec must be a non-negative integer, got {quoted(spec_num)}")
     within("--num-spec" if num_spec is not None else f"{where}: num_speculative_tokens", spec_num, 0,
            MAX_NUM_SPEC, "speculative decoding uses")
-    layers = _layer_kinds(config, family, where, notes)
+    layers, layer_ids = _layer_kinds(config, family, where, notes)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     if removed:       # startup: the Transformers backend stops at the first layer that is not attention
@@ -308,7 +318,7 @@ def spec_from_config(
         num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
         sizing_ssm_dtype=sizing, ssm_backend=family.ssm_backend, hf_config=as_read,
         state_source=family.fixed_state_source,
-        **own, hidden_layers=_hidden_layers(config),
+        **own, hidden_layers=_hidden_layers(config), layer_ids=layer_ids,
         origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
     )
     _check_state_size(spec, where)

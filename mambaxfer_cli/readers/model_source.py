@@ -8,7 +8,7 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from mambaxfer_cli.limits import MAX_REF_BYTES
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
@@ -118,13 +118,14 @@ def load_model(
     indexer_kv_dtype: str | None = None,
     releases: tuple[str, ...] | None = None,
     tp_sizes: tuple[int, ...] = (),
+    startup: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> ModelSpec:
     """Find and read the model named by ``--model``; CLI overrides beat file overrides;
     ``releases``: the vLLM releases its engines run, each of which must serve it; ``tp_sizes``:
-    their TP sizes (``spec_from_config``)."""
+    their TP sizes; ``startup``: another engine's start-up refusal (``spec_from_config``)."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype,
-           "releases": releases, "tp_sizes": tp_sizes}
+           "releases": releases, "tp_sizes": tp_sizes, "startup": startup}
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

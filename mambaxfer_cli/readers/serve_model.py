@@ -8,7 +8,7 @@ level, as vLLM's ``config.update(hf_overrides)`` does.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from mambaxfer_cli.readers import model_source as ms
 from mambaxfer_cli.errors import UserError
@@ -27,11 +27,13 @@ def _preset_for(name: str) -> str | None:
 def load_serve_model(name: str, *, conv_dtype: str | None = None, ssm_dtype: str | None = None,
                      num_spec: int | None = None, hf_overrides: Mapping[str, Any] | None = None,
                      indexer_kv_dtype: str | None = None, releases: tuple[str, ...] | None = None,
-                     tp_sizes: tuple[int, ...] = ()) -> ModelSpec:
+                     tp_sizes: tuple[int, ...] = (),
+                     startup: Callable[[Mapping[str, Any]], str | None] | None = None) -> ModelSpec:
     overrides = dict(hf_overrides or {})
     preset = _preset_for(name)
     cli: dict[str, Any] = {"conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
-                           "indexer_kv_dtype": indexer_kv_dtype, "releases": releases, "tp_sizes": tp_sizes}
+                           "indexer_kv_dtype": indexer_kv_dtype, "releases": releases, "tp_sizes": tp_sizes,
+                           "startup": startup}
     if not overrides:
         spec = ms.load_model(preset or name, **cli)
         return spec

@@ -13,7 +13,7 @@ from pathlib import Path
 SCHEMA_DIR = Path(__file__).parent
 # Their schemas: mambaxfer.<name>/v1.
 DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "bench", "conformance", "sglang-plan",
-             "sglang-check", "sglang-inspect", "sglang-execute", "sglang-bench",
+             "sglang-check", "sglang-inspect", "sglang-execute", "sglang-bench", "sglang-models",
              "check-engines", "bench-engines")
 
 

@@ -91,6 +91,9 @@ class Sglang:
             return None
         return commands.bench.beside(other, model, pair, engines, request, run, sweep, chart)
 
+    def models(self) -> Report:
+        return commands.answers.models_report()
+
     def conformance(self, model: ModelArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.sglang.conformance import run
         from mambaxfer_cli.engines.sglang.views.conformance import junit_xml, progress, render_report

@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for, transfer_entries
 from mambaxfer_cli.engines.sglang.families import given
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
+from mambaxfer_cli.engines.sglang.plan import plan
+from mambaxfer_cli.engines.sglang.served import startup
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
@@ -71,6 +73,8 @@ SOURCES: Mapping[str, Source] = {
                                         "the attention KV heads each P rank sends a D rank"),
     "MambaPool transfer entries": Source("sglang.srt.mem_cache.memory_pool", "MambaPool",
                                          "the pool's entries: item bytes, dims, rows, groups, layers"),
+    "mambaish_config state layers": Source("sglang.srt.configs.hybrid_arch", "mambaish_config",
+                                           "the layer ids of the pool's state entries, from the config"),
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
                                         "the checkpoint channels of a rank's conv state"),
     "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
@@ -491,6 +495,16 @@ class _Checker:
                          partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
 
+    def state_layers(self, models: Sequence[ModelSpec]) -> None:
+        """The layer ids the pool's entries carry (MambaPool.get_state_layer_ids gives back the
+        mamba_layer_ids it is built with: the config class's mamba2_cache_params.layers)."""
+        hybrid = self.fn("mambaish_config state layers")
+        if hybrid is None:
+            return
+        for model in models:
+            self.compare("mambaish_config state layers", {"model": model.name},
+                         partial(_their_state_layers, hybrid, model), partial(_our_state_layers, model, self.release))
+
     def rank_mapping(self) -> None:
         resolve = self.fn("_resolve_rank_mapping")
         if resolve is None:
@@ -726,6 +740,23 @@ def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers
             tuple(e.conv_shard_groups for e in entries), tuple(e.layer_id for e in entries))
 
 
+def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[int, ...]:
+    """SGLang's config class for the model's config.json (its config registry), through
+    mambaish_config as its pool configurator takes it, at TP 1: the state layers' ids."""
+    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
+    config = registry[model.hf_config["model_type"]](**model.hf_config)
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    with parallel.override(tp_size=1, tp_rank=0, tp_group=None, attn_tp_size=1, attn_tp_rank=0,
+                           enable_cp_tp_group_sharing=False):
+        found = hybrid(SimpleNamespace(hf_config=config, is_draft_model=False, linear_attn_registry_result=None))
+        return tuple(found.mamba2_cache_params.layers)
+
+
+def _our_state_layers(model: ModelSpec, release: Release) -> tuple[int, ...]:
+    """The layer ids of plan's conv entries (each layer has one)."""
+    return tuple(e.layer_id for e in plan(model, 1, 1, release=release).prefill_entries if e.field == CONV)
+
+
 def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
     m = rank_mapping(p_tp, d_tp, d)
     return (m.target_ranks, m.required_dst_info_num, m.required_prefill_response_num)
@@ -741,7 +772,7 @@ def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
     steps: tuple[Callable[[], None], ...] = (
         partial(checker.shapes, models), checker.dtypes, partial(checker.slices, models), checker.replicated,
         partial(checker.heads, models), partial(checker.mixer_channels, models), partial(checker.pool_entries, models),
-        partial(checker.sends, models), checker.rank_mapping)
+        partial(checker.sends, models), partial(checker.state_layers, models), checker.rank_mapping)
     for label, step in zip(STEPS, steps, strict=True):
         step()
         if done is not None:
@@ -752,7 +783,7 @@ def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
 
 # The probe's steps, as its progress names them.
 STEPS = ("state shapes", "state dtypes", "slice blocks", "replicated state", "head slices", "conv channels",
-         "pool entries", "state sends", "rank mapping")
+         "pool entries", "state sends", "state layers", "rank mapping")
 IMPORT_STEP = "SGLang's import"
 
 
@@ -761,7 +792,7 @@ def served_presets(release: Release = SGLANG_0_5_23) -> list[ModelSpec]:
     from mambaxfer_cli.readers.model_source import load_model, preset_names
     out = []
     for name in preset_names():
-        model = load_model(name)
+        model = load_model(name, startup=startup(release.version))
         rule = release.families.get(model.family)
         if rule is not None and rule.served:
             out.append(model)
@@ -772,7 +803,7 @@ def served_model(name: str, release: Release = SGLANG_0_5_23) -> ModelSpec:
     """``--model``'s model (a preset or a config), where SGLang serves its family."""
     from mambaxfer_cli.readers.model_source import load_model
 
-    model = load_model(name)
+    model = load_model(name, startup=startup(release.version))
     rule = release.families.get(model.family)
     if rule is None or not rule.served:
         why = rule.note if rule is not None else f"{release.label} serves no {model.family} model"

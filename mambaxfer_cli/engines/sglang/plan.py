@@ -15,7 +15,7 @@ from mambaxfer_cli.engines.sglang.shapes import sglang_model, state_shape
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side, exact_writes, sglang_writes
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.model import SSM, ModelSpec
+from mambaxfer_cli.planning.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,9 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
     p_spec, spec = sglang_model(model, p_env, release), sglang_model(model, d_env, release)
     p_side, d_side = check_side(p_spec, p_tp, release), check_side(spec, d_tp, release)
-    # Layers are numbered among the model's cache-keeping layers (SGLang numbers them among all of
-    # its layers; both sides number them alike, so the pairing of entries is the same).
-    layer_ids = tuple(i for i, kind in enumerate(spec.layers) if kind == SSM)
+    # SGLang's own layer numbers (MambaPool.get_state_layer_ids: the config class's
+    # mamba2_cache_params.layers, MLP and attention layers counted), which pair the two sides' entries.
+    layer_ids = spec.ssm_layer_ids
     outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=p_env, d_env=d_env, release=release)
     same_dtypes = (p_spec.conv_dtype, p_spec.ssm_dtype) == (spec.conv_dtype, spec.ssm_dtype)
     writes = () if outcome.refusal else sglang_writes(p_side, d_side, backend, release)

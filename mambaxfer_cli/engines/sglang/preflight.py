@@ -12,7 +12,7 @@ verified by running the corrected lines through the same verdict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server
@@ -207,7 +207,31 @@ def assess(p: SGLangServer, d: SGLangServer) -> Assessment:
                     d_env=d.line.state_env, prefill=p.server(), decode=d.server(), release=p.release)
     if found.refusal is not None:
         refusals.append(Refusal("bootstrap", found.refusal))
+    elif _geometry(p.state) != _geometry(d.state):
+        found = other_model(found, p.state, d.state)
     return Assessment(p, d, tuple(refusals), found)
+
+
+def _geometry(model: ModelSpec) -> tuple:
+    """What makes two servers' state and KV the same model's."""
+    return (model.family, model.variant, tuple(sorted(model.params.items())), model.layers, model.ssm_layer_ids,
+            model.conv_kernel, model.num_kv_heads, model.head_size)
+
+
+def other_model(found: Verdict, p: ModelSpec, d: ModelSpec) -> Verdict:
+    """Two servers of different models. SGLang's bootstrap compares no model (page size and
+    KV-cache dtype only); the prefill side pairs its state entries with the decode side's by model
+    layer id (``build_transfer_entry_pairs``, disaggregation/utils.py), which raises where D has no
+    entry for one of P's layers (NIXL fails the request; Mooncake's transfer thread raises it and
+    stops), and else writes P's state into slots that hold D's model's."""
+    missing = [i for i in p.ssm_layer_ids if i not in d.ssm_layer_ids]
+    said = (f"P serves {p.name} and D {d.name}, and SGLang's bootstrap compares no model: P pairs its state "
+            f"entries with D's by model layer id (build_transfer_entry_pairs, disaggregation/utils.py)")
+    if missing:
+        return replace(found, fails=f"{said}, and D has none for P's layer {missing[0]}: \"Decode peer is missing "
+                                    f"a transfer entry for model layer {missing[0]}\"")
+    return replace(found, findings=(*found.findings, f"{said} and writes {p.name}'s state into slots of "
+                                                     f"{d.name}'s: D decodes from another model's state"))
 
 
 # --- what is compared ----------------------------------------------------------------------------

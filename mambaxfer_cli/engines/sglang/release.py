@@ -12,6 +12,8 @@ from mambaxfer_cli.engines.sglang.families import FamilyRule, rows
 NIXL = "nixl"
 MOONCAKE = "mooncake"
 BACKENDS = (NIXL, MOONCAKE)
+# --disaggregation-transfer-backend's default (server_args, arg_groups/fields/disagg.py).
+DEFAULT_BACKEND = MOONCAKE
 
 
 @dataclass(frozen=True)

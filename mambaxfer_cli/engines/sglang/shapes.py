@@ -140,10 +140,18 @@ def config_ssm_dtype_of(model: ModelSpec) -> str | None:
 
 
 def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRule:
+    """The family's row, where SGLang serves the model and mambaxfer answers for it: a family SGLang
+    has no file for says so, then an architecture its registry lacks (Bamba, Kimi-K3.1)."""
+    from mambaxfer_cli.engines.sglang.served import missing_class
+
     rule = release.families.get(model.family)
-    if rule is None or not rule.served:
+    why = rule.note if rule is not None and not rule.served and not rule.engine_serves else None
+    why = why or missing_class(model.hf_config, release.version)
+    if why is None and (rule is None or not rule.served):
         why = rule.note if rule else f"SGLang {release.version} has no rule for the family '{model.family}'"
+    if why is not None:
         raise UserError(f"{model.name}: {why}; mambaxfer answers for SGLang only where it serves the model")
+    assert rule is not None
     return rule
 
 

@@ -87,6 +87,11 @@ class Vllm:
                      request: RequestArgs, run: RunArgs, sweep: str, chart: Path | None) -> Report | None:
         return None     # SGLang's package benches itself beside vLLM
 
+    def models(self) -> Report:
+        from mambaxfer_cli.cli.models_cmd import presets_report
+
+        return presets_report()     # the presets as mambaxfer reads them, for vLLM
+
     def conformance(self, model: ModelArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.vllm.conformance import run
         from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, progress, render_report

@@ -73,7 +73,7 @@ class Toy:
     def prepare_bench(self, *_: object) -> PreparedBench:
         _unanswered()
 
-    inspect = preflight = conformance = runs = staticmethod(_unanswered)
+    inspect = preflight = conformance = runs = models = staticmethod(_unanswered)
 
 
 ENGINE: ServingEngine = Toy()

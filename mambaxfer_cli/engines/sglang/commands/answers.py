@@ -18,37 +18,43 @@ NAME = "sglang"
 _SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
 
 
-def backend(engines: EngineArgs) -> str:
-    """--transfer-backend, after refusing the vLLM flags given with --engine sglang."""
-    from mambaxfer_cli.engines.sglang.release import BACKENDS
+def backend(engines: EngineArgs, said: bool = True) -> str:
+    """--transfer-backend, after refusing the vLLM flags given with --engine sglang, whatever their
+    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's)."""
+    from mambaxfer_cli.engines.sglang.release import BACKENDS, DEFAULT_BACKEND
 
-    given = changed_flags(engines, skip=("engine", "transfer_backend"))
+    given = changed_flags(engines, skip=("engine", "transfer_backend"), said=said)
     if given:
         raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; --engine sglang does "
                         f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend)")
-    chosen = (engines.transfer_backend or "nixl").strip().lower()
+    chosen = (engines.transfer_backend or DEFAULT_BACKEND).strip().lower()
     if chosen not in BACKENDS:
         raise UserError(f"--transfer-backend: '{engines.transfer_backend}' is not one of {', '.join(BACKENDS)}")
     return chosen
 
 
-def request_unused(request: RequestArgs | None) -> None:
-    """Refuse the request options (vLLM's blocks and reads) with --engine sglang."""
-    given = changed_flags(request) if request is not None else []
+def request_unused(request: RequestArgs | None, said: bool = True) -> None:
+    """Refuse the request options (vLLM's blocks and reads) with --engine sglang, whatever their
+    value (``said``: as ``backend``)."""
+    given = changed_flags(request, said=said) if request is not None else []
     if given:
         raise UserError(f"{', '.join(given)}: {'these apply' if len(given) > 1 else 'it applies'} to vLLM's block "
                         f"reads; SGLang moves one slot per request (--engine sglang)")
 
 
 def load(model: ModelArgs, name: str | None = None):
-    """The model, refusing the overrides SGLang decides itself."""
+    """The model, refusing the overrides SGLang decides itself; read with SGLang's start-up
+    refusals in place of vLLM's."""
+    from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23
+    from mambaxfer_cli.engines.sglang.served import startup
+
     given = [flag for flag in changed_flags(model, skip=("model", "all_presets", "variant", "kv_heads", "head_size"))
              if flag.lstrip("-").replace("-", "_") in _SET_BY_SGLANG]
     if given:
         raise UserError(f"{', '.join(given)}: SGLang sets its state dtypes and conv rows itself "
                         f"(SGLANG_MAMBA_CONV_DTYPE, SGLANG_MAMBA_SSM_DTYPE, the config's mamba_ssm_dtype); "
                         f"--engine sglang does not take {'them' if len(given) > 1 else 'it'}")
-    return model.load(name)
+    return model.load(name, startup=startup(SGLANG_0_5_23.version))
 
 
 class PlanReport(Report):
@@ -87,22 +93,33 @@ def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_t
 
 
 def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,
-                 max_tp: int | None) -> Viewed:
+                 max_tp: int | None, said: bool = True, beside: bool = False) -> Viewed:
+    """``check --engine sglang``; ``beside`` (vLLM's): a model SGLang does not serve is left out with
+    a line saying why, as --all-presets leaves one out, so that vLLM's column stays."""
     from mambaxfer_cli.engines.sglang.check import run, targets
     from mambaxfer_cli.limits import MAX_TP, within
     from mambaxfer_cli.proof.verdicts import ALL_PRESETS_MAX_TP, parse_pairs
     from mambaxfer_cli.render.run_view import progress
     from mambaxfer_cli.engines.sglang.views.answers import check_junit, render_check
 
-    chosen = backend(engines)
-    request_unused(request)
+    chosen = backend(engines, said)
+    request_unused(request, said)
     if pairs is not None and max_tp is not None:
         raise UserError("give either --pairs or --max-tp, not both")
     if max_tp is not None:
         within("--max-tp", max_tp, 1, MAX_TP, "deployment's TP size")
     listed = [(p.p_tp, p.d_tp) for p in parse_pairs(pairs)] if pairs is not None else None
-    specs = [load(model, name) for name in model.names()]
-    work, left_out = targets(specs, listed, max_tp or ALL_PRESETS_MAX_TP, every=model.all_presets)
+    every = model.all_presets or beside
+    specs, refused = [], []
+    for name in model.names():
+        try:
+            specs.append(load(model, name))
+        except UserError as exc:    # SGLang's start-up refusal of a config as read
+            if not every:
+                raise
+            refused.append(str(exc))
+    work, left_out = targets(specs, listed, max_tp or ALL_PRESETS_MAX_TP, every=every)
+    left_out = [*refused, *left_out]
     with progress() as (on_start, on_result):
         # The progress bar reads a result's model and pairing, which SGLang's results have too.
         report = run(work, chosen, on_start=on_start, on_result=cast(Any, on_result), left_out=left_out)
@@ -126,7 +143,8 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
                 "model": spec.to_dict(),
                 "layouts": {str(tp): [r.to_dict() for r in side.layouts()] for tp, side in sides.items()},
                 "entries": {str(tp): [vars(e) | {"conv_shard_groups": list(e.conv_shard_groups or []) or None}
-                                      for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype, (0,))]
+                                      for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype,
+                                                                 spec.ssm_layer_ids[:1])]
                             for tp in sizes}}
     return InspectReport(document, spec, sides, shapes)
 
@@ -160,8 +178,10 @@ def side_by_side(other: ServingEngine, model: ModelArgs, engines: EngineArgs, re
     from dataclasses import replace
 
     ours = EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend)   # vLLM's flags are vLLM's
-    backend(ours)
-    theirs = check_report(model, ours, request, pairs, max_tp)     # first: it refuses a model SGLang lacks
+    backend(ours, said=False)
+    # First: a pairing or option SGLang refuses is said before vLLM checks anything; a model it does
+    # not serve is a line of its column, and vLLM's column stays.
+    theirs = check_report(model, ours, request, pairs, max_tp, said=False, beside=True)
     vllm = other.check(model, replace(engines, engine=other.name, transfer_backend=None), request, output, pairs,
                        max_tp)
     return BothReport(cast(Viewed, vllm).report, theirs.report)
@@ -171,12 +191,49 @@ class BothReport(Report):
     """vLLM's and SGLang's checks of the same pairings, side by side."""
 
     def __init__(self, vllm, sglang) -> None:
+        # SGLang serving none of the models asked about fails the check (--all-presets leaves some out).
+        ok = vllm.ok and sglang.ok and bool(sglang.results or not sglang.unchecked)
         super().__init__({"schema": "mambaxfer.check-engines/v1", "engines": ["vllm", "sglang"],
-                          "ok": vllm.ok and sglang.ok, "vllm": vllm.to_dict(), "sglang": sglang.to_dict()},
-                         exit_code=0 if vllm.ok and sglang.ok else 1)
+                          "ok": ok, "vllm": vllm.to_dict(), "sglang": sglang.to_dict()},
+                         exit_code=0 if ok else 1)
         self.vllm, self.sglang = vllm, sglang
 
     def render(self, width: int) -> list:
         from mambaxfer_cli.engines.sglang.views.answers import render_both
 
         return render_both(self.vllm, self.sglang)
+
+
+def models_report() -> Report:
+    """``models --engine sglang``: each preset, the srt/models/ file SGLang serves it with and whether
+    mambaxfer answers for it there (else why not), and what SGLang serves with a state mambaxfer
+    does not read."""
+    from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23 as release
+    from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, STATE_NOT_READ, startup
+    from mambaxfer_cli.engines.sglang.shapes import family_rule
+    from mambaxfer_cli.planning.startup import architecture_names
+    from mambaxfer_cli.readers.model_source import load_model, preset_names
+
+    rows = []
+    for name in preset_names():
+        spec = load_model(name, startup=startup(release.version))
+        archs = architecture_names(spec.hf_config)
+        try:
+            family_rule(spec, release)
+            why = None
+        except UserError as exc:
+            why = str(exc).removeprefix(f"{name}: ").split("; mambaxfer answers")[0]
+        rows.append({"name": name, "source": spec.source, "family": spec.family, "architectures": list(archs),
+                     "sglang_file": next((ARCHITECTURES[a] for a in archs if a in ARCHITECTURES), None),
+                     "answered": why is None, "why": why})
+    unread = [{"architecture": arch, "label": label, "file": ARCHITECTURES[arch], "config_class": config,
+               "found_by": branch} for arch, (label, config, branch) in STATE_NOT_READ.items()]
+    return ModelsReport({"schema": "mambaxfer.sglang-models/v1", "engine": NAME, "release": release.version,
+                         "models": rows, "state_not_read": unread})
+
+
+class ModelsReport(Report):
+    def render(self, width: int) -> list:
+        from mambaxfer_cli.engines.sglang.views.answers import render_models
+
+        return render_models(self.document)

@@ -29,6 +29,11 @@ def rows(release: str) -> dict[str, FamilyRule]:
     return {label: rule for module in _modules() for label, rule in getattr(module, release, {}).items()}
 
 
+def merged(name: str) -> dict[str, Any]:
+    """Every family module's entries under ``name`` (a mapping each), in one mapping."""
+    return {key: value for module in _modules() for key, value in getattr(module, name, {}).items()}
+
+
 def given(name: str) -> Any:
     """What the one family module that has ``name`` gives under it (conformance's stand-ins)."""
     return next(getattr(module, name) for module in _modules() if hasattr(module, name))

@@ -11,6 +11,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, FAILS, MISROUTES, REFUSED, RIGHT, CheckReport
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+from mambaxfer_cli.engines.sglang.release import NIXL
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
@@ -39,7 +40,7 @@ def verdict_text(plan: SGLangPlan) -> Text:
 def _heading(plan: SGLangPlan) -> str:
     spec = plan.model
     return (f"{spec.name} · {spec.variant.value} [{spec.family}] · {plan.release.label} over "
-            f"{plan.backend.upper() if plan.backend == 'nixl' else plan.backend.capitalize()} · "
+            f"{backend_name(plan.backend)} · "
             f"{tp_pairing(plan.p_tp, plan.d_tp)} · conv {spec.conv_dtype}, temporal {spec.ssm_dtype}")
 
 
@@ -58,6 +59,19 @@ def entries_table(plan: SGLangPlan) -> Table:
         table.add_row(FIELD_NAMES[field], str(len(p)), f"{p[0].item_len:,} B", f"{d[0].item_len:,} B",
                       axis + groups)
     return table
+
+
+def layer_ids_text(plan: SGLangPlan) -> Text:
+    """The entries' layer ids as SGLang numbers them, runs of consecutive ids joined."""
+    ids = [e.layer_id for e in plan.prefill_entries if e.field == plan.prefill_entries[0].field]
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+    return Text(f"layer ids (MambaPool.get_state_layer_ids, the model's own): {said}", style="dim")
 
 
 def _spans(writes: Sequence[StateWrite]) -> str:
@@ -98,20 +112,27 @@ def mapping_lines(plan: SGLangPlan) -> list[Text]:
     return out
 
 
+def backend_name(backend: str) -> str:
+    """A transfer backend as its project writes it."""
+    return "NIXL" if backend == NIXL else "Mooncake"
+
+
 def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
     descriptors = plan.descriptors()
-    parts: list = [Text(_heading(plan), style="bold"), verdict_text(plan), entries_table(plan)]
+    parts: list = [Text(_heading(plan), style="bold"), verdict_text(plan), entries_table(plan),
+                   layer_ids_text(plan)]
     if plan.writes or plan.exact:
         parts.append(writes_table(plan, d_rank))
     parts += mapping_lines(plan)
-    parts.append(Text(f"{len(descriptors):,} NIXL write descriptors per request (every layer), "
+    what = "NIXL write descriptors" if plan.backend == NIXL else "Mooncake transfer blocks (_transfer_data)"
+    parts.append(Text(f"{len(descriptors):,} {what} per request (every layer), "
                       f"{sum(x.length for x in descriptors):,} B", style="dim"))
     return parts
 
 
 def check_table(report: CheckReport) -> Table:
     """Per pairing, what SGLang does and the bytes it gets wrong (mambaxfer's exact plan: the footer)."""
-    table = _table(f"mambaxfer check: {report.release} over {report.backend.upper()}",
+    table = _table(f"mambaxfer check: {report.release} over {backend_name(report.backend)}",
                    [("model", "left"), ("pairing", "left"), ("SGLang", "left"), ("state", "left"),
                     ("wrong bytes", "right")])
     last = None
@@ -209,8 +230,23 @@ def render_both(vllm, sglang: CheckReport) -> list:
     parts += [Text(f"– {line}", style="yellow") for line in (*vllm.unchecked, *sglang.unchecked)]
     n = len(rows)
     v_right = sum(1 for r in vllm.results if r.vllm_does == VLLM_RIGHT)
-    ok = vllm.ok and sglang.ok
+    ok = vllm.ok and sglang.ok and bool(sglang.results or not sglang.unchecked)
     parts.append(Text(f"{n} pairing{'' if n == 1 else 's'}: {vllm.releases} moves {v_right} of "
                       f"{sum(1 for r in vllm.results if r.verdict != 'skip')} right, {sglang.release} "
                       f"{sglang.count(RIGHT)} of {len(sglang.results)}", style="bold green" if ok else "bold red"))
+    return parts
+
+
+def render_models(document: dict) -> list:
+    """The presets SGLang serves (its srt/models/ file) and mambaxfer answers for; why not the rest."""
+    table = _table(f"mambaxfer models: SGLang {document['release']}",
+                   [("preset", "left"), ("SGLang's model file", "left"), ("mambaxfer answers", "left")])
+    for row in document["models"]:
+        table.add_row(row["name"], row["sglang_file"] or "– none",
+                      Text("✓ yes", style="green") if row["answered"] else Text("✗ no", style="red"))
+    parts: list = [table]
+    parts += [Text(f"– {row['name']}: {row['why']}", style="yellow") for row in document["models"] if row["why"]]
+    unread = ", ".join(f"{u['label']} ({u['file']}, {u['config_class']})" for u in document["state_not_read"])
+    parts.append(Text(f"SGLang {document['release']} also serves, with a recurrent state that configs/hybrid_arch.py "
+                      f"mambaish_config finds and mambaxfer does not model: {unread}", style="dim"))
     return parts

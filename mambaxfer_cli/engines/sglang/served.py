@@ -1,0 +1,62 @@
+"""Which models SGLang 0.5.23 serves, as its own code decides: its model registry (``ModelRegistry``
+collects each ``srt/models/`` file's ``EntryClass``: ``releases/v0_5_23/architectures.json``,
+written by ``scripts/sglang_architectures.py``), and, of those, the ones whose recurrent state
+its pool keeps (``configs/hybrid_arch.py`` ``mambaish_config``) that no family of mambaxfer reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from mambaxfer_cli.engines.sglang.families import merged
+from mambaxfer_cli.planning.startup import architecture_names
+
+_DATA = Path(__file__).parent / "releases" / "v0_5_23" / "architectures.json"
+# SGLang 0.5.23's architectures, each with the srt/models/ file whose EntryClass names it.
+ARCHITECTURES: Mapping[str, str] = json.loads(_DATA.read_text())["served"]
+
+# What mambaish_config (configs/hybrid_arch.py) finds a state in, by architecture, where mambaxfer
+# reads no family: (label, the config class it tests, the branch that finds it). A family module
+# of families/ gives those of its family (STATE_NOT_READ).
+STATE_NOT_READ: Mapping[str, tuple[str, str, str]] = {
+    **merged("STATE_NOT_READ"),
+    "ZayaForCausalLM": ("Zaya", "ZayaConfig", "mamba2_config"),
+    "JetVLMForConditionalGeneration": ("JetVLM", "JetVLMConfig", "hybrid_gdn_config"),
+    "InternS2PreviewForConditionalGeneration": ("InternS2-Preview", "InternS2PreviewConfig", "hybrid_gdn_config"),
+    "MiniCPMSALAForCausalLM": ("MiniCPM-SALA", "MiniCPMHybridConfig", "hybrid_lightning_config"),
+    "GigaChat35ForCausalLM": ("GigaChat3.5", "GigaChat35Config",
+                              "the linear-attention registry (configs/gigachat35.py registers it)"),
+}
+
+
+def state_not_read(arch: str, version: str) -> str:
+    label, config_class, branch = STATE_NOT_READ[arch]
+    return (f"SGLang {version} serves {label} ({ARCHITECTURES[arch]}, {arch}) and keeps a recurrent state for it "
+            f"({config_class}, found by {branch} in configs/hybrid_arch.py mambaish_config), but mambaxfer does "
+            f"not model its state transfer for SGLang")
+
+
+def no_model_class(arch: str, version: str) -> str:
+    return (f"SGLang {version} has no model class {arch}: no srt/models/ file's EntryClass names it "
+            f"(ModelRegistry); it would start only on its Transformers backend (--model-impl, "
+            f"model_loader/utils.py), whose model mambaish_config (configs/hybrid_arch.py) gives no Mamba "
+            f"state to transfer")
+
+
+def startup(version: str):
+    """SGLang's refusal of a config as read, before mambaxfer reads its family (``spec_from_config``'s
+    ``startup``): an architecture SGLang serves with a state mambaxfer does not read."""
+    def refused(config: Mapping[str, Any]) -> str | None:
+        found = [a for a in architecture_names(config) if a in STATE_NOT_READ]
+        return state_not_read(found[0], version) if found else None
+    return refused
+
+
+def missing_class(config: Mapping[str, Any], version: str) -> str | None:
+    """Where no architecture the config names is in SGLang's registry (None: one is, or the
+    config names none)."""
+    archs = architecture_names(config)
+    if archs and not any(a in ARCHITECTURES for a in archs):
+        return no_model_class(archs[0], version)
+    return None
