@@ -132,11 +132,15 @@ def test_an_unknown_value_the_engine_does_not_read_is_no_error():
         parse_serve("export VLLM_SSM_CONV_STATE_LAYOUT=$(cat layout)\nvllm serve m")
 
 
-def test_an_unknown_model_in_a_script_names_the_file_option(tmp_path):
-    decode = tmp_path / "decode.sh"
-    decode.write_text("MODEL=no-such-model\nvllm serve $MODEL\n")
-    result = run_cli("preflight", "--prefill", "vllm serve jamba", "--decode-file", str(decode))
-    assert_user_error(result, f"--decode-file {decode}: unknown model 'no-such-model'")
+@pytest.mark.parametrize("prefill, decode", [
+    ("vllm serve jamba", "MODEL=no-such-model\nvllm serve $MODEL\n"),
+    (f"{SGLANG} --model-path jamba", f"MODEL=no-such-model\n{SGLANG} --model-path $MODEL\n"),
+])
+def test_an_unknown_model_in_a_script_names_the_file_option(tmp_path, prefill, decode):
+    path = tmp_path / "decode.sh"
+    path.write_text(decode)
+    result = run_cli("preflight", "--prefill", prefill, "--decode-file", str(path))
+    assert_user_error(result, f"--decode-file {path}: unknown model 'no-such-model'")
 
 
 # --- comments end at the newline -----------------------------------------------------------------

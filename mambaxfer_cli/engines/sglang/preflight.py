@@ -105,19 +105,20 @@ def _origin(said: str | None) -> str | None:
 
 def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Release = SGLANG_0_5_23) -> SGLangServer:
     """The server SGLang starts from ``line``; ``load(name)`` resolves the model as ``--model`` does."""
+    where = line.origin or f"--{side}"
     if line.transfer_backend not in BACKENDS:
-        raise UserError(f"--{side}: --disaggregation-transfer-backend {line.transfer_backend}: mambaxfer answers "
+        raise UserError(f"{where}: --disaggregation-transfer-backend {line.transfer_backend}: mambaxfer answers "
                         f"for SGLang's {' and '.join(BACKENDS)} backends")
     try:
         model = load(line.model)
     except UserError as exc:
-        raise UserError(f"{line.origin or '--' + side}: {exc}") from None
+        raise UserError(f"{where}: {exc}") from None
     try:
         family_rule(model, release)
     except UserError as exc:
         rule = release.families.get(model.family)
         if rule is not None and rule.engine_serves:     # SGLang starts it; mambaxfer does not model it
-            raise UserError(f"--{side}: {exc}") from None
+            raise UserError(f"{where}: {exc}") from None
         return SGLangServer(side, line, model, None, str(exc), release)
     return SGLangServer(side, line, model, sglang_model(model, line.state_env, release), None, release)
 

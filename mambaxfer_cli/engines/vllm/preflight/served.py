@@ -131,7 +131,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
                  hf_overrides=line.hf_overrides, releases=(base.release.name,),
                  **({"indexer_kv_dtype": kv} if kv is not None else {}))
     model = replace(model, model_dtype=dtype)
-    where = f"--{side}"
+    where = line.origin or f"--{side}"
     gdn = _line_gdn_backend(line) or base.gdn_prefill_backend
     try:
         resolve_kv_dtype(line.kv_cache_dtype, dtype)
