@@ -706,3 +706,19 @@ def test_a_flag_of_another_release_is_dropped():
     assert doc["fix"]["changes"] == [{"side": "prefill", "flag": "--max-num-inflight-kv-loads", "old": "4",
                                       "new": None, "why": "vLLM 0.33 does not take it (0.34 only)"}]
     check_fix_works(doc)
+
+
+def test_the_fix_of_sglangs_role_flags_fits_80_columns_and_cuts_no_value():
+    # SGLang's way of naming the roles, in vllm serve lines: dropped, and vLLM's connector and role added.
+    p = "vllm serve Qwen/Qwen3.5-0.8B --disaggregation-mode prefill"
+    d = "vllm serve Qwen/Qwen3.5-0.8B --disaggregation-mode decode --tp-size 2"
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["fix"]["verdict_after"] == "works" and doc["fix"]["changed"] == ["prefill", "decode"]
+    check_fix_works(doc)
+    result = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    fix = result.stdout.split("\nFix\n", 1)[1].split("\nwarning:", 1)[0].splitlines()
+    assert max(map(len, fix)) <= 80
+    assert "  P: --kv-transfer-config as the corrected line has it  (the engine's NIXL" in fix
+    for side in ("prefill", "decode"):       # each JSON value whole on one line
+        value = json.dumps(json.loads(shlex.split(doc["fix"][side])[-1]), separators=(",", ":"))
+        assert sum(f"'{value}'" in line for line in fix) == 1, (value, fix)
