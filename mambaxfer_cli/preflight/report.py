@@ -1,5 +1,6 @@
 """What preflight shares between the engines: the two sides, the fields compared, a flag change,
-a fix and the report that holds them, and command lines quoted for a shell."""
+a fix and the report that holds them, the option a person meant by one a parser does not take,
+the nearest TP sizes, and command lines quoted for a shell."""
 
 from __future__ import annotations
 
