@@ -644,7 +644,7 @@ def fix_changes(doc) -> list[tuple]:
     return [(c["side"], c["flag"], c["old"], c["new"]) for c in doc["fix"]["changes"]]
 
 
-def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_printed():
+def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_printed(tmp_path):
     # SGLang's --disaggregation-mode in a vllm serve line: vLLM's parser stops; nothing of vLLM's is meant.
     p, d = lines("Qwen/Qwen3.5-0.8B", "--disaggregation-mode prefill", "")
     code, doc = run_json(p, d)
@@ -659,6 +659,10 @@ def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_pr
     assert fix[0] == "  P: remove --disaggregation-mode prefill  (no vLLM release takes it)"
     assert fix[1] == "  corrected command line (verified: works):" and fix[2] == "  # prefill"
     assert "  # decode" not in fix and max(map(len, result.stdout.splitlines())) <= 80
+    junit = tmp_path / "preflight.xml"
+    run_cli("preflight", "--prefill", p, "--decode", d, "--junit", str(junit))
+    failure = junit.read_text().split("fix:", 1)[1]
+    assert "--port 8100" in failure and "--port 8200" not in failure     # the changed line only
 
 
 @pytest.mark.parametrize("written, spelled", [("--tp 2", "-tp 2"), ("--tp=2", "-tp=2"), ("--tp-size 2", "-tp 2"),
