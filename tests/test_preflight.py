@@ -644,7 +644,7 @@ def fix_changes(doc) -> list[tuple]:
     return [(c["side"], c["flag"], c["old"], c["new"]) for c in doc["fix"]["changes"]]
 
 
-def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_printed():
+def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_printed(tmp_path):
     # SGLang's --disaggregation-mode in a vllm serve line: vLLM's parser stops; nothing of vLLM's is meant.
     p, d = lines("Qwen/Qwen3.5-0.8B", "--disaggregation-mode prefill", "")
     code, doc = run_json(p, d)
@@ -659,6 +659,10 @@ def test_another_engines_flag_is_dropped_with_its_value_and_only_that_line_is_pr
     assert fix[0] == "  P: remove --disaggregation-mode prefill  (no vLLM release takes it)"
     assert fix[1] == "  corrected command line (verified: works):" and fix[2] == "  # prefill"
     assert "  # decode" not in fix and max(map(len, result.stdout.splitlines())) <= 80
+    junit = tmp_path / "preflight.xml"
+    run_cli("preflight", "--prefill", p, "--decode", d, "--junit", str(junit))
+    failure = junit.read_text().split("fix:", 1)[1]
+    assert "--port 8100" in failure and "--port 8200" not in failure     # the changed line only
 
 
 @pytest.mark.parametrize("written, spelled", [("--tp 2", "-tp 2"), ("--tp=2", "-tp=2"), ("--tp-size 2", "-tp 2"),
@@ -706,3 +710,19 @@ def test_a_flag_of_another_release_is_dropped():
     assert doc["fix"]["changes"] == [{"side": "prefill", "flag": "--max-num-inflight-kv-loads", "old": "4",
                                       "new": None, "why": "vLLM 0.33 does not take it (0.34 only)"}]
     check_fix_works(doc)
+
+
+def test_the_fix_of_sglangs_role_flags_fits_80_columns_and_cuts_no_value():
+    # SGLang's way of naming the roles, in vllm serve lines: dropped, and vLLM's connector and role added.
+    p = "vllm serve Qwen/Qwen3.5-0.8B --disaggregation-mode prefill"
+    d = "vllm serve Qwen/Qwen3.5-0.8B --disaggregation-mode decode --tp-size 2"
+    code, doc = run_json(p, d)
+    assert code == 1 and doc["fix"]["verdict_after"] == "works" and doc["fix"]["changed"] == ["prefill", "decode"]
+    check_fix_works(doc)
+    result = run_cli("preflight", "--prefill", p, "--decode", d, env={"COLUMNS": "80"})
+    fix = result.stdout.split("\nFix\n", 1)[1].split("\nwarning:", 1)[0].splitlines()
+    assert max(map(len, fix)) <= 80
+    assert "  P: --kv-transfer-config as the corrected line has it  (the engine's NIXL" in fix
+    for side in ("prefill", "decode"):       # each JSON value whole on one line
+        value = json.dumps(json.loads(shlex.split(doc["fix"][side])[-1]), separators=(",", ":"))
+        assert sum(f"'{value}'" in line for line in fix) == 1, (value, fix)

@@ -1,5 +1,6 @@
 """What preflight shares between the engines: the two sides, the fields compared, a flag change,
-a fix and the report that holds them, and command lines quoted for a shell."""
+a fix and the report that holds them, the option a person meant by one a parser does not take,
+the nearest TP sizes, and command lines quoted for a shell."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class Field:
         return {"field": self.name, "prefill": self.prefill, "decode": self.decode, "agree": self.agree}
 
 
+SHOWN = 40       # the longest value a change's line names (a longer one is in the corrected line)
+
+
 @dataclass(frozen=True)
 class Change:
     side: str
@@ -49,7 +53,10 @@ class Change:
         if self.new == "":
             return f"{name}: {self.flag}  ({self.why})"
         if self.new is None:
-            return f"{name}: remove {' '.join(filter(None, (self.flag, self.old)))}  ({self.why})"
+            value = "" if not self.old else " and its value" if len(self.old) > SHOWN else f" {self.old}"
+            return f"{name}: remove {self.flag}{value}  ({self.why})"
+        if len(self.new) > SHOWN:    # a JSON value: whole in the corrected line, never cut here
+            return f"{name}: {self.flag} as the corrected line has it  ({self.why})"
         return f"{name}: {self.flag} {self.new}  ({self.why})"
 
     def to_dict(self) -> dict:

@@ -366,12 +366,11 @@ def _tp_moves(a: Assessment) -> list[list[Change]]:
     first (``tp_moves``); only where the attention TP is the TP size (no attention DP or CP)."""
     options: list[list[Change]] = []
     for e in (a.prefill, a.decode):
-        refused = None if e.state is None else tp_refusal(e.state, e.tp, e.release)
-        if refused is None or e.line.attn_dp_size != 1 or e.line.attn_cp != 1:
+        state = e.state
+        refused = None if state is None else tp_refusal(state, e.tp, e.release)
+        if state is None or refused is None or e.line.attn_dp_size != 1 or e.line.attn_cp != 1:
             options.append([])
             continue
-        assert e.state is not None
-        state = e.state
         sizes = [t for t in range(1, 2 * e.tp + 1) if tp_refusal(state, t, e.release) is None]
         options.append(tp_moves(e.side, FLAG["tp"], e.tp, sizes, refused))
     return nearest_first(options)
