@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from cli_run import assert_user_error, run_cli
@@ -15,6 +16,7 @@ from mambaxfer_cli.engines.vllm.releases import release
 from mambaxfer_cli.engines.vllm.startup import replayssm_case
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.schema import document_schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "torch_dtype": "bfloat16",
@@ -210,7 +212,9 @@ def test_mla_under_float32_gets_no_attention_backend(model):
     raises "No valid attention backend found for cuda ..." as an MLA layer is built with
     ``--dtype float32``: plan's verdict refuses at start-up, check exits 1; bfloat16 starts."""
     result = run_cli("plan", "--model", model, "--p-tp", "1", "--d-tp", "1", "--dtype", "float32", "--format", "json")
-    verdict = json.loads(result.stdout)["vllm"]
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, document_schema("plan"))
+    verdict = document["vllm"]
     assert result.code == 0 and not verdict["accepts"], verdict
     refusal = verdict["refusals"][0]
     assert refusal["code"] == "attention-backend"
