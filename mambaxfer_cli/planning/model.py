@@ -114,6 +114,7 @@ class ModelSpec:
     ple_qsa: PleQsaParts | None = None     # Qwen4Exp's PLE state and QSA caches
     kpool_indexer: KpoolIndexerParts | None = None  # GLM-5-Next's sparse-attention indexer caches
     hidden_layers: int = 0           # the config's num_hidden_layers (0: not said): every decoder layer
+    draft_layers: int = 0            # the last of ``layers`` are a drafter's (an engine's speculative decoding)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -143,7 +144,7 @@ class ModelSpec:
     def hashed_layers(self) -> int:
         """The layer count vLLM's compatibility hash takes (``get_total_num_hidden_layers``: the
         config's ``num_hidden_layers``, MLP and MoE layers included), else the cache-keeping layers'."""
-        return self.hidden_layers or len(self.layers)
+        return self.hidden_layers or len(self.layers) - self.draft_layers
 
     @property
     def conv_rows(self) -> int:
@@ -165,6 +166,7 @@ class ModelSpec:
                            "dtype": self.model_dtype, **({"mla": True} if self.mla else {})}
                           if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
+            **({"draft_layers": self.draft_layers} if self.draft_layers else {}),
             **{part.key: part.to_dict() for part in (self.ple_qsa, self.kpool_indexer) if part},
             "origin": dict(self.origin),
         }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, parse_tp_list
-from mambaxfer_cli.engines.vllm.options import build
+from mambaxfer_cli.engines.vllm.options import build, drafted
 from mambaxfer_cli.render.report import AsIs, Report
 
 
@@ -12,8 +12,9 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.planning.kv_groups import model_grouping
 
-    flags = build(engines).decode
-    spec = model.load(releases=(flags.release.name,))
+    built = build(engines)
+    flags = built.decode
+    spec, = drafted([model.load(releases=(flags.release.name,))], model, engines, built)
     grouping = model_grouping(spec)
     sides = {size: engine_layout(spec, size, flags, grouping) for size in parse_tp_list(tp)}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
