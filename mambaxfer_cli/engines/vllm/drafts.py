@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.release import Release
 
 FLAG = "--speculative-config"
+REFUSES = "vLLM does not start: "      # how each refusal below begins
 # Each MTP model class builds getattr(config, key, 1) layers whatever the token count
 # (Qwen3NextMultiTokenPredictor, Qwen3_5MultiTokenPredictor: ``num_mtp_layers``).
 MTP_LAYERS_DEFAULT = 1
@@ -82,7 +83,7 @@ def _tokens(speculative: Mapping[str, Any]) -> int | None:
     if isinstance(tokens, bool) or not isinstance(tokens, int):
         raise UserError(f"{FLAG}: num_speculative_tokens must be an integer, got {quoted(tokens)}")
     if tokens <= 0:
-        raise EngineRefuses(f"vLLM does not start: \"1 validation error for SpeculativeConfig "
+        raise EngineRefuses(f"{REFUSES}\"1 validation error for SpeculativeConfig "
                             f"num_speculative_tokens: Input should be greater than 0\" (num_speculative_tokens "
                             f"= {tokens}; SpeculativeConfig's field is gt=0)")
     return within(f"{FLAG} num_speculative_tokens", tokens, 1, MAX_NUM_SPEC, "speculative decoding uses")
@@ -110,14 +111,14 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
         return model if tokens is None else replace(model, num_spec=tokens)
     if tokens is None:
         # Without a draft model or a token count vLLM builds no draft config to read n_predict from.
-        raise EngineRefuses("vLLM does not start: \"num_speculative_tokens must be provided with speculative "
+        raise EngineRefuses(f"{REFUSES}\"num_speculative_tokens must be provided with speculative "
                             "model unless the draft model config contains an n_predict parameter.\" "
                             "(SpeculativeConfig.__post_init__: method mtp with neither model nor "
                             "num_speculative_tokens)")
     where = model.source or model.name
     n_predict = None if flat.get(key) is None else int_key(flat, key, 1, where)
     if n_predict is not None and tokens > n_predict and tokens % n_predict:
-        raise EngineRefuses(f"vLLM does not start: \"num_speculative_tokens:{tokens} must be divisible by "
+        raise EngineRefuses(f"{REFUSES}\"num_speculative_tokens:{tokens} must be divisible by "
                             f"n_predict={n_predict}\" ({release.speculative_tokens_check}: a count above the "
                             f"config's {key} must be a multiple of it)")
     built = MTP_LAYERS_DEFAULT if n_predict is None else n_predict
