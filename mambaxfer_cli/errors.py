@@ -8,6 +8,11 @@ class UserError(Exception):
     """Something the user asked for is wrong; the message says what and how to fix it."""
 
 
+class EngineRefuses(UserError):
+    """The engine would not start what was asked (its own words in the message): one line, like a
+    user error, but a verdict, so the CLI exits 1, not 2."""
+
+
 def clipped(text: str, limit: int = 80) -> str:
     """A long text (a path, a model name) cut to its start, with its length."""
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"

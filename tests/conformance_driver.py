@@ -8,7 +8,9 @@ page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local
 ``drop:ATTRIBUTE`` (mambaxfer's worker stand-in without ATTRIBUTE); ``heads`` (vLLM's architecture
 convertor reads three times the attention heads); ``registry`` (vLLM's registry removed Jamba in
 0.1.0); ``nemotron-hook`` (vLLM without Nemotron-H's config hook, which keeps its SSM state in
-float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts). Prints one JSON
+float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``draft-apart`` (vLLM
+grouping a drafter's ``is_draft`` layers apart from the target's: the run that uses it comes first,
+as the probe looks vLLM's functions up once). Prints one JSON
 object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
@@ -74,6 +76,17 @@ def alter(scenario: str, undo: list) -> None:
         # QSA's backend declaring no layouts: the engine would run the connector's LBHNC.
         backend = vllm_side.Installed()._qsa_backend()
         patch(backend, "supported_kv_cache_layouts", classmethod(lambda cls: None))
+    elif scenario == "draft-apart":
+        from vllm.v1.core import kv_cache_planning
+
+        original = kv_cache_planning._get_kv_cache_groups_uniform_page_size
+
+        def apart(kv_cache_spec):
+            drafts = {name: spec for name, spec in kv_cache_spec.items() if getattr(spec, "is_draft", False)}
+            target = {name: spec for name, spec in kv_cache_spec.items() if name not in drafts}
+            return original(target) + (original(drafts) if drafts else [])
+
+        patch(kv_cache_planning, "_get_kv_cache_groups_uniform_page_size", apart)
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

@@ -222,7 +222,9 @@ _driven: dict = {}
 JAMBA = ["--model", "jamba", "--max-tp", "2", "--format", "json"]
 # Bamba-9B: 29 Mamba2 layers and 3 attention layers make groups of 3 layers, the last SSM group of 2.
 BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims.partial.json")
-RUNS = [{"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
+RUNS = [{"name": "draft-apart", "alter": "draft-apart",
+         "args": ["--model", "qwen3.5-0.8b", "--max-tp", "1", "--format", "json"]},
+        {"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
         {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
         {"name": "heads", "alter": "heads", "args": ["--model", "jamba", "--max-tp", "4", "--format", "json"]},
@@ -355,6 +357,28 @@ def test_a_short_kv_cache_group_posts_the_ids_of_its_release(driven):
                  f"--vllm-version {release}")
     (read,) = plan["descriptors"]["reads"]
     assert len(read["local_ids"]) == len(read["remote_ids"]) == {"0.33": 123, "0.34": 119}[release]
+
+
+def test_a_vllm_grouping_the_draft_layers_apart_differs_on_the_drafted_cases(driven):
+    """Conformance runs each model whose MTP layers mambaxfer models again with them (vLLM tags
+    them is_draft, and its grouping puts them with the target's): a vLLM that kept them apart makes
+    other groups and tensors, so _compute_desc_ids differs, and only on the drafted cases."""
+    release, runs = driven
+    ids = by_function(runs["draft-apart"]["document"])["_compute_desc_ids"]
+    assert runs["draft-apart"]["code"] == 1 and ids["outcome"] == "differs", ids
+    assert 0 < ids["differing"] < ids["cases"]          # the target's own cases agree
+    first = ids["first_difference"]
+    assert "--speculative-config" in first["case"]
+    plan = _plan(first["command"])                      # the command shows mambaxfer's side of it
+    assert plan["model"]["draft_layers"] == 1 and plan["descriptors"]["decode"]["tensors"] == 7
+
+
+def test_the_drafted_cases_agree_with_vllm(all_presets):
+    """With the MTP layers (Qwen3.5, Qwen3-Next), vLLM's own grouping of is_draft specs and its
+    _compute_desc_ids agree with the plan's."""
+    _, document, _ = all_presets
+    assert "qwen3.5-0.8b + MTP" in document["models"] and "qwen3-next-80b + MTP" in document["models"]
+    assert by_function(document)["_compute_desc_ids"]["outcome"] == "agrees"
 
 
 # --- without vLLM --------------------------------------------------------------------------------

@@ -405,8 +405,27 @@ def test_mtp_1_on_p_and_2_on_d_is_accepted_and_corrupt(version):
     check_fix_works(doc)
 
 
+def test_mtp_layers_are_in_the_byte_check_and_vllms_refusal_is_its_words():
+    """Qwen3.5's MTP layer joins the target's KV-cache groups (docs/reference.md, section 4): the byte
+    check moves its pages too, and no line warns; vLLM refuses MTP without a token count."""
+    def moved(spec: str) -> tuple[int, dict]:
+        flag = f"--speculative-config '{spec}'"
+        code, doc = run_json(*lines("Qwen/Qwen3.5-0.8B", flag, f"--tensor-parallel-size 2 {flag}"))
+        assert code == 0 and doc["verdict"] == "works" and doc["byte_check"]["wrong_bytes"] == 0
+        return doc["byte_check"]["bytes_moved"], doc
+
+    with_mtp, doc = moved('{"method":"mtp","num_speculative_tokens":1}')
+    assert not [w for w in doc["warnings"] if "is_draft layers" in w] and not doc["plan_warnings"]
+    without, _ = moved('{"model":"some/eagle3-head","method":"eagle3","num_speculative_tokens":1}')
+    assert with_mtp > without       # the same conv rows; the draft layer's attention pages beside
+    flag = """--speculative-config '{"method":"mtp"}'"""
+    code, doc = run_json(*lines("Qwen/Qwen3.5-0.8B", flag, flag))
+    refusal = doc["vllm"]["refusals"][0]
+    assert code == 1 and refusal["code"] == "speculative-config"
+    assert "num_speculative_tokens must be provided with speculative model" in refusal["message"]
+
+
 @pytest.mark.parametrize("spec, method", [
-    ('{"method":"mtp","num_speculative_tokens":1}', "mtp"),
     ('{"model":"some/eagle3-head","method":"eagle3","num_speculative_tokens":2}', "eagle3"),
     ('{"num_speculative_tokens":1}', "draft_model (vLLM's default without a model)"),
     ('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}', None),

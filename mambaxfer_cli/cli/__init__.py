@@ -18,7 +18,7 @@ import typer
 
 from mambaxfer_cli import __version__, exits
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import EngineRefuses, UserError
 from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE,
                                   EXIT_WRONG)
 
@@ -40,7 +40,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Plan a P/D transfer: whether the engine (vLLM, or SGLang) accepts it, both sides and the reads; with "
              "--show, both sides' layouts, every segment, page diagrams and descriptor IDs.",
              f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing or moves wrong bytes "
-             f"(plan inspects; check and preflight give a verdict)"),
+             f"(plan inspects; check and preflight give a verdict); {EXIT_WRONG} vLLM does not start with the "
+             f"--speculative-config given"),
     "check": ("mambaxfer_cli.cli.check_cmd:check",
               "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every byte and "
               "descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues or the writes SGLang posts.",
@@ -54,7 +55,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes, and what "
                 "the engine derives for each TP size: vLLM's block geometry on the GPU, SGLang's state shapes per "
                 "slot.",
-                f"{EXIT_OK} printed"),
+                f"{EXIT_OK} printed; {EXIT_WRONG} vLLM does not start with the --speculative-config given"),
     "models": ("mambaxfer_cli.cli.models_cmd:models",
                "List the built-in model presets with their variant, layer counts, dtypes and source.",
                f"{EXIT_OK} listed"),
@@ -168,7 +169,7 @@ def run(args: list[str], prog_name: str = PROG) -> int:
         return exc.exit_code
     except UserError as exc:
         red_line(str(exc))
-        return EXIT_USAGE
+        return EXIT_WRONG if isinstance(exc, EngineRefuses) else EXIT_USAGE
     except typer.TyperException as exc:  # typer's usage errors (its click's exceptions are these)
         return _usage_error(exc)
     except typer.Abort:

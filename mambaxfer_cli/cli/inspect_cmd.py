@@ -8,7 +8,8 @@ from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import one
 
 
-@command(uses={"model": ModelArgs.without("all_presets"), "engines": EngineArgs.given(*EngineArgs.SHARED),
+@command(uses={"model": ModelArgs.without("all_presets"),
+               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_config"),
                "output": OutputArgs.given("fmt")}, required=("model",))
 def inspect(
     model: ModelArgs,

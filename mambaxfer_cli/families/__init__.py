@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from mambaxfer_cli.errors import UserError, quoted
@@ -49,6 +49,10 @@ class Family:
     refine: Callable[["Family", Config], "Family"] | None = None   # the family as this config sets it
     ssm_backend: str = ""             # its SSM layers' backend name, where not the variant's
     backend_state_note: str = ""      # why that backend's state dtype is the default ({dtype})
+    # Its MTP (multi-token prediction) layers: the config key that counts them, by model_type, and
+    # the layer kind each keeps (what an engine's drafter builds from the target's own checkpoint).
+    mtp_keys: Mapping[str, str] = field(default_factory=dict)
+    mtp_kind: str = ""
 
 
 def int_key(config: Config, key: str, minimum: int, where: str) -> int:

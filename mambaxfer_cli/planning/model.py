@@ -118,6 +118,7 @@ class ModelSpec:
     # included; a model cut to its first layers keeps their numbers); empty where not read: the
     # layers are then numbered by their place in ``layers``.
     layer_ids: tuple[int, ...] = ()
+    draft_layers: int = 0            # the last of ``layers`` are a drafter's (an engine's speculative decoding)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -153,7 +154,7 @@ class ModelSpec:
     def hashed_layers(self) -> int:
         """The layer count vLLM's compatibility hash takes (``get_total_num_hidden_layers``: the
         config's ``num_hidden_layers``, MLP and MoE layers included), else the cache-keeping layers'."""
-        return self.hidden_layers or len(self.layers)
+        return self.hidden_layers or len(self.layers) - self.draft_layers
 
     @property
     def conv_rows(self) -> int:
@@ -175,6 +176,7 @@ class ModelSpec:
                            "dtype": self.model_dtype, **({"mla": True} if self.mla else {})}
                           if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
+            **({"draft_layers": self.draft_layers} if self.draft_layers else {}),
             **{part.key: part.to_dict() for part in (self.ple_qsa, self.kpool_indexer) if part},
             "origin": dict(self.origin),
         }

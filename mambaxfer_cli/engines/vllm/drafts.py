@@ -4,12 +4,30 @@ A speculative method that drafts with a model (MTP, EAGLE, EAGLE3, a draft model
 builds the drafter in the target's worker: its cache-keeping layers register after the target's,
 tagged ``is_draft`` (``get_kv_cache_spec``), and ``is_draft`` takes no part in spec equality, so
 they join the target's KV-cache groups and the connector moves their pages with the target's.
-mambaxfer plans the target's layers only; these say where that differs from vLLM's engine.
+mambaxfer adds the MTP layers of a family that declares them (``Family.mtp_keys``) after the
+target's (``with_drafts``); any other drafter's layers are not planned, and the plans say so.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Mapping
+
+from mambaxfer_cli.errors import EngineRefuses, UserError, quoted
+from mambaxfer_cli.families import family_for, int_key
+from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.readers.model_config import flatten_text_config
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.engines.vllm.release import Release
+
+FLAG = "--speculative-config"
+REFUSES = "vLLM does not start: "      # how each refusal below begins
+# Each MTP model class builds getattr(config, key, 1) layers whatever the token count
+# (Qwen3NextMultiTokenPredictor, Qwen3_5MultiTokenPredictor: ``num_mtp_layers``).
+MTP_LAYERS_DEFAULT = 1
 
 # vLLM's SpeculativeMethod values that draft without a model (n-gram lookup, suffix trees), and the
 # draft "model" names that select n-gram when no method is given (SpeculativeConfig.__post_init__).
@@ -40,3 +58,71 @@ def method_name(speculative: Mapping[str, Any]) -> str:
     if model is None:
         return "draft_model (vLLM's default without a model)"
     return "ngram" if model in NGRAM_MODELS else f"the one {model}'s config names"
+
+
+def speculative_config(text: str | None) -> dict[str, Any] | None:
+    """``--speculative-config`` as vLLM parses it: one JSON object (None: not given)."""
+    if text is None:
+        return None
+    from mambaxfer_cli.engines.vllm.serve_args import load_json
+
+    try:
+        data = load_json(text, "its value", FLAG)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{FLAG} is not valid JSON ({exc.msg}): {quoted(text)}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{FLAG} must be a JSON object, e.g. '{{\"method\":\"mtp\",\"num_speculative_tokens\":1}}', "
+                        f"got {quoted(text)}")
+    return data
+
+
+def _tokens(speculative: Mapping[str, Any]) -> int | None:
+    tokens = speculative.get("num_speculative_tokens")
+    if tokens is None:
+        return None
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise UserError(f"{FLAG}: num_speculative_tokens must be an integer, got {quoted(tokens)}")
+    if tokens <= 0:
+        raise EngineRefuses(f"{REFUSES}\"1 validation error for SpeculativeConfig "
+                            f"num_speculative_tokens: Input should be greater than 0\" (num_speculative_tokens "
+                            f"= {tokens}; SpeculativeConfig's field is gt=0)")
+    return within(f"{FLAG} num_speculative_tokens", tokens, 1, MAX_NUM_SPEC, "speculative decoding uses")
+
+
+def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release: Release,
+                num_spec: int | None = None) -> ModelSpec:
+    """``model`` as an engine started with ``speculative`` holds it: conv rows for its tokens and,
+    for MTP from the target's own checkpoint (no draft ``model``) of a family that declares its
+    MTP layers, those layers after the target's (vLLM builds ``n_predict`` of them whatever the
+    token count). vLLM's refusals of the settings raise ``EngineRefuses`` in its words;
+    ``num_spec``: --num-spec, which must agree."""
+    if not speculative:
+        return model
+    tokens = _tokens(speculative)
+    if num_spec is not None and tokens is not None and num_spec != tokens:
+        raise UserError(f"--num-spec {num_spec} and {FLAG}'s num_speculative_tokens {tokens} differ; give one "
+                        f"(the conv rows follow the speculative tokens)")
+    method = release.speculative_method(speculative.get("method"))
+    flat = flatten_text_config(model.hf_config)
+    model_type = str(flat.get("model_type", ""))
+    family = family_for(model_type)
+    key = family.mtp_keys.get(model_type) if family else None
+    if method != "mtp" or speculative.get("model") is not None or family is None or key is None:
+        return model if tokens is None else replace(model, num_spec=tokens)
+    if tokens is None:
+        # Without a draft model or a token count vLLM builds no draft config to read n_predict from.
+        raise EngineRefuses(f"{REFUSES}\"num_speculative_tokens must be provided with speculative "
+                            "model unless the draft model config contains an n_predict parameter.\" "
+                            "(SpeculativeConfig.__post_init__: method mtp with neither model nor "
+                            "num_speculative_tokens)")
+    where = model.source or model.name
+    n_predict = None if flat.get(key) is None else int_key(flat, key, 1, where)
+    if n_predict is not None and tokens > n_predict and tokens % n_predict:
+        raise EngineRefuses(f"{REFUSES}\"num_speculative_tokens:{tokens} must be divisible by "
+                            f"n_predict={n_predict}\" ({release.speculative_tokens_check}: a count above the "
+                            f"config's {key} must be a multiple of it)")
+    built = MTP_LAYERS_DEFAULT if n_predict is None else n_predict
+    within(f"{where}: {len(model.layers) + built} cache-keeping layers with the MTP layers",
+           len(model.layers) + built, 1, MAX_LAYERS, "model's")
+    assert family is not None and family.mtp_kind, f"{family}: MTP keys without a layer kind"
+    return replace(model, layers=model.layers + (family.mtp_kind,) * built, draft_layers=built, num_spec=tokens)

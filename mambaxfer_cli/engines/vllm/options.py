@@ -11,7 +11,8 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import check_bounds, within
 
 if TYPE_CHECKING:
-    from mambaxfer_cli.cli.options import EngineArgs, RequestArgs
+    from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
+    from mambaxfer_cli.planning.model import ModelSpec
     from mambaxfer_cli.engines.vllm.engine import Engines
     from mambaxfer_cli.engines.vllm.plan import PlanOptions
     from mambaxfer_cli.engines.vllm.gpu import Gpu
@@ -87,8 +88,19 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
     return Engines(side("p", "prefill"), side("d", "decode"), kv_cache_layout=args.kv_cache_layout)
 
 
-def plan_options(request: RequestArgs, engines: Engines, semantics: str | None = None) -> PlanOptions:
-    """PlanOptions from the request and both engines (``build``)."""
+def drafted(specs: list[ModelSpec], model: ModelArgs, args: EngineArgs, engines: Engines) -> list[ModelSpec]:
+    """The models as engines started with --speculative-config hold them (``drafts.with_drafts``,
+    by D's release: the rule is the same in every release mambaxfer knows)."""
+    from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
+
+    speculative = speculative_config(args.speculative_config)
+    return [with_drafts(spec, speculative, engines.decode.release, model.num_spec) for spec in specs]
+
+
+def plan_options(request: RequestArgs, engines: Engines, semantics: str | None = None,
+                 speculative: str | None = None) -> PlanOptions:
+    """PlanOptions from the request and both engines (``build``); ``speculative``: --speculative-config."""
+    from mambaxfer_cli.engines.vllm.drafts import drafts, speculative_config
     from mambaxfer_cli.planning.kv_groups import parse_grouping
     from mambaxfer_cli.engines.vllm.plan import PlanOptions
 
@@ -102,7 +114,8 @@ def plan_options(request: RequestArgs, engines: Engines, semantics: str | None =
         semantics=semantics or request.reads(), coalesce=request.coalesce, prefill=engines.prefill,
         decode=engines.decode, attention_streams=request.attention_streams, grouping=grouping,
         request_blocks=request.request_blocks, prefill_blocks=request.prefill_blocks,
-        decode_blocks=request.decode_blocks, seed=request.seed, kv_cache_layout=engines.kv_cache_layout)
+        decode_blocks=request.decode_blocks, seed=request.seed, kv_cache_layout=engines.kv_cache_layout,
+        drafted=None if speculative is None else drafts(speculative_config(speculative) or {}))
 
 
 _said: set[str] = set()

@@ -446,7 +446,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             f"{prefill.kernel_tokens} × {prefill.geometry.blocks_per_logical} vs {decode.kernel_tokens} × "
             f"{decode.geometry.blocks_per_logical}): the proxy must forward remote_num_tokens in "
             f"kv_transfer_params, or D declines the reads")))
-    if (model.num_spec or p_model.num_spec) and options.drafted is not False:
+    if (model.num_spec or p_model.num_spec) and options.drafted is not False and not model.draft_layers:
         where = "" if options.drafted else "where a model drafts them (MTP, EAGLE, a draft model; not n-gram), "
         warnings.append(Warning_("draft-layers", (
             f"speculative decoding ({p_model.num_spec} tokens on P, {model.num_spec} on D): {where}{drafts.RULE}; "

@@ -532,10 +532,14 @@ class Installed:
                            pipeline_parallel_size=1, use_sequence_parallel_moe=False, enable_dbo=False,
                            ubatch_size=1)
 
+        # The classes size their conv rows by the speculative tokens (get_mamba_state_shape_from_config).
+        speculative = (StandIn("speculative_config", num_speculative_tokens=model.num_spec, method="mtp")
+                       if model.num_spec else None)
+
         def config_of(model_config):
             return StandIn("vllm_config", model_config=model_config, cache_config=cache_config,
-                           parallel_config=parallel, speculative_config=None, num_speculative_tokens=0,
-                           with_hf_config=with_hf_config)
+                           parallel_config=parallel, speculative_config=speculative,
+                           num_speculative_tokens=model.num_spec, with_hf_config=with_hf_config)
 
         def with_hf_config(hf_config, architectures=None):
             """``VllmConfig.with_hf_config``: the same config on another HF config (Kimi-K3's class
@@ -690,8 +694,10 @@ class Installed:
 
     @staticmethod
     def layer_names(model: ModelSpec) -> list[str]:
-        return [f"model.layers.{i}." + ("self_attn.attn" if kind == ATTENTION else "mixer")
-                for i, kind in enumerate(model.layers)]
+        """The target's layers, then a drafter's under its MTP module (``mtp.layers.{j}``)."""
+        target = len(model.layers) - model.draft_layers
+        return [(f"model.layers.{i}." if i < target else f"mtp.layers.{i - target}.")
+                + ("self_attn.attn" if kind == ATTENTION else "mixer") for i, kind in enumerate(model.layers)]
 
     def groups(self, model: ModelSpec, tp: int, geometry: Geometry):
         """vLLM's KV-cache groups of the model (``_get_kv_cache_groups_uniform_page_size``) and the
@@ -699,11 +705,14 @@ class Installed:
         key = (model.name, tp, geometry)
         if key not in self._groups:
             plan_groups = _symbol("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size")
-            specs = {}
+            specs: dict[str, Any] = {}
             mamba = self.mamba_spec(model, tp, geometry.block_size, geometry.page_bytes)
             attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
             for name, kind in zip(self.layer_names(model), model.layers):
                 specs[name] = attention if kind == ATTENTION else mamba
+            for name in self.layer_names(model)[len(model.layers) - model.draft_layers:]:
+                with calling("KVCacheSpec.is_draft"):   # get_kv_cache_spec's tag of a drafter's layer
+                    specs[name] = dataclasses.replace(specs[name], is_draft=True)
             with calling("_get_kv_cache_groups_uniform_page_size"):
                 groups = plan_groups(specs)
             width = max(len(group.layer_names) for group in groups)

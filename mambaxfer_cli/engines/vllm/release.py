@@ -337,6 +337,8 @@ class Release:
     serve_flags: Mapping[str, str] = field(default_factory=dict)   # flags new in this release: value | bool
     fatal_env: Mapping[str, tuple[str, str]] = field(default_factory=dict)   # VAR -> (value, vLLM's message)
     changes: tuple[str, ...] = ()              # what changed from the release before, for people
+    # Where num_speculative_tokens is checked against the drafter's n_predict (vLLM's words name none).
+    speculative_tokens_check: str = "SpeculativeConfig.__post_init__"
 
     def __str__(self) -> str:
         return self.name

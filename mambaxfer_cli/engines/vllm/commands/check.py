@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs, check_writable
-from mambaxfer_cli.engines.vllm.options import build, plan_options
+from mambaxfer_cli.engines.vllm.options import build, drafted, plan_options
 from mambaxfer_cli.render.report import Viewed
 
 
@@ -18,9 +18,10 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     from mambaxfer_cli.proof.verdicts import parse_pairs
 
     sizes = tuple(tp for pair in parse_pairs(pairs) for tp in (pair.p_tp, pair.d_tp)) if pairs else ()
-    specs = [model.load(name, built.release_names, sizes) for name in names]
+    specs = drafted([model.load(name, built.release_names, sizes) for name in names], model, engines, built)
     semantics = request.reads(both=True)
-    options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact")
+    options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact",
+                           speculative=engines.speculative_config)
     targets = targets_for(specs, pairs, max_tp, semantics)
     if output.junit is not None:   # fail before the run, not after it
         check_writable(output.junit, "--junit")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, parse_tp_list
-from mambaxfer_cli.engines.vllm.options import build
+from mambaxfer_cli.engines.vllm.options import build, drafted
 from mambaxfer_cli.render.report import AsIs, Report
 
 
@@ -12,9 +12,10 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.planning.kv_groups import model_grouping
 
-    flags = build(engines).decode
+    built = build(engines)
+    flags = built.decode
     sizes = parse_tp_list(tp)
-    spec = model.load(releases=(flags.release.name,), tp_sizes=tuple(sizes))
+    spec, = drafted([model.load(releases=(flags.release.name,), tp_sizes=tuple(sizes))], model, engines, built)
     grouping = model_grouping(spec)
     sides = {size: engine_layout(spec, size, flags, grouping) for size in sizes}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, Format, ModelArgs, OutputArgs, PairArgs, RequestArgs, dump
-from mambaxfer_cli.engines.vllm.options import build, plan_options
+from mambaxfer_cli.engines.vllm.options import build, drafted, plan_options
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.render.report import Report
 
@@ -15,8 +15,8 @@ def plan(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Request
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     sections = shown_sections(show)
     built = build(engines)
-    spec = model.load(releases=built.release_names, tp_sizes=(p_tp, d_tp))
-    options = plan_options(request, built)
+    spec, = drafted([model.load(releases=built.release_names, tp_sizes=(p_tp, d_tp))], model, engines, built)
+    options = plan_options(request, built, speculative=engines.speculative_config)
     check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())
     result = build_plan(spec, p_tp, d_tp, options)
     document = result.to_dict(d_rank)  # validates --d-rank before anything is written

@@ -37,7 +37,8 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
     from mambaxfer_cli.engines.vllm.probe import LAYOUT_VARIABLE, layout_setting
 
     ours = Ours(release_for(version))
-    specs = [(name, ours.load(name)) for name in models]     # a bad --model fails before vLLM loads
+    # A bad --model fails before vLLM loads; a model with MTP layers mambaxfer models runs again with them.
+    specs = [each for name in models for each in ours.with_drafted(name, ours.load(name))]
     before, set_here = layout_setting()
     from mambaxfer_cli.engines.vllm.conformance.compare import run as compare
     from mambaxfer_cli.engines.vllm.probe import installed

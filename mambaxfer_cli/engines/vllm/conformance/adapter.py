@@ -78,6 +78,20 @@ class Ours:
 
         return load_model(name, releases=(self.release,))
 
+    def with_drafted(self, name: str, spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
+        """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
+        with them (cases.DRAFT_CONFIG) under a name of its own (the probe keys what it builds by
+        the model's name)."""
+        import json
+        from dataclasses import replace
+
+        from mambaxfer_cli.engines.vllm.conformance.cases import DRAFT_CONFIG, DRAFTED
+        from mambaxfer_cli.engines.vllm.drafts import with_drafts
+        from mambaxfer_cli.engines.vllm.releases import release
+
+        drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), release(self.release))
+        return [(name, spec)] + ([(name, replace(drafted, name=spec.name + DRAFTED))] if drafted.draft_layers else [])
+
     @staticmethod
     def tp_sizes(model: ModelSpec, max_tp: int) -> list[int]:
         return valid_tp_sizes(model, max_tp)

@@ -18,6 +18,11 @@ BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 DEFAULT_BACKEND = "FLASH_ATTN"    # vLLM's pick on the modelled GPU (an H100) without --attention-backend
 EXPLICIT_BLOCK_SIZE = 32          # a --block-size every backend accepts as a kernel block
 
+# The --speculative-config of a model's drafted cases: MTP from its own checkpoint, where its family
+# declares the MTP layers (their tensors and descriptor IDs join the target's KV-cache groups).
+DRAFT_CONFIG = '{"method":"mtp","num_speculative_tokens":1}'
+DRAFTED = " + MTP"        # after the model's name, where the report counts its drafted cases
+
 # Engines of different sizes on the two sides catch an ID computed with the other engine's N.
 P_NUM_BLOCKS = 4096
 D_NUM_BLOCKS = 2048
@@ -132,9 +137,15 @@ class Case:
     variation: "Variation | None" = None   # a compatibility-hash case: what differs between P and D
     push: bool = False              # NixlPushConnector (P writes) rather than NixlConnector (D reads)
     rules: tuple[str, ...] = ()     # --vllm-version and --gpu of mambaxfer's side
+    speculative: str = ""           # the --speculative-config both engines run with ("": none)
+
+    @property
+    def counted_as(self) -> str:
+        """The model as the report counts it: ``M + MTP`` for the drafted cases."""
+        return self.model + (DRAFTED if self.speculative else "")
 
     def describe(self) -> str:
-        parts = [self.model]
+        parts = [self.model + (f" with --speculative-config {self.speculative}" if self.speculative else "")]
         if self.tp is not None:
             parts.append(f"TP {self.tp}")
         if self.p_tp is not None:
@@ -152,7 +163,8 @@ class Case:
     def command(self) -> str:
         """A ``mambaxfer`` command line that shows mambaxfer's side of this case."""
         model = shlex.quote(self.model)
-        flags = self.flags.cli() if self.flags else []
+        flags = (self.flags.cli() if self.flags else []) + (
+            ["--speculative-config", self.speculative] if self.speculative else [])
         if self.variation is not None or self.push:
             variation = self.variation or _engines_of(self)
             p_line, d_line = (shlex.join([*engine.env_words(), "vllm", "serve", self.model, *words])
@@ -318,7 +330,7 @@ class CaseTally:
         the compared ones)."""
         same = vllm == mambaxfer
         self.cases += 1
-        counts = self.by_model.setdefault(case.model, [0, 0])
+        counts = self.by_model.setdefault(case.counted_as, [0, 0])
         counts[0] += 1
         if not same:
             self.differing += 1

@@ -17,8 +17,8 @@ from typing import Callable
 
 from mambaxfer_cli.engines.vllm.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.engines.vllm.conformance.cases import (
-    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry, HashedEngine,
-    ReplaySSMSetting, Variation, flag_variants, hash_variations, pairings, replayssm_settings,
+    D_NUM_BLOCKS, DRAFT_CONFIG, DRAFTED, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry,
+    HashedEngine, ReplaySSMSetting, Variation, flag_variants, hash_variations, pairings, replayssm_settings,
 )
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
@@ -78,12 +78,13 @@ class Comparison:
         self.notes: list[str] = []
         self._ids: dict = {}
         self._verdicts: dict = {}
+        self.speculative = ""      # the model's --speculative-config, for its cases' commands
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
     def case(self, model: str, *args, **kwargs) -> Case:
         """A case whose command names the release and GPU mambaxfer answered for."""
-        return replace(Case(model, *args, **kwargs),
+        return replace(Case(model, *args, **kwargs), speculative=self.speculative,
                        rules=("--vllm-version", self.ours.release, "--gpu", self.ours.device.spec))
 
     def live(self, *functions: Function) -> bool:
@@ -110,6 +111,7 @@ class Comparison:
     # --- one model -------------------------------------------------------------------------------
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
+        self.speculative = DRAFT_CONFIG if model.draft_layers else ""
         self.registry(name, model)
         self.replayssm(name, model)
         self.kv_layouts(name, model)
@@ -518,7 +520,8 @@ def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, star
         start(sum(len(pairings(ours.tp_sizes(model, max_tp))) for _, model in models))
     for name, model in models:
         comparison.model(name, model, max_tp, done)
-    report = Report(vllm.version, ours.release, ours.gpu, [name for name, _ in models], max_tp,
+    names = [name + (DRAFTED if model.draft_layers else "") for name, model in models]
+    report = Report(vllm.version, ours.release, ours.gpu, names, max_tp,
                     [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)
     report.notes.extend(comparison.notes)
     return report

@@ -282,6 +282,8 @@ def before_connector(e: ServedEngine) -> list[Refusal]:
     if unknown:
         why = unrecognized(unknown, flag_table(e.release.name))
         return [Refusal("unrecognized-arguments", f"{start}: vllm serve exits with {why}")]
+    if e.speculative_refusal:     # SpeculativeConfig, as create_engine_config builds the engine's config
+        return [Refusal("speculative-config", f"{start}: {e.speculative_refusal}")]
     rounding = stochastic_rounding_refusal(e)
     if rounding:       # MambaConfig.__post_init__, as create_engine_config builds the engine's config
         return [Refusal("mamba-config", f"{start} on {e.flags.gpu.describe()}: {rounding} (MambaConfig)")]

@@ -136,7 +136,7 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
             warnings.append(f"{name}: --use-replayssm with speculative tokens on a KDA model is RecoverSSM "
                             f"(validate_mamba_cached_kernel): its verify records live outside the KV cache, the page "
                             f"is the stock one and the connector moves it")
-        if e.line.num_speculative_tokens and drafts.drafts(e.line.speculative):
+        if e.line.num_speculative_tokens and drafts.drafts(e.line.speculative) and not e.model.draft_layers:
             warnings.append(f"{name}: --speculative-config method {drafts.method_name(e.line.speculative)}: "
                             f"{drafts.RULE}; mambaxfer checks the target model's layers only")
         warnings += [f"{name}: {n}" for n in e.line.notes]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import EngineRefuses, UserError
+from mambaxfer_cli.engines.vllm.drafts import REFUSES, with_drafts
 from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
 from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
@@ -36,6 +37,7 @@ class ServedEngine:
     model: ModelSpec
     flags: EngineFlags
     base: EngineFlags = EngineFlags()   # what the command gave: release, GPU, defaults the line may change
+    speculative_refusal: str = ""       # vLLM's words where it refuses the line's --speculative-config
 
     @property
     def tp(self) -> int:
@@ -132,6 +134,13 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
                  **({"indexer_kv_dtype": kv} if kv is not None else {}))
     model = replace(model, model_dtype=dtype)
     where = line.origin or f"--{side}"
+    refused = ""
+    try:      # the draft's MTP layers, where mambaxfer models them
+        model = with_drafts(model, line.speculative, base.release)
+    except EngineRefuses as exc:
+        refused = str(exc).removeprefix(REFUSES)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
     gdn = _line_gdn_backend(line) or base.gdn_prefill_backend
     try:
         resolve_kv_dtype(line.kv_cache_dtype, dtype)
@@ -148,7 +157,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
         flags = families.first("served_flags", model, flags) or flags    # a family's config hook and backend
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
-    return ServedEngine(side, line, model, flags, base)
+    return ServedEngine(side, line, model, flags, base, speculative_refusal=refused)
 
 
 def _line_gdn_backend(line: ServeLine) -> str | None:

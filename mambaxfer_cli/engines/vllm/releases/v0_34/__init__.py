@@ -93,6 +93,7 @@ RELEASE = replace(
     group_regions=regions_holding_a_layer,
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     pairs_from_last_token=True,
+    speculative_tokens_check="SpeculatorConfig.resolve_num_speculative_tokens",
     regions_keyed_by_length=True,
     serve_flags={"--enable-extensible-kv-cache": "bool", "--max-num-inflight-kv-loads": "value",
                  "--cache-aware-admission-window": "value", "--cache-aware-admission-threshold": "value",

@@ -1,0 +1,164 @@
+"""--speculative-config on vLLM's side: the MTP layers vLLM's drafter builds from the target's own
+checkpoint join the target's KV-cache groups, so the tensors, descriptor IDs and reads include
+them (docs/reference.md, section 4, "Draft layers"); vLLM's refusals of the settings, in its words."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from cli_run import assert_user_error, run_cli
+from mambaxfer_cli.schema import plan_schema
+
+VALIDATOR = jsonschema.Draft202012Validator(plan_schema())
+FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Qwen__Qwen3.5-0.8B.partial.json"
+RELEASES = ("0.33", "0.34")
+
+
+def mtp(tokens: int | None = 1, **extra) -> str:
+    config = {"method": "mtp", **({} if tokens is None else {"num_speculative_tokens": tokens}), **extra}
+    return json.dumps(config)
+
+
+def plan(model: str, *extra: str) -> dict:
+    result = run_cli("plan", "--model", model, "--p-tp", "1", "--d-tp", "2", "--semantics", "vllm",
+                     "--format", "json", *extra)
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    VALIDATOR.validate(document)
+    return document
+
+
+def attention_ids(document: dict) -> list[int]:
+    """D0's local attention IDs: the last of each read's IDs, one per attention tensor."""
+    read = document["descriptors"]["reads"][0]
+    groups = document["descriptors"]["group_tensors"]
+    return read["local_ids"][-groups[-1]:]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_qwen35_mtp_layer_joins_the_attention_group(release):
+    """Qwen3.5-0.8B: 18 GDN + 6 attention layers; its MTP layer (mtp_num_hidden_layers 1) is a 7th
+    attention layer, so the group size and the tensors are 7, not 6, and SSM IDs start at 7·N."""
+    before = plan("qwen3.5-0.8b", "--vllm-version", release)
+    after = plan("qwen3.5-0.8b", "--vllm-version", release, "--speculative-config", mtp(1))
+    assert before["descriptors"]["decode"]["tensors"] == 6
+    assert after["descriptors"]["groups"] == ["ssm", "ssm", "ssm", "attention"]
+    assert after["descriptors"]["group_tensors"] == [6, 6, 6, 7]
+    side = after["descriptors"]["decode"]
+    assert (side["tensors"], side["ssm_tensors"]) == (7, 6)
+    assert side["attention_descs"] == 7 * side["num_blocks"]
+    n = side["num_blocks"]
+    ids = attention_ids(after)
+    block = after["descriptors"]["request"]["decode_blocks"][-1][0]
+    assert ids == [t * n + block for t in range(7)]          # the 7th, t = 6, is the draft layer's
+    assert min(i for i in after["descriptors"]["reads"][0]["local_ids"] if i not in ids) >= 7 * n
+    assert after["model"]["draft_layers"] == 1 and after["model"]["attention_layers"] == 7
+    assert after["model"]["num_spec"] == 1
+    assert "draft-layers" not in [w["code"] for w in after["warnings"]]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_qwen3_next_builds_one_mtp_layer_by_default(release):
+    """Qwen3-Next's released config has no num_nextn_predict_layers: vLLM's drafter builds 1 layer
+    (its default) and checks no token count against it (n_predict is None)."""
+    document = plan("qwen3-next-80b", "--vllm-version", release, "--speculative-config", mtp(3))
+    assert document["descriptors"]["decode"]["tensors"] == 13      # 12 attention layers + 1
+    assert document["descriptors"]["group_tensors"] == [12, 12, 12, 13]
+    assert document["model"]["draft_layers"] == 1 and document["model"]["num_spec"] == 3
+
+
+def test_show_ids_prints_the_groups_with_the_draft_layer():
+    result = run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--semantics", "vllm",
+                     "--show", "ids", "--speculative-config", mtp(1))
+    assert result.code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "KV-cache groups ssm*3,attention · 7 tensors (6 with SSM layers)" in text
+    assert "7 attention layers" in text and "draft-layers" not in text
+
+
+@pytest.fixture
+def two_mtp_layers(tmp_path: Path) -> Path:
+    """The Qwen3.5-0.8B config with mtp_num_hidden_layers 2: a rule test of n_predict > 1."""
+    config = json.loads(FIXTURE.read_text())
+    config["text_config"]["mtp_num_hidden_layers"] = 2
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_n_predict_layers_whatever_the_token_count(two_mtp_layers, release):
+    """vLLM builds n_predict layers whatever num_speculative_tokens (a multiple reuses them)."""
+    for tokens in (1, 4):
+        document = plan(str(two_mtp_layers), "--vllm-version", release, "--speculative-config", mtp(tokens))
+        assert document["model"]["draft_layers"] == 2 and document["model"]["attention_layers"] == 8
+
+
+@pytest.mark.parametrize("release, where", [("0.33", "SpeculativeConfig.__post_init__"),
+                                            ("0.34", "SpeculatorConfig.resolve_num_speculative_tokens")])
+def test_a_count_neither_within_nor_a_multiple_is_refused(two_mtp_layers, release, where):
+    result = run_cli("plan", "--model", str(two_mtp_layers), "--p-tp", "1", "--d-tp", "2", "--vllm-version",
+                     release, "--speculative-config", mtp(3))
+    assert result.code == 1, (result.code, result.stderr)
+    text = " ".join(result.stderr.split())
+    assert '"num_speculative_tokens:3 must be divisible by n_predict=2"' in text and where in text
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["plan", "inspect", "check"])
+def test_mtp_without_a_token_count_is_refused(command):
+    args = {"plan": ("--p-tp", "1", "--d-tp", "2"), "inspect": (), "check": ("--pairs", "1:2")}[command]
+    result = run_cli(command, "--model", "qwen3.5-0.8b", *args, "--speculative-config", mtp(None))
+    assert result.code == 1, (result.code, result.stderr)
+    assert "num_speculative_tokens must be provided with speculative model" in " ".join(result.stderr.split())
+
+
+def test_a_count_of_zero_is_refused_as_pydantic_says():
+    result = run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
+                     "--speculative-config", mtp(0))
+    assert result.code == 1, (result.code, result.stderr)
+    assert "Input should be greater than 0" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("{method: mtp}", "--speculative-config is not valid JSON"),
+    ("[1]", "--speculative-config must be a JSON object"),
+    ('{"method":"mtp","num_speculative_tokens":"two"}', "num_speculative_tokens must be an integer"),
+])
+def test_json_we_cannot_read_is_a_usage_error(value, fragment):
+    assert_user_error(run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
+                              "--speculative-config", value), fragment)
+
+
+def test_num_spec_must_agree():
+    assert_user_error(run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--num-spec", "2",
+                              "--speculative-config", mtp(1)), "--num-spec 2 and --speculative-config's")
+
+
+def test_drafters_not_modelled_keep_the_warning_and_ngram_has_none():
+    eagle = plan("qwen3.5-0.8b", "--speculative-config", '{"method":"eagle3","model":"d","num_speculative_tokens":2}')
+    assert "draft-layers" in [w["code"] for w in eagle["warnings"]]
+    assert eagle["model"]["num_spec"] == 2 and "draft_layers" not in eagle["model"]
+    ngram = plan("qwen3.5-0.8b", "--speculative-config", '{"method":"ngram","num_speculative_tokens":2}')
+    assert "draft-layers" not in [w["code"] for w in ngram["warnings"]]
+    assert ngram["descriptors"]["decode"]["tensors"] == 6
+
+
+def test_inspect_and_check_hold_the_draft_layer():
+    result = run_cli("inspect", "--model", "qwen3.5-0.8b", "--tp", "2", "--format", "json",
+                     "--speculative-config", mtp(1))
+    assert result.code == 0, result.stderr
+    model = json.loads(result.stdout)["model"]
+    assert (model["attention_layers"], model["draft_layers"]) == (7, 1)
+    result = run_cli("check", "--model", "qwen3.5-0.8b", "--pairs", "1:2,2:1", "--format", "json",
+                     "--speculative-config", mtp(2), timeout=300)
+    assert result.code == 0, result.stderr
+
+
+def test_sglang_takes_no_speculative_config():
+    assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
+                              "--speculative-config", mtp(1)), "--speculative-config: vLLM's option")
