@@ -18,7 +18,7 @@ import typer
 
 from mambaxfer_cli import __version__, exits
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE,
                                   EXIT_WRONG)
 
@@ -165,7 +165,7 @@ def run(args: list[str], prog_name: str = PROG) -> int:
         return exc.exit_code
     except UserError as exc:
         red_line(str(exc))
-        return EXIT_USAGE
+        return EXIT_WRONG if isinstance(exc, Refused) else EXIT_USAGE
     except typer.TyperException as exc:  # typer's usage errors (its click's exceptions are these)
         return _usage_error(exc)
     except typer.Abort:

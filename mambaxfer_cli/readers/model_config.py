@@ -6,7 +6,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
-from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names, release_refusal, removed_refusal
 from mambaxfer_cli.families import (
     ATTENTION_KINDS, GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family, connector_refusal,
@@ -191,14 +191,14 @@ def spec_from_config(
     as_read = config
     removed = removed_refusal(config)      # startup: the registry's removed architectures
     if removed:
-        raise UserError(f"{where}: {removed}")
+        raise Refused(f"{where}: {removed}")
     archs = architecture_names(config)
     unserved = release_refusal(archs, releases or ()) if variant is None else None
     if unserved:      # startup: an architecture only another release's registry has
-        raise UserError(f"{where}: {unserved}")
+        raise Refused(f"{where}: {unserved}")
     refused = connector_refusal(archs) if variant is None else None
     if refused:
-        raise UserError(f"{where}: {refused}")
+        raise Refused(f"{where}: {refused}")
     config = nested_keys(flatten_text_config(config))
     family = labelled(_detect(config, variant, where, archs), archs)
     family = family.refine(family, config) if family.refine else family
@@ -233,12 +233,12 @@ def spec_from_config(
     sizing = ""
     if ssm_dtype and full_rank and canonical_dtype(ssm_dtype) not in ("float32", "bfloat16"):
         given = canonical_dtype(ssm_dtype)
-        raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
+        raise Refused(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
                         f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
     if ssm_dtype and family.ssm_dtype_fixed:
         given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
         if family.ssm_dtype_fixed == "layer" and given not in ("float32", "bfloat16"):
-            raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
+            raise Refused(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
                             f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
         if family.ssm_dtype_fixed == "layer" and given != ssm:
             sizing = given

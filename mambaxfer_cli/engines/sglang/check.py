@@ -18,7 +18,7 @@ from mambaxfer_cli.engines.sglang.proof import outcomes
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_refusal, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, check_side
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
 # A pairing's outcome: SGLang moves the right bytes, corrupts some, routes some to the wrong
@@ -113,7 +113,7 @@ def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None
         why = served(model, release)
         if why is not None:
             if not every:
-                raise UserError(why)
+                raise Refused(why)
             left_out.append(why.split("; mambaxfer answers")[0])
             continue
         if pairs is not None:
@@ -121,7 +121,7 @@ def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None
                 for tp in (p_tp, d_tp):
                     refused = tp_refusal(model, tp, release)
                     if refused:
-                        raise UserError(f"{model.name}: {release.label} cannot serve it at TP {tp}: {refused}")
+                        raise Refused(f"{model.name}: {release.label} cannot serve it at TP {tp}: {refused}")
             out.append(Target(model, tuple(pairs)))
             continue
         sizes = tp_sizes(model, max_tp)

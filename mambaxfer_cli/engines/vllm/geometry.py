@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambaxfer_cli.engines.vllm import families
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
 from mambaxfer_cli.engines.vllm.gpu import (
     DEFAULT_GPU, Gpu, default_attention_backend, default_mla_backend, fa4_hd256_kernel, flashinfer_large_pages,
@@ -102,12 +102,12 @@ def backend(name: str, mla: bool | None = None) -> Backend:
         raise UserError(f"unknown attention backend '{name}'; choose one of: {', '.join(BACKENDS)} "
                         f"(MLA models: {', '.join(MLA_BACKENDS)}; sparse MLA: {', '.join(SPARSE_MLA_BACKENDS)})")
     if key in SPARSE_MLA_BACKENDS and mla is not None:     # kernel_backend: a model without sparse attention
-        raise UserError(f"vLLM does not start this model's engines on {key}: \"Selected backend {key} is not "
+        raise Refused(f"vLLM does not start this model's engines on {key}: \"Selected backend {key} is not "
                         f"valid for this configuration. Reason: [..., 'non-sparse not supported', ...]\" "
                         f"(get_attn_backend_cls); its sparse MLA backends run {families.first('sparse_mla')} only")
     if mla is not None and (key in MLA_BACKENDS) != mla:
         kind, table = ("an MLA", MLA_BACKENDS) if mla else ("a non-MLA", BACKENDS)
-        raise UserError(f"attention backend {key} does not run {kind} model's attention; choose one of: "
+        raise Refused(f"attention backend {key} does not run {kind} model's attention; choose one of: "
                         f"{', '.join(table)}")
     return found
 

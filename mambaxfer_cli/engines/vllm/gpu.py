@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from mambaxfer_cli.engines.vllm.releases import NEWEST
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 
 DEFAULT_CUDA = NEWEST.cuda   # the newest release's wheels: torch built for CUDA 13.0
 
@@ -115,7 +115,7 @@ def gdn_prefill_backend(device: Gpu, head_k_dim: int | None, requested: str | No
     CuteDSL only when asked for, on SM 10.x under the same conditions; Triton otherwise."""
     choice = "auto" if requested is None else str(requested).strip().lower()
     if choice in GDN_OTHER_PLATFORMS:
-        raise UserError(f"GDN prefill backend '{choice}' is not one for NVIDIA GPUs (vLLM refuses to start "
+        raise Refused(f"GDN prefill backend '{choice}' is not one for NVIDIA GPUs (vLLM refuses to start "
                         f"with it on CUDA); choose one of: {', '.join(GDN_CHOICES)}")
     if choice not in GDN_CHOICES + ("auto",):
         raise UserError(f"unknown GDN prefill backend '{requested}'; choose one of: {', '.join(GDN_CHOICES)}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
 from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
@@ -120,7 +120,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     try:
         base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,))
     except UserError as exc:
-        raise UserError(f"--{side}: {exc}") from None
+        raise reworded(exc, f"--{side}: {exc}") from None
     dtype = vllm_dtype(line.dtype, base_model.model_dtype)
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
@@ -146,7 +146,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
 
         flags = families.first("served_flags", model, flags) or flags    # a family's config hook and backend
     except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+        raise reworded(exc, f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base)
 
 
