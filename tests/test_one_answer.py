@@ -118,3 +118,37 @@ def test_the_dtype_choices_are_each_releases_serve_flags():
     for release in NAMES:
         for serve_flag, choices in DTYPE_FLAGS.values():
             assert sorted(flag_table(release)[serve_flag][2]) == sorted(choices), (release, serve_flag)
+
+
+# --- every GPU vLLM runs on, by its nvidia-smi name, with what vLLM does there ------------------
+
+
+@pytest.mark.parametrize("name, sm", [
+    ("NVIDIA GeForce RTX 4090", "8.9"), ("nvidia geforce rtx 3090", "8.6"), ("RTX 4090", "8.9"),
+    ("NVIDIA A100-SXM4-80GB", "8.0"), ("NVIDIA H100 80GB HBM3", "9.0"), ("NVIDIA H200", "9.0"), ("B200", "10.0"),
+    ("NVIDIA L4", "8.9"), ("NVIDIA L40S", "8.9"), ("NVIDIA A10", "8.6"), ("Tesla T4", "7.5"),
+    ("Tesla V100-SXM2-32GB", "7.0"), ("NVIDIA RTX 6000 Ada Generation", "8.9"),
+])
+def test_a_gpu_is_taken_as_nvidia_smi_prints_it(name, sm):
+    from mambaxfer_cli.engines.vllm.gpu import gpu
+
+    assert gpu(name).sm == sm
+
+
+def test_an_unknown_gpu_is_one_line_saying_how_to_give_it():
+    assert_user_error(run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gpu", "NVIDIA Foo 9000"),
+                      "unknown GPU 'NVIDIA Foo 9000'; give it as nvidia-smi --query-gpu=name prints it")
+
+
+@pytest.mark.parametrize("gpu", ["sm75", "Tesla T4", "Tesla V100-SXM2-32GB"])
+def test_below_sm80_vllm_runs_triton_attention_in_float16(gpu):
+    code, doc = run_json("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "2", "--gpu", gpu,
+                         "--format", "json")
+    engine = doc["engines"]["decode"]
+    assert code == 0 and engine["attention_backend"] == "TRITON_ATTN", engine
+    assert doc["model"]["conv_dtype"] == doc["model"]["attention"]["dtype"] == "float16"
+    assert_refused(run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "2", "--gpu", gpu,
+                           "--dtype", "bfloat16"), "Bfloat16 is only supported on GPUs with compute capability of "
+                                                   "at least 8.0", "(check_if_supports_dtype)")
+    assert_refused(run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "2", "--gpu", gpu,
+                           "--attention-backend", "FLASH_ATTN"), "['compute capability not supported']")

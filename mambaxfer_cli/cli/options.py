@@ -154,9 +154,9 @@ class EngineArgs(Group):
     p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES)
     d_vllm_version: str | None = option("--d-vllm-version", help=_D_RELEASE, panel=ENGINES)
     gpu: str | None = option(
-        "--gpu", help="The engines' GPU: H100, H200, A100, L40S, B200, GB200, B300, RTX PRO 6000, ... or a "
-                      "compute capability (sm90); also as nvidia-smi prints it ('NVIDIA H100 80GB HBM3'); /cu12 "
-                      "after it for a CUDA 12 build (default H100).", panel=ENGINES)
+        "--gpu", help="The engines' GPU as nvidia-smi prints it ('NVIDIA GeForce RTX 4090', 'NVIDIA H100 80GB "
+                      "HBM3') or by its name (H100, A100, L40S, RTX 4090, B200, T4, V100, ...), in any case, or its "
+                      "compute capability (sm90); /cu12 after it for a CUDA 12 build (default H100).", panel=ENGINES)
     gdn_prefill_backend: str | None = option(
         "--gdn-prefill-backend", help="vLLM's --gdn-prefill-backend for GDN models: flashinfer, triton or cutedsl "
                                       "(default: vLLM's choice for the GPU).", panel=ENGINES)

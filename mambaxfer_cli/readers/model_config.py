@@ -296,7 +296,7 @@ def spec_from_config(
         sizing_ssm_dtype=sizing, ssm_backend=family.ssm_backend, hf_config=as_read,
         state_source=family.fixed_state_source,
         **own, hidden_layers=_hidden_layers(config),
-        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
+        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, "model_dtype": model_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec

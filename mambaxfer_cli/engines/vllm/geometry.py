@@ -17,7 +17,8 @@ from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
 from mambaxfer_cli.engines.vllm.gpu import (
-    DEFAULT_GPU, Gpu, default_attention_backend, default_mla_backend, fa4_hd256_kernel, flashinfer_large_pages,
+    DEFAULT_GPU, Gpu, backend_refusal, default_attention_backend, default_mla_backend, fa4_hd256_kernel,
+    flashinfer_large_pages,
 )
 from mambaxfer_cli.engines.vllm.release import Release
 from mambaxfer_cli.engines.vllm.releases import NEWEST
@@ -125,6 +126,9 @@ def kernel_backend(name: str | None, device: Gpu, head_size: int | None, kv_cach
     if mla:
         return backend(name or default_mla_backend(device), mla=True)
     found = backend(name or default_attention_backend(device), mla=False if name else None)
+    refused = backend_refusal(found.name, device) if name else None
+    if refused:
+        raise Refused(refused)
     if found.name == "FLASH_ATTN":
         fixed = fa4_hd256_kernel(device, head_size, quantized_kv=is_quantized(kv_cache))
         if fixed:

@@ -74,7 +74,9 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
 
     built = build(engines)
     engine = built.decode
-    spec = cut_layers(model.load(releases=built.release_names), run.layers)
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
+
+    spec = cut_layers(on_gpu(model.load(releases=built.release_names), built.decode.gpu), run.layers)
     semantics = request.reads(default=Semantics.vllm.value)
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
                                    request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))

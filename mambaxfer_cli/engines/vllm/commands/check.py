@@ -10,12 +10,13 @@ from mambaxfer_cli.render.report import Viewed
 def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs, pairs: str | None,
           max_tp: int | None) -> Viewed:
     """vLLM's check of the models and pairings."""
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
     from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
     from mambaxfer_cli.engines.vllm.proof.check import run_check, targets_for
 
     names = model.names()
     built = build(engines, CHECK_NUM_BLOCKS)
-    specs = [model.load(name, built.release_names) for name in names]
+    specs = [on_gpu(model.load(name, built.release_names), built.decode.gpu) for name in names]
     semantics = request.reads(both=True)
     options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact")
     targets = targets_for(specs, pairs, max_tp, semantics)

@@ -10,10 +10,11 @@ from mambaxfer_cli.render.report import AsIs, Report
 def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     """``tp``: the TP sizes, comma-separated."""
     from mambaxfer_cli.engines.vllm.engine import engine_layout
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
     from mambaxfer_cli.planning.kv_groups import model_grouping
 
     flags = build(engines).decode
-    spec = model.load(releases=(flags.release.name,))
+    spec = on_gpu(model.load(releases=(flags.release.name,)), flags.gpu)
     grouping = model_grouping(spec)
     sides = {size: engine_layout(spec, size, flags, grouping) for size in parse_tp_list(tp)}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,

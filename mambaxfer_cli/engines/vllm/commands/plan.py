@@ -15,7 +15,9 @@ def plan(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Request
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     sections = shown_sections(show)
     built = build(engines)
-    spec = model.load(releases=built.release_names)
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
+
+    spec = on_gpu(model.load(releases=built.release_names), built.decode.gpu)
     options = plan_options(request, built)
     check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())
     result = build_plan(spec, p_tp, d_tp, options)

@@ -11,6 +11,7 @@ from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
 from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.gpu import run_dtype
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import DECODE, PREFILL
@@ -121,7 +122,10 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
         base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,))
     except UserError as exc:
         raise reworded(exc, f"--{side}: {exc}") from None
-    dtype = vllm_dtype(line.dtype, base_model.model_dtype)
+    try:
+        dtype = run_dtype(vllm_dtype(line.dtype, base_model.model_dtype), line.dtype != "auto", base.gpu)
+    except UserError as exc:
+        raise reworded(exc, f"--{side}: {exc}") from None
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
     # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
