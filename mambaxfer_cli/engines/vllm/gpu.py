@@ -194,13 +194,14 @@ def on_gpu(model: ModelSpec, device: Gpu) -> ModelSpec:
     if dtype == model.model_dtype:
         return model
     why = f"{device.name} (SM {device.sm}): no bfloat16, so vLLM's --dtype auto runs {dtype} (_resolve_auto_dtype)"
-    origin, changed = dict(model.origin), {"model_dtype": dtype}
-    followed = {origin.get("model_dtype")}
-    for key in ("conv_dtype", "ssm_dtype"):
-        if getattr(model, key) == model.model_dtype and origin.get(key) in followed:
-            changed[key], origin[key] = dtype, why
-            followed.add("the conv dtype")      # the SSM state follows the conv state's
-    return replace(model, **changed, origin={**origin, "model_dtype": why})
+    origin = dict(model.origin)
+    conv = model.conv_dtype == model.model_dtype and origin.get("conv_dtype") == origin.get("model_dtype")
+    # the SSM state follows the model's dtype, or the conv state's where that follows it
+    ssm = model.ssm_dtype == model.model_dtype and origin.get("ssm_dtype") in (
+        origin.get("model_dtype"), *(("the conv dtype",) if conv else ()))
+    origin.update({"model_dtype": why, **({"conv_dtype": why} if conv else {}), **({"ssm_dtype": why} if ssm else {})})
+    return replace(model, model_dtype=dtype, conv_dtype=dtype if conv else model.conv_dtype,
+                   ssm_dtype=dtype if ssm else model.ssm_dtype, origin=origin)
 
 
 def default_mla_backend(device: Gpu) -> str:
