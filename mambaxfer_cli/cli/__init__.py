@@ -27,9 +27,10 @@ COMPLETE_VAR = "_MAMBAXFER_COMPLETE"     # typer's name for it: _{PROG}_COMPLETE
 
 COMMON_EXITS = (f"{EXIT_USAGE} a usage error (one red line); {EXIT_INTERNAL} an internal error (a bug: please "
                 f"report it); {EXIT_INTERRUPTED} interrupted (Ctrl-C)")
-VERDICT = f"{EXIT_OK} the pairing works, every byte verified; {EXIT_WRONG} vLLM refuses a pairing or moves wrong bytes"
-RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes; {EXIT_RUN_FAILED} the run could not complete "
-       f"(a rank died, a peer did not answer)")
+VERDICT = (f"{EXIT_OK} the pairing works, every byte verified; {EXIT_WRONG} the engine would not run it (it refuses "
+           f"the model, a TP size or the pairing) or moves wrong bytes")
+RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes, or the engine does not start it; "
+       f"{EXIT_RUN_FAILED} the run could not complete (a rank died, a peer did not answer)")
 
 # Every command, registered here alone, in the order `mambaxfer --help` lists them: its function
 # ("module:function", imported when the command runs), its summary in that list (its docstring's
@@ -39,8 +40,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("mambaxfer_cli.cli.plan_cmd:plan",
              "Plan a P/D transfer: whether vLLM accepts it, both engines and the reads; with --show, both sides' "
              "layouts, every segment, page diagrams and descriptor IDs.",
-             f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing or moves wrong bytes "
-             f"(plan inspects; check and preflight give a verdict)"),
+             f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing at handshake or moves "
+             f"wrong bytes (plan inspects; check and preflight give a verdict); {EXIT_WRONG} the engine does not "
+             f"start the model or a TP size (its words)"),
     "check": ("mambaxfer_cli.cli.check_cmd:check",
               "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every byte and "
               "descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues.",
@@ -52,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "inspect": ("mambaxfer_cli.cli.inspect_cmd:inspect",
                 "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes, and the "
                 "block geometry the vLLM release derives for an engine of each TP size on the GPU.",
-                f"{EXIT_OK} printed"),
+                f"{EXIT_OK} printed; {EXIT_WRONG} the engine does not start the model or a TP size (its words)"),
     "models": ("mambaxfer_cli.cli.models_cmd:models",
                "List the built-in model presets with their variant, layer counts, dtypes and source.",
                f"{EXIT_OK} listed"),
@@ -98,8 +100,8 @@ def build(args: Sequence[str] | None = None) -> typer.Typer:
     app = typer.Typer(
         name=PROG,
         help="Plan, check and execute P/D transfers of Mamba-family state (vLLM NIXL connector).",
-        epilog="Exit codes: 0 ok; 1 wrong bytes or a refused pairing; 2 usage error; 3 execute run failed; "
-               "70 internal error (a bug, please report it); 130 interrupted.",
+        epilog="Exit codes: 0 ok; 1 the engine would not run it (refused) or wrong bytes; 2 usage error; 3 execute "
+               "run failed; 70 internal error (a bug, please report it); 130 interrupted.",
         context_settings={"help_option_names": ["-h", "--help"]},
         rich_markup_mode="rich",
     )
