@@ -94,12 +94,12 @@ class Target:
     unchecked: tuple[str, ...] = ()
 
 
-def served(model: ModelSpec, release: Release = SGLANG_0_5_23) -> str | None:
-    """Why SGLang does not serve ``model`` (None: it does)."""
+def served(model: ModelSpec, release: Release = SGLANG_0_5_23) -> UserError | None:
+    """Why SGLang does not serve ``model`` or mambaxfer does not answer for it (None: it does)."""
     try:
         family_rule(model, release)
     except UserError as exc:
-        return str(exc)
+        return exc
     return None
 
 
@@ -113,8 +113,8 @@ def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None
         why = served(model, release)
         if why is not None:
             if not every:
-                raise Refused(why)
-            left_out.append(why.split("; mambaxfer answers")[0])
+                raise why
+            left_out.append(str(why).split("; mambaxfer answers")[0])
             continue
         if pairs is not None:
             for p_tp, d_tp in pairs:

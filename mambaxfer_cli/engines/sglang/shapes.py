@@ -143,7 +143,8 @@ def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRul
     rule = release.families.get(model.family)
     if rule is None or not rule.served:
         why = rule.note if rule else f"SGLang {release.version} has no rule for the family '{model.family}'"
-        error = Refused if rule else UserError      # SGLang does not serve it / mambaxfer does not know
+        # SGLang does not serve it: its refusal; it does, but mambaxfer does not model it: a usage error
+        error = Refused if rule and not rule.engine_serves else UserError
         raise error(f"{model.name}: {why}; mambaxfer answers for SGLang only where it serves the model")
     return rule
 

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from mambaxfer_cli.engines.vllm.releases import NAMES
 from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
 from mambaxfer_cli.engines.vllm.releases import release as release_named
-from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 from mambaxfer_cli.readers.shell import CONFIG_NOTE, OPTIONAL, Occurrence, ServerLine, option_value
 from mambaxfer_cli.readers.shell import script_command, server_start
@@ -97,7 +97,7 @@ def resolve(name: str) -> Known | None:
         elif name.startswith("--") and len(name) > 2:
             matches = [s for s in table if s.startswith(name)]
             if len(matches) > 1:
-                raise Refused(f"ambiguous option: {name} could match {', '.join(sorted(matches)[:4])} "
+                raise UserError(f"ambiguous option: {name} could match {', '.join(sorted(matches)[:4])} "
                                 f"(vLLM {release} refuses it)")
             if matches:
                 found[release] = (matches[0], table[matches[0]])
@@ -494,7 +494,7 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
     if "mamba_backend" in values:
         backend = str(values["mamba_backend"]).lower()
         if backend not in MAMBA_BACKENDS:      # MambaBackendEnum[value.upper()] (create_engine_config)
-            raise Refused(f"{where}: --mamba-backend: vLLM does not start: Unknown Mamba SSU backend: "
+            raise UserError(f"{where}: --mamba-backend: vLLM does not start: Unknown Mamba SSU backend: "
                             f"{quoted(str(values['mamba_backend']).upper())}. Valid options are: "
                             f"{', '.join(b.upper() for b in MAMBA_BACKENDS)}")
         out["mamba_backend"] = backend
@@ -527,7 +527,7 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         chosen = _backend(attention.get("backend"), "--attention-config backend", where)
         if chosen is not None and "attention_backend" in values:
             # vLLM's create_engine_config, when both are given (an 'auto' backend counts as given there)
-            raise Refused(f"{where}: attention_backend and attention_config.backend are mutually exclusive "
+            raise UserError(f"{where}: attention_backend and attention_config.backend are mutually exclusive "
                             f"(vLLM refuses to start; give one of --attention-backend, --attention-config)")
         if chosen is not None:
             out["attention_backend"] = chosen
