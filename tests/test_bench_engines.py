@@ -50,6 +50,8 @@ def test_the_document_follows_its_schema_and_holds_both_engines_documents(docume
     assert document["vllm"]["schema"] == "mambaxfer.bench/v1" and document["vllm"]["verified"]
     assert [d["schema"] for d in document["sglang"]] == ["mambaxfer.sglang-bench/v1"]
     assert (document["model"], document["p_tp"], document["d_tp"]) == (MODEL, P_TP, D_TP)
+    # side by side both move mambaxfer's exact transfer, though each alone moves its engine's own
+    assert {document["vllm"]["semantics"], *(d["semantics"] for d in document["sglang"])} == {"exact"}
 
 
 def test_each_row_is_its_engines_own_planned_and_limit_figures(document):
