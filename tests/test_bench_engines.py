@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from cli_run import assert_user_error, messages, run_cli
+from cli_run import assert_refused, assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.tasks import cut_layers
@@ -116,6 +116,17 @@ def test_the_run_leaves_no_rank_behind(document):
 @pytest.mark.parametrize("args,fragments", [
     (("--model", "jamba"), ("jamba: SGLang 0.5.23 has no Jamba model file",)),
     (("--d-tp", "3"), ("SGLang 0.5.23 cannot serve it at TP 3",)),
+])
+def test_what_an_engine_does_not_start_is_its_refusal_before_any_rank_starts(args, fragments):
+    env = new_tag()
+    result = run_cli("bench", "--engine", "vllm,sglang", "--model", MODEL, "--p-tp", "1", "--d-tp", "2",
+                     "--device", "cpu", *args, env=env)     # a repeated option: its last value counts
+    assert_refused(result, *fragments)
+    assert result.stdout == ""
+    assert_no_rank_left(env)
+
+
+@pytest.mark.parametrize("args,fragments", [
     (("--semantics", "vllm"), ("--semantics vllm: with --engine vllm,sglang both engines move",)),
     (("--semantics", "sglang"), ("--engine sglang --semantics sglang",)),
     (("--chart", "chart.svg"), ("the chart is a PNG",)),
