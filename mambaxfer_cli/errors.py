@@ -1,5 +1,5 @@
-"""The one exception family for user errors (the CLI prints its message and exits 2), and how
-such a message shows what the user gave."""
+"""The one exception family for user errors (the CLI prints its message and exits 2; a refusal,
+exits 1), and how such a message shows what the user gave."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ class UserError(Exception):
     """Something the user asked for is wrong; the message says what and how to fix it."""
 
 
-class EngineRefuses(UserError):
-    """The engine would not start what was asked (its own words in the message): one line, like a
-    user error, but a verdict, so the CLI exits 1, not 2."""
+class Refused(UserError):
+    """The engine would not run what was asked, in its own words: a verdict (exit code 1), not a
+    misreading of the input (exit code 2)."""
+
+
+def reworded(exc: UserError, message: str) -> UserError:
+    """``exc`` said anew (with where it came from), of the same kind: a refusal stays one."""
+    return type(exc)(message)
 
 
 def clipped(text: str, limit: int = 80) -> str:

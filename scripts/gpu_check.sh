@@ -175,7 +175,7 @@ PY
 for model in qwen3.5-0.8b nemotron-h-8b; do
   echo "gpu_check: bench --engine sglang $model P TP 1 → D TP 2 on $DEVICE" >&2
   # shellcheck disable=SC2086
-  $MAMBAXFER bench --engine sglang --model "$model" --p-tp 1 --d-tp 2 --device "$DEVICE" \
+  $MAMBAXFER bench --engine sglang --model "$model" --p-tp 1 --d-tp 2 --semantics exact --device "$DEVICE" \
     --iters "${BENCH_ITERS:-20}" --timeout "$TIMEOUT" --format json >"$work/sb.json" 2>"$work/sb.err" || status=1
   "$PYTHON" - "$work/sb.json" "$work/sb.err" <<'PY' || status=1
 import json, sys

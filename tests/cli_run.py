@@ -38,6 +38,17 @@ def assert_user_error(result: CliResult, *fragments: str) -> None:
         assert fragment in result.stderr or " ".join(fragment.split()) in words, (fragment, result.stderr)
 
 
+def assert_refused(result: CliResult, *fragments: str) -> None:
+    """Exit code 1 (the engine would not run it: a verdict, not a misreading), one line on stderr
+    in the engine's words, no traceback."""
+    assert result.code == 1, (result.code, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [line for line in messages(result.stderr) if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert " ".join(fragment.split()) in lines[0], (fragment, result.stderr)
+
+
 def messages(stderr: str) -> list[str]:
     """stderr's messages, one per item: an error wraps between words at the output's width, so the
     lines after an ``error:`` line are joined to it."""

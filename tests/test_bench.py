@@ -79,7 +79,7 @@ def test_ratios_and_figures_are_consistent(document):
 def test_the_chart_is_a_png_or_one_line_saying_why_not(document):
     if CHART["path"].exists():
         assert CHART["path"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    else:       # without matplotlib, bench refuses --chart before the run (tests/test_one_answer.py)
+    else:       # without matplotlib, bench refuses --chart before the run (tests/test_said_whole.py)
         pytest.skip("matplotlib is not installed")
 
 

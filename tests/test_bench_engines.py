@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from cli_run import assert_user_error, charted, messages, run_cli
+from cli_run import assert_refused, assert_user_error, charted, messages, run_cli
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.execute.tasks import cut_layers
@@ -50,6 +50,8 @@ def test_the_document_follows_its_schema_and_holds_both_engines_documents(docume
     assert document["vllm"]["schema"] == "mambaxfer.bench/v1" and document["vllm"]["verified"]
     assert [d["schema"] for d in document["sglang"]] == ["mambaxfer.sglang-bench/v1"]
     assert (document["model"], document["p_tp"], document["d_tp"]) == (MODEL, P_TP, D_TP)
+    # side by side both move mambaxfer's exact transfer, though each alone moves its engine's own
+    assert {document["vllm"]["semantics"], *(d["semantics"] for d in document["sglang"])} == {"exact"}
 
 
 def test_each_row_is_its_engines_own_planned_and_limit_figures(document):
@@ -103,7 +105,7 @@ def test_the_chart_is_a_png_or_one_line_saying_why_not(document):
     if CHART["path"].exists():
         assert CHART["path"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"chart written to {CHART['path']}" in said
-    else:       # without matplotlib, bench refuses --chart before the run (tests/test_one_answer.py)
+    else:       # without matplotlib, bench refuses --chart before the run (tests/test_said_whole.py)
         pytest.skip("matplotlib is not installed")
 
 
@@ -114,6 +116,17 @@ def test_the_run_leaves_no_rank_behind(document):
 @pytest.mark.parametrize("args,fragments", [
     (("--model", "jamba"), ("jamba: SGLang 0.5.23 has no Jamba model file",)),
     (("--d-tp", "3"), ("SGLang 0.5.23 cannot serve it at TP 3",)),
+])
+def test_what_an_engine_does_not_start_is_its_refusal_before_any_rank_starts(args, fragments):
+    env = new_tag()
+    result = run_cli("bench", "--engine", "vllm,sglang", "--model", MODEL, "--p-tp", "1", "--d-tp", "2",
+                     "--device", "cpu", *args, env=env)     # a repeated option: its last value counts
+    assert_refused(result, *fragments)
+    assert result.stdout == ""
+    assert_no_rank_left(env)
+
+
+@pytest.mark.parametrize("args,fragments", [
     (("--semantics", "vllm"), ("--semantics vllm: with --engine vllm,sglang both engines move",)),
     (("--semantics", "sglang"), ("--engine sglang --semantics sglang",)),
     (("--chart", "chart.svg"), ("the chart is a PNG",)),

@@ -24,7 +24,7 @@ def bench_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
 def test_planned_and_limit_move_the_same_bytes_verified(model, layers, p_tp, d_tp):
     env = new_tag()
     code, doc = bench_json("--model", model, "--layers", str(layers), "--p-tp", str(p_tp), "--d-tp", str(d_tp),
-                           env=env)
+                           "--semantics", "exact", env=env)
     assert code == 0 and doc["verified"], doc
     exact = chosen_writes(plan(cut_layers(load_model(model), layers), p_tp, d_tp), "exact").descriptors(P_SLOT, D_SLOT)
     planned, limit = doc["variants"]["planned"], doc["variants"]["limit"]

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from cli_run import assert_user_error, messages, run_cli
+from cli_run import assert_refused, assert_user_error, messages, run_cli
 from mambaxfer_cli.schema import document_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,9 +180,6 @@ def test_non_multiples_under_exact_semantics():
 
 
 @pytest.mark.parametrize("args,fragments", [
-    (["--model", "granit", "--pairs", "1:2"], ["unknown model 'granit'", "did you mean"]),
-    (["--model", "jamba", "--pairs", "1-2"], ["--pairs: '1-2' is not a P:D pair"]),
-    (["--model", "jamba", "--pairs", ""], ["--pairs: give at least one P:D pair"]),
     (["--model", "jamba", "--pairs", "1:3"], ["--pairs 1:3: vLLM does not start a TP-3 engine of jamba",
                                               "32 attention heads", "verify_with_parallel_config",
                                               "TP sizes that work"]),
@@ -190,6 +187,15 @@ def test_non_multiples_under_exact_semantics():
     (["--model", "granite-4.0-h-tiny", "--pairs", "1:3"], ["--pairs 1:3", "4 KV heads"]),
     (["--model", "mamba-130m", "--pairs", "2:3", "--semantics", "vllm"],
      ["vLLM needs one TP size to divide the other"]),
+])
+def test_a_listed_pairing_vllm_does_not_start_is_its_refusal_and_exit_1(args, fragments):
+    assert_refused(run_cli("check", *args), *fragments)
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["--model", "granit", "--pairs", "1:2"], ["unknown model 'granit'", "did you mean"]),
+    (["--model", "jamba", "--pairs", "1-2"], ["--pairs: '1-2' is not a P:D pair"]),
+    (["--model", "jamba", "--pairs", ""], ["--pairs: give at least one P:D pair"]),
     (["--model", "jamba", "--max-tp", "0"], ["--max-tp must be >= 1, got 0"]),
     (["--model", "jamba", "--pairs", "1:2", "--max-tp", "4"], ["either --pairs or --max-tp"]),
     (["--pairs", "1:2"], ["give --model M or --all-presets"]),

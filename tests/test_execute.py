@@ -43,7 +43,7 @@ def local_plan(model: str, p_tp: int, d_tp: int, layers: int | None, semantics: 
 @pytest.mark.parametrize("p_tp,d_tp", PAIRINGS, ids=[f"{p}P{d}D" for p, d in PAIRINGS])
 def test_real_transfer_verifies_every_byte(model, p_tp, d_tp):
     env = new_tag()
-    code, doc = execute_json("--model", model, "--p-tp", str(p_tp), "--d-tp", str(d_tp),
+    code, doc = execute_json("--model", model, "--p-tp", str(p_tp), "--d-tp", str(d_tp), "--semantics", "exact",
                              "--layers", str(MODELS[model]), "--iters", "1", env=env)
     assert code == 0 and doc["verified"], doc
     plan = local_plan(model, p_tp, d_tp, MODELS[model])
@@ -63,7 +63,8 @@ def test_real_transfer_verifies_every_byte(model, p_tp, d_tp):
 
 
 def test_whole_mamba1_model_without_attention():
-    code, doc = execute_json("--model", "mamba-130m", "--p-tp", "2", "--d-tp", "4", "--iters", "2")
+    code, doc = execute_json("--model", "mamba-130m", "--p-tp", "2", "--d-tp", "4", "--iters", "2", "--semantics",
+                             "exact")
     assert code == 0 and doc["verified"]
     assert all(len(d["times_s"]) == 2 for d in doc["decode"])
     # vLLM's connector cannot pair a model without attention: the run says so.
@@ -85,7 +86,8 @@ def test_a_pairing_vllm_refuses_says_so_before_the_reads_it_moved():
 
 
 def test_p_larger_than_d_reads_through_split_lists():
-    code, doc = execute_json("--model", "jamba", "--layers", "8", "--p-tp", "4", "--d-tp", "2", "--iters", "1")
+    code, doc = execute_json("--model", "jamba", "--layers", "8", "--p-tp", "4", "--d-tp", "2", "--iters", "1",
+                             "--semantics", "exact")
     assert code == 0
     assert doc["decode"][0]["local_lists"] == ["split:0", "split:1"]
     assert doc["decode"][0]["sources"] == [0, 1] and doc["decode"][1]["sources"] == [2, 3]
@@ -123,7 +125,7 @@ def test_vllm_wrong_bytes_equal_the_simulation_byte_for_byte():
 
 def test_exact_semantics_on_the_same_pairing_verifies():
     result = run_cli("execute", "--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "2",
-                     "--device", "cpu", "--layers", "6", timeout=120)
+                     "--semantics", "exact", "--device", "cpu", "--layers", "6", timeout=120)
     assert result.code == 0, result.stdout + result.stderr
     assert result.stdout.count("verified") == 2
     for column in ("D rank", "from P", "bytes", "descriptors", "after merge", "GB/s", "verdict"):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from cli_run import assert_run_failed, assert_user_error, messages, run_cli
+from cli_run import assert_refused, assert_run_failed, assert_user_error, messages, run_cli
 from mambaxfer_cli.execute.faults import FAULT_ENV
 from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, tagged, wait_until
 
@@ -160,10 +160,13 @@ def test_plan_of_one_d_rank(tmp_path):
     (("--p-tp", "1", "--d-tp", "2", "--iters", "0"), "--iters must be >= 1"),
     (("--p-tp", "1", "--d-tp", "2", "--timeout", "0"), "--timeout must be a positive"),
     (("--p-tp", "1", "--d-tp", "2", "--port", "70000"), "not a port number"),
-    (("--p-tp", "3", "--d-tp", "1"), "TP 3"),
 ])
 def test_user_errors(args, message):
     assert_user_error(run_with(*args)[0], message)
+
+
+def test_a_tp_size_vllm_does_not_start_is_its_refusal():
+    assert_refused(run_with("--p-tp", "3", "--d-tp", "1")[0], "vLLM does not start a TP-3 engine")
 
 
 def test_model_and_tp_are_needed_without_a_plan():

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cli_run import assert_user_error, messages, run_cli, run_json
+from cli_run import assert_refused, assert_user_error, messages, run_cli, run_json
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.check import check_pairing
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
@@ -52,7 +52,7 @@ def assert_counts_match_check(doc: dict, model: str, p_tp: int, d_tp: int, layer
 def test_exact_writes_verify_every_byte_of_qwen35_at_1p2d():
     """The issue's command: every byte of every decode entry, every round, is what it must be."""
     env = new_tag()
-    code, doc = execute_json("--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", env=env)
+    code, doc = execute_json("--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--semantics", "exact", env=env)
     assert code == 0 and doc["verified"] and doc["bad_bytes"] == 0, doc
     assert (doc["engine"], doc["semantics"], doc["rounds"]) == ("sglang", "exact", MIN_ROUNDS)
     planned = plan(load_model("qwen3.5-0.8b"), 1, 2)
@@ -104,7 +104,8 @@ def test_wrong_bytes_equal_checks_per_rank_and_field(p_tp, d_tp):
 @pytest.mark.parametrize("model,layers", [("nemotron-h-8b", 6), ("qwen3.5-0.8b", 4)])
 def test_p_larger_than_d_exact_writes_verify(model, layers):
     """P TP 2 -> D TP 1: two P ranks WRITE into one D rank's slot, each its half."""
-    code, doc = execute_json("--model", model, "--layers", str(layers), "--p-tp", "2", "--d-tp", "1", "--iters", "1")
+    code, doc = execute_json("--model", model, "--layers", str(layers), "--p-tp", "2", "--d-tp", "1", "--iters", "1",
+                             "--semantics", "exact")
     assert code == 0 and doc["verified"], doc
     assert doc["decode"][0]["writers"] == [0, 1]
     assert [w["d_rank"] for p in doc["prefill"] for w in p["writes"]] == [0, 0]
@@ -181,13 +182,13 @@ def test_bad_options_are_one_line(args, fragments):
 def test_a_model_sglang_does_not_serve_and_a_pairing_it_refuses():
     jamba = run_cli("execute", "--engine", "sglang", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--device",
                     "cpu")
-    assert_user_error(jamba, "SGLang 0.5.23 has no Jamba model file")
+    assert_refused(jamba, "SGLang 0.5.23 has no Jamba model file")
     exact = run_cli("execute", "--engine", "sglang", "--model", "mamba-130m", "--p-tp", "1", "--d-tp", "1",
                     "--device", "cpu", "--layers", "0")
     assert_user_error(exact, "--layers must be >= 1")
     failing = run_cli("execute", "--engine", "sglang", "--model", "mamba-130m", "--p-tp", "3", "--d-tp", "2",
                       "--semantics", "sglang", "--device", "cpu")
-    assert_user_error(failing, "SGLang 0.5.23 fails every request of mamba-130m at P TP 3 → D TP 2",
+    assert_refused(failing, "SGLang 0.5.23 fails every request of mamba-130m at P TP 3 → D TP 2",
                       "so no state moves; --semantics exact moves the bytes")
 
 

@@ -28,7 +28,7 @@ from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left,
 
 P_HOST = "127.0.0.2"
 JAMBA = ("--model", "jamba", "--layers", "8")                  # Mamba1 + attention, 8 KV-cache groups
-GRANITE = ("--model", "granite-4.0-h-tiny", "--layers", "6")   # Mamba2 + attention
+GRANITE = ("--model", "granite-4.0-h-tiny", "--layers", "6", "--semantics", "exact")   # Mamba2 + attention
 
 
 def free_port(count: int = 1) -> int:

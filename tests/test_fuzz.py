@@ -403,11 +403,14 @@ def check_outcome(worker, case: dict) -> None:
     assert not result["hang"], f"hung past {case['timeout']} CPU s or {case['wall']} s: {shown}"
     assert result["cpu_seconds"] < TIME_LIMIT, shown
     assert "Traceback" not in result["stderr"], shown
-    allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute", "bench", "preflight") else {0, 2}
+    # 1: a verdict, or the engine's start-up refusal from any command that answers for a deployment
+    allowed = {0, 1, 2} if case["argv"][0] in ("check", "execute", "bench", "preflight", "plan", "inspect") \
+        else {0, 2}
     if case["argv"][0] in ("execute", "bench"):
         allowed.add(3)   # a run that started and could not complete (its own one line)
     assert result["code"] in allowed, shown
-    if result["code"] in (2, 3):
+    refusal = result["code"] == 1 and result["stdout"] == "" and result["stderr"].startswith("error: ")
+    if result["code"] in (2, 3) or refusal:
         lines = [line for line in messages(result["stderr"]) if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: "), shown
         assert result["peak_bytes"] < REJECTED_MEMORY, shown

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_refused, assert_user_error, run_cli
 from mambaxfer_cli.engines.vllm import indexer_caches
 from mambaxfer_cli.engines.vllm.families import glm5next
 from mambaxfer_cli.engines.vllm.engine import engine_layout
@@ -88,7 +88,7 @@ def test_layer_types_and_linear_attn_config_read_as_transformers_reads_them():
 def test_configs_transformers_or_vllm_refuse_are_one_line(tmp_path, text, words):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config(**text)))
-    assert_user_error(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1"), words)
+    assert_refused(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1"), words)
 
 
 @pytest.mark.parametrize("tp, block", [(1, 4608), (2, 2560), (4, 1536), (8, 1024)])
@@ -117,12 +117,14 @@ def test_blackwell_runs_fp8_latents_on_flashinfers_trtllm_kernel():
     assert bf16.geometry.attention_bytes_per_token == LATENT * 2
 
 
-@pytest.mark.parametrize("gpu, words", [
-    ("A100", "vLLM does not start a GLM-5-Next engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends run on"),
-    ("RTX PRO 6000", "mambaxfer does not model GLM-5-Next on SM 12.x"),
+@pytest.mark.parametrize("gpu, words, code", [
+    ("A100", "vLLM does not start a GLM-5-Next engine on A100 (SM 8.0, CUDA 13): the sparse MLA backends run on", 1),
+    ("RTX PRO 6000", "mambaxfer does not model GLM-5-Next on SM 12.x", 2),
 ])
-def test_gpus_without_a_modelled_sparse_backend_are_one_line(gpu, words):
-    assert_user_error(run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--gpu", gpu), words)
+def test_gpus_without_a_modelled_sparse_backend_are_one_line(gpu, words, code):
+    # vLLM's refusal is a verdict (1); what mambaxfer does not model, a usage error (2)
+    result = run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--gpu", gpu)
+    (assert_refused if code == 1 else assert_user_error)(result, words)
 
 
 def test_a_latent_blackwells_kernel_does_not_run_stops_the_engine():
@@ -141,13 +143,13 @@ def test_attention_backend_may_name_vllms_pick_and_no_other(gpu, pick):
     assert plain.code == named.code == 0 and json.loads(plain.stdout) == json.loads(named.stdout)
     other = next(name for name in ("FLASHINFER_MLA_SPARSE_SM90", "FLASHINFER_MLA_SPARSE") if name != pick)
     for backend, reason in (("TRITON_MLA", "sparse not supported"), (other, "compute capability not supported")):
-        assert_user_error(run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--gpu", gpu,
+        assert_refused(run_cli("plan", "--model", PRESET, "--p-tp", "1", "--d-tp", "1", "--gpu", gpu,
                                   "--attention-backend", backend),
                           f"vLLM does not start a GLM-5-Next engine on --attention-backend {backend}", reason, pick)
 
 
 def test_a_sparse_backend_does_not_start_a_dense_model():
-    assert_user_error(run_cli("plan", "--model", "kimi-linear-48b", "--p-tp", "1", "--d-tp", "1",
+    assert_refused(run_cli("plan", "--model", "kimi-linear-48b", "--p-tp", "1", "--d-tp", "1",
                               "--attention-backend", "FLASHINFER_MLA_SPARSE_SM90"), "non-sparse not supported")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_refused, run_cli
 from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags, kernel_backend
 from mambaxfer_cli.engines.vllm.gpu import gpu as gpu_named
@@ -171,7 +171,7 @@ def test_cli_plan_check_and_errors():
     assert refused.code == 1 and "prefix caching" in refused.stdout.lower()
     fixed = run_cli("check", "--model", "kimi-linear-48b", "--pairs", "1:2,2:1,1:4", "--no-enable-prefix-caching")
     assert fixed.code == 0, fixed.stdout + fixed.stderr
-    assert_user_error(run_cli("plan", "--model", "kimi-linear-48b", "--p-tp", "1", "--d-tp", "2",
+    assert_refused(run_cli("plan", "--model", "kimi-linear-48b", "--p-tp", "1", "--d-tp", "2",
                               "--attention-backend", "FLASH_ATTN"), "does not run an MLA model")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_refused, run_cli
 from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import gpu as gpu_named
@@ -99,7 +99,7 @@ def test_the_mla_layers_asserts_are_vllms(tmp_path, key, value, words):
     config["text_config"][key] = value
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    assert_user_error(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "2"), "vLLM does not start",
+    assert_refused(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "2"), "vLLM does not start",
                       words, "KimiDecoderLayer.__init__")
 
 
@@ -148,18 +148,18 @@ K31_WORDS = ("vLLM 0.34 serves Kimi-K3.1 (KimiK31ForConditionalGeneration), but 
 
 
 def test_kimi_k3_1_is_refused_as_vllm_0_34s_connector_refuses_it():
-    assert_user_error(run_cli("plan", "--model", str(K31), "--p-tp", "1", "--d-tp", "2", "--vllm-version", "0.34"),
+    assert_refused(run_cli("plan", "--model", str(K31), "--p-tp", "1", "--d-tp", "2", "--vllm-version", "0.34"),
                       *K31_WORDS)
-    assert_user_error(run_cli("check", "--model", str(K31), "--vllm-version", "0.34"), *K31_WORDS)
+    assert_refused(run_cli("check", "--model", str(K31), "--vllm-version", "0.34"), *K31_WORDS)
 
 
 def test_kimi_k3_1_under_0_33_is_an_architecture_its_registry_lacks():
     words = ("vLLM 0.33 does not serve KimiK31ForConditionalGeneration: \"Model architectures "
              "['KimiK31ForConditionalGeneration'] are not supported for now\"", "vLLM 0.34 serves it")
-    assert_user_error(run_cli("plan", "--model", str(K31), "--p-tp", "1", "--d-tp", "2", "--vllm-version", "0.33"),
+    assert_refused(run_cli("plan", "--model", str(K31), "--p-tp", "1", "--d-tp", "2", "--vllm-version", "0.33"),
                       *words)
     # One engine on 0.33 is enough.
-    assert_user_error(run_cli("plan", "--model", str(K31), "--p-tp", "1", "--d-tp", "2", "--d-vllm-version", "0.33",
+    assert_refused(run_cli("plan", "--model", str(K31), "--p-tp", "1", "--d-tp", "2", "--d-vllm-version", "0.33",
                               "--p-vllm-version", "0.34"), *words)
     # Kimi-K3 itself is served by both.
     assert run_cli("plan", "--model", str(K3), "--p-tp", "1", "--d-tp", "2", "--vllm-version", "0.33").code == 0
@@ -177,7 +177,7 @@ def test_preflight_refuses_kimi_k3_1(tmp_path, release, words):
     path.write_text(K31.read_text())
     result = run_cli("preflight", "--prefill", serve(path, 1, "kv_producer"), "--decode",
                      serve(path, 2, "kv_consumer"), "--vllm-version", release)
-    assert_user_error(result, "--prefill:", *words)
+    assert_refused(result, "--prefill:", *words)
 
 
 def test_preflight_accepts_kimi_k3_with_prefix_caching_off(tmp_path):

@@ -289,7 +289,8 @@ def test_spec_is_immutable_and_serialises():
         "conv_kernel": 4, "num_spec": 0, "conv_dtype": "bfloat16", "ssm_dtype": "bfloat16",
         "params": {"intermediate_size": 8192, "d_state": 16},
         "attention": {"num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16"},
-        "origin": {"conv_dtype": "config key torch_dtype", "ssm_dtype": "the conv dtype"}}
+        "origin": {"conv_dtype": "config key torch_dtype", "ssm_dtype": "the conv dtype",
+                   "model_dtype": "config key torch_dtype"}}
 
 
 def test_hybrid_without_kv_heads_names_the_key():

@@ -196,7 +196,7 @@ def test_gpu_names_as_nvidia_smi_and_clouds_print_them(name, table):
     assert gpu(name).name == table
 
 
-@pytest.mark.parametrize("name", ["H100 foo", "V100", "NVIDIA"])
+@pytest.mark.parametrize("name", ["H100 foo", "P100", "NVIDIA"])
 def test_other_gpu_names_are_still_refused(name):
     from mambaxfer_cli.engines.vllm.gpu import gpu
     from mambaxfer_cli.errors import UserError

@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_refused, assert_user_error, run_cli
 from mambaxfer_cli.schema import plan_schema
 
 VALIDATOR = jsonschema.Draft202012Validator(plan_schema())
@@ -181,6 +181,15 @@ def test_output_writes_the_document(tmp_path):
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "3"], ["32 attention heads do not divide by TP 3"]),
     (["--model", "granite-4.0-h-tiny", "--p-tp", "1", "--d-tp", "8"],
      ["vLLM does not start a TP-8 engine", "12 attention heads", "verify_with_parallel_config"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gdn-prefill-backend", "hip"],
+     ["--gdn-prefill-backend: GDN prefill backend 'hip' is not one for NVIDIA GPUs"]),
+    (["--model", "granite-4.0-h-tiny", "--p-tp", "2", "--d-tp", "3"], ["4 KV heads"]),
+])
+def test_what_vllm_does_not_start_is_one_line_and_exit_1(args, fragments):
+    assert_refused(run_cli("plan", *args), *fragments)
+
+
+@pytest.mark.parametrize("args,fragments", [
     (["--model", "jamba", "--p-tp", "0", "--d-tp", "1"], ["--p-tp must be >= 1, got 0"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1000"],
      ["--d-tp 1000 is larger than any deployment's TP size; at most 256"]),
@@ -202,14 +211,11 @@ def test_output_writes_the_document(tmp_path):
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--vllm-version", "0.35"],
      ["--vllm-version 0.35: unknown vLLM release '0.35'; mambaxfer knows 0.33, 0.34"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--d-vllm-version", "x"], ["--d-vllm-version x: unknown"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gpu", "V100"], ["--gpu: unknown GPU 'V100'"]),
-    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gdn-prefill-backend", "hip"],
-     ["--gdn-prefill-backend: GDN prefill backend 'hip' is not one for NVIDIA GPUs"]),
+    (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--gpu", "P100"], ["--gpu: unknown GPU 'P100'"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--attention-streams", "3"], ["--attention-streams"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-groups", "ssm*2,banana", "--kv-tensors", "2"],
      ["--kv-groups: bad item 'banana'"]),
     (["--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--kv-tensors", "2"], ["only apply with --kv-groups"]),
-    (["--model", "granite-4.0-h-tiny", "--p-tp", "2", "--d-tp", "3"], ["4 KV heads"]),
 ])
 def test_user_errors_are_one_line_and_exit_2(args, fragments):
     assert_user_error(run_cli("plan", *args), *fragments)

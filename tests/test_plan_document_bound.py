@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_refused, assert_user_error, run_cli
 from mambaxfer_cli.limits import MAX_FILE_BYTES, MAX_NODES
 from mambaxfer_cli.readers.documents import parse_json
 
@@ -51,7 +51,7 @@ def test_a_bare_config_json_is_named_after_its_folder(tmp_path):
     shutil.copy(FIXTURES / "Qwen__Qwen3.5-0.8B.partial.json", folder / "config.json")
     for name in ("config.json", "./config.json"):
         result = run_cli("plan", "--model", name, "--p-tp", "3", "--d-tp", "1", cwd=str(folder))
-        assert_user_error(result, "error: vLLM does not start a TP-3 engine of my-checkout")
+        assert_refused(result, "error: vLLM does not start a TP-3 engine of my-checkout")
     shown = run_cli("inspect", "--model", "config.json", "--format", "json", cwd=str(folder))
     assert shown.code == 0 and json.loads(shown.stdout)["model"]["name"] == "my-checkout"
     table = run_cli("preflight", "--prefill", "vllm serve config.json -tp 3 --hf-overrides.x=1", "--decode",

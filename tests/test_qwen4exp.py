@@ -180,7 +180,7 @@ def test_num_spec_on_one_side_corrupts_the_ple_state_under_vllm():
 
 # --- the commands ----------------------------------------------------------------------------------
 
-from cli_run import assert_user_error, run_cli  # noqa: E402
+from cli_run import assert_refused, assert_user_error, run_cli  # noqa: E402
 
 SERVE = ("VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve Qwen/Qwen3.8-Flash-Next -tp {tp} --kv-transfer-config "
          "'{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_{role}\"}}'")
@@ -363,14 +363,16 @@ def test_plan_takes_the_layout_and_the_fix_it_names_is_accepted():
     assert doc["vllm"]["accepts"] and doc["vllm"]["suggested_kv_cache_layout"] is None
 
 
-@pytest.mark.parametrize("layout, words", [
+@pytest.mark.parametrize("layout, words, code", [
     ("LBHNC", "vLLM does not start an engine of qwen3.8-flash-next: VLLM_KV_CACHE_LAYOUT=LBHNC does not satisfy "
-              "every supported set; valid layouts: ['BLNHC', 'BLHNC']."),
-    ("LBHCN", "'LBHCN' is not one of"),
+              "every supported set; valid layouts: ['BLNHC', 'BLHNC'].", 1),
+    ("LBHCN", "'LBHCN' is not one of", 2),
 ])
-def test_a_layout_vllm_does_not_run_is_one_line_and_exit_2(layout, words):
-    assert_user_error(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
-                              "--kv-cache-layout", layout), words)
+def test_a_layout_vllm_does_not_run_is_one_line_and_exit_1(layout, words, code):
+    # a layout vLLM does not start is its verdict (1); a name that is no layout, a usage error (2)
+    result = run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2", "--kv-cache-layout",
+                     layout)
+    (assert_refused if code == 1 else assert_user_error)(result, words)
 
 
 def test_other_models_split_heads_only_in_a_block_contiguous_layout():
@@ -397,13 +399,15 @@ def test_fp8_compressed_keys_are_one_byte_an_element():
     assert result.code == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("value, words", [
-    ("nvfp4", "indexer_kv_dtype='nvfp4' is not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8')"),
-    ("fp16", "indexer_kv_dtype must be one of auto, bf16, fp8, mxfp4, nvfp4"),
+@pytest.mark.parametrize("value, words, code", [
+    ("nvfp4", "indexer_kv_dtype='nvfp4' is not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8')", 1),
+    ("fp16", "indexer_kv_dtype must be one of auto, bf16, fp8, mxfp4, nvfp4", 2),
 ])
-def test_indexer_kv_dtypes_vllm_refuses_are_one_line(value, words):
-    assert_user_error(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
-                              "--indexer-kv-dtype", value), words)
+def test_indexer_kv_dtypes_vllm_refuses_are_one_line(value, words, code):
+    # a value vLLM's option takes but its indexer does not run: a refusal (1); one it does not take: 2
+    result = run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2", "--indexer-kv-dtype",
+                     value)
+    (assert_refused if code == 1 else assert_user_error)(result, words)
 
 
 def test_the_flag_on_a_model_without_qsa_says_so():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_run import assert_user_error, messages, run_cli
+from cli_run import assert_refused, assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.sglang import writes as writes_module
 from mambaxfer_cli.engines.sglang.check import FAIL, FAILS, RIGHT, check_pairing
 from mambaxfer_cli.engines.sglang.conformance import served_presets
@@ -144,16 +144,22 @@ def test_all_presets_leave_out_what_sglang_does_not_serve():
      ("--transfer-backend", "nixl, mooncake")),
     (("plan", "-m", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--transfer-backend", "mooncake"),
      ("--transfer-backend: SGLang's option",)),
-    (("plan", "--engine", "sglang", "-m", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "3"),
-     ("SGLang 0.5.23 cannot serve it at TP 3",)),
     (("check", "--engine", "sglang", "-m", "qwen3.5-0.8b", "--pairs", "1:2", "--request-blocks", "4"),
      ("--request-blocks", "SGLang moves one slot per request")),
-    (("check", "--engine", "sglang", "-m", "jamba"), ("SGLang 0.5.23 has no Jamba model file",)),
 ])
 def test_what_sglang_does_not_take_is_one_line(args, fragments):
     result = run_cli(*args)
     assert_user_error(result, *fragments)
     assert len(messages(result.stderr.strip())) == 1 and result.stdout == ""
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (("plan", "--engine", "sglang", "-m", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "3"),
+     ("SGLang 0.5.23 cannot serve it at TP 3",)),
+    (("check", "--engine", "sglang", "-m", "jamba"), ("SGLang 0.5.23 has no Jamba model file",)),
+])
+def test_what_sglang_does_not_start_is_its_refusal_and_exit_1(args, fragments):
+    assert_refused(run_cli(*args), *fragments)
 
 
 def test_mooncake_is_planned_for_the_same_pairing():

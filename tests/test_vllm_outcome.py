@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_run import assert_user_error, run_cli
+from cli_run import assert_refused, assert_user_error, run_cli
 from mambaxfer_cli.engines.sglang.shapes import sglang_model
 from mambaxfer_cli.engines.vllm.releases import release
 from mambaxfer_cli.engines.vllm.startup import replayssm_case
@@ -37,7 +37,7 @@ def test_families_the_connector_refuses_are_refused_in_vllms_words(tmp_path, arc
     config.write_text(json.dumps({"architectures": [arch], "model_type": model_type, "hidden_size": 1024,
                                   "num_hidden_layers": 4}))
     result = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
-    assert_user_error(result, f"vLLM serves {label} ({arch}), but its NIXL connector refuses its state",
+    assert_refused(result, f"vLLM serves {label} ({arch}), but its NIXL connector refuses its state",
                       "NotImplementedError: Conv transfer only supports Mamba1, Mamba2 and GDN models, got "
                       f"mamba_type=<MambaAttentionBackendEnum.{member}:", "(derive_mamba_conv_split)")
 
@@ -59,7 +59,7 @@ def test_a_float32_checkpoint_runs_in_bfloat16_unless_dtype_says_otherwise():
     assert given["model"]["conv_dtype"] == "float32"
     assert given["layouts"]["1"][0]["conv_bytes"] == 2 * inspected["layouts"]["1"][0]["conv_bytes"]
     assert_user_error(run_cli("plan", "--model", "mamba-130m", "--dtype", "int3", "--p-tp", "1", "--d-tp", "1"),
-                      "--dtype: unknown dtype 'int3'")
+                      "--dtype: invalid choice 'int3' (choose from auto, bfloat16, float, float16, float32, half)")
 
 
 def test_mamba_ssm_dtype_is_read_only_by_the_classes_whose_hook_reads_it():

@@ -18,7 +18,7 @@ import typer
 
 from mambaxfer_cli import __version__, exits
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
-from mambaxfer_cli.errors import EngineRefuses, UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE,
                                   EXIT_WRONG)
 
@@ -27,9 +27,10 @@ COMPLETE_VAR = "_MAMBAXFER_COMPLETE"     # typer's name for it: _{PROG}_COMPLETE
 
 COMMON_EXITS = (f"{EXIT_USAGE} a usage error (one red line); {EXIT_INTERNAL} an internal error (a bug: please "
                 f"report it); {EXIT_INTERRUPTED} interrupted (Ctrl-C)")
-VERDICT = f"{EXIT_OK} the pairing works, every byte verified; {EXIT_WRONG} vLLM refuses a pairing or moves wrong bytes"
-RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes; {EXIT_RUN_FAILED} the run could not complete "
-       f"(a rank died, a peer did not answer)")
+VERDICT = (f"{EXIT_OK} the pairing works, every byte verified; {EXIT_WRONG} the engine would not run it (it refuses "
+           f"the model, a TP size or the pairing) or moves wrong bytes")
+RUN = (f"{EXIT_OK} every byte verified; {EXIT_WRONG} wrong bytes, or the engine does not start it; "
+       f"{EXIT_RUN_FAILED} the run could not complete (a rank died, a peer did not answer)")
 
 # Every command, registered here alone, in the order `mambaxfer --help` lists them: its function
 # ("module:function", imported when the command runs), its summary in that list (its docstring's
@@ -39,9 +40,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("mambaxfer_cli.cli.plan_cmd:plan",
              "Plan a P/D transfer: whether the engine (vLLM, or SGLang) accepts it, both sides and the reads; with "
              "--show, both sides' layouts, every segment, page diagrams and descriptor IDs.",
-             f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing or moves wrong bytes "
-             f"(plan inspects; check and preflight give a verdict); {EXIT_WRONG} vLLM does not start with the "
-             f"--speculative-config given"),
+             f"{EXIT_OK} the plan was printed, also when it says vLLM refuses the pairing at handshake or moves "
+             f"wrong bytes (plan inspects; check and preflight give a verdict); {EXIT_WRONG} the engine does not "
+             f"start the model, a TP size or the --speculative-config given (its words)"),
     "check": ("mambaxfer_cli.cli.check_cmd:check",
               "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every byte and "
               "descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues or the writes SGLang posts.",
@@ -55,7 +56,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Show each rank's sub-projection dims, shards, byte offsets and sizes for the given TP sizes, and what "
                 "the engine derives for each TP size: vLLM's block geometry on the GPU, SGLang's state shapes per "
                 "slot.",
-                f"{EXIT_OK} printed; {EXIT_WRONG} vLLM does not start with the --speculative-config given"),
+                f"{EXIT_OK} printed; {EXIT_WRONG} the engine does not start the model, a TP size or the "
+                f"--speculative-config given (its words)"),
     "models": ("mambaxfer_cli.cli.models_cmd:models",
                "List the built-in model presets with their variant, layer counts, dtypes and source.",
                f"{EXIT_OK} listed"),
@@ -102,8 +104,8 @@ def build(args: Sequence[str] | None = None) -> typer.Typer:
         name=PROG,
         help="Plan, check and execute P/D transfers of Mamba-family state (vLLM's NIXL connector and SGLang's "
              "disaggregation).",
-        epilog="Exit codes: 0 ok; 1 wrong bytes or a refused pairing; 2 usage error; 3 execute run failed; "
-               "70 internal error (a bug, please report it); 130 interrupted.",
+        epilog="Exit codes: 0 ok; 1 the engine would not run it (refused) or wrong bytes; 2 usage error; 3 execute "
+               "run failed; 70 internal error (a bug, please report it); 130 interrupted.",
         context_settings={"help_option_names": ["-h", "--help"]},
         rich_markup_mode="rich",
     )
@@ -169,7 +171,7 @@ def run(args: list[str], prog_name: str = PROG) -> int:
         return exc.exit_code
     except UserError as exc:
         red_line(str(exc))
-        return EXIT_WRONG if isinstance(exc, EngineRefuses) else EXIT_USAGE
+        return EXIT_WRONG if isinstance(exc, Refused) else EXIT_USAGE
     except typer.TyperException as exc:  # typer's usage errors (its click's exceptions are these)
         return _usage_error(exc)
     except typer.Abort:

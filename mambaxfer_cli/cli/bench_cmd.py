@@ -31,11 +31,12 @@ def bench(
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every
     byte verified.
 
-    With --engine sglang: SGLang's WRITE of one slot per entry, as planned and as one descriptor per
-    P -> D pair. With --engine vllm,sglang: both engines in one run, side by side.
+    It moves what the engine moves unless --semantics exact asks for mambaxfer's plan: vLLM's reads;
+    with --engine sglang, SGLang's WRITE of one slot per entry, as planned and as one descriptor per
+    P -> D pair. With --engine vllm,sglang: both engines' exact transfer in one run, side by side.
 
-    Exit 0: every byte verified; 1: wrong bytes; 2: user error; 3: a run failed; 70: an internal
-    error; 130: interrupted (every rank is stopped).
+    Exit 0: every byte verified; 1: wrong bytes, or the engine does not start it; 2: user error; 3: a
+    run failed; 70: an internal error; 130: interrupted (every rank is stopped).
 
     [bold]Examples[/]
 

@@ -80,10 +80,11 @@ def execute(
     """Run P and D ranks as processes with real NIXL agents, move the state as the engine does
     (vLLM's READs, SGLang's WRITEs), verify every byte.
 
-    With --engine sglang: SGLang's transfer, P WRITEs of one slot per entry (--semantics exact or sglang).
+    By default it moves what the engine moves: vLLM's reads (--semantics vllm); with --engine sglang,
+    SGLang's WRITEs of one slot per entry (--semantics sglang). --semantics exact moves mambaxfer's plan.
 
-    Exit 0: all verified; 1: wrong bytes; 2: user error; 3: the run failed; 70: an internal error;
-    130: interrupted (every rank is stopped).
+    Exit 0: all verified; 1: wrong bytes, or the engine does not start it; 2: user error; 3: the run
+    failed; 70: an internal error; 130: interrupted (every rank is stopped).
 
     [bold]Examples[/]
 
@@ -91,7 +92,7 @@ def execute(
 
     mambaxfer execute --plan plan.json --device cpu
 
-    mambaxfer execute --engine sglang --model nemotron-h-8b --p-tp 1 --d-tp 2 --semantics sglang
+    mambaxfer execute --engine sglang --model nemotron-h-8b --p-tp 1 --d-tp 2 --semantics exact
     """
     finish(one(engines.engine).execute(model, pair, engines, request, run, peers, output, blocks, plan_file),
            output)

@@ -187,9 +187,10 @@ class EngineArgs(Group):
     d_vllm_version: str | None = option("--d-vllm-version", help=_D_RELEASE, panel=ENGINES,
                                         complete=values_completed("d_vllm_version"))
     gpu: str | None = option(
-        "--gpu", help="The engines' GPU: H100, H200, A100, L40S, B200, GB200, B300, RTX PRO 6000, ... or a "
-                      "compute capability (sm90); also as nvidia-smi prints it ('NVIDIA H100 80GB HBM3'); /cu12 "
-                      "after it for a CUDA 12 build (default H100).", panel=ENGINES, complete=values_completed("gpu"))
+        "--gpu", help="The engines' GPU as nvidia-smi prints it ('NVIDIA GeForce RTX 4090', 'NVIDIA H100 80GB "
+                      "HBM3') or by its name (H100, A100, L40S, RTX 4090, B200, T4, V100, ...), in any case, or its "
+                      "compute capability (sm90); /cu12 after it for a CUDA 12 build (default H100).", panel=ENGINES,
+        complete=values_completed("gpu"))
     gdn_prefill_backend: str | None = option(
         "--gdn-prefill-backend", help="vLLM's --gdn-prefill-backend for GDN models: flashinfer, triton or cutedsl "
                                       "(default: vLLM's choice for the GPU).", panel=ENGINES)
@@ -241,8 +242,9 @@ class RequestArgs(Group):
     semantics: Semantics | None = option(
         "--semantics", help="exact: mambaxfer's unit-exact reads; vllm: what vLLM issues; both (check's default): "
                             "mambaxfer's exact plan and what vLLM does (accepts and moves the right bytes, corrupts "
-                            "them, or refuses); sglang: SGLang's own writes (execute --engine sglang). Default: "
-                            "exact, in check both.", panel=REQUEST)
+                            "them, or refuses); sglang: SGLang's own writes (--engine sglang). Default: plan "
+                            "exact, check both, execute and bench what the engine moves (vllm, sglang).",
+        panel=REQUEST)
     coalesce: bool = option("--coalesce/--no-coalesce", help="Merge segments adjacent on both sides into one "
                                                              "descriptor.", panel=REQUEST, default=False)
     attention_streams: int = option(
@@ -263,11 +265,12 @@ class RequestArgs(Group):
         "--decode-blocks", help="The request's D logical block IDs per group, like --prefill-blocks.", panel=REQUEST)
     seed: int = option("--seed", help="Seed of the request's block IDs.", panel=REQUEST, default=0)
 
-    def reads(self, both: bool = False) -> str:
-        """--semantics as the planner takes it: exact unless given; ``both`` only where the command
-        proves both (check, whose default it is)."""
+    def reads(self, both: bool = False, default: str | None = None) -> str:
+        """--semantics as the planner takes it: unless given, ``default`` (execute and bench: the
+        engine's own reads), else exact; ``both`` only where the command proves both (check, whose
+        default it is)."""
         if self.semantics is None:
-            return Semantics.both.value if both else Semantics.exact.value
+            return default or (Semantics.both.value if both else Semantics.exact.value)
         if (self.semantics is Semantics.both and not both) or self.semantics is Semantics.sglang:
             raise refuse_value("semantics", self.semantics, ("exact", "vllm", "both") if both else ("exact", "vllm"))
         return self.semantics.value
@@ -334,11 +337,14 @@ def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype:
          dtype: str | None = None, indexer_kv_dtype: str | None = None,
          releases: tuple[str, ...] | None = None, tp_sizes: tuple[int, ...] = (),
          startup: Callable[[Mapping[str, Any]], str | None] | None = None) -> ModelSpec:
+    from mambaxfer_cli.planning.dtypes import flag_dtype
     from mambaxfer_cli.readers.model_source import load_model
 
     check_bounds(num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
+    conv_dtype, ssm_dtype = flag_dtype("--conv-dtype", conv_dtype), flag_dtype("--ssm-dtype", ssm_dtype)
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
-                      num_spec=num_spec, kv_heads=kv_heads, head_size=head_size, dtype=dtype,
+                      num_spec=num_spec, kv_heads=kv_heads, head_size=head_size,
+                      dtype=flag_dtype("--dtype", dtype) or dtype,
                       indexer_kv_dtype=indexer_kv_dtype, releases=releases, tp_sizes=tp_sizes, startup=startup)
 
 

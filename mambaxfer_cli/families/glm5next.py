@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families import Config, Family, dim_key
 from mambaxfer_cli.planning.model import ATTENTION, SSM, KpoolIndexerParts, Variant
 
@@ -40,24 +40,24 @@ def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
     (when loading the config) or vLLM (when building the model) refuses them."""
     rope = _int(config, "qk_rope_head_dim", where, minimum=0)
     if rope:
-        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: \"Expecting NoPE for the DSA "
+        raise Refused(f"{where}: transformers' Glm5NextTextConfig refuses it: \"Expecting NoPE for the DSA "
                         f"attention layers, but got {rope} as RoPE dim.\"")
     if config.get("q_lora_rank") is None:
-        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: \"For DSA usage in the attention "
+        raise Refused(f"{where}: transformers' Glm5NextTextConfig refuses it: \"For DSA usage in the attention "
                         f"layers, the `q_lora_rank` is strictly required!\"")
     heads, kv_heads = config.get("num_attention_heads"), config.get("num_key_value_heads")
     if kv_heads is not None and heads is not None and kv_heads != heads:
-        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: num_attention_heads ({heads}) must "
+        raise Refused(f"{where}: transformers' Glm5NextTextConfig refuses it: num_attention_heads ({heads}) must "
                         f"be the same as num_key_value_heads ({kv_heads})")
     kpool, topk = _int(config, "index_kpool", where), _int(config, "index_topk", where)
     if topk % kpool:
-        raise UserError(f"{where}: transformers' Glm5NextTextConfig refuses it: index_topk ({topk}) must be "
+        raise Refused(f"{where}: transformers' Glm5NextTextConfig refuses it: index_topk ({topk}) must be "
                         f"divisible by index_kpool ({kpool})")
     if kpool < 2:
-        raise UserError(f"{where}: vLLM does not build GLM-5-Next's indexer with index_kpool {kpool} "
+        raise Refused(f"{where}: vLLM does not build GLM-5-Next's indexer with index_kpool {kpool} "
                         f"(AssertionError: Glm5NextIndexerCache expects index_kpool > 1)")
     if config.get("index_kpool_always_select_tail") is False:
-        raise UserError(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
+        raise Refused(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
                         f"index_kpool_always_select_tail=True\" (NotImplementedError in _validate_supported_config)")
     return KpoolIndexerParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
                          _int(config, "qk_nope_head_dim", where), key="glm5next")

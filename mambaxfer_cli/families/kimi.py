@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.families import Config, Family, list_key
 from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
 
@@ -38,10 +38,10 @@ def mla_asserts(config: Config, where: str) -> None:
     false); vLLM stops as it builds the model."""
     for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
         if config.get(key) is None:
-            raise UserError(f"{where}: vLLM does not start: its MLA layers need {key}, which the config does not "
+            raise Refused(f"{where}: vLLM does not start: its MLA layers need {key}, which the config does not "
                             f"set (KimiDecoderLayer.__init__: assert {key} is not None)")
     if not config.get("mla_use_nope"):
-        raise UserError(f"{where}: vLLM does not start: \"Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only\": "
+        raise Refused(f"{where}: vLLM does not start: \"Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only\": "
                         f"its MLA layers need mla_use_nope true (KimiDecoderLayer.__init__'s assert), got "
                         f"{quoted(config.get('mla_use_nope'))}")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.families import Config, Family, dim_key
 from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
@@ -33,7 +33,7 @@ def indexer_kv_dtype(given: str | None, where: str) -> str:
         raise UserError(f"{where}: indexer_kv_dtype must be one of {', '.join(INDEXER_KV_DTYPES)} (vLLM's "
                         f"AttentionConfig), got {quoted(given)}")
     if value in ("mxfp4", "nvfp4"):
-        raise UserError(f"{where}: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype='{value}' is "
+        raise Refused(f"{where}: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype='{value}' is "
                         f"not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8').\" (NotImplementedError "
                         f"in QSAIndexer.__init__)")
     return "bf16" if value == "auto" else value
@@ -53,7 +53,7 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
         raise UserError(f"{where}: ple_layer_ids must be one-indexed layers in [1, {n_layers}], got {bad}")
     not_linear = [i for i in ids if i - 1 not in linear]
     if not_linear:
-        raise UserError(f"{where}: Qwen4Exp PLE is only supported on linear_attention layers, got PLE on "
+        raise Refused(f"{where}: Qwen4Exp PLE is only supported on linear_attention layers, got PLE on "
                         f"layers {not_linear} (transformers' Qwen4ExpTextConfig refuses it)")
     hidden = dim_key(config, "hidden_size", None, where)
     hc_count = dim_key(config, "hc_count", 4, where)

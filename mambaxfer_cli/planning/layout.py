@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.planning.variants import VARIANTS, RegionShape
@@ -93,11 +93,11 @@ def _shard(shape: RegionShape, model: ModelSpec, tp: int, rank: int) -> Shard:
     if shape.replicable and groups == 1:
         return Shard(0, units)
     if shape.replicable:
-        raise UserError(
+        raise Refused(
             f"{model.name}: TP {tp} does not divide {shape.dim} = {groups}, and vLLM replicates "
             f"B/C groups only when n_groups == 1 (padding to n_eff = TP); "
             f"TP sizes that work: {_listed(valid_tp_sizes(model))}")
-    raise UserError(
+    raise Refused(
         f"{model.name}: TP {tp} does not divide {shape.dim} = {groups} "
         f"({model.variant.value} '{shape.name}' {shape.unit}s); "
         f"TP sizes that work: {_listed(valid_tp_sizes(model))}")
@@ -153,7 +153,7 @@ def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
     """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
     refusal = parallel_refusal(model, check_tp(tp))   # startup: vLLM's check comes first
     if refusal:
-        raise UserError(f"vLLM does not start a TP-{tp} engine of {model.name}: {refusal} "
+        raise Refused(f"vLLM does not start a TP-{tp} engine of {model.name}: {refusal} "
                         f"(ModelConfig.verify_with_parallel_config); TP sizes that work: "
                         f"{_listed(valid_tp_sizes(model))}")
     layouts = tuple(rank_layout(model, tp, rank) for rank in range(check_tp(tp)))
@@ -172,6 +172,6 @@ def kv_head_shard(model: ModelSpec, tp: int, rank: int) -> Shard | None:
     if tp % heads == 0:
         head = rank // (tp // heads)
         return Shard(head, head + 1)
-    raise UserError(f"{model.name}: TP {tp} and the attention's {heads} KV heads "
+    raise Refused(f"{model.name}: TP {tp} and the attention's {heads} KV heads "
                     f"(num_key_value_heads) do not divide one another, so the attention layout does not "
                     f"exist; TP sizes that work: {_listed(valid_tp_sizes(model))}")

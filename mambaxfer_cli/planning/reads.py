@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.layout import RankLayout, Shard
 
 EXACT = "exact"
@@ -114,7 +114,7 @@ def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> t
     p_tp, d_tp = len(prefill), len(decode)
     ratio = tp_ratio(p_tp, d_tp)
     if ratio is None:
-        raise UserError(f"vLLM needs one TP size to divide the other (P TP {p_tp}, D TP {d_tp}); "
+        raise Refused(f"vLLM needs one TP size to divide the other (P TP {p_tp}, D TP {d_tp}); "
                         f"use --semantics exact to plan this pairing")
     reads: list[Read] = []
     for d in decode:

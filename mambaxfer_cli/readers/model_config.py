@@ -6,7 +6,7 @@ import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
-from mambaxfer_cli.errors import UserError, quoted
+from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.planning.startup import (
     architecture_names, heads_first, release_refusal, removed_refusal, transformers_refusal,
 )
@@ -210,16 +210,16 @@ def spec_from_config(
     removed = removed_refusal(config) if startup is None else None
     refusal = startup(config) if startup is not None else None
     if refusal or (removed and not fallback):
-        raise UserError(f"{where}: {refusal or removed}")
+        raise Refused(f"{where}: {refusal or removed}")
     unserved = release_refusal(archs, releases or ()) if variant is None and startup is None else None
     if unserved:      # startup: an architecture only another release's registry has
-        raise UserError(f"{where}: {unserved}")
+        raise Refused(f"{where}: {unserved}")
     config = nested_keys(flatten_text_config(config))
     refused = connector_refusal(archs) if variant is None and startup is None else None
     if refused or removed:
         first = heads_first(_positive(config.get("num_attention_heads")) or 0, tp_sizes or ())
         if first or refused:
-            raise UserError(f"{where}: {first or refused}")
+            raise Refused(f"{where}: {first or refused}")
     family = labelled(_detect(config, variant, where, archs if startup is None else ()), archs)
     family = family.refine(family, config) if family.refine else family
     full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
@@ -253,12 +253,12 @@ def spec_from_config(
     sizing = ""
     if ssm_dtype and full_rank and canonical_dtype(ssm_dtype) not in ("float32", "bfloat16"):
         given = canonical_dtype(ssm_dtype)
-        raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
+        raise Refused(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
                         f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
     if ssm_dtype and family.ssm_dtype_fixed:
         given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
         if family.ssm_dtype_fixed == "layer" and given not in ("float32", "bfloat16"):
-            raise UserError(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
+            raise Refused(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
                             f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
         if family.ssm_dtype_fixed == "layer" and given != ssm:
             sizing = given
@@ -297,7 +297,7 @@ def spec_from_config(
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
     if removed:       # startup: the Transformers backend stops at the first layer that is not attention
         layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
-        raise UserError(f"{where}: {transformers_refusal(as_read, layer, TRANSFORMERS_BACKEND[archs[0]])}")
+        raise Refused(f"{where}: {transformers_refusal(as_read, layer, TRANSFORMERS_BACKEND[archs[0]])}")
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
     if ATTENTION in layers and family.attention_checks:
@@ -319,7 +319,7 @@ def spec_from_config(
         sizing_ssm_dtype=sizing, ssm_backend=family.ssm_backend, hf_config=as_read,
         state_source=family.fixed_state_source,
         **own, hidden_layers=_hidden_layers(config), layer_ids=layer_ids,
-        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, **notes},
+        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, "model_dtype": model_origin, **notes},
     )
     _check_state_size(spec, where)
     return spec

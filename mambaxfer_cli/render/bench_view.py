@@ -55,8 +55,9 @@ def bench_tables(document: dict[str, Any]) -> list[Table]:
             versions = document.get("vllm_versions") or {}
             release = (f", vLLM {versions['decode']}" if versions.get("prefill") == versions.get("decode")
                        else f", vLLM {versions.get('prefill')} (P) / {versions.get('decode')} (D)") if versions else ""
-            title = (f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}{release}, {device}, "
-                     f"{mode}, UCX: {'; '.join(transports)}, {document['iters']} iters")
+            moved = f", {document['semantics']} reads" if document.get("semantics") else ""    # which plan it moved
+            title = (f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}{release}{moved}, "
+                     f"{device}, {mode}, UCX: {'; '.join(transports)}, {document['iters']} iters")
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
             # blocks per request; descriptors posted and kept after NIXL's merge; median and p99 GB/s;
             # us per posted descriptor; prep (prep_xfer_dlist + make_prepped_xfer) ms; post us (telemetry)

@@ -19,7 +19,7 @@ from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_refusal, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, check_side
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
 # A pairing's outcome: SGLang moves the right bytes, corrupts some, routes some to the wrong
@@ -95,12 +95,12 @@ class Target:
     unchecked: tuple[str, ...] = ()
 
 
-def served(model: ModelSpec, release: Release = SGLANG_0_5_23) -> str | None:
-    """Why SGLang does not serve ``model`` (None: it does)."""
+def served(model: ModelSpec, release: Release = SGLANG_0_5_23) -> UserError | None:
+    """Why SGLang does not serve ``model`` or mambaxfer does not answer for it (None: it does)."""
     try:
         family_rule(model, release)
     except UserError as exc:
-        return str(exc)
+        return exc
     return None
 
 
@@ -114,15 +114,15 @@ def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None
         why = served(model, release)
         if why is not None:
             if not every:
-                raise UserError(why)
-            left_out.append(why.split("; mambaxfer answers")[0])
+                raise why
+            left_out.append(str(why).split("; mambaxfer answers")[0])
             continue
         if pairs is not None:
             for p_tp, d_tp in pairs:
                 for tp in (p_tp, d_tp):
                     refused = tp_refusal(model, tp, release)
                     if refused:
-                        raise UserError(f"{model.name}: {release.label} cannot serve it at TP {tp}: {refused}")
+                        raise Refused(f"{model.name}: {release.label} cannot serve it at TP {tp}: {refused}")
             out.append(Target(model, tuple(pairs)))
             continue
         sizes = tp_sizes(model, max_tp)

@@ -23,7 +23,7 @@ from mambaxfer_cli.engines.sglang.release import BACKENDS, SGLANG_0_5_23, Releas
 from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_refusal
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 from mambaxfer_cli.engines.sglang.writes import check_side
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
     DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, merged, nearest_first, respelled, taken_value,
@@ -112,13 +112,13 @@ def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Releas
     try:
         model = load(line.model)
     except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+        raise reworded(exc, f"{where}: {exc}") from None
     try:
         family_rule(model, release)
     except UserError as exc:
         rule = release.families.get(model.family)
         if rule is not None and rule.engine_serves:     # SGLang starts it; mambaxfer does not model it
-            raise UserError(f"{where}: {exc}") from None
+            raise reworded(exc, f"{where}: {exc}") from None
         return SGLangServer(side, line, model, None, str(exc), release)
     return SGLangServer(side, line, model, sglang_model(model, line.state_env, release), None, release)
 

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from mambaxfer_cli.engines.sglang.families import FamilyRule
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
 
@@ -47,7 +47,7 @@ class StateShape:
 def _divide(numerator: int, tp: int, what: str) -> int:
     # SGLang's distributed.utils.divide asserts; mambaxfer says which dimension.
     if numerator % tp:
-        raise UserError(f"SGLang: TP {tp} does not divide {what} = {numerator}")
+        raise Refused(f"SGLang: TP {tp} does not divide {what} = {numerator}")
     return numerator // tp
 
 
@@ -150,7 +150,9 @@ def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRul
     if why is None and (rule is None or not rule.served):
         why = rule.note if rule else f"SGLang {release.version} has no rule for the family '{model.family}'"
     if why is not None:
-        raise UserError(f"{model.name}: {why}; mambaxfer answers for SGLang only where it serves the model")
+        # SGLang does not serve it: its refusal; it does, but mambaxfer does not model it: a usage error
+        error = UserError if rule is not None and rule.engine_serves and not rule.served else Refused
+        raise error(f"{model.name}: {why}; mambaxfer answers for SGLang only where it serves the model")
     assert rule is not None
     return rule
 

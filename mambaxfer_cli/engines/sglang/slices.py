@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def replicated_writer(src_tp: int, dst_tp: int, src_rank: int, release: Release 
     if src_tp <= 0 or dst_tp <= 0:
         raise UserError("SGLang: attention TP sizes must be positive for replicated-state transfer")
     if max(src_tp, dst_tp) % min(src_tp, dst_tp):
-        raise UserError("SGLang: " + release.message("replicated_divide", prefill=src_tp, decode=dst_tp))
+        raise Refused("SGLang: " + release.message("replicated_divide", prefill=src_tp, decode=dst_tp))
     if not 0 <= src_rank < src_tp:
         raise UserError(f"SGLang: source attention TP rank {src_rank} is out of range for TP {src_tp}")
     if src_tp <= dst_tp:

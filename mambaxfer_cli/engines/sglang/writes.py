@@ -14,7 +14,7 @@ from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import state_shape, tp_refusal
 from mambaxfer_cli.engines.sglang.slices import byte_blocks
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import exact_reads
@@ -57,7 +57,7 @@ def check_side(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> S
         raise UserError(f"TP size must be a positive integer, got {tp!r}")
     why = tp_refusal(model, tp, release)
     if why:
-        raise UserError(f"{model.name}: {release.label} cannot serve it at TP {tp}: {why}")
+        raise Refused(f"{model.name}: {release.label} cannot serve it at TP {tp}: {why}")
     side = Side(model, tp)
     layout = rank_layout(model, tp, 0)
     # SGLang's item lengths and mambaxfer's layout describe the same bytes.
@@ -81,7 +81,7 @@ def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
             for p in writers(prefill.tp, decode.tp, d):
                 if prefill.tp == decode.tp:
                     if backend == MOONCAKE and src.item_len != dst.item_len:
-                        raise UserError("SGLang: " + release.message("slot_size", prefill=src.item_len,
+                        raise Refused("SGLang: " + release.message("slot_size", prefill=src.item_len,
                                                                      decode=dst.item_len))
                     out.append(StateWrite(field, d, p, 0, 0, src.item_len))
                     continue

@@ -14,7 +14,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from mambaxfer_cli.errors import EngineRefuses, UserError, quoted
+from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.families import family_for, int_key
 from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
 from mambaxfer_cli.planning.model import ModelSpec
@@ -83,7 +83,7 @@ def _tokens(speculative: Mapping[str, Any]) -> int | None:
     if isinstance(tokens, bool) or not isinstance(tokens, int):
         raise UserError(f"{FLAG}: num_speculative_tokens must be an integer, got {quoted(tokens)}")
     if tokens <= 0:
-        raise EngineRefuses(f"{REFUSES}\"1 validation error for SpeculativeConfig "
+        raise Refused(f"{REFUSES}\"1 validation error for SpeculativeConfig "
                             f"num_speculative_tokens: Input should be greater than 0\" (num_speculative_tokens "
                             f"= {tokens}; SpeculativeConfig's field is gt=0)")
     return within(f"{FLAG} num_speculative_tokens", tokens, 1, MAX_NUM_SPEC, "speculative decoding uses")
@@ -94,7 +94,7 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
     """``model`` as an engine started with ``speculative`` holds it: conv rows for its tokens and,
     for MTP from the target's own checkpoint (no draft ``model``) of a family that declares its
     MTP layers, those layers after the target's (vLLM builds ``n_predict`` of them whatever the
-    token count). vLLM's refusals of the settings raise ``EngineRefuses`` in its words;
+    token count). vLLM's refusals of the settings raise ``Refused`` in its words;
     ``num_spec``: --num-spec, which must agree."""
     if not speculative:
         return model
@@ -111,14 +111,14 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
         return model if tokens is None else replace(model, num_spec=tokens)
     if tokens is None:
         # Without a draft model or a token count vLLM builds no draft config to read n_predict from.
-        raise EngineRefuses(f"{REFUSES}\"num_speculative_tokens must be provided with speculative "
+        raise Refused(f"{REFUSES}\"num_speculative_tokens must be provided with speculative "
                             "model unless the draft model config contains an n_predict parameter.\" "
                             "(SpeculativeConfig.__post_init__: method mtp with neither model nor "
                             "num_speculative_tokens)")
     where = model.source or model.name
     n_predict = None if flat.get(key) is None else int_key(flat, key, 1, where)
     if n_predict is not None and tokens > n_predict and tokens % n_predict:
-        raise EngineRefuses(f"{REFUSES}\"num_speculative_tokens:{tokens} must be divisible by "
+        raise Refused(f"{REFUSES}\"num_speculative_tokens:{tokens} must be divisible by "
                             f"n_predict={n_predict}\" ({release.speculative_tokens_check}: a count above the "
                             f"config's {key} must be a multiple of it)")
     built = MTP_LAYERS_DEFAULT if n_predict is None else n_predict

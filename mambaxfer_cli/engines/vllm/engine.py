@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
 from mambaxfer_cli.engines.vllm.geometry import (
@@ -172,7 +172,7 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
     if sized != state:      # startup: the page vLLM sized is the layers' page only if it holds their state
         if geometry.page_bytes < state:
-            raise UserError(
+            raise Refused(
                 f"vLLM does not start a TP-{tp} engine of {model.name}: it sizes its blocks for a "
                 f"{model.sizing_ssm_dtype} SSM state (--mamba-ssm-cache-dtype), a {geometry.page_bytes}-byte page, "
                 f"but its KDA layers keep the state in {model.ssm_dtype} ({model.state_source}), {state} bytes: "

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambaxfer_cli.engines.vllm import families
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.dtypes import canonical_dtype, dtype_bytes
 from mambaxfer_cli.engines.vllm.gpu import (
-    DEFAULT_GPU, Gpu, default_attention_backend, default_mla_backend, fa4_hd256_kernel, flashinfer_large_pages,
+    DEFAULT_GPU, Gpu, backend_refusal, default_attention_backend, default_mla_backend, fa4_hd256_kernel,
+    flashinfer_large_pages,
 )
 from mambaxfer_cli.engines.vllm.release import Release
 from mambaxfer_cli.engines.vllm.releases import NEWEST
@@ -102,12 +103,12 @@ def backend(name: str, mla: bool | None = None) -> Backend:
         raise UserError(f"unknown attention backend '{name}'; choose one of: {', '.join(BACKENDS)} "
                         f"(MLA models: {', '.join(MLA_BACKENDS)}; sparse MLA: {', '.join(SPARSE_MLA_BACKENDS)})")
     if key in SPARSE_MLA_BACKENDS and mla is not None:     # kernel_backend: a model without sparse attention
-        raise UserError(f"vLLM does not start this model's engines on {key}: \"Selected backend {key} is not "
+        raise Refused(f"vLLM does not start this model's engines on {key}: \"Selected backend {key} is not "
                         f"valid for this configuration. Reason: [..., 'non-sparse not supported', ...]\" "
                         f"(get_attn_backend_cls); its sparse MLA backends run {families.first('sparse_mla')} only")
     if mla is not None and (key in MLA_BACKENDS) != mla:
         kind, table = ("an MLA", MLA_BACKENDS) if mla else ("a non-MLA", BACKENDS)
-        raise UserError(f"attention backend {key} does not run {kind} model's attention; choose one of: "
+        raise Refused(f"attention backend {key} does not run {kind} model's attention; choose one of: "
                         f"{', '.join(table)}")
     return found
 
@@ -125,6 +126,9 @@ def kernel_backend(name: str | None, device: Gpu, head_size: int | None, kv_cach
     if mla:
         return backend(name or default_mla_backend(device), mla=True)
     found = backend(name or default_attention_backend(device), mla=False if name else None)
+    refused = backend_refusal(found.name, device) if name else None
+    if refused:
+        raise Refused(refused)
     if found.name == "FLASH_ATTN":
         fixed = fa4_hd256_kernel(device, head_size, quantized_kv=is_quantized(kv_cache))
         if fixed:

@@ -12,10 +12,11 @@ kernel, which runs on 128-token kernel blocks (``fa_utils.py`` ``FA4_HD256_PAGE_
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mambaxfer_cli.engines.vllm.releases import NEWEST
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
+from mambaxfer_cli.planning.model import ModelSpec
 
 DEFAULT_CUDA = NEWEST.cuda   # the newest release's wheels: torch built for CUDA 13.0
 
@@ -39,12 +40,20 @@ class Gpu:
         return f"{self.name} (SM {self.sm}, CUDA {self.cuda})"
 
 
-# By compute capability: what vLLM tests is the capability, never the product name.
+# By compute capability: what vLLM tests is the capability, never the product name. Every data
+# centre and workstation GPU vLLM's CUDA platform runs (compute capability 7.0 and newer), named
+# as nvidia-smi names it after its vendor word.
 GPUS = (
-    Gpu("H100", (9, 0)), Gpu("H200", (9, 0)), Gpu("H20", (9, 0)), Gpu("GH200", (9, 0)),
-    Gpu("A100", (8, 0)), Gpu("A10G", (8, 6)), Gpu("L4", (8, 9)), Gpu("L40S", (8, 9)),
+    Gpu("H100", (9, 0)), Gpu("H200", (9, 0)), Gpu("H20", (9, 0)), Gpu("H800", (9, 0)), Gpu("GH200", (9, 0)),
+    Gpu("A100", (8, 0)), Gpu("A800", (8, 0)), Gpu("A30", (8, 0)), Gpu("A10", (8, 6)), Gpu("A10G", (8, 6)),
+    Gpu("A40", (8, 6)), Gpu("A16", (8, 6)), Gpu("A2", (8, 6)), Gpu("RTX A6000", (8, 6)), Gpu("RTX A5000", (8, 6)),
+    Gpu("RTX A4000", (8, 6)), Gpu("RTX 3090", (8, 6)), Gpu("RTX 3090 Ti", (8, 6)), Gpu("RTX 3080", (8, 6)),
+    Gpu("L4", (8, 9)), Gpu("L40", (8, 9)), Gpu("L40S", (8, 9)), Gpu("L20", (8, 9)), Gpu("RTX 6000 Ada", (8, 9)),
+    Gpu("RTX 4090", (8, 9)), Gpu("RTX 4080", (8, 9)),
     Gpu("B200", (10, 0)), Gpu("GB200", (10, 0)), Gpu("B300", (10, 3)), Gpu("GB300", (10, 3)),
-    Gpu("RTX PRO 6000", (12, 0)), Gpu("RTX 5090", (12, 0)),
+    Gpu("RTX PRO 6000", (12, 0)), Gpu("RTX 5090", (12, 0)), Gpu("RTX 5080", (12, 0)),
+    Gpu("T4", (7, 5)), Gpu("RTX 8000", (7, 5)), Gpu("RTX 6000", (7, 5)), Gpu("RTX 2080 Ti", (7, 5)),
+    Gpu("V100", (7, 0)), Gpu("V100S", (7, 0)), Gpu("TITAN V", (7, 0)),
 )
 DEFAULT_GPU = GPUS[0]
 
@@ -59,8 +68,8 @@ _SM = re.compile(r"^(?:SM)?(\d{1,2})(?:\.?(\d))$")
 
 # How nvidia-smi (``nvidia-smi --query-gpu=name``) and cloud instance pages spell a GPU around the
 # name in the table: the vendor before it; form factor, memory and interconnect after it.
-_VENDOR = {"NVIDIA", "TESLA", "GEFORCE"}
-_SUFFIX = re.compile(r"\d+GB|HBM\d*E?|SXM\d*|PCIE|NVL\d*|MIG\S*|BLACKWELL|SERVER|WORKSTATION|EDITION|MAX"
+_VENDOR = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
+_SUFFIX = re.compile(r"\d+GB|HBM\d*E?|SXM\d*|PCIE|NVL\d*|MIG\S*|BLACKWELL|SERVER|WORKSTATION|EDITION|MAX|GENERATION"
                      r"|Q|\d+C|\d+G", re.I)
 _ROCM = re.compile(r"^(?:AMD)?(?:INSTINCT)?(?:MI\d{2,3}[A-Z]*|RADEON\S*|RX\d+\S*)$")
 
@@ -98,8 +107,9 @@ def gpu(text: str) -> Gpu:
     if _ROCM.match(_key(name)):
         raise UserError(f"GPU '{text}' is an AMD GPU: mambaxfer models vLLM on NVIDIA GPUs (CUDA) only; "
                         f"ROCm platforms are not modelled")
-    known = ", ".join(g.name for g in GPUS)
-    raise UserError(f"unknown GPU '{text}'; choose one of: {known}, or a compute capability such as sm90")
+    raise UserError(f"unknown GPU '{text}'; give it as nvidia-smi --query-gpu=name prints it ('NVIDIA H100 80GB "
+                    f"HBM3'), by its name (H100, A100, L40S, RTX 4090, T4, V100, ...) or by its compute capability "
+                    f"(sm90, 8.9)")
 
 
 # --- the GDN prefill kernel ----------------------------------------------------------------------
@@ -115,7 +125,7 @@ def gdn_prefill_backend(device: Gpu, head_k_dim: int | None, requested: str | No
     CuteDSL only when asked for, on SM 10.x under the same conditions; Triton otherwise."""
     choice = "auto" if requested is None else str(requested).strip().lower()
     if choice in GDN_OTHER_PLATFORMS:
-        raise UserError(f"GDN prefill backend '{choice}' is not one for NVIDIA GPUs (vLLM refuses to start "
+        raise Refused(f"GDN prefill backend '{choice}' is not one for NVIDIA GPUs (vLLM refuses to start "
                         f"with it on CUDA); choose one of: {', '.join(GDN_CHOICES)}")
     if choice not in GDN_CHOICES + ("auto",):
         raise UserError(f"unknown GDN prefill backend '{requested}'; choose one of: {', '.join(GDN_CHOICES)}")
@@ -140,9 +150,58 @@ def gdn_checkpoint_alignment(backend: str) -> int:
 
 def default_attention_backend(device: Gpu) -> str:
     """The attention backend vLLM picks without ``--attention-backend`` for a causal, non-MLA model
-    (``platforms/cuda.py`` ``_get_backend_priorities``): FlashInfer first on SM 10.x, FlashAttention
-    first elsewhere."""
+    (``platforms/cuda.py`` ``_get_backend_priorities``, the first whose ``supports_compute_capability``
+    holds): FlashInfer first on SM 10.x, FlashAttention first elsewhere; below SM 8.0, where neither
+    runs, Triton's."""
+    if device.capability < AMPERE:
+        return "TRITON_ATTN"
     return "FLASHINFER" if device.capability[0] == 10 else "FLASH_ATTN"
+
+
+AMPERE = (8, 0)     # FlashAttention's and FlashInfer's floor, and bfloat16's (CudaPlatform.supported_dtypes)
+NOT_BELOW_AMPERE = ("FLASH_ATTN", "FLASHINFER")
+
+
+def backend_refusal(name: str, device: Gpu) -> str | None:
+    """``get_attn_backend_cls`` on a backend named by ``--attention-backend`` that does not run on
+    the GPU (FlashAttention and FlashInfer below SM 8.0), in vLLM's words; None where it runs."""
+    if device.capability < AMPERE and name in NOT_BELOW_AMPERE:
+        return (f"vLLM does not start on {device.describe()} with --attention-backend {name}: \"Selected backend "
+                f"AttentionBackendEnum.{name} is not valid for this configuration. Reason: ['compute capability "
+                f"not supported']\" (get_attn_backend_cls); TRITON_ATTN runs there")
+    return None
+
+
+def run_dtype(dtype: str, given: bool, device: Gpu) -> str:
+    """The model dtype vLLM runs on ``device``: below SM 8.0 there is no bfloat16, so ``--dtype
+    auto`` falls back to float16 (``_resolve_auto_dtype``, the platform's ``supported_dtypes``),
+    and a ``--dtype bfloat16`` given stops every worker (``check_if_supports_dtype``)."""
+    if dtype != "bfloat16" or device.capability >= AMPERE:
+        return dtype
+    if given:
+        raise Refused(f"vLLM does not start on {device.describe()} with --dtype bfloat16: \"Bfloat16 is only "
+                      f"supported on GPUs with compute capability of at least 8.0. Your {device.name} GPU has "
+                      f"compute capability {device.sm}. You can use float16 instead by explicitly setting the "
+                      f"`dtype` flag in CLI, for example: --dtype=half.\" (check_if_supports_dtype)")
+    return "float16"
+
+
+def on_gpu(model: ModelSpec, device: Gpu) -> ModelSpec:
+    """The model as vLLM runs it on ``device`` (``run_dtype``): where it falls back to float16, the
+    states that follow the model's dtype follow it there."""
+    given = model.origin.get("model_dtype") == "--dtype"
+    dtype = run_dtype(model.model_dtype, given, device)
+    if dtype == model.model_dtype:
+        return model
+    why = f"{device.name} (SM {device.sm}): no bfloat16, so vLLM's --dtype auto runs {dtype} (_resolve_auto_dtype)"
+    origin = dict(model.origin)
+    conv = model.conv_dtype == model.model_dtype and origin.get("conv_dtype") == origin.get("model_dtype")
+    # the SSM state follows the model's dtype, or the conv state's where that follows it
+    ssm = model.ssm_dtype == model.model_dtype and origin.get("ssm_dtype") in (
+        origin.get("model_dtype"), *(("the conv dtype",) if conv else ()))
+    origin.update({"model_dtype": why, **({"conv_dtype": why} if conv else {}), **({"ssm_dtype": why} if ssm else {})})
+    return replace(model, model_dtype=dtype, conv_dtype=dtype if conv else model.conv_dtype,
+                   ssm_dtype=dtype if ssm else model.ssm_dtype, origin=origin)
 
 
 def default_mla_backend(device: Gpu) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.limits import check_bounds, within
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
         try:
             resolve(device, None, args.gdn_prefill_backend)
         except UserError as exc:
-            raise UserError(f"--gdn-prefill-backend: {exc}") from None
+            raise reworded(exc, f"--gdn-prefill-backend: {exc}") from None
     from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 
     if args.kv_cache_layout is not None and args.kv_cache_layout not in ENV_LAYOUTS:
@@ -148,7 +148,7 @@ def _release(flag: str, name: str) -> Release:
     try:
         return release(name)
     except UserError as exc:
-        raise UserError(f"{flag} {name}: {exc}") from None
+        raise reworded(exc, f"{flag} {name}: {exc}") from None
 
 
 def _gpu(name: str | None) -> Gpu:
@@ -159,4 +159,4 @@ def _gpu(name: str | None) -> Gpu:
     try:
         return gpu(name)
     except UserError as exc:
-        raise UserError(f"--gpu: {exc}") from None
+        raise reworded(exc, f"--gpu: {exc}") from None

@@ -12,7 +12,7 @@ from mambaxfer_cli.engines.vllm.descriptors import (
     DescriptorList, DescriptorMap, DescriptorRead, ListShape, Request, block_ids, kernel_blocks, parse_blocks,
     random_request,
 )
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import (
@@ -271,7 +271,7 @@ def _with_kv_layout(verdict: Verdict, model: ModelSpec, p_tp: int, d_tp: int, re
     cannot run stops the engines at start-up, as a TP size vLLM does not start does: a user error."""
     said = layout_error(model, requested)
     if said is not None:
-        raise UserError(f"vLLM does not start an engine of {model.name}: {said}")
+        raise Refused(f"vLLM does not start an engine of {model.name}: {said}")
     heads = heads_refusal(model, d_tp, p_tp, resolved_layout(model, requested))
     if heads is None or any(r.code == "tp-sizes" for r in verdict.refusals):    # met only past the TP sizes
         return verdict

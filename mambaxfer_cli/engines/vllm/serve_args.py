@@ -32,6 +32,7 @@ from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_documen
 from mambaxfer_cli.readers.shell import CONFIG_NOTE, OPTIONAL, UNKNOWN, Occurrence, ServerLine, option_value
 from mambaxfer_cli.readers.shell import script_command, server_start
 from mambaxfer_cli.engines.vllm.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
+from mambaxfer_cli.planning.dtypes import invalid_choice
 
 CONV_LAYOUT_VAR = "VLLM_SSM_CONV_STATE_LAYOUT"
 KV_LAYOUT_VAR = "VLLM_KV_CACHE_LAYOUT"
@@ -330,7 +331,7 @@ def _check_choice(known: Known, value: str, name: str, where: str, release_only:
     accepting = tuple(r for r in known.releases if value in known.choices.get(r, (value,)))
     if not accepting:
         union = dict.fromkeys(c for r in known.releases for c in known.choices.get(r, ()))
-        raise UserError(f"{where}: {name}: invalid choice {quoted(value)} (choose from {', '.join(union)})")
+        raise UserError(f"{where}: {invalid_choice(name, value, union)}")
     if accepting != known.releases:
         release_only.append((f"{known.spelling} {value}", accepting))
 

@@ -108,8 +108,8 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
     check_chart(chart)
     # SGLang first: a model or pairing it does not serve is refused before vLLM plans anything.
     planned = plan(cut_layers(load(model), run_args.layers), p_tp, d_tp)
-    vllm = other.prepare_bench(model, pair, replace(engines, engine=other.name, transfer_backend=None), request,
-                               run_args, sweep, chart)
+    vllm = other.prepare_bench(model, pair, replace(engines, engine=other.name, transfer_backend=None),
+                               replace(request, semantics=Semantics.exact), run_args, sweep, chart)
     theirs = [sglang_bench.prepare(planned, Semantics.exact.value, kind, gpus, run_args.iters)
               for kind, gpus in vllm.devices]
     with one_line_when_the_run_fails(), BenchProgress(vllm.steps + len(theirs)) as view:

@@ -28,11 +28,11 @@ def _given_on_command_line() -> list[str]:
 
 
 def semantics(request: RequestArgs) -> str:
-    """--semantics: exact (the default) or sglang."""
+    """--semantics: sglang (the default: what SGLang moves) or exact (mambaxfer's plan)."""
     from mambaxfer_cli.cli.options import Semantics
 
     if request.semantics is None:
-        return Semantics.exact.value
+        return Semantics.sglang.value
     if request.semantics not in (Semantics.exact, Semantics.sglang):
         raise refuse_value("semantics", request.semantics, ("exact", "sglang"))
     return request.semantics.value

@@ -26,7 +26,7 @@ from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.side_channel import check_ports
 from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
@@ -108,9 +108,9 @@ def chosen_writes(plan: SGLangPlan, semantics: str) -> SGLangPlan:
     """The plan with the writes ``semantics`` names: SGLang's own, or the exact ones."""
     if semantics == "sglang":
         if plan.verdict.refusal:
-            raise UserError(f"SGLang refuses this pairing, so it writes nothing: {plan.verdict.refusal}")
+            raise Refused(f"SGLang refuses this pairing, so it writes nothing: {plan.verdict.refusal}")
         if plan.verdict.fails:
-            raise UserError(f"{plan.verdict.sentence()}, so no state moves; --semantics exact moves the bytes")
+            raise Refused(f"{plan.verdict.sentence()}, so no state moves; --semantics exact moves the bytes")
         return plan
     if not plan.exact:
         raise _unexecutable("the two sides keep the state in different dtypes, so no plain copy is exact")

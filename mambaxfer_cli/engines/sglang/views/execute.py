@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
     memory = "VRAM" if device == "cuda" else "DRAM"
-    return (f"execute {plan.model.name}: {tp_pairing(plan.p_tp, plan.d_tp)}, {semantics} semantics, "
+    moved = ("SGLang's writes (--semantics sglang)" if semantics == "sglang" else
+             "mambaxfer's exact writes (--semantics exact)")
+    return (f"execute {plan.model.name}: {tp_pairing(plan.p_tp, plan.d_tp)}, {moved}, "
             f"{plan.release.label} WRITEs ({plan.backend.upper()}), {memory} over UCX")
 
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, PairArgs, RequestArgs, RunArgs, Semantics
 from mambaxfer_cli.cli.outcome import said
 from mambaxfer_cli.engines.vllm.options import build
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.engines.vllm.views.execute import moved
+from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.render.report import Report, chart_notes, check_chart
 
@@ -72,8 +73,10 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
 
     built = build(engines)
     engine = built.decode
-    spec = cut_layers(model.load(releases=built.release_names), run.layers)
-    semantics = request.reads()
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
+
+    spec = cut_layers(on_gpu(model.load(releases=built.release_names), built.decode.gpu), run.layers)
+    semantics = request.reads(default=Semantics.vllm.value)
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
                                    request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))
              for n in sizes]
@@ -83,14 +86,14 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
             try:
                 check_fits(planned, kind, "use smaller --request-blocks or fewer --layers")
             except UserError as exc:
-                raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
+                raise reworded(exc, f"{kind}, --request-blocks {n}: {exc}") from None
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
     refused = plans[0][0].verdict
     if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
         said(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
-             + " ".join(r.message for r in refused.refusals).rstrip(".") + "; bench measures mambaxfer's plan of it")
+             + " ".join(r.message for r in refused.refusals).rstrip(".") + f"; bench measures {moved(semantics)} of it")
     return VllmBench(p_tp, d_tp, semantics, sizes, [(a, b) for a, b in plans], devices)
 
 
@@ -106,7 +109,7 @@ def measure_vllm(prepared: VllmBench, run: RunArgs, view: Any) -> dict[str, Any]
             try:
                 points.append(bench_point(planned, coalesced, kind, gpus, run.iters, run.timeout, view.update))
             except UserError as exc:
-                raise UserError(f"{kind}, --request-blocks {n}: {exc}") from None
+                raise reworded(exc, f"{kind}, --request-blocks {n}: {exc}") from None
             view.advance()
     first = prepared.plans[0][0]
     return {**bench_document(first, points, run.iters), **first.engines.to_dict()}

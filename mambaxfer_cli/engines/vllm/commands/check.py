@@ -10,6 +10,7 @@ from mambaxfer_cli.render.report import Viewed
 def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: OutputArgs, pairs: str | None,
           max_tp: int | None) -> Viewed:
     """vLLM's check of the models and pairings."""
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
     from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
     from mambaxfer_cli.engines.vllm.proof.check import run_check, targets_for
 
@@ -18,7 +19,8 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     from mambaxfer_cli.proof.verdicts import parse_pairs
 
     sizes = tuple(tp for pair in parse_pairs(pairs) for tp in (pair.p_tp, pair.d_tp)) if pairs else ()
-    specs = drafted([model.load(name, built.release_names, sizes) for name in names], model, engines, built)
+    specs = drafted([on_gpu(model.load(name, built.release_names, sizes), built.decode.gpu) for name in names],
+                    model, engines, built)
     semantics = request.reads(both=True)
     options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact",
                            speculative=engines.speculative_config)

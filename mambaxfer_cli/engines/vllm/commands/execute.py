@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, check_bounds
+from mambaxfer_cli.cli.options import (EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, Semantics,
+                                       check_bounds)
 from mambaxfer_cli.cli.params import given_flags
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.errors import UserError
@@ -119,8 +120,12 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
                    if value is None]
         if missing or pair.p_tp is None or pair.d_tp is None:
             raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
-        full = model.load(releases=(engine.release.name,) if engine is not None else None)
-        plan = plan_to_execute(cut_layers(full, layers), pair.p_tp, pair.d_tp, semantics=request.reads(),
+        from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, on_gpu
+
+        full = on_gpu(model.load(releases=(engine.release.name,) if engine is not None else None),
+                      engine.gpu if engine is not None else DEFAULT_GPU)
+        plan = plan_to_execute(cut_layers(full, layers), pair.p_tp, pair.d_tp,
+                               semantics=request.reads(default=Semantics.vllm.value),
                                coalesce=request.coalesce, blocks=blocks, engine=engine,
                                request_blocks=request.request_blocks, seed=request.seed)
         if layers is None:

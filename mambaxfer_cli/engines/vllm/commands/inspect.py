@@ -10,12 +10,14 @@ from mambaxfer_cli.render.report import AsIs, Report
 def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     """``tp``: the TP sizes, comma-separated."""
     from mambaxfer_cli.engines.vllm.engine import engine_layout
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
     from mambaxfer_cli.planning.kv_groups import model_grouping
 
     built = build(engines)
     flags = built.decode
     sizes = parse_tp_list(tp)
-    spec, = drafted([model.load(releases=(flags.release.name,), tp_sizes=tuple(sizes))], model, engines, built)
+    spec, = drafted([on_gpu(model.load(releases=(flags.release.name,), tp_sizes=tuple(sizes)), flags.gpu)],
+                    model, engines, built)
     grouping = model_grouping(spec)
     sides = {size: engine_layout(spec, size, flags, grouping) for size in sizes}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,

@@ -15,7 +15,10 @@ def plan(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Request
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     sections = shown_sections(show)
     built = build(engines)
-    spec, = drafted([model.load(releases=built.release_names, tp_sizes=(p_tp, d_tp))], model, engines, built)
+    from mambaxfer_cli.engines.vllm.gpu import on_gpu
+
+    spec, = drafted([on_gpu(model.load(releases=built.release_names, tp_sizes=(p_tp, d_tp)), built.decode.gpu)],
+                    model, engines, built)
     options = plan_options(request, built, speculative=engines.speculative_config)
     check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())
     result = build_plan(spec, p_tp, d_tp, options)

@@ -42,7 +42,7 @@ from mambaxfer_cli.engines.vllm.handshake import Verdict, not_started_first
 from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, EngineFlags, Geometry
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families.glm5next import FAMILY
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -96,7 +96,7 @@ def sparse_backend(model: ModelSpec, gpu: Gpu) -> tuple[str, int]:
     assert g is not None
     refused = startup_refusal(model, gpu)
     if refused:
-        raise UserError(f"vLLM does not start a GLM-5-Next engine on {gpu.describe()}: {refused}")
+        raise Refused(f"vLLM does not start a GLM-5-Next engine on {gpu.describe()}: {refused}")
     major = gpu.capability[0]
     if major == 9:
         if g.kv_lora_rank != 512:
@@ -160,7 +160,7 @@ def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags | None:
         return None
     refused = backend_refusal(model, flags)
     if refused:
-        raise UserError(f"vLLM does not start a GLM-5-Next engine on --attention-backend "
+        raise Refused(f"vLLM does not start a GLM-5-Next engine on --attention-backend "
                         f"{flags.attention_backend}: {refused}")
     if flags.kv_cache_dtype == "auto" and flags.gpu.capability[0] == 10:
         return replace(flags, kv_cache_dtype="fp8")

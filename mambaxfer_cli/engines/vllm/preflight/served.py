@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from mambaxfer_cli.errors import EngineRefuses, UserError
+from mambaxfer_cli.errors import Refused, UserError, reworded
 from mambaxfer_cli.engines.vllm.drafts import REFUSES, with_drafts
 from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
 from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.gpu import run_dtype
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import DECODE, PREFILL
@@ -123,8 +124,11 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
         base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,),
                           tp_sizes=(line.tp,))
     except UserError as exc:
-        raise UserError(f"{line.origin or '--' + side}: {exc}") from None
-    dtype = vllm_dtype(line.dtype, base_model.model_dtype)
+        raise reworded(exc, f"{line.origin or '--' + side}: {exc}") from None
+    try:
+        dtype = run_dtype(vllm_dtype(line.dtype, base_model.model_dtype), line.dtype != "auto", base.gpu)
+    except UserError as exc:
+        raise reworded(exc, f"{line.origin or '--' + side}: {exc}") from None
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
     # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
@@ -137,7 +141,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     refused = ""
     try:      # the draft's MTP layers, where mambaxfer models them
         model = with_drafts(model, line.speculative, base.release)
-    except EngineRefuses as exc:
+    except Refused as exc:
         refused = str(exc).removeprefix(REFUSES)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
@@ -156,7 +160,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
 
         flags = families.first("served_flags", model, flags) or flags    # a family's config hook and backend
     except UserError as exc:
-        raise UserError(f"{where}: {exc}") from None
+        raise reworded(exc, f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base, speculative_refusal=refused)
 
 

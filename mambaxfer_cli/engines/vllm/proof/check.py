@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.render.console import tp_pairing
@@ -386,7 +386,7 @@ def plan_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
         return build_plan(model, pairing.p_tp, pairing.d_tp, options)
     except UserError as exc:
         if listed:
-            raise UserError(f"--pairs {pairing}: {exc}") from None
+            raise reworded(exc, f"--pairs {pairing}: {exc}") from None
         return PairingResult(model.name, pairing.p_tp, pairing.d_tp, options.semantics, options.coalesce,
                              tp_ratio(pairing.p_tp, pairing.d_tp), "skip", 0.0, reason=str(exc))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.limits import MAX_KV_GROUPS, at_most, check_bounds
 from mambaxfer_cli.planning.model import ModelSpec, Variant
@@ -153,7 +153,7 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
     try:
         plan = build_plan(spec, p_tp, d_tp, options)
     except UserError as exc:
-        raise UserError(f"--plan {path}: cannot be planned again for {spec.name}: {exc}") from None
+        raise reworded(exc, f"--plan {path}: cannot be planned again for {spec.name}: {exc}") from None
     difference = first_difference(comparable(plan.to_dict()), comparable(document))
     if difference:
         where, mine, theirs = difference

@@ -19,11 +19,17 @@ if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.plan import Plan
 
 
+def moved(semantics: str) -> str:
+    """What a run moved: vLLM's own reads (its default) or mambaxfer's plan."""
+    return ("vLLM's reads (--semantics vllm)" if semantics == "vllm" else
+            "mambaxfer's exact reads (--semantics exact)")
+
+
 def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> str:
     memory = "VRAM" if device == "cuda" else "DRAM"
     side = f", {discovery.role} side" if discovery is not None else ""
     return (f"execute {plan.model.name}: {tp_pairing(plan.prefill.tp, plan.decode.tp)}, "
-            f"{plan.semantics} semantics, {plan.engines.describe()}, {memory} over UCX{side}")
+            f"{moved(plan.semantics)}, {plan.engines.describe()}, {memory} over UCX{side}")
 
 
 def side_line(plan: "Plan", discovery: "Discovery") -> str:
