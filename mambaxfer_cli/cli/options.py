@@ -224,8 +224,8 @@ class EngineArgs(Group):
         "--d-num-blocks", help=_HELP["d_num_blocks"], panel=ENGINES)
     speculative_config: str | None = option(
         "--speculative-config", help="Both engines' --speculative-config, vLLM's JSON, e.g. "
-                                     "'{\"method\":\"mtp\",\"num_speculative_tokens\":1}': conv rows for its tokens, "
-                                     "and the draft's MTP layers where the model's config declares them.",
+                                     "'{\"method\": \"mtp\", \"num_speculative_tokens\": 1}': conv rows for its "
+                                     "tokens, and the draft's MTP layers where the model's config declares them.",
         panel=ENGINES, metavar="JSON")
     p_blocks_per_logical: int | None = option("--p-blocks-per-logical", help=_EXPERT.format("P"), panel=ENGINES)
     d_blocks_per_logical: int | None = option("--d-blocks-per-logical", help=_EXPERT.format("D"), panel=ENGINES)
