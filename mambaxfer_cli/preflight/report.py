@@ -10,6 +10,7 @@ from itertools import product
 from typing import Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
+from mambaxfer_cli.errors import UserError
 
 SCHEMA = "mambaxfer.preflight/v1"
 PREFILL, DECODE = "prefill", "decode"
@@ -135,6 +136,33 @@ class Report(Generic[L, A]):
             return []
         return (["fix:"] + [c.describe() for c in self.fix.changes]
                 + [self.fix.line(side).command() for side in self.fix.changed])
+
+
+def tried(start: Callable[[bool], list[Change]], run: Callable[[list[Change]], tuple[Any, Any, A]],
+          moves: Callable[[A], list[list[Change]]],
+          finish: Callable[[list[Change], A, Any], Fix[Any, A] | None]) -> Fix[Any, A] | None:
+    """A fix found in the order a person tries: ``start(respell)``'s changes (a flag the server does
+    not take respelled, else dropped), then each TP move ``moves`` offers for the lines they give,
+    each finished by ``finish`` (the rest of the flags); the first that works. ``run``: the lines
+    with the changes and their assessment."""
+    started = start(True)
+    try:
+        _, _, now = run(started)
+    except UserError:      # a respelled flag's value its parser refuses: drop the flag instead
+        started = start(False)
+        try:
+            _, _, now = run(started)
+        except UserError:
+            return None
+    for moved in moves(now):
+        try:
+            _, _, after = run(started + moved)
+        except UserError:
+            continue
+        found = finish(started + moved, after, run)
+        if found is not None:
+            return found
+    return None
 
 
 def tp_moves(side: str, flag: str, tp: int, sizes: Sequence[int], what: str) -> list[Change]:

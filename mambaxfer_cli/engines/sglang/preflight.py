@@ -27,7 +27,7 @@ from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
     DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, merged, nearest_first, respelled, taken_value,
-    tp_moves, unrecognized, with_env,
+    tp_moves, tried, unrecognized, with_env,
 )
 from mambaxfer_cli.readers.shell import OPTIONAL
 from mambaxfer_cli.preflight.report import Report as SharedReport
@@ -341,24 +341,8 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment
         d = build_server(DECODE, lines[DECODE], load, first.release)
         return lines[PREFILL], lines[DECODE], assess(p, d)
 
-    started = _startup_changes(first.prefill, first.decode)
-    try:
-        _, _, now = run(started)
-    except UserError:      # a respelled flag's value its parser refuses: drop the flag instead
-        started = _startup_changes(first.prefill, first.decode, respell=False)
-        try:
-            _, _, now = run(started)
-        except UserError:
-            return None
-    for moved in _tp_moves(now):
-        try:
-            _, _, after = run(started + moved)
-        except UserError:
-            continue
-        found = _with_flags(started + moved, after, run)
-        if found is not None:
-            return found
-    return None
+    return tried(lambda respell: _startup_changes(first.prefill, first.decode, respell=respell), run, _tp_moves,
+                 _with_flags)
 
 
 def _tp_moves(a: Assessment) -> list[list[Change]]:

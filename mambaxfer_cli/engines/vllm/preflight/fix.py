@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_layout
 from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
 from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
@@ -17,7 +16,8 @@ from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.readers.shell import OPTIONAL, UNKNOWN
 from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ModelLoader, ServedEngine, build_engine
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, Change, Fix, meant, merged, nearest_first, respelled, set_words, taken_value, tp_moves, with_env,
+    DECODE, PREFILL, Change, Fix, meant, merged, nearest_first, respelled, set_words, taken_value, tp_moves, tried,
+    with_env,
 )
 from mambaxfer_cli.engines.vllm.preflight.fields import speculative
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
@@ -176,24 +176,10 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
     # P's MLA layers get a backend in bfloat16 (mla_dtype_refusal); D is then aligned to that P.
     mla = [Change(PREFILL, "--dtype", first.prefill.line.dtype, "bfloat16", "every CUDA MLA backend runs "
                   "only float16 and bfloat16")] if mla_dtype_refusal(first.prefill.model) else []
-    started = mla + _untaken(first.prefill) + _untaken(first.decode)
-    try:
-        _, _, now = run(started)
-    except UserError:      # a respelled flag's value its parser refuses: drop the flag instead
-        started = mla + _untaken(first.prefill, respell=False) + _untaken(first.decode, respell=False)
-        try:
-            _, _, now = run(started)
-        except UserError:
-            return None
-    for moved in _tp_moves(now):
-        try:
-            _, _, after = run(started + moved)
-        except UserError:
-            continue
-        found = _with_flags(started + moved, after, run)
-        if found is not None:
-            return found
-    return None
+    def start(respell: bool) -> list[Change]:
+        return mla + _untaken(first.prefill, respell=respell) + _untaken(first.decode, respell=respell)
+
+    return tried(start, run, _tp_moves, _with_flags)
 
 
 def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Assessment] | None:
@@ -221,12 +207,12 @@ def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Ass
         reshaped = [c + same_tp for c in candidates]
     else:
         reshaped = []
-    tried = set()
+    seen = set()
     for changes in sorted(candidates, key=len) + sorted(reshaped, key=len):
         key = tuple(changes)
-        if key in tried or not changes:
+        if key in seen or not changes:
             continue
-        tried.add(key)
+        seen.add(key)
         pl, dl, after = run(changes)
         if after.works:
             return Fix(tuple(_drop_noops(changes)), pl, dl, after)
