@@ -278,13 +278,20 @@ def _with_kv_layout(verdict: Verdict, model: ModelSpec, p_tp: int, d_tp: int, re
     return replace(verdict, refusals=(*verdict.refusals, heads), suggested_layout=contiguous_layout(model))
 
 
+def _target_layers(model: ModelSpec) -> tuple:
+    return model.layers[:len(model.layers) - model.draft_layers]
+
+
 def _prefill_model(model: ModelSpec, prefill: ModelSpec | None) -> ModelSpec:
     """P's model: D's unless given. It may differ in what vLLM's handshake does not compare (SSM
     dtypes, num_spec), never in shape: pages are patterned from D's dimensions on both sides."""
     if prefill is None:
         return model
-    same = ("variant", "params", "layers", "conv_kernel", "num_kv_heads", "head_size")
+    same = ("variant", "params", "conv_kernel", "num_kv_heads", "head_size")
     differs = [key for key in same if getattr(prefill, key) != getattr(model, key)]
+    # the target's layers: a drafter on one side only is the compatibility hash's to refuse
+    if _target_layers(prefill) != _target_layers(model):
+        differs.insert(1, "layers")
     if differs:
         raise UserError(f"P's model differs from D's in {', '.join(differs)}: no transfer between them can be planned")
     return prefill
