@@ -7,6 +7,7 @@ from mambaxfer_cli.cli.params import command
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import engine as serving_engine
 from mambaxfer_cli.engines import one
+from mambaxfer_cli.errors import Refused, UserError
 
 # A deployment's TP sizes: conformance compares every pairing up to this, per model.
 MAX_CONFORMANCE_TP = 64
@@ -45,4 +46,8 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
     within("--max-tp", largest, 1, MAX_CONFORMANCE_TP, "deployment's TP size")
     if output.junit is not None:   # fail before the run, not after it
         check_writable(output.junit, "--junit")
-    finish(one(engine.engine).conformance(model, largest), output)
+    try:
+        report = one(engine.engine).conformance(model, largest)
+    except Refused as exc:      # exit 1 says a function differs: a model the engine refuses is not compared
+        raise UserError(str(exc)) from None
+    finish(report, output)
