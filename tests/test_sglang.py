@@ -227,7 +227,8 @@ def test_mamba2_finding_nemotron_p1_to_d2_by_hand():
     conv = {o.d_rank: o.wrong for o in v.outcomes if o.field == CONV}
     assert conv == {0: 1024 * 6, 1: 4608 * 6}
     assert v.bad_bytes(TEMPORAL) == 0 and v.bad_bytes() == (1024 + 4608) * 6 * 24
-    assert v.sentence() == "SGLang 0.5.23 corrupts the conv state of nemotron-h-8b at P1 \u2192 D2: 811,008 bytes wrong"
+    assert v.sentence() == ("SGLang 0.5.23 corrupts the conv state of nemotron-h-8b at P TP 1 \u2192 D TP 2: "
+                            "811,008 bytes wrong")
 
 
 @pytest.mark.parametrize("name", ["nemotron-h-8b", "granite-4.0-h-tiny", "mamba-codestral-7b"])
@@ -268,7 +269,8 @@ def test_non_multiple_ratio_verdicts():
     assert [o.missing for o in v.outcomes if o.d_rank == 2] == [3072, 32768]
     # SGLang's bootstrap fails such requests before their state moves (no entry for prefill rank 2).
     assert not v.right and v.fails is not None and "HTTP 404" in v.fails
-    assert v.lines() == ["SGLang 0.5.23 fails every request of mamba-130m at P2 \u2192 D3: " + v.fails, v.findings[0],
+    assert v.lines() == ["SGLang 0.5.23 fails every request of mamba-130m at P TP 2 \u2192 D TP 3: "
+                         + v.fails, v.findings[0],
                          "were the state moved, 1,720,320 bytes would be wrong"]
     assert "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT" in (verdict(model("mamba-130m"), 3, 2).fails or "")
     assert verdict(model("mamba-130m"), 2, 4).fails is None

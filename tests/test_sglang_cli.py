@@ -177,8 +177,8 @@ def test_a_family_mambaxfer_does_not_model_for_sglang_is_refused_in_sglang_s_wor
     config.write_text(json.dumps({**compiled_presets()["glm-5-next"]["config"], "architectures": [arch]}))
     for command in (("plan", "--p-tp", "1", "--d-tp", "2"), ("check", "--pairs", "1:2")):
         result = run_cli(command[0], "--engine", "sglang", "--model", str(config), *command[1:])
-        if arch == "Glm5NextForCausalLM":     # in no srt/models/ file's EntryClass
-            assert_user_error(result, "SGLang 0.5.23 has no model class Glm5NextForCausalLM")
+        if arch == "Glm5NextForCausalLM":     # in no srt/models/ file's EntryClass: SGLang's refusal
+            assert_refused(result, "SGLang 0.5.23 has no model class Glm5NextForCausalLM")
         else:
             assert_user_error(result, "SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "
                                       "Glm5NextForConditionalGeneration only), but mambaxfer does not model")

@@ -209,8 +209,10 @@ def spec_from_config(
     fallback = startup is None and bool(archs) and archs[0] in TRANSFORMERS_BACKEND
     removed = removed_refusal(config) if startup is None else None
     refusal = startup(config) if startup is not None else None
-    if refusal or (removed and not fallback):
-        raise Refused(f"{where}: {refusal or removed}")
+    if refusal:       # another engine serves it, with a state mambaxfer does not read: not a verdict
+        raise UserError(f"{where}: {refusal}")
+    if removed and not fallback:
+        raise Refused(f"{where}: {removed}")
     unserved = release_refusal(archs, releases or ()) if variant is None and startup is None else None
     if unserved:      # startup: an architecture only another release's registry has
         raise Refused(f"{where}: {unserved}")

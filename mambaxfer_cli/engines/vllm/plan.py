@@ -278,7 +278,7 @@ def _with_kv_layout(verdict: Verdict, model: ModelSpec, p_tp: int, d_tp: int, re
     return replace(verdict, refusals=(*verdict.refusals, heads), suggested_layout=contiguous_layout(model))
 
 
-def _target_layers(model: ModelSpec) -> tuple:
+def _target_layers(model: ModelSpec) -> tuple[str, ...]:
     return model.layers[:len(model.layers) - model.draft_layers]
 
 
