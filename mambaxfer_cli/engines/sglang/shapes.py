@@ -145,18 +145,19 @@ def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRul
     from mambaxfer_cli.engines.sglang.served import missing_class
 
     rule = release.families.get(model.family)
-    missing = missing_class(model.hf_config, release.version)
-    why = rule.note if rule is not None and not rule.served and not rule.engine_serves else None
-    why = why or missing
-    if why is None and (rule is None or not rule.served):
-        why = rule.note if rule else f"SGLang {release.version} has no rule for the family '{model.family}'"
-    if why is not None:
-        # SGLang does not serve it: its refusal; it does, but mambaxfer does not model it: a usage error
-        serves = missing is None and rule is not None and rule.engine_serves and not rule.served
-        raise (UserError if serves else Refused)(f"{model.name}: {why}; mambaxfer answers for SGLang only where "
-                                                 f"it serves the model")
+    unserved = rule is not None and not rule.served and not rule.engine_serves
+    why = (rule.note if unserved and rule is not None else None) or missing_class(model.hf_config, release.version)
+    if why is None and rule is None:
+        why = f"SGLang {release.version} has no rule for the family '{model.family}'"
+    if why is not None:          # SGLang does not serve it: its refusal
+        raise Refused(f"{model.name}: {why}{_ANSWERS}")
     assert rule is not None
+    if not rule.served:          # SGLang serves it, mambaxfer does not model it: not a verdict
+        raise UserError(f"{model.name}: {rule.note}{_ANSWERS}")
     return rule
+
+
+_ANSWERS = "; mambaxfer answers for SGLang only where it serves the model"
 
 
 def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
