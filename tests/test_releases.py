@@ -67,8 +67,6 @@ def test_each_release_as_vllm_states_it():
     assert [c.__name__ for c in V0_34.push_checks] == [
         "tp_sizes", "compat_hash", "advertised_layers", "push_identical_blocks", "block_size", "dcp_sizes",
         "prefix_caching", "host_buffer", "mla_block_lens", "head_sharded", "attention_free"]
-    assert V0_34.knows_flag("--max-num-inflight-kv-loads") and V0_34.knows_flag("--disable-extensible-kv-cache")
-    assert not V0_33.knows_flag("--max-num-inflight-kv-loads")
 
 
 @pytest.mark.parametrize("installed, expected, note", [

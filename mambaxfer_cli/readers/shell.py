@@ -61,14 +61,6 @@ class _Word:
     line: int                # ("unk", source, why-kind, quoted)
     source: str = ""
 
-    def literal_assignment(self) -> str | None:
-        """NAME when the word is an assignment as bash parses it: NAME= unquoted at its start."""
-        if self.parts and self.parts[0][0] == "lit":
-            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)=", self.parts[0][1])
-            if m:
-                return m.group(1)
-        return None
-
 
 class _Reader:
     def __init__(self, text: str, where: str, line: int = 1) -> None:

@@ -334,7 +334,6 @@ class Release:
     # register_kv_caches: views of one address share a region only if their block lengths match too
     # (0.34); before, any views of one address did, the region taking the MLA view's length.
     regions_keyed_by_length: bool = False
-    serve_flags: Mapping[str, str] = field(default_factory=dict)   # flags new in this release: value | bool
     fatal_env: Mapping[str, tuple[str, str]] = field(default_factory=dict)   # VAR -> (value, vLLM's message)
     changes: tuple[str, ...] = ()              # what changed from the release before, for people
     # Where num_speculative_tokens is checked against the drafter's n_predict (vLLM's words name none).
@@ -378,21 +377,6 @@ class Release:
                 ("KV-cache dtype", facts.cache_dtype),
                 ("hybrid KV-cache manager", "on" if facts.hybrid_kv_cache_manager else "off"),
                 ("speculative (hidden-state drafts)", _factors_text(spec)), ("transfer mode", facts.transfer_mode))
-
-    def knows_flag(self, spelling: str) -> bool:
-        """Whether ``spelling`` is one of the serve flags new in this release (a boolean flag's
-        ``--no-`` and ``--enable-``/``--disable-`` forms included)."""
-        for name, kind in self.serve_flags.items():
-            forms = {name}
-            if kind == "bool":
-                stem = name[2:]
-                forms.add(f"--no-{stem}")
-                for a, b in (("enable-", "disable-"), ("disable-", "enable-")):
-                    if stem.startswith(a):
-                        forms.add(f"--{b}{stem[len(a):]}")
-            if spelling in forms:
-                return True
-        return False
 
     def checks(self, mode: str) -> tuple[Check, ...]:
         return self.push_checks if mode == PUSH else self.pull_checks

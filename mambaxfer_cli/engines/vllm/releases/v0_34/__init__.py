@@ -95,9 +95,6 @@ RELEASE = replace(
     pairs_from_last_token=True,
     speculative_tokens_check="SpeculatorConfig.resolve_num_speculative_tokens",
     regions_keyed_by_length=True,
-    serve_flags={"--enable-extensible-kv-cache": "bool", "--max-num-inflight-kv-loads": "value",
-                 "--cache-aware-admission-window": "value", "--cache-aware-admission-threshold": "value",
-                 "--checkpoint-prepare-on-startup": "bool", "--shuffle-safetensors-files": "bool"},
     serve_keys=(("kv_transfer_config", "kv_connector_extra_config", "ucx_backend_params"),),
     fatal_env={"VLLM_USE_V2_MODEL_RUNNER": ("0", "VLLM_USE_V2_MODEL_RUNNER=0 is no longer supported: Model "
                                                  "Runner V1 has been removed. Unset this variable.")},
