@@ -91,8 +91,7 @@ def finite_seconds(name: str, value: float, high: float = MAX_TIMEOUT) -> float:
 
 
 def _short(value: int) -> str:
-    text = str(value) if abs(value) < 10 ** 40 else f"~10^{len(str(abs(value))) - 1}"
-    return text
+    return str(value) if abs(value) < 10 ** 40 else f"~10^{len(str(abs(value))) - 1}"
 
 
 def check_document(data: object, where: str) -> None:

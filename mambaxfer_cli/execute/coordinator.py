@@ -204,10 +204,8 @@ class _Run:
         self.phases.setdefault(milestone, round(time.monotonic() - self.started, 3))
 
     def _send(self, rank: _Rank, message: Down) -> None:
-        try:
+        with contextlib.suppress(OSError):     # it died; its pidfd tells
             rank.conn.send(message)
-        except OSError:
-            pass  # it died; its pidfd tells
 
     def _on_state(self, rank: _Rank, state: State) -> None:
         """A rank's new state: progress when it had not been in it before."""

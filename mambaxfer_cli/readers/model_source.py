@@ -191,7 +191,6 @@ def preset_for_source(repo_id: str) -> str | None:
     return preset_sources().get(repo_id.lower())
 
 
-
 def _from_model_file(data: dict[str, Any], path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:
     merged = {key: data.get(key) for key in _OVERRIDE_KEYS}
     given_by = {key: f"{path.name}: {key}" for key in ("conv_dtype", "ssm_dtype") if data.get(key) is not None}

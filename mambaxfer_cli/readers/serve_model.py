@@ -35,8 +35,7 @@ def load_serve_model(name: str, *, conv_dtype: str | None = None, ssm_dtype: str
                            "indexer_kv_dtype": indexer_kv_dtype, "releases": releases, "tp_sizes": tp_sizes,
                            "startup": startup}
     if not overrides:
-        spec = ms.load_model(preset or name, **cli)
-        return spec
+        return ms.load_model(preset or name, **cli)
     path = ms.PRESET_DIR / f"{preset}.yaml" if preset else Path(name).expanduser()
     if path.is_dir():
         path = next((path / c for c in ("config.json", "model.yaml") if (path / c).is_file()), path / "config.json")

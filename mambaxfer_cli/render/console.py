@@ -250,8 +250,7 @@ def column_widths(table, width: int) -> list[int] | None:
     # Every column gets what it needs; the room left goes to those that want more, in proportion.
     spare, slack = room - sum(need), [w - n for w, n in zip(want, need)]
     total = sum(slack)
-    chosen = [n + (s * spare // total if total else 0) for n, s in zip(need, slack)]
-    return chosen
+    return [n + (s * spare // total if total else 0) for n, s in zip(need, slack)]
 
 
 def _chrome(table) -> int:

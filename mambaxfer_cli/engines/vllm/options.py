@@ -49,7 +49,6 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
                         ("--d-block-size", args.d_block_size)):
         if value is not None:
             within(flag, value, 1, MAX_BLOCK_SIZE, "engine's block")
-    _modelled(args.engine)
     if args.transfer_backend is not None:
         raise UserError("--transfer-backend: SGLang's option (with --engine sglang); vLLM's NIXL connector has "
                         "one transfer backend")
@@ -131,15 +130,6 @@ def _release_when_unnamed() -> Release:
         _said.add(found.note)
         typer.echo(f"note: {found.note}", err=True)
     return found.release
-
-
-def _modelled(engine: str) -> None:
-    """Refuse, in one line, an engine whose rules the commands do not apply yet."""
-    from mambaxfer_cli.engines import engine as serving_engine
-
-    why = serving_engine(engine).unanswered
-    if why is not None:
-        raise UserError(why)
 
 
 def _release(flag: str, name: str) -> Release:

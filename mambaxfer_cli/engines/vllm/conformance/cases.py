@@ -183,8 +183,6 @@ class Case:
         return f"mambaxfer plan --model {model} " + " ".join(shlex.quote(w) for w in words)
 
 
-
-
 def _double_quoted(text: str) -> str:
     """``text`` as one double-quoted shell word (so the single quotes inside it stay readable)."""
     return '"' + "".join("\\" + c if c in '"\\$`' else c for c in text) + '"'

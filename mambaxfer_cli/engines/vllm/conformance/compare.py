@@ -10,10 +10,11 @@ layout alone.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from mambaxfer_cli.engines.vllm.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.engines.vllm.conformance.cases import (
@@ -66,6 +67,21 @@ FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DES
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
 Start = Callable[[int], None]
 Done = Callable[[str, int, int], None]
+
+
+def compares(*functions: Function) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A comparison of ``functions``: it runs while one of them can be called, and ends where vLLM's
+    cannot be called (CouldNotCall), said once per function."""
+    def compare(method: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(method)
+        def run(self: Comparison, *args: Any, **kwargs: Any) -> None:
+            if self.live(*functions):
+                try:
+                    method(self, *args, **kwargs)
+                except CouldNotCall as exc:
+                    self.cannot(functions, exc)
+        return run
+    return compare
 
 
 class Comparison:
@@ -144,65 +160,47 @@ class Comparison:
 
     # --- start-up: the registry and the parallel config -------------------------------------------
 
+    @compares(REGISTRY)
     def registry(self, name: str, model: ModelSpec) -> None:
-        if not self.live(REGISTRY):
-            return
         archs = self.ours.architectures(model)
-        try:
-            theirs = self.vllm.registry_outcome(archs)
-        except CouldNotCall as exc:
-            return self.cannot((REGISTRY,), exc)
+        theirs = self.vllm.registry_outcome(archs)
         self.record(REGISTRY, self.case(name), theirs, self.ours.registry_outcome(archs))
 
+    @compares(REPLAYSSM)
     def replayssm(self, name: str, model: ModelSpec) -> None:
         """--use-replayssm on the model's first architecture, beside the connector, under every
         combination of the settings vLLM's check reads; whether its class supports ReplaySSM is
         vLLM's registry's answer on vLLM's side."""
-        if not self.live(REPLAYSSM):
-            return
         default = self.ours.replayssm_case(model, ReplaySSMSetting())
         if not default.architecture:
             return self.skip((REPLAYSSM,), "the config names no architecture")
-        try:
-            supported = self.vllm.supports_replayssm(default.architecture)
-        except CouldNotCall as exc:
-            return self.cannot((REPLAYSSM,), exc)
+        supported = self.vllm.supports_replayssm(default.architecture)
         if supported is None:
             return self.skip((REPLAYSSM,), f"vLLM's registry loads no class for {default.architecture}")
         for setting in replayssm_settings(supported or default.supported, self.ours.model_runner_v1):
             ours = self.ours.replayssm_case(model, setting)
-            try:
-                theirs = self.vllm.replayssm_refusal(replace(ours, supported=supported))
-            except CouldNotCall as exc:
-                return self.cannot((REPLAYSSM,), exc)
+            theirs = self.vllm.replayssm_refusal(replace(ours, supported=supported))
             mine = self.ours.replayssm_refusal(ours)
             shown = tuple("starts" if v is None else f"refuses: {v}" for v in (theirs, mine))
             self.record(REPLAYSSM, self.case(name, variation=setting.variation()), theirs, mine, shown)
 
+    @compares(LAYOUT)
     def kv_layouts(self, name: str, model: ModelSpec) -> None:
         """Each VLLM_KV_CACHE_LAYOUT a line may set (and none, and a misspelt one), on the model's
         first attention backend of the modelled GPU."""
-        if not self.live(LAYOUT):
-            return
         backend = flag_variants(model)[0].backend
         for requested in (None, *ENV_LAYOUTS, "LBHCN"):
-            try:
-                theirs = self.vllm.kv_cache_layout(model, backend, requested)
-            except CouldNotCall as exc:
-                return self.cannot((LAYOUT,), exc)
+            theirs = self.vllm.kv_cache_layout(model, backend, requested)
             engine = HashedEngine(backend=backend, kv_cache_layout=requested)
             said = f"{KV_LAYOUT_VAR}={requested}" if requested else f"{KV_LAYOUT_VAR} unset"
             case = self.case(name, variation=Variation(said, engine, engine))
             self.record(LAYOUT, case, theirs, self.ours.kv_cache_layout(model, requested))
 
+    @compares(PARALLEL)
     def start(self, name: str, model: ModelSpec, tp: int) -> None:
         """Every TP size to the largest, those vLLM refuses included: which it starts is the answer."""
-        if not self.live(PARALLEL):
-            return
         try:
             theirs: str | None = self.vllm.start_refusal(model, tp)
-        except CouldNotCall as exc:
-            return self.cannot((PARALLEL,), exc)
         except VllmFails as exc:     # vLLM cannot read the config at all: nothing to compare
             return self.skip((PARALLEL,), f"vLLM's config reader fails on it: {exc.message}")
         ours = self.ours.start_refusal(model, tp)
@@ -211,11 +209,10 @@ class Comparison:
 
     # --- the model class's state -----------------------------------------------------------------
 
+    @compares(STATE)
     def class_state(self, name: str, model: ModelSpec, tp: int) -> None:
         """The class's shapes and dtypes, with no SSM cache dtype and, for KDA, with
         ``--mamba-ssm-cache-dtype bfloat16`` (which some KDA classes read and some do not)."""
-        if not self.live(STATE):
-            return
         for ssm_flag in ("auto", "bfloat16") if model.variant == "kda" else ("auto",):
             flags = Flags() if ssm_flag == "auto" else Flags(ssm_dtype=ssm_flag)
             case = self.case(name, tp=tp, flags=flags)
@@ -224,8 +221,6 @@ class Comparison:
                 theirs: dict | str = {"state bytes (conv, temporal)": [
                     math.prod(shape) * dtype_bytes(dtype) for shape, dtype in zip(shapes, dtypes)],
                     "dtypes (conv, temporal)": list(dtypes)}
-            except CouldNotCall as exc:
-                return self.cannot((STATE,), exc)
             except VllmFails as exc:
                 theirs = f"fails: {exc.message}"
             ours: dict | str
@@ -245,16 +240,13 @@ class Comparison:
 
     # --- conv split --------------------------------------------------------------------------------
 
+    @compares(CONV_SPLIT)
     def conv_split(self, name: str, model: ModelSpec, tp: int) -> None:
-        if not self.live(CONV_SPLIT):
-            return
         case = self.case(name, tp=tp)
         try:
             info = self.vllm.conv_split(model, tp)
             theirs = {"sub-projection dims": list(info.local_proj_dims), "conv rows": info.conv_rows,
                       "conv dtype bytes": info.conv_dtype_size, "state bytes (conv, temporal)": list(info.ssm_sizes)}
-        except CouldNotCall as exc:
-            return self.cannot((CONV_SPLIT,), exc)
         except VllmFails as exc:
             theirs = {"fails": exc.message}
         layout = self.ours.layout(model, tp)
@@ -266,14 +258,11 @@ class Comparison:
 
     # --- geometry ----------------------------------------------------------------------------------
 
+    @compares(BLOCK, KERNEL, GDN_ALIGNMENT)
     def geometry(self, name: str, model: ModelSpec, tp: int, flags: Flags) -> None:
-        if not self.live(BLOCK, KERNEL, GDN_ALIGNMENT):
-            return
         case = self.case(name, tp=tp, flags=flags)
         try:
             theirs, alignment = self.vllm.geometry(model, tp, flags, D_NUM_BLOCKS)
-        except CouldNotCall as exc:
-            return self.cannot((BLOCK, KERNEL, GDN_ALIGNMENT), exc)
         except VllmFails as exc:
             theirs, alignment = f"the engine fails: {exc.message}", None
         ours: Geometry | str
@@ -299,20 +288,16 @@ class Comparison:
 
     # --- the SSM reads and sources -----------------------------------------------------------------
 
+    @compares(REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES)
     def reads(self, name: str, model: ModelSpec, p_tp: int, d_tp: int) -> None:
         ratio = tp_ratio(p_tp, d_tp)
         assert ratio is not None, "conformance pairs TP sizes one of which divides the other"
-        flags = Flags()
-        functions = (REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES)
-        if not self.live(*functions):
-            return
         ours_reads = self.ours.vllm_reads(model, p_tp, d_tp)
         try:
-            p_ours, d_ours, p_vllm, d_vllm = self.engines(model, p_tp, d_tp, flags)
-        except CouldNotCall as exc:
-            return self.cannot(functions, exc)
+            p_ours, d_ours, p_vllm, d_vllm = self.engines(model, p_tp, d_tp, Flags())
         except VllmFails as exc:    # vLLM's own registration of an engine's KV caches refused
-            return self.skip(functions, f"an engine fails to start: {exc.message} ({name}, P TP {p_tp} / D TP {d_tp})")
+            return self.skip((REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES),
+                             f"an engine fails to start: {exc.message} ({name}, P TP {p_tp} / D TP {d_tp})")
         for d_rank in range(d_tp):
             case = self.case(name, p_tp, d_tp, d_rank=d_rank)
             mine = sorted((r for r in ours_reads if r.d_rank == d_rank), key=lambda r: r.p_rank)
@@ -343,27 +328,21 @@ class Comparison:
             self.record(BYTES, case, len(wrong), len(ours_wrong),
                         (_misread_text(wrong), _misread_text(ours_wrong)))
 
+    @compares(SOURCES)
     def sources(self, case: Case, model: ModelSpec, p_ours: OurEngine, d_ours: OurEngine, d_vllm, p_tp: int,
                 d_rank: int, mine: list[Read]) -> None:
-        if not self.live(SOURCES):
-            return
         try:
             theirs = self.vllm.sources(d_vllm, p_tp, d_rank)
-        except CouldNotCall as exc:
-            return self.cannot((SOURCES,), exc)
         except VllmFails as exc:
             theirs = f"fails: {exc.message}"
         attention = self.ours.attention_sources(p_ours, d_ours, d_rank) if model.has_attention else []
         ours = (attention, [r.p_rank for r in mine])
         self.record(SOURCES, case, _as_lists(theirs), _as_lists(ours))
 
+    @compares(REMOTE_CONV)
     def remote_conv(self, case: Case, decode, d_rank: int, ratio: int, mine: list[Read]) -> None:
-        if not self.live(REMOTE_CONV):
-            return
         try:
             theirs = self.vllm.remote_conv_offsets(decode, d_rank, ratio)
-        except CouldNotCall as exc:
-            return self.cannot((REMOTE_CONV,), exc)
         except VllmFails as exc:
             theirs = f"fails: {exc.message}"
         conv = [[s.remote_offset, s.size] for s in mine[0].segments if s.region != "ssm"]
@@ -385,14 +364,11 @@ class Comparison:
 
     # --- the handshake -----------------------------------------------------------------------------
 
+    @compares(HANDSHAKE)
     def handshake(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags, push: bool) -> None:
-        if not self.live(HANDSHAKE):
-            return
         case = self.case(name, p_tp, d_tp, flags=flags, push=push)
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags, vllm_geometry=True)
-        except CouldNotCall as exc:
-            return self.cannot((HANDSHAKE,), exc)
         except VllmFails as exc:
             theirs = shown_theirs = f"an engine fails to start: {exc.message}"
             p_ours = d_ours = None
@@ -401,10 +377,7 @@ class Comparison:
         else:
             key = (model.name, p_tp, d_tp, prefill.geometry, decode.geometry, push)
             if key not in self._verdicts:
-                try:
-                    self._verdicts[key] = self.vllm.handshake(prefill, decode, push)
-                except CouldNotCall as exc:
-                    return self.cannot((HANDSHAKE,), exc)
+                self._verdicts[key] = self.vllm.handshake(prefill, decode, push)
             theirs = self._verdicts[key]
             shown_theirs = _verdict_text(theirs, prefill.geometry, decode.geometry)
         if p_ours is None:
@@ -416,19 +389,12 @@ class Comparison:
 
     # --- descriptor IDs ----------------------------------------------------------------------------
 
+    @compares(DESC_IDS)
     def descriptor_ids(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags) -> None:
-        if not self.live(DESC_IDS):
-            return
-        try:
-            p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
-        except CouldNotCall as exc:
-            return self.cannot((DESC_IDS,), exc)
+        p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
         key = (model.name, p_tp, d_tp, prefill.geometry, decode.geometry)
         if key not in self._ids:
-            try:
-                self._ids[key] = self._compute_ids(model, p_tp, d_tp, flags, p_ours, d_ours, prefill, decode)
-            except CouldNotCall as exc:
-                return self.cannot((DESC_IDS,), exc)
+            self._ids[key] = self._compute_ids(model, p_tp, d_tp, flags, p_ours, d_ours, prefill, decode)
         request, per_rank = self._ids[key]
         for d_rank, (theirs, ours, shown) in enumerate(per_rank):
             case = self.case(name, p_tp, d_tp, flags=flags, d_rank=d_rank, request=request)
@@ -458,16 +424,13 @@ class Comparison:
 
     # --- the compatibility hash --------------------------------------------------------------------
 
+    @compares(HASH)
     def compatibility_hash(self, name: str, model: ModelSpec) -> None:
-        if not self.live(HASH):
-            return
         for variation in hash_variations(model):
             case = self.case(name, variation=variation)
             try:
                 theirs = (self.vllm.compatibility_hash(model, variation.prefill)
                           != self.vllm.compatibility_hash(model, variation.decode))
-            except CouldNotCall as exc:
-                return self.cannot((HASH,), exc)
             except VllmFails as exc:
                 theirs = f"fails: {exc.message}"
             ours = self.ours.hash_refuses(name, variation)

@@ -9,7 +9,6 @@ from mambaxfer_cli.engines.vllm.conformance.cases import Difference, CaseTally
 from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NO_CASE, NOT_CALLED, SCHEMA, Outcomes, result_document
 
 
-
 @dataclass(frozen=True)
 class Function:
     """One of vLLM's functions (or one answer a few of them give together) that conformance runs."""

@@ -45,7 +45,6 @@ def _p_page(model: ModelSpec, page_len: int, layer: int, block: int) -> np.ndarr
     return out
 
 
-
 def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None:
     """The PLE pages of one request block, for every PLE layer and D rank; None for a model
     without PLE state, or where vLLM refuses the pages."""

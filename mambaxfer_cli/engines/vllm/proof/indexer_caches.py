@@ -38,7 +38,6 @@ class PagesProof:
     damage: tuple[Damage, ...]
 
 
-
 def merged(sim: Simulation, *proofs: PagesProof | None) -> Simulation:
     """The simulation of a plan's reads with its PLE and QSA pages' proofs added."""
     for proof in proofs:

@@ -27,7 +27,6 @@ from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.proof.addresses import nixl_rows, read_bytes
 
 
-
 def prefill(task: PrefillTask, ch: Channel) -> PrefillResult:
     with RankAgent(task, ch, telemetry=False) as node:
         ch.phase("filling")
@@ -61,10 +60,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         memory = node.memory
         node.poison_and_register(ch)
         discovery = task.settings.discovery
-        if discovery is not None:
-            published = remote.connect(task, ch, node)
-        else:
-            published = exchange(task, ch, node)
+        published = remote.connect(task, ch, node) if discovery is not None else exchange(task, ch, node)
         fault(task, "prepare")
         ch.phase("preparing")
         pairings = [_pairing(task, read, memory.bases, memory.mem_type, *published[read.p_rank])

@@ -14,7 +14,6 @@ def geometry_line(name: str, side) -> str:
             f"N={g.num_blocks}{gdn}")
 
 
-
 def side_caches_line(spec, side) -> str:
     """The caches beside the SSM state and the attention KV of one engine: Qwen4Exp's PLE state,
     the sparse-attention indexer's ring and compressed keys (docs/reference.md, "Qwen4Exp" and

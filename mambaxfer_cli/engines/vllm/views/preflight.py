@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Iterator
+from typing import Callable, Iterator
 
 from rich.table import Table
 from rich.text import Text
@@ -19,22 +19,15 @@ def engines_table(report: Report) -> Table:
     a = report.assessment
     table = titled_table("Engines", ("", "prefill (P)", "decode (D)"))
     p, d = a.prefill.summary(), a.decode.summary()
-    rows = [("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
-            ("attention backend", "attention_backend"), ("--block-size", "requested_block_size"),
-            ("prefix caching", "prefix_caching"), ("conv / SSM dtype", None), ("conv layout", "conv_layout"),
-            ("num_spec / conv rows", None), ("connector / role", None), ("KV layout / buffer", None)]
-    for label, key in rows:
-        if label == "conv / SSM dtype":
-            pv, dv = f"{p['conv_dtype']} / {p['ssm_dtype']}", f"{d['conv_dtype']} / {d['ssm_dtype']}"
-        elif label == "num_spec / conv rows":
-            pv, dv = f"{p['num_spec']} / {p['conv_rows']}", f"{d['num_spec']} / {d['conv_rows']}"
-        elif label == "connector / role":
-            pv, dv = (f"{cell_text(x['kv_connector'])}\n{cell_text(x['kv_role'])}" for x in (p, d))
-        elif label == "KV layout / buffer":
-            pv, dv = (f"{x['kv_cache_layout']}\n{x['kv_buffer_device']}" for x in (p, d))
-        else:
-            pv, dv = cell_text(p[key]), cell_text(d[key])
-        table.add_row(label, pv, dv)
+    rows: list[tuple[str, str | Callable[[dict], str]]] = [
+        ("TP", "tp"), ("dtype", "dtype"), ("KV-cache dtype", "kv_cache_dtype"),
+        ("attention backend", "attention_backend"), ("--block-size", "requested_block_size"),
+        ("prefix caching", "prefix_caching"), ("conv / SSM dtype", lambda x: f"{x['conv_dtype']} / {x['ssm_dtype']}"),
+        ("conv layout", "conv_layout"), ("num_spec / conv rows", lambda x: f"{x['num_spec']} / {x['conv_rows']}"),
+        ("connector / role", lambda x: f"{cell_text(x['kv_connector'])}\n{cell_text(x['kv_role'])}"),
+        ("KV layout / buffer", lambda x: f"{x['kv_cache_layout']}\n{x['kv_buffer_device']}")]
+    for label, cell in rows:
+        table.add_row(label, *(cell_text(x[cell]) if isinstance(cell, str) else cell(x) for x in (p, d)))
     if a.plan is not None:
         pg, dg = a.plan.prefill.geometry, a.plan.decode.geometry
         table.add_section()

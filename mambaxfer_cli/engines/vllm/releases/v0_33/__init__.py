@@ -37,7 +37,6 @@ CHECKS = (tp_sizes, compat_hash, block_size, dcp_sizes, prefix_caching, host_buf
           attention_free)
 
 
-
 def replayssm(c: ReplaySSM) -> str | None:
     """``validate_mamba_cached_kernel`` in 0.33: RecoverSSM's checks (prefix caching needs Model Runner
     V2), then Mamba2 ReplaySSM with speculative tokens (FlashInfer, no prefix caching), FlashInfer
