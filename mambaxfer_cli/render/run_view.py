@@ -1,8 +1,9 @@
 """What every engine's runs show on stderr: the ranks' live phases, a two-host side's first line,
-and ``check``'s progress bar."""
+and the progress bar of ``check`` and ``conformance``."""
 
 from __future__ import annotations
 
+import functools
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -78,23 +79,29 @@ def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str
 
 
 @contextmanager
-def progress() -> Iterator[tuple[Callable[[int], None] | None, Callable[[Any], None] | None]]:
-    """A progress bar on stderr while pairings are checked; nothing when stderr is no terminal."""
-    from rich.console import Console
+def bar(text: str, description: str = "") -> Iterator[Callable[..., None] | None]:
+    """A transient progress bar on stderr (``text``: its words, around ``{task.description}``): its
+    task's ``update`` (total, advance, description); None when stderr is no terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)
     if not err.is_terminal:
-        yield None, None
+        yield None
         return
-    with Progress(TextColumn("checking {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("", total=None)
+    with Progress(TextColumn(text), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+                  transient=True) as shown:
+        yield functools.partial(shown.update, shown.add_task(description, total=None))
 
-        def start(total: int) -> None:
-            bar.update(task, total=total)
+
+@contextmanager
+def progress() -> Iterator[tuple[Callable[[int], None] | None, Callable[[Any], None] | None]]:
+    """A progress bar on stderr while pairings are checked; nothing when stderr is no terminal."""
+    with bar("checking {task.description}") as update:
+        if update is None:
+            yield None, None
+            return
 
         def done(result: Any) -> None:   # a pairing's result, either engine's
-            bar.update(task, advance=1, description=f"{result.model} {result.pairing}")
+            update(advance=1, description=f"{result.model} {result.pairing}")
 
-        yield start, done
+        yield (lambda total: update(total=total)), done

@@ -117,8 +117,6 @@ class Prepared:
 
 def prepare(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int) -> Prepared:
     """The run's tasks; raises UserError where the writes cannot be executed or benched."""
-    if iters < 1:
-        raise UserError("--iters must be >= 1")
     settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
     prefill, decode = bench_tasks(chosen_writes(plan, semantics), settings, iters)
     return Prepared(plan, semantics, settings, prefill, decode)

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator
 from mambaxfer_cli.engines.sglang.conformance import IMPORT_STEP, STEPS, FunctionResult, Report, describe, plain
 from mambaxfer_cli.render import conformance_view
 from mambaxfer_cli.render.conformance_view import Looks, Shown, as_text
+from mambaxfer_cli.render.run_view import bar
 
 WHOLE = 200         # characters a value is shown whole up to; a longer one from where the two part
 LONGEST = 600       # characters of one value shown at most (--format json has it whole)
@@ -68,32 +69,19 @@ def junit_xml(report: Report) -> str:
 @contextmanager
 def progress() -> Iterator[tuple[Callable[[int], None], Callable[[str], None]]]:
     """Progress on stderr: a rich bar on a terminal, else a line per step as it ends."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        started = time.monotonic()
-
+    started, order = time.monotonic(), (IMPORT_STEP, *STEPS)
+    with bar("{task.description}", "importing SGLang") as update:
         def start(total: int) -> None:
-            sys.stderr.write(f"conformance: {IMPORT_STEP}, then {total - 1} steps of comparison\n")
+            if update is not None:
+                update(total=total)
+            else:
+                sys.stderr.write(f"conformance: {IMPORT_STEP}, then {total - 1} steps of comparison\n")
 
         def done(step: str) -> None:
-            sys.stderr.write(f"conformance: {step} done ({time.monotonic() - started:.1f} s)\n")
-
-        yield start, done
-        return
-    order = (IMPORT_STEP, *STEPS)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task("importing SGLang", total=None)
-
-        def start(total: int) -> None:
-            bar.update(task, total=total)
-
-        def done(step: str) -> None:
+            if update is None:
+                sys.stderr.write(f"conformance: {step} done ({time.monotonic() - started:.1f} s)\n")
+                return
             following = order.index(step) + 1 if step in order else len(order)
-            bar.update(task, advance=1, description=f"comparing {order[following]}" if following < len(order)
-                       else "done")
+            update(advance=1, description=f"comparing {order[following]}" if following < len(order) else "done")
 
         yield start, done

@@ -11,6 +11,7 @@ from mambaxfer_cli.engines.vllm.conformance.report import FunctionResult, Report
 from mambaxfer_cli.render import conformance_view
 from mambaxfer_cli.render.conformance_view import Looks, Shown, as_text
 from mambaxfer_cli.render.console import tp_pairing
+from mambaxfer_cli.render.run_view import bar
 
 
 def shown(result: FunctionResult) -> Shown:
@@ -37,34 +38,26 @@ def junit_xml(report: Report) -> str:
 @contextmanager
 def progress() -> Iterator[tuple[Callable[[int], None], Callable[[str, int, int], None]]]:
     """Progress on stderr: a rich bar on a terminal, else a line per model as it finishes."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    started = time.monotonic()
+    last: list[str] = []      # the model whose line is owed
 
-    err = Console(stderr=True)
-    if not err.is_terminal:
-        started = time.monotonic()
-        last: list[str] = []
+    def finished(model: str) -> None:
+        sys.stderr.write(f"conformance: {model} done ({time.monotonic() - started:.1f} s)\n")
 
+    with bar("comparing {task.description}") as update:
         def start(total: int) -> None:
-            sys.stderr.write(f"conformance: {total} pairings to compare\n")
+            if update is not None:
+                update(total=total)
+            else:
+                sys.stderr.write(f"conformance: {total} pairings to compare\n")
 
         def done(model: str, p_tp: int, d_tp: int) -> None:
-            if last and last[0] != model:
-                sys.stderr.write(f"conformance: {last[0]} done ({time.monotonic() - started:.1f} s)\n")
+            if update is not None:
+                update(advance=1, description=f"{model} {tp_pairing(p_tp, d_tp)}")
+            elif last and last[0] != model:
+                finished(last[0])
             last[:] = [model]
 
         yield start, done
-        if last:
-            sys.stderr.write(f"conformance: {last[0]} done ({time.monotonic() - started:.1f} s)\n")
-        return
-    with Progress(TextColumn("comparing {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("", total=None)
-
-        def start(total: int) -> None:
-            bar.update(task, total=total)
-
-        def done(model: str, p_tp: int, d_tp: int) -> None:
-            bar.update(task, advance=1, description=f"{model} {tp_pairing(p_tp, d_tp)}")
-
-        yield start, done
+        if last and update is None:
+            finished(last[0])
