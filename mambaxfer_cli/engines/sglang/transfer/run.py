@@ -301,11 +301,15 @@ def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: fl
                        phases=finished.phases, moved=moved)
 
 
-def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = None) -> str:
+def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = None, outer: int = 1) -> str:
     """What a byte of an item holds: its region, unit and byte (a KV page's: buffer, token, head
-    and byte)."""
+    and byte); ``outer``: the conv rows before its channels (Kimi's)."""
     if kv is not None and field_name in KV_FIELDS:
         return kv.holds(field_name, offset)
+    if field_name == "conv" and outer > 1:       # (row, channel, byte) to (channel, row, byte)
+        e = layout.regions[0].unit_bytes // outer
+        row, rest = divmod(offset, layout.conv_bytes // outer)
+        offset = rest // e * outer * e + row * e + rest % e
     kind, base = ("conv", 0) if field_name == "conv" else ("ssm", layout.conv_bytes)
     for region in layout.regions:
         start = region.offset - base
