@@ -23,7 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
-from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes
+from mambaxfer_cli.engines.sglang.kv import (
+    K, KV_FIELDS, LATENT, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes,
+)
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
 from mambaxfer_cli.errors import Refused, UserError
@@ -130,7 +132,7 @@ class Transfer:
 
     @property
     def attention_layers(self) -> int:
-        return sum(1 for e in self.decode_entries if e.field == "k")
+        return sum(1 for e in self.decode_entries if e.field in (K, LATENT))
 
 
 def kv_descriptors(writes: tuple[StateWrite, ...], p_entries: tuple[TransferEntry, ...],
@@ -149,7 +151,7 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
     """The state's writes of ``plan``, and the attention KV's (``attention``: SGLang's head slices,
     the exact heads, or None for the state alone)."""
     descriptors = list(plan.descriptors(P_SLOT, D_SLOT))
-    if attention is None or not plan.model.has_attention or plan.model.mla:
+    if attention is None or not plan.model.has_attention:
         return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
     p_kv, d_kv = KVSide(plan.model, plan.p_tp, PAGE_SIZE), KVSide(plan.model, plan.d_tp, PAGE_SIZE)
     p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
