@@ -16,3 +16,8 @@ KDA_CACHE_PARAMS = "KimiLinearCacheParams"
 KDA_STAND_INS: tuple[dict[str, int], ...] = (
     {"num_heads": 32, "head_dim": 128, "conv_kernel": 4},
     {"num_heads": 16, "head_dim": 64, "num_k_heads": 8, "head_k_dim": 32, "conv_kernel": 3})
+# Conformance: the KDA mixer whose weight loaders give a rank's conv channels (Bailing's BailingKDA is
+# one), and the config class it is built with.
+KDA_MIXER = ("KimiDeltaAttention conv channels", "sglang.srt.models.kimi_linear", "KimiDeltaAttention",
+             "the checkpoint q/k/v channels of a rank's KDA conv state")
+KDA_MIXER_CONFIG = ("sglang.srt.configs.kimi_linear", "KimiLinearConfig")
