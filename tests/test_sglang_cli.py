@@ -133,6 +133,7 @@ def test_all_presets_leave_out_what_sglang_does_not_serve():
     document = json.loads(result.stdout)
     assert "jamba: SGLang 0.5.23 has no Jamba model file" in document["unchecked"]
     assert "jamba" not in {p["model"] for p in document["pairings"]}
+    assert "kimi-linear-48b" in {p["model"] for p in document["pairings"]}
 
 
 @pytest.mark.parametrize("args, fragments", [

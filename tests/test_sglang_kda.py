@@ -85,3 +85,12 @@ def test_execute_moves_kimi_s_state_and_latents_as_check_predicts():
     document = json.loads(result.stdout)
     assert document["verified"] and document["bad_bytes"] == document["predicted_bad_bytes"] == 0
     assert document["attention"]["layers"] == 1 and document["attention"]["head_bytes"] == (512 + 64) * 2
+
+
+def test_check_beside_vllm_keeps_both_columns_for_kimi_linear():
+    result = run_cli("check", "--engine", "vllm,sglang", "--model", "kimi-linear-48b", "--max-tp", "2",
+                     "--format", "json")
+    document = json.loads(result.stdout)
+    assert len(document["vllm"]["results"]) == 4 and not document["vllm"]["ok"]    # vLLM refuses 1:2 and 2:1
+    assert len(document["sglang"]["pairings"]) == 4 and document["sglang"]["unchecked"] == []
+    assert {p["outcome"] for p in document["sglang"]["pairings"]} == {"right"} and result.code == 1
