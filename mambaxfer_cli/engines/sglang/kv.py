@@ -32,7 +32,8 @@ from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.proof.pattern import unit_bytes_pattern
 
 K, V, LATENT = "k", "v", "kv"
-KV_FIELDS = (K, V, LATENT)
+KV_FIELDS = (K, V)
+KV_BUFFERS = (K, V, LATENT)      # every KV entry's field, MLA's latent too
 
 
 def buffers(model: ModelSpec) -> tuple[str, ...]:
@@ -133,7 +134,7 @@ def sglang_kv_writes(prefill: KVSide, decode: KVSide,
         return tuple(StateWrite(LATENT, d, p, 0, 0, prefill.page_bytes)
                      for d in range(decode.tp) for p in writers(prefill.tp, decode.tp, d))
     out: list[StateWrite] = []
-    for field in KV_FIELDS[:2]:
+    for field in KV_FIELDS:
         if prefill.tp == decode.tp:
             out += [StateWrite(field, d, d, 0, 0, prefill.page_bytes) for d in range(decode.tp)]
             continue

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
-from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
+from mambaxfer_cli.engines.sglang.kv import KV_BUFFERS
 from mambaxfer_cli.engines.sglang.plan import Descriptor
 from mambaxfer_cli.engines.sglang.proof import item
 from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
@@ -53,7 +53,7 @@ def fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick: 
 
 def entry_item(task: SlotTask, entry: TransferEntry, block: int) -> np.ndarray:
     """What one item of an entry holds for a block of the pattern: a state slot, or a KV page."""
-    if task.kv is not None and entry.field in KV_FIELDS:
+    if task.kv is not None and entry.field in KV_BUFFERS:
         return task.kv.page(entry.field, block, entry.layer_id)
     return item(task.layout, entry.field, block, entry.layer_id, entry.outer_count)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import (
-    K, KV_FIELDS, LATENT, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes,
+    K, KV_BUFFERS, LATENT, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes,
 )
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
@@ -306,7 +306,7 @@ def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: fl
 def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = None, outer: int = 1) -> str:
     """What a byte of an item holds: its region, unit and byte (a KV page's: buffer, token, head
     and byte); ``outer``: the conv rows before its channels (Kimi's)."""
-    if kv is not None and field_name in KV_FIELDS:
+    if kv is not None and field_name in KV_BUFFERS:
         return kv.holds(field_name, offset)
     if field_name == "conv" and outer > 1:       # (row, channel, byte) to (channel, row, byte)
         e = layout.regions[0].unit_bytes // outer
