@@ -467,3 +467,17 @@ def test_a_planted_fault_is_caught(planted, fault):
     differs = {name for name, outcome in outcomes.items() if outcome != AGREES}
     assert differs == {fault} | BUILT_ON.get(fault, set())
     assert outcomes[fault] == DIFFERS
+
+
+def test_bailing_v3_agrees_with_sglang_s_own_config_class_and_mixer():
+    # BailingHybridConfig gives KimiLinearStateShape its own head_dim (not vLLM's qk_rope_head_dim)
+    # and its layer types; BailingKDA's KimiDeltaAttention its conv channels.
+    config = ROOT / "tests" / "fixtures" / "hf-configs" / "bailing-v3.example.json"
+    proc = run_in_sglang("-m", "mambaxfer_cli", "conformance", "--engine", "sglang", "--model", str(config),
+                         "--max-tp", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    functions = {f["function"]: f for f in json.loads(proc.stdout)["functions"]}
+    assert {f["outcome"] for f in functions.values()} == {AGREES}
+    assert functions["KimiDeltaAttention conv channels"]["cases"] == 3           # TP 1 rank 0, TP 2 ranks 0, 1
+    assert functions["mambaish_config state layers"]["cases"] == 1
+    assert functions["NIXL state send"]["cases"] == functions["Mooncake state send"]["cases"] == 4
