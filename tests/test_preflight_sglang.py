@@ -326,15 +326,15 @@ def test_lines_read_as_sglangs_own_parser_reads_them():
     assert json.loads(written.stdout) == json.loads((table / "v0_5_23" / "launch_flags.json").read_text())
 
 
-def test_a_model_mambaxfer_does_not_model_is_refused_in_sglang_s_words(tmp_path):
+def test_kimi_k3_is_preflighted_with_sglang_s_kda_state(tmp_path):
     source = Path(__file__).with_name("fixtures") / "hf-configs" / "kimi-k3.example.json"
     (tmp_path / "config.json").write_text(source.read_text())
     p, d = lines(str(tmp_path), "--tp 1", "--tp 2")
-    result = run_cli("preflight", "--prefill", p, "--decode", d)
-    # SGLang starts it: not a start-up refusal, but one line saying mambaxfer does not model it
-    assert_user_error(result, "--prefill:", "SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer "
-                                            "does not model its KDA and MLA transfer for SGLang")
-    assert "vLLM" not in result.stderr
+    code, doc = run_json(p, d)
+    assert code == 0 and doc["verdict"] == "works", doc
+    text = run_cli("preflight", "--prefill", p, "--decode", d).stdout
+    # conv (K-1) x 3 * 96 * 128 / TP in bfloat16, temporal 96 / TP heads of 128 x 128 in float32
+    assert "221184 + 6291456" in text and "110592 + 3145728" in text and "vLLM" not in text
 
 
 # --- the fix does what a person would: drop, respell, the nearest TP size -------------------------

@@ -293,8 +293,9 @@ def test_plan_descriptors_per_slot_and_layer():
 
 # --- the comparison against an independent byte simulation ------------------------------------------
 
-def _labels(layout: RankLayout, field: str) -> np.ndarray:
-    """Every byte of one item labelled with what it holds: region, unit size and global byte."""
+def _labels(layout: RankLayout, field: str, outer: int = 1) -> np.ndarray:
+    """Every byte of one item labelled with what it holds: region, unit size and global byte
+    (Kimi's conv: row by row, ``outer`` rows)."""
     kind = "conv" if field == CONV else "ssm"
     base = 0 if field == CONV else layout.conv_bytes
     out = []
@@ -303,7 +304,12 @@ def _labels(layout: RankLayout, field: str) -> np.ndarray:
             assert r.offset - base == sum(len(a) for a in out)
             start = r.shard.start * r.unit_bytes
             out.append((index + 1) * 10**12 + r.unit_bytes * 10**8 + np.arange(start, start + r.size))
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    if not out:
+        return np.zeros(0, dtype=np.int64)
+    labels = np.concatenate(out)
+    if field == CONV and outer > 1:      # (channels, rows, bytes) -> (rows, channels, bytes)
+        labels = labels.reshape(sum(layout.sub_projection_dims), outer, -1).swapaxes(0, 1).ravel()
+    return labels
 
 
 def simulate(writes, prefill: Side, decode: Side) -> int:
@@ -311,9 +317,9 @@ def simulate(writes, prefill: Side, decode: Side) -> int:
     (wrong or never written) plus the bytes written beyond an item."""
     bad = 0
     for field in (CONV, TEMPORAL):
-        sources = [_labels(layout, field) for layout in prefill.layouts()]
+        sources = [_labels(layout, field, prefill.outer) for layout in prefill.layouts()]
         for layout in decode.layouts():
-            want = _labels(layout, field)
+            want = _labels(layout, field, decode.outer)
             got = np.full(len(want), -1, dtype=np.int64)
             for w in writes:
                 if w.field == field and w.d_rank == layout.rank:

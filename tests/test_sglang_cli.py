@@ -133,6 +133,7 @@ def test_all_presets_leave_out_what_sglang_does_not_serve():
     document = json.loads(result.stdout)
     assert "jamba: SGLang 0.5.23 has no Jamba model file" in document["unchecked"]
     assert "jamba" not in {p["model"] for p in document["pairings"]}
+    assert "kimi-linear-48b" in {p["model"] for p in document["pairings"]}
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -187,9 +188,16 @@ def test_a_family_mambaxfer_does_not_model_for_sglang_is_refused_in_sglang_s_wor
     assert vllm.code == 0, vllm.stderr
 
 
-def test_kimi_k3_is_refused_in_sglang_s_words():
+def test_kimi_k3_is_planned_as_sglang_lays_it_out():
+    # KimiK3Config's text_config is a KimiLinearConfig: KimiLinearStateShape at the attention TP
+    # size, conv (K-1, dim) with one block per row, layers linear_layer_ids (i + 1 in kda_layers).
     config = Path(__file__).with_name("fixtures") / "hf-configs" / "kimi-k3.example.json"
-    result = run_cli("plan", "--engine", "sglang", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
-    assert_user_error(result, "SGLang 0.5.23 serves Kimi-K3 (srt/models/kimi_k3.py), but mambaxfer does not "
-                              "model its KDA and MLA transfer for SGLang")
-    assert "vLLM" not in result.stderr
+    result = run_cli("plan", "--engine", "sglang", "--model", str(config), "--p-tp", "1", "--d-tp", "2",
+                     "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    conv = [e for e in document["entries"]["decode"] if e["field"] == "conv"]
+    kda = json.loads(config.read_text())["text_config"]["linear_attn_config"]["kda_layers"]
+    assert [e["layer_id"] for e in conv] == [i - 1 for i in kda]
+    assert {(e["item_len"], e["dim"], e["outer_count"]) for e in conv} == {(3 * 18432 * 2, 18432, 3)}
+    assert document["verdict"]["right"] and "vLLM" not in result.stdout + result.stderr

@@ -192,7 +192,7 @@ def test_a_planted_fault_fails_the_command_naming_the_function(cli_runs):
     assert "✗ compute_mamba_state_slice_blocks" in text and "SGLang:" in text and "mambaxfer:" in text
     words = " ".join(text.split())
     assert "compute_head_slice_params() takes 4 positional arguments" in words
-    assert "14 functions" in words and "12 agree, 1 differ, 1 could not be called" in words
+    assert "15 functions" in words and "13 agree, 1 differ, 1 could not be called" in words
 
 
 def test_a_planted_fault_is_in_the_document_with_both_values(cli_runs):
@@ -360,6 +360,26 @@ def rolled_conv_channels(cls):
         return mixer
     return build
 
+def rolled_kda_channels(cls):
+    def build(*a, **k):
+        attention = cls(*a, **k)
+        weight = attention.qkv_conv1d.weight
+        load = weight.weight_loader
+        def loader(param, loaded, shard):
+            load(param, loaded, shard)
+            param.data.copy_(param.data.roll(1, 0))
+        weight.weight_loader = loader
+        return attention
+    return build
+
+def untransposed(fn):
+    # Kimi's conv laid out as Mamba2's, (dim, K-1) sliced on its first axis.
+    import dataclasses
+    def call(**k):
+        shape = fn(**k)
+        return dataclasses.replace(shape, conv=[(c[1], c[0]) for c in shape.conv], conv_slice_axis=0)
+    return call
+
 def next_slot(cls):
     # The sliced send writes the request's state into the next decode slot.
     from types import SimpleNamespace
@@ -395,15 +415,19 @@ faults = {
     "MambaPool transfer entries": flat_outer_counts,
     "mambaish_config state layers": renumbered,
     "MambaMixer2 conv channels": rolled_conv_channels,
+    "KimiDeltaAttention conv channels": rolled_kda_channels,
+    "untransposed Kimi conv": untransposed,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "changed signature": changed_signature,
 }
-# The smallest preset of each kind is enough to show each fault (Kimi and odd shapes are stand-ins).
-models = [m for m in c.served_presets() if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b")]
+# The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).
+models = [m for m in c.served_presets()
+          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b")]
+target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
 out = {}
 for fault, plant in faults.items():
-    name = "compute_head_slice_params" if fault == "changed signature" else fault
+    name = target.get(fault, fault)
     functions = dict(base)
     functions[name] = plant(base[name])
     report = c.probe(models, functions)
@@ -414,7 +438,9 @@ print(json.dumps(out))
 # A function whose fault also changes what is built on it in the probe.
 SENDS = {"MambaPool transfer entries", "NIXL state send", "Mooncake state send"}
 BUILT_ON = {"Mamba2StateShape.create": SENDS, "Mamba2StateShape.create_full_rank": SENDS,
-            "KimiLinearStateShape.create": {"MambaPool transfer entries"}}
+            "KimiLinearStateShape.create": SENDS,
+            # Kimi's sends slice its conv row by row, with the rows the pool counts.
+            "MambaPool transfer entries": SENDS - {"MambaPool transfer entries"}}
 
 
 @pytest.fixture(scope="module")
@@ -422,6 +448,13 @@ def planted() -> dict:
     result = run_in_sglang("-c", PLANT)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
+
+
+def test_kimi_s_conv_laid_out_as_mamba2_s_is_caught(planted):
+    # SGLang's (K-1, dim) conv of Kimi-Linear's real config, planted as (dim, K-1): its shapes, its
+    # pool's entries and both sends differ, and nothing else.
+    outcomes = planted["untransposed Kimi conv"]
+    assert {name for name, outcome in outcomes.items() if outcome != AGREES} == {"KimiLinearStateShape.create"} | SENDS
 
 
 @pytest.mark.parametrize("fault", [*SOURCES, "changed signature"])
@@ -434,3 +467,17 @@ def test_a_planted_fault_is_caught(planted, fault):
     differs = {name for name, outcome in outcomes.items() if outcome != AGREES}
     assert differs == {fault} | BUILT_ON.get(fault, set())
     assert outcomes[fault] == DIFFERS
+
+
+def test_bailing_v3_agrees_with_sglang_s_own_config_class_and_mixer():
+    # BailingHybridConfig gives KimiLinearStateShape its own head_dim (not vLLM's qk_rope_head_dim)
+    # and its layer types; BailingKDA's KimiDeltaAttention its conv channels.
+    config = ROOT / "tests" / "fixtures" / "hf-configs" / "bailing-v3.example.json"
+    proc = run_in_sglang("-m", "mambaxfer_cli", "conformance", "--engine", "sglang", "--model", str(config),
+                         "--max-tp", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    functions = {f["function"]: f for f in json.loads(proc.stdout)["functions"]}
+    assert {f["outcome"] for f in functions.values()} == {AGREES}
+    assert functions["KimiDeltaAttention conv channels"]["cases"] == 3           # TP 1 rank 0, TP 2 ranks 0, 1
+    assert functions["mambaish_config state layers"]["cases"] == 1
+    assert functions["NIXL state send"]["cases"] == functions["Mooncake state send"]["cases"] == 4

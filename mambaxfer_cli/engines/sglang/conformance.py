@@ -53,6 +53,7 @@ class Source:
 
 _UTILS, _DISAGG = "sglang.srt.configs.mamba_utils", "sglang.srt.disaggregation"
 KDA_SHAPES, KDA_SHAPES_COMPARED = given("KDA_SHAPES")
+KDA_MIXER, _KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED = given("KDA_MIXER")
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -77,6 +78,7 @@ SOURCES: Mapping[str, Source] = {
                                            "the layer ids of the pool's state entries, from the config"),
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
                                         "the checkpoint channels of a rank's conv state"),
+    KDA_MIXER: Source(_KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED),
     "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
@@ -307,7 +309,10 @@ class _Checker:
                              partial(_call, full, _shape_tuple, tp_world_size=tp, conv_kernel=model.conv_kernel,
                                      intermediate_size=p["intermediate_size"], state_size=p["d_state"]),
                              partial(_our_model_shape, model, tp))
-            elif model.variant != "mamba1" and create:
+            elif model.variant == "kda" and kda:       # the dims its config class gives KimiLinearStateShape
+                self.compare(KDA_SHAPES, case, partial(_call, _kda_from_config, _shape_tuple, kda, model, tp),
+                             partial(_our_model_shape, sglang_model(model, {}, self.release), tp))
+            elif model.variant not in ("mamba1", "kda") and create:
                 self.compare("Mamba2StateShape.create", case,
                              partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model)),
                              partial(_our_model_shape, model, tp))
@@ -429,6 +434,7 @@ class _Checker:
     def mixer_channels(self, models: Sequence[ModelSpec]) -> None:
         """The premise of the Mamba2 finding, from SGLang's own mixer: which checkpoint channels a
         rank's conv input (so its conv state) holds, in order, once the mixer's loaders have run."""
+        self.kda_channels(models)
         mixer = self.fn("MambaMixer2 conv channels")
         if mixer is None:
             return
@@ -442,12 +448,27 @@ class _Checker:
                                  partial(_their_mixer_channels, mixer, model, tp, rank),
                                  partial(_our_conv_channels, model, tp, rank))
 
+    def kda_channels(self, models: Sequence[ModelSpec]) -> None:
+        """KDA's conv channels from SGLang's own KimiDeltaAttention (Bailing's BailingKDA is one),
+        built per rank with the dims its config class gives, its qkv_conv1d loaded from q, k and v
+        checkpoint weights whose every channel carries its own number."""
+        build = self.fn(KDA_MIXER)
+        if build is None:
+            return
+        for model in [m for m in models if m.variant == "kda"]:
+            spec = sglang_model(model, {}, self.release)
+            for tp in tp_sizes(spec, self.max_tp):
+                for rank in range(tp):
+                    self.compare(KDA_MIXER, {"model": model.name, "tp": tp, "rank": rank},
+                                 partial(_their_kda_channels, build, model, tp, rank),
+                                 partial(_our_kda_channels, spec, tp, rank))
+
     def sends(self, models: Sequence[ModelSpec]) -> None:
         """SGLang's own send methods, between SGLang's own pools on the CPU: the writes they post
         for one request (per entry, slot and layer) and the decode bytes that end up wrong."""
-        pool, create, full = (self.fn("MambaPool transfer entries"), self.fn("Mamba2StateShape.create"),
-                              self.fn("Mamba2StateShape.create_full_rank"))
-        if pool is None or create is None or full is None:
+        pool, create, full, kda = (self.fn("MambaPool transfer entries"), self.fn("Mamba2StateShape.create"),
+                                   self.fn("Mamba2StateShape.create_full_rank"), self.fn(KDA_SHAPES))
+        if pool is None or create is None or full is None or kda is None:
             return
         for name, backend in (("NIXL state send", NIXL), ("Mooncake state send", MOONCAKE)):
             manager = self.fn(name)
@@ -461,6 +482,8 @@ class _Checker:
                         p = model.params
                         shape = partial(full, intermediate_size=p["intermediate_size"], state_size=p["d_state"],
                                         conv_kernel=model.conv_kernel)
+                    elif model.variant == "kda":
+                        shape = partial(_kda_from_config, kda, model)
                     else:
                         shape = partial(create, **_mamba2_args(model))
                     self.compare(name, {"model": model.name, "p_tp": p_tp, "d_tp": d_tp, "layers": SEND_LAYERS},
@@ -481,10 +504,13 @@ class _Checker:
                     p = model.params
                     theirs_shape = partial(full, tp_world_size=tp, intermediate_size=p["intermediate_size"],
                                            state_size=p["d_state"], conv_kernel=model.conv_kernel)
+                elif model.variant == "kda":
+                    theirs_shape = partial(_kda_from_config, kda, model, tp)
                 else:
                     theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model))
+                params = given("KDA_CACHE_PARAMS") if model.variant == "kda" else "Mamba2CacheParams"
                 self.compare("MambaPool transfer entries", {"model": model.name, "tp": tp, "layers": layers},
-                             partial(_their_pool_entries, pool, theirs_shape, "Mamba2CacheParams", layers),
+                             partial(_their_pool_entries, pool, theirs_shape, params, layers),
                              partial(_our_pool_entries, state_shape(spec, tp), spec.conv_dtype, spec.ssm_dtype,
                                      layers))
         for kargs, tp in itertools.product(KDA_STAND_INS, self.sizes(1, 2, 4, 8)):
@@ -603,8 +629,9 @@ P_SLOT, D_SLOT = 1, 1
 UNWRITTEN, OTHER_SLOT = -2, -1
 
 
-def _labels(layout: RankLayout, field: str, layer: int) -> Any:
-    """One item's elements (an int32 tensor), each labelled with its layer, region and global element."""
+def _labels(layout: RankLayout, field: str, layer: int, outer: int = 1) -> Any:
+    """One item's elements (an int32 tensor), each labelled with its layer, region and global element;
+    a ``(K-1, dim)`` conv (``outer`` rows) row by row."""
     import torch
     kind = "conv" if field == CONV else "ssm"
     parts = []
@@ -613,7 +640,8 @@ def _labels(layout: RankLayout, field: str, layer: int) -> Any:
             per_unit = region.unit_bytes // 4
             first = (layer << 29) + ((index + 1) << 25) + region.shard.start * per_unit
             parts.append(torch.arange(first, first + len(region.shard) * per_unit, dtype=torch.int32))
-    return torch.cat(parts)
+    labels = torch.cat(parts)
+    return labels.view(-1, outer).T.reshape(-1) if field == CONV and outer > 1 else labels
 
 
 def _kept(blocks: list[tuple[int, int, int]], session: str, posted: list[tuple[int, int, int]]) -> int:
@@ -647,20 +675,21 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
     import torch
     utils = importlib.import_module("sglang.srt.configs.mamba_utils")
     dtype = utils.Mamba2StateDType(conv=torch.float32, temporal=torch.float32)
+    params_class = getattr(utils, given("KDA_CACHE_PARAMS") if spec.variant == "kda" else "Mamba2CacheParams")
 
     def pools(tp: int, fill: bool) -> list[Any]:
         out = []
         for rank in range(tp):
-            params = utils.Mamba2CacheParams(shape=shape(tp_world_size=tp), layers=list(SEND_LAYERS), dtype=dtype)
+            params = params_class(shape=shape(tp_world_size=tp), layers=list(SEND_LAYERS), dtype=dtype)
             built = pool_class(size=3, spec_state_size=0, cache_params=params, mamba_layer_ids=list(SEND_LAYERS),
                                device="cpu")
-            layout = rank_layout(spec, tp, rank)
+            layout, outer = rank_layout(spec, tp, rank), state_shape(spec, tp).conv_outer
             for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
                 ints = tensor.view(torch.int32)
                 ints.fill_(OTHER_SLOT if fill else UNWRITTEN)
                 if fill:
                     for layer in SEND_LAYERS:
-                        ints[layer, P_SLOT] = _labels(layout, field_name, layer).view(ints.shape[2:])
+                        ints[layer, P_SLOT] = _labels(layout, field_name, layer, outer).view(ints.shape[2:])
             out.append(built)
         return out
 
@@ -704,11 +733,11 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
                 if src + length <= s_ptrs[i] + s_lens[i] and dst + length <= d_ptrs[j] + d_lens[j]:
                     ctypes.memmove(dst, src, length)
     for d, built in enumerate(decode):
-        layout = rank_layout(spec, d_tp, d)
+        layout, outer = rank_layout(spec, d_tp, d), state_shape(spec, d_tp).conv_outer
         for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
             ints = tensor.view(torch.int32)
             for layer in SEND_LAYERS:
-                want = _labels(layout, field_name, layer)
+                want = _labels(layout, field_name, layer, outer)
                 bad += 4 * int((ints[layer, D_SLOT].reshape(-1) != want).sum())
     return (tuple(sorted(writes)), bad)
 
@@ -740,16 +769,58 @@ def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers
             tuple(e.conv_shard_groups for e in entries), tuple(e.layer_id for e in entries))
 
 
-def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[int, ...]:
+def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
     """SGLang's config class for the model's config.json (its config registry), through
-    mambaish_config as its pool configurator takes it, at TP 1: the state layers' ids."""
+    mambaish_config as its pool configurator takes it, at TP 1: the cache params it gives the pool."""
     registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
     config = registry[model.hf_config["model_type"]](**model.hf_config)
     parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
     with parallel.override(tp_size=1, tp_rank=0, tp_group=None, attn_tp_size=1, attn_tp_rank=0,
                            enable_cp_tp_group_sharing=False):
         found = hybrid(SimpleNamespace(hf_config=config, is_draft_model=False, linear_attn_registry_result=None))
-        return tuple(found.mamba2_cache_params.layers)
+        return found.mamba2_cache_params
+
+
+def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[int, ...]:
+    return tuple(_their_cache_params(hybrid, model).layers)
+
+
+def _kda_from_config(kda: Callable[..., Any], model: ModelSpec, tp_world_size: int) -> Any:
+    """``kda`` (KimiLinearStateShape.create) at ``tp_world_size`` with the dims the model's own
+    config class gives it (Kimi's linear_attn_config, Bailing's head_dim)."""
+    hybrid = importlib.import_module("sglang.srt.configs.hybrid_arch").mambaish_config
+    s = _their_cache_params(hybrid, model).shape
+    return kda(tp_world_size=tp_world_size, num_heads=s.num_heads, head_dim=s.head_dim, num_k_heads=s.num_k_heads,
+               head_k_dim=s.head_k_dim, conv_kernel_size=s.conv_kernel)
+
+
+def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    """SGLang's KimiDeltaAttention for one rank (hidden size 8: the conv does not read it), its
+    qkv_conv1d loaded shard by shard from q, k and v weights numbered 0.., P.., 2P..: the
+    channels of the rank's conv state, in order."""
+    import torch
+    shape = _kda_from_config(lambda **k: SimpleNamespace(**k), model, 1)
+    heads, dim, kernel = shape.num_heads, shape.head_dim, shape.conv_kernel_size
+    module, config_class = given("KDA_MIXER_CONFIG")
+    config = getattr(importlib.import_module(module), config_class)(
+        hidden_size=8, linear_attn_config={"num_heads": heads, "head_dim": dim, "short_conv_kernel_size": kernel,
+                                           "kda_layers": [], "full_attn_layers": []})
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
+        weight = build(layer_idx=0, hidden_size=8, config=config).qkv_conv1d.weight
+        size = heads * dim
+        for shard in range(3):
+            numbered = torch.arange(shard * size, (shard + 1) * size, dtype=torch.float32)
+            weight.weight_loader(weight, numbered[:, None, None].expand(size, 1, kernel).contiguous(), shard)
+    return tuple(int(v) for v in weight[:, 0, 0].tolist())
+
+
+def _our_kda_channels(spec: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    """The checkpoint channels of a rank's KDA conv state in mambaxfer's layout ([Q | K | V])."""
+    size = spec.params["num_heads"] * spec.params["head_dim"]
+    base = {"Q": 0, "K": size, "V": 2 * size}
+    return tuple(base[r.name] + u for r in rank_layout(spec, tp, rank).regions if r.kind == "conv"
+                 for u in range(r.shard.start, r.shard.end))
 
 
 def _our_state_layers(model: ModelSpec, release: Release) -> tuple[int, ...]:

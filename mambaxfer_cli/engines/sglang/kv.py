@@ -4,7 +4,10 @@
 Each full-attention layer has a K and a V buffer of pages; a page holds ``page_size`` tokens, each
 token the rank's KV heads one after another (NHD), ``max(1, heads // tp)`` heads of ``head_size``
 elements in the KV cache's dtype. Only full-attention layers move (``HybridLinearKVPool``); the
-pointers SGLang registers run K of every layer, then V of every layer.
+pointers SGLang registers run K of every layer, then V of every layer. An MLA model (Kimi,
+Bailing-V3) keeps one latent buffer per layer instead (``MLATokenToKVPool``: each token one
+``kv_lora_rank + qk_rope_head_dim`` vector, every rank whole), and its hybrid pool sends whole
+pages from each writer at any TP sizes (``is_hybrid_mla_backend``: ``send_kvcache``).
 
 What SGLang writes for one page: at equal TP the page whole (one descriptor per buffer and page);
 where the TP sizes differ, one descriptor per buffer, page and token, of the head slice
@@ -28,8 +31,14 @@ from mambaxfer_cli.planning.layout import kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.proof.pattern import unit_bytes_pattern
 
-K, V = "k", "v"
+K, V, LATENT = "k", "v", "kv"
 KV_FIELDS = (K, V)
+KV_BUFFERS = (K, V, LATENT)      # every KV entry's field, MLA's latent too
+
+
+def buffers(model: ModelSpec) -> tuple[str, ...]:
+    """The buffers of one attention layer: MLA's latent, else K and V."""
+    return (LATENT,) if model.mla else (K, V)
 
 
 @dataclass(frozen=True)
@@ -100,10 +109,11 @@ class KVRank:
 def kv_entries(side: KVSide) -> tuple[TransferEntry, ...]:
     """One entry per buffer in SGLang's order: K of every attention layer, then V of every one;
     an item is one page (``dim``: the rank's KV heads)."""
-    if not side.model.has_attention or side.model.mla:
+    if not side.model.has_attention:
         return ()
     layers = side.model.attention_indices      # numbered among the cache-keeping layers, as the state entries are
-    return tuple(TransferEntry(field, layer, side.page_bytes, side.heads) for field in KV_FIELDS for layer in layers)
+    return tuple(TransferEntry(field, layer, side.page_bytes, side.heads) for field in buffers(side.model)
+                 for layer in layers)
 
 
 def _per_token(field: str, d: int, p: int, prefill: KVSide, decode: KVSide, src_head: int, dst_head: int,
@@ -118,8 +128,11 @@ def sglang_kv_writes(prefill: KVSide, decode: KVSide,
                      slices: Sequence[tuple[int, int, HeadSlice]]) -> tuple[StateWrite, ...]:
     """What SGLang writes into one page of each decode rank's K and V buffers: the page whole at
     equal TP (P rank d into D rank d), else the plan's head slices token by token."""
-    if not prefill.model.has_attention or prefill.model.mla:
+    if not prefill.model.has_attention:
         return ()
+    if prefill.model.mla:
+        return tuple(StateWrite(LATENT, d, p, 0, 0, prefill.page_bytes)
+                     for d in range(decode.tp) for p in writers(prefill.tp, decode.tp, d))
     out: list[StateWrite] = []
     for field in KV_FIELDS:
         if prefill.tp == decode.tp:
@@ -134,10 +147,10 @@ def exact_kv_writes(prefill: KVSide, decode: KVSide) -> tuple[StateWrite, ...]:
     """The right heads for each decode rank's page: each run of its heads that one prefill rank
     holds, from the first of its writers (SGLang's rank mapping) that holds them, token by token,
     merged where tokens follow one another on both sides."""
-    if not prefill.model.has_attention or prefill.model.mla:
+    if not prefill.model.has_attention:
         return ()
     out: list[StateWrite] = []
-    for field in KV_FIELDS:
+    for field in buffers(prefill.model):
         for d in range(decode.tp):
             mine = range(decode.first_head(d), decode.first_head(d) + decode.heads)
             sources = [*writers(prefill.tp, decode.tp, d), *range(prefill.tp)]

@@ -101,7 +101,7 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
     same_dtypes = (p_spec.conv_dtype, p_spec.ssm_dtype) == (spec.conv_dtype, spec.ssm_dtype)
     writes = () if outcome.refusal else sglang_writes(p_side, d_side, backend, release)
     heads: list[tuple[int, int, HeadSlice]] = []
-    if spec.num_kv_heads and p_tp != d_tp:
+    if spec.num_kv_heads and p_tp != d_tp and not spec.mla:    # MLA sends whole latent pages
         heads = [(d, p, head_slice(src_tp=p_tp, dst_tp=d_tp, src_rank=p, dst_rank=d, kv_heads=spec.num_kv_heads))
                  for d in range(d_tp) for p in writers(p_tp, d_tp, d)]
     return SGLangPlan(

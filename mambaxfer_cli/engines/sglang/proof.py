@@ -32,17 +32,26 @@ def item_len(layout: RankLayout, field: str) -> int:
     return layout.conv_bytes if field == CONV else layout.ssm_bytes
 
 
-def item(layout: RankLayout, field: str, slot: int, layer: int = 0) -> np.ndarray:
+def rows_first(data: np.ndarray, layout: RankLayout, field: str, outer: int) -> np.ndarray:
+    """A conv item laid out channel by channel, as SGLang keeps Kimi's: ``(K-1, dim)``, each of
+    the ``outer`` rows every channel's element of that row."""
+    if field != CONV or outer == 1:
+        return data
+    return np.ascontiguousarray(data.reshape(sum(layout.sub_projection_dims), outer, -1).swapaxes(0, 1)).ravel()
+
+
+def item(layout: RankLayout, field: str, slot: int, layer: int = 0, outer: int = 1) -> np.ndarray:
     """What one slot of one rank's entry holds: each region's units, as the pattern of the slot
-    (of ``layer``: a real transfer tells one layer's entry from another's)."""
+    (of ``layer``: a real transfer tells one layer's entry from another's); ``outer``: the conv
+    rows before its channels."""
     out = np.empty(item_len(layout, field), dtype=np.uint8)
     for region, offset in _regions(layout, field):
         out[offset:offset + region.size] = unit_bytes_pattern(
             layer, slot, region.name, region.shard.start, len(region.shard), region.unit_bytes).ravel()
-    return out
+    return rows_first(out, layout, field, outer)
 
 
-def tags(layout: RankLayout, field: str, slot: int) -> np.ndarray:
+def tags(layout: RankLayout, field: str, slot: int, outer: int = 1) -> np.ndarray:
     """Which byte each byte of the slot is: its slot, region and byte within the whole region. Moved
     beside the bytes, so that a byte written with another that happens to hold the same value
     still counts as wrong."""
@@ -51,7 +60,7 @@ def tags(layout: RankLayout, field: str, slot: int) -> np.ndarray:
         first = region.shard.start * region.unit_bytes
         out[offset:offset + region.size] = ((slot << 44) | (REGION_IDS[region.name] << 40)
                                             | np.arange(first, first + region.size, dtype=np.int64))
-    return out
+    return rows_first(out, layout, field, outer)
 
 
 @dataclass(frozen=True)
@@ -76,8 +85,8 @@ def apply(writes: Sequence[StateWrite], prefill: Side, decode: Side, field: str)
         room = max([SLOTS * size, *(size * SLOT + w.src + w.length for w in mine if w.p_rank == layout.rank)])
         buffer, tagged = np.full(room, POISON, dtype=np.uint8), np.full(room, -1, dtype=np.int64)
         for slot in range(SLOTS):
-            buffer[slot * size:(slot + 1) * size] = item(layout, field, slot)
-            tagged[slot * size:(slot + 1) * size] = tags(layout, field, slot)
+            buffer[slot * size:(slot + 1) * size] = item(layout, field, slot, outer=prefill.outer)
+            tagged[slot * size:(slot + 1) * size] = tags(layout, field, slot, prefill.outer)
         sources.append(buffer)
         source_tags.append(tagged)
     rooms = [max([SLOTS * size, *(size * SLOT + w.dst + w.length for w in mine if w.d_rank == layout.rank)])
@@ -106,7 +115,8 @@ def outcomes(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple
             size = item_len(layout, field)
             lo, hi = size * SLOT, size * (SLOT + 1)
             inside = written[lo:hi]
-            differs = (data[lo:hi] != item(layout, field, SLOT)) | (tagged[lo:hi] != tags(layout, field, SLOT))
+            differs = ((data[lo:hi] != item(layout, field, SLOT, outer=decode.outer))
+                       | (tagged[lo:hi] != tags(layout, field, SLOT, decode.outer)))
             wrong = int(np.count_nonzero(inside & differs))
             missing = int(np.count_nonzero(~inside))
             beyond = int(np.count_nonzero(written[:lo]) + np.count_nonzero(written[hi:]))

@@ -71,6 +71,8 @@ _MESSAGES = {
     "mamba2_heads": "Tensor parallel world size must divide num heads.",
     "mamba2_groups": ("If tensor parallel world size does not divide num_groups, then num_groups "
                       "must equal 1."),
+    # models/kimi_linear.py, _get_kda_local_num_heads (KimiDeltaAttention.__init__)
+    "kda_heads": "KDA num_heads ({heads}) must be divisible by shard tp_size ({tp})",
     # configs/mamba_utils.py, Mamba2StateShape.create_full_rank (an assert)
     "mamba1_intermediate": ("Mamba-1 intermediate_size ({intermediate}) must be divisible by "
                             "tp_world_size ({tp})"),

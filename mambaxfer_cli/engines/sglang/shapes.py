@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from mambaxfer_cli.engines.sglang.families import FamilyRule
+from mambaxfer_cli.engines.sglang.families import FamilyRule, merged
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
 from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.model import ModelSpec
@@ -97,6 +97,8 @@ def state_shape(model: ModelSpec, tp: int) -> StateShape:
         return mamba2_state_shape(tp=tp, intermediate_size=p["intermediate_size"], n_groups=p["n_groups"],
                                   num_heads=p["num_heads"], head_dim=p["head_dim"], state_size=p["d_state"],
                                   conv_kernel=model.conv_kernel)
+    if model.variant == "kda":   # the config class's KimiLinearCacheParams (families/kimi.py, bailing.py)
+        return kda_state_shape(tp=tp, num_heads=p["num_heads"], head_dim=p["head_dim"], conv_kernel=model.conv_kernel)
     # GDN (configs/qwen3_next.py): conv_state is cat([query, key, value]), each sub-block sharded
     # on its own, so the config records their full dims.
     key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
@@ -164,6 +166,8 @@ def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
                  release: Release = SGLANG_0_5_23) -> ModelSpec:
     """``model`` as SGLang keeps its state: its dtypes, and conv rows ``K-1`` (no speculative room)."""
     rule = family_rule(model, release)
+    reads = merged("SGLANG_READS").get(model.family)
+    model = reads(model) if reads else model
     dtypes = state_dtypes(config_ssm_dtype=config_ssm_dtype_of(model), reads_config=rule.config_ssm_dtype,
                           env=env, release=release)
     # A float32 checkpoint runs in float16 under SGLang's --dtype auto (configs/model_config.py
@@ -183,6 +187,8 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
             return release.message("mamba2_heads")
         if p["n_groups"] % tp and p["n_groups"] != 1:
             return release.message("mamba2_groups")
+    if model.variant == "kda" and p["num_heads"] % tp:
+        return release.message("kda_heads", heads=p["num_heads"], tp=tp)
     if model.variant == "gdn":
         for key in ("num_k_heads", "num_v_heads"):
             if p[key] % tp:

@@ -79,7 +79,7 @@ class Verdict:
 def kv_heads_wrong(model: ModelSpec, p_tp: int, d_tp: int) -> int:
     """Attention KV heads of all decode ranks that SGLang's head slices fill with another head
     or leave unwritten (one layer, one token)."""
-    if model.num_kv_heads is None or p_tp == d_tp:
+    if model.num_kv_heads is None or p_tp == d_tp or model.mla:   # MLA: whole latent pages, every rank's
         return 0
     wrong = 0
     for d in range(d_tp):

@@ -51,6 +51,11 @@ class Side:
         shape = state_shape(self.model, self.tp)
         return entry_for(field, shape, self.model.conv_dtype, self.model.ssm_dtype)
 
+    @property
+    def outer(self) -> int:
+        """Conv rows before the channels (Kimi's ``(K-1, dim)``), 1 where channels come first."""
+        return state_shape(self.model, self.tp).conv_outer
+
 
 def check_side(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> Side:
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
@@ -95,10 +100,20 @@ def _field_of(region_kind: str) -> str:
     return CONV if region_kind == "conv" else TEMPORAL
 
 
+def _by_rows(w: StateWrite, p: RankLayout, d: RankLayout, outer: int) -> list[StateWrite]:
+    """A conv write of whole channels (``outer`` elements each) as the rows of a ``(K-1, dim)``
+    item hold them: one write per row."""
+    unit = p.regions[0].unit_bytes
+    e, p_dim, d_dim = unit // outer, p.conv_bytes // unit, d.conv_bytes // unit
+    return [StateWrite(w.field, w.d_rank, w.p_rank, (r * p_dim + w.src // unit) * e,
+                       (r * d_dim + w.dst // unit) * e, w.length // unit * e) for r in range(outer)]
+
+
 def exact_writes(prefill: Side, decode: Side) -> tuple[StateWrite, ...]:
     """The right bytes for each decode rank, from mambaxfer's exact reads, in entry offsets."""
     p_layouts, d_layouts = prefill.layouts(), decode.layouts()
-    out = []
+    outer = decode.outer
+    out: list[StateWrite] = []
     for read in exact_reads(p_layouts, d_layouts):
         p, d = p_layouts[read.p_rank], d_layouts[read.d_rank]
         for seg in read.segments:
@@ -106,8 +121,9 @@ def exact_writes(prefill: Side, decode: Side) -> tuple[StateWrite, ...]:
             field = _field_of(kind)
             p_base = 0 if field == CONV else p.conv_bytes
             d_base = 0 if field == CONV else d.conv_bytes
-            out.append(StateWrite(field, read.d_rank, read.p_rank, seg.remote_offset - p_base,
-                                  seg.local_offset - d_base, seg.size))
+            w = StateWrite(field, read.d_rank, read.p_rank, seg.remote_offset - p_base, seg.local_offset - d_base,
+                           seg.size)
+            out += _by_rows(w, p, d, outer) if field == CONV and outer > 1 else [w]
     return tuple(out)
 
 
@@ -123,22 +139,33 @@ class _Piece:
     unit_bytes: int
 
 
-def _pieces(layout: RankLayout, field: str) -> list[_Piece]:
+def _pieces(layout: RankLayout, field: str, outer: int = 1) -> list[_Piece]:
     kind = "conv" if field == CONV else "ssm"
     base = 0 if field == CONV else layout.conv_bytes
-    return [_Piece(r.offset - base, r.end - base, r.name, r.shard.start * r.unit_bytes, r.unit_bytes)
-            for r in layout.regions if r.kind == kind]
+    regions = [r for r in layout.regions if r.kind == kind]
+    if field != CONV or outer == 1:
+        return [_Piece(r.offset - base, r.end - base, r.name, r.shard.start * r.unit_bytes, r.unit_bytes)
+                for r in regions]
+    # (K-1, dim): each row holds every channel's element of that row; rows told apart by ``start``.
+    dim = layout.conv_bytes // regions[0].unit_bytes
+    out = []
+    for row in range(outer):
+        for r in regions:
+            e = r.unit_bytes // outer
+            lo = (row * dim + r.offset // r.unit_bytes) * e
+            out.append(_Piece(lo, lo + len(r.shard) * e, r.name, (row << 40) + r.shard.start * e, e))
+    return out
 
 
 def _item_len(layout: RankLayout, field: str) -> int:
     return layout.conv_bytes if field == CONV else layout.ssm_bytes
 
 
-def _written(write: StateWrite, source: RankLayout) -> list[_Piece]:
+def _written(write: StateWrite, source: RankLayout, outer: int = 1) -> list[_Piece]:
     """What one write puts where, in the decode item's offsets."""
     out, lo, hi = [], write.src, write.src + write.length
     covered = lo
-    for piece in _pieces(source, write.field):
+    for piece in _pieces(source, write.field, outer):
         a, b = max(lo, piece.lo), min(hi, piece.hi)
         if a < b:
             out.append(_Piece(write.dst + a - lo, write.dst + b - lo, piece.name, piece.start + a - piece.lo,
@@ -182,9 +209,9 @@ def compare(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple[
             size = _item_len(d, field)
             if size == 0:
                 continue
-            wanted = _pieces(d, field)
+            wanted = _pieces(d, field, decode.outer)
             written = [piece for w in writes if w.field == field and w.d_rank == d.rank
-                       for piece in _written(w, p_layouts[w.p_rank])]
+                       for piece in _written(w, p_layouts[w.p_rank], prefill.outer)]
             beyond = sum(max(0, p.hi - max(p.lo, size)) + max(0, min(p.hi, 0) - p.lo) for p in written)
             cuts = {0, size}
             for p in (*wanted, *written):

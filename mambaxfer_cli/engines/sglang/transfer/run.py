@@ -23,7 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
-from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes
+from mambaxfer_cli.engines.sglang.kv import (
+    K, KV_BUFFERS, LATENT, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes,
+)
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
 from mambaxfer_cli.errors import Refused, UserError
@@ -130,7 +132,7 @@ class Transfer:
 
     @property
     def attention_layers(self) -> int:
-        return sum(1 for e in self.decode_entries if e.field == "k")
+        return sum(1 for e in self.decode_entries if e.field in (K, LATENT))
 
 
 def kv_descriptors(writes: tuple[StateWrite, ...], p_entries: tuple[TransferEntry, ...],
@@ -149,7 +151,7 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
     """The state's writes of ``plan``, and the attention KV's (``attention``: SGLang's head slices,
     the exact heads, or None for the state alone)."""
     descriptors = list(plan.descriptors(P_SLOT, D_SLOT))
-    if attention is None or not plan.model.has_attention or plan.model.mla:
+    if attention is None or not plan.model.has_attention:
         return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
     p_kv, d_kv = KVSide(plan.model, plan.p_tp, PAGE_SIZE), KVSide(plan.model, plan.d_tp, PAGE_SIZE)
     p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
@@ -301,11 +303,15 @@ def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: fl
                        phases=finished.phases, moved=moved)
 
 
-def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = None) -> str:
+def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = None, outer: int = 1) -> str:
     """What a byte of an item holds: its region, unit and byte (a KV page's: buffer, token, head
-    and byte)."""
-    if kv is not None and field_name in KV_FIELDS:
+    and byte); ``outer``: the conv rows before its channels (Kimi's)."""
+    if kv is not None and field_name in KV_BUFFERS:
         return kv.holds(field_name, offset)
+    if field_name == "conv" and outer > 1:       # (row, channel, byte) to (channel, row, byte)
+        e = layout.regions[0].unit_bytes // outer
+        row, rest = divmod(offset, layout.conv_bytes // outer)
+        offset = rest // e * outer * e + row * e + rest % e
     kind, base = ("conv", 0) if field_name == "conv" else ("ssm", layout.conv_bytes)
     for region in layout.regions:
         start = region.offset - base
