@@ -369,6 +369,13 @@ def next_slot(cls):
         return cls._send_mamba_state_slice(self, *a)
     return SimpleNamespace(_send_mamba_state=cls._send_mamba_state, _send_mamba_state_slice=call)
 
+def shorter_window(cls):
+    # The PLE window one row short.
+    def build(**k):
+        channels, rows = k["state_shape"]
+        return cls(**{**k, "state_shape": (channels, rows - 1)})
+    return build
+
 def renumbered(fn):
     # The state layers numbered 0, 1, 2, ... among themselves, as mambaxfer once did.
     from types import SimpleNamespace
@@ -393,6 +400,7 @@ faults = {
     "mamba2_state_dtype": config_ignored,
     "_resolve_rank_mapping": one_response,
     "MambaPool transfer entries": flat_outer_counts,
+    "ShortConvPool and NGramPool entries": shorter_window,
     "mambaish_config state layers": renumbered,
     "MambaMixer2 conv channels": rolled_conv_channels,
     "NIXL state send": next_slot,

@@ -306,6 +306,8 @@ def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = 
     and byte)."""
     if kv is not None and field_name in KV_FIELDS:
         return kv.holds(field_name, offset)
+    if field_name not in ("conv", "temporal"):
+        return f"{field_name} byte {offset}"
     kind, base = ("conv", 0) if field_name == "conv" else ("ssm", layout.conv_bytes)
     for region in layout.regions:
         start = region.offset - base
