@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import jsonschema
+
 from cli_run import assert_refused, run_cli
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.verdict import verdict
 from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.schema import document_schema
 
 PRESET = "qwen3.8-flash-next"
 # Its config: hidden_size 2560, hc_count 4, ple_conv_kernel_size 4, ngram_size 3, ple_layer_ids [2].
@@ -36,6 +39,7 @@ def test_qwen4exp_entries_are_sglangs_with_the_ple_states_after_the_gdn_ones():
                      "--transfer-backend", "mooncake", "--format", "json")
     assert result.code == 0, result.stderr
     document = json.loads(result.stdout)
+    jsonschema.validate(document, document_schema("sglang-plan"))
     assert side(document) == [("ple_short_conv", 1, WINDOW, 0), ("ple_ngram", NGRAM_ID, 16, 0)]
     fields = [e["field"] for e in document["entries"]["prefill"]]
     assert fields == ["conv"] * 36 + ["temporal"] * 36 + ["ple_short_conv", "ple_ngram"]
@@ -71,9 +75,23 @@ def test_execute_moves_and_checks_the_ple_states():
                      "--d-tp", "1", "--device", "cpu", "--semantics", "exact", "--format", "json", timeout=300)
     assert result.code == 0, result.stderr[-2000:]
     document = json.loads(result.stdout)
+    jsonschema.validate(document, document_schema("sglang-execute"))
     assert document["verified"] and document["bad_bytes"] == 0
     fields = {f["field"]: f for f in document["decode"][0]["fields"]}
     assert fields["ple_short_conv"]["item_bytes"] == WINDOW and fields["ple_ngram"]["item_bytes"] == 16
+
+
+def test_inspect_lists_the_replicated_side_states():
+    result = run_cli("inspect", "--engine", "sglang", "--model", PRESET, "--tp", "1,2", "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, document_schema("sglang-inspect"))
+    for tp in ("1", "2"):
+        assert side({"entries": {"decode": document["entries"][tp]}}) == [
+            ("ple_short_conv", 1, WINDOW, 0), ("ple_ngram", NGRAM_ID, 16, 0)]
+    shown = run_cli("inspect", "--engine", "sglang", "--model", PRESET, "--tp", "2", env={"COLUMNS": "80"})
+    assert "SGLang's replicated side states, whole on every rank: ple_short_conv 184,320 B (layer 1)" in " ".join(
+        shown.stdout.split())
 
 
 def test_aliceai_is_sglangs_refusal(tmp_path):

@@ -749,8 +749,7 @@ def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: M
     """SGLang's PLE pools of one slot for the model's config (its text config class's
     short_conv_* and ngram_context_len, the conv dtype of mamba2_state_dtype), and their entries:
     (field, layer id, item bytes, replicated)."""
-    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
-    config = registry[model.hf_config["model_type"]](**model.hf_config).get_text_config()
+    config = _text_config(model)
     with _environ(env):
         dtype = importlib.import_module("sglang.srt.configs.mamba_utils").mamba2_state_dtype(config).conv
     ngram = importlib.import_module(SOURCES[PLE_POOLS].module).NGramPool
@@ -760,6 +759,12 @@ def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: M
         built.append(ngram(size=1, context_len=config.ngram_context_len, eos_token_id=0, device="cpu"))
     return tuple((name, layer, t[0].nbytes, axis is None) for pool in built
                  for name, t, axis, layer in pool.iter_transfer_state_entries())
+
+
+def _text_config(model: ModelSpec) -> Any:
+    """SGLang's config class for the model's config.json (its config registry), its text config."""
+    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
+    return registry[model.hf_config["model_type"]](**model.hf_config).get_text_config()
 
 
 def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release) -> tuple[Any, ...]:
@@ -773,9 +778,8 @@ def _their_siblings(spec: ModelSpec) -> list[Any]:
     if not side_entries(spec):
         return []
     import torch
-    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
-    config = registry[spec.hf_config["model_type"]](**spec.hf_config).get_text_config()
-    pools = importlib.import_module("sglang.srt.mem_cache.ple_state_pool")
+    config = _text_config(spec)
+    pools = importlib.import_module(SOURCES[PLE_POOLS].module)
     return [pools.ShortConvPool(size=3, state_shape=config.short_conv_state_shape,
                                 layer_ids=config.short_conv_layer_ids, dtype=torch.float32, device="cpu"),
             pools.NGramPool(size=3, context_len=config.ngram_context_len, eos_token_id=0, device="cpu")]
