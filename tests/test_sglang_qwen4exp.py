@@ -104,3 +104,14 @@ def test_aliceai_is_sglangs_refusal(tmp_path):
         "num_key_value_heads": 2, "head_dim": 256}))
     result = run_cli("plan", "--engine", "sglang", "--model", str(config), "--p-tp", "1", "--d-tp", "2")
     assert_refused(result, "SGLang 0.5.23 has no AliceAI model file")
+
+
+def test_preflight_says_nixls_refusal_of_the_replicated_state_and_fixes_it():
+    launch = ("python -m sglang.launch_server --model-path Qwen/Qwen3.8-Flash-Next "
+              "--disaggregation-transfer-backend nixl")
+    result = run_cli("preflight", "--prefill", f"{launch} --disaggregation-mode prefill --tp 1",
+                     "--decode", f"{launch} --disaggregation-mode decode --tp 2", "--format", "json")
+    document = json.loads(result.stdout)
+    assert result.code == 1 and document["verdict"] == "refused", result.stderr
+    assert document["sglang"]["refusals"][0]["message"].startswith("Replicated Mamba PD state transfer")
+    assert document["fix"]["verdict_after"] == "works"
