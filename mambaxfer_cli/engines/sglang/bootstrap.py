@@ -17,6 +17,7 @@ class Server:
     kv_cache_dtype: str = "auto"
     unified_memory: bool = False
     replicated_state: bool = False    # a state item replicated across attention TP (dim 0)
+    qsa_state: bool = False           # QSA indexer state beside the KV (QSATokenToKVPool)
 
 
 @dataclass(frozen=True)
@@ -55,4 +56,7 @@ def refusals(prefill: Server, decode: Server, backend: str = NIXL,
         elif max(prefill.tp, decode.tp) % min(prefill.tp, decode.tp):
             out.append(Refusal("disaggregation/utils.py should_send_replicated_state",
                                release.message("replicated_divide", prefill=prefill.tp, decode=decode.tp)))
+    elif hetero and prefill.qsa_state and backend == NIXL:
+        out.append(Refusal("disaggregation/nixl/conn.py (the QSA_PENDING state send)",
+                           release.message("nixl_qsa")))
     return tuple(out)

@@ -79,7 +79,7 @@ def check_pairing(model: ModelSpec, p_tp: int, d_tp: int, backend: str = NIXL,
     planned = plan(model, p_tp, d_tp, backend=backend, release=release)
     prefill, decode = check_side(planned.model, p_tp, release), check_side(planned.model, d_tp, release)
     exact = outcomes(planned.exact, prefill, decode)
-    theirs = outcomes(planned.writes, prefill, decode)
+    theirs = () if planned.verdict.refusal else outcomes(planned.writes, prefill, decode)
     result = PairingCheck(planned, exact, theirs, time.perf_counter() - start)
     analytic = planned.verdict.bad_bytes()
     if result.wrong() != analytic:

@@ -20,7 +20,9 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry, entry_for, transfer_entries
+from mambaxfer_cli.engines.sglang.entries import (
+    CONV, FIELDS, TransferEntry, entry_for, side_entries, transfer_entries,
+)
 from mambaxfer_cli.engines.sglang.families import given
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.plan import plan
@@ -54,6 +56,7 @@ class Source:
 _UTILS, _DISAGG = "sglang.srt.configs.mamba_utils", "sglang.srt.disaggregation"
 KDA_SHAPES, KDA_SHAPES_COMPARED = given("KDA_SHAPES")
 KDA_MIXER, _KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED = given("KDA_MIXER")
+PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -74,6 +77,7 @@ SOURCES: Mapping[str, Source] = {
                                         "the attention KV heads each P rank sends a D rank"),
     "MambaPool transfer entries": Source("sglang.srt.mem_cache.memory_pool", "MambaPool",
                                          "the pool's entries: item bytes, dims, rows, groups, layers"),
+    PLE_POOLS: Source("sglang.srt.mem_cache.ple_state_pool", "ShortConvPool", PLE_POOLS_COMPARED),
     "mambaish_config state layers": Source("sglang.srt.configs.hybrid_arch", "mambaish_config",
                                            "the layer ids of the pool's state entries, from the config"),
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
@@ -494,6 +498,7 @@ class _Checker:
         pool = self.fn("MambaPool transfer entries")
         create, full, kda = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
                               self.fn(KDA_SHAPES))
+        self.side_states(models)
         if pool is None or not (create and full and kda):
             return
         layers = (0, 3)
@@ -520,6 +525,24 @@ class _Checker:
                                  given("KDA_CACHE_PARAMS"), layers),
                          partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
+
+    def side_states(self, models: Sequence[ModelSpec]) -> None:
+        """The replicated side states' entries (a Qwen4Exp's PLE pools, built from SGLang's own
+        config class as its pool configurator builds them), in the default and a float32 conv dtype."""
+        pools = self.fn(PLE_POOLS)
+        if pools is None:
+            return
+        from mambaxfer_cli.readers.model_config import spec_from_config
+        from mambaxfer_cli.readers.model_source import load_model
+        base = load_model(given("PLE_PRESET"), startup=startup(self.release.version))
+        cases = [(m.name, m) for m in models if side_entries(sglang_model(m, {}, self.release))]
+        for changed in given("PLE_STAND_INS"):
+            config = {**base.hf_config, "text_config": {**base.hf_config["text_config"], **changed}}
+            cases.append((changed, spec_from_config(config, name="stand-in", source="conformance")))
+        for (label, model), env in itertools.product(cases, ({}, {self.release.conv_dtype_env: "float32"})):
+            case = {"model": label, "env": env} if isinstance(label, str) else {"stand_in": label, "env": env}
+            self.compare(PLE_POOLS, case, partial(_their_side_entries, pools, model, env),
+                         partial(_our_side_entries, model, env, self.release))
 
     def state_layers(self, models: Sequence[ModelSpec]) -> None:
         """The layer ids the pool's entries carry (MambaPool.get_state_layer_ids gives back the
@@ -690,17 +713,24 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
                 if fill:
                     for layer in SEND_LAYERS:
                         ints[layer, P_SLOT] = _labels(layout, field_name, layer, outer).view(ints.shape[2:])
+            for sibling in _their_siblings(spec):
+                built.register_slot_state(sibling)
+            for k, ints in enumerate(_side_items(built)):
+                ints.fill_(OTHER_SLOT if fill else UNWRITTEN)
+                if fill:
+                    ints[P_SLOT] = _side_labels(k, ints[P_SLOT])
             out.append(built)
         return out
 
     prefill, decode = pools(p_tp, True), pools(d_tp, False)
     meta = [(b.get_contiguous_buf_infos(), b.get_state_dim_per_tensor(), b.get_state_conv_shard_groups(),
-             b.get_state_slice_outer_counts(), b.get_state_layer_ids()) for b in (*prefill, *decode)]
+             b.get_state_slice_outer_counts(), b.get_state_layer_ids(),
+             [e[0] for e in b._iter_transfer_state_entries()]) for b in (*prefill, *decode)]
     writes, bad = [], 0
     for d in range(d_tp):
-        (d_ptrs, d_lens, d_items), d_dims, _, _, d_ids = meta[p_tp + d]
+        (d_ptrs, d_lens, d_items), d_dims, _, _, d_ids, _ = meta[p_tp + d]
         for p in writers(p_tp, d_tp, d):
-            (s_ptrs, s_lens, s_items), s_dims, s_groups, s_outer, s_ids = meta[p]
+            (s_ptrs, s_lens, s_items), s_dims, s_groups, s_outer, s_ids, s_fields = meta[p]
             blocks: list[tuple[int, int, int]] = []
             if backend == NIXL:
                 stand_in = SimpleNamespace(state_tp_size=p_tp, kv_args=SimpleNamespace(engine_rank=p, gpu_id=0),
@@ -727,7 +757,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
                 i = next(i for i, ptr in enumerate(s_ptrs) if ptr <= src < ptr + s_lens[i])
                 j = next(j for j, ptr in enumerate(d_ptrs) if ptr <= dst < ptr + d_lens[j])
                 src_off, dst_off = src - s_ptrs[i] - s_items[i] * P_SLOT, dst - d_ptrs[j] - d_items[j] * D_SLOT
-                writes.append((FIELDS[i // len(SEND_LAYERS)], s_ids[i], d, p, src_off, dst_off, length))
+                writes.append((s_fields[i], s_ids[i], d, p, src_off, dst_off, length))
                 bad += length - max(0, min(dst_off + length, d_items[j]) - max(dst_off, 0))   # outside the item
                 # Copy only within the two pools' memory (a block past them is counted, not made).
                 if src + length <= s_ptrs[i] + s_lens[i] and dst + length <= d_ptrs[j] + d_lens[j]:
@@ -739,14 +769,72 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
             for layer in SEND_LAYERS:
                 want = _labels(layout, field_name, layer, outer)
                 bad += 4 * int((ints[layer, D_SLOT].reshape(-1) != want).sum())
+        for k, ints in enumerate(_side_items(built)):
+            bad += 4 * int((ints[D_SLOT] != _side_labels(k, ints[D_SLOT])).sum())
     return (tuple(sorted(writes)), bad)
+
+
+def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: Mapping[str, str]) -> tuple[Any, ...]:
+    """SGLang's PLE pools of one slot for the model's config (its text config class's
+    short_conv_* and ngram_context_len, the conv dtype of mamba2_state_dtype), and their entries:
+    (field, layer id, item bytes, replicated)."""
+    config = _text_config(model)
+    with _environ(env):
+        dtype = importlib.import_module("sglang.srt.configs.mamba_utils").mamba2_state_dtype(config).conv
+    ngram = importlib.import_module(SOURCES[PLE_POOLS].module).NGramPool
+    built = [short_conv(size=1, state_shape=config.short_conv_state_shape, layer_ids=config.short_conv_layer_ids,
+                        dtype=dtype, device="cpu")]
+    if config.short_conv_layer_ids:
+        built.append(ngram(size=1, context_len=config.ngram_context_len, eos_token_id=0, device="cpu"))
+    return tuple((name, layer, t[0].nbytes, axis is None) for pool in built
+                 for name, t, axis, layer in pool.iter_transfer_state_entries())
+
+
+def _text_config(model: ModelSpec) -> Any:
+    """SGLang's config class for the model's config.json (its config registry), its text config."""
+    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
+    return registry[model.hf_config["model_type"]](**model.hf_config).get_text_config()
+
+
+def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release) -> tuple[Any, ...]:
+    entries = side_entries(sglang_model(model, env, release))
+    return tuple((e.field, e.layer_id, e.item_len, e.replicated) for e in entries)
+
+
+def _their_siblings(spec: ModelSpec) -> list[Any]:
+    """SGLang's own PLE pools for a Qwen4Exp (``_get_ple_req_pool_kwargs``, from its config class),
+    float32 as the send check keeps the state; none for another model."""
+    if not side_entries(spec):
+        return []
+    import torch
+    config = _text_config(spec)
+    pools = importlib.import_module(SOURCES[PLE_POOLS].module)
+    return [pools.ShortConvPool(size=3, state_shape=config.short_conv_state_shape,
+                                layer_ids=config.short_conv_layer_ids, dtype=torch.float32, device="cpu"),
+            pools.NGramPool(size=3, context_len=config.ngram_context_len, eos_token_id=0, device="cpu")]
+
+
+def _side_items(built: Any) -> list[Any]:
+    """The pool's replicated side entries (its slot siblings'), each ``[slot, ...]`` as int32."""
+    import torch
+    return [t.view(torch.int32).reshape(t.shape[0], -1) for name, t, _, _ in built._iter_transfer_state_entries()
+            if name not in FIELDS]
+
+
+def _side_labels(k: int, row: Any) -> Any:
+    """Side entry ``k``'s labels, alike on every rank (the state is replicated)."""
+    import torch
+    return torch.arange((k + 16) << 25, ((k + 16) << 25) + row.numel(), dtype=torch.int32).view(row.shape)
 
 
 def _our_send(model: ModelSpec, spec: ModelSpec, p_tp: int, d_tp: int, backend: str,
               release: Release) -> tuple[Any, ...]:
     prefill, decode = Side(spec, p_tp), Side(spec, d_tp)
+    layers = {f: SEND_LAYERS for f in FIELDS}
+    for e in side_entries(spec):
+        layers[e.field] = (*layers.get(e.field, ()), e.layer_id)
     writes = sorted((w.field, layer, w.d_rank, w.p_rank, w.src, w.dst, w.length)
-                    for w in sglang_writes(prefill, decode, backend, release) for layer in SEND_LAYERS)
+                    for w in sglang_writes(prefill, decode, backend, release) for layer in layers[w.field])
     outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=FLOAT32_STATE, d_env=FLOAT32_STATE, release=release)
     return (tuple(writes), outcome.bad_bytes() // outcome.ssm_layers * len(SEND_LAYERS))
 

@@ -7,9 +7,11 @@ all conv tensors layer by layer, then all temporal ones (``_iter_transfer_state_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
+from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.shapes import StateShape
+from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 
 CONV = "conv"
@@ -55,3 +57,16 @@ def transfer_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str,
             if entry.item_len:
                 out.append(entry)
     return tuple(out)
+
+
+def side_entries(model: ModelSpec) -> tuple[TransferEntry, ...]:
+    """The state a family's pool carries after its SSM entries, replicated across attention TP (a
+    Qwen4Exp's PLE windows: ``MambaPool``'s slot siblings), per its SGLang family module."""
+    hook = merged("SIDE_STATES").get(model.family)
+    return tuple(TransferEntry(f, layer, size, 0) for f, layer, size in hook(model, model.conv_dtype)) if hook else ()
+
+
+def server_flags(model: ModelSpec) -> dict[str, Any]:
+    """What SGLang's senders refuse across TP sizes in ``model``'s state (``Server``'s flags)."""
+    return {"replicated_state": bool(side_entries(model)),
+            "qsa_state": any(f(model) for f in merged("QSA_STATE").values())}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from mambaxfer_cli.engines.sglang.entries import TransferEntry, transfer_entries
+from mambaxfer_cli.engines.sglang.entries import TransferEntry, side_entries, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.ranks import RankMapping, rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
@@ -106,7 +106,8 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
                  for d in range(d_tp) for p in writers(p_tp, d_tp, d)]
     return SGLangPlan(
         release, spec, p_tp, d_tp, backend,
-        transfer_entries(state_shape(p_spec, p_tp), p_spec.conv_dtype, p_spec.ssm_dtype, layer_ids),
-        transfer_entries(state_shape(spec, d_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids),
+        transfer_entries(state_shape(p_spec, p_tp), p_spec.conv_dtype, p_spec.ssm_dtype, layer_ids)
+        + side_entries(p_spec),
+        transfer_entries(state_shape(spec, d_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids) + side_entries(spec),
         tuple(rank_mapping(p_tp, d_tp, d) for d in range(d_tp)), writes,
         exact_writes(p_side, d_side) if same_dtypes else (), tuple(heads), outcome)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server
+from mambaxfer_cli.engines.sglang.entries import server_flags
 from mambaxfer_cli.engines.sglang.launch_args import (
     CONV_DTYPE_VAR, FLAG, SETS, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
 )
@@ -69,7 +70,8 @@ class SGLangServer:
 
     def server(self) -> Server:
         return Server(tp=self.tp, pp=self.line.pp, page_size=self.page_size,
-                      kv_cache_dtype=self.line.kv_cache_dtype, unified_memory=self.line.unified_memory)
+                      kv_cache_dtype=self.line.kv_cache_dtype, unified_memory=self.line.unified_memory,
+                      **(server_flags(self.state) if self.state else {}))
 
     def state_bytes(self) -> str | None:
         """Conv + temporal bytes of one slot of one layer on one rank."""

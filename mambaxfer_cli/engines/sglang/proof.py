@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, Side, StateWrite
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pattern import POISON, REGION_IDS, unit_bytes_pattern
@@ -49,6 +49,13 @@ def item(layout: RankLayout, field: str, slot: int, layer: int = 0, outer: int =
         out[offset:offset + region.size] = unit_bytes_pattern(
             layer, slot, region.name, region.shard.start, len(region.shard), region.unit_bytes).ravel()
     return rows_first(out, layout, field, outer)
+
+
+def entry_item(layout: RankLayout, entry: TransferEntry, slot: int) -> np.ndarray:
+    """One slot of an entry: the state's units, or a replicated side state's bytes (alike on every rank)."""
+    if entry.replicated:
+        return unit_bytes_pattern(entry.layer_id, slot, "ple", 0, 1, entry.item_len)[0]
+    return item(layout, entry.field, slot, entry.layer_id, entry.outer_count)
 
 
 def tags(layout: RankLayout, field: str, slot: int, outer: int = 1) -> np.ndarray:

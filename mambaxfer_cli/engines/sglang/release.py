@@ -57,6 +57,9 @@ _MESSAGES = {
     # disaggregation/nixl/conn.py, the MAMBA branch of the state send loop
     "nixl_replicated": ("Replicated Mamba PD state transfer currently requires matching "
                         "prefill/decode attention TP sizes"),
+    # disaggregation/nixl/conn.py, the QSA_PENDING branch of the state send loop (after MAMBA's)
+    "nixl_qsa": ("PD Disaggregation does NOT support PD different TP sizes for non-MLA QSA_PENDING "
+                 "hybrid models yet."),
     # disaggregation/utils.py, should_send_replicated_state (Mooncake's path reaches it)
     "replicated_divide": ("One attention TP size must divide the other for replicated-state "
                           "transfer: src={prefill}, dst={decode}"),

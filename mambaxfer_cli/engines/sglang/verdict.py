@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server, refusals
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL, server_flags
 from mambaxfer_cli.engines.sglang.heads import head_slice
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.ranks import rank_findings, writers
@@ -109,7 +109,7 @@ def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
     spec = sglang_model(model, d_env, release)
     p_side, d_side = check_side(sglang_model(model, p_env, release), p_tp, release), check_side(spec, d_tp, release)
-    said = refusals(prefill or Server(p_tp), decode or Server(d_tp), backend, release)
+    said = refusals(prefill or Server(p_tp, **server_flags(spec)), decode or Server(d_tp), backend, release)
     findings = tuple(rank_findings(p_tp, d_tp).lines(p_tp))
     if said:
         return Verdict(release.label, model.name, p_tp, d_tp, backend, said[0].message, spec.ssm_layers, (),

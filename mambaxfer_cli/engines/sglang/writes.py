@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL, TransferEntry, entry_for
+from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL, TransferEntry, entry_for, side_entries
 from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import state_shape, tp_refusal
@@ -78,8 +78,10 @@ def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
     blocks of ``compute_mamba_state_slice_byte_blocks``. Mooncake refuses unequal items at equal
     TP (a UserError here, with SGLang's words)."""
     out = []
-    for field in FIELDS:
-        src, dst = prefill.entry(field), decode.entry(field)
+    # The replicated side entries move as SGLang's slicer moves any dim-0 item.
+    sides = {e.field: e for e in side_entries(decode.model)}
+    for field, src, dst in [(f, prefill.entry(f), decode.entry(f)) for f in FIELDS] + [
+            (e.field, e, sides[e.field]) for e in {e.field: e for e in side_entries(prefill.model)}.values()]:
         if src.item_len == 0:
             continue
         for d in range(decode.tp):
@@ -124,6 +126,10 @@ def exact_writes(prefill: Side, decode: Side) -> tuple[StateWrite, ...]:
             w = StateWrite(field, read.d_rank, read.p_rank, seg.remote_offset - p_base, seg.local_offset - d_base,
                            seg.size)
             out += _by_rows(w, p, d, outer) if field == CONV and outer > 1 else [w]
+    # A replicated side item: every P rank holds it whole; the first the rank mapping names gives it.
+    for e in {e.field: e for e in side_entries(decode.model)}.values():
+        out += [StateWrite(e.field, d, writers(prefill.tp, decode.tp, d)[0], 0, 0, e.item_len)
+                for d in range(decode.tp)]
     return tuple(out)
 
 

@@ -130,7 +130,7 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     from mambaxfer_cli.cli.options import parse_tp_list
     from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23
     from mambaxfer_cli.engines.sglang.shapes import sglang_model
-    from mambaxfer_cli.engines.sglang.entries import transfer_entries
+    from mambaxfer_cli.engines.sglang.entries import side_entries, transfer_entries
     from mambaxfer_cli.engines.sglang.shapes import state_shape
     from mambaxfer_cli.engines.sglang.writes import check_side
 
@@ -144,7 +144,7 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
                 "layouts": {str(tp): [r.to_dict() for r in side.layouts()] for tp, side in sides.items()},
                 "entries": {str(tp): [vars(e) | {"conv_shard_groups": list(e.conv_shard_groups or []) or None}
                                       for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype,
-                                                                 spec.ssm_layer_ids[:1])]
+                                                                 spec.ssm_layer_ids[:1]) + side_entries(spec)]
                             for tp in sizes}}
     return InspectReport(document, spec, sides, shapes)
 
@@ -168,6 +168,10 @@ class InspectReport(Report):
             groups = f", sharded in groups {list(shape.conv_shard_groups)}" if shape.conv_shard_groups else ""
             parts += [table, AsIs(f"SGLang at TP {tp}: conv state {conv} ({self.spec.conv_dtype}){groups}; "
                                   f"temporal {temporal} ({self.spec.ssm_dtype})")]
+        sides = [e for e in self.document["entries"][str(next(iter(self.sides)))] if e["dim"] == 0]
+        if sides:
+            said = "; ".join(f"{e['field']} {e['item_len']:,} B (layer {e['layer_id']})" for e in sides)
+            parts.append(AsIs(f"SGLang's replicated side states, whole on every rank: {said}"))
         return parts
 
 

@@ -1,7 +1,42 @@
-"""Qwen4Exp in SGLang."""
+"""Qwen4Exp in SGLang: GDN as Qwen3-Next's (``Qwen4ExpTextConfig`` subclasses ``Qwen3NextConfig``, so
+``hybrid_gdn_config`` finds it and its ``mamba2_cache_params`` pass ``conv_shard_groups``), and the
+PLE side states its ``MambaPool`` carries after the GDN entries (mem_cache/ple_state_pool.py)."""
+
+from __future__ import annotations
+
 from mambaxfer_cli.engines.sglang.families import FamilyRule
-SGLANG_0_5_23 = {
-    "Qwen4Exp": FamilyRule(False, engine_serves=True,
-                           note="SGLang 0.5.23 serves Qwen4Exp (models/qwen4_exp.py) with a PLE state mambaxfer does "
-                                "not model for SGLang"),
-}
+from mambaxfer_cli.planning.dtypes import dtype_bytes
+from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.readers.model_config import flatten_text_config
+
+SGLANG_0_5_23 = {"Qwen4Exp": FamilyRule(True, config_ssm_dtype=True, note="configs/qwen4_exp.py")}
+
+PLE_CONV, PLE_NGRAM = "ple_short_conv", "ple_ngram"
+NGRAM_LAYER_ID = (1 << 32) - 1      # ple_state_pool.py PLE_NGRAM_STATE_LAYER_ID: no model layer owns it
+
+
+def side_entries(model: ModelSpec, conv_dtype: str) -> tuple[tuple[str, int, int], ...]:
+    """``ShortConvPool`` and ``NGramPool``'s entries (``iter_transfer_state_entries``), replicated
+    across attention TP (dim 0): per PLE layer (``short_conv_layer_ids``) a ``(hc_count · hidden,
+    (ple_conv_kernel_size - 1) · ngram_size)`` window in the conv dtype, then one request-wide
+    ``ngram_size - 1`` int64 token context; each as (field, layer id, item bytes). None without PLE
+    layers (``_get_ple_req_pool_kwargs``)."""
+    parts = model.ple_qsa
+    if parts is None or not parts.ple_layers:
+        return ()
+    ngram = int(flatten_text_config(model.hf_config).get("ngram_size", 3))   # Qwen4ExpTextConfig's default
+    window = parts.ple_channels * parts.ple_state_len * dtype_bytes(conv_dtype)
+    return (*((PLE_CONV, layer, window) for layer in parts.ple_layers),
+            *(((PLE_NGRAM, NGRAM_LAYER_ID, (ngram - 1) * 8),) if ngram > 1 else ()))
+
+
+SIDE_STATES = {"Qwen4Exp": side_entries}
+FIELD_LABELS = {PLE_CONV: "PLE conv", PLE_NGRAM: "n-gram"}
+# Its QSA indexer's state (QSATokenToKVPool): a ring of raw index keys per request and the compressed keys.
+QSA_STATE = {"Qwen4Exp": lambda model: model.ple_qsa is not None and model.ple_qsa.has_qsa}
+
+# Conformance: SGLang's PLE pools against side_entries, on this preset and on it with these keys changed.
+PLE_POOLS = ("ShortConvPool and NGramPool entries", "the PLE states' entries: fields, layers, item bytes")
+PLE_PRESET = "qwen3.8-flash-next"
+PLE_STAND_INS: tuple[dict[str, object], ...] = (
+    {"ple_layer_ids": [2, 6], "ngram_size": 4}, {"ple_conv_kernel_size": 3, "hc_count": 2}, {"ngram_size": 1})

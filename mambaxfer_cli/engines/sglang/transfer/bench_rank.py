@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.transfer.bench import LIMIT, ORDER, PLANNED, SlotBenchDecode, SlotBenchPrefill
-from mambaxfer_cli.engines.sglang.proof import item
+from mambaxfer_cli.engines.sglang.proof import entry_item
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.execute.channel import Channel
 from mambaxfer_cli.execute.faults import fault
@@ -86,7 +86,7 @@ def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> Slot
     others = [s for s in range(task.memory.logical_blocks) if s != task.slot]
     for index, entry in enumerate(task.entries):
         got = memory.fetch(index)
-        want = item(task.layout, entry.field, pattern_block(task.p_slot, 0), entry.layer_id, entry.outer_count)
+        want = entry_item(task.layout, entry, pattern_block(task.p_slot, 0))
         wrong += int(np.count_nonzero(got[task.slot] != want)) + int(np.count_nonzero(got[others] != poison(0)))
         checked += got.size
         tick(f"entry {index + 1} of {len(task.entries)}")
@@ -102,7 +102,7 @@ def _prefill_bytes(task: SlotBenchDecode, p_rank: int, size: int) -> np.ndarray:
         for slot in range(P_SLOTS):
             if at >= size:
                 return out
-            row = item(layout, entry.field, pattern_block(slot, 0), entry.layer_id, entry.outer_count)
+            row = entry_item(layout, entry, pattern_block(slot, 0))
             n = min(row.size, size - at)
             out[at:at + n] = row[:n]
             at += n

@@ -18,7 +18,7 @@ import numpy as np
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import KV_BUFFERS
 from mambaxfer_cli.engines.sglang.plan import Descriptor
-from mambaxfer_cli.engines.sglang.proof import item
+from mambaxfer_cli.engines.sglang.proof import entry_item as state_item
 from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
 from mambaxfer_cli.execute.faults import fault
@@ -55,7 +55,7 @@ def entry_item(task: SlotTask, entry: TransferEntry, block: int) -> np.ndarray:
     """What one item of an entry holds for a block of the pattern: a state slot, or a KV page."""
     if task.kv is not None and entry.field in KV_BUFFERS:
         return task.kv.page(entry.field, block, entry.layer_id)
-    return item(task.layout, entry.field, block, entry.layer_id, entry.outer_count)
+    return state_item(task.layout, entry, block)
 
 
 def poison_all(memory: RankMemory, value: int) -> None:

@@ -308,6 +308,8 @@ def holds(layout: RankLayout, field_name: str, offset: int, kv: KVRank | None = 
     and byte); ``outer``: the conv rows before its channels (Kimi's)."""
     if kv is not None and field_name in KV_BUFFERS:
         return kv.holds(field_name, offset)
+    if field_name not in ("conv", "temporal"):
+        return f"{field_name} byte {offset}"
     if field_name == "conv" and outer > 1:       # (row, channel, byte) to (channel, row, byte)
         e = layout.regions[0].unit_bytes // outer
         row, rest = divmod(offset, layout.conv_bytes // outer)

@@ -10,13 +10,14 @@ from rich.text import Text
 
 from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, FAILS, MISROUTES, REFUSED, RIGHT, CheckReport
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
+from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
-FIELD_NAMES = {CONV: "conv", TEMPORAL: "temporal"}
+FIELD_NAMES = {CONV: "conv", TEMPORAL: "temporal", **merged("FIELD_LABELS")}
 OUTCOMES = {RIGHT: Text("✓ right", style="green"), CORRUPTS: Text("✗ corrupts", style="bold red"),
             MISROUTES: Text("✗ misroutes", style="bold red"), REFUSED: Text("✗ refuses", style="bold red"),
             FAILS: Text("✗ fails", style="bold red"),
@@ -49,7 +50,7 @@ def entries_table(plan: SGLangPlan) -> Table:
     table = _table("entries (one per state and layer; a request is one slot of each)",
                    [("state", "left"), ("layers", "right"), ("P item", "right"), ("D item", "right"),
                     ("TP-sliced axis (P → D)", "right")])
-    for field in FIELDS:
+    for field in _fields(plan):
         p = [e for e in plan.prefill_entries if e.field == field]
         d = [e for e in plan.decode_entries if e.field == field]
         if not p:
@@ -61,17 +62,29 @@ def entries_table(plan: SGLangPlan) -> Table:
     return table
 
 
+def _fields(plan: SGLangPlan) -> list[str]:
+    """The entries' fields in SGLang's order: conv, temporal, then the replicated side states."""
+    return list(dict.fromkeys(e.field for e in plan.prefill_entries))
+
+
 def layer_ids_text(plan: SGLangPlan) -> Text:
-    """The entries' layer ids as SGLang numbers them, runs of consecutive ids joined."""
-    ids = [e.layer_id for e in plan.prefill_entries if e.field == plan.prefill_entries[0].field]
+    """The entries' layer ids as SGLang numbers them, runs of consecutive ids joined (a side
+    state's after its name)."""
+    fields = _fields(plan)
+    said = "; ".join(_runs([e.layer_id for e in plan.prefill_entries if e.field == f]) if i == 0 else
+                     f"{FIELD_NAMES[f]} {_runs([e.layer_id for e in plan.prefill_entries if e.field == f])}"
+                     for i, f in enumerate(fields) if i == 0 or f not in FIELDS)
+    return Text(f"layer ids (MambaPool.get_state_layer_ids, the model's own): {said}", style="dim")
+
+
+def _runs(ids: list[int]) -> str:
     runs: list[list[int]] = []
     for i in ids:
         if runs and i == runs[-1][-1] + 1:
             runs[-1].append(i)
         else:
             runs.append([i])
-    said = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
-    return Text(f"layer ids (MambaPool.get_state_layer_ids, the model's own): {said}", style="dim")
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 def _spans(writes: Sequence[StateWrite]) -> str:
@@ -87,7 +100,7 @@ def writes_table(plan: SGLangPlan, d_rank: int | None = None) -> Table:
                    [("D", "right"), ("P", "right"), ("state", "left"), ("SGLang", "right"), ("exact", "right"),
                     ("D item wrong", "right")])
     keys = sorted({(w.d_rank, w.p_rank, w.field) for w in (*plan.writes, *plan.exact)},
-                  key=lambda k: (k[0], FIELDS.index(k[2]), k[1]))
+                  key=lambda k: (k[0], _fields(plan).index(k[2]), k[1]))
     for d, p, field in keys:
         if d_rank is not None and d != d_rank:
             continue

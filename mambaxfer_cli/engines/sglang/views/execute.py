@@ -48,7 +48,8 @@ def result_table(outcome: "SlotOutcome") -> Table:
     phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
     plan, kv = outcome.plan, outcome.attention
     entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
-    layers = f"{plan.verdict.ssm_layers} SSM layers" + (
+    sides = sum(1 for e in plan.decode_entries if e.replicated)
+    layers = f"{plan.verdict.ssm_layers} SSM layers" + (f", {sides} replicated side states" if sides else "") + (
         f", K and V of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}: slot = page of "
         f"{kv['page_size']} tokens" if kv else "")
     table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {entries} entries "
