@@ -164,6 +164,22 @@ def test_bailing_v3_state_agrees_with_vllm(release):
     assert by_function(document)["get_mamba_state_*_from_config"]["cases"] > 0
 
 
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_nemotron_h_mtp_agrees_with_vllm(release):
+    """Nemotron-3-Super with its MTP layer ("*E": one attention layer, tagged is_draft): vLLM's own
+    grouping and _compute_desc_ids agree on the drafted cases too (its few logical blocks per
+    group once left no room for the request's spread-out block IDs)."""
+    fixtures = Path(__file__).parent / "fixtures" / "hf-configs"
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model",
+                       str(fixtures / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json"),
+                       "--max-tp", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
+    assert any(name.endswith(" + MTP") for name in document["models"])
+    assert by_function(document)["_compute_desc_ids"]["cases"] > 0
+
+
 def test_every_function_agrees(all_presets):
     release, document, _ = all_presets
     differing = sorted(f["function"] for f in document["functions"] if f["outcome"] != "agrees")

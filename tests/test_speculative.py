@@ -162,3 +162,62 @@ def test_inspect_and_check_hold_the_draft_layer():
 def test_sglang_takes_no_speculative_config():
     assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
                               "--speculative-config", mtp(1)), "--speculative-config: vLLM's option")
+
+
+SUPER = FIXTURE.with_name("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_nemotron_h_mtp_builds_one_attention_layer_per_star(release):
+    """Nemotron-3-Super (40 Mamba2 + 8 attention layers, mtp_hybrid_override_pattern "*E"): vLLM's
+    NemotronHMultiTokenPredictor builds an attention layer for "*" and an MoE layer for "E", so
+    the attention group holds 9 layers and there are 9 tensors, 8 of them with SSM layers."""
+    before = plan(str(SUPER), "--vllm-version", release)
+    after = plan(str(SUPER), "--vllm-version", release, "--speculative-config", mtp(2))
+    assert before["descriptors"]["group_tensors"] == [8, 8, 8, 8, 8, 8]
+    assert after["descriptors"]["group_tensors"] == [8, 8, 8, 8, 8, 9]
+    side = after["descriptors"]["decode"]
+    assert (side["tensors"], side["ssm_tensors"]) == (9, 8)
+    assert after["model"]["draft_layers"] == 1 and after["model"]["attention_layers"] == 9
+
+
+@pytest.fixture
+def super_with(tmp_path: Path):
+    def make(**keys) -> str:
+        config = json.loads(SUPER.read_text())
+        config.update(keys)
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        return str(path)
+    return make
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"mtp_hybrid_override_pattern": "*E*E"}, None),
+    ({"mtp_hybrid_override_pattern": None}, None),
+    ({"num_nextn_predict_layers": 2}, "AssertionError: Only one MTP layer is supported for NemotronH-MTP"),
+    ({"mtp_hybrid_override_pattern": "*M"}, "NotImplementedError: Pattern char 'M' in *M not implemented"),
+])
+def test_nemotron_h_mtp_pattern_rules(super_with, keys, words):
+    """Two "*" make two draft layers; no pattern is transformers' default "*E"; vLLM's predictor
+    asserts one step and builds only "*" and "E" (its words, exit 1)."""
+    config = super_with(**{k: v for k, v in keys.items() if v is not None})
+    if keys.get("mtp_hybrid_override_pattern", "") is None:
+        data = json.loads(Path(config).read_text())
+        data.pop("mtp_hybrid_override_pattern")
+        Path(config).write_text(json.dumps(data))
+    if words is None:
+        stars = keys.get("mtp_hybrid_override_pattern") or "*E"
+        document = plan(config, "--speculative-config", mtp(1))
+        assert document["model"]["draft_layers"] == stars.count("*")
+        return
+    result = run_cli("plan", "--model", config, "--p-tp", "1", "--d-tp", "2", "--speculative-config", mtp(1))
+    assert result.code == 1, (result.code, result.stderr)
+    assert words in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+
+
+def test_nemotron_h_without_mtp_keys_keeps_the_warning(super_with):
+    """num_nextn_predict_layers 0 is no MTP variant for vLLM (hf_config_override): not modelled."""
+    document = plan(super_with(num_nextn_predict_layers=0), "--speculative-config", mtp(1))
+    assert "draft_layers" not in document["model"]
+    assert "draft-layers" in [w["code"] for w in document["warnings"]]

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.families import family_for, int_key
 from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
 from mambaxfer_cli.planning.model import ModelSpec
@@ -107,7 +108,9 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
     model_type = str(flat.get("model_type", ""))
     family = family_for(model_type)
     key = family.mtp_keys.get(model_type) if family else None
-    if method != "mtp" or speculative.get("model") is not None or family is None or key is None:
+    # A pattern family's config is its MTP variant only with the key above 0 (hf_config_override).
+    if (method != "mtp" or speculative.get("model") is not None or family is None or key is None
+            or (family.mtp_pattern and not flat.get(key))):
         return model if tokens is None else replace(model, num_spec=tokens)
     if tokens is None:
         # Without a draft model or a token count vLLM builds no draft config to read n_predict from.
@@ -122,6 +125,9 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
                             f"n_predict={n_predict}\" ({release.speculative_tokens_check}: a count above the "
                             f"config's {key} must be a multiple of it)")
     built = MTP_LAYERS_DEFAULT if n_predict is None else n_predict
+    if family.mtp_pattern:      # a family whose predictor builds a pattern per step
+        built = first("mtp_pattern_layers", model_type, flat.get(family.mtp_pattern), built, where)
+        assert built is not None, f"{model_type}: an MTP pattern without vLLM's rule for it"
     within(f"{where}: {len(model.layers) + built} cache-keeping layers with the MTP layers",
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
     assert family is not None and family.mtp_kind, f"{family}: MTP keys without a layer kind"

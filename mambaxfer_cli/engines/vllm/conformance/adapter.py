@@ -253,11 +253,14 @@ class Ours:
 
 
 def _spread(counts: list[int], limit: int) -> tuple[tuple[int, ...], ...]:
-    """Distinct block IDs, ``counts[g]`` for group ``g``, spaced apart and wrapped into ``limit``."""
-    out, next_id = [], 3
-    for count in counts:
-        out.append(tuple((next_id + 2 * i) % limit for i in range(count)))
-        next_id += 2 * count + 1
-    flat = [b for g in out for b in g]
-    assert len(set(flat)) == len(flat), "a request holds each block once"
-    return tuple(out)
+    """Distinct block IDs, ``counts[g]`` for group ``g``, spaced apart and wrapped into ``limit``
+    (side by side where few logical blocks leave no room to space them)."""
+    for step in (2, 1):
+        out, next_id = [], 3
+        for count in counts:
+            out.append(tuple((next_id + step * i) % limit for i in range(count)))
+            next_id += step * count + 1
+        flat = [b for g in out for b in g]
+        if len(set(flat)) == len(flat):
+            return tuple(out)
+    raise AssertionError("a request holds each block once")
