@@ -238,8 +238,11 @@ _driven: dict = {}
 JAMBA = ["--model", "jamba", "--max-tp", "2", "--format", "json"]
 # Bamba-9B: 29 Mamba2 layers and 3 attention layers make groups of 3 layers, the last SSM group of 2.
 BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims.partial.json")
+SUPER = str(Path(BAMBA).with_name("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json"))
 RUNS = [{"name": "draft-apart", "alter": "draft-apart",
          "args": ["--model", "qwen3.5-0.8b", "--max-tp", "1", "--format", "json"]},
+        {"name": "draft-apart-nemotron", "alter": "draft-apart",
+         "args": ["--model", SUPER, "--max-tp", "2", "--format", "json"]},
         {"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
         {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
@@ -387,6 +390,14 @@ def test_a_vllm_grouping_the_draft_layers_apart_differs_on_the_drafted_cases(dri
     assert "--speculative-config" in first["case"]
     plan = _plan(first["command"])                      # the command shows mambaxfer's side of it
     assert plan["model"]["draft_layers"] == 1 and plan["descriptors"]["decode"]["tensors"] == 7
+
+
+def test_a_vllm_grouping_nemotron_h_draft_layer_apart_differs(driven):
+    """The same planted fault on Nemotron-3-Super's MTP attention layer: its drafted cases differ."""
+    _, runs = driven
+    ids = by_function(runs["draft-apart-nemotron"]["document"])["_compute_desc_ids"]
+    assert runs["draft-apart-nemotron"]["code"] == 1 and ids["outcome"] == "differs", ids
+    assert 0 < ids["differing"] < ids["cases"] and "--speculative-config" in ids["first_difference"]["case"]
 
 
 def test_the_drafted_cases_agree_with_vllm(all_presets):
