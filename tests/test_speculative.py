@@ -221,3 +221,19 @@ def test_nemotron_h_without_mtp_keys_keeps_the_warning(super_with):
     document = plan(super_with(num_nextn_predict_layers=0), "--speculative-config", mtp(1))
     assert "draft_layers" not in document["model"]
     assert "draft-layers" in [w["code"] for w in document["warnings"]]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("config", ['{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}',
+                                    '{"method":"ngram_gpu","num_speculative_tokens":2}',
+                                    '{"method":"suffix","num_speculative_tokens":4}',
+                                    '{"model":"[ngram]","num_speculative_tokens":2}'])
+def test_draftless_methods_plan_the_target_alone(config, release):
+    """n-gram lookup and suffix decoding draft without a model: no layers join the groups, the
+    tensors and IDs are the target's with the token count's conv rows, and no warning."""
+    tokens = json.loads(config)["num_speculative_tokens"]
+    target = plan("qwen3.5-0.8b", "--vllm-version", release, "--num-spec", str(tokens))
+    document = plan("qwen3.5-0.8b", "--vllm-version", release, "--speculative-config", config)
+    assert document["descriptors"] == target["descriptors"] and "draft_layers" not in document["model"]
+    assert document["model"]["num_spec"] == tokens
+    assert "draft-layers" not in [w["code"] for w in document["warnings"]]
