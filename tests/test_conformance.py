@@ -180,6 +180,22 @@ def test_nemotron_h_mtp_agrees_with_vllm(release):
     assert by_function(document)["_compute_desc_ids"]["cases"] > 0
 
 
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_kimi_k3_mtp_layer_agrees_with_vllm(release, tmp_path):
+    """Kimi-K3's example config with one MTP layer (an MLA layer, tagged is_draft): vLLM's own
+    grouping, _compute_desc_ids and its class's state, whose conv rows follow the speculative tokens
+    under --mamba-ssm-cache-dtype bfloat16 too, agree on the drafted cases."""
+    config = json.loads((Path(BAMBA).with_name("kimi-k3.example.json")).read_text())
+    config["text_config"]["num_nextn_predict_layers"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", str(path), "--max-tp", "2",
+                       "--format", "json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    assert document["ok"] and any(name.endswith(" + MTP") for name in document["models"])
+
+
 def test_every_function_agrees(all_presets):
     release, document, _ = all_presets
     differing = sorted(f["function"] for f in document["functions"] if f["outcome"] != "agrees")

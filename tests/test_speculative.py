@@ -237,3 +237,24 @@ def test_draftless_methods_plan_the_target_alone(config, release):
     assert document["descriptors"] == target["descriptors"] and "draft_layers" not in document["model"]
     assert document["model"]["num_spec"] == tokens
     assert "draft-layers" not in [w["code"] for w in document["warnings"]]
+
+
+KIMI_K3 = FIXTURE.with_name("kimi-k3.example.json")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_kimi_k3_mtp_layers_are_mla_and_zero_is_vllms_zero_division(tmp_path, release):
+    """Kimi-K3 (top-level model_type kimi_k3, its text_config a kimi_linear): vLLM's drafter builds
+    text_config.num_nextn_predict_layers MLA layers past the target's (KimiK3MultiTokenPredictor);
+    the example config's 0 makes vLLM's token-count check divide by zero, as vLLM stops."""
+    result = run_cli("plan", "--model", str(KIMI_K3), "--p-tp", "1", "--d-tp", "2", "--vllm-version", release,
+                     "--speculative-config", mtp(1))
+    assert result.code == 1, (result.code, result.stderr)
+    assert '"ZeroDivisionError: integer modulo by zero"' in " ".join(result.stderr.split())
+    config = json.loads(KIMI_K3.read_text())
+    config["text_config"]["num_nextn_predict_layers"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    document = plan(str(path), "--vllm-version", release, "--speculative-config", mtp(1))
+    assert document["model"]["draft_layers"] == 1 and document["model"]["attention_layers"] == 17
+    assert document["descriptors"]["group_tensors"] == [16, 16, 16, 17]

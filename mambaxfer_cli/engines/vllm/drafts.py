@@ -105,7 +105,8 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
                         f"(the conv rows follow the speculative tokens)")
     method = release.speculative_method(speculative.get("method"))
     flat = flatten_text_config(model.hf_config)
-    model_type = str(flat.get("model_type", ""))
+    # hf_config_override reads the top-level model_type (Kimi-K3's text_config is kimi_linear)
+    model_type = str(model.hf_config.get("model_type") or flat.get("model_type", ""))
     family = family_for(model_type)
     key = family.mtp_keys.get(model_type) if family else None
     # A pattern family's config is its MTP variant only with the key above 0 (hf_config_override).
@@ -119,7 +120,10 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
                             "(SpeculativeConfig.__post_init__: method mtp with neither model nor "
                             "num_speculative_tokens)")
     where = model.source or model.name
-    n_predict = None if flat.get(key) is None else int_key(flat, key, 1, where)
+    n_predict = None if flat.get(key) is None else int_key(flat, key, 0, where)
+    if n_predict == 0:
+        raise Refused(f"{REFUSES}\"ZeroDivisionError: integer modulo by zero\" ({release.speculative_tokens_check}: "
+                      f"num_speculative_tokens {tokens} is checked as a multiple of the config's {key}, 0)")
     if n_predict is not None and tokens > n_predict and tokens % n_predict:
         raise Refused(f"{REFUSES}\"num_speculative_tokens:{tokens} must be divisible by "
                             f"n_predict={n_predict}\" ({release.speculative_tokens_check}: a count above the "

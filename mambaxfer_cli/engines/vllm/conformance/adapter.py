@@ -138,9 +138,12 @@ class Ours:
 
     @staticmethod
     def with_ssm_cache_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
-        """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype``."""
-        return spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
-                                given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"})
+        """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype`` (its
+        speculative tokens and draft layers kept)."""
+        again = spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
+                                 given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"})
+        return replace(again, layers=again.layers + model.layers[len(model.layers) - model.draft_layers:],
+                       draft_layers=model.draft_layers, num_spec=model.num_spec)
 
     def engine_flags(self, flags: Flags, num_blocks: int) -> EngineFlags:
         """One engine of this release on the modelled GPU (no --block-size: the release's default)."""
