@@ -258,3 +258,16 @@ def test_kimi_k3_mtp_layers_are_mla_and_zero_is_vllms_zero_division(tmp_path, re
     document = plan(str(path), "--vllm-version", release, "--speculative-config", mtp(1))
     assert document["model"]["draft_layers"] == 1 and document["model"]["attention_layers"] == 17
     assert document["descriptors"]["group_tensors"] == [16, 16, 16, 17]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_glm_5_next_mtp_is_refused_and_qwen4exp_mtp_keeps_the_warning(release):
+    """GLM-5-Next's config (transformers' Glm5NextTextConfig) defines no num_nextn_predict_layers,
+    which vLLM's hf_config_override reads for MTP: AttributeError, as vLLM stops. Qwen3.8-Flash-Next's
+    QSA MTP layer is vLLM's (Qwen4ExpMultiTokenPredictor) but not laid out: the plan warns."""
+    result = run_cli("plan", "--model", "glm-5-next", "--p-tp", "1", "--d-tp", "2", "--vllm-version", release,
+                     "--speculative-config", mtp(1))
+    assert result.code == 1, (result.code, result.stderr)
+    assert "'Glm5NextTextConfig' object has no attribute 'num_nextn_predict_layers'" in " ".join(result.stderr.split())
+    document = plan("qwen3.8-flash-next", "--vllm-version", release, "--speculative-config", mtp(1))
+    assert "draft-layers" in [w["code"] for w in document["warnings"]] and "draft_layers" not in document["model"]

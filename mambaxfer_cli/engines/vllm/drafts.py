@@ -109,6 +109,10 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
     model_type = str(model.hf_config.get("model_type") or flat.get("model_type", ""))
     family = family_for(model_type)
     key = family.mtp_keys.get(model_type) if family else None
+    if method == "mtp" and speculative.get("model") is None:
+        refusal = first("mtp_refusal", model_type, model.hf_config.get("text_config") or model.hf_config)
+        if refusal is not None:
+            raise Refused(REFUSES + refusal)
     # A pattern family's config is its MTP variant only with the key above 0 (hf_config_override).
     if (method != "mtp" or speculative.get("model") is not None or family is None or key is None
             or (family.mtp_pattern and not flat.get(key))):

@@ -89,7 +89,12 @@ class Ours:
         from mambaxfer_cli.engines.vllm.drafts import with_drafts
         from mambaxfer_cli.engines.vllm.releases import release
 
-        drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), release(self.release))
+        from mambaxfer_cli.errors import Refused
+
+        try:
+            drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), release(self.release))
+        except Refused:         # vLLM does not start MTP on it (GLM-5-Next's config, an n_predict of 0)
+            return [(name, spec)]
         return [(name, spec)] + ([(name, replace(drafted, name=spec.name + DRAFTED))] if drafted.draft_layers else [])
 
     @staticmethod
