@@ -9,8 +9,8 @@ page whenever a D rank reads a slice of it); ``_compute_desc_ids`` (vLLM's local
 convertor reads three times the attention heads); ``registry`` (vLLM's registry removed Jamba in
 0.1.0); ``nemotron-hook`` (vLLM without Nemotron-H's config hook, which keeps its SSM state in
 float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``draft-apart`` (vLLM
-grouping a drafter's ``is_draft`` layers apart from the target's: the run that uses it comes first,
-as the probe looks vLLM's functions up once). Prints one JSON
+grouping a drafter's ``is_draft`` layers apart from the target's; each run looks vLLM's functions
+up afresh). Prints one JSON
 object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
@@ -111,6 +111,7 @@ def main(argv: list[str]) -> None:
         undo: list = []
         alter(item["alter"], undo)
         vllm_side.installed.cache_clear()
+        vllm_side._symbol.cache_clear()     # each run looks vLLM's functions up afresh
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured):

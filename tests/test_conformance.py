@@ -164,6 +164,38 @@ def test_bailing_v3_state_agrees_with_vllm(release):
     assert by_function(document)["get_mamba_state_*_from_config"]["cases"] > 0
 
 
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_nemotron_h_mtp_agrees_with_vllm(release):
+    """Nemotron-3-Super with its MTP layer ("*E": one attention layer, tagged is_draft): vLLM's own
+    grouping and _compute_desc_ids agree on the drafted cases too (its few logical blocks per
+    group once left no room for the request's spread-out block IDs)."""
+    fixtures = Path(__file__).parent / "fixtures" / "hf-configs"
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model",
+                       str(fixtures / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json"),
+                       "--max-tp", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
+    assert any(name.endswith(" + MTP") for name in document["models"])
+    assert by_function(document)["_compute_desc_ids"]["cases"] > 0
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_kimi_k3_mtp_layer_agrees_with_vllm(release, tmp_path):
+    """Kimi-K3's example config with one MTP layer (an MLA layer, tagged is_draft): vLLM's own
+    grouping, _compute_desc_ids and its class's state, whose conv rows follow the speculative tokens
+    under --mamba-ssm-cache-dtype bfloat16 too, agree on the drafted cases."""
+    config = json.loads((Path(BAMBA).with_name("kimi-k3.example.json")).read_text())
+    config["text_config"]["num_nextn_predict_layers"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", str(path), "--max-tp", "2",
+                       "--format", "json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    assert document["ok"] and any(name.endswith(" + MTP") for name in document["models"])
+
+
 def test_every_function_agrees(all_presets):
     release, document, _ = all_presets
     differing = sorted(f["function"] for f in document["functions"] if f["outcome"] != "agrees")
@@ -222,8 +254,11 @@ _driven: dict = {}
 JAMBA = ["--model", "jamba", "--max-tp", "2", "--format", "json"]
 # Bamba-9B: 29 Mamba2 layers and 3 attention layers make groups of 3 layers, the last SSM group of 2.
 BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims.partial.json")
+SUPER = str(Path(BAMBA).with_name("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json"))
 RUNS = [{"name": "draft-apart", "alter": "draft-apart",
          "args": ["--model", "qwen3.5-0.8b", "--max-tp", "1", "--format", "json"]},
+        {"name": "draft-apart-nemotron", "alter": "draft-apart",
+         "args": ["--model", SUPER, "--max-tp", "2", "--format", "json"]},
         {"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
         {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
@@ -371,6 +406,14 @@ def test_a_vllm_grouping_the_draft_layers_apart_differs_on_the_drafted_cases(dri
     assert "--speculative-config" in first["case"]
     plan = _plan(first["command"])                      # the command shows mambaxfer's side of it
     assert plan["model"]["draft_layers"] == 1 and plan["descriptors"]["decode"]["tensors"] == 7
+
+
+def test_a_vllm_grouping_nemotron_h_draft_layer_apart_differs(driven):
+    """The same planted fault on Nemotron-3-Super's MTP attention layer: its drafted cases differ."""
+    _, runs = driven
+    ids = by_function(runs["draft-apart-nemotron"]["document"])["_compute_desc_ids"]
+    assert runs["draft-apart-nemotron"]["code"] == 1 and ids["outcome"] == "differs", ids
+    assert 0 < ids["differing"] < ids["cases"] and "--speculative-config" in ids["first_difference"]["case"]
 
 
 def test_the_drafted_cases_agree_with_vllm(all_presets):

@@ -146,3 +146,39 @@ def test_plan_file_written_by_plan_is_executed(tmp_path, suffix):
                                  "--format", "json").stdout)
     assert doc["request"] == planned["descriptors"]["request"]
     assert doc["decode"][0]["descriptors_posted"] == sum(len(r["local_ids"]) for r in planned["descriptors"]["reads"])
+
+
+MTP = '{"method":"mtp","num_speculative_tokens":1}'
+
+
+def test_the_draft_layers_pages_move_and_are_verified(tmp_path):
+    """Qwen3.5-0.8B with its MTP layer: execute moves the 7th attention layer's pages too (one
+    descriptor more per D rank and attention block than the target alone) and checks every byte,
+    from --speculative-config and from a plan file that holds the draft layer."""
+    common = ("--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--semantics", "vllm", "--iters", "1")
+    _, target = execute_json(*common, "--num-spec", "1")
+    code, drafted = execute_json(*common, "--speculative-config", MTP)
+    assert code == 0 and drafted["verified"]
+    for alone, with_draft in zip(target["decode"], drafted["decode"]):
+        # one more attention page per block of the attention group's request
+        added = len(drafted["request"]["decode_blocks"][-1])
+        assert with_draft["descriptors_posted"] == alone["descriptors_posted"] + added
+        assert with_draft["bytes"] > alone["bytes"]
+        assert with_draft["verdict"]["checked_bytes"] > alone["verdict"]["checked_bytes"]
+    path = tmp_path / "plan.json"
+    written = run_cli("plan", *common[:-2], "--p-num-blocks", "16", "--d-num-blocks", "16",
+                      "--speculative-config", MTP, "--output", str(path))
+    assert written.code == 0, written.stderr
+    code, from_file = execute_json("--plan", str(path), "--iters", "1")
+    assert code == 0 and from_file["verified"]
+    planned = json.loads(path.read_text())
+    assert planned["model"]["draft_layers"] == 1
+    assert from_file["decode"][0]["descriptors_posted"] == sum(
+        len(r["local_ids"]) for r in planned["descriptors"]["reads"] if r["d_rank"] == 0)
+
+
+def test_a_plan_file_fixes_the_speculative_config(tmp_path):
+    path = tmp_path / "plan.json"
+    assert run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1", "--output", str(path)).code == 0
+    result = run_cli("execute", "--plan", str(path), "--device", "cpu", "--speculative-config", MTP)
+    assert result.code == 2 and "--speculative-config: the plan file fixes both engines" in result.stderr

@@ -745,3 +745,22 @@ def test_the_fix_of_sglangs_role_flags_fits_80_columns_and_cuts_no_value():
     for side in ("prefill", "decode"):       # each JSON value whole on one line
         value = json.dumps(json.loads(shlex.split(doc["fix"][side])[-1]), separators=(",", ":"))
         assert sum(f"'{value}'" in line for line in fix) == 1, (value, fix)
+
+
+def test_nemotron_h_mtp_layer_is_in_the_byte_check(tmp_path):
+    """Nemotron-3-Super served with MTP: its "*E" drafter's attention layer joins the target's
+    groups, so the byte check moves one attention layer's pages more than the n-gram lines do."""
+    fixture = Path(__file__).parent / "fixtures" / "hf-configs"
+    (tmp_path / "config.json").write_text(
+        (fixture / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json").read_text())
+
+    def moved(spec: str) -> tuple[int, dict]:
+        flag = f"--speculative-config '{spec}'"
+        code, doc = run_json(*lines(str(tmp_path), flag, f"--tensor-parallel-size 2 {flag}"))
+        assert code == 0 and doc["verdict"] == "works" and doc["byte_check"]["wrong_bytes"] == 0, doc["headline"]
+        return doc["byte_check"]["bytes_moved"], doc
+
+    with_mtp, doc = moved('{"method":"mtp","num_speculative_tokens":1}')
+    assert not doc["plan_warnings"]
+    without, _ = moved('{"method":"ngram","num_speculative_tokens":1}')
+    assert with_mtp > without

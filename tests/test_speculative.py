@@ -162,3 +162,112 @@ def test_inspect_and_check_hold_the_draft_layer():
 def test_sglang_takes_no_speculative_config():
     assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
                               "--speculative-config", mtp(1)), "--speculative-config: vLLM's option")
+
+
+SUPER = FIXTURE.with_name("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_nemotron_h_mtp_builds_one_attention_layer_per_star(release):
+    """Nemotron-3-Super (40 Mamba2 + 8 attention layers, mtp_hybrid_override_pattern "*E"): vLLM's
+    NemotronHMultiTokenPredictor builds an attention layer for "*" and an MoE layer for "E", so
+    the attention group holds 9 layers and there are 9 tensors, 8 of them with SSM layers."""
+    before = plan(str(SUPER), "--vllm-version", release)
+    after = plan(str(SUPER), "--vllm-version", release, "--speculative-config", mtp(2))
+    assert before["descriptors"]["group_tensors"] == [8, 8, 8, 8, 8, 8]
+    assert after["descriptors"]["group_tensors"] == [8, 8, 8, 8, 8, 9]
+    side = after["descriptors"]["decode"]
+    assert (side["tensors"], side["ssm_tensors"]) == (9, 8)
+    assert after["model"]["draft_layers"] == 1 and after["model"]["attention_layers"] == 9
+
+
+@pytest.fixture
+def super_with(tmp_path: Path):
+    def make(**keys) -> str:
+        config = json.loads(SUPER.read_text())
+        config.update(keys)
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        return str(path)
+    return make
+
+
+@pytest.mark.parametrize("keys, words", [
+    ({"mtp_hybrid_override_pattern": "*E*E"}, None),
+    ({"mtp_hybrid_override_pattern": None}, None),
+    ({"num_nextn_predict_layers": 2}, "AssertionError: Only one MTP layer is supported for NemotronH-MTP"),
+    ({"mtp_hybrid_override_pattern": "*M"}, "NotImplementedError: Pattern char 'M' in *M not implemented"),
+])
+def test_nemotron_h_mtp_pattern_rules(super_with, keys, words):
+    """Two "*" make two draft layers; no pattern is transformers' default "*E"; vLLM's predictor
+    asserts one step and builds only "*" and "E" (its words, exit 1)."""
+    config = super_with(**{k: v for k, v in keys.items() if v is not None})
+    if keys.get("mtp_hybrid_override_pattern", "") is None:
+        data = json.loads(Path(config).read_text())
+        data.pop("mtp_hybrid_override_pattern")
+        Path(config).write_text(json.dumps(data))
+    if words is None:
+        stars = keys.get("mtp_hybrid_override_pattern") or "*E"
+        document = plan(config, "--speculative-config", mtp(1))
+        assert document["model"]["draft_layers"] == stars.count("*")
+        return
+    result = run_cli("plan", "--model", config, "--p-tp", "1", "--d-tp", "2", "--speculative-config", mtp(1))
+    assert result.code == 1, (result.code, result.stderr)
+    assert words in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+
+
+def test_nemotron_h_without_mtp_keys_keeps_the_warning(super_with):
+    """num_nextn_predict_layers 0 is no MTP variant for vLLM (hf_config_override): not modelled."""
+    document = plan(super_with(num_nextn_predict_layers=0), "--speculative-config", mtp(1))
+    assert "draft_layers" not in document["model"]
+    assert "draft-layers" in [w["code"] for w in document["warnings"]]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("config", ['{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}',
+                                    '{"method":"ngram_gpu","num_speculative_tokens":2}',
+                                    '{"method":"suffix","num_speculative_tokens":4}',
+                                    '{"model":"[ngram]","num_speculative_tokens":2}'])
+def test_draftless_methods_plan_the_target_alone(config, release):
+    """n-gram lookup and suffix decoding draft without a model: no layers join the groups, the
+    tensors and IDs are the target's with the token count's conv rows, and no warning."""
+    tokens = json.loads(config)["num_speculative_tokens"]
+    target = plan("qwen3.5-0.8b", "--vllm-version", release, "--num-spec", str(tokens))
+    document = plan("qwen3.5-0.8b", "--vllm-version", release, "--speculative-config", config)
+    assert document["descriptors"] == target["descriptors"] and "draft_layers" not in document["model"]
+    assert document["model"]["num_spec"] == tokens
+    assert "draft-layers" not in [w["code"] for w in document["warnings"]]
+
+
+KIMI_K3 = FIXTURE.with_name("kimi-k3.example.json")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_kimi_k3_mtp_layers_are_mla_and_zero_is_vllms_zero_division(tmp_path, release):
+    """Kimi-K3 (top-level model_type kimi_k3, its text_config a kimi_linear): vLLM's drafter builds
+    text_config.num_nextn_predict_layers MLA layers past the target's (KimiK3MultiTokenPredictor);
+    the example config's 0 makes vLLM's token-count check divide by zero, as vLLM stops."""
+    result = run_cli("plan", "--model", str(KIMI_K3), "--p-tp", "1", "--d-tp", "2", "--vllm-version", release,
+                     "--speculative-config", mtp(1))
+    assert result.code == 1, (result.code, result.stderr)
+    assert '"ZeroDivisionError: integer modulo by zero"' in " ".join(result.stderr.split())
+    config = json.loads(KIMI_K3.read_text())
+    config["text_config"]["num_nextn_predict_layers"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    document = plan(str(path), "--vllm-version", release, "--speculative-config", mtp(1))
+    assert document["model"]["draft_layers"] == 1 and document["model"]["attention_layers"] == 17
+    assert document["descriptors"]["group_tensors"] == [16, 16, 16, 17]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_glm_5_next_mtp_is_refused_and_qwen4exp_mtp_keeps_the_warning(release):
+    """GLM-5-Next's config (transformers' Glm5NextTextConfig) defines no num_nextn_predict_layers,
+    which vLLM's hf_config_override reads for MTP: AttributeError, as vLLM stops. Qwen3.8-Flash-Next's
+    QSA MTP layer is vLLM's (Qwen4ExpMultiTokenPredictor) but not laid out: the plan warns."""
+    result = run_cli("plan", "--model", "glm-5-next", "--p-tp", "1", "--d-tp", "2", "--vllm-version", release,
+                     "--speculative-config", mtp(1))
+    assert result.code == 1, (result.code, result.stderr)
+    assert "'Glm5NextTextConfig' object has no attribute 'num_nextn_predict_layers'" in " ".join(result.stderr.split())
+    document = plan("qwen3.8-flash-next", "--vllm-version", release, "--speculative-config", mtp(1))
+    assert "draft-layers" in [w["code"] for w in document["warnings"]] and "draft_layers" not in document["model"]

@@ -53,6 +53,7 @@ class Family:
     # the layer kind each keeps (what an engine's drafter builds from the target's own checkpoint).
     mtp_keys: Mapping[str, str] = field(default_factory=dict)
     mtp_kind: str = ""
+    mtp_pattern: str = ""             # the key of each MTP step's layer pattern ("*": mtp_kind, "E": no cache)
 
 
 def int_key(config: Config, key: str, minimum: int, where: str) -> int:

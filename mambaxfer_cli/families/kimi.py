@@ -62,7 +62,10 @@ FAMILIES = (
            conv_kernel=(("linear_attn_config.short_conv_kernel_size",),), layer_kinds=layer_kinds,
            ssm_dtype_default="float32", ssm_dtype_fixed="layer", mla=True, order=10,
            fixed_state_source="KimiGatedDeltaNetAttention.get_state_dtype", attention_checks=mla_asserts,
-           refine=full_rank),
+           refine=full_rank,
+           # KimiK3MultiTokenPredictor: text_config's num_nextn_predict_layers KimiDecoderLayers at
+           # indices from num_hidden_layers on, none of them a KDA layer, so each MLA.
+           mtp_keys={"kimi_k3": "num_nextn_predict_layers"}, mtp_kind=ATTENTION),
 )
 LABELS = {"float32 KDA state": "Kimi-Linear"}    # its KDA layers fix the state's dtype
 ARCHITECTURE_LABELS = {"KimiK3ForConditionalGeneration": ("Kimi-K3", "kda")}

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.families import family_for, int_key
 from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
 from mambaxfer_cli.planning.model import ModelSpec
@@ -104,10 +105,17 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
                         f"(the conv rows follow the speculative tokens)")
     method = release.speculative_method(speculative.get("method"))
     flat = flatten_text_config(model.hf_config)
-    model_type = str(flat.get("model_type", ""))
+    # hf_config_override reads the top-level model_type (Kimi-K3's text_config is kimi_linear)
+    model_type = str(model.hf_config.get("model_type") or flat.get("model_type", ""))
     family = family_for(model_type)
     key = family.mtp_keys.get(model_type) if family else None
-    if method != "mtp" or speculative.get("model") is not None or family is None or key is None:
+    if method == "mtp" and speculative.get("model") is None:
+        refusal = first("mtp_refusal", model_type, model.hf_config.get("text_config") or model.hf_config)
+        if refusal is not None:
+            raise Refused(REFUSES + refusal)
+    # A pattern family's config is its MTP variant only with the key above 0 (hf_config_override).
+    if (method != "mtp" or speculative.get("model") is not None or family is None or key is None
+            or (family.mtp_pattern and not flat.get(key))):
         return model if tokens is None else replace(model, num_spec=tokens)
     if tokens is None:
         # Without a draft model or a token count vLLM builds no draft config to read n_predict from.
@@ -116,12 +124,18 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
                             "(SpeculativeConfig.__post_init__: method mtp with neither model nor "
                             "num_speculative_tokens)")
     where = model.source or model.name
-    n_predict = None if flat.get(key) is None else int_key(flat, key, 1, where)
+    n_predict = None if flat.get(key) is None else int_key(flat, key, 0, where)
+    if n_predict == 0:
+        raise Refused(f"{REFUSES}\"ZeroDivisionError: integer modulo by zero\" ({release.speculative_tokens_check}: "
+                      f"num_speculative_tokens {tokens} is checked as a multiple of the config's {key}, 0)")
     if n_predict is not None and tokens > n_predict and tokens % n_predict:
         raise Refused(f"{REFUSES}\"num_speculative_tokens:{tokens} must be divisible by "
                             f"n_predict={n_predict}\" ({release.speculative_tokens_check}: a count above the "
                             f"config's {key} must be a multiple of it)")
     built = MTP_LAYERS_DEFAULT if n_predict is None else n_predict
+    if family.mtp_pattern:      # a family whose predictor builds a pattern per step
+        built = first("mtp_pattern_layers", model_type, flat.get(family.mtp_pattern), built, where)
+        assert built is not None, f"{model_type}: an MTP pattern without vLLM's rule for it"
     within(f"{where}: {len(model.layers) + built} cache-keeping layers with the MTP layers",
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
     assert family is not None and family.mtp_kind, f"{family}: MTP keys without a layer kind"

@@ -42,7 +42,7 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
         engine = None
     else:
         engine = build(engines).decode
-    plan = _plan(model, pair, request, run.layers, blocks, engine, plan_file)
+    plan = _plan(model, pair, request, run.layers, blocks, engine, plan_file, engines.speculative_config)
     kind, gpus = run.device_one()
     if plan_file is not None:     # its blocks come from the plan: the advice names plan's options
         from mambaxfer_cli.engines.vllm.transfer.tasks import check_fits
@@ -89,7 +89,7 @@ class ExecuteReport(Report):
 def _engines_fixed(engines: EngineArgs) -> None:
     """A plan file fixes both engines (their release, GPU and flags): options that would change them
     are the user's mistake, said before anything runs."""
-    named = [flag for flag, value in given_flags(engines, EngineArgs.SHARED).items()
+    named = [flag for flag, value in given_flags(engines, (*EngineArgs.SHARED, "speculative_config")).items()
              if value is not None and flag != "--engine"]
     if named:
         raise UserError(f"{', '.join(named)}: the plan file fixes both engines (vLLM release, GPU and flags); "
@@ -111,7 +111,7 @@ def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int,
 
 
 def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | None, blocks: int | None,
-          engine, plan_file: Path | None):
+          engine, plan_file: Path | None, speculative: str | None = None):
     from mambaxfer_cli.engines.vllm.transfer.plan_source import load_plan_file, plan_to_execute
     from mambaxfer_cli.execute.tasks import cut_layers
 
@@ -124,6 +124,10 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
 
         full = on_gpu(model.load(releases=(engine.release.name,) if engine is not None else None),
                       engine.gpu if engine is not None else DEFAULT_GPU)
+        if speculative is not None:     # the draft layers the engines hold move with the target's
+            from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
+
+            full = with_drafts(full, speculative_config(speculative), engine.release, model.num_spec)
         plan = plan_to_execute(cut_layers(full, layers), pair.p_tp, pair.d_tp,
                                semantics=request.reads(default=Semantics.vllm.value),
                                coalesce=request.coalesce, blocks=blocks, engine=engine,

@@ -89,7 +89,12 @@ class Ours:
         from mambaxfer_cli.engines.vllm.drafts import with_drafts
         from mambaxfer_cli.engines.vllm.releases import release
 
-        drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), release(self.release))
+        from mambaxfer_cli.errors import Refused
+
+        try:
+            drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), release(self.release))
+        except Refused:         # vLLM does not start MTP on it (GLM-5-Next's config, an n_predict of 0)
+            return [(name, spec)]
         return [(name, spec)] + ([(name, replace(drafted, name=spec.name + DRAFTED))] if drafted.draft_layers else [])
 
     @staticmethod
@@ -138,9 +143,12 @@ class Ours:
 
     @staticmethod
     def with_ssm_cache_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
-        """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype``."""
-        return spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
-                                given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"})
+        """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype`` (its
+        speculative tokens and draft layers kept)."""
+        again = spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
+                                 given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"})
+        return replace(again, layers=again.layers + model.layers[len(model.layers) - model.draft_layers:],
+                       draft_layers=model.draft_layers, num_spec=model.num_spec)
 
     def engine_flags(self, flags: Flags, num_blocks: int) -> EngineFlags:
         """One engine of this release on the modelled GPU (no --block-size: the release's default)."""
@@ -253,11 +261,14 @@ class Ours:
 
 
 def _spread(counts: list[int], limit: int) -> tuple[tuple[int, ...], ...]:
-    """Distinct block IDs, ``counts[g]`` for group ``g``, spaced apart and wrapped into ``limit``."""
-    out, next_id = [], 3
-    for count in counts:
-        out.append(tuple((next_id + 2 * i) % limit for i in range(count)))
-        next_id += 2 * count + 1
-    flat = [b for g in out for b in g]
-    assert len(set(flat)) == len(flat), "a request holds each block once"
-    return tuple(out)
+    """Distinct block IDs, ``counts[g]`` for group ``g``, spaced apart and wrapped into ``limit``
+    (side by side where few logical blocks leave no room to space them)."""
+    for step in (2, 1):
+        out, next_id = [], 3
+        for count in counts:
+            out.append(tuple((next_id + step * i) % limit for i in range(count)))
+            next_id += step * count + 1
+        flat = [b for g in out for b in g]
+        if len(set(flat)) == len(flat):
+            return tuple(out)
+    raise AssertionError("a request holds each block once")

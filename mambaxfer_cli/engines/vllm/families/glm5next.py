@@ -33,6 +33,7 @@ Each rule names the vLLM function it follows (docs/reference.md, "GLM-5-Next").
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
@@ -57,6 +58,15 @@ LAYOUTS = ("BLHNC",)
 QUANT_BLOCK, SCALE_BYTES = 128, 4
 # The indexer's kernel pages in states (get_paged_mqa_page_sizes; SM 12.x: 64 only).
 PAGED_MQA_STATES = (32, 64)
+
+
+def mtp_refusal(model_type: str, text_config: Mapping[str, Any]) -> str | None:
+    """``SpeculativeConfig.hf_config_override`` reads text_config's num_nextn_predict_layers, which
+    transformers' Glm5NextTextConfig does not define: without the key, MTP stops vLLM."""
+    if model_type != "glm5_next" or "num_nextn_predict_layers" in text_config:
+        return None
+    return ("\"AttributeError: 'Glm5NextTextConfig' object has no attribute 'num_nextn_predict_layers'\" "
+            "(SpeculativeConfig.hf_config_override: GLM-5-Next's MTP layer count)")
 
 
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:

@@ -11,8 +11,8 @@ from mambaxfer_cli.execute.difference import comparable, first_difference, shown
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
-from mambaxfer_cli.limits import MAX_KV_GROUPS, at_most, check_bounds
-from mambaxfer_cli.planning.model import ModelSpec, Variant
+from mambaxfer_cli.limits import MAX_KV_GROUPS, MAX_LAYERS, at_most, check_bounds, within
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import SCHEMA, Plan, PlanOptions, build_plan
 
@@ -127,6 +127,11 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
             raise UserError(f"--plan {path} holds {len(document['decode']['ranks'])} of {d_tp} D ranks (written "
                             f"with --d-rank?); execute needs every D rank: write the plan without --d-rank")
         spec = _document_model(model, model_arg, cli_overrides or {})
+        # a drafter's attention layers, after the target's
+        drafts = within(f"--plan {path}: model.draft_layers", int(model.get("draft_layers", 0)), 0, MAX_LAYERS,
+                        "model's")
+        if drafts:
+            spec = replace(spec, layers=spec.layers + (ATTENTION,) * drafts, draft_layers=drafts)
         spec = _prefix_with(spec, int(model["ssm_layers"]), int(model["attention_layers"]))
         p_engine, d_engine = dm["prefill"], dm["decode"]
         check_bounds(p_tp=p_tp, d_tp=d_tp, p_num_blocks=int(p_engine["num_blocks"]),
