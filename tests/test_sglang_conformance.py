@@ -360,6 +360,17 @@ def rolled_conv_channels(cls):
         return mixer
     return build
 
+def rolled_gdn_channels(cls):
+    def build(*a, **k):
+        mixer = cls(*a, **k)
+        load = mixer.conv1d.weight.weight_loader
+        def loader(param, weight):
+            load(param, weight)
+            param.data.copy_(param.data.roll(1, 0))
+        mixer.conv1d.weight.weight_loader = loader
+        return mixer
+    return build
+
 def next_slot(cls):
     # The sliced send writes the request's state into the next decode slot.
     from types import SimpleNamespace
@@ -395,12 +406,14 @@ faults = {
     "MambaPool transfer entries": flat_outer_counts,
     "mambaish_config state layers": renumbered,
     "MambaMixer2 conv channels": rolled_conv_channels,
+    "Qwen3GatedDeltaNet conv channels": rolled_gdn_channels,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (Kimi and odd shapes are stand-ins).
-models = [m for m in c.served_presets() if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b")]
+models = [m for m in c.served_presets()
+          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "gigachat3.5")]
 out = {}
 for fault, plant in faults.items():
     name = "compute_head_slice_params" if fault == "changed signature" else fault

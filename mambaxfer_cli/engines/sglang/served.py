@@ -25,8 +25,6 @@ STATE_NOT_READ: Mapping[str, tuple[str, str, str]] = {
     "JetVLMForConditionalGeneration": ("JetVLM", "JetVLMConfig", "hybrid_gdn_config"),
     "InternS2PreviewForConditionalGeneration": ("InternS2-Preview", "InternS2PreviewConfig", "hybrid_gdn_config"),
     "MiniCPMSALAForCausalLM": ("MiniCPM-SALA", "MiniCPMHybridConfig", "hybrid_lightning_config"),
-    "GigaChat35ForCausalLM": ("GigaChat3.5", "GigaChat35Config",
-                              "the linear-attention registry (configs/gigachat35.py registers it)"),
 }
 
 
