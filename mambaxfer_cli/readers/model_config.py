@@ -26,12 +26,13 @@ AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint 
 
 
 def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Multimodal configs (Qwen3.5) keep the language model under ``text_config``."""
-    inner = config.get("text_config")
-    if not isinstance(inner, Mapping):
+    """Multimodal configs keep the language model under ``text_config`` (Qwen3.5) or ``llm_config``
+    (Nemotron-Nano-VL's Nemotron-H)."""
+    key = next((k for k in ("text_config", "llm_config") if isinstance(config.get(k), Mapping)), None)
+    if key is None:
         return dict(config)
-    merged = {k: v for k, v in config.items() if k != "text_config"}
-    merged.update(inner)
+    merged = {k: v for k, v in config.items() if k != key}
+    merged.update(config[key])
     return merged
 
 

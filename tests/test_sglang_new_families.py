@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cli_run import run_cli
+import pytest
+
+from cli_run import assert_user_error, run_cli
 from mambaxfer_cli.engines.sglang.conformance import conv_channels
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, state_shape
 from mambaxfer_cli.engines.sglang.slices import slice_blocks
@@ -65,3 +67,32 @@ def test_its_layers_are_the_config_classes():
     assert listed.mla and listed.num_kv_heads == 1 and listed.head_size == 512 + 64
     typed = spec_from_config({**base, "layer_types": ["linear_attention"] * 11 + ["attention"]}, name="g", source="t")
     assert typed.layers == (SSM,) * 11 + (ATTENTION,)
+
+
+# --- Nemotron-Nano-VL, and the states SGLang keeps that no variant of mambaxfer's expresses ----------
+
+NEMOTRON_H = Path(__file__).parent / "fixtures" / "hf-configs" / "nvidia__Nemotron-H-8B-Base-8K.partial.json"
+
+
+def test_nemotron_nano_vl_is_read_through_its_nemotron_h_llm_config(tmp_path):
+    # NemotronH_Nano_VL_V2_Config keeps a NemotronHConfig under llm_config (configs/nano_nemotron_vl.py),
+    # which mamba2_config hands SGLang's pool: here Nemotron-H-8B's released config, so wrapped.
+    wrapped = tmp_path / "nano-vl.json"
+    wrapped.write_text(json.dumps({"architectures": ["NemotronH_Nano_VL_V2"], "model_type": "NemotronH_Nano_VL_V2",
+                                   "llm_config": json.loads(NEMOTRON_H.read_text())}))
+    result = run_cli("check", "--engine", "sglang", "--model", str(wrapped), "--pairs", "1:2", "--format", "json")
+    assert result.code == 1, result.stderr
+    assert json.loads(result.stdout)["pairings"][0]["bytes_wrong"] == {"conv": 811008, "temporal": 0}
+
+
+@pytest.mark.parametrize("arch, model_type, words", [
+    ("ZayaForCausalLM", "zaya", "two conv tensors per layer"),
+    ("MiniCPMSALAForCausalLM", "minicpm_sala", "no conv and a temporal (lightning_nkv / TP"),
+    ("JetNemotronForCausalLM", "jet_nemotron", "conv state of their value channels only"),
+])
+def test_a_state_no_variant_expresses_is_refused_saying_what(tmp_path, arch, model_type, words):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": [arch], "model_type": model_type}))
+    result = run_cli("check", "--engine", "sglang", "--model", str(config), "--pairs", "1:2")
+    assert_user_error(result, "SGLang 0.5.23 serves", "mambaxfer does not model its state transfer for SGLang: ",
+                      words)
