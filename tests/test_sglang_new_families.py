@@ -96,3 +96,14 @@ def test_a_state_no_variant_expresses_is_refused_saying_what(tmp_path, arch, mod
     result = run_cli("check", "--engine", "sglang", "--model", str(config), "--pairs", "1:2")
     assert_user_error(result, "SGLang 0.5.23 serves", "mambaxfer does not model its state transfer for SGLang: ",
                       words)
+
+
+def test_vllm_serves_no_gigachat_and_all_presets_leaves_it_to_sglang():
+    result = run_cli("check", "--engine", "vllm", "--model", "gigachat3.5", "--pairs", "1:2")
+    assert result.code == 1 and "Traceback" not in result.stderr
+    assert "no vLLM release mambaxfer knows serves GigaChat35ForCausalLM" in " ".join(result.stderr.split())
+    both = json.loads(run_cli("check", "--engine", "vllm,sglang", "--all-presets", "--max-tp", "2",
+                              "--format", "json", timeout=600).stdout)
+    assert "gigachat3.5" not in {r["model"] for r in both["vllm"]["results"]}
+    assert {p["bytes_wrong"]["conv"] for p in both["sglang"]["pairings"]
+            if p["model"] == "gigachat3.5" and p["p_tp"] != p["d_tp"]} == {184320}

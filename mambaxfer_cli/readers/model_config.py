@@ -218,6 +218,10 @@ def spec_from_config(
     if unserved:      # startup: an architecture only another release's registry has
         raise Refused(f"{where}: {unserved}")
     config = nested_keys(flatten_text_config(config))
+    if (releases and variant is None and startup is None and archs and not removed and not served_anywhere(archs)
+            and family_for(str(config.get("model_type", "")))):     # a family only another engine serves
+        raise Refused(f"{where}: no vLLM release mambaxfer knows serves {archs[0]}: \"Model architectures "
+                      f"{list(archs)} are not supported for now\" (_ModelRegistry._raise_for_unsupported)")
     refused = connector_refusal(archs) if variant is None and startup is None else None
     if refused or removed:
         first = heads_first(_positive(config.get("num_attention_heads")) or 0, tp_sizes or ())
