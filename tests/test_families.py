@@ -25,6 +25,7 @@ FAMILY_NAMES = {
     "jamba": r"jamba",
     "lfm2": r"lfm\d",
     "alice_ai": r"alice",
+    "gigachat": r"giga[-_ ]?chat",
 }
 
 # (module, family) pairs still to clear: the list only shrinks.

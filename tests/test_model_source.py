@@ -177,7 +177,7 @@ def test_unknown_preset_suggests_the_closest():
     with pytest.raises(UserError) as err:
         load_model("zzzzzz")
     assert "did you mean" not in str(err.value)
-    assert "built-in presets: glm-5-next, granite-4.0-h-tiny, jamba" in str(err.value)
+    assert "built-in presets: gigachat3.5, glm-5-next, granite-4.0-h-tiny, jamba" in str(err.value)
 
 
 def _fake_cache(root: Path, repo: str, configs: dict[str, dict], main: str | None) -> Path:

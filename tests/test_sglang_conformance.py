@@ -381,6 +381,17 @@ def untransposed(fn):
         return dataclasses.replace(shape, conv=[(c[1], c[0]) for c in shape.conv], conv_slice_axis=0)
     return call
 
+def rolled_gdn_channels(cls):
+    def build(*a, **k):
+        mixer = cls(*a, **k)
+        load = mixer.conv1d.weight.weight_loader
+        def loader(param, weight):
+            load(param, weight)
+            param.data.copy_(param.data.roll(1, 0))
+        mixer.conv1d.weight.weight_loader = loader
+        return mixer
+    return build
+
 def next_slot(cls):
     # The sliced send writes the request's state into the next decode slot.
     from types import SimpleNamespace
@@ -426,13 +437,14 @@ faults = {
     "MambaMixer2 conv channels": rolled_conv_channels,
     "KimiDeltaAttention conv channels": rolled_kda_channels,
     "untransposed Kimi conv": untransposed,
+    "Qwen3GatedDeltaNet conv channels": rolled_gdn_channels,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).
 models = [m for m in c.served_presets()
-          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b")]
+          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
 out = {}
 for fault, plant in faults.items():

@@ -184,7 +184,8 @@ def test_models_lists_what_sglang_serves_and_why_not_the_rest():
     assert rows["nemotron-h-8b"]["sglang_file"] == "models/nemotron_h.py" and rows["nemotron-h-8b"]["answered"]
     assert rows["jamba"]["sglang_file"] is None and rows["jamba"]["why"] == "SGLang 0.5.23 has no Jamba model file"
     assert rows["kimi-linear-48b"]["sglang_file"] == "models/kimi_linear.py" and rows["kimi-linear-48b"]["answered"]
-    assert {u["label"] for u in document["state_not_read"]} >= {"LFM2", "GigaChat3.5", "Nemotron-Nano-VL"}
+    assert {u["label"] for u in document["state_not_read"]} >= {"LFM2", "Zaya", "MiniCPM-SALA", "JetNemotron"}
+    assert rows["gigachat3.5"]["sglang_file"] == "models/gigachat35.py" and rows["gigachat3.5"]["answered"]
     result = run_cli("models", "--engine", "sglang", env={"COLUMNS": "80"})
     assert result.code == 0 and max(map(len, result.stdout.splitlines())) <= 80
     assert "– jamba: SGLang 0.5.23 has no Jamba model file" in result.stdout

@@ -95,7 +95,7 @@ class ModelArgs(Group):
 
     model: str | None = option("--model", "-m", help=MODEL_HELP, panel=MODEL, complete=preset_completed)
     all_presets: bool = option("--all-presets/--no-all-presets",
-                               help="Run on every built-in model (--engine sglang: those SGLang serves).",
+                               help="Run on every built-in model the engine serves.",
                                panel=MODEL, default=False)
     variant: Variant | None = option("--variant", help="Override variant detection.", panel=MODEL,
                                      parser=variant_named, metavar="<Variant>")

@@ -26,12 +26,13 @@ AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint 
 
 
 def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Multimodal configs (Qwen3.5) keep the language model under ``text_config``."""
-    inner = config.get("text_config")
-    if not isinstance(inner, Mapping):
+    """Multimodal configs keep the language model under ``text_config`` (Qwen3.5) or ``llm_config``
+    (Nemotron-Nano-VL's Nemotron-H)."""
+    key = next((k for k in ("text_config", "llm_config") if isinstance(config.get(k), Mapping)), None)
+    if key is None:
         return dict(config)
-    merged = {k: v for k, v in config.items() if k != "text_config"}
-    merged.update(inner)
+    merged = {k: v for k, v in config.items() if k != key}
+    merged.update(config[key])
     return merged
 
 
@@ -217,6 +218,10 @@ def spec_from_config(
     if unserved:      # startup: an architecture only another release's registry has
         raise Refused(f"{where}: {unserved}")
     config = nested_keys(flatten_text_config(config))
+    if (releases and variant is None and startup is None and archs and not removed and not served_anywhere(archs)
+            and family_for(str(config.get("model_type", "")))):     # a family only another engine serves
+        raise Refused(f"{where}: no vLLM release mambaxfer knows serves {archs[0]}: \"Model architectures "
+                      f"{list(archs)} are not supported for now\" (_ModelRegistry._raise_for_unsupported)")
     refused = connector_refusal(archs) if variant is None and startup is None else None
     if refused or removed:
         first = heads_first(_positive(config.get("num_attention_heads")) or 0, tp_sizes or ())

@@ -23,10 +23,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from mambaxfer_cli.engines.sglang.entries import (
     CONV, FIELDS, TransferEntry, entry_for, side_entries, transfer_entries,
 )
-from mambaxfer_cli.engines.sglang.families import given
+from mambaxfer_cli.engines.sglang.families import given, merged
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.plan import plan
-from mambaxfer_cli.engines.sglang.served import startup
+from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, startup
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
@@ -83,6 +83,8 @@ SOURCES: Mapping[str, Source] = {
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
                                         "the checkpoint channels of a rank's conv state"),
     KDA_MIXER: Source(_KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED),
+    "Qwen3GatedDeltaNet conv channels": Source("sglang.srt.models.qwen3_next", "Qwen3GatedDeltaNet",
+                                               "the checkpoint channels of a GDN rank's conv state"),
     "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
@@ -250,11 +252,11 @@ MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
 
 def _mamba2_args(model: ModelSpec) -> dict[str, Any]:
     p = model.params
-    if model.variant == "gdn":
-        key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
-        return {"intermediate_size": value_dim, "n_groups": p["num_k_heads"], "num_heads": p["num_v_heads"],
-                "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"], "conv_kernel": model.conv_kernel,
-                "conv_shard_groups": [key_dim, key_dim, value_dim]}
+    if model.variant == "gdn":     # conv_shard_groups as the family's config class passes them, or none
+        groups = state_shape(model, 1).conv_shard_groups
+        return {"intermediate_size": p["num_v_heads"] * p["head_v_dim"], "n_groups": p["num_k_heads"],
+                "num_heads": p["num_v_heads"], "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"],
+                "conv_kernel": model.conv_kernel, **({"conv_shard_groups": list(groups)} if groups else {})}
     return {"intermediate_size": p["intermediate_size"], "n_groups": p["n_groups"], "num_heads": p["num_heads"],
             "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
 
@@ -439,6 +441,14 @@ class _Checker:
         """The premise of the Mamba2 finding, from SGLang's own mixer: which checkpoint channels a
         rank's conv input (so its conv state) holds, in order, once the mixer's loaders have run."""
         self.kda_channels(models)
+        gdn = self.fn("Qwen3GatedDeltaNet conv channels")
+        for model in models:
+            if gdn and any(ARCHITECTURES.get(a) in QWEN3_GDN_FILES for a in model.hf_config.get("architectures", ())):
+                for tp in tp_sizes(model, self.max_tp):
+                    for rank in range(tp):
+                        self.compare("Qwen3GatedDeltaNet conv channels", {"model": model.name, "tp": tp, "rank": rank},
+                                     partial(_their_gdn_channels, gdn, model, tp, rank),
+                                     partial(conv_channels, model, tp, rank))
         mixer = self.fn("MambaMixer2 conv channels")
         if mixer is None:
             return
@@ -635,13 +645,43 @@ def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, 
 
 
 def _our_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
-    """The checkpoint channels of a rank's conv state in mambaxfer's layout ([x | B | C] regions)."""
-    p = model.params
-    base = {"x": 0, "B": p["intermediate_size"], "C": p["intermediate_size"] + p["n_groups"] * p["d_state"]}
-    layout = rank_layout(model, tp, rank)
-    channels = tuple(base[r.name] + u for r in layout.regions if r.kind == "conv"
-                     for u in range(r.shard.start, r.shard.end))
+    channels = conv_channels(model, tp, rank)
     return (channels, channels)
+
+
+def conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    """The checkpoint channels of a rank's conv state in mambaxfer's layout (its conv regions, each
+    at its offset in the unsharded conv: [x | B | C], [Q | K | V])."""
+    full = [r for r in rank_layout(model, 1, 0).regions if r.kind == "conv"]
+    base = dict(zip([r.name for r in full], itertools.accumulate([len(r.shard) for r in full], initial=0)))
+    return tuple(base[r.name] + u for r in rank_layout(model, tp, rank).regions if r.kind == "conv"
+                 for u in range(r.shard.start, r.shard.end))
+
+
+# The srt/models/ files whose GDN layers are Qwen3GatedDeltaNet (each family module gives its own).
+QWEN3_GDN_FILES = frozenset(merged("QWEN3_GDN_FILES"))
+
+
+def _their_gdn_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    """SGLang's Qwen3GatedDeltaNet built for one rank from the model's own config class (a hidden
+    size of 8: the conv does not depend on it), its conv1d weight loaded from a checkpoint whose
+    every channel carries its own number: the channels of the rank's conv state, in order."""
+    from unittest import mock
+
+    import torch
+    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
+    config = registry[model.hf_config["model_type"]](**model.hf_config).get_text_config()
+    config.hidden_size = 8
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    p = model.params
+    n = 2 * p["num_k_heads"] * p["head_k_dim"] + p["num_v_heads"] * p["head_v_dim"]
+    device = SimpleNamespace(current_device=lambda: "cpu")     # what its gated norm asks a GPU for
+    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank), \
+            mock.patch.object(torch, "get_device_module", lambda *a: device):
+        weight = mixer(config, layer_id=0).conv1d.weight
+    weight.weight_loader(weight, torch.arange(n, dtype=torch.float32)[:, None, None].expand(
+        n, 1, model.conv_kernel).contiguous())
+    return tuple(int(v) for v in weight[:, 0, 0].tolist())
 
 
 # The send check keeps both state fields in float32, so that every element carries its own
@@ -865,8 +905,9 @@ def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
     parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
     with parallel.override(tp_size=1, tp_rank=0, tp_group=None, attn_tp_size=1, attn_tp_rank=0,
                            enable_cp_tp_group_sharing=False):
-        found = hybrid(SimpleNamespace(hf_config=config, is_draft_model=False, linear_attn_registry_result=None))
-        return found.mamba2_cache_params
+        registered = importlib.import_module("sglang.srt.configs.linear_attn_model_registry")
+        found = hybrid(SimpleNamespace(hf_config=config, is_draft_model=False,
+                                       linear_attn_registry_result=registered.get_linear_attn_config(config)))
 
 
 def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[int, ...]:

@@ -87,7 +87,7 @@ def kda_state_shape(*, tp: int, num_heads: int, head_dim: int, num_k_heads: int 
                       conv_dim_full=proj + 2 * proj_k)
 
 
-def state_shape(model: ModelSpec, tp: int) -> StateShape:
+def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> StateShape:
     """The shape SGLang's config hook gives ``model`` at TP ``tp`` (``mamba2_cache_params``)."""
     p = model.params
     if model.variant == "mamba1":
@@ -100,11 +100,14 @@ def state_shape(model: ModelSpec, tp: int) -> StateShape:
     if model.variant == "kda":   # the config class's KimiLinearCacheParams (families/kimi.py, bailing.py)
         return kda_state_shape(tp=tp, num_heads=p["num_heads"], head_dim=p["head_dim"], conv_kernel=model.conv_kernel)
     # GDN (configs/qwen3_next.py): conv_state is cat([query, key, value]), each sub-block sharded
-    # on its own, so the config records their full dims.
+    # on its own, so the config records their full dims; a family whose hook does not (GigaChat3.5's)
+    # leaves SGLang to slice the conv state as one block.
     key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
+    rule = release.families.get(model.family)
+    groups = (key_dim, key_dim, value_dim) if rule is None or rule.conv_shard_groups else None
     return mamba2_state_shape(tp=tp, intermediate_size=value_dim, n_groups=p["num_k_heads"],
                               num_heads=p["num_v_heads"], head_dim=p["head_v_dim"], state_size=p["head_k_dim"],
-                              conv_kernel=model.conv_kernel, conv_shard_groups=(key_dim, key_dim, value_dim))
+                              conv_kernel=model.conv_kernel, conv_shard_groups=groups)
 
 
 @dataclass(frozen=True)

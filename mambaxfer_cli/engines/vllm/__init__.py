@@ -94,11 +94,12 @@ class Vllm:
 
     def conformance(self, model: ModelArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.vllm.conformance import run
+        from mambaxfer_cli.engines.vllm.options import model_names
         from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, progress, render_report
         from mambaxfer_cli.render.report import Viewed
 
         with progress() as (start, done):
-            report = run(model.names(), max_tp, start, done)
+            report = run(model_names(model), max_tp, start, done)
         return Viewed(report, render_report, junit_xml)
 
 

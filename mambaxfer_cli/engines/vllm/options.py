@@ -35,6 +35,17 @@ def option_help() -> dict[str, str]:
             "d_num_blocks": _BLOCKS.format("D", DEFAULT_NUM_BLOCKS, CHECK_NUM_BLOCKS["decode"])}
 
 
+def model_names(model: ModelArgs) -> list[str]:
+    """--model, or with --all-presets the presets some vLLM release serves (those of a family only
+    another engine serves left out, as --engine sglang leaves out those SGLang does not serve)."""
+    from mambaxfer_cli.planning.startup import architecture_names, served_anywhere
+    from mambaxfer_cli.readers.model_source import preset_file
+
+    names = model.names()
+    archs = {n: architecture_names(preset_file(n)["config"]) for n in names} if model.all_presets else {}
+    return [n for n in names if not archs.get(n) or served_anywhere(archs[n])]
+
+
 def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines:
     """Both engines, built once: each side's own value where given, else the one both share, else
     the planner's default (``EngineFlags``'s, the release's block size, the installed vLLM's

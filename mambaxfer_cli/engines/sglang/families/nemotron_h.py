@@ -1,9 +1,11 @@
 """Nemotron-H in SGLang."""
 from mambaxfer_cli.engines.sglang.families import FamilyRule
 SGLANG_0_5_23 = {"Nemotron-H": FamilyRule(True, config_ssm_dtype=True, note="configs/nemotron_h.py")}
+# Nemotron-Nano-VL is a Nemotron-H inside (its llm_config, which mamba2_config hands the pool): read so.
 # Served by SGLang with a state mambaxfer does not read (configs/hybrid_arch.py mambaish_config):
-# Nemotron-Nano-VL (a Nemotron-H inside, its llm_config) and JetNemotron (GDN-like, named alike).
-STATE_NOT_READ = {
-    "NemotronH_Nano_VL_V2": ("Nemotron-Nano-VL", "NemotronH_Nano_VL_V2_Config", "mamba2_config"),
-    "JetNemotronForCausalLM": ("JetNemotron", "JetNemotronConfig", "hybrid_gdn_config"),
-}
+# JetNemotron (GDN-like, named alike).
+STATE_NOT_READ = {"JetNemotronForCausalLM": ("JetNemotron", "JetNemotronConfig", "hybrid_gdn_config")}
+NOT_MODELLED = {"JetNemotronForCausalLM": (
+    "its JetBlock layers keep a conv state of their value channels only, the last num_heads · head_v_dim rows "
+    "of a Mamba2-shaped conv state whose query and key rows are never written (DynamicShortConvolution, "
+    "models/jet_nemotron.py)")}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs, check_writable
-from mambaxfer_cli.engines.vllm.options import build, drafted, plan_options
+from mambaxfer_cli.engines.vllm.options import build, drafted, model_names, plan_options
 from mambaxfer_cli.render.report import Viewed
 
 
@@ -14,7 +14,7 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
     from mambaxfer_cli.engines.vllm.proof.check import run_check, targets_for
 
-    names = model.names()
+    names = model_names(model)
     built = build(engines, CHECK_NUM_BLOCKS)
     from mambaxfer_cli.proof.verdicts import parse_pairs
 
