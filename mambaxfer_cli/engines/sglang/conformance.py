@@ -908,6 +908,7 @@ def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
         registered = importlib.import_module("sglang.srt.configs.linear_attn_model_registry")
         found = hybrid(SimpleNamespace(hf_config=config, is_draft_model=False,
                                        linear_attn_registry_result=registered.get_linear_attn_config(config)))
+        return found.mamba2_cache_params
 
 
 def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[int, ...]:
