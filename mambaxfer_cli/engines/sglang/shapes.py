@@ -97,6 +97,9 @@ def state_shape(model: ModelSpec, tp: int) -> StateShape:
         return mamba2_state_shape(tp=tp, intermediate_size=p["intermediate_size"], n_groups=p["n_groups"],
                                   num_heads=p["num_heads"], head_dim=p["head_dim"], state_size=p["d_state"],
                                   conv_kernel=model.conv_kernel)
+    if model.variant == "short_conv":   # configs/lfm2*.py: the conv window over hidden_size, no SSM state
+        return mamba2_state_shape(tp=tp, intermediate_size=p["hidden_size"], n_groups=1, num_heads=tp,
+                                  head_dim=p["hidden_size"], state_size=0, conv_kernel=model.conv_kernel)
     # GDN (configs/qwen3_next.py): conv_state is cat([query, key, value]), each sub-block sharded
     # on its own, so the config records their full dims.
     key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
@@ -183,6 +186,8 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
             return release.message("mamba2_heads")
         if p["n_groups"] % tp and p["n_groups"] != 1:
             return release.message("mamba2_groups")
+    if model.variant == "short_conv" and p["hidden_size"] % tp:   # Mamba2StateShape.create's divide
+        return f"TP {tp} does not divide hidden_size = {p['hidden_size']} (the short conv's channels)"
     if model.variant == "gdn":
         for key in ("num_k_heads", "num_v_heads"):
             if p[key] % tp:
