@@ -360,6 +360,25 @@ def rolled_conv_channels(cls):
         return mixer
     return build
 
+def attention_as_conv(cls):
+    # LFM2's attention layers kept as short-conv state layers.
+    class Config(cls):
+        @property
+        def linear_layer_ids(self):
+            return list(range(self.num_hidden_layers))
+    return Config
+
+def rolled_short_conv(cls):
+    def build(*a, **k):
+        mixer = cls(*a, **k)
+        load = mixer.conv_weight.weight_loader
+        def loader(param, weight):
+            load(param, weight)
+            param.data.copy_(param.data.roll(1, 0))
+        mixer.conv_weight.weight_loader = loader
+        return mixer
+    return build
+
 def next_slot(cls):
     # The sliced send writes the request's state into the next decode slot.
     from types import SimpleNamespace
@@ -395,12 +414,14 @@ faults = {
     "MambaPool transfer entries": flat_outer_counts,
     "mambaish_config state layers": renumbered,
     "MambaMixer2 conv channels": rolled_conv_channels,
+    "short-conv config state": attention_as_conv,
+    "Lfm2ShortConv conv channels": rolled_short_conv,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (Kimi and odd shapes are stand-ins).
-models = [m for m in c.served_presets() if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b")]
+models = [m for m in c.served_presets() if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "lfm2-1.2b")]
 out = {}
 for fault, plant in faults.items():
     name = "compute_head_slice_params" if fault == "changed signature" else fault

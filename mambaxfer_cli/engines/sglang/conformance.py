@@ -77,6 +77,10 @@ SOURCES: Mapping[str, Source] = {
                                            "the layer ids of the pool's state entries, from the config"),
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
                                         "the checkpoint channels of a rank's conv state"),
+    "short-conv config state": Source("sglang.srt.configs.lfm2", "Lfm2Config",
+                                      "a short-conv model's per-rank state shape and layers (mamba2_cache_params)"),
+    "Lfm2ShortConv conv channels": Source("sglang.srt.models.lfm2", "Lfm2ShortConv",
+                                          "the checkpoint channels of a rank's short-conv state"),
     "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
@@ -242,8 +246,11 @@ MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
     {"intermediate_size": 768, "n_groups": 2, "num_heads": 24, "head_dim": 32, "state_size": 16, "conv_kernel": 4})
 
 
-def _mamba2_args(model: ModelSpec) -> dict[str, Any]:
+def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
     p = model.params
+    if model.variant == "short_conv":    # configs/lfm2*.py: num_heads is the TP size, no SSM state
+        return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
+                "state_size": 0, "conv_kernel": model.conv_kernel}
     if model.variant == "gdn":
         key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
         return {"intermediate_size": value_dim, "n_groups": p["num_k_heads"], "num_heads": p["num_v_heads"],
@@ -309,8 +316,12 @@ class _Checker:
                              partial(_our_model_shape, model, tp))
             elif model.variant != "mamba1" and create:
                 self.compare("Mamba2StateShape.create", case,
-                             partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model)),
+                             partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model, tp)),
                              partial(_our_model_shape, model, tp))
+            config = self.fn("short-conv config state")
+            if model.variant == "short_conv" and config:
+                self.compare("short-conv config state", case, partial(_their_config_state, config, model, tp),
+                             partial(_our_config_state, model, tp, self.release))
         for tp in range(1, self.max_tp + 1):
             for args in MAMBA2_STAND_INS:
                 if create:
@@ -429,6 +440,12 @@ class _Checker:
     def mixer_channels(self, models: Sequence[ModelSpec]) -> None:
         """The premise of the Mamba2 finding, from SGLang's own mixer: which checkpoint channels a
         rank's conv input (so its conv state) holds, in order, once the mixer's loaders have run."""
+        short = self.fn("Lfm2ShortConv conv channels")
+        for model in [m for m in models if m.variant == "short_conv"] if short is not None else []:
+            for tp, rank in ((size, rank) for size in tp_sizes(model, self.max_tp) for rank in range(size)):
+                self.compare("Lfm2ShortConv conv channels", {"model": model.name, "tp": tp, "rank": rank},
+                             partial(_their_short_conv_channels, short, model, tp, rank),
+                             partial(_our_short_conv_channels, model, tp, rank))
         mixer = self.fn("MambaMixer2 conv channels")
         if mixer is None:
             return
@@ -462,7 +479,7 @@ class _Checker:
                         shape = partial(full, intermediate_size=p["intermediate_size"], state_size=p["d_state"],
                                         conv_kernel=model.conv_kernel)
                     else:
-                        shape = partial(create, **_mamba2_args(model))
+                        shape = partial(_tp_shape, create, model)
                     self.compare(name, {"model": model.name, "p_tp": p_tp, "d_tp": d_tp, "layers": SEND_LAYERS},
                                  partial(_their_send, manager, backend, pool, shape, spec, p_tp, d_tp),
                                  partial(_our_send, model, spec, p_tp, d_tp, backend, self.release))
@@ -482,7 +499,7 @@ class _Checker:
                     theirs_shape = partial(full, tp_world_size=tp, intermediate_size=p["intermediate_size"],
                                            state_size=p["d_state"], conv_kernel=model.conv_kernel)
                 else:
-                    theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model))
+                    theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model, tp))
                 self.compare("MambaPool transfer entries", {"model": model.name, "tp": tp, "layers": layers},
                              partial(_their_pool_entries, pool, theirs_shape, "Mamba2CacheParams", layers),
                              partial(_our_pool_entries, state_shape(spec, tp), spec.conv_dtype, spec.ssm_dtype,
@@ -585,6 +602,49 @@ def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, 
     return (tuple(conv), tuple(xbc))
 
 
+def _tp_shape(create: Callable[..., Any], model: ModelSpec, tp_world_size: int) -> Any:
+    return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
+
+
+def _config_class(model_type: str) -> Any:
+    """SGLang's config class for a model_type: its registry's, else the one it puts in transformers'."""
+    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
+    return registry.get(model_type) or importlib.import_module("transformers").CONFIG_MAPPING[model_type]
+
+
+def _their_config_state(loaded: Any, model: ModelSpec, tp: int) -> tuple[Any, ...]:
+    """The model's own SGLang config class (``loaded`` where it is the model's) at attention TP
+    ``tp``: its cache params' shape and layers."""
+    model_type = model.hf_config["model_type"]
+    config = (loaded if loaded.model_type == model_type else _config_class(model_type))(**model.hf_config)
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    with parallel.override(tp_size=tp, tp_rank=0, tp_group=None, attn_tp_size=tp, attn_tp_rank=0):
+        params = config.mamba2_cache_params
+    return (_shape_tuple(params.shape), tuple(params.layers))
+
+
+def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any, ...]:
+    return (_our_model_shape(sglang_model(model, {}, release), tp), sglang_model(model, {}, release).ssm_layer_ids)
+
+
+def _their_short_conv_channels(mixer: Any, model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    """SGLang's short conv built for one rank, its conv weight loaded from a checkpoint whose every
+    channel carries its own number: the channels of the rank's conv (so of its conv state)."""
+    import torch
+    config = _config_class(model.hf_config["model_type"])(**model.hf_config)
+    hidden = model.params["hidden_size"]
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
+        weight = mixer(config, 0).conv_weight
+        weight.weight_loader(weight, torch.arange(hidden, dtype=torch.float32)[:, None].expand(
+            hidden, weight.shape[1]).contiguous())
+    return tuple(int(v) for v in weight[:, 0].tolist())
+
+
+def _our_short_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    return tuple(u for r in rank_layout(model, tp, rank).regions for u in range(r.shard.start, r.shard.end))
+
+
 def _our_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
     """The checkpoint channels of a rank's conv state in mambaxfer's layout ([x | B | C] regions)."""
     p = model.params
@@ -658,7 +718,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
             for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
                 ints = tensor.view(torch.int32)
                 ints.fill_(OTHER_SLOT if fill else UNWRITTEN)
-                if fill:
+                if fill and tensor.numel():    # a short conv's temporal state is empty
                     for layer in SEND_LAYERS:
                         ints[layer, P_SLOT] = _labels(layout, field_name, layer).view(ints.shape[2:])
             out.append(built)
@@ -707,7 +767,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
         layout = rank_layout(spec, d_tp, d)
         for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
             ints = tensor.view(torch.int32)
-            for layer in SEND_LAYERS:
+            for layer in SEND_LAYERS if tensor.numel() else ():
                 want = _labels(layout, field_name, layer)
                 bad += 4 * int((ints[layer, D_SLOT].reshape(-1) != want).sum())
     return (tuple(sorted(writes)), bad)
@@ -743,8 +803,7 @@ def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers
 def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[int, ...]:
     """SGLang's config class for the model's config.json (its config registry), through
     mambaish_config as its pool configurator takes it, at TP 1: the state layers' ids."""
-    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
-    config = registry[model.hf_config["model_type"]](**model.hf_config)
+    config = _config_class(model.hf_config["model_type"])(**model.hf_config)
     parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
     with parallel.override(tp_size=1, tp_rank=0, tp_group=None, attn_tp_size=1, attn_tp_rank=0,
                            enable_cp_tp_group_sharing=False):
