@@ -53,3 +53,25 @@ def test_check_beside_vllm_keeps_vllm_s_refusal_as_a_line(cli, monkeypatch):
     assert len(lfm2) == 4 and {r["outcome"] for r in lfm2} == {"right"}, lfm2
     code, _, err = cli("check", "--engine", "vllm", "--model", "lfm2-1.2b")
     assert code == 1 and "derive_mamba_conv_split" in err       # one model asked: vLLM's refusal, as before
+
+
+@pytest.mark.usefixtures("nixl")
+@pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 1)])
+def test_execute_moves_every_conv_byte_sglang_writes(p_tp, d_tp):
+    from cli_run import run_json
+
+    code, doc = run_json("execute", "--engine", "sglang", "--device", "cpu", "--format", "json", "--timeout", "90",
+                         "--model", "lfm2-1.2b", "--layers", "4", "--p-tp", str(p_tp), "--d-tp", str(d_tp),
+                         "--iters", "1")
+    assert code == 0 and doc["verified"] and doc["bad_bytes"] == doc["predicted_bad_bytes"] == 0, doc
+    assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv"}
+    assert "temporal" not in {f["field"] for d in doc["decode"] for f in d["fields"]}
+
+
+def test_preflight_of_two_sglang_servers_of_lfm2(cli):
+    line = ("python -m sglang.launch_server --model-path LiquidAI/LFM2-1.2B --tp {} --disaggregation-mode {} "
+            "--disaggregation-transfer-backend nixl --page-size 1")
+    code, out, err = cli("preflight", "--prefill", line.format(1, "prefill"), "--decode", line.format(2, "decode"),
+                         "--format", "json")
+    assert code == 0, err + out
+    assert "lfm2-1.2b" in out
