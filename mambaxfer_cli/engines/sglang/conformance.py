@@ -53,6 +53,7 @@ class Source:
 
 _UTILS, _DISAGG = "sglang.srt.configs.mamba_utils", "sglang.srt.disaggregation"
 KDA_SHAPES, KDA_SHAPES_COMPARED = given("KDA_SHAPES")
+SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -77,10 +78,10 @@ SOURCES: Mapping[str, Source] = {
                                            "the layer ids of the pool's state entries, from the config"),
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
                                         "the checkpoint channels of a rank's conv state"),
-    "short-conv config state": Source("sglang.srt.configs.lfm2", "Lfm2Config",
-                                      "a short-conv model's per-rank state shape and layers (mamba2_cache_params)"),
-    "Lfm2ShortConv conv channels": Source("sglang.srt.models.lfm2", "Lfm2ShortConv",
-                                          "the checkpoint channels of a rank's short-conv state"),
+    SHORT_CONV_CONFIG[0]: Source(SHORT_CONV_CONFIG[1], SHORT_CONV_CONFIG[2],
+                                 "a short-conv model's per-rank state shape and layers (mamba2_cache_params)"),
+    SHORT_CONV_MIXER[0]: Source(SHORT_CONV_MIXER[1], SHORT_CONV_MIXER[2],
+                                "the checkpoint channels of a rank's short-conv state"),
     "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
@@ -248,7 +249,7 @@ MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
 
 def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
     p = model.params
-    if model.variant == "short_conv":    # configs/lfm2*.py: num_heads is the TP size, no SSM state
+    if model.variant == "short_conv":    # its config class: num_heads is the TP size, no SSM state
         return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
                 "state_size": 0, "conv_kernel": model.conv_kernel}
     if model.variant == "gdn":
@@ -318,9 +319,9 @@ class _Checker:
                 self.compare("Mamba2StateShape.create", case,
                              partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model, tp)),
                              partial(_our_model_shape, model, tp))
-            config = self.fn("short-conv config state")
+            config = self.fn(SHORT_CONV_CONFIG[0])
             if model.variant == "short_conv" and config:
-                self.compare("short-conv config state", case, partial(_their_config_state, config, model, tp),
+                self.compare(SHORT_CONV_CONFIG[0], case, partial(_their_config_state, config, model, tp),
                              partial(_our_config_state, model, tp, self.release))
         for tp in range(1, self.max_tp + 1):
             for args in MAMBA2_STAND_INS:
@@ -440,10 +441,10 @@ class _Checker:
     def mixer_channels(self, models: Sequence[ModelSpec]) -> None:
         """The premise of the Mamba2 finding, from SGLang's own mixer: which checkpoint channels a
         rank's conv input (so its conv state) holds, in order, once the mixer's loaders have run."""
-        short = self.fn("Lfm2ShortConv conv channels")
+        short = self.fn(SHORT_CONV_MIXER[0])
         for model in [m for m in models if m.variant == "short_conv"] if short is not None else []:
             for tp, rank in ((size, rank) for size in tp_sizes(model, self.max_tp) for rank in range(size)):
-                self.compare("Lfm2ShortConv conv channels", {"model": model.name, "tp": tp, "rank": rank},
+                self.compare(SHORT_CONV_MIXER[0], {"model": model.name, "tp": tp, "rank": rank},
                              partial(_their_short_conv_channels, short, model, tp, rank),
                              partial(_our_short_conv_channels, model, tp, rank))
         mixer = self.fn("MambaMixer2 conv channels")

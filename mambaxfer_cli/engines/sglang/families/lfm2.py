@@ -7,3 +7,7 @@ SGLANG_0_5_23 = {
     "LFM2-MoE": FamilyRule(True, note="configs/lfm2_moe.py Lfm2MoeConfig"),
     "LFM2-VL": FamilyRule(True, note="configs/lfm2_vl.py Lfm2VlConfig"),
 }
+
+# Conformance: SGLang's short-conv config class and mixer, by the name conformance reports each.
+SHORT_CONV_CONFIG = ("short-conv config state", "sglang.srt.configs.lfm2", "Lfm2Config")
+SHORT_CONV_MIXER = ("Lfm2ShortConv conv channels", "sglang.srt.models.lfm2", "Lfm2ShortConv")
