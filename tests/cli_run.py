@@ -91,3 +91,11 @@ def commands() -> dict:
     from mambaxfer_cli.cli import app
 
     return dict(typer.main.get_command(app).commands)
+
+
+def vllm_presets() -> list[str]:
+    """The presets whose state vLLM's NIXL connector moves (not LFM2's short conv, which it refuses)."""
+    from mambaxfer_cli.families import connector_refusal
+    from mambaxfer_cli.readers.model_source import preset_file, preset_names
+
+    return [name for name in preset_names() if not connector_refusal(preset_file(name)["config"]["architectures"])]

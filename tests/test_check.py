@@ -13,10 +13,11 @@ from mambaxfer_cli.engines.vllm.proof.check import (
 )
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec, Variant
-from mambaxfer_cli.readers.model_source import load_model, preset_names
+from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import build_plan
 from mambaxfer_cli.planning.reads import tp_ratio
 from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, simulate
+from cli_run import vllm_presets
 from strategies import pairings
 
 
@@ -117,7 +118,7 @@ def test_report_counts_verdicts_and_serialises():
 
 def test_exact_plans_of_every_preset_pass_and_vllm_fails_exactly_where_it_warns():
     options = {"exact": check_options(), "vllm": check_options(semantics="vllm")}
-    for name in preset_names():
+    for name in vllm_presets():
         model, patterns = load_model(name), Patterns()
         for pairing in pairings_up_to(model, 2, "vllm"):
             exact = check_pairing(model, pairing, options["exact"], patterns)

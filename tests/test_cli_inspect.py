@@ -108,18 +108,27 @@ def test_unknown_preset_did_you_mean(fails):
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"model_type": "lfm2", "hidden_size": 1024, "num_hidden_layers": 16, "conv_L_cache": 3},
-     "model_type 'lfm2' is a short-conv (LFM2) model, which mambaxfer does not support; supported variants "
-     "are Mamba1, Mamba2, GDN and KDA"),
     ({"model_type": "minimax", "hidden_size": 2304, "num_hidden_layers": 27},
      "model_type 'minimax' is a lightning attention (MiniMax) model"),
     ({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
       "num_key_value_heads": 8},
      "not a Mamba-family config (model_type 'llama', and none of the SSM keys"),
-], ids=["lfm2", "minimax", "llama"])
+], ids=["minimax", "llama"])
 def test_unsupported_variants(fails, tmp_path, config, message):
     err = fails(message, "inspect", "--model", write_config(tmp_path, config))
     assert "mamba1: jamba, mamba, falcon_mamba; mamba2: mamba2, nemotron_h" in err   # what is supported
+
+
+def test_a_short_conv_model_is_sglang_s_to_answer_for(fails, cli, tmp_path):
+    config = {"model_type": "lfm2", "hidden_size": 1024, "num_hidden_layers": 4, "conv_L_cache": 3,
+              "layer_types": ["conv", "conv", "full_attention", "conv"], "num_attention_heads": 16,
+              "num_key_value_heads": 8}
+    path = write_config(tmp_path, config)
+    fails("model_type 'lfm2' is a short-conv state, which vLLM's NIXL connector refuses (derive_mamba_conv_split); "
+          "mambaxfer answers for it under --engine sglang", "inspect", "--model", path)
+    code, out, err = cli("inspect", "--engine", "sglang", "--model", path, "--tp", "2")
+    assert code == 0, err
+    assert "conv state 512 × 2 (bfloat16); temporal 1 × 1024 × 0" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("tp, message", [

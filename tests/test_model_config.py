@@ -216,7 +216,6 @@ def test_gdn_detected_from_keys_without_known_model_type():
 
 
 @pytest.mark.parametrize("model_type, found", [
-    ("lfm2", "short-conv (LFM2)"),
     ("minimax", "lightning attention (MiniMax)"),
 ])
 def test_unsupported_families(model_type, found):
@@ -224,7 +223,18 @@ def test_unsupported_families(model_type, found):
         spec({"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2})
     message = str(err.value)
     assert f"model_type '{model_type}' is a {found} model" in message
-    assert "supported variants are Mamba1, Mamba2, GDN and KDA" in message
+    assert "supported variants are Mamba1, Mamba2, GDN, KDA and short conv" in message
+
+
+@pytest.mark.parametrize("variant", [None, Variant("short_conv")])
+def test_a_short_conv_state_is_not_read_for_vllm(variant):
+    # vLLM's connector refuses SHORT_CONV (derive_mamba_conv_split); SGLang's start-up hook reads it.
+    config = {"model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "layer_types": ["conv", "full_attention"], "num_key_value_heads": 2, "conv_L_cache": 3}
+    with pytest.raises(UserError, match="short-conv state, which vLLM's NIXL connector refuses"):
+        spec(config, variant=variant)
+    read = spec_from_config(config, name="lfm2", source="x", variant=variant, startup=lambda config: None)
+    assert (read.variant, read.layers, read.params["hidden_size"]) == ("short_conv", ("ssm", "attention"), 64)
 
 
 def test_plain_transformer_is_not_a_mamba_config():

@@ -8,19 +8,19 @@ import json
 
 import pytest
 
-from cli_run import run_cli
+from cli_run import run_cli, vllm_presets
 from mambaxfer_cli.execute.tasks import cut_layers
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import release
-from mambaxfer_cli.readers.model_source import load_model, preset_names
+from mambaxfer_cli.readers.model_source import load_model
 from rank_processes import assert_no_rank_left, new_tag
 
 pytestmark = pytest.mark.usefixtures("nixl")
 
 # The first layers of each preset with attention that hold one attention layer (one KV-cache
 # tensor or few): small pages, a run of a few seconds.
-WITH_ATTENTION = [name for name in preset_names() if load_model(name).has_attention]
+WITH_ATTENTION = [name for name in vllm_presets() if load_model(name).has_attention]
 LAYERS = {"jamba": 8, "granite-4.0-h-tiny": 6, "kimi-linear-48b": 8, "nemotron-h-8b": 8, "qwen3.5-0.8b": 4,
           "qwen3-next-80b": 4, "qwen3.8-flash-next": 4, "glm-5-next": 4}
 

@@ -28,13 +28,16 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_source import load_model, preset_names
+from mambaxfer_cli.engines.sglang.served import startup
 
 FAST = settings(max_examples=60, deadline=None)
-SERVED = [n for n in preset_names() if SGLANG_0_5_23.families[load_model(n).family].served]
 
 
 def model(name: str) -> ModelSpec:
-    return load_model(name)
+    return load_model(name, startup=startup(SGLANG_0_5_23.version))    # read as SGLang starts it
+
+
+SERVED = [n for n in preset_names() if SGLANG_0_5_23.families[model(n).family].served]
 
 
 # --- shapes and dtypes (configs/mamba_utils.py) -----------------------------------------------------

@@ -392,6 +392,25 @@ def rolled_gdn_channels(cls):
         return mixer
     return build
 
+def attention_as_conv(cls):
+    # LFM2's attention layers kept as short-conv state layers.
+    class Config(cls):
+        @property
+        def linear_layer_ids(self):
+            return list(range(self.num_hidden_layers))
+    return Config
+
+def rolled_short_conv(cls):
+    def build(*a, **k):
+        mixer = cls(*a, **k)
+        load = mixer.conv_weight.weight_loader
+        def loader(param, weight):
+            load(param, weight)
+            param.data.copy_(param.data.roll(1, 0))
+        mixer.conv_weight.weight_loader = loader
+        return mixer
+    return build
+
 def next_slot(cls):
     # The sliced send writes the request's state into the next decode slot.
     from types import SimpleNamespace
@@ -438,13 +457,15 @@ faults = {
     "KimiDeltaAttention conv channels": rolled_kda_channels,
     "untransposed Kimi conv": untransposed,
     "Qwen3GatedDeltaNet conv channels": rolled_gdn_channels,
+    "short-conv config state": attention_as_conv,
+    "Lfm2ShortConv conv channels": rolled_short_conv,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).
 models = [m for m in c.served_presets()
-          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5")]
+          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5", "lfm2-1.2b")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
 out = {}
 for fault, plant in faults.items():

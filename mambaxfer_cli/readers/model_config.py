@@ -19,7 +19,7 @@ from mambaxfer_cli.limits import (
 )
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import served_anywhere
-from mambaxfer_cli.planning.variants import titles
+from mambaxfer_cli.planning.variants import VARIANTS, titles
 
 DEFAULT_DTYPE = "bfloat16"
 AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
@@ -131,11 +131,17 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
 
 
 def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
-            archs: tuple[str, ...] = ()) -> Family:
+            archs: tuple[str, ...] = (), short_conv: bool = False) -> Family:
     """The config's family: by model_type, else (a guess) by its keys, or as --variant says. A
-    config whose architectures no vLLM release serves is planned only with --variant."""
+    config whose architectures no vLLM release serves is planned only with --variant; a short-conv
+    state only where the engine reading it moves one (``short_conv``)."""
     model_type = str(config.get("model_type", ""))
     family = family_for(model_type)
+    named = variant if variant is not None else family.variant if family is not None else None
+    if not short_conv and named is not None and VARIANTS[named].backend == "SHORT_CONV":
+        said = f"--variant {variant}" if variant is not None else f"model_type '{model_type}'"
+        raise UserError(f"{where}: {said} is a short-conv state, which vLLM's NIXL connector refuses "
+                        f"(derive_mamba_conv_split); mambaxfer answers for it under --engine sglang")
     if variant is not None:
         if family is not None and family.variant == variant:
             return family
@@ -227,7 +233,7 @@ def spec_from_config(
         first = heads_first(_positive(config.get("num_attention_heads")) or 0, tp_sizes or ())
         if first or refused:
             raise Refused(f"{where}: {first or refused}")
-    family = labelled(_detect(config, variant, where, archs if startup is None else ()), archs)
+    family = labelled(_detect(config, variant, where, archs if startup is None else (), startup is not None), archs)
     family = family.refine(family, config) if family.refine else family
     full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}

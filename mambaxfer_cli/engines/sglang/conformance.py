@@ -57,6 +57,7 @@ _UTILS, _DISAGG = "sglang.srt.configs.mamba_utils", "sglang.srt.disaggregation"
 KDA_SHAPES, KDA_SHAPES_COMPARED = given("KDA_SHAPES")
 KDA_MIXER, _KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED = given("KDA_MIXER")
 PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
+SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -85,6 +86,10 @@ SOURCES: Mapping[str, Source] = {
     KDA_MIXER: Source(_KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED),
     "Qwen3GatedDeltaNet conv channels": Source("sglang.srt.models.qwen3_next", "Qwen3GatedDeltaNet",
                                                "the checkpoint channels of a GDN rank's conv state"),
+    SHORT_CONV_CONFIG[0]: Source(SHORT_CONV_CONFIG[1], SHORT_CONV_CONFIG[2],
+                                 "a short-conv model's per-rank state shape and layers (mamba2_cache_params)"),
+    SHORT_CONV_MIXER[0]: Source(SHORT_CONV_MIXER[1], SHORT_CONV_MIXER[2],
+                                "the checkpoint channels of a rank's short-conv state"),
     "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
@@ -250,8 +255,11 @@ MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
     {"intermediate_size": 768, "n_groups": 2, "num_heads": 24, "head_dim": 32, "state_size": 16, "conv_kernel": 4})
 
 
-def _mamba2_args(model: ModelSpec) -> dict[str, Any]:
+def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
     p = model.params
+    if model.variant == "short_conv":    # its config class: num_heads is the TP size, no SSM state
+        return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
+                "state_size": 0, "conv_kernel": model.conv_kernel}
     if model.variant == "gdn":     # conv_shard_groups as the family's config class passes them, or none
         groups = state_shape(model, 1).conv_shard_groups
         return {"intermediate_size": p["num_v_heads"] * p["head_v_dim"], "n_groups": p["num_k_heads"],
@@ -320,8 +328,12 @@ class _Checker:
                              partial(_our_model_shape, sglang_model(model, {}, self.release), tp))
             elif model.variant not in ("mamba1", "kda") and create:
                 self.compare("Mamba2StateShape.create", case,
-                             partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model)),
+                             partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model, tp)),
                              partial(_our_model_shape, model, tp))
+            config = self.fn(SHORT_CONV_CONFIG[0])
+            if model.variant == "short_conv" and config:
+                self.compare(SHORT_CONV_CONFIG[0], case, partial(_their_config_state, config, model, tp),
+                             partial(_our_config_state, model, tp, self.release))
         for tp in range(1, self.max_tp + 1):
             for args in MAMBA2_STAND_INS:
                 if create:
@@ -449,6 +461,12 @@ class _Checker:
                         self.compare("Qwen3GatedDeltaNet conv channels", {"model": model.name, "tp": tp, "rank": rank},
                                      partial(_their_gdn_channels, gdn, model, tp, rank),
                                      partial(conv_channels, model, tp, rank))
+        short = self.fn(SHORT_CONV_MIXER[0])
+        for model in [m for m in models if m.variant == "short_conv"] if short is not None else []:
+            for tp, rank in ((size, rank) for size in tp_sizes(model, self.max_tp) for rank in range(size)):
+                self.compare(SHORT_CONV_MIXER[0], {"model": model.name, "tp": tp, "rank": rank},
+                             partial(_their_short_conv_channels, short, model, tp, rank),
+                             partial(_our_short_conv_channels, model, tp, rank))
         mixer = self.fn("MambaMixer2 conv channels")
         if mixer is None:
             return
@@ -499,7 +517,7 @@ class _Checker:
                     elif model.variant == "kda":
                         shape = partial(_kda_from_config, kda, model)
                     else:
-                        shape = partial(create, **_mamba2_args(model))
+                        shape = partial(_tp_shape, create, model)
                     self.compare(name, {"model": model.name, "p_tp": p_tp, "d_tp": d_tp, "layers": SEND_LAYERS},
                                  partial(_their_send, manager, backend, pool, shape, spec, p_tp, d_tp),
                                  partial(_our_send, model, spec, p_tp, d_tp, backend, self.release))
@@ -522,7 +540,7 @@ class _Checker:
                 elif model.variant == "kda":
                     theirs_shape = partial(_kda_from_config, kda, model, tp)
                 else:
-                    theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model))
+                    theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model, tp))
                 params = given("KDA_CACHE_PARAMS") if model.variant == "kda" else "Mamba2CacheParams"
                 self.compare("MambaPool transfer entries", {"model": model.name, "tp": tp, "layers": layers},
                              partial(_their_pool_entries, pool, theirs_shape, params, layers),
@@ -644,6 +662,49 @@ def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, 
     return (tuple(conv), tuple(xbc))
 
 
+def _tp_shape(create: Callable[..., Any], model: ModelSpec, tp_world_size: int) -> Any:
+    return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
+
+
+def _config_class(model_type: str) -> Any:
+    """SGLang's config class for a model_type: its registry's, else the one it puts in transformers'."""
+    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
+    return registry.get(model_type) or importlib.import_module("transformers").CONFIG_MAPPING[model_type]
+
+
+def _their_config_state(loaded: Any, model: ModelSpec, tp: int) -> tuple[Any, ...]:
+    """The model's own SGLang config class (``loaded`` where it is the model's) at attention TP
+    ``tp``: its cache params' shape and layers."""
+    model_type = model.hf_config["model_type"]
+    config = (loaded if loaded.model_type == model_type else _config_class(model_type))(**model.hf_config)
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    with parallel.override(tp_size=tp, tp_rank=0, tp_group=None, attn_tp_size=tp, attn_tp_rank=0):
+        params = config.mamba2_cache_params
+    return (_shape_tuple(params.shape), tuple(params.layers))
+
+
+def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any, ...]:
+    return (_our_model_shape(sglang_model(model, {}, release), tp), sglang_model(model, {}, release).ssm_layer_ids)
+
+
+def _their_short_conv_channels(mixer: Any, model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    """SGLang's short conv built for one rank, its conv weight loaded from a checkpoint whose every
+    channel carries its own number: the channels of the rank's conv (so of its conv state)."""
+    import torch
+    config = _config_class(model.hf_config["model_type"])(**model.hf_config)
+    hidden = model.params["hidden_size"]
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
+        weight = mixer(config, 0).conv_weight
+        weight.weight_loader(weight, torch.arange(hidden, dtype=torch.float32)[:, None].expand(
+            hidden, weight.shape[1]).contiguous())
+    return tuple(int(v) for v in weight[:, 0].tolist())
+
+
+def _our_short_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
+    return tuple(u for r in rank_layout(model, tp, rank).regions for u in range(r.shard.start, r.shard.end))
+
+
 def _our_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
     channels = conv_channels(model, tp, rank)
     return (channels, channels)
@@ -750,7 +811,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
             for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
                 ints = tensor.view(torch.int32)
                 ints.fill_(OTHER_SLOT if fill else UNWRITTEN)
-                if fill:
+                if fill and tensor.numel():    # a short conv's temporal state is empty
                     for layer in SEND_LAYERS:
                         ints[layer, P_SLOT] = _labels(layout, field_name, layer, outer).view(ints.shape[2:])
             for sibling in _their_siblings(spec):
@@ -806,7 +867,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
         layout, outer = rank_layout(spec, d_tp, d), state_shape(spec, d_tp).conv_outer
         for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
             ints = tensor.view(torch.int32)
-            for layer in SEND_LAYERS:
+            for layer in SEND_LAYERS if tensor.numel() else ():
                 want = _labels(layout, field_name, layer, outer)
                 bad += 4 * int((ints[layer, D_SLOT].reshape(-1) != want).sum())
         for k, ints in enumerate(_side_items(built)):
@@ -900,8 +961,7 @@ def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers
 def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
     """SGLang's config class for the model's config.json (its config registry), through
     mambaish_config as its pool configurator takes it, at TP 1: the cache params it gives the pool."""
-    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
-    config = registry[model.hf_config["model_type"]](**model.hf_config)
+    config = _config_class(model.hf_config["model_type"])(**model.hf_config)
     parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
     with parallel.override(tp_size=1, tp_rank=0, tp_group=None, attn_tp_size=1, attn_tp_rank=0,
                            enable_cp_tp_group_sharing=False):

@@ -99,6 +99,9 @@ def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> 
                                   conv_kernel=model.conv_kernel)
     if model.variant == "kda":   # the config class's KimiLinearCacheParams (families/kimi.py, bailing.py)
         return kda_state_shape(tp=tp, num_heads=p["num_heads"], head_dim=p["head_dim"], conv_kernel=model.conv_kernel)
+    if model.variant == "short_conv":   # configs/lfm2*.py: the conv window over hidden_size, no SSM state
+        return mamba2_state_shape(tp=tp, intermediate_size=p["hidden_size"], n_groups=1, num_heads=tp,
+                                  head_dim=p["hidden_size"], state_size=0, conv_kernel=model.conv_kernel)
     # GDN (configs/qwen3_next.py): conv_state is cat([query, key, value]), each sub-block sharded
     # on its own, so the config records their full dims; a family whose hook does not (GigaChat3.5's)
     # leaves SGLang to slice the conv state as one block.
@@ -192,6 +195,8 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
             return release.message("mamba2_groups")
     if model.variant == "kda" and p["num_heads"] % tp:
         return release.message("kda_heads", heads=p["num_heads"], tp=tp)
+    if model.variant == "short_conv" and p["hidden_size"] % tp:   # Mamba2StateShape.create's divide
+        return f"TP {tp} does not divide hidden_size = {p['hidden_size']} (the short conv's channels)"
     if model.variant == "gdn":
         for key in ("num_k_heads", "num_v_heads"):
             if p[key] % tp:

@@ -99,7 +99,7 @@ class Vllm:
         from mambaxfer_cli.render.report import Viewed
 
         with progress() as (start, done):
-            report = run(model_names(model), max_tp, start, done)
+            report = run(model_names(model), max_tp, start, done, every_preset=model.all_presets)
         return Viewed(report, render_report, junit_xml)
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs, check_writable
 from mambaxfer_cli.engines.vllm.options import build, drafted, model_names, plan_options
+from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.render.report import Viewed
 
 
@@ -19,8 +22,15 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     from mambaxfer_cli.proof.verdicts import parse_pairs
 
     sizes = tuple(tp for pair in parse_pairs(pairs) for tp in (pair.p_tp, pair.d_tp)) if pairs else ()
-    specs = drafted([on_gpu(model.load(name, built.release_names, sizes), built.decode.gpu) for name in names],
-                    model, engines, built)
+    loaded, refused = [], []
+    for name in names:
+        try:
+            loaded.append(on_gpu(model.load(name, built.release_names, sizes), built.decode.gpu))
+        except Refused as exc:    # --all-presets: a preset vLLM refuses is a line of its report
+            if not model.all_presets:
+                raise
+            refused.append(f"{name}: not checked: {exc}")
+    specs = drafted(loaded, model, engines, built)
     semantics = request.reads(both=True)
     options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact",
                            speculative=engines.speculative_config)
@@ -34,4 +44,5 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
 
     with progress() as (on_start, on_result):
         report = run_check(targets, options, on_start, on_result, semantics=semantics)
+    report = replace(report, unchecked=report.unchecked + tuple(refused))
     return Viewed(report, render_report, junit_xml)

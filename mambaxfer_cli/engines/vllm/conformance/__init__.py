@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.engines.vllm.installed import installed_version
 
 NOT_INSTALLED = ("no vLLM is installed beside mambaxfer (in {python}); conformance runs vLLM's own code, "
@@ -29,16 +29,24 @@ def require_vllm() -> str:
 
 
 def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = None,
-        done: Callable[[str, int, int], None] | None = None):
+        done: Callable[[str, int, int], None] | None = None, every_preset: bool = False):
     """Compare the installed vLLM with mambaxfer's rules for its release on ``models`` (--model
-    names or paths), every pairing up to ``max_tp``."""
+    names or paths), every pairing up to ``max_tp``; ``every_preset``: leave out, with a note, the
+    presets vLLM refuses."""
     version = require_vllm()
     from mambaxfer_cli.engines.vllm.conformance.adapter import Ours, release_for
     from mambaxfer_cli.engines.vllm.probe import LAYOUT_VARIABLE, layout_setting
 
     ours = Ours(release_for(version))
     # A bad --model fails before vLLM loads; a model with MTP layers mambaxfer models runs again with them.
-    specs = [each for name in models for each in ours.with_drafted(name, ours.load(name))]
+    specs, refused = [], []
+    for name in models:
+        try:
+            specs += ours.with_drafted(name, ours.load(name))
+        except Refused as exc:
+            if not every_preset:
+                raise
+            refused.append(f"{name}: not compared: {exc}")
     before, set_here = layout_setting()
     from mambaxfer_cli.engines.vllm.conformance.compare import run as compare
     from mambaxfer_cli.engines.vllm.probe import installed
@@ -50,6 +58,7 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
         raise UserError(f"vLLM {version} is installed here but does not import: "
                         f"{type(exc).__name__}: {first}") from None
     report = compare(specs, max_tp, vllm, ours, start, done)
+    report.notes.extend(refused)
     if set_here:
         report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")
     elif before != "DS":
