@@ -465,7 +465,8 @@ faults = {
 }
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).
 models = [m for m in c.served_presets()
-          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5", "lfm2-1.2b")]
+          if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5",
+                        "lfm2-1.2b")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
 out = {}
 for fault, plant in faults.items():
