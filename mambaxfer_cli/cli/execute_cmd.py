@@ -59,7 +59,8 @@ class PeerArgs(Group):
         return found
 
 
-@command(uses={"model": ModelArgs.without("all_presets"), "engines": EngineArgs.given(*EngineArgs.SHARED),
+@command(uses={"model": ModelArgs.without("all_presets"),
+               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_algorithm", "speculative_draft_model_path"),
                "request": RequestArgs.given("semantics", "coalesce", "request_blocks", "seed"),
                "output": OutputArgs.given("fmt")},
          defaults={"request_blocks": 2})

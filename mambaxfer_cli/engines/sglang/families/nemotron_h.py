@@ -7,3 +7,5 @@ STATE_NOT_READ = {
     "NemotronH_Nano_VL_V2": ("Nemotron-Nano-VL", "NemotronH_Nano_VL_V2_Config", "mamba2_config"),
     "JetNemotronForCausalLM": ("JetNemotron", "JetNemotronConfig", "hybrid_gdn_config"),
 }
+# The MTP draft class ModelConfig._config_draft_model gives the target's own checkpoint (one layer).
+MTP_DRAFTS = {a: "NemotronHForCausalLMMTP" for a in ("NemotronHForCausalLM", "NemotronHPuzzleForCausalLM")}

@@ -153,6 +153,11 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
         return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
     p_kv, d_kv = KVSide(plan.model, plan.p_tp, PAGE_SIZE), KVSide(plan.model, plan.d_tp, PAGE_SIZE)
     p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
+    if plan.draft is not None:
+        if not plan.draft.as_target(plan.model):     # a rank fills its KV pages with the target's heads
+            raise _unexecutable(f"the draft's KV heads ({plan.draft.source}) differ from the target's")
+        p_entries += plan.draft.entries(plan.model, plan.p_tp, PAGE_SIZE)
+        d_entries += plan.draft.entries(plan.model, plan.d_tp, PAGE_SIZE)
     writes = sglang_kv_writes(p_kv, d_kv, plan.head_slices) if attention == "sglang" else exact_kv_writes(p_kv, d_kv)
     descriptors += kv_descriptors(writes, p_entries, d_entries, len(plan.prefill_entries))
     ordered = tuple(sorted(descriptors, key=lambda d: (d.d_rank, d.p_rank, d.src_entry)))
@@ -246,7 +251,8 @@ class SlotOutcome:
         moved = self.moved
         if moved is None or moved.p_kv is None or moved.d_kv is None:
             return None
-        return {"layers": moved.attention_layers, "page_size": moved.d_kv.page_size,
+        return {"layers": moved.attention_layers, "draft_layers": self.plan.draft.layers if self.plan.draft else 0,
+                "page_size": moved.d_kv.page_size,
                 "head_bytes": moved.d_kv.head_bytes, "dtype": self.plan.model.model_dtype,
                 "heads_per_rank": {"prefill": moved.p_kv.heads, "decode": moved.d_kv.heads}}
 

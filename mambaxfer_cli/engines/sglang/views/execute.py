@@ -48,8 +48,9 @@ def result_table(outcome: "SlotOutcome") -> Table:
     phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
     plan, kv = outcome.plan, outcome.attention
     entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
+    drafted = f" ({kv['draft_layers']} the draft's)" if kv and kv["draft_layers"] else ""
     layers = f"{plan.verdict.ssm_layers} SSM layers" + (
-        f", K and V of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}: slot = page of "
+        f", K and V of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}{drafted}: slot = page of "
         f"{kv['page_size']} tokens" if kv else "")
     table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {entries} entries "
                      f"({layers}); P WRITEs, one descriptor per write and layer"
