@@ -94,3 +94,38 @@ def test_execute_moves_and_verifies_the_draft_pages(semantics):
     # K and V of one layer, 4 tokens of 2 heads of 512 B, split over the two D ranks.
     assert drafted["total_bytes"] - without["total_bytes"] == 2 * 4 * 2 * 512
     assert [d["entries"] - w["entries"] for d, w in zip(drafted["decode"], without["decode"])] == [2, 2]
+
+
+LAUNCH = "python -m sglang.launch_server --model-path Qwen/Qwen3.5-0.8B"
+
+
+def preflight(p_flags: str, d_flags: str) -> tuple[int, dict]:
+    result = run_cli("preflight", "--prefill", f"{LAUNCH} --disaggregation-mode prefill {p_flags}",
+                     "--decode", f"{LAUNCH} --disaggregation-mode decode {d_flags}", "--format", "json")
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.code, json.loads(result.stdout)
+
+
+def test_preflight_checks_the_drafts_bytes_and_pairs_them():
+    code, doc = preflight("--tp 1 --speculative-algorithm NEXTN", "--tp 2 --speculative-algorithm nextn")
+    assert code == 0 and doc["verdict"] == "works", doc["headline"]
+    row = next(f for f in doc["not_compared"] if f["field"].startswith("draft KV bytes"))
+    assert (row["prefill"], row["decode"], row["agree"]) == ("1024 (1 layer)", "512 (1 layer)", True)
+
+
+def test_preflight_fails_a_draft_only_p_sends_over_mooncake_and_fixes_d():
+    """Mooncake pairs KV entries by layer id: D has none for the draft's band."""
+    code, doc = preflight("--tp 1 --speculative-algorithm NEXTN", "--tp 2")
+    assert code == 1 and doc["verdict"] == "fails", doc["headline"]
+    assert "Decode peer is missing a transfer entry for model layer 24" in " ".join(doc["headline"].split())
+    assert "--speculative-algorithm NEXTN" in doc["fix"]["decode"]
+
+
+def test_preflight_refuses_in_sglangs_words():
+    code, doc = preflight("--speculative-algorithm medusa", "")
+    assert code == 1 and doc["verdict"] == "refused"
+    assert "\"Unknown speculative algorithm name: medusa\"" in " ".join(doc["headline"].split())
+    code, doc = preflight(f"--tp 1 --speculative-algorithm EAGLE3 --speculative-draft-model-path {EAGLE3}",
+                          f"--tp 2 --speculative-algorithm EAGLE3 --speculative-draft-model-path {EAGLE3}")
+    assert code == 1 and doc["verdict"] == "fails"
+    assert "head-sliced transfer assumes one item length" in " ".join(doc["headline"].split())

@@ -23,6 +23,7 @@ from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families import dim_key
 from mambaxfer_cli.planning.model import ModelSpec
 
+REFUSES = "SGLang does not start: "
 ALIASES = {"NEXTN": "EAGLE"}                  # _resolve_speculative_algorithm_alias
 KNOWN = ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NEXTN")
 MODELLED = ("EAGLE", "EAGLE3", "STANDALONE")  # a draft model with a KV pool; NGRAM has none
@@ -64,7 +65,7 @@ def algorithm(name: str) -> str:
     """--speculative-algorithm as SGLang resolves it (upper case, NEXTN is EAGLE)."""
     upper = name.strip().upper()
     if upper not in KNOWN:
-        raise Refused(f"SGLang does not start: \"Unknown speculative algorithm name: {name}\" "
+        raise Refused(f"{REFUSES}\"Unknown speculative algorithm name: {name}\" "
                       f"(SpeculativeAlgorithm.from_string; it knows {', '.join(KNOWN)})")
     return ALIASES.get(upper, upper)
 
