@@ -763,9 +763,10 @@ def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int)
     importlib.import_module("sglang.srt.configs.model_config").ModelConfig._config_draft_model(
         SimpleNamespace(is_draft_model=True, hf_config=hf, hf_text_config=text, speculative_algorithm="EAGLE"))
     setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
-    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=SimpleNamespace(
-        num_nextn_predict_layers=hf.num_nextn_predict_layers, num_hidden_layers=model.hidden_layers,
-        num_attention_layers=len(model.attention_indices), hf_config=hf))
+    config_seen = SimpleNamespace(num_nextn_predict_layers=hf.num_nextn_predict_layers, hf_config=hf,
+                                  num_hidden_layers=model.hidden_layers,
+                                  num_attention_layers=len(model.attention_indices))
+    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config_seen)
     assert model.num_kv_heads and model.head_size
     built = pool(size=2 * page, page_size=page, dtype=getattr(torch, model.model_dtype), layer_num=layers,
                  head_num=max(1, model.num_kv_heads // tp), head_dim=model.head_size, device="cpu",
