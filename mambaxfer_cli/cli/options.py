@@ -183,7 +183,7 @@ class EngineArgs(Group):
     speculative_algorithm: str | None = option(
         "--speculative-algorithm", help="SGLang's --speculative-algorithm (--engine sglang: plan, execute): NEXTN "
                                         "or EAGLE (the model's MTP layer), EAGLE3, STANDALONE; the draft's KV "
-                                        "pool moves after the target's.", panel=ENGINES)
+                                        "pool moves after the target's.", panel=ENGINES, metavar="NAME")
     speculative_draft_model_path: str | None = option(
         "--speculative-draft-model-path", help="SGLang's draft model (--engine sglang): its config.json or "
                                                "folder.", panel=ENGINES, metavar="PATH")
