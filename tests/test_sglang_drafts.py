@@ -129,3 +129,14 @@ def test_preflight_refuses_in_sglangs_words():
                           f"--tp 2 --speculative-algorithm EAGLE3 --speculative-draft-model-path {EAGLE3}")
     assert code == 1 and doc["verdict"] == "fails"
     assert "head-sliced transfer assumes one item length" in " ".join(doc["headline"].split())
+
+
+@pytest.mark.usefixtures("nixl")
+def test_execute_moves_an_eagle3_drafters_own_pages_at_equal_tp():
+    """The drafter's 4 KV heads (the target's 2) fill pages of their own, whole at equal TP."""
+    args = ("execute", "--engine", "sglang", "--device", "cpu", "--format", "json", "--model", "qwen3.5-0.8b",
+            "--p-tp", "2", "--d-tp", "2", "--layers", "4", "--iters", "1")
+    _, without = run_json(*args)
+    code, drafted = run_json(*args, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", EAGLE3)
+    assert code == 0 and drafted["verified"] and drafted["bad_bytes"] == 0, drafted
+    assert drafted["total_bytes"] - without["total_bytes"] == 2 * 4 * 4 * 512

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
-from mambaxfer_cli.engines.sglang.kv import KV_FIELDS
+from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVRank
 from mambaxfer_cli.engines.sglang.plan import Descriptor
 from mambaxfer_cli.engines.sglang.proof import item
 from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
@@ -53,9 +53,15 @@ def fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick: 
 
 def entry_item(task: SlotTask, entry: TransferEntry, block: int) -> np.ndarray:
     """What one item of an entry holds for a block of the pattern: a state slot, or a KV page."""
-    if task.kv is not None and entry.field in KV_FIELDS:
-        return task.kv.page(entry.field, block, entry.layer_id)
+    kv = kv_of(task, entry)
+    if kv is not None and entry.field in KV_FIELDS:
+        return kv.page(entry.field, block, entry.layer_id)
     return item(task.layout, entry.field, block, entry.layer_id)
+
+
+def kv_of(task: SlotTask, entry: TransferEntry) -> KVRank | None:
+    """The KV page layout of an entry: the draft's for its band, else the target's."""
+    return task.draft_kv if task.draft_kv is not None and entry.layer_id >= task.draft_band else task.kv
 
 
 def poison_all(memory: RankMemory, value: int) -> None:
@@ -294,7 +300,8 @@ class Check:
             if first is None and bad.size:
                 at = int(bad[0])
                 want, found = self.last[index]
-                first = FirstWrong(entry.field, entry.layer_id, at, holds(task.layout, entry.field, at, task.kv),
+                said = holds(task.layout, entry.field, at, kv_of(task, entry))
+                first = FirstWrong(entry.field, entry.layer_id, at, said,
                                    int(want[at]), int(found[at]), "wrong" if wrong[at] else "missing")
         fields = tuple(FieldCount(name, layers, size, wrong, missing, beyond)
                        for name, (layers, wrong, missing, beyond, size) in counts.items())
