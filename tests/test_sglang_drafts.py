@@ -1,5 +1,5 @@
 """SGLang's speculative decoding: the draft model's KV pool appended to the transfer on both sides
-(--speculative-algorithm, --speculative-draft-model-path), on the released configs: Qwen3.5's and
+(--speculative-algorithm, --draft-model), on the released configs: Qwen3.5's and
 Qwen3-Next's MTP layer, Nemotron-3-Super's, and SpecForge's EAGLE-3 drafter for Qwen3.5-4B."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_draft_entries_are_k_then_v_pages_with_the_heads_of_each_rank():
 
 def test_an_eagle3_drafter_brings_its_own_layers_and_heads():
     draft = plan_json("--model", "qwen3.5-0.8b", "--p-tp", "2", "--d-tp", "2", "--speculative-algorithm", "EAGLE3",
-                      "--speculative-draft-model-path", EAGLE3)["draft"]
+                      "--draft-model", EAGLE3)["draft"]
     assert (draft["layers"], draft["num_kv_heads"], draft["head_size"], draft["band"]) == (1, 4, 256, 24)
 
 
@@ -55,7 +55,7 @@ def test_a_drafter_with_other_heads_where_tp_differs_is_refused_or_out_of_reach(
     """Mooncake's send_kvcache_slice fails a request whose KV entries differ in item length; NIXL's
     slices them with the target's heads, which mambaxfer does not plan."""
     args = ("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
-            "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", EAGLE3)
+            "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3)
     assert_refused(run_cli(*args), "head-sliced transfer assumes one item length for every KV entry")
     assert_user_error(run_cli(*args, "--transfer-backend", "nixl"), "_init_hetero_tp_prep_handle")
 
@@ -67,7 +67,7 @@ def test_sglangs_refusals_and_mambaxfers_limits_of_the_speculative_flags():
     assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "jamba", "--p-tp", "1", "--d-tp", "1",
                               "--speculative-algorithm", "NEXTN"), "no MTP draft class")
     assert_user_error(run_cli(*base, "--speculative-algorithm", "DFLASH"), "not DFLASH's")
-    assert_user_error(run_cli(*base, "--speculative-draft-model-path", EAGLE3), "give --speculative-algorithm")
+    assert_user_error(run_cli(*base, "--draft-model", EAGLE3), "needs --speculative-algorithm")
     assert plan_json(*base[3:], "--speculative-algorithm", "ngram")["draft"] is None
 
 
@@ -137,6 +137,6 @@ def test_execute_moves_an_eagle3_drafters_own_pages_at_equal_tp():
     args = ("execute", "--engine", "sglang", "--device", "cpu", "--format", "json", "--model", "qwen3.5-0.8b",
             "--p-tp", "2", "--d-tp", "2", "--layers", "4", "--iters", "1")
     _, without = run_json(*args)
-    code, drafted = run_json(*args, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", EAGLE3)
+    code, drafted = run_json(*args, "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3)
     assert code == 0 and drafted["verified"] and drafted["bad_bytes"] == 0, drafted
     assert drafted["total_bytes"] - without["total_bytes"] == 2 * 4 * 4 * 512

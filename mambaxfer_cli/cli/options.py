@@ -185,8 +185,8 @@ class EngineArgs(Group):
                                         "or EAGLE (the model's MTP layer), EAGLE3, STANDALONE; the draft's KV "
                                         "pool moves after the target's.", panel=ENGINES, metavar="NAME")
     speculative_draft_model_path: str | None = option(
-        "--speculative-draft-model-path", help="SGLang's draft model (--engine sglang): its config.json or "
-                                               "folder.", panel=ENGINES, metavar="PATH")
+        "--draft-model", help="SGLang's speculative draft model path (--engine sglang): the drafter's "
+                              "config.json or its folder.", panel=ENGINES, metavar="PATH")
     vllm_version: str | None = option(
         "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES, complete=values_completed("vllm_version"))
     p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES,

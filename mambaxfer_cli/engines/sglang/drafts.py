@@ -83,7 +83,8 @@ def draft_for(model: ModelSpec, name: str | None, draft_path: str | None) -> Dra
     target's own (``ModelConfig.from_server_args``: model_path or the target's)."""
     if name is None:
         if draft_path is not None:
-            raise UserError("--speculative-draft-model-path: give --speculative-algorithm with it")
+            raise UserError("a draft model (--draft-model; on a launch line --speculative-draft-model-path) needs "
+                            "--speculative-algorithm")
         return None
     chosen = algorithm(name)
     if chosen == "NGRAM":
@@ -103,7 +104,7 @@ def draft_for(model: ModelSpec, name: str | None, draft_path: str | None) -> Dra
         return Draft(chosen, f"{MTP_DRAFTS[archs[0]]}'s layer", 1, model.num_kv_heads, model.head_size, band)
     if draft_path is None:
         raise UserError(f"--speculative-algorithm {name}: SGLang 0.5.23 gives {archs[0] if archs else model.name} "
-                        f"no MTP draft class (ModelConfig._config_draft_model); give --speculative-draft-model-path")
+                        f"no MTP draft class (ModelConfig._config_draft_model); give its draft model (--draft-model)")
     from mambaxfer_cli.readers.model_config import flatten_text_config
 
     flat, where = flatten_text_config(config), draft_path

@@ -54,7 +54,7 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
         raise UserError("--transfer-backend: SGLang's option (with --engine sglang); vLLM's NIXL connector has "
                         "one transfer backend")
     for flag, given in (("--speculative-algorithm", args.speculative_algorithm),
-                        ("--speculative-draft-model-path", args.speculative_draft_model_path)):
+                        ("--draft-model", args.speculative_draft_model_path)):
         if given is not None:
             raise UserError(f"{flag}: SGLang's option (with --engine sglang); vLLM's is --speculative-config")
     device = _gpu(args.gpu)

@@ -29,7 +29,7 @@ def backend(engines: EngineArgs, said: bool = True, drafts: bool = False) -> str
     if given:
         raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; --engine sglang does "
                         f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend, "
-                        f"--speculative-algorithm, --speculative-draft-model-path)")
+                        f"--speculative-algorithm, --draft-model)")
     if not drafts and any(getattr(engines, name) is not None for name in _SPECULATIVE):
         raise UserError("--speculative-algorithm: plan and execute read SGLang's draft (--engine sglang)")
     chosen = (engines.transfer_backend or DEFAULT_BACKEND).strip().lower()
