@@ -102,6 +102,13 @@ def test_every_model_is_compared_by_the_functions_that_take_one(all_presets):
         assert all(counts["cases"] > 0 and counts["differing"] == 0 for counts in by_model[name].values())
 
 
+def test_the_mtp_drafts_pool_is_compared_on_each_model_sglang_drafts_from_its_own_checkpoint(all_presets):
+    by_model = next(f["by_model"] for f in all_presets["document"]["functions"]
+                    if f["function"] == "draft KV pool entries")
+    assert {"qwen3.5-0.8b", "qwen3-next-80b", "nemotron-h-8b"} <= set(by_model)
+    assert all(counts["cases"] > 0 and counts["differing"] == 0 for counts in by_model.values())
+
+
 def test_progress_goes_to_stderr_step_by_step(all_presets):
     lines = [line for line in all_presets["stderr"].splitlines() if line.startswith("conformance: ")]
     assert lines[0] == f"conformance: {IMPORT_STEP}, then {len(STEPS)} steps of comparison"
@@ -129,6 +136,10 @@ load = c.load_functions
 
 def shifted_start(fn):
     return lambda *a, **k: [(s + 1, d, n) for s, d, n in fn(*a, **k)]
+
+def extra_draft_layer(cls):
+    # The draft's pool one layer deeper than the MTP draft class SGLang builds.
+    return lambda **k: cls(**{**k, "layer_num": k["layer_num"] + 1})
 
 def changed_signature(fn):
     def call(*a, **k):
@@ -435,6 +446,10 @@ def renumbered(fn):
         return SimpleNamespace(mamba2_cache_params=SimpleNamespace(layers=list(range(len(layers)))))
     return call
 
+def extra_draft_layer(cls):
+    # The draft's pool one layer deeper than the MTP draft class SGLang builds.
+    return lambda **k: cls(**{**k, "layer_num": k["layer_num"] + 1})
+
 def changed_signature(fn):
     def call(*a, **k):
         raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
@@ -461,6 +476,7 @@ faults = {
     "Lfm2ShortConv conv channels": rolled_short_conv,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
+    "draft KV pool entries": extra_draft_layer,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).

@@ -180,6 +180,13 @@ class EngineArgs(Group):
     transfer_backend: str | None = option(
         "--transfer-backend", help="SGLang's disaggregation transfer backend (--engine sglang): mooncake "
                                    "(SGLang's default) or nixl.", panel=ENGINES)
+    speculative_algorithm: str | None = option(
+        "--speculative-algorithm", help="SGLang's --speculative-algorithm (--engine sglang: plan, execute): NEXTN "
+                                        "or EAGLE (the model's MTP layer), EAGLE3, STANDALONE; the draft's KV "
+                                        "pool moves after the target's.", panel=ENGINES, metavar="NAME")
+    speculative_draft_model_path: str | None = option(
+        "--draft-model", help="SGLang's speculative draft model path (--engine sglang): the drafter's "
+                              "config.json or its folder.", panel=ENGINES, metavar="PATH")
     vllm_version: str | None = option(
         "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES, complete=values_completed("vllm_version"))
     p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES,

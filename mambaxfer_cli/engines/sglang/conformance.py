@@ -20,6 +20,7 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from mambaxfer_cli.engines.sglang.drafts import MTP_DRAFTS, draft_for
 from mambaxfer_cli.engines.sglang.entries import (
     CONV, FIELDS, TransferEntry, entry_for, side_entries, transfer_entries,
 )
@@ -94,6 +95,8 @@ SOURCES: Mapping[str, Source] = {
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
                                   "the state writes Mooncake posts, and the decode bytes they leave wrong"),
+    "draft KV pool entries": Source("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool",
+                                    "the MTP draft's KV entries: their layer ids and item bytes"),
     "_resolve_rank_mapping": Source(f"{_DISAGG}.common.conn", "CommonKVManager._resolve_rank_mapping",
                                     "the P ranks each D rank reads, and the responses it waits for"),
 }
@@ -582,6 +585,20 @@ class _Checker:
             self.compare("mambaish_config state layers", {"model": model.name},
                          partial(_their_state_layers, hybrid, model), partial(_our_state_layers, model, self.release))
 
+    def drafts(self, models: Sequence[ModelSpec]) -> None:
+        """The draft KV pool NEXTN builds from a model's own checkpoint, as both sides register it
+        (``_config_draft_model``, ``_compute_model_num_layers``, the pool's buffers and
+        ``build_kv_layer_ids``' band), against ``drafts.Draft.entries``."""
+        pool = self.fn("draft KV pool entries")
+        if pool is None:
+            return
+        for model in models:
+            if str((model.hf_config.get("architectures") or [""])[0]) not in MTP_DRAFTS:
+                continue
+            for tp, page in itertools.product(tp_sizes(model, self.max_tp), (1, 16)):
+                self.compare("draft KV pool entries", {"model": model.name, "tp": tp, "page_size": page},
+                             partial(_their_draft, pool, model, tp, page), partial(_our_draft, model, tp, page))
+
     def rank_mapping(self) -> None:
         resolve = self.fn("_resolve_rank_mapping")
         if resolve is None:
@@ -952,6 +969,39 @@ def _their_pool_entries(pool: Callable[..., Any], shape: Callable[[], Any], para
             tuple(built.get_state_layer_ids()))
 
 
+def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int) -> tuple[Any, ...]:
+    """SGLang's MTP draft for the model's own checkpoint: its layer count from the draft config,
+    its KV pool on the CPU (``max(1, heads // tp)`` heads a rank) and the ids its entries carry."""
+    import torch
+
+    config = model.hf_config
+    hf = SimpleNamespace(**{k: v for k, v in config.items() if k != "text_config"})
+    hf.architectures, hf.num_nextn_predict_layers = list(config["architectures"]), None
+    text = SimpleNamespace(**config.get("text_config", config), num_nextn_predict_layers=None)
+    importlib.import_module("sglang.srt.configs.model_config").ModelConfig._config_draft_model(
+        SimpleNamespace(is_draft_model=True, hf_config=hf, hf_text_config=text, speculative_algorithm="EAGLE"))
+    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
+    config_seen = SimpleNamespace(num_nextn_predict_layers=hf.num_nextn_predict_layers, hf_config=hf,
+                                  num_hidden_layers=model.hidden_layers,
+                                  num_attention_layers=len(model.attention_indices))
+    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config_seen)
+    assert model.num_kv_heads and model.head_size
+    built = pool(size=2 * page, page_size=page, dtype=getattr(torch, model.model_dtype), layer_num=layers,
+                 head_num=max(1, model.num_kv_heads // tp), head_dim=model.head_size, device="cpu",
+                 enable_memory_saver=False)
+    items = built.get_contiguous_buf_infos()[2]
+    utils = importlib.import_module("sglang.srt.disaggregation.utils")
+    ids = utils._remap_draft_layer_ids(utils._draft_entry_layer_ids(pool=built, num_entries=len(items)),
+                                       model.hidden_layers)
+    return tuple(zip(ids, items))
+
+
+def _our_draft(model: ModelSpec, tp: int, page: int) -> tuple[Any, ...]:
+    draft = draft_for(model, "NEXTN", None)
+    assert draft is not None
+    return tuple((e.layer_id, e.item_len) for e in draft.entries(sglang_model(model, {}), tp, page))
+
+
 def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers: Sequence[int]) -> tuple[Any, ...]:
     entries = transfer_entries(shape, conv_dtype, ssm_dtype, layers)
     return (tuple(e.item_len for e in entries), tuple(e.dim for e in entries), tuple(e.outer_count for e in entries),
@@ -1033,7 +1083,8 @@ def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
     steps: tuple[Callable[[], None], ...] = (
         partial(checker.shapes, models), checker.dtypes, partial(checker.slices, models), checker.replicated,
         partial(checker.heads, models), partial(checker.mixer_channels, models), partial(checker.pool_entries, models),
-        partial(checker.sends, models), partial(checker.state_layers, models), checker.rank_mapping)
+        partial(checker.sends, models), partial(checker.state_layers, models), partial(checker.drafts, models),
+        checker.rank_mapping)
     for label, step in zip(STEPS, steps, strict=True):
         step()
         if done is not None:
@@ -1044,7 +1095,7 @@ def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
 
 # The probe's steps, as its progress names them.
 STEPS = ("state shapes", "state dtypes", "slice blocks", "replicated state", "head slices", "conv channels",
-         "pool entries", "state sends", "state layers", "rank mapping")
+         "pool entries", "state sends", "state layers", "draft entries", "rank mapping")
 IMPORT_STEP = "SGLang's import"
 
 

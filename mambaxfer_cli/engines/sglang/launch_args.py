@@ -48,14 +48,16 @@ READ = {
     "mamba_radix_cache_strategy": "radix_strategy", "disable_radix_cache": "disable_radix_cache",
     "max_mamba_cache_size": "max_mamba_cache_size", "mamba_full_memory_ratio": "mamba_full_memory_ratio",
     "mamba_track_interval": "mamba_track_interval", "attention_backend": "attention_backend",
-    "enable_unified_memory": "unified_memory",
+    "enable_unified_memory": "unified_memory", "speculative_algorithm": "speculative_algorithm",
+    "speculative_draft_model_path": "draft_model",
 }
 INTS = ("tp", "pp", "dp", "attn_dp", "attn_cp", "page_size", "bootstrap_port", "max_mamba_cache_size",
         "mamba_track_interval")
 # The spelling a corrected line uses for each field.
 FLAG = {"model": "--model-path", "mode": "--disaggregation-mode", "tp": "--tp-size", "pp": "--pp-size",
         "page_size": "--page-size", "kv_cache_dtype": "--kv-cache-dtype", "mamba_ssm_dtype": "--mamba-ssm-dtype",
-        "transfer_backend": "--disaggregation-transfer-backend", "radix_strategy": "--mamba-radix-cache-strategy"}
+        "transfer_backend": "--disaggregation-transfer-backend", "radix_strategy": "--mamba-radix-cache-strategy",
+        "speculative_algorithm": "--speculative-algorithm", "draft_model": "--speculative-draft-model-path"}
 
 SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
 
@@ -121,6 +123,8 @@ class LaunchLine(ServerLine):
     mamba_track_interval: int = 256
     attention_backend: str | None = None
     unified_memory: bool = False
+    speculative_algorithm: str | None = None
+    draft_model: str | None = None           # --speculative-draft-model-path
     launcher: str = "python -m sglang.launch_server"
     env: tuple[tuple[str, str], ...] = ()          # what SGLang's process sees of its state variables
     env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from mambaxfer_cli.engines.sglang.drafts import Draft
 from mambaxfer_cli.engines.sglang.entries import TransferEntry, side_entries, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.ranks import RankMapping, rank_mapping, writers
@@ -14,7 +15,7 @@ from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, state_shape
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side, exact_writes, sglang_writes
-from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
 
@@ -47,6 +48,7 @@ class SGLangPlan:
     exact: tuple[StateWrite, ...]         # the right bytes, one slot of one layer
     head_slices: tuple[tuple[int, int, HeadSlice], ...]   # (d_rank, p_rank, slice) where TP differs
     verdict: Verdict
+    draft: Draft | None = None            # the draft model's KV pool, appended after the target's KV
 
     def descriptors(self, p_slot: int = 0, d_slot: int = 0) -> tuple[Descriptor, ...]:
         """SGLang's writes for one request in slots ``p_slot`` and ``d_slot``, every layer."""
@@ -77,6 +79,7 @@ class SGLangPlan:
             "head_slices": [{"d_rank": d, "p_rank": p, "src_start": s.src_start, "count": s.count,
                              "dst_start": s.dst_start} for d, p, s in self.head_slices],
             "verdict": self.verdict.to_dict(),
+            "draft": self.draft.to_dict() if self.draft else None,
         }
 
 
@@ -87,11 +90,21 @@ def _entry_dict(e: TransferEntry) -> dict[str, Any]:
 
 
 def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: Mapping[str, str] | None = None,
-         d_env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23) -> SGLangPlan:
-    """SGLang's transfer of ``model``'s state from P TP ``p_tp`` to D TP ``d_tp``. The exact
-    writes are a plain copy only where both sides keep the state in the same dtypes (else none)."""
+         d_env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23,
+         draft: Draft | None = None) -> SGLangPlan:
+    """SGLang's transfer of ``model``'s state from P TP ``p_tp`` to D TP ``d_tp``, with ``draft``'s
+    KV on both sides. The exact writes are a plain copy only where both sides keep the state in the
+    same dtypes (else none)."""
     if backend not in release.backends:
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
+    if draft is not None and p_tp != d_tp and not draft.as_target(model):
+        what = (f"{draft.source}: {draft.num_kv_heads} KV heads of {draft.head_size}, the target "
+                 f"{model.num_kv_heads} of {model.head_size}")
+        if backend != NIXL:
+            raise Refused(f"{what}; SGLang's Mooncake sender fails each request whose TP sizes differ: "
+                          f"\"head-sliced transfer assumes one item length for every KV entry\" (send_kvcache_slice)")
+        raise UserError(f"{what}; where the TP sizes differ SGLang's NIXL sender slices the draft's pages with "
+                        f"the target's heads (_init_hetero_tp_prep_handle), which mambaxfer does not plan")
     p_spec, spec = sglang_model(model, p_env, release), sglang_model(model, d_env, release)
     p_side, d_side = check_side(p_spec, p_tp, release), check_side(spec, d_tp, release)
     # SGLang's own layer numbers (MambaPool.get_state_layer_ids: the config class's
@@ -110,4 +123,4 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
         + side_entries(p_spec),
         transfer_entries(state_shape(spec, d_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids) + side_entries(spec),
         tuple(rank_mapping(p_tp, d_tp, d) for d in range(d_tp)), writes,
-        exact_writes(p_side, d_side) if same_dtypes else (), tuple(heads), outcome)
+        exact_writes(p_side, d_side) if same_dtypes else (), tuple(heads), outcome, draft)

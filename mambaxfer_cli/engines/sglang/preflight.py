@@ -16,15 +16,17 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server
+from mambaxfer_cli.engines.sglang.drafts import REFUSES, Draft, draft_for
 from mambaxfer_cli.engines.sglang.entries import server_flags
 from mambaxfer_cli.engines.sglang.launch_args import (
     CONV_DTYPE_VAR, FLAG, SETS, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
 )
-from mambaxfer_cli.engines.sglang.release import BACKENDS, SGLANG_0_5_23, Release
+from mambaxfer_cli.engines.sglang.plan import plan
+from mambaxfer_cli.engines.sglang.release import BACKENDS, NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_refusal
 from mambaxfer_cli.engines.sglang.verdict import Verdict, verdict
 from mambaxfer_cli.engines.sglang.writes import check_side
-from mambaxfer_cli.errors import UserError, reworded
+from mambaxfer_cli.errors import Refused, UserError, reworded
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
     DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, merged, nearest_first, respelled, taken_value,
@@ -58,6 +60,8 @@ class SGLangServer:
     state: ModelSpec | None          # as SGLang keeps its state (its dtypes); None: SGLang does not serve it
     not_served: str | None           # why SGLang does not serve the model
     release: Release = SGLANG_0_5_23
+    draft: Draft | None = None       # the draft's KV pool (--speculative-algorithm)
+    draft_refused: str | None = None  # SGLang's refusal of the speculative flags
 
     @property
     def tp(self) -> int:
@@ -122,7 +126,14 @@ def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Releas
         if rule is not None and rule.engine_serves:     # SGLang starts it; mambaxfer does not model it
             raise reworded(exc, f"{where}: {exc}") from None
         return SGLangServer(side, line, model, None, str(exc), release)
-    return SGLangServer(side, line, model, sglang_model(model, line.state_env, release), None, release)
+    try:
+        draft, refused = draft_for(model, line.speculative_algorithm, line.draft_model), None
+    except Refused as exc:
+        draft, refused = None, str(exc)
+    except UserError as exc:
+        raise reworded(exc, f"{where}: {exc}") from None
+    return SGLangServer(side, line, model, sglang_model(model, line.state_env, release), None, release, draft,
+                        refused)
 
 
 # --- the verdict ---------------------------------------------------------------------------------
@@ -140,6 +151,8 @@ def startup_refusals(e: SGLangServer) -> list[Refusal]:
     refused = tp_refusal(e.state, e.tp, rel)
     if refused:
         return [Refusal("parallel-config", f"{start} at TP {e.tp}: {refused}")]
+    if e.draft_refused:
+        return [Refusal("speculative", f"{start}: {e.draft_refused.removeprefix(REFUSES)}")]
     out = []
     if not line.disable_radix_cache and line.radix_strategy == "extra_buffer_lazy" and line.mode != "null":
         # mamba_hook.py validate_mamba_extra_buffer (an assert)
@@ -202,7 +215,7 @@ class Assessment:
 
 def assess(p: SGLangServer, d: SGLangServer) -> Assessment:
     refusals = startup_refusals(p) + startup_refusals(d)
-    if any(r.code in ("unrecognized-arguments", "model", "parallel-config") for r in refusals):
+    if any(r.code in ("unrecognized-arguments", "model", "parallel-config", "speculative") for r in refusals):
         return Assessment(p, d, tuple(refusals), None)
     refusals += pair_refusals(p, d)
     assert p.state is not None and d.state is not None
@@ -212,7 +225,32 @@ def assess(p: SGLangServer, d: SGLangServer) -> Assessment:
         refusals.append(Refusal("bootstrap", found.refusal))
     elif _geometry(p.state) != _geometry(d.state):
         found = other_model(found, p.state, d.state)
+    elif p.draft != d.draft or p.draft is not None:
+        found = with_drafts(found, p, d)
     return Assessment(p, d, tuple(refusals), found)
+
+
+def with_drafts(found: Verdict, p: SGLangServer, d: SGLangServer) -> Verdict:
+    """The draft KV pools both sides append (``drafts.py``): the plan's rule where they match;
+    Mooncake pairs entries by layer id (``build_transfer_entry_pairs``), so a draft entry of P's
+    that D lacks fails each request."""
+    if p.draft == d.draft:
+        try:
+            plan(p.model, p.tp, d.tp, backend=p.line.transfer_backend, draft=p.draft)
+        except Refused as exc:
+            return replace(found, fails=str(exc))
+        return found
+    if p.draft is not None and d.draft is None and p.line.transfer_backend != NIXL:
+        return replace(found, fails=f"P appends its draft's KV ({p.draft.source}) and D has none: \"Decode peer is "
+                                    f"missing a transfer entry for model layer {p.draft.band}\" "
+                                    f"(build_transfer_entry_pairs)")
+    raise UserError(f"P's and D's speculative settings build different draft KV pools ({_drafted(p)}; "
+                    f"{_drafted(d)}); mambaxfer's preflight answers where they match")
+
+
+def _drafted(e: SGLangServer) -> str:
+    d = e.draft
+    return f"{e.side}: none" if d is None else f"{e.side}: {d.layers} × {d.num_kv_heads} heads of {d.head_size}"
 
 
 def _geometry(model: ModelSpec) -> tuple:
@@ -261,7 +299,16 @@ def unchecked_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
     pb, db = p.state_bytes(), d.state_bytes()
     if pb is not None and db is not None:
         rows.append(Field("state bytes per slot, layer, rank", pb, db, False, True))
+    if p.draft is not None or d.draft is not None:
+        rows.append(Field("draft KV bytes per token, layer, rank", _draft_bytes(p), _draft_bytes(d), False,
+                          p.draft == d.draft))
     return rows
+
+
+def _draft_bytes(e: SGLangServer) -> str:
+    if e.draft is None or e.state is None:
+        return "no draft"
+    return f"{e.draft.side(e.state, e.tp, 1).token_bytes} ({e.draft.layers} layer{'s' * (e.draft.layers > 1)})"
 
 
 # --- fixes ---------------------------------------------------------------------------------------
@@ -325,6 +372,11 @@ def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
         if p.state.conv_dtype != d.state.conv_dtype:
             out.append(Change(DECODE, f"{CONV_DTYPE_VAR}=", d.line.state_env.get(CONV_DTYPE_VAR), p.state.conv_dtype,
                               "as P's: SGLang does not compare the conv state dtype"))
+    if p.draft != d.draft:
+        for key in ("speculative_algorithm", "draft_model"):
+            if getattr(pl, key) != getattr(dl, key):
+                out.append(Change(DECODE, FLAG[key], getattr(dl, key), getattr(pl, key),
+                                  "as P's: D receives P's draft KV"))
     return out
 
 

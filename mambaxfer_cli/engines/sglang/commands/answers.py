@@ -16,17 +16,22 @@ if TYPE_CHECKING:
 NAME = "sglang"
 # ModelArgs' options that SGLang's rules set themselves (its dtype variables, no speculative rows).
 _SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
+_SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path")
 
 
-def backend(engines: EngineArgs, said: bool = True) -> str:
+def backend(engines: EngineArgs, said: bool = True, drafts: bool = False) -> str:
     """--transfer-backend, after refusing the vLLM flags given with --engine sglang, whatever their
-    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's)."""
+    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's), and
+    SGLang's speculative flags where the command does not read them (``drafts``)."""
     from mambaxfer_cli.engines.sglang.release import BACKENDS, DEFAULT_BACKEND
 
-    given = changed_flags(engines, skip=("engine", "transfer_backend"), said=said)
+    given = changed_flags(engines, skip=("engine", "transfer_backend", *_SPECULATIVE), said=said)
     if given:
         raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; --engine sglang does "
-                        f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend)")
+                        f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend, "
+                        f"--speculative-algorithm, --draft-model)")
+    if not drafts and any(getattr(engines, name) is not None for name in _SPECULATIVE):
+        raise UserError("--speculative-algorithm: plan and execute read SGLang's draft (--engine sglang)")
     chosen = (engines.transfer_backend or DEFAULT_BACKEND).strip().lower()
     if chosen not in BACKENDS:
         raise UserError(f"--transfer-backend: '{engines.transfer_backend}' is not one of {', '.join(BACKENDS)}")
@@ -84,12 +89,20 @@ def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_t
                 d_rank: int | None, show: str | None) -> Report:
     from mambaxfer_cli.engines.sglang.plan import plan
 
-    chosen = backend(engines)
+    chosen = backend(engines, drafts=True)
     request_unused(request)
     if show is not None:
         raise UserError("--show: the sections of vLLM's plan; --engine sglang shows its entries, writes and "
                         "rank mapping always")
-    return PlanReport(plan(load(model), p_tp, d_tp, backend=chosen), d_rank)
+    spec = load(model)
+    return PlanReport(plan(spec, p_tp, d_tp, backend=chosen, draft=draft(spec, engines)), d_rank)
+
+
+def draft(spec, engines: EngineArgs):
+    """The draft SGLang's speculative flags build for ``spec`` (None: none)."""
+    from mambaxfer_cli.engines.sglang.drafts import draft_for
+
+    return draft_for(spec, engines.speculative_algorithm, engines.speculative_draft_model_path)
 
 
 def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pairs: str | None,

@@ -45,7 +45,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
 
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.options import check_bounds
-    from mambaxfer_cli.engines.sglang.commands.answers import backend, load
+    from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
     from mambaxfer_cli.engines.sglang.plan import plan
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import cut_layers
@@ -60,7 +60,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
         raise UserError(f"{', '.join(given)}: {'these apply' if len(given) > 1 else 'it applies'} to vLLM's block "
                         f"reads; SGLang's transfer moves one slot per request (--engine sglang)")
     discovery = check_peers()
-    backend(engines)
+    backend(engines, drafts=True)
     chosen = semantics(request)
     check_bounds(p_tp=pair.p_tp, d_tp=pair.d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)
@@ -68,7 +68,8 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
                if value is None]
     if missing or pair.p_tp is None or pair.d_tp is None:
         raise UserError(f"execute needs {', '.join(missing)}")
-    planned = plan(cut_layers(load(model), run_args.layers), pair.p_tp, pair.d_tp)
+    spec = cut_layers(load(model), run_args.layers)
+    planned = plan(spec, pair.p_tp, pair.d_tp, draft=draft(spec, engines))
     kind, gpus = run_args.device_one()
     if importlib.util.find_spec("nixl") is None:
         raise UserError(f"NIXL is not installed; {INSTALL_HINT}")

@@ -9,3 +9,5 @@ NOT_MODELLED = {"JetNemotronForCausalLM": (
     "its JetBlock layers keep a conv state of their value channels only, the last num_heads · head_v_dim rows "
     "of a Mamba2-shaped conv state whose query and key rows are never written (DynamicShortConvolution, "
     "models/jet_nemotron.py)")}
+# The MTP draft class ModelConfig._config_draft_model gives the target's own checkpoint (one layer).
+MTP_DRAFTS = {a: "NemotronHForCausalLMMTP" for a in ("NemotronHForCausalLM", "NemotronHPuzzleForCausalLM")}

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
-from mambaxfer_cli.engines.sglang.kv import KV_BUFFERS
+from mambaxfer_cli.engines.sglang.kv import KV_BUFFERS, KVRank
 from mambaxfer_cli.engines.sglang.plan import Descriptor
 from mambaxfer_cli.engines.sglang.proof import entry_item as state_item
 from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
@@ -53,9 +53,15 @@ def fill_slot(task: SlotTask, memory: RankMemory, slot: int, round_: int, tick: 
 
 def entry_item(task: SlotTask, entry: TransferEntry, block: int) -> np.ndarray:
     """What one item of an entry holds for a block of the pattern: a state slot, or a KV page."""
-    if task.kv is not None and entry.field in KV_BUFFERS:
-        return task.kv.page(entry.field, block, entry.layer_id)
+    kv = kv_of(task, entry)
+    if kv is not None and entry.field in KV_BUFFERS:
+        return kv.page(entry.field, block, entry.layer_id)
     return state_item(task.layout, entry, block)
+
+
+def kv_of(task: SlotTask, entry: TransferEntry) -> KVRank | None:
+    """The KV page layout of an entry: the draft's for its band, else the target's."""
+    return task.draft_kv if task.draft_kv is not None and entry.layer_id >= task.draft_band else task.kv
 
 
 def poison_all(memory: RankMemory, value: int) -> None:
@@ -294,7 +300,7 @@ class Check:
             if first is None and bad.size:
                 at = int(bad[0])
                 want, found = self.last[index]
-                where = holds(task.layout, entry.field, at, task.kv, entry.outer_count)
+                where = holds(task.layout, entry.field, at, kv_of(task, entry), entry.outer_count)
                 first = FirstWrong(entry.field, entry.layer_id, at, where, int(want[at]), int(found[at]),
                                    "wrong" if wrong[at] else "missing")
         fields = tuple(FieldCount(name, layers, size, wrong, missing, beyond)

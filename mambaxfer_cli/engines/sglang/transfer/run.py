@@ -78,6 +78,8 @@ class SlotTask(RankTask):
     slot: int = 0
     rounds: int = MIN_ROUNDS
     kv: KVRank | None = None           # the rank's KV page, where entries hold K and V buffers
+    draft_kv: KVRank | None = None     # the draft's, for its entries (layer ids from draft_band on)
+    draft_band: int = 0
 
     @property
     def program(self) -> str:
@@ -129,6 +131,8 @@ class Transfer:
     descriptors: tuple[Descriptor, ...]
     p_kv: KVSide | None = None
     d_kv: KVSide | None = None
+    p_draft: KVSide | None = None       # the draft's KV pages, where they differ from the target's
+    d_draft: KVSide | None = None
 
     @property
     def attention_layers(self) -> int:
@@ -155,10 +159,21 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
         return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
     p_kv, d_kv = KVSide(plan.model, plan.p_tp, PAGE_SIZE), KVSide(plan.model, plan.d_tp, PAGE_SIZE)
     p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
-    writes = sglang_kv_writes(p_kv, d_kv, plan.head_slices) if attention == "sglang" else exact_kv_writes(p_kv, d_kv)
-    descriptors += kv_descriptors(writes, p_entries, d_entries, len(plan.prefill_entries))
+
+    def kv_writes(p: KVSide, d: KVSide) -> tuple[StateWrite, ...]:
+        return sglang_kv_writes(p, d, plan.head_slices) if attention == "sglang" else exact_kv_writes(p, d)
+
+    descriptors += kv_descriptors(kv_writes(p_kv, d_kv), p_entries, d_entries, len(plan.prefill_entries))
+    p_draft = d_draft = None
+    if plan.draft is not None:     # its own pages after the target's (plan refuses other heads across TP sizes)
+        first = len(p_entries)
+        p_draft, d_draft = plan.draft.side(plan.model, plan.p_tp, PAGE_SIZE), plan.draft.side(plan.model, plan.d_tp,
+                                                                                              PAGE_SIZE)
+        p_entries += plan.draft.entries(plan.model, plan.p_tp, PAGE_SIZE)
+        d_entries += plan.draft.entries(plan.model, plan.d_tp, PAGE_SIZE)
+        descriptors += kv_descriptors(kv_writes(p_draft, d_draft), p_entries, d_entries, first)
     ordered = tuple(sorted(descriptors, key=lambda d: (d.d_rank, d.p_rank, d.src_entry)))
-    return Transfer(p_entries, d_entries, ordered, p_kv, d_kv)
+    return Transfer(p_entries, d_entries, ordered, p_kv, d_kv, p_draft, d_draft)
 
 
 def _check_bounds(moved: Transfer) -> None:
@@ -193,6 +208,11 @@ def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
     p_layouts = check_side(plan.model, plan.p_tp, plan.release).layouts()
     d_layouts = check_side(plan.model, plan.d_tp, plan.release).layouts()
 
+    def draft_kv(side: KVSide | None, rank: int) -> dict[str, Any]:
+        assert plan.draft is not None or side is None
+        return {} if side is None or plan.draft is None else {"draft_kv": side.rank(rank),
+                                                               "draft_band": plan.draft.band}
+
     def dev(index: int) -> int:
         return index % settings.gpus if settings.device == "cuda" else 0
 
@@ -202,10 +222,11 @@ def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
         targets = sorted({x.d_rank for x in mine})
         prefill.append(SlotPrefillTask(
             "P", p, settings, dev(p), layout, p_memory, entries=moved.prefill_entries, slot=P_SLOT, rounds=rounds,
-            kv=moved.p_kv.rank(p) if moved.p_kv else None,
+            kv=moved.p_kv.rank(p) if moved.p_kv else None, **draft_kv(moved.p_draft, p),
             writes=tuple((d, tuple(x for x in mine if x.d_rank == d)) for d in targets), decode_memory=d_memory))
     decode = [SlotDecodeTask("D", d, settings, dev(plan.p_tp + d), layout, d_memory, entries=moved.decode_entries,
                              slot=D_SLOT, rounds=rounds, kv=moved.d_kv.rank(d) if moved.d_kv else None,
+                             **draft_kv(moved.d_draft, d),
                              writers=tuple(sorted({x.p_rank for x in descriptors if x.d_rank == d})))
               for d, layout in enumerate(d_layouts)]
     return prefill, decode
@@ -248,7 +269,8 @@ class SlotOutcome:
         moved = self.moved
         if moved is None or moved.p_kv is None or moved.d_kv is None:
             return None
-        return {"layers": moved.attention_layers, "page_size": moved.d_kv.page_size,
+        return {"layers": moved.attention_layers, "draft_layers": self.plan.draft.layers if self.plan.draft else 0,
+                "page_size": moved.d_kv.page_size,
                 "head_bytes": moved.d_kv.head_bytes, "dtype": self.plan.model.model_dtype,
                 "heads_per_rank": {"prefill": moved.p_kv.heads, "decode": moved.d_kv.heads}}
 

@@ -137,10 +137,24 @@ def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
     if plan.writes or plan.exact:
         parts.append(writes_table(plan, d_rank))
     parts += mapping_lines(plan)
+    if plan.draft is not None:
+        parts.append(draft_text(plan))
     what = "NIXL write descriptors" if plan.backend == NIXL else "Mooncake transfer blocks (_transfer_data)"
     parts.append(Text(f"{len(descriptors):,} {what} per request (every layer), "
                       f"{sum(x.length for x in descriptors):,} B", style="dim"))
     return parts
+
+
+def draft_text(plan: SGLangPlan) -> Text:
+    """The draft's KV entries, which follow the target's KV on both sides."""
+    d = plan.draft
+    assert d is not None
+    p, q = (d.side(plan.model, tp, 1) for tp in (plan.p_tp, plan.d_tp))
+    ids = ", ".join(str(d.band + i) for i in range(d.layers))
+    how = "whole pages" if plan.p_tp == plan.d_tp else "head slices, token by token, as the target's"
+    return Text(f"draft ({d.algorithm}, {d.source}): {2 * d.layers} KV entries after the target's KV, K then V "
+                f"of layer id {ids}; per token P {p.heads} and D {q.heads} head(s) of {p.head_bytes} B "
+                f"({p.token_bytes:,} and {q.token_bytes:,} B a layer); moved as {how}")
 
 
 def check_table(report: CheckReport) -> Table:

@@ -49,8 +49,9 @@ def result_table(outcome: "SlotOutcome") -> Table:
     plan, kv = outcome.plan, outcome.attention
     entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
     sides = sum(1 for e in plan.decode_entries if e.replicated)
+    drafted = f" ({kv['draft_layers']} the draft's)" if kv and kv["draft_layers"] else ""
     layers = f"{plan.verdict.ssm_layers} SSM layers" + (f", {sides} replicated side states" if sides else "") + (
-        f", K and V of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}: slot = page of "
+        f", K and V of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}{drafted}: slot = page of "
         f"{kv['page_size']} tokens" if kv else "")
     table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {entries} entries "
                      f"({layers}); P WRITEs, one descriptor per write and layer"
