@@ -11,6 +11,7 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
           max_tp: int | None) -> Viewed:
     """vLLM's check of the models and pairings."""
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
+    from mambaxfer_cli.engines.vllm.startup import startup
     from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
     from mambaxfer_cli.engines.vllm.proof.check import run_check, targets_for
 
@@ -19,7 +20,7 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     from mambaxfer_cli.proof.verdicts import parse_pairs
 
     sizes = tuple(tp for pair in parse_pairs(pairs) for tp in (pair.p_tp, pair.d_tp)) if pairs else ()
-    specs = drafted([on_gpu(model.load(name, built.release_names, sizes), built.decode.gpu) for name in names],
+    specs = drafted([on_gpu(model.load(name, startup(built.release_names, sizes)), built.decode.gpu) for name in names],
                     model, engines, built)
     semantics = request.reads(both=True)
     options = plan_options(request, built, semantics="vllm" if semantics == "vllm" else "exact",

@@ -76,7 +76,7 @@ class Ours:
         """The model as the installed release reads it (an architecture its registry lacks is refused)."""
         from mambaxfer_cli.readers.model_source import load_model
 
-        return load_model(name, releases=(self.release,))
+        return load_model(name, startup=startup.startup((self.release,)))
 
     def with_drafted(self, name: str, spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
         """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
@@ -140,7 +140,7 @@ class Ours:
     def with_ssm_cache_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
         """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype``."""
         return spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
-                                given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"})
+                                given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"}, startup=startup.startup())
 
     def engine_flags(self, flags: Flags, num_blocks: int) -> EngineFlags:
         """One engine of this release on the modelled GPU (no --block-size: the release's default)."""
