@@ -74,7 +74,7 @@ def alter(scenario: str, undo: list) -> None:
         undo.append((table, "NemotronHForCausalLM", table.pop("NemotronHForCausalLM")))
     elif scenario == "qsa-layouts":
         # QSA's backend declaring no layouts: the engine would run the connector's LBHNC.
-        backend = vllm_side.Installed()._qsa_backend()
+        backend = vllm_side.Installed().qsa_backend()
         patch(backend, "supported_kv_cache_layouts", classmethod(lambda cls: None))
     elif scenario == "draft-apart":
         from vllm.v1.core import kv_cache_planning

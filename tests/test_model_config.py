@@ -10,7 +10,7 @@ import pytest
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
 from mambaxfer_cli.readers.model_config import flatten_text_config, spec_from_config
-from mambaxfer_cli.planning.startup import removed_refusal
+from mambaxfer_cli.engines.vllm.startup import removed_refusal, startup
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"
 A, S = ATTENTION, SSM
@@ -30,7 +30,7 @@ def spec(config: dict, **overrides):
         config = {**config, **ATTENTION_KEYS}
     if not any(k in config for k in ("head_dim", "attention_head_dim", "hidden_size")):
         config = {**config, "head_dim": 16}
-    return spec_from_config(config, name="t", source="t.json", **overrides)
+    return spec_from_config(config, name="t", source="t.json", **{"startup": startup(), **overrides})
 
 
 # A small Jamba-shaped config the error tests mutate.
@@ -329,7 +329,7 @@ def test_bamba_is_refused_as_vllm_refuses_it():
     config = json.loads((Path(__file__).parent / "fixtures" / "hf-configs" /
                          "ibm-ai-platform__Bamba-9B.partial.json").read_text())
     with pytest.raises(UserError) as err:
-        spec_from_config(config, name="bamba", source="ibm-ai-platform/Bamba-9B")
+        spec_from_config(config, name="bamba", source="ibm-ai-platform/Bamba-9B", startup=startup())
     said = str(err.value)
     assert said.startswith("ibm-ai-platform/Bamba-9B: vLLM 0.34's registry removed BambaForCausalLM (served until "
                            "v0.23.0); under --model-impl auto (the default) its Transformers backend takes it")
@@ -340,6 +340,13 @@ def test_bamba_is_refused_as_vllm_refuses_it():
     assert "no Mamba state" not in said
     served = dict(config, architectures=["GraniteMoeHybridForCausalLM"], model_type="granitemoehybrid")
     assert removed_refusal(served) is None
+
+
+def test_the_core_reads_a_model_an_engine_refuses():
+    # vLLM's start-up rules are its engine's hook: without one the reader says what the model is
+    config = json.loads((Path(__file__).parent / "fixtures" / "hf-configs" /
+                         "ibm-ai-platform__Bamba-9B.partial.json").read_text())
+    assert "ssm" in spec_from_config(config, name="bamba", source="ibm-ai-platform/Bamba-9B").layers
 
 
 @pytest.mark.parametrize("architectures", [-9223372036854775808, "GraniteMoeHybridForCausalLM", {"a": 1}, None])

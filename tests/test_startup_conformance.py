@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from test_conformance import RELEASES, run_in_vllm
-from mambaxfer_cli.planning.startup import architectures, parallel_refusal
+from mambaxfer_cli.engines.vllm.startup import architectures
+from mambaxfer_cli.planning.startup import parallel_refusal
 
 PROBE = r'''
 import json, sys, types
@@ -138,7 +139,7 @@ def test_a_removed_architecture_goes_to_the_transformers_backend_as_vllm_sends_i
     from pathlib import Path
 
     from mambaxfer_cli.families import TRANSFORMERS_BACKEND
-    from mambaxfer_cli.planning.startup import removed_words
+    from mambaxfer_cli.engines.vllm.startup import removed_words
 
     fixture = Path(__file__).parent / "fixtures" / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json"
     result = run_in_vllm(release, "-c", TRANSFORMERS_PROBE, str(fixture))

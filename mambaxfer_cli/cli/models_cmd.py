@@ -32,7 +32,7 @@ def presets_report() -> Report:
     from mambaxfer_cli.readers.model_source import load_model, preset_description, preset_names
 
     # Read as no engine starts them: a preset only one engine serves is listed too.
-    specs = [load_model(name, startup=lambda config: None) for name in preset_names()]
+    specs = [load_model(name) for name in preset_names()]
     rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
             for spec in specs]
     return ModelsReport({"schema": "mambaxfer.models/v1", "models": rows}, specs)

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -23,6 +23,9 @@ from mambaxfer_cli.engines import described as described_engines
 from mambaxfer_cli.engines import names as engine_names
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.variants import names as variant_names
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.readers.model_config import Startup
 
 QSA = LABELS["QSA"]     # the family whose QSA indexer --indexer-kv-dtype sets
 
@@ -117,15 +120,11 @@ class ModelArgs(Group):
         "--indexer-kv-dtype", help=f"{QSA}: vLLM's --attention-config indexer_kv_dtype, the QSA compressed keys' "
                                    "dtype: auto (bf16), bf16 or fp8.", panel=MODEL)
 
-    def load(self, name: str | None = None, releases: tuple[str, ...] | None = None,
-             tp_sizes: tuple[int, ...] = (),
-             startup: Callable[[Mapping[str, Any]], str | None] | None = None) -> ModelSpec:
-        """The model (``name``, else --model) with this group's overrides; ``releases``: the vLLM
-        releases its engines run (``Engines.release_names``), each of which must serve it;
-        ``tp_sizes``: their TP sizes (vLLM checks the heads first); ``startup``: another engine's
-        start-up refusal, in place of vLLM's."""
+    def load(self, name: str | None = None, startup: Startup | None = None) -> ModelSpec:
+        """The model (``name``, else --model) with this group's overrides; ``startup``: the engine's
+        start-up rules (``spec_from_config``'s)."""
         spec = load(name or self.model or "", self.variant, self.conv_dtype, self.ssm_dtype, self.num_spec,
-                    self.kv_heads, self.head_size, self.dtype, self.indexer_kv_dtype, releases, tp_sizes, startup)
+                    self.kv_heads, self.head_size, self.dtype, self.indexer_kv_dtype, startup)
         if self.indexer_kv_dtype is not None and (spec.ple_qsa is None or not spec.ple_qsa.has_qsa):
             raise UserError(f"--indexer-kv-dtype: {spec.name} has no QSA indexer ({QSA}'s), which is all it sets")
         return spec
@@ -342,8 +341,7 @@ class OutputArgs(Group):
 def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
          num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None,
          dtype: str | None = None, indexer_kv_dtype: str | None = None,
-         releases: tuple[str, ...] | None = None, tp_sizes: tuple[int, ...] = (),
-         startup: Callable[[Mapping[str, Any]], str | None] | None = None) -> ModelSpec:
+         startup: Startup | None = None) -> ModelSpec:
     from mambaxfer_cli.planning.dtypes import flag_dtype
     from mambaxfer_cli.readers.model_source import load_model
 
@@ -352,7 +350,7 @@ def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype:
     return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
                       num_spec=num_spec, kv_heads=kv_heads, head_size=head_size,
                       dtype=flag_dtype("--dtype", dtype) or dtype,
-                      indexer_kv_dtype=indexer_kv_dtype, releases=releases, tp_sizes=tp_sizes, startup=startup)
+                      indexer_kv_dtype=indexer_kv_dtype, startup=startup)
 
 
 def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:

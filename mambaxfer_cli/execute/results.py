@@ -4,10 +4,21 @@ engine (each engine's results are its own subclasses), and what preparing transf
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 
 class RankResult:
     """What one rank's program returns; the coordinator hands it back as it came."""
+
+
+class Checked:
+    """A run's outcome over its D ranks' results: verified when every one's check passed."""
+
+    decode: Sequence[Any]
+
+    @property
+    def verified(self) -> bool:
+        return all(d.ok for d in self.decode)
 
 
 @dataclass(frozen=True)

@@ -161,21 +161,3 @@ def supported_summary() -> str:
     for family in FAMILIES:
         by_variant.setdefault(family.variant, []).extend(family.model_types)
     return "; ".join(f"{variant.value}: {', '.join(types)}" for variant, types in by_variant.items())
-
-
-def connector_refusal(architectures: Sequence[str]) -> str | None:
-    """vLLM's own error where its NIXL connector refuses the architecture's state (None: it does not)."""
-    for arch in architectures:
-        if arch in REGISTRATION_REFUSED:
-            return (f"vLLM 0.34 serves {REGISTRATION_REFUSED[arch]} ({arch}), but its NIXL connector refuses its "
-                    f"KV cache when each worker registers it: AssertionError: KV cache view cannot be partitioned into "
-                    f"NIXL regions (register_kv_caches, after _sync_block_size_with_kernel takes the DSA "
-                    f"indexer's 64-token kernel block for the packed block rows)")
-    for arch in architectures:
-        if arch in CONNECTOR_REFUSED:
-            label, member, path = CONNECTOR_REFUSED[arch]
-            return (f"vLLM serves {label} ({arch}), but its NIXL connector refuses its state when the decode "
-                    f"worker starts: NotImplementedError: Conv transfer only supports Mamba1, Mamba2 and GDN "
-                    f"models, got mamba_type=<MambaAttentionBackendEnum.{member}: '{path}'>. "
-                    f"(derive_mamba_conv_split)")
-    return None

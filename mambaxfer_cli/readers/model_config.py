@@ -7,22 +7,25 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.errors import Refused, UserError, quoted
-from mambaxfer_cli.planning.startup import (
-    architecture_names, heads_first, release_refusal, removed_refusal, transformers_refusal,
-)
+from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.families import (
-    ATTENTION_KINDS, GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, TRANSFORMERS_BACKEND, UNSUPPORTED, Family,
-    connector_refusal, family_for, int_key, labelled, list_key, supported_summary,
+    ATTENTION_KINDS, GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family,
+    family_for, int_key, labelled, list_key, supported_summary,
 )
 from mambaxfer_cli.limits import (
     MAX_CONV_KERNEL, MAX_DIM, MAX_LAYER_STATE, MAX_LAYERS, MAX_NUM_SPEC, at_most, within,
 )
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
-from mambaxfer_cli.planning.startup import served_anywhere
-from mambaxfer_cli.planning.variants import VARIANTS, titles
+from mambaxfer_cli.planning.variants import titles
 
 DEFAULT_DTYPE = "bfloat16"
 AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
+
+# A serving engine's start-up rules (``spec_from_config``'s ``startup``): given the config as read,
+# the config flattened, --variant and where the config comes from, it raises the engine's refusal,
+# else gives what it checks once the layers are read (None: nothing).
+AfterLayers = Callable[[Sequence[str]], None]
+Startup = Callable[[Mapping[str, Any], Mapping[str, Any], "Variant | None", str], "AfterLayers | None"]
 
 
 def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,18 +133,10 @@ def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
     return _numbered([(SSM,)] * n_layers)
 
 
-def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
-            archs: tuple[str, ...] = (), short_conv: bool = False) -> Family:
-    """The config's family: by model_type, else (a guess) by its keys, or as --variant says. A
-    config whose architectures no vLLM release serves is planned only with --variant; a short-conv
-    state only where the engine reading it moves one (``short_conv``)."""
+def detect(config: Mapping[str, Any], variant: Variant | None, where: str) -> Family:
+    """The config's family: by model_type, else (a guess) by its keys, or as --variant says."""
     model_type = str(config.get("model_type", ""))
     family = family_for(model_type)
-    named = variant if variant is not None else family.variant if family is not None else None
-    if not short_conv and named is not None and VARIANTS[named].backend == "SHORT_CONV":
-        said = f"--variant {variant}" if variant is not None else f"model_type '{model_type}'"
-        raise UserError(f"{where}: {said} is a short-conv state, which vLLM's NIXL connector refuses "
-                        f"(derive_mamba_conv_split); mambaxfer answers for it under --engine sglang")
     if variant is not None:
         if family is not None and family.variant == variant:
             return family
@@ -154,12 +149,6 @@ def _detect(config: Mapping[str, Any], variant: Variant | None, where: str,
             f"does not support; supported variants are {titles()} ({supported_summary()})")
     for candidate, keys in SIGNATURE_KEYS:
         if any(key in config for key in keys):
-            if archs and not served_anywhere(archs):
-                raise UserError(
-                    f"{where}: no vLLM release mambaxfer knows serves {archs[0]} (model_type '{model_type}'), so "
-                    f"its state is not vLLM's to move; --variant {candidate.value} plans it as a "
-                    f"{GENERIC[candidate].label.removeprefix('generic ').removesuffix(' (guessed)')} model, "
-                    f"guessed from its keys")
             return GENERIC[candidate]
     found = f"model_type '{model_type}'" if model_type else "no model_type"
     raise UserError(
@@ -197,43 +186,17 @@ def spec_from_config(
     given_by: Mapping[str, str] | None = None,
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
-    releases: Sequence[str] | None = None,
-    tp_sizes: Sequence[int] | None = None,
-    startup: Callable[[Mapping[str, Any]], str | None] | None = None,
+    startup: Startup | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
-    ``given_by`` names where an override came from (default: its command-line flag); ``releases``:
-    the vLLM releases the engines run, each of which must serve the architecture; ``tp_sizes``:
-    their TP sizes, whose heads check vLLM meets before a refusal of the model or its state;
-    ``startup``: another serving engine's refusal of the config as read (None: it starts), checked
-    in place of vLLM's registry and connector."""
+    ``given_by`` names where an override came from (default: its command-line flag); ``startup``:
+    the serving engine's start-up rules (``Startup``; None: none checked)."""
     where = source or name
     as_read = config
     archs = architecture_names(config)
-    # startup, in vLLM's order: the registry as the config is built (a removed architecture the
-    # Transformers backend does not take; one only another release has), then the heads check
-    # (tp_sizes), then what building the model or the connector meets.
-    fallback = startup is None and bool(archs) and archs[0] in TRANSFORMERS_BACKEND
-    removed = removed_refusal(config) if startup is None else None
-    refusal = startup(config) if startup is not None else None
-    if refusal:       # another engine serves it, with a state mambaxfer does not read: not a verdict
-        raise UserError(f"{where}: {refusal}")
-    if removed and not fallback:
-        raise Refused(f"{where}: {removed}")
-    unserved = release_refusal(archs, releases or ()) if variant is None and startup is None else None
-    if unserved:      # startup: an architecture only another release's registry has
-        raise Refused(f"{where}: {unserved}")
     config = nested_keys(flatten_text_config(config))
-    if (releases and variant is None and startup is None and archs and not removed and not served_anywhere(archs)
-            and family_for(str(config.get("model_type", "")))):     # a family only another engine serves
-        raise Refused(f"{where}: no vLLM release mambaxfer knows serves {archs[0]}: \"Model architectures "
-                      f"{list(archs)} are not supported for now\" (_ModelRegistry._raise_for_unsupported)")
-    refused = connector_refusal(archs) if variant is None and startup is None else None
-    if refused or removed:
-        first = heads_first(_positive(config.get("num_attention_heads")) or 0, tp_sizes or ())
-        if first or refused:
-            raise Refused(f"{where}: {first or refused}")
-    family = labelled(_detect(config, variant, where, archs if startup is None else (), startup is not None), archs)
+    after_layers = startup(as_read, config, variant, where) if startup is not None else None
+    family = labelled(detect(config, variant, where), archs)
     family = family.refine(family, config) if family.refine else family
     full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
@@ -308,9 +271,8 @@ def spec_from_config(
     layers, layer_ids = _layer_kinds(config, family, where, notes)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
-    if removed:       # startup: the Transformers backend stops at the first layer that is not attention
-        layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
-        raise Refused(f"{where}: {transformers_refusal(as_read, layer, TRANSFORMERS_BACKEND[archs[0]])}")
+    if after_layers is not None:
+        after_layers(layers)
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
     if ATTENTION in layers and family.attention_checks:

@@ -8,14 +8,14 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from mambaxfer_cli.limits import MAX_REF_BYTES
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
 from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.variants import VARIANTS
-from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.readers.model_config import Startup, spec_from_config
 
 PRESET_DIR = Path(__file__).parent.parent / "presets"
 # The presets' YAML files parsed, for loading one without importing PyYAML (about 10 ms of a
@@ -116,16 +116,13 @@ def load_model(
     head_size: int | None = None,
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
-    releases: tuple[str, ...] | None = None,
-    tp_sizes: tuple[int, ...] = (),
-    startup: Callable[[Mapping[str, Any]], str | None] | None = None,
+    startup: Startup | None = None,
 ) -> ModelSpec:
     """Find and read the model named by ``--model``; CLI overrides beat file overrides;
-    ``releases``: the vLLM releases its engines run, each of which must serve it; ``tp_sizes``:
-    their TP sizes; ``startup``: another engine's start-up refusal (``spec_from_config``)."""
+    ``startup``: the engine's start-up rules (``spec_from_config``'s)."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype,
-           "releases": releases, "tp_sizes": tp_sizes, "startup": startup}
+           "startup": startup}
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

@@ -8,12 +8,12 @@ level, as vLLM's ``config.update(hf_overrides)`` does.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from mambaxfer_cli.readers import model_source as ms
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.readers.model_config import Startup, spec_from_config
 
 
 def _preset_for(name: str) -> str | None:
@@ -26,14 +26,11 @@ def _preset_for(name: str) -> str | None:
 
 def load_serve_model(name: str, *, conv_dtype: str | None = None, ssm_dtype: str | None = None,
                      num_spec: int | None = None, hf_overrides: Mapping[str, Any] | None = None,
-                     indexer_kv_dtype: str | None = None, releases: tuple[str, ...] | None = None,
-                     tp_sizes: tuple[int, ...] = (),
-                     startup: Callable[[Mapping[str, Any]], str | None] | None = None) -> ModelSpec:
+                     indexer_kv_dtype: str | None = None, startup: Startup | None = None) -> ModelSpec:
     overrides = dict(hf_overrides or {})
     preset = _preset_for(name)
     cli: dict[str, Any] = {"conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
-                           "indexer_kv_dtype": indexer_kv_dtype, "releases": releases, "tp_sizes": tp_sizes,
-                           "startup": startup}
+                           "indexer_kv_dtype": indexer_kv_dtype, "startup": startup}
     if not overrides:
         return ms.load_model(preset or name, **cli)
     path = ms.PRESET_DIR / f"{preset}.yaml" if preset else Path(name).expanduser()

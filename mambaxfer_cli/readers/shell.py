@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from mambaxfer_cli.errors import UserError, quoted
 
@@ -621,6 +621,24 @@ class Occurrence:
 
 
 UNKNOWN = "?"       # the occurrences of a flag the server's parser does not take: UNKNOWN + its name
+T = TypeVar("T")
+
+
+def looked_up(resolve: Callable[[str], T | None], name: str, where: str, exits: str = "") -> T | None:
+    """The parser's option ``name`` (None: it has none); an ambiguous name is its exit, said once."""
+    try:
+        return resolve(name)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}{exits}") from None
+
+
+def unrecognized(name: str, inline: str | None, words: list[str], i: int, unknown: list[str],
+                 occurrences: dict[str, list[Occurrence]]) -> int:
+    """An option the parser does not take, noted with the word it seems to take: the index after them."""
+    end = i + 1 + (inline is None and i + 1 < len(words) and not words[i + 1].startswith("-"))
+    unknown.append(name)
+    occurrences.setdefault(UNKNOWN + name, []).append(Occurrence(name, i, end))
+    return end
 
 
 def server_start(words: list[str], program: str, module: str) -> int | None:

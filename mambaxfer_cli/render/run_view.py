@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
     from mambaxfer_cli.execute.discovery import Discovery
@@ -54,6 +56,19 @@ class ProgressView:
             phase, detail, at = self.rows[name]
             table.add_row(name, Text(phase, style=PHASE_STYLES.get(phase, "")), detail, f"{at:.1f}s")
         return table
+
+
+def checked(ok: bool, bad: str) -> Text:
+    """A D rank's check: verified, or what its bytes got wrong."""
+    return Text("verified", style="green") if ok else Text(bad, style="bold red")
+
+
+def run_totals(total_bytes: int, longest: float, phases: Mapping[str, float], done: str, checked: str) -> str:
+    """The end of execute's caption: all ranks' bytes at their GB/s over the slowest one's time,
+    what was checked, and the run's phases."""
+    rate = total_bytes / longest / 1e9 if longest > 0 else 0.0
+    return (f"time = median; all {done} {human_bytes(total_bytes)} at {rate:.2f} GB/s; every byte of every "
+            f"{checked}; " + ", ".join(f"{name} {at:.2f}s" for name, at in phases.items()))
 
 
 def ranks_named(role: str, count: int) -> str:

@@ -29,8 +29,8 @@ from typing import Any, Mapping
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.preflight.report import set_words
 from mambaxfer_cli.readers.shell import (
-    CONFIG_NOTE, MANY, OPTIONAL, UNKNOWN, Occurrence, ServerLine, negative_number, option_value, runs_server,
-    script_command, server_start,
+    CONFIG_NOTE, MANY, OPTIONAL, UNKNOWN, Occurrence, ServerLine, looked_up, negative_number, option_value,
+    runs_server, script_command, server_start, unrecognized,
 )
 
 LAUNCH_MODULE = "sglang.launch_server"
@@ -234,15 +234,9 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
         inline = after if eq and name.startswith("--") else None
         if not name.startswith("--"):
             name, inline = word, None
-        try:
-            found = resolve(name)
-        except UserError as exc:
-            raise UserError(f"{where}: {exc} (SGLang's parser exits)") from None
+        found = looked_up(resolve, name, where, " (SGLang's parser exits)")
         if found is None:
-            unknown.append(name)
-            takes = inline is None and i + 1 < len(words) and not words[i + 1].startswith("-")
-            occurrences.setdefault(UNKNOWN + name, []).append(Occurrence(name, i, i + 1 + (1 if takes else 0)))
-            i += 1 + (1 if takes else 0)
+            i = unrecognized(name, inline, words, i, unknown, occurrences)
             continue
         spelling, option = found
         key = READ.get(option.dest)

@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mambaxfer_cli.engines.sglang.families import merged
+from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.planning.model import Variant
 from mambaxfer_cli.planning.startup import architecture_names
+from mambaxfer_cli.readers.model_config import Startup
 
 _DATA = Path(__file__).parent / "releases" / "v0_5_23" / "architectures.json"
 # SGLang 0.5.23's architectures, each with the srt/models/ file whose EntryClass names it.
@@ -51,12 +54,14 @@ def no_model_class(arch: str, version: str) -> str:
             f"state to transfer")
 
 
-def startup(version: str):
+def startup(version: str) -> Startup:
     """SGLang's refusal of a config as read, before mambaxfer reads its family (``spec_from_config``'s
-    ``startup``): an architecture SGLang serves with a state mambaxfer does not read."""
-    def refused(config: Mapping[str, Any]) -> str | None:
+    ``startup``): an architecture SGLang serves with a state mambaxfer does not read (a user error:
+    not a verdict)."""
+    def refused(config: Mapping[str, Any], read: Mapping[str, Any], variant: Variant | None, where: str) -> None:
         found = [a for a in architecture_names(config) if a in STATE_NOT_READ]
-        return state_not_read(found[0], version) if found else None
+        if found:
+            raise UserError(f"{where}: {state_not_read(found[0], version)}")
     return refused
 
 

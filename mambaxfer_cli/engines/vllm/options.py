@@ -38,7 +38,8 @@ def option_help() -> dict[str, str]:
 def model_names(model: ModelArgs) -> list[str]:
     """--model, or with --all-presets the presets some vLLM release serves (those of a family only
     another engine serves left out, as --engine sglang leaves out those SGLang does not serve)."""
-    from mambaxfer_cli.planning.startup import architecture_names, served_anywhere
+    from mambaxfer_cli.engines.vllm.startup import served_anywhere
+    from mambaxfer_cli.planning.startup import architecture_names
     from mambaxfer_cli.readers.model_source import preset_file
 
     names = model.names()

@@ -28,7 +28,7 @@ from mambaxfer_cli.engines.vllm.conformance.cases import Flags, Geometry, Hashed
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
-from mambaxfer_cli.families.kimi import KIMI_K3_KDA
+from mambaxfer_cli.engines.vllm.families import first
 
 LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -426,7 +426,7 @@ class Installed:
         self._hf_configs: dict = {}
         self._layouts: dict = {}
         self._registrations: dict = {}
-        self._glm5next_configs: dict = {}
+        self._kpool_configs: dict = {}
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
     @property
@@ -649,8 +649,7 @@ class Installed:
             return self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
         cache = "auto" if model.conv_dtype == model.model_dtype else model.conv_dtype
-        # Kimi-K3's full-rank-gate layer (KimiK3DeltaAttention.get_state_dtype) passes the SSM dtype too.
-        ssm = (model.ssm_dtype,) if model.ssm_backend == KIMI_K3_KDA else ()
+        ssm = first("kda_state_dtype_args", model) or ()     # a family's layer passes more
         with calling("MambaStateDtypeCalculator.kda_state_dtype"), answering():
             return tuple(calculator.kda_state_dtype(self.dtype(model.model_dtype), cache, *ssm))
 
@@ -725,15 +724,14 @@ class Installed:
             self._groups[key] = (groups, regions, specs, config)
         return self._groups[key]
 
-    # QSA's backend, which declares the layouts a Qwen4Exp engine may run: (module, class) by release.
-    QSA_BACKENDS = (("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend"),
-                    ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend"))
-
-    def _qsa_backend(self):
-        for module, name in self.QSA_BACKENDS:
+    def qsa_backend(self):
+        """QSA's backend, which declares the layouts its engine may run (its family's classes by release)."""
+        backends, _ = first("qsa_classes")
+        for module, name in backends:
             with contextlib.suppress(CouldNotCall):
                 return _symbol(module, name)
-        raise CouldNotCall("QSAIndexerBackend", "not found in the installed vLLM's models/qwen4_exp")
+        home = "/".join(backends[0][0].split(".")[1:3])      # models/<its family's folder>
+        raise CouldNotCall(backends[0][1], f"not found in the installed vLLM's {home}")
 
     def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
         """``resolve_kv_cache_layout`` for one engine of ``model`` under the NIXL connector: the
@@ -749,10 +747,10 @@ class Installed:
         resolve = _symbol(utils, "resolve_kv_cache_layout")
         backends = [self.backend_class(backend)] if model.has_attention else []
         if model.ple_qsa is not None and model.ple_qsa.has_qsa:
-            backends.append(self._qsa_backend())
+            backends.append(self.qsa_backend())
         if model.kpool_indexer is not None:      # the indexer's backends, which declare the layouts too
-            indexer = "vllm.v1.attention.backends.mla.indexer"
-            backends += [_symbol(indexer, "Glm5NextIndexerBackend"), _symbol(indexer, "KpoolTailBackend")]
+            (indexer, classes), _ = first("indexer_classes")
+            backends += [_symbol(indexer, name) for name in classes]
         with calling("get_supported_kv_cache_layouts"):
             names = [layout.name for layout in supported(backends)]
         specs = [self.mamba_spec(model, 1)] + ([self.attention_spec(model, 1, 16)] if model.has_attention else [])
@@ -774,7 +772,7 @@ class Installed:
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
         key = (model.name, tp, geometry, role, backend)
         if key not in self._engines and model.kpool_indexer is not None:
-            registered, groups, regions, specs, config = self.glm5next_registration(model, tp, geometry)
+            registered, groups, regions, specs, config = self.kpool_registration(model, tp, geometry)
             self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
                                              regions, specs, config, self.kv_cache_layout(model, backend), backend,
                                              registered)
@@ -1090,18 +1088,16 @@ class Installed:
 
     def _forward_context(self, model: ModelSpec, backend: str) -> dict:
         mixers = {"mamba1": ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
-                  "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2"),
-                  "kda": ("vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn", "KimiGatedDeltaNetAttention")}
-        mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(*mixers[model.variant])
-        if model.ssm_backend == KIMI_K3_KDA:     # KimiDecoderLayer's layer under use_full_rank_gate
-            mixer_class = _symbol("vllm.models.kimi_k3.nvidia.kda", "KimiK3DeltaAttention")
+                  "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
+        mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(
+            *(first("kda_layer", model) or mixers[model.variant]))     # KDA: its family's class
         attention_class = _symbol("vllm.model_executor.layers.attention.attention", "Attention")
         backend_class = self.backend_class(backend) if model.has_attention else None
         out = {}
         for name, kind in zip(self.layer_names(model), model.layers):
             if kind == ATTENTION:
                 if model.kpool_indexer is not None:      # the indexer's two caches, built before the MLA layer
-                    out.update(self._glm5next_indexer_layers(model, name))
+                    out.update(self._indexer_layers(model, name))
                 layer = object.__new__(attention_class)
                 layer.__dict__["attn_backend"] = backend_class
             else:
@@ -1110,10 +1106,7 @@ class Installed:
             out[name] = layer
         return out
 
-    # GLM-5-Next's indexer caches (models/glm5next/common/attention.py), each MLA layer's two.
-    GLM5NEXT_CACHES = "vllm.models.glm5next.common.attention"
-
-    def _glm5next_indexer_layers(self, model: ModelSpec, attention_name: str) -> dict:
+    def _indexer_layers(self, model: ModelSpec, attention_name: str) -> dict:
         """One MLA layer's indexer caches as ``Indexer.__init__`` registers them, ahead of the MLA
         layer: the compressed keys (``Glm5NextIndexerCache``), then the tail ring
         (``Glm5NextTailCache``), vLLM's own classes carrying the attributes ``__init__`` sets."""
@@ -1123,9 +1116,10 @@ class Installed:
         out = {}
         # Indexer.__init__: the keys fp8 with a float32 scale per 128 (uint8 bytes), the ring bf16.
         key_bytes = g.index_head_dim + g.index_head_dim // 128 * 4
-        for suffix, cls, head, dtype in (("k_cache", "Glm5NextIndexerCache", key_bytes, self.torch.uint8),
-                                         ("tail_cache", "Glm5NextTailCache", g.index_head_dim, self.torch.bfloat16)):
-            layer = object.__new__(_symbol(self.GLM5NEXT_CACHES, cls))
+        _, (caches, (keys, ring)) = first("indexer_classes")    # its family's classes
+        for suffix, cls, head, dtype in (("k_cache", keys, key_bytes, self.torch.uint8),
+                                         ("tail_cache", ring, g.index_head_dim, self.torch.bfloat16)):
+            layer = object.__new__(_symbol(caches, cls))
             layer.__dict__.update(head_dim=head, prefix=f"{prefix}.{suffix}", dtype=dtype,
                                   _index_kpool=g.index_kpool, cache_config=None)
             out[f"{prefix}.{suffix}"] = layer
@@ -1195,7 +1189,7 @@ class Installed:
             kernel = select(block, [backend], [spec])
         return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
 
-    def glm5next_kv_cache(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int):
+    def kpool_kv_cache(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int):
         """A GLM-5-Next engine's KV caches as vLLM plans them: every layer's spec from its own
         class (the indexer caches' ``get_kv_cache_spec``; the MLA latent's and the KDA state's
         padded to the latent page), grouped by ``get_kv_cache_groups`` and laid out in BLHNC
@@ -1226,23 +1220,23 @@ class Installed:
     # of two are those of any number (their block counts are the engine's, set after).
     REGISTERED_BLOCKS = 2
 
-    def glm5next_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
+    def kpool_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
         """A GLM-5-Next engine's regions as vLLM's worker registers them: the KV caches vLLM plans
-        (``glm5next_kv_cache``, the block size ``geometry``'s) allocated on the CPU by vLLM's own
+        (``kpool_kv_cache``, the block size ``geometry``'s) allocated on the CPU by vLLM's own
         ``allocate_kv_cache`` with ``REGISTERED_BLOCKS`` blocks, then ``register_kv_caches`` on
         a worker stand-in (NIXL's wrapper a stand-in that registers nothing). Returns the worker
         state it left (``EngineState.REGISTERED``, with the spec types of its transfer groups),
         the transfer groups, the layers of each region, the layer specs and the KV-cache config."""
         key = (model.name, tp, geometry.block_size)
-        return _once(self._registrations, key, lambda: self._glm5next_registration(model, tp, geometry))
+        return _once(self._registrations, key, lambda: self._kpool_registration(model, tp, geometry))
 
-    def _glm5next_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
-        planned = self._glm5next_configs.get((model.name, tp, geometry.block_size))
+    def _kpool_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
+        planned = self._kpool_configs.get((model.name, tp, geometry.block_size))
         if planned is None:
             raise CouldNotCall("register_kv_caches", f"no KV-cache plan for a {geometry.block_size}-token "
-                                                     f"GLM-5-Next engine at TP {tp} (vLLM derived none)")
+                                                     f"{model.family} engine at TP {tp} (vLLM derived none)")
         config, attention, page = planned
-        _, kv_cache_config, _ = self.glm5next_kv_cache(model, tp, config, attention, page, self.REGISTERED_BLOCKS)
+        _, kv_cache_config, _ = self.kpool_kv_cache(model, tp, config, attention, page, self.REGISTERED_BLOCKS)
         utils = "vllm.v1.worker.utils"
         layout = _symbol("vllm.v1.kv_cache_layout", "KVCacheLayout")[config.cache_config.kv_cache_layout]
         with answering(), calling("allocate_kv_cache"):
@@ -1294,8 +1288,8 @@ class Installed:
         """The MLA latent group's kernel block as the worker prepares it
         (``prepare_kernel_block_sizes``) on the KV caches vLLM plans: a block-outermost group's
         blocks are never split."""
-        groups, kv_cache_config, _ = self.glm5next_kv_cache(model, tp, config, attention, page, num_blocks)
-        self._glm5next_configs[(model.name, tp, config.cache_config.block_size)] = (config, attention, page)
+        groups, kv_cache_config, _ = self.kpool_kv_cache(model, tp, config, attention, page, num_blocks)
+        self._kpool_configs[(model.name, tp, config.cache_config.block_size)] = (config, attention, page)
         prepare = _symbol("vllm.v1.worker.utils", "prepare_kernel_block_sizes")
         backend_of = {name: layer.get_attn_backend()
                       for name, layer in config.compilation_config.static_forward_context.items()
@@ -1326,7 +1320,7 @@ class Installed:
 
         model_class: type = StandInModel
         if model.ple_qsa is not None and model.ple_qsa.ple_layers:
-            model_class = self._qwen4exp_model(model, StandInModel)
+            model_class = self._ple_model(model, StandInModel)
 
         class Probe(platform):  # type: ignore[misc, valid-type]  # vLLM's platform class, found at run time
             @staticmethod
@@ -1335,7 +1329,7 @@ class Installed:
 
         return Probe
 
-    def _qwen4exp_model(self, model: ModelSpec, gdn: type) -> type:
+    def _ple_model(self, model: ModelSpec, gdn: type) -> type:
         """Qwen4Exp's model class as ``_align_hybrid_block_size`` meets it: its
         ``get_mamba_specs_from_config`` (the GDN spec, and the PLE spec of vLLM's own
         ``Qwen4ExpForCausalLM.get_ple_mamba_state_shape_from_config`` / ``short_conv_state_dtype``,
@@ -1343,19 +1337,20 @@ class Installed:
         channels, ``hc_count`` 1, ``ngram_size`` 1 and ``ple_conv_kernel_size`` the state rows + 1."""
         q = model.ple_qsa
         assert q is not None
-        qwen4 = importlib.import_module("vllm.models.qwen4_exp.nvidia.model").Qwen4ExpForCausalLM
+        _, (module, name) = first("qsa_classes")     # its family's class
+        ple_class = getattr(importlib.import_module(module), name)
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
         probe = self
         text = StandIn("hf_text_config", hidden_size=q.ple_channels, hc_count=1, ngram_size=1,
                        ple_conv_kernel_size=q.ple_state_len + 1)
 
-        class StandInQwen4Exp(gdn):  # the GDN stand-in above
+        class StandInPle(gdn):  # the GDN stand-in above
             @classmethod
             def get_mamba_specs_from_config(cls, vllm_config):
                 ple_config = StandIn("vllm_config", model_config=StandIn("model_config", hf_text_config=text),
                                      speculative_config=None)
-                with calling("Qwen4ExpForCausalLM.get_ple_mamba_state_shape_from_config"):
-                    shapes = qwen4.get_ple_mamba_state_shape_from_config(ple_config)
+                with calling(f"{name}.get_ple_mamba_state_shape_from_config"):
+                    shapes = ple_class.get_ple_mamba_state_shape_from_config(ple_config)
                 with calling("MambaStateDtypeCalculator.short_conv_state_dtype"):
                     dtypes = calculator.short_conv_state_dtype(probe.dtype(model.conv_dtype), "auto")
                 spec = probe.mamba_spec_class
@@ -1364,7 +1359,7 @@ class Installed:
                                        dtypes=gdn.get_mamba_state_dtype_from_config(vllm_config)),
                             _construct(spec, block_size=-1, shapes=shapes, dtypes=dtypes, tp_replicated=True))
 
-        return StandInQwen4Exp
+        return StandInPle
 
     # --- the compatibility hash ---------------------------------------------------------------
 

@@ -29,7 +29,9 @@ from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
 from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
-from mambaxfer_cli.readers.shell import CONFIG_NOTE, OPTIONAL, UNKNOWN, Occurrence, ServerLine, option_value
+from mambaxfer_cli.readers.shell import (
+    CONFIG_NOTE, OPTIONAL, UNKNOWN, Occurrence, ServerLine, looked_up, option_value, unrecognized,
+)
 from mambaxfer_cli.readers.shell import script_command, server_start
 from mambaxfer_cli.engines.vllm.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
 from mambaxfer_cli.planning.dtypes import invalid_choice
@@ -227,7 +229,8 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
     i = 2 if serve else 3          # vllm serve ... | python -m vllm.entrypoints.openai.api_server ...
     values: dict[str, Any] = {}
     occurrences: dict[str, list[Occurrence]] = {}
-    ignored, unknown, release_only = [], [], []
+    ignored, release_only = [], []
+    unknown: list[str] = []
     notes = list(notes)
     dotted: dict[str, dict] = {}
     positional = None
@@ -251,15 +254,9 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
             head, dot, tail = name[2:].partition(".")
             name = "--" + head.replace("_", "-") + dot + tail
         base, _, sub = name.partition(".")
-        try:
-            known = resolve(base)
-        except UserError as exc:
-            raise UserError(f"{where}: {exc}") from None
+        known = looked_up(resolve, base, where)
         if known is None:
-            unknown.append(name)
-            takes = inline is None and i + 1 < len(words) and not words[i + 1].startswith("-")
-            occurrences.setdefault(UNKNOWN + name, []).append(Occurrence(name, i, i + 1 + (1 if takes else 0)))
-            i += 1 + (1 if takes else 0)
+            i = unrecognized(name, inline, words, i, unknown, occurrences)
             continue
         if known.releases != RELEASES:
             release_only.append((known.spelling, known.releases))

@@ -4,19 +4,39 @@ exists, each named after the vLLM function it follows (docs/reference.md, "Start
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
 
 from mambaxfer_cli.engines.vllm.families import first
-from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.startup import (
-    architecture_names, architectures, attention_heads, parallel_words, removed_words,
-)
+from mambaxfer_cli.errors import Refused, UserError
+from mambaxfer_cli.families import CONNECTOR_REFUSED, GENERIC, REGISTRATION_REFUSED, TRANSFORMERS_BACKEND, family_for
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
+from mambaxfer_cli.planning.startup import architecture_names, attention_heads
+from mambaxfer_cli.planning.variants import VARIANTS
+from mambaxfer_cli.readers.model_config import AfterLayers, detect
 
 
 def vllm_error(model: ModelSpec, tp: int) -> str:
     """vLLM's own words for ``parallel_refusal``."""
     return parallel_words(attention_heads(model), tp)
+
+
+def parallel_words(heads: int, tp: int) -> str:
+    """``ModelConfig.verify_with_parallel_config``'s own words when ``tp`` does not divide ``heads``."""
+    return f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
+
+
+def heads_first(heads: int, tp_sizes: Iterable[int]) -> str | None:
+    """The heads check at the first of ``tp_sizes`` that does not divide ``heads``: vLLM meets it as
+    it builds its config, before the model and its connector exist, so it stops the engine ahead
+    of any refusal those meet. None where every size divides."""
+    tp = next((tp for tp in tp_sizes if tp > 0 and heads % tp), None)
+    return None if tp is None else (f"vLLM does not start a TP-{tp} engine: \"{parallel_words(heads, tp)}\" "
+                                    f"(ModelConfig.verify_with_parallel_config)")
 
 
 def _kda(model: ModelSpec) -> bool:
@@ -115,3 +135,171 @@ def registry_outcome(archs: Iterable[str], release: str) -> str:
         return "served"
     removed = next((a for a in archs if a in table["removed"]), None)
     return removed_words(removed, table["removed"][removed]) if removed else "not served"
+
+
+def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
+    """vLLM's start-up as a config is read (``spec_from_config``'s ``startup``), in its order: the
+    registry as the config is built (a removed architecture the Transformers backend does not take;
+    one only another of ``releases``, the engines' releases, has), then the heads check at
+    ``tp_sizes``, then what building the model or the connector meets."""
+    releases, tp_sizes = tuple(releases), tuple(tp_sizes)
+
+    def check(config: Mapping[str, Any], read: Mapping[str, Any], variant: Variant | None,
+              where: str) -> AfterLayers | None:
+        archs = architecture_names(config)
+        removed = removed_refusal(config)
+        if removed and not (archs and archs[0] in TRANSFORMERS_BACKEND):
+            raise Refused(f"{where}: {removed}")
+        unserved = release_refusal(archs, releases) if variant is None else None
+        if unserved:
+            raise Refused(f"{where}: {unserved}")
+        refused = connector_refusal(archs) if variant is None else None
+        if refused or removed:
+            heads = read.get("num_attention_heads")
+            heads = heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else 0
+            said = heads_first(heads, tp_sizes) or refused
+            if said:
+                raise Refused(f"{where}: {said}")
+        model_type = str(read.get("model_type", ""))
+        known = family_for(model_type)
+        named = variant if variant is not None else known.variant if known is not None else None
+        if named is not None and VARIANTS[named].backend == "SHORT_CONV":
+            said = f"--variant {variant}" if variant is not None else f"model_type '{model_type}'"
+            raise UserError(f"{where}: {said} is a short-conv state, which vLLM's NIXL connector refuses "
+                            f"(derive_mamba_conv_split); mambaxfer answers for it under --engine sglang")
+        if variant is None and archs and not served_anywhere(archs):
+            if releases and known is not None and not removed:     # a family only another engine serves
+                raise Refused(f"{where}: no vLLM release mambaxfer knows serves {archs[0]}: \"Model architectures "
+                              f"{list(archs)} are not supported for now\" (_ModelRegistry._raise_for_unsupported)")
+            guess = detect(read, None, where)
+            if guess is GENERIC[guess.variant]:    # a family guessed from its keys, not vLLM's to move
+                raise UserError(
+                    f"{where}: no vLLM release mambaxfer knows serves {archs[0]} (model_type "
+                    f"'{str(read.get('model_type', ''))}'), so its state is not vLLM's to move; --variant "
+                    f"{guess.variant.value} plans it as a "
+                    f"{guess.label.removeprefix('generic ').removesuffix(' (guessed)')} model, guessed from its keys")
+        if not removed:
+            return None
+
+        def transformers(layers: Sequence[str]) -> None:
+            """The Transformers backend stops at the first layer that is not attention."""
+            layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
+            raise Refused(f"{where}: {transformers_refusal(config, layer, TRANSFORMERS_BACKEND[archs[0]])}")
+        return transformers
+    return check
+
+
+def connector_refusal(architectures: Sequence[str]) -> str | None:
+    """vLLM's own error where its NIXL connector refuses the architecture's state (None: it does not)."""
+    for arch in architectures:
+        if arch in REGISTRATION_REFUSED:
+            return (f"vLLM 0.34 serves {REGISTRATION_REFUSED[arch]} ({arch}), but its NIXL connector refuses its "
+                    f"KV cache when each worker registers it: AssertionError: KV cache view cannot be partitioned into "
+                    f"NIXL regions (register_kv_caches, after _sync_block_size_with_kernel takes the DSA "
+                    f"indexer's 64-token kernel block for the packed block rows)")
+    for arch in architectures:
+        if arch in CONNECTOR_REFUSED:
+            label, member, path = CONNECTOR_REFUSED[arch]
+            return (f"vLLM serves {label} ({arch}), but its NIXL connector refuses its state when the decode "
+                    f"worker starts: NotImplementedError: Conv transfer only supports Mamba1, Mamba2 and GDN "
+                    f"models, got mamba_type=<MambaAttentionBackendEnum.{member}: '{path}'>. "
+                    f"(derive_mamba_conv_split)")
+    return None
+
+
+# --- the architecture each release serves (model_executor/models/registry.py) --------------------
+
+RELEASES_DIR = Path(__file__).parent / "releases"
+
+
+@lru_cache(maxsize=None)
+def architectures(release: str) -> dict[str, Any]:
+    """The release's registry tables: ``served`` architectures, ``removed`` -> the last release
+    that served it (``scripts/vllm_architectures.py`` extracts them from the wheel)."""
+    folder = RELEASES_DIR / f"v{release.replace('.', '_')}"
+    table: dict[str, Any] = json.loads((folder / "architectures.json").read_text())
+    return table
+
+
+@lru_cache(maxsize=None)
+def known_releases() -> tuple[str, ...]:
+    """Every vLLM release mambaxfer models, by name, oldest first: the ``v<major>_<minor>`` folders
+    of ``releases/`` (read as files: their modules import this one)."""
+    found = sorted((int(m.group(1)), int(m.group(2))) for path in RELEASES_DIR.iterdir()
+                   if (m := re.fullmatch(r"v(\d+)_(\d+)", path.name)) and (path / "architectures.json").is_file())
+    return tuple(f"{major}.{minor}" for major, minor in found)
+
+
+def removed_in(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> tuple[str, str, str] | None:
+    """(release, architecture, the last release that served it) where the newest of ``releases``
+    that has none of the config's architectures removed one (``_PREVIOUSLY_SUPPORTED_MODELS``)."""
+    archs = architecture_names(config)
+    for release in reversed(tuple(releases or known_releases())):
+        table = architectures(release)
+        if not archs or any(a in table["served"] for a in archs):
+            return None
+        for arch in archs:
+            if arch in table["removed"]:
+                return release, arch, table["removed"][arch]
+    return None
+
+
+def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
+    """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed, which stops
+    the engine as its config is built (with ``--model-impl vllm``, or where the Transformers backend
+    has no such model: ``transformers_refusal`` says the rest). None where a release serves it."""
+    found = removed_in(config, releases)
+    if found is None:
+        return None
+    release, arch, last = found
+    return (f"vLLM {release} does not serve {arch}: \"{removed_words(arch, last)}\" "
+            f"(_ModelRegistry._raise_for_unsupported)")
+
+
+def transformers_refusal(config: Mapping[str, Any], layer: int, layer_type: str) -> str | None:
+    """A removed architecture that ``_try_resolve_transformers`` hands to vLLM's Transformers backend
+    under ``--model-impl auto`` (the default) or ``transformers``: the config passes, and building
+    the model stops at its first layer that does not dispatch through the Transformers attention
+    interface (``_create_attention_instances``), ``layer`` (named ``layer_type`` by transformers'
+    config). None where a release serves the architecture."""
+    found = removed_in(config)
+    if found is None:
+        return None
+    release, arch, last = found
+    return (f"vLLM {release}'s registry removed {arch} (served until v{last}); under --model-impl auto "
+            f"(the default) its Transformers backend takes it (_try_resolve_transformers) and stops building "
+            f"the model: \"Layer {layer} ({layer_type}) does not dispatch through the Transformers attention "
+            f"interface and vLLM has no other way to handle it.\" (_create_attention_instances); with "
+            f"--model-impl vllm: \"{removed_words(arch, last)}\" (_ModelRegistry._raise_for_unsupported)")
+
+
+def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None:
+    """``_ModelRegistry._raise_for_unsupported`` in a release that does not have the architecture
+    while another release's registry does (Kimi-K3.1, Zaya and LFM3 are 0.34's only): vLLM stops
+    there (its Transformers backend has no such model either). None where every release in
+    ``releases`` serves it, or no release does (the reader refuses or guesses those)."""
+    archs = tuple(archs)
+    if not archs or not served_anywhere(archs):
+        return None
+    for release in releases:
+        table = architectures(release)
+        if set(archs).intersection(table["served"]):
+            continue
+        removed = next((a for a in archs if a in table["removed"]), None)
+        words = (removed_words(removed, table["removed"][removed]) if removed else
+                 f"Model architectures {list(archs)} are not supported for now")
+        others = [r for r in known_releases() if set(archs).intersection(architectures(r)["served"])]
+        return (f"vLLM {release} does not serve {archs[0]}: \"{words}\" (_ModelRegistry._raise_for_unsupported); "
+                f"vLLM {' and '.join(others)} serves it")
+    return None
+
+
+def removed_words(arch: str, last: str) -> str:
+    """The first sentence of ``_ModelRegistry._raise_for_unsupported`` on a removed architecture."""
+    return f"Model architecture {arch} was supported in vLLM until v{last}, and is not supported anymore"
+
+
+def served_anywhere(archs: Iterable[str]) -> bool:
+    """Whether some release's registry serves one of ``archs``."""
+    wanted = set(archs)
+    return any(wanted.intersection(architectures(release)["served"]) for release in known_releases())

@@ -30,6 +30,7 @@ from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
 from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.results import Checked
 from mambaxfer_cli.execute.side_channel import check_ports
 from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory
@@ -233,7 +234,7 @@ def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
 
 
 @dataclass
-class SlotOutcome:
+class SlotOutcome(Checked):
     plan: SGLangPlan
     semantics: str
     settings: RunSettings
@@ -242,10 +243,6 @@ class SlotOutcome:
     prefill: list[SlotPrefillResult]
     phases: dict[str, float] = field(default_factory=dict)
     moved: Transfer | None = None      # None: the plan's state alone
-
-    @property
-    def verified(self) -> bool:
-        return all(d.ok for d in self.decode)
 
     @property
     def bad_bytes(self) -> int:

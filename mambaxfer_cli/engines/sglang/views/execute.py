@@ -12,6 +12,7 @@ from rich.text import Text
 
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
+from mambaxfer_cli.render.run_view import checked, run_totals
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.sglang.plan import SGLangPlan
@@ -29,7 +30,8 @@ def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
 def result_table(outcome: "SlotOutcome") -> Table:
     from mambaxfer_cli.engines.sglang.transfer.run import D_SLOT, P_SLOT
 
-    table = Table(title=title(outcome.plan, outcome.semantics, outcome.settings.device), title_justify="left")
+    table = Table(title=title(outcome.plan, outcome.semantics, outcome.settings.device), title_justify="left",
+                  caption_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("D rank", "right"), ("from P", "left"), ("bytes", "right"), ("descriptors", "right"),
         ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
@@ -42,10 +44,8 @@ def result_table(outcome: "SlotOutcome") -> Table:
             str(d.d_rank), ", ".join(f"P{p}" for p, _ in into), human_bytes(moved),
             str(sum(w.descriptors for _, w in into)), str(sum(w.descriptors_merged for _, w in into)),
             f"{seconds * 1e3:.2f} ms", f"{moved / seconds / 1e9 if seconds > 0 else 0.0:.2f}",
-            Text("verified", style="green") if d.ok else Text(f"{d.bad} bad bytes", style="bold red"))
+            checked(d.ok, f"{d.bad} bad bytes"))
     longest = max((outcome.d_time(d.d_rank) for d in outcome.decode), default=0.0)
-    aggregate = outcome.total_bytes / longest / 1e9 if longest > 0 else 0.0
-    phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
     plan, kv = outcome.plan, outcome.attention
     entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
     sides = sum(1 for e in plan.decode_entries if e.replicated)
@@ -56,10 +56,9 @@ def result_table(outcome: "SlotOutcome") -> Table:
     table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {entries} entries "
                      f"({layers}); P WRITEs, one descriptor per write and layer"
                      f"{', and per token where KV heads are sliced' if kv else ''}; "
-                     f"{outcome.rounds} rounds, each with its own pattern and poison, time = median; all P ranks "
-                     f"together wrote {human_bytes(outcome.total_bytes)} at {aggregate:.2f} GB/s; every byte of "
-                     f"every D entry checked each round; {phases}")
-    table.caption_justify = "left"
+                     f"{outcome.rounds} rounds, each with its own pattern and poison, "
+                     + run_totals(outcome.total_bytes, longest, outcome.phases, "P ranks together wrote",
+                                  "D entry checked each round"))
     return table
 
 

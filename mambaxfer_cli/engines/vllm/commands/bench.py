@@ -74,8 +74,9 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
     built = build(engines)
     engine = built.decode
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
+    from mambaxfer_cli.engines.vllm.startup import startup
 
-    spec = cut_layers(on_gpu(model.load(releases=built.release_names), built.decode.gpu), run.layers)
+    spec = cut_layers(on_gpu(model.load(startup=startup(built.release_names)), built.decode.gpu), run.layers)
     semantics = request.reads(default=Semantics.vllm.value)
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
                                    request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))

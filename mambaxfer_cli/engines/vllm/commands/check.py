@@ -14,6 +14,7 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
           max_tp: int | None) -> Viewed:
     """vLLM's check of the models and pairings."""
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
+    from mambaxfer_cli.engines.vllm.startup import startup
     from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
     from mambaxfer_cli.engines.vllm.proof.check import run_check, targets_for
 
@@ -25,7 +26,7 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     loaded, refused = [], []
     for name in names:
         try:
-            loaded.append(on_gpu(model.load(name, built.release_names, sizes), built.decode.gpu))
+            loaded.append(on_gpu(model.load(name, startup(built.release_names, sizes)), built.decode.gpu))
         except Refused as exc:    # --all-presets: a preset vLLM refuses is a line of its report
             if not model.all_presets:
                 raise

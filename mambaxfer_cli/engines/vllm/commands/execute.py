@@ -121,8 +121,9 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
         if missing or pair.p_tp is None or pair.d_tp is None:
             raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
         from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, on_gpu
+        from mambaxfer_cli.engines.vllm.startup import startup
 
-        full = on_gpu(model.load(releases=(engine.release.name,) if engine is not None else None),
+        full = on_gpu(model.load(startup=startup((engine.release.name,) if engine is not None else ())),
                       engine.gpu if engine is not None else DEFAULT_GPU)
         if speculative is not None:     # the draft layers the engines hold move with the target's
             from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts

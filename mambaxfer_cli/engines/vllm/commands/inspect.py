@@ -11,12 +11,13 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     """``tp``: the TP sizes, comma-separated."""
     from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
+    from mambaxfer_cli.engines.vllm.startup import startup
     from mambaxfer_cli.planning.kv_groups import model_grouping
 
     built = build(engines)
     flags = built.decode
     sizes = parse_tp_list(tp)
-    spec, = drafted([on_gpu(model.load(releases=(flags.release.name,), tp_sizes=tuple(sizes)), flags.gpu)],
+    spec, = drafted([on_gpu(model.load(startup=startup((flags.release.name,), sizes)), flags.gpu)],
                     model, engines, built)
     grouping = model_grouping(spec)
     sides = {size: engine_layout(spec, size, flags, grouping) for size in sizes}

@@ -16,8 +16,9 @@ def plan(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Request
     sections = shown_sections(show)
     built = build(engines)
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
+    from mambaxfer_cli.engines.vllm.startup import startup
 
-    spec, = drafted([on_gpu(model.load(releases=built.release_names, tp_sizes=(p_tp, d_tp)), built.decode.gpu)],
+    spec, = drafted([on_gpu(model.load(startup=startup(built.release_names, (p_tp, d_tp))), built.decode.gpu)],
                     model, engines, built)
     options = plan_options(request, built, speculative=engines.speculative_config)
     check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())

@@ -76,7 +76,7 @@ class Ours:
         """The model as the installed release reads it (an architecture its registry lacks is refused)."""
         from mambaxfer_cli.readers.model_source import load_model
 
-        return load_model(name, releases=(self.release,))
+        return load_model(name, startup=startup.startup((self.release,)))
 
     def with_drafted(self, name: str, spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
         """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
@@ -146,7 +146,7 @@ class Ours:
         """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype`` (its
         speculative tokens and draft layers kept)."""
         again = spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
-                                 given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"})
+                                 given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"}, startup=startup.startup())
         return replace(again, layers=again.layers + model.layers[len(model.layers) - model.draft_layers:],
                        draft_layers=model.draft_layers, num_spec=model.num_spec)
 

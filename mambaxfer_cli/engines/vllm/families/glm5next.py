@@ -294,3 +294,10 @@ def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, dec
         return None
     return not_started_first(verdict, refusals(model, prefill.geometry.block_size, decode.geometry.block_size,
                                                p_model))
+
+
+def indexer_classes() -> tuple[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]]:
+    """The (module, classes) the conformance probe asks for: the indexer's backends (they declare
+    the layouts too), then each MLA layer's two caches (the compressed keys', the tail ring's)."""
+    return (("vllm.v1.attention.backends.mla.indexer", ("Glm5NextIndexerBackend", "KpoolTailBackend")),
+            ("vllm.models.glm5next.common.attention", ("Glm5NextIndexerCache", "Glm5NextTailCache")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mambaxfer_cli.families.kimi import KIMI_K3_KDA
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names
 
@@ -15,3 +16,18 @@ def kda(model: ModelSpec) -> bool | None:
     """True for a model of these architectures or family labels."""
     return any(a in ARCHITECTURES for a in architecture_names(model.hf_config)) or model.family in (
         "Kimi-Linear", "Kimi-K3") or None
+
+
+def kda_layer(model: ModelSpec) -> tuple[str, str] | None:
+    """The (module, class) the conformance probe builds KDA layers of: KimiDecoderLayer's under
+    use_full_rank_gate (Kimi-K3), else vLLM's KDA layer."""
+    if model.variant != "kda":
+        return None
+    if model.ssm_backend == KIMI_K3_KDA:
+        return "vllm.models.kimi_k3.nvidia.kda", "KimiK3DeltaAttention"
+    return "vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn", "KimiGatedDeltaNetAttention"
+
+
+def kda_state_dtype_args(model: ModelSpec) -> tuple[str, ...] | None:
+    """Kimi-K3's layer (``KimiK3DeltaAttention.get_state_dtype``) passes ``kda_state_dtype`` the SSM dtype too."""
+    return (model.ssm_dtype,) if model.ssm_backend == KIMI_K3_KDA else None

@@ -247,3 +247,11 @@ def plan_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, deco
             f"each of its {max(sources)} source P rank(s), the same bytes from each; not in the reads "
             f"above")))
     return out
+
+
+def qsa_classes() -> tuple[tuple[tuple[str, str], ...], tuple[str, str]]:
+    """The (module, class) pairs the conformance probe asks for: QSA's backend by release (it
+    declares the layouts an engine may run), and the model class that sizes the PLE state."""
+    return ((("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend"),
+             ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend")),
+            ("vllm.models.qwen4_exp.nvidia.model", "Qwen4ExpForCausalLM"))

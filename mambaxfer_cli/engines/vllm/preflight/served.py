@@ -10,6 +10,7 @@ from typing import Callable
 from mambaxfer_cli.errors import Refused, UserError, reworded
 from mambaxfer_cli.engines.vllm.drafts import REFUSES, with_drafts
 from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
+from mambaxfer_cli.engines.vllm.startup import startup
 from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import run_dtype
@@ -118,11 +119,11 @@ def vllm_dtype(requested: str, config_dtype: str) -> str:
 
 def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> ServedEngine:
     """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
-    hf_overrides=, releases=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
+    hf_overrides=, startup=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
     GPU and what the line leaves unsaid."""
     try:
-        base_model = load(line.model, hf_overrides=line.hf_overrides, releases=(base.release.name,),
-                          tp_sizes=(line.tp,))
+        base_model = load(line.model, hf_overrides=line.hf_overrides,
+                          startup=startup((base.release.name,), (line.tp,)))
     except UserError as exc:
         raise reworded(exc, f"{line.origin or '--' + side}: {exc}") from None
     try:
@@ -134,7 +135,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
     kv = line.attention_config.get("indexer_kv_dtype") if base_model.ple_qsa is not None else None
     model = load(line.model, conv_dtype=conv, ssm_dtype=ssm, num_spec=line.num_speculative_tokens,
-                 hf_overrides=line.hf_overrides, releases=(base.release.name,),
+                 hf_overrides=line.hf_overrides, startup=startup((base.release.name,)),
                  **({"indexer_kv_dtype": kv} if kv is not None else {}))
     model = replace(model, model_dtype=dtype)
     where = line.origin or f"--{side}"

@@ -80,6 +80,7 @@ def _prefix_with(spec: ModelSpec, ssm_layers: int, attention_layers: int) -> Mod
 def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str, Any]) -> ModelSpec:
     """--model when given, else the preset or source the document names; the document's dtype and
     variant choices unless the command line gives its own."""
+    from mambaxfer_cli.engines.vllm.startup import startup
     from mambaxfer_cli.readers.model_source import load_model, preset_names
 
     overrides = {"variant": Variant(model["variant"]), "conv_dtype": model["conv_dtype"],
@@ -93,7 +94,7 @@ def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str,
     overrides.update({key: value for key, value in cli.items() if value is not None})
     if model_arg is None:
         model_arg = model["name"] if model["name"] in preset_names() else model["source"]
-    spec = load_model(model_arg, **overrides)
+    spec = load_model(model_arg, **overrides, startup=startup())
     # A dtype the document fixed keeps the document's reason for it.
     origin = {**spec.origin, **{key: str(why) for key, why in dict(model.get("origin") or {}).items()
                                 if key in spec.origin and cli.get(key) is None}}

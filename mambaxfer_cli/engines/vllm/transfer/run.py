@@ -8,6 +8,7 @@ from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.results import Checked
 from mambaxfer_cli.engines.vllm.transfer.whole_pages import side_pages
 from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
 from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
@@ -20,16 +21,12 @@ SCHEMA = "mambaxfer.execute/v1"
 
 
 @dataclass
-class Outcome:
+class Outcome(Checked):
     plan: Plan
     settings: RunSettings
     decode: list[DecodeResult]
     prefill: dict[int, PrefillResult]
     phases: dict[str, float] = field(default_factory=dict)   # seconds from the start to each milestone
-
-    @property
-    def verified(self) -> bool:
-        return all(d.ok for d in self.decode)
 
     @property
     def total_bytes(self) -> int:

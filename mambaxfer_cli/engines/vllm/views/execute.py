@@ -11,7 +11,7 @@ from rich.text import Text
 
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
-from mambaxfer_cli.render.run_view import two_host_line
+from mambaxfer_cli.render.run_view import checked, run_totals, two_host_line
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.transfer.run import Outcome
@@ -69,7 +69,7 @@ def served_table(outcome: "Outcome") -> Table:
 
 def result_table(outcome: "Outcome") -> Table:
     table = Table(title=title(outcome.plan, outcome.settings.device, outcome.settings.discovery),
-                  title_justify="left")
+                  title_justify="left", caption_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"), ("descriptors", "right"),
         ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
@@ -89,17 +89,13 @@ def result_table(outcome: "Outcome") -> Table:
                 cells.append(f"{count} page read{'' if count == 1 else 's'}, {human_bytes(size)}")
         table.add_row(
             *cells, str(d.descriptors_merged), f"{d.time_s * 1e3:.2f} ms", f"{d.gb_per_s:.2f}",
-            Text("verified", style="green") if d.ok
-            else Text(f"{d.check.wrong_bytes} wrong bytes", style="bold red"))
+            checked(d.ok, f"{d.check.wrong_bytes} wrong bytes"))
     longest = max((d.time_s for d in outcome.decode), default=0.0)
-    aggregate = outcome.total_bytes / longest / 1e9 if longest > 0 else 0.0
     request = outcome.plan.descriptors.request.decode_blocks
-    phases = ", ".join(f"{name} {at:.2f}s" for name, at in outcome.phases.items())
     table.caption = (f"request: {len(request[0]) if request else 0} logical blocks in each of {len(request)} "
-                     f"KV-cache groups; {outcome.settings.iters} iteration(s), time = median; all D ranks "
-                     f"together moved {human_bytes(outcome.total_bytes)} at {aggregate:.2f} GB/s; "
-                     f"every byte of every D page checked; {phases}")
-    table.caption_justify = "left"
+                     f"KV-cache groups; {outcome.settings.iters} iteration(s), "
+                     + run_totals(outcome.total_bytes, longest, outcome.phases, "D ranks together moved",
+                                  "D page checked"))
     return table
 
 
