@@ -128,7 +128,7 @@ def test_narrow_terminals_keep_every_identifier_whole(columns):
     env = {"COLUMNS": columns}
     models = run_cli("models", env=env)
     assert models.code == 0 and "…" not in models.stdout
-    specs = [load_model(name, startup=lambda config: None) for name in preset_names()]
+    specs = [load_model(name) for name in preset_names()]
     assert all({spec.name, spec.source} <= words(models.stdout) for spec in specs), models.stdout
     assert all(len(line) <= int(columns) for line in models.stdout.splitlines())
 

@@ -27,7 +27,7 @@ REQUIRED_PRESETS = ["jamba", "mamba-130m", "mamba-codestral-7b", "nemotron-h-8b"
 def test_required_presets_exist_and_load():
     assert set(REQUIRED_PRESETS) <= set(preset_names())
     for name in preset_names():
-        spec = load_model(name, startup=lambda config: None)     # as no engine starts it (models)
+        spec = load_model(name)     # as no engine starts it (models)
         assert spec.name == name and spec.ssm_layers > 0
 
 
