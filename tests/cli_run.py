@@ -94,8 +94,10 @@ def commands() -> dict:
 
 
 def vllm_presets() -> list[str]:
-    """The presets whose state vLLM's NIXL connector moves (not LFM2's short conv, which it refuses)."""
-    from mambaxfer_cli.families import connector_refusal
+    """The presets whose state vLLM's NIXL connector moves (not LFM2's short conv, which it refuses,
+    nor GigaChat3.5, which no vLLM release serves)."""
+    from mambaxfer_cli.engines.vllm.startup import connector_refusal, served_anywhere
     from mambaxfer_cli.readers.model_source import preset_file, preset_names
 
-    return [name for name in preset_names() if not connector_refusal(preset_file(name)["config"]["architectures"])]
+    archs = {name: preset_file(name)["config"]["architectures"] for name in preset_names()}
+    return [name for name, a in archs.items() if not connector_refusal(a) and served_anywhere(a)]
