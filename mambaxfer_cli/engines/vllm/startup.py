@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.errors import Refused, UserError
@@ -17,7 +17,9 @@ from mambaxfer_cli.families import CONNECTOR_REFUSED, GENERIC, REGISTRATION_REFU
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import architecture_names, attention_heads
 from mambaxfer_cli.planning.variants import VARIANTS
-from mambaxfer_cli.readers.model_config import AfterLayers, detect
+
+if TYPE_CHECKING:     # the commands that read no model (schema, models) do not load the reader
+    from mambaxfer_cli.readers.model_config import AfterLayers
 
 
 def vllm_error(model: ModelSpec, tp: int) -> str:
@@ -171,6 +173,8 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
             if releases and known is not None and not removed:     # a family only another engine serves
                 raise Refused(f"{where}: no vLLM release mambaxfer knows serves {archs[0]}: \"Model architectures "
                               f"{list(archs)} are not supported for now\" (_ModelRegistry._raise_for_unsupported)")
+            from mambaxfer_cli.readers.model_config import detect
+
             guess = detect(read, None, where)
             if guess is GENERIC[guess.variant]:    # a family guessed from its keys, not vLLM's to move
                 raise UserError(

@@ -7,7 +7,6 @@ from __future__ import annotations
 from mambaxfer_cli.engines.sglang.families import FamilyRule
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.readers.model_config import flatten_text_config
 
 SGLANG_0_5_23 = {"Qwen4Exp": FamilyRule(True, config_ssm_dtype=True, note="configs/qwen4_exp.py")}
 
@@ -24,6 +23,8 @@ def side_entries(model: ModelSpec, conv_dtype: str) -> tuple[tuple[str, int, int
     parts = model.ple_qsa
     if parts is None or not parts.ple_layers:
         return ()
+    from mambaxfer_cli.readers.model_config import flatten_text_config   # read when a plan asks (not at import)
+
     ngram = int(flatten_text_config(model.hf_config).get("ngram_size", 3))   # Qwen4ExpTextConfig's default
     window = parts.ple_channels * parts.ple_state_len * dtype_bytes(conv_dtype)
     return (*((PLE_CONV, layer, window) for layer in parts.ple_layers),
