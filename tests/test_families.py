@@ -105,3 +105,34 @@ def test_the_check_catches_a_planted_name():
     assert named_families("render/x.py", "from mambaxfer_cli.families import glm5next\n") == {"glm5next"}
     assert named_families("execute/kimi_pages.py", "") == {"kimi"}
     assert named_families("proof/x.py", "nemotron_h = 1\nz = Zamba2Parts()\n") == {"nemotron_h", "zamba2"}
+
+
+# --- an engine's rules leave the core: its tables and its module paths live in its package -------
+
+ENGINE_TABLES = ("CONNECTOR_REFUSED", "REGISTRATION_REFUSED", "TRANSFORMERS_BACKEND")
+CORE_FOLDERS = ("planning", "readers", "families", "schema")
+
+
+def engine_rules(path: str, source: str) -> list[str]:
+    """An engine's tables a core module defines, and the engine module paths its literals name."""
+    if path.split("/")[0] not in CORE_FOLDERS:
+        return []
+    tables = [node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)
+              and isinstance(node.ctx, ast.Store) and node.id in ENGINE_TABLES]
+    return tables + [w for w in _words(source) if re.match(r"(vllm|sglang)\.\w", w)]
+
+
+def test_the_core_holds_no_engine_rule():
+    found = {}
+    for file in sorted(PACKAGE.rglob("*.py")):
+        path = file.relative_to(PACKAGE).as_posix()
+        if engine_rules(path, file.read_text()):
+            found[path] = engine_rules(path, file.read_text())
+    assert found == {}
+
+
+def test_the_rule_check_sees_a_planted_table():
+    planted = 'CONNECTOR_REFUSED = {"X": ("X", "SHORT_CONV")}\nB = "vllm.v1.attention.backends.x.XBackend"\n'
+    assert engine_rules("families/x.py", planted) == ["CONNECTOR_REFUSED", "vllm.v1.attention.backends.x.XBackend"]
+    assert engine_rules("engines/vllm/families/x.py", planted) == []
+    assert engine_rules("families/x.py", '"""vllm.config in a docstring."""\n') == []

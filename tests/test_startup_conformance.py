@@ -135,10 +135,10 @@ def test_a_removed_architecture_goes_to_the_transformers_backend_as_vllm_sends_i
     """``_ModelRegistry.inspect_model_cls`` on Bamba-9B's config: under --model-impl auto
     ``_try_resolve_transformers`` resolves the Transformers backend (so the config passes and the
     heads check runs), under vllm ``_raise_for_unsupported`` gives the removed words; transformers'
-    ``layer_types`` names layer 0 as mambaxfer's refusal does (families' TRANSFORMERS_BACKEND)."""
+    ``layer_types`` names layer 0 as mambaxfer's refusal does (vLLM's TRANSFORMERS_BACKEND)."""
     from pathlib import Path
 
-    from mambaxfer_cli.families import TRANSFORMERS_BACKEND
+    from mambaxfer_cli.engines.vllm.startup import family_table
     from mambaxfer_cli.engines.vllm.startup import removed_words
 
     fixture = Path(__file__).parent / "fixtures" / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json"
@@ -148,4 +148,4 @@ def test_a_removed_architecture_goes_to_the_transformers_backend_as_vllm_sends_i
     assert theirs["auto"] == "TransformersForCausalLM" and theirs["words"]
     assert theirs["vllm"].startswith(removed_words("BambaForCausalLM", architectures(release)["removed"]
                                                    ["BambaForCausalLM"]))
-    assert theirs["layer_types"][0] == TRANSFORMERS_BACKEND["BambaForCausalLM"]
+    assert theirs["layer_types"][0] == family_table("TRANSFORMERS_BACKEND")["BambaForCausalLM"]

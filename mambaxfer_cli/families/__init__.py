@@ -2,7 +2,7 @@
 
 A family's module gives its ``FAMILIES`` (the config keys of its dimensions, its layer kinds, its
 state dtype rules, the hooks that read what only it has) and, where it has them, the architectures
-it labels, refuses or reads ``mamba_ssm_dtype`` for. A dimension is a list of alternatives tried in
+it labels or reads ``mamba_ssm_dtype`` for. A dimension is a list of alternatives tried in
 order; each alternative is a tuple of keys whose values multiply (``("mamba_expand", "hidden_size")``).
 Nothing outside a family's modules names it: the readers and engines ask the ``Family``.
 """
@@ -81,11 +81,6 @@ def list_key(config: Config, key: str, item: type, where: str) -> list:
     return value
 
 
-# vLLM's backends whose state its NIXL connector cannot move (the families' CONNECTOR_REFUSED).
-SHORT_CONV_BACKEND = "vllm.v1.attention.backends.short_conv_attn.ShortConvAttentionBackend"
-LINEAR_BACKEND = "vllm.v1.attention.backends.linear_attn.LinearAttentionBackend"
-
-
 def _modules() -> list[Any]:
     return [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
             if not info.ispkg and not info.name.startswith("_")]
@@ -108,17 +103,6 @@ UNSUPPORTED: Mapping[str, str] = _merged("UNSUPPORTED")
 # (vLLM's model_executor/models/config.py, ``MODELS_CONFIG_MAP``; the same in 0.33 and 0.34).
 # Every other class ignores the key.
 MAMBA_SSM_DTYPE_READERS = frozenset(a for m in _MODULES for a in getattr(m, "MAMBA_SSM_DTYPE_READERS", ()))
-# Architectures vLLM serves whose state its NIXL connector cannot move: ``derive_mamba_conv_split``
-# (distributed/kv_transfer/kv_connector/v1/ssm_conv_transfer_utils.py) raises NotImplementedError for
-# any mamba_type but MAMBA1, MAMBA2 and GDN_ATTN, when the decode worker starts. Each with its
-# family's label and its layers' mamba_type (0.33 and 0.34 alike).
-CONNECTOR_REFUSED: Mapping[str, tuple[str, str, str]] = _merged("CONNECTOR_REFUSED")
-# Architectures vLLM's registry removed that ``_try_resolve_transformers`` hands to its Transformers
-# backend under --model-impl auto (transformers has the class and can set its attention), with the
-# ``layer_types`` name transformers' config gives a layer that is not attention.
-TRANSFORMERS_BACKEND: Mapping[str, str] = _merged("TRANSFORMERS_BACKEND")
-# Architectures vLLM serves whose KV cache its NIXL connector cannot register.
-REGISTRATION_REFUSED: Mapping[str, str] = _merged("REGISTRATION_REFUSED")
 # The family a generic message names for one of its parts, by the part (its module's LABELS).
 LABELS: Mapping[str, str] = _merged("LABELS")
 # layer_types entries that are attention layers in some family (beside the generic ones).

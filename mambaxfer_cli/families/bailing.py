@@ -12,7 +12,7 @@ the class: float32.
 from __future__ import annotations
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.families import LINEAR_BACKEND, Config, Family, int_key
+from mambaxfer_cli.families import Config, Family, int_key
 from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
 
 
@@ -34,4 +34,3 @@ FAMILIES = (
            conv_kernel=(("short_conv_kernel_size",),), layer_kinds=layer_kinds,
            ssm_dtype_default="float32", ssm_dtype_fixed="always", mla=True, order=11),
 )
-CONNECTOR_REFUSED = {"BailingMoeV2_5ForCausalLM": ("Bailing-V2.5", "LINEAR", LINEAR_BACKEND)}

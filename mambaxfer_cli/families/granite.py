@@ -12,5 +12,3 @@ FAMILIES = (
             "head_dim": (("mamba_d_head",),)},
            conv_kernel=(("mamba_d_conv",),), order=6),
 )
-# transformers 5.20's BambaConfig.layers_block_type (its layer_types): "linear_attention" off attn_layer_indices.
-TRANSFORMERS_BACKEND = {"BambaForCausalLM": "linear_attention"}

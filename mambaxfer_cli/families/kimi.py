@@ -69,9 +69,3 @@ FAMILIES = (
 )
 LABELS = {"float32 KDA state": "Kimi-Linear"}    # its KDA layers fix the state's dtype
 ARCHITECTURE_LABELS = {"KimiK3ForConditionalGeneration": ("Kimi-K3", "kda")}
-# Kimi-K3.1 (vLLM 0.34, KimiK3ForConditionalGeneration with dsa_config): its DSA indexer's key cache is
-# one entry per token (tokens_per_state 1), so get_current_attn_backends_and_specs keeps it, and the
-# connector's _sync_block_size_with_kernel takes its backend's 64-token kernel block
-# (KimiK3IndexerBackend) for every group; the packed block rows its BLHNC layout forces are never split
-# so, and register_kv_caches raises on each engine, prefill and decode, whatever the TP or GPU.
-REGISTRATION_REFUSED = {"KimiK31ForConditionalGeneration": "Kimi-K3.1"}

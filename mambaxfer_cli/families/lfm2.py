@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mambaxfer_cli.errors import UserError, quoted
-from mambaxfer_cli.families import SHORT_CONV_BACKEND, Config, Family, list_key
+from mambaxfer_cli.families import Config, Family, list_key
 from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
 
 _KINDS = {"conv": SSM, "short_conv": SSM, "full_attention": ATTENTION}
@@ -32,7 +32,3 @@ _LFM2 = Family("LFM2", ("lfm2",), Variant("short_conv"), {"hidden_size": (("hidd
                conv_kernel=(("conv_L_cache",),), layer_kinds=layer_kinds, order=15)
 FAMILIES = (_LFM2, replace(_LFM2, label="LFM2-MoE", model_types=("lfm2_moe",), order=16),
             replace(_LFM2, label="LFM2-VL", model_types=("lfm2_vl",), order=17))
-CONNECTOR_REFUSED = {arch: (label, "SHORT_CONV", SHORT_CONV_BACKEND) for arch, label in (
-    ("Lfm2ForCausalLM", "LFM2"), ("Lfm2MoeForCausalLM", "LFM2-MoE"), ("Lfm2VlForConditionalGeneration", "LFM2-VL"),
-    ("Lfm3ForCausalLM", "LFM3"), ("Lfm3VlForConditionalGeneration", "LFM3-VL"),
-    ("Lfm3AudioForConditionalGeneration", "LFM3-Audio"))}

@@ -1,8 +1,6 @@
 """Architectures and model types of no family module: served under a variant's generic keys, or
 of a kind mambaxfer does not move."""
 
-from mambaxfer_cli.families import SHORT_CONV_BACKEND
-
 ARCHITECTURE_LABELS = {
     "OlmoHybridForCausalLM": ("OLMo-Hybrid", "gdn"),
     "MiniCPMV4_6ForConditionalGeneration": ("MiniCPM-V 4.6", "gdn"),
@@ -20,4 +18,3 @@ UNSUPPORTED = {
     "plamo2": "PLaMo2 Mamba variant",
     "xlstm": "xLSTM",
 }
-CONNECTOR_REFUSED = {"ZayaForCausalLM": ("Zaya", "SHORT_CONV", SHORT_CONV_BACKEND)}

@@ -11,9 +11,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from mambaxfer_cli.engines.vllm.families import first
+from mambaxfer_cli.engines.vllm.families import first, gathered
 from mambaxfer_cli.errors import Refused, UserError
-from mambaxfer_cli.families import CONNECTOR_REFUSED, GENERIC, REGISTRATION_REFUSED, TRANSFORMERS_BACKEND, family_for
+from mambaxfer_cli.families import GENERIC, family_for
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
 from mambaxfer_cli.planning.startup import architecture_names, attention_heads
 from mambaxfer_cli.planning.variants import VARIANTS
@@ -128,6 +128,22 @@ def refused_when(code: str) -> str:
     return "at start-up" if code in STARTUP_CODES else "at handshake"
 
 
+def family_table(name: str) -> dict[str, Any]:
+    """The family modules' tables ``name``, merged: ``CONNECTOR_REFUSED`` (architectures vLLM serves
+    whose state its NIXL connector cannot move: ``derive_mamba_conv_split`` raises NotImplementedError
+    for any mamba_type but MAMBA1, MAMBA2 and GDN_ATTN as the decode worker starts; each with its
+    label and mamba_type, 0.33 and 0.34 alike), ``REGISTRATION_REFUSED`` (those whose KV cache it cannot
+    register), ``TRANSFORMERS_BACKEND`` (removed ones that ``_try_resolve_transformers`` hands to the
+    Transformers backend under --model-impl auto, with the ``layer_types`` name transformers' config
+    gives a layer that is not attention)."""
+    return {key: value for found in gathered(name) for key, value in found.items()}
+
+
+# The backends of the mamba_types in CONNECTOR_REFUSED.
+BACKENDS = {"SHORT_CONV": "vllm.v1.attention.backends.short_conv_attn.ShortConvAttentionBackend",
+            "LINEAR": "vllm.v1.attention.backends.linear_attn.LinearAttentionBackend"}
+
+
 def registry_outcome(archs: Iterable[str], release: str) -> str:
     """What the release's registry makes of a config's architectures: "served", the removed one's
     words (the first listed that it removed), or "not served"."""
@@ -150,7 +166,7 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
               where: str) -> AfterLayers | None:
         archs = architecture_names(config)
         removed = removed_refusal(config)
-        if removed and not (archs and archs[0] in TRANSFORMERS_BACKEND):
+        if removed and not (archs and archs[0] in family_table("TRANSFORMERS_BACKEND")):
             raise Refused(f"{where}: {removed}")
         unserved = release_refusal(archs, releases) if variant is None else None
         if unserved:
@@ -188,25 +204,27 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
         def transformers(layers: Sequence[str]) -> None:
             """The Transformers backend stops at the first layer that is not attention."""
             layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
-            raise Refused(f"{where}: {transformers_refusal(config, layer, TRANSFORMERS_BACKEND[archs[0]])}")
+            named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
+            raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
         return transformers
     return check
 
 
 def connector_refusal(architectures: Sequence[str]) -> str | None:
     """vLLM's own error where its NIXL connector refuses the architecture's state (None: it does not)."""
+    registration, connector = family_table("REGISTRATION_REFUSED"), family_table("CONNECTOR_REFUSED")
     for arch in architectures:
-        if arch in REGISTRATION_REFUSED:
-            return (f"vLLM 0.34 serves {REGISTRATION_REFUSED[arch]} ({arch}), but its NIXL connector refuses its "
+        if arch in registration:
+            return (f"vLLM 0.34 serves {registration[arch]} ({arch}), but its NIXL connector refuses its "
                     f"KV cache when each worker registers it: AssertionError: KV cache view cannot be partitioned into "
                     f"NIXL regions (register_kv_caches, after _sync_block_size_with_kernel takes the DSA "
                     f"indexer's 64-token kernel block for the packed block rows)")
     for arch in architectures:
-        if arch in CONNECTOR_REFUSED:
-            label, member, path = CONNECTOR_REFUSED[arch]
+        if arch in connector:
+            label, member = connector[arch]
             return (f"vLLM serves {label} ({arch}), but its NIXL connector refuses its state when the decode "
                     f"worker starts: NotImplementedError: Conv transfer only supports Mamba1, Mamba2 and GDN "
-                    f"models, got mamba_type=<MambaAttentionBackendEnum.{member}: '{path}'>. "
+                    f"models, got mamba_type=<MambaAttentionBackendEnum.{member}: '{BACKENDS[member]}'>. "
                     f"(derive_mamba_conv_split)")
     return None
 

@@ -31,3 +31,10 @@ def kda_layer(model: ModelSpec) -> tuple[str, str] | None:
 def kda_state_dtype_args(model: ModelSpec) -> tuple[str, ...] | None:
     """Kimi-K3's layer (``KimiK3DeltaAttention.get_state_dtype``) passes ``kda_state_dtype`` the SSM dtype too."""
     return (model.ssm_dtype,) if model.ssm_backend == KIMI_K3_KDA else None
+
+# Kimi-K3.1 (vLLM 0.34, KimiK3ForConditionalGeneration with dsa_config): its DSA indexer's key cache is
+# one entry per token (tokens_per_state 1), so get_current_attn_backends_and_specs keeps it, and the
+# connector's _sync_block_size_with_kernel takes its backend's 64-token kernel block
+# (KimiK3IndexerBackend) for every group; the packed block rows its BLHNC layout forces are never split
+# so, and register_kv_caches raises on each engine, prefill and decode, whatever the TP or GPU.
+REGISTRATION_REFUSED = {"KimiK31ForConditionalGeneration": "Kimi-K3.1"}
