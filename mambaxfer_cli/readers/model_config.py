@@ -227,15 +227,13 @@ def spec_from_config(
         ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
         found = None
     sizing = ""
-    if ssm_dtype and full_rank and canonical_dtype(ssm_dtype) not in ("float32", "bfloat16"):
+    kda_flag = full_rank or family.ssm_dtype_fixed == "layer"     # kda_state_dtype reads the flag
+    if ssm_dtype and kda_flag and canonical_dtype(ssm_dtype) not in ("float32", "bfloat16"):
         given = canonical_dtype(ssm_dtype)
         raise Refused(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
-                        f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
+                      f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
     if ssm_dtype and family.ssm_dtype_fixed:
         given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
-        if family.ssm_dtype_fixed == "layer" and given not in ("float32", "bfloat16"):
-            raise Refused(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
-                            f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
         if family.ssm_dtype_fixed == "layer" and given != ssm:
             sizing = given
             ssm_origin = (f"{family.label}'s KDA layers keep their SSM state in {ssm} whatever the flags "
@@ -277,12 +275,9 @@ def spec_from_config(
     heads = size = q_heads = None
     if ATTENTION in layers and family.attention_checks:
         family.attention_checks(config, where)
-    if ATTENTION in layers and family.mla:
-        heads, size = _latent(config, where, kv_heads, head_size)
-        q_heads = _positive(config.get("num_attention_heads"))
-        q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
-    elif ATTENTION in layers:
-        heads, size = _attention_heads(config, family, where, kv_heads, head_size)
+    if ATTENTION in layers:
+        heads, size = (_latent(config, where, kv_heads, head_size) if family.mla else
+                       _attention_heads(config, family, where, kv_heads, head_size))
         q_heads = _positive(config.get("num_attention_heads"))
         q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
     own = family.parts(config, layers, where, indexer_kv_dtype) if family.parts else {}
@@ -345,29 +340,13 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
     for flag, value in (("--kv-heads", kv_heads), ("--head-size", head_size)):
         if value is not None and _positive(value) is None:
             raise UserError(f"{flag} must be a positive integer, got {quoted(value)}")
-    heads = kv_heads
-    if heads is None:
-        for key in ("num_key_value_heads", "num_attention_heads"):
-            if config.get(key) is not None:
-                heads = _positive(config[key])
-                if heads is None:
-                    raise UserError(f"{where}: key '{key}' must be a positive integer (attention KV heads), "
-                                    f"got {quoted(config[key])}")
-                at_most(f"{where}: key '{key}'", heads, MAX_DIM, "model's")
-                break
+    heads = kv_heads if kv_heads is not None else _first_key(
+        config, ("num_key_value_heads", "num_attention_heads"), "attention KV heads", where)
     if heads is None:
         raise UserError(f"{where}: the model has attention layers but no KV-head count: expected "
                         f"num_key_value_heads or num_attention_heads (or give --kv-heads)")
-    size = head_size
-    if size is None:
-        for key in family.head_size_keys:
-            if config.get(key) is not None:
-                size = _positive(config[key])
-                if size is None:
-                    raise UserError(f"{where}: key '{key}' must be a positive integer (attention head size), "
-                                    f"got {quoted(config[key])}")
-                at_most(f"{where}: key '{key}'", size, MAX_DIM, "model's")
-                break
+    size = head_size if head_size is not None else _first_key(
+        config, family.head_size_keys, "attention head size", where)
     if size is None:
         hidden, q_heads = _positive(config.get("hidden_size")), _positive(config.get("num_attention_heads"))
         if hidden is None or q_heads is None or hidden % q_heads:
@@ -376,3 +355,14 @@ def _attention_heads(config: Mapping[str, Any], family: Family, where: str, kv_h
                             f"num_attention_heads (or give --head-size)")
         size = at_most(f"{where}: hidden_size / num_attention_heads", hidden // q_heads, MAX_DIM, "model's")
     return heads, size
+
+
+def _first_key(config: Mapping[str, Any], keys: Sequence[str], what: str, where: str) -> int | None:
+    """The first of ``keys`` the config sets, a positive integer within the model bounds."""
+    for key in keys:
+        if config.get(key) is not None:
+            value = _positive(config[key])
+            if value is None:
+                raise UserError(f"{where}: key '{key}' must be a positive integer ({what}), got {quoted(config[key])}")
+            return at_most(f"{where}: key '{key}'", value, MAX_DIM, "model's")
+    return None

@@ -1,15 +1,6 @@
-"""Which attention KV bytes a D rank reads from which P rank, and in which pieces.
-
-A kernel block of one stream holds the rank's KV heads one after the other, each head its tokens
-in order (K and V of a token together): heads are contiguous, as vLLM's block-contiguous layouts
-keep them for heterogeneous TP. With equal kernel blocks on both sides a read takes one piece per
-block, the D rank's heads. With a D kernel block ``r`` times P's, vLLM reads each P block whole
-(its heads for this D rank) into one of ``r`` sub-blocks, and after the transfer
-``kv_postprocess_blksize_on_receive`` (``kv_connector/utils.py``) permutes the received
-``[r][heads][tokens]`` into ``[heads][r·tokens]``: D's own layout. mambaxfer's exact transfer
-across different block sizes moves the tokens to their places directly, in chunks of
-``gcd(kernel_P, kernel_D)`` tokens per head.
-"""
+"""Which attention KV bytes a D rank reads from which P rank, and in which pieces: vLLM's
+block-contiguous heads, and ``kv_postprocess_blksize_on_receive`` across kernel blocks
+(docs/reference.md §5 and §7)."""
 
 from __future__ import annotations
 

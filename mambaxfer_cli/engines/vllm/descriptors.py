@@ -1,15 +1,6 @@
 """From a plan's reads to NIXL descriptor lists and descriptor IDs (docs/reference.md §4), in plain
 Python (``plan`` imports no numpy); IDs and request blocks are ``array('q')``, which numpy reads
-without a copy. Where the IDs point in memory, the lists' rows as NIXL takes them: ``proof.addresses``.
-
-A prepared list is ``[attention | SSM]``: ``F·N·n`` attention descriptors (per stream, per kernel
-block, its ``n`` pieces: one in vLLM's own lists, ``block_size_ratio`` sub-blocks when D's kernel
-block holds several of P's, token chunks in mambaxfer's exact lists across different block
-sizes), then for each SSM tensor, each of its ``k`` regions, one descriptor per logical block.
-IDs: attention ``f·N·n + b·n + j``; SSM ``F·N·n + q·L + b`` with ``q = tensor·k + region``. Which
-tensors a group's IDs cover is the release's rule: every one of its kind in vLLM 0.33, only those
-holding one of its layers in 0.34 (a short last group posts fewer).
-"""
+without a copy. Where the IDs point in memory: ``proof.addresses``."""
 
 from __future__ import annotations
 

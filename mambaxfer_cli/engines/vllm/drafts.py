@@ -1,12 +1,5 @@
-"""Speculative decoding's draft layers in vLLM's KV cache.
-
-A speculative method that drafts with a model (MTP, EAGLE, EAGLE3, a draft model, DFlash, ...)
-builds the drafter in the target's worker: its cache-keeping layers register after the target's,
-tagged ``is_draft`` (``get_kv_cache_spec``), and ``is_draft`` takes no part in spec equality, so
-they join the target's KV-cache groups and the connector moves their pages with the target's.
-mambaxfer adds the MTP layers of a family that declares them (``Family.mtp_keys``) after the
-target's (``with_drafts``); any other drafter's layers are not planned, and the plans say so.
-"""
+"""Speculative decoding's draft layers in vLLM's KV cache: the MTP layers of a family that declares
+them (``Family.mtp_keys``), after the target's (docs/reference.md §4)."""
 
 from __future__ import annotations
 

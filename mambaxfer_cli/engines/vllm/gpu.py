@@ -1,13 +1,5 @@
-"""The GPU an engine runs on, as far as it changes the blocks vLLM builds.
-
-Two of vLLM's choices depend on the GPU's compute capability (and, on Blackwell, on the CUDA
-runtime): the GDN prefill kernel, whose prefix-caching checkpoints align hybrid blocks to 64
-tokens when it is FlashInfer's (``_resolve_gdn_prefill_backend`` in
-``model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py``), and FlashAttention 4's head-size-256
-kernel, which runs on 128-token kernel blocks (``fa_utils.py`` ``FA4_HD256_PAGE_SIZE``,
-``flash_attn.py`` ``get_supported_kernel_block_sizes``). Both rules are the same in vLLM 0.33 and
-0.34.
-"""
+"""The GPU an engine runs on, as far as it changes the blocks vLLM builds: the GDN prefill kernel
+and FlashAttention 4's head-size-256 kernel blocks (docs/reference.md §6)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""What vLLM's NIXL handshake says of a P/D pairing: accepted, or refused with its message.
-
-The engine whose code runs the checks (D when it pulls, P when it pushes) meets the other one:
-its release's checks run in vLLM's order (the TP sizes before any metadata is exchanged, the
-compatibility hash, then the kernel blocks, prefix caching against different kernel blocks per
-logical block, a host buffer, head-sharded attention across different block sizes, and last a
-model without attention layers, which no pairing of it gets past). None of
-them compares the SSM dtypes, the conv-state layout, the conv rows or the SSM state sizes: a
-mismatch there is accepted and corrupts the state silently.
-"""
+"""What vLLM's NIXL handshake says of a P/D pairing: accepted, or refused with its message, the
+release's checks run in vLLM's order by the engine whose code runs them (docs/reference.md §7)."""
 
 from __future__ import annotations
 

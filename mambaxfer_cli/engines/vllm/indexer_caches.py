@@ -1,17 +1,6 @@
-"""A sparse-attention indexer's two caches beside each indexed-attention layer, as vLLM's NIXL
-connector moves them. Two models keep them:
-
-- Qwen4Exp's QSA indexer (``models/qwen4_exp``): the raw-key ring (``QSARawKeyCache``) and the
-  compressed keys (``QSACompressedKeyCache``), on its indexed-attention layers;
-- GLM-5-Next's kpool indexer (``models/glm5next``): the tail ring (``Glm5NextTailCache``) and the
-  compressed keys (``Glm5NextIndexerCache``), on its MLA layers.
-
-In both the **ring** is a ``CircularBufferSpec``: one block of a few token slots per request, a
-page every rank holds whole (the indexer is replicated), which the connector flags SPLIT like
-attention KV (``_is_region_replicated``: not an MLA spec). The **compressed keys** are an
-``MLAAttentionSpec`` with one state per ``tokens_per_key`` tokens of the attention block: a
-REPLICATE region, read whole from every attention source (``_build_fa_remote``).
-"""
+"""A sparse-attention indexer's two caches beside each indexed-attention layer (Qwen4Exp's QSA,
+GLM-5-Next's kpool), as vLLM's NIXL connector moves them: the ring (a ``CircularBufferSpec``,
+SPLIT) and the compressed keys (an ``MLAAttentionSpec``, REPLICATE; docs/reference.md, 6d and 6e)."""
 
 from __future__ import annotations
 

@@ -474,40 +474,30 @@ def _backend(name: Any, what: str, where: str) -> str | None:
     return None if name.lower() == "auto" else name.upper()
 
 
+def _mamba_backend(value: Any, where: str) -> str:
+    backend = str(value).lower()
+    if backend not in MAMBA_BACKENDS:      # MambaBackendEnum[value.upper()] (create_engine_config)
+        raise UserError(f"{where}: --mamba-backend: vLLM does not start: Unknown Mamba SSU backend: "
+                        f"{quoted(str(value).upper())}. Valid options are: "
+                        f"{', '.join(b.upper() for b in MAMBA_BACKENDS)}")
+    return backend
+
+
 def _fields(values: dict, dotted: dict, where: str) -> dict:
-    out: dict[str, Any] = {}
-    if "tp" in values:
-        out["tp"] = _int(values["tp"], "--tensor-parallel-size", where)
-    if "block_size" in values:
-        out["block_size"] = _int(values["block_size"], "--block-size", where)
-    for key in ("dtype", "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype"):
-        if key in values:
-            out[key] = str(values[key]).lower()
-    if "attention_backend" in values:
-        out["attention_backend"] = _backend(str(values["attention_backend"]), "--attention-backend", where)
-    if "prefix_caching" in values:
-        out["prefix_caching"] = bool(values["prefix_caching"])
-    if "disable_hybrid_kv_cache_manager" in values:
-        out["disable_hybrid_kv_cache_manager"] = bool(values["disable_hybrid_kv_cache_manager"])
-    if "use_replayssm" in values:
-        out["use_replayssm"] = bool(values["use_replayssm"])
-    if "dcp" in values:
-        out["dcp"] = _int(values["dcp"], "--decode-context-parallel-size", where)
-    if "mamba_backend" in values:
-        backend = str(values["mamba_backend"]).lower()
-        if backend not in MAMBA_BACKENDS:      # MambaBackendEnum[value.upper()] (create_engine_config)
-            raise UserError(f"{where}: --mamba-backend: vLLM does not start: Unknown Mamba SSU backend: "
-                            f"{quoted(str(values['mamba_backend']).upper())}. Valid options are: "
-                            f"{', '.join(b.upper() for b in MAMBA_BACKENDS)}")
-        out["mamba_backend"] = backend
-    if "replayssm_buffer_len" in values:
-        out["replayssm_buffer_len"] = _int(values["replayssm_buffer_len"], "--replayssm-buffer-len", where)
-    if "mamba_cache_mode" in values:
-        out["mamba_cache_mode"] = str(values["mamba_cache_mode"])
-    if "pipeline" in values:
-        out["pipeline"] = _int(values["pipeline"], "--pipeline-parallel-size", where)
-    if "mamba_stochastic_rounding" in values:
-        out["mamba_stochastic_rounding"] = bool(values["mamba_stochastic_rounding"])
+    def number(flag: str):
+        return lambda value: _int(value, flag, where)
+
+    read = {"tp": number("--tensor-parallel-size"), "block_size": number("--block-size"),
+            **dict.fromkeys(("dtype", "kv_cache_dtype", "mamba_cache_dtype", "mamba_ssm_cache_dtype"),
+                            lambda value: str(value).lower()),
+            "attention_backend": lambda value: _backend(str(value), "--attention-backend", where),
+            **dict.fromkeys(("prefix_caching", "disable_hybrid_kv_cache_manager", "use_replayssm",
+                             "mamba_stochastic_rounding"), bool),
+            "dcp": number("--decode-context-parallel-size"),
+            "mamba_backend": lambda value: _mamba_backend(value, where),
+            "replayssm_buffer_len": number("--replayssm-buffer-len"), "mamba_cache_mode": str,
+            "pipeline": number("--pipeline-parallel-size")}
+    out: dict[str, Any] = {key: reader(values[key]) for key, reader in read.items() if key in values}
     spec = _config(values, dotted, "speculative_config", where)
     if spec:
         n = spec.get("num_speculative_tokens", 0)

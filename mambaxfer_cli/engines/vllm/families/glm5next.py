@@ -1,34 +1,6 @@
-"""GLM-5-Next in vLLM (``models/glm5next``): KDA layers beside sparse MLA layers, each MLA layer
-with its sparse-attention indexer's two caches, and what its NIXL connector makes of them.
-
-- **Its attention backend** is a sparse MLA backend, chosen by the GPU (``CudaPlatform``'s
-  priority lists; every dense MLA backend refuses ``use_sparse``): FlashInfer's SM90 kernel on
-  Hopper (``FLASHINFER_MLA_SPARSE_SM90``, kernel blocks of any multiple of 64), FlashInfer's
-  TRTLLM kernel on Blackwell SM 10.x (``FLASHINFER_MLA_SPARSE``, multiples of 32; for a NoPE
-  latent it needs ``qk_nope_head_dim`` 256 and ``kv_lora_rank`` 512), none before Hopper.
-- **Its KV-cache dtype** is fp8 on SM 10.x under ``--kv-cache-dtype auto``
-  (``Glm5NextModelConfig.verify_and_update_config``), the model's dtype elsewhere.
-- **Its blocks.** The first non-SSM backend vLLM finds is the indexer's
-  (``Glm5NextIndexerBackend``: kernel blocks of ``index_kpool`` × 32 or 64 tokens), which
-  ``_align_hybrid_block_size`` aligns the hybrid block to, and to a multiple of every backend's
-  smallest kernel block.
-- **Its caches** (``Indexer.__init__``): the compressed keys (``Glm5NextIndexerCache``: an
-  ``MLAAttentionSpec`` with ``tokens_per_state = index_kpool``, one key of ``index_head_dim`` fp8
-  bytes plus a 4-byte scale per 128 per state, in the MLA latent's blocks) and the tail ring
-  (``Glm5NextTailCache``: a ``CircularBufferSpec`` of ``ring`` tokens, two bf16 head slots of
-  ``index_head_dim``, the raw key and the gate score). The ring must divide the block, and its
-  backend (``KpoolTailBackend``) declares BLHNC only, so every GLM-5-Next engine runs BLHNC: each
-  layer's pages of one block sit side by side in a block row.
-- **Its transfer.** Under MLA every attention-kind region (latent, compressed keys, ring) is read
-  whole from the one source P rank ``compute_tp_mapping`` names; the ring region is flagged SPLIT
-  (not an MLA spec) but, with one source and no head offset, that is the whole page too. The
-  hybrid MLA check of ``_validate_remote_agent_handshake`` asserts every local region length is
-  the remote's times ``block_size_ratio``: the ring's does not grow with the block, so P and D
-  must run the same block size; packed rows (block stride ≠ block length) are never split into
-  smaller remote blocks (``_split_remote_blocks`` returns with a warning).
-
-Each rule names the vLLM function it follows (docs/reference.md, "GLM-5-Next").
-"""
+"""GLM-5-Next in vLLM (``models/glm5next``): KDA layers beside sparse MLA layers with the kpool
+indexer's two caches, and what its NIXL connector makes of them. Each rule names the vLLM function
+it follows (docs/reference.md, "GLM-5-Next: sparse MLA and the kpool indexer")."""
 
 from __future__ import annotations
 

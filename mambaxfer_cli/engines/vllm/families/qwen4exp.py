@@ -1,24 +1,6 @@
-"""Qwen4Exp in vLLM (``models/qwen4_exp``) and its NIXL connector's CSA-linear path.
-
-Beside its GDN layers and its attention, Qwen4Exp keeps two kinds of cache vLLM's connector
-treats on their own:
-
-- the **PLE state** of each PLE layer: a short-conv ``MambaSpec`` with ``tp_replicated=True``
-  (``Qwen4ExpPLELayer.get_state_shape``: ``short_conv_state_shape(tp_world_size=1,
-  hc_count · hidden_size, (ple_conv_kernel_size − 1) · ngram_size + 1, num_spec)``, in the conv
-  dtype), padded like every mamba page to the attention page (``MambaBase.get_kv_cache_spec``:
-  ``page_size_padded``). The connector sends it as one whole page from each source P rank
-  (``_build_mamba_local`` / ``_build_mamba_remote``) and refuses a peer whose PLE page differs;
-- the **QSA indexer caches** of each indexed-attention layer: the raw-key ring
-  (``QSARawKeyCache``: a ``CircularBufferSpec`` of ``round_up(compress_ratio + num_spec,
-  compress_ratio)`` tokens, one block per request) and the compressed keys (``QSACompressedKeyCache``:
-  an ``MLAAttentionSpec``, one state per ``compress_ratio`` tokens). A ``CircularBufferSpec`` group
-  makes the worker "CSA-linear" (``NixlBaseConnectorWorker.__init__``), which is what lets it own a
-  PLE group at all; its block size stays out of the transfer block size (the LCM of the other
-  groups' block sizes).
-
-Each rule names the vLLM function it follows (docs/reference.md, "Qwen4Exp").
-"""
+"""Qwen4Exp in vLLM (``models/qwen4_exp``): its PLE state and QSA indexer caches, and its NIXL
+connector's CSA-linear path. Each rule names the vLLM function it follows (docs/reference.md,
+"Qwen4Exp: the PLE state and the QSA caches")."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Qwen4Exp's PLE pages proved byte by byte: each P rank's page filled with the pattern (the state
-is replicated, so every P rank holds the same bytes), each D rank's page poisoned, the reads
-performed as vLLM's connector posts them (the whole page, once per source P rank:
-``_build_mamba_local`` / ``_build_mamba_remote``, split per source by ``_build_local_splits_from_plan``
-only for the sharded SSM descriptors), and every byte of D's PLE state compared with the pattern
-of the channel and row it must hold (the conv state is ``(channels, rows)``, channel-major: vLLM's
-DS layout).
-
-mambaxfer's exact plan reads the page once, from the first source P rank; under vLLM semantics
-from every source rank. Where vLLM refuses the pages (``ple-geometry``) it posts no read, and
-nothing is proved here.
-"""
+"""Qwen4Exp's PLE pages proved byte by byte: P's pages filled with the pattern, D's poisoned, the
+reads performed as vLLM's connector posts them (``ple-geometry``: none) and every byte of D's PLE
+state compared (docs/reference.md, 6d)."""
 
 from __future__ import annotations
 
