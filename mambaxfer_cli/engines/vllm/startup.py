@@ -41,11 +41,6 @@ def heads_first(heads: int, tp_sizes: Iterable[int]) -> str | None:
                                     f"(ModelConfig.verify_with_parallel_config)")
 
 
-def _kda(model: ModelSpec) -> bool:
-    """A KDA model's class is SupportsReplaySSM, and its RecoverSSM keeps the stock page (its family module's)."""
-    return bool(first("kda", model))
-
-
 MAMBA_BACKENDS = ("triton", "flashinfer", "cpu")     # MambaBackendEnum: --mamba-backend
 DEFAULT_REPLAYSSM_BUFFER_LEN = 16                    # CacheConfig.replayssm_buffer_len
 
@@ -84,7 +79,8 @@ def replayssm_case(model: ModelSpec, **settings: Any) -> ReplaySSM:
     """The model's side of ``validate_mamba_cached_kernel``'s inputs (its architecture, whether its
     class supports ReplaySSM, KDA), with the engine's ``settings`` (the other fields)."""
     archs = architecture_names(model.hf_config)
-    return ReplaySSM(archs[0] if archs else "", bool(first("replay_ssm", model)) or _kda(model), _kda(model),
+    kda = bool(first("kda", model))    # a KDA class is SupportsReplaySSM; its RecoverSSM keeps the stock page
+    return ReplaySSM(archs[0] if archs else "", bool(first("replay_ssm", model)) or kda, kda,
                      **{"num_spec": model.num_spec, "model_dtype": model.model_dtype,
                         "family": model.family or model.name, **settings})
 
