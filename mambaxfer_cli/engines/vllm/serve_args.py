@@ -180,11 +180,6 @@ def _value_of(words, occ: Occurrence) -> str:
     return word.split("=", 1)[1] if occ.end == occ.start + 1 and "=" in word else words[occ.start + 1]
 
 
-def _serve_start(words: list[str]) -> int | None:
-    """Index of the words that start vLLM's server: ``vllm serve`` or ``python -m <api_server>``."""
-    return server_start(words, "vllm", API_SERVER_MODULE)
-
-
 def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> ServeLine:
     """One engine's ``vllm serve`` line from a command line or a shell script (see ``_parse``)."""
     try:
@@ -201,7 +196,8 @@ def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLin
 
     ``environ``: variables the engine inherits besides the script's (none by default: a command
     line is judged as written)."""
-    found = script_command(text, where, _serve_start, "vLLM's server", environ)
+    found = script_command(text, where, lambda words: server_start(words, "vllm", API_SERVER_MODULE),
+                           "vLLM's server", environ)
     if found is None:
         raise UserError(f"{where}: no 'vllm serve MODEL ...' (or 'python -m {API_SERVER_MODULE} --model M') "
                         f"found")
