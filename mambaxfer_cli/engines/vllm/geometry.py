@@ -1,11 +1,7 @@
 """An engine's block geometry as vLLM derives it from the model, the TP size, its flags, its
-release and its GPU.
-
-A hybrid engine does not choose its pages: the attention page (``block_size · a1`` bytes) must
-hold one request's SSM state, so vLLM raises the block size until it does and pads the SSM state
-to exactly that page; the attention backend then picks the kernel block it runs on. An SSM-only
-engine keeps the state as its page.
-"""
+release and its GPU: the attention page raised to hold one request's SSM state, the state padded
+to it, and the kernel block the attention backend picks; an SSM-only engine's page is the state
+(docs/reference.md §6)."""
 
 from __future__ import annotations
 

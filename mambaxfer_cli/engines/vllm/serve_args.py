@@ -1,20 +1,7 @@
-"""Read a ``vllm serve`` command line (or a shell script that runs one) as vLLM would.
-
-Pure: text in, one frozen ``ServeLine`` out. The shell's part is read as a shell reads it: quotes,
-line continuations, comments, ``VAR=value`` prefixes, ``export`` lines, and the operators that
-end a command (``;``, ``&``, ``&&``, ``|``, ...) or redirect its output (``> server.log 2>&1``,
-``| tee x``), which are dropped with their targets. vLLM's part follows ``FlexibleArgumentParser``:
-``--flag=value``, underscores in flag names, the hidden ``--no-`` forms of booleans, unique
-abbreviations of long flags, and dotted JSON sub-keys (``--kv-transfer-config.kv_role=kv_consumer``,
-nested as vLLM nests them, which then replace any whole JSON value of the same flag).
-
-Which flags each vLLM release knows is data: its release folder's ``serve_flags.json``, the option
-table of its ``vllm serve`` (``scripts/vllm_serve_flags.py`` writes it from vLLM's own parser). The
-flags that change the transfer feed ``ServeLine`` fields (``TRANSFER_FIELDS``); the others are
-read past and listed as ignored; a flag no release knows is listed as unknown, one that only some
-releases know says which. Every JSON value is bounded (nesting, integer digits, values) before it
-is trusted.
-"""
+"""Read a ``vllm serve`` command line (or a shell script that runs one) as vLLM would: the shell's
+part as a shell reads it, vLLM's as ``FlexibleArgumentParser`` does, against each release's
+``serve_flags.json`` (docs/preflight.md; docs/reference.md §6a). Pure: text in, one frozen
+``ServeLine`` out; every JSON value bounded before it is trusted."""
 
 from __future__ import annotations
 
