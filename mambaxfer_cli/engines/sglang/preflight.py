@@ -122,9 +122,6 @@ def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Releas
     try:
         family_rule(model, release)
     except UserError as exc:
-        rule = release.families.get(model.family)
-        if rule is not None and rule.engine_serves:     # SGLang starts it; mambaxfer does not model it
-            raise reworded(exc, f"{where}: {exc}") from None
         return SGLangServer(side, line, model, None, str(exc), release)
     try:
         draft, refused = draft_for(model, line.speculative_algorithm, line.draft_model), None

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from mambaxfer_cli.engines.sglang.families import FamilyRule, merged
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
-from mambaxfer_cli.errors import Refused, UserError
+from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.planning.model import ModelSpec
 
 
@@ -153,15 +153,13 @@ def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRul
     from mambaxfer_cli.engines.sglang.served import missing_class
 
     rule = release.families.get(model.family)
-    unserved = rule is not None and not rule.served and not rule.engine_serves
-    why = (rule.note if unserved and rule is not None else None) or missing_class(model.hf_config, release.version)
+    why = (rule.note if rule is not None and not rule.served else None) or missing_class(model.hf_config,
+                                                                                         release.version)
     if why is None and rule is None:
         why = f"SGLang {release.version} has no rule for the family '{model.family}'"
     if why is not None:          # SGLang does not serve it: its refusal
         raise Refused(f"{model.name}: {why}{_ANSWERS}")
     assert rule is not None
-    if not rule.served:          # SGLang serves it, mambaxfer does not model it: not a verdict
-        raise UserError(f"{model.name}: {rule.note}{_ANSWERS}")
     return rule
 
 

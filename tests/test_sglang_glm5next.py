@@ -1,0 +1,78 @@
+"""GLM-5-Next under --engine sglang, as SGLang 0.5.23 keeps it (checked against its own classes on the
+preset's config): ``Glm5NextTextConfig.mamba2_cache_params`` is ``KimiLinearStateShape.create`` over
+``linear_attn_config``'s 64 heads of 128 at the attention TP size, layers ``linear_layer_ids``, the
+0-based ``kda_layers`` (from ``i % 4 != 3`` without ``linear_attn_config``: 0, 1, 2, 4, ... of 45)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mambaxfer_cli.cli import flushed, run as run_command
+from mambaxfer_cli.readers.model_source import compiled_presets
+
+
+@pytest.fixture
+def cli(capsys):
+    def run(*args: str) -> tuple[int, str, str]:
+        code = flushed(run_command(list(args)))
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+def _config(tmp_path, **text) -> str:
+    config = json.loads(json.dumps(compiled_presets()["glm-5-next"]["config"]))
+    config["text_config"].update(text)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_plan_moves_the_kda_state_of_sglang_s_linear_layers(cli):
+    code, out, err = cli("plan", "--engine", "sglang", "--model", "glm-5-next", "--p-tp", "1", "--d-tp", "2",
+                         "--format", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    conv = [e for e in document["entries"]["decode"] if e["field"] == "conv"]
+    assert [e["layer_id"] for e in conv] == [i for i in range(45) if i % 4 != 3]
+    # (K-1, 3 · 64 · 128 / TP) bf16, sliced on axis 1 in three groups; (64 / TP, 128, 128) float32
+    assert (conv[0]["item_len"], conv[0]["dim"], conv[0]["outer_count"], conv[0]["conv_shard_groups"]) == \
+        (3 * 12288 * 2, 12288, 3, [8192, 8192, 8192])
+    temporal = [e for e in document["entries"]["decode"] if e["field"] == "temporal"]
+    assert temporal[0]["item_len"] == 32 * 128 * 128 * 4 and document["dtypes"]["temporal"] == "float32"
+    key = lambda w: sorted(w.items())  # noqa: E731
+    assert document["verdict"]["right"] and sorted(document["writes"], key=key) == sorted(document["exact"], key=key)
+
+
+def test_its_kda_layers_are_zero_based_as_sglang_s_config_class_reads_them(cli, tmp_path):
+    # Glm5NextTextConfig.is_kda_layer: layer_idx in kda_layers (Kimi's is i + 1 in kda_layers).
+    attn = {"num_heads": 64, "head_dim": 128, "short_conv_kernel_size": 4, "kda_layers": [1, 2, 5, 7, 40],
+            "full_attn_layers": []}
+    code, out, err = cli("plan", "--engine", "sglang", "--model", _config(tmp_path, linear_attn_config=attn),
+                         "--p-tp", "2", "--d-tp", "1", "--format", "json")
+    assert code == 0, err
+    assert sorted({e["layer_id"] for e in json.loads(out)["entries"]["prefill"]}) == [1, 2, 5, 7, 40]
+
+
+def test_the_kpool_compress_tail_ring_is_not_modelled(cli, tmp_path):
+    code, _, err = cli("check", "--engine", "sglang", "--model", _config(tmp_path, index_kpool_compress=True),
+                       "--pairs", "1:2")
+    assert code == 2 and "StateType.DSA_TAIL" in err and "Traceback" not in err, err
+
+
+@pytest.mark.usefixtures("nixl")
+def test_execute_moves_its_state_and_mla_latents_as_sglang_writes_them():
+    from cli_run import run_json
+
+    code, doc = run_json("execute", "--engine", "sglang", "--device", "cpu", "--format", "json", "--timeout", "90",
+                         "--model", "glm-5-next", "--layers", "4", "--p-tp", "1", "--d-tp", "2", "--iters", "1")
+    assert code == 0 and doc["verified"] and doc["bad_bytes"] == doc["predicted_bad_bytes"] == 0, doc
+    assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv", "temporal", "kv"}
+
+
+def test_models_says_mambaxfer_answers_for_it(cli):
+    code, out, err = cli("models", "--engine", "sglang", "--format", "json")
+    row = next(r for r in json.loads(out)["models"] if r["name"] == "glm-5-next")
+    assert code == 0 and row["sglang_file"] == "models/glm5_next.py" and row["answered"], row
