@@ -76,3 +76,45 @@ def test_models_says_mambaxfer_answers_for_it(cli):
     code, out, err = cli("models", "--engine", "sglang", "--format", "json")
     row = next(r for r in json.loads(out)["models"] if r["name"] == "glm-5-next")
     assert code == 0 and row["sglang_file"] == "models/glm5_next.py" and row["answered"], row
+
+
+# Its own mixer in SGLang's environment: Glm5NextLinearAttention built per rank on the CPU, and the
+# same with its conv channels rolled by one, which conformance must catch in that row alone.
+PROBE = r"""
+import json, sys
+from mambaxfer_cli.engines.sglang import conformance as c
+from mambaxfer_cli.engines.sglang.conformance import served_model
+
+name = "Glm5NextLinearAttention conv channels"
+base = c.load_functions()
+
+def rolled(cls):
+    def build(*a, **k):
+        attention = cls(*a, **k)
+        weight = attention.qkv_conv1d.weight
+        load = weight.weight_loader
+        def loader(param, loaded, shard):
+            load(param, loaded, shard)
+            param.data.copy_(param.data.roll(1, 0))
+        weight.weight_loader = loader
+        return attention
+    return build
+
+out = {}
+for label, functions in (("as is", base), ("rolled", {**base, name: rolled(base[name])})):
+    report = c.probe([served_model("glm-5-next")], functions, max_tp=2)
+    out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
+print(json.dumps(out))
+"""
+
+
+def test_conformance_builds_its_own_mixer_and_catches_a_planted_fault():
+    from test_sglang_conformance import run_in_sglang
+
+    result = run_in_sglang("-c", PROBE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout)
+    row = "Glm5NextLinearAttention conv channels"
+    assert outcomes["as is"][row] == ["agrees", 3]          # TP 1 rank 0, TP 2 ranks 0 and 1
+    assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
+    assert {n for n, (o, _) in outcomes["rolled"].items() if o != "agrees"} == {row}

@@ -30,3 +30,7 @@ def _as_sglang_reads(model: ModelSpec) -> ModelSpec:
 
 # The model as SGLang's config class reads it (shapes.sglang_model), by family label.
 SGLANG_READS = {"GLM-5-Next": _as_sglang_reads}
+# Conformance: its own KDA mixer, whose weight loaders give a rank's conv channels, and the config class
+# it is built with (Kimi's are families/kimi.py's KDA_MIXER).
+KDA_MIXERS = {"GLM-5-Next": ("Glm5NextLinearAttention conv channels", "sglang.srt.models.glm5_next",
+                             "Glm5NextLinearAttention", "sglang.srt.configs.glm5_next", "Glm5NextTextConfig")}
