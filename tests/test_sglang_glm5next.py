@@ -118,3 +118,23 @@ def test_conformance_builds_its_own_mixer_and_catches_a_planted_fault():
     assert outcomes["as is"][row] == ["agrees", 3]          # TP 1 rank 0, TP 2 ranks 0 and 1
     assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
     assert {n for n, (o, _) in outcomes["rolled"].items() if o != "agrees"} == {row}
+
+
+@pytest.mark.parametrize("kpool,page", [(16, 1024), (None, 64)])
+def test_preflight_takes_the_page_size_sglang_sets_for_its_dsa_pool(cli, tmp_path, kpool, page):
+    # _deepseek_family_overrides (is_deepseek_dsa) sets --page-size to 64 · index_kpool on CUDA: two lines
+    # asking for different page sizes both run its pages, which the bootstrap finds equal. Without the
+    # key SGLang's get_dsa_index_kpool takes 1 (its config class has no default; transformers' is 16).
+    config = json.loads(open(_config(tmp_path)).read())
+    config["text_config"]["index_kpool"] = kpool
+    if kpool is None:
+        del config["text_config"]["index_kpool"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    line = ("python -m sglang.launch_server --model-path {} --tp {} --disaggregation-mode {} "
+            "--disaggregation-transfer-backend nixl --page-size {}")
+    code, out, err = cli("preflight", "--prefill", line.format(tmp_path, 1, "prefill", 1),
+                         "--decode", line.format(tmp_path, 2, "decode", 16), "--format", "json")
+    assert code == 0, err + out
+    document = json.loads(out)
+    assert document["verdict"] == "works", document
+    assert {s["page_size"] for s in document["engines"].values()} == {page}

@@ -34,3 +34,17 @@ SGLANG_READS = {"GLM-5-Next": _as_sglang_reads}
 # it is built with (Kimi's are families/kimi.py's KDA_MIXER).
 KDA_MIXERS = {"GLM-5-Next": ("Glm5NextLinearAttention conv channels", "sglang.srt.models.glm5_next",
                              "Glm5NextLinearAttention", "sglang.srt.configs.glm5_next", "Glm5NextTextConfig")}
+
+
+def dsa_page_size(model: ModelSpec) -> int | None:
+    """On CUDA SGLang sets the page size to ``64 · index_kpool`` whatever --page-size says, so that a
+    page owns whole pooled index groups (model_overrides/deepseek_v2.py ``_deepseek_family_overrides``),
+    for a DSA model (``is_deepseek_dsa``: ``index_topk`` set). Its config class defaults neither key:
+    ``get_dsa_index_kpool`` takes 1 where the config has none."""
+    from mambaxfer_cli.readers.model_config import flatten_text_config
+
+    c = flatten_text_config(model.hf_config or {})
+    return None if c.get("index_topk") is None else 64 * int(c.get("index_kpool", 1))
+
+
+PAGE_SIZES = {"GLM-5-Next": dsa_page_size}
