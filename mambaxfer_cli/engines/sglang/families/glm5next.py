@@ -44,7 +44,7 @@ def dsa_page_size(model: ModelSpec) -> int | None:
     from mambaxfer_cli.readers.model_config import flatten_text_config
 
     c = flatten_text_config(model.hf_config or {})
-    return None if c.get("index_topk") is None else 64 * int(c.get("index_kpool", 1))
+    return None if c.get("index_topk") is None else 64 * int(c.get("index_kpool") or 1)
 
 
 PAGE_SIZES = {"GLM-5-Next": dsa_page_size}
