@@ -104,6 +104,11 @@ out = {}
 for label, functions in (("as is", base), ("rolled", {**base, name: rolled(base[name])})):
     report = c.probe([served_model("glm-5-next")], functions, max_tp=2)
     out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
+try:       # its 64 heads at TP 3, built as conformance builds it
+    c._their_kda_channels(base[name], served_model("glm-5-next"), 3, 0, c.KDA_MIXERS["GLM-5-Next"][3:])
+    out["tp 3"] = "built"
+except AssertionError as error:
+    out["tp 3"] = ["AssertionError", str(error)]
 print(json.dumps(out))
 """
 
@@ -118,6 +123,14 @@ def test_conformance_builds_its_own_mixer_and_catches_a_planted_fault():
     assert outcomes["as is"][row] == ["agrees", 3]          # TP 1 rank 0, TP 2 ranks 0 and 1
     assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
     assert {n for n, (o, _) in outcomes["rolled"].items() if o != "agrees"} == {row}
+    assert outcomes["tp 3"] == ["AssertionError", ""]       # a bare assert: mambaxfer's refusal names it
+
+
+def test_a_tp_size_that_does_not_divide_its_heads_is_sglang_s_bare_assert(cli):
+    code, _, err = cli("plan", "--engine", "sglang", "--model", "glm-5-next", "--p-tp", "3", "--d-tp", "2")
+    assert code == 1 and "AssertionError in Glm5NextLinearAttention.__init__" in " ".join(err.split()), err
+    code, _, err = cli("plan", "--engine", "sglang", "--model", "kimi-linear-48b", "--p-tp", "3", "--d-tp", "1")
+    assert code == 1 and "KDA num_heads (32) must be divisible by shard tp_size (3)" in " ".join(err.split()), err
 
 
 @pytest.mark.parametrize("kpool,page", [(16, 1024), (None, 64)])

@@ -192,7 +192,10 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
         if p["n_groups"] % tp and p["n_groups"] != 1:
             return release.message("mamba2_groups")
     if model.variant == "kda" and p["num_heads"] % tp:
-        return release.message("kda_heads", heads=p["num_heads"], tp=tp)
+        rule = release.families.get(model.family)
+        own = rule.kda_heads if rule else ""     # a family's own mixer, else Kimi's KimiDeltaAttention
+        return own.format(heads=p["num_heads"], tp=tp) if own else release.message("kda_heads", heads=p["num_heads"],
+                                                                                      tp=tp)
     if model.variant == "short_conv" and p["hidden_size"] % tp:   # Mamba2StateShape.create's divide
         return f"TP {tp} does not divide hidden_size = {p['hidden_size']} (the short conv's channels)"
     if model.variant == "gdn":

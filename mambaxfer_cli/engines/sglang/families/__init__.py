@@ -18,6 +18,7 @@ class FamilyRule:
     config_ssm_dtype: bool = False   # its config hook passes the config to mamba2_state_dtype
     note: str = ""
     conv_shard_groups: bool = True   # its GDN config hook passes conv_shard_groups to Mamba2StateShape.create
+    kda_heads: str = ""              # its own KDA mixer's refusal of a TP size ({heads}, {tp}); "": Kimi's
 
 
 def _modules() -> list[Any]:

@@ -12,7 +12,10 @@ from mambaxfer_cli.engines.sglang.families import FamilyRule
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 
-SGLANG_0_5_23 = {"GLM-5-Next": FamilyRule(True, note="configs/glm5_next.py Glm5NextTextConfig")}
+SGLANG_0_5_23 = {"GLM-5-Next": FamilyRule(
+    True, note="configs/glm5_next.py Glm5NextTextConfig",
+    kda_heads="AssertionError in Glm5NextLinearAttention.__init__ (models/glm5_next.py): its bare assert "
+              "self.num_heads % head_shard_size == 0, with num_heads {heads} and TP {tp}")}
 
 
 def _as_sglang_reads(model: ModelSpec) -> ModelSpec:
