@@ -171,18 +171,14 @@ def test_mooncake_is_planned_for_the_same_pairing():
     assert document["backend"] == "mooncake" and document["verdict"]["right"]
 
 
-@pytest.mark.parametrize("arch", ["Glm5NextForConditionalGeneration", "Glm5NextForCausalLM"])
-def test_a_family_mambaxfer_does_not_model_for_sglang_is_refused_in_sglang_s_words(tmp_path, arch):
-    """GLM-5-Next, which mambaxfer models for vLLM, is refused under --engine sglang, naming SGLang's file."""
+def test_an_architecture_sglang_has_no_class_for_is_refused_in_sglang_s_words(tmp_path):
+    """GLM-5-Next's Glm5NextForCausalLM, which vLLM serves, is in no srt/models/ file's EntryClass."""
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({**compiled_presets()["glm-5-next"]["config"], "architectures": [arch]}))
+    config.write_text(json.dumps({**compiled_presets()["glm-5-next"]["config"],
+                                  "architectures": ["Glm5NextForCausalLM"]}))
     for command in (("plan", "--p-tp", "1", "--d-tp", "2"), ("check", "--pairs", "1:2")):
         result = run_cli(command[0], "--engine", "sglang", "--model", str(config), *command[1:])
-        if arch == "Glm5NextForCausalLM":     # in no srt/models/ file's EntryClass: SGLang's refusal
-            assert_refused(result, "SGLang 0.5.23 has no model class Glm5NextForCausalLM")
-        else:
-            assert_user_error(result, "SGLang 0.5.23 serves GLM-5-Next (models/glm5_next.py, whose EntryClass is "
-                                      "Glm5NextForConditionalGeneration only), but mambaxfer does not model")
+        assert_refused(result, "SGLang 0.5.23 has no model class Glm5NextForCausalLM")
         assert "vLLM" not in result.stderr
     vllm = run_cli("plan", "--model", str(config), "--p-tp", "1", "--d-tp", "2", "--block-size", "4608")
     assert vllm.code == 0, vllm.stderr

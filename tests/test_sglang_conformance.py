@@ -470,6 +470,7 @@ faults = {
     "mambaish_config state layers": renumbered,
     "MambaMixer2 conv channels": rolled_conv_channels,
     "KimiDeltaAttention conv channels": rolled_kda_channels,
+    "Glm5NextLinearAttention conv channels": rolled_kda_channels,
     "untransposed Kimi conv": untransposed,
     "Qwen3GatedDeltaNet conv channels": rolled_gdn_channels,
     "short-conv config state": attention_as_conv,
@@ -482,7 +483,7 @@ faults = {
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).
 models = [m for m in c.served_presets()
           if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5",
-                        "lfm2-1.2b")]
+                        "lfm2-1.2b", "glm-5-next")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
 out = {}
 for fault, plant in faults.items():

@@ -57,6 +57,7 @@ class Source:
 _UTILS, _DISAGG = "sglang.srt.configs.mamba_utils", "sglang.srt.disaggregation"
 KDA_SHAPES, KDA_SHAPES_COMPARED = given("KDA_SHAPES")
 KDA_MIXER, _KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED = given("KDA_MIXER")
+KDA_MIXERS = merged("KDA_MIXERS")     # a family's own KDA mixer, by family label
 PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
 SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
 
@@ -85,6 +86,7 @@ SOURCES: Mapping[str, Source] = {
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
                                         "the checkpoint channels of a rank's conv state"),
     KDA_MIXER: Source(_KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED),
+    **{m[0]: Source(m[1], m[2], _KDA_MIXER_COMPARED) for m in KDA_MIXERS.values()},
     "Qwen3GatedDeltaNet conv channels": Source("sglang.srt.models.qwen3_next", "Qwen3GatedDeltaNet",
                                                "the checkpoint channels of a GDN rank's conv state"),
     SHORT_CONV_CONFIG[0]: Source(SHORT_CONV_CONFIG[1], SHORT_CONV_CONFIG[2],
@@ -484,18 +486,20 @@ class _Checker:
                                  partial(_our_conv_channels, model, tp, rank))
 
     def kda_channels(self, models: Sequence[ModelSpec]) -> None:
-        """KDA's conv channels from SGLang's own KimiDeltaAttention (Bailing's BailingKDA is one),
-        built per rank with the dims its config class gives, its qkv_conv1d loaded from q, k and v
-        checkpoint weights whose every channel carries its own number."""
-        build = self.fn(KDA_MIXER)
-        if build is None:
-            return
+        """KDA's conv channels from SGLang's own KimiDeltaAttention (Bailing's BailingKDA is one) or
+        the family's own KDA mixer (GLM-5-Next's), built per rank with the dims its config class
+        gives, its qkv_conv1d loaded from q, k and v checkpoint weights whose every channel carries
+        its own number."""
         for model in [m for m in models if m.variant == "kda"]:
-            spec = sglang_model(model, {}, self.release)
+            mixer = KDA_MIXERS.get(model.family)
+            name, config = (mixer[0], mixer[3:]) if mixer else (KDA_MIXER, given("KDA_MIXER_CONFIG"))
+            build, spec = self.fn(name), sglang_model(model, {}, self.release)
+            if build is None:
+                continue
             for tp in tp_sizes(spec, self.max_tp):
                 for rank in range(tp):
-                    self.compare(KDA_MIXER, {"model": model.name, "tp": tp, "rank": rank},
-                                 partial(_their_kda_channels, build, model, tp, rank),
+                    self.compare(name, {"model": model.name, "tp": tp, "rank": rank},
+                                 partial(_their_kda_channels, build, model, tp, rank, config),
                                  partial(_our_kda_channels, spec, tp, rank))
 
     def sends(self, models: Sequence[ModelSpec]) -> None:
@@ -1034,24 +1038,33 @@ def _kda_from_config(kda: Callable[..., Any], model: ModelSpec, tp_world_size: i
                head_k_dim=s.head_k_dim, conv_kernel_size=s.conv_kernel)
 
 
-def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
-    """SGLang's KimiDeltaAttention for one rank (hidden size 8: the conv does not read it), its
-    qkv_conv1d loaded shard by shard from q, k and v weights numbered 0.., P.., 2P..: the
-    channels of the rank's conv state, in order."""
+def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, rank: int,
+                        config_class: Sequence[str]) -> tuple[int, ...]:
+    """SGLang's KDA mixer for one rank (hidden size 8: the conv does not read it), built with its
+    config class (module, class), LoRA off, its qkv_conv1d loaded shard by shard from q, k and v
+    weights numbered 0.., P.., 2P..: the channels of the rank's conv state, in order."""
     import torch
     shape = _kda_from_config(lambda **k: SimpleNamespace(**k), model, 1)
     heads, dim, kernel = shape.num_heads, shape.head_dim, shape.conv_kernel_size
-    module, config_class = given("KDA_MIXER_CONFIG")
-    config = getattr(importlib.import_module(module), config_class)(
+    config = getattr(importlib.import_module(config_class[0]), config_class[1])(
         hidden_size=8, linear_attn_config={"num_heads": heads, "head_dim": dim, "short_conv_kernel_size": kernel,
                                            "kda_layers": [], "full_attn_layers": []})
-    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
-    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
-        weight = build(layer_idx=0, hidden_size=8, config=config).qkv_conv1d.weight
-        size = heads * dim
-        for shard in range(3):
-            numbered = torch.arange(shard * size, (shard + 1) * size, dtype=torch.float32)
-            weight.weight_loader(weight, numbered[:, None, None].expand(size, 1, kernel).contiguous(), shard)
+    context = importlib.import_module("sglang.srt.runtime_context")
+    lora = context._ConfigBag("lora")     # GLM-5-Next's mixer asks get_lora() whether to fuse its projections
+    lora._set("enable_lora", False)
+    lora._set("lora_paths", None)
+    bags = context._CONTEXT._config_bags
+    context._CONTEXT._config_bags = {**(bags or {}), "lora": lora}
+    try:
+        with context.get_parallel().override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp,
+                                             attn_tp_rank=rank, enable_cp_tp_group_sharing=False):
+            weight = build(layer_idx=0, hidden_size=8, config=config).qkv_conv1d.weight
+            size = heads * dim
+            for shard in range(3):
+                numbered = torch.arange(shard * size, (shard + 1) * size, dtype=torch.float32)
+                weight.weight_loader(weight, numbered[:, None, None].expand(size, 1, kernel).contiguous(), shard)
+    finally:
+        context._CONTEXT._config_bags = bags
     return tuple(int(v) for v in weight[:, 0, 0].tolist())
 
 

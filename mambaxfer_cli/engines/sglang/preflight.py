@@ -18,6 +18,7 @@ from typing import Callable
 from mambaxfer_cli.engines.sglang.bootstrap import Server
 from mambaxfer_cli.engines.sglang.drafts import REFUSES, Draft, draft_for
 from mambaxfer_cli.engines.sglang.entries import server_flags
+from mambaxfer_cli.engines.sglang.families import merged as family_data
 from mambaxfer_cli.engines.sglang.launch_args import (
     CONV_DTYPE_VAR, FLAG, SETS, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
 )
@@ -68,9 +69,16 @@ class SGLangServer:
         return self.line.attn_tp
 
     @property
+    def forced_page_size(self) -> int | None:
+        """The page size SGLang sets for the model whatever the line says (its family's ``PAGE_SIZES``)."""
+        hook = family_data("PAGE_SIZES").get(self.model.family)
+        return hook(self.model) if hook else None
+
+    @property
     def page_size(self) -> int:
-        """``--page-size``, else SGLang's default on CUDA (``_page_size_default``: 1)."""
-        return 1 if self.line.page_size is None else self.line.page_size
+        """``--page-size``, else SGLang's default on CUDA (``_page_size_default``: 1), unless the model's
+        family sets it."""
+        return self.forced_page_size or (1 if self.line.page_size is None else self.line.page_size)
 
     def server(self) -> Server:
         return Server(tp=self.tp, pp=self.line.pp, page_size=self.page_size,
@@ -122,9 +130,6 @@ def build_server(side: str, line: LaunchLine, load: ModelLoader, release: Releas
     try:
         family_rule(model, release)
     except UserError as exc:
-        rule = release.families.get(model.family)
-        if rule is not None and rule.engine_serves:     # SGLang starts it; mambaxfer does not model it
-            raise reworded(exc, f"{where}: {exc}") from None
         return SGLangServer(side, line, model, None, str(exc), release)
     try:
         draft, refused = draft_for(model, line.speculative_algorithm, line.draft_model), None
@@ -491,7 +496,7 @@ def preflight(prefill: LaunchLine, decode: LaunchLine, load: ModelLoader,
     warnings = []
     for e in (p, d):
         name = SIDE_NAME[e.side]
-        if e.line.page_size is None and not e.line.unknown:
+        if e.line.page_size is None and not e.line.unknown and not e.forced_page_size:
             warnings.append(f"{name}: no --page-size: SGLang's default on CUDA, 1, assumed")
         if e.line.attn_dp_size > 1 or e.line.attn_cp > 1:
             warnings.append(f"{name}: attention DP/CP: the state and rank mapping follow the attention TP size "

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from mambaxfer_cli.engines.sglang.families import FamilyRule, merged
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
-from mambaxfer_cli.errors import Refused, UserError
+from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.planning.model import ModelSpec
 
 
@@ -153,15 +153,13 @@ def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRul
     from mambaxfer_cli.engines.sglang.served import missing_class
 
     rule = release.families.get(model.family)
-    unserved = rule is not None and not rule.served and not rule.engine_serves
-    why = (rule.note if unserved and rule is not None else None) or missing_class(model.hf_config, release.version)
+    why = (rule.note if rule is not None and not rule.served else None) or missing_class(model.hf_config,
+                                                                                         release.version)
     if why is None and rule is None:
         why = f"SGLang {release.version} has no rule for the family '{model.family}'"
     if why is not None:          # SGLang does not serve it: its refusal
         raise Refused(f"{model.name}: {why}{_ANSWERS}")
     assert rule is not None
-    if not rule.served:          # SGLang serves it, mambaxfer does not model it: not a verdict
-        raise UserError(f"{model.name}: {rule.note}{_ANSWERS}")
     return rule
 
 
@@ -194,7 +192,10 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
         if p["n_groups"] % tp and p["n_groups"] != 1:
             return release.message("mamba2_groups")
     if model.variant == "kda" and p["num_heads"] % tp:
-        return release.message("kda_heads", heads=p["num_heads"], tp=tp)
+        rule = release.families.get(model.family)
+        own = rule.kda_heads if rule else ""     # a family's own mixer, else Kimi's KimiDeltaAttention
+        return own.format(heads=p["num_heads"], tp=tp) if own else release.message("kda_heads", heads=p["num_heads"],
+                                                                                      tp=tp)
     if model.variant == "short_conv" and p["hidden_size"] % tp:   # Mamba2StateShape.create's divide
         return f"TP {tp} does not divide hidden_size = {p['hidden_size']} (the short conv's channels)"
     if model.variant == "gdn":

@@ -17,8 +17,8 @@ class FamilyRule:
     served: bool                     # mambaxfer answers for it under this release
     config_ssm_dtype: bool = False   # its config hook passes the config to mamba2_state_dtype
     note: str = ""
-    engine_serves: bool = False      # not served by mambaxfer, but SGLang serves it (srt/models/ has it)
     conv_shard_groups: bool = True   # its GDN config hook passes conv_shard_groups to Mamba2StateShape.create
+    kda_heads: str = ""              # its own KDA mixer's refusal of a TP size ({heads}, {tp}); "": Kimi's
 
 
 def _modules() -> list[Any]:

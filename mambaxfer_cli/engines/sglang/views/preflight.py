@@ -26,7 +26,8 @@ def servers_table(report: Report) -> Table:
         return f"{x[key]} ({x[f'{key}_from']})" if x[key] else "—"
 
     rows = [("mode", lambda x: x["disaggregation_mode"]), ("TP", tp), ("PP", lambda x: str(x["pp"])),
-            ("page size", lambda x: str(x["page_size"]) + ("" if x["requested_page_size"] else " (default)")),
+            ("page size", lambda x: str(x["page_size"]) + ("" if x["page_size"] == x["requested_page_size"] else
+                                                           " (default)" if x["page_size"] == 1 else " (SGLang's)")),
             ("KV-cache dtype", lambda x: x["kv_cache_dtype"]),
             ("transfer backend", lambda x: x["transfer_backend"]),
             ("conv dtype", lambda x: dtype(x, "conv_dtype")), ("SSM dtype", lambda x: dtype(x, "ssm_dtype")),
