@@ -80,25 +80,33 @@ def test_execute_moves_and_verifies_the_drafters_pages():
         assert with_draft["verdict"]["checked_bytes"] > target["verdict"]["checked_bytes"]
 
 
-def groups_in_vllm(release: str, target: str, drafter: str, tp: int) -> dict:
+def in_vllm(release: str, target: str, drafter: str, tp: int, *run: str) -> list[dict]:
+    """tests/eagle_groups.py's JSON lines: the groups, then (``run``) conformance's report."""
     python = os.environ.get(VLLM[release], "")
     if not (python and Path(python).is_file()):
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but {VLLM[release]} names no vLLM {release}", pytrace=False)
         pytest.skip(f"{VLLM[release]} does not name a Python with vLLM {release}")
-    proc = subprocess.run([python, str(Path(__file__).with_name("eagle_groups.py")), target, drafter, str(tp)],
-                          capture_output=True, text=True, timeout=600)
+    environ = {k: v for k, v in os.environ.items() if k != "VLLM_SSM_CONV_STATE_LAYOUT"}
+    proc = subprocess.run([python, str(Path(__file__).with_name("eagle_groups.py")), target, drafter, str(tp), *run],
+                          capture_output=True, text=True, timeout=900, env=environ)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_vllms_grouping_agrees_and_catches_a_drafter_of_other_pages(release):
-    """vLLM's own grouping (EAGLEConfig's reading of the drafter, is_draft specs) agrees with
-    mambaxfer's at TP 1 and 2; where the drafter's pages differ, appending its layers to the
-    target's groups (the planted fault) differs from vLLM, and mambaxfer does not plan them."""
-    for tp in (1, 2):
-        found = groups_in_vllm(release, "nemotron-h-8b", LLAMA, tp)
-        assert found["draft_layers"] == 1 and found["ours"] == found["vllm"], found
-    apart = groups_in_vllm(release, "qwen3.5-0.8b", QWEN, 1)
+def test_vllm_agrees_on_the_drafters_case_and_a_planted_fault_differs(release):
+    """vLLM's own grouping (EAGLEConfig's reading of the drafter, is_draft specs) is mambaxfer's at
+    TP 1 and 2, and conformance's comparison of every function agrees on the drafted model; vLLM's
+    grouping altered to keep the draft layer apart (the planted fault) makes _compute_desc_ids
+    differ. Where the drafter's pages differ, appending its layers (another planted fault) is not
+    vLLM's grouping, and mambaxfer does not plan them."""
+    groups, report = in_vllm(release, "nemotron-h-8b", LLAMA, 2, "compare")
+    assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"], groups
+    assert report["ok"] and all(f["outcome"] == "agrees" for f in report["functions"]), report["functions"]
+    groups, report = in_vllm(release, "nemotron-h-8b", LLAMA, 1, "draft-apart")
+    assert groups["ours"] == groups["vllm"]
+    differs = [f["function"] for f in report["functions"] if f["outcome"] == "differs"]
+    assert not report["ok"] and differs == ["_compute_desc_ids"], differs
+    (apart,) = in_vllm(release, "qwen3.5-0.8b", QWEN, 1)
     assert len(apart["vllm"]) == 25 and apart["appended"] != apart["vllm"] and apart["draft_layers"] == 0
