@@ -110,3 +110,19 @@ def test_vllm_agrees_on_the_drafters_case_and_a_planted_fault_differs(release):
     assert not report["ok"] and differs == ["_compute_desc_ids"], differs
     (apart,) = in_vllm(release, "qwen3.5-0.8b", QWEN, 1)
     assert len(apart["vllm"]) == 25 and apart["appended"] != apart["vllm"] and apart["draft_layers"] == 0
+
+
+def test_preflight_checks_the_drafters_bytes():
+    """Two `vllm serve` lines of Nemotron-H-8B with the drafter: the byte check moves its layer's
+    attention pages too (more bytes than a drafter whose config is not here), and no line warns."""
+    from test_preflight import lines, run_json
+
+    def moved(drafter: str) -> tuple[int, dict]:
+        flag = f"--speculative-config '{eagle3(drafter)}'"
+        code, doc = run_json(*lines("nvidia/Nemotron-H-8B-Base-8K", flag, f"--tensor-parallel-size 2 {flag}"))
+        assert code == 0 and doc["verdict"] == "works" and doc["byte_check"]["wrong_bytes"] == 0, doc
+        return doc["byte_check"]["bytes_moved"], doc
+
+    drafted, doc = moved(LLAMA)
+    assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
+    assert drafted > moved("org/not-cached-eagle3")[0]
