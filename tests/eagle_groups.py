@@ -1,13 +1,15 @@
 """Run in vLLM's interpreter: vLLM's KV-cache groups of a target with an EAGLE drafter's layers.
 
-argv: the target (--model), the drafter's config.json, the TP size (and "compare": conformance's
-comparison of every function, as ``conformance`` runs it, on the drafted model up to that TP;
-"draft-apart": the same with vLLM's grouping altered to keep the draft layers apart). The drafter's KV heads and head
-size are vLLM's reading of its config (EAGLEConfig, method eagle3); its layers' specs are vLLM's
-FullAttentionSpec tagged is_draft (get_kv_cache_spec); the groups are
-unify_kv_cache_spec_page_size then _get_kv_cache_groups_uniform_page_size. Prints one JSON line:
-vLLM's groups as layer indices, mambaxfer's (``with_drafts``, ``model_grouping``) and those of the
-drafter's layers appended whatever their pages.
+argv: the target (--model), the drafter's config.json, the TP size, and optionally "compare"
+(conformance's comparison of every function, as ``conformance`` runs it, on the drafted model up
+to that TP) or "draft-apart" (the same with vLLM's grouping altered to keep the draft layers
+apart). The drafter's KV heads and head size are vLLM's reading of its config (EAGLEConfig,
+method eagle3); its layers' specs are vLLM's FullAttentionSpec tagged is_draft
+(get_kv_cache_spec); the groups are unify_kv_cache_spec_page_size then
+_get_kv_cache_groups_uniform_page_size. Prints a JSON line: vLLM's groups as layer indices,
+mambaxfer's (``with_drafts``, ``model_grouping``) and those of the drafter's layers appended
+whatever their pages; then the comparison's report. Or argv "classes" and architectures: whether
+vLLM's class of each implements SupportsEagle3 (``supports_eagle3``; null: not in its registry).
 """
 
 import dataclasses
@@ -29,6 +31,13 @@ from mambaxfer_cli.planning.kv_groups import model_grouping
 from mambaxfer_cli.planning.model import ATTENTION
 from mambaxfer_cli.readers.model_source import load_model
 
+if sys.argv[1] == "classes":
+    from vllm.model_executor.models.interfaces import supports_eagle3
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    classes = {arch: ModelRegistry._try_load_model_cls(arch) for arch in sys.argv[2:]}
+    print(json.dumps({arch: None if cls is None else supports_eagle3(cls) for arch, cls in classes.items()}))
+    sys.exit(0)
 target_name, drafter_path, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
 draft = json.load(open(drafter_path))
 eagle = EAGLEConfig(AutoConfig.for_model(**{k: v for k, v in draft.items() if not k.startswith("_")}),

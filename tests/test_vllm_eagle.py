@@ -80,15 +80,15 @@ def test_execute_moves_and_verifies_the_drafters_pages():
         assert with_draft["verdict"]["checked_bytes"] > target["verdict"]["checked_bytes"]
 
 
-def in_vllm(release: str, target: str, drafter: str, tp: int, *run: str) -> list[dict]:
-    """tests/eagle_groups.py's JSON lines: the groups, then (``run``) conformance's report."""
+def in_vllm(release: str, *args: object) -> list[dict]:
+    """tests/eagle_groups.py's JSON lines: the groups, then conformance's report (or the classes)."""
     python = os.environ.get(VLLM[release], "")
     if not (python and Path(python).is_file()):
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but {VLLM[release]} names no vLLM {release}", pytrace=False)
         pytest.skip(f"{VLLM[release]} does not name a Python with vLLM {release}")
     environ = {k: v for k, v in os.environ.items() if k != "VLLM_SSM_CONV_STATE_LAYOUT"}
-    proc = subprocess.run([python, str(Path(__file__).with_name("eagle_groups.py")), target, drafter, str(tp), *run],
+    proc = subprocess.run([python, str(Path(__file__).with_name("eagle_groups.py")), *map(str, args)],
                           capture_output=True, text=True, timeout=900, env=environ)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -126,3 +126,25 @@ def test_preflight_checks_the_drafters_bytes():
     drafted, doc = moved(LLAMA)
     assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
     assert drafted > moved("org/not-cached-eagle3")[0]
+
+
+def test_eagle3_on_a_class_without_the_interface_is_refused_in_vllms_words():
+    """Jamba's vLLM class lacks SupportsEagle3: EAGLE-3 stops the worker; EAGLE (no aux hidden
+    states) does not ask for it."""
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1",
+                     "--speculative-config", eagle3("org/jamba-eagle3"))
+    assert result.code == 1 and '"Model does not support EAGLE3 interface"' in result.stderr, result.stderr
+    eagle = json.dumps({"method": "eagle", "model": "org/jamba-eagle", "num_speculative_tokens": 1})
+    assert run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--speculative-config", eagle).code == 0
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_classes_without_eagle3_are_vllms(release):
+    """NO_EAGLE3 is every preset's architecture whose vLLM class lacks SupportsEagle3, and only those
+    (the connector's refused ones, LFM2, never get that far)."""
+    from mambaxfer_cli.families import CONNECTOR_REFUSED, NO_EAGLE3
+    from mambaxfer_cli.readers.model_source import load_model, preset_names
+
+    archs = {load_model(name).hf_config["architectures"][0] for name in preset_names()} - set(CONNECTOR_REFUSED)
+    (found,) = in_vllm(release, "classes", *sorted(archs | NO_EAGLE3))
+    assert {arch for arch, supported in found.items() if supported is False} == NO_EAGLE3, found

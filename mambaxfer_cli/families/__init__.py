@@ -117,6 +117,9 @@ CONNECTOR_REFUSED: Mapping[str, tuple[str, str, str]] = _merged("CONNECTOR_REFUS
 # backend under --model-impl auto (transformers has the class and can set its attention), with the
 # ``layer_types`` name transformers' config gives a layer that is not attention.
 TRANSFORMERS_BACKEND: Mapping[str, str] = _merged("TRANSFORMERS_BACKEND")
+# Architectures whose vLLM class does not implement SupportsEagle3 (0.33 and 0.34 alike): an
+# EAGLE-3 drafter on them stops the worker (set_eagle3_aux_hidden_state_layers).
+NO_EAGLE3 = frozenset(a for m in _MODULES for a in getattr(m, "NO_EAGLE3", ()))
 # Architectures vLLM serves whose KV cache its NIXL connector cannot register.
 REGISTRATION_REFUSED: Mapping[str, str] = _merged("REGISTRATION_REFUSED")
 # The family a generic message names for one of its parts, by the part (its module's LABELS).

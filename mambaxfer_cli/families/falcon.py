@@ -16,3 +16,4 @@ FAMILIES = (
             "head_dim": (("mamba_d_head",),)},
            conv_kernel=(("mamba_d_conv",),), layers="parallel", order=7),
 )
+NO_EAGLE3 = ("FalconH1ForCausalLM",)    # vLLM's class lacks SupportsEagle3

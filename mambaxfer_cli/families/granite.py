@@ -14,3 +14,4 @@ FAMILIES = (
 )
 # transformers 5.20's BambaConfig.layers_block_type (its layer_types): "linear_attention" off attn_layer_indices.
 TRANSFORMERS_BACKEND = {"BambaForCausalLM": "linear_attention"}
+NO_EAGLE3 = ("GraniteMoeHybridForCausalLM",)    # vLLM's class lacks SupportsEagle3

@@ -9,3 +9,4 @@ FAMILIES = (
             "d_state": (("mamba_d_state",),)},
            conv_kernel=(("mamba_d_conv",),), order=1),
 )
+NO_EAGLE3 = ("JambaForCausalLM",)    # vLLM's class lacks SupportsEagle3

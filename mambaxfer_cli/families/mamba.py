@@ -19,3 +19,4 @@ FAMILIES = (
             "head_dim": (("head_dim",),)},
            conv_kernel=(("conv_kernel",), ("d_conv",)), layers="all_ssm", order=4),
 )
+NO_EAGLE3 = ("MambaForCausalLM", "Mamba2ForCausalLM")    # vLLM's class lacks SupportsEagle3

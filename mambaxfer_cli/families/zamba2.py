@@ -12,3 +12,4 @@ FAMILIES = (
             "head_dim": (("mamba_headdim",),)},
            conv_kernel=(("mamba_d_conv",),), order=8),
 )
+NO_EAGLE3 = ("Zamba2ForCausalLM",)    # vLLM's class lacks SupportsEagle3

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.engines.vllm.families import first
-from mambaxfer_cli.families import dim_key, family_for, int_key
+from mambaxfer_cli.families import NO_EAGLE3, dim_key, family_for, int_key
 from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.readers.model_config import flatten_text_config
 from mambaxfer_cli.readers.model_source import cached_repo_config, read_json
 
@@ -109,6 +110,10 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
         raise UserError(f"--num-spec {num_spec} and {FLAG}'s num_speculative_tokens {tokens} differ; give one "
                         f"(the conv rows follow the speculative tokens)")
     method = release.speculative_method(speculative.get("method"))
+    arch = (architecture_names(model.hf_config) or ("",))[0]
+    if method == "eagle3" and arch in NO_EAGLE3:
+        raise Refused(f"{REFUSES}\"Model does not support EAGLE3 interface\" (set_eagle3_aux_hidden_state_layers: "
+                      f"{arch} does not implement SupportsEagle3)")
     if method in EAGLE_METHODS and speculative.get("model") is not None:
         return _with_drafter(model, str(speculative["model"]), tokens)
     flat = flatten_text_config(model.hf_config)
