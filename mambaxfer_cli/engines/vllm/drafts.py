@@ -1,18 +1,22 @@
 """Speculative decoding's draft layers in vLLM's KV cache: the MTP layers of a family that declares
-them (``Family.mtp_keys``), after the target's (docs/reference.md §4)."""
+them (``Family.mtp_keys``) and an EAGLE / EAGLE-3 drafter's layers whose attention pages are the
+target's, after the target's (docs/reference.md §4)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
-from mambaxfer_cli.engines.vllm.families import first
-from mambaxfer_cli.families import family_for, int_key
+from mambaxfer_cli.engines.vllm.families import first, gathered
+from mambaxfer_cli.families import dim_key, family_for, int_key
 from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
-from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
+from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.readers.model_config import flatten_text_config
+from mambaxfer_cli.readers.model_source import cached_repo_config, read_json
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.release import Release
@@ -23,10 +27,19 @@ REFUSES = "vLLM does not start: "      # how each refusal below begins
 # (Qwen3NextMultiTokenPredictor, Qwen3_5MultiTokenPredictor: ``num_mtp_layers``).
 MTP_LAYERS_DEFAULT = 1
 
+
+def no_eagle3() -> frozenset[str]:
+    """Architectures whose vLLM class lacks SupportsEagle3: an EAGLE-3 drafter on them stops the
+    worker (set_eagle3_aux_hidden_state_layers); 0.33 and 0.34 alike."""
+    return frozenset(arch for found in gathered("NO_EAGLE3") for arch in found)
+
+
 # vLLM's SpeculativeMethod values that draft without a model (n-gram lookup, suffix trees), and the
 # draft "model" names that select n-gram when no method is given (SpeculativeConfig.__post_init__).
 DRAFTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")
 NGRAM_MODELS = ("ngram", "[ngram]")
+
+EAGLE_METHODS = ("eagle", "eagle3")
 
 RULE = ("vLLM keeps the draft's attention layers in the engine's KV-cache groups (get_kv_cache_spec: "
         "is_draft layers) and its connector moves their pages too")
@@ -97,6 +110,12 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
         raise UserError(f"--num-spec {num_spec} and {FLAG}'s num_speculative_tokens {tokens} differ; give one "
                         f"(the conv rows follow the speculative tokens)")
     method = release.speculative_method(speculative.get("method"))
+    arch = (architecture_names(model.hf_config) or ("",))[0]
+    if method == "eagle3" and arch in no_eagle3():
+        raise Refused(f"{REFUSES}\"Model does not support EAGLE3 interface\" (set_eagle3_aux_hidden_state_layers: "
+                      f"{arch} does not implement SupportsEagle3)")
+    if method in EAGLE_METHODS and speculative.get("model") is not None:
+        return _with_drafter(model, str(speculative["model"]), tokens)
     flat = flatten_text_config(model.hf_config)
     # hf_config_override reads the top-level model_type (Kimi-K3's text_config is kimi_linear)
     model_type = str(model.hf_config.get("model_type") or flat.get("model_type", ""))
@@ -133,3 +152,43 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
     assert family is not None and family.mtp_kind, f"{family}: MTP keys without a layer kind"
     return replace(model, layers=model.layers + (family.mtp_kind,) * built, draft_layers=built, num_spec=tokens)
+
+
+def _drafter_config(name: str) -> dict[str, Any] | None:
+    """The drafter's config.json where ``--model`` would find it here (a file, a directory, a
+    cached repo id); None where it is not here (mambaxfer never downloads)."""
+    path = Path(name).expanduser()
+    try:
+        path = path / "config.json" if path.is_dir() else path
+        found = path.is_file()
+    except OSError:         # a name too long for a path, a loop of links: not a file here
+        found = False
+    if found:
+        return read_json(path)
+    cached = cached_repo_config(name) if name.count("/") == 1 else None
+    return None if cached is None else read_json(cached)
+
+
+def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
+    """An EAGLE drafter's ``num_hidden_layers`` attention layers after the target's
+    (``Eagle3LlamaForCausalLM``: ``layers.{target layers + i}``). Its specs equal the target's
+    attention specs only with the same KV heads and head size (the KV dtype is the target's), and
+    then join its attention group; else vLLM gives every layer a group of its own, which
+    mambaxfer does not plan (the plans warn ``draft-layers``)."""
+    config = _drafter_config(name)
+    flat = flatten_text_config(config or {})
+    if tokens is None and config is not None:
+        if flat.get("n_predict") is None:
+            raise Refused(f"{REFUSES}\"A speculative model was provided, but `num_speculative_tokens` was not "
+                          "provided\" (SpeculativeConfig.__post_init__: the drafter's config has no n_predict)")
+        tokens = int_key(flat, "n_predict", 1, name)     # vLLM's default: the drafter's n_predict
+    if config is None or tokens is None or model.mla or not model.has_attention:
+        return model if tokens is None else replace(model, num_spec=tokens)
+    heads = dim_key(flat, "num_attention_heads", None, name)
+    head_size = dim_key(flat, "head_dim", dim_key(flat, "hidden_size", None, name) // heads, name)
+    if (dim_key(flat, "num_key_value_heads", heads, name), head_size) != (model.num_kv_heads, model.head_size):
+        return replace(model, num_spec=tokens)
+    built = dim_key(flat, "num_hidden_layers", None, name)
+    within(f"{name}: {len(model.layers) + built} cache-keeping layers with the drafter's",
+           len(model.layers) + built, 1, MAX_LAYERS, "model's")
+    return replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built, num_spec=tokens)

@@ -1,0 +1,3 @@
+"""Jamba in vLLM."""
+
+NO_EAGLE3 = ("JambaForCausalLM",)    # its class lacks SupportsEagle3

@@ -1,0 +1,3 @@
+"""Zamba2 in vLLM."""
+
+NO_EAGLE3 = ("Zamba2ForCausalLM",)    # its class lacks SupportsEagle3

@@ -1,0 +1,79 @@
+"""Run in vLLM's interpreter: vLLM's KV-cache groups of a target with an EAGLE drafter's layers.
+
+argv: the target (--model), the drafter's config.json, the TP size, and optionally "compare"
+(conformance's comparison of every function, as ``conformance`` runs it, on the drafted model up
+to that TP) or "draft-apart" (the same with vLLM's grouping altered to keep the draft layers
+apart). The drafter's KV heads and head size are vLLM's reading of its config (EAGLEConfig,
+method eagle3); its layers' specs are vLLM's FullAttentionSpec tagged is_draft
+(get_kv_cache_spec); the groups are unify_kv_cache_spec_page_size then
+_get_kv_cache_groups_uniform_page_size. Prints a JSON line: vLLM's groups as layer indices,
+mambaxfer's (``with_drafts``, ``model_grouping``) and those of the drafter's layers appended
+whatever their pages; then the comparison's report. Or argv "classes" and architectures: whether
+vLLM's class of each implements SupportsEagle3 (``supports_eagle3``; null: not in its registry).
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+os.environ.setdefault("VLLM_SSM_CONV_STATE_LAYOUT", "DS")      # NIXL's only conv layout, as conformance sets it
+
+from transformers import AutoConfig
+
+from vllm.transformers_utils.configs.eagle import EAGLEConfig
+from vllm.v1.core.kv_cache_planning import _get_kv_cache_groups_uniform_page_size, unify_kv_cache_spec_page_size
+
+from mambaxfer_cli.engines.vllm.drafts import with_drafts
+from mambaxfer_cli.engines.vllm.probe import Installed
+from mambaxfer_cli.engines.vllm.releases import release
+from mambaxfer_cli.planning.kv_groups import model_grouping
+from mambaxfer_cli.planning.model import ATTENTION
+from mambaxfer_cli.readers.model_source import load_model
+
+if sys.argv[1] == "classes":
+    from vllm.model_executor.models.interfaces import supports_eagle3
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    classes = {arch: ModelRegistry._try_load_model_cls(arch) for arch in sys.argv[2:]}
+    print(json.dumps({arch: None if cls is None else supports_eagle3(cls) for arch, cls in classes.items()}))
+    sys.exit(0)
+target_name, drafter_path, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
+draft = json.load(open(drafter_path))
+eagle = EAGLEConfig(AutoConfig.for_model(**{k: v for k, v in draft.items() if not k.startswith("_")}),
+                    method="eagle3")
+heads = eagle.model.num_key_value_heads
+head_size = getattr(eagle.model, "head_dim", None) or eagle.model.hidden_size // eagle.model.num_attention_heads
+target = load_model(target_name)
+vllm = Installed()
+attention = vllm.attention_spec(target, tp, 4096)
+specs = {f"model.layers.{i}": attention if kind == ATTENTION else
+         vllm.mamba_spec(target, tp, 4096, attention.page_size_bytes) for i, kind in enumerate(target.layers)}
+drafter = vllm.attention_spec(dataclasses.replace(target, num_kv_heads=heads, head_size=head_size), tp, 4096)
+for j in range(eagle.model.num_hidden_layers):
+    specs[f"model.layers.{len(target.layers) + j}"] = dataclasses.replace(drafter, is_draft=True)
+groups = _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
+speculative = {"method": "eagle3", "model": drafter_path, "num_speculative_tokens": 3}
+drafted = with_drafts(target, speculative, release(".".join(vllm.version.split(".")[:2])))
+# The planted fault: the drafter's layers appended whatever their pages (as the target's attention).
+appended = dataclasses.replace(target, layers=target.layers + (ATTENTION,) * eagle.model.num_hidden_layers)
+print(json.dumps({"vllm": [[int(name.rsplit(".", 1)[1]) for name in g.layer_names] for g in groups],
+                  "ours": [list(m) for m in model_grouping(drafted).members], "draft_layers": drafted.draft_layers,
+                  "appended": [list(m) for m in model_grouping(appended).members]}))
+if sys.argv[4:] in (["compare"], ["draft-apart"]):
+    from vllm.v1.core import kv_cache_planning
+
+    from mambaxfer_cli.engines.vllm.conformance.adapter import Ours, release_for
+    from mambaxfer_cli.engines.vllm.conformance.compare import run
+    from mambaxfer_cli.engines.vllm.probe import installed
+
+    if sys.argv[4] == "draft-apart":     # the planted fault, after the groups above were taken
+        def apart(kv_cache_spec):
+            drafts = {name: spec for name, spec in kv_cache_spec.items() if spec.is_draft}
+            rest = {name: spec for name, spec in kv_cache_spec.items() if name not in drafts}
+            return _get_kv_cache_groups_uniform_page_size(rest) + _get_kv_cache_groups_uniform_page_size(drafts)
+
+        kv_cache_planning._get_kv_cache_groups_uniform_page_size = apart
+    report = run([(target_name, dataclasses.replace(drafted, name=drafted.name + " + EAGLE3"))], tp, installed(),
+                 Ours(release_for(vllm.version)))
+    print(json.dumps(report.to_dict()))

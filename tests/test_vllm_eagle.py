@@ -1,0 +1,153 @@
+"""An EAGLE-3 drafter under vLLM: its attention layers join the target's KV-cache groups where
+their pages are the target's (docs/reference.md, section 4, "Draft layers"), checked against
+vLLM's own grouping in its environment (tests/eagle_groups.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cli_run import run_cli
+from test_speculative import RELEASES, plan
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
+# Llama-3-70B's drafter: 8 KV heads of 128, as Nemotron-H-8B's attention; Qwen3.5-4B's: 4 of 256,
+# not Qwen3.5-0.8B's 2 of 256.
+LLAMA = str(FIXTURES / "sgl-project__SpecForge__llama3-70B-eagle3.json")
+QWEN = str(FIXTURES / "sgl-project__SpecForge__qwen3.5-4b-eagle3.json")
+VLLM = {"0.33": "MAMBAXFER_TEST_VLLM_0_33", "0.34": "MAMBAXFER_TEST_VLLM_0_34"}
+
+
+def eagle3(drafter: str, tokens: int | None = 3) -> str:
+    return json.dumps({"method": "eagle3", "model": drafter,
+                       **({} if tokens is None else {"num_speculative_tokens": tokens})})
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_drafters_layer_joins_the_attention_group(release):
+    """Nemotron-H-8B: 24 Mamba2 + 4 attention layers (groups of 4); the drafter's one layer is a
+    5th attention layer, so vLLM's groups hold 5 layers: 5 SSM groups (the last of 4), 5 tensors."""
+    before = plan("nemotron-h-8b", "--vllm-version", release)
+    after = plan("nemotron-h-8b", "--vllm-version", release, "--speculative-config", eagle3(LLAMA))
+    assert before["descriptors"]["group_tensors"] == [4] * 7
+    assert after["descriptors"]["groups"] == ["ssm"] * 5 + ["attention"]
+    assert after["descriptors"]["group_tensors"][-1] == 5 and after["descriptors"]["decode"]["tensors"] == 5
+    assert after["model"]["draft_layers"] == 1 and after["model"]["attention_layers"] == 5
+    assert after["model"]["num_spec"] == 3
+    assert "draft-layers" not in [w["code"] for w in after["warnings"]]
+
+
+def test_show_ids_prints_the_drafters_groups_in_80_columns():
+    result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "2", "--semantics", "vllm",
+                     "--show", "ids", "--speculative-config", eagle3(LLAMA), env={"COLUMNS": "80"})
+    assert result.code == 0, result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    text = " ".join(result.stdout.split())
+    assert "KV-cache groups ssm*5,attention · 5 tensors" in text and "5 attention layers" in text
+
+
+def test_a_drafter_of_other_pages_or_not_here_keeps_the_warning():
+    """Qwen3.5-4B's drafter on Qwen3.5-0.8B (4 KV heads, not 2): vLLM gives every layer a group of
+    its own, which mambaxfer does not plan; a drafter whose config is not here is not read."""
+    for drafter in (QWEN, "org/not-cached-eagle3"):
+        document = plan("qwen3.5-0.8b", "--speculative-config", eagle3(drafter))
+        assert "draft_layers" not in document["model"] and document["model"]["num_spec"] == 3
+        assert "draft-layers" in [w["code"] for w in document["warnings"]]
+
+
+def test_a_drafter_without_a_token_count_is_refused_in_vllms_words():
+    result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "1",
+                     "--speculative-config", eagle3(LLAMA, None))
+    assert result.code == 1, result.stderr
+    assert "A speculative model was provided, but `num_speculative_tokens` was not provided" in result.stderr
+
+
+def test_execute_moves_and_verifies_the_drafters_pages():
+    common = ("execute", "--device", "cpu", "--format", "json", "--timeout", "90", "--model", "nemotron-h-8b",
+              "--p-tp", "1", "--d-tp", "2", "--iters", "1")
+    alone = json.loads(run_cli(*common, "--num-spec", "3").stdout)
+    result = run_cli(*common, "--speculative-config", eagle3(LLAMA))
+    assert result.code == 0, result.stderr
+    drafted = json.loads(result.stdout)
+    assert drafted["verified"]
+    for target, with_draft in zip(alone["decode"], drafted["decode"]):
+        assert with_draft["descriptors_posted"] == target["descriptors_posted"] + len(
+            drafted["request"]["decode_blocks"][-2])       # one more page per block of the attention group
+        assert with_draft["verdict"]["checked_bytes"] > target["verdict"]["checked_bytes"]
+
+
+def in_vllm(release: str, *args: object) -> list[dict]:
+    """tests/eagle_groups.py's JSON lines: the groups, then conformance's report (or the classes)."""
+    python = os.environ.get(VLLM[release], "")
+    if not (python and Path(python).is_file()):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {VLLM[release]} names no vLLM {release}", pytrace=False)
+        pytest.skip(f"{VLLM[release]} does not name a Python with vLLM {release}")
+    environ = {k: v for k, v in os.environ.items() if k != "VLLM_SSM_CONV_STATE_LAYOUT"}
+    proc = subprocess.run([python, str(Path(__file__).with_name("eagle_groups.py")), *map(str, args)],
+                          capture_output=True, text=True, timeout=900, env=environ)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_vllm_agrees_on_the_drafters_case_and_a_planted_fault_differs(release):
+    """vLLM's own grouping (EAGLEConfig's reading of the drafter, is_draft specs) is mambaxfer's at
+    TP 1 and 2, and conformance's comparison of every function agrees on the drafted model; vLLM's
+    grouping altered to keep the draft layer apart (the planted fault) makes _compute_desc_ids
+    differ. Where the drafter's pages differ, appending its layers (another planted fault) is not
+    vLLM's grouping, and mambaxfer does not plan them."""
+    groups, report = in_vllm(release, "nemotron-h-8b", LLAMA, 2, "compare")
+    assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"], groups
+    assert report["ok"] and all(f["outcome"] == "agrees" for f in report["functions"]), report["functions"]
+    groups, report = in_vllm(release, "nemotron-h-8b", LLAMA, 1, "draft-apart")
+    assert groups["ours"] == groups["vllm"]
+    differs = [f["function"] for f in report["functions"] if f["outcome"] == "differs"]
+    assert not report["ok"] and differs == ["_compute_desc_ids"], differs
+    (apart,) = in_vllm(release, "qwen3.5-0.8b", QWEN, 1)
+    assert len(apart["vllm"]) == 25 and apart["appended"] != apart["vllm"] and apart["draft_layers"] == 0
+
+
+def test_preflight_checks_the_drafters_bytes():
+    """Two `vllm serve` lines of Nemotron-H-8B with the drafter: the byte check moves its layer's
+    attention pages too (more bytes than a drafter whose config is not here), and no line warns."""
+    from test_preflight import lines, run_json
+
+    def moved(drafter: str) -> tuple[int, dict]:
+        flag = f"--speculative-config '{eagle3(drafter)}'"
+        code, doc = run_json(*lines("nvidia/Nemotron-H-8B-Base-8K", flag, f"--tensor-parallel-size 2 {flag}"))
+        assert code == 0 and doc["verdict"] == "works" and doc["byte_check"]["wrong_bytes"] == 0, doc
+        return doc["byte_check"]["bytes_moved"], doc
+
+    drafted, doc = moved(LLAMA)
+    assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
+    assert drafted > moved("org/not-cached-eagle3")[0]
+
+
+def test_eagle3_on_a_class_without_the_interface_is_refused_in_vllms_words():
+    """Jamba's vLLM class lacks SupportsEagle3: EAGLE-3 stops the worker; EAGLE (no aux hidden
+    states) does not ask for it."""
+    result = run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1",
+                     "--speculative-config", eagle3("org/jamba-eagle3"))
+    assert result.code == 1 and '"Model does not support EAGLE3 interface"' in result.stderr, result.stderr
+    eagle = json.dumps({"method": "eagle", "model": "org/jamba-eagle", "num_speculative_tokens": 1})
+    assert run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--speculative-config", eagle).code == 0
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_classes_without_eagle3_are_vllms(release):
+    """NO_EAGLE3 is every preset's architecture whose vLLM class lacks SupportsEagle3, and only those
+    (the connector's refused ones, LFM2, never get that far)."""
+    from mambaxfer_cli.engines.vllm.drafts import no_eagle3
+    from mambaxfer_cli.engines.vllm.startup import family_table
+    from mambaxfer_cli.readers.model_source import load_model, preset_names
+
+    NO_EAGLE3 = no_eagle3()
+    refused = set(family_table("CONNECTOR_REFUSED"))
+    archs = {load_model(name).hf_config["architectures"][0] for name in preset_names()} - refused
+    (found,) = in_vllm(release, "classes", *sorted(archs | NO_EAGLE3))
+    assert {arch for arch, supported in found.items() if supported is False} == NO_EAGLE3, found
