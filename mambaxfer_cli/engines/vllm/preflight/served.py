@@ -136,7 +136,8 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
         refused = str(exc).removeprefix(REFUSES)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
-    gdn = _line_gdn_backend(line) or base.gdn_prefill_backend
+    # --gdn-prefill-backend, else --additional-config's; auto leaves vLLM's choice for the GPU (or the command's)
+    gdn = (line.gdn_prefill_backend if line.gdn_prefill_backend != "auto" else None) or base.gdn_prefill_backend
     try:
         resolve_kv_dtype(line.kv_cache_dtype, dtype)
         flags = replace(base, attention_backend=line.attention_backend or base.attention_backend,
@@ -153,12 +154,6 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     except UserError as exc:
         raise reworded(exc, f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base, speculative_refusal=refused)
-
-
-def _line_gdn_backend(line: ServeLine) -> str | None:
-    """The line's GDN prefill backend (``--gdn-prefill-backend``, else ``--additional-config``'s);
-    None leaves vLLM's choice for the GPU (or the command's --gdn-prefill-backend)."""
-    return None if line.gdn_prefill_backend in (None, "auto") else line.gdn_prefill_backend
 
 
 def pushes(p: ServedEngine, d: ServedEngine) -> bool:

@@ -14,6 +14,9 @@ from mambaxfer_cli.engines.vllm.proof.pages import ExpectedPage, p_page_kinds, p
 from mambaxfer_cli.proof.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
 from mambaxfer_cli.engines.vllm.plan import Plan
 
+# What ``WrongByte.reason`` calls the P bytes a descriptor read in the wrong place.
+REGION_WORDS = {"ssm": "temporal bytes", "padding": "page padding", "beyond": "bytes beyond the page"}
+
 
 # --- what a page holds ------------------------------------------------------------------------
 
@@ -76,11 +79,6 @@ class ByteSource:
         return dict(vars(self))
 
 
-def _region_words(region: str) -> str:
-    return {"ssm": "temporal bytes", "padding": "page padding",
-            "beyond": "bytes beyond the page"}.get(region, region)
-
-
 def _place(space: str, tensor: int, block: int) -> str:
     if space == "attention":
         return f"tensor {tensor} attention block {block}"
@@ -114,7 +112,7 @@ class WrongByte:
             return f"written {self.writes} times"
         wants, holds = self.wants.split(), self.source.holds.split()
         if holds[0] != wants[0]:
-            return f"{_region_words(holds[0])} read as {wants[0]}"
+            return f"{REGION_WORDS.get(holds[0], holds[0])} read as {wants[0]}"
         if holds[:3] != wants[:3]:
             return f"{holds[1]} {holds[2]} read as {wants[1]} {wants[2]}"
         if holds != wants:
