@@ -26,7 +26,7 @@ def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UserError(f"--request-blocks '{text[:40]}': give block counts like '1,4,16'") from None
+        sizes = []
     if not sizes:
         raise UserError(f"--request-blocks '{text[:40]}': give block counts like '1,4,16'")
     for size in sizes:

@@ -12,8 +12,6 @@ from mambaxfer_cli.engines.vllm.preflight.served import ServedEngine, pushes
 from mambaxfer_cli.preflight.report import PREFILL, Field
 
 
-# --- what is compared --------------------------------------------------------------------------
-
 def speculative(e: ServedEngine) -> Speculative | None:
     """The line's ``--speculative-config`` as the hash reads it."""
     if not e.line.speculative:

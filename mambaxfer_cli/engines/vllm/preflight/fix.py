@@ -23,8 +23,6 @@ from mambaxfer_cli.engines.vllm.preflight.fields import speculative
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
 
 
-# --- fixes ---------------------------------------------------------------------------------------
-
 FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype",
               "kv_cache_dtype": "--kv-cache-dtype",
               "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
@@ -60,7 +58,7 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
                       if e.line.kv_connector in NIXL_CONNECTORS else
                       (p.line.kv_connector if p.line.kv_connector in NIXL_CONNECTORS else "NixlConnector"),
                       "kv_role": KV_ROLE_FOR[e.side]}
-            out.append(Change(e.side, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
+            out.append(Change(e.side, "--kv-transfer-config", None, _json(config),
                               "the engine's NIXL connector and role"))
         if e.conv_layout != "DS":
             out.append(Change(e.side, f"{CONV_LAYOUT_VAR}=", e.line.conv_layout, "DS",
@@ -101,21 +99,22 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
         out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
                           "as P's"))
     if p.model.num_spec != d.model.num_spec or _spec_factors(p) != _spec_factors(d):
-        def spec(e: ServedEngine) -> str | None:
-            return json.dumps(dict(e.line.speculative), separators=(",", ":")) if e.line.speculative else None
         why = ("as P's: the hash compares the speculative method and draft, and conv rows follow the tokens"
                if _spec_factors(p) != _spec_factors(d) else
                "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare")
-        out.append(Change(DECODE, "--speculative-config", spec(d), spec(p), why))
+        out.append(Change(DECODE, "--speculative-config", _json(d.line.speculative), _json(p.line.speculative), why))
     if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
-        wanted = json.dumps(dict(p.line.hf_overrides), separators=(",", ":")) if p.line.hf_overrides else None
-        was = json.dumps(dict(d.line.hf_overrides), separators=(",", ":")) if d.line.hf_overrides else None
-        out.append(Change(DECODE, "--hf-overrides", was, wanted, "as P's: the model's dimensions follow it"))
+        out.append(Change(DECODE, "--hf-overrides", _json(d.line.hf_overrides), _json(p.line.hf_overrides),
+                          "as P's: the model's dimensions follow it"))
     if p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector:
         config = {**d.line.kv_transfer, "kv_connector": p.line.kv_connector}
-        out.append(Change(DECODE, "--kv-transfer-config", None, json.dumps(config, separators=(",", ":")),
-                          "the same transfer mode as P"))
+        out.append(Change(DECODE, "--kv-transfer-config", None, _json(config), "the same transfer mode as P"))
     return out
+
+
+def _json(value) -> str | None:
+    """A flag's JSON value as a command line carries it (None for an empty one)."""
+    return json.dumps(dict(value), separators=(",", ":")) if value else None
 
 
 def _spec_factors(e: ServedEngine):

@@ -22,15 +22,11 @@ from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.engines.vllm.startup import (
     ReplaySSM, mamba_cache_mode, mla_dtype_refusal, replayssm_case, vllm_error,
 )
-from mambaxfer_cli.engines.vllm.serve_args import (
-    flag_table, CONV_LAYOUT_VAR, NIXL_CONNECTORS,
-)
+from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, NIXL_CONNECTORS, flag_table
 from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ServedEngine, pushes
 from mambaxfer_cli.preflight.report import SIDE_NAME, Field, unrecognized
 from mambaxfer_cli.engines.vllm.preflight.fields import engine_facts, handshake_fields, hashed_fields, unchecked_fields
 
-
-# --- the verdict --------------------------------------------------------------------------------
 
 def startup_refusals(e: ServedEngine) -> list[Refusal]:
     """What stops the engine before any handshake, as its release's NIXL worker asserts it."""
@@ -215,10 +211,6 @@ class Assessment:
         return hashed_fields(p, d, self.plan) + handshake_fields(p, d, self.plan) + unchecked_fields(p, d, self.plan)
 
 
-def _host_buffer(e: ServedEngine) -> bool:
-    return e.kv_buffer_device == "cpu"
-
-
 def enforces_hash(e: ServedEngine) -> bool:
     """``kv_connector_extra_config.enforce_handshake_compat`` (default true; vLLM tests it as Python
     truth, so the string "false" still enforces)."""
@@ -330,7 +322,7 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
         local = d if mode == PULL else p
         found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
-                                  (engine_facts(p, plan), engine_facts(d, plan)), _host_buffer(local),
+                                  (engine_facts(p, plan), engine_facts(d, plan)), local.kv_buffer_device == "cpu",
                                   enforces_hash(local))
         # a family's own checks: its connector's (CSA-linear, PLE), an engine whose ring does not divide its block
         found = families.first("with_refusals", found, d.model, plan.prefill, plan.decode, rebuild, p.model,

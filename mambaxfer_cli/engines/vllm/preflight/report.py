@@ -11,9 +11,7 @@ from mambaxfer_cli.engines.vllm.engine import Engines
 from mambaxfer_cli.engines.vllm.geometry import Geometry
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
 from mambaxfer_cli.engines.vllm.proof.check import PairingResult
-from mambaxfer_cli.engines.vllm.serve_args import (
-    RELEASES, ServeLine,
-)
+from mambaxfer_cli.engines.vllm.serve_args import RELEASES, ServeLine
 from mambaxfer_cli.engines.vllm.preflight.served import ModelLoader, ServedEngine, build_engine, pushes
 from mambaxfer_cli.preflight.report import DECODE, PREFILL, SCHEMA, SIDE_NAME
 from mambaxfer_cli.preflight.report import Report as SharedReport
@@ -22,8 +20,6 @@ from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, ha
 from mambaxfer_cli.engines.vllm.preflight.fix import find_fix
 from mambaxfer_cli.engines.vllm.startup import STARTUP_CODES
 
-
-# --- the report ----------------------------------------------------------------------------------
 
 def _fails_headline(a: Assessment) -> str:
     """The state sizes differ, vLLM accepts, and NIXL refuses every READ: say which field and which

@@ -18,17 +18,13 @@ from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dty
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import DECODE, PREFILL
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
-from mambaxfer_cli.engines.vllm.serve_args import (
-    ServeLine,
-)
+from mambaxfer_cli.engines.vllm.serve_args import ServeLine
 
 
 KV_ROLES = {PREFILL: ("kv_producer", "kv_both"), DECODE: ("kv_consumer", "kv_both")}
 KV_ROLE_FOR = {PREFILL: "kv_producer", DECODE: "kv_consumer"}
 VLLM_DTYPES = {"float": "float32", "half": "float16"}
 
-
-# --- one engine ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ServedEngine:
@@ -83,10 +79,7 @@ class ServedEngine:
 
     @property
     def kv_cache_layout(self) -> str:
-        """The KV-cache layout the engine resolves (``resolve_kv_cache_layout``): VLLM_KV_CACHE_LAYOUT
-        (NHD and HND being the old names of LBNHC and LBHNC), else the NIXL connector's LBHNC
-        (``get_required_kvcache_layout``; none for MLA) where the model's backends allow it, else
-        the first they allow (Qwen4Exp's QSA: BLNHC)."""
+        """The KV-cache layout the engine resolves (``resolve_kv_cache_layout``, ``resolved_layout``)."""
         return resolved_layout(self.model, self.line.kv_cache_layout)
 
     @property
@@ -121,15 +114,13 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
     hf_overrides=, startup=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
     GPU and what the line leaves unsaid."""
+    where = line.origin or f"--{side}"
     try:
         base_model = load(line.model, hf_overrides=line.hf_overrides,
                           startup=startup((base.release.name,), (line.tp,)))
-    except UserError as exc:
-        raise reworded(exc, f"{line.origin or '--' + side}: {exc}") from None
-    try:
         dtype = run_dtype(vllm_dtype(line.dtype, base_model.model_dtype), line.dtype != "auto", base.gpu)
     except UserError as exc:
-        raise reworded(exc, f"{line.origin or '--' + side}: {exc}") from None
+        raise reworded(exc, f"{where}: {exc}") from None
     conv = dtype if line.mamba_cache_dtype == "auto" else line.mamba_cache_dtype
     ssm = None if line.mamba_ssm_cache_dtype == "auto" else line.mamba_ssm_cache_dtype
     # --attention-config's indexer_kv_dtype: the QSA compressed keys' dtype (Qwen4Exp only).
@@ -138,7 +129,6 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
                  hf_overrides=line.hf_overrides, startup=startup((base.release.name,)),
                  **({"indexer_kv_dtype": kv} if kv is not None else {}))
     model = replace(model, model_dtype=dtype)
-    where = line.origin or f"--{side}"
     refused = ""
     try:      # the draft's MTP layers, where mambaxfer models them
         model = with_drafts(model, line.speculative, base.release)
@@ -146,7 +136,8 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
         refused = str(exc).removeprefix(REFUSES)
     except UserError as exc:
         raise UserError(f"{where}: {exc}") from None
-    gdn = _line_gdn_backend(line) or base.gdn_prefill_backend
+    # --gdn-prefill-backend, else --additional-config's; auto leaves vLLM's choice for the GPU (or the command's)
+    gdn = (line.gdn_prefill_backend if line.gdn_prefill_backend != "auto" else None) or base.gdn_prefill_backend
     try:
         resolve_kv_dtype(line.kv_cache_dtype, dtype)
         flags = replace(base, attention_backend=line.attention_backend or base.attention_backend,
@@ -163,12 +154,6 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
     except UserError as exc:
         raise reworded(exc, f"{where}: {exc}") from None
     return ServedEngine(side, line, model, flags, base, speculative_refusal=refused)
-
-
-def _line_gdn_backend(line: ServeLine) -> str | None:
-    """The line's GDN prefill backend (``--gdn-prefill-backend``, else ``--additional-config``'s);
-    None leaves vLLM's choice for the GPU (or the command's --gdn-prefill-backend)."""
-    return None if line.gdn_prefill_backend in (None, "auto") else line.gdn_prefill_backend
 
 
 def pushes(p: ServedEngine, d: ServedEngine) -> bool:

@@ -65,61 +65,46 @@ def addresses(dlist: DescriptorList, ids: Ids, page_bytes: int) -> tuple[np.ndar
     return tensor, np.where(r["attention"], attn, ssm), r["size"]
 
 
-def address_table(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray:
-    """The whole list as an ``(length, 3)`` uint64 array of (address, length, device)."""
+def _row_sets(dlist: DescriptorList, bases: Sequence[int], page_bytes: int,
+              dev_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """The list's strided rows (address, length, device, stride, count): ``(streams, pieces, 5)``
+    for attention, each standing for its kernel blocks, and ``(tensors·k, 5)`` for the SSM regions."""
     eng = dlist.engine
     kernel = page_bytes // eng.blocks_per_logical
     spt = eng.streams_per_tensor
     base = np.asarray(bases, dtype=np.uint64)
     streams = np.arange(eng.attention_streams, dtype=np.uint64)
     stream_base = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt)
-    a_off = np.array([o for o, _ in dlist.attention], dtype=np.uint64)
-    a_size = np.array([s for _, s in dlist.attention], dtype=np.uint64)
-    attn_addr = (stream_base[:, None, None]
-                 + np.arange(eng.num_blocks, dtype=np.uint64)[None, :, None] * np.uint64(kernel)
-                 + a_off[None, None, :]).ravel()
-    offsets = np.array([o for o, _ in dlist.regions], dtype=np.uint64)
-    sizes = np.array([s for _, s in dlist.regions], dtype=np.uint64)
-    ssm_addr = (base[:eng.ssm_tensors, None, None]
-                + offsets[None, :, None]
-                + np.arange(eng.logical_blocks, dtype=np.uint64)[None, None, :] * np.uint64(page_bytes)
-                ).ravel()
-    ssm_len = np.broadcast_to(sizes[None, :, None], (eng.ssm_tensors, dlist.k, eng.logical_blocks)).ravel()
-    out = np.empty((dlist.length, 3), dtype=np.uint64)
-    n_attn = dlist.attention_descs
-    out[:n_attn, 0] = attn_addr
-    out[:n_attn, 1] = np.broadcast_to(a_size[None, None, :], (eng.attention_streams, eng.num_blocks,
-                                                              dlist.pieces)).ravel()
-    out[n_attn:, 0] = ssm_addr
-    out[n_attn:, 1] = ssm_len
-    out[:, 2] = dev_id
-    return out
-
-
-def strided(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray | None:
-    """The list in NIXL 1.5's ``(rows, 5)`` form (address, length, device, stride, count): one row per
-    attention stream and per SSM tensor region, each standing for its blocks ``stride`` bytes apart,
-    numbered as ``address_table`` numbers them. None where the form does not fit (several pieces per kernel
-    block, whose IDs run piece-minor)."""
-    if dlist.pieces != 1:
-        return None
-    eng = dlist.engine
-    kernel = page_bytes // eng.blocks_per_logical
-    spt = eng.streams_per_tensor
-    base = np.asarray(bases, dtype=np.uint64)
-    streams = np.arange(eng.attention_streams, dtype=np.uint64)
-    attn = np.empty((eng.attention_streams, 5), dtype=np.uint64)
-    attn[:, 0] = base[streams // np.uint64(spt)] + (streams % np.uint64(spt)) * np.uint64(kernel // spt) \
-        + np.uint64(dlist.attention[0][0])
-    attn[:, 1], attn[:, 3], attn[:, 4] = dlist.attention[0][1], kernel, eng.num_blocks
+    attn = np.empty((eng.attention_streams, dlist.pieces, 5), dtype=np.uint64)
+    attn[..., 0] = stream_base[:, None] + np.array([o for o, _ in dlist.attention], dtype=np.uint64)[None, :]
+    attn[..., 1] = np.array([s for _, s in dlist.attention], dtype=np.uint64)[None, :]
+    attn[..., 3], attn[..., 4] = kernel, eng.num_blocks
     offsets = np.array([o for o, _ in dlist.regions], dtype=np.uint64)
     sizes = np.array([z for _, z in dlist.regions], dtype=np.uint64)
     ssm = np.empty((eng.ssm_tensors, dlist.k, 5), dtype=np.uint64)
     ssm[..., 0] = base[:eng.ssm_tensors, None] + offsets[None, :]
     ssm[..., 1] = sizes[None, :]
     ssm[..., 3], ssm[..., 4] = page_bytes, eng.logical_blocks
-    out = np.concatenate([attn, ssm.reshape(-1, 5)])
-    out[:, 2] = dev_id
+    attn[..., 2], ssm[..., 2] = dev_id, dev_id
+    return attn, ssm.reshape(-1, 5)
+
+
+def address_table(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray:
+    """The whole list as an ``(length, 3)`` uint64 array of (address, length, device)."""
+    attn, ssm = _row_sets(dlist, bases, page_bytes, dev_id)
+    shape = (dlist.engine.attention_streams, dlist.pieces, dlist.engine.num_blocks, 3)
+    pieces_last = expand(attn.reshape(-1, 5)).reshape(shape).transpose(0, 2, 1, 3)   # IDs run piece-minor
+    return np.concatenate([pieces_last.reshape(-1, 3), expand(ssm)])
+
+
+def strided(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray | None:
+    """The list in NIXL 1.5's ``(rows, 5)`` form: ``_row_sets``' rows that stand for any block,
+    numbered as ``address_table`` numbers them. None where the form does not fit (several pieces per
+    kernel block, whose IDs run piece-minor)."""
+    if dlist.pieces != 1:
+        return None
+    attn, ssm = _row_sets(dlist, bases, page_bytes, dev_id)
+    out = np.concatenate([attn.reshape(-1, 5), ssm])
     rows: np.ndarray = out[out[:, 4] > 0]
     return rows
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
-from mambaxfer_cli.planning.layout import valid_tp_sizes
+from mambaxfer_cli.planning.layout import rank_layouts, valid_tp_sizes
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
@@ -48,8 +48,6 @@ def pairings_up_to(model: ModelSpec, max_tp: int, semantics: str) -> tuple[Pairi
 def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
     """The TP sizes up to ``max_tp`` that have no layout for the model, each with the reason
     (the layout's own error, without the model's name and the list of sizes that work)."""
-    from mambaxfer_cli.planning.layout import rank_layouts
-
     valid = set(valid_tp_sizes(model, max_tp))
     out = {}
     for tp in range(1, max_tp + 1):
@@ -340,8 +338,9 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
         # its PLE and indexer pages, beside the pages simulate proves
         from mambaxfer_cli.engines.vllm import families
         from mambaxfer_cli.engines.vllm.proof import indexer_caches
-        sim = indexer_caches.merged(sim, families.first("prove_ple", plan, plan_prefill_model(plan), part="_proof"),
-                                    indexer_caches.prove(plan, plan_prefill_model(plan)))
+        p_model = plan.prefill_model or plan.model
+        sim = indexer_caches.merged(sim, families.first("prove_ple", plan, p_model, part="_proof"),
+                                    indexer_caches.prove(plan, p_model))
     verdict = "pass" if sim.ok else "fail"
     if verdict == "pass" and plan.semantics == VLLM and not plan.verdict.accepts:
         verdict = "refused"     # what vLLM would do is refuse: the deployment does not work
@@ -353,11 +352,6 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
         descriptors=sim.pairs, bytes=sim.bytes_moved, simulation=sim,
         misreads=() if sim.ok else _segment_misreads(plan),
         warnings=tuple(w.code for w in plan.warnings), vllm=plan.verdict.to_dict())
-
-
-def plan_prefill_model(plan: Plan) -> ModelSpec:
-    """P's model of a plan (D's unless the plan was built with another)."""
-    return plan.prefill_model or plan.model
 
 
 def check_deployment(exact: Plan, vllm: Plan | None, patterns: Patterns | None = None,

@@ -1,13 +1,5 @@
-"""Where bytes move without NIXL: a plan's descriptor IDs performed on numpy pages, then proved.
-
-P pages hold proof/pattern.py's pattern and are generated only for the pages a read touches; D
-pages start poisoned. Each (local ID, remote ID) pair of each read copies bytes through the read's
-two descriptor lists, every write is counted, and every byte of every D rank's state for the
-request is compared with the pattern it must hold. Each engine's registered memory is modelled as
-it is in vLLM: one region per KV-cache tensor of ``L`` pages, an SSM block one page, an attention
-kernel block ``page/blocks_per_logical`` bytes of it; so a descriptor that overruns its block
-spills into the next one (whatever layer kind uses it), as it would on a GPU.
-"""
+"""Where bytes move without NIXL: a plan's descriptor IDs performed on numpy pages of vLLM's
+registered memory, then proved byte by byte (docs/commands.md, "How the bytes are proved")."""
 
 from __future__ import annotations
 
@@ -21,6 +13,9 @@ from mambaxfer_cli.engines.vllm.proof.addresses import addresses, resolve
 from mambaxfer_cli.engines.vllm.proof.pages import ExpectedPage, p_page_kinds, p_page_shape, request_pages
 from mambaxfer_cli.proof.pattern import POISON, PageShape, Part, page, unit_bytes_pattern
 from mambaxfer_cli.engines.vllm.plan import Plan
+
+# What ``WrongByte.reason`` calls the P bytes a descriptor read in the wrong place.
+REGION_WORDS = {"ssm": "temporal bytes", "padding": "page padding", "beyond": "bytes beyond the page"}
 
 
 # --- what a page holds ------------------------------------------------------------------------
@@ -62,7 +57,7 @@ class Problem:
     p_rank: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "d_rank": self.d_rank, "p_rank": self.p_rank}
+        return dict(vars(self))
 
 
 @dataclass(frozen=True)
@@ -81,13 +76,7 @@ class ByteSource:
                 f"which holds {self.holds}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"p_rank": self.p_rank, "space": self.space, "tensor": self.tensor, "block": self.block,
-                "offset": self.offset, "holds": self.holds}
-
-
-def _region_words(region: str) -> str:
-    return {"ssm": "temporal bytes", "padding": "page padding",
-            "beyond": "bytes beyond the page"}.get(region, region)
+        return dict(vars(self))
 
 
 def _place(space: str, tensor: int, block: int) -> str:
@@ -123,7 +112,7 @@ class WrongByte:
             return f"written {self.writes} times"
         wants, holds = self.wants.split(), self.source.holds.split()
         if holds[0] != wants[0]:
-            return f"{_region_words(holds[0])} read as {wants[0]}"
+            return f"{REGION_WORDS.get(holds[0], holds[0])} read as {wants[0]}"
         if holds[:3] != wants[:3]:
             return f"{holds[1]} {holds[2]} read as {wants[1]} {wants[2]}"
         if holds != wants:
@@ -147,11 +136,8 @@ class WrongByte:
         return f"{where}{times} from {self.source.describe()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"d_rank": self.d_rank, "space": self.space, "tensor": self.tensor, "block": self.block,
-                "p_block": self.p_block, "offset": self.offset, "wants": self.wants,
-                "expected": self.expected, "found": self.found, "writes": self.writes,
-                "source": self.source.to_dict() if self.source else None,
-                "reason": self.reason, "description": self.describe()}
+        return {**vars(self), "source": self.source.to_dict() if self.source else None, "reason": self.reason,
+                "description": self.describe()}
 
 
 @dataclass(frozen=True)
@@ -166,8 +152,7 @@ class Damage:
     first: WrongByte
 
     def to_dict(self) -> dict[str, Any]:
-        return {"d_rank": self.d_rank, "space": self.space, "region": self.region,
-                "wrong_bytes": self.wrong_bytes, "pages": self.pages, "first": self.first.to_dict()}
+        return {**vars(self), "first": self.first.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -280,26 +265,21 @@ def reads_vs_descriptors(plan: Plan) -> list[Problem]:
 
 @dataclass(frozen=True)
 class _Memory:
-    """One side's registered memory: ``tensors`` regions of ``blocks`` pages of ``page`` bytes."""
+    """One side's registered memory: each KV-cache tensor ``blocks`` pages of ``page`` bytes."""
 
     page: int
     blocks: int
-    page_bytes: int
-
-    @property
-    def limit(self) -> int:
-        return self.blocks * self.page
 
 
 def _memory(plan: Plan, side: str) -> _Memory:
     engine = getattr(plan, side)
-    return _Memory(engine.page_bytes, engine.lists.logical_blocks, engine.page_bytes)
+    return _Memory(engine.page_bytes, engine.lists.logical_blocks)
 
 
 def _addresses(dlist: DescriptorList, ids: np.ndarray,
                memory: _Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     tensor, addr, size = addresses(dlist, ids, memory.page)
-    fits = (addr >= 0) & (size >= 0) & (addr + size <= memory.limit)
+    fits = (addr >= 0) & (size >= 0) & (addr + size <= memory.blocks * memory.page)
     return tensor, addr, size, fits
 
 

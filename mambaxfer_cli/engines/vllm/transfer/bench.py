@@ -1,11 +1,5 @@
-"""``mambaxfer bench``: a plan's real transfer against the machine's limit, both directions.
-
-One run per request size: the same rank processes, NIXL agents and registered memory (one region
-per rank, the KV-cache tensors back to back) move the request three ways, pull (D READs) and
-push (P WRITEs): ``planned`` (the plan's descriptors), ``coalesced`` (the plan with --coalesce)
-and ``limit`` (one descriptor per source P rank moving the same bytes). Every variant is checked
-byte by byte on D. The UCX transport is read from UCX's own info log of the endpoints.
-"""
+"""``mambaxfer bench``: a plan's real transfer against the machine's limit, both directions
+(docs/bench.md); the UCX transport is read from UCX's own info log of the endpoints."""
 
 from __future__ import annotations
 
@@ -129,8 +123,7 @@ def bench_document(planned: Plan, points: list[dict[str, Any]], iters: int) -> d
 
 def write_chart(document: dict[str, Any], path: Path) -> str | None:
     """GB/s against request size, one line per variant and direction (READ solid, WRITE dotted), the
-    limit in black. Returns
-    why not when matplotlib is missing."""
+    limit in black. Returns why not when matplotlib is missing."""
     try:
         import matplotlib
 

@@ -1,11 +1,5 @@
-"""A bench run's rank programs (see ``bench.measure``).
-
-Both directions between the same agents and the same registered memory (one region per rank):
-pull, D posting prepared READs, and push, P posting prepared WRITEs into D's memory, each for
-every variant (the plan as planned, coalesced, and the limit: one descriptor per source P rank
-moving the same bytes). Before each variant D poisons its memory; after it D checks every byte.
-All ranks step together: they meet at every step and iteration.
-"""
+"""A bench run's rank programs (docs/bench.md): every variant pulled, then pushed, between the same
+agents and memory; D poisons before each and checks every byte after it, all ranks in step."""
 
 from __future__ import annotations
 
@@ -20,6 +14,7 @@ from mambaxfer_cli.engines.vllm.transfer.exchange import exchange, fill, layout
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.engines.vllm.transfer.bench_variants import DIRECTIONS, LIMIT, limit_check, limit_chunks
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
+from mambaxfer_cli.engines.vllm.transfer.rank import pairing
 from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
 from mambaxfer_cli.execute.results import Preparation
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
@@ -114,14 +109,9 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
                 notes.setdefault(sender.decode() if isinstance(sender, bytes) else sender, []).extend(messages)
 
         xfers, prep = {}, {}
-        for name, reads in spec.variants:
-            pairings = []
-            for read in reads.get(task.rank, ()):
-                r_name, peer = published[read.p_rank]
-                pairings.append(DescriptorPairing(
-                    read.local_list, nixl_rows(read.local, memory.bases, task.memory.page_bytes, task.dev_id),
-                    memory.mem_type, r_name, nixl_rows(read.remote, peer["bases"], peer["page_bytes"], peer["dev_id"]),
-                    peer["mem_type"], read.local_ids, read.remote_ids))
+        for name, reads in spec.variants:     # a bench task has no whole pages: the plan's reads alone
+            pairings = [pairing(task, read, memory.bases, memory.mem_type, *published[read.p_rank])
+                        for read in reads.get(task.rank, ())]
             xfers[name], prep[name] = node.prepare("READ", pairings, ch)
         limit = []
         for p_rank, offset, size in limit_chunks(task.reads):

@@ -1,11 +1,5 @@
-"""An execute run's rank programs, each in its own process with its own NIXL agent.
-
-P: fill every page with the pattern, register, answer metadata requests on the side channel, free
-once every consumer's READ notification came. D: poison, register, fetch each source P's metadata,
-prepare the plan's local and remote lists, post one prepared READ per source P rank with the
-plan's descriptor IDs, then check every byte. Each step is said to the coordinator; NIXL handles
-and registrations are released on every path.
-"""
+"""An execute run's rank programs, each in its own process with its own NIXL agent (the steps of
+docs/execute.md); NIXL handles and registrations are released on every path."""
 
 from __future__ import annotations
 
@@ -63,7 +57,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         published = remote.connect(task, ch, node) if discovery is not None else exchange(task, ch, node)
         fault(task, "prepare")
         ch.phase("preparing")
-        pairings = [_pairing(task, read, memory.bases, memory.mem_type, *published[read.p_rank])
+        pairings = [pairing(task, read, memory.bases, memory.mem_type, *published[read.p_rank])
                     for read in task.reads]
         xfers, prep = node.prepare("READ", pairings, ch)
         sources = {p: name for p, (name, _) in published.items()} if discovery else {}
@@ -95,7 +89,7 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
             indexer_bytes=sum(s.bytes for s in indexer), indexer_descriptors=sum(s.descriptors for s in indexer))
 
 
-def _pairing(task: DecodeTask, read: DescriptorRead, bases: list[int], mem_type: str, name: str,
+def pairing(task: DecodeTask, read: DescriptorRead, bases: list[int], mem_type: str, name: str,
              peer: dict[str, Any]) -> DescriptorPairing:
     """One read's transfer: the plan's lists and IDs, and where Qwen4Exp's whole pages move, each
     set's descriptors after them in both lists (in every list, as vLLM builds them) with this P

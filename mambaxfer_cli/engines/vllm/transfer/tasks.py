@@ -1,11 +1,5 @@
-"""What each rank process of an execute run does, derived from a plan (pure: no torch, no NIXL).
-
-Memory model, per rank, as vLLM lays it out: one registered region per KV-cache tensor holding
-the engine's logical blocks as pages; an SSM layer's block is one page, an attention layer's
-kernel blocks are slices of one (real-sized stand-in KV bytes), so that every descriptor of the
-plan's lists points at real, checkable memory. Whole pages (Qwen4Exp's PLE, an indexer's ring and
-compressed keys) take one more region per layer of each after them (``engines/vllm/transfer/whole_pages.py``).
-"""
+"""What each rank process of an execute run does, derived from a plan (pure: no torch, no NIXL);
+its memory is vLLM's, as docs/execute.md lays it out."""
 
 from __future__ import annotations
 

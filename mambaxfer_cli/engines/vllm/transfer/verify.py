@@ -1,15 +1,5 @@
-"""D's page check: every byte of every page against what the plan says it must hold.
-
-A D page of the request must hold proof/pattern.py's pattern of what D keeps there (an SSM state of
-its own layout, paired with P's block; or attention kernel blocks, each token from where P keeps
-it) up to its state's end and poison after it (padding is never read); every other page must
-still be all poison. A whole page of the request (Qwen4Exp's PLE, an indexer's ring or compressed keys)
-must hold the pattern of the units both sides keep (a PLE channel's rows, a ring slot, a key), and
-every other byte what the whole-page read copies from P's page. A wrong
-byte of the request is located as
-``check`` locates it (``simulate.WrongByte``): D rank, region, unit, and the P rank, block and
-offset the plan's descriptor pair read it from, with what P keeps there.
-"""
+"""D's page check: every byte of every page against what the plan says it must hold
+(docs/execute.md, "Verification"); a wrong byte is located as ``check`` locates it."""
 
 from __future__ import annotations
 

@@ -1,35 +1,8 @@
-"""Whole pages in an execute run (Qwen4Exp's PLE state, and the sparse-attention indexer caches of
-Qwen4Exp and GLM-5-Next), moved as vLLM's NIXL connector moves them.
-
-Three sets of pages, each a page per layer and logical block, every rank holding the same bytes:
-
-- the **PLE** page of each PLE layer (``_ple_block_len``: the padded page), the whole state
-  channel-major ``(channels, rows)`` (vLLM's DS layout), then padding;
-- the indexer's **ring** of each indexed-attention layer (Qwen4Exp's QSA raw-key ring, GLM-5-Next's
-  kpool tail ring: one block per request), its token slots;
-- the indexer's **compressed keys** of each indexed-attention layer, one key per ``compress_ratio``
-  (``index_kpool``) tokens of each attention block.
-
-Memory: after the KV-cache tensors, one more registered region per layer of each set, the engine's
-logical blocks as pages of the set's page. vLLM keeps these pages in KV-cache tensors shared with
-other pages; a region of their own holds the same bytes at the same offsets in the page and leaves
-the plan's lists as they are.
-
-Reads: the set's descriptors follow the plan's in every prepared list (PLE as ``_build_mamba_local``
-/ ``_build_mamba_remote`` append them: ``[attention | SSM | PLE]``), one per layer and logical
-block, the whole page, the same in split lists (only the sharded SSM and attention descriptors are
-split). Each D rank reads, per layer:
-
-- the PLE page of the request's SSM block (the block ``engines/vllm/families/qwen4exp_proof.py`` proves) from every SSM
-  source P rank under vLLM semantics (``compute_tp_mapping``), from the first under the exact;
-- the ring and the compressed keys of the request's attention blocks (the ring's one block at the
-  first attention block pair, as ``check`` labels it) from every attention source under vLLM
-  semantics, from the first under the exact: whole pages (``indexer_caches.ring_reads`` and
-  ``key_reads``). Where vLLM reads the ring in pieces (both TP sizes below the KV heads),
-  execute refuses the run and ``check`` proves those reads.
-
-No set moves where vLLM refuses its pages, nor where ``check`` proves none.
-"""
+"""Whole pages in an execute run, moved as vLLM's NIXL connector moves them (docs/execute.md,
+docs/reference.md §6d, §6e): Qwen4Exp's PLE pages and the sparse-attention indexer's rings and
+compressed keys, one page per layer and logical block, every rank holding the same bytes. vLLM
+keeps them in KV-cache tensors shared with other pages; a region of their own per layer holds the
+same bytes at the same offsets in the page and leaves the plan's lists as they are."""
 
 from __future__ import annotations
 
