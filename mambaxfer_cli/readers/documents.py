@@ -16,12 +16,8 @@ from mambaxfer_cli.limits import INPUT_IDLE_S, MAX_FILE_BYTES, MAX_NESTING, chec
 
 
 def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
-    """At most ``limit`` bytes of the file, or one UserError: a larger file is refused after reading
-    ``limit + 1`` bytes (never more), a regular file by its size before any read. Pipes, FIFOs and
-    devices are read in chunks as their data arrives: a FIFO with no writer is refused at once (it
-    is opened without blocking), one whose writer sends nothing for INPUT_IDLE_S seconds is refused
-    then, and every wait is a ``select`` that a signal interrupts. A terminal or a directory is
-    refused. ``what``: what the file should be, for the message."""
+    """At most ``limit`` bytes of the file, or one UserError (``what``: what it should be). Pipes
+    and FIFOs are read as data arrives, refused after INPUT_IDLE_S seconds of silence."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -100,8 +96,7 @@ def parse_json(text: str, where: str) -> Any:
 
 
 def flow_depth(text: str) -> int:
-    """How deep '[' and '{' nest (quotes ignored: an over-estimate is harmless). PyYAML's parser
-    slows down quadratically with depth, so this is measured before it runs."""
+    """How deep '[' and '{' nest (quotes ignored), measured before PyYAML's quadratic parser runs."""
     import numpy as np
 
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
