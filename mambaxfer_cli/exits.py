@@ -101,9 +101,7 @@ def report(stop: KeyboardInterrupt) -> int:
     """The one line of a stopped command on stderr; its exit code."""
     if not isinstance(stop, Stopped):       # Python's own Ctrl-C (before install, or a host that never ran it)
         stop = Stopped(signal.SIGINT)
-    try:
+    with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(stop.line + "\n")
         sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
     return stop.exit_code

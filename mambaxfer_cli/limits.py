@@ -1,7 +1,5 @@
-"""Bounds that any real model and engine stay within, checked where values enter the tool.
-
-Each bound is generous (at least 16 times what the largest model or deployment we know uses), so
-that it only ever stops a typo or a corrupt file, and it is named in the error, with the value.
+"""Bounds that any real model and engine stay within (at least 16 times the largest known), checked
+where values enter the tool: they only ever stop a typo or a corrupt file.
 """
 
 from __future__ import annotations
@@ -95,8 +93,7 @@ def _short(value: int) -> str:
 
 
 def check_document(data: object, where: str) -> None:
-    """Refuse a parsed JSON/YAML document nested deeper than MAX_NESTING or holding more than
-    MAX_NODES values (YAML aliases expand when used: a few KB can stand for gigabytes)."""
+    """Refuse a document nested deeper than MAX_NESTING or holding more than MAX_NODES values."""
     stack = [(data, 1)]
     nodes = 0
     while stack:

@@ -62,13 +62,11 @@ class RankAgent:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc is None:
+        try:
             self.release()
-            return
-        try:              # the rank already fails: NIXL's complaints while releasing (a peer gone) must
-            self.release()    # not hide why
         except Exception:
-            pass
+            if exc is None:   # else the rank already fails: NIXL's complaints (a peer gone) must not hide why
+                raise
 
     def register(self, ch: Channel) -> None:
         ch.phase("registering")

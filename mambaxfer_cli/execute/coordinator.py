@@ -38,8 +38,7 @@ PROGRESS_LOG_ENV = "MAMBAXFER_PROGRESS_LOG"   # a file that gets each rank's eve
 SPAWN_CODE = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
               "from mambaxfer_cli.execute.rank_process import spawn_main; spawn_main(sys.argv[2:])")
 
-# Rank processes: one thread for numpy/torch (few cores, one process per rank) and quiet NIXL,
-# unless the user set them.
+# Rank processes: one thread for numpy/torch (one process per rank) and quiet NIXL, unless set.
 RANK_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                  "NIXL_LOG_LEVEL": "WARN"}
 

@@ -103,15 +103,12 @@ class ModelSpec:
     sizing_ssm_dtype: str = ""       # the SSM dtype vLLM sizes the blocks for, where not ssm_dtype (KDA)
     ssm_backend: str = ""            # its SSM layers' backend name, where not the variant's (Kimi-K3's KDA)
     state_source: str = ""           # vLLM's function that fixes the SSM state dtype whatever sizes the blocks
-    # The Hugging Face config as read (empty for a model given another way): what an engine's own
-    # config reader is handed in conformance.
+    # The Hugging Face config as read (empty for a model given another way), for conformance.
     hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     ple_qsa: PleQsaParts | None = None     # Qwen4Exp's PLE state and QSA caches
     kpool_indexer: KpoolIndexerParts | None = None  # GLM-5-Next's sparse-attention indexer caches
     hidden_layers: int = 0           # the config's num_hidden_layers (0: not said): every decoder layer
-    # Each cache-keeping layer's decoder layer, as the model numbers its layers (MLP and MoE layers
-    # included; a model cut to its first layers keeps their numbers); empty where not read: the
-    # layers are then numbered by their place in ``layers``.
+    # Each cache-keeping layer's decoder layer number (MLP and MoE layers counted); empty: its place.
     layer_ids: tuple[int, ...] = ()
     draft_layers: int = 0            # the last of ``layers`` are a drafter's (an engine's speculative decoding)
 

@@ -1,5 +1,4 @@
-"""Which bytes each D rank reads from which P rank: exact and vLLM semantics (the same in vLLM
-0.33 and 0.34)."""
+"""Which bytes each D rank reads from which P rank: exact and vLLM semantics (0.33 and 0.34)."""
 
 from __future__ import annotations
 

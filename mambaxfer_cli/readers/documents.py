@@ -1,5 +1,4 @@
-"""Reading the JSON and YAML files users hand us: bounded in size and nesting, decoded as UTF-8,
-every failure one UserError that names the file."""
+"""The JSON and YAML files users hand us, bounded; every failure one UserError naming the file."""
 
 from __future__ import annotations
 

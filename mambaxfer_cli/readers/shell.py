@@ -23,6 +23,7 @@ _DECLARE = ("export", "declare", "typeset", "readonly", "local")
 _OPS = (":-", ":=", ":+", ":?", "-", "=", "+", "?")
 _ANSI = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
          "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|[0-7]{1,3}|.)", re.S)
 _PLAIN = re.compile(r"[^ \t\r\n'\"\\$`;&|()<>]+")     # characters that stand for themselves
 _PLAIN_QUOTED = re.compile(r'[^"\\$`\n]+')
 UNCLOSED = "cannot read the command line: No closing quotation (an unclosed quote?)"
@@ -256,29 +257,14 @@ class _Reader:
 
 def _ansi_c(body: str) -> str:
     """``$'...'`` as bash decodes it."""
-    out, i = [], 0
-    while i < len(body):
-        ch = body[i]
-        if ch != "\\" or i + 1 >= len(body):
-            out.append(ch)
-            i += 1
-            continue
-        e = body[i + 1]
-        hexes = {"x": 2, "u": 4, "U": 8}.get(e)
-        if hexes:
-            m = re.match(r"[0-9a-fA-F]{1,%d}" % hexes, body[i + 2:])
-            if m:
-                out.append(chr(min(int(m.group(), 16), 0x10FFFF)))
-                i += 2 + m.end()
-                continue
-        m = re.match(r"[0-7]{1,3}", body[i + 1:])
-        if m:
-            out.append(chr(int(m.group(), 8) & 0xFF))
-            i += 1 + m.end()
-            continue
-        out.append(_ANSI.get(e, "\\" + e))
-        i += 2
-    return "".join(out)
+
+    def escape(m: re.Match) -> str:
+        e = m.group(1)
+        if e[0] in "xuU" and len(e) > 1:
+            return chr(min(int(e[1:], 16), 0x10FFFF))
+        return chr(int(e, 8) & 0xFF) if e[0] in "01234567" else _ANSI.get(e, "\\" + e)
+
+    return _ANSI_ESCAPE.sub(escape, body)
 
 
 # --- expanding: a word into the fields bash makes of it ----------------------------------------
