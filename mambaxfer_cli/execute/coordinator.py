@@ -401,15 +401,13 @@ def run_ranks(tasks: Sequence[RankTask], run_id: str, timeout: float, progress: 
                 progress(task.name, "starting", "")
         run = _Run(ranks, timeout, progress)
         run.drive()
-    except RunFailure as failure:
-        _stop(ranks)
-        log = _save_output(ranks, run_id)
-        raise RunFailure(f"{failure}; the ranks' own output is in {log}" if log else str(failure)) from None
     except UserError:
         raise
-    except Exception as exc:      # a bug: its traceback is shown, with where the ranks' output went
+    except Exception as exc:      # a failed run, or a bug (its traceback shown): say where the ranks' output went
         _stop(ranks)
         log = _save_output(ranks, run_id)
+        if isinstance(exc, RunFailure):
+            raise RunFailure(f"{exc}; the ranks' own output is in {log}" if log else str(exc)) from None
         if log:
             exc.add_note(f"the ranks' own output: {log}")
         raise

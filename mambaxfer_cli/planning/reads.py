@@ -168,14 +168,9 @@ def vllm_length_mismatches(prefill: Sequence[RankLayout], decode: Sequence[RankL
     if ratio is None or ratio > 0:
         return []
     a = -ratio
-    out = []
-    for d in decode:
-        ssm = next(r for r in d.regions if r.kind == "ssm")
-        for i in range(a):
-            p = prefill[d.rank * a + i]
-            if p.ssm_bytes != d.ssm_bytes // a:
-                out.append(LengthMismatch(d.rank, p.rank, ssm.name, d.ssm_bytes // a, p.ssm_bytes))
-    return out
+    pairs = [(d, prefill[d.rank * a + i]) for d in decode for i in range(a)]
+    return [LengthMismatch(d.rank, p.rank, next(r.name for r in d.regions if r.kind == "ssm"), d.ssm_bytes // a,
+                           p.ssm_bytes) for d, p in pairs if p.ssm_bytes != d.ssm_bytes // a]
 
 
 def plan_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout], semantics: str) -> tuple[Read, ...]:

@@ -30,7 +30,6 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
         too_big = f"{where}: larger than {_size(limit)}; not {what}"
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             raise UserError(too_big)
-        stream = not stat.S_ISREG(info.st_mode)
         chunks, total = [], 0
         while total <= limit:
             try:
@@ -44,7 +43,7 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
             except OSError as exc:
                 raise UserError(f"{where}: cannot read: {exc.strerror or exc}") from None
             if not chunk:
-                if stream and total == 0 and stat.S_ISFIFO(info.st_mode):
+                if total == 0 and stat.S_ISFIFO(info.st_mode):
                     raise UserError(f"{where}: a FIFO with no writer (or one that wrote nothing); give {what}")
                 break
             chunks.append(chunk)

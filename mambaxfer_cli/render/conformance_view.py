@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NO_CASE, NOT_CALLED
+from mambaxfer_cli.render.preflight_view import junit_text
 
 
 @dataclass(frozen=True)
@@ -144,5 +145,4 @@ def junit_xml(report: Any, looks: Looks) -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = f"agrees in {result.cases} cases ({result.compares})"
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)

@@ -50,8 +50,7 @@ class ProgressView:
         table = Table(title=self.title, title_justify="left", box=None, padding=(0, 1))
         for column in ("rank", "phase", "detail", "at"):
             table.add_column(column, justify="right" if column == "at" else "left")
-        order = sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:])))
-        for name in order:
+        for name in sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:]))):
             phase, detail, at = self.rows[name]
             table.add_row(name, Text(phase, style=PHASE_STYLES.get(phase, "")), detail, f"{at:.1f}s")
         return table

@@ -54,10 +54,8 @@ def param(name: str) -> Callable[[Params], int]:
 
 
 def _found() -> Mapping[str, VariantRules]:
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        if not info.ispkg and not info.name.startswith("_"):
-            found.append(importlib.import_module(f"{__name__}.{info.name}").VARIANT)
+    found = [importlib.import_module(f"{__name__}.{info.name}").VARIANT for info in pkgutil.iter_modules(__path__)
+             if not info.ispkg and not info.name.startswith("_")]
     return {v.name: v for v in sorted(found, key=lambda v: (v.order, v.name))}
 
 
