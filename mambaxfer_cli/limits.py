@@ -59,11 +59,9 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
 def check_bounds(**values: int | None) -> None:
     """Every given integer option within its BOUNDS (keyword: the flag with '_' for '-')."""
     for key, value in values.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        low, high, what = BOUNDS[flag]
-        within(flag, value, low, high, what)
+        if value is not None:
+            flag = "--" + key.replace("_", "-")
+            within(flag, value, *BOUNDS[flag])
 
 
 def at_most(name: str, value: int, limit: int, what: str = "") -> int:
