@@ -1,5 +1,4 @@
-"""The one exception family for user errors (the CLI prints its message and exits 2; a refusal,
-exits 1), and how such a message shows what the user gave."""
+"""The one exception family for user errors (exit 2; a refusal, exit 1), and how they quote input."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ class UserError(Exception):
 
 
 class Refused(UserError):
-    """The engine would not run what was asked, in its own words: a verdict (exit code 1), not a
-    misreading of the input (exit code 2)."""
+    """The engine would not run what was asked: a verdict (exit 1), not a misread input (exit 2)."""
 
 
 def reworded(exc: UserError, message: str) -> UserError:

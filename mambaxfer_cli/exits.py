@@ -1,9 +1,6 @@
-"""How a mambaxfer command ends: its exit codes, and the signals that stop it.
-
-Free of heavy imports on purpose: the entry point installs the signal handlers from here before
-anything else is imported, so that a signal at any moment of a command ends it with the signal's
-code and one line. The first signal decides; any later one (a second Ctrl-C while the ranks are
-being stopped) is not news and changes nothing.
+"""How a mambaxfer command ends: its exit codes, and the signals that stop it (installed before
+anything else is imported, hence no heavy import here). The first signal decides; a later one
+changes nothing.
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ STOP_LINES = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM"
 
 
 class Stopped(KeyboardInterrupt):
-    """A signal that ends the command: unwinds like Ctrl-C, so that every ``finally`` runs (and
-    rank processes are stopped)."""
+    """A signal that ends the command: unwinds like Ctrl-C, so that every ``finally`` runs."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -63,11 +59,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def _unraisable(info: sys.UnraisableHookArgs) -> None:
-    """Python runs a signal handler wherever the main thread is, also inside a weakref callback or
-    a ``__del__`` (importing a module runs one), where an exception cannot propagate: Python would
-    print it as 'Exception ignored' and go on. A Stopped swallowed there is delivered again, from
-    a thread of its own so that it lands after this hook, where it can end the command (should it
-    land in such a place again, it comes back here)."""
+    """A Stopped raised where it cannot propagate (a ``__del__``, a weakref callback: 'Exception
+    ignored') is delivered again from a thread of its own, landing after this hook."""
     if isinstance(info.exc_value, Stopped) and _State.first is not None and _State.first > 0:
         _State.raised = False
         _thread.start_new_thread(_thread.interrupt_main, (signal.Signals(_State.first),))
@@ -76,8 +69,7 @@ def _unraisable(info: sys.UnraisableHookArgs) -> None:
 
 
 def install() -> None:
-    """Handle the stop signals (the command's first act). A signal the command was started with
-    ignored stays ignored (``nohup``, a background job's SIGINT)."""
+    """Handle the stop signals; one the command was started with ignored stays so (``nohup``)."""
     sys.unraisablehook = _unraisable
     for signum in STOP_LINES:
         if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -85,8 +77,7 @@ def install() -> None:
 
 
 def quiet() -> None:
-    """The command has ended and its process exits: a signal from now on changes nothing (not
-    even while the interpreter shuts down, which gives the signals their default action back)."""
+    """The command has ended: a signal from now on changes nothing, even while the interpreter exits."""
     _State.first = _State.first or -1
     _State.raised = True
     for signum in STOP_LINES:
@@ -95,8 +86,7 @@ def quiet() -> None:
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """A section that a stop signal must not cut in two (a rank spawned but not yet recorded, the
-    ranks being stopped): a signal that comes meanwhile is raised as it ends."""
+    """A section a stop signal must not cut in two: a signal meanwhile is raised as it ends."""
     _State.holding += 1
     try:
         yield
@@ -111,9 +101,7 @@ def report(stop: KeyboardInterrupt) -> int:
     """The one line of a stopped command on stderr; its exit code."""
     if not isinstance(stop, Stopped):       # Python's own Ctrl-C (before install, or a host that never ran it)
         stop = Stopped(signal.SIGINT)
-    try:
+    with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(stop.line + "\n")
         sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
     return stop.exit_code

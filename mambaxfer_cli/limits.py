@@ -1,7 +1,5 @@
-"""Bounds that any real model and engine stay within, checked where values enter the tool.
-
-Each bound is generous (at least 16 times what the largest model or deployment we know uses), so
-that it only ever stops a typo or a corrupt file, and it is named in the error, with the value.
+"""Bounds that any real model and engine stay within (at least 16 times the largest known), checked
+where values enter the tool: they only ever stop a typo or a corrupt file.
 """
 
 from __future__ import annotations
@@ -61,11 +59,9 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
 def check_bounds(**values: int | None) -> None:
     """Every given integer option within its BOUNDS (keyword: the flag with '_' for '-')."""
     for key, value in values.items():
-        if value is None:
-            continue
-        flag = "--" + key.replace("_", "-")
-        low, high, what = BOUNDS[flag]
-        within(flag, value, low, high, what)
+        if value is not None:
+            flag = "--" + key.replace("_", "-")
+            within(flag, value, *BOUNDS[flag])
 
 
 def at_most(name: str, value: int, limit: int, what: str = "") -> int:
@@ -95,8 +91,7 @@ def _short(value: int) -> str:
 
 
 def check_document(data: object, where: str) -> None:
-    """Refuse a parsed JSON/YAML document nested deeper than MAX_NESTING or holding more than
-    MAX_NODES values (YAML aliases expand when used: a few KB can stand for gigabytes)."""
+    """Refuse a document nested deeper than MAX_NESTING or holding more than MAX_NODES values."""
     stack = [(data, 1)]
     nodes = 0
     while stack:

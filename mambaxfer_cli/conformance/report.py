@@ -1,5 +1,4 @@
-"""What both engines' conformance runs share: the document's schema, a function's outcomes, a
-run's verdict from them, the document's part of each, and values as JSON holds them."""
+"""What both engines' conformance runs share: the schema, outcomes, verdict and document parts."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A rank's NIXL agent with its registered memory, and the steps every rank takes with it (every
-engine's, execute's and bench's alike): set up, publish, load its peers' metadata, prepare and post
-transfers, release everything it took from NIXL.
-
-No progress thread: NIXL 1.5.1's polls without pause and would take a core per rank; a rank drives
-progress itself (an initiator polls its transfers, a target polls for notifications).
+"""A rank's NIXL agent with its registered memory, and the steps every rank takes with it. No
+progress thread (NIXL 1.5.1's would take a core per rank): a rank polls its transfers itself.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ def _name(value: bytes | str) -> str:
 
 @dataclass(frozen=True)
 class DescriptorPairing:
-    """What one transfer is prepared from: a local descriptor list (prepared once per key), a remote
-    one, and the descriptor IDs that pair them."""
+    """One transfer's local and remote descriptor lists and the IDs that pair them."""
 
     local_key: Hashable           # pairings with equal keys share one prepared local list
     local: np.ndarray             # (N, 3) uint64 rows: address, length, device
@@ -45,8 +40,7 @@ class DescriptorPairing:
 
 
 class RankAgent:
-    """A rank's agent and memory; everything it takes from NIXL is released together, in the
-    order NIXL needs, however the rank ends (use it as a context manager)."""
+    """A rank's agent and memory, released in the order NIXL needs however the rank ends."""
 
     def __init__(self, task: RankTask, ch: Channel, telemetry: bool) -> None:
         ch.phase("loading NIXL")
@@ -68,13 +62,11 @@ class RankAgent:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc is None:
+        try:
             self.release()
-            return
-        try:              # the rank already fails: NIXL's complaints while releasing (a peer gone) must
-            self.release()    # not hide why
         except Exception:
-            pass
+            if exc is None:   # else the rank already fails: NIXL's complaints (a peer gone) must not hide why
+                raise
 
     def register(self, ch: Channel) -> None:
         ch.phase("registering")
@@ -122,8 +114,7 @@ class RankAgent:
         return xfers, Preparation(prep_s, make_s, sum(len(p.local_ids) for p in pairings))
 
     def transfer(self, xfers: Sequence[Any], notif: bytes, ch: Channel, what: str = "READ") -> float:
-        """Post prepared transfers and drive them to completion; seconds taken. Completion is waited
-        for (it is NIXL's work): one that never comes is a stall the coordinator sees."""
+        """Post prepared transfers and drive them to completion (a stall is the coordinator's to see)."""
         ch.waiting(f"the {what}s to complete")
         started = time.perf_counter()
         for xfer in xfers:
@@ -154,8 +145,7 @@ class RankAgent:
         return [self.agent.get_xfer_telemetry(x) for x in xfers]
 
     def release(self) -> None:
-        """Give back what the rank took from NIXL, in the order it needs: transfer and list handles,
-        remote agents, its entry in the discovery store, then its registered memory."""
+        """Give back what the rank took from NIXL: handles, remote agents, its metadata, its memory."""
         for handle in reversed(self.handles):
             handle.release()
         self.handles = []

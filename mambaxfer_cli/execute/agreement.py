@@ -1,5 +1,4 @@
-"""What the two sides of a two-host run tell each other over NIXL notifications (pure: no NIXL): our
-control messages, and the first field their geometries (each engine's own) disagree on."""
+"""Two hosts' control messages over NIXL notifications, and where their geometries disagree."""
 
 from __future__ import annotations
 

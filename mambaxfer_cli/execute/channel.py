@@ -1,7 +1,5 @@
-"""A rank's end of its pipe to the coordinator, and the ways a rank ends early.
-
-A rank says what it does (``phase``, ``progress``) or what it waits for (``waiting``); it never
-keeps a clock of its own: the coordinator decides when nothing progresses, and then stops it.
+"""A rank's end of its pipe to the coordinator, and the ways a rank ends early. A rank keeps no
+clock: it says what it does or waits for, and the coordinator decides when nothing progresses.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ class RankFailure(Exception):
 
 
 class PeerGone(RankFailure):
-    """The other side's agent is unreachable (its process died, or the network went); ``nixl``:
-    NIXL's own error, where NIXL said it."""
+    """The other side's agent is unreachable; ``nixl``: NIXL's own error, where it said one."""
 
     def __init__(self, message: str, nixl: str = "") -> None:
         super().__init__(message)

@@ -1,15 +1,8 @@
-"""Spawn one process per rank, walk them through their program, and collect what they measured.
-On any failure every rank is stopped: no orphans, no hang.
-
-The coordinator knows no program: ranks tell it their state, publish values, await what a role
-published, and meet at named points (``messages``). Waits follow progress, not the clock: the run
-fails when nothing progressed for ``timeout`` seconds, where progress is a rank reaching a state it
-was not in before, or a working (not waiting) rank using the CPU. A large transfer or a slow
-machine is not a fault; a rank stuck, or a peer that never comes, is.
-
-Ranks start in a process group of their own, so that a terminal's Ctrl-C or hang-up reaches the
-coordinator alone, which stops every rank; their stdout and stderr (NIXL's and UCX's own lines) come
-to the coordinator, never to the user's terminal, and a failed run keeps their tail in a log.
+"""Spawn one process per rank, walk them through their program (``messages``), collect what they
+measured; on any failure stop every rank. The run fails when nothing progressed for ``timeout``
+seconds: progress is a rank reaching a new state, or a working rank using the CPU, so a slow
+machine is no fault. Ranks have a process group of their own (Ctrl-C reaches the coordinator
+alone) and their output comes to it, kept in a log when the run fails.
 """
 
 from __future__ import annotations
@@ -45,8 +38,7 @@ PROGRESS_LOG_ENV = "MAMBAXFER_PROGRESS_LOG"   # a file that gets each rank's eve
 SPAWN_CODE = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
               "from mambaxfer_cli.execute.rank_process import spawn_main; spawn_main(sys.argv[2:])")
 
-# Rank processes: one thread for numpy/torch (few cores, one process per rank) and quiet NIXL,
-# unless the user set them.
+# Rank processes: one thread for numpy/torch (one process per rank) and quiet NIXL, unless set.
 RANK_DEFAULTS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                  "NIXL_LOG_LEVEL": "WARN"}
 
@@ -93,8 +85,7 @@ class _Rank:
 
 
 def command(name: str, task_fd: int, conn_fd: int) -> list[str]:
-    """The command line of rank ``name``'s process (this interpreter, this process's import path);
-    the name comes last, for ``ps``."""
+    """The command line of rank ``name``'s process; the name comes last, for ``ps``."""
     return [sys.executable, "-c", SPAWN_CODE, json.dumps(sys.path), str(task_fd), str(conn_fd), str(os.getpid()),
             name]
 
@@ -306,8 +297,7 @@ class _Run:
                 self._exited(r)
 
     def _sample(self) -> None:
-        """A working rank (not waiting, in a state new to it) that used the CPU since the last
-        sample progressed: it imports, fills, verifies, however slowly the machine lets it."""
+        """A working rank in a state new to it that used the CPU since the last sample progressed."""
         if time.monotonic() - self.sampled < SAMPLE_EVERY:
             return
         self.sampled = time.monotonic()
@@ -338,8 +328,8 @@ class _Run:
         return RunFailure(f"{head} (--timeout)" + (f"; {waiting}" if waiting else ""))
 
     def _settle(self) -> None:
-        """After a failure: let what follows from it come in (a peer's death is the root cause of the
-        errors it causes), until every rank settled or no rank failed or died for SETTLE seconds."""
+        """After a failure: let what follows come in (a peer's death is the root cause of the errors
+        it causes), until every rank settled or nothing failed for SETTLE seconds."""
         events, since = -1, time.monotonic()
         while not all(r.settled or r in self.deaths for r in self.ranks):
             if events != len(self.errors) + len(self.deaths):
@@ -373,8 +363,7 @@ def _ended(process: subprocess.Popen[bytes], within: float) -> bool:
 
 
 def _stop(ranks: Sequence[_Rank]) -> None:
-    """Ask, then terminate, then kill: no rank survives the coordinator's return (a signal that
-    comes meanwhile is raised once they are all gone)."""
+    """Ask, then terminate, then kill: no rank survives the coordinator's return."""
     with exits.held():
         for rank in ranks:
             if rank.process.poll() is None:
@@ -397,9 +386,8 @@ def _stop(ranks: Sequence[_Rank]) -> None:
 
 def run_ranks(tasks: Sequence[RankTask], run_id: str, timeout: float, progress: Progress | None = None,
               forced: Mapping[str, str] | None = None, defaults: Mapping[str, str] | None = None) -> Finished:
-    """Run one process per task to its end; raises UserError (a rank's user error, exit 2) or
-    RunFailure (exit 3). The ranks' environment: this one, ``defaults`` (and RANK_DEFAULTS) where
-    it leaves them unset, ``forced`` over it."""
+    """Run one process per task to its end; raises UserError or RunFailure. The ranks' environment:
+    this one over ``defaults`` (and RANK_DEFAULTS), ``forced`` over it."""
     if timeout <= 0:
         raise UserError("--timeout must be a positive number of seconds")
     if len(tasks) > MAX_RANKS:
@@ -413,15 +401,13 @@ def run_ranks(tasks: Sequence[RankTask], run_id: str, timeout: float, progress: 
                 progress(task.name, "starting", "")
         run = _Run(ranks, timeout, progress)
         run.drive()
-    except RunFailure as failure:
-        _stop(ranks)
-        log = _save_output(ranks, run_id)
-        raise RunFailure(f"{failure}; the ranks' own output is in {log}" if log else str(failure)) from None
     except UserError:
         raise
-    except Exception as exc:      # a bug: its traceback is shown, with where the ranks' output went
+    except Exception as exc:      # a failed run, or a bug (its traceback shown): say where the ranks' output went
         _stop(ranks)
         log = _save_output(ranks, run_id)
+        if isinstance(exc, RunFailure):
+            raise RunFailure(f"{exc}; the ranks' own output is in {log}" if log else str(exc)) from None
         if log:
             exc.add_note(f"the ranks' own output: {log}")
         raise

@@ -1,5 +1,4 @@
-"""Where two plan documents first differ (an edited plan file, or the two sides of a two-host run
-planned from different options), and how a value is shown in the message that says so."""
+"""Where two plan documents first differ, and how a value is shown in the message that says so."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""How the two sides of a two-host run find each other: NIXL's own metadata exchange.
-
-direct: each P rank runs NIXL's listen thread on ``--listen HOST:PORT`` + rank; a D rank names it
-with ``--peer HOST:PORT``, fetches P's agent metadata from it and sends its own there.
-etcd: both sides publish and fetch agent metadata in NIXL's etcd backend (``NIXL_ETCD_ENDPOINTS``)
-under a namespace of the run id, so that two runs never see each other's agents.
-
-Pure apart from the sockets and HTTP of the up-front probes; the NIXL calls take the rank's agent.
+"""How the two sides of a two-host run find each other through NIXL's metadata exchange: direct
+(P rank r's listen thread on ``--listen HOST:PORT`` + r, which a D rank's ``--peer`` names) or
+etcd (NIXL's etcd backend, under a namespace of the run id).
 """
 
 from __future__ import annotations
@@ -65,8 +60,7 @@ class Discovery:
             agent.send_local_metadata()
 
     def request(self, agent: Any, name: str, p_rank: int | None) -> None:
-        """Ask for an agent's metadata (once more: the calls are asynchronous and may find nothing
-        yet); a D rank in a direct run also sends its own to the P rank's listener."""
+        """Ask for an agent's metadata (again: it may not be there yet); direct: send ours there too."""
         if self.mode == "etcd":
             agent.fetch_remote_metadata(name)
         elif p_rank is not None:

@@ -1,6 +1,4 @@
-"""Faults injected into rank processes by the tests: ``MAMBAXFER_EXECUTE_FAULT=<rank>:<action>@<point>``,
-e.g. ``P0:hang@serve``. Actions: die (exit 70), hang (sleep for ever), work (use the CPU for WORK_S
-seconds, saying nothing: slow work, not a fault). Points: fill, serve, prepare, transfer."""
+"""Faults the tests inject: ``MAMBAXFER_EXECUTE_FAULT=<rank>:<die|hang|work>@<point>`` (``P0:hang@serve``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A rank's registered memory: DRAM (numpy, zero-copy host views) or VRAM (torch on a GPU).
-
-Regions are in the order the descriptor lists expect: one per KV-cache tensor. Filling and
-checking work on host arrays; for VRAM they are staged through host copies.
+"""A rank's registered memory, one region per KV-cache tensor: DRAM (numpy) or VRAM (torch, staged
+through host copies).
 """
 
 from __future__ import annotations

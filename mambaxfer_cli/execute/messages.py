@@ -1,10 +1,5 @@
-"""What the coordinator and a rank process tell each other over their pipe, as typed values.
-
-Up (a rank to the coordinator): its ``State``, ``Publish`` of a value under a key, ``Await`` of
-what every rank of a role published under a key, ``Meet`` at a named point, and its end, ``Done``
-or ``Failed``. Down: ``Gathered`` (an Await answered), ``Released`` (everyone met), ``Stop``.
-Await and Meet are the only two collective steps, shared by execute (P's side-channel ports, D
-ranks prepared) and bench (D's registered memory, every variant's steps).
+"""What the coordinator and a rank process tell each other over their pipe, as typed values: Up
+(a rank to the coordinator) and Down. Await and Meet are the only two collective steps.
 """
 
 from __future__ import annotations
@@ -40,8 +35,7 @@ class Await:
 
 @dataclass(frozen=True)
 class Meet:
-    """Answered with ``Released`` once every rank of ``role`` (None: every rank here) met at ``point``;
-    a ``milestone`` is recorded in the run's phases."""
+    """Answered with ``Released`` once every rank of ``role`` (None: all) met at ``point``."""
 
     point: str
     role: str | None = None

@@ -15,13 +15,8 @@ class NixlMissing(Exception):
 
 
 def load_nixl(device: str) -> ModuleType:
-    """NIXL's ``_api`` module.
-
-    For DRAM the backend wheel is imported directly: the ``nixl`` meta package imports torch
-    (about 1.5 s per rank process) only to choose between its cu12 and cu13 wheels when torch
-    is a CPU build, and both wheels move DRAM alike. For VRAM torch is imported first, so the
-    meta package picks the wheel matching torch's CUDA.
-    """
+    """NIXL's ``_api`` module: for DRAM a backend wheel directly (the meta package would import
+    torch, 1.5 s per rank, only to pick one); for VRAM the meta package, after torch."""
     try:
         if device == "cuda":
             import torch  # noqa: F401  (tells the meta package which CUDA to load)

@@ -1,6 +1,4 @@
-"""How a rank process starts and ends: the coordinator runs ``spawn_main`` in a process of its own
-(``coordinator.command``), and hands it its task through an unnamed file and its pipe as a
-descriptor. The rank runs the program its task names (``RankTask.program``) and says how it ended."""
+"""A rank process's entry (``spawn_main``): it runs the program its task names and says how it ended."""
 
 from __future__ import annotations
 

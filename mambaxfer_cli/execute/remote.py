@@ -1,7 +1,5 @@
-"""A rank's side of a two-host run, whatever its engine: metadata through NIXL's listener or etcd
-(``discovery``), then control messages and liveness over NIXL notifications (``agreement``). Both
-sides ping the other every PING_EVERY seconds once they know it, so that a side that died ends the
-other at once (NIXL raises nixlRemoteDisconnectError) instead of at the timeout."""
+"""A rank's side of a two-host run: control messages and liveness over NIXL notifications. Both
+sides ping each other every PING_EVERY seconds, so that one that died ends the other at once."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ LINGER = 0.5          # after a refusal, so that it reaches the other side befor
 
 
 def peer_gone(exc: Exception) -> bool:
-    """Whether NIXL's error says the peer went away: a disconnect, or its metadata dropped on the
-    disconnect (not found)."""
+    """Whether NIXL's error says the peer went away (a disconnect, or its metadata gone)."""
     return type(exc).__name__ in ("nixlRemoteDisconnectError", "nixlNotFoundError")
 
 

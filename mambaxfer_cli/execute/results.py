@@ -1,5 +1,4 @@
-"""What every rank program's result shares: the base type the coordinator carries back whatever the
-engine (each engine's results are its own subclasses), and what preparing transfers took."""
+"""The base type of what rank programs return (each engine subclasses it), and preparation times."""
 
 from __future__ import annotations
 

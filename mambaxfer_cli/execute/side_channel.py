@@ -1,9 +1,6 @@
-"""The loopback side channel: a D rank asks a P rank for its NIXL agent metadata and layout.
-
-As in vLLM's connector, each P rank listens on its own port; a D rank connects, sends one request
-frame and receives one reply frame. A frame is a JSON header plus an opaque blob (the agent
-metadata). A silent peer is waited for as long as the rank is not told to stop: the coordinator
-decides when nothing progresses.
+"""The loopback side channel: as in vLLM's connector, a D rank asks a P rank (on its own port)
+for its NIXL agent metadata and layout, one frame each way (a JSON header and a blob). A silent
+peer is waited for until the coordinator says stop.
 """
 
 from __future__ import annotations
@@ -123,7 +120,7 @@ def fetch(host: str, port: int, request: dict[str, Any], peer: str,
 
 
 def listen(host: str, port: int, serve: Callable[[SideChannelServer], None]) -> None:
-    """A rank's side channel on ``host:port`` while ``serve`` answers on it; a port in use is the user's to fix."""
+    """A rank's side channel on ``host:port`` while ``serve`` answers on it."""
     try:
         server = SideChannelServer(host, port)
     except PortInUse as exc:
@@ -151,8 +148,7 @@ def replies(task: RankTask, ch: Channel, server: SideChannelServer, header: dict
 
 
 def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:
-    """With a fixed --port, P rank r listens on port + r (SGLang's transfer: D rank r, ``role``):
-    fail before spawning if one is taken."""
+    """With a fixed --port, rank r of ``role`` listens on port + r: fail before spawning if one is taken."""
     if not settings.port:
         return
     if settings.port + p_tp - 1 > 65535:

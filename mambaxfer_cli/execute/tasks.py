@@ -1,5 +1,4 @@
-"""What every engine's run shares (pure: no torch, no NIXL): the run's settings, one rank's task and
-the regions it registers, the memory this host has, and the model cut to ``--layers``."""
+"""What every engine's run shares (pure): its settings, a rank's task and memory, ``--layers``."""
 
 from __future__ import annotations
 

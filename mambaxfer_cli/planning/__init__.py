@@ -1,3 +1,1 @@
-"""The planning core: model parameters in, frozen values out (rank layouts, reads, engine
-geometry, vLLM's verdict, descriptor IDs, the plan). Pure: no I/O, no printing, no torch, no NIXL.
-"""
+"""The planning core: model parameters in, frozen values out. Pure: no I/O, torch or NIXL."""

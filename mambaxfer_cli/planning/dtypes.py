@@ -22,9 +22,8 @@ _ALIASES = {
 }
 
 
-# The values vLLM's --dtype and its --mamba-cache-dtype / --mamba-ssm-cache-dtype take (ModelDType
-# in config/model.py, MambaDType in config/cache.py, the same in every release modelled), which
-# are mambaxfer's --dtype, --conv-dtype and --ssm-dtype: fp8 and the short names are not among them.
+# The values vLLM's --dtype, --mamba-cache-dtype and --mamba-ssm-cache-dtype take (ModelDType,
+# MambaDType), which mambaxfer's --dtype, --conv-dtype and --ssm-dtype take too.
 MODEL_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 STATE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 DTYPE_FLAGS = {"--dtype": ("--dtype", MODEL_DTYPES), "--conv-dtype": ("--mamba-cache-dtype", STATE_DTYPES),

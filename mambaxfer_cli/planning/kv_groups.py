@@ -1,10 +1,10 @@
-"""vLLM's grouping of cache-keeping layers into KV-cache groups and shared tensors (the same
-rule in 0.33 and 0.34: ``_get_kv_cache_groups_uniform_page_size``)."""
+"""vLLM's KV-cache groups and shared tensors (``_get_kv_cache_groups_uniform_page_size``)."""
 
 from __future__ import annotations
 
 import math
 import re
+from itertools import groupby
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -33,14 +33,12 @@ class KVGrouping:
         return self.ssm_tensors if kind == SSM else self.tensors
 
     def layers_in(self, group: int) -> int | None:
-        """How many layers group ``group`` holds (tensor ``t`` holds its ``t``-th); None for a
-        grouping given by hand, whose groups are taken as full."""
+        """How many layers group ``group`` holds; None for a grouping given by hand (taken as full)."""
         return len(self.members[group]) if self.members else None
 
 
 def model_grouping(model: ModelSpec) -> KVGrouping:
-    """vLLM's grouping of ``model``'s layers; GLM-5-Next's tail rings, one beside each MLA layer,
-    are a bucket of their own after the MLA layers' (its compressed keys join the MLA group)."""
+    """vLLM's grouping of ``model``'s layers; indexer tail rings are a bucket after the MLA layers'."""
     rings = model.attention_indices if model.kpool_indexer else ()
     return vllm_grouping(model.layers, rings)
 
@@ -91,12 +89,5 @@ def parse_grouping(text: str, tensors: int | None, ssm_tensors: int | None) -> K
 
 
 def describe(grouping: KVGrouping) -> str:
-    parts, last, count = [], None, 0
-    for kind in grouping.groups + ("",):
-        if kind == last:
-            count += 1
-            continue
-        if last is not None:
-            parts.append(f"{last}*{count}" if count > 1 else last)
-        last, count = kind, 1
-    return ",".join(parts)
+    runs = [(kind, len(list(group))) for kind, group in groupby(grouping.groups)]
+    return ",".join(f"{kind}*{count}" if count > 1 else kind for kind, count in runs)

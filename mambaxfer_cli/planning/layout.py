@@ -92,15 +92,10 @@ def _shard(shape: RegionShape, model: ModelSpec, tp: int, rank: int) -> Shard:
         return Shard(rank * per_rank, (rank + 1) * per_rank)
     if shape.replicable and groups == 1:
         return Shard(0, units)
-    if shape.replicable:
-        raise Refused(
-            f"{model.name}: TP {tp} does not divide {shape.dim} = {groups}, and vLLM replicates "
-            f"B/C groups only when n_groups == 1 (padding to n_eff = TP); "
-            f"TP sizes that work: {_listed(valid_tp_sizes(model))}")
-    raise Refused(
-        f"{model.name}: TP {tp} does not divide {shape.dim} = {groups} "
-        f"({model.variant.value} '{shape.name}' {shape.unit}s); "
-        f"TP sizes that work: {_listed(valid_tp_sizes(model))}")
+    why = (", and vLLM replicates B/C groups only when n_groups == 1 (padding to n_eff = TP)" if shape.replicable
+           else f" ({model.variant.value} '{shape.name}' {shape.unit}s)")
+    raise Refused(f"{model.name}: TP {tp} does not divide {shape.dim} = {groups}{why}; "
+                  f"TP sizes that work: {_listed(valid_tp_sizes(model))}")
 
 
 def _listed(sizes: list[int]) -> str:

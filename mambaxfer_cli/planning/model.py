@@ -10,8 +10,7 @@ from mambaxfer_cli.planning.variants import VARIANTS, VariantRules
 
 
 class Variant(str):
-    """A variant's name (``mamba1``, ``mamba2``, ``gdn``, ...): one of ``planning/variants/``'s
-    modules, whose ``VariantRules`` say the rest."""
+    """A variant's name: one of ``planning/variants/``'s modules, whose ``VariantRules`` say the rest."""
 
     def __new__(cls, name: str) -> Variant:
         if str(name) not in VARIANTS:
@@ -33,9 +32,8 @@ ATTENTION = "attention"
 
 @dataclass(frozen=True)
 class PleQsaParts:
-    """What Qwen4Exp keeps beside its GDN and attention layers (vLLM's ``models/qwen4_exp``): the
-    PLE short-conv state of each PLE layer (a ``MambaSpec`` with ``tp_replicated``: every TP rank
-    holds all ``ple_channels``), and the QSA indexer's caches of each indexed-attention layer."""
+    """Qwen4Exp's PLE short-conv states (``tp_replicated``: every rank holds all channels) and QSA
+    indexer caches, beside its GDN and attention layers (vLLM's ``models/qwen4_exp``)."""
 
     ple_layers: tuple[int, ...]        # 0-based decoder layers with a PLE state (ple_layer_ids - 1)
     ple_channels: int                  # hc_count * hidden_size
@@ -51,8 +49,7 @@ class PleQsaParts:
         return self.indexer_head_dim is not None
 
     def ple_state_bytes(self, num_spec: int, dtype_size: int) -> int:
-        """One PLE layer's state on any rank (vLLM's ``short_conv_state_shape`` with
-        ``tp_world_size=1``): channels × (state rows + num_spec) elements; 0 without PLE layers."""
+        """One PLE layer's state on any rank (``short_conv_state_shape``, ``tp_world_size=1``)."""
         return self.ple_channels * (self.ple_state_len + num_spec) * dtype_size if self.ple_layers else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,10 +62,8 @@ class PleQsaParts:
 @dataclass(frozen=True)
 class KpoolIndexerParts:
     """GLM-5-Next's sparse-attention indexer beside each MLA layer (vLLM's ``models/glm5next``):
-    its compressed keys (``Glm5NextIndexerCache``: one fp8 key with its scales per ``index_kpool``
-    tokens, in the MLA latent's blocks) and its kpool tail ring (``Glm5NextTailCache``: a
-    ``CircularBufferSpec`` of the in-progress pool's raw keys and gate scores, one block per
-    request); and the MLA dimensions its sparse backend is chosen by."""
+    its compressed keys (``Glm5NextIndexerCache``), its kpool tail ring (``Glm5NextTailCache``)
+    and the MLA dimensions its sparse backend is chosen by."""
 
     index_kpool: int
     index_head_dim: int
@@ -108,15 +103,12 @@ class ModelSpec:
     sizing_ssm_dtype: str = ""       # the SSM dtype vLLM sizes the blocks for, where not ssm_dtype (KDA)
     ssm_backend: str = ""            # its SSM layers' backend name, where not the variant's (Kimi-K3's KDA)
     state_source: str = ""           # vLLM's function that fixes the SSM state dtype whatever sizes the blocks
-    # The Hugging Face config as read (empty for a model given another way): what an engine's own
-    # config reader is handed in conformance.
+    # The Hugging Face config as read (empty for a model given another way), for conformance.
     hf_config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     ple_qsa: PleQsaParts | None = None     # Qwen4Exp's PLE state and QSA caches
     kpool_indexer: KpoolIndexerParts | None = None  # GLM-5-Next's sparse-attention indexer caches
     hidden_layers: int = 0           # the config's num_hidden_layers (0: not said): every decoder layer
-    # Each cache-keeping layer's decoder layer, as the model numbers its layers (MLP and MoE layers
-    # included; a model cut to its first layers keeps their numbers); empty where not read: the
-    # layers are then numbered by their place in ``layers``.
+    # Each cache-keeping layer's decoder layer number (MLP and MoE layers counted); empty: its place.
     layer_ids: tuple[int, ...] = ()
     draft_layers: int = 0            # the last of ``layers`` are a drafter's (an engine's speculative decoding)
 
@@ -152,8 +144,7 @@ class ModelSpec:
 
     @property
     def hashed_layers(self) -> int:
-        """The layer count vLLM's compatibility hash takes (``get_total_num_hidden_layers``: the
-        config's ``num_hidden_layers``, MLP and MoE layers included), else the cache-keeping layers'."""
+        """The layer count vLLM's compatibility hash takes (``get_total_num_hidden_layers``)."""
         return self.hidden_layers or len(self.layers) - self.draft_layers
 
     @property

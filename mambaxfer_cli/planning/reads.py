@@ -1,5 +1,4 @@
-"""Which bytes each D rank reads from which P rank: exact and vLLM semantics (the same in vLLM
-0.33 and 0.34)."""
+"""Which bytes each D rank reads from which P rank: exact and vLLM semantics (0.33 and 0.34)."""
 
 from __future__ import annotations
 
@@ -59,11 +58,8 @@ class Holding:
 
 
 def assign_units(want: Shard, holders: Sequence[Holding], preferred: set[int]) -> list[tuple[Holding, Shard]]:
-    """Cover ``want`` with ranges of units, each taken from one holder.
-
-    Where several holders have a unit, the lowest-numbered preferred holder wins, else the
-    lowest-numbered holder. Consecutive units from the same holder form one range.
-    """
+    """Cover ``want`` with ranges of units, each from one holder: the lowest-numbered preferred
+    one where several hold a unit, else the lowest-numbered; a holder's consecutive units one range."""
     cuts = {want.start, want.end}
     for h in holders:
         cuts.update(c for c in (h.shard.start, h.shard.end) if want.start < c < want.end)
@@ -164,26 +160,17 @@ class LengthMismatch:
 
 
 def vllm_length_mismatches(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> list[LengthMismatch]:
-    """Where vLLM's descriptor pairs differ in length, so that NIXL's ``makeXferReq`` refuses
-    every READ ("length mismatch", ``NIXL_ERR_INVALID_PARAM``).
-
-    vLLM sizes both sides of a conv descriptor from D's own layout, and with ``tp_ratio >= 1`` the
-    temporal one too (``_build_mamba_remote``: ``ssm_read_size`` is D's). With ``tp_ratio < 0`` the
-    remote temporal descriptor is P's own size (``nixl_agent_meta.ssm_sizes[1]``) while the local one
-    is D's temporal state split into ``a`` slices (``_build_local_splits_from_plan``): they differ
-    whenever P's temporal state per rank is not D's ``1/a``, e.g. in another dtype."""
+    """Where vLLM's descriptor pairs differ in length, so that NIXL's ``makeXferReq`` refuses every
+    READ. With ``tp_ratio < 0`` the remote temporal descriptor is P's own size
+    (``nixl_agent_meta.ssm_sizes[1]``), the local one D's split into ``a`` slices
+    (``_build_local_splits_from_plan``); other descriptors are sized from D's layout alone."""
     ratio = tp_ratio(len(prefill), len(decode))
     if ratio is None or ratio > 0:
         return []
     a = -ratio
-    out = []
-    for d in decode:
-        ssm = next(r for r in d.regions if r.kind == "ssm")
-        for i in range(a):
-            p = prefill[d.rank * a + i]
-            if p.ssm_bytes != d.ssm_bytes // a:
-                out.append(LengthMismatch(d.rank, p.rank, ssm.name, d.ssm_bytes // a, p.ssm_bytes))
-    return out
+    pairs = [(d, prefill[d.rank * a + i]) for d in decode for i in range(a)]
+    return [LengthMismatch(d.rank, p.rank, next(r.name for r in d.regions if r.kind == "ssm"), d.ssm_bytes // a,
+                           p.ssm_bytes) for d, p in pairs if p.ssm_bytes != d.ssm_bytes // a]
 
 
 def plan_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout], semantics: str) -> tuple[Read, ...]:
@@ -236,8 +223,7 @@ def _unit_span(layout: RankLayout, offset: int, size: int, side: str = "P") -> s
 
 
 def misreads(reads: Sequence[Read], prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> list[Misread]:
-    """Pieces of segments whose remote bytes are not the units the local bytes stand for, and
-    pieces written past the end of D's state (``wanted`` is then "beyond the D state")."""
+    """Pieces of segments whose remote bytes are not the units the local bytes stand for."""
     out = []
     for read in reads:
         d, p = decode[read.d_rank], prefill[read.p_rank]

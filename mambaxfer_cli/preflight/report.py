@@ -1,6 +1,5 @@
-"""What preflight shares between the engines: the two sides, the fields compared, a flag change,
-a fix and the report that holds them, the option a person meant by one a parser does not take,
-the nearest TP sizes, and command lines quoted for a shell."""
+"""What preflight shares between the engines: fields compared, flag changes, the fix, the report,
+the option a person meant, the nearest TP sizes, and command lines quoted for a shell."""
 
 from __future__ import annotations
 
@@ -141,10 +140,8 @@ class Report(Generic[L, A]):
 def tried(start: Callable[[bool], list[Change]], run: Callable[[list[Change]], tuple[Any, Any, A]],
           moves: Callable[[A], list[list[Change]]],
           finish: Callable[[list[Change], A, Any], Fix[Any, A] | None]) -> Fix[Any, A] | None:
-    """A fix found in the order a person tries: ``start(respell)``'s changes (a flag the server does
-    not take respelled, else dropped), then each TP move ``moves`` offers for the lines they give,
-    each finished by ``finish`` (the rest of the flags); the first that works. ``run``: the lines
-    with the changes and their assessment."""
+    """The first fix that works, tried as a person would: ``start(respell)``'s changes (unknown
+    flags respelled, else dropped), then each TP move of ``moves``, finished by ``finish``."""
     started = start(True)
     try:
         _, _, now = run(started)
@@ -166,8 +163,7 @@ def tried(start: Callable[[bool], list[Change]], run: Callable[[list[Change]], t
 
 
 def tp_moves(side: str, flag: str, tp: int, sizes: Sequence[int], what: str) -> list[Change]:
-    """A TP size the engine does not start (``what`` says why) moved to each of the three sizes in
-    ``sizes`` nearest it, nearest first; of two as near, the smaller (it needs fewer GPUs)."""
+    """A TP size the engine does not start moved to the three nearest ``sizes`` (of two, the smaller)."""
     out = []
     for new in sorted(sizes, key=lambda t: (abs(t - tp), t))[:3]:
         where = "below" if new < tp else "above"
@@ -178,16 +174,14 @@ def tp_moves(side: str, flag: str, tp: int, sizes: Sequence[int], what: str) -> 
 
 
 def nearest_first(options: Sequence[Sequence[Change]]) -> list[list[Change]]:
-    """One TP move per side (none where ``options`` has none), the smallest moves in all first;
-    [[]] where no side moves."""
+    """One TP move per side (or none), the smallest moves in all first."""
     per_side: list[Sequence[Change | None]] = [list(o) or [None] for o in options]
     moves = sorted(product(*per_side), key=lambda m: sum(abs(int(c.new or 0) - int(c.old or 0)) for c in m if c))
     return [[c for c in m if c] for m in moves]
 
 
 def merged(changes: Sequence[Change], same: Callable[[str, str], bool], parser: str) -> list[Change]:
-    """``changes`` with a respelling that a later change of the same option (``same``) replaces
-    said by that change alone, naming the flag as written (``parser`` does not take it)."""
+    """``changes`` with a respelling that a later change of the same option replaces said by that one."""
     renames = [c for c in changes if c.rename and c.new is not None]
 
     def replaced(c: Change) -> Change | None:
@@ -203,8 +197,7 @@ def merged(changes: Sequence[Change], same: Callable[[str, str], bool], parser: 
 
 
 def quote_lines(line: Quotable, width: int = 78) -> list[str]:
-    """A corrected command as shell lines of at most ``width`` columns (``\\`` continuations),
-    never cutting a word."""
+    """A corrected command as shell lines of at most ``width`` columns, never cutting a word."""
     quoted = [f"{k}={shlex.quote(v)}" for k, v in line.environment()] + [shlex.quote(w) for w in line.words]
     words: list[str] = []
     for w in quoted:   # a flag and its value stay on one line
@@ -237,8 +230,7 @@ def set_words(words: Sequence[str], occurrences: Iterable[Any], new: list[str]) 
 
 
 def respelled(words: Sequence[str], occurrences: Iterable[Any], new: str | None) -> list[str]:
-    """``words`` with each occurrence of a flag the parser does not take spelled ``new`` (a
-    ``--flag=value`` keeps its value), or removed with its value (None)."""
+    """``words`` with each occurrence of an unknown flag spelled ``new``, or removed (None)."""
     out = list(words)
     for o in sorted(occurrences, key=lambda o: o.start, reverse=True):
         if new is None:
@@ -264,11 +256,8 @@ def with_env(env: Iterable[tuple[str, str]], change: Change) -> tuple[tuple[str,
 
 
 def meant(name: str, spellings: Iterable[str]) -> str | None:
-    """The option a person meant by an unknown ``name``, where only one fits: the same name with
-    other dashes or underscores (``--tp`` for ``-tp``), the same name with or without ``-size``
-    (``--tp-size`` for ``-tp``, ``-pp`` for ``--pp-size``), the one long option that name
-    abbreviates, or the one a single typo away (a letter missing, extra, wrong or two swapped).
-    None otherwise: a name merely alike (``--block-size`` and ``--dcp-size``) is another option."""
+    """The one option a person meant by an unknown ``name``: the same name with other dashes, with or
+    without ``-size``, the long option it abbreviates, or one typo away; None otherwise."""
     def bare(s: str) -> str:
         return s.lstrip("-").replace("_", "-")
 
@@ -303,8 +292,7 @@ def did_you_mean(name: str, spellings: Iterable[str]) -> str:
 
 
 def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
-    """What a server's argparse parser says of options it does not know (its error, exit 2), with
-    a suggestion for the first where one is close."""
+    """What a server's argparse parser says of options it does not know, with a suggestion."""
     flags = list(flags)
     hint = did_you_mean(flags[0], spellings) if flags else ""
     return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")

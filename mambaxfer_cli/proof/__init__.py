@@ -1,5 +1,4 @@
-"""Proving plans byte by byte without NIXL: the pattern every page holds, what each page of a
-request must hold, the simulated transfer and the ``check`` run over pairings."""
+"""Proving plans byte by byte without NIXL."""
 
 # Smaller engines than plan's keep the check fast; the ID arithmetic is the same, and different
 # sizes on the two sides catch an ID computed with the other engine's N.

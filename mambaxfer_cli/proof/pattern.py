@@ -1,6 +1,5 @@
-"""The byte pattern P pages are filled with: a pure function of
-(layer, block, region, global unit, byte), so replicas of a unit hold identical bytes and
-any byte that lands in the wrong place, block or layer differs from what D expects."""
+"""The byte pattern P pages are filled with: a pure function of (layer, block, region, global
+unit, byte), so replicas agree and any misplaced byte differs from what D expects."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ POISON = 0xA5
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """A 32-bit integer hash (lowbias32), in place on a uint32 array (one scratch array for the
-    shifts: pattern pages of hundreds of MB are filled without a temporary per step)."""
+    """A 32-bit integer hash (lowbias32), in place on a uint32 array, with one scratch array."""
     shifted = x >> np.uint32(16)
     x ^= shifted
     x *= np.uint32(0x7FEB352D)
@@ -107,10 +105,7 @@ RowSource = Callable[[int, int, Part], np.ndarray]
 
 
 def fill_page(out: np.ndarray, shape: PageShape, layer: int, block: int, rows: RowSource = part_bytes) -> None:
-    """Write one block's page (or slot) of ``shape`` into ``out``, padding included.
-
-    ``rows`` gives each part's bytes; a caching source must give what ``part_bytes`` gives.
-    """
+    """Write one block's page of ``shape`` into ``out``, padding included (``rows``: as ``part_bytes``)."""
     for part in shape.parts:
         out[part.offset:part.end] = rows(*part.key(layer, block), part).reshape(-1)
     pad = shape.page_bytes - shape.state_bytes

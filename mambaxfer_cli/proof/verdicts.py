@@ -1,5 +1,4 @@
-"""What both engines' ``check`` share: the P:D pairings asked for, and the answers vLLM gives one
-(SGLang's ``check`` sets its own answers beside vLLM's)."""
+"""What both engines' ``check`` share: the P:D pairings asked for, and vLLM's answers."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Reading the JSON and YAML files users hand us: bounded in size and nesting, decoded as UTF-8,
-every failure one UserError that names the file."""
+"""The JSON and YAML files users hand us, bounded; every failure one UserError naming the file."""
 
 from __future__ import annotations
 
@@ -16,12 +15,8 @@ from mambaxfer_cli.limits import INPUT_IDLE_S, MAX_FILE_BYTES, MAX_NESTING, chec
 
 
 def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
-    """At most ``limit`` bytes of the file, or one UserError: a larger file is refused after reading
-    ``limit + 1`` bytes (never more), a regular file by its size before any read. Pipes, FIFOs and
-    devices are read in chunks as their data arrives: a FIFO with no writer is refused at once (it
-    is opened without blocking), one whose writer sends nothing for INPUT_IDLE_S seconds is refused
-    then, and every wait is a ``select`` that a signal interrupts. A terminal or a directory is
-    refused. ``what``: what the file should be, for the message."""
+    """At most ``limit`` bytes of the file, or one UserError (``what``: what it should be). Pipes
+    and FIFOs are read as data arrives, refused after INPUT_IDLE_S seconds of silence."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -35,7 +30,6 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
         too_big = f"{where}: larger than {_size(limit)}; not {what}"
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             raise UserError(too_big)
-        stream = not stat.S_ISREG(info.st_mode)
         chunks, total = [], 0
         while total <= limit:
             try:
@@ -49,7 +43,7 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
             except OSError as exc:
                 raise UserError(f"{where}: cannot read: {exc.strerror or exc}") from None
             if not chunk:
-                if stream and total == 0 and stat.S_ISFIFO(info.st_mode):
+                if total == 0 and stat.S_ISFIFO(info.st_mode):
                     raise UserError(f"{where}: a FIFO with no writer (or one that wrote nothing); give {what}")
                 break
             chunks.append(chunk)
@@ -100,8 +94,7 @@ def parse_json(text: str, where: str) -> Any:
 
 
 def flow_depth(text: str) -> int:
-    """How deep '[' and '{' nest (quotes ignored: an over-estimate is harmless). PyYAML's parser
-    slows down quadratically with depth, so this is measured before it runs."""
+    """How deep '[' and '{' nest (quotes ignored), measured before PyYAML's quadratic parser runs."""
     import numpy as np
 
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)

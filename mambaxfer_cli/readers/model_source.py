@@ -78,9 +78,7 @@ def hf_cache_dir() -> Path:
 
 
 def config_label(path: Path) -> str:
-    """A model's name from its config file: the directory of a ``config.json`` (a checkout's name),
-    found from the absolute path when the path is bare ('config.json', './config.json'); else the
-    file's stem."""
+    """A model's name from its config file: a ``config.json``'s directory, else the file's stem."""
     if path.name != "config.json":
         return path.stem
     try:
@@ -118,8 +116,7 @@ def load_model(
     indexer_kv_dtype: str | None = None,
     startup: Startup | None = None,
 ) -> ModelSpec:
-    """Find and read the model named by ``--model``; CLI overrides beat file overrides;
-    ``startup``: the engine's start-up rules (``spec_from_config``'s)."""
+    """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype,
            "startup": startup}
@@ -175,12 +172,8 @@ def load_model(
 @lru_cache(maxsize=None)
 def preset_sources() -> dict[str, str]:
     """A preset's Hugging Face repo id (lower case) -> the preset's name."""
-    out = {}
-    for name in preset_names():
-        source = preset_file(name).get("source")
-        if source:
-            out[str(source).lower()] = name
-    return out
+    sources = {name: preset_file(name).get("source") for name in preset_names()}
+    return {str(source).lower(): name for name, source in sources.items() if source}
 
 
 def preset_for_source(repo_id: str) -> str | None:

@@ -1,8 +1,5 @@
-"""The model a ``vllm serve`` line names, resolved as ``--model`` is elsewhere.
-
-Also: a Hugging Face repo id that is not in the local cache but is a built-in preset's source
-(``nvidia/Nemotron-H-8B-Base-8K``) is that preset; ``--hf-overrides`` updates the config's top
-level, as vLLM's ``config.update(hf_overrides)`` does.
+"""The model a ``vllm serve`` line names, resolved as ``--model`` is (a preset's source repo id
+is that preset), with ``--hf-overrides`` over the config's top level (``config.update``).
 """
 
 from __future__ import annotations

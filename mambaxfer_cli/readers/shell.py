@@ -1,14 +1,6 @@
-"""A shell script's commands, read as bash runs them: quotes (``'…'``, ``"…"``, ``$'…'``), line
-continuations, comments (which end at the newline, a ``\\`` at their end included), the operators
-that end a command (``;``, ``&``, ``&&``, ``|``, ...) or redirect its output (``> server.log 2>&1``,
-``| tee x``), dropped with their targets, and variables: ``VAR=value`` (alone or before a
-command), ``export``, ``unset``, ``$VAR``, ``${VAR}``, ``${VAR:-default}`` and its kin, split into
-words where unquoted, from the script and the environment it starts with. What only running the
-script gives (``$(…)``, backticks, ``$((…))``, a variable set nowhere) is kept as ``Unknown``: an
-error only where the server's line reads it. Pure: text in, words out; each engine's command-line
-reader takes it from there, with the half both share (the end of this file: where the server
-starts, argparse's values, the line's ``command()``).
-"""
+"""A shell script's commands read as bash runs them (quotes, continuations, comments, operators
+and redirections, variables from the script and its environment); what only running it gives is
+kept as ``Unknown``. The end of the file is the half both engines' line readers share."""
 
 from __future__ import annotations
 
@@ -31,14 +23,14 @@ _DECLARE = ("export", "declare", "typeset", "readonly", "local")
 _OPS = (":-", ":=", ":+", ":?", "-", "=", "+", "?")
 _ANSI = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
          "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ANSI_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|[0-7]{1,3}|.)", re.S)
 _PLAIN = re.compile(r"[^ \t\r\n'\"\\$`;&|()<>]+")     # characters that stand for themselves
 _PLAIN_QUOTED = re.compile(r'[^"\\$`\n]+')
 UNCLOSED = "cannot read the command line: No closing quotation (an unclosed quote?)"
 
 
 class Unknown(str):
-    """A value known only by running the script (its text as written); ``why`` says what it is
-    and how to give it."""
+    """A value known only by running the script (its text as written); ``why`` says how to give it."""
 
     why: str = ""
 
@@ -265,29 +257,14 @@ class _Reader:
 
 def _ansi_c(body: str) -> str:
     """``$'...'`` as bash decodes it."""
-    out, i = [], 0
-    while i < len(body):
-        ch = body[i]
-        if ch != "\\" or i + 1 >= len(body):
-            out.append(ch)
-            i += 1
-            continue
-        e = body[i + 1]
-        hexes = {"x": 2, "u": 4, "U": 8}.get(e)
-        if hexes:
-            m = re.match(r"[0-9a-fA-F]{1,%d}" % hexes, body[i + 2:])
-            if m:
-                out.append(chr(min(int(m.group(), 16), 0x10FFFF)))
-                i += 2 + m.end()
-                continue
-        m = re.match(r"[0-7]{1,3}", body[i + 1:])
-        if m:
-            out.append(chr(int(m.group(), 8) & 0xFF))
-            i += 1 + m.end()
-            continue
-        out.append(_ANSI.get(e, "\\" + e))
-        i += 2
-    return "".join(out)
+
+    def escape(m: re.Match) -> str:
+        e = m.group(1)
+        if e[0] in "xuU" and len(e) > 1:
+            return chr(min(int(e[1:], 16), 0x10FFFF))
+        return chr(int(e, 8) & 0xFF) if e[0] in "01234567" else _ANSI.get(e, "\\" + e)
+
+    return _ANSI_ESCAPE.sub(escape, body)
 
 
 # --- expanding: a word into the fields bash makes of it ----------------------------------------
@@ -355,9 +332,9 @@ def _fields(word: _Word, values: dict[str, str]) -> list[str]:
     parts = word.parts
     first = parts[0][1] if parts[0][0] == "lit" else ""
     if first == "~" and parts[1:2] in ([], [("lit", "/")]) or first.startswith("~/"):
-        home = values.get("HOME")
-        home = _known(home) if home is not None else _stop(_unset_why("HOME"))
-        parts = [("q", home), ("lit", first[1:])] + parts[1:]
+        if values.get("HOME") is None:
+            raise _Stop(_unset_why("HOME"))
+        parts = [("q", _known(values["HOME"])), ("lit", first[1:])] + parts[1:]
     fields: list[str] = []
     current: str | None = None
     for text, split in _segments(parts, values):
@@ -376,10 +353,6 @@ def _fields(word: _Word, values: dict[str, str]) -> list[str]:
     return fields
 
 
-def _stop(why: str) -> str:
-    raise _Stop(why)
-
-
 def _assignment(word: _Word) -> tuple[str, list[tuple]] | None:
     """(NAME, the value's parts) where bash takes ``word`` as an assignment: NAME= unquoted."""
     name: list[str] = []
@@ -396,8 +369,7 @@ def _assignment(word: _Word) -> tuple[str, list[tuple]] | None:
 
 def _assigned(name: str, parts: list[tuple], word: _Word, values: dict[str, str],
               start: Mapping[str, str]) -> str:
-    """The value ``name=...`` gives (no word splitting). A value only running the script gives
-    is the environment's (``--env``) when it has one, else Unknown."""
+    """The value ``name=...`` gives (no word splitting); else the environment's (``--env``), else Unknown."""
     try:
         return "".join(text for text, _ in _segments(parts, values))
     except _Stop as stop:
@@ -452,8 +424,7 @@ class _Ran:
 
 
 def _run(text: str, where: str, environ: Mapping[str, str] | None) -> Iterable[_Ran]:
-    """Each command that is not an assignment, ``export`` or ``unset``, with the variables as
-    the script has set them by then (``environ``: what it starts with, all exported)."""
+    """Each command but assignments, ``export`` and ``unset``, with the variables set by then."""
     start = dict(environ or {})
     values, exported = dict(start), set(start)
     for command in _simple_commands(text, where):
@@ -529,10 +500,8 @@ def _declare(builtin: str, args: list[_Word], values: dict[str, str], exported: 
 
 def script_command(text: str, where: str, starts: Callable[[list[str]], int | None], what: str,
                    environ: Mapping[str, str] | None = None) -> Command | None:
-    """The one command of ``text`` that ``starts`` finds (the index of its first word), with the
-    ``VAR=value`` words before it and the variables the script exports before it (``environ``:
-    the environment it starts with); None when no command starts. Two such commands: one
-    UserError (``what`` names them)."""
+    """The one command of ``text`` that ``starts`` finds (its first word's index), with its
+    environment; None when none starts, a UserError when two do."""
     found = None
     for ran in _run(text, where, environ):
         try:
@@ -570,8 +539,7 @@ def runs_server(text: str, where: str, starts: Callable[[list[str]], int | None]
 
 @dataclass(frozen=True)
 class Command:
-    """One command of a script: its words, its ``VAR=value`` prefixes, the variables exported
-    before it, the ones set but not exported, and its words only running the script gives."""
+    """One command of a script: its words, prefixes, variables and words only running it gives."""
 
     words: list[str]
     assigns: tuple[tuple[str, str], ...]
@@ -586,8 +554,7 @@ class Command:
         return {**self.exported, **dict(self.assigns)}
 
     def known(self, parse: Callable[[], Any], names: Iterable[str]) -> Any:
-        """``parse()`` of this command, where every word it reads and every variable of ``names``
-        it sees is known; else one UserError naming the first that is not, and how to give it."""
+        """``parse()`` of this command; a UserError where a word or variable it reads is Unknown."""
         for name in names:
             value = self.environment.get(name)
             if isinstance(value, Unknown):
@@ -642,8 +609,7 @@ def unrecognized(name: str, inline: str | None, words: list[str], i: int, unknow
 
 
 def server_start(words: list[str], program: str, module: str) -> int | None:
-    """Index of the words that start a server: ``<program> serve`` or ``python -m <module>``
-    (python's own options between them); a UserError where the interpreter is not python."""
+    """Index of the words that start a server: ``<program> serve`` or ``python -m <module>``."""
     for i, word in enumerate(words):
         if word.rsplit("/", 1)[-1] == program and i + 1 < len(words) and words[i + 1] == "serve":
             return i
@@ -666,8 +632,7 @@ def negative_number(word: str) -> bool:
 
 
 def option_value(words: list[str], end: int, inline: str | None, takes: str) -> tuple[Any, int] | None:
-    """An option's value and the index after it, as argparse reads it (``takes``: value, many or
-    optional); None where a value it needs is missing."""
+    """An option's value and the index after it, as argparse reads it; None where one is missing."""
     if takes == OPTIONAL:
         if inline is None and end < len(words) and not words[end].startswith("-"):
             return words[end], end + 1
@@ -685,8 +650,7 @@ def option_value(words: list[str], end: int, inline: str | None, takes: str) -> 
 
 
 class ServerLine:
-    """What a server's line does with its ``words`` and ``environment()`` (each engine's frozen
-    dataclass has them)."""
+    """What a server's line does with its ``words`` and ``environment()``."""
 
     words: tuple[str, ...]
     notes: tuple[str, ...]

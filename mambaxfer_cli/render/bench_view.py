@@ -59,8 +59,6 @@ def bench_tables(document: dict[str, Any]) -> list[Table]:
             title = (f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}{release}{moved}, "
                      f"{device}, {mode}, UCX: {'; '.join(transports)}, {document['iters']} iters")
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
-            # blocks per request; descriptors posted and kept after NIXL's merge; median and p99 GB/s;
-            # us per posted descriptor; prep (prep_xfer_dlist + make_prepped_xfer) ms; post us (telemetry)
             for column in ("blk", "variant", "bytes", "desc", "kept", "GB/s", "p99 GB/s", "us/d", "prep ms",
                            "post us", "/lim"):
                 table.add_column(column, justify="left" if column == "variant" else "right")

@@ -1,7 +1,5 @@
-"""What both engines' conformance reports draw alike: a table of the engine's functions, each
-difference or failed call in a panel, the footer, and the JUnit XML; each engine's view gives
-its own words (``Looks``) and its report, whose results each have a name, what they compare, an
-outcome, their cases and differing ones, by model, and why one could not be called."""
+"""What both engines' conformance reports draw alike; each engine's view gives its own words
+(``Looks``)."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NO_CASE, NOT_CALLED
+from mambaxfer_cli.render.preflight_view import junit_text
 
 
 @dataclass(frozen=True)
@@ -46,13 +45,11 @@ def as_text(value: Any) -> str:
 
 
 def outcome_text(result: Any) -> Text:
-    if result.outcome == AGREES:
-        return Text("✓ agrees", style="green")
     if result.outcome == DIFFERS:
         return Text(f"✗ differs ({result.differing})", style="bold red")
-    if result.outcome == NO_CASE:
-        return Text("– no case", style="dim")
-    return Text("! could not be called", style="bold yellow")
+    text, style = {AGREES: ("✓ agrees", "green"), NO_CASE: ("– no case", "dim")}.get(
+        result.outcome, ("! could not be called", "bold yellow"))
+    return Text(text, style=style)
 
 
 def summary_table(report: Any, looks: Looks) -> Table:
@@ -94,13 +91,9 @@ def not_called_panel(result: Any, looks: Looks) -> Panel:
 
 
 def footer(report: Any) -> Text:
-    counts = [f"{report.count(AGREES)} agree"]
-    if report.count(DIFFERS):
-        counts.append(f"{report.count(DIFFERS)} differ")
-    if report.count(NOT_CALLED):
-        counts.append(f"{report.count(NOT_CALLED)} could not be called")
-    if report.count(NO_CASE):
-        counts.append(f"{report.count(NO_CASE)} with no case")
+    counts = [f"{report.count(AGREES)} agree"] + [
+        f"{report.count(outcome)} {said}" for outcome, said in
+        ((DIFFERS, "differ"), (NOT_CALLED, "could not be called"), (NO_CASE, "with no case")) if report.count(outcome)]
     cases = sum(r.cases for r in report.results)
     models = len(report.models)
     return Text(f"{len(report.results)} functions, {cases:,} cases, {models} model{'' if models == 1 else 's'} up "
@@ -152,5 +145,4 @@ def junit_xml(report: Any, looks: Looks) -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = f"agrees in {result.cases} cases ({result.compares})"
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return junit_text(root)

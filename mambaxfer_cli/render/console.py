@@ -1,13 +1,6 @@
-"""The one rich console the commands print through, and the layout rule every table follows: a
-value is never cut, at any width.
-
-A table that fits the console is printed as rich lays it out. One that does not gets column widths
-chosen here: every cell that reads as one value (a number, a shard ``[0, 2048)``, an ID run
-``4559..9559 step 100``, a size ``30.9 MiB``: any cell line up to ``VALUE_CHARS`` long) keeps its
-whole line, headers and longer prose wrap between words. When even that does not fit, the table
-is laid out vertically (a heading per row, then ``column: value`` pairs packed into lines), so
-every value stays whole and copyable. Tables that belong together (both sides' layouts) are laid
-out the same way: all as tables, or all vertically.
+"""The one rich console the commands print through, and its rule: a value is never cut. A table
+too wide gets column widths that keep each value's line whole (prose wraps between words), else
+is laid out vertically as ``column: value`` pairs; tables that belong together are laid out alike.
 """
 
 from __future__ import annotations
@@ -25,8 +18,7 @@ KEEP = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|GB/s|s|ms|µs|tokens|bytes)(?
 
 
 def tp_pairing(p_tp: object, d_tp: object) -> str:
-    """A pairing of TP sizes as every answer writes it, ``P TP 1 → D TP 2`` (``1P2D`` reads as
-    instance counts); ``--pairs`` takes it as ``1:2``."""
+    """A pairing as every answer writes it, ``P TP 1 → D TP 2`` (``1P2D`` reads as instance counts)."""
     return f"P TP {p_tp} → D TP {d_tp}"
 
 
@@ -51,8 +43,7 @@ def fit(part, out=None):
 
 
 def fit_all(parts: Iterable, out=None) -> list:
-    """Every part as it can be printed whole; tables of one ``together`` group alike; text (also
-    in panels and groups, and tables' captions) as ``Prose``."""
+    """Every part as it can be printed whole; tables of one ``together`` group alike; text as ``Prose``."""
     from rich.table import Table
 
     out = out or console()
@@ -75,8 +66,7 @@ def fit_all(parts: Iterable, out=None) -> list:
 
 
 def _title_apart(part, out):
-    """A table's title wider than the table as Prose above it (rich would wrap it at the table's
-    width); one that fits stays where rich puts it."""
+    """A table's title wider than the table as Prose above it (rich would wrap it at the table's width)."""
     from rich.console import Group
     from rich.measure import Measurement
     from rich.table import Table
@@ -123,8 +113,7 @@ def _caption_apart(part):
 
 
 class Prose:
-    """Text that wraps between words but never inside a value (``KEEP``: ``311296 B``, ``P1 → D2``,
-    ``[0, 2048)``, ``--block-size 144``, ...), nor inside a word shorter than the line."""
+    """Text that wraps between words, never inside a value (``KEEP``) nor a word shorter than the line."""
 
     def __init__(self, text, keep: re.Pattern | None = None) -> None:
         self.text = text
@@ -217,9 +206,7 @@ _RATE = re.compile(r"^\d(\.\d\d)$")
 
 
 def _room(cell: str) -> str:
-    """A cell as wide as its value may be on another run: a time with three digits before the
-    point, a rate with two; so that whether a table fits, and how it wraps, is the same whatever
-    the machine measured."""
+    """A measured cell at its widest on any run, so that the layout does not depend on the machine."""
     for pattern, digits in ((_TIME, "999"), (_RATE, "99")):
         m = pattern.match(cell)
         if m:
@@ -229,8 +216,7 @@ def _room(cell: str) -> str:
 
 def column_widths(table, width: int) -> list[int] | None:
     """[] when rich's own layout fits ``width``; else widths that keep every value whole; None
-    when no widths do (the table must go vertical). Measured times and rates count at the widest
-    they are likely to be (``_room``)."""
+    when no widths do (the table must go vertical)."""
     from rich.cells import cell_len
 
     for column in table.columns:
@@ -264,8 +250,7 @@ def _chrome(table) -> int:
 
 def vertical(table, width: int | None = None):
     """The table's rows as lines: the first column's value as a heading, then ``column: value``
-    pairs (an unnamed column's value alone) packed into lines of at most ``width`` (a pair longer
-    than that alone on its line)."""
+    pairs packed into lines of at most ``width``."""
     from rich.cells import cell_len
     from rich.console import Group
     from rich.text import Text

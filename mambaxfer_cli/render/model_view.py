@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 from rich.console import JustifyMethod
@@ -56,11 +57,7 @@ def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
         ("offset", "right"), ("size", "right")]
     for column, justify in columns:
         table.add_column(column, justify=justify)
-    shards_seen: dict[tuple[str, int, int], int] = {}
-    for layout in layouts:
-        for region in layout.regions:
-            shards_seen[(region.name, region.shard.start, region.shard.end)] = (
-                shards_seen.get((region.name, region.shard.start, region.shard.end), 0) + 1)
+    shards_seen = Counter((r.name, r.shard.start, r.shard.end) for layout in layouts for r in layout.regions)
     for layout in layouts:
         for i, region in enumerate(layout.regions):
             shard = f"[{region.shard.start}, {region.shard.end})"

@@ -1,5 +1,4 @@
-"""What both engines' preflight reports draw alike: the tables, the opening, the verdict, the fix,
-the closing lines, and the JUnit suite's first case."""
+"""What both engines' preflight reports draw alike, JUnit's first case included."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def titled_table(title: str, columns: tuple[str, ...]) -> Table:
 
 
 def model_origin(named: str, model) -> str:
-    """Where the model a serve line names was read from: a preset (by name or by its source's
-    repo id), or the file that holds its config."""
+    """Where the model a serve line names was read from: a preset, or its config's file."""
     from mambaxfer_cli.readers.model_source import preset_for_source, preset_names
 
     if model.name in preset_names() and named in (model.name, model.source) or preset_for_source(named) == model.name:

@@ -1,5 +1,4 @@
-"""The one protocol every command ends with: its exit code, its document, its rendering for the
-terminal and, where it has one, its JUnit XML. ``cli.report.finish`` says it all the same way."""
+"""The one protocol every command ends with: exit code, document, rendering and JUnit XML."""
 
 from __future__ import annotations
 
@@ -21,10 +20,8 @@ class AsIs:
 
 
 class Report:
-    """A command's result. ``document``: what --format json/yaml prints (``to_dict``); ``render``:
-    the parts the terminal shows (rich renderables, or plain text printed as it is); ``junit``:
-    the JUnit XML of a command that takes --junit; ``written``: what is said on stderr when the
-    document goes to --output; ``notes``: lines said on stderr after the report."""
+    """A command's result: its document (``to_dict``), what the terminal shows (``render``), its
+    JUnit XML, and the lines said on stderr (``written``, ``notes``)."""
 
     def __init__(self, document: dict | None = None, exit_code: int = EXIT_OK) -> None:
         self.document = document if document is not None else {}

@@ -1,5 +1,4 @@
-"""What every engine's runs show on stderr: the ranks' live phases, a two-host side's first line,
-and the progress bar of ``check`` and ``conformance``."""
+"""What every engine's runs show on stderr: the ranks' live phases, two-host lines, progress bars."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class ProgressView:
         table = Table(title=self.title, title_justify="left", box=None, padding=(0, 1))
         for column in ("rank", "phase", "detail", "at"):
             table.add_column(column, justify="right" if column == "at" else "left")
-        order = sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:])))
-        for name in order:
+        for name in sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:]))):
             phase, detail, at = self.rows[name]
             table.add_row(name, Text(phase, style=PHASE_STYLES.get(phase, "")), detail, f"{at:.1f}s")
         return table
@@ -64,8 +62,7 @@ def checked(ok: bool, bad: str) -> Text:
 
 
 def run_totals(total_bytes: int, longest: float, phases: Mapping[str, float], done: str, checked: str) -> str:
-    """The end of execute's caption: all ranks' bytes at their GB/s over the slowest one's time,
-    what was checked, and the run's phases."""
+    """The end of execute's caption: the bytes, their rate, what was checked, the run's phases."""
     rate = total_bytes / longest / 1e9 if longest > 0 else 0.0
     return (f"time = median; all {done} {human_bytes(total_bytes)} at {rate:.2f} GB/s; every byte of every "
             f"{checked}; " + ", ".join(f"{name} {at:.2f}s" for name, at in phases.items()))
@@ -85,8 +82,7 @@ def meeting_place(discovery: "Discovery", p_tp: int) -> str:
 
 
 def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str) -> str:
-    """The line a two-host side prints first: where the prefill side waits, or what the decode
-    side does (``decode_does``) and through what."""
+    """The line a two-host side prints first: where P waits, or what D does and through what."""
     where = meeting_place(discovery, p_tp)
     if discovery.role == "prefill":
         return f"prefill side: {ranks_named('P', p_tp)} wait for the decode side through {where}"
@@ -95,8 +91,7 @@ def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str
 
 @contextmanager
 def bar(text: str, description: str = "") -> Iterator[Callable[..., None] | None]:
-    """A transient progress bar on stderr (``text``: its words, around ``{task.description}``): its
-    task's ``update`` (total, advance, description); None when stderr is no terminal."""
+    """A transient progress bar on stderr: its task's ``update``; None when stderr is no terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)

@@ -1,10 +1,5 @@
-"""The model variants mambaxfer knows: one module each in this package, found by name.
-
-A variant's module fills one ``VariantRules`` (its ``VARIANT``): the regions of its per-request
-state with their sub-projections and unit of sharding, the parameters it needs, whether its conv
-state keeps rows for speculative tokens, the IDs and colours of its regions, and the config keys
-that give its dimensions when a model's family is not known. Nothing else names a variant:
-``--variant``, the schemas, the proof's patterns and the tables read them from here.
+"""The model variants mambaxfer knows: one module each in this package, found by name, filling
+one ``VariantRules`` (its ``VARIANT``); nothing else names a variant.
 """
 
 from __future__ import annotations
@@ -20,12 +15,9 @@ Alternatives = tuple[tuple[str, ...], ...]    # config keys tried in order; each
 
 @dataclass(frozen=True)
 class RegionShape:
-    """A region of the per-request state, in global units, before sharding.
-
-    Units are sharded in whole groups of ``units/groups``; ``dim`` names the dimension a TP size
-    must divide. A replicable region with a single group is held whole by every rank
-    (vLLM's padding of Mamba2 B/C groups to ``n_eff = T``).
-    """
+    """A region of the per-request state in global units, sharded in whole groups of
+    ``units/groups``; a replicable one with a single group is held whole by every rank
+    (vLLM's padding of Mamba2 B/C groups to ``n_eff = T``)."""
 
     name: str
     kind: str                              # "conv" | "ssm"
@@ -62,10 +54,8 @@ def param(name: str) -> Callable[[Params], int]:
 
 
 def _found() -> Mapping[str, VariantRules]:
-    found = []
-    for info in pkgutil.iter_modules(__path__):
-        if not info.ispkg and not info.name.startswith("_"):
-            found.append(importlib.import_module(f"{__name__}.{info.name}").VARIANT)
+    found = [importlib.import_module(f"{__name__}.{info.name}").VARIANT for info in pkgutil.iter_modules(__path__)
+             if not info.ispkg and not info.name.startswith("_")]
     return {v.name: v for v in sorted(found, key=lambda v: (v.order, v.name))}
 
 

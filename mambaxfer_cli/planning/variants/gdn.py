@@ -1,5 +1,4 @@
-"""Gated DeltaNet: conv channels ``Q``, ``K`` (by key head) and ``V`` (by value head), and an SSM
-state per value head."""
+"""Gated DeltaNet: conv channels ``Q``, ``K`` and ``V`` by head, and an SSM state per value head."""
 
 from mambaxfer_cli.planning.variants import RegionShape, VariantRules, param
 

@@ -1,13 +1,7 @@
 """Kimi Delta Attention (KDA): conv channels ``Q``, ``K`` and ``V`` (``num_heads·head_dim`` each,
-by head) and an SSM state of ``head_dim × head_dim`` per head.
-
-vLLM builds KDA layers as ``KimiGatedDeltaNetAttention``, a ``GatedDeltaNetAttention`` of
-backend ``GDN_ATTN``: its state is ``MambaStateShapeCalculator.kda_state_shape`` (conv
-``(3·H·d/T, K−1+s)``, SSM ``(H/T, d, d)``), and the NIXL connector splits its conv state as
-GDN's (``derive_mamba_conv_split``: key dims equal, ``Q|K|V``). So the regions are GDN's with
-equal key and value heads; the SSM state is float32 unless ``--mamba-ssm-cache-dtype`` says
-bfloat16 (``kda_state_dtype``). A family may keep the same state under another backend name
-(``Family.ssm_backend``).
+by head) and an SSM state of ``head_dim × head_dim`` per head: vLLM's
+``MambaStateShapeCalculator.kda_state_shape``, split by the connector as GDN's
+(``derive_mamba_conv_split``), of backend ``GDN_ATTN``.
 """
 
 from mambaxfer_cli.planning.variants import Params, RegionShape, VariantRules, param

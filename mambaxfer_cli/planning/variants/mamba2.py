@@ -1,5 +1,4 @@
-"""Mamba2: conv channels ``x``, ``B`` and ``C`` (B and C by group, replicated when there is one
-group) and an SSM state per head."""
+"""Mamba2: conv channels ``x``, ``B`` and ``C`` (B and C by group) and an SSM state per head."""
 
 from mambaxfer_cli.planning.variants import RegionShape, VariantRules, param
 

@@ -1,5 +1,4 @@
-"""Short conv (LFM2): a gated depthwise conv over ``hidden_size`` channels, sharded contiguously
-by TP; its state is the conv window alone, with no SSM state."""
+"""Short conv (LFM2): a conv window over ``hidden_size`` channels, no SSM state."""
 
 from mambaxfer_cli.planning.variants import RegionShape, VariantRules, param
 
