@@ -13,8 +13,8 @@ from mambaxfer_cli import exits
 
 
 def main() -> None:
-    # Start-up creates many objects and few cycles: collecting every 700 of them, as Python does,
-    # costs a tenth of a short command's time.
+    # Start-up creates many objects and few cycles: Python's collection every 700 new ones would
+    # scan them again and again (a twentieth of a short command's time).
     gc.set_threshold(100_000)
     exits.install()
     try:
