@@ -173,7 +173,6 @@ def _facts(name: str) -> Callable[[], str]:
     return lambda: serving_engine(DEFAULT_ENGINE).option_help()[name]
 
 
-
 @dataclass(frozen=True)
 class EngineArgs(Group):
     """Both engines: each flag of ``vllm serve`` mambaxfer models, for both sides and, where the
