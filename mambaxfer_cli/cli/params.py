@@ -147,8 +147,11 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
 def for_line(command: Callable[..., None], args: Sequence[str] | None) -> Callable[..., None]:
     """The command as typer takes it for one command line: one that names only its options gets
     just those and the required ones, the rest left at their defaults (typer builds a validator for
-    each option it declares); any other (its help, an unknown option; None) the command whole."""
-    flags: dict[str, str] = command.flags  # type: ignore[attr-defined]
+    each option it declares); any other (its help, an unknown option; None) the command whole. A
+    function ``command`` did not declare is typer's as it is."""
+    flags: dict[str, str] | None = getattr(command, "flags", None)
+    if flags is None:
+        return command
     named = {flags.get(arg.split("=")[0] if arg.startswith("--") else arg) for arg in args or () if arg[:1] == "-"}
     whole = args is None or None in named
 
