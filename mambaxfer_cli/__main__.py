@@ -24,6 +24,7 @@ def main() -> None:
     except KeyboardInterrupt as stop:     # while importing the command line, or as it returned
         code = exits.report(stop)
     exits.quiet()
+    gc.freeze()     # the command has ended: Python's last collection, on the way out, would scan every object
     raise SystemExit(code)
 
 
