@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
+import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,9 +18,9 @@ import typer
 from typer.testing import CliRunner
 
 from cli_run import commands
-from mambaxfer_cli.cli import app
+from mambaxfer_cli.cli import COMMANDS, app
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, RequestArgs
-from mambaxfer_cli.cli.params import ENGINES, Group, command, given, option
+from mambaxfer_cli.cli.params import ENGINES, Group, command, for_line, given, option
 
 CLI = Path(__file__).resolve().parent.parent / "mambaxfer_cli" / "cli"
 MOST_PARAMETERS = 12
@@ -84,6 +88,49 @@ def test_a_group_comes_back_as_its_value():
     with pytest.raises(typer.TyperException) as missing:
         built.main([], standalone_mode=False)
     assert missing.value.format_message() == "Missing option '--model' / '-m'."
+
+
+def _parsed(function, line: list[str]) -> dict:
+    """The values typer hands ``function`` registered alone, for the options of ``line``."""
+    probe = typer.Typer()
+    probe.command()(function)
+    built = typer.main.get_command(probe)
+    with built.make_context("probe", list(line)) as ctx:     # typer takes the words off the list
+        return ctx.params
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_line_declares_only_the_options_it_names(name):
+    """Start-up: typer builds a validator for each option a command declares, so a line gets only
+    the options it names; those it leaves out get what typer gives an option not given."""
+    target = COMMANDS[name][0].partition(":")
+    function = getattr(importlib.import_module(target[0]), target[2])
+    whole = inspect.signature(for_line(function, None)).parameters
+    required = [p for p in whole.values() if p.default is inspect.Parameter.empty and p.name != "ctx"]
+    flag = {name: flag for flag, name in reversed(function.flags.items())}     # each option's first name
+    line = [value for p in required for value in (flag[p.name], "1")]
+    given_whole, given_narrowed = _parsed(for_line(function, None), line), _parsed(for_line(function, [name, *line]),
+                                                                                    line)
+    assert set(given_narrowed) <= set(given_whole) and (len(given_narrowed) < len(given_whole) or not function.flags)
+    assert [p.name for p in required] == [n for n in given_narrowed if n in {p.name for p in required}]
+    for left, value in given_whole.items():
+        if left not in given_narrowed:     # what the function fills: the signature's default
+            assert value == whole[left].default and type(value) is type(whole[left].default), (left, value)
+    for line in (["--help"], ["-h"], ["--bogus"], ["-m1"], ["--", "x"]):     # help, and what typer rejects
+        assert inspect.signature(for_line(function, [name, *line])).parameters.keys() == whole.keys(), line
+
+
+def test_plan_imports_no_other_engine_nor_readers_it_does_not_use():
+    """``plan --format json`` imports what it runs: not SGLang's package (for --engine's help) nor
+    vLLM's serve-line reader."""
+    script = ("import atexit, sys; atexit.register(lambda: print(sorted(sys.modules), file=sys.stderr)); "
+              "sys.argv = ['mambaxfer', 'plan', '--model', 'jamba', '--p-tp', '1', '--d-tp', '4', '--format', "
+              "'json']; from mambaxfer_cli.__main__ import main; main()")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and json.loads(done.stdout)["schema"] == "mambaxfer.plan/v1", done.stderr
+    imported = ast.literal_eval(done.stderr.strip().splitlines()[-1])
+    assert "mambaxfer_cli.engines.vllm.plan" in imported
+    assert not [m for m in imported if m.startswith("mambaxfer_cli.engines.sglang") or m.endswith("serve_args")]
 
 
 def test_p_and_d_forms_fall_back_to_the_shared_value():

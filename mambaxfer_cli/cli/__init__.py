@@ -18,6 +18,7 @@ import typer
 
 from mambaxfer_cli import __version__, exits
 from mambaxfer_cli.cli.outcome import closed_pipe, forget, red_line
+from mambaxfer_cli.cli.params import for_line
 from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.exits import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE,
                                   EXIT_WRONG)
@@ -98,8 +99,9 @@ def _options(ctx: typer.Context, version: Annotated[bool, VERSION] = False) -> N
 
 def build(args: Sequence[str] | None = None) -> typer.Typer:
     """The typer app for one command line (``None``: every command whole). A line that names a
-    command gets that command alone, so start-up imports and builds it only; one that names none
-    (the app's help, a mistyped name) gets every command as the list shows it, its name and summary."""
+    command gets that command alone, so start-up imports and builds it only (with just the options
+    the line gives: ``params.for_line``); one that names none (the app's help, a mistyped name)
+    gets every command as the list shows it, its name and summary."""
     app = typer.Typer(
         name=PROG,
         help="Plan, check and execute P/D transfers of Mamba-family state (vLLM's NIXL connector and SGLang's "
@@ -116,8 +118,8 @@ def build(args: Sequence[str] | None = None) -> typer.Typer:
             continue
         if named is None or name == named:
             module, _, function = target.partition(":")
-            app.command(name, epilog=f"Exit codes: {own_exits}; {COMMON_EXITS}.")(
-                getattr(importlib.import_module(module), function))
+            command = getattr(importlib.import_module(module), function)
+            app.command(name, epilog=f"Exit codes: {own_exits}; {COMMON_EXITS}.")(for_line(command, args))
         else:
             app.command(name, help=summary)(_listed)
     return app

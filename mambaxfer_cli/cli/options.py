@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import typer
 
@@ -165,8 +165,12 @@ _P_SIZE, _D_SIZE = _side("--block-size")
 _P_KV, _D_KV = _side("--kv-cache-dtype")
 _P_PREFIX, _D_PREFIX = _side("prefix caching")
 _EXPERT = "Expert: {}'s kernel blocks per logical block by hand (not what vLLM builds)."
-# The help that states the default engine's own facts (its releases, their defaults), from its package.
-_HELP = serving_engine(DEFAULT_ENGINE).option_help()
+
+
+def _facts(name: str) -> Callable[[], str]:
+    """The help that states the default engine's own facts (its releases, their defaults), from its
+    package, imported only where the option is declared."""
+    return lambda: serving_engine(DEFAULT_ENGINE).option_help()[name]
 
 
 @dataclass(frozen=True)
@@ -174,8 +178,8 @@ class EngineArgs(Group):
     """Both engines: each flag of ``vllm serve`` mambaxfer models, for both sides and, where the
     two may differ, for P and for D (``--p-...``, ``--d-...``: the side's own value wins)."""
 
-    engine: str = option("--engine", help=f"The serving engine of P and D: {described_engines()}.", panel=ENGINES,
-                         default=DEFAULT_ENGINE, complete=engine_completed)
+    engine: str = option("--engine", help=lambda: f"The serving engine of P and D: {described_engines()}.",
+                         panel=ENGINES, default=DEFAULT_ENGINE, complete=engine_completed)
     transfer_backend: str | None = option(
         "--transfer-backend", help="SGLang's disaggregation transfer backend (--engine sglang): mooncake "
                                    "(SGLang's default) or nixl.", panel=ENGINES)
@@ -187,7 +191,7 @@ class EngineArgs(Group):
         "--draft-model", help="SGLang's speculative draft model path (--engine sglang): the drafter's "
                               "config.json or its folder.", panel=ENGINES, metavar="PATH")
     vllm_version: str | None = option(
-        "--vllm-version", help=_HELP["vllm_version"], panel=ENGINES, complete=values_completed("vllm_version"))
+        "--vllm-version", help=_facts("vllm_version"), panel=ENGINES, complete=values_completed("vllm_version"))
     p_vllm_version: str | None = option("--p-vllm-version", help=_P_RELEASE, panel=ENGINES,
                                         complete=values_completed("p_vllm_version"))
     d_vllm_version: str | None = option("--d-vllm-version", help=_D_RELEASE, panel=ENGINES,
@@ -206,7 +210,7 @@ class EngineArgs(Group):
     p_attention_backend: str | None = option("--p-attention-backend", help=_P_BACKEND, panel=ENGINES)
     d_attention_backend: str | None = option("--d-attention-backend", help=_D_BACKEND, panel=ENGINES)
     block_size: int | None = option(
-        "--block-size", help=_HELP["block_size"], panel=ENGINES)
+        "--block-size", help=_facts("block_size"), panel=ENGINES)
     p_block_size: int | None = option("--p-block-size", help=_P_SIZE, panel=ENGINES)
     d_block_size: int | None = option("--d-block-size", help=_D_SIZE, panel=ENGINES)
     kv_cache_dtype: str | None = option(
@@ -225,9 +229,9 @@ class EngineArgs(Group):
     d_enable_prefix_caching: bool | None = option(
         "--d-enable-prefix-caching/--d-no-enable-prefix-caching", help=_D_PREFIX, panel=ENGINES)
     p_num_blocks: int | None = option(
-        "--p-num-blocks", help=_HELP["p_num_blocks"], panel=ENGINES)
+        "--p-num-blocks", help=_facts("p_num_blocks"), panel=ENGINES)
     d_num_blocks: int | None = option(
-        "--d-num-blocks", help=_HELP["d_num_blocks"], panel=ENGINES)
+        "--d-num-blocks", help=_facts("d_num_blocks"), panel=ENGINES)
     speculative_config: str | None = option(
         "--speculative-config", help="Both engines' --speculative-config, vLLM's JSON, e.g. "
                                      "'{\"method\": \"mtp\", \"num_speculative_tokens\": 1}': conv rows for its "

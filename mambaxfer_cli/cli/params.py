@@ -20,7 +20,7 @@ import inspect
 import typing
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable, Sequence
 
 import typer
 
@@ -29,10 +29,11 @@ MODEL, ENGINES, REQUEST, OUTPUT = "Model", "Engines", "Request", "Output"
 _running: ContextVar[typer.Context | None] = ContextVar("running", default=None)
 
 
-def option(*names: str, help: str, panel: str, default: Any = None, parser: Callable[[str], Any] | None = None,
-           show_default: bool | None = None, metavar: str | None = None,
+def option(*names: str, help: str | Callable[[], str], panel: str, default: Any = None,
+           parser: Callable[[str], Any] | None = None, show_default: bool | None = None, metavar: str | None = None,
            complete: Callable[[str], list[str]] | None = None) -> Any:
     """Declare an option: a dataclass field of a group, or a command function's parameter default.
+    ``help``: its text, or a function that gives it (asked only where typer declares the option).
     Its type is the field's (an Enum: a choice, in any case; ``parser``: a function of the text).
     The default is shown in --help when there is one (``show_default`` overrides). ``complete``:
     the values the shell's completion offers for the word typed so far (an Enum's are its own)."""
@@ -98,21 +99,27 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
         hints = typing.get_type_hints(function)
         params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
         groups: dict[str, tuple[type, list[str]]] = {}
+        flags: dict[str, str] = {}     # each option's every name: its parameter's
+        lazy: dict[str, Callable[[], inspect.Parameter]] = {}    # those whose help is asked for
         for name, parameter in inspect.signature(function).parameters.items():
             group = _group_of(hints.get(name))
             if group is None:
-                params.append(_parameter(name, hints[name], parameter.default, needed, own_defaults, function))
+                params.append(_parameter(name, hints[name], parameter.default, needed, own_defaults, function, lazy))
+                flags.update(dict.fromkeys(_names(parameter.default), name))
                 continue
             use = narrowed.get(name)
             members = _fields(group, use.names if use else None)
             groups[name] = (group, [f.name for f in members])
             types = _hints(group)
-            params += [_parameter(f.name, types[f.name], f, needed, own_defaults, function) for f in members]
+            params += [_parameter(f.name, types[f.name], f, needed, own_defaults, function, lazy) for f in members]
             params += [_negative(f) for f in members if _negated(f)]
+            flags.update((flag, f.name) for f in members for flag in _names(f))
         taken = [p.name for p in params]
         assert len(taken) == len(set(taken)), f"{function.__name__}: an option declared twice"
 
         def collected(ctx: typer.Context, **values: Any) -> None:
+            for parameter in params[1:]:     # those a line left out (``for_line``): their defaults
+                values.setdefault(parameter.name, parameter.default)
             for name, (group, members) in groups.items():
                 for member in members:
                     if f"{member}{NEGATIVE}" in values:
@@ -131,21 +138,57 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
                                         .split("\n\n"))
         collected.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         collected.function = function  # type: ignore[attr-defined]
+        collected.flags, collected.lazy = flags, lazy  # type: ignore[attr-defined]
         return collected
 
     return build
 
 
+def for_line(command: Callable[..., None], args: Sequence[str] | None) -> Callable[..., None]:
+    """The command as typer takes it for one command line: one that names only its options gets
+    just those and the required ones, the rest left at their defaults (typer builds a validator for
+    each option it declares); any other (its help, an unknown option; None) the command whole. A
+    function ``command`` did not declare is typer's as it is."""
+    flags: dict[str, str] | None = getattr(command, "flags", None)
+    if flags is None:
+        return command
+    named = {flags.get(arg.split("=")[0] if arg.startswith("--") else arg) for arg in args or () if arg[:1] == "-"}
+    whole = args is None or None in named
+
+    def narrowed(**values: Any) -> None:
+        command(**values)
+
+    functools.update_wrapper(narrowed, command)
+    lazy: dict[str, Callable[[], inspect.Parameter]] = command.lazy  # type: ignore[attr-defined]
+    narrowed.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        lazy[p.name]() if p.name in lazy else p for p in inspect.signature(command).parameters.values()
+        if whole or p.default is inspect.Parameter.empty or p.name.removesuffix(NEGATIVE) in named
+        or p.name.removesuffix(NEGATIVE) not in flags.values() or _many(p)])
+    return narrowed
+
+
+def _many(parameter: inspect.Parameter) -> bool:
+    """An option given many times: typer hands it () where not given, not its default."""
+    hint = typing.get_args(parameter.annotation)[0]
+    return any(typing.get_origin(each) is list for each in (hint, *typing.get_args(hint)))
+
+
 def _parameter(name: str, hint: Any, field: Any, needed: set[str], defaults: dict[str, Any],
-               function: Callable[..., None]) -> inspect.Parameter:
-    """One parameter of the signature typer reads, from its declaration."""
+               function: Callable[..., None], lazy: dict | None = None) -> inspect.Parameter:
+    """One parameter of the signature typer reads, from its declaration; one whose help is a
+    function gets none, and its maker in ``lazy`` (``for_line`` asks it)."""
     assert isinstance(field, dataclasses.Field), f"{function.__name__}({name}): declare it with option()"
     if "argument" in field.metadata:
         kind, info = field.metadata["argument"]
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default,
                                  annotation=Annotated[kind | None, info])
     names, settings = field.metadata["option"]
-    text = settings["help"].replace("{command}", function.__name__)
+    text = settings["help"]
+    if not isinstance(text, str):
+        if lazy is not None:
+            lazy[name] = functools.partial(_parameter, name, hint, field, needed, defaults, function)
+        text = "" if lazy is not None else text()
+    text = text.replace("{command}", function.__name__)
     if _negated(field):
         on, off = names[0].split("/")
         names, text = (on, *names[1:]), f"{text} Off: {off}."
@@ -159,6 +202,10 @@ def _parameter(name: str, hint: Any, field: Any, needed: set[str], defaults: dic
 # its own, and at 80 columns the longest pairs (--p-enable-prefix-caching/--p-no-enable-...) leave
 # the names too little room: they were cut to an ellipsis.
 NEGATIVE = "__off"
+
+
+def _names(field: dataclasses.Field) -> list[str]:
+    return [one for name in field.metadata.get("option", ((),))[0] for one in name.split("/")]
 
 
 def _negated(field: dataclasses.Field) -> bool:

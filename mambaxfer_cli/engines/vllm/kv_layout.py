@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.engines.vllm.release import Refusal
-from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
 from mambaxfer_cli.planning.model import ModelSpec
 
 LAYOUT_ALIASES = {"NHD": "LBNHC", "HND": "LBHNC"}                   # config/cache.py _LAYOUT_COMPAT_ALIASES
@@ -66,6 +65,8 @@ def layout_error(model: ModelSpec, requested: str | None) -> str | None:
     choices, then ``resolve_kv_cache_layout``); None where it runs."""
     if requested is None:
         return None
+    from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR     # the serve line's reader: not for plan
+
     if requested not in ENV_LAYOUTS:
         return f"Invalid value '{requested}' for {KV_LAYOUT_VAR}. Valid options: {list(ENV_LAYOUTS)}."
     allowed = layout_candidates(model)
