@@ -17,9 +17,9 @@ from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.proof import outcomes
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
-from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_refusal, tp_sizes
+from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, check_side
-from mambaxfer_cli.errors import Refused, UserError
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
 # A pairing's outcome: SGLang moves the right bytes, corrupts some, routes some to the wrong
@@ -95,15 +95,6 @@ class Target:
     unchecked: tuple[str, ...] = ()
 
 
-def served(model: ModelSpec, release: Release = SGLANG_0_5_23) -> UserError | None:
-    """Why SGLang does not serve ``model`` or mambaxfer does not answer for it (None: it does)."""
-    try:
-        family_rule(model, release)
-    except UserError as exc:
-        return exc
-    return None
-
-
 def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None, max_tp: int,
             release: Release = SGLANG_0_5_23, every: bool = False) -> tuple[list[Target], list[str]]:
     """The pairings to prove per model: the listed ones, or every pair of TP sizes SGLang serves
@@ -111,18 +102,16 @@ def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None
     left out with a line saying why; else it is the user's error."""
     out, left_out = [], []
     for model in models:
-        why = served(model, release)
-        if why is not None:
+        try:     # SGLang does not serve the model, or mambaxfer does not answer for it
+            family_rule(model, release)
+        except UserError as why:
             if not every:
-                raise why
+                raise
             left_out.append(str(why).split("; mambaxfer answers")[0])
             continue
         if pairs is not None:
-            for p_tp, d_tp in pairs:
-                for tp in (p_tp, d_tp):
-                    refused = tp_refusal(model, tp, release)
-                    if refused:
-                        raise Refused(f"{model.name}: {release.label} cannot serve it at TP {tp}: {refused}")
+            for tp in itertools.chain(*pairs):
+                check_side(model, tp, release)      # SGLang's refusal of a TP size
             out.append(Target(model, tuple(pairs)))
             continue
         sizes = tp_sizes(model, max_tp)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import SimpleNamespace
+from unittest import mock
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mambaxfer_cli.engines.sglang.drafts import MTP_DRAFTS, draft_for
@@ -280,12 +281,20 @@ def _our_mamba2(tp: int, args: Mapping[str, Any]) -> tuple[Any, ...]:
     return _ours(mamba2_state_shape(tp=tp, conv_shard_groups=tuple(groups) if groups else None, **rest))
 
 
-def _our_kda(tp: int, args: Mapping[str, int]) -> tuple[Any, ...]:
-    return _ours(kda_state_shape(tp=tp, **args))
+def _kda_args(args: Mapping[str, int]) -> dict[str, int]:
+    """A KDA stand-in's dims as KimiLinearStateShape.create names them."""
+    return {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in args.items()}
 
 
-def _our_model_shape(model: ModelSpec, tp: int) -> tuple[Any, ...]:
-    return _ours(state_shape(model, tp))
+def _their_shape(create: Any, full: Any, kda: Any, model: ModelSpec, tp_world_size: int) -> Any:
+    """The model's state shape from SGLang's own function for its variant."""
+    if model.variant == "mamba1":
+        p = model.params
+        return full(tp_world_size=tp_world_size, intermediate_size=p["intermediate_size"], state_size=p["d_state"],
+                    conv_kernel=model.conv_kernel)
+    if model.variant == "kda":
+        return _kda_from_config(kda, model, tp_world_size)
+    return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
 
 
 class _Checker:
@@ -317,45 +326,37 @@ class _Checker:
 
     # --- shapes and dtypes ---
 
+    def shape_fns(self) -> tuple[Any, Any, Any]:
+        return self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"), self.fn(KDA_SHAPES)
+
     def shapes(self, models: Sequence[ModelSpec]) -> None:
-        create, full, kda = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
-                              self.fn(KDA_SHAPES))
+        create, full, kda = fns = self.shape_fns()
         for model, tp in itertools.product(models, range(1, self.max_tp + 1)):
             case = {"model": model.name, "tp": tp}
-            if model.variant == "mamba1" and full:
-                p = model.params
-                self.compare("Mamba2StateShape.create_full_rank", case,
-                             partial(_call, full, _shape_tuple, tp_world_size=tp, conv_kernel=model.conv_kernel,
-                                     intermediate_size=p["intermediate_size"], state_size=p["d_state"]),
-                             partial(_our_model_shape, model, tp))
-            elif model.variant == "kda" and kda:       # the dims its config class gives KimiLinearStateShape
-                self.compare(KDA_SHAPES, case, partial(_call, _kda_from_config, _shape_tuple, kda, model, tp),
-                             partial(_our_model_shape, sglang_model(model, {}, self.release), tp))
-            elif model.variant not in ("mamba1", "kda") and create:
-                self.compare("Mamba2StateShape.create", case,
-                             partial(_call, create, _shape_tuple, tp_world_size=tp, **_mamba2_args(model, tp)),
-                             partial(_our_model_shape, model, tp))
+            name = {"mamba1": "Mamba2StateShape.create_full_rank", "kda": KDA_SHAPES}.get(
+                model.variant, "Mamba2StateShape.create")
+            if self.fn(name):     # KDA: the dims its config class gives KimiLinearStateShape
+                ours = sglang_model(model, {}, self.release) if model.variant == "kda" else model
+                self.compare(name, case, partial(_call, _their_shape, _shape_tuple, *fns, model, tp),
+                             partial(_call, state_shape, _ours, ours, tp))
             config = self.fn(SHORT_CONV_CONFIG[0])
             if model.variant == "short_conv" and config:
                 self.compare(SHORT_CONV_CONFIG[0], case, partial(_their_config_state, config, model, tp),
                              partial(_our_config_state, model, tp, self.release))
         for tp in range(1, self.max_tp + 1):
-            for args in MAMBA2_STAND_INS:
-                if create:
-                    self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
-                                 partial(_call, create, _shape_tuple, tp_world_size=tp, **args),
-                                 partial(_our_mamba2, tp, args))
+            for args in MAMBA2_STAND_INS if create else ():
+                self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
+                             partial(_call, create, _shape_tuple, tp_world_size=tp, **args),
+                             partial(_our_mamba2, tp, args))
             if full:
                 m1 = {"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4}
                 self.compare("Mamba2StateShape.create_full_rank", {"stand_in": m1, "tp": tp},
                              partial(_call, full, _shape_tuple, tp_world_size=tp, **m1),
-                             partial(lambda tp, a: _ours(mamba1_state_shape(tp=tp, **a)), tp, m1))
-            for kargs in KDA_STAND_INS:
-                if kda:
-                    theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
-                    self.compare(KDA_SHAPES, {"stand_in": kargs, "tp": tp},
-                                 partial(_call, kda, _shape_tuple, tp_world_size=tp, **theirs_args),
-                                 partial(_our_kda, tp, kargs))
+                             partial(_call, mamba1_state_shape, _ours, tp=tp, **m1))
+            for kargs in KDA_STAND_INS if kda else ():
+                self.compare(KDA_SHAPES, {"stand_in": kargs, "tp": tp},
+                             partial(_call, kda, _shape_tuple, tp_world_size=tp, **_kda_args(kargs)),
+                             partial(_call, kda_state_shape, _ours, tp=tp, **kargs))
 
     def dtypes(self) -> None:
         dtype = self.fn("mamba2_state_dtype")
@@ -455,59 +456,43 @@ class _Checker:
                                              src_rank=p, dst_rank=d, kv_heads=kv))
 
     def mixer_channels(self, models: Sequence[ModelSpec]) -> None:
-        """The premise of the Mamba2 finding, from SGLang's own mixer: which checkpoint channels a
+        """The premise of the Mamba2 finding, from SGLang's own mixers: which checkpoint channels a
         rank's conv input (so its conv state) holds, in order, once the mixer's loaders have run."""
-        self.kda_channels(models)
-        gdn = self.fn("Qwen3GatedDeltaNet conv channels")
-        for model in models:
-            if gdn and any(ARCHITECTURES.get(a) in QWEN3_GDN_FILES for a in model.hf_config.get("architectures", ())):
-                for tp in tp_sizes(model, self.max_tp):
-                    for rank in range(tp):
-                        self.compare("Qwen3GatedDeltaNet conv channels", {"model": model.name, "tp": tp, "rank": rank},
-                                     partial(_their_gdn_channels, gdn, model, tp, rank),
-                                     partial(conv_channels, model, tp, rank))
-        short = self.fn(SHORT_CONV_MIXER[0])
-        for model in [m for m in models if m.variant == "short_conv"] if short is not None else []:
-            for tp, rank in ((size, rank) for size in tp_sizes(model, self.max_tp) for rank in range(size)):
-                self.compare(SHORT_CONV_MIXER[0], {"model": model.name, "tp": tp, "rank": rank},
-                             partial(_their_short_conv_channels, short, model, tp, rank),
-                             partial(_our_short_conv_channels, model, tp, rank))
-        mixer = self.fn("MambaMixer2 conv channels")
-        if mixer is None:
-            return
+        kda = [m for m in models if m.variant == "kda"]
+        for mixer in (None, *KDA_MIXERS.values()):     # SGLang's KimiDeltaAttention, or a family's own
+            name, config = (mixer[0], mixer[3:]) if mixer else (KDA_MIXER, given("KDA_MIXER_CONFIG"))
+            self.per_rank(name, [m for m in kda if KDA_MIXERS.get(m.family) == mixer],
+                          partial(_their_kda_channels, config_class=config),
+                          partial(sglang_model, env={}, release=self.release))
+        gdn = [m for m in models if any(ARCHITECTURES.get(a) in QWEN3_GDN_FILES
+                                        for a in m.hf_config.get("architectures", ()))]
+        self.per_rank("Qwen3GatedDeltaNet conv channels", gdn, _their_gdn_channels)
+        short = [m for m in models if m.variant == "short_conv"]
+        self.per_rank(SHORT_CONV_MIXER[0], short, _their_short_conv_channels)
         stand_ins = [replace(model_stand_in, name=f"stand-in n_groups={g}", params={**model_stand_in.params,
                                                                                      "n_groups": g})
                      for g in (1, 2, 4)]
-        for model in [m for m in models if m.variant == "mamba2"] + stand_ins:
-            for tp in tp_sizes(model, self.max_tp):
-                for rank in range(tp):
-                    self.compare("MambaMixer2 conv channels", {"model": model.name, "tp": tp, "rank": rank},
-                                 partial(_their_mixer_channels, mixer, model, tp, rank),
-                                 partial(_our_conv_channels, model, tp, rank))
+        mamba2 = [m for m in models if m.variant == "mamba2"] + stand_ins
+        self.per_rank("MambaMixer2 conv channels", mamba2, _their_mixer_channels, pair=True)
 
-    def kda_channels(self, models: Sequence[ModelSpec]) -> None:
-        """KDA's conv channels from SGLang's own KimiDeltaAttention (Bailing's BailingKDA is one) or
-        the family's own KDA mixer (GLM-5-Next's), built per rank with the dims its config class
-        gives, its qkv_conv1d loaded from q, k and v checkpoint weights whose every channel carries
-        its own number."""
-        for model in [m for m in models if m.variant == "kda"]:
-            mixer = KDA_MIXERS.get(model.family)
-            name, config = (mixer[0], mixer[3:]) if mixer else (KDA_MIXER, given("KDA_MIXER_CONFIG"))
-            build, spec = self.fn(name), sglang_model(model, {}, self.release)
-            if build is None:
-                continue
-            for tp in tp_sizes(spec, self.max_tp):
+    def per_rank(self, name: str, models: Sequence[ModelSpec], theirs: Callable[..., Any],
+                 spec: Callable[[ModelSpec], ModelSpec] = lambda m: m, pair: bool = False) -> None:
+        """Each rank's conv channels from ``theirs`` (SGLang's mixer ``name``) and ``conv_channels``
+        (on ``spec`` of the model); ``pair``: both of the mixer's answers."""
+        mixer = self.fn(name)
+        for model, ours_of in ((m, spec(m)) for m in models) if mixer else ():
+            for tp in tp_sizes(ours_of, self.max_tp):
                 for rank in range(tp):
+                    ours = partial(conv_channels, ours_of, tp, rank)
                     self.compare(name, {"model": model.name, "tp": tp, "rank": rank},
-                                 partial(_their_kda_channels, build, model, tp, rank, config),
-                                 partial(_our_kda_channels, spec, tp, rank))
+                                 partial(theirs, mixer, model, tp, rank),
+                                 partial(_call, ours, lambda c: (c, c)) if pair else ours)
 
     def sends(self, models: Sequence[ModelSpec]) -> None:
         """SGLang's own send methods, between SGLang's own pools on the CPU: the writes they post
         for one request (per entry, slot and layer) and the decode bytes that end up wrong."""
-        pool, create, full, kda = (self.fn("MambaPool transfer entries"), self.fn("Mamba2StateShape.create"),
-                                   self.fn("Mamba2StateShape.create_full_rank"), self.fn(KDA_SHAPES))
-        if pool is None or create is None or full is None or kda is None:
+        pool, fns = self.fn("MambaPool transfer entries"), self.shape_fns()
+        if pool is None or None in fns:
             return
         for name, backend in (("NIXL state send", NIXL), ("Mooncake state send", MOONCAKE)):
             manager = self.fn(name)
@@ -517,46 +502,29 @@ class _Checker:
                 spec = sglang_model(model, FLOAT32_STATE, self.release)
                 sizes = tp_sizes(spec, self.max_tp)
                 for p_tp, d_tp in itertools.product(sizes, repeat=2):
-                    if model.variant == "mamba1":
-                        p = model.params
-                        shape = partial(full, intermediate_size=p["intermediate_size"], state_size=p["d_state"],
-                                        conv_kernel=model.conv_kernel)
-                    elif model.variant == "kda":
-                        shape = partial(_kda_from_config, kda, model)
-                    else:
-                        shape = partial(_tp_shape, create, model)
+                    shape = partial(_their_shape, *fns, model)
                     self.compare(name, {"model": model.name, "p_tp": p_tp, "d_tp": d_tp, "layers": SEND_LAYERS},
                                  partial(_their_send, manager, backend, pool, shape, spec, p_tp, d_tp),
                                  partial(_our_send, model, spec, p_tp, d_tp, backend, self.release))
 
     def pool_entries(self, models: Sequence[ModelSpec]) -> None:
-        pool = self.fn("MambaPool transfer entries")
-        create, full, kda = (self.fn("Mamba2StateShape.create"), self.fn("Mamba2StateShape.create_full_rank"),
-                              self.fn(KDA_SHAPES))
+        pool, fns = self.fn("MambaPool transfer entries"), self.shape_fns()
         self.side_states(models)
-        if pool is None or not (create and full and kda):
+        if pool is None or None in fns:
             return
         layers = (0, 3)
         for model in models:
             spec = sglang_model(model, {}, self.release)
             for tp in tp_sizes(spec, self.max_tp):
-                if model.variant == "mamba1":
-                    p = model.params
-                    theirs_shape = partial(full, tp_world_size=tp, intermediate_size=p["intermediate_size"],
-                                           state_size=p["d_state"], conv_kernel=model.conv_kernel)
-                elif model.variant == "kda":
-                    theirs_shape = partial(_kda_from_config, kda, model, tp)
-                else:
-                    theirs_shape = partial(create, tp_world_size=tp, **_mamba2_args(model, tp))
+                theirs_shape = partial(_their_shape, *fns, model, tp)
                 params = given("KDA_CACHE_PARAMS") if model.variant == "kda" else "Mamba2CacheParams"
                 self.compare("MambaPool transfer entries", {"model": model.name, "tp": tp, "layers": layers},
                              partial(_their_pool_entries, pool, theirs_shape, params, layers),
                              partial(_our_pool_entries, state_shape(spec, tp), spec.conv_dtype, spec.ssm_dtype,
                                      layers))
         for kargs, tp in itertools.product(KDA_STAND_INS, self.sizes(1, 2, 4, 8)):
-            theirs_args = {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in kargs.items()}
             self.compare("MambaPool transfer entries", {"stand_in": kargs, "tp": tp, "layers": layers},
-                         partial(_their_pool_entries, pool, partial(kda, tp_world_size=tp, **theirs_args),
+                         partial(_their_pool_entries, pool, partial(fns[2], tp_world_size=tp, **_kda_args(kargs)),
                                  given("KDA_CACHE_PARAMS"), layers),
                          partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
@@ -613,22 +581,8 @@ class _Checker:
                              partial(_their_mapping, resolve, p_tp, d_tp, d), partial(_our_mapping, p_tp, d_tp, d))
 
 
-@contextlib.contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _their_dtypes(dtype: Callable[..., Any], config: Any, env: Mapping[str, str]) -> tuple[str, str]:
-    with _environ(env):
+    with mock.patch.dict(os.environ, env):
         got = dtype(config)
     return (str(got.conv).removeprefix("torch."), str(got.temporal).removeprefix("torch."))
 
@@ -658,16 +612,20 @@ model_stand_in = ModelSpec(name="stand-in", source="conformance", variant=Varian
                            family="Mamba2")
 
 
+def _on_rank(tp: int, rank: int, **more: Any) -> Any:
+    """SGLang's parallel context of one rank, stated as SGLang allows before distributed start-up."""
+    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
+    return parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank, **more)
+
+
 def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
-    """SGLang's MambaMixer2 built for one rank (its parallel context stated, as SGLang allows
-    before distributed start-up), its conv1d bias and in_proj weight loaded from a checkpoint whose
-    every channel carries its own number: the channels of the rank's conv input, both ways."""
+    """SGLang's MambaMixer2 built for one rank, its conv1d bias and in_proj weight loaded from a
+    checkpoint whose every channel carries its own number: the channels of the rank's conv input, both ways."""
     import torch
     utils = importlib.import_module("sglang.srt.configs.mamba_utils")
-    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
     p = model.params
     i, g, n, h = p["intermediate_size"], p["n_groups"], p["d_state"], p["num_heads"]
-    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
+    with _on_rank(tp, rank):
         shape = utils.Mamba2StateShape.create(tp_world_size=tp, intermediate_size=i, n_groups=g, num_heads=h,
                                               head_dim=p["head_dim"], state_size=n, conv_kernel=model.conv_kernel)
         built = mixer(utils.Mamba2CacheParams(shape=shape, layers=[0]), hidden_size=8, use_conv_bias=True,
@@ -683,10 +641,6 @@ def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, 
     return (tuple(conv), tuple(xbc))
 
 
-def _tp_shape(create: Callable[..., Any], model: ModelSpec, tp_world_size: int) -> Any:
-    return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
-
-
 def _config_class(model_type: str) -> Any:
     """SGLang's config class for a model_type: its registry's, else the one it puts in transformers'."""
     registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
@@ -698,14 +652,14 @@ def _their_config_state(loaded: Any, model: ModelSpec, tp: int) -> tuple[Any, ..
     ``tp``: its cache params' shape and layers."""
     model_type = model.hf_config["model_type"]
     config = (loaded if loaded.model_type == model_type else _config_class(model_type))(**model.hf_config)
-    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
-    with parallel.override(tp_size=tp, tp_rank=0, tp_group=None, attn_tp_size=tp, attn_tp_rank=0):
+    with _on_rank(tp, 0):
         params = config.mamba2_cache_params
     return (_shape_tuple(params.shape), tuple(params.layers))
 
 
 def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any, ...]:
-    return (_our_model_shape(sglang_model(model, {}, release), tp), sglang_model(model, {}, release).ssm_layer_ids)
+    spec = sglang_model(model, {}, release)
+    return (_ours(state_shape(spec, tp)), spec.ssm_layer_ids)
 
 
 def _their_short_conv_channels(mixer: Any, model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
@@ -714,21 +668,11 @@ def _their_short_conv_channels(mixer: Any, model: ModelSpec, tp: int, rank: int)
     import torch
     config = _config_class(model.hf_config["model_type"])(**model.hf_config)
     hidden = model.params["hidden_size"]
-    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
-    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank):
+    with _on_rank(tp, rank):
         weight = mixer(config, 0).conv_weight
         weight.weight_loader(weight, torch.arange(hidden, dtype=torch.float32)[:, None].expand(
             hidden, weight.shape[1]).contiguous())
     return tuple(int(v) for v in weight[:, 0].tolist())
-
-
-def _our_short_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
-    return tuple(u for r in rank_layout(model, tp, rank).regions for u in range(r.shard.start, r.shard.end))
-
-
-def _our_conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
-    channels = conv_channels(model, tp, rank)
-    return (channels, channels)
 
 
 def conv_channels(model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
@@ -748,18 +692,13 @@ def _their_gdn_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, ra
     """SGLang's Qwen3GatedDeltaNet built for one rank from the model's own config class (a hidden
     size of 8: the conv does not depend on it), its conv1d weight loaded from a checkpoint whose
     every channel carries its own number: the channels of the rank's conv state, in order."""
-    from unittest import mock
-
     import torch
-    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
-    config = registry[model.hf_config["model_type"]](**model.hf_config).get_text_config()
+    config = _text_config(model)
     config.hidden_size = 8
-    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
     p = model.params
     n = 2 * p["num_k_heads"] * p["head_k_dim"] + p["num_v_heads"] * p["head_v_dim"]
     device = SimpleNamespace(current_device=lambda: "cpu")     # what its gated norm asks a GPU for
-    with parallel.override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp, attn_tp_rank=rank), \
-            mock.patch.object(torch, "get_device_module", lambda *a: device):
+    with _on_rank(tp, rank), mock.patch.object(torch, "get_device_module", lambda *a: device):
         weight = mixer(config, layer_id=0).conv1d.weight
     weight.weight_loader(weight, torch.arange(n, dtype=torch.float32)[:, None, None].expand(
         n, 1, model.conv_kernel).contiguous())
@@ -901,7 +840,7 @@ def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: M
     short_conv_* and ngram_context_len, the conv dtype of mamba2_state_dtype), and their entries:
     (field, layer id, item bytes, replicated)."""
     config = _text_config(model)
-    with _environ(env):
+    with mock.patch.dict(os.environ, env):
         dtype = importlib.import_module("sglang.srt.configs.mamba_utils").mamba2_state_dtype(config).conv
     ngram = importlib.import_module(SOURCES[PLE_POOLS].module).NGramPool
     built = [short_conv(size=1, state_shape=config.short_conv_state_shape, layer_ids=config.short_conv_layer_ids,
@@ -1016,9 +955,7 @@ def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
     """SGLang's config class for the model's config.json (its config registry), through
     mambaish_config as its pool configurator takes it, at TP 1: the cache params it gives the pool."""
     config = _config_class(model.hf_config["model_type"])(**model.hf_config)
-    parallel = importlib.import_module("sglang.srt.runtime_context").get_parallel()
-    with parallel.override(tp_size=1, tp_rank=0, tp_group=None, attn_tp_size=1, attn_tp_rank=0,
-                           enable_cp_tp_group_sharing=False):
+    with _on_rank(1, 0, enable_cp_tp_group_sharing=False):
         registered = importlib.import_module("sglang.srt.configs.linear_attn_model_registry")
         found = hybrid(SimpleNamespace(hf_config=config, is_draft_model=False,
                                        linear_attn_registry_result=registered.get_linear_attn_config(config)))
@@ -1056,8 +993,7 @@ def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, ra
     bags = context._CONTEXT._config_bags
     context._CONTEXT._config_bags = {**(bags or {}), "lora": lora}
     try:
-        with context.get_parallel().override(tp_size=tp, tp_rank=rank, tp_group=None, attn_tp_size=tp,
-                                             attn_tp_rank=rank, enable_cp_tp_group_sharing=False):
+        with _on_rank(tp, rank, enable_cp_tp_group_sharing=False):
             weight = build(layer_idx=0, hidden_size=8, config=config).qkv_conv1d.weight
             size = heads * dim
             for shard in range(3):
@@ -1066,14 +1002,6 @@ def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, ra
     finally:
         context._CONTEXT._config_bags = bags
     return tuple(int(v) for v in weight[:, 0, 0].tolist())
-
-
-def _our_kda_channels(spec: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
-    """The checkpoint channels of a rank's KDA conv state in mambaxfer's layout ([Q | K | V])."""
-    size = spec.params["num_heads"] * spec.params["head_dim"]
-    base = {"Q": 0, "K": size, "V": 2 * size}
-    return tuple(base[r.name] + u for r in rank_layout(spec, tp, rank).regions if r.kind == "conv"
-                 for u in range(r.shard.start, r.shard.end))
 
 
 def _our_state_layers(model: ModelSpec, release: Release) -> tuple[int, ...]:

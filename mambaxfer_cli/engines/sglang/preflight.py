@@ -12,7 +12,7 @@ verified by running the corrected lines through the same verdict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server
@@ -46,7 +46,7 @@ class Refusal:
     message: str
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message}
+        return asdict(self)
 
 
 # --- one server ----------------------------------------------------------------------------------
@@ -363,8 +363,8 @@ def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
     if pl.transfer_backend != dl.transfer_backend:
         out.append(Change(DECODE, FLAG["transfer_backend"], dl.transfer_backend, pl.transfer_backend, "as P's"))
     if p.page_size != d.page_size:
-        out.append(Change(DECODE, FLAG["page_size"], _text(dl.page_size), str(p.page_size),
-                          "as P's: SGLang's bootstrap compares it"))
+        out.append(Change(DECODE, FLAG["page_size"], None if dl.page_size is None else str(dl.page_size),
+                          str(p.page_size), "as P's: SGLang's bootstrap compares it"))
     if pl.kv_cache_dtype != dl.kv_cache_dtype:
         out.append(Change(DECODE, FLAG["kv_cache_dtype"], dl.kv_cache_dtype, pl.kv_cache_dtype,
                           "as P's: SGLang's bootstrap compares it"))
@@ -383,10 +383,6 @@ def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
                 out.append(Change(DECODE, FLAG[key], getattr(dl, key), getattr(pl, key),
                                   "as P's: D receives P's draft KV"))
     return out
-
-
-def _text(value: int | None) -> str | None:
-    return None if value is None else str(value)
 
 
 def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment] | None:

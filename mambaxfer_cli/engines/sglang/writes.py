@@ -6,7 +6,7 @@ Offsets are within one slot of one layer's entry; every layer of a field moves a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL, TransferEntry, entry_for, side_entries
@@ -33,8 +33,7 @@ class StateWrite:
     length: int
 
     def to_dict(self) -> dict[str, int | str]:
-        return {"field": self.field, "d_rank": self.d_rank, "p_rank": self.p_rank, "src": self.src,
-                "dst": self.dst, "length": self.length}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -201,8 +200,7 @@ class FieldOutcome:
         return self.wrong + self.missing + self.beyond
 
     def to_dict(self) -> dict[str, int | str]:
-        return {"field": self.field, "d_rank": self.d_rank, "item_bytes": self.item_bytes,
-                "wrong": self.wrong, "missing": self.missing, "beyond": self.beyond}
+        return asdict(self)
 
 
 def compare(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple[FieldOutcome, ...]:

@@ -85,15 +85,11 @@ def _fields(task: Any) -> dict[str, Any]:
     return {name: getattr(task, name) for name in task.__dataclass_fields__}
 
 
-def _p99(values: Sequence[float]) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), 99))
-
-
 def summarise(timings: Sequence[VariantTiming], nbytes: int, iters: int) -> dict[str, Any]:
     """One variant from its initiators' figures (iteration i: the slowest P rank)."""
     times = [max(t.times_s[i] for t in timings) for i in range(iters)]
     posted = sum(t.descriptors_posted for t in timings)
-    median, p99 = statistics.median(times), _p99(times)
+    median, p99 = statistics.median(times), float(np.percentile(np.asarray(times, dtype=float), 99))
     return {"bytes": nbytes, "descriptors_posted": posted, "descriptors_kept": sum(t.descriptors_kept for t in timings),
             "bytes_per_descriptor": nbytes // max(posted, 1),
             "time_us": {"median": median * 1e6, "p99": p99 * 1e6},

@@ -15,7 +15,7 @@ from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, poison
 from mambaxfer_cli.engines.sglang.transfer.rank import (
-    await_notifications, connect, fill_slot, planned_pairings, poison_all, post, start_target,
+    await_notifications, connect, fill_and_register, planned_pairings, poison_all, post, start_target,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, SlotCheck, VariantTiming
 
@@ -28,11 +28,7 @@ def _message(task: SlotBenchPrefill | SlotBenchDecode, variant: str, iteration: 
 
 def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
     with RankAgent(task, ch, telemetry=True) as node:
-        ch.phase("filling")
-        for slot in range(task.memory.logical_blocks):
-            fill_slot(task, node.memory, slot, 0, ch.progress)
-        fault(task, "fill")
-        node.register(ch)
+        fill_and_register(task, ch, node)
         connected = connect(task, ch, node)
         ch.phase("preparing")
         planned, planned_prep = node.prepare("WRITE", planned_pairings(task, node, connected), ch)

@@ -35,7 +35,8 @@ from mambaxfer_cli.execute.side_channel import SideChannelError, SideChannelServ
 Tick = Callable[[str], None]
 
 
-def _notif(task: SlotTask, round_: int) -> bytes:
+def round_notification(task: SlotTask, round_: int) -> bytes:
+    """What a P rank's WRITEs of a round notify (NIXL sends it once their bytes are on D)."""
     return f"{task.settings.run_id}-round{round_}".encode()
 
 
@@ -118,15 +119,19 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
             ch.meet(f"round {round_}", None, "the D ranks to poison")
             fault(task, "transfer")
             ch.phase("transferring", f"round {round_ + 1}/{task.rounds}")
-            for xfer_times, took in zip(times, post(node, xfers, _notif(task, round_), ch,
+            for xfer_times, took in zip(times, post(node, xfers, round_notification(task, round_), ch,
                                                 [f"D{d}" for d, _ in task.writes])):
                 xfer_times.append(took)
         telemetry = node.telemetry(xfers)
         ch.meet("received", None, "the D ranks to check the last round")
-        writes = tuple(WriteTiming(d_rank, len(descriptors), int(t.descCount), sum(x.length for x in descriptors),
-                                   tuple(xfer_times))
-                       for (d_rank, descriptors), t, xfer_times in zip(task.writes, telemetry, times))
-        return SlotPrefillResult(task.rank, fill_s, prep.prep_s + prep.make_s, writes)
+        return SlotPrefillResult(task.rank, fill_s, prep.prep_s + prep.make_s, write_timings(task, telemetry, times))
+
+
+def write_timings(task: SlotPrefillTask, telemetry: list[Any], times: list[list[float]]) -> tuple[WriteTiming, ...]:
+    """Each WRITE's descriptors (as planned and as NIXL merged them), bytes and times."""
+    return tuple(WriteTiming(d_rank, len(descriptors), int(t.descCount), sum(x.length for x in descriptors),
+                             tuple(xfer_times))
+                 for (d_rank, descriptors), t, xfer_times in zip(task.writes, telemetry, times))
 
 
 def planned_pairings(task: SlotPrefillTask, node: RankAgent,
@@ -215,7 +220,7 @@ def decode(task: SlotDecodeTask, ch: Channel) -> SlotDecodeResult:
                 poison_all(node.memory, poison(round_))
             ch.meet(f"round {round_}", None, "the P ranks to fill")
             ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
-            await_notifications(task, ch, node, _notif(task, round_))
+            await_notifications(task, ch, node, round_notification(task, round_))
             ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")
             check.round(node.memory, round_, ch.progress)
         ch.meet("received", None, "the P ranks to finish")

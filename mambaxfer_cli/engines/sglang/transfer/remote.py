@@ -37,11 +37,12 @@ from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, linger, notifications, notify, p_agent
 from mambaxfer_cli.engines.sglang.transfer.run import (
-    D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask, SlotTask,
+    D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask,
     build_tasks, chosen_writes, poison, transfer,
 )
 from mambaxfer_cli.engines.sglang.transfer.rank import (
     Check, check_decode_layout, fill_and_register, fill_slot, planned_pairings, poison_all, post, published_layout,
+    round_notification, write_timings,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import RunSettings
@@ -51,11 +52,6 @@ QUIET = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per me
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
-def _round_notification(task: SlotTask, round_: int) -> bytes:
-    """What a P rank's WRITEs of a round notify (NIXL sends it once their bytes are on D)."""
-    return f"{task.settings.run_id}-round{round_}".encode()
 
 
 def rounds_of(iters: int) -> int:
@@ -109,7 +105,7 @@ class Answer:
     bad_bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"d_rank": self.d_rank, "ok": self.ok, "bad_bytes": self.bad_bytes}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -308,7 +304,7 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
             _await(ch, inbox, peers, partial(_not_ready, task, inbox, peers, round_))
             fault(task, "transfer")
             try:
-                took = post(node, xfers, _round_notification(task, round_), ch,
+                took = post(node, xfers, round_notification(task, round_), ch,
                             [f"D{d} ({peers.names[d]})" for d, _ in task.writes])
             except PeerGone:
                 raise
@@ -318,10 +314,7 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
                 raise
             for xfer_times, seconds in zip(times, took):
                 xfer_times.append(seconds)
-        telemetry = node.telemetry(xfers)
-        writes = tuple(WriteTiming(d_rank, len(descriptors), int(t.descCount), sum(x.length for x in descriptors),
-                                   tuple(xfer_times))
-                       for (d_rank, descriptors), t, xfer_times in zip(task.writes, telemetry, times))
+        writes = write_timings(task, node.telemetry(xfers), times)
         prepare_s = prep.prep_s + prep.make_s
         for timing in writes:
             peers.tell(timing.d_rank, agreement.encode(
@@ -448,7 +441,7 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
                 peers.tell(p, agreement.encode("ready", d_rank=task.rank, round=round_))
             ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
             fault(task, "receive")      # while the P ranks write into it
-            final = _round_notification(task, round_)
+            final = round_notification(task, round_)
             _await(ch, inbox, peers, partial(_not_written, task, inbox, peers, final))
             ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")
             check.round(node.memory, round_, ch.progress)

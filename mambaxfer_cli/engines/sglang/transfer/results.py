@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from mambaxfer_cli.execute.results import RankResult
@@ -26,8 +26,7 @@ class FieldCount:
         return self.wrong + self.missing + self.beyond
 
     def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "layers": self.layers, "item_bytes": self.item_bytes, "wrong": self.wrong,
-                "missing": self.missing, "beyond": self.beyond}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,7 @@ class FirstWrong:
                 f"{self.kind}, expected 0x{self.expected:02x}, found 0x{self.found:02x}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "layer_id": self.layer_id, "offset": self.offset, "holds": self.holds,
-                "expected": self.expected, "found": self.found, "kind": self.kind}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -14,6 +13,7 @@ from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
 from mambaxfer_cli.render.console import tp_pairing
+from mambaxfer_cli.engines.sglang.views import columns_table
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
@@ -22,13 +22,6 @@ OUTCOMES = {RIGHT: Text("✓ right", style="green"), CORRUPTS: Text("✗ corrupt
             MISROUTES: Text("✗ misroutes", style="bold red"), REFUSED: Text("✗ refuses", style="bold red"),
             FAILS: Text("✗ fails", style="bold red"),
             FAIL: Text("✗ WRONG", style="bold red")}
-
-
-def _table(title: str, columns: Sequence[tuple[str, JustifyMethod]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column, justify in columns:
-        table.add_column(column, justify=justify, no_wrap=True)
-    return table
 
 
 def verdict_text(plan: SGLangPlan) -> Text:
@@ -47,9 +40,9 @@ def _heading(plan: SGLangPlan) -> str:
 
 def entries_table(plan: SGLangPlan) -> Table:
     """Each field's entry: the bytes of one slot on a P rank and a D rank, and its layers."""
-    table = _table("entries (one per state and layer; a request is one slot of each)",
-                   [("state", "left"), ("layers", "right"), ("P item", "right"), ("D item", "right"),
-                    ("TP-sliced axis (P → D)", "right")])
+    table = columns_table("entries (one per state and layer; a request is one slot of each)",
+                          [("state", "left"), ("layers", "right"), ("P item", "right"), ("D item", "right"),
+                           ("TP-sliced axis (P → D)", "right")])
     for field in _fields(plan):
         p = [e for e in plan.prefill_entries if e.field == field]
         d = [e for e in plan.decode_entries if e.field == field]
@@ -96,9 +89,9 @@ def writes_table(plan: SGLangPlan, d_rank: int | None = None) -> Table:
     """Per D rank, P rank and state: what SGLang writes (writes · bytes, one layer) beside the
     exact writes, and the bytes of that D rank's item SGLang gets wrong."""
     wrong = {(o.field, o.d_rank): o.bad for o in plan.verdict.outcomes}
-    table = _table("writes per layer (P pushes into D's slot): SGLang's and the exact ones",
-                   [("D", "right"), ("P", "right"), ("state", "left"), ("SGLang", "right"), ("exact", "right"),
-                    ("D item wrong", "right")])
+    table = columns_table("writes per layer (P pushes into D's slot): SGLang's and the exact ones",
+                          [("D", "right"), ("P", "right"), ("state", "left"), ("SGLang", "right"), ("exact", "right"),
+                           ("D item wrong", "right")])
     keys = sorted({(w.d_rank, w.p_rank, w.field) for w in (*plan.writes, *plan.exact)},
                   key=lambda k: (k[0], _fields(plan).index(k[2]), k[1]))
     for d, p, field in keys:
@@ -159,9 +152,9 @@ def draft_text(plan: SGLangPlan) -> Text:
 
 def check_table(report: CheckReport) -> Table:
     """Per pairing, what SGLang does and the bytes it gets wrong (mambaxfer's exact plan: the footer)."""
-    table = _table(f"mambaxfer check: {report.release} over {backend_name(report.backend)}",
-                   [("model", "left"), ("pairing", "left"), ("SGLang", "left"), ("state", "left"),
-                    ("wrong bytes", "right")])
+    table = columns_table(f"mambaxfer check: {report.release} over {backend_name(report.backend)}",
+                          [("model", "left"), ("pairing", "left"), ("SGLang", "left"), ("state", "left"),
+                           ("wrong bytes", "right")])
     last = None
     for r in report.results:
         if last is not None and r.model != last:
@@ -234,9 +227,9 @@ def render_both(vllm, sglang: CheckReport) -> list:
             rows.setdefault((r.model, r.p_tp, r.d_tp), [None, None])[0] = r
     for s in sglang.results:
         rows.setdefault((s.model, s.plan.p_tp, s.plan.d_tp), [None, None])[1] = s
-    table = _table(f"mambaxfer check: {vllm.releases} and {sglang.release}",
-                   [("model", "left"), ("pairing", "left"), (vllm.releases, "left"), (sglang.release, "left"),
-                    ("SGLang wrong B", "right")])
+    table = columns_table(f"mambaxfer check: {vllm.releases} and {sglang.release}",
+                          [("model", "left"), ("pairing", "left"), (vllm.releases, "left"), (sglang.release, "left"),
+                           ("SGLang wrong B", "right")])
     not_checked = Text("– not checked", style="yellow")
     last = None
     for (model, p_tp, d_tp), (v, s) in rows.items():
@@ -266,8 +259,8 @@ def render_both(vllm, sglang: CheckReport) -> list:
 
 def render_models(document: dict) -> list:
     """The presets SGLang serves (its srt/models/ file) and mambaxfer answers for; why not the rest."""
-    table = _table(f"mambaxfer models: SGLang {document['release']}",
-                   [("preset", "left"), ("SGLang's model file", "left"), ("mambaxfer answers", "left")])
+    table = columns_table(f"mambaxfer models: SGLang {document['release']}",
+                          [("preset", "left"), ("SGLang's model file", "left"), ("mambaxfer answers", "left")])
     for row in document["models"]:
         table.add_row(row["name"], row["sglang_file"] or "– none",
                       Text("✓ yes", style="green") if row["answered"] else Text("✗ no", style="red"))

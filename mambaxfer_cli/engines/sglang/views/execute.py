@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Group, JustifyMethod
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+from mambaxfer_cli.engines.sglang.views import columns_table
 
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
@@ -30,13 +32,10 @@ def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
 def result_table(outcome: "SlotOutcome") -> Table:
     from mambaxfer_cli.engines.sglang.transfer.run import D_SLOT, P_SLOT
 
-    table = Table(title=title(outcome.plan, outcome.semantics, outcome.settings.device), title_justify="left",
-                  caption_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
+    table = columns_table(title(outcome.plan, outcome.semantics, outcome.settings.device), (
         ("D rank", "right"), ("from P", "left"), ("bytes", "right"), ("descriptors", "right"),
-        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left")), no_wrap=False,
+        caption_justify="left")
     for d in outcome.decode:
         into = outcome.into(d.d_rank)
         moved, seconds = sum(w.bytes for _, w in into), outcome.d_time(d.d_rank)
@@ -89,12 +88,10 @@ def bench_table(document: dict[str, Any]) -> Table:
     title_text = (f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}, SGLang "
                   f"{document['release']} WRITEs ({document['semantics']} writes), {document['device']}, "
                   f"{document['iters']} iters")
-    table = Table(title=title_text, title_justify="left", box=None, padding=(0, 1))
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
+    table = columns_table(title_text, (
         ("variant", "left"), ("desc", "right"), ("kept", "right"), ("B/desc", "right"),
-        ("bytes", "right"), ("median", "right"), ("GB/s", "right"), ("p99 GB/s", "right"), ("check", "left"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+        ("bytes", "right"), ("median", "right"), ("GB/s", "right"), ("p99 GB/s", "right"), ("check", "left")),
+        no_wrap=False, box=None, padding=(0, 1))
     for name, row in document["variants"].items():
         table.add_row(name, str(row["descriptors_posted"]), str(row["descriptors_kept"]),
                       human_bytes(row["bytes_per_descriptor"]), human_bytes(row["bytes"]),

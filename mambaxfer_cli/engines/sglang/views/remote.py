@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.engines.sglang.views import columns_table
 from mambaxfer_cli.render.run_view import two_host_line
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
-    from rich.console import JustifyMethod
-
     from mambaxfer_cli.engines.sglang.plan import SGLangPlan
     from mambaxfer_cli.execute.discovery import Discovery
     from mambaxfer_cli.engines.sglang.transfer.remote import SideOutcome
@@ -28,13 +27,10 @@ def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:
 def written_table(outcome: "SideOutcome") -> Table:
     """The prefill side: each P rank's WRITEs into each D rank, timed, and that D rank's verdict."""
     plan = outcome.plan
-    table = Table(title=f"prefill side of {plan.model.name}: {tp_pairing(plan.p_tp, plan.d_tp)}, "
-                        f"{outcome.semantics} semantics", title_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("WRITE", "left"), ("bytes", "right"), ("descriptors", "right"),
-        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+    table = columns_table(f"prefill side of {plan.model.name}: {tp_pairing(plan.p_tp, plan.d_tp)}, "
+                          f"{outcome.semantics} semantics", (
+                              ("WRITE", "left"), ("bytes", "right"), ("descriptors", "right"), ("after merge", "right"),
+                              ("time", "right"), ("GB/s", "right"), ("verdict", "left")), no_wrap=False)
     answers = {a.d_rank: a for a in outcome.answers}
     for p in outcome.prefill:
         for w in p.writes:
