@@ -7,14 +7,16 @@ given to every engine mambaxfer builds.
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from dataclasses import replace, dataclass
 
 from mambaxfer_cli.engines.vllm.conformance.cases import (
-    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry, ReplaySSMSetting, Request,
-    Variation,
+    D_NUM_BLOCKS, DRAFT_CONFIG, DRAFTED, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry,
+    ReplaySSMSetting, Request, Variation,
 )
+from mambaxfer_cli.engines.vllm.drafts import with_drafts
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
@@ -27,6 +29,7 @@ from mambaxfer_cli.planning.startup import architecture_names, parallel_refusal
 from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
 from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
@@ -82,17 +85,8 @@ class Ours:
         """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
         with them (cases.DRAFT_CONFIG) under a name of its own (the probe keys what it builds by
         the model's name)."""
-        import json
-        from dataclasses import replace
-
-        from mambaxfer_cli.engines.vllm.conformance.cases import DRAFT_CONFIG, DRAFTED
-        from mambaxfer_cli.engines.vllm.drafts import with_drafts
-        from mambaxfer_cli.engines.vllm.releases import release
-
-        from mambaxfer_cli.errors import Refused
-
         try:
-            drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), release(self.release))
+            drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), self.rules)
         except Refused:         # vLLM does not start MTP on it (GLM-5-Next's config, an n_predict of 0)
             return [(name, spec)]
         return [(name, spec)] + ([(name, replace(drafted, name=spec.name + DRAFTED))] if drafted.draft_layers else [])
