@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import inspect
 import os
 import types
 from unittest import mock
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,19 @@ def calling(function: str):
         raise CouldNotCall(function, f"it is no longer where it was: {exc}") from None
 
 
+@contextlib.contextmanager
+def reading(function: str):
+    """Run vLLM's config reader: whatever it (or Transformers' config classes under it) raises is
+    ``VllmFails``."""
+    try:
+        with calling(function):
+            yield
+    except CouldNotCall:
+        raise
+    except Exception as exc:
+        raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
+
+
 class VllmFails(Exception):
     """vLLM's own code refused or failed on these inputs: its answer, with its message."""
 
@@ -111,12 +124,12 @@ def _accepts(function, name: str) -> bool:
     return name in _parameters(getattr(function, "__func__", function))
 
 
-@lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _parameters(function) -> frozenset[str]:
     return frozenset(inspect.signature(function).parameters)
 
 
-@lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _symbol(module: str, name: str):
     """vLLM's ``module.name``, looked up once."""
     try:
@@ -184,7 +197,6 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
     ``register_kv_caches`` leaves for this model, engine geometry and rank."""
     g = engine.geometry
     regions = len(engine.regions)
-    kernel_bytes = g.kernel_block_bytes
     return {
         "engine_id": D_ENGINE if engine.role == "decode" else P_ENGINE,
         "tp_rank": rank,
@@ -200,33 +212,22 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "_logical_num_blocks": g.logical_blocks,
         "_physical_blocks_per_logical_kv_block": g.blocks_per_logical,
         "_has_mamba": True,
-        "_is_csa_linear": False,
         "_conv_decomp": engine.conv_split,
         "_mamba_ssm_size": engine.conv_split.ssm_sizes,
-        "_group_spec_types": engine.group_spec_types,
         "_ple_group_index": None,
-        "_ple_region_index": None,
-        "_ssm_region_indices": engine.ssm_regions,
-        "_scratch_region_indices": [],
         "_transfer_layer_group_ids": (),
         "_transfer_layer_region_indices": (),
         "_transfer_layer_names": (),
-        "_head_sharded_draft_regions": set(),
         "_dcp_replicated_groups": set(),
-        "_packed_member_layouts": {},
         "_is_hma_required": True,
-        "_layer_specs": engine.layer_specs,
-        "_regions_by_layer": {name: [r] for r, names in enumerate(engine.regions) for name in names},
-        "_region_is_mla": [engine.model.mla and any(not isinstance(engine.layer_specs[n], engine.vllm.mamba_spec_class)
-                                                    for n in names) for names in engine.regions],
-        "num_regions": regions,
-        "block_len_per_layer": [kernel_bytes] * regions,
-        "block_stride_per_layer": [kernel_bytes] * regions,
-        "region_num_blocks": [g.num_blocks] * regions,
-        "region_group_ids": engine.region_groups,
-        "region_names": [names[0] for names in engine.regions],
         "_uses_region_group_mapping": False,
+        # the registered state's block counts this engine's (``register_kv_caches`` may have run
+        # on fewer blocks: every block of a region is laid out alike)
+        "region_num_blocks": [g.num_blocks] * regions,
         "num_descs": g.num_blocks * regions,
+        "_regions_by_layer": {name: [r] for r, names in enumerate(engine.regions) for name in names},
+        "_layer_specs": engine.layer_specs,
+        "region_members": [list(names) for names in engine.regions],
         "kv_cache_layout": engine.kv_cache_layout,
         "host_buffer_kv_cache_layout": engine.kv_cache_layout,
         "enable_permute_local_kv": False,
@@ -242,7 +243,7 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "dst_uses_region_group_mapping": {},
         "_dst_pairs": {},
         "tp_mappings": {},
-    } | (engine.registered_attributes() if engine.registered is not None else {})
+    } | {k: engine.registered[k] for k in EngineState.REGISTERED if k in engine.registered}
 
 
 @dataclasses.dataclass
@@ -262,52 +263,40 @@ class EngineState:
     kv_cache_layout: str
     backend_name: str
     # What vLLM's own ``register_kv_caches`` left on a worker that registered this engine's KV
-    # caches (GLM-5-Next's packed BLHNC rows), None where the regions are stood in as one
+    # caches (GLM-5-Next's packed BLHNC rows); where empty, the regions are stood in as one
     # kernel-block page per layer of every KV-cache group.
-    registered: dict | None = None
+    registered: dict = dataclasses.field(default_factory=dict)
     _metadata: object = None
 
     # The worker state ``register_kv_caches`` sets that conformance's functions read.
     REGISTERED = ("block_len_per_layer", "block_stride_per_layer", "region_group_ids", "region_names",
                   "_region_is_mla", "_ssm_region_indices", "_scratch_region_indices", "_group_region_indices",
                   "_uses_region_group_mapping", "_packed_member_layouts", "_ple_region_index", "_ple_block_len",
-                  "num_regions", "_head_sharded_draft_regions")
+                  "num_regions", "_head_sharded_draft_regions", "_group_spec_types", "_is_csa_linear")
 
-    def registered_attributes(self) -> dict:
-        """The registered worker state, its block counts this engine's (``register_kv_caches``
-        ran on fewer blocks: every block of a region is laid out alike)."""
-        assert self.registered is not None
-        found = {k: self.registered[k] for k in self.REGISTERED if k in self.registered}
-        regions = len(self.regions)
-        found.update(
-            region_num_blocks=[self.geometry.num_blocks] * regions, num_descs=self.geometry.num_blocks * regions,
-            _regions_by_layer={name: [r] for r, names in enumerate(self.regions) for name in names},
-            _layer_specs=self.layer_specs, _is_csa_linear=self.registered["_is_csa_linear"],
-            _group_spec_types=self.group_spec_types, kv_cache_config=self.kv_cache_config,
-            region_members=[list(names) for names in self.regions])
-        return found
+    def __post_init__(self) -> None:
+        if self.registered:
+            return
+        kernel_bytes, regions = self.geometry.kernel_block_bytes, len(self.regions)
+        group_of = {name: index for index, group in enumerate(self.groups) for name in group.layer_names}
+        mamba = self.vllm.mamba_spec_class
+        self.registered = {
+            "block_len_per_layer": [kernel_bytes] * regions, "block_stride_per_layer": [kernel_bytes] * regions,
+            # -1 where layers of several groups share a region
+            "region_group_ids": [group_of[names[0]] if len({group_of[n] for n in names}) == 1 else -1
+                                 for names in self.regions],
+            "region_names": [names[0] for names in self.regions],
+            "_region_is_mla": [self.model.mla and any(not isinstance(self.layer_specs[n], mamba) for n in names)
+                               for names in self.regions],
+            "_ssm_region_indices": [r for r, names in enumerate(self.regions)
+                                    if any(isinstance(self.layer_specs[n], mamba) for n in names)],
+            "_scratch_region_indices": [], "_packed_member_layouts": {}, "_ple_region_index": None,
+            "num_regions": regions, "_head_sharded_draft_regions": set(), "_is_csa_linear": False,
+            "_group_spec_types": tuple(type(group.kv_cache_spec) for group in self.groups)}
 
     @property
     def group_spec_types(self) -> tuple:
-        if self.registered is not None:
-            return self.registered["_group_spec_types"]
-        return tuple(type(group.kv_cache_spec) for group in self.groups)
-
-    @property
-    def region_groups(self) -> list[int]:
-        """Each region's KV-cache group, -1 where layers of several groups share it (as
-        ``register_kv_caches`` records them)."""
-        if self.registered is not None:
-            return list(self.registered["region_group_ids"])
-        group_of = {name: index for index, group in enumerate(self.groups) for name in group.layer_names}
-        return [group_of[names[0]] if len({group_of[n] for n in names}) == 1 else -1 for names in self.regions]
-
-    @property
-    def ssm_regions(self) -> list[int]:
-        if self.registered is not None:
-            return list(self.registered["_ssm_region_indices"])
-        mamba = self.vllm.mamba_spec_class
-        return [r for r, names in enumerate(self.regions) if any(isinstance(self.layer_specs[n], mamba) for n in names)]
+        return self.registered["_group_spec_types"]
 
     def topology(self, rank: int):
         topology_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology")
@@ -333,25 +322,20 @@ class EngineState:
     def _build_metadata(self):
         g = self.geometry
         regions = len(self.regions)
+        registered = self.registered
         values = {
             "engine_id": P_ENGINE if self.role == "prefill" else D_ENGINE, "agent_metadata": b"",
             "kv_caches_base_addr": [r * REGION_BASE for r in range(regions)], "device_id": 0,
-            "num_blocks": g.num_blocks,
-            "block_lens": (list(self.registered["block_len_per_layer"]) if self.registered is not None
-                           else [g.kernel_block_bytes] * regions),
-            "block_strides": (list(self.registered["block_stride_per_layer"]) if self.registered is not None
-                              else [g.kernel_block_bytes] * regions),
-            "kv_cache_layout": self.kv_cache_layout,
+            "num_blocks": g.num_blocks, "block_lens": list(registered["block_len_per_layer"]),
+            "block_strides": list(registered["block_stride_per_layer"]), "kv_cache_layout": self.kv_cache_layout,
             "block_size": g.kernel_block_size, "ssm_sizes": self.conv_split.ssm_sizes,
             "attn_backend_name": self.backend_name,
             "physical_blocks_per_logical_kv_block": g.blocks_per_logical,
-            "region_num_blocks": [g.num_blocks] * regions, "region_group_ids": self.region_groups,
-            "region_names": (list(self.registered["region_names"]) if self.registered is not None
-                             else [names[0] for names in self.regions]),
-            "region_mem_types": ["VRAM"] * regions,
+            "region_num_blocks": [g.num_blocks] * regions, "region_group_ids": list(registered["region_group_ids"]),
+            "region_names": list(registered["region_names"]), "region_mem_types": ["VRAM"] * regions,
             "region_members": [list(names) for names in self.regions],
             "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
-            "packed_member_layouts": dict(self.registered["_packed_member_layouts"]) if self.registered else {},
+            "packed_member_layouts": dict(registered["_packed_member_layouts"]),
         }
         metadata_class = _symbol(f"{NIXL}.metadata", "NixlAgentMetadata")
         with calling("NixlAgentMetadata"):
@@ -369,6 +353,26 @@ def _once(cache: dict, key, read):
     if isinstance(found, VllmFails):
         raise found
     return found
+
+
+def cached(key):
+    """An ``Installed`` method answered once per ``key(*args)`` (``_once``)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def run(self, *args):
+            return _once(self.cache, (method.__name__, key(*args)), lambda: method(self, *args))
+        return run
+    return wrap
+
+
+def _refusal(function: str, check, *args) -> str | None:
+    """vLLM's ``check(*args)``: None where it passes, else the message of the ValueError it raises."""
+    with calling(function):
+        try:
+            check(*args)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def _construct(cls, **values):
@@ -416,16 +420,7 @@ class Installed:
             logging.getLogger("vllm").setLevel(logging.ERROR)
         self.version = getattr(vllm, "__version__", "unknown")
         self.torch = torch
-        self._engines: dict = {}
-        self._splits: dict = {}
-        self._geometry: dict = {}
-        self._groups: dict = {}
-        self._pairs: dict = {}
-        self._layers: dict = {}
-        self._arch_configs: dict = {}
-        self._hf_configs: dict = {}
-        self._layouts: dict = {}
-        self._registrations: dict = {}
+        self.cache: dict = {}           # what ``cached`` methods answered, by method and key
         self._kpool_configs: dict = {}
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
@@ -441,19 +436,13 @@ class Installed:
     def mamba_spec_class(self):
         return _symbol("vllm.v1.kv_cache_interface", "MambaSpec")
 
-    @property
-    def attention_spec_class(self):
-        return _symbol("vllm.v1.kv_cache_interface", "FullAttentionSpec")
-
     # --- start-up: the model's config and the registry -----------------------------------------
 
+    @cached(lambda model: model.name)
     def arch_config(self, model: ModelSpec):
         """The model's config as vLLM reads it: its loader (``get_config``) on the config.json, and
         the architecture convertor ``ModelConfig.get_model_arch_config`` picks for its model type
-        (read once per model; a config vLLM cannot read is ``VllmFails``)."""
-        return _once(self._arch_configs, model.name, lambda: self._read_arch_config(model))
-
-    def _read_arch_config(self, model: ModelSpec):
+        (a config vLLM cannot read is ``VllmFails``)."""
         _symbol("vllm.config.model", "ModelConfig")      # the convertor module imports from it
         text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
         module = "vllm.transformers_utils.model_arch_config_convertor"
@@ -461,14 +450,9 @@ class Installed:
         base = _symbol(module, "ModelArchConfigConvertorBase")
         with self._config_folder(model) as folder:
             hf = self._hf_config(folder)
-            try:
-                with calling("ModelConfig.get_model_arch_config"):     # may read the folder again
-                    convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
-                    return convertor.convert(supports_multimodal=False)
-            except CouldNotCall:
-                raise
-            except Exception as exc:
-                raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
+            with reading("ModelConfig.get_model_arch_config"):     # may read the folder again
+                convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
+                return convertor.convert(supports_multimodal=False)
 
     @staticmethod
     @contextlib.contextmanager
@@ -488,24 +472,20 @@ class Installed:
     def _hf_config(folder: str):
         """vLLM's config reader (``get_config``) on the folder; what it raises is ``VllmFails``."""
         get_config = _symbol("vllm.transformers_utils.config", "get_config")
-        try:    # vLLM's config reader (and Transformers' config classes under it) raise anything
-            with calling("get_config"):
-                return get_config(folder, trust_remote_code=False)
-        except CouldNotCall:
-            raise
-        except Exception as exc:
-            raise VllmFails(f"{type(exc).__name__}: {_message(exc).splitlines()[-1].strip()}") from None
+        with reading("get_config"):
+            return get_config(folder, trust_remote_code=False)
+
+    @cached(lambda model: model.name)
+    def read_hf_config(self, model: ModelSpec):
+        with self._config_folder(model) as folder:
+            return self._hf_config(folder)
 
     def hf_config(self, model: ModelSpec):
-        """The model's config as vLLM's ``get_config`` reads it, read once per model (a config
-        vLLM cannot read is ``VllmFails``); a copy, which the config hooks may change."""
+        """The model's config as vLLM's ``get_config`` reads it (a config vLLM cannot read is
+        ``VllmFails``); a copy, which the config hooks may change."""
         import copy
 
-        def read():
-            with self._config_folder(model) as folder:
-                return self._hf_config(folder)
-
-        return copy.deepcopy(_once(self._hf_configs, model.name, read))
+        return copy.deepcopy(self.read_hf_config(model))
 
     def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
         """The model class's own ``get_mamba_state_shape_from_config`` and
@@ -569,12 +549,7 @@ class Installed:
         parallel = StandIn("parallel_config", enable_hc_sp=False, tensor_parallel_size=tp,
                            enable_expert_parallel=False, pipeline_parallel_size=1, decode_context_parallel_size=1,
                            world_size_across_dp=tp)
-        with calling("ModelConfig.verify_with_parallel_config"):
-            try:
-                verify(config, parallel)
-            except ValueError as exc:
-                return str(exc)
-        return None
+        return _refusal("ModelConfig.verify_with_parallel_config", verify, config, parallel)
 
     def supports_replayssm(self, architecture: str) -> bool | None:
         """Whether the registry's class for ``architecture`` is ``SupportsReplaySSM`` (what the
@@ -603,12 +578,7 @@ class Installed:
             kv_transfer_config=StandIn("kv_transfer_config", is_kv_transfer_instance=True) if case.kv_connector
             else None,
             num_speculative_tokens=case.num_spec, use_v2_model_runner=case.v2_runner)
-        with calling("VllmConfig.validate_mamba_cached_kernel"):
-            try:
-                validate(config)
-            except ValueError as exc:
-                return str(exc)
-        return None
+        return _refusal("VllmConfig.validate_mamba_cached_kernel", validate, config)
 
     def registry_outcome(self, archs: tuple[str, ...]) -> str:
         """What the installed registry makes of these architectures: "served", the first sentence of
@@ -617,12 +587,10 @@ class Installed:
         with calling("ModelRegistry"):
             if any(arch in registry.get_supported_archs() for arch in archs):
                 return "served"
-            try:
-                registry._raise_for_unsupported(list(archs))
-            except ValueError as exc:
-                text = str(exc)
-                return text.split(". ")[0] if "was supported in vLLM until" in text else "not served"
-        return "served"
+            text = _refusal("ModelRegistry", registry._raise_for_unsupported, list(archs))
+        if text is None:
+            return "served"
+        return text.split(". ")[0] if "was supported in vLLM until" in text else "not served"
 
     # --- shapes and the conv split ------------------------------------------------------------
 
@@ -667,27 +635,22 @@ class Installed:
                               dtypes=self.state_dtypes(model),
                               mamba_type=self.mamba_type(model), page_size_padded=page)
 
-    def attention_spec(self, model: ModelSpec, tp: int, block_size: int, kv_dtype: str | None = None):
-        heads = max(1, (model.num_kv_heads or 1) // tp)
-        if model.mla:       # one latent vector per token, no V
-            mla_class = _symbol("vllm.v1.kv_cache_interface", "MLAAttentionSpec")
-            with calling("MLAAttentionSpec"):
-                return _construct(mla_class, block_size=block_size, num_kv_heads=1, head_size=model.head_size,
-                                  dtype=self.dtype(kv_dtype or model.model_dtype), cache_dtype_str="auto")
-        with calling("FullAttentionSpec"):
-            return _construct(self.attention_spec_class, block_size=block_size, num_kv_heads=heads,
-                              head_size=model.head_size, dtype=self.dtype(kv_dtype or model.model_dtype))
+    def attention_spec(self, model: ModelSpec, tp: int, block_size: int):
+        name = "MLAAttentionSpec" if model.mla else "FullAttentionSpec"
+        spec_class = _symbol("vllm.v1.kv_cache_interface", name)
+        heads = 1 if model.mla else max(1, (model.num_kv_heads or 1) // tp)    # MLA: one latent vector per token, no V
+        with calling(name):     # cache_dtype_str: the MLA spec's only
+            return _construct(spec_class, block_size=block_size, num_kv_heads=heads, head_size=model.head_size,
+                              dtype=self.dtype(model.model_dtype), cache_dtype_str="auto")
 
+    @cached(lambda model, tp: (model.name, tp))
     def conv_split(self, model: ModelSpec, tp: int):
         """``derive_mamba_conv_split`` of this model's state spec at TP ``tp``."""
-        key = (model.name, tp)
-        if key not in self._splits:
-            derive = _symbol("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils",
-                             "derive_mamba_conv_split")
-            spec = self.mamba_spec(model, tp)
-            with calling("derive_mamba_conv_split"), answering():
-                self._splits[key] = derive(spec, tp)
-        return self._splits[key]
+        derive = _symbol("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils",
+                         "derive_mamba_conv_split")
+        spec = self.mamba_spec(model, tp)
+        with calling("derive_mamba_conv_split"), answering():
+            return derive(spec, tp)
 
     # --- KV-cache groups and tensors ----------------------------------------------------------
 
@@ -698,31 +661,28 @@ class Installed:
         return [(f"model.layers.{i}." if i < target else f"mtp.layers.{i - target}.")
                 + ("self_attn.attn" if kind == ATTENTION else "mixer") for i, kind in enumerate(model.layers)]
 
+    @cached(lambda model, tp, geometry: (model.name, tp, geometry))
     def groups(self, model: ModelSpec, tp: int, geometry: Geometry):
         """vLLM's KV-cache groups of the model (``_get_kv_cache_groups_uniform_page_size``) and the
         layers each KV-cache tensor holds (tensor t: the t-th layer of every group)."""
-        key = (model.name, tp, geometry)
-        if key not in self._groups:
-            plan_groups = _symbol("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size")
-            specs: dict[str, Any] = {}
-            mamba = self.mamba_spec(model, tp, geometry.block_size, geometry.page_bytes)
-            attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
-            for name, kind in zip(self.layer_names(model), model.layers):
-                specs[name] = attention if kind == ATTENTION else mamba
-            for name in self.layer_names(model)[len(model.layers) - model.draft_layers:]:
-                with calling("KVCacheSpec.is_draft"):   # get_kv_cache_spec's tag of a drafter's layer
-                    specs[name] = dataclasses.replace(specs[name], is_draft=True)
-            with calling("_get_kv_cache_groups_uniform_page_size"):
-                groups = plan_groups(specs)
-            width = max(len(group.layer_names) for group in groups)
-            regions = [[group.layer_names[t] for group in groups if t < len(group.layer_names)]
-                       for t in range(width)]
-            config_class = _symbol("vllm.v1.kv_cache_interface", "KVCacheConfig")
-            with calling("KVCacheConfig"):
-                config = _construct(config_class, num_blocks=geometry.num_blocks, kv_cache_tensors=[],
-                                    kv_cache_groups=groups)
-            self._groups[key] = (groups, regions, specs, config)
-        return self._groups[key]
+        plan_groups = _symbol("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size")
+        specs: dict[str, Any] = {}
+        mamba = self.mamba_spec(model, tp, geometry.block_size, geometry.page_bytes)
+        attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
+        for name, kind in zip(self.layer_names(model), model.layers):
+            specs[name] = attention if kind == ATTENTION else mamba
+        for name in self.layer_names(model)[len(model.layers) - model.draft_layers:]:
+            with calling("KVCacheSpec.is_draft"):   # get_kv_cache_spec's tag of a drafter's layer
+                specs[name] = dataclasses.replace(specs[name], is_draft=True)
+        with calling("_get_kv_cache_groups_uniform_page_size"):
+            groups = plan_groups(specs)
+        width = max(len(group.layer_names) for group in groups)
+        regions = [[group.layer_names[t] for group in groups if t < len(group.layer_names)] for t in range(width)]
+        config_class = _symbol("vllm.v1.kv_cache_interface", "KVCacheConfig")
+        with calling("KVCacheConfig"):
+            config = _construct(config_class, num_blocks=geometry.num_blocks, kv_cache_tensors=[],
+                                kv_cache_groups=groups)
+        return groups, regions, specs, config
 
     def qsa_backend(self):
         """QSA's backend, which declares the layouts its engine may run (its family's classes by release)."""
@@ -733,15 +693,12 @@ class Installed:
         home = "/".join(backends[0][0].split(".")[1:3])      # models/<its family's folder>
         raise CouldNotCall(backends[0][1], f"not found in the installed vLLM's {home}")
 
+    @cached(lambda model, backend, requested=None: (model.name, backend, requested))
     def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
         """``resolve_kv_cache_layout`` for one engine of ``model`` under the NIXL connector: the
         layouts its backends declare (``get_supported_kv_cache_layouts``: the attention backend's,
         and QSA's for Qwen4Exp), its specs, the connector's preference and ``VLLM_KV_CACHE_LAYOUT``
         (``requested``); the layout's name, or "refused: " and vLLM's words."""
-        return _once(self._layouts, (model.name, backend, requested),
-                     lambda: self._kv_cache_layout(model, backend, requested))
-
-    def _kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None) -> str:
         utils = "vllm.v1.attention.backends.utils"
         supported = _symbol(utils, "get_supported_kv_cache_layouts")
         resolve = _symbol(utils, "resolve_kv_cache_layout")
@@ -769,18 +726,14 @@ class Installed:
             except ValueError as exc:
                 return f"refused: {exc}"
 
+    @cached(lambda model, tp, geometry, role, backend: (model.name, tp, geometry, role, backend))
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
-        key = (model.name, tp, geometry, role, backend)
-        if key not in self._engines and model.kpool_indexer is not None:
+        if model.kpool_indexer is not None:
             registered, groups, regions, specs, config = self.kpool_registration(model, tp, geometry)
-            self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
-                                             regions, specs, config, self.kv_cache_layout(model, backend), backend,
-                                             registered)
-        if key not in self._engines:
-            groups, regions, specs, config = self.groups(model, tp, geometry)
-            self._engines[key] = EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups,
-                                             regions, specs, config, self.kv_cache_layout(model, backend), backend)
-        return self._engines[key]
+        else:
+            registered, (groups, regions, specs, config) = {}, self.groups(model, tp, geometry)
+        return EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups, regions, specs,
+                           config, self.kv_cache_layout(model, backend), backend, registered)
 
     # --- which P ranks a D rank reads ---------------------------------------------------------
 
@@ -815,17 +768,15 @@ class Installed:
         where the release has none. The same for every rank of an engine: computed once."""
         if not hasattr(type(worker), "_pair_regions"):
             return None
-        key = (id(local), id(remote), type(worker))
-        if key not in self._pairs:
+
+        def pair():
             with calling("_pair_regions"):
-                self._pairs[key] = (worker._pair_regions(remote.metadata()), local, remote)
-        return self._pairs[key][0]
+                return worker._pair_regions(remote.metadata()), local, remote     # the engines kept alive
 
+        return _once(self.cache, ("pairs", id(local), id(remote), type(worker)), pair)[0]
+
+    @answering()
     def ssm_reads(self, prefill: EngineState, decode: EngineState, d_rank: int, ratio: int):
-        with answering():
-            return self._ssm_reads(prefill, decode, d_rank, ratio)
-
-    def _ssm_reads(self, prefill: EngineState, decode: EngineState, d_rank: int, ratio: int):
         """What D rank ``d_rank`` reads of one SSM layer from each P source, as the worker builds
         its descriptors: per source, [(local offset, remote offset, local size, remote size)] in
         sub-projection order, the temporal state last."""
@@ -861,15 +812,13 @@ class Installed:
         from ``meta`` where the worker changed what the remote advertised (``split_remote_blocks``)."""
         info_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "EngineTransferInfo")
         g = remote.geometry
+        block_len, block_size, per_logical = ((g.kernel_block_bytes, g.kernel_block_size, g.blocks_per_logical)
+                                              if meta is None else (meta.block_lens[0], meta.block_size,
+                                                                    meta.physical_blocks_per_logical_kv_block))
         with calling("EngineTransferInfo"):
-            if meta is not None:
-                return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=meta.block_lens[0],
-                                  remote_block_size=meta.block_size,
-                                  remote_physical_blocks_per_logical=meta.physical_blocks_per_logical_kv_block,
-                                  remote_dcp_size=1)
-            return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=g.kernel_block_bytes,
-                              remote_block_size=g.kernel_block_size,
-                              remote_physical_blocks_per_logical=g.blocks_per_logical, remote_dcp_size=1)
+            return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=block_len,
+                              remote_block_size=block_size, remote_physical_blocks_per_logical=per_logical,
+                              remote_dcp_size=1)
 
     @staticmethod
     def split_remote_blocks(worker, meta):
@@ -886,6 +835,17 @@ class Installed:
         with calling("_split_remote_blocks"):
             worker._split_remote_blocks(view)
         return view
+
+    def register_remote(self, worker, remote: EngineState):
+        """The remote engine's metadata as the local worker registers it at the handshake (split
+        where ``split_remote_blocks`` splits it)."""
+        meta, info = remote.metadata(), self.engine_info(remote)
+        split = self.split_remote_blocks(worker, meta)
+        if split is not None:
+            meta, info = split, self.engine_info(remote, split)
+        with calling("register_remote_engine"):
+            worker.transfer_topo.register_remote_engine(meta.engine_id, info)
+        return meta
 
     # --- the handshake ------------------------------------------------------------------------
 
@@ -912,16 +872,10 @@ class Installed:
                 with calling("_validate_remote_parallel_config"):
                     worker._validate_remote_parallel_config(meta)
             pairs = self.pairs(worker, local, remote)
-            info, remote_block = self.engine_info(remote), remote.geometry.kernel_block_size
-            split = self.split_remote_blocks(worker, meta)
-            if split is not None:
-                meta = split
-                info, remote_block = self.engine_info(remote, split), split.block_size
-            with calling("register_remote_engine"):
-                topology.register_remote_engine(meta.engine_id, info)
+            meta = self.register_remote(worker, remote)
             plan = self.tp_mapping(local, remote.tp, rank)
             with calling("block_size_ratio"):
-                block_ratio = topology.block_size_ratio(remote_block)
+                block_ratio = topology.block_size_ratio(meta.block_size)
             self._register(worker, meta, pairs, plan)
             with calling("_validate_remote_agent_handshake"):
                 worker._validate_remote_agent_handshake(meta, remote.tp)
@@ -955,28 +909,17 @@ class Installed:
 
     # --- descriptor IDs -----------------------------------------------------------------------
 
+    @answering()
     def descriptor_ids(self, prefill: EngineState, decode: EngineState, d_rank: int,
                        request: Request) -> dict[int, tuple[list[int], list[int]]]:
-        with answering():
-            return self._descriptor_ids(prefill, decode, d_rank, request)
-
-    def _descriptor_ids(self, prefill: EngineState, decode: EngineState, d_rank: int,
-                        request: Request) -> dict[int, tuple[list[int], list[int]]]:
         """The (local, remote) descriptor IDs D rank ``d_rank`` posts to each P source for
         ``request``, through the worker's own block pairing and ``_compute_desc_ids``."""
         worker = decode.worker(d_rank)
-        topology = worker.transfer_topo
         # P's blocks as the worker sees them: split into gcd-sized kernel blocks for an MLA hybrid
-        info, p_kernel = self.engine_info(prefill), prefill.geometry.kernel_block_size
-        p_ppl, p_num_blocks = prefill.geometry.blocks_per_logical, prefill.geometry.num_blocks
-        split = self.split_remote_blocks(worker, prefill.metadata())
-        if split is not None:
-            info, p_kernel = self.engine_info(prefill, split), split.block_size
-            p_ppl, p_num_blocks = split.physical_blocks_per_logical_kv_block, split.num_blocks
-        with calling("register_remote_engine"):
-            topology.register_remote_engine(P_ENGINE, info)
+        meta = self.register_remote(worker, prefill)
+        p_kernel, p_ppl = meta.block_size, meta.physical_blocks_per_logical_kv_block
         with calling("block_size_ratio"):
-            block_ratio = topology.block_size_ratio(p_kernel)
+            block_ratio = worker.transfer_topo.block_size_ratio(p_kernel)
         plan = self.tp_mapping(decode, prefill.tp, d_rank)
         pairs = self.pairs(worker, decode, prefill)
         d_ppl = decode.geometry.blocks_per_logical
@@ -1002,7 +945,7 @@ class Installed:
                 continue            # a full prefix hit: vLLM only notifies P
             with calling("_apply_prefix_caching"):
                 local_ids, remote_ids = worker._apply_prefix_caching(local_ids, remote_ids, d_ppl, p_ppl)
-            remote_side = self._ids(worker, remote_ids, p_num_blocks, None, p_ppl, pairs, "remote")
+            remote_side = self._ids(worker, remote_ids, meta.num_blocks, None, p_ppl, pairs, "remote")
             out[rank] = (self._ids(worker, local_ids, decode.geometry.num_blocks, block_ratio, d_ppl, pairs, "local"),
                          remote_side)
         return out
@@ -1024,28 +967,12 @@ class Installed:
 
     # --- engine geometry ----------------------------------------------------------------------
 
-    def geometry(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int) -> tuple[Geometry, int]:
-        """The engine vLLM builds for the model at TP ``tp`` with ``flags`` on the modelled GPU
-        (``update_block_size_for_backend``, then ``select_common_block_size``), and the SSM
-        layers' prefill checkpoint alignment it used."""
-        key = (model.name, tp, flags, num_blocks)
-        if key not in self._geometry:
-            try:
-                with answering():
-                    self._geometry[key] = self._derive_geometry(model, tp, flags, num_blocks)
-            except VllmFails as exc:
-                self._geometry[key] = exc
-        found = self._geometry[key]
-        if isinstance(found, VllmFails):
-            raise found
-        return found
-
     def backend_class(self, name: str):
         enum = _symbol("vllm.v1.attention.backends.registry", "AttentionBackendEnum")
         with calling("AttentionBackendEnum"):
             return enum[name].get_class()
 
-    def vllm_config(self, model: ModelSpec, tp: int, flags: Flags, alignment_layers: bool = True):
+    def vllm_config(self, model: ModelSpec, tp: int, flags: Flags):
         """A stand-in ``VllmConfig`` with a real ``CacheConfig`` and a forward context of
         stand-in layers (attention layers on ``flags.backend``)."""
         cache_class = _symbol("vllm.config.cache", "CacheConfig")
@@ -1078,15 +1005,10 @@ class Installed:
             # ReplaySSM is refused with any KV connector (VllmConfig's own check), so never on here.
             use_flashinfer_replayssm=False)
 
+    @cached(lambda model, backend: (model.name, backend))
     def forward_context(self, model: ModelSpec, backend: str) -> dict:
         """Stand-in layers in model order: the SSM mixers of the model's variant, attention layers
-        running ``backend`` (built once per model and backend)."""
-        key = (model.name, backend)
-        if key not in self._layers:
-            self._layers[key] = self._forward_context(model, backend)
-        return self._layers[key]
-
-    def _forward_context(self, model: ModelSpec, backend: str) -> dict:
+        running ``backend``."""
         mixers = {"mamba1": ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
                   "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
         mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(
@@ -1149,7 +1071,12 @@ class Installed:
             return aligned
         return None
 
-    def _derive_geometry(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int) -> tuple[Geometry, int]:
+    @cached(lambda model, tp, flags, num_blocks: (model.name, tp, flags, num_blocks))
+    @answering()
+    def geometry(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int) -> tuple[Geometry, int]:
+        """The engine vLLM builds for the model at TP ``tp`` with ``flags`` on the modelled GPU
+        (``update_block_size_for_backend``, then ``select_common_block_size``), and the SSM
+        layers' prefill checkpoint alignment it used."""
         config = self.vllm_config(model, tp, flags)
         mamba_config = _symbol("vllm.model_executor.models.config", "MambaModelConfig")
         with calling("MambaModelConfig.verify_and_update_config"):
@@ -1220,6 +1147,7 @@ class Installed:
     # of two are those of any number (their block counts are the engine's, set after).
     REGISTERED_BLOCKS = 2
 
+    @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
     def kpool_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
         """A GLM-5-Next engine's regions as vLLM's worker registers them: the KV caches vLLM plans
         (``kpool_kv_cache``, the block size ``geometry``'s) allocated on the CPU by vLLM's own
@@ -1227,10 +1155,6 @@ class Installed:
         a worker stand-in (NIXL's wrapper a stand-in that registers nothing). Returns the worker
         state it left (``EngineState.REGISTERED``, with the spec types of its transfer groups),
         the transfer groups, the layers of each region, the layer specs and the KV-cache config."""
-        key = (model.name, tp, geometry.block_size)
-        return _once(self._registrations, key, lambda: self._kpool_registration(model, tp, geometry))
-
-    def _kpool_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
         planned = self._kpool_configs.get((model.name, tp, geometry.block_size))
         if planned is None:
             raise CouldNotCall("register_kv_caches", f"no KV-cache plan for a {geometry.block_size}-token "
@@ -1432,6 +1356,6 @@ def _message(exc: BaseException) -> str:
     return text
 
 
-@lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def installed() -> Installed:
     return Installed()

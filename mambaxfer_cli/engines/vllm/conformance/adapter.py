@@ -7,26 +7,29 @@ given to every engine mambaxfer builds.
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from dataclasses import replace, dataclass
 
 from mambaxfer_cli.engines.vllm.conformance.cases import (
-    D_NUM_BLOCKS, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry, ReplaySSMSetting, Request,
-    Variation,
+    D_NUM_BLOCKS, DRAFT_CONFIG, DRAFTED, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry,
+    ReplaySSMSetting, Request, Variation,
 )
+from mambaxfer_cli.engines.vllm.drafts import with_drafts
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
-from mambaxfer_cli.engines.vllm.handshake import attention_sources, refusals
+from mambaxfer_cli.engines.vllm.handshake import refusals
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error, resolved_layout
 from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.engines.vllm import startup
-from mambaxfer_cli.planning.startup import architecture_names, parallel_refusal
+from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
-from mambaxfer_cli.planning.layout import RankLayout, rank_layout, valid_tp_sizes
+from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.readers.model_config import spec_from_config
+from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
@@ -82,24 +85,11 @@ class Ours:
         """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
         with them (cases.DRAFT_CONFIG) under a name of its own (the probe keys what it builds by
         the model's name)."""
-        import json
-        from dataclasses import replace
-
-        from mambaxfer_cli.engines.vllm.conformance.cases import DRAFT_CONFIG, DRAFTED
-        from mambaxfer_cli.engines.vllm.drafts import with_drafts
-        from mambaxfer_cli.engines.vllm.releases import release
-
-        from mambaxfer_cli.errors import Refused
-
         try:
-            drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), release(self.release))
+            drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), self.rules)
         except Refused:         # vLLM does not start MTP on it (GLM-5-Next's config, an n_predict of 0)
             return [(name, spec)]
         return [(name, spec)] + ([(name, replace(drafted, name=spec.name + DRAFTED))] if drafted.draft_layers else [])
-
-    @staticmethod
-    def tp_sizes(model: ModelSpec, max_tp: int) -> list[int]:
-        return valid_tp_sizes(model, max_tp)
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
         """vLLM's words where its parallel-config check refuses TP ``tp``, else None."""
@@ -114,21 +104,11 @@ class Ours:
             model_dtype=setting.dtype or model.model_dtype, pipeline=setting.pipeline,
             stochastic_rounding=setting.stochastic_rounding, v2_runner=not setting.v1_runner)
 
-    def replayssm_refusal(self, case: startup.ReplaySSM) -> str | None:
-        return self.rules.replayssm(case)
-
     @property
     def model_runner_v1(self) -> bool:
         """Whether the release still has Model Runner V1 (a release that removed it refuses
         VLLM_USE_V2_MODEL_RUNNER=0 at start-up)."""
         return "VLLM_USE_V2_MODEL_RUNNER" not in self.rules.fatal_env
-
-    @staticmethod
-    def architectures(model: ModelSpec) -> tuple[str, ...]:
-        return architecture_names(model.hf_config)
-
-    def registry_outcome(self, archs: tuple[str, ...]) -> str:
-        return startup.registry_outcome(archs, self.release)
 
     def grouping(self, model: ModelSpec) -> KVGrouping:
         if model.name not in self._grouping:
@@ -136,10 +116,6 @@ class Ours:
         return self._grouping[model.name]
 
     # --- one engine --------------------------------------------------------------------------
-
-    @staticmethod
-    def layout(model: ModelSpec, tp: int, rank: int = 0) -> RankLayout:
-        return rank_layout(model, tp, rank)
 
     @staticmethod
     def with_ssm_cache_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
@@ -191,10 +167,6 @@ class Ours:
     def misreads(self, model: ModelSpec, p_tp: int, d_tp: int, reads) -> list:
         """The pieces of ``reads`` that land wrong bytes, judged by the exact layouts."""
         return misreads(reads, self.layouts(model, p_tp), self.layouts(model, d_tp))
-
-    @staticmethod
-    def attention_sources(prefill: OurEngine, decode: OurEngine, d_rank: int) -> list[int]:
-        return attention_sources(prefill.layout, decode.layout, d_rank)
 
     @staticmethod
     def verdict(prefill: OurEngine, decode: OurEngine, push: bool = False,

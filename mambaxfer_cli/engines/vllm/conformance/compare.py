@@ -21,14 +21,18 @@ from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, DRAFT_CONFIG, DRAFTED, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry,
     HashedEngine, ReplaySSMSetting, Variation, flag_variants, hash_variations, pairings, replayssm_settings,
 )
+from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
+from mambaxfer_cli.engines.vllm.startup import registry_outcome
 from mambaxfer_cli.engines.vllm.conformance.report import Function, FunctionResult, Report
 from mambaxfer_cli.engines.vllm.probe import CouldNotCall, VllmFails
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.families import LABELS
 from mambaxfer_cli.planning.dtypes import dtype_bytes
+from mambaxfer_cli.planning.layout import rank_layout, valid_tp_sizes
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.planning.reads import Read, Segment, tp_ratio
 
 KDA_FIXED = LABELS["float32 KDA state"]     # the family whose KDA layers fix their state's dtype
@@ -133,7 +137,7 @@ class Comparison:
         self.kv_layouts(name, model)
         for tp in range(1, max_tp + 1):
             self.start(name, model, tp)
-        sizes = self.ours.tp_sizes(model, max_tp)
+        sizes = valid_tp_sizes(model, max_tp)
         if model.kpool_indexer is not None:
             self.notes.append(f"{name}: its MLA layers run {SPARSE_MLA_BACKEND}, vLLM's sparse MLA pick for the "
                               f"modelled GPU (no --attention-backend: the dense MLA backends refuse it); its hash "
@@ -162,9 +166,9 @@ class Comparison:
 
     @compares(REGISTRY)
     def registry(self, name: str, model: ModelSpec) -> None:
-        archs = self.ours.architectures(model)
+        archs = architecture_names(model.hf_config)
         theirs = self.vllm.registry_outcome(archs)
-        self.record(REGISTRY, self.case(name), theirs, self.ours.registry_outcome(archs))
+        self.record(REGISTRY, self.case(name), theirs, registry_outcome(archs, self.ours.release))
 
     @compares(REPLAYSSM)
     def replayssm(self, name: str, model: ModelSpec) -> None:
@@ -180,7 +184,7 @@ class Comparison:
         for setting in replayssm_settings(supported or default.supported, self.ours.model_runner_v1):
             ours = self.ours.replayssm_case(model, setting)
             theirs = self.vllm.replayssm_refusal(replace(ours, supported=supported))
-            mine = self.ours.replayssm_refusal(ours)
+            mine = self.ours.rules.replayssm(ours)
             shown = tuple("starts" if v is None else f"refuses: {v}" for v in (theirs, mine))
             self.record(REPLAYSSM, self.case(name, variation=setting.variation()), theirs, mine, shown)
 
@@ -228,7 +232,7 @@ class Comparison:
                 spec = model if ssm_flag == "auto" else self.ours.with_ssm_cache_dtype(model, ssm_flag)
                 # The class sizes the blocks for the SSM dtype it is given (KDA: sizing_ssm_dtype).
                 sized = replace(spec, ssm_dtype=spec.sizing_ssm_dtype) if spec.sizing_ssm_dtype else spec
-                layout = self.ours.layout(sized, tp)
+                layout = rank_layout(sized, tp, 0)
                 ours = {"state bytes (conv, temporal)": [layout.conv_bytes, layout.ssm_bytes],
                         "dtypes (conv, temporal)": [sized.conv_dtype, sized.ssm_dtype]}
             except UserError as exc:
@@ -249,7 +253,7 @@ class Comparison:
                       "conv dtype bytes": info.conv_dtype_size, "state bytes (conv, temporal)": list(info.ssm_sizes)}
         except VllmFails as exc:
             theirs = {"fails": exc.message}
-        layout = self.ours.layout(model, tp)
+        layout = rank_layout(model, tp, 0)
         conv = next(r for r in layout.regions if r.kind == "conv")
         ours = {"sub-projection dims": list(layout.sub_projection_dims), "conv rows": layout.conv_rows,
                 "conv dtype bytes": conv.unit_bytes // layout.conv_rows,
@@ -335,7 +339,7 @@ class Comparison:
             theirs = self.vllm.sources(d_vllm, p_tp, d_rank)
         except VllmFails as exc:
             theirs = f"fails: {exc.message}"
-        attention = self.ours.attention_sources(p_ours, d_ours, d_rank) if model.has_attention else []
+        attention = attention_sources(p_ours.layout, d_ours.layout, d_rank) if model.has_attention else []
         ours = (attention, [r.p_rank for r in mine])
         self.record(SOURCES, case, _as_lists(theirs), _as_lists(ours))
 
@@ -480,7 +484,7 @@ def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, star
     started = time.monotonic()
     comparison = Comparison(vllm, ours)
     if start is not None:
-        start(sum(len(pairings(ours.tp_sizes(model, max_tp))) for _, model in models))
+        start(sum(len(pairings(valid_tp_sizes(model, max_tp))) for _, model in models))
     for name, model in models:
         comparison.model(name, model, max_tp, done)
     names = [name + (DRAFTED if model.draft_layers else "") for name, model in models]
