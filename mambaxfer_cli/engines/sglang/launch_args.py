@@ -39,18 +39,15 @@ CONV_DTYPE_VAR, SSM_DTYPE_VAR = "SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTY
 STATE_VARS = (CONV_DTYPE_VAR, SSM_DTYPE_VAR)
 MODES = ("prefill", "decode")
 
-# SGLang's argparse dest -> the LaunchLine field it feeds. Every other flag does not change the transfer.
-READ = {
+# SGLang's argparse dest -> the LaunchLine field it feeds: of the same name, or renamed. Every other
+# flag does not change the transfer.
+READ = {name: name for name in (
+    "enable_dp_attention page_size kv_cache_dtype mamba_ssm_dtype disable_radix_cache max_mamba_cache_size"
+    " mamba_full_memory_ratio mamba_track_interval attention_backend speculative_algorithm").split()} | {
     "model_path": "model", "disaggregation_mode": "mode", "tp_size": "tp", "pp_size": "pp", "dp_size": "dp",
-    "attn_dp_size": "attn_dp", "attn_cp_size": "attn_cp", "enable_dp_attention": "enable_dp_attention",
-    "page_size": "page_size", "kv_cache_dtype": "kv_cache_dtype", "mamba_ssm_dtype": "mamba_ssm_dtype",
-    "disaggregation_transfer_backend": "transfer_backend", "disaggregation_bootstrap_port": "bootstrap_port",
-    "mamba_radix_cache_strategy": "radix_strategy", "disable_radix_cache": "disable_radix_cache",
-    "max_mamba_cache_size": "max_mamba_cache_size", "mamba_full_memory_ratio": "mamba_full_memory_ratio",
-    "mamba_track_interval": "mamba_track_interval", "attention_backend": "attention_backend",
-    "enable_unified_memory": "unified_memory", "speculative_algorithm": "speculative_algorithm",
-    "speculative_draft_model_path": "draft_model",
-}
+    "attn_dp_size": "attn_dp", "attn_cp_size": "attn_cp", "disaggregation_transfer_backend": "transfer_backend",
+    "disaggregation_bootstrap_port": "bootstrap_port", "mamba_radix_cache_strategy": "radix_strategy",
+    "enable_unified_memory": "unified_memory", "speculative_draft_model_path": "draft_model"}
 INTS = ("tp", "pp", "dp", "attn_dp", "attn_cp", "page_size", "bootstrap_port", "max_mamba_cache_size",
         "mamba_track_interval")
 # The spelling a corrected line uses for each field.

@@ -31,22 +31,15 @@ PUSH_CONNECTOR = "NixlPushConnector"
 NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", PUSH_CONNECTOR)
 RELEASES = NAMES
 
-# vLLM's argparse dest -> the ServeLine field it feeds. Every other flag does not change the transfer.
-TRANSFER_FIELDS = {
-    "model": "model", "tensor_parallel_size": "tp", "block_size": "block_size", "dtype": "dtype",
-    "kv_cache_dtype": "kv_cache_dtype", "mamba_cache_dtype": "mamba_cache_dtype",
-    "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype", "attention_backend": "attention_backend",
-    "enable_prefix_caching": "prefix_caching", "speculative_config": "speculative_config",
-    "kv_transfer_config": "kv_transfer_config", "hf_overrides": "hf_overrides",
-    "attention_config": "attention_config", "gdn_prefill_backend": "gdn_prefill_backend",
-    "additional_config": "additional_config",
-    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
-    "use_replayssm": "use_replayssm", "decode_context_parallel_size": "dcp",
-    # Read for --use-replayssm's start-up check (validate_mamba_cached_kernel):
-    "mamba_backend": "mamba_backend", "replayssm_buffer_len": "replayssm_buffer_len",
-    "mamba_cache_mode": "mamba_cache_mode", "pipeline_parallel_size": "pipeline",
-    "enable_mamba_cache_stochastic_rounding": "mamba_stochastic_rounding",
-}
+# vLLM's argparse dest -> the ServeLine field it feeds: of the same name, or renamed. Every other flag
+# does not change the transfer. mamba_backend and replayssm_buffer_len are read for --use-replayssm's
+# start-up check (validate_mamba_cached_kernel).
+TRANSFER_FIELDS = {name: name for name in (
+    "model block_size dtype kv_cache_dtype mamba_cache_dtype mamba_ssm_cache_dtype attention_backend speculative_config"
+    " kv_transfer_config hf_overrides attention_config gdn_prefill_backend additional_config use_replayssm"
+    " disable_hybrid_kv_cache_manager mamba_backend replayssm_buffer_len mamba_cache_mode").split()} | {
+    "tensor_parallel_size": "tp", "enable_prefix_caching": "prefix_caching", "decode_context_parallel_size": "dcp",
+    "pipeline_parallel_size": "pipeline", "enable_mamba_cache_stochastic_rounding": "mamba_stochastic_rounding"}
 JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "attention_config", "additional_config")
 # Keys inside a JSON flag that only some releases read (the others ignore them).
 RELEASE_KEYS = {key: tuple(r.name for r in ALL if key in r.serve_keys)
