@@ -19,7 +19,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_run import assert_user_error, messages, run_cli
+from cli_run import CliResult, assert_user_error, messages, run_cli
 from mambaxfer_cli.engines.vllm.conformance.adapter import KNOWN_RELEASES, Ours, release_for
 from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, CaseTally, pairings,
@@ -147,6 +147,19 @@ def test_kimi_k3_agrees_with_vllm_and_k3_1_is_refused_as_the_release_refuses_it(
     words = ("vLLM 0.33 does not serve KimiK31ForConditionalGeneration" if release == "0.33" else
              "AssertionError: KV cache view cannot be partitioned into NIXL regions")
     assert refused.returncode == 2 and words in " ".join(refused.stderr.split()), refused.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layout", ["SD", "ds"])
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_a_conv_layout_but_ds_is_one_line_exit_2(release, layout):
+    """vLLM's NIXL worker asserts DS for any model with Mamba state (and vLLM reads only SD or DS):
+    under another layout nothing can be compared."""
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", "jamba", "--max-tp", "2",
+                       env={"VLLM_SSM_CONV_STATE_LAYOUT": layout})
+    result = CliResult(proc.returncode, proc.stdout, proc.stderr)
+    assert_user_error(result, f"VLLM_SSM_CONV_STATE_LAYOUT={layout}:", "requires DS conv state layout",
+                      "unset it or set it to DS")
+    assert len(messages(result.stderr.strip())) == 1 and not result.stdout
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))

@@ -29,6 +29,7 @@ from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.engines.vllm.families import first
+from mambaxfer_cli.errors import UserError
 
 LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -138,13 +139,15 @@ def _symbol(module: str, name: str):
         raise CouldNotCall(f"{module}.{name}", f"not found in the installed vLLM: {exc}", name) from None
 
 
-def layout_setting() -> tuple[str | None, bool]:
-    """Set ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` (NIXL's only layout) unless the user set it; returns
-    the value the user had and whether it had to be set."""
+def layout_setting() -> bool:
+    """Set ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` (NIXL's only layout) when unset; whether it was unset."""
     before = os.environ.get(LAYOUT_VARIABLE)
-    if before is None:
-        os.environ[LAYOUT_VARIABLE] = "DS"
-    return before, before is None
+    if before not in (None, "DS"):      # vLLM's NIXL worker asserts DS for any model with Mamba state
+        raise UserError(f"{LAYOUT_VARIABLE}={before}: vLLM's NIXL worker refuses to start under it for a model "
+                        f"with Mamba state (3-read Mamba conv transfer requires DS conv state layout), so "
+                        f"there is nothing to compare; unset it or set it to DS")
+    os.environ[LAYOUT_VARIABLE] = "DS"
+    return before is None
 
 
 # --- the GPU vLLM is asked about ------------------------------------------------------------

@@ -47,7 +47,7 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
             if not every_preset:
                 raise
             refused.append(f"{name}: not compared: {exc}")
-    before, set_here = layout_setting()
+    set_here = layout_setting()
     from mambaxfer_cli.engines.vllm.conformance.compare import run as compare
     from mambaxfer_cli.engines.vllm.probe import installed
 
@@ -61,9 +61,6 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
     report.notes.extend(refused)
     if set_here:
         report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")
-    elif before != "DS":
-        report.notes.append(f"{LAYOUT_VARIABLE}={before} was set by you; NIXL refuses any layout but DS, so "
-                            f"the conv split was computed under {before}")
     if ours.release != ".".join(report.vllm_version.split(".")[:2]):
         report.notes.append(f"mambaxfer has no rules for vLLM {report.vllm_version}: compared with the newest "
                             f"it knows, {ours.release}'s")
