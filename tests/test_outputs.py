@@ -75,3 +75,27 @@ def test_names_too_long_for_the_file_system_are_one_line(tmp_path):
     assert_user_error(run_cli("check", "--model", "jamba", "--pairs", "1:2", "--junit", str(long)),
                       "--junit", "File name too long")
     assert_user_error(run_cli("inspect", "--model", str(long)), "File name too long")
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_output_dash_prints_the_document_as_format_does_and_writes_no_file(tmp_path, fmt):
+    dashed = run_cli(*PLAN, "--format", fmt, "--output", "-", cwd=str(tmp_path))
+    printed = run_cli(*PLAN, "--format", fmt, cwd=str(tmp_path))
+    assert dashed.code == printed.code == 0, dashed.stderr
+    assert (dashed.stdout, dashed.stderr) == (printed.stdout, printed.stderr)
+    assert os.listdir(tmp_path) == []
+    if fmt == "json":   # the default format's '-o -' is the JSON document, as for a file
+        assert run_cli(*PLAN, "-o", "-", cwd=str(tmp_path)).stdout == printed.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("check", "--model", "jamba", "--pairs", "1:2", "--junit", "-"),
+    ("check", "--engine", "sglang", "--model", "jamba", "--pairs", "1:2", "--junit", "-"),
+    ("conformance", "--model", "jamba", "--max-tp", "2", "--junit", "-"),
+    ("preflight", "--junit", "-"),
+    ("bench", "--model", "jamba", "--p-tp", "1", "--d-tp", "2", "--chart", "-"),
+])
+def test_dash_is_refused_where_stdout_carries_the_report(tmp_path, args):
+    result = run_cli(*args, cwd=str(tmp_path))
+    assert_user_error(result, f"'{args[-2]}': '-' is standard output, which carries the report; name a file")
+    assert result.stdout == "" and os.listdir(tmp_path) == []

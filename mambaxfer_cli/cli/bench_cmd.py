@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, a_file
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import beside, chosen, one
@@ -25,7 +25,8 @@ def bench(
         "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.",
         panel=REQUEST, default="1,4,16"),
     chart: Path | None = option("--chart", help=f"Write a PNG of GB/s against request size (needs matplotlib: "
-                                                f"{CHART_EXTRA}).", panel=OUTPUT),
+                                                f"{CHART_EXTRA}).", panel=OUTPUT, parser=a_file,
+                                metavar="<path>"),
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one
     descriptor per source (the machine's limit), pulled (D READs) and pushed (P WRITEs); every

@@ -327,6 +327,16 @@ MAX_TP_OPTION: int | None = option(
     panel=ENGINES)
 
 
+STDOUT = Path("-")
+
+
+def a_file(value: str) -> Path:
+    """``--junit``, ``--chart``: a file, never ``-``: standard output carries the report."""
+    if value == str(STDOUT):
+        raise typer.BadParameter("'-' is standard output, which carries the report; name a file.")
+    return Path(value)
+
+
 @dataclass(frozen=True)
 class OutputArgs(Group):
     """Where and how a command says its result."""
@@ -334,8 +344,9 @@ class OutputArgs(Group):
     fmt: Format = option("--format", "-f", help="table, json or yaml (mambaxfer.{command}/v1).", panel=OUTPUT,
                          default=Format.table)
     output: Path | None = option("--output", "-o", help="Write the document (JSON, or YAML with --format yaml) "
-                                                        "to FILE.", panel=OUTPUT)
-    junit: Path | None = option("--junit", help="Also write the results as JUnit XML to FILE.", panel=OUTPUT)
+                                                        "to FILE ('-': standard output).", panel=OUTPUT)
+    junit: Path | None = option("--junit", help="Also write the results as JUnit XML to FILE.", panel=OUTPUT,
+                                parser=a_file, metavar="<path>")
 
     def document_format(self) -> Format:
         """The format of a document written to a file: YAML when asked, else JSON."""

@@ -4,9 +4,11 @@ report's code."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 
-from mambaxfer_cli.cli.options import Format, OutputArgs, dump, stamped, write_output
+from mambaxfer_cli.cli.options import STDOUT, Format, OutputArgs, dump, stamped, write_output
 from mambaxfer_cli.cli.outcome import keep_exit_code, red_line, said
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_USAGE
@@ -21,6 +23,8 @@ def finish(report: Report, output: OutputArgs | None = None) -> None:
     code = report.exit_code
     keep_exit_code(code)
     output = output or OutputArgs()
+    if output.output == STDOUT:     # '--output -': the document as --format json/yaml prints it
+        output = replace(output, fmt=output.document_format(), output=None)
     unwritten = None
     if output.junit is not None:
         try:
