@@ -258,8 +258,9 @@ SUPER = str(Path(BAMBA).with_name("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF1
 # Llama-3-70B's EAGLE-3 drafter: 8 KV heads of 128, as Nemotron-H-8B's attention (tests/test_vllm_eagle.py).
 EAGLE3 = json.dumps({"method": "eagle3", "num_speculative_tokens": 3,
                      "model": str(Path(BAMBA).with_name("sgl-project__SpecForge__llama3-70B-eagle3.json"))})
-RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart",
-         "args": ["--model", "nemotron-h-8b", "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json"]},
+DRAFTED_8B = ["--model", "nemotron-h-8b", "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json"]
+RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8B},
+        {"name": "eagle-heads", "alter": "eagle-heads", "args": DRAFTED_8B},
         {"name": "draft-apart", "alter": "draft-apart",
          "args": ["--model", "qwen3.5-0.8b", "--max-tp", "1", "--format", "json"]},
         {"name": "draft-apart-nemotron", "alter": "draft-apart",
@@ -421,11 +422,13 @@ def test_a_vllm_grouping_nemotron_h_draft_layer_apart_differs(driven):
     assert 0 < ids["differing"] < ids["cases"] and "--speculative-config" in ids["first_difference"]["case"]
 
 
-def test_a_vllm_grouping_the_eagle3_drafters_layer_apart_differs(driven):
-    """The same planted fault under --speculative-config: the EAGLE-3 drafter's layer grouped apart
-    makes _compute_desc_ids differ, and the first differing case's command shows ours."""
+@pytest.mark.parametrize("fault", ["draft-apart-eagle3", "eagle-heads"])
+def test_a_vllm_grouping_or_reading_the_eagle3_drafter_otherwise_differs(driven, fault):
+    """Planted faults under --speculative-config: the EAGLE-3 drafter's layer grouped apart, or its
+    KV heads read twice over by vLLM's EAGLEConfig (its own pages then), make _compute_desc_ids
+    differ; the first differing case's command shows ours."""
     _, runs = driven
-    run = runs["draft-apart-eagle3"]
+    run = runs[fault]
     ids = by_function(run["document"])["_compute_desc_ids"]
     assert run["code"] == 1 and run["document"]["models"] == ["nemotron-h-8b + EAGLE3"]
     assert ids["outcome"] == "differs" and ids["differing"] > 0, ids

@@ -11,6 +11,7 @@ layout alone.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 from dataclasses import replace
@@ -21,6 +22,7 @@ from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, DRAFT_CONFIG, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry,
     HashedEngine, ReplaySSMSetting, Variation, drafted, flag_variants, hash_variations, pairings, replayssm_settings,
 )
+from mambaxfer_cli.engines.vllm.drafts import EAGLE_METHODS, drafter_config
 from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
@@ -133,6 +135,9 @@ class Comparison:
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
         self.speculative = self.draft_config if model.draft_layers else ""
+        drafting = json.loads(self.speculative or "{}")      # vLLM's side reads an EAGLE drafter itself
+        self.vllm.drafter = ((drafting["method"], drafter_config(str(drafting["model"])) or {})
+                             if drafting.get("method") in EAGLE_METHODS and drafting.get("model") else None)
         self.registry(name, model)
         self.replayssm(name, model)
         self.kv_layouts(name, model)
