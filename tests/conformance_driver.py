@@ -10,7 +10,7 @@ convertor reads three times the attention heads); ``registry`` (vLLM's registry 
 0.1.0); ``nemotron-hook`` (vLLM without Nemotron-H's config hook, which keeps its SSM state in
 float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``draft-apart`` (vLLM
 grouping a drafter's ``is_draft`` layers apart from the target's; each run looks vLLM's functions
-up afresh). Prints one JSON
+up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads). Prints one JSON
 object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
@@ -87,6 +87,16 @@ def alter(scenario: str, undo: list) -> None:
             return original(target) + (original(drafts) if drafts else [])
 
         patch(kv_cache_planning, "_get_kv_cache_groups_uniform_page_size", apart)
+    elif scenario == "eagle-heads":      # vLLM reading twice an EAGLE drafter's KV heads
+        from vllm.transformers_utils.configs.eagle import EAGLEConfig
+
+        original = EAGLEConfig.__init__
+
+        def doubled(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            self.model.num_key_value_heads *= 2
+
+        patch(EAGLEConfig, "__init__", doubled)
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

@@ -1,15 +1,14 @@
 """Run in vLLM's interpreter: vLLM's KV-cache groups of a target with an EAGLE drafter's layers.
 
-argv: the target (--model), the drafter's config.json, the TP size, and optionally "compare"
-(conformance's comparison of every function, as ``conformance`` runs it, on the drafted model up
-to that TP) or "draft-apart" (the same with vLLM's grouping altered to keep the draft layers
-apart). The drafter's KV heads and head size are vLLM's reading of its config (EAGLEConfig,
-method eagle3); its layers' specs are vLLM's FullAttentionSpec tagged is_draft
-(get_kv_cache_spec); the groups are unify_kv_cache_spec_page_size then
-_get_kv_cache_groups_uniform_page_size. Prints a JSON line: vLLM's groups as layer indices,
-mambaxfer's (``with_drafts``, ``model_grouping``) and those of the drafter's layers appended
-whatever their pages; then the comparison's report. Or argv "classes" and architectures: whether
-vLLM's class of each implements SupportsEagle3 (``supports_eagle3``; null: not in its registry).
+argv: the target (--model), the drafter's config.json and the TP size (conformance
+--speculative-config compares every function on the drafted model: tests/test_conformance.py).
+The drafter's KV heads and head size are vLLM's reading of its config (EAGLEConfig, method
+eagle3); its layers' specs are vLLM's FullAttentionSpec tagged is_draft (get_kv_cache_spec); the
+groups are unify_kv_cache_spec_page_size then _get_kv_cache_groups_uniform_page_size. Prints a
+JSON line: vLLM's groups as layer indices, mambaxfer's (``with_drafts``, ``model_grouping``) and
+those of the drafter's layers appended whatever their pages. Or argv "classes" and
+architectures: whether vLLM's class of each implements SupportsEagle3 (``supports_eagle3``; null:
+not in its registry).
 """
 
 import dataclasses
@@ -60,20 +59,3 @@ appended = dataclasses.replace(target, layers=target.layers + (ATTENTION,) * eag
 print(json.dumps({"vllm": [[int(name.rsplit(".", 1)[1]) for name in g.layer_names] for g in groups],
                   "ours": [list(m) for m in model_grouping(drafted).members], "draft_layers": drafted.draft_layers,
                   "appended": [list(m) for m in model_grouping(appended).members]}))
-if sys.argv[4:] in (["compare"], ["draft-apart"]):
-    from vllm.v1.core import kv_cache_planning
-
-    from mambaxfer_cli.engines.vllm.conformance.adapter import Ours, release_for
-    from mambaxfer_cli.engines.vllm.conformance.compare import run
-    from mambaxfer_cli.engines.vllm.probe import installed
-
-    if sys.argv[4] == "draft-apart":     # the planted fault, after the groups above were taken
-        def apart(kv_cache_spec):
-            drafts = {name: spec for name, spec in kv_cache_spec.items() if spec.is_draft}
-            rest = {name: spec for name, spec in kv_cache_spec.items() if name not in drafts}
-            return _get_kv_cache_groups_uniform_page_size(rest) + _get_kv_cache_groups_uniform_page_size(drafts)
-
-        kv_cache_planning._get_kv_cache_groups_uniform_page_size = apart
-    report = run([(target_name, dataclasses.replace(drafted, name=drafted.name + " + EAGLE3"))], tp, installed(),
-                 Ours(release_for(vllm.version)))
-    print(json.dumps(report.to_dict()))

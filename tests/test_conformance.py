@@ -268,7 +268,13 @@ JAMBA = ["--model", "jamba", "--max-tp", "2", "--format", "json"]
 # Bamba-9B: 29 Mamba2 layers and 3 attention layers make groups of 3 layers, the last SSM group of 2.
 BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims.partial.json")
 SUPER = str(Path(BAMBA).with_name("nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json"))
-RUNS = [{"name": "draft-apart", "alter": "draft-apart",
+# Llama-3-70B's EAGLE-3 drafter: 8 KV heads of 128, as Nemotron-H-8B's attention (tests/test_vllm_eagle.py).
+EAGLE3 = json.dumps({"method": "eagle3", "num_speculative_tokens": 3,
+                     "model": str(Path(BAMBA).with_name("sgl-project__SpecForge__llama3-70B-eagle3.json"))})
+DRAFTED_8B = ["--model", "nemotron-h-8b", "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json"]
+RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8B},
+        {"name": "eagle-heads", "alter": "eagle-heads", "args": DRAFTED_8B},
+        {"name": "draft-apart", "alter": "draft-apart",
          "args": ["--model", "qwen3.5-0.8b", "--max-tp", "1", "--format", "json"]},
         {"name": "draft-apart-nemotron", "alter": "draft-apart",
          "args": ["--model", SUPER, "--max-tp", "2", "--format", "json"]},
@@ -427,6 +433,46 @@ def test_a_vllm_grouping_nemotron_h_draft_layer_apart_differs(driven):
     ids = by_function(runs["draft-apart-nemotron"]["document"])["_compute_desc_ids"]
     assert runs["draft-apart-nemotron"]["code"] == 1 and ids["outcome"] == "differs", ids
     assert 0 < ids["differing"] < ids["cases"] and "--speculative-config" in ids["first_difference"]["case"]
+
+
+@pytest.mark.parametrize("fault", ["draft-apart-eagle3", "eagle-heads"])
+def test_a_vllm_grouping_or_reading_the_eagle3_drafter_otherwise_differs(driven, fault):
+    """Planted faults under --speculative-config: the EAGLE-3 drafter's layer grouped apart, or its
+    KV heads read twice over by vLLM's EAGLEConfig (its own pages then), make _compute_desc_ids
+    differ; the first differing case's command shows ours."""
+    _, runs = driven
+    run = runs[fault]
+    ids = by_function(run["document"])["_compute_desc_ids"]
+    assert run["code"] == 1 and run["document"]["models"] == ["nemotron-h-8b + EAGLE3"]
+    assert ids["outcome"] == "differs" and ids["differing"] > 0, ids
+    assert "eagle3" in ids["first_difference"]["case"]
+    plan = _plan(ids["first_difference"]["command"])
+    assert plan["model"]["draft_layers"] == 1 and plan["descriptors"]["decode"]["tensors"] == 5
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_an_eagle3_drafter_agrees_with_vllm(release):
+    """--speculative-config with Llama-3-70B's EAGLE-3 drafter on Nemotron-H-8B: every function of
+    vLLM's on the drafted model (its layer in the attention group, tagged is_draft) agrees; a
+    drafter whose pages are not the target's (Qwen3.5-4B's on Qwen3.5-0.8B) has no drafted case."""
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", "nemotron-h-8b",
+                       "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    assert document["models"] == ["nemotron-h-8b + EAGLE3"]
+    assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
+    assert by_function(document)["_compute_desc_ids"]["cases"] > 0
+    other = json.loads(EAGLE3) | {"model": str(Path(BAMBA).with_name("sgl-project__SpecForge__qwen3.5-4b-eagle3.json"))}
+    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", "qwen3.5-0.8b",
+                       "--speculative-config", json.dumps(other), "--max-tp", "1")
+    assert proc.returncode == 2 and "mambaxfer models no draft layers of it on" in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_sglang_refuses_the_speculative_config_in_one_line():
+    result = run_cli("conformance", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--speculative-config", EAGLE3)
+    assert_user_error(result, "--speculative-config is vLLM's")
+    assert len(messages(result.stderr.strip())) == 1
 
 
 def test_the_drafted_cases_agree_with_vllm(all_presets):

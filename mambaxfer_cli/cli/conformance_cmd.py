@@ -13,8 +13,8 @@ from mambaxfer_cli.errors import Refused, UserError
 MAX_CONFORMANCE_TP = 64
 
 
-@command(uses={"model": ModelArgs.given("model", "all_presets"), "engine": EngineArgs.given("engine"),
-               "output": OutputArgs.without("output")})
+@command(uses={"model": ModelArgs.given("model", "all_presets"),
+               "engine": EngineArgs.given("engine", "speculative_config"), "output": OutputArgs.without("output")})
 def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp: int | None = MAX_TP_OPTION) -> None:
     """Run the installed engine's own functions (vLLM's or SGLang's) on each model and P/D pairing
     and compare every answer with mambaxfer's.
@@ -25,7 +25,8 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
     not be called (the installed vLLM changed a signature or an attribute it reads). Needs vLLM in
     the same environment. With --engine sglang: SGLang's own functions (state shapes and dtypes,
     slice blocks, head slices, rank mapping, the pool's entries and its state sends) on the models
-    SGLang serves, where SGLang is installed.
+    SGLang serves, where SGLang is installed. With --speculative-config (vLLM only): the
+    model with the draft layers it adds (MTP, or an EAGLE drafter's), compared alone.
 
     Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage
     error, or no vLLM (with --engine sglang: no SGLang) installed here; 70: an internal error.
@@ -47,7 +48,7 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
     if output.junit is not None:   # fail before the run, not after it
         check_writable(output.junit, "--junit")
     try:
-        report = one(engine.engine).conformance(model, largest)
+        report = one(engine.engine).conformance(model, engine, largest)
     except Refused as exc:      # exit 1 says a function differs: a model the engine refuses is not compared
         raise UserError(str(exc)) from None
     finish(report, output)

@@ -114,8 +114,9 @@ class ServingEngine(Protocol):
         """``bench --engine a,b``: both engines in one run (None: this engine has none with ``other``)."""
         ...
 
-    def conformance(self, model: ModelArgs, max_tp: int) -> Report:
-        """The installed engine's own functions against mambaxfer's, on --model or --all-presets."""
+    def conformance(self, model: ModelArgs, engines: EngineArgs, max_tp: int) -> Report:
+        """The installed engine's own functions against mambaxfer's, on --model or --all-presets
+        (with vLLM, under --speculative-config too)."""
         ...
 
     def models(self) -> Report:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Mapping
 from mambaxfer_cli.engines import ServingEngine
 from mambaxfer_cli.engines.sglang import commands
 from mambaxfer_cli.engines.sglang.release import RELEASES
+from mambaxfer_cli.errors import UserError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -94,8 +95,12 @@ class Sglang:
     def models(self) -> Report:
         return commands.answers.models_report()
 
-    def conformance(self, model: ModelArgs, max_tp: int) -> Report:
+    def conformance(self, model: ModelArgs, engines: EngineArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.sglang.conformance import run
+
+        if engines.speculative_config is not None:
+            raise UserError("--speculative-config is vLLM's: SGLang's conformance compares the NEXTN draft "
+                            "pool of every model with MTP layers without it (docs/conformance.md)")
         from mambaxfer_cli.engines.sglang.views.conformance import junit_xml, progress, render_report
         from mambaxfer_cli.render.report import Viewed
 

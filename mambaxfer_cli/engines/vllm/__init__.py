@@ -92,14 +92,15 @@ class Vllm:
 
         return presets_report()     # the presets as mambaxfer reads them, for vLLM
 
-    def conformance(self, model: ModelArgs, max_tp: int) -> Report:
+    def conformance(self, model: ModelArgs, engines: EngineArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.vllm.conformance import run
         from mambaxfer_cli.engines.vllm.options import model_names
         from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, progress, render_report
         from mambaxfer_cli.render.report import Viewed
 
         with progress() as (start, done):
-            report = run(model_names(model), max_tp, start, done, every_preset=model.all_presets)
+            report = run(model_names(model), max_tp, start, done, every_preset=model.all_presets,
+                         speculative=engines.speculative_config)
         return Viewed(report, render_report, junit_xml)
 
 

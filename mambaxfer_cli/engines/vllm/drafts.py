@@ -154,7 +154,7 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
     return replace(model, layers=model.layers + (family.mtp_kind,) * built, draft_layers=built, num_spec=tokens)
 
 
-def _drafter_config(name: str) -> dict[str, Any] | None:
+def drafter_config(name: str) -> dict[str, Any] | None:
     """The drafter's config.json where ``--model`` would find it here (a file, a directory, a
     cached repo id); None where it is not here (mambaxfer never downloads)."""
     path = Path(name).expanduser()
@@ -175,7 +175,7 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
     attention specs only with the same KV heads and head size (the KV dtype is the target's), and
     then join its attention group; else vLLM gives every layer a group of its own, which
     mambaxfer does not plan (the plans warn ``draft-layers``)."""
-    config = _drafter_config(name)
+    config = drafter_config(name)
     flat = flatten_text_config(config or {})
     if tokens is None and config is not None:
         if flat.get("n_predict") is None:

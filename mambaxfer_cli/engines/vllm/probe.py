@@ -425,6 +425,7 @@ class Installed:
         self.torch = torch
         self.cache: dict = {}           # what ``cached`` methods answered, by method and key
         self._kpool_configs: dict = {}
+        self.drafter: tuple[str, dict] | None = None    # an EAGLE drafter's method and config.json
 
     # vLLM's classes, looked up when first used (one that moved fails the functions that need it).
     @property
@@ -674,9 +675,10 @@ class Installed:
         attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
         for name, kind in zip(self.layer_names(model), model.layers):
             specs[name] = attention if kind == ATTENTION else mamba
+        draft = self.eagle_spec(model, tp, geometry.block_size) if self.drafter else None
         for name in self.layer_names(model)[len(model.layers) - model.draft_layers:]:
             with calling("KVCacheSpec.is_draft"):   # get_kv_cache_spec's tag of a drafter's layer
-                specs[name] = dataclasses.replace(specs[name], is_draft=True)
+                specs[name] = dataclasses.replace(draft or specs[name], is_draft=True)
         with calling("_get_kv_cache_groups_uniform_page_size"):
             groups = plan_groups(specs)
         width = max(len(group.layer_names) for group in groups)
@@ -686,6 +688,17 @@ class Installed:
             config = _construct(config_class, num_blocks=geometry.num_blocks, kv_cache_tensors=[],
                                 kv_cache_groups=groups)
         return groups, regions, specs, config
+
+    def eagle_spec(self, model: ModelSpec, tp: int, block_size: int):
+        """An EAGLE drafter's layers' spec: its KV heads and head size as ``EAGLEConfig`` reads them."""
+        assert self.drafter is not None
+        method, config = self.drafter
+        eagle = _symbol("vllm.transformers_utils.configs.eagle", "EAGLEConfig")
+        with calling("EAGLEConfig"):
+            draft = eagle({k: v for k, v in config.items() if not k.startswith("_")}, method=method).model
+        head_size = getattr(draft, "head_dim", None) or draft.hidden_size // draft.num_attention_heads
+        return self.attention_spec(dataclasses.replace(model, num_kv_heads=draft.num_key_value_heads,
+                                                       head_size=head_size), tp, block_size)
 
     def qsa_backend(self):
         """QSA's backend, which declares the layouts its engine may run (its family's classes by release)."""

@@ -29,12 +29,14 @@ def require_vllm() -> str:
 
 
 def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = None,
-        done: Callable[[str, int, int], None] | None = None, every_preset: bool = False):
+        done: Callable[[str, int, int], None] | None = None, every_preset: bool = False,
+        speculative: str | None = None):
     """Compare the installed vLLM with mambaxfer's rules for its release on ``models`` (--model
     names or paths), every pairing up to ``max_tp``; ``every_preset``: leave out, with a note, the
-    presets vLLM refuses."""
+    presets vLLM refuses; ``speculative``: --speculative-config, the drafted models alone."""
     version = require_vllm()
     from mambaxfer_cli.engines.vllm.conformance.adapter import Ours, release_for
+    from mambaxfer_cli.engines.vllm.conformance.cases import DRAFT_CONFIG
     from mambaxfer_cli.engines.vllm.probe import LAYOUT_VARIABLE, layout_setting
 
     ours = Ours(release_for(version))
@@ -42,7 +44,7 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
     specs, refused = [], []
     for name in models:
         try:
-            specs += ours.with_drafted(name, ours.load(name))
+            specs += ours.with_drafted(name, ours.load(name), speculative)
         except Refused as exc:
             if not every_preset:
                 raise
@@ -57,7 +59,7 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
         first = (str(exc).strip().splitlines() or [""])[0]
         raise UserError(f"vLLM {version} is installed here but does not import: "
                         f"{type(exc).__name__}: {first}") from None
-    report = compare(specs, max_tp, vllm, ours, start, done)
+    report = compare(specs, max_tp, vllm, ours, start, done, speculative or DRAFT_CONFIG)
     report.notes.extend(refused)
     if set_here:
         report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")

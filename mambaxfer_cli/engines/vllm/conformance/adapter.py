@@ -13,10 +13,10 @@ import shlex
 from dataclasses import replace, dataclass
 
 from mambaxfer_cli.engines.vllm.conformance.cases import (
-    D_NUM_BLOCKS, DRAFT_CONFIG, DRAFTED, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry,
-    ReplaySSMSetting, Request, Variation,
+    D_NUM_BLOCKS, DRAFT_CONFIG, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry,
+    ReplaySSMSetting, Request, Variation, drafted,
 )
-from mambaxfer_cli.engines.vllm.drafts import with_drafts
+from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
@@ -81,15 +81,23 @@ class Ours:
 
         return load_model(name, startup=startup.startup((self.release,)))
 
-    def with_drafted(self, name: str, spec: ModelSpec) -> list[tuple[str, ModelSpec]]:
+    def with_drafted(self, name: str, spec: ModelSpec, speculative: str | None = None) -> list[tuple[str, ModelSpec]]:
         """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
         with them (cases.DRAFT_CONFIG) under a name of its own (the probe keys what it builds by
-        the model's name)."""
+        the model's name); with ``speculative`` (--speculative-config), the model with its draft
+        layers alone, refused where it has none mambaxfer models."""
+        if speculative is not None:
+            found = with_drafts(spec, speculative_config(speculative), self.rules)
+            if not found.draft_layers:
+                raise Refused(f"--speculative-config: mambaxfer models no draft layers of it on {spec.name} "
+                              f"(docs/reference.md §4), so it has no drafted case to compare")
+            return [(name, replace(found, name=spec.name + drafted(speculative)))]
         try:
-            drafted = with_drafts(spec, json.loads(DRAFT_CONFIG), self.rules)
+            found = with_drafts(spec, json.loads(DRAFT_CONFIG), self.rules)
         except Refused:         # vLLM does not start MTP on it (GLM-5-Next's config, an n_predict of 0)
             return [(name, spec)]
-        return [(name, spec)] + ([(name, replace(drafted, name=spec.name + DRAFTED))] if drafted.draft_layers else [])
+        return [(name, spec)] + ([(name, replace(found, name=spec.name + drafted(DRAFT_CONFIG)))]
+                                 if found.draft_layers else [])
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
         """vLLM's words where its parallel-config check refuses TP ``tp``, else None."""

@@ -4,6 +4,7 @@ values both sides answer in (plain data, so that neither side's types leak into 
 from __future__ import annotations
 
 import itertools
+import json
 import shlex
 from dataclasses import dataclass, field, replace
 from typing import Iterable
@@ -21,7 +22,11 @@ EXPLICIT_BLOCK_SIZE = 32          # a --block-size every backend accepts as a ke
 # The --speculative-config of a model's drafted cases: MTP from its own checkpoint, where its family
 # declares the MTP layers (their tensors and descriptor IDs join the target's KV-cache groups).
 DRAFT_CONFIG = '{"method":"mtp","num_speculative_tokens":1}'
-DRAFTED = " + MTP"        # after the model's name, where the report counts its drafted cases
+
+
+def drafted(speculative: str) -> str:
+    """After the model's name, where the report counts its drafted cases: `` + MTP``, `` + EAGLE3``."""
+    return " + " + str(json.loads(speculative).get("method") or "draft").upper()
 
 # Engines of different sizes on the two sides catch an ID computed with the other engine's N.
 P_NUM_BLOCKS = 4096
@@ -142,7 +147,7 @@ class Case:
     @property
     def counted_as(self) -> str:
         """The model as the report counts it: ``M + MTP`` for the drafted cases."""
-        return self.model + (DRAFTED if self.speculative else "")
+        return self.model + (drafted(self.speculative) if self.speculative else "")
 
     def describe(self) -> str:
         parts = [self.model + (f" with --speculative-config {self.speculative}" if self.speculative else "")]

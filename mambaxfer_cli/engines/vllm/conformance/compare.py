@@ -11,6 +11,7 @@ layout alone.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 from dataclasses import replace
@@ -18,9 +19,10 @@ from typing import Any, Callable
 
 from mambaxfer_cli.engines.vllm.conformance.adapter import OurEngine, Ours
 from mambaxfer_cli.engines.vllm.conformance.cases import (
-    D_NUM_BLOCKS, DRAFT_CONFIG, DRAFTED, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry,
-    HashedEngine, ReplaySSMSetting, Variation, flag_variants, hash_variations, pairings, replayssm_settings,
+    D_NUM_BLOCKS, DRAFT_CONFIG, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry,
+    HashedEngine, ReplaySSMSetting, Variation, drafted, flag_variants, hash_variations, pairings, replayssm_settings,
 )
+from mambaxfer_cli.engines.vllm.drafts import EAGLE_METHODS, drafter_config
 from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
@@ -91,8 +93,9 @@ def compares(*functions: Function) -> Callable[[Callable[..., None]], Callable[.
 class Comparison:
     """One run: the installed vLLM against mambaxfer's rules for its release."""
 
-    def __init__(self, vllm, ours: Ours) -> None:
+    def __init__(self, vllm, ours: Ours, draft_config: str = DRAFT_CONFIG) -> None:
         self.vllm = vllm
+        self.draft_config = draft_config
         self.ours = ours
         self.results = {f.name: FunctionResult(f) for f in FUNCTIONS}
         self.notes: list[str] = []
@@ -131,7 +134,10 @@ class Comparison:
     # --- one model -------------------------------------------------------------------------------
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
-        self.speculative = DRAFT_CONFIG if model.draft_layers else ""
+        self.speculative = self.draft_config if model.draft_layers else ""
+        drafting = json.loads(self.speculative or "{}")      # vLLM's side reads an EAGLE drafter itself
+        self.vllm.drafter = ((drafting["method"], drafter_config(str(drafting["model"])) or {})
+                             if drafting.get("method") in EAGLE_METHODS and drafting.get("model") else None)
         self.registry(name, model)
         self.replayssm(name, model)
         self.kv_layouts(name, model)
@@ -479,15 +485,16 @@ def _ids_shown(theirs: dict, ours: dict) -> tuple:
 
 
 def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, start: Start | None = None,
-        done: Done | None = None) -> Report:
-    """Compare every function on every model (its --model name and spec), pairing and flag variant."""
+        done: Done | None = None, draft_config: str = DRAFT_CONFIG) -> Report:
+    """Compare every function on every model (its --model name and spec), pairing and flag variant;
+    ``draft_config``: the --speculative-config of the models with draft layers."""
     started = time.monotonic()
-    comparison = Comparison(vllm, ours)
+    comparison = Comparison(vllm, ours, draft_config)
     if start is not None:
         start(sum(len(pairings(valid_tp_sizes(model, max_tp))) for _, model in models))
     for name, model in models:
         comparison.model(name, model, max_tp, done)
-    names = [name + (DRAFTED if model.draft_layers else "") for name, model in models]
+    names = [name + (drafted(draft_config) if model.draft_layers else "") for name, model in models]
     report = Report(vllm.version, ours.release, ours.gpu, names, max_tp,
                     [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)
     report.notes.extend(comparison.notes)
