@@ -234,3 +234,12 @@ def test_the_progress_line_is_never_cut_at_80_columns():
     out.print(bar.progress.get_renderable())
     words = " ".join(out.export_text().split())
     assert detail in words
+
+
+def test_chart_help_names_the_extra_whole():
+    """--chart's help names pyproject's extra as pip takes it: rich's markup would eat '[bench]'."""
+    from mambaxfer_cli.render.report import CHART_EXTRA
+
+    result = run_cli("bench", "--help", env={"COLUMNS": "250"})
+    assert result.code == 0, result.stderr
+    assert CHART_EXTRA in result.stdout, result.stdout

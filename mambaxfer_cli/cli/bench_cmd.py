@@ -8,7 +8,7 @@ from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArg
 from mambaxfer_cli.cli.params import OUTPUT, REQUEST, command, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import beside, chosen, one
-from mambaxfer_cli.render.report import CHART_EXTRA
+from mambaxfer_cli.render.report import CHART_EXTRA_HELP
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
@@ -25,7 +25,7 @@ def bench(
         "--request-blocks", help="Request sizes to sweep: logical blocks per KV-cache group, comma-separated.",
         panel=REQUEST, default="1,4,16"),
     chart: Path | None = option("--chart", help=f"Write a PNG of GB/s against request size (needs matplotlib: "
-                                                f"{CHART_EXTRA}).", panel=OUTPUT, parser=a_file,
+                                                f"{CHART_EXTRA_HELP}).", panel=OUTPUT, parser=a_file,
                                 metavar="<path>"),
 ) -> None:
     """Measure the plan's transfer between real NIXL agents, as planned, coalesced, and as one

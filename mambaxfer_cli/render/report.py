@@ -10,6 +10,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK
 
 CHART_EXTRA = "pip install 'mambaxfer[bench]'"      # pyproject's extra that brings matplotlib
+CHART_EXTRA_HELP = CHART_EXTRA.replace("[", "\\[")   # the same in --help, past rich's markup
 
 
 class AsIs:
