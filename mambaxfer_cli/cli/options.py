@@ -235,7 +235,9 @@ class EngineArgs(Group):
     speculative_config: str | None = option(
         "--speculative-config", help="Both engines' --speculative-config, vLLM's JSON, e.g. "
                                      "'{\"method\": \"mtp\", \"num_speculative_tokens\": 1}': conv rows for its "
-                                     "tokens, and the draft's MTP layers where the model's config declares them.",
+                                     "tokens, the draft's MTP layers where the model's config declares them, and an "
+                                     "EAGLE / EAGLE-3 drafter's layers (its \"model\": a config file, folder or "
+                                     "cached repo id) where its pages are the target's.",
         panel=ENGINES, metavar="JSON")
     p_blocks_per_logical: int | None = option("--p-blocks-per-logical", help=_EXPERT.format("P"), panel=ENGINES)
     d_blocks_per_logical: int | None = option("--d-blocks-per-logical", help=_EXPERT.format("D"), panel=ENGINES)
