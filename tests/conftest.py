@@ -104,3 +104,15 @@ def etcd(tmp_path_factory) -> str:
             server.kill()
             server.wait(5)
         log.close()
+
+
+@pytest.fixture
+def cli(capsys):
+    """Runs the CLI in this process: (exit code, stdout, stderr)."""
+    from mambaxfer_cli.cli import flushed, run as run_command
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = flushed(run_command(list(args)))
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run

@@ -9,17 +9,8 @@ import json
 
 import pytest
 
-from mambaxfer_cli.cli import flushed, run as run_command
 from mambaxfer_cli.readers.model_source import compiled_presets
 
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args: str) -> tuple[int, str, str]:
-        code = flushed(run_command(list(args)))
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
 
 
 def _config(tmp_path, **text) -> str:

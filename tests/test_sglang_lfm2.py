@@ -9,16 +9,7 @@ import json
 
 import pytest
 
-from mambaxfer_cli.cli import flushed, run as run_command
 
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args: str) -> tuple[int, str, str]:
-        code = flushed(run_command(list(args)))
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
 
 
 def test_plan_moves_the_conv_window_of_sglang_s_conv_layers(cli):
