@@ -320,6 +320,21 @@ def test_the_schema_keeps_each_engine_to_its_own_document():
     assert not validator.is_valid(mixed)
 
 
+# A KDA mixer whose conv channels come out rolled by one (a planted fault; GLM-5-Next's test too).
+ROLLED_KDA = r"""
+def rolled_kda_channels(cls):
+    def build(*a, **k):
+        attention = cls(*a, **k)
+        weight = attention.qkv_conv1d.weight
+        load = weight.weight_loader
+        def loader(param, loaded, shard):
+            load(param, loaded, shard)
+            param.data.copy_(param.data.roll(1, 0))
+        weight.weight_loader = loader
+        return attention
+    return build
+"""
+
 # Faults planted in SGLang's functions, inside SGLang's environment: each must make its function
 # (and only the functions built on it) differ.
 PLANT = r"""
@@ -372,18 +387,7 @@ def rolled_conv_channels(cls):
         return mixer
     return build
 
-def rolled_kda_channels(cls):
-    def build(*a, **k):
-        attention = cls(*a, **k)
-        weight = attention.qkv_conv1d.weight
-        load = weight.weight_loader
-        def loader(param, loaded, shard):
-            load(param, loaded, shard)
-            param.data.copy_(param.data.roll(1, 0))
-        weight.weight_loader = loader
-        return attention
-    return build
-
+""" + ROLLED_KDA + r"""
 def untransposed(fn):
     # Kimi's conv laid out as Mamba2's, (dim, K-1) sliced on its first axis.
     import dataclasses

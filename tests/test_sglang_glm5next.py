@@ -10,6 +10,7 @@ import json
 import pytest
 
 from mambaxfer_cli.readers.model_source import compiled_presets
+from test_sglang_conformance import ROLLED_KDA, run_in_sglang
 
 
 
@@ -78,21 +79,9 @@ from mambaxfer_cli.engines.sglang.conformance import served_model
 
 name = "Glm5NextLinearAttention conv channels"
 base = c.load_functions()
-
-def rolled(cls):
-    def build(*a, **k):
-        attention = cls(*a, **k)
-        weight = attention.qkv_conv1d.weight
-        load = weight.weight_loader
-        def loader(param, loaded, shard):
-            load(param, loaded, shard)
-            param.data.copy_(param.data.roll(1, 0))
-        weight.weight_loader = loader
-        return attention
-    return build
-
+""" + ROLLED_KDA + r"""
 out = {}
-for label, functions in (("as is", base), ("rolled", {**base, name: rolled(base[name])})):
+for label, functions in (("as is", base), ("rolled", {**base, name: rolled_kda_channels(base[name])})):
     report = c.probe([served_model("glm-5-next")], functions, max_tp=2)
     out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
 try:       # its 64 heads at TP 3, built as conformance builds it
@@ -105,8 +94,6 @@ print(json.dumps(out))
 
 
 def test_conformance_builds_its_own_mixer_and_catches_a_planted_fault():
-    from test_sglang_conformance import run_in_sglang
-
     result = run_in_sglang("-c", PROBE)
     assert result.returncode == 0, result.stderr[-3000:]
     outcomes = json.loads(result.stdout)
