@@ -11,9 +11,10 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from mambaxfer_cli.execute.channel import Channel, RankFailure
+from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
+from mambaxfer_cli.execute.remote import nixl_said, peer_gone
 from mambaxfer_cli.execute.results import Preparation
 from mambaxfer_cli.execute.tasks import RankTask
 
@@ -115,21 +116,41 @@ class RankAgent:
 
     def transfer(self, xfers: Sequence[Any], notif: bytes, ch: Channel, what: str = "READ") -> float:
         """Post prepared transfers and drive them to completion (a stall is the coordinator's to see)."""
+        return max(self.post(xfers, notif, ch, what), default=0.0)
+
+    def post(self, xfers: Sequence[Any], notif: bytes, ch: Channel, what: str,
+             targets: Sequence[str] = ()) -> list[float]:
+        """Each transfer's seconds until NIXL says it is done; ``targets``: whom each one moves bytes
+        to, named when NIXL says it went away."""
         ch.waiting(f"the {what}s to complete")
         started = time.perf_counter()
-        for xfer in xfers:
-            if self.agent.transfer(xfer, notif) == "ERR":
+        for i, xfer in enumerate(xfers):
+            if self._nixl(targets, i, what, self.agent.transfer, xfer, notif) == "ERR":
                 raise RankFailure(f"NIXL refused to post a {what}")
-        pending, polls = list(xfers), 0
-        while pending:
-            states = [self.agent.check_xfer_state(x) for x in pending]
-            if "ERR" in states:
-                raise RankFailure(f"a {what} failed")
-            pending = [x for x, state in zip(pending, states) if state != "DONE"]
+        took: list[float | None] = [None] * len(xfers)
+        polls = 0
+        while None in took:
+            for i, xfer in enumerate(xfers):
+                if took[i] is None:
+                    state = self._nixl(targets, i, what, self.agent.check_xfer_state, xfer)
+                    if state == "ERR":
+                        raise RankFailure(f"a {what} failed")
+                    if state == "DONE":
+                        took[i] = time.perf_counter() - started
             polls += 1
             if polls % CHECK_STOP_EVERY == 0:
                 ch.check_stop()
-        return time.perf_counter() - started
+        return [t for t in took if t is not None]
+
+    @staticmethod
+    def _nixl(targets: Sequence[str], i: int, what: str, call: Callable[..., str], *args: Any) -> str:
+        """NIXL's answer about a transfer; its error, where it says target ``i`` went away, as that."""
+        try:
+            return call(*args)
+        except Exception as exc:
+            if targets and peer_gone(exc):
+                raise PeerGone(f"{targets[i]} went away during the {what} into it", nixl_said(exc)) from None
+            raise
 
     def notified(self, peer: str, final: bytes) -> set[int]:
         """The ranks of role ``peer`` (P, D) whose agents sent ``final`` since the last look."""

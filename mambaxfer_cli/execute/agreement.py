@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from mambaxfer_cli.execute.difference import first_difference, shown_value
 
 TAG = b"mambaxfer:"            # marks our control notifications apart from the READs' own
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def mismatch(prefill: dict[str, Any], decode: dict[str, Any]) -> str | None:

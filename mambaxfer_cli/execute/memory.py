@@ -100,12 +100,12 @@ class RankMemory:
                             else self._buffers[index]).reshape(rows, cols)
         return host
 
-    def poison(self) -> None:
+    def poison(self, value: int = POISON) -> None:
         for buffer in self._buffers:
             if self.device == "cuda":
-                buffer.fill_(POISON)
+                buffer.fill_(value)
             else:
-                buffer.fill(POISON)
+                buffer.fill(value)
 
     def sync(self) -> None:
         """NIXL is not stream-ordered: finish the device's writes before posting a transfer."""

@@ -12,6 +12,7 @@ from mambaxfer_cli.execute.tasks import RankTask
 
 REQUEST_EVERY = 0.5   # metadata requests are asynchronous and find nothing until the peer is up
 PING_EVERY = 0.5
+QUIET = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per metadata request too early
 LINGER = 0.5          # after a refusal, so that it reaches the other side before this agent goes
 
 

@@ -1,9 +1,13 @@
-"""The base type of what rank programs return (each engine subclasses it), and preparation times."""
+"""The base type of what rank programs return (each engine subclasses it), preparation times, and
+a bench variant's figures."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+import numpy as np
 
 
 class RankResult:
@@ -27,3 +31,21 @@ class Preparation:
     prep_s: float                        # prep_xfer_dlist, local and remote lists
     make_s: float                        # make_prepped_xfer
     descriptors_posted: int
+
+
+def p99(values: Sequence[float]) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), 99))
+
+
+def summary(times: list[float], nbytes: int, posted: int, kept: int, prep_s: float, make_s: float,
+            per_descriptor: str, **more: Any) -> dict[str, Any]:
+    """One bench variant from its iterations' times (each its slowest initiator's); ``more`` before
+    the times."""
+    median, slow = statistics.median(times), p99(times)
+    return {"bytes": nbytes, "descriptors_posted": posted, "descriptors_kept": kept,
+            per_descriptor: nbytes // max(posted, 1),
+            "time_us": {"median": median * 1e6, "p99": slow * 1e6},
+            "gb_per_s": {"median": nbytes / median / 1e9 if median else 0.0,
+                         "p99": nbytes / slow / 1e9 if slow else 0.0},
+            "per_descriptor_us": median * 1e6 / max(posted, 1),
+            "prep_ms": prep_s * 1e3, "make_ms": make_s * 1e3, **more, "times_s": times}

@@ -10,9 +10,10 @@ import json
 import select
 import socket
 import struct
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.execute.agent import RankAgent
 from mambaxfer_cli.execute.channel import Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.tasks import RankTask, RunSettings
@@ -145,6 +146,26 @@ def replies(task: RankTask, ch: Channel, server: SideChannelServer, header: dict
     ch.publish("listening", server.port)
     ch.phase("serving", f"{server.host}:{server.port}")
     return reply
+
+
+def fetch_peers(task: RankTask, ch: Channel, node: RankAgent, peer: str, ranks: Sequence[int],
+                check: Callable[[int, dict[str, Any]], None]) -> list[tuple[str, dict[str, Any]]]:
+    """One host: each rank of role ``peer`` (P, D) in ``ranks``, asked on its side channel once the
+    coordinator says where they listen: its agent loaded, and what it published, ``check``-ed."""
+    ch.phase("exchanging")
+    ports = ch.gather("listening", peer, f"the {peer} ranks to listen")
+    host, out = task.settings.host, []
+    for rank in ranks:
+        port = ports[rank]
+        ch.waiting(f"{peer}{rank}'s side channel {host}:{port} to answer")
+        try:
+            header, blob = fetch(host, port, {f"{task.role.lower()}_rank": task.rank}, f"{peer}{rank}", ch.check_stop)
+        except SideChannelError as exc:
+            raise RankFailure(str(exc)) from None
+        ch.phase("exchanging", f"loading {peer}{rank}'s metadata")
+        check(rank, header)
+        out.append((node.add_remote(blob), header))
+    return out
 
 
 def check_ports(settings: RunSettings, p_tp: int, role: str = "P") -> None:

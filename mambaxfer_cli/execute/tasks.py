@@ -80,6 +80,14 @@ class RankTask:
         raise NotImplementedError
 
 
+def unexecutable(message: str) -> UserError:
+    return UserError(f"this plan cannot be executed: {message}")
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
 def available_memory() -> int | None:
     try:
         with open("/proc/meminfo") as handle:

@@ -10,16 +10,14 @@ same number of bytes, P's first bytes into D's, back to back). D checks every by
 from __future__ import annotations
 
 import secrets
-import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
-
-import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.results import summary
 from mambaxfer_cli.engines.sglang.transfer.run import (
     SlotDecodeTask, SlotPrefillTask, build_tasks, chosen_writes,
 )
@@ -87,17 +85,9 @@ def _fields(task: Any) -> dict[str, Any]:
 
 def summarise(timings: Sequence[VariantTiming], nbytes: int, iters: int) -> dict[str, Any]:
     """One variant from its initiators' figures (iteration i: the slowest P rank)."""
-    times = [max(t.times_s[i] for t in timings) for i in range(iters)]
-    posted = sum(t.descriptors_posted for t in timings)
-    median, p99 = statistics.median(times), float(np.percentile(np.asarray(times, dtype=float), 99))
-    return {"bytes": nbytes, "descriptors_posted": posted, "descriptors_kept": sum(t.descriptors_kept for t in timings),
-            "bytes_per_descriptor": nbytes // max(posted, 1),
-            "time_us": {"median": median * 1e6, "p99": p99 * 1e6},
-            "gb_per_s": {"median": nbytes / median / 1e9 if median else 0.0,
-                         "p99": nbytes / p99 / 1e9 if p99 else 0.0},
-            "per_descriptor_us": median * 1e6 / max(posted, 1),
-            "prep_ms": max(t.prep_s for t in timings) * 1e3, "make_ms": max(t.make_s for t in timings) * 1e3,
-            "times_s": times}
+    return summary([max(t.times_s[i] for t in timings) for i in range(iters)], nbytes,
+                   sum(t.descriptors_posted for t in timings), sum(t.descriptors_kept for t in timings),
+                   max(t.prep_s for t in timings), max(t.make_s for t in timings), "bytes_per_descriptor")
 
 
 @dataclass(frozen=True)

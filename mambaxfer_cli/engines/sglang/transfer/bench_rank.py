@@ -3,24 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.transfer.bench import LIMIT, ORDER, PLANNED, SlotBenchDecode, SlotBenchPrefill
 from mambaxfer_cli.engines.sglang.proof import entry_item
-from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
+from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, Tick
 from mambaxfer_cli.execute.channel import Channel
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, poison
 from mambaxfer_cli.engines.sglang.transfer.rank import (
-    await_notifications, connect, fill_and_register, planned_pairings, poison_all, post, start_target,
+    await_notifications, connect, fill_and_register, planned_pairings, poison_all, start_target,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, SlotCheck, VariantTiming
-
-Tick = Callable[[str], None]
-
 
 def _message(task: SlotBenchPrefill | SlotBenchDecode, variant: str, iteration: int) -> bytes:
     return f"{task.settings.run_id}-{variant}-{iteration}".encode()
@@ -50,7 +45,8 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
                 # Only the last WRITE notifies, as vLLM's bench: a notification's WRITE completes
                 # when D next polls (every WAIT_ROUND), which is D's cadence, not the transfer's.
                 last = iteration == task.iters - 1
-                times.append(max(post(node, xfers, _message(task, variant, iteration) if last else b"", ch, targets)))
+                times.append(max(node.post(xfers, _message(task, variant, iteration) if last else b"", ch, "WRITE",
+                                           targets)))
             kept = sum(int(t.descCount) for t in node.telemetry(xfers))
             timings[variant] = VariantTiming(tuple(times), prep.descriptors_posted, kept, prep.prep_s, prep.make_s)
         ch.meet("checked", None, "the D ranks to check")

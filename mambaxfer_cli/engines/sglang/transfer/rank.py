@@ -11,7 +11,8 @@ plan's descriptors, then each round: its request slot refilled, every WRITE post
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from functools import partial
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -19,21 +20,17 @@ from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import KV_BUFFERS, KVRank
 from mambaxfer_cli.engines.sglang.plan import Descriptor
 from mambaxfer_cli.engines.sglang.proof import entry_item as state_item
-from mambaxfer_cli.execute.agent import CHECK_STOP_EVERY, DescriptorPairing, RankAgent
-from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
+from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, Tick
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
-from mambaxfer_cli.execute.remote import nixl_said, peer_gone
 from mambaxfer_cli.engines.sglang.transfer.run import (
     SlotDecodeTask, SlotPrefillTask, SlotTask, holds, pattern_block, poison,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import (
     FieldCount, FirstWrong, SlotDecodeResult, SlotPrefillResult, WriteTiming,
 )
-from mambaxfer_cli.execute.side_channel import SideChannelError, SideChannelServer, fetch, listen, replies
-
-Tick = Callable[[str], None]
-
+from mambaxfer_cli.execute.side_channel import SideChannelServer, fetch_peers, listen, replies
 
 def round_notification(task: SlotTask, round_: int) -> bytes:
     """What a P rank's WRITEs of a round notify (NIXL sends it once their bytes are on D)."""
@@ -66,10 +63,7 @@ def kv_of(task: SlotTask, entry: TransferEntry) -> KVRank | None:
 
 
 def poison_all(memory: RankMemory, value: int) -> None:
-    for index in range(memory.count):
-        host = memory.host(index)
-        host.fill(value)
-        memory.store(index, host)
+    memory.poison(value)
     memory.sync()
 
 
@@ -119,8 +113,8 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> SlotPrefillResult:
             ch.meet(f"round {round_}", None, "the D ranks to poison")
             fault(task, "transfer")
             ch.phase("transferring", f"round {round_ + 1}/{task.rounds}")
-            for xfer_times, took in zip(times, post(node, xfers, round_notification(task, round_), ch,
-                                                [f"D{d}" for d, _ in task.writes])):
+            for xfer_times, took in zip(times, node.post(xfers, round_notification(task, round_), ch, "WRITE",
+                                                         [f"D{d}" for d, _ in task.writes])):
                 xfer_times.append(took)
         telemetry = node.telemetry(xfers)
         ch.meet("received", None, "the D ranks to check the last round")
@@ -147,20 +141,7 @@ def planned_pairings(task: SlotPrefillTask, node: RankAgent,
 def connect(task: SlotPrefillTask, ch: Channel, node: RankAgent) -> list[tuple[str, dict[str, Any]]]:
     """Each D rank this P rank writes into (``task.writes``' order): its agent loaded, and what it
     published (base addresses, item lengths), checked against the plan."""
-    ch.phase("exchanging")
-    ports = ch.gather("listening", "D", "the D ranks to listen")
-    out = []
-    for d_rank, _ in task.writes:
-        port = ports[d_rank]
-        ch.waiting(f"D{d_rank}'s side channel {task.settings.host}:{port} to answer")
-        try:
-            header, blob = fetch(task.settings.host, port, {"p_rank": task.rank}, f"D{d_rank}", ch.check_stop)
-        except SideChannelError as exc:
-            raise RankFailure(str(exc)) from None
-        ch.phase("exchanging", f"loading D{d_rank}'s metadata")
-        check_decode_layout(task, d_rank, header)
-        out.append((node.add_remote(blob), header))
-    return out
+    return fetch_peers(task, ch, node, "D", [d for d, _ in task.writes], partial(check_decode_layout, task))
 
 
 def check_decode_layout(task: SlotPrefillTask, d_rank: int, published: dict[str, Any]) -> None:
@@ -169,41 +150,6 @@ def check_decode_layout(task: SlotPrefillTask, d_rank: int, published: dict[str,
     for key, value in expected.items():
         if published.get(key) != value:
             raise RankFailure(f"D{d_rank} publishes {key}={published.get(key)}, the plan expects {value}")
-
-
-def post(node: RankAgent, xfers: list[Any], notif: bytes, ch: Channel, targets: Sequence[str]) -> list[float]:
-    """Every WRITE posted at once; each one's time until NIXL says it is done. ``targets``: whom
-    each WRITE writes into (``D1``), named when NIXL says it went away."""
-    started = time.perf_counter()
-    for xfer, target in zip(xfers, targets):
-        if _nixl(node.agent.transfer, xfer, target, notif) == "ERR":
-            raise RankFailure("NIXL refused to post a WRITE")
-    ch.waiting("the WRITEs to complete")
-    took: list[float | None] = [None] * len(xfers)
-    polls = 0
-    while any(t is None for t in took):
-        for i, xfer in enumerate(xfers):
-            if took[i] is not None:
-                continue
-            state = _nixl(node.agent.check_xfer_state, xfer, targets[i])
-            if state == "ERR":
-                raise RankFailure("a WRITE failed")
-            if state == "DONE":
-                took[i] = time.perf_counter() - started
-        polls += 1
-        if polls % CHECK_STOP_EVERY == 0:
-            ch.check_stop()
-    return [t for t in took if t is not None]
-
-
-def _nixl(call: Callable[..., str], xfer: Any, target: str, *args: Any) -> str:
-    """NIXL's answer about a WRITE; its error, where it says the target went away, as that."""
-    try:
-        return call(xfer, *args)
-    except Exception as exc:
-        if peer_gone(exc):
-            raise PeerGone(f"{target} went away during the WRITE into it", nixl_said(exc)) from None
-        raise
 
 
 # --- the decode side: the target --------------------------------------------------------------
@@ -229,9 +175,7 @@ def decode(task: SlotDecodeTask, ch: Channel) -> SlotDecodeResult:
 
 def start_target(task: SlotDecodeTask, ch: Channel, node: RankAgent) -> None:
     """A D rank's start: poisoned, registered, each writer's metadata request answered."""
-    ch.phase("poisoning")
-    poison_all(node.memory, poison(0))
-    node.register(ch)
+    node.poison_and_register(ch)
     listen(task.settings.host, task.port, lambda server: serve_writers(task, ch, node, server))
 
 

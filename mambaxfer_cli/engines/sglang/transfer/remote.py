@@ -19,8 +19,6 @@ the other at once; otherwise every wait is one the coordinator's --timeout watch
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -35,24 +33,17 @@ from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.difference import comparable
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.faults import fault
-from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, linger, notifications, notify, p_agent
+from mambaxfer_cli.execute.remote import PING_EVERY, QUIET, REQUEST_EVERY, linger, notifications, notify, p_agent
 from mambaxfer_cli.engines.sglang.transfer.run import (
     D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask,
     build_tasks, chosen_writes, poison, transfer,
 )
 from mambaxfer_cli.engines.sglang.transfer.rank import (
-    Check, check_decode_layout, fill_and_register, fill_slot, planned_pairings, poison_all, post, published_layout,
+    Check, check_decode_layout, fill_and_register, fill_slot, planned_pairings, poison_all, published_layout,
     round_notification, write_timings,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import RunSettings
-
-QUIET = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per metadata request too early
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-
 
 def rounds_of(iters: int) -> int:
     return max(iters, MIN_ROUNDS)
@@ -65,7 +56,7 @@ def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
     descriptors and the whole plan."""
     moved = transfer(plan, semantics)
     model = comparable({"model": plan.model.to_dict()})["model"]
-    model["config_hash"] = _digest(model)
+    model["config_hash"] = agreement.digest(model)
 
     def entries(side: tuple[Any, ...]) -> list[dict[str, Any]]:
         return [{"field": e.field, "layer_id": e.layer_id, "item_len": e.item_len} for e in side]
@@ -75,8 +66,8 @@ def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
             "entries": {"prefill": entries(moved.prefill_entries), "decode": entries(moved.decode_entries)},
             "slots": {"prefill": {"slots": P_SLOTS, "request": P_SLOT},
                       "decode": {"slots": D_SLOTS, "request": D_SLOT}},
-            "descriptors_hash": _digest([asdict(d) for d in moved.descriptors]),
-            "plan_hash": _digest(comparable(plan.to_dict()))}
+            "descriptors_hash": agreement.digest([asdict(d) for d in moved.descriptors]),
+            "plan_hash": agreement.digest(comparable(plan.to_dict()))}
 
 
 # --- what a side's ranks return ---------------------------------------------------------------------
@@ -304,8 +295,8 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
             _await(ch, inbox, peers, partial(_not_ready, task, inbox, peers, round_))
             fault(task, "transfer")
             try:
-                took = post(node, xfers, round_notification(task, round_), ch,
-                            [f"D{d} ({peers.names[d]})" for d, _ in task.writes])
+                took = node.post(xfers, round_notification(task, round_), ch, "WRITE",
+                                 [f"D{d} ({peers.names[d]})" for d, _ in task.writes])
             except PeerGone:
                 raise
             except RankFailure:
@@ -422,9 +413,7 @@ def _entries(agent: Any, header: dict[str, Any]) -> Any:
 
 def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
     with RankAgent(task, ch, telemetry=False) as node:
-        ch.phase("poisoning")
-        poison_all(node.memory, poison(0))
-        node.register(ch)
+        node.poison_and_register(ch)
         node.publish()
         inbox = _Inbox(node.agent)
         peers = _Peers(node.agent, "P", inbox)

@@ -33,7 +33,7 @@ from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.results import Checked
 from mambaxfer_cli.execute.side_channel import check_ports
 from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
-from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory
+from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory, gib, unexecutable
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pattern import POISON
 
@@ -105,10 +105,6 @@ class SlotDecodeTask(SlotTask):
         return self.settings.port + self.rank if self.settings.port else 0
 
 
-def _unexecutable(message: str) -> UserError:
-    return UserError(f"this plan cannot be executed: {message}")
-
-
 def chosen_writes(plan: SGLangPlan, semantics: str) -> SGLangPlan:
     """The plan with the writes ``semantics`` names: SGLang's own, or the exact ones."""
     if semantics == "sglang":
@@ -118,7 +114,7 @@ def chosen_writes(plan: SGLangPlan, semantics: str) -> SGLangPlan:
             raise Refused(f"{plan.verdict.sentence()}, so no state moves; --semantics exact moves the bytes")
         return plan
     if not plan.exact:
-        raise _unexecutable("the two sides keep the state in different dtypes, so no plain copy is exact")
+        raise unexecutable("the two sides keep the state in different dtypes, so no plain copy is exact")
     return replace(plan, writes=plan.exact)
 
 
@@ -185,12 +181,8 @@ def _check_bounds(moved: Transfer) -> None:
                 ("decode", moved.decode_entries, d.dst_entry, d.dst_offset, D_SLOTS)):
             size = entries[index].item_len * slots
             if offset < 0 or offset + d.length > size:
-                raise _unexecutable(f"P{d.p_rank} -> D{d.d_rank} layer {d.layer_id}: a write of {d.length} bytes "
+                raise unexecutable(f"P{d.p_rank} -> D{d.d_rank} layer {d.layer_id}: a write of {d.length} bytes "
                                     f"at {offset} reaches past the {side} entry ({size} bytes)")
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
@@ -204,8 +196,8 @@ def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
     total = plan.p_tp * p_memory.total_bytes + plan.d_tp * d_memory.total_bytes
     free = available_memory()
     if settings.device == "cpu" and free is not None and total > free // 2:
-        raise _unexecutable(f"its pools need {_gib(total)} of DRAM over {plan.p_tp + plan.d_tp} ranks, more than "
-                            f"half of the {_gib(free)} available; use fewer --layers")
+        raise unexecutable(f"its pools need {gib(total)} of DRAM over {plan.p_tp + plan.d_tp} ranks, more than "
+                            f"half of the {gib(free)} available; use fewer --layers")
     p_layouts = check_side(plan.model, plan.p_tp, plan.release).layouts()
     d_layouts = check_side(plan.model, plan.d_tp, plan.release).layouts()
 

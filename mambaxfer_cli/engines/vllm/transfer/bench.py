@@ -9,15 +9,13 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from mambaxfer_cli.engines.vllm.transfer.bench_variants import (
     COALESCED, DIRECTIONS, LIMIT, MODES, ORDER, PLANNED, bench_tasks, limit_chunks,
 )
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
 from mambaxfer_cli.render.console import tp_pairing
-from mambaxfer_cli.execute.results import Preparation
+from mambaxfer_cli.execute.results import Preparation, p99, summary
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.engines.vllm.proof.addresses import read_bytes
@@ -48,29 +46,16 @@ def transports(log_text: str, run_id: str) -> dict[str, Any]:
             "WRITE": {"transports": sorted(out["P"]), "ucx_lanes": sorted(lanes["P"])}}
 
 
-def _p99(values: Sequence[float]) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), 99))
-
-
 def summarise(steps: Sequence[tuple[Timing, Preparation]], nbytes: int, iters: int) -> dict[str, Any]:
     """One variant in one direction from its initiators' figures (iteration i: the slowest initiator)."""
     times = [max(t.times_s[i] for t, _ in steps) for i in range(iters)]
     post = [max(t.post_us[i] for t, _ in steps) for i in range(iters)]
     xfer = [max(t.xfer_us[i] for t, _ in steps) for i in range(iters)]
-    posted = sum(p.descriptors_posted for _, p in steps)
-    median, p99 = statistics.median(times), _p99(times)
-    return {"bytes": nbytes, "descriptors_posted": posted,
-            "descriptors_kept": sum(t.descriptors_kept for t, _ in steps),
-            "segment_bytes": nbytes // max(posted, 1),
-            "time_us": {"median": median * 1e6, "p99": p99 * 1e6},
-            "gb_per_s": {"median": nbytes / median / 1e9 if median else 0.0,
-                         "p99": nbytes / p99 / 1e9 if p99 else 0.0},
-            "per_descriptor_us": median * 1e6 / max(posted, 1),
-            "prep_ms": max(p.prep_s for _, p in steps) * 1e3,
-            "make_ms": max(p.make_s for _, p in steps) * 1e3,
-            "post_us": {"median": statistics.median(post), "p99": _p99(post)},
-            "nixl_xfer_us": {"median": statistics.median(xfer), "p99": _p99(xfer)},
-            "times_s": times}
+    return summary(times, nbytes, sum(p.descriptors_posted for _, p in steps),
+                   sum(t.descriptors_kept for t, _ in steps), max(p.prep_s for _, p in steps),
+                   max(p.make_s for _, p in steps), "segment_bytes",
+                   post_us={"median": statistics.median(post), "p99": p99(post)},
+                   nixl_xfer_us={"median": statistics.median(xfer), "p99": p99(xfer)})
 
 
 def bench_point(planned: Plan, coalesced: Plan, device: str, gpus: int, iters: int, timeout: float,

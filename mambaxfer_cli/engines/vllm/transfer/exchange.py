@@ -3,13 +3,14 @@ checks each source's layout against its plan and loads its metadata (one host: o
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.execute.agent import RankAgent, Tick
 from mambaxfer_cli.execute.channel import Channel, RankFailure
 from mambaxfer_cli.execute.memory import RankMemory
-from mambaxfer_cli.execute.side_channel import SideChannelError, fetch
+from mambaxfer_cli.execute.side_channel import fetch_peers
 from mambaxfer_cli.proof.pattern import fill_page
 
 
@@ -52,20 +53,5 @@ def check_layout(task: DecodeTask, p_rank: int, published: dict[str, Any]) -> No
 
 
 def exchange(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[str, dict[str, Any]]]:
-    """One host: each source P rank's agent name and layout, asked on its side channel once the
-    coordinator says where every P rank listens."""
-    ch.phase("exchanging")
-    ports = ch.gather("listening", "P", "the P ranks to listen")
-    host = task.settings.host
-    published = {}
-    for p_rank in task.sources:
-        port = ports[p_rank]
-        ch.waiting(f"P{p_rank}'s side channel {host}:{port} to answer")
-        try:
-            header, blob = fetch(host, port, {"d_rank": task.rank}, f"P{p_rank}", ch.check_stop)
-        except SideChannelError as exc:
-            raise RankFailure(str(exc)) from None
-        ch.phase("exchanging", f"loading P{p_rank}'s metadata")
-        check_layout(task, p_rank, header)
-        published[p_rank] = (node.add_remote(blob), header)
-    return published
+    """One host: each source P rank's agent name and layout, asked on its side channel."""
+    return dict(zip(task.sources, fetch_peers(task, ch, node, "P", task.sources, partial(check_layout, task))))

@@ -8,6 +8,7 @@ from typing import Any
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
+from mambaxfer_cli.execute.remote import QUIET
 from mambaxfer_cli.execute.results import Checked
 from mambaxfer_cli.engines.vllm.transfer.whole_pages import side_pages
 from mambaxfer_cli.engines.vllm.transfer.results import DecodeResult, PrefillResult
@@ -68,9 +69,8 @@ def execute(plan: Plan, settings: RunSettings, timeout: float, progress: Progres
     discovery = settings.discovery
     if discovery is not None:   # a two-host run: only this side's ranks run here
         prefill, decode = (prefill, []) if discovery.role == "prefill" else ([], decode)
-        quiet = {"NIXL_LOG_LEVEL": "FATAL", "UCX_LOG_LEVEL": "fatal"}   # no line per metadata request too early
         finished = run_ranks([*prefill, *decode], settings.run_id, timeout, progress,
-                             forced=discovery.environment(), defaults=quiet)
+                             forced=discovery.environment(), defaults=QUIET)
     else:
         check_ports(settings, len(prefill))
         finished = run_ranks([*prefill, *decode], settings.run_id, timeout, progress)

@@ -10,8 +10,7 @@ import numpy as np
 
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
-from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory
+from mambaxfer_cli.execute.tasks import Memory, RankTask, RunSettings, available_memory, gib, unexecutable
 from mambaxfer_cli.engines.vllm.transfer.whole_pages import PageLists, SidePages, side_lists, side_pages
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.engines.vllm.proof.pages import (
@@ -97,16 +96,12 @@ def prefill_pages(plan: Plan, rank: int, sets: Sequence[PageLists] = ()) -> tupl
     return tensors + tuple((s.shape(j),) * blocks for s in sets for j in range(len(s.layers)))
 
 
-def _unexecutable(message: str) -> UserError:
-    return UserError(f"this plan cannot be executed: {message}")
-
-
 def _check_twice(expected: list[ExpectedPage]) -> None:
     seen: set[tuple[int, int]] = set()
     for page in expected:
         if page.key in seen:
             what = "attention" if page.kind == ATTENTION_PAGE else "SSM"
-            raise _unexecutable(f"D logical block {page.block} ({what}) is written by the request more than "
+            raise unexecutable(f"D logical block {page.block} ({what}) is written by the request more than "
                                 f"once, so the bytes it ends with are not defined")
         seen.add(page.key)
 
@@ -117,22 +112,18 @@ def _check_ids(read: DescriptorRead, p_tp: int, d_tp: int, local: Memory, remote
     its page stays allowed: it spills into the next block, as on a real engine, and D's check sees it."""
     problem = next((p for p in id_problems(read, p_tp, d_tp) if p.code != "id-duplicate"), None)
     if problem is not None:
-        raise _unexecutable(problem.message)
+        raise unexecutable(problem.message)
     who = f"D{read.d_rank} <- P{read.p_rank} ({read.local_list})"
     for side, ids, dlist, memory in (("local", read.local_ids, read.local, local),
                                      ("remote", read.remote_ids, read.remote, remote)):
         if dlist.length > INT32_MAX:
-            raise _unexecutable(f"{who}: the {side} list has {dlist.length} descriptors, more than NIXL's "
+            raise unexecutable(f"{who}: the {side} list has {dlist.length} descriptors, more than NIXL's "
                                 f"32-bit descriptor IDs address")
         _, addr, size = addresses(dlist, ids, memory.page_bytes)
         outside = np.flatnonzero((addr < 0) | (addr + size > memory.logical_blocks * memory.page_bytes))
         if outside.size:
-            raise _unexecutable(f"{who}: {side} ID {int(ids[int(outside[0])])} points beyond the rank's registered "
+            raise unexecutable(f"{who}: {side} ID {int(ids[int(outside[0])])} points beyond the rank's registered "
                                 f"memory ({outside.size} such IDs)")
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 def check_fits(plan: Plan, device: str, fix: str = FEWER_BLOCKS) -> None:
@@ -143,9 +134,9 @@ def check_fits(plan: Plan, device: str, fix: str = FEWER_BLOCKS) -> None:
     total = p_tp * p_memory.total_bytes + d_tp * d_memory.total_bytes
     free = available_memory()
     if device == "cpu" and free is not None and total > free // 2:
-        raise _unexecutable(
-            f"its engines need {_gib(total)} of DRAM over {p_tp + d_tp} ranks (P {_gib(p_memory.total_bytes)}, "
-            f"D {_gib(d_memory.total_bytes)} each), more than half of the {_gib(free)} available; {fix}")
+        raise unexecutable(
+            f"its engines need {gib(total)} of DRAM over {p_tp + d_tp} ranks (P {gib(p_memory.total_bytes)}, "
+            f"D {gib(d_memory.total_bytes)} each), more than half of the {gib(free)} available; {fix}")
 
 
 def _check_side(d_rank: int, sets: tuple[SidePages, ...], plan_reads: tuple[DescriptorRead, ...]) -> None:
@@ -156,13 +147,13 @@ def _check_side(d_rank: int, sets: tuple[SidePages, ...], plan_reads: tuple[Desc
         name = pages.lists.space.upper() if pages.lists.space == "ple" else f"indexer {pages.lists.space}"
         for read in pages.reads:
             if read.p_rank not in sources:
-                raise _unexecutable(f"D{d_rank} reads its {name} page from P{read.p_rank}, which it reads "
+                raise unexecutable(f"D{d_rank} reads its {name} page from P{read.p_rank}, which it reads "
                                     f"nothing else from")
             for side, ids, dlist in (("local", read.local_ids, pages.lists),
                                      ("remote", read.remote_ids, pages.prefill_lists)):
                 bad = next((i for i in ids if not 0 <= i < dlist.length), None)
                 if bad is not None:
-                    raise _unexecutable(f"D{d_rank} <- P{read.p_rank}: {side} {name} ID {bad} is outside the "
+                    raise unexecutable(f"D{d_rank} <- P{read.p_rank}: {side} {name} ID {bad} is outside the "
                                         f"{dlist.length} descriptors of the {name} list")
 
 
