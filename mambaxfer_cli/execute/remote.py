@@ -4,10 +4,10 @@ sides ping each other every PING_EVERY seconds, so that one that died ends the o
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from mambaxfer_cli.execute import agreement
-from mambaxfer_cli.execute.channel import WAIT_ROUND, PeerGone
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
 from mambaxfer_cli.execute.tasks import RankTask
 
 REQUEST_EVERY = 0.5   # metadata requests are asynchronous and find nothing until the peer is up
@@ -50,5 +50,158 @@ def linger(agent: Any) -> None:
         time.sleep(WAIT_ROUND)
 
 
+def refuse(agent: Any, sender: str, p_rank: int, problem: str, leaving: bool) -> None:
+    """Tell D rank ``sender`` why P rank ``p_rank`` refuses it (``leaving``: this rank fails next)."""
+    try:
+        notify(agent, sender, agreement.encode("refuse", p_rank=p_rank, message=problem))
+        if leaving:
+            linger(agent)      # so that it reaches the D rank before this agent goes
+    except PeerGone:
+        pass
+
+
 def p_agent(task: RankTask, p_rank: int) -> str:
     return f"mambaxfer-{task.settings.run_id}-P{p_rank}"
+
+
+class Inbox:
+    """Every notification this rank's agent received, kept until it is looked for: a message may
+    come before this rank waits for it (a D rank's ``ready`` while P still welcomes another)."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.control: list[tuple[str, dict[str, Any]]] = []
+        self.plain: set[tuple[str, bytes]] = set()
+
+    def poll(self) -> None:
+        for sender, message, control in notifications(self.agent):
+            if control is None:
+                self.plain.add((sender, message))
+            elif control["kind"] != "ping":
+                self.control.append((sender, control))
+
+    def find(self, sender: str, kind: str, **fields: Any) -> dict[str, Any] | None:
+        for who, control in self.control:
+            if who == sender and control["kind"] == kind and all(control.get(k) == v for k, v in fields.items()):
+                return control
+        return None
+
+    def take(self, kind: str) -> list[tuple[str, dict[str, Any]]]:
+        found = [(who, c) for who, c in self.control if c["kind"] == kind]
+        self.control = [(who, c) for who, c in self.control if c["kind"] != kind]
+        return found
+
+
+class Peers:
+    """The other side's ranks this rank knows (by rank: agent name), pinged while it waits. One
+    that answered its last message (``finished``) may leave without its going being a failure."""
+
+    def __init__(self, agent: Any, role: str, inbox: Inbox) -> None:
+        self.agent, self.role, self.inbox = agent, role, inbox
+        self.names: dict[int, str] = {}
+        self.finished: set[int] = set()
+        self.last = time.monotonic()
+
+    def tell(self, rank: int, message: bytes) -> None:
+        try:
+            notify(self.agent, self.names[rank], message)
+        except PeerGone as exc:
+            raise self.gone(rank, exc.nixl) from None
+
+    def gone(self, rank: int, nixl: str = "") -> PeerGone:
+        return PeerGone(f"{self.role}{rank} ({self.names[rank]}) went away", nixl)
+
+    def ping(self, last_word: Callable[[int], bool] = lambda rank: False) -> None:
+        """Every PING_EVERY seconds at most; a peer gone is an error unless ``last_word(rank)``:
+        its last message came in just before it left."""
+        if time.monotonic() - self.last < PING_EVERY:
+            return
+        self.last = time.monotonic()
+        for rank, name in self.names.items():
+            if rank in self.finished:
+                continue
+            try:
+                notify(self.agent, name, agreement.encode("ping"))
+            except PeerGone as exc:
+                self.inbox.poll()
+                if last_word(rank):
+                    self.finished.add(rank)
+                    continue
+                raise self.gone(rank, exc.nixl) from None
+
+
+def wait_for(ch: Channel, inbox: Inbox, peers: Peers, pending: Callable[[], str | None],
+           last_word: Callable[[int], bool] = lambda rank: False) -> None:
+    """Until ``pending()`` (what is still awaited, said to the coordinator) is None; the peers
+    pinged meanwhile."""
+    while True:
+        inbox.poll()
+        what = pending()
+        if what is None:
+            return
+        ch.check_stop()
+        ch.waiting(what)
+        peers.ping(last_word)
+        time.sleep(WAIT_ROUND)
+
+
+def ranks_text(role: str, ranks: Any) -> str:
+    return ", ".join(f"{role}{r}" for r in sorted(ranks))
+
+
+def greet(task: RankTask, ch: Channel, agent: Any, remotes: list[str], inbox: Inbox, peers: Peers,
+          sources: Sequence[int], hello: bytes, welcome: Callable[[int, dict[str, Any]], None] = lambda p, c: None,
+          loaded: Callable[[int], bool] = lambda p: True) -> None:
+    """A D rank's start: each source P rank's agent loaded, sent ``hello``, and its welcome taken
+    (``welcome``), until ``loaded(p)`` (its metadata holds what it registered); a refusal is a user error."""
+    discovery, mine = task.settings.discovery, task.settings.geometry
+    assert discovery is not None and mine is not None
+    names = {p: p_agent(task, p) for p in sources}
+    by_name = {name: p for p, name in names.items()}
+    asked = {p: 0.0 for p in sources}
+    welcomed: set[int] = set()
+    done: set[int] = set()
+    ch.phase("exchanging", "finding the P ranks")
+    while len(done) < len(names):
+        ch.check_stop()
+        waiting = next(p for p in sources if p not in done)
+        ch.waiting(f"P{waiting}'s registered memory in its metadata" if waiting in welcomed
+                   else f"P{waiting}'s answer" if waiting in peers.names
+                   else f"P{waiting}'s agent metadata from {discovery.where(waiting)}")
+        for p, name in names.items():
+            if p in peers.names:
+                continue
+            if agent.check_remote_metadata(name):
+                ch.phase("exchanging", f"hello to P{p}")
+                try:
+                    notify(agent, name, hello)
+                except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
+                    agent.remove_remote_agent(name)
+                    continue
+                peers.names[p] = name
+                remotes.append(name)
+            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
+                discovery.request(agent, name, p)
+                asked[p] = time.monotonic()
+        inbox.poll()
+        for sender, control in inbox.take("refuse"):
+            if sender in by_name:
+                raise RankFailure(f"P{by_name[sender]} refused this decode run: {control.get('message')}", user=True)
+        for sender, control in inbox.take("welcome"):
+            source = by_name.get(sender)
+            if source is None or source in welcomed:
+                continue
+            problem = agreement.mismatch(control.get("geometry") or {}, mine)
+            if problem is not None:
+                raise RankFailure(f"P{source}: {problem}", user=True)
+            welcome(source, control)
+            welcomed.add(source)
+        for p in sorted(welcomed - done):
+            # The metadata loaded before P registered its memory may not hold it: ask until it does.
+            if loaded(p):
+                done.add(p)
+            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
+                discovery.request(agent, names[p], p)
+                asked[p] = time.monotonic()
+        peers.ping()
+        time.sleep(WAIT_ROUND)

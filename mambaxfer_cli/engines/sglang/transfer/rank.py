@@ -1,12 +1,7 @@
-"""The rank programs of SGLang's transfer (``engines/sglang/transfer/run.py``), each in its own process with its
-own NIXL agent.
-
-D: poison, register, answer each writer's metadata request on its side channel (its entries'
-base addresses and item lengths, as SGLang's decode side sends its pointers at bootstrap), then
-each round: poison, wait for every writer's notification, check every byte. P: fill its slots
-with the pattern, register, fetch each D rank's metadata, prepare one WRITE per D rank from the
-plan's descriptors, then each round: its request slot refilled, every WRITE posted at once.
-"""
+"""The rank programs of SGLang's transfer (``engines/sglang/transfer/run.py``), each in its own
+process with its own NIXL agent: D poisons and answers each writer's metadata request, then checks
+every byte of each round; P fills its slots, fetches each D rank's metadata and posts one WRITE per
+D rank of the plan's descriptors each round."""
 
 from __future__ import annotations
 

@@ -1,31 +1,16 @@
-"""``execute --engine sglang`` on two hosts: each side's ranks in its own ``mambaxfer`` command,
-finding the other through NIXL's own metadata exchange (``discovery``), agreeing on the geometry
-(``agreement``'s messages), then SGLang's rounds, kept in step over NIXL notifications.
-
-Who listens: the prefill side, as SGLang's bootstrap server does. SGLang's decode side registers
-its destination pointers with the prefill side (``KVArgsRegisterInfo``) and P, the initiator,
-WRITEs there; here each D rank, once registered, reaches its writers (``--peer``, or etcd), sends
-its agent metadata there and says ``hello`` with its geometry and its entries' base addresses and
-item lengths. A P rank compares the geometry with its own plan and answers ``welcome`` or
-``refuse`` (the first field that differs, both values: a user error on both sides).
-
-Each round, per (P rank, D rank) pair: D poisons, then says ``ready``; P, its slot refilled, waits
-for ``ready`` from every D rank it writes into, then posts its WRITEs with the round's
-notification; D waits for every writer's, then checks every byte. After the last round each P
-rank sends each D rank its WRITE timings (``wrote``), and D answers ``done`` with its verdict.
-Both sides ping the other every PING_EVERY seconds while they wait, so that a side that dies ends
-the other at once; otherwise every wait is one the coordinator's --timeout watches.
-"""
+"""``execute --engine sglang`` on two hosts (docs/sglang.md, "Two hosts"): each side's ranks in
+its own command, finding the other through NIXL's metadata exchange, D saying hello with its
+geometry and entries (SGLang's ``KVArgsRegisterInfo``), P answering welcome or refuse, then the
+rounds kept in step over NIXL notifications (ready, the WRITEs', wrote, done)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
-from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.agent import RankAgent
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
@@ -33,10 +18,13 @@ from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.difference import comparable
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.faults import fault
-from mambaxfer_cli.execute.remote import PING_EVERY, QUIET, REQUEST_EVERY, linger, notifications, notify, p_agent
+from mambaxfer_cli.execute.remote import (
+    PING_EVERY, QUIET, REQUEST_EVERY, Inbox, Peers, greet, linger, notify, ranks_text, refuse,
+    wait_for,
+)
 from mambaxfer_cli.engines.sglang.transfer.run import (
     D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask,
-    build_tasks, chosen_writes, poison, transfer,
+    chosen_writes, poison, run_tasks, transfer,
 )
 from mambaxfer_cli.engines.sglang.transfer.rank import (
     Check, check_decode_layout, fill_and_register, fill_slot, planned_pairings, poison_all, published_layout,
@@ -44,10 +32,6 @@ from mambaxfer_cli.engines.sglang.transfer.rank import (
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, SlotPrefillResult, WriteTiming
 from mambaxfer_cli.execute.tasks import RunSettings
-
-def rounds_of(iters: int) -> int:
-    return max(iters, MIN_ROUNDS)
-
 
 def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
     """What the two sides compare, in the order that names the cause first: the model (its config
@@ -140,7 +124,7 @@ def settings_for(plan: SGLangPlan, semantics: str, discovery: Discovery, device:
     elif discovery.role == "prefill":
         check_listen(discovery, plan.p_tp)
     return RunSettings(discovery.run_id, device, gpus, discovery.host, discovery.port, iters, discovery=discovery,
-                       geometry=geometry(chosen_writes(plan, semantics), semantics, rounds_of(iters)))
+                       geometry=geometry(chosen_writes(plan, semantics), semantics, max(iters, MIN_ROUNDS)))
 
 
 def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: float,
@@ -148,12 +132,7 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
     """Run this side's ranks (``settings.discovery.role``); raises UserError (exit 2) or RunFailure (exit 3)."""
     discovery = settings.discovery
     assert discovery is not None
-    if settings.iters < 1:
-        raise UserError("--iters must be >= 1")
-    rounds = rounds_of(settings.iters)
-    chosen = chosen_writes(plan, semantics)
-    moved = transfer(chosen, semantics)
-    prefill, decode = build_tasks(chosen, settings, rounds, moved)
+    rounds, moved, prefill, decode = run_tasks(plan, semantics, settings)
     mine: list[SlotPrefillTask] | list[SlotDecodeTask] = prefill if discovery.role == "prefill" else decode
     # This host's GPUs are this side's alone: its ranks go round robin over them from the first.
     tasks = [replace(t, dev_id=t.rank % max(settings.gpus, 1)) if settings.device == "cuda" else t for t in mine]
@@ -181,93 +160,6 @@ def _writers(checked: list[RemoteDecodeResult]) -> list[SlotPrefillResult]:
             for p, got in sorted(by_rank.items())]
 
 
-# --- what both sides' ranks share -----------------------------------------------------------------
-
-class _Inbox:
-    """Every notification this rank's agent received, kept until it is looked for: a message may
-    come before this rank waits for it (a D rank's ``ready`` while P still welcomes another)."""
-
-    def __init__(self, agent: Any) -> None:
-        self.agent = agent
-        self.control: list[tuple[str, dict[str, Any]]] = []
-        self.plain: set[tuple[str, bytes]] = set()
-
-    def poll(self) -> None:
-        for sender, message, control in notifications(self.agent):
-            if control is None:
-                self.plain.add((sender, message))
-            elif control["kind"] != "ping":
-                self.control.append((sender, control))
-
-    def find(self, sender: str, kind: str, **fields: Any) -> dict[str, Any] | None:
-        for who, control in self.control:
-            if who == sender and control["kind"] == kind and all(control.get(k) == v for k, v in fields.items()):
-                return control
-        return None
-
-    def take(self, kind: str) -> list[tuple[str, dict[str, Any]]]:
-        found = [(who, c) for who, c in self.control if c["kind"] == kind]
-        self.control = [(who, c) for who, c in self.control if c["kind"] != kind]
-        return found
-
-
-class _Peers:
-    """The other side's ranks this rank knows (by rank: agent name), pinged while it waits. One
-    that answered its last message (``finished``) may leave without its going being a failure."""
-
-    def __init__(self, agent: Any, role: str, inbox: _Inbox) -> None:
-        self.agent, self.role, self.inbox = agent, role, inbox
-        self.names: dict[int, str] = {}
-        self.finished: set[int] = set()
-        self.last = time.monotonic()
-
-    def tell(self, rank: int, message: bytes) -> None:
-        try:
-            notify(self.agent, self.names[rank], message)
-        except PeerGone as exc:
-            raise self.gone(rank, exc.nixl) from None
-
-    def gone(self, rank: int, nixl: str = "") -> PeerGone:
-        return PeerGone(f"{self.role}{rank} ({self.names[rank]}) went away", nixl)
-
-    def ping(self, last_word: Callable[[int], bool] = lambda rank: False) -> None:
-        """Every PING_EVERY seconds at most; a peer gone is an error unless ``last_word(rank)``:
-        its last message came in just before it left."""
-        if time.monotonic() - self.last < PING_EVERY:
-            return
-        self.last = time.monotonic()
-        for rank, name in self.names.items():
-            if rank in self.finished:
-                continue
-            try:
-                notify(self.agent, name, agreement.encode("ping"))
-            except PeerGone as exc:
-                self.inbox.poll()
-                if last_word(rank):
-                    self.finished.add(rank)
-                    continue
-                raise self.gone(rank, exc.nixl) from None
-
-
-def _await(ch: Channel, inbox: _Inbox, peers: _Peers, pending: Callable[[], str | None],
-           last_word: Callable[[int], bool] = lambda rank: False) -> None:
-    """Until ``pending()`` (what is still awaited, said to the coordinator) is None; the peers
-    pinged meanwhile."""
-    while True:
-        inbox.poll()
-        what = pending()
-        if what is None:
-            return
-        ch.check_stop()
-        ch.waiting(what)
-        peers.ping(last_word)
-        time.sleep(WAIT_ROUND)
-
-
-def _ranks(role: str, ranks: Any) -> str:
-    return ", ".join(f"{role}{r}" for r in sorted(ranks))
-
-
 # --- the prefill side: the initiator, whose ranks the decode side finds --------------------------
 
 def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
@@ -277,8 +169,8 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
         fill_s = fill_and_register(task, ch, node)
         node.publish()
         ch.phase("serving", discovery.where(task.rank))
-        inbox = _Inbox(node.agent)
-        peers = _Peers(node.agent, "D", inbox)
+        inbox = Inbox(node.agent)
+        peers = Peers(node.agent, "D", inbox)
         fault(task, "serve")
         headers = welcome(task, ch, node, inbox, peers)
         pairings = planned_pairings(task, node, [(peers.names[d], headers[d]) for d, _ in task.writes])
@@ -292,7 +184,7 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
                 ch.phase("filling", f"round {round_ + 1}")
                 fill_slot(task, node.memory, task.slot, round_, ch.progress)
             ch.phase("transferring", f"round {round_ + 1}/{task.rounds}")
-            _await(ch, inbox, peers, partial(_not_ready, task, inbox, peers, round_))
+            wait_for(ch, inbox, peers, partial(_not_ready, task, inbox, peers, round_))
             fault(task, "transfer")
             try:
                 took = node.post(xfers, round_notification(task, round_), ch, "WRITE",
@@ -316,8 +208,8 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
         def answered(d_rank: int) -> bool:
             return inbox.find(peers.names[d_rank], "done") is not None
 
-        _await(ch, inbox, peers, lambda: None if all(answered(d) for d in peers.names)
-               else "the verdicts of " + _ranks("D", (d for d in peers.names if not answered(d))), answered)
+        wait_for(ch, inbox, peers, lambda: None if all(answered(d) for d in peers.names)
+               else "the verdicts of " + ranks_text("D", (d for d in peers.names if not answered(d))), answered)
         answers = []
         for d_rank, name in sorted(peers.names.items()):
             done = inbox.find(name, "done") or {}
@@ -325,13 +217,13 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
         return RemotePrefillResult(task.rank, fill_s, prepare_s, writes, answers=tuple(answers))
 
 
-def _not_ready(task: SlotPrefillTask, inbox: _Inbox, peers: _Peers, round_: int) -> str | None:
+def _not_ready(task: SlotPrefillTask, inbox: Inbox, peers: Peers, round_: int) -> str | None:
     waiting = [d for d, _ in task.writes if inbox.find(peers.names[d], "ready", round=round_) is None]
-    return f"{_ranks('D', waiting)} to poison for round {round_ + 1}" if waiting else None
+    return f"{ranks_text('D', waiting)} to poison for round {round_ + 1}" if waiting else None
 
 
-def welcome(task: SlotPrefillTask, ch: Channel, node: RankAgent, inbox: _Inbox,
-            peers: _Peers) -> dict[int, dict[str, Any]]:
+def welcome(task: SlotPrefillTask, ch: Channel, node: RankAgent, inbox: Inbox,
+            peers: Peers) -> dict[int, dict[str, Any]]:
     """Each D rank this P rank writes into, once it said hello and its registered entries are
     loaded: the header it published. A geometry that differs from this side's is refused."""
     discovery, agent = task.settings.discovery, node.agent
@@ -344,7 +236,7 @@ def welcome(task: SlotPrefillTask, ch: Channel, node: RankAgent, inbox: _Inbox,
     while len(headers) < len(targets):
         ch.check_stop()
         missing = [d for d in targets if d not in headers]
-        ch.waiting(f"the hello of {_ranks('D', missing)}")
+        ch.waiting(f"the hello of {ranks_text('D', missing)}")
         inbox.poll()
         for sender, hello in inbox.take("hello"):
             if sender not in peers.names.values():
@@ -354,11 +246,11 @@ def welcome(task: SlotPrefillTask, ch: Channel, node: RankAgent, inbox: _Inbox,
             if sender not in agreed and agent.check_remote_metadata(sender):
                 if d_rank in headers:    # a second decode run
                     del hellos[sender]
-                    _refuse(agent, sender, task.rank, f"P{task.rank} already writes into another D{d_rank}", False)
+                    refuse(agent, sender, task.rank, f"P{task.rank} already writes into another D{d_rank}", False)
                     continue
                 problem = _refusal(task, hello, mine)
                 if problem is not None:
-                    _refuse(agent, sender, task.rank, problem, True)
+                    refuse(agent, sender, task.rank, problem, True)
                     raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
                 agreed.add(sender)
             if sender in agreed and agent.check_remote_metadata(sender, _entries(agent, hello["header"])):
@@ -392,15 +284,6 @@ def _refusal(task: SlotPrefillTask, hello: dict[str, Any], mine: dict[str, Any])
     return None
 
 
-def _refuse(agent: Any, sender: str, p_rank: int, problem: str, leaving: bool) -> None:
-    try:
-        notify(agent, sender, agreement.encode("refuse", p_rank=p_rank, message=problem))
-        if leaving:
-            linger(agent)      # so that it reaches the D rank before this agent goes
-    except PeerGone:
-        pass
-
-
 def _entries(agent: Any, header: dict[str, Any]) -> Any:
     """A D rank's registered entries, as NIXL descriptors (to see that its metadata holds them)."""
     size = int(header["slots"])
@@ -415,9 +298,12 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
     with RankAgent(task, ch, telemetry=False) as node:
         node.poison_and_register(ch)
         node.publish()
-        inbox = _Inbox(node.agent)
-        peers = _Peers(node.agent, "P", inbox)
-        greet(task, ch, node, inbox, peers)
+        inbox = Inbox(node.agent)
+        peers = Peers(node.agent, "P", inbox)
+        # SGLang's registration of its destination: this rank's entries, with its geometry.
+        hello = agreement.encode("hello", d_rank=task.rank, geometry=task.settings.geometry,
+                                 header=published_layout(task, node))
+        greet(task, ch, node.agent, node.remotes, inbox, peers, task.writers, hello)
         fault(task, "prepare")
         ch.meet("prepared", "D", "every D rank to be welcomed", milestone=True, idle=peers.ping, every=PING_EVERY)
         check = Check(task)
@@ -431,7 +317,7 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
             ch.phase("receiving", f"round {round_ + 1}/{task.rounds}")
             fault(task, "receive")      # while the P ranks write into it
             final = round_notification(task, round_)
-            _await(ch, inbox, peers, partial(_not_written, task, inbox, peers, final))
+            wait_for(ch, inbox, peers, partial(_not_written, task, inbox, peers, final))
             ch.phase("verifying", f"round {round_ + 1}/{task.rounds}")
             check.round(node.memory, round_, ch.progress)
         checked = check.result()
@@ -440,8 +326,8 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
         def reported(p: int) -> bool:
             return inbox.find(peers.names[p], "wrote") is not None
 
-        _await(ch, inbox, peers, lambda: None if all(reported(p) for p in task.writers)
-               else "the WRITE timings of " + _ranks("P", (p for p in task.writers if not reported(p))))
+        wait_for(ch, inbox, peers, lambda: None if all(reported(p) for p in task.writers)
+               else "the WRITE timings of " + ranks_text("P", (p for p in task.writers if not reported(p))))
         received = tuple(_received(p, inbox.find(peers.names[p], "wrote") or {}, task.rank) for p in task.writers)
         for p in task.writers:
             peers.tell(p, agreement.encode("done", d_rank=task.rank, ok=checked.ok, bad_bytes=checked.bad))
@@ -450,60 +336,12 @@ def decode(task: SlotDecodeTask, ch: Channel) -> RemoteDecodeResult:
                                   checked.fields, checked.first, checked.verify_s, received=received)
 
 
-def _not_written(task: SlotDecodeTask, inbox: _Inbox, peers: _Peers, final: bytes) -> str | None:
+def _not_written(task: SlotDecodeTask, inbox: Inbox, peers: Peers, final: bytes) -> str | None:
     waiting = [p for p in task.writers if (peers.names[p], final) not in inbox.plain]
-    return f"the WRITE notifications of {_ranks('P', waiting)}" if waiting else None
+    return f"the WRITE notifications of {ranks_text('P', waiting)}" if waiting else None
 
 
 def _received(p_rank: int, wrote: dict[str, Any], d_rank: int) -> Received:
     return Received(p_rank, float(wrote.get("fill_s", 0.0)), float(wrote.get("prepare_s", 0.0)),
                     WriteTiming(d_rank, int(wrote.get("descriptors", 0)), int(wrote.get("descriptors_merged", 0)),
                                 int(wrote.get("bytes", 0)), tuple(float(t) for t in wrote.get("times_s", ()))))
-
-
-def greet(task: SlotDecodeTask, ch: Channel, node: RankAgent, inbox: _Inbox, peers: _Peers) -> None:
-    """Every writer's agent loaded, sent hello (this rank's geometry and entries, SGLang's
-    registration of its destination), and welcomed this rank; a refusal is a user error."""
-    discovery, agent = task.settings.discovery, node.agent
-    assert discovery is not None and task.settings.geometry is not None
-    mine = task.settings.geometry
-    hello = agreement.encode("hello", d_rank=task.rank, geometry=mine, header=published_layout(task, node))
-    names = {p: p_agent(task, p) for p in task.writers}
-    by_name = {name: p for p, name in names.items()}
-    asked = {p: 0.0 for p in task.writers}
-    welcomed: set[int] = set()
-    ch.phase("exchanging", "finding the P ranks")
-    while len(welcomed) < len(names):
-        ch.check_stop()
-        waiting = next(p for p in task.writers if p not in welcomed)
-        ch.waiting(f"P{waiting}'s answer" if waiting in peers.names
-                   else f"P{waiting}'s agent metadata from {discovery.where(waiting)}")
-        for p, name in names.items():
-            if p in peers.names:
-                continue
-            if agent.check_remote_metadata(name):
-                ch.phase("exchanging", f"hello to P{p}")
-                try:
-                    notify(agent, name, hello)
-                except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
-                    agent.remove_remote_agent(name)
-                    continue
-                peers.names[p] = name
-                node.remotes.append(name)
-            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
-                discovery.request(agent, name, p)
-                asked[p] = time.monotonic()
-        inbox.poll()
-        for sender, control in inbox.take("refuse"):
-            if sender in by_name:
-                raise RankFailure(f"P{by_name[sender]} refused this decode run: {control.get('message')}", user=True)
-        for sender, control in inbox.take("welcome"):
-            source = by_name.get(sender)
-            if source is None:
-                continue
-            problem = agreement.mismatch(control.get("geometry") or {}, mine)
-            if problem is not None:
-                raise RankFailure(f"P{source}: {problem}", user=True)
-            welcomed.add(source)
-        peers.ping()
-        time.sleep(WAIT_ROUND)

@@ -1,21 +1,6 @@
-"""``execute --engine sglang``: SGLang's transfer performed for real (pure: no torch, no NIXL).
-
-Memory model, per rank, as SGLang's ``MambaPool`` lays it out: one registered region per transfer
-entry (one state of one SSM layer), ``slots`` items of ``item_len`` bytes each. One request: P's
-slot ``P_SLOT`` into D's slot ``D_SLOT``, so that offsets within an entry are real, with slots
-around it on both sides (a write that reads or lands past its item is seen).
-
-The prefill side is the initiator, as in SGLang: each P rank posts one prepared NIXL WRITE per D
-rank it serves, of the plan's descriptors (``SGLangPlan.descriptors``: one per write and layer).
-A run is ``rounds`` rounds; in each, P's request slot holds its own pattern (``pattern_block``)
-and D starts from its own poison (``poison``), so that D tells a byte written with the wrong
-bytes, a byte never written, and a byte written outside its item apart, as ``check`` counts them.
-
-The attention KV moves beside the state (``engines/sglang/kv.py``): one region per K and V buffer
-of each full-attention layer, whose items are pages of ``PAGE_SIZE`` tokens; the request's page is
-P's page ``P_SLOT`` into D's page ``D_SLOT``, written whole at equal TP and head slice by head slice,
-token by token, where the TP sizes differ, as SGLang's NIXL sender does.
-"""
+"""``execute --engine sglang``: SGLang's transfer performed for real (pure: no torch, no NIXL),
+its memory as SGLang's ``MambaPool`` and KV pools lay it out and its rounds of P's WRITEs checked
+byte by byte on D, as docs/execute.md says (its SGLang section)."""
 
 from __future__ import annotations
 
@@ -295,16 +280,22 @@ class SlotOutcome(Checked):
                 "decode": decode, "prefill": [p.to_dict() for p in self.prefill]}
 
 
-def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: float,
-            progress: Progress | None = None) -> SlotOutcome:
-    """Run the plan's writes (``semantics``: sglang or exact) with real NIXL WRITEs; raises
-    UserError (exit 2) or RunFailure (exit 3)."""
+def run_tasks(plan: SGLangPlan, semantics: str,
+              settings: RunSettings) -> tuple[int, Transfer, list[SlotPrefillTask], list[SlotDecodeTask]]:
+    """A run's rounds, what it moves and every rank's task; raises UserError."""
     if settings.iters < 1:
         raise UserError("--iters must be >= 1")
     rounds = max(settings.iters, MIN_ROUNDS)
     chosen = chosen_writes(plan, semantics)
     moved = transfer(chosen, semantics)
-    prefill, decode = build_tasks(chosen, settings, rounds, moved)
+    return (rounds, moved, *build_tasks(chosen, settings, rounds, moved))
+
+
+def execute(plan: SGLangPlan, semantics: str, settings: RunSettings, timeout: float,
+            progress: Progress | None = None) -> SlotOutcome:
+    """Run the plan's writes (``semantics``: sglang or exact) with real NIXL WRITEs; raises
+    UserError (exit 2) or RunFailure (exit 3)."""
+    rounds, moved, prefill, decode = run_tasks(plan, semantics, settings)
     check_ports(settings, len(decode), role="D")
     finished = run_ranks([*decode, *prefill], settings.run_id, timeout, progress)
     results = finished.results

@@ -54,15 +54,13 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
         memory = node.memory
         node.poison_and_register(ch)
         discovery = task.settings.discovery
-        published = remote.connect(task, ch, node) if discovery is not None else exchange(task, ch, node)
+        published, idle = remote.connect(task, ch, node) if discovery is not None else (exchange(task, ch, node), None)
         fault(task, "prepare")
         ch.phase("preparing")
         pairings = [pairing(task, read, memory.bases, memory.mem_type, *published[read.p_rank])
                     for read in task.reads]
         xfers, prep = node.prepare("READ", pairings, ch)
-        sources = {p: name for p, (name, _) in published.items()} if discovery else {}
-        ch.meet("prepared", "D", "every D rank to prepare", milestone=True,
-                idle=lambda: remote.ping_sources(node.agent, sources), every=PING_EVERY)
+        ch.meet("prepared", "D", "every D rank to prepare", milestone=True, idle=idle, every=PING_EVERY)
         fault(task, "transfer")
         times = []
         for iteration in range(task.settings.iters):

@@ -14,8 +14,8 @@ from mambaxfer_cli.engines.vllm.transfer.results import PrefillResult, Served
 from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask, PrefillTask
 from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.agent import RankAgent
-from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
-from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, linger, notifications, notify, p_agent
+from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, Idle, PeerGone, RankFailure
+from mambaxfer_cli.execute.remote import PING_EVERY, REQUEST_EVERY, Inbox, Peers, greet, notifications, notify, refuse
 
 
 # --- prefill ---------------------------------------------------------------------------------------
@@ -83,11 +83,7 @@ def _answer(task: PrefillTask, ch: Channel, agent: Any, sender: str, hello: dict
     if problem is None and d_rank not in task.consumers:
         problem = f"D{d_rank} does not read from P{task.rank} in this plan"
     if problem is not None:
-        try:
-            notify(agent, sender, agreement.encode("refuse", p_rank=task.rank, message=problem))
-            linger(agent)
-        except PeerGone:
-            pass
+        refuse(agent, sender, task.rank, problem, True)
         raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
     assert isinstance(d_rank, int)      # one of this rank's consumers
     notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, header=header, geometry=mine))
@@ -114,76 +110,23 @@ def _ping_consumers(agent: Any, consumers: dict[str, _Consumer]) -> None:
 
 # --- decode ----------------------------------------------------------------------------------------
 
-def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> dict[int, tuple[str, dict[str, Any]]]:
-    """Each source P rank's agent name and published layout, once every one has welcomed us."""
-    discovery, agent = task.settings.discovery, node.agent
-    assert discovery is not None and task.settings.geometry is not None
-    mine = task.settings.geometry
-    ch.phase("exchanging", "finding the P ranks")
+def connect(task: DecodeTask, ch: Channel, node: RankAgent) -> tuple[dict[int, tuple[str, dict[str, Any]]], Idle]:
+    """Each source P rank's agent name and published layout, once every one has welcomed us; and
+    what pings them while this rank waits."""
+    agent = node.agent
     node.publish()
-    hello = agreement.encode("hello", d_rank=task.rank, iters=task.settings.iters, geometry=mine)
-    names = {p: p_agent(task, p) for p in task.sources}
-    asked = {p: 0.0 for p in task.sources}
-    greeted: set[int] = set()
-    answered: dict[int, tuple[str, dict[str, Any], Any]] = {}   # welcomed, P's registered memory not loaded yet
-    welcomed: dict[int, tuple[str, dict[str, Any]]] = {}
-    last_ping = time.monotonic()
-    while len(welcomed) < len(names):
-        ch.check_stop()
-        waiting = next(p for p in task.sources if p not in welcomed)
-        ch.waiting(f"P{waiting}'s registered memory in its metadata" if waiting in answered
-                   else f"P{waiting}'s answer" if waiting in greeted
-                   else f"P{waiting}'s agent metadata from {discovery.where(waiting)}")
-        for p, name in names.items():
-            if p in greeted:
-                continue
-            if agent.check_remote_metadata(name):
-                ch.phase("exchanging", f"hello to P{p}")
-                try:
-                    notify(agent, name, hello)
-                    greeted.add(p)
-                except PeerGone:   # metadata of an agent gone since (a stale etcd entry): ask again
-                    agent.remove_remote_agent(name)
-            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
-                discovery.request(agent, name, p)
-                asked[p] = time.monotonic()
-        by_name = {name: p for p, name in names.items()}
-        for sender, _, control in notifications(agent):
-            source = by_name.get(sender)
-            if control is None or source is None:
-                continue
-            if control["kind"] == "refuse":
-                raise RankFailure(f"P{source} refused this decode run: {control.get('message')}", user=True)
-            if control["kind"] == "welcome" and source not in welcomed and source not in answered:
-                problem = agreement.mismatch(control.get("geometry") or {}, mine)
-                if problem is not None:
-                    raise RankFailure(f"P{source}: {problem}", user=True)
-                header = control.get("header") or {}
-                check_layout(task, source, header)
-                regions = [(int(a), int(n), int(header["dev_id"])) for a, n in header["regions"]]
-                answered[source] = (sender, header, agent.get_xfer_descs(regions, header["mem_type"]))
-        for p, (name, header, regions) in list(answered.items()):
-            # The metadata loaded before P registered its memory may not hold it: ask until it does.
-            if agent.check_remote_metadata(name, regions):
-                welcomed[p] = (name, header)
-                node.remotes.append(name)
-                del answered[p]
-            elif time.monotonic() - asked[p] >= REQUEST_EVERY:
-                discovery.request(agent, name, p)
-                asked[p] = time.monotonic()
-        if time.monotonic() - last_ping >= PING_EVERY:
-            last_ping = time.monotonic()
-            ping_sources(agent, {p: names[p] for p in greeted})
-        time.sleep(WAIT_ROUND)
-    return welcomed
+    inbox = Inbox(agent)
+    peers = Peers(agent, "P", inbox)
+    headers: dict[int, dict[str, Any]] = {}
+    regions: dict[int, Any] = {}
 
+    def welcome(p_rank: int, control: dict[str, Any]) -> None:
+        header = headers[p_rank] = control.get("header") or {}
+        check_layout(task, p_rank, header)
+        regions[p_rank] = agent.get_xfer_descs([(int(a), int(n), int(header["dev_id"])) for a, n in header["regions"]],
+                                               header["mem_type"])
 
-def ping_sources(agent: Any, names: dict[int, str]) -> None:
-    """Ping P ranks this D rank has greeted (their metadata loaded). A peer whose process died is
-    reported by NIXL at once as a disconnect, or, once its listener has dropped the peer's metadata
-    on the disconnect, as not found: either way the peer went away."""
-    for p, name in names.items():
-        try:
-            notify(agent, name, agreement.encode("ping"))
-        except PeerGone as gone:
-            raise PeerGone(f"P{p} ({name}) went away", gone.nixl) from None
+    hello = agreement.encode("hello", d_rank=task.rank, iters=task.settings.iters, geometry=task.settings.geometry)
+    greet(task, ch, agent, node.remotes, inbox, peers, task.sources, hello, welcome,
+          lambda p: agent.check_remote_metadata(peers.names[p], regions[p]))
+    return {p: (peers.names[p], headers[p]) for p in task.sources}, peers.ping
