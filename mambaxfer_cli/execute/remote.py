@@ -4,6 +4,7 @@ sides ping each other every PING_EVERY seconds, so that one that died ends the o
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, Callable, Iterator, Sequence
 
 from mambaxfer_cli.execute import agreement
@@ -71,12 +72,12 @@ class Inbox:
     def __init__(self, agent: Any) -> None:
         self.agent = agent
         self.control: list[tuple[str, dict[str, Any]]] = []
-        self.plain: set[tuple[str, bytes]] = set()
+        self.plain: Counter[tuple[str, bytes]] = Counter()   # (sender, message): how many came
 
     def poll(self) -> None:
         for sender, message, control in notifications(self.agent):
             if control is None:
-                self.plain.add((sender, message))
+                self.plain[sender, message] += 1
             elif control["kind"] != "ping":
                 self.control.append((sender, control))
 
@@ -96,8 +97,8 @@ class Peers:
     """The other side's ranks this rank knows (by rank: agent name), pinged while it waits. One
     that answered its last message (``finished``) may leave without its going being a failure."""
 
-    def __init__(self, agent: Any, role: str, inbox: Inbox) -> None:
-        self.agent, self.role, self.inbox = agent, role, inbox
+    def __init__(self, agent: Any, role: str, inbox: Inbox, when: str = "") -> None:
+        self.agent, self.role, self.inbox, self.when = agent, role, inbox, when   # when: said of one gone
         self.names: dict[int, str] = {}
         self.finished: set[int] = set()
         self.last = time.monotonic()
@@ -109,7 +110,7 @@ class Peers:
             raise self.gone(rank, exc.nixl) from None
 
     def gone(self, rank: int, nixl: str = "") -> PeerGone:
-        return PeerGone(f"{self.role}{rank} ({self.names[rank]}) went away", nixl)
+        return PeerGone(f"{self.role}{rank} ({self.names[rank]}) went away{self.when}", nixl)
 
     def ping(self, last_word: Callable[[int], bool] = lambda rank: False) -> None:
         """Every PING_EVERY seconds at most; a peer gone is an error unless ``last_word(rank)``:

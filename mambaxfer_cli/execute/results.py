@@ -25,6 +25,18 @@ class Checked:
 
 
 @dataclass(frozen=True)
+class Tally:
+    """A check of D's memory, counted: bytes compared, bytes wrong."""
+
+    checked_bytes: int
+    wrong_bytes: int
+
+    @property
+    def ok(self) -> bool:
+        return self.wrong_bytes == 0
+
+
+@dataclass(frozen=True)
 class Preparation:
     """What preparing one variant's transfers took on a rank."""
 

@@ -75,6 +75,11 @@ class RankTask:
         return f"mambaxfer-{self.settings.run_id}-{self.name}"
 
     @property
+    def port(self) -> int:
+        """Its side channel on one host: --port + rank (0: a free port)."""
+        return self.settings.port + self.rank if self.settings.port else 0
+
+    @property
     def program(self) -> str:
         """The rank's program, as ``module:function`` (the function takes the task and its channel)."""
         raise NotImplementedError

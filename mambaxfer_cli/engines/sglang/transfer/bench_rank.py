@@ -15,7 +15,8 @@ from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, po
 from mambaxfer_cli.engines.sglang.transfer.rank import (
     await_notifications, connect, fill_and_register, planned_pairings, poison_all, start_target,
 )
-from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, SlotCheck, VariantTiming
+from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, VariantTiming
+from mambaxfer_cli.execute.results import Tally
 
 def _message(task: SlotBenchPrefill | SlotBenchDecode, variant: str, iteration: int) -> bytes:
     return f"{task.settings.run_id}-{variant}-{iteration}".encode()
@@ -72,7 +73,7 @@ def bench_decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
         return SlotBenchResult("D", task.rank, {}, checks)
 
 
-def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> SlotCheck:
+def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> Tally:
     """The request's slot of every entry holds the pattern D keeps there; every other slot poison."""
     wrong = checked = 0
     others = [s for s in range(task.memory.logical_blocks) if s != task.slot]
@@ -82,7 +83,7 @@ def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> Slot
         wrong += int(np.count_nonzero(got[task.slot] != want)) + int(np.count_nonzero(got[others] != poison(0)))
         checked += got.size
         tick(f"entry {index + 1} of {len(task.entries)}")
-    return SlotCheck(checked, wrong)
+    return Tally(checked, wrong)
 
 
 def _prefill_bytes(task: SlotBenchDecode, p_rank: int, size: int) -> np.ndarray:
@@ -101,7 +102,7 @@ def _prefill_bytes(task: SlotBenchDecode, p_rank: int, size: int) -> np.ndarray:
     return out
 
 
-def limit_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> SlotCheck:
+def limit_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> Tally:
     """Each writer's chunk holds that P rank's first bytes; the rest of D's region poison."""
     flat = np.concatenate([memory.fetch(i).reshape(-1) for i in range(memory.count)])
     covered = np.zeros(flat.size, dtype=bool)
@@ -111,4 +112,4 @@ def limit_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> SlotCh
         covered[offset:offset + size] = True
         tick(f"P{p_rank}'s bytes")
     wrong += int(np.count_nonzero(flat[~covered] != poison(0)))
-    return SlotCheck(flat.size, wrong)
+    return Tally(flat.size, wrong)

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mambaxfer_cli.execute.results import RankResult
+from mambaxfer_cli.execute.results import RankResult, Tally
 
 
 @dataclass(frozen=True)
@@ -118,16 +118,8 @@ class VariantTiming:
 
 
 @dataclass(frozen=True)
-class SlotCheck:
-    """A D rank's memory after one bench variant: bytes compared, bytes wrong."""
-
-    checked_bytes: int
-    wrong_bytes: int
-
-
-@dataclass(frozen=True)
 class SlotBenchResult(RankResult):
     role: str
     rank: int
     timings: dict[str, VariantTiming]      # a P rank's, by variant
-    checks: dict[str, SlotCheck]           # a D rank's, by variant
+    checks: dict[str, Tally]           # a D rank's, by variant

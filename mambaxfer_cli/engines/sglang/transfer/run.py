@@ -84,11 +84,6 @@ class SlotDecodeTask(SlotTask):
     writers: tuple[int, ...] = ()      # the P ranks that write into this rank
     p_slot: int = P_SLOT               # where its bytes come from: the pattern's block
 
-    @property
-    def port(self) -> int:
-        """D rank d's side channel: --port + d (0: a free port)."""
-        return self.settings.port + self.rank if self.settings.port else 0
-
 
 def chosen_writes(plan: SGLangPlan, semantics: str) -> SGLangPlan:
     """The plan with the writes ``semantics`` names: SGLang's own, or the exact ones."""

@@ -16,10 +16,10 @@ from mambaxfer_cli.engines.vllm.transfer.bench_variants import DIRECTIONS, LIMIT
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.engines.vllm.transfer.rank import pairing
 from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
-from mambaxfer_cli.execute.results import Preparation
+from mambaxfer_cli.execute.results import Preparation, Tally
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.engines.vllm.transfer.tasks import BenchSpec, DecodeTask, PrefillTask
-from mambaxfer_cli.engines.vllm.transfer.verify import Tally, verify_decode
+from mambaxfer_cli.engines.vllm.transfer.verify import verify_decode
 from mambaxfer_cli.engines.vllm.proof.addresses import nixl_rows
 
 UCX_LOG_BYTES = 1 << 20      # UCX's info log of one rank: its endpoints' configurations (a few KiB)

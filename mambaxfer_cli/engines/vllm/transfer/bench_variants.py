@@ -9,7 +9,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.engines.vllm.transfer.verify import CHUNK_BYTES, Tally
+from mambaxfer_cli.engines.vllm.transfer.verify import CHUNK_BYTES
+from mambaxfer_cli.execute.results import Tally
 from mambaxfer_cli.engines.vllm.transfer.tasks import BenchSpec, DecodeTask, PrefillTask, build_tasks, side_memory
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead

@@ -7,8 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from mambaxfer_cli.engines.vllm.transfer.verify import PageCheck, Tally
-from mambaxfer_cli.execute.results import Preparation, RankResult
+from mambaxfer_cli.engines.vllm.transfer.verify import PageCheck
+from mambaxfer_cli.execute.results import Preparation, RankResult, Tally
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,6 @@ class PrefillTask(RankTask):
     pages: tuple[tuple[PageShape, ...], ...] = ()   # what each page of each region holds
 
     @property
-    def port(self) -> int:
-        return self.settings.port + self.rank if self.settings.port else 0
-
-    @property
     def program(self) -> str:
         return program(self, "prefill")
 

@@ -13,6 +13,7 @@ from mambaxfer_cli.engines.vllm.transfer.tasks import DecodeTask
 from mambaxfer_cli.engines.vllm.proof.addresses import addresses
 from mambaxfer_cli.proof.pattern import POISON, page, part_bytes
 from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, WrongByte
+from mambaxfer_cli.execute.results import Tally
 
 STRAY = "outside the request"
 Tick = Callable[[str], None]
@@ -32,18 +33,6 @@ class StrayByte:
         place = f"tensor {self.tensor} block {self.block}"
         return (f"D{d_rank} {place} byte {self.offset} must stay poisoned (0x{POISON:02x}) "
                 f"but holds 0x{self.found:02x}")
-
-
-@dataclass(frozen=True)
-class Tally:
-    """A check of D's memory, counted: bytes compared, bytes wrong."""
-
-    checked_bytes: int
-    wrong_bytes: int
-
-    @property
-    def ok(self) -> bool:
-        return self.wrong_bytes == 0
 
 
 @dataclass
