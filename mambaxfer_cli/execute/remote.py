@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
@@ -35,13 +35,6 @@ def notify(agent: Any, name: str, message: bytes) -> None:
         if peer_gone(exc):
             raise PeerGone(f"{name} went away", nixl_said(exc)) from None
         raise
-
-
-def notifications(agent: Any) -> Iterator[tuple[str, bytes, dict[str, Any] | None]]:
-    for sender, messages in agent.get_new_notifs().items():
-        sender = sender.decode() if isinstance(sender, bytes) else sender
-        for message in messages:
-            yield sender, message, agreement.decode(message)
 
 
 def linger(agent: Any) -> None:
@@ -75,11 +68,14 @@ class Inbox:
         self.plain: Counter[tuple[str, bytes]] = Counter()   # (sender, message): how many came
 
     def poll(self) -> None:
-        for sender, message, control in notifications(self.agent):
-            if control is None:
-                self.plain[sender, message] += 1
-            elif control["kind"] != "ping":
-                self.control.append((sender, control))
+        for sender, messages in self.agent.get_new_notifs().items():
+            sender = sender.decode() if isinstance(sender, bytes) else sender
+            for message in messages:
+                control = agreement.decode(message)
+                if control is None:
+                    self.plain[sender, message] += 1
+                elif control["kind"] != "ping":
+                    self.control.append((sender, control))
 
     def find(self, sender: str, kind: str, **fields: Any) -> dict[str, Any] | None:
         for who, control in self.control:
