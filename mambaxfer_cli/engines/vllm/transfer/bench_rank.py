@@ -16,6 +16,7 @@ from mambaxfer_cli.engines.vllm.transfer.bench_variants import DIRECTIONS, LIMIT
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.engines.vllm.transfer.rank import pairing
 from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
+from mambaxfer_cli.execute.remote import Inbox, p_agent
 from mambaxfer_cli.execute.results import Preparation, Tally
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.engines.vllm.transfer.tasks import BenchSpec, DecodeTask, PrefillTask
@@ -101,12 +102,7 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
                                   "page_bytes": task.memory.page_bytes})
         published = exchange(task, ch, node)
         ch.phase("preparing")
-        notes: dict[str, list[bytes]] = {}
-
-        def pump() -> None:
-            """Keep this agent progressing while P writes, and keep the notifications it gets."""
-            for sender, messages in node.agent.get_new_notifs().items():
-                notes.setdefault(sender.decode() if isinstance(sender, bytes) else sender, []).extend(messages)
+        inbox = Inbox(node.agent)     # polled while P writes: it progresses this agent and keeps what came
 
         xfers, prep = {}, {}
         for name, reads in spec.variants:     # a bench task has no whole pages: the plan's reads alone
@@ -134,8 +130,8 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
                 if direction == "READ":
                     timings[step] = _iterations(node, xfers[name], spec.iters, ch, _starts(ch, step))
                 else:
-                    _follow(ch, step, spec.iters, pump)
-                    _wait_notifs(notes, pump, ch, {f"P{p}" for p in task.sources}, f"{step}:done".encode(), task)
+                    _follow(ch, step, spec.iters, inbox.poll)
+                    _wait_notifs(inbox, ch, f"{step}:done".encode(), task)
                 memory.sync()
                 ch.phase("verifying", f"{direction} {name}")
                 regions = [memory.fetch(i) for i in range(memory.count)]
@@ -152,20 +148,16 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
                            ucx_lines=ucx_config_lines(ucx_log))
 
 
-def _wait_notifs(notes: dict[str, list[bytes]], pump: Idle, ch: Channel, senders: set[str], message: bytes,
-                 task: DecodeTask) -> None:
-    prefix = f"mambaxfer-{task.settings.run_id}-"
-    waiting = set(senders)
+def _wait_notifs(inbox: Inbox, ch: Channel, message: bytes, task: DecodeTask) -> None:
+    waiting = {f"P{p}": p_agent(task, p) for p in task.sources}
     ch.waiting("the WRITE notifications of " + ", ".join(sorted(waiting)))
     polls = 0
     while waiting:
         polls += 1
         if polls % 1024 == 0:
             ch.check_stop()
-        pump()
-        for sender, messages in notes.items():
-            if message in messages and sender.startswith(prefix):
-                waiting.discard(sender[len(prefix):])
+        inbox.poll()
+        waiting = {p: name for p, name in waiting.items() if (name, message) not in inbox.plain}
         if waiting:
             time.sleep(0.0002)
 
