@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -43,6 +43,20 @@ def columns_table(title: str, columns: Sequence[tuple[str, JustifyMethod]], no_w
     for column, justify in columns:
         out.add_column(column, justify=justify, no_wrap=no_wrap)
     return out
+
+
+Row = TypeVar("Row")
+
+
+def model_rows(table: Table, rows: Iterable[Row], model: Callable[[Row], str]) -> Iterator[tuple[str, Row]]:
+    """Each row with its model named on the model's first row only, and a section between models."""
+    last = None
+    for row in rows:
+        name = model(row)
+        if last is not None and name != last:
+            table.add_section()
+        yield ("" if name == last else name), row
+        last = name
 
 
 def together(tables: Sequence, name: str) -> Sequence:

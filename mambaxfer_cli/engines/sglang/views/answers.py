@@ -12,7 +12,7 @@ from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
-from mambaxfer_cli.render.console import columns_table, tp_pairing
+from mambaxfer_cli.render.console import columns_table, model_rows, tp_pairing
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
@@ -154,12 +154,7 @@ def check_table(report: CheckReport) -> Table:
     table = columns_table(f"mambaxfer check: {report.release} over {backend_name(report.backend)}",
                           [("model", "left"), ("pairing", "left"), ("SGLang", "left"), ("state", "left"),
                            ("wrong bytes", "right")], no_wrap=True)
-    last = None
-    for r in report.results:
-        if last is not None and r.model != last:
-            table.add_section()
-        shown = r.model if r.model != last else ""
-        last = r.model
+    for shown, r in model_rows(table, report.results, lambda r: r.model):
         wrong = r.wrong() if r.outcome == CORRUPTS else 0   # bytes that land wrong, not what a failed request would
         fields = "+".join(FIELD_NAMES[f] for f in FIELDS if r.wrong(f)) if wrong else ""
         table.add_row(shown, r.pairing, OUTCOMES[r.outcome], fields, f"{wrong:,}" if wrong else "")
@@ -230,12 +225,7 @@ def render_both(vllm, sglang: CheckReport) -> list:
                           [("model", "left"), ("pairing", "left"), (vllm.releases, "left"), (sglang.release, "left"),
                            ("SGLang wrong B", "right")], no_wrap=True)
     not_checked = Text("– not checked", style="yellow")
-    last = None
-    for (model, p_tp, d_tp), (v, s) in rows.items():
-        if last is not None and model != last:
-            table.add_section()
-        shown = model if model != last else ""
-        last = model
+    for shown, ((_, p_tp, d_tp), (v, s)) in model_rows(table, rows.items(), lambda row: row[0][0]):
         left = vllm_does[v.vllm_does] if v is not None and v.vllm_does in vllm_does else not_checked
         right = OUTCOMES[s.outcome] if s is not None else not_checked
         wrong = s.wrong() if s is not None and s.outcome == CORRUPTS else 0

@@ -12,7 +12,7 @@ from rich.text import Text
 from mambaxfer_cli.planning.reads import EXACT
 from mambaxfer_cli.engines.vllm.proof.check import BOTH, CheckReport, PairingResult
 from mambaxfer_cli.proof.verdicts import CORRUPTS, REFUSES, RIGHT
-from mambaxfer_cli.render.console import columns_table
+from mambaxfer_cli.render.console import columns_table, model_rows
 from mambaxfer_cli.render.model_view import human_bytes
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),
@@ -41,12 +41,7 @@ def deployment_table(report: CheckReport) -> Table:
 def _rows_by_model(table: Table, report: CheckReport) -> Iterator[tuple[str, str, PairingResult]]:
     """Each result with the model named on its first row only and a section between models; the
     pairing says when the plan was coalesced."""
-    last_model = None
-    for r in report.results:
-        if r.model != last_model and last_model is not None:
-            table.add_section()
-        model = r.model if r.model != last_model else ""
-        last_model = r.model
+    for model, r in model_rows(table, report.results, lambda r: r.model):
         yield model, r.pairing + (" coalesced" if r.coalesce else ""), r
 
 
