@@ -323,6 +323,25 @@ class RunArgs(Group):
         return self.devices()[0]
 
 
+def need_nixl() -> None:
+    """A run's ranks need NIXL: its absence is said before any rank starts."""
+    import importlib.util
+
+    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
+
+    if importlib.util.find_spec("nixl") is None:
+        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+
+
+def needed(model: ModelArgs, pair: PairArgs, alternative: str = "") -> tuple[int, int]:
+    """--p-tp and --d-tp, once --model and they are given (``alternative``: what else would do)."""
+    missing = [flag for flag, value in (("--model", model.model), ("--p-tp", pair.p_tp), ("--d-tp", pair.d_tp))
+               if value is None]
+    if missing or pair.p_tp is None or pair.d_tp is None:
+        raise UserError(f"execute needs {', '.join(missing)}{alternative}")
+    return pair.p_tp, pair.d_tp
+
+
 # A sweep's largest TP size (check, conformance): one declaration that both commands take.
 MAX_TP_OPTION: int | None = option(
     "--max-tp", help="Every pairing of the model's valid TP sizes up to N (default 8; check: unless --pairs).",

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
-from mambaxfer_cli.render.console import tp_pairing
+from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 
 
@@ -58,10 +58,9 @@ def bench_tables(document: dict[str, Any]) -> list[Table]:
             moved = f", {document['semantics']} reads" if document.get("semantics") else ""    # which plan it moved
             title = (f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}{release}{moved}, "
                      f"{device}, {mode}, UCX: {'; '.join(transports)}, {document['iters']} iters")
-            table = Table(title=title, title_justify="left", box=None, padding=(0, 1))
-            for column in ("blk", "variant", "bytes", "desc", "kept", "GB/s", "p99 GB/s", "us/d", "prep ms",
-                           "post us", "/lim"):
-                table.add_column(column, justify="left" if column == "variant" else "right")
+            table = columns_table(title, [(column, "left" if column == "variant" else "right") for column in (
+                "blk", "variant", "bytes", "desc", "kept", "GB/s", "p99 GB/s", "us/d", "prep ms", "post us", "/lim")],
+                box=None, padding=(0, 1))
             for point in points:
                 for name, row in point["variants"][direction].items():
                     ratio = point["ratios"][direction].get(f"{name}/limit")

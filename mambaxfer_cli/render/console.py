@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+    from rich.table import Table
 
 VALUE_CHARS = 40      # a cell line up to this long is one value, never wrapped
 # Values of several words that prose never splits: a number and its unit, a pairing, a shard, an
@@ -28,6 +32,31 @@ def console():
 
     # The terminal's width; through a pipe (``| less``, a CI log) COLUMNS, else 80.
     return Console(highlight=False)
+
+
+def columns_table(title: str, columns: Sequence[tuple[str, JustifyMethod]], no_wrap: bool = False,
+                  **table: Any) -> Table:
+    """A table titled on the left (its caption too), with these (name, justify) columns."""
+    from rich.table import Table
+
+    out = Table(title=title, title_justify="left", caption_justify="left", **table)
+    for column, justify in columns:
+        out.add_column(column, justify=justify, no_wrap=no_wrap)
+    return out
+
+
+Row = TypeVar("Row")
+
+
+def model_rows(table: Table, rows: Iterable[Row], model: Callable[[Row], str]) -> Iterator[tuple[str, Row]]:
+    """Each row with its model named on the model's first row only, and a section between models."""
+    last = None
+    for row in rows:
+        name = model(row)
+        if last is not None and name != last:
+            table.add_section()
+        yield ("" if name == last else name), row
+        last = name
 
 
 def together(tables: Sequence, name: str) -> Sequence:

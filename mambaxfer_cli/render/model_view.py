@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.variants import REGION_COLOURS
+from mambaxfer_cli.render.console import columns_table
 
 REGION_STYLES = REGION_COLOURS
 
@@ -26,10 +26,8 @@ def human_bytes(n: int) -> str:
 
 
 def models_table(specs: Sequence[ModelSpec]) -> Table:
-    table = Table(title="Built-in models", title_justify="left")
-    for column in ("name", "variant", "family", "SSM layers", "attention layers", "conv dtype",
-                   "ssm dtype", "source"):
-        table.add_column(column, justify="right" if "layers" in column else "left")
+    table = columns_table("Built-in models", [(column, "right" if "layers" in column else "left") for column in (
+        "name", "variant", "family", "SSM layers", "attention layers", "conv dtype", "ssm dtype", "source")])
     for spec in specs:
         table.add_row(spec.name, spec.variant.value, spec.family, str(spec.ssm_layers),
                       str(spec.attention_layers), spec.conv_dtype, spec.ssm_dtype, spec.source)
@@ -51,12 +49,9 @@ def model_summary(spec: ModelSpec) -> str:
 
 def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
     """One row per rank and region: shard in global units, byte offset and size."""
-    table = Table(title=title, title_justify="left", show_lines=False)
-    columns: list[tuple[str, JustifyMethod]] = [
+    table = columns_table(title, [
         ("rank", "right"), ("region", "left"), ("unit", "left"), ("shard", "right"), ("unit bytes", "right"),
-        ("offset", "right"), ("size", "right")]
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+        ("offset", "right"), ("size", "right")])
     shards_seen = Counter((r.name, r.shard.start, r.shard.end) for layout in layouts for r in layout.regions)
     for layout in layouts:
         for i, region in enumerate(layout.regions):
@@ -76,5 +71,4 @@ def layout_table(title: str, layouts: Sequence[RankLayout]) -> Table:
                      f"({human_bytes(first.state_bytes)})"
                      + ("; 'rep' = replicated on several ranks" if any(n > 1 for n in shards_seen.values())
                         and len(layouts) > 1 else ""))
-    table.caption_justify = "left"
     return table

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.render.console import columns_table
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
@@ -47,9 +48,8 @@ class ProgressView:
             self._live.update(self._render())
 
     def _render(self) -> Table:
-        table = Table(title=self.title, title_justify="left", box=None, padding=(0, 1))
-        for column in ("rank", "phase", "detail", "at"):
-            table.add_column(column, justify="right" if column == "at" else "left")
+        table = columns_table(self.title, [(column, "right" if column == "at" else "left")
+                                           for column in ("rank", "phase", "detail", "at")], box=None, padding=(0, 1))
         for name in sorted(self.rows, key=lambda n: (n[0] != "P", int(n[1:]))):
             phase, detail, at = self.rows[name]
             table.add_row(name, Text(phase, style=PHASE_STYLES.get(phase, "")), detail, f"{at:.1f}s")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mambaxfer_cli.cli.params import given
-from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs
+from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs, need_nixl
 from mambaxfer_cli.render.report import Report, chart_notes, check_chart
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -24,15 +24,12 @@ _VLLM_ONLY = {"sweep": "--request-blocks", "chart": "--chart", "seed": "--seed"}
 
 
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs) -> Report:
-    import importlib.util
-
     from mambaxfer_cli.engines.sglang.transfer.bench import bench
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.commands.answers import backend, load
     from mambaxfer_cli.engines.sglang.commands.execute import semantics
     from mambaxfer_cli.engines.sglang.plan import plan
-    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
@@ -52,8 +49,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
         raise UserError(f"--device {run_args.device}: SGLang's bench runs on one device (cpu or cuda); "
                         f"--engine vllm,sglang runs both engines on each")
     kind, gpus = devices[0]
-    if importlib.util.find_spec("nixl") is None:
-        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    need_nixl()
     with one_line_when_the_run_fails(), BenchProgress(1) as view:
         view.start(f"{kind} one slot")
         document = bench(planned, chosen, kind, gpus, run_args.iters, run_args.timeout, view.update)

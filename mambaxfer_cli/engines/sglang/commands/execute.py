@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any, Callable
 
-from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs, refuse_value
+from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs, need_nixl, needed, refuse_value
 from mambaxfer_cli.cli.params import given
 from mambaxfer_cli.render.report import AsIs, Report
 from mambaxfer_cli.errors import UserError
@@ -20,11 +20,6 @@ if TYPE_CHECKING:
 # The options execute takes for vLLM that SGLang's transfer has no use for, by parameter name.
 _VLLM_ONLY = {"blocks": "--blocks", "plan_file": "--plan", "coalesce": "--coalesce",
               "request_blocks": "--request-blocks", "seed": "--seed"}
-
-
-def _given_on_command_line() -> list[str]:
-    """The vLLM-only options the user gave (a default the command sets is not given)."""
-    return [flag for name, flag in _VLLM_ONLY.items() if given(name)]
 
 
 def semantics(request: RequestArgs) -> str:
@@ -41,13 +36,10 @@ def semantics(request: RequestArgs) -> str:
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs,
         host: str, port: int, check_peers: Callable[[], Discovery | None]) -> Report:
     """``check_peers``: --host and --port checked, and the two-host discovery (execute's own)."""
-    import importlib.util
-
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
     from mambaxfer_cli.engines.sglang.plan import plan
-    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.engines.sglang.transfer.run import execute
     from mambaxfer_cli.execute.tasks import RunSettings
@@ -55,24 +47,20 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.render.run_view import ProgressView
     from mambaxfer_cli.engines.sglang.views.execute import title
 
-    given = _given_on_command_line()
-    if given:
-        raise UserError(f"{', '.join(given)}: {'these apply' if len(given) > 1 else 'it applies'} to vLLM's block "
+    named = [flag for name, flag in _VLLM_ONLY.items() if given(name)]     # a default the command sets is not given
+    if named:
+        raise UserError(f"{', '.join(named)}: {'these apply' if len(named) > 1 else 'it applies'} to vLLM's block "
                         f"reads; SGLang's transfer moves one slot per request (--engine sglang)")
     discovery = check_peers()
     backend(engines, drafts=True)
     chosen = semantics(request)
     check_bounds(p_tp=pair.p_tp, d_tp=pair.d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)
-    missing = [flag for flag, value in (("--model", model.model), ("--p-tp", pair.p_tp), ("--d-tp", pair.d_tp))
-               if value is None]
-    if missing or pair.p_tp is None or pair.d_tp is None:
-        raise UserError(f"execute needs {', '.join(missing)}")
+    p_tp, d_tp = needed(model, pair)
     spec = cut_layers(load(model), run_args.layers)
-    planned = plan(spec, pair.p_tp, pair.d_tp, draft=draft(spec, engines))
+    planned = plan(spec, p_tp, d_tp, draft=draft(spec, engines))
     kind, gpus = run_args.device_one()
-    if importlib.util.find_spec("nixl") is None:
-        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    need_nixl()
     if discovery is not None:
         from mambaxfer_cli.engines.sglang.commands.two_hosts import run_side
 

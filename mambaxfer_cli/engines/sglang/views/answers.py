@@ -12,8 +12,7 @@ from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
 from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
-from mambaxfer_cli.render.console import tp_pairing
-from mambaxfer_cli.engines.sglang.views import columns_table
+from mambaxfer_cli.render.console import columns_table, model_rows, tp_pairing
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
@@ -42,7 +41,7 @@ def entries_table(plan: SGLangPlan) -> Table:
     """Each field's entry: the bytes of one slot on a P rank and a D rank, and its layers."""
     table = columns_table("entries (one per state and layer; a request is one slot of each)",
                           [("state", "left"), ("layers", "right"), ("P item", "right"), ("D item", "right"),
-                           ("TP-sliced axis (P → D)", "right")])
+                           ("TP-sliced axis (P → D)", "right")], no_wrap=True)
     for field in _fields(plan):
         p = [e for e in plan.prefill_entries if e.field == field]
         d = [e for e in plan.decode_entries if e.field == field]
@@ -91,7 +90,7 @@ def writes_table(plan: SGLangPlan, d_rank: int | None = None) -> Table:
     wrong = {(o.field, o.d_rank): o.bad for o in plan.verdict.outcomes}
     table = columns_table("writes per layer (P pushes into D's slot): SGLang's and the exact ones",
                           [("D", "right"), ("P", "right"), ("state", "left"), ("SGLang", "right"), ("exact", "right"),
-                           ("D item wrong", "right")])
+                           ("D item wrong", "right")], no_wrap=True)
     keys = sorted({(w.d_rank, w.p_rank, w.field) for w in (*plan.writes, *plan.exact)},
                   key=lambda k: (k[0], _fields(plan).index(k[2]), k[1]))
     for d, p, field in keys:
@@ -154,13 +153,8 @@ def check_table(report: CheckReport) -> Table:
     """Per pairing, what SGLang does and the bytes it gets wrong (mambaxfer's exact plan: the footer)."""
     table = columns_table(f"mambaxfer check: {report.release} over {backend_name(report.backend)}",
                           [("model", "left"), ("pairing", "left"), ("SGLang", "left"), ("state", "left"),
-                           ("wrong bytes", "right")])
-    last = None
-    for r in report.results:
-        if last is not None and r.model != last:
-            table.add_section()
-        shown = r.model if r.model != last else ""
-        last = r.model
+                           ("wrong bytes", "right")], no_wrap=True)
+    for shown, r in model_rows(table, report.results, lambda r: r.model):
         wrong = r.wrong() if r.outcome == CORRUPTS else 0   # bytes that land wrong, not what a failed request would
         fields = "+".join(FIELD_NAMES[f] for f in FIELDS if r.wrong(f)) if wrong else ""
         table.add_row(shown, r.pairing, OUTCOMES[r.outcome], fields, f"{wrong:,}" if wrong else "")
@@ -229,14 +223,9 @@ def render_both(vllm, sglang: CheckReport) -> list:
         rows.setdefault((s.model, s.plan.p_tp, s.plan.d_tp), [None, None])[1] = s
     table = columns_table(f"mambaxfer check: {vllm.releases} and {sglang.release}",
                           [("model", "left"), ("pairing", "left"), (vllm.releases, "left"), (sglang.release, "left"),
-                           ("SGLang wrong B", "right")])
+                           ("SGLang wrong B", "right")], no_wrap=True)
     not_checked = Text("– not checked", style="yellow")
-    last = None
-    for (model, p_tp, d_tp), (v, s) in rows.items():
-        if last is not None and model != last:
-            table.add_section()
-        shown = model if model != last else ""
-        last = model
+    for shown, ((_, p_tp, d_tp), (v, s)) in model_rows(table, rows.items(), lambda row: row[0][0]):
         left = vllm_does[v.vllm_does] if v is not None and v.vllm_does in vllm_does else not_checked
         right = OUTCOMES[s.outcome] if s is not None else not_checked
         wrong = s.wrong() if s is not None and s.outcome == CORRUPTS else 0
@@ -260,7 +249,8 @@ def render_both(vllm, sglang: CheckReport) -> list:
 def render_models(document: dict) -> list:
     """The presets SGLang serves (its srt/models/ file) and mambaxfer answers for; why not the rest."""
     table = columns_table(f"mambaxfer models: SGLang {document['release']}",
-                          [("preset", "left"), ("SGLang's model file", "left"), ("mambaxfer answers", "left")])
+                          [("preset", "left"), ("SGLang's model file", "left"), ("mambaxfer answers", "left")],
+                          no_wrap=True)
     for row in document["models"]:
         table.add_row(row["name"], row["sglang_file"] or "– none",
                       Text("✓ yes", style="green") if row["answered"] else Text("✗ no", style="red"))

@@ -10,9 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.engines.sglang.views import columns_table
-
-from mambaxfer_cli.render.console import tp_pairing
+from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 from mambaxfer_cli.render.run_view import checked, run_totals
 
@@ -34,8 +32,7 @@ def result_table(outcome: "SlotOutcome") -> Table:
 
     table = columns_table(title(outcome.plan, outcome.semantics, outcome.settings.device), (
         ("D rank", "right"), ("from P", "left"), ("bytes", "right"), ("descriptors", "right"),
-        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left")), no_wrap=False,
-        caption_justify="left")
+        ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left")))
     for d in outcome.decode:
         into = outcome.into(d.d_rank)
         moved, seconds = sum(w.bytes for _, w in into), outcome.d_time(d.d_rank)
@@ -91,7 +88,7 @@ def bench_table(document: dict[str, Any]) -> Table:
     table = columns_table(title_text, (
         ("variant", "left"), ("desc", "right"), ("kept", "right"), ("B/desc", "right"),
         ("bytes", "right"), ("median", "right"), ("GB/s", "right"), ("p99 GB/s", "right"), ("check", "left")),
-        no_wrap=False, box=None, padding=(0, 1))
+        box=None, padding=(0, 1))
     for name, row in document["variants"].items():
         table.add_row(name, str(row["descriptors_posted"]), str(row["descriptors_kept"]),
                       human_bytes(row["bytes_per_descriptor"]), human_bytes(row["bytes"]),
@@ -103,5 +100,4 @@ def bench_table(document: dict[str, Any]) -> Table:
                      f"descriptors, one per write and layer; limit: one descriptor "
                      f"per P -> D pair, the same bytes; planned/limit {document['ratio']:.2f}; every byte of D "
                      f"checked after each")
-    table.caption_justify = "left"
     return table

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.engines.sglang.views import columns_table
 from mambaxfer_cli.render.run_view import two_host_line
-from mambaxfer_cli.render.console import tp_pairing
+from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 
 if TYPE_CHECKING:
@@ -30,7 +29,7 @@ def written_table(outcome: "SideOutcome") -> Table:
     table = columns_table(f"prefill side of {plan.model.name}: {tp_pairing(plan.p_tp, plan.d_tp)}, "
                           f"{outcome.semantics} semantics", (
                               ("WRITE", "left"), ("bytes", "right"), ("descriptors", "right"), ("after merge", "right"),
-                              ("time", "right"), ("GB/s", "right"), ("verdict", "left")), no_wrap=False)
+                              ("time", "right"), ("GB/s", "right"), ("verdict", "left")))
     answers = {a.d_rank: a for a in outcome.answers}
     for p in outcome.prefill:
         for w in p.writes:
@@ -43,5 +42,4 @@ def written_table(outcome: "SideOutcome") -> Table:
     table.caption = (f"{plan.release.label} WRITEs; geometry agreed with every decode rank; {outcome.rounds} "
                      f"rounds, each posted once the D ranks written into were poisoned, time = median; the verdict is "
                      f"the decode side's, which checked every byte")
-    table.caption_justify = "left"
     return table

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, PairArgs, RequestArgs, RunArgs, Semantics
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, PairArgs, RequestArgs, RunArgs, Semantics, need_nixl
 from mambaxfer_cli.cli.outcome import said
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.engines.vllm.views.execute import moved
@@ -57,9 +57,6 @@ class VllmBench:
 def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
                  sweep: str, chart: Path | None) -> VllmBench:
     """vLLM's bench planned: options checked, the plans made, the memory checked, NIXL found."""
-    import importlib.util
-
-    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.limits import check_bounds, finite_seconds
 
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
@@ -88,8 +85,7 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
                 check_fits(planned, kind, "use smaller --request-blocks or fewer --layers")
             except UserError as exc:
                 raise reworded(exc, f"{kind}, --request-blocks {n}: {exc}") from None
-    if importlib.util.find_spec("nixl") is None:
-        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    need_nixl()
     refused = plans[0][0].verdict
     if not refused.accepts:    # worth knowing before reading the figures; stdout stays the document
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from mambaxfer_cli.cli.options import (EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, Semantics,
-                                       check_bounds)
+                                       check_bounds, need_nixl, needed)
 from mambaxfer_cli.cli.params import given_flags
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.errors import UserError
@@ -26,11 +26,8 @@ if TYPE_CHECKING:
 
 def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
             peers: PeerArgs, output: OutputArgs, blocks: int | None, plan_file: Path | None) -> Report:
-    import importlib.util
-
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.vllm.transfer.run import execute as perform
-    from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
     from mambaxfer_cli.execute.tasks import RunSettings
 
     check_bounds(p_tp=pair.p_tp, d_tp=pair.d_tp, layers=run.layers, blocks=blocks,
@@ -48,8 +45,7 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
         from mambaxfer_cli.engines.vllm.transfer.tasks import check_fits
 
         check_fits(plan, kind, "plan it again with fewer --p-num-blocks/--d-num-blocks")
-    if importlib.util.find_spec("nixl") is None:
-        raise UserError(f"NIXL is not installed; {INSTALL_HINT}")
+    need_nixl()
     if discovery is None:
         settings = RunSettings(secrets.token_hex(4), kind, gpus, peers.host, peers.port, run.iters)
     else:
@@ -116,10 +112,7 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
     from mambaxfer_cli.execute.tasks import cut_layers
 
     if plan_file is None:
-        missing = [flag for flag, value in (("--model", model.model), ("--p-tp", pair.p_tp), ("--d-tp", pair.d_tp))
-                   if value is None]
-        if missing or pair.p_tp is None or pair.d_tp is None:
-            raise UserError(f"execute needs {', '.join(missing)} (or --plan FILE)")
+        p_tp, d_tp = needed(model, pair, " (or --plan FILE)")
         from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, on_gpu
         from mambaxfer_cli.engines.vllm.startup import startup
 
@@ -129,7 +122,7 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
             from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
 
             full = with_drafts(full, speculative_config(speculative), engine.release, model.num_spec)
-        plan = plan_to_execute(cut_layers(full, layers), pair.p_tp, pair.d_tp,
+        plan = plan_to_execute(cut_layers(full, layers), p_tp, d_tp,
                                semantics=request.reads(default=Semantics.vllm.value),
                                coalesce=request.coalesce, blocks=blocks, engine=engine,
                                request_blocks=request.request_blocks, seed=request.seed)
@@ -141,7 +134,7 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
 
         from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 
-        whole = build_plan(full, pair.p_tp, pair.d_tp, PlanOptions(semantics=plan.semantics, prefill=engine,
+        whole = build_plan(full, p_tp, d_tp, PlanOptions(semantics=plan.semantics, prefill=engine,
                                                                    decode=engine))
         return replace(plan, verdict=whole.verdict)
     fixed = [flag for flag, given in (("--layers", layers is not None), ("--blocks", blocks is not None),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from rich.console import Group, JustifyMethod
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -12,6 +12,7 @@ from rich.text import Text
 from mambaxfer_cli.planning.reads import EXACT
 from mambaxfer_cli.engines.vllm.proof.check import BOTH, CheckReport, PairingResult
 from mambaxfer_cli.proof.verdicts import CORRUPTS, REFUSES, RIGHT
+from mambaxfer_cli.render.console import columns_table, model_rows
 from mambaxfer_cli.render.model_view import human_bytes
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),
@@ -24,11 +25,9 @@ LINES_SHOWN = 20
 
 def deployment_table(report: CheckReport) -> Table:
     """BOTH: per pairing, mambaxfer's exact plan and what vLLM does."""
-    table = Table(title=f"mambaxfer check: exact plan and {report.answered_for}", title_justify="left")
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("model", "left"), ("pairing", "left"), ("bytes", "right"), ("mambaxfer", "left"), (report.releases, "left")]
-    for column, justify in columns:
-        table.add_column(column, justify=justify, no_wrap=True)
+    table = columns_table(f"mambaxfer check: exact plan and {report.answered_for}", [
+        ("model", "left"), ("pairing", "left"), ("bytes", "right"), ("mambaxfer", "left"), (report.releases, "left")],
+        no_wrap=True)
     for model, pairing, r in _rows_by_model(table, report):
         if r.verdict == "skip":
             table.add_row(model, pairing, "", VERDICTS["skip"], VERDICTS["skip"])
@@ -42,25 +41,17 @@ def deployment_table(report: CheckReport) -> Table:
 def _rows_by_model(table: Table, report: CheckReport) -> Iterator[tuple[str, str, PairingResult]]:
     """Each result with the model named on its first row only and a section between models; the
     pairing says when the plan was coalesced."""
-    last_model = None
-    for r in report.results:
-        if r.model != last_model and last_model is not None:
-            table.add_section()
-        model = r.model if r.model != last_model else ""
-        last_model = r.model
+    for model, r in model_rows(table, report.results, lambda r: r.model):
         yield model, r.pairing + (" coalesced" if r.coalesce else ""), r
 
 
 def summary_table(report: CheckReport) -> Table:
     if report.semantics == BOTH:
         return deployment_table(report)
-    table = Table(title=f"mambaxfer check ({report.semantics} semantics) · {report.answered_for}",
-                  title_justify="left")
-    columns: list[tuple[str, JustifyMethod]] = [
+    table = columns_table(f"mambaxfer check ({report.semantics} semantics) · {report.answered_for}", [
         ("model", "left"), ("pairing", "left"), ("tp_ratio", "right"), ("reads", "right"), ("segments", "right"),
-        ("descriptors", "right"), ("bytes", "right"), ("time", "right"), ("verdict", "left")]
-    for column, justify in columns:
-        table.add_column(column, justify=justify, no_wrap=column != "model")
+        ("descriptors", "right"), ("bytes", "right"), ("time", "right"), ("verdict", "left")], no_wrap=True)
+    table.columns[0].no_wrap = False     # a long model name wraps
     for model, pairing, r in _rows_by_model(table, report):
         ratio = "—" if r.tp_ratio is None else str(r.tp_ratio)
         if r.verdict == "skip":

@@ -9,7 +9,7 @@ from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.render.console import tp_pairing
+from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 from mambaxfer_cli.render.run_view import checked, run_totals, two_host_line
 
@@ -50,12 +50,9 @@ def refused_line(plan: "Plan") -> Text | None:
 def served_table(outcome: "Outcome") -> Table:
     """The prefill side of a two-host run: what each P rank served, to whom."""
     plan = outcome.plan
-    table = Table(title=f"prefill side of {plan.model.name}: {tp_pairing(plan.prefill.tp, plan.decode.tp)}, "
-                        f"{plan.semantics} semantics", title_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("P rank", "right"), ("served", "left"), ("bytes", "right"), ("READ notifications", "right"), ("fill", "right"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+    table = columns_table(f"prefill side of {plan.model.name}: {tp_pairing(plan.prefill.tp, plan.decode.tp)}, "
+                          f"{plan.semantics} semantics", (("P rank", "right"), ("served", "left"), ("bytes", "right"),
+                                                         ("READ notifications", "right"), ("fill", "right")))
     for p_rank, result in sorted(outcome.prefill.items()):
         served = outcome.served(p_rank)
         table.add_row(str(p_rank), ", ".join(f"D{c['d_rank']}" for c in served),
@@ -63,13 +60,10 @@ def served_table(outcome: "Outcome") -> Table:
                       str(sum(c["notifications"] for c in served)), f"{result.fill_s * 1e3:.1f} ms")
     table.caption = ("geometry agreed with every decode rank; each one's last READ notified, then memory "
                      "freed; the decode side verifies the bytes")
-    table.caption_justify = "left"
     return table
 
 
 def result_table(outcome: "Outcome") -> Table:
-    table = Table(title=title(outcome.plan, outcome.settings.device, outcome.settings.discovery),
-                  title_justify="left", caption_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("D rank", "right"), ("from P", "left"), ("lists", "left"), ("bytes", "right"), ("descriptors", "right"),
         ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left"))
@@ -78,8 +72,7 @@ def result_table(outcome: "Outcome") -> Table:
     indexer = any(d.indexer_descriptors for d in outcome.decode)
     columns = (*columns[:5], *((("PLE", "right"),) if ple else ()), *((("indexer", "right"),) if indexer else ()),
                *columns[5:])
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+    table = columns_table(title(outcome.plan, outcome.settings.device, outcome.settings.discovery), columns)
     for d in outcome.decode:
         cells = [str(d.d_rank), ", ".join(f"P{p}" for p in d.sources), ", ".join(d.local_lists),
                  human_bytes(d.bytes), str(d.descriptors_posted)]

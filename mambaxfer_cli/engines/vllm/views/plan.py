@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from rich.console import Group, JustifyMethod
+from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -12,7 +12,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED, Verdict
 from mambaxfer_cli.planning.kv_groups import describe
-from mambaxfer_cli.render.console import tp_pairing
+from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.planning.model import SSM
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.engines.vllm.startup import refused_when
@@ -126,12 +126,9 @@ def _exact_source(exact: Sequence[Read], d_rank: int, local_offset: int) -> str:
 def reads_table(plan: Plan, d_rank: int | None) -> Table:
     notes = _misread_notes(plan)
     exact = exact_reads(plan.prefill.ranks, plan.decode.ranks) if notes else ()
-    table = Table(title="Reads (bytes within one block's page)", title_justify="left")
-    columns: list[tuple[str, JustifyMethod]] = [
+    table = columns_table("Reads (bytes within one block's page)", [
         ("D", "right"), ("P", "right"), ("region", "left"), ("remote offset", "right"), ("local offset", "right"),
-        ("size", "right"), ("check", "left")]
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+        ("size", "right"), ("check", "left")])
     shown = [r for r in plan.reads if d_rank is None or r.d_rank == d_rank]
     for i, read in enumerate(shown):
         last_of_rank = i == len(shown) - 1 or shown[i + 1].d_rank != read.d_rank
@@ -218,12 +215,9 @@ def _group_id_lines(read: DescriptorRead, ids: Sequence[int], plan: Plan, side: 
 def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
     """One row block per distinct read; D ranks whose IDs are identical share a row block."""
     d = plan.descriptors
-    table = Table(title="Descriptor IDs for the request (one READ per source P rank)", title_justify="left")
-    columns: list[tuple[str, JustifyMethod]] = [
+    table = columns_table("Descriptor IDs for the request (one READ per source P rank)", [
         ("D", "right"), ("P", "right"), ("local list", "left"), ("k", "right"), ("group", "left"),
-        ("local IDs", "left"), ("remote IDs", "left")]
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+        ("local IDs", "left"), ("remote IDs", "left")])
     shared: dict[tuple, list[DescriptorRead]] = {}
     for read in d.reads:
         if d_rank is None or read.d_rank == d_rank:
@@ -246,7 +240,6 @@ def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
                      f"block)·n + piece (n pieces per kernel block: 1 unless the block sizes differ)"
                      + ("; streams are vLLM's NIXL regions (F of them: KDA views, compressed keys, latents, "
                         "rings), each attention-kind group over those it covers" if d.decode.regions else ""))
-    table.caption_justify = "left"
     return table
 
 
