@@ -1,0 +1,74 @@
+"""JetNemotron under --engine sglang, as SGLang 0.5.23 keeps it (checked against its own classes on
+the released Jet-Nemotron-2B config, tests/fixtures/hf-configs/NVlabs__Jet-Nemotron__jetlm_2B.json):
+``JetNemotronConfig.mamba2_cache_params`` is ``Mamba2StateShape.create`` over 12 heads of 96 keys and
+``int(96 · 2.6666666667)`` = 256 values, no conv_shard_groups, layers ``linear_layer_ids`` (the "jet"
+entries of layer_types); ``JetBlock`` splits its projection by the whole model's sizes, so SGLang
+runs it at attention TP 1 only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mambaxfer_cli.readers.model_source import compiled_presets
+from test_sglang_conformance import run_in_sglang
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "NVlabs__Jet-Nemotron__jetlm_2B.json"
+JET_LAYERS = [*range(14), 15, 16, 17, 18, *range(22, 28)]     # SGLang's linear_layer_ids
+
+
+def test_the_preset_is_the_released_config():
+    released = json.loads(FIXTURE.read_text())
+    preset = compiled_presets()["jet-nemotron-2b"]["config"]
+    assert {k: released[k] for k in preset} == preset
+
+
+def test_plan_moves_the_state_sglang_s_config_class_gives(cli):
+    code, out, err = cli("plan", "--engine", "sglang", "--model", str(FIXTURE), "--p-tp", "1", "--d-tp", "1",
+                         "--format", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    conv = [e for e in document["entries"]["decode"] if e["field"] == "conv"]
+    temporal = [e for e in document["entries"]["decode"] if e["field"] == "temporal"]
+    assert [e["layer_id"] for e in conv] == [e["layer_id"] for e in temporal] == JET_LAYERS
+    # conv (12·96·2 + 12·256, K-1) bf16 as one block; temporal (12, 256, 96) float32
+    assert (conv[0]["item_len"], conv[0]["dim"], conv[0]["conv_shard_groups"]) == (5376 * 3 * 2, 5376, None)
+    assert (temporal[0]["item_len"], temporal[0]["dim"]) == (12 * 256 * 96 * 4, 12)
+    assert document["verdict"]["right"]
+
+
+@pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 2)])
+def test_a_tp_size_above_one_is_refused_as_jetblock_fails(cli, p_tp, d_tp):
+    code, _, err = cli("plan", "--engine", "sglang", "--model", "jet-nemotron-2b", "--p-tp", str(p_tp),
+                       "--d-tp", str(d_tp))
+    words = " ".join(err.split())
+    assert code == 1 and "JetBlock (models/jet_nemotron.py) runs only at attention TP 1" in words, err
+    assert "Traceback" not in err
+
+
+def test_check_checks_tp_1_and_says_why_not_the_rest(cli):
+    code, out, err = cli("check", "--engine", "sglang", "--model", "jet-nemotron-2b", "--format", "json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert [(r["p_tp"], r["d_tp"], r["outcome"]) for r in document["pairings"]] == [(1, 1, "right")], document
+    assert "not checked at TP 2, 3, 4, 5, 6, 7, 8" in document["unchecked"][0]
+
+
+def test_models_answers_for_it_and_no_longer_lists_it_unread(cli):
+    code, out, err = cli("models", "--engine", "sglang", "--format", "json")
+    document = json.loads(out)
+    row = next(r for r in document["models"] if r["name"] == "jet-nemotron-2b")
+    assert code == 0 and row["sglang_file"] == "models/jet_nemotron.py" and row["answered"], row
+    assert "JetNemotronForCausalLM" not in json.dumps(document["state_not_read"])
+
+
+@pytest.mark.usefixtures("nixl")
+def test_execute_moves_its_state_as_sglang_writes_it():
+    from cli_run import run_json
+
+    code, doc = run_json("execute", "--engine", "sglang", "--device", "cpu", "--format", "json", "--timeout", "90",
+                         "--model", "jet-nemotron-2b", "--layers", "4", "--p-tp", "1", "--d-tp", "1", "--iters", "1")
+    assert code == 0 and doc["verified"] and doc["bad_bytes"] == doc["predicted_bad_bytes"] == 0, doc
+    assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv", "temporal"}
