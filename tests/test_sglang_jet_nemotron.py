@@ -72,3 +72,44 @@ def test_execute_moves_its_state_as_sglang_writes_it():
                          "--model", "jet-nemotron-2b", "--layers", "4", "--p-tp", "1", "--d-tp", "1", "--iters", "1")
     assert code == 0 and doc["verified"] and doc["bad_bytes"] == doc["predicted_bad_bytes"] == 0, doc
     assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv", "temporal"}
+
+
+# In SGLang's environment: its config class's state at TP 1 and 2 and JetBlock built at each, and the
+# same with the config class's layers planted one off (1-based), which conformance must catch there alone.
+PROBE = r"""
+import json
+from mambaxfer_cli.engines.sglang import conformance as c
+from mambaxfer_cli.engines.sglang.conformance import served_model
+
+name = "JetNemotronConfig state"
+base = c.load_functions()
+real = base[name]
+class OneOff(real):
+    linear_layer_ids = property(lambda self: [i + 1 for i in real.linear_layer_ids.fget(self)])
+out = {}
+for label, functions in (("as is", base), ("planted", {**base, name: OneOff})):
+    report = c.probe([served_model("jet-nemotron-2b")], functions, max_tp=2)
+    out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
+print(json.dumps(out))
+"""
+
+
+def test_conformance_compares_its_config_class_and_jetblock_and_catches_a_planted_fault():
+    result = run_in_sglang("-c", PROBE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout)
+    assert outcomes["as is"]["JetNemotronConfig state"] == ["agrees", 2]      # TP 1 and 2
+    assert outcomes["as is"]["JetBlock TP sizes"] == ["agrees", 2]            # fits at TP 1 only, on both sides
+    assert outcomes["as is"]["mambaish_config state layers"] == ["agrees", 1]
+    assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
+    assert {n for n, (o, _) in outcomes["planted"].items() if o != "agrees"} == {"JetNemotronConfig state"}
+
+
+def test_preflight_refuses_a_decode_server_above_tp_1(cli, tmp_path):
+    (tmp_path / "config.json").write_text(FIXTURE.read_text())
+    line = f"python -m sglang.launch_server --model-path {tmp_path} --disaggregation-mode {{}} --tp {{}}"
+    code, out, err = cli("preflight", "--prefill", line.format("prefill", 1), "--decode", line.format("decode", 2),
+                         "--format", "json")
+    document = json.loads(out)
+    assert code == 1 and document["verdict"] == "refused", err + out
+    assert "does not start the decode server at TP 2: SGLang's JetBlock" in document["headline"]

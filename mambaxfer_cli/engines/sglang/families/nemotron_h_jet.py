@@ -9,3 +9,4 @@ SGLANG_0_5_23 = {"JetNemotron": FamilyRule(
              "splits each rank's 1/{tp} of qkvabz_proj by the whole model's sizes (RuntimeError in split)")}
 # Conformance: its config class's state at each TP size, and JetBlock built per TP size.
 CONFIG_STATES = {"JetNemotron": ("JetNemotronConfig state", "sglang.srt.configs.jet_nemotron", "JetNemotronConfig")}
+TP_MIXERS = {"JetNemotron": ("JetBlock TP sizes", "sglang.srt.models.jet_nemotron", "JetBlock")}
