@@ -39,6 +39,17 @@ def test_plan_moves_the_state_sglang_s_config_class_gives(cli):
     assert document["verdict"]["right"]
 
 
+def test_jet_vlm_is_read_through_its_text_config(cli, tmp_path):
+    # JetVLMConfig's text_config is a JetNemotronConfig, whose mamba2_cache_params it hands the pool.
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["JetVLMForConditionalGeneration"], "model_type": "jet_vlm",
+                                  "text_config": json.loads(FIXTURE.read_text())}))
+    plans = [json.loads(cli("plan", "--engine", "sglang", "--model", m, "--p-tp", "1", "--d-tp", "1",
+                            "--format", "json")[1])["entries"]
+             for m in (str(config), str(FIXTURE))]
+    assert plans[0] == plans[1] and len(plans[0]["decode"]) == 2 * len(JET_LAYERS)
+
+
 @pytest.mark.parametrize("p_tp,d_tp", [(1, 2), (2, 2)])
 def test_a_tp_size_above_one_is_refused_as_jetblock_fails(cli, p_tp, d_tp):
     code, _, err = cli("plan", "--engine", "sglang", "--model", "jet-nemotron-2b", "--p-tp", str(p_tp),
@@ -61,7 +72,8 @@ def test_models_answers_for_it_and_no_longer_lists_it_unread(cli):
     document = json.loads(out)
     row = next(r for r in document["models"] if r["name"] == "jet-nemotron-2b")
     assert code == 0 and row["sglang_file"] == "models/jet_nemotron.py" and row["answered"], row
-    assert "JetNemotronForCausalLM" not in json.dumps(document["state_not_read"])
+    assert not {"JetNemotronForCausalLM", "JetVLMForConditionalGeneration"} & set(json.dumps(
+        document["state_not_read"]).split('"'))
 
 
 @pytest.mark.usefixtures("nixl")
@@ -90,6 +102,12 @@ out = {}
 for label, functions in (("as is", base), ("planted", {**base, name: OneOff})):
     report = c.probe([served_model("jet-nemotron-2b")], functions, max_tp=2)
     out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
+import pathlib, tempfile     # JetVLM: the same config as its text_config, through JetVLMConfig
+text = json.loads(pathlib.Path("tests/fixtures/hf-configs/NVlabs__Jet-Nemotron__jetlm_2B.json").read_text())
+path = pathlib.Path(tempfile.mkdtemp()) / "config.json"
+path.write_text(json.dumps({"architectures": ["JetVLMForConditionalGeneration"], "model_type": "jet_vlm",
+                            "text_config": text}))
+out["vlm"] = {r.name: [r.outcome, r.cases] for r in c.probe([served_model(str(path))], base, max_tp=2).results}
 print(json.dumps(out))
 """
 
@@ -103,6 +121,9 @@ def test_conformance_compares_its_config_class_and_jetblock_and_catches_a_plante
     assert outcomes["as is"]["mambaish_config state layers"] == ["agrees", 1]
     assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
     assert {n for n, (o, _) in outcomes["planted"].items() if o != "agrees"} == {"JetNemotronConfig state"}
+    assert {o for o, _ in outcomes["vlm"].values()} == {"agrees"}
+    assert outcomes["vlm"]["JetNemotronConfig state"] == outcomes["vlm"]["JetBlock TP sizes"] == ["agrees", 2]
+    assert outcomes["vlm"]["mambaish_config state layers"] == ["agrees", 1]
 
 
 def test_preflight_refuses_a_decode_server_above_tp_1(cli, tmp_path):

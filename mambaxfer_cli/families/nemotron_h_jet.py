@@ -1,7 +1,7 @@
-"""JetNemotron: JetBlock layers (a gated delta rule over ``num_heads`` heads of ``head_dim`` keys and
-``int(head_dim · expand_v)`` values) beside attention, as SGLang's ``configs/jet_nemotron.py`` reads
-``efficient_attention_config["jet"]``; ``layer_types`` "jet" is a JetBlock, "attn" and "swa" attention.
-No vLLM release serves it."""
+"""JetNemotron, and JetVLM (whose text_config is one): JetBlock layers (a gated delta rule over
+``num_heads`` heads of ``head_dim`` keys and ``int(head_dim · expand_v)`` values) beside attention, as
+SGLang's ``configs/jet_nemotron.py`` reads ``efficient_attention_config["jet"]``; ``layer_types`` "jet"
+is a JetBlock, "attn" and "swa" attention. No vLLM release serves it."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def derived(config: Config, where: str) -> Mapping[str, Any]:
 
 
 FAMILIES = (
-    Family("JetNemotron", ("jet_nemotron",), Variant("gdn"),
+    Family("JetNemotron", ("jet_nemotron", "jet_vlm"), Variant("gdn"),
            {"num_k_heads": (("jet.num_heads",),), "num_v_heads": (("jet.num_heads",),),
             "head_k_dim": (("jet.head_dim",),), "head_v_dim": (("jet.head_v_dim",),)},
            conv_kernel=(("jet.conv_size",),), ssm_dtype_keys=("mamba_ssm_dtype",), head_size_keys=(),
