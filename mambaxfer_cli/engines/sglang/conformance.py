@@ -678,14 +678,18 @@ def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any,
 
 
 def _their_split_fits(mixer: Callable[..., Any], model: ModelSpec, tp: int) -> bool:
-    """Whether the mixer built for a rank at TP ``tp`` (hidden size 8) gets the width its forward
-    splits its merged projection by (its own q, k, v, a, b, g sizes)."""
+    """Whether the mixer builds for a rank at TP ``tp`` (hidden size 8; its linear layers assert that
+    TP divides each output) and gets the width its forward splits its merged projection by (its own
+    q, k, v, a, b, g sizes)."""
     import torch
     config = _config_class(model.hf_config["model_type"])(**model.hf_config).get_text_config()
     config.hidden_size = 8
     device = SimpleNamespace(current_device=lambda: "cpu")     # what its gated norm asks a GPU for
-    with _on_rank(tp, 0), mock.patch.object(torch, "get_device_module", lambda *a: device):
-        built = mixer(config, layer_id=model.ssm_layer_ids[0])
+    try:
+        with _on_rank(tp, 0), mock.patch.object(torch, "get_device_module", lambda *a: device):
+            built = mixer(config, layer_id=model.ssm_layer_ids[0])
+    except AssertionError:
+        return False
     return bool(built.qkvabz_proj.output_size_per_partition == 2 * (built.total_k_dim + built.total_v_dim
                                                                     + built.num_heads))
 
