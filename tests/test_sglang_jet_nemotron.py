@@ -39,6 +39,17 @@ def test_plan_moves_the_state_sglang_s_config_class_gives(cli):
     assert document["verdict"]["right"]
 
 
+@pytest.mark.parametrize("change, words", [
+    ({"efficient_attention_config": [1]}, "missing key efficient_attention_config.jet"),
+    ({"layer_types": ["jet", "mamba"]}, "layer_types must list jet, attn, swa per layer"),
+])
+def test_a_config_sglang_s_class_cannot_read_is_one_line(cli, tmp_path, change, words):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**json.loads(FIXTURE.read_text()), **change}))
+    code, _, err = cli("plan", "--engine", "sglang", "--model", str(config), "--p-tp", "1", "--d-tp", "1")
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_jet_vlm_is_read_through_its_text_config(cli, tmp_path):
     # JetVLMConfig's text_config is a JetNemotronConfig, whose mamba2_cache_params it hands the pool.
     config = tmp_path / "config.json"

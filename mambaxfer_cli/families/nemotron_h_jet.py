@@ -25,7 +25,8 @@ def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, 
 def derived(config: Config, where: str) -> Mapping[str, Any]:
     """``efficient_attention_config.jet``'s keys as ``jet.<key>``, and ``jet.head_v_dim``:
     ``int(head_dim · expand_v)`` (``JetNemotronConfig.mamba2_cache_params``)."""
-    jet = (config.get("efficient_attention_config") or {}).get("jet")
+    blocks = config.get("efficient_attention_config")
+    jet = blocks.get("jet") if isinstance(blocks, Mapping) else None
     if not isinstance(jet, Mapping):
         raise UserError(f"{where}: missing key efficient_attention_config.jet (the JetBlock dimensions)")
     head, expand = jet.get("head_dim"), jet.get("expand_v")
