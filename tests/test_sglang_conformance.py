@@ -98,7 +98,9 @@ def test_every_model_is_compared_by_the_functions_that_take_one(all_presets):
     by_model = {f["function"]: f["by_model"] for f in document["functions"]}
     for name in ("compute_mamba_state_slice_blocks", "NIXL state send", "Mooncake state send",
                  "MambaPool transfer entries", "mambaish_config state layers"):
-        assert set(by_model[name]) == set(document["models"]), name
+        # JetNemotron runs at TP 1 only: no pairing of two TP sizes slices its state.
+        one_tp = {"jet-nemotron-2b"} if name == "compute_mamba_state_slice_blocks" else set()
+        assert set(by_model[name]) == set(document["models"]) - one_tp, name
         assert all(counts["cases"] > 0 and counts["differing"] == 0 for counts in by_model[name].values())
 
 
