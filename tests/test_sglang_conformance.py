@@ -98,7 +98,9 @@ def test_every_model_is_compared_by_the_functions_that_take_one(all_presets):
     by_model = {f["function"]: f["by_model"] for f in document["functions"]}
     for name in ("compute_mamba_state_slice_blocks", "NIXL state send", "Mooncake state send",
                  "MambaPool transfer entries", "mambaish_config state layers"):
-        assert set(by_model[name]) == set(document["models"]), name
+        # JetNemotron runs at TP 1 only: no pairing of two TP sizes slices its state.
+        one_tp = {"jet-nemotron-2b"} if name == "compute_mamba_state_slice_blocks" else set()
+        assert set(by_model[name]) == set(document["models"]) - one_tp, name
         assert all(counts["cases"] > 0 and counts["differing"] == 0 for counts in by_model[name].values())
 
 
@@ -426,6 +428,14 @@ def rolled_short_conv(cls):
         return mixer
     return build
 
+def unsharded_projection(cls):
+    # JetBlock's projection left whole on every rank: its split would fit at any TP size.
+    def build(*a, **k):
+        mixer = cls(*a, **k)
+        mixer.qkvabz_proj.output_size_per_partition = 2 * (mixer.total_k_dim + mixer.total_v_dim + mixer.num_heads)
+        return mixer
+    return build
+
 def next_slot(cls):
     # The sliced send writes the request's state into the next decode slot.
     from types import SimpleNamespace
@@ -479,6 +489,8 @@ faults = {
     "Qwen3GatedDeltaNet conv channels": rolled_gdn_channels,
     "short-conv config state": attention_as_conv,
     "Lfm2ShortConv conv channels": rolled_short_conv,
+    "JetNemotronConfig state": attention_as_conv,
+    "JetBlock TP sizes": unsharded_projection,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "draft KV pool entries": extra_draft_layer,
@@ -487,7 +499,7 @@ faults = {
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).
 models = [m for m in c.served_presets()
           if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5",
-                        "lfm2-1.2b", "glm-5-next")]
+                        "lfm2-1.2b", "glm-5-next", "jet-nemotron-2b")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
 out = {}
 for fault, plant in faults.items():

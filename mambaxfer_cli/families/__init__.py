@@ -47,6 +47,7 @@ class Family:
     attention_checks: Callable[[Config, str], None] | None = None   # refusals of its attention keys
     parts: PartsHook | None = None                   # what only it keeps (ModelSpec fields)
     refine: Callable[["Family", Config], "Family"] | None = None   # the family as this config sets it
+    derived: Callable[[Config, str], Config] | None = None   # keys its config class computes from others
     ssm_backend: str = ""             # its SSM layers' backend name, where not the variant's
     backend_state_note: str = ""      # why that backend's state dtype is the default ({dtype})
     # Its MTP (multi-token prediction) layers: the config key that counts them, by model_type, and

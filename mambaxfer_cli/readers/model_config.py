@@ -198,6 +198,7 @@ def spec_from_config(
     after_layers = startup(as_read, config, variant, where) if startup is not None else None
     family = labelled(detect(config, variant, where), archs)
     family = family.refine(family, config) if family.refine else family
+    config = {**config, **family.derived(config, where)} if family.derived else config
     full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),

@@ -33,7 +33,7 @@ from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
     StateShape, kda_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
-    state_shape, tp_sizes,
+    state_shape, tp_refusal, tp_sizes,
 )
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
 from mambaxfer_cli.engines.sglang.verdict import verdict
@@ -61,6 +61,7 @@ KDA_MIXER, _KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED = given("KDA
 KDA_MIXERS = merged("KDA_MIXERS")     # a family's own KDA mixer, by family label
 PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
 SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
+CONFIG_STATES, TP_MIXERS = merged("CONFIG_STATES"), merged("TP_MIXERS")   # a family's own, by family label
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -92,6 +93,9 @@ SOURCES: Mapping[str, Source] = {
                                                "the checkpoint channels of a GDN rank's conv state"),
     SHORT_CONV_CONFIG[0]: Source(SHORT_CONV_CONFIG[1], SHORT_CONV_CONFIG[2],
                                  "a short-conv model's per-rank state shape and layers (mamba2_cache_params)"),
+    **{m[0]: Source(m[1], m[2], "a family's per-rank state shape and layers from its config class")
+       for m in CONFIG_STATES.values()},
+    **{m[0]: Source(m[1], m[2], "the TP sizes whose projection its forward's split fits") for m in TP_MIXERS.values()},
     SHORT_CONV_MIXER[0]: Source(SHORT_CONV_MIXER[1], SHORT_CONV_MIXER[2],
                                 "the checkpoint channels of a rank's short-conv state"),
     "NIXL state send": Source(f"{_DISAGG}.nixl.conn", "NixlKVManager",
@@ -343,6 +347,10 @@ class _Checker:
             if model.variant == "short_conv" and config:
                 self.compare(SHORT_CONV_CONFIG[0], case, partial(_their_config_state, config, model, tp),
                              partial(_our_config_state, model, tp, self.release))
+            own = CONFIG_STATES.get(model.family, ("",))[0]
+            if self.fn(own):
+                self.compare(own, case, partial(_their_config_state, self.fn(own), model, tp),
+                             partial(_our_config_state, model, tp, self.release))
         for tp in range(1, self.max_tp + 1):
             for args in MAMBA2_STAND_INS if create else ():
                 self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
@@ -467,6 +475,13 @@ class _Checker:
         gdn = [m for m in models if any(ARCHITECTURES.get(a) in QWEN3_GDN_FILES
                                         for a in m.hf_config.get("architectures", ()))]
         self.per_rank("Qwen3GatedDeltaNet conv channels", gdn, _their_gdn_channels)
+        for label, (name, *_) in TP_MIXERS.items():
+            mixer = self.fn(name)
+            if mixer is None:
+                continue
+            for model, tp in itertools.product([m for m in models if m.family == label], range(1, self.max_tp + 1)):
+                self.compare(name, {"model": model.name, "tp": tp}, partial(_their_split_fits, mixer, model, tp),
+                             partial(lambda m, t: tp_refusal(m, t, self.release) is None, model, tp))
         short = [m for m in models if m.variant == "short_conv"]
         self.per_rank(SHORT_CONV_MIXER[0], short, _their_short_conv_channels)
         stand_ins = [replace(model_stand_in, name=f"stand-in n_groups={g}", params={**model_stand_in.params,
@@ -660,6 +675,23 @@ def _their_config_state(loaded: Any, model: ModelSpec, tp: int) -> tuple[Any, ..
 def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any, ...]:
     spec = sglang_model(model, {}, release)
     return (_ours(state_shape(spec, tp)), spec.ssm_layer_ids)
+
+
+def _their_split_fits(mixer: Callable[..., Any], model: ModelSpec, tp: int) -> bool:
+    """Whether the mixer builds for a rank at TP ``tp`` (hidden size 8; its linear layers assert that
+    TP divides each output) and gets the width its forward splits its merged projection by (its own
+    q, k, v, a, b, g sizes)."""
+    import torch
+    config = _config_class(model.hf_config["model_type"])(**model.hf_config).get_text_config()
+    config.hidden_size = 8
+    device = SimpleNamespace(current_device=lambda: "cpu")     # what its gated norm asks a GPU for
+    try:
+        with _on_rank(tp, 0), mock.patch.object(torch, "get_device_module", lambda *a: device):
+            built = mixer(config, layer_id=model.ssm_layer_ids[0])
+    except AssertionError:
+        return False
+    return bool(built.qkvabz_proj.output_size_per_partition == 2 * (built.total_k_dim + built.total_v_dim
+                                                                    + built.num_heads))
 
 
 def _their_short_conv_channels(mixer: Any, model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:

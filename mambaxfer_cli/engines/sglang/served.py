@@ -25,7 +25,6 @@ ARCHITECTURES: Mapping[str, str] = json.loads(_DATA.read_text())["served"]
 STATE_NOT_READ: Mapping[str, tuple[str, str, str]] = {
     **merged("STATE_NOT_READ"),
     "ZayaForCausalLM": ("Zaya", "ZayaConfig", "mamba2_config"),
-    "JetVLMForConditionalGeneration": ("JetVLM", "JetVLMConfig", "hybrid_gdn_config"),
     "InternS2PreviewForConditionalGeneration": ("InternS2-Preview", "InternS2PreviewConfig", "hybrid_gdn_config"),
     "MiniCPMSALAForCausalLM": ("MiniCPM-SALA", "MiniCPMHybridConfig", "hybrid_lightning_config"),
 }
@@ -34,9 +33,11 @@ NOT_MODELLED: Mapping[str, str] = {
     **merged("NOT_MODELLED"),
     "ZayaForCausalLM": ("two conv tensors per layer, the CCA heads' ((num_attention_heads + num_key_value_heads) "
                         "· head_dim / TP rows of cca_time0 + cca_time1 - 2) and the previous hidden state "
-                        "(hidden_size rows of 1, whole on every rank), and no temporal state (configs/zaya.py)"),
+                        "(hidden_size rows of 1, whole on every rank), and no temporal state (configs/zaya.py): "
+                        "a variant of mambaxfer's keeps one conv tensor per layer, sharded"),
     "MiniCPMSALAForCausalLM": ("its lightning layers' state, no conv and a temporal (lightning_nkv / TP, "
-                               "lightning_head_dim, lightning_head_dim) per layer (configs/minicpm.py)"),
+                               "lightning_head_dim, lightning_head_dim) per layer (configs/minicpm.py): every "
+                               "variant of mambaxfer's keeps conv channels"),
 }
 
 

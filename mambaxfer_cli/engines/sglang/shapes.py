@@ -183,7 +183,9 @@ def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
 
 def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> str | None:
     """Why SGLang cannot serve ``model`` at TP ``tp`` (its mixer's or attention's assert), or None."""
-    p = model.params
+    p, rule = model.params, release.families.get(model.family)
+    if rule and rule.whole_tp and tp > 1:
+        return rule.whole_tp.format(tp=tp)
     if model.variant == "mamba1" and p["intermediate_size"] % tp:
         return release.message("mamba1_intermediate", intermediate=p["intermediate_size"], tp=tp)
     if model.variant == "mamba2":
@@ -192,7 +194,6 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
         if p["n_groups"] % tp and p["n_groups"] != 1:
             return release.message("mamba2_groups")
     if model.variant == "kda" and p["num_heads"] % tp:
-        rule = release.families.get(model.family)
         own = rule.kda_heads if rule else ""     # a family's own mixer, else Kimi's KimiDeltaAttention
         return own.format(heads=p["num_heads"], tp=tp) if own else release.message("kda_heads", heads=p["num_heads"],
                                                                                       tp=tp)

@@ -19,6 +19,7 @@ class FamilyRule:
     note: str = ""
     conv_shard_groups: bool = True   # its GDN config hook passes conv_shard_groups to Mamba2StateShape.create
     kda_heads: str = ""              # its own KDA mixer's refusal of a TP size ({heads}, {tp}); "": Kimi's
+    whole_tp: str = ""               # its mixer's refusal of any attention TP size above 1 ({tp})
 
 
 def _modules() -> list[Any]:
