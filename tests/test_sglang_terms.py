@@ -201,3 +201,15 @@ def test_check_beside_vllm_keeps_vllm_s_column_for_a_model_sglang_does_not_serve
         "jamba: SGLang 0.5.23 has no Jamba model file"]
     text = words(run_cli("check", "--engine", "vllm,sglang", "--model", "jamba", "--max-tp", "2").stdout)
     assert "– not checked" in text and "jamba: SGLang 0.5.23 has no Jamba model file" in text
+
+
+def test_check_beside_sglang_keeps_sglang_s_column_for_a_model_vllm_does_not_serve():
+    result = run_cli("check", "--engine", "vllm,sglang", "--model", "gigachat3.5", "--max-tp", "2", "--format",
+                     "json")
+    assert result.code == 1, result.stderr       # vLLM serves none of the models asked about
+    document = json.loads(result.stdout)
+    assert document["vllm"]["results"] == [] and len(document["vllm"]["unchecked"]) == 1
+    assert "GigaChat35ForCausalLM" in document["vllm"]["unchecked"][0]
+    assert len(document["sglang"]["pairings"]) == 4 and not document["sglang"]["ok"]
+    alone = run_cli("check", "--engine", "vllm", "--model", "gigachat3.5", "--max-tp", "2")
+    assert alone.code == 1 and alone.stdout == "" and "GigaChat35ForCausalLM" in alone.stderr

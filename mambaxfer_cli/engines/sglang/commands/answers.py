@@ -199,8 +199,8 @@ def side_by_side(other: ServingEngine, model: ModelArgs, engines: EngineArgs, re
     # First: a pairing or option SGLang refuses is said before vLLM checks anything; a model it does
     # not serve is a line of its column, and vLLM's column stays.
     theirs = check_report(model, ours, request, pairs, max_tp, said=False, beside=True)
-    vllm = other.check(model, replace(engines, engine=other.name, transfer_backend=None), request, output, pairs,
-                       max_tp)
+    # vLLM's check hears it runs beside SGLang: a model it refuses is a line of its column
+    vllm = other.check(model, replace(engines, transfer_backend=None), request, output, pairs, max_tp)
     return BothReport(cast(Viewed, vllm).report, theirs.report)
 
 
@@ -209,7 +209,7 @@ class BothReport(Report):
 
     def __init__(self, vllm, sglang) -> None:
         # SGLang serving none of the models asked about fails the check (--all-presets leaves some out).
-        ok = vllm.ok and sglang.ok and bool(sglang.results or not sglang.unchecked)
+        ok = vllm.ok and sglang.ok and all(e.results or not e.unchecked for e in (vllm, sglang))
         super().__init__({"schema": "mambaxfer.check-engines/v1", "engines": ["vllm", "sglang"],
                           "ok": ok, "vllm": vllm.to_dict(), "sglang": sglang.to_dict()},
                          exit_code=0 if ok else 1)

@@ -239,7 +239,7 @@ def render_both(vllm, sglang: CheckReport) -> list:
     parts += [Text(f"– {line}", style="yellow") for line in (*vllm.unchecked, *sglang.unchecked)]
     n = len(rows)
     v_right = sum(1 for r in vllm.results if r.vllm_does == VLLM_RIGHT)
-    ok = vllm.ok and sglang.ok and bool(sglang.results or not sglang.unchecked)
+    ok = vllm.ok and sglang.ok and all(e.results or not e.unchecked for e in (vllm, sglang))
     parts.append(Text(f"{n} pairing{'' if n == 1 else 's'}: {vllm.releases} moves {v_right} of "
                       f"{sum(1 for r in vllm.results if r.verdict != 'skip')} right, {sglang.release} "
                       f"{sglang.count(RIGHT)} of {len(sglang.results)}", style="bold green" if ok else "bold red"))

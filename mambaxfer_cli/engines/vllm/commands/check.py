@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs, check_writable
 from mambaxfer_cli.engines.vllm.options import build, drafted, model_names, plan_options
+from mambaxfer_cli.engines import chosen
 from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.render.report import Viewed
 
@@ -27,8 +28,8 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     for name in names:
         try:
             loaded.append(on_gpu(model.load(name, startup(built.release_names, sizes)), built.decode.gpu))
-        except Refused as exc:    # --all-presets: a preset vLLM refuses is a line of its report
-            if not model.all_presets:
+        except Refused as exc:    # --all-presets, or beside another engine: a line of vLLM's report
+            if not model.all_presets and len(chosen(engines.engine)) == 1:
                 raise
             refused.append(f"{name}: not checked: {exc}")
     specs = drafted(loaded, model, engines, built)
