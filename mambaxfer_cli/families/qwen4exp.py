@@ -98,4 +98,3 @@ FAMILIES = (
            attention_kinds=INDEXED_KINDS, parts=parts, order=14),
 )
 LABELS = {"QSA": FAMILY}
-MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")

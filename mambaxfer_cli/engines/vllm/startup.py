@@ -19,7 +19,7 @@ from mambaxfer_cli.planning.startup import architecture_names, attention_heads
 from mambaxfer_cli.planning.variants import VARIANTS
 
 if TYPE_CHECKING:     # the commands that read no model (schema, models) do not load the reader
-    from mambaxfer_cli.readers.model_config import AfterLayers
+    from mambaxfer_cli.readers.model_config import AfterLayers, Startup
 
 
 def vllm_error(model: ModelSpec, tp: int) -> str:
@@ -151,11 +151,14 @@ def registry_outcome(archs: Iterable[str], release: str) -> str:
     return removed_words(removed, table["removed"][removed]) if removed else "not served"
 
 
-def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
+def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Startup:
     """vLLM's start-up as a config is read (``spec_from_config``'s ``startup``), in its order: the
     registry as the config is built (a removed architecture the Transformers backend does not take;
     one only another of ``releases``, the engines' releases, has), then the heads check at
-    ``tp_sizes``, then what building the model or the connector meets."""
+    ``tp_sizes``, then what building the model or the connector meets; and its dtypes."""
+    from mambaxfer_cli.engines.vllm.dtypes import dtypes
+    from mambaxfer_cli.readers.model_config import Startup
+
     releases, tp_sizes = tuple(releases), tuple(tp_sizes)
 
     def check(config: Mapping[str, Any], read: Mapping[str, Any], variant: Variant | None,
@@ -203,7 +206,7 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
             named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
             raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
         return transformers
-    return check
+    return Startup(check, dtypes)
 
 
 def connector_refusal(architectures: Sequence[str]) -> str | None:
