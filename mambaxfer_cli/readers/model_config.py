@@ -246,7 +246,7 @@ def spec_from_config(
     named = None
     if dtype is not None and dtype.strip().lower() != "auto":
         try:
-            named = canonical_dtype({"float": "float32", "half": "float16"}.get(dtype.strip().lower(), dtype))
+            named = canonical_dtype(dtype)       # float and half name float32 and float16 there too
         except UserError as exc:
             raise UserError(f"--dtype: {exc}") from None
     facts = DtypeFacts(family, archs, (found[0], f"config key {found[1]}") if found else (
@@ -279,17 +279,11 @@ def spec_from_config(
         conv_kernel=conv_kernel, num_spec=spec_num, num_kv_heads=heads, family=family.label, head_size=size,
         num_q_heads=q_heads, revision=revision, mla=family.mla and heads is not None,
         ssm_backend=family.ssm_backend, hf_config=as_read, state_source=family.fixed_state_source,
-        **own, hidden_layers=_hidden_layers(config), layer_ids=layer_ids,
+        **own, hidden_layers=_positive(config.get("num_hidden_layers")) or 0, layer_ids=layer_ids,
         **{**dtypes, "origin": {**dtypes["origin"], **notes}},
     )
     _check_state_size(spec, where)
     return spec
-
-
-def _hidden_layers(config: Mapping[str, Any]) -> int:
-    """The text config's ``num_hidden_layers`` where it is a positive integer, else 0."""
-    value = config.get("num_hidden_layers")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _check_state_size(spec: ModelSpec, where: str) -> None:
