@@ -44,7 +44,6 @@ class Family:
     fixed_state_source: str = ""      # under "layer": the function that fixes the state dtype
     layer_kinds: LayerHook | None = None             # its own layer schedule
     attention_kinds: tuple[str, ...] = ()            # layer_types entries that are attention layers
-    attention_checks: Callable[[Config, str], None] | None = None   # refusals of its attention keys
     parts: PartsHook | None = None                   # what only it keeps (ModelSpec fields)
     refine: Callable[["Family", Config], "Family"] | None = None   # the family as this config sets it
     ssm_backend: str = ""             # its SSM layers' backend name, where not the variant's

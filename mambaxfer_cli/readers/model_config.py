@@ -266,8 +266,6 @@ def spec_from_config(
         after_layers(layers)
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
-    if ATTENTION in layers and family.attention_checks:
-        family.attention_checks(config, where)
     if ATTENTION in layers:
         heads, size = (_latent(config, where, kv_heads, head_size) if family.mla else
                        _attention_heads(config, family, where, kv_heads, head_size))

@@ -197,15 +197,18 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Start
                     f"'{str(read.get('model_type', ''))}'), so its state is not vLLM's to move; --variant "
                     f"{guess.variant.value} plans it as a "
                     f"{guess.label.removeprefix('generic ').removesuffix(' (guessed)')} model, guessed from its keys")
-        if not removed:
-            return None
+        own = model_type if known is not None and variant in (None, known.variant) else ""
 
-        def transformers(layers: Sequence[str]) -> None:
-            """The Transformers backend stops at the first layer that is not attention."""
-            layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
-            named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
-            raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
-        return transformers
+        def built(layers: Sequence[str]) -> None:
+            """The Transformers backend stops at the first layer that is not attention; a family's
+            attention layers meet its refusals (``attention_refusal``)."""
+            if removed:
+                layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
+                named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
+                raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
+            if ATTENTION in layers:
+                first("attention_refusal", own, read, where)
+        return built
     return Startup(check, dtypes)
 
 
