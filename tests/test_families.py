@@ -112,8 +112,9 @@ def test_the_check_catches_a_planted_name():
 ENGINE_TABLES = ("CONNECTOR_REFUSED", "REGISTRATION_REFUSED", "TRANSFORMERS_BACKEND", "MAMBA_SSM_DTYPE_READERS",
                  "AUTO_FROM_FLOAT32")
 CORE_FOLDERS = ("planning", "readers", "families", "schema")
-# vLLM's rules as its words say them (engines/vllm/dtypes.py, its families' attention_refusal).
-ENGINE_WORDS = r"vLLM keeps|vLLM sizes|vLLM's --dtype|KDA recurrent state supports|vLLM does not build|NoPE-only"
+# vLLM's rules as its words say them (engines/vllm/: dtypes.py, reads.py, its families' attention_refusal).
+ENGINE_WORDS = (r"vLLM keeps|vLLM sizes|vLLM's --dtype|KDA recurrent state supports|vLLM does not build|NoPE-only"
+                r"|vLLM needs one TP size|vLLM cannot split")
 
 
 def engine_rules(path: str, source: str) -> list[str]:
