@@ -64,9 +64,7 @@ def int_key(config: Config, key: str, minimum: int, where: str) -> int:
 
 def dim_key(config: Config, key: str, default: int | None, where: str, minimum: int = 1) -> int:
     """A dimension's key, ``default`` where unset, bounded as any model's."""
-    value = default if config.get(key) is None else config[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
+    value = int_key({key: default if config.get(key) is None else config[key]}, key, minimum, where)
     return within(f"{where}: key '{key}'", value, minimum, MAX_DIM, "model's")
 
 
