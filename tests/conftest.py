@@ -116,3 +116,13 @@ def cli(capsys):
         out, err = capsys.readouterr()
         return code, out, err
     return run
+
+
+@pytest.fixture(autouse=True)
+def vllm_dtypes(monkeypatch) -> None:
+    """A model read naming no engine is read in vLLM's dtypes (the default engine's, as ``models``
+    reads them); a test of the core's own dtypes names ``Startup()``."""
+    from mambaxfer_cli.engines.vllm.dtypes import DTYPES
+    from mambaxfer_cli.readers import model_config
+
+    monkeypatch.setattr(model_config, "NO_ENGINE", DTYPES)

@@ -39,9 +39,9 @@ def document(nixl, tmp_path_factory) -> dict:
 def test_the_document_follows_its_schema(document):
     import jsonschema
 
-    from mambaxfer_cli.schema import bench_schema
+    from mambaxfer_cli.schema import document_schema
 
-    jsonschema.validate(document, bench_schema())
+    jsonschema.validate(document, document_schema("bench"))
 
 
 def test_every_variant_moves_the_same_bytes_and_verifies_them(document):

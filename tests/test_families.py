@@ -109,17 +109,21 @@ def test_the_check_catches_a_planted_name():
 
 # --- an engine's rules leave the core: its tables and its module paths live in its package -------
 
-ENGINE_TABLES = ("CONNECTOR_REFUSED", "REGISTRATION_REFUSED", "TRANSFORMERS_BACKEND")
+ENGINE_TABLES = ("CONNECTOR_REFUSED", "REGISTRATION_REFUSED", "TRANSFORMERS_BACKEND", "MAMBA_SSM_DTYPE_READERS",
+                 "AUTO_FROM_FLOAT32")
 CORE_FOLDERS = ("planning", "readers", "families", "schema")
+# vLLM's rules as its words say them (engines/vllm/: dtypes.py, reads.py, its families' attention_refusal).
+ENGINE_WORDS = (r"vLLM keeps|vLLM sizes|vLLM's --dtype|KDA recurrent state supports|vLLM does not build|NoPE-only"
+                r"|vLLM needs one TP size|vLLM cannot split")
 
 
 def engine_rules(path: str, source: str) -> list[str]:
-    """An engine's tables a core module defines, and the engine module paths its literals name."""
+    """An engine's tables a core module defines, and the engine module paths and rules its literals name."""
     if path.split("/")[0] not in CORE_FOLDERS:
         return []
     tables = [node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)
               and isinstance(node.ctx, ast.Store) and node.id in ENGINE_TABLES]
-    return tables + [w for w in _words(source) if re.match(r"(vllm|sglang)\.\w", w)]
+    return tables + [w for w in _words(source) if re.match(r"(vllm|sglang)\.\w", w) or re.search(ENGINE_WORDS, w)]
 
 
 def test_the_core_holds_no_engine_rule():
@@ -136,3 +140,6 @@ def test_the_rule_check_sees_a_planted_table():
     assert engine_rules("families/x.py", planted) == ["CONNECTOR_REFUSED", "vllm.v1.attention.backends.x.XBackend"]
     assert engine_rules("engines/vllm/families/x.py", planted) == []
     assert engine_rules("families/x.py", '"""vllm.config in a docstring."""\n') == []
+    planted = 'MAMBA_SSM_DTYPE_READERS = ("X",)\nm = f"vLLM keeps this family\'s SSM state in {d}"\n'
+    assert engine_rules("readers/x.py", planted) == ["MAMBA_SSM_DTYPE_READERS",
+                                                     "vLLM keeps this family's SSM state in "]

@@ -91,6 +91,16 @@ def test_configs_transformers_or_vllm_refuse_are_one_line(tmp_path, text, words)
     assert_refused(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1"), words)
 
 
+@pytest.mark.parametrize("text", [{"index_kpool": 1, "index_topk": 2048}, {"index_kpool_always_select_tail": False}])
+def test_vllms_indexer_refusals_are_vllms_alone(tmp_path, text):
+    # SGLang's DSA indexer takes either (layers/attention/dsa/dsa_indexer_kpool.py): its plan answers.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config(**text)))
+    assert_refused(run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1"), "vLLM does not build")
+    done = run_cli("plan", "--model", str(path), "--p-tp", "1", "--d-tp", "1", "--engine", "sglang")
+    assert done.code == 0 and "vLLM" not in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("tp, block", [(1, 4608), (2, 2560), (4, 1536), (8, 1024)])
 def test_blocks_align_to_the_indexers_kernel_pages(tp, block):
     # _align_hybrid_block_size with the indexer's backend first: kernel_block_alignment_size

@@ -358,3 +358,37 @@ def test_architectures_that_are_not_a_list_name_none(architectures):
     config = dict(config, architectures=architectures, model_type="granitemoehybrid")
     assert removed_refusal(config) is None
     assert spec_from_config(config, name="granite", source="granite").family == "Granite-4.0-H / Bamba"
+
+
+# --- the core reads the dtypes' facts; an engine's rule settles them (Startup.dtypes) ------------
+
+def test_without_an_engine_the_model_keeps_its_config_dtypes():
+    from mambaxfer_cli.readers.model_config import Startup
+
+    plain = spec_from_config(hf("state-spaces__mamba-130m-hf.json"), name="m", source="m", startup=Startup())
+    assert (plain.model_dtype, plain.conv_dtype, plain.checkpoint_dtype) == ("float32", "float32", "")
+    assert plain.origin["model_dtype"] == "config key torch_dtype"
+    qwen = spec_from_config(hf("Qwen__Qwen3.5-0.8B.partial.json"), name="q", source="q", startup=Startup())
+    assert (qwen.ssm_dtype, qwen.origin["ssm_dtype"]) == ("float32", "config key mamba_ssm_dtype")
+
+
+def test_each_engine_settles_a_float32_checkpoint_its_own_way():
+    from mambaxfer_cli.engines.sglang.served import startup as sglang_startup
+    from mambaxfer_cli.engines.sglang.shapes import sglang_model
+
+    config = hf("state-spaces__mamba-130m-hf.json")
+    vllm = spec_from_config(config, name="m", source="m", startup=startup())
+    assert (vllm.model_dtype, vllm.checkpoint_dtype) == ("bfloat16", "float32")
+    assert "vLLM's --dtype auto runs in bfloat16" in vllm.origin["model_dtype"]
+    sglang = spec_from_config(config, name="m", source="m", startup=sglang_startup("0.5.23"))
+    assert (sglang.model_dtype, sglang.checkpoint_dtype) == ("float32", "float32")
+    assert sglang_model(sglang).model_dtype == "float16"      # SGLang's --dtype auto
+
+
+def test_models_reads_the_presets_in_the_default_engines_dtypes(cli, monkeypatch):
+    from mambaxfer_cli.readers import model_config
+
+    monkeypatch.setattr(model_config, "NO_ENGINE", model_config.Startup())    # no test default
+    code, out, _ = cli("models", "--format", "json")
+    row = next(m for m in json.loads(out)["models"] if m["name"] == "mamba-130m")
+    assert (code, row["conv_dtype"]) == (0, "bfloat16")      # vLLM's --dtype auto, named by `models`

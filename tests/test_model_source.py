@@ -265,3 +265,19 @@ def test_cli_style_overrides_reach_the_spec():
     assert (spec.conv_dtype, spec.ssm_dtype, spec.num_spec, spec.conv_rows) == ("float32", "float32", 2, 3)
     with pytest.raises(UserError, match="missing key for num_k_heads"):
         load_model("jamba", variant=Variant("gdn"))
+
+
+def test_local_config_finds_a_file_a_folder_and_a_cached_repo(tmp_path, monkeypatch):
+    from mambaxfer_cli.readers.model_source import local_config
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    snapshot = tmp_path / "hub" / "models--org--drafter" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert local_config(str(folder)) == local_config(str(folder / "config.json")) == folder / "config.json"
+    assert local_config("org/drafter") == snapshot / "config.json"
+    assert local_config("org/absent") is None and local_config(str(tmp_path / "none.json")) is None
+    assert local_config("x" * 5000) is None       # too long for a path: not here

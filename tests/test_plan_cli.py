@@ -8,9 +8,9 @@ import jsonschema
 import pytest
 
 from cli_run import assert_refused, assert_user_error, run_cli
-from mambaxfer_cli.schema import plan_schema
+from mambaxfer_cli.schema import document_schema
 
-VALIDATOR = jsonschema.Draft202012Validator(plan_schema())
+VALIDATOR = jsonschema.Draft202012Validator(document_schema("plan"))
 
 
 def plan_json(*args: str) -> dict:
@@ -271,7 +271,7 @@ def test_every_verdict_code_the_vllm_rules_give_is_published():
     for name in ("plan", "execute"):
         verdict = document_schema(name)["properties"]["vllm"]["properties"]
         assert verdict["refusals"]["items"]["properties"]["code"]["enum"] == list(VERDICT_CODES), name
-    backend = plan_schema()["$defs"]["Geometry"]["properties"]["attention_backend"]["enum"]
+    backend = document_schema("plan")["$defs"]["Geometry"]["properties"]["attention_backend"]["enum"]
     assert backend == [*BACKENDS, *MLA_BACKENDS, *SPARSE_MLA_BACKENDS]
 
 

@@ -17,7 +17,8 @@ from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.engines.vllm.proof.addresses import resolve
 from mambaxfer_cli.proof.pattern import page
 from mambaxfer_cli.engines.vllm.proof.pages import ssm_shape
-from mambaxfer_cli.planning.reads import coalesce, exact_reads, misreads, tp_ratio, vllm_reads
+from mambaxfer_cli.engines.vllm.reads import vllm_reads
+from mambaxfer_cli.planning.reads import coalesce, exact_reads, misreads, tp_ratio
 from strategies import pairings
 
 FAST = settings(max_examples=80, deadline=None)

@@ -244,11 +244,11 @@ def test_a_ring_that_does_not_divide_the_block_stops_the_engine():
 def test_the_plan_document_of_the_preset_fits_its_schema():
     import jsonschema
 
-    from mambaxfer_cli.schema import plan_schema
+    from mambaxfer_cli.schema import document_schema
 
     doc = json.loads(run_cli("plan", "--model", "qwen3.8-flash-next", "--p-tp", "2", "--d-tp", "2",
                              "--format", "json").stdout)
-    jsonschema.Draft202012Validator(plan_schema()).validate(doc)
+    jsonschema.Draft202012Validator(document_schema("plan")).validate(doc)
     assert doc["model"]["qwen4exp"] == {"ple_layers": [1], "ple_channels": 10240, "ple_state_len": 9,
                                         "indexer_head_dim": 128, "compress_ratio": 4, "rope_positions": True,
                                         "indexer_kv_dtype": "bf16"}

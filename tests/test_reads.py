@@ -17,9 +17,9 @@ from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
+from mambaxfer_cli.engines.vllm.reads import plan_reads, vllm_reads
 from mambaxfer_cli.planning.reads import (
-    EXACT, VLLM, Read, Segment, Holding, assign_units, coalesce, exact_reads, misreads,
-    plan_reads, tp_ratio, vllm_reads,
+    EXACT, VLLM, Read, Segment, Holding, assign_units, coalesce, exact_reads, misreads, tp_ratio,
 )
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"

@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 
 from cli_run import assert_user_error, run_cli
-from mambaxfer_cli.schema import plan_schema
+from mambaxfer_cli.schema import document_schema
 
-VALIDATOR = jsonschema.Draft202012Validator(plan_schema())
+VALIDATOR = jsonschema.Draft202012Validator(document_schema("plan"))
 FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Qwen__Qwen3.5-0.8B.partial.json"
 RELEASES = ("0.33", "0.34")
 

@@ -18,7 +18,8 @@ import pytest
 from cli_run import run_cli
 from mambaxfer_cli.planning.layout import rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
-from mambaxfer_cli.planning.reads import misreads, vllm_length_mismatches, vllm_reads
+from mambaxfer_cli.engines.vllm.reads import vllm_length_mismatches, vllm_reads
+from mambaxfer_cli.planning.reads import misreads
 from mambaxfer_cli.engines.vllm.preflight.report import preflight
 from mambaxfer_cli.engines.vllm.serve_args import parse_serve
 from mambaxfer_cli.readers.serve_model import load_serve_model

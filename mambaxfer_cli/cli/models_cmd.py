@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mambaxfer_cli.cli.options import EngineArgs, OutputArgs
-from mambaxfer_cli.cli.params import command, given
+from mambaxfer_cli.cli.params import command
 from mambaxfer_cli.cli.report import Report, finish
+
+if TYPE_CHECKING:
+    from mambaxfer_cli.readers.model_config import Startup
 
 
 @command(uses={"engines": EngineArgs.given("engine"), "output": OutputArgs.given("fmt")})
@@ -24,15 +29,15 @@ def models(engines: EngineArgs, output: OutputArgs) -> None:
     """
     from mambaxfer_cli.engines import one
 
-    finish(one(engines.engine).models() if given("engine") else presets_report(), output)
+    finish(one(engines.engine).models(), output)     # without --engine: the default engine's
 
 
-def presets_report() -> Report:
-    """The built-in presets as mambaxfer reads them."""
+def presets_report(startup: Startup | None = None) -> Report:
+    """The built-in presets as mambaxfer reads them, with an engine's dtype ``startup`` rules."""
     from mambaxfer_cli.readers.model_source import load_model, preset_description, preset_names
 
     # Read as no engine starts them: a preset only one engine serves is listed too.
-    specs = [load_model(name) for name in preset_names()]
+    specs = [load_model(name, startup=startup) for name in preset_names()]
     rows = [{**spec.to_dict(), "family": spec.family, "description": preset_description(spec.name)}
             for spec in specs]
     return ModelsReport({"schema": "mambaxfer.models/v1", "models": rows}, specs)

@@ -2,7 +2,7 @@
 
 A family's module gives its ``FAMILIES`` (the config keys of its dimensions, its layer kinds, its
 state dtype rules, the hooks that read what only it has) and, where it has them, the architectures
-it labels or reads ``mamba_ssm_dtype`` for. A dimension is a list of alternatives tried in
+it labels. A dimension is a list of alternatives tried in
 order; each alternative is a tuple of keys whose values multiply (``("mamba_expand", "hidden_size")``).
 Nothing outside a family's modules names it: the readers and engines ask the ``Family``.
 """
@@ -44,7 +44,6 @@ class Family:
     fixed_state_source: str = ""      # under "layer": the function that fixes the state dtype
     layer_kinds: LayerHook | None = None             # its own layer schedule
     attention_kinds: tuple[str, ...] = ()            # layer_types entries that are attention layers
-    attention_checks: Callable[[Config, str], None] | None = None   # refusals of its attention keys
     parts: PartsHook | None = None                   # what only it keeps (ModelSpec fields)
     refine: Callable[["Family", Config], "Family"] | None = None   # the family as this config sets it
     derived: Callable[[Config, str], Config] | None = None   # keys its config class computes from others
@@ -66,9 +65,7 @@ def int_key(config: Config, key: str, minimum: int, where: str) -> int:
 
 def dim_key(config: Config, key: str, default: int | None, where: str, minimum: int = 1) -> int:
     """A dimension's key, ``default`` where unset, bounded as any model's."""
-    value = default if config.get(key) is None else config[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{where}: key '{key}' must be an integer >= {minimum}, got {quoted(value)}")
+    value = int_key({key: default if config.get(key) is None else config[key]}, key, minimum, where)
     return within(f"{where}: key '{key}'", value, minimum, MAX_DIM, "model's")
 
 
@@ -100,10 +97,6 @@ FAMILIES: tuple[Family, ...] = tuple(sorted((f for m in _MODULES for f in getatt
 ARCHITECTURE_LABELS: Mapping[str, tuple[str, str]] = _merged("ARCHITECTURE_LABELS")
 # Recurrent or linear-attention families that exist but are not a variant mambaxfer knows.
 UNSUPPORTED: Mapping[str, str] = _merged("UNSUPPORTED")
-# The architectures whose config hook hands a config's ``mamba_ssm_dtype`` to the SSM cache
-# (vLLM's model_executor/models/config.py, ``MODELS_CONFIG_MAP``; the same in 0.33 and 0.34).
-# Every other class ignores the key.
-MAMBA_SSM_DTYPE_READERS = frozenset(a for m in _MODULES for a in getattr(m, "MAMBA_SSM_DTYPE_READERS", ()))
 # The family a generic message names for one of its parts, by the part (its module's LABELS).
 LABELS: Mapping[str, str] = _merged("LABELS")
 # layer_types entries that are attention layers in some family (beside the generic ones).

@@ -7,7 +7,7 @@ Defaults and checks are those of transformers' ``Glm5NextTextConfig``, which vLL
 config with: every fourth layer (``i % 4 == 3``) is an MLA layer when ``layer_types`` is absent,
 ``index_kpool`` 16, ``index_head_dim`` 128, ``index_topk`` 2048 (an integer: every GLM-5-Next has
 the indexer), NoPE attention (``qk_rope_head_dim`` 0), ``q_lora_rank`` required; and vLLM's own
-(``_validate_supported_config``, ``Glm5NextIndexerCache``).
+(``_validate_supported_config``, ``Glm5NextIndexerCache``: ``engines/vllm/families/glm5next.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def default_layers(n_layers: int) -> tuple[str, ...]:
 
 def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
     """The indexer and MLA dimensions of a flattened GLM-5-Next config, refused as transformers
-    (when loading the config) or vLLM (when building the model) refuses them."""
+    refuses them when loading the config."""
     rope = _int(config, "qk_rope_head_dim", where, minimum=0)
     if rope:
         raise Refused(f"{where}: transformers' Glm5NextTextConfig refuses it: \"Expecting NoPE for the DSA "
@@ -53,12 +53,6 @@ def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
     if topk % kpool:
         raise Refused(f"{where}: transformers' Glm5NextTextConfig refuses it: index_topk ({topk}) must be "
                         f"divisible by index_kpool ({kpool})")
-    if kpool < 2:
-        raise Refused(f"{where}: vLLM does not build GLM-5-Next's indexer with index_kpool {kpool} "
-                        f"(AssertionError: Glm5NextIndexerCache expects index_kpool > 1)")
-    if config.get("index_kpool_always_select_tail") is False:
-        raise Refused(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
-                        f"index_kpool_always_select_tail=True\" (NotImplementedError in _validate_supported_config)")
     return KpoolIndexerParts(kpool, _int(config, "index_head_dim", where), topk, _int(config, "kv_lora_rank", where),
                          _int(config, "qk_nope_head_dim", where), key="glm5next")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.families import Config, Family, list_key
 from mambaxfer_cli.planning.model import ATTENTION, SSM, Variant
 
@@ -32,20 +32,6 @@ def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, 
     return tuple(SSM if i + 1 in kda else ATTENTION for i in range(n_layers))
 
 
-def mla_asserts(config: Config, where: str) -> None:
-    """``KimiDecoderLayer.__init__`` on an MLA layer: it asserts the MLA keys are set
-    (``KimiLinearConfig`` defaults them to None) and ``mla_use_nope`` is true (its default is
-    false); vLLM stops as it builds the model."""
-    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
-        if config.get(key) is None:
-            raise Refused(f"{where}: vLLM does not start: its MLA layers need {key}, which the config does not "
-                            f"set (KimiDecoderLayer.__init__: assert {key} is not None)")
-    if not config.get("mla_use_nope"):
-        raise Refused(f"{where}: vLLM does not start: \"Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only\": "
-                        f"its MLA layers need mla_use_nope true (KimiDecoderLayer.__init__'s assert), got "
-                        f"{quoted(config.get('mla_use_nope'))}")
-
-
 def full_rank(family: Family, config: Config) -> Family:
     """Under ``use_full_rank_gate`` the KDA layers are KimiK3DeltaAttention's."""
     if not config.get("linear_attn_config.use_full_rank_gate"):
@@ -61,8 +47,7 @@ FAMILIES = (
             "head_dim": (("linear_attn_config.head_dim",),)},
            conv_kernel=(("linear_attn_config.short_conv_kernel_size",),), layer_kinds=layer_kinds,
            ssm_dtype_default="float32", ssm_dtype_fixed="layer", mla=True, order=10,
-           fixed_state_source="KimiGatedDeltaNetAttention.get_state_dtype", attention_checks=mla_asserts,
-           refine=full_rank,
+           fixed_state_source="KimiGatedDeltaNetAttention.get_state_dtype", refine=full_rank,
            # KimiK3MultiTokenPredictor: text_config's num_nextn_predict_layers KimiDecoderLayers at
            # indices from num_hidden_layers on, none of them a KDA layer, so each MLA.
            mtp_keys={"kimi_k3": "num_nextn_predict_layers"}, mtp_kind=ATTENTION),

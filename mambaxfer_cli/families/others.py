@@ -8,7 +8,6 @@ ARCHITECTURE_LABELS = {
     "InternS2MobiusForConditionalGeneration": ("InternS2 Mobius", "gdn"),
     "InternS2PreviewForConditionalGeneration": ("InternS2 Preview", "gdn"),
 }
-MAMBA_SSM_DTYPE_READERS = ("D3ForSequenceClassification",)
 UNSUPPORTED = {
     "minimax": "lightning attention (MiniMax)",
     "minimax_m1": "lightning attention (MiniMax-M1)",

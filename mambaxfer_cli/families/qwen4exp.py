@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
-from mambaxfer_cli.families import Config, Family, dim_key
+from mambaxfer_cli.families import Config, Family, dim_key, list_key
 from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
 from mambaxfer_cli.planning.model import SSM, PleQsaParts, Variant
@@ -44,10 +44,7 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
     """The PLE layers and their state, and the QSA indexer, of a flattened Qwen4Exp config;
     ``linear``: the 0-based linear_attention layers (PLE is allowed on those only); ``kv_dtype``:
     the compressed keys' dtype (``indexer_kv_dtype``)."""
-    raw = config.get("ple_layer_ids") or []
-    if not isinstance(raw, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
-        raise UserError(f"{where}: key 'ple_layer_ids' must be a list of integers, got {quoted(raw)}")
-    ids = sorted(set(raw))
+    ids = sorted(set(list_key({"ple_layer_ids": config.get("ple_layer_ids") or []}, "ple_layer_ids", int, where)))
     bad = [i for i in ids if not 1 <= i <= n_layers]
     if bad:
         raise UserError(f"{where}: ple_layer_ids must be one-indexed layers in [1, {n_layers}], got {bad}")
@@ -98,4 +95,3 @@ FAMILIES = (
            attention_kinds=INDEXED_KINDS, parts=parts, order=14),
 )
 LABELS = {"QSA": FAMILY}
-MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -30,6 +30,12 @@ SSM = "ssm"
 ATTENTION = "attention"
 
 
+def part_fields(part: Any) -> dict[str, Any]:
+    """A family's part as the model's JSON gives it: its fields but ``key``, tuples as lists."""
+    return {f.name: list(v) if isinstance(v := getattr(part, f.name), tuple) else v for f in fields(part)
+            if f.name != "key"}
+
+
 @dataclass(frozen=True)
 class PleQsaParts:
     """Qwen4Exp's PLE short-conv states (``tp_replicated``: every rank holds all channels) and QSA
@@ -53,10 +59,7 @@ class PleQsaParts:
         return self.ple_channels * (self.ple_state_len + num_spec) * dtype_size if self.ple_layers else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ple_layers": list(self.ple_layers), "ple_channels": self.ple_channels,
-                "ple_state_len": self.ple_state_len, "indexer_head_dim": self.indexer_head_dim,
-                "compress_ratio": self.compress_ratio, "rope_positions": self.rope_positions,
-                "indexer_kv_dtype": self.indexer_kv_dtype}
+        return part_fields(self)
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,7 @@ class KpoolIndexerParts:
     key: str = field(kw_only=True)     # its key in the model's JSON: the family module's name
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index_kpool": self.index_kpool, "index_head_dim": self.index_head_dim,
-                "index_topk": self.index_topk, "kv_lora_rank": self.kv_lora_rank,
-                "qk_nope_head_dim": self.qk_nope_head_dim}
+        return part_fields(self)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from mambaxfer_cli.planning.dtypes import canonical_dtype
-from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.families import (
-    ATTENTION_KINDS, GENERIC, MAMBA_SSM_DTYPE_READERS, SIGNATURE_KEYS, UNSUPPORTED, Family,
+    ATTENTION_KINDS, GENERIC, SIGNATURE_KEYS, UNSUPPORTED, Family,
     family_for, int_key, labelled, list_key, supported_summary,
 )
 from mambaxfer_cli.limits import (
@@ -19,13 +20,51 @@ from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec, Variant
 from mambaxfer_cli.planning.variants import titles
 
 DEFAULT_DTYPE = "bfloat16"
-AUTO_FROM_FLOAT32 = "bfloat16"   # vLLM's --dtype auto for a float32 checkpoint (bf16-capable GPUs)
 
-# A serving engine's start-up rules (``spec_from_config``'s ``startup``): given the config as read,
-# the config flattened, --variant and where the config comes from, it raises the engine's refusal,
-# else gives what it checks once the layers are read (None: nothing).
+# A serving engine's check of a config: given the config as read, the config flattened, --variant
+# and where the config comes from, it raises the engine's refusal, else gives what it checks once
+# the layers are read (None: nothing).
 AfterLayers = Callable[[Sequence[str]], None]
-Startup = Callable[[Mapping[str, Any], Mapping[str, Any], "Variant | None", str], "AfterLayers | None"]
+Check = Callable[[Mapping[str, Any], Mapping[str, Any], "Variant | None", str], "AfterLayers | None"]
+
+
+@dataclass(frozen=True)
+class DtypeFacts:
+    """What the config and the overrides say of a model's dtypes, for an engine's rule to settle."""
+
+    family: Family
+    architectures: tuple[str, ...]
+    config: tuple[str, str]           # the config's dtype and what gives it
+    ssm: tuple[str, str] | None       # the family's SSM dtype key where the config sets it: (dtype, key)
+    dtype: str | None                 # --dtype (None: auto)
+    conv_dtype: str | None
+    ssm_dtype: str | None
+    given_by: Mapping[str, str]       # where --conv-dtype and --ssm-dtype came from
+
+
+# An engine's dtype rule: the facts -> ModelSpec's dtype fields, with ``origin``: what gave each.
+DtypeRule = Callable[[DtypeFacts], dict[str, Any]]
+
+
+class Startup(NamedTuple):
+    """A serving engine's rules as a config is read (``spec_from_config``'s ``startup``): its check,
+    and its dtype rule (None: the dtypes the config and the overrides name, ``config_dtypes``)."""
+
+    check: Check | None = None
+    dtypes: DtypeRule | None = None
+
+
+NO_ENGINE = Startup()     # where the caller names no engine
+
+
+def config_dtypes(facts: DtypeFacts) -> dict[str, Any]:
+    """The dtypes as the config and the overrides name them, no engine's rule applied."""
+    model = (facts.dtype, "--dtype") if facts.dtype else facts.config
+    conv = (canonical_dtype(facts.conv_dtype), facts.given_by["conv_dtype"]) if facts.conv_dtype else model
+    ssm = ((canonical_dtype(facts.ssm_dtype), facts.given_by["ssm_dtype"]) if facts.ssm_dtype else
+           (facts.ssm[0], f"config key {facts.ssm[1]}") if facts.ssm else (conv[0], "the conv dtype"))
+    return {"model_dtype": model[0], "conv_dtype": conv[0], "ssm_dtype": ssm[0],
+            "origin": {"conv_dtype": conv[1], "ssm_dtype": ssm[1], "model_dtype": model[1]}}
 
 
 def flatten_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,83 +229,37 @@ def spec_from_config(
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag); ``startup``:
-    the serving engine's start-up rules (``Startup``; None: none checked)."""
+    the serving engine's rules (``Startup``; None: no engine's, ``NO_ENGINE``)."""
     where = source or name
     as_read = config
     archs = architecture_names(config)
     config = nested_keys(flatten_text_config(config))
-    after_layers = startup(as_read, config, variant, where) if startup is not None else None
+    startup = NO_ENGINE if startup is None else startup
+    after_layers = startup.check(as_read, config, variant, where) if startup.check else None
     family = labelled(detect(config, variant, where), archs)
     family = family.refine(family, config) if family.refine else family
     config = {**config, **family.derived(config, where)} if family.derived else config
-    full_rank = bool(family.backend_state_note)     # its own backend's layer and class read the flag
     params = {param: _lookup(config, alts, param, where) for param, alts in family.params.items()}
     conv_kernel = at_most(f"{where}: conv_kernel", _lookup(config, family.conv_kernel, "conv_kernel", where),
                           MAX_CONV_KERNEL, "model's")
     given_by = {"conv_dtype": "--conv-dtype", "ssm_dtype": "--ssm-dtype", **(given_by or {})}
     found = _dtype(config, ("torch_dtype", "dtype"), where)
-    model_dtype, model_origin = (found[0], f"config key {found[1]}") if found else (
-        DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype")
-    checkpoint = ""
-    if dtype is not None and dtype.strip().lower() != "auto":      # vLLM's --dtype, given
-        named = {"float": "float32", "half": "float16"}.get(dtype.strip().lower(), dtype)
+    named = None
+    if dtype is not None and dtype.strip().lower() != "auto":
         try:
-            model_dtype, model_origin = canonical_dtype(named), "--dtype"
+            named = canonical_dtype(dtype)       # float and half name float32 and float16 there too
         except UserError as exc:
             raise UserError(f"--dtype: {exc}") from None
-    elif model_dtype == "float32":     # vLLM's --dtype auto (config/model.py _resolve_auto_dtype)
-        checkpoint, model_dtype = model_dtype, AUTO_FROM_FLOAT32
-        model_origin = (f"{model_origin} float32, which vLLM's --dtype auto runs in {AUTO_FROM_FLOAT32} "
-                        f"(_resolve_auto_dtype)")
-    conv, conv_origin = (canonical_dtype(conv_dtype), given_by["conv_dtype"]) if conv_dtype else (
-        model_dtype, model_origin)
-    found = _dtype(config, family.ssm_dtype_keys, where)
-    notes: dict[str, str] = {}
-    ignored = ""
-    if found and found[1] == "mamba_ssm_dtype" and archs and not MAMBA_SSM_DTYPE_READERS.intersection(archs):
-        notes["config_mamba_ssm_dtype"] = found[0]     # what an engine that reads it finds
-        ignored = f" (vLLM's {archs[0]} does not read the config's {found[1]} {found[0]})"
-        found = None
-    sizing = ""
-    kda_flag = full_rank or family.ssm_dtype_fixed == "layer"     # kda_state_dtype reads the flag
-    if ssm_dtype and kda_flag and canonical_dtype(ssm_dtype) not in ("float32", "bfloat16"):
-        given = canonical_dtype(ssm_dtype)
-        raise Refused(f"{given_by['ssm_dtype']} {given}: vLLM does not start: \"KDA recurrent state supports "
-                      f"only auto, float32, and bfloat16; got {given}\" (kda_state_dtype)")
-    if ssm_dtype and family.ssm_dtype_fixed:
-        given, ssm = canonical_dtype(ssm_dtype), str(family.ssm_dtype_default)
-        if family.ssm_dtype_fixed == "layer" and given != ssm:
-            sizing = given
-            ssm_origin = (f"{family.label}'s KDA layers keep their SSM state in {ssm} whatever the flags "
-                          f"({family.fixed_state_source}); vLLM sizes its blocks for a {given} state "
-                          f"({given_by['ssm_dtype']}, get_mamba_state_dtype_from_config)")
-        else:
-            ssm_origin = (f"{family.label} default: vLLM keeps this family's SSM state in {ssm} whatever the "
-                          f"flags ({given_by['ssm_dtype']} {given} not read)")
-        ssm_dtype = None
-    elif ssm_dtype:
-        ssm, ssm_origin = canonical_dtype(ssm_dtype), given_by["ssm_dtype"]
-    elif family.ssm_dtype_fixed:
-        ssm, ssm_origin = str(family.ssm_dtype_default), (
-            f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
-            f"whatever the flags")
-    elif found:
-        ssm, ssm_origin = found[0], f"config key {found[1]}"
-    elif full_rank:
-        ssm = str(family.ssm_dtype_default)
-        ssm_origin = f"{family.label} default: {family.backend_state_note.format(dtype=ssm)}"
-    elif family.ssm_dtype_default:
-        ssm, ssm_origin = family.ssm_dtype_default, (
-            f"{family.label} default: vLLM keeps this family's SSM state in {family.ssm_dtype_default} "
-            f"whatever torch_dtype says")
-    else:
-        ssm, ssm_origin = conv, "the conv dtype"
-    ssm_origin += ignored if not ssm_dtype else ""
+    facts = DtypeFacts(family, archs, (found[0], f"config key {found[1]}") if found else (
+        DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype"),
+        _dtype(config, family.ssm_dtype_keys, where), named, conv_dtype, ssm_dtype, given_by)
+    dtypes = (startup.dtypes or config_dtypes)(facts)
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
         raise UserError(f"--num-spec must be a non-negative integer, got {quoted(spec_num)}")
     within("--num-spec" if num_spec is not None else f"{where}: num_speculative_tokens", spec_num, 0,
            MAX_NUM_SPEC, "speculative decoding uses")
+    notes: dict[str, str] = {}
     layers, layer_ids = _layer_kinds(config, family, where, notes)
     if SSM not in layers:
         raise UserError(f"{where}: the layer-kind keys name no SSM layer; nothing to transfer")
@@ -274,8 +267,6 @@ def spec_from_config(
         after_layers(layers)
     at_most(f"{where}: {len(layers)} cache-keeping layers", len(layers), MAX_LAYERS, "model's")
     heads = size = q_heads = None
-    if ATTENTION in layers and family.attention_checks:
-        family.attention_checks(config, where)
     if ATTENTION in layers:
         heads, size = (_latent(config, where, kv_heads, head_size) if family.mla else
                        _attention_heads(config, family, where, kv_heads, head_size))
@@ -284,22 +275,14 @@ def spec_from_config(
     own = family.parts(config, layers, where, indexer_kv_dtype) if family.parts else {}
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
-        conv_kernel=conv_kernel, num_spec=spec_num, conv_dtype=conv, ssm_dtype=ssm,
-        num_kv_heads=heads, family=family.label, head_size=size, model_dtype=model_dtype,
-        num_q_heads=q_heads, revision=revision, checkpoint_dtype=checkpoint, mla=family.mla and heads is not None,
-        sizing_ssm_dtype=sizing, ssm_backend=family.ssm_backend, hf_config=as_read,
-        state_source=family.fixed_state_source,
-        **own, hidden_layers=_hidden_layers(config), layer_ids=layer_ids,
-        origin={"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, "model_dtype": model_origin, **notes},
+        conv_kernel=conv_kernel, num_spec=spec_num, num_kv_heads=heads, family=family.label, head_size=size,
+        num_q_heads=q_heads, revision=revision, mla=family.mla and heads is not None,
+        ssm_backend=family.ssm_backend, hf_config=as_read, state_source=family.fixed_state_source,
+        **own, hidden_layers=_positive(config.get("num_hidden_layers")) or 0, layer_ids=layer_ids,
+        **{**dtypes, "origin": {**dtypes["origin"], **notes}},
     )
     _check_state_size(spec, where)
     return spec
-
-
-def _hidden_layers(config: Mapping[str, Any]) -> int:
-    """The text config's ``num_hidden_layers`` where it is a positive integer, else 0."""
-    value = config.get("num_hidden_layers")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _check_state_size(spec: ModelSpec, where: str) -> None:

@@ -103,6 +103,18 @@ def cached_repo_config(repo_id: str) -> Path | None:
     return candidates[0] if candidates else None
 
 
+def local_config(name: str) -> Path | None:
+    """The config.json ``name`` finds here: the file, a folder's, a cached repo id's (None: none)."""
+    path = Path(name).expanduser()
+    try:
+        path = path / "config.json" if path.is_dir() else path
+        if path.is_file():
+            return path
+    except OSError:         # a name too long for a path, a loop of links: not a file here
+        return None
+    return cached_repo_config(name) if name.count("/") == 1 else None
+
+
 def load_model(
     model: str,
     *,

@@ -38,11 +38,3 @@ def schema_text(name: str) -> str:
 
 def document_schema(name: str) -> dict:
     return json.loads(schema_text(name))
-
-
-def plan_schema() -> dict:
-    return document_schema("plan")
-
-
-def bench_schema() -> dict:
-    return document_schema("bench")

@@ -13,7 +13,7 @@ from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import Variant
 from mambaxfer_cli.planning.startup import architecture_names
-from mambaxfer_cli.readers.model_config import Startup
+from mambaxfer_cli.readers.model_config import DtypeFacts, Startup, config_dtypes
 
 _DATA = Path(__file__).parent / "releases" / "v0_5_23" / "architectures.json"
 # SGLang 0.5.23's architectures, each with the srt/models/ file whose EntryClass names it.
@@ -55,15 +55,21 @@ def no_model_class(arch: str, version: str) -> str:
             f"state to transfer")
 
 
+def read_dtypes(facts: DtypeFacts) -> dict[str, Any]:
+    """The dtypes the config names, a float32 checkpoint marked as one (``shapes.sglang_model``'s float16)."""
+    float32 = not facts.dtype and facts.config[0] == "float32"
+    return {**config_dtypes(facts), **({"checkpoint_dtype": "float32"} if float32 else {})}
+
+
 def startup(version: str) -> Startup:
     """SGLang's refusal of a config as read, before mambaxfer reads its family (``spec_from_config``'s
     ``startup``): an architecture SGLang serves with a state mambaxfer does not read (a user error:
-    not a verdict)."""
+    not a verdict); and its dtypes (``read_dtypes``)."""
     def refused(config: Mapping[str, Any], read: Mapping[str, Any], variant: Variant | None, where: str) -> None:
         found = [a for a in architecture_names(config) if a in STATE_NOT_READ]
         if found:
             raise UserError(f"{where}: {state_not_read(found[0], version)}")
-    return refused
+    return Startup(refused, read_dtypes)
 
 
 def missing_class(config: Mapping[str, Any], version: str) -> str | None:

@@ -89,8 +89,9 @@ class Vllm:
 
     def models(self) -> Report:
         from mambaxfer_cli.cli.models_cmd import presets_report
+        from mambaxfer_cli.engines.vllm.dtypes import DTYPES
 
-        return presets_report()     # the presets as mambaxfer reads them, for vLLM
+        return presets_report(DTYPES)     # the presets as mambaxfer reads them, in vLLM's dtypes
 
     def conformance(self, model: ModelArgs, engines: EngineArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.vllm.conformance import run

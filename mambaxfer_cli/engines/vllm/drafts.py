@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
@@ -16,7 +15,7 @@ from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.readers.model_config import flatten_text_config
-from mambaxfer_cli.readers.model_source import cached_repo_config, read_json
+from mambaxfer_cli.readers.model_source import local_config, read_json
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.release import Release
@@ -157,16 +156,8 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
 def drafter_config(name: str) -> dict[str, Any] | None:
     """The drafter's config.json where ``--model`` would find it here (a file, a directory, a
     cached repo id); None where it is not here (mambaxfer never downloads)."""
-    path = Path(name).expanduser()
-    try:
-        path = path / "config.json" if path.is_dir() else path
-        found = path.is_file()
-    except OSError:         # a name too long for a path, a loop of links: not a file here
-        found = False
-    if found:
-        return read_json(path)
-    cached = cached_repo_config(name) if name.count("/") == 1 else None
-    return None if cached is None else read_json(cached)
+    path = local_config(name)
+    return None if path is None else read_json(path)
 
 
 def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:

@@ -19,7 +19,7 @@ from mambaxfer_cli.planning.startup import architecture_names, attention_heads
 from mambaxfer_cli.planning.variants import VARIANTS
 
 if TYPE_CHECKING:     # the commands that read no model (schema, models) do not load the reader
-    from mambaxfer_cli.readers.model_config import AfterLayers
+    from mambaxfer_cli.readers.model_config import AfterLayers, Startup
 
 
 def vllm_error(model: ModelSpec, tp: int) -> str:
@@ -151,11 +151,14 @@ def registry_outcome(archs: Iterable[str], release: str) -> str:
     return removed_words(removed, table["removed"][removed]) if removed else "not served"
 
 
-def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
+def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Startup:
     """vLLM's start-up as a config is read (``spec_from_config``'s ``startup``), in its order: the
     registry as the config is built (a removed architecture the Transformers backend does not take;
     one only another of ``releases``, the engines' releases, has), then the heads check at
-    ``tp_sizes``, then what building the model or the connector meets."""
+    ``tp_sizes``, then what building the model or the connector meets; and its dtypes."""
+    from mambaxfer_cli.engines.vllm.dtypes import dtypes
+    from mambaxfer_cli.readers.model_config import Startup
+
     releases, tp_sizes = tuple(releases), tuple(tp_sizes)
 
     def check(config: Mapping[str, Any], read: Mapping[str, Any], variant: Variant | None,
@@ -194,16 +197,19 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()):
                     f"'{str(read.get('model_type', ''))}'), so its state is not vLLM's to move; --variant "
                     f"{guess.variant.value} plans it as a "
                     f"{guess.label.removeprefix('generic ').removesuffix(' (guessed)')} model, guessed from its keys")
-        if not removed:
-            return None
+        own = model_type if known is not None and variant in (None, known.variant) else ""
 
-        def transformers(layers: Sequence[str]) -> None:
-            """The Transformers backend stops at the first layer that is not attention."""
-            layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
-            named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
-            raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
-        return transformers
-    return check
+        def built(layers: Sequence[str]) -> None:
+            """The Transformers backend stops at the first layer that is not attention; a family's
+            attention layers meet its refusals (``attention_refusal``)."""
+            if removed:
+                layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
+                named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
+                raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
+            if ATTENTION in layers:
+                first("attention_refusal", own, read, where)
+        return built
+    return Startup(check, dtypes)
 
 
 def connector_refusal(architectures: Sequence[str]) -> str | None:

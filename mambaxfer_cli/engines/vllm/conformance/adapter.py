@@ -32,7 +32,8 @@ from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
-from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
+from mambaxfer_cli.engines.vllm.reads import vllm_reads
+from mambaxfer_cli.planning.reads import Read, misreads
 
 # The releases mambaxfer has rules for, oldest first.
 KNOWN_RELEASES = tuple(r.name for r in RELEASES)

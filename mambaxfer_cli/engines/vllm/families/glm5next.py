@@ -16,7 +16,8 @@ from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, En
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import Refused, UserError
-from mambaxfer_cli.families.glm5next import FAMILY
+from mambaxfer_cli.families import dim_key
+from mambaxfer_cli.families.glm5next import DEFAULTS, FAMILY, MODEL_TYPES, glm5next_parts
 from mambaxfer_cli.planning.model import ModelSpec
 
 # SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
@@ -39,6 +40,20 @@ def mtp_refusal(model_type: str, text_config: Mapping[str, Any]) -> str | None:
         return None
     return ("\"AttributeError: 'Glm5NextTextConfig' object has no attribute 'num_nextn_predict_layers'\" "
             "(SpeculativeConfig.hf_config_override: GLM-5-Next's MTP layer count)")
+
+
+def attention_refusal(model_type: str, config: Mapping[str, Any], where: str) -> None:
+    """What vLLM refuses of the indexer as it builds the model."""
+    if model_type not in MODEL_TYPES:
+        return
+    glm5next_parts(config, where)      # transformers refuses the config before vLLM builds the model
+    kpool = dim_key(config, "index_kpool", DEFAULTS["index_kpool"], where)
+    if kpool < 2:
+        raise Refused(f"{where}: vLLM does not build GLM-5-Next's indexer with index_kpool {kpool} "
+                      f"(AssertionError: Glm5NextIndexerCache expects index_kpool > 1)")
+    if config.get("index_kpool_always_select_tail") is False:
+        raise Refused(f"{where}: vLLM does not build this model: \"GLM-5.3 sparse indexer requires "
+                      f"index_kpool_always_select_tail=True\" (NotImplementedError in _validate_supported_config)")
 
 
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from mambaxfer_cli.families.kimi import KIMI_K3_KDA
+from typing import Any, Mapping
+
+from mambaxfer_cli.errors import Refused, quoted
+from mambaxfer_cli.families.kimi import FAMILIES, KIMI_K3_KDA
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names
 
@@ -10,6 +13,22 @@ from mambaxfer_cli.planning.startup import architecture_names
 MTP_METHODS = {"0.33": ("kimi_k3_mtp",)}
 
 ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
+
+
+def attention_refusal(model_type: str, config: Mapping[str, Any], where: str) -> None:
+    """``KimiDecoderLayer.__init__`` on an MLA layer: it asserts the MLA keys are set
+    (``KimiLinearConfig`` defaults them to None) and ``mla_use_nope`` is true (its default is
+    false); vLLM stops as it builds the model."""
+    if model_type not in FAMILIES[0].model_types:
+        return
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):
+        if config.get(key) is None:
+            raise Refused(f"{where}: vLLM does not start: its MLA layers need {key}, which the config does not "
+                          f"set (KimiDecoderLayer.__init__: assert {key} is not None)")
+    if not config.get("mla_use_nope"):
+        raise Refused(f"{where}: vLLM does not start: \"Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only\": "
+                      f"its MLA layers need mla_use_nope true (KimiDecoderLayer.__init__'s assert), got "
+                      f"{quoted(config.get('mla_use_nope'))}")
 
 
 def kda(model: ModelSpec) -> bool | None:

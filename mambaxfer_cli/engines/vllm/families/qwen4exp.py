@@ -20,6 +20,7 @@ from mambaxfer_cli.planning.model import ModelSpec
 
 # SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("qwen4_exp_mtp",)}
+MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")
 
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so
