@@ -38,7 +38,7 @@ from mambaxfer_cli.engines.sglang.shapes import (
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
 from mambaxfer_cli.engines.sglang.verdict import verdict
 from mambaxfer_cli.engines.sglang.writes import Side, sglang_writes
-from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NOT_CALLED, SCHEMA, Outcomes, plain, result_document
+from mambaxfer_cli.conformance.report import AGREES, Outcomes, Result, plain, result_document
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.planning.model import ModelSpec, Variant
@@ -156,36 +156,20 @@ def describe(case: Mapping[str, Any]) -> str:
 
 
 @dataclass
-class FunctionResult:
+class FunctionResult(Result):
+    """One of SGLang's functions (``SOURCES``): its first difference the case and both values; no
+    case is skipped (every case reaches SGLang's function)."""
+
     name: str
-    cases: int = 0
-    differing: int = 0
-    first: dict[str, Any] | None = None          # the first differing case, both values
-    not_called: str | None = None                # why it could not be called
-    attribute: str | None = None                 # the attribute SGLang lacks, when that is why
-    by_model: dict[str, list[int]] = field(default_factory=dict)   # model: [cases, differing]
-    skipped: int = 0                             # none: every case reaches SGLang's function
-    skip_reason: str | None = None
+    EMPTY = AGREES
 
     @property
     def compares(self) -> str:
         return SOURCES[self.name].compares if self.name in SOURCES else ""
 
-    @property
-    def outcome(self) -> str:
-        if self.not_called is not None:
-            return NOT_CALLED
-        return DIFFERS if self.differing else AGREES
-
     def record(self, case: Mapping[str, Any], theirs: Any, ours: Any) -> None:
-        self.cases += 1
-        counts = self.by_model.setdefault(case["model"], [0, 0]) if "model" in case else [0, 0]
-        counts[0] += 1
-        if theirs != ours:
-            self.differing += 1
-            counts[1] += 1
-            if self.first is None:
-                self.first = {"case": dict(case), "sglang": theirs, "mambaxfer": ours}
+        if self.count(case.get("model"), theirs == ours):
+            self.first = {"case": dict(case), "sglang": theirs, "mambaxfer": ours}
 
     def could_not_call(self, error: BaseException | str) -> None:
         self.not_called = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
@@ -213,11 +197,8 @@ class Report(Outcomes):
     def version(self) -> str:
         return self.sglang_version
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules},
-                "models": list(self.models), "max_tp": self.max_tp, "ok": self.ok,
-                "functions": [r.to_dict() for r in self.results], "notes": list(self.notes),
-                "seconds": round(self.seconds, 3)}
+    def engine_document(self) -> dict[str, Any]:
+        return {"engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules}}
 
 
 def _outcome(call: Callable[[], Any]) -> Any:

@@ -139,6 +139,26 @@ def _symbol(module: str, name: str):
         raise CouldNotCall(f"{module}.{name}", f"not found in the installed vLLM: {exc}", name) from None
 
 
+def _run(module: str, name: str, *args, **kwargs):
+    """vLLM's function ``module.name`` called, ``calling`` it by its name."""
+    found = _symbol(module, name)
+    with calling(name):
+        return found(*args, **kwargs)
+
+
+def _method(obj, name: str, *args, **kwargs):
+    """vLLM's method ``obj.name`` called, ``calling`` it by its name."""
+    with calling(name):
+        return getattr(obj, name)(*args, **kwargs)
+
+
+def _new(module: str, name: str, **values):
+    """vLLM's class ``module.name`` built with the fields it has (``_construct``)."""
+    found = _symbol(module, name)
+    with calling(name):
+        return _construct(found, **values)
+
+
 def layout_setting() -> bool:
     """Set ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` (NIXL's only layout) when unset; whether it was unset."""
     before = os.environ.get(LAYOUT_VARIABLE)
@@ -152,35 +172,13 @@ def layout_setting() -> bool:
 
 # --- the GPU vLLM is asked about ------------------------------------------------------------
 
-class ModelledGpu:
-    """``current_platform`` as a CUDA GPU of compute capability 9.0 (H100/H200) and CUDA 13, for
-    vLLM's code that asks the platform which kernel it runs."""
-
-    capability = (9, 0)
-    cuda_major = 13
-    device_name = "cuda"
-
-    def is_cuda(self) -> bool:
-        return True
-
-    def is_rocm(self) -> bool:
-        return False
-
-    def is_xpu(self) -> bool:
-        return False
-
-    def is_cpu(self) -> bool:
-        return False
-
-    def is_device_capability(self, capability) -> bool:
-        major, minor = self.capability
-        return capability in (major * 10 + minor, (major, minor))
-
-    def is_device_capability_family(self, capability) -> bool:
-        return self.capability[0] * 10 == capability
-
-    def get_cuda_runtime_major(self) -> int:
-        return self.cuda_major
+# ``current_platform`` as a CUDA GPU of compute capability 9.0 (H100/H200) and CUDA 13, for vLLM's
+# code that asks the platform which kernel it runs.
+H100_PLATFORM = StandIn("current_platform", device_name="cuda", is_cuda=lambda: True, is_rocm=lambda: False,
+                        is_xpu=lambda: False, is_cpu=lambda: False,
+                        is_device_capability=lambda capability: capability in (90, (9, 0)),
+                        is_device_capability_family=lambda capability: capability == 90,
+                        get_cuda_runtime_major=lambda: 13)
 
 
 @contextlib.contextmanager
@@ -302,11 +300,10 @@ class EngineState:
         return self.registered["_group_spec_types"]
 
     def topology(self, rank: int):
-        topology_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology")
-        with calling("TransferTopology"):
-            return _construct(topology_class, tp_rank=rank, tp_size=self.tp, block_size=self.geometry.kernel_block_size,
-                              engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=self.model.mla,
-                              is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
+        return _new("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology", tp_rank=rank,
+                    tp_size=self.tp, block_size=self.geometry.kernel_block_size,
+                    engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=self.model.mla,
+                    is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
 
     def worker(self, rank: int, worker_class=None):
         """A stand-in worker of this engine's rank ``rank``: an instance of vLLM's worker class
@@ -340,9 +337,7 @@ class EngineState:
             "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
             "packed_member_layouts": dict(registered["_packed_member_layouts"]),
         }
-        metadata_class = _symbol(f"{NIXL}.metadata", "NixlAgentMetadata")
-        with calling("NixlAgentMetadata"):
-            return _construct(metadata_class, **values)
+        return _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
 
 
 def _once(cache: dict, key, read):
@@ -650,11 +645,10 @@ class Installed:
     @cached(lambda model, tp: (model.name, tp))
     def conv_split(self, model: ModelSpec, tp: int):
         """``derive_mamba_conv_split`` of this model's state spec at TP ``tp``."""
-        derive = _symbol("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils",
-                         "derive_mamba_conv_split")
         spec = self.mamba_spec(model, tp)
-        with calling("derive_mamba_conv_split"), answering():
-            return derive(spec, tp)
+        with answering():
+            return _run("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils",
+                        "derive_mamba_conv_split", spec, tp)
 
     # --- KV-cache groups and tensors ----------------------------------------------------------
 
@@ -669,7 +663,6 @@ class Installed:
     def groups(self, model: ModelSpec, tp: int, geometry: Geometry):
         """vLLM's KV-cache groups of the model (``_get_kv_cache_groups_uniform_page_size``) and the
         layers each KV-cache tensor holds (tensor t: the t-th layer of every group)."""
-        plan_groups = _symbol("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size")
         specs: dict[str, Any] = {}
         mamba = self.mamba_spec(model, tp, geometry.block_size, geometry.page_bytes)
         attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
@@ -679,23 +672,19 @@ class Installed:
         for name in self.layer_names(model)[len(model.layers) - model.draft_layers:]:
             with calling("KVCacheSpec.is_draft"):   # get_kv_cache_spec's tag of a drafter's layer
                 specs[name] = dataclasses.replace(draft or specs[name], is_draft=True)
-        with calling("_get_kv_cache_groups_uniform_page_size"):
-            groups = plan_groups(specs)
+        groups = _run("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size", specs)
         width = max(len(group.layer_names) for group in groups)
         regions = [[group.layer_names[t] for group in groups if t < len(group.layer_names)] for t in range(width)]
-        config_class = _symbol("vllm.v1.kv_cache_interface", "KVCacheConfig")
-        with calling("KVCacheConfig"):
-            config = _construct(config_class, num_blocks=geometry.num_blocks, kv_cache_tensors=[],
-                                kv_cache_groups=groups)
+        config = _new("vllm.v1.kv_cache_interface", "KVCacheConfig", num_blocks=geometry.num_blocks,
+                      kv_cache_tensors=[], kv_cache_groups=groups)
         return groups, regions, specs, config
 
     def eagle_spec(self, model: ModelSpec, tp: int, block_size: int):
         """An EAGLE drafter's layers' spec: its KV heads and head size as ``EAGLEConfig`` reads them."""
         assert self.drafter is not None
         method, config = self.drafter
-        eagle = _symbol("vllm.transformers_utils.configs.eagle", "EAGLEConfig")
-        with calling("EAGLEConfig"):
-            draft = eagle({k: v for k, v in config.items() if not k.startswith("_")}, method=method).model
+        draft = _run("vllm.transformers_utils.configs.eagle", "EAGLEConfig",
+                     {k: v for k, v in config.items() if not k.startswith("_")}, method=method).model
         head_size = getattr(draft, "head_dim", None) or draft.hidden_size // draft.num_attention_heads
         return self.attention_spec(dataclasses.replace(model, num_kv_heads=draft.num_key_value_heads,
                                                        head_size=head_size), tp, block_size)
@@ -716,7 +705,6 @@ class Installed:
         and QSA's for Qwen4Exp), its specs, the connector's preference and ``VLLM_KV_CACHE_LAYOUT``
         (``requested``); the layout's name, or "refused: " and vLLM's words."""
         utils = "vllm.v1.attention.backends.utils"
-        supported = _symbol(utils, "get_supported_kv_cache_layouts")
         resolve = _symbol(utils, "resolve_kv_cache_layout")
         backends = [self.backend_class(backend)] if model.has_attention else []
         if model.ple_qsa is not None and model.ple_qsa.has_qsa:
@@ -724,8 +712,7 @@ class Installed:
         if model.kpool_indexer is not None:      # the indexer's backends, which declare the layouts too
             (indexer, classes), _ = first("indexer_classes")
             backends += [_symbol(indexer, name) for name in classes]
-        with calling("get_supported_kv_cache_layouts"):
-            names = [layout.name for layout in supported(backends)]
+        names = [layout.name for layout in _run(utils, "get_supported_kv_cache_layouts", backends)]
         specs = [self.mamba_spec(model, 1)] + ([self.attention_spec(model, 1, 16)] if model.has_attention else [])
         config = StandIn("vllm_config",
                          cache_config=StandIn("cache_config", kv_cache_layout=None, enable_extensible_kv_cache=False),
@@ -754,10 +741,8 @@ class Installed:
     # --- which P ranks a D rank reads ---------------------------------------------------------
 
     def tp_mapping(self, decode: EngineState, p_tp: int, d_rank: int):
-        compute = _symbol(f"{NIXL}.tp_mapping", "compute_tp_mapping")
-        topology = decode.topology(d_rank)
-        with calling("compute_tp_mapping"):
-            return compute(transfer_topology=topology, remote_tp_size=p_tp, group_spec_types=decode.group_spec_types)
+        return _run(f"{NIXL}.tp_mapping", "compute_tp_mapping", transfer_topology=decode.topology(d_rank),
+                    remote_tp_size=p_tp, group_spec_types=decode.group_spec_types)
 
     def sources(self, decode: EngineState, p_tp: int, d_rank: int) -> tuple[list[int], list[int]]:
         """``compute_tp_mapping``: (attention sources, SSM sources) of D rank ``d_rank``."""
@@ -786,8 +771,7 @@ class Installed:
             return None
 
         def pair():
-            with calling("_pair_regions"):
-                return worker._pair_regions(remote.metadata()), local, remote     # the engines kept alive
+            return _method(worker, "_pair_regions", remote.metadata()), local, remote     # the engines kept alive
 
         return _once(self.cache, ("pairs", id(local), id(remote), type(worker)), pair)[0]
 
@@ -801,8 +785,7 @@ class Installed:
         meta = prefill.metadata()
         pairs = self.pairs(worker, decode, prefill)
         bases = [r * REGION_BASE for r in range(len(decode.regions))]
-        with calling("_build_mamba_local"):
-            local = worker._build_mamba_local(bases)
+        local = _method(worker, "_build_mamba_local", bases)
         with calling("_build_mamba_remote"):
             extra = {"pairs": pairs} if _accepts(worker._build_mamba_remote, "pairs") else {}
             remote = worker._build_mamba_remote(meta, ratio, info, **extra)
@@ -813,28 +796,24 @@ class Installed:
         else:
             plan = self.tp_mapping(decode, prefill.tp, d_rank)
             fa = self._fa_local(worker, bases, 1)
-            with calling("_build_local_splits_from_plan"):
-                splits = list(worker._build_local_splits_from_plan(plan, np.concatenate([fa, local]),
-                                                                   int(fa[:, 4].sum()), 1))
+            splits = list(_method(worker, "_build_local_splits_from_plan", plan, np.concatenate([fa, local]),
+                                  int(fa[:, 4].sum()), 1))
             locals_ = [_descs(s[len(fa):])[:k] for s in splits]
         return [[(lo, ro, ls, rs) for (_, lo, ls), (_, ro, rs) in zip(rows, remote_rows)] for rows in locals_]
 
     def _fa_local(self, worker, bases: list[int], ratio: int) -> np.ndarray:
-        with calling("_build_fa_local"):
-            return worker._build_fa_local(bases, ratio)
+        return _method(worker, "_build_fa_local", bases, ratio)
 
     def engine_info(self, remote: EngineState, meta=None):
         """What the local worker records of a remote engine at the handshake (``EngineTransferInfo``);
         from ``meta`` where the worker changed what the remote advertised (``split_remote_blocks``)."""
-        info_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "EngineTransferInfo")
         g = remote.geometry
         block_len, block_size, per_logical = ((g.kernel_block_bytes, g.kernel_block_size, g.blocks_per_logical)
                                               if meta is None else (meta.block_lens[0], meta.block_size,
                                                                     meta.physical_blocks_per_logical_kv_block))
-        with calling("EngineTransferInfo"):
-            return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=block_len,
-                              remote_block_size=block_size, remote_physical_blocks_per_logical=per_logical,
-                              remote_dcp_size=1)
+        return _new("vllm.distributed.kv_transfer.kv_connector.utils", "EngineTransferInfo", remote_tp_size=remote.tp,
+                    remote_block_len=block_len, remote_block_size=block_size,
+                    remote_physical_blocks_per_logical=per_logical, remote_dcp_size=1)
 
     @staticmethod
     def split_remote_blocks(worker, meta):
@@ -848,8 +827,7 @@ class Installed:
                 and getattr(worker, "use_mla", False) and getattr(worker, "_TRANSFER_MODE", "pull") == "pull"):
             return None
         view = copy.deepcopy(meta)
-        with calling("_split_remote_blocks"):
-            worker._split_remote_blocks(view)
+        _method(worker, "_split_remote_blocks", view)
         return view
 
     def register_remote(self, worker, remote: EngineState):
@@ -882,30 +860,22 @@ class Installed:
         topology = worker.transfer_topo
         try:
             meta = remote.metadata()
-            with calling("tp_ratio"):
-                ratio = topology.tp_ratio(remote.tp)
+            ratio = _method(topology, "tp_ratio", remote.tp)
             if hasattr(worker_class, "_validate_remote_parallel_config"):
-                with calling("_validate_remote_parallel_config"):
-                    worker._validate_remote_parallel_config(meta)
+                _method(worker, "_validate_remote_parallel_config", meta)
             pairs = self.pairs(worker, local, remote)
             meta = self.register_remote(worker, remote)
             plan = self.tp_mapping(local, remote.tp, rank)
-            with calling("block_size_ratio"):
-                block_ratio = topology.block_size_ratio(meta.block_size)
+            block_ratio = _method(topology, "block_size_ratio", meta.block_size)
             self._register(worker, meta, pairs, plan)
-            with calling("_validate_remote_agent_handshake"):
-                worker._validate_remote_agent_handshake(meta, remote.tp)
+            _method(worker, "_validate_remote_agent_handshake", meta, remote.tp)
             bases = [r * REGION_BASE for r in range(len(local.regions))]
-            with calling("_needs_split_local_xfer_handles"):
-                split = worker._needs_split_local_xfer_handles(ratio, plan)
-            if split:
+            if _method(worker, "_needs_split_local_xfer_handles", ratio, plan):
                 fa = self._fa_local(worker, bases, block_ratio)
-                with calling("_build_mamba_local"):
-                    src = np.concatenate([fa, worker._build_mamba_local(bases)])
-                with calling("_build_local_splits_from_plan"):
-                    list(worker._build_local_splits_from_plan(plan, src, worker.num_descs * block_ratio, block_ratio))
-            with calling("_build_fa_remote"):
-                worker._build_fa_remote(plan, meta, block_ratio)
+                src = np.concatenate([fa, _method(worker, "_build_mamba_local", bases)])
+                list(_method(worker, "_build_local_splits_from_plan", plan, src, worker.num_descs * block_ratio,
+                             block_ratio))
+            _method(worker, "_build_fa_remote", plan, meta, block_ratio)
         except CouldNotCall:
             raise
         except REFUSALS as exc:
@@ -934,8 +904,7 @@ class Installed:
         # P's blocks as the worker sees them: split into gcd-sized kernel blocks for an MLA hybrid
         meta = self.register_remote(worker, prefill)
         p_kernel, p_ppl = meta.block_size, meta.physical_blocks_per_logical_kv_block
-        with calling("block_size_ratio"):
-            block_ratio = worker.transfer_topo.block_size_ratio(p_kernel)
+        block_ratio = _method(worker.transfer_topo, "block_size_ratio", p_kernel)
         plan = self.tp_mapping(decode, prefill.tp, d_rank)
         pairs = self.pairs(worker, decode, prefill)
         d_ppl = decode.geometry.blocks_per_logical
@@ -947,20 +916,18 @@ class Installed:
         last_token = hasattr(type(worker), "_pair_blocks_by_last_token")
         different = decode.geometry.kernel_block_size != p_kernel or p_ppl != d_ppl
         if last_token and different:
-            with calling("_pair_blocks_by_last_token"):
-                local, remote, _ = worker._pair_blocks_by_last_token(local, remote, request.tokens, block_ratio, p_ppl)
+            local, remote, _ = _method(worker, "_pair_blocks_by_last_token", local, remote, request.tokens,
+                                       block_ratio, p_ppl)
         out = {}
         for rank in plan.all_source_ranks:
             local_ids = [list(g) if rank in plan.source_ranks_per_group[i] else [] for i, g in enumerate(local)]
             remote_ids = [list(g) if rank in plan.source_ranks_per_group[i] else [] for i, g in enumerate(remote)]
             if block_ratio > 1 and not last_token:
-                with calling("_map_block_ids_for_block_size_ratio"):
-                    local_ids, remote_ids = worker._map_block_ids_for_block_size_ratio(local_ids, remote_ids,
-                                                                                        block_ratio)
+                local_ids, remote_ids = _method(worker, "_map_block_ids_for_block_size_ratio", local_ids,
+                                                remote_ids, block_ratio)
             if not any(len(g) for g in local_ids):
                 continue            # a full prefix hit: vLLM only notifies P
-            with calling("_apply_prefix_caching"):
-                local_ids, remote_ids = worker._apply_prefix_caching(local_ids, remote_ids, d_ppl, p_ppl)
+            local_ids, remote_ids = _method(worker, "_apply_prefix_caching", local_ids, remote_ids, d_ppl, p_ppl)
             remote_side = self._ids(worker, remote_ids, meta.num_blocks, None, p_ppl, pairs, "remote")
             out[rank] = (self._ids(worker, local_ids, decode.geometry.num_blocks, block_ratio, d_ppl, pairs, "local"),
                          remote_side)
@@ -991,9 +958,8 @@ class Installed:
     def vllm_config(self, model: ModelSpec, tp: int, flags: Flags):
         """A stand-in ``VllmConfig`` with a real ``CacheConfig`` and a forward context of
         stand-in layers (attention layers on ``flags.backend``)."""
-        cache_class = _symbol("vllm.config.cache", "CacheConfig")
-        with calling("CacheConfig"):
-            cache = cache_class(block_size=flags.block_size, enable_prefix_caching=flags.prefix_caching)
+        cache = _run("vllm.config.cache", "CacheConfig", block_size=flags.block_size,
+                     enable_prefix_caching=flags.prefix_caching)
         heads = model.num_kv_heads or 1
         parallel = StandIn("vllm_config.parallel_config", tensor_parallel_size=tp, pipeline_parallel_size=1,
                            decode_context_parallel_size=1)
@@ -1080,7 +1046,7 @@ class Installed:
         module = importlib.import_module("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
         resolve = _symbol(module.__name__, "_resolve_gdn_prefill_backend")
         aligned = _symbol("vllm.v1.attention.backends.gdn_attn", "FLASHINFER_GDN_CHECKPOINT_ALIGNMENT")
-        with calling("_resolve_gdn_prefill_backend"), _patched(module, "current_platform", ModelledGpu()):
+        with calling("_resolve_gdn_prefill_backend"), _patched(module, "current_platform", H100_PLATFORM):
             _, backend = resolve(vllm_config)
         # GatedDeltaNetAttention.__init__: FlashInfer's prefill exports checkpoints in align mode.
         if vllm_config.cache_config.mamba_cache_mode == "align" and backend == "flashinfer":
@@ -1117,7 +1083,7 @@ class Installed:
             patches.enter_context(_patched(registry, "resolve_model_cls", platform.resolve_model_cls))
             if model.kpool_indexer is not None:   # the indexer's kernel pages by GPU (get_paged_mqa_page_sizes)
                 deep_gemm = importlib.import_module("vllm.utils.deep_gemm")
-                patches.enter_context(_patched(deep_gemm, "current_platform", ModelledGpu()))
+                patches.enter_context(_patched(deep_gemm, "current_platform", H100_PLATFORM))
             platform.update_block_size_for_backend(config)
         block = config.cache_config.block_size
         spec = self.attention_spec(model, tp, block)
@@ -1139,8 +1105,6 @@ class Installed:
         (``KpoolTailBackend``'s only layout) by ``get_kv_cache_config_from_groups``, with
         ``num_blocks`` blocks (``--num-gpu-blocks-override``)."""
         planning = "vllm.v1.core.kv_cache_planning"
-        groups_of = _symbol(planning, "get_kv_cache_groups")
-        config_of = _symbol(planning, "get_kv_cache_config_from_groups")
         mamba = self.mamba_spec(model, tp, config.cache_config.block_size, page)
         specs = {}
         config.cache_config.kv_cache_layout = "BLHNC"
@@ -1154,10 +1118,8 @@ class Installed:
                     specs[name] = layer.get_kv_cache_spec(config)
             else:
                 specs[name] = attention if "attn_backend" in layer.__dict__ else mamba
-        with calling("get_kv_cache_groups"):
-            groups = groups_of(config, specs)
-        with calling("get_kv_cache_config_from_groups"):
-            return groups, config_of(config, groups, 1 << 62), specs
+        groups = _run(planning, "get_kv_cache_groups", config, specs)
+        return groups, _run(planning, "get_kv_cache_config_from_groups", config, groups, 1 << 62), specs
 
     # Blocks the GLM-5-Next engines register on: every block row is laid out alike, so the regions
     # of two are those of any number (their block counts are the engine's, set after).
@@ -1230,14 +1192,12 @@ class Installed:
         blocks are never split."""
         groups, kv_cache_config, _ = self.kpool_kv_cache(model, tp, config, attention, page, num_blocks)
         self._kpool_configs[(model.name, tp, config.cache_config.block_size)] = (config, attention, page)
-        prepare = _symbol("vllm.v1.worker.utils", "prepare_kernel_block_sizes")
         backend_of = {name: layer.get_attn_backend()
                       for name, layer in config.compilation_config.static_forward_context.items()
                       if "attn_backend" in layer.__dict__ or "_index_kpool" in layer.__dict__}
         attn_groups = [[StandIn("AttentionGroup", backend=backend_of.get(group.layer_names[0]),
                                 kv_cache_spec=group.kv_cache_spec)] for group in groups]
-        with calling("prepare_kernel_block_sizes"):
-            kernels = prepare(kv_cache_config, attn_groups)
+        kernels = _run("vllm.v1.worker.utils", "prepare_kernel_block_sizes", kv_cache_config, attn_groups)
         latent = next(i for i, group in enumerate(groups) if any(
             "attn_backend" in config.compilation_config.static_forward_context[n].__dict__ for n in group.layer_names))
         return kernels[latent]
@@ -1316,11 +1276,10 @@ class Installed:
         if engine.speculative is not None:
             config.speculative_config = self._speculative(*engine.speculative)
         backends = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "get_current_attn_backends")
-        compute = _symbol(f"{NIXL}.metadata", "compute_nixl_compatibility_hash")
         with calling("get_current_attn_backends"):
             name = backends(config)[0].get_name()
-        with calling("compute_nixl_compatibility_hash"):
-            return compute(config, name, "push" if engine.push else "pull")
+        return _run(f"{NIXL}.metadata", "compute_nixl_compatibility_hash", config, name,
+                    "push" if engine.push else "pull")
 
     def _speculative(self, method: str, tokens: int):
         """A stand-in ``SpeculativeConfig``: the fields a server sets, and every other question

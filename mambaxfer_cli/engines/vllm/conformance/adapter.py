@@ -37,7 +37,7 @@ from mambaxfer_cli.planning.reads import Read, misreads, vllm_reads
 # The releases mambaxfer has rules for, oldest first.
 KNOWN_RELEASES = tuple(r.name for r in RELEASES)
 
-# The GPU vLLM's platform questions are answered for (vllm_side.ModelledGpu is the same one).
+# The GPU vLLM's platform questions are answered for (the probe's H100_PLATFORM is the same one).
 MODELLED_GPU = gpu("H100")
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 import json
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterable
 
-from mambaxfer_cli.conformance.report import plain
+from mambaxfer_cli.conformance.report import Tally, plain
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -319,27 +319,16 @@ class Difference:
                 "command": self.case.command()}
 
 
-@dataclass
-class CaseTally:
-    """One function's comparisons so far."""
-
-    cases: int = 0
-    differing: int = 0
-    first: Difference | None = None
-    by_model: dict[str, list[int]] = field(default_factory=dict)   # model: [cases, differing]
+@dataclass(kw_only=True)
+class CaseTally(Tally):
+    """One function's comparisons so far (its first difference a ``Difference``)."""
 
     def record(self, case: Case, vllm, mambaxfer, shown: tuple | None = None) -> bool:
         """Count one case; ``shown`` gives the values to report when they differ (by default
         the compared ones)."""
         same = vllm == mambaxfer
-        self.cases += 1
-        counts = self.by_model.setdefault(case.counted_as, [0, 0])
-        counts[0] += 1
-        if not same:
-            self.differing += 1
-            counts[1] += 1
-            if self.first is None:
-                self.first = Difference(case, *(shown or (vllm, mambaxfer)))
+        if self.count(case.counted_as, same):
+            self.first = Difference(case, *(shown or (vllm, mambaxfer)))
         return same
 
 
