@@ -1,10 +1,6 @@
-"""The conformance probe: SGLang's own functions, called in an environment where SGLang is
-installed, against this package's answers for the same cases.
-
-``mambaxfer conformance --engine sglang`` runs it (``run``), in that environment; so does
-``python -m mambaxfer_cli.engines.sglang.conformance``, which prints the JSON document of every
-preset SGLang serves. SGLang's functions are imported from their own modules; each one that
-cannot be imported or called is reported as such, never replaced."""
+"""The conformance probe: SGLang's own functions, where SGLang is installed, against mambaxfer's
+answers (``run``; ``python -m`` prints the JSON document of every preset SGLang serves). A
+function that cannot be imported or called is reported as such, never replaced."""
 
 from __future__ import annotations
 
@@ -256,12 +252,6 @@ def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
             "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
 
 
-def _our_mamba2(tp: int, args: Mapping[str, Any]) -> tuple[Any, ...]:
-    groups = args.get("conv_shard_groups")
-    rest = {k: v for k, v in args.items() if k != "conv_shard_groups"}
-    return _ours(mamba2_state_shape(tp=tp, conv_shard_groups=tuple(groups) if groups else None, **rest))
-
-
 def _kda_args(args: Mapping[str, int]) -> dict[str, int]:
     """A KDA stand-in's dims as KimiLinearStateShape.create names them."""
     return {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in args.items()}
@@ -328,7 +318,7 @@ class _Checker:
             for args in MAMBA2_STAND_INS if create else ():
                 self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
                              partial(_call, create, _shape_tuple, tp_world_size=tp, **args),
-                             partial(_our_mamba2, tp, args))
+                             partial(_call, mamba2_state_shape, _ours, tp=tp, **args))
             if full:
                 m1 = {"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4}
                 self.compare("Mamba2StateShape.create_full_rank", {"stand_in": m1, "tp": tp},
@@ -539,9 +529,8 @@ class _Checker:
                          partial(_their_state_layers, hybrid, model), partial(_our_state_layers, model, self.release))
 
     def drafts(self, models: Sequence[ModelSpec]) -> None:
-        """The draft KV pool NEXTN builds from a model's own checkpoint, as both sides register it
-        (``_config_draft_model``, ``_compute_model_num_layers``, the pool's buffers and
-        ``build_kv_layer_ids``' band), against ``drafts.Draft.entries``."""
+        """The draft KV pool NEXTN builds from a model's own checkpoint, against
+        ``drafts.Draft.entries``."""
         pool = self.fn("draft KV pool entries")
         if pool is None:
             return
@@ -670,9 +659,8 @@ QWEN3_GDN_FILES = frozenset(merged("QWEN3_GDN_FILES"))
 
 
 def _their_gdn_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
-    """SGLang's Qwen3GatedDeltaNet built for one rank from the model's own config class (a hidden
-    size of 8: the conv does not depend on it), its conv1d weight loaded from a checkpoint whose
-    every channel carries its own number: the channels of the rank's conv state, in order."""
+    """SGLang's Qwen3GatedDeltaNet of one rank (hidden size 8), its conv1d weight loaded from a
+    checkpoint whose every channel carries its own number: the rank's conv state channels."""
     import torch
     config = _text_config(model)
     config.hidden_size = 8
@@ -817,9 +805,8 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
 
 
 def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: Mapping[str, str]) -> tuple[Any, ...]:
-    """SGLang's PLE pools of one slot for the model's config (its text config class's
-    short_conv_* and ngram_context_len, the conv dtype of mamba2_state_dtype), and their entries:
-    (field, layer id, item bytes, replicated)."""
+    """SGLang's PLE pools of one slot for the model's text config, and their entries: (field,
+    layer id, item bytes, replicated)."""
     config = _text_config(model)
     with mock.patch.dict(os.environ, env):
         dtype = importlib.import_module("sglang.srt.configs.mamba_utils").mamba2_state_dtype(config).conv
@@ -833,9 +820,8 @@ def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: M
 
 
 def _text_config(model: ModelSpec) -> Any:
-    """SGLang's config class for the model's config.json (its config registry), its text config."""
-    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
-    return registry[model.hf_config["model_type"]](**model.hf_config).get_text_config()
+    """SGLang's config class for the model's config.json (``_config_class``), its text config."""
+    return _config_class(model.hf_config["model_type"])(**model.hf_config).get_text_config()
 
 
 def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release) -> tuple[Any, ...]:
@@ -958,9 +944,8 @@ def _kda_from_config(kda: Callable[..., Any], model: ModelSpec, tp_world_size: i
 
 def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, rank: int,
                         config_class: Sequence[str]) -> tuple[int, ...]:
-    """SGLang's KDA mixer for one rank (hidden size 8: the conv does not read it), built with its
-    config class (module, class), LoRA off, its qkv_conv1d loaded shard by shard from q, k and v
-    weights numbered 0.., P.., 2P..: the channels of the rank's conv state, in order."""
+    """SGLang's KDA mixer of one rank (hidden size 8, LoRA off), its qkv_conv1d loaded from q, k
+    and v weights numbered 0.., P.., 2P..: the rank's conv state channels, in order."""
     import torch
     shape = _kda_from_config(lambda **k: SimpleNamespace(**k), model, 1)
     heads, dim, kernel = shape.num_heads, shape.head_dim, shape.conv_kernel_size
@@ -1054,9 +1039,8 @@ NOT_INSTALLED = ("no SGLang is installed beside mambaxfer (in {python}); conform
 
 def run(names: Sequence[str] | None, max_tp: int = MAX_TP, start: Callable[[int], None] | None = None,
         done: Callable[[str], None] | None = None) -> Report:
-    """``mambaxfer conformance --engine sglang``: the installed SGLang's functions against
-    mambaxfer's rules for its release, on ``names`` (None: every preset SGLang serves), every TP
-    size up to ``max_tp``. A model SGLang does not serve, or no SGLang here, is a UserError."""
+    """``conformance --engine sglang`` on ``names`` (None: every preset SGLang serves) up to
+    ``max_tp``; a model SGLang does not serve, or no SGLang here, is a UserError."""
     version = installed_version()
     release = RELEASES.get(version or "", RELEASES[tuple(RELEASES)[-1]])
     models = served_presets(release) if names is None else [served_model(n, release) for n in names]

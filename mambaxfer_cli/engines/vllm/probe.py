@@ -1,14 +1,7 @@
-"""Everything conformance runs of the vLLM installed beside mambaxfer: the one module that imports
-it, and nothing else in mambaxfer imports this one (``conformance.run`` loads it when the command
-runs).
-
-Each function of vLLM is called as the NIXL worker calls it, on a stand-in that carries only the
-attributes it reads (``object.__new__`` of vLLM's own worker class, so the methods it calls on
-itself are vLLM's too), with inputs built by vLLM's own code where it has any: the state shapes by
-``MambaStateShapeCalculator``, the KV-cache groups by the KV-cache planner, the topology by
-``TransferTopology``, the remote engine by ``NixlAgentMetadata``. A stand-in that lacks an attribute
-the installed vLLM reads, or a signature that changed, is ``CouldNotCall`` naming it.
-"""
+"""What conformance runs of the installed vLLM: the one module that imports it (``conformance.run``
+loads it). Each function is called as the NIXL worker calls it, on a stand-in carrying only what it
+reads (``object.__new__`` of vLLM's own worker class), with inputs built by vLLM's own code where it
+has any; a stand-in lacking an attribute vLLM reads, or a changed signature, is ``CouldNotCall``."""
 
 from __future__ import annotations
 
@@ -31,7 +24,6 @@ from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.errors import UserError
 
-LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
 # Engine IDs as mambaxfer names the engines (vLLM quotes the remote one in some messages).
 P_ENGINE, D_ENGINE = "P", "D"
@@ -161,12 +153,12 @@ def _new(module: str, name: str, **values):
 
 def layout_setting() -> bool:
     """Set ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` (NIXL's only layout) when unset; whether it was unset."""
-    before = os.environ.get(LAYOUT_VARIABLE)
+    before = os.environ.get(CONV_LAYOUT_VAR)
     if before not in (None, "DS"):      # vLLM's NIXL worker asserts DS for any model with Mamba state
-        raise UserError(f"{LAYOUT_VARIABLE}={before}: vLLM's NIXL worker refuses to start under it for a model "
+        raise UserError(f"{CONV_LAYOUT_VAR}={before}: vLLM's NIXL worker refuses to start under it for a model "
                         f"with Mamba state (3-read Mamba conv transfer requires DS conv state layout), so "
                         f"there is nothing to compare; unset it or set it to DS")
-    os.environ[LAYOUT_VARIABLE] = "DS"
+    os.environ[CONV_LAYOUT_VAR] = "DS"
     return before is None
 
 
@@ -315,11 +307,8 @@ class EngineState:
     def metadata(self):
         """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once
         (vLLM's functions conformance calls read it, never change it)."""
-        if self._metadata is None:
-            self._metadata = self._build_metadata()
-        return self._metadata
-
-    def _build_metadata(self):
+        if self._metadata is not None:
+            return self._metadata
         g = self.geometry
         regions = len(self.regions)
         registered = self.registered
@@ -337,7 +326,8 @@ class EngineState:
             "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
             "packed_member_layouts": dict(registered["_packed_member_layouts"]),
         }
-        return _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
+        self._metadata = _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
+        return self._metadata
 
 
 def _once(cache: dict, key, read):
@@ -439,9 +429,8 @@ class Installed:
 
     @cached(lambda model: model.name)
     def arch_config(self, model: ModelSpec):
-        """The model's config as vLLM reads it: its loader (``get_config``) on the config.json, and
-        the architecture convertor ``ModelConfig.get_model_arch_config`` picks for its model type
-        (a config vLLM cannot read is ``VllmFails``)."""
+        """The model's config through ``get_config`` and the convertor ``ModelConfig.get_model_arch_config``
+        picks for its model type (a config vLLM cannot read is ``VllmFails``)."""
         _symbol("vllm.config.model", "ModelConfig")      # the convertor module imports from it
         text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
         module = "vllm.transformers_utils.model_arch_config_convertor"
@@ -487,10 +476,8 @@ class Installed:
         return copy.deepcopy(self.read_hf_config(model))
 
     def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
-        """The model class's own ``get_mamba_state_shape_from_config`` and
-        ``get_mamba_state_dtype_from_config`` at TP ``tp``, the class as the registry loads it for
-        the config's first architecture it serves, on the config as vLLM reads it: ``(shapes,
-        dtypes)`` of the class's conv and temporal states."""
+        """``(shapes, dtypes)`` of the conv and temporal states at TP ``tp`` from the registry's class
+        for the config's first served architecture (``get_mamba_state_*_from_config``)."""
         registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
         text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
         archs = architecture_names(model.hf_config)
@@ -539,8 +526,7 @@ class Installed:
         return tuple(tuple(s) for s in shapes[:2]), tuple(str(d).removeprefix("torch.") for d in dtypes[:2])
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
-        """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` (no pipeline, expert or decode
-        context parallelism) on the model's config as vLLM reads it: None where it passes, else
+        """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` alone: None where it passes, else
         vLLM's message."""
         verify = _symbol("vllm.config.model", "ModelConfig").verify_with_parallel_config
         config = StandIn("model_config", model_arch_config=self.arch_config(model), multimodal_config=None,
@@ -551,9 +537,7 @@ class Installed:
         return _refusal("ModelConfig.verify_with_parallel_config", verify, config, parallel)
 
     def supports_replayssm(self, architecture: str) -> bool | None:
-        """Whether the registry's class for ``architecture`` is ``SupportsReplaySSM`` (what the
-        ``_ModelInfo`` behind ``ModelConfig.supports_replayssm`` records); None where the registry
-        loads no class for it."""
+        """Whether the registry's class for ``architecture`` is ``SupportsReplaySSM`` (None: no class)."""
         registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
         supports = _symbol("vllm.model_executor.models.interfaces", "supports_replayssm")
         with calling("ModelRegistry._try_load_model_cls"):
@@ -609,9 +593,8 @@ class Installed:
                                                           p["head_v_dim"], model.conv_kernel, model.num_spec)
 
     def state_dtypes(self, model: ModelSpec) -> tuple:
-        """The state's dtypes: KDA layers' as ``kda_state_dtype`` gives them to the layer
-        (``KimiGatedDeltaNetAttention.get_state_dtype``: no SSM cache dtype passed); mambaxfer's
-        for the other variants."""
+        """The state's dtypes: mambaxfer's, but KDA layers' from ``kda_state_dtype`` (no SSM cache
+        dtype passed, as ``KimiGatedDeltaNetAttention.get_state_dtype`` calls it)."""
         if model.variant != "kda":
             return self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
@@ -700,10 +683,8 @@ class Installed:
 
     @cached(lambda model, backend, requested=None: (model.name, backend, requested))
     def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
-        """``resolve_kv_cache_layout`` for one engine of ``model`` under the NIXL connector: the
-        layouts its backends declare (``get_supported_kv_cache_layouts``: the attention backend's,
-        and QSA's for Qwen4Exp), its specs, the connector's preference and ``VLLM_KV_CACHE_LAYOUT``
-        (``requested``); the layout's name, or "refused: " and vLLM's words."""
+        """``resolve_kv_cache_layout`` for one engine under the NIXL connector and
+        ``VLLM_KV_CACHE_LAYOUT=requested``: the layout's name, or "refused: " and vLLM's words."""
         utils = "vllm.v1.attention.backends.utils"
         resolve = _symbol(utils, "resolve_kv_cache_layout")
         backends = [self.backend_class(backend)] if model.has_attention else []
@@ -817,10 +798,8 @@ class Installed:
 
     @staticmethod
     def split_remote_blocks(worker, meta):
-        """``add_remote_agent``'s view of a remote engine's blocks for an MLA hybrid pulling
-        (``_split_remote_blocks``: gcd-sized kernel blocks where the local block size is not a
-        multiple of the remote one), on a copy of the metadata; None where the worker does not
-        split (another model, push mode, or a release without it)."""
+        """A copy of ``meta`` as ``_split_remote_blocks`` splits it for an MLA hybrid pulling; None
+        where the worker does not split (another model, push mode, or a release without it)."""
         import copy
 
         if not (hasattr(worker, "_split_remote_blocks") and getattr(worker, "_has_mamba", False)
@@ -844,9 +823,8 @@ class Installed:
     # --- the handshake ------------------------------------------------------------------------
 
     def handshake(self, prefill: EngineState, decode: EngineState, push: bool = False) -> str | None:
-        """vLLM's verdict on one engine adding the other's agent (D adds P's when D pulls, P adds
-        D's when P pushes), every local rank in turn: None when it accepts, else the first
-        refusal's message, in the order the worker meets them."""
+        """vLLM's verdict on D adding P's agent (P adding D's when it pushes), rank by rank: None
+        when it accepts, else the first refusal's message."""
         local, remote = (prefill, decode) if push else (decode, prefill)
         worker_class = self.push_worker_class if push else self.worker_class
         for rank in range(local.tp):
@@ -1011,9 +989,8 @@ class Installed:
         return out
 
     def _indexer_layers(self, model: ModelSpec, attention_name: str) -> dict:
-        """One MLA layer's indexer caches as ``Indexer.__init__`` registers them, ahead of the MLA
-        layer: the compressed keys (``Glm5NextIndexerCache``), then the tail ring
-        (``Glm5NextTailCache``), vLLM's own classes carrying the attributes ``__init__`` sets."""
+        """One MLA layer's indexer caches (its family's classes, keys then tail ring) as
+        ``Indexer.__init__`` registers them, ahead of the MLA layer."""
         g = model.kpool_indexer
         assert g is not None
         prefix = attention_name.removesuffix(".attn").removesuffix(".self_attn") + ".self_attn.indexer"
@@ -1056,9 +1033,8 @@ class Installed:
     @cached(lambda model, tp, flags, num_blocks: (model.name, tp, flags, num_blocks))
     @answering()
     def geometry(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int) -> tuple[Geometry, int]:
-        """The engine vLLM builds for the model at TP ``tp`` with ``flags`` on the modelled GPU
-        (``update_block_size_for_backend``, then ``select_common_block_size``), and the SSM
-        layers' prefill checkpoint alignment it used."""
+        """The engine vLLM builds on the modelled GPU (``update_block_size_for_backend``, then
+        ``select_common_block_size``), and the SSM layers' prefill checkpoint alignment it used."""
         config = self.vllm_config(model, tp, flags)
         mamba_config = _symbol("vllm.model_executor.models.config", "MambaModelConfig")
         with calling("MambaModelConfig.verify_and_update_config"):
@@ -1099,11 +1075,8 @@ class Installed:
         return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
 
     def kpool_kv_cache(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int):
-        """A GLM-5-Next engine's KV caches as vLLM plans them: every layer's spec from its own
-        class (the indexer caches' ``get_kv_cache_spec``; the MLA latent's and the KDA state's
-        padded to the latent page), grouped by ``get_kv_cache_groups`` and laid out in BLHNC
-        (``KpoolTailBackend``'s only layout) by ``get_kv_cache_config_from_groups``, with
-        ``num_blocks`` blocks (``--num-gpu-blocks-override``)."""
+        """A GLM-5-Next engine's KV caches as vLLM plans them (each layer's spec from its class,
+        ``get_kv_cache_groups``, ``get_kv_cache_config_from_groups`` in BLHNC), ``num_blocks`` blocks."""
         planning = "vllm.v1.core.kv_cache_planning"
         mamba = self.mamba_spec(model, tp, config.cache_config.block_size, page)
         specs = {}
@@ -1127,12 +1100,9 @@ class Installed:
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
     def kpool_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
-        """A GLM-5-Next engine's regions as vLLM's worker registers them: the KV caches vLLM plans
-        (``kpool_kv_cache``, the block size ``geometry``'s) allocated on the CPU by vLLM's own
-        ``allocate_kv_cache`` with ``REGISTERED_BLOCKS`` blocks, then ``register_kv_caches`` on
-        a worker stand-in (NIXL's wrapper a stand-in that registers nothing). Returns the worker
-        state it left (``EngineState.REGISTERED``, with the spec types of its transfer groups),
-        the transfer groups, the layers of each region, the layer specs and the KV-cache config."""
+        """A GLM-5-Next engine's regions: ``kpool_kv_cache``'s caches allocated on the CPU
+        (``allocate_kv_cache``), then ``register_kv_caches`` on a worker stand-in. Returns the worker
+        state it left, the transfer groups, each region's layers, the layer specs and the config."""
         planned = self._kpool_configs.get((model.name, tp, geometry.block_size))
         if planned is None:
             raise CouldNotCall("register_kv_caches", f"no KV-cache plan for a {geometry.block_size}-token "
@@ -1187,9 +1157,7 @@ class Installed:
         return state, groups, [list(names) for names in members], layer_specs, kv_cache_config
 
     def _packed_kernel_block(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int) -> int:
-        """The MLA latent group's kernel block as the worker prepares it
-        (``prepare_kernel_block_sizes``) on the KV caches vLLM plans: a block-outermost group's
-        blocks are never split."""
+        """The MLA latent group's kernel block (``prepare_kernel_block_sizes``: never split here)."""
         groups, kv_cache_config, _ = self.kpool_kv_cache(model, tp, config, attention, page, num_blocks)
         self._kpool_configs[(model.name, tp, config.cache_config.block_size)] = (config, attention, page)
         backend_of = {name: layer.get_attn_backend()
@@ -1230,11 +1198,8 @@ class Installed:
         return Probe
 
     def _ple_model(self, model: ModelSpec, gdn: type) -> type:
-        """Qwen4Exp's model class as ``_align_hybrid_block_size`` meets it: its
-        ``get_mamba_specs_from_config`` (the GDN spec, and the PLE spec of vLLM's own
-        ``Qwen4ExpForCausalLM.get_ple_mamba_state_shape_from_config`` / ``short_conv_state_dtype``,
-        ``tp_replicated``). The PLE shape is asked with equivalent keys: ``hidden_size`` the PLE
-        channels, ``hc_count`` 1, ``ngram_size`` 1 and ``ple_conv_kernel_size`` the state rows + 1."""
+        """Qwen4Exp's model class as ``_align_hybrid_block_size`` meets it: the GDN spec, and the PLE
+        spec of its class's ``get_ple_mamba_state_shape_from_config`` (asked with equivalent keys)."""
         q = model.ple_qsa
         assert q is not None
         _, (module, name) = first("qsa_classes")     # its family's class
@@ -1264,9 +1229,8 @@ class Installed:
     # --- the compatibility hash ---------------------------------------------------------------
 
     def compatibility_hash(self, model: ModelSpec, engine: HashedEngine) -> str:
-        """``compute_nixl_compatibility_hash`` of one engine, with the backend name the worker
-        hashes (its first cache layer's, ``get_current_attn_backends``); every setting of
-        ``engine`` is in the stand-in config, whether this vLLM hashes it or not."""
+        """``compute_nixl_compatibility_hash`` of one engine (every setting of ``engine`` in the
+        stand-in config, whether this vLLM hashes it or not)."""
         flags = Flags(engine.backend, engine.block_size, engine.prefix_caching)
         config = self.vllm_config(model, engine.tp, flags)
         config.model_config.dtype = self.dtype(engine.dtype or model.model_dtype)

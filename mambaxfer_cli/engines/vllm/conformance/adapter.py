@@ -1,9 +1,4 @@
-"""mambaxfer's side of the comparison: its answers for one vLLM release, through its planning API.
-
-The one place conformance touches mambaxfer's rules: the ``Release`` value of the installed vLLM
-(``planning.releases``), on the GPU vLLM's platform questions are answered for (``planning.gpu``),
-given to every engine mambaxfer builds.
-"""
+"""mambaxfer's side of the comparison: its answers for one vLLM release on the modelled GPU."""
 
 from __future__ import annotations
 
@@ -82,10 +77,8 @@ class Ours:
         return load_model(name, startup=startup.startup((self.release,)))
 
     def with_drafted(self, name: str, spec: ModelSpec, speculative: str | None = None) -> list[tuple[str, ModelSpec]]:
-        """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
-        with them (cases.DRAFT_CONFIG) under a name of its own (the probe keys what it builds by
-        the model's name); with ``speculative`` (--speculative-config), the model with its draft
-        layers alone, refused where it has none mambaxfer models."""
+        """The model and, named apart, with the MTP layers mambaxfer models (``DRAFT_CONFIG``); with
+        ``speculative``, the model with its draft layers alone (refused where it has none)."""
         if speculative is not None:
             found = with_drafts(spec, speculative_config(speculative), self.rules)
             if not found.draft_layers:
@@ -208,13 +201,11 @@ class Ours:
                        request: Request) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
         """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer
         plans what vLLM posts."""
-        def text(groups):
-            return ";".join(",".join(map(str, g)) for g in groups)
-
+        _, prefill_blocks, _, decode_blocks = request.cli()
         options = PlanOptions(
             semantics="vllm", prefill=self.engine_flags(flags, P_NUM_BLOCKS),
             decode=self.engine_flags(flags, D_NUM_BLOCKS), grouping=self.grouping(model),
-            prefill_blocks=text(request.prefill_blocks), decode_blocks=text(request.decode_blocks))
+            prefill_blocks=prefill_blocks, decode_blocks=decode_blocks)
         plan = build_plan(model, p_tp, d_tp, options)
         return {(r.d_rank, r.p_rank): (r.local_ids.tolist(), r.remote_ids.tolist()) for r in plan.descriptors.reads}
 

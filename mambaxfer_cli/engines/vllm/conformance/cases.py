@@ -61,20 +61,22 @@ class Flags:
         return ", ".join(words)
 
 
+def _flag_variants(*backends: str) -> tuple[Flags, ...]:
+    return tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
+        backends, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+
+
 DEFAULT_FLAGS = Flags()
-FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
-    BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+FLAG_VARIANTS = _flag_variants(*BACKENDS)
 # An MLA model's backends, those whose vLLM class imports without a GPU (FLASH_ATTN_MLA needs
 # vLLM's flash-attention build, CUTLASS_MLA a driver).
 MLA_BACKENDS = ("TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA")
-MLA_FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
-    MLA_BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+MLA_FLAG_VARIANTS = _flag_variants(*MLA_BACKENDS)
 # GLM-5-Next's MLA layers run the sparse MLA backend vLLM picks for the GPU (its dense MLA
 # backends refuse a sparse model, and mambaxfer refuses --attention-backend for it): on the
 # modelled H100, FlashInfer's SM90 kernel. Its engines vary only --block-size and prefix caching.
 SPARSE_MLA_BACKEND = "FLASHINFER_MLA_SPARSE_SM90"
-SPARSE_FLAG_VARIANTS = tuple(Flags(SPARSE_MLA_BACKEND, block, prefix) for block, prefix in itertools.product(
-    (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+SPARSE_FLAG_VARIANTS = _flag_variants(SPARSE_MLA_BACKEND)
 # Backends vLLM picks on the modelled GPU without --attention-backend: never on a command line.
 PICKED_BACKENDS = (DEFAULT_BACKEND, SPARSE_MLA_BACKEND)
 

@@ -1,12 +1,5 @@
-"""Run vLLM's functions and mambaxfer's rules on the same inputs, function by function.
-
-For each model: the conv split at every valid TP size; each engine's geometry under every flag
-variant; for every P/D pairing up to the largest TP size, each D rank's SSM reads and sources,
-the handshake's verdict and a request's descriptor IDs under every flag variant; and which
-settings the compatibility hash tells apart. vLLM computes its side with its own geometry;
-descriptor IDs are computed on mambaxfer's geometry on both sides, so that they compare the ID
-layout alone.
-"""
+"""Run vLLM's functions and mambaxfer's rules on the same inputs, function by function (descriptor
+IDs on mambaxfer's geometry on both sides, so that they compare the ID layout alone)."""
 
 from __future__ import annotations
 
@@ -178,9 +171,8 @@ class Comparison:
 
     @compares(REPLAYSSM)
     def replayssm(self, name: str, model: ModelSpec) -> None:
-        """--use-replayssm on the model's first architecture, beside the connector, under every
-        combination of the settings vLLM's check reads; whether its class supports ReplaySSM is
-        vLLM's registry's answer on vLLM's side."""
+        """--use-replayssm on the model's first architecture beside the connector, under every
+        combination of the settings vLLM's check reads."""
         default = self.ours.replayssm_case(model, ReplaySSMSetting())
         if not default.architecture:
             return self.skip((REPLAYSSM,), "the config names no architecture")
