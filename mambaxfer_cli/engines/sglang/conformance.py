@@ -1009,13 +1009,8 @@ IMPORT_STEP = "SGLang's import"
 def served_presets(release: Release = SGLANG_0_5_23) -> list[ModelSpec]:
     """The presets of the families SGLang serves (read through mambaxfer's preset reader)."""
     from mambaxfer_cli.readers.model_source import load_model, preset_names
-    out = []
-    for name in preset_names():
-        model = load_model(name, startup=startup(release.version))
-        rule = release.families.get(model.family)
-        if rule is not None and rule.served:
-            out.append(model)
-    return out
+    models = (load_model(name, startup=startup(release.version)) for name in preset_names())
+    return [model for model in models if getattr(release.families.get(model.family), "served", False)]
 
 
 def served_model(name: str, release: Release = SGLANG_0_5_23) -> ModelSpec:

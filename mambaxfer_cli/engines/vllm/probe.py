@@ -80,8 +80,7 @@ def calling(function: str):
 
 @contextlib.contextmanager
 def reading(function: str):
-    """Run vLLM's config reader: whatever it (or Transformers' config classes under it) raises is
-    ``VllmFails``."""
+    """Run vLLM's config reader: whatever it (or Transformers under it) raises is ``VllmFails``."""
     try:
         with calling(function):
             yield
@@ -298,15 +297,13 @@ class EngineState:
                     is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
 
     def worker(self, rank: int, worker_class=None):
-        """A stand-in worker of this engine's rank ``rank``: an instance of vLLM's worker class
-        (the pull worker's base unless given) carrying ``worker_attributes``."""
+        """Rank ``rank``'s stand-in: vLLM's worker class (the pull base unless given), ``worker_attributes``."""
         worker = object.__new__(worker_class or self.vllm.worker_class)
         worker.__dict__.update(worker_attributes(self, rank))
         return worker
 
     def metadata(self):
-        """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once
-        (vLLM's functions conformance calls read it, never change it)."""
+        """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once."""
         if self._metadata is not None:
             return self._metadata
         g = self.geometry
@@ -469,8 +466,7 @@ class Installed:
             return self._hf_config(folder)
 
     def hf_config(self, model: ModelSpec):
-        """The model's config as vLLM's ``get_config`` reads it (a config vLLM cannot read is
-        ``VllmFails``); a copy, which the config hooks may change."""
+        """A copy (the config hooks may change it) of the model's config as ``get_config`` reads it."""
         import copy
 
         return copy.deepcopy(self.read_hf_config(model))
@@ -746,8 +742,7 @@ class Installed:
             return [list(pair) for pair in decode.conv_split.remote_conv_offsets(d_rank % max(ratio, 1), ratio)]
 
     def pairs(self, worker, local: EngineState, remote: EngineState):
-        """0.34's region pairing (``_pair_regions``) of a local worker with a remote engine, None
-        where the release has none. The same for every rank of an engine: computed once."""
+        """0.34's ``_pair_regions`` of a worker with a remote engine, once per engine (None before 0.34)."""
         if not hasattr(type(worker), "_pair_regions"):
             return None
 
@@ -810,8 +805,7 @@ class Installed:
         return view
 
     def register_remote(self, worker, remote: EngineState):
-        """The remote engine's metadata as the local worker registers it at the handshake (split
-        where ``split_remote_blocks`` splits it)."""
+        """The remote engine's metadata as the worker registers it (``split_remote_blocks``'s where it splits)."""
         meta, info = remote.metadata(), self.engine_info(remote)
         split = self.split_remote_blocks(worker, meta)
         if split is not None:
@@ -934,8 +928,7 @@ class Installed:
             return enum[name].get_class()
 
     def vllm_config(self, model: ModelSpec, tp: int, flags: Flags):
-        """A stand-in ``VllmConfig`` with a real ``CacheConfig`` and a forward context of
-        stand-in layers (attention layers on ``flags.backend``)."""
+        """A stand-in ``VllmConfig``: a real ``CacheConfig``, and ``forward_context``'s layers."""
         cache = _run("vllm.config.cache", "CacheConfig", block_size=flags.block_size,
                      enable_prefix_caching=flags.prefix_caching)
         heads = model.num_kv_heads or 1
@@ -967,8 +960,7 @@ class Installed:
 
     @cached(lambda model, backend: (model.name, backend))
     def forward_context(self, model: ModelSpec, backend: str) -> dict:
-        """Stand-in layers in model order: the SSM mixers of the model's variant, attention layers
-        running ``backend``."""
+        """Stand-in layers in model order: its variant's SSM mixers, attention layers on ``backend``."""
         mixers = {"mamba1": ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
                   "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
         mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(

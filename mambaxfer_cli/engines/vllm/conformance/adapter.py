@@ -107,8 +107,7 @@ class Ours:
 
     @property
     def model_runner_v1(self) -> bool:
-        """Whether the release still has Model Runner V1 (a release that removed it refuses
-        VLLM_USE_V2_MODEL_RUNNER=0 at start-up)."""
+        """Whether the release still has Model Runner V1 (takes VLLM_USE_V2_MODEL_RUNNER=0)."""
         return "VLLM_USE_V2_MODEL_RUNNER" not in self.rules.fatal_env
 
     def grouping(self, model: ModelSpec) -> KVGrouping:
@@ -120,8 +119,7 @@ class Ours:
 
     @staticmethod
     def with_ssm_cache_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
-        """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype`` (its
-        speculative tokens and draft layers kept)."""
+        """The model read again with ``--mamba-ssm-cache-dtype dtype``, its drafts kept."""
         again = spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
                                  given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"}, startup=startup.startup())
         return replace(again, layers=again.layers + model.layers[len(model.layers) - model.draft_layers:],
@@ -183,8 +181,7 @@ class Ours:
 
     @staticmethod
     def kv_cache_layout(model: ModelSpec, requested: str | None) -> str:
-        """The layout an engine of ``model`` runs under ``VLLM_KV_CACHE_LAYOUT=requested``, or
-        "refused: " and vLLM's words, as mambaxfer predicts them."""
+        """The layout under ``VLLM_KV_CACHE_LAYOUT=requested`` (or "refused: " and vLLM's words)."""
         said = layout_error(model, requested)
         return f"refused: {said}" if said is not None else resolved_layout(model, requested)
 
@@ -212,8 +209,7 @@ class Ours:
     # --- the compatibility hash ----------------------------------------------------------------
 
     def hash_refuses(self, model_name: str, variation: Variation) -> bool:
-        """Whether mambaxfer says vLLM's compatibility hash tells the two engines of
-        ``variation`` apart (``preflight``'s hashed fields)."""
+        """Whether ``preflight``'s hashed fields tell the two engines of ``variation`` apart."""
         from mambaxfer_cli.planning.reads import VLLM
         from mambaxfer_cli.engines.vllm.preflight.fields import hashed_fields
         from mambaxfer_cli.engines.vllm.preflight.served import build_engine

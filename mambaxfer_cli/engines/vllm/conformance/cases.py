@@ -152,20 +152,12 @@ class Case:
         return self.model + (drafted(self.speculative) if self.speculative else "")
 
     def describe(self) -> str:
-        parts = [self.model + (f" with --speculative-config {self.speculative}" if self.speculative else "")]
-        if self.tp is not None:
-            parts.append(f"TP {self.tp}")
-        if self.p_tp is not None:
-            parts.append(f"P TP {self.p_tp} / D TP {self.d_tp}")
-        if self.d_rank is not None:
-            parts.append(f"D rank {self.d_rank}")
-        if self.flags is not None:
-            parts.append(self.flags.label())
-        if self.variation is not None:
-            parts.append(self.variation.name)
-        if self.push:
-            parts.append("NixlPushConnector")
-        return ", ".join(parts)
+        parts = [self.model + (f" with --speculative-config {self.speculative}" if self.speculative else ""),
+                 self.tp is not None and f"TP {self.tp}",
+                 self.p_tp is not None and f"P TP {self.p_tp} / D TP {self.d_tp}",
+                 self.d_rank is not None and f"D rank {self.d_rank}", self.flags is not None and self.flags.label(),
+                 self.variation is not None and self.variation.name, self.push and "NixlPushConnector"]
+        return ", ".join(part for part in parts if part)
 
     def command(self) -> str:
         """A ``mambaxfer`` command line that shows mambaxfer's side of this case."""
