@@ -662,8 +662,9 @@ class Installed:
         """An EAGLE drafter's layers' spec: its KV heads and head size as ``EAGLEConfig`` reads them."""
         assert self.drafter is not None
         method, config = self.drafter
-        draft = _run("vllm.transformers_utils.configs.eagle", "EAGLEConfig",
-                     {k: v for k, v in config.items() if not k.startswith("_")}, method=method).model
+        eagle = _symbol("vllm.transformers_utils.configs.eagle", "EAGLEConfig")
+        with calling("EAGLEConfig"):
+            draft = eagle({k: v for k, v in config.items() if not k.startswith("_")}, method=method).model
         head_size = getattr(draft, "head_dim", None) or draft.hidden_size // draft.num_attention_heads
         return self.attention_spec(dataclasses.replace(model, num_kv_heads=draft.num_key_value_heads,
                                                        head_size=head_size), tp, block_size)
@@ -772,8 +773,9 @@ class Installed:
         else:
             plan = self.tp_mapping(decode, prefill.tp, d_rank)
             fa = self._fa_local(worker, bases, 1)
-            splits = list(_method(worker, "_build_local_splits_from_plan", plan, np.concatenate([fa, local]),
-                                  int(fa[:, 4].sum()), 1))
+            with calling("_build_local_splits_from_plan"):     # a generator: run inside
+                splits = list(worker._build_local_splits_from_plan(plan, np.concatenate([fa, local]),
+                                                                   int(fa[:, 4].sum()), 1))
             locals_ = [_descs(s[len(fa):])[:k] for s in splits]
         return [[(lo, ro, ls, rs) for (_, lo, ls), (_, ro, rs) in zip(rows, remote_rows)] for rows in locals_]
 
@@ -845,8 +847,8 @@ class Installed:
             if _method(worker, "_needs_split_local_xfer_handles", ratio, plan):
                 fa = self._fa_local(worker, bases, block_ratio)
                 src = np.concatenate([fa, _method(worker, "_build_mamba_local", bases)])
-                list(_method(worker, "_build_local_splits_from_plan", plan, src, worker.num_descs * block_ratio,
-                             block_ratio))
+                with calling("_build_local_splits_from_plan"):
+                    list(worker._build_local_splits_from_plan(plan, src, worker.num_descs * block_ratio, block_ratio))
             _method(worker, "_build_fa_remote", plan, meta, block_ratio)
         except CouldNotCall:
             raise
