@@ -460,8 +460,7 @@ class _Checker:
                                  partial(_call, ours, lambda c: (c, c)) if pair else ours)
 
     def sends(self, models: Sequence[ModelSpec]) -> None:
-        """SGLang's own send methods, between SGLang's own pools on the CPU: the writes they post
-        for one request (per entry, slot and layer) and the decode bytes that end up wrong."""
+        """SGLang's send methods between its pools on the CPU: the writes, and the decode bytes left wrong."""
         pool, fns = self.fn("MambaPool transfer entries"), self.shape_fns()
         if pool is None or None in fns:
             return
@@ -501,8 +500,7 @@ class _Checker:
                                  layers))
 
     def side_states(self, models: Sequence[ModelSpec]) -> None:
-        """The replicated side states' entries (a Qwen4Exp's PLE pools, built from SGLang's own
-        config class as its pool configurator builds them), in the default and a float32 conv dtype."""
+        """The replicated side states' entries (PLE pools), in the default and a float32 conv dtype."""
         pools = self.fn(PLE_POOLS)
         if pools is None:
             return
@@ -519,8 +517,7 @@ class _Checker:
                          partial(_our_side_entries, model, env, self.release))
 
     def state_layers(self, models: Sequence[ModelSpec]) -> None:
-        """The layer ids the pool's entries carry (MambaPool.get_state_layer_ids gives back the
-        mamba_layer_ids it is built with: the config class's mamba2_cache_params.layers)."""
+        """The layer ids the pool's entries carry (the config class's mamba2_cache_params.layers)."""
         hybrid = self.fn("mambaish_config state layers")
         if hybrid is None:
             return
@@ -589,8 +586,7 @@ def _on_rank(tp: int, rank: int, **more: Any) -> Any:
 
 
 def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
-    """SGLang's MambaMixer2 built for one rank, its conv1d bias and in_proj weight loaded from a
-    checkpoint whose every channel carries its own number: the channels of the rank's conv input, both ways."""
+    """SGLang's MambaMixer2 of one rank, loaded with numbered channels: its conv input's, both ways."""
     import torch
     utils = importlib.import_module("sglang.srt.configs.mamba_utils")
     p = model.params
@@ -618,8 +614,7 @@ def _config_class(model_type: str) -> Any:
 
 
 def _their_config_state(loaded: Any, model: ModelSpec, tp: int) -> tuple[Any, ...]:
-    """The model's own SGLang config class (``loaded`` where it is the model's) at attention TP
-    ``tp``: its cache params' shape and layers."""
+    """The model's SGLang config class at attention TP ``tp``: its cache params' shape and layers."""
     model_type = model.hf_config["model_type"]
     config = (loaded if loaded.model_type == model_type else _config_class(model_type))(**model.hf_config)
     with _on_rank(tp, 0):
@@ -633,8 +628,7 @@ def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any,
 
 
 def _their_short_conv_channels(mixer: Any, model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
-    """SGLang's short conv built for one rank, its conv weight loaded from a checkpoint whose every
-    channel carries its own number: the channels of the rank's conv (so of its conv state)."""
+    """SGLang's short conv of one rank, loaded with numbered channels: its conv state's channels."""
     import torch
     config = _config_class(model.hf_config["model_type"])(**model.hf_config)
     hidden = model.params["hidden_size"]
@@ -830,8 +824,7 @@ def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release
 
 
 def _their_siblings(spec: ModelSpec) -> list[Any]:
-    """SGLang's own PLE pools for a Qwen4Exp (``_get_ple_req_pool_kwargs``, from its config class),
-    float32 as the send check keeps the state; none for another model."""
+    """SGLang's own PLE pools of the model (float32, as the send check keeps the state), if any."""
     if not side_entries(spec):
         return []
     import torch
@@ -919,8 +912,7 @@ def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers
 
 
 def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
-    """SGLang's config class for the model's config.json (its config registry), through
-    mambaish_config as its pool configurator takes it, at TP 1: the cache params it gives the pool."""
+    """The cache params ``mambaish_config`` gives the pool for the model's config class, at TP 1."""
     config = _config_class(model.hf_config["model_type"])(**model.hf_config)
     with _on_rank(1, 0, enable_cp_tp_group_sharing=False):
         registered = importlib.import_module("sglang.srt.configs.linear_attn_model_registry")
@@ -934,8 +926,7 @@ def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[i
 
 
 def _kda_from_config(kda: Callable[..., Any], model: ModelSpec, tp_world_size: int) -> Any:
-    """``kda`` (KimiLinearStateShape.create) at ``tp_world_size`` with the dims the model's own
-    config class gives it (Kimi's linear_attn_config, Bailing's head_dim)."""
+    """``kda`` (KimiLinearStateShape.create) with the dims the model's own config class gives it."""
     hybrid = importlib.import_module("sglang.srt.configs.hybrid_arch").mambaish_config
     s = _their_cache_params(hybrid, model).shape
     return kda(tp_world_size=tp_world_size, num_heads=s.num_heads, head_dim=s.head_dim, num_k_heads=s.num_k_heads,
@@ -1073,8 +1064,7 @@ def _sglang_quiet() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every case on the presets SGLang serves and print the report as JSON (the document
-    ``mambaxfer conformance --engine sglang --all-presets --format json`` prints)."""
+    """Print ``conformance --engine sglang --all-presets --format json``'s document."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         report = run(None)

@@ -117,8 +117,7 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Request:
-    """Logical block IDs of one request, one tuple per KV-cache group, on each side, and how many
-    tokens it holds."""
+    """One request's logical block IDs on each side (a tuple per KV-cache group), and its tokens."""
 
     prefill_blocks: tuple[tuple[int, ...], ...]
     decode_blocks: tuple[tuple[int, ...], ...]
@@ -318,8 +317,7 @@ class CaseTally(Tally):
     """One function's comparisons so far (its first difference a ``Difference``)."""
 
     def record(self, case: Case, vllm, mambaxfer, shown: tuple | None = None) -> bool:
-        """Count one case; ``shown`` gives the values to report when they differ (by default
-        the compared ones)."""
+        """Count one case; ``shown``: the values to report when they differ (else the compared ones)."""
         same = vllm == mambaxfer
         if self.count(case.counted_as, same):
             self.first = Difference(case, *(shown or (vllm, mambaxfer)))

@@ -188,8 +188,7 @@ class Comparison:
 
     @compares(LAYOUT)
     def kv_layouts(self, name: str, model: ModelSpec) -> None:
-        """Each VLLM_KV_CACHE_LAYOUT a line may set (and none, and a misspelt one), on the model's
-        first attention backend of the modelled GPU."""
+        """Each VLLM_KV_CACHE_LAYOUT a line may set (none, and a misspelt one too), on its first backend."""
         backend = flag_variants(model)[0].backend
         for requested in (None, *ENV_LAYOUTS, "LBHCN"):
             theirs = self.vllm.kv_cache_layout(model, backend, requested)
@@ -351,8 +350,7 @@ class Comparison:
         self.record(REMOTE_CONV, case, theirs, conv)
 
     def engines(self, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags, vllm_geometry: bool = False):
-        """Both sides' engines: mambaxfer's, and vLLM's worker state on the same geometry
-        (or on vLLM's own, with ``vllm_geometry``)."""
+        """Both sides' engines, vLLM's on mambaxfer's geometry (on its own with ``vllm_geometry``)."""
         p_ours = self.ours.engine(model, p_tp, flags, P_NUM_BLOCKS)
         d_ours = self.ours.engine(model, d_tp, flags, D_NUM_BLOCKS)
         if vllm_geometry:
