@@ -77,8 +77,7 @@ class Result(Tally):
 
 
 class Outcomes:
-    """A run's verdict from its functions' outcomes (``results``, each with an ``outcome``), and
-    its document (the engine's part from ``engine_document``)."""
+    """A run's verdict from its functions' outcomes, and its document (the engine's part: ``engine_document``)."""
 
     results: Sequence[Any]
     models: list[str]

@@ -526,8 +526,7 @@ class _Checker:
                          partial(_their_state_layers, hybrid, model), partial(_our_state_layers, model, self.release))
 
     def drafts(self, models: Sequence[ModelSpec]) -> None:
-        """The draft KV pool NEXTN builds from a model's own checkpoint, against
-        ``drafts.Draft.entries``."""
+        """The draft KV pool NEXTN builds from a model's checkpoint, against ``drafts.Draft.entries``."""
         pool = self.fn("draft KV pool entries")
         if pool is None:
             return
@@ -799,8 +798,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
 
 
 def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: Mapping[str, str]) -> tuple[Any, ...]:
-    """SGLang's PLE pools of one slot for the model's text config, and their entries: (field,
-    layer id, item bytes, replicated)."""
+    """SGLang's PLE pools of one slot for the model, their entries: (field, layer id, bytes, replicated)."""
     config = _text_config(model)
     with mock.patch.dict(os.environ, env):
         dtype = importlib.import_module("sglang.srt.configs.mamba_utils").mamba2_state_dtype(config).conv
@@ -974,8 +972,7 @@ def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
 def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
           release: Release = SGLANG_0_5_23, max_tp: int = MAX_TP,
           done: Callable[[str], None] | None = None) -> Report:
-    """Every case for ``models`` (the presets SGLang serves), to TP ``max_tp``; ``done`` is
-    told each step (one of ``STEPS``) as it ends."""
+    """Every case for ``models`` to TP ``max_tp``; ``done`` is told each step (``STEPS``) as it ends."""
     start = time.monotonic()
     checker = _Checker(functions, release, max_tp)
     steps: tuple[Callable[[], None], ...] = (

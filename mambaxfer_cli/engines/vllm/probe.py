@@ -522,8 +522,7 @@ class Installed:
         return tuple(tuple(s) for s in shapes[:2]), tuple(str(d).removeprefix("torch.") for d in dtypes[:2])
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
-        """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` alone: None where it passes, else
-        vLLM's message."""
+        """``ModelConfig.verify_with_parallel_config`` at TP ``tp``: None where it passes, else vLLM's words."""
         verify = _symbol("vllm.config.model", "ModelConfig").verify_with_parallel_config
         config = StandIn("model_config", model_arch_config=self.arch_config(model), multimodal_config=None,
                          use_mla=False)
@@ -819,8 +818,7 @@ class Installed:
     # --- the handshake ------------------------------------------------------------------------
 
     def handshake(self, prefill: EngineState, decode: EngineState, push: bool = False) -> str | None:
-        """vLLM's verdict on D adding P's agent (P adding D's when it pushes), rank by rank: None
-        when it accepts, else the first refusal's message."""
+        """vLLM's verdict on D adding P's agent (P D's, pushing), rank by rank: None, or the first refusal."""
         local, remote = (prefill, decode) if push else (decode, prefill)
         worker_class = self.push_worker_class if push else self.worker_class
         for rank in range(local.tp):
@@ -872,8 +870,7 @@ class Installed:
     @answering()
     def descriptor_ids(self, prefill: EngineState, decode: EngineState, d_rank: int,
                        request: Request) -> dict[int, tuple[list[int], list[int]]]:
-        """The (local, remote) descriptor IDs D rank ``d_rank`` posts to each P source for
-        ``request``, through the worker's own block pairing and ``_compute_desc_ids``."""
+        """The (local, remote) descriptor IDs D rank ``d_rank`` posts each P source (``_compute_desc_ids``)."""
         worker = decode.worker(d_rank)
         # P's blocks as the worker sees them: split into gcd-sized kernel blocks for an MLA hybrid
         meta = self.register_remote(worker, prefill)

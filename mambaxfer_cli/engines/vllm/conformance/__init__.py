@@ -1,5 +1,4 @@
-"""``mambaxfer conformance``: the installed vLLM's own functions against mambaxfer's rules for
-its release (only ``probe`` imports vLLM, when a run starts)."""
+"""``mambaxfer conformance``: the installed vLLM against mambaxfer's rules (only ``probe`` imports vLLM)."""
 
 from __future__ import annotations
 

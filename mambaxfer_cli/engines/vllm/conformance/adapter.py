@@ -196,8 +196,7 @@ class Ours:
 
     def descriptor_ids(self, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags,
                        request: Request) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
-        """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer
-        plans what vLLM posts."""
+        """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer plans them."""
         _, prefill_blocks, _, decode_blocks = request.cli()
         options = PlanOptions(
             semantics="vllm", prefill=self.engine_flags(flags, P_NUM_BLOCKS),

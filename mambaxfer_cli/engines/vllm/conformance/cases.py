@@ -325,8 +325,7 @@ class CaseTally(Tally):
 
 
 def pairings(tp_sizes: Iterable[int]) -> list[tuple[int, int]]:
-    """Every P/D pairing of these TP sizes in which one divides the other (vLLM refuses the rest
-    before anything is compared)."""
+    """Every P/D pairing of these TP sizes where one divides the other (vLLM refuses the rest)."""
     sizes = sorted(set(tp_sizes))
     return [(p, d) for p, d in itertools.product(sizes, sizes) if max(p, d) % min(p, d) == 0]
 

@@ -171,8 +171,7 @@ class Comparison:
 
     @compares(REPLAYSSM)
     def replayssm(self, name: str, model: ModelSpec) -> None:
-        """--use-replayssm on the model's first architecture beside the connector, under every
-        combination of the settings vLLM's check reads."""
+        """--use-replayssm on the model's first architecture, under every setting vLLM's check reads."""
         default = self.ours.replayssm_case(model, ReplaySSMSetting())
         if not default.architecture:
             return self.skip((REPLAYSSM,), "the config names no architecture")
