@@ -21,9 +21,8 @@ import pytest
 
 from cli_run import assert_user_error, messages, run_cli
 from mambaxfer_cli import __version__
-from mambaxfer_cli.engines.sglang.conformance import (
-    AGREES, DIFFERS, IMPORT_STEP, NOT_CALLED, SOURCES, STEPS, probe, served_presets,
-)
+from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NOT_CALLED
+from mambaxfer_cli.engines.sglang.conformance import IMPORT_STEP, SOURCES, STEPS, probe, served_presets
 from mambaxfer_cli.schema import document_schema
 
 VARIABLE = "MAMBAXFER_TEST_SGLANG_0_5_23"

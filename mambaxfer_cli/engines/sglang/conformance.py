@@ -1,10 +1,6 @@
-"""The conformance probe: SGLang's own functions, called in an environment where SGLang is
-installed, against this package's answers for the same cases.
-
-``mambaxfer conformance --engine sglang`` runs it (``run``), in that environment; so does
-``python -m mambaxfer_cli.engines.sglang.conformance``, which prints the JSON document of every
-preset SGLang serves. SGLang's functions are imported from their own modules; each one that
-cannot be imported or called is reported as such, never replaced."""
+"""The conformance probe: SGLang's own functions, where SGLang is installed, against mambaxfer's
+answers (``run``; ``python -m`` prints the JSON document of every preset SGLang serves). A
+function that cannot be imported or called is reported as such, never replaced."""
 
 from __future__ import annotations
 
@@ -38,7 +34,7 @@ from mambaxfer_cli.engines.sglang.shapes import (
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
 from mambaxfer_cli.engines.sglang.verdict import verdict
 from mambaxfer_cli.engines.sglang.writes import Side, sglang_writes
-from mambaxfer_cli.conformance.report import AGREES, DIFFERS, NOT_CALLED, SCHEMA, Outcomes, plain, result_document
+from mambaxfer_cli.conformance.report import AGREES, Outcomes, Result, plain, result_document
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.planning.model import ModelSpec, Variant
@@ -160,36 +156,20 @@ def describe(case: Mapping[str, Any]) -> str:
 
 
 @dataclass
-class FunctionResult:
+class FunctionResult(Result):
+    """One of SGLang's functions (``SOURCES``): its first difference the case and both values; no
+    case is skipped (every case reaches SGLang's function)."""
+
     name: str
-    cases: int = 0
-    differing: int = 0
-    first: dict[str, Any] | None = None          # the first differing case, both values
-    not_called: str | None = None                # why it could not be called
-    attribute: str | None = None                 # the attribute SGLang lacks, when that is why
-    by_model: dict[str, list[int]] = field(default_factory=dict)   # model: [cases, differing]
-    skipped: int = 0                             # none: every case reaches SGLang's function
-    skip_reason: str | None = None
+    EMPTY = AGREES
 
     @property
     def compares(self) -> str:
         return SOURCES[self.name].compares if self.name in SOURCES else ""
 
-    @property
-    def outcome(self) -> str:
-        if self.not_called is not None:
-            return NOT_CALLED
-        return DIFFERS if self.differing else AGREES
-
     def record(self, case: Mapping[str, Any], theirs: Any, ours: Any) -> None:
-        self.cases += 1
-        counts = self.by_model.setdefault(case["model"], [0, 0]) if "model" in case else [0, 0]
-        counts[0] += 1
-        if theirs != ours:
-            self.differing += 1
-            counts[1] += 1
-            if self.first is None:
-                self.first = {"case": dict(case), "sglang": theirs, "mambaxfer": ours}
+        if self.count(case.get("model"), theirs == ours):
+            self.first = {"case": dict(case), "sglang": theirs, "mambaxfer": ours}
 
     def could_not_call(self, error: BaseException | str) -> None:
         self.not_called = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
@@ -217,11 +197,8 @@ class Report(Outcomes):
     def version(self) -> str:
         return self.sglang_version
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules},
-                "models": list(self.models), "max_tp": self.max_tp, "ok": self.ok,
-                "functions": [r.to_dict() for r in self.results], "notes": list(self.notes),
-                "seconds": round(self.seconds, 3)}
+    def engine_document(self) -> dict[str, Any]:
+        return {"engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules}}
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
@@ -277,12 +254,6 @@ def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
                 "conv_kernel": model.conv_kernel, **({"conv_shard_groups": list(groups)} if groups else {})}
     return {"intermediate_size": p["intermediate_size"], "n_groups": p["n_groups"], "num_heads": p["num_heads"],
             "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
-
-
-def _our_mamba2(tp: int, args: Mapping[str, Any]) -> tuple[Any, ...]:
-    groups = args.get("conv_shard_groups")
-    rest = {k: v for k, v in args.items() if k != "conv_shard_groups"}
-    return _ours(mamba2_state_shape(tp=tp, conv_shard_groups=tuple(groups) if groups else None, **rest))
 
 
 def _kda_args(args: Mapping[str, int]) -> dict[str, int]:
@@ -355,7 +326,7 @@ class _Checker:
             for args in MAMBA2_STAND_INS if create else ():
                 self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
                              partial(_call, create, _shape_tuple, tp_world_size=tp, **args),
-                             partial(_our_mamba2, tp, args))
+                             partial(_call, mamba2_state_shape, _ours, tp=tp, **args))
             if full:
                 m1 = {"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4}
                 self.compare("Mamba2StateShape.create_full_rank", {"stand_in": m1, "tp": tp},
@@ -504,8 +475,7 @@ class _Checker:
                                  partial(_call, ours, lambda c: (c, c)) if pair else ours)
 
     def sends(self, models: Sequence[ModelSpec]) -> None:
-        """SGLang's own send methods, between SGLang's own pools on the CPU: the writes they post
-        for one request (per entry, slot and layer) and the decode bytes that end up wrong."""
+        """SGLang's send methods between its pools on the CPU: the writes, and the decode bytes left wrong."""
         pool, fns = self.fn("MambaPool transfer entries"), self.shape_fns()
         if pool is None or None in fns:
             return
@@ -545,8 +515,7 @@ class _Checker:
                                  layers))
 
     def side_states(self, models: Sequence[ModelSpec]) -> None:
-        """The replicated side states' entries (a Qwen4Exp's PLE pools, built from SGLang's own
-        config class as its pool configurator builds them), in the default and a float32 conv dtype."""
+        """The replicated side states' entries (PLE pools), in the default and a float32 conv dtype."""
         pools = self.fn(PLE_POOLS)
         if pools is None:
             return
@@ -563,8 +532,7 @@ class _Checker:
                          partial(_our_side_entries, model, env, self.release))
 
     def state_layers(self, models: Sequence[ModelSpec]) -> None:
-        """The layer ids the pool's entries carry (MambaPool.get_state_layer_ids gives back the
-        mamba_layer_ids it is built with: the config class's mamba2_cache_params.layers)."""
+        """The layer ids the pool's entries carry (the config class's mamba2_cache_params.layers)."""
         hybrid = self.fn("mambaish_config state layers")
         if hybrid is None:
             return
@@ -573,9 +541,7 @@ class _Checker:
                          partial(_their_state_layers, hybrid, model), partial(_our_state_layers, model, self.release))
 
     def drafts(self, models: Sequence[ModelSpec]) -> None:
-        """The draft KV pool NEXTN builds from a model's own checkpoint, as both sides register it
-        (``_config_draft_model``, ``_compute_model_num_layers``, the pool's buffers and
-        ``build_kv_layer_ids``' band), against ``drafts.Draft.entries``."""
+        """The draft KV pool NEXTN builds from a model's checkpoint, against ``drafts.Draft.entries``."""
         pool = self.fn("draft KV pool entries")
         if pool is None:
             return
@@ -634,8 +600,7 @@ def _on_rank(tp: int, rank: int, **more: Any) -> Any:
 
 
 def _their_mixer_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[Any, ...]:
-    """SGLang's MambaMixer2 built for one rank, its conv1d bias and in_proj weight loaded from a
-    checkpoint whose every channel carries its own number: the channels of the rank's conv input, both ways."""
+    """SGLang's MambaMixer2 of one rank, loaded with numbered channels: its conv input's, both ways."""
     import torch
     utils = importlib.import_module("sglang.srt.configs.mamba_utils")
     p = model.params
@@ -663,8 +628,7 @@ def _config_class(model_type: str) -> Any:
 
 
 def _their_config_state(loaded: Any, model: ModelSpec, tp: int) -> tuple[Any, ...]:
-    """The model's own SGLang config class (``loaded`` where it is the model's) at attention TP
-    ``tp``: its cache params' shape and layers."""
+    """The model's SGLang config class at attention TP ``tp``: its cache params' shape and layers."""
     model_type = model.hf_config["model_type"]
     config = (loaded if loaded.model_type == model_type else _config_class(model_type))(**model.hf_config)
     with _on_rank(tp, 0):
@@ -695,8 +659,7 @@ def _their_split_fits(mixer: Callable[..., Any], model: ModelSpec, tp: int) -> b
 
 
 def _their_short_conv_channels(mixer: Any, model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
-    """SGLang's short conv built for one rank, its conv weight loaded from a checkpoint whose every
-    channel carries its own number: the channels of the rank's conv (so of its conv state)."""
+    """SGLang's short conv of one rank, loaded with numbered channels: its conv state's channels."""
     import torch
     config = _config_class(model.hf_config["model_type"])(**model.hf_config)
     hidden = model.params["hidden_size"]
@@ -721,9 +684,8 @@ QWEN3_GDN_FILES = frozenset(merged("QWEN3_GDN_FILES"))
 
 
 def _their_gdn_channels(mixer: Callable[..., Any], model: ModelSpec, tp: int, rank: int) -> tuple[int, ...]:
-    """SGLang's Qwen3GatedDeltaNet built for one rank from the model's own config class (a hidden
-    size of 8: the conv does not depend on it), its conv1d weight loaded from a checkpoint whose
-    every channel carries its own number: the channels of the rank's conv state, in order."""
+    """SGLang's Qwen3GatedDeltaNet of one rank (hidden size 8), its conv1d weight loaded from a
+    checkpoint whose every channel carries its own number: the rank's conv state channels."""
     import torch
     config = _text_config(model)
     config.hidden_size = 8
@@ -868,9 +830,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
 
 
 def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: Mapping[str, str]) -> tuple[Any, ...]:
-    """SGLang's PLE pools of one slot for the model's config (its text config class's
-    short_conv_* and ngram_context_len, the conv dtype of mamba2_state_dtype), and their entries:
-    (field, layer id, item bytes, replicated)."""
+    """SGLang's PLE pools of one slot for the model, their entries: (field, layer id, bytes, replicated)."""
     config = _text_config(model)
     with mock.patch.dict(os.environ, env):
         dtype = importlib.import_module("sglang.srt.configs.mamba_utils").mamba2_state_dtype(config).conv
@@ -884,9 +844,8 @@ def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: M
 
 
 def _text_config(model: ModelSpec) -> Any:
-    """SGLang's config class for the model's config.json (its config registry), its text config."""
-    registry = importlib.import_module("sglang.srt.utils.hf_transformers.common")._CONFIG_REGISTRY
-    return registry[model.hf_config["model_type"]](**model.hf_config).get_text_config()
+    """SGLang's config class for the model's config.json (``_config_class``), its text config."""
+    return _config_class(model.hf_config["model_type"])(**model.hf_config).get_text_config()
 
 
 def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release) -> tuple[Any, ...]:
@@ -895,8 +854,7 @@ def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release
 
 
 def _their_siblings(spec: ModelSpec) -> list[Any]:
-    """SGLang's own PLE pools for a Qwen4Exp (``_get_ple_req_pool_kwargs``, from its config class),
-    float32 as the send check keeps the state; none for another model."""
+    """SGLang's own PLE pools of the model (float32, as the send check keeps the state), if any."""
     if not side_entries(spec):
         return []
     import torch
@@ -984,8 +942,7 @@ def _our_pool_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str, layers
 
 
 def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
-    """SGLang's config class for the model's config.json (its config registry), through
-    mambaish_config as its pool configurator takes it, at TP 1: the cache params it gives the pool."""
+    """The cache params ``mambaish_config`` gives the pool for the model's config class, at TP 1."""
     config = _config_class(model.hf_config["model_type"])(**model.hf_config)
     with _on_rank(1, 0, enable_cp_tp_group_sharing=False):
         registered = importlib.import_module("sglang.srt.configs.linear_attn_model_registry")
@@ -999,8 +956,7 @@ def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[i
 
 
 def _kda_from_config(kda: Callable[..., Any], model: ModelSpec, tp_world_size: int) -> Any:
-    """``kda`` (KimiLinearStateShape.create) at ``tp_world_size`` with the dims the model's own
-    config class gives it (Kimi's linear_attn_config, Bailing's head_dim)."""
+    """``kda`` (KimiLinearStateShape.create) with the dims the model's own config class gives it."""
     hybrid = importlib.import_module("sglang.srt.configs.hybrid_arch").mambaish_config
     s = _their_cache_params(hybrid, model).shape
     return kda(tp_world_size=tp_world_size, num_heads=s.num_heads, head_dim=s.head_dim, num_k_heads=s.num_k_heads,
@@ -1009,9 +965,8 @@ def _kda_from_config(kda: Callable[..., Any], model: ModelSpec, tp_world_size: i
 
 def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, rank: int,
                         config_class: Sequence[str]) -> tuple[int, ...]:
-    """SGLang's KDA mixer for one rank (hidden size 8: the conv does not read it), built with its
-    config class (module, class), LoRA off, its qkv_conv1d loaded shard by shard from q, k and v
-    weights numbered 0.., P.., 2P..: the channels of the rank's conv state, in order."""
+    """SGLang's KDA mixer of one rank (hidden size 8, LoRA off), its qkv_conv1d loaded from q, k
+    and v weights numbered 0.., P.., 2P..: the rank's conv state channels, in order."""
     import torch
     shape = _kda_from_config(lambda **k: SimpleNamespace(**k), model, 1)
     heads, dim, kernel = shape.num_heads, shape.head_dim, shape.conv_kernel_size
@@ -1049,8 +1004,7 @@ def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
 def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
           release: Release = SGLANG_0_5_23, max_tp: int = MAX_TP,
           done: Callable[[str], None] | None = None) -> Report:
-    """Every case for ``models`` (the presets SGLang serves), to TP ``max_tp``; ``done`` is
-    told each step (one of ``STEPS``) as it ends."""
+    """Every case for ``models`` to TP ``max_tp``; ``done`` is told each step (``STEPS``) as it ends."""
     start = time.monotonic()
     checker = _Checker(functions, release, max_tp)
     steps: tuple[Callable[[], None], ...] = (
@@ -1075,13 +1029,8 @@ IMPORT_STEP = "SGLang's import"
 def served_presets(release: Release = SGLANG_0_5_23) -> list[ModelSpec]:
     """The presets of the families SGLang serves (read through mambaxfer's preset reader)."""
     from mambaxfer_cli.readers.model_source import load_model, preset_names
-    out = []
-    for name in preset_names():
-        model = load_model(name, startup=startup(release.version))
-        rule = release.families.get(model.family)
-        if rule is not None and rule.served:
-            out.append(model)
-    return out
+    models = (load_model(name, startup=startup(release.version)) for name in preset_names())
+    return [model for model in models if getattr(release.families.get(model.family), "served", False)]
 
 
 def served_model(name: str, release: Release = SGLANG_0_5_23) -> ModelSpec:
@@ -1105,9 +1054,8 @@ NOT_INSTALLED = ("no SGLang is installed beside mambaxfer (in {python}); conform
 
 def run(names: Sequence[str] | None, max_tp: int = MAX_TP, start: Callable[[int], None] | None = None,
         done: Callable[[str], None] | None = None) -> Report:
-    """``mambaxfer conformance --engine sglang``: the installed SGLang's functions against
-    mambaxfer's rules for its release, on ``names`` (None: every preset SGLang serves), every TP
-    size up to ``max_tp``. A model SGLang does not serve, or no SGLang here, is a UserError."""
+    """``conformance --engine sglang`` on ``names`` (None: every preset SGLang serves) up to
+    ``max_tp``; a model SGLang does not serve, or no SGLang here, is a UserError."""
     version = installed_version()
     release = RELEASES.get(version or "", RELEASES[tuple(RELEASES)[-1]])
     models = served_presets(release) if names is None else [served_model(n, release) for n in names]
@@ -1145,8 +1093,7 @@ def _sglang_quiet() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run every case on the presets SGLang serves and print the report as JSON (the document
-    ``mambaxfer conformance --engine sglang --all-presets --format json`` prints)."""
+    """Print ``conformance --engine sglang --all-presets --format json``'s document."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         report = run(None)

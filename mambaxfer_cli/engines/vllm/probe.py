@@ -1,14 +1,7 @@
-"""Everything conformance runs of the vLLM installed beside mambaxfer: the one module that imports
-it, and nothing else in mambaxfer imports this one (``conformance.run`` loads it when the command
-runs).
-
-Each function of vLLM is called as the NIXL worker calls it, on a stand-in that carries only the
-attributes it reads (``object.__new__`` of vLLM's own worker class, so the methods it calls on
-itself are vLLM's too), with inputs built by vLLM's own code where it has any: the state shapes by
-``MambaStateShapeCalculator``, the KV-cache groups by the KV-cache planner, the topology by
-``TransferTopology``, the remote engine by ``NixlAgentMetadata``. A stand-in that lacks an attribute
-the installed vLLM reads, or a signature that changed, is ``CouldNotCall`` naming it.
-"""
+"""What conformance runs of the installed vLLM: the one module that imports it (``conformance.run``
+loads it). Each function is called as the NIXL worker calls it, on a stand-in carrying only what it
+reads (``object.__new__`` of vLLM's own worker class), with inputs built by vLLM's own code where it
+has any; a stand-in lacking an attribute vLLM reads, or a changed signature, is ``CouldNotCall``."""
 
 from __future__ import annotations
 
@@ -31,7 +24,6 @@ from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.engines.vllm.families import first
 from mambaxfer_cli.errors import UserError
 
-LAYOUT_VARIABLE = CONV_LAYOUT_VAR
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
 # Engine IDs as mambaxfer names the engines (vLLM quotes the remote one in some messages).
 P_ENGINE, D_ENGINE = "P", "D"
@@ -88,8 +80,7 @@ def calling(function: str):
 
 @contextlib.contextmanager
 def reading(function: str):
-    """Run vLLM's config reader: whatever it (or Transformers' config classes under it) raises is
-    ``VllmFails``."""
+    """Run vLLM's config reader: whatever it (or Transformers under it) raises is ``VllmFails``."""
     try:
         with calling(function):
             yield
@@ -139,48 +130,46 @@ def _symbol(module: str, name: str):
         raise CouldNotCall(f"{module}.{name}", f"not found in the installed vLLM: {exc}", name) from None
 
 
+def _run(module: str, name: str, *args, **kwargs):
+    """vLLM's function ``module.name`` called, ``calling`` it by its name."""
+    found = _symbol(module, name)
+    with calling(name):
+        return found(*args, **kwargs)
+
+
+def _method(obj, name: str, *args, **kwargs):
+    """vLLM's method ``obj.name`` called, ``calling`` it by its name."""
+    with calling(name):
+        return getattr(obj, name)(*args, **kwargs)
+
+
+def _new(module: str, name: str, **values):
+    """vLLM's class ``module.name`` built with the fields it has (``_construct``)."""
+    found = _symbol(module, name)
+    with calling(name):
+        return _construct(found, **values)
+
+
 def layout_setting() -> bool:
     """Set ``VLLM_SSM_CONV_STATE_LAYOUT=DS`` (NIXL's only layout) when unset; whether it was unset."""
-    before = os.environ.get(LAYOUT_VARIABLE)
+    before = os.environ.get(CONV_LAYOUT_VAR)
     if before not in (None, "DS"):      # vLLM's NIXL worker asserts DS for any model with Mamba state
-        raise UserError(f"{LAYOUT_VARIABLE}={before}: vLLM's NIXL worker refuses to start under it for a model "
+        raise UserError(f"{CONV_LAYOUT_VAR}={before}: vLLM's NIXL worker refuses to start under it for a model "
                         f"with Mamba state (3-read Mamba conv transfer requires DS conv state layout), so "
                         f"there is nothing to compare; unset it or set it to DS")
-    os.environ[LAYOUT_VARIABLE] = "DS"
+    os.environ[CONV_LAYOUT_VAR] = "DS"
     return before is None
 
 
 # --- the GPU vLLM is asked about ------------------------------------------------------------
 
-class ModelledGpu:
-    """``current_platform`` as a CUDA GPU of compute capability 9.0 (H100/H200) and CUDA 13, for
-    vLLM's code that asks the platform which kernel it runs."""
-
-    capability = (9, 0)
-    cuda_major = 13
-    device_name = "cuda"
-
-    def is_cuda(self) -> bool:
-        return True
-
-    def is_rocm(self) -> bool:
-        return False
-
-    def is_xpu(self) -> bool:
-        return False
-
-    def is_cpu(self) -> bool:
-        return False
-
-    def is_device_capability(self, capability) -> bool:
-        major, minor = self.capability
-        return capability in (major * 10 + minor, (major, minor))
-
-    def is_device_capability_family(self, capability) -> bool:
-        return self.capability[0] * 10 == capability
-
-    def get_cuda_runtime_major(self) -> int:
-        return self.cuda_major
+# ``current_platform`` as a CUDA GPU of compute capability 9.0 (H100/H200) and CUDA 13, for vLLM's
+# code that asks the platform which kernel it runs.
+H100_PLATFORM = StandIn("current_platform", device_name="cuda", is_cuda=lambda: True, is_rocm=lambda: False,
+                        is_xpu=lambda: False, is_cpu=lambda: False,
+                        is_device_capability=lambda capability: capability in (90, (9, 0)),
+                        is_device_capability_family=lambda capability: capability == 90,
+                        get_cuda_runtime_major=lambda: 13)
 
 
 @contextlib.contextmanager
@@ -302,27 +291,21 @@ class EngineState:
         return self.registered["_group_spec_types"]
 
     def topology(self, rank: int):
-        topology_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology")
-        with calling("TransferTopology"):
-            return _construct(topology_class, tp_rank=rank, tp_size=self.tp, block_size=self.geometry.kernel_block_size,
-                              engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=self.model.mla,
-                              is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
+        return _new("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology", tp_rank=rank,
+                    tp_size=self.tp, block_size=self.geometry.kernel_block_size,
+                    engine_id=D_ENGINE if self.role == "decode" else P_ENGINE, is_mla=self.model.mla,
+                    is_mamba=True, total_num_kv_heads=self.model.num_kv_heads or 1, attn_backends=[])
 
     def worker(self, rank: int, worker_class=None):
-        """A stand-in worker of this engine's rank ``rank``: an instance of vLLM's worker class
-        (the pull worker's base unless given) carrying ``worker_attributes``."""
+        """Rank ``rank``'s stand-in: vLLM's worker class (the pull base unless given), ``worker_attributes``."""
         worker = object.__new__(worker_class or self.vllm.worker_class)
         worker.__dict__.update(worker_attributes(self, rank))
         return worker
 
     def metadata(self):
-        """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once
-        (vLLM's functions conformance calls read it, never change it)."""
-        if self._metadata is None:
-            self._metadata = self._build_metadata()
-        return self._metadata
-
-    def _build_metadata(self):
+        """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once."""
+        if self._metadata is not None:
+            return self._metadata
         g = self.geometry
         regions = len(self.regions)
         registered = self.registered
@@ -340,9 +323,8 @@ class EngineState:
             "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
             "packed_member_layouts": dict(registered["_packed_member_layouts"]),
         }
-        metadata_class = _symbol(f"{NIXL}.metadata", "NixlAgentMetadata")
-        with calling("NixlAgentMetadata"):
-            return _construct(metadata_class, **values)
+        self._metadata = _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
+        return self._metadata
 
 
 def _once(cache: dict, key, read):
@@ -444,9 +426,8 @@ class Installed:
 
     @cached(lambda model: model.name)
     def arch_config(self, model: ModelSpec):
-        """The model's config as vLLM reads it: its loader (``get_config``) on the config.json, and
-        the architecture convertor ``ModelConfig.get_model_arch_config`` picks for its model type
-        (a config vLLM cannot read is ``VllmFails``)."""
+        """The model's config through ``get_config`` and the convertor ``ModelConfig.get_model_arch_config``
+        picks for its model type (a config vLLM cannot read is ``VllmFails``)."""
         _symbol("vllm.config.model", "ModelConfig")      # the convertor module imports from it
         text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
         module = "vllm.transformers_utils.model_arch_config_convertor"
@@ -485,17 +466,14 @@ class Installed:
             return self._hf_config(folder)
 
     def hf_config(self, model: ModelSpec):
-        """The model's config as vLLM's ``get_config`` reads it (a config vLLM cannot read is
-        ``VllmFails``); a copy, which the config hooks may change."""
+        """A copy (the config hooks may change it) of the model's config as ``get_config`` reads it."""
         import copy
 
         return copy.deepcopy(self.read_hf_config(model))
 
     def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
-        """The model class's own ``get_mamba_state_shape_from_config`` and
-        ``get_mamba_state_dtype_from_config`` at TP ``tp``, the class as the registry loads it for
-        the config's first architecture it serves, on the config as vLLM reads it: ``(shapes,
-        dtypes)`` of the class's conv and temporal states."""
+        """``(shapes, dtypes)`` of the conv and temporal states at TP ``tp`` from the registry's class
+        for the config's first served architecture (``get_mamba_state_*_from_config``)."""
         registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
         text_config = _symbol("vllm.transformers_utils.config", "get_hf_text_config")
         archs = architecture_names(model.hf_config)
@@ -544,9 +522,7 @@ class Installed:
         return tuple(tuple(s) for s in shapes[:2]), tuple(str(d).removeprefix("torch.") for d in dtypes[:2])
 
     def start_refusal(self, model: ModelSpec, tp: int) -> str | None:
-        """``ModelConfig.verify_with_parallel_config`` at TP ``tp`` (no pipeline, expert or decode
-        context parallelism) on the model's config as vLLM reads it: None where it passes, else
-        vLLM's message."""
+        """``ModelConfig.verify_with_parallel_config`` at TP ``tp``: None where it passes, else vLLM's words."""
         verify = _symbol("vllm.config.model", "ModelConfig").verify_with_parallel_config
         config = StandIn("model_config", model_arch_config=self.arch_config(model), multimodal_config=None,
                          use_mla=False)
@@ -556,9 +532,7 @@ class Installed:
         return _refusal("ModelConfig.verify_with_parallel_config", verify, config, parallel)
 
     def supports_replayssm(self, architecture: str) -> bool | None:
-        """Whether the registry's class for ``architecture`` is ``SupportsReplaySSM`` (what the
-        ``_ModelInfo`` behind ``ModelConfig.supports_replayssm`` records); None where the registry
-        loads no class for it."""
+        """Whether the registry's class for ``architecture`` is ``SupportsReplaySSM`` (None: no class)."""
         registry = _symbol("vllm.model_executor.models.registry", "ModelRegistry")
         supports = _symbol("vllm.model_executor.models.interfaces", "supports_replayssm")
         with calling("ModelRegistry._try_load_model_cls"):
@@ -614,9 +588,8 @@ class Installed:
                                                           p["head_v_dim"], model.conv_kernel, model.num_spec)
 
     def state_dtypes(self, model: ModelSpec) -> tuple:
-        """The state's dtypes: KDA layers' as ``kda_state_dtype`` gives them to the layer
-        (``KimiGatedDeltaNetAttention.get_state_dtype``: no SSM cache dtype passed); mambaxfer's
-        for the other variants."""
+        """The state's dtypes: mambaxfer's, but KDA layers' from ``kda_state_dtype`` (no SSM cache
+        dtype passed, as ``KimiGatedDeltaNetAttention.get_state_dtype`` calls it)."""
         if model.variant != "kda":
             return self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype)
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
@@ -650,11 +623,10 @@ class Installed:
     @cached(lambda model, tp: (model.name, tp))
     def conv_split(self, model: ModelSpec, tp: int):
         """``derive_mamba_conv_split`` of this model's state spec at TP ``tp``."""
-        derive = _symbol("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils",
-                         "derive_mamba_conv_split")
         spec = self.mamba_spec(model, tp)
-        with calling("derive_mamba_conv_split"), answering():
-            return derive(spec, tp)
+        with answering():
+            return _run("vllm.distributed.kv_transfer.kv_connector.v1.ssm_conv_transfer_utils",
+                        "derive_mamba_conv_split", spec, tp)
 
     # --- KV-cache groups and tensors ----------------------------------------------------------
 
@@ -669,7 +641,6 @@ class Installed:
     def groups(self, model: ModelSpec, tp: int, geometry: Geometry):
         """vLLM's KV-cache groups of the model (``_get_kv_cache_groups_uniform_page_size``) and the
         layers each KV-cache tensor holds (tensor t: the t-th layer of every group)."""
-        plan_groups = _symbol("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size")
         specs: dict[str, Any] = {}
         mamba = self.mamba_spec(model, tp, geometry.block_size, geometry.page_bytes)
         attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
@@ -679,14 +650,11 @@ class Installed:
         for name in self.layer_names(model)[len(model.layers) - model.draft_layers:]:
             with calling("KVCacheSpec.is_draft"):   # get_kv_cache_spec's tag of a drafter's layer
                 specs[name] = dataclasses.replace(draft or specs[name], is_draft=True)
-        with calling("_get_kv_cache_groups_uniform_page_size"):
-            groups = plan_groups(specs)
+        groups = _run("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size", specs)
         width = max(len(group.layer_names) for group in groups)
         regions = [[group.layer_names[t] for group in groups if t < len(group.layer_names)] for t in range(width)]
-        config_class = _symbol("vllm.v1.kv_cache_interface", "KVCacheConfig")
-        with calling("KVCacheConfig"):
-            config = _construct(config_class, num_blocks=geometry.num_blocks, kv_cache_tensors=[],
-                                kv_cache_groups=groups)
+        config = _new("vllm.v1.kv_cache_interface", "KVCacheConfig", num_blocks=geometry.num_blocks,
+                      kv_cache_tensors=[], kv_cache_groups=groups)
         return groups, regions, specs, config
 
     def eagle_spec(self, model: ModelSpec, tp: int, block_size: int):
@@ -711,12 +679,9 @@ class Installed:
 
     @cached(lambda model, backend, requested=None: (model.name, backend, requested))
     def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
-        """``resolve_kv_cache_layout`` for one engine of ``model`` under the NIXL connector: the
-        layouts its backends declare (``get_supported_kv_cache_layouts``: the attention backend's,
-        and QSA's for Qwen4Exp), its specs, the connector's preference and ``VLLM_KV_CACHE_LAYOUT``
-        (``requested``); the layout's name, or "refused: " and vLLM's words."""
+        """``resolve_kv_cache_layout`` for one engine under the NIXL connector and
+        ``VLLM_KV_CACHE_LAYOUT=requested``: the layout's name, or "refused: " and vLLM's words."""
         utils = "vllm.v1.attention.backends.utils"
-        supported = _symbol(utils, "get_supported_kv_cache_layouts")
         resolve = _symbol(utils, "resolve_kv_cache_layout")
         backends = [self.backend_class(backend)] if model.has_attention else []
         if model.ple_qsa is not None and model.ple_qsa.has_qsa:
@@ -724,8 +689,7 @@ class Installed:
         if model.kpool_indexer is not None:      # the indexer's backends, which declare the layouts too
             (indexer, classes), _ = first("indexer_classes")
             backends += [_symbol(indexer, name) for name in classes]
-        with calling("get_supported_kv_cache_layouts"):
-            names = [layout.name for layout in supported(backends)]
+        names = [layout.name for layout in _run(utils, "get_supported_kv_cache_layouts", backends)]
         specs = [self.mamba_spec(model, 1)] + ([self.attention_spec(model, 1, 16)] if model.has_attention else [])
         config = StandIn("vllm_config",
                          cache_config=StandIn("cache_config", kv_cache_layout=None, enable_extensible_kv_cache=False),
@@ -754,10 +718,8 @@ class Installed:
     # --- which P ranks a D rank reads ---------------------------------------------------------
 
     def tp_mapping(self, decode: EngineState, p_tp: int, d_rank: int):
-        compute = _symbol(f"{NIXL}.tp_mapping", "compute_tp_mapping")
-        topology = decode.topology(d_rank)
-        with calling("compute_tp_mapping"):
-            return compute(transfer_topology=topology, remote_tp_size=p_tp, group_spec_types=decode.group_spec_types)
+        return _run(f"{NIXL}.tp_mapping", "compute_tp_mapping", transfer_topology=decode.topology(d_rank),
+                    remote_tp_size=p_tp, group_spec_types=decode.group_spec_types)
 
     def sources(self, decode: EngineState, p_tp: int, d_rank: int) -> tuple[list[int], list[int]]:
         """``compute_tp_mapping``: (attention sources, SSM sources) of D rank ``d_rank``."""
@@ -780,14 +742,12 @@ class Installed:
             return [list(pair) for pair in decode.conv_split.remote_conv_offsets(d_rank % max(ratio, 1), ratio)]
 
     def pairs(self, worker, local: EngineState, remote: EngineState):
-        """0.34's region pairing (``_pair_regions``) of a local worker with a remote engine, None
-        where the release has none. The same for every rank of an engine: computed once."""
+        """0.34's ``_pair_regions`` of a worker with a remote engine, once per engine (None before 0.34)."""
         if not hasattr(type(worker), "_pair_regions"):
             return None
 
         def pair():
-            with calling("_pair_regions"):
-                return worker._pair_regions(remote.metadata()), local, remote     # the engines kept alive
+            return _method(worker, "_pair_regions", remote.metadata()), local, remote     # the engines kept alive
 
         return _once(self.cache, ("pairs", id(local), id(remote), type(worker)), pair)[0]
 
@@ -801,8 +761,7 @@ class Installed:
         meta = prefill.metadata()
         pairs = self.pairs(worker, decode, prefill)
         bases = [r * REGION_BASE for r in range(len(decode.regions))]
-        with calling("_build_mamba_local"):
-            local = worker._build_mamba_local(bases)
+        local = _method(worker, "_build_mamba_local", bases)
         with calling("_build_mamba_remote"):
             extra = {"pairs": pairs} if _accepts(worker._build_mamba_remote, "pairs") else {}
             remote = worker._build_mamba_remote(meta, ratio, info, **extra)
@@ -813,48 +772,41 @@ class Installed:
         else:
             plan = self.tp_mapping(decode, prefill.tp, d_rank)
             fa = self._fa_local(worker, bases, 1)
-            with calling("_build_local_splits_from_plan"):
+            with calling("_build_local_splits_from_plan"):     # a generator: run inside
                 splits = list(worker._build_local_splits_from_plan(plan, np.concatenate([fa, local]),
                                                                    int(fa[:, 4].sum()), 1))
             locals_ = [_descs(s[len(fa):])[:k] for s in splits]
         return [[(lo, ro, ls, rs) for (_, lo, ls), (_, ro, rs) in zip(rows, remote_rows)] for rows in locals_]
 
     def _fa_local(self, worker, bases: list[int], ratio: int) -> np.ndarray:
-        with calling("_build_fa_local"):
-            return worker._build_fa_local(bases, ratio)
+        return _method(worker, "_build_fa_local", bases, ratio)
 
     def engine_info(self, remote: EngineState, meta=None):
         """What the local worker records of a remote engine at the handshake (``EngineTransferInfo``);
         from ``meta`` where the worker changed what the remote advertised (``split_remote_blocks``)."""
-        info_class = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "EngineTransferInfo")
         g = remote.geometry
         block_len, block_size, per_logical = ((g.kernel_block_bytes, g.kernel_block_size, g.blocks_per_logical)
                                               if meta is None else (meta.block_lens[0], meta.block_size,
                                                                     meta.physical_blocks_per_logical_kv_block))
-        with calling("EngineTransferInfo"):
-            return _construct(info_class, remote_tp_size=remote.tp, remote_block_len=block_len,
-                              remote_block_size=block_size, remote_physical_blocks_per_logical=per_logical,
-                              remote_dcp_size=1)
+        return _new("vllm.distributed.kv_transfer.kv_connector.utils", "EngineTransferInfo", remote_tp_size=remote.tp,
+                    remote_block_len=block_len, remote_block_size=block_size,
+                    remote_physical_blocks_per_logical=per_logical, remote_dcp_size=1)
 
     @staticmethod
     def split_remote_blocks(worker, meta):
-        """``add_remote_agent``'s view of a remote engine's blocks for an MLA hybrid pulling
-        (``_split_remote_blocks``: gcd-sized kernel blocks where the local block size is not a
-        multiple of the remote one), on a copy of the metadata; None where the worker does not
-        split (another model, push mode, or a release without it)."""
+        """A copy of ``meta`` as ``_split_remote_blocks`` splits it for an MLA hybrid pulling; None
+        where the worker does not split (another model, push mode, or a release without it)."""
         import copy
 
         if not (hasattr(worker, "_split_remote_blocks") and getattr(worker, "_has_mamba", False)
                 and getattr(worker, "use_mla", False) and getattr(worker, "_TRANSFER_MODE", "pull") == "pull"):
             return None
         view = copy.deepcopy(meta)
-        with calling("_split_remote_blocks"):
-            worker._split_remote_blocks(view)
+        _method(worker, "_split_remote_blocks", view)
         return view
 
     def register_remote(self, worker, remote: EngineState):
-        """The remote engine's metadata as the local worker registers it at the handshake (split
-        where ``split_remote_blocks`` splits it)."""
+        """The remote engine's metadata as the worker registers it (``split_remote_blocks``'s where it splits)."""
         meta, info = remote.metadata(), self.engine_info(remote)
         split = self.split_remote_blocks(worker, meta)
         if split is not None:
@@ -866,9 +818,7 @@ class Installed:
     # --- the handshake ------------------------------------------------------------------------
 
     def handshake(self, prefill: EngineState, decode: EngineState, push: bool = False) -> str | None:
-        """vLLM's verdict on one engine adding the other's agent (D adds P's when D pulls, P adds
-        D's when P pushes), every local rank in turn: None when it accepts, else the first
-        refusal's message, in the order the worker meets them."""
+        """vLLM's verdict on D adding P's agent (P D's, pushing), rank by rank: None, or the first refusal."""
         local, remote = (prefill, decode) if push else (decode, prefill)
         worker_class = self.push_worker_class if push else self.worker_class
         for rank in range(local.tp):
@@ -882,30 +832,22 @@ class Installed:
         topology = worker.transfer_topo
         try:
             meta = remote.metadata()
-            with calling("tp_ratio"):
-                ratio = topology.tp_ratio(remote.tp)
+            ratio = _method(topology, "tp_ratio", remote.tp)
             if hasattr(worker_class, "_validate_remote_parallel_config"):
-                with calling("_validate_remote_parallel_config"):
-                    worker._validate_remote_parallel_config(meta)
+                _method(worker, "_validate_remote_parallel_config", meta)
             pairs = self.pairs(worker, local, remote)
             meta = self.register_remote(worker, remote)
             plan = self.tp_mapping(local, remote.tp, rank)
-            with calling("block_size_ratio"):
-                block_ratio = topology.block_size_ratio(meta.block_size)
+            block_ratio = _method(topology, "block_size_ratio", meta.block_size)
             self._register(worker, meta, pairs, plan)
-            with calling("_validate_remote_agent_handshake"):
-                worker._validate_remote_agent_handshake(meta, remote.tp)
+            _method(worker, "_validate_remote_agent_handshake", meta, remote.tp)
             bases = [r * REGION_BASE for r in range(len(local.regions))]
-            with calling("_needs_split_local_xfer_handles"):
-                split = worker._needs_split_local_xfer_handles(ratio, plan)
-            if split:
+            if _method(worker, "_needs_split_local_xfer_handles", ratio, plan):
                 fa = self._fa_local(worker, bases, block_ratio)
-                with calling("_build_mamba_local"):
-                    src = np.concatenate([fa, worker._build_mamba_local(bases)])
+                src = np.concatenate([fa, _method(worker, "_build_mamba_local", bases)])
                 with calling("_build_local_splits_from_plan"):
                     list(worker._build_local_splits_from_plan(plan, src, worker.num_descs * block_ratio, block_ratio))
-            with calling("_build_fa_remote"):
-                worker._build_fa_remote(plan, meta, block_ratio)
+            _method(worker, "_build_fa_remote", plan, meta, block_ratio)
         except CouldNotCall:
             raise
         except REFUSALS as exc:
@@ -928,14 +870,12 @@ class Installed:
     @answering()
     def descriptor_ids(self, prefill: EngineState, decode: EngineState, d_rank: int,
                        request: Request) -> dict[int, tuple[list[int], list[int]]]:
-        """The (local, remote) descriptor IDs D rank ``d_rank`` posts to each P source for
-        ``request``, through the worker's own block pairing and ``_compute_desc_ids``."""
+        """The (local, remote) descriptor IDs D rank ``d_rank`` posts each P source (``_compute_desc_ids``)."""
         worker = decode.worker(d_rank)
         # P's blocks as the worker sees them: split into gcd-sized kernel blocks for an MLA hybrid
         meta = self.register_remote(worker, prefill)
         p_kernel, p_ppl = meta.block_size, meta.physical_blocks_per_logical_kv_block
-        with calling("block_size_ratio"):
-            block_ratio = worker.transfer_topo.block_size_ratio(p_kernel)
+        block_ratio = _method(worker.transfer_topo, "block_size_ratio", p_kernel)
         plan = self.tp_mapping(decode, prefill.tp, d_rank)
         pairs = self.pairs(worker, decode, prefill)
         d_ppl = decode.geometry.blocks_per_logical
@@ -947,20 +887,18 @@ class Installed:
         last_token = hasattr(type(worker), "_pair_blocks_by_last_token")
         different = decode.geometry.kernel_block_size != p_kernel or p_ppl != d_ppl
         if last_token and different:
-            with calling("_pair_blocks_by_last_token"):
-                local, remote, _ = worker._pair_blocks_by_last_token(local, remote, request.tokens, block_ratio, p_ppl)
+            local, remote, _ = _method(worker, "_pair_blocks_by_last_token", local, remote, request.tokens,
+                                       block_ratio, p_ppl)
         out = {}
         for rank in plan.all_source_ranks:
             local_ids = [list(g) if rank in plan.source_ranks_per_group[i] else [] for i, g in enumerate(local)]
             remote_ids = [list(g) if rank in plan.source_ranks_per_group[i] else [] for i, g in enumerate(remote)]
             if block_ratio > 1 and not last_token:
-                with calling("_map_block_ids_for_block_size_ratio"):
-                    local_ids, remote_ids = worker._map_block_ids_for_block_size_ratio(local_ids, remote_ids,
-                                                                                        block_ratio)
+                local_ids, remote_ids = _method(worker, "_map_block_ids_for_block_size_ratio", local_ids,
+                                                remote_ids, block_ratio)
             if not any(len(g) for g in local_ids):
                 continue            # a full prefix hit: vLLM only notifies P
-            with calling("_apply_prefix_caching"):
-                local_ids, remote_ids = worker._apply_prefix_caching(local_ids, remote_ids, d_ppl, p_ppl)
+            local_ids, remote_ids = _method(worker, "_apply_prefix_caching", local_ids, remote_ids, d_ppl, p_ppl)
             remote_side = self._ids(worker, remote_ids, meta.num_blocks, None, p_ppl, pairs, "remote")
             out[rank] = (self._ids(worker, local_ids, decode.geometry.num_blocks, block_ratio, d_ppl, pairs, "local"),
                          remote_side)
@@ -989,11 +927,9 @@ class Installed:
             return enum[name].get_class()
 
     def vllm_config(self, model: ModelSpec, tp: int, flags: Flags):
-        """A stand-in ``VllmConfig`` with a real ``CacheConfig`` and a forward context of
-        stand-in layers (attention layers on ``flags.backend``)."""
-        cache_class = _symbol("vllm.config.cache", "CacheConfig")
-        with calling("CacheConfig"):
-            cache = cache_class(block_size=flags.block_size, enable_prefix_caching=flags.prefix_caching)
+        """A stand-in ``VllmConfig``: a real ``CacheConfig``, and ``forward_context``'s layers."""
+        cache = _run("vllm.config.cache", "CacheConfig", block_size=flags.block_size,
+                     enable_prefix_caching=flags.prefix_caching)
         heads = model.num_kv_heads or 1
         parallel = StandIn("vllm_config.parallel_config", tensor_parallel_size=tp, pipeline_parallel_size=1,
                            decode_context_parallel_size=1)
@@ -1023,8 +959,7 @@ class Installed:
 
     @cached(lambda model, backend: (model.name, backend))
     def forward_context(self, model: ModelSpec, backend: str) -> dict:
-        """Stand-in layers in model order: the SSM mixers of the model's variant, attention layers
-        running ``backend``."""
+        """Stand-in layers in model order: its variant's SSM mixers, attention layers on ``backend``."""
         mixers = {"mamba1": ("vllm.model_executor.layers.mamba.mamba_mixer", "MambaMixer"),
                   "mamba2": ("vllm.model_executor.layers.mamba.mamba_mixer2", "MambaMixer2")}
         mixer_class = self._gdn_class() if model.variant == "gdn" else _symbol(
@@ -1045,9 +980,8 @@ class Installed:
         return out
 
     def _indexer_layers(self, model: ModelSpec, attention_name: str) -> dict:
-        """One MLA layer's indexer caches as ``Indexer.__init__`` registers them, ahead of the MLA
-        layer: the compressed keys (``Glm5NextIndexerCache``), then the tail ring
-        (``Glm5NextTailCache``), vLLM's own classes carrying the attributes ``__init__`` sets."""
+        """One MLA layer's indexer caches (its family's classes, keys then tail ring) as
+        ``Indexer.__init__`` registers them, ahead of the MLA layer."""
         g = model.kpool_indexer
         assert g is not None
         prefix = attention_name.removesuffix(".attn").removesuffix(".self_attn") + ".self_attn.indexer"
@@ -1080,7 +1014,7 @@ class Installed:
         module = importlib.import_module("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
         resolve = _symbol(module.__name__, "_resolve_gdn_prefill_backend")
         aligned = _symbol("vllm.v1.attention.backends.gdn_attn", "FLASHINFER_GDN_CHECKPOINT_ALIGNMENT")
-        with calling("_resolve_gdn_prefill_backend"), _patched(module, "current_platform", ModelledGpu()):
+        with calling("_resolve_gdn_prefill_backend"), _patched(module, "current_platform", H100_PLATFORM):
             _, backend = resolve(vllm_config)
         # GatedDeltaNetAttention.__init__: FlashInfer's prefill exports checkpoints in align mode.
         if vllm_config.cache_config.mamba_cache_mode == "align" and backend == "flashinfer":
@@ -1090,9 +1024,8 @@ class Installed:
     @cached(lambda model, tp, flags, num_blocks: (model.name, tp, flags, num_blocks))
     @answering()
     def geometry(self, model: ModelSpec, tp: int, flags: Flags, num_blocks: int) -> tuple[Geometry, int]:
-        """The engine vLLM builds for the model at TP ``tp`` with ``flags`` on the modelled GPU
-        (``update_block_size_for_backend``, then ``select_common_block_size``), and the SSM
-        layers' prefill checkpoint alignment it used."""
+        """The engine vLLM builds on the modelled GPU (``update_block_size_for_backend``, then
+        ``select_common_block_size``), and the SSM layers' prefill checkpoint alignment it used."""
         config = self.vllm_config(model, tp, flags)
         mamba_config = _symbol("vllm.model_executor.models.config", "MambaModelConfig")
         with calling("MambaModelConfig.verify_and_update_config"):
@@ -1117,7 +1050,7 @@ class Installed:
             patches.enter_context(_patched(registry, "resolve_model_cls", platform.resolve_model_cls))
             if model.kpool_indexer is not None:   # the indexer's kernel pages by GPU (get_paged_mqa_page_sizes)
                 deep_gemm = importlib.import_module("vllm.utils.deep_gemm")
-                patches.enter_context(_patched(deep_gemm, "current_platform", ModelledGpu()))
+                patches.enter_context(_patched(deep_gemm, "current_platform", H100_PLATFORM))
             platform.update_block_size_for_backend(config)
         block = config.cache_config.block_size
         spec = self.attention_spec(model, tp, block)
@@ -1133,14 +1066,9 @@ class Installed:
         return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
 
     def kpool_kv_cache(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int):
-        """A GLM-5-Next engine's KV caches as vLLM plans them: every layer's spec from its own
-        class (the indexer caches' ``get_kv_cache_spec``; the MLA latent's and the KDA state's
-        padded to the latent page), grouped by ``get_kv_cache_groups`` and laid out in BLHNC
-        (``KpoolTailBackend``'s only layout) by ``get_kv_cache_config_from_groups``, with
-        ``num_blocks`` blocks (``--num-gpu-blocks-override``)."""
+        """A GLM-5-Next engine's KV caches as vLLM plans them (each layer's spec from its class,
+        ``get_kv_cache_groups``, ``get_kv_cache_config_from_groups`` in BLHNC), ``num_blocks`` blocks."""
         planning = "vllm.v1.core.kv_cache_planning"
-        groups_of = _symbol(planning, "get_kv_cache_groups")
-        config_of = _symbol(planning, "get_kv_cache_config_from_groups")
         mamba = self.mamba_spec(model, tp, config.cache_config.block_size, page)
         specs = {}
         config.cache_config.kv_cache_layout = "BLHNC"
@@ -1154,10 +1082,8 @@ class Installed:
                     specs[name] = layer.get_kv_cache_spec(config)
             else:
                 specs[name] = attention if "attn_backend" in layer.__dict__ else mamba
-        with calling("get_kv_cache_groups"):
-            groups = groups_of(config, specs)
-        with calling("get_kv_cache_config_from_groups"):
-            return groups, config_of(config, groups, 1 << 62), specs
+        groups = _run(planning, "get_kv_cache_groups", config, specs)
+        return groups, _run(planning, "get_kv_cache_config_from_groups", config, groups, 1 << 62), specs
 
     # Blocks the GLM-5-Next engines register on: every block row is laid out alike, so the regions
     # of two are those of any number (their block counts are the engine's, set after).
@@ -1165,12 +1091,9 @@ class Installed:
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
     def kpool_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
-        """A GLM-5-Next engine's regions as vLLM's worker registers them: the KV caches vLLM plans
-        (``kpool_kv_cache``, the block size ``geometry``'s) allocated on the CPU by vLLM's own
-        ``allocate_kv_cache`` with ``REGISTERED_BLOCKS`` blocks, then ``register_kv_caches`` on
-        a worker stand-in (NIXL's wrapper a stand-in that registers nothing). Returns the worker
-        state it left (``EngineState.REGISTERED``, with the spec types of its transfer groups),
-        the transfer groups, the layers of each region, the layer specs and the KV-cache config."""
+        """A GLM-5-Next engine's regions: ``kpool_kv_cache``'s caches allocated on the CPU
+        (``allocate_kv_cache``), then ``register_kv_caches`` on a worker stand-in. Returns the worker
+        state it left, the transfer groups, each region's layers, the layer specs and the config."""
         planned = self._kpool_configs.get((model.name, tp, geometry.block_size))
         if planned is None:
             raise CouldNotCall("register_kv_caches", f"no KV-cache plan for a {geometry.block_size}-token "
@@ -1225,19 +1148,15 @@ class Installed:
         return state, groups, [list(names) for names in members], layer_specs, kv_cache_config
 
     def _packed_kernel_block(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int) -> int:
-        """The MLA latent group's kernel block as the worker prepares it
-        (``prepare_kernel_block_sizes``) on the KV caches vLLM plans: a block-outermost group's
-        blocks are never split."""
+        """The MLA latent group's kernel block (``prepare_kernel_block_sizes``: never split here)."""
         groups, kv_cache_config, _ = self.kpool_kv_cache(model, tp, config, attention, page, num_blocks)
         self._kpool_configs[(model.name, tp, config.cache_config.block_size)] = (config, attention, page)
-        prepare = _symbol("vllm.v1.worker.utils", "prepare_kernel_block_sizes")
         backend_of = {name: layer.get_attn_backend()
                       for name, layer in config.compilation_config.static_forward_context.items()
                       if "attn_backend" in layer.__dict__ or "_index_kpool" in layer.__dict__}
         attn_groups = [[StandIn("AttentionGroup", backend=backend_of.get(group.layer_names[0]),
                                 kv_cache_spec=group.kv_cache_spec)] for group in groups]
-        with calling("prepare_kernel_block_sizes"):
-            kernels = prepare(kv_cache_config, attn_groups)
+        kernels = _run("vllm.v1.worker.utils", "prepare_kernel_block_sizes", kv_cache_config, attn_groups)
         latent = next(i for i, group in enumerate(groups) if any(
             "attn_backend" in config.compilation_config.static_forward_context[n].__dict__ for n in group.layer_names))
         return kernels[latent]
@@ -1270,11 +1189,8 @@ class Installed:
         return Probe
 
     def _ple_model(self, model: ModelSpec, gdn: type) -> type:
-        """Qwen4Exp's model class as ``_align_hybrid_block_size`` meets it: its
-        ``get_mamba_specs_from_config`` (the GDN spec, and the PLE spec of vLLM's own
-        ``Qwen4ExpForCausalLM.get_ple_mamba_state_shape_from_config`` / ``short_conv_state_dtype``,
-        ``tp_replicated``). The PLE shape is asked with equivalent keys: ``hidden_size`` the PLE
-        channels, ``hc_count`` 1, ``ngram_size`` 1 and ``ple_conv_kernel_size`` the state rows + 1."""
+        """Qwen4Exp's model class as ``_align_hybrid_block_size`` meets it: the GDN spec, and the PLE
+        spec of its class's ``get_ple_mamba_state_shape_from_config`` (asked with equivalent keys)."""
         q = model.ple_qsa
         assert q is not None
         _, (module, name) = first("qsa_classes")     # its family's class
@@ -1304,9 +1220,8 @@ class Installed:
     # --- the compatibility hash ---------------------------------------------------------------
 
     def compatibility_hash(self, model: ModelSpec, engine: HashedEngine) -> str:
-        """``compute_nixl_compatibility_hash`` of one engine, with the backend name the worker
-        hashes (its first cache layer's, ``get_current_attn_backends``); every setting of
-        ``engine`` is in the stand-in config, whether this vLLM hashes it or not."""
+        """``compute_nixl_compatibility_hash`` of one engine (every setting of ``engine`` in the
+        stand-in config, whether this vLLM hashes it or not)."""
         flags = Flags(engine.backend, engine.block_size, engine.prefix_caching)
         config = self.vllm_config(model, engine.tp, flags)
         config.model_config.dtype = self.dtype(engine.dtype or model.model_dtype)
@@ -1316,11 +1231,10 @@ class Installed:
         if engine.speculative is not None:
             config.speculative_config = self._speculative(*engine.speculative)
         backends = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "get_current_attn_backends")
-        compute = _symbol(f"{NIXL}.metadata", "compute_nixl_compatibility_hash")
         with calling("get_current_attn_backends"):
             name = backends(config)[0].get_name()
-        with calling("compute_nixl_compatibility_hash"):
-            return compute(config, name, "push" if engine.push else "pull")
+        return _run(f"{NIXL}.metadata", "compute_nixl_compatibility_hash", config, name,
+                    "push" if engine.push else "pull")
 
     def _speculative(self, method: str, tokens: int):
         """A stand-in ``SpeculativeConfig``: the fields a server sets, and every other question

@@ -1,10 +1,4 @@
-"""``mambaxfer conformance``: is mambaxfer right about the vLLM installed beside it?
-
-Runs the installed vLLM's own functions (conv split, SSM offsets, sources, descriptor IDs, engine
-geometry, handshake, compatibility hash) on inputs built from each model, and compares every
-answer with mambaxfer's rules for that release. Only ``vllm_side`` imports vLLM, and only when a
-run starts; nothing outside this package imports it.
-"""
+"""``mambaxfer conformance``: the installed vLLM against mambaxfer's rules (only ``probe`` imports vLLM)."""
 
 from __future__ import annotations
 
@@ -20,24 +14,19 @@ NOT_INSTALLED = ("no vLLM is installed beside mambaxfer (in {python}); conforman
                  "(docs/conformance.md)")
 
 
-def require_vllm() -> str:
-    """The installed vLLM's version; a UserError (exit 2) saying what to do when there is none."""
-    version = installed_version()
-    if version is None:
-        raise UserError(NOT_INSTALLED.format(python=sys.prefix))
-    return version
-
-
 def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = None,
         done: Callable[[str, int, int], None] | None = None, every_preset: bool = False,
         speculative: str | None = None):
     """Compare the installed vLLM with mambaxfer's rules for its release on ``models`` (--model
     names or paths), every pairing up to ``max_tp``; ``every_preset``: leave out, with a note, the
     presets vLLM refuses; ``speculative``: --speculative-config, the drafted models alone."""
-    version = require_vllm()
+    version = installed_version()
+    if version is None:
+        raise UserError(NOT_INSTALLED.format(python=sys.prefix))
     from mambaxfer_cli.engines.vllm.conformance.adapter import Ours, release_for
     from mambaxfer_cli.engines.vllm.conformance.cases import DRAFT_CONFIG
-    from mambaxfer_cli.engines.vllm.probe import LAYOUT_VARIABLE, layout_setting
+    from mambaxfer_cli.engines.vllm.probe import layout_setting
+    from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR
 
     ours = Ours(release_for(version))
     # A bad --model fails before vLLM loads; a model with MTP layers mambaxfer models runs again with them.
@@ -62,7 +51,7 @@ def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = No
     report = compare(specs, max_tp, vllm, ours, start, done, speculative or DRAFT_CONFIG)
     report.notes.extend(refused)
     if set_here:
-        report.notes.append(f"{LAYOUT_VARIABLE} was unset: set to DS for this run (NIXL's only conv layout)")
+        report.notes.append(f"{CONV_LAYOUT_VAR} was unset: set to DS for this run (NIXL's only conv layout)")
     if ours.release != ".".join(report.vllm_version.split(".")[:2]):
         report.notes.append(f"mambaxfer has no rules for vLLM {report.vllm_version}: compared with the newest "
                             f"it knows, {ours.release}'s")

@@ -1,9 +1,4 @@
-"""mambaxfer's side of the comparison: its answers for one vLLM release, through its planning API.
-
-The one place conformance touches mambaxfer's rules: the ``Release`` value of the installed vLLM
-(``planning.releases``), on the GPU vLLM's platform questions are answered for (``planning.gpu``),
-given to every engine mambaxfer builds.
-"""
+"""mambaxfer's side of the comparison: its answers for one vLLM release on the modelled GPU."""
 
 from __future__ import annotations
 
@@ -38,7 +33,7 @@ from mambaxfer_cli.planning.reads import Read, misreads
 # The releases mambaxfer has rules for, oldest first.
 KNOWN_RELEASES = tuple(r.name for r in RELEASES)
 
-# The GPU vLLM's platform questions are answered for (vllm_side.ModelledGpu is the same one).
+# The GPU vLLM's platform questions are answered for (the probe's H100_PLATFORM is the same one).
 MODELLED_GPU = gpu("H100")
 
 
@@ -83,10 +78,8 @@ class Ours:
         return load_model(name, startup=startup.startup((self.release,)))
 
     def with_drafted(self, name: str, spec: ModelSpec, speculative: str | None = None) -> list[tuple[str, ModelSpec]]:
-        """The model (its --model ``name``) and, where mambaxfer models its MTP layers, the model
-        with them (cases.DRAFT_CONFIG) under a name of its own (the probe keys what it builds by
-        the model's name); with ``speculative`` (--speculative-config), the model with its draft
-        layers alone, refused where it has none mambaxfer models."""
+        """The model and, named apart, with the MTP layers mambaxfer models (``DRAFT_CONFIG``); with
+        ``speculative``, the model with its draft layers alone (refused where it has none)."""
         if speculative is not None:
             found = with_drafts(spec, speculative_config(speculative), self.rules)
             if not found.draft_layers:
@@ -115,8 +108,7 @@ class Ours:
 
     @property
     def model_runner_v1(self) -> bool:
-        """Whether the release still has Model Runner V1 (a release that removed it refuses
-        VLLM_USE_V2_MODEL_RUNNER=0 at start-up)."""
+        """Whether the release still has Model Runner V1 (takes VLLM_USE_V2_MODEL_RUNNER=0)."""
         return "VLLM_USE_V2_MODEL_RUNNER" not in self.rules.fatal_env
 
     def grouping(self, model: ModelSpec) -> KVGrouping:
@@ -128,8 +120,7 @@ class Ours:
 
     @staticmethod
     def with_ssm_cache_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
-        """The model read again as an engine started with ``--mamba-ssm-cache-dtype dtype`` (its
-        speculative tokens and draft layers kept)."""
+        """The model read again with ``--mamba-ssm-cache-dtype dtype``, its drafts kept."""
         again = spec_from_config(model.hf_config, name=model.name, source=model.source, ssm_dtype=dtype,
                                  given_by={"ssm_dtype": "--mamba-ssm-cache-dtype"}, startup=startup.startup())
         return replace(again, layers=again.layers + model.layers[len(model.layers) - model.draft_layers:],
@@ -191,8 +182,7 @@ class Ours:
 
     @staticmethod
     def kv_cache_layout(model: ModelSpec, requested: str | None) -> str:
-        """The layout an engine of ``model`` runs under ``VLLM_KV_CACHE_LAYOUT=requested``, or
-        "refused: " and vLLM's words, as mambaxfer predicts them."""
+        """The layout under ``VLLM_KV_CACHE_LAYOUT=requested`` (or "refused: " and vLLM's words)."""
         said = layout_error(model, requested)
         return f"refused: {said}" if said is not None else resolved_layout(model, requested)
 
@@ -207,23 +197,19 @@ class Ours:
 
     def descriptor_ids(self, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags,
                        request: Request) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
-        """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer
-        plans what vLLM posts."""
-        def text(groups):
-            return ";".join(",".join(map(str, g)) for g in groups)
-
+        """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer plans them."""
+        _, prefill_blocks, _, decode_blocks = request.cli()
         options = PlanOptions(
             semantics="vllm", prefill=self.engine_flags(flags, P_NUM_BLOCKS),
             decode=self.engine_flags(flags, D_NUM_BLOCKS), grouping=self.grouping(model),
-            prefill_blocks=text(request.prefill_blocks), decode_blocks=text(request.decode_blocks))
+            prefill_blocks=prefill_blocks, decode_blocks=decode_blocks)
         plan = build_plan(model, p_tp, d_tp, options)
         return {(r.d_rank, r.p_rank): (r.local_ids.tolist(), r.remote_ids.tolist()) for r in plan.descriptors.reads}
 
     # --- the compatibility hash ----------------------------------------------------------------
 
     def hash_refuses(self, model_name: str, variation: Variation) -> bool:
-        """Whether mambaxfer says vLLM's compatibility hash tells the two engines of
-        ``variation`` apart (``preflight``'s hashed fields)."""
+        """Whether ``preflight``'s hashed fields tell the two engines of ``variation`` apart."""
         from mambaxfer_cli.planning.reads import VLLM
         from mambaxfer_cli.engines.vllm.preflight.fields import hashed_fields
         from mambaxfer_cli.engines.vllm.preflight.served import build_engine

@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 import json
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterable
 
-from mambaxfer_cli.conformance.report import plain
+from mambaxfer_cli.conformance.report import Tally, plain
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -61,20 +61,22 @@ class Flags:
         return ", ".join(words)
 
 
+def _flag_variants(*backends: str) -> tuple[Flags, ...]:
+    return tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
+        backends, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+
+
 DEFAULT_FLAGS = Flags()
-FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
-    BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+FLAG_VARIANTS = _flag_variants(*BACKENDS)
 # An MLA model's backends, those whose vLLM class imports without a GPU (FLASH_ATTN_MLA needs
 # vLLM's flash-attention build, CUTLASS_MLA a driver).
 MLA_BACKENDS = ("TRITON_MLA", "FLASHMLA", "FLASHINFER_MLA")
-MLA_FLAG_VARIANTS = tuple(Flags(backend, block, prefix) for backend, block, prefix in itertools.product(
-    MLA_BACKENDS, (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+MLA_FLAG_VARIANTS = _flag_variants(*MLA_BACKENDS)
 # GLM-5-Next's MLA layers run the sparse MLA backend vLLM picks for the GPU (its dense MLA
 # backends refuse a sparse model, and mambaxfer refuses --attention-backend for it): on the
 # modelled H100, FlashInfer's SM90 kernel. Its engines vary only --block-size and prefix caching.
 SPARSE_MLA_BACKEND = "FLASHINFER_MLA_SPARSE_SM90"
-SPARSE_FLAG_VARIANTS = tuple(Flags(SPARSE_MLA_BACKEND, block, prefix) for block, prefix in itertools.product(
-    (None, EXPLICIT_BLOCK_SIZE), (True, False)))
+SPARSE_FLAG_VARIANTS = _flag_variants(SPARSE_MLA_BACKEND)
 # Backends vLLM picks on the modelled GPU without --attention-backend: never on a command line.
 PICKED_BACKENDS = (DEFAULT_BACKEND, SPARSE_MLA_BACKEND)
 
@@ -115,8 +117,7 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Request:
-    """Logical block IDs of one request, one tuple per KV-cache group, on each side, and how many
-    tokens it holds."""
+    """One request's logical block IDs on each side (a tuple per KV-cache group), and its tokens."""
 
     prefill_blocks: tuple[tuple[int, ...], ...]
     decode_blocks: tuple[tuple[int, ...], ...]
@@ -150,20 +151,12 @@ class Case:
         return self.model + (drafted(self.speculative) if self.speculative else "")
 
     def describe(self) -> str:
-        parts = [self.model + (f" with --speculative-config {self.speculative}" if self.speculative else "")]
-        if self.tp is not None:
-            parts.append(f"TP {self.tp}")
-        if self.p_tp is not None:
-            parts.append(f"P TP {self.p_tp} / D TP {self.d_tp}")
-        if self.d_rank is not None:
-            parts.append(f"D rank {self.d_rank}")
-        if self.flags is not None:
-            parts.append(self.flags.label())
-        if self.variation is not None:
-            parts.append(self.variation.name)
-        if self.push:
-            parts.append("NixlPushConnector")
-        return ", ".join(parts)
+        parts = [self.model + (f" with --speculative-config {self.speculative}" if self.speculative else ""),
+                 self.tp is not None and f"TP {self.tp}",
+                 self.p_tp is not None and f"P TP {self.p_tp} / D TP {self.d_tp}",
+                 self.d_rank is not None and f"D rank {self.d_rank}", self.flags is not None and self.flags.label(),
+                 self.variation is not None and self.variation.name, self.push and "NixlPushConnector"]
+        return ", ".join(part for part in parts if part)
 
     def command(self) -> str:
         """A ``mambaxfer`` command line that shows mambaxfer's side of this case."""
@@ -319,33 +312,20 @@ class Difference:
                 "command": self.case.command()}
 
 
-@dataclass
-class CaseTally:
-    """One function's comparisons so far."""
-
-    cases: int = 0
-    differing: int = 0
-    first: Difference | None = None
-    by_model: dict[str, list[int]] = field(default_factory=dict)   # model: [cases, differing]
+@dataclass(kw_only=True)
+class CaseTally(Tally):
+    """One function's comparisons so far (its first difference a ``Difference``)."""
 
     def record(self, case: Case, vllm, mambaxfer, shown: tuple | None = None) -> bool:
-        """Count one case; ``shown`` gives the values to report when they differ (by default
-        the compared ones)."""
+        """Count one case; ``shown``: the values to report when they differ (else the compared ones)."""
         same = vllm == mambaxfer
-        self.cases += 1
-        counts = self.by_model.setdefault(case.counted_as, [0, 0])
-        counts[0] += 1
-        if not same:
-            self.differing += 1
-            counts[1] += 1
-            if self.first is None:
-                self.first = Difference(case, *(shown or (vllm, mambaxfer)))
+        if self.count(case.counted_as, same):
+            self.first = Difference(case, *(shown or (vllm, mambaxfer)))
         return same
 
 
 def pairings(tp_sizes: Iterable[int]) -> list[tuple[int, int]]:
-    """Every P/D pairing of these TP sizes in which one divides the other (vLLM refuses the rest
-    before anything is compared)."""
+    """Every P/D pairing of these TP sizes where one divides the other (vLLM refuses the rest)."""
     sizes = sorted(set(tp_sizes))
     return [(p, d) for p, d in itertools.product(sizes, sizes) if max(p, d) % min(p, d) == 0]
 

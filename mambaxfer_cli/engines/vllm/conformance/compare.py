@@ -1,12 +1,5 @@
-"""Run vLLM's functions and mambaxfer's rules on the same inputs, function by function.
-
-For each model: the conv split at every valid TP size; each engine's geometry under every flag
-variant; for every P/D pairing up to the largest TP size, each D rank's SSM reads and sources,
-the handshake's verdict and a request's descriptor IDs under every flag variant; and which
-settings the compatibility hash tells apart. vLLM computes its side with its own geometry;
-descriptor IDs are computed on mambaxfer's geometry on both sides, so that they compare the ID
-layout alone.
-"""
+"""Run vLLM's functions and mambaxfer's rules on the same inputs, function by function (descriptor
+IDs on mambaxfer's geometry on both sides, so that they compare the ID layout alone)."""
 
 from __future__ import annotations
 
@@ -178,9 +171,7 @@ class Comparison:
 
     @compares(REPLAYSSM)
     def replayssm(self, name: str, model: ModelSpec) -> None:
-        """--use-replayssm on the model's first architecture, beside the connector, under every
-        combination of the settings vLLM's check reads; whether its class supports ReplaySSM is
-        vLLM's registry's answer on vLLM's side."""
+        """--use-replayssm on the model's first architecture, under every setting vLLM's check reads."""
         default = self.ours.replayssm_case(model, ReplaySSMSetting())
         if not default.architecture:
             return self.skip((REPLAYSSM,), "the config names no architecture")
@@ -196,8 +187,7 @@ class Comparison:
 
     @compares(LAYOUT)
     def kv_layouts(self, name: str, model: ModelSpec) -> None:
-        """Each VLLM_KV_CACHE_LAYOUT a line may set (and none, and a misspelt one), on the model's
-        first attention backend of the modelled GPU."""
+        """Each VLLM_KV_CACHE_LAYOUT a line may set (none, and a misspelt one too), on its first backend."""
         backend = flag_variants(model)[0].backend
         for requested in (None, *ENV_LAYOUTS, "LBHCN"):
             theirs = self.vllm.kv_cache_layout(model, backend, requested)
@@ -359,8 +349,7 @@ class Comparison:
         self.record(REMOTE_CONV, case, theirs, conv)
 
     def engines(self, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags, vllm_geometry: bool = False):
-        """Both sides' engines: mambaxfer's, and vLLM's worker state on the same geometry
-        (or on vLLM's own, with ``vllm_geometry``)."""
+        """Both sides' engines, vLLM's on mambaxfer's geometry (on its own with ``vllm_geometry``)."""
         p_ours = self.ours.engine(model, p_tp, flags, P_NUM_BLOCKS)
         d_ours = self.ours.engine(model, d_tp, flags, D_NUM_BLOCKS)
         if vllm_geometry:
