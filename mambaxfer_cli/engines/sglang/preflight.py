@@ -19,9 +19,7 @@ from mambaxfer_cli.engines.sglang.bootstrap import Server
 from mambaxfer_cli.engines.sglang.drafts import REFUSES, Draft, draft_for
 from mambaxfer_cli.engines.sglang.entries import server_flags
 from mambaxfer_cli.engines.sglang.families import merged as family_data
-from mambaxfer_cli.engines.sglang.launch_args import (
-    CONV_DTYPE_VAR, FLAG, SETS, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
-)
+from mambaxfer_cli.engines.sglang.launch_args import CONV_DTYPE_VAR, FLAG, LaunchLine, flag_table, reparse
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.release import BACKENDS, NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_refusal
@@ -30,11 +28,11 @@ from mambaxfer_cli.engines.sglang.writes import check_side
 from mambaxfer_cli.errors import Refused, UserError, reworded
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, merged, nearest_first, respelled, taken_value,
-    tp_moves, tried, unrecognized, with_env,
+    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, applied, merged, nearest_first, respelling, taken_value,
+    tp_moves, tried, unrecognized,
 )
-from mambaxfer_cli.readers.shell import OPTIONAL
 from mambaxfer_cli.preflight.report import Report as SharedReport
+from mambaxfer_cli.readers.shell import UNKNOWN
 
 ModelLoader = Callable[[str], ModelSpec]
 ENGINE = "sglang"
@@ -318,15 +316,7 @@ def _draft_bytes(e: SGLangServer) -> str:
 
 # --- fixes ---------------------------------------------------------------------------------------
 
-def apply_change(line: LaunchLine, c: Change) -> LaunchLine:
-    where = f"--{c.side}"
-    if c.flag.endswith("="):
-        return reparse(line, list(line.words), with_env(line.env_prefix, c), where)
-    if c.rename or c.flag in line.unknown:
-        words = respelled(line.words, line.occurrences.get(UNKNOWN + c.flag, ()), c.new)
-        return reparse(line, words, line.env_prefix, where)
-    key = next(k for k, f in FLAG.items() if f == c.flag)
-    return reparse(line, set_flag(line, key, c.new), line.env_prefix, where)
+FLAG_KEY = {flag: key for key, flag in FLAG.items()}
 
 
 def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> list[Change]:
@@ -342,11 +332,8 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
                 continue
             occurrences = e.line.occurrences.get(UNKNOWN + flag, ())
             value = taken_value(e.line.words, occurrences[0]) if occurrences else None
-            hint = meant(flag, table) if respell else None
-            if hint is not None and (table[hint].takes == OPTIONAL or (value is None) == (table[hint].takes in SETS)):
-                out.append(Change(e.side, flag, flag, hint, "the flag SGLang's parser knows", rename=True))
-            else:
-                out.append(Change(e.side, flag, value, None, "SGLang's parser does not know it"))
+            rename = respelling(e.side, flag, value, table, "SGLang's parser") if respell else None
+            out.append(rename or Change(e.side, flag, value, None, "SGLang's parser does not know it"))
         if e.line.mode != e.side:
             out.append(Change(e.side, FLAG["mode"], e.line.mode, e.side, f"the {e.side} side of the pair"))
         if e.line.radix_strategy == "extra_buffer_lazy" and e.line.mode != "null" or \
@@ -388,16 +375,9 @@ def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
 def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment] | None:
     """The smallest set of changes (each server started as its side, D aligned to P, then the
     same TP on both) that the verdict, re-run on the corrected lines, finds working."""
-    def run(changes: list[Change]) -> tuple[LaunchLine, LaunchLine, Assessment]:
-        lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
-        for c in changes:
-            lines[c.side] = apply_change(lines[c.side], c)
-        p = build_server(PREFILL, lines[PREFILL], load, first.release)
-        d = build_server(DECODE, lines[DECODE], load, first.release)
-        return lines[PREFILL], lines[DECODE], assess(p, d)
-
-    return tried(lambda respell: _startup_changes(first.prefill, first.decode, respell=respell), run, _tp_moves,
-                 _with_flags)
+    return tried((first.prefill.line, first.decode.line), lambda line, c: applied(line, c, reparse, FLAG_KEY),
+                 lambda side, line: build_server(side, line, load, first.release), assess,
+                 lambda respell: _startup_changes(first.prefill, first.decode, respell=respell), _tp_moves, _with_flags)
 
 
 def _tp_moves(a: Assessment) -> list[list[Change]]:
