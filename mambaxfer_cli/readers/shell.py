@@ -147,13 +147,8 @@ class _Reader:
             self.i = i + 2
             return [("q", t[i + 1:i + 2] or "\\")]
         if ch == "`":
-            j = i + 1
-            while j < len(t) and t[j] != "`":
-                j += 2 if t[j] == "\\" else 1
-            if j >= len(t):
-                raise self.fail(UNCLOSED)
-            self.i = j + 1
-            return [("unk", t[i:j + 1], "a command substitution", quoted)]
+            j = self.i = self.escaped_to(i + 1, "`")
+            return [("unk", t[i:j], "a command substitution", quoted)]
         if ch == "$":
             return self.dollar(quoted)
         m = _PLAIN.match(t, i) if not quoted else None
@@ -187,6 +182,15 @@ class _Reader:
             return parts[1:]                    # "$@" without arguments is no word at all
         return parts
 
+    def escaped_to(self, j: int, quote: str) -> int:
+        """The index past the ``quote`` that closes what starts at ``j`` (backslashes escape)."""
+        t = self.text
+        while j < len(t) and t[j] != quote:
+            j += 2 if t[j] == "\\" else 1
+        if j >= len(t):
+            raise self.fail(UNCLOSED)
+        return j + 1
+
     def closing(self, start: int, opening: str, closing: str) -> int:
         """The index of the ``closing`` that matches the ``opening`` at ``start`` (quotes skipped)."""
         t, depth, j = self.text, 0, start
@@ -214,13 +218,8 @@ class _Reader:
         t, i = self.text, self.i
         nxt = t[i + 1:i + 2]
         if nxt == "'" and not quoted_:                       # $'...': ANSI-C quoting
-            j = i + 2
-            while j < len(t) and t[j] != "'":
-                j += 2 if t[j] == "\\" else 1
-            if j >= len(t):
-                raise self.fail(UNCLOSED)
-            self.i = j + 1
-            return [("q", _ansi_c(t[i + 2:j]))]
+            self.i = self.escaped_to(i + 2, "'")
+            return [("q", _ansi_c(t[i + 2:self.i - 1]))]
         if nxt == '"' and not quoted_:                       # $"...": a translated string, as "..."
             self.i = i + 1
             return self.double()

@@ -1,21 +1,8 @@
-"""Read an SGLang server's command line (or a shell script that runs one) as SGLang 0.5.23 reads it.
-
-Pure: text in, one frozen ``LaunchLine`` out. The shell's part is ``readers/shell.py``'s (quotes,
-continuations, ``VAR=value`` prefixes, ``export`` lines). SGLang's part follows its launcher:
-``python -m sglang.launch_server ...`` and ``sglang serve [MODEL] ...`` both parse their words with
-a plain ``argparse.ArgumentParser`` built by ``ServerArgs.add_cli_args`` (``prepare_server_args``):
-``--flag=value``, the aliases (``--model``, ``--tensor-parallel-size``), unique abbreviations of
-long flags (``--tp`` is ``--tp-size``: the parser allows them), no underscore spellings and no
-``--no-`` forms. ``sglang serve`` also takes the model as its first word and drops
-``--model-type X`` (``cli/serve.py``).
-
-Which flags the release knows is data: ``releases/v0_5_23/launch_flags.json``, the parser's option
-table (``scripts/sglang_launch_flags.py`` writes it from SGLang's own parser). The flags that change
-the transfer feed ``LaunchLine`` fields (``READ``); the others are read past and listed as
-ignored; a flag the parser does not know is listed as unknown (SGLang exits with argparse's
-"unrecognized arguments"). The environment SGLang reads for the state dtypes is kept: the
-``VAR=value`` words before the command and what the script exports.
-"""
+"""Read an SGLang server's command line (or a script that runs one) as SGLang 0.5.23 does:
+``python -m sglang.launch_server`` and ``sglang serve [MODEL]`` (which drops ``--model-type X``,
+``cli/serve.py``) parse with a plain ``argparse.ArgumentParser`` (``ServerArgs.add_cli_args``):
+aliases and unique abbreviations, no underscore spellings, no ``--no-`` forms. Its flags are
+``releases/v0_5_23/launch_flags.json``; those that change the transfer feed ``LaunchLine`` (``READ``)."""
 
 from __future__ import annotations
 
@@ -36,7 +23,6 @@ LAUNCH_MODULE = "sglang.launch_server"
 RELEASE = "0.5.23"
 CONV_DTYPE_VAR, SSM_DTYPE_VAR = "SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTYPE"
 STATE_VARS = (CONV_DTYPE_VAR, SSM_DTYPE_VAR)
-MODES = ("prefill", "decode")
 
 # SGLang's argparse dest -> the LaunchLine field it feeds: of the same name, or renamed. Every other
 # flag does not change the transfer.
@@ -65,11 +51,6 @@ def flag_table(release: str = RELEASE) -> Mapping[str, Option]:
     data = json.loads(path.read_text())
     return {k: Option(v["dest"], v["takes"], tuple(v.get("choices", ())), v.get("default"))
             for k, v in data["options"].items()}
-
-
-def default(dest: str, release: str = RELEASE) -> Any:
-    """The parser's default of a dest (the first option string that has it)."""
-    return next((o.default for o in flag_table(release).values() if o.dest == dest), None)
 
 
 def resolve(name: str, release: str = RELEASE) -> tuple[str, Option] | None:
@@ -149,8 +130,7 @@ class LaunchLine(ServerLine):
 
 
 def _start(words: list[str]) -> int | None:
-    """Index of the words that start SGLang's server: ``python -m sglang.launch_server`` or
-    ``sglang serve``."""
+    """Index of the words that start SGLang's server (``python -m sglang.launch_server``, ``sglang serve``)."""
     return server_start(words, "sglang", LAUNCH_MODULE)
 
 

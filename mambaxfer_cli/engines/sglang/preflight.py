@@ -1,14 +1,6 @@
-"""Preflight for SGLang: will these two SGLang servers work together as P and D, and if not, what
-to change?
-
-Each ``python -m sglang.launch_server`` (or ``sglang serve``) line becomes the server SGLang 0.5.23
-starts from it (``engines/sglang/launch_args.py``): its attention TP size, page size, KV-cache
-dtype, state dtypes (``SGLANG_MAMBA_*`` and ``--mamba-ssm-dtype``), transfer backend and mode. The
-pairing then gets what stops a server before it starts, SGLang's own verdict
-(``engines/sglang/verdict.py``: what its bootstrap refuses, requests that fail, and the bytes its
-writes corrupt) and, when anything fails, the smallest set of flag changes that makes it work,
-verified by running the corrected lines through the same verdict.
-"""
+"""Preflight for SGLang: each line read into the server SGLang 0.5.23 starts from it
+(``launch_args.py``), what stops it, SGLang's own verdict on the pairing (``verdict.py``) and, when
+anything fails, the smallest set of flag changes that the same verdict finds working."""
 
 from __future__ import annotations
 

@@ -133,11 +133,6 @@ class ServeLine(ServerLine):
             return None
         return "push" if self.kv_connector == PUSH_CONNECTOR else "pull"
 
-    @property
-    def speculative_config(self) -> str | None:
-        occ = self.occurrences.get("speculative_config")
-        return None if not occ else _value_of(self.words, occ[-1])
-
     def environment(self) -> tuple[tuple[str, str], ...]:
         """The prefixes a pasted line needs: its own, and the layouts a script exported."""
         own = tuple(self.env_prefix)
@@ -145,11 +140,6 @@ class ServeLine(ServerLine):
             if value is not None and name not in dict(own):
                 own = ((name, value),) + own
         return own
-
-
-def _value_of(words, occ: Occurrence) -> str:
-    word = words[occ.start]
-    return word.split("=", 1)[1] if occ.end == occ.start + 1 and "=" in word else words[occ.start + 1]
 
 
 LAYOUT_VARS = (CONV_LAYOUT_VAR, KV_LAYOUT_VAR)
