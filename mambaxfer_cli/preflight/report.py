@@ -86,6 +86,9 @@ class Assessed(Protocol):
     @property
     def works(self) -> bool: ...
 
+    @property
+    def fields(self) -> list[Field]: ...
+
 
 L = TypeVar("L", bound=CommandLine)
 A = TypeVar("A", bound=Assessed)
@@ -129,6 +132,15 @@ class Report(Generic[L, A]):
 
     def headline(self) -> str:
         raise NotImplementedError
+
+    def document(self, head: dict, prefill: dict, decode: dict, own: dict) -> dict:
+        """The document: ``head`` (the engine, its releases, the verdict), the engines, the fields
+        compared and not, ``own`` (the engine's verdict), the fix and the warnings."""
+        fields = self.assessment.fields
+        return {"schema": SCHEMA, **head, "exit_code": self.exit_code, "headline": self.headline(),
+                "engines": {PREFILL: prefill, DECODE: decode}, "compared": [f.to_dict() for f in fields if f.compared],
+                "not_compared": [f.to_dict() for f in fields if not f.compared], **own,
+                "fix": self.fix.to_dict() if self.fix else None, "warnings": list(self.warnings)}
 
     def fix_commands(self) -> list[str]:
         """The fix's changes and corrected lines, as a JUnit failure lists them after the refusals."""

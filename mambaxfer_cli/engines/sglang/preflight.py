@@ -20,7 +20,7 @@ from mambaxfer_cli.engines.sglang.writes import check_side
 from mambaxfer_cli.errors import Refused, UserError, reworded
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, applied, merged, nearest_first, respelling, taken_value,
+    DECODE, PREFILL, SIDE_NAME, Change, Field, Fix, applied, merged, nearest_first, respelling, taken_value,
     tp_moves, tried, unrecognized,
 )
 from mambaxfer_cli.preflight.report import Report as SharedReport
@@ -440,18 +440,10 @@ class Report(SharedReport[LaunchLine, Assessment]):
 
     def to_dict(self) -> dict:
         a = self.assessment
-        return {
-            "schema": SCHEMA, "engine": ENGINE, "release": a.release.version, "verdict": self.verdict,
-            "exit_code": self.exit_code, "headline": self.headline(),
-            "engines": {PREFILL: a.prefill.summary(), DECODE: a.decode.summary()},
-            "compared": [f.to_dict() for f in compared_fields(a.prefill, a.decode)],
-            "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode)],
-            "sglang": {"release": a.release.label, "accepts": not a.refused,
-                       "refusals": [r.to_dict() for r in a.refusals],
-                       "verdict": None if a.verdict is None else a.verdict.to_dict()},
-            "fix": self.fix.to_dict() if self.fix else None,
-            "warnings": list(self.warnings),
-        }
+        own = {"release": a.release.label, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
+               "verdict": None if a.verdict is None else a.verdict.to_dict()}
+        return self.document({"engine": ENGINE, "release": a.release.version, "verdict": self.verdict},
+                             a.prefill.summary(), a.decode.summary(), {"sglang": own})
 
 
 def preflight(prefill: LaunchLine, decode: LaunchLine, load: ModelLoader,
