@@ -10,7 +10,7 @@ from typing import Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.readers.shell import OPTIONAL, SETS, UNKNOWN, Option
+from mambaxfer_cli.readers.shell import OPTIONAL, SETS, UNKNOWN, Option, ServerLine
 
 SCHEMA = "mambaxfer.preflight/v1"
 PREFILL, DECODE = "prefill", "decode"
@@ -64,19 +64,6 @@ class Change:
         return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
 
 
-class Quotable(Protocol):
-    """A command line: its environment prefixes and its words."""
-
-    @property
-    def words(self) -> Sequence[str]: ...
-
-    def environment(self) -> Sequence[tuple[str, str]]: ...
-
-
-class CommandLine(Quotable, Protocol):
-    def command(self) -> str: ...
-
-
 class Assessed(Protocol):
     """An engine's verdict on a pairing."""
 
@@ -90,7 +77,7 @@ class Assessed(Protocol):
     def fields(self) -> list[Field]: ...
 
 
-L = TypeVar("L", bound=CommandLine)
+L = TypeVar("L", bound=ServerLine)
 A = TypeVar("A", bound=Assessed)
 
 
@@ -217,7 +204,7 @@ def merged(changes: Sequence[Change], same: Callable[[str, str], bool], parser: 
     return out
 
 
-def quote_lines(line: Quotable, width: int = 78) -> list[str]:
+def quote_lines(line: ServerLine, width: int = 78) -> list[str]:
     """A corrected command as shell lines of at most ``width`` columns, never cutting a word."""
     quoted = [f"{k}={shlex.quote(v)}" for k, v in line.environment()] + [shlex.quote(w) for w in line.words]
     words: list[str] = []
