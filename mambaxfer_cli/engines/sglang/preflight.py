@@ -322,8 +322,7 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
             if not flag.startswith("-"):
                 out.append(Change(e.side, flag, None, None, "an argument SGLang's parser does not take"))
                 continue
-            occurrences = e.line.occurrences.get(UNKNOWN + flag, ())
-            value = taken_value(e.line.words, occurrences[0]) if occurrences else None
+            value = taken_value(e.line.words, e.line.occurrences[UNKNOWN + flag][0])     # unrecognized noted it
             rename = respelling(e.side, flag, value, table, "SGLang's parser") if respell else None
             out.append(rename or Change(e.side, flag, value, None, "SGLang's parser does not know it"))
         if e.line.mode != e.side:
