@@ -219,9 +219,8 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         if known.releases != RELEASES:     # where a release that lacks it stops
             parsed.at(UNKNOWN + known.spelling, name, i, end)
         i = end
-    model = values.pop("model", None) if positional is None else positional
-    if positional is not None and "model" in values:
-        values.pop("model")
+    flagged = values.pop("model", None)        # --model, which a positional model overrides
+    model = flagged if positional is None else positional
     if model is None:
         raise UserError(f"{where}: no model: write 'vllm serve MODEL ...'")
     for key in dotted:
