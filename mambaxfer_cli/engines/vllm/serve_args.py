@@ -135,11 +135,9 @@ class ServeLine(ServerLine):
 
     def environment(self) -> tuple[tuple[str, str], ...]:
         """The prefixes a pasted line needs: its own, and the layouts a script exported."""
-        own = tuple(self.env_prefix)
-        for name, value in ((KV_LAYOUT_VAR, self.kv_cache_layout), (CONV_LAYOUT_VAR, self.conv_layout)):
-            if value is not None and name not in dict(own):
-                own = ((name, value),) + own
-        return own
+        layouts = ((CONV_LAYOUT_VAR, self.conv_layout), (KV_LAYOUT_VAR, self.kv_cache_layout))
+        own = dict(self.env_prefix)
+        return tuple((k, v) for k, v in layouts if v is not None and k not in own) + tuple(self.env_prefix)
 
 
 LAYOUT_VARS = (CONV_LAYOUT_VAR, KV_LAYOUT_VAR)
