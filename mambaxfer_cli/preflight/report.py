@@ -6,10 +6,11 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 from itertools import product
-from typing import Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.readers.shell import OPTIONAL, SETS, UNKNOWN, Option, ServerLine
 
 SCHEMA = "mambaxfer.preflight/v1"
 PREFILL, DECODE = "prefill", "decode"
@@ -63,19 +64,6 @@ class Change:
         return {"side": self.side, "flag": self.flag.rstrip("="), "old": self.old, "new": self.new, "why": self.why}
 
 
-class Quotable(Protocol):
-    """A command line: its environment prefixes and its words."""
-
-    @property
-    def words(self) -> Sequence[str]: ...
-
-    def environment(self) -> Sequence[tuple[str, str]]: ...
-
-
-class CommandLine(Quotable, Protocol):
-    def command(self) -> str: ...
-
-
 class Assessed(Protocol):
     """An engine's verdict on a pairing."""
 
@@ -85,8 +73,11 @@ class Assessed(Protocol):
     @property
     def works(self) -> bool: ...
 
+    @property
+    def fields(self) -> list[Field]: ...
 
-L = TypeVar("L", bound=CommandLine)
+
+L = TypeVar("L", bound=ServerLine)
 A = TypeVar("A", bound=Assessed)
 
 
@@ -129,6 +120,15 @@ class Report(Generic[L, A]):
     def headline(self) -> str:
         raise NotImplementedError
 
+    def document(self, head: dict, prefill: dict, decode: dict, own: dict) -> dict:
+        """The document: ``head`` (the engine, its releases, the verdict), the engines, the fields
+        compared and not, ``own`` (the engine's verdict), the fix and the warnings."""
+        fields = self.assessment.fields
+        return {"schema": SCHEMA, **head, "exit_code": self.exit_code, "headline": self.headline(),
+                "engines": {PREFILL: prefill, DECODE: decode}, "compared": [f.to_dict() for f in fields if f.compared],
+                "not_compared": [f.to_dict() for f in fields if not f.compared], **own,
+                "fix": self.fix.to_dict() if self.fix else None, "warnings": list(self.warnings)}
+
     def fix_commands(self) -> list[str]:
         """The fix's changes and corrected lines, as a JUnit failure lists them after the refusals."""
         if self.fix is None:
@@ -137,11 +137,19 @@ class Report(Generic[L, A]):
                 + [self.fix.line(side).command() for side in self.fix.changed])
 
 
-def tried(start: Callable[[bool], list[Change]], run: Callable[[list[Change]], tuple[Any, Any, A]],
+def tried(lines: tuple[L, L], apply: Callable[[L, Change], L], build: Callable[[str, L], Any],
+          assess: Callable[[Any, Any], A], start: Callable[[bool], list[Change]],
           moves: Callable[[A], list[list[Change]]],
           finish: Callable[[list[Change], A, Any], Fix[Any, A] | None]) -> Fix[Any, A] | None:
     """The first fix that works, tried as a person would: ``start(respell)``'s changes (unknown
-    flags respelled, else dropped), then each TP move of ``moves``, finished by ``finish``."""
+    flags respelled, else dropped), then each TP move of ``moves``, finished by ``finish``; each
+    run on ``lines`` (P's, D's) changed by ``apply``, the servers ``build``t and ``assess``ed."""
+    def run(changes: list[Change]) -> tuple[L, L, A]:
+        now = dict(zip((PREFILL, DECODE), lines))
+        for c in changes:
+            now[c.side] = apply(now[c.side], c)
+        return now[PREFILL], now[DECODE], assess(build(PREFILL, now[PREFILL]), build(DECODE, now[DECODE]))
+
     started = start(True)
     try:
         _, _, now = run(started)
@@ -196,7 +204,7 @@ def merged(changes: Sequence[Change], same: Callable[[str, str], bool], parser: 
     return out
 
 
-def quote_lines(line: Quotable, width: int = 78) -> list[str]:
+def quote_lines(line: ServerLine, width: int = 78) -> list[str]:
     """A corrected command as shell lines of at most ``width`` columns, never cutting a word."""
     quoted = [f"{k}={shlex.quote(v)}" for k, v in line.environment()] + [shlex.quote(w) for w in line.words]
     words: list[str] = []
@@ -253,6 +261,28 @@ def with_env(env: Iterable[tuple[str, str]], change: Change) -> tuple[tuple[str,
     """The environment prefix with an environment change (``VAR=``) applied."""
     assert change.new is not None, "an environment change sets a value"
     return tuple((k, v) for k, v in env if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
+
+
+def applied(line: Any, c: Change, reparse: Callable[[Any, list[str], Any, str], L], keys: Mapping[str, str]) -> L:
+    """``line`` with ``c`` made and ``reparse``d: its environment prefix set, a flag its parser does
+    not take respelled or dropped, or the flag of the field ``keys[c.flag]`` set or removed."""
+    words, env = list(line.words), line.env_prefix
+    if c.flag.endswith("="):
+        env = with_env(env, c)
+    elif c.rename or UNKNOWN + c.flag in line.occurrences and c.flag not in keys:
+        words = respelled(words, line.occurrences.get(UNKNOWN + c.flag, ()), c.new)
+    else:
+        words = set_words(words, line.occurrences.get(keys[c.flag], ()), [] if c.new is None else [c.flag, c.new])
+    return reparse(line, words, env, f"--{c.side}")
+
+
+def respelling(side: str, flag: str, value: str | None, table: Mapping[str, Option], parser: str) -> Change | None:
+    """``flag``, which ``parser`` does not take, spelled as the option of ``table`` a person meant
+    (``meant``) where that takes a value as ``flag`` did; None where none fits."""
+    hint = meant(flag, table)
+    if hint is None or table[hint].takes != OPTIONAL and (value is None) != (table[hint].takes in SETS):
+        return None
+    return Change(side, flag, flag, hint, f"the flag {parser} knows", rename=True)
 
 
 def meant(name: str, spellings: Iterable[str]) -> str | None:

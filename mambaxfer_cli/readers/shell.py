@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 from mambaxfer_cli.errors import UserError, quoted
 
@@ -39,6 +39,9 @@ def unknown(text: str, why: str) -> Unknown:
     value = Unknown(text)
     value.why = why
     return value
+
+
+T = TypeVar("T")
 
 
 class _Stop(Exception):
@@ -144,13 +147,8 @@ class _Reader:
             self.i = i + 2
             return [("q", t[i + 1:i + 2] or "\\")]
         if ch == "`":
-            j = i + 1
-            while j < len(t) and t[j] != "`":
-                j += 2 if t[j] == "\\" else 1
-            if j >= len(t):
-                raise self.fail(UNCLOSED)
-            self.i = j + 1
-            return [("unk", t[i:j + 1], "a command substitution", quoted)]
+            j = self.i = self.escaped_to(i + 1, "`")
+            return [("unk", t[i:j], "a command substitution", quoted)]
         if ch == "$":
             return self.dollar(quoted)
         m = _PLAIN.match(t, i) if not quoted else None
@@ -184,6 +182,15 @@ class _Reader:
             return parts[1:]                    # "$@" without arguments is no word at all
         return parts
 
+    def escaped_to(self, j: int, quote: str) -> int:
+        """The index past the ``quote`` that closes what starts at ``j`` (backslashes escape)."""
+        t = self.text
+        while j < len(t) and t[j] != quote:
+            j += 2 if t[j] == "\\" else 1
+        if j >= len(t):
+            raise self.fail(UNCLOSED)
+        return j + 1
+
     def closing(self, start: int, opening: str, closing: str) -> int:
         """The index of the ``closing`` that matches the ``opening`` at ``start`` (quotes skipped)."""
         t, depth, j = self.text, 0, start
@@ -211,13 +218,8 @@ class _Reader:
         t, i = self.text, self.i
         nxt = t[i + 1:i + 2]
         if nxt == "'" and not quoted_:                       # $'...': ANSI-C quoting
-            j = i + 2
-            while j < len(t) and t[j] != "'":
-                j += 2 if t[j] == "\\" else 1
-            if j >= len(t):
-                raise self.fail(UNCLOSED)
-            self.i = j + 1
-            return [("q", _ansi_c(t[i + 2:j]))]
+            self.i = self.escaped_to(i + 2, "'")
+            return [("q", _ansi_c(t[i + 2:self.i - 1]))]
         if nxt == '"' and not quoted_:                       # $"...": a translated string, as "..."
             self.i = i + 1
             return self.double()
@@ -575,7 +577,18 @@ class Command:
 
 
 MANY, OPTIONAL = "many", "optional"      # what an option takes besides one value ("value")
+SETS = ("true", "false", "none")          # what an option that takes no value stores: True, False, True
 CONFIG_NOTE = "{} {}: the flags in that file are not read by mambaxfer; write them on the command line"   # --config F
+UNKNOWN = "?"       # the occurrences of a flag the server's parser does not take: UNKNOWN + its name
+
+
+class Option(NamedTuple):
+    """One option string of a server's parser, as its release's flags table has it."""
+
+    dest: str
+    takes: str                     # value | many | optional | true | false | none
+    choices: tuple[str, ...] = ()
+    default: Any = None
 
 
 @dataclass(frozen=True)
@@ -587,8 +600,17 @@ class Occurrence:
     end: int
 
 
-UNKNOWN = "?"       # the occurrences of a flag the server's parser does not take: UNKNOWN + its name
-T = TypeVar("T")
+def abbreviated(table: Mapping[str, Any], name: str, shown: int | None = None, exits: str = "") -> str | None:
+    """The option string ``name`` is to argparse: itself, or the one long option it is a prefix
+    of; None where it is neither. An ambiguous prefix is argparse's error, said as it says it."""
+    if name in table:
+        return name
+    if not name.startswith("--") or len(name) <= 2:
+        return None
+    matches = sorted(s for s in table if s.startswith(name))
+    if len(matches) > 1:
+        raise UserError(f"ambiguous option: {name} could match {', '.join(matches[:shown])}{exits}")
+    return matches[0] if matches else None
 
 
 def looked_up(resolve: Callable[[str], T | None], name: str, where: str, exits: str = "") -> T | None:
@@ -599,13 +621,79 @@ def looked_up(resolve: Callable[[str], T | None], name: str, where: str, exits: 
         raise UserError(f"{where}: {exc}{exits}") from None
 
 
-def unrecognized(name: str, inline: str | None, words: list[str], i: int, unknown: list[str],
-                 occurrences: dict[str, list[Occurrence]]) -> int:
-    """An option the parser does not take, noted with the word it seems to take: the index after them."""
-    end = i + 1 + (inline is None and i + 1 < len(words) and not words[i + 1].startswith("-"))
-    unknown.append(name)
-    occurrences.setdefault(UNKNOWN + name, []).append(Occurrence(name, i, end))
-    return end
+@dataclass
+class Parsed:
+    """What a server's parser makes of its words: the fields' values, where each sits, the flags
+    read past and those it does not take; ``said``: its words for a value given to a flag that
+    takes none ({flag}, {word}, {value}) and for a missing one ({flag}, {count})."""
+
+    where: str
+    said: tuple[str, str]
+    notes: list[str]
+    values: dict[str, Any] = field(default_factory=dict)
+    occurrences: dict[str, list[Occurrence]] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+    def at(self, key: str, spelling: str, start: int, end: int) -> None:
+        self.occurrences.setdefault(key, []).append(Occurrence(spelling, start, end))
+
+    def unrecognized(self, name: str, inline: str | None, words: list[str], i: int) -> int:
+        """An option the parser does not take, noted with the word it seems to take: the index after them."""
+        end = i + 1 + (inline is None and i + 1 < len(words) and not words[i + 1].startswith("-"))
+        self.unknown.append(name)
+        self.at(UNKNOWN + name, name, i, end)
+        return end
+
+    def option(self, words: list[str], i: int, name: str, inline: str | None, spelling: str, dest: str,
+               takes: str, key: str | None) -> tuple[Any, int]:
+        """The option at ``words[i]`` (written ``name``) read as argparse reads it and kept as the
+        field ``key`` (None: read past): its value and the index after it."""
+        end = i + 1
+        if takes in SETS:
+            if inline is not None:
+                raise UserError(f"{self.where}: " + self.said[0].format(flag=name, word=quoted(words[i]),
+                                                                        value=quoted(inline)))
+            value: Any = takes != "false"
+        else:
+            got = option_value(words, end, inline, takes)
+            if got is None:
+                count = "at least one argument" if takes == MANY else "one argument"
+                raise UserError(f"{self.where}: " + self.said[1].format(flag=name, count=count))
+            value, end = got
+        if key is None:
+            self.ignored.append(spelling)
+            if dest == "config":
+                self.notes.append(CONFIG_NOTE.format(spelling, quoted(str(value))))
+        else:
+            self.values[key] = value
+            self.at(key, name, i, end)
+        return value, end
+
+    def lists(self) -> dict[str, Any]:
+        """The line's occurrences, flags read past and unknown flags, and notes, as a line keeps them."""
+        return {"occurrences": {k: tuple(v) for k, v in self.occurrences.items()},
+                "ignored": tuple(dict.fromkeys(self.ignored)), "unknown": tuple(dict.fromkeys(self.unknown)),
+                "notes": tuple(self.notes)}
+
+
+L = TypeVar("L", bound="ServerLine")
+
+
+def read_server(text: str, where: str, environ: Mapping[str, str] | None, server: str,
+                starts: Callable[[list[str]], int | None], usage: str, names: tuple[str, ...],
+                parse: Callable[[Command, tuple[str, ...]], L]) -> L:
+    """``server``'s line (``starts`` finds it) from a command line or a shell script, ``parse``d
+    with the notes on the variables of ``names`` it does not see; any error said in one line."""
+    try:
+        found = script_command(text, where, starts, f"{server}'s server", environ)
+        if found is None:
+            raise UserError(f"{where}: no {usage} found")
+        notes = tuple(f"{name}={value} is set but not exported, so {server} does not see it"
+                      for name, value in found.unexported.items() if name in names and name not in found.environment)
+        return found.known(lambda: parse(found, notes), names)
+    except UserError as exc:     # one line, whatever the input held
+        raise UserError(" ".join(str(exc).split())) from None
 
 
 def server_start(words: list[str], program: str, module: str) -> int | None:

@@ -1,21 +1,8 @@
-"""Read an SGLang server's command line (or a shell script that runs one) as SGLang 0.5.23 reads it.
-
-Pure: text in, one frozen ``LaunchLine`` out. The shell's part is ``readers/shell.py``'s (quotes,
-continuations, ``VAR=value`` prefixes, ``export`` lines). SGLang's part follows its launcher:
-``python -m sglang.launch_server ...`` and ``sglang serve [MODEL] ...`` both parse their words with
-a plain ``argparse.ArgumentParser`` built by ``ServerArgs.add_cli_args`` (``prepare_server_args``):
-``--flag=value``, the aliases (``--model``, ``--tensor-parallel-size``), unique abbreviations of
-long flags (``--tp`` is ``--tp-size``: the parser allows them), no underscore spellings and no
-``--no-`` forms. ``sglang serve`` also takes the model as its first word and drops
-``--model-type X`` (``cli/serve.py``).
-
-Which flags the release knows is data: ``releases/v0_5_23/launch_flags.json``, the parser's option
-table (``scripts/sglang_launch_flags.py`` writes it from SGLang's own parser). The flags that change
-the transfer feed ``LaunchLine`` fields (``READ``); the others are read past and listed as
-ignored; a flag the parser does not know is listed as unknown (SGLang exits with argparse's
-"unrecognized arguments"). The environment SGLang reads for the state dtypes is kept: the
-``VAR=value`` words before the command and what the script exports.
-"""
+"""Read an SGLang server's command line (or a script that runs one) as SGLang 0.5.23 does:
+``python -m sglang.launch_server`` and ``sglang serve [MODEL]`` (which drops ``--model-type X``,
+``cli/serve.py``) parse with a plain ``argparse.ArgumentParser`` (``ServerArgs.add_cli_args``):
+aliases and unique abbreviations, no underscore spellings, no ``--no-`` forms. Its flags are
+``releases/v0_5_23/launch_flags.json``; those that change the transfer feed ``LaunchLine`` (``READ``)."""
 
 from __future__ import annotations
 
@@ -27,17 +14,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mambaxfer_cli.errors import UserError, quoted
-from mambaxfer_cli.preflight.report import set_words
 from mambaxfer_cli.readers.shell import (
-    CONFIG_NOTE, MANY, OPTIONAL, UNKNOWN, Occurrence, ServerLine, looked_up, negative_number, option_value,
-    runs_server, script_command, server_start, unrecognized,
+    OPTIONAL, SETS, Command, Occurrence, Option, Parsed, ServerLine, abbreviated, looked_up, negative_number,
+    read_server, runs_server, server_start,
 )
 
 LAUNCH_MODULE = "sglang.launch_server"
 RELEASE = "0.5.23"
 CONV_DTYPE_VAR, SSM_DTYPE_VAR = "SGLANG_MAMBA_CONV_DTYPE", "SGLANG_MAMBA_SSM_DTYPE"
 STATE_VARS = (CONV_DTYPE_VAR, SSM_DTYPE_VAR)
-MODES = ("prefill", "decode")
 
 # SGLang's argparse dest -> the LaunchLine field it feeds: of the same name, or renamed. Every other
 # flag does not change the transfer.
@@ -56,15 +41,7 @@ FLAG = {"model": "--model-path", "mode": "--disaggregation-mode", "tp": "--tp-si
         "transfer_backend": "--disaggregation-transfer-backend", "radix_strategy": "--mamba-radix-cache-strategy",
         "speculative_algorithm": "--speculative-algorithm", "draft_model": "--speculative-draft-model-path"}
 
-SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
-
-
-@dataclass(frozen=True)
-class Option:
-    dest: str
-    takes: str
-    choices: tuple[str, ...] = ()
-    default: Any = None
+SAID = ("argument {flag}: ignored explicit argument {value}", "argument {flag}: expected {count}")   # argparse's
 
 
 @lru_cache(maxsize=None)
@@ -76,24 +53,13 @@ def flag_table(release: str = RELEASE) -> Mapping[str, Option]:
             for k, v in data["options"].items()}
 
 
-def default(dest: str, release: str = RELEASE) -> Any:
-    """The parser's default of a dest (the first option string that has it)."""
-    return next((o.default for o in flag_table(release).values() if o.dest == dest), None)
-
-
 def resolve(name: str, release: str = RELEASE) -> tuple[str, Option] | None:
     """What ``name`` is to SGLang's parser: an option string, or the one long option it abbreviates
     (argparse's rule: a unique prefix); None where it knows none. An ambiguous prefix is argparse's
     error, said as it says it."""
     table = flag_table(release)
-    if name in table:
-        return name, table[name]
-    if not name.startswith("--") or len(name) <= 2:
-        return None
-    matches = sorted(s for s in table if s.startswith(name))
-    if len(matches) > 1:
-        raise UserError(f"ambiguous option: {name} could match {', '.join(matches)}")
-    return (matches[0], table[matches[0]]) if matches else None
+    spelling = abbreviated(table, name)
+    return None if spelling is None else (spelling, table[spelling])
 
 
 @dataclass(frozen=True)
@@ -164,8 +130,7 @@ class LaunchLine(ServerLine):
 
 
 def _start(words: list[str]) -> int | None:
-    """Index of the words that start SGLang's server: ``python -m sglang.launch_server`` or
-    ``sglang serve``."""
+    """Index of the words that start SGLang's server (``python -m sglang.launch_server``, ``sglang serve``)."""
     return server_start(words, "sglang", LAUNCH_MODULE)
 
 
@@ -180,19 +145,12 @@ def launches(text: str, environ: Mapping[str, str] | None = None) -> bool:
 def parse_launch(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> LaunchLine:
     """One SGLang server's line from a command line or a shell script (``environ``: the
     environment the script starts with)."""
-    try:
-        found = script_command(text, where, _start, "SGLang's server", environ)
-        if found is None:
-            raise UserError(f"{where}: no 'python -m {LAUNCH_MODULE} --model-path M ...' (or 'sglang serve "
-                            f"M ...') found")
-        notes = [f"{name}={value} is set but not exported, so SGLang does not see it"
-                 for name, value in found.unexported.items()
-                 if name in STATE_VARS and name not in found.environment]
+    def parse(found: Command, notes: tuple[str, ...]) -> LaunchLine:
         env = {k: v for k, v in found.environment.items() if k in STATE_VARS}
-        line = found.known(lambda: _parse_words(found.words, found.assigns, env, where, tuple(notes)), STATE_VARS)
-        return replace(line, origin=where)
-    except UserError as exc:     # one line, whatever the input held
-        raise UserError(" ".join(str(exc).split())) from None
+        return replace(_parse_words(found.words, found.assigns, env, where, notes), origin=where)
+
+    return read_server(text, where, environ, "SGLang", _start, f"'python -m {LAUNCH_MODULE} --model-path M ...' (or "
+                       f"'sglang serve M ...')", STATE_VARS, parse)
 
 
 def reparse(line: LaunchLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> LaunchLine:
@@ -207,25 +165,19 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
     i = 2 if serve else 3          # sglang serve ... | python -m sglang.launch_server ...
     start = i
     launcher = "sglang serve" if serve else f"{words[0]} -m {LAUNCH_MODULE}"
-    values: dict[str, Any] = {}
-    occurrences: dict[str, list[Occurrence]] = {}
-    ignored: list[str] = []
-    unknown: list[str] = []
-    notes_out = list(notes)
+    parsed = Parsed(where, SAID, list(notes))
     if serve and i < len(words) and not words[i].startswith("-"):     # _normalize_positional_model_path
-        values["model"] = words[i]
-        occurrences.setdefault("model", []).append(Occurrence(words[i], i, i + 1))
+        parsed.values["model"] = words[i]
+        parsed.at("model", words[i], i, i + 1)
         i += 1
     while i < len(words):
         word = words[i]
         if serve and (word == "--model-type" or word.startswith("--model-type=")):   # _extract_model_type_override
-            ignored.append("--model-type")
+            parsed.ignored.append("--model-type")
             i += 1 if "=" in word else 2
             continue
         if not word.startswith("-") or word == "-" or negative_number(word):
-            unknown.append(word)        # argparse: an extra positional is unrecognized
-            occurrences.setdefault(UNKNOWN + word, []).append(Occurrence(word, i, i + 1))
-            i += 1
+            i = parsed.unrecognized(word, word, words, i)     # argparse: an extra positional, alone
             continue
         name, eq, after = word.partition("=")
         inline = after if eq and name.startswith("--") else None
@@ -233,39 +185,19 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
             name, inline = word, None
         found = looked_up(resolve, name, where, " (SGLang's parser exits)")
         if found is None:
-            i = unrecognized(name, inline, words, i, unknown, occurrences)
+            i = parsed.unrecognized(name, inline, words, i)
             continue
         spelling, option = found
-        key = READ.get(option.dest)
-        end = i + 1
-        if option.takes in SETS:
-            if inline is not None:
-                raise UserError(f"{where}: argument {spelling}: ignored explicit argument {quoted(inline)}")
-            value: Any = SETS[option.takes] if option.takes != "none" else True
-        else:
-            got = option_value(words, end, inline, option.takes)
-            if got is None:
-                raise UserError(f"{where}: argument {spelling}: expected "
-                                f"{'at least one argument' if option.takes == MANY else 'one argument'}")
-            value, end = got
-            if option.takes != OPTIONAL and option.choices and str(value) not in option.choices:
-                raise UserError(f"{where}: argument {spelling}: invalid choice: {quoted(str(value))} (choose from "
-                                f"{', '.join(map(repr, option.choices))})")
-        if key is None:
-            ignored.append(spelling)
-            if option.dest == "config":
-                notes_out.append(CONFIG_NOTE.format(spelling, quoted(str(value))))
-        else:
-            values[key] = value
-            occurrences.setdefault(key, []).append(Occurrence(spelling, i, end))
+        value, end = parsed.option(words, i, spelling, inline, spelling, option.dest, option.takes,
+                                   READ.get(option.dest))
+        if option.takes not in SETS + (OPTIONAL,) and option.choices and str(value) not in option.choices:
+            raise UserError(f"{where}: argument {spelling}: invalid choice: {quoted(str(value))} (choose from "
+                            f"{', '.join(map(repr, option.choices))})")
         i = end
-    if "model" not in values:
+    if "model" not in parsed.values:
         raise UserError(f"{where}: no model: SGLang needs --model-path M")
-    fields = _fields(values, where)
     return LaunchLine(launcher=launcher, env=tuple(sorted(env.items())), env_prefix=tuple(assigns),
-                      words=tuple(words), start=start, occurrences={k: tuple(v) for k, v in occurrences.items()},
-                      ignored=tuple(dict.fromkeys(ignored)), unknown=tuple(dict.fromkeys(unknown)),
-                      notes=tuple(notes_out), **fields)
+                      words=tuple(words), start=start, **parsed.lists(), **_fields(parsed.values, where))
 
 
 def _int(value: Any, name: str, where: str) -> int:
@@ -297,8 +229,3 @@ def _fields(values: dict[str, Any], where: str) -> dict[str, Any]:
         raise UserError(f"{where}: --tp-size or --page-size is larger than any server uses")
     return out
 
-
-def set_flag(line: LaunchLine, key: str, value: str | None, spelling: str | None = None) -> list[str]:
-    """The line's words with ``key``'s flag set to ``value`` (its occurrences replaced at the first;
-    None removes it); ``spelling``: the option string to write (else ``FLAG``'s)."""
-    return set_words(line.words, line.occurrences.get(key, ()), [] if value is None else [spelling or FLAG[key], value])

@@ -1,14 +1,6 @@
-"""Preflight for SGLang: will these two SGLang servers work together as P and D, and if not, what
-to change?
-
-Each ``python -m sglang.launch_server`` (or ``sglang serve``) line becomes the server SGLang 0.5.23
-starts from it (``engines/sglang/launch_args.py``): its attention TP size, page size, KV-cache
-dtype, state dtypes (``SGLANG_MAMBA_*`` and ``--mamba-ssm-dtype``), transfer backend and mode. The
-pairing then gets what stops a server before it starts, SGLang's own verdict
-(``engines/sglang/verdict.py``: what its bootstrap refuses, requests that fail, and the bytes its
-writes corrupt) and, when anything fails, the smallest set of flag changes that makes it work,
-verified by running the corrected lines through the same verdict.
-"""
+"""Preflight for SGLang: each line read into the server SGLang 0.5.23 starts from it
+(``launch_args.py``), what stops it, SGLang's own verdict on the pairing (``verdict.py``) and, when
+anything fails, the smallest set of flag changes that the same verdict finds working."""
 
 from __future__ import annotations
 
@@ -19,9 +11,7 @@ from mambaxfer_cli.engines.sglang.bootstrap import Server
 from mambaxfer_cli.engines.sglang.drafts import REFUSES, Draft, draft_for
 from mambaxfer_cli.engines.sglang.entries import server_flags
 from mambaxfer_cli.engines.sglang.families import merged as family_data
-from mambaxfer_cli.engines.sglang.launch_args import (
-    CONV_DTYPE_VAR, FLAG, SETS, UNKNOWN, LaunchLine, flag_table, reparse, set_flag,
-)
+from mambaxfer_cli.engines.sglang.launch_args import CONV_DTYPE_VAR, FLAG, LaunchLine, flag_table, reparse
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.release import BACKENDS, NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, tp_refusal
@@ -30,11 +20,11 @@ from mambaxfer_cli.engines.sglang.writes import check_side
 from mambaxfer_cli.errors import Refused, UserError, reworded
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, SCHEMA, SIDE_NAME, Change, Field, Fix, meant, merged, nearest_first, respelled, taken_value,
-    tp_moves, tried, unrecognized, with_env,
+    DECODE, PREFILL, SIDE_NAME, Change, Field, Fix, applied, merged, nearest_first, respelling, taken_value,
+    tp_moves, tried, unrecognized,
 )
-from mambaxfer_cli.readers.shell import OPTIONAL
 from mambaxfer_cli.preflight.report import Report as SharedReport
+from mambaxfer_cli.readers.shell import UNKNOWN
 
 ModelLoader = Callable[[str], ModelSpec]
 ENGINE = "sglang"
@@ -318,15 +308,7 @@ def _draft_bytes(e: SGLangServer) -> str:
 
 # --- fixes ---------------------------------------------------------------------------------------
 
-def apply_change(line: LaunchLine, c: Change) -> LaunchLine:
-    where = f"--{c.side}"
-    if c.flag.endswith("="):
-        return reparse(line, list(line.words), with_env(line.env_prefix, c), where)
-    if c.rename or c.flag in line.unknown:
-        words = respelled(line.words, line.occurrences.get(UNKNOWN + c.flag, ()), c.new)
-        return reparse(line, words, line.env_prefix, where)
-    key = next(k for k, f in FLAG.items() if f == c.flag)
-    return reparse(line, set_flag(line, key, c.new), line.env_prefix, where)
+FLAG_KEY = {flag: key for key, flag in FLAG.items()}
 
 
 def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> list[Change]:
@@ -340,13 +322,9 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
             if not flag.startswith("-"):
                 out.append(Change(e.side, flag, None, None, "an argument SGLang's parser does not take"))
                 continue
-            occurrences = e.line.occurrences.get(UNKNOWN + flag, ())
-            value = taken_value(e.line.words, occurrences[0]) if occurrences else None
-            hint = meant(flag, table) if respell else None
-            if hint is not None and (table[hint].takes == OPTIONAL or (value is None) == (table[hint].takes in SETS)):
-                out.append(Change(e.side, flag, flag, hint, "the flag SGLang's parser knows", rename=True))
-            else:
-                out.append(Change(e.side, flag, value, None, "SGLang's parser does not know it"))
+            value = taken_value(e.line.words, e.line.occurrences[UNKNOWN + flag][0])     # unrecognized noted it
+            rename = respelling(e.side, flag, value, table, "SGLang's parser") if respell else None
+            out.append(rename or Change(e.side, flag, value, None, "SGLang's parser does not know it"))
         if e.line.mode != e.side:
             out.append(Change(e.side, FLAG["mode"], e.line.mode, e.side, f"the {e.side} side of the pair"))
         if e.line.radix_strategy == "extra_buffer_lazy" and e.line.mode != "null" or \
@@ -388,16 +366,9 @@ def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
 def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment] | None:
     """The smallest set of changes (each server started as its side, D aligned to P, then the
     same TP on both) that the verdict, re-run on the corrected lines, finds working."""
-    def run(changes: list[Change]) -> tuple[LaunchLine, LaunchLine, Assessment]:
-        lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
-        for c in changes:
-            lines[c.side] = apply_change(lines[c.side], c)
-        p = build_server(PREFILL, lines[PREFILL], load, first.release)
-        d = build_server(DECODE, lines[DECODE], load, first.release)
-        return lines[PREFILL], lines[DECODE], assess(p, d)
-
-    return tried(lambda respell: _startup_changes(first.prefill, first.decode, respell=respell), run, _tp_moves,
-                 _with_flags)
+    return tried((first.prefill.line, first.decode.line), lambda line, c: applied(line, c, reparse, FLAG_KEY),
+                 lambda side, line: build_server(side, line, load, first.release), assess,
+                 lambda respell: _startup_changes(first.prefill, first.decode, respell=respell), _tp_moves, _with_flags)
 
 
 def _tp_moves(a: Assessment) -> list[list[Change]]:
@@ -468,18 +439,10 @@ class Report(SharedReport[LaunchLine, Assessment]):
 
     def to_dict(self) -> dict:
         a = self.assessment
-        return {
-            "schema": SCHEMA, "engine": ENGINE, "release": a.release.version, "verdict": self.verdict,
-            "exit_code": self.exit_code, "headline": self.headline(),
-            "engines": {PREFILL: a.prefill.summary(), DECODE: a.decode.summary()},
-            "compared": [f.to_dict() for f in compared_fields(a.prefill, a.decode)],
-            "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode)],
-            "sglang": {"release": a.release.label, "accepts": not a.refused,
-                       "refusals": [r.to_dict() for r in a.refusals],
-                       "verdict": None if a.verdict is None else a.verdict.to_dict()},
-            "fix": self.fix.to_dict() if self.fix else None,
-            "warnings": list(self.warnings),
-        }
+        own = {"release": a.release.label, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
+               "verdict": None if a.verdict is None else a.verdict.to_dict()}
+        return self.document({"engine": ENGINE, "release": a.release.version, "verdict": self.verdict},
+                             a.prefill.summary(), a.decode.summary(), {"sglang": own})
 
 
 def preflight(prefill: LaunchLine, decode: LaunchLine, load: ModelLoader,

@@ -3,7 +3,7 @@ from ``RequestArgs``, and the help of its own flags."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import typer
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.gpu import Gpu
     from mambaxfer_cli.engines.vllm.release import Release
 
+T = TypeVar("T")
 _BLOCKS = "{} engine's number of kernel blocks (N; default {}, in check {})."
 
 
@@ -92,10 +93,7 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
     if args.gdn_prefill_backend is not None:
         from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend as resolve
 
-        try:
-            resolve(device, None, args.gdn_prefill_backend)
-        except UserError as exc:
-            raise reworded(exc, f"--gdn-prefill-backend: {exc}") from None
+        _for_option("--gdn-prefill-backend", resolve, device, None, args.gdn_prefill_backend)
     from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 
     if args.kv_cache_layout is not None and args.kv_cache_layout not in ENV_LAYOUTS:
@@ -148,21 +146,21 @@ def _release_when_unnamed() -> Release:
     return found.release
 
 
+def _for_option(prefix: str, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, its UserError said after the option that gave it (``prefix``)."""
+    try:
+        return call(*args)
+    except UserError as exc:
+        raise reworded(exc, f"{prefix}: {exc}") from None
+
+
 def _release(flag: str, name: str) -> Release:
     from mambaxfer_cli.engines.vllm.releases import release
 
-    try:
-        return release(name)
-    except UserError as exc:
-        raise reworded(exc, f"{flag} {name}: {exc}") from None
+    return _for_option(f"{flag} {name}", release, name)
 
 
 def _gpu(name: str | None) -> Gpu:
     from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, gpu
 
-    if name is None:
-        return DEFAULT_GPU
-    try:
-        return gpu(name)
-    except UserError as exc:
-        raise reworded(exc, f"--gpu: {exc}") from None
+    return DEFAULT_GPU if name is None else _for_option("--gpu", gpu, name)

@@ -17,9 +17,8 @@ from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 from mambaxfer_cli.readers.shell import (
-    CONFIG_NOTE, OPTIONAL, UNKNOWN, Occurrence, ServerLine, looked_up, option_value, unrecognized,
+    OPTIONAL, SETS, UNKNOWN, Occurrence, Option, Parsed, ServerLine, abbreviated, looked_up, read_server, server_start,
 )
-from mambaxfer_cli.readers.shell import script_command, server_start
 from mambaxfer_cli.engines.vllm.startup import DEFAULT_REPLAYSSM_BUFFER_LEN, MAMBA_BACKENDS
 from mambaxfer_cli.planning.dtypes import invalid_choice
 
@@ -44,17 +43,16 @@ JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "atte
 # Keys inside a JSON flag that only some releases read (the others ignore them).
 RELEASE_KEYS = {key: tuple(r.name for r in ALL if key in r.serve_keys)
                 for key in dict.fromkeys(k for r in ALL for k in r.serve_keys)}
-
-SETS = {"true": True, "false": False, "none": True}      # flags that take no value: what they store
+SAID = ("{flag} takes no value (got {word})", "{flag} expects a value")      # its parser's words
 
 
 @lru_cache(maxsize=None)
-def flag_table(release: str) -> Mapping[str, tuple[str, str, tuple[str, ...]]]:
+def flag_table(release: str) -> Mapping[str, Option]:
     """Every option string ``vllm serve`` of ``release`` accepts -> (dest, takes, choices)."""
     table = release_named(release).flag_table
     assert table is not None, "every release the registry finds has its serve_flags.json"
     data = json.loads(table.read_text())
-    return {k: (v[0], v[1], tuple(v[2]) if len(v) > 2 else ()) for k, v in data["options"].items()}
+    return {k: Option(v[0], v[1], tuple(v[2]) if len(v) > 2 else ()) for k, v in data["options"].items()}
 
 
 @dataclass(frozen=True)
@@ -71,23 +69,17 @@ class Known:
 def resolve(name: str) -> Known | None:
     """What ``name`` is to vLLM's parser in each release: an option string, or a unique prefix of
     one long option (argparse's abbreviations); None when no release knows it."""
-    found: dict[str, tuple[str, tuple[str, str, tuple[str, ...]]]] = {}
+    found: dict[str, tuple[str, Option]] = {}
     for release in RELEASES:
         table = flag_table(release)
-        if name in table:
-            found[release] = (name, table[name])
-        elif name.startswith("--") and len(name) > 2:
-            matches = [s for s in table if s.startswith(name)]
-            if len(matches) > 1:
-                raise UserError(f"ambiguous option: {name} could match {', '.join(sorted(matches)[:4])} "
-                                f"(vLLM {release} refuses it)")
-            if matches:
-                found[release] = (matches[0], table[matches[0]])
+        spelling = abbreviated(table, name, 4, f" (vLLM {release} refuses it)")
+        if spelling is not None:
+            found[release] = (spelling, table[spelling])
     if not found:
         return None
-    newest = found[max(found)]
-    spelling, (dest, takes, _) = newest
-    return Known(spelling, dest, takes, {r: v[1][2] for r, v in found.items() if v[1][2]}, tuple(sorted(found)))
+    spelling, option = found[max(found)]
+    return Known(spelling, option.dest, option.takes, {r: o.choices for r, (_, o) in found.items() if o.choices},
+                 tuple(sorted(found)))
 
 
 @dataclass(frozen=True)
@@ -141,53 +133,23 @@ class ServeLine(ServerLine):
             return None
         return "push" if self.kv_connector == PUSH_CONNECTOR else "pull"
 
-    @property
-    def speculative_config(self) -> str | None:
-        occ = self.occurrences.get("speculative_config")
-        return None if not occ else _value_of(self.words, occ[-1])
-
     def environment(self) -> tuple[tuple[str, str], ...]:
         """The prefixes a pasted line needs: its own, and the layouts a script exported."""
-        own = tuple(self.env_prefix)
-        for name, value in ((KV_LAYOUT_VAR, self.kv_cache_layout), (CONV_LAYOUT_VAR, self.conv_layout)):
-            if value is not None and name not in dict(own):
-                own = ((name, value),) + own
-        return own
-
-
-def _value_of(words, occ: Occurrence) -> str:
-    word = words[occ.start]
-    return word.split("=", 1)[1] if occ.end == occ.start + 1 and "=" in word else words[occ.start + 1]
-
-
-def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> ServeLine:
-    """One engine's ``vllm serve`` line from a command line or a shell script (see ``_parse``)."""
-    try:
-        return _parse(text, where, environ)
-    except UserError as exc:     # one line, whatever the input held
-        raise UserError(" ".join(str(exc).split())) from None
+        layouts = ((CONV_LAYOUT_VAR, self.conv_layout), (KV_LAYOUT_VAR, self.kv_cache_layout))
+        own = dict(self.env_prefix)
+        return tuple((k, v) for k, v in layouts if v is not None and k not in own) + tuple(self.env_prefix)
 
 
 LAYOUT_VARS = (CONV_LAYOUT_VAR, KV_LAYOUT_VAR)
 
 
-def _parse(text: str, where: str, environ: Mapping[str, str] | None) -> ServeLine:
-    """One engine's ``vllm serve`` line from a command line or a shell script.
-
-    ``environ``: variables the engine inherits besides the script's (none by default: a command
-    line is judged as written)."""
-    found = script_command(text, where, lambda words: server_start(words, "vllm", API_SERVER_MODULE),
-                           "vLLM's server", environ)
-    if found is None:
-        raise UserError(f"{where}: no 'vllm serve MODEL ...' (or 'python -m {API_SERVER_MODULE} --model M') "
-                        f"found")
-    words, assigns, env = found.words, found.assigns, found.exported
-    notes = [f"{name}={value} is set but not exported, so vLLM does not see it"
-             for name, value in found.unexported.items()
-             if name in LAYOUT_VARS and name not in env and name not in dict(assigns)]
-    line_env = {**env, **dict(assigns)}
-    line = found.known(lambda: _parse_words(words, assigns, line_env, where, tuple(notes)), LAYOUT_VARS)
-    return replace(line, origin=where)
+def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> ServeLine:
+    """One engine's ``vllm serve`` line from a command line or a shell script; ``environ``: what
+    the engine inherits besides the script's (none by default: a line is judged as written)."""
+    return read_server(text, where, environ, "vLLM", lambda words: server_start(words, "vllm", API_SERVER_MODULE),
+                       f"'vllm serve MODEL ...' (or 'python -m {API_SERVER_MODULE} --model M')", LAYOUT_VARS,
+                       lambda found, notes: replace(_parse_words(found.words, found.assigns, found.environment,
+                                                                 where, notes), origin=where))
 
 
 def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> ServeLine:
@@ -203,11 +165,8 @@ def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str]
 def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, notes) -> ServeLine:
     serve = words[1] == "serve"
     i = 2 if serve else 3          # vllm serve ... | python -m vllm.entrypoints.openai.api_server ...
-    values: dict[str, Any] = {}
-    occurrences: dict[str, list[Occurrence]] = {}
-    ignored, release_only = [], []
-    unknown: list[str] = []
-    notes = list(notes)
+    parsed = Parsed(where, SAID, list(notes))
+    values, release_only = parsed.values, []
     dotted: dict[str, dict] = {}
     positional = None
     while i < len(words):
@@ -215,13 +174,13 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         if not word.startswith("-") or word == "-":
             if serve and positional is None:
                 positional = word
-                occurrences.setdefault("model", []).append(Occurrence(word, i, i + 1))
+                parsed.at("model", word, i, i + 1)
                 i += 1
                 continue
             raise UserError(f"{where}: unexpected argument {quoted(word)} (vllm serve takes one model)")
         if word.startswith("-O") and word != "-O" or (word == "-O" and words[i + 1:i + 2] in (["0"], ["1"], ["2"],
                                                                                              ["3"])):
-            ignored.append("--optimization-level")       # -O3, -O=3, -O 3: FlexibleArgumentParser's forms
+            parsed.ignored.append("--optimization-level")       # -O3, -O=3, -O 3: FlexibleArgumentParser's forms
             i += 2 if word == "-O" else 1
             continue
         name, eq, value_after = word.partition("=")
@@ -232,13 +191,13 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         base, _, sub = name.partition(".")
         known = looked_up(resolve, base, where)
         if known is None:
-            i = unrecognized(name, inline, words, i, unknown, occurrences)
+            i = parsed.unrecognized(name, inline, words, i)
             continue
         if known.releases != RELEASES:
             release_only.append((known.spelling, known.releases))
         key = TRANSFER_FIELDS.get(known.dest)
-        end = i + 1
         if sub:                      # --flag.key[.key...]=value: one key of a JSON flag
+            end = i + 1
             if inline is not None:
                 value: Any = inline
             elif end < len(words):
@@ -247,53 +206,33 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
                 raise UserError(f"{where}: {name} expects a value")
             if key in JSON_FIELDS:
                 _set_dotted(dotted.setdefault(key, {}), sub, value, name, where)
-                occurrences.setdefault(key, []).append(Occurrence(name, i, end))
+                parsed.at(key, name, i, end)
             else:
-                ignored.append(known.spelling)
+                parsed.ignored.append(known.spelling)
             i = end
             continue
-        if known.takes in SETS:
-            if inline is not None:
-                raise UserError(f"{where}: {name} takes no value (got {quoted(word)})")
-            value = known.takes != "false"
-        else:
-            got = option_value(words, end, inline, known.takes)
-            if got is None:
-                raise UserError(f"{where}: {name} expects a value")
-            value, end = got
-            if known.takes != OPTIONAL:
-                _check_choice(known, str(value), name, where, release_only)
-        if key is None:
-            ignored.append(known.spelling)
-            if known.dest == "config":
-                notes.append(CONFIG_NOTE.format(known.spelling, quoted(str(value))))
-        else:
-            values[key] = value
-            occurrences.setdefault(key, []).append(Occurrence(name, i, end))
+        value, end = parsed.option(words, i, name, inline, known.spelling, known.dest, known.takes, key)
+        if known.takes not in SETS and known.takes != OPTIONAL:
+            _check_choice(known, str(value), name, where, release_only)
         if known.releases != RELEASES:     # where a release that lacks it stops
-            occurrences.setdefault(UNKNOWN + known.spelling, []).append(Occurrence(name, i, end))
+            parsed.at(UNKNOWN + known.spelling, name, i, end)
         i = end
-    model = values.pop("model", None) if positional is None else positional
-    if positional is not None and "model" in values:
-        values.pop("model")
+    flagged = values.pop("model", None)        # --model, which a positional model overrides
+    model = flagged if positional is None else positional
     if model is None:
         raise UserError(f"{where}: no model: write 'vllm serve MODEL ...'")
     for key in dotted:
         if key in values:
-            notes.append(f"{FLAG_OF[key]} is given whole and as dotted keys: vLLM keeps only the dotted keys "
-                         f"(it passes them last, and the last value wins)")
+            parsed.notes.append(f"{FLAG_OF[key]} is given whole and as dotted keys: vLLM keeps only the dotted "
+                                f"keys (it passes them last, and the last value wins)")
     fields = _fields(values, dotted, where)
     release_only += _release_keys(fields)
     return ServeLine(model=model, conv_layout=env.get(CONV_LAYOUT_VAR), kv_cache_layout=env.get(KV_LAYOUT_VAR),
-                     env_prefix=tuple(assigns), words=tuple(words),
-                     occurrences={k: tuple(v) for k, v in occurrences.items()}, ignored=tuple(dict.fromkeys(ignored)),
-                     unknown=tuple(dict.fromkeys(unknown)), release_only=tuple(dict.fromkeys(release_only)),
-                     notes=tuple(notes), **fields)
+                     env_prefix=tuple(assigns), words=tuple(words), release_only=tuple(dict.fromkeys(release_only)),
+                     **parsed.lists(), **fields)
 
 
-FLAG_OF = {"speculative_config": "--speculative-config", "kv_transfer_config": "--kv-transfer-config",
-           "hf_overrides": "--hf-overrides", "attention_config": "--attention-config",
-           "additional_config": "--additional-config"}
+FLAG_OF = {key: "--" + key.replace("_", "-") for key in JSON_FIELDS}
 
 
 def _check_choice(known: Known, value: str, name: str, where: str, release_only: list) -> None:

@@ -9,15 +9,14 @@ from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_la
 from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
 from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
 from mambaxfer_cli.engines.vllm.serve_args import (
-    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, SETS, ServeLine, flag_table, reparse, resolve,
+    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, flag_table, reparse, resolve,
 )
 from mambaxfer_cli.planning.layout import MAX_LISTED_TP, valid_tp_sizes
 from mambaxfer_cli.planning.startup import parallel_refusal
-from mambaxfer_cli.readers.shell import OPTIONAL, UNKNOWN
+from mambaxfer_cli.readers.shell import UNKNOWN
 from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ModelLoader, ServedEngine, build_engine
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, Change, Fix, meant, merged, nearest_first, respelled, set_words, taken_value, tp_moves, tried,
-    with_env,
+    DECODE, PREFILL, Change, Fix, applied, merged, nearest_first, respelling, set_words, taken_value, tp_moves, tried,
 )
 from mambaxfer_cli.engines.vllm.preflight.fields import speculative
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
@@ -33,20 +32,15 @@ FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--b
               "mamba_stochastic_rounding": "--enable-mamba-cache-stochastic-rounding"}
 
 
+FLAG_FIELD = {flag: key for key, flag in FIELD_FLAG.items()}
+PREFIX_CACHING = ("--enable-prefix-caching", "--no-enable-prefix-caching")
+
+
 def apply_change(line: ServeLine, change: Change) -> ServeLine:
-    where = f"--{change.side}"
-    if change.rename or UNKNOWN + change.flag in line.occurrences and change.flag not in FIELD_FLAG.values():
-        words = respelled(line.words, line.occurrences.get(UNKNOWN + change.flag, ()), change.new)
-        return reparse(line, words, line.env_prefix, where)
-    if change.flag.endswith("="):
-        return reparse(line, list(line.words), with_env(line.env_prefix, change), where)
-    if change.flag in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+    if change.flag in PREFIX_CACHING:      # a flag without a value
         words = set_words(line.words, line.occurrences.get("prefix_caching", ()), [change.flag])
-        return reparse(line, words, line.env_prefix, where)
-    key = next(k for k, f in FIELD_FLAG.items() if f == change.flag)
-    return reparse(line, set_words(line.words, line.occurrences.get(key, ()),
-                                       [] if change.new is None else [change.flag, change.new]),
-                   line.env_prefix, where)
+        return reparse(line, words, line.env_prefix, f"--{change.side}")
+    return applied(line, change, reparse, FLAG_FIELD)
 
 
 def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
@@ -135,9 +129,9 @@ def _untaken(e: ServedEngine, respell: bool = True) -> list[Change]:
         if not occurrences:          # a JSON key only some releases read
             continue
         value = taken_value(e.line.words, occurrences[0])
-        spelling = meant(flag, table) if respell and flag in e.line.unknown else None
-        if spelling is not None and (table[spelling][1] == OPTIONAL or (value is None) == (table[spelling][1] in SETS)):
-            out.append(Change(e.side, flag, flag, spelling, "the flag vllm serve knows", rename=True))
+        rename = respelling(e.side, flag, value, table, "vllm serve") if respell and flag in e.line.unknown else None
+        if rename is not None:
+            out.append(rename)
         elif flag in e.line.unknown:
             out.append(Change(e.side, flag, value or "", None, "no vLLM release takes it"))
         else:
@@ -164,13 +158,8 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
     """The smallest set of changes that works: the flags vllm serve does not take spelled as it
     names them or dropped, a TP size it does not start moved to the nearest that works, then D
     aligned to P, the block geometry, and last the same TP on both; each verified by the verdict."""
-    def run(changes: list[Change]) -> tuple[ServeLine, ServeLine, Assessment]:
-        lines = {PREFILL: first.prefill.line, DECODE: first.decode.line}
-        for c in changes:
-            lines[c.side] = apply_change(lines[c.side], c)
-        p = build_engine(PREFILL, lines[PREFILL], load, first.prefill.base)
-        d = build_engine(DECODE, lines[DECODE], load, first.decode.base)
-        return lines[PREFILL], lines[DECODE], assess(p, d)
+    def build(side: str, line: ServeLine) -> ServedEngine:
+        return build_engine(side, line, load, (first.prefill if side == PREFILL else first.decode).base)
 
     # P's MLA layers get a backend in bfloat16 (mla_dtype_refusal); D is then aligned to that P.
     mla = [Change(PREFILL, "--dtype", first.prefill.line.dtype, "bfloat16", "every CUDA MLA backend runs "
@@ -178,7 +167,7 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
     def start(respell: bool) -> list[Change]:
         return mla + _untaken(first.prefill, respell=respell) + _untaken(first.decode, respell=respell)
 
-    return tried(start, run, _tp_moves, _with_flags)
+    return tried((first.prefill.line, first.decode.line), apply_change, build, assess, start, _tp_moves, _with_flags)
 
 
 def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Assessment] | None:

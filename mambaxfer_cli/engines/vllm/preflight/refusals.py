@@ -212,19 +212,13 @@ class Assessment:
         return hashed_fields(p, d, self.plan) + handshake_fields(p, d, self.plan) + unchecked_fields(p, d, self.plan)
 
 
-def enforces_hash(e: ServedEngine) -> bool:
-    """``kv_connector_extra_config.enforce_handshake_compat`` (default true; vLLM tests it as Python
-    truth, so the string "false" still enforces)."""
-    return bool(e.line.enforce_handshake_compat)
-
-
 def _no_geometry(p: ServedEngine, d: ServedEngine, mode: str) -> list[Refusal]:
     """The checks that need no geometry (TP sizes, hash, a model without attention) where no plan
     could be made; the geometry checks pass on the equal stand-in blocks."""
     local, remote = (d, p) if mode == PULL else (p, d)
     hashes = {e.side: e.release.hashed(engine_facts(e, None)) for e in (p, d)}
     seen = Meeting(mode, local.tp, remote.tp, remote.model.has_attention, 1, 1, 1, 1, False, 0, hashes[local.side],
-                   hashes[remote.side], SIDE_NAME[remote.side], enforce_hash=enforces_hash(local))
+                   hashes[remote.side], SIDE_NAME[remote.side], enforce_hash=local.line.enforce_handshake_compat)
     return [found for check in local.release.checks(mode) if (found := check(seen)) is not None]
 
 
@@ -324,7 +318,7 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         local = d if mode == PULL else p
         found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
                                   (engine_facts(p, plan), engine_facts(d, plan)), local.kv_buffer_device == "cpu",
-                                  enforces_hash(local))
+                                  local.line.enforce_handshake_compat)
         # a family's own checks: its connector's (CSA-linear, PLE), an engine whose ring does not divide its block
         found = families.first("with_refusals", found, d.model, plan.prefill, plan.decode, rebuild, p.model,
                                mode == PUSH) or found

@@ -13,9 +13,8 @@ from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
 from mambaxfer_cli.engines.vllm.proof.check import PairingResult
 from mambaxfer_cli.engines.vllm.serve_args import RELEASES, ServeLine
 from mambaxfer_cli.engines.vllm.preflight.served import ModelLoader, ServedEngine, build_engine, pushes
-from mambaxfer_cli.preflight.report import DECODE, PREFILL, SCHEMA, SIDE_NAME
+from mambaxfer_cli.preflight.report import DECODE, PREFILL, SIDE_NAME
 from mambaxfer_cli.preflight.report import Report as SharedReport
-from mambaxfer_cli.engines.vllm.preflight.fields import handshake_fields, hashed_fields, unchecked_fields
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, hash_warnings, replayssm_of, simulation_of
 from mambaxfer_cli.engines.vllm.preflight.fix import find_fix
 from mambaxfer_cli.engines.vllm.startup import STARTUP_CODES
@@ -83,26 +82,17 @@ class Report(SharedReport[ServeLine, Assessment]):
             return {"command": e.line.command(), **e.summary(), "geometry": g.to_dict() if g else None,
                     "ignored_flags": list(e.line.ignored), "unknown_flags": list(e.line.unknown)}
 
-        plan = a.plan
-        check = a.byte_check
-        return {
-            "schema": SCHEMA, **Engines(a.prefill.flags, a.decode.flags).to_dict(),
-            "verdict": self.verdict if a.byte_check or a.refused or a.fails else "unchecked",
-            "exit_code": self.exit_code, "headline": self.headline(),
-            "engines": {PREFILL: engine(a.prefill, plan.prefill.geometry if plan else None),
-                        DECODE: engine(a.decode, plan.decode.geometry if plan else None)},
-            "compared": [f.to_dict() for f in hashed_fields(a.prefill, a.decode, plan)
-                         + handshake_fields(a.prefill, a.decode, plan)],
-            "not_compared": [f.to_dict() for f in unchecked_fields(a.prefill, a.decode, plan)],
-            "vllm": {"releases": a.releases, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
-                     "suggested_block_size": a.suggested_block_size, "not_checked": list(NOT_CHECKED)},
-            "byte_check": None if check is None else _byte_check(check),
-            "byte_check_skipped": a.byte_check_skipped or None,
-            "unchecked_mismatches": [f"{f.name}: P {f.prefill}, D {f.decode}" for f in a.unchecked_mismatches],
-            "plan_warnings": [w.to_dict() for w in plan.warnings] if plan else [],
-            "fix": self.fix.to_dict() if self.fix else None,
-            "warnings": list(self.warnings),
-        }
+        plan, check = a.plan, a.byte_check
+        head = {**Engines(a.prefill.flags, a.decode.flags).to_dict(),
+                "verdict": self.verdict if a.byte_check or a.refused or a.fails else "unchecked"}
+        own = {"vllm": {"releases": a.releases, "accepts": not a.refused, "refusals": [r.to_dict() for r in a.refusals],
+                        "suggested_block_size": a.suggested_block_size, "not_checked": list(NOT_CHECKED)},
+               "byte_check": None if check is None else _byte_check(check),
+               "byte_check_skipped": a.byte_check_skipped or None,
+               "unchecked_mismatches": [f"{f.name}: P {f.prefill}, D {f.decode}" for f in a.unchecked_mismatches],
+               "plan_warnings": [w.to_dict() for w in plan.warnings] if plan else []}
+        return self.document(head, engine(a.prefill, plan.prefill.geometry if plan else None),
+                             engine(a.decode, plan.decode.geometry if plan else None), own)
 
 
 def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines: Engines = Engines()) -> Report:

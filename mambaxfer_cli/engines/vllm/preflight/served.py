@@ -13,7 +13,10 @@ from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
 from mambaxfer_cli.engines.vllm.startup import startup
 from mambaxfer_cli.engines.vllm.engine import GDN
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
-from mambaxfer_cli.engines.vllm.gpu import run_dtype
+from mambaxfer_cli.engines.vllm import families
+from mambaxfer_cli.engines.vllm.gpu import (
+    default_attention_backend, default_mla_backend, gdn_prefill_backend, run_dtype,
+)
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import DECODE, PREFILL
@@ -48,10 +51,6 @@ class ServedEngine:
     @property
     def attention_backend(self) -> str:
         """The line's backend, else vLLM's pick for the GPU (an MLA backend for an MLA model)."""
-        from mambaxfer_cli.engines.vllm.gpu import default_attention_backend, default_mla_backend
-
-        from mambaxfer_cli.engines.vllm import families
-
         own = families.first("attention_pick", self.model, self.flags.gpu)     # a family's (sparse MLA) pick
         if own is not None:
             return own
@@ -145,11 +144,7 @@ def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlag
                         prefix_caching=model.has_attention if line.prefix_caching is None else line.prefix_caching,
                         gdn_prefill_backend=gdn, num_blocks=CHECK_NUM_BLOCKS[side], dcp_size=line.dcp)
         if model.variant == GDN and gdn is not None:
-            from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend
-
             gdn_prefill_backend(flags.gpu, model.params.get("head_k_dim"), gdn)
-        from mambaxfer_cli.engines.vllm import families
-
         flags = families.first("served_flags", model, flags) or flags    # a family's config hook and backend
     except UserError as exc:
         raise reworded(exc, f"{where}: {exc}") from None
