@@ -1,19 +1,5 @@
-"""SGLang as an engine: how SGLang 0.5.23's prefill/decode disaggregation moves hybrid-model state.
-
-Which module holds what:
-- ``release``: the release as data (dtype defaults and variables, families served, refusals as
-  SGLang words them);
-- ``shapes``: per-rank state shapes and dtypes (``configs/mamba_utils.py``);
-- ``entries``: the slot and its per-(state, layer) transfer entries (``MambaPool``);
-- ``slices``: heterogeneous-TP blocks and replicated-state writers (``disaggregation/utils.py``);
-- ``ranks``: which prefill ranks serve a decode rank (``_resolve_rank_mapping``);
-- ``heads``: attention KV head slices (``compute_head_slice_params``);
-- ``bootstrap``: what the two servers' settings make SGLang refuse;
-- ``launch_args``: a server's command line as SGLang's parser reads it (preflight);
-- ``writes``: what SGLang writes and what it should, compared byte by byte;
-- ``verdict``: refused, right, or the bytes it corrupts; ``plan``: one pairing whole;
-- ``conformance``: SGLang's own functions against these, run where SGLang is installed.
-"""
+"""SGLang as an engine: how SGLang 0.5.23's prefill/decode disaggregation moves hybrid-model state
+(which module holds what: docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -8,28 +8,17 @@ takes the neighbouring request's bytes, one that writes past its item lands in a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry
-from mambaxfer_cli.engines.sglang.writes import FieldOutcome, Side, StateWrite
+from mambaxfer_cli.engines.sglang.writes import FieldOutcome, Side, StateWrite, field_regions, item_len
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pattern import POISON, REGION_IDS, unit_bytes_pattern
 
 SLOTS = 3
 SLOT = 1          # the request's slot, on both sides
-
-
-def _regions(layout: RankLayout, field: str):
-    kind = "conv" if field == CONV else "ssm"
-    base = 0 if field == CONV else layout.conv_bytes
-    return [(r, r.offset - base) for r in layout.regions if r.kind == kind]
-
-
-def item_len(layout: RankLayout, field: str) -> int:
-    return layout.conv_bytes if field == CONV else layout.ssm_bytes
 
 
 def rows_first(data: np.ndarray, layout: RankLayout, field: str, outer: int) -> np.ndarray:
@@ -45,7 +34,7 @@ def item(layout: RankLayout, field: str, slot: int, layer: int = 0, outer: int =
     (of ``layer``: a real transfer tells one layer's entry from another's); ``outer``: the conv
     rows before its channels."""
     out = np.empty(item_len(layout, field), dtype=np.uint8)
-    for region, offset in _regions(layout, field):
+    for region, offset in field_regions(layout, field):
         out[offset:offset + region.size] = unit_bytes_pattern(
             layer, slot, region.name, region.shard.start, len(region.shard), region.unit_bytes).ravel()
     return rows_first(out, layout, field, outer)
@@ -63,25 +52,19 @@ def tags(layout: RankLayout, field: str, slot: int, outer: int = 1) -> np.ndarra
     beside the bytes, so that a byte written with another that happens to hold the same value
     still counts as wrong."""
     out = np.empty(item_len(layout, field), dtype=np.int64)
-    for region, offset in _regions(layout, field):
+    for region, offset in field_regions(layout, field):
         first = region.shard.start * region.unit_bytes
         out[offset:offset + region.size] = ((slot << 44) | (REGION_IDS[region.name] << 40)
                                             | np.arange(first, first + region.size, dtype=np.int64))
     return rows_first(out, layout, field, outer)
 
 
-@dataclass(frozen=True)
-class Landed:
-    """The decode ranks' entries after the writes: bytes, and which were written."""
-
-    field: str
-    data: tuple[np.ndarray, ...]
-    tags: tuple[np.ndarray, ...]
-    written: tuple[np.ndarray, ...]
+Landed = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
 
 
 def apply(writes: Sequence[StateWrite], prefill: Side, decode: Side, field: str) -> Landed:
-    """Every write of ``field`` applied to poisoned decode entries, from pattern-filled prefill ones."""
+    """Every write of ``field`` applied to poisoned decode entries, from pattern-filled prefill ones:
+    each decode rank's bytes, their tags, and which were written."""
     p_layouts, d_layouts = prefill.layouts(), decode.layouts()
     mine = [w for w in writes if w.field == field]
     p_len = [item_len(layout, field) for layout in p_layouts]
@@ -106,7 +89,7 @@ def apply(writes: Sequence[StateWrite], prefill: Side, decode: Side, field: str)
         data[w.d_rank][dst:dst + w.length] = sources[w.p_rank][src:src + w.length]
         landed_tags[w.d_rank][dst:dst + w.length] = source_tags[w.p_rank][src:src + w.length]
         written[w.d_rank][dst:dst + w.length] = True
-    return Landed(field, tuple(data), tuple(landed_tags), tuple(written))
+    return data, landed_tags, written
 
 
 def outcomes(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple[FieldOutcome, ...]:
@@ -117,8 +100,7 @@ def outcomes(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple
     for field in FIELDS:
         if not any(item_len(layout, field) for layout in d_layouts):
             continue
-        landed = apply(writes, prefill, decode, field)
-        for layout, data, tagged, written in zip(d_layouts, landed.data, landed.tags, landed.written):
+        for layout, data, tagged, written in zip(d_layouts, *apply(writes, prefill, decode, field)):
             size = item_len(layout, field)
             lo, hi = size * SLOT, size * (SLOT + 1)
             inside = written[lo:hi]

@@ -46,22 +46,13 @@ def slice_blocks(*, src_dim: int, dst_dim: int, src_tp: int, dst_tp: int, dst_ra
     sub-blocks are sharded on their own (GDN's and Kimi's conv): then one block per sub-block.
     The sub-blocks count only when they add up to the whole unsharded axis."""
     groups = conv_shard_groups if conv_shard_groups and sum(conv_shard_groups) == src_dim * src_tp else None
-    if src_tp > dst_tp:
-        writer = src_rank % (src_tp // dst_tp)
-        if groups is None:
-            return (Block(0, writer * src_dim, src_dim),)
-        blocks, src_off, dst_off = [], 0, 0
-        for full in groups:
-            src_sub, dst_sub = full // src_tp, full // dst_tp
-            blocks.append(Block(src_off, dst_off + writer * src_sub, src_sub))
-            src_off, dst_off = src_off + src_sub, dst_off + dst_sub
-        return tuple(blocks)
-    if groups is None:
-        return (Block((dst_rank * dst_dim) % src_dim, 0, dst_dim),)
+    subs = [(full // src_tp, full // dst_tp) for full in groups] if groups else [(src_dim, dst_dim)]
     blocks, src_off, dst_off = [], 0, 0
-    for full in groups:
-        src_sub, dst_sub = full // src_tp, full // dst_tp
-        blocks.append(Block(src_off + (dst_rank * dst_sub) % src_sub, dst_off, dst_sub))
+    for src_sub, dst_sub in subs:
+        if src_tp > dst_tp:
+            blocks.append(Block(src_off, dst_off + src_rank % (src_tp // dst_tp) * src_sub, src_sub))
+        else:
+            blocks.append(Block(src_off + (dst_rank * dst_sub) % src_sub, dst_off, dst_sub))
         src_off, dst_off = src_off + src_sub, dst_off + dst_sub
     return tuple(blocks)
 

@@ -111,14 +111,13 @@ def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
     p_side, d_side = check_side(sglang_model(model, p_env, release), p_tp, release), check_side(spec, d_tp, release)
     said = refusals(prefill or Server(p_tp, **server_flags(spec)), decode or Server(d_tp), backend, release)
     findings = tuple(rank_findings(p_tp, d_tp).lines(p_tp))
-    if said:
-        return Verdict(release.label, model.name, p_tp, d_tp, backend, said[0].message, spec.ssm_layers, (),
-                       findings, 0)
+    refusal = said[0].message if said else None
     try:
-        writes = sglang_writes(p_side, d_side, backend, release)
+        writes = () if said else sglang_writes(p_side, d_side, backend, release)
     except UserError as refused:
-        return Verdict(release.label, model.name, p_tp, d_tp, backend, str(refused).removeprefix("SGLang: "),
-                       spec.ssm_layers, (), findings, 0)
+        refusal = str(refused).removeprefix("SGLang: ")
+    if refusal is not None:
+        return Verdict(release.label, model.name, p_tp, d_tp, backend, refusal, spec.ssm_layers, (), findings, 0)
     return Verdict(release.label, model.name, p_tp, d_tp, backend, None, spec.ssm_layers,
                    compare(writes, p_side, d_side), findings, kv_heads_wrong(spec, p_tp, d_tp),
                    request_failure(p_tp, d_tp))

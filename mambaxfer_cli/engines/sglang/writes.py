@@ -15,7 +15,7 @@ from mambaxfer_cli.engines.sglang.release import MOONCAKE, SGLANG_0_5_23, Releas
 from mambaxfer_cli.engines.sglang.shapes import state_shape, tp_refusal
 from mambaxfer_cli.engines.sglang.slices import byte_blocks
 from mambaxfer_cli.errors import Refused, UserError
-from mambaxfer_cli.planning.layout import RankLayout, rank_layout
+from mambaxfer_cli.planning.layout import RankLayout, Region, rank_layout
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.reads import exact_reads
 
@@ -144,14 +144,22 @@ class _Piece:
     unit_bytes: int
 
 
-def _pieces(layout: RankLayout, field: str, outer: int = 1) -> list[_Piece]:
-    kind = "conv" if field == CONV else "ssm"
+def field_regions(layout: RankLayout, field: str) -> list[tuple[Region, int]]:
+    """The regions of one field's item, each with its offset in the item."""
     base = 0 if field == CONV else layout.conv_bytes
-    regions = [r for r in layout.regions if r.kind == kind]
+    return [(r, r.offset - base) for r in layout.regions if _field_of(r.kind) == field]
+
+
+def item_len(layout: RankLayout, field: str) -> int:
+    return layout.conv_bytes if field == CONV else layout.ssm_bytes
+
+
+def _pieces(layout: RankLayout, field: str, outer: int = 1) -> list[_Piece]:
+    found = field_regions(layout, field)
     if field != CONV or outer == 1:
-        return [_Piece(r.offset - base, r.end - base, r.name, r.shard.start * r.unit_bytes, r.unit_bytes)
-                for r in regions]
+        return [_Piece(at, at + r.size, r.name, r.shard.start * r.unit_bytes, r.unit_bytes) for r, at in found]
     # (K-1, dim): each row holds every channel's element of that row; rows told apart by ``start``.
+    regions = [r for r, _ in found]
     dim = layout.conv_bytes // regions[0].unit_bytes
     out = []
     for row in range(outer):
@@ -160,10 +168,6 @@ def _pieces(layout: RankLayout, field: str, outer: int = 1) -> list[_Piece]:
             lo = (row * dim + r.offset // r.unit_bytes) * e
             out.append(_Piece(lo, lo + len(r.shard) * e, r.name, (row << 40) + r.shard.start * e, e))
     return out
-
-
-def _item_len(layout: RankLayout, field: str) -> int:
-    return layout.conv_bytes if field == CONV else layout.ssm_bytes
 
 
 def _written(write: StateWrite, source: RankLayout, outer: int = 1) -> list[_Piece]:
@@ -176,7 +180,7 @@ def _written(write: StateWrite, source: RankLayout, outer: int = 1) -> list[_Pie
             out.append(_Piece(write.dst + a - lo, write.dst + b - lo, piece.name, piece.start + a - piece.lo,
                               piece.unit_bytes))
             covered = max(covered, b)
-    end = _item_len(source, write.field)
+    end = item_len(source, write.field)
     if hi > end:   # bytes read past the source item (another slot's)
         a = max(lo, end)
         out.append(_Piece(write.dst + a - lo, write.dst + hi - lo, None, 0, 0))
@@ -210,7 +214,7 @@ def compare(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple[
     out = []
     for field in FIELDS:
         for d in d_layouts:
-            size = _item_len(d, field)
+            size = item_len(d, field)
             if size == 0:
                 continue
             wanted = _pieces(d, field, decode.outer)

@@ -1,12 +1,6 @@
-"""vLLM as the serving engine of P and D: its NIXL connector's rules, release by release.
-
-The package holds everything of vLLM mambaxfer knows: its releases (``releases/``, one folder
-each), the geometry it builds (``geometry``, ``gpu``, ``engine``), its handshake verdict
-(``release``, ``handshake``), its reads and descriptor IDs (``attention``, ``descriptors``,
-``plan``), its command-line reader (``serve_args``), the release installed here (``installed``)
-and the probe that runs its own code for ``conformance`` (``probe``). Nothing is imported until
-a question needs it, so naming the engine costs the command line nothing.
-"""
+"""vLLM as the serving engine of P and D: its NIXL connector's rules, release by release (which
+module holds what: docs/architecture.md). Nothing is imported until a question needs it, so
+naming the engine costs the command line nothing."""
 
 from __future__ import annotations
 

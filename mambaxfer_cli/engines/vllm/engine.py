@@ -17,9 +17,11 @@ from mambaxfer_cli.engines.vllm.geometry import (
 )
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
+from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.kv_groups import KVGrouping
 from mambaxfer_cli.planning.layout import RankLayout, Shard, rank_layouts, kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.variants import VARIANTS
 from mambaxfer_cli.engines.vllm.release import Release, label
 
 
@@ -136,8 +138,6 @@ class Engines:
 
 
 def _dtype_bytes(name: str | None) -> int:
-    from mambaxfer_cli.planning.dtypes import dtype_bytes
-
     return dtype_bytes(name) if name else 0
 
 
@@ -193,8 +193,6 @@ GDN = "gdn"     # the variant whose prefill kernel vLLM chooses by GPU (--gdn-pr
 def ssm_backend(variant: str) -> str:
     """The backend of an SSM layer, as vLLM names it: ``MAMBA1_ATTN``, ``MAMBA2_ATTN``, ``GDN_ATTN``
     (KDA's layers are GDN's: ``KimiGatedDeltaNetAttention``)."""
-    from mambaxfer_cli.planning.variants import VARIANTS
-
     rules = VARIANTS.get(str(variant))
     return (rules.backend if rules and rules.backend else "") or f"{str(variant).upper()}_ATTN"
 

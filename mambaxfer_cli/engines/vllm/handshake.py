@@ -54,14 +54,10 @@ def fix_words(layout: str | None, block_size: int | None) -> str:
     return f"{' and '.join(said)} on both engines" if said else ""
 
 
-def attention_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> list[int]:
-    """``compute_tp_mapping``: the P ranks D rank ``d_rank`` reads attention KV from."""
-    return _sources(prefill, decode, d_rank)
-
-
-def _sources(remote: EngineLayout, local: EngineLayout, rank: int) -> list[int]:
-    """The remote ranks local rank ``rank`` reads attention from: one when the local engine has
-    at least as many ranks, else the first rank of each distinct head among its remote ranks."""
+def attention_sources(remote: EngineLayout, local: EngineLayout, rank: int) -> list[int]:
+    """``compute_tp_mapping``: the remote ranks local rank ``rank`` reads attention from: one when
+    the local engine has at least as many ranks, else the first rank of each distinct head among
+    its remote ranks."""
     r_tp, l_tp = remote.tp, local.tp
     if remote.kv_heads[0] is None:
         return []
@@ -118,7 +114,7 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
     p_facts, d_facts = facts or (layout_facts(prefill), layout_facts(decode))
     hashes: dict[str, Hash] = {"P": prefill.release.hashed(p_facts), "D": decode.release.hashed(d_facts)}
     ratio_ok = (local.tp % remote.tp == 0) if local.tp >= remote.tp else (remote.tp % local.tp == 0)
-    sources = len(_sources(remote, local, 0)) if ratio_ok and remote.has_attention else 0
+    sources = len(attention_sources(remote, local, 0)) if ratio_ok and remote.has_attention else 0
     lg, rg = local.geometry, remote.geometry
     return Meeting(mode=mode, local_tp=local.tp, remote_tp=remote.tp, has_attention=remote.has_attention,
                    local_kernel=lg.kernel_block_size, remote_kernel=rg.kernel_block_size,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mambaxfer_cli.engines.vllm.attention import (
     AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
@@ -316,13 +316,8 @@ def _length_warning(prefill: EngineLayout, decode: EngineLayout, differs: list[s
         f"{why}, and D reads it into a {bad[0].local_bytes}-byte slice of its own ({bad[0]}; {len(bad)} "
         f"such pairs); NIXL refuses descriptors of unequal length (makeXferReq: length mismatch), so "
         f"every transfer fails"))]
-def _ple_fix(model: ModelSpec, p_model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions,
-             grouping: KVGrouping, prefill: EngineLayout, decode: EngineLayout) -> str:
-    def rebuild(p_block: int, d_block: int) -> tuple[EngineLayout, EngineLayout]:
-        streams = options.attention_streams
-        return (engine_layout(p_model, p_tp, with_block_size(options.prefill, p_block), grouping, streams),
-                engine_layout(model, d_tp, with_block_size(options.decode, d_block), grouping, streams))
-
+def _ple_fix(model: ModelSpec, p_model: ModelSpec, rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]],
+             prefill: EngineLayout, decode: EngineLayout) -> str:
     found = families.first("ple_fix", rebuild, model, prefill, decode, p_model)
     if found is None:
         return ""
@@ -399,10 +394,11 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     decode = engine_layout(model, d_tp, options.decode, grouping, options.attention_streams)
     prefill = split_remote_blocks(prefill, decode)   # D views P's blocks as vLLM's handshake splits them
 
-    def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
+    def rebuild(size: int, d_size: int | None = None) -> tuple[EngineLayout, EngineLayout]:
+        """Both engines at block size ``size`` (D's ``d_size`` where it differs)."""
         streams = options.attention_streams
         return (engine_layout(p_model, p_tp, with_block_size(options.prefill, size), grouping, streams),
-                engine_layout(model, d_tp, with_block_size(options.decode, size), grouping, streams))
+                engine_layout(model, d_tp, with_block_size(options.decode, d_size or size), grouping, streams))
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
     verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
@@ -421,7 +417,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             fix += (f" ({verdict.suggested_layout}: the block-contiguous layout this model's backends allow, "
                     f"where vLLM's message names {CONNECTOR_LAYOUT})")
         if any(r.code == "ple-geometry" for r in verdict.refusals):
-            fix += _ple_fix(model, p_model, p_tp, d_tp, options, grouping, prefill, decode)
+            fix += _ple_fix(model, p_model, rebuild, prefill, decode)
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
         warnings.append(Warning_("vllm-refuses", f"{releases} refuses P TP {p_tp} / D TP {d_tp}: "
                                  + " ".join(r.message for r in verdict.refusals).rstrip(".") + fix + tail))

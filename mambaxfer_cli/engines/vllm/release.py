@@ -207,18 +207,16 @@ def mla_block_lens(m: Meeting) -> Refusal | None:
     if not m.mla or not m.geometry_meets or m.block_ratio is None:
         return None
     if m.local_block_lens:      # every region modelled (GLM-5-Next: a ring's page does not grow with the block)
-        if list(m.local_block_lens) == [length * m.block_ratio for length in m.remote_block_lens]:
-            return None
         # the assert's message names every region's length, as vLLM 0.33 and 0.34 write it
-        return Refusal("mla-block-lens", (
-            f"Hybrid MLA kernel-granularity block lengths must match between P and D (block_size_ratio="
-            f"{m.block_ratio}): local={list(m.local_block_lens)}, remote={list(m.remote_block_lens)}."))
-    if m.local_block_bytes == m.remote_block_bytes * m.block_ratio:
-        return None
-    return Refusal("mla-block-lens", (
+        local, remote, raised = str(list(m.local_block_lens)), str(list(m.remote_block_lens)), ""
+        fits = list(m.local_block_lens) == [length * m.block_ratio for length in m.remote_block_lens]
+    else:
+        local, remote = f"[{m.local_block_bytes}, ...]", f"[{m.remote_block_bytes}, ...]"
+        fits = m.local_block_bytes == m.remote_block_bytes * m.block_ratio
+        raised = "AssertionError in _validate_remote_agent_handshake"
+    return None if fits else Refusal("mla-block-lens", (
         f"Hybrid MLA kernel-granularity block lengths must match between P and D (block_size_ratio="
-        f"{m.block_ratio}): local=[{m.local_block_bytes}, ...], remote=[{m.remote_block_bytes}, ...]."),
-        raised="AssertionError in _validate_remote_agent_handshake")
+        f"{m.block_ratio}): local={local}, remote={remote}."), raised=raised)
 
 
 def head_sharded(m: Meeting) -> Refusal | None:

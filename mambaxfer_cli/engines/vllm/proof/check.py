@@ -290,11 +290,9 @@ class CheckReport:
 def check_options(release: Release | None = None, **overrides: Any) -> PlanOptions:
     """PlanOptions with check's engine sizes (used by tests and the API), for ``release`` (default:
     EngineFlags')."""
-    def flags(side: str) -> EngineFlags:
-        blocks = CHECK_NUM_BLOCKS[side]
-        return EngineFlags(num_blocks=blocks) if release is None else EngineFlags(num_blocks=blocks, release=release)
-
-    return replace(PlanOptions(prefill=flags("prefill"), decode=flags("decode")), **overrides)
+    base = EngineFlags() if release is None else EngineFlags(release=release)
+    prefill, decode = (replace(base, num_blocks=CHECK_NUM_BLOCKS[side]) for side in ("prefill", "decode"))
+    return replace(PlanOptions(prefill=prefill, decode=decode), **overrides)
 
 
 def _segment_misreads(plan: Plan) -> tuple[str, ...]:

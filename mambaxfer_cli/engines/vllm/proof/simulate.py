@@ -3,6 +3,7 @@ registered memory, then proved byte by byte (docs/commands.md, "How the bytes ar
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -176,13 +177,6 @@ class Simulation:
     def first_wrong(self) -> WrongByte | None:
         return self.damage[0].first if self.damage else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"reads": self.reads, "descriptor_pairs": self.pairs, "bytes_moved": self.bytes_moved,
-                "bytes_verified": self.bytes_verified, "wrong_bytes": self.wrong_bytes,
-                "first_wrong_byte": self.first_wrong.to_dict() if self.first_wrong else None,
-                "damage": [d.to_dict() for d in self.damage],
-                "problems": [p.to_dict() for p in self.problems]}
-
 
 # --- checks on the lists and IDs ---------------------------------------------------------------
 
@@ -271,11 +265,6 @@ class _Memory:
     blocks: int
 
 
-def _memory(plan: Plan, side: str) -> _Memory:
-    engine = getattr(plan, side)
-    return _Memory(engine.page_bytes, engine.lists.logical_blocks)
-
-
 def _addresses(dlist: DescriptorList, ids: np.ndarray,
                memory: _Memory) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     tensor, addr, size = addresses(dlist, ids, memory.page)
@@ -329,24 +318,17 @@ class _Sources:
     """P ranks' pages, generated from the pattern the first time a read touches them."""
 
     def __init__(self, plan: Plan, patterns: Patterns) -> None:
-        self.plan, self.patterns = plan, patterns
-        self.pages: dict[tuple[int, int, int], np.ndarray] = {}
-        self.shapes: dict[tuple[int, int, int], PageShape] = {}
-        self.kinds = p_page_kinds(plan)
+        self.kinds = kinds = p_page_kinds(plan)
 
-    def shape(self, p_rank: int, tensor: int, block: int) -> PageShape:
-        key = (p_rank, tensor, block)
-        found = self.shapes.get(key)
-        if found is None:
-            found = self.shapes[key] = p_page_shape(self.plan, p_rank, tensor, block, self.kinds)
-        return found
+        @functools.cache
+        def shape(p_rank: int, tensor: int, block: int) -> PageShape:
+            return p_page_shape(plan, p_rank, tensor, block, kinds)
 
-    def page(self, p_rank: int, tensor: int, block: int) -> np.ndarray:
-        key = (p_rank, tensor, block)
-        found = self.pages.get(key)
-        if found is None:
-            found = self.pages[key] = self.patterns.page(self.shape(p_rank, tensor, block), tensor, block)
-        return found
+        @functools.cache
+        def page(p_rank: int, tensor: int, block: int) -> np.ndarray:
+            return patterns.page(shape(p_rank, tensor, block), tensor, block)
+
+        self.shape, self.page = shape, page
 
 
 def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -385,7 +367,7 @@ def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
     """Perform every descriptor read of ``plan`` on simulated memory and verify every D byte."""
     patterns = patterns or Patterns()
     desc = plan.moved_descriptors
-    p_memory, d_memory = _memory(plan, "prefill"), _memory(plan, "decode")
+    p_memory, d_memory = (_Memory(e.page_bytes, e.lists.logical_blocks) for e in (plan.prefill, plan.decode))
     sources = _Sources(plan, patterns)
     problems = reads_vs_descriptors(plan)
 
