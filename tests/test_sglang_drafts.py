@@ -77,8 +77,23 @@ def test_each_engine_refuses_the_others_speculative_flags():
                       "--speculative-config: vLLM's option")
     assert_user_error(run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1",
                               "--speculative-algorithm", "NEXTN"), "SGLang's option")
-    assert_user_error(run_cli("check", "--engine", "sglang", "--model", "qwen3.5-0.8b",
-                              "--speculative-algorithm", "NEXTN"), "plan and execute read SGLang's draft")
+
+
+def test_check_plans_each_pairing_with_the_draft_and_refuses_in_sglangs_words():
+    args = ("check", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--pairs", "1:2,2:2")
+    code, doc = run_json(*args, "--speculative-algorithm", "NEXTN", "--format", "json")
+    assert code == 0 and [p["draft"]["band"] for p in doc["pairings"]] == [24, 24], doc
+    assert "K then V of layer id 24" in " ".join(run_cli(*args, "--speculative-algorithm", "NEXTN").stdout.split())
+    assert_refused(run_cli(*args, "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3),
+                   "head-sliced transfer assumes one item length for every KV entry")
+    assert_refused(run_cli(*args, "--speculative-algorithm", "medusa"), "Unknown speculative algorithm name")
+
+
+def test_inspect_says_the_drafts_kv_per_tp_size():
+    code, doc = run_json("inspect", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--tp", "1,2",
+                         "--speculative-algorithm", "NEXTN", "--format", "json")
+    assert code == 0 and doc["draft"]["band"] == 24
+    assert doc["draft"]["token_bytes"] == {"1": 2 * 256 * 2, "2": 256 * 2}   # 2 KV heads of 256 in bfloat16
 
 
 @pytest.mark.usefixtures("nixl")

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from mambaxfer_cli.engines.sglang.drafts import Draft
 from mambaxfer_cli.engines.sglang.entries import CONV
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.proof import outcomes
@@ -70,13 +71,14 @@ class PairingCheck:
                 "bytes_wrong": {"conv": self.wrong(CONV), "temporal": self.wrong() - self.wrong(CONV)},
                 "kv_heads_wrong": verdict.heads_wrong, "findings": list(verdict.findings),
                 "exact_bytes_wrong": self.exact_wrong(), "ssm_layers": verdict.ssm_layers,
-                "writes_per_layer": len(self.plan.writes), "seconds": round(self.seconds, 3)}
+                "writes_per_layer": len(self.plan.writes), "seconds": round(self.seconds, 3),
+                "draft": self.plan.draft.to_dict() if self.plan.draft else None}
 
 
 def check_pairing(model: ModelSpec, p_tp: int, d_tp: int, backend: str = NIXL,
-                  release: Release = SGLANG_0_5_23) -> PairingCheck:
+                  release: Release = SGLANG_0_5_23, draft: Draft | None = None) -> PairingCheck:
     start = time.perf_counter()
-    planned = plan(model, p_tp, d_tp, backend=backend, release=release)
+    planned = plan(model, p_tp, d_tp, backend=backend, release=release, draft=draft)
     prefill, decode = check_side(planned.model, p_tp, release), check_side(planned.model, d_tp, release)
     exact = outcomes(planned.exact, prefill, decode)
     theirs = () if planned.verdict.refusal else outcomes(planned.writes, prefill, decode)
@@ -93,6 +95,7 @@ class Target:
     model: ModelSpec
     pairings: tuple[tuple[int, int], ...]
     unchecked: tuple[str, ...] = ()
+    draft: Draft | None = None        # the draft's KV pool (--speculative-algorithm)
 
 
 def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None, max_tp: int,
@@ -153,12 +156,12 @@ def run(work: Sequence[Target], backend: str = NIXL, release: Release = SGLANG_0
         on_start: Callable[[int], None] | None = None,
         on_result: Callable[[PairingCheck], None] | None = None, left_out: Sequence[str] = ()) -> CheckReport:
     start = time.perf_counter()
-    jobs = [(t.model, p, d) for t in work for p, d in t.pairings]
+    jobs = [(t.model, p, d, t.draft) for t in work for p, d in t.pairings]
     if on_start:
         on_start(len(jobs))
     results = []
-    for model, p_tp, d_tp in jobs:
-        result = check_pairing(model, p_tp, d_tp, backend, release)
+    for model, p_tp, d_tp, draft in jobs:
+        result = check_pairing(model, p_tp, d_tp, backend, release, draft)
         results.append(result)
         if on_result:
             on_result(result)

@@ -99,6 +99,9 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
         raise UserError(f"--semantics {request.semantics.value}: with --engine vllm,sglang both engines move "
                         f"mambaxfer's exact descriptors; bench one engine for its own (--engine vllm --semantics "
                         f"vllm, --engine sglang --semantics sglang)")
+    if engines.speculative_config is not None:
+        raise UserError("--speculative-config: vLLM's draft layers; with --engine vllm,sglang SGLang's side has no "
+                        "draft, so bench --engine vllm for them")
     backend(EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend), said=False)   # vLLM's are vLLM's
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)
