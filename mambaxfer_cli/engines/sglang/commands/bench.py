@@ -29,7 +29,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.engines.sglang.transfer.bench import bench
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.engines.sglang.commands.answers import backend, load
+    from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
     from mambaxfer_cli.engines.sglang.commands.execute import semantics
     from mambaxfer_cli.engines.sglang.plan import plan
     from mambaxfer_cli.execute.nixl_api import INSTALL_HINT
@@ -41,12 +41,13 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     if named:
         raise UserError(f"{', '.join(named)}: vLLM's bench option{'s' if len(named) > 1 else ''}; SGLang moves one "
                         f"slot per request (--engine sglang)")
-    backend(engines)
+    backend(engines, drafts=True)
     chosen = semantics(request)
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)
-    planned = plan(cut_layers(load(model), run_args.layers), p_tp, d_tp)
+    spec = cut_layers(load(model), run_args.layers)
+    planned = plan(spec, p_tp, d_tp, draft=draft(spec, engines))
     devices = run_args.devices(default="cpu")     # as vLLM's bench: DRAM unless --device says otherwise
     if len(devices) > 1:
         raise UserError(f"--device {run_args.device}: SGLang's bench runs on one device (cpu or cuda); "
