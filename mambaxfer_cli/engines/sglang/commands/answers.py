@@ -16,22 +16,19 @@ if TYPE_CHECKING:
 NAME = "sglang"
 # ModelArgs' options that SGLang's rules set themselves (its dtype variables, no speculative rows).
 _SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
-_SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path")
 
 
-def backend(engines: EngineArgs, said: bool = True, drafts: bool = False) -> str:
+def backend(engines: EngineArgs, said: bool = True) -> str:
     """--transfer-backend, after refusing the vLLM flags given with --engine sglang, whatever their
-    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's), and
-    SGLang's speculative flags where the command does not read them (``drafts``)."""
+    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's)."""
     from mambaxfer_cli.engines.sglang.release import BACKENDS, DEFAULT_BACKEND
 
-    given = changed_flags(engines, skip=("engine", "transfer_backend", *_SPECULATIVE), said=said)
+    given = changed_flags(engines, skip=("engine", "transfer_backend", "speculative_algorithm",
+                                                  "speculative_draft_model_path"), said=said)
     if given:
         raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; --engine sglang does "
                         f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend, "
                         f"--speculative-algorithm, --draft-model)")
-    if not drafts and any(getattr(engines, name) is not None for name in _SPECULATIVE):
-        raise UserError("--speculative-algorithm: plan and execute read SGLang's draft (--engine sglang)")
     chosen = (engines.transfer_backend or DEFAULT_BACKEND).strip().lower()
     if chosen not in BACKENDS:
         raise UserError(f"--transfer-backend: '{engines.transfer_backend}' is not one of {', '.join(BACKENDS)}")
@@ -89,7 +86,7 @@ def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_t
                 d_rank: int | None, show: str | None) -> Report:
     from mambaxfer_cli.engines.sglang.plan import plan
 
-    chosen = backend(engines, drafts=True)
+    chosen = backend(engines)
     request_unused(request)
     if show is not None:
         raise UserError("--show: the sections of vLLM's plan; --engine sglang shows its entries, writes and "
@@ -117,7 +114,7 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
     from mambaxfer_cli.render.run_view import progress
     from mambaxfer_cli.engines.sglang.views.answers import check_junit, render_check
 
-    chosen = backend(engines, said, drafts=True)
+    chosen = backend(engines, said)
     request_unused(request, said)
     if pairs is not None and max_tp is not None:
         raise UserError("give either --pairs or --max-tp, not both")
@@ -158,7 +155,7 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     from mambaxfer_cli.engines.sglang.writes import check_side
 
     sizes = parse_tp_list(tp)
-    backend(engines, drafts=True)
+    backend(engines)
     spec = sglang_model(load(model))
     drafted = draft(spec, engines)
     sides = {tp: check_side(spec, tp) for tp in sizes}
