@@ -243,3 +243,17 @@ def test_chart_help_names_the_extra_whole():
     result = run_cli("bench", "--help", env={"COLUMNS": "250"})
     assert result.code == 0, result.stderr
     assert CHART_EXTRA in result.stdout, result.stdout
+
+
+def test_speculative_config_moves_and_verifies_the_draft_layers(nixl):
+    """As execute: the MTP draft layer joins the target's attention group and its pages move too."""
+    args = ("bench", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--layers", "4",
+            "--request-blocks", "1", "--iters", "1", "--device", "cpu", "--format", "json")
+    moved = []
+    for extra in ((), ("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')):
+        result = run_cli(*args, *extra, timeout=150, env=RUN_TAG)
+        assert result.code == 0, result.stderr
+        document = json.loads(result.stdout)
+        assert document["verified"] is True
+        moved.append(document["points"][0]["variants"]["READ"]["planned"])
+    assert moved[1]["bytes"] > moved[0]["bytes"], moved

@@ -175,3 +175,9 @@ def test_ctrl_c_leaves_one_line_and_no_process(tmp_path):
     assert proc.returncode == 130, (proc.returncode, err)
     assert out == "" and err.strip().splitlines() == ["interrupted"], err
     assert_no_rank_left(env)
+
+
+def test_speculative_config_beside_sglang_is_one_line():
+    result = run_cli("bench", "--engine", "vllm,sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1",
+                     "--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')
+    assert result.code == 2 and "SGLang's side has no draft" in result.stderr, result.stderr

@@ -60,3 +60,20 @@ def test_bad_options_are_one_line(args, fragment):
     result = run_cli("bench", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
                      "--device", "cpu", *args)
     assert_user_error(result, fragment)
+
+
+@pytest.mark.usefixtures("nixl")
+def test_a_draft_moves_its_kv_after_the_targets_verified():
+    """--speculative-algorithm: the target's KV and the draft's pool move, as execute moves them."""
+    from mambaxfer_cli.engines.sglang.drafts import draft_for
+    from mambaxfer_cli.engines.sglang.transfer.run import transfer
+
+    args = ("--model", "qwen3.5-0.8b", "--layers", "4", "--p-tp", "1", "--d-tp", "2", "--semantics", "exact")
+    code, without = bench_json(*args)
+    code_draft, drafted = bench_json(*args, "--speculative-algorithm", "NEXTN")
+    assert code == code_draft == 0 and drafted["verified"], drafted
+    assert drafted["entries"] - without["entries"] == 4      # K and V of the one attention layer, then the draft's
+    spec = cut_layers(load_model("qwen3.5-0.8b"), 4)
+    planned = plan(spec, 1, 2, draft=draft_for(spec, "NEXTN", None))
+    moved = transfer(chosen_writes(planned, "exact"), "exact").descriptors
+    assert [drafted["variants"][v]["bytes"] for v in ("planned", "limit")] == [sum(x.length for x in moved)] * 2

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from cli_run import assert_refused, assert_user_error, run_cli, run_json
 from mambaxfer_cli.engines.sglang.drafts import draft_for
 from mambaxfer_cli.readers.model_source import load_model
+from mambaxfer_cli.schema import document_schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 SUPER = str(FIXTURES / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json")
@@ -77,8 +79,25 @@ def test_each_engine_refuses_the_others_speculative_flags():
                       "--speculative-config: vLLM's option")
     assert_user_error(run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1",
                               "--speculative-algorithm", "NEXTN"), "SGLang's option")
-    assert_user_error(run_cli("check", "--engine", "sglang", "--model", "qwen3.5-0.8b",
-                              "--speculative-algorithm", "NEXTN"), "plan and execute read SGLang's draft")
+
+
+def test_check_plans_each_pairing_with_the_draft_and_refuses_in_sglangs_words():
+    args = ("check", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--pairs", "1:2,2:2")
+    code, doc = run_json(*args, "--speculative-algorithm", "NEXTN", "--format", "json")
+    assert code == 0 and [p["draft"]["band"] for p in doc["pairings"]] == [24, 24], doc
+    jsonschema.validate(doc, document_schema("sglang-check"))
+    assert "K then V of layer id 24" in " ".join(run_cli(*args, "--speculative-algorithm", "NEXTN").stdout.split())
+    assert_refused(run_cli(*args, "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3),
+                   "head-sliced transfer assumes one item length for every KV entry")
+    assert_refused(run_cli(*args, "--speculative-algorithm", "medusa"), "Unknown speculative algorithm name")
+
+
+def test_inspect_says_the_drafts_kv_per_tp_size():
+    code, doc = run_json("inspect", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--tp", "1,2",
+                         "--speculative-algorithm", "NEXTN", "--format", "json")
+    assert code == 0 and doc["draft"]["band"] == 24
+    jsonschema.validate(doc, document_schema("sglang-inspect"))
+    assert doc["draft"]["token_bytes"] == {"1": 2 * 256 * 2, "2": 256 * 2}   # 2 KV heads of 256 in bfloat16
 
 
 @pytest.mark.usefixtures("nixl")
@@ -140,3 +159,17 @@ def test_execute_moves_an_eagle3_drafters_own_pages_at_equal_tp():
     code, drafted = run_json(*args, "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3)
     assert code == 0 and drafted["verified"] and drafted["bad_bytes"] == 0, drafted
     assert drafted["total_bytes"] - without["total_bytes"] == 2 * 4 * 4 * 512
+
+
+def test_check_proves_the_drafts_pages_and_catches_a_planted_fault(monkeypatch):
+    from dataclasses import replace
+
+    from mambaxfer_cli.engines.sglang import check
+
+    model = load_model("qwen3.5-0.8b")
+    draft = draft_for(model, "NEXTN", None)
+    assert check.check_pairing(model, 1, 2, draft=draft).draft_wrong == 0
+    real = check.sglang_kv_writes      # planted: every draft write lands one byte late
+    monkeypatch.setattr(check, "sglang_kv_writes", lambda *a: tuple(replace(w, dst=w.dst + 1) for w in real(*a)))
+    with pytest.raises(AssertionError, match=r"draft.s pages give [1-9][0-9,]* bytes wrong, the verdict 0 KV"):
+        check.check_pairing(model, 1, 2, draft=draft)

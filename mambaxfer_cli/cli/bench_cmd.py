@@ -11,7 +11,9 @@ from mambaxfer_cli.engines import beside, chosen, one
 from mambaxfer_cli.render.report import CHART_EXTRA_HELP
 
 
-@command(uses={"model": ModelArgs.given("model", "variant"), "engines": EngineArgs.given(*EngineArgs.SHARED),
+@command(uses={"model": ModelArgs.given("model", "variant"),
+               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_config", "speculative_algorithm",
+                                           "speculative_draft_model_path"),
                "request": RequestArgs.given("semantics", "seed"), "output": OutputArgs.given("fmt")},
          required=("model", "p_tp", "d_tp"), defaults={"iters": 20})
 def bench(

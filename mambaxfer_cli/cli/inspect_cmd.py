@@ -9,7 +9,8 @@ from mambaxfer_cli.engines import one
 
 
 @command(uses={"model": ModelArgs.without("all_presets"),
-               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_config"),
+               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_config", "speculative_algorithm",
+                                           "speculative_draft_model_path"),
                "output": OutputArgs.given("fmt")}, required=("model",))
 def inspect(
     model: ModelArgs,

@@ -184,7 +184,7 @@ class EngineArgs(Group):
         "--transfer-backend", help="SGLang's disaggregation transfer backend (--engine sglang): mooncake "
                                    "(SGLang's default) or nixl.", panel=ENGINES)
     speculative_algorithm: str | None = option(
-        "--speculative-algorithm", help="SGLang's --speculative-algorithm (--engine sglang: plan, execute): NEXTN "
+        "--speculative-algorithm", help="SGLang's --speculative-algorithm (--engine sglang): NEXTN "
                                         "or EAGLE (the model's MTP layer), EAGLE3, STANDALONE; the draft's KV "
                                         "pool moves after the target's.", panel=ENGINES, metavar="NAME")
     speculative_draft_model_path: str | None = option(

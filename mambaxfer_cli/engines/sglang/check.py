@@ -12,9 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from mambaxfer_cli.engines.sglang.drafts import Draft
 from mambaxfer_cli.engines.sglang.entries import CONV
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
-from mambaxfer_cli.engines.sglang.proof import outcomes
+from mambaxfer_cli.engines.sglang.kv import sglang_kv_writes
+from mambaxfer_cli.engines.sglang.proof import kv_bytes_wrong, outcomes
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_sizes
@@ -33,6 +35,7 @@ class PairingCheck:
     exact: tuple[FieldOutcome, ...]     # mambaxfer's exact writes, simulated
     sglang: tuple[FieldOutcome, ...]    # SGLang's writes, simulated
     seconds: float
+    draft_wrong: int = 0                # bytes of the draft's KV pages SGLang's writes land wrong
 
     @property
     def model(self) -> str:
@@ -70,17 +73,27 @@ class PairingCheck:
                 "bytes_wrong": {"conv": self.wrong(CONV), "temporal": self.wrong() - self.wrong(CONV)},
                 "kv_heads_wrong": verdict.heads_wrong, "findings": list(verdict.findings),
                 "exact_bytes_wrong": self.exact_wrong(), "ssm_layers": verdict.ssm_layers,
-                "writes_per_layer": len(self.plan.writes), "seconds": round(self.seconds, 3)}
+                "writes_per_layer": len(self.plan.writes), "seconds": round(self.seconds, 3),
+                "draft": self.plan.draft.to_dict() if self.plan.draft else None,
+                "draft_kv_bytes_wrong": self.draft_wrong}
 
 
 def check_pairing(model: ModelSpec, p_tp: int, d_tp: int, backend: str = NIXL,
-                  release: Release = SGLANG_0_5_23) -> PairingCheck:
+                  release: Release = SGLANG_0_5_23, draft: Draft | None = None) -> PairingCheck:
     start = time.perf_counter()
-    planned = plan(model, p_tp, d_tp, backend=backend, release=release)
+    planned = plan(model, p_tp, d_tp, backend=backend, release=release, draft=draft)
     prefill, decode = check_side(planned.model, p_tp, release), check_side(planned.model, d_tp, release)
     exact = outcomes(planned.exact, prefill, decode)
     theirs = () if planned.verdict.refusal else outcomes(planned.writes, prefill, decode)
-    result = PairingCheck(planned, exact, theirs, time.perf_counter() - start)
+    wrong_kv = 0
+    if draft is not None and not planned.verdict.refusal:    # its pages, one token, as SGLang writes them
+        p_kv, d_kv = draft.side(planned.model, p_tp, 1), draft.side(planned.model, d_tp, 1)
+        wrong_kv = kv_bytes_wrong(sglang_kv_writes(p_kv, d_kv, planned.head_slices), p_kv, d_kv,
+                                  range(draft.band, draft.band + draft.layers))
+        if bool(wrong_kv) != bool(planned.verdict.heads_wrong):
+            raise AssertionError(f"{model.name} {tp_pairing(p_tp, d_tp)}: the draft's pages give {wrong_kv:,} bytes "
+                                 f"wrong, the verdict {planned.verdict.heads_wrong} KV heads")
+    result = PairingCheck(planned, exact, theirs, time.perf_counter() - start, wrong_kv)
     analytic = planned.verdict.bad_bytes()
     if result.wrong() != analytic:
         raise AssertionError(f"{model.name} {tp_pairing(p_tp, d_tp)}: the simulated bytes give {result.wrong():,} "
@@ -93,6 +106,7 @@ class Target:
     model: ModelSpec
     pairings: tuple[tuple[int, int], ...]
     unchecked: tuple[str, ...] = ()
+    draft: Draft | None = None        # the draft's KV pool (--speculative-algorithm)
 
 
 def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None, max_tp: int,
@@ -153,12 +167,12 @@ def run(work: Sequence[Target], backend: str = NIXL, release: Release = SGLANG_0
         on_start: Callable[[int], None] | None = None,
         on_result: Callable[[PairingCheck], None] | None = None, left_out: Sequence[str] = ()) -> CheckReport:
     start = time.perf_counter()
-    jobs = [(t.model, p, d) for t in work for p, d in t.pairings]
+    jobs = [(t.model, p, d, t.draft) for t in work for p, d in t.pairings]
     if on_start:
         on_start(len(jobs))
     results = []
-    for model, p_tp, d_tp in jobs:
-        result = check_pairing(model, p_tp, d_tp, backend, release)
+    for model, p_tp, d_tp, draft in jobs:
+        result = check_pairing(model, p_tp, d_tp, backend, release, draft)
         results.append(result)
         if on_result:
             on_result(result)

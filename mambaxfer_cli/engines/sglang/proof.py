@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry
+from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVSide
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, Side, StateWrite, field_regions, item_len
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.proof.pattern import POISON, REGION_IDS, unit_bytes_pattern
@@ -111,3 +112,19 @@ def outcomes(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple
             beyond = int(np.count_nonzero(written[:lo]) + np.count_nonzero(written[hi:]))
             out.append(FieldOutcome(field, layout.rank, size, wrong, missing, beyond))
     return tuple(out)
+
+
+def kv_bytes_wrong(writes: Sequence[StateWrite], prefill: KVSide, decode: KVSide, layers: range) -> int:
+    """One page of K and of V of each of ``layers`` on every decode rank after ``writes``, byte by
+    byte against the heads it must hold: the bytes wrong, never written or written past it."""
+    wrong = 0
+    for layer, field, d in ((x, f, d) for x in layers for f in KV_FIELDS for d in range(decode.tp)):
+        want = decode.rank(d).page(field, 0, layer)
+        mine = [w for w in writes if (w.field, w.d_rank) == (field, d)]
+        got = np.full(max([want.size, *(w.dst + w.length for w in mine)]), POISON, dtype=np.uint8)
+        written = np.zeros(got.size, dtype=bool)
+        for w in mine:
+            got[w.dst:w.dst + w.length] = prefill.rank(w.p_rank).page(field, 0, layer)[w.src:w.src + w.length]
+            written[w.dst:w.dst + w.length] = True
+        wrong += int(np.count_nonzero(got[:want.size] != want)) + int(np.count_nonzero(written[want.size:]))
+    return wrong

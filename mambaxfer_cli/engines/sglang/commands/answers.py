@@ -16,22 +16,19 @@ if TYPE_CHECKING:
 NAME = "sglang"
 # ModelArgs' options that SGLang's rules set themselves (its dtype variables, no speculative rows).
 _SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
-_SPECULATIVE = ("speculative_algorithm", "speculative_draft_model_path")
 
 
-def backend(engines: EngineArgs, said: bool = True, drafts: bool = False) -> str:
+def backend(engines: EngineArgs, said: bool = True) -> str:
     """--transfer-backend, after refusing the vLLM flags given with --engine sglang, whatever their
-    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's), and
-    SGLang's speculative flags where the command does not read them (``drafts``)."""
+    value (``said``; beside vLLM, those set other than their default: the rest are vLLM's)."""
     from mambaxfer_cli.engines.sglang.release import BACKENDS, DEFAULT_BACKEND
 
-    given = changed_flags(engines, skip=("engine", "transfer_backend", *_SPECULATIVE), said=said)
+    given = changed_flags(engines, skip=("engine", "transfer_backend", "speculative_algorithm",
+                                                  "speculative_draft_model_path"), said=said)
     if given:
         raise UserError(f"{', '.join(given)}: vLLM's option{'s' if len(given) > 1 else ''}; --engine sglang does "
                         f"not read {'them' if len(given) > 1 else 'it'} (SGLang's: --transfer-backend, "
                         f"--speculative-algorithm, --draft-model)")
-    if not drafts and any(getattr(engines, name) is not None for name in _SPECULATIVE):
-        raise UserError("--speculative-algorithm: plan and execute read SGLang's draft (--engine sglang)")
     chosen = (engines.transfer_backend or DEFAULT_BACKEND).strip().lower()
     if chosen not in BACKENDS:
         raise UserError(f"--transfer-backend: '{engines.transfer_backend}' is not one of {', '.join(BACKENDS)}")
@@ -89,7 +86,7 @@ def plan_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, p_t
                 d_rank: int | None, show: str | None) -> Report:
     from mambaxfer_cli.engines.sglang.plan import plan
 
-    chosen = backend(engines, drafts=True)
+    chosen = backend(engines)
     request_unused(request)
     if show is not None:
         raise UserError("--show: the sections of vLLM's plan; --engine sglang shows its entries, writes and "
@@ -109,6 +106,8 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
                  max_tp: int | None, said: bool = True, beside: bool = False) -> Viewed:
     """``check --engine sglang``; ``beside`` (vLLM's): a model SGLang does not serve is left out with
     a line saying why, as --all-presets leaves one out, so that vLLM's column stays."""
+    from dataclasses import replace
+
     from mambaxfer_cli.engines.sglang.check import run, targets
     from mambaxfer_cli.limits import MAX_TP, within
     from mambaxfer_cli.proof.verdicts import ALL_PRESETS_MAX_TP, parse_pairs
@@ -132,7 +131,15 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
                 raise
             refused.append(str(exc))
     work, left_out = targets(specs, listed, max_tp or ALL_PRESETS_MAX_TP, every=every)
-    left_out = [*refused, *left_out]
+    drafted = []
+    for target in work:
+        try:
+            drafted.append(replace(target, draft=draft(target.model, engines)))
+        except UserError as exc:    # no draft SGLang builds for this model
+            if not every:
+                raise
+            refused.append(str(exc))
+    work, left_out = drafted, [*refused, *left_out]
     with progress() as (on_start, on_result):
         # The progress bar reads a result's model and pairing, which SGLang's results have too.
         report = run(work, chosen, on_start=on_start, on_result=cast(Any, on_result), left_out=left_out)
@@ -150,6 +157,7 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     sizes = parse_tp_list(tp)
     backend(engines)
     spec = sglang_model(load(model))
+    drafted = draft(spec, engines)
     sides = {tp: check_side(spec, tp) for tp in sizes}
     shapes = {tp: state_shape(spec, tp) for tp in sizes}
     document = {"schema": "mambaxfer.sglang-inspect/v1", "engine": NAME, "release": SGLANG_0_5_23.version,
@@ -158,7 +166,9 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
                 "entries": {str(tp): [vars(e) | {"conv_shard_groups": list(e.conv_shard_groups or []) or None}
                                       for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype,
                                                                  spec.ssm_layer_ids[:1]) + side_entries(spec)]
-                            for tp in sizes}}
+                            for tp in sizes},
+                "draft": drafted and drafted.to_dict() | {"token_bytes": {str(tp): drafted.side(spec, tp, 1).token_bytes
+                                                                          for tp in sizes}}}
     return InspectReport(document, spec, sides, shapes)
 
 
@@ -185,6 +195,11 @@ class InspectReport(Report):
         if sides:
             said = "; ".join(f"{e['field']} {e['item_len']:,} B (layer {e['layer_id']})" for e in sides)
             parts.append(AsIs(f"SGLang's replicated side states, whole on every rank: {said}"))
+        if (d := self.document["draft"]) is not None:
+            per_tp = ", ".join(f"{n:,} B at TP {tp}" for tp, n in d["token_bytes"].items())
+            parts.append(AsIs(f"SGLang's draft KV ({d['algorithm']}, {d['source']}): K then V of layer id "
+                              f"{', '.join(str(d['band'] + i) for i in range(d['layers']))} after the target's; "
+                              f"per token and layer {per_tp}"))
         return parts
 
 

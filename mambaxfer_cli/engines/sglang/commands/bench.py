@@ -27,7 +27,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     from mambaxfer_cli.engines.sglang.transfer.bench import bench
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.engines.sglang.commands.answers import backend, load
+    from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
     from mambaxfer_cli.engines.sglang.commands.execute import semantics
     from mambaxfer_cli.engines.sglang.plan import plan
     from mambaxfer_cli.execute.tasks import cut_layers
@@ -43,7 +43,8 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)
-    planned = plan(cut_layers(load(model), run_args.layers), p_tp, d_tp)
+    spec = cut_layers(load(model), run_args.layers)
+    planned = plan(spec, p_tp, d_tp, draft=draft(spec, engines))
     devices = run_args.devices(default="cpu")     # as vLLM's bench: DRAM unless --device says otherwise
     if len(devices) > 1:
         raise UserError(f"--device {run_args.device}: SGLang's bench runs on one device (cpu or cuda); "
@@ -95,6 +96,9 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
         raise UserError(f"--semantics {request.semantics.value}: with --engine vllm,sglang both engines move "
                         f"mambaxfer's exact descriptors; bench one engine for its own (--engine vllm --semantics "
                         f"vllm, --engine sglang --semantics sglang)")
+    if engines.speculative_config is not None:
+        raise UserError("--speculative-config: vLLM's draft layers; with --engine vllm,sglang SGLang's side has no "
+                        "draft, so bench --engine vllm for them")
     backend(EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend), said=False)   # vLLM's are vLLM's
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)

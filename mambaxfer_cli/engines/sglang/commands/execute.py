@@ -52,7 +52,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
         raise UserError(f"{', '.join(named)}: {'these apply' if len(named) > 1 else 'it applies'} to vLLM's block "
                         f"reads; SGLang's transfer moves one slot per request (--engine sglang)")
     discovery = check_peers()
-    backend(engines, drafts=True)
+    backend(engines)
     chosen = semantics(request)
     check_bounds(p_tp=pair.p_tp, d_tp=pair.d_tp, layers=run_args.layers, iters=run_args.iters)
     finite_seconds("--timeout", run_args.timeout)

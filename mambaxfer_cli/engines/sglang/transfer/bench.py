@@ -13,17 +13,15 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.results import summary
 from mambaxfer_cli.engines.sglang.transfer.run import (
-    SlotDecodeTask, SlotPrefillTask, build_tasks, chosen_writes,
+    SlotDecodeTask, SlotPrefillTask, Transfer, build_tasks, chosen_writes, transfer,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, VariantTiming
 from mambaxfer_cli.execute.tasks import RunSettings
-from mambaxfer_cli.planning.layout import RankLayout
 
 SCHEMA = "mambaxfer.sglang-bench/v1"
 PLANNED, LIMIT = "planned", "limit"
@@ -44,18 +42,18 @@ class SlotBenchPrefill(SlotPrefillTask):
 class SlotBenchDecode(SlotDecodeTask):
     iters: int = 1
     limit: tuple[tuple[int, int, int], ...] = ()     # per writer: (p_rank, D offset, bytes)
-    prefill_layouts: tuple[RankLayout, ...] = ()
-    prefill_entries: tuple[TransferEntry, ...] = ()
+    prefill: tuple[SlotPrefillTask, ...] = ()        # each P rank's entries and pages, without its writes
 
     @property
     def program(self) -> str:
         return "mambaxfer_cli.engines.sglang.transfer.bench_rank:bench_decode"
 
 
-def bench_tasks(plan: SGLangPlan, settings: RunSettings,
-                iters: int) -> tuple[list[SlotBenchPrefill], list[SlotBenchDecode]]:
-    """Execute's tasks, one registered region per rank, and the limit variant's chunks."""
-    prefill, decode = build_tasks(plan, settings, rounds=1)
+def bench_tasks(plan: SGLangPlan, settings: RunSettings, iters: int,
+                kv: Transfer | None = None) -> tuple[list[SlotBenchPrefill], list[SlotBenchDecode]]:
+    """Execute's tasks (``kv``: what moves, as ``build_tasks``' ``moved``), one registered region
+    per rank, and the limit variant's chunks."""
+    prefill, decode = build_tasks(plan, settings, rounds=1, moved=kv)
     moved = {(p.rank, d): sum(x.length for x in descriptors) for p in prefill for d, descriptors in p.writes}
     chunks: dict[int, list[tuple[int, int, int]]] = {}
     for d in decode:
@@ -70,13 +68,12 @@ def bench_tasks(plan: SGLangPlan, settings: RunSettings,
         if offset > d.memory.total_bytes:
             raise UserError(f"D{d.rank} receives {offset} bytes, more than its entries hold: no one descriptor "
                             f"per source moves them")
-    p_layouts = tuple(p.layout for p in prefill)
+    sources = tuple(replace(p, writes=()) for p in prefill)
     return ([SlotBenchPrefill(**{**_fields(p), "memory": replace(p.memory, single_region=True)}, iters=iters,
                               limit=tuple((d, o, s) for d, _ in p.writes
                                           for q, o, s in chunks[d] if q == p.rank)) for p in prefill],
             [SlotBenchDecode(**{**_fields(d), "memory": replace(d.memory, single_region=True)}, iters=iters,
-                             limit=tuple(chunks.get(d.rank, ())), prefill_layouts=p_layouts,
-                             prefill_entries=plan.prefill_entries) for d in decode])
+                             limit=tuple(chunks.get(d.rank, ())), prefill=sources) for d in decode])
 
 
 def _fields(task: Any) -> dict[str, Any]:
@@ -104,7 +101,9 @@ class Prepared:
 def prepare(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int) -> Prepared:
     """The run's tasks; raises UserError where the writes cannot be executed or benched."""
     settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
-    prefill, decode = bench_tasks(chosen_writes(plan, semantics), settings, iters)
+    chosen = chosen_writes(plan, semantics)
+    # With a draft, its KV pool moves after the target's KV, as execute moves them.
+    prefill, decode = bench_tasks(chosen, settings, iters, transfer(chosen, semantics) if plan.draft else None)
     return Prepared(plan, semantics, settings, prefill, decode)
 
 
@@ -134,7 +133,7 @@ def measure(prepared: Prepared, timeout: float, progress: Progress | None = None
     limit_rate = variants[LIMIT]["gb_per_s"]["median"]
     return {"schema": SCHEMA, "engine": "sglang", "release": plan.release.version, "model": plan.model.name,
             "p_tp": plan.p_tp, "d_tp": plan.d_tp, "backend": plan.backend, "semantics": semantics, "iters": iters,
-            "device": device, "memory": settings.mem_type, "entries": len(plan.decode_entries),
+            "device": device, "memory": settings.mem_type, "entries": len(decode[0].entries),
             "ssm_layers": plan.verdict.ssm_layers,
             "variants": variants,
             "ratio": variants[PLANNED]["gb_per_s"]["median"] / limit_rate if limit_rate else 0.0,

@@ -6,14 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.transfer.bench import LIMIT, ORDER, PLANNED, SlotBenchDecode, SlotBenchPrefill
-from mambaxfer_cli.engines.sglang.proof import entry_item
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent, Tick
 from mambaxfer_cli.execute.channel import Channel
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, poison
 from mambaxfer_cli.engines.sglang.transfer.rank import (
-    await_notifications, connect, fill_and_register, planned_pairings, poison_all, start_target,
+    await_notifications, connect, entry_item, fill_and_register, planned_pairings, poison_all, start_target,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, VariantTiming
 from mambaxfer_cli.execute.results import Tally
@@ -79,7 +78,7 @@ def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> Tall
     others = [s for s in range(task.memory.logical_blocks) if s != task.slot]
     for index, entry in enumerate(task.entries):
         got = memory.fetch(index)
-        want = entry_item(task.layout, entry, pattern_block(task.p_slot, 0))
+        want = entry_item(task, entry, pattern_block(task.p_slot, 0))
         wrong += int(np.count_nonzero(got[task.slot] != want)) + int(np.count_nonzero(got[others] != poison(0)))
         checked += got.size
         tick(f"entry {index + 1} of {len(task.entries)}")
@@ -90,12 +89,12 @@ def _prefill_bytes(task: SlotBenchDecode, p_rank: int, size: int) -> np.ndarray:
     """The first ``size`` bytes of P rank ``p_rank``'s region, as it fills it."""
     out = np.empty(size, dtype=np.uint8)
     at = 0
-    layout = task.prefill_layouts[p_rank]
-    for entry in task.prefill_entries:
+    source = task.prefill[p_rank]
+    for entry in source.entries:
         for slot in range(P_SLOTS):
             if at >= size:
                 return out
-            row = entry_item(layout, entry, pattern_block(slot, 0))
+            row = entry_item(source, entry, pattern_block(slot, 0))
             n = min(row.size, size - at)
             out[at:at + n] = row[:n]
             at += n

@@ -181,6 +181,10 @@ def render_check(report: CheckReport) -> list:
     if len(bad) > LINES_SHOWN:
         parts.append(Text(f"… and {len(bad) - LINES_SHOWN} more (all of them in --format json)", style="red"))
     parts += [Text(f"– {line}", style="yellow") for line in report.unchecked]
+    drafted = {r.model: r.plan.draft for r in report.results if r.plan.draft}
+    parts += [Text(f"{name}: with its draft's KV ({d.algorithm}, {d.source}): K then V of layer id "
+                   f"{', '.join(str(d.band + i) for i in range(d.layers))} after the target's, proven as the "
+                   f"state", style="dim") for name, d in drafted.items()]
     parts.append(check_footer(report))
     return parts
 

@@ -73,7 +73,12 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
     from mambaxfer_cli.engines.vllm.startup import startup
 
-    spec = cut_layers(on_gpu(model.load(startup=startup(built.release_names)), built.decode.gpu), run.layers)
+    spec = on_gpu(model.load(startup=startup(built.release_names)), built.decode.gpu)
+    if engines.speculative_config is not None:     # the draft layers move with the target's, as execute's
+        from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
+
+        spec = with_drafts(spec, speculative_config(engines.speculative_config), engine.release, model.num_spec)
+    spec = cut_layers(spec, run.layers)
     semantics = request.reads(default=Semantics.vllm.value)
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
                                    request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))
