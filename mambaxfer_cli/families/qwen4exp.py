@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families import Config, Family, dim_key, list_key
 from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
@@ -19,24 +19,6 @@ QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_
 # Layer kinds of a Qwen4Exp config: transformers 5.18 renamed qwen_sparse_attention to
 # indexed_attention and reads the released checkpoint's full_attention as indexed_attention.
 INDEXED_KINDS = ("indexed_attention", "qwen_sparse_attention")
-
-
-# vLLM's AttentionConfig.indexer_kv_dtype (config/attention.py IndexerKVDType), and what QSA's
-# indexer makes of each (QSAIndexer.__init__: "auto" is bf16; mxfp4 and nvfp4 stop the engine).
-INDEXER_KV_DTYPES = ("auto", "bf16", "fp8", "mxfp4", "nvfp4")
-
-
-def indexer_kv_dtype(given: str | None, where: str) -> str:
-    """The QSA compressed keys' dtype for ``--attention-config``'s ``indexer_kv_dtype``: bf16 or fp8."""
-    value = "auto" if given is None else str(given).strip().lower()
-    if value not in INDEXER_KV_DTYPES:
-        raise UserError(f"{where}: indexer_kv_dtype must be one of {', '.join(INDEXER_KV_DTYPES)} (vLLM's "
-                        f"AttentionConfig), got {quoted(given)}")
-    if value in ("mxfp4", "nvfp4"):
-        raise Refused(f"{where}: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype='{value}' is "
-                        f"not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8').\" (NotImplementedError "
-                        f"in QSAIndexer.__init__)")
-    return "bf16" if value == "auto" else value
 
 
 def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], where: str,
@@ -85,8 +67,7 @@ def uses_mrope(config: Mapping[str, Any]) -> bool:
 
 def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv: str | None) -> Mapping[str, Any]:
     linear = {i for i, kind in enumerate(layers) if kind == SSM}
-    return {"ple_qsa": qwen4exp_parts(config, len(layers), linear, where,
-                                       indexer_kv_dtype(indexer_kv, "indexer_kv_dtype"))}
+    return {"ple_qsa": qwen4exp_parts(config, len(layers), linear, where, indexer_kv or "bf16")}
 
 
 FAMILIES = (
