@@ -255,7 +255,6 @@ def spec_from_config(
         DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype"),
         _dtype(config, family.ssm_dtype_keys, where), named, conv_dtype, ssm_dtype, given_by, indexer_kv_dtype)
     dtypes = (startup.dtypes or config_dtypes)(facts)
-    indexer_kv_dtype = dtypes.pop("indexer_kv_dtype", indexer_kv_dtype)
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
         raise UserError(f"--num-spec must be a non-negative integer, got {quoted(spec_num)}")
@@ -274,7 +273,7 @@ def spec_from_config(
                        _attention_heads(config, family, where, kv_heads, head_size))
         q_heads = _positive(config.get("num_attention_heads"))
         q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
-    own = family.parts(config, layers, where, indexer_kv_dtype) if family.parts else {}
+    own = family.parts(config, layers, where, dtypes.pop("indexer_kv_dtype", indexer_kv_dtype)) if family.parts else {}
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, num_kv_heads=heads, family=family.label, head_size=size,

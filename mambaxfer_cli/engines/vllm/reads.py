@@ -9,9 +9,7 @@ from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.reads import Read, Segment, exact_reads, tp_ratio
 
-EXACT = "exact"
-VLLM = "vllm"
-SEMANTICS = (EXACT, VLLM)
+EXACT, VLLM = SEMANTICS = ("exact", "vllm")     # --semantics: mambaxfer's exact reads, or vLLM's
 
 
 def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:

@@ -44,8 +44,7 @@ def heads_first(heads: int, tp_sizes: Iterable[int]) -> str | None:
 
 def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
     """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
-    refusal = parallel_refusal(model, check_tp(tp))   # vLLM's config check comes first
-    if refusal:
+    if refusal := parallel_refusal(model, check_tp(tp)):   # vLLM's config check comes first
         raise Refused(f"vLLM does not start a TP-{tp} engine of {model.name}: {refusal} "
                       f"(ModelConfig.verify_with_parallel_config); TP sizes that work: "
                       f"{tp_sizes_that_work(model)}")

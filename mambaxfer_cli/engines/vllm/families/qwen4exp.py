@@ -35,15 +35,14 @@ def indexer_kv_dtype(facts: DtypeFacts) -> dict[str, str] | None:
     """The QSA compressed keys' dtype vLLM starts a Qwen4Exp model with (``dtypes``): bf16 or fp8."""
     if facts.family.parts is not parts:
         return None
-    given, where = facts.indexer_kv_dtype, "indexer_kv_dtype"
-    value = "auto" if given is None else str(given).strip().lower()
+    value = "auto" if facts.indexer_kv_dtype is None else str(facts.indexer_kv_dtype).strip().lower()
     if value not in INDEXER_KV_DTYPES:
-        raise UserError(f"{where}: indexer_kv_dtype must be one of {', '.join(INDEXER_KV_DTYPES)} (vLLM's "
-                        f"AttentionConfig), got {quoted(given)}")
+        raise UserError(f"indexer_kv_dtype: indexer_kv_dtype must be one of {', '.join(INDEXER_KV_DTYPES)} "
+                        f"(vLLM's AttentionConfig), got {quoted(facts.indexer_kv_dtype)}")
     if value in ("mxfp4", "nvfp4"):
-        raise Refused(f"{where}: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype='{value}' is "
-                      f"not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8').\" (NotImplementedError "
-                      f"in QSAIndexer.__init__)")
+        raise Refused(f"indexer_kv_dtype: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype="
+                      f"'{value}' is not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8').\" "
+                      f"(NotImplementedError in QSAIndexer.__init__)")
     return {"indexer_kv_dtype": "bf16" if value == "auto" else value}
 
 
