@@ -26,7 +26,7 @@ from vllm.v1.core.kv_cache_planning import _get_kv_cache_groups_uniform_page_siz
 from mambaxfer_cli.engines.vllm.drafts import with_drafts
 from mambaxfer_cli.engines.vllm.probe import Installed
 from mambaxfer_cli.engines.vllm.releases import release
-from mambaxfer_cli.planning.kv_groups import model_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
 from mambaxfer_cli.planning.model import ATTENTION
 from mambaxfer_cli.readers.model_source import load_model
 

@@ -10,7 +10,7 @@ from mambaxfer_cli.engines.vllm.descriptors import (
 )
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
-from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import vllm_grouping
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import release

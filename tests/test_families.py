@@ -110,11 +110,13 @@ def test_the_check_catches_a_planted_name():
 # --- an engine's rules leave the core: its tables and its module paths live in its package -------
 
 ENGINE_TABLES = ("CONNECTOR_REFUSED", "REGISTRATION_REFUSED", "TRANSFORMERS_BACKEND", "MAMBA_SSM_DTYPE_READERS",
-                 "AUTO_FROM_FLOAT32")
+                 "AUTO_FROM_FLOAT32", "VLLM", "SEMANTICS", "INDEXER_KV_DTYPES")
 CORE_FOLDERS = ("planning", "readers", "families", "schema")
-# vLLM's rules as its words say them (engines/vllm/: dtypes.py, reads.py, its families' attention_refusal).
+# vLLM's rules as its words say them (engines/vllm/: dtypes.py, reads.py, startup.py, kv_groups.py, its
+# families' attention_refusal and indexer_kv_dtype).
 ENGINE_WORDS = (r"vLLM keeps|vLLM sizes|vLLM's --dtype|KDA recurrent state supports|vLLM does not build|NoPE-only"
-                r"|vLLM needs one TP size|vLLM cannot split")
+                r"|vLLM needs one TP size|vLLM cannot split|vLLM does not start|AttentionConfig"
+                r"|^vllm_grouping$|^KVGrouping$")
 
 
 def engine_rules(path: str, source: str) -> list[str]:
@@ -143,3 +145,9 @@ def test_the_rule_check_sees_a_planted_table():
     planted = 'MAMBA_SSM_DTYPE_READERS = ("X",)\nm = f"vLLM keeps this family\'s SSM state in {d}"\n'
     assert engine_rules("readers/x.py", planted) == ["MAMBA_SSM_DTYPE_READERS",
                                                      "vLLM keeps this family's SSM state in "]
+    planted = ('VLLM = "vllm"\nclass KVGrouping: ...\ndef vllm_grouping(): ...\n'
+               'm = f"vLLM does not start a TP-{tp} engine"\n')
+    assert set(engine_rules("planning/x.py", planted)) == {"VLLM", "KVGrouping", "vllm_grouping",
+                                                           "vLLM does not start a TP-"}
+    assert engine_rules("families/x.py", 'INDEXER_KV_DTYPES = ("auto",)\nw = "(vLLM\'s AttentionConfig)"\n') \
+        == ["INDEXER_KV_DTYPES", "(vLLM's AttentionConfig)"]

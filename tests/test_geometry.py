@@ -15,7 +15,7 @@ import pytest
 from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags, backend, derive, kv_cache_dtype
-from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import vllm_grouping
 from mambaxfer_cli.engines.vllm.releases import release
 from mambaxfer_cli.readers.model_source import load_model
 

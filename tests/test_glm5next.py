@@ -22,7 +22,7 @@ from mambaxfer_cli.engines.vllm.kv_layout import layout_error, resolved_layout
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import release as vllm_release
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import vllm_grouping
 from mambaxfer_cli.engines.vllm.proof import indexer_caches as proof
 from mambaxfer_cli.engines.vllm.proof.check import check_plan
 from mambaxfer_cli.readers.model_config import spec_from_config

@@ -8,7 +8,7 @@ import sys
 
 PLANNING = ["mambaxfer_cli.planning.model", "mambaxfer_cli.families", "mambaxfer_cli.readers.model_config",
             "mambaxfer_cli.readers.model_source", "mambaxfer_cli.planning.variants", "mambaxfer_cli.planning.layout",
-            "mambaxfer_cli.planning.reads", "mambaxfer_cli.planning.kv_groups",
+            "mambaxfer_cli.planning.reads", "mambaxfer_cli.engines.vllm.kv_groups",
             "mambaxfer_cli.engines.vllm.descriptors",
             "mambaxfer_cli.engines.vllm.plan", "mambaxfer_cli.proof.pattern"]
 

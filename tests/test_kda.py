@@ -19,7 +19,7 @@ from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.release import Meeting, dcp_sizes, mla_block_lens
 from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import vllm_grouping
 from mambaxfer_cli.planning.layout import rank_layout
 from mambaxfer_cli.engines.vllm.proof.check import check_options, check_pairing
 from mambaxfer_cli.proof.verdicts import Pairing

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.kv_groups import KVGrouping, describe, parse_grouping, vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, describe, parse_grouping, vllm_grouping
 from mambaxfer_cli.planning.model import ATTENTION as A, SSM as S
 from mambaxfer_cli.readers.model_source import load_model
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
+from mambaxfer_cli.engines.vllm.startup import rank_layouts
 from mambaxfer_cli.planning.layout import (
-    Shard, check_tp, rank_layouts, kv_head_shard, rank_layout, valid_tp_sizes,
+    Shard, check_tp, kv_head_shard, rank_layout, valid_tp_sizes,
 )
 from mambaxfer_cli.readers.model_config import spec_from_config
 

@@ -12,7 +12,8 @@ from hypothesis import assume, given, settings, strategies as st
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorList, ListShape, block_ids, kernel_blocks
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.layout import Shard, rank_layouts
+from mambaxfer_cli.engines.vllm.startup import rank_layouts
+from mambaxfer_cli.planning.layout import Shard
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.engines.vllm.proof.addresses import resolve
 from mambaxfer_cli.proof.pattern import page

@@ -410,6 +410,20 @@ def test_indexer_kv_dtypes_vllm_refuses_are_one_line(value, words, code):
     (assert_refused if code == 1 else assert_user_error)(result, words)
 
 
+def test_the_core_takes_the_engine_s_indexer_kv_dtype_and_vllm_s_rule_refuses():
+    # vLLM's option values and refusal are its own (Startup.dtypes); the core keeps the value an engine settles
+    from mambaxfer_cli.engines.vllm.dtypes import DTYPES
+    from mambaxfer_cli.errors import Refused
+    from mambaxfer_cli.readers.model_config import Startup
+
+    assert spec_from_config(copy.deepcopy(CONFIG), name="q", source="t", indexer_kv_dtype="mxfp4", startup=Startup()) \
+        .ple_qsa.indexer_kv_dtype == "mxfp4"
+    with pytest.raises(Refused, match="vLLM does not start a Qwen4Exp engine with it"):
+        spec_from_config(copy.deepcopy(CONFIG), name="q", source="t", indexer_kv_dtype="mxfp4", startup=DTYPES)
+    assert spec_from_config(copy.deepcopy(CONFIG), name="q", source="t", indexer_kv_dtype=" BF16", startup=DTYPES) \
+        .ple_qsa.indexer_kv_dtype == "bf16"
+
+
 def test_the_flag_on_a_model_without_qsa_says_so():
     assert_user_error(run_cli("plan", "--model", "jamba", "--p-tp", "1", "--d-tp", "1", "--indexer-kv-dtype",
                               "fp8"), "--indexer-kv-dtype: jamba has no QSA indexer")

@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.layout import Shard, rank_layouts
+from mambaxfer_cli.engines.vllm.startup import rank_layouts
+from mambaxfer_cli.planning.layout import Shard
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
-from mambaxfer_cli.engines.vllm.reads import plan_reads, vllm_reads
+from mambaxfer_cli.engines.vllm.reads import EXACT, VLLM, plan_reads, vllm_reads
 from mambaxfer_cli.planning.reads import (
-    EXACT, VLLM, Read, Segment, Holding, assign_units, coalesce, exact_reads, misreads, tp_ratio,
+    Read, Segment, Holding, assign_units, coalesce, exact_reads, misreads, tp_ratio,
 )
 
 HF = Path(__file__).parent / "fixtures" / "hf-configs"

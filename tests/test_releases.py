@@ -17,7 +17,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import PUSH, refusals
-from mambaxfer_cli.planning.kv_groups import vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import vllm_grouping
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.releases import NEWEST, RELEASES, release
 from mambaxfer_cli.engines.vllm.proof.check import check_plan

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from cli_run import run_cli
-from mambaxfer_cli.planning.layout import rank_layouts
+from mambaxfer_cli.engines.vllm.startup import rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.engines.vllm.reads import vllm_length_mismatches, vllm_reads
 from mambaxfer_cli.planning.reads import misreads

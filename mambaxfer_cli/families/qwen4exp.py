@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families import Config, Family, dim_key, list_key
 from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
@@ -21,34 +21,14 @@ QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_
 INDEXED_KINDS = ("indexed_attention", "qwen_sparse_attention")
 
 
-# vLLM's AttentionConfig.indexer_kv_dtype (config/attention.py IndexerKVDType), and what QSA's
-# indexer makes of each (QSAIndexer.__init__: "auto" is bf16; mxfp4 and nvfp4 stop the engine).
-INDEXER_KV_DTYPES = ("auto", "bf16", "fp8", "mxfp4", "nvfp4")
-
-
-def indexer_kv_dtype(given: str | None, where: str) -> str:
-    """The QSA compressed keys' dtype for ``--attention-config``'s ``indexer_kv_dtype``: bf16 or fp8."""
-    value = "auto" if given is None else str(given).strip().lower()
-    if value not in INDEXER_KV_DTYPES:
-        raise UserError(f"{where}: indexer_kv_dtype must be one of {', '.join(INDEXER_KV_DTYPES)} (vLLM's "
-                        f"AttentionConfig), got {quoted(given)}")
-    if value in ("mxfp4", "nvfp4"):
-        raise Refused(f"{where}: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype='{value}' is "
-                        f"not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8').\" (NotImplementedError "
-                        f"in QSAIndexer.__init__)")
-    return "bf16" if value == "auto" else value
-
-
-def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], where: str,
-                   kv_dtype: str = "bf16") -> PleQsaParts:
-    """The PLE layers and their state, and the QSA indexer, of a flattened Qwen4Exp config;
-    ``linear``: the 0-based linear_attention layers (PLE is allowed on those only); ``kv_dtype``:
-    the compressed keys' dtype (``indexer_kv_dtype``)."""
+def parts(config: Config, layers: tuple[str, ...], where: str, kv_dtype: str | None) -> Mapping[str, Any]:
+    """The PLE layers and their state (on linear_attention layers only), and the QSA indexer, of a
+    flattened Qwen4Exp config; ``kv_dtype``: the compressed keys' dtype an engine settles (bf16: none)."""
     ids = sorted(set(list_key({"ple_layer_ids": config.get("ple_layer_ids") or []}, "ple_layer_ids", int, where)))
-    bad = [i for i in ids if not 1 <= i <= n_layers]
+    bad = [i for i in ids if not 1 <= i <= len(layers)]
     if bad:
-        raise UserError(f"{where}: ple_layer_ids must be one-indexed layers in [1, {n_layers}], got {bad}")
-    not_linear = [i for i in ids if i - 1 not in linear]
+        raise UserError(f"{where}: ple_layer_ids must be one-indexed layers in [1, {len(layers)}], got {bad}")
+    not_linear = [i for i in ids if layers[i - 1] != SSM]
     if not_linear:
         raise Refused(f"{where}: Qwen4Exp PLE is only supported on linear_attention layers, got PLE on "
                         f"layers {not_linear} (transformers' Qwen4ExpTextConfig refuses it)")
@@ -67,9 +47,10 @@ def qwen4exp_parts(config: Mapping[str, Any], n_layers: int, linear: set[int], w
         if dim_key(config, "indexer_kv_heads", None, where) != 1:
             raise UserError(f"{where}: Qwen4Exp QSA requires indexer_kv_heads = 1, got "
                             f"{config['indexer_kv_heads']}")
-    return PleQsaParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size", hc_count * hidden,
-                                                            MAX_DIM, "model's"),
-                         (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config), kv_dtype, key="qwen4exp")
+    return {"ple_qsa": PleQsaParts(tuple(i - 1 for i in ids), at_most(f"{where}: hc_count · hidden_size",
+                                                                      hc_count * hidden, MAX_DIM, "model's"),
+                                   (kernel - 1) * ngram, head_dim, ratio, uses_mrope(config), kv_dtype or "bf16",
+                                   key="qwen4exp")}
 
 
 def uses_mrope(config: Mapping[str, Any]) -> bool:
@@ -81,12 +62,6 @@ def uses_mrope(config: Mapping[str, Any]) -> bool:
     candidates = [params] + [v for v in params.values() if isinstance(v, Mapping)]
     return any(isinstance(c.get(name), (list, tuple)) for c in candidates
                for name in ("mrope_section", "xdrope_section"))
-
-
-def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv: str | None) -> Mapping[str, Any]:
-    linear = {i for i, kind in enumerate(layers) if kind == SSM}
-    return {"ple_qsa": qwen4exp_parts(config, len(layers), linear, where,
-                                       indexer_kv_dtype(indexer_kv, "indexer_kv_dtype"))}
 
 
 FAMILIES = (

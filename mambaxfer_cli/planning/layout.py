@@ -95,11 +95,11 @@ def _shard(shape: RegionShape, model: ModelSpec, tp: int, rank: int) -> Shard:
     why = (", and vLLM replicates B/C groups only when n_groups == 1 (padding to n_eff = TP)" if shape.replicable
            else f" ({model.variant.value} '{shape.name}' {shape.unit}s)")
     raise Refused(f"{model.name}: TP {tp} does not divide {shape.dim} = {groups}{why}; "
-                  f"TP sizes that work: {_listed(valid_tp_sizes(model))}")
+                  f"TP sizes that work: {tp_sizes_that_work(model)}")
 
 
-def _listed(sizes: list[int]) -> str:
-    return ", ".join(map(str, sizes)) or "none"
+def tp_sizes_that_work(model: ModelSpec) -> str:
+    return ", ".join(map(str, valid_tp_sizes(model))) or "none"
 
 
 def _tp_fits(model: ModelSpec, tp: int) -> bool:
@@ -108,7 +108,7 @@ def _tp_fits(model: ModelSpec, tp: int) -> bool:
         if groups % tp and not (shape.replicable and groups == 1):
             return False
     heads = model.num_kv_heads
-    if parallel_refusal(model, tp):   # startup: vLLM does not start this TP size
+    if parallel_refusal(model, tp):   # no engine starts it: the attention's asserts
         return False
     return heads is None or heads % tp == 0 or tp % heads == 0
 
@@ -144,18 +144,6 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
     return RankLayout(rank, tp, rows, tuple(regions))
 
 
-def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
-    """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
-    refusal = parallel_refusal(model, check_tp(tp))   # startup: vLLM's check comes first
-    if refusal:
-        raise Refused(f"vLLM does not start a TP-{tp} engine of {model.name}: {refusal} "
-                        f"(ModelConfig.verify_with_parallel_config); TP sizes that work: "
-                        f"{_listed(valid_tp_sizes(model))}")
-    layouts = tuple(rank_layout(model, tp, rank) for rank in range(check_tp(tp)))
-    kv_head_shard(model, tp, 0)
-    return layouts
-
-
 def kv_head_shard(model: ModelSpec, tp: int, rank: int) -> Shard | None:
     """Attention KV heads held by a rank (vLLM: sharded, or replicated when TP > heads)."""
     heads = model.num_kv_heads
@@ -169,4 +157,4 @@ def kv_head_shard(model: ModelSpec, tp: int, rank: int) -> Shard | None:
         return Shard(head, head + 1)
     raise Refused(f"{model.name}: TP {tp} and the attention's {heads} KV heads "
                     f"(num_key_value_heads) do not divide one another, so the attention layout does not "
-                    f"exist; TP sizes that work: {_listed(valid_tp_sizes(model))}")
+                    f"exist; TP sizes that work: {tp_sizes_that_work(model)}")

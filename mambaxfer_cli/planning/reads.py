@@ -7,11 +7,6 @@ from typing import Any, Sequence
 
 from mambaxfer_cli.planning.layout import RankLayout, Shard
 
-EXACT = "exact"
-VLLM = "vllm"
-SEMANTICS = (EXACT, VLLM)
-
-
 @dataclass(frozen=True)
 class Segment:
     """A run of bytes copied from a P page (``remote_offset``) into a D page (``local_offset``)."""

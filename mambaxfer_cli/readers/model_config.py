@@ -40,6 +40,7 @@ class DtypeFacts:
     conv_dtype: str | None
     ssm_dtype: str | None
     given_by: Mapping[str, str]       # where --conv-dtype and --ssm-dtype came from
+    indexer_kv_dtype: str | None = None   # --attention-config's, as given: an engine's rule settles it
 
 
 # An engine's dtype rule: the facts -> ModelSpec's dtype fields, with ``origin``: what gave each.
@@ -252,7 +253,7 @@ def spec_from_config(
             raise UserError(f"--dtype: {exc}") from None
     facts = DtypeFacts(family, archs, (found[0], f"config key {found[1]}") if found else (
         DEFAULT_DTYPE, f"{DEFAULT_DTYPE}, as the config names no torch_dtype"),
-        _dtype(config, family.ssm_dtype_keys, where), named, conv_dtype, ssm_dtype, given_by)
+        _dtype(config, family.ssm_dtype_keys, where), named, conv_dtype, ssm_dtype, given_by, indexer_kv_dtype)
     dtypes = (startup.dtypes or config_dtypes)(facts)
     spec_num = config.get("num_speculative_tokens", 0) if num_spec is None else num_spec
     if isinstance(spec_num, bool) or not isinstance(spec_num, int) or spec_num < 0:
@@ -272,7 +273,7 @@ def spec_from_config(
                        _attention_heads(config, family, where, kv_heads, head_size))
         q_heads = _positive(config.get("num_attention_heads"))
         q_heads = q_heads if q_heads is None or q_heads <= MAX_DIM else None
-    own = family.parts(config, layers, where, indexer_kv_dtype) if family.parts else {}
+    own = family.parts(config, layers, where, dtypes.pop("indexer_kv_dtype", indexer_kv_dtype)) if family.parts else {}
     spec = ModelSpec(
         name=name, source=source, variant=family.variant, params=params, layers=layers,
         conv_kernel=conv_kernel, num_spec=spec_num, num_kv_heads=heads, family=family.label, head_size=size,

@@ -11,7 +11,8 @@ from typing import Sequence
 from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.planning.layout import Shard
-from mambaxfer_cli.planning.reads import VLLM, Holding, assign_units
+from mambaxfer_cli.planning.reads import Holding, assign_units
+from mambaxfer_cli.engines.vllm.reads import VLLM
 
 Pieces = tuple[tuple[int, int], ...]
 

@@ -11,7 +11,7 @@ from itertools import accumulate
 from typing import Any, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.planning.kv_groups import KVGrouping
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping
 from mambaxfer_cli.planning.model import ATTENTION, SSM
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mambaxfer_cli.engines.vllm.families import gathered
+from mambaxfer_cli.engines.vllm.families import first, gathered
 from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.planning.dtypes import canonical_dtype
 from mambaxfer_cli.readers.model_config import DtypeFacts, Startup
@@ -69,7 +69,7 @@ def dtypes(facts: DtypeFacts) -> dict[str, Any]:
         ssm, ssm_origin = conv, "the conv dtype"
     ssm_origin += ignored if not ssm_dtype else ""
     return {"model_dtype": model, "conv_dtype": conv, "ssm_dtype": ssm, "checkpoint_dtype": checkpoint,
-            "sizing_ssm_dtype": sizing,
+            "sizing_ssm_dtype": sizing, **(first("indexer_kv_dtype", facts) or {}),
             "origin": {"conv_dtype": conv_origin, "ssm_dtype": ssm_origin, "model_dtype": model_origin, **notes}}
 
 

@@ -18,8 +18,9 @@ from mambaxfer_cli.engines.vllm.geometry import (
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.kv_groups import KVGrouping
-from mambaxfer_cli.planning.layout import RankLayout, Shard, rank_layouts, kv_head_shard
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping
+from mambaxfer_cli.planning.layout import RankLayout, Shard, kv_head_shard
+from mambaxfer_cli.engines.vllm.startup import rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.variants import VARIANTS
 from mambaxfer_cli.engines.vllm.release import Release, label

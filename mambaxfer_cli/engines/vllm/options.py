@@ -114,7 +114,7 @@ def plan_options(request: RequestArgs, engines: Engines, semantics: str | None =
                  speculative: str | None = None) -> PlanOptions:
     """PlanOptions from the request and both engines (``build``); ``speculative``: --speculative-config."""
     from mambaxfer_cli.engines.vllm.drafts import drafts, speculative_config
-    from mambaxfer_cli.planning.kv_groups import parse_grouping
+    from mambaxfer_cli.engines.vllm.kv_groups import parse_grouping
     from mambaxfer_cli.engines.vllm.plan import PlanOptions
 
     check_bounds(attention_streams=request.attention_streams, kv_tensors=request.kv_tensors,

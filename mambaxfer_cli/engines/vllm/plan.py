@@ -19,11 +19,11 @@ from mambaxfer_cli.engines.vllm.handshake import (
     Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
 )
 from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
-from mambaxfer_cli.planning.kv_groups import RING, KVGrouping, model_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import RING, KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
-from mambaxfer_cli.planning.reads import EXACT, SEMANTICS, VLLM, Read, coalesce, misreads, tp_ratio
-from mambaxfer_cli.engines.vllm.reads import plan_reads, vllm_length_mismatches, vllm_reads
+from mambaxfer_cli.planning.reads import Read, coalesce, misreads, tp_ratio
+from mambaxfer_cli.engines.vllm.reads import EXACT, SEMANTICS, VLLM, plan_reads, vllm_length_mismatches, vllm_reads
 from mambaxfer_cli.engines.vllm.release import EngineFacts, every_region
 from mambaxfer_cli.engines.vllm import drafts, families, indexer_caches
 from mambaxfer_cli.engines.vllm.kv_layout import (

@@ -7,7 +7,9 @@ from typing import Sequence
 
 from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.layout import RankLayout
-from mambaxfer_cli.planning.reads import EXACT, SEMANTICS, VLLM, Read, Segment, exact_reads, tp_ratio
+from mambaxfer_cli.planning.reads import Read, Segment, exact_reads, tp_ratio
+
+EXACT, VLLM = SEMANTICS = ("exact", "vllm")     # --semantics: mambaxfer's exact reads, or vLLM's
 
 
 def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> tuple[Read, ...]:

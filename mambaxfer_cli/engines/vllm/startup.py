@@ -15,7 +15,8 @@ from mambaxfer_cli.engines.vllm.families import first, gathered
 from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families import GENERIC, family_for
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
-from mambaxfer_cli.planning.startup import architecture_names, attention_heads
+from mambaxfer_cli.planning.layout import RankLayout, check_tp, kv_head_shard, rank_layout, tp_sizes_that_work
+from mambaxfer_cli.planning.startup import architecture_names, attention_heads, parallel_refusal
 from mambaxfer_cli.planning.variants import VARIANTS
 
 if TYPE_CHECKING:     # the commands that read no model (schema, models) do not load the reader
@@ -39,6 +40,17 @@ def heads_first(heads: int, tp_sizes: Iterable[int]) -> str | None:
     tp = next((tp for tp in tp_sizes if tp > 0 and heads % tp), None)
     return None if tp is None else (f"vLLM does not start a TP-{tp} engine: \"{parallel_words(heads, tp)}\" "
                                     f"(ModelConfig.verify_with_parallel_config)")
+
+
+def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
+    """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
+    if refusal := parallel_refusal(model, check_tp(tp)):   # vLLM's config check comes first
+        raise Refused(f"vLLM does not start a TP-{tp} engine of {model.name}: {refusal} "
+                      f"(ModelConfig.verify_with_parallel_config); TP sizes that work: "
+                      f"{tp_sizes_that_work(model)}")
+    layouts = tuple(rank_layout(model, tp, rank) for rank in range(tp))
+    kv_head_shard(model, tp, 0)
+    return layouts
 
 
 MAMBA_BACKENDS = ("triton", "flashinfer", "cpu")     # MambaBackendEnum: --mamba-backend

@@ -12,7 +12,7 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
     from mambaxfer_cli.engines.vllm.startup import startup
-    from mambaxfer_cli.planning.kv_groups import model_grouping
+    from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
 
     built = build(engines)
     flags = built.decode

@@ -21,7 +21,7 @@ from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.engines.vllm import startup
 from mambaxfer_cli.planning.startup import parallel_refusal
-from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.errors import Refused
@@ -210,7 +210,7 @@ class Ours:
 
     def hash_refuses(self, model_name: str, variation: Variation) -> bool:
         """Whether ``preflight``'s hashed fields tell the two engines of ``variation`` apart."""
-        from mambaxfer_cli.planning.reads import VLLM
+        from mambaxfer_cli.engines.vllm.reads import VLLM
         from mambaxfer_cli.engines.vllm.preflight.fields import hashed_fields
         from mambaxfer_cli.engines.vllm.preflight.served import build_engine
         from mambaxfer_cli.preflight.report import DECODE, PREFILL

@@ -15,12 +15,35 @@ from mambaxfer_cli.engines.vllm.engine import EngineLayout
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.plan import Warning_
 from mambaxfer_cli.engines.vllm.release import Refusal
+from mambaxfer_cli.errors import Refused, UserError, quoted
+from mambaxfer_cli.families.qwen4exp import parts
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.readers.model_config import DtypeFacts
 
 # SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("qwen4_exp_mtp",)}
 MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")
+
+
+# AttentionConfig.indexer_kv_dtype (config/attention.py IndexerKVDType), and what QSA's indexer
+# makes of each (QSAIndexer.__init__: "auto" is bf16; mxfp4 and nvfp4 stop the engine).
+INDEXER_KV_DTYPES = ("auto", "bf16", "fp8", "mxfp4", "nvfp4")
+
+
+def indexer_kv_dtype(facts: DtypeFacts) -> dict[str, str] | None:
+    """The QSA compressed keys' dtype vLLM starts a Qwen4Exp model with (``dtypes``): bf16 or fp8."""
+    if facts.family.parts is not parts:
+        return None
+    value = "auto" if facts.indexer_kv_dtype is None else str(facts.indexer_kv_dtype).strip().lower()
+    if value not in INDEXER_KV_DTYPES:
+        raise UserError(f"indexer_kv_dtype: indexer_kv_dtype must be one of {', '.join(INDEXER_KV_DTYPES)} "
+                        f"(vLLM's AttentionConfig), got {quoted(facts.indexer_kv_dtype)}")
+    if value in ("mxfp4", "nvfp4"):
+        raise Refused(f"indexer_kv_dtype: vLLM does not start a Qwen4Exp engine with it: \"indexer_kv_dtype="
+                      f"'{value}' is not supported by the Qwen4Exp QSA indexer (only 'bf16' or 'fp8').\" "
+                      f"(NotImplementedError in QSAIndexer.__init__)")
+    return {"indexer_kv_dtype": "bf16" if value == "auto" else value}
 
 
 # The layouts QSA's indexer backend declares (``QSAIndexerBackend.supported_kv_cache_layouts``), so

@@ -10,7 +10,7 @@ from mambaxfer_cli.engines.vllm.families import qwen4exp
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.engines.vllm.reads import VLLM
 from mambaxfer_cli.engines.vllm.proof.indexer_caches import PLE_REFUSED, PagesProof, block_pair, holds
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, WrongByte

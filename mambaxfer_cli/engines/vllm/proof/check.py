@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
-from mambaxfer_cli.planning.layout import rank_layouts, valid_tp_sizes
+from mambaxfer_cli.planning.layout import valid_tp_sizes
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
@@ -18,9 +18,10 @@ from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import fix_words
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
-from mambaxfer_cli.planning.reads import EXACT, VLLM, Read, misreads, tp_ratio
+from mambaxfer_cli.planning.reads import Read, misreads, tp_ratio
+from mambaxfer_cli.engines.vllm.reads import EXACT, VLLM
 from mambaxfer_cli.engines.vllm.release import Release
-from mambaxfer_cli.engines.vllm.startup import refused_when
+from mambaxfer_cli.engines.vllm.startup import rank_layouts, refused_when
 from mambaxfer_cli.engines.vllm.proof.pages import request_pages
 from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, Simulation, simulate
 from mambaxfer_cli.proof.pattern import REGION_IDS

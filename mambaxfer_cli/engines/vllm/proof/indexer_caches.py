@@ -14,9 +14,10 @@ import numpy as np
 
 from mambaxfer_cli.engines.vllm import indexer_caches
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.planning.kv_groups import RING as RING_GROUP
+from mambaxfer_cli.engines.vllm.kv_groups import RING as RING_GROUP
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
-from mambaxfer_cli.planning.reads import VLLM, Read
+from mambaxfer_cli.planning.reads import Read
+from mambaxfer_cli.engines.vllm.reads import VLLM
 from mambaxfer_cli.proof.pattern import POISON, unit_bytes_pattern
 from mambaxfer_cli.engines.vllm.proof.simulate import ByteSource, Damage, Simulation, WrongByte
 

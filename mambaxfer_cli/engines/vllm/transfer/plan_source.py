@@ -10,7 +10,7 @@ from typing import Any
 from mambaxfer_cli.execute.difference import comparable, first_difference, shown_value
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError, reworded
-from mambaxfer_cli.planning.kv_groups import KVGrouping, model_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.limits import MAX_KV_GROUPS, MAX_LAYERS, at_most, check_bounds, within
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags

@@ -18,7 +18,7 @@ from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ModelSpec
-from mambaxfer_cli.planning.reads import VLLM
+from mambaxfer_cli.engines.vllm.reads import VLLM
 from mambaxfer_cli.engines.vllm.proof.addresses import expand
 from mambaxfer_cli.proof.pattern import PageShape, Part
 from mambaxfer_cli.engines.vllm.proof.indexer_caches import (CKEY, PLE_REFUSED, RING, block_pair, cache_pairs,

@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from mambaxfer_cli.planning.reads import EXACT
+from mambaxfer_cli.engines.vllm.reads import EXACT
 from mambaxfer_cli.engines.vllm.proof.check import BOTH, CheckReport, PairingResult
 from mambaxfer_cli.proof.verdicts import CORRUPTS, REFUSES, RIGHT
 from mambaxfer_cli.render.console import columns_table, model_rows

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED, Verdict
-from mambaxfer_cli.planning.kv_groups import describe
+from mambaxfer_cli.engines.vllm.kv_groups import describe
 from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.planning.model import SSM
 from mambaxfer_cli.engines.vllm.plan import Plan
