@@ -115,3 +115,12 @@ def test_preflight_says_nixls_refusal_of_the_replicated_state_and_fixes_it():
     assert result.code == 1 and document["verdict"] == "refused", result.stderr
     assert document["sglang"]["refusals"][0]["message"].startswith("Replicated Mamba PD state transfer")
     assert document["fix"]["verdict_after"] == "works"
+
+
+def test_vllms_indexer_kv_dtype_is_refused_whatever_its_value():
+    for command in (("plan", "--p-tp", "1", "--d-tp", "2"), ("check", "--pairs", "1:2"), ("inspect",)):
+        for value in ("fp8", "mxfp4"):
+            result = run_cli(*command, "--engine", "sglang", "--model", PRESET, "--indexer-kv-dtype", value)
+            assert result.code == 2 and result.stdout == "", (command, value, result.stderr)
+            assert result.stderr.startswith("error: --indexer-kv-dtype: vLLM's option") and "Traceback" not in \
+                result.stderr

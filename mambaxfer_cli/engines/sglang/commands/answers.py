@@ -56,6 +56,9 @@ def load(model: ModelArgs, name: str | None = None):
         raise UserError(f"{', '.join(given)}: SGLang sets its state dtypes and conv rows itself "
                         f"(SGLANG_MAMBA_CONV_DTYPE, SGLANG_MAMBA_SSM_DTYPE, the config's mamba_ssm_dtype); "
                         f"--engine sglang does not take {'them' if len(given) > 1 else 'it'}")
+    if model.indexer_kv_dtype is not None:
+        raise UserError("--indexer-kv-dtype: vLLM's option (its --attention-config indexer_kv_dtype); "
+                        "--engine sglang does not read it")
     return model.load(name, startup=startup(SGLANG_0_5_23.version))
 
 
