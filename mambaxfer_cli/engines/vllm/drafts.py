@@ -153,6 +153,26 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
     return replace(model, layers=model.layers + (family.mtp_kind,) * built, draft_layers=built, num_spec=tokens)
 
 
+def drafter_of(speculative: Mapping[str, Any]) -> str | None:
+    """The EAGLE drafter a ``--speculative-config`` names, else None."""
+    found = speculative.get("model")
+    return str(found) if speculative.get("method") in EAGLE_METHODS and found is not None else None
+
+
+def unplanned(model: ModelSpec, name: str) -> str:
+    """Why the drafter ``name``'s layers are not in ``model``'s plan, said before the warning's end."""
+    config = drafter_config(name)
+    if config is None:
+        return (f"the drafter {name} is not here (mambaxfer reads a config.json, a folder or the local Hugging "
+                f"Face cache, and downloads nothing); ")
+    pages = _pages(flatten_text_config(config), name)
+    if not model.mla and model.has_attention and pages != (model.num_kv_heads, model.head_size):
+        return (f"the drafter's pages are not the target's ({pages[0]} KV heads of {pages[1]}, the target's "
+                f"{model.num_kv_heads} of {model.head_size}), so vLLM gives each of its layers a KV-cache group of "
+                f"its own (unify_kv_cache_spec_page_size), which mambaxfer does not plan; ")
+    return ""
+
+
 def drafter_config(name: str) -> dict[str, Any] | None:
     """The drafter's config.json where ``--model`` would find it here (a file, a directory, a
     cached repo id); None where it is not here (mambaxfer never downloads)."""
@@ -175,11 +195,16 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
         tokens = int_key(flat, "n_predict", 1, name)     # vLLM's default: the drafter's n_predict
     if config is None or tokens is None or model.mla or not model.has_attention:
         return model if tokens is None else replace(model, num_spec=tokens)
-    heads = dim_key(flat, "num_attention_heads", None, name)
-    head_size = dim_key(flat, "head_dim", dim_key(flat, "hidden_size", None, name) // heads, name)
-    if (dim_key(flat, "num_key_value_heads", heads, name), head_size) != (model.num_kv_heads, model.head_size):
+    if _pages(flat, name) != (model.num_kv_heads, model.head_size):
         return replace(model, num_spec=tokens)
     built = dim_key(flat, "num_hidden_layers", None, name)
     within(f"{name}: {len(model.layers) + built} cache-keeping layers with the drafter's",
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
     return replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built, num_spec=tokens)
+
+
+def _pages(flat: Mapping[str, Any], name: str) -> tuple[int, int]:
+    """A drafter's KV heads and head size, as its attention's pages hold them."""
+    heads = dim_key(flat, "num_attention_heads", None, name)
+    return (dim_key(flat, "num_key_value_heads", heads, name),
+            dim_key(flat, "head_dim", dim_key(flat, "hidden_size", None, name) // heads, name))

@@ -113,7 +113,7 @@ def drafted(specs: list[ModelSpec], model: ModelArgs, args: EngineArgs, engines:
 def plan_options(request: RequestArgs, engines: Engines, semantics: str | None = None,
                  speculative: str | None = None) -> PlanOptions:
     """PlanOptions from the request and both engines (``build``); ``speculative``: --speculative-config."""
-    from mambaxfer_cli.engines.vllm.drafts import drafts, speculative_config
+    from mambaxfer_cli.engines.vllm.drafts import drafter_of, drafts, speculative_config
     from mambaxfer_cli.engines.vllm.kv_groups import parse_grouping
     from mambaxfer_cli.engines.vllm.plan import PlanOptions
 
@@ -123,12 +123,13 @@ def plan_options(request: RequestArgs, engines: Engines, semantics: str | None =
         raise UserError("--kv-tensors and --ssm-tensors only apply with --kv-groups")
     grouping = (parse_grouping(request.kv_groups, request.kv_tensors, request.ssm_tensors)
                 if request.kv_groups is not None else None)
+    config = speculative_config(speculative) or {} if speculative is not None else {}
     return PlanOptions(
         semantics=semantics or request.reads(), coalesce=request.coalesce, prefill=engines.prefill,
         decode=engines.decode, attention_streams=request.attention_streams, grouping=grouping,
         request_blocks=request.request_blocks, prefill_blocks=request.prefill_blocks,
         decode_blocks=request.decode_blocks, seed=request.seed, kv_cache_layout=engines.kv_cache_layout,
-        drafted=None if speculative is None else drafts(speculative_config(speculative) or {}))
+        drafted=None if speculative is None else drafts(config), drafter=drafter_of(config))
 
 
 _said: set[str] = set()

@@ -49,6 +49,7 @@ class PlanOptions:
     prefill_model: ModelSpec | None = None   # P's model when its dtypes or num_spec differ from D's
     kv_cache_layout: str | None = None       # VLLM_KV_CACHE_LAYOUT on both engines (None: vLLM's pick)
     drafted: bool | None = None              # speculative tokens drafted by a model (None: not said)
+    drafter: str | None = None               # the EAGLE drafter --speculative-config names
 
     @property
     def engines(self) -> Engines:
@@ -450,10 +451,11 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             f"kv_transfer_params, or D declines the reads")))
     if (model.num_spec or p_model.num_spec) and options.drafted is not False and not model.draft_layers:
         where = "" if options.drafted else "where a model drafts them (MTP, EAGLE, a draft model; not n-gram), "
+        why = drafts.unplanned(model, options.drafter) if options.drafter else ""
         warnings.append(Warning_("draft-layers", (
             f"speculative decoding ({p_model.num_spec} tokens on P, {model.num_spec} on D): {where}{drafts.RULE}; "
-            f"mambaxfer plans the target's layers only, so with those layers the groups, tensors and descriptor IDs "
-            f"differ (each SSM layer's reads do not)")))
+            f"{why}mambaxfer plans the target's layers only, so with those layers the groups, tensors and "
+            f"descriptor IDs differ (each SSM layer's reads do not)")))
     split = prefill.geometry.split_by_remote
     if split > 1:
         warnings.append(Warning_("vllm-splits-blocks", (
