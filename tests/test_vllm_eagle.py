@@ -123,7 +123,9 @@ def test_preflight_checks_the_drafters_bytes():
 
     drafted, doc = moved(LLAMA)
     assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
-    assert drafted > moved("org/not-cached-eagle3")[0]
+    alone, doc = moved("org/not-cached-eagle3")
+    assert drafted > alone
+    assert [w for w in doc["warnings"] if "the drafter org/not-cached-eagle3 is not here" in w], doc["warnings"]
 
 
 def test_eagle3_on_a_class_without_the_interface_is_refused_in_vllms_words():

@@ -123,8 +123,10 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
                             f"(validate_mamba_cached_kernel): its verify records live outside the KV cache, the page "
                             f"is the stock one and the connector moves it")
         if e.line.num_speculative_tokens and drafts.drafts(e.line.speculative) and not e.model.draft_layers:
+            drafter = drafts.drafter_of(e.line.speculative)
+            why = drafts.unplanned(e.model, drafter) if drafter else ""
             warnings.append(f"{name}: --speculative-config method {drafts.method_name(e.line.speculative)}: "
-                            f"{drafts.RULE}; mambaxfer checks the target model's layers only")
+                            f"{drafts.RULE}; {why}mambaxfer checks the target model's layers only")
         warnings += [f"{name}: {n}" for n in e.line.notes]
     warnings += hash_warnings(p, d, first.plan)
     if pushes(p, d):
