@@ -3,6 +3,7 @@ through (never turned into a file), a full disk one line that keeps check's verd
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -99,3 +100,13 @@ def test_dash_is_refused_where_stdout_carries_the_report(tmp_path, args):
     result = run_cli(*args, cwd=str(tmp_path))
     assert_user_error(result, f"'{args[-2]}': '-' is standard output, which carries the report; name a file")
     assert result.stdout == "" and os.listdir(tmp_path) == []
+
+
+def test_a_file_named_dash_spelt_as_a_path_is_that_file(tmp_path):
+    """'-' alone is standard output; './-' is a file named '-', for --output as for --junit."""
+    result = run_cli(*PLAN, "--output", "./-", cwd=str(tmp_path))
+    assert result.code == 0 and result.stdout == "", result.stderr
+    assert json.loads((tmp_path / "-").read_text())["schema"] == "mambaxfer.plan/v1"
+    (tmp_path / "-").unlink()
+    junit = run_cli("check", "--model", "jamba", "--pairs", "1:2", "--junit", "./-", cwd=str(tmp_path))
+    assert junit.code == 0 and (tmp_path / "-").read_text().startswith("<?xml"), junit.stderr

@@ -358,6 +358,12 @@ def a_file(value: str) -> Path:
     return Path(value)
 
 
+def a_document_path(value: str) -> Path:
+    """``--output``: ``-`` is standard output; a file named ``-`` spelt otherwise (``./-``) is that file."""
+    path = Path(value)
+    return path if value == str(STDOUT) or path != STDOUT else Path.cwd() / path
+
+
 @dataclass(frozen=True)
 class OutputArgs(Group):
     """Where and how a command says its result."""
@@ -365,7 +371,8 @@ class OutputArgs(Group):
     fmt: Format = option("--format", "-f", help="table, json or yaml (mambaxfer.{command}/v1).", panel=OUTPUT,
                          default=Format.table)
     output: Path | None = option("--output", "-o", help="Write the document (JSON, or YAML with --format yaml) "
-                                                        "to FILE ('-': standard output).", panel=OUTPUT)
+                                                        "to FILE ('-': standard output).", panel=OUTPUT,
+                                 parser=a_document_path, metavar="<path>")
     junit: Path | None = option("--junit", help="Also write the results as JUnit XML to FILE.", panel=OUTPUT,
                                 parser=a_file, metavar="<path>")
 
