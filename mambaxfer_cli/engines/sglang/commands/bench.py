@@ -97,8 +97,8 @@ def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: Engi
                         f"mambaxfer's exact descriptors; bench one engine for its own (--engine vllm --semantics "
                         f"vllm, --engine sglang --semantics sglang)")
     if engines.speculative_config is not None:
-        raise UserError("--speculative-config: vLLM's draft layers; with --engine vllm,sglang SGLang's side has no "
-                        "draft, so bench --engine vllm for them")
+        raise UserError("--speculative-config: with --engine vllm,sglang SGLang's side has no draft to move; "
+                        "bench the draft layers with --engine vllm")
     backend(EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend), said=False)   # vLLM's are vLLM's
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     check_bounds(p_tp=p_tp, d_tp=d_tp, layers=run_args.layers, iters=run_args.iters)
