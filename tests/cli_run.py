@@ -17,10 +17,10 @@ class CliResult:
 
 
 def run_cli(*args: str, timeout: float = 120, env: dict | None = None, cwd: str | None = None,
-            preexec=None) -> CliResult:
+            preexec=None, stdin: str | None = None) -> CliResult:
     full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd, preexec_fn=preexec)
+                          timeout=timeout, env=full_env, cwd=cwd, preexec_fn=preexec, input=stdin)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -110,3 +110,23 @@ def test_a_file_named_dash_spelt_as_a_path_is_that_file(tmp_path):
     (tmp_path / "-").unlink()
     junit = run_cli("check", "--model", "jamba", "--pairs", "1:2", "--junit", "./-", cwd=str(tmp_path))
     assert junit.code == 0 and (tmp_path / "-").read_text().startswith("<?xml"), junit.stderr
+
+
+def test_a_plan_or_a_launch_script_is_read_from_standard_input_as_dash(tmp_path):
+    """``execute --plan -`` and ``preflight --prefill-file -`` read standard input; both sides
+    cannot, and an empty input is one line."""
+    plan = run_cli(*PLAN, "--output", "-")
+    assert plan.code == 0, plan.stderr
+    # The plan is read and rebuilt: what stops it is its engines' memory, not the reading.
+    assert_user_error(run_cli("execute", "--plan", "-", "--device", "cpu", stdin=plan.stdout),
+                      "this plan cannot be executed: its engines need")
+    assert_user_error(run_cli("execute", "--plan", "-", "--device", "cpu", stdin=""),
+                      "--plan -: standard input is empty")
+    line = "vllm serve nvidia/Nemotron-H-8B-Base-8K --tensor-parallel-size {} --kv-transfer-config " \
+           "'{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}}'"
+    result = run_cli("preflight", "--prefill-file", "-", "--decode", line.format(2), "--format", "json",
+                     stdin=line.format(1))
+    engines = json.loads(result.stdout)["engines"]
+    assert (engines["prefill"]["tp"], engines["decode"]["tp"]) == (1, 2), result.stderr
+    assert_user_error(run_cli("preflight", "--prefill-file", "-", "--decode-file", "-", stdin=line.format(1)),
+                      "standard input holds one of them")

@@ -8,7 +8,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs
+from mambaxfer_cli.cli.options import (EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs,
+                                      a_document_path)
 from mambaxfer_cli.cli.params import ENGINES, MODEL, Group, command, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import one
@@ -77,7 +78,8 @@ def execute(
         "--blocks", help="Logical blocks per engine (pages per SSM tensor). Default: twice what the request needs.",
         panel=ENGINES),
     plan_file: Path | None = option(
-        "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again.", panel=MODEL),
+        "--plan", help="Execute this 'mambaxfer plan --output' document instead of planning again ('-': "
+                       "standard input).", panel=MODEL, parser=a_document_path, metavar="<path>"),
 ) -> None:
     """Run P and D ranks as processes with real NIXL agents, move the state as the engine does
     (vLLM's READs, SGLang's WRITEs), verify every byte.

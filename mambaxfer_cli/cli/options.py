@@ -359,7 +359,7 @@ def a_file(value: str) -> Path:
 
 
 def a_document_path(value: str) -> Path:
-    """``--output``: ``-`` is standard output; a file named ``-`` spelt otherwise (``./-``) is that file."""
+    """``-`` is standard output (``--output``) or input (``--plan``); ``./-`` is a file named ``-``."""
     path = Path(value)
     return path if value == str(STDOUT) or path != STDOUT else Path.cwd() / path
 

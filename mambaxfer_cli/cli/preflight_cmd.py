@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from mambaxfer_cli.cli.options import EngineArgs, OutputArgs
+from mambaxfer_cli.cli.options import EngineArgs, OutputArgs, a_document_path
 from mambaxfer_cli.cli.params import ENGINES, command, given, option
 from mambaxfer_cli.cli.report import finish
 from mambaxfer_cli.engines import ServingEngine, engine, names, one
@@ -58,9 +58,11 @@ def preflight(
     decode: str | None = option(
         "--decode", help="The decode engine's command line, like --prefill.", panel=ENGINES),
     prefill_file: Path | None = option(
-        "--prefill-file", help="A file with P's command line, or a shell script that runs it.", panel=ENGINES),
+        "--prefill-file", help="A file with P's command line, or a shell script that runs it ('-': standard "
+                              "input).", panel=ENGINES, parser=a_document_path, metavar="<path>"),
     decode_file: Path | None = option(
-        "--decode-file", help="A file with D's command line, or a shell script that runs it.", panel=ENGINES),
+        "--decode-file", help="A file with D's command line, or a shell script that runs it ('-': standard "
+                              "input).", panel=ENGINES, parser=a_document_path, metavar="<path>"),
     env: list[str] | None = option(
         "--env", metavar="NAME=VALUE", help="A variable the lines read ($NAME), as the shell that runs them "
              "has it; wins over this shell's environment. Repeat it. Gives what only running a script tells "
@@ -84,6 +86,9 @@ def preflight(
 
     mambaxfer preflight --prefill-file prefill.sh --decode-file decode.sh --env MODEL=nvidia/Nemotron-H-8B-Base-8K
     """
+    if str(prefill_file) == str(decode_file) == "-":
+        raise UserError("--prefill-file - and --decode-file -: standard input holds one of them; give the other "
+                        "as a file or with --prefill/--decode")
     p_text = _text(prefill, prefill_file, "prefill")
     d_text = _text(decode, decode_file, "decode")
     p_origin = f"--prefill-file {prefill_file}" if prefill is None else "--prefill"

@@ -16,17 +16,23 @@ from mambaxfer_cli.limits import INPUT_IDLE_S, MAX_FILE_BYTES, MAX_NESTING, chec
 
 def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
     """At most ``limit`` bytes of the file, or one UserError (``what``: what it should be). Pipes
-    and FIFOs are read as data arrives, refused after INPUT_IDLE_S seconds of silence."""
+    and FIFOs are read as data arrives, refused after INPUT_IDLE_S seconds of silence; ``-`` is
+    standard input."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        if str(path) == "-":
+            fd = os.dup(0)
+        else:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UserError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    blocking = os.get_blocking(fd)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise UserError(f"{where}: is a directory; give {what}")
         if os.isatty(fd):
             raise UserError(f"{where}: is a terminal; give {what}")
+        os.set_blocking(fd, False)
         too_big = f"{where}: larger than {_size(limit)}; not {what}"
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             raise UserError(too_big)
@@ -44,7 +50,9 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
                 raise UserError(f"{where}: cannot read: {exc.strerror or exc}") from None
             if not chunk:
                 if total == 0 and stat.S_ISFIFO(info.st_mode):
-                    raise UserError(f"{where}: a FIFO with no writer (or one that wrote nothing); give {what}")
+                    said = ("standard input is empty" if str(path) == "-"
+                            else "a FIFO with no writer (or one that wrote nothing)")
+                    raise UserError(f"{where}: {said}; give {what}")
                 break
             chunks.append(chunk)
             total += len(chunk)
@@ -52,6 +60,7 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
             raise UserError(too_big)
         return b"".join(chunks)
     finally:
+        os.set_blocking(fd, blocking)     # standard input's file is shared with the shell that started us
         os.close(fd)
 
 

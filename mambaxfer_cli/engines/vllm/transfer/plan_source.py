@@ -54,7 +54,8 @@ def plan_to_execute(spec: ModelSpec, p_tp: int, d_tp: int, *, semantics: str, co
 def _read_document(path: Path) -> dict[str, Any]:
     text = read_text(path, f"--plan {path}")
     where = f"--plan {path}: not a readable plan document"
-    document = parse_yaml(text, where) if path.suffix in (".yaml", ".yml") else parse_json(text, where)
+    yaml = path.suffix in (".yaml", ".yml") or str(path) == "-"     # standard input: either (JSON is YAML)
+    document = parse_yaml(text, where) if yaml else parse_json(text, where)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
         raise UserError(f"--plan {path}: not a {SCHEMA} document (schema: {found!r}); write one with "
