@@ -20,8 +20,9 @@ def pairings(draw, max_tp: int = 6, attention: bool = False):
     """
     p_tp, d_tp = draw(st.integers(1, max_tp)), draw(st.integers(1, max_tp))
     m = lcm(p_tp, d_tp)
-    # Short conv has no SSM state and is read for SGLang only (vLLM's connector refuses it).
-    variant = draw(st.sampled_from([Variant(n) for n, v in VARIANTS.items() if v.backend != "SHORT_CONV"]))
+    # Short conv and lightning attention are read for SGLang only (vLLM's connector refuses them).
+    variant = draw(st.sampled_from([Variant(n) for n, v in VARIANTS.items() if v.backend not in ("SHORT_CONV",
+                                                                                                  "LINEAR")]))
     small = st.integers(1, 3)
     if variant == Variant("mamba1"):
         params = {"intermediate_size": m * draw(small), "d_state": draw(small)}

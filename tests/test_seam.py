@@ -94,7 +94,8 @@ def test_a_variant_is_one_module(copy):
 
     for name in ("plan", "inspect", "models"):
         schema = json.loads(run(copy, "-m", "mambaxfer_cli", "schema", name).stdout)
-        assert variant_enums(schema) == [["mamba1", "mamba2", "gdn", "kda", "mamba3", "short_conv"]], name
+        assert variant_enums(schema) == [["mamba1", "mamba2", "gdn", "kda", "mamba3", "short_conv",
+                                           "lightning"]], name
 
     refused = run(copy, "-m", "mambaxfer_cli", "plan", "-m", config, "--variant", "mamba4", "--p-tp", "1",
                   "--d-tp", "1")

@@ -87,7 +87,6 @@ def test_nemotron_nano_vl_is_read_through_its_nemotron_h_llm_config(tmp_path):
 
 @pytest.mark.parametrize("arch, model_type, words", [
     ("ZayaForCausalLM", "zaya", "two conv tensors per layer"),
-    ("MiniCPMSALAForCausalLM", "minicpm_sala", "no conv and a temporal (lightning_nkv / TP"),
 ])
 def test_a_state_no_variant_expresses_is_refused_saying_what(tmp_path, arch, model_type, words):
     config = tmp_path / "config.json"

@@ -127,7 +127,7 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
     """The state of one SSM layer on rank ``rank`` of a TP-``tp`` engine."""
     check_tp(tp)
     rows = model.conv_rows
-    if rows < 1:
+    if rows < 1 and any(shape.kind == "conv" for shape in VARIANTS[model.variant].regions):
         raise UserError(f"{model.name}: conv_kernel {model.conv_kernel} leaves no conv state rows")
     conv_unit = rows * dtype_bytes(model.conv_dtype)
     regions, offset = [], 0

@@ -247,6 +247,9 @@ def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
     if model.variant == "short_conv":    # its config class: num_heads is the TP size, no SSM state
         return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
                 "state_size": 0, "conv_kernel": model.conv_kernel}
+    if model.variant == "lightning":     # MiniCPMHybridConfig: no conv, lightning_nkv heads of hd × hd
+        return {"intermediate_size": 0, "n_groups": 0, "num_heads": p["num_heads"], "head_dim": p["head_dim"],
+                "state_size": p["head_dim"], "conv_kernel": 1}
     if model.variant == "gdn":     # conv_shard_groups as the family's config class passes them, or none
         groups = state_shape(model, 1).conv_shard_groups
         return {"intermediate_size": p["num_v_heads"] * p["head_v_dim"], "n_groups": p["num_k_heads"],
@@ -992,8 +995,9 @@ def _their_kda_channels(build: Callable[..., Any], model: ModelSpec, tp: int, ra
 
 
 def _our_state_layers(model: ModelSpec, release: Release) -> tuple[int, ...]:
-    """The layer ids of plan's conv entries (each layer has one)."""
-    return tuple(e.layer_id for e in plan(model, 1, 1, release=release).prefill_entries if e.field == CONV)
+    """The layer ids of plan's state entries (each layer has one per field)."""
+    return tuple(dict.fromkeys(e.layer_id for e in plan(model, 1, 1, release=release).prefill_entries
+                               if e.field in FIELDS))
 
 
 def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:

@@ -26,7 +26,6 @@ STATE_NOT_READ: Mapping[str, tuple[str, str, str]] = {
     **merged("STATE_NOT_READ"),
     "ZayaForCausalLM": ("Zaya", "ZayaConfig", "mamba2_config"),
     "InternS2PreviewForConditionalGeneration": ("InternS2-Preview", "InternS2PreviewConfig", "hybrid_gdn_config"),
-    "MiniCPMSALAForCausalLM": ("MiniCPM-SALA", "MiniCPMHybridConfig", "hybrid_lightning_config"),
 }
 # What of such a state no variant of mambaxfer's expresses, from its config class's mamba2_cache_params.
 NOT_MODELLED: Mapping[str, str] = {
@@ -35,9 +34,6 @@ NOT_MODELLED: Mapping[str, str] = {
                         "· head_dim / TP rows of cca_time0 + cca_time1 - 2) and the previous hidden state "
                         "(hidden_size rows of 1, whole on every rank), and no temporal state (configs/zaya.py): "
                         "a variant of mambaxfer's keeps one conv tensor per layer, sharded"),
-    "MiniCPMSALAForCausalLM": ("its lightning layers' state, no conv and a temporal (lightning_nkv / TP, "
-                               "lightning_head_dim, lightning_head_dim) per layer (configs/minicpm.py): every "
-                               "variant of mambaxfer's keeps conv channels"),
 }
 
 

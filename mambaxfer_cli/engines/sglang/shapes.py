@@ -99,6 +99,9 @@ def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> 
                                   conv_kernel=model.conv_kernel)
     if model.variant == "kda":   # the config class's KimiLinearCacheParams (families/kimi.py, bailing.py)
         return kda_state_shape(tp=tp, num_heads=p["num_heads"], head_dim=p["head_dim"], conv_kernel=model.conv_kernel)
+    if model.variant == "lightning":    # configs/minicpm.py: no conv (conv_kernel 1), nkv heads of hd × hd
+        return mamba2_state_shape(tp=tp, intermediate_size=0, n_groups=0, num_heads=p["num_heads"],
+                                  head_dim=p["head_dim"], state_size=p["head_dim"], conv_kernel=1)
     if model.variant == "short_conv":   # configs/lfm2*.py: the conv window over hidden_size, no SSM state
         return mamba2_state_shape(tp=tp, intermediate_size=p["hidden_size"], n_groups=1, num_heads=tp,
                                   head_dim=p["hidden_size"], state_size=0, conv_kernel=model.conv_kernel)
@@ -197,6 +200,8 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
         own = rule.kda_heads if rule else ""     # a family's own mixer, else Kimi's KimiDeltaAttention
         return own.format(heads=p["num_heads"], tp=tp) if own else release.message("kda_heads", heads=p["num_heads"],
                                                                                       tp=tp)
+    if model.variant == "lightning" and p["num_heads"] % tp:     # Mamba2StateShape.create's divide
+        return f"TP {tp} does not divide lightning_nkv = {p['num_heads']} (the lightning state's heads)"
     if model.variant == "short_conv" and p["hidden_size"] % tp:   # Mamba2StateShape.create's divide
         return f"TP {tp} does not divide hidden_size = {p['hidden_size']} (the short conv's channels)"
     if model.variant == "gdn":

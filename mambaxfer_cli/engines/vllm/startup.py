@@ -192,9 +192,12 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Start
         model_type = str(read.get("model_type", ""))
         known = family_for(model_type)
         named = variant if variant is not None else known.variant if known is not None else None
-        if named is not None and VARIANTS[named].backend == "SHORT_CONV":
+        rules = VARIANTS[named] if named is not None else None
+        backend = rules.backend if rules is not None else ""
+        if rules is not None and (backend == "SHORT_CONV" or (backend == "LINEAR" and variant is not None)):
             said = f"--variant {variant}" if variant is not None else f"model_type '{model_type}'"
-            raise UserError(f"{where}: {said} is a short-conv state, which vLLM's NIXL connector refuses "
+            kind = "a short-conv" if backend == "SHORT_CONV" else f"a {rules.title}"
+            raise UserError(f"{where}: {said} is {kind} state, which vLLM's NIXL connector refuses "
                             f"(derive_mamba_conv_split); mambaxfer answers for it under --engine sglang")
         if variant is None and archs and not served_anywhere(archs):
             if releases and known is not None and not removed:     # a family only another engine serves
