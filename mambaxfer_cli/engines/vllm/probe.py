@@ -630,11 +630,12 @@ class Installed:
 
     # --- KV-cache groups and tensors ----------------------------------------------------------
 
-    @staticmethod
-    def layer_names(model: ModelSpec) -> list[str]:
-        """The target's layers, then a drafter's under its MTP module (``mtp.layers.{j}``)."""
+    def layer_names(self, model: ModelSpec) -> list[str]:
+        """The target's layers, then a drafter's: under its MTP module (``mtp.layers.{j}``), or an
+        EAGLE drafter's numbered after the target's decoder layers (``start_layer_id``)."""
         target = len(model.layers) - model.draft_layers
-        return [(f"model.layers.{i}." if i < target else f"mtp.layers.{i - target}.")
+        stem, start = ("model.layers", model.hashed_layers) if self.drafter else ("mtp.layers", 0)
+        return [(f"model.layers.{i}." if i < target else f"{stem}.{start + i - target}.")
                 + ("self_attn.attn" if kind == ATTENTION else "mixer") for i, kind in enumerate(model.layers)]
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry))
