@@ -177,6 +177,13 @@ def unplanned(model: ModelSpec, name: str) -> str:
             f"mambaxfer does not plan; ")
 
 
+def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGrouping | None:
+    """``apart_grouping`` of the EAGLE drafter ``speculative`` names, where its config is here."""
+    name = drafter_of(speculative)
+    config = drafter_config(name) if name else None
+    return None if name is None or config is None else apart_grouping(model, config, name)
+
+
 def apart_grouping(model: ModelSpec, config: Mapping[str, Any], name: str) -> KVGrouping | None:
     """vLLM's groups with an EAGLE drafter whose attention pages are not the target's: its
     ``num_hidden_layers`` specs differ from every target spec (``unify_kv_cache_spec_page_size``
