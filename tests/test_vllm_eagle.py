@@ -65,6 +65,17 @@ def test_a_drafter_of_other_pages_or_not_here_keeps_the_warning():
         assert reason in " ".join(str(v) for v in warned["draft-layers"].values())
 
 
+def test_check_says_when_the_drafters_layers_are_not_checked():
+    """check moves the target's bytes only where the drafter's pages differ, and says so in its
+    console (not where they are planned: Nemotron-H-8B with Llama-3-70B's drafter)."""
+    said = "warning: draft-layers: the draft's layers are not in the 1 pairing checked"
+    for model, drafter, warned in (("qwen3.5-0.8b", QWEN, True), ("nemotron-h-8b", LLAMA, False)):
+        result = run_cli("check", "--model", model, "--max-tp", "1", "--speculative-config", eagle3(drafter),
+                         env={"COLUMNS": "80"})
+        assert result.code == 0, result.stderr
+        assert (said in " ".join(result.stdout.split())) == warned, result.stdout
+
+
 def test_a_drafter_without_a_token_count_is_refused_in_vllms_words():
     result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "1",
                      "--speculative-config", eagle3(LLAMA, None))
