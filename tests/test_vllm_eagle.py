@@ -76,6 +76,13 @@ def test_check_says_when_the_drafters_layers_are_not_checked():
         assert (said in " ".join(result.stdout.split())) == warned, result.stdout
 
 
+def test_execute_says_when_it_moved_no_draft_layer():
+    result = run_cli("execute", "--device", "cpu", "--timeout", "90", "--model", "qwen3.5-0.8b", "--p-tp", "1",
+                     "--d-tp", "1", "--iters", "1", "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
+    assert result.code == 0, result.stderr
+    assert "warning: draft-layers: the run moved the target's layers only" in " ".join(result.stdout.split())
+
+
 def test_a_drafter_without_a_token_count_is_refused_in_vllms_words():
     result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "1",
                      "--speculative-config", eagle3(LLAMA, None))
