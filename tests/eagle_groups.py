@@ -5,8 +5,9 @@ argv: the target (--model), the drafter's config.json and the TP size (conforman
 The drafter's KV heads and head size are vLLM's reading of its config (EAGLEConfig, method
 eagle3); its layers' specs are vLLM's FullAttentionSpec tagged is_draft (get_kv_cache_spec); the
 groups are unify_kv_cache_spec_page_size then _get_kv_cache_groups_uniform_page_size. Prints a
-JSON line: vLLM's groups as layer indices, mambaxfer's (``with_drafts``, ``model_grouping``) and
-those of the drafter's layers appended whatever their pages. Or argv "classes" and
+JSON line: vLLM's groups as layer indices, mambaxfer's (``with_drafts``, ``model_grouping``; and
+``apart_grouping`` where the pages differ) and those of the drafter's layers appended whatever
+their pages. Or argv "classes" and
 architectures: whether vLLM's class of each implements SupportsEagle3 (``supports_eagle3``; null:
 not in its registry).
 """
@@ -23,7 +24,7 @@ from transformers import AutoConfig
 from vllm.transformers_utils.configs.eagle import EAGLEConfig
 from vllm.v1.core.kv_cache_planning import _get_kv_cache_groups_uniform_page_size, unify_kv_cache_spec_page_size
 
-from mambaxfer_cli.engines.vllm.drafts import with_drafts
+from mambaxfer_cli.engines.vllm.drafts import apart_grouping, with_drafts
 from mambaxfer_cli.engines.vllm.probe import Installed
 from mambaxfer_cli.engines.vllm.releases import release
 from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
@@ -58,4 +59,5 @@ drafted = with_drafts(target, speculative, release(".".join(vllm.version.split("
 appended = dataclasses.replace(target, layers=target.layers + (ATTENTION,) * eagle.model.num_hidden_layers)
 print(json.dumps({"vllm": [[int(name.rsplit(".", 1)[1]) for name in g.layer_names] for g in groups],
                   "ours": [list(m) for m in model_grouping(drafted).members], "draft_layers": drafted.draft_layers,
-                  "appended": [list(m) for m in model_grouping(appended).members]}))
+                  "appended": [list(m) for m in model_grouping(appended).members],
+                  "apart": [list(m) for m in getattr(apart_grouping(target, draft, drafter_path), "members", ())]}))

@@ -51,15 +51,36 @@ def test_show_ids_prints_the_drafters_groups_in_80_columns():
 
 
 def test_a_drafter_of_other_pages_or_not_here_keeps_the_warning():
-    """Qwen3.5-4B's drafter on Qwen3.5-0.8B (4 KV heads, not 2): vLLM gives every layer a group of
-    its own, which mambaxfer does not plan; a drafter whose config is not here is not read."""
-    reasons = {QWEN: "the drafter's pages are not the target's (4 KV heads of 256, the target's 2 of 256)",
+    """Qwen3.5-4B's drafter on Qwen3.5-0.8B (4 KV heads, not 2): vLLM's groups are said (its bucket
+    apart: 18 GDN, 6 attention and 1 draft group, one layer each, in 1 tensor), not planned; a
+    drafter whose config is not here is not read."""
+    reasons = {QWEN: "the drafter's pages are not the target's (4 KV heads of 256, the target's 2 of 256), so "
+                     "vLLM raises every page to the largest (unify_kv_cache_spec_page_size) and buckets its "
+                     "layers apart: 25 KV-cache groups in 1 tensor",
                "org/not-cached-eagle3": "the drafter org/not-cached-eagle3 is not here"}
     for drafter, reason in reasons.items():
         document = plan("qwen3.5-0.8b", "--speculative-config", eagle3(drafter))
         assert "draft_layers" not in document["model"] and document["model"]["num_spec"] == 3
         warned = {w["code"]: w for w in document["warnings"]}
         assert reason in " ".join(str(v) for v in warned["draft-layers"].values())
+
+
+def test_check_says_when_the_drafters_layers_are_not_checked():
+    """check moves the target's bytes only where the drafter's pages differ, and says so in its
+    console (not where they are planned: Nemotron-H-8B with Llama-3-70B's drafter)."""
+    said = "warning: draft-layers: the draft's layers are not in the 1 pairing checked"
+    for model, drafter, warned in (("qwen3.5-0.8b", QWEN, True), ("nemotron-h-8b", LLAMA, False)):
+        result = run_cli("check", "--model", model, "--max-tp", "1", "--speculative-config", eagle3(drafter),
+                         env={"COLUMNS": "80"})
+        assert result.code == 0, result.stderr
+        assert (said in " ".join(result.stdout.split())) == warned, result.stdout
+
+
+def test_execute_says_when_it_moved_no_draft_layer():
+    result = run_cli("execute", "--device", "cpu", "--timeout", "90", "--model", "qwen3.5-0.8b", "--p-tp", "1",
+                     "--d-tp", "1", "--iters", "1", "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
+    assert result.code == 0, result.stderr
+    assert "warning: draft-layers: the run moved the target's layers only" in " ".join(result.stdout.split())
 
 
 def test_a_drafter_without_a_token_count_is_refused_in_vllms_words():
@@ -83,6 +104,23 @@ def test_execute_moves_and_verifies_the_drafters_pages():
         assert with_draft["verdict"]["checked_bytes"] > target["verdict"]["checked_bytes"]
 
 
+def test_the_probe_names_an_eagle_drafters_layers_as_vllms_model():
+    """vLLM's EAGLE models number the drafter's layers after the target's decoder layers
+    (Eagle3LlamaForCausalLM: start_layer_id; Nemotron-H-8B has 52), not under an MTP module."""
+    from mambaxfer_cli.engines.vllm.drafts import with_drafts
+    from mambaxfer_cli.engines.vllm.probe import Installed
+    from mambaxfer_cli.engines.vllm.releases import release
+    from mambaxfer_cli.readers.model_source import load_model
+
+    model = with_drafts(load_model("nemotron-h-8b"), json.loads(eagle3(LLAMA)), release("0.34"))
+    probe = object.__new__(Installed)
+    probe.drafter = ("eagle3", {})
+    names = probe.layer_names(model)
+    assert names[-1] == "model.layers.52.self_attn.attn" and names[-2] == "model.layers.27.mixer"
+    probe.drafter = None
+    assert probe.layer_names(model)[-1] == "mtp.layers.0.self_attn.attn"
+
+
 def in_vllm(release: str, *args: object) -> list[dict]:
     """tests/eagle_groups.py's JSON lines: the groups (or the classes)."""
     python = os.environ.get(VLLM[release], "")
@@ -101,13 +139,17 @@ def in_vllm(release: str, *args: object) -> list[dict]:
 def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
     """vLLM's own grouping (EAGLEConfig's reading of the drafter, is_draft specs) is mambaxfer's at
     TP 1 and 2 (conformance --speculative-config compares every function: test_conformance.py).
-    Where the drafter's pages differ, appending its layers (a planted fault) is not vLLM's
-    grouping, and mambaxfer does not plan them."""
+    Where the drafter's pages differ (a larger page; or Qwen3.5-4B's drafter on Nemotron-H-8B,
+    4 KV heads of 256 against 8 of 128, the same page size), its layers are a bucket of their own
+    (apart_grouping), which mambaxfer does not plan; appending them to the target's attention (a
+    planted fault) is not vLLM's grouping."""
     for tp in (1, 2):
         (groups,) = in_vllm(release, "nemotron-h-8b", LLAMA, tp)
-        assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"], groups
-    (apart,) = in_vllm(release, "qwen3.5-0.8b", QWEN, 1)
-    assert len(apart["vllm"]) == 25 and apart["appended"] != apart["vllm"] and apart["draft_layers"] == 0
+        assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"] and not groups["apart"], groups
+    for target, drafter, count in (("qwen3.5-0.8b", QWEN, 25), ("nemotron-h-8b", QWEN, 29)):
+        (apart,) = in_vllm(release, target, drafter, 1)
+        assert len(apart["vllm"]) == count and apart["apart"] == apart["vllm"], apart
+        assert apart["appended"] != apart["vllm"] and apart["draft_layers"] == 0
 
 
 def test_preflight_checks_the_drafters_bytes():

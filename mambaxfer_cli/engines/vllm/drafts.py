@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.engines.vllm.families import first, gathered
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, vllm_grouping
 from mambaxfer_cli.families import dim_key, family_for, int_key
 from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
@@ -165,12 +166,33 @@ def unplanned(model: ModelSpec, name: str) -> str:
     if config is None:
         return (f"the drafter {name} is not here (mambaxfer reads a config.json, a folder or the local Hugging "
                 f"Face cache, and downloads nothing); ")
+    apart = apart_grouping(model, config, name)
+    if apart is None:
+        return ""
     pages = _pages(flatten_text_config(config), name)
-    if not model.mla and model.has_attention and pages != (model.num_kv_heads, model.head_size):
-        return (f"the drafter's pages are not the target's ({pages[0]} KV heads of {pages[1]}, the target's "
-                f"{model.num_kv_heads} of {model.head_size}), so vLLM gives each of its layers a KV-cache group of "
-                f"its own (unify_kv_cache_spec_page_size), which mambaxfer does not plan; ")
-    return ""
+    return (f"the drafter's pages are not the target's ({pages[0]} KV heads of {pages[1]}, the target's "
+            f"{model.num_kv_heads} of {model.head_size}), so vLLM raises every page to the largest "
+            f"(unify_kv_cache_spec_page_size) and buckets its layers apart: {len(apart.groups)} KV-cache groups "
+            f"in {apart.tensors} tensor{'s' * (apart.tensors > 1)} (_get_kv_cache_groups_uniform_page_size), which "
+            f"mambaxfer does not plan; ")
+
+
+def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGrouping | None:
+    """``apart_grouping`` of the EAGLE drafter ``speculative`` names, where its config is here."""
+    name = drafter_of(speculative)
+    config = drafter_config(name) if name else None
+    return None if name is None or config is None else apart_grouping(model, config, name)
+
+
+def apart_grouping(model: ModelSpec, config: Mapping[str, Any], name: str) -> KVGrouping | None:
+    """vLLM's groups with an EAGLE drafter whose attention pages are not the target's: its
+    ``num_hidden_layers`` specs differ from every target spec (``unify_kv_cache_spec_page_size``
+    scales the block of the smaller pages), so they are a bucket of their own; None where the
+    pages are the target's (or the target has no such attention)."""
+    flat = flatten_text_config(config)
+    if model.mla or not model.has_attention or _pages(flat, name) == (model.num_kv_heads, model.head_size):
+        return None
+    return vllm_grouping(model.layers + ("draft",) * dim_key(flat, "num_hidden_layers", None, name))
 
 
 def drafter_config(name: str) -> dict[str, Any] | None:
@@ -184,8 +206,8 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
     """An EAGLE drafter's ``num_hidden_layers`` attention layers after the target's
     (``Eagle3LlamaForCausalLM``: ``layers.{target layers + i}``). Its specs equal the target's
     attention specs only with the same KV heads and head size (the KV dtype is the target's), and
-    then join its attention group; else vLLM gives every layer a group of its own, which
-    mambaxfer does not plan (the plans warn ``draft-layers``)."""
+    then join its attention group; else they are a bucket of their own (``apart_grouping``),
+    which mambaxfer does not plan (the plans warn ``draft-layers``)."""
     config = drafter_config(name)
     flat = flatten_text_config(config or {})
     if tokens is None and config is not None:

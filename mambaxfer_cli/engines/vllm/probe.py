@@ -630,11 +630,12 @@ class Installed:
 
     # --- KV-cache groups and tensors ----------------------------------------------------------
 
-    @staticmethod
-    def layer_names(model: ModelSpec) -> list[str]:
-        """The target's layers, then a drafter's under its MTP module (``mtp.layers.{j}``)."""
+    def layer_names(self, model: ModelSpec) -> list[str]:
+        """The target's layers, then a drafter's: under its MTP module (``mtp.layers.{j}``), or an
+        EAGLE drafter's numbered after the target's decoder layers (``start_layer_id``)."""
         target = len(model.layers) - model.draft_layers
-        return [(f"model.layers.{i}." if i < target else f"mtp.layers.{i - target}.")
+        stem, start = ("model.layers", model.hashed_layers) if self.drafter else ("mtp.layers", 0)
+        return [(f"model.layers.{i}." if i < target else f"{stem}.{start + i - target}.")
                 + ("self_attn.attn" if kind == ATTENTION else "mixer") for i, kind in enumerate(model.layers)]
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry))
@@ -657,13 +658,29 @@ class Installed:
                       kv_cache_tensors=[], kv_cache_groups=groups)
         return groups, regions, specs, config
 
-    def eagle_spec(self, model: ModelSpec, tp: int, block_size: int):
-        """An EAGLE drafter's layers' spec: its KV heads and head size as ``EAGLEConfig`` reads them."""
+    def apart_groups(self, model: ModelSpec, tp: int, geometry: Geometry) -> list[list[int]]:
+        """vLLM's groups, as layer indices, of ``model`` with an EAGLE drafter whose pages are not
+        its own: every page raised to the largest (``unify_kv_cache_spec_page_size``), then grouped."""
+        n = self.eagle_model().num_hidden_layers
+        drafted = dataclasses.replace(model, name=f"{model.name} + apart", draft_layers=n,
+                                      layers=model.layers + (ATTENTION,) * n)
+        specs = _run("vllm.v1.core.kv_cache_planning", "unify_kv_cache_spec_page_size",
+                     self.groups(drafted, tp, geometry)[2])
+        names = list(specs)
+        groups = _run("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size", specs)
+        return [[names.index(name) for name in group.layer_names] for group in groups]
+
+    def eagle_model(self):
+        """An EAGLE drafter's config as ``EAGLEConfig`` reads it."""
         assert self.drafter is not None
         method, config = self.drafter
         eagle = _symbol("vllm.transformers_utils.configs.eagle", "EAGLEConfig")
         with calling("EAGLEConfig"):
-            draft = eagle({k: v for k, v in config.items() if not k.startswith("_")}, method=method).model
+            return eagle({k: v for k, v in config.items() if not k.startswith("_")}, method=method).model
+
+    def eagle_spec(self, model: ModelSpec, tp: int, block_size: int):
+        """An EAGLE drafter's layers' spec: its KV heads and head size as ``EAGLEConfig`` reads them."""
+        draft = self.eagle_model()
         head_size = getattr(draft, "head_dim", None) or draft.hidden_size // draft.num_attention_heads
         return self.attention_spec(dataclasses.replace(model, num_kv_heads=draft.num_key_value_heads,
                                                        head_size=head_size), tp, block_size)

@@ -72,11 +72,12 @@ class ExecuteReport(Report):
         self.outcome, self.discovery, self.plan = outcome, discovery, plan
 
     def render(self, width: int) -> list:
-        from mambaxfer_cli.engines.vllm.views.execute import corruption_report, refused_line, result_table, served_table
+        from mambaxfer_cli.engines.vllm.views.execute import (
+            corruption_report, refused_line, result_table, served_table, undrafted_line,
+        )
 
         served = self.discovery is not None and self.discovery.role == "prefill"
-        refused = refused_line(self.plan)
-        parts: list = [] if refused is None else [refused]
+        parts: list = [line for line in (refused_line(self.plan), undrafted_line(self.plan)) if line is not None]
         parts.append(AsIs(served_table(self.outcome)) if served else result_table(self.outcome))
         report = corruption_report(self.outcome)
         return parts if report is None else [*parts, AsIs(report)]

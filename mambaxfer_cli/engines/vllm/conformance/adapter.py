@@ -11,7 +11,7 @@ from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, DRAFT_CONFIG, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry,
     ReplaySSMSetting, Request, Variation, drafted,
 )
-from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
+from mambaxfer_cli.engines.vllm.drafts import drafter_apart, speculative_config, with_drafts
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
@@ -81,8 +81,10 @@ class Ours:
         """The model and, named apart, with the MTP layers mambaxfer models (``DRAFT_CONFIG``); with
         ``speculative``, the model with its draft layers alone (refused where it has none)."""
         if speculative is not None:
-            found = with_drafts(spec, speculative_config(speculative), self.rules)
-            if not found.draft_layers:
+            settings = speculative_config(speculative) or {}
+            found = with_drafts(spec, settings, self.rules)
+            # A drafter of other pages: its groups alone are compared (Comparison.draft_groups).
+            if not found.draft_layers and drafter_apart(spec, settings) is None:
                 raise Refused(f"--speculative-config: mambaxfer models no draft layers of it on {spec.name} "
                               f"(docs/reference.md §4), so it has no drafted case to compare")
             return [(name, replace(found, name=spec.name + drafted(speculative)))]

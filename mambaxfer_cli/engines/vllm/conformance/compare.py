@@ -15,7 +15,8 @@ from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, DRAFT_CONFIG, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Case, Flags, Geometry,
     HashedEngine, ReplaySSMSetting, Variation, drafted, flag_variants, hash_variations, pairings, replayssm_settings,
 )
-from mambaxfer_cli.engines.vllm.drafts import EAGLE_METHODS, drafter_config
+from mambaxfer_cli.engines.vllm.drafts import drafter_apart, drafter_config, drafter_of
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping
 from mambaxfer_cli.engines.vllm.handshake import attention_sources
 from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 from mambaxfer_cli.engines.vllm.serve_args import KV_LAYOUT_VAR
@@ -60,8 +61,11 @@ REPLAYSSM = Function("validate_mamba_cached_kernel",
                      "whether an engine with --use-replayssm starts beside the connector, for each --mamba-backend, "
                      "--replayssm-buffer-len, prefix caching, dtype, pipeline size, speculative tokens and model "
                      "runner (or vLLM's refusal)")
+DRAFT_GROUPS = Function("unify_kv_cache_spec_page_size",
+                        "the KV-cache groups of an EAGLE drafter whose pages are not the target's (said by "
+                        "draft-layers, not planned)")
 FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, GDN_ALIGNMENT,
-             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE, LAYOUT, REPLAYSSM)
+             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE, LAYOUT, REPLAYSSM, DRAFT_GROUPS)
 
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
 Start = Callable[[int], None]
@@ -127,10 +131,14 @@ class Comparison:
     # --- one model -------------------------------------------------------------------------------
 
     def model(self, name: str, model: ModelSpec, max_tp: int, done: Done | None = None) -> None:
-        self.speculative = self.draft_config if model.draft_layers else ""
-        drafting = json.loads(self.speculative or "{}")      # vLLM's side reads an EAGLE drafter itself
-        self.vllm.drafter = ((drafting["method"], drafter_config(str(drafting["model"])) or {})
-                             if drafting.get("method") in EAGLE_METHODS and drafting.get("model") else None)
+        drafting = json.loads(self.draft_config or "{}")      # vLLM's side reads an EAGLE drafter itself
+        drafter = drafter_of(drafting)
+        apart = None if model.draft_layers else drafter_apart(model, drafting)
+        self.speculative = self.draft_config if model.draft_layers or apart else ""
+        self.vllm.drafter = ((drafting["method"], drafter_config(drafter) or {})
+                             if drafter and self.speculative else None)
+        if apart is not None:
+            return self.draft_groups(name, model, max_tp, apart)
         self.registry(name, model)
         self.replayssm(name, model)
         self.kv_layouts(name, model)
@@ -160,6 +168,16 @@ class Comparison:
             if done is not None:
                 done(name, p_tp, d_tp)
         self.compatibility_hash(name, model)
+
+    @compares(DRAFT_GROUPS)
+    def draft_groups(self, name: str, model: ModelSpec, max_tp: int, apart: KVGrouping) -> None:
+        """The groups alone: mambaxfer plans no layer of such a drafter, so nothing else is compared."""
+        flags = flag_variants(model)[0]
+        for tp in valid_tp_sizes(model, max_tp):
+            theirs = self.vllm.apart_groups(model, tp, self.ours.engine(model, tp, flags, D_NUM_BLOCKS).geometry)
+            self.record(DRAFT_GROUPS, self.case(name, tp=tp), theirs, [list(m) for m in apart.members])
+        self.notes.append(f"{name}: its EAGLE drafter's pages are not its own, so only their KV-cache groups "
+                          f"are compared (mambaxfer plans no layer of it)")
 
     # --- start-up: the registry and the parallel config -------------------------------------------
 
@@ -483,8 +501,11 @@ def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, star
         start(sum(len(pairings(valid_tp_sizes(model, max_tp))) for _, model in models))
     for name, model in models:
         comparison.model(name, model, max_tp, done)
-    names = [name + (drafted(draft_config) if model.draft_layers else "") for name, model in models]
+    label = drafted(draft_config)       # a drafter apart keeps no draft layers but is named so too
+    names = [name + (label if model.draft_layers or model.name.endswith(label) else "") for name, model in models]
+    apart = comparison.results[DRAFT_GROUPS.name]
     report = Report(vllm.version, ours.release, ours.gpu, names, max_tp,
-                    [comparison.results[f.name] for f in FUNCTIONS], time.monotonic() - started)
+                    [comparison.results[f.name] for f in FUNCTIONS
+                     if f is not DRAFT_GROUPS or apart.cases or apart.not_called], time.monotonic() - started)
     report.notes.extend(comparison.notes)
     return report

@@ -100,6 +100,11 @@ def deployment_lines(report: CheckReport, shown: int = LINES_SHOWN) -> list:
 
 def render_report(report: CheckReport, failures_shown: int = 10) -> list:
     parts: list = [summary_table(report)]
+    undrafted = sum("draft-layers" in r.warnings for r in report.results)
+    if undrafted:     # a drafter whose layers are not planned: its bytes are in no check (plan says why)
+        parts.append(Text(f"warning: draft-layers: the draft's layers are not in the {undrafted} pairing"
+                          f"{'s' * (undrafted > 1)} checked (mambaxfer plans the target's layers only; "
+                          f"'mambaxfer plan' says why)", style="yellow"))
     if report.semantics == BOTH:
         parts += deployment_lines(report)
         parts += [Text(f"– {line}", style="yellow") for line in report.unchecked]

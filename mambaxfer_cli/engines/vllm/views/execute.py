@@ -47,6 +47,14 @@ def refused_line(plan: "Plan") -> Text | None:
     return refused_text(plan.verdict, f"a deployment moves nothing; the run moved {moved}")
 
 
+def undrafted_line(plan: "Plan") -> Text | None:
+    """Where the plan leaves speculative decoding's draft layers out: the run did not move them."""
+    if not any(w.code == "draft-layers" for w in plan.warnings):
+        return None
+    return Text("warning: draft-layers: the run moved the target's layers only, not the draft's (mambaxfer "
+                "does not plan them; 'mambaxfer plan' says why)", style="yellow")
+
+
 def served_table(outcome: "Outcome") -> Table:
     """The prefill side of a two-host run: what each P rank served, to whom."""
     plan = outcome.plan
