@@ -16,7 +16,7 @@ from mambaxfer_cli.engines.vllm.preflight.report import preflight
 from mambaxfer_cli.preflight.report import quote_lines
 from mambaxfer_cli.schema import document_schema
 from mambaxfer_cli.engines.vllm.serve_args import parse_serve
-from mambaxfer_cli.readers.serve_model import load_serve_model
+from mambaxfer_cli.readers.model_source import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DS = "VLLM_SSM_CONV_STATE_LAYOUT=DS"
@@ -235,7 +235,7 @@ def test_report_fits_80_columns_and_corrected_lines_paste_back():
     assert out[0].startswith("REFUSED")
     assert max(map(len, out)) <= 80
     assert "…" not in result.stdout
-    report = preflight(parse_serve(p), parse_serve(d), load_serve_model)
+    report = preflight(parse_serve(p), parse_serve(d), load_model)
     shown = quote_lines(report.fix.decode, 76)
     assert all(len(x) <= 76 for x in shown)
     pasted = " ".join(x.rstrip("\\").strip() for x in shown)
@@ -764,3 +764,14 @@ def test_nemotron_h_mtp_layer_is_in_the_byte_check(tmp_path):
     assert not doc["plan_warnings"]
     without, _ = moved('{"method":"ngram","num_speculative_tokens":1}')
     assert with_mtp > without
+
+
+def test_a_model_files_own_overrides_hold_beside_hf_overrides(tmp_path):
+    """A serve line's --hf-overrides change the config's keys, not what the model file says of
+    itself: its ssm_dtype is still said to come from the file (it was said to be --ssm-dtype)."""
+    path = tmp_path / "toy.yaml"
+    path.write_text((ROOT / "examples/models/toy-mamba2.yaml").read_text() + "ssm_dtype: float32\n")
+    plain, over = load_model(str(path)), load_model(str(path), hf_overrides={"num_hidden_layers": 2})
+    assert (len(plain.layers), len(over.layers)) == (4, 2)
+    assert over.ssm_dtype == plain.ssm_dtype == "float32"
+    assert over.origin["ssm_dtype"] == plain.origin["ssm_dtype"] == "toy.yaml: ssm_dtype"

@@ -17,7 +17,6 @@ from mambaxfer_cli.engines.sglang.launch_args import flag_table, launches, parse
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.sglang.preflight import preflight
 from mambaxfer_cli.readers.model_source import load_model
-from mambaxfer_cli.readers.serve_model import load_serve_model
 from mambaxfer_cli.schema import document_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,7 +239,7 @@ def test_the_table_fits_80_columns_and_the_fix_is_pasteable():
 
 def test_the_report_in_process():
     p, d = lines(QWEN, "--tp 2", "--tp 1")
-    report = preflight(parse_launch(p), parse_launch(d, "--decode"), load_serve_model)
+    report = preflight(parse_launch(p), parse_launch(d, "--decode"), load_model)
     assert report.exit_code == 0 and report.headline().startswith("WORKS: SGLang 0.5.23 accepts this pairing")
 
 

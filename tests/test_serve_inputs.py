@@ -23,7 +23,7 @@ from mambaxfer_cli.engines.vllm.preflight.report import preflight
 from mambaxfer_cli.readers import documents
 from mambaxfer_cli.readers.documents import read_bounded
 from mambaxfer_cli.engines.vllm.serve_args import flag_table, parse_serve
-from mambaxfer_cli.readers.serve_model import load_serve_model
+from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.schema import document_schema
 
 INPUTS = Path(__file__).parent / "fixtures" / "serve-inputs"
@@ -48,7 +48,7 @@ def assess(p: str, d: str, release: str = "0.34"):
     from mambaxfer_cli.engines.vllm.releases import release as named
 
     flags = replace(EngineFlags(), release=named(release))
-    return preflight(parse_serve(p), parse_serve(d, "--decode"), load_serve_model, Engines(flags, flags))
+    return preflight(parse_serve(p), parse_serve(d, "--decode"), load_model, Engines(flags, flags))
 
 
 def codes(report) -> list[str]:

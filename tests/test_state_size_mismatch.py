@@ -22,7 +22,7 @@ from mambaxfer_cli.engines.vllm.reads import vllm_length_mismatches, vllm_reads
 from mambaxfer_cli.planning.reads import misreads
 from mambaxfer_cli.engines.vllm.preflight.report import preflight
 from mambaxfer_cli.engines.vllm.serve_args import parse_serve
-from mambaxfer_cli.readers.serve_model import load_serve_model
+from mambaxfer_cli.readers.model_source import load_model
 
 DS = "VLLM_SSM_CONV_STATE_LAYOUT=DS"
 P_KV = """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
@@ -110,7 +110,7 @@ def test_jamba_p_tp1_d_tp2_wider_ssm_dtype_corrupts():
 def test_every_reported_case_has_a_verdict(model, flag, p_tp, d_tp):
     p = parse_serve(f"{DS} vllm serve {model} -tp {p_tp} {flag} {P_KV}")
     d = parse_serve(f"{DS} vllm serve {model} -tp {d_tp} {D_KV}", "--decode")
-    report = preflight(p, d, load_serve_model)
+    report = preflight(p, d, load_model)
     a = report.assessment
     assert report.verdict in ("refused", "fails", "corrupt", "works")
     assert a.fails == (not a.refused and bool(a.length_mismatches))

@@ -188,12 +188,15 @@ def nearest_first(options: Sequence[Sequence[Change]]) -> list[list[Change]]:
     return [[c for c in m if c] for m in moves]
 
 
-def merged(changes: Sequence[Change], same: Callable[[str, str], bool], parser: str) -> list[Change]:
-    """``changes`` with a respelling that a later change of the same option replaces said by that one."""
+def merged(changes: Sequence[Change], option: Callable[[str], Any], parser: str) -> list[Change]:
+    """``changes`` with a respelling that a later change of the same option replaces said by that one
+    (``option``: a flag's option in its parser, with its ``dest``; None where it has none)."""
     renames = [c for c in changes if c.rename and c.new is not None]
 
     def replaced(c: Change) -> Change | None:
-        return next((r for r in renames if r.side == c.side and same(c.flag, r.new or "")), None)
+        mine = option(c.flag)
+        return next((r for r in renames if r.side == c.side and mine is not None
+                     and getattr(option(r.new or ""), "dest", None) == mine.dest), None)
 
     out = []
     for c in changes:
@@ -257,22 +260,17 @@ def taken_value(words: Sequence[str], occurrence: Any) -> str | None:
     return words[occurrence.start + 1] if occurrence.end > occurrence.start + 1 else None
 
 
-def with_env(env: Iterable[tuple[str, str]], change: Change) -> tuple[tuple[str, str], ...]:
-    """The environment prefix with an environment change (``VAR=``) applied."""
-    assert change.new is not None, "an environment change sets a value"
-    return tuple((k, v) for k, v in env if k != change.flag[:-1]) + ((change.flag[:-1], change.new),)
-
-
 def applied(line: Any, c: Change, reparse: Callable[[Any, list[str], Any, str], L], keys: Mapping[str, str]) -> L:
     """``line`` with ``c`` made and ``reparse``d: its environment prefix set, a flag its parser does
     not take respelled or dropped, or the flag of the field ``keys[c.flag]`` set or removed."""
     words, env = list(line.words), line.env_prefix
-    if c.flag.endswith("="):
-        env = with_env(env, c)
+    if c.flag.endswith("="):        # an environment change sets a value
+        env = tuple((k, v) for k, v in env if k != c.flag[:-1]) + ((c.flag[:-1], str(c.new)),)
     elif c.rename or UNKNOWN + c.flag in line.occurrences and c.flag not in keys:
         words = respelled(words, line.occurrences.get(UNKNOWN + c.flag, ()), c.new)
     else:
-        words = set_words(words, line.occurrences.get(keys[c.flag], ()), [] if c.new is None else [c.flag, c.new])
+        new = [] if c.new is None else [c.flag] if c.new == "" else [c.flag, c.new]     # "": a flag without a value
+        words = set_words(words, line.occurrences.get(keys[c.flag], ()), new)
     return reparse(line, words, env, f"--{c.side}")
 
 

@@ -227,14 +227,16 @@ def spec_from_config(
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
     startup: Startup | None = None,
+    hf_overrides: Mapping[str, Any] | None = None,
 ) -> ModelSpec:
     """Read a model's SSM geometry from its HF config; overrides win over the config.
     ``given_by`` names where an override came from (default: its command-line flag); ``startup``:
-    the serving engine's rules (``Startup``; None: no engine's, ``NO_ENGINE``)."""
+    the serving engine's rules (``Startup``; None: no engine's, ``NO_ENGINE``); ``hf_overrides``:
+    a serve line's, over the config's top level (``config.update``)."""
     where = source or name
-    as_read = config
-    archs = architecture_names(config)
-    config = nested_keys(flatten_text_config(config))
+    as_read = {**config, **hf_overrides} if hf_overrides else config
+    archs = architecture_names(as_read)
+    config = nested_keys(flatten_text_config(as_read))
     startup = NO_ENGINE if startup is None else startup
     after_layers = startup.check(as_read, config, variant, where) if startup.check else None
     family = labelled(detect(config, variant, where), archs)

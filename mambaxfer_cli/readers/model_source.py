@@ -8,7 +8,7 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mambaxfer_cli.limits import MAX_REF_BYTES
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
@@ -127,11 +127,13 @@ def load_model(
     dtype: str | None = None,
     indexer_kv_dtype: str | None = None,
     startup: Startup | None = None,
+    hf_overrides: Mapping[str, Any] | None = None,
 ) -> ModelSpec:
-    """Find and read the model named by ``--model``; CLI overrides beat file overrides."""
+    """Find and read the model named by ``--model`` (or a serve line's, with its ``--hf-overrides``);
+    CLI overrides beat file overrides."""
     cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
            "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype,
-           "startup": startup}
+           "startup": startup, "hf_overrides": hf_overrides}
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

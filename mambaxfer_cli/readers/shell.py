@@ -738,11 +738,18 @@ def option_value(words: list[str], end: int, inline: str | None, takes: str) -> 
 
 
 class ServerLine:
-    """What a server's line does with its ``words`` and ``environment()``."""
+    """What a server's line does with its ``words`` and ``environment()``; ``exported``: the
+    variables the server reads as the script exported them (None: unset)."""
 
     words: tuple[str, ...]
     notes: tuple[str, ...]
-    environment: Callable[[], tuple[tuple[str, str], ...]]
+    env_prefix: tuple[tuple[str, str], ...]
+    exported: Callable[[], Iterable[tuple[str, str | None]]]
+
+    def environment(self) -> tuple[tuple[str, str], ...]:
+        """The prefixes a pasted line needs: the exported variables it does not set, then its own."""
+        own = dict(self.env_prefix)
+        return tuple((k, v) for k, v in self.exported() if v is not None and k not in own) + self.env_prefix
 
     def command(self) -> str:
         """The command as one line a shell reads back the same (env prefixes first)."""

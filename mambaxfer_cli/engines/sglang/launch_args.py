@@ -53,15 +53,6 @@ def flag_table(release: str = RELEASE) -> Mapping[str, Option]:
             for k, v in data["options"].items()}
 
 
-def resolve(name: str, release: str = RELEASE) -> tuple[str, Option] | None:
-    """What ``name`` is to SGLang's parser: an option string, or the one long option it abbreviates
-    (argparse's rule: a unique prefix); None where it knows none. An ambiguous prefix is argparse's
-    error, said as it says it."""
-    table = flag_table(release)
-    spelling = abbreviated(table, name)
-    return None if spelling is None else (spelling, table[spelling])
-
-
 @dataclass(frozen=True)
 class LaunchLine(ServerLine):
     """One SGLang server's command line, as far as the transfer is concerned."""
@@ -122,11 +113,8 @@ class LaunchLine(ServerLine):
             env[SSM_DTYPE_VAR] = self.mamba_ssm_dtype
         return env
 
-    def environment(self) -> tuple[tuple[str, str], ...]:
-        """The prefixes a pasted line needs: its own, and the state variables a script exported."""
-        own = dict(self.env_prefix)
-        exported = tuple((k, v) for k, v in self.env if k not in own)
-        return exported + tuple(self.env_prefix)
+    def exported(self) -> tuple[tuple[str, str], ...]:
+        return self.env
 
 
 def _start(words: list[str]) -> int | None:
@@ -143,8 +131,7 @@ def launches(text: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def parse_launch(text: str, where: str = "--prefill", environ: Mapping[str, str] | None = None) -> LaunchLine:
-    """One SGLang server's line from a command line or a shell script (``environ``: the
-    environment the script starts with)."""
+    """One SGLang server's line from a command line or a shell script (``environ``: what it starts with)."""
     def parse(found: Command, notes: tuple[str, ...]) -> LaunchLine:
         env = {k: v for k, v in found.environment.items() if k in STATE_VARS}
         return replace(_parse_words(found.words, found.assigns, env, where, notes), origin=where)
@@ -166,6 +153,7 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
     start = i
     launcher = "sglang serve" if serve else f"{words[0]} -m {LAUNCH_MODULE}"
     parsed = Parsed(where, SAID, list(notes))
+    table = flag_table()
     if serve and i < len(words) and not words[i].startswith("-"):     # _normalize_positional_model_path
         parsed.values["model"] = words[i]
         parsed.at("model", words[i], i, i + 1)
@@ -183,11 +171,11 @@ def _parse_words(words: list[str], assigns: tuple[tuple[str, str], ...], env: Ma
         inline = after if eq and name.startswith("--") else None
         if not name.startswith("--"):
             name, inline = word, None
-        found = looked_up(resolve, name, where, " (SGLang's parser exits)")
-        if found is None:
+        spelling = looked_up(lambda n: abbreviated(table, n), name, where, " (SGLang's parser exits)")
+        if spelling is None:
             i = parsed.unrecognized(name, inline, words, i)
             continue
-        spelling, option = found
+        option = table[spelling]
         value, end = parsed.option(words, i, spelling, inline, spelling, option.dest, option.takes,
                                    READ.get(option.dest))
         if option.takes not in SETS + (OPTIONAL,) and option.choices and str(value) not in option.choices:

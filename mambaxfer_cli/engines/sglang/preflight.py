@@ -66,8 +66,7 @@ class SGLangServer:
 
     @property
     def page_size(self) -> int:
-        """``--page-size``, else SGLang's default on CUDA (``_page_size_default``: 1), unless the model's
-        family sets it."""
+        """``--page-size``, else SGLang's default on CUDA (``_page_size_default``: 1), unless the family's."""
         return self.forced_page_size or (1 if self.line.page_size is None else self.line.page_size)
 
     def server(self) -> Server:
@@ -164,14 +163,6 @@ def startup_refusals(e: SGLangServer) -> list[Refusal]:
     return out
 
 
-def pair_refusals(p: SGLangServer, d: SGLangServer) -> list[Refusal]:
-    if p.line.transfer_backend != d.line.transfer_backend:
-        return [Refusal("transfer-backend", (
-            f"P's --disaggregation-transfer-backend is {p.line.transfer_backend} and D's "
-            f"{d.line.transfer_backend}: the two servers' transfer engines do not talk to each other"))]
-    return []
-
-
 @dataclass(frozen=True)
 class Assessment:
     prefill: SGLangServer
@@ -212,7 +203,10 @@ def assess(p: SGLangServer, d: SGLangServer) -> Assessment:
     refusals = startup_refusals(p) + startup_refusals(d)
     if any(r.code in ("unrecognized-arguments", "model", "parallel-config", "speculative") for r in refusals):
         return Assessment(p, d, tuple(refusals), None)
-    refusals += pair_refusals(p, d)
+    if p.line.transfer_backend != d.line.transfer_backend:
+        refusals.append(Refusal("transfer-backend", (
+            f"P's --disaggregation-transfer-backend is {p.line.transfer_backend} and D's "
+            f"{d.line.transfer_backend}: the two servers' transfer engines do not talk to each other")))
     assert p.state is not None and d.state is not None
     found = verdict(p.model, p.tp, d.tp, backend=p.line.transfer_backend, p_env=p.line.state_env,
                     d_env=d.line.state_env, prefill=p.server(), decode=d.server(), release=p.release)
@@ -403,17 +397,8 @@ def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[LaunchLine, As
         except UserError:
             continue
         if after.works:
-            return Fix(tuple(_merged(changes)), p_line, d_line, after)
+            return Fix(tuple(merged(changes, flag_table().get, "SGLang's parser")), p_line, d_line, after)
     return None
-
-
-def _merged(changes: list[Change]) -> list[Change]:
-    table = flag_table()
-
-    def same(flag: str, other: str) -> bool:
-        return flag in table and other in table and table[flag].dest == table[other].dest
-
-    return merged(changes, same, "SGLang's parser")
 
 
 # --- the report ----------------------------------------------------------------------------------

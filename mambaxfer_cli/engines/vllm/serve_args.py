@@ -39,6 +39,7 @@ TRANSFER_FIELDS = {name: name for name in (
     " disable_hybrid_kv_cache_manager mamba_backend replayssm_buffer_len mamba_cache_mode").split()} | {
     "tensor_parallel_size": "tp", "enable_prefix_caching": "prefix_caching", "decode_context_parallel_size": "dcp",
     "pipeline_parallel_size": "pipeline", "enable_mamba_cache_stochastic_rounding": "mamba_stochastic_rounding"}
+FLAG = {key: "--" + dest.replace("_", "-") for dest, key in TRANSFER_FIELDS.items()}    # a field's flag
 JSON_FIELDS = ("speculative_config", "kv_transfer_config", "hf_overrides", "attention_config", "additional_config")
 # Keys inside a JSON flag that only some releases read (the others ignore them).
 RELEASE_KEYS = {key: tuple(r.name for r in ALL if key in r.serve_keys)
@@ -67,8 +68,7 @@ class Known:
 
 
 def resolve(name: str) -> Known | None:
-    """What ``name`` is to vLLM's parser in each release: an option string, or a unique prefix of
-    one long option (argparse's abbreviations); None when no release knows it."""
+    """What ``name`` is to vLLM's parser in each release (``abbreviated``); None when none knows it."""
     found: dict[str, tuple[str, Option]] = {}
     for release in RELEASES:
         table = flag_table(release)
@@ -133,11 +133,8 @@ class ServeLine(ServerLine):
             return None
         return "push" if self.kv_connector == PUSH_CONNECTOR else "pull"
 
-    def environment(self) -> tuple[tuple[str, str], ...]:
-        """The prefixes a pasted line needs: its own, and the layouts a script exported."""
-        layouts = ((CONV_LAYOUT_VAR, self.conv_layout), (KV_LAYOUT_VAR, self.kv_cache_layout))
-        own = dict(self.env_prefix)
-        return tuple((k, v) for k, v in layouts if v is not None and k not in own) + tuple(self.env_prefix)
+    def exported(self) -> tuple[tuple[str, str | None], ...]:
+        return (CONV_LAYOUT_VAR, self.conv_layout), (KV_LAYOUT_VAR, self.kv_cache_layout)
 
 
 LAYOUT_VARS = (CONV_LAYOUT_VAR, KV_LAYOUT_VAR)
@@ -154,9 +151,7 @@ def parse_serve(text: str, where: str = "--prefill", environ: Mapping[str, str] 
 
 def reparse(line: ServeLine, words: list[str], env_prefix: tuple[tuple[str, str], ...], where: str) -> ServeLine:
     """The same engine with its words or env prefixes edited (a corrected line)."""
-    env = {name: value for name, value in ((CONV_LAYOUT_VAR, line.conv_layout),
-                                           (KV_LAYOUT_VAR, line.kv_cache_layout)) if value is not None}
-    env.update(dict(env_prefix))
+    env = {name: value for name, value in line.exported() if value is not None} | dict(env_prefix)
     return _parse_words(list(words), list(env_prefix), env, where, line.kept_notes())
 
 
@@ -223,16 +218,13 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         raise UserError(f"{where}: no model: write 'vllm serve MODEL ...'")
     for key in dotted:
         if key in values:
-            parsed.notes.append(f"{FLAG_OF[key]} is given whole and as dotted keys: vLLM keeps only the dotted "
+            parsed.notes.append(f"{FLAG[key]} is given whole and as dotted keys: vLLM keeps only the dotted "
                                 f"keys (it passes them last, and the last value wins)")
     fields = _fields(values, dotted, where)
     release_only += _release_keys(fields)
     return ServeLine(model=model, conv_layout=env.get(CONV_LAYOUT_VAR), kv_cache_layout=env.get(KV_LAYOUT_VAR),
                      env_prefix=tuple(assigns), words=tuple(words), release_only=tuple(dict.fromkeys(release_only)),
                      **parsed.lists(), **fields)
-
-
-FLAG_OF = {key: "--" + key.replace("_", "-") for key in JSON_FIELDS}
 
 
 def _check_choice(known: Known, value: str, name: str, where: str, release_only: list) -> None:
@@ -347,7 +339,7 @@ def _config(values: dict, dotted: dict, key: str, where: str) -> dict:
     value, and argparse keeps the last), else its whole JSON."""
     if key in dotted:
         return dotted[key]
-    return _json(values[key], FLAG_OF[key], where) if key in values else {}
+    return _json(values[key], FLAG[key], where) if key in values else {}
 
 
 # --- the fields --------------------------------------------------------------------------------
@@ -486,5 +478,5 @@ def _release_keys(fields: dict) -> list[tuple[str, tuple[str, ...]]]:
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None
         if node is not None:
-            out.append((f"{FLAG_OF[key]} {'.'.join(path)}", releases))
+            out.append((f"{FLAG[key]} {'.'.join(path)}", releases))
     return out

@@ -30,7 +30,7 @@ def preflight(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str,
 
     from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23
     from mambaxfer_cli.engines.sglang.served import startup
-    from mambaxfer_cli.readers.serve_model import load_serve_model
+    from mambaxfer_cli.readers.model_source import load_model
     from mambaxfer_cli.engines.sglang.views.preflight import junit_xml, render_report
 
     given = changed_flags(engines, skip=("engine",), said=True)
@@ -41,5 +41,5 @@ def preflight(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str,
     d_line = parse_launch(d_text, d_origin, environ)
     if output.junit is not None:   # fail before the work, not after it
         check_writable(output.junit, "--junit")
-    report = run(p_line, d_line, partial(load_serve_model, startup=startup(SGLANG_0_5_23.version)))
+    report = run(p_line, d_line, partial(load_model, startup=startup(SGLANG_0_5_23.version)))
     return Viewed(report, render_report, junit_xml)

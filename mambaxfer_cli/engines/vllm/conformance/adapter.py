@@ -217,12 +217,12 @@ class Ours:
         from mambaxfer_cli.engines.vllm.preflight.served import build_engine
         from mambaxfer_cli.preflight.report import DECODE, PREFILL
         from mambaxfer_cli.engines.vllm.serve_args import parse_serve
-        from mambaxfer_cli.readers.serve_model import load_serve_model
+        from mambaxfer_cli.readers.model_source import load_model
 
         engines = []
         for side, words in zip((PREFILL, DECODE), variation.serve_words()):
             line = parse_serve(shlex.join(["vllm", "serve", model_name, *words]), f"--{side}")
-            engines.append(build_engine(side, line, load_serve_model, EngineFlags(release=self.rules, gpu=self.device)))
+            engines.append(build_engine(side, line, load_model, EngineFlags(release=self.rules, gpu=self.device)))
         p, d = engines
         plan = build_plan(d.model, p.tp, d.tp, PlanOptions(semantics=VLLM, prefill=p.flags, decode=d.flags,
                                                           prefill_model=p.model))

@@ -9,38 +9,20 @@ from mambaxfer_cli.engines.vllm.kv_layout import CONNECTOR_LAYOUT, contiguous_la
 from mambaxfer_cli.engines.vllm.release import RECOVERSSM_BACKEND
 from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
 from mambaxfer_cli.engines.vllm.serve_args import (
-    CONV_LAYOUT_VAR, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, flag_table, reparse, resolve,
+    CONV_LAYOUT_VAR, FLAG, KV_LAYOUT_VAR, NIXL_CONNECTORS, ServeLine, flag_table, reparse, resolve,
 )
 from mambaxfer_cli.planning.layout import MAX_LISTED_TP, valid_tp_sizes
 from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.readers.shell import UNKNOWN
 from mambaxfer_cli.engines.vllm.preflight.served import KV_ROLES, KV_ROLE_FOR, ModelLoader, ServedEngine, build_engine
 from mambaxfer_cli.preflight.report import (
-    DECODE, PREFILL, Change, Fix, applied, merged, nearest_first, respelling, set_words, taken_value, tp_moves, tried,
+    DECODE, PREFILL, Change, Fix, applied, merged, nearest_first, respelling, taken_value, tp_moves, tried,
 )
 from mambaxfer_cli.engines.vllm.preflight.fields import speculative
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, replayssm_of, stochastic_rounding_refusal
 
 
-FIELD_FLAG = {"gdn_prefill_backend": "--gdn-prefill-backend", "block_size": "--block-size", "dtype": "--dtype",
-              "kv_cache_dtype": "--kv-cache-dtype",
-              "mamba_cache_dtype": "--mamba-cache-dtype", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
-              "attention_backend": "--attention-backend", "speculative_config": "--speculative-config",
-              "kv_transfer_config": "--kv-transfer-config", "tp": "--tensor-parallel-size",
-              "hf_overrides": "--hf-overrides", "disable_hybrid_kv_cache_manager": "--disable-hybrid-kv-cache-manager",
-              "use_replayssm": "--use-replayssm", "mamba_backend": "--mamba-backend",
-              "mamba_stochastic_rounding": "--enable-mamba-cache-stochastic-rounding"}
-
-
-FLAG_FIELD = {flag: key for key, flag in FIELD_FLAG.items()}
-PREFIX_CACHING = ("--enable-prefix-caching", "--no-enable-prefix-caching")
-
-
-def apply_change(line: ServeLine, change: Change) -> ServeLine:
-    if change.flag in PREFIX_CACHING:      # a flag without a value
-        words = set_words(line.words, line.occurrences.get("prefix_caching", ()), [change.flag])
-        return reparse(line, words, line.env_prefix, f"--{change.side}")
-    return applied(line, change, reparse, FLAG_FIELD)
+FLAG_FIELD = {flag: key for key, flag in FLAG.items()} | {"--no-enable-prefix-caching": "prefix_caching"}
 
 
 def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
@@ -88,7 +70,7 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
               "vLLM does not compare it: D would read P's SSM state as its own")]
     for key, pv, dv, value, why in pairs:
         if pv != dv:
-            out.append(Change(DECODE, FIELD_FLAG[key], getattr(d.line, key), value, f"as P's; {why}"))
+            out.append(Change(DECODE, FLAG[key], getattr(d.line, key), value, f"as P's; {why}"))
     if p.flags.attention_backend != d.flags.attention_backend:
         out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
                           "as P's"))
@@ -130,13 +112,9 @@ def _untaken(e: ServedEngine, respell: bool = True) -> list[Change]:
             continue
         value = taken_value(e.line.words, occurrences[0])
         rename = respelling(e.side, flag, value, table, "vllm serve") if respell and flag in e.line.unknown else None
-        if rename is not None:
-            out.append(rename)
-        elif flag in e.line.unknown:
-            out.append(Change(e.side, flag, value or "", None, "no vLLM release takes it"))
-        else:
-            others = ", ".join(dict(e.line.release_only)[flag])
-            out.append(Change(e.side, flag, value or "", None, f"vLLM {release} does not take it ({others} only)"))
+        why = ("no vLLM release takes it" if flag in e.line.unknown else
+               f"vLLM {release} does not take it ({', '.join(dict(e.line.release_only)[flag])} only)")
+        out.append(rename or Change(e.side, flag, value or "", None, why))
     return out
 
 
@@ -150,7 +128,7 @@ def _tp_moves(a: Assessment) -> list[list[Change]]:
             options.append([])
             continue
         what = parallel_refusal(e.model, e.tp) or f"TP {e.tp} does not shard {e.model.name}'s state"
-        options.append(tp_moves(e.side, FIELD_FLAG["tp"], e.tp, sizes, what))
+        options.append(tp_moves(e.side, FLAG["tp"], e.tp, sizes, what))
     return nearest_first(options)
 
 
@@ -167,7 +145,8 @@ def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment]
     def start(respell: bool) -> list[Change]:
         return mla + _untaken(first.prefill, respell=respell) + _untaken(first.decode, respell=respell)
 
-    return tried((first.prefill.line, first.decode.line), apply_change, build, assess, start, _tp_moves, _with_flags)
+    return tried((first.prefill.line, first.decode.line), lambda line, c: applied(line, c, reparse, FLAG_FIELD),
+                 build, assess, start, _tp_moves, _with_flags)
 
 
 def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Assessment] | None:
@@ -203,13 +182,6 @@ def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Ass
         seen.add(key)
         pl, dl, after = run(changes)
         if after.works:
-            return Fix(tuple(_drop_noops(changes)), pl, dl, after)
+            kept = [c for c in changes if c.old != c.new or c.new == ""]      # no-ops dropped
+            return Fix(tuple(merged(kept, resolve, "vllm serve")), pl, dl, after)
     return None
-
-
-def _drop_noops(changes: list[Change]) -> list[Change]:
-    def same(flag: str, other: str) -> bool:
-        a, b = (resolve(f) if f.startswith("-") else None for f in (flag, other))
-        return a is not None and b is not None and a.dest == b.dest
-
-    return merged([c for c in changes if c.old != c.new or c.new == ""], same, "vllm serve")

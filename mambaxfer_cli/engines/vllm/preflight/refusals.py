@@ -30,7 +30,8 @@ from mambaxfer_cli.engines.vllm.preflight.fields import engine_facts, handshake_
 
 
 def startup_refusals(e: ServedEngine) -> list[Refusal]:
-    """What stops the engine before any handshake, as its release's NIXL worker asserts it."""
+    """What stops the engine before any handshake, as its release's NIXL worker asserts it; then
+    HMA off, a buffer device or a KV-cache layout vLLM does not take."""
     name, out = SIDE_NAME[e.side], []
     line = e.line
     if line.kv_connector is None:
@@ -53,18 +54,6 @@ def startup_refusals(e: ServedEngine) -> list[Refusal]:
         out.append(Refusal("conv-layout", f"{name}: {CONV_LAYOUT_VAR} {how}; its NIXL worker asserts: "
                                           f"3-read Mamba conv transfer requires DS conv state layout. Set "
                                           f"{CONV_LAYOUT_VAR}=DS"))
-    return out + flag_startup_refusals(e)
-# Met before the layout checks, in the release's order (the head-sharded check comes after them);
-# Qwen4Exp's QSA ring and GLM-5-Next's tail ring (start-up) and CSA-linear TP check (_nixl_handshake,
-# before the hash) come first.
-HANDSHAKE_FIRST = ("qsa-ring", "kpool-ring", "csa-linear-tp", "tp-sizes", "compat-hash", "region-layers",
-                   "push-block-sizes", "block-size", "prefix-caching", "host-buffer")
-
-
-def flag_startup_refusals(e: ServedEngine) -> list[Refusal]:
-    """What stops one engine at start-up among the flags beyond section 8's: HMA off, a buffer
-    device or a KV-cache layout vLLM does not take."""
-    name, line, out = SIDE_NAME[e.side], e.line, []
     nixl = line.kv_connector in NIXL_CONNECTORS
     if nixl and not e.hma:
         out.append(Refusal("hma", (
@@ -77,6 +66,13 @@ def flag_startup_refusals(e: ServedEngine) -> list[Refusal]:
     if said is not None:
         out.append(Refusal("kv-cache-layout", f"{name}: {said}"))
     return out
+
+
+# Met before the layout checks, in the release's order (the head-sharded check comes after them);
+# Qwen4Exp's QSA ring and GLM-5-Next's tail ring (start-up) and CSA-linear TP check (_nixl_handshake,
+# before the hash) come first.
+HANDSHAKE_FIRST = ("qsa-ring", "kpool-ring", "csa-linear-tp", "tp-sizes", "compat-hash", "region-layers",
+                   "push-block-sizes", "block-size", "prefix-caching", "host-buffer")
 
 
 def handshake_sides(p: ServedEngine, d: ServedEngine) -> tuple[ServedEngine, ServedEngine]:

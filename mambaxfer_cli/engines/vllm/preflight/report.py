@@ -21,8 +21,7 @@ from mambaxfer_cli.engines.vllm.startup import STARTUP_CODES
 
 
 def _fails_headline(a: Assessment) -> str:
-    """The state sizes differ, vLLM accepts, and NIXL refuses every READ: say which field and which
-    sizes."""
+    """vLLM accepts, and NIXL refuses every READ (the state sizes differ): which field, which sizes."""
     bad = a.length_mismatches[0]
     differs = [f for f in a.unchecked_mismatches if "bytes" not in f.name]
     cause = (f"P and D differ in {differs[0].name} (P {differs[0].prefill}, D {differs[0].decode}), which vLLM's "
@@ -133,9 +132,8 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
         warnings.append("push mode (NixlPushConnector): vLLM's handshake rules are applied with P as the local "
                         "side, as its push worker does; the byte-level check simulates D's pull reads "
                         "(mambaxfer does not model push WRITEs)")
-    a = first
-    if a.plan is not None and not a.refused and a.plan.verdict.needs_remote_num_tokens and not pushes(p, d):
-        warnings.append(f"{a.releases} pairs P's and D's blocks from the request's last token here: the proxy "
+    if first.plan is not None and not first.refused and first.plan.verdict.needs_remote_num_tokens and not pushes(p, d):
+        warnings.append(f"{first.releases} pairs P's and D's blocks from the request's last token here: the proxy "
                         f"must forward remote_num_tokens in kv_transfer_params, or D declines the reads")
     return Report(first, fix, tuple(warnings))
 
