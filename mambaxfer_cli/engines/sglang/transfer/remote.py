@@ -133,7 +133,7 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
     rounds, moved, prefill, decode = run_tasks(plan, semantics, settings)
     mine: list[SlotPrefillTask] | list[SlotDecodeTask] = prefill if discovery.role == "prefill" else decode
     # This host's GPUs are this side's alone: its ranks go round robin over them from the first.
-    tasks = [replace(t, dev_id=t.rank % max(settings.gpus, 1)) if settings.device == "cuda" else t for t in mine]
+    tasks = [replace(t, dev_id=settings.dev(t.rank)) for t in mine]
     finished = run_ranks(tasks, settings.run_id, timeout, progress, forced=discovery.environment(),
                          defaults=QUIET)
     results = [finished.results[t.name] for t in tasks]
