@@ -15,7 +15,7 @@ from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.execute.nixl_api import NixlMissing, load_nixl
 from mambaxfer_cli.execute.remote import nixl_said, peer_gone
-from mambaxfer_cli.execute.results import Preparation
+from mambaxfer_cli.execute.results import Preparation, Timing
 from mambaxfer_cli.execute.tasks import RankTask
 
 Tick = Callable[[str], None]
@@ -117,6 +117,24 @@ class RankAgent:
     def transfer(self, xfers: Sequence[Any], notif: bytes, ch: Channel, what: str = "READ") -> float:
         """Post prepared transfers and drive them to completion (a stall is the coordinator's to see)."""
         return max(self.post(xfers, notif, ch, what), default=0.0)
+
+    def timed(self, xfers: Sequence[Any], iters: int, ch: Channel, what: str, notif: bytes,
+              start: Callable[[int], None], warm_up: bool = True, targets: Sequence[str] = ()) -> Timing:
+        """``iters`` timed posts (after one untimed warm-up that connects endpoints, with ``warm_up``),
+        ``start(i)`` before each (-1: the warm-up), the last one notifying ``notif``: per iteration
+        its wall time and NIXL's telemetry."""
+        times, post_us, xfer_us, kept = [], [], [], 0
+        for i in range(-1 if warm_up else 0, iters):
+            start(i)
+            took = max(self.post(xfers, notif if i == iters - 1 else b"", ch, what, targets), default=0.0)
+            if i < 0:
+                continue
+            times.append(took)
+            telemetry = self.telemetry(xfers)
+            post_us.append(sum(int(t.postDuration) for t in telemetry))
+            xfer_us.append(max((int(t.xferDuration) for t in telemetry), default=0))
+            kept = sum(int(t.descCount) for t in telemetry)
+        return Timing(tuple(times), tuple(post_us), tuple(xfer_us), kept)
 
     def post(self, xfers: Sequence[Any], notif: bytes, ch: Channel, what: str,
              targets: Sequence[str] = ()) -> list[float]:

@@ -202,3 +202,54 @@ def greet(task: RankTask, ch: Channel, agent: Any, remotes: list[str], inbox: In
                 asked[p] = time.monotonic()
         peers.ping()
         time.sleep(WAIT_ROUND)
+
+
+def admit(task: RankTask, ch: Channel, agent: Any, remotes: list[str], inbox: Inbox, peers: Peers,
+          targets: Sequence[int], refusal: Callable[[dict[str, Any]], str | None], verb: str,
+          admitted: dict[int, dict[str, Any]], welcome: dict[str, Any] | None = None,
+          loaded: Callable[[dict[str, Any]], tuple[Any, ...]] = lambda hello: (),
+          busy: Callable[[], str | None] = lambda: None, last_word: Callable[[int], bool] = lambda rank: False) -> None:
+    """A P rank's side of ``greet``: each D rank of ``targets`` that says hello, once its metadata
+    is loaded (with the descriptors ``loaded`` names) and its geometry and ``refusal`` agree, is
+    welcomed (with ``welcome``) and its hello kept in ``admitted``; until then and while ``busy()``
+    says what else is awaited. A second D rank of one rank is refused; any other refusal ends this rank."""
+    discovery, mine = task.settings.discovery, task.settings.geometry
+    assert discovery is not None and mine is not None
+    hellos: dict[str, tuple[dict[str, Any], float]] = {}   # sender -> (hello, when its metadata was asked)
+    agreed: set[str] = set()                               # senders whose hello this rank accepted
+    while True:
+        missing = [d for d in targets if d not in admitted]
+        what = f"the hello of {ranks_text('D', missing)}" if missing else busy()
+        if what is None:
+            return
+        ch.check_stop()
+        ch.waiting(what)
+        inbox.poll()
+        for sender, hello in inbox.take("hello"):
+            if sender not in peers.names.values():
+                hellos[sender] = (hello, 0.0)
+        for sender, (hello, asked) in list(hellos.items()):
+            d_rank = hello.get("d_rank")
+            if sender not in agreed and agent.check_remote_metadata(sender):
+                if d_rank in admitted:    # a second decode run
+                    del hellos[sender]
+                    refuse(agent, sender, task.rank, f"P{task.rank} already {verb} another D{d_rank}", False)
+                    continue
+                problem = agreement.mismatch(mine, hello.get("geometry") or {}) or refusal(hello)
+                if problem is not None:
+                    refuse(agent, sender, task.rank, problem, True)
+                    raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
+                agreed.add(sender)
+            if sender in agreed and agent.check_remote_metadata(sender, *loaded(hello)):
+                assert isinstance(d_rank, int)
+                del hellos[sender]
+                notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, **(welcome or {}), geometry=mine))
+                ch.phase("serving", f"welcomed D{d_rank}")
+                remotes.append(sender)
+                peers.names[d_rank] = sender
+                admitted[d_rank] = hello
+            elif time.monotonic() - asked >= REQUEST_EVERY:
+                discovery.request(agent, sender, None)   # etcd; a direct D sent it to our listener
+                hellos[sender] = (hello, time.monotonic())
+        peers.ping(last_word)
+        time.sleep(WAIT_ROUND)

@@ -1,5 +1,5 @@
 """The base type of what rank programs return (each engine subclasses it), preparation times, and
-a bench variant's figures."""
+a bench variant's timings and figures."""
 
 from __future__ import annotations
 
@@ -45,14 +45,32 @@ class Preparation:
     descriptors_posted: int
 
 
+@dataclass(frozen=True)
+class Timing:
+    """An initiator's timed posts of one bench step: per iteration, its wall time and NIXL's telemetry."""
+
+    times_s: tuple[float, ...]
+    post_us: tuple[int, ...]
+    xfer_us: tuple[int, ...]
+    descriptors_kept: int                # after NIXL's merge (the last iteration's)
+
+
 def p99(values: Sequence[float]) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), 99))
 
 
-def summary(times: list[float], nbytes: int, posted: int, kept: int, prep_s: float, make_s: float,
-            per_descriptor: str, **more: Any) -> dict[str, Any]:
-    """One bench variant from its iterations' times (each its slowest initiator's); ``more`` before
-    the times."""
+def summarise(steps: Sequence[tuple[Timing, Preparation]], nbytes: int, iters: int, per_descriptor: str,
+              telemetry: bool = True) -> dict[str, Any]:
+    """One bench variant from its initiators' figures (iteration i: the slowest initiator);
+    ``telemetry``: NIXL's post and transfer times too."""
+    times = [max(t.times_s[i] for t, _ in steps) for i in range(iters)]
+    more: dict[str, Any] = {}
+    if telemetry:
+        post = [max(t.post_us[i] for t, _ in steps) for i in range(iters)]
+        xfer = [max(t.xfer_us[i] for t, _ in steps) for i in range(iters)]
+        more = {"post_us": {"median": statistics.median(post), "p99": p99(post)},
+                "nixl_xfer_us": {"median": statistics.median(xfer), "p99": p99(xfer)}}
+    posted, kept = sum(p.descriptors_posted for _, p in steps), sum(t.descriptors_kept for t, _ in steps)
     median, slow = statistics.median(times), p99(times)
     return {"bytes": nbytes, "descriptors_posted": posted, "descriptors_kept": kept,
             per_descriptor: nbytes // max(posted, 1),
@@ -60,4 +78,5 @@ def summary(times: list[float], nbytes: int, posted: int, kept: int, prep_s: flo
             "gb_per_s": {"median": nbytes / median / 1e9 if median else 0.0,
                          "p99": nbytes / slow / 1e9 if slow else 0.0},
             "per_descriptor_us": median * 1e6 / max(posted, 1),
-            "prep_ms": prep_s * 1e3, "make_ms": make_s * 1e3, **more, "times_s": times}
+            "prep_ms": max(p.prep_s for _, p in steps) * 1e3, "make_ms": max(p.make_s for _, p in steps) * 1e3,
+            **more, "times_s": times}

@@ -54,6 +54,10 @@ class RunSettings:
     def mem_type(self) -> str:
         return "VRAM" if self.device == "cuda" else "DRAM"
 
+    def dev(self, index: int) -> int:
+        """The GPU of the ``index``-th rank started here, round robin (0 for DRAM)."""
+        return index % self.gpus if self.device == "cuda" else 0
+
 
 @dataclass(frozen=True)
 class RankTask:

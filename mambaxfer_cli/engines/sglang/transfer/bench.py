@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.execute.results import summary
+from mambaxfer_cli.execute.results import summarise
 from mambaxfer_cli.engines.sglang.transfer.run import (
     SlotDecodeTask, SlotPrefillTask, Transfer, build_tasks, chosen_writes, transfer,
 )
-from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, VariantTiming
+from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult
 from mambaxfer_cli.execute.tasks import RunSettings
 
 SCHEMA = "mambaxfer.sglang-bench/v1"
@@ -80,13 +80,6 @@ def _fields(task: Any) -> dict[str, Any]:
     return {name: getattr(task, name) for name in task.__dataclass_fields__}
 
 
-def summarise(timings: Sequence[VariantTiming], nbytes: int, iters: int) -> dict[str, Any]:
-    """One variant from its initiators' figures (iteration i: the slowest P rank)."""
-    return summary([max(t.times_s[i] for t in timings) for i in range(iters)], nbytes,
-                   sum(t.descriptors_posted for t in timings), sum(t.descriptors_kept for t in timings),
-                   max(t.prep_s for t in timings), max(t.make_s for t in timings), "bytes_per_descriptor")
-
-
 @dataclass(frozen=True)
 class Prepared:
     """One SGLang bench run, its tasks built (every refusal said) before any rank starts."""
@@ -124,7 +117,8 @@ def measure(prepared: Prepared, timeout: float, progress: Progress | None = None
     nbytes = sum(x.length for p in prefill for _, descriptors in p.writes for x in descriptors)
     variants = {}
     for name in ORDER:
-        row = summarise([r.timings[name] for r in p_results], nbytes, iters)
+        row = summarise([(r.timings[name], r.preparations[name]) for r in p_results], nbytes, iters,
+                        "bytes_per_descriptor", telemetry=False)
         checks = [r.checks[name] for r in d_results]
         row.update(verified=all(c.wrong_bytes == 0 for c in checks),
                    checked_bytes=sum(c.checked_bytes for c in checks),

@@ -14,7 +14,7 @@ from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, po
 from mambaxfer_cli.engines.sglang.transfer.rank import (
     await_notifications, connect, entry_item, fill_and_register, planned_pairings, poison_all, start_target,
 )
-from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult, VariantTiming
+from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult
 from mambaxfer_cli.execute.results import Tally
 
 def _message(task: SlotBenchPrefill | SlotBenchDecode, variant: str, iteration: int) -> bytes:
@@ -36,21 +36,19 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
         ch.meet("prepared", None, "every rank to prepare", milestone=True)
         timings = {}
         targets = [f"D{d_rank}" for d_rank, _ in task.writes]    # connect's order, as both variants'
-        for variant, xfers, prep in ((PLANNED, planned, planned_prep), (LIMIT, limit, limit_prep)):
+        for variant, xfers in ((PLANNED, planned), (LIMIT, limit)):
             ch.meet(f"{variant} ready", None, "the D ranks to poison")
-            times = []
             fault(task, "transfer")
-            for iteration in range(task.iters):
-                ch.phase("transferring", f"{variant} {iteration + 1}/{task.iters}")
-                # Only the last WRITE notifies, as vLLM's bench: a notification's WRITE completes
-                # when D next polls (every WAIT_ROUND), which is D's cadence, not the transfer's.
-                last = iteration == task.iters - 1
-                times.append(max(node.post(xfers, _message(task, variant, iteration) if last else b"", ch, "WRITE",
-                                           targets)))
-            kept = sum(int(t.descCount) for t in node.telemetry(xfers))
-            timings[variant] = VariantTiming(tuple(times), prep.descriptors_posted, kept, prep.prep_s, prep.make_s)
+
+            def start(i: int, variant: str = variant) -> None:
+                ch.phase("transferring", f"{variant} {i + 1}/{task.iters}")
+
+            # Only the last WRITE notifies, as vLLM's bench: a notification's WRITE completes
+            # when D next polls (every WAIT_ROUND), which is D's cadence, not the transfer's.
+            timings[variant] = node.timed(xfers, task.iters, ch, "WRITE", _message(task, variant, task.iters - 1),
+                                          start, warm_up=False, targets=targets)
         ch.meet("checked", None, "the D ranks to check")
-        return SlotBenchResult("P", task.rank, timings, {})
+        return SlotBenchResult("P", task.rank, timings, {PLANNED: planned_prep, LIMIT: limit_prep}, {})
 
 
 def bench_decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
@@ -69,7 +67,7 @@ def bench_decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
             checks[variant] = (planned_check(task, node.memory, ch.progress) if variant == PLANNED
                                else limit_check(task, node.memory, ch.progress))
         ch.meet("checked", None, "the P ranks to finish")
-        return SlotBenchResult("D", task.rank, {}, checks)
+        return SlotBenchResult("D", task.rank, {}, {}, checks)
 
 
 def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> Tally:

@@ -5,7 +5,6 @@ rounds kept in step over NIXL notifications (ready, the WRITEs', wrote, done).""
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -13,14 +12,13 @@ from typing import Any
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.execute import agreement
 from mambaxfer_cli.execute.agent import RankAgent
-from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, PeerGone, RankFailure
+from mambaxfer_cli.execute.channel import Channel, PeerGone, RankFailure
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
 from mambaxfer_cli.execute.difference import comparable
 from mambaxfer_cli.execute.discovery import Discovery
 from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.remote import (
-    PING_EVERY, QUIET, REQUEST_EVERY, Inbox, Peers, greet, linger, notify, ranks_text, refuse,
-    wait_for,
+    PING_EVERY, QUIET, Inbox, Peers, admit, greet, linger, ranks_text, wait_for,
 )
 from mambaxfer_cli.engines.sglang.transfer.run import (
     D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask,
@@ -135,7 +133,7 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
     rounds, moved, prefill, decode = run_tasks(plan, semantics, settings)
     mine: list[SlotPrefillTask] | list[SlotDecodeTask] = prefill if discovery.role == "prefill" else decode
     # This host's GPUs are this side's alone: its ranks go round robin over them from the first.
-    tasks = [replace(t, dev_id=t.rank % max(settings.gpus, 1)) if settings.device == "cuda" else t for t in mine]
+    tasks = [replace(t, dev_id=settings.dev(t.rank)) for t in mine]
     finished = run_ranks(tasks, settings.run_id, timeout, progress, forced=discovery.environment(),
                          defaults=QUIET)
     results = [finished.results[t.name] for t in tasks]
@@ -172,8 +170,10 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
         inbox = Inbox(node.agent)
         peers = Peers(node.agent, "D", inbox)
         fault(task, "serve")
-        headers = welcome(task, ch, node, inbox, peers)
-        pairings = planned_pairings(task, node, [(peers.names[d], headers[d]) for d, _ in task.writes])
+        hellos: dict[int, dict[str, Any]] = {}
+        admit(task, ch, node.agent, node.remotes, inbox, peers, [d for d, _ in task.writes], partial(_refusal, task),
+              "writes into", hellos, loaded=lambda hello: (_entries(node.agent, hello["header"]),))
+        pairings = planned_pairings(task, node, [(peers.names[d], hellos[d]["header"]) for d, _ in task.writes])
         fault(task, "prepare")
         ch.phase("preparing")
         xfers, prep = node.prepare("WRITE", pairings, ch)
@@ -222,59 +222,9 @@ def _not_ready(task: SlotPrefillTask, inbox: Inbox, peers: Peers, round_: int) -
     return f"{ranks_text('D', waiting)} to poison for round {round_ + 1}" if waiting else None
 
 
-def welcome(task: SlotPrefillTask, ch: Channel, node: RankAgent, inbox: Inbox,
-            peers: Peers) -> dict[int, dict[str, Any]]:
-    """Each D rank this P rank writes into, once it said hello and its registered entries are
-    loaded: the header it published. A geometry that differs from this side's is refused."""
-    discovery, agent = task.settings.discovery, node.agent
-    assert discovery is not None and task.settings.geometry is not None
-    mine = task.settings.geometry
-    targets = [d for d, _ in task.writes]
-    hellos: dict[str, tuple[dict[str, Any], float]] = {}   # sender -> (hello, when its metadata was asked)
-    agreed: set[str] = set()                               # senders whose hello this rank accepted
-    headers: dict[int, dict[str, Any]] = {}
-    while len(headers) < len(targets):
-        ch.check_stop()
-        missing = [d for d in targets if d not in headers]
-        ch.waiting(f"the hello of {ranks_text('D', missing)}")
-        inbox.poll()
-        for sender, hello in inbox.take("hello"):
-            if sender not in peers.names.values():
-                hellos[sender] = (hello, 0.0)
-        for sender, (hello, asked) in list(hellos.items()):
-            d_rank = hello.get("d_rank")
-            if sender not in agreed and agent.check_remote_metadata(sender):
-                if d_rank in headers:    # a second decode run
-                    del hellos[sender]
-                    refuse(agent, sender, task.rank, f"P{task.rank} already writes into another D{d_rank}", False)
-                    continue
-                problem = _refusal(task, hello, mine)
-                if problem is not None:
-                    refuse(agent, sender, task.rank, problem, True)
-                    raise RankFailure(f"refused D{d_rank} ({sender}): {problem}", user=True)
-                agreed.add(sender)
-            if sender in agreed and agent.check_remote_metadata(sender, _entries(agent, hello["header"])):
-                assert isinstance(d_rank, int)
-                del hellos[sender]
-                notify(agent, sender, agreement.encode("welcome", p_rank=task.rank, geometry=mine))
-                ch.phase("serving", f"welcomed D{d_rank}")
-                node.remotes.append(sender)
-                peers.names[d_rank] = sender
-                headers[d_rank] = hello["header"]
-            elif time.monotonic() - asked >= REQUEST_EVERY:
-                discovery.request(agent, sender, None)   # etcd; a direct D sent it to our listener
-                hellos[sender] = (hello, time.monotonic())
-        peers.ping()
-        time.sleep(WAIT_ROUND)
-    return headers
-
-
-def _refusal(task: SlotPrefillTask, hello: dict[str, Any], mine: dict[str, Any]) -> str | None:
+def _refusal(task: SlotPrefillTask, hello: dict[str, Any]) -> str | None:
     """Why this P rank cannot write into the D rank that said ``hello``; None when it can."""
     d_rank = hello.get("d_rank")
-    problem = agreement.mismatch(mine, hello.get("geometry") or {})
-    if problem is not None:
-        return problem
     if d_rank not in [d for d, _ in task.writes]:
         return f"D{d_rank} is not written by P{task.rank} in this plan"
     try:

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mambaxfer_cli.execute.results import RankResult, Tally
+from mambaxfer_cli.execute.results import Preparation, RankResult, Tally, Timing
 
 
 @dataclass(frozen=True)
@@ -106,20 +106,9 @@ class SlotPrefillResult(RankResult):
 
 
 @dataclass(frozen=True)
-class VariantTiming:
-    """One P rank's WRITEs of one bench variant: per iteration its time (the slowest of its
-    WRITEs), the descriptors it posted and NIXL kept, and what preparing them took."""
-
-    times_s: tuple[float, ...]
-    descriptors_posted: int
-    descriptors_kept: int
-    prep_s: float
-    make_s: float
-
-
-@dataclass(frozen=True)
 class SlotBenchResult(RankResult):
     role: str
     rank: int
-    timings: dict[str, VariantTiming]      # a P rank's, by variant
-    checks: dict[str, Tally]           # a D rank's, by variant
+    timings: dict[str, Timing]             # a P rank's, by variant
+    preparations: dict[str, Preparation]   # a P rank's, by variant
+    checks: dict[str, Tally]               # a D rank's, by variant

@@ -186,20 +186,17 @@ def build_tasks(plan: SGLangPlan, settings: RunSettings, rounds: int,
         return {} if side is None or plan.draft is None else {"draft_kv": side.rank(rank),
                                                                "draft_band": plan.draft.band}
 
-    def dev(index: int) -> int:
-        return index % settings.gpus if settings.device == "cuda" else 0
-
     prefill = []
     for p, layout in enumerate(p_layouts):
         mine = [x for x in descriptors if x.p_rank == p]
         targets = sorted({x.d_rank for x in mine})
         prefill.append(SlotPrefillTask(
-            "P", p, settings, dev(p), layout, p_memory, entries=moved.prefill_entries, slot=P_SLOT, rounds=rounds,
-            kv=moved.p_kv.rank(p) if moved.p_kv else None, **draft_kv(moved.p_draft, p),
+            "P", p, settings, settings.dev(p), layout, p_memory, entries=moved.prefill_entries, slot=P_SLOT,
+            rounds=rounds, kv=moved.p_kv.rank(p) if moved.p_kv else None, **draft_kv(moved.p_draft, p),
             writes=tuple((d, tuple(x for x in mine if x.d_rank == d)) for d in targets), decode_memory=d_memory))
-    decode = [SlotDecodeTask("D", d, settings, dev(plan.p_tp + d), layout, d_memory, entries=moved.decode_entries,
-                             slot=D_SLOT, rounds=rounds, kv=moved.d_kv.rank(d) if moved.d_kv else None,
-                             **draft_kv(moved.d_draft, d),
+    decode = [SlotDecodeTask("D", d, settings, settings.dev(plan.p_tp + d), layout, d_memory,
+                             entries=moved.decode_entries, slot=D_SLOT, rounds=rounds,
+                             kv=moved.d_kv.rank(d) if moved.d_kv else None, **draft_kv(moved.d_draft, d),
                              writers=tuple(sorted({x.p_rank for x in descriptors if x.d_rank == d})))
               for d, layout in enumerate(d_layouts)]
     return prefill, decode

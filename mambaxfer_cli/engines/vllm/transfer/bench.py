@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import re
 import secrets
-import statistics
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mambaxfer_cli.engines.vllm.transfer.bench_variants import (
     COALESCED, DIRECTIONS, LIMIT, MODES, ORDER, PLANNED, bench_tasks, limit_chunks,
 )
 from mambaxfer_cli.execute.coordinator import Progress, run_ranks
-from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
+from mambaxfer_cli.engines.vllm.transfer.results import BenchResult
 from mambaxfer_cli.render.console import tp_pairing
-from mambaxfer_cli.execute.results import Preparation, p99, summary
+from mambaxfer_cli.execute.results import summarise
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.engines.vllm.plan import Plan
 from mambaxfer_cli.engines.vllm.proof.addresses import read_bytes
@@ -46,18 +45,6 @@ def transports(log_text: str, run_id: str) -> dict[str, Any]:
             "WRITE": {"transports": sorted(out["P"]), "ucx_lanes": sorted(lanes["P"])}}
 
 
-def summarise(steps: Sequence[tuple[Timing, Preparation]], nbytes: int, iters: int) -> dict[str, Any]:
-    """One variant in one direction from its initiators' figures (iteration i: the slowest initiator)."""
-    times = [max(t.times_s[i] for t, _ in steps) for i in range(iters)]
-    post = [max(t.post_us[i] for t, _ in steps) for i in range(iters)]
-    xfer = [max(t.xfer_us[i] for t, _ in steps) for i in range(iters)]
-    return summary(times, nbytes, sum(p.descriptors_posted for _, p in steps),
-                   sum(t.descriptors_kept for t, _ in steps), max(p.prep_s for _, p in steps),
-                   max(p.make_s for _, p in steps), "segment_bytes",
-                   post_us={"median": statistics.median(post), "p99": p99(post)},
-                   nixl_xfer_us={"median": statistics.median(xfer), "p99": p99(xfer)})
-
-
 def bench_point(planned: Plan, coalesced: Plan, device: str, gpus: int, iters: int, timeout: float,
                 progress: Progress | None = None) -> dict[str, Any]:
     """One request size: run all variants in both directions; the document's ``points`` entry."""
@@ -77,7 +64,7 @@ def bench_point(planned: Plan, coalesced: Plan, device: str, gpus: int, iters: i
             step = f"{direction}:{name}"
             nbytes = sum(read_bytes(r.local, r.local_ids) for r in reads[name])
             row = summarise([(r.timings[step], r.preparations[name]) for r in initiators if step in r.timings],
-                            nbytes, iters)
+                            nbytes, iters, "segment_bytes")
             if name == LIMIT:
                 row["descriptors_posted"] = sum(len(limit_chunks([r for r in reads[name] if r.d_rank == d]))
                                                 for d in by_role["D"])

@@ -15,9 +15,9 @@ from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.engines.vllm.transfer.bench_variants import DIRECTIONS, LIMIT, limit_check, limit_chunks
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
 from mambaxfer_cli.engines.vllm.transfer.rank import pairing
-from mambaxfer_cli.engines.vllm.transfer.results import BenchResult, Timing
+from mambaxfer_cli.engines.vllm.transfer.results import BenchResult
 from mambaxfer_cli.execute.remote import Inbox, p_agent
-from mambaxfer_cli.execute.results import Preparation, Tally
+from mambaxfer_cli.execute.results import Preparation, Tally, Timing
 from mambaxfer_cli.execute.side_channel import PortInUse, SideChannelError, SideChannelServer
 from mambaxfer_cli.engines.vllm.transfer.tasks import BenchSpec, DecodeTask, PrefillTask
 from mambaxfer_cli.engines.vllm.transfer.verify import verify_decode
@@ -47,25 +47,6 @@ def ucx_config_lines(fd: int) -> tuple[str, ...]:
 def _spec(task: PrefillTask | DecodeTask) -> BenchSpec:
     assert isinstance(task.settings.bench, BenchSpec)
     return task.settings.bench
-
-
-def _iterations(node: RankAgent, xfers: list[Any], iters: int, ch: Channel, start: Callable[[int], None],
-                last_notif: bytes = b"") -> Timing:
-    """One untimed warm-up (it connects endpoints), then ``iters`` timed posts; before each, every
-    rank meets at ``start(i)`` so that concurrent initiators post together. Per iteration: its
-    wall time and NIXL's telemetry over the transfers."""
-    times, post_us, xfer_us, kept = [], [], [], 0
-    for i in range(-1, iters):
-        start(i)
-        took = node.transfer(xfers, last_notif if i == iters - 1 else b"", ch, "transfer")
-        if i < 0:
-            continue
-        times.append(took)
-        telemetry = node.telemetry(xfers)
-        post_us.append(sum(int(t.postDuration) for t in telemetry))
-        xfer_us.append(max((int(t.xferDuration) for t in telemetry), default=0))
-        kept = sum(int(t.descCount) for t in telemetry)
-    return Timing(tuple(times), tuple(post_us), tuple(xfer_us), kept)
 
 
 def _starts(ch: Channel, step: str, idle: Idle | None = None) -> Callable[[int], None]:
@@ -128,7 +109,7 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
                 ch.meet(step)
                 ch.phase("transferring", f"{direction} {name}")
                 if direction == "READ":
-                    timings[step] = _iterations(node, xfers[name], spec.iters, ch, _starts(ch, step))
+                    timings[step] = node.timed(xfers[name], spec.iters, ch, "transfer", b"", _starts(ch, step))
                 else:
                     _follow(ch, step, spec.iters, inbox.poll)
                     _wait_notifs(inbox, ch, f"{step}:done".encode(), task)
@@ -224,8 +205,8 @@ def bench_prefill(task: PrefillTask, ch: Channel) -> BenchResult:
                     ch.meet(step, idle=serve, every=WAIT_ROUND)
                     if direction == "WRITE":
                         ch.phase("transferring", f"WRITE {name}")
-                        timings[step] = _iterations(node, xfers[name], spec.iters, ch, _starts(ch, step, serve),
-                                                    f"{step}:done".encode())
+                        timings[step] = node.timed(xfers[name], spec.iters, ch, "transfer", f"{step}:done".encode(),
+                                                   _starts(ch, step, serve))
                     else:
                         _follow(ch, step, spec.iters, serve)
                     ch.meet(f"{step}:checked", idle=serve, every=WAIT_ROUND)

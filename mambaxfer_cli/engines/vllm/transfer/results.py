@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mambaxfer_cli.engines.vllm.transfer.verify import PageCheck
-from mambaxfer_cli.execute.results import Preparation, RankResult, Tally
+from mambaxfer_cli.execute.results import Preparation, RankResult, Tally, Timing
 
 
 @dataclass(frozen=True)
@@ -68,16 +68,6 @@ class DecodeResult(RankResult):
                 "ple_bytes": self.ple_bytes, "ple_descriptors": self.ple_descriptors,
                 "indexer_bytes": self.indexer_bytes, "indexer_descriptors": self.indexer_descriptors,
                 "verdict": self.check.to_dict()}
-
-
-@dataclass(frozen=True)
-class Timing:
-    """An initiator's timed posts of one bench step: per iteration, its wall time and NIXL's telemetry."""
-
-    times_s: tuple[float, ...]
-    post_us: tuple[int, ...]
-    xfer_us: tuple[int, ...]
-    descriptors_kept: int                # after NIXL's merge (the last iteration's)
 
 
 @dataclass(frozen=True)

@@ -175,14 +175,11 @@ def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[li
     for read in dm.reads:
         consumers.setdefault(read.p_rank, []).append(read.d_rank)
 
-    def dev(index: int) -> int:
-        return index % settings.gpus if settings.device == "cuda" else 0
-
     p_pages = tuple(prefill_pages(plan, r, [p for p, _ in sets]) for r in range(p_tp))
-    prefill = [PrefillTask("P", r, settings, dev(r), layout, p_memory,
+    prefill = [PrefillTask("P", r, settings, settings.dev(r), layout, p_memory,
                            consumers=tuple(sorted(consumers.get(r, ()))), pages=p_pages[r])
                for r, layout in enumerate(plan.prefill.ranks)]
-    decode = [DecodeTask("D", d, settings, dev(p_tp + d), layout, d_memory,
+    decode = [DecodeTask("D", d, settings, settings.dev(p_tp + d), layout, d_memory,
                          reads=tuple(r for r in dm.reads if r.d_rank == d),
                          prefill_layouts=plan.prefill.ranks, prefill_memory=p_memory, prefill_pages=p_pages,
                          expected=tuple(expected[d]), sides=by_rank[d])
