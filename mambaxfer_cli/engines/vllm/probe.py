@@ -657,6 +657,12 @@ class Installed:
                       kv_cache_tensors=[], kv_cache_groups=groups)
         return groups, regions, specs, config
 
+    def mtp_layers(self, model: ModelSpec) -> int:
+        """The MTP layers vLLM's predictor builds of its own loaded config, where a family reads
+        them there (``mtp_layers_built``); else the planned ones."""
+        built = first("mtp_layers_built", self.hf_config(model)) if model.draft_layers and not self.drafter else None
+        return model.draft_layers if built is None else built
+
     def eagle_spec(self, model: ModelSpec, tp: int, block_size: int):
         """An EAGLE drafter's layers' spec: its KV heads and head size as ``EAGLEConfig`` reads them."""
         assert self.drafter is not None
