@@ -101,7 +101,7 @@ SOURCES: Mapping[str, Source] = {
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
                                   "the state writes Mooncake posts, and the decode bytes they leave wrong"),
     "draft KV pool entries": Source("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool",
-                                    "the MTP draft's KV entries: their layer ids and item bytes"),
+                                    "a draft's KV entries (MTP, or --draft-model's): layer ids, item bytes"),
     "_resolve_rank_mapping": Source(f"{_DISAGG}.common.conn", "CommonKVManager._resolve_rank_mapping",
                                     "the P ranks each D rank reads, and the responses it waits for"),
 }
