@@ -523,6 +523,7 @@ def test_without_vllm_one_line_saying_where_to_run_it():
     (("--model", "jamba", "--all-presets"), "give --model M or --all-presets"),
     (("--model", "jamba", "--max-tp", "0"), "--max-tp must be >= 1"),
     (("--model", "jamba", "--max-tp", "65"), "--max-tp 65"),
+    (("--model", "jamba", "--draft-model", "x.json"), "--draft-model: SGLang's option"),
 ])
 def test_usage_errors(args, fragment):
     assert_user_error(run_cli("conformance", *args), fragment)
