@@ -10,7 +10,8 @@ convertor reads three times the attention heads); ``registry`` (vLLM's registry 
 0.1.0); ``nemotron-hook`` (vLLM without Nemotron-H's config hook, which keeps its SSM state in
 float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``draft-apart`` (vLLM
 grouping a drafter's ``is_draft`` layers apart from the target's; each run looks vLLM's functions
-up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads). Prints one JSON
+up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads); ``mtp-pattern-key``
+(mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``). Prints one JSON
 object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
@@ -97,6 +98,10 @@ def alter(scenario: str, undo: list) -> None:
             self.model.num_key_value_heads *= 2
 
         patch(EAGLEConfig, "__init__", doubled)
+    elif scenario == "mtp-pattern-key":    # mambaxfer reading Nemotron-H's mtp_hybrid_override_pattern alone
+        from mambaxfer_cli.engines.vllm.families import nemotron_h
+
+        patch(nemotron_h, "mtp_pattern", lambda config, where: config.get("mtp_hybrid_override_pattern") or "*E")
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

@@ -194,6 +194,28 @@ def test_nemotron_h_mtp_agrees_with_vllm(release):
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
+def test_nemotron_h_mtp_layers_block_type_agrees_with_vllm_and_the_pattern_key_alone_differs(release, tmp_path):
+    """Nemotron-3-Super with mtp_layers_block_type (the key Nemotron-3-Ultra's config gives) of two
+    attention layers beside its "*E": the probe builds the MTP layers vLLM's predictor reads of its
+    loaded NemotronHConfig, so both agree on 2; mambaxfer reading the pattern key alone (1) differs."""
+    config = json.loads(Path(SUPER).read_text()) | {"mtp_layers_block_type": ["attention", "attention", "moe"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    args = ["--model", str(path), "--max-tp", "2", "--format", "json"]
+    runs = [{"name": "as-installed", "alter": "as-installed", "args": args},
+            {"name": "pattern-key", "alter": "mtp-pattern-key", "args": args}]
+    proc = run_in_vllm(release, str(DRIVER), json.dumps(runs))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    agreed, planted = found["as-installed"], found["pattern-key"]
+    assert agreed["code"] == 0 and all(f["outcome"] == "agrees" for f in agreed["document"]["functions"])
+    assert any(name.endswith(" + MTP") for name in agreed["document"]["models"])
+    ids = by_function(planted["document"])["_compute_desc_ids"]
+    assert planted["code"] == 1 and ids["outcome"] == "differs" and 0 < ids["differing"] < ids["cases"], ids
+    assert _plan(ids["first_difference"]["command"])["model"]["draft_layers"] == 2
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
 def test_kimi_k3_mtp_layer_agrees_with_vllm(release, tmp_path):
     """Kimi-K3's example config with one MTP layer (an MLA layer, tagged is_draft): vLLM's own
     grouping, _compute_desc_ids and its class's state, whose conv rows follow the speculative tokens
@@ -519,6 +541,7 @@ def test_without_vllm_one_line_saying_where_to_run_it():
     (("--model", "jamba", "--all-presets"), "give --model M or --all-presets"),
     (("--model", "jamba", "--max-tp", "0"), "--max-tp must be >= 1"),
     (("--model", "jamba", "--max-tp", "65"), "--max-tp 65"),
+    (("--model", "jamba", "--draft-model", "x.json"), "--draft-model: SGLang's option"),
 ])
 def test_usage_errors(args, fragment):
     assert_user_error(run_cli("conformance", *args), fragment)

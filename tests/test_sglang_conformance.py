@@ -556,3 +556,64 @@ def test_bailing_v3_agrees_with_sglang_s_own_config_class_and_mixer():
     assert functions["KimiDeltaAttention conv channels"]["cases"] == 3           # TP 1 rank 0, TP 2 ranks 0, 1
     assert functions["mambaish_config state layers"]["cases"] == 1
     assert functions["NIXL state send"]["cases"] == functions["Mooncake state send"]["cases"] == 4
+
+
+FIXTURES = ROOT / "tests" / "fixtures" / "hf-configs"
+EAGLE3 = str(FIXTURES / "sgl-project__SpecForge__qwen3.5-4b-eagle3.json")
+STANDALONE = str(FIXTURES / "Qwen__Qwen3-0.6B.partial.json")
+
+# A draft model's pool from SGLang's own ModelConfig of it, against mambaxfer's, as is and with a
+# fault planted in each of SGLang's parts: its pool one layer deeper, its config twice the heads.
+DRAFTERS = r"""
+import json, sys
+from mambaxfer_cli.engines.sglang import conformance as c
+from sglang.srt.configs.model_config import ModelConfig
+
+name = "draft KV pool entries"
+pool, heads = c.load_functions([name])[name], ModelConfig.get_num_kv_heads
+faults = {"none": (pool, heads), "deeper pool": (lambda **k: pool(**{**k, "layer_num": k["layer_num"] + 1}), heads),
+          "twice the heads": (pool, lambda self, tp, *a: 2 * heads(self, tp, *a))}
+out = {}
+for algorithm, path, model in json.loads(sys.argv[1]):
+    for fault, (planted, counted) in faults.items():
+        ModelConfig.get_num_kv_heads = counted
+        report = c.probe([c.served_model(model)], {name: planted}, max_tp=4, drafter=(algorithm, path))
+        found = next(r for r in report.results if r.name == name).to_dict()
+        out[f"{algorithm} {fault}"] = [found["outcome"], found["cases"], list(found.get("by_model", {}))]
+print(json.dumps(out))
+"""
+
+
+def test_eagle3_and_standalone_drafters_agree_and_planted_faults_are_caught():
+    """SpecForge's EAGLE-3 drafter for Qwen3.5-4B (1 layer, 4 KV heads of 256) on Qwen3.5-0.8B and
+    Qwen3-0.6B as a STANDALONE draft (28 layers, 8 KV heads of 128) on Qwen3-Next-80B: SGLang's
+    draft worker's pool (ModelConfig, _compute_model_num_layers, MHATokenToKVPool, the remapped
+    ids) agrees with mambaxfer's entries at each TP size; each planted fault differs."""
+    cases = [["EAGLE3", EAGLE3, "qwen3.5-0.8b"], ["STANDALONE", STANDALONE, "qwen3-next-80b"]]
+    result = run_in_sglang("-c", DRAFTERS, json.dumps(cases))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for algorithm, _, model in cases:
+        outcome, count, models = out[f"{algorithm} none"]
+        assert outcome == AGREES and count == 3 * 2 and models == [f"{model} + {algorithm}"], out
+        for fault in ("deeper pool", "twice the heads"):
+            assert out[f"{algorithm} {fault}"][0] == DIFFERS, (fault, out)
+
+
+def test_conformance_takes_a_draft_model_and_compares_its_pool():
+    proc = run_in_sglang("-m", "mambaxfer_cli", "conformance", "--engine", "sglang", "--model", "qwen3.5-0.8b",
+                         "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3, "--max-tp", "2",
+                         "--format", "json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    functions = {f["function"]: f for f in json.loads(proc.stdout)["functions"]}
+    assert {f["outcome"] for f in functions.values()} == {AGREES}
+    assert list(functions["draft KV pool entries"]["by_model"]) == ["qwen3.5-0.8b + EAGLE3"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--speculative-algorithm", "EAGLE3"], "needs --draft-model here"),
+    (["--draft-model", EAGLE3], "needs --speculative-algorithm"),
+    (["--speculative-algorithm", "NGRAM", "--draft-model", EAGLE3], "no draft KV pool to compare"),
+])
+def test_a_draft_flag_conformance_cannot_compare_is_one_line(args, words):
+    assert_user_error(run_cli("conformance", "--engine", "sglang", "--model", "qwen3.5-0.8b", *args), words)

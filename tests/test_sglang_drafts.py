@@ -73,6 +73,16 @@ def test_sglangs_refusals_and_mambaxfers_limits_of_the_speculative_flags():
     assert plan_json(*base[3:], "--speculative-algorithm", "ngram")["draft"] is None
 
 
+def test_a_hybrid_draft_model_is_refused_in_one_line():
+    """Falcon-H1-0.5B as a STANDALONE draft: no MTP class of SGLang's takes it, and its draft worker
+    builds it a hybrid pool (full-attention KV and Mamba state), not the attention layers
+    mambaxfer would append for every one of its layers."""
+    falcon = str(FIXTURES / "tiiuae__Falcon-H1-0.5B-Base.partial.json")
+    assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1",
+                              "--speculative-algorithm", "STANDALONE", "--draft-model", falcon),
+                      "a hybrid draft model (falcon_h1)")
+
+
 def test_each_engine_refuses_the_others_speculative_flags():
     assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1",
                               "--speculative-config", "{\"method\":\"mtp\",\"num_speculative_tokens\":1}"),

@@ -216,6 +216,35 @@ def test_nemotron_h_mtp_pattern_rules(super_with, keys, words):
     assert words in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
 
 
+# Nemotron-3-Ultra's released config.json gives its MTP layers as mtp_layers_block_type
+# ["attention", "moe"] (legacy names) with no pattern key; transformers' NemotronHConfig makes that
+# list the pattern vLLM's predictor reads (mtp_hybrid_override_pattern, a property of it).
+@pytest.mark.parametrize("keys, layers", [
+    ({"mtp_layers_block_type": ["attention", "moe"], "mtp_hybrid_override_pattern": None}, 1),
+    ({"mtp_layers_block_type": ["attention", "attention", "moe"]}, 2),              # the list wins
+    ({"mtp_layers_block_type": ["full_attention", "moe"], "mtp_hybrid_override_pattern": "*E*E"}, 2),
+    ({"mtp_layers_block_type": ["mamba", "moe"]}, "NotImplementedError: Pattern char 'M' in ME not implemented"),
+    ({"mtp_layers_block_type": ["attention", "sliding"]}, "contains invalid types: {'sliding'}"),
+])
+def test_nemotron_h_mtp_layers_block_type_is_the_pattern_where_given(super_with, keys, layers):
+    """The list, legacy names remapped, is the pattern; the pattern key counts only beside the
+    default list; what the predictor cannot build is refused in vLLM's (or transformers') words."""
+    config = super_with(**{k: v for k, v in keys.items() if v is not None})
+    if "mtp_hybrid_override_pattern" in keys and keys["mtp_hybrid_override_pattern"] is None:
+        data = json.loads(Path(config).read_text())
+        del data["mtp_hybrid_override_pattern"]
+        Path(config).write_text(json.dumps(data))
+    if isinstance(layers, int):
+        for release in RELEASES:
+            document = plan(config, "--vllm-version", release, "--speculative-config", mtp(1), "--show", "ids")
+            assert document["model"]["draft_layers"] == layers
+            assert document["model"]["attention_layers"] == 8 + layers
+        return
+    result = run_cli("plan", "--model", config, "--p-tp", "1", "--d-tp", "2", "--speculative-config", mtp(1))
+    assert result.code == 1, (result.code, result.stderr)
+    assert layers in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+
+
 def test_nemotron_h_without_mtp_keys_keeps_the_warning(super_with):
     """num_nextn_predict_layers 0 is no MTP variant for vLLM (hf_config_override): not modelled."""
     document = plan(super_with(num_nextn_predict_layers=0), "--speculative-config", mtp(1))

@@ -14,7 +14,8 @@ MAX_CONFORMANCE_TP = 64
 
 
 @command(uses={"model": ModelArgs.given("model", "all_presets"),
-               "engine": EngineArgs.given("engine", "speculative_config"), "output": OutputArgs.without("output")})
+               "engine": EngineArgs.given("engine", "speculative_config", "speculative_algorithm",
+                                          "speculative_draft_model_path"), "output": OutputArgs.without("output")})
 def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp: int | None = MAX_TP_OPTION) -> None:
     """Run the installed engine's own functions (vLLM's or SGLang's) on each model and P/D pairing
     and compare every answer with mambaxfer's.
@@ -26,7 +27,8 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
     the same environment. With --engine sglang: SGLang's own functions (state shapes and dtypes,
     slice blocks, head slices, rank mapping, the pool's entries and its state sends) on the models
     SGLang serves, where SGLang is installed. With --speculative-config (vLLM only): the
-    model with the draft layers it adds (MTP, or an EAGLE drafter's), compared alone.
+    model with the draft layers it adds (MTP, or an EAGLE drafter's), compared alone. With
+    --speculative-algorithm and --draft-model (SGLang only): that draft model's KV pool too.
 
     Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage
     error, or no vLLM (with --engine sglang: no SGLang) installed here; 70: an internal error.

@@ -86,12 +86,14 @@ class Sglang:
 
         if engines.speculative_config is not None:
             raise UserError("--speculative-config is vLLM's: SGLang's conformance compares the NEXTN draft "
-                            "pool of every model with MTP layers without it (docs/conformance.md)")
+                            "pool of every model with MTP layers without it, a draft model's with "
+                            "--speculative-algorithm and --draft-model (docs/conformance.md)")
         from mambaxfer_cli.engines.sglang.views.conformance import junit_xml, progress, render_report
         from mambaxfer_cli.render.report import Viewed
 
         with progress() as (start, done):
-            report = run(None if model.all_presets else model.names(), max_tp, start, done)
+            report = run(None if model.all_presets else model.names(), max_tp, start, done,
+                         engines.speculative_algorithm, engines.speculative_draft_model_path)
         return Viewed(report, render_report, junit_xml)
 
 

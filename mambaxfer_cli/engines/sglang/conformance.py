@@ -5,6 +5,7 @@ function that cannot be imported or called is reported as such, never replaced."
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import itertools
 import json
@@ -13,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -99,7 +101,7 @@ SOURCES: Mapping[str, Source] = {
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
                                   "the state writes Mooncake posts, and the decode bytes they leave wrong"),
     "draft KV pool entries": Source("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool",
-                                    "the MTP draft's KV entries: their layer ids and item bytes"),
+                                    "a draft's KV entries (MTP, or --draft-model's): layer ids, item bytes"),
     "_resolve_rank_mapping": Source(f"{_DISAGG}.common.conn", "CommonKVManager._resolve_rank_mapping",
                                     "the P ranks each D rank reads, and the responses it waits for"),
 }
@@ -543,17 +545,21 @@ class _Checker:
             self.compare("mambaish_config state layers", {"model": model.name},
                          partial(_their_state_layers, hybrid, model), partial(_our_state_layers, model, self.release))
 
-    def drafts(self, models: Sequence[ModelSpec]) -> None:
-        """The draft KV pool NEXTN builds from a model's checkpoint, against ``drafts.Draft.entries``."""
+    def drafts(self, models: Sequence[ModelSpec], drafter: tuple[str, str] | None = None) -> None:
+        """The draft KV pool NEXTN builds from a model's checkpoint, or ``drafter``'s (its algorithm
+        and config, an EAGLE3 or STANDALONE draft model), against ``drafts.Draft.entries``."""
         pool = self.fn("draft KV pool entries")
         if pool is None:
             return
         for model in models:
-            if str((model.hf_config.get("architectures") or [""])[0]) not in MTP_DRAFTS:
+            if drafter is None and str((model.hf_config.get("architectures") or [""])[0]) not in MTP_DRAFTS:
                 continue
+            name = model.name + (f" + {drafter[0].upper()}" if drafter else "")
+            theirs = partial(_their_drafter, *drafter) if drafter else _their_draft
             for tp, page in itertools.product(tp_sizes(model, self.max_tp), (1, 16)):
-                self.compare("draft KV pool entries", {"model": model.name, "tp": tp, "page_size": page},
-                             partial(_their_draft, pool, model, tp, page), partial(_our_draft, model, tp, page))
+                self.compare("draft KV pool entries", {"model": name, "tp": tp, "page_size": page},
+                             partial(theirs, pool, model, tp, page),
+                             partial(_our_draft, model, tp, page, *(drafter or ("NEXTN", None))))
 
     def rank_mapping(self) -> None:
         resolve = self.fn("_resolve_rank_mapping")
@@ -925,6 +931,11 @@ def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int)
     built = pool(size=2 * page, page_size=page, dtype=getattr(torch, model.model_dtype), layer_num=layers,
                  head_num=max(1, model.num_kv_heads // tp), head_dim=model.head_size, device="cpu",
                  enable_memory_saver=False)
+    return _draft_entries(built, model)
+
+
+def _draft_entries(built: Any, model: ModelSpec) -> tuple[Any, ...]:
+    """Each entry of a built draft pool: the id build_kv_layer_ids gives it, and its item bytes."""
     items = built.get_contiguous_buf_infos()[2]
     utils = importlib.import_module("sglang.srt.disaggregation.utils")
     ids = utils._remap_draft_layer_ids(utils._draft_entry_layer_ids(pool=built, num_entries=len(items)),
@@ -932,8 +943,36 @@ def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int)
     return tuple(zip(ids, items))
 
 
-def _our_draft(model: ModelSpec, tp: int, page: int) -> tuple[Any, ...]:
-    draft = draft_for(model, "NEXTN", None)
+@functools.cache
+def _drafter_config(algorithm: str, path: str) -> Any:
+    """SGLang's ModelConfig of a draft model (is_draft_model), read from its own config.json."""
+    import shutil
+    import tempfile
+
+    where = Path(path).expanduser()
+    with tempfile.TemporaryDirectory() as folder:
+        if not where.is_dir():          # a config.json alone: ModelConfig reads a folder
+            shutil.copy(where, Path(folder) / "config.json")
+        config = importlib.import_module("sglang.srt.configs.model_config").ModelConfig
+        return config(model_path=str(where if where.is_dir() else folder), is_draft_model=True,
+                      speculative_algorithm=algorithm.upper())
+
+
+def _their_drafter(algorithm: str, path: str, pool: Callable[..., Any], model: ModelSpec, tp: int,
+                   page: int) -> tuple[Any, ...]:
+    """SGLang's pool of a separate draft model as its draft worker builds it: the layers
+    _compute_model_num_layers gives, its ModelConfig's heads a rank, head sizes and dtype."""
+    config = _drafter_config(algorithm, path)
+    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
+    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
+    built = pool(size=2 * page, page_size=page, dtype=config.dtype, layer_num=layers,
+                 head_num=config.get_num_kv_heads(tp), head_dim=config.head_dim, v_head_dim=config.v_head_dim,
+                 device="cpu", enable_memory_saver=False)
+    return _draft_entries(built, model)
+
+
+def _our_draft(model: ModelSpec, tp: int, page: int, algorithm: str, path: str | None) -> tuple[Any, ...]:
+    draft = draft_for(model, algorithm, path)
     assert draft is not None
     return tuple((e.layer_id, e.item_len) for e in draft.entries(sglang_model(model, {}), tp, page))
 
@@ -1007,14 +1046,15 @@ def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
 
 def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
           release: Release = SGLANG_0_5_23, max_tp: int = MAX_TP,
-          done: Callable[[str], None] | None = None) -> Report:
-    """Every case for ``models`` to TP ``max_tp``; ``done`` is told each step (``STEPS``) as it ends."""
+          done: Callable[[str], None] | None = None, drafter: tuple[str, str] | None = None) -> Report:
+    """Every case for ``models`` to TP ``max_tp``; ``done`` is told each step (``STEPS``) as it ends;
+    ``drafter``: a draft model's algorithm and config, whose pool the draft step compares."""
     start = time.monotonic()
     checker = _Checker(functions, release, max_tp)
     steps: tuple[Callable[[], None], ...] = (
         partial(checker.shapes, models), checker.dtypes, partial(checker.slices, models), checker.replicated,
         partial(checker.heads, models), partial(checker.mixer_channels, models), partial(checker.pool_entries, models),
-        partial(checker.sends, models), partial(checker.state_layers, models), partial(checker.drafts, models),
+        partial(checker.sends, models), partial(checker.state_layers, models), partial(checker.drafts, models, drafter),
         checker.rank_mapping)
     for label, step in zip(STEPS, steps, strict=True):
         step()
@@ -1057,12 +1097,19 @@ NOT_INSTALLED = ("no SGLang is installed beside mambaxfer (in {python}); conform
 
 
 def run(names: Sequence[str] | None, max_tp: int = MAX_TP, start: Callable[[int], None] | None = None,
-        done: Callable[[str], None] | None = None) -> Report:
+        done: Callable[[str], None] | None = None, algorithm: str | None = None,
+        draft_path: str | None = None) -> Report:
     """``conformance --engine sglang`` on ``names`` (None: every preset SGLang serves) up to
-    ``max_tp``; a model SGLang does not serve, or no SGLang here, is a UserError."""
+    ``max_tp``, with the draft model ``draft_path`` of ``algorithm`` where given; a model SGLang
+    does not serve, or no SGLang here, is a UserError."""
     version = installed_version()
     release = RELEASES.get(version or "", RELEASES[tuple(RELEASES)[-1]])
     models = served_presets(release) if names is None else [served_model(n, release) for n in names]
+    if algorithm is not None and draft_path is None:
+        raise UserError(f"--speculative-algorithm {algorithm} needs --draft-model here: conformance --engine sglang "
+                        "compares the MTP draft of each model that has one without either")
+    if draft_path is not None and any(draft_for(m, algorithm, draft_path) is None for m in models):
+        raise UserError(f"--speculative-algorithm {algorithm}: no draft KV pool to compare")
     if version is None:
         raise UserError(NOT_INSTALLED.format(python=sys.prefix))
     if start is not None:
@@ -1071,7 +1118,8 @@ def run(names: Sequence[str] | None, max_tp: int = MAX_TP, start: Callable[[int]
         functions = load_functions()
         if done is not None:
             done(IMPORT_STEP)
-        report = probe(models, functions, version=version, release=release, max_tp=max_tp, done=done)
+        report = probe(models, functions, version=version, release=release, max_tp=max_tp, done=done,
+                       drafter=None if algorithm is None or draft_path is None else (algorithm, draft_path))
     if version not in RELEASES:
         report.notes.append(f"mambaxfer has no rules for SGLang {version}: compared with the newest it knows, "
                             f"{release.version}'s")

@@ -20,7 +20,7 @@ from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVSide
 from mambaxfer_cli.errors import Refused, UserError
-from mambaxfer_cli.families import dim_key
+from mambaxfer_cli.families import dim_key, family_for
 from mambaxfer_cli.planning.model import ModelSpec
 
 REFUSES = "SGLang does not start: "
@@ -108,6 +108,10 @@ def draft_for(model: ModelSpec, name: str | None, draft_path: str | None) -> Dra
     from mambaxfer_cli.readers.model_config import flatten_text_config
 
     flat, where = flatten_text_config(config), draft_path
+    if family_for(str(flat.get("model_type", ""))) is not None:
+        raise UserError(f"--draft-model {where}: a hybrid draft model ({flat.get('model_type')}); mambaxfer models "
+                        "a draft of attention layers only (SGLang gives a hybrid one a HybridLinearKVPool and "
+                        "state pools of its own)")
     heads = dim_key(flat, "num_attention_heads", None, where)
     size = dim_key(flat, "head_dim", dim_key(flat, "hidden_size", None, where) // heads, where)
     return Draft(chosen, where, dim_key(flat, "num_hidden_layers", None, where),

@@ -89,10 +89,11 @@ class Vllm:
 
     def conformance(self, model: ModelArgs, engines: EngineArgs, max_tp: int) -> Report:
         from mambaxfer_cli.engines.vllm.conformance import run
-        from mambaxfer_cli.engines.vllm.options import model_names
+        from mambaxfer_cli.engines.vllm.options import model_names, refuse_sglang_drafts
         from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, progress, render_report
         from mambaxfer_cli.render.report import Viewed
 
+        refuse_sglang_drafts(engines)
         with progress() as (start, done):
             report = run(model_names(model), max_tp, start, done, every_preset=model.all_presets,
                          speculative=engines.speculative_config)

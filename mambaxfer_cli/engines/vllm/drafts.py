@@ -146,7 +146,7 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
                             f"config's {key} must be a multiple of it)")
     built = MTP_LAYERS_DEFAULT if n_predict is None else n_predict
     if family.mtp_pattern:      # a family whose predictor builds a pattern per step
-        built = first("mtp_pattern_layers", model_type, flat.get(family.mtp_pattern), built, where)
+        built = first("mtp_pattern_layers", model_type, flat, built, where)
         assert built is not None, f"{model_type}: an MTP pattern without vLLM's rule for it"
     within(f"{where}: {len(model.layers) + built} cache-keeping layers with the MTP layers",
            len(model.layers) + built, 1, MAX_LAYERS, "model's")

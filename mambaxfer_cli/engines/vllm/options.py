@@ -65,10 +65,7 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
     if args.transfer_backend is not None:
         raise UserError("--transfer-backend: SGLang's option (with --engine sglang); vLLM's NIXL connector has "
                         "one transfer backend")
-    for flag, given in (("--speculative-algorithm", args.speculative_algorithm),
-                        ("--draft-model", args.speculative_draft_model_path)):
-        if given is not None:
-            raise UserError(f"{flag}: SGLang's option (with --engine sglang); vLLM's is --speculative-config")
+    refuse_sglang_drafts(args)
     device = _gpu(args.gpu)
     shared = _release("--vllm-version", args.vllm_version) if args.vllm_version is not None else None
 
@@ -165,3 +162,10 @@ def _gpu(name: str | None) -> Gpu:
     from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, gpu
 
     return DEFAULT_GPU if name is None else _for_option("--gpu", gpu, name)
+
+
+def refuse_sglang_drafts(args: EngineArgs) -> None:
+    for flag, given in (("--speculative-algorithm", args.speculative_algorithm),
+                        ("--draft-model", args.speculative_draft_model_path)):
+        if given is not None:
+            raise UserError(f"{flag}: SGLang's option (with --engine sglang); vLLM's is --speculative-config")

@@ -670,6 +670,12 @@ class Installed:
         groups = _run("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size", specs)
         return [[names.index(name) for name in group.layer_names] for group in groups]
 
+    def mtp_layers(self, model: ModelSpec) -> int:
+        """The MTP layers vLLM's predictor builds of its own loaded config, where a family reads
+        them there (``mtp_layers_built``); else the planned ones."""
+        built = first("mtp_layers_built", self.hf_config(model)) if model.draft_layers and not self.drafter else None
+        return model.draft_layers if built is None else built
+
     def eagle_model(self):
         """An EAGLE drafter's config as ``EAGLEConfig`` reads it."""
         assert self.drafter is not None

@@ -408,6 +408,10 @@ class Comparison:
 
     @compares(DESC_IDS)
     def descriptor_ids(self, name: str, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags) -> None:
+        built = self.vllm.mtp_layers(model)
+        if built != model.draft_layers:     # other MTP layers: other groups and IDs, which vLLM cannot pair
+            return self.record(DESC_IDS, self.case(name, p_tp, d_tp, flags=flags), f"{built} MTP layers",
+                               f"{model.draft_layers} MTP layers")
         p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
         key = (model.name, p_tp, d_tp, prefill.geometry, decode.geometry)
         if key not in self._ids:
