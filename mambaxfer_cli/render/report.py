@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK
@@ -60,6 +60,36 @@ def chart_notes(write: Callable[[dict, Path], str | None], document: dict, chart
         return []
     why = write(document, chart)
     return [f"chart skipped: {why}" if why else f"chart written to {chart}"]
+
+
+def pairings_junit(title: str, results: Sequence, seconds: float, case: Callable[[Any], tuple]) -> str:
+    """``check``'s JUnit XML: a suite per model, a case per pairing; ``case(result)`` gives its class,
+    its name, then its failure (message, text), its skip's reason or its output (the others None)."""
+    import xml.etree.ElementTree as ET
+    from itertools import groupby
+
+    from mambaxfer_cli.render.preflight_view import junit_text
+
+    cases = [(r.model, r.seconds, *case(r)) for r in results]
+
+    def counts(rows: list) -> dict[str, str]:
+        return {"tests": str(len(rows)), "failures": str(sum(c[4] is not None for c in rows)),
+                "skipped": str(sum(c[5] is not None for c in rows)), "errors": "0"}
+
+    root = ET.Element("testsuites", {"name": title, **counts(cases), "time": f"{seconds:.3f}"})
+    for model, group in groupby(cases, key=lambda c: c[0]):
+        rows = list(group)
+        suite = ET.SubElement(root, "testsuite", {"name": f"{title} {model}", **counts(rows),
+                                                  "time": f"{sum(c[1] for c in rows):.3f}"})
+        for _, took, classname, name, failure, skipped, out in rows:
+            element = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{took:.3f}")
+            if failure is not None:
+                ET.SubElement(element, "failure", message=failure[0], type="mambaxfer.check").text = failure[1]
+            elif skipped is not None:
+                ET.SubElement(element, "skipped", message=skipped)
+            elif out is not None:
+                ET.SubElement(element, "system-out").text = out
+    return junit_text(root)
 
 
 class Viewed(Report):

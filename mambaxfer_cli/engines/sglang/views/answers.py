@@ -13,6 +13,7 @@ from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
 from mambaxfer_cli.render.console import columns_table, model_rows, tp_pairing
+from mambaxfer_cli.render.report import pairings_junit
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
@@ -190,27 +191,10 @@ def render_check(report: CheckReport) -> list:
 
 
 def check_junit(report: CheckReport) -> str:
-    """One test suite per model, one test case per pairing; a pairing SGLang does not move right
-    is a failure carrying its verdict."""
-    import xml.etree.ElementTree as ET
-    from itertools import groupby
-
-    failed = [r for r in report.results if r.outcome != RIGHT]
-    root = ET.Element("testsuites", name=f"mambaxfer check {report.release}", tests=str(len(report.results)),
-                      failures=str(len(failed)), skipped="0", errors="0", time=f"{report.seconds:.3f}")
-    for model, group in groupby(report.results, key=lambda r: r.model):
-        results = list(group)
-        suite = ET.SubElement(root, "testsuite", name=f"mambaxfer check {report.release} {model}",
-                              tests=str(len(results)), failures=str(sum(r.outcome != RIGHT for r in results)),
-                              skipped="0", errors="0", time=f"{sum(r.seconds for r in results):.3f}")
-        for r in results:
-            case = ET.SubElement(suite, "testcase", classname=f"mambaxfer.check.sglang.{model}",
-                                 name=f"{r.pairing} {report.backend}", time=f"{r.seconds:.3f}")
-            if r.outcome != RIGHT:
-                failure = ET.SubElement(case, "failure", message=r.plan.verdict.sentence(), type="mambaxfer.check")
-                failure.text = "\n".join(r.plan.verdict.lines())
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    """A pairing SGLang does not move right is a failure carrying its verdict."""
+    return pairings_junit(f"mambaxfer check {report.release}", report.results, report.seconds, lambda r: (
+        f"mambaxfer.check.sglang.{r.model}", f"{r.pairing} {report.backend}",
+        None if r.outcome == RIGHT else (r.plan.verdict.sentence(), "\n".join(r.plan.verdict.lines())), None, None))
 
 
 def render_both(vllm, sglang: CheckReport) -> list:

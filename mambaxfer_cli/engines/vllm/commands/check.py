@@ -40,9 +40,8 @@ def check(model: ModelArgs, engines: EngineArgs, request: RequestArgs, output: O
     if output.junit is not None:   # fail before the run, not after it
         check_writable(output.junit, "--junit")
 
-    from mambaxfer_cli.engines.vllm.views.check import render_report
+    from mambaxfer_cli.engines.vllm.views.check import junit_xml, render_report
     from mambaxfer_cli.render.run_view import progress
-    from mambaxfer_cli.engines.vllm.views.junit import junit_xml
 
     with progress() as (on_start, on_result):
         report = run_check(targets, options, on_start, on_result, semantics=semantics)

@@ -14,6 +14,7 @@ from mambaxfer_cli.engines.vllm.proof.check import BOTH, CheckReport, PairingRes
 from mambaxfer_cli.proof.verdicts import CORRUPTS, REFUSES, RIGHT
 from mambaxfer_cli.render.console import columns_table, model_rows
 from mambaxfer_cli.render.model_view import human_bytes
+from mambaxfer_cli.render.report import pairings_junit
 
 VERDICTS = {"pass": Text("✓ pass", style="green"), "fail": Text("✗ FAIL", style="bold red"),
             "refused": Text("✗ REFUSED", style="bold red"), "skip": Text("– skip", style="yellow")}
@@ -126,3 +127,21 @@ def render_report(report: CheckReport, failures_shown: int = 10) -> list:
                           f"transfer handles them; --semantics vllm reports them as refused)", style="yellow"))
     parts.append(footer(report))
     return parts
+
+
+def junit_xml(report: CheckReport) -> str:
+    """A failure carries the explanation."""
+    return pairings_junit("mambaxfer check", report.results, report.seconds, _junit_case)
+
+
+def _junit_case(r: PairingResult) -> tuple:
+    case = (f"mambaxfer.check.{r.model}", f"{r.pairing} {r.semantics}" + (" coalesced" if r.coalesce else ""))
+    if r.verdict in ("fail", "refused"):
+        lines = r.explanation(limit=1000)
+        return *case, (lines[0] if lines else "check failed", "\n".join(lines)), None, None
+    if r.verdict == "skip":
+        return *case, None, r.reason, None
+    return *case, None, None, (f"{r.reads} reads, {r.segments} segments, {r.descriptors} descriptor pairs, "
+                               f"{r.bytes} bytes copied, "
+                               f"{r.simulation.bytes_verified if r.simulation else 0} bytes verified"
+                               + (f"; {r.deployment_line()}" if r.vllm_does else ""))
