@@ -286,10 +286,6 @@ class EngineState:
             "num_regions": regions, "_head_sharded_draft_regions": set(), "_is_csa_linear": False,
             "_group_spec_types": tuple(type(group.kv_cache_spec) for group in self.groups)}
 
-    @property
-    def group_spec_types(self) -> tuple:
-        return self.registered["_group_spec_types"]
-
     def topology(self, rank: int):
         return _new("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology", tp_rank=rank,
                     tp_size=self.tp, block_size=self.geometry.kernel_block_size,
@@ -703,14 +699,14 @@ class Installed:
 
     def tp_mapping(self, decode: EngineState, p_tp: int, d_rank: int):
         return _run(f"{NIXL}.tp_mapping", "compute_tp_mapping", transfer_topology=decode.topology(d_rank),
-                    remote_tp_size=p_tp, group_spec_types=decode.group_spec_types)
+                    remote_tp_size=p_tp, group_spec_types=decode.registered["_group_spec_types"])
 
     def sources(self, decode: EngineState, p_tp: int, d_rank: int) -> tuple[list[int], list[int]]:
         """``compute_tp_mapping``: (attention sources, SSM sources) of D rank ``d_rank``."""
         with answering():
             mapping = self.tp_mapping(decode, p_tp, d_rank)
         attention = ssm = []
-        for spec_type, ranks in zip(decode.group_spec_types, mapping.source_ranks_per_group):
+        for spec_type, ranks in zip(decode.registered["_group_spec_types"], mapping.source_ranks_per_group):
             if issubclass(spec_type, self.mamba_spec_class):
                 ssm = list(ranks)
             else:
@@ -818,7 +814,14 @@ class Installed:
             meta = self.register_remote(worker, remote)
             plan = self.tp_mapping(local, remote.tp, rank)
             block_ratio = _method(topology, "block_size_ratio", meta.block_size)
-            self._register(worker, meta, pairs, plan)
+            # the per-engine state ``add_remote_agent`` records before it validates
+            worker.tp_mappings[meta.engine_id] = plan
+            worker.dst_num_blocks[meta.engine_id] = meta.num_blocks
+            worker.dst_region_num_blocks[meta.engine_id] = list(meta.region_num_blocks)
+            worker.dst_region_group_ids[meta.engine_id] = list(meta.region_group_ids)
+            worker.dst_uses_region_group_mapping[meta.engine_id] = False
+            if pairs is not None:
+                worker._dst_pairs[meta.engine_id] = pairs
             _method(worker, "_validate_remote_agent_handshake", meta, remote.tp)
             bases = [r * REGION_BASE for r in range(len(local.regions))]
             if _method(worker, "_needs_split_local_xfer_handles", ratio, plan):
@@ -832,17 +835,6 @@ class Installed:
         except REFUSALS as exc:
             return _message(exc)
         return None
-
-    @staticmethod
-    def _register(worker, meta, pairs, plan) -> None:
-        """The per-engine state ``add_remote_agent`` records before it validates."""
-        worker.tp_mappings[meta.engine_id] = plan
-        worker.dst_num_blocks[meta.engine_id] = meta.num_blocks
-        worker.dst_region_num_blocks[meta.engine_id] = list(meta.region_num_blocks)
-        worker.dst_region_group_ids[meta.engine_id] = list(meta.region_group_ids)
-        worker.dst_uses_region_group_mapping[meta.engine_id] = False
-        if pairs is not None:
-            worker._dst_pairs[meta.engine_id] = pairs
 
     # --- descriptor IDs -----------------------------------------------------------------------
 
