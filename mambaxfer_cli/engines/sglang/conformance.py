@@ -138,7 +138,7 @@ def installed_version() -> str | None:
 
 # How a case's inputs read (the rest: the key with spaces).
 _WORDS = {"p_tp": "P TP", "d_tp": "D TP", "tp": "TP", "d_rank": "D rank", "p_rank": "P rank", "src_tp": "src TP",
-          "dst_tp": "dst TP", "kv_heads": "KV heads", "env": "environment"}
+          "dst_tp": "dst TP", "kv_heads": "KV heads", "env": "environment", "stand_in": "stand-in"}
 
 
 def describe(case: Mapping[str, Any]) -> str:
@@ -147,8 +147,6 @@ def describe(case: Mapping[str, Any]) -> str:
     for key, value in case.items():
         if key == "model":
             parts.append(str(value))
-        elif key == "stand_in" and isinstance(value, Mapping):
-            parts.append("stand-in " + " ".join(f"{k}={v}" for k, v in value.items()))
         elif isinstance(value, Mapping):
             parts.append(f"{_WORDS.get(key, key.replace('_', ' '))} "
                          + (" ".join(f"{k}={v}" for k, v in value.items()) or "none"))
@@ -242,6 +240,7 @@ KDA_STAND_INS: tuple[dict[str, int], ...] = given("KDA_STAND_INS")
 MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
     {"intermediate_size": 4096, "n_groups": 1, "num_heads": 64, "head_dim": 64, "state_size": 128, "conv_kernel": 4},
     {"intermediate_size": 768, "n_groups": 2, "num_heads": 24, "head_dim": 32, "state_size": 16, "conv_kernel": 4})
+MAMBA1_STAND_INS = ({"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4},)
 
 
 def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
@@ -319,28 +318,20 @@ class _Checker:
                 ours = sglang_model(model, {}, self.release) if model.variant == "kda" else model
                 self.compare(name, case, partial(_call, _their_shape, _shape_tuple, *fns, model, tp),
                              partial(_call, state_shape, _ours, ours, tp))
-            config = self.fn(SHORT_CONV_CONFIG[0])
-            if model.variant == "short_conv" and config:
-                self.compare(SHORT_CONV_CONFIG[0], case, partial(_their_config_state, config, model, tp),
-                             partial(_our_config_state, model, tp, self.release))
-            own = CONFIG_STATES.get(model.family, ("",))[0]
-            if self.fn(own):
-                self.compare(own, case, partial(_their_config_state, self.fn(own), model, tp),
-                             partial(_our_config_state, model, tp, self.release))
-        for tp in range(1, self.max_tp + 1):
-            for args in MAMBA2_STAND_INS if create else ():
-                self.compare("Mamba2StateShape.create", {"stand_in": args, "tp": tp},
-                             partial(_call, create, _shape_tuple, tp_world_size=tp, **args),
-                             partial(_call, mamba2_state_shape, _ours, tp=tp, **args))
-            if full:
-                m1 = {"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4}
-                self.compare("Mamba2StateShape.create_full_rank", {"stand_in": m1, "tp": tp},
-                             partial(_call, full, _shape_tuple, tp_world_size=tp, **m1),
-                             partial(_call, mamba1_state_shape, _ours, tp=tp, **m1))
-            for kargs in KDA_STAND_INS if kda else ():
-                self.compare(KDA_SHAPES, {"stand_in": kargs, "tp": tp},
-                             partial(_call, kda, _shape_tuple, tp_world_size=tp, **_kda_args(kargs)),
-                             partial(_call, kda_state_shape, _ours, tp=tp, **kargs))
+            # A short-conv model's config class, and a family's own (the name "": none).
+            for own in (SHORT_CONV_CONFIG[0] if model.variant == "short_conv" else "",
+                        CONFIG_STATES.get(model.family, ("",))[0]):
+                if self.fn(own):
+                    self.compare(own, case, partial(_their_config_state, self.fn(own), model, tp),
+                                 partial(_our_config_state, model, tp, self.release))
+        stand_ins = (("Mamba2StateShape.create", create, mamba2_state_shape, MAMBA2_STAND_INS, dict),
+                     ("Mamba2StateShape.create_full_rank", full, mamba1_state_shape, MAMBA1_STAND_INS, dict),
+                     (KDA_SHAPES, kda, kda_state_shape, KDA_STAND_INS, _kda_args))
+        for tp, (name, theirs, ours, cases, named) in itertools.product(range(1, self.max_tp + 1), stand_ins):
+            for args in cases if theirs else ():
+                self.compare(name, {"stand_in": args, "tp": tp},
+                             partial(_call, theirs, _shape_tuple, tp_world_size=tp, **named(args)),
+                             partial(_call, ours, _ours, tp=tp, **args))
 
     def dtypes(self) -> None:
         dtype = self.fn("mamba2_state_dtype")
@@ -384,9 +375,7 @@ class _Checker:
         for model in models:
             spec = sglang_model(model, {}, self.release)
             sizes = tp_sizes(spec, self.max_tp)
-            for p_tp, d_tp in itertools.product(sizes, repeat=2):
-                if p_tp == d_tp:
-                    continue
+            for p_tp, d_tp in itertools.permutations(sizes, 2):
                 src_side, dst_side = Side(spec, p_tp), Side(spec, d_tp)
                 for name in FIELDS:
                     src, dst = src_side.entry(name), dst_side.entry(name)
@@ -397,9 +386,7 @@ class _Checker:
                             self._slice_case(case, src, dst, p_tp, d_tp, d, p)
         # KDA's transposed conv (one block per conv row), and items replicated across TP.
         for kargs in KDA_STAND_INS:
-            for p_tp, d_tp in itertools.product(self.sizes(1, 2, 4, 8), repeat=2):
-                if p_tp == d_tp:
-                    continue
+            for p_tp, d_tp in itertools.permutations(self.sizes(1, 2, 4, 8), 2):
                 src, dst = (entry_for(CONV, kda_state_shape(tp=t, **kargs), "bfloat16", "float32")
                             for t in (p_tp, d_tp))
                 for d in range(d_tp):
@@ -428,8 +415,8 @@ class _Checker:
         if params is None:
             return
         for kv in sorted({m.num_kv_heads for m in models if m.num_kv_heads} | {1, 2, 4, 8}):
-            for p_tp, d_tp in itertools.product(range(1, self.max_tp + 1), repeat=2):
-                if p_tp == d_tp or any(kv % t and t % kv for t in (p_tp, d_tp)) or max(p_tp, d_tp) % min(p_tp, d_tp):
+            for p_tp, d_tp in itertools.permutations(range(1, self.max_tp + 1), 2):
+                if any(kv % t and t % kv for t in (p_tp, d_tp)) or max(p_tp, d_tp) % min(p_tp, d_tp):
                     continue
                 for d in range(d_tp):
                     for p in writers(p_tp, d_tp, d):

@@ -6,6 +6,7 @@ has any; a stand-in lacking an attribute vLLM reads, or a changed signature, is 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import importlib
@@ -258,7 +259,6 @@ class EngineState:
     # caches (GLM-5-Next's packed BLHNC rows); where empty, the regions are stood in as one
     # kernel-block page per layer of every KV-cache group.
     registered: dict = dataclasses.field(default_factory=dict)
-    _metadata: object = None
 
     # The worker state ``register_kv_caches`` sets that conformance's functions read.
     REGISTERED = ("block_len_per_layer", "block_stride_per_layer", "region_group_ids", "region_names",
@@ -286,10 +286,6 @@ class EngineState:
             "num_regions": regions, "_head_sharded_draft_regions": set(), "_is_csa_linear": False,
             "_group_spec_types": tuple(type(group.kv_cache_spec) for group in self.groups)}
 
-    @property
-    def group_spec_types(self) -> tuple:
-        return self.registered["_group_spec_types"]
-
     def topology(self, rank: int):
         return _new("vllm.distributed.kv_transfer.kv_connector.utils", "TransferTopology", tp_rank=rank,
                     tp_size=self.tp, block_size=self.geometry.kernel_block_size,
@@ -302,10 +298,9 @@ class EngineState:
         worker.__dict__.update(worker_attributes(self, rank))
         return worker
 
+    @functools.cached_property
     def metadata(self):
         """What this engine advertises in the NIXL handshake (``NixlAgentMetadata``), built once."""
-        if self._metadata is not None:
-            return self._metadata
         g = self.geometry
         regions = len(self.regions)
         registered = self.registered
@@ -323,8 +318,7 @@ class EngineState:
             "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
             "packed_member_layouts": dict(registered["_packed_member_layouts"]),
         }
-        self._metadata = _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
-        return self._metadata
+        return _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
 
 
 def _once(cache: dict, key, read):
@@ -370,17 +364,9 @@ def _construct(cls, **values):
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-class _NoNixl:
-    """NIXL's wrapper as ``register_kv_caches`` calls it, registering nothing."""
-
-    def get_reg_descs(self, ranges, mem_type):
-        return ranges
-
-    def register_memory(self, descs, backends=None) -> None:
-        pass
-
-    def get_agent_metadata(self) -> bytes:
-        return b""
+# NIXL's wrapper as ``register_kv_caches`` calls it, registering nothing.
+NO_NIXL = StandIn("_NoNixl", get_reg_descs=lambda ranges, mem_type: ranges,
+                  register_memory=lambda descs, backends=None: None, get_agent_metadata=lambda: b"")
 
 
 def _descs(rows: np.ndarray) -> list[tuple[int, int, int]]:
@@ -465,12 +451,6 @@ class Installed:
         with self._config_folder(model) as folder:
             return self._hf_config(folder)
 
-    def hf_config(self, model: ModelSpec):
-        """A copy (the config hooks may change it) of the model's config as ``get_config`` reads it."""
-        import copy
-
-        return copy.deepcopy(self.read_hf_config(model))
-
     def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
         """``(shapes, dtypes)`` of the conv and temporal states at TP ``tp`` from the registry's class
         for the config's first served architecture (``get_mamba_state_*_from_config``)."""
@@ -482,7 +462,7 @@ class Installed:
         if found is None:
             raise VllmFails(f"the registry loads no class for {', '.join(archs) or 'the config'}")
         arch, model_class = found
-        hf = self.hf_config(model)
+        hf = copy.deepcopy(self.read_hf_config(model))    # the config hooks may change it
         model_config = StandIn("model_config", hf_config=hf, hf_text_config=text_config(hf), architecture=arch,
                                dtype=self.dtype(model.model_dtype), max_model_len=4096, multimodal_config=None)
         # ReplaySSM is refused with any KV connector (VllmConfig's own check), so never on here; the
@@ -742,14 +722,14 @@ class Installed:
 
     def tp_mapping(self, decode: EngineState, p_tp: int, d_rank: int):
         return _run(f"{NIXL}.tp_mapping", "compute_tp_mapping", transfer_topology=decode.topology(d_rank),
-                    remote_tp_size=p_tp, group_spec_types=decode.group_spec_types)
+                    remote_tp_size=p_tp, group_spec_types=decode.registered["_group_spec_types"])
 
     def sources(self, decode: EngineState, p_tp: int, d_rank: int) -> tuple[list[int], list[int]]:
         """``compute_tp_mapping``: (attention sources, SSM sources) of D rank ``d_rank``."""
         with answering():
             mapping = self.tp_mapping(decode, p_tp, d_rank)
         attention = ssm = []
-        for spec_type, ranks in zip(decode.group_spec_types, mapping.source_ranks_per_group):
+        for spec_type, ranks in zip(decode.registered["_group_spec_types"], mapping.source_ranks_per_group):
             if issubclass(spec_type, self.mamba_spec_class):
                 ssm = list(ranks)
             else:
@@ -770,7 +750,7 @@ class Installed:
             return None
 
         def pair():
-            return _method(worker, "_pair_regions", remote.metadata()), local, remote     # the engines kept alive
+            return _method(worker, "_pair_regions", remote.metadata), local, remote     # the engines kept alive
 
         return _once(self.cache, ("pairs", id(local), id(remote), type(worker)), pair)[0]
 
@@ -781,7 +761,7 @@ class Installed:
         sub-projection order, the temporal state last."""
         worker = decode.worker(d_rank)
         info = self.engine_info(prefill)
-        meta = prefill.metadata()
+        meta = prefill.metadata
         pairs = self.pairs(worker, decode, prefill)
         bases = [r * REGION_BASE for r in range(len(decode.regions))]
         local = _method(worker, "_build_mamba_local", bases)
@@ -794,15 +774,12 @@ class Installed:
             locals_ = [_descs(local)[:k]]
         else:
             plan = self.tp_mapping(decode, prefill.tp, d_rank)
-            fa = self._fa_local(worker, bases, 1)
+            fa = _method(worker, "_build_fa_local", bases, 1)
             with calling("_build_local_splits_from_plan"):     # a generator: run inside
                 splits = list(worker._build_local_splits_from_plan(plan, np.concatenate([fa, local]),
                                                                    int(fa[:, 4].sum()), 1))
             locals_ = [_descs(s[len(fa):])[:k] for s in splits]
         return [[(lo, ro, ls, rs) for (_, lo, ls), (_, ro, rs) in zip(rows, remote_rows)] for rows in locals_]
-
-    def _fa_local(self, worker, bases: list[int], ratio: int) -> np.ndarray:
-        return _method(worker, "_build_fa_local", bases, ratio)
 
     def engine_info(self, remote: EngineState, meta=None):
         """What the local worker records of a remote engine at the handshake (``EngineTransferInfo``);
@@ -819,8 +796,6 @@ class Installed:
     def split_remote_blocks(worker, meta):
         """A copy of ``meta`` as ``_split_remote_blocks`` splits it for an MLA hybrid pulling; None
         where the worker does not split (another model, push mode, or a release without it)."""
-        import copy
-
         if not (hasattr(worker, "_split_remote_blocks") and getattr(worker, "_has_mamba", False)
                 and getattr(worker, "use_mla", False) and getattr(worker, "_TRANSFER_MODE", "pull") == "pull"):
             return None
@@ -830,7 +805,7 @@ class Installed:
 
     def register_remote(self, worker, remote: EngineState):
         """The remote engine's metadata as the worker registers it (``split_remote_blocks``'s where it splits)."""
-        meta, info = remote.metadata(), self.engine_info(remote)
+        meta, info = remote.metadata, self.engine_info(remote)
         split = self.split_remote_blocks(worker, meta)
         if split is not None:
             meta, info = split, self.engine_info(remote, split)
@@ -854,7 +829,7 @@ class Installed:
         worker = local.worker(rank, worker_class)
         topology = worker.transfer_topo
         try:
-            meta = remote.metadata()
+            meta = remote.metadata
             ratio = _method(topology, "tp_ratio", remote.tp)
             if hasattr(worker_class, "_validate_remote_parallel_config"):
                 _method(worker, "_validate_remote_parallel_config", meta)
@@ -862,11 +837,18 @@ class Installed:
             meta = self.register_remote(worker, remote)
             plan = self.tp_mapping(local, remote.tp, rank)
             block_ratio = _method(topology, "block_size_ratio", meta.block_size)
-            self._register(worker, meta, pairs, plan)
+            # the per-engine state ``add_remote_agent`` records before it validates
+            worker.tp_mappings[meta.engine_id] = plan
+            worker.dst_num_blocks[meta.engine_id] = meta.num_blocks
+            worker.dst_region_num_blocks[meta.engine_id] = list(meta.region_num_blocks)
+            worker.dst_region_group_ids[meta.engine_id] = list(meta.region_group_ids)
+            worker.dst_uses_region_group_mapping[meta.engine_id] = False
+            if pairs is not None:
+                worker._dst_pairs[meta.engine_id] = pairs
             _method(worker, "_validate_remote_agent_handshake", meta, remote.tp)
             bases = [r * REGION_BASE for r in range(len(local.regions))]
             if _method(worker, "_needs_split_local_xfer_handles", ratio, plan):
-                fa = self._fa_local(worker, bases, block_ratio)
+                fa = _method(worker, "_build_fa_local", bases, block_ratio)
                 src = np.concatenate([fa, _method(worker, "_build_mamba_local", bases)])
                 with calling("_build_local_splits_from_plan"):
                     list(worker._build_local_splits_from_plan(plan, src, worker.num_descs * block_ratio, block_ratio))
@@ -876,17 +858,6 @@ class Installed:
         except REFUSALS as exc:
             return _message(exc)
         return None
-
-    @staticmethod
-    def _register(worker, meta, pairs, plan) -> None:
-        """The per-engine state ``add_remote_agent`` records before it validates."""
-        worker.tp_mappings[meta.engine_id] = plan
-        worker.dst_num_blocks[meta.engine_id] = meta.num_blocks
-        worker.dst_region_num_blocks[meta.engine_id] = list(meta.region_num_blocks)
-        worker.dst_region_group_ids[meta.engine_id] = list(meta.region_group_ids)
-        worker.dst_uses_region_group_mapping[meta.engine_id] = False
-        if pairs is not None:
-            worker._dst_pairs[meta.engine_id] = pairs
 
     # --- descriptor IDs -----------------------------------------------------------------------
 
@@ -1150,7 +1121,7 @@ class Installed:
             kv_cache_layout=layout.name, host_buffer_kv_cache_layout=layout.name, use_host_buffer=False,
             host_xfer_buffers={}, kv_buffer_device="cuda", attn_backends=[], backend_name="registering",
             _layer_specs=layer_specs, kv_cache_config=kv_cache_config, nixl_memory_type="VRAM",
-            nixl_wrapper=_NoNixl(), nixl_backends=[], _registered_descs=[], block_len_per_layer=[],
+            nixl_wrapper=NO_NIXL, nixl_backends=[], _registered_descs=[], block_len_per_layer=[],
             block_stride_per_layer=[], region_group_ids=[], region_names=[], region_num_blocks=[],
             _region_is_mla=[], _ssm_region_indices=[], _scratch_region_indices=[], _head_sharded_draft_kv_heads=None,
             kv_caches_base_addr={"registering": {}}, dst_num_blocks={}, dst_region_num_blocks={},

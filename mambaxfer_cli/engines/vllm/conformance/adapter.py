@@ -27,8 +27,6 @@ from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
-from mambaxfer_cli.engines.vllm.reads import vllm_reads
-from mambaxfer_cli.planning.reads import Read, misreads
 
 # The releases mambaxfer has rules for, oldest first.
 KNOWN_RELEASES = tuple(r.name for r in RELEASES)
@@ -162,13 +160,6 @@ class Ours:
         if key not in self._layouts:
             self._layouts[key] = tuple(rank_layout(model, tp, rank) for rank in range(tp))
         return self._layouts[key]
-
-    def vllm_reads(self, model: ModelSpec, p_tp: int, d_tp: int) -> tuple[Read, ...]:
-        return vllm_reads(self.layouts(model, p_tp), self.layouts(model, d_tp))
-
-    def misreads(self, model: ModelSpec, p_tp: int, d_tp: int, reads) -> list:
-        """The pieces of ``reads`` that land wrong bytes, judged by the exact layouts."""
-        return misreads(reads, self.layouts(model, p_tp), self.layouts(model, d_tp))
 
     @staticmethod
     def verdict(prefill: OurEngine, decode: OurEngine, push: bool = False,

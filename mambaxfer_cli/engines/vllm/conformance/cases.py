@@ -254,29 +254,22 @@ HASH_VARIATIONS = (
 )
 
 
-def _on_mla(variation: Variation) -> Variation:
-    """A variation for an MLA model: its backends MLA's (TRITON_MLA on both sides, FLASHMLA where
-    the variation changes P's backend)."""
-    def mla(engine: HashedEngine, other: str) -> HashedEngine:
-        return replace(engine, backend=other if engine.backend != DEFAULT_BACKEND else MLA_BACKENDS[0])
+def _on(variation: Variation, default: str, other: str) -> Variation:
+    """A variation on other backends: ``default`` for vLLM's default, ``other`` for the one it names."""
+    def on(engine: HashedEngine) -> HashedEngine:
+        return replace(engine, backend=default if engine.backend == DEFAULT_BACKEND else other)
 
-    return Variation(variation.name.replace("FLASHINFER", "FLASHMLA"), mla(variation.prefill, "FLASHMLA"),
-                     mla(variation.decode, "FLASHMLA"))
+    return Variation(variation.name.replace("FLASHINFER", other), on(variation.prefill), on(variation.decode))
 
 
-# Not --mamba-ssm-cache-dtype: the MLA hybrids' KDA state is float32 whatever it says, and vLLM does
-# not start an engine whose blocks it sizes for another dtype.
-MLA_HASH_VARIATIONS = tuple(_on_mla(v) for v in HASH_VARIATIONS if v.prefill.mamba_ssm_dtype is None)
-
-
-def _on_sparse(variation: Variation) -> Variation:
-    """A variation for GLM-5-Next: both engines on the sparse MLA backend vLLM picks."""
-    return Variation(variation.name, replace(variation.prefill, backend=SPARSE_MLA_BACKEND),
-                     replace(variation.decode, backend=SPARSE_MLA_BACKEND))
-
-
-# GLM-5-Next: as MLA's, less the one that names another backend on P (its backend is the GPU's).
-SPARSE_HASH_VARIATIONS = tuple(_on_sparse(v) for v in HASH_VARIATIONS
+# MLA: TRITON_MLA on both sides, FLASHMLA where P's backend changes. Not --mamba-ssm-cache-dtype: the
+# MLA hybrids' KDA state is float32 whatever it says, and vLLM does not start an engine whose blocks
+# it sizes for another dtype.
+MLA_HASH_VARIATIONS = tuple(_on(v, MLA_BACKENDS[0], "FLASHMLA") for v in HASH_VARIATIONS
+                            if v.prefill.mamba_ssm_dtype is None)
+# GLM-5-Next: both engines on the sparse MLA backend vLLM picks; as MLA's, less the one that names
+# another backend on P (its backend is the GPU's).
+SPARSE_HASH_VARIATIONS = tuple(_on(v, SPARSE_MLA_BACKEND, SPARSE_MLA_BACKEND) for v in HASH_VARIATIONS
                                if v.prefill.mamba_ssm_dtype is None and v.prefill.backend == DEFAULT_BACKEND)
 
 

@@ -29,7 +29,8 @@ from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.layout import rank_layout, valid_tp_sizes
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names
-from mambaxfer_cli.planning.reads import Read, Segment, tp_ratio
+from mambaxfer_cli.engines.vllm.reads import vllm_reads
+from mambaxfer_cli.planning.reads import Read, Segment, misreads, tp_ratio
 
 KDA_FIXED = LABELS["float32 KDA state"]     # the family whose KDA layers fix their state's dtype
 
@@ -288,19 +289,15 @@ class Comparison:
             ours = self.ours.engine(model, tp, flags).geometry
         except UserError as exc:
             ours = f"the engine fails: {exc}"
-        if isinstance(theirs, str) or isinstance(ours, str):
-            both = tuple(g if isinstance(g, str) else g.shown() for g in (theirs, ours))
-            key = tuple(isinstance(g, str) for g in (theirs, ours))
-            self.record(BLOCK, case, key, (True, True), both)
-            self.record(KERNEL, case, key, (True, True), both)
-        else:
-            # Without attention an engine's page is its state and its block size means nothing.
-            block = (lambda g: (g.block_size, g.page_bytes)) if model.has_attention else (lambda g: (g.page_bytes,))
-            kernel = ((lambda g: (g.kernel_block_size, g.blocks_per_logical)) if model.has_attention
-                      else (lambda g: (g.blocks_per_logical,)))
-            shown = (theirs.shown(), ours.shown())
-            self.record(BLOCK, case, block(theirs), block(ours), shown)
-            self.record(KERNEL, case, kernel(theirs), kernel(ours), shown)
+        shown = tuple(g if isinstance(g, str) else g.shown() for g in (theirs, ours))
+        for function, fields in ((BLOCK, ("block_size", "page_bytes")),
+                                 (KERNEL, ("kernel_block_size", "blocks_per_logical"))):
+            if isinstance(theirs, str) or isinstance(ours, str):
+                self.record(function, case, tuple(isinstance(g, str) for g in (theirs, ours)), (True, True), shown)
+            else:    # without attention an engine's page is its state and its block size means nothing
+                their_key, our_key = (tuple(getattr(g, f) for f in fields[0 if model.has_attention else 1:])
+                                      for g in (theirs, ours))
+                self.record(function, case, their_key, our_key, shown)
         if alignment is not None:
             self.record(GDN_ALIGNMENT, case, alignment, self.ours.checkpoint_alignment(model, flags))
 
@@ -310,7 +307,8 @@ class Comparison:
     def reads(self, name: str, model: ModelSpec, p_tp: int, d_tp: int) -> None:
         ratio = tp_ratio(p_tp, d_tp)
         assert ratio is not None, "conformance pairs TP sizes one of which divides the other"
-        ours_reads = self.ours.vllm_reads(model, p_tp, d_tp)
+        layouts = self.ours.layouts(model, p_tp), self.ours.layouts(model, d_tp)
+        ours_reads = vllm_reads(*layouts)
         try:
             p_ours, d_ours, p_vllm, d_vllm = self.engines(model, p_tp, d_tp, Flags())
         except VllmFails as exc:    # vLLM's own registration of an engine's KV caches refused
@@ -341,8 +339,7 @@ class Comparison:
             as_reads = tuple(Read(d_rank, p_rank, tuple(Segment(n, ro, lo, min(ls, rs))
                                                          for n, (lo, ro, ls, rs) in zip(names, rows)))
                              for p_rank, rows in zip(ssm_sources, theirs))
-            wrong = self.ours.misreads(model, p_tp, d_tp, as_reads)
-            ours_wrong = self.ours.misreads(model, p_tp, d_tp, mine)
+            wrong, ours_wrong = misreads(as_reads, *layouts), misreads(mine, *layouts)
             self.record(BYTES, case, len(wrong), len(ours_wrong),
                         (_misread_text(wrong), _misread_text(ours_wrong)))
 
@@ -386,9 +383,9 @@ class Comparison:
         case = self.case(name, p_tp, d_tp, flags=flags, push=push)
         try:
             p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags, vllm_geometry=True)
-        except VllmFails as exc:
+        except VllmFails as exc:      # after mambaxfer's engines were built (cached)
             theirs = shown_theirs = f"an engine fails to start: {exc.message}"
-            p_ours = d_ours = None
+            p_ours, d_ours = self.ours.engine(model, p_tp, flags, P_NUM_BLOCKS), self.ours.engine(model, d_tp, flags)
         except UserError as exc:
             return self.record(HANDSHAKE, case, "?", f"mambaxfer cannot build the engines: {exc}")
         else:
@@ -397,9 +394,6 @@ class Comparison:
                 self._verdicts[key] = self.vllm.handshake(prefill, decode, push)
             theirs = self._verdicts[key]
             shown_theirs = _verdict_text(theirs, prefill.geometry, decode.geometry)
-        if p_ours is None:
-            p_ours = self.ours.engine(model, p_tp, flags, P_NUM_BLOCKS)
-            d_ours = self.ours.engine(model, d_tp, flags, D_NUM_BLOCKS)
         ours = self.ours.verdict(p_ours, d_ours, push, model)
         self.record(HANDSHAKE, case, theirs, ours,
                     (shown_theirs, _verdict_text(ours, p_ours.geometry, d_ours.geometry)))
