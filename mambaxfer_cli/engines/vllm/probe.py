@@ -653,7 +653,8 @@ class Installed:
     def mtp_layers(self, model: ModelSpec) -> int:
         """The MTP layers vLLM's predictor builds of its own loaded config, where a family reads
         them there (``mtp_layers_built``); else the planned ones."""
-        built = first("mtp_layers_built", self.hf_config(model)) if model.draft_layers and not self.drafter else None
+        planned = model.draft_layers and not self.drafter
+        built = first("mtp_layers_built", self.read_hf_config(model)) if planned else None
         return model.draft_layers if built is None else built
 
     def eagle_model(self):
