@@ -49,6 +49,27 @@ def run_in_sglang(*args: str, env: dict | None = None) -> subprocess.CompletedPr
                           timeout=TIMEOUT, env=env, cwd=ROOT)
 
 
+def one_off_probe(function: str, ids: str, preset: str, more: str = "") -> str:
+    """A probe, run in SGLang's environment, printing per function the outcome and cases of ``preset``
+    as is and with ``function``'s layer ids property ``ids`` planted one off (``more``: extra lines)."""
+    return f"""
+import json
+from mambaxfer_cli.engines.sglang import conformance as c
+from mambaxfer_cli.engines.sglang.conformance import served_model
+
+base = c.load_functions()
+real = base[{function!r}]
+class OneOff(real):
+    {ids} = property(lambda self: [i + 1 for i in real.{ids}.fget(self)])
+out = {{}}
+for label, functions in (("as is", base), ("planted", {{**base, {function!r}: OneOff}})):
+    report = c.probe([served_model({preset!r})], functions, max_tp=2)
+    out[label] = {{r.name: [r.outcome, r.cases] for r in report.results}}
+{more}
+print(json.dumps(out))
+"""
+
+
 def test_without_sglang_every_function_could_not_be_called():
     # This environment has no SGLang: the probe says so per function and never passes.
     functions = {name: "ModuleNotFoundError: No module named 'sglang'" for name in SOURCES}

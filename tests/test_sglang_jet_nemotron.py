@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.readers.model_source import compiled_presets
-from test_sglang_conformance import run_in_sglang
+from test_sglang_conformance import one_off_probe, run_in_sglang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "NVlabs__Jet-Nemotron__jetlm_2B.json"
 JET_LAYERS = [*range(14), 15, 16, 17, 18, *range(22, 28)]     # SGLang's linear_layer_ids
@@ -99,28 +99,15 @@ def test_execute_moves_its_state_as_sglang_writes_it():
 
 # In SGLang's environment: its config class's state at TP 1 and 2 and JetBlock built at each, and the
 # same with the config class's layers planted one off (1-based), which conformance must catch there alone.
-PROBE = r"""
-import json
-from mambaxfer_cli.engines.sglang import conformance as c
-from mambaxfer_cli.engines.sglang.conformance import served_model
-
-name = "JetNemotronConfig state"
-base = c.load_functions()
-real = base[name]
-class OneOff(real):
-    linear_layer_ids = property(lambda self: [i + 1 for i in real.linear_layer_ids.fget(self)])
-out = {}
-for label, functions in (("as is", base), ("planted", {**base, name: OneOff})):
-    report = c.probe([served_model("jet-nemotron-2b")], functions, max_tp=2)
-    out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
+JETVLM = r"""
 import pathlib, tempfile     # JetVLM: the same config as its text_config, through JetVLMConfig
 text = json.loads(pathlib.Path("tests/fixtures/hf-configs/NVlabs__Jet-Nemotron__jetlm_2B.json").read_text())
 path = pathlib.Path(tempfile.mkdtemp()) / "config.json"
 path.write_text(json.dumps({"architectures": ["JetVLMForConditionalGeneration"], "model_type": "jet_vlm",
                             "text_config": text}))
 out["vlm"] = {r.name: [r.outcome, r.cases] for r in c.probe([served_model(str(path))], base, max_tp=2).results}
-print(json.dumps(out))
 """
+PROBE = one_off_probe("JetNemotronConfig state", "linear_layer_ids", "jet-nemotron-2b", more=JETVLM)
 
 
 def test_conformance_compares_its_config_class_and_jetblock_and_catches_a_planted_fault():

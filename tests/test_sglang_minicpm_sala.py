@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.readers.model_source import compiled_presets
-from test_sglang_conformance import run_in_sglang
+from test_sglang_conformance import one_off_probe, run_in_sglang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "openbmb__MiniCPM-SALA.json"
 LIGHTNING = [*range(1, 9), *range(10, 16), *range(18, 22), *range(23, 29)]   # SGLang's lightning_layer_ids
@@ -85,22 +85,7 @@ def test_execute_moves_its_state_as_sglang_writes_it():
 
 # In SGLang's environment: its config class's state at TP 1 and 2 and the pool's entries, and the same
 # with the config class's lightning layers planted one off, which conformance must catch there alone.
-PROBE = r"""
-import json
-from mambaxfer_cli.engines.sglang import conformance as c
-from mambaxfer_cli.engines.sglang.conformance import served_model
-
-name = "MiniCPMHybridConfig state"
-base = c.load_functions()
-real = base[name]
-class OneOff(real):
-    lightning_layer_ids = property(lambda self: [i + 1 for i in real.lightning_layer_ids.fget(self)])
-out = {}
-for label, functions in (("as is", base), ("planted", {**base, name: OneOff})):
-    report = c.probe([served_model("minicpm-sala")], functions, max_tp=2)
-    out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
-print(json.dumps(out))
-"""
+PROBE = one_off_probe("MiniCPMHybridConfig state", "lightning_layer_ids", "minicpm-sala")
 
 
 def test_conformance_compares_its_config_class_and_pool_and_catches_a_planted_fault():
