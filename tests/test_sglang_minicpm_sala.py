@@ -39,6 +39,12 @@ def test_plan_moves_only_the_temporal_state_sglang_s_config_class_gives(cli, p_t
     assert document["verdict"]["right"]
 
 
+def test_the_plan_s_heading_names_only_the_state_it_moves(cli):
+    code, out, err = cli("plan", "--engine", "sglang", "--model", "minicpm-sala", "--p-tp", "1", "--d-tp", "2")
+    heading = " ".join(out.split("\n✓")[0].split())
+    assert code == 0 and heading.endswith("P TP 1 → D TP 2 · temporal float32"), out
+
+
 def test_a_config_sglang_s_class_refuses_is_one_line(cli, tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**json.loads(FIXTURE.read_text()), "lightning_nkv": 2}))

@@ -35,7 +35,14 @@ def _heading(plan: SGLangPlan) -> str:
     spec = plan.model
     return (f"{spec.name} · {spec.variant.value} [{spec.family}] · {plan.release.label} over "
             f"{backend_name(plan.backend)} · "
-            f"{tp_pairing(plan.p_tp, plan.d_tp)} · conv {spec.conv_dtype}, temporal {spec.ssm_dtype}")
+            f"{tp_pairing(plan.p_tp, plan.d_tp)} · {_dtypes(plan)}")
+
+
+def _dtypes(plan: SGLangPlan) -> str:
+    """The dtypes of the states the plan moves (a lightning model keeps no conv)."""
+    fields = {entry.field for entry in plan.decode_entries}
+    dtypes = (("conv", plan.model.conv_dtype), ("temporal", plan.model.ssm_dtype))
+    return ", ".join(f"{field} {dtype}" for field, dtype in dtypes if field in fields)
 
 
 def entries_table(plan: SGLangPlan) -> Table:
