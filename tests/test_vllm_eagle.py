@@ -83,6 +83,14 @@ def test_execute_says_when_it_moved_no_draft_layer():
     assert "warning: draft-layers: the run moved the target's layers only" in " ".join(result.stdout.split())
 
 
+def test_bench_says_when_it_moves_no_draft_layer():
+    result = run_cli("bench", "--device", "cpu", "--timeout", "90", "--model", "qwen3.5-0.8b", "--p-tp", "1",
+                     "--d-tp", "1", "--iters", "1", "--layers", "2", "--format", "json",
+                     "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
+    assert result.code == 0 and json.loads(result.stdout)["verified"], result.stderr
+    assert "warning: draft-layers: bench moves the target's layers only" in " ".join(result.stderr.split())
+
+
 def test_a_drafter_without_a_token_count_is_refused_in_vllms_words():
     result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "1", "--d-tp", "1",
                      "--speculative-config", eagle3(LLAMA, None))

@@ -96,6 +96,9 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
         fix = f" (--block-size {refused.suggested_block_size} fixes it)" if refused.suggested_block_size else ""
         said(f"warning: {refused.releases} would refuse this pairing at handshake{fix}: "
              + " ".join(r.message for r in refused.refusals).rstrip(".") + f"; bench measures {moved(semantics)} of it")
+    if any(w.code == "draft-layers" for w in plans[0][0].warnings):
+        said("warning: draft-layers: bench moves the target's layers only, not the draft's (mambaxfer does not "
+             "plan them; 'mambaxfer plan' says why)")
     return VllmBench(p_tp, d_tp, semantics, sizes, [(a, b) for a, b in plans], devices)
 
 
