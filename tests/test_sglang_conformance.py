@@ -621,6 +621,40 @@ def test_eagle3_and_standalone_drafters_agree_and_planted_faults_are_caught():
             assert out[f"{algorithm} {fault}"][0] == DIFFERS, (fault, out)
 
 
+# Nemotron-3-Super with two '*'s in its MTP pattern: SGLang's own ModelConfig of it as a draft
+# (NemotronHConfig, _config_draft_model), then the probe as is and with mambaxfer's draft given a
+# layer per '*' (what NemotronHMultiTokenPredictor builds, not what the pool keeps).
+TWO_STARS = r"""
+import dataclasses, json, sys
+from types import SimpleNamespace
+from mambaxfer_cli.engines.sglang import conformance as c
+from sglang.srt.configs.hybrid_arch import mamba2_config
+from sglang.srt.model_executor.model_runner_components import layer_setup
+
+config = c._drafter_config("EAGLE", sys.argv[1])
+layers = layer_setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
+out = {"sglang": [config.hf_config.mtp_hybrid_override_pattern, layers, mamba2_config(config) is None]}
+name, ours = "draft KV pool entries", c.draft_for
+for fault, planted in {"none": ours, "a layer per star": lambda *a: dataclasses.replace(ours(*a), layers=2)}.items():
+    c.draft_for = planted
+    found = next(r for r in c.probe([c.served_model(sys.argv[1])], c.load_functions([name]), max_tp=2).results
+                 if r.name == name).to_dict()
+    out[fault] = [found["outcome"], found["cases"]]
+print(json.dumps(out))
+"""
+
+
+def test_a_nemotron_h_mtp_pattern_of_two_stars_keeps_one_draft_layer_as_sglang_does(tmp_path):
+    config = tmp_path / "config.json"
+    super_ = json.loads((FIXTURES / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json").read_text())
+    config.write_text(json.dumps({**super_, "mtp_hybrid_override_pattern": "**E"}))
+    result = run_in_sglang("-c", TWO_STARS, str(config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["sglang"] == ["**E", 1, True]        # one layer, an MHATokenToKVPool (no Mamba in it)
+    assert out["none"] == [AGREES, 2 * 2] and out["a layer per star"][0] == DIFFERS, out
+
+
 def test_conformance_takes_a_draft_model_and_compares_its_pool():
     proc = run_in_sglang("-m", "mambaxfer_cli", "conformance", "--engine", "sglang", "--model", "qwen3.5-0.8b",
                          "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3, "--max-tp", "2",

@@ -83,6 +83,25 @@ def test_a_hybrid_draft_model_is_refused_in_one_line():
                       "a hybrid draft model (falcon_h1)")
 
 
+@pytest.mark.parametrize("keys, refusal", [
+    ({"mtp_hybrid_override_pattern": "**E"}, None),
+    ({"mtp_layers_block_type": ["attention", "attention", "moe"]}, None),
+    ({"mtp_layers_block_type": ["attention", "moe"], "mtp_hybrid_override_pattern": "*M"}, "'M' in *M"),
+    ({"mtp_layers_block_type": ["mamba", "moe"]}, "'M' in ME not implemented"),
+    ({"mtp_layers_block_type": ["sliding", "moe"]}, "contains invalid types"),
+])
+def test_nemotron_h_mtp_pattern_is_read_as_sglang_reads_it(tmp_path, keys, refusal):
+    """NemotronHConfig takes mtp_layers_block_type unless it is absent or the default list; the
+    pool keeps one layer for any number of '*'s (num_nextn_predict_layers = 1)."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**json.loads(Path(SUPER).read_text()), **keys}))
+    args = ("--model", str(config), "--p-tp", "1", "--d-tp", "2", "--speculative-algorithm", "NEXTN")
+    if refusal:
+        assert_refused(run_cli("plan", "--engine", "sglang", *args), refusal)
+    else:
+        assert plan_json(*args)["draft"]["layers"] == 1
+
+
 def test_each_engine_refuses_the_others_speculative_flags():
     assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1",
                               "--speculative-config", "{\"method\":\"mtp\",\"num_speculative_tokens\":1}"),

@@ -906,7 +906,7 @@ def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int)
     config = model.hf_config
     hf = SimpleNamespace(**{k: v for k, v in config.items() if k != "text_config"})
     hf.architectures, hf.num_nextn_predict_layers = list(config["architectures"]), None
-    text = SimpleNamespace(**config.get("text_config", config), num_nextn_predict_layers=None)
+    text = SimpleNamespace(**{**config.get("text_config", config), "num_nextn_predict_layers": None})
     importlib.import_module("sglang.srt.configs.model_config").ModelConfig._config_draft_model(
         SimpleNamespace(is_draft_model=True, hf_config=hf, hf_text_config=text, speculative_algorithm="EAGLE"))
     setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")

@@ -30,6 +30,7 @@ MODELLED = ("EAGLE", "EAGLE3", "STANDALONE")  # a draft model with a KV pool; NG
 # The architectures ModelConfig._config_draft_model gives an MTP draft class of one layer
 # (num_nextn_predict_layers = 1) when the draft is the target's own checkpoint: each family's.
 MTP_DRAFTS = merged("MTP_DRAFTS")
+MTP_CHECKS = merged("MTP_CHECKS")  # refusals of a family's MTP layers
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,11 @@ def draft_for(model: ModelSpec, name: str | None, draft_path: str | None) -> Dra
     archs = tuple(config.get("architectures") or ())
     band = model.hidden_layers or len(model.layers)
     if archs and archs[0] in MTP_DRAFTS:
-        if "M" in str(config.get("mtp_hybrid_override_pattern", "")):
-            raise UserError(f"{model.name}: its MTP pattern has Mamba layers; mambaxfer models an attention-only "
-                            f"MTP draft (SGLang's mamba2_config takes it as a hybrid then)")
+        MTP_CHECKS.get(archs[0], lambda _: None)(config)
         if not model.num_kv_heads or not model.head_size:
             raise UserError(f"{model.name}: no attention heads for its MTP layer")
+        # One layer whatever the pattern's '*'s: _compute_model_num_layers sizes the pool from
+        # num_nextn_predict_layers, which _config_draft_model sets to 1.
         return Draft(chosen, f"{MTP_DRAFTS[archs[0]]}'s layer", 1, model.num_kv_heads, model.head_size, band)
     if draft_path is None:
         raise UserError(f"--speculative-algorithm {name}: SGLang 0.5.23 gives {archs[0] if archs else model.name} "
