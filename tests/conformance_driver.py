@@ -11,7 +11,8 @@ convertor reads three times the attention heads); ``registry`` (vLLM's registry 
 float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``draft-apart`` (vLLM
 grouping a drafter's ``is_draft`` layers apart from the target's; each run looks vLLM's functions
 up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads); ``mtp-pattern-key``
-(mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``). Prints one JSON
+(mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``);
+``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``). Prints one JSON
 object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
@@ -102,6 +103,14 @@ def alter(scenario: str, undo: list) -> None:
         from mambaxfer_cli.engines.vllm.families import nemotron_h
 
         patch(nemotron_h, "mtp_pattern", lambda config, where: config.get("mtp_hybrid_override_pattern") or "*E")
+    elif scenario == "qwen4exp-mtp-key":
+        from dataclasses import replace
+
+        from mambaxfer_cli.engines.vllm import drafts
+
+        found = drafts.family_for
+        patch(drafts, "family_for", lambda t: replace(found(t), mtp_keys={t: "num_nextn_predict_layers"})
+              if t.startswith("qwen4_exp") else found(t))
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

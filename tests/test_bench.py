@@ -245,9 +245,11 @@ def test_chart_help_names_the_extra_whole():
     assert CHART_EXTRA in result.stdout, result.stdout
 
 
-def test_speculative_config_moves_and_verifies_the_draft_layers(nixl):
-    """As execute: the MTP draft layer joins the target's attention group and its pages move too."""
-    args = ("bench", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--layers", "4",
+@pytest.mark.parametrize("model", ["qwen3.5-0.8b", "qwen3.8-flash-next"])
+def test_speculative_config_moves_and_verifies_the_draft_layers(nixl, model):
+    """As execute: the MTP draft layer (Qwen4Exp's a QSA layer) joins the target's attention group
+    and its page moves too, kept whatever --layers cuts: one descriptor more per D rank."""
+    args = ("bench", "--model", model, "--p-tp", "1", "--d-tp", "2", "--layers", "4",
             "--request-blocks", "1", "--iters", "1", "--device", "cpu", "--format", "json")
     moved = []
     for extra in ((), ("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')):
@@ -257,3 +259,4 @@ def test_speculative_config_moves_and_verifies_the_draft_layers(nixl):
         assert document["verified"] is True
         moved.append(document["points"][0]["variants"]["READ"]["planned"])
     assert moved[1]["bytes"] > moved[0]["bytes"], moved
+    assert moved[1]["descriptors_posted"] == moved[0]["descriptors_posted"] + 2, moved   # 2 D ranks

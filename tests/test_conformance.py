@@ -25,6 +25,7 @@ from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, FLAG_VARIANTS, HASH_VARIATIONS, P_NUM_BLOCKS, Case, Difference, Flags, CaseTally, pairings,
 )
 from mambaxfer_cli.engines.vllm.conformance.report import Function, FunctionResult, Report
+from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.schema import document_schema
 
 DRIVER = Path(__file__).with_name("conformance_driver.py")
@@ -216,6 +217,29 @@ def test_nemotron_h_mtp_layers_block_type_agrees_with_vllm_and_the_pattern_key_a
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
+def test_qwen4exp_mtp_layers_agree_with_vllm_and_another_count_key_differs(release, tmp_path):
+    """Qwen3.8-Flash-Next with mtp_num_hidden_layers 2: the probe builds the QSA layers vLLM's
+    predictor reads of its loaded config, so both agree on 2; mambaxfer counting them by
+    num_nextn_predict_layers (absent: 1) differs on the drafted cases."""
+    config = dict(load_model("qwen3.8-flash-next").hf_config)
+    config["text_config"] = {**config["text_config"], "mtp_num_hidden_layers": 2}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    args = ["--model", str(path), "--max-tp", "2", "--format", "json"]
+    runs = [{"name": "as-installed", "alter": "as-installed", "args": args},
+            {"name": "count-key", "alter": "qwen4exp-mtp-key", "args": args}]
+    proc = run_in_vllm(release, str(DRIVER), json.dumps(runs))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    agreed, planted = found["as-installed"], found["count-key"]
+    assert agreed["code"] == 0 and all(f["outcome"] == "agrees" for f in agreed["document"]["functions"])
+    assert any(name.endswith(" + MTP") for name in agreed["document"]["models"])
+    ids = by_function(planted["document"])["_compute_desc_ids"]
+    assert planted["code"] == 1 and ids["outcome"] == "differs" and 0 < ids["differing"] < ids["cases"], ids
+    assert "2 MTP layers" in json.dumps(ids["first_difference"])
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
 def test_kimi_k3_mtp_layer_agrees_with_vllm(release, tmp_path):
     """Kimi-K3's example config with one MTP layer (an MLA layer, tagged is_draft): vLLM's own
     grouping, _compute_desc_ids and its class's state, whose conv rows follow the speculative tokens
@@ -306,6 +330,8 @@ RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8
          "args": ["--model", "qwen3.5-0.8b", "--max-tp", "1", "--format", "json"]},
         {"name": "draft-apart-nemotron", "alter": "draft-apart",
          "args": ["--model", SUPER, "--max-tp", "2", "--format", "json"]},
+        {"name": "draft-apart-qwen4exp", "alter": "draft-apart",
+         "args": ["--model", "qwen3.8-flash-next", "--max-tp", "2", "--format", "json"]},
         {"name": "remote_conv_offsets", "alter": "remote_conv_offsets", "args": JAMBA},
         {"name": "_compute_desc_ids", "alter": "_compute_desc_ids", "args": JAMBA},
         {"name": "drop", "alter": "drop:_ple_group_index", "args": JAMBA},
@@ -461,6 +487,17 @@ def test_a_vllm_grouping_nemotron_h_draft_layer_apart_differs(driven):
     ids = by_function(runs["draft-apart-nemotron"]["document"])["_compute_desc_ids"]
     assert runs["draft-apart-nemotron"]["code"] == 1 and ids["outcome"] == "differs", ids
     assert 0 < ids["differing"] < ids["cases"] and "--speculative-config" in ids["first_difference"]["case"]
+
+
+def test_a_vllm_grouping_the_qwen4exp_qsa_draft_layer_apart_differs(driven):
+    """The same planted fault on Qwen3.8-Flash-Next's MTP layer (a QSA layer, mtp_num_hidden_layers
+    1, as vLLM's predictor reads its loaded config): its drafted cases differ, the target's agree."""
+    _, runs = driven
+    ids = by_function(runs["draft-apart-qwen4exp"]["document"])["_compute_desc_ids"]
+    assert runs["draft-apart-qwen4exp"]["code"] == 1 and ids["outcome"] == "differs", ids
+    assert 0 < ids["differing"] < ids["cases"] and "--speculative-config" in ids["first_difference"]["case"]
+    plan = _plan(ids["first_difference"]["command"])
+    assert plan["model"]["draft_layers"] == 1 and plan["descriptors"]["decode"]["tensors"] == 13
 
 
 @pytest.mark.parametrize("fault", ["draft-apart-eagle3", "eagle-heads"])

@@ -191,6 +191,19 @@ def test_the_qsa_pages_move_beside_the_ple_page_and_every_byte_is_verified():
         assert d["indexer_descriptors"] == 3 and d["indexer_bytes"] == ring.page_bytes + 2 * ckey.page_bytes
 
 
+def test_the_mtp_qsa_layers_pages_move_after_the_cut_and_every_byte_is_verified():
+    """--layers 4 keeps the MTP draft layer (the engine holds it whatever the cut): a second
+    indexed-attention layer, whose ring and compressed keys move and are checked as the target's."""
+    mtp = '{"method":"mtp","num_speculative_tokens":1}'
+    _, alone = execute_json("--p-tp", "2", "--d-tp", "2", "--semantics", "vllm", "--num-spec", "1")
+    code, drafted = execute_json("--p-tp", "2", "--d-tp", "2", "--semantics", "vllm", "--speculative-config", mtp)
+    assert code == 0 and drafted["verified"]
+    for one, two in zip(alone["decode"], drafted["decode"]):
+        assert two["indexer_descriptors"] == 2 * one["indexer_descriptors"] == 6
+        assert two["indexer_bytes"] == 2 * one["indexer_bytes"]
+        assert two["bytes"] > one["bytes"]
+
+
 def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
     plan = local_plan(1, 1, "exact")
     real = ple_module._indexer_reads

@@ -11,6 +11,9 @@ import jsonschema
 import pytest
 
 from cli_run import assert_user_error, run_cli
+from dataclasses import replace
+from mambaxfer_cli.engines.vllm.families import qwen4exp
+from mambaxfer_cli.readers.model_source import load_model
 from mambaxfer_cli.schema import document_schema
 
 VALIDATOR = jsonschema.Draft202012Validator(document_schema("plan"))
@@ -159,6 +162,24 @@ def test_inspect_and_check_hold_the_draft_layer():
     assert result.code == 0, result.stderr
 
 
+def test_check_proves_the_qwen4exp_draft_layers_attention_and_qsa_pages():
+    """The draft QSA layer's attention page, raw-key ring and compressed keys are proved with the
+    target's: check verifies exactly one indexed-attention layer's pages more than without it."""
+    def checked(*extra: str) -> tuple[int, dict]:
+        result = run_cli("check", "--model", "qwen3.8-flash-next", "--pairs", "1:1", "--format", "json", *extra,
+                         timeout=300)
+        assert result.code == 0, result.stderr
+        (found,) = json.loads(result.stdout)["results"]
+        assert found["verdict"] == "pass" and found["wrong_bytes"] == 0
+        return found["bytes_verified"], plan("qwen3.8-flash-next", *extra)["engines"]["prefill"]   # TP 1
+    alone, _ = checked("--num-spec", "1")
+    drafted, engine = checked("--speculative-config", mtp(1))
+    caches = qwen4exp.indexer_caches(replace(load_model("qwen3.8-flash-next"), num_spec=1))
+    block = engine["block_size"]
+    assert drafted - alone == (engine["attention_bytes_per_token"] * block + caches.ring_page_bytes
+                               + caches.key_page_bytes(block))
+
+
 def test_sglang_takes_no_speculative_config():
     assert_user_error(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2",
                               "--speculative-config", mtp(1)), "--speculative-config: vLLM's option")
@@ -290,13 +311,26 @@ def test_kimi_k3_mtp_layers_are_mla_and_zero_is_vllms_zero_division(tmp_path, re
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_glm_5_next_mtp_is_refused_and_qwen4exp_mtp_keeps_the_warning(release):
+def test_glm_5_next_mtp_is_refused(release):
     """GLM-5-Next's config (transformers' Glm5NextTextConfig) defines no num_nextn_predict_layers,
-    which vLLM's hf_config_override reads for MTP: AttributeError, as vLLM stops. Qwen3.8-Flash-Next's
-    QSA MTP layer is vLLM's (Qwen4ExpMultiTokenPredictor) but not laid out: the plan warns."""
+    which vLLM's hf_config_override reads for MTP: AttributeError, as vLLM stops."""
     result = run_cli("plan", "--model", "glm-5-next", "--p-tp", "1", "--d-tp", "2", "--vllm-version", release,
                      "--speculative-config", mtp(1))
     assert result.code == 1, (result.code, result.stderr)
     assert "'Glm5NextTextConfig' object has no attribute 'num_nextn_predict_layers'" in " ".join(result.stderr.split())
-    document = plan("qwen3.8-flash-next", "--vllm-version", release, "--speculative-config", mtp(1))
-    assert "draft-layers" in [w["code"] for w in document["warnings"]] and "draft_layers" not in document["model"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_qwen4exp_mtp_layer_is_a_qsa_layer_after_the_targets(release):
+    """Qwen3.8-Flash-Next (36 GDN + 12 indexed-attention layers, mtp_num_hidden_layers 1): vLLM's
+    Qwen4ExpMultiTokenPredictor builds one more QSA layer, tagged is_draft, so it joins the attention
+    group (13 tensors) and keeps a raw-key ring and compressed keys as the target's QSA layers do."""
+    before = plan("qwen3.8-flash-next", "--vllm-version", release, "--num-spec", "1")
+    after = plan("qwen3.8-flash-next", "--vllm-version", release, "--speculative-config", mtp(1))
+    assert after["model"]["draft_layers"] == 1 and after["model"]["attention_layers"] == 13
+    assert before["descriptors"]["group_tensors"] == [12, 12, 12, 12]
+    assert after["descriptors"]["group_tensors"] == [12, 12, 12, 13]
+    n = after["descriptors"]["decode"]["num_blocks"]
+    assert min(i for i in after["descriptors"]["reads"][0]["local_ids"] if i not in attention_ids(after)) >= 13 * n
+    codes = {w["code"]: w["message"] for w in after["warnings"]}
+    assert "draft-layers" not in codes and "each of the 13 indexed-attention layers" in codes["qwen4exp-qsa"]

@@ -112,13 +112,15 @@ def available_memory() -> int | None:
 
 
 def cut_layers(spec: ModelSpec, layers: int | None) -> ModelSpec:
-    """The model's first ``layers`` cache-keeping layers (fewer KV-cache tensors, less memory)."""
+    """The model's first ``layers`` cache-keeping layers (fewer KV-cache tensors, less memory), and
+    its draft layers, which the engine keeps whatever the cut."""
     if layers is None:
         return spec
     if layers < 1:
         raise UserError("--layers must be >= 1")
-    cut = spec.layers[:layers]
+    target = len(spec.layers) - spec.draft_layers
+    cut = spec.layers[:min(layers, target)]
     if "ssm" not in cut:
         raise UserError(f"--layers {layers}: the first {layers} cache-keeping layers of {spec.name} hold no SSM "
                         f"layer ({', '.join(cut)}); take more layers")
-    return replace(spec, layers=cut, layer_ids=spec.layer_ids[:layers])
+    return replace(spec, layers=cut + spec.layers[target:], layer_ids=spec.layer_ids[:layers])

@@ -12,7 +12,7 @@ from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families import Config, Family, dim_key, list_key
 from mambaxfer_cli.families.qwen3_next import GDN_KEYS
 from mambaxfer_cli.limits import MAX_DIM, at_most
-from mambaxfer_cli.planning.model import SSM, PleQsaParts, Variant
+from mambaxfer_cli.planning.model import ATTENTION, SSM, PleQsaParts, Variant
 
 FAMILY = "Qwen4Exp"
 QSA_KEYS = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
@@ -67,6 +67,8 @@ def uses_mrope(config: Mapping[str, Any]) -> bool:
 FAMILIES = (
     Family(FAMILY, ("qwen4_exp", "qwen4_exp_text"), Variant("gdn"), GDN_KEYS,
            conv_kernel=(("linear_conv_kernel_dim",),), ssm_dtype_keys=("mamba_ssm_dtype",),
-           attention_kinds=INDEXED_KINDS, parts=parts, order=14),
+           attention_kinds=INDEXED_KINDS, parts=parts, order=14,
+           # vLLM's Qwen4ExpMultiTokenPredictor: mtp_num_hidden_layers indexed-attention (QSA) layers.
+           mtp_keys={t: "mtp_num_hidden_layers" for t in ("qwen4_exp", "qwen4_exp_text")}, mtp_kind=ATTENTION),
 )
 LABELS = {"QSA": FAMILY}

@@ -5,7 +5,7 @@ connector's CSA-linear path. Each rule names the vLLM function it follows (docs/
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from dataclasses import replace
 
@@ -24,6 +24,14 @@ from mambaxfer_cli.readers.model_config import DtypeFacts
 # SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("qwen4_exp_mtp",)}
 MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")
+
+
+def mtp_layers_built(hf: Any) -> int | None:
+    """The QSA layers Qwen4ExpMultiTokenPredictor builds of vLLM's loaded config (the probe's):
+    its text config's ``mtp_num_hidden_layers``, 1 where absent."""
+    if getattr(hf, "model_type", "") not in ("qwen4_exp", "qwen4_exp_text"):
+        return None
+    return int(getattr(getattr(hf, "text_config", hf), "mtp_num_hidden_layers", 1))
 
 
 # AttentionConfig.indexer_kv_dtype (config/attention.py IndexerKVDType), and what QSA's indexer
