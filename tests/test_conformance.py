@@ -194,26 +194,34 @@ def test_nemotron_h_mtp_agrees_with_vllm(release):
     assert by_function(document)["_compute_desc_ids"]["cases"] > 0
 
 
+def _mtp_count_runs(release: str, config: dict, fault: str, tmp_path) -> dict:
+    """``config`` as installed and with ``fault`` planted: the installed run agrees on every
+    function with its MTP model; the planted one differs on some of _compute_desc_ids' cases,
+    whose first difference is returned."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    args = ["--model", str(path), "--max-tp", "2", "--format", "json"]
+    runs = [{"name": "as-installed", "alter": "as-installed", "args": args},
+            {"name": "planted", "alter": fault, "args": args}]
+    proc = run_in_vllm(release, str(DRIVER), json.dumps(runs))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    agreed, planted = found["as-installed"], found["planted"]
+    assert agreed["code"] == 0 and all(f["outcome"] == "agrees" for f in agreed["document"]["functions"])
+    assert any(name.endswith(" + MTP") for name in agreed["document"]["models"])
+    ids = by_function(planted["document"])["_compute_desc_ids"]
+    assert planted["code"] == 1 and ids["outcome"] == "differs" and 0 < ids["differing"] < ids["cases"], ids
+    return ids["first_difference"]
+
+
 @pytest.mark.parametrize("release", sorted(RELEASES))
 def test_nemotron_h_mtp_layers_block_type_agrees_with_vllm_and_the_pattern_key_alone_differs(release, tmp_path):
     """Nemotron-3-Super with mtp_layers_block_type (the key Nemotron-3-Ultra's config gives) of two
     attention layers beside its "*E": the probe builds the MTP layers vLLM's predictor reads of its
     loaded NemotronHConfig, so both agree on 2; mambaxfer reading the pattern key alone (1) differs."""
     config = json.loads(Path(SUPER).read_text()) | {"mtp_layers_block_type": ["attention", "attention", "moe"]}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    args = ["--model", str(path), "--max-tp", "2", "--format", "json"]
-    runs = [{"name": "as-installed", "alter": "as-installed", "args": args},
-            {"name": "pattern-key", "alter": "mtp-pattern-key", "args": args}]
-    proc = run_in_vllm(release, str(DRIVER), json.dumps(runs))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
-    agreed, planted = found["as-installed"], found["pattern-key"]
-    assert agreed["code"] == 0 and all(f["outcome"] == "agrees" for f in agreed["document"]["functions"])
-    assert any(name.endswith(" + MTP") for name in agreed["document"]["models"])
-    ids = by_function(planted["document"])["_compute_desc_ids"]
-    assert planted["code"] == 1 and ids["outcome"] == "differs" and 0 < ids["differing"] < ids["cases"], ids
-    assert _plan(ids["first_difference"]["command"])["model"]["draft_layers"] == 2
+    first = _mtp_count_runs(release, config, "mtp-pattern-key", tmp_path)
+    assert _plan(first["command"])["model"]["draft_layers"] == 2
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
@@ -223,20 +231,7 @@ def test_qwen4exp_mtp_layers_agree_with_vllm_and_another_count_key_differs(relea
     num_nextn_predict_layers (absent: 1) differs on the drafted cases."""
     config = dict(load_model("qwen3.8-flash-next").hf_config)
     config["text_config"] = {**config["text_config"], "mtp_num_hidden_layers": 2}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    args = ["--model", str(path), "--max-tp", "2", "--format", "json"]
-    runs = [{"name": "as-installed", "alter": "as-installed", "args": args},
-            {"name": "count-key", "alter": "qwen4exp-mtp-key", "args": args}]
-    proc = run_in_vllm(release, str(DRIVER), json.dumps(runs))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
-    agreed, planted = found["as-installed"], found["count-key"]
-    assert agreed["code"] == 0 and all(f["outcome"] == "agrees" for f in agreed["document"]["functions"])
-    assert any(name.endswith(" + MTP") for name in agreed["document"]["models"])
-    ids = by_function(planted["document"])["_compute_desc_ids"]
-    assert planted["code"] == 1 and ids["outcome"] == "differs" and 0 < ids["differing"] < ids["cases"], ids
-    assert "2 MTP layers" in json.dumps(ids["first_difference"])
+    assert "2 MTP layers" in json.dumps(_mtp_count_runs(release, config, "qwen4exp-mtp-key", tmp_path))
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
