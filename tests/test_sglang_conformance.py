@@ -472,6 +472,12 @@ def shorter_window(cls):
         return cls(**{**k, "state_shape": (channels, rows - 1)})
     return build
 
+def lightning_one_off(cls):
+    # MiniCPM-SALA's lightning layers numbered one past SGLang's.
+    class Config(cls):
+        lightning_layer_ids = property(lambda self: [i + 1 for i in cls.lightning_layer_ids.fget(self)])
+    return Config
+
 def renumbered(fn):
     # The state layers numbered 0, 1, 2, ... among themselves, as mambaxfer once did.
     from types import SimpleNamespace
@@ -511,6 +517,7 @@ faults = {
     "Lfm2ShortConv conv channels": rolled_short_conv,
     "JetNemotronConfig state": attention_as_conv,
     "JetBlock TP sizes": unsharded_projection,
+    "MiniCPMHybridConfig state": lightning_one_off,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "draft KV pool entries": extra_draft_layer,
@@ -521,12 +528,14 @@ models = [m for m in c.served_presets()
           if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5",
                         "lfm2-1.2b", "glm-5-next", "jet-nemotron-2b")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
+# A family's own config class is shown on its own preset alone.
+alone = {"MiniCPMHybridConfig state": [c.served_model("minicpm-sala")]}
 out = {}
 for fault, plant in faults.items():
     name = target.get(fault, fault)
     functions = dict(base)
     functions[name] = plant(base[name])
-    report = c.probe(models, functions)
+    report = c.probe(alone.get(fault, models), functions)
     out[fault] = {r.name: r.outcome for r in report.results}
 print(json.dumps(out))
 """
