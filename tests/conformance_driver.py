@@ -12,7 +12,8 @@ float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``
 grouping a drafter's ``is_draft`` layers apart from the target's; each run looks vLLM's functions
 up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads); ``mtp-pattern-key``
 (mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``);
-``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``). Prints one JSON
+``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``);
+``qsa-ring`` (vLLM's QSA raw-key ring sized without the speculative tokens). Prints one JSON
 object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
 """
@@ -76,8 +77,15 @@ def alter(scenario: str, undo: list) -> None:
         undo.append((table, "NemotronHForCausalLM", table.pop("NemotronHForCausalLM")))
     elif scenario == "qsa-layouts":
         # QSA's backend declaring no layouts: the engine would run the connector's LBHNC.
-        backend = vllm_side.Installed().qsa_backend()
+        backend = vllm_side.Installed().qsa_symbols()[0]
         patch(backend, "supported_kv_cache_layouts", classmethod(lambda cls: None))
+    elif scenario == "qsa-ring":
+        import types
+
+        ring = vllm_side.Installed().qsa_symbols()[1]
+        original = ring.get_kv_cache_spec
+        patch(ring, "get_kv_cache_spec", lambda self, config: original(
+            self, types.SimpleNamespace(num_speculative_tokens=0, cache_config=config.cache_config)))
     elif scenario == "draft-apart":
         from vllm.v1.core import kv_cache_planning
 

@@ -335,6 +335,8 @@ RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8
         {"name": "nemotron-hook", "alter": "nemotron-hook",
          "args": ["--model", "nemotron-h-8b", "--max-tp", "2", "--format", "json"]},
         {"name": "bamba", "alter": "as-installed", "args": ["--model", BAMBA, "--max-tp", "1", "--format", "json"]},
+        {"name": "qsa-ring", "alter": "qsa-ring",
+         "args": ["--model", "qwen3.8-flash-next", "--max-tp", "2", "--format", "json"]},
         {"name": "qsa-layouts", "alter": "qsa-layouts",
          "args": ["--model", "qwen3.8-flash-next", "--max-tp", "4", "--format", "json"]}]
 
@@ -493,6 +495,19 @@ def test_a_vllm_grouping_the_qwen4exp_qsa_draft_layer_apart_differs(driven):
     assert 0 < ids["differing"] < ids["cases"] and "--speculative-config" in ids["first_difference"]["case"]
     plan = _plan(ids["first_difference"]["command"])
     assert plan["model"]["draft_layers"] == 1 and plan["descriptors"]["decode"]["tensors"] == 13
+
+
+def test_a_vllm_qsa_ring_without_the_speculative_rows_differs_on_the_drafted_cases(driven):
+    """vLLM's QSA raw-key ring sized without the speculative tokens (planted): the row comparing
+    the QSA caches' specs and groups differs on Qwen3.8-Flash-Next with its MTP layer alone."""
+    _, runs = driven
+    row = by_function(runs["qsa-ring"]["document"])["get_kv_cache_spec (QSA caches)"]
+    assert runs["qsa-ring"]["code"] == 1 and row["outcome"] == "differs", row
+    assert row["by_model"] == {"qwen3.8-flash-next": {"cases": 2, "differing": 0},
+                               "qwen3.8-flash-next + MTP": {"cases": 2, "differing": 2}}, row
+    first = row["first_difference"]
+    assert first["vllm"]["ring (tokens, page bytes)"] == [[4, 1120]], first
+    assert first["mambaxfer"]["ring (tokens, page bytes)"] == [[8, 2240]], first
 
 
 @pytest.mark.parametrize("fault", ["draft-apart-eagle3", "eagle-heads"])
@@ -726,7 +741,8 @@ def test_a_function_with_no_case_says_so_and_does_not_fail():
 def test_the_layout_qsa_declares_decides_the_engines_layout_and_the_head_split(driven):
     """With vLLM's QSA backend declaring no layouts, a Qwen4Exp engine would run the connector's
     LBHNC: the layout comparison differs, and so does the handshake wherever the heads split (vLLM
-    then accepts what mambaxfer refuses); nothing else does."""
+    then accepts what mambaxfer refuses), and the QSA caches' groups (outside a block-outermost
+    layout get_kv_cache_groups puts the compressed keys in a group of their own); nothing else does."""
     run = driven[1]["qsa-layouts"]
     assert run["code"] == 1
     functions = by_function(run["document"])
@@ -740,5 +756,7 @@ def test_the_layout_qsa_declares_decides_the_engines_layout_and_the_head_split(d
     assert handshake["first_difference"]["vllm"].startswith("accepts")
     assert "Heterogeneous TP head-dimension splitting requires contiguous heads" in \
         handshake["first_difference"]["mambaxfer"]
+    qsa = functions["get_kv_cache_spec (QSA caches)"]["first_difference"]
+    assert {"compressed keys": qsa["mambaxfer"]["groups"][-1]["ring"]} in qsa["vllm"]["groups"], qsa
     assert sorted(f["function"] for f in run["document"]["functions"] if f["outcome"] != "agrees") == \
-        ["handshake verdict", "resolve_kv_cache_layout"]
+        ["get_kv_cache_spec (QSA caches)", "handshake verdict", "resolve_kv_cache_layout"]

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from mambaxfer_cli.engines.vllm.conformance.cases import Flags, Geometry, HashedEngine, Request
+from mambaxfer_cli.engines.vllm.conformance.cases import (
+    Flags, Geometry, HashedEngine, Request, flag_variants, qsa_shown,
+)
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
@@ -672,14 +674,60 @@ class Installed:
         return self.attention_spec(dataclasses.replace(model, num_kv_heads=draft.num_key_value_heads,
                                                        head_size=head_size), tp, block_size)
 
-    def qsa_backend(self):
-        """QSA's backend, which declares the layouts its engine may run (its family's classes by release)."""
+    def qsa_symbols(self) -> tuple:
+        """QSA's backend (it declares the layouts its engine may run), raw-key ring and
+        compressed-key classes (its family's names by release)."""
         backends, _ = first("qsa_classes")
-        for module, name in backends:
+        for module, *names in backends:
             with contextlib.suppress(CouldNotCall):
-                return _symbol(module, name)
+                return tuple(_symbol(module, name) for name in names)
         home = "/".join(backends[0][0].split(".")[1:3])      # models/<its family's folder>
         raise CouldNotCall(backends[0][1], f"not found in the installed vLLM's {home}")
+
+    def qsa_caches(self, model: ModelSpec, tp: int, geometry: Geometry) -> dict:
+        """Qwen4Exp's QSA caches as vLLM builds them: each indexed-attention layer's ring and
+        compressed keys made by their classes (``__init__``, ``get_kv_cache_spec``, a draft
+        layer's tagged ``is_draft``), and every group ``get_kv_cache_groups`` makes, as layer
+        indices by cache kind."""
+        q = model.ple_qsa
+        assert q is not None
+        _, ring, keys = self.qsa_symbols()
+        config = self.vllm_config(model, tp, Flags(block_size=geometry.block_size))
+        config.cache_config.kv_cache_layout = self.kv_cache_layout(model, flag_variants(model)[0].backend)
+        config.num_speculative_tokens = model.num_spec
+        config.compilation_config = StandIn("compilation_config", static_forward_context={})
+        specs = dict(self.groups(model, tp, geometry)[2])
+        kind_of: dict[str, tuple[str, int]] = {}
+        key_dtype = self.torch.float8_e4m3fn if q.indexer_kv_dtype == "fp8" else self.torch.bfloat16
+        for index, (name, kind) in enumerate(zip(self.layer_names(model), model.layers)):
+            kind_of[name] = (kind, index)
+            if kind != ATTENTION:
+                continue
+            for label, cls, dtype, extra in (("ring", ring, self.torch.bfloat16,
+                                              {"cache_rope_positions": q.rope_positions}),
+                                             ("compressed keys", keys, key_dtype, {})):
+                prefix = name.removesuffix("attn") + ("indexer.raw_key_cache" if cls is ring
+                                                       else "indexer.compressed_key_cache")
+                with calling(f"{cls.__name__}.get_kv_cache_spec"):
+                    layer = cls(head_size=q.indexer_head_dim, dtype=dtype, cache_config=config.cache_config,
+                                prefix=prefix, vllm_config=config, compress_ratio=q.compress_ratio, **extra)
+                    specs[prefix] = dataclasses.replace(layer.get_kv_cache_spec(config),
+                                                        is_draft=specs[name].is_draft)
+                kind_of[prefix] = (label, index)
+        groups = _run("vllm.v1.core.kv_cache_planning", "get_kv_cache_groups", config, specs)
+        shown: dict[str, set] = {"ring": set(), "compressed keys": set()}
+        for name, spec in specs.items():
+            label = kind_of[name][0]
+            if label in shown:
+                tokens = spec.block_size if label == "ring" else spec.tokens_per_state
+                shown[label].add((tokens, spec.page_size_bytes))
+        members = []
+        for group in groups:
+            found: dict[str, list[int]] = {}
+            for name in group.layer_names:
+                found.setdefault(kind_of[name][0], []).append(kind_of[name][1])
+            members.append(found)
+        return qsa_shown(sorted(shown["ring"]), sorted(shown["compressed keys"]), members)
 
     @cached(lambda model, backend, requested=None: (model.name, backend, requested))
     def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
@@ -689,7 +737,7 @@ class Installed:
         resolve = _symbol(utils, "resolve_kv_cache_layout")
         backends = [self.backend_class(backend)] if model.has_attention else []
         if model.ple_qsa is not None and model.ple_qsa.has_qsa:
-            backends.append(self.qsa_backend())
+            backends.append(self.qsa_symbols()[0])
         if model.kpool_indexer is not None:      # the indexer's backends, which declare the layouts too
             (indexer, classes), _ = first("indexer_classes")
             backends += [_symbol(indexer, name) for name in classes]

@@ -9,7 +9,7 @@ from dataclasses import replace, dataclass
 
 from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, DRAFT_CONFIG, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry,
-    ReplaySSMSetting, Request, Variation, drafted,
+    ReplaySSMSetting, Request, Variation, drafted, qsa_shown,
 )
 from mambaxfer_cli.engines.vllm.drafts import drafter_apart, speculative_config, with_drafts
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
@@ -21,7 +21,8 @@ from mambaxfer_cli.engines.vllm.release import PULL, PUSH
 from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.engines.vllm import startup
 from mambaxfer_cli.planning.startup import parallel_refusal
-from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping
+from mambaxfer_cli.engines.vllm.indexer_caches import caches
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping, vllm_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.errors import Refused
@@ -115,6 +116,19 @@ class Ours:
         if model.name not in self._grouping:
             self._grouping[model.name] = model_grouping(model)
         return self._grouping[model.name]
+
+    @staticmethod
+    def qsa_caches(model: ModelSpec, block_size: int) -> dict:
+        """Qwen4Exp's QSA caches by mambaxfer's rules: one ring and one compressed-key page a layer;
+        the keys (an MLA spec of the attention's block) join the attention's groups, the rings a
+        bucket after them (``vllm_grouping``)."""
+        found = caches(model)
+        assert found is not None
+        grouping = vllm_grouping(model.layers, model.attention_indices)
+        groups = [{kind: list(m), "compressed keys": list(m)} if kind == ATTENTION else {kind: list(m)}
+                  for kind, m in zip(grouping.groups, grouping.members)]
+        return qsa_shown([(found.ring_tokens, found.ring_page_bytes)],
+                         [(found.tokens_per_key, found.key_page_bytes(block_size))], groups)
 
     # --- one engine --------------------------------------------------------------------------
 

@@ -317,6 +317,13 @@ class CaseTally(Tally):
         return same
 
 
+def qsa_shown(rings: list, keys: list, groups: list[dict[str, list[int]]]) -> dict:
+    """Qwen4Exp's QSA caches as both sides give them: each distinct ring (tokens, page bytes) and
+    compressed-key page (tokens per key, page bytes), and each group's layers by cache kind."""
+    return {"ring (tokens, page bytes)": [list(r) for r in rings],
+            "compressed keys (tokens per key, page bytes)": [list(k) for k in keys], "groups": groups}
+
+
 def pairings(tp_sizes: Iterable[int]) -> list[tuple[int, int]]:
     """Every P/D pairing of these TP sizes where one divides the other (vLLM refuses the rest)."""
     sizes = sorted(set(tp_sizes))

@@ -65,8 +65,12 @@ REPLAYSSM = Function("validate_mamba_cached_kernel",
 DRAFT_GROUPS = Function("unify_kv_cache_spec_page_size",
                         "the KV-cache groups of an EAGLE drafter whose pages are not the target's (said by "
                         "draft-layers, not planned)")
+QSA_CACHES = Function("get_kv_cache_spec (QSA caches)",
+                      "the QSA indexer's raw-key ring and compressed-key pages, from their classes, and the "
+                      "KV-cache groups get_kv_cache_groups puts them in")
 FUNCTIONS = (CONV_SPLIT, REMOTE_CONV, REMOTE_SSM, LOCAL_SSM, BYTES, SOURCES, DESC_IDS, BLOCK, KERNEL, GDN_ALIGNMENT,
-             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE, LAYOUT, REPLAYSSM, DRAFT_GROUPS)
+             HANDSHAKE, HASH, PARALLEL, REGISTRY, STATE, LAYOUT, REPLAYSSM, DRAFT_GROUPS, QSA_CACHES)
+OPTIONAL = (DRAFT_GROUPS, QSA_CACHES)     # reported only where a model has cases of them
 
 # Progress: ``start(total)`` once with the number of pairings, ``done(model, p_tp, d_tp)`` after each.
 Start = Callable[[int], None]
@@ -158,6 +162,8 @@ class Comparison:
         for tp in sizes:
             self.conv_split(name, model, tp)
             self.class_state(name, model, tp)
+            if model.ple_qsa is not None and model.ple_qsa.has_qsa:
+                self.qsa_caches(name, model, tp)
             for flags in flag_variants(model):
                 self.geometry(name, model, tp, flags)
         for p_tp, d_tp in pairings(sizes):
@@ -256,6 +262,15 @@ class Comparison:
                 self.record(STATE, case, isinstance(theirs, str), isinstance(ours, str), (str(theirs), str(ours)))
             else:
                 self.record(STATE, case, theirs, ours)
+
+    @compares(QSA_CACHES)
+    def qsa_caches(self, name: str, model: ModelSpec, tp: int) -> None:
+        geometry = self.ours.engine(model, tp, flag_variants(model)[0]).geometry
+        try:
+            theirs: dict | str = self.vllm.qsa_caches(model, tp, geometry)
+        except VllmFails as exc:
+            theirs = f"fails: {exc.message}"
+        self.record(QSA_CACHES, self.case(name, tp=tp), theirs, self.ours.qsa_caches(model, geometry.block_size))
 
     # --- conv split --------------------------------------------------------------------------------
 
@@ -501,9 +516,9 @@ def run(models: list[tuple[str, ModelSpec]], max_tp: int, vllm, ours: Ours, star
         comparison.model(name, model, max_tp, done)
     label = drafted(draft_config)       # a drafter apart keeps no draft layers but is named so too
     names = [name + (label if model.draft_layers or model.name.endswith(label) else "") for name, model in models]
-    apart = comparison.results[DRAFT_GROUPS.name]
+    results = [comparison.results[f.name] for f in FUNCTIONS]
     report = Report(vllm.version, ours.release, ours.gpu, names, max_tp,
-                    [comparison.results[f.name] for f in FUNCTIONS
-                     if f is not DRAFT_GROUPS or apart.cases or apart.not_called], time.monotonic() - started)
+                    [r for r in results if r.function not in OPTIONAL or r.cases or r.not_called],
+                    time.monotonic() - started)
     report.notes.extend(comparison.notes)
     return report

@@ -263,9 +263,12 @@ def plan_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, deco
     return out
 
 
-def qsa_classes() -> tuple[tuple[tuple[str, str], ...], tuple[str, str]]:
-    """The (module, class) pairs the conformance probe asks for: QSA's backend by release (it
-    declares the layouts an engine may run), and the model class that sizes the PLE state."""
-    return ((("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend"),
-             ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend")),
+def qsa_classes() -> tuple[tuple[tuple[str, str, str, str], ...], tuple[str, str]]:
+    """The classes the conformance probe asks for: by release, QSA's backend (it declares the
+    layouts an engine may run), raw-key ring and compressed-key caches; and the model class that
+    sizes the PLE state."""
+    return ((("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend", "QSARawKeyCache",
+              "QSACompressedKeyCache"),
+             ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend", "QSAKeyStateCache",
+              "QSACompressedKeyCache")),
             ("vllm.models.qwen4_exp.nvidia.model", "Qwen4ExpForCausalLM"))
