@@ -13,6 +13,7 @@ grouping a drafter's ``is_draft`` layers apart from the target's; each run looks
 up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads); ``mtp-pattern-key``
 (mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``);
 ``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``);
+``glm-mtp-key`` (mambaxfer counting GLM-5-Next's by ``mtp_num_hidden_layers``, absent: 1);
 ``qsa-ring`` (vLLM's QSA raw-key ring sized without the speculative tokens). Prints one JSON
 object: each run's exit code and document, by name. One process runs them
 all: vLLM is imported once.
@@ -111,14 +112,16 @@ def alter(scenario: str, undo: list) -> None:
         from mambaxfer_cli.engines.vllm.families import nemotron_h
 
         patch(nemotron_h, "mtp_pattern", lambda config, where: config.get("mtp_hybrid_override_pattern") or "*E")
-    elif scenario == "qwen4exp-mtp-key":
+    elif scenario in ("qwen4exp-mtp-key", "glm-mtp-key"):
         from dataclasses import replace
 
         from mambaxfer_cli.engines.vllm import drafts
 
         found = drafts.family_for
-        patch(drafts, "family_for", lambda t: replace(found(t), mtp_keys={t: "num_nextn_predict_layers"})
-              if t.startswith("qwen4_exp") else found(t))
+        stem, key = (("qwen4_exp", "num_nextn_predict_layers") if scenario == "qwen4exp-mtp-key"
+                     else ("glm5_next", "mtp_num_hidden_layers"))
+        patch(drafts, "family_for", lambda t: replace(found(t), mtp_keys={t: key})
+              if t.startswith(stem) else found(t))
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

@@ -235,6 +235,16 @@ def test_qwen4exp_mtp_layers_agree_with_vllm_and_another_count_key_differs(relea
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
+def test_glm_5_next_mtp_layers_agree_with_vllm_and_another_count_key_differs(release, tmp_path):
+    """GLM-5-Next's preset config with num_nextn_predict_layers 2: the probe builds the MLA layers
+    (with the indexer's caches) vLLM's predictor reads of its loaded config, so both agree on 2;
+    mambaxfer counting them by mtp_num_hidden_layers (absent: 1) differs on the drafted cases."""
+    config = dict(load_model("glm-5-next").hf_config)
+    config["text_config"] = {**config["text_config"], "num_nextn_predict_layers": 2}
+    assert "2 MTP layers" in json.dumps(_mtp_count_runs(release, config, "glm-mtp-key", tmp_path))
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
 def test_kimi_k3_mtp_layer_agrees_with_vllm(release, tmp_path):
     """Kimi-K3's example config with one MTP layer (an MLA layer, tagged is_draft): vLLM's own
     grouping, _compute_desc_ids and its class's state, whose conv rows follow the speculative tokens

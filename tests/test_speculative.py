@@ -321,6 +321,26 @@ def test_glm_5_next_mtp_is_refused(release):
 
 
 @pytest.mark.parametrize("release", RELEASES)
+def test_glm_5_next_mtp_layers_are_mla_layers_with_the_indexer_caches(release, tmp_path):
+    """GLM-5-Next's config (the preset: transformers' Glm5NextTextConfig defaults; no checkpoint is
+    public) with num_nextn_predict_layers 2: vLLM's Glm5NextMultiTokenPredictor builds two MLA layers
+    after the 45 (is_mtp_layer: never KDA), each with the indexer's ring and keys, tagged is_draft,
+    so the attention and ring groups hold 13 layers; no draft-layers warning."""
+    config = dict(load_model("glm-5-next").hf_config)
+    config["text_config"] = {**config["text_config"], "num_nextn_predict_layers": 2}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    sized = ("--vllm-version", release, "--block-size", "4608")
+    before = plan(str(path), *sized, "--num-spec", "1")
+    after = plan(str(path), *sized, "--speculative-config", mtp(1))
+    assert before["model"]["attention_layers"] == 11 and before["descriptors"]["group_tensors"][-2:] == [11, 11]
+    assert after["model"]["draft_layers"] == 2 and after["model"]["attention_layers"] == 13
+    assert after["descriptors"]["group_tensors"][-2:] == [13, 13]
+    codes = {w["code"]: w["message"] for w in after["warnings"]}
+    assert "draft-layers" not in codes and "each of the 13 MLA layers" in codes["glm5next-indexer"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
 def test_qwen4exp_mtp_layer_is_a_qsa_layer_after_the_targets(release):
     """Qwen3.8-Flash-Next (36 GDN + 12 indexed-attention layers, mtp_num_hidden_layers 1): vLLM's
     Qwen4ExpMultiTokenPredictor builds one more QSA layer, tagged is_draft, so it joins the attention

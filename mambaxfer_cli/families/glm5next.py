@@ -75,5 +75,8 @@ FAMILIES = (
            {"num_heads": (("linear_attn_config.num_heads",), ("linear_num_heads",)),
             "head_dim": (("linear_attn_config.head_dim",), ("linear_head_dim",))},
            conv_kernel=(("linear_attn_config.short_conv_kernel_size",), ("linear_conv_kernel_dim",)),
-           layer_kinds=layer_kinds, ssm_dtype_default="float32", mla=True, parts=parts, order=13),
+           layer_kinds=layer_kinds, ssm_dtype_default="float32", mla=True, parts=parts, order=13,
+           # vLLM's Glm5NextMultiTokenPredictor: num_nextn_predict_layers MLA layers (is_mtp_layer:
+           # never KDA), each with the indexer's caches; hf_config_override converts glm5_next alone.
+           mtp_keys={"glm5_next": "num_nextn_predict_layers"}, mtp_kind=ATTENTION),
 )

@@ -42,6 +42,14 @@ def mtp_refusal(model_type: str, text_config: Mapping[str, Any]) -> str | None:
             "(SpeculativeConfig.hf_config_override: GLM-5-Next's MTP layer count)")
 
 
+def mtp_layers_built(hf: Any) -> int | None:
+    """The MLA layers Glm5NextMultiTokenPredictor builds of vLLM's loaded config (the probe's): the
+    ``n_predict`` hf_config_override takes from its text config's num_nextn_predict_layers."""
+    if getattr(hf, "model_type", "") != "glm5_next":
+        return None
+    return int(hf.get_text_config().num_nextn_predict_layers)
+
+
 def attention_refusal(model_type: str, config: Mapping[str, Any], where: str) -> None:
     """What vLLM refuses of the indexer as it builds the model."""
     if model_type not in MODEL_TYPES:
