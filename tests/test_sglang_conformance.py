@@ -127,7 +127,7 @@ def test_every_model_is_compared_by_the_functions_that_take_one(all_presets):
 def test_the_mtp_drafts_pool_is_compared_on_each_model_sglang_drafts_from_its_own_checkpoint(all_presets):
     by_model = next(f["by_model"] for f in all_presets["document"]["functions"]
                     if f["function"] == "draft KV pool entries")
-    assert {"qwen3.5-0.8b", "qwen3-next-80b", "nemotron-h-8b"} <= set(by_model)
+    assert {"qwen3.5-0.8b", "qwen3-next-80b", "nemotron-h-8b", "qwen3.8-flash-next"} <= set(by_model)
     assert all(counts["cases"] > 0 and counts["differing"] == 0 for counts in by_model.values())
 
 

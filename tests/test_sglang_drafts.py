@@ -27,7 +27,7 @@ def plan_json(*args: str) -> dict:
 
 
 @pytest.mark.parametrize("model, band, heads, size", [("qwen3.5-0.8b", 24, 2, 256), ("qwen3-next-80b", 48, 2, 256),
-                                                      (SUPER, 88, 2, 128)])
+                                                      (SUPER, 88, 2, 128), ("qwen3.8-flash-next", 48, 2, 256)])
 def test_nextn_appends_the_mtp_layer_as_one_attention_layer_above_the_targets(model, band, heads, size):
     """ModelConfig._config_draft_model: one MTP layer (num_nextn_predict_layers = 1) with the
     target's heads; build_kv_layer_ids numbers it num_hidden_layers."""

@@ -906,11 +906,16 @@ def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int)
     config = model.hf_config
     hf = SimpleNamespace(**{k: v for k, v in config.items() if k != "text_config"})
     hf.architectures, hf.num_nextn_predict_layers = list(config["architectures"]), None
-    text = SimpleNamespace(**{**config.get("text_config", config), "num_nextn_predict_layers": None})
-    importlib.import_module("sglang.srt.configs.model_config").ModelConfig._config_draft_model(
-        SimpleNamespace(is_draft_model=True, hf_config=hf, hf_text_config=text, speculative_algorithm="EAGLE"))
+    if "text_config" in config:
+        hf.text_config = SimpleNamespace(**{**config["text_config"], "num_nextn_predict_layers": None})
+    # get_hf_text_config: the text config, else the config itself; a rewrite may replace either.
+    seen = SimpleNamespace(is_draft_model=True, hf_config=hf, hf_text_config=getattr(hf, "text_config", hf),
+                           speculative_algorithm="EAGLE")
+    importlib.import_module("sglang.srt.configs.model_config").ModelConfig._config_draft_model(seen)
     setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
-    config_seen = SimpleNamespace(num_nextn_predict_layers=hf.num_nextn_predict_layers, hf_config=hf,
+    # ModelConfig.num_nextn_predict_layers: read from its text config.
+    config_seen = SimpleNamespace(num_nextn_predict_layers=seen.hf_text_config.num_nextn_predict_layers,
+                                  hf_config=seen.hf_config,
                                   num_hidden_layers=model.hidden_layers,
                                   num_attention_layers=len(model.attention_indices))
     layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config_seen)

@@ -32,6 +32,8 @@ def side_entries(model: ModelSpec, conv_dtype: str) -> tuple[tuple[str, int, int
 
 
 SIDE_STATES = {"Qwen4Exp": side_entries}
+# ModelConfig._config_draft_model: the target's own checkpoint as a one-layer MTP draft.
+MTP_DRAFTS = {"Qwen4ExpForConditionalGeneration": "Qwen4ExpForCausalLMMTP"}
 FIELD_LABELS = {PLE_CONV: "PLE conv", PLE_NGRAM: "n-gram"}
 # Its QSA indexer's state (QSATokenToKVPool): a ring of raw index keys per request and the compressed keys.
 QSA_STATE = {"Qwen4Exp": lambda model: model.ple_qsa is not None and model.ple_qsa.has_qsa}
