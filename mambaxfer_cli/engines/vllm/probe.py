@@ -703,11 +703,10 @@ class Installed:
             kind_of[name] = (kind, index)
             if kind != ATTENTION:
                 continue
-            for label, cls, dtype, extra in (("ring", ring, self.torch.bfloat16,
-                                              {"cache_rope_positions": q.rope_positions}),
-                                             ("compressed keys", keys, key_dtype, {})):
-                prefix = name.removesuffix("attn") + ("indexer.raw_key_cache" if cls is ring
-                                                       else "indexer.compressed_key_cache")
+            for label, cls, dtype, suffix, extra in (
+                    ("ring", ring, self.torch.bfloat16, "raw_key_cache", {"cache_rope_positions": q.rope_positions}),
+                    ("compressed keys", keys, key_dtype, "compressed_key_cache", {})):
+                prefix = f"{name.removesuffix('attn')}indexer.{suffix}"
                 with calling(f"{cls.__name__}.get_kv_cache_spec"):
                     layer = cls(head_size=q.indexer_head_dim, dtype=dtype, cache_config=config.cache_config,
                                 prefix=prefix, vllm_config=config, compress_ratio=q.compress_ratio, **extra)
@@ -715,19 +714,16 @@ class Installed:
                                                         is_draft=specs[name].is_draft)
                 kind_of[prefix] = (label, index)
         groups = _run("vllm.v1.core.kv_cache_planning", "get_kv_cache_groups", config, specs)
-        shown: dict[str, set] = {"ring": set(), "compressed keys": set()}
-        for name, spec in specs.items():
-            label = kind_of[name][0]
-            if label in shown:
-                tokens = spec.block_size if label == "ring" else spec.tokens_per_state
-                shown[label].add((tokens, spec.page_size_bytes))
         members = []
         for group in groups:
             found: dict[str, list[int]] = {}
             for name in group.layer_names:
                 found.setdefault(kind_of[name][0], []).append(kind_of[name][1])
             members.append(found)
-        return qsa_shown(sorted(shown["ring"]), sorted(shown["compressed keys"]), members)
+        of = {label: {n for n in specs if kind_of[n][0] == label} for label in ("ring", "compressed keys")}
+        return qsa_shown(sorted({(specs[n].block_size, specs[n].page_size_bytes) for n in of["ring"]}),
+                         sorted({(specs[n].tokens_per_state, specs[n].page_size_bytes) for n in of["compressed keys"]}),
+                         members)
 
     @cached(lambda model, backend, requested=None: (model.name, backend, requested))
     def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
