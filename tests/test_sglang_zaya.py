@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.readers.model_source import compiled_presets
+from test_sglang_conformance import one_off_probe, run_in_sglang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Zyphra__ZAYA1-8B-legacy.json"
 CCA_LAYERS = list(range(0, 80, 2))     # ZayaConfig.linear_layer_ids: the even layers without zaya_layers
@@ -81,3 +82,21 @@ def test_execute_lands_the_bytes_check_predicts():
     assert code == 1 and doc["bad_bytes"] == doc["predicted_bad_bytes"] == (2560 + 4096) * 2, doc   # 2 CCA layers
     fields = {f["field"]: f for d in doc["decode"] for f in d["fields"]}
     assert fields["prev_hs"]["beyond"] == 4096 * 2 and fields["conv"]["wrong"] == 2560 * 2, fields
+
+
+# In SGLang's environment: its config class's state at TP 1 and 2, its pool's entries, and its NIXL
+# and Mooncake managers' sends between its own pools at every pairing (the bytes they leave wrong
+# included: check's above), then the config class's CCA layers planted one off, which conformance
+# must catch there alone.
+PROBE = one_off_probe("ZayaConfig state", "linear_layer_ids", "zaya1-8b")
+
+
+def test_conformance_compares_its_config_class_pool_and_sends_and_catches_a_planted_fault():
+    result = run_in_sglang("-c", PROBE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout)
+    assert outcomes["as is"]["ZayaConfig state"] == ["agrees", 2]             # TP 1 and 2
+    assert outcomes["as is"]["MambaPool transfer entries"] == ["agrees", 6]   # its TP 1 and 2, and KDA stand-ins
+    assert outcomes["as is"]["NIXL state send"] == outcomes["as is"]["Mooncake state send"] == ["agrees", 4]
+    assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
+    assert {n for n, (o, _) in outcomes["planted"].items() if o != "agrees"} == {"ZayaConfig state"}

@@ -6,3 +6,4 @@ hidden state ``(hidden_size, 1)`` whole on every rank, an empty temporal ``(1, 1
 from mambaxfer_cli.engines.sglang.families import FamilyRule
 SGLANG_0_5_23 = {"Zaya": FamilyRule(True, note="configs/zaya.py ZayaConfig", conv_shard_groups=False)}
 FIELD_LABELS = {"prev_hs": "prev hidden"}
+CONFIG_STATES = {"Zaya": ("ZayaConfig state", "sglang.srt.configs.zaya", "ZayaConfig")}
