@@ -479,10 +479,13 @@ def lightning_one_off(cls):
     return Config
 
 def cca_one_off(cls):
-    # Zaya's CCA layers numbered one past SGLang's.
-    class Config(cls):
-        linear_layer_ids = property(lambda self: [i + 1 for i in cls.linear_layer_ids.fget(self)])
-    return Config
+    # Zaya's CCA layers one past SGLang's (a zaya_layers list led by an MoE layer): a subclass of the
+    # config class would not run its __init__ under transformers.
+    def build(**k):
+        n = k["num_hidden_layers"]
+        return cls(**k, zaya_layers=[16, *["a", 16] * (n // 2)][:n])
+    build.model_type = cls.model_type
+    return build
 
 def renumbered(fn):
     # The state layers numbered 0, 1, 2, ... among themselves, as mambaxfer once did.

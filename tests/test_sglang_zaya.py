@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mambaxfer_cli.readers.model_source import compiled_presets
-from test_sglang_conformance import one_off_probe, run_in_sglang
+from test_sglang_conformance import run_in_sglang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Zyphra__ZAYA1-8B-legacy.json"
 CCA_LAYERS = list(range(0, 80, 2))     # ZayaConfig.linear_layer_ids: the even layers without zaya_layers
@@ -88,7 +88,21 @@ def test_execute_lands_the_bytes_check_predicts():
 # and Mooncake managers' sends between its own pools at every pairing (the bytes they leave wrong
 # included: check's above), then the config class's CCA layers planted one off, which conformance
 # must catch there alone.
-PROBE = one_off_probe("ZayaConfig state", "linear_layer_ids", "zaya1-8b")
+PROBE = """
+import json
+from mambaxfer_cli.engines.sglang import conformance as c
+
+base = c.load_functions()
+real = base["ZayaConfig state"]
+def one_off(**k):   # an MoE layer first: the CCA layers one past SGLang's
+    return real(**k, zaya_layers=[16, *["a", 16] * (k["num_hidden_layers"] // 2)][:k["num_hidden_layers"]])
+one_off.model_type = real.model_type
+out = {}
+for label, functions in (("as is", base), ("planted", {**base, "ZayaConfig state": one_off})):
+    report = c.probe([c.served_model("zaya1-8b")], functions, max_tp=2)
+    out[label] = {r.name: [r.outcome, r.cases] for r in report.results}
+print(json.dumps(out))
+"""
 
 
 def test_conformance_compares_its_config_class_pool_and_sends_and_catches_a_planted_fault():
@@ -99,4 +113,4 @@ def test_conformance_compares_its_config_class_pool_and_sends_and_catches_a_plan
     assert outcomes["as is"]["MambaPool transfer entries"] == ["agrees", 6]   # its TP 1 and 2, and KDA stand-ins
     assert outcomes["as is"]["NIXL state send"] == outcomes["as is"]["Mooncake state send"] == ["agrees", 4]
     assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
-    assert {n for n, (o, _) in outcomes["planted"].items() if o != "agrees"} == {"ZayaConfig state"}
+    assert {n: o for n, (o, _) in outcomes["planted"].items() if o != "agrees"} == {"ZayaConfig state": "differs"}
