@@ -303,11 +303,12 @@ def test_plan_descriptors_per_slot_and_layer():
 def _labels(layout: RankLayout, field: str, outer: int = 1) -> np.ndarray:
     """Every byte of one item labelled with what it holds: region, unit size and global byte
     (Kimi's conv: row by row, ``outer`` rows)."""
-    kind = "conv" if field == CONV else "ssm"
-    base = 0 if field == CONV else layout.conv_bytes
+    def holder(r):   # a region with its own tensor (Zaya's prev_hs) is its own field
+        return r.name if r.own else CONV if r.kind == "conv" else TEMPORAL
+    base = next((r.offset for r in layout.regions if holder(r) == field), 0)
     out = []
     for index, r in enumerate(layout.regions):
-        if r.kind == kind:
+        if holder(r) == field:
             assert r.offset - base == sum(len(a) for a in out)
             start = r.shard.start * r.unit_bytes
             out.append((index + 1) * 10**12 + r.unit_bytes * 10**8 + np.arange(start, start + r.size))
@@ -323,7 +324,7 @@ def simulate(writes, prefill: Side, decode: Side) -> int:
     """Apply the writes to labelled items; the decode bytes that differ from the exact labels
     (wrong or never written) plus the bytes written beyond an item."""
     bad = 0
-    for field in (CONV, TEMPORAL):
+    for field in decode.fields:
         sources = [_labels(layout, field, prefill.outer) for layout in prefill.layouts()]
         for layout in decode.layouts():
             want = _labels(layout, field, decode.outer)

@@ -478,6 +478,15 @@ def lightning_one_off(cls):
         lightning_layer_ids = property(lambda self: [i + 1 for i in cls.lightning_layer_ids.fget(self)])
     return Config
 
+def cca_one_off(cls):
+    # Zaya's CCA layers one past SGLang's (a zaya_layers list led by an MoE layer): a subclass of the
+    # config class would not run its __init__ under transformers.
+    def build(**k):
+        n = k["num_hidden_layers"]
+        return cls(**k, zaya_layers=[16, *["a", 16] * (n // 2)][:n])
+    build.model_type = cls.model_type
+    return build
+
 def renumbered(fn):
     # The state layers numbered 0, 1, 2, ... among themselves, as mambaxfer once did.
     from types import SimpleNamespace
@@ -518,6 +527,7 @@ faults = {
     "JetNemotronConfig state": attention_as_conv,
     "JetBlock TP sizes": unsharded_projection,
     "MiniCPMHybridConfig state": lightning_one_off,
+    "ZayaConfig state": cca_one_off,
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "draft KV pool entries": extra_draft_layer,
@@ -529,7 +539,8 @@ models = [m for m in c.served_presets()
                         "lfm2-1.2b", "glm-5-next", "jet-nemotron-2b")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
 # A family's own config class is shown on its own preset alone.
-alone = {"MiniCPMHybridConfig state": [c.served_model("minicpm-sala")]}
+alone = {"MiniCPMHybridConfig state": [c.served_model("minicpm-sala")],
+         "ZayaConfig state": [c.served_model("zaya1-8b")]}
 out = {}
 for fault, plant in faults.items():
     name = target.get(fault, fault)

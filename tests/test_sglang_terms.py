@@ -109,7 +109,7 @@ def test_beside_vllm_its_options_stay_vllm_s():
 # --- 3. refusals in SGLang's terms, with SGLang's place ------------------------------------------------
 
 FIXTURES = Path(__file__).with_name("fixtures") / "hf-configs"
-ZAYA = {"architectures": ["ZayaForCausalLM"], "model_type": "zaya"}
+INTERNS2 = {"architectures": ["InternS2PreviewForConditionalGeneration"], "model_type": "interns2_preview"}
 
 
 @pytest.mark.parametrize("config, fragments", [
@@ -118,9 +118,9 @@ ZAYA = {"architectures": ["ZayaForCausalLM"], "model_type": "zaya"}
     ("ibm-ai-platform__Bamba-9B.partial.json", ("SGLang 0.5.23 has no model class BambaForCausalLM",
                                                 "EntryClass", "configs/hybrid_arch.py")),
     ("kimi-k3.1.example.json", ("SGLang 0.5.23 has no model class KimiK31ForConditionalGeneration",)),
-    # models/zaya.py serves it; hybrid_arch.py's mamba2_config finds ZayaConfig's state.
-    (ZAYA, ("SGLang 0.5.23 serves Zaya (models/zaya.py, ZayaForCausalLM)", "ZayaConfig",
-            "mamba2_config in configs/hybrid_arch.py mambaish_config")),
+    # models/interns2preview.py serves it; hybrid_arch.py's hybrid_gdn_config finds its state.
+    (INTERNS2, ("SGLang 0.5.23 serves InternS2-Preview (models/", "InternS2PreviewConfig",
+                "hybrid_gdn_config in configs/hybrid_arch.py mambaish_config")),
 ])
 @pytest.mark.parametrize("command", [("plan", "--p-tp", "1", "--d-tp", "2"), ("check", "--pairs", "1:2")])
 def test_sglang_s_refusals_speak_of_sglang(tmp_path, config, fragments, command):
@@ -183,7 +183,7 @@ def test_models_lists_what_sglang_serves_and_why_not_the_rest():
     assert rows["nemotron-h-8b"]["sglang_file"] == "models/nemotron_h.py" and rows["nemotron-h-8b"]["answered"]
     assert rows["jamba"]["sglang_file"] is None and rows["jamba"]["why"] == "SGLang 0.5.23 has no Jamba model file"
     assert rows["kimi-linear-48b"]["sglang_file"] == "models/kimi_linear.py" and rows["kimi-linear-48b"]["answered"]
-    assert {u["label"] for u in document["state_not_read"]} >= {"Zaya"}
+    assert {u["label"] for u in document["state_not_read"]} >= {"InternS2-Preview"}
     assert rows["gigachat3.5"]["sglang_file"] == "models/gigachat35.py" and rows["gigachat3.5"]["answered"]
     assert rows["lfm2-1.2b"]["sglang_file"] == "models/lfm2.py" and rows["lfm2-1.2b"]["answered"]
     result = run_cli("models", "--engine", "sglang", env={"COLUMNS": "80"})

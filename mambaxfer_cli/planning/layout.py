@@ -37,6 +37,7 @@ class Region:
     unit_bytes: int
     shard: Shard
     offset: int
+    own: bool = False          # a state tensor of its own (its ``RegionShape.rows``)
 
     @property
     def size(self) -> int:
@@ -134,11 +135,11 @@ def rank_layout(model: ModelSpec, tp: int, rank: int) -> RankLayout:
     for shape in VARIANTS[model.variant].regions:
         shard = _shard(shape, model, tp, rank)
         if shape.kind == "conv":
-            unit_bytes = conv_unit
+            unit_bytes = shape.rows(model.params) * dtype_bytes(model.conv_dtype) if shape.rows else conv_unit
         else:
             assert shape.unit_elements is not None, f"{shape.name}: a temporal region counts its elements"
             unit_bytes = shape.unit_elements(model.params) * dtype_bytes(model.ssm_dtype)
-        region = Region(shape.name, shape.kind, shape.unit, unit_bytes, shard, offset)
+        region = Region(shape.name, shape.kind, shape.unit, unit_bytes, shard, offset, shape.rows is not None)
         regions.append(region)
         offset = region.end
     return RankLayout(rank, tp, rows, tuple(regions))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from mambaxfer_cli.engines.sglang.drafts import Draft
-from mambaxfer_cli.engines.sglang.entries import CONV
+from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.kv import sglang_kv_writes
 from mambaxfer_cli.engines.sglang.proof import kv_bytes_wrong, outcomes
@@ -70,7 +70,8 @@ class PairingCheck:
         return {"model": self.plan.model.name, "p_tp": self.plan.p_tp, "d_tp": self.plan.d_tp,
                 "backend": self.plan.backend, "outcome": self.outcome, "sentence": verdict.sentence(),
                 "refusal": verdict.refusal,
-                "bytes_wrong": {"conv": self.wrong(CONV), "temporal": self.wrong() - self.wrong(CONV)},
+                "bytes_wrong": {f: self.wrong(f) for f in dict.fromkeys((CONV, TEMPORAL,
+                                                                         *(o.field for o in self.sglang)))},
                 "kv_heads_wrong": verdict.heads_wrong, "findings": list(verdict.findings),
                 "exact_bytes_wrong": self.exact_wrong(), "ssm_layers": verdict.ssm_layers,
                 "writes_per_layer": len(self.plan.writes), "seconds": round(self.seconds, 3),

@@ -35,7 +35,7 @@ from mambaxfer_cli.engines.sglang.shapes import (
 )
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
 from mambaxfer_cli.engines.sglang.verdict import verdict
-from mambaxfer_cli.engines.sglang.writes import Side, sglang_writes
+from mambaxfer_cli.engines.sglang.writes import Side, field_regions, sglang_writes
 from mambaxfer_cli.conformance.report import AGREES, Outcomes, Result, plain, result_document
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
@@ -223,7 +223,7 @@ def _shape_tuple(shape: Any) -> tuple[Any, ...]:
 
 
 def _ours(shape: StateShape) -> tuple[Any, ...]:
-    return ((shape.conv,), shape.temporal, shape.conv_shard_groups)
+    return ((shape.conv, *((dim, rows) for _, dim, rows in shape.extra)), shape.temporal, shape.conv_shard_groups)
 
 
 def _call(fn: Callable[..., Any], after: Callable[[Any], Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -273,6 +273,9 @@ def _their_shape(create: Any, full: Any, kda: Any, model: ModelSpec, tp_world_si
                     conv_kernel=model.conv_kernel)
     if model.variant == "kda":
         return _kda_from_config(kda, model, tp_world_size)
+    if model.variant == "cca":     # ZayaConfig builds its Mamba2StateShape itself, two conv tensors
+        with _on_rank(tp_world_size, 0):
+            return _config_class(model.hf_config["model_type"])(**model.hf_config).mamba2_cache_params.shape
     return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
 
 
@@ -312,7 +315,7 @@ class _Checker:
         create, full, kda = fns = self.shape_fns()
         for model, tp in itertools.product(models, range(1, self.max_tp + 1)):
             case = {"model": model.name, "tp": tp}
-            name = {"mamba1": "Mamba2StateShape.create_full_rank", "kda": KDA_SHAPES}.get(
+            name = {"mamba1": "Mamba2StateShape.create_full_rank", "kda": KDA_SHAPES, "cca": ""}.get(
                 model.variant, "Mamba2StateShape.create")
             if self.fn(name):     # KDA: the dims its config class gives KimiLinearStateShape
                 ours = sglang_model(model, {}, self.release) if model.variant == "kda" else model
@@ -707,13 +710,11 @@ def _labels(layout: RankLayout, field: str, layer: int, outer: int = 1) -> Any:
     """One item's elements (an int32 tensor), each labelled with its layer, region and global element;
     a ``(K-1, dim)`` conv (``outer`` rows) row by row."""
     import torch
-    kind = "conv" if field == CONV else "ssm"
     parts = []
-    for index, region in enumerate(layout.regions):
-        if region.kind == kind:
-            per_unit = region.unit_bytes // 4
-            first = (layer << 29) + ((index + 1) << 25) + region.shard.start * per_unit
-            parts.append(torch.arange(first, first + len(region.shard) * per_unit, dtype=torch.int32))
+    for region, _ in field_regions(layout, field):
+        per_unit = region.unit_bytes // 4
+        first = (layer << 29) + ((layout.regions.index(region) + 1) << 25) + region.shard.start * per_unit
+        parts.append(torch.arange(first, first + len(region.shard) * per_unit, dtype=torch.int32))
     labels = torch.cat(parts)
     return labels.view(-1, outer).T.reshape(-1) if field == CONV and outer > 1 else labels
 
@@ -758,7 +759,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
             built = pool_class(size=3, spec_state_size=0, cache_params=params, mamba_layer_ids=list(SEND_LAYERS),
                                device="cpu")
             layout, outer = rank_layout(spec, tp, rank), state_shape(spec, tp).conv_outer
-            for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
+            for field_name, tensor in _state_tensors(built, spec, tp):
                 ints = tensor.view(torch.int32)
                 ints.fill_(OTHER_SLOT if fill else UNWRITTEN)
                 if fill and tensor.numel():    # a short conv's temporal state is empty
@@ -815,7 +816,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
                     ctypes.memmove(dst, src, length)
     for d, built in enumerate(decode):
         layout, outer = rank_layout(spec, d_tp, d), state_shape(spec, d_tp).conv_outer
-        for field_name, tensor in (("conv", built.mamba_cache.conv[0]), ("temporal", built.mamba_cache.temporal)):
+        for field_name, tensor in _state_tensors(built, spec, d_tp):
             ints = tensor.view(torch.int32)
             for layer in SEND_LAYERS if tensor.numel() else ():
                 want = _labels(layout, field_name, layer, outer)
@@ -823,6 +824,11 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
         for k, ints in enumerate(_side_items(built)):
             bad += 4 * int((ints[D_SLOT] != _side_labels(k, ints[D_SLOT])).sum())
     return (tuple(sorted(writes)), bad)
+
+
+def _state_tensors(built: Any, spec: ModelSpec, tp: int) -> list[tuple[str, Any]]:
+    """The pool's state tensors, each with the field mambaxfer names it: its conv list, then temporal."""
+    return list(zip(state_shape(spec, tp).fields, [*built.mamba_cache.conv, built.mamba_cache.temporal]))
 
 
 def _their_side_entries(short_conv: Callable[..., Any], model: ModelSpec, env: Mapping[str, str]) -> tuple[Any, ...]:
@@ -877,10 +883,11 @@ def _side_labels(k: int, row: Any) -> Any:
 def _our_send(model: ModelSpec, spec: ModelSpec, p_tp: int, d_tp: int, backend: str,
               release: Release) -> tuple[Any, ...]:
     prefill, decode = Side(spec, p_tp), Side(spec, d_tp)
-    layers = {f: SEND_LAYERS for f in FIELDS}
+    layers = {f: SEND_LAYERS for f in prefill.fields}
+    named = {f: CONV for f in prefill.fields[1:-1]}     # every conv tensor is SGLang's "conv"
     for e in side_entries(spec):
         layers[e.field] = (*layers.get(e.field, ()), e.layer_id)
-    writes = sorted((w.field, layer, w.d_rank, w.p_rank, w.src, w.dst, w.length)
+    writes = sorted((named.get(w.field, w.field), layer, w.d_rank, w.p_rank, w.src, w.dst, w.length)
                     for w in sglang_writes(prefill, decode, backend, release) for layer in layers[w.field])
     outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=FLOAT32_STATE, d_env=FLOAT32_STATE, release=release)
     return (tuple(writes), outcome.bad_bytes() // outcome.ssm_layers * len(SEND_LAYERS))

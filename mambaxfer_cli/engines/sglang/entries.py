@@ -42,6 +42,10 @@ def entry_for(field: str, shape: StateShape, conv_dtype: str, ssm_dtype: str, la
     if field == CONV:
         return TransferEntry(CONV, layer_id, shape.conv_elements * dtype_bytes(conv_dtype), shape.conv_dim,
                              shape.conv_outer, shape.conv_shard_groups)
+    extra = {name: (dim, rows) for name, dim, rows in shape.extra}
+    if field in extra:
+        return TransferEntry(field, layer_id, extra[field][0] * extra[field][1] * dtype_bytes(conv_dtype),
+                             extra[field][0])
     assert field == TEMPORAL, field
     return TransferEntry(TEMPORAL, layer_id, shape.temporal_elements * dtype_bytes(ssm_dtype), shape.temporal[0])
 
@@ -51,7 +55,7 @@ def transfer_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str,
     """Every entry of a rank's pool in SGLang's order (``get_contiguous_buf_infos``); a field
     with no elements (a short-conv layer's temporal state) is not advertised."""
     out = []
-    for field in FIELDS:
+    for field in shape.fields:
         for layer_id in layer_ids:
             entry = entry_for(field, shape, conv_dtype, ssm_dtype, layer_id)
             if entry.item_len:

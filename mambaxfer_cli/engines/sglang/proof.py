@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TransferEntry
+from mambaxfer_cli.engines.sglang.entries import CONV, TransferEntry
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVSide
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, Side, StateWrite, field_regions, item_len
 from mambaxfer_cli.planning.layout import RankLayout
@@ -98,7 +98,7 @@ def outcomes(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple
     (written, and not the byte it must hold), missing (never written), beyond (written outside it)."""
     out = []
     d_layouts = decode.layouts()
-    for field in FIELDS:
+    for field in decode.fields:
         if not any(item_len(layout, field) for layout in d_layouts):
             continue
         for layout, data, tagged, written in zip(d_layouts, *apply(writes, prefill, decode, field)):

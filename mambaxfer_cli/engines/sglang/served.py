@@ -24,16 +24,7 @@ ARCHITECTURES: Mapping[str, str] = json.loads(_DATA.read_text())["served"]
 # of families/ gives those of its family (STATE_NOT_READ).
 STATE_NOT_READ: Mapping[str, tuple[str, str, str]] = {
     **merged("STATE_NOT_READ"),
-    "ZayaForCausalLM": ("Zaya", "ZayaConfig", "mamba2_config"),
     "InternS2PreviewForConditionalGeneration": ("InternS2-Preview", "InternS2PreviewConfig", "hybrid_gdn_config"),
-}
-# What of such a state no variant of mambaxfer's expresses, from its config class's mamba2_cache_params.
-NOT_MODELLED: Mapping[str, str] = {
-    **merged("NOT_MODELLED"),
-    "ZayaForCausalLM": ("two conv tensors per layer, the CCA heads' ((num_attention_heads + num_key_value_heads) "
-                        "· head_dim / TP rows of cca_time0 + cca_time1 - 2) and the previous hidden state "
-                        "(hidden_size rows of 1, whole on every rank), and no temporal state (configs/zaya.py): "
-                        "a variant of mambaxfer's keeps one conv tensor per layer, sharded"),
 }
 
 
@@ -41,7 +32,7 @@ def state_not_read(arch: str, version: str) -> str:
     label, config_class, branch = STATE_NOT_READ[arch]
     return (f"SGLang {version} serves {label} ({ARCHITECTURES[arch]}, {arch}) and keeps a recurrent state for it "
             f"({config_class}, found by {branch} in configs/hybrid_arch.py mambaish_config), but mambaxfer does "
-            f"not model its state transfer for SGLang" + (f": {NOT_MODELLED[arch]}" if arch in NOT_MODELLED else ""))
+            f"not model its state transfer for SGLang")
 
 
 def no_model_class(arch: str, version: str) -> str:

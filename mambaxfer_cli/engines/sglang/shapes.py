@@ -23,6 +23,12 @@ class StateShape:
     conv_slice_axis: int = 0
     conv_shard_groups: tuple[int, ...] | None = None
     conv_dim_full: int = 0            # the conv axis before TP (after n_groups padding)
+    extra: tuple[tuple[str, int, int], ...] = ()   # conv tensors after the first: (field, dim, rows)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Its tensors in ``MambaPool``'s order: conv, the extra conv tensors, temporal."""
+        return ("conv", *(name for name, _, _ in self.extra), "temporal")
 
     @property
     def conv_dim(self) -> int:
@@ -102,6 +108,10 @@ def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> 
     if model.variant == "lightning":    # configs/minicpm.py: no conv (conv_kernel 1), nkv heads of hd × hd
         return mamba2_state_shape(tp=tp, intermediate_size=0, n_groups=0, num_heads=p["num_heads"],
                                   head_dim=p["head_dim"], state_size=p["head_dim"], conv_kernel=1)
+    if model.variant == "cca":   # configs/zaya.py: the CCA heads' window, then prev_hs whole on every rank
+        channels = (p["num_heads"] + p["num_kv_heads"]) * p["head_dim"]
+        return StateShape(conv=(_divide(channels, tp, "the CCA channels"), model.conv_kernel - 1),
+                          temporal=(1, 1, 0), conv_dim_full=channels, extra=(("prev_hs", p["hidden_size"], 1),))
     if model.variant == "short_conv":   # configs/lfm2*.py: the conv window over hidden_size, no SSM state
         return mamba2_state_shape(tp=tp, intermediate_size=p["hidden_size"], n_groups=1, num_heads=tp,
                                   head_dim=p["hidden_size"], state_size=0, conv_kernel=model.conv_kernel)
@@ -202,6 +212,12 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
                                                                                       tp=tp)
     if model.variant == "lightning" and p["num_heads"] % tp:     # Mamba2StateShape.create's divide
         return f"TP {tp} does not divide lightning_nkv = {p['num_heads']} (the lightning state's heads)"
+    if model.variant == "cca":    # models/zaya.py CCA's asserts
+        if p["num_heads"] % tp:
+            return f"num_q_heads ({p['num_heads']}) must be divisible by tp_size ({tp}) for ZAYA1 head-parallel CCA"
+        if p["num_kv_heads"] % tp:
+            return (f"num_k_heads ({p['num_kv_heads']}) must be divisible by tp_size ({tp}); KV-replication TP "
+                    f"is not supported for ZAYA1")
     if model.variant == "short_conv" and p["hidden_size"] % tp:   # Mamba2StateShape.create's divide
         return f"TP {tp} does not divide hidden_size = {p['hidden_size']} (the short conv's channels)"
     if model.variant == "gdn":

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server, refusals
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL, server_flags
+from mambaxfer_cli.engines.sglang.families import merged
+from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL, server_flags
 from mambaxfer_cli.engines.sglang.heads import head_slice
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.ranks import rank_findings, writers
@@ -17,7 +18,8 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec
 
-_STATE_NAMES = {CONV: "conv state", TEMPORAL: "temporal (SSM) state"}
+_STATE_NAMES = {CONV: "conv state", TEMPORAL: "temporal (SSM) state",
+                **{f: f"{label} state" for f, label in merged("FIELD_LABELS").items()}}
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Verdict:
             return f"{self.release} refuses {self.model} at {pair}: {self.refusal}"
         if self.fails:
             return f"{self.release} fails every request of {self.model} at {pair}: {self.fails}"
-        bad = [f for f in FIELDS if self.bad_bytes(f)]
+        bad = list(dict.fromkeys(o.field for o in self.outcomes if self.bad_bytes(o.field)))
         if bad:
             what = " and the ".join(_STATE_NAMES[f] for f in bad)
             return (f"{self.release} corrupts the {what} of {self.model} at {pair}: "

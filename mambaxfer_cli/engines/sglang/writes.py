@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL, TransferEntry, entry_for, side_entries
+from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL, TransferEntry, entry_for, side_entries
 from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import state_shape, tp_refusal
@@ -51,6 +51,10 @@ class Side:
         return entry_for(field, shape, self.model.conv_dtype, self.model.ssm_dtype)
 
     @property
+    def fields(self) -> tuple[str, ...]:
+        return state_shape(self.model, self.tp).fields
+
+    @property
     def outer(self) -> int:
         """Conv rows before the channels (Kimi's ``(K-1, dim)``), 1 where channels come first."""
         return state_shape(self.model, self.tp).conv_outer
@@ -65,8 +69,8 @@ def check_side(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> S
     side = Side(model, tp)
     layout = rank_layout(model, tp, 0)
     # SGLang's item lengths and mambaxfer's layout describe the same bytes.
-    assert side.entry(CONV).item_len == layout.conv_bytes, (side.entry(CONV), layout.conv_bytes)
-    assert side.entry(TEMPORAL).item_len == layout.ssm_bytes, (side.entry(TEMPORAL), layout.ssm_bytes)
+    for field in side.fields:
+        assert side.entry(field).item_len == item_len(layout, field), (side.entry(field), layout)
     return side
 
 
@@ -79,7 +83,7 @@ def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
     out = []
     # The replicated side entries move as SGLang's slicer moves any dim-0 item.
     sides = {e.field: e for e in side_entries(decode.model)}
-    for field, src, dst in [(f, prefill.entry(f), decode.entry(f)) for f in FIELDS] + [
+    for field, src, dst in [(f, prefill.entry(f), decode.entry(f)) for f in prefill.fields] + [
             (e.field, e, sides[e.field]) for e in {e.field: e for e in side_entries(prefill.model)}.values()]:
         if src.item_len == 0:
             continue
@@ -97,8 +101,14 @@ def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
     return tuple(out)
 
 
-def _field_of(region_kind: str) -> str:
-    return CONV if region_kind == "conv" else TEMPORAL
+def _field_of(region: Region) -> str:
+    """The entry that holds a region: its own tensor's, else conv or temporal."""
+    return region.name if region.own else CONV if region.kind == "conv" else TEMPORAL
+
+
+def _base(layout: RankLayout, field: str) -> int:
+    """Where ``field``'s item starts in the layout's bytes."""
+    return next((r.offset for r in layout.regions if _field_of(r) == field), 0)
 
 
 def _by_rows(w: StateWrite, p: RankLayout, d: RankLayout, outer: int) -> list[StateWrite]:
@@ -118,12 +128,9 @@ def exact_writes(prefill: Side, decode: Side) -> tuple[StateWrite, ...]:
     for read in exact_reads(p_layouts, d_layouts):
         p, d = p_layouts[read.p_rank], d_layouts[read.d_rank]
         for seg in read.segments:
-            kind = d.region(seg.region).kind
-            field = _field_of(kind)
-            p_base = 0 if field == CONV else p.conv_bytes
-            d_base = 0 if field == CONV else d.conv_bytes
-            w = StateWrite(field, read.d_rank, read.p_rank, seg.remote_offset - p_base, seg.local_offset - d_base,
-                           seg.size)
+            field = _field_of(d.region(seg.region))
+            w = StateWrite(field, read.d_rank, read.p_rank, seg.remote_offset - _base(p, field),
+                           seg.local_offset - _base(d, field), seg.size)
             out += _by_rows(w, p, d, outer) if field == CONV and outer > 1 else [w]
     # A replicated side item: every P rank holds it whole; the first the rank mapping names gives it.
     for e in {e.field: e for e in side_entries(decode.model)}.values():
@@ -146,12 +153,11 @@ class _Piece:
 
 def field_regions(layout: RankLayout, field: str) -> list[tuple[Region, int]]:
     """The regions of one field's item, each with its offset in the item."""
-    base = 0 if field == CONV else layout.conv_bytes
-    return [(r, r.offset - base) for r in layout.regions if _field_of(r.kind) == field]
+    return [(r, r.offset - _base(layout, field)) for r in layout.regions if _field_of(r) == field]
 
 
 def item_len(layout: RankLayout, field: str) -> int:
-    return layout.conv_bytes if field == CONV else layout.ssm_bytes
+    return sum(r.size for r in layout.regions if _field_of(r) == field)
 
 
 def _pieces(layout: RankLayout, field: str, outer: int = 1) -> list[_Piece]:
@@ -212,7 +218,7 @@ def compare(writes: Sequence[StateWrite], prefill: Side, decode: Side) -> tuple[
     writes it and everything that writes it carries the unit the decode rank keeps there."""
     p_layouts, d_layouts = prefill.layouts(), decode.layouts()
     out = []
-    for field in FIELDS:
+    for field in decode.fields:
         for d in d_layouts:
             size = item_len(d, field)
             if size == 0:

@@ -27,6 +27,7 @@ class RegionShape:
     dim: str
     unit_elements: Callable[[Params], int] | None = None   # temporal units only
     replicable: bool = False
+    rows: Callable[[Params], int] | None = None   # a conv window of its own rows, in a tensor of its own
 
 
 @dataclass(frozen=True)

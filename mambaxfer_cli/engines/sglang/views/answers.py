@@ -164,7 +164,8 @@ def check_table(report: CheckReport) -> Table:
                            ("wrong bytes", "right")], no_wrap=True)
     for shown, r in model_rows(table, report.results, lambda r: r.model):
         wrong = r.wrong() if r.outcome == CORRUPTS else 0   # bytes that land wrong, not what a failed request would
-        fields = "+".join(FIELD_NAMES[f] for f in FIELDS if r.wrong(f)) if wrong else ""
+        bad = dict.fromkeys(o.field for o in r.sglang if r.wrong(o.field)) if wrong else {}
+        fields = "+".join(FIELD_NAMES[f] for f in bad)
         table.add_row(shown, r.pairing, OUTCOMES[r.outcome], fields, f"{wrong:,}" if wrong else "")
     return table
 
