@@ -68,6 +68,22 @@ def test_a_drafter_of_other_pages_is_planned_in_raised_pages():
     assert "draft-layers" not in [w["code"] for w in document["warnings"]]
 
 
+def test_inspect_raises_the_pages_up_to_the_heads():
+    """inspect: at TP 1 the drafter's page doubles the target's block; at TP 4 (past the target's
+    2 KV heads) the engine is the target's alone."""
+    def engines(*extra: str) -> dict:
+        result = run_cli("inspect", "--model", "qwen3.5-0.8b", "--tp", "1,4", "--format", "json", *extra)
+        assert result.code == 0, result.stderr
+        return json.loads(result.stdout)["engines"]
+
+    alone, drafted = engines("--num-spec", "3"), engines("--speculative-config", eagle3(QWEN))
+    assert drafted["1"]["block_size"] == 2 * alone["1"]["block_size"]
+    assert drafted["1"]["page_bytes"] == 2 * alone["1"]["page_bytes"] and drafted["4"] == alone["4"]
+    said = run_cli("inspect", "--model", "qwen3.5-0.8b", "--tp", "1", "--speculative-config", eagle3(QWEN),
+                   env={"COLUMNS": "80"}).stdout
+    assert "the drafter's 1 layer: 4 KV heads of 256" in said and max(map(len, said.splitlines())) <= 80
+
+
 def test_a_drafter_past_the_heads_or_not_here_keeps_the_warning():
     """At D TP 4 (above Qwen3.5-0.8B's 2 KV heads) the ranks' pages are the drafter's size: NIXL's
     slices by the target's heads are not the drafter's, so it is not planned; nor a drafter whose
@@ -196,21 +212,23 @@ def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
 
 
 def test_preflight_checks_the_drafters_bytes():
-    """Two `vllm serve` lines of Nemotron-H-8B with the drafter: the byte check moves its layer's
-    attention pages too (more bytes than a drafter whose config is not here), and no line warns."""
+    """Two `vllm serve` lines with the drafter: the byte check moves its layer's attention pages
+    too (more bytes than a drafter whose config is not here), and no line warns: Nemotron-H-8B
+    with Llama-3-70B's drafter (its pages), Qwen3.5-0.8B with Qwen3.5-4B's (raised pages)."""
     from test_preflight import lines, run_json
 
-    def moved(drafter: str) -> tuple[int, dict]:
+    def moved(model: str, drafter: str) -> tuple[int, dict]:
         flag = f"--speculative-config '{eagle3(drafter)}'"
-        code, doc = run_json(*lines("nvidia/Nemotron-H-8B-Base-8K", flag, f"--tensor-parallel-size 2 {flag}"))
+        code, doc = run_json(*lines(model, flag, f"--tensor-parallel-size 2 {flag}"))
         assert code == 0 and doc["verdict"] == "works" and doc["byte_check"]["wrong_bytes"] == 0, doc
         return doc["byte_check"]["bytes_moved"], doc
 
-    drafted, doc = moved(LLAMA)
-    assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
-    alone, doc = moved("org/not-cached-eagle3")
-    assert drafted > alone
-    assert [w for w in doc["warnings"] if "the drafter org/not-cached-eagle3 is not here" in w], doc["warnings"]
+    for model, drafter in (("nvidia/Nemotron-H-8B-Base-8K", LLAMA), ("Qwen/Qwen3.5-0.8B", QWEN)):
+        drafted, doc = moved(model, drafter)
+        assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
+        alone, doc = moved(model, "org/not-cached-eagle3")
+        assert drafted > alone
+        assert [w for w in doc["warnings"] if "the drafter org/not-cached-eagle3 is not here" in w], doc["warnings"]
 
 
 def test_eagle3_on_a_class_without_the_interface_is_refused_in_vllms_words():
