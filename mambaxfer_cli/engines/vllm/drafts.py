@@ -1,6 +1,7 @@
 """Speculative decoding's draft layers in vLLM's KV cache: the MTP layers of a family that declares
-them (``Family.mtp_keys``) and an EAGLE / EAGLE-3 drafter's layers whose attention pages are the
-target's, after the target's (docs/reference.md §4)."""
+them (``Family.mtp_keys``) and an EAGLE / EAGLE-3 drafter's layers, after the target's: in its
+groups, or where their pages are not its own in groups of their own with raised pages
+(docs/reference.md §4)."""
 
 from __future__ import annotations
 
@@ -199,14 +200,15 @@ def apart_grouping(model: ModelSpec, config: Mapping[str, Any], name: str) -> KV
                                   draft_attention=pages))
 
 
-def page_ratio(model: ModelSpec) -> int:
-    """How many of the target's attention pages one page of its drafter's holds
-    (``unify_kv_cache_spec_page_size`` raises the target's blocks by it); 1 without such a drafter."""
+def page_ratio(model: ModelSpec, tp: int = 1) -> int:
+    """How many of the target's attention pages one page of its drafter's holds on a rank of TP
+    ``tp`` (heads past a model's own are replicated); ``unify_kv_cache_spec_page_size`` raises the
+    target's blocks by it. 1 without such a drafter or where the drafter's page is not larger."""
     if not model.draft_attention:
         return 1
-    heads, size = model.draft_attention
-    assert model.num_kv_heads and model.head_size
-    return heads * size // (model.num_kv_heads * model.head_size)
+    (heads, size), target = model.draft_attention, model.num_kv_heads or 1
+    drafter, ours = max(1, heads // tp) * size, max(1, target // tp) * (model.head_size or 1)
+    return drafter // ours if drafter > ours and drafter % ours == 0 else 1
 
 
 def block_scales(model: ModelSpec, grouping: KVGrouping) -> tuple[int, ...]:

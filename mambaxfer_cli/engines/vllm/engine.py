@@ -172,7 +172,7 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
         if model.sizing_ssm_dtype else state
     geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
-    ratio = page_ratio(model)
+    ratio = page_ratio(model, tp)
     if ratio > 1 and a1 is not None:     # unify_kv_cache_spec_page_size: the target's blocks raised
         block = geometry.block_size * ratio
         kernel_tokens = kernel.kernel_for(block)

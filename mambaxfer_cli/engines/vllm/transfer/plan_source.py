@@ -156,8 +156,8 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
         coalesced = any("+" in seg["region"] for read in document["reads"] for seg in read["segments"])
         options = PlanOptions(
             semantics=document["semantics"], coalesce=coalesced,
-            prefill=_flags(document["engines"]["prefill"], page_ratio(spec)),
-            decode=_flags(document["engines"]["decode"], page_ratio(spec)),
+            prefill=_flags(document["engines"]["prefill"], page_ratio(spec, p_tp)),
+            decode=_flags(document["engines"]["decode"], page_ratio(spec, d_tp)),
             attention_streams=int(p_engine["attention_streams"]) // max(int(p_engine["tensors"]), 1),
             grouping=grouping, request_blocks=1,
             prefill_blocks=_blocks_text(dm["request"]["prefill_blocks"]),
