@@ -98,6 +98,22 @@ def test_a_drafter_past_the_heads_or_not_here_keeps_the_warning():
         assert reason in " ".join(str(v) for v in warned["draft-layers"].values())
 
 
+def test_past_the_heads_vllm_refuses_or_misreads_the_drafter():
+    """Past a model's KV heads (conformance on vLLM 0.33/0.34): Qwen3.5-0.8B's ranks at TP 4 hold
+    pages of the drafter's size, so its layers join the target's group on D and not on P, which
+    vLLM refuses; Nemotron-H-8B at D TP 8 (past the drafter's 4 KV heads) is paired, but the
+    target's heads slice the drafter's pages: its KV lands wrong, which the warning says."""
+    refused = plan("qwen3.5-0.8b", "--d-tp", "4", "--speculative-config", eagle3(QWEN))
+    said = {w["code"]: w["message"] for w in refused["warnings"]}
+    assert "Engine P puts Mamba/SSM hybrid KV layers in other cache groups than this worker" in said["vllm-refuses"]
+    misread = plan("nemotron-h-8b", "--d-tp", "8", "--speculative-config", eagle3(QWEN))
+    said = {w["code"]: w["message"] for w in misread["warnings"]}
+    assert "slices the drafter's pages by the target's 8 KV heads" in said["draft-layers"]
+    assert "vllm-refuses" not in said
+    same = plan("nemotron-h-8b", "--p-tp", "8", "--d-tp", "8", "--speculative-config", eagle3(QWEN))
+    assert "lands wrong" not in " ".join(w["message"] for w in same["warnings"])
+
+
 def test_check_checks_the_drafters_layers():
     """check moves the drafter's bytes too (no warning) where it plans them, not past the heads
     (up to TP 4, vLLM refuses P TP 4 with other block sizes: exit 1)."""

@@ -228,6 +228,28 @@ def planned_at(model: ModelSpec, *tps: int) -> ModelSpec:
     return target_only(model)
 
 
+def apart_at(model: ModelSpec, tp: int) -> bool:
+    """Whether a drafter's layers are a bucket of their own on the ranks of TP ``tp`` (their
+    spec, heads past a model's own replicated, is not the target's there)."""
+    assert model.draft_attention and model.num_kv_heads
+    heads, size = model.draft_attention
+    return (max(1, heads // tp), size) != (max(1, model.num_kv_heads // tp), model.head_size)
+
+
+def past_heads(model: ModelSpec, p_tp: int, d_tp: int) -> tuple[str, str]:
+    """What vLLM does with a drafter of other pages that ``planned_at`` leaves out: its refusal
+    where P and D group its layers otherwise, and what the warning says; ("", "") elsewhere."""
+    if not model.draft_attention or planned_at(model, p_tp, d_tp) is model or p_tp == d_tp:
+        return "", ""
+    if apart_at(model, p_tp) != apart_at(model, d_tp):
+        return ("Engine P puts Mamba/SSM hybrid KV layers in other cache groups than this worker; use the same "
+                "KV cache plan on P and D. (0.34: _pair_ssm_regions; 0.33 fails an assertion in "
+                "_validate_remote_agent_handshake: the drafter's pages are the target's on one side only)"), ""
+    return "", (f"vLLM pairs them but slices the drafter's pages by the target's {model.num_kv_heads} KV heads "
+                f"(compute_tp_mapping), which past the drafter's {model.draft_attention[0]} are not its heads: "
+                f"its KV lands wrong; ")
+
+
 def target_only(model: ModelSpec) -> ModelSpec:
     """``model`` without its draft layers."""
     return replace(model, layers=model.layers[:len(model.layers) - model.draft_layers], draft_layers=0,

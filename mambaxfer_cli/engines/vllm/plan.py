@@ -391,6 +391,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     """Plan every read of a P/D pairing, under exact or vLLM semantics, for each engine's release and GPU."""
     if options.semantics not in SEMANTICS:
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
+    refused, misread = drafts.past_heads(model, p_tp, d_tp)
     model = drafts.planned_at(model, p_tp, d_tp)
     grouping = options.grouping or model_grouping(model)
     p_model = _prefill_model(model, options.prefill_model and drafts.planned_at(options.prefill_model, p_tp, d_tp))
@@ -409,7 +410,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                 engine_layout(model, d_tp, with_block_size(options.decode, d_size or size), grouping, streams))
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
-    verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
+    extra = _layout_refusal(prefill, decode) + ((Refusal("draft-groups", refused),) if refused else ())
+    verdict = handshake_verdict(prefill, decode, rebuild, extra=extra, facts=facts)
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
     verdict = families.first("with_refusals", verdict, model, prefill, decode, rebuild, p_model) or verdict
     verdict = not_started_first(verdict, _backend_refusals(p_model, model, options))
@@ -458,7 +460,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             f"kv_transfer_params, or D declines the reads")))
     if (model.num_spec or p_model.num_spec) and options.drafted is not False and not model.draft_layers:
         where = "" if options.drafted else "where a model drafts them (MTP, EAGLE, a draft model; not n-gram), "
-        why = drafts.unplanned(model, options.drafter) if options.drafter else ""
+        why = misread + (drafts.unplanned(model, options.drafter) if options.drafter else "")
         warnings.append(Warning_("draft-layers", (
             f"speculative decoding ({p_model.num_spec} tokens on P, {model.num_spec} on D): {where}{drafts.RULE}; "
             f"{why}mambaxfer plans the target's layers only, so with those layers the groups, tensors and "
