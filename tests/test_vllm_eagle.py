@@ -140,6 +140,7 @@ def test_execute_moves_and_verifies_a_drafter_of_other_pages(tmp_path):
     assert [rank["descriptors_posted"] for rank in drafted["decode"]] == [per_rank] * 2
     said = run_cli(*common[:3], *common[5:], "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
     assert said.code == 0 and "draft-layers" not in said.stdout, said.stdout
+    assert "request: 2 or 4 logical blocks in each of 25 KV-cache groups" in " ".join(said.stdout.split())
     path = tmp_path / "plan.json"
     assert run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--speculative-config",
                    eagle3(QWEN), "--p-num-blocks", "64", "--d-num-blocks", "64", "--output", str(path)).code == 0
