@@ -10,7 +10,8 @@ convertor reads three times the attention heads); ``registry`` (vLLM's registry 
 0.1.0); ``nemotron-hook`` (vLLM without Nemotron-H's config hook, which keeps its SSM state in
 float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``draft-apart`` (vLLM
 grouping a drafter's ``is_draft`` layers apart from the target's; each run looks vLLM's functions
-up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads); ``mtp-pattern-key``
+up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads); ``pad-pages`` (vLLM
+padding a smaller page to its drafter's larger one instead of raising its block); ``mtp-pattern-key``
 (mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``);
 ``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``);
 ``glm-mtp-key`` (mambaxfer counting GLM-5-Next's by ``mtp_num_hidden_layers``, absent: 1);
@@ -98,6 +99,17 @@ def alter(scenario: str, undo: list) -> None:
             return original(target) + (original(drafts) if drafts else [])
 
         patch(kv_cache_planning, "_get_kv_cache_groups_uniform_page_size", apart)
+    elif scenario == "pad-pages":      # vLLM padding the smaller pages to the largest, their blocks kept
+        from dataclasses import replace as replaced
+
+        from vllm.v1.core import kv_cache_planning
+
+        def padded(kv_cache_spec):
+            largest = max(spec.page_size_bytes for spec in kv_cache_spec.values())
+            return {name: spec if spec.page_size_bytes == largest else replaced(spec, page_size_padded=largest)
+                    for name, spec in kv_cache_spec.items()}
+
+        patch(kv_cache_planning, "unify_kv_cache_spec_page_size", padded)
     elif scenario == "eagle-heads":      # vLLM reading twice an EAGLE drafter's KV heads
         from vllm.transformers_utils.configs.eagle import EAGLEConfig
 

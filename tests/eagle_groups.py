@@ -24,7 +24,9 @@ from transformers import AutoConfig
 from vllm.transformers_utils.configs.eagle import EAGLEConfig
 from vllm.v1.core.kv_cache_planning import _get_kv_cache_groups_uniform_page_size, unify_kv_cache_spec_page_size
 
-from mambaxfer_cli.engines.vllm.drafts import apart_grouping, with_drafts
+from mambaxfer_cli.engines.vllm.drafts import apart_grouping, block_scales, planned_at, with_drafts
+from mambaxfer_cli.engines.vllm.engine import engine_layout
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.probe import Installed
 from mambaxfer_cli.engines.vllm.releases import release
 from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
@@ -44,20 +46,31 @@ eagle = EAGLEConfig(AutoConfig.for_model(**{k: v for k, v in draft.items() if no
                     method="eagle3")
 heads = eagle.model.num_key_value_heads
 head_size = getattr(eagle.model, "head_dim", None) or eagle.model.hidden_size // eagle.model.num_attention_heads
-target = load_model(target_name)
+target = dataclasses.replace(load_model(target_name), num_spec=3)     # the tokens below
 vllm = Installed()
-attention = vllm.attention_spec(target, tp, 4096)
+rules = release(".".join(vllm.version.split(".")[:2]))
+# the target's own block (_align_hybrid_block_size), which every layer's spec starts from
+block = engine_layout(target, tp, EngineFlags(release=rules), model_grouping(target)).geometry.block_size
+attention = vllm.attention_spec(target, tp, block)
 specs = {f"model.layers.{i}": attention if kind == ATTENTION else
-         vllm.mamba_spec(target, tp, 4096, attention.page_size_bytes) for i, kind in enumerate(target.layers)}
-drafter = vllm.attention_spec(dataclasses.replace(target, num_kv_heads=heads, head_size=head_size), tp, 4096)
+         vllm.mamba_spec(target, tp, block, attention.page_size_bytes) for i, kind in enumerate(target.layers)}
+drafter = vllm.attention_spec(dataclasses.replace(target, num_kv_heads=heads, head_size=head_size), tp, block)
 for j in range(eagle.model.num_hidden_layers):
     specs[f"model.layers.{len(target.layers) + j}"] = dataclasses.replace(drafter, is_draft=True)
 groups = _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
 speculative = {"method": "eagle3", "model": drafter_path, "num_speculative_tokens": 3}
-drafted = with_drafts(target, speculative, release(".".join(vllm.version.split(".")[:2])))
+drafted = planned_at(with_drafts(target, speculative, rules), tp)
+ours = model_grouping(drafted)
+geometry = engine_layout(drafted, tp, EngineFlags(release=rules), ours).geometry
+attention_blocks = [geometry.block_size // scale if kind == ATTENTION else None
+                    for kind, scale in zip(ours.groups, block_scales(drafted, ours))]
 # The planted fault: the drafter's layers appended whatever their pages (as the target's attention).
 appended = dataclasses.replace(target, layers=target.layers + (ATTENTION,) * eagle.model.num_hidden_layers)
 print(json.dumps({"vllm": [[int(name.rsplit(".", 1)[1]) for name in g.layer_names] for g in groups],
-                  "ours": [list(m) for m in model_grouping(drafted).members], "draft_layers": drafted.draft_layers,
+                  "ours": [list(m) for m in ours.members], "draft_layers": drafted.draft_layers,
+                  # each group's block (attention: tokens) and page bytes, vLLM's and mambaxfer's
+                  "vllm_pages": [[None if "Mamba" in type(g.kv_cache_spec).__name__ else g.kv_cache_spec.block_size,
+                                  g.kv_cache_spec.page_size_bytes] for g in groups],
+                  "our_pages": [[b, geometry.page_bytes] for b in attention_blocks],
                   "appended": [list(m) for m in model_grouping(appended).members],
                   "apart": [list(m) for m in getattr(apart_grouping(target, draft, drafter_path), "members", ())]}))

@@ -331,7 +331,7 @@ OTHER_PAGES = json.loads(EAGLE3) | {
 APART_0_8B = ["--model", "qwen3.5-0.8b", "--speculative-config", json.dumps(OTHER_PAGES), "--max-tp", "2",
               "--format", "json"]
 RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8B},
-        {"name": "draft-apart-other-pages", "alter": "draft-apart", "args": APART_0_8B},
+        {"name": "pad-pages", "alter": "pad-pages", "args": APART_0_8B},
         {"name": "eagle-heads", "alter": "eagle-heads", "args": DRAFTED_8B},
         {"name": "draft-apart", "alter": "draft-apart",
          "args": ["--model", "qwen3.5-0.8b", "--max-tp", "1", "--format", "json"]},
@@ -540,9 +540,9 @@ def test_a_vllm_grouping_or_reading_the_eagle3_drafter_otherwise_differs(driven,
 @pytest.mark.parametrize("release", sorted(RELEASES))
 def test_an_eagle3_drafter_agrees_with_vllm(release):
     """--speculative-config with Llama-3-70B's EAGLE-3 drafter on Nemotron-H-8B: every function of
-    vLLM's on the drafted model (its layer in the attention group, tagged is_draft) agrees; a
-    drafter whose pages are not the target's (Qwen3.5-4B's on Qwen3.5-0.8B) has its KV-cache groups
-    compared alone (mambaxfer plans none of its layers), and they agree at each TP size."""
+    vLLM's on the drafted model (its layer in the attention group, tagged is_draft) agrees; so does
+    every function with a drafter whose pages are not the target's (Qwen3.5-4B's on Qwen3.5-0.8B:
+    its own groups, every page raised to its larger one, descriptor IDs and bytes)."""
     proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", "nemotron-h-8b",
                        "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -554,18 +554,18 @@ def test_an_eagle3_drafter_agrees_with_vllm(release):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     document = json.loads(proc.stdout)
     assert document["models"] == ["qwen3.5-0.8b + EAGLE3"]
-    groups = by_function(document)["unify_kv_cache_spec_page_size"]
-    assert groups["outcome"] == "agrees" and groups["cases"] == 2, groups
-    assert all(f["cases"] == 0 for f in document["functions"] if f is not groups)
+    assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
+    assert by_function(document)["_compute_desc_ids"]["cases"] > 0
 
 
-def test_a_vllm_grouping_the_drafter_of_other_pages_otherwise_differs(driven):
-    """The planted fault (is_draft layers grouped apart from the target's, whatever their pages) on a
-    drafter whose pages are not the target's: vLLM's groups are no longer mambaxfer's."""
+def test_a_vllm_padding_the_targets_pages_for_the_drafter_differs(driven):
+    """The planted fault on a drafter of larger pages (Qwen3.5-4B's on Qwen3.5-0.8B): a vLLM that pads
+    the target's pages to the drafter's instead of raising their block (unify_kv_cache_spec_page_size)
+    builds other blocks than mambaxfer's."""
     _, runs = driven
-    run = runs["draft-apart-other-pages"]
-    groups = by_function(run["document"])["unify_kv_cache_spec_page_size"]
-    assert run["code"] == 1 and groups["outcome"] == "differs" and groups["differing"] == 2, groups
+    run = runs["pad-pages"]
+    blocks = by_function(run["document"])["update_block_size_for_backend"]
+    assert run["code"] == 1 and blocks["outcome"] == "differs" and blocks["differing"] > 0, blocks
 
 
 def test_sglang_refuses_the_speculative_config_in_one_line():

@@ -50,45 +50,111 @@ def test_show_ids_prints_the_drafters_groups_in_80_columns():
     assert "KV-cache groups ssm*5,attention · 5 tensors" in text and "5 attention layers" in text
 
 
-def test_a_drafter_of_other_pages_or_not_here_keeps_the_warning():
-    """Qwen3.5-4B's drafter on Qwen3.5-0.8B (4 KV heads, not 2): vLLM's groups are said (its bucket
-    apart: 18 GDN, 6 attention and 1 draft group, one layer each, in 1 tensor), not planned; a
-    drafter whose config is not here is not read."""
-    reasons = {QWEN: "the drafter's pages are not the target's (4 KV heads of 256, the target's 2 of 256), so "
-                     "vLLM raises every page to the largest (unify_kv_cache_spec_page_size) and buckets its "
-                     "layers apart: 25 KV-cache groups in 1 tensor",
+def test_a_drafter_of_other_pages_is_planned_in_raised_pages():
+    """Qwen3.5-4B's drafter on Qwen3.5-0.8B (4 KV heads of 256, not 2): its page is twice the
+    target's, so unify_kv_cache_spec_page_size doubles the target's attention block and pads the
+    SSM pages; its layer is a group of its own (18 GDN, 6 attention, 1 draft group, 1 tensor)
+    whose 576-token blocks are twice as many per request; the warning goes."""
+    alone = plan("qwen3.5-0.8b", "--num-spec", "3")
+    document = plan("qwen3.5-0.8b", "--speculative-config", eagle3(QWEN))
+    assert document["model"]["draft_layers"] == 1 and document["model"]["draft_attention"] == [4, 256]
+    assert document["descriptors"]["groups"] == ["ssm"] * 18 + ["attention"] * 7
+    assert document["descriptors"]["decode"]["tensors"] == 1
+    for side in ("prefill", "decode"):
+        before, after = alone["engines"][side], document["engines"][side]
+        assert after["block_size"] == 2 * before["block_size"] and after["page_bytes"] == 2 * before["page_bytes"]
+    blocks = document["descriptors"]["request"]["decode_blocks"]
+    assert len(blocks[-1]) == 2 * len(blocks[-2])
+    assert "draft-layers" not in [w["code"] for w in document["warnings"]]
+
+
+def test_inspect_raises_the_pages_up_to_the_heads():
+    """inspect: at TP 1 the drafter's page doubles the target's block; at TP 4 (past the target's
+    2 KV heads) the engine is the target's alone."""
+    def engines(*extra: str) -> dict:
+        result = run_cli("inspect", "--model", "qwen3.5-0.8b", "--tp", "1,4", "--format", "json", *extra)
+        assert result.code == 0, result.stderr
+        return json.loads(result.stdout)["engines"]
+
+    alone, drafted = engines("--num-spec", "3"), engines("--speculative-config", eagle3(QWEN))
+    assert drafted["1"]["block_size"] == 2 * alone["1"]["block_size"]
+    assert drafted["1"]["page_bytes"] == 2 * alone["1"]["page_bytes"] and drafted["4"] == alone["4"]
+    said = run_cli("inspect", "--model", "qwen3.5-0.8b", "--tp", "1", "--speculative-config", eagle3(QWEN),
+                   env={"COLUMNS": "80"}).stdout
+    assert "the drafter's 1 layer: 4 KV heads of 256" in said and max(map(len, said.splitlines())) <= 80
+
+
+def test_a_drafter_past_the_heads_or_not_here_keeps_the_warning():
+    """At D TP 4 (above Qwen3.5-0.8B's 2 KV heads) the ranks' pages are the drafter's size: NIXL's
+    slices by the target's heads are not the drafter's, so it is not planned; nor a drafter whose
+    config is not here."""
+    reasons = {QWEN: "mambaxfer plans them where the drafter's page is a multiple of the target's and no TP "
+                     "size exceeds either's KV heads",
                "org/not-cached-eagle3": "the drafter org/not-cached-eagle3 is not here"}
     for drafter, reason in reasons.items():
-        document = plan("qwen3.5-0.8b", "--speculative-config", eagle3(drafter))
+        document = plan("qwen3.5-0.8b", "--d-tp", "4", "--speculative-config", eagle3(drafter))
         assert "draft_layers" not in document["model"] and document["model"]["num_spec"] == 3
         warned = {w["code"]: w for w in document["warnings"]}
         assert reason in " ".join(str(v) for v in warned["draft-layers"].values())
 
 
-def test_check_says_when_the_drafters_layers_are_not_checked():
-    """check moves the target's bytes only where the drafter's pages differ, and says so in its
-    console (not where they are planned: Nemotron-H-8B with Llama-3-70B's drafter)."""
-    said = "warning: draft-layers: the draft's layers are not in the 1 pairing checked"
-    for model, drafter, warned in (("qwen3.5-0.8b", QWEN, True), ("nemotron-h-8b", LLAMA, False)):
-        result = run_cli("check", "--model", model, "--max-tp", "1", "--speculative-config", eagle3(drafter),
+def test_past_the_heads_vllm_refuses_or_misreads_the_drafter():
+    """Past a model's KV heads (conformance on vLLM 0.33/0.34): Qwen3.5-0.8B's ranks at TP 4 hold
+    pages of the drafter's size, so its layers join the target's group on D and not on P, which
+    vLLM refuses; Nemotron-H-8B at D TP 8 (past the drafter's 4 KV heads) is paired, but the
+    target's heads slice the drafter's pages: its KV lands wrong, which the warning says."""
+    refused = plan("qwen3.5-0.8b", "--d-tp", "4", "--speculative-config", eagle3(QWEN))
+    said = {w["code"]: w["message"] for w in refused["warnings"]}
+    assert "Engine P puts Mamba/SSM hybrid KV layers in other cache groups than this worker" in said["vllm-refuses"]
+    misread = plan("nemotron-h-8b", "--d-tp", "8", "--speculative-config", eagle3(QWEN))
+    said = {w["code"]: w["message"] for w in misread["warnings"]}
+    assert "slices the drafter's pages by the target's 8 KV heads" in said["draft-layers"]
+    assert "vllm-refuses" not in said
+    same = plan("nemotron-h-8b", "--p-tp", "8", "--d-tp", "8", "--speculative-config", eagle3(QWEN))
+    assert "lands wrong" not in " ".join(w["message"] for w in same["warnings"])
+
+
+def test_check_checks_the_drafters_layers():
+    """check moves the drafter's bytes too (no warning) where it plans them, not past the heads
+    (up to TP 4, vLLM refuses P TP 4 with other block sizes: exit 1)."""
+    said = "warning: draft-layers: the draft's layers are not in the"
+    for model, drafter, tp, warned in (("qwen3.5-0.8b", QWEN, "2", False), ("nemotron-h-8b", LLAMA, "1", False),
+                                       ("qwen3.5-0.8b", QWEN, "4", True)):
+        result = run_cli("check", "--model", model, "--max-tp", tp, "--speculative-config", eagle3(drafter),
                          env={"COLUMNS": "80"})
-        assert result.code == 0, result.stderr
+        assert result.code == int(warned), result.stderr
         assert (said in " ".join(result.stdout.split())) == warned, result.stdout
 
 
-def test_execute_says_when_it_moved_no_draft_layer():
-    result = run_cli("execute", "--device", "cpu", "--timeout", "90", "--model", "qwen3.5-0.8b", "--p-tp", "1",
-                     "--d-tp", "1", "--iters", "1", "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
+def test_execute_moves_and_verifies_a_drafter_of_other_pages(tmp_path):
+    """1 → 2: each D rank posts one descriptor per block of the drafter's group (twice the
+    target's blocks) beside the target's, and every byte is verified; also from a plan file."""
+    common = ("execute", "--device", "cpu", "--format", "json", "--timeout", "90", "--model", "qwen3.5-0.8b",
+              "--p-tp", "1", "--d-tp", "2", "--iters", "1")
+    result = run_cli(*common, "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
     assert result.code == 0, result.stderr
-    assert "warning: draft-layers: the run moved the target's layers only" in " ".join(result.stdout.split())
+    drafted = json.loads(result.stdout)
+    blocks = drafted["request"]["decode_blocks"]
+    assert drafted["verified"] and len(blocks) == 25 and len(blocks[-1]) == 2 * len(blocks[-2])
+    per_rank = 18 * 4 * len(blocks[0]) + sum(len(b) for b in blocks[18:])   # k = 4 SSM regions, 1 tensor
+    assert [rank["descriptors_posted"] for rank in drafted["decode"]] == [per_rank] * 2
+    said = run_cli(*common[:3], *common[5:], "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
+    assert said.code == 0 and "draft-layers" not in said.stdout, said.stdout
+    assert "request: 2 or 4 logical blocks in each of 25 KV-cache groups" in " ".join(said.stdout.split())
+    path = tmp_path / "plan.json"
+    assert run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "2", "--speculative-config",
+                   eagle3(QWEN), "--p-num-blocks", "64", "--d-num-blocks", "64", "--output", str(path)).code == 0
+    again = run_cli("execute", "--plan", str(path), "--device", "cpu", "--timeout", "90", "--iters", "1",
+                    "--format", "json")
+    assert again.code == 0 and json.loads(again.stdout)["verified"], again.stderr
 
 
-def test_bench_says_when_it_moves_no_draft_layer():
+def test_bench_moves_a_drafter_of_other_pages():
     result = run_cli("bench", "--device", "cpu", "--timeout", "90", "--model", "qwen3.5-0.8b", "--p-tp", "1",
                      "--d-tp", "1", "--iters", "1", "--layers", "2", "--format", "json",
                      "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
     assert result.code == 0 and json.loads(result.stdout)["verified"], result.stderr
-    assert "warning: draft-layers: bench moves the target's layers only" in " ".join(result.stderr.split())
+    assert "draft-layers" not in result.stderr
 
 
 def test_a_drafter_without_a_token_count_is_refused_in_vllms_words():
@@ -149,33 +215,37 @@ def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
     TP 1 and 2 (conformance --speculative-config compares every function: test_conformance.py).
     Where the drafter's pages differ (a larger page; or Qwen3.5-4B's drafter on Nemotron-H-8B,
     4 KV heads of 256 against 8 of 128, the same page size), its layers are a bucket of their own
-    (apart_grouping), which mambaxfer does not plan; appending them to the target's attention (a
-    planted fault) is not vLLM's grouping."""
+    and every group's block and page are unify_kv_cache_spec_page_size's; appending them to the
+    target's attention (a planted fault) is not vLLM's grouping."""
     for tp in (1, 2):
         (groups,) = in_vllm(release, "nemotron-h-8b", LLAMA, tp)
         assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"] and not groups["apart"], groups
-    for target, drafter, count in (("qwen3.5-0.8b", QWEN, 25), ("nemotron-h-8b", QWEN, 29)):
-        (apart,) = in_vllm(release, target, drafter, 1)
-        assert len(apart["vllm"]) == count and apart["apart"] == apart["vllm"], apart
-        assert apart["appended"] != apart["vllm"] and apart["draft_layers"] == 0
+    for target, drafter, count, tp in (("qwen3.5-0.8b", QWEN, 25, 1), ("qwen3.5-0.8b", QWEN, 25, 2),
+                                       ("nemotron-h-8b", QWEN, 29, 2)):
+        (apart,) = in_vllm(release, target, drafter, tp)
+        assert len(apart["vllm"]) == count and apart["apart"] == apart["vllm"] == apart["ours"], apart
+        assert apart["our_pages"] == apart["vllm_pages"] and apart["draft_layers"] == 1, apart
+        assert apart["appended"] != apart["vllm"]
 
 
 def test_preflight_checks_the_drafters_bytes():
-    """Two `vllm serve` lines of Nemotron-H-8B with the drafter: the byte check moves its layer's
-    attention pages too (more bytes than a drafter whose config is not here), and no line warns."""
+    """Two `vllm serve` lines with the drafter: the byte check moves its layer's attention pages
+    too (more bytes than a drafter whose config is not here), and no line warns: Nemotron-H-8B
+    with Llama-3-70B's drafter (its pages), Qwen3.5-0.8B with Qwen3.5-4B's (raised pages)."""
     from test_preflight import lines, run_json
 
-    def moved(drafter: str) -> tuple[int, dict]:
+    def moved(model: str, drafter: str) -> tuple[int, dict]:
         flag = f"--speculative-config '{eagle3(drafter)}'"
-        code, doc = run_json(*lines("nvidia/Nemotron-H-8B-Base-8K", flag, f"--tensor-parallel-size 2 {flag}"))
+        code, doc = run_json(*lines(model, flag, f"--tensor-parallel-size 2 {flag}"))
         assert code == 0 and doc["verdict"] == "works" and doc["byte_check"]["wrong_bytes"] == 0, doc
         return doc["byte_check"]["bytes_moved"], doc
 
-    drafted, doc = moved(LLAMA)
-    assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
-    alone, doc = moved("org/not-cached-eagle3")
-    assert drafted > alone
-    assert [w for w in doc["warnings"] if "the drafter org/not-cached-eagle3 is not here" in w], doc["warnings"]
+    for model, drafter in (("nvidia/Nemotron-H-8B-Base-8K", LLAMA), ("Qwen/Qwen3.5-0.8B", QWEN)):
+        drafted, doc = moved(model, drafter)
+        assert not doc["plan_warnings"] and not [w for w in doc["warnings"] if "is_draft layers" in w]
+        alone, doc = moved(model, "org/not-cached-eagle3")
+        assert drafted > alone
+        assert [w for w in doc["warnings"] if "the drafter org/not-cached-eagle3 is not here" in w], doc["warnings"]
 
 
 def test_eagle3_on_a_class_without_the_interface_is_refused_in_vllms_words():

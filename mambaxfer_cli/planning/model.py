@@ -112,6 +112,7 @@ class ModelSpec:
     # Each cache-keeping layer's decoder layer number (MLP and MoE layers counted); empty: its place.
     layer_ids: tuple[int, ...] = ()
     draft_layers: int = 0            # the last of ``layers`` are a drafter's (an engine's speculative decoding)
+    draft_attention: tuple[int, int] | None = None  # their KV heads and head size where not the target's
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -169,6 +170,7 @@ class ModelSpec:
                           if self.has_attention else None),
             **({"revision": self.revision} if self.revision else {}),
             **({"draft_layers": self.draft_layers} if self.draft_layers else {}),
+            **({"draft_attention": list(self.draft_attention)} if self.draft_attention else {}),
             **{part.key: part.to_dict() for part in (self.ple_qsa, self.kpool_indexer) if part},
             "origin": dict(self.origin),
         }

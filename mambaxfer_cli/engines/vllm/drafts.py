@@ -1,6 +1,7 @@
 """Speculative decoding's draft layers in vLLM's KV cache: the MTP layers of a family that declares
-them (``Family.mtp_keys``) and an EAGLE / EAGLE-3 drafter's layers whose attention pages are the
-target's, after the target's (docs/reference.md §4)."""
+them (``Family.mtp_keys``) and an EAGLE / EAGLE-3 drafter's layers, after the target's: in its
+groups, or where their pages are not its own in groups of their own with raised pages
+(docs/reference.md §4)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.engines.vllm.families import first, gathered
-from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.families import dim_key, family_for, int_key
 from mambaxfer_cli.limits import MAX_LAYERS, MAX_NUM_SPEC, within
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
@@ -166,19 +167,21 @@ def unplanned(model: ModelSpec, name: str) -> str:
     if config is None:
         return (f"the drafter {name} is not here (mambaxfer reads a config.json, a folder or the local Hugging "
                 f"Face cache, and downloads nothing); ")
-    apart = apart_grouping(model, config, name)
-    if apart is None:
+    heads, size = _pages(flatten_text_config(config), name)
+    if model.mla or not model.has_attention or (heads, size) == (model.num_kv_heads, model.head_size):
         return ""
-    pages = _pages(flatten_text_config(config), name)
-    return (f"the drafter's pages are not the target's ({pages[0]} KV heads of {pages[1]}, the target's "
-            f"{model.num_kv_heads} of {model.head_size}), so vLLM raises every page to the largest "
-            f"(unify_kv_cache_spec_page_size) and buckets its layers apart: {len(apart.groups)} KV-cache groups "
-            f"in {apart.tensors} tensor{'s' * (apart.tensors > 1)} (_get_kv_cache_groups_uniform_page_size), which "
-            f"mambaxfer does not plan; ")
+    return (f"the drafter's pages are not the target's ({heads} KV heads of {size}, the target's "
+            f"{model.num_kv_heads} of {model.head_size}): vLLM raises every page to the largest "
+            f"(unify_kv_cache_spec_page_size) and buckets its layers apart; mambaxfer plans them where the "
+            f"drafter's page is a multiple of the target's and no TP size exceeds either's KV heads "
+            f"(NIXL slices every page by the target's heads, compute_tp_mapping); ")
 
 
 def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGrouping | None:
-    """``apart_grouping`` of the EAGLE drafter ``speculative`` names, where its config is here."""
+    """vLLM's groups with the EAGLE drafter ``speculative`` names where its pages are not the
+    target's and its config is here (``model``: the target, or with that drafter planned)."""
+    if model.draft_attention:
+        return model_grouping(model)
     name = drafter_of(speculative)
     config = drafter_config(name) if name else None
     return None if name is None or config is None else apart_grouping(model, config, name)
@@ -186,13 +189,71 @@ def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGroupin
 
 def apart_grouping(model: ModelSpec, config: Mapping[str, Any], name: str) -> KVGrouping | None:
     """vLLM's groups with an EAGLE drafter whose attention pages are not the target's: its
-    ``num_hidden_layers`` specs differ from every target spec (``unify_kv_cache_spec_page_size``
-    scales the block of the smaller pages), so they are a bucket of their own; None where the
-    pages are the target's (or the target has no such attention)."""
+    ``num_hidden_layers`` specs differ from every target spec, so they are a bucket of their own;
+    None where the pages are the target's (or the target has no such attention)."""
     flat = flatten_text_config(config)
-    if model.mla or not model.has_attention or _pages(flat, name) == (model.num_kv_heads, model.head_size):
+    pages = _pages(flat, name)
+    if model.mla or not model.has_attention or pages == (model.num_kv_heads, model.head_size):
         return None
-    return vllm_grouping(model.layers + ("draft",) * dim_key(flat, "num_hidden_layers", None, name))
+    built = dim_key(flat, "num_hidden_layers", None, name)
+    return model_grouping(replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built,
+                                  draft_attention=pages))
+
+
+def page_ratio(model: ModelSpec, tp: int = 1) -> int:
+    """How many of the target's attention pages one page of its drafter's holds on a rank of TP
+    ``tp`` (heads past a model's own are replicated); ``unify_kv_cache_spec_page_size`` raises the
+    target's blocks by it. 1 without such a drafter or where the drafter's page is not larger."""
+    if not model.draft_attention:
+        return 1
+    (heads, size), target = model.draft_attention, model.num_kv_heads or 1
+    drafter, ours = max(1, heads // tp) * size, max(1, target // tp) * (model.head_size or 1)
+    return drafter // ours if drafter > ours and drafter % ours == 0 else 1
+
+
+def block_scales(model: ModelSpec, grouping: KVGrouping) -> tuple[int, ...]:
+    """Each group's blocks per target attention block of a request: ``page_ratio`` for a drafter's
+    group of other pages (its blocks keep the requested tokens), else 1."""
+    ratio, first_draft = page_ratio(model), len(model.layers) - model.draft_layers
+    return tuple(ratio if ratio > 1 and members and min(members) >= first_draft else 1
+                 for members in grouping.members or [()] * len(grouping.groups))
+
+
+def planned_at(model: ModelSpec, *tps: int) -> ModelSpec:
+    """``model`` without a drafter of other pages where a TP size exceeds its or the target's KV
+    heads: there the ranks' pages may agree (one group on one side, apart on the other) and NIXL's
+    slices by the target's heads (``compute_tp_mapping``) are not the drafter's heads."""
+    if not model.draft_attention or max(tps) <= min(model.draft_attention[0], model.num_kv_heads or 0):
+        return model
+    return target_only(model)
+
+
+def apart_at(model: ModelSpec, tp: int) -> bool:
+    """Whether a drafter's layers are a bucket of their own on the ranks of TP ``tp`` (their
+    spec, heads past a model's own replicated, is not the target's there)."""
+    assert model.draft_attention and model.num_kv_heads
+    heads, size = model.draft_attention
+    return (max(1, heads // tp), size) != (max(1, model.num_kv_heads // tp), model.head_size)
+
+
+def past_heads(model: ModelSpec, p_tp: int, d_tp: int) -> tuple[str, str]:
+    """What vLLM does with a drafter of other pages that ``planned_at`` leaves out: its refusal
+    where P and D group its layers otherwise, and what the warning says; ("", "") elsewhere."""
+    if not model.draft_attention or planned_at(model, p_tp, d_tp) is model or p_tp == d_tp:
+        return "", ""
+    if apart_at(model, p_tp) != apart_at(model, d_tp):
+        return ("Engine P puts Mamba/SSM hybrid KV layers in other cache groups than this worker; use the same "
+                "KV cache plan on P and D. (0.34: _pair_ssm_regions; 0.33 fails an assertion in "
+                "_validate_remote_agent_handshake: the drafter's pages are the target's on one side only)"), ""
+    return "", (f"vLLM pairs them but slices the drafter's pages by the target's {model.num_kv_heads} KV heads "
+                f"(compute_tp_mapping), which past the drafter's {model.draft_attention[0]} are not its heads: "
+                f"its KV lands wrong; ")
+
+
+def target_only(model: ModelSpec) -> ModelSpec:
+    """``model`` without its draft layers."""
+    return replace(model, layers=model.layers[:len(model.layers) - model.draft_layers], draft_layers=0,
+                   draft_attention=None)
 
 
 def drafter_config(name: str) -> dict[str, Any] | None:
@@ -206,8 +267,8 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
     """An EAGLE drafter's ``num_hidden_layers`` attention layers after the target's
     (``Eagle3LlamaForCausalLM``: ``layers.{target layers + i}``). Its specs equal the target's
     attention specs only with the same KV heads and head size (the KV dtype is the target's), and
-    then join its attention group; else they are a bucket of their own (``apart_grouping``),
-    which mambaxfer does not plan (the plans warn ``draft-layers``)."""
+    then join its attention group; else they are a bucket of their own (``model_grouping``),
+    planned where the drafter's page is a whole number of the target's (``page_ratio``)."""
     config = drafter_config(name)
     flat = flatten_text_config(config or {})
     if tokens is None and config is not None:
@@ -217,12 +278,15 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
         tokens = int_key(flat, "n_predict", 1, name)     # vLLM's default: the drafter's n_predict
     if config is None or tokens is None or model.mla or not model.has_attention:
         return model if tokens is None else replace(model, num_spec=tokens)
-    if _pages(flat, name) != (model.num_kv_heads, model.head_size):
+    pages = _pages(flat, name)
+    target = (model.num_kv_heads or 0) * (model.head_size or 0)
+    if pages != (model.num_kv_heads, model.head_size) and pages[0] * pages[1] % target:
         return replace(model, num_spec=tokens)
     built = dim_key(flat, "num_hidden_layers", None, name)
     within(f"{name}: {len(model.layers) + built} cache-keeping layers with the drafter's",
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
-    return replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built, num_spec=tokens)
+    return replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built, num_spec=tokens,
+                   draft_attention=None if pages == (model.num_kv_heads, model.head_size) else pages)
 
 
 def _pages(flat: Mapping[str, Any], name: str) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from typing import Any
 from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.engines.vllm.descriptors import ListShape, list_shape
+from mambaxfer_cli.engines.vllm.drafts import page_ratio
 from mambaxfer_cli.engines.vllm.geometry import (
     Backend, EngineFlags, Geometry, attention_bytes_per_token, derive, kernel_backend,
 )
@@ -171,6 +172,13 @@ def engine_layout(model: ModelSpec, tp: int, flags: EngineFlags, grouping: KVGro
     sized = rank_layouts(replace(model, ssm_dtype=model.sizing_ssm_dtype), tp)[0].state_bytes \
         if model.sizing_ssm_dtype else state
     geometry = derive(sized, a1, flags, alignment, kernel, gdn, model.mla and a1 is not None)
+    ratio = page_ratio(model, tp)
+    if ratio > 1 and a1 is not None:     # unify_kv_cache_spec_page_size: the target's blocks raised
+        block = geometry.block_size * ratio
+        kernel_tokens = kernel.kernel_for(block)
+        geometry = replace(geometry, block_size=block, kernel_block_size=kernel_tokens, page_bytes=block * a1,
+                           blocks_per_logical=block // kernel_tokens,
+                           derived_blocks_per_logical=block // kernel_tokens)
     if sized != state:      # startup: the page vLLM sized is the layers' page only if it holds their state
         if geometry.page_bytes < state:
             raise Refused(

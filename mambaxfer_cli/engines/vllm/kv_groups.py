@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from itertools import groupby
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from mambaxfer_cli.errors import UserError
@@ -15,6 +15,7 @@ from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 # A group of GLM-5-Next's indexer tail rings (a CircularBufferSpec group): a group kind, never a
 # layer kind. Its descriptor IDs are attention-kind; its pages are the indexer's, moved apart.
 RING = "ring"
+DRAFT = "draft"     # a bucket of a drafter's layers whose pages are not the target's
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,14 @@ class KVGrouping:
 
 
 def model_grouping(model: ModelSpec) -> KVGrouping:
-    """vLLM's grouping of ``model``'s layers; indexer tail rings are a bucket after the MLA layers'."""
+    """vLLM's grouping of ``model``'s layers; indexer tail rings are a bucket after the MLA layers';
+    a drafter's layers of other pages a bucket of their own (their specs differ), attention-kind."""
     rings = model.attention_indices if model.kpool_indexer else ()
-    return vllm_grouping(model.layers, rings)
+    if not model.draft_attention:
+        return vllm_grouping(model.layers, rings)
+    target = len(model.layers) - model.draft_layers
+    found = vllm_grouping(model.layers[:target] + (DRAFT,) * model.draft_layers, rings)
+    return replace(found, groups=tuple(ATTENTION if kind == DRAFT else kind for kind in found.groups))
 
 
 def vllm_grouping(layers: Sequence[str], rings: Sequence[int] = ()) -> KVGrouping:

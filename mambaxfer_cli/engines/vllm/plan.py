@@ -143,9 +143,11 @@ def _misread_warning(plan_reads_: Sequence[Read], prefill: Sequence[RankLayout],
     return [Warning_(code, f"{lead}: {shown}{more}")]
 
 
-def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout, decode: EngineLayout) -> Request:
+def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout, decode: EngineLayout,
+             scales: Sequence[int]) -> Request:
     """Logical blocks per group: SSM groups one page per block on both sides; attention groups the
-    same tokens, ``request_blocks`` whole D blocks and as many P blocks as hold them."""
+    same tokens, ``request_blocks`` whole D blocks (``scales`` times as many in a drafter's group of
+    smaller blocks) and as many P blocks as hold them."""
     b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
 
     def p_count(kind: str, d_count: int) -> int:
@@ -154,7 +156,7 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout,
     if options.request_blocks < 1:
         raise UserError("--request-blocks must be >= 1")
     # a tail ring is one block per request, whatever its length
-    d_counts = [1 if kind == RING else options.request_blocks for kind in groups]
+    d_counts = [1 if kind == RING else options.request_blocks * scale for kind, scale in zip(groups, scales)]
     request = random_request([p_count(k, n) for k, n in zip(groups, d_counts)], d_counts,
                              prefill.lists, decode.lists, options.seed)
     p_blocks, d_blocks = request.prefill_blocks, request.decode_blocks
@@ -389,11 +391,17 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     """Plan every read of a P/D pairing, under exact or vLLM semantics, for each engine's release and GPU."""
     if options.semantics not in SEMANTICS:
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
+    refused, misread = drafts.past_heads(model, p_tp, d_tp)
+    model = drafts.planned_at(model, p_tp, d_tp)
     grouping = options.grouping or model_grouping(model)
-    p_model = _prefill_model(model, options.prefill_model)
+    p_model = _prefill_model(model, options.prefill_model and drafts.planned_at(options.prefill_model, p_tp, d_tp))
     prefill = engine_layout(p_model, p_tp, options.prefill, grouping, options.attention_streams)
     decode = engine_layout(model, d_tp, options.decode, grouping, options.attention_streams)
     prefill = split_remote_blocks(prefill, decode)   # D views P's blocks as vLLM's handshake splits them
+    if model.draft_attention and prefill.kernel_tokens != decode.kernel_tokens:
+        # kernel blocks cut by tokens: NIXL's target-shaped pieces are not the drafter's heads
+        undrafted = options.prefill_model and drafts.target_only(options.prefill_model)
+        return build_plan(drafts.target_only(model), p_tp, d_tp, replace(options, prefill_model=undrafted))
 
     def rebuild(size: int, d_size: int | None = None) -> tuple[EngineLayout, EngineLayout]:
         """Both engines at block size ``size`` (D's ``d_size`` where it differs)."""
@@ -402,7 +410,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                 engine_layout(model, d_tp, with_block_size(options.decode, d_size or size), grouping, streams))
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
-    verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts)
+    extra = _layout_refusal(prefill, decode) + ((Refusal("draft-groups", refused),) if refused else ())
+    verdict = handshake_verdict(prefill, decode, rebuild, extra=extra, facts=facts)
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
     verdict = families.first("with_refusals", verdict, model, prefill, decode, rebuild, p_model) or verdict
     verdict = not_started_first(verdict, _backend_refusals(p_model, model, options))
@@ -451,7 +460,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
             f"kv_transfer_params, or D declines the reads")))
     if (model.num_spec or p_model.num_spec) and options.drafted is not False and not model.draft_layers:
         where = "" if options.drafted else "where a model drafts them (MTP, EAGLE, a draft model; not n-gram), "
-        why = drafts.unplanned(model, options.drafter) if options.drafter else ""
+        why = misread + (drafts.unplanned(model, options.drafter) if options.drafter else "")
         warnings.append(Warning_("draft-layers", (
             f"speculative decoding ({p_model.num_spec} tokens on P, {model.num_spec} on D): {where}{drafts.RULE}; "
             f"{why}mambaxfer plans the target's layers only, so with those layers the groups, tensors and "
@@ -469,7 +478,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                                      f"derives {side.geometry.derived_blocks_per_logical}: this is not the "
                                      f"engine vLLM builds"))
 
-    request = _request(options, grouping.groups, prefill, decode)
+    request = _request(options, grouping.groups, prefill, decode, drafts.block_scales(model, grouping))
     tensors = group_tensors(grouping, decode)
     dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors)
     moved = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)

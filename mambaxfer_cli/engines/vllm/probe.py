@@ -25,6 +25,7 @@ from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
 from mambaxfer_cli.engines.vllm.families import first
+from mambaxfer_cli.engines.vllm.drafts import page_ratio
 from mambaxfer_cli.errors import UserError
 
 NIXL = "vllm.distributed.kv_transfer.kv_connector.v1.nixl"
@@ -629,10 +630,13 @@ class Installed:
         attention = (self.attention_spec(model, tp, geometry.block_size) if model.has_attention else None)
         for name, kind in zip(self.layer_names(model), model.layers):
             specs[name] = attention if kind == ATTENTION else mamba
-        draft = self.eagle_spec(model, tp, geometry.block_size) if self.drafter else None
+        # a drafter's spec starts from the target's own block, which a larger page of its raised (page_ratio)
+        draft = self.eagle_spec(model, tp, geometry.block_size // page_ratio(model, tp)) if self.drafter else None
         for name in self.layer_names(model)[len(model.layers) - model.draft_layers:]:
             with calling("KVCacheSpec.is_draft"):   # get_kv_cache_spec's tag of a drafter's layer
                 specs[name] = dataclasses.replace(draft or specs[name], is_draft=True)
+        if draft is not None:       # get_kv_cache_groups: pages unified before grouping
+            specs = _run("vllm.v1.core.kv_cache_planning", "unify_kv_cache_spec_page_size", specs)
         groups = _run("vllm.v1.core.kv_cache_planning", "_get_kv_cache_groups_uniform_page_size", specs)
         width = max(len(group.layer_names) for group in groups)
         regions = [[group.layer_names[t] for group in groups if t < len(group.layer_names)] for t in range(width)]
@@ -1093,6 +1097,10 @@ class Installed:
             platform.update_block_size_for_backend(config)
         block = config.cache_config.block_size
         spec = self.attention_spec(model, tp, block)
+        if self.drafter and model.draft_layers:     # a larger page of its drafter's raises the target's block
+            spec = _run("vllm.v1.core.kv_cache_planning", "unify_kv_cache_spec_page_size",
+                        {"target": spec, "draft": self.eagle_spec(model, tp, block)})["target"]
+            block = spec.block_size
         page = spec.page_size_bytes
         if model.kpool_indexer is not None:
             kernel = self._packed_kernel_block(model, tp, config, spec, page, num_blocks)

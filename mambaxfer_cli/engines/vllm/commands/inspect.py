@@ -12,6 +12,7 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     from mambaxfer_cli.engines.vllm.engine import engine_layout
     from mambaxfer_cli.engines.vllm.gpu import on_gpu
     from mambaxfer_cli.engines.vllm.startup import startup
+    from mambaxfer_cli.engines.vllm.drafts import planned_at
     from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
 
     built = build(engines)
@@ -19,8 +20,9 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     sizes = parse_tp_list(tp)
     spec, = drafted([on_gpu(model.load(startup=startup((flags.release.name,), sizes)), flags.gpu)],
                     model, engines, built)
-    grouping = model_grouping(spec)
-    sides = {size: engine_layout(spec, size, flags, grouping) for size in sizes}
+    # a drafter of other pages is planned at TP sizes up to the KV heads (drafts.planned_at)
+    at = {size: planned_at(spec, size) for size in sizes}
+    sides = {size: engine_layout(at[size], size, flags, model_grouping(at[size])) for size in sizes}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
                 "model": spec.to_dict(),
                 "layouts": {str(size): [r.to_dict() for r in side.ranks] for size, side in sides.items()},
@@ -40,6 +42,11 @@ class InspectReport(Report):
 
         tables = together([layout_table(f"TP {size}", side.ranks) for size, side in self.sides.items()], "layouts")
         parts = [AsIs(model_summary(self.spec)), AsIs(engine_header(self.flags))]
+        if self.spec.draft_attention:
+            (heads, size), n = self.spec.draft_attention, self.spec.draft_layers
+            parts.append(AsIs(f"the drafter's {n} layer{'s' * (n > 1)}: {heads} KV heads of {size}, KV-cache "
+                              f"groups of their own; every page raised to the largest "
+                              f"(unify_kv_cache_spec_page_size) up to TP {min(heads, self.spec.num_kv_heads or 0)}"))
         for size, table in zip(self.sides, tables):
             parts += [table, AsIs(geometry_line(f"engine at TP {size}:", self.sides[size]))]
             line = side_caches_line(self.spec, self.sides[size])

@@ -10,7 +10,7 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
 from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.engines.vllm.handshake import PULL, PUSH, Refusal, handshake_verdict
-from mambaxfer_cli.engines.vllm.drafts import drafts
+from mambaxfer_cli.engines.vllm.drafts import drafter_of, drafts
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
@@ -295,7 +295,8 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
     refusals += startup_refusals(p) + startup_refusals(d)
     plan, skipped = None, ""
     options = PlanOptions(semantics=VLLM, prefill=p.flags, decode=d.flags, prefill_model=p.model,
-                          drafted=any(drafts(e.line.speculative) for e in (p, d)))
+                          drafted=any(drafts(e.line.speculative) for e in (p, d)),
+                          drafter=drafter_of(d.line.speculative or {}))
     try:
         plan = build_plan(d.model, p.tp, d.tp, options)
     except UserError as exc:

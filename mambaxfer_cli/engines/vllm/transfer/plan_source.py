@@ -11,8 +11,9 @@ from mambaxfer_cli.execute.difference import comparable, first_difference, shown
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_text
 from mambaxfer_cli.errors import UserError, reworded
 from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping
-from mambaxfer_cli.limits import MAX_KV_GROUPS, MAX_LAYERS, at_most, check_bounds, within
+from mambaxfer_cli.limits import MAX_DIM, MAX_KV_GROUPS, MAX_LAYERS, at_most, check_bounds, within
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec, Variant
+from mambaxfer_cli.engines.vllm.drafts import page_ratio
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.plan import SCHEMA, Plan, PlanOptions, build_plan
 
@@ -102,9 +103,10 @@ def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str,
     return replace(spec, origin=origin)
 
 
-def _flags(geometry: dict[str, Any]) -> EngineFlags:
+def _flags(geometry: dict[str, Any], ratio: int = 1) -> EngineFlags:
     """The engine that gives this geometry again: its release and GPU, and flags whose block size
-    is a fixed point (an explicit block size derives the same in every release)."""
+    is a fixed point (an explicit block size derives the same in every release); ``ratio``: what a
+    drafter's pages raised it by (``page_ratio``)."""
     from mambaxfer_cli.engines.vllm.gpu import gpu
     from mambaxfer_cli.engines.vllm.releases import release
 
@@ -112,7 +114,7 @@ def _flags(geometry: dict[str, Any]) -> EngineFlags:
     gdn = geometry.get("gdn_prefill_backend")
     split = int(geometry.get("split_by_remote", 1))      # the engine's own blocks, before D's view splits them
     return EngineFlags(attention_backend=str(geometry["attention_backend"]),
-                       block_size=int(geometry["block_size"]), kv_cache_dtype=str(geometry["kv_cache_dtype"]),
+                       block_size=int(geometry["block_size"]) // ratio, kv_cache_dtype=str(geometry["kv_cache_dtype"]),
                        prefix_caching=bool(geometry["prefix_caching"]), num_blocks=int(geometry["num_blocks"]) // split,
                        blocks_per_logical=None if derived else int(geometry["blocks_per_logical"]),
                        gdn_prefill_backend=None if gdn is None else str(gdn),
@@ -133,7 +135,11 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
         drafts = within(f"--plan {path}: model.draft_layers", int(model.get("draft_layers", 0)), 0, MAX_LAYERS,
                         "model's")
         if drafts:
-            spec = replace(spec, layers=spec.layers + (ATTENTION,) * drafts, draft_layers=drafts)
+            # a drafter's KV heads and head size, where not the target's
+            heads, size = (within(f"--plan {path}: model.draft_attention", int(n), 1, MAX_DIM, "model's")
+                           for n in model.get("draft_attention") or (1, 1))
+            spec = replace(spec, layers=spec.layers + (ATTENTION,) * drafts, draft_layers=drafts,
+                           draft_attention=(heads, size) if "draft_attention" in model else None)
         spec = _prefix_with(spec, int(model["ssm_layers"]), int(model["attention_layers"]))
         p_engine, d_engine = dm["prefill"], dm["decode"]
         check_bounds(p_tp=p_tp, d_tp=d_tp, p_num_blocks=int(p_engine["num_blocks"]),
@@ -150,7 +156,8 @@ def load_plan_file(path: Path, model_arg: str | None = None, cli_overrides: dict
         coalesced = any("+" in seg["region"] for read in document["reads"] for seg in read["segments"])
         options = PlanOptions(
             semantics=document["semantics"], coalesce=coalesced,
-            prefill=_flags(document["engines"]["prefill"]), decode=_flags(document["engines"]["decode"]),
+            prefill=_flags(document["engines"]["prefill"], page_ratio(spec, p_tp)),
+            decode=_flags(document["engines"]["decode"], page_ratio(spec, d_tp)),
             attention_streams=int(p_engine["attention_streams"]) // max(int(p_engine["tensors"]), 1),
             grouping=grouping, request_blocks=1,
             prefill_blocks=_blocks_text(dm["request"]["prefill_blocks"]),

@@ -9,6 +9,7 @@ from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from mambaxfer_cli.engines.vllm.kv_groups import RING
 from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
 from mambaxfer_cli.render.run_view import checked, run_totals, two_host_line
@@ -93,7 +94,9 @@ def result_table(outcome: "Outcome") -> Table:
             checked(d.ok, f"{d.check.wrong_bytes} wrong bytes"))
     longest = max((d.time_s for d in outcome.decode), default=0.0)
     request = outcome.plan.descriptors.request.decode_blocks
-    table.caption = (f"request: {len(request[0]) if request else 0} logical blocks in each of {len(request)} "
+    # a drafter's group of smaller blocks holds more; a tail ring one a request
+    counts = sorted({len(b) for kind, b in zip(outcome.plan.descriptors.groups, request) if kind != RING})
+    table.caption = (f"request: {' or '.join(map(str, counts)) or 0} logical blocks in each of {len(request)} "
                      f"KV-cache groups; {outcome.settings.iters} iteration(s), "
                      + run_totals(outcome.total_bytes, longest, outcome.phases, "D ranks together moved",
                                   "D page checked"))
