@@ -1,11 +1,11 @@
 """Run in vLLM's interpreter: vLLM's KV-cache groups of a target with an EAGLE drafter's layers.
 
-argv: the target (--model), the drafter's config.json and the TP size (conformance
+argv: triples of the target (--model), the drafter's config.json and the TP size (conformance
 --speculative-config compares every function on the drafted model: tests/test_conformance.py).
 The drafter's KV heads and head size are vLLM's reading of its config (EAGLEConfig, method
 eagle3); its layers' specs are vLLM's FullAttentionSpec tagged is_draft (get_kv_cache_spec); the
 groups are unify_kv_cache_spec_page_size then _get_kv_cache_groups_uniform_page_size. Prints a
-JSON line: vLLM's groups as layer indices, mambaxfer's (``with_drafts``, ``model_grouping``; and
+JSON line per triple: vLLM's groups as layer indices, mambaxfer's (``with_drafts``, ``model_grouping``; and
 ``apart_grouping`` where the pages differ) and those of the drafter's layers appended whatever
 their pages. Or argv "classes" and
 architectures: whether vLLM's class of each implements SupportsEagle3 (``supports_eagle3``; null:
@@ -38,26 +38,33 @@ if sys.argv[1] == "classes":
     classes = {arch: ModelRegistry._try_load_model_cls(arch) for arch in sys.argv[2:]}
     print(json.dumps({arch: None if cls is None else supports_eagle3(cls) for arch, cls in classes.items()}))
     sys.exit(0)
-target_name, drafter_path, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
-draft = json.load(open(drafter_path))
-eagle = EAGLEConfig(AutoConfig.for_model(**{k: v for k, v in draft.items() if not k.startswith("_")}),
-                    method="eagle3")
-heads = eagle.model.num_key_value_heads
-head_size = getattr(eagle.model, "head_dim", None) or eagle.model.hidden_size // eagle.model.num_attention_heads
-target = load_model(target_name)
-vllm = Installed()
-attention = vllm.attention_spec(target, tp, 4096)
-specs = {f"model.layers.{i}": attention if kind == ATTENTION else
-         vllm.mamba_spec(target, tp, 4096, attention.page_size_bytes) for i, kind in enumerate(target.layers)}
-drafter = vllm.attention_spec(dataclasses.replace(target, num_kv_heads=heads, head_size=head_size), tp, 4096)
-for j in range(eagle.model.num_hidden_layers):
-    specs[f"model.layers.{len(target.layers) + j}"] = dataclasses.replace(drafter, is_draft=True)
-groups = _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
-speculative = {"method": "eagle3", "model": drafter_path, "num_speculative_tokens": 3}
-drafted = with_drafts(target, speculative, release(".".join(vllm.version.split(".")[:2])))
-# The planted fault: the drafter's layers appended whatever their pages (as the target's attention).
-appended = dataclasses.replace(target, layers=target.layers + (ATTENTION,) * eagle.model.num_hidden_layers)
-print(json.dumps({"vllm": [[int(name.rsplit(".", 1)[1]) for name in g.layer_names] for g in groups],
-                  "ours": [list(m) for m in model_grouping(drafted).members], "draft_layers": drafted.draft_layers,
-                  "appended": [list(m) for m in model_grouping(appended).members],
-                  "apart": [list(m) for m in getattr(apart_grouping(target, draft, drafter_path), "members", ())]}))
+
+
+def print_groups(target_name: str, drafter_path: str, tp: int) -> None:
+    draft = json.load(open(drafter_path))
+    eagle = EAGLEConfig(AutoConfig.for_model(**{k: v for k, v in draft.items() if not k.startswith("_")}),
+                        method="eagle3")
+    heads = eagle.model.num_key_value_heads
+    head_size = getattr(eagle.model, "head_dim", None) or eagle.model.hidden_size // eagle.model.num_attention_heads
+    target = load_model(target_name)
+    vllm = Installed()
+    attention = vllm.attention_spec(target, tp, 4096)
+    specs = {f"model.layers.{i}": attention if kind == ATTENTION else
+             vllm.mamba_spec(target, tp, 4096, attention.page_size_bytes) for i, kind in enumerate(target.layers)}
+    drafter = vllm.attention_spec(dataclasses.replace(target, num_kv_heads=heads, head_size=head_size), tp, 4096)
+    for j in range(eagle.model.num_hidden_layers):
+        specs[f"model.layers.{len(target.layers) + j}"] = dataclasses.replace(drafter, is_draft=True)
+    groups = _get_kv_cache_groups_uniform_page_size(unify_kv_cache_spec_page_size(specs))
+    speculative = {"method": "eagle3", "model": drafter_path, "num_speculative_tokens": 3}
+    drafted = with_drafts(target, speculative, release(".".join(vllm.version.split(".")[:2])))
+    # The planted fault: the drafter's layers appended whatever their pages (as the target's attention).
+    appended = dataclasses.replace(target, layers=target.layers + (ATTENTION,) * eagle.model.num_hidden_layers)
+    print(json.dumps({"vllm": [[int(name.rsplit(".", 1)[1]) for name in g.layer_names] for g in groups],
+                      "ours": [list(m) for m in model_grouping(drafted).members], "draft_layers": drafted.draft_layers,
+                      "appended": [list(m) for m in model_grouping(appended).members],
+                      "apart": [list(m) for m in getattr(apart_grouping(target, draft, drafter_path), "members", ())]}))
+
+
+# One line per (target, drafter, TP) triple: vLLM is imported once for them all.
+for i in range(1, len(sys.argv), 3):
+    print_groups(sys.argv[i], sys.argv[i + 1], int(sys.argv[i + 2]))

@@ -151,11 +151,13 @@ def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
     4 KV heads of 256 against 8 of 128, the same page size), its layers are a bucket of their own
     (apart_grouping), which mambaxfer does not plan; appending them to the target's attention (a
     planted fault) is not vLLM's grouping."""
-    for tp in (1, 2):
-        (groups,) = in_vllm(release, "nemotron-h-8b", LLAMA, tp)
+    cases = (("nemotron-h-8b", LLAMA, 1), ("nemotron-h-8b", LLAMA, 2), ("qwen3.5-0.8b", QWEN, 1),
+             ("nemotron-h-8b", QWEN, 1))
+    found = in_vllm(release, *(word for case in cases for word in case))      # one vLLM process
+    assert len(found) == len(cases), found
+    for groups in found[:2]:
         assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"] and not groups["apart"], groups
-    for target, drafter, count in (("qwen3.5-0.8b", QWEN, 25), ("nemotron-h-8b", QWEN, 29)):
-        (apart,) = in_vllm(release, target, drafter, 1)
+    for apart, count in zip(found[2:], (25, 29)):
         assert len(apart["vllm"]) == count and apart["apart"] == apart["vllm"], apart
         assert apart["appended"] != apart["vllm"] and apart["draft_layers"] == 0
 
