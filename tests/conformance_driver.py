@@ -12,9 +12,9 @@ float32); ``qsa-layouts`` (vLLM's QSA backend declaring no KV-cache layouts); ``
 grouping a drafter's ``is_draft`` layers apart from the target's; each run looks vLLM's functions
 up afresh); ``eagle-heads`` (vLLM's EAGLEConfig reading twice a drafter's KV heads); ``mtp-pattern-key``
 (mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``);
-``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``). Prints one JSON
-object: each run's exit code and document, by name. One process runs them
-all: vLLM is imported once.
+``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``). A run's ``env``
+is set for it alone. Prints one JSON object: each run's exit code, document (``{"unparsed": stdout}``
+if not JSON) and stderr, by name. One process runs them all: vLLM is imported once.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 
 
@@ -136,11 +137,15 @@ def main(argv: list[str]) -> None:
         alter(item["alter"], undo)
         vllm_side.installed.cache_clear()
         vllm_side._symbol.cache_clear()     # each run looks vLLM's functions up afresh
-        captured = io.StringIO()
+        environ = dict(os.environ)
+        os.environ.update(item.get("env", {}))
+        captured, errors = io.StringIO(), io.StringIO()
         try:
-            with contextlib.redirect_stdout(captured):
+            with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(errors):
                 code = run(["conformance", *item["args"]])
         finally:
+            os.environ.clear()
+            os.environ.update(environ)
             for owner, name, value in reversed(undo):
                 if isinstance(owner, dict):
                     owner[name] = value
@@ -151,7 +156,7 @@ def main(argv: list[str]) -> None:
             document = json.loads(text)
         except ValueError:
             document = {"unparsed": text}
-        out[item["name"]] = {"code": code, "document": document}
+        out[item["name"]] = {"code": code, "document": document, "stderr": errors.getvalue()}
     print(json.dumps(out))
 
 
