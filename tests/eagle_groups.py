@@ -7,9 +7,8 @@ eagle3); its layers' specs are vLLM's FullAttentionSpec tagged is_draft (get_kv_
 groups are unify_kv_cache_spec_page_size then _get_kv_cache_groups_uniform_page_size. Prints a
 JSON line per triple: vLLM's groups as layer indices, mambaxfer's (``with_drafts``, ``model_grouping``; and
 ``apart_grouping`` where the pages differ) and those of the drafter's layers appended whatever
-their pages. Or argv "classes" and
-architectures: whether vLLM's class of each implements SupportsEagle3 (``supports_eagle3``; null:
-not in its registry).
+their pages. Then, after "classes" and architectures: whether vLLM's class of each implements
+SupportsEagle3 (``supports_eagle3``; null: not in its registry).
 """
 
 import dataclasses
@@ -31,13 +30,13 @@ from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
 from mambaxfer_cli.planning.model import ATTENTION
 from mambaxfer_cli.readers.model_source import load_model
 
-if sys.argv[1] == "classes":
+
+def print_classes(architectures: list[str]) -> None:
     from vllm.model_executor.models.interfaces import supports_eagle3
     from vllm.model_executor.models.registry import ModelRegistry
 
-    classes = {arch: ModelRegistry._try_load_model_cls(arch) for arch in sys.argv[2:]}
+    classes = {arch: ModelRegistry._try_load_model_cls(arch) for arch in architectures}
     print(json.dumps({arch: None if cls is None else supports_eagle3(cls) for arch, cls in classes.items()}))
-    sys.exit(0)
 
 
 def print_groups(target_name: str, drafter_path: str, tp: int) -> None:
@@ -65,6 +64,9 @@ def print_groups(target_name: str, drafter_path: str, tp: int) -> None:
                       "apart": [list(m) for m in getattr(apart_grouping(target, draft, drafter_path), "members", ())]}))
 
 
-# One line per (target, drafter, TP) triple: vLLM is imported once for them all.
-for i in range(1, len(sys.argv), 3):
-    print_groups(sys.argv[i], sys.argv[i + 1], int(sys.argv[i + 2]))
+# One line per (target, drafter, TP) triple, then the classes' line: vLLM is imported once for them all.
+triples = sys.argv[1:sys.argv.index("classes")] if "classes" in sys.argv else sys.argv[1:]
+for i in range(0, len(triples), 3):
+    print_groups(triples[i], triples[i + 1], int(triples[i + 2]))
+if "classes" in sys.argv:
+    print_classes(sys.argv[sys.argv.index("classes") + 1:])
