@@ -535,7 +535,8 @@ target = {"changed signature": "compute_head_slice_params", "untransposed Kimi c
 # A family's own config class is shown on its own preset alone.
 alone = {"MiniCPMHybridConfig state": [c.served_model("minicpm-sala")]}
 # Each fault on the models whose cases reach its function as is: on the others nothing planted runs.
-reached = {r.name: set(r.by_model) for r in c.probe(models, base).results}
+# A function whose cases name no model (head slices over the models' KV heads) keeps them all.
+reached = {r.name: set(r.by_model) or {m.name for m in models} for r in c.probe(models, base).results}
 out = {}
 for fault, plant in faults.items():
     name = target.get(fault, fault)
