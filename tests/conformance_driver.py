@@ -15,9 +15,9 @@ padding a smaller page to its drafter's larger one instead of raising its block)
 (mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``);
 ``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``);
 ``glm-mtp-key`` (mambaxfer counting GLM-5-Next's by ``mtp_num_hidden_layers``, absent: 1);
-``qsa-ring`` (vLLM's QSA raw-key ring sized without the speculative tokens). Prints one JSON
-object: each run's exit code and document, by name. One process runs them
-all: vLLM is imported once.
+``qsa-ring`` (vLLM's QSA raw-key ring sized without the speculative tokens). A run's ``env`` is
+set for it alone. Prints one JSON object: each run's exit code, document (``{"unparsed": stdout}``
+if not JSON) and stderr, by name. One process runs them all: vLLM is imported once.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 
 
@@ -159,11 +160,15 @@ def main(argv: list[str]) -> None:
         alter(item["alter"], undo)
         vllm_side.installed.cache_clear()
         vllm_side._symbol.cache_clear()     # each run looks vLLM's functions up afresh
-        captured = io.StringIO()
+        environ = dict(os.environ)
+        os.environ.update(item.get("env", {}))
+        captured, errors = io.StringIO(), io.StringIO()
         try:
-            with contextlib.redirect_stdout(captured):
+            with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(errors):
                 code = run(["conformance", *item["args"]])
         finally:
+            os.environ.clear()
+            os.environ.update(environ)
             for owner, name, value in reversed(undo):
                 if isinstance(owner, dict):
                     owner[name] = value
@@ -174,7 +179,7 @@ def main(argv: list[str]) -> None:
             document = json.loads(text)
         except ValueError:
             document = {"unparsed": text}
-        out[item["name"]] = {"code": code, "document": document}
+        out[item["name"]] = {"code": code, "document": document, "stderr": errors.getvalue()}
     print(json.dumps(out))
 
 

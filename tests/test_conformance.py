@@ -50,20 +50,36 @@ def run_in_vllm(release: str, *args: str, env: dict | None = None) -> subprocess
                           env={**environ, "COLUMNS": "80", **(env or {})})
 
 
-_documents: dict = {}
+_batches: dict = {}
+
+
+@pytest.fixture
+def ran(tmp_path_factory):
+    """``ran(release)``: each conformance run of this file (``installed_runs``, then RUNS) in vLLM
+    ``release``'s environment, by name: one process per release imports vLLM once for them all."""
+    def get(release: str) -> dict:
+        if release not in _batches:
+            tmp = tmp_path_factory.mktemp(f"conformance-{release}")
+            proc = run_in_vllm(release, str(DRIVER), json.dumps([*installed_runs(release, tmp), *RUNS]))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            _batches[release] = json.loads(proc.stdout.strip().splitlines()[-1])
+            _batches[release]["junit"] = (tmp / "junit.xml").read_text()
+        return _batches[release]
+    return get
 
 
 @pytest.fixture(params=sorted(RELEASES))
-def all_presets(request, tmp_path_factory) -> tuple[str, dict, str]:
-    """``conformance --all-presets --format json --junit`` in vLLM ``release``'s environment, once."""
-    release = request.param
-    if release not in _documents:
-        junit = tmp_path_factory.mktemp("conformance") / "junit.xml"
-        proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--all-presets", "--format", "json",
-                           "--junit", str(junit))
-        assert proc.returncode in (0, 1), proc.stderr[-3000:]
-        _documents[release] = (release, json.loads(proc.stdout), junit.read_text())
-    return _documents[release]
+def all_presets(request, ran) -> tuple[str, dict, str]:
+    """``conformance --all-presets --format json --junit`` in vLLM ``release``'s environment."""
+    runs = ran(request.param)
+    assert runs["all-presets"]["code"] in (0, 1), runs["all-presets"]["stderr"][-3000:]
+    return request.param, runs["all-presets"]["document"], runs["junit"]
+
+
+def agreed(run: dict) -> dict:
+    """The document of a run that exited 0."""
+    assert run["code"] == 0, str(run["document"])[-3000:] + run["stderr"][-3000:]
+    return run["document"]
 
 
 def by_function(document: dict) -> dict:
@@ -108,17 +124,14 @@ def test_every_function_compares_real_cases(all_presets):
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_glm_5_next_agrees_with_vllm_on_its_sparse_backend(release):
+def test_glm_5_next_agrees_with_vllm_on_its_sparse_backend(release, ran):
     """GLM-5-Next on vLLM's sparse MLA pick for the GPU: every function the probe stands it in for
     agrees (blocks aligned to the indexer's kernel, kernel blocks never split, BLHNC from the
     indexer backends' layouts), the handshake on the regions vLLM's own register_kv_caches makes of
     its KV caches (the hybrid MLA block-length assert naming every region), and the descriptor IDs
     vLLM's worker numbers over those regions (compressed keys, latents and tail rings each a region
     of its own, the rings a transfer group of their own)."""
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", "glm-5-next", "--max-tp", "4",
-                       "--format", "json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = agreed(ran(release)["glm-5-next"])
     functions = by_function(document)
     assert document["ok"] and all(f["outcome"] in ("agrees", "no case") for f in document["functions"])
     for name in ("update_block_size_for_backend", "select_common_block_size", "resolve_kv_cache_layout",
@@ -129,136 +142,101 @@ def test_glm_5_next_agrees_with_vllm_on_its_sparse_backend(release):
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_kimi_k3_agrees_with_vllm_and_k3_1_is_refused_as_the_release_refuses_it(release):
+def test_kimi_k3_agrees_with_vllm_and_k3_1_is_refused_as_the_release_refuses_it(release, ran):
     """Kimi-K3's example config (tests/test_kimi_k3.py) through vLLM's own functions: its class's
     state with and without --mamba-ssm-cache-dtype bfloat16 (KimiK3DeltaAttention reads it), blocks,
     reads, IDs and hashes on the full-rank-gate layer. Kimi-K3.1 is refused in each release's words:
     0.33's registry has no such architecture, 0.34's connector cannot register its KV cache."""
-    fixtures = Path(__file__).parent / "fixtures" / "hf-configs"
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", str(fixtures / "kimi-k3.example.json"),
-                       "--max-tp", "4", "--format", "json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = agreed(ran(release)["kimi-k3"])
     functions = by_function(document)
     assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
     assert functions["get_mamba_state_*_from_config"]["cases"] == 8      # TP 1-4, auto and bfloat16
     for name in ("update_block_size_for_backend", "compute_nixl_compatibility_hash", "handshake verdict",
                  "_compute_desc_ids", "ModelRegistry", *STATE_FUNCTIONS):
         assert functions[name]["cases"] > 0, name
-    refused = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model",
-                          str(fixtures / "kimi-k3.1.example.json"), "--max-tp", "2")
+    refused = ran(release)["kimi-k3.1"]
     words = ("vLLM 0.33 does not serve KimiK31ForConditionalGeneration" if release == "0.33" else
              "AssertionError: KV cache view cannot be partitioned into NIXL regions")
-    assert refused.returncode == 2 and words in " ".join(refused.stderr.split()), refused.stderr[-2000:]
+    assert refused["code"] == 2 and words in " ".join(refused["stderr"].split()), refused["stderr"][-2000:]
 
 
 @pytest.mark.parametrize("layout", ["SD", "ds"])
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_a_conv_layout_but_ds_is_one_line_exit_2(release, layout):
+def test_a_conv_layout_but_ds_is_one_line_exit_2(release, layout, ran):
     """vLLM's NIXL worker asserts DS for any model with Mamba state (and vLLM reads only SD or DS):
     under another layout nothing can be compared."""
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", "jamba", "--max-tp", "2",
-                       env={"VLLM_SSM_CONV_STATE_LAYOUT": layout})
-    result = CliResult(proc.returncode, proc.stdout, proc.stderr)
+    run = ran(release)[f"layout {layout}"]
+    result = CliResult(run["code"], run["document"]["unparsed"], run["stderr"])
     assert_user_error(result, f"VLLM_SSM_CONV_STATE_LAYOUT={layout}:", "requires DS conv state layout",
                       "unset it or set it to DS")
     assert len(messages(result.stderr.strip())) == 1 and not result.stdout
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_bailing_v3_state_agrees_with_vllm(release):
+def test_bailing_v3_state_agrees_with_vllm(release, ran):
     """Bailing-V3's example config (head_dim 128, qk_rope_head_dim 64) through vLLM's own
     ``BailingMoeV3ForCausalLM.get_mamba_state_shape_from_config`` on transformers'
     ``BailingHybridConfig``, which sets ``head_dim`` from ``qk_rope_head_dim``: its state, and the
     blocks, reads and IDs built on it, agree at every pairing up to TP 2."""
-    fixtures = Path(__file__).parent / "fixtures" / "hf-configs"
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model",
-                       str(fixtures / "bailing-v3.example.json"), "--max-tp", "2", "--format", "json")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = agreed(ran(release)["bailing-v3"])
     assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
     assert by_function(document)["get_mamba_state_*_from_config"]["cases"] > 0
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_nemotron_h_mtp_agrees_with_vllm(release):
+def test_nemotron_h_mtp_agrees_with_vllm(release, ran):
     """Nemotron-3-Super with its MTP layer ("*E": one attention layer, tagged is_draft): vLLM's own
     grouping and _compute_desc_ids agree on the drafted cases too (its few logical blocks per
     group once left no room for the request's spread-out block IDs)."""
-    fixtures = Path(__file__).parent / "fixtures" / "hf-configs"
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model",
-                       str(fixtures / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json"),
-                       "--max-tp", "2", "--format", "json")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = agreed(ran(release)["nemotron-h-mtp"])
     assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
     assert any(name.endswith(" + MTP") for name in document["models"])
     assert by_function(document)["_compute_desc_ids"]["cases"] > 0
 
 
-def _mtp_count_runs(release: str, config: dict, fault: str, tmp_path) -> dict:
-    """``config`` as installed and with ``fault`` planted: the installed run agrees on every
+def _mtp_count_runs(runs: dict, name: str) -> dict:
+    """``name``'s config as installed and with its fault planted: the installed run agrees on every
     function with its MTP model; the planted one differs on some of _compute_desc_ids' cases,
     whose first difference is returned."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    args = ["--model", str(path), "--max-tp", "2", "--format", "json"]
-    runs = [{"name": "as-installed", "alter": "as-installed", "args": args},
-            {"name": "planted", "alter": fault, "args": args}]
-    proc = run_in_vllm(release, str(DRIVER), json.dumps(runs))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
-    agreed, planted = found["as-installed"], found["planted"]
-    assert agreed["code"] == 0 and all(f["outcome"] == "agrees" for f in agreed["document"]["functions"])
-    assert any(name.endswith(" + MTP") for name in agreed["document"]["models"])
+    installed, planted = runs[f"{name} as-installed"], runs[f"{name} planted"]
+    assert installed["code"] == 0 and all(f["outcome"] == "agrees" for f in installed["document"]["functions"])
+    assert any(name.endswith(" + MTP") for name in installed["document"]["models"])
     ids = by_function(planted["document"])["_compute_desc_ids"]
     assert planted["code"] == 1 and ids["outcome"] == "differs" and 0 < ids["differing"] < ids["cases"], ids
     return ids["first_difference"]
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_nemotron_h_mtp_layers_block_type_agrees_with_vllm_and_the_pattern_key_alone_differs(release, tmp_path):
+def test_nemotron_h_mtp_layers_block_type_agrees_with_vllm_and_the_pattern_key_alone_differs(release, ran):
     """Nemotron-3-Super with mtp_layers_block_type (the key Nemotron-3-Ultra's config gives) of two
     attention layers beside its "*E": the probe builds the MTP layers vLLM's predictor reads of its
     loaded NemotronHConfig, so both agree on 2; mambaxfer reading the pattern key alone (1) differs."""
-    config = json.loads(Path(SUPER).read_text()) | {"mtp_layers_block_type": ["attention", "attention", "moe"]}
-    first = _mtp_count_runs(release, config, "mtp-pattern-key", tmp_path)
+    first = _mtp_count_runs(ran(release), "mtp-pattern-key")
     assert _plan(first["command"])["model"]["draft_layers"] == 2
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_qwen4exp_mtp_layers_agree_with_vllm_and_another_count_key_differs(release, tmp_path):
+def test_qwen4exp_mtp_layers_agree_with_vllm_and_another_count_key_differs(release, ran):
     """Qwen3.8-Flash-Next with mtp_num_hidden_layers 2: the probe builds the QSA layers vLLM's
     predictor reads of its loaded config, so both agree on 2; mambaxfer counting them by
     num_nextn_predict_layers (absent: 1) differs on the drafted cases."""
-    config = dict(load_model("qwen3.8-flash-next").hf_config)
-    config["text_config"] = {**config["text_config"], "mtp_num_hidden_layers": 2}
-    assert "2 MTP layers" in json.dumps(_mtp_count_runs(release, config, "qwen4exp-mtp-key", tmp_path))
+    assert "2 MTP layers" in json.dumps(_mtp_count_runs(ran(release), "qwen4exp-mtp-key"))
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_glm_5_next_mtp_layers_agree_with_vllm_and_another_count_key_differs(release, tmp_path):
+def test_glm_5_next_mtp_layers_agree_with_vllm_and_another_count_key_differs(release, ran):
     """GLM-5-Next's preset config with num_nextn_predict_layers 2: the probe builds the MLA layers
     (with the indexer's caches) vLLM's predictor reads of its loaded config, so both agree on 2;
     mambaxfer counting them by mtp_num_hidden_layers (absent: 1) differs on the drafted cases."""
-    config = dict(load_model("glm-5-next").hf_config)
-    config["text_config"] = {**config["text_config"], "num_nextn_predict_layers": 2}
-    assert "2 MTP layers" in json.dumps(_mtp_count_runs(release, config, "glm-mtp-key", tmp_path))
+    assert "2 MTP layers" in json.dumps(_mtp_count_runs(ran(release), "glm-mtp-key"))
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_kimi_k3_mtp_layer_agrees_with_vllm(release, tmp_path):
+def test_kimi_k3_mtp_layer_agrees_with_vllm(release, ran):
     """Kimi-K3's example config with one MTP layer (an MLA layer, tagged is_draft): vLLM's own
     grouping, _compute_desc_ids and its class's state, whose conv rows follow the speculative tokens
     under --mamba-ssm-cache-dtype bfloat16 too, agree on the drafted cases."""
-    config = json.loads((Path(BAMBA).with_name("kimi-k3.example.json")).read_text())
-    config["text_config"]["num_nextn_predict_layers"] = 1
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", str(path), "--max-tp", "2",
-                       "--format", "json")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = agreed(ran(release)["kimi-k3-mtp"])
     assert document["ok"] and any(name.endswith(" + MTP") for name in document["models"])
 
 
@@ -305,18 +283,16 @@ def _as_documented(text: str) -> list[str]:
     return [re.sub(r" in \d+\.\d s:", " in N s:", line.rstrip()) for line in text.strip().splitlines()]
 
 
-def test_the_documented_output_is_what_vllm_0_34_prints():
-    proc = run_in_vllm("0.34", "-m", "mambaxfer_cli", "conformance", "--all-presets")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+def test_the_documented_output_is_what_vllm_0_34_prints(ran):
+    stdout = agreed(ran("0.34")["documented"])["unparsed"]
+    assert max(len(line) for line in stdout.splitlines()) <= 80
     for page in DOCUMENTED:
         documented = page.read_text().split("<!-- conformance-output -->\n```text\n", 1)[1].split("\n```", 1)[0]
-        assert _as_documented(proc.stdout) == _as_documented(documented), page.name
+        assert _as_documented(stdout) == _as_documented(documented), page.name
 
 
 # --- it can fail: vLLM altered in the driver's process ---------------------------------------------
 
-_driven: dict = {}
 JAMBA = ["--model", "jamba", "--max-tp", "2", "--format", "json"]
 # Bamba-9B: 29 Mamba2 layers and 3 attention layers make groups of 3 layers, the last SSM group of 2.
 BAMBA = str(Path(__file__).with_name("fixtures") / "hf-configs" / "bamba-9b-dims.partial.json")
@@ -353,15 +329,48 @@ RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8
          "args": ["--model", "qwen3.8-flash-next", "--max-tp", "4", "--format", "json"]}]
 
 
+def installed_runs(release: str, tmp: Path) -> list[dict]:
+    """The runs of vLLM as installed (and the MTP-count faults planted in mambaxfer) the tests above
+    read, configs written under ``tmp``."""
+    fixtures = Path(BAMBA).parent
+    kimi_mtp = json.loads((fixtures / "kimi-k3.example.json").read_text())
+    kimi_mtp["text_config"]["num_nextn_predict_layers"] = 1
+    qwen4exp = dict(load_model("qwen3.8-flash-next").hf_config)
+    qwen4exp["text_config"] = {**qwen4exp["text_config"], "mtp_num_hidden_layers": 2}
+    glm = dict(load_model("glm-5-next").hf_config)
+    glm["text_config"] = {**glm["text_config"], "num_nextn_predict_layers": 2}
+    configs = {"kimi-k3-mtp": kimi_mtp, "qwen4exp-mtp-key": qwen4exp, "glm-mtp-key": glm,
+               "mtp-pattern-key": json.loads(Path(SUPER).read_text())
+               | {"mtp_layers_block_type": ["attention", "attention", "moe"]}}
+    for name, config in configs.items():
+        (tmp / name).mkdir()
+        (tmp / name / "config.json").write_text(json.dumps(config))
+
+    def json_tp(model, tp: str) -> list[str]:
+        return ["--model", str(model), "--max-tp", tp, "--format", "json"]
+
+    runs = {"all-presets": ["--all-presets", "--format", "json", "--junit", str(tmp / "junit.xml")],
+            "glm-5-next": json_tp("glm-5-next", "4"), "kimi-k3": json_tp(fixtures / "kimi-k3.example.json", "4"),
+            "kimi-k3.1": ["--model", str(fixtures / "kimi-k3.1.example.json"), "--max-tp", "2"],
+            "bailing-v3": json_tp(fixtures / "bailing-v3.example.json", "2"), "nemotron-h-mtp": json_tp(SUPER, "2"),
+            "kimi-k3-mtp": json_tp(tmp / "kimi-k3-mtp" / "config.json", "2"),
+            "eagle3": ["--model", "nemotron-h-8b", "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json"],
+            "eagle3-other-pages": APART_0_8B}
+    found = [{"name": name, "alter": "as-installed", "args": args} for name, args in runs.items()]
+    found += [{"name": f"layout {layout}", "alter": "as-installed", "args": ["--model", "jamba", "--max-tp", "2"],
+               "env": {"VLLM_SSM_CONV_STATE_LAYOUT": layout}} for layout in ("SD", "ds")]
+    for fault in ("mtp-pattern-key", "qwen4exp-mtp-key", "glm-mtp-key"):
+        found += [{"name": f"{fault} {name}", "alter": alter, "args": json_tp(tmp / fault / "config.json", "2")}
+                  for name, alter in (("as-installed", "as-installed"), ("planted", fault))]
+    if release == "0.34":
+        found.append({"name": "documented", "alter": "as-installed", "args": ["--all-presets"]})
+    return found
+
+
 @pytest.fixture(params=sorted(RELEASES))
-def driven(request) -> tuple[str, dict]:
-    """Each run of conformance_driver.py (RUNS), in one vLLM process per release."""
-    release = request.param
-    if release not in _driven:
-        proc = run_in_vllm(release, str(DRIVER), json.dumps(RUNS))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        _driven[release] = (release, json.loads(proc.stdout.strip().splitlines()[-1]))
-    return _driven[release]
+def driven(request, ran) -> tuple[str, dict]:
+    """Each run of RUNS in vLLM ``request.param``'s environment, by name."""
+    return request.param, ran(request.param)
 
 
 def _plan(command: str) -> dict:
@@ -538,21 +547,16 @@ def test_a_vllm_grouping_or_reading_the_eagle3_drafter_otherwise_differs(driven,
 
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
-def test_an_eagle3_drafter_agrees_with_vllm(release):
+def test_an_eagle3_drafter_agrees_with_vllm(release, ran):
     """--speculative-config with Llama-3-70B's EAGLE-3 drafter on Nemotron-H-8B: every function of
     vLLM's on the drafted model (its layer in the attention group, tagged is_draft) agrees; so does
     every function with a drafter whose pages are not the target's (Qwen3.5-4B's on Qwen3.5-0.8B:
     its own groups, every page raised to its larger one, descriptor IDs and bytes)."""
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", "--model", "nemotron-h-8b",
-                       "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = agreed(ran(release)["eagle3"])
     assert document["models"] == ["nemotron-h-8b + EAGLE3"]
     assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
     assert by_function(document)["_compute_desc_ids"]["cases"] > 0
-    proc = run_in_vllm(release, "-m", "mambaxfer_cli", "conformance", *APART_0_8B)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = agreed(ran(release)["eagle3-other-pages"])
     assert document["models"] == ["qwen3.5-0.8b + EAGLE3"]
     assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
     assert by_function(document)["_compute_desc_ids"]["cases"] > 0

@@ -287,7 +287,15 @@ print(json.dumps(out))
 """
 
 
-def test_lines_read_as_sglangs_own_parser_reads_them():
+# Then scripts/sglang_launch_flags.py in the same process (SGLang imported once), writing argv[4].
+FLAGS = """
+import runpy
+sys.argv = sys.argv[3:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_lines_read_as_sglangs_own_parser_reads_them(tmp_path):
     """Each argv through SGLang 0.5.23's own parser (its interpreter, MAMBAXFER_TEST_SGLANG_0_5_23)
     and through ``parse_launch``: the same values, and an error where SGLang's parser exits; the
     option table is the one its parser builds."""
@@ -299,7 +307,9 @@ def test_lines_read_as_sglangs_own_parser_reads_them():
 
     python = sglang_python()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([python, "-c", PARSE, json.dumps(SGLANG_ARGVS), json.dumps(list(COMPARED))],
+    written = tmp_path / "launch_flags.json"
+    done = subprocess.run([python, "-c", PARSE + FLAGS, json.dumps(SGLANG_ARGVS), json.dumps(list(COMPARED)),
+                           str(ROOT / "scripts" / "sglang_launch_flags.py"), str(written)],
                           capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     theirs = json.loads(done.stdout.strip().splitlines()[-1])
@@ -319,10 +329,7 @@ def test_lines_read_as_sglangs_own_parser_reads_them():
             if answer[dest] is not None:
                 assert getattr(line, key) == answer[dest], (argv, dest)
     table = Path(sys.modules["mambaxfer_cli.engines.sglang.launch_args"].__file__).parent / "releases"
-    written = subprocess.run([python, str(ROOT / "scripts" / "sglang_launch_flags.py"), "/dev/stdout"],
-                             capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT.parent)
-    assert written.returncode == 0, written.stderr[-2000:]
-    assert json.loads(written.stdout) == json.loads((table / "v0_5_23" / "launch_flags.json").read_text())
+    assert json.loads(written.read_text()) == json.loads((table / "v0_5_23" / "launch_flags.json").read_text())
 
 
 def test_kimi_k3_is_preflighted_with_sglang_s_kda_state(tmp_path):

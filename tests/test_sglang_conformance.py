@@ -192,7 +192,11 @@ PLANTED = ["compute_mamba_state_slice_blocks", "compute_head_slice_params"]
 def cli_runs() -> dict:
     runs = {"table": (["conformance", "--engine", "sglang", "--all-presets"], []),
             "planted": (["conformance", "--engine", "sglang", *GRANITE], PLANTED),
-            "planted json": (["conformance", "--engine", "sglang", *GRANITE, "--format", "json"], PLANTED)}
+            "planted json": (["conformance", "--engine", "sglang", *GRANITE, "--format", "json"], PLANTED),
+            "bailing": (["conformance", "--engine", "sglang", "--model", str(FIXTURES / "bailing-v3.example.json"),
+                         "--max-tp", "2", "--format", "json"], []),
+            "draft model": (["conformance", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--speculative-algorithm",
+                             "EAGLE3", "--draft-model", EAGLE3, "--max-tp", "2", "--format", "json"], [])}
     proc = run_in_sglang("-c", CLI_RUNS, json.dumps(list(runs.values())), env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(zip(runs, json.loads(proc.stdout.strip().splitlines()[-1])))
@@ -541,12 +545,15 @@ target = {"changed signature": "compute_head_slice_params", "untransposed Kimi c
 # A family's own config class is shown on its own preset alone.
 alone = {"MiniCPMHybridConfig state": [c.served_model("minicpm-sala")],
          "ZayaConfig state": [c.served_model("zaya1-8b")]}
+# Each fault on the models whose cases reach its function as is: on the others nothing planted runs.
+# A function whose cases name no model (head slices over the models' KV heads) keeps them all.
+reached = {r.name: set(r.by_model) or {m.name for m in models} for r in c.probe(models, base).results}
 out = {}
 for fault, plant in faults.items():
     name = target.get(fault, fault)
     functions = dict(base)
     functions[name] = plant(base[name])
-    report = c.probe(alone.get(fault, models), functions)
+    report = c.probe(alone.get(fault, [m for m in models if m.name in reached[name]]), functions)
     out[fault] = {r.name: r.outcome for r in report.results}
 print(json.dumps(out))
 """
@@ -560,10 +567,20 @@ BUILT_ON = {"Mamba2StateShape.create": SENDS, "Mamba2StateShape.create_full_rank
 
 
 @pytest.fixture(scope="module")
-def planted() -> dict:
-    result = run_in_sglang("-c", PLANT)
+def scripted(tmp_path_factory) -> list[dict]:
+    """PLANT, DRAFTERS and TWO_STARS (on Nemotron-3-Super with two '*'s) in one SGLang process:
+    SGLang is imported once. Their JSON lines, in that order."""
+    config = tmp_path_factory.mktemp("two-stars") / "config.json"
+    super_ = json.loads((FIXTURES / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json").read_text())
+    config.write_text(json.dumps({**super_, "mtp_hybrid_override_pattern": "**E"}))
+    result = run_in_sglang("-c", PLANT + DRAFTERS + TWO_STARS, json.dumps(DRAFTED), str(config))
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    return [json.loads(line) for line in result.stdout.strip().splitlines()[-3:]]
+
+
+@pytest.fixture(scope="module")
+def planted(scripted) -> dict:
+    return scripted[0]
 
 
 def test_kimi_s_conv_laid_out_as_mamba2_s_is_caught(planted):
@@ -585,14 +602,12 @@ def test_a_planted_fault_is_caught(planted, fault):
     assert outcomes[fault] == DIFFERS
 
 
-def test_bailing_v3_agrees_with_sglang_s_own_config_class_and_mixer():
+def test_bailing_v3_agrees_with_sglang_s_own_config_class_and_mixer(cli_runs):
     # BailingHybridConfig gives KimiLinearStateShape its own head_dim (not vLLM's qk_rope_head_dim)
     # and its layer types; BailingKDA's KimiDeltaAttention its conv channels.
-    config = ROOT / "tests" / "fixtures" / "hf-configs" / "bailing-v3.example.json"
-    proc = run_in_sglang("-m", "mambaxfer_cli", "conformance", "--engine", "sglang", "--model", str(config),
-                         "--max-tp", "2", "--format", "json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    functions = {f["function"]: f for f in json.loads(proc.stdout)["functions"]}
+    run = cli_runs["bailing"]
+    assert run["code"] == 0, run["stderr"][-3000:]
+    functions = {f["function"]: f for f in json.loads(run["stdout"])["functions"]}
     assert {f["outcome"] for f in functions.values()} == {AGREES}
     assert functions["KimiDeltaAttention conv channels"]["cases"] == 3           # TP 1 rank 0, TP 2 ranks 0, 1
     assert functions["mambaish_config state layers"]["cases"] == 1
@@ -621,20 +636,21 @@ for algorithm, path, model in json.loads(sys.argv[1]):
         report = c.probe([c.served_model(model)], {name: planted}, max_tp=4, drafter=(algorithm, path))
         found = next(r for r in report.results if r.name == name).to_dict()
         out[f"{algorithm} {fault}"] = [found["outcome"], found["cases"], list(found.get("by_model", {}))]
+ModelConfig.get_num_kv_heads = heads
 print(json.dumps(out))
 """
 
 
-def test_eagle3_and_standalone_drafters_agree_and_planted_faults_are_caught():
+DRAFTED = [["EAGLE3", EAGLE3, "qwen3.5-0.8b"], ["STANDALONE", STANDALONE, "qwen3-next-80b"]]
+
+
+def test_eagle3_and_standalone_drafters_agree_and_planted_faults_are_caught(scripted):
     """SpecForge's EAGLE-3 drafter for Qwen3.5-4B (1 layer, 4 KV heads of 256) on Qwen3.5-0.8B and
     Qwen3-0.6B as a STANDALONE draft (28 layers, 8 KV heads of 128) on Qwen3-Next-80B: SGLang's
     draft worker's pool (ModelConfig, _compute_model_num_layers, MHATokenToKVPool, the remapped
     ids) agrees with mambaxfer's entries at each TP size; each planted fault differs."""
-    cases = [["EAGLE3", EAGLE3, "qwen3.5-0.8b"], ["STANDALONE", STANDALONE, "qwen3-next-80b"]]
-    result = run_in_sglang("-c", DRAFTERS, json.dumps(cases))
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    for algorithm, _, model in cases:
+    out = scripted[1]
+    for algorithm, _, model in DRAFTED:
         outcome, count, models = out[f"{algorithm} none"]
         assert outcome == AGREES and count == 3 * 2 and models == [f"{model} + {algorithm}"], out
         for fault in ("deeper pool", "twice the heads"):
@@ -651,36 +667,29 @@ from mambaxfer_cli.engines.sglang import conformance as c
 from sglang.srt.configs.hybrid_arch import mamba2_config
 from sglang.srt.model_executor.model_runner_components import layer_setup
 
-config = c._drafter_config("EAGLE", sys.argv[1])
+config = c._drafter_config("EAGLE", sys.argv[2])
 layers = layer_setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
 out = {"sglang": [config.hf_config.mtp_hybrid_override_pattern, layers, mamba2_config(config) is None]}
 name, ours = "draft KV pool entries", c.draft_for
 for fault, planted in {"none": ours, "a layer per star": lambda *a: dataclasses.replace(ours(*a), layers=2)}.items():
     c.draft_for = planted
-    found = next(r for r in c.probe([c.served_model(sys.argv[1])], c.load_functions([name]), max_tp=2).results
+    found = next(r for r in c.probe([c.served_model(sys.argv[2])], c.load_functions([name]), max_tp=2).results
                  if r.name == name).to_dict()
     out[fault] = [found["outcome"], found["cases"]]
 print(json.dumps(out))
 """
 
 
-def test_a_nemotron_h_mtp_pattern_of_two_stars_keeps_one_draft_layer_as_sglang_does(tmp_path):
-    config = tmp_path / "config.json"
-    super_ = json.loads((FIXTURES / "nvidia__NVIDIA-Nemotron-3-Super-120B-A12B-BF16.partial.json").read_text())
-    config.write_text(json.dumps({**super_, "mtp_hybrid_override_pattern": "**E"}))
-    result = run_in_sglang("-c", TWO_STARS, str(config))
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+def test_a_nemotron_h_mtp_pattern_of_two_stars_keeps_one_draft_layer_as_sglang_does(scripted):
+    out = scripted[2]
     assert out["sglang"] == ["**E", 1, True]        # one layer, an MHATokenToKVPool (no Mamba in it)
     assert out["none"] == [AGREES, 2 * 2] and out["a layer per star"][0] == DIFFERS, out
 
 
-def test_conformance_takes_a_draft_model_and_compares_its_pool():
-    proc = run_in_sglang("-m", "mambaxfer_cli", "conformance", "--engine", "sglang", "--model", "qwen3.5-0.8b",
-                         "--speculative-algorithm", "EAGLE3", "--draft-model", EAGLE3, "--max-tp", "2",
-                         "--format", "json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    functions = {f["function"]: f for f in json.loads(proc.stdout)["functions"]}
+def test_conformance_takes_a_draft_model_and_compares_its_pool(cli_runs):
+    run = cli_runs["draft model"]
+    assert run["code"] == 0, run["stderr"][-3000:]
+    functions = {f["function"]: f for f in json.loads(run["stdout"])["functions"]}
     assert {f["outcome"] for f in functions.values()} == {AGREES}
     assert list(functions["draft KV pool entries"]["by_model"]) == ["qwen3.5-0.8b + EAGLE3"]
 

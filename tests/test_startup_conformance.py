@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from test_conformance import RELEASES, run_in_vllm
 from mambaxfer_cli.engines.vllm.startup import architectures
 from mambaxfer_cli.planning.startup import parallel_refusal
+
+BAMBA = Path(__file__).parent / "fixtures" / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json"
 
 PROBE = r'''
 import json, sys, types
@@ -36,10 +39,30 @@ json.dump(out, sys.stdout)
 '''
 
 
-def vllm_answers(release: str) -> dict:
-    result = run_in_vllm(release, "-c", PROBE)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout)
+# Runs each (probe, argv) given in one vLLM process (vLLM imported once): their JSON answers, a line.
+PROBES = r'''
+import contextlib, io, json, sys
+answers = []
+for source, argv in json.loads(sys.argv[1]):
+    sys.argv, printed = ["-c", *argv], io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(source, {"__name__": "__main__"})
+    answers.append(json.loads(printed.getvalue()))
+print(json.dumps(answers))
+'''
+_answers: dict = {}
+
+
+def vllm_answers(release: str) -> list:
+    """PROBE's, MLA_PROBE's and TRANSFORMERS_PROBE's answers in vLLM ``release``'s environment."""
+    from mambaxfer_cli.engines.vllm.geometry import MLA_BACKENDS, SPARSE_MLA_BACKENDS
+
+    if release not in _answers:
+        probes = [(PROBE, []), (MLA_PROBE, [*MLA_BACKENDS, *SPARSE_MLA_BACKENDS]), (TRANSFORMERS_PROBE, [str(BAMBA)])]
+        result = run_in_vllm(release, "-c", PROBES, json.dumps(probes))
+        assert result.returncode == 0, result.stderr[-2000:]
+        _answers[release] = json.loads(result.stdout.strip().splitlines()[-1])
+    return _answers[release]
 
 
 def ours(heads: int, tp: int, fault: int = 0) -> bool:
@@ -49,7 +72,7 @@ def ours(heads: int, tp: int, fault: int = 0) -> bool:
 
 @pytest.mark.parametrize("release", sorted(RELEASES))
 def test_parallel_config_and_registry_agree_with_vllm(release):
-    theirs = vllm_answers(release)
+    theirs = vllm_answers(release)[0]
     disagree = [k for k, v in theirs["parallel"].items() if (v is None) != ours(*map(int, k.split(":")))]
     assert not disagree, disagree[:5]
     planted = [k for k, v in theirs["parallel"].items() if (v is None) != ours(*map(int, k.split(":")), fault=1)]
@@ -96,12 +119,9 @@ def test_no_mla_backend_runs_float32(release):
     declares ``supported_dtypes`` within float16 and bfloat16 (``validate_configuration`` says
     "dtype not supported" otherwise, and ``CudaPlatform.get_attn_backend_cls`` raises "No valid
     attention backend found for cuda ..." when none is left)."""
-    from mambaxfer_cli.engines.vllm.geometry import MLA_BACKENDS, SPARSE_MLA_BACKENDS
     from mambaxfer_cli.engines.vllm.startup import MLA_DTYPES
 
-    result = run_in_vllm(release, "-c", MLA_PROBE, *MLA_BACKENDS, *SPARSE_MLA_BACKENDS)
-    assert result.returncode == 0, result.stderr[-2000:]
-    theirs = json.loads(result.stdout)
+    theirs = vllm_answers(release)[1]
     assert theirs["no_valid"] and theirs["reason"]
     assert theirs["default"] == sorted(MLA_DTYPES)
     for name, dtypes in theirs["dtypes"].items():
@@ -136,15 +156,10 @@ def test_a_removed_architecture_goes_to_the_transformers_backend_as_vllm_sends_i
     ``_try_resolve_transformers`` resolves the Transformers backend (so the config passes and the
     heads check runs), under vllm ``_raise_for_unsupported`` gives the removed words; transformers'
     ``layer_types`` names layer 0 as mambaxfer's refusal does (vLLM's TRANSFORMERS_BACKEND)."""
-    from pathlib import Path
-
     from mambaxfer_cli.engines.vllm.startup import family_table
     from mambaxfer_cli.engines.vllm.startup import removed_words
 
-    fixture = Path(__file__).parent / "fixtures" / "hf-configs" / "ibm-ai-platform__Bamba-9B.partial.json"
-    result = run_in_vllm(release, "-c", TRANSFORMERS_PROBE, str(fixture))
-    assert result.returncode == 0, result.stderr[-2000:]
-    theirs = json.loads(result.stdout)
+    theirs = vllm_answers(release)[2]
     assert theirs["auto"] == "TransformersForCausalLM" and theirs["words"]
     assert theirs["vllm"].startswith(removed_words("BambaForCausalLM", architectures(release)["removed"]
                                                    ["BambaForCausalLM"]))

@@ -209,6 +209,26 @@ def in_vllm(release: str, *args: object) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
+GROUPED = (("nemotron-h-8b", LLAMA, 1), ("nemotron-h-8b", LLAMA, 2), ("qwen3.5-0.8b", QWEN, 1),
+           ("qwen3.5-0.8b", QWEN, 2), ("nemotron-h-8b", QWEN, 2))
+_answers: dict = {}
+
+
+def vllm_answers(release: str) -> list[dict]:
+    """eagle_groups.py's lines for GROUPED, then for the classes of every preset's architecture and
+    NO_EAGLE3's: one vLLM process per release."""
+    from mambaxfer_cli.engines.vllm.drafts import no_eagle3
+    from mambaxfer_cli.engines.vllm.startup import family_table
+    from mambaxfer_cli.readers.model_source import load_model, preset_names
+
+    if release not in _answers:
+        refused = set(family_table("CONNECTOR_REFUSED"))
+        archs = {load_model(name).hf_config["architectures"][0] for name in preset_names()} - refused
+        _answers[release] = in_vllm(release, *(word for case in GROUPED for word in case), "classes",
+                                    *sorted(archs | no_eagle3()))
+    return _answers[release]
+
+
 @pytest.mark.parametrize("release", RELEASES)
 def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
     """vLLM's own grouping (EAGLEConfig's reading of the drafter, is_draft specs) is mambaxfer's at
@@ -217,12 +237,11 @@ def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
     4 KV heads of 256 against 8 of 128, the same page size), its layers are a bucket of their own
     and every group's block and page are unify_kv_cache_spec_page_size's; appending them to the
     target's attention (a planted fault) is not vLLM's grouping."""
-    for tp in (1, 2):
-        (groups,) = in_vllm(release, "nemotron-h-8b", LLAMA, tp)
+    found = vllm_answers(release)[:-1]
+    assert len(found) == len(GROUPED), found
+    for groups in found[:2]:
         assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"] and not groups["apart"], groups
-    for target, drafter, count, tp in (("qwen3.5-0.8b", QWEN, 25, 1), ("qwen3.5-0.8b", QWEN, 25, 2),
-                                       ("nemotron-h-8b", QWEN, 29, 2)):
-        (apart,) = in_vllm(release, target, drafter, tp)
+    for apart, count in zip(found[2:], (25, 25, 29)):
         assert len(apart["vllm"]) == count and apart["apart"] == apart["vllm"] == apart["ours"], apart
         assert apart["our_pages"] == apart["vllm_pages"] and apart["draft_layers"] == 1, apart
         assert apart["appended"] != apart["vllm"]
@@ -263,11 +282,7 @@ def test_the_classes_without_eagle3_are_vllms(release):
     """NO_EAGLE3 is every preset's architecture whose vLLM class lacks SupportsEagle3, and only those
     (the connector's refused ones, LFM2, never get that far)."""
     from mambaxfer_cli.engines.vllm.drafts import no_eagle3
-    from mambaxfer_cli.engines.vllm.startup import family_table
-    from mambaxfer_cli.readers.model_source import load_model, preset_names
 
     NO_EAGLE3 = no_eagle3()
-    refused = set(family_table("CONNECTOR_REFUSED"))
-    archs = {load_model(name).hf_config["architectures"][0] for name in preset_names()} - refused
-    (found,) = in_vllm(release, "classes", *sorted(archs | NO_EAGLE3))
+    found = vllm_answers(release)[-1]
     assert {arch for arch, supported in found.items() if supported is False} == NO_EAGLE3, found
