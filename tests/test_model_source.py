@@ -56,6 +56,18 @@ def test_presets_hold_the_real_config_values(preset, fixture):
         assert getattr(from_preset, field) == getattr(real, field), field
 
 
+@pytest.mark.parametrize("preset, fixture", [
+    ("jet-nemotron-2b", "NVlabs__Jet-Nemotron__jetlm_2B.json"),
+    ("minicpm-sala", "openbmb__MiniCPM-SALA.json"),
+    ("zaya1-8b", "Zyphra__ZAYA1-8B-legacy.json"),
+])
+def test_a_presets_config_keys_are_the_released_configs(preset, fixture):
+    """A preset written for a family one engine alone serves keeps its released config's values."""
+    released = json.loads((HF / fixture).read_text())
+    config = compiled_presets()[preset]["config"]
+    assert {k: released[k] for k in config} == config
+
+
 def test_qwen3_next_preset():
     spec = load_model("qwen3-next-80b")
     assert spec.variant == Variant("gdn")
