@@ -72,15 +72,6 @@ def test_check_checks_tp_1_and_says_why_not_the_rest(cli):
     assert "not checked at TP 2, 3, 4, 5, 6, 7, 8" in document["unchecked"][0]
 
 
-def test_models_answers_for_it_and_no_longer_lists_it_unread(cli):
-    code, out, err = cli("models", "--engine", "sglang", "--format", "json")
-    document = json.loads(out)
-    row = next(r for r in document["models"] if r["name"] == "jet-nemotron-2b")
-    assert code == 0 and row["sglang_file"] == "models/jet_nemotron.py" and row["answered"], row
-    assert not {"JetNemotronForCausalLM", "JetVLMForConditionalGeneration"} & set(json.dumps(
-        document["state_not_read"]).split('"'))
-
-
 @pytest.mark.usefixtures("nixl")
 def test_execute_moves_its_state_as_sglang_writes_it():
     from cli_run import run_json

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cli_run import run_cli
 from mambaxfer_cli.engines.sglang.conformance import conv_channels
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, state_shape
@@ -92,3 +94,16 @@ def test_vllm_serves_no_gigachat_and_all_presets_leaves_it_to_sglang():
     assert "gigachat3.5" not in {r["model"] for r in both["vllm"]["results"]}
     assert {p["bytes_wrong"]["conv"] for p in both["sglang"]["pairings"]
             if p["model"] == "gigachat3.5" and p["p_tp"] != p["d_tp"]} == {184320}
+
+
+@pytest.mark.parametrize("preset, sglang_file, architectures", [
+    ("jet-nemotron-2b", "models/jet_nemotron.py", {"JetNemotronForCausalLM", "JetVLMForConditionalGeneration"}),
+    ("minicpm-sala", "models/minicpm.py", {"MiniCPMSALAForCausalLM"}),
+    ("zaya1-8b", "models/zaya.py", {"ZayaForCausalLM"}),
+])
+def test_models_answers_for_a_family_it_once_listed_unread(cli, preset, sglang_file, architectures):
+    code, out, _ = cli("models", "--engine", "sglang", "--format", "json")
+    document = json.loads(out)
+    row = next(r for r in document["models"] if r["name"] == preset)
+    assert code == 0 and row["sglang_file"] == sglang_file and row["answered"], row
+    assert not architectures & set(json.dumps(document["state_not_read"]).split('"'))

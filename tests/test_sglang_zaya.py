@@ -53,14 +53,6 @@ def test_vllm_refuses_it_in_its_connector_s_words(cli):
     assert code == 1 and "NIXL connector refuses" in err and "derive_mamba_conv_split" in err, err
 
 
-def test_models_answers_for_it_and_no_longer_lists_it_unread(cli):
-    code, out, err = cli("models", "--engine", "sglang", "--format", "json")
-    document = json.loads(out)
-    row = next(r for r in document["models"] if r["name"] == "zaya1-8b")
-    assert code == 0 and row["sglang_file"] == "models/zaya.py" and row["answered"], row
-    assert "ZayaForCausalLM" not in json.dumps(document["state_not_read"])
-
-
 def test_a_tp_size_its_cca_refuses(cli):
     code, _, err = cli("plan", "--engine", "sglang", "--model", "zaya1-8b", "--p-tp", "1", "--d-tp", "4")
     assert code == 1 and "num_k_heads (2) must be divisible by tp_size (4)" in err, err
