@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import messages
 from test_sglang_conformance import run_in_sglang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Zyphra__ZAYA1-8B-legacy.json"
@@ -99,3 +100,11 @@ def test_conformance_compares_its_config_class_pool_and_sends_and_catches_a_plan
     assert outcomes["as is"]["NIXL state send"] == outcomes["as is"]["Mooncake state send"] == ["agrees", 4]
     assert {o for o, _ in outcomes["as is"].values()} == {"agrees"}
     assert {n: o for n, (o, _) in outcomes["planted"].items() if o != "agrees"} == {"ZayaConfig state": "differs"}
+
+
+def test_the_cca_variant_on_another_family_s_config_is_one_line(cli):
+    # CCA's dimensions come from ZayaConfig's own keys; no generic key stands in for them.
+    code, _, err = cli("plan", "--engine", "sglang", "--variant", "cca", "--model", "nemotron-h-8b",
+                       "--p-tp", "1", "--d-tp", "1")
+    assert code == 2 and len(messages(err.strip())) == 1, err
+    assert "conv_kernel is read from its family's own keys alone" in " ".join(err.split()), err

@@ -99,6 +99,9 @@ def _lookup(config: Mapping[str, Any], alternatives, what: str, where: str) -> i
                     raise UserError(f"{where}: key '{key}' must be a positive integer, got {quoted(part)}")
                 value *= at_most(f"{where}: key '{key}'", int(part), MAX_DIM, "model's")
             return at_most(f"{where}: {what} ({'·'.join(keys)})", value, MAX_DIM, "model's")
+    if not alternatives:       # a variant whose keys only its own family reads (--variant cca elsewhere)
+        raise UserError(f"{where}: {what} is read from its family's own keys alone, and this is not a config of "
+                        f"that family")
     wanted = " or ".join("·".join(keys) for keys in alternatives)
     raise UserError(f"{where}: missing key for {what}: expected {wanted}")
 
