@@ -286,3 +286,17 @@ def test_the_classes_without_eagle3_are_vllms(release):
     NO_EAGLE3 = no_eagle3()
     found = vllm_answers(release)[-1]
     assert {arch for arch, supported in found.items() if supported is False} == NO_EAGLE3, found
+
+
+def test_check_reads_the_drafters_config_once(cli, monkeypatch, tmp_path):
+    """Every pairing's plan and warning take the drafter's config from one read of its file."""
+    from mambaxfer_cli.engines.vllm import drafts
+
+    drafter = tmp_path / "config.json"
+    drafter.write_text(Path(QWEN).read_text())
+    reads: list[object] = []
+    monkeypatch.setattr(drafts, "read_json", lambda path: reads.append(path) or json.loads(Path(path).read_text()))
+    code, _, err = cli("check", "--model", "qwen3.5-0.8b", "--max-tp", "4", "--speculative-config",
+                       eagle3(str(drafter)))
+    assert code in (0, 1) and "Traceback" not in err, err
+    assert len(reads) == 1, reads

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mambaxfer_cli.errors import Refused, UserError, quoted
@@ -258,9 +259,16 @@ def target_only(model: ModelSpec) -> ModelSpec:
 
 def drafter_config(name: str) -> dict[str, Any] | None:
     """The drafter's config.json where ``--model`` would find it here (a file, a directory, a
-    cached repo id); None where it is not here (mambaxfer never downloads)."""
+    cached repo id); None where it is not here (mambaxfer never downloads). Read once a run: a
+    fresh copy each call."""
+    text = _drafter_text(name)
+    return None if text is None else json.loads(text)
+
+
+@lru_cache(maxsize=8)
+def _drafter_text(name: str) -> str | None:
     path = local_config(name)
-    return None if path is None else read_json(path)
+    return None if path is None else json.dumps(read_json(path))
 
 
 def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
