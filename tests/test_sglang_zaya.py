@@ -108,3 +108,10 @@ def test_the_cca_variant_on_another_family_s_config_is_one_line(cli):
                        "--p-tp", "1", "--d-tp", "1")
     assert code == 2 and len(messages(err.strip())) == 1, err
     assert "conv_kernel is read from its family's own keys alone" in " ".join(err.split()), err
+
+
+def test_the_plan_names_the_layer_ids_once_for_both_conv_tensors(cli):
+    code, out, err = cli("plan", "--engine", "sglang", "--model", "zaya1-8b", "--p-tp", "1", "--d-tp", "2")
+    words = " ".join(out.split())
+    said = words.split("layer ids (MambaPool.get_state_layer_ids, the model's own): ", 1)[1].split(" writes", 1)[0]
+    assert said == ", ".join(map(str, CCA_LAYERS)), said      # prev_hs's are conv's: not said twice

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, FAILS, MISROUTES, REFUSED, RIGHT, CheckReport
-from mambaxfer_cli.engines.sglang.entries import CONV, FIELDS, TEMPORAL
+from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL
 from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
@@ -68,12 +68,11 @@ def _fields(plan: SGLangPlan) -> list[str]:
 
 
 def layer_ids_text(plan: SGLangPlan) -> Text:
-    """The entries' layer ids as SGLang numbers them, runs of consecutive ids joined (a side
-    state's after its name)."""
-    fields = _fields(plan)
-    said = "; ".join(_runs([e.layer_id for e in plan.prefill_entries if e.field == f]) if i == 0 else
-                     f"{FIELD_NAMES[f]} {_runs([e.layer_id for e in plan.prefill_entries if e.field == f])}"
-                     for i, f in enumerate(fields) if i == 0 or f not in FIELDS)
+    """The entries' layer ids as SGLang numbers them, runs of consecutive ids joined (a state on
+    other layers than the first's after its name)."""
+    ids = {f: _runs([e.layer_id for e in plan.prefill_entries if e.field == f]) for f in _fields(plan)}
+    first = next(iter(ids.values()), "")
+    said = "; ".join([first, *(f"{FIELD_NAMES[f]} {runs}" for f, runs in ids.items() if runs != first)])
     return Text(f"layer ids (MambaPool.get_state_layer_ids, the model's own): {said}", style="dim")
 
 
