@@ -223,7 +223,7 @@ def test_unsupported_families(model_type, found):
         spec({"model_type": model_type, "hidden_size": 64, "num_hidden_layers": 2})
     message = str(err.value)
     assert f"model_type '{model_type}' is a {found} model" in message
-    assert "supported variants are Mamba1, Mamba2, GDN, KDA, short conv and lightning attention" in message
+    assert "supported variants are Mamba1, Mamba2, GDN, KDA, short conv, lightning attention and CCA" in message
 
 
 @pytest.mark.parametrize("variant", [None, Variant("short_conv")])

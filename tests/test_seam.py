@@ -95,7 +95,7 @@ def test_a_variant_is_one_module(copy):
     for name in ("plan", "inspect", "models"):
         schema = json.loads(run(copy, "-m", "mambaxfer_cli", "schema", name).stdout)
         assert variant_enums(schema) == [["mamba1", "mamba2", "gdn", "kda", "mamba3", "short_conv",
-                                           "lightning"]], name
+                                           "lightning", "cca"]], name
 
     refused = run(copy, "-m", "mambaxfer_cli", "plan", "-m", config, "--variant", "mamba4", "--p-tp", "1",
                   "--d-tp", "1")
@@ -103,15 +103,18 @@ def test_a_variant_is_one_module(copy):
 
 
 def test_every_variant_numbers_its_regions_alike():
-    # A region two variants share (x, ssm) has one ID in the proof's byte pattern; two regions never share one.
+    # A region two variants share (x, ssm) has one ID in the proof's byte pattern; two regions never share one,
+    # nor one of the pattern's own (KV, padding, side caches); SGLang's byte tags keep an ID in four bits.
     from mambaxfer_cli.planning.variants import VARIANTS
+    from mambaxfer_cli.proof.pattern import REGION_IDS
 
     seen: dict[str, int] = {}
     for variant in VARIANTS.values():
         assert set(variant.region_ids) == {r.name for r in variant.regions} == set(variant.colours)
         for region, number in variant.region_ids.items():
-            assert seen.setdefault(region, number) == number and 1 <= number <= 7
+            assert seen.setdefault(region, number) == number and 1 <= number < 16
     assert len(set(seen.values())) == len(seen)
+    assert not set(seen.values()) & {REGION_IDS[name] for name in REGION_IDS if name not in seen}
 
 
 def test_an_engine_is_one_package(copy):

@@ -10,7 +10,8 @@ import numpy as np
 
 from mambaxfer_cli.planning.variants import REGION_IDS as VARIANT_REGION_IDS
 
-# Each region's ID in the pattern: the variants' own (1..7), then attention's KV and padding.
+# Each region's ID in the pattern: the variants' own (1..7, and 13), then attention's KV, padding and
+# the side caches (under 16: SGLang's byte tags keep it in four bits).
 REGION_IDS = {**VARIANT_REGION_IDS, "kv": 8, "pad": 9, "ple": 10, "ring": 11, "ckey": 12}
 POISON = 0xA5
 

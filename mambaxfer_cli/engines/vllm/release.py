@@ -24,7 +24,7 @@ PULL, PUSH = "pull", "push"
 VERDICT_CODES = ("compat-hash", "tp-sizes", "push-block-sizes", "block-size", "prefix-caching", "host-buffer",
                  "head-sharded-block-size", "no-attention", "layout", "dcp-sizes", "mla-block-lens",
                  "region-layers", "qsa-ring", "csa-linear-tp", "kv-cache-layout-heads",
-                 "ple-geometry", "ple-without-qsa", "kpool-ring", "attention-backend")
+                 "ple-geometry", "ple-without-qsa", "kpool-ring", "draft-groups", "attention-backend")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ class VariantRules:
     title: str                             # "Mamba2": how prose names it
     order: int                             # where it is listed among the variants
     regions: tuple[RegionShape, ...]       # its state's regions, conv ones first
-    region_ids: Mapping[str, int]          # each region's ID in the proof's byte pattern (1..7)
+    region_ids: Mapping[str, int]          # each region's ID in the proof's byte pattern (1..15, not 8..12)
     colours: Mapping[str, str]             # each region's colour in tables
     speculative_rows: bool = True          # its conv state keeps a row per speculative token
     generic_params: Mapping[str, Alternatives] = field(default_factory=dict)   # an unknown family's keys

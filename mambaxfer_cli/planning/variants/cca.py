@@ -18,6 +18,6 @@ VARIANT = VariantRules(
              RegionShape("K", "conv", "channel", _k, param("num_kv_heads"), "num_key_value_heads"),
              RegionShape("prev_hs", "conv", "channel", param("hidden_size"), lambda p: 1, "hidden_size",
                          replicable=True, rows=lambda p: 1)),
-    region_ids={"Q": 4, "K": 5, "prev_hs": 6}, colours={"Q": "cyan", "K": "magenta", "prev_hs": "yellow"},
+    region_ids={"Q": 4, "K": 5, "prev_hs": 13}, colours={"Q": "cyan", "K": "magenta", "prev_hs": "yellow"},
     speculative_rows=False, backend="SHORT_CONV",
 )
