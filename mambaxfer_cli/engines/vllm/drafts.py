@@ -169,7 +169,7 @@ def unplanned(model: ModelSpec, name: str) -> str:
         return (f"the drafter {name} is not here (mambaxfer reads a config.json, a folder or the local Hugging "
                 f"Face cache, and downloads nothing); ")
     heads, size = _pages(flatten_text_config(config), name)
-    if model.mla or not model.has_attention or (heads, size) == (model.num_kv_heads, model.head_size):
+    if not _other_pages(model, (heads, size)):
         return ""
     return (f"the drafter's pages are not the target's ({heads} KV heads of {size}, the target's "
             f"{model.num_kv_heads} of {model.head_size}): vLLM raises every page to the largest "
@@ -194,7 +194,7 @@ def apart_grouping(model: ModelSpec, config: Mapping[str, Any], name: str) -> KV
     None where the pages are the target's (or the target has no such attention)."""
     flat = flatten_text_config(config)
     pages = _pages(flat, name)
-    if model.mla or not model.has_attention or pages == (model.num_kv_heads, model.head_size):
+    if not _other_pages(model, pages):
         return None
     built = dim_key(flat, "num_hidden_layers", None, name)
     return model_grouping(replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built,
@@ -288,13 +288,18 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
         return model if tokens is None else replace(model, num_spec=tokens)
     pages = _pages(flat, name)
     target = (model.num_kv_heads or 0) * (model.head_size or 0)
-    if pages != (model.num_kv_heads, model.head_size) and pages[0] * pages[1] % target:
+    if _other_pages(model, pages) and pages[0] * pages[1] % target:
         return replace(model, num_spec=tokens)
     built = dim_key(flat, "num_hidden_layers", None, name)
     within(f"{name}: {len(model.layers) + built} cache-keeping layers with the drafter's",
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
     return replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built, num_spec=tokens,
-                   draft_attention=None if pages == (model.num_kv_heads, model.head_size) else pages)
+                   draft_attention=pages if _other_pages(model, pages) else None)
+
+
+def _other_pages(model: ModelSpec, pages: tuple[int, int]) -> bool:
+    """Whether a drafter of ``pages`` (KV heads, head size) has attention pages not the target's."""
+    return not model.mla and model.has_attention and pages != (model.num_kv_heads, model.head_size)
 
 
 def _pages(flat: Mapping[str, Any], name: str) -> tuple[int, int]:
