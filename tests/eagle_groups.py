@@ -64,7 +64,7 @@ def print_groups(target_name: str, drafter_path: str, tp: int) -> None:
     ours = model_grouping(drafted)
     geometry = engine_layout(drafted, tp, EngineFlags(release=rules), ours).geometry
     attention_blocks = [geometry.block_size // scale if kind == ATTENTION else None
-                        for kind, scale in zip(ours.groups, block_scales(drafted, ours))]
+                        for kind, scale in zip(ours.groups, block_scales(drafted, ours, tp))]
     # The planted fault: the drafter's layers appended whatever their pages (as the target's attention).
     appended = dataclasses.replace(target, layers=target.layers + (ATTENTION,) * eagle.model.num_hidden_layers)
     print(json.dumps({"vllm": [[int(name.rsplit(".", 1)[1]) for name in g.layer_names] for g in groups],

@@ -114,6 +114,25 @@ def test_past_the_heads_vllm_refuses_or_misreads_the_drafter():
     assert "lands wrong" not in " ".join(w["message"] for w in same["warnings"])
 
 
+def test_one_tp_size_past_the_heads_plans_the_drafter():
+    """P and D at one TP size past the KV heads read whole pages rank to rank: Qwen3.5-0.8B at 4
+    (one head of 256 a rank, the drafter's too) puts the drafter's layer in its attention groups;
+    Nemotron-H-8B at 8 (128 against the drafter's 256 a rank) doubles its attention block and
+    the drafter's group holds two blocks a request; no warning, and the IDs fit 80 columns."""
+    joined = plan("qwen3.5-0.8b", "--p-tp", "4", "--d-tp", "4", "--speculative-config", eagle3(QWEN))
+    assert joined["model"]["draft_layers"] == 1 and "draft_attention" not in joined["model"]
+    assert joined["descriptors"]["groups"] == ["ssm"] * 3 + ["attention"] and joined["warnings"] == []
+    alone = plan("nemotron-h-8b", "--p-tp", "8", "--d-tp", "8", "--num-spec", "3")
+    raised = plan("nemotron-h-8b", "--p-tp", "8", "--d-tp", "8", "--speculative-config", eagle3(QWEN))
+    assert raised["model"]["draft_attention"] == [4, 256] and raised["warnings"] == []
+    assert raised["engines"]["decode"]["block_size"] == 2 * alone["engines"]["decode"]["block_size"]
+    blocks = raised["descriptors"]["request"]["decode_blocks"]
+    assert len(blocks[-1]) == 2 * len(blocks[-2])
+    result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "8", "--d-tp", "8", "--semantics", "vllm",
+                     "--show", "ids", "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
+    assert result.code == 0 and max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+
+
 def test_check_checks_the_drafters_layers():
     """check moves the drafter's bytes too (no warning) where it plans them, not past the heads
     (up to TP 4, vLLM refuses P TP 4 with other block sizes: exit 1)."""
@@ -210,7 +229,8 @@ def in_vllm(release: str, *args: object) -> list[dict]:
 
 
 GROUPED = (("nemotron-h-8b", LLAMA, 1), ("nemotron-h-8b", LLAMA, 2), ("qwen3.5-0.8b", QWEN, 1),
-           ("qwen3.5-0.8b", QWEN, 2), ("nemotron-h-8b", QWEN, 2))
+           ("qwen3.5-0.8b", QWEN, 2), ("nemotron-h-8b", QWEN, 2), ("qwen3.5-0.8b", QWEN, 4),
+           ("nemotron-h-8b", QWEN, 8))
 _answers: dict = {}
 
 
@@ -241,10 +261,16 @@ def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
     assert len(found) == len(GROUPED), found
     for groups in found[:2]:
         assert groups["draft_layers"] == 1 and groups["ours"] == groups["vllm"] and not groups["apart"], groups
-    for apart, count in zip(found[2:], (25, 25, 29)):
+    for apart, count in zip(found[2:5], (25, 25, 29)):
         assert len(apart["vllm"]) == count and apart["apart"] == apart["vllm"] == apart["ours"], apart
         assert apart["our_pages"] == apart["vllm_pages"] and apart["draft_layers"] == 1, apart
         assert apart["appended"] != apart["vllm"]
+    # Past the KV heads (replicated, one per rank): at TP 4 the drafter's page is Qwen3.5-0.8B's and
+    # its layer joins the attention group; at TP 8 it is twice Nemotron-H-8B's and raises its block.
+    joined, raised = found[5:]
+    assert joined["ours"] == joined["vllm"] == joined["appended"] != joined["apart"], joined
+    assert raised["ours"] == raised["vllm"] == raised["apart"] and raised["our_pages"] == raised["vllm_pages"]
+    assert raised["vllm_pages"][-2][0] == 2 * raised["vllm_pages"][-1][0] and raised["draft_layers"] == 1, raised
 
 
 def test_preflight_checks_the_drafters_bytes():

@@ -174,8 +174,8 @@ def unplanned(model: ModelSpec, name: str) -> str:
     return (f"the drafter's pages are not the target's ({heads} KV heads of {size}, the target's "
             f"{model.num_kv_heads} of {model.head_size}): vLLM raises every page to the largest "
             f"(unify_kv_cache_spec_page_size) and buckets its layers apart; mambaxfer plans them where the "
-            f"drafter's page is a multiple of the target's and no TP size exceeds either's KV heads "
-            f"(NIXL slices every page by the target's heads, compute_tp_mapping); ")
+            f"drafter's page is a multiple of the target's and no TP size exceeds either's KV heads, or P's "
+            f"and D's are one (NIXL slices every page by the target's heads, compute_tp_mapping); ")
 
 
 def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGrouping | None:
@@ -205,28 +205,38 @@ def page_ratio(model: ModelSpec, tp: int = 1) -> int:
     """How many of the target's attention pages one page of its drafter's holds on a rank of TP
     ``tp`` (heads past a model's own are replicated); ``unify_kv_cache_spec_page_size`` raises the
     target's blocks by it. 1 without such a drafter or where the drafter's page is not larger."""
-    if not model.draft_attention:
-        return 1
-    (heads, size), target = model.draft_attention, model.num_kv_heads or 1
-    drafter, ours = max(1, heads // tp) * size, max(1, target // tp) * (model.head_size or 1)
+    drafter, ours = _rank_pages(model, tp)
     return drafter // ours if drafter > ours and drafter % ours == 0 else 1
 
 
-def block_scales(model: ModelSpec, grouping: KVGrouping) -> tuple[int, ...]:
-    """Each group's blocks per target attention block of a request: ``page_ratio`` for a drafter's
-    group of other pages (its blocks keep the requested tokens), else 1."""
-    ratio, first_draft = page_ratio(model), len(model.layers) - model.draft_layers
+def _rank_pages(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """The drafter's and the target's attention bytes a token on a rank of TP ``tp``."""
+    (heads, size), target = model.draft_attention or (1, 1), model.num_kv_heads or 1
+    return max(1, heads // tp) * size, max(1, target // tp) * (model.head_size or 1)
+
+
+def block_scales(model: ModelSpec, grouping: KVGrouping, tp: int = 1) -> tuple[int, ...]:
+    """Each group's blocks per target attention block of a request on a rank of TP ``tp``:
+    ``page_ratio`` for a drafter's group of other pages (its blocks keep the requested tokens), else 1."""
+    ratio, first_draft = page_ratio(model, tp), len(model.layers) - model.draft_layers
     return tuple(ratio if ratio > 1 and members and min(members) >= first_draft else 1
                  for members in grouping.members or [()] * len(grouping.groups))
 
 
 def planned_at(model: ModelSpec, *tps: int) -> ModelSpec:
-    """``model`` without a drafter of other pages where a TP size exceeds its or the target's KV
-    heads: there the ranks' pages may agree (one group on one side, apart on the other) and NIXL's
-    slices by the target's heads (``compute_tp_mapping``) are not the drafter's heads."""
+    """``model`` with a drafter of other pages as the ranks of TP ``tps`` hold it. Past its or the
+    target's KV heads (replicated there, ``get_num_kv_heads``) one TP size on both sides reads
+    whole pages rank to rank (``compute_tp_mapping``): its layers join the target's group where
+    their pages are equal, keep raised pages where a multiple; with two sizes NIXL's slices by
+    the target's heads are not the drafter's, so it is left out."""
     if not model.draft_attention or max(tps) <= min(model.draft_attention[0], model.num_kv_heads or 0):
         return model
-    return target_only(model)
+    if len(set(tps)) > 1:
+        return target_only(model)
+    if not apart_at(model, tps[0]):
+        return replace(model, draft_attention=None)
+    drafter, target = _rank_pages(model, tps[0])
+    return model if drafter % target == 0 else target_only(model)
 
 
 def apart_at(model: ModelSpec, tp: int) -> bool:

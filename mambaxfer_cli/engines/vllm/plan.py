@@ -478,7 +478,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                                      f"derives {side.geometry.derived_blocks_per_logical}: this is not the "
                                      f"engine vLLM builds"))
 
-    request = _request(options, grouping.groups, prefill, decode, drafts.block_scales(model, grouping))
+    request = _request(options, grouping.groups, prefill, decode, drafts.block_scales(model, grouping, d_tp))
     tensors = group_tensors(grouping, decode)
     dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors)
     moved = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)

@@ -20,7 +20,7 @@ def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     sizes = parse_tp_list(tp)
     spec, = drafted([on_gpu(model.load(startup=startup((flags.release.name,), sizes)), flags.gpu)],
                     model, engines, built)
-    # a drafter of other pages is planned at TP sizes up to the KV heads (drafts.planned_at)
+    # a drafter of other pages as each TP size's ranks hold it (drafts.planned_at)
     at = {size: planned_at(spec, size) for size in sizes}
     sides = {size: engine_layout(at[size], size, flags, model_grouping(at[size])) for size in sizes}
     document = {"schema": "mambaxfer.inspect/v1", "vllm_version": flags.release.name, "gpu": flags.gpu.spec,
@@ -46,7 +46,7 @@ class InspectReport(Report):
             (heads, size), n = self.spec.draft_attention, self.spec.draft_layers
             parts.append(AsIs(f"the drafter's {n} layer{'s' * (n > 1)}: {heads} KV heads of {size}, KV-cache "
                               f"groups of their own; every page raised to the largest "
-                              f"(unify_kv_cache_spec_page_size) up to TP {min(heads, self.spec.num_kv_heads or 0)}"))
+                              f"(unify_kv_cache_spec_page_size) where a rank's pages differ"))
         for size, table in zip(self.sides, tables):
             parts += [table, AsIs(geometry_line(f"engine at TP {size}:", self.sides[size]))]
             line = side_caches_line(self.spec, self.sides[size])
