@@ -661,29 +661,45 @@ def test_eagle3_and_standalone_drafters_agree_and_planted_faults_are_caught(scri
 # (NemotronHConfig, _config_draft_model), then the probe as is and with mambaxfer's draft given a
 # layer per '*' (what NemotronHMultiTokenPredictor builds, not what the pool keeps).
 TWO_STARS = r"""
-import dataclasses, json, sys
+import json, sys, torch
 from types import SimpleNamespace
 from mambaxfer_cli.engines.sglang import conformance as c
+from mambaxfer_cli.engines.sglang.families.nemotron_h import check_mtp_pattern
+from mambaxfer_cli.errors import Refused
 from sglang.srt.configs.hybrid_arch import mamba2_config
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.model_executor.model_runner_components import layer_setup
 
 config = c._drafter_config("EAGLE", sys.argv[2])
 layers = layer_setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
-out = {"sglang": [config.hf_config.mtp_hybrid_override_pattern, layers, mamba2_config(config) is None]}
-name, ours = "draft KV pool entries", c.draft_for
-for fault, planted in {"none": ours, "a layer per star": lambda *a: dataclasses.replace(ours(*a), layers=2)}.items():
-    c.draft_for = planted
-    found = next(r for r in c.probe([c.served_model(sys.argv[2])], c.load_functions([name]), max_tp=2).results
-                 if r.name == name).to_dict()
-    out[fault] = [found["outcome"], found["cases"]]
+pattern = config.hf_config.mtp_hybrid_override_pattern
+out = {"sglang": [pattern, layers, mamba2_config(config) is None], "writes": {}}
+# the draft pool SGLang sizes, written by each '*' at its layer id (its place in the pattern)
+pool = MHATokenToKVPool(size=16, page_size=1, dtype=torch.bfloat16, head_num=1, head_dim=8, layer_num=layers,
+                        device="cpu", enable_memory_saver=False)
+kv = torch.zeros(2, 1, 8, dtype=torch.bfloat16)
+for place in [i for i, char in enumerate(pattern) if char == "*"]:
+    try:
+        pool.set_kv_buffer(SimpleNamespace(layer_id=place), torch.tensor([1, 2]), kv, kv)
+        out["writes"][place] = "written"
+    except Exception as exc:
+        out["writes"][place] = f"{type(exc).__name__}: {exc}"
+try:
+    check_mtp_pattern(json.load(open(sys.argv[2])))
+    out["ours"] = "planned"
+except Refused as exc:
+    out["ours"] = str(exc)
 print(json.dumps(out))
 """
 
 
-def test_a_nemotron_h_mtp_pattern_of_two_stars_keeps_one_draft_layer_as_sglang_does(scripted):
+def test_a_nemotron_h_mtp_pattern_of_two_stars_is_refused_as_sglangs_pool_write_fails(scripted):
+    """SGLang sizes the draft pool at one layer (an MHATokenToKVPool, no Mamba in it); the second
+    '*' writes layer id 1 into it, which raises: mambaxfer refuses the pattern in those words."""
     out = scripted[2]
-    assert out["sglang"] == ["**E", 1, True]        # one layer, an MHATokenToKVPool (no Mamba in it)
-    assert out["none"] == [AGREES, 2 * 2] and out["a layer per star"][0] == DIFFERS, out
+    assert out["sglang"] == ["**E", 1, True], out
+    assert out["writes"] == {"0": "written", "1": "IndexError: list index out of range"}, out
+    assert out["writes"]["1"] in out["ours"] and "place 1 of **E" in out["ours"], out
 
 
 def test_conformance_takes_a_draft_model_and_compares_its_pool(cli_runs):

@@ -84,15 +84,18 @@ def test_a_hybrid_draft_model_is_refused_in_one_line():
 
 
 @pytest.mark.parametrize("keys, refusal", [
-    ({"mtp_hybrid_override_pattern": "**E"}, None),
-    ({"mtp_layers_block_type": ["attention", "attention", "moe"]}, None),
+    ({"mtp_hybrid_override_pattern": "**E"}, "IndexError: list index out of range"),
+    ({"mtp_layers_block_type": ["attention", "attention", "moe"]}, "'*' at place 1 of **E"),
+    ({"mtp_layers_block_type": ["moe", "attention"]}, "'*' at place 1 of E*"),
+    ({"mtp_layers_block_type": ["attention", "moe", "moe"]}, None),
     ({"mtp_layers_block_type": ["attention", "moe"], "mtp_hybrid_override_pattern": "*M"}, "'M' in *M"),
     ({"mtp_layers_block_type": ["mamba", "moe"]}, "'M' in ME not implemented"),
     ({"mtp_layers_block_type": ["sliding", "moe"]}, "contains invalid types"),
 ])
 def test_nemotron_h_mtp_pattern_is_read_as_sglang_reads_it(tmp_path, keys, refusal):
     """NemotronHConfig takes mtp_layers_block_type unless it is absent or the default list; the
-    pool keeps one layer for any number of '*'s (num_nextn_predict_layers = 1)."""
+    pool keeps one layer (num_nextn_predict_layers = 1), which a '*' past the pattern's first place
+    writes past (its layer id is its place): SGLang's IndexError."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**json.loads(Path(SUPER).read_text()), **keys}))
     args = ("--model", str(config), "--p-tp", "1", "--d-tp", "2", "--speculative-algorithm", "NEXTN")

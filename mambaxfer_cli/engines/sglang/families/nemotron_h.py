@@ -14,7 +14,7 @@ MTP_DRAFTS = {a: "NemotronHForCausalLMMTP" for a in ("NemotronHForCausalLM", "Ne
 def check_mtp_pattern(config: Mapping[str, Any]) -> None:
     """Refuse an MTP pattern SGLang does not build: NemotronHConfig._resolve_mtp_layers_block_type
     takes the legacy pattern only where the list is absent or its default; NemotronHMultiTokenPredictor
-    builds '*' and 'E' only. However many '*'s, the draft pool keeps one layer (num_nextn_predict_layers)."""
+    builds '*' and 'E' only, each layer's id its place; the draft pool keeps one layer (num_nextn_predict_layers)."""
     blocks = config.get("mtp_layers_block_type")
     pattern = str(config.get("mtp_hybrid_override_pattern", "*E"))
     if blocks is not None and blocks != ["attention", "moe"]:
@@ -27,6 +27,11 @@ def check_mtp_pattern(config: Mapping[str, Any]) -> None:
     if other:
         raise Refused(f"SGLang does not start: \"NotImplementedError: Pattern char '{other[0]}' in {pattern} not "
                       "implemented\" (NemotronHMultiTokenPredictor builds only '*' and 'E' layers)")
+    late = pattern.find("*", 1)
+    if late > 0:    # its attention's layer id is its place in the pattern, past the one-layer pool
+        raise Refused(f"SGLang fails at its first draft forward: \"IndexError: list index out of range\" "
+                      f"(MHATokenToKVPool.set_kv_buffer: NemotronHMultiTokenPredictor gives the '*' at place {late} "
+                      f"of {pattern} layer id {late}; the draft pool keeps one layer, num_nextn_predict_layers = 1)")
 
 
 MTP_CHECKS = dict.fromkeys(MTP_DRAFTS, check_mtp_pattern)
