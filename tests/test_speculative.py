@@ -354,3 +354,39 @@ def test_qwen4exp_mtp_layer_is_a_qsa_layer_after_the_targets(release):
     assert min(i for i in after["descriptors"]["reads"][0]["local_ids"] if i not in attention_ids(after)) >= 13 * n
     codes = {w["code"]: w["message"] for w in after["warnings"]}
     assert "draft-layers" not in codes and "each of the 13 indexed-attention layers" in codes["qwen4exp-qsa"]
+
+
+@pytest.mark.parametrize("release, method, words", [
+    ("0.33", "medusa", "Input should be 'ngram', 'draft_model', 'suffix', 'custom_class', ..."),
+    ("0.34", "mlp_speculator", "Unknown speculative method 'mlp_speculator'"),
+    ("0.34", "custom_class", "(SpeculativeConfig._validate_method)"),
+])
+def test_a_method_vllm_does_not_know_is_refused_in_its_words(release, method, words):
+    from cli_run import assert_refused
+
+    assert_refused(run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1", "--vllm-version", release,
+                           "--speculative-config", json.dumps({"method": method, "num_speculative_tokens": 2})),
+                   words)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_speculative_methods_are_vllms(release):
+    """Every name of vLLM's own SpeculativeMethod, and no other, is a method the release takes."""
+    import os
+    import subprocess
+
+    from mambaxfer_cli.engines.vllm.releases import release as rules
+
+    python = os.environ.get(f"MAMBAXFER_TEST_VLLM_{release.replace('.', '_')}", "")
+    if not (python and Path(python).is_file()):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but no vLLM {release}", pytrace=False)
+        pytest.skip(f"no vLLM {release}")
+    script = ("import json, typing\nfrom vllm.config.speculative import SpeculativeMethod as M\n"
+              "flat = lambda t: [n for a in typing.get_args(t) for n in ([a] if isinstance(a, str) else flat(a))]\n"
+              "print(json.dumps(flat(M)))")
+    found = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=600)
+    assert found.returncode == 0, found.stderr[-2000:]
+    ours = rules(release)
+    assert set(json.loads(found.stdout.splitlines()[-1])) == (
+        set(ours.speculative_methods) | ours.mtp_methods | ours.family_mtp_methods())

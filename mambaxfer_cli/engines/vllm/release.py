@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 from mambaxfer_cli.engines.vllm.families import gathered
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
+from mambaxfer_cli.errors import Refused
 
 PULL, PUSH = "pull", "push"
 
@@ -308,6 +309,9 @@ def replayssm_connector(c: ReplaySSM) -> str | None:
 # --- the release ---------------------------------------------------------------------------------
 
 HIDDEN_STATE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+# SpeculativeMethod's names besides the MTP model types (0.33 adds custom_class)
+SPECULATIVE_METHODS = ("ngram", "ngram_gpu", "suffix", "draft_model", "eagle", "eagle3", "extract_hidden_states",
+                       "dflash", "dspark")
 
 
 @dataclass(frozen=True)
@@ -336,6 +340,10 @@ class Release:
     changes: tuple[str, ...] = ()              # what changed from the release before, for people
     # Where num_speculative_tokens is checked against the drafter's n_predict (vLLM's words name none).
     speculative_tokens_check: str = "SpeculativeConfig.__post_init__"
+    speculative_methods: tuple[str, ...] = SPECULATIVE_METHODS
+    # vLLM's words for another method ({} its name) and the function that says them
+    unknown_method: str = ("\"Unknown speculative method {!r}. Built-in methods: [...]\" "
+                           "(SpeculativeConfig._validate_method)")
 
     def __str__(self) -> str:
         return self.name
@@ -344,7 +352,11 @@ class Release:
         """``SpeculativeConfig.__post_init__``: every MTP model type becomes ``mtp``."""
         if method is None:
             return None
-        return "mtp" if method in self.mtp_methods or method in self.family_mtp_methods() else method
+        if method in self.mtp_methods or method in self.family_mtp_methods():
+            return "mtp"
+        if method not in self.speculative_methods:
+            raise Refused("vLLM does not start: " + self.unknown_method.format(method))
+        return method
 
     def family_mtp_methods(self) -> frozenset[str]:
         """The MTP method names the family modules declare (``MTP_METHODS``, by the release that

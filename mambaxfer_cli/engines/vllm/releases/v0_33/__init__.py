@@ -13,9 +13,9 @@ it), ``config/speculative.py`` ``MTPModelTypes``, ``config/vllm.py``
 from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm.release import (
-    MAMBA2_SPEC_BACKEND, REPLAYSSM_BACKEND, Release, attention_free, block_size, compat_hash, dcp_sizes,
-    every_region, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching,
-    recoverssm_checks, replayssm_connector, replayssm_opening, tp_sizes,
+    MAMBA2_SPEC_BACKEND, REPLAYSSM_BACKEND, SPECULATIVE_METHODS, Release, attention_free, block_size,
+    compat_hash, dcp_sizes, every_region, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens,
+    prefix_caching, recoverssm_checks, replayssm_connector, replayssm_opening, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
@@ -69,4 +69,7 @@ RELEASE = Release(
     hashed_speculative=("method", "model", "parallel_drafting", "kv_cache_dtype"),
     mtp_methods=MTP_METHODS,
     replayssm=replayssm,
+    speculative_methods=SPECULATIVE_METHODS + ("custom_class",),
+    unknown_method="\"1 validation error for SpeculativeConfig method: Input should be 'ngram', 'draft_model', "
+                   "'suffix', 'custom_class', ...\" (SpeculativeConfig.method, a Literal; {!r} is none of them)",
 )

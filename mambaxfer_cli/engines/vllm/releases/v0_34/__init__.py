@@ -29,9 +29,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm.release import (
-    MAMBA2_SPEC_BACKEND, PUSH, REPLAYSSM_BACKEND, Meeting, Refusal, attention_free, block_size, compat_hash,
-    dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching,
-    recoverssm_checks, regions_holding_a_layer, replayssm_connector, replayssm_opening, tp_sizes,
+    MAMBA2_SPEC_BACKEND, PUSH, REPLAYSSM_BACKEND, SPECULATIVE_METHODS, Meeting, Refusal, Release,
+    attention_free, block_size, compat_hash, dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer,
+    mla_block_lens, prefix_caching, recoverssm_checks, regions_holding_a_layer, replayssm_connector,
+    replayssm_opening, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
@@ -94,6 +95,8 @@ RELEASE = replace(
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     pairs_from_last_token=True,
     speculative_tokens_check="SpeculatorConfig.resolve_num_speculative_tokens",
+    speculative_methods=SPECULATIVE_METHODS,
+    unknown_method=Release.unknown_method,
     regions_keyed_by_length=True,
     serve_keys=(("kv_transfer_config", "kv_connector_extra_config", "ucx_backend_params"),),
     fatal_env={"VLLM_USE_V2_MODEL_RUNNER": ("0", "VLLM_USE_V2_MODEL_RUNNER=0 is no longer supported: Model "
