@@ -19,6 +19,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 # not Qwen3.5-0.8B's 2 of 256.
 LLAMA = str(FIXTURES / "sgl-project__SpecForge__llama3-70B-eagle3.json")
 QWEN = str(FIXTURES / "sgl-project__SpecForge__qwen3.5-4b-eagle3.json")
+# MiniCPM-V-4's drafter: 2 KV heads of 128, half Qwen3.5-0.8B's page.
+MINICPM = str(FIXTURES / "sgl-project__SpecForge__minicpm-v4-eagle3.partial.json")
 VLLM = {"0.33": "MAMBAXFER_TEST_VLLM_0_33", "0.34": "MAMBAXFER_TEST_VLLM_0_34"}
 
 
@@ -88,8 +90,8 @@ def test_a_drafter_past_the_heads_or_not_here_keeps_the_warning():
     """At D TP 4 (above Qwen3.5-0.8B's 2 KV heads) the ranks' pages are the drafter's size: NIXL's
     slices by the target's heads are not the drafter's, so it is not planned; nor a drafter whose
     config is not here."""
-    reasons = {QWEN: "mambaxfer plans them where the drafter's page is a multiple of the target's and no TP "
-                     "size exceeds either's KV heads",
+    reasons = {QWEN: "mambaxfer plans them where one page is a whole number of the other (else vLLM pads) and "
+                     "no TP size exceeds either's KV heads",
                "org/not-cached-eagle3": "the drafter org/not-cached-eagle3 is not here"}
     for drafter, reason in reasons.items():
         document = plan("qwen3.5-0.8b", "--d-tp", "4", "--speculative-config", eagle3(drafter))
@@ -131,6 +133,19 @@ def test_one_tp_size_past_the_heads_plans_the_drafter():
     result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "8", "--d-tp", "8", "--semantics", "vllm",
                      "--show", "ids", "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
     assert result.code == 0 and max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+
+
+def test_a_drafter_of_smaller_pages_is_planned_in_raised_blocks():
+    """MiniCPM-V-4's drafter on Qwen3.5-0.8B (2 KV heads of 128 against 2 of 256): its page is half
+    the target's, so unify_kv_cache_spec_page_size doubles its block and leaves the target's; a
+    request of 4 target blocks holds 2 of the drafter's, each a target-sized page."""
+    alone = plan("qwen3.5-0.8b", "--num-spec", "3", "--request-blocks", "4")
+    document = plan("qwen3.5-0.8b", "--speculative-config", eagle3(MINICPM), "--request-blocks", "4")
+    assert document["model"]["draft_layers"] == 1 and document["model"]["draft_attention"] == [2, 128]
+    assert document["descriptors"]["groups"] == ["ssm"] * 18 + ["attention"] * 7
+    assert document["engines"]["decode"] == alone["engines"]["decode"] and document["warnings"] == []
+    blocks = document["descriptors"]["request"]["decode_blocks"]
+    assert [len(b) for b in blocks[-2:]] == [4, 2]
 
 
 def test_check_checks_the_drafters_layers():
@@ -230,7 +245,7 @@ def in_vllm(release: str, *args: object) -> list[dict]:
 
 GROUPED = (("nemotron-h-8b", LLAMA, 1), ("nemotron-h-8b", LLAMA, 2), ("qwen3.5-0.8b", QWEN, 1),
            ("qwen3.5-0.8b", QWEN, 2), ("nemotron-h-8b", QWEN, 2), ("qwen3.5-0.8b", QWEN, 4),
-           ("nemotron-h-8b", QWEN, 8))
+           ("nemotron-h-8b", QWEN, 8), ("qwen3.5-0.8b", MINICPM, 2))
 _answers: dict = {}
 
 
@@ -267,10 +282,13 @@ def test_vllm_groups_the_drafters_layers_as_mambaxfer(release):
         assert apart["appended"] != apart["vllm"]
     # Past the KV heads (replicated, one per rank): at TP 4 the drafter's page is Qwen3.5-0.8B's and
     # its layer joins the attention group; at TP 8 it is twice Nemotron-H-8B's and raises its block.
-    joined, raised = found[5:]
+    joined, raised, smaller = found[5:]
     assert joined["ours"] == joined["vllm"] == joined["appended"] != joined["apart"], joined
     assert raised["ours"] == raised["vllm"] == raised["apart"] and raised["our_pages"] == raised["vllm_pages"]
     assert raised["vllm_pages"][-2][0] == 2 * raised["vllm_pages"][-1][0] and raised["draft_layers"] == 1, raised
+    # A drafter page half the target's: its own block is doubled instead, the target's kept.
+    assert smaller["ours"] == smaller["vllm"] == smaller["apart"] and smaller["our_pages"] == smaller["vllm_pages"]
+    assert smaller["vllm_pages"][-1][0] == 2 * smaller["vllm_pages"][-2][0], smaller
 
 
 def test_preflight_checks_the_drafters_bytes():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from fractions import Fraction
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -173,9 +174,9 @@ def unplanned(model: ModelSpec, name: str) -> str:
         return ""
     return (f"the drafter's pages are not the target's ({heads} KV heads of {size}, the target's "
             f"{model.num_kv_heads} of {model.head_size}): vLLM raises every page to the largest "
-            f"(unify_kv_cache_spec_page_size) and buckets its layers apart; mambaxfer plans them where the "
-            f"drafter's page is a multiple of the target's and no TP size exceeds either's KV heads, or P's "
-            f"and D's are one (NIXL slices every page by the target's heads, compute_tp_mapping); ")
+            f"(unify_kv_cache_spec_page_size) and buckets its layers apart; mambaxfer plans them where one "
+            f"page is a whole number of the other (else vLLM pads) and no TP size exceeds either's KV heads, "
+            f"or P's and D's are one (NIXL slices every page by the target's heads, compute_tp_mapping); ")
 
 
 def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGrouping | None:
@@ -215,11 +216,12 @@ def _rank_pages(model: ModelSpec, tp: int) -> tuple[int, int]:
     return max(1, heads // tp) * size, max(1, target // tp) * (model.head_size or 1)
 
 
-def block_scales(model: ModelSpec, grouping: KVGrouping, tp: int = 1) -> tuple[int, ...]:
-    """Each group's blocks per target attention block of a request on a rank of TP ``tp``:
-    ``page_ratio`` for a drafter's group of other pages (its blocks keep the requested tokens), else 1."""
-    ratio, first_draft = page_ratio(model, tp), len(model.layers) - model.draft_layers
-    return tuple(ratio if ratio > 1 and members and min(members) >= first_draft else 1
+def block_scales(model: ModelSpec, grouping: KVGrouping, tp: int = 1) -> tuple[Fraction, ...]:
+    """Each group's blocks per target attention block of a request on a rank of TP ``tp``: for a
+    drafter's group of other pages its page over the target's (a larger page keeps its block, a
+    smaller one's block is raised: unify_kv_cache_spec_page_size), else 1."""
+    ratio, first_draft = Fraction(*_rank_pages(model, tp)), len(model.layers) - model.draft_layers
+    return tuple(ratio if model.draft_attention and members and min(members) >= first_draft else Fraction(1)
                  for members in grouping.members or [()] * len(grouping.groups))
 
 
@@ -235,8 +237,7 @@ def planned_at(model: ModelSpec, *tps: int) -> ModelSpec:
         return target_only(model)
     if not apart_at(model, tps[0]):
         return replace(model, draft_attention=None)
-    drafter, target = _rank_pages(model, tps[0])
-    return model if drafter % target == 0 else target_only(model)
+    return model if _whole(*_rank_pages(model, tps[0])) else target_only(model)
 
 
 def apart_at(model: ModelSpec, tp: int) -> bool:
@@ -298,13 +299,18 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
         return model if tokens is None else replace(model, num_spec=tokens)
     pages = _pages(flat, name)
     target = (model.num_kv_heads or 0) * (model.head_size or 0)
-    if _other_pages(model, pages) and pages[0] * pages[1] % target:
+    if _other_pages(model, pages) and not _whole(pages[0] * pages[1], target):
         return replace(model, num_spec=tokens)
     built = dim_key(flat, "num_hidden_layers", None, name)
     within(f"{name}: {len(model.layers) + built} cache-keeping layers with the drafter's",
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
     return replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built, num_spec=tokens,
                    draft_attention=pages if _other_pages(model, pages) else None)
+
+
+def _whole(drafter: int, target: int) -> bool:
+    """Whether one page is a whole number of the other (else vLLM pads the smaller)."""
+    return max(drafter, target) % min(drafter, target) == 0
 
 
 def _other_pages(model: ModelSpec, pages: tuple[int, int]) -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 from mambaxfer_cli.engines.vllm.attention import (
@@ -144,10 +146,10 @@ def _misread_warning(plan_reads_: Sequence[Read], prefill: Sequence[RankLayout],
 
 
 def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout, decode: EngineLayout,
-             scales: Sequence[int]) -> Request:
+             scales: Sequence[Fraction]) -> Request:
     """Logical blocks per group: SSM groups one page per block on both sides; attention groups the
-    same tokens, ``request_blocks`` whole D blocks (``scales`` times as many in a drafter's group of
-    smaller blocks) and as many P blocks as hold them."""
+    same tokens, ``request_blocks`` whole D blocks (``scales`` times as many, rounded up, in a drafter's
+    group of other blocks) and as many P blocks as hold them."""
     b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
 
     def p_count(kind: str, d_count: int) -> int:
@@ -156,7 +158,7 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout,
     if options.request_blocks < 1:
         raise UserError("--request-blocks must be >= 1")
     # a tail ring is one block per request, whatever its length
-    d_counts = [1 if kind == RING else options.request_blocks * scale for kind, scale in zip(groups, scales)]
+    d_counts = [1 if kind == RING else math.ceil(options.request_blocks * scale) for kind, scale in zip(groups, scales)]
     request = random_request([p_count(k, n) for k, n in zip(groups, d_counts)], d_counts,
                              prefill.lists, decode.lists, options.seed)
     p_blocks, d_blocks = request.prefill_blocks, request.decode_blocks
