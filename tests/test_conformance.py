@@ -306,6 +306,9 @@ OTHER_PAGES = json.loads(EAGLE3) | {
     "model": str(Path(BAMBA).with_name("sgl-project__SpecForge__qwen3.5-4b-eagle3.json"))}
 APART_0_8B = ["--model", "qwen3.5-0.8b", "--speculative-config", json.dumps(OTHER_PAGES), "--max-tp", "2",
               "--format", "json"]
+# MiniCPM-V-4's EAGLE-3 drafter (2 KV heads of 128): half Qwen3.5-0.8B's page, its block raised instead.
+SMALLER_0_8B = APART_0_8B[:3] + [json.dumps(OTHER_PAGES | {"model": str(Path(BAMBA).with_name(
+    "sgl-project__SpecForge__minicpm-v4-eagle3.partial.json"))})] + APART_0_8B[4:]
 RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8B},
         {"name": "pad-pages", "alter": "pad-pages", "args": APART_0_8B},
         {"name": "eagle-heads", "alter": "eagle-heads", "args": DRAFTED_8B},
@@ -355,7 +358,7 @@ def installed_runs(release: str, tmp: Path) -> list[dict]:
             "bailing-v3": json_tp(fixtures / "bailing-v3.example.json", "2"), "nemotron-h-mtp": json_tp(SUPER, "2"),
             "kimi-k3-mtp": json_tp(tmp / "kimi-k3-mtp" / "config.json", "2"),
             "eagle3": ["--model", "nemotron-h-8b", "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json"],
-            "eagle3-other-pages": APART_0_8B}
+            "eagle3-other-pages": APART_0_8B, "eagle3-smaller-pages": SMALLER_0_8B}
     found = [{"name": name, "alter": "as-installed", "args": args} for name, args in runs.items()]
     found += [{"name": f"layout {layout}", "alter": "as-installed", "args": ["--model", "jamba", "--max-tp", "2"],
                "env": {"VLLM_SSM_CONV_STATE_LAYOUT": layout}} for layout in ("SD", "ds")]
@@ -551,15 +554,17 @@ def test_an_eagle3_drafter_agrees_with_vllm(release, ran):
     """--speculative-config with Llama-3-70B's EAGLE-3 drafter on Nemotron-H-8B: every function of
     vLLM's on the drafted model (its layer in the attention group, tagged is_draft) agrees; so does
     every function with a drafter whose pages are not the target's (Qwen3.5-4B's on Qwen3.5-0.8B:
-    its own groups, every page raised to its larger one, descriptor IDs and bytes)."""
+    its own groups, every page raised to its larger one, descriptor IDs and bytes; MiniCPM-V-4's,
+    half the target's page, its own block raised)."""
     document = agreed(ran(release)["eagle3"])
     assert document["models"] == ["nemotron-h-8b + EAGLE3"]
     assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
     assert by_function(document)["_compute_desc_ids"]["cases"] > 0
-    document = agreed(ran(release)["eagle3-other-pages"])
-    assert document["models"] == ["qwen3.5-0.8b + EAGLE3"]
-    assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
-    assert by_function(document)["_compute_desc_ids"]["cases"] > 0
+    for name in ("eagle3-other-pages", "eagle3-smaller-pages"):     # a drafter page twice, then half, the target's
+        document = agreed(ran(release)[name])
+        assert document["models"] == ["qwen3.5-0.8b + EAGLE3"]
+        assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
+        assert by_function(document)["_compute_desc_ids"]["cases"] > 0
 
 
 def test_a_vllm_padding_the_targets_pages_for_the_drafter_differs(driven):
