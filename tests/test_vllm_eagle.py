@@ -117,7 +117,8 @@ def test_past_the_heads_vllm_refuses_or_misreads_the_drafter():
 
 
 def test_one_tp_size_past_the_heads_plans_the_drafter():
-    """P and D at one TP size past the KV heads read whole pages rank to rank: Qwen3.5-0.8B at 4
+    """P and D at one TP size past the KV heads, or both holding one head of each a rank, read
+    whole pages of one P rank: Qwen3.5-0.8B at 4
     (one head of 256 a rank, the drafter's too) puts the drafter's layer in its attention groups;
     Nemotron-H-8B at 8 (128 against the drafter's 256 a rank) doubles its attention block and
     the drafter's group holds two blocks a request; no warning, and the IDs fit 80 columns."""
@@ -133,6 +134,11 @@ def test_one_tp_size_past_the_heads_plans_the_drafter():
     result = run_cli("plan", "--model", "nemotron-h-8b", "--p-tp", "8", "--d-tp", "8", "--semantics", "vllm",
                      "--show", "ids", "--speculative-config", eagle3(QWEN), env={"COLUMNS": "80"})
     assert result.code == 0 and max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+    # P TP 4 and D TP 8 (or back) hold one head of each a rank: D reads one P rank's whole pages
+    for p_tp, d_tp in (("4", "8"), ("8", "4")):
+        both = plan("qwen3.5-0.8b", "--p-tp", p_tp, "--d-tp", d_tp, "--block-size", "80",
+                    "--speculative-config", eagle3(QWEN))
+        assert both["model"]["draft_layers"] == 1 and both["warnings"] == [], both["warnings"]
 
 
 def test_a_drafter_of_smaller_pages_is_planned_in_raised_blocks():

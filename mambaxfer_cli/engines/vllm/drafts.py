@@ -176,7 +176,8 @@ def unplanned(model: ModelSpec, name: str) -> str:
             f"{model.num_kv_heads} of {model.head_size}): vLLM raises every page to the largest "
             f"(unify_kv_cache_spec_page_size) and buckets its layers apart; mambaxfer plans them where one "
             f"page is a whole number of the other (else vLLM pads) and no TP size exceeds either's KV heads, "
-            f"or P's and D's are one (NIXL slices every page by the target's heads, compute_tp_mapping); ")
+            f"or P's and D's are one or hold one head of each a rank (NIXL slices every page by the "
+            f"target's heads, compute_tp_mapping); ")
 
 
 def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGrouping | None:
@@ -227,13 +228,14 @@ def block_scales(model: ModelSpec, grouping: KVGrouping, tp: int = 1) -> tuple[F
 
 def planned_at(model: ModelSpec, *tps: int) -> ModelSpec:
     """``model`` with a drafter of other pages as the ranks of TP ``tps`` hold it. Past its or the
-    target's KV heads (replicated there, ``get_num_kv_heads``) one TP size on both sides reads
-    whole pages rank to rank (``compute_tp_mapping``): its layers join the target's group where
-    their pages are equal, keep raised pages where a multiple; with two sizes NIXL's slices by
-    the target's heads are not the drafter's, so it is left out."""
+    target's KV heads (replicated there, ``get_num_kv_heads``) NIXL reads whole pages of one
+    source rank (``compute_tp_mapping``) where P and D are one TP size or both hold one head of
+    each a rank: its layers join the target's group where a rank's pages are equal, keep raised
+    pages where a whole number; elsewhere its slices by the target's heads are not the drafter's,
+    so it is left out."""
     if not model.draft_attention or max(tps) <= min(model.draft_attention[0], model.num_kv_heads or 0):
         return model
-    if len(set(tps)) > 1:
+    if not _whole_pages(model, *tps):
         return target_only(model)
     if not apart_at(model, tps[0]):
         return replace(model, draft_attention=None)
@@ -251,7 +253,7 @@ def apart_at(model: ModelSpec, tp: int) -> bool:
 def past_heads(model: ModelSpec, p_tp: int, d_tp: int) -> tuple[str, str]:
     """What vLLM does with a drafter of other pages that ``planned_at`` leaves out: its refusal
     where P and D group its layers otherwise, and what the warning says; ("", "") elsewhere."""
-    if not model.draft_attention or planned_at(model, p_tp, d_tp) is model or p_tp == d_tp:
+    if not model.draft_attention or planned_at(model, p_tp, d_tp) is model or _whole_pages(model, p_tp, d_tp):
         return "", ""
     if apart_at(model, p_tp) != apart_at(model, d_tp):
         return ("Engine P puts Mamba/SSM hybrid KV layers in other cache groups than this worker; use the same "
@@ -306,6 +308,12 @@ def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
            len(model.layers) + built, 1, MAX_LAYERS, "model's")
     return replace(model, layers=model.layers + (ATTENTION,) * built, draft_layers=built, num_spec=tokens,
                    draft_attention=pages if _other_pages(model, pages) else None)
+
+
+def _whole_pages(model: ModelSpec, *tps: int) -> bool:
+    """Whether every D rank reads whole pages of one P rank: one TP size, or one head of each a rank."""
+    assert model.draft_attention
+    return len(set(tps)) == 1 or min(tps) >= max(model.draft_attention[0], model.num_kv_heads or 0)
 
 
 def _whole(drafter: int, target: int) -> bool:
