@@ -427,7 +427,7 @@ def test_mtp_layers_are_in_the_byte_check_and_vllms_refusal_is_its_words():
 
 @pytest.mark.parametrize("spec, method", [
     ('{"model":"some/eagle3-head","method":"eagle3","num_speculative_tokens":2}', "eagle3"),
-    ('{"num_speculative_tokens":1}', "draft_model (vLLM's default without a model)"),
+    ('{"method":"draft_model","model":"some/draft","num_speculative_tokens":1}', "draft_model"),
     ('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}', None),
     ('{"method":"suffix","num_speculative_tokens":2}', None),
     ('{"model":"[ngram]","num_speculative_tokens":2}', None),

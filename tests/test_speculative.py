@@ -370,6 +370,18 @@ def test_a_method_vllm_does_not_know_is_refused_in_its_words(release, method, wo
 
 
 @pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("config", [{}, {"method": "draft_model"}, {"method": "eagle3"}, {"method": "dflash"}])
+def test_a_drafter_method_without_its_model_is_refused_in_vllms_words(release, config):
+    """vLLM 0.33 and 0.34 (run on both): tokens for a method that drafts with a checkpoint of its
+    own (no method is draft_model) but no model stop SpeculativeConfig."""
+    from cli_run import assert_refused
+
+    assert_refused(run_cli("plan", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp", "1", "--vllm-version", release,
+                           "--speculative-config", json.dumps({**config, "num_speculative_tokens": 2})),
+                   "num_speculative_tokens was provided but without speculative model.")
+
+
+@pytest.mark.parametrize("release", RELEASES)
 def test_the_speculative_methods_are_vllms(release):
     """Every name of vLLM's own SpeculativeMethod, and no other, is a method the release takes."""
     import os

@@ -43,6 +43,7 @@ DRAFTLESS_METHODS = ("ngram", "ngram_gpu", "suffix")
 NGRAM_MODELS = ("ngram", "[ngram]")
 
 EAGLE_METHODS = ("eagle", "eagle3")
+DRAFTER_METHODS = EAGLE_METHODS + ("draft_model", "dflash")    # a draft checkpoint of their own
 
 RULE = ("vLLM keeps the draft's attention layers in the engine's KV-cache groups (get_kv_cache_spec: "
         "is_draft layers) and its connector moves their pages too")
@@ -113,6 +114,10 @@ def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release
         raise UserError(f"--num-spec {num_spec} and {FLAG}'s num_speculative_tokens {tokens} differ; give one "
                         f"(the conv rows follow the speculative tokens)")
     method = release.speculative_method(speculative.get("method"))
+    if speculative.get("model") is None and tokens is not None and (method or "draft_model") in DRAFTER_METHODS:
+        raise Refused(f"{REFUSES}\"num_speculative_tokens was provided but without speculative model.\" "
+                      f"({method or 'draft_model'} drafts with a model: 0.33's SpeculativeConfig.__post_init__, "
+                      f"0.34's DraftModelSpeculatorConfig.default_model)")
     arch = (architecture_names(model.hf_config) or ("",))[0]
     if method == "eagle3" and arch in no_eagle3():
         raise Refused(f"{REFUSES}\"Model does not support EAGLE3 interface\" (set_eagle3_aux_hidden_state_layers: "
