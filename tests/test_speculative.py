@@ -372,7 +372,7 @@ def test_a_method_vllm_does_not_know_is_refused_in_its_words(release, method, wo
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("config", [{}, {"method": "draft_model"}, {"method": "eagle3"}, {"method": "dflash"}])
 def test_a_drafter_method_without_its_model_is_refused_in_vllms_words(release, config):
-    """vLLM 0.33 and 0.34 (run on both): tokens for a method that drafts with a checkpoint of its
+    """As vLLM 0.33 and 0.34 say it when run: tokens for a method that drafts with a checkpoint of its
     own (no method is draft_model) but no model stop SpeculativeConfig."""
     from cli_run import assert_refused
 
