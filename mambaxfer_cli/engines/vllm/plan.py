@@ -9,7 +9,7 @@ from mambaxfer_cli.engines.vllm.attention import (
     AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
 )
 from mambaxfer_cli.engines.vllm.descriptors import (
-    DescriptorList, DescriptorMap, DescriptorRead, ListShape, Request, block_ids, kernel_blocks, parse_blocks,
+    DescriptorList, DescriptorMap, DescriptorRead, ListShape, Request, block_ids, integers, kernel_blocks, parse_blocks,
     random_request,
 )
 from mambaxfer_cli.errors import Refused, UserError
@@ -19,7 +19,7 @@ from mambaxfer_cli.engines.vllm.handshake import (
     Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
 )
 from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
-from mambaxfer_cli.engines.vllm.kv_groups import RING, KVGrouping, model_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import PLE, RING, KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.planning.reads import Read, coalesce, misreads, tp_ratio
@@ -204,6 +204,11 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             local_slots: list[list[int] | None] = []
             remote_slots: list[list[int] | None] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
+                if kind == PLE:     # its page, from each SSM source: in vLLM's numbering only
+                    use = numbered is not None and p_rank in ssm
+                    local_slots.append(integers(db) if use else None)
+                    remote_slots.append(integers(pb) if use else None)
+                    continue
                 # a ring group's pages are the indexer's: in vLLM's numbering only
                 if kind == SSM or how is None or (kind == RING and numbered is None):
                     local_slots.append(None)
@@ -218,7 +223,7 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
                 remote_slots.append(rs)
             spt = d_shape.streams_per_tensor
             counts = tuple(tensors * local.k * len(db) if kind == SSM
-                           else 0 if slots is None
+                           else 0 if slots is None else len(slots) if kind == PLE
                            else len(slots) * (len(streams[g] or ()) if streams else tensors * spt)
                            for g, (kind, slots, db, tensors)
                            in enumerate(zip(groups, local_slots, request.decode_blocks, group_tensors)))
@@ -243,14 +248,14 @@ class Numbering:
 
 def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, decode: EngineLayout,
                semantics: str) -> Numbering | None:
-    """vLLM's numbering of a GLM-5-Next pairing's regions under vLLM semantics (D's release
-    decides which regions a group covers: D builds both lists of a pull); None elsewhere, and
-    for a grouping given by hand."""
-    if model.kpool_indexer is None or semantics != VLLM or RING not in grouping.groups:
+    """vLLM's numbering of a pairing's regions under vLLM semantics, where a family models them
+    (GLM-5-Next, Qwen4Exp: ``regions``; D's release decides which regions a group covers: D builds
+    both lists of a pull); None elsewhere, and for a grouping given by hand."""
+    if not decode.regions or semantics != VLLM or RING not in grouping.groups:
         return None
     every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
-    streams = tuple(None if kind == SSM else families.first("covered_regions", model, decode.regions, kind == RING,
-                                                            every) for kind in grouping.groups)
+    streams = tuple(None if kind in (SSM, PLE) else families.first("covered_regions", model, decode.regions,
+                                                                   kind == RING, every) for kind in grouping.groups)
     return Numbering(replace(prefill.lists, regions=len(prefill.regions)),
                      replace(decode.lists, regions=len(decode.regions)), streams)
 
