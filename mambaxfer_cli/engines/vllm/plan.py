@@ -186,6 +186,8 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
     p_bpl, d_bpl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
     p_shape, d_shape = (numbered.prefill, numbered.decode) if numbered else (prefill.lists, decode.lists)
     streams = numbered.group_streams if numbered else None
+    last_token = decode.release.needs_remote_num_tokens(prefill.kernel_tokens, p_bpl, decode.kernel_tokens, d_bpl)
+    tokens = b_d * max((len(d) for k, d in zip(groups, request.decode_blocks) if k == ATTENTION), default=1)
     out = []
     for d in decode.ranks:
         ssm = {r.p_rank: r for r in reads if r.d_rank == d.rank}
@@ -215,8 +217,8 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
                     remote_slots.append(None)
                     continue
                 if kind == RING:    # its one block per request, whole: the first piece of each side's kernel block
-                    ls = [b * len(local_attn) for b in kernel_blocks(db, d_bpl)]
-                    rs = [b * len(remote_attn) for b in kernel_blocks(pb, p_bpl)]
+                    ls, rs = _ring_slots(db, pb, len(local_attn), len(remote_attn), d_bpl, p_bpl,
+                                         numbered.ring_tokens if numbered else 0, tokens, last_token)
                 else:
                     ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
                 local_slots.append(ls)
@@ -235,6 +237,22 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
     return out
 
 
+def _ring_slots(db: Sequence[int], pb: Sequence[int], n_local: int, n_remote: int, d_bpl: int, p_bpl: int,
+                ring: int, tokens: int, last_token: bool) -> tuple[list[int], list[int]]:
+    """A ring block's paired slots: the first piece of each side's kernel block; where vLLM pairs
+    from the last token (``_pair_blocks_by_last_token``), D's pieces of ``ring // pieces`` tokens up
+    to the request's last, each side's padding dropped, paired from the end."""
+    local = [b * n_local + j for b in kernel_blocks(db, d_bpl) for j in range(n_local if last_token else 1)]
+    remote = [b * n_remote for b in kernel_blocks(pb, p_bpl)]
+    if not last_token:
+        return local, remote
+    per = d_bpl * n_local
+    pieces = -(-tokens // max(ring // per, 1))
+    local, remote = local[:len(local) - -pieces % per], remote[:len(remote) - -pieces % p_bpl]
+    pairs = min(len(local), len(remote))
+    return local[len(local) - pairs:], remote[len(remote) - pairs:]
+
+
 @dataclass(frozen=True)
 class Numbering:
     """vLLM's descriptor lists where its NIXL regions are not mambaxfer's KV-cache tensors
@@ -244,6 +262,7 @@ class Numbering:
     prefill: ListShape
     decode: ListShape
     group_streams: tuple[tuple[int, ...] | None, ...]
+    ring_tokens: int = 0        # D's ring (tokens): how vLLM pairs its pieces across kernel blocks
 
 
 def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, decode: EngineLayout,
@@ -256,8 +275,9 @@ def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, de
     every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
     streams = tuple(None if kind in (SSM, PLE) else families.first("covered_regions", model, decode.regions,
                                                                    kind == RING, every) for kind in grouping.groups)
+    found = indexer_caches.caches(model)
     return Numbering(replace(prefill.lists, regions=len(prefill.regions)),
-                     replace(decode.lists, regions=len(decode.regions)), streams)
+                     replace(decode.lists, regions=len(decode.regions)), streams, found.ring_tokens if found else 0)
 
 
 def _layout_refusal(prefill: EngineLayout, decode: EngineLayout) -> tuple[Refusal, ...]:
