@@ -263,6 +263,7 @@ class EngineState:
     # caches (GLM-5-Next's packed BLHNC rows); where empty, the regions are stood in as one
     # kernel-block page per layer of every KV-cache group.
     registered: dict = dataclasses.field(default_factory=dict)
+    unregistered: str = ""          # why register_kv_caches refused its caches (then stood in as above)
 
     # The worker state ``register_kv_caches`` sets that conformance's functions read.
     REGISTERED = ("block_len_per_layer", "block_stride_per_layer", "region_group_ids", "region_names",
@@ -787,12 +788,19 @@ class Installed:
 
     @cached(lambda model, tp, geometry, role, backend: (model.name, tp, geometry, role, backend))
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
-        if model.kpool_indexer is not None or (model.ple_qsa is not None and model.ple_qsa.has_qsa):
-            registered, groups, regions, specs, config = self.packed_registration(model, tp, geometry)
+        packed, refused = model.kpool_indexer is not None or (model.ple_qsa is not None and model.ple_qsa.has_qsa), ""
+        try:
+            found = self.packed_registration(model, tp, geometry) if packed else None
+        except VllmFails as exc:    # Qwen4Exp's rows on split kernel blocks: vLLM refuses its ring's view
+            if model.kpool_indexer is not None:
+                raise
+            found, refused = None, exc.message
+        if found is not None:
+            registered, groups, regions, specs, config = found
         else:
             registered, (groups, regions, specs, config) = {}, self.groups(model, tp, geometry)
         return EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups, regions, specs,
-                           config, self.kv_cache_layout(model, backend), backend, registered)
+                           config, self.kv_cache_layout(model, backend), backend, registered, refused)
 
     # --- which P ranks a D rank reads ---------------------------------------------------------
 
@@ -1163,7 +1171,7 @@ class Installed:
     # of two are those of any number (their block counts are the engine's, set after).
     REGISTERED_BLOCKS = 2
 
-    @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
+    @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size, geometry.kernel_block_size))
     def packed_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
         """The regions of an engine of packed block rows (GLM-5-Next's ``kpool_kv_cache``,
         Qwen4Exp's ``qsa_specs`` grouped by ``get_kv_cache_groups``): its caches allocated on the
