@@ -13,7 +13,7 @@ from mambaxfer_cli.engines.vllm.descriptors import (
     random_request,
 )
 from mambaxfer_cli.errors import Refused, UserError
-from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
+from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, covered, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import (
     Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
@@ -273,8 +273,8 @@ def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, de
     if not decode.regions or semantics != VLLM or RING not in grouping.groups:
         return None
     every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
-    streams = tuple(None if kind in (SSM, PLE) else families.first("covered_regions", model, decode.regions,
-                                                                   kind == RING, every) for kind in grouping.groups)
+    streams = tuple(None if kind in (SSM, PLE) else covered(decode.regions, kind == RING, every)
+                    for kind in grouping.groups)
     found = indexer_caches.caches(model)
     return Numbering(replace(prefill.lists, regions=len(prefill.regions)),
                      replace(decode.lists, regions=len(decode.regions)), streams, found.ring_tokens if found else 0)

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
-from mambaxfer_cli.engines.vllm.engine import KEYS, PAGES, STATE, EngineLayout, Region, covered, registered_regions
+from mambaxfer_cli.engines.vllm.engine import KEYS, PAGES, STATE, EngineLayout, Region, registered_regions
 from mambaxfer_cli.engines.vllm.kv_groups import RING
 from mambaxfer_cli.engines.vllm.handshake import Verdict, not_started_first
 from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, EngineFlags, Geometry
@@ -243,12 +243,6 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
                               + [(j * keys, keys, KEYS) for j in range(mla)]
                               + [(mla * keys + j * page, page, PAGES) for j in range(mla)]
                               + [(j * ring, ring, RING) for j in range(mla)], keyed_by_length)
-
-
-def covered_regions(model: ModelSpec, found: tuple[Region, ...], ring_group: bool,
-                    every_region: bool) -> tuple[int, ...] | None:
-    """The regions an attention-kind group's IDs cover (``engine.covered``)."""
-    return None if model.kpool_indexer is None else covered(found, ring_group, every_region)
 
 
 def refusals(model: ModelSpec, p_block: int, d_block: int, p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:

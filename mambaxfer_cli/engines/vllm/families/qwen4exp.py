@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
-from mambaxfer_cli.engines.vllm.engine import KEYS, PAGES, STATE, EngineLayout, Region, covered, registered_regions
+from mambaxfer_cli.engines.vllm.engine import KEYS, PAGES, STATE, EngineLayout, Region, registered_regions
 from mambaxfer_cli.engines.vllm.geometry import Geometry
 from mambaxfer_cli.engines.vllm.kv_groups import PLE, RING
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
@@ -96,12 +96,6 @@ def regions(model: ModelSpec, geometry: Geometry, ssm_slots: int, keyed_by_lengt
                               + [(j * ring, ring, RING) for j in range(layers)]
                               + [(j * keys, keys, KEYS) for j in range(layers)]
                               + [(layers * keys + j * page, page, PAGES) for j in range(layers)], keyed_by_length)
-
-
-def covered_regions(model: ModelSpec, found: tuple[Region, ...], ring_group: bool,
-                    every_region: bool) -> tuple[int, ...] | None:
-    """The regions an attention-kind group's IDs cover (``engine.covered``)."""
-    return None if model.ple_qsa is None else covered(found, ring_group, every_region)
 
 
 def ple_state_bytes(model: ModelSpec) -> int:
