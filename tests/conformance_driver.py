@@ -15,7 +15,8 @@ padding a smaller page to its drafter's larger one instead of raising its block)
 (mambaxfer reading Nemotron-H's MTP pattern key and not ``mtp_layers_block_type``);
 ``qwen4exp-mtp-key`` (mambaxfer counting Qwen4Exp's MTP layers by ``num_nextn_predict_layers``);
 ``glm-mtp-key`` (mambaxfer counting GLM-5-Next's by ``mtp_num_hidden_layers``, absent: 1);
-``qsa-ring`` (vLLM's QSA raw-key ring sized without the speculative tokens). A run's ``env`` is
+``qsa-ring`` (vLLM's QSA raw-key ring sized without the speculative tokens); ``qsa-numbering``
+(mambaxfer grouping Qwen4Exp's layers without its QSA rings and PLE state). A run's ``env`` is
 set for it alone. Prints one JSON object: each run's exit code, document (``{"unparsed": stdout}``
 if not JSON) and stderr, by name. One process runs them all: vLLM is imported once.
 """
@@ -93,13 +94,25 @@ def alter(scenario: str, undo: list) -> None:
         from vllm.v1.core import kv_cache_planning
 
         original = kv_cache_planning._get_kv_cache_groups_uniform_page_size
+        packed = kv_cache_planning._get_packed_kv_cache_groups
+
+        def split(kv_cache_spec):
+            drafts = {name: spec for name, spec in kv_cache_spec.items() if getattr(spec, "is_draft", False)}
+            return {name: spec for name, spec in kv_cache_spec.items() if name not in drafts}, drafts
 
         def apart(kv_cache_spec):
-            drafts = {name: spec for name, spec in kv_cache_spec.items() if getattr(spec, "is_draft", False)}
-            target = {name: spec for name, spec in kv_cache_spec.items() if name not in drafts}
+            target, drafts = split(kv_cache_spec)
             return original(target) + (original(drafts) if drafts else [])
 
+        def packed_apart(vllm_config, kv_cache_spec):     # block-outermost rows (Qwen4Exp's QSA caches)
+            target, drafts = split(kv_cache_spec)
+            found = packed(vllm_config, target)
+            if found is None or not drafts:
+                return packed(vllm_config, kv_cache_spec)
+            return found + (packed(vllm_config, drafts) or original(drafts))
+
         patch(kv_cache_planning, "_get_kv_cache_groups_uniform_page_size", apart)
+        patch(kv_cache_planning, "_get_packed_kv_cache_groups", packed_apart)
     elif scenario == "pad-pages":      # vLLM padding the smaller pages to the largest, their blocks kept
         from dataclasses import replace as replaced
 
@@ -135,6 +148,10 @@ def alter(scenario: str, undo: list) -> None:
                      else ("glm5_next", "mtp_num_hidden_layers"))
         patch(drafts, "family_for", lambda t: replace(found(t), mtp_keys={t: key})
               if t.startswith(stem) else found(t))
+    elif scenario == "qsa-numbering":   # mambaxfer without Qwen4Exp's QSA rings and PLE state as groups
+        from mambaxfer_cli.engines.vllm.families import qwen4exp
+
+        patch(qwen4exp, "kv_caches", lambda model: None)
     elif scenario.startswith("drop:"):
         attribute = scenario.split(":", 1)[1]
         original = vllm_side.worker_attributes

@@ -329,7 +329,9 @@ RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8
         {"name": "qsa-ring", "alter": "qsa-ring",
          "args": ["--model", "qwen3.8-flash-next", "--max-tp", "2", "--format", "json"]},
         {"name": "qsa-layouts", "alter": "qsa-layouts",
-         "args": ["--model", "qwen3.8-flash-next", "--max-tp", "4", "--format", "json"]}]
+         "args": ["--model", "qwen3.8-flash-next", "--max-tp", "4", "--format", "json"]},
+        {"name": "qsa-numbering", "alter": "qsa-numbering",
+         "args": ["--model", "qwen3.8-flash-next", "--max-tp", "1", "--format", "json"]}]
 
 
 def installed_runs(release: str, tmp: Path) -> list[dict]:
@@ -778,6 +780,23 @@ def test_the_layout_qsa_declares_decides_the_engines_layout_and_the_head_split(d
     assert "Heterogeneous TP head-dimension splitting requires contiguous heads" in \
         handshake["first_difference"]["mambaxfer"]
     qsa = functions["get_kv_cache_spec (QSA caches)"]["first_difference"]
-    assert {"compressed keys": qsa["mambaxfer"]["groups"][-1]["ring"]} in qsa["vllm"]["groups"], qsa
+    assert any("compressed keys" in g and "attention" not in g for g in qsa["vllm"]["groups"]), qsa
+    # the regions vLLM registers are those of the layout it runs: their descriptor IDs differ too
     assert sorted(f["function"] for f in run["document"]["functions"] if f["outcome"] != "agrees") == \
-        ["get_kv_cache_spec (QSA caches)", "handshake verdict", "resolve_kv_cache_layout"]
+        ["_compute_desc_ids", "get_kv_cache_spec (QSA caches)", "handshake verdict", "resolve_kv_cache_layout"]
+
+
+def test_qwen4exp_descriptor_ids_without_its_qsa_rings_and_ple_state_differ(driven):
+    """vLLM registers every QSA ring, compressed-key view and the PLE state of Qwen3.8-Flash-Next
+    as regions and groups of their own (register_kv_caches, _compute_desc_ids): as installed, its
+    IDs agree with and without its MTP layer; mambaxfer grouping the layers without them (planted,
+    as before) differs on every case, its SSM IDs starting short of vLLM's."""
+    release, runs = driven
+    ids = by_function(runs["qsa-numbering"]["document"])["_compute_desc_ids"]
+    assert runs["qsa-numbering"]["code"] == 1 and ids["differing"] == ids["cases"] > 0, ids
+    assert set(ids["by_model"]) == {"qwen3.8-flash-next", "qwen3.8-flash-next + MTP"}
+    first = ids["first_difference"]
+    assert first["vllm"]["first differing index"] == 0 and first["vllm"]["ids"][0] > first["mambaxfer"]["ids"][0]
+    installed = by_function(runs["all-presets"]["document"])["_compute_desc_ids"]["by_model"]
+    for name in ("qwen3.8-flash-next", "qwen3.8-flash-next + MTP"):
+        assert installed[name]["cases"] > 0 and installed[name]["differing"] == 0, (release, installed[name])

@@ -15,7 +15,7 @@ import pytest
 from cli_run import assert_refused, assert_user_error, run_cli
 from mambaxfer_cli.engines.vllm import indexer_caches
 from mambaxfer_cli.engines.vllm.families import glm5next
-from mambaxfer_cli.engines.vllm.engine import engine_layout
+from mambaxfer_cli.engines.vllm.engine import STATE, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import gpu as gpu_named
 from mambaxfer_cli.engines.vllm.kv_layout import layout_error, resolved_layout
@@ -203,7 +203,7 @@ def test_every_page_of_the_row_is_a_region_of_its_own():
     older = glm5next.regions(p.model, p.decode.geometry, 9, keyed_by_length=False)
     assert tuple(r.length for r in older) == (keys,) + (page,) * 8 + (keys,) * 10 + (page,) * 11 + (8192,) * 10
     # the joined region is still the KDA slot's (the first view registered at it)
-    assert [r.kind for r in older[:2]] == [glm5next.KDA_VIEW] * 2 and older[9].kind == glm5next.KEYS
+    assert [r.kind for r in older[:2]] == [STATE] * 2 and older[9].kind == glm5next.KEYS
 
 
 @pytest.mark.parametrize("release, latent, ring", [

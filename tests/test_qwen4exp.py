@@ -444,3 +444,29 @@ def test_keys_in_different_dtypes_are_accepted_by_vllm_and_preflight_says_corrup
     same = run_cli("preflight", "--prefill", (layout + fp8).format(tp=2, role="producer"),
                    "--decode", (layout + fp8).format(tp=2, role="consumer"), "--format", "json")
     assert same.code == 0 and json.loads(same.stdout)["verdict"] == "works", same.stdout[-800:]
+
+
+MTP = '{"method":"mtp","num_speculative_tokens":1}'
+
+
+@pytest.mark.parametrize("release,speculative,regions", [
+    ("0.34", None, 48), ("0.33", None, 46), ("0.34", MTP, 51), ("0.33", MTP, 49)])
+def test_vllm_numbers_the_qsa_rings_keys_and_ple_state(release, speculative, regions):
+    """register_kv_caches makes each QSA ring, compressed-key and attention view a region (0.33
+    joins the first ring and keys to slot 0) and _compute_desc_ids numbers the ring and PLE groups:
+    SSM IDs from F·N, the PLE ID after the S·k SSM ones, the rings over their regions (conformance
+    compares the numbers with vLLM's own; before, F was the 12 tensors and neither group had IDs)."""
+    blocks = "33936;33943;33950;33957;33964;33971"
+    args = ["plan", "--model", "qwen3.8-flash-next", "--p-tp", "1", "--d-tp", "1", "--semantics", "vllm",
+            "--vllm-version", release, "--decode-blocks", blocks, "--format", "json"]
+    args += ["--speculative-config", speculative] if speculative else []
+    doc = json.loads(run_cli(*args).stdout)
+    d = doc["descriptors"]
+    assert d["groups"] == ["ssm", "ssm", "ssm", "ple", "ring", "attention"]
+    assert d["decode"]["regions"] == regions
+    n, ssm, ple, ring = d["decode"]["num_blocks"], 33936, 33957, 33964
+    rings = d["group_regions"][4]
+    ids = d["reads"][0]["local_ids"]
+    assert ids[0] == regions * n + ssm and ids[3 * 48] == regions * n + 12 * 4 * n + ple
+    assert ids[3 * 48 + 1:3 * 48 + 1 + len(rings)] == [r * n + ring for r in rings]
+    assert len(rings) == (13 if speculative else 12) and (rings[0] == 0) == (release == "0.33")

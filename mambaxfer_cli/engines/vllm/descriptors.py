@@ -11,7 +11,7 @@ from itertools import accumulate
 from typing import Any, Iterable, Sequence
 
 from mambaxfer_cli.errors import UserError
-from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping
+from mambaxfer_cli.engines.vllm.kv_groups import PLE, KVGrouping
 from mambaxfer_cli.planning.model import ATTENTION, SSM
 
 @dataclass(frozen=True)
@@ -107,7 +107,11 @@ def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[Ite
     eng = dlist.engine
     out: array[int] = array("q")
     for index, (kind, logical) in enumerate(zip(groups, blocks)):
-        if kind != SSM:
+        if kind == PLE:     # the one PLE descriptor after the SSM ones (vLLM's numbering only)
+            chosen_blocks = attention_slots[index] if attention_slots is not None else None
+            first = dlist.attention_descs + eng.ssm_descs(dlist.k)
+            out.fromlist([first + block for block in integers(chosen_blocks or ())])
+        elif kind != SSM:
             slots = attention_slots[index] if attention_slots is not None else None
             if slots is None:
                 continue

@@ -7,7 +7,7 @@ KV-cache tensors: reads, descriptor lists, the simulator and execute all consume
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 from mambaxfer_cli.errors import Refused
 from mambaxfer_cli.engines.vllm import families
@@ -19,7 +19,7 @@ from mambaxfer_cli.engines.vllm.geometry import (
 from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gdn_prefill_backend
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping
+from mambaxfer_cli.engines.vllm.kv_groups import RING, KVGrouping
 from mambaxfer_cli.planning.layout import RankLayout, Shard, kv_head_shard
 from mambaxfer_cli.engines.vllm.startup import rank_layouts
 from mambaxfer_cli.planning.model import ModelSpec
@@ -27,15 +27,50 @@ from mambaxfer_cli.planning.variants import VARIANTS
 from mambaxfer_cli.engines.vllm.release import Release, label
 
 
-# What a registered NIXL region holds where mambaxfer models each (a family's ``regions``).
+# What a registered NIXL region holds where mambaxfer models each (a family's ``regions``): an SSM
+# layer's state, an indexer's compressed keys, an attention layer's pages, an indexer's ring.
+STATE, KEYS, PAGES = "state", "keys", "pages"
+
+
 @dataclass(frozen=True)
 class Region:
-    kind: str                    # KDA_VIEW | KEYS | LATENT | RING: the first view registered at it
+    kind: str                    # STATE | KEYS | PAGES | RING: the first view registered at it
     length: int                  # its block length as register_kv_caches records it
     views: frozenset[str] = frozenset()     # the kinds of every view registered at it
 
     def holds(self, kinds: tuple[str, ...]) -> bool:
         return bool(self.views & set(kinds))
+
+
+def registered_regions(views: Sequence[tuple[int, int, str]], keyed_by_length: bool) -> tuple[Region, ...]:
+    """``register_kv_caches``'s regions of packed block rows, given each view (offset in the row,
+    length, kind) in the order it registers them: a view is a region unless one with its key
+    exists, its address (0.33) or address and length (0.34, ``keyed_by_length``); a view of an MLA
+    spec (keys, attention pages) that joins one sets its length."""
+    seen: list[tuple[int, int] | int] = []
+    out: list[Region] = []
+    for offset, length, kind in views:
+        key = (offset, length) if keyed_by_length else offset
+        if key not in seen:
+            seen.append(key)
+            out.append(Region(kind, length, frozenset((kind,))))
+            continue
+        at = seen.index(key)
+        out[at] = replace(out[at], views=out[at].views | {kind},
+                          length=length if kind in (KEYS, PAGES) else out[at].length)
+    return tuple(out)
+
+
+def covered(found: Sequence[Region], ring_group: bool, every_region: bool) -> tuple[int, ...]:
+    """The regions an attention-kind transfer group's descriptor IDs cover (``_compute_desc_ids``):
+    the ring group's, the regions a ring was registered at (0.33: ``_scratch_region_indices``;
+    0.34: its ``_group_region_indices``); the attention group's, every region where the release
+    spans every region with an attention group (0.33, ``every_region``), else those holding its
+    compressed keys or pages."""
+    if every_region and not ring_group:
+        return tuple(range(len(found)))
+    kinds = (RING,) if ring_group else (KEYS, PAGES)
+    return tuple(i for i, r in enumerate(found) if r.holds(kinds))
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,17 @@ import math
 import re
 from itertools import groupby
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.limits import MAX_KV_GROUPS
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 
-# A group of GLM-5-Next's indexer tail rings (a CircularBufferSpec group): a group kind, never a
-# layer kind. Its descriptor IDs are attention-kind; its pages are the indexer's, moved apart.
-RING = "ring"
+# Group kinds, never layer kinds: an indexer's rings (a CircularBufferSpec group, attention-kind IDs)
+# and Qwen4Exp's PLE state (a tp_replicated MambaSpec group: one ID after the SSM ones); their pages
+# are moved apart.
+RING, PLE = "ring", "ple"
 DRAFT = "draft"     # a bucket of a drafter's layers whose pages are not the target's
 
 
@@ -39,26 +41,27 @@ class KVGrouping:
 
 
 def model_grouping(model: ModelSpec) -> KVGrouping:
-    """vLLM's grouping of ``model``'s layers; indexer tail rings are a bucket after the MLA layers';
-    a drafter's layers of other pages a bucket of their own (their specs differ), attention-kind."""
-    rings = model.attention_indices if model.kpool_indexer else ()
+    """vLLM's grouping of ``model``'s layers, with the caches a family registers beside a layer
+    (its ``kv_caches``: an indexer's ring, a PLE state) as buckets of their own; a drafter's layers
+    of other pages a bucket of their own (their specs differ), attention-kind."""
+    beside = families.first("kv_caches", model) or {}
     if not model.draft_attention:
-        return vllm_grouping(model.layers, rings)
+        return vllm_grouping(model.layers, beside)
     target = len(model.layers) - model.draft_layers
-    found = vllm_grouping(model.layers[:target] + (DRAFT,) * model.draft_layers, rings)
+    found = vllm_grouping(model.layers[:target] + (DRAFT,) * model.draft_layers, beside)
     return replace(found, groups=tuple(ATTENTION if kind == DRAFT else kind for kind in found.groups))
 
 
-def vllm_grouping(layers: Sequence[str], rings: Sequence[int] = ()) -> KVGrouping:
-    """Bucket by type (buckets ordered by first layer; ``rings``, the layers that keep a tail ring
-    too, a bucket after theirs); G = smallest bucket, or the largest when largest < 1.5·smallest;
-    a bucket of n layers makes ceil(n/G) groups, layer i to group i mod that."""
+def vllm_grouping(layers: Sequence[str], beside: Mapping[int, Sequence[str]] = {}) -> KVGrouping:
+    """Bucket by type, buckets ordered by first registration (``beside[i]``: the kinds layer i
+    registers, its own among them, in its order); G = smallest bucket but the PLE's, or the largest
+    when largest < 1.5·smallest; a bucket of n layers makes ceil(n/G) groups, layer i to group i mod
+    that."""
     buckets: dict[str, list[int]] = {}
     for index, kind in enumerate(layers):
-        buckets.setdefault(kind, []).append(index)
-        if index in rings:
-            buckets.setdefault(RING, []).append(index)
-    sizes = [len(b) for b in buckets.values()]
+        for each in beside.get(index, (kind,)):
+            buckets.setdefault(each, []).append(index)
+    sizes = [len(b) for kind, b in buckets.items() if kind != PLE]
     smallest, largest = min(sizes), max(sizes)
     size = largest if largest < 1.5 * smallest else smallest
     kinds, members = [], []

@@ -11,17 +11,17 @@ from mambaxfer_cli.engines.vllm.attention import (
     AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
 )
 from mambaxfer_cli.engines.vllm.descriptors import (
-    DescriptorList, DescriptorMap, DescriptorRead, ListShape, Request, block_ids, kernel_blocks, parse_blocks,
+    DescriptorList, DescriptorMap, DescriptorRead, ListShape, Request, block_ids, integers, kernel_blocks, parse_blocks,
     random_request,
 )
 from mambaxfer_cli.errors import Refused, UserError
-from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, engine_layout
+from mambaxfer_cli.engines.vllm.engine import Engines, EngineLayout, covered, engine_layout
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import (
     Refusal, Verdict, handshake_verdict, not_started_first, split_remote_blocks, with_block_size,
 )
 from mambaxfer_cli.engines.vllm.startup import mla_dtype_refusal
-from mambaxfer_cli.engines.vllm.kv_groups import RING, KVGrouping, model_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import PLE, RING, KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.planning.reads import Read, coalesce, misreads, tp_ratio
@@ -188,6 +188,8 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
     p_bpl, d_bpl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
     p_shape, d_shape = (numbered.prefill, numbered.decode) if numbered else (prefill.lists, decode.lists)
     streams = numbered.group_streams if numbered else None
+    last_token = decode.release.needs_remote_num_tokens(prefill.kernel_tokens, p_bpl, decode.kernel_tokens, d_bpl)
+    tokens = b_d * max((len(d) for k, d in zip(groups, request.decode_blocks) if k == ATTENTION), default=1)
     out = []
     for d in decode.ranks:
         ssm = {r.p_rank: r for r in reads if r.d_rank == d.rank}
@@ -206,21 +208,26 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             local_slots: list[list[int] | None] = []
             remote_slots: list[list[int] | None] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
+                if kind == PLE:     # its page, from each SSM source: in vLLM's numbering only
+                    use = numbered is not None and p_rank in ssm
+                    local_slots.append(integers(db) if use else None)
+                    remote_slots.append(integers(pb) if use else None)
+                    continue
                 # a ring group's pages are the indexer's: in vLLM's numbering only
                 if kind == SSM or how is None or (kind == RING and numbered is None):
                     local_slots.append(None)
                     remote_slots.append(None)
                     continue
                 if kind == RING:    # its one block per request, whole: the first piece of each side's kernel block
-                    ls = [b * len(local_attn) for b in kernel_blocks(db, d_bpl)]
-                    rs = [b * len(remote_attn) for b in kernel_blocks(pb, p_bpl)]
+                    ls, rs = _ring_slots(db, pb, len(local_attn), len(remote_attn), d_bpl, p_bpl,
+                                         numbered.ring_tokens if numbered else 0, tokens, last_token)
                 else:
                     ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
                 local_slots.append(ls)
                 remote_slots.append(rs)
             spt = d_shape.streams_per_tensor
             counts = tuple(tensors * local.k * len(db) if kind == SSM
-                           else 0 if slots is None
+                           else 0 if slots is None else len(slots) if kind == PLE
                            else len(slots) * (len(streams[g] or ()) if streams else tensors * spt)
                            for g, (kind, slots, db, tensors)
                            in enumerate(zip(groups, local_slots, request.decode_blocks, group_tensors)))
@@ -232,6 +239,22 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
     return out
 
 
+def _ring_slots(db: Sequence[int], pb: Sequence[int], n_local: int, n_remote: int, d_bpl: int, p_bpl: int,
+                ring: int, tokens: int, last_token: bool) -> tuple[list[int], list[int]]:
+    """A ring block's paired slots: the first piece of each side's kernel block; where vLLM pairs
+    from the last token (``_pair_blocks_by_last_token``), D's pieces of ``ring // pieces`` tokens up
+    to the request's last, each side's padding dropped, paired from the end."""
+    local = [b * n_local + j for b in kernel_blocks(db, d_bpl) for j in range(n_local if last_token else 1)]
+    remote = [b * n_remote for b in kernel_blocks(pb, p_bpl)]
+    if not last_token:
+        return local, remote
+    per = d_bpl * n_local
+    pieces = -(-tokens // max(ring // per, 1))
+    local, remote = local[:len(local) - -pieces % per], remote[:len(remote) - -pieces % p_bpl]
+    pairs = min(len(local), len(remote))
+    return local[len(local) - pairs:], remote[len(remote) - pairs:]
+
+
 @dataclass(frozen=True)
 class Numbering:
     """vLLM's descriptor lists where its NIXL regions are not mambaxfer's KV-cache tensors
@@ -241,20 +264,22 @@ class Numbering:
     prefill: ListShape
     decode: ListShape
     group_streams: tuple[tuple[int, ...] | None, ...]
+    ring_tokens: int = 0        # D's ring (tokens): how vLLM pairs its pieces across kernel blocks
 
 
 def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, decode: EngineLayout,
                semantics: str) -> Numbering | None:
-    """vLLM's numbering of a GLM-5-Next pairing's regions under vLLM semantics (D's release
-    decides which regions a group covers: D builds both lists of a pull); None elsewhere, and
-    for a grouping given by hand."""
-    if model.kpool_indexer is None or semantics != VLLM or RING not in grouping.groups:
+    """vLLM's numbering of a pairing's regions under vLLM semantics, where a family models them
+    (GLM-5-Next, Qwen4Exp: ``regions``; D's release decides which regions a group covers: D builds
+    both lists of a pull); None elsewhere, and for a grouping given by hand."""
+    if not decode.regions or semantics != VLLM or RING not in grouping.groups:
         return None
     every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
-    streams = tuple(None if kind == SSM else families.first("covered_regions", model, decode.regions, kind == RING,
-                                                            every) for kind in grouping.groups)
+    streams = tuple(None if kind in (SSM, PLE) else covered(decode.regions, kind == RING, every)
+                    for kind in grouping.groups)
+    found = indexer_caches.caches(model)
     return Numbering(replace(prefill.lists, regions=len(prefill.regions)),
-                     replace(decode.lists, regions=len(decode.regions)), streams)
+                     replace(decode.lists, regions=len(decode.regions)), streams, found.ring_tokens if found else 0)
 
 
 def _layout_refusal(prefill: EngineLayout, decode: EngineLayout) -> tuple[Refusal, ...]:

@@ -103,7 +103,8 @@ class VllmFails(Exception):
 
 
 # What vLLM raises when it refuses (its asserts and checks) or breaks on an input.
-REFUSALS = (AssertionError, RuntimeError, NotImplementedError, ValueError, StopIteration, KeyError, IndexError)
+REFUSALS = (AssertionError, RuntimeError, NotImplementedError, ValueError, StopIteration, KeyError, IndexError,
+            ZeroDivisionError)
 
 
 @contextlib.contextmanager
@@ -262,12 +263,14 @@ class EngineState:
     # caches (GLM-5-Next's packed BLHNC rows); where empty, the regions are stood in as one
     # kernel-block page per layer of every KV-cache group.
     registered: dict = dataclasses.field(default_factory=dict)
+    unregistered: str = ""          # why register_kv_caches refused its caches (then stood in as above)
 
     # The worker state ``register_kv_caches`` sets that conformance's functions read.
     REGISTERED = ("block_len_per_layer", "block_stride_per_layer", "region_group_ids", "region_names",
                   "_region_is_mla", "_ssm_region_indices", "_scratch_region_indices", "_group_region_indices",
                   "_uses_region_group_mapping", "_packed_member_layouts", "_ple_region_index", "_ple_block_len",
-                  "num_regions", "_head_sharded_draft_regions", "_group_spec_types", "_is_csa_linear")
+                  "num_regions", "_head_sharded_draft_regions", "_group_spec_types", "_is_csa_linear",
+                  "_ple_group_index")
 
     def __post_init__(self) -> None:
         if self.registered:
@@ -320,6 +323,7 @@ class EngineState:
             "region_members": [list(names) for names in self.regions],
             "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
             "packed_member_layouts": dict(registered["_packed_member_layouts"]),
+            "ple_block_len": registered.get("_ple_block_len"),
         }
         return _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
 
@@ -689,34 +693,9 @@ class Installed:
         raise CouldNotCall(backends[0][1], f"not found in the installed vLLM's {home}")
 
     def qsa_caches(self, model: ModelSpec, tp: int, geometry: Geometry) -> dict:
-        """Qwen4Exp's QSA caches as vLLM builds them: each indexed-attention layer's ring and
-        compressed keys made by their classes (``__init__``, ``get_kv_cache_spec``, a draft
-        layer's tagged ``is_draft``), and every group ``get_kv_cache_groups`` makes, as layer
-        indices by cache kind."""
-        q = model.ple_qsa
-        assert q is not None
-        _, ring, keys = self.qsa_symbols()
-        config = self.vllm_config(model, tp, Flags(block_size=geometry.block_size))
-        config.cache_config.kv_cache_layout = self.kv_cache_layout(model, flag_variants(model)[0].backend)
-        config.num_speculative_tokens = model.num_spec
-        config.compilation_config = StandIn("compilation_config", static_forward_context={})
-        specs = dict(self.groups(model, tp, geometry)[2])
-        kind_of: dict[str, tuple[str, int]] = {}
-        key_dtype = self.torch.float8_e4m3fn if q.indexer_kv_dtype == "fp8" else self.torch.bfloat16
-        for index, (name, kind) in enumerate(zip(self.layer_names(model), model.layers)):
-            kind_of[name] = (kind, index)
-            if kind != ATTENTION:
-                continue
-            for label, cls, dtype, suffix, extra in (
-                    ("ring", ring, self.torch.bfloat16, "raw_key_cache", {"cache_rope_positions": q.rope_positions}),
-                    ("compressed keys", keys, key_dtype, "compressed_key_cache", {})):
-                prefix = f"{name.removesuffix('attn')}indexer.{suffix}"
-                with calling(f"{cls.__name__}.get_kv_cache_spec"):
-                    layer = cls(head_size=q.indexer_head_dim, dtype=dtype, cache_config=config.cache_config,
-                                prefix=prefix, vllm_config=config, compress_ratio=q.compress_ratio, **extra)
-                    specs[prefix] = dataclasses.replace(layer.get_kv_cache_spec(config),
-                                                        is_draft=specs[name].is_draft)
-                kind_of[prefix] = (label, index)
+        """Qwen4Exp's QSA caches as vLLM builds them (``qsa_specs``), and every group
+        ``get_kv_cache_groups`` makes, as layer indices by cache kind."""
+        config, specs, kind_of = self.qsa_specs(model, tp, geometry)
         groups = _run("vllm.v1.core.kv_cache_planning", "get_kv_cache_groups", config, specs)
         members = []
         for group in groups:
@@ -728,6 +707,55 @@ class Installed:
         return qsa_shown(sorted({(specs[n].block_size, specs[n].page_size_bytes) for n in of["ring"]}),
                          sorted({(specs[n].tokens_per_state, specs[n].page_size_bytes) for n in of["compressed keys"]}),
                          members)
+
+    @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
+    def qsa_specs(self, model: ModelSpec, tp: int, geometry: Geometry):
+        """A Qwen4Exp engine's layer specs in the order its layers register (``get_kv_cache_spec``
+        walks the forward context): a decoder layer's PLE layer (its class's spec, tp_replicated,
+        padded as every mamba page), then its mixer; a QSA layer's ring and compressed keys (their
+        classes' ``__init__`` and ``get_kv_cache_spec``, a draft layer's tagged ``is_draft``), then
+        the layer. Returns the config, the specs and each layer's (kind, model layer index)."""
+        q = model.ple_qsa
+        assert q is not None
+        _, ring, keys = self.qsa_symbols()
+        config = self.vllm_config(model, tp, Flags(block_size=geometry.block_size))
+        config.cache_config.kv_cache_layout = self.kv_cache_layout(model, flag_variants(model)[0].backend)
+        config.num_speculative_tokens = model.num_spec
+        config.compilation_config = StandIn("compilation_config", static_forward_context={})
+        config.attention_config = StandIn("vllm_config.attention_config", hisparse_config=None)
+        base = self.groups(model, tp, geometry)[2]
+        ple = None
+        if q.ple_layers:
+            state = self.mamba_spec(model, tp)       # the GDN spec's, which the PLE spec is asked beside
+
+            class Gdn:
+                get_mamba_state_shape_from_config = classmethod(lambda cls, _: state.shapes)
+                get_mamba_state_dtype_from_config = classmethod(lambda cls, _: state.dtypes)
+
+            found: Any = self._ple_model(model, Gdn)      # vLLM's model class API, stood in
+            _, ple_spec = found.get_mamba_specs_from_config(config)
+            ple = dataclasses.replace(ple_spec, block_size=geometry.block_size,
+                                      page_size_padded=max(geometry.page_bytes, ple_spec.page_size_bytes))
+        specs: dict[str, Any] = {}
+        kind_of: dict[str, tuple[str, int]] = {}
+        key_dtype = self.torch.float8_e4m3fn if q.indexer_kv_dtype == "fp8" else self.torch.bfloat16
+        for index, (name, kind) in enumerate(zip(self.layer_names(model), model.layers)):
+            if ple is not None and index in q.ple_layers:
+                specs[f"model.layers.{index}.ple"] = ple
+                kind_of[f"model.layers.{index}.ple"] = ("ple", index)
+            for label, cls, dtype, suffix, extra in (
+                    ("ring", ring, self.torch.bfloat16, "raw_key_cache", {"cache_rope_positions": q.rope_positions}),
+                    ("compressed keys", keys, key_dtype, "compressed_key_cache", {})) if kind == ATTENTION else ():
+                prefix = f"{name.removesuffix('attn')}indexer.{suffix}"
+                with calling(f"{cls.__name__}.get_kv_cache_spec"):
+                    layer = cls(head_size=q.indexer_head_dim, dtype=dtype, cache_config=config.cache_config,
+                                prefix=prefix, vllm_config=config, compress_ratio=q.compress_ratio, **extra)
+                    specs[prefix] = dataclasses.replace(layer.get_kv_cache_spec(config),
+                                                        is_draft=base[name].is_draft)
+                kind_of[prefix] = (label, index)
+            specs[name] = base[name]
+            kind_of[name] = (kind, index)
+        return config, specs, kind_of
 
     @cached(lambda model, backend, requested=None: (model.name, backend, requested))
     def kv_cache_layout(self, model: ModelSpec, backend: str, requested: str | None = None) -> str:
@@ -760,12 +788,19 @@ class Installed:
 
     @cached(lambda model, tp, geometry, role, backend: (model.name, tp, geometry, role, backend))
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
-        if model.kpool_indexer is not None:
-            registered, groups, regions, specs, config = self.kpool_registration(model, tp, geometry)
+        packed, refused = model.kpool_indexer is not None or (model.ple_qsa is not None and model.ple_qsa.has_qsa), ""
+        try:
+            found = self.packed_registration(model, tp, geometry) if packed else None
+        except VllmFails as exc:    # Qwen4Exp's rows on split kernel blocks: vLLM refuses its ring's view
+            if model.kpool_indexer is not None:
+                raise
+            found, refused = None, exc.message
+        if found is not None:
+            registered, groups, regions, specs, config = found
         else:
             registered, (groups, regions, specs, config) = {}, self.groups(model, tp, geometry)
         return EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups, regions, specs,
-                           config, self.kv_cache_layout(model, backend), backend, registered)
+                           config, self.kv_cache_layout(model, backend), backend, registered, refused)
 
     # --- which P ranks a D rank reads ---------------------------------------------------------
 
@@ -1132,21 +1167,29 @@ class Installed:
         groups = _run(planning, "get_kv_cache_groups", config, specs)
         return groups, _run(planning, "get_kv_cache_config_from_groups", config, groups, 1 << 62), specs
 
-    # Blocks the GLM-5-Next engines register on: every block row is laid out alike, so the regions
+    # Blocks the packed engines register on: every block row is laid out alike, so the regions
     # of two are those of any number (their block counts are the engine's, set after).
     REGISTERED_BLOCKS = 2
 
-    @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
-    def kpool_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
-        """A GLM-5-Next engine's regions: ``kpool_kv_cache``'s caches allocated on the CPU
-        (``allocate_kv_cache``), then ``register_kv_caches`` on a worker stand-in. Returns the worker
-        state it left, the transfer groups, each region's layers, the layer specs and the config."""
-        planned = self._kpool_configs.get((model.name, tp, geometry.block_size))
-        if planned is None:
-            raise CouldNotCall("register_kv_caches", f"no KV-cache plan for a {geometry.block_size}-token "
-                                                     f"{model.family} engine at TP {tp} (vLLM derived none)")
-        config, attention, page = planned
-        _, kv_cache_config, _ = self.kpool_kv_cache(model, tp, config, attention, page, self.REGISTERED_BLOCKS)
+    @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size, geometry.kernel_block_size))
+    def packed_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
+        """The regions of an engine of packed block rows (GLM-5-Next's ``kpool_kv_cache``,
+        Qwen4Exp's ``qsa_specs`` grouped by ``get_kv_cache_groups``): its caches allocated on the
+        CPU (``allocate_kv_cache``), then ``register_kv_caches`` on a worker stand-in. Returns the
+        worker state it left, the transfer groups, each region's layers, the layer specs and the config."""
+        planning = "vllm.v1.core.kv_cache_planning"
+        if model.kpool_indexer is not None:
+            planned = self._kpool_configs.get((model.name, tp, geometry.block_size))
+            if planned is None:
+                raise CouldNotCall("register_kv_caches", f"no KV-cache plan for a {geometry.block_size}-token "
+                                                         f"{model.family} engine at TP {tp} (vLLM derived none)")
+            config, attention, page = planned
+            _, kv_cache_config, _ = self.kpool_kv_cache(model, tp, config, attention, page, self.REGISTERED_BLOCKS)
+        else:
+            config, specs, _ = self.qsa_specs(model, tp, geometry)
+            config.cache_config.num_gpu_blocks_override = self.REGISTERED_BLOCKS
+            kv_cache_config = _run(planning, "get_kv_cache_config_from_groups", config,
+                                   _run(planning, "get_kv_cache_groups", config, specs), 1 << 62)
         utils = "vllm.v1.worker.utils"
         layout = _symbol("vllm.v1.kv_cache_layout", "KVCacheLayout")[config.cache_config.kv_cache_layout]
         with answering(), calling("allocate_kv_cache"):
@@ -1163,6 +1206,10 @@ class Installed:
         spec_types = tuple(representative(group.kv_cache_spec) for group in groups)
         csa_linear = any(representative(group.kv_cache_spec) is circular
                          for group in kv_cache_config.kv_cache_groups)
+        # NixlBaseConnectorWorker.__init__: a CSA-linear worker's one group of TP-replicated state
+        ple_group = next((i for i, group in enumerate(kv_cache_config.kv_cache_groups) if csa_linear
+                          and group.layer_names and all(getattr(layer_specs.get(n), "tp_replicated", False)
+                                                        for n in group.layer_names)), None)
         worker = object.__new__(self.worker_class)
         worker.__dict__.update(
             engine_id="registering", tp_rank=0, transfer_tp_rank=0, transfer_tp_size=tp, tp_size=tp, world_size=tp,
@@ -1181,8 +1228,8 @@ class Installed:
             dst_region_group_ids={}, dst_region_mem_types={}, dst_uses_region_group_mapping={},
             _group_spec_types=spec_types, src_xfer_handles_by_block_size={}, _mixed_mem_types=False,
             _mamba_ssm_size=self.conv_split(model, tp).ssm_sizes, _ple_region_index=None, _ple_block_len=None,
-            _ple_group_index=None, _transfer_layer_group_ids=(), _transfer_layer_region_indices=(),
-            vllm_config=None, model_config=None,
+            _ple_group_index=ple_group, _transfer_layer_group_ids=(), _transfer_layer_region_indices=(),
+            vllm_config=None, model_config=StandIn("model_config", get_total_num_kv_heads=lambda: model.num_kv_heads),
             # what follows the regions (the local descriptors, the handshake payload) is NIXL's
             register_local_xfer_handler=lambda block_size: (None, None))
         module = importlib.import_module(f"{NIXL}.base_worker")
@@ -1190,7 +1237,7 @@ class Installed:
               _patched(module, "compute_nixl_compatibility_hash", lambda *args, **kwargs: "stand-in")):
             worker.register_kv_caches(caches)
         state = {k: getattr(worker, k) for k in EngineState.REGISTERED if k in worker.__dict__}
-        state.update(_group_spec_types=spec_types, _is_csa_linear=csa_linear)
+        state.update(_group_spec_types=spec_types, _is_csa_linear=csa_linear, _ple_group_index=ple_group)
         members = getattr(worker, "region_members", None) or [[name] for name in worker.region_names]
         return state, groups, [list(names) for names in members], layer_specs, kv_cache_config
 

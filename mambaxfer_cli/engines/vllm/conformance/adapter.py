@@ -22,7 +22,7 @@ from mambaxfer_cli.engines.vllm.releases import RELEASES, minor, release
 from mambaxfer_cli.engines.vllm import startup
 from mambaxfer_cli.planning.startup import parallel_refusal
 from mambaxfer_cli.engines.vllm.indexer_caches import caches
-from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping, vllm_grouping
+from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.readers.model_config import spec_from_config
 from mambaxfer_cli.errors import Refused
@@ -120,11 +120,11 @@ class Ours:
     @staticmethod
     def qsa_caches(model: ModelSpec, block_size: int) -> dict:
         """Qwen4Exp's QSA caches by mambaxfer's rules: one ring and one compressed-key page a layer;
-        the keys (an MLA spec of the attention's block) join the attention's groups, the rings a
-        bucket after them (``vllm_grouping``)."""
+        the keys (an MLA spec of the attention's block) join the attention's groups, the rings and
+        the PLE state buckets of their own (``model_grouping``)."""
         found = caches(model)
         assert found is not None
-        grouping = vllm_grouping(model.layers, model.attention_indices)
+        grouping = model_grouping(model)
         groups = [{kind: list(m), "compressed keys": list(m)} if kind == ATTENTION else {kind: list(m)}
                   for kind, m in zip(grouping.groups, grouping.members)]
         return qsa_shown([(found.ring_tokens, found.ring_page_bytes)],

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
-from mambaxfer_cli.engines.vllm.engine import EngineLayout, Region
+from mambaxfer_cli.engines.vllm.engine import KEYS, PAGES, STATE, EngineLayout, Region, registered_regions
+from mambaxfer_cli.engines.vllm.kv_groups import RING
 from mambaxfer_cli.engines.vllm.handshake import Verdict, not_started_first
 from mambaxfer_cli.engines.vllm.geometry import SPARSE_MLA_BACKENDS, Backend, EngineFlags, Geometry
 from mambaxfer_cli.engines.vllm.release import Refusal
@@ -18,7 +19,7 @@ from mambaxfer_cli.engines.vllm.gpu import Gpu
 from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.families import dim_key
 from mambaxfer_cli.families.glm5next import DEFAULTS, FAMILY, MODEL_TYPES, glm5next_parts
-from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 
 # SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("glm5_next_mtp",)}
@@ -216,8 +217,12 @@ def key_bytes(model: ModelSpec) -> int:
     return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
 
 
-# What a registered region of a GLM-5-Next engine holds: the first of its views (register_kv_caches).
-KDA_VIEW, KEYS, LATENT, RING = "kda", "keys", "latent", "ring"
+def kv_caches(model: ModelSpec) -> dict[int, tuple[str, ...]] | None:
+    """What an MLA layer registers (``Indexer.__init__``): the indexer's keys (of the MLA bucket),
+    its tail ring, then the layer."""
+    if model.kpool_indexer is None:
+        return None
+    return {i: (ATTENTION, RING) for i in model.attention_indices}
 
 
 def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
@@ -225,11 +230,8 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
     Its KV caches (``get_kv_cache_config_from_groups``, BLHNC) are views of one block row,
     allocated in this order: the KDA groups' (group g's i-th layer at slot i, a page each, so
     ``kda_slots`` of them), the compressed keys' (from the row's start, a key page each), the
-    latent's (after the keys, a page each) and the tail ring's (from the row's start). Each view is
-    a region at its page's address (block length its page, stride the row: it has SSM layers, so
-    no row is registered whole) unless a region with its key exists: its address (0.33), its
-    address and length (0.34, ``keyed_by_length``); a view of an MLA spec (keys, latent) that
-    joins one sets its length."""
+    latent's (after the keys, a page each) and the tail ring's (from the row's start); each view's
+    block stride is the row (``registered_regions``)."""
     g = model.kpool_indexer
     if g is None:
         return None
@@ -237,37 +239,10 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
     page = geometry.page_bytes
     keys = geometry.block_size // g.index_kpool * key_bytes(model)
     ring = ring_tokens(model) * ring_slot_bytes(model)
-    views = ([(i * page, page, KDA_VIEW) for i in range(kda_slots)]           # (offset in the row, length, kind)
-             + [(j * keys, keys, KEYS) for j in range(mla)]
-             + [(mla * keys + j * page, page, LATENT) for j in range(mla)]
-             + [(j * ring, ring, RING) for j in range(mla)])
-    seen: list[tuple[int, int] | int] = []
-    out: list[Region] = []
-    for offset, length, kind in views:
-        key = (offset, length) if keyed_by_length else offset
-        if key not in seen:
-            seen.append(key)
-            out.append(Region(kind, length, frozenset((kind,))))
-            continue
-        at = seen.index(key)
-        joined = out[at].views | {kind}
-        out[at] = replace(out[at], views=joined, length=length if kind in (KEYS, LATENT) else out[at].length)
-    return tuple(out)
-
-
-def covered_regions(model: ModelSpec, found: tuple[Region, ...], ring_group: bool,
-                    every_region: bool) -> tuple[int, ...] | None:
-    """The regions an attention-kind transfer group's descriptor IDs cover (``_compute_desc_ids``):
-    the ring group's, the regions a ring was registered at (0.33: ``_scratch_region_indices``;
-    0.34: its ``_group_region_indices``); the MLA group's, every region where the release spans
-    every region with an attention group (0.33, ``every_region``), else those holding its
-    compressed keys or latents."""
-    if model.kpool_indexer is None:
-        return None
-    if every_region and not ring_group:
-        return tuple(range(len(found)))
-    kinds = (RING,) if ring_group else (KEYS, LATENT)
-    return tuple(i for i, r in enumerate(found) if r.holds(kinds))
+    return registered_regions([(i * page, page, STATE) for i in range(kda_slots)]
+                              + [(j * keys, keys, KEYS) for j in range(mla)]
+                              + [(mla * keys + j * page, page, PAGES) for j in range(mla)]
+                              + [(j * ring, ring, RING) for j in range(mla)], keyed_by_length)
 
 
 def refusals(model: ModelSpec, p_block: int, d_block: int, p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:

@@ -11,14 +11,16 @@ from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
-from mambaxfer_cli.engines.vllm.engine import EngineLayout
+from mambaxfer_cli.engines.vllm.engine import KEYS, PAGES, STATE, EngineLayout, Region, registered_regions
+from mambaxfer_cli.engines.vllm.geometry import Geometry
+from mambaxfer_cli.engines.vllm.kv_groups import PLE, RING
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.plan import Warning_
 from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.families.qwen4exp import parts
 from mambaxfer_cli.planning.dtypes import dtype_bytes
-from mambaxfer_cli.planning.model import ModelSpec
+from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.readers.model_config import DtypeFacts
 
 # SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
@@ -66,6 +68,34 @@ def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     default preference applies)."""
     q = model.ple_qsa
     return QSA_LAYOUTS if q is not None and q.has_qsa else None
+
+
+def kv_caches(model: ModelSpec) -> dict[int, tuple[str, ...]] | None:
+    """What a layer registers (Qwen4ExpDecoderLayer: its PLE layer before its mixer; a QSA layer's
+    indexer its ring and compressed keys, of the attention bucket, before the layer)."""
+    q = model.ple_qsa
+    if q is None:
+        return None
+    found: dict[int, tuple[str, ...]] = {i: (PLE, SSM) for i in q.ple_layers}
+    return found | ({i: (RING, ATTENTION) for i in model.attention_indices} if q.has_qsa else {})
+
+
+def regions(model: ModelSpec, geometry: Geometry, ssm_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
+    """Every NIXL region of a Qwen4Exp engine with QSA as ``register_kv_caches`` records it: views of
+    one block row (``get_kv_cache_config_from_groups``, block-outermost), in its order: the SSM
+    groups' (slot i a page each; the PLE page at slot 0), the rings' and the compressed keys' (each
+    from the row's start), the attention pages (after the keys)."""
+    q = model.ple_qsa
+    if q is None or not q.has_qsa:
+        return None
+    page, layers = geometry.page_bytes, model.attention_layers
+    keys = geometry.block_size // (q.compress_ratio or 1) * compressed_key_bytes(model)
+    ring = (ring_tokens(model) or 0) * ring_slot_bytes(model)
+    return registered_regions([(i * page, page, STATE) for i in range(ssm_slots)]
+                              + [(0, page, STATE)] * bool(q.ple_layers)
+                              + [(j * ring, ring, RING) for j in range(layers)]
+                              + [(j * keys, keys, KEYS) for j in range(layers)]
+                              + [(layers * keys + j * page, page, PAGES) for j in range(layers)], keyed_by_length)
 
 
 def ple_state_bytes(model: ModelSpec) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 
 from mambaxfer_cli.engines.vllm import indexer_caches
 from mambaxfer_cli.engines.vllm.plan import Plan
-from mambaxfer_cli.engines.vllm.kv_groups import RING as RING_GROUP
+from mambaxfer_cli.engines.vllm.kv_groups import PLE, RING as RING_GROUP
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.planning.reads import Read
 from mambaxfer_cli.engines.vllm.reads import VLLM
@@ -49,12 +49,12 @@ def merged(sim: Simulation, *proofs: PagesProof | None) -> Simulation:
 
 
 def block_pair(plan: Plan) -> tuple[int, int]:
-    """The request's first SSM block on each side (a PLE group is an SSM group)."""
+    """The PLE page's block on each side: the request's first of the PLE group, else (a grouping
+    given by hand) of its first SSM group."""
     request = plan.descriptors.request
-    for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
-        if kind == SSM and len(p) and len(d):
-            return int(p[0]), int(d[0])
-    return 0, 0
+    sides = list(zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks))
+    found = {kind: (int(p[0]), int(d[0])) for kind, p, d in reversed(sides) if len(p) and len(d)}
+    return found.get(PLE) or found.get(SSM) or (0, 0)
 
 
 def holds(offset: int, rows: int, eb: int, channels: int) -> str:

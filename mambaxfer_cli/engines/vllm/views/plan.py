@@ -11,7 +11,7 @@ from rich.text import Text
 
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED, Verdict
-from mambaxfer_cli.engines.vllm.kv_groups import describe
+from mambaxfer_cli.engines.vllm.kv_groups import PLE, describe
 from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.planning.model import SSM
 from mambaxfer_cli.engines.vllm.plan import Plan
@@ -86,8 +86,8 @@ def header(plan: Plan) -> Panel:
     # but none of them is attention's.
     streams = (f"{d.decode.attention_streams} attention streams" if plan.model.attention_layers else
                f"{d.decode.attention_streams} whole-block streams (no attention layers)")
-    if d.decode.regions:    # vLLM's own regions: every view of a block row (GLM-5-Next)
-        streams = f"{d.decode.regions} NIXL regions (KDA views, compressed keys, latents, rings)"
+    if d.decode.regions:    # vLLM's own regions: every view of a block row (GLM-5-Next, Qwen4Exp)
+        streams = f"{d.decode.regions} NIXL regions (SSM states, compressed keys, attention pages, rings)"
     lines = [
         model_summary(plan.model),
         engine_header(plan.prefill.flags, plan.decode.flags),
@@ -198,14 +198,16 @@ def _group_id_lines(read: DescriptorRead, ids: Sequence[int], plan: Plan, side: 
     blocks = request.decode_blocks if side == "local" else request.prefill_blocks
     out, at = [], 0
     for g, (kind, logical, count) in enumerate(zip(plan.descriptors.groups, blocks, read.group_counts)):
-        if kind != SSM:
+        if kind not in (SSM, PLE):
             if not count:
                 continue
             streams = plan.descriptors.streams_of(g)
             width = count // streams       # one row per stream
             rows = [ids[at + s * width:at + (s + 1) * width] for s in range(streams)]
-        else:
+        elif count or kind == SSM:
             rows = [ids[at + b:at + count:len(logical)] for b in range(len(logical))]   # one row per block
+        else:
+            continue
         at += count
         out.append((f"{g} {kind}", "\n".join(compact(row, limit=3) for row in rows[:4])
                     + (f"\n… {len(rows) - 4} more" if len(rows) > 4 else "")))
@@ -238,8 +240,10 @@ def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
                      f"D blocks {[b.tolist() for b in request.decode_blocks]}; "
                      f"SSM IDs = F·N·n + (tensor·k + region)·L + block, attention IDs = (stream·N + kernel "
                      f"block)·n + piece (n pieces per kernel block: 1 unless the block sizes differ)"
-                     + ("; streams are vLLM's NIXL regions (F of them: KDA views, compressed keys, latents, "
-                        "rings), each attention-kind group over those it covers" if d.decode.regions else ""))
+                     + ("; streams are vLLM's NIXL regions (F of them: SSM states, compressed keys, attention "
+                        "pages, rings), each attention-kind group over those it covers"
+                        + ("; a PLE group's one ID per block follows the SSM ones" if PLE in d.groups else "")
+                        if d.decode.regions else ""))
     return table
 
 
