@@ -35,24 +35,19 @@ MAX_JSON_INT_DIGITS = 40     # digits of an integer in a serve flag's JSON (any 
 
 # Each integer option: (lowest, highest, what the highest is beyond).
 BOUNDS: dict[str, tuple[int, int, str]] = {
-    "--p-tp": (1, MAX_TP, "deployment's TP size"),
-    "--d-tp": (1, MAX_TP, "deployment's TP size"),
+    **dict.fromkeys(("--p-tp", "--d-tp"), (1, MAX_TP, "deployment's TP size")),
     "--num-spec": (0, MAX_NUM_SPEC, "speculative decoding uses"),
-    "--p-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
-    "--d-num-blocks": (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks"),
-    "--p-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
-    "--d-blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
-    "--blocks-per-logical": (1, MAX_BLOCKS_PER_LOGICAL, "engine's"),
+    **dict.fromkeys(("--p-num-blocks", "--d-num-blocks"), (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks")),
+    **dict.fromkeys(("--p-blocks-per-logical", "--d-blocks-per-logical", "--blocks-per-logical"),
+                    (1, MAX_BLOCKS_PER_LOGICAL, "engine's")),
     "--attention-streams": (1, 2, "engine's streams (1 or 2)"),
-    "--kv-tensors": (1, MAX_KV_TENSORS, "model's layers"),
-    "--ssm-tensors": (1, MAX_KV_TENSORS, "model's layers"),
+    **dict.fromkeys(("--kv-tensors", "--ssm-tensors"), (1, MAX_KV_TENSORS, "model's layers")),
     "--request-blocks": (1, MAX_REQUEST_BLOCKS, "request's"),
     "--seed": (0, MAX_SEED, "32-bit seed"),
     "--layers": (1, MAX_LAYERS, "model's layers"),
     "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
     "--iters": (1, MAX_ITERS, "useful number of repeats"),
-    "--kv-heads": (1, MAX_DIM, "model's"),
-    "--head-size": (1, MAX_DIM, "model's"),
+    **dict.fromkeys(("--kv-heads", "--head-size"), (1, MAX_DIM, "model's")),
 }
 
 

@@ -12,8 +12,7 @@ from mambaxfer_cli.render.report import CHART_EXTRA_HELP
 
 
 @command(uses={"model": ModelArgs.given("model", "variant"),
-               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_config", "speculative_algorithm",
-                                           "speculative_draft_model_path"),
+               "engines": EngineArgs.given(*EngineArgs.ONE_ENGINE),
                "request": RequestArgs.given("semantics", "seed"), "output": OutputArgs.given("fmt")},
          required=("model", "p_tp", "d_tp"), defaults={"iters": 20})
 def bench(

@@ -61,8 +61,7 @@ class PeerArgs(Group):
 
 
 @command(uses={"model": ModelArgs.without("all_presets"),
-               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_config", "speculative_algorithm",
-                                           "speculative_draft_model_path"),
+               "engines": EngineArgs.given(*EngineArgs.ONE_ENGINE),
                "request": RequestArgs.given("semantics", "coalesce", "request_blocks", "seed"),
                "output": OutputArgs.given("fmt")},
          defaults={"request_blocks": 2})

@@ -9,8 +9,7 @@ from mambaxfer_cli.engines import one
 
 
 @command(uses={"model": ModelArgs.without("all_presets"),
-               "engines": EngineArgs.given(*EngineArgs.SHARED, "speculative_config", "speculative_algorithm",
-                                           "speculative_draft_model_path"),
+               "engines": EngineArgs.given(*EngineArgs.ONE_ENGINE),
                "output": OutputArgs.given("fmt")}, required=("model",))
 def inspect(
     model: ModelArgs,

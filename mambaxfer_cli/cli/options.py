@@ -123,8 +123,14 @@ class ModelArgs(Group):
     def load(self, name: str | None = None, startup: Startup | None = None) -> ModelSpec:
         """The model (``name``, else --model) with this group's overrides; ``startup``: the engine's
         start-up rules (``spec_from_config``'s)."""
-        spec = load(name or self.model or "", self.variant, self.conv_dtype, self.ssm_dtype, self.num_spec,
-                    self.kv_heads, self.head_size, self.dtype, self.indexer_kv_dtype, startup)
+        from mambaxfer_cli.planning.dtypes import flag_dtype
+        from mambaxfer_cli.readers.model_source import load_model
+
+        check_bounds(num_spec=self.num_spec, kv_heads=self.kv_heads, head_size=self.head_size)
+        given = {**self.overrides(), "conv_dtype": flag_dtype("--conv-dtype", self.conv_dtype),
+                 "ssm_dtype": flag_dtype("--ssm-dtype", self.ssm_dtype),
+                 "dtype": flag_dtype("--dtype", self.dtype) or self.dtype}
+        spec = load_model(name or self.model or "", **given, startup=startup)
         if self.indexer_kv_dtype is not None and (spec.ple_qsa is None or not spec.ple_qsa.has_qsa):
             raise UserError(f"--indexer-kv-dtype: {spec.name} has no QSA indexer ({QSA}'s), which is all it sets")
         return spec
@@ -245,6 +251,7 @@ class EngineArgs(Group):
     # What a command that runs one engine's geometry (execute, bench, inspect) takes: no side's own.
     SHARED = ("engine", "vllm_version", "gpu", "gdn_prefill_backend", "attention_backend", "block_size",
               "kv_cache_dtype", "enable_prefix_caching")
+    ONE_ENGINE = (*SHARED, "speculative_config", "speculative_algorithm", "speculative_draft_model_path")
 
 
 @dataclass(frozen=True)
@@ -379,21 +386,6 @@ class OutputArgs(Group):
     def document_format(self) -> Format:
         """The format of a document written to a file: YAML when asked, else JSON."""
         return Format.yaml if self.fmt is Format.yaml else Format.json
-
-
-def load(model: str, variant: Variant | None, conv_dtype: str | None, ssm_dtype: str | None,
-         num_spec: int | None, kv_heads: int | None = None, head_size: int | None = None,
-         dtype: str | None = None, indexer_kv_dtype: str | None = None,
-         startup: Startup | None = None) -> ModelSpec:
-    from mambaxfer_cli.planning.dtypes import flag_dtype
-    from mambaxfer_cli.readers.model_source import load_model
-
-    check_bounds(num_spec=num_spec, kv_heads=kv_heads, head_size=head_size)
-    conv_dtype, ssm_dtype = flag_dtype("--conv-dtype", conv_dtype), flag_dtype("--ssm-dtype", ssm_dtype)
-    return load_model(model, variant=variant, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype,
-                      num_spec=num_spec, kv_heads=kv_heads, head_size=head_size,
-                      dtype=flag_dtype("--dtype", dtype) or dtype,
-                      indexer_kv_dtype=indexer_kv_dtype, startup=startup)
 
 
 def parse_tp_list(text: str, flag: str = "--tp") -> list[int]:

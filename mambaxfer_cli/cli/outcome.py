@@ -75,17 +75,11 @@ def forget() -> None:
     _kept.clear()
 
 
-def _silence_stdout() -> None:
-    """After a closed pipe, the interpreter's last flush must not complain."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
 def closed_pipe() -> int:
     """A reader that stopped reading (``| head``) is not a failure: the command's own verdict, when
     it is known, else 141 as for SIGPIPE."""
-    _silence_stdout()
+    try:        # the interpreter's last flush must not complain
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
     return _kept[0] if _kept else 128 + signal.SIGPIPE

@@ -5,11 +5,9 @@ in) and default, once. A group is a frozen dataclass whose fields are options; a
 function takes whole groups (``model: ModelArgs``) beside its own few options, and ``command``
 gives typer the function with its groups expanded: each field becomes a parameter
 ``Annotated[type, typer.Option(...)]`` of the signature typer reads, and at call time the values
-are collected back into the group's value before the function is called.
-
-A command may narrow a group (``ModelArgs.given("model", "variant")``: only those options) or
-require an option the group leaves optional (``required=("model",)``): the declaration stays the
-group's.
+are collected back into the group's value before the function is called. A command may narrow
+a group or require one of its options (``command``'s ``uses``, ``required``): the declaration
+stays the group's.
 """
 
 from __future__ import annotations

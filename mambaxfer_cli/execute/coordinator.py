@@ -84,12 +84,6 @@ class _Rank:
         return f"{self.name} {self.state.phase}" + (f" ({self.state.detail})" if self.state.detail else "")
 
 
-def command(name: str, task_fd: int, conn_fd: int) -> list[str]:
-    """The command line of rank ``name``'s process; the name comes last, for ``ps``."""
-    return [sys.executable, "-c", SPAWN_CODE, json.dumps(sys.path), str(task_fd), str(conn_fd), str(os.getpid()),
-            name]
-
-
 def _spawn(task: RankTask, env: Mapping[str, str], ranks: list[_Rank]) -> None:
     """Start one rank process: its task through an unnamed file, its pipe as a descriptor."""
     parent_end, child_end = multiprocessing.Pipe()
@@ -99,9 +93,11 @@ def _spawn(task: RankTask, env: Mapping[str, str], ranks: list[_Rank]) -> None:
         handoff.flush()
         handoff.seek(0)
         fds = (handoff.fileno(), child_end.fileno())
+        line = [sys.executable, "-c", SPAWN_CODE, json.dumps(sys.path), *map(str, fds), str(os.getpid()),
+                task.name]      # the rank's name last, for ps
         try:
             with exits.held():     # a rank started is a rank recorded, to be stopped
-                process = subprocess.Popen(command(task.name, *fds), pass_fds=fds, process_group=0, env=dict(env),
+                process = subprocess.Popen(line, pass_fds=fds, process_group=0, env=dict(env),
                                            stdin=subprocess.DEVNULL, stdout=written, stderr=written)
                 rank = _Rank(task, process, parent_end, output=output)
                 ranks.append(rank)

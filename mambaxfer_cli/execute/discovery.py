@@ -28,15 +28,11 @@ class Discovery:
     endpoints: str = ""    # etcd: comma-separated client URLs
     run_id: str = DIRECT_RUN
 
-    @property
-    def namespace(self) -> str:
-        return f"{ETCD_PREFIX}/{self.run_id}"
-
     def environment(self) -> dict[str, str]:
         """What NIXL reads in the rank processes."""
         if self.mode != "etcd":
             return {}
-        return {"NIXL_ETCD_ENDPOINTS": self.endpoints, "NIXL_ETCD_NAMESPACE": self.namespace}
+        return {"NIXL_ETCD_ENDPOINTS": self.endpoints, "NIXL_ETCD_NAMESPACE": f"{ETCD_PREFIX}/{self.run_id}"}
 
     def listen_port(self, role: str, rank: int) -> int | None:
         """The NIXL listen thread's port of a rank (None: no listener); D's initiator takes any port."""

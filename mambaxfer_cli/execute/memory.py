@@ -23,42 +23,28 @@ class RankMemory:
         self.dev_id = dev_id
         self._shapes = memory.region_shapes
         self._whole: Any = None
-        self._buffers: list[Any] = []
-        self.addresses: list[int] = []
-        if memory.single_region:
-            self._one_buffer()
-        elif device == "cuda":
-            import torch
-
-            torch.cuda.set_device(dev_id)
-            self._buffers = [torch.empty(rows * cols, dtype=torch.uint8, device=f"cuda:{dev_id}")
-                             for rows, cols in self._shapes]
-            self.addresses = [t.data_ptr() for t in self._buffers]
+        if memory.single_region:       # bench: every tensor a slice of one allocation, one region
+            sizes = [rows * cols for rows, cols in self._shapes]
+            self._whole, base = self._allocated(sum(sizes))
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            self._buffers = [self._whole[s:s + n] for s, n in zip(starts, sizes)]
+            self.addresses = [base + s for s in starts]
         else:
-            self._buffers = [self._aligned(rows * cols) for rows, cols in self._shapes]
-            self.addresses = [b.ctypes.data for b in self._buffers]
+            allocated = [self._allocated(rows * cols) for rows, cols in self._shapes]
+            self._buffers = [buffer for buffer, _ in allocated]
+            self.addresses = [address for _, address in allocated]
 
-    def _one_buffer(self) -> None:
-        """Every tensor a slice of one allocation, registered as one region (bench's memory)."""
-        sizes = [rows * cols for rows, cols in self._shapes]
+    def _allocated(self, size: int) -> tuple[Any, int]:
+        """``size`` bytes on the rank's device, and their address."""
         if self.device == "cuda":
             import torch
 
             torch.cuda.set_device(self.dev_id)
-            self._whole = torch.empty(sum(sizes), dtype=torch.uint8, device=f"cuda:{self.dev_id}")
-            base = self._whole.data_ptr()
-        else:
-            self._whole = self._aligned(sum(sizes))
-            base = self._whole.ctypes.data
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        self._buffers = [self._whole[s:s + n] for s, n in zip(starts, sizes)]
-        self.addresses = [base + s for s in starts]
-
-    @staticmethod
-    def _aligned(size: int) -> np.ndarray:
+            tensor = torch.empty(size, dtype=torch.uint8, device=f"cuda:{self.dev_id}")
+            return tensor, tensor.data_ptr()
         raw = np.empty(size + ALIGN, dtype=np.uint8)
         skip = -raw.ctypes.data % ALIGN
-        return raw[skip:skip + size]
+        return raw[skip:skip + size], raw.ctypes.data + skip
 
     @property
     def mem_type(self) -> str:

@@ -22,13 +22,9 @@ WATCH_EVERY = 0.25      # how often a rank looks whether its coordinator is stil
 
 def _watch(coordinator: int) -> None:
     """End this rank when its coordinator is gone (even before the rank got here): no orphan."""
-
-    def watch() -> None:
-        while os.getppid() == coordinator:
-            time.sleep(WATCH_EVERY)
-        os._exit(EXIT_RANK_ORPHANED)
-
-    threading.Thread(target=watch, daemon=True).start()
+    while os.getppid() == coordinator:
+        time.sleep(WATCH_EVERY)
+    os._exit(EXIT_RANK_ORPHANED)
 
 
 def spawn_main(argv: list[str]) -> None:
@@ -36,7 +32,7 @@ def spawn_main(argv: list[str]) -> None:
     for signum in (signal.SIGINT, signal.SIGHUP):   # the coordinator's to hear, should one come here
         signal.signal(signum, signal.SIG_IGN)
     task_fd, conn_fd, coordinator = (int(a) for a in argv[:3])
-    _watch(coordinator)
+    threading.Thread(target=_watch, args=(coordinator,), daemon=True).start()
     with os.fdopen(task_fd, "rb") as handle:
         task: RankTask = pickle.load(handle)
     conn = Connection(conn_fd)

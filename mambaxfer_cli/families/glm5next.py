@@ -29,12 +29,6 @@ def _int(config: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> i
     return dim_key(config, key, DEFAULTS[key], where, minimum)
 
 
-def default_layers(n_layers: int) -> tuple[str, ...]:
-    """``Glm5NextTextConfig.__post_init__`` without ``layer_types``: KDA (``linear_attention``)
-    where ``i % 4 != 3``, the rest MLA (``indexed_attention``)."""
-    return tuple(SSM if i % 4 != 3 else ATTENTION for i in range(n_layers))
-
-
 def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
     """The indexer and MLA dimensions of a flattened GLM-5-Next config, refused as transformers
     refuses them when loading the config."""
@@ -58,12 +52,13 @@ def glm5next_parts(config: Mapping[str, Any], where: str) -> KpoolIndexerParts:
 
 
 def layer_kinds(config: Config, n_layers: int | None, where: str) -> tuple[str, ...] | None:
-    """The default schedule where ``layer_types`` is absent; else the layer-kind keys."""
+    """Where ``layer_types`` is absent, ``Glm5NextTextConfig.__post_init__``'s: KDA (``linear_attention``)
+    where ``i % 4 != 3``, the rest MLA (``indexed_attention``); else the layer-kind keys."""
     if "layer_types" in config:
         return None
     if n_layers is None:
         raise UserError(f"{where}: missing key for the layer count: expected num_hidden_layers")
-    return default_layers(n_layers)
+    return tuple(SSM if i % 4 != 3 else ATTENTION for i in range(n_layers))
 
 
 def parts(config: Config, layers: tuple[str, ...], where: str, indexer_kv_dtype: str | None) -> Mapping[str, Any]:

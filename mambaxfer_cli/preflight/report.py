@@ -228,18 +228,6 @@ def quote_lines(line: ServerLine, width: int = 78) -> list[str]:
     return lines
 
 
-def set_words(words: Sequence[str], occurrences: Iterable[Any], new: list[str]) -> list[str]:
-    """``words`` with every occurrence of a flag (``start``, ``end``) replaced by ``new``, at the first."""
-    out = list(words)
-    occ = sorted(occurrences, key=lambda o: o.start)
-    if not occ:
-        return out + new
-    first = occ[0].start
-    for o in reversed(occ):
-        del out[o.start:o.end]
-    return out[:first] + new + out[first:]
-
-
 def respelled(words: Sequence[str], occurrences: Iterable[Any], new: str | None) -> list[str]:
     """``words`` with each occurrence of an unknown flag spelled ``new``, or removed (None)."""
     out = list(words)
@@ -270,7 +258,11 @@ def applied(line: Any, c: Change, reparse: Callable[[Any, list[str], Any, str], 
         words = respelled(words, line.occurrences.get(UNKNOWN + c.flag, ()), c.new)
     else:
         new = [] if c.new is None else [c.flag] if c.new == "" else [c.flag, c.new]     # "": a flag without a value
-        words = set_words(words, line.occurrences.get(keys[c.flag], ()), new)
+        occurrences = sorted(line.occurrences.get(keys[c.flag], ()), key=lambda o: o.start)
+        first = occurrences[0].start if occurrences else len(words)    # every occurrence replaced at the first
+        for o in reversed(occurrences):
+            del words[o.start:o.end]
+        words[first:first] = new
     return reparse(line, words, env, f"--{c.side}")
 
 

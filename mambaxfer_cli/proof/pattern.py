@@ -83,12 +83,9 @@ class PageShape:
     def state_bytes(self) -> int:
         return max((p.end for p in self.parts), default=0)
 
-    def part_at(self, offset: int) -> Part | None:
-        return next((p for p in self.parts if p.offset <= offset < p.end), None)
-
     def describe(self, offset: int) -> str:
         """What the byte at ``offset`` stands for, e.g. ``C channel 5 byte 3``."""
-        part = self.part_at(offset)
+        part = next((p for p in self.parts if p.offset <= offset < p.end), None)
         if part is None:
             return "padding" if offset < self.page_bytes else "beyond the page"
         unit, byte = divmod(offset - part.offset, part.unit_bytes)

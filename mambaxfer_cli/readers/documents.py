@@ -33,7 +33,8 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
         if os.isatty(fd):
             raise UserError(f"{where}: is a terminal; give {what}")
         os.set_blocking(fd, False)
-        too_big = f"{where}: larger than {_size(limit)}; not {what}"
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 and limit % (1 << 20) == 0 else f"{limit} bytes"
+        too_big = f"{where}: larger than {size}; not {what}"
         if stat.S_ISREG(info.st_mode) and info.st_size > limit:
             raise UserError(too_big)
         chunks, total = [], 0
@@ -64,22 +65,15 @@ def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
         os.close(fd)
 
 
-def _size(limit: int) -> str:
-    return f"{limit >> 20} MiB" if limit >= 1 << 20 and limit % (1 << 20) == 0 else f"{limit} bytes"
-
-
-def decode_utf8(data: bytes, where: str) -> str:
-    """UTF-8 text (a BOM is allowed), or one UserError naming the first bad byte."""
+def read_text(path: Path, where: str, limit: int = MAX_FILE_BYTES,
+              what: str = "a model config or plan document") -> str:
+    """The file's text: at most ``limit`` bytes (MAX_FILE_BYTES), UTF-8 (a BOM is allowed); a bad
+    byte is one UserError naming it."""
+    data = read_bounded(path, where, limit, what)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UserError(f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
-
-
-def read_text(path: Path, where: str, limit: int = MAX_FILE_BYTES,
-              what: str = "a model config or plan document") -> str:
-    """The file's text: at most ``limit`` bytes (MAX_FILE_BYTES), UTF-8 (a BOM is allowed)."""
-    return decode_utf8(read_bounded(path, where, limit, what), where)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -287,18 +287,13 @@ def spec_from_config(
         **own, hidden_layers=_positive(config.get("num_hidden_layers")) or 0, layer_ids=layer_ids,
         **{**dtypes, "origin": {**dtypes["origin"], **notes}},
     )
-    _check_state_size(spec, where)
-    return spec
-
-
-def _check_state_size(spec: ModelSpec, where: str) -> None:
-    """One layer's state at TP 1, before anything allocates pages of it."""
     from mambaxfer_cli.planning.layout import rank_layout
 
-    state = rank_layout(spec, 1, 0).state_bytes
+    state = rank_layout(spec, 1, 0).state_bytes     # one layer's, before anything allocates pages of it
     if state > MAX_LAYER_STATE:
         raise UserError(f"{where}: one layer's state would be {state / 2**20:.0f} MiB at TP 1, larger than any "
                         f"model's; at most {MAX_LAYER_STATE >> 20} MiB (check the dimensions)")
+    return spec
 
 
 def _positive(value: Any) -> int | None:

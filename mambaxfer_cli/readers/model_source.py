@@ -183,16 +183,10 @@ def load_model(
                     f"or pass a config.json, a model directory, a YAML file or a cached repo id)")
 
 
-@lru_cache(maxsize=None)
-def preset_sources() -> dict[str, str]:
-    """A preset's Hugging Face repo id (lower case) -> the preset's name."""
-    sources = {name: preset_file(name).get("source") for name in preset_names()}
-    return {str(source).lower(): name for name, source in sources.items() if source}
-
-
 def preset_for_source(repo_id: str) -> str | None:
     """The preset whose source is this repo id (any case), if one is."""
-    return preset_sources().get(repo_id.lower())
+    sources = {name: preset_file(name).get("source") for name in preset_names()}
+    return {str(source).lower(): name for name, source in sources.items() if source}.get(repo_id.lower())
 
 
 def _from_model_file(data: dict[str, Any], path: Path, cli: dict[str, Any], default_name: str) -> ModelSpec:

@@ -41,17 +41,13 @@ class BenchProgress:
         self.progress.advance(self.task)
 
 
-def _transport(point: dict[str, Any], direction: str) -> str:
-    return ", ".join(point["transport"][direction]["transports"]) or "?"
-
-
 def bench_tables(document: dict[str, Any]) -> list[Table]:
     tables = []
     devices = sorted({p["device"] for p in document["points"]})
     for device in devices:
         points = [p for p in document["points"] if p["device"] == device]
         for direction, mode in document["directions"].items():
-            transports = sorted({_transport(p, direction) for p in points})
+            transports = sorted({", ".join(p["transport"][direction]["transports"]) or "?" for p in points})
             versions = document.get("vllm_versions") or {}
             release = (f", vLLM {versions['decode']}" if versions.get("prefill") == versions.get("decode")
                        else f", vLLM {versions.get('prefill')} (P) / {versions.get('decode')} (D)") if versions else ""

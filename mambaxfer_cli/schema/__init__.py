@@ -17,10 +17,6 @@ DOCUMENTS = ("plan", "check", "execute", "inspect", "models", "preflight", "benc
              "check-engines", "bench-engines")
 
 
-def schema_path(name: str) -> Path:
-    return SCHEMA_DIR / f"{name}-v1.schema.json"
-
-
 _VARIANTS = re.compile(r'^( *)"enum": "\$variants"', re.M)
 
 
@@ -33,7 +29,7 @@ def schema_text(name: str) -> str:
         items = ",\n".join(f'{indent}  "{name}"' for name in names())
         return f'{indent}"enum": [\n{items}\n{indent}]'
 
-    return _VARIANTS.sub(listed, schema_path(name).read_text())
+    return _VARIANTS.sub(listed, (SCHEMA_DIR / f"{name}-v1.schema.json").read_text())
 
 
 def document_schema(name: str) -> dict:
