@@ -60,6 +60,7 @@ KDA_MIXERS = merged("KDA_MIXERS")     # a family's own KDA mixer, by family labe
 PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
 SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
 CONFIG_STATES, TP_MIXERS = merged("CONFIG_STATES"), merged("TP_MIXERS")   # a family's own, by family label
+OWN_SHAPES = merged("STATE_SHAPES")     # the families whose config class builds their state shape
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -273,7 +274,7 @@ def _their_shape(create: Any, full: Any, kda: Any, model: ModelSpec, tp_world_si
                     conv_kernel=model.conv_kernel)
     if model.variant == "kda":
         return _kda_from_config(kda, model, tp_world_size)
-    if model.variant == "cca":     # ZayaConfig builds its Mamba2StateShape itself, two conv tensors
+    if model.family in OWN_SHAPES:     # its config class builds its Mamba2StateShape itself
         with _on_rank(tp_world_size, 0):
             return _config_class(model.hf_config["model_type"])(**model.hf_config).mamba2_cache_params.shape
     return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
@@ -315,8 +316,8 @@ class _Checker:
         create, full, kda = fns = self.shape_fns()
         for model, tp in itertools.product(models, range(1, self.max_tp + 1)):
             case = {"model": model.name, "tp": tp}
-            name = {"mamba1": "Mamba2StateShape.create_full_rank", "kda": KDA_SHAPES, "cca": ""}.get(
-                model.variant, "Mamba2StateShape.create")
+            name = {"mamba1": "Mamba2StateShape.create_full_rank", "kda": KDA_SHAPES}.get(
+                model.variant, "" if model.family in OWN_SHAPES else "Mamba2StateShape.create")
             if self.fn(name):     # KDA: the dims its config class gives KimiLinearStateShape
                 ours = sglang_model(model, {}, self.release) if model.variant == "kda" else model
                 self.compare(name, case, partial(_call, _their_shape, _shape_tuple, *fns, model, tp),
