@@ -40,15 +40,6 @@ class StateShape:
         """Rows before the sliced conv axis (``get_state_slice_outer_counts``)."""
         return self.conv[0] if self.conv_slice_axis == 1 else 1
 
-    @property
-    def conv_elements(self) -> int:
-        return self.conv[0] * self.conv[1]
-
-    @property
-    def temporal_elements(self) -> int:
-        h, d, s = self.temporal
-        return h * d * s
-
 
 def divide(numerator: int, tp: int, what: str) -> int:
     # SGLang's distributed.utils.divide asserts; mambaxfer says which dimension.
@@ -57,16 +48,12 @@ def divide(numerator: int, tp: int, what: str) -> int:
     return numerator // tp
 
 
-def padded_groups(n_groups: int, tp: int) -> int:
-    """``extra_groups_for_head_shards``: groups grow to ``tp`` when ``tp`` does not divide them."""
-    return n_groups if n_groups % tp == 0 else tp
-
-
 def mamba2_state_shape(*, tp: int, intermediate_size: int, n_groups: int, num_heads: int,
                        head_dim: int, state_size: int, conv_kernel: int,
                        conv_shard_groups: tuple[int, ...] | None = None) -> StateShape:
-    """``Mamba2StateShape.create``: conv ``((I + 2·G'·N) / tp, K-1)`` with ``G'`` the padded groups."""
-    conv_dim = intermediate_size + 2 * padded_groups(n_groups, tp) * state_size
+    """``Mamba2StateShape.create``: conv ``((I + 2·G'·N) / tp, K-1)`` with ``G'`` the groups grown to
+    ``tp`` where ``tp`` does not divide them (``extra_groups_for_head_shards``)."""
+    conv_dim = intermediate_size + 2 * (n_groups if n_groups % tp == 0 else tp) * state_size
     return StateShape(conv=(divide(conv_dim, tp, "conv_dim"), conv_kernel - 1),
                       temporal=(divide(num_heads, tp, "num_heads"), head_dim, state_size),
                       conv_shard_groups=conv_shard_groups, conv_dim_full=conv_dim)
@@ -197,9 +184,9 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
     p, rule = model.params, release.families.get(model.family)
     if rule and rule.whole_tp and tp > 1:
         return rule.whole_tp.format(tp=tp)
-    own = merged("TP_REFUSALS").get(model.family)      # a family's own mixer's asserts
-    if own and own(model, tp):
-        return own(model, tp)
+    own = merged("TP_REFUSALS").get(model.family, lambda *_: None)(model, tp)    # a family's own mixer's asserts
+    if own:
+        return own
     if model.variant == "mamba1" and p["intermediate_size"] % tp:
         return release.message("mamba1_intermediate", intermediate=p["intermediate_size"], tp=tp)
     if model.variant == "mamba2":
@@ -229,5 +216,4 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
 
 
 def tp_sizes(model: ModelSpec, limit: int = 8) -> tuple[int, ...]:
-    """The TP sizes up to ``limit`` at which SGLang serves ``model``."""
     return tuple(tp for tp in range(1, limit + 1) if tp_refusal(model, tp) is None)
