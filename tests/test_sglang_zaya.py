@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import messages
+from test_families import FAMILY_NAMES, PACKAGE, named_families
 from test_sglang_conformance import run_in_sglang
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf-configs" / "Zyphra__ZAYA1-8B-legacy.json"
@@ -116,3 +117,11 @@ def test_the_plan_names_the_layer_ids_once_for_both_conv_tensors(cli):
     words = " ".join(out.split())
     said = words.split("layer ids (MambaPool.get_state_layer_ids, the model's own): ", 1)[1].split(" writes", 1)[0]
     assert said == ", ".join(map(str, CCA_LAYERS)), said      # prev_hs's are conv's: not said twice
+
+
+def test_only_its_family_module_names_zaya_or_cca_among_sglang_s(monkeypatch):
+    # Its state shape and CCA's asserts are hooks of engines/sglang/families/zaya.py (issue 35).
+    monkeypatch.setitem(FAMILY_NAMES, "zaya", r"zaya|\bcca\b")
+    paths = (f.relative_to(PACKAGE).as_posix() for f in (PACKAGE / "engines" / "sglang").rglob("*.py"))
+    found = [path for path in paths if "zaya" in named_families(path, (PACKAGE / path).read_text())]
+    assert found == []

@@ -60,6 +60,7 @@ KDA_MIXERS = merged("KDA_MIXERS")     # a family's own KDA mixer, by family labe
 PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
 SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
 CONFIG_STATES, TP_MIXERS = merged("CONFIG_STATES"), merged("TP_MIXERS")   # a family's own, by family label
+OWN_SHAPES = merged("STATE_SHAPES")     # the families whose config class builds their state shape
 
 # SGLang's functions, by the name conformance reports.
 SOURCES: Mapping[str, Source] = {
@@ -202,16 +203,12 @@ class Report(Outcomes):
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
-    """A value, or the refusal (any exception SGLang raises; ours are UserErrors) as one token."""
+    """A value, or the refusal (any exception SGLang raises; ours are UserErrors) as one token: both
+    sides refuse in their own words; conformance compares that they refuse."""
     try:
         return call()
-    except (UserError, ValueError, AssertionError, ZeroDivisionError) as error:
-        return ("refused", type(error).__name__ if not isinstance(error, UserError) else "refused")
-
-
-def _refusal_token(value: Any) -> Any:
-    # Both sides refuse in their own words; conformance compares that they refuse.
-    return "refused" if isinstance(value, tuple) and value[:1] == ("refused",) else value
+    except (UserError, ValueError, AssertionError, ZeroDivisionError):
+        return "refused"
 
 
 # --- the cases ------------------------------------------------------------------------------------
@@ -273,7 +270,7 @@ def _their_shape(create: Any, full: Any, kda: Any, model: ModelSpec, tp_world_si
                     conv_kernel=model.conv_kernel)
     if model.variant == "kda":
         return _kda_from_config(kda, model, tp_world_size)
-    if model.variant == "cca":     # ZayaConfig builds its Mamba2StateShape itself, two conv tensors
+    if model.family in OWN_SHAPES:     # its config class builds its Mamba2StateShape itself
         with _on_rank(tp_world_size, 0):
             return _config_class(model.hf_config["model_type"])(**model.hf_config).mamba2_cache_params.shape
     return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
@@ -290,7 +287,6 @@ class _Checker:
                 self.results[name].could_not_call(fn)
 
     def sizes(self, *sizes: int) -> tuple[int, ...]:
-        """Of these TP sizes, those up to the largest compared."""
         return tuple(tp for tp in sizes if tp <= self.max_tp)
 
     def fn(self, name: str) -> Callable[..., Any] | None:
@@ -300,11 +296,11 @@ class _Checker:
     def compare(self, name: str, case: Mapping[str, Any], theirs: Callable[[], Any], ours: Callable[[], Any]) -> None:
         result = self.results[name]
         try:
-            value = _refusal_token(_outcome(theirs))
+            value = _outcome(theirs)
         except Exception as error:   # what a refusal never is: SGLang's function could not be called
             result.could_not_call(error)
             return
-        result.record(case, value, _refusal_token(_outcome(ours)))
+        result.record(case, value, _outcome(ours))
 
     # --- shapes and dtypes ---
 
@@ -315,8 +311,8 @@ class _Checker:
         create, full, kda = fns = self.shape_fns()
         for model, tp in itertools.product(models, range(1, self.max_tp + 1)):
             case = {"model": model.name, "tp": tp}
-            name = {"mamba1": "Mamba2StateShape.create_full_rank", "kda": KDA_SHAPES, "cca": ""}.get(
-                model.variant, "Mamba2StateShape.create")
+            name = {"mamba1": "Mamba2StateShape.create_full_rank", "kda": KDA_SHAPES}.get(
+                model.variant, "" if model.family in OWN_SHAPES else "Mamba2StateShape.create")
             if self.fn(name):     # KDA: the dims its config class gives KimiLinearStateShape
                 ours = sglang_model(model, {}, self.release) if model.variant == "kda" else model
                 self.compare(name, case, partial(_call, _their_shape, _shape_tuple, *fns, model, tp),
@@ -352,7 +348,8 @@ class _Checker:
                 config = SimpleNamespace(text_config=inner) if text else inner
             self.compare("mamba2_state_dtype",
                          {"config_mamba_ssm_dtype": config_dtype, "in_text_config": text, "env": env},
-                         partial(_their_dtypes, dtype, config, env), partial(_our_dtypes, config_dtype, env, rel))
+                         partial(_their_dtypes, dtype, config, env), partial(
+                             _call, state_dtypes, _dtype_names, config_ssm_dtype=config_dtype, env=env, release=rel))
 
     # --- slices ---
 
@@ -533,7 +530,8 @@ class _Checker:
             return
         for model in models:
             self.compare("mambaish_config state layers", {"model": model.name},
-                         partial(_their_state_layers, hybrid, model), partial(_our_state_layers, model, self.release))
+                         partial(_call, _their_cache_params, lambda params: tuple(params.layers), hybrid, model),
+                         partial(_our_state_layers, model, self.release))
 
     def drafts(self, models: Sequence[ModelSpec], drafter: tuple[str, str] | None = None) -> None:
         """The draft KV pool NEXTN builds from a model's checkpoint, or ``drafter``'s (its algorithm
@@ -563,13 +561,11 @@ class _Checker:
 
 def _their_dtypes(dtype: Callable[..., Any], config: Any, env: Mapping[str, str]) -> tuple[str, str]:
     with mock.patch.dict(os.environ, env):
-        got = dtype(config)
+        return _dtype_names(dtype(config))
+
+
+def _dtype_names(got: Any) -> tuple[str, str]:
     return (str(got.conv).removeprefix("torch."), str(got.temporal).removeprefix("torch."))
-
-
-def _our_dtypes(config_dtype: str | None, env: Mapping[str, str], release: Release) -> tuple[str, str]:
-    got = state_dtypes(config_ssm_dtype=config_dtype, env=env, release=release)
-    return (got.conv, got.temporal)
 
 
 def _their_mapping(resolve: Callable[..., Any], p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
@@ -990,10 +986,6 @@ def _their_cache_params(hybrid: Callable[..., Any], model: ModelSpec) -> Any:
         found = hybrid(SimpleNamespace(hf_config=config, is_draft_model=False,
                                        linear_attn_registry_result=registered.get_linear_attn_config(config)))
         return found.mamba2_cache_params
-
-
-def _their_state_layers(hybrid: Callable[..., Any], model: ModelSpec) -> tuple[int, ...]:
-    return tuple(_their_cache_params(hybrid, model).layers)
 
 
 def _kda_from_config(kda: Callable[..., Any], model: ModelSpec, tp_world_size: int) -> Any:

@@ -54,10 +54,6 @@ class Draft:
         return tuple(TransferEntry(f, self.band + i, side.page_bytes, side.heads)
                      for f in KV_FIELDS for i in range(self.layers))
 
-    def as_target(self, model: ModelSpec) -> bool:
-        """Whether its pages are laid out as the target's (what SGLang's slicing assumes)."""
-        return (self.num_kv_heads, self.head_size) == (model.num_kv_heads, model.head_size)
-
     def to_dict(self) -> dict:
         return dict(vars(self))
 

@@ -7,6 +7,7 @@ all conv tensors layer by layer, then all temporal ones (``_iter_transfer_state_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 from typing import Any, Sequence
 
 from mambaxfer_cli.engines.sglang.families import merged
@@ -36,18 +37,20 @@ class TransferEntry:
     def replicated(self) -> bool:
         return self.dim == 0
 
+    def to_dict(self) -> dict[str, Any]:
+        return vars(self) | {"conv_shard_groups": list(self.conv_shard_groups) if self.conv_shard_groups else None}
+
 
 def entry_for(field: str, shape: StateShape, conv_dtype: str, ssm_dtype: str, layer_id: int = 0) -> TransferEntry:
-    """The entry of one field for one layer."""
     if field == CONV:
-        return TransferEntry(CONV, layer_id, shape.conv_elements * dtype_bytes(conv_dtype), shape.conv_dim,
+        return TransferEntry(CONV, layer_id, prod(shape.conv) * dtype_bytes(conv_dtype), shape.conv_dim,
                              shape.conv_outer, shape.conv_shard_groups)
     extra = {name: (dim, rows) for name, dim, rows in shape.extra}
     if field in extra:
         return TransferEntry(field, layer_id, extra[field][0] * extra[field][1] * dtype_bytes(conv_dtype),
                              extra[field][0])
     assert field == TEMPORAL, field
-    return TransferEntry(TEMPORAL, layer_id, shape.temporal_elements * dtype_bytes(ssm_dtype), shape.temporal[0])
+    return TransferEntry(TEMPORAL, layer_id, prod(shape.temporal) * dtype_bytes(ssm_dtype), shape.temporal[0])
 
 
 def transfer_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str,

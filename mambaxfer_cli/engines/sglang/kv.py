@@ -37,7 +37,6 @@ KV_BUFFERS = (K, V, LATENT)      # every KV entry's field, MLA's latent too
 
 
 def buffers(model: ModelSpec) -> tuple[str, ...]:
-    """The buffers of one attention layer: MLA's latent, else K and V."""
     return (LATENT,) if model.mla else (K, V)
 
 
@@ -69,11 +68,9 @@ class KVSide:
         return self.page_size * self.token_bytes
 
     def first_head(self, rank: int) -> int:
-        """The global number of the rank's first KV head."""
         shard = kv_head_shard(self.model, self.tp, rank)
         assert shard is not None and len(shard) == self.heads, (shard, self.heads)
         return shard.start
-
 
     def rank(self, rank: int) -> KVRank:
         assert self.model.num_kv_heads is not None

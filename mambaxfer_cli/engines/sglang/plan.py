@@ -69,8 +69,8 @@ class SGLangPlan:
             "p_tp": self.p_tp, "d_tp": self.d_tp, "backend": self.backend,
             "dtypes": {"conv": self.model.conv_dtype, "temporal": self.model.ssm_dtype,
                        "origin": dict(self.model.origin)},
-            "entries": {"prefill": [_entry_dict(e) for e in self.prefill_entries],
-                        "decode": [_entry_dict(e) for e in self.decode_entries]},
+            "entries": {"prefill": [e.to_dict() for e in self.prefill_entries],
+                        "decode": [e.to_dict() for e in self.decode_entries]},
             "rank_mapping": [{"d_rank": m.d_rank, "target_ranks": list(m.target_ranks),
                               "required_dst_info_num": m.required_dst_info_num,
                               "required_prefill_response_num": m.required_prefill_response_num} for m in self.mapping],
@@ -83,12 +83,6 @@ class SGLangPlan:
         }
 
 
-def _entry_dict(e: TransferEntry) -> dict[str, Any]:
-    return {"field": e.field, "layer_id": e.layer_id, "item_len": e.item_len, "dim": e.dim,
-            "outer_count": e.outer_count,
-            "conv_shard_groups": list(e.conv_shard_groups) if e.conv_shard_groups else None}
-
-
 def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: Mapping[str, str] | None = None,
          d_env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23,
          draft: Draft | None = None) -> SGLangPlan:
@@ -97,7 +91,8 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
     same dtypes (else none)."""
     if backend not in release.backends:
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
-    if draft is not None and p_tp != d_tp and not draft.as_target(model):
+    target_pages = (model.num_kv_heads, model.head_size)    # as SGLang's slicing assumes the draft's are
+    if draft is not None and p_tp != d_tp and (draft.num_kv_heads, draft.head_size) != target_pages:
         what = (f"{draft.source}: {draft.num_kv_heads} KV heads of {draft.head_size}, the target "
                  f"{model.num_kv_heads} of {model.head_size}")
         if backend != NIXL:

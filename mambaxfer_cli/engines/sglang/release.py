@@ -18,8 +18,6 @@ DEFAULT_BACKEND = MOONCAKE
 
 @dataclass(frozen=True)
 class Release:
-    """One SGLang release: what mambaxfer needs to answer for it."""
-
     version: str
     backends: tuple[str, ...]
     conv_dtype_env: str
@@ -40,7 +38,6 @@ class Release:
         return f"SGLang {self.version}"
 
     def message(self, key: str, **values: object) -> str:
-        """A refusal as SGLang words it, with its values filled in."""
         return self.messages[key].format(**values)
 
 

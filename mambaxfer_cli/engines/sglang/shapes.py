@@ -40,42 +40,29 @@ class StateShape:
         """Rows before the sliced conv axis (``get_state_slice_outer_counts``)."""
         return self.conv[0] if self.conv_slice_axis == 1 else 1
 
-    @property
-    def conv_elements(self) -> int:
-        return self.conv[0] * self.conv[1]
 
-    @property
-    def temporal_elements(self) -> int:
-        h, d, s = self.temporal
-        return h * d * s
-
-
-def _divide(numerator: int, tp: int, what: str) -> int:
+def divide(numerator: int, tp: int, what: str) -> int:
     # SGLang's distributed.utils.divide asserts; mambaxfer says which dimension.
     if numerator % tp:
         raise Refused(f"SGLang: TP {tp} does not divide {what} = {numerator}")
     return numerator // tp
 
 
-def padded_groups(n_groups: int, tp: int) -> int:
-    """``extra_groups_for_head_shards``: groups grow to ``tp`` when ``tp`` does not divide them."""
-    return n_groups if n_groups % tp == 0 else tp
-
-
 def mamba2_state_shape(*, tp: int, intermediate_size: int, n_groups: int, num_heads: int,
                        head_dim: int, state_size: int, conv_kernel: int,
                        conv_shard_groups: tuple[int, ...] | None = None) -> StateShape:
-    """``Mamba2StateShape.create``: conv ``((I + 2·G'·N) / tp, K-1)`` with ``G'`` the padded groups."""
-    conv_dim = intermediate_size + 2 * padded_groups(n_groups, tp) * state_size
-    return StateShape(conv=(_divide(conv_dim, tp, "conv_dim"), conv_kernel - 1),
-                      temporal=(_divide(num_heads, tp, "num_heads"), head_dim, state_size),
+    """``Mamba2StateShape.create``: conv ``((I + 2·G'·N) / tp, K-1)`` with ``G'`` the groups grown to
+    ``tp`` where ``tp`` does not divide them (``extra_groups_for_head_shards``)."""
+    conv_dim = intermediate_size + 2 * (n_groups if n_groups % tp == 0 else tp) * state_size
+    return StateShape(conv=(divide(conv_dim, tp, "conv_dim"), conv_kernel - 1),
+                      temporal=(divide(num_heads, tp, "num_heads"), head_dim, state_size),
                       conv_shard_groups=conv_shard_groups, conv_dim_full=conv_dim)
 
 
 def mamba1_state_shape(*, tp: int, intermediate_size: int, state_size: int,
                        conv_kernel: int) -> StateShape:
     """``Mamba2StateShape.create_full_rank``: Mamba-1 as heads of one channel."""
-    per_rank = _divide(intermediate_size, tp, "intermediate_size")
+    per_rank = divide(intermediate_size, tp, "intermediate_size")
     return StateShape(conv=(per_rank, conv_kernel - 1), temporal=(per_rank, 1, state_size),
                       conv_dim_full=intermediate_size)
 
@@ -86,16 +73,18 @@ def kda_state_shape(*, tp: int, num_heads: int, head_dim: int, num_k_heads: int 
     num_k_heads = num_heads if num_k_heads is None else num_k_heads
     head_k_dim = head_dim if head_k_dim is None else head_k_dim
     proj, proj_k = num_heads * head_dim, num_k_heads * head_k_dim
-    dim = _divide(proj, tp, "num_heads · head_dim") + 2 * _divide(proj_k, tp, "num_k_heads · head_k_dim")
+    dim = divide(proj, tp, "num_heads · head_dim") + 2 * divide(proj_k, tp, "num_k_heads · head_k_dim")
     return StateShape(conv=(conv_kernel - 1, dim),
-                      temporal=(_divide(num_heads, tp, "num_heads"), head_dim, head_dim),
+                      temporal=(divide(num_heads, tp, "num_heads"), head_dim, head_dim),
                       conv_slice_axis=1, conv_shard_groups=(proj, proj_k, proj_k),
                       conv_dim_full=proj + 2 * proj_k)
 
 
 def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> StateShape:
     """The shape SGLang's config hook gives ``model`` at TP ``tp`` (``mamba2_cache_params``)."""
-    p = model.params
+    p, own = model.params, merged("STATE_SHAPES").get(model.family)
+    if own:      # a family whose config class builds its state itself
+        return own(model, tp)
     if model.variant == "mamba1":
         return mamba1_state_shape(tp=tp, intermediate_size=p["intermediate_size"],
                                   state_size=p["d_state"], conv_kernel=model.conv_kernel)
@@ -108,10 +97,6 @@ def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> 
     if model.variant == "lightning":    # configs/minicpm.py: no conv (conv_kernel 1), nkv heads of hd × hd
         return mamba2_state_shape(tp=tp, intermediate_size=0, n_groups=0, num_heads=p["num_heads"],
                                   head_dim=p["head_dim"], state_size=p["head_dim"], conv_kernel=1)
-    if model.variant == "cca":   # configs/zaya.py: the CCA heads' window, then prev_hs whole on every rank
-        channels = (p["num_heads"] + p["num_kv_heads"]) * p["head_dim"]
-        return StateShape(conv=(_divide(channels, tp, "the CCA channels"), model.conv_kernel - 1),
-                          temporal=(1, 1, 0), conv_dim_full=channels, extra=(("prev_hs", p["hidden_size"], 1),))
     if model.variant == "short_conv":   # configs/lfm2*.py: the conv window over hidden_size, no SSM state
         return mamba2_state_shape(tp=tp, intermediate_size=p["hidden_size"], n_groups=1, num_heads=tp,
                                   head_dim=p["hidden_size"], state_size=0, conv_kernel=model.conv_kernel)
@@ -199,6 +184,9 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
     p, rule = model.params, release.families.get(model.family)
     if rule and rule.whole_tp and tp > 1:
         return rule.whole_tp.format(tp=tp)
+    own = merged("TP_REFUSALS").get(model.family, lambda *_: None)(model, tp)    # a family's own mixer's asserts
+    if own:
+        return own
     if model.variant == "mamba1" and p["intermediate_size"] % tp:
         return release.message("mamba1_intermediate", intermediate=p["intermediate_size"], tp=tp)
     if model.variant == "mamba2":
@@ -212,12 +200,6 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
                                                                                       tp=tp)
     if model.variant == "lightning" and p["num_heads"] % tp:     # Mamba2StateShape.create's divide
         return f"TP {tp} does not divide lightning_nkv = {p['num_heads']} (the lightning state's heads)"
-    if model.variant == "cca":    # models/zaya.py CCA's asserts
-        if p["num_heads"] % tp:
-            return f"num_q_heads ({p['num_heads']}) must be divisible by tp_size ({tp}) for ZAYA1 head-parallel CCA"
-        if p["num_kv_heads"] % tp:
-            return (f"num_k_heads ({p['num_kv_heads']}) must be divisible by tp_size ({tp}); KV-replication TP "
-                    f"is not supported for ZAYA1")
     if model.variant == "short_conv" and p["hidden_size"] % tp:   # Mamba2StateShape.create's divide
         return f"TP {tp} does not divide hidden_size = {p['hidden_size']} (the short conv's channels)"
     if model.variant == "gdn":
@@ -234,5 +216,4 @@ def tp_refusal(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> s
 
 
 def tp_sizes(model: ModelSpec, limit: int = 8) -> tuple[int, ...]:
-    """The TP sizes up to ``limit`` at which SGLang serves ``model``."""
     return tuple(tp for tp in range(1, limit + 1) if tp_refusal(model, tp) is None)

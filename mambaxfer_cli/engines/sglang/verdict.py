@@ -36,7 +36,6 @@ class Verdict:
     heads_wrong: int                   # attention KV heads landed wrong, per layer and token
     fails: str | None = None           # why every request fails before its state moves
 
-
     def bad_bytes(self, field: str | None = None) -> int:
         """Bytes wrong for one request, every SSM layer and decode rank together."""
         return sum(o.bad for o in self.outcomes if field in (None, o.field)) * self.ssm_layers

@@ -166,10 +166,9 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     document = {"schema": "mambaxfer.sglang-inspect/v1", "engine": NAME, "release": SGLANG_0_5_23.version,
                 "model": spec.to_dict(),
                 "layouts": {str(tp): [r.to_dict() for r in side.layouts()] for tp, side in sides.items()},
-                "entries": {str(tp): [vars(e) | {"conv_shard_groups": list(e.conv_shard_groups or []) or None}
-                                      for e in transfer_entries(shapes[tp], spec.conv_dtype, spec.ssm_dtype,
-                                                                 spec.ssm_layer_ids[:1]) + side_entries(spec)]
-                            for tp in sizes},
+                "entries": {str(tp): [e.to_dict() for e in transfer_entries(
+                    shapes[tp], spec.conv_dtype, spec.ssm_dtype, spec.ssm_layer_ids[:1]) + side_entries(spec)]
+                    for tp in sizes},
                 "draft": drafted and drafted.to_dict() | {"token_bytes": {str(tp): drafted.side(spec, tp, 1).token_bytes
                                                                           for tp in sizes}}}
     return InspectReport(document, spec, sides, shapes)

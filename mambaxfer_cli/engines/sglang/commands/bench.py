@@ -24,7 +24,7 @@ _VLLM_ONLY = {"sweep": "--request-blocks", "chart": "--chart", "seed": "--seed"}
 
 
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs) -> Report:
-    from mambaxfer_cli.engines.sglang.transfer.bench import bench
+    from mambaxfer_cli.engines.sglang.transfer.bench import measure, prepare
     from mambaxfer_cli.cli.options import check_bounds
     from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
@@ -53,7 +53,7 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     need_nixl()
     with one_line_when_the_run_fails(), BenchProgress(1) as view:
         view.start(f"{kind} one slot")
-        document = bench(planned, chosen, kind, gpus, run_args.iters, run_args.timeout, view.update)
+        document = measure(prepare(planned, chosen, kind, gpus, run_args.iters), run_args.timeout, view.update)
         view.advance()
     return SGLangBenchReport(document)
 

@@ -1,5 +1,6 @@
 """``execute --engine sglang``: the options SGLang's transfer reads, the ones it refuses (vLLM's
-blocks, reads and engine flags, a plan file), the run, and its report (two hosts: ``sglang_two_hosts``)."""
+blocks, reads and engine flags, a plan file), the run, and its report; with ``--role prefill|decode``
+one side of it on this host, the other side's command on another (``engines/sglang/transfer/remote.py``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 if TYPE_CHECKING:
     from mambaxfer_cli.cli.options import EngineArgs
-    from mambaxfer_cli.execute.discovery import Discovery
+    from mambaxfer_cli.engines.sglang.plan import SGLangPlan
+    from mambaxfer_cli.engines.sglang.transfer.remote import SideOutcome
     from mambaxfer_cli.engines.sglang.transfer.run import SlotOutcome
+    from mambaxfer_cli.execute.discovery import Discovery
 
 # The options execute takes for vLLM that SGLang's transfer has no use for, by parameter name.
 _VLLM_ONLY = {"blocks": "--blocks", "plan_file": "--plan", "coalesce": "--coalesce",
@@ -62,8 +65,6 @@ def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestA
     kind, gpus = run_args.device_one()
     need_nixl()
     if discovery is not None:
-        from mambaxfer_cli.engines.sglang.commands.two_hosts import run_side
-
         return run_side(planned, chosen, discovery, kind, gpus, run_args)
     settings = RunSettings(secrets.token_hex(4), kind, gpus, host, port, run_args.iters)
     with one_line_when_the_run_fails(), ProgressView(title(planned, chosen, kind)) as view:
@@ -83,3 +84,37 @@ class SGLangExecuteReport(Report):
 
         report = bad_bytes_report(self.outcome)
         return [result_table(self.outcome)] if report is None else [result_table(self.outcome), AsIs(report)]
+
+
+def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str, gpus: int,
+             run_args: RunArgs) -> Report:
+    """This side's ranks, to their end; its report (exit 0, 1 with bad bytes, 2 refused, 3 failed)."""
+    import typer
+
+    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
+    from mambaxfer_cli.engines.sglang.transfer.remote import execute_side, settings_for
+    from mambaxfer_cli.render.run_view import ProgressView
+    from mambaxfer_cli.engines.sglang.views.execute import side_line, title
+
+    settings = settings_for(planned, chosen, discovery, device, gpus, run_args.iters)
+    typer.echo(side_line(planned, discovery), err=True)
+    view_title = f"{title(planned, chosen, device)}, {discovery.role} side"
+    with one_line_when_the_run_fails(), ProgressView(view_title) as view:
+        outcome = execute_side(planned, chosen, settings, run_args.timeout, view.update)
+    return SideReport(outcome)
+
+
+class SideReport(SGLangExecuteReport):
+    """The decode side: one host's table, its bad bytes; the prefill side: what it wrote, and what
+    each D rank answered (its exit code is theirs)."""
+
+    outcome: SideOutcome
+
+    def render(self, width: int) -> list[Any]:
+        from mambaxfer_cli.engines.sglang.views.execute import written_table
+
+        if self.outcome.role == "prefill":
+            return [AsIs(written_table(self.outcome))]
+        parts = super().render(width)
+        parts[0].title = f"{parts[0].title}, decode side"
+        return parts

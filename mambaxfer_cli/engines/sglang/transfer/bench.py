@@ -69,15 +69,11 @@ def bench_tasks(plan: SGLangPlan, settings: RunSettings, iters: int,
             raise UserError(f"D{d.rank} receives {offset} bytes, more than its entries hold: no one descriptor "
                             f"per source moves them")
     sources = tuple(replace(p, writes=()) for p in prefill)
-    return ([SlotBenchPrefill(**{**_fields(p), "memory": replace(p.memory, single_region=True)}, iters=iters,
+    return ([SlotBenchPrefill(**{**vars(p), "memory": replace(p.memory, single_region=True)}, iters=iters,
                               limit=tuple((d, o, s) for d, _ in p.writes
                                           for q, o, s in chunks[d] if q == p.rank)) for p in prefill],
-            [SlotBenchDecode(**{**_fields(d), "memory": replace(d.memory, single_region=True)}, iters=iters,
+            [SlotBenchDecode(**{**vars(d), "memory": replace(d.memory, single_region=True)}, iters=iters,
                              limit=tuple(chunks.get(d.rank, ())), prefill=sources) for d in decode])
-
-
-def _fields(task: Any) -> dict[str, Any]:
-    return {name: getattr(task, name) for name in task.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
@@ -98,12 +94,6 @@ def prepare(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int
     # With a draft, its KV pool moves after the target's KV, as execute moves them.
     prefill, decode = bench_tasks(chosen, settings, iters, transfer(chosen, semantics) if plan.draft else None)
     return Prepared(plan, semantics, settings, prefill, decode)
-
-
-def bench(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int, timeout: float,
-          progress: Progress | None = None) -> dict[str, Any]:
-    """Run both variants; the ``mambaxfer.sglang-bench/v1`` document."""
-    return measure(prepare(plan, semantics, device, gpus, iters), timeout, progress)
 
 
 def measure(prepared: Prepared, timeout: float, progress: Progress | None = None) -> dict[str, Any]:
