@@ -28,7 +28,6 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 PUSH_CONNECTOR = "NixlPushConnector"
 NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", PUSH_CONNECTOR)
-RELEASES = NAMES
 
 # vLLM's argparse dest -> the ServeLine field it feeds: of the same name, or renamed. Every other flag
 # does not change the transfer. mamba_backend and replayssm_buffer_len are read for --use-replayssm's
@@ -70,7 +69,7 @@ class Known:
 def resolve(name: str) -> Known | None:
     """What ``name`` is to vLLM's parser in each release (``abbreviated``); None when none knows it."""
     found: dict[str, tuple[str, Option]] = {}
-    for release in RELEASES:
+    for release in NAMES:
         table = flag_table(release)
         spelling = abbreviated(table, name, 4, f" (vLLM {release} refuses it)")
         if spelling is not None:
@@ -101,7 +100,6 @@ class ServeLine(ServerLine):
     kv_role: str | None = None
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
     gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's; None: auto
-    additional_config: Mapping[str, Any] = field(default_factory=dict)   # --additional-config, whole
     speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
     kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
     attention_config: Mapping[str, Any] = field(default_factory=dict)   # --attention-config / -ac
@@ -188,7 +186,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         if known is None:
             i = parsed.unrecognized(name, inline, words, i)
             continue
-        if known.releases != RELEASES:
+        if known.releases != NAMES:
             release_only.append((known.spelling, known.releases))
         key = TRANSFER_FIELDS.get(known.dest)
         if sub:                      # --flag.key[.key...]=value: one key of a JSON flag
@@ -209,7 +207,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         value, end = parsed.option(words, i, name, inline, known.spelling, known.dest, known.takes, key)
         if known.takes not in SETS and known.takes != OPTIONAL:
             _check_choice(known, str(value), name, where, release_only)
-        if known.releases != RELEASES:     # where a release that lacks it stops
+        if known.releases != NAMES:     # where a release that lacks it stops
             parsed.at(UNKNOWN + known.spelling, name, i, end)
         i = end
     flagged = values.pop("model", None)        # --model, which a positional model overrides
@@ -431,8 +429,6 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
         if chosen is not None:
             out["attention_backend"] = chosen
     additional = _config(values, dotted, "additional_config", where)
-    if additional:
-        out["additional_config"] = additional
     gdn = values.get("gdn_prefill_backend", additional.get("gdn_prefill_backend"))
     if gdn is not None:             # --gdn-prefill-backend wins: vLLM writes it into additional_config
         name = str(gdn).strip().lower()         # _resolve_gdn_prefill_backend reads it so

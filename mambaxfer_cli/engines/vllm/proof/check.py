@@ -263,10 +263,6 @@ class CheckReport:
     def releases(self) -> str:
         return self.engines.releases
 
-    @property
-    def answered_for(self) -> str:
-        return self.engines.describe()
-
     def count(self, verdict: str) -> int:
         return sum(1 for r in self.results if r.verdict == verdict)
 
@@ -312,17 +308,13 @@ def _segment_misreads(plan: Plan) -> tuple[str, ...]:
     return tuple(map(str, misreads(sane, p_ranks, d_ranks)))
 
 
-def simulation_bytes(plan: Plan) -> int:
-    """About what simulating the plan holds at once: every request page of one D rank, the P pages
-    they are read from, and the pattern bytes they are compared with. Estimated vs peak RSS
-    measured, 1:2 pairings: Mamba-Codestral with 1, 8 and 20 request blocks 0.41, 3.3 and 8.3 GB vs
-    0.40, 2.8 and 6.8 GB; Nemotron-H-8B with 8: 2.9 vs 2.4 GB; Qwen3-Next with 8: 1.4 vs 1.2 GB."""
-    p_page, d_page = plan.page_bytes
-    return 2 * len(request_pages(plan, 0)) * (d_page + plan.prefill.tp * p_page)
-
-
 def check_memory(plan: Plan, pairing: str) -> None:
-    need = simulation_bytes(plan)
+    """Refuse what simulating the plan would hold at once, about: every request page of one D rank,
+    the P pages they are read from, and the pattern bytes they are compared with. Estimated vs peak
+    RSS measured, 1:2 pairings: Mamba-Codestral with 1, 8 and 20 request blocks 0.41, 3.3 and 8.3 GB
+    vs 0.40, 2.8 and 6.8 GB; Nemotron-H-8B with 8: 2.9 vs 2.4 GB; Qwen3-Next with 8: 1.4 vs 1.2 GB."""
+    p_page, d_page = plan.page_bytes
+    need = 2 * len(request_pages(plan, 0)) * (d_page + plan.prefill.tp * p_page)
     if need > MAX_SIMULATION_BYTES:
         raise UserError(f"{plan.model.name} {pairing}: simulating this request needs about {need / 2**30:.1f} GiB, "
                         f"more than check's {MAX_SIMULATION_BYTES / 2**30:.0f} GiB; use fewer --request-blocks "
@@ -384,14 +376,6 @@ def plan_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
                              tp_ratio(pairing.p_tp, pairing.d_tp), "skip", 0.0, reason=str(exc))
 
 
-def vllm_plan(model: ModelSpec, pairing: Pairing, options: PlanOptions) -> Plan | None:
-    """vLLM's own reads of a pairing, or None where vLLM cannot plan them (it refuses the pairing)."""
-    try:
-        return build_plan(model, pairing.p_tp, pairing.d_tp, replace(options, semantics=VLLM, coalesce=False))
-    except UserError:
-        return None
-
-
 def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: str,
          listed: bool) -> tuple[Plan | PairingResult, Plan | None]:
     """What to prove for one pairing: a plan (and under BOTH, vLLM's beside it), or a skip."""
@@ -400,7 +384,10 @@ def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: st
     exact = plan_pairing(model, pairing, replace(options, semantics=EXACT), listed)
     if isinstance(exact, PairingResult):
         return replace(exact, semantics=BOTH), None
-    return exact, vllm_plan(model, pairing, options)
+    try:
+        return exact, build_plan(model, pairing.p_tp, pairing.d_tp, replace(options, semantics=VLLM, coalesce=False))
+    except UserError:     # vLLM cannot plan its own reads: it refuses the pairing
+        return exact, None
 
 
 def _prove(planned: Plan | PairingResult, theirs: Plan | None, semantics: str, patterns: Patterns,

@@ -26,7 +26,7 @@ LINES_SHOWN = 20
 
 def deployment_table(report: CheckReport) -> Table:
     """BOTH: per pairing, mambaxfer's exact plan and what vLLM does."""
-    table = columns_table(f"mambaxfer check: exact plan and {report.answered_for}", [
+    table = columns_table(f"mambaxfer check: exact plan and {report.engines.describe()}", [
         ("model", "left"), ("pairing", "left"), ("bytes", "right"), ("mambaxfer", "left"), (report.releases, "left")],
         no_wrap=True)
     for model, pairing, r in _rows_by_model(table, report):
@@ -49,7 +49,7 @@ def _rows_by_model(table: Table, report: CheckReport) -> Iterator[tuple[str, str
 def summary_table(report: CheckReport) -> Table:
     if report.semantics == BOTH:
         return deployment_table(report)
-    table = columns_table(f"mambaxfer check ({report.semantics} semantics) · {report.answered_for}", [
+    table = columns_table(f"mambaxfer check ({report.semantics} semantics) · {report.engines.describe()}", [
         ("model", "left"), ("pairing", "left"), ("tp_ratio", "right"), ("reads", "right"), ("segments", "right"),
         ("descriptors", "right"), ("bytes", "right"), ("time", "right"), ("verdict", "left")], no_wrap=True)
     table.columns[0].no_wrap = False     # a long model name wraps
