@@ -415,19 +415,15 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
     transfer = _config(values, dotted, "kv_transfer_config", where)
     if transfer:
         out.update(_transfer_fields(transfer, where))
-    overrides = _config(values, dotted, "hf_overrides", where)
-    if overrides:
-        out["hf_overrides"] = overrides
-    attention = _config(values, dotted, "attention_config", where)
-    if attention:
-        out["attention_config"] = attention
-        chosen = _backend(attention.get("backend"), "--attention-config backend", where)
-        if chosen is not None and "attention_backend" in values:
-            # vLLM's create_engine_config, when both are given (an 'auto' backend counts as given there)
-            raise UserError(f"{where}: attention_backend and attention_config.backend are mutually exclusive "
-                            f"(vLLM refuses to start; give one of --attention-backend, --attention-config)")
-        if chosen is not None:
-            out["attention_backend"] = chosen
+    out["hf_overrides"] = _config(values, dotted, "hf_overrides", where)
+    attention = out["attention_config"] = _config(values, dotted, "attention_config", where)
+    chosen = _backend(attention.get("backend"), "--attention-config backend", where)
+    if chosen is not None and "attention_backend" in values:
+        # vLLM's create_engine_config, when both are given (an 'auto' backend counts as given there)
+        raise UserError(f"{where}: attention_backend and attention_config.backend are mutually exclusive "
+                        f"(vLLM refuses to start; give one of --attention-backend, --attention-config)")
+    if chosen is not None:
+        out["attention_backend"] = chosen
     additional = _config(values, dotted, "additional_config", where)
     gdn = values.get("gdn_prefill_backend", additional.get("gdn_prefill_backend"))
     if gdn is not None:             # --gdn-prefill-backend wins: vLLM writes it into additional_config

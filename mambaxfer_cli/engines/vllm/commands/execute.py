@@ -44,10 +44,8 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
 
         check_fits(plan, kind, "plan it again with fewer --p-num-blocks/--d-num-blocks")
     need_nixl()
-    if discovery is None:
-        settings = RunSettings(secrets.token_hex(4), kind, gpus, peers.host, peers.port, run.iters)
-    else:
-        settings = _two_host_settings(plan, discovery, kind, gpus, run.iters)
+    settings = (RunSettings(secrets.token_hex(4), kind, gpus, peers.host, peers.port, run.iters) if discovery is None
+                else _two_host_settings(plan, discovery, kind, gpus, run.iters))
 
     from mambaxfer_cli.engines.vllm.views.execute import title
     from mambaxfer_cli.render.run_view import ProgressView, two_host_line

@@ -151,9 +151,8 @@ def page_diagram(plan: Plan, d_rank: int, width: int = DIAGRAM_WIDTH) -> Text:
     layout = plan.decode.ranks[d_rank]
     segments = sorted(((seg, read.p_rank) for read in plan.reads if read.d_rank == d_rank
                        for seg in read.segments), key=lambda item: item[0].local_offset)
-    bad = {(m.local_offset, m.size) for m in misreads([r for r in plan.reads if r.d_rank == d_rank],
-                                                      plan.prefill.ranks, plan.decode.ranks)}
-    bad_offsets = [off for off, _ in bad]
+    bad_offsets = {m.local_offset for m in misreads([r for r in plan.reads if r.d_rank == d_rank],
+                                                    plan.prefill.ranks, plan.decode.ranks)}
     total = layout.state_bytes
     labels = [("✗" if any(seg.local_offset <= off < seg.local_offset + seg.size for off in bad_offsets) else "")
               + f"{seg.region}·P{p_rank}" for seg, p_rank in segments]
