@@ -11,9 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
-from mambaxfer_cli.engines.vllm.releases import NAMES
-from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
-from mambaxfer_cli.engines.vllm.releases import release as release_named
+from mambaxfer_cli.engines.vllm.releases import NAMES, RELEASES as ALL, release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 from mambaxfer_cli.readers.shell import (

@@ -14,8 +14,7 @@ from mambaxfer_cli.engines.vllm.proof.check import PairingResult
 from mambaxfer_cli.engines.vllm.releases import NAMES
 from mambaxfer_cli.engines.vllm.serve_args import ServeLine
 from mambaxfer_cli.engines.vllm.preflight.served import ModelLoader, ServedEngine, build_engine, pushes
-from mambaxfer_cli.preflight.report import DECODE, PREFILL, SIDE_NAME
-from mambaxfer_cli.preflight.report import Report as SharedReport
+from mambaxfer_cli.preflight.report import DECODE, PREFILL, SIDE_NAME, Report as SharedReport
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, hash_warnings, replayssm_of, simulation_of
 from mambaxfer_cli.engines.vllm.preflight.fix import find_fix
 from mambaxfer_cli.engines.vllm.startup import STARTUP_CODES
