@@ -209,14 +209,11 @@ class Geometry:
         return self.page_bytes // self.blocks_per_logical
 
     def to_dict(self) -> dict[str, Any]:
-        return {"attention_backend": self.attention_backend, "kv_cache_dtype": self.kv_cache_dtype,
-                "prefix_caching": self.prefix_caching, "block_size": self.block_size,
-                "kernel_block_size": self.kernel_block_size, "blocks_per_logical": self.blocks_per_logical,
-                "attention_bytes_per_token": self.attention_bytes_per_token,
-                "state_bytes": self.state_bytes, "page_bytes": self.page_bytes,
-                "num_blocks": self.num_blocks, "vllm_derived": not self.overridden,
-                "vllm_version": self.release, "gpu": self.gpu, "gdn_prefill_backend": self.gdn_prefill_backend,
-                "checkpoint_alignment": self.checkpoint_alignment, "split_by_remote": self.split_by_remote}
+        """Every field in order but the derived blocks per logical; ``vllm_derived``: not overridden."""
+        fields = {**vars(self), "overridden": not self.overridden}
+        del fields["derived_blocks_per_logical"]
+        names = {"overridden": "vllm_derived", "release": "vllm_version"}
+        return {names.get(name, name): value for name, value in fields.items()}
 
 
 def attention_bytes_per_token(kv_heads: int, head_size: int, dtype: str, mla: bool = False) -> int:
