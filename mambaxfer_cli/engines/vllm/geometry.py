@@ -19,7 +19,6 @@ from mambaxfer_cli.engines.vllm.gpu import (
 from mambaxfer_cli.engines.vllm.release import Release
 from mambaxfer_cli.engines.vllm.releases import NEWEST
 
-DEFAULT_KV_CACHE_DTYPE = "auto"
 DEFAULT_NUM_BLOCKS = 100_000      # kernel blocks (N): GPU memory decides them
 MAX_BLOCK_SIZE = 1 << 20          # tokens: far above any block vLLM builds
 
@@ -126,7 +125,7 @@ def kernel_backend(name: str | None, device: Gpu, head_size: int | None, kv_cach
     if refused:
         raise Refused(refused)
     if found.name == "FLASH_ATTN":
-        fixed = fa4_hd256_kernel(device, head_size, quantized_kv=is_quantized(kv_cache))
+        fixed = fa4_hd256_kernel(device, head_size, quantized_kv=str(kv_cache).strip().lower().startswith("fp8"))
         if fixed:
             return Backend(found.name, sizes=(fixed,))
     if found.name == "FLASHINFER" and flashinfer_large_pages(device, q_heads, kv_heads):
@@ -137,10 +136,6 @@ def kernel_backend(name: str | None, device: Gpu, head_size: int | None, kv_cach
 KV_CACHE_DTYPES = {"auto": None, "bfloat16": "bfloat16", "float16": "float16", "half": "float16",
                    "float32": "float32", "fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn",
                    "fp8_e5m2": "float8_e5m2", "fp8_inc": "float8_e4m3fn", "fp8_ds_mla": "float8_e4m3fn"}
-
-
-def is_quantized(kv_cache: str) -> bool:
-    return str(kv_cache).strip().lower().startswith("fp8")
 
 
 def kv_cache_dtype(name: str, model_dtype: str) -> str:
@@ -158,7 +153,7 @@ class EngineFlags:
 
     attention_backend: str | None = None      # None: vLLM's pick for the GPU
     block_size: int | None = None             # None: the release's default (--block-size absent)
-    kv_cache_dtype: str = DEFAULT_KV_CACHE_DTYPE
+    kv_cache_dtype: str = "auto"
     prefix_caching: bool = True
     gdn_prefill_backend: str | None = None    # None: vLLM's choice for the GPU
     num_blocks: int = DEFAULT_NUM_BLOCKS
@@ -214,14 +209,11 @@ class Geometry:
         return self.page_bytes // self.blocks_per_logical
 
     def to_dict(self) -> dict[str, Any]:
-        return {"attention_backend": self.attention_backend, "kv_cache_dtype": self.kv_cache_dtype,
-                "prefix_caching": self.prefix_caching, "block_size": self.block_size,
-                "kernel_block_size": self.kernel_block_size, "blocks_per_logical": self.blocks_per_logical,
-                "attention_bytes_per_token": self.attention_bytes_per_token,
-                "state_bytes": self.state_bytes, "page_bytes": self.page_bytes,
-                "num_blocks": self.num_blocks, "vllm_derived": not self.overridden,
-                "vllm_version": self.release, "gpu": self.gpu, "gdn_prefill_backend": self.gdn_prefill_backend,
-                "checkpoint_alignment": self.checkpoint_alignment, "split_by_remote": self.split_by_remote}
+        """Every field in order but the derived blocks per logical; ``vllm_derived``: not overridden."""
+        fields = {**vars(self), "overridden": not self.overridden}
+        del fields["derived_blocks_per_logical"]
+        names = {"overridden": "vllm_derived", "release": "vllm_version"}
+        return {names.get(name, name): value for name, value in fields.items()}
 
 
 def attention_bytes_per_token(kv_heads: int, head_size: int, dtype: str, mla: bool = False) -> int:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 from mambaxfer_cli.engines.vllm.families import gathered
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 from mambaxfer_cli.errors import Refused
+from mambaxfer_cli.planning.reads import tp_ratio
 
 PULL, PUSH = "pull", "push"
 
@@ -49,7 +50,6 @@ class Speculative:
     """An engine's ``--speculative-config`` as vLLM's compatibility hash reads it."""
 
     method: str | None
-    num_tokens: int = 0
     model: str | None = None             # the draft model; None: the target model (MTP)
     parallel_drafting: bool = False
     kv_cache_dtype: str | None = None    # None: the engine's own
@@ -109,10 +109,8 @@ class Meeting:
     @property
     def tp_ratio(self) -> int | None:
         """``TransferTopology.tp_ratio``: local/remote when local >= remote, -(remote/local)
-        otherwise; None where neither divides the other."""
-        if self.local_tp >= self.remote_tp:
-            return self.local_tp // self.remote_tp if self.local_tp % self.remote_tp == 0 else None
-        return -(self.remote_tp // self.local_tp) if self.remote_tp % self.local_tp == 0 else None
+        otherwise; None where neither divides the other (the core's, the local side as D)."""
+        return tp_ratio(self.remote_tp, self.local_tp)
 
     @property
     def block_ratio(self) -> int | None:
@@ -144,11 +142,6 @@ def tp_sizes(m: Meeting) -> Refusal | None:
     return Refusal("tp-sizes", text)
 
 
-HASH_MESSAGE = ("NIXL compatibility hash mismatch. Prefill and decode instances have incompatible "
-                "configurations. This may be due to: different vLLM versions, models, dtypes, KV cache "
-                "layouts, attention backends, etc. Both instances must use identical configurations.")
-
-
 def hash_differences(local: Hash, remote: Hash) -> list[str]:
     """The hashed fields whose values differ, ``name local vs remote``."""
     mine, theirs = dict(local), dict(remote)
@@ -163,7 +156,10 @@ def compat_hash(m: Meeting) -> Refusal | None:
     if not differs or not m.enforce_hash:
         return None
     local, remote = ("D", "P") if m.mode == PULL else ("P", "D")
-    return Refusal("compat-hash", f"{HASH_MESSAGE} ({'; '.join(differs)}, {local} vs {remote})")
+    return Refusal("compat-hash", (
+        "NIXL compatibility hash mismatch. Prefill and decode instances have incompatible configurations. This "
+        "may be due to: different vLLM versions, models, dtypes, KV cache layouts, attention backends, etc. Both "
+        f"instances must use identical configurations. ({'; '.join(differs)}, {local} vs {remote})"))
 
 
 def block_size(m: Meeting) -> Refusal | None:
@@ -254,26 +250,17 @@ def attention_free(m: Meeting) -> Refusal | None:
 # --- --use-replayssm: VllmConfig.validate_mamba_cached_kernel ----------------------------------
 # Its messages, shared by the releases; each release's module has the order it raises them in.
 
-def replayssm_unsupported(c: ReplaySSM) -> str:
-    return f"--use-replayssm is not supported for architecture {c.named}"
-
-
-FLASHINFER_BUFFER = "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"
-RECOVERSSM_ROUNDING = ("RecoverSSM supports bfloat16/float32 SSM state caches, not --enable-mamba-cache-stochastic-"
-                       "rounding, which requires an explicit float16 cache")
-RECOVERSSM_PIPELINE = "RecoverSSM currently requires pipeline_parallel_size=1"
 RECOVERSSM_BACKEND = "RecoverSSM requires --mamba-backend triton"
 MAMBA2_SPEC_BACKEND = "Mamba2 ReplaySSM speculative decoding requires --mamba-backend flashinfer"
 REPLAYSSM_BACKEND = "--use-replayssm requires --mamba-backend triton or flashinfer"
-REPLAYSSM_CONNECTOR = "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
 
 
 def replayssm_opening(c: ReplaySSM) -> str | None:
     """The checks both releases start with: the model class, then FlashInfer's ring bound."""
     if not c.supported:
-        return replayssm_unsupported(c)
+        return f"--use-replayssm is not supported for architecture {c.named}"
     if c.backend == "flashinfer" and c.buffer_len > 16:
-        return FLASHINFER_BUFFER
+        return "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"
     return None
 
 
@@ -281,11 +268,12 @@ def recoverssm_checks(c: ReplaySSM, runner_v1: bool) -> str | None:
     """RecoverSSM's own checks; ``runner_v1``: the release still has Model Runner V1, on which
     RecoverSSM takes no prefix caching (0.33)."""
     if c.stochastic_rounding:
-        return RECOVERSSM_ROUNDING
+        return ("RecoverSSM supports bfloat16/float32 SSM state caches, not --enable-mamba-cache-stochastic-"
+                "rounding, which requires an explicit float16 cache")
     if runner_v1 and c.cache_mode == "align" and not c.v2_runner:
         return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
     if c.pipeline > 1:
-        return RECOVERSSM_PIPELINE
+        return "RecoverSSM currently requires pipeline_parallel_size=1"
     if c.backend != "triton":
         return RECOVERSSM_BACKEND
     return None
@@ -303,7 +291,9 @@ def flashinfer_spec_buffer(c: ReplaySSM) -> str | None:
 def replayssm_connector(c: ReplaySSM) -> str | None:
     """The last check: ReplaySSM's rings live in the mamba page and no connector moves them;
     RecoverSSM keeps the stock page, which connectors move as usual."""
-    return REPLAYSSM_CONNECTOR if c.kv_connector and not c.recoverssm else None
+    if c.kv_connector and not c.recoverssm:
+        return "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
+    return None
 
 
 # --- the release ---------------------------------------------------------------------------------
@@ -337,7 +327,6 @@ class Release:
     # (0.34); before, any views of one address did, the region taking the MLA view's length.
     regions_keyed_by_length: bool = False
     fatal_env: Mapping[str, tuple[str, str]] = field(default_factory=dict)   # VAR -> (value, vLLM's message)
-    changes: tuple[str, ...] = ()              # what changed from the release before, for people
     # Where num_speculative_tokens is checked against the drafter's n_predict (vLLM's words name none).
     speculative_tokens_check: str = "SpeculativeConfig.__post_init__"
     speculative_methods: tuple[str, ...] = SPECULATIVE_METHODS
@@ -386,7 +375,8 @@ class Release:
                 ("head size", facts.head_size), ("layers", facts.layers), ("hashed backend", facts.backend),
                 ("KV-cache dtype", facts.cache_dtype),
                 ("hybrid KV-cache manager", "on" if facts.hybrid_kv_cache_manager else "off"),
-                ("speculative (hidden-state drafts)", _factors_text(spec)), ("transfer mode", facts.transfer_mode))
+                ("speculative (hidden-state drafts)", None if spec is None else ", ".join(f"{n}={v}" for n, v in spec)),
+                ("transfer mode", facts.transfer_mode))
 
     def checks(self, mode: str) -> tuple[Check, ...]:
         return self.push_checks if mode == PUSH else self.pull_checks
@@ -395,10 +385,6 @@ class Release:
         """Whether a pull pairs blocks from the request's last token, which D can do only when
         the proxy forwards ``remote_num_tokens`` (kernel blocks or blocks per logical differ)."""
         return self.pairs_from_last_token and (p_kernel, p_per_logical) != (d_kernel, d_per_logical)
-
-
-def _factors_text(factors: Hash | None) -> str | None:
-    return None if factors is None else ", ".join(f"{name}={value}" for name, value in factors)
 
 
 def label(prefill: Release, decode: Release) -> str:

@@ -11,9 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
-from mambaxfer_cli.engines.vllm.releases import NAMES
-from mambaxfer_cli.engines.vllm.releases import RELEASES as ALL
-from mambaxfer_cli.engines.vllm.releases import release as release_named
+from mambaxfer_cli.engines.vllm.releases import NAMES, RELEASES as ALL, release as release_named
 from mambaxfer_cli.errors import UserError, quoted
 from mambaxfer_cli.limits import MAX_JSON_INT_DIGITS, MAX_NESTING, check_document
 from mambaxfer_cli.readers.shell import (
@@ -28,7 +26,6 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
 PUSH_CONNECTOR = "NixlPushConnector"
 NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", PUSH_CONNECTOR)
-RELEASES = NAMES
 
 # vLLM's argparse dest -> the ServeLine field it feeds: of the same name, or renamed. Every other flag
 # does not change the transfer. mamba_backend and replayssm_buffer_len are read for --use-replayssm's
@@ -70,7 +67,7 @@ class Known:
 def resolve(name: str) -> Known | None:
     """What ``name`` is to vLLM's parser in each release (``abbreviated``); None when none knows it."""
     found: dict[str, tuple[str, Option]] = {}
-    for release in RELEASES:
+    for release in NAMES:
         table = flag_table(release)
         spelling = abbreviated(table, name, 4, f" (vLLM {release} refuses it)")
         if spelling is not None:
@@ -101,7 +98,6 @@ class ServeLine(ServerLine):
     kv_role: str | None = None
     hf_overrides: Mapping[str, Any] = field(default_factory=dict)
     gdn_prefill_backend: str | None = None      # --gdn-prefill-backend, else --additional-config's; None: auto
-    additional_config: Mapping[str, Any] = field(default_factory=dict)   # --additional-config, whole
     speculative: Mapping[str, Any] = field(default_factory=dict)    # --speculative-config, whole
     kv_transfer: Mapping[str, Any] = field(default_factory=dict)    # --kv-transfer-config, whole
     attention_config: Mapping[str, Any] = field(default_factory=dict)   # --attention-config / -ac
@@ -188,7 +184,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         if known is None:
             i = parsed.unrecognized(name, inline, words, i)
             continue
-        if known.releases != RELEASES:
+        if known.releases != NAMES:
             release_only.append((known.spelling, known.releases))
         key = TRANSFER_FIELDS.get(known.dest)
         if sub:                      # --flag.key[.key...]=value: one key of a JSON flag
@@ -209,7 +205,7 @@ def _parse_words(words: list[str], assigns, env: Mapping[str, str], where: str, 
         value, end = parsed.option(words, i, name, inline, known.spelling, known.dest, known.takes, key)
         if known.takes not in SETS and known.takes != OPTIONAL:
             _check_choice(known, str(value), name, where, release_only)
-        if known.releases != RELEASES:     # where a release that lacks it stops
+        if known.releases != NAMES:     # where a release that lacks it stops
             parsed.at(UNKNOWN + known.spelling, name, i, end)
         i = end
     flagged = values.pop("model", None)        # --model, which a positional model overrides
@@ -417,22 +413,16 @@ def _fields(values: dict, dotted: dict, where: str) -> dict:
     transfer = _config(values, dotted, "kv_transfer_config", where)
     if transfer:
         out.update(_transfer_fields(transfer, where))
-    overrides = _config(values, dotted, "hf_overrides", where)
-    if overrides:
-        out["hf_overrides"] = overrides
-    attention = _config(values, dotted, "attention_config", where)
-    if attention:
-        out["attention_config"] = attention
-        chosen = _backend(attention.get("backend"), "--attention-config backend", where)
-        if chosen is not None and "attention_backend" in values:
-            # vLLM's create_engine_config, when both are given (an 'auto' backend counts as given there)
-            raise UserError(f"{where}: attention_backend and attention_config.backend are mutually exclusive "
-                            f"(vLLM refuses to start; give one of --attention-backend, --attention-config)")
-        if chosen is not None:
-            out["attention_backend"] = chosen
+    out["hf_overrides"] = _config(values, dotted, "hf_overrides", where)
+    attention = out["attention_config"] = _config(values, dotted, "attention_config", where)
+    chosen = _backend(attention.get("backend"), "--attention-config backend", where)
+    if chosen is not None and "attention_backend" in values:
+        # vLLM's create_engine_config, when both are given (an 'auto' backend counts as given there)
+        raise UserError(f"{where}: attention_backend and attention_config.backend are mutually exclusive "
+                        f"(vLLM refuses to start; give one of --attention-backend, --attention-config)")
+    if chosen is not None:
+        out["attention_backend"] = chosen
     additional = _config(values, dotted, "additional_config", where)
-    if additional:
-        out["additional_config"] = additional
     gdn = values.get("gdn_prefill_backend", additional.get("gdn_prefill_backend"))
     if gdn is not None:             # --gdn-prefill-backend wins: vLLM writes it into additional_config
         name = str(gdn).strip().lower()         # _resolve_gdn_prefill_backend reads it so

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, PairArgs, RequestArgs, RunArgs, Semantics, need_nixl
 from mambaxfer_cli.cli.outcome import said
+from mambaxfer_cli.engines.vllm.commands import served
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.engines.vllm.views.execute import moved
 from mambaxfer_cli.errors import UserError, reworded
@@ -51,7 +52,20 @@ class VllmBench:
         return len(self.plans) * len(self.devices)
 
     def measure(self, run: RunArgs, view: BenchProgress) -> dict[str, Any]:
-        return measure_vllm(self, run, view)
+        """Run vLLM's bench; the ``mambaxfer.bench/v1`` document. A failed run raises RunFailure."""
+        from mambaxfer_cli.engines.vllm.transfer.bench import bench_document, bench_point
+
+        points = []
+        for kind, gpus in self.devices:
+            for n, (planned, coalesced) in zip(self.sizes, self.plans):
+                view.start(f"{kind} {n} blocks/request")
+                try:
+                    points.append(bench_point(planned, coalesced, kind, gpus, run.iters, run.timeout, view.update))
+                except UserError as exc:
+                    raise reworded(exc, f"{kind}, --request-blocks {n}: {exc}") from None
+                view.advance()
+        first = self.plans[0][0]
+        return {**bench_document(first, points, run.iters), **first.engines.to_dict()}
 
 
 def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs,
@@ -70,15 +84,7 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
 
     built = build(engines)
     engine = built.decode
-    from mambaxfer_cli.engines.vllm.gpu import on_gpu
-    from mambaxfer_cli.engines.vllm.startup import startup
-
-    spec = on_gpu(model.load(startup=startup(built.release_names)), built.decode.gpu)
-    if engines.speculative_config is not None:     # the draft layers move with the target's, as execute's
-        from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
-
-        spec = with_drafts(spec, speculative_config(engines.speculative_config), engine.release, model.num_spec)
-    spec = cut_layers(spec, run.layers)
+    spec = cut_layers(served(model, engines, built, built.release_names), run.layers)    # draft layers too
     semantics = request.reads(default=Semantics.vllm.value)
     plans = [tuple(plan_to_execute(spec, p_tp, d_tp, semantics=semantics, coalesce=c, blocks=None,
                                    request_blocks=n, seed=request.seed, engine=engine) for c in (False, True))
@@ -102,24 +108,6 @@ def prepare_vllm(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request:
     return VllmBench(p_tp, d_tp, semantics, sizes, [(a, b) for a, b in plans], devices)
 
 
-def measure_vllm(prepared: VllmBench, run: RunArgs, view: Any) -> dict[str, Any]:
-    """Run vLLM's bench (``view``: a BenchProgress); the ``mambaxfer.bench/v1`` document. A failed
-    run raises RunFailure."""
-    from mambaxfer_cli.engines.vllm.transfer.bench import bench_document, bench_point
-
-    points = []
-    for kind, gpus in prepared.devices:
-        for n, (planned, coalesced) in zip(prepared.sizes, prepared.plans):
-            view.start(f"{kind} {n} blocks/request")
-            try:
-                points.append(bench_point(planned, coalesced, kind, gpus, run.iters, run.timeout, view.update))
-            except UserError as exc:
-                raise reworded(exc, f"{kind}, --request-blocks {n}: {exc}") from None
-            view.advance()
-    first = prepared.plans[0][0]
-    return {**bench_document(first, points, run.iters), **first.engines.to_dict()}
-
-
 def bench(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run: RunArgs, sweep: str,
           chart: Path | None) -> Report:
     """vLLM's bench, planned and measured; its report."""
@@ -128,7 +116,7 @@ def bench(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Reques
 
     prepared = prepare_vllm(model, pair, engines, request, run, sweep, chart)
     with one_line_when_the_run_fails(), BenchProgress(prepared.steps) as view:
-        document = measure_vllm(prepared, run, view)
+        document = prepared.measure(run, view)
     hint = f"'mambaxfer check --model {model.model} --pairs {prepared.p_tp}:{prepared.d_tp}' says which"
     return BenchReport(document, chart, prepared.semantics == Semantics.vllm.value, hint)
 

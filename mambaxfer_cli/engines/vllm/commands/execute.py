@@ -11,6 +11,7 @@ import typer
 from mambaxfer_cli.cli.options import (EngineArgs, ModelArgs, OutputArgs, PairArgs, RequestArgs, RunArgs, Semantics,
                                        check_bounds, need_nixl, needed)
 from mambaxfer_cli.cli.params import given_flags
+from mambaxfer_cli.engines.vllm.commands import served
 from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -36,26 +37,21 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
     discovery = peers.discovery()
     if plan_file is not None:
         _engines_fixed(engines)
-        engine = None
-    else:
-        engine = build(engines).decode
-    plan = _plan(model, pair, request, run.layers, blocks, engine, plan_file, engines.speculative_config)
+    plan = _plan(model, pair, engines, request, run.layers, blocks, plan_file)
     kind, gpus = run.device_one()
     if plan_file is not None:     # its blocks come from the plan: the advice names plan's options
         from mambaxfer_cli.engines.vllm.transfer.tasks import check_fits
 
         check_fits(plan, kind, "plan it again with fewer --p-num-blocks/--d-num-blocks")
     need_nixl()
-    if discovery is None:
-        settings = RunSettings(secrets.token_hex(4), kind, gpus, peers.host, peers.port, run.iters)
-    else:
-        settings = _two_host_settings(plan, discovery, kind, gpus, run.iters)
+    settings = (RunSettings(secrets.token_hex(4), kind, gpus, peers.host, peers.port, run.iters) if discovery is None
+                else _two_host_settings(plan, discovery, kind, gpus, run.iters))
 
-    from mambaxfer_cli.engines.vllm.views.execute import side_line, title
-    from mambaxfer_cli.render.run_view import ProgressView
+    from mambaxfer_cli.engines.vllm.views.execute import title
+    from mambaxfer_cli.render.run_view import ProgressView, two_host_line
 
-    if discovery is not None:
-        typer.echo(side_line(plan, discovery), err=True)
+    if discovery is not None:     # D reads
+        typer.echo(two_host_line(discovery, plan.prefill.tp, plan.decode.tp, "read from the prefill side"), err=True)
     with one_line_when_the_run_fails(), ProgressView(title(plan, kind, discovery)) as view:
         outcome = perform(plan, settings, run.timeout, view.update)
     return ExecuteReport(outcome, plan, discovery)
@@ -107,22 +103,16 @@ def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int,
                        discovery=discovery, geometry=geometry(plan))
 
 
-def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | None, blocks: int | None,
-          engine, plan_file: Path | None, speculative: str | None = None):
+def _plan(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, layers: int | None,
+          blocks: int | None, plan_file: Path | None):
     from mambaxfer_cli.engines.vllm.transfer.plan_source import load_plan_file, plan_to_execute
     from mambaxfer_cli.execute.tasks import cut_layers
 
     if plan_file is None:
+        built = build(engines)
+        engine = built.decode
         p_tp, d_tp = needed(model, pair, " (or --plan FILE)")
-        from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, on_gpu
-        from mambaxfer_cli.engines.vllm.startup import startup
-
-        full = on_gpu(model.load(startup=startup((engine.release.name,) if engine is not None else ())),
-                      engine.gpu if engine is not None else DEFAULT_GPU)
-        if speculative is not None:     # the draft layers the engines hold move with the target's
-            from mambaxfer_cli.engines.vllm.drafts import speculative_config, with_drafts
-
-            full = with_drafts(full, speculative_config(speculative), engine.release, model.num_spec)
+        full = served(model, engines, built, (engine.release.name,))    # the draft layers move with the target's
         plan = plan_to_execute(cut_layers(full, layers), p_tp, d_tp,
                                semantics=request.reads(default=Semantics.vllm.value),
                                coalesce=request.coalesce, blocks=blocks, engine=engine,
@@ -135,8 +125,7 @@ def _plan(model: ModelArgs, pair: PairArgs, request: RequestArgs, layers: int | 
 
         from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 
-        whole = build_plan(full, p_tp, d_tp, PlanOptions(semantics=plan.semantics, prefill=engine,
-                                                                   decode=engine))
+        whole = build_plan(full, p_tp, d_tp, PlanOptions(semantics=plan.semantics, prefill=engine, decode=engine))
         return replace(plan, verdict=whole.verdict)
     fixed = [flag for flag, given in (("--layers", layers is not None), ("--blocks", blocks is not None),
                                       ("--coalesce", request.coalesce)) if given]

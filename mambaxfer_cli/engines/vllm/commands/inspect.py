@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, parse_tp_list
-from mambaxfer_cli.engines.vllm.options import build, drafted
+from mambaxfer_cli.engines.vllm.commands import served
+from mambaxfer_cli.engines.vllm.options import build
 from mambaxfer_cli.render.report import AsIs, Report
 
 
 def inspect(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     """``tp``: the TP sizes, comma-separated."""
     from mambaxfer_cli.engines.vllm.engine import engine_layout
-    from mambaxfer_cli.engines.vllm.gpu import on_gpu
-    from mambaxfer_cli.engines.vllm.startup import startup
     from mambaxfer_cli.engines.vllm.drafts import planned_at
     from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
 
     built = build(engines)
     flags = built.decode
     sizes = parse_tp_list(tp)
-    spec, = drafted([on_gpu(model.load(startup=startup((flags.release.name,), sizes)), flags.gpu)],
-                    model, engines, built)
+    spec = served(model, engines, built, (flags.release.name,), sizes)
     # a drafter of other pages as each TP size's ranks hold it (drafts.planned_at)
     at = {size: planned_at(spec, size) for size in sizes}
     sides = {size: engine_layout(at[size], size, flags, model_grouping(at[size])) for size in sizes}
@@ -37,11 +35,12 @@ class InspectReport(Report):
 
     def render(self, width: int) -> list:
         from mambaxfer_cli.render.console import together
-        from mambaxfer_cli.engines.vllm.views.model import engine_header, geometry_line, side_caches_line
+        from mambaxfer_cli.engines.vllm.engine import Engines
+        from mambaxfer_cli.engines.vllm.views.model import geometry_line, side_caches_line
         from mambaxfer_cli.render.model_view import layout_table, model_summary
 
         tables = together([layout_table(f"TP {size}", side.ranks) for size, side in self.sides.items()], "layouts")
-        parts = [AsIs(model_summary(self.spec)), AsIs(engine_header(self.flags))]
+        parts = [AsIs(model_summary(self.spec)), AsIs(Engines(self.flags, self.flags).describe())]
         if self.spec.draft_attention:
             (heads, size), n = self.spec.draft_attention, self.spec.draft_layers
             parts.append(AsIs(f"the drafter's {n} layer{'s' * (n > 1)}: {heads} KV heads of {size}, KV-cache "

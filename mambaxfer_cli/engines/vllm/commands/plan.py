@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mambaxfer_cli.cli.options import EngineArgs, Format, ModelArgs, OutputArgs, PairArgs, RequestArgs, dump
-from mambaxfer_cli.engines.vllm.options import build, drafted, plan_options
+from mambaxfer_cli.engines.vllm.commands import served
+from mambaxfer_cli.engines.vllm.options import build, plan_options
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.render.report import Report
 
@@ -15,11 +16,7 @@ def plan(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Request
     p_tp, d_tp = pair.p_tp or 0, pair.d_tp or 0
     sections = shown_sections(show)
     built = build(engines)
-    from mambaxfer_cli.engines.vllm.gpu import on_gpu
-    from mambaxfer_cli.engines.vllm.startup import startup
-
-    spec, = drafted([on_gpu(model.load(startup=startup(built.release_names, (p_tp, d_tp))), built.decode.gpu)],
-                    model, engines, built)
+    spec = served(model, engines, built, built.release_names, (p_tp, d_tp))
     options = plan_options(request, built, speculative=engines.speculative_config)
     check_document_fits(spec, p_tp, d_tp, options, d_rank, output.document_format())
     result = build_plan(spec, p_tp, d_tp, options)

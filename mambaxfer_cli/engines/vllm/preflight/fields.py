@@ -19,9 +19,8 @@ def speculative(e: ServedEngine) -> Speculative | None:
     spec = dict(e.line.speculative)
     model = spec.get("model")
     kv = spec.get("kv_cache_dtype")
-    return Speculative(e.line.speculative_method, e.line.num_speculative_tokens,
-                       None if model is None else str(model), bool(spec.get("parallel_drafting", False)),
-                       None if kv is None else str(kv))
+    return Speculative(e.line.speculative_method, None if model is None else str(model),
+                       bool(spec.get("parallel_drafting", False)), None if kv is None else str(kv))
 
 
 def engine_facts(e: ServedEngine, plan: Plan | None) -> EngineFacts:

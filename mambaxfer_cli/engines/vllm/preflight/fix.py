@@ -168,12 +168,9 @@ def _with_flags(prior: list[Change], now: Assessment, run) -> Fix[ServeLine, Ass
     if off.suggested_block_size:
         candidates.append(base + no_pc + _both("--block-size", old_bs, str(off.suggested_block_size),
                                                "vLLM's handshake accepts both engines' blocks"))
-    if now.prefill.tp != now.decode.tp:
-        same_tp = [Change(PREFILL, "--tensor-parallel-size", str(p_line.tp), str(now.decode.tp),
-                          "vLLM's reads are right only when P and D shard alike")]
-        reshaped = [c + same_tp for c in candidates]
-    else:
-        reshaped = []
+    same_tp = [Change(PREFILL, "--tensor-parallel-size", str(p_line.tp), str(now.decode.tp),
+                      "vLLM's reads are right only when P and D shard alike")]
+    reshaped = [c + same_tp for c in candidates] if now.prefill.tp != now.decode.tp else []
     seen = set()
     for changes in sorted(candidates, key=len) + sorted(reshaped, key=len):
         key = tuple(changes)

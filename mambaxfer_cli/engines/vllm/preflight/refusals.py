@@ -14,8 +14,7 @@ from mambaxfer_cli.engines.vllm.drafts import drafter_of, drafts
 from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
-from mambaxfer_cli.engines.vllm.reads import LengthMismatch, vllm_length_mismatches
-from mambaxfer_cli.engines.vllm.reads import VLLM
+from mambaxfer_cli.engines.vllm.reads import VLLM, LengthMismatch, vllm_length_mismatches
 from mambaxfer_cli.engines.vllm.release import Meeting
 from mambaxfer_cli.engines.vllm.proof.check import PairingResult, check_plan
 from mambaxfer_cli.engines.vllm.proof.simulate import Simulation

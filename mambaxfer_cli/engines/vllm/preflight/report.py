@@ -11,10 +11,10 @@ from mambaxfer_cli.engines.vllm.engine import Engines
 from mambaxfer_cli.engines.vllm.geometry import Geometry
 from mambaxfer_cli.engines.vllm.handshake import NOT_CHECKED
 from mambaxfer_cli.engines.vllm.proof.check import PairingResult
-from mambaxfer_cli.engines.vllm.serve_args import RELEASES, ServeLine
+from mambaxfer_cli.engines.vllm.releases import NAMES
+from mambaxfer_cli.engines.vllm.serve_args import ServeLine
 from mambaxfer_cli.engines.vllm.preflight.served import ModelLoader, ServedEngine, build_engine, pushes
-from mambaxfer_cli.preflight.report import DECODE, PREFILL, SIDE_NAME
-from mambaxfer_cli.preflight.report import Report as SharedReport
+from mambaxfer_cli.preflight.report import DECODE, PREFILL, SIDE_NAME, Report as SharedReport
 from mambaxfer_cli.engines.vllm.preflight.refusals import Assessment, assess, hash_warnings, replayssm_of, simulation_of
 from mambaxfer_cli.engines.vllm.preflight.fix import find_fix
 from mambaxfer_cli.engines.vllm.startup import STARTUP_CODES
@@ -105,7 +105,7 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
     for e in (p, d):
         name = SIDE_NAME[e.side]
         if e.line.unknown:
-            warnings.append(f"{name}: no vLLM release mambaxfer knows ({', '.join(RELEASES)}) has "
+            warnings.append(f"{name}: no vLLM release mambaxfer knows ({', '.join(NAMES)}) has "
                             f"{', '.join(e.line.unknown)}: vllm serve exits with 'unrecognized arguments'")
         for flag, releases in e.line.release_only:
             if e.release.name not in releases:

@@ -12,12 +12,11 @@ from mambaxfer_cli.engines.vllm.drafts import REFUSES, with_drafts
 from mambaxfer_cli.engines.vllm.kv_layout import resolved_layout
 from mambaxfer_cli.engines.vllm.startup import startup
 from mambaxfer_cli.engines.vllm.engine import GDN
-from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.geometry import EngineFlags, kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.engines.vllm import families
 from mambaxfer_cli.engines.vllm.gpu import (
     default_attention_backend, default_mla_backend, gdn_prefill_backend, run_dtype,
 )
-from mambaxfer_cli.engines.vllm.geometry import kv_cache_dtype as resolve_kv_dtype
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.preflight.report import DECODE, PREFILL
 from mambaxfer_cli.proof import CHECK_NUM_BLOCKS

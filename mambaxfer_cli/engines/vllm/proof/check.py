@@ -46,22 +46,6 @@ def pairings_up_to(model: ModelSpec, max_tp: int, semantics: str) -> tuple[Pairi
                  if semantics == EXACT or tp_ratio(p, d) is not None)
 
 
-def unchecked_sizes(model: ModelSpec, max_tp: int) -> dict[int, str]:
-    """The TP sizes up to ``max_tp`` that have no layout for the model, each with the reason
-    (the layout's own error, without the model's name and the list of sizes that work)."""
-    valid = set(valid_tp_sizes(model, max_tp))
-    out = {}
-    for tp in range(1, max_tp + 1):
-        if tp in valid:
-            continue
-        try:
-            rank_layouts(model, tp)
-            raise AssertionError(f"{model.name}: TP {tp} has a layout but is not a valid TP size")
-        except UserError as exc:
-            out[tp] = str(exc).removeprefix(f"{model.name}: ").split("; TP sizes that work")[0]
-    return out
-
-
 @dataclass(frozen=True)
 class Target:
     """One model and the pairings to prove for it."""
@@ -263,10 +247,6 @@ class CheckReport:
     def releases(self) -> str:
         return self.engines.releases
 
-    @property
-    def answered_for(self) -> str:
-        return self.engines.describe()
-
     def count(self, verdict: str) -> int:
         return sum(1 for r in self.results if r.verdict == verdict)
 
@@ -312,17 +292,13 @@ def _segment_misreads(plan: Plan) -> tuple[str, ...]:
     return tuple(map(str, misreads(sane, p_ranks, d_ranks)))
 
 
-def simulation_bytes(plan: Plan) -> int:
-    """About what simulating the plan holds at once: every request page of one D rank, the P pages
-    they are read from, and the pattern bytes they are compared with. Estimated vs peak RSS
-    measured, 1:2 pairings: Mamba-Codestral with 1, 8 and 20 request blocks 0.41, 3.3 and 8.3 GB vs
-    0.40, 2.8 and 6.8 GB; Nemotron-H-8B with 8: 2.9 vs 2.4 GB; Qwen3-Next with 8: 1.4 vs 1.2 GB."""
-    p_page, d_page = plan.page_bytes
-    return 2 * len(request_pages(plan, 0)) * (d_page + plan.prefill.tp * p_page)
-
-
 def check_memory(plan: Plan, pairing: str) -> None:
-    need = simulation_bytes(plan)
+    """Refuse what simulating the plan would hold at once, about: every request page of one D rank,
+    the P pages they are read from, and the pattern bytes they are compared with. Estimated vs peak
+    RSS measured, 1:2 pairings: Mamba-Codestral with 1, 8 and 20 request blocks 0.41, 3.3 and 8.3 GB
+    vs 0.40, 2.8 and 6.8 GB; Nemotron-H-8B with 8: 2.9 vs 2.4 GB; Qwen3-Next with 8: 1.4 vs 1.2 GB."""
+    p_page, d_page = plan.page_bytes
+    need = 2 * len(request_pages(plan, 0)) * (d_page + plan.prefill.tp * p_page)
     if need > MAX_SIMULATION_BYTES:
         raise UserError(f"{plan.model.name} {pairing}: simulating this request needs about {need / 2**30:.1f} GiB, "
                         f"more than check's {MAX_SIMULATION_BYTES / 2**30:.0f} GiB; use fewer --request-blocks "
@@ -353,24 +329,6 @@ def check_plan(plan: Plan, patterns: Patterns | None = None, coalesce: bool | No
         warnings=tuple(w.code for w in plan.warnings), vllm=plan.verdict.to_dict())
 
 
-def check_deployment(exact: Plan, vllm: Plan | None, patterns: Patterns | None = None,
-                     coalesce: bool | None = None) -> PairingResult:
-    """BOTH: prove mambaxfer's exact plan and vLLM's own reads (``vllm``: None when vLLM cannot
-    even plan them). The verdict is the deployment's: it passes only when the exact plan is right
-    and vLLM accepts the pairing and moves the right bytes."""
-    start = time.perf_counter()
-    mine = check_plan(exact, patterns, coalesce)
-    theirs = check_plan(vllm, patterns, False) if vllm is not None else None
-    if mine.verdict != "pass":
-        verdict = "fail"
-    elif not exact.verdict.accepts:
-        verdict = "refused"
-    else:
-        verdict = "pass" if theirs is not None and theirs.verdict == "pass" else "fail"
-    return replace(mine, semantics=BOTH, verdict=verdict, exact_verdict=mine.verdict, vllm_check=theirs,
-                   seconds=time.perf_counter() - start)
-
-
 def plan_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
                  listed: bool = True) -> Plan | PairingResult:
     """The plan of one pairing, or, for an enumerated pairing that cannot be planned, its skip.
@@ -384,14 +342,6 @@ def plan_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
                              tp_ratio(pairing.p_tp, pairing.d_tp), "skip", 0.0, reason=str(exc))
 
 
-def vllm_plan(model: ModelSpec, pairing: Pairing, options: PlanOptions) -> Plan | None:
-    """vLLM's own reads of a pairing, or None where vLLM cannot plan them (it refuses the pairing)."""
-    try:
-        return build_plan(model, pairing.p_tp, pairing.d_tp, replace(options, semantics=VLLM, coalesce=False))
-    except UserError:
-        return None
-
-
 def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: str,
          listed: bool) -> tuple[Plan | PairingResult, Plan | None]:
     """What to prove for one pairing: a plan (and under BOTH, vLLM's beside it), or a skip."""
@@ -400,16 +350,32 @@ def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: st
     exact = plan_pairing(model, pairing, replace(options, semantics=EXACT), listed)
     if isinstance(exact, PairingResult):
         return replace(exact, semantics=BOTH), None
-    return exact, vllm_plan(model, pairing, options)
+    try:
+        return exact, build_plan(model, pairing.p_tp, pairing.d_tp, replace(options, semantics=VLLM, coalesce=False))
+    except UserError:     # vLLM cannot plan its own reads: it refuses the pairing
+        return exact, None
 
 
 def _prove(planned: Plan | PairingResult, theirs: Plan | None, semantics: str, patterns: Patterns,
            coalesce: bool) -> PairingResult:
+    """BOTH: mambaxfer's exact plan and vLLM's own reads (``theirs``: None when vLLM cannot even plan
+    them) proved; the deployment passes only when the exact plan is right and vLLM accepts the
+    pairing and moves the right bytes."""
     if isinstance(planned, PairingResult):
         return planned
-    if semantics == BOTH:
-        return check_deployment(planned, theirs, patterns, coalesce)
-    return check_plan(planned, patterns, coalesce)
+    if semantics != BOTH:
+        return check_plan(planned, patterns, coalesce)
+    start = time.perf_counter()
+    mine = check_plan(planned, patterns, coalesce)
+    vllm = check_plan(theirs, patterns, False) if theirs is not None else None
+    if mine.verdict != "pass":
+        verdict = "fail"
+    elif not planned.verdict.accepts:
+        verdict = "refused"
+    else:
+        verdict = "pass" if vllm is not None and vllm.verdict == "pass" else "fail"
+    return replace(mine, semantics=BOTH, verdict=verdict, exact_verdict=mine.verdict, vllm_check=vllm,
+                   seconds=time.perf_counter() - start)
 
 
 def check_pairing(model: ModelSpec, pairing: Pairing, options: PlanOptions,
@@ -474,17 +440,21 @@ def targets_for(models: Iterable[ModelSpec], pairs: str | None, max_tp: int | No
 def _left_out(model: ModelSpec, top: int, semantics: str, pairings: Sequence[Pairing]) -> tuple[str, ...]:
     """One line per kind of pairing an enumeration up to TP ``top`` leaves out, saying why."""
     lines = []
-    skipped = unchecked_sizes(model, top)
-    if skipped:
-        reasons: dict[str, list[int]] = {}
-        for tp, why in skipped.items():
-            reasons.setdefault(why.replace(f"TP {tp}", "TP {}", 1), []).append(tp)
+    valid = valid_tp_sizes(model, top)
+    reasons: dict[str, list[int]] = {}      # each TP size without a layout, by its layout's error
+    for tp in (tp for tp in range(1, top + 1) if tp not in valid):
+        try:
+            rank_layouts(model, tp)
+            raise AssertionError(f"{model.name}: TP {tp} has a layout but is not a valid TP size")
+        except UserError as exc:
+            why = str(exc).removeprefix(f"{model.name}: ").split("; TP sizes that work")[0]
+        reasons.setdefault(why.replace(f"TP {tp}", "TP {}", 1), []).append(tp)
+    if reasons:
         said = "; ".join(why.replace("{}", ", ".join(map(str, sizes))).replace(
             "does not divide", "does not divide" if len(sizes) == 1 else "do not divide")
             for why, sizes in reasons.items())
         lines.append(f"{model.name}: not checked up to TP {top}: {said}")
-    sizes = valid_tp_sizes(model, top)
-    mixed = len(sizes) ** 2 - len(pairings)
+    mixed = len(valid) ** 2 - len(pairings)
     if semantics != EXACT and mixed:
         lines.append(f"{model.name}: not checked, {mixed} pairing{'s' if mixed != 1 else ''} of TP sizes "
                      f"where neither divides the other (vLLM refuses them; --semantics exact proves "

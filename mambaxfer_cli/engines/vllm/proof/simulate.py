@@ -403,9 +403,8 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
         index.setdefault(e.key, len(index))
     n_expected = len(index)
     by_key = {e.key: e for e in expected}
-    page_index = np.empty(len(chunks), dtype=np.int64)
-    for i, key in enumerate(map(tuple, chunks[:, [_DT, _DB]].tolist())):
-        page_index[i] = index.setdefault(key, len(index))
+    page_index = np.array([index.setdefault(key, len(index)) for key in map(tuple, chunks[:, [_DT, _DB]].tolist())],
+                          dtype=np.int64)
     keys = list(index)
 
     pages = [np.full(memory.page, POISON, dtype=np.uint8) for _ in keys]
@@ -413,9 +412,8 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
         src = sources.page(row[_PR], row[_ST], row[_SB])
         pages[k][row[_DO]:row[_DO] + row[_N]] = src[row[_SO]:row[_SO] + row[_N]]
 
-    fences: dict[int, tuple[int, ...]] = {}
-    for k, key in enumerate(keys[:n_expected]):
-        fences[k] = (0, by_key[key].shape.state_bytes, memory.page)
+    fences: dict[int, tuple[int, ...]] = {k: (0, by_key[key].shape.state_bytes, memory.page)
+                                          for k, key in enumerate(keys[:n_expected])}
     ck, c0, c1, cn = _coverage(page_index, chunks[:, _DO], chunks[:, _DO] + chunks[:, _N], fences)
 
     # Writes count: outside the request, into padding, never, or more than once.

@@ -1,10 +1,5 @@
-"""The vLLM releases mambaxfer knows, oldest first: one folder each, found here.
-
-A release is the folder ``v<major>_<minor>/`` of this package: its ``__init__.py`` fills a
-``Release`` (``RELEASE``) and its ``serve_flags.json`` is the option table of its ``vllm serve``.
-The folder's name is the release's name; nothing else in mambaxfer names a release, so adding
-one is adding a folder.
-"""
+"""The vLLM releases mambaxfer knows, oldest first: one folder ``v<major>_<minor>/`` each, found here
+(its ``RELEASE`` and ``serve_flags.json``; docs/architecture.md), so adding one is adding a folder."""
 
 from __future__ import annotations
 

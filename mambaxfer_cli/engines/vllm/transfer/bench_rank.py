@@ -120,10 +120,8 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
                 def tick(detail: str, step: str = f"{direction} {name}") -> None:
                     ch.progress(f"{step}: {detail}")
 
-                if name == LIMIT:
-                    checks[step] = limit_check(task, regions, tick)
-                else:
-                    checks[step] = verify_decode(spec.decode_tasks[name][task.rank], regions, tick).tally()
+                checks[step] = (limit_check(task, regions, tick) if name == LIMIT else
+                                verify_decode(spec.decode_tasks[name][task.rank], regions, tick).tally())
                 ch.meet(f"{step}:checked")
         return BenchResult("D", task.rank, timings=timings, preparations=prep, checks=checks,
                            ucx_lines=ucx_config_lines(ucx_log))

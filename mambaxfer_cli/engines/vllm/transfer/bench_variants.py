@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import accumulate
 from typing import Callable, Sequence
 
 import numpy as np
@@ -30,11 +31,8 @@ def limit_chunks(reads: Sequence[DescriptorRead]) -> list[tuple[int, int, int]]:
     sizes: dict[int, int] = {}
     for read in reads:
         sizes[read.p_rank] = sizes.get(read.p_rank, 0) + read_bytes(read.local, read.local_ids)
-    out, offset = [], 0
-    for p_rank, size in sizes.items():
-        out.append((p_rank, offset, size))
-        offset += size
-    return out
+    offsets = accumulate(sizes.values(), initial=0)
+    return [(p_rank, offset, size) for (p_rank, size), offset in zip(sizes.items(), offsets)]
 
 
 class _Flat:

@@ -171,13 +171,10 @@ def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[li
 
     check_fits(plan, settings.device)
 
-    consumers: dict[int, list[int]] = {}
-    for read in dm.reads:
-        consumers.setdefault(read.p_rank, []).append(read.d_rank)
-
     p_pages = tuple(prefill_pages(plan, r, [p for p, _ in sets]) for r in range(p_tp))
     prefill = [PrefillTask("P", r, settings, settings.dev(r), layout, p_memory,
-                           consumers=tuple(sorted(consumers.get(r, ()))), pages=p_pages[r])
+                           consumers=tuple(sorted(read.d_rank for read in dm.reads if read.p_rank == r)),
+                           pages=p_pages[r])
                for r, layout in enumerate(plan.prefill.ranks)]
     decode = [DecodeTask("D", d, settings, settings.dev(p_tp + d), layout, d_memory,
                          reads=tuple(r for r in dm.reads if r.d_rank == d),

@@ -159,9 +159,8 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
     side = next((s for s in task.sides if any(p.region == tensor for p in s.pages)), None)
     whole = [p for p in side.pages if p.region == tensor] if side else []
     check.checked_bytes += got.size
-    regions = len(task.memory.region_shapes)
     where = (f"tensor {tensor + 1} of {task.memory.tensors}" if tensor < task.memory.tensors
-             else f"region {tensor + 1} of {regions}")
+             else f"region {tensor + 1} of {len(task.memory.region_shapes)}")
     strays: list[tuple[int, int]] = []          # (block, offset) of the first stray byte found
     for e in pages:
         row = got[e.block]

@@ -201,17 +201,11 @@ def _indexer_reads(plan: Plan, lists: tuple[PageLists, PageLists], d_rank: int,
     piece = next(((r.p_rank, s) for r in cache_reads for s in r.segments
                   if (s.remote_offset, s.local_offset, s.size) != (0, 0, page)), None)
     if piece is not None:
-        p_rank, segment = piece
-        raise UserError(f"this plan cannot be executed: vLLM reads D{d_rank}'s {_ring_name(plan)} in pieces "
-                        f"({segment.size} of its {page} bytes from P{p_rank} at offset "
-                        f"{segment.remote_offset}), which execute does not move; 'mambaxfer check' proves "
-                        f"those reads")
+        (p_rank, segment), found = piece, indexer_caches.caches(plan.model)
+        raise UserError(f"this plan cannot be executed: vLLM reads D{d_rank}'s {found.ring_name if found else 'ring'} "
+                        f"in pieces ({segment.size} of its {page} bytes from P{p_rank} at offset "
+                        f"{segment.remote_offset}), which execute does not move; 'mambaxfer check' proves those reads")
     return _whole(lists, [r.p_rank for r in cache_reads], pairs)
-
-
-def _ring_name(plan: Plan) -> str:
-    found = indexer_caches.caches(plan.model)
-    return found.ring_name if found else "ring"
 
 
 def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ...]:

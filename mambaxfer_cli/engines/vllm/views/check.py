@@ -26,7 +26,7 @@ LINES_SHOWN = 20
 
 def deployment_table(report: CheckReport) -> Table:
     """BOTH: per pairing, mambaxfer's exact plan and what vLLM does."""
-    table = columns_table(f"mambaxfer check: exact plan and {report.answered_for}", [
+    table = columns_table(f"mambaxfer check: exact plan and {report.engines.describe()}", [
         ("model", "left"), ("pairing", "left"), ("bytes", "right"), ("mambaxfer", "left"), (report.releases, "left")],
         no_wrap=True)
     for model, pairing, r in _rows_by_model(table, report):
@@ -49,7 +49,7 @@ def _rows_by_model(table: Table, report: CheckReport) -> Iterator[tuple[str, str
 def summary_table(report: CheckReport) -> Table:
     if report.semantics == BOTH:
         return deployment_table(report)
-    table = columns_table(f"mambaxfer check ({report.semantics} semantics) · {report.answered_for}", [
+    table = columns_table(f"mambaxfer check ({report.semantics} semantics) · {report.engines.describe()}", [
         ("model", "left"), ("pairing", "left"), ("tp_ratio", "right"), ("reads", "right"), ("segments", "right"),
         ("descriptors", "right"), ("bytes", "right"), ("time", "right"), ("verdict", "left")], no_wrap=True)
     table.columns[0].no_wrap = False     # a long model name wraps
@@ -64,13 +64,9 @@ def summary_table(report: CheckReport) -> Table:
 
 
 def footer(report: CheckReport) -> Text:
-    counts = [f"{report.count('pass')} passed"]
-    if report.count("fail"):
-        counts.append(f"{report.count('fail')} FAILED")
-    if report.count("refused"):
-        counts.append(f"{report.count('refused')} REFUSED by {report.releases}")
-    if report.count("skip"):
-        counts.append(f"{report.count('skip')} skipped")
+    said = (("pass", "passed"), ("fail", "FAILED"), ("refused", f"REFUSED by {report.releases}"), ("skip", "skipped"))
+    counts = [f"{report.count(verdict)} {words}" for verdict, words in said
+              if report.count(verdict) or verdict == "pass"]       # passes are said even when none
     style = "bold green" if report.ok else "bold red"
     n = len(report.results)
     return Text(f"{n} pairing{'' if n == 1 else 's'} checked byte by byte in {report.seconds:.2f} s: "
@@ -106,19 +102,16 @@ def render_report(report: CheckReport, failures_shown: int = 10) -> list:
         parts.append(Text(f"warning: draft-layers: the draft's layers are not in the {undrafted} pairing"
                           f"{'s' * (undrafted > 1)} checked (mambaxfer plans the target's layers only; "
                           f"'mambaxfer plan' says why)", style="yellow"))
+    skipped = [skip_note(r) for r in report.results if r.verdict == "skip"]
+    unchecked = [Text(f"– {line}", style="yellow") for line in report.unchecked]
     if report.semantics == BOTH:
-        parts += deployment_lines(report)
-        parts += [Text(f"– {line}", style="yellow") for line in report.unchecked]
-        parts.extend(skip_note(r) for r in report.results if r.verdict == "skip")
-        parts.append(footer(report))
-        return parts
+        return [*parts, *deployment_lines(report), *unchecked, *skipped, footer(report)]
     failed = [r for r in report.results if r.verdict in ("fail", "refused")]
     parts.extend(failure_panel(r) for r in failed[:failures_shown])
     if len(failed) > failures_shown:
         parts.append(Text(f"… and {len(failed) - failures_shown} more failing pairings "
                           f"(all of them in --format json or --junit)", style="red"))
-    parts.extend(skip_note(r) for r in report.results if r.verdict == "skip")
-    parts += [Text(f"– {line}", style="yellow") for line in report.unchecked]
+    parts += skipped + unchecked
     refused_elsewhere = [r for r in report.results if r.semantics == EXACT and r.vllm and not r.vllm["accepts"]]
     if refused_elsewhere:
         shown = ", ".join(f"{r.model} {r.pairing}" for r in refused_elsewhere[:6])

@@ -12,7 +12,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.vllm.kv_groups import RING
 from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
-from mambaxfer_cli.render.run_view import checked, run_totals, two_host_line
+from mambaxfer_cli.render.run_view import checked, run_totals
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.vllm.transfer.run import Outcome
@@ -31,11 +31,6 @@ def title(plan: "Plan", device: str, discovery: "Discovery | None" = None) -> st
     side = f", {discovery.role} side" if discovery is not None else ""
     return (f"execute {plan.model.name}: {tp_pairing(plan.prefill.tp, plan.decode.tp)}, "
             f"{moved(plan.semantics)}, {plan.engines.describe()}, {memory} over UCX{side}")
-
-
-def side_line(plan: "Plan", discovery: "Discovery") -> str:
-    """vLLM's two-host first line: D reads."""
-    return two_host_line(discovery, plan.prefill.tp, plan.decode.tp, "read from the prefill side")
 
 
 def refused_line(plan: "Plan") -> Text | None:

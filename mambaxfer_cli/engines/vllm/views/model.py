@@ -1,5 +1,5 @@
-"""vLLM's lines about a model's engines: which release and GPU, each side's geometry, the caches
-beside the SSM state and the attention KV."""
+"""vLLM's lines about a model's engines: each side's geometry, the caches beside the SSM state and
+the attention KV."""
 
 from __future__ import annotations
 
@@ -28,11 +28,3 @@ def side_caches_line(spec, side) -> str:
                      f"{found.ring_page_bytes} B), compressed keys 1 per {found.tokens_per_key} tokens "
                      f"({found.key_page_bytes(side.geometry.block_size)} B per block)")
     return f"{spec.family}: " + "; ".join(parts) if parts else ""
-
-
-def engine_header(flags, decode=None) -> str:
-    """Which release and GPU the answer is for: ``vLLM 0.34 on H100 (SM 9.0, CUDA 13)``, both
-    engines' where ``decode`` (the second engine's flags) differs."""
-    from mambaxfer_cli.engines.vllm.engine import Engines
-
-    return Engines(flags, decode or flags).describe()

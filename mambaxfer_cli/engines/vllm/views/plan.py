@@ -19,7 +19,7 @@ from mambaxfer_cli.engines.vllm.startup import refused_when
 from mambaxfer_cli.planning.reads import Misread, Read, exact_reads, misreads
 from mambaxfer_cli.render.id_runs import compact
 from mambaxfer_cli.render.model_view import REGION_STYLES, human_bytes, layout_table, model_summary
-from mambaxfer_cli.engines.vllm.views.model import engine_header, geometry_line
+from mambaxfer_cli.engines.vllm.views.model import geometry_line
 
 P_COLOURS = ("blue", "dark_orange", "green4", "magenta", "cyan4", "red3", "gold3", "purple")
 DIAGRAM_WIDTH = 80
@@ -90,7 +90,7 @@ def header(plan: Plan) -> Panel:
         streams = f"{d.decode.regions} NIXL regions (SSM states, compressed keys, attention pages, rings)"
     lines = [
         model_summary(plan.model),
-        engine_header(plan.prefill.flags, plan.decode.flags),
+        plan.engines.describe(),
         f"{tp_pairing(plan.prefill.tp, plan.decode.tp)} · tp_ratio {ratio} · semantics {plan.semantics}",
         f"KV-cache groups {describe(plan.grouping)} · {d.decode.tensors} tensors "
         f"({d.decode.ssm_tensors} with SSM layers) · {streams}",
@@ -151,9 +151,8 @@ def page_diagram(plan: Plan, d_rank: int, width: int = DIAGRAM_WIDTH) -> Text:
     layout = plan.decode.ranks[d_rank]
     segments = sorted(((seg, read.p_rank) for read in plan.reads if read.d_rank == d_rank
                        for seg in read.segments), key=lambda item: item[0].local_offset)
-    bad = {(m.local_offset, m.size) for m in misreads([r for r in plan.reads if r.d_rank == d_rank],
-                                                      plan.prefill.ranks, plan.decode.ranks)}
-    bad_offsets = [off for off, _ in bad]
+    bad_offsets = {m.local_offset for m in misreads([r for r in plan.reads if r.d_rank == d_rank],
+                                                    plan.prefill.ranks, plan.decode.ranks)}
     total = layout.state_bytes
     labels = [("✗" if any(seg.local_offset <= off < seg.local_offset + seg.size for off in bad_offsets) else "")
               + f"{seg.region}·P{p_rank}" for seg, p_rank in segments]
@@ -247,24 +246,22 @@ def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
     return table
 
 
-def coalesce_note(plan: Plan) -> Text | None:
+def coalesce_note(plan: Plan) -> list[Text]:
     before = sum(len(r.segments) for r in plan.uncoalesced_reads)
     after = sum(len(r.segments) for r in plan.reads)
     if before == after and plan.reads == plan.uncoalesced_reads:
-        return None
+        return []
     eng = plan.descriptors.decode
     ssm_blocks = sum(len(b) for kind, b in zip(plan.descriptors.groups, plan.descriptors.request.decode_blocks)
                      if kind == SSM)
     saved = (before - after) * eng.ssm_tensors * ssm_blocks
-    return Text(f"--coalesce: {before} segments → {after}; saves {saved} descriptors for this request "
-                f"({before - after} per layer and block)", style="bold cyan")
+    return [Text(f"--coalesce: {before} segments → {after}; saves {saved} descriptors for this request "
+                 f"({before - after} per layer and block)", style="bold cyan")]
 
 
-def warnings_panel(plan: Plan) -> Panel | None:
-    if not plan.warnings:
-        return None
+def warnings_panel(plan: Plan) -> list[Panel]:
     body = "\n".join(f"[bold]{w.code}[/]: {w.message}" for w in plan.warnings)
-    return Panel(body, title="Warnings", title_align="left", border_style="yellow", expand=False)
+    return [Panel(body, title="Warnings", title_align="left", border_style="yellow", expand=False)] if body else []
 
 
 def reads_summary(plan: Plan, d_rank: int | None) -> list:
@@ -307,14 +304,10 @@ def render_plan(plan: Plan, d_rank: int | None = None, show: Sequence[str] = SEC
     parts += [reads_table(plan, d_rank)] if "reads" in show else reads_summary(plan, d_rank)
     if "diagram" in show:
         parts.append(diagrams(plan, d_rank, width))
-    note = coalesce_note(plan)
-    if note is not None:
-        parts.append(note)
+    parts += coalesce_note(plan)
     if "ids" in show:
         parts.append(descriptor_table(plan, d_rank))
-    panel = warnings_panel(plan)
-    if panel is not None:
-        parts.append(panel)
+    parts += warnings_panel(plan)
     if "notes" in show:
         parts.append(not_compared())
     hidden = [name for name in SECTIONS if name not in show]

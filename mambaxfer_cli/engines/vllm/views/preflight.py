@@ -29,15 +29,13 @@ def engines_table(report: Report) -> Table:
     for label, cell in rows:
         table.add_row(label, *(cell_text(x[cell]) if isinstance(cell, str) else cell(x) for x in (p, d)))
     if a.plan is not None:
-        pg, dg = a.plan.prefill.geometry, a.plan.decode.geometry
         table.add_section()
-        table.add_row("block (tokens)", str(pg.block_size), str(dg.block_size))
-        table.add_row("kernel × per logical", f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
-                      f"{dg.kernel_block_size} × {dg.blocks_per_logical}")
-        table.add_row("attention B/token", cell_text(pg.attention_bytes_per_token),
-                      cell_text(dg.attention_bytes_per_token))
-        table.add_row("SSM state B/rank", str(pg.state_bytes), str(dg.state_bytes))
-        table.add_row("page bytes", str(pg.page_bytes), str(dg.page_bytes))
+        for label, shown in (("block (tokens)", lambda g: str(g.block_size)),
+                             ("kernel × per logical", lambda g: f"{g.kernel_block_size} × {g.blocks_per_logical}"),
+                             ("attention B/token", lambda g: cell_text(g.attention_bytes_per_token)),
+                             ("SSM state B/rank", lambda g: str(g.state_bytes)),
+                             ("page bytes", lambda g: str(g.page_bytes))):
+            table.add_row(label, shown(a.plan.prefill.geometry), shown(a.plan.decode.geometry))
     return table
 
 

@@ -101,15 +101,4 @@ RELEASE = replace(
     serve_keys=(("kv_transfer_config", "kv_connector_extra_config", "ucx_backend_params"),),
     fatal_env={"VLLM_USE_V2_MODEL_RUNNER": ("0", "VLLM_USE_V2_MODEL_RUNNER=0 is no longer supported: Model "
                                                  "Runner V1 has been removed. Unset this variable.")},
-    changes=(
-        "the default --block-size is 64 tokens (16 in 0.33)",
-        "NixlPushConnector requires identical kernel blocks and blocks per logical block on P and D",
-        "a group's descriptor IDs cover only the regions holding one of its layers",
-        "a pull across different block sizes pairs blocks from the last token and needs the proxy to "
-        "forward remote_num_tokens",
-        "NIXL connector version 16 (15 in 0.33): 0.33 and 0.34 engines refuse each other",
-        "the hash no longer takes the speculative parallel_drafting setting",
-        "views of one address share a NIXL region only if their block lengths match too (a hybrid's "
-        "first pages of different lengths at a row's start are regions of their own)",
-    ),
 )
