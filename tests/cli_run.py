@@ -16,7 +16,12 @@ class CliResult:
     stderr: str
 
 
-def run_cli(*args: str, timeout: float = 120, env: dict | None = None, cwd: str | None = None,
+# A guard against a hang, not a measure of speed: a shared CI machine may take minutes where a quiet
+# one takes seconds (`check --all-presets` took 95-106 s beside five other jobs on two cores).
+HANG_GUARD = 900
+
+
+def run_cli(*args: str, timeout: float = HANG_GUARD, env: dict | None = None, cwd: str | None = None,
             preexec=None, stdin: str | None = None) -> CliResult:
     full_env = {**os.environ, "COLUMNS": "160", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "mambaxfer_cli", *args], capture_output=True, text=True,
@@ -73,7 +78,7 @@ def assert_run_failed(result: CliResult, *fragments: str) -> None:
         assert fragment in lines[0], (fragment, result.stderr)
 
 
-def run_json(*args: str, env: dict | None = None, timeout: float = 300) -> tuple[int, dict]:
+def run_json(*args: str, env: dict | None = None, timeout: float = HANG_GUARD) -> tuple[int, dict]:
     """A run that ends with its verdict (exit 0 or 1), no traceback, and its JSON document."""
     import json
 

@@ -78,6 +78,6 @@ def assert_fault_fails_the_run(fault: str, args: tuple[str, ...], *fragments: st
     from mambaxfer_cli.execute.faults import FAULT_ENV
 
     env = {**new_tag(), FAULT_ENV: fault}
-    result = run_cli(*args, env=env, timeout=300)
+    result = run_cli(*args, env=env)
     assert_run_failed(result, *fragments)
     assert_no_rank_left(env)

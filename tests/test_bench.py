@@ -253,7 +253,7 @@ def test_speculative_config_moves_and_verifies_the_draft_layers(nixl, model):
             "--request-blocks", "1", "--iters", "1", "--device", "cpu", "--format", "json")
     moved = []
     for extra in ((), ("--speculative-config", '{"method":"mtp","num_speculative_tokens":1}')):
-        result = run_cli(*args, *extra, timeout=150, env=RUN_TAG)
+        result = run_cli(*args, *extra, env=RUN_TAG)
         assert result.code == 0, result.stderr
         document = json.loads(result.stdout)
         assert document["verified"] is True
