@@ -343,15 +343,19 @@ def test_glm_5_next_mtp_layers_are_mla_layers_with_the_indexer_caches(release, t
 @pytest.mark.parametrize("release", RELEASES)
 def test_qwen4exp_mtp_layer_is_a_qsa_layer_after_the_targets(release):
     """Qwen3.8-Flash-Next (36 GDN + 12 indexed-attention layers, mtp_num_hidden_layers 1): vLLM's
-    Qwen4ExpMultiTokenPredictor builds one more QSA layer, tagged is_draft, so it joins the attention
-    group (13 tensors) and keeps a raw-key ring and compressed keys as the target's QSA layers do."""
+    Qwen4ExpMultiTokenPredictor builds one more QSA layer, tagged is_draft, so it joins the ring and
+    attention groups (13 tensors) and keeps a raw-key ring and compressed keys as the target's QSA
+    layers do: three more NIXL regions (its ring, keys and attention pages) before the SSM slots'."""
     before = plan("qwen3.8-flash-next", "--vllm-version", release, "--num-spec", "1")
     after = plan("qwen3.8-flash-next", "--vllm-version", release, "--speculative-config", mtp(1))
     assert after["model"]["draft_layers"] == 1 and after["model"]["attention_layers"] == 13
-    assert before["descriptors"]["group_tensors"] == [12, 12, 12, 12]
-    assert after["descriptors"]["group_tensors"] == [12, 12, 12, 13]
+    kinds = ["ssm"] * 3 + ["ple", "ring", "attention"]
+    assert before["descriptors"]["groups"] == after["descriptors"]["groups"] == kinds
+    assert before["descriptors"]["group_tensors"][4:] == [12, 12]
+    assert after["descriptors"]["group_tensors"][4:] == [13, 13]
     n = after["descriptors"]["decode"]["num_blocks"]
-    assert min(i for i in after["descriptors"]["reads"][0]["local_ids"] if i not in attention_ids(after)) >= 13 * n
+    ssm_before, ssm_after = (d["descriptors"]["reads"][0]["local_ids"][:3 * 12 * 4] for d in (before, after))
+    assert ssm_after == [i + 3 * n for i in ssm_before]
     codes = {w["code"]: w["message"] for w in after["warnings"]}
     assert "draft-layers" not in codes and "each of the 13 indexed-attention layers" in codes["qwen4exp-qsa"]
 
