@@ -81,10 +81,9 @@ def kv_caches(model: ModelSpec) -> dict[int, tuple[str, ...]] | None:
 
 
 # The backend QSA layers run whatever --attention-backend says (``Qwen4ExpQSAAttention.__init__``
-# sets it; its module by release's class names) and its kernel blocks, MultipleOf(16)
+# sets it; ``qsa_backend_class``: its class by release), on kernel blocks of any multiple of 16
 # (``get_supported_kernel_block_sizes``): ``select_common_block_size`` never splits their block.
 QSA_BACKEND = Backend("QWEN4_EXP_QSA_TRITON", multiple_of=16)
-QSA_BACKEND_CLASS = ("vllm.models.qwen4_exp.nvidia.qsa", ("Qwen4ExpQSABackend", "Qwen4ExpQSAFlashAttentionBackend"))
 
 
 def kernel(model: ModelSpec, flags: EngineFlags) -> Backend | None:
@@ -93,7 +92,7 @@ def kernel(model: ModelSpec, flags: EngineFlags) -> Backend | None:
 
 
 def qsa_backend_class() -> tuple[str, tuple[str, ...]]:
-    return QSA_BACKEND_CLASS
+    return "vllm.models.qwen4_exp.nvidia.qsa", ("Qwen4ExpQSABackend", "Qwen4ExpQSAFlashAttentionBackend")
 
 
 def regions(model: ModelSpec, geometry: Geometry, ssm_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
