@@ -360,7 +360,8 @@ def installed_runs(release: str, tmp: Path) -> list[dict]:
             "bailing-v3": json_tp(fixtures / "bailing-v3.example.json", "2"), "nemotron-h-mtp": json_tp(SUPER, "2"),
             "kimi-k3-mtp": json_tp(tmp / "kimi-k3-mtp" / "config.json", "2"),
             "eagle3": ["--model", "nemotron-h-8b", "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json"],
-            "eagle3-other-pages": APART_0_8B, "eagle3-smaller-pages": SMALLER_0_8B}
+            "eagle3-other-pages": APART_0_8B, "eagle3-smaller-pages": SMALLER_0_8B,
+            "qwen4exp": json_tp("qwen3.8-flash-next", "2")}
     found = [{"name": name, "alter": "as-installed", "args": args} for name, args in runs.items()]
     found += [{"name": f"layout {layout}", "alter": "as-installed", "args": ["--model", "jamba", "--max-tp", "2"],
                "env": {"VLLM_SSM_CONV_STATE_LAYOUT": layout}} for layout in ("SD", "ds")]
@@ -784,6 +785,15 @@ def test_the_layout_qsa_declares_decides_the_engines_layout_and_the_head_split(d
     # the regions vLLM registers are those of the layout it runs: their descriptor IDs differ too
     assert sorted(f["function"] for f in run["document"]["functions"] if f["outcome"] != "agrees") == \
         ["_compute_desc_ids", "get_kv_cache_spec (QSA caches)", "handshake verdict", "resolve_kv_cache_layout"]
+
+
+def test_qwen4exp_descriptor_ids_are_compared_under_every_backend(driven):
+    """QSA layers run their own backend whatever --attention-backend says: under FLASHINFER too
+    the block is one kernel block, so vLLM's register_kv_caches lays out the ring's view and every
+    case's IDs are compared (none refused as "cannot be partitioned")."""
+    release, runs = driven
+    ids = by_function(runs["qwen4exp"]["document"])["_compute_desc_ids"]
+    assert ids["cases"] > 0 and ids["differing"] == 0 and not ids.get("skipped"), (release, ids)
 
 
 def test_qwen4exp_descriptor_ids_without_its_qsa_rings_and_ple_state_differ(driven):

@@ -11,6 +11,7 @@ import pytest
 
 from mambaxfer_cli.engines.vllm.families import qwen4exp
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
+from mambaxfer_cli.engines.vllm.gpu import gpu
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.readers.model_config import spec_from_config
@@ -239,6 +240,18 @@ def test_a_ring_that_does_not_divide_the_block_stops_the_engine():
     assert "ring of 12 tokens does not divide the attention block" in refused.verdict.refusals[0].message
     # 1728 tokens: a multiple of 12, of FLASH_ATTN's 16 and of the GDN checkpoint alignment 64.
     assert "qsa-ring" not in codes(plan(spec, 2, 2, 1728, 1728))
+
+
+@pytest.mark.parametrize("backend, device, kv", [("FLASHINFER", "H100", "auto"), (None, "B200", "auto"),
+                                                  ("FLASHINFER", "H100", "fp8"), ("TRITON_ATTN", "H100", "auto")])
+def test_qsa_layers_run_their_own_backend_and_never_split_the_block(backend, device, kv):
+    """Qwen4ExpQSAAttention runs Qwen4ExpQSABackend whatever --attention-backend says: its
+    MultipleOf(16) takes the whole block (select_common_block_size), so FLASHINFER's 64-token kernel
+    blocks never split a QSA engine's block (whose ring view register_kv_caches would refuse)."""
+    flags = EngineFlags(num_blocks=4096, attention_backend=backend, gpu=gpu(device), kv_cache_dtype=kv)
+    g = build_plan(model(), 1, 1, PlanOptions(prefill=flags, decode=flags)).decode.geometry
+    assert (g.attention_backend, g.kernel_block_size, g.blocks_per_logical) == \
+        ("QWEN4_EXP_QSA_TRITON", g.block_size, 1), g
 
 
 def test_the_plan_document_of_the_preset_fits_its_schema():

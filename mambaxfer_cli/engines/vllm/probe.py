@@ -263,7 +263,6 @@ class EngineState:
     # caches (GLM-5-Next's packed BLHNC rows); where empty, the regions are stood in as one
     # kernel-block page per layer of every KV-cache group.
     registered: dict = dataclasses.field(default_factory=dict)
-    unregistered: str = ""          # why register_kv_caches refused its caches (then stood in as above)
 
     # The worker state ``register_kv_caches`` sets that conformance's functions read.
     REGISTERED = ("block_len_per_layer", "block_stride_per_layer", "region_group_ids", "region_names",
@@ -788,19 +787,12 @@ class Installed:
 
     @cached(lambda model, tp, geometry, role, backend: (model.name, tp, geometry, role, backend))
     def engine(self, model: ModelSpec, tp: int, geometry: Geometry, role: str, backend: str) -> EngineState:
-        packed, refused = model.kpool_indexer is not None or (model.ple_qsa is not None and model.ple_qsa.has_qsa), ""
-        try:
-            found = self.packed_registration(model, tp, geometry) if packed else None
-        except VllmFails as exc:    # Qwen4Exp's rows on split kernel blocks: vLLM refuses its ring's view
-            if model.kpool_indexer is not None:
-                raise
-            found, refused = None, exc.message
-        if found is not None:
-            registered, groups, regions, specs, config = found
+        if model.kpool_indexer is not None or (model.ple_qsa is not None and model.ple_qsa.has_qsa):
+            registered, groups, regions, specs, config = self.packed_registration(model, tp, geometry)
         else:
             registered, (groups, regions, specs, config) = {}, self.groups(model, tp, geometry)
         return EngineState(self, model, tp, role, geometry, self.conv_split(model, tp), groups, regions, specs,
-                           config, self.kv_cache_layout(model, backend), backend, registered, refused)
+                           config, self.kv_cache_layout(model, backend), backend, registered)
 
     # --- which P ranks a D rank reads ---------------------------------------------------------
 
@@ -1004,6 +996,16 @@ class Installed:
         with calling("AttentionBackendEnum"):
             return enum[name].get_class()
 
+    def qsa_backend(self):
+        """The backend Qwen4Exp's QSA layers run whatever ``--attention-backend`` says (its family's
+        names by release), its model's module imported first as vLLM does (their imports circle)."""
+        importlib.import_module(first("qsa_classes")[1][0])
+        module, names = first("qsa_backend_class")
+        for name in names:
+            with contextlib.suppress(CouldNotCall):
+                return _symbol(module, name)
+        raise CouldNotCall(names[0], f"not found in the installed vLLM's {module}")
+
     def vllm_config(self, model: ModelSpec, tp: int, flags: Flags):
         """A stand-in ``VllmConfig``: a real ``CacheConfig``, and ``forward_context``'s layers."""
         cache = _run("vllm.config.cache", "CacheConfig", block_size=flags.block_size,
@@ -1142,7 +1144,8 @@ class Installed:
             return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
         select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
         set_config = _symbol("vllm.config.vllm", "set_current_vllm_config")
-        backend = self.backend_class(flags.backend)
+        backend = self.qsa_backend() if model.ple_qsa is not None and model.ple_qsa.has_qsa \
+            else self.backend_class(flags.backend)
         with calling("select_common_block_size"), set_config(config):
             kernel = select(block, [backend], [spec])
         return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment

@@ -422,10 +422,6 @@ class Comparison:
             return self.record(DESC_IDS, self.case(name, p_tp, d_tp, flags=flags), f"{built} MTP layers",
                                f"{model.draft_layers} MTP layers")
         p_ours, d_ours, prefill, decode = self.engines(model, p_tp, d_tp, flags)
-        refused = prefill.unregistered or decode.unregistered
-        if refused:
-            return self.skip((DESC_IDS,), f"vLLM's own code refuses to register an engine's caches: {refused} "
-                                          f"({self.case(name, p_tp, d_tp, flags=flags).describe()})")
         key = (model.name, p_tp, d_tp, prefill.geometry, decode.geometry)
         if key not in self._ids:
             self._ids[key] = self._compute_ids(model, p_tp, d_tp, flags, p_ours, d_ours, prefill, decode)

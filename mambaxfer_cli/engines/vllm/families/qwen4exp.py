@@ -12,7 +12,7 @@ from dataclasses import replace
 from mambaxfer_cli.engines.vllm import circular_buffer
 from mambaxfer_cli.engines.vllm.circular_buffer import IndexerCaches
 from mambaxfer_cli.engines.vllm.engine import KEYS, PAGES, STATE, EngineLayout, Region, registered_regions
-from mambaxfer_cli.engines.vllm.geometry import Geometry
+from mambaxfer_cli.engines.vllm.geometry import Backend, EngineFlags, Geometry
 from mambaxfer_cli.engines.vllm.kv_groups import PLE, RING
 from mambaxfer_cli.engines.vllm.handshake import Verdict, geometry_refused
 from mambaxfer_cli.engines.vllm.plan import Warning_
@@ -78,6 +78,21 @@ def kv_caches(model: ModelSpec) -> dict[int, tuple[str, ...]] | None:
         return None
     found: dict[int, tuple[str, ...]] = {i: (PLE, SSM) for i in q.ple_layers}
     return found | ({i: (RING, ATTENTION) for i in model.attention_indices} if q.has_qsa else {})
+
+
+# The backend QSA layers run whatever --attention-backend says (``Qwen4ExpQSAAttention.__init__``
+# sets it; ``qsa_backend_class``: its class by release), on kernel blocks of any multiple of 16
+# (``get_supported_kernel_block_sizes``): ``select_common_block_size`` never splits their block.
+QSA_BACKEND = Backend("QWEN4_EXP_QSA_TRITON", multiple_of=16)
+
+
+def kernel(model: ModelSpec, flags: EngineFlags) -> Backend | None:
+    q = model.ple_qsa
+    return QSA_BACKEND if q is not None and q.has_qsa else None
+
+
+def qsa_backend_class() -> tuple[str, tuple[str, ...]]:
+    return "vllm.models.qwen4_exp.nvidia.qsa", ("Qwen4ExpQSABackend", "Qwen4ExpQSAFlashAttentionBackend")
 
 
 def regions(model: ModelSpec, geometry: Geometry, ssm_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
