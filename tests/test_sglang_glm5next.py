@@ -61,7 +61,40 @@ def test_execute_moves_its_state_and_mla_latents_as_sglang_writes_them():
     code, doc = run_json("execute", "--engine", "sglang", "--device", "cpu", "--format", "json", "--timeout", "90",
                          "--model", "glm-5-next", "--layers", "4", "--p-tp", "1", "--d-tp", "2", "--iters", "1")
     assert code == 0 and doc["verified"] and doc["bad_bytes"] == doc["predicted_bad_bytes"] == 0, doc
-    assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv", "temporal", "kv"}
+    assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv", "temporal", "kv", "index_k"}
+    # DSATokenToKVPool at SGLang's page of 64 · index_kpool (16) tokens: a latent of kv_lora_rank 512 +
+    # qk_rope_head_dim 0 bf16 per token; 1024 / 16 pooled index keys of 128 fp8 bytes + one float32 scale.
+    assert doc["attention"]["page_size"] == 1024 and doc["attention"]["buffers"] == \
+        {"kv": 1024 * 512 * 2, "index_k": 64 * (128 + 4)}, doc["attention"]
+
+
+@pytest.mark.usefixtures("nixl")
+def test_execute_says_it_moves_the_latent_and_index_keys_not_k_and_v():
+    from cli_run import run_cli
+
+    result = run_cli("execute", "--engine", "sglang", "--device", "cpu", "--timeout", "90", "--model", "glm-5-next",
+                     "--layers", "4", "--p-tp", "2", "--d-tp", "1", "--iters", "1")
+    caption = " ".join(result.stdout.split())
+    assert result.code == 0 and "K and V" not in caption, result.stdout
+    assert "MLA latent (1,048,576 B) and DSA index keys (8,448 B) of 1 attention layer: slot = page of 1024" \
+        in caption, result.stdout
+
+
+def test_index_keys_move_whole_from_every_writer_and_a_wrong_one_is_seen():
+    from mambaxfer_cli.engines.sglang.kv import INDEX_K, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes
+    from mambaxfer_cli.engines.sglang.shapes import sglang_model
+    from mambaxfer_cli.readers.model_source import load_model
+
+    model = sglang_model(load_model("glm-5-next"))
+    p, d = KVSide(model, 2, 1024), KVSide(model, 1, 1024)
+    assert [(e.field, e.item_len) for e in kv_entries(d)] == [("kv", 1 << 20)] * 11 + [(INDEX_K, 8448)] * 11
+    ours = [w for w in sglang_kv_writes(p, d, ()) if w.field == INDEX_K]
+    assert [(w.p_rank, w.src, w.dst, w.length) for w in ours] == [(0, 0, 0, 8448), (1, 0, 0, 8448)]
+    assert [w for w in exact_kv_writes(p, d) if w.field == INDEX_K] == ours[:1]
+    # every rank's page holds the same keys; another layer's or block's would not
+    page = d.rank(0).page(INDEX_K, 3, 7)
+    assert (page == p.rank(1).page(INDEX_K, 3, 7)).all() and (page != d.rank(0).page(INDEX_K, 3, 8)).any()
+    assert (page != d.rank(0).page("kv", 3, 7)[:8448]).any()
 
 
 def test_models_says_mambaxfer_answers_for_it(cli):
