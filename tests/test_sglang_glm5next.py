@@ -38,6 +38,17 @@ def test_plan_moves_the_kda_state_of_sglang_s_linear_layers(cli):
     assert document["verdict"]["right"] and sorted(document["writes"], key=key) == sorted(document["exact"], key=key)
 
 
+def test_plan_lists_its_dsa_pool_s_latent_and_index_key_entries(cli):
+    code, out, err = cli("plan", "--engine", "sglang", "--model", "glm-5-next", "--p-tp", "2", "--d-tp", "1",
+                         "--format", "json")
+    pool = json.loads(out)["dsa_pool"]
+    assert code == 0 and pool["page_size"] == 1024, err
+    assert [(e["field"], e["layer_id"], e["item_len"]) for e in pool["entries"]] == \
+        [("kv", i, 1 << 20) for i in range(3, 45, 4)] + [("index_k", i, 8448) for i in range(3, 45, 4)]
+    code, out, _ = cli("plan", "--engine", "sglang", "--model", "glm-5-next", "--p-tp", "2", "--d-tp", "1")
+    assert "11 MLA latent entries of 1,048,576 B and as many DSA index-key entries of 8,448 B" in " ".join(out.split())
+
+
 def test_its_kda_layers_are_zero_based_as_sglang_s_config_class_reads_them(cli, tmp_path):
     # Glm5NextTextConfig.is_kda_layer: layer_idx in kda_layers (Kimi's is i + 1 in kda_layers).
     attn = {"num_heads": 64, "head_dim": 128, "short_conv_kernel_size": 4, "kda_layers": [1, 2, 5, 7, 40],

@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
+from mambaxfer_cli.engines.sglang import families
 from mambaxfer_cli.engines.sglang.heads import HeadSlice
 from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.writes import StateWrite
@@ -38,6 +39,12 @@ K, V, LATENT, INDEX_K = "k", "v", "kv", "index_k"
 KV_FIELDS = (K, V)
 KV_BUFFERS = (K, V, LATENT, INDEX_K)      # every KV entry's field, MLA's latent and DSA's index keys too
 QUANT_BLOCK = 128                         # DSATokenToKVPool.quant_block_size: one float32 scale per block
+
+
+def dsa_page_size(model: ModelSpec) -> int | None:
+    """The page SGLang sets for a DSA model whatever --page-size says (its family's ``PAGE_SIZES``)."""
+    hook = families.merged("PAGE_SIZES").get(model.family)
+    return hook(model) if hook and model.kpool_indexer else None
 
 
 def buffers(model: ModelSpec) -> tuple[str, ...]:

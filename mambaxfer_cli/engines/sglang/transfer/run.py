@@ -8,9 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
-from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.kv import (
-    K, KV_BUFFERS, LATENT, KVRank, KVSide, buffers, exact_kv_writes, kv_entries, sglang_kv_writes,
+    K, KV_BUFFERS, LATENT, KVRank, KVSide, buffers, dsa_page_size, exact_kv_writes, kv_entries, sglang_kv_writes,
 )
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
@@ -136,8 +135,7 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
     descriptors = list(plan.descriptors(P_SLOT, D_SLOT))
     if attention is None or not plan.model.has_attention:
         return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
-    hook = merged("PAGE_SIZES").get(plan.model.family)
-    page = (hook(plan.model) if hook else None) or PAGE_SIZE
+    page = dsa_page_size(plan.model) or PAGE_SIZE
     p_kv, d_kv = KVSide(plan.model, plan.p_tp, page), KVSide(plan.model, plan.d_tp, page)
     p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
 
