@@ -77,6 +77,9 @@ def test_execute_moves_its_state_and_mla_latents_as_sglang_writes_them():
     # qk_rope_head_dim 0 bf16 per token; 1024 / 16 pooled index keys of 128 fp8 bytes + one float32 scale.
     assert doc["attention"]["page_size"] == 1024 and doc["attention"]["buffers"] == \
         {"kv": 1024 * 512 * 2, "index_k": 64 * (128 + 4)}, doc["attention"]
+    import jsonschema
+    from mambaxfer_cli.schema import document_schema
+    jsonschema.Draft202012Validator(document_schema("sglang-execute")).validate(doc)   # its fields, kv's too
 
 
 @pytest.mark.usefixtures("nixl")
