@@ -77,3 +77,17 @@ def test_a_draft_moves_its_kv_after_the_targets_verified():
     planned = plan(spec, 1, 2, draft=draft_for(spec, "NEXTN", None))
     moved = transfer(chosen_writes(planned, "exact"), "exact").descriptors
     assert [drafted["variants"][v]["bytes"] for v in ("planned", "limit")] == [sum(x.length for x in moved)] * 2
+
+
+@pytest.mark.usefixtures("nixl")
+def test_glm_5_next_s_latent_and_index_key_pages_move_beside_its_state_verified():
+    """A DSA model: its pool's latent and index-key pages (StateType.DSA) move as execute moves them."""
+    from mambaxfer_cli.engines.sglang.transfer.run import transfer
+
+    code, doc = bench_json("--model", "glm-5-next", "--layers", "4", "--p-tp", "2", "--d-tp", "1")
+    assert code == 0 and doc["verified"], doc
+    spec = cut_layers(load_model("glm-5-next"), 4)          # three KDA layers and an MLA layer
+    assert doc["entries"] == 3 * 2 + 2                       # conv and temporal of each, the latent, the index keys
+    moved = transfer(chosen_writes(plan(spec, 2, 1), "sglang"), "sglang").descriptors
+    index = [x for x in moved if x.length == 64 * (128 + 4)]
+    assert len(index) == 2 and doc["variants"]["planned"]["bytes"] == sum(x.length for x in moved)

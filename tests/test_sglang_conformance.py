@@ -503,6 +503,10 @@ def extra_draft_layer(cls):
     # The draft's pool one layer deeper than the MTP draft class SGLang builds.
     return lambda **k: cls(**{**k, "layer_num": k["layer_num"] + 1})
 
+def with_rope(cls):
+    # The latent with a rope part of 64, as Kimi's keeps: every page 64 elements a token longer.
+    return lambda **k: cls(**{**k, "qk_rope_head_dim": 64, "kv_cache_dim": k["kv_cache_dim"] + 64})
+
 def changed_signature(fn):
     def call(*a, **k):
         raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
@@ -535,6 +539,7 @@ faults = {
     "NIXL state send": next_slot,
     "Mooncake state send": next_slot,
     "draft KV pool entries": extra_draft_layer,
+    "DSATokenToKVPool entries": with_rope,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).

@@ -38,6 +38,17 @@ def test_plan_moves_the_kda_state_of_sglang_s_linear_layers(cli):
     assert document["verdict"]["right"] and sorted(document["writes"], key=key) == sorted(document["exact"], key=key)
 
 
+def test_plan_lists_its_dsa_pool_s_latent_and_index_key_entries(cli):
+    code, out, err = cli("plan", "--engine", "sglang", "--model", "glm-5-next", "--p-tp", "2", "--d-tp", "1",
+                         "--format", "json")
+    pool = json.loads(out)["dsa_pool"]
+    assert code == 0 and pool["page_size"] == 1024, err
+    assert [(e["field"], e["layer_id"], e["item_len"]) for e in pool["entries"]] == \
+        [("kv", i, 1 << 20) for i in range(3, 45, 4)] + [("index_k", i, 8448) for i in range(3, 45, 4)]
+    code, out, _ = cli("plan", "--engine", "sglang", "--model", "glm-5-next", "--p-tp", "2", "--d-tp", "1")
+    assert "11 MLA latent entries of 1,048,576 B and as many DSA index-key entries of 8,448 B" in " ".join(out.split())
+
+
 def test_its_kda_layers_are_zero_based_as_sglang_s_config_class_reads_them(cli, tmp_path):
     # Glm5NextTextConfig.is_kda_layer: layer_idx in kda_layers (Kimi's is i + 1 in kda_layers).
     attn = {"num_heads": 64, "head_dim": 128, "short_conv_kernel_size": 4, "kda_layers": [1, 2, 5, 7, 40],
@@ -61,7 +72,43 @@ def test_execute_moves_its_state_and_mla_latents_as_sglang_writes_them():
     code, doc = run_json("execute", "--engine", "sglang", "--device", "cpu", "--format", "json", "--timeout", "90",
                          "--model", "glm-5-next", "--layers", "4", "--p-tp", "1", "--d-tp", "2", "--iters", "1")
     assert code == 0 and doc["verified"] and doc["bad_bytes"] == doc["predicted_bad_bytes"] == 0, doc
-    assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv", "temporal", "kv"}
+    assert {f["field"] for d in doc["decode"] for f in d["fields"]} >= {"conv", "temporal", "kv", "index_k"}
+    # DSATokenToKVPool at SGLang's page of 64 · index_kpool (16) tokens: a latent of kv_lora_rank 512 +
+    # qk_rope_head_dim 0 bf16 per token; 1024 / 16 pooled index keys of 128 fp8 bytes + one float32 scale.
+    assert doc["attention"]["page_size"] == 1024 and doc["attention"]["buffers"] == \
+        {"kv": 1024 * 512 * 2, "index_k": 64 * (128 + 4)}, doc["attention"]
+    import jsonschema
+    from mambaxfer_cli.schema import document_schema
+    jsonschema.Draft202012Validator(document_schema("sglang-execute")).validate(doc)   # its fields, kv's too
+
+
+@pytest.mark.usefixtures("nixl")
+def test_execute_says_it_moves_the_latent_and_index_keys_not_k_and_v():
+    from cli_run import run_cli
+
+    result = run_cli("execute", "--engine", "sglang", "--device", "cpu", "--timeout", "90", "--model", "glm-5-next",
+                     "--layers", "4", "--p-tp", "2", "--d-tp", "1", "--iters", "1")
+    caption = " ".join(result.stdout.split())
+    assert result.code == 0 and "K and V" not in caption, result.stdout
+    assert "MLA latent (1,048,576 B) and DSA index keys (8,448 B) of 1 attention layer: slot = page of 1024" \
+        in caption, result.stdout
+
+
+def test_index_keys_move_whole_from_every_writer_and_a_wrong_one_is_seen():
+    from mambaxfer_cli.engines.sglang.kv import INDEX_K, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes
+    from mambaxfer_cli.engines.sglang.shapes import sglang_model
+    from mambaxfer_cli.readers.model_source import load_model
+
+    model = sglang_model(load_model("glm-5-next"))
+    p, d = KVSide(model, 2, 1024), KVSide(model, 1, 1024)
+    assert [(e.field, e.item_len) for e in kv_entries(d)] == [("kv", 1 << 20)] * 11 + [(INDEX_K, 8448)] * 11
+    ours = [w for w in sglang_kv_writes(p, d, ()) if w.field == INDEX_K]
+    assert [(w.p_rank, w.src, w.dst, w.length) for w in ours] == [(0, 0, 0, 8448), (1, 0, 0, 8448)]
+    assert [w for w in exact_kv_writes(p, d) if w.field == INDEX_K] == ours[:1]
+    # every rank's page holds the same keys; another layer's or block's would not
+    page = d.rank(0).page(INDEX_K, 3, 7)
+    assert (page == p.rank(1).page(INDEX_K, 3, 7)).all() and (page != d.rank(0).page(INDEX_K, 3, 8)).any()
+    assert (page != d.rank(0).page("kv", 3, 7)[:8448]).any()
 
 
 def test_models_says_mambaxfer_answers_for_it(cli):

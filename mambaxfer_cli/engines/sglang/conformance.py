@@ -25,6 +25,7 @@ from mambaxfer_cli.engines.sglang.entries import (
 )
 from mambaxfer_cli.engines.sglang.families import given, merged
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
+from mambaxfer_cli.engines.sglang.kv import INDEX_K, LATENT, KVSide, dsa_page_size, kv_entries
 from mambaxfer_cli.engines.sglang.plan import plan
 from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, startup
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
@@ -101,6 +102,8 @@ SOURCES: Mapping[str, Source] = {
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
                                   "the state writes Mooncake posts, and the decode bytes they leave wrong"),
+    "DSATokenToKVPool entries": Source("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool",
+                                       "a DSA model's latent and index-key pages: item bytes per layer"),
     "draft KV pool entries": Source("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool",
                                     "a draft's KV entries (MTP, or --draft-model's): layer ids, item bytes"),
     "_resolve_rank_mapping": Source(f"{_DISAGG}.common.conn", "CommonKVManager._resolve_rank_mapping",
@@ -487,6 +490,7 @@ class _Checker:
     def pool_entries(self, models: Sequence[ModelSpec]) -> None:
         pool, fns = self.fn("MambaPool transfer entries"), self.shape_fns()
         self.side_states(models)
+        self.dsa_pools(models)
         if pool is None or None in fns:
             return
         layers = (0, 3)
@@ -505,6 +509,17 @@ class _Checker:
                                  given("KDA_CACHE_PARAMS"), layers),
                          partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
+
+    def dsa_pools(self, models: Sequence[ModelSpec]) -> None:
+        """A DSA model's attention pool at the page SGLang sets (``PAGE_SIZES``) against ``kv_entries``."""
+        pool = self.fn("DSATokenToKVPool entries")
+        if pool is None:
+            return
+        for model in (m for m in models if m.kpool_indexer):
+            spec = sglang_model(model, {}, self.release)
+            page = dsa_page_size(spec) or 0
+            self.compare("DSATokenToKVPool entries", {"model": model.name, "page_size": page},
+                         partial(_their_dsa_entries, pool, model, page), partial(_our_dsa_entries, spec, page))
 
     def side_states(self, models: Sequence[ModelSpec]) -> None:
         """The replicated side states' entries (PLE pools), in the default and a float32 conv dtype."""
@@ -899,6 +914,25 @@ def _their_pool_entries(pool: Callable[..., Any], shape: Callable[[], Any], para
     return (tuple(built.get_contiguous_buf_infos()[2]), tuple(built.get_state_dim_per_tensor()),
             tuple(built.get_state_slice_outer_counts()), tuple(tuple(g) if g else None for g in groups),
             tuple(built.get_state_layer_ids()))
+
+
+def _their_dsa_entries(pool: Callable[..., Any], model: ModelSpec, page: int) -> tuple[Any, ...]:
+    """SGLang's DSA pool on the CPU with its config class's dims, one page a layer: the latent's item
+    bytes per attention layer (``get_contiguous_buf_infos``), then the index keys' (``get_state_buf_infos``)."""
+    import torch
+
+    c = _text_config(model)
+    kpool = importlib.import_module("sglang.srt.configs.model_config").get_dsa_index_kpool(c)
+    built = pool(size=page, page_size=page, kv_lora_rank=c.kv_lora_rank, dtype=getattr(torch, model.model_dtype),
+                 qk_rope_head_dim=c.qk_rope_head_dim, layer_num=len(c.full_attention_layer_ids), device="cpu",
+                 index_head_dim=c.index_head_dim, enable_memory_saver=False,
+                 kv_cache_dim=c.kv_lora_rank + c.qk_rope_head_dim, index_buf_size=page, index_kpool=kpool)
+    return tuple(built.get_contiguous_buf_infos()[2]), tuple(built.get_state_buf_infos()[2])
+
+
+def _our_dsa_entries(spec: ModelSpec, page: int) -> tuple[Any, ...]:
+    entries = kv_entries(KVSide(spec, 1, page))
+    return tuple(tuple(e.item_len for e in entries if e.field == f) for f in (LATENT, INDEX_K))
 
 
 def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int) -> tuple[Any, ...]:

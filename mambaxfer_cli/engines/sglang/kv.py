@@ -7,7 +7,10 @@ elements in the KV cache's dtype. Only full-attention layers move (``HybridLinea
 pointers SGLang registers run K of every layer, then V of every layer. An MLA model (Kimi,
 Bailing-V3) keeps one latent buffer per layer instead (``MLATokenToKVPool``: each token one
 ``kv_lora_rank + qk_rope_head_dim`` vector, every rank whole), and its hybrid pool sends whole
-pages from each writer at any TP sizes (``is_hybrid_mla_backend``: ``send_kvcache``).
+pages from each writer at any TP sizes (``is_hybrid_mla_backend``: ``send_kvcache``). A DSA model
+(GLM-5-Next: ``DSATokenToKVPool``) also keeps an index-key buffer per layer, sent whole per page as
+``StateType.DSA`` (``get_state_buf_infos``): a page holds ``page_size // index_kpool`` pooled keys of
+``index_head_dim`` fp8 bytes, then their float32 scales (``IndexKeyCache._buffer_shape``, uint8).
 
 What SGLang writes for one page: at equal TP the page whole (one descriptor per buffer and page);
 where the TP sizes differ, one descriptor per buffer, page and token, of the head slice
@@ -23,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
+from mambaxfer_cli.engines.sglang import families
 from mambaxfer_cli.engines.sglang.heads import HeadSlice
 from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.writes import StateWrite
@@ -31,13 +35,20 @@ from mambaxfer_cli.planning.layout import kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.proof.pattern import unit_bytes_pattern
 
-K, V, LATENT = "k", "v", "kv"
+K, V, LATENT, INDEX_K = "k", "v", "kv", "index_k"
 KV_FIELDS = (K, V)
-KV_BUFFERS = (K, V, LATENT)      # every KV entry's field, MLA's latent too
+KV_BUFFERS = (K, V, LATENT, INDEX_K)      # every KV entry's field, MLA's latent and DSA's index keys too
+QUANT_BLOCK = 128                         # DSATokenToKVPool.quant_block_size: one float32 scale per block
+
+
+def dsa_page_size(model: ModelSpec) -> int | None:
+    """The page SGLang sets for a DSA model whatever --page-size says (its family's ``PAGE_SIZES``)."""
+    hook = families.merged("PAGE_SIZES").get(model.family)
+    return hook(model) if hook and model.kpool_indexer else None
 
 
 def buffers(model: ModelSpec) -> tuple[str, ...]:
-    return (LATENT,) if model.mla else (K, V)
+    return (LATENT, INDEX_K) if model.kpool_indexer else (LATENT,) if model.mla else (K, V)
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,15 @@ class KVSide:
     def page_bytes(self) -> int:
         return self.page_size * self.token_bytes
 
+    @property
+    def index_bytes(self) -> int:
+        """One page of a layer's index keys (0 without DSA's indexer)."""
+        x = self.model.kpool_indexer
+        return self.page_size // x.index_kpool * (x.index_head_dim + x.index_head_dim // QUANT_BLOCK * 4) if x else 0
+
+    def item_bytes(self, field: str) -> int:
+        return self.index_bytes if field == INDEX_K else self.page_bytes
+
     def first_head(self, rank: int) -> int:
         shard = kv_head_shard(self.model, self.tp, rank)
         assert shard is not None and len(shard) == self.heads, (shard, self.heads)
@@ -74,7 +94,8 @@ class KVSide:
 
     def rank(self, rank: int) -> KVRank:
         assert self.model.num_kv_heads is not None
-        return KVRank(self.page_size, self.heads, self.head_bytes, self.first_head(rank), self.model.num_kv_heads)
+        return KVRank(self.page_size, self.heads, self.head_bytes, self.first_head(rank), self.model.num_kv_heads,
+                      self.index_bytes)
 
 
 @dataclass(frozen=True)
@@ -87,10 +108,13 @@ class KVRank:
     head_bytes: int
     first_head: int
     total_heads: int
+    index_bytes: int = 0
 
     def page(self, field: str, block: int, layer: int) -> np.ndarray:
         """What one page of one buffer holds: each token's heads, each head the pattern of
-        (buffer, layer, block, token · total heads + global head)."""
+        (buffer, layer, block, token · total heads + global head); index keys: one pattern."""
+        if field == INDEX_K:
+            return unit_bytes_pattern(layer, block, "ckey", 0, 1, self.index_bytes)[0]
         key = 2 * layer + (1 if field == V else 0)
         return np.concatenate([unit_bytes_pattern(key, block, "kv", t * self.total_heads + self.first_head,
                                                   self.heads, self.head_bytes).ravel()
@@ -98,18 +122,20 @@ class KVRank:
 
     def holds(self, field: str, offset: int) -> str:
         """What a byte of a page is: its buffer, token, global head and byte."""
+        if field == INDEX_K:
+            return f"index keys byte {offset}"
         token, rest = divmod(offset, self.heads * self.head_bytes)
         head, byte = divmod(rest, self.head_bytes)
         return f"{field.upper()} token {token} head {self.first_head + head} byte {byte}"
 
 
 def kv_entries(side: KVSide) -> tuple[TransferEntry, ...]:
-    """One entry per buffer in SGLang's order: K of every attention layer, then V of every one;
-    an item is one page (``dim``: the rank's KV heads)."""
+    """One entry per buffer in SGLang's order: K of every attention layer, then V of every one (or
+    the latent's, then the index keys'); an item is one page (``dim``: the rank's KV heads)."""
     if not side.model.has_attention:
         return ()
     layers = side.model.attention_indices      # numbered among the cache-keeping layers, as the state entries are
-    return tuple(TransferEntry(field, layer, side.page_bytes, side.heads) for field in buffers(side.model)
+    return tuple(TransferEntry(field, layer, side.item_bytes(field), side.heads) for field in buffers(side.model)
                  for layer in layers)
 
 
@@ -128,7 +154,7 @@ def sglang_kv_writes(prefill: KVSide, decode: KVSide,
     if not prefill.model.has_attention:
         return ()
     if prefill.model.mla:
-        return tuple(StateWrite(LATENT, d, p, 0, 0, prefill.page_bytes)
+        return tuple(StateWrite(f, d, p, 0, 0, prefill.item_bytes(f)) for f in buffers(prefill.model)
                      for d in range(decode.tp) for p in writers(prefill.tp, decode.tp, d))
     out: list[StateWrite] = []
     for field in KV_FIELDS:
@@ -147,7 +173,10 @@ def exact_kv_writes(prefill: KVSide, decode: KVSide) -> tuple[StateWrite, ...]:
     if not prefill.model.has_attention:
         return ()
     out: list[StateWrite] = []
-    for field in buffers(prefill.model):
+    if prefill.model.kpool_indexer:       # index keys: whole pages, alike on every rank
+        out += [StateWrite(INDEX_K, d, writers(prefill.tp, decode.tp, d)[0], 0, 0, prefill.index_bytes)
+                for d in range(decode.tp)]
+    for field in (f for f in buffers(prefill.model) if f != INDEX_K):
         for d in range(decode.tp):
             mine = range(decode.first_head(d), decode.first_head(d) + decode.heads)
             sources = [*writers(prefill.tp, decode.tp, d), *range(prefill.tp)]

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from mambaxfer_cli.engines.sglang.drafts import Draft
 from mambaxfer_cli.engines.sglang.entries import TransferEntry, side_entries, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
+from mambaxfer_cli.engines.sglang.kv import KVSide, dsa_page_size, kv_entries
 from mambaxfer_cli.engines.sglang.ranks import RankMapping, rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, state_shape
@@ -63,6 +64,13 @@ class SGLangPlan:
                                           dst.item_len * d_slot + w.dst, w.length))
         return tuple(sorted(out, key=lambda d: (d.d_rank, d.p_rank, d.src_entry)))
 
+    @property
+    def dsa_entries(self) -> tuple[TransferEntry, ...]:
+        """A DSA model's attention entries (``DSATokenToKVPool``: latent, then index keys, per
+        attention layer, alike on every rank) at the page SGLang sets; none for other models."""
+        page = dsa_page_size(self.model)
+        return kv_entries(KVSide(self.model, self.d_tp, page)) if page else ()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "engine": "sglang", "release": self.release.version, "model": self.model.name,
@@ -80,6 +88,8 @@ class SGLangPlan:
                              "dst_start": s.dst_start} for d, p, s in self.head_slices],
             "verdict": self.verdict.to_dict(),
             "draft": self.draft.to_dict() if self.draft else None,
+            "dsa_pool": {"page_size": dsa_page_size(self.model),
+                         "entries": [e.to_dict() for e in self.dsa_entries]} if self.dsa_entries else None,
         }
 
 

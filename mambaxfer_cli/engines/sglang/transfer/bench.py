@@ -91,8 +91,10 @@ def prepare(plan: SGLangPlan, semantics: str, device: str, gpus: int, iters: int
     """The run's tasks; raises UserError where the writes cannot be executed or benched."""
     settings = RunSettings(secrets.token_hex(4), device, gpus, "127.0.0.1", 0, iters)
     chosen = chosen_writes(plan, semantics)
-    # With a draft, its KV pool moves after the target's KV, as execute moves them.
-    prefill, decode = bench_tasks(chosen, settings, iters, transfer(chosen, semantics) if plan.draft else None)
+    # With a draft, its KV pool moves after the target's KV, as execute moves them; so does a DSA
+    # model's pool, whose index keys SGLang registers as a state component (StateType.DSA).
+    moved = transfer(chosen, semantics) if plan.draft or plan.dsa_entries else None
+    prefill, decode = bench_tasks(chosen, settings, iters, moved)
     return Prepared(plan, semantics, settings, prefill, decode)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import (
-    K, KV_BUFFERS, LATENT, KVRank, KVSide, exact_kv_writes, kv_entries, sglang_kv_writes,
+    K, KV_BUFFERS, LATENT, KVRank, KVSide, buffers, dsa_page_size, exact_kv_writes, kv_entries, sglang_kv_writes,
 )
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
@@ -25,7 +25,8 @@ from mambaxfer_cli.proof.pattern import POISON
 SCHEMA = "mambaxfer.sglang-execute/v1"
 P_SLOTS, P_SLOT = 3, 1      # prefill: the request in the middle slot
 D_SLOTS, D_SLOT = 4, 2      # decode: another slot than P's, and room past it
-PAGE_SIZE = 4               # tokens per KV page (SGLang's --page-size): a page's tokens are real strides
+PAGE_SIZE = 4               # tokens per KV page (SGLang's --page-size): a page's tokens are real strides,
+                            # unless SGLang sets the model's own (PAGE_SIZES: DSA's 64 · index_kpool)
 MIN_ROUNDS = 3              # two poisons tell written from untouched; three patterns make a
                             # wrong byte that holds the right value by chance (1 in 2^24) negligible
 
@@ -134,7 +135,8 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
     descriptors = list(plan.descriptors(P_SLOT, D_SLOT))
     if attention is None or not plan.model.has_attention:
         return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
-    p_kv, d_kv = KVSide(plan.model, plan.p_tp, PAGE_SIZE), KVSide(plan.model, plan.d_tp, PAGE_SIZE)
+    page = dsa_page_size(plan.model) or PAGE_SIZE
+    p_kv, d_kv = KVSide(plan.model, plan.p_tp, page), KVSide(plan.model, plan.d_tp, page)
     p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
 
     def kv_writes(p: KVSide, d: KVSide) -> tuple[StateWrite, ...]:
@@ -144,10 +146,9 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
     p_draft = d_draft = None
     if plan.draft is not None:     # its own pages after the target's (plan refuses other heads across TP sizes)
         first = len(p_entries)
-        p_draft, d_draft = plan.draft.side(plan.model, plan.p_tp, PAGE_SIZE), plan.draft.side(plan.model, plan.d_tp,
-                                                                                              PAGE_SIZE)
-        p_entries += plan.draft.entries(plan.model, plan.p_tp, PAGE_SIZE)
-        d_entries += plan.draft.entries(plan.model, plan.d_tp, PAGE_SIZE)
+        p_draft, d_draft = plan.draft.side(plan.model, plan.p_tp, page), plan.draft.side(plan.model, plan.d_tp, page)
+        p_entries += plan.draft.entries(plan.model, plan.p_tp, page)
+        d_entries += plan.draft.entries(plan.model, plan.d_tp, page)
         descriptors += kv_descriptors(kv_writes(p_draft, d_draft), p_entries, d_entries, first)
     ordered = tuple(sorted(descriptors, key=lambda d: (d.d_rank, d.p_rank, d.src_entry)))
     return Transfer(p_entries, d_entries, ordered, p_kv, d_kv, p_draft, d_draft)
@@ -231,14 +232,16 @@ class SlotOutcome(Checked):
 
     @property
     def attention(self) -> dict[str, Any] | None:
-        """The attention KV moved: its layers, page size and heads per rank on each side."""
+        """The attention KV moved: its layers, page size, heads per rank on each side and each
+        buffer's page (D's item bytes)."""
         moved = self.moved
         if moved is None or moved.p_kv is None or moved.d_kv is None:
             return None
         return {"layers": moved.attention_layers, "draft_layers": self.plan.draft.layers if self.plan.draft else 0,
                 "page_size": moved.d_kv.page_size,
                 "head_bytes": moved.d_kv.head_bytes, "dtype": self.plan.model.model_dtype,
-                "heads_per_rank": {"prefill": moved.p_kv.heads, "decode": moved.d_kv.heads}}
+                "heads_per_rank": {"prefill": moved.p_kv.heads, "decode": moved.d_kv.heads},
+                "buffers": {f: moved.d_kv.item_bytes(f) for f in buffers(self.plan.model)}}
 
     def into(self, d_rank: int) -> list[tuple[int, WriteTiming]]:
         """The WRITEs into one D rank: (P rank, timing)."""

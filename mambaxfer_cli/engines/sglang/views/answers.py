@@ -10,6 +10,7 @@ from rich.text import Text
 from mambaxfer_cli.engines.sglang.check import CORRUPTS, FAIL, FAILS, MISROUTES, REFUSED, RIGHT, CheckReport
 from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL
 from mambaxfer_cli.engines.sglang.families import merged
+from mambaxfer_cli.engines.sglang.kv import dsa_page_size
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
 from mambaxfer_cli.render.console import columns_table, model_rows, tp_pairing
@@ -138,6 +139,12 @@ def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
     parts += mapping_lines(plan)
     if plan.draft is not None:
         parts.append(draft_text(plan))
+    if plan.dsa_entries:
+        latent, index = plan.dsa_entries[0].item_len, plan.dsa_entries[-1].item_len
+        parts.append(Text(f"attention (DSATokenToKVPool, alike on every rank): {len(plan.dsa_entries) // 2} MLA "
+                          f"latent entries of {latent:,} B and as many DSA index-key entries of {index:,} B, an "
+                          f"item a page of {dsa_page_size(plan.model) or 0:,} tokens; each writer sends "
+                          f"its pages whole (send_kvcache, StateType.DSA)"))
     what = "NIXL write descriptors" if plan.backend == NIXL else "Mooncake transfer blocks (_transfer_data)"
     parts.append(Text(f"{len(descriptors):,} {what} per request (every layer), "
                       f"{sum(x.length for x in descriptors):,} B", style="dim"))

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from mambaxfer_cli.execute.discovery import Discovery
 
 
+# An MLA model's attention buffers in the caption, by kv.py's field, each with its page's bytes.
+BUFFERS = {"kv": "MLA latent", "index_k": "DSA index keys"}
+
+
 def title(plan: "SGLangPlan", semantics: str, device: str) -> str:
     memory = "VRAM" if device == "cuda" else "DRAM"
     moved = ("SGLang's writes (--semantics sglang)" if semantics == "sglang" else
@@ -49,8 +53,11 @@ def result_table(outcome: "SlotOutcome") -> Table:
     entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
     sides = sum(1 for e in plan.decode_entries if e.replicated)
     drafted = f" ({kv['draft_layers']} the draft's)" if kv and kv["draft_layers"] else ""
+    held = "" if not kv else "K and V" if "k" in kv["buffers"] else " and ".join(
+        f"{BUFFERS[f]} ({n:,} B)" for f, n in kv["buffers"].items())
     layers = f"{plan.verdict.ssm_layers} SSM layers" + (f", {sides} replicated side states" if sides else "") + (
-        f", K and V of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}{drafted}: slot = page of "
+        f", {held} of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}"
+        f"{drafted}: slot = page of "
         f"{kv['page_size']} tokens" if kv else "")
     table.caption = (f"request: P slot {P_SLOT} -> D slot {D_SLOT} of each of {entries} entries "
                      f"({layers}); P WRITEs, one descriptor per write and layer"
