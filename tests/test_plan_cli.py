@@ -272,7 +272,9 @@ def test_every_verdict_code_the_vllm_rules_give_is_published():
         verdict = document_schema(name)["properties"]["vllm"]["properties"]
         assert verdict["refusals"]["items"]["properties"]["code"]["enum"] == list(VERDICT_CODES), name
     backend = document_schema("plan")["$defs"]["Geometry"]["properties"]["attention_backend"]["enum"]
-    assert backend == [*BACKENDS, *MLA_BACKENDS, *SPARSE_MLA_BACKENDS]
+    from mambaxfer_cli.engines.vllm.families.qwen4exp import QSA_BACKEND   # a family's own, whatever the flag
+
+    assert backend == [*BACKENDS, *MLA_BACKENDS, *SPARSE_MLA_BACKENDS, QSA_BACKEND.name]
 
 
 def test_speculative_tokens_warn_that_draft_layers_are_not_planned():
