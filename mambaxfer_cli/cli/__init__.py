@@ -1,10 +1,5 @@
-"""The ``mambaxfer`` command line: a typer app of thin commands that parse, delegate and render.
-
-Exit codes, the same for every command: 0 done (verified); 1 wrong bytes, or a pairing vLLM
-refuses (``check``, ``execute``); 2 a usage error; 3 an ``execute`` run that could not complete;
-70 an internal error (a bug: the traceback is printed, please report it); 130 interrupted
-(Ctrl-C); 129 and 143 stopped by SIGHUP and SIGTERM.
-"""
+"""The ``mambaxfer`` command line: a typer app of thin commands that parse, delegate and render,
+with the same exit codes for every command (``exits``)."""
 
 from __future__ import annotations
 
@@ -98,10 +93,8 @@ def _options(ctx: typer.Context, version: Annotated[bool, VERSION] = False) -> N
 
 
 def build(args: Sequence[str] | None = None) -> typer.Typer:
-    """The typer app for one command line (``None``: every command whole). A line that names a
-    command gets that command alone, so start-up imports and builds it only (with just the options
-    the line gives: ``params.for_line``); one that names none (the app's help, a mistyped name)
-    gets every command as the list shows it, its name and summary."""
+    """The typer app for one command line (``None``: every command whole): a line that names a
+    command imports and builds that one alone (``for_line``), any other gets the list of commands."""
     app = typer.Typer(
         name=PROG,
         help="Plan, check and execute P/D transfers of Mamba-family state (vLLM's NIXL connector and SGLang's "
@@ -197,9 +190,8 @@ def run(args: list[str], prog_name: str = PROG) -> int:
 
 
 def _wrapped_stop(exc: BaseException) -> KeyboardInterrupt | None:
-    """The stop signal behind ``exc``, where Python wrapped it: a signal that lands while a class
-    is created comes out of ``__set_name__`` as ``RuntimeError('Error calling __set_name__ ...')``
-    (Python 3.11), its cause the ``exits.Stopped``."""
+    """The stop signal behind ``exc`` where Python wrapped it (Python 3.11's ``__set_name__``
+    RuntimeError, when a signal lands while a class is created)."""
     seen: set[int] = set()
     cause = exc.__cause__
     while cause is not None and id(cause) not in seen:

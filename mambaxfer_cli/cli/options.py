@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -146,9 +146,7 @@ class ModelArgs(Group):
         return preset_names()
 
     def overrides(self) -> dict[str, Any]:
-        return {"variant": self.variant, "conv_dtype": self.conv_dtype, "ssm_dtype": self.ssm_dtype,
-                "num_spec": self.num_spec, "kv_heads": self.kv_heads, "head_size": self.head_size,
-                "dtype": self.dtype, "indexer_kv_dtype": self.indexer_kv_dtype}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "all_presets")}
 
 
 @dataclass(frozen=True)
@@ -285,9 +283,8 @@ class RequestArgs(Group):
     seed: int = option("--seed", help="Seed of the request's block IDs.", panel=REQUEST, default=0)
 
     def reads(self, both: bool = False, default: str | None = None) -> str:
-        """--semantics as the planner takes it: unless given, ``default`` (execute and bench: the
-        engine's own reads), else exact; ``both`` only where the command proves both (check, whose
-        default it is)."""
+        """--semantics as the planner takes it: unless given, ``default`` (the engine's own reads), else
+        exact; ``both`` only where the command proves both (check, whose default it is)."""
         if self.semantics is None:
             return default or (Semantics.both.value if both else Semantics.exact.value)
         if (self.semantics is Semantics.both and not both) or self.semantics is Semantics.sglang:
@@ -450,9 +447,8 @@ def check_writable(path: Path, flag: str = "--output") -> None:
 
 
 def write_output(path: Path, text: str, flag: str = "--output") -> None:
-    """Write ``--output``/``--junit`` as a user expects. A regular file (or a new path) gets the
-    whole text or nothing: a temp file beside it, renamed over it, with the old file's mode (a new
-    one: the umask's). A symlink is followed; a device or pipe is written through, never replaced."""
+    """Write ``--output``/``--junit`` whole or not at all (a temp file renamed over it, the old mode
+    kept, a new file the umask's); a symlink is followed, a device or pipe written through."""
     check_writable(path, flag)
     target, found = _target(path, flag)
     data = text.encode()

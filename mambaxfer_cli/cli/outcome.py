@@ -42,9 +42,8 @@ def red_line(message: str) -> None:
 
 @contextmanager
 def one_line_when_the_run_fails() -> Iterator[None]:
-    """A run that fails (``RunFailure``) as one red line and exit 3. Put it outside the live view
-    (``with one_line_when_the_run_fails(), ProgressView(...)``): a transient view clears the lines
-    it drew when it closes, and a line written while it shows would be cleared with them."""
+    """A run that fails (``RunFailure``) as one red line and exit 3; put it outside a transient live
+    view, which would clear a line written while it shows."""
     import typer
 
     from mambaxfer_cli.execute.coordinator import RunFailure

@@ -1,14 +1,5 @@
-"""Options declared once, as the fields of typed groups, and typer commands built from them.
-
-An option is declared by ``option(...)``: its names, help, panel (the box ``--help`` lists it
-in) and default, once. A group is a frozen dataclass whose fields are options; a command's
-function takes whole groups (``model: ModelArgs``) beside its own few options, and ``command``
-gives typer the function with its groups expanded: each field becomes a parameter
-``Annotated[type, typer.Option(...)]`` of the signature typer reads, and at call time the values
-are collected back into the group's value before the function is called. A command may narrow
-a group or require one of its options (``command``'s ``uses``, ``required``): the declaration
-stays the group's.
-"""
+"""Options declared once, as the fields of typed groups (frozen dataclasses), and typer commands
+built from them: ``command`` expands each group into typer's parameters and collects them back."""
 
 from __future__ import annotations
 
@@ -30,11 +21,8 @@ _running: ContextVar[typer.Context | None] = ContextVar("running", default=None)
 def option(*names: str, help: str | Callable[[], str], panel: str, default: Any = None,
            parser: Callable[[str], Any] | None = None, show_default: bool | None = None, metavar: str | None = None,
            complete: Callable[[str], list[str]] | None = None) -> Any:
-    """Declare an option: a dataclass field of a group, or a command function's parameter default.
-    ``help``: its text, or a function that gives it (asked only where typer declares the option).
-    Its type is the field's (an Enum: a choice, in any case; ``parser``: a function of the text).
-    The default is shown in --help when there is one (``show_default`` overrides). ``complete``:
-    the values the shell's completion offers for the word typed so far (an Enum's are its own)."""
+    """Declare an option (a group's field, or a command's parameter default); ``help`` may be a
+    function, asked only where typer declares the option; the default is shown when there is one."""
     shown = default is not None if show_default is None else show_default
     settings = dict(help=help, rich_help_panel=panel, show_default=shown, metavar=metavar, parser=parser,
                     case_sensitive=False, autocompletion=complete)
@@ -48,9 +36,8 @@ def argument(name: str, *, help: str, type: Any, default: Any) -> Any:
 
 
 class Group:
-    """A group of options: subclasses are frozen dataclasses whose fields are ``option(...)``.
-    ``given(...)``: the group with only those options on the command line, the rest at their
-    defaults; ``without(...)``: all but those."""
+    """A group of options (a frozen dataclass of ``option(...)`` fields), narrowed by a command to
+    the options it ``given(...)`` or takes ``without(...)``."""
 
     @classmethod
     def given(cls, *names: str) -> Narrowed:
@@ -85,12 +72,8 @@ def _group_of(hint: Any) -> type | None:
 
 def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] = (),
             defaults: dict[str, Any] | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The function as typer takes a command: the same function, its signature expanded. Its
-    parameters: groups (annotated with a ``Group``), and its own options and argument (defaults
-    made by ``option``/``argument``). ``uses``: a group parameter narrowed (``{"model":
-    ModelArgs.given("model", "variant")}``); ``required``: options, by field name, this command
-    cannot do without; ``defaults``: a group's option whose default this command sets otherwise
-    (by field name)."""
+    """The function as typer takes a command, its groups expanded; ``uses`` narrows a group,
+    ``required`` and ``defaults`` (by field name) are this command's own for a group's options."""
     narrowed, needed, own_defaults = uses or {}, set(required), defaults or {}
 
     def build(function: Callable[..., None]) -> Callable[..., None]:
@@ -143,10 +126,8 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
 
 
 def for_line(command: Callable[..., None], args: Sequence[str] | None) -> Callable[..., None]:
-    """The command as typer takes it for one command line: one that names only its options gets
-    just those and the required ones, the rest left at their defaults (typer builds a validator for
-    each option it declares); any other (its help, an unknown option; None) the command whole. A
-    function ``command`` did not declare is typer's as it is."""
+    """The command for one command line: only the options it names and the required ones (typer
+    builds a validator for each option it declares); the whole command for help or an unknown one."""
     flags: dict[str, str] | None = getattr(command, "flags", None)
     if flags is None:
         return command

@@ -1,6 +1,5 @@
-"""How every command ends: ``finish(report, output)`` writes the JUnit file, the document (to
---output, or as --format json/yaml) or the rendering, says the notes, and exits with the
-report's code."""
+"""How every command ends: ``finish(report, output)`` writes JUnit, the document or the rendering,
+says the notes, and exits with the report's code."""
 
 from __future__ import annotations
 

@@ -15,9 +15,8 @@ from mambaxfer_cli.limits import INPUT_IDLE_S, MAX_FILE_BYTES, MAX_NESTING, chec
 
 
 def read_bounded(path: Path | str, where: str, limit: int, what: str) -> bytes:
-    """At most ``limit`` bytes of the file, or one UserError (``what``: what it should be). Pipes
-    and FIFOs are read as data arrives, refused after INPUT_IDLE_S seconds of silence; ``-`` is
-    standard input."""
+    """At most ``limit`` bytes of the file (``-``: standard input; a silent pipe is refused after
+    INPUT_IDLE_S seconds), or one UserError (``what``: what it should be)."""
     try:
         if str(path) == "-":
             fd = os.dup(0)

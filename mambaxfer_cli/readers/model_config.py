@@ -114,9 +114,8 @@ def _numbered(per_layer: Iterable[tuple[str, ...]]) -> tuple[tuple[str, ...], tu
 
 def _layer_kinds(config: Mapping[str, Any], family: Family, where: str,
                  notes: dict[str, str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """Each cache-keeping layer's kind and its decoder layer's index (the model's own numbering;
-    empty where a family's hook reads the kinds); ``notes["layers"]`` says which key won when two
-    disagree."""
+    """Each cache-keeping layer's kind and its decoder layer's index (empty where a family's hook reads
+    the kinds); ``notes["layers"]`` says which key won when two disagree."""
     layer_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers")
                       if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
     n_layers = None
@@ -232,10 +231,8 @@ def spec_from_config(
     startup: Startup | None = None,
     hf_overrides: Mapping[str, Any] | None = None,
 ) -> ModelSpec:
-    """Read a model's SSM geometry from its HF config; overrides win over the config.
-    ``given_by`` names where an override came from (default: its command-line flag); ``startup``:
-    the serving engine's rules (``Startup``; None: no engine's, ``NO_ENGINE``); ``hf_overrides``:
-    a serve line's, over the config's top level (``config.update``)."""
+    """A model's SSM geometry from its HF config, overrides winning (``given_by``: where each came from);
+    ``startup``: the serving engine's rules; ``hf_overrides``: a serve line's, over the config's top level."""
     where = source or name
     as_read = {**config, **hf_overrides} if hf_overrides else config
     archs = architecture_names(as_read)
@@ -304,9 +301,8 @@ def _positive(value: Any) -> int | None:
 
 def _latent(config: Mapping[str, Any], where: str, kv_heads: int | None,
             head_size: int | None) -> tuple[int, int]:
-    """MLA's KV cache as vLLM keeps it: one latent vector per token, ``kv_lora_rank +
-    qk_rope_head_dim`` elements (``ModelArchConfigConvertor.get_head_size``), one "head" that every
-    rank holds whole (``ModelConfig.get_num_kv_heads`` is 1 under MLA)."""
+    """MLA's KV cache as vLLM keeps it: one latent vector per token (``kv_lora_rank +
+    qk_rope_head_dim`` elements), one "head" that every rank holds whole."""
     for flag, value in (("--kv-heads", kv_heads), ("--head-size", head_size)):
         if value is not None:
             raise UserError(f"{flag}: {where} is an MLA model, whose KV cache is one latent vector per token "

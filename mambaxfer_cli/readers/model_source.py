@@ -8,14 +8,14 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mambaxfer_cli.limits import MAX_REF_BYTES
 from mambaxfer_cli.readers.documents import parse_json, parse_yaml, read_bounded, read_text
 from mambaxfer_cli.errors import UserError, clipped
 from mambaxfer_cli.planning.model import ModelSpec, Variant
 from mambaxfer_cli.planning.variants import VARIANTS
-from mambaxfer_cli.readers.model_config import Startup, spec_from_config
+from mambaxfer_cli.readers.model_config import spec_from_config
 
 PRESET_DIR = Path(__file__).parent.parent / "presets"
 # The presets' YAML files parsed, for loading one without importing PyYAML (about 10 ms of a
@@ -115,25 +115,9 @@ def local_config(name: str) -> Path | None:
     return cached_repo_config(name) if name.count("/") == 1 else None
 
 
-def load_model(
-    model: str,
-    *,
-    variant: Variant | None = None,
-    conv_dtype: str | None = None,
-    ssm_dtype: str | None = None,
-    num_spec: int | None = None,
-    kv_heads: int | None = None,
-    head_size: int | None = None,
-    dtype: str | None = None,
-    indexer_kv_dtype: str | None = None,
-    startup: Startup | None = None,
-    hf_overrides: Mapping[str, Any] | None = None,
-) -> ModelSpec:
-    """Find and read the model named by ``--model`` (or a serve line's, with its ``--hf-overrides``);
-    CLI overrides beat file overrides."""
-    cli: dict[str, Any] = {"variant": variant, "conv_dtype": conv_dtype, "ssm_dtype": ssm_dtype, "num_spec": num_spec,
-           "kv_heads": kv_heads, "head_size": head_size, "dtype": dtype, "indexer_kv_dtype": indexer_kv_dtype,
-           "startup": startup, "hf_overrides": hf_overrides}
+def load_model(model: str, **cli: Any) -> ModelSpec:
+    """Find and read the model named by ``--model`` (or a serve line's) with ``spec_from_config``'s
+    overrides (``variant``, ..., ``startup``, ``hf_overrides``); CLI overrides beat file overrides."""
     if model in preset_names():
         return _from_model_file(preset_file(model), PRESET_DIR / f"{model}.yaml", cli, default_name=model)
     if not model.strip() or "\0" in model:

@@ -1,6 +1,5 @@
-"""A shell script's commands read as bash runs them (quotes, continuations, comments, operators
-and redirections, variables from the script and its environment); what only running it gives is
-kept as ``Unknown``. The end of the file is the half both engines' line readers share."""
+"""A shell script's commands read as bash runs them, what only running it gives kept as ``Unknown``;
+then the half both engines' server-line readers share."""
 
 from __future__ import annotations
 
@@ -623,9 +622,8 @@ def looked_up(resolve: Callable[[str], T | None], name: str, where: str, exits: 
 
 @dataclass
 class Parsed:
-    """What a server's parser makes of its words: the fields' values, where each sits, the flags
-    read past and those it does not take; ``said``: its words for a value given to a flag that
-    takes none ({flag}, {word}, {value}) and for a missing one ({flag}, {count})."""
+    """What a server's parser makes of its words; ``said``: its words for a value given to a flag
+    that takes none ({flag}, {word}, {value}) and for a missing one ({flag}, {count})."""
 
     where: str
     said: tuple[str, str]

@@ -1,7 +1,5 @@
-"""The one rich console the commands print through, and its rule: a value is never cut. A table
-too wide gets column widths that keep each value's line whole (prose wraps between words), else
-is laid out vertically as ``column: value`` pairs; tables that belong together are laid out alike.
-"""
+"""The one rich console the commands print through, and its rule: a value is never cut (a table too
+wide gets widths that keep each value whole, else goes vertical; prose wraps between words)."""
 
 from __future__ import annotations
 
@@ -91,16 +89,21 @@ def fit_all(parts: Iterable, out=None) -> list:
             if chosen:
                 for column, width in zip(parts[i].columns, chosen):
                     column.width, column.no_wrap = width, False
-    return [_title_apart(_caption_apart(part), out) for part in parts]
+    return [_apart(part, out) for part in parts]
 
 
-def _title_apart(part, out):
-    """A table's title wider than the table as Prose above it (rich would wrap it at the table's width)."""
+def _apart(part, out):
+    """A table's caption as Prose below it, and a title wider than the table above it (rich would
+    wrap them at the table's width, the caption anywhere)."""
     from rich.console import Group
     from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
+    if isinstance(part, Table) and part.caption:
+        caption = part.caption if isinstance(part.caption, Text) else Text(str(part.caption))
+        part.caption = None
+        part = Group(part, Prose(Text(caption.plain, style="dim")))
     table = part.renderables[0] if isinstance(part, Group) and part.renderables else part
     if not isinstance(table, Table) or not table.title:
         return part
@@ -126,19 +129,6 @@ def _prose(part):
     elif isinstance(part, Group):
         part.renderables[:] = [_prose(item) for item in part.renderables]
     return part
-
-
-def _caption_apart(part):
-    """A table's caption as Prose below it (rich would wrap it anywhere, at the table's width)."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    if not isinstance(part, Table) or not part.caption:
-        return part
-    caption = part.caption if isinstance(part.caption, Text) else Text(str(part.caption))
-    part.caption = None
-    return Group(part, Prose(Text(caption.plain, style="dim")))
 
 
 class Prose:
