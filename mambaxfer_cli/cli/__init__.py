@@ -130,16 +130,13 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(name)
 
 
-def _one_line(text: str) -> str:
-    """One line, with any very long word (a value pasted by mistake) cut to its ends."""
-    text = "; ".join(line.strip() for line in text.splitlines() if line.strip())
-    return re.sub(r"\S{81,}", lambda m: f"{m.group()[:40]}...({len(m.group())} characters)", text)
-
-
 def _usage_error(exc: typer.TyperException) -> int:
-    """Option parsing's error as one red line (a box would be many), with a pointer to --help."""
+    """Option parsing's error as one red line (a box would be many), any very long word (a value
+    pasted by mistake) cut to its ends, with a pointer to --help."""
+    message = "; ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+    message = re.sub(r"\S{81,}", lambda m: f"{m.group()[:40]}...({len(m.group())} characters)", message)
     # typer's choices say what pydantic's validator said, behind its "Value error, "
-    message = _one_line(exc.format_message()).replace(": Value error, ", ": ")
+    message = message.replace(": Value error, ", ": ")
     ctx = getattr(exc, "ctx", None)      # a usage error's: the command it was made for
     if ctx is not None:
         message += f" (see '{ctx.command_path} --help')"

@@ -72,18 +72,14 @@ def ranks_named(role: str, count: int) -> str:
     return f"{role}0" if count == 1 else f"{role}0..{role}{count - 1}"
 
 
-def meeting_place(discovery: "Discovery", p_tp: int) -> str:
-    """Where the two sides of a two-host run meet: etcd, or the prefill ranks' NIXL listeners."""
-    if discovery.mode == "etcd":
-        return f"etcd {discovery.endpoints}, run {discovery.run_id}"
-    first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
-    ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
-    return f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
-
-
 def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str) -> str:
-    """The line a two-host side prints first: where P waits, or what D does and through what."""
-    where = meeting_place(discovery, p_tp)
+    """The line a two-host side prints first: where P waits, or what D does and through what (etcd, or
+    the prefill ranks' NIXL listeners)."""
+    where = f"etcd {discovery.endpoints}, run {discovery.run_id}"
+    if discovery.mode != "etcd":
+        first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
+        ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
+        where = f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"
     if discovery.role == "prefill":
         return f"prefill side: {ranks_named('P', p_tp)} wait for the decode side through {where}"
     return f"decode side: {ranks_named('D', d_tp)} {decode_does} through {where}"
