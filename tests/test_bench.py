@@ -208,11 +208,11 @@ def test_the_table_names_its_units_and_says_the_bytes_were_verified(document):
     from rich.console import Console
 
     from mambaxfer_cli.render.bench_view import bench_tables
-    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.console import fit_all
 
     out = Console(width=80, record=True, file=open("/dev/null", "w"), color_system=None)
     for table in bench_tables(document):
-        out.print(fit(table, out))
+        out.print(fit_all([table], out)[0])
     text = out.export_text()
     words = " ".join(text.split())
     assert max(len(line) for line in text.splitlines()) <= 80

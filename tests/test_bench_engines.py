@@ -85,11 +85,11 @@ def test_the_table_fits_80_columns_and_names_both_engines(document):
     from rich.console import Console
 
     from mambaxfer_cli.engines.sglang.beside import engines_tables
-    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.console import fit_all
 
     out = Console(width=80, record=True, file=open(os.devnull, "w"), color_system=None)
     for table in engines_tables(document):
-        out.print(fit(table, out))
+        out.print(fit_all([table], out)[0])
     text = out.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     lines = [line.split() for line in text.splitlines()]

@@ -707,11 +707,11 @@ def test_the_report_renders_within_80_columns_with_every_value_whole():
     from rich.console import Console
 
     from mambaxfer_cli.engines.vllm.views.conformance import render_report
-    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.console import fit_all
 
     console = Console(width=80, record=True, highlight=False)
     for part in render_report(_synthetic_report()):
-        console.print(fit(part, console))
+        console.print(fit_all([part], console)[0])
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     for whole in ("update_block_size_for_backend", "✗ differs (1)", "! could not be called", "_ple_group_index",
@@ -744,7 +744,7 @@ def test_a_function_with_no_case_says_so_and_does_not_fail():
     from rich.console import Console
 
     from mambaxfer_cli.engines.vllm.views.conformance import junit_xml, render_report
-    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.console import fit_all
 
     agreeing = FunctionResult(Function("derive_mamba_conv_split", "the split"))
     agreeing.tally.record(Case("kimi-linear-48b", tp=1), [8192], [8192])
@@ -754,7 +754,7 @@ def test_a_function_with_no_case_says_so_and_does_not_fail():
     jsonschema.Draft202012Validator(document_schema("conformance")).validate({**report.to_dict(), "producer": "x"})
     console = Console(width=80, record=True, highlight=False)
     for part in render_report(report):
-        console.print(fit(part, console))
+        console.print(fit_all([part], console)[0])
     text = console.export_text()
     assert "– no case" in text and "1 agree, 1 with no case" in text
     cases = ET.fromstring(junit_xml(report)).findall(".//testcase")

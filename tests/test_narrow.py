@@ -258,7 +258,7 @@ def test_a_tables_layout_does_not_follow_the_measured_digits(fast, slow):
     from rich.console import Console
     from rich.table import Table
 
-    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.console import fit_all
 
     def shown(rate: str, time: str) -> list[list[str]]:
         table = Table()
@@ -266,7 +266,7 @@ def test_a_tables_layout_does_not_follow_the_measured_digits(fast, slow):
             table.add_column(name)
         table.add_row("0", "P0", "9.3 MiB", "120", "120", time, rate, "verified")
         out = Console(width=80, record=True, highlight=False)
-        out.print(fit(table, out))
+        out.print(fit_all([table], out)[0])
         text = out.export_text()
         assert max(cell_len(line) for line in text.splitlines()) <= 80
         return [re.sub(r"[\d.]+", "#", line).split() for line in text.splitlines()]
@@ -280,14 +280,14 @@ def test_the_stacked_form_shows_an_unnamed_columns_value_alone():
     from rich.console import Console
     from rich.table import Table
 
-    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.console import fit_all
 
     table = Table(title="Compared")
     for name in ("field", "P", "D", ""):
         table.add_column(name)
     table.add_row("speculative", "method=mtp, model=" + "x" * 40, "method=mtp, model=" + "x" * 40, "✓")
     out = Console(width=80, record=True, highlight=False)
-    out.print(fit(table, out))
+    out.print(fit_all([table], out)[0])
     text = out.export_text()
     assert "field: speculative" in text and "P: method=mtp" in text
     assert ": ✓" not in text and text.rstrip().endswith("· ✓"), text

@@ -307,12 +307,12 @@ def _synthetic_report():
 def test_the_report_renders_within_80_columns_from_where_the_values_part():
     from rich.console import Console
 
-    from mambaxfer_cli.render.console import fit
+    from mambaxfer_cli.render.console import fit_all
     from mambaxfer_cli.engines.sglang.views.conformance import render_report
 
     console = Console(width=80, record=True, highlight=False)
     for part in render_report(_synthetic_report()):
-        console.print(fit(part, console))
+        console.print(fit_all([part], console)[0])
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     words = " ".join(text.split())

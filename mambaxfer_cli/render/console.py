@@ -64,11 +64,6 @@ def together(tables: Sequence, name: str) -> Sequence:
     return tables
 
 
-def fit(part, out=None):
-    """One part as it can be printed whole at the console's width (see the module's rule)."""
-    return fit_all([part], out)[0]
-
-
 def fit_all(parts: Iterable, out=None) -> list:
     """Every part as it can be printed whole; tables of one ``together`` group alike; text as ``Prose``."""
     from rich.table import Table
