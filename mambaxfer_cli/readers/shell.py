@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 from mambaxfer_cli.errors import UserError, quoted
@@ -412,19 +412,7 @@ def check_syntax(text: str, where: str) -> None:
     _simple_commands(text, where)
 
 
-@dataclass
-class _Ran:
-    """One command as the script reaches it: its words, its own assignments, and the variables."""
-
-    words: list[str]
-    unknown: dict[int, str]          # word index: why it is known only by running the script
-    assigns: list[tuple[str, str]]
-    values: dict[str, str]
-    exported: set[str]
-    line: int
-
-
-def _run(text: str, where: str, environ: Mapping[str, str] | None) -> Iterable[_Ran]:
+def _run(text: str, where: str, environ: Mapping[str, str] | None) -> Iterable[Command]:
     """Each command but assignments, ``export`` and ``unset``, with the variables set by then."""
     start = dict(environ or {})
     values, exported = dict(start), set(start)
@@ -462,7 +450,9 @@ def _run(text: str, where: str, environ: Mapping[str, str] | None) -> Iterable[_
         for (name, parts), word in prefix:                     # VAR=value cmd: its own environment
             scope[name] = _assigned(name, parts, word, scope, start)
             assigns.append((name, scope[name]))
-        yield _Ran(words, unknowns, assigns, values, exported, command[0].line)
+        yield Command(words, tuple(assigns), {name: values[name] for name in exported if name in values},
+                      {name: value for name, value in values.items() if name not in exported and name not in start},
+                      unknowns, where, command[0].line)
 
 
 def _literal(word: _Word) -> str | None:
@@ -517,12 +507,9 @@ def script_command(text: str, where: str, starts: Callable[[list[str]], int | No
         if start > 0 and ASSIGN.match(first):
             raise UserError(f"{where} line {ran.line}: bash runs {quoted(first)} as a command, not as an "
                             f"assignment (its name is quoted): command not found, so {what} never starts")
-        env = {name: ran.values[name] for name in ran.exported if name in ran.values}
-        shell = {name: value for name, value in ran.values.items()
-                 if name not in ran.exported and (environ is None or name not in environ)}
-        assigns = ran.assigns + [(m.group(1), m.group(2)) for m in map(ASSIGN.match, ran.words[:start]) if m]
-        unknowns = {i - start: why for i, why in ran.unknown.items() if i >= start}
-        found = Command(ran.words[start:], tuple(assigns), env, shell, unknowns, where)
+        assigns = ran.assigns + tuple((m.group(1), m.group(2)) for m in map(ASSIGN.match, ran.words[:start]) if m)
+        found = replace(ran, words=ran.words[start:], assigns=assigns,
+                        unknown={i - start: why for i, why in ran.unknown.items() if i >= start})
     return found
 
 
@@ -546,8 +533,9 @@ class Command:
     assigns: tuple[tuple[str, str], ...]
     exported: dict[str, str]
     unexported: dict[str, str]
-    unknown: Mapping[int, str] = field(default_factory=dict)
+    unknown: Mapping[int, str] = field(default_factory=dict)     # word index: why only running it tells
     where: str = ""
+    line: int = 0
 
     @property
     def environment(self) -> dict[str, str]:
