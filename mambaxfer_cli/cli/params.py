@@ -66,6 +66,10 @@ def _fields(group: type, names: Iterable[str] | None) -> list[dataclasses.Field]
 _hints = functools.cache(typing.get_type_hints)     # a group's, read once
 
 
+def _group_of(hint: Any) -> type | None:
+    return hint if isinstance(hint, type) and issubclass(hint, Group) else None
+
+
 def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] = (),
             defaults: dict[str, Any] | None = None) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """The function as typer takes a command, its groups expanded; ``uses`` narrows a group,
@@ -79,8 +83,8 @@ def command(*, uses: dict[str, Narrowed] | None = None, required: Iterable[str] 
         flags: dict[str, str] = {}     # each option's every name: its parameter's
         lazy: dict[str, Callable[[], inspect.Parameter]] = {}    # those whose help is asked for
         for name, parameter in inspect.signature(function).parameters.items():
-            group = hints.get(name)
-            if not (isinstance(group, type) and issubclass(group, Group)):
+            group = _group_of(hints.get(name))
+            if group is None:
                 params.append(_parameter(name, hints[name], parameter.default, needed, own_defaults, function, lazy))
                 flags.update(dict.fromkeys(_names(parameter.default), name))
                 continue
