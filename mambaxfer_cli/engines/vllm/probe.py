@@ -678,11 +678,8 @@ class Installed:
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
     def qsa_specs(self, model: ModelSpec, tp: int, geometry: Geometry):
-        """A Qwen4Exp engine's layer specs in the order its layers register (``get_kv_cache_spec``
-        walks the forward context): a decoder layer's PLE layer (its class's spec, tp_replicated,
-        padded as every mamba page), then its mixer; a QSA layer's ring and compressed keys (their
-        classes' ``__init__`` and ``get_kv_cache_spec``, a draft layer's tagged ``is_draft``), then
-        the layer. Returns the config, the specs and each layer's (kind, model layer index)."""
+        """A Qwen4Exp engine's config, its layer specs in the order they register (PLE layer, mixer; ring,
+        compressed keys, attention: ``get_kv_cache_spec``'s walk) and each layer's (kind, model layer index)."""
         q = model.ple_qsa
         assert q is not None
         _, ring, keys = self.qsa_symbols()
@@ -795,9 +792,8 @@ class Installed:
 
     @answering()
     def ssm_reads(self, prefill: EngineState, decode: EngineState, d_rank: int, ratio: int):
-        """What D rank ``d_rank`` reads of one SSM layer from each P source, as the worker builds
-        its descriptors: per source, [(local offset, remote offset, local size, remote size)] in
-        sub-projection order, the temporal state last."""
+        """Per P source, D rank ``d_rank``'s reads of one SSM layer as the worker builds them: [(local offset,
+        remote offset, local size, remote size)] in sub-projection order, the temporal state last."""
         worker = decode.worker(d_rank)
         info = self.engine_info(prefill)
         meta = prefill.metadata
@@ -1089,13 +1085,13 @@ class Installed:
         page = spec.page_size_bytes
         if model.kpool_indexer is not None:
             kernel = self._packed_kernel_block(model, tp, config, spec, page, num_blocks)
-            return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
-        select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
-        set_config = _symbol("vllm.config.vllm", "set_current_vllm_config")
-        backend = self.qsa_backend() if model.ple_qsa is not None and model.ple_qsa.has_qsa \
-            else self.backend_class(flags.backend)
-        with calling("select_common_block_size"), set_config(config):
-            kernel = select(block, [backend], [spec])
+        else:
+            select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
+            set_config = _symbol("vllm.config.vllm", "set_current_vllm_config")
+            backend = self.qsa_backend() if model.ple_qsa is not None and model.ple_qsa.has_qsa \
+                else self.backend_class(flags.backend)
+            with calling("select_common_block_size"), set_config(config):
+                kernel = select(block, [backend], [spec])
         return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
 
     def kpool_kv_cache(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int):
@@ -1124,10 +1120,8 @@ class Installed:
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size, geometry.kernel_block_size))
     def packed_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
-        """The regions of an engine of packed block rows (GLM-5-Next's ``kpool_kv_cache``,
-        Qwen4Exp's ``qsa_specs`` grouped by ``get_kv_cache_groups``): its caches allocated on the
-        CPU (``allocate_kv_cache``), then ``register_kv_caches`` on a worker stand-in. Returns the
-        worker state it left, the transfer groups, each region's layers, the layer specs and the config."""
+        """``register_kv_caches`` of an engine of packed block rows, on a stand-in, its caches allocated on the CPU:
+        the worker state it left, the transfer groups, each region's layers, the layer specs and the config."""
         planning = "vllm.v1.core.kv_cache_planning"
         if model.kpool_indexer is not None:
             planned = self._kpool_configs.get((model.name, tp, geometry.block_size))

@@ -358,9 +358,8 @@ class ReplaySSMSetting:
 
 
 def replayssm_settings(supported: bool, model_runner_v1: bool) -> tuple[ReplaySSMSetting, ...]:
-    """Every combination of the settings each check of ``validate_mamba_cached_kernel`` turns on (one
-    default engine where the class does not support ReplaySSM); ``model_runner_v1``: the release
-    still has Model Runner V1."""
+    """Every combination of the settings ``validate_mamba_cached_kernel``'s checks read (one default engine
+    where the class does not support ReplaySSM); ``model_runner_v1``: the release still has it."""
     if not supported:
         return (ReplaySSMSetting(),)
     return tuple(ReplaySSMSetting(*values) for values in itertools.product(
