@@ -692,9 +692,9 @@ def test_hash_variation_commands_are_preflight_lines_it_reads():
 
 def _synthetic_report() -> Report:
     agreeing = FunctionResult(Function("derive_mamba_conv_split", "the split"))
-    agreeing.tally.record(Case("jamba", tp=1), [8192], [8192])
+    agreeing.record(Case("jamba", tp=1), [8192], [8192])
     differing = FunctionResult(Function("update_block_size_for_backend", "each engine's block"))
-    differing.tally.record(Case("jamba", tp=1, flags=Flags()), (128, 524288), (80, 327680),
+    differing.record(Case("jamba", tp=1, flags=Flags()), (128, 524288), (80, 327680),
                            ("block 128 tokens = 1 x 128, page 524288 bytes",
                             "block 80 tokens = 1 x 80, page 327680 bytes"))
     broken = FunctionResult(Function("_compute_desc_ids", "IDs"), not_called="_compute_desc_ids: it reads "
@@ -747,7 +747,7 @@ def test_a_function_with_no_case_says_so_and_does_not_fail():
     from mambaxfer_cli.render.console import fit_all
 
     agreeing = FunctionResult(Function("derive_mamba_conv_split", "the split"))
-    agreeing.tally.record(Case("kimi-linear-48b", tp=1), [8192], [8192])
+    agreeing.record(Case("kimi-linear-48b", tp=1), [8192], [8192])
     empty = FunctionResult(Function("handshake verdict", "vLLM's first refusal"))
     report = Report("0.34.0", "0.34", "H100", ["kimi-linear-48b"], 2, [agreeing, empty], 1.0, [])
     assert [r.outcome for r in report.results] == ["agrees", "no case"] and report.ok and report.exit_code == 0

@@ -55,14 +55,6 @@ class StandIn(types.SimpleNamespace):
         return f"<stand-in {self._stand_in}>"
 
 
-def _owner(obj) -> str:
-    if isinstance(obj, StandIn):
-        return obj._stand_in
-    if obj is None:
-        return "None"
-    return type(obj).__name__
-
-
 @contextlib.contextmanager
 def calling(function: str):
     """Run vLLM code; what it needs that the stand-in lacks becomes ``CouldNotCall``. vLLM's own
@@ -73,7 +65,8 @@ def calling(function: str):
         raise
     except AttributeError as exc:
         name = getattr(exc, "name", None)
-        owner = _owner(getattr(exc, "obj", None))
+        obj = getattr(exc, "obj", None)
+        owner = obj._stand_in if isinstance(obj, StandIn) else "None" if obj is None else type(obj).__name__
         what = f"'{owner}.{name}'" if name else str(exc)
         raise CouldNotCall(function, f"it reads {what}, which its stand-in does not carry", name) from None
     except TypeError as exc:
@@ -175,16 +168,6 @@ H100_PLATFORM = StandIn("current_platform", device_name="cuda", is_cuda=lambda: 
                         is_device_capability=lambda capability: capability in (90, (9, 0)),
                         is_device_capability_family=lambda capability: capability == 90,
                         get_cuda_runtime_major=lambda: 13)
-
-
-@contextlib.contextmanager
-def _patched(module, name: str, value):
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
 
 
 # --- the worker stand-in ------------------------------------------------------------------------
@@ -309,22 +292,20 @@ class EngineState:
         g = self.geometry
         regions = len(self.regions)
         registered = self.registered
-        values = {
-            "engine_id": P_ENGINE if self.role == "prefill" else D_ENGINE, "agent_metadata": b"",
-            "kv_caches_base_addr": [r * REGION_BASE for r in range(regions)], "device_id": 0,
-            "num_blocks": g.num_blocks, "block_lens": list(registered["block_len_per_layer"]),
-            "block_strides": list(registered["block_stride_per_layer"]), "kv_cache_layout": self.kv_cache_layout,
-            "block_size": g.kernel_block_size, "ssm_sizes": self.conv_split.ssm_sizes,
-            "attn_backend_name": self.backend_name,
-            "physical_blocks_per_logical_kv_block": g.blocks_per_logical,
-            "region_num_blocks": [g.num_blocks] * regions, "region_group_ids": list(registered["region_group_ids"]),
-            "region_names": list(registered["region_names"]), "region_mem_types": ["VRAM"] * regions,
-            "region_members": [list(names) for names in self.regions],
-            "layer_group_ids": {name: index for index, group in enumerate(self.groups) for name in group.layer_names},
-            "packed_member_layouts": dict(registered["_packed_member_layouts"]),
-            "ple_block_len": registered.get("_ple_block_len"),
-        }
-        return _new(f"{NIXL}.metadata", "NixlAgentMetadata", **values)
+        return _new(
+            f"{NIXL}.metadata", "NixlAgentMetadata", engine_id=P_ENGINE if self.role == "prefill" else D_ENGINE,
+            agent_metadata=b"", kv_caches_base_addr=[r * REGION_BASE for r in range(regions)], device_id=0,
+            num_blocks=g.num_blocks, block_lens=list(registered["block_len_per_layer"]),
+            block_strides=list(registered["block_stride_per_layer"]), kv_cache_layout=self.kv_cache_layout,
+            block_size=g.kernel_block_size, ssm_sizes=self.conv_split.ssm_sizes,
+            attn_backend_name=self.backend_name,
+            physical_blocks_per_logical_kv_block=g.blocks_per_logical,
+            region_num_blocks=[g.num_blocks] * regions, region_group_ids=list(registered["region_group_ids"]),
+            region_names=list(registered["region_names"]), region_mem_types=["VRAM"] * regions,
+            region_members=[list(names) for names in self.regions],
+            layer_group_ids={name: index for index, group in enumerate(self.groups) for name in group.layer_names},
+            packed_member_layouts=dict(registered["_packed_member_layouts"]),
+            ple_block_len=registered.get("_ple_block_len"))
 
 
 def _once(cache: dict, key, read):
@@ -407,10 +388,6 @@ class Installed:
         return _symbol(f"{NIXL}.base_worker", "NixlBaseConnectorWorker")
 
     @property
-    def push_worker_class(self):
-        return _symbol(f"{NIXL}.push_worker", "NixlPushConnectorWorker")
-
-    @property
     def mamba_spec_class(self):
         return _symbol("vllm.v1.kv_cache_interface", "MambaSpec")
 
@@ -425,16 +402,16 @@ class Installed:
         module = "vllm.transformers_utils.model_arch_config_convertor"
         convertors = _symbol(module, "MODEL_ARCH_CONFIG_CONVERTORS")
         base = _symbol(module, "ModelArchConfigConvertorBase")
-        with self._config_folder(model) as folder:
-            hf = self._hf_config(folder)
+        with self._config_read(model) as hf:
             with reading("ModelConfig.get_model_arch_config"):     # may read the folder again
                 convertor = convertors.get(hf.model_type, base)(hf, text_config(hf))
                 return convertor.convert(supports_multimodal=False)
 
     @staticmethod
     @contextlib.contextmanager
-    def _config_folder(model: ModelSpec):
-        """A folder holding the model's config.json, for vLLM's reader."""
+    def _config_read(model: ModelSpec):
+        """The model's config.json in a folder (kept while in use), as vLLM's reader (``get_config``)
+        reads it; what it raises is ``VllmFails``."""
         import json
         import tempfile
         from pathlib import Path
@@ -443,19 +420,15 @@ class Installed:
             raise VllmFails("no config.json to read (the model was not given as a Hugging Face config)")
         with tempfile.TemporaryDirectory(prefix="mambaxfer-config-") as folder:
             (Path(folder) / "config.json").write_text(json.dumps(dict(model.hf_config)))
-            yield folder
-
-    @staticmethod
-    def _hf_config(folder: str):
-        """vLLM's config reader (``get_config``) on the folder; what it raises is ``VllmFails``."""
-        get_config = _symbol("vllm.transformers_utils.config", "get_config")
-        with reading("get_config"):
-            return get_config(folder, trust_remote_code=False)
+            get_config = _symbol("vllm.transformers_utils.config", "get_config")
+            with reading("get_config"):
+                hf = get_config(folder, trust_remote_code=False)
+            yield hf
 
     @cached(lambda model: model.name)
     def read_hf_config(self, model: ModelSpec):
-        with self._config_folder(model) as folder:
-            return self._hf_config(folder)
+        with self._config_read(model) as hf:
+            return hf
 
     def class_state(self, model: ModelSpec, tp: int, ssm_cache_dtype: str = "auto") -> tuple:
         """``(shapes, dtypes)`` of the conv and temporal states at TP ``tp`` from the registry's class
@@ -469,8 +442,6 @@ class Installed:
             raise VllmFails(f"the registry loads no class for {', '.join(archs) or 'the config'}")
         arch, model_class = found
         hf = copy.deepcopy(self.read_hf_config(model))    # the config hooks may change it
-        model_config = StandIn("model_config", hf_config=hf, hf_text_config=text_config(hf), architecture=arch,
-                               dtype=self.dtype(model.model_dtype), max_model_len=4096, multimodal_config=None)
         # ReplaySSM is refused with any KV connector (VllmConfig's own check), so never on here; the
         # hooks' other settings (prefix caching off) leave the state alone.
         cache_config = StandIn("cache_config", mamba_cache_dtype="auto", mamba_ssm_cache_dtype=ssm_cache_dtype,
@@ -484,19 +455,17 @@ class Installed:
         speculative = (StandIn("speculative_config", num_speculative_tokens=model.num_spec, method="mtp")
                        if model.num_spec else None)
 
-        def config_of(model_config):
+        def with_hf_config(hf_config, architectures=None):
+            """The config on ``hf_config``, and ``VllmConfig.with_hf_config``: the same on another (Kimi-K3's
+            class hands its text_config to KimiLinearForCausalLM's)."""
+            model_config = StandIn("model_config", hf_config=hf_config, hf_text_config=text_config(hf_config),
+                                   architecture=(architectures or [arch])[0], dtype=self.dtype(model.model_dtype),
+                                   max_model_len=4096, multimodal_config=None)
             return StandIn("vllm_config", model_config=model_config, cache_config=cache_config,
                            parallel_config=parallel, speculative_config=speculative,
                            num_speculative_tokens=model.num_spec, with_hf_config=with_hf_config)
 
-        def with_hf_config(hf_config, architectures=None):
-            """``VllmConfig.with_hf_config``: the same config on another HF config (Kimi-K3's class
-            hands its text_config to KimiLinearForCausalLM's)."""
-            return config_of(StandIn("model_config", hf_config=hf_config, hf_text_config=text_config(hf_config),
-                                     architecture=(architectures or [arch])[0], dtype=model_config.dtype,
-                                     max_model_len=4096, multimodal_config=None))
-
-        vllm_config = config_of(model_config)
+        vllm_config = with_hf_config(hf)
         hooks = _symbol("vllm.model_executor.models.config", "MODELS_CONFIG_MAP")
         if arch in hooks:      # the architecture's config hook runs first (Nemotron-H's, Qwen3.5's SSM dtype)
             with calling(f"{hooks[arch].__name__}.verify_and_update_config"), answering():
@@ -709,11 +678,8 @@ class Installed:
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size))
     def qsa_specs(self, model: ModelSpec, tp: int, geometry: Geometry):
-        """A Qwen4Exp engine's layer specs in the order its layers register (``get_kv_cache_spec``
-        walks the forward context): a decoder layer's PLE layer (its class's spec, tp_replicated,
-        padded as every mamba page), then its mixer; a QSA layer's ring and compressed keys (their
-        classes' ``__init__`` and ``get_kv_cache_spec``, a draft layer's tagged ``is_draft``), then
-        the layer. Returns the config, the specs and each layer's (kind, model layer index)."""
+        """A Qwen4Exp engine's config, its layer specs in the order they register (PLE layer, mixer; ring,
+        compressed keys, attention: ``get_kv_cache_spec``'s walk) and each layer's (kind, model layer index)."""
         q = model.ple_qsa
         assert q is not None
         _, ring, keys = self.qsa_symbols()
@@ -725,13 +691,7 @@ class Installed:
         base = self.groups(model, tp, geometry)[2]
         ple = None
         if q.ple_layers:
-            state = self.mamba_spec(model, tp)       # the GDN spec's, which the PLE spec is asked beside
-
-            class Gdn:
-                get_mamba_state_shape_from_config = classmethod(lambda cls, _: state.shapes)
-                get_mamba_state_dtype_from_config = classmethod(lambda cls, _: state.dtypes)
-
-            found: Any = self._ple_model(model, Gdn)      # vLLM's model class API, stood in
+            found: Any = self._model_class(model, tp)      # vLLM's model class API, stood in
             _, ple_spec = found.get_mamba_specs_from_config(config)
             ple = dataclasses.replace(ple_spec, block_size=geometry.block_size,
                                       page_size_padded=max(geometry.page_bytes, ple_spec.page_size_bytes))
@@ -832,9 +792,8 @@ class Installed:
 
     @answering()
     def ssm_reads(self, prefill: EngineState, decode: EngineState, d_rank: int, ratio: int):
-        """What D rank ``d_rank`` reads of one SSM layer from each P source, as the worker builds
-        its descriptors: per source, [(local offset, remote offset, local size, remote size)] in
-        sub-projection order, the temporal state last."""
+        """Per P source, D rank ``d_rank``'s reads of one SSM layer as the worker builds them: [(local offset,
+        remote offset, local size, remote size)] in sub-projection order, the temporal state last."""
         worker = decode.worker(d_rank)
         info = self.engine_info(prefill)
         meta = prefill.metadata
@@ -868,23 +827,15 @@ class Installed:
                     remote_block_len=block_len, remote_block_size=block_size,
                     remote_physical_blocks_per_logical=per_logical, remote_dcp_size=1)
 
-    @staticmethod
-    def split_remote_blocks(worker, meta):
-        """A copy of ``meta`` as ``_split_remote_blocks`` splits it for an MLA hybrid pulling; None
-        where the worker does not split (another model, push mode, or a release without it)."""
-        if not (hasattr(worker, "_split_remote_blocks") and getattr(worker, "_has_mamba", False)
-                and getattr(worker, "use_mla", False) and getattr(worker, "_TRANSFER_MODE", "pull") == "pull"):
-            return None
-        view = copy.deepcopy(meta)
-        _method(worker, "_split_remote_blocks", view)
-        return view
-
     def register_remote(self, worker, remote: EngineState):
-        """The remote engine's metadata as the worker registers it (``split_remote_blocks``'s where it splits)."""
+        """The remote engine's metadata as the worker registers it: a copy as ``_split_remote_blocks``
+        splits it for an MLA hybrid pulling (not another model, push mode, or a release without it)."""
         meta, info = remote.metadata, self.engine_info(remote)
-        split = self.split_remote_blocks(worker, meta)
-        if split is not None:
-            meta, info = split, self.engine_info(remote, split)
+        if (hasattr(worker, "_split_remote_blocks") and getattr(worker, "_has_mamba", False)
+                and getattr(worker, "use_mla", False) and getattr(worker, "_TRANSFER_MODE", "pull") == "pull"):
+            meta = copy.deepcopy(meta)
+            _method(worker, "_split_remote_blocks", meta)
+            info = self.engine_info(remote, meta)
         with calling("register_remote_engine"):
             worker.transfer_topo.register_remote_engine(meta.engine_id, info)
         return meta
@@ -894,45 +845,40 @@ class Installed:
     def handshake(self, prefill: EngineState, decode: EngineState, push: bool = False) -> str | None:
         """vLLM's verdict on D adding P's agent (P D's, pushing), rank by rank: None, or the first refusal."""
         local, remote = (prefill, decode) if push else (decode, prefill)
-        worker_class = self.push_worker_class if push else self.worker_class
+        worker_class = _symbol(f"{NIXL}.push_worker", "NixlPushConnectorWorker") if push else self.worker_class
         for rank in range(local.tp):
-            message = self._handshake_rank(local, remote, rank, worker_class)
-            if message is not None:
-                return message
-        return None
-
-    def _handshake_rank(self, local: EngineState, remote: EngineState, rank: int, worker_class) -> str | None:
-        worker = local.worker(rank, worker_class)
-        topology = worker.transfer_topo
-        try:
-            meta = remote.metadata
-            ratio = _method(topology, "tp_ratio", remote.tp)
-            if hasattr(worker_class, "_validate_remote_parallel_config"):
-                _method(worker, "_validate_remote_parallel_config", meta)
-            pairs = self.pairs(worker, local, remote)
-            meta = self.register_remote(worker, remote)
-            plan = self.tp_mapping(local, remote.tp, rank)
-            block_ratio = _method(topology, "block_size_ratio", meta.block_size)
-            # the per-engine state ``add_remote_agent`` records before it validates
-            worker.tp_mappings[meta.engine_id] = plan
-            worker.dst_num_blocks[meta.engine_id] = meta.num_blocks
-            worker.dst_region_num_blocks[meta.engine_id] = list(meta.region_num_blocks)
-            worker.dst_region_group_ids[meta.engine_id] = list(meta.region_group_ids)
-            worker.dst_uses_region_group_mapping[meta.engine_id] = False
-            if pairs is not None:
-                worker._dst_pairs[meta.engine_id] = pairs
-            _method(worker, "_validate_remote_agent_handshake", meta, remote.tp)
-            bases = [r * REGION_BASE for r in range(len(local.regions))]
-            if _method(worker, "_needs_split_local_xfer_handles", ratio, plan):
-                fa = _method(worker, "_build_fa_local", bases, block_ratio)
-                src = np.concatenate([fa, _method(worker, "_build_mamba_local", bases)])
-                with calling("_build_local_splits_from_plan"):
-                    list(worker._build_local_splits_from_plan(plan, src, worker.num_descs * block_ratio, block_ratio))
-            _method(worker, "_build_fa_remote", plan, meta, block_ratio)
-        except CouldNotCall:
-            raise
-        except REFUSALS as exc:
-            return _message(exc)
+            worker = local.worker(rank, worker_class)
+            topology = worker.transfer_topo
+            try:
+                meta = remote.metadata
+                ratio = _method(topology, "tp_ratio", remote.tp)
+                if hasattr(worker_class, "_validate_remote_parallel_config"):
+                    _method(worker, "_validate_remote_parallel_config", meta)
+                pairs = self.pairs(worker, local, remote)
+                meta = self.register_remote(worker, remote)
+                plan = self.tp_mapping(local, remote.tp, rank)
+                block_ratio = _method(topology, "block_size_ratio", meta.block_size)
+                # the per-engine state ``add_remote_agent`` records before it validates
+                worker.tp_mappings[meta.engine_id] = plan
+                worker.dst_num_blocks[meta.engine_id] = meta.num_blocks
+                worker.dst_region_num_blocks[meta.engine_id] = list(meta.region_num_blocks)
+                worker.dst_region_group_ids[meta.engine_id] = list(meta.region_group_ids)
+                worker.dst_uses_region_group_mapping[meta.engine_id] = False
+                if pairs is not None:
+                    worker._dst_pairs[meta.engine_id] = pairs
+                _method(worker, "_validate_remote_agent_handshake", meta, remote.tp)
+                bases = [r * REGION_BASE for r in range(len(local.regions))]
+                if _method(worker, "_needs_split_local_xfer_handles", ratio, plan):
+                    fa = _method(worker, "_build_fa_local", bases, block_ratio)
+                    src = np.concatenate([fa, _method(worker, "_build_mamba_local", bases)])
+                    with calling("_build_local_splits_from_plan"):
+                        list(worker._build_local_splits_from_plan(plan, src, worker.num_descs * block_ratio,
+                                                                  block_ratio))
+                _method(worker, "_build_fa_remote", plan, meta, block_ratio)
+            except CouldNotCall:
+                raise
+            except REFUSALS as exc:
+                return _message(exc)
         return None
 
     # --- descriptor IDs -----------------------------------------------------------------------
@@ -949,11 +895,9 @@ class Installed:
         plan = self.tp_mapping(decode, prefill.tp, d_rank)
         pairs = self.pairs(worker, decode, prefill)
         d_ppl = decode.geometry.blocks_per_logical
-        local_logical = [list(g) for g in request.decode_blocks]
-        remote_logical = [list(g) for g in request.prefill_blocks]
         with calling("_logical_to_kernel_block_ids"):
-            local = worker._logical_to_kernel_block_ids(local_logical, d_ppl)
-            remote = worker._logical_to_kernel_block_ids(remote_logical, p_ppl)
+            local, remote = (worker._logical_to_kernel_block_ids([list(g) for g in blocks], ppl) for blocks, ppl
+                             in ((request.decode_blocks, d_ppl), (request.prefill_blocks, p_ppl)))
         last_token = hasattr(type(worker), "_pair_blocks_by_last_token")
         different = decode.geometry.kernel_block_size != p_kernel or p_ppl != d_ppl
         if last_token and different:
@@ -1094,7 +1038,7 @@ class Installed:
         module = importlib.import_module("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
         resolve = _symbol(module.__name__, "_resolve_gdn_prefill_backend")
         aligned = _symbol("vllm.v1.attention.backends.gdn_attn", "FLASHINFER_GDN_CHECKPOINT_ALIGNMENT")
-        with calling("_resolve_gdn_prefill_backend"), _patched(module, "current_platform", H100_PLATFORM):
+        with calling("_resolve_gdn_prefill_backend"), mock.patch.object(module, "current_platform", H100_PLATFORM):
             _, backend = resolve(vllm_config)
         # GatedDeltaNetAttention.__init__: FlashInfer's prefill exports checkpoints in align mode.
         if vllm_config.cache_config.mamba_cache_mode == "align" and backend == "flashinfer":
@@ -1127,10 +1071,10 @@ class Installed:
         platform = self._probe_platform(model, tp)
         registry = _symbol("vllm.model_executor.models", "ModelRegistry")
         with contextlib.ExitStack() as patches, calling("update_block_size_for_backend"):
-            patches.enter_context(_patched(registry, "resolve_model_cls", platform.resolve_model_cls))
+            patches.enter_context(mock.patch.object(registry, "resolve_model_cls", platform.resolve_model_cls))
             if model.kpool_indexer is not None:   # the indexer's kernel pages by GPU (get_paged_mqa_page_sizes)
                 deep_gemm = importlib.import_module("vllm.utils.deep_gemm")
-                patches.enter_context(_patched(deep_gemm, "current_platform", H100_PLATFORM))
+                patches.enter_context(mock.patch.object(deep_gemm, "current_platform", H100_PLATFORM))
             platform.update_block_size_for_backend(config)
         block = config.cache_config.block_size
         spec = self.attention_spec(model, tp, block)
@@ -1141,13 +1085,13 @@ class Installed:
         page = spec.page_size_bytes
         if model.kpool_indexer is not None:
             kernel = self._packed_kernel_block(model, tp, config, spec, page, num_blocks)
-            return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
-        select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
-        set_config = _symbol("vllm.config.vllm", "set_current_vllm_config")
-        backend = self.qsa_backend() if model.ple_qsa is not None and model.ple_qsa.has_qsa \
-            else self.backend_class(flags.backend)
-        with calling("select_common_block_size"), set_config(config):
-            kernel = select(block, [backend], [spec])
+        else:
+            select = _symbol("vllm.v1.worker.utils", "select_common_block_size")
+            set_config = _symbol("vllm.config.vllm", "set_current_vllm_config")
+            backend = self.qsa_backend() if model.ple_qsa is not None and model.ple_qsa.has_qsa \
+                else self.backend_class(flags.backend)
+            with calling("select_common_block_size"), set_config(config):
+                kernel = select(block, [backend], [spec])
         return Geometry(block, kernel, block // kernel, page, num_blocks, flags.prefix_caching), used_alignment
 
     def kpool_kv_cache(self, model: ModelSpec, tp: int, config, attention, page: int, num_blocks: int):
@@ -1176,10 +1120,8 @@ class Installed:
 
     @cached(lambda model, tp, geometry: (model.name, tp, geometry.block_size, geometry.kernel_block_size))
     def packed_registration(self, model: ModelSpec, tp: int, geometry: Geometry):
-        """The regions of an engine of packed block rows (GLM-5-Next's ``kpool_kv_cache``,
-        Qwen4Exp's ``qsa_specs`` grouped by ``get_kv_cache_groups``): its caches allocated on the
-        CPU (``allocate_kv_cache``), then ``register_kv_caches`` on a worker stand-in. Returns the
-        worker state it left, the transfer groups, each region's layers, the layer specs and the config."""
+        """``register_kv_caches`` of an engine of packed block rows, on a stand-in, its caches allocated on the CPU:
+        the worker state it left, the transfer groups, each region's layers, the layer specs and the config."""
         planning = "vllm.v1.core.kv_cache_planning"
         if model.kpool_indexer is not None:
             planned = self._kpool_configs.get((model.name, tp, geometry.block_size))
@@ -1237,7 +1179,7 @@ class Installed:
             register_local_xfer_handler=lambda block_size: (None, None))
         module = importlib.import_module(f"{NIXL}.base_worker")
         with (answering(), calling("register_kv_caches"),
-              _patched(module, "compute_nixl_compatibility_hash", lambda *args, **kwargs: "stand-in")):
+              mock.patch.object(module, "compute_nixl_compatibility_hash", lambda *args, **kwargs: "stand-in")):
             worker.register_kv_caches(caches)
         state = {k: getattr(worker, k) for k in EngineState.REGISTERED if k in worker.__dict__}
         state.update(_group_spec_types=spec_types, _is_csa_linear=csa_linear, _ple_group_index=ple_group)
@@ -1258,25 +1200,24 @@ class Installed:
             "attn_backend" in config.compilation_config.static_forward_context[n].__dict__ for n in group.layer_names))
         return kernels[latent]
 
-    def _probe_platform(self, model: ModelSpec, tp: int):
-        """vLLM's ``Platform`` with only the model class stood in: the state shapes of this model
-        (from ``MambaStateShapeCalculator``) where vLLM would import the model's code."""
-        platform = _symbol("vllm.platforms.interface", "Platform")
+    def _model_class(self, model: ModelSpec, tp: int) -> type:
+        """The model's class where vLLM would import its code: the state shapes of this model (from
+        ``MambaStateShapeCalculator``), and Qwen4Exp's PLE spec (``_ple_model``)."""
         shapes = self.state_shapes(model, tp)
         dtypes = (self.dtype(model.conv_dtype), self.dtype(model.ssm_dtype))
 
         class StandInModel:
-            @classmethod
-            def get_mamba_state_shape_from_config(cls, vllm_config):
-                return shapes
+            get_mamba_state_shape_from_config = classmethod(lambda cls, vllm_config: shapes)
+            get_mamba_state_dtype_from_config = classmethod(lambda cls, vllm_config: dtypes)
 
-            @classmethod
-            def get_mamba_state_dtype_from_config(cls, vllm_config):
-                return dtypes
-
-        model_class: type = StandInModel
         if model.ple_qsa is not None and model.ple_qsa.ple_layers:
-            model_class = self._ple_model(model, StandInModel)
+            return self._ple_model(model, StandInModel)
+        return StandInModel
+
+    def _probe_platform(self, model: ModelSpec, tp: int):
+        """vLLM's ``Platform`` with only the model class stood in (``_model_class``)."""
+        platform = _symbol("vllm.platforms.interface", "Platform")
+        model_class = self._model_class(model, tp)
 
         class Probe(platform):  # type: ignore[misc, valid-type]  # vLLM's platform class, found at run time
             @staticmethod

@@ -17,9 +17,8 @@ NOT_INSTALLED = ("no vLLM is installed beside mambaxfer (in {python}); conforman
 def run(models: list[str], max_tp: int, start: Callable[[int], None] | None = None,
         done: Callable[[str, int, int], None] | None = None, every_preset: bool = False,
         speculative: str | None = None):
-    """Compare the installed vLLM with mambaxfer's rules for its release on ``models`` (--model
-    names or paths), every pairing up to ``max_tp``; ``every_preset``: leave out, with a note, the
-    presets vLLM refuses; ``speculative``: --speculative-config, the drafted models alone."""
+    """Compare the installed vLLM with mambaxfer's rules on ``models`` (--model names or paths) up to ``max_tp``;
+    ``every_preset``: refused presets left out, with a note; ``speculative``: the drafted models alone."""
     version = installed_version()
     if version is None:
         raise UserError(NOT_INSTALLED.format(python=sys.prefix))

@@ -37,9 +37,8 @@ MODELLED_GPU = gpu("H100")
 
 
 def release_for(installed: str) -> str:
-    """mambaxfer's rules for an installed vLLM version: its own release's, else the newest known
-    before it (a newer vLLM, a nightly or a branch, is compared with the newest rules: finding where
-    they part is the point), and the oldest for an older vLLM."""
+    """mambaxfer's rules for an installed vLLM version: its own release's, else the newest known before it
+    (a nightly too: finding where they part is the point), and the oldest for an older vLLM."""
     found = minor(installed)
     known = [(version, name) for name in KNOWN_RELEASES if (version := minor(name)) is not None]
     if found is None:
@@ -119,9 +118,8 @@ class Ours:
 
     @staticmethod
     def qsa_caches(model: ModelSpec, block_size: int) -> dict:
-        """Qwen4Exp's QSA caches by mambaxfer's rules: one ring and one compressed-key page a layer;
-        the keys (an MLA spec of the attention's block) join the attention's groups, the rings and
-        the PLE state buckets of their own (``model_grouping``)."""
+        """Qwen4Exp's QSA caches by mambaxfer's rules: one ring and one compressed-key page a layer, the keys
+        in the attention's groups, the rings and PLE state in their own (``model_grouping``)."""
         found = caches(model)
         assert found is not None
         grouping = model_grouping(model)

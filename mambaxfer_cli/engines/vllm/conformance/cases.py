@@ -145,11 +145,6 @@ class Case:
     rules: tuple[str, ...] = ()     # --vllm-version and --gpu of mambaxfer's side
     speculative: str = ""           # the --speculative-config both engines run with ("": none)
 
-    @property
-    def counted_as(self) -> str:
-        """The model as the report counts it: ``M + MTP`` for the drafted cases."""
-        return self.model + (drafted(self.speculative) if self.speculative else "")
-
     def describe(self) -> str:
         parts = [self.model + (f" with --speculative-config {self.speculative}" if self.speculative else ""),
                  self.tp is not None and f"TP {self.tp}",
@@ -312,7 +307,7 @@ class CaseTally(Tally):
     def record(self, case: Case, vllm, mambaxfer, shown: tuple | None = None) -> bool:
         """Count one case; ``shown``: the values to report when they differ (else the compared ones)."""
         same = vllm == mambaxfer
-        if self.count(case.counted_as, same):
+        if self.count(case.model + (drafted(case.speculative) if case.speculative else ""), same):
             self.first = Difference(case, *(shown or (vllm, mambaxfer)))
         return same
 
@@ -363,9 +358,8 @@ class ReplaySSMSetting:
 
 
 def replayssm_settings(supported: bool, model_runner_v1: bool) -> tuple[ReplaySSMSetting, ...]:
-    """Every combination of the settings each check of ``validate_mamba_cached_kernel`` turns on (one
-    default engine where the class does not support ReplaySSM); ``model_runner_v1``: the release
-    still has Model Runner V1."""
+    """Every combination of the settings ``validate_mamba_cached_kernel``'s checks read (one default engine
+    where the class does not support ReplaySSM); ``model_runner_v1``: the release still has it."""
     if not supported:
         return (ReplaySSMSetting(),)
     return tuple(ReplaySSMSetting(*values) for values in itertools.product(

@@ -131,7 +131,7 @@ class Comparison:
     def record(self, function: Function, case: Case, vllm, ours, shown: tuple | None = None) -> None:
         result = self.results[function.name]
         if result.not_called is None:
-            result.tally.record(case, vllm, ours, shown)
+            result.record(case, vllm, ours, shown)
 
     # --- one model -------------------------------------------------------------------------------
 
@@ -266,10 +266,7 @@ class Comparison:
     @compares(QSA_CACHES)
     def qsa_caches(self, name: str, model: ModelSpec, tp: int) -> None:
         geometry = self.ours.engine(model, tp, flag_variants(model)[0]).geometry
-        try:
-            theirs: dict | str = self.vllm.qsa_caches(model, tp, geometry)
-        except VllmFails as exc:
-            theirs = f"fails: {exc.message}"
+        theirs = _or_fails(self.vllm.qsa_caches, model, tp, geometry)
         self.record(QSA_CACHES, self.case(name, tp=tp), theirs, self.ours.qsa_caches(model, geometry.block_size))
 
     # --- conv split --------------------------------------------------------------------------------
@@ -361,20 +358,14 @@ class Comparison:
     @compares(SOURCES)
     def sources(self, case: Case, model: ModelSpec, p_ours: OurEngine, d_ours: OurEngine, d_vllm, p_tp: int,
                 d_rank: int, mine: list[Read]) -> None:
-        try:
-            theirs = self.vllm.sources(d_vllm, p_tp, d_rank)
-        except VllmFails as exc:
-            theirs = f"fails: {exc.message}"
+        theirs = _or_fails(self.vllm.sources, d_vllm, p_tp, d_rank)
         attention = attention_sources(p_ours.layout, d_ours.layout, d_rank) if model.has_attention else []
-        ours = (attention, [r.p_rank for r in mine])
-        self.record(SOURCES, case, _as_lists(theirs), _as_lists(ours))
+        ours = [attention, [r.p_rank for r in mine]]
+        self.record(SOURCES, case, theirs if isinstance(theirs, str) else [list(v) for v in theirs], ours)
 
     @compares(REMOTE_CONV)
     def remote_conv(self, case: Case, decode, d_rank: int, ratio: int, mine: list[Read]) -> None:
-        try:
-            theirs = self.vllm.remote_conv_offsets(decode, d_rank, ratio)
-        except VllmFails as exc:
-            theirs = f"fails: {exc.message}"
+        theirs = _or_fails(self.vllm.remote_conv_offsets, decode, d_rank, ratio)
         conv = [[s.remote_offset, s.size] for s in mine[0].segments if s.region != "ssm"]
         self.record(REMOTE_CONV, case, theirs, conv)
 
@@ -458,28 +449,24 @@ class Comparison:
     def compatibility_hash(self, name: str, model: ModelSpec) -> None:
         for variation in hash_variations(model):
             case = self.case(name, variation=variation)
-            try:
-                theirs = (self.vllm.compatibility_hash(model, variation.prefill)
-                          != self.vllm.compatibility_hash(model, variation.decode))
-            except VllmFails as exc:
-                theirs = f"fails: {exc.message}"
+            theirs = _or_fails(lambda v: (self.vllm.compatibility_hash(model, v.prefill)
+                                          != self.vllm.compatibility_hash(model, v.decode)), variation)
             ours = self.ours.hash_refuses(name, variation)
-            self.record(HASH, case, theirs, ours, tuple(_hash_text(v) for v in (theirs, ours)))
+            self.record(HASH, case, theirs, ours, tuple(v if isinstance(v, str) else "the hashes differ (refused)" if v
+                                                        else "the hashes are equal (accepted)" for v in (theirs, ours)))
 
 
-def _as_lists(value):
-    return value if isinstance(value, str) else [list(v) for v in value]
+def _or_fails(answer: Callable, *args: Any) -> Any:
+    """vLLM's ``answer(*args)``, or "fails: " and its message where its own code fails."""
+    try:
+        return answer(*args)
+    except VllmFails as exc:
+        return f"fails: {exc.message}"
 
 
 def _verdict_text(verdict: str | None, prefill, decode) -> str:
     where = f" (P {prefill.shown()}; D {decode.shown()})"
     return ("accepts" if verdict is None else f"refuses: {verdict}") + where
-
-
-def _hash_text(value) -> str:
-    if isinstance(value, str):
-        return value
-    return "the hashes differ (refused)" if value else "the hashes are equal (accepted)"
 
 
 def _misread_text(misreads: list) -> str:

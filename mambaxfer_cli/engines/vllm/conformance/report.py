@@ -22,10 +22,6 @@ class FunctionResult(Result, CaseTally):
     function: Function
 
     @property
-    def tally(self) -> CaseTally:
-        return self
-
-    @property
     def name(self) -> str:
         return self.function.name
 
