@@ -1,6 +1,5 @@
-"""Qwen4Exp's PLE pages proved byte by byte: P's pages filled with the pattern, D's poisoned, the
-reads performed as vLLM's connector posts them (``ple-geometry``: none) and every byte of D's PLE
-state compared (docs/reference.md, 6d)."""
+"""Qwen4Exp's PLE pages proved byte by byte: P's filled with the pattern, D's poisoned, the reads
+performed as vLLM's connector posts them and every byte of D's PLE state compared (docs/reference.md, 6d)."""
 
 from __future__ import annotations
 
@@ -63,12 +62,10 @@ def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None
             sources = qwen4exp.ple_sources(plan.prefill, plan.decode, d)
             if plan.semantics != VLLM:
                 sources = sources[:1]
-            for _ in sources:
-                n = min(p_len, d_len)
-                page[:n] = source[:n]
-                writes[:n] += 1
-                reads += 1
-                moved += n
+            n = min(p_len, d_len)       # each source sends the same bytes
+            page[:n] = source[:n]
+            writes[:n] += len(sources)
+            reads, moved = reads + len(sources), moved + n * len(sources)
             got = page[:q.ple_channels * d_rows * eb].reshape(q.ple_channels, d_rows * eb)[:, :keep]
             verified += got.size
             bad = np.argwhere(got != want)
