@@ -24,14 +24,10 @@ def head_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int, ssm_s
     if wanted is None:
         return {}
     if semantics == VLLM:
-        out: dict[int, Shard] = {}
-        for p_rank in attention_sources(prefill, decode, d_rank):
-            common = prefill.heads(p_rank).intersect(wanted)
-            if common is not None:
-                out[p_rank] = common
-        return out
+        common = {p: prefill.heads(p).intersect(wanted) for p in attention_sources(prefill, decode, d_rank)}
+        return {p: heads for p, heads in common.items() if heads is not None}
     holders = [Holding(rank, prefill.heads(rank), 0) for rank in range(prefill.tp)]
-    out = {}
+    out: dict[int, Shard] = {}
     for holder, heads in assign_units(wanted, holders, preferred=ssm_sources):
         assert holder.rank not in out, "one P rank gives a D rank two runs of heads"
         out[holder.rank] = heads

@@ -24,17 +24,13 @@ class Patterns:
     region) and sliced for each rank, so every TP size of one model shares the work."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[int, int, str, int, int], np.ndarray] = {}
+        self._whole = functools.cache(lambda layer, block, region, units, unit_bytes: np.ascontiguousarray(
+            unit_bytes_pattern(layer, block, region, 0, units, unit_bytes)))
 
     def rows(self, layer: int, block: int, part: Part) -> np.ndarray:
         """``(units, unit_bytes)``: the bytes of the part's units, as ``pattern.part_bytes`` gives
         them for the part's pattern key (``layer``, ``block``)."""
-        key = (layer, block, part.region, part.unit_bytes, part.total_units)
-        whole = self._rows.get(key)
-        if whole is None:
-            whole = np.ascontiguousarray(unit_bytes_pattern(
-                layer, block, part.region, 0, part.total_units, part.unit_bytes))
-            self._rows[key] = whole
+        whole: np.ndarray = self._whole(layer, block, part.region, part.total_units, part.unit_bytes)
         return whole[part.first_unit:part.first_unit + part.units]
 
     def page(self, shape: PageShape, layer: int, block: int) -> np.ndarray:
