@@ -62,10 +62,12 @@ def prove_ple(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None
             sources = qwen4exp.ple_sources(plan.prefill, plan.decode, d)
             if plan.semantics != VLLM:
                 sources = sources[:1]
-            n = min(p_len, d_len)       # each source sends the same bytes
-            page[:n] = source[:n]
-            writes[:n] += len(sources)
-            reads, moved = reads + len(sources), moved + n * len(sources)
+            for _ in sources:
+                n = min(p_len, d_len)
+                page[:n] = source[:n]
+                writes[:n] += 1
+                reads += 1
+                moved += n
             got = page[:q.ple_channels * d_rows * eb].reshape(q.ple_channels, d_rows * eb)[:, :keep]
             verified += got.size
             bad = np.argwhere(got != want)
