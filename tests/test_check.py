@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from mambaxfer_cli.engines.vllm.proof.check import (
-    Pairing, Target, check_options, check_pairing, pairings_up_to, parse_pairs, plan_pairing, run_check,
+    Pairing, Target, check_pairing, pairings_up_to, parse_pairs, plan_pairing, run_check,
     targets_for,
 )
 from mambaxfer_cli.errors import UserError
@@ -18,6 +18,7 @@ from mambaxfer_cli.engines.vllm.plan import build_plan
 from mambaxfer_cli.planning.reads import tp_ratio
 from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, simulate
 from cli_run import vllm_presets
+from plan_options import check_options
 from strategies import pairings
 
 

@@ -21,7 +21,8 @@ from mambaxfer_cli.engines.vllm.releases import release as release_named
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.kv_groups import vllm_grouping
 from mambaxfer_cli.planning.layout import rank_layout
-from mambaxfer_cli.engines.vllm.proof.check import check_options, check_pairing
+from mambaxfer_cli.engines.vllm.proof.check import check_pairing
+from plan_options import check_options
 from mambaxfer_cli.proof.verdicts import Pairing
 from mambaxfer_cli.engines.vllm.proof.simulate import simulate
 from mambaxfer_cli.readers.model_config import spec_from_config

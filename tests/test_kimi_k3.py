@@ -20,7 +20,8 @@ from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import gpu as gpu_named
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.kv_groups import model_grouping
-from mambaxfer_cli.engines.vllm.proof.check import check_options, check_pairing
+from mambaxfer_cli.engines.vllm.proof.check import check_pairing
+from plan_options import check_options
 from mambaxfer_cli.proof.verdicts import Pairing
 from mambaxfer_cli.readers.model_config import spec_from_config
 

@@ -27,7 +27,7 @@ def test_no_attention_one_group_one_tensor_per_layer():
     g = vllm_grouping(load_model("mamba-130m").layers)
     assert g.groups == (S,)
     assert (g.tensors, g.ssm_tensors) == (24, 24)
-    assert not g.has_attention
+    assert A not in g.groups
 
 
 @pytest.mark.parametrize("preset, groups, tensors", [

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mambaxfer_cli.engines.vllm.proof.check import check_options
+from plan_options import check_options
 from mambaxfer_cli.engines.vllm.descriptors import DescriptorRead
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.readers.model_source import load_model

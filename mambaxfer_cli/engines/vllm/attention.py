@@ -1,6 +1,5 @@
-"""Which attention KV bytes a D rank reads from which P rank, and in which pieces: vLLM's
-block-contiguous heads, and ``kv_postprocess_blksize_on_receive`` across kernel blocks
-(docs/reference.md §5 and §7)."""
+"""Which attention KV bytes a D rank reads from which P rank, and in which pieces (docs/reference.md
+§5 and §7)."""
 
 from __future__ import annotations
 
@@ -19,23 +18,16 @@ Pieces = tuple[tuple[int, int], ...]
 
 def head_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int, ssm_sources: set[int],
                  semantics: str) -> dict[int, Shard]:
-    """The global KV heads D rank ``d_rank`` reads from each P rank.
-
-    vLLM: ``compute_tp_mapping``'s ranks. Exact: for each head a P rank the D rank already reads
-    SSM state from, else the lowest-numbered holder.
-    """
+    """The global KV heads D rank ``d_rank`` reads from each P rank: vLLM's ``compute_tp_mapping``,
+    or (exact) a P rank it already reads SSM state from, else the lowest-numbered holder."""
     wanted = decode.kv_heads[d_rank]
     if wanted is None:
         return {}
     if semantics == VLLM:
-        out: dict[int, Shard] = {}
-        for p_rank in attention_sources(prefill, decode, d_rank):
-            common = prefill.heads(p_rank).intersect(wanted)
-            if common is not None:
-                out[p_rank] = common
-        return out
+        common = {p: prefill.heads(p).intersect(wanted) for p in attention_sources(prefill, decode, d_rank)}
+        return {p: heads for p, heads in common.items() if heads is not None}
     holders = [Holding(rank, prefill.heads(rank), 0) for rank in range(prefill.tp)]
-    out = {}
+    out: dict[int, Shard] = {}
     for holder, heads in assign_units(wanted, holders, preferred=ssm_sources):
         assert holder.rank not in out, "one P rank gives a D rank two runs of heads"
         out[holder.rank] = heads
@@ -106,15 +98,8 @@ def whole_block(side: EngineLayout) -> Pieces:
 
 
 def no_attention_read(prefill: EngineLayout, decode: EngineLayout, semantics: str) -> Pieces:
-    """The attention pieces of D's list for a P rank it reads SSM state from and no attention.
-
-    vLLM registers D's lists at P's kernel block whenever D's is ``r`` times P's: ``add_remote_agent``
-    calls ``register_local_xfer_handler(remote block size)``, whose ``_build_fa_local`` cuts each
-    kernel block into ``r`` sub-blocks, and ``_build_local_splits_from_plan`` derives every
-    per-source list from it, also the lists of sources that give no attention. Their SSM IDs so
-    start after ``F·N·r`` attention descriptors (``_compute_desc_ids`` with ``block_size_ratio``).
-    mambaxfer's exact lists read such a source's blocks whole: one piece.
-    """
+    """The attention pieces of D's list for a P rank it reads SSM state from and no attention: vLLM's
+    ``r`` sub-blocks where D's kernel block is ``r`` times P's (``_build_fa_local``), else one."""
     kd, kp = decode.kernel_tokens, prefill.kernel_tokens
     if semantics != VLLM or not decode.has_attention or kd == kp or kd % kp:
         return whole_block(decode)

@@ -1,14 +1,13 @@
-"""vLLM's ``CircularBufferSpec`` caches: one block of a few token slots per request, written in
-place (``pos % ring``), which a CSA-linear NIXL worker moves whole. Two models keep one beside
-their attention: Qwen4Exp's QSA raw-key ring and GLM-5-Next's kpool tail ring. What the ring
-holds, how large it is, and the checks vLLM makes of it, each with the vLLM function it follows.
-"""
+"""vLLM's ``CircularBufferSpec`` caches: one block of a few token slots per request, written in place
+(``pos % ring``), which a CSA-linear NIXL worker moves whole; their sizes and vLLM's checks of them."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterable
 
+from mambaxfer_cli.engines.vllm.release import Refusal
 from mambaxfer_cli.planning.dtypes import dtype_bytes
 
 
@@ -50,20 +49,17 @@ def kpool_ring_tokens(index_kpool: int, num_spec: int) -> int:
 
 
 def kpool_slot_bytes(index_head_dim: int) -> int:
-    """One slot of GLM-5-Next's tail ring: ``CircularBufferSpec(num_kv_heads=2,
-    head_size=index_head_dim, head_size_v=0, bfloat16)``, its two head slots the raw key and the
-    gate score."""
+    """One slot of GLM-5-Next's tail ring: two bfloat16 head slots of ``index_head_dim`` (the raw key,
+    the gate score)."""
     return 2 * index_head_dim * dtype_bytes("bfloat16")
 
 
-def ring_refusal(block_size: int, ring: int, who: str) -> str | None:
-    """Both rings assert that they divide the attention block (the model's block size joins no
-    LCM with them: ``NixlBaseConnectorWorker.__init__`` leaves ``CircularBufferSpec`` groups out
-    of the transfer block size). None where it divides."""
-    if block_size % ring:
-        return (f"vLLM does not start this engine: the {who} ring of {ring} tokens does not divide the "
-                f"attention block of {block_size} tokens (AssertionError in get_kv_cache_spec).")
-    return None
+def ring_refusals(code: str, who: str, sides: Iterable[tuple[str, int, int | None]]) -> tuple[Refusal, ...]:
+    """The engines (name, block tokens, ring tokens) whose ring does not divide the attention block:
+    vLLM asserts it does (``NixlBaseConnectorWorker.__init__`` leaves rings out of its block LCM)."""
+    return tuple(Refusal(code, f"{name}: vLLM does not start this engine: the {who} ring of {ring} tokens does not "
+                               f"divide the attention block of {block} tokens (AssertionError in get_kv_cache_spec).")
+                 for name, block, ring in sides if ring and block % ring)
 
 
 def csa_linear_refusal(total_kv_heads: int, local_tp: int, remote_tp: int) -> str | None:

@@ -1,7 +1,5 @@
-"""Speculative decoding's draft layers in vLLM's KV cache: the MTP layers of a family that declares
-them (``Family.mtp_keys``) and an EAGLE / EAGLE-3 drafter's layers, after the target's: in its
-groups, or where their pages are not its own in groups of their own with raised pages
-(docs/reference.md §4)."""
+"""Speculative decoding's draft layers in vLLM's KV cache: a family's MTP layers and an EAGLE / EAGLE-3
+drafter's, after the target's, in its groups or in groups of their own (docs/reference.md §4)."""
 
 from __future__ import annotations
 
@@ -102,11 +100,8 @@ def _tokens(speculative: Mapping[str, Any]) -> int | None:
 
 def with_drafts(model: ModelSpec, speculative: Mapping[str, Any] | None, release: Release,
                 num_spec: int | None = None) -> ModelSpec:
-    """``model`` as an engine started with ``speculative`` holds it: conv rows for its tokens and,
-    for MTP from the target's own checkpoint (no draft ``model``) of a family that declares its
-    MTP layers, those layers after the target's (vLLM builds ``n_predict`` of them whatever the
-    token count). vLLM's refusals of the settings raise ``Refused`` in its words;
-    ``num_spec``: --num-spec, which must agree."""
+    """``model`` as an engine started with ``speculative`` holds it: conv rows for its tokens, and its
+    MTP or drafter layers after the target's; vLLM's refusals raise ``Refused`` (``num_spec``: --num-spec)."""
     if not speculative:
         return model
     tokens = _tokens(speculative)
@@ -196,9 +191,8 @@ def drafter_apart(model: ModelSpec, speculative: Mapping[str, Any]) -> KVGroupin
 
 
 def apart_grouping(model: ModelSpec, config: Mapping[str, Any], name: str) -> KVGrouping | None:
-    """vLLM's groups with an EAGLE drafter whose attention pages are not the target's: its
-    ``num_hidden_layers`` specs differ from every target spec, so they are a bucket of their own;
-    None where the pages are the target's (or the target has no such attention)."""
+    """vLLM's groups with an EAGLE drafter whose attention pages are not the target's (a bucket of
+    their own); None where the pages are the target's (or the target has no such attention)."""
     flat = flatten_text_config(config)
     pages = _pages(flat, name)
     if not _other_pages(model, pages):
@@ -209,9 +203,8 @@ def apart_grouping(model: ModelSpec, config: Mapping[str, Any], name: str) -> KV
 
 
 def page_ratio(model: ModelSpec, tp: int = 1) -> int:
-    """How many of the target's attention pages one page of its drafter's holds on a rank of TP
-    ``tp`` (heads past a model's own are replicated); ``unify_kv_cache_spec_page_size`` raises the
-    target's blocks by it. 1 without such a drafter or where the drafter's page is not larger."""
+    """How many target attention pages one drafter page holds on a rank of TP ``tp``, by which
+    ``unify_kv_cache_spec_page_size`` raises the target's blocks; 1 where it is not larger."""
     drafter, ours = _rank_pages(model, tp)
     return drafter // ours if drafter > ours and drafter % ours == 0 else 1
 
@@ -224,20 +217,15 @@ def _rank_pages(model: ModelSpec, tp: int) -> tuple[int, int]:
 
 def block_scales(model: ModelSpec, grouping: KVGrouping, tp: int = 1) -> tuple[Fraction, ...]:
     """Each group's blocks per target attention block of a request on a rank of TP ``tp``: for a
-    drafter's group of other pages its page over the target's (a larger page keeps its block, a
-    smaller one's block is raised: unify_kv_cache_spec_page_size), else 1."""
+    drafter's group of other pages its page over the target's, else 1."""
     ratio, first_draft = Fraction(*_rank_pages(model, tp)), len(model.layers) - model.draft_layers
     return tuple(ratio if model.draft_attention and members and min(members) >= first_draft else Fraction(1)
                  for members in grouping.members or [()] * len(grouping.groups))
 
 
 def planned_at(model: ModelSpec, *tps: int) -> ModelSpec:
-    """``model`` with a drafter of other pages as the ranks of TP ``tps`` hold it. Past its or the
-    target's KV heads (replicated there, ``get_num_kv_heads``) NIXL reads whole pages of one
-    source rank (``compute_tp_mapping``) where P and D are one TP size or both hold one head of
-    each a rank: its layers join the target's group where a rank's pages are equal, keep raised
-    pages where a whole number; elsewhere its slices by the target's heads are not the drafter's,
-    so it is left out."""
+    """``model`` with a drafter of other pages as the ranks of TP ``tps`` hold it: left out past the
+    KV heads where NIXL's slices by the target's heads are not the drafter's (``compute_tp_mapping``)."""
     if not model.draft_attention or max(tps) <= min(model.draft_attention[0], model.num_kv_heads or 0):
         return model
     if not _whole_pages(model, *tps):
@@ -276,9 +264,8 @@ def target_only(model: ModelSpec) -> ModelSpec:
 
 
 def drafter_config(name: str) -> dict[str, Any] | None:
-    """The drafter's config.json where ``--model`` would find it here (a file, a directory, a
-    cached repo id); None where it is not here (mambaxfer never downloads). Read once a run: a
-    fresh copy each call."""
+    """The drafter's config.json where ``--model`` would find it here, a fresh copy each call; None
+    where it is not here (mambaxfer never downloads)."""
     text = _drafter_text(name)
     return None if text is None else json.loads(text)
 
@@ -290,11 +277,8 @@ def _drafter_text(name: str) -> str | None:
 
 
 def _with_drafter(model: ModelSpec, name: str, tokens: int | None) -> ModelSpec:
-    """An EAGLE drafter's ``num_hidden_layers`` attention layers after the target's
-    (``Eagle3LlamaForCausalLM``: ``layers.{target layers + i}``). Its specs equal the target's
-    attention specs only with the same KV heads and head size (the KV dtype is the target's), and
-    then join its attention group; else they are a bucket of their own (``model_grouping``),
-    planned where the drafter's page is a whole number of the target's (``page_ratio``)."""
+    """An EAGLE drafter's ``num_hidden_layers`` attention layers after the target's, planned where
+    its page is the target's or a whole number of it (else vLLM pads)."""
     config = drafter_config(name)
     flat = flatten_text_config(config or {})
     if tokens is None and config is not None:

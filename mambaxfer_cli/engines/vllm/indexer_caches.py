@@ -1,6 +1,5 @@
-"""A sparse-attention indexer's two caches beside each indexed-attention layer (Qwen4Exp's QSA,
-GLM-5-Next's kpool), as vLLM's NIXL connector moves them: the ring (a ``CircularBufferSpec``,
-SPLIT) and the compressed keys (an ``MLAAttentionSpec``, REPLICATE; docs/reference.md, 6d and 6e)."""
+"""A sparse-attention indexer's two caches beside each indexed-attention layer as vLLM's NIXL connector
+moves them: the ring (SPLIT) and the compressed keys (REPLICATE; docs/reference.md, 6d and 6e)."""
 
 from __future__ import annotations
 
@@ -39,13 +38,8 @@ def head_offset(d_rank: int, d_tp: int, p_tp: int, kv_heads: int) -> int:
 
 def ring_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
                exact: bool) -> tuple[Read, ...]:
-    """D rank ``d_rank``'s reads of a ring page. vLLM flags the ring region SPLIT, so
-    ``_build_fa_remote`` reads it as head-sharded although every rank holds the whole page: from
-    one source (D at least as many ranks) ``page`` bytes at ``head_offset · page``; from several (P
-    more ranks, both below the KV heads) each its first ``page/n`` bytes into slot ``i``
-    (``_build_local_splits_from_plan``). Under MLA (one source, ``rank_offset_factor`` 0), and
-    wherever the offset is 0 and the source one, that is the whole page. ``exact``: mambaxfer's
-    own read, the whole page from the first source."""
+    """D rank ``d_rank``'s reads of a ring page: vLLM reads the SPLIT region as head-sharded though
+    every rank holds the whole page (``_build_fa_remote``); ``exact``: the whole page from the first source."""
     found = caches(model)
     assert found is not None
     page = found.ring_page_bytes
@@ -59,17 +53,10 @@ def ring_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_
     return (_read(d_rank, sources[0], RING, offset * page, 0, page),)
 
 
-def ring_misread(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> bool:
-    """Whether vLLM's reads of D rank ``d_rank``'s ring differ from the whole page of one source."""
-    return (ring_reads(model, prefill, decode, d_rank, exact=False)
-            != ring_reads(model, prefill, decode, d_rank, exact=True))
-
-
 def key_reads(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout, d_rank: int,
               exact: bool) -> tuple[Read, ...]:
-    """D rank ``d_rank``'s reads of a compressed-key page: an MLA spec, so a REPLICATE region, read
-    whole (D's page length) from every attention source (``_build_fa_remote``; the same bytes from
-    each), or from the first under ``exact``."""
+    """D rank ``d_rank``'s reads of a compressed-key page: whole from every attention source (a
+    REPLICATE region), or from the first under ``exact``."""
     found = caches(model)
     assert found is not None
     page = found.key_page_bytes(decode.geometry.block_size)

@@ -27,10 +27,6 @@ class KVGrouping:
     ssm_tensors: int                         # tensors that hold SSM layers (S)
     members: tuple[tuple[int, ...], ...] = ()  # model layer indices of each group (derived only)
 
-    @property
-    def has_attention(self) -> bool:
-        return ATTENTION in self.groups
-
     def tensors_of(self, kind: str) -> int:
         """The tensors that can hold a layer of this kind: all of them, or the SSM ones."""
         return self.ssm_tensors if kind == SSM else self.tensors
@@ -41,9 +37,8 @@ class KVGrouping:
 
 
 def model_grouping(model: ModelSpec) -> KVGrouping:
-    """vLLM's grouping of ``model``'s layers, with the caches a family registers beside a layer
-    (its ``kv_caches``: an indexer's ring, a PLE state) as buckets of their own; a drafter's layers
-    of other pages a bucket of their own (their specs differ), attention-kind."""
+    """vLLM's grouping of ``model``'s layers; the caches a family registers beside a layer, and a
+    drafter's layers of other pages (attention-kind), are buckets of their own."""
     beside = families.first("kv_caches", model) or {}
     if not model.draft_attention:
         return vllm_grouping(model.layers, beside)
@@ -53,10 +48,8 @@ def model_grouping(model: ModelSpec) -> KVGrouping:
 
 
 def vllm_grouping(layers: Sequence[str], beside: Mapping[int, Sequence[str]] = {}) -> KVGrouping:
-    """Bucket by type, buckets ordered by first registration (``beside[i]``: the kinds layer i
-    registers, its own among them, in its order); G = smallest bucket but the PLE's, or the largest
-    when largest < 1.5·smallest; a bucket of n layers makes ceil(n/G) groups, layer i to group i mod
-    that."""
+    """Buckets by type in order of first registration (``beside[i]``: layer i's kinds); G = the smallest
+    but the PLE's (or the largest, when < 1.5·smallest); n layers make ceil(n/G) groups, i mod that."""
     buckets: dict[str, list[int]] = {}
     for index, kind in enumerate(layers):
         for each in beside.get(index, (kind,)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from mambaxfer_cli.engines.vllm.attention import (
     AttentionRead, attention_read, head_sources, no_attention_read, whole_block,
@@ -64,7 +64,7 @@ class Warning_:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message}
+        return dict(vars(self))
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,8 @@ class Plan:
 
     @property
     def moved_descriptors(self) -> DescriptorMap:
-        """The descriptor map execute posts and check proves: vLLM's reads on mambaxfer's memory
-        (the KV-cache tensors, the indexer's pages apart). It is ``descriptors`` except where vLLM
-        numbers regions that are not those tensors (GLM-5-Next); then both map the same pages."""
+        """The descriptor map execute posts and check proves: vLLM's reads on mambaxfer's KV-cache
+        tensors; ``descriptors`` except where vLLM numbers other regions (the same pages)."""
         return self.moved or self.descriptors
 
     @property
@@ -107,9 +106,8 @@ class Plan:
 
     @property
     def received_sub_blocks(self) -> int:
-        """How many of P's kernel blocks vLLM reads into one of D's (``block_size_ratio``), each a
-        sub-block of D's heads, before ``kv_postprocess_blksize_on_receive`` puts their tokens in
-        order; 1 where D's kernel blocks are read whole or, under exact semantics, by tokens."""
+        """How many of P's kernel blocks vLLM reads into one of D's (``block_size_ratio``) before
+        ``kv_postprocess_blksize_on_receive`` orders their tokens; 1 where not split so."""
         kd, kp = self.decode.kernel_tokens, self.prefill.kernel_tokens
         if self.semantics != VLLM or not self.decode.has_attention or kd == kp or kd % kp:
             return 1
@@ -147,9 +145,8 @@ def _misread_warning(plan_reads_: Sequence[Read], prefill: Sequence[RankLayout],
 
 def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout, decode: EngineLayout,
              scales: Sequence[Fraction]) -> Request:
-    """Logical blocks per group: SSM groups one page per block on both sides; attention groups the
-    same tokens, ``request_blocks`` whole D blocks (``scales`` times as many, rounded up, in a drafter's
-    group of other blocks) and as many P blocks as hold them."""
+    """Logical blocks per group: SSM groups one page per block on both sides; attention groups
+    ``request_blocks`` D blocks (times ``scales``, rounded up) and the P blocks holding their tokens."""
     b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
 
     def p_count(kind: str, d_count: int) -> int:
@@ -205,26 +202,20 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             is_base = local_regions == whole and local_attn == whole_block(decode)
             local = DescriptorList(d_shape, local_regions, local_attn)
             remote = DescriptorList(p_shape, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
-            local_slots: list[list[int] | None] = []
-            remote_slots: list[list[int] | None] = []
+            slots: list[tuple[list[int] | None, list[int] | None]] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
                 if kind == PLE:     # its page, from each SSM source: in vLLM's numbering only
                     use = numbered is not None and p_rank in ssm
-                    local_slots.append(integers(db) if use else None)
-                    remote_slots.append(integers(pb) if use else None)
-                    continue
+                    slots.append((integers(db), integers(pb)) if use else (None, None))
                 # a ring group's pages are the indexer's: in vLLM's numbering only
-                if kind == SSM or how is None or (kind == RING and numbered is None):
-                    local_slots.append(None)
-                    remote_slots.append(None)
-                    continue
-                if kind == RING:    # its one block per request, whole: the first piece of each side's kernel block
-                    ls, rs = _ring_slots(db, pb, len(local_attn), len(remote_attn), d_bpl, p_bpl,
-                                         numbered.ring_tokens if numbered else 0, tokens, last_token)
+                elif kind == SSM or how is None or (kind == RING and numbered is None):
+                    slots.append((None, None))
+                elif kind == RING:    # its one block per request, whole: the first piece of each side's kernel block
+                    slots.append(_ring_slots(db, pb, len(local_attn), len(remote_attn), d_bpl, p_bpl,
+                                             numbered.ring_tokens if numbered else 0, tokens, last_token))
                 else:
-                    ls, rs = how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d)
-                local_slots.append(ls)
-                remote_slots.append(rs)
+                    slots.append(how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d))
+            local_slots, remote_slots = [pair[0] for pair in slots], [pair[1] for pair in slots]
             spt = d_shape.streams_per_tensor
             counts = tuple(tensors * local.k * len(db) if kind == SSM
                            else 0 if slots is None else len(slots) if kind == PLE
@@ -241,9 +232,8 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
 
 def _ring_slots(db: Sequence[int], pb: Sequence[int], n_local: int, n_remote: int, d_bpl: int, p_bpl: int,
                 ring: int, tokens: int, last_token: bool) -> tuple[list[int], list[int]]:
-    """A ring block's paired slots: the first piece of each side's kernel block; where vLLM pairs
-    from the last token (``_pair_blocks_by_last_token``), D's pieces of ``ring // pieces`` tokens up
-    to the request's last, each side's padding dropped, paired from the end."""
+    """A ring block's paired slots: the first piece of each side's kernel block, or, paired from the
+    last token (``_pair_blocks_by_last_token``), D's pieces up to it, paired from the end."""
     local = [b * n_local + j for b in kernel_blocks(db, d_bpl) for j in range(n_local if last_token else 1)]
     remote = [b * n_remote for b in kernel_blocks(pb, p_bpl)]
     if not last_token:
@@ -257,9 +247,8 @@ def _ring_slots(db: Sequence[int], pb: Sequence[int], n_local: int, n_remote: in
 
 @dataclass(frozen=True)
 class Numbering:
-    """vLLM's descriptor lists where its NIXL regions are not mambaxfer's KV-cache tensors
-    (GLM-5-Next: every view of its block rows a region, ``glm5next.regions``): both sides' list
-    shapes over those regions and the regions each attention-kind group's IDs cover."""
+    """vLLM's descriptor lists where its NIXL regions are not mambaxfer's KV-cache tensors: both
+    sides' list shapes over those regions and the regions each attention-kind group's IDs cover."""
 
     prefill: ListShape
     decode: ListShape
@@ -270,8 +259,7 @@ class Numbering:
 def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, decode: EngineLayout,
                semantics: str) -> Numbering | None:
     """vLLM's numbering of a pairing's regions under vLLM semantics, where a family models them
-    (GLM-5-Next, Qwen4Exp: ``regions``; D's release decides which regions a group covers: D builds
-    both lists of a pull); None elsewhere, and for a grouping given by hand."""
+    (D's release decides which regions a group covers: D builds both lists of a pull); else None."""
     if not decode.regions or semantics != VLLM or RING not in grouping.groups:
         return None
     every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
@@ -294,10 +282,8 @@ def _layout_refusal(prefill: EngineLayout, decode: EngineLayout) -> tuple[Refusa
 
 
 def _with_kv_layout(verdict: Verdict, model: ModelSpec, p_tp: int, d_tp: int, requested: str | None) -> Verdict:
-    """The verdict with what the KV-cache layout both engines run decides (``requested``: their
-    VLLM_KV_CACHE_LAYOUT, None for vLLM's pick): after the handshake's block checks, a head split in
-    a layout that keeps a block's heads apart (D is local: it pulls). A layout the model's backends
-    cannot run stops the engines at start-up, as a TP size vLLM does not start does: a user error."""
+    """The verdict with a head split in a layout that keeps a block's heads apart (``requested``:
+    VLLM_KV_CACHE_LAYOUT); a layout the model's backends cannot run stops both engines: refused."""
     said = layout_error(model, requested)
     if said is not None:
         raise Refused(f"vLLM does not start an engine of {model.name}: {said}")
@@ -305,10 +291,6 @@ def _with_kv_layout(verdict: Verdict, model: ModelSpec, p_tp: int, d_tp: int, re
     if heads is None or any(r.code == "tp-sizes" for r in verdict.refusals):    # met only past the TP sizes
         return verdict
     return replace(verdict, refusals=(*verdict.refusals, heads), suggested_layout=contiguous_layout(model))
-
-
-def _target_layers(model: ModelSpec) -> tuple[str, ...]:
-    return model.layers[:len(model.layers) - model.draft_layers]
 
 
 def _prefill_model(model: ModelSpec, prefill: ModelSpec | None) -> ModelSpec:
@@ -319,20 +301,11 @@ def _prefill_model(model: ModelSpec, prefill: ModelSpec | None) -> ModelSpec:
     same = ("variant", "params", "conv_kernel", "num_kv_heads", "head_size")
     differs = [key for key in same if getattr(prefill, key) != getattr(model, key)]
     # the target's layers: a drafter on one side only is the compatibility hash's to refuse
-    if _target_layers(prefill) != _target_layers(model):
+    if drafts.target_only(prefill).layers != drafts.target_only(model).layers:
         differs.insert(1, "layers")
     if differs:
         raise UserError(f"P's model differs from D's in {', '.join(differs)}: no transfer between them can be planned")
     return prefill
-
-
-STATE_FIELDS = (("conv_dtype", "conv dtype"), ("ssm_dtype", "SSM dtype"), ("num_spec", "speculative tokens"))
-
-
-def _state_differences(prefill: ModelSpec, decode: ModelSpec) -> list[str]:
-    """What P's SSM state differs from D's in (vLLM's handshake compares none of it)."""
-    return [f"{label} ({getattr(prefill, key)} vs {getattr(decode, key)})" for key, label in STATE_FIELDS
-            if getattr(prefill, key) != getattr(decode, key)]
 
 
 def _length_warning(prefill: EngineLayout, decode: EngineLayout, differs: list[str], releases: str) -> list[Warning_]:
@@ -346,12 +319,6 @@ def _length_warning(prefill: EngineLayout, decode: EngineLayout, differs: list[s
         f"{why}, and D reads it into a {bad[0].local_bytes}-byte slice of its own ({bad[0]}; {len(bad)} "
         f"such pairs); NIXL refuses descriptors of unequal length (makeXferReq: length mismatch), so "
         f"every transfer fails"))]
-def _ple_fix(model: ModelSpec, p_model: ModelSpec, rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]],
-             prefill: EngineLayout, decode: EngineLayout) -> str:
-    found = families.first("ple_fix", rebuild, model, prefill, decode, p_model)
-    if found is None:
-        return ""
-    return f"; --block-size {found[0]} on P and {found[1]} on D give both the same PLE page"
 
 
 def _indexer_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
@@ -376,7 +343,9 @@ def _indexer_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, 
             f"{found.key_page_bytes(decode.geometry.block_size)} bytes of each P page as its own keys: they land "
             f"wrong; set the same indexer_kv_dtype on both engines")))
     if semantics == VLLM and verdict.accepts:
-        bent = [d for d in range(decode.tp) if indexer_caches.ring_misread(model, prefill, decode, d)]
+        # vLLM's reads of a D rank's ring, where they are not the whole page of one source
+        bent = [d for d in range(decode.tp) if indexer_caches.ring_reads(model, prefill, decode, d, exact=False)
+                != indexer_caches.ring_reads(model, prefill, decode, d, exact=True)]
         if bent:
             out.append(Warning_("vllm-qsa-ring", (
                 f"{releases} reads the {found.ring_name} as head-sharded attention (its region is not "
@@ -453,27 +422,26 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
         if verdict.suggested_layout and verdict.suggested_layout != CONNECTOR_LAYOUT:
             fix += (f" ({verdict.suggested_layout}: the block-contiguous layout this model's backends allow, "
                     f"where vLLM's message names {CONNECTOR_LAYOUT})")
-        if any(r.code == "ple-geometry" for r in verdict.refusals):
-            fix += _ple_fix(model, p_model, rebuild, prefill, decode)
+        found = (families.first("ple_fix", rebuild, model, prefill, decode, p_model)
+                 if any(r.code == "ple-geometry" for r in verdict.refusals) else None)
+        fix += f"; --block-size {found[0]} on P and {found[1]} on D give both the same PLE page" if found else ""
         tail = "" if options.semantics == VLLM else "; this plan is mambaxfer's exact plan"
         warnings.append(Warning_("vllm-refuses", f"{releases} refuses P TP {p_tp} / D TP {d_tp}: "
                                  + " ".join(r.message for r in verdict.refusals).rstrip(".") + fix + tail))
-    differs = _state_differences(p_model, model)
+    # what P's SSM state differs from D's in (vLLM's handshake compares none of it)
+    differs = [f"{label} ({getattr(p_model, key)} vs {getattr(model, key)})" for key, label in (
+        ("conv_dtype", "conv dtype"), ("ssm_dtype", "SSM dtype"), ("num_spec", "speculative tokens"))
+        if getattr(p_model, key) != getattr(model, key)]
     failing = _length_warning(prefill, decode, differs, releases) if options.semantics == VLLM else []
     warnings += failing
-    if failing:
-        pass     # no READ is posted: nothing lands wrong
-    elif options.semantics == VLLM and differs:
-        warnings += _misread_warning(
-            raw, prefill.ranks, decode.ranks, "vllm-state-differs",
+    if options.semantics == VLLM and not failing:      # with failing READs none is posted: nothing lands wrong
+        code, lead = ("vllm-state-differs", (
             f"P's state differs from D's in {' and '.join(differs)}, which {releases} does not compare; D reads "
-            f"P's state with its own offsets, so these reads land wrong bytes")
-    elif options.semantics == VLLM:
-        warnings += _misread_warning(
-            raw, prefill.ranks, decode.ranks, "vllm-replicated-groups",
-            f"{releases}'s offsets assume every region is evenly sharded, but B/C groups are replicated "
-            "here, so these reads corrupt the state (use --semantics exact)")
-    elif ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
+            f"P's state with its own offsets, so these reads land wrong bytes")) if differs else (
+            "vllm-replicated-groups", f"{releases}'s offsets assume every region is evenly sharded, but B/C groups "
+            "are replicated here, so these reads corrupt the state (use --semantics exact)")
+        warnings += _misread_warning(raw, prefill.ranks, decode.ranks, code, lead)
+    elif options.semantics != VLLM and ratio is not None and not any(r.code == "layout" for r in verdict.refusals):
         warnings += _misread_warning(vllm_reads(prefill.ranks, decode.ranks), prefill.ranks, decode.ranks,
                                      "vllm-differs", f"{releases} would read wrong bytes for this pairing")
     warnings += families.first("plan_notes", model, p_model, prefill, decode, verdict, releases,

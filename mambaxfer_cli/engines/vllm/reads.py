@@ -23,30 +23,20 @@ def vllm_reads(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> t
     for d in decode:
         conv = [r for r in d.regions if r.kind == "conv"]
         ssm = next(r for r in d.regions if r.kind == "ssm")
-        if ratio > 0:
-            p, lro = prefill[d.rank // ratio], d.rank % ratio
-            segs, running = [], 0
-            for region in conv:
-                segs.append(Segment(region.name, running * ratio + lro * region.size, region.offset,
-                                    region.size))
-                running += region.size
-            segs.append(Segment(ssm.name, p.conv_bytes + lro * d.ssm_bytes, d.conv_bytes, d.ssm_bytes))
-            reads.append(Read(d.rank, p.rank, tuple(segs)))
-            continue
-        a = -ratio
+        # D reads a slice (lro) of one P rank's regions, or its own regions in ``a`` slices, one per P rank
+        a, up, lro = (1, ratio, d.rank % ratio) if ratio > 0 else (-ratio, 1, 0)
         for region in conv:
             if region.size % a:
                 raise UserError(f"vLLM cannot split region '{region.name}' ({region.size} bytes) "
                                 f"into {a} equal parts")
-        for i in range(a):
-            p = prefill[d.rank * a + i]
+        for i, p in enumerate([prefill[d.rank // ratio]] if ratio > 0 else prefill[d.rank * a:(d.rank + 1) * a]):
             segs, running = [], 0
             for region in conv:
                 part = region.size // a
-                segs.append(Segment(region.name, running // a, region.offset + i * part, part))
+                segs.append(Segment(region.name, running * up // a + lro * region.size, region.offset + i * part, part))
                 running += region.size
-            segs.append(Segment(ssm.name, p.conv_bytes, d.conv_bytes + i * (d.ssm_bytes // a),
-                                p.ssm_bytes))
+            segs.append(Segment(ssm.name, p.conv_bytes + lro * d.ssm_bytes, d.conv_bytes + i * (d.ssm_bytes // a),
+                                d.ssm_bytes if ratio > 0 else p.ssm_bytes))
             reads.append(Read(d.rank, p.rank, tuple(segs)))
     return tuple(reads)
 
@@ -67,10 +57,8 @@ class LengthMismatch:
 
 
 def vllm_length_mismatches(prefill: Sequence[RankLayout], decode: Sequence[RankLayout]) -> list[LengthMismatch]:
-    """Where vLLM's descriptor pairs differ in length, so that NIXL's ``makeXferReq`` refuses every
-    READ. With ``tp_ratio < 0`` the remote temporal descriptor is P's own size
-    (``nixl_agent_meta.ssm_sizes[1]``), the local one D's split into ``a`` slices
-    (``_build_local_splits_from_plan``); other descriptors are sized from D's layout alone."""
+    """Where vLLM's descriptor pairs differ in length, so NIXL's ``makeXferReq`` refuses every READ:
+    with ``tp_ratio < 0``, P's whole temporal descriptor against D's slice of its own."""
     ratio = tp_ratio(len(prefill), len(decode))
     if ratio is None or ratio > 0:
         return []

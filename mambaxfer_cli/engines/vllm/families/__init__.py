@@ -1,6 +1,5 @@
-"""vLLM's special treatment of some model families: one module per family, named as the core's
-(``families/``), found by name, and its parts beside it (``<name>_proof``, imported only when asked).
-Generic code asks ``first(hook, ...)`` instead of naming a family."""
+"""vLLM's special treatment of some model families: one module per family, named as the core's, and its
+parts beside it (``<name>_proof``); generic code asks ``first(hook, ...)`` instead of naming a family."""
 
 from __future__ import annotations
 

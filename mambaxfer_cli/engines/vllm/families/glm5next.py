@@ -1,6 +1,5 @@
 """GLM-5-Next in vLLM (``models/glm5next``): KDA layers beside sparse MLA layers with the kpool
-indexer's two caches, and what its NIXL connector makes of them. Each rule names the vLLM function
-it follows (docs/reference.md, "GLM-5-Next: sparse MLA and the kpool indexer")."""
+indexer's two caches (docs/reference.md, "GLM-5-Next: sparse MLA and the kpool indexer")."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from mambaxfer_cli.families import dim_key
 from mambaxfer_cli.families.glm5next import DEFAULTS, FAMILY, MODEL_TYPES, glm5next_parts
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 
-# SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("glm5_next_mtp",)}
 
 # The sparse MLA backend vLLM picks, by GPU family (SM 9.x, SM 10.x): geometry.SPARSE_MLA_BACKENDS.
@@ -77,8 +75,7 @@ def sparse_mla() -> str:
 
 def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
     """Why vLLM starts no engine of ``model`` on ``gpu``: no sparse MLA backend is valid there
-    (``CudaPlatform.get_attn_backend_cls`` raises when every backend of ``_get_backend_priorities``
-    fails ``validate_configuration``); None where one is (or the model is not GLM-5-Next)."""
+    (``get_attn_backend_cls``); None where one is (or the model is not GLM-5-Next)."""
     g = model.kpool_indexer
     if g is None:
         return None
@@ -95,30 +92,26 @@ def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
 
 
 def sparse_backend(model: ModelSpec, gpu: Gpu) -> tuple[str, int]:
-    """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens), or
-    a UserError where vLLM starts no engine there (``startup_refusal``) or mambaxfer does not model
-    the pick."""
+    """The sparse MLA backend vLLM picks on ``gpu`` and its smallest kernel block (tokens); a UserError
+    where vLLM starts no engine there or mambaxfer does not model the pick."""
     g = model.kpool_indexer
     assert g is not None
     refused = startup_refusal(model, gpu)
     if refused:
         raise Refused(f"vLLM does not start a GLM-5-Next engine on {gpu.describe()}: {refused}")
     major = gpu.capability[0]
-    if major == 9:
-        if g.kv_lora_rank != 512:
-            raise UserError(f"mambaxfer models GLM-5-Next's sparse MLA backend on SM 9.x for kv_lora_rank 512 "
-                            f"(FLASHINFER_MLA_SPARSE_SM90) only; this model has {g.kv_lora_rank}")
-        return _pick(9)
-    if major == 10:
-        return _pick(10)
+    if major == 9 and g.kv_lora_rank != 512:
+        raise UserError(f"mambaxfer models GLM-5-Next's sparse MLA backend on SM 9.x for kv_lora_rank 512 "
+                        f"(FLASHINFER_MLA_SPARSE_SM90) only; this model has {g.kv_lora_rank}")
+    if major in SPARSE_PICKS:
+        return SPARSE_PICKS[major], SPARSE_MLA_BACKENDS[SPARSE_PICKS[major]].multiple_of
     raise UserError(f"mambaxfer does not model GLM-5-Next on SM 12.x ({gpu.name}): vLLM runs "
                     f"FLASHINFER_MLA_SPARSE_SM120 there with fp8_ds_mla latent rows of 528 bytes")
 
 
 def backend_refusal(model: ModelSpec, flags: EngineFlags) -> str | None:
-    """Why vLLM starts no GLM-5-Next engine on the ``--attention-backend`` given, in its words;
-    None without the flag, where it names vLLM's pick, or where no backend runs on the GPU at all
-    (``startup_refusal`` says that first)."""
+    """Why vLLM starts no GLM-5-Next engine on the ``--attention-backend`` given, in its words; None
+    without the flag, where it names vLLM's pick, or where no backend runs on the GPU at all."""
     chosen = flags.attention_backend
     if chosen is None or model.kpool_indexer is None or startup_refusal(model, flags.gpu):
         return None
@@ -129,11 +122,6 @@ def backend_refusal(model: ModelSpec, flags: EngineFlags) -> str | None:
     return (f"\"Selected backend {chosen} is not valid for this configuration. Reason: [..., '{reason}', ...]\" "
             f"(get_attn_backend_cls); on {flags.gpu.describe()} its backend is {pick}, vLLM's pick (leave the flag "
             f"out or name it)")
-
-
-def _pick(major: int) -> tuple[str, int]:
-    name = SPARSE_PICKS[major]
-    return name, SPARSE_MLA_BACKENDS[name].multiple_of
 
 
 def attention_pick(model: ModelSpec, gpu: Gpu) -> str | None:
@@ -156,12 +144,8 @@ def served_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags | None:
 
 
 def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags | None:
-    """The engine's flags after ``Glm5NextModelConfig.verify_and_update_config``: fp8 KV on SM
-    10.x under ``--kv-cache-dtype auto``. ``--attention-backend`` may name vLLM's sparse pick for
-    the GPU; vLLM starts no GLM-5-Next engine on another it validates and refuses
-    (``get_attn_backend_cls``: a dense MLA backend, "sparse not supported"; the other family's
-    sparse backend, "compute capability not supported"). Where no sparse backend runs on the GPU,
-    that start-up refusal comes first (``startup_refusal``)."""
+    """The engine's flags after ``Glm5NextModelConfig.verify_and_update_config`` (fp8 KV on SM 10.x under
+    ``--kv-cache-dtype auto``); refused where ``--attention-backend`` is not vLLM's sparse pick."""
     if model.kpool_indexer is None:
         return None
     refused = backend_refusal(model, flags)
@@ -174,12 +158,8 @@ def engine_flags(model: ModelSpec, flags: EngineFlags) -> EngineFlags | None:
 
 
 def kernel(model: ModelSpec, flags: EngineFlags) -> Backend | None:
-    """The backend geometry derives the block from, named after the sparse MLA backend: aligned
-    from the indexer's smallest kernel block (``index_kpool · 32``: ``_align_hybrid_block_size``
-    takes the first backend found, the indexer's) and rounded to a multiple of every non-SSM
-    backend's smallest (the indexer's, the sparse backend's, the ring's 1), which a block above
-    the requested size always is. A packed block is never split into kernel blocks
-    (``prepare_kernel_block_sizes``): every block is its own kernel block."""
+    """The backend geometry derives the block from: aligned from the indexer's smallest kernel block
+    and rounded to a multiple of every non-SSM backend's; a packed block is its own kernel block."""
     g = model.kpool_indexer
     if g is None:
         return None
@@ -188,33 +168,14 @@ def kernel(model: ModelSpec, flags: EngineFlags) -> Backend | None:
     return Backend(name, multiple_of=1, first=indexer, align=math.lcm(indexer, smallest))
 
 
-# --- the indexer's caches -----------------------------------------------------------------------
-
-def ring_tokens(model: ModelSpec) -> int:
-    g = model.kpool_indexer
-    assert g is not None
-    return circular_buffer.kpool_ring_tokens(g.index_kpool, model.num_spec)
-
-
-def ring_slot_bytes(model: ModelSpec) -> int:
-    """One ring slot: two bf16 head slots of ``index_head_dim`` (the raw key, the gate score)."""
-    g = model.kpool_indexer
-    assert g is not None
-    return circular_buffer.kpool_slot_bytes(g.index_head_dim)
-
-
 def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
-    if model.kpool_indexer is None:
-        return None
-    return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", ring_tokens(model), ring_slot_bytes(model),
-                         model.kpool_indexer.index_kpool, key_bytes(model), model.mla, "glm5next-indexer", "MLA")
-
-
-def key_bytes(model: ModelSpec) -> int:
-    """One compressed key: ``index_head_dim`` fp8 bytes and a float32 scale per 128."""
     g = model.kpool_indexer
-    assert g is not None
-    return g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
+    if g is None:
+        return None
+    key = g.index_head_dim + g.index_head_dim // QUANT_BLOCK * SCALE_BYTES
+    return IndexerCaches("GLM-5-Next indexer", "kpool tail ring", circular_buffer.kpool_ring_tokens(
+        g.index_kpool, model.num_spec), circular_buffer.kpool_slot_bytes(g.index_head_dim), g.index_kpool, key,
+        model.mla, "glm5next-indexer", "MLA")
 
 
 def kv_caches(model: ModelSpec) -> dict[int, tuple[str, ...]] | None:
@@ -226,19 +187,13 @@ def kv_caches(model: ModelSpec) -> dict[int, tuple[str, ...]] | None:
 
 
 def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
-    """Every NIXL region of a GLM-5-Next engine as ``register_kv_caches`` records it, in its order.
-    Its KV caches (``get_kv_cache_config_from_groups``, BLHNC) are views of one block row,
-    allocated in this order: the KDA groups' (group g's i-th layer at slot i, a page each, so
-    ``kda_slots`` of them), the compressed keys' (from the row's start, a key page each), the
-    latent's (after the keys, a page each) and the tail ring's (from the row's start); each view's
-    block stride is the row (``registered_regions``)."""
-    g = model.kpool_indexer
-    if g is None:
+    """Every NIXL region of a GLM-5-Next engine as ``register_kv_caches`` records it: views of one block
+    row, in its order: the KDA slots', the compressed keys', the latent's (after the keys), the rings'."""
+    found = indexer_caches(model)
+    if found is None:
         return None
-    mla = model.attention_layers
-    page = geometry.page_bytes
-    keys = geometry.block_size // g.index_kpool * key_bytes(model)
-    ring = ring_tokens(model) * ring_slot_bytes(model)
+    mla, page = model.attention_layers, geometry.page_bytes
+    keys, ring = found.key_page_bytes(geometry.block_size), found.ring_page_bytes
     return registered_regions([(i * page, page, STATE) for i in range(kda_slots)]
                               + [(j * keys, keys, KEYS) for j in range(mla)]
                               + [(mla * keys + j * page, page, PAGES) for j in range(mla)]
@@ -247,14 +202,10 @@ def regions(model: ModelSpec, geometry: Geometry, kda_slots: int, keyed_by_lengt
 
 def refusals(model: ModelSpec, p_block: int, d_block: int, p_model: ModelSpec | None = None) -> tuple[Refusal, ...]:
     """vLLM's refusals of a GLM-5-Next pairing its other checks do not make: an engine whose tail
-    ring does not divide its block (P's and D's, tokens) does not start
-    (``Glm5NextTailCache.get_kv_cache_spec``)."""
-    out = []
-    for name, block, spec in (("P", p_block, p_model or model), ("D", d_block, model)):
-        said = circular_buffer.ring_refusal(block, ring_tokens(spec), "kpool tail")
-        if said:
-            out.append(Refusal("kpool-ring", f"{name}: {said}"))
-    return tuple(out)
+    ring does not divide its block does not start (``Glm5NextTailCache.get_kv_cache_spec``)."""
+    sides = zip("PD", (p_block, d_block), (indexer_caches(p_model or model), indexer_caches(model)))
+    return circular_buffer.ring_refusals("kpool-ring", "kpool tail", (
+        (name, block, found.ring_tokens if found else None) for name, block, found in sides))
 
 
 def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,

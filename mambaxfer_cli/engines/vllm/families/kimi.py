@@ -9,16 +9,14 @@ from mambaxfer_cli.families.kimi import FAMILIES, KIMI_K3_KDA
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.planning.startup import architecture_names
 
-# SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("kimi_k3_mtp",)}
 
 ARCHITECTURES = ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration", "KimiK31ForConditionalGeneration")
 
 
 def attention_refusal(model_type: str, config: Mapping[str, Any], where: str) -> None:
-    """``KimiDecoderLayer.__init__`` on an MLA layer: it asserts the MLA keys are set
-    (``KimiLinearConfig`` defaults them to None) and ``mla_use_nope`` is true (its default is
-    false); vLLM stops as it builds the model."""
+    """``KimiDecoderLayer.__init__`` on an MLA layer asserts the MLA keys are set and ``mla_use_nope``
+    is true (``KimiLinearConfig``'s defaults are None and false): vLLM stops as it builds the model."""
     if model_type not in FAMILIES[0].model_types:
         return
     for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank"):

@@ -6,7 +6,6 @@ from mambaxfer_cli.errors import Refused, UserError, quoted
 from mambaxfer_cli.limits import MAX_LAYERS
 from mambaxfer_cli.planning.model import ModelSpec
 
-# SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("nemotron_h_mtp",), "0.34": ("nemotron3_5_transcribe_mtp",)}
 
 

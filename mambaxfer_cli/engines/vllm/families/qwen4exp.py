@@ -1,6 +1,5 @@
-"""Qwen4Exp in vLLM (``models/qwen4_exp``): its PLE state and QSA indexer caches, and its NIXL
-connector's CSA-linear path. Each rule names the vLLM function it follows (docs/reference.md,
-"Qwen4Exp: the PLE state and the QSA caches")."""
+"""Qwen4Exp in vLLM (``models/qwen4_exp``): its PLE state, QSA indexer caches and the NIXL connector's
+CSA-linear path (docs/reference.md, "Qwen4Exp: the PLE state and the QSA caches")."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ from mambaxfer_cli.planning.dtypes import dtype_bytes
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.readers.model_config import DtypeFacts
 
-# SpeculativeConfig: its MTP method names (aliases of "mtp"), by the release that added them.
 MTP_METHODS = {"0.33": ("qwen4_exp_mtp",)}
 MAMBA_SSM_DTYPE_READERS = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")
 
@@ -96,16 +94,13 @@ def qsa_backend_class() -> tuple[str, tuple[str, ...]]:
 
 
 def regions(model: ModelSpec, geometry: Geometry, ssm_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
-    """Every NIXL region of a Qwen4Exp engine with QSA as ``register_kv_caches`` records it: views of
-    one block row (``get_kv_cache_config_from_groups``, block-outermost), in its order: the SSM
-    groups' (slot i a page each; the PLE page at slot 0), the rings' and the compressed keys' (each
-    from the row's start), the attention pages (after the keys)."""
-    q = model.ple_qsa
-    if q is None or not q.has_qsa:
+    """Every NIXL region of a Qwen4Exp engine with QSA as ``register_kv_caches`` records it: views of one
+    block row, in its order: the SSM slots' (and the PLE page), the rings', the keys', the attention's."""
+    found, q = indexer_caches(model), model.ple_qsa
+    if found is None or q is None:
         return None
     page, layers = geometry.page_bytes, model.attention_layers
-    keys = geometry.block_size // (q.compress_ratio or 1) * compressed_key_bytes(model)
-    ring = (ring_tokens(model) or 0) * ring_slot_bytes(model)
+    keys, ring = found.key_page_bytes(geometry.block_size), found.ring_page_bytes
     return registered_regions([(i * page, page, STATE) for i in range(ssm_slots)]
                               + [(0, page, STATE)] * bool(q.ple_layers)
                               + [(j * ring, ring, RING) for j in range(layers)]
@@ -114,17 +109,15 @@ def regions(model: ModelSpec, geometry: Geometry, ssm_slots: int, keyed_by_lengt
 
 
 def ple_state_bytes(model: ModelSpec) -> int:
-    """One PLE layer's state on any rank (``tp_world_size=1``): channels × (state_len + num_spec)
-    in the conv dtype (``short_conv_state_dtype``: the mamba cache dtype, else the model's). 0
-    without PLE layers."""
+    """One PLE layer's state on any rank (``tp_world_size=1``): channels × (state_len + num_spec) in
+    the conv dtype (``short_conv_state_dtype``); 0 without PLE layers."""
     q = model.ple_qsa
     return q.ple_state_bytes(model.num_spec, dtype_bytes(model.conv_dtype)) if q is not None else 0
 
 
 def ple_page_bytes(model: ModelSpec, side: EngineLayout) -> int:
-    """The PLE page as the connector registers it (``_ple_block_len``): the spec's page, padded to
-    the attention page when vLLM pads mamba pages (``mamba_page_size_padded``, set unless the
-    attention page equals the mamba page already)."""
+    """The PLE page as the connector registers it (``_ple_block_len``): the spec's page, padded to the
+    attention page where vLLM pads mamba pages (``mamba_page_size_padded``)."""
     own = ple_state_bytes(model)
     g = side.geometry
     if g.attention_bytes_per_token is None or g.page_bytes <= g.state_bytes:
@@ -142,39 +135,34 @@ def ring_tokens(model: ModelSpec) -> int | None:
 
 def refusals(model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
              p_model: ModelSpec | None = None, push: bool = False) -> tuple[Refusal, ...]:
-    """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (the
-    local engine is D when it pulls, P when P pushes); ``p_model``: P's model where its num_spec or
-    dtypes differ from D's."""
+    """vLLM's refusals of a Qwen4Exp pairing that its other checks do not make, in its order (the local
+    engine is D when it pulls, P when P pushes)."""
     q = model.ple_qsa
     if q is None:
         return ()
-    out: list[Refusal] = []
     if q.ple_layers and not q.has_qsa:
         # register_kv_caches: a tp_replicated MambaSpec outside a CSA-linear worker.
-        out.append(Refusal("ple-without-qsa", (
+        return (Refusal("ple-without-qsa", (
             "the NIXL connector registers a TP-replicated PLE state only beside a CircularBufferSpec "
             "(QSA) group; without indexer_n_heads the decode worker stops at start-up"),
-            raised="AssertionError in register_kv_caches (assert self._is_csa_linear)"))
-        return tuple(out)
-    for name, side, spec in (("P", prefill, p_model or model), ("D", decode, model)):
-        ring = ring_tokens(spec)
-        said = circular_buffer.ring_refusal(side.geometry.block_size, ring, "QSA raw-key") if ring else None
-        if said:     # QSARawKeyCache.get_kv_cache_spec: the engine does not start
-            out.append(Refusal("qsa-ring", f"{name}: {said}"))
-    if out:
-        return tuple(out)
+            raised="AssertionError in register_kv_caches (assert self._is_csa_linear)"),)
+    # QSARawKeyCache.get_kv_cache_spec: the engine does not start
+    rings = circular_buffer.ring_refusals("qsa-ring", "QSA raw-key", (
+        (name, side.geometry.block_size, ring_tokens(spec))
+        for name, side, spec in (("P", prefill, p_model or model), ("D", decode, model))))
+    if rings:
+        return rings
     local, remote = (prefill, decode) if push else (decode, prefill)
     said = circular_buffer.csa_linear_refusal(model.num_kv_heads or 0, local.tp, remote.tp) if q.has_qsa else None
     if said:
-        out.append(Refusal("csa-linear-tp", said))
-        return tuple(out)       # _nixl_handshake raises before any metadata is read
+        return (Refusal("csa-linear-tp", said),)       # _nixl_handshake raises before any metadata is read
     if q.ple_layers:
         pages = {"D": ple_page_bytes(model, decode), "P": ple_page_bytes(p_model or model, prefill)}
         here, there = (pages["P"], pages["D"]) if push else (pages["D"], pages["P"])
         if here != there:
-            out.append(Refusal("ple-geometry", (
-                f"PLE pages require identical P/D geometry: local={here}, remote={there}.")))
-    return tuple(out)
+            return (Refusal("ple-geometry", f"PLE pages require identical P/D geometry: local={here}, "
+                                            f"remote={there}."),)
+    return ()
 
 
 def side_cache(model: ModelSpec, side: EngineLayout) -> str | None:
@@ -187,9 +175,8 @@ def side_cache(model: ModelSpec, side: EngineLayout) -> str | None:
 
 
 def ple_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> list[int]:
-    """The P ranks D rank ``d_rank`` reads the whole PLE page from (``compute_tp_mapping``'s SSM
-    source ranks: every P rank of its share when P has more ranks, else the one attention rank);
-    the page is replicated, so each of them sends the same bytes."""
+    """The P ranks D rank ``d_rank`` reads the whole, replicated PLE page from (``compute_tp_mapping``'s
+    SSM sources: every P rank of its share when P has more ranks, else one)."""
     if prefill.tp > decode.tp:
         share = prefill.tp // decode.tp
         return list(range(d_rank * share, (d_rank + 1) * share))
@@ -199,9 +186,8 @@ def ple_sources(prefill: EngineLayout, decode: EngineLayout, d_rank: int) -> lis
 def ple_fix(rebuild: Callable[[int, int], tuple[EngineLayout, EngineLayout]], model: ModelSpec,
             prefill: EngineLayout, decode: EngineLayout, p_model: ModelSpec | None = None,
             limit: int = 64) -> tuple[int, int] | None:
-    """The smallest ``--block-size`` pair (P's, D's) at which vLLM builds both engines with the
-    same PLE page and refuses nothing else of Qwen4Exp's: the attention pages must be equal, so
-    the blocks are inverse to each side's attention bytes per token."""
+    """The smallest ``--block-size`` pair (P's, D's) at which both engines have the same PLE page
+    and vLLM refuses nothing else of Qwen4Exp's (blocks inverse to each side's attention bytes per token)."""
     if model.ple_qsa is None:
         return None
     a_p, a_d = prefill.geometry.attention_bytes_per_token, decode.geometry.attention_bytes_per_token
@@ -246,41 +232,25 @@ def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, dec
     return replace(verdict, refusals=first + verdict.refusals + last, suggested_block_size=suggested)
 
 
-# --- the QSA caches as the connector moves them --------------------------------------------------
-
 # QSARawKeyCache: with M-RoPE each token's three int64 positions follow its key, 4 bf16 slots each,
 # after the key rounded up to 4 slots.
 _POSITION_SLOTS, _ROPE_AXES = 4, 3
 
 
-def ring_slot_bytes(model: ModelSpec) -> int:
-    """One token slot of the raw-key ring: the key (``indexer_head_dim``) in bfloat16, and with
-    M-RoPE (``model_config.uses_mrope``) its positions (``QSARawKeyCache.__init__``)."""
-    q = model.ple_qsa
-    assert q is not None and q.indexer_head_dim is not None
-    slots = q.indexer_head_dim
-    if q.rope_positions:
-        slots = -(-slots // _POSITION_SLOTS) * _POSITION_SLOTS + _ROPE_AXES * _POSITION_SLOTS
-    return slots * dtype_bytes("bfloat16")
-
-
 def indexer_caches(model: ModelSpec) -> IndexerCaches | None:
+    """The raw-key ring's slot (the key in bfloat16, and with M-RoPE its positions:
+    ``QSARawKeyCache.__init__``) and a compressed key in the indexer's dtype (``QSAIndexer.__init__``)."""
     q = model.ple_qsa
     if q is None or not q.has_qsa:
         return None
     ring = ring_tokens(model)
-    assert q.compress_ratio is not None and ring is not None
-    return IndexerCaches("QSA", "QSA raw-key ring", ring, ring_slot_bytes(model), q.compress_ratio,
-                         compressed_key_bytes(model), model.mla, "qwen4exp-qsa", "indexed-attention")
-
-
-def compressed_key_bytes(model: ModelSpec) -> int:
-    """One compressed key: ``indexer_head_dim`` in the indexer's dtype (``QSAIndexer.__init__``:
-    bfloat16, or plain float8_e4m3fn without scales where ``--attention-config`` sets
-    ``indexer_kv_dtype`` fp8)."""
-    q = model.ple_qsa
-    assert q is not None and q.indexer_head_dim is not None
-    return q.indexer_head_dim * dtype_bytes("float8_e4m3fn" if q.indexer_kv_dtype == "fp8" else "bfloat16")
+    assert q.compress_ratio is not None and ring is not None and q.indexer_head_dim is not None
+    slots = q.indexer_head_dim
+    if q.rope_positions:
+        slots = -(-slots // _POSITION_SLOTS) * _POSITION_SLOTS + _ROPE_AXES * _POSITION_SLOTS
+    key = q.indexer_head_dim * dtype_bytes("float8_e4m3fn" if q.indexer_kv_dtype == "fp8" else "bfloat16")
+    return IndexerCaches("QSA", "QSA raw-key ring", ring, slots * dtype_bytes("bfloat16"), q.compress_ratio,
+                         key, model.mla, "qwen4exp-qsa", "indexed-attention")
 
 
 def plan_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, decode: EngineLayout,
@@ -309,9 +279,8 @@ def plan_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, deco
 
 
 def qsa_classes() -> tuple[tuple[tuple[str, str, str, str], ...], tuple[str, str]]:
-    """The classes the conformance probe asks for: by release, QSA's backend (it declares the
-    layouts an engine may run), raw-key ring and compressed-key caches; and the model class that
-    sizes the PLE state."""
+    """The classes the conformance probe asks for: by release, QSA's backend, ring and key caches; and
+    the model class that sizes the PLE state."""
     return ((("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend", "QSARawKeyCache",
               "QSACompressedKeyCache"),
              ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend", "QSAKeyStateCache",

@@ -1,6 +1,5 @@
-"""Qwen4Exp's PLE pages proved byte by byte: P's pages filled with the pattern, D's poisoned, the
-reads performed as vLLM's connector posts them (``ple-geometry``: none) and every byte of D's PLE
-state compared (docs/reference.md, 6d)."""
+"""Qwen4Exp's PLE pages proved byte by byte: P's filled with the pattern, D's poisoned, the reads
+performed as vLLM's connector posts them and every byte of D's PLE state compared (docs/reference.md, 6d)."""
 
 from __future__ import annotations
 

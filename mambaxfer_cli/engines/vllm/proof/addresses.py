@@ -1,12 +1,5 @@
-"""Where a prepared list's descriptors point, vectorised with numpy: what each descriptor ID stands
-for, its bytes in vLLM's memory, and the whole list as the rows NIXL takes (docs/reference.md §4).
-``check``, ``execute``, ``bench`` and ``inspect`` use it; ``plan`` never imports it (nor numpy).
-
-Memory is vLLM's: one registered region per KV-cache tensor of ``L`` pages; an SSM layer's
-logical block ``b`` is the page at ``b·page``, an attention layer's kernel block ``k`` the
-``page/blocks_per_logical`` bytes at ``k·page/blocks_per_logical`` (split in ``F/R`` equal parts
-when K and V are separate streams).
-"""
+"""Where a prepared list's descriptors point in vLLM's memory, vectorised with numpy, and the whole
+list as the rows NIXL takes (docs/reference.md §4); ``plan`` never imports it (nor numpy)."""
 
 from __future__ import annotations
 
@@ -98,9 +91,8 @@ def address_table(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, 
 
 
 def strided(dlist: DescriptorList, bases: Sequence[int], page_bytes: int, dev_id: int = 0) -> np.ndarray | None:
-    """The list in NIXL 1.5's ``(rows, 5)`` form: ``_row_sets``' rows that stand for any block,
-    numbered as ``address_table`` numbers them. None where the form does not fit (several pieces per
-    kernel block, whose IDs run piece-minor)."""
+    """The list in NIXL 1.5's ``(rows, 5)`` form, numbered as ``address_table`` numbers it; None where
+    it does not fit (several pieces per kernel block, whose IDs run piece-minor)."""
     if dlist.pieces != 1:
         return None
     attn, ssm = _row_sets(dlist, bases, page_bytes, dev_id)

@@ -14,13 +14,10 @@ from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.limits import MAX_SIMULATION_BYTES, MAX_TP, within
 from mambaxfer_cli.planning.model import ModelSpec
 from mambaxfer_cli.engines.vllm.engine import Engines
-from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.handshake import fix_words
-from mambaxfer_cli.proof import CHECK_NUM_BLOCKS
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.planning.reads import Read, misreads, tp_ratio
 from mambaxfer_cli.engines.vllm.reads import EXACT, VLLM
-from mambaxfer_cli.engines.vllm.release import Release
 from mambaxfer_cli.engines.vllm.startup import rank_layouts, refused_when
 from mambaxfer_cli.engines.vllm.proof.pages import request_pages
 from mambaxfer_cli.engines.vllm.proof.simulate import Patterns, Simulation, simulate
@@ -268,14 +265,6 @@ class CheckReport:
                 "results": [r.to_dict() for r in self.results]}
 
 
-def check_options(release: Release | None = None, **overrides: Any) -> PlanOptions:
-    """PlanOptions with check's engine sizes (used by tests and the API), for ``release`` (default:
-    EngineFlags')."""
-    base = EngineFlags() if release is None else EngineFlags(release=release)
-    prefill, decode = (replace(base, num_blocks=CHECK_NUM_BLOCKS[side]) for side in ("prefill", "decode"))
-    return replace(PlanOptions(prefill=prefill, decode=decode), **overrides)
-
-
 def _segment_misreads(plan: Plan) -> tuple[str, ...]:
     """What the plan's segments land in the wrong place, skipping segments that leave the page
     (those are already problems of their own)."""
@@ -293,10 +282,8 @@ def _segment_misreads(plan: Plan) -> tuple[str, ...]:
 
 
 def check_memory(plan: Plan, pairing: str) -> None:
-    """Refuse what simulating the plan would hold at once, about: every request page of one D rank,
-    the P pages they are read from, and the pattern bytes they are compared with. Estimated vs peak
-    RSS measured, 1:2 pairings: Mamba-Codestral with 1, 8 and 20 request blocks 0.41, 3.3 and 8.3 GB
-    vs 0.40, 2.8 and 6.8 GB; Nemotron-H-8B with 8: 2.9 vs 2.4 GB; Qwen3-Next with 8: 1.4 vs 1.2 GB."""
+    """Refuse a simulation that would hold too much at once: one D rank's request pages, their P
+    pages and pattern bytes (at or up to a fifth above the peak RSS measured)."""
     p_page, d_page = plan.page_bytes
     need = 2 * len(request_pages(plan, 0)) * (d_page + plan.prefill.tp * p_page)
     if need > MAX_SIMULATION_BYTES:
@@ -358,9 +345,8 @@ def _job(model: ModelSpec, pairing: Pairing, options: PlanOptions, semantics: st
 
 def _prove(planned: Plan | PairingResult, theirs: Plan | None, semantics: str, patterns: Patterns,
            coalesce: bool) -> PairingResult:
-    """BOTH: mambaxfer's exact plan and vLLM's own reads (``theirs``: None when vLLM cannot even plan
-    them) proved; the deployment passes only when the exact plan is right and vLLM accepts the
-    pairing and moves the right bytes."""
+    """BOTH: mambaxfer's exact plan and vLLM's own reads (``theirs``: None where vLLM cannot plan
+    them) proved; it passes where both are right and vLLM accepts the pairing."""
     if isinstance(planned, PairingResult):
         return planned
     if semantics != BOTH:
@@ -391,9 +377,8 @@ def run_check(targets: Sequence[Target], options: PlanOptions,
               on_start: Callable[[int], None] | None = None,
               on_result: Callable[[PairingResult], None] | None = None,
               semantics: str | None = None) -> CheckReport:
-    """Prove every pairing of every target (``semantics``: BOTH, EXACT or VLLM; default the
-    options'). Every plan is built first, so a user error shows up before any long simulation; the
-    callbacks drive a progress display."""
+    """Prove every pairing of every target, every plan built first so that a user error shows up
+    before any long simulation; the callbacks drive a progress display."""
     semantics = semantics or options.semantics
     if semantics not in CHECK_SEMANTICS:
         raise UserError(f"unknown semantics '{semantics}'; choose one of: {', '.join(CHECK_SEMANTICS)}")

@@ -1,9 +1,5 @@
-"""A sparse-attention indexer's caches proved byte by byte (Qwen4Exp's QSA ring and compressed
-keys, GLM-5-Next's kpool tail ring and compressed keys: ``engines/vllm/indexer_caches.py``): P's
-block row filled with the pattern, each of D's pages poisoned, the reads performed as vLLM's
-connector posts them (or mambaxfer's exact plan: the whole page from the first source), and every
-byte of D's pages compared with P's.
-"""
+"""A sparse-attention indexer's ring and compressed keys proved byte by byte: P's block row filled with
+the pattern, D's pages poisoned, the reads performed and every byte of D's pages compared with P's."""
 
 from __future__ import annotations
 
@@ -58,17 +54,18 @@ def block_pair(plan: Plan) -> tuple[int, int]:
 
 
 def holds(offset: int, rows: int, eb: int, channels: int) -> str:
+    """What a PLE page of ``channels`` × ``rows`` elements of ``eb`` bytes holds at byte ``offset``."""
     unit = rows * eb
     if offset >= channels * unit:
         return "pad byte"
     c, k = divmod(offset, unit)
     return f"ple channel {c} row {k // eb} byte {k % eb}"
 
+
 @dataclass(frozen=True)
 class _Cache:
-    """One indexer cache as the proof sees it: a page per indexed-attention layer and block, all
-    the layers' pages side by side in P's block row (vLLM's block-outermost packing), so a read
-    past a page lands in the next layer's page, and past the last one in the rest of the row."""
+    """One indexer cache as the proof sees it: every layer's page side by side in P's block row, so a
+    read past a page lands in the next layer's page, and past the last one in the rest of the row."""
 
     space: str
     unit: str               # what one unit of the page is: a ring slot, a compressed key
@@ -79,7 +76,10 @@ class _Cache:
 
     def p_row(self, layers: tuple[int, ...], p_block: int) -> np.ndarray:
         """P's row of the block: every layer's page, then as many pad bytes as reads may run past."""
-        pages = [_pattern_page(self.space, layer, p_block, self.p_page, self.unit_bytes) for layer in layers]
+        units = self.p_page // self.unit_bytes
+        gap = np.full(self.p_page - units * self.unit_bytes, POISON, dtype=np.uint8)     # past the last whole unit
+        pages = [np.concatenate([unit_bytes_pattern(layer, p_block, self.space, 0, units, self.unit_bytes).reshape(-1),
+                                 gap]) for layer in layers]
         tail = unit_bytes_pattern(0, p_block, "pad", 0, 1, self.d_page * 4).reshape(-1)
         return np.concatenate(pages + [tail])
 
@@ -92,14 +92,6 @@ class _Cache:
         if unit * self.unit_bytes + self.unit_bytes > self.p_page:
             return layers[index], "pad byte"
         return layers[index], f"{self.space} {self.unit} {unit} byte {byte}"
-
-
-def _pattern_page(space: str, layer: int, block: int, page: int, unit_bytes: int) -> np.ndarray:
-    units = page // unit_bytes
-    out = unit_bytes_pattern(layer, block, space, 0, units, unit_bytes).reshape(-1)
-    if out.size < page:
-        out = np.concatenate([out, np.full(page - out.size, POISON, dtype=np.uint8)])
-    return out
 
 
 def _caches(plan: Plan, p_model: ModelSpec) -> tuple[_Cache, ...]:
@@ -140,10 +132,8 @@ def unproved(plan: Plan) -> str | None:
 
 
 def cache_pairs(plan: Plan, space: str) -> tuple[tuple[int, int], ...]:
-    """The request's block pairs (P's, D's) of an indexer cache, in the order D holds them: the
-    compressed keys' are the attention blocks; the ring's one block per request is its ring
-    group's (GLM-5-Next's tail rings), or labelled with the first attention block where the
-    ring is no group of the request's (Qwen4Exp's QSA ring)."""
+    """The request's block pairs (P's, D's) of an indexer cache: the attention blocks for the keys; the
+    ring group's for a ring, or the first attention block's where the ring is no group of the request's."""
     request = plan.descriptors.request
     found: dict[str, tuple[tuple[int, int], ...]] = {}
     for kind, p, d in zip(plan.grouping.groups, request.prefill_blocks, request.decode_blocks):
@@ -186,10 +176,8 @@ def _wrong_byte(cache: _Cache, layers: tuple[int, ...], d: int, index: int, pair
 
 
 def prove(plan: Plan, p_model: ModelSpec | None = None) -> PagesProof | None:
-    """The indexer pages of one request, for every indexed-attention layer and D rank: the
-    ring (one block per request: labelled with the request's first attention block pair)
-    and the compressed keys of every attention block; None where vLLM moves none or mambaxfer
-    does not prove them (``unproved``)."""
+    """The indexer pages of one request, for every indexed-attention layer and D rank; None where
+    vLLM moves none or mambaxfer does not prove them (``unproved``)."""
     if unproved(plan) is not None:
         return None
     model = plan.model

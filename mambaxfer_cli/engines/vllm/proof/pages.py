@@ -1,13 +1,5 @@
-"""What every page of a rank's KV-cache tensors holds, as check and execute fill and verify them.
-
-A logical page of one tensor is either an SSM layer's state ``[conv | temporal | padding]`` or an
-attention layer's ``blocks_per_logical`` kernel blocks, as the request hands the block to an SSM
-group or an attention group (P pages outside the request hold SSM state). An attention kernel
-block holds, per stream, the rank's heads one after the other, each its tokens (K and V of one
-token together, ``2·head_size·dtype`` bytes); token ``t`` of head ``h`` in P kernel block ``k`` is
-pattern unit ``h·kernel_P + t`` of block ``k``, so D can expect each token wherever its own
-blocks put it.
-"""
+"""What every page of a rank's KV-cache tensors holds, as check and execute fill and verify them: SSM
+state, or attention kernel blocks whose token ``t`` of head ``h`` is P's pattern unit ``h·kernel_P + t``."""
 
 from __future__ import annotations
 
@@ -34,10 +26,8 @@ def ssm_shape(model: ModelSpec, layout: RankLayout, page: int) -> PageShape:
 
 
 def token_offset(heads: int, kernel: int, sub_blocks: int, head: int, token: int) -> int:
-    """Where token ``token`` of the rank's ``head``-th head sits in a kernel block of ``kernel``
-    tokens, in tokens: ``[heads][kernel]`` (D's layout), or, as received in ``sub_blocks`` pieces
-    of ``kernel / sub_blocks`` tokens each, ``[sub_blocks][heads][kernel / sub_blocks]``, the layout
-    ``kv_postprocess_blksize_on_receive`` turns into D's."""
+    """Where a head's token sits in a kernel block, in tokens: ``[heads][kernel]``, or as received in
+    ``sub_blocks`` pieces ``[sub_blocks][heads][kernel / sub_blocks]`` (before vLLM rearranges them)."""
     piece = kernel // sub_blocks
     sub, at = divmod(token, piece)
     return sub * heads * piece + head * piece + at
@@ -45,9 +35,8 @@ def token_offset(heads: int, kernel: int, sub_blocks: int, head: int, token: int
 
 def attention_shape(model: ModelSpec, side: EngineLayout, rank: int, tensor: int, p_kernel: int,
                     kernels: Sequence[Sequence[Run]], sub_blocks: int = 1) -> PageShape:
-    """A page of ``len(kernels)`` kernel blocks; ``kernels[j]`` are the token runs kernel block ``j``
-    holds, the same for every head and stream. ``p_kernel``: P's kernel tokens (the pattern's);
-    ``sub_blocks``: the page as vLLM receives it, before its post-receive rearrangement."""
+    """A page of kernel blocks, ``kernels[j]`` the token runs block ``j`` holds for every head and stream
+    (``p_kernel``: P's kernel tokens; ``sub_blocks``: as vLLM receives it, before rearranging it)."""
     spt = side.lists.streams_per_tensor
     unit = side.head_token_bytes // spt
     heads = side.heads(rank)
@@ -101,9 +90,8 @@ class ExpectedPage:
 
 
 def request_pages(plan: Plan, d_rank: int) -> list[ExpectedPage]:
-    """Every D page of the request in request order: groups, then tensor (those the release's
-    descriptor IDs cover), then block. Under vLLM semantics an attention page is what D holds when
-    the reads complete: with ``plan.received_sub_blocks`` > 1, before vLLM rearranges it."""
+    """Every D page of the request in request order (groups, tensors, blocks), an attention page as D
+    holds it when the reads complete (before vLLM rearranges received sub-blocks)."""
     desc, decode, prefill = plan.moved_descriptors, plan.decode, plan.prefill
     model = plan.model
     out = []

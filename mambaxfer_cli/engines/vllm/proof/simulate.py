@@ -19,33 +19,24 @@ from mambaxfer_cli.engines.vllm.plan import Plan
 REGION_WORDS = {"ssm": "temporal bytes", "padding": "page padding", "beyond": "bytes beyond the page"}
 
 
-# --- what a page holds ------------------------------------------------------------------------
-
-
 class Patterns:
     """The pattern's bytes (proof/pattern.py) of whole regions, generated once per (layer, block,
     region) and sliced for each rank, so every TP size of one model shares the work."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[int, int, str, int, int], np.ndarray] = {}
+        self._whole = functools.cache(lambda layer, block, region, units, unit_bytes: np.ascontiguousarray(
+            unit_bytes_pattern(layer, block, region, 0, units, unit_bytes)))
 
     def rows(self, layer: int, block: int, part: Part) -> np.ndarray:
         """``(units, unit_bytes)``: the bytes of the part's units, as ``pattern.part_bytes`` gives
         them for the part's pattern key (``layer``, ``block``)."""
-        key = (layer, block, part.region, part.unit_bytes, part.total_units)
-        whole = self._rows.get(key)
-        if whole is None:
-            whole = np.ascontiguousarray(unit_bytes_pattern(
-                layer, block, part.region, 0, part.total_units, part.unit_bytes))
-            self._rows[key] = whole
+        whole: np.ndarray = self._whole(layer, block, part.region, part.total_units, part.unit_bytes)
         return whole[part.first_unit:part.first_unit + part.units]
 
     def page(self, shape: PageShape, layer: int, block: int) -> np.ndarray:
         """A whole page as ``pattern.page`` makes it, from the cached regions."""
         return page(shape, layer, block, rows=self.rows)
 
-
-# --- results ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Problem:
@@ -80,14 +71,14 @@ class ByteSource:
         return dict(vars(self))
 
 
+# Where a page is, by space: PLE pages one per PLE layer (decoder layer, 0-based), an indexer's one per
+# indexed-attention layer.
+PLACES = {"attention": "tensor {} attention block {}", "ple": "PLE layer {} block {}",
+          "ring": "indexer ring layer {} block {}", "ckey": "indexer compressed keys layer {} block {}"}
+
+
 def _place(space: str, tensor: int, block: int) -> str:
-    if space == "attention":
-        return f"tensor {tensor} attention block {block}"
-    if space == "ple":      # Qwen4Exp's PLE pages, one per PLE layer (decoder layer, 0-based)
-        return f"PLE layer {tensor} block {block}"
-    if space in ("ring", "ckey"):   # an indexer's pages (Qwen4Exp, GLM-5-Next), one per indexed-attention layer
-        return f"indexer {'ring' if space == 'ring' else 'compressed keys'} layer {tensor} block {block}"
-    return f"tensor {tensor} SSM block {block}"
+    return PLACES.get(space, "tensor {} SSM block {}").format(tensor, block)
 
 
 @dataclass(frozen=True)
@@ -178,8 +169,6 @@ class Simulation:
         return self.damage[0].first if self.damage else None
 
 
-# --- checks on the lists and IDs ---------------------------------------------------------------
-
 def _describe_id(dlist: DescriptorList, desc_id: int) -> str:
     info = {k: int(v[0]) for k, v in resolve(dlist, np.array([desc_id])).items()}
     if info["attention"]:
@@ -254,8 +243,6 @@ def reads_vs_descriptors(plan: Plan) -> list[Problem]:
                                f"read carries them", *key))
     return out
 
-
-# --- the transfer ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class _Memory:
@@ -333,11 +320,8 @@ class _Sources:
 
 def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray,
               fences: dict[int, tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per page, the intervals written a given number of times (vectorised sweep over events).
-
-    ``fences`` adds zero-weight events (page start, state end, page end) so unwritten stretches of
-    expected pages show up with count 0. Returns (key, start, end, count) rows of non-empty intervals.
-    """
+    """Per page, the (key, start, end, count) intervals written ``count`` times; ``fences`` (page start,
+    state end, page end) make unwritten stretches of expected pages show up with count 0."""
     fence_keys = [k for k, marks in fences.items() for _ in marks]
     fence_pos = [m for marks in fences.values() for m in marks]
     key = np.concatenate([keys, keys, np.array(fence_keys, dtype=np.int64)])
@@ -352,15 +336,17 @@ def _coverage(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     return key[:-1][keep], pos[:-1][keep], pos[1:][keep], count[:-1][keep]
 
 
-def _find_source(chunks: np.ndarray, page_index: np.ndarray, key: int,
-                 offset: int) -> tuple[int, int, int, int] | None:
-    """The last chunk that wrote ``offset`` of page ``key``, and where in P that byte came from."""
+def _find_source(chunks: np.ndarray, page_index: np.ndarray, key: int, offset: int,
+                 sources: _Sources) -> ByteSource | None:
+    """Where in P the last chunk that wrote ``offset`` of page ``key`` copied that byte from."""
     hit = np.flatnonzero((page_index == key) & (chunks[:, _DO] <= offset)
                          & (offset < chunks[:, _DO] + chunks[:, _N]))
     if not hit.size:
         return None
-    row = chunks[hit[-1]]
-    return int(row[_PR]), int(row[_ST]), int(row[_SB]), int(row[_SO] + offset - row[_DO])
+    p_rank, tensor, block, at = (int(v) for v in chunks[hit[-1]][[_PR, _ST, _SB, _SO]])
+    at += offset - int(chunks[hit[-1]][_DO])
+    kind = "attention" if sources.kinds.get(block) else "ssm"
+    return ByteSource(p_rank, kind, tensor, block, at, sources.shape(p_rank, tensor, block).describe(at))
 
 
 def simulate(plan: Plan, patterns: Patterns | None = None) -> Simulation:
@@ -435,10 +421,9 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
         problems.append(Problem("outside-request",
                                 f"D{d_rank}: {stray} bytes written outside the request's blocks, first into "
                                 f"tensor {tensor} block {block}", d_rank))
-    if never or twice or padding:
-        parts = [f"{never} bytes never written"] if never else []
-        parts += [f"{twice} bytes written more than once"] if twice else []
-        parts += [f"{padding} bytes written into page padding"] if padding else []
+    parts = [f"{n} bytes {what}" for n, what in ((never, "never written"), (twice, "written more than once"),
+                                                 (padding, "written into page padding")) if n]
+    if parts:
         problems.append(Problem("write-count", f"D{d_rank}: " + ", ".join(parts), d_rank))
 
     found: dict[tuple[str, str], list[Any]] = {}     # (space, region) -> [wrong bytes, pages, first]
@@ -465,16 +450,10 @@ def _verify_rank(d_rank: int, chunks: np.ndarray, expected: Sequence[ExpectedPag
             if entry[2] is None:
                 offset = part.offset + int(np.argmax(wrong))
                 writes = next((n for a, b, n in cover if a <= offset < b), 1)
-                origin = _find_source(chunks, page_index, k, offset)
-                source = None
-                if origin is not None:
-                    p_rank, s_tensor, s_block, s_offset = origin
-                    holds = sources.shape(p_rank, s_tensor, s_block).describe(s_offset)
-                    kind = "attention" if sources.kinds.get(s_block) else "ssm"
-                    source = ByteSource(p_rank, kind, s_tensor, s_block, s_offset, holds)
+                source = _find_source(chunks, page_index, k, offset, sources)
                 entry[2] = WrongByte(d_rank, e.kind, e.tensor, e.block, e.p_block, offset,
                                      shape.describe(offset), int(want[offset - part.offset]),
-                                     int(got[offset - part.offset]), writes if origin else 0, source)
+                                     int(got[offset - part.offset]), writes if source else 0, source)
     damage = [Damage(d_rank, space, region, count, n_pages, first)
               for (space, region), (count, n_pages, first) in found.items()]
     return damage, verified
