@@ -47,15 +47,8 @@ class ServingEngine(Protocol):
     """What the commands ask of a serving engine: each command's whole option groups in, the
     report ``finish`` says out."""
 
-    @property
-    def name(self) -> str:
-        """What ``--engine`` takes: ``vllm``."""
-        ...
-
-    @property
-    def title(self) -> str:
-        """How answers name it: ``vLLM``."""
-        ...
+    name: str                   # what ``--engine`` takes: ``vllm``
+    title: str                  # how answers name it: ``vLLM``
 
     @property
     def unanswered(self) -> str | None:

@@ -305,14 +305,8 @@ def _one_edit(a: str, b: str) -> bool:
     return a[i + 1:] == b[i + 1:] or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1])
 
 
-def did_you_mean(name: str, spellings: Iterable[str]) -> str:
-    """"did you mean --x?" where ``meant`` finds the option a person meant; empty otherwise."""
-    found = meant(name, spellings)
-    return f"did you mean {found}?" if found else ""
-
-
 def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
-    """What a server's argparse parser says of options it does not know, with a suggestion."""
+    """What a server's argparse parser says of options it does not know, with the one ``meant``."""
     flags = list(flags)
-    hint = did_you_mean(flags[0], spellings) if flags else ""
-    return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")
+    hint = meant(flags[0], spellings) if flags else None
+    return f"unrecognized arguments: {' '.join(flags)}" + (f" (did you mean {hint}?)" if hint else "")
