@@ -124,10 +124,7 @@ SIGNATURE_KEYS: tuple[tuple[Variant, tuple[str, ...]], ...] = tuple(
 
 
 def family_for(model_type: str) -> Family | None:
-    for family in FAMILIES:
-        if model_type in family.model_types:
-            return family
-    return None
+    return next((family for family in FAMILIES if model_type in family.model_types), None)
 
 
 def supported_summary() -> str:

@@ -66,9 +66,8 @@ class PleQsaParts(FamilyPart):
 
 @dataclass(frozen=True)
 class KpoolIndexerParts(FamilyPart):
-    """GLM-5-Next's sparse-attention indexer beside each MLA layer (vLLM's ``models/glm5next``):
-    its compressed keys (``Glm5NextIndexerCache``), its kpool tail ring (``Glm5NextTailCache``)
-    and the MLA dimensions its sparse backend is chosen by."""
+    """GLM-5-Next's sparse-attention indexer beside each MLA layer (vLLM's ``models/glm5next``): its compressed
+    keys, its kpool tail ring and the MLA dimensions its sparse backend is chosen by."""
 
     index_kpool: int
     index_head_dim: int

@@ -141,9 +141,8 @@ def tried(lines: tuple[L, L], apply: Callable[[L, Change], L], build: Callable[[
           assess: Callable[[Any, Any], A], start: Callable[[bool], list[Change]],
           moves: Callable[[A], list[list[Change]]],
           finish: Callable[[list[Change], A, Any], Fix[Any, A] | None]) -> Fix[Any, A] | None:
-    """The first fix that works, tried as a person would: ``start(respell)``'s changes (unknown
-    flags respelled, else dropped), then each TP move of ``moves``, finished by ``finish``; each
-    run on ``lines`` (P's, D's) changed by ``apply``, the servers ``build``t and ``assess``ed."""
+    """The first fix that works, tried as a person would: ``start(respell)``'s changes (unknown flags respelled,
+    else dropped), then each TP move of ``moves``, finished by ``finish``, on ``lines`` (P's, D's) ``apply``'d."""
     def run(changes: list[Change]) -> tuple[L, L, A]:
         now = dict(zip((PREFILL, DECODE), lines))
         for c in changes:

@@ -15,9 +15,8 @@ Alternatives = tuple[tuple[str, ...], ...]    # config keys tried in order; each
 
 @dataclass(frozen=True)
 class RegionShape:
-    """A region of the per-request state in global units, sharded in whole groups of
-    ``units/groups``; a replicable one with a single group is held whole by every rank
-    (vLLM's padding of Mamba2 B/C groups to ``n_eff = T``)."""
+    """A region of the per-request state in global units, sharded in whole groups of ``units/groups``; a
+    replicable one of a single group is whole on every rank (vLLM pads Mamba2 B/C groups to ``n_eff = T``)."""
 
     name: str
     kind: str                              # "conv" | "ssm"
