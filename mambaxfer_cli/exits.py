@@ -32,14 +32,8 @@ class Stopped(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
-
-    @property
-    def line(self) -> str:
-        return STOP_LINES.get(signal.Signals(self.signum), f"stopped by signal {self.signum}")
+        self.exit_code = 128 + signum
+        self.line = STOP_LINES.get(signal.Signals(signum), f"stopped by signal {signum}")
 
 
 class _State:

@@ -15,12 +15,7 @@ MAX_NUM_SPEC = 128           # speculative tokens
 MAX_LAYER_STATE = 1 << 28    # bytes of one layer's state at TP 1 (256 MiB; real: at most ~8 MiB)
 MAX_TP = 256                 # one engine's tensor-parallel size
 MAX_KERNEL_BLOCKS = 1 << 32  # an engine's kernel blocks (a GPU holds at most ~10^8)
-MAX_BLOCKS_PER_LOGICAL = 1024
-MAX_KV_TENSORS = MAX_LAYERS
 MAX_KV_GROUPS = MAX_LAYERS
-MAX_REQUEST_BLOCKS = 1 << 16
-MAX_SEED = (1 << 32) - 1
-MAX_ITERS = 100_000
 MAX_TIMEOUT = 7 * 24 * 3600.0
 MAX_SIMULATION_BYTES = 4 << 30   # what check may hold to simulate one pairing
 
@@ -39,14 +34,13 @@ BOUNDS: dict[str, tuple[int, int, str]] = {
     "--num-spec": (0, MAX_NUM_SPEC, "speculative decoding uses"),
     **dict.fromkeys(("--p-num-blocks", "--d-num-blocks"), (1, MAX_KERNEL_BLOCKS, "GPU's kernel blocks")),
     **dict.fromkeys(("--p-blocks-per-logical", "--d-blocks-per-logical", "--blocks-per-logical"),
-                    (1, MAX_BLOCKS_PER_LOGICAL, "engine's")),
+                    (1, 1024, "engine's")),
     "--attention-streams": (1, 2, "engine's streams (1 or 2)"),
-    **dict.fromkeys(("--kv-tensors", "--ssm-tensors"), (1, MAX_KV_TENSORS, "model's layers")),
-    "--request-blocks": (1, MAX_REQUEST_BLOCKS, "request's"),
-    "--seed": (0, MAX_SEED, "32-bit seed"),
-    "--layers": (1, MAX_LAYERS, "model's layers"),
+    **dict.fromkeys(("--kv-tensors", "--ssm-tensors", "--layers"), (1, MAX_LAYERS, "model's layers")),
+    "--request-blocks": (1, 1 << 16, "request's"),
+    "--seed": (0, (1 << 32) - 1, "32-bit seed"),
     "--blocks": (1, MAX_KERNEL_BLOCKS, "engine's blocks"),
-    "--iters": (1, MAX_ITERS, "useful number of repeats"),
+    "--iters": (1, 100_000, "useful number of repeats"),
     **dict.fromkeys(("--kv-heads", "--head-size"), (1, MAX_DIM, "model's")),
 }
 

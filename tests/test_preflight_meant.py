@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mambaxfer_cli.preflight.report import did_you_mean, meant
+from mambaxfer_cli.preflight.report import meant, unrecognized
 
 TABLE = ("-tp", "--tensor-parallel-size", "--block-size", "--dcp-size", "--kv-transfer-config",
          "--kv-events-config", "--enable-custom-all-reduce", "--disable-custom-all-reduce", "--tp-size",
@@ -30,7 +30,8 @@ TABLE = ("-tp", "--tensor-parallel-size", "--block-size", "--dcp-size", "--kv-tr
 ])
 def test_only_an_option_that_fits_is_meant(name, found):
     assert meant(name, TABLE) == found
-    assert did_you_mean(name, TABLE) == (f"did you mean {found}?" if found else "")
+    hint = f" (did you mean {found}?)" if found else ""
+    assert unrecognized([name], TABLE) == f"unrecognized arguments: {name}{hint}"
 
 
 def test_the_same_name_with_or_without_its_size_is_meant():

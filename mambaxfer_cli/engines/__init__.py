@@ -47,33 +47,22 @@ class ServingEngine(Protocol):
     """What the commands ask of a serving engine: each command's whole option groups in, the
     report ``finish`` says out."""
 
-    @property
-    def name(self) -> str:
-        """What ``--engine`` takes: ``vllm``."""
-        ...
-
-    @property
-    def title(self) -> str:
-        """How answers name it: ``vLLM``."""
-        ...
+    name: str                   # what ``--engine`` takes: ``vllm``
+    title: str                  # how answers name it: ``vLLM``
 
     @property
     def unanswered(self) -> str | None:
         """Why the commands do not answer for this engine yet (None: they do)."""
-        ...
 
     def release_names(self) -> tuple[str, ...]:
         """The releases mambaxfer has rules for, oldest first."""
-        ...
 
     def option_help(self) -> dict[str, str]:
         """The help of the options that state this engine's facts, by option (``vllm_version``)."""
-        ...
 
     def option_values(self) -> dict[str, tuple[str, ...]]:
         """The values the shell's completion offers for the options that name this engine's
         facts, by option (``gpu``: the GPUs it knows)."""
-        ...
 
     def plan(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
              output: OutputArgs, d_rank: int | None, show: str | None) -> Report: ...
@@ -84,16 +73,13 @@ class ServingEngine(Protocol):
     def check_beside(self, other: ServingEngine, model: ModelArgs, engines: EngineArgs, request: RequestArgs,
                      output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report | None:
         """``check --engine a,b``: both engines' checks in one report (None: this engine has none with ``other``)."""
-        ...
 
     def inspect(self, model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
         """``tp``: the TP sizes, comma-separated (``--tp``)."""
-        ...
 
     def runs(self, p_text: str, d_text: str, environ: Mapping[str, str]) -> bool:
         """Whether both command lines run this engine's server (preflight without --engine);
         ``environ``: the environment the lines start with."""
-        ...
 
     def preflight(self, engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
                   d_origin: str, environ: Mapping[str, str]) -> Report: ...
@@ -107,21 +93,17 @@ class ServingEngine(Protocol):
     def prepare_bench(self, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
                       run: RunArgs, sweep: str, chart: Path | None) -> PreparedBench:
         """The bench planned, every refusal said, before any rank starts (beside another engine)."""
-        ...
 
     def bench_beside(self, other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: EngineArgs,
                      request: RequestArgs, run: RunArgs, sweep: str, chart: Path | None) -> Report | None:
         """``bench --engine a,b``: both engines in one run (None: this engine has none with ``other``)."""
-        ...
 
     def conformance(self, model: ModelArgs, engines: EngineArgs, max_tp: int) -> Report:
         """The installed engine's own functions against mambaxfer's, on --model or --all-presets
         (with vLLM, under --speculative-config too)."""
-        ...
 
     def models(self) -> Report:
         """``models --engine NAME``: the presets this engine serves, and why not the rest."""
-        ...
 
 
 def submodules(package: str) -> Callable[[str], ModuleType]:

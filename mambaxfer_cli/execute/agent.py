@@ -120,9 +120,8 @@ class RankAgent:
 
     def timed(self, xfers: Sequence[Any], iters: int, ch: Channel, what: str, notif: bytes,
               start: Callable[[int], None], warm_up: bool = True, targets: Sequence[str] = ()) -> Timing:
-        """``iters`` timed posts (after one untimed warm-up that connects endpoints, with ``warm_up``),
-        ``start(i)`` before each (-1: the warm-up), the last one notifying ``notif``: per iteration
-        its wall time and NIXL's telemetry."""
+        """``iters`` timed posts, ``start(i)`` before each (-1: the untimed ``warm_up`` that connects endpoints),
+        the last notifying ``notif``: per iteration its wall time and NIXL's telemetry."""
         times, post_us, xfer_us, kept = [], [], [], 0
         for i in range(-1 if warm_up else 0, iters):
             start(i)

@@ -21,6 +21,7 @@ class RankMemory:
         self.memory = memory
         self.device = device
         self.dev_id = dev_id
+        self.mem_type = "VRAM" if device == "cuda" else "DRAM"
         self._shapes = memory.region_shapes
         self._whole: Any = None
         if memory.single_region:       # bench: every tensor a slice of one allocation, one region
@@ -45,10 +46,6 @@ class RankMemory:
         raw = np.empty(size + ALIGN, dtype=np.uint8)
         skip = -raw.ctypes.data % ALIGN
         return raw[skip:skip + size], raw.ctypes.data + skip
-
-    @property
-    def mem_type(self) -> str:
-        return "VRAM" if self.device == "cuda" else "DRAM"
 
     @property
     def regions(self) -> list[tuple[int, int, int, str]]:

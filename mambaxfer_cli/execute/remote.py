@@ -3,6 +3,7 @@ sides ping each other every PING_EVERY seconds, so that one that died ends the o
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from typing import Any, Callable, Sequence
@@ -46,12 +47,10 @@ def linger(agent: Any) -> None:
 
 def refuse(agent: Any, sender: str, p_rank: int, problem: str, leaving: bool) -> None:
     """Tell D rank ``sender`` why P rank ``p_rank`` refuses it (``leaving``: this rank fails next)."""
-    try:
+    with contextlib.suppress(PeerGone):
         notify(agent, sender, agreement.encode("refuse", p_rank=p_rank, message=problem))
         if leaving:
             linger(agent)      # so that it reaches the D rank before this agent goes
-    except PeerGone:
-        pass
 
 
 def p_agent(task: RankTask, p_rank: int) -> str:
@@ -209,10 +208,8 @@ def admit(task: RankTask, ch: Channel, agent: Any, remotes: list[str], inbox: In
           admitted: dict[int, dict[str, Any]], welcome: dict[str, Any] | None = None,
           loaded: Callable[[dict[str, Any]], tuple[Any, ...]] = lambda hello: (),
           busy: Callable[[], str | None] = lambda: None, last_word: Callable[[int], bool] = lambda rank: False) -> None:
-    """A P rank's side of ``greet``: each D rank of ``targets`` that says hello, once its metadata
-    is loaded (with the descriptors ``loaded`` names) and its geometry and ``refusal`` agree, is
-    welcomed (with ``welcome``) and its hello kept in ``admitted``; until then and while ``busy()``
-    says what else is awaited. A second D rank of one rank is refused; any other refusal ends this rank."""
+    """A P rank's side of ``greet``: each D rank of ``targets`` welcomed into ``admitted`` once its metadata
+    (``loaded``), geometry and ``refusal`` agree, then while ``busy()`` awaits; a refusal (but a twin's) ends it."""
     discovery, mine = task.settings.discovery, task.settings.geometry
     assert discovery is not None and mine is not None
     hellos: dict[str, tuple[dict[str, Any], float]] = {}   # sender -> (hello, when its metadata was asked)

@@ -58,12 +58,11 @@ def send_frame(sock: socket.socket, header: dict[str, Any], blob: bytes) -> None
 
 def recv_frame(sock: socket.socket, keep_going: KeepGoing, what: str) -> tuple[dict[str, Any], bytes]:
     head_len, blob_len = _LENGTHS.unpack(_recv_exact(sock, _LENGTHS.size, keep_going, what))
-    if head_len > MAX_HEADER or blob_len > MAX_BLOB:
-        raise SideChannelError(f"{what}: not a mambaxfer side-channel frame")
     try:
-        header = json.loads(_recv_exact(sock, head_len, keep_going, what))
+        header = (json.loads(_recv_exact(sock, head_len, keep_going, what))
+                  if head_len <= MAX_HEADER and blob_len <= MAX_BLOB else None)
     except (ValueError, RecursionError):      # not JSON, or nested past the parser's depth
-        raise SideChannelError(f"{what}: not a mambaxfer side-channel frame") from None
+        header = None
     if not isinstance(header, dict):
         raise SideChannelError(f"{what}: not a mambaxfer side-channel frame")
     return header, _recv_exact(sock, blob_len, keep_going, what)

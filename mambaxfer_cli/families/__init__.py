@@ -69,18 +69,15 @@ def dim_key(config: Config, key: str, default: int | None, where: str, minimum: 
     return within(f"{where}: key '{key}'", value, minimum, MAX_DIM, "model's")
 
 
-_ITEM_NAMES = {str: "strings", int: "integers"}
-
-
 def list_key(config: Config, key: str, item: type, where: str) -> list:
     value = config[key]
     if not isinstance(value, list) or not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
-        raise UserError(f"{where}: key '{key}' must be a list of {_ITEM_NAMES[item]}, got {quoted(value)}")
+        items = {str: "strings", int: "integers"}[item]
+        raise UserError(f"{where}: key '{key}' must be a list of {items}, got {quoted(value)}")
     return value
 
 
-def _modules() -> list[Any]:
-    return [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
+_MODULES = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
             if not info.ispkg and not info.name.startswith("_")]
 
 
@@ -88,7 +85,6 @@ def _merged(name: str) -> dict[str, Any]:
     return {key: value for module in _MODULES for key, value in getattr(module, name, {}).items()}
 
 
-_MODULES = _modules()
 FAMILIES: tuple[Family, ...] = tuple(sorted((f for m in _MODULES for f in getattr(m, "FAMILIES", ())),
                                             key=lambda f: f.order))
 # vLLM's served architectures whose language model is a family (under ``text_config``) or a
@@ -128,10 +124,7 @@ SIGNATURE_KEYS: tuple[tuple[Variant, tuple[str, ...]], ...] = tuple(
 
 
 def family_for(model_type: str) -> Family | None:
-    for family in FAMILIES:
-        if model_type in family.model_types:
-            return family
-    return None
+    return next((family for family in FAMILIES if model_type in family.model_types), None)
 
 
 def supported_summary() -> str:

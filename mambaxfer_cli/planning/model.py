@@ -30,14 +30,20 @@ SSM = "ssm"
 ATTENTION = "attention"
 
 
-def part_fields(part: Any) -> dict[str, Any]:
-    """A family's part as the model's JSON gives it: its fields but ``key``, tuples as lists."""
-    return {f.name: list(v) if isinstance(v := getattr(part, f.name), tuple) else v for f in fields(part)
-            if f.name != "key"}
+@dataclass(frozen=True)
+class FamilyPart:
+    """What only one family keeps, under ``key`` in the model's JSON."""
+
+    key: str = field(kw_only=True)     # the family module's name
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields but ``key``, tuples as lists."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)
+                if f.name != "key"}
 
 
 @dataclass(frozen=True)
-class PleQsaParts:
+class PleQsaParts(FamilyPart):
     """Qwen4Exp's PLE short-conv states (``tp_replicated``: every rank holds all channels) and QSA
     indexer caches, beside its GDN and attention layers (vLLM's ``models/qwen4_exp``)."""
 
@@ -48,7 +54,6 @@ class PleQsaParts:
     compress_ratio: int | None = None  # indexer_compress_ratio
     rope_positions: bool = False       # M-RoPE: the raw-key ring also keeps each token's 3 positions
     indexer_kv_dtype: str = "bf16"     # the compressed keys' dtype (--attention-config indexer_kv_dtype)
-    key: str = field(kw_only=True)     # its key in the model's JSON: the family module's name
 
     @property
     def has_qsa(self) -> bool:
@@ -58,25 +63,17 @@ class PleQsaParts:
         """One PLE layer's state on any rank (``short_conv_state_shape``, ``tp_world_size=1``)."""
         return self.ple_channels * (self.ple_state_len + num_spec) * dtype_size if self.ple_layers else 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return part_fields(self)
-
 
 @dataclass(frozen=True)
-class KpoolIndexerParts:
-    """GLM-5-Next's sparse-attention indexer beside each MLA layer (vLLM's ``models/glm5next``):
-    its compressed keys (``Glm5NextIndexerCache``), its kpool tail ring (``Glm5NextTailCache``)
-    and the MLA dimensions its sparse backend is chosen by."""
+class KpoolIndexerParts(FamilyPart):
+    """GLM-5-Next's sparse-attention indexer beside each MLA layer (vLLM's ``models/glm5next``): its compressed
+    keys, its kpool tail ring and the MLA dimensions its sparse backend is chosen by."""
 
     index_kpool: int
     index_head_dim: int
     index_topk: int
     kv_lora_rank: int
     qk_nope_head_dim: int
-    key: str = field(kw_only=True)     # its key in the model's JSON: the family module's name
-
-    def to_dict(self) -> dict[str, Any]:
-        return part_fields(self)
 
 
 @dataclass(frozen=True)

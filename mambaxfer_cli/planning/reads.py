@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence
 
 from mambaxfer_cli.planning.layout import RankLayout, Shard
@@ -17,8 +17,7 @@ class Segment:
     size: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"region": self.region, "remote_offset": self.remote_offset,
-                "local_offset": self.local_offset, "size": self.size}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

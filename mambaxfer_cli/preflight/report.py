@@ -141,9 +141,8 @@ def tried(lines: tuple[L, L], apply: Callable[[L, Change], L], build: Callable[[
           assess: Callable[[Any, Any], A], start: Callable[[bool], list[Change]],
           moves: Callable[[A], list[list[Change]]],
           finish: Callable[[list[Change], A, Any], Fix[Any, A] | None]) -> Fix[Any, A] | None:
-    """The first fix that works, tried as a person would: ``start(respell)``'s changes (unknown
-    flags respelled, else dropped), then each TP move of ``moves``, finished by ``finish``; each
-    run on ``lines`` (P's, D's) changed by ``apply``, the servers ``build``t and ``assess``ed."""
+    """The first fix that works, tried as a person would: ``start(respell)``'s changes (unknown flags respelled,
+    else dropped), then each TP move of ``moves``, finished by ``finish``, on ``lines`` (P's, D's) ``apply``'d."""
     def run(changes: list[Change]) -> tuple[L, L, A]:
         now = dict(zip((PREFILL, DECODE), lines))
         for c in changes:
@@ -305,14 +304,8 @@ def _one_edit(a: str, b: str) -> bool:
     return a[i + 1:] == b[i + 1:] or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1])
 
 
-def did_you_mean(name: str, spellings: Iterable[str]) -> str:
-    """"did you mean --x?" where ``meant`` finds the option a person meant; empty otherwise."""
-    found = meant(name, spellings)
-    return f"did you mean {found}?" if found else ""
-
-
 def unrecognized(flags: Iterable[str], spellings: Iterable[str]) -> str:
-    """What a server's argparse parser says of options it does not know, with a suggestion."""
+    """What a server's argparse parser says of options it does not know, with the one ``meant``."""
     flags = list(flags)
-    hint = did_you_mean(flags[0], spellings) if flags else ""
-    return f"unrecognized arguments: {' '.join(flags)}" + (f" ({hint})" if hint else "")
+    hint = meant(flags[0], spellings) if flags else None
+    return f"unrecognized arguments: {' '.join(flags)}" + (f" (did you mean {hint}?)" if hint else "")

@@ -89,9 +89,8 @@ class PageShape:
         if part is None:
             return "padding" if offset < self.page_bytes else "beyond the page"
         unit, byte = divmod(offset - part.offset, part.unit_bytes)
-        if part.block is not None:
-            return f"{part.region} {part.unit_name(part.first_unit + unit)} byte {byte} of P kernel block {part.block}"
-        return f"{part.region} {part.unit_name(part.first_unit + unit)} byte {byte}"
+        block = "" if part.block is None else f" of P kernel block {part.block}"
+        return f"{part.region} {part.unit_name(part.first_unit + unit)} byte {byte}{block}"
 
 
 def part_bytes(layer: int, block: int, part: Part) -> np.ndarray:

@@ -15,9 +15,8 @@ Alternatives = tuple[tuple[str, ...], ...]    # config keys tried in order; each
 
 @dataclass(frozen=True)
 class RegionShape:
-    """A region of the per-request state in global units, sharded in whole groups of
-    ``units/groups``; a replicable one with a single group is held whole by every rank
-    (vLLM's padding of Mamba2 B/C groups to ``n_eff = T``)."""
+    """A region of the per-request state in global units, sharded in whole groups of ``units/groups``; a
+    replicable one of a single group is whole on every rank (vLLM pads Mamba2 B/C groups to ``n_eff = T``)."""
 
     name: str
     kind: str                              # "conv" | "ssm"
@@ -54,13 +53,9 @@ def param(name: str) -> Callable[[Params], int]:
     return lambda p: p[name]
 
 
-def _found() -> Mapping[str, VariantRules]:
-    found = [importlib.import_module(f"{__name__}.{info.name}").VARIANT for info in pkgutil.iter_modules(__path__)
-             if not info.ispkg and not info.name.startswith("_")]
-    return {v.name: v for v in sorted(found, key=lambda v: (v.order, v.name))}
-
-
-VARIANTS: Mapping[str, VariantRules] = _found()
+_FOUND = [importlib.import_module(f"{__name__}.{info.name}").VARIANT for info in pkgutil.iter_modules(__path__)
+          if not info.ispkg and not info.name.startswith("_")]
+VARIANTS: Mapping[str, VariantRules] = {v.name: v for v in sorted(_FOUND, key=lambda v: (v.order, v.name))}
 REGION_IDS: Mapping[str, int] = {region: number for v in VARIANTS.values() for region, number in v.region_ids.items()}
 REGION_COLOURS: Mapping[str, str] = {region: colour for v in VARIANTS.values() for region, colour in v.colours.items()}
 
