@@ -68,7 +68,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "conformance": ("mambaxfer_cli.cli.conformance_cmd:conformance",
                     "Run the installed engine's own functions (vLLM's or SGLang's) on each model and P/D pairing and "
                     "compare every answer with mambaxfer's.",
-                    f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called"),
+                    f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called; "
+                    f"{EXIT_USAGE} no vLLM installed here (with --engine sglang: no SGLang)"),
     "schema": ("mambaxfer_cli.cli.schema_cmd:schema",
                "Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).",
                f"{EXIT_OK} printed"),

@@ -37,9 +37,6 @@ def bench(
     with --engine sglang, SGLang's WRITE of one slot per entry, as planned and as one descriptor per
     P -> D pair. With --engine vllm,sglang: both engines' exact transfer in one run, side by side.
 
-    Exit 0: every byte verified; 1: wrong bytes, or the engine does not start it; 2: user error; 3: a
-    run failed; 70: an internal error; 130: interrupted (every rank is stopped).
-
     [bold]Examples[/]
 
     mambaxfer bench --model jamba --p-tp 1 --d-tp 4 --request-blocks 1,4,16,64

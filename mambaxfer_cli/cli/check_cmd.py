@@ -25,9 +25,7 @@ def check(
     byte and descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues or the
     writes SGLang posts.
 
-    Exit code 0: every pairing works; 1: the engine does not start the model or a TP size, refuses a
-    pairing or moves wrong bytes, or a plan is wrong (one line each, with the fix); 2: a usage error;
-    70: an internal error. With --engine sglang: SGLang's writes, proven the same way.
+    With --engine sglang: SGLang's writes, proven the same way.
 
     [bold]Examples[/]
 

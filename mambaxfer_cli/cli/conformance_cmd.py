@@ -30,9 +30,6 @@ def conformance(model: ModelArgs, engine: EngineArgs, output: OutputArgs, max_tp
     model with the draft layers it adds (MTP, or an EAGLE drafter's), compared alone. With
     --speculative-algorithm and --draft-model (SGLang only): that draft model's KV pool too.
 
-    Exit code 0: every function agrees; 1: a function differs or could not be called; 2: a usage
-    error, or no vLLM (with --engine sglang: no SGLang) installed here; 70: an internal error.
-
     [bold]Examples[/]
 
     mambaxfer conformance --all-presets --junit conformance.xml

@@ -86,9 +86,6 @@ def execute(
     By default it moves what the engine moves: vLLM's reads (--semantics vllm); with --engine sglang,
     SGLang's WRITEs of one slot per entry (--semantics sglang). --semantics exact moves mambaxfer's plan.
 
-    Exit 0: all verified; 1: wrong bytes, or the engine does not start it; 2: user error; 3: the run
-    failed; 70: an internal error; 130: interrupted (every rank is stopped).
-
     [bold]Examples[/]
 
     mambaxfer execute --model jamba --p-tp 1 --d-tp 4 --device cpu

@@ -75,9 +75,6 @@ def preflight(
     Two SGLang launch lines (python -m sglang.launch_server, sglang serve) get SGLang 0.5.23's
     verdict the same way; the engine is the lines', or --engine's.
 
-    Exit code 0: the deployment works and moves the right bytes; 1: vLLM would refuse it, its
-    transfers fail, or it corrupts state (explained); 2: a usage error; 70: an internal error.
-
     [bold]Examples[/]
 
     mambaxfer preflight --prefill 'vllm serve Qwen/Qwen3.5-0.8B -tp 1' --decode 'vllm serve Qwen/Qwen3.5-0.8B -tp 4'
