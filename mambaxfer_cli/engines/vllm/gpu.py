@@ -35,18 +35,16 @@ class Gpu:
 # By compute capability: what vLLM tests is the capability, never the product name. Every data
 # centre and workstation GPU vLLM's CUDA platform runs (compute capability 7.0 and newer), named
 # as nvidia-smi names it after its vendor word.
-GPUS = (
-    Gpu("H100", (9, 0)), Gpu("H200", (9, 0)), Gpu("H20", (9, 0)), Gpu("H800", (9, 0)), Gpu("GH200", (9, 0)),
-    Gpu("A100", (8, 0)), Gpu("A800", (8, 0)), Gpu("A30", (8, 0)), Gpu("A10", (8, 6)), Gpu("A10G", (8, 6)),
-    Gpu("A40", (8, 6)), Gpu("A16", (8, 6)), Gpu("A2", (8, 6)), Gpu("RTX A6000", (8, 6)), Gpu("RTX A5000", (8, 6)),
-    Gpu("RTX A4000", (8, 6)), Gpu("RTX 3090", (8, 6)), Gpu("RTX 3090 Ti", (8, 6)), Gpu("RTX 3080", (8, 6)),
-    Gpu("L4", (8, 9)), Gpu("L40", (8, 9)), Gpu("L40S", (8, 9)), Gpu("L20", (8, 9)), Gpu("RTX 6000 Ada", (8, 9)),
-    Gpu("RTX 4090", (8, 9)), Gpu("RTX 4080", (8, 9)),
-    Gpu("B200", (10, 0)), Gpu("GB200", (10, 0)), Gpu("B300", (10, 3)), Gpu("GB300", (10, 3)),
-    Gpu("RTX PRO 6000", (12, 0)), Gpu("RTX 5090", (12, 0)), Gpu("RTX 5080", (12, 0)),
-    Gpu("T4", (7, 5)), Gpu("RTX 8000", (7, 5)), Gpu("RTX 6000", (7, 5)), Gpu("RTX 2080 Ti", (7, 5)),
-    Gpu("V100", (7, 0)), Gpu("V100S", (7, 0)), Gpu("TITAN V", (7, 0)),
-)
+GPUS = tuple(Gpu(name, capability) for capability, names in (
+    ((9, 0), "H100, H200, H20, H800, GH200"),
+    ((8, 0), "A100, A800, A30"),
+    ((8, 6), "A10, A10G, A40, A16, A2, RTX A6000, RTX A5000, RTX A4000, RTX 3090, RTX 3090 Ti, RTX 3080"),
+    ((8, 9), "L4, L40, L40S, L20, RTX 6000 Ada, RTX 4090, RTX 4080"),
+    ((10, 0), "B200, GB200"), ((10, 3), "B300, GB300"),
+    ((12, 0), "RTX PRO 6000, RTX 5090, RTX 5080"),
+    ((7, 5), "T4, RTX 8000, RTX 6000, RTX 2080 Ti"),
+    ((7, 0), "V100, V100S, TITAN V"),
+) for name in names.split(", "))
 DEFAULT_GPU = GPUS[0]
 
 

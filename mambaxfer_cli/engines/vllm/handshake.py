@@ -98,12 +98,6 @@ def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = P
                                                             blocks_per_logical=lists.blocks_per_logical * split))
 
 
-def layout_facts(layout: EngineLayout) -> EngineFacts:
-    """What the hash takes of an engine when only its geometry is known: the same model on both
-    sides, so its backend and KV-cache dtype (and its release) are what can differ."""
-    return EngineFacts("", "", None, None, 0, layout.hashed_backend, layout.geometry.kv_cache_dtype)
-
-
 def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
             facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
             enforce_hash: bool = True) -> Meeting:
@@ -111,7 +105,10 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
     pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
     local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
     remote = split_remote_blocks(remote, local, mode)
-    p_facts, d_facts = facts or (layout_facts(prefill), layout_facts(decode))
+    # Without facts, only the geometry is known: the same model on both sides, so the backend and
+    # KV-cache dtype (and the release) are what can differ.
+    p_facts, d_facts = facts or [EngineFacts("", "", None, None, 0, e.hashed_backend, e.geometry.kv_cache_dtype)
+                                 for e in (prefill, decode)]
     hashes: dict[str, Hash] = {"P": prefill.release.hashed(p_facts), "D": decode.release.hashed(d_facts)}
     ratio_ok = (local.tp % remote.tp == 0) if local.tp >= remote.tp else (remote.tp % local.tp == 0)
     sources = len(attention_sources(remote, local, 0)) if ratio_ok and remote.has_attention else 0
@@ -149,28 +146,19 @@ def geometry_refused(prefill: EngineLayout, decode: EngineLayout, mode: str = PU
     return any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode, mode, host_buffer=host_buffer))
 
 
-def suggest_block_size(rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]], step: int,
-                       mode: str = PULL, host_buffer: bool = False) -> int | None:
-    """The smallest ``--block-size`` (for both engines, in the backend's steps) at which vLLM's
-    geometry checks pass, or None when none up to SEARCH_LIMIT does."""
-    for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step):
-        if not geometry_refused(*rebuild(size), mode, host_buffer):
-            return size
-    return None
-
-
 def handshake_verdict(prefill: EngineLayout, decode: EngineLayout,
                       rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]] | None = None,
                       extra: tuple[Refusal, ...] = (), mode: str = PULL,
                       facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
                       enforce_hash: bool = True) -> Verdict:
-    """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides
-    at another block size, the smallest block size that fixes it."""
+    """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides at
+    another block size, the smallest that fixes it (in the backend's steps, up to SEARCH_LIMIT)."""
     found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash)) + tuple(extra)
     suggestion = None
     if rebuild is not None and any(r.code in GEOMETRY_CODES for r in found):
         step = max(prefill.kernel_backend.step, decode.kernel_backend.step)
-        suggestion = suggest_block_size(rebuild, step, mode, host_buffer)
+        suggestion = next((size for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step)
+                           if not geometry_refused(*rebuild(size), mode, host_buffer)), None)
     p, d = prefill.geometry, decode.geometry
     remote_tokens = (mode == PULL and prefill.has_attention
                      and decode.release.needs_remote_num_tokens(p.kernel_block_size, p.blocks_per_logical,

@@ -142,17 +142,12 @@ def tp_sizes(m: Meeting) -> Refusal | None:
     return Refusal("tp-sizes", text)
 
 
-def hash_differences(local: Hash, remote: Hash) -> list[str]:
-    """The hashed fields whose values differ, ``name local vs remote``."""
-    mine, theirs = dict(local), dict(remote)
-    names = list(mine) + [name for name in theirs if name not in mine]
-    return [f"{name} {mine.get(name)} vs {theirs.get(name)}" for name in names if mine.get(name) != theirs.get(name)]
-
-
 def compat_hash(m: Meeting) -> Refusal | None:
     """The compatibility hash, compared before the agent metadata is decoded (unless the local
     engine's ``enforce_handshake_compat`` is false)."""
-    differs = hash_differences(m.local_hash, m.remote_hash)
+    mine, theirs = dict(m.local_hash), dict(m.remote_hash)
+    differs = [f"{name} {mine.get(name)} vs {theirs.get(name)}" for name in mine | theirs
+               if mine.get(name) != theirs.get(name)]
     if not differs or not m.enforce_hash:
         return None
     local, remote = ("D", "P") if m.mode == PULL else ("P", "D")

@@ -33,15 +33,6 @@ def parallel_words(heads: int, tp: int) -> str:
     return f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
 
 
-def heads_first(heads: int, tp_sizes: Iterable[int]) -> str | None:
-    """The heads check at the first of ``tp_sizes`` that does not divide ``heads``: vLLM meets it as
-    it builds its config, before the model and its connector exist, so it stops the engine ahead
-    of any refusal those meet. None where every size divides."""
-    tp = next((tp for tp in tp_sizes if tp > 0 and heads % tp), None)
-    return None if tp is None else (f"vLLM does not start a TP-{tp} engine: \"{parallel_words(heads, tp)}\" "
-                                    f"(ModelConfig.verify_with_parallel_config)")
-
-
 def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
     """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
     if refusal := parallel_refusal(model, check_tp(tp)):   # vLLM's config check comes first
@@ -186,7 +177,10 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Start
         if refused or removed:
             heads = read.get("num_attention_heads")
             heads = heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else 0
-            said = heads_first(heads, tp_sizes) or refused
+            # vLLM checks the heads as it builds its config, before the model and its connector exist
+            tp = next((tp for tp in tp_sizes if tp > 0 and heads % tp), None)
+            said = (f"vLLM does not start a TP-{tp} engine: \"{parallel_words(heads, tp)}\" "
+                    f"(ModelConfig.verify_with_parallel_config)") if tp else refused
             if said:
                 raise Refused(f"{where}: {said}")
         model_type = str(read.get("model_type", ""))
