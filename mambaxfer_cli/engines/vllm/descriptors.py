@@ -98,12 +98,8 @@ def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[Ite
               attention_slots: Sequence[Iterable[int] | None] | None = None,
               group_tensors: Sequence[int] | None = None,
               group_streams: Sequence[Sequence[int] | None] | None = None) -> array[int]:
-    """The IDs of one read for a request: per group, region-major (stream-major for attention);
-    groups concatenated. ``attention_slots[g]`` gives, for an attention-kind group, the slots
-    (``kernel block · pieces + piece``) this read pairs, or None for a read without it;
-    ``group_tensors[g]`` how many of its kind's tensors group ``g``'s IDs cover (the first ones;
-    default: all); ``group_streams[g]``, where given, which streams (regions) an attention-kind
-    group's IDs cover instead."""
+    """The IDs of one read for a request, groups concatenated, each region-major (stream-major for attention),
+    over the slots, tensors and streams given per group (default: its kind's every tensor)."""
     eng = dlist.engine
     out: array[int] = array("q")
     for index, (kind, logical) in enumerate(zip(groups, blocks)):
@@ -156,8 +152,7 @@ class Request:
 def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], prefill: ListShape,
                    decode: ListShape, seed: int) -> Request:
     """Distinct, non-contiguous logical blocks on each side (seeded), as a busy engine hands out:
-    ``counts[g]`` blocks for group ``g`` (attention groups cover the same tokens on both sides, so
-    their counts differ where the two engines' blocks do)."""
+    ``counts[g]`` blocks for group ``g``."""
     rng = random.Random(seed)
     sides = []
     for engine, counts in ((prefill, prefill_counts), (decode, decode_counts)):

@@ -55,9 +55,8 @@ def fix_words(layout: str | None, block_size: int | None) -> str:
 
 
 def attention_sources(remote: EngineLayout, local: EngineLayout, rank: int) -> list[int]:
-    """``compute_tp_mapping``: the remote ranks local rank ``rank`` reads attention from: one when
-    the local engine has at least as many ranks, else the first rank of each distinct head among
-    its remote ranks."""
+    """``compute_tp_mapping``: the remote ranks local rank ``rank`` reads attention from (several: the first
+    of each distinct head)."""
     r_tp, l_tp = remote.tp, local.tp
     if remote.kv_heads[0] is None:
         return []
@@ -77,11 +76,8 @@ MAX_HYBRID_BLOCK_SPLIT = 128     # base_worker.py _MAX_HYBRID_BLOCK_SPLIT
 
 
 def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = PULL) -> EngineLayout:
-    """``_split_remote_blocks``: a hybrid MLA+SSM engine that pulls views the remote's kernel blocks
-    as ``gcd(local, remote)``-token blocks when its own are not a multiple of them (the blocks hold
-    the TP-sharded SSM page, so they differ with TP while the MLA page per token does not). The
-    remote's memory is unchanged; its kernel blocks per logical block and block count grow by
-    ``split``. Not when the split would exceed 128 blocks (vLLM logs a warning and pairs nothing)."""
+    """``_split_remote_blocks``: a pulling hybrid MLA+SSM engine views the remote's kernel blocks as
+    ``gcd(local, remote)``-token blocks when its own are not a multiple of them (a split of at most 128)."""
     if mode != PULL or not local.mla or not local.has_attention or not remote.has_attention or remote.packed:
         return remote       # packed rows (block stride != block length): vLLM warns and splits nothing
     mine, theirs = local.kernel_tokens, remote.kernel_tokens
@@ -128,9 +124,8 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
 def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
              facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
              enforce_hash: bool = True) -> list[Refusal]:
-    """vLLM's refusals of this pairing, in the order the local engine's handshake meets them
-    (vLLM stops at the first; the others are what it would say once that one is fixed; checks
-    that need the TP sizes or kernel blocks to pass are not reached while they fail)."""
+    """vLLM's refusals of this pairing, in the order the local engine's handshake meets them (vLLM stops at
+    the first; the others are what it would say once that one is fixed)."""
     seen = meeting(prefill, decode, mode, facts, host_buffer, enforce_hash)
     local = decode if mode == PULL else prefill
     out: list[Refusal] = []

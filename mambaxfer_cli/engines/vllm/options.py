@@ -49,9 +49,8 @@ def model_names(model: ModelArgs) -> list[str]:
 
 
 def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines:
-    """Both engines, built once: each side's own value where given, else the one both share, else
-    the planner's default (``EngineFlags``'s, the release's block size, the installed vLLM's
-    release); ``num_blocks``: the sides' number of blocks when not given (check's)."""
+    """Both engines, built once: each side's own value, else the one both share, else the default;
+    ``num_blocks``: the sides' number of blocks when not given (check's)."""
     from mambaxfer_cli.cli.options import refuse_value
     from mambaxfer_cli.engines.vllm.engine import Engines
     from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags

@@ -193,9 +193,8 @@ def dcp_sizes(m: Meeting) -> Refusal | None:
 
 
 def mla_block_lens(m: Meeting) -> Refusal | None:
-    """``_validate_remote_agent_handshake`` for hybrid MLA+SSM: every region is a kernel-granularity
-    view of the unified page, and the MLA page per token does not depend on TP, so the local block
-    lengths must be the remote ones times ``block_size_ratio`` even across TP (an assert)."""
+    """``_validate_remote_agent_handshake`` for hybrid MLA+SSM (an assert): the MLA page per token does not
+    depend on TP, so local block lengths must be the remote's times ``block_size_ratio`` even across TP."""
     if not m.mla or not m.geometry_meets or m.block_ratio is None:
         return None
     if m.local_block_lens:      # every region modelled (GLM-5-Next: a ring's page does not grow with the block)
@@ -212,10 +211,8 @@ def mla_block_lens(m: Meeting) -> Refusal | None:
 
 
 def head_sharded(m: Meeting) -> Refusal | None:
-    """``_build_local_splits_from_plan``: when the local engine reads from several remote ranks
-    (``tp_ratio < 0``) across different kernel blocks, each of its attention regions must come from
-    one source (``compute_tp_mapping`` keeps one rank per distinct head) or be MLA. Ranks that
-    replicate a KV head are not exempt."""
+    """``_build_local_splits_from_plan``: reads from several remote ranks across different kernel blocks need
+    one source per attention region (MLA); ranks that replicate a KV head are not exempt."""
     ratio = m.tp_ratio
     if not m.geometry_meets or ratio is None or ratio >= 0 or m.block_ratio == 1 or m.attention_sources <= 1 or m.mla:
         return None
@@ -224,12 +221,8 @@ def head_sharded(m: Meeting) -> Refusal | None:
 
 
 def attention_free(m: Meeting) -> Refusal | None:
-    """``add_remote_agent`` finds the first attention KV-cache group with a bare ``next()`` and no
-    default, after every check above: in ``_build_local_splits_from_plan`` when the local engine
-    reads from several remote ranks (``tp_ratio < 0``; a generator, so Python turns the
-    StopIteration into ``RuntimeError: generator raised StopIteration``), else in
-    ``_build_fa_remote``, which every handshake calls (``StopIteration``). A model without
-    attention layers never completes the handshake, at any TP sizes, pulling or pushing."""
+    """``add_remote_agent``'s bare ``next()`` over the attention KV-cache groups, after every check above: a
+    model without attention never completes the handshake, at any TP sizes, pulling or pushing."""
     if m.has_attention:
         return None
     if m.local_tp < m.remote_tp:

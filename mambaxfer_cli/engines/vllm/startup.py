@@ -102,9 +102,8 @@ MLA_DTYPES = ("float16", "bfloat16")
 
 
 def mla_dtype_refusal(model: ModelSpec, chosen: str | None = None) -> str | None:
-    """``CudaPlatform.get_attn_backend_cls`` as an MLA layer is built: a model dtype no MLA backend
-    supports ("dtype not supported" from ``validate_configuration``) stops the engine, in its words
-    for a backend ``--attention-backend`` names (``chosen``) or for none valid. None where it passes."""
+    """``CudaPlatform.get_attn_backend_cls`` as an MLA layer is built: a model dtype no MLA backend supports
+    stops the engine, in its words for the backend ``chosen`` or for none valid. None where it passes."""
     if not model.mla or model.model_dtype in MLA_DTYPES:
         return None
     said = (f"Selected backend {chosen} is not valid for this configuration. Reason: [..., 'dtype not supported', "
@@ -128,13 +127,8 @@ def refused_when(code: str) -> str:
 
 
 def family_table(name: str) -> dict[str, Any]:
-    """The family modules' tables ``name``, merged: ``CONNECTOR_REFUSED`` (architectures vLLM serves
-    whose state its NIXL connector cannot move: ``derive_mamba_conv_split`` raises NotImplementedError
-    for any mamba_type but MAMBA1, MAMBA2 and GDN_ATTN as the decode worker starts; each with its
-    label and mamba_type, 0.33 and 0.34 alike), ``REGISTRATION_REFUSED`` (those whose KV cache it cannot
-    register), ``TRANSFORMERS_BACKEND`` (removed ones that ``_try_resolve_transformers`` hands to the
-    Transformers backend under --model-impl auto, with the ``layer_types`` name transformers' config
-    gives a layer that is not attention)."""
+    """The family modules' tables ``name`` merged (``CONNECTOR_REFUSED``, ``REGISTRATION_REFUSED``,
+    ``TRANSFORMERS_BACKEND``: what ``connector_refusal`` and ``startup`` say of them)."""
     return {key: value for found in gathered(name) for key, value in found.items()}
 
 
@@ -155,10 +149,8 @@ def registry_outcome(archs: Iterable[str], release: str) -> str:
 
 
 def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Startup:
-    """vLLM's start-up as a config is read (``spec_from_config``'s ``startup``), in its order: the
-    registry as the config is built (a removed architecture the Transformers backend does not take;
-    one only another of ``releases``, the engines' releases, has), then the heads check at
-    ``tp_sizes``, then what building the model or the connector meets; and its dtypes."""
+    """vLLM's start-up as a config is read (``spec_from_config``'s ``startup``), in its order: the registry
+    (of the engines' ``releases``), the heads check at ``tp_sizes``, building the model; and its dtypes."""
     from mambaxfer_cli.engines.vllm.dtypes import dtypes
     from mambaxfer_cli.readers.model_config import Startup
 
@@ -278,9 +270,8 @@ def removed_in(config: Mapping[str, Any], releases: Iterable[str] | None = None)
 
 
 def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
-    """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed, which stops
-    the engine as its config is built (with ``--model-impl vllm``, or where the Transformers backend
-    has no such model: ``transformers_refusal`` says the rest). None where a release serves it."""
+    """``_ModelRegistry._raise_for_unsupported`` on an architecture the registry removed (with ``--model-impl
+    vllm``, or where the Transformers backend has no such model). None where a release serves it."""
     found = removed_in(config, releases)
     if found is None:
         return None
@@ -290,11 +281,8 @@ def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = 
 
 
 def transformers_refusal(config: Mapping[str, Any], layer: int, layer_type: str) -> str | None:
-    """A removed architecture that ``_try_resolve_transformers`` hands to vLLM's Transformers backend
-    under ``--model-impl auto`` (the default) or ``transformers``: the config passes, and building
-    the model stops at its first layer that does not dispatch through the Transformers attention
-    interface (``_create_attention_instances``), ``layer`` (named ``layer_type`` by transformers'
-    config). None where a release serves the architecture."""
+    """A removed architecture that vLLM's Transformers backend takes (``--model-impl auto``): building it stops
+    at ``layer``, its first that is not attention (``layer_type``). None where a release serves it."""
     found = removed_in(config)
     if found is None:
         return None
@@ -307,10 +295,8 @@ def transformers_refusal(config: Mapping[str, Any], layer: int, layer_type: str)
 
 
 def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None:
-    """``_ModelRegistry._raise_for_unsupported`` in a release that does not have the architecture
-    while another release's registry does (Kimi-K3.1, Zaya and LFM3 are 0.34's only): vLLM stops
-    there (its Transformers backend has no such model either). None where every release in
-    ``releases`` serves it, or no release does (the reader refuses or guesses those)."""
+    """``_ModelRegistry._raise_for_unsupported`` in one of ``releases`` without the architecture where another
+    release serves it. None where each serves it, or none does (the reader refuses or guesses those)."""
     archs = tuple(archs)
     if not archs or not served_anywhere(archs):
         return None

@@ -38,9 +38,8 @@ CHECKS = (tp_sizes, compat_hash, block_size, dcp_sizes, prefix_caching, host_buf
 
 
 def replayssm(c: ReplaySSM) -> str | None:
-    """``validate_mamba_cached_kernel`` in 0.33: RecoverSSM's checks (prefix caching needs Model Runner
-    V2), then Mamba2 ReplaySSM with speculative tokens (FlashInfer, no prefix caching), FlashInfer
-    without prefix caching, triton only on Model Runner V1; then the connector."""
+    """``validate_mamba_cached_kernel`` in 0.33, in its order (triton ReplaySSM runs on Model Runner V1
+    only; RecoverSSM's prefix caching needs V2)."""
     first = replayssm_opening(c)
     if first is None and c.recoverssm:
         first = recoverssm_checks(c, runner_v1=True)

@@ -50,9 +50,8 @@ def push_identical_blocks(m: Meeting) -> Refusal | None:
 
 
 def advertised_layers(m: Meeting) -> Refusal | None:
-    """``_pair_regions``: regions pair by the layers each engine advertises; an engine of an older
-    connector (0.33's, version 15) advertises none for Mamba hybrids. Reached only when the hash,
-    which differs across releases, is not enforced."""
+    """``_pair_regions``: a 0.33 engine (connector version 15) advertises no layers for Mamba hybrids;
+    reached only when the hash, which differs across releases, is not enforced."""
     remote = dict(m.remote_hash).get("NIXL connector version")
     if m.enforce_hash or not isinstance(remote, int) or remote >= 16:   # enforced, the hash refuses first
         return None
@@ -60,10 +59,8 @@ def advertised_layers(m: Meeting) -> Refusal | None:
 
 
 def replayssm(c: ReplaySSM) -> str | None:
-    """``validate_mamba_cached_kernel`` in 0.34: RecoverSSM's checks, then FlashInfer ReplaySSM's
-    (a bfloat16 model with prefix caching, one pipeline stage, a ring for the verify window), Mamba2
-    ReplaySSM with speculative tokens only on FlashInfer; then the connector. (Micro-batching, which
-    FlashInfer ReplaySSM refuses, is not read.)"""
+    """``validate_mamba_cached_kernel`` in 0.34, in its order (micro-batching, which FlashInfer ReplaySSM
+    refuses, is not read)."""
     first = replayssm_opening(c)
     if first is None and c.recoverssm:
         first = recoverssm_checks(c, runner_v1=False)
