@@ -236,35 +236,11 @@ def attention_free(m: Meeting) -> Refusal | None:
 
 
 # --- --use-replayssm: VllmConfig.validate_mamba_cached_kernel ----------------------------------
-# Its messages, shared by the releases; each release's module has the order it raises them in.
+# Its messages that both releases' own checks (Release.replayssm_rules) raise.
 
 RECOVERSSM_BACKEND = "RecoverSSM requires --mamba-backend triton"
 MAMBA2_SPEC_BACKEND = "Mamba2 ReplaySSM speculative decoding requires --mamba-backend flashinfer"
 REPLAYSSM_BACKEND = "--use-replayssm requires --mamba-backend triton or flashinfer"
-
-
-def replayssm_opening(c: ReplaySSM) -> str | None:
-    """The checks both releases start with: the model class, then FlashInfer's ring bound."""
-    if not c.supported:
-        return f"--use-replayssm is not supported for architecture {c.named}"
-    if c.backend == "flashinfer" and c.buffer_len > 16:
-        return "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"
-    return None
-
-
-def recoverssm_checks(c: ReplaySSM, runner_v1: bool) -> str | None:
-    """RecoverSSM's own checks; ``runner_v1``: the release still has Model Runner V1, on which
-    RecoverSSM takes no prefix caching (0.33)."""
-    if c.stochastic_rounding:
-        return ("RecoverSSM supports bfloat16/float32 SSM state caches, not --enable-mamba-cache-stochastic-"
-                "rounding, which requires an explicit float16 cache")
-    if runner_v1 and c.cache_mode == "align" and not c.v2_runner:
-        return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
-    if c.pipeline > 1:
-        return "RecoverSSM currently requires pipeline_parallel_size=1"
-    if c.backend != "triton":
-        return RECOVERSSM_BACKEND
-    return None
 
 
 def flashinfer_spec_buffer(c: ReplaySSM) -> str | None:
@@ -274,14 +250,6 @@ def flashinfer_spec_buffer(c: ReplaySSM) -> str | None:
         return None
     return (f"FlashInfer ReplaySSM speculative decoding requires --replayssm-buffer-len >= 1 + num_speculative_tokens "
             f"({query}); got {c.buffer_len}")
-
-
-def replayssm_connector(c: ReplaySSM) -> str | None:
-    """The last check: ReplaySSM's rings live in the mamba page and no connector moves them;
-    RecoverSSM keeps the stock page, which connectors move as usual."""
-    if c.kv_connector and not c.recoverssm:
-        return "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
-    return None
 
 
 # --- the release ---------------------------------------------------------------------------------
@@ -300,17 +268,19 @@ class Release:
     default_block_size: int                    # CacheConfig.DEFAULT_BLOCK_SIZE
     pull_checks: tuple[Check, ...]             # the handshake's checks in vLLM's order, D local
     push_checks: tuple[Check, ...]             # the same for NixlPushConnector, P local
-    group_regions: Callable[[int | None, int], int]   # (layers in a group, tensors of its kind) ->
-                                               # regions its descriptor IDs cover
     hashed_speculative: tuple[str, ...]        # speculative fields the hash takes
     mtp_methods: frozenset[str]                # method names vLLM rewrites to "mtp" (and the families')
-    replayssm: Callable[[ReplaySSM], str | None]   # validate_mamba_cached_kernel: None, or its message
+    # validate_mamba_cached_kernel's checks of ReplaySSM (not RecoverSSM) after the model class and
+    # FlashInfer's ring bound, in the release's order: None, or its message
+    replayssm_rules: Callable[[ReplaySSM], str | None]
     name: str = ""                             # "0.34": the registry names it after its folder
     version: str = ""                          # "0.34.0": vLLM's __version__, hashed
     flag_table: Path | None = None             # its serve_flags.json (the registry finds it)
     cuda: int = 13                             # the CUDA runtime major of its wheels' torch
     serve_keys: tuple[tuple[str, ...], ...] = ()   # keys inside a JSON serve flag that older releases ignore
     pairs_from_last_token: bool = False        # pulls across block sizes need remote_num_tokens
+    every_region: bool = True                  # a group's descriptor IDs cover every region of its kind
+    model_runner_v1: bool = True               # it still has Model Runner V1 (0.34 removed it)
     # register_kv_caches: views of one address share a region only if their block lengths match too
     # (0.34); before, any views of one address did, the region taking the MLA view's length.
     regions_keyed_by_length: bool = False
@@ -366,6 +336,30 @@ class Release:
                 ("speculative (hidden-state drafts)", None if spec is None else ", ".join(f"{n}={v}" for n, v in spec)),
                 ("transfer mode", facts.transfer_mode))
 
+    def replayssm(self, c: ReplaySSM) -> str | None:
+        """``VllmConfig.validate_mamba_cached_kernel`` of an engine with ``--use-replayssm``: None, or its message."""
+        if not c.supported:
+            return f"--use-replayssm is not supported for architecture {c.named}"
+        if c.backend == "flashinfer" and c.buffer_len > 16:
+            return "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"
+        if not c.recoverssm:      # ReplaySSM's rings live in the mamba page, which no connector moves
+            return self.replayssm_rules(c) or ("--use-replayssm is incompatible with KV connectors (P/D "
+                                               "disaggregation, KV cache offload)" if c.kv_connector else None)
+        # RecoverSSM keeps the stock page, which connectors move as usual
+        if c.stochastic_rounding:
+            return ("RecoverSSM supports bfloat16/float32 SSM state caches, not --enable-mamba-cache-stochastic-"
+                    "rounding, which requires an explicit float16 cache")
+        if self.model_runner_v1 and c.cache_mode == "align" and not c.v2_runner:
+            return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
+        if c.pipeline > 1:
+            return "RecoverSSM currently requires pipeline_parallel_size=1"
+        return RECOVERSSM_BACKEND if c.backend != "triton" else None
+
+    def group_regions(self, layers: int | None, tensors: int) -> int:
+        """The regions a group's descriptor IDs cover: every one of its kind, or (0.34) only those holding
+        one of its layers (tensor ``t`` holds the group's ``t``-th layer, so the first ``layers``)."""
+        return tensors if self.every_region or layers is None else min(layers, tensors)
+
     def checks(self, mode: str) -> tuple[Check, ...]:
         return self.push_checks if mode == PUSH else self.pull_checks
 
@@ -381,13 +375,3 @@ def label(prefill: Release, decode: Release) -> str:
         return f"vLLM {decode.name}"
     return f"vLLM {prefill.name} (P) / {decode.name} (D)"
 
-
-def every_region(layers: int | None, tensors: int) -> int:
-    """A group's descriptor IDs cover every region of its kind, whether it holds a layer or not."""
-    return tensors
-
-
-def regions_holding_a_layer(layers: int | None, tensors: int) -> int:
-    """A group's descriptor IDs cover only the regions that hold one of its layers (tensor ``t``
-    holds the group's ``t``-th layer, so the first ``layers`` of them)."""
-    return tensors if layers is None else min(layers, tensors)

@@ -31,8 +31,7 @@ from dataclasses import replace
 from mambaxfer_cli.engines.vllm.release import (
     MAMBA2_SPEC_BACKEND, PUSH, REPLAYSSM_BACKEND, SPECULATIVE_METHODS, Meeting, Refusal, Release,
     attention_free, block_size, compat_hash, dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer,
-    mla_block_lens, prefix_caching, recoverssm_checks, regions_holding_a_layer, replayssm_connector,
-    replayssm_opening, tp_sizes,
+    mla_block_lens, prefix_caching, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
@@ -59,36 +58,31 @@ def advertised_layers(m: Meeting) -> Refusal | None:
 
 
 def replayssm(c: ReplaySSM) -> str | None:
-    """``validate_mamba_cached_kernel`` in 0.34, in its order (micro-batching, which FlashInfer ReplaySSM
-    refuses, is not read)."""
-    first = replayssm_opening(c)
-    if first is None and c.recoverssm:
-        first = recoverssm_checks(c, runner_v1=False)
-    elif first is None and c.backend == "flashinfer":
+    """``validate_mamba_cached_kernel`` in 0.34 (``Release.replayssm_rules``; micro-batching, which
+    FlashInfer ReplaySSM refuses, is not read)."""
+    if c.backend == "flashinfer":
         if c.cache_mode == "align" and c.model_dtype != "bfloat16":
-            first = ("FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state "
-                     "cache dtype is independent")
-        elif c.pipeline > 1:
-            first = "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"
-        elif c.num_spec > 0:
-            first = flashinfer_spec_buffer(c)
-    elif first is None and c.num_spec > 0:
-        first = MAMBA2_SPEC_BACKEND
-    elif first is None and c.backend != "triton":
-        first = REPLAYSSM_BACKEND
-    return first or replayssm_connector(c)
+            return ("FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state "
+                    "cache dtype is independent")
+        if c.pipeline > 1:
+            return "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"
+        return flashinfer_spec_buffer(c) if c.num_spec > 0 else None
+    if c.num_spec > 0:
+        return MAMBA2_SPEC_BACKEND
+    return REPLAYSSM_BACKEND if c.backend != "triton" else None
 
 
 RELEASE = replace(
     V0_33,
-    replayssm=replayssm,
+    replayssm_rules=replayssm,
+    model_runner_v1=False,
     connector_version=16,
     default_block_size=64,
     pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, dcp_sizes, prefix_caching, host_buffer,
                  mla_block_lens, head_sharded, attention_free),
     push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, block_size, dcp_sizes,
                  prefix_caching, host_buffer, mla_block_lens, head_sharded, attention_free),
-    group_regions=regions_holding_a_layer,
+    every_region=False,
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     pairs_from_last_token=True,
     speculative_tokens_check="SpeculatorConfig.resolve_num_speculative_tokens",
