@@ -103,27 +103,21 @@ def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[Ite
     eng = dlist.engine
     out: array[int] = array("q")
     for index, (kind, logical) in enumerate(zip(groups, blocks)):
+        slots = attention_slots[index] if attention_slots is not None else None
+        tensors = group_tensors[index] if group_tensors is not None else eng.ssm_tensors if kind == SSM else eng.tensors
         if kind == PLE:     # the one PLE descriptor after the SSM ones (vLLM's numbering only)
-            chosen_blocks = attention_slots[index] if attention_slots is not None else None
-            first = dlist.attention_descs + eng.ssm_descs(dlist.k)
-            out.fromlist([first + block for block in integers(chosen_blocks or ())])
+            firsts, ids = [dlist.attention_descs + eng.ssm_descs(dlist.k)], slots or ()
         elif kind != SSM:
-            slots = attention_slots[index] if attention_slots is not None else None
             if slots is None:
                 continue
             chosen = group_streams[index] if group_streams is not None else None
-            tensors = eng.tensors if group_tensors is None else group_tensors[index]
             streams = range(tensors * eng.streams_per_tensor) if chosen is None else chosen
-            ids, span = integers(slots), eng.num_blocks * dlist.pieces
-            for stream in streams:
-                first = stream * span
-                out.fromlist([first + slot for slot in ids])
+            firsts, ids = [stream * eng.num_blocks * dlist.pieces for stream in streams], slots
         else:
-            tensors = eng.ssm_tensors if group_tensors is None else group_tensors[index]
-            ids = integers(logical)
-            for q in range(tensors * dlist.k):
-                first = dlist.attention_descs + q * eng.logical_blocks
-                out.fromlist([first + block for block in ids])
+            firsts, ids = [dlist.attention_descs + q * eng.logical_blocks for q in range(tensors * dlist.k)], logical
+        values = integers(ids)
+        for first in firsts:
+            out.fromlist([first + value for value in values])
     return out
 
 

@@ -301,15 +301,12 @@ def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None
     if not archs or not served_anywhere(archs):
         return None
     for release in releases:
-        table = architectures(release)
-        if set(archs).intersection(table["served"]):
-            continue
-        removed = next((a for a in archs if a in table["removed"]), None)
-        words = (removed_words(removed, table["removed"][removed]) if removed else
-                 f"Model architectures {list(archs)} are not supported for now")
-        others = [r for r in known_releases() if set(archs).intersection(architectures(r)["served"])]
-        return (f"vLLM {release} does not serve {archs[0]}: \"{words}\" (_ModelRegistry._raise_for_unsupported); "
-                f"vLLM {' and '.join(others)} serves it")
+        words = registry_outcome(archs, release)
+        if words != "served":
+            words = f"Model architectures {list(archs)} are not supported for now" if words == "not served" else words
+            others = [r for r in known_releases() if registry_outcome(archs, r) == "served"]
+            return (f"vLLM {release} does not serve {archs[0]}: \"{words}\" "
+                    f"(_ModelRegistry._raise_for_unsupported); vLLM {' and '.join(others)} serves it")
     return None
 
 

@@ -1,27 +1,16 @@
-"""vLLM 0.34.0: what its NIXL connector changed from 0.33.0 for Mamba-family P/D transfers.
+"""vLLM 0.34.0: what its NIXL connector changed from 0.33.0 for Mamba-family P/D transfers (what users
+see of each: docs/releases.md).
 
-- The default ``--block-size`` is 64 tokens (``config/cache.py`` ``CacheConfig.DEFAULT_BLOCK_SIZE``),
-  so every hybrid engine started without one gets blocks that are multiples of 64.
-- ``NIXL_CONNECTOR_VERSION`` is 16 (``nixl/metadata.py``); with the vLLM version it is hashed, so a
-  0.33 engine and a 0.34 engine always refuse each other.
-- The hash's speculative factors no longer take ``parallel_drafting``.
-- A group's descriptor IDs cover only the regions that hold a layer of that group
-  (``_compute_desc_ids`` with ``_RegionPairs``, ``nixl/base_worker.py``): a short last group posts
-  fewer IDs.
-- ``NixlPushConnector`` requires identical kernel blocks and kernel blocks per logical block on P
-  and D (``push_worker.py`` ``_validate_remote_parallel_config``), right after the hash.
-- A pull across different block sizes pairs blocks from the request's last token
-  (``_pair_blocks_by_last_token``) and needs the proxy to forward ``remote_num_tokens``.
-- Regions pair by the layers both engines advertise (``_pair_regions``): with the hash not enforced,
-  a 0.33 peer (which advertises none for hybrids) is still refused.
-- Views of one address share a NIXL region only if their block lengths match too
-  (``register_kv_caches``'s region key): a GLM-5-Next engine's first compressed-key and tail-ring
-  pages, at the row's start like its first KDA page, are regions of their own.
-- New serve flags (``engine/arg_utils.py``); ``VLLM_USE_V2_MODEL_RUNNER=0`` stops the engine
-  (``platforms/interface.py``).
-- ``--use-replayssm`` (``VllmConfig.validate_mamba_cached_kernel``): Model Runner V1 is gone, so
-  triton ReplaySSM without speculative tokens and RecoverSSM with prefix caching pass that step;
-  FlashInfer ReplaySSM takes prefix caching (with a bfloat16 model) and speculative tokens.
+- ``config/cache.py``: ``DEFAULT_BLOCK_SIZE`` 64; ``nixl/metadata.py``: ``NIXL_CONNECTOR_VERSION`` 16 (hashed
+  with the vLLM version, so 0.33 and 0.34 engines refuse each other), no ``parallel_drafting`` hashed.
+- ``nixl/base_worker.py``: a group's descriptor IDs cover only the regions holding its layers
+  (``_compute_desc_ids``, ``_RegionPairs``); a pull across block sizes pairs blocks from the last token
+  (``_pair_blocks_by_last_token``: ``remote_num_tokens``); regions pair by advertised layers
+  (``_pair_regions``); ``register_kv_caches`` keys a region by address and block length.
+- ``push_worker.py`` ``_validate_remote_parallel_config``: identical kernel blocks on P and D.
+- ``engine/arg_utils.py``: new serve flags; ``platforms/interface.py``: ``VLLM_USE_V2_MODEL_RUNNER=0`` stops
+  the engine; ``validate_mamba_cached_kernel``: no Model Runner V1, and FlashInfer ReplaySSM takes prefix
+  caching (a bfloat16 model) and speculative tokens.
 """
 
 from __future__ import annotations
