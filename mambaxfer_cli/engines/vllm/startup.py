@@ -206,7 +206,7 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Start
             if removed:
                 layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
                 named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
-                raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
+                raise Refused(f"{where}: {removed_refusal(config, layer, named)}")
             if ATTENTION in layers:
                 first("attention_refusal", own, read, where)
         return built
@@ -255,43 +255,27 @@ def known_releases() -> tuple[str, ...]:
     return tuple(f"{major}.{minor}" for major, minor in found)
 
 
-def removed_in(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> tuple[str, str, str] | None:
-    """(release, architecture, the last release that served it) where the newest of ``releases``
-    that has none of the config's architectures removed one (``_PREVIOUSLY_SUPPORTED_MODELS``)."""
+def removed_refusal(config: Mapping[str, Any], layer: int | None = None, layer_type: str = "") -> str | None:
+    """``_ModelRegistry._raise_for_unsupported`` on an architecture the newest release without it removed; with
+    ``layer``, where the Transformers backend that takes it stops (``layer_type``). None where a release serves it."""
     archs = architecture_names(config)
-    for release in reversed(tuple(releases or known_releases())):
+    for release in reversed(known_releases()):
         table = architectures(release)
         if not archs or any(a in table["served"] for a in archs):
             return None
-        for arch in archs:
-            if arch in table["removed"]:
-                return release, arch, table["removed"][arch]
+        arch = next((a for a in archs if a in table["removed"]), None)
+        if arch is None:
+            continue
+        last = table["removed"][arch]
+        words = f"\"{removed_words(arch, last)}\" (_ModelRegistry._raise_for_unsupported)"
+        if layer is None:
+            return f"vLLM {release} does not serve {arch}: {words}"
+        return (f"vLLM {release}'s registry removed {arch} (served until v{last}); under --model-impl auto "
+                f"(the default) its Transformers backend takes it (_try_resolve_transformers) and stops building "
+                f"the model: \"Layer {layer} ({layer_type}) does not dispatch through the Transformers attention "
+                f"interface and vLLM has no other way to handle it.\" (_create_attention_instances); with "
+                f"--model-impl vllm: {words}")
     return None
-
-
-def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
-    """``_ModelRegistry._raise_for_unsupported`` on an architecture the registry removed (with ``--model-impl
-    vllm``, or where the Transformers backend has no such model). None where a release serves it."""
-    found = removed_in(config, releases)
-    if found is None:
-        return None
-    release, arch, last = found
-    return (f"vLLM {release} does not serve {arch}: \"{removed_words(arch, last)}\" "
-            f"(_ModelRegistry._raise_for_unsupported)")
-
-
-def transformers_refusal(config: Mapping[str, Any], layer: int, layer_type: str) -> str | None:
-    """A removed architecture that vLLM's Transformers backend takes (``--model-impl auto``): building it stops
-    at ``layer``, its first that is not attention (``layer_type``). None where a release serves it."""
-    found = removed_in(config)
-    if found is None:
-        return None
-    release, arch, last = found
-    return (f"vLLM {release}'s registry removed {arch} (served until v{last}); under --model-impl auto "
-            f"(the default) its Transformers backend takes it (_try_resolve_transformers) and stops building "
-            f"the model: \"Layer {layer} ({layer_type}) does not dispatch through the Transformers attention "
-            f"interface and vLLM has no other way to handle it.\" (_create_attention_instances); with "
-            f"--model-impl vllm: \"{removed_words(arch, last)}\" (_ModelRegistry._raise_for_unsupported)")
 
 
 def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None:
