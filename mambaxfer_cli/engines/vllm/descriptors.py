@@ -54,11 +54,9 @@ class ListShape:
         return self.ssm_tensors * (self.ssm_regions if k is None else k) * self.logical_blocks
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tensors": self.tensors, "ssm_tensors": self.ssm_tensors,
-                "attention_streams": self.attention_streams, "num_blocks": self.num_blocks,
-                "blocks_per_logical": self.blocks_per_logical,
-                "attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()} | (
-                    {"regions": self.regions} if self.regions else {})
+        fields = {name: value for name, value in vars(self).items() if name not in ("ssm_regions", "regions")}
+        return fields | {"attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()} | (
+            {"regions": self.regions} if self.regions else {})
 
 
 def list_shape(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,
@@ -98,36 +96,26 @@ def block_ids(dlist: DescriptorList, groups: Sequence[str], blocks: Sequence[Ite
               attention_slots: Sequence[Iterable[int] | None] | None = None,
               group_tensors: Sequence[int] | None = None,
               group_streams: Sequence[Sequence[int] | None] | None = None) -> array[int]:
-    """The IDs of one read for a request: per group, region-major (stream-major for attention);
-    groups concatenated. ``attention_slots[g]`` gives, for an attention-kind group, the slots
-    (``kernel block · pieces + piece``) this read pairs, or None for a read without it;
-    ``group_tensors[g]`` how many of its kind's tensors group ``g``'s IDs cover (the first ones;
-    default: all); ``group_streams[g]``, where given, which streams (regions) an attention-kind
-    group's IDs cover instead."""
+    """The IDs of one read for a request, groups concatenated, each region-major (stream-major for attention),
+    over the slots, tensors and streams given per group (default: its kind's every tensor)."""
     eng = dlist.engine
     out: array[int] = array("q")
     for index, (kind, logical) in enumerate(zip(groups, blocks)):
+        slots = attention_slots[index] if attention_slots is not None else None
+        tensors = group_tensors[index] if group_tensors is not None else eng.ssm_tensors if kind == SSM else eng.tensors
         if kind == PLE:     # the one PLE descriptor after the SSM ones (vLLM's numbering only)
-            chosen_blocks = attention_slots[index] if attention_slots is not None else None
-            first = dlist.attention_descs + eng.ssm_descs(dlist.k)
-            out.fromlist([first + block for block in integers(chosen_blocks or ())])
+            firsts, ids = [dlist.attention_descs + eng.ssm_descs(dlist.k)], slots or ()
         elif kind != SSM:
-            slots = attention_slots[index] if attention_slots is not None else None
             if slots is None:
                 continue
             chosen = group_streams[index] if group_streams is not None else None
-            tensors = eng.tensors if group_tensors is None else group_tensors[index]
             streams = range(tensors * eng.streams_per_tensor) if chosen is None else chosen
-            ids, span = integers(slots), eng.num_blocks * dlist.pieces
-            for stream in streams:
-                first = stream * span
-                out.fromlist([first + slot for slot in ids])
+            firsts, ids = [stream * eng.num_blocks * dlist.pieces for stream in streams], slots
         else:
-            tensors = eng.ssm_tensors if group_tensors is None else group_tensors[index]
-            ids = integers(logical)
-            for q in range(tensors * dlist.k):
-                first = dlist.attention_descs + q * eng.logical_blocks
-                out.fromlist([first + block for block in ids])
+            firsts, ids = [dlist.attention_descs + q * eng.logical_blocks for q in range(tensors * dlist.k)], logical
+        values = integers(ids)
+        for first in firsts:
+            out.fromlist([first + value for value in values])
     return out
 
 
@@ -156,8 +144,7 @@ class Request:
 def random_request(prefill_counts: Sequence[int], decode_counts: Sequence[int], prefill: ListShape,
                    decode: ListShape, seed: int) -> Request:
     """Distinct, non-contiguous logical blocks on each side (seeded), as a busy engine hands out:
-    ``counts[g]`` blocks for group ``g`` (attention groups cover the same tokens on both sides, so
-    their counts differ where the two engines' blocks do)."""
+    ``counts[g]`` blocks for group ``g``."""
     rng = random.Random(seed)
     sides = []
     for engine, counts in ((prefill, prefill_counts), (decode, decode_counts)):

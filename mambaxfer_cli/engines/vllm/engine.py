@@ -43,10 +43,8 @@ class Region:
 
 
 def registered_regions(views: Sequence[tuple[int, int, str]], keyed_by_length: bool) -> tuple[Region, ...]:
-    """``register_kv_caches``'s regions of packed block rows, given each view (offset in the row,
-    length, kind) in the order it registers them: a view is a region unless one with its key
-    exists, its address (0.33) or address and length (0.34, ``keyed_by_length``); a view of an MLA
-    spec (keys, attention pages) that joins one sets its length."""
+    """``register_kv_caches``'s regions of packed block rows, from each view (offset, length, kind) in its order:
+    a view joins the region of its address (and length, ``keyed_by_length``), an MLA view setting its length."""
     seen: list[tuple[int, int] | int] = []
     out: list[Region] = []
     for offset, length, kind in views:
@@ -62,11 +60,8 @@ def registered_regions(views: Sequence[tuple[int, int, str]], keyed_by_length: b
 
 
 def covered(found: Sequence[Region], ring_group: bool, every_region: bool) -> tuple[int, ...]:
-    """The regions an attention-kind transfer group's descriptor IDs cover (``_compute_desc_ids``):
-    the ring group's, the regions a ring was registered at (0.33: ``_scratch_region_indices``;
-    0.34: its ``_group_region_indices``); the attention group's, every region where the release
-    spans every region with an attention group (0.33, ``every_region``), else those holding its
-    compressed keys or pages."""
+    """The regions an attention-kind transfer group's descriptor IDs cover (``_compute_desc_ids``): the ring
+    group's those holding a ring; the attention group's every one (0.33) or those holding keys or pages."""
     if every_region and not ring_group:
         return tuple(range(len(found)))
     kinds = (RING,) if ring_group else (KEYS, PAGES)
@@ -242,10 +237,8 @@ def ssm_backend(variant: str) -> str:
 
 
 def hashed_backend(model: ModelSpec, geometry: Geometry) -> str:
-    """vLLM's compatibility hash takes the backend of the first layer that keeps a cache
-    (``get_current_attn_backends(...)[0]``; SSM layers are attention layers there too): for a
-    hybrid that starts with an SSM layer, the attention backend is not part of the hash; Kimi-K3's
-    full-rank-gate KDA layers name theirs ``KIMI_K3_KDA`` (``KimiK3KDAAttentionBackend.get_name``)."""
+    """The backend vLLM's compatibility hash takes: the first cache layer's (``get_current_attn_backends(...)[0]``),
+    an SSM backend for a hybrid that starts with an SSM layer."""
     if model.layers and model.layers[0] == "attention":
         return geometry.attention_backend
     return model.ssm_backend or ssm_backend(model.variant)

@@ -113,11 +113,8 @@ FLASHINFER_LARGE_PAGES = (16, 32, 64, 128, 256, 512, 1024)
 
 def kernel_backend(name: str | None, device: Gpu, head_size: int | None, kv_cache: str,
                    q_heads: int | None = None, kv_heads: int | None = None, mla: bool = False) -> Backend:
-    """The backend (None: vLLM's pick for the GPU) with its kernel block sizes on this GPU:
-    FLASH_ATTN runs FA4's head-size-256 kernel on fixed 128-token blocks on SM 10.x
-    (``FlashAttentionBackend.get_supported_kernel_block_sizes``); FLASHINFER runs blocks up to 1024
-    tokens there for grouped-query attention (``q_heads``, ``kv_heads``: per rank). An MLA model
-    runs an MLA backend (``default_mla_backend``)."""
+    """The backend (None: vLLM's pick for the GPU; an MLA one for an MLA model) with its kernel block sizes on
+    this GPU (``q_heads``, ``kv_heads``: per rank)."""
     if mla:
         return backend(name or default_mla_backend(device), mla=True)
     found = backend(name or default_attention_backend(device), mla=False if name else None)
@@ -227,10 +224,8 @@ MLA_HYBRID_ALIGNMENT = 128     # tokens: _align_hybrid_block_size's floor for ML
 
 def hybrid_block_size(state_bytes: int, a1: int, requested: int, kernel: Backend, alignment: int = 1,
                       mla: bool = False) -> int:
-    """``_align_hybrid_block_size``: the smallest block (a multiple of the backend's step, at
-    least the requested size) whose attention page holds the SSM state; ``alignment``: the SSM
-    layers' prefill checkpoint alignment (prefix caching only). An MLA hybrid aligns to at least
-    128 tokens (FlashInfer/TRTLLM MLA decode kernels' invariant, kept for every MLA backend)."""
+    """``_align_hybrid_block_size``: the smallest block (in the backend's steps, at least the requested size,
+    a multiple of ``alignment``) whose attention page holds the SSM state."""
     kba = math.lcm(max(kernel.first or kernel.smallest, requested, MLA_HYBRID_ALIGNMENT if mla else 1), alignment)
     tokens = kba * math.ceil(state_bytes / (kba * a1))
     tokens = -(-tokens // kernel.step) * kernel.step
@@ -239,9 +234,8 @@ def hybrid_block_size(state_bytes: int, a1: int, requested: int, kernel: Backend
 
 def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alignment: int = 1,
            kernel: Backend | None = None, gdn_prefill_backend: str | None = None, mla: bool = False) -> Geometry:
-    """One engine's geometry from its SSM state bytes ``m``, its attention bytes per token ``a1``
-    (None for an SSM-only model), its flags, its SSM layers' prefill checkpoint alignment in tokens
-    (applied with prefix caching) and its backend's kernel blocks on its GPU."""
+    """One engine's geometry from its SSM state bytes, its attention bytes per token ``a1`` (None: SSM-only),
+    its flags, its prefill checkpoint alignment (with prefix caching) and its backend's kernel blocks."""
     kernel = kernel or kernel_backend(flags.attention_backend, flags.gpu, None, flags.kv_cache_dtype)
     requested = flags.requested_block_size
     release, gpu = flags.release.name, flags.gpu.spec

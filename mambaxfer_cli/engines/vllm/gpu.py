@@ -35,18 +35,16 @@ class Gpu:
 # By compute capability: what vLLM tests is the capability, never the product name. Every data
 # centre and workstation GPU vLLM's CUDA platform runs (compute capability 7.0 and newer), named
 # as nvidia-smi names it after its vendor word.
-GPUS = (
-    Gpu("H100", (9, 0)), Gpu("H200", (9, 0)), Gpu("H20", (9, 0)), Gpu("H800", (9, 0)), Gpu("GH200", (9, 0)),
-    Gpu("A100", (8, 0)), Gpu("A800", (8, 0)), Gpu("A30", (8, 0)), Gpu("A10", (8, 6)), Gpu("A10G", (8, 6)),
-    Gpu("A40", (8, 6)), Gpu("A16", (8, 6)), Gpu("A2", (8, 6)), Gpu("RTX A6000", (8, 6)), Gpu("RTX A5000", (8, 6)),
-    Gpu("RTX A4000", (8, 6)), Gpu("RTX 3090", (8, 6)), Gpu("RTX 3090 Ti", (8, 6)), Gpu("RTX 3080", (8, 6)),
-    Gpu("L4", (8, 9)), Gpu("L40", (8, 9)), Gpu("L40S", (8, 9)), Gpu("L20", (8, 9)), Gpu("RTX 6000 Ada", (8, 9)),
-    Gpu("RTX 4090", (8, 9)), Gpu("RTX 4080", (8, 9)),
-    Gpu("B200", (10, 0)), Gpu("GB200", (10, 0)), Gpu("B300", (10, 3)), Gpu("GB300", (10, 3)),
-    Gpu("RTX PRO 6000", (12, 0)), Gpu("RTX 5090", (12, 0)), Gpu("RTX 5080", (12, 0)),
-    Gpu("T4", (7, 5)), Gpu("RTX 8000", (7, 5)), Gpu("RTX 6000", (7, 5)), Gpu("RTX 2080 Ti", (7, 5)),
-    Gpu("V100", (7, 0)), Gpu("V100S", (7, 0)), Gpu("TITAN V", (7, 0)),
-)
+GPUS = tuple(Gpu(name, capability) for capability, names in (
+    ((9, 0), "H100, H200, H20, H800, GH200"),
+    ((8, 0), "A100, A800, A30"),
+    ((8, 6), "A10, A10G, A40, A16, A2, RTX A6000, RTX A5000, RTX A4000, RTX 3090, RTX 3090 Ti, RTX 3080"),
+    ((8, 9), "L4, L40, L40S, L20, RTX 6000 Ada, RTX 4090, RTX 4080"),
+    ((10, 0), "B200, GB200"), ((10, 3), "B300, GB300"),
+    ((12, 0), "RTX PRO 6000, RTX 5090, RTX 5080"),
+    ((7, 5), "T4, RTX 8000, RTX 6000, RTX 2080 Ti"),
+    ((7, 0), "V100, V100S, TITAN V"),
+) for name in names.split(", "))
 DEFAULT_GPU = GPUS[0]
 
 
@@ -112,9 +110,8 @@ FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64   # v1/attention/backends/gdn_attn.py
 
 
 def gdn_prefill_backend(device: Gpu, head_k_dim: int | None, requested: str | None = None) -> str:
-    """``_resolve_gdn_prefill_backend`` on CUDA: FlashInfer on SM 9.0 exactly, and on SM 10.x and
-    12.x when the model's ``linear_key_head_dim`` is 128 and the CUDA runtime is 13 or newer;
-    CuteDSL only when asked for, on SM 10.x under the same conditions; Triton otherwise."""
+    """``_resolve_gdn_prefill_backend`` on CUDA: FlashInfer or CuteDSL where the GPU, the CUDA runtime and
+    ``head_k_dim`` allow it (CuteDSL only when asked for), else Triton."""
     choice = "auto" if requested is None else str(requested).strip().lower()
     if choice in GDN_OTHER_PLATFORMS:
         raise Refused(f"GDN prefill backend '{choice}' is not one for NVIDIA GPUs (vLLM refuses to start "
@@ -142,9 +139,7 @@ def gdn_checkpoint_alignment(backend: str) -> int:
 
 def default_attention_backend(device: Gpu) -> str:
     """The attention backend vLLM picks without ``--attention-backend`` for a causal, non-MLA model
-    (``platforms/cuda.py`` ``_get_backend_priorities``, the first whose ``supports_compute_capability``
-    holds): FlashInfer first on SM 10.x, FlashAttention first elsewhere; below SM 8.0, where neither
-    runs, Triton's."""
+    (``_get_backend_priorities``: the first whose ``supports_compute_capability`` holds)."""
     if device.capability < AMPERE:
         return "TRITON_ATTN"
     return "FLASHINFER" if device.capability[0] == 10 else "FLASH_ATTN"
@@ -165,9 +160,8 @@ def backend_refusal(name: str, device: Gpu) -> str | None:
 
 
 def run_dtype(dtype: str, given: bool, device: Gpu) -> str:
-    """The model dtype vLLM runs on ``device``: below SM 8.0 there is no bfloat16, so ``--dtype
-    auto`` falls back to float16 (``_resolve_auto_dtype``, the platform's ``supported_dtypes``),
-    and a ``--dtype bfloat16`` given stops every worker (``check_if_supports_dtype``)."""
+    """The model dtype vLLM runs on ``device``: below SM 8.0, ``--dtype auto`` falls back to float16
+    (``_resolve_auto_dtype``) and a ``--dtype bfloat16`` given stops every worker."""
     if dtype != "bfloat16" or device.capability >= AMPERE:
         return dtype
     if given:
@@ -197,18 +191,15 @@ def on_gpu(model: ModelSpec, device: Gpu) -> ModelSpec:
 
 
 def default_mla_backend(device: Gpu) -> str:
-    """The MLA backend vLLM picks without ``--attention-backend`` (``_get_backend_priorities``
-    with ``use_mla``, the first whose ``supports_compute_capability`` holds): FLASHINFER_MLA on
-    SM 10.x, FLASH_ATTN_MLA on SM 9.x (FA3), TRITON_MLA elsewhere."""
+    """The MLA backend vLLM picks without ``--attention-backend`` (``_get_backend_priorities`` with
+    ``use_mla``: the first whose ``supports_compute_capability`` holds)."""
     major = device.capability[0]
     return {10: "FLASHINFER_MLA", 9: "FLASH_ATTN_MLA"}.get(major, "TRITON_MLA")
 
 
 def flashinfer_large_pages(device: Gpu, q_heads: int | None, kv_heads: int | None) -> bool:
-    """FlashInfer's kernel blocks of 128 to 1024 tokens (trtllm-gen, ``FlashInferBackend.
-    get_supported_kernel_block_sizes``): on SM 10.x for grouped-query attention (more query heads
-    than KV heads per rank). vLLM also needs trtllm-gen's kernels to be downloadable at start-up;
-    mambaxfer assumes they are."""
+    """FlashInfer's trtllm-gen kernel blocks of 128 to 1024 tokens: on SM 10.x for grouped-query attention
+    (vLLM also needs their kernels downloadable at start-up; mambaxfer assumes they are)."""
     if device.capability[0] != 10 or not q_heads or not kv_heads:
         return False
     return q_heads // kv_heads > 1 and q_heads % kv_heads == 0

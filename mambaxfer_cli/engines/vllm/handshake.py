@@ -55,9 +55,8 @@ def fix_words(layout: str | None, block_size: int | None) -> str:
 
 
 def attention_sources(remote: EngineLayout, local: EngineLayout, rank: int) -> list[int]:
-    """``compute_tp_mapping``: the remote ranks local rank ``rank`` reads attention from: one when
-    the local engine has at least as many ranks, else the first rank of each distinct head among
-    its remote ranks."""
+    """``compute_tp_mapping``: the remote ranks local rank ``rank`` reads attention from (several: the first
+    of each distinct head)."""
     r_tp, l_tp = remote.tp, local.tp
     if remote.kv_heads[0] is None:
         return []
@@ -77,11 +76,8 @@ MAX_HYBRID_BLOCK_SPLIT = 128     # base_worker.py _MAX_HYBRID_BLOCK_SPLIT
 
 
 def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = PULL) -> EngineLayout:
-    """``_split_remote_blocks``: a hybrid MLA+SSM engine that pulls views the remote's kernel blocks
-    as ``gcd(local, remote)``-token blocks when its own are not a multiple of them (the blocks hold
-    the TP-sharded SSM page, so they differ with TP while the MLA page per token does not). The
-    remote's memory is unchanged; its kernel blocks per logical block and block count grow by
-    ``split``. Not when the split would exceed 128 blocks (vLLM logs a warning and pairs nothing)."""
+    """``_split_remote_blocks``: a pulling hybrid MLA+SSM engine views the remote's kernel blocks as
+    ``gcd(local, remote)``-token blocks when its own are not a multiple of them (a split of at most 128)."""
     if mode != PULL or not local.mla or not local.has_attention or not remote.has_attention or remote.packed:
         return remote       # packed rows (block stride != block length): vLLM warns and splits nothing
     mine, theirs = local.kernel_tokens, remote.kernel_tokens
@@ -98,12 +94,6 @@ def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = P
                                                             blocks_per_logical=lists.blocks_per_logical * split))
 
 
-def layout_facts(layout: EngineLayout) -> EngineFacts:
-    """What the hash takes of an engine when only its geometry is known: the same model on both
-    sides, so its backend and KV-cache dtype (and its release) are what can differ."""
-    return EngineFacts("", "", None, None, 0, layout.hashed_backend, layout.geometry.kv_cache_dtype)
-
-
 def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
             facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
             enforce_hash: bool = True) -> Meeting:
@@ -111,7 +101,10 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
     pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
     local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
     remote = split_remote_blocks(remote, local, mode)
-    p_facts, d_facts = facts or (layout_facts(prefill), layout_facts(decode))
+    # Without facts, only the geometry is known: the same model on both sides, so the backend and
+    # KV-cache dtype (and the release) are what can differ.
+    p_facts, d_facts = facts or [EngineFacts("", "", None, None, 0, e.hashed_backend, e.geometry.kv_cache_dtype)
+                                 for e in (prefill, decode)]
     hashes: dict[str, Hash] = {"P": prefill.release.hashed(p_facts), "D": decode.release.hashed(d_facts)}
     ratio_ok = (local.tp % remote.tp == 0) if local.tp >= remote.tp else (remote.tp % local.tp == 0)
     sources = len(attention_sources(remote, local, 0)) if ratio_ok and remote.has_attention else 0
@@ -131,9 +124,8 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
 def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
              facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
              enforce_hash: bool = True) -> list[Refusal]:
-    """vLLM's refusals of this pairing, in the order the local engine's handshake meets them
-    (vLLM stops at the first; the others are what it would say once that one is fixed; checks
-    that need the TP sizes or kernel blocks to pass are not reached while they fail)."""
+    """vLLM's refusals of this pairing, in the order the local engine's handshake meets them (vLLM stops at
+    the first; the others are what it would say once that one is fixed)."""
     seen = meeting(prefill, decode, mode, facts, host_buffer, enforce_hash)
     local = decode if mode == PULL else prefill
     out: list[Refusal] = []
@@ -149,28 +141,19 @@ def geometry_refused(prefill: EngineLayout, decode: EngineLayout, mode: str = PU
     return any(r.code in GEOMETRY_CODES for r in refusals(prefill, decode, mode, host_buffer=host_buffer))
 
 
-def suggest_block_size(rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]], step: int,
-                       mode: str = PULL, host_buffer: bool = False) -> int | None:
-    """The smallest ``--block-size`` (for both engines, in the backend's steps) at which vLLM's
-    geometry checks pass, or None when none up to SEARCH_LIMIT does."""
-    for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step):
-        if not geometry_refused(*rebuild(size), mode, host_buffer):
-            return size
-    return None
-
-
 def handshake_verdict(prefill: EngineLayout, decode: EngineLayout,
                       rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]] | None = None,
                       extra: tuple[Refusal, ...] = (), mode: str = PULL,
                       facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
                       enforce_hash: bool = True) -> Verdict:
-    """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides
-    at another block size, the smallest block size that fixes it."""
+    """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides at
+    another block size, the smallest that fixes it (in the backend's steps, up to SEARCH_LIMIT)."""
     found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash)) + tuple(extra)
     suggestion = None
     if rebuild is not None and any(r.code in GEOMETRY_CODES for r in found):
         step = max(prefill.kernel_backend.step, decode.kernel_backend.step)
-        suggestion = suggest_block_size(rebuild, step, mode, host_buffer)
+        suggestion = next((size for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step)
+                           if not geometry_refused(*rebuild(size), mode, host_buffer)), None)
     p, d = prefill.geometry, decode.geometry
     remote_tokens = (mode == PULL and prefill.has_attention
                      and decode.release.needs_remote_num_tokens(p.kernel_block_size, p.blocks_per_logical,

@@ -36,13 +36,9 @@ def default_release(installed: str | None = None, probe: bool = True) -> Default
     for known in RELEASES:
         if found == minor(known.name):
             return DefaultRelease(known, version)
-    known_names = ", ".join(r.name for r in RELEASES)
     newest = minor(NEWEST.name)
-    if found is None or (newest is not None and found > newest):
-        return DefaultRelease(NEWEST, version, (
-            f"vLLM {version} is installed, newer than the releases mambaxfer knows ({known_names}): answering "
-            f"for vLLM {NEWEST.name}; give --vllm-version to choose"))
-    oldest = RELEASES[0]
-    return DefaultRelease(oldest, version, (
-        f"vLLM {version} is installed, older than the releases mambaxfer knows ({known_names}): answering "
-        f"for vLLM {oldest.name}; give --vllm-version to choose"))
+    newer = found is None or (newest is not None and found > newest)
+    chosen = NEWEST if newer else RELEASES[0]
+    return DefaultRelease(chosen, version, (
+        f"vLLM {version} is installed, {'newer' if newer else 'older'} than the releases mambaxfer knows "
+        f"({', '.join(r.name for r in RELEASES)}): answering for vLLM {chosen.name}; give --vllm-version to choose"))

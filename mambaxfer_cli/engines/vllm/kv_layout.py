@@ -18,10 +18,8 @@ CONNECTOR_LAYOUT = "LBHNC"                               # NixlConnector.get_req
 
 
 def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
-    """The layouts ``resolve_kv_cache_layout`` may pick: those the model's backends declare
-    (Qwen4Exp's QSA indexer: two; GLM-5-Next's tail ring: BLHNC), else vLLM's default preference; a
-    hybrid's Mamba and attention specs have different (heads, states) shapes, which leaves only
-    block-compact layouts."""
+    """The layouts ``resolve_kv_cache_layout`` may pick: those the model's backends declare, else vLLM's
+    default preference (a hybrid's Mamba and attention specs leave only block-compact ones)."""
     declared = families.first("layouts", model)
     if declared is not None:
         return declared
@@ -29,9 +27,8 @@ def layout_candidates(model: ModelSpec) -> tuple[str, ...]:
 
 
 def resolved_layout(model: ModelSpec, requested: str | None) -> str:
-    """The layout the engine runs: ``VLLM_KV_CACHE_LAYOUT`` (NHD and HND being the old names of
-    LBNHC and LBHNC), else the connector's LBHNC (none for MLA) where the model's backends allow it,
-    else the first they allow (Qwen4Exp's QSA: BLNHC). ``layout_error`` says when the engine stops."""
+    """The layout the engine runs: ``VLLM_KV_CACHE_LAYOUT``, else the connector's LBHNC (none for MLA) where
+    the model's backends allow it, else the first they allow. ``layout_error`` says when the engine stops."""
     if requested is not None:
         return LAYOUT_ALIASES.get(requested, requested)
     allowed = layout_candidates(model)
@@ -47,11 +44,8 @@ def contiguous_layout(model: ModelSpec) -> str:
 
 def heads_refusal(model: ModelSpec, local_tp: int, remote_tp: int, layout: str,
                   permute: bool = False) -> Refusal | None:
-    """``_validate_remote_agent_handshake`` after its block checks: a TP ratio other than 1 splits
-    the attention heads, which needs a block-contiguous layout, unless the model is MLA, the remote
-    engine replicates the KV heads (more ranks than heads), or the local engine permutes an LBHNC
-    peer into its LBNHC cache (``enable_permute_local_kv``). vLLM's words name LBHNC, which a QSA
-    engine cannot run (``contiguous_layout``)."""
+    """``_validate_remote_agent_handshake`` after its block checks: heads split across TP sizes need a
+    block-contiguous layout (unless MLA, replicated KV heads, or ``enable_permute_local_kv``)."""
     if (local_tp == remote_tp or not model.has_attention or model.mla or remote_tp > (model.num_kv_heads or 0)
             or layout in BLOCK_CONTIGUOUS or permute):
         return None

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from mambaxfer_cli.planning.model import ModelSpec
     from mambaxfer_cli.engines.vllm.engine import Engines
     from mambaxfer_cli.engines.vllm.plan import PlanOptions
-    from mambaxfer_cli.engines.vllm.gpu import Gpu
     from mambaxfer_cli.engines.vllm.release import Release
 
 T = TypeVar("T")
@@ -49,12 +48,13 @@ def model_names(model: ModelArgs) -> list[str]:
 
 
 def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines:
-    """Both engines, built once: each side's own value where given, else the one both share, else
-    the planner's default (``EngineFlags``'s, the release's block size, the installed vLLM's
-    release); ``num_blocks``: the sides' number of blocks when not given (check's)."""
+    """Both engines, built once: each side's own value, else the one both share, else the default;
+    ``num_blocks``: the sides' number of blocks when not given (check's)."""
     from mambaxfer_cli.cli.options import refuse_value
     from mambaxfer_cli.engines.vllm.engine import Engines
     from mambaxfer_cli.engines.vllm.geometry import MAX_BLOCK_SIZE, EngineFlags
+    from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, gdn_prefill_backend, gpu
+    from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
 
     check_bounds(p_num_blocks=args.p_num_blocks, d_num_blocks=args.d_num_blocks,
                  p_blocks_per_logical=args.p_blocks_per_logical, d_blocks_per_logical=args.d_blocks_per_logical)
@@ -66,7 +66,7 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
         raise UserError("--transfer-backend: SGLang's option (with --engine sglang); vLLM's NIXL connector has "
                         "one transfer backend")
     refuse_sglang_drafts(args)
-    device = _gpu(args.gpu)
+    device = DEFAULT_GPU if args.gpu is None else _for_option("--gpu", gpu, args.gpu)
     shared = _release("--vllm-version", args.vllm_version) if args.vllm_version is not None else None
 
     def own(prefix: str, name: str) -> Any:
@@ -78,9 +78,7 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
         chosen = (_release(f"--{prefix}-vllm-version", version) if version is not None
                   else shared or _release_when_unnamed())
         blocks = getattr(args, f"{prefix}_num_blocks")
-        given = dict(attention_backend=own(prefix, "attention_backend"),
-                     block_size=own(prefix, "block_size"),
-                     kv_cache_dtype=own(prefix, "kv_cache_dtype"),
+        given = dict(**{name: own(prefix, name) for name in ("attention_backend", "block_size", "kv_cache_dtype")},
                      prefix_caching=own(prefix, "enable_prefix_caching"),
                      gdn_prefill_backend=args.gdn_prefill_backend,
                      num_blocks=(num_blocks or {}).get(role) if blocks is None else blocks,
@@ -88,11 +86,7 @@ def build(args: EngineArgs, num_blocks: dict[str, int] | None = None) -> Engines
         return EngineFlags(release=chosen, gpu=device, **{k: v for k, v in given.items() if v is not None})
 
     if args.gdn_prefill_backend is not None:
-        from mambaxfer_cli.engines.vllm.gpu import gdn_prefill_backend as resolve
-
-        _for_option("--gdn-prefill-backend", resolve, device, None, args.gdn_prefill_backend)
-    from mambaxfer_cli.engines.vllm.kv_layout import ENV_LAYOUTS
-
+        _for_option("--gdn-prefill-backend", gdn_prefill_backend, device, None, args.gdn_prefill_backend)
     if args.kv_cache_layout is not None and args.kv_cache_layout not in ENV_LAYOUTS:
         raise refuse_value("kv_cache_layout", args.kv_cache_layout, ENV_LAYOUTS)
     return Engines(side("p", "prefill"), side("d", "decode"), kv_cache_layout=args.kv_cache_layout)
@@ -156,12 +150,6 @@ def _release(flag: str, name: str) -> Release:
     from mambaxfer_cli.engines.vllm.releases import release
 
     return _for_option(f"{flag} {name}", release, name)
-
-
-def _gpu(name: str | None) -> Gpu:
-    from mambaxfer_cli.engines.vllm.gpu import DEFAULT_GPU, gpu
-
-    return DEFAULT_GPU if name is None else _for_option("--gpu", gpu, name)
 
 
 def refuse_sglang_drafts(args: EngineArgs) -> None:

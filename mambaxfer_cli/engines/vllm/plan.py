@@ -26,7 +26,7 @@ from mambaxfer_cli.planning.layout import RankLayout
 from mambaxfer_cli.planning.model import ATTENTION, SSM, ModelSpec
 from mambaxfer_cli.planning.reads import Read, coalesce, misreads, tp_ratio
 from mambaxfer_cli.engines.vllm.reads import EXACT, SEMANTICS, VLLM, plan_reads, vllm_length_mismatches, vllm_reads
-from mambaxfer_cli.engines.vllm.release import EngineFacts, every_region
+from mambaxfer_cli.engines.vllm.release import EngineFacts
 from mambaxfer_cli.engines.vllm import drafts, families, indexer_caches
 from mambaxfer_cli.engines.vllm.kv_layout import (
     CONNECTOR_LAYOUT, contiguous_layout, heads_refusal, layout_error, resolved_layout,
@@ -262,7 +262,7 @@ def _numbering(model: ModelSpec, grouping: KVGrouping, prefill: EngineLayout, de
     (D's release decides which regions a group covers: D builds both lists of a pull); else None."""
     if not decode.regions or semantics != VLLM or RING not in grouping.groups:
         return None
-    every = decode.release.group_regions is every_region     # 0.33: a group's IDs cover every region
+    every = decode.release.every_region     # 0.33: a group's IDs cover every region
     streams = tuple(None if kind in (SSM, PLE) else covered(decode.regions, kind == RING, every)
                     for kind in grouping.groups)
     found = indexer_caches.caches(model)

@@ -142,17 +142,12 @@ def tp_sizes(m: Meeting) -> Refusal | None:
     return Refusal("tp-sizes", text)
 
 
-def hash_differences(local: Hash, remote: Hash) -> list[str]:
-    """The hashed fields whose values differ, ``name local vs remote``."""
-    mine, theirs = dict(local), dict(remote)
-    names = list(mine) + [name for name in theirs if name not in mine]
-    return [f"{name} {mine.get(name)} vs {theirs.get(name)}" for name in names if mine.get(name) != theirs.get(name)]
-
-
 def compat_hash(m: Meeting) -> Refusal | None:
     """The compatibility hash, compared before the agent metadata is decoded (unless the local
     engine's ``enforce_handshake_compat`` is false)."""
-    differs = hash_differences(m.local_hash, m.remote_hash)
+    mine, theirs = dict(m.local_hash), dict(m.remote_hash)
+    differs = [f"{name} {mine.get(name)} vs {theirs.get(name)}" for name in mine | theirs
+               if mine.get(name) != theirs.get(name)]
     if not differs or not m.enforce_hash:
         return None
     local, remote = ("D", "P") if m.mode == PULL else ("P", "D")
@@ -198,9 +193,8 @@ def dcp_sizes(m: Meeting) -> Refusal | None:
 
 
 def mla_block_lens(m: Meeting) -> Refusal | None:
-    """``_validate_remote_agent_handshake`` for hybrid MLA+SSM: every region is a kernel-granularity
-    view of the unified page, and the MLA page per token does not depend on TP, so the local block
-    lengths must be the remote ones times ``block_size_ratio`` even across TP (an assert)."""
+    """``_validate_remote_agent_handshake`` for hybrid MLA+SSM (an assert): the MLA page per token does not
+    depend on TP, so local block lengths must be the remote's times ``block_size_ratio`` even across TP."""
     if not m.mla or not m.geometry_meets or m.block_ratio is None:
         return None
     if m.local_block_lens:      # every region modelled (GLM-5-Next: a ring's page does not grow with the block)
@@ -217,10 +211,8 @@ def mla_block_lens(m: Meeting) -> Refusal | None:
 
 
 def head_sharded(m: Meeting) -> Refusal | None:
-    """``_build_local_splits_from_plan``: when the local engine reads from several remote ranks
-    (``tp_ratio < 0``) across different kernel blocks, each of its attention regions must come from
-    one source (``compute_tp_mapping`` keeps one rank per distinct head) or be MLA. Ranks that
-    replicate a KV head are not exempt."""
+    """``_build_local_splits_from_plan``: reads from several remote ranks across different kernel blocks need
+    one source per attention region (MLA); ranks that replicate a KV head are not exempt."""
     ratio = m.tp_ratio
     if not m.geometry_meets or ratio is None or ratio >= 0 or m.block_ratio == 1 or m.attention_sources <= 1 or m.mla:
         return None
@@ -229,12 +221,8 @@ def head_sharded(m: Meeting) -> Refusal | None:
 
 
 def attention_free(m: Meeting) -> Refusal | None:
-    """``add_remote_agent`` finds the first attention KV-cache group with a bare ``next()`` and no
-    default, after every check above: in ``_build_local_splits_from_plan`` when the local engine
-    reads from several remote ranks (``tp_ratio < 0``; a generator, so Python turns the
-    StopIteration into ``RuntimeError: generator raised StopIteration``), else in
-    ``_build_fa_remote``, which every handshake calls (``StopIteration``). A model without
-    attention layers never completes the handshake, at any TP sizes, pulling or pushing."""
+    """``add_remote_agent``'s bare ``next()`` over the attention KV-cache groups, after every check above: a
+    model without attention never completes the handshake, at any TP sizes, pulling or pushing."""
     if m.has_attention:
         return None
     if m.local_tp < m.remote_tp:
@@ -248,35 +236,11 @@ def attention_free(m: Meeting) -> Refusal | None:
 
 
 # --- --use-replayssm: VllmConfig.validate_mamba_cached_kernel ----------------------------------
-# Its messages, shared by the releases; each release's module has the order it raises them in.
+# Its messages that both releases' own checks (Release.replayssm_rules) raise.
 
 RECOVERSSM_BACKEND = "RecoverSSM requires --mamba-backend triton"
 MAMBA2_SPEC_BACKEND = "Mamba2 ReplaySSM speculative decoding requires --mamba-backend flashinfer"
 REPLAYSSM_BACKEND = "--use-replayssm requires --mamba-backend triton or flashinfer"
-
-
-def replayssm_opening(c: ReplaySSM) -> str | None:
-    """The checks both releases start with: the model class, then FlashInfer's ring bound."""
-    if not c.supported:
-        return f"--use-replayssm is not supported for architecture {c.named}"
-    if c.backend == "flashinfer" and c.buffer_len > 16:
-        return "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"
-    return None
-
-
-def recoverssm_checks(c: ReplaySSM, runner_v1: bool) -> str | None:
-    """RecoverSSM's own checks; ``runner_v1``: the release still has Model Runner V1, on which
-    RecoverSSM takes no prefix caching (0.33)."""
-    if c.stochastic_rounding:
-        return ("RecoverSSM supports bfloat16/float32 SSM state caches, not --enable-mamba-cache-stochastic-"
-                "rounding, which requires an explicit float16 cache")
-    if runner_v1 and c.cache_mode == "align" and not c.v2_runner:
-        return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
-    if c.pipeline > 1:
-        return "RecoverSSM currently requires pipeline_parallel_size=1"
-    if c.backend != "triton":
-        return RECOVERSSM_BACKEND
-    return None
 
 
 def flashinfer_spec_buffer(c: ReplaySSM) -> str | None:
@@ -286,14 +250,6 @@ def flashinfer_spec_buffer(c: ReplaySSM) -> str | None:
         return None
     return (f"FlashInfer ReplaySSM speculative decoding requires --replayssm-buffer-len >= 1 + num_speculative_tokens "
             f"({query}); got {c.buffer_len}")
-
-
-def replayssm_connector(c: ReplaySSM) -> str | None:
-    """The last check: ReplaySSM's rings live in the mamba page and no connector moves them;
-    RecoverSSM keeps the stock page, which connectors move as usual."""
-    if c.kv_connector and not c.recoverssm:
-        return "--use-replayssm is incompatible with KV connectors (P/D disaggregation, KV cache offload)"
-    return None
 
 
 # --- the release ---------------------------------------------------------------------------------
@@ -312,17 +268,19 @@ class Release:
     default_block_size: int                    # CacheConfig.DEFAULT_BLOCK_SIZE
     pull_checks: tuple[Check, ...]             # the handshake's checks in vLLM's order, D local
     push_checks: tuple[Check, ...]             # the same for NixlPushConnector, P local
-    group_regions: Callable[[int | None, int], int]   # (layers in a group, tensors of its kind) ->
-                                               # regions its descriptor IDs cover
     hashed_speculative: tuple[str, ...]        # speculative fields the hash takes
     mtp_methods: frozenset[str]                # method names vLLM rewrites to "mtp" (and the families')
-    replayssm: Callable[[ReplaySSM], str | None]   # validate_mamba_cached_kernel: None, or its message
+    # validate_mamba_cached_kernel's checks of ReplaySSM (not RecoverSSM) after the model class and
+    # FlashInfer's ring bound, in the release's order: None, or its message
+    replayssm_rules: Callable[[ReplaySSM], str | None]
     name: str = ""                             # "0.34": the registry names it after its folder
     version: str = ""                          # "0.34.0": vLLM's __version__, hashed
     flag_table: Path | None = None             # its serve_flags.json (the registry finds it)
     cuda: int = 13                             # the CUDA runtime major of its wheels' torch
     serve_keys: tuple[tuple[str, ...], ...] = ()   # keys inside a JSON serve flag that older releases ignore
     pairs_from_last_token: bool = False        # pulls across block sizes need remote_num_tokens
+    every_region: bool = True                  # a group's descriptor IDs cover every region of its kind
+    model_runner_v1: bool = True               # it still has Model Runner V1 (0.34 removed it)
     # register_kv_caches: views of one address share a region only if their block lengths match too
     # (0.34); before, any views of one address did, the region taking the MLA view's length.
     regions_keyed_by_length: bool = False
@@ -378,6 +336,30 @@ class Release:
                 ("speculative (hidden-state drafts)", None if spec is None else ", ".join(f"{n}={v}" for n, v in spec)),
                 ("transfer mode", facts.transfer_mode))
 
+    def replayssm(self, c: ReplaySSM) -> str | None:
+        """``VllmConfig.validate_mamba_cached_kernel`` of an engine with ``--use-replayssm``: None, or its message."""
+        if not c.supported:
+            return f"--use-replayssm is not supported for architecture {c.named}"
+        if c.backend == "flashinfer" and c.buffer_len > 16:
+            return "FlashInfer ReplaySSM requires --replayssm-buffer-len <= 16"
+        if not c.recoverssm:      # ReplaySSM's rings live in the mamba page, which no connector moves
+            return self.replayssm_rules(c) or ("--use-replayssm is incompatible with KV connectors (P/D "
+                                               "disaggregation, KV cache offload)" if c.kv_connector else None)
+        # RecoverSSM keeps the stock page, which connectors move as usual
+        if c.stochastic_rounding:
+            return ("RecoverSSM supports bfloat16/float32 SSM state caches, not --enable-mamba-cache-stochastic-"
+                    "rounding, which requires an explicit float16 cache")
+        if self.model_runner_v1 and c.cache_mode == "align" and not c.v2_runner:
+            return "RecoverSSM with prefix caching requires VLLM_USE_V2_MODEL_RUNNER=1"
+        if c.pipeline > 1:
+            return "RecoverSSM currently requires pipeline_parallel_size=1"
+        return RECOVERSSM_BACKEND if c.backend != "triton" else None
+
+    def group_regions(self, layers: int | None, tensors: int) -> int:
+        """The regions a group's descriptor IDs cover: every one of its kind, or (0.34) only those holding
+        one of its layers (tensor ``t`` holds the group's ``t``-th layer, so the first ``layers``)."""
+        return tensors if self.every_region or layers is None else min(layers, tensors)
+
     def checks(self, mode: str) -> tuple[Check, ...]:
         return self.push_checks if mode == PUSH else self.pull_checks
 
@@ -393,13 +375,3 @@ def label(prefill: Release, decode: Release) -> str:
         return f"vLLM {decode.name}"
     return f"vLLM {prefill.name} (P) / {decode.name} (D)"
 
-
-def every_region(layers: int | None, tensors: int) -> int:
-    """A group's descriptor IDs cover every region of its kind, whether it holds a layer or not."""
-    return tensors
-
-
-def regions_holding_a_layer(layers: int | None, tensors: int) -> int:
-    """A group's descriptor IDs cover only the regions that hold one of its layers (tensor ``t``
-    holds the group's ``t``-th layer, so the first ``layers`` of them)."""
-    return tensors if layers is None else min(layers, tensors)

@@ -304,9 +304,8 @@ def _dotted_value(raw: str, flag: str, where: str) -> Any:
 
 
 def _set_dotted(target: dict, sub: str, raw: str, flag: str, where: str) -> None:
-    """``--flag.a.b=v`` as vLLM nests it ({"a": {"b": v}}), merged into ``target``: dicts merge,
-    lists concatenate, anything else is replaced (``create_nested_dict``, ``recursive_dict_update``);
-    ``a.b+`` takes a comma-separated list of strings."""
+    """``--flag.a.b=v`` as vLLM nests it (``create_nested_dict``) merged into ``target``
+    (``recursive_dict_update``); ``a.b+`` takes a comma-separated list of strings."""
     keys = sub.split(".")
     if len(keys) > MAX_NESTING:
         raise UserError(f"{where}: {flag} names keys more than {MAX_NESTING} levels deep; no engine setting does")

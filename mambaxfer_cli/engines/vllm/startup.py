@@ -33,15 +33,6 @@ def parallel_words(heads: int, tp: int) -> str:
     return f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
 
 
-def heads_first(heads: int, tp_sizes: Iterable[int]) -> str | None:
-    """The heads check at the first of ``tp_sizes`` that does not divide ``heads``: vLLM meets it as
-    it builds its config, before the model and its connector exist, so it stops the engine ahead
-    of any refusal those meet. None where every size divides."""
-    tp = next((tp for tp in tp_sizes if tp > 0 and heads % tp), None)
-    return None if tp is None else (f"vLLM does not start a TP-{tp} engine: \"{parallel_words(heads, tp)}\" "
-                                    f"(ModelConfig.verify_with_parallel_config)")
-
-
 def rank_layouts(model: ModelSpec, tp: int) -> tuple[RankLayout, ...]:
     """Every rank of a TP-``tp`` engine; the attention's KV heads must fit ``tp`` too."""
     if refusal := parallel_refusal(model, check_tp(tp)):   # vLLM's config check comes first
@@ -111,9 +102,8 @@ MLA_DTYPES = ("float16", "bfloat16")
 
 
 def mla_dtype_refusal(model: ModelSpec, chosen: str | None = None) -> str | None:
-    """``CudaPlatform.get_attn_backend_cls`` as an MLA layer is built: a model dtype no MLA backend
-    supports ("dtype not supported" from ``validate_configuration``) stops the engine, in its words
-    for a backend ``--attention-backend`` names (``chosen``) or for none valid. None where it passes."""
+    """``CudaPlatform.get_attn_backend_cls`` as an MLA layer is built: a model dtype no MLA backend supports
+    stops the engine, in its words for the backend ``chosen`` or for none valid. None where it passes."""
     if not model.mla or model.model_dtype in MLA_DTYPES:
         return None
     said = (f"Selected backend {chosen} is not valid for this configuration. Reason: [..., 'dtype not supported', "
@@ -137,13 +127,8 @@ def refused_when(code: str) -> str:
 
 
 def family_table(name: str) -> dict[str, Any]:
-    """The family modules' tables ``name``, merged: ``CONNECTOR_REFUSED`` (architectures vLLM serves
-    whose state its NIXL connector cannot move: ``derive_mamba_conv_split`` raises NotImplementedError
-    for any mamba_type but MAMBA1, MAMBA2 and GDN_ATTN as the decode worker starts; each with its
-    label and mamba_type, 0.33 and 0.34 alike), ``REGISTRATION_REFUSED`` (those whose KV cache it cannot
-    register), ``TRANSFORMERS_BACKEND`` (removed ones that ``_try_resolve_transformers`` hands to the
-    Transformers backend under --model-impl auto, with the ``layer_types`` name transformers' config
-    gives a layer that is not attention)."""
+    """The family modules' tables ``name`` merged (``CONNECTOR_REFUSED``, ``REGISTRATION_REFUSED``,
+    ``TRANSFORMERS_BACKEND``: what ``connector_refusal`` and ``startup`` say of them)."""
     return {key: value for found in gathered(name) for key, value in found.items()}
 
 
@@ -164,10 +149,8 @@ def registry_outcome(archs: Iterable[str], release: str) -> str:
 
 
 def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Startup:
-    """vLLM's start-up as a config is read (``spec_from_config``'s ``startup``), in its order: the
-    registry as the config is built (a removed architecture the Transformers backend does not take;
-    one only another of ``releases``, the engines' releases, has), then the heads check at
-    ``tp_sizes``, then what building the model or the connector meets; and its dtypes."""
+    """vLLM's start-up as a config is read (``spec_from_config``'s ``startup``), in its order: the registry
+    (of the engines' ``releases``), the heads check at ``tp_sizes``, building the model; and its dtypes."""
     from mambaxfer_cli.engines.vllm.dtypes import dtypes
     from mambaxfer_cli.readers.model_config import Startup
 
@@ -186,7 +169,10 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Start
         if refused or removed:
             heads = read.get("num_attention_heads")
             heads = heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 else 0
-            said = heads_first(heads, tp_sizes) or refused
+            # vLLM checks the heads as it builds its config, before the model and its connector exist
+            tp = next((tp for tp in tp_sizes if tp > 0 and heads % tp), None)
+            said = (f"vLLM does not start a TP-{tp} engine: \"{parallel_words(heads, tp)}\" "
+                    f"(ModelConfig.verify_with_parallel_config)") if tp else refused
             if said:
                 raise Refused(f"{where}: {said}")
         model_type = str(read.get("model_type", ""))
@@ -220,7 +206,7 @@ def startup(releases: Iterable[str] = (), tp_sizes: Iterable[int] = ()) -> Start
             if removed:
                 layer = next(i for i, kind in enumerate(layers) if kind != ATTENTION)
                 named = family_table("TRANSFORMERS_BACKEND")[archs[0]]
-                raise Refused(f"{where}: {transformers_refusal(config, layer, named)}")
+                raise Refused(f"{where}: {removed_refusal(config, layer, named)}")
             if ATTENTION in layers:
                 first("attention_refusal", own, read, where)
         return built
@@ -269,67 +255,42 @@ def known_releases() -> tuple[str, ...]:
     return tuple(f"{major}.{minor}" for major, minor in found)
 
 
-def removed_in(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> tuple[str, str, str] | None:
-    """(release, architecture, the last release that served it) where the newest of ``releases``
-    that has none of the config's architectures removed one (``_PREVIOUSLY_SUPPORTED_MODELS``)."""
+def removed_refusal(config: Mapping[str, Any], layer: int | None = None, layer_type: str = "") -> str | None:
+    """``_ModelRegistry._raise_for_unsupported`` on an architecture the newest release without it removed; with
+    ``layer``, where the Transformers backend that takes it stops (``layer_type``). None where a release serves it."""
     archs = architecture_names(config)
-    for release in reversed(tuple(releases or known_releases())):
+    for release in reversed(known_releases()):
         table = architectures(release)
         if not archs or any(a in table["served"] for a in archs):
             return None
-        for arch in archs:
-            if arch in table["removed"]:
-                return release, arch, table["removed"][arch]
+        arch = next((a for a in archs if a in table["removed"]), None)
+        if arch is None:
+            continue
+        last = table["removed"][arch]
+        words = f"\"{removed_words(arch, last)}\" (_ModelRegistry._raise_for_unsupported)"
+        if layer is None:
+            return f"vLLM {release} does not serve {arch}: {words}"
+        return (f"vLLM {release}'s registry removed {arch} (served until v{last}); under --model-impl auto "
+                f"(the default) its Transformers backend takes it (_try_resolve_transformers) and stops building "
+                f"the model: \"Layer {layer} ({layer_type}) does not dispatch through the Transformers attention "
+                f"interface and vLLM has no other way to handle it.\" (_create_attention_instances); with "
+                f"--model-impl vllm: {words}")
     return None
 
 
-def removed_refusal(config: Mapping[str, Any], releases: Iterable[str] | None = None) -> str | None:
-    """``_ModelRegistry._raise_for_unsupported``: an architecture the registry removed, which stops
-    the engine as its config is built (with ``--model-impl vllm``, or where the Transformers backend
-    has no such model: ``transformers_refusal`` says the rest). None where a release serves it."""
-    found = removed_in(config, releases)
-    if found is None:
-        return None
-    release, arch, last = found
-    return (f"vLLM {release} does not serve {arch}: \"{removed_words(arch, last)}\" "
-            f"(_ModelRegistry._raise_for_unsupported)")
-
-
-def transformers_refusal(config: Mapping[str, Any], layer: int, layer_type: str) -> str | None:
-    """A removed architecture that ``_try_resolve_transformers`` hands to vLLM's Transformers backend
-    under ``--model-impl auto`` (the default) or ``transformers``: the config passes, and building
-    the model stops at its first layer that does not dispatch through the Transformers attention
-    interface (``_create_attention_instances``), ``layer`` (named ``layer_type`` by transformers'
-    config). None where a release serves the architecture."""
-    found = removed_in(config)
-    if found is None:
-        return None
-    release, arch, last = found
-    return (f"vLLM {release}'s registry removed {arch} (served until v{last}); under --model-impl auto "
-            f"(the default) its Transformers backend takes it (_try_resolve_transformers) and stops building "
-            f"the model: \"Layer {layer} ({layer_type}) does not dispatch through the Transformers attention "
-            f"interface and vLLM has no other way to handle it.\" (_create_attention_instances); with "
-            f"--model-impl vllm: \"{removed_words(arch, last)}\" (_ModelRegistry._raise_for_unsupported)")
-
-
 def release_refusal(archs: Iterable[str], releases: Iterable[str]) -> str | None:
-    """``_ModelRegistry._raise_for_unsupported`` in a release that does not have the architecture
-    while another release's registry does (Kimi-K3.1, Zaya and LFM3 are 0.34's only): vLLM stops
-    there (its Transformers backend has no such model either). None where every release in
-    ``releases`` serves it, or no release does (the reader refuses or guesses those)."""
+    """``_ModelRegistry._raise_for_unsupported`` in one of ``releases`` without the architecture where another
+    release serves it. None where each serves it, or none does (the reader refuses or guesses those)."""
     archs = tuple(archs)
     if not archs or not served_anywhere(archs):
         return None
     for release in releases:
-        table = architectures(release)
-        if set(archs).intersection(table["served"]):
-            continue
-        removed = next((a for a in archs if a in table["removed"]), None)
-        words = (removed_words(removed, table["removed"][removed]) if removed else
-                 f"Model architectures {list(archs)} are not supported for now")
-        others = [r for r in known_releases() if set(archs).intersection(architectures(r)["served"])]
-        return (f"vLLM {release} does not serve {archs[0]}: \"{words}\" (_ModelRegistry._raise_for_unsupported); "
-                f"vLLM {' and '.join(others)} serves it")
+        words = registry_outcome(archs, release)
+        if words != "served":
+            words = f"Model architectures {list(archs)} are not supported for now" if words == "not served" else words
+            others = [r for r in known_releases() if registry_outcome(archs, r) == "served"]
+            return (f"vLLM {release} does not serve {archs[0]}: \"{words}\" "
+                    f"(_ModelRegistry._raise_for_unsupported); vLLM {' and '.join(others)} serves it")
     return None
 
 

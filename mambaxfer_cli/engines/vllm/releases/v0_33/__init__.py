@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm.release import (
     MAMBA2_SPEC_BACKEND, REPLAYSSM_BACKEND, SPECULATIVE_METHODS, Release, attention_free, block_size,
-    compat_hash, dcp_sizes, every_region, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens,
-    prefix_caching, recoverssm_checks, replayssm_connector, replayssm_opening, tp_sizes,
+    compat_hash, dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching,
+    tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
@@ -38,26 +38,22 @@ CHECKS = (tp_sizes, compat_hash, block_size, dcp_sizes, prefix_caching, host_buf
 
 
 def replayssm(c: ReplaySSM) -> str | None:
-    """``validate_mamba_cached_kernel`` in 0.33: RecoverSSM's checks (prefix caching needs Model Runner
-    V2), then Mamba2 ReplaySSM with speculative tokens (FlashInfer, no prefix caching), FlashInfer
-    without prefix caching, triton only on Model Runner V1; then the connector."""
-    first = replayssm_opening(c)
-    if first is None and c.recoverssm:
-        first = recoverssm_checks(c, runner_v1=True)
-    elif first is None and c.num_spec > 0:
+    """``validate_mamba_cached_kernel`` in 0.33 (``Release.replayssm_rules``): triton ReplaySSM runs on
+    Model Runner V1 only."""
+    if c.num_spec > 0:
         if c.cache_mode != "none":
-            first = ("FlashInfer ReplaySSM speculative decoding does not support prefix caching; use "
-                     "--disable-prefix-caching")
-        else:
-            first = flashinfer_spec_buffer(c) or (MAMBA2_SPEC_BACKEND if c.backend != "flashinfer" else None)
-    elif first is None and c.backend == "flashinfer":
+            return ("FlashInfer ReplaySSM speculative decoding does not support prefix caching; use "
+                    "--disable-prefix-caching")
+        return flashinfer_spec_buffer(c) or (MAMBA2_SPEC_BACKEND if c.backend != "flashinfer" else None)
+    if c.backend == "flashinfer":
         if c.cache_mode == "align":
-            first = "FlashInfer ReplaySSM does not support prefix caching yet; use --disable-prefix-caching"
-    elif first is None and c.backend != "triton":
-        first = REPLAYSSM_BACKEND
-    elif first is None and c.v2_runner:
-        first = "Triton ReplaySSM requires Model Runner V1; use --mamba-backend flashinfer or Model Runner V1"
-    return first or replayssm_connector(c)
+            return "FlashInfer ReplaySSM does not support prefix caching yet; use --disable-prefix-caching"
+        return None
+    if c.backend != "triton":
+        return REPLAYSSM_BACKEND
+    if c.v2_runner:
+        return "Triton ReplaySSM requires Model Runner V1; use --mamba-backend flashinfer or Model Runner V1"
+    return None
 
 
 RELEASE = Release(
@@ -65,10 +61,9 @@ RELEASE = Release(
     default_block_size=16,
     pull_checks=CHECKS,
     push_checks=CHECKS,
-    group_regions=every_region,
     hashed_speculative=("method", "model", "parallel_drafting", "kv_cache_dtype"),
     mtp_methods=MTP_METHODS,
-    replayssm=replayssm,
+    replayssm_rules=replayssm,
     speculative_methods=SPECULATIVE_METHODS + ("custom_class",),
     unknown_method="\"1 validation error for SpeculativeConfig method: Input should be 'ngram', 'draft_model', "
                    "'suffix', 'custom_class', ...\" (SpeculativeConfig.method, a Literal; {!r} is none of them)",

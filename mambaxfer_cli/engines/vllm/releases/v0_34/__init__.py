@@ -1,27 +1,16 @@
-"""vLLM 0.34.0: what its NIXL connector changed from 0.33.0 for Mamba-family P/D transfers.
+"""vLLM 0.34.0: what its NIXL connector changed from 0.33.0 for Mamba-family P/D transfers (what users
+see of each: docs/releases.md).
 
-- The default ``--block-size`` is 64 tokens (``config/cache.py`` ``CacheConfig.DEFAULT_BLOCK_SIZE``),
-  so every hybrid engine started without one gets blocks that are multiples of 64.
-- ``NIXL_CONNECTOR_VERSION`` is 16 (``nixl/metadata.py``); with the vLLM version it is hashed, so a
-  0.33 engine and a 0.34 engine always refuse each other.
-- The hash's speculative factors no longer take ``parallel_drafting``.
-- A group's descriptor IDs cover only the regions that hold a layer of that group
-  (``_compute_desc_ids`` with ``_RegionPairs``, ``nixl/base_worker.py``): a short last group posts
-  fewer IDs.
-- ``NixlPushConnector`` requires identical kernel blocks and kernel blocks per logical block on P
-  and D (``push_worker.py`` ``_validate_remote_parallel_config``), right after the hash.
-- A pull across different block sizes pairs blocks from the request's last token
-  (``_pair_blocks_by_last_token``) and needs the proxy to forward ``remote_num_tokens``.
-- Regions pair by the layers both engines advertise (``_pair_regions``): with the hash not enforced,
-  a 0.33 peer (which advertises none for hybrids) is still refused.
-- Views of one address share a NIXL region only if their block lengths match too
-  (``register_kv_caches``'s region key): a GLM-5-Next engine's first compressed-key and tail-ring
-  pages, at the row's start like its first KDA page, are regions of their own.
-- New serve flags (``engine/arg_utils.py``); ``VLLM_USE_V2_MODEL_RUNNER=0`` stops the engine
-  (``platforms/interface.py``).
-- ``--use-replayssm`` (``VllmConfig.validate_mamba_cached_kernel``): Model Runner V1 is gone, so
-  triton ReplaySSM without speculative tokens and RecoverSSM with prefix caching pass that step;
-  FlashInfer ReplaySSM takes prefix caching (with a bfloat16 model) and speculative tokens.
+- ``config/cache.py``: ``DEFAULT_BLOCK_SIZE`` 64; ``nixl/metadata.py``: ``NIXL_CONNECTOR_VERSION`` 16 (hashed
+  with the vLLM version, so 0.33 and 0.34 engines refuse each other), no ``parallel_drafting`` hashed.
+- ``nixl/base_worker.py``: a group's descriptor IDs cover only the regions holding its layers
+  (``_compute_desc_ids``, ``_RegionPairs``); a pull across block sizes pairs blocks from the last token
+  (``_pair_blocks_by_last_token``: ``remote_num_tokens``); regions pair by advertised layers
+  (``_pair_regions``); ``register_kv_caches`` keys a region by address and block length.
+- ``push_worker.py`` ``_validate_remote_parallel_config``: identical kernel blocks on P and D.
+- ``engine/arg_utils.py``: new serve flags; ``platforms/interface.py``: ``VLLM_USE_V2_MODEL_RUNNER=0`` stops
+  the engine; ``validate_mamba_cached_kernel``: no Model Runner V1, and FlashInfer ReplaySSM takes prefix
+  caching (a bfloat16 model) and speculative tokens.
 """
 
 from __future__ import annotations
@@ -31,8 +20,7 @@ from dataclasses import replace
 from mambaxfer_cli.engines.vllm.release import (
     MAMBA2_SPEC_BACKEND, PUSH, REPLAYSSM_BACKEND, SPECULATIVE_METHODS, Meeting, Refusal, Release,
     attention_free, block_size, compat_hash, dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer,
-    mla_block_lens, prefix_caching, recoverssm_checks, regions_holding_a_layer, replayssm_connector,
-    replayssm_opening, tp_sizes,
+    mla_block_lens, prefix_caching, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
@@ -50,9 +38,8 @@ def push_identical_blocks(m: Meeting) -> Refusal | None:
 
 
 def advertised_layers(m: Meeting) -> Refusal | None:
-    """``_pair_regions``: regions pair by the layers each engine advertises; an engine of an older
-    connector (0.33's, version 15) advertises none for Mamba hybrids. Reached only when the hash,
-    which differs across releases, is not enforced."""
+    """``_pair_regions``: a 0.33 engine (connector version 15) advertises no layers for Mamba hybrids;
+    reached only when the hash, which differs across releases, is not enforced."""
     remote = dict(m.remote_hash).get("NIXL connector version")
     if m.enforce_hash or not isinstance(remote, int) or remote >= 16:   # enforced, the hash refuses first
         return None
@@ -60,38 +47,31 @@ def advertised_layers(m: Meeting) -> Refusal | None:
 
 
 def replayssm(c: ReplaySSM) -> str | None:
-    """``validate_mamba_cached_kernel`` in 0.34: RecoverSSM's checks, then FlashInfer ReplaySSM's
-    (a bfloat16 model with prefix caching, one pipeline stage, a ring for the verify window), Mamba2
-    ReplaySSM with speculative tokens only on FlashInfer; then the connector. (Micro-batching, which
-    FlashInfer ReplaySSM refuses, is not read.)"""
-    first = replayssm_opening(c)
-    if first is None and c.recoverssm:
-        first = recoverssm_checks(c, runner_v1=False)
-    elif first is None and c.backend == "flashinfer":
+    """``validate_mamba_cached_kernel`` in 0.34 (``Release.replayssm_rules``; micro-batching, which
+    FlashInfer ReplaySSM refuses, is not read)."""
+    if c.backend == "flashinfer":
         if c.cache_mode == "align" and c.model_dtype != "bfloat16":
-            first = ("FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state "
-                     "cache dtype is independent")
-        elif c.pipeline > 1:
-            first = "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"
-        elif c.num_spec > 0:
-            first = flashinfer_spec_buffer(c)
-    elif first is None and c.num_spec > 0:
-        first = MAMBA2_SPEC_BACKEND
-    elif first is None and c.backend != "triton":
-        first = REPLAYSSM_BACKEND
-    return first or replayssm_connector(c)
+            return ("FlashInfer ReplaySSM align requires bfloat16 model inputs for its replay rings; SSM state "
+                    "cache dtype is independent")
+        if c.pipeline > 1:
+            return "FlashInfer ReplaySSM currently requires pipeline_parallel_size=1"
+        return flashinfer_spec_buffer(c) if c.num_spec > 0 else None
+    if c.num_spec > 0:
+        return MAMBA2_SPEC_BACKEND
+    return REPLAYSSM_BACKEND if c.backend != "triton" else None
 
 
 RELEASE = replace(
     V0_33,
-    replayssm=replayssm,
+    replayssm_rules=replayssm,
+    model_runner_v1=False,
     connector_version=16,
     default_block_size=64,
     pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, dcp_sizes, prefix_caching, host_buffer,
                  mla_block_lens, head_sharded, attention_free),
     push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, block_size, dcp_sizes,
                  prefix_caching, host_buffer, mla_block_lens, head_sharded, attention_free),
-    group_regions=regions_holding_a_layer,
+    every_region=False,
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     pairs_from_last_token=True,
     speculative_tokens_check="SpeculatorConfig.resolve_num_speculative_tokens",
