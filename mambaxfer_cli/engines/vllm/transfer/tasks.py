@@ -164,7 +164,7 @@ def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[li
     for read in dm.reads:
         _check_ids(read, p_tp, d_tp, d_memory, p_memory)
     sets = side_lists(plan) if ple else ()
-    by_rank = {d: side_pages(plan, d, ple) for d in range(d_tp)}
+    by_rank = {d: side_pages(plan, d) if ple else () for d in range(d_tp)}
     for d, sides in by_rank.items():
         _check_side(d, sides, dm.reads)
 

@@ -203,11 +203,9 @@ def _indexer_reads(plan: Plan, lists: tuple[PageLists, PageLists], d_rank: int,
     return _whole(lists, [r.p_rank for r in cache_reads], pairs)
 
 
-def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ...]:
+def side_pages(plan: Plan, d_rank: int) -> tuple[SidePages, ...]:
     """Every set of whole pages D rank ``d_rank`` moves: its lists, reads and the request's pages
-    (the same on every D rank: the pages are replicated). ``ple``: False moves none (bench)."""
-    if not ple:
-        return ()
+    (the same on every D rank: the pages are replicated)."""
     out = []
     for p_lists, d_lists in side_lists(plan):
         if d_lists.space == REGION:
