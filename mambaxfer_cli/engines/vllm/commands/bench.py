@@ -1,6 +1,5 @@
-"""vLLM's bench, in two steps that ``bench`` and ``bench --engine vllm,sglang`` share: planned
-(every option checked, the plans made, memory and NIXL found: every refusal said before any rank
-starts), then measured."""
+"""vLLM's bench, in the two steps ``bench`` and ``bench --engine vllm,sglang`` share: planned (every
+refusal said before any rank starts), then measured."""
 
 from __future__ import annotations
 

@@ -35,8 +35,16 @@ def execute(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Requ
                  request_blocks=request.request_blocks, iters=run.iters, seed=request.seed)
     finite_seconds("--timeout", run.timeout)
     discovery = peers.discovery()
-    if plan_file is not None:
-        _engines_fixed(engines)
+    if plan_file is not None:     # options that would change what the plan file fixes are the user's mistake
+        engine = [flag for flag, value in given_flags(engines, (*EngineArgs.SHARED, "speculative_config")).items()
+                  if value is not None and flag != "--engine"]
+        planned = [flag for flag, given in (("--layers", run.layers is not None), ("--blocks", blocks is not None),
+                                            ("--coalesce", request.coalesce)) if given]
+        for named, what in ((engine, "both engines (vLLM release, GPU and flags)"),
+                            (planned, "the model's layers, engines and reads")):
+            if named:
+                raise UserError(f"{', '.join(named)}: the plan file fixes {what}; plan again with those options "
+                                f"instead")
     plan = _plan(model, pair, engines, request, run.layers, blocks, plan_file)
     kind, gpus = run.device_one()
     if plan_file is not None:     # its blocks come from the plan: the advice names plan's options
@@ -79,16 +87,6 @@ class ExecuteReport(Report):
         return parts if report is None else [*parts, AsIs(report)]
 
 
-def _engines_fixed(engines: EngineArgs) -> None:
-    """A plan file fixes both engines (their release, GPU and flags): options that would change them
-    are the user's mistake, said before anything runs."""
-    named = [flag for flag, value in given_flags(engines, (*EngineArgs.SHARED, "speculative_config")).items()
-             if value is not None and flag != "--engine"]
-    if named:
-        raise UserError(f"{', '.join(named)}: the plan file fixes both engines (vLLM release, GPU and flags); "
-                        f"plan again with those options instead")
-
-
 def _two_host_settings(plan: Plan, discovery: Discovery, device: str, gpus: int, iters: int) -> RunSettings:
     """This side's settings: the discovery checked before any rank starts, and the plan's geometry."""
     from mambaxfer_cli.execute.discovery import check_etcd, check_listen
@@ -127,11 +125,6 @@ def _plan(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: Reques
 
         whole = build_plan(full, p_tp, d_tp, PlanOptions(semantics=plan.semantics, prefill=engine, decode=engine))
         return replace(plan, verdict=whole.verdict)
-    fixed = [flag for flag, given in (("--layers", layers is not None), ("--blocks", blocks is not None),
-                                      ("--coalesce", request.coalesce)) if given]
-    if fixed:
-        raise UserError(f"{', '.join(fixed)}: the plan file fixes the model's layers, engines and reads; "
-                        f"plan again with those options instead")
     plan = load_plan_file(plan_file, model.model, model.overrides())
     semantics = request.semantics and request.reads()
     for flag, given, actual in (("--p-tp", pair.p_tp, plan.prefill.tp), ("--d-tp", pair.d_tp, plan.decode.tp),

@@ -1,6 +1,5 @@
 """What preflight compares between the two engines: the fields vLLM's compatibility hash takes, the
-ones its handshake checks, and the ones it checks nowhere.
-"""
+ones its handshake checks, and the ones it checks nowhere."""
 
 from __future__ import annotations
 
@@ -52,17 +51,15 @@ def handshake_fields(p: ServedEngine, d: ServedEngine, plan: Plan | None) -> lis
     if plan is not None and plan.prefill.has_attention:
         pg, dg = plan.prefill.geometry, plan.decode.geometry
         push = pushes(p, d)
+        local, remote = (pg, dg) if push else (dg, pg)
         if push and PUSH_IDENTICAL in [c.__name__ for c in p.release.push_checks]:
             rows.append(Field("kernel block and blocks per logical (identical for push)",
                               f"{pg.kernel_block_size} × {pg.blocks_per_logical}",
                               f"{dg.kernel_block_size} × {dg.blocks_per_logical}", True))
-        elif push:
-            rows.append(Field("kernel block (P's a multiple of D's)", pg.kernel_block_size, dg.kernel_block_size,
-                              True, pg.kernel_block_size % dg.kernel_block_size == 0))
         else:
-            rows.append(Field("kernel block (D's a multiple of P's)", pg.kernel_block_size, dg.kernel_block_size,
-                              True, dg.kernel_block_size % pg.kernel_block_size == 0))
-        local = pg if push else dg
+            rows.append(Field(f"kernel block ({'P' if push else 'D'}'s a multiple of {'D' if push else 'P'}'s)",
+                              pg.kernel_block_size, dg.kernel_block_size, True,
+                              local.kernel_block_size % remote.kernel_block_size == 0))
         if local.prefix_caching:
             rows.append(Field("blocks per logical (prefix caching)", pg.blocks_per_logical, dg.blocks_per_logical,
                               True))

@@ -1,5 +1,4 @@
-"""The smallest set of flag changes that makes a failing pairing work, and the lines with them.
-"""
+"""The smallest set of flag changes that makes a failing pairing work, and the lines with them."""
 
 from __future__ import annotations
 
@@ -29,38 +28,35 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
     """Changes that make D agree with P (and both engines start), flag by flag."""
     out: list[Change] = []
     for e in (p, d):
-        if e.line.kv_connector is None or e.line.kv_role not in KV_ROLES[e.side]:
-            config = {**e.line.kv_transfer, "kv_connector": e.line.kv_connector
-                      if e.line.kv_connector in NIXL_CONNECTORS else
-                      (p.line.kv_connector if p.line.kv_connector in NIXL_CONNECTORS else "NixlConnector"),
-                      "kv_role": KV_ROLE_FOR[e.side]}
-            out.append(Change(e.side, "--kv-transfer-config", None, _json(config),
-                              "the engine's NIXL connector and role"))
-        if e.conv_layout != "DS":
-            out.append(Change(e.side, f"{CONV_LAYOUT_VAR}=", e.line.conv_layout, "DS",
-                              "vLLM's NIXL worker requires it"))
-        replay = e.release.replayssm(replayssm_of(e)) if e.line.use_replayssm else None
-        if replay == RECOVERSSM_BACKEND:      # RecoverSSM, which a connector moves, on its one backend
-            out.append(Change(e.side, "--mamba-backend", e.line.mamba_backend, "triton", "RecoverSSM runs on triton"))
-        elif replay:
-            out.append(Change(e.side, "--use-replayssm", "", None, f"vLLM does not start with it here: {replay}"))
-        if stochastic_rounding_refusal(e):
-            out.append(Change(e.side, "--enable-mamba-cache-stochastic-rounding", "", None,
-                              f"the triton kernels round stochastically only on compute capability 10.x, not "
-                              f"{e.flags.gpu.name}'s {e.flags.gpu.sm}"))
-        if e.line.disable_hybrid_kv_cache_manager:
-            out.append(Change(e.side, "--disable-hybrid-kv-cache-manager", "", None,
-                              "vLLM's NIXL worker requires the hybrid KV-cache manager for Mamba layers"))
-        contiguous = contiguous_layout(e.model)
-        if contiguous != CONNECTOR_LAYOUT:
-            # QSA's indexer allows BLNHC (its default) and BLHNC; different TP sizes need the
-            # block-contiguous one, the same on P and D.
-            if e.transfer_layout != contiguous and (e.line.kv_cache_layout is not None or p.tp != d.tp):
-                out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, contiguous,
-                                  "the block-contiguous layout this model's backends allow, the same on P and D"))
-        elif e.line.kv_cache_layout is not None and e.transfer_layout != CONNECTOR_LAYOUT:
-            out.append(Change(e.side, f"{KV_LAYOUT_VAR}=", e.line.kv_cache_layout, CONNECTOR_LAYOUT,
-                              "the NIXL connector's block-contiguous layout, the same on P and D"))
+        line, contiguous = e.line, contiguous_layout(e.model)
+        connector = line.kv_connector if line.kv_connector in NIXL_CONNECTORS else (
+            p.line.kv_connector if p.line.kv_connector in NIXL_CONNECTORS else "NixlConnector")
+        config = {**line.kv_transfer, "kv_connector": connector, "kv_role": KV_ROLE_FOR[e.side]}
+        replay = e.release.replayssm(replayssm_of(e)) if line.use_replayssm else None
+        # QSA's indexer allows BLNHC (its default) and BLHNC; different TP sizes need the
+        # block-contiguous one, the same on P and D.
+        own = contiguous != CONNECTOR_LAYOUT
+        changes = [
+            (line.kv_connector is None or line.kv_role not in KV_ROLES[e.side], "--kv-transfer-config", None,
+             _json(config), "the engine's NIXL connector and role"),
+            (e.conv_layout != "DS", f"{CONV_LAYOUT_VAR}=", line.conv_layout, "DS", "vLLM's NIXL worker requires it"),
+            # RecoverSSM, which a connector moves, on its one backend
+            (replay == RECOVERSSM_BACKEND, "--mamba-backend", line.mamba_backend, "triton",
+             "RecoverSSM runs on triton"),
+            (replay and replay != RECOVERSSM_BACKEND, "--use-replayssm", "", None,
+             f"vLLM does not start with it here: {replay}"),
+            (stochastic_rounding_refusal(e), "--enable-mamba-cache-stochastic-rounding", "", None,
+             f"the triton kernels round stochastically only on compute capability 10.x, not "
+             f"{e.flags.gpu.name}'s {e.flags.gpu.sm}"),
+            (line.disable_hybrid_kv_cache_manager, "--disable-hybrid-kv-cache-manager", "", None,
+             "vLLM's NIXL worker requires the hybrid KV-cache manager for Mamba layers"),
+            (own and e.transfer_layout != contiguous and (line.kv_cache_layout is not None or p.tp != d.tp),
+             f"{KV_LAYOUT_VAR}=", line.kv_cache_layout, contiguous,
+             "the block-contiguous layout this model's backends allow, the same on P and D"),
+            (not own and line.kv_cache_layout is not None and e.transfer_layout != CONNECTOR_LAYOUT,
+             f"{KV_LAYOUT_VAR}=", line.kv_cache_layout, CONNECTOR_LAYOUT,
+             "the NIXL connector's block-contiguous layout, the same on P and D")]
+        out += [Change(e.side, flag, old, new, why) for wanted, flag, old, new, why in changes if wanted]
     pairs = [("dtype", p.model.model_dtype, d.model.model_dtype, p.line.dtype, "the hash compares it"),
              ("kv_cache_dtype", p.flags.kv_cache_dtype, d.flags.kv_cache_dtype, p.line.kv_cache_dtype,
               "the hash compares it"),
@@ -68,23 +64,22 @@ def _align(p: ServedEngine, d: ServedEngine) -> list[Change]:
               "vLLM does not compare it: D would read P's conv state as its own"),
              ("mamba_ssm_cache_dtype", p.model.ssm_dtype, d.model.ssm_dtype, p.model.ssm_dtype,
               "vLLM does not compare it: D would read P's SSM state as its own")]
-    for key, pv, dv, value, why in pairs:
-        if pv != dv:
-            out.append(Change(DECODE, FLAG[key], getattr(d.line, key), value, f"as P's; {why}"))
-    if p.flags.attention_backend != d.flags.attention_backend:
-        out.append(Change(DECODE, "--attention-backend", d.line.attention_backend, p.flags.attention_backend,
-                          "as P's"))
-    if p.model.num_spec != d.model.num_spec or _spec_factors(p) != _spec_factors(d):
-        why = ("as P's: the hash compares the speculative method and draft, and conv rows follow the tokens"
-               if _spec_factors(p) != _spec_factors(d) else
-               "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare")
-        out.append(Change(DECODE, "--speculative-config", _json(d.line.speculative), _json(p.line.speculative), why))
-    if dict(p.line.hf_overrides) != dict(d.line.hf_overrides):
-        out.append(Change(DECODE, "--hf-overrides", _json(d.line.hf_overrides), _json(p.line.hf_overrides),
-                          "as P's: the model's dimensions follow it"))
-    if p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector:
-        config = {**d.line.kv_transfer, "kv_connector": p.line.kv_connector}
-        out.append(Change(DECODE, "--kv-transfer-config", None, _json(config), "the same transfer mode as P"))
+    factors = _spec_factors(p) != _spec_factors(d)
+    changes = [(pv != dv, FLAG[key], getattr(d.line, key), value, f"as P's; {why}")
+               for key, pv, dv, value, why in pairs]
+    changes += [
+        (p.flags.attention_backend != d.flags.attention_backend, "--attention-backend", d.line.attention_backend,
+         p.flags.attention_backend, "as P's"),
+        (p.model.num_spec != d.model.num_spec or factors, "--speculative-config", _json(d.line.speculative),
+         _json(p.line.speculative),
+         "as P's: the hash compares the speculative method and draft, and conv rows follow the tokens" if factors else
+         "as P's: conv rows follow num_speculative_tokens, which vLLM's hash does not compare"),
+        (dict(p.line.hf_overrides) != dict(d.line.hf_overrides), "--hf-overrides", _json(d.line.hf_overrides),
+         _json(p.line.hf_overrides), "as P's: the model's dimensions follow it"),
+        (p.line.transfer_mode != d.line.transfer_mode and p.line.kv_connector and d.line.kv_connector,
+         "--kv-transfer-config", None, _json({**d.line.kv_transfer, "kv_connector": p.line.kv_connector}),
+         "the same transfer mode as P")]
+    out += [Change(DECODE, flag, old, new, why) for wanted, flag, old, new, why in changes if wanted]
     return out
 
 
@@ -124,18 +119,14 @@ def _tp_moves(a: Assessment) -> list[list[Change]]:
     options: list[list[Change]] = []
     for e in (a.prefill, a.decode):
         sizes = valid_tp_sizes(e.model, max(MAX_LISTED_TP, 2 * e.tp))
-        if e.tp in sizes:
-            options.append([])
-            continue
         what = parallel_refusal(e.model, e.tp) or f"TP {e.tp} does not shard {e.model.name}'s state"
-        options.append(tp_moves(e.side, FLAG["tp"], e.tp, sizes, what))
+        options.append([] if e.tp in sizes else tp_moves(e.side, FLAG["tp"], e.tp, sizes, what))
     return nearest_first(options)
 
 
 def find_fix(first: Assessment, load: ModelLoader) -> Fix[ServeLine, Assessment] | None:
-    """The smallest set of changes that works: the flags vllm serve does not take spelled as it
-    names them or dropped, a TP size it does not start moved to the nearest that works, then D
-    aligned to P, the block geometry, and last the same TP on both; each verified by the verdict."""
+    """The smallest set of changes that works (untaken flags respelled or dropped, TP sizes moved, D
+    aligned to P, the block geometry, last the same TP), each verified by the verdict."""
     def build(side: str, line: ServeLine) -> ServedEngine:
         return build_engine(side, line, load, (first.prefill if side == PREFILL else first.decode).base)
 

@@ -1,6 +1,5 @@
 """What vLLM refuses of the pairing, at start-up (each engine's flags and environment) and at
-handshake (its checks, the KV-cache layout, the host buffer, the hash): one ``Assessment``.
-"""
+handshake (its checks, the KV-cache layout, the host buffer, the hash): one ``Assessment``."""
 
 from __future__ import annotations
 
@@ -255,9 +254,8 @@ def stochastic_rounding_refusal(e: ServedEngine) -> str | None:
 
 
 def before_connector(e: ServedEngine) -> list[Refusal]:
-    """startup: what stops one engine before its connector exists, in vLLM's order: the serve
-    line's parser (an option its release does not know), then
-    ``ModelConfig.verify_with_parallel_config`` (planning/startup.py)."""
+    """startup: what stops one engine before its connector exists, in vLLM's order (the serve line's
+    parser first, then the engine's config checks)."""
     start = f"vLLM {e.release.name} does not start the {e.side} engine"
     unknown = list(e.line.unknown) + [flag for flag, releases in e.line.release_only
                                       if e.release.name not in releases]
@@ -305,10 +303,8 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
     suggestion = None
     if plan is not None:
         def rebuild(size: int) -> tuple[EngineLayout, EngineLayout]:
-            def at(e: ServedEngine) -> EngineLayout:
-                return engine_layout(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping)
-
-            return at(p), at(d)
+            at = [engine_layout(e.model, e.tp, replace(e.flags, block_size=size), plan.grouping) for e in (p, d)]
+            return at[0], at[1]
 
         layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
         local = d if mode == PULL else p

@@ -1,6 +1,5 @@
 """vLLM's preflight report: the verdict, the fields compared, the byte check and the fix, as one
-document (``engines/vllm/views/preflight.py`` draws it).
-"""
+document (``engines/vllm/views/preflight.py`` draws it)."""
 
 from __future__ import annotations
 
@@ -20,18 +19,6 @@ from mambaxfer_cli.engines.vllm.preflight.fix import find_fix
 from mambaxfer_cli.engines.vllm.startup import STARTUP_CODES
 
 
-def _fails_headline(a: Assessment) -> str:
-    """vLLM accepts, and NIXL refuses every READ (the state sizes differ): which field, which sizes."""
-    bad = a.length_mismatches[0]
-    differs = [f for f in a.unchecked_mismatches if "bytes" not in f.name]
-    cause = (f"P and D differ in {differs[0].name} (P {differs[0].prefill}, D {differs[0].decode}), which vLLM's "
-             f"handshake does not compare: " if differs else "")
-    return (f"FAILS: {cause}{a.releases} accepts this pairing, but every transfer fails: each P rank's SSM "
-            f"temporal state is {bad.remote_bytes} bytes and D reads it into a {bad.local_bytes}-byte slice; "
-            f"NIXL refuses descriptors of unequal length, so vLLM ends each request in error "
-            f"(kv_load_failure_policy 'fail', its default) or prefills it again on D ('recompute')")
-
-
 class Report(SharedReport[ServeLine, Assessment]):
     def headline(self) -> str:
         a = self.assessment
@@ -40,8 +27,15 @@ class Report(SharedReport[ServeLine, Assessment]):
             return f"REFUSED: {a.refusals[0].message}"
         if a.refused:
             return f"REFUSED: {releases} would not run this pairing ({a.refusals[0].code}: {a.refusals[0].message})"
-        if a.fails:
-            return _fails_headline(a)
+        if a.fails:     # NIXL refuses every READ (the state sizes differ): which field, which sizes
+            bad = a.length_mismatches[0]
+            differs = [f for f in a.unchecked_mismatches if "bytes" not in f.name]
+            cause = (f"P and D differ in {differs[0].name} (P {differs[0].prefill}, D {differs[0].decode}), which "
+                     f"vLLM's handshake does not compare: " if differs else "")
+            return (f"FAILS: {cause}{releases} accepts this pairing, but every transfer fails: each P rank's SSM "
+                    f"temporal state is {bad.remote_bytes} bytes and D reads it into a {bad.local_bytes}-byte slice; "
+                    f"NIXL refuses descriptors of unequal length, so vLLM ends each request in error "
+                    f"(kv_load_failure_policy 'fail', its default) or prefills it again on D ('recompute')")
         if a.byte_check is None:
             return f"UNCHECKED: {a.byte_check_skipped}"
         sim = simulation_of(a.byte_check)

@@ -1,6 +1,5 @@
 """Preflight's first room: each ``vllm serve`` line read into the engine its release builds from it
-(model, dtypes, geometry and the flags of the transfer).
-"""
+(model, dtypes, geometry and the flags of the transfer)."""
 
 from __future__ import annotations
 
@@ -109,9 +108,8 @@ def vllm_dtype(requested: str, config_dtype: str) -> str:
 
 
 def build_engine(side: str, line: ServeLine, load: ModelLoader, base: EngineFlags = EngineFlags()) -> ServedEngine:
-    """The engine vLLM builds from ``line``: ``load(model, conv_dtype=, ssm_dtype=, num_spec=,
-    hf_overrides=, startup=)`` resolves the model as ``--model`` does elsewhere; ``base`` gives its release,
-    GPU and what the line leaves unsaid."""
+    """The engine vLLM builds from ``line``: ``load`` resolves the model as ``--model`` does; ``base``
+    gives its release, GPU and what the line leaves unsaid."""
     where = line.origin or f"--{side}"
     try:
         base_model = load(line.model, hf_overrides=line.hf_overrides,

@@ -1,7 +1,5 @@
-"""What the two sides of a vLLM two-host run compare before any byte moves: the geometry, the plan's own
-document with the descriptor IDs left out but hashed with everything else, so that any field the
-plan gains is compared too. Fields come in the order that names the cause first: the model (its
-config values one by one, then their hash), semantics and TP sizes, the engines, then what is derived."""
+"""What the two sides of a vLLM two-host run compare before any byte moves: the plan's whole document
+(any field it gains is compared too), its IDs hashed, in the order that names the cause first."""
 
 from __future__ import annotations
 

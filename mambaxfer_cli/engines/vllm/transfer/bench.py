@@ -41,8 +41,8 @@ def transports(log_text: str, run_id: str) -> dict[str, Any]:
             if lane in DATA_LANES:
                 lanes[role].add(f"{lane}({tls})")
                 out[role].update(t.split("/")[0] for t in tls.split())
-    return {"READ": {"transports": sorted(out["D"]), "ucx_lanes": sorted(lanes["D"])},
-            "WRITE": {"transports": sorted(out["P"]), "ucx_lanes": sorted(lanes["P"])}}
+    return {direction: {"transports": sorted(out[role]), "ucx_lanes": sorted(lanes[role])}
+            for direction, role in (("READ", "D"), ("WRITE", "P"))}
 
 
 def bench_point(planned: Plan, coalesced: Plan, device: str, gpus: int, iters: int, timeout: float,

@@ -14,6 +14,7 @@ from mambaxfer_cli.engines.vllm.transfer.exchange import exchange, fill, layout
 from mambaxfer_cli.execute.agent import DescriptorPairing, RankAgent
 from mambaxfer_cli.engines.vllm.transfer.bench_variants import DIRECTIONS, LIMIT, limit_check, limit_chunks
 from mambaxfer_cli.execute.channel import WAIT_ROUND, Channel, RankFailure
+from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.engines.vllm.transfer.rank import pairing
 from mambaxfer_cli.engines.vllm.transfer.results import BenchResult
 from mambaxfer_cli.execute.remote import Inbox, p_agent
@@ -51,25 +52,21 @@ def _spec(task: PrefillTask | DecodeTask) -> BenchSpec:
 
 def _starts(ch: Channel, step: str, idle: Idle | None = None) -> Callable[[int], None]:
     """Where every rank meets before iteration ``i`` of ``step`` (-1: the warm-up)."""
-
-    def start(i: int) -> None:
-        ch.meet(f"{step}:{i}", idle=idle, every=WAIT_ROUND)
-
-    return start
+    return lambda i: ch.meet(f"{step}:{i}", idle=idle, every=WAIT_ROUND)
 
 
 def _follow(ch: Channel, step: str, iters: int, idle: Idle) -> None:
     """A rank that does not post in this step meets the initiators at each iteration's start."""
-    start = _starts(ch, step, idle)
     for i in range(-1, iters):
-        start(i)
+        _starts(ch, step, idle)(i)
 
 
-def _one(addr: int, size: int, dev: int) -> np.ndarray:
-    return np.array([[addr, size, dev]], dtype=np.uint64)
-
-
-ZERO = (0,)       # the one descriptor of a one-descriptor list
+def _limit(name: str, task: PrefillTask | DecodeTask, memory: RankMemory, local: int, remote_name: str,
+           peer: dict[str, Any], remote: int, size: int) -> DescriptorPairing:
+    """A limit variant's transfer: one descriptor of ``size`` bytes on each side (ID 0 of each list)."""
+    mine, theirs = (np.array([[addr, size, dev]], dtype=np.uint64)
+                    for addr, dev in ((local, task.dev_id), (remote, peer["dev_id"])))
+    return DescriptorPairing(name, mine, memory.mem_type, remote_name, theirs, peer["mem_type"], (0,), (0,))
 
 
 def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
@@ -93,9 +90,8 @@ def bench_decode(task: DecodeTask, ch: Channel) -> BenchResult:
         limit = []
         for p_rank, offset, size in limit_chunks(task.reads):
             r_name, peer = published[p_rank]
-            limit.append(DescriptorPairing(
-                f"limit:{p_rank}", _one(memory.bases[0] + offset, size, task.dev_id), memory.mem_type, r_name,
-                _one(peer["regions"][0][0], size, peer["dev_id"]), peer["mem_type"], ZERO, ZERO))
+            limit.append(_limit(f"limit:{p_rank}", task, memory, memory.bases[0] + offset, r_name, peer,
+                                peer["regions"][0][0], size))
         xfers[LIMIT], prep[LIMIT] = node.prepare("READ", limit, ch)
         ch.meet("prepared")
         timings: dict[str, Timing] = {}
@@ -173,27 +169,17 @@ def bench_prefill(task: PrefillTask, ch: Channel) -> BenchResult:
             xfers: dict[str, list[Any]] = {}
             prep: dict[str, Preparation] = {}
             for variant, reads in spec.variants:
-                pairings = []
-                for d in task.consumers:
-                    peer = decoders[d]
-                    for read in reads.get(d, ()):
-                        if read.p_rank == task.rank:
-                            pairings.append(DescriptorPairing(
-                                read.remote, nixl_rows(read.remote, memory.bases, task.memory.page_bytes,
-                                                                task.dev_id),
-                                memory.mem_type, names[d],
-                                nixl_rows(read.local, peer["bases"], peer["page_bytes"], peer["dev_id"]),
-                                peer["mem_type"], read.remote_ids, read.local_ids))
+                pairings = [DescriptorPairing(
+                    read.remote, nixl_rows(read.remote, memory.bases, task.memory.page_bytes, task.dev_id),
+                    memory.mem_type, names[d], nixl_rows(read.local, peer["bases"], peer["page_bytes"], peer["dev_id"]),
+                    peer["mem_type"], read.remote_ids, read.local_ids)
+                    for d in task.consumers for peer in [decoders[d]]
+                    for read in reads.get(d, ()) if read.p_rank == task.rank]
                 xfers[variant], prep[variant] = node.prepare("WRITE", pairings, ch)
-            limit = []
-            for d in task.consumers:
-                peer = decoders[d]
-                for p_rank, offset, size in limit_chunks(spec.variants[0][1][d]):
-                    if p_rank == task.rank:
-                        limit.append(DescriptorPairing(
-                            f"limit:{d}", _one(memory.bases[0], size, task.dev_id), memory.mem_type,
-                            names[d], _one(peer["bases"][0] + offset, size, peer["dev_id"]), peer["mem_type"],
-                            ZERO, ZERO))
+            limit = [_limit(f"limit:{d}", task, memory, memory.bases[0], names[d], decoders[d],
+                            decoders[d]["bases"][0] + offset, size)
+                     for d in task.consumers for p_rank, offset, size in limit_chunks(spec.variants[0][1][d])
+                     if p_rank == task.rank]
             xfers[LIMIT], prep[LIMIT] = node.prepare("WRITE", limit, ch)
             ch.meet("prepared", idle=serve, every=WAIT_ROUND)
             timings: dict[str, Timing] = {}

@@ -60,9 +60,8 @@ class _Flat:
 
 def limit_check(task: DecodeTask, regions: Sequence[np.ndarray],
                 tick: Callable[[str], None] = lambda detail: None) -> Tally:
-    """D's memory after the limit variant: each chunk the first bytes of its P rank's memory (as P
-    fills it, page by page), everything else poison. Compared a page or CHUNK_BYTES at a time,
-    never a copy of D's memory."""
+    """D's memory after the limit variant: each chunk the first bytes of its P rank's memory, everything
+    else poison; compared a page or CHUNK_BYTES at a time, never a copy of D's memory."""
     got = _Flat(regions)
     page = task.prefill_memory.page_bytes
     blocks = task.prefill_memory.logical_blocks

@@ -104,9 +104,8 @@ def _document_model(model: dict[str, Any], model_arg: str | None, cli: dict[str,
 
 
 def _flags(geometry: dict[str, Any], ratio: int = 1) -> EngineFlags:
-    """The engine that gives this geometry again: its release and GPU, and flags whose block size
-    is a fixed point (an explicit block size derives the same in every release); ``ratio``: what a
-    drafter's pages raised it by (``page_ratio``)."""
+    """The engine that gives this geometry again (an explicit block size derives the same in every
+    release); ``ratio``: what a drafter's pages raised the block by (``page_ratio``)."""
     from mambaxfer_cli.engines.vllm.gpu import gpu
     from mambaxfer_cli.engines.vllm.releases import release
 

@@ -89,9 +89,8 @@ def decode(task: DecodeTask, ch: Channel) -> DecodeResult:
 
 def pairing(task: DecodeTask, read: DescriptorRead, bases: list[int], mem_type: str, name: str,
              peer: dict[str, Any]) -> DescriptorPairing:
-    """One read's transfer: the plan's lists and IDs, and where Qwen4Exp's whole pages move, each
-    set's descriptors after them in both lists (in every list, as vLLM builds them) with this P
-    rank's IDs of the set."""
+    """One read's transfer: the plan's lists and IDs, then each set of whole pages' descriptors in
+    both lists (as vLLM builds every list) with this P rank's IDs of the set."""
     local = nixl_rows(read.local, bases, task.memory.page_bytes, task.dev_id)
     remote = nixl_rows(read.remote, peer["bases"], peer["page_bytes"], peer["dev_id"])
     local_ids, remote_ids = read.local_ids, read.remote_ids

@@ -1,7 +1,5 @@
-"""vLLM's side of a two-host run (``execute/remote.py``'s notifications): P answers each D rank's
-``hello`` with ``welcome`` (its registered regions and geometry) or ``refuse``, then waits for each
-consumer's last READ notification; D says hello to each source P rank and waits for its answer.
-Both ping the other while the READs run."""
+"""vLLM's side of a two-host run: P answers each D rank's ``hello`` (``welcome`` or ``refuse``) and
+waits for its last READ's notification; D greets each source P rank (``execute/remote.py``)."""
 
 from __future__ import annotations
 

@@ -60,13 +60,11 @@ class DecodeResult(RankResult):
         return self.bytes / self.time_s / 1e9 if self.time_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"d_rank": self.d_rank, "sources": list(self.sources), "local_lists": list(self.local_lists),
-                "bytes": self.bytes, "descriptors_posted": self.descriptors_posted,
-                "descriptors_merged": self.descriptors_merged, "telemetry_bytes": self.telemetry_bytes,
-                "time_s": self.time_s, "times_s": list(self.times_s), "gb_per_s": self.gb_per_s,
-                "xfer_us": self.xfer_us, "prepare_s": self.prepare_s, "verify_s": self.verify_s,
-                "ple_bytes": self.ple_bytes, "ple_descriptors": self.ple_descriptors,
-                "indexer_bytes": self.indexer_bytes, "indexer_descriptors": self.indexer_descriptors,
+        keys = ("d_rank", "sources", "local_lists", "bytes", "descriptors_posted", "descriptors_merged",
+                "telemetry_bytes", "time_s", "times_s", "gb_per_s", "xfer_us", "prepare_s", "verify_s", "ple_bytes",
+                "ple_descriptors", "indexer_bytes", "indexer_descriptors")
+        values = {key: getattr(self, key) for key in keys}
+        return {**{key: list(v) if isinstance(v, tuple) else v for key, v in values.items()},
                 "verdict": self.check.to_dict()}
 
 

@@ -103,9 +103,8 @@ def _check_twice(expected: list[ExpectedPage]) -> None:
 
 
 def _check_ids(read: DescriptorRead, p_tp: int, d_tp: int, local: Memory, remote: Memory) -> None:
-    """What NIXL would refuse: check's ID problems (repeated IDs aside: NIXL performs them), IDs
-    beyond 32 bits, and descriptors outside a rank's registered memory. A descriptor that overruns
-    its page stays allowed: it spills into the next block, as on a real engine, and D's check sees it."""
+    """What NIXL would refuse: check's ID problems (repeated IDs aside), IDs beyond 32 bits, descriptors
+    outside registered memory (one that overruns its page spills, as on an engine: D's check sees it)."""
     problem = next((p for p in id_problems(read, p_tp, d_tp) if p.code != "id-duplicate"), None)
     if problem is not None:
         raise unexecutable(problem.message)
@@ -165,7 +164,7 @@ def build_tasks(plan: Plan, settings: RunSettings, ple: bool = True) -> tuple[li
     for read in dm.reads:
         _check_ids(read, p_tp, d_tp, d_memory, p_memory)
     sets = side_lists(plan) if ple else ()
-    by_rank = {d: side_pages(plan, d, ple) for d in range(d_tp)}
+    by_rank = {d: side_pages(plan, d) if ple else () for d in range(d_tp)}
     for d, sides in by_rank.items():
         _check_side(d, sides, dm.reads)
 

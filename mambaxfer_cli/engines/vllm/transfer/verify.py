@@ -121,9 +121,8 @@ def _side_source(side: SidePages, page_: WholePage, offset: int) -> tuple[ByteSo
 
 
 def _check_side_page(check: PageCheck, task: DecodeTask, side: SidePages, page_: WholePage, row: np.ndarray) -> None:
-    """One D page of a set: the kept bytes of every unit against the pattern (as ``check`` proves
-    them, region ``ple``, ``ring`` or ``ckey``), every other byte against P's page at the same
-    offset (``ple page``, ...)."""
+    """One D page of a set: the kept bytes of every unit against the pattern (region ``ple``, ``ring``
+    or ``ckey``), every other byte against P's page at the same offset (``ple page``, ...)."""
     d_lists, p_lists = side.lists, side.prefill_lists
     space = d_lists.space
     p_page = page(p_lists.shape(page_.layer_index), p_lists.region(page_.layer_index), page_.p_block)

@@ -1,8 +1,5 @@
-"""Whole pages in an execute run, moved as vLLM's NIXL connector moves them (docs/execute.md,
-docs/reference.md §6d, §6e): Qwen4Exp's PLE pages and the sparse-attention indexer's rings and
-compressed keys, one page per layer and logical block, every rank holding the same bytes. vLLM
-keeps them in KV-cache tensors shared with other pages; a region of their own per layer holds the
-same bytes at the same offsets in the page and leaves the plan's lists as they are."""
+"""Whole pages in an execute run (PLE pages, the indexer's rings and compressed keys) as vLLM's NIXL
+connector moves them, each layer's in a region of its own (docs/execute.md, docs/reference.md §6d, §6e)."""
 
 from __future__ import annotations
 
@@ -93,9 +90,8 @@ class PageRead:
 
 @dataclass(frozen=True)
 class WholePage:
-    """One D page of the request and what it must hold: the units both sides keep (``keep`` bytes
-    of each) the pattern of P's block, and every other byte what the whole-page read copies from
-    P's page, at the same offset."""
+    """One D page of the request: ``keep`` bytes of each unit hold the pattern of P's block, every
+    other byte what the whole-page read copies from P's page."""
 
     region: int
     layer_index: int
@@ -143,9 +139,8 @@ def _indexer(model: ModelSpec, side: EngineLayout, first_region: int) -> tuple[P
 
 
 def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PageLists, PageLists], ...]:
-    """(P's, D's) lists of each set of whole pages that moves, in ``SPACES``' order, regions
-    numbered after the KV-cache tensors; none where vLLM refuses a set's pages (it then registers or
-    reads none of them) or ``check`` proves none."""
+    """(P's, D's) lists of each set of whole pages that moves, in ``SPACES``' order, regions numbered
+    after the KV-cache tensors; none where vLLM refuses a set's pages or ``check`` proves none."""
     p_model, model = plan.prefill_model or plan.model, plan.model
     refused = {r.code for r in plan.verdict.refusals}
     out: list[tuple[PageLists, PageLists]] = []
@@ -208,11 +203,9 @@ def _indexer_reads(plan: Plan, lists: tuple[PageLists, PageLists], d_rank: int,
     return _whole(lists, [r.p_rank for r in cache_reads], pairs)
 
 
-def side_pages(plan: Plan, d_rank: int, ple: bool = True) -> tuple[SidePages, ...]:
+def side_pages(plan: Plan, d_rank: int) -> tuple[SidePages, ...]:
     """Every set of whole pages D rank ``d_rank`` moves: its lists, reads and the request's pages
-    (the same on every D rank: the pages are replicated). ``ple``: False moves none (bench)."""
-    if not ple:
-        return ()
+    (the same on every D rank: the pages are replicated)."""
     out = []
     for p_lists, d_lists in side_lists(plan):
         if d_lists.space == REGION:

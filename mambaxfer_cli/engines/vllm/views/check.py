@@ -79,10 +79,6 @@ def failure_panel(result: PairingResult) -> Panel:
     return Panel(Group(*body), title=f"✗ {result.title}", title_align="left", border_style="red")
 
 
-def skip_note(result: PairingResult) -> Text:
-    return Text(f"– {result.title}: {result.reason}", style="yellow")
-
-
 def deployment_lines(report: CheckReport, shown: int = LINES_SHOWN) -> list:
     """BOTH: one line per pairing that does not work, saying what vLLM does and the fix."""
     failed = [r for r in report.results if r.verdict in ("fail", "refused")]
@@ -102,7 +98,7 @@ def render_report(report: CheckReport, failures_shown: int = 10) -> list:
         parts.append(Text(f"warning: draft-layers: the draft's layers are not in the {undrafted} pairing"
                           f"{'s' * (undrafted > 1)} checked (mambaxfer plans the target's layers only; "
                           f"'mambaxfer plan' says why)", style="yellow"))
-    skipped = [skip_note(r) for r in report.results if r.verdict == "skip"]
+    skipped = [Text(f"– {r.title}: {r.reason}", style="yellow") for r in report.results if r.verdict == "skip"]
     unchecked = [Text(f"– {line}", style="yellow") for line in report.unchecked]
     if report.semantics == BOTH:
         return [*parts, *deployment_lines(report), *unchecked, *skipped, footer(report)]

@@ -101,10 +101,7 @@ def result_table(outcome: "Outcome") -> Table:
 def corruption_report(outcome: "Outcome") -> Group | None:
     """For each D rank that failed: wrong bytes per region and the first wrong byte, located."""
     lines = []
-    for d in outcome.decode:
-        check = d.check
-        if check.ok:
-            continue
+    for d, check in ((d, d.check) for d in outcome.decode if not d.check.ok):
         regions = ", ".join(f"{name} {count}" for name, count in check.wrong_by_region.items())
         lines.append(Text(f"D{d.d_rank}: {check.wrong_bytes} of {check.checked_bytes} bytes wrong "
                           f"({regions})", style="bold red"))

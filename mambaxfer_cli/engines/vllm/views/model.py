@@ -15,9 +15,8 @@ def geometry_line(name: str, side) -> str:
 
 
 def side_caches_line(spec, side) -> str:
-    """The caches beside the SSM state and the attention KV of one engine: Qwen4Exp's PLE state,
-    the sparse-attention indexer's ring and compressed keys (docs/reference.md, "Qwen4Exp" and
-    "GLM-5-Next"); empty for a model that keeps none."""
+    """The caches one engine keeps beside the SSM state and attention KV (a family's own state, the
+    indexer's ring and compressed keys); empty for a model that keeps none."""
     from mambaxfer_cli.engines.vllm import families, indexer_caches
 
     own = families.first("side_cache", spec, side)      # a family's own state (PLE)

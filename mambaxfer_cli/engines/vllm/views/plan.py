@@ -34,9 +34,8 @@ def _p_style(p_rank: int) -> str:
 
 
 def refused_text(verdict: Verdict, tail: str = "", releases: str = "") -> Text:
-    """``<release> refuses this pairing at handshake: <its refusals>`` (at start-up where an engine
-    does not start), then ``; tail`` if given (``releases``: how to name the release, by default as
-    the verdict does)."""
+    """``<release> refuses this pairing at handshake: <its refusals>`` (or at start-up), then ``; tail``
+    if given; ``releases``: how to name the release, by default as the verdict does."""
     said = " ".join(r.message for r in verdict.refusals)
     when = refused_when(verdict.refusals[0].code) if verdict.refusals else "at handshake"
     text = Text(f"{releases or verdict.releases} refuses this pairing {when}: ", style="bold red")
@@ -105,9 +104,7 @@ def header(plan: Plan) -> Panel:
 def _misread_notes(plan: Plan) -> dict[tuple[int, int, int], list[Misread]]:
     notes: dict[tuple[int, int, int], list[Misread]] = {}
     for m in misreads(plan.reads, plan.prefill.ranks, plan.decode.ranks):
-        for read in plan.reads:
-            if (read.d_rank, read.p_rank) != (m.d_rank, m.p_rank):
-                continue
+        for read in (r for r in plan.reads if (r.d_rank, r.p_rank) == (m.d_rank, m.p_rank)):
             for seg in read.segments:
                 if seg.local_offset <= m.local_offset < seg.local_offset + seg.size:
                     notes.setdefault((read.d_rank, read.p_rank, seg.local_offset), []).append(m)
@@ -230,10 +227,8 @@ def descriptor_table(plan: Plan, d_rank: int | None) -> Table:
         local = _group_id_lines(read, read.local_ids, plan, "local")
         remote = _group_id_lines(read, read.remote_ids, plan, "remote")
         for j, ((group, loc), (_, rem)) in enumerate(zip(local, remote)):
-            first = j == 0
-            table.add_row(d_ranks if first else "", f"P{read.p_rank}" if first else "",
-                          read.local_list if first else "", str(read.local.k) if first else "",
-                          group, loc, rem, end_section=j == len(local) - 1)
+            head = (d_ranks, f"P{read.p_rank}", read.local_list, str(read.local.k)) if j == 0 else ("",) * 4
+            table.add_row(*head, group, loc, rem, end_section=j == len(local) - 1)
     request = d.request
     table.caption = (f"request: P blocks {[b.tolist() for b in request.prefill_blocks]}, "
                      f"D blocks {[b.tolist() for b in request.decode_blocks]}; "
