@@ -1,11 +1,5 @@
-"""``bench --engine sglang``: SGLang's WRITE of per-slot entries against the machine's limit.
-
-One run: the rank processes, NIXL agents and memory of ``execute --engine sglang`` (each rank's
-entries back to back in one registered region, so that one descriptor may span them) move one
-request two ways, each ``--iters`` times: ``planned`` (the plan's descriptors, one per write and
-layer, SGLang's own or the exact ones) and ``limit`` (one descriptor per P -> D pair moving the
-same number of bytes, P's first bytes into D's, back to back). D checks every byte after each.
-"""
+"""``bench --engine sglang``: execute's ranks (each rank's entries in one registered region) move one
+request ``--iters`` times as planned, then as one descriptor per P -> D pair (the limit)."""
 
 from __future__ import annotations
 
