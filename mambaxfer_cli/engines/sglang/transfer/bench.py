@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.errors import UserError
@@ -26,10 +26,7 @@ ORDER = (PLANNED, LIMIT)
 class SlotBenchPrefill(SlotPrefillTask):
     iters: int = 1
     limit: tuple[tuple[int, int, int], ...] = ()     # per D rank in ``writes``' order: (d_rank, D offset, bytes)
-
-    @property
-    def program(self) -> str:
-        return "mambaxfer_cli.engines.sglang.transfer.bench_rank:bench_prefill"
+    module: ClassVar[str] = "bench_rank"
 
 
 @dataclass(frozen=True)
@@ -37,10 +34,7 @@ class SlotBenchDecode(SlotDecodeTask):
     iters: int = 1
     limit: tuple[tuple[int, int, int], ...] = ()     # per writer: (p_rank, D offset, bytes)
     prefill: tuple[SlotPrefillTask, ...] = ()        # each P rank's entries and pages, without its writes
-
-    @property
-    def program(self) -> str:
-        return "mambaxfer_cli.engines.sglang.transfer.bench_rank:bench_decode"
+    module: ClassVar[str] = "bench_rank"
 
 
 def bench_tasks(plan: SGLangPlan, settings: RunSettings, iters: int,

@@ -21,7 +21,7 @@ def _message(task: SlotBenchPrefill | SlotBenchDecode, variant: str, iteration: 
     return f"{task.settings.run_id}-{variant}-{iteration}".encode()
 
 
-def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
+def prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
     with RankAgent(task, ch, telemetry=True) as node:
         fill_and_register(task, ch, node)
         connected = connect(task, ch, node)
@@ -51,7 +51,7 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
         return SlotBenchResult("P", task.rank, timings, {PLANNED: planned_prep, LIMIT: limit_prep}, {})
 
 
-def bench_decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
+def decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
     with RankAgent(task, ch, telemetry=False) as node:
         start_target(task, ch, node)
         ch.meet("prepared", None, "every rank to prepare", milestone=True)

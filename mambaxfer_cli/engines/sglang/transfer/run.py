@@ -4,7 +4,7 @@ memory laid out as SGLang's pools lay it out, checked byte by byte on D (docs/ex
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import (
@@ -67,10 +67,11 @@ class SlotTask(RankTask):
     kv: KVRank | None = None           # the rank's KV page, where entries hold K and V buffers
     draft_kv: KVRank | None = None     # the draft's, for its entries (layer ids from draft_band on)
     draft_band: int = 0
+    module: ClassVar[str] = ""         # its programs' module where not execute's (remote.py or rank.py)
 
     @property
     def program(self) -> str:
-        module = "remote" if self.settings.discovery else "rank"
+        module = self.module or ("remote" if self.settings.discovery else "rank")
         return f"mambaxfer_cli.engines.sglang.transfer.{module}:{'prefill' if self.role == 'P' else 'decode'}"
 
 
