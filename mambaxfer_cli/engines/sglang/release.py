@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from mambaxfer_cli.engines.sglang.families import FamilyRule, rows
+from mambaxfer_cli.engines.sglang.families import FamilyRule, merged
 
 NIXL = "nixl"
 MOONCAKE = "mooncake"
@@ -87,7 +87,7 @@ SGLANG_0_5_23 = Release(
     ssm_dtype_default="float32",
     ssm_dtype_config_key="mamba_ssm_dtype",
     state_dtypes=("float32", "bfloat16", "float16"),
-    families=rows("SGLANG_0_5_23"),   # each family module's row
+    families=merged("SGLANG_0_5_23"),   # each family module's row
     messages=_MESSAGES,
 )
 

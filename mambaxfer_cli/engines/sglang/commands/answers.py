@@ -3,11 +3,15 @@ ones they refuse (vLLM's flags), and the reports."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs
+from mambaxfer_cli.cli.options import EngineArgs, ModelArgs, OutputArgs, RequestArgs, parse_tp_list
 from mambaxfer_cli.cli.params import changed_flags
-from mambaxfer_cli.render.report import Report, Viewed
+from mambaxfer_cli.engines.sglang.release import BACKENDS, DEFAULT_BACKEND, SGLANG_0_5_23
+from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, STATE_NOT_READ, startup
+from mambaxfer_cli.engines.sglang.shapes import family_rule, sglang_model, state_shape
+from mambaxfer_cli.render.report import AsIs, Report, Viewed
 from mambaxfer_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -21,8 +25,6 @@ _SET_BY_SGLANG = ("conv_dtype", "ssm_dtype", "num_spec")
 def backend(engines: EngineArgs, said: bool = True) -> str:
     """--transfer-backend, after refusing the vLLM flags given with --engine sglang, whatever their
     value (``said``; beside vLLM, those set other than their default: the rest are vLLM's)."""
-    from mambaxfer_cli.engines.sglang.release import BACKENDS, DEFAULT_BACKEND
-
     given = changed_flags(engines, skip=("engine", "transfer_backend", "speculative_algorithm",
                                                   "speculative_draft_model_path"), said=said)
     if given:
@@ -47,9 +49,6 @@ def request_unused(request: RequestArgs | None, said: bool = True) -> None:
 def load(model: ModelArgs, name: str | None = None):
     """The model, refusing the overrides SGLang decides itself; read with SGLang's start-up
     refusals in place of vLLM's."""
-    from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23
-    from mambaxfer_cli.engines.sglang.served import startup
-
     given = [flag for flag in changed_flags(model, skip=("model", "all_presets", "variant", "kv_heads", "head_size"))
              if flag.lstrip("-").replace("-", "_") in _SET_BY_SGLANG]
     if given:
@@ -109,8 +108,6 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
                  max_tp: int | None, said: bool = True, beside: bool = False) -> Viewed:
     """``check --engine sglang``; ``beside`` (vLLM's): a model SGLang does not serve is left out with
     a line saying why, as --all-presets leaves one out, so that vLLM's column stays."""
-    from dataclasses import replace
-
     from mambaxfer_cli.engines.sglang.check import run, targets
     from mambaxfer_cli.limits import MAX_TP, within
     from mambaxfer_cli.proof.verdicts import ALL_PRESETS_MAX_TP, parse_pairs
@@ -150,11 +147,7 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
 
 
 def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
-    from mambaxfer_cli.cli.options import parse_tp_list
-    from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23
-    from mambaxfer_cli.engines.sglang.shapes import sglang_model
     from mambaxfer_cli.engines.sglang.entries import side_entries, transfer_entries
-    from mambaxfer_cli.engines.sglang.shapes import state_shape
     from mambaxfer_cli.engines.sglang.writes import check_side
 
     sizes = parse_tp_list(tp)
@@ -180,7 +173,6 @@ class InspectReport(Report):
         self.spec, self.sides, self.shapes = spec, sides, shapes
 
     def render(self, width: int) -> list:
-        from mambaxfer_cli.render.report import AsIs
         from mambaxfer_cli.render.console import together
         from mambaxfer_cli.render.model_view import layout_table, model_summary
 
@@ -209,8 +201,6 @@ def side_by_side(other: ServingEngine, model: ModelArgs, engines: EngineArgs, re
                  output: OutputArgs, pairs: str | None, max_tp: int | None) -> Report:
     """``check --engine vllm,sglang``: both engines on the same models and pairings, in one table;
     ``other`` (vLLM) checks as plain ``check`` runs it."""
-    from dataclasses import replace
-
     ours = EngineArgs(engine=NAME, transfer_backend=engines.transfer_backend)   # vLLM's flags are vLLM's
     backend(ours, said=False)
     # First: a pairing or option SGLang refuses is said before vLLM checks anything; a model it does
@@ -240,20 +230,17 @@ class BothReport(Report):
 
 def models_report() -> Report:
     """``models --engine sglang``: each preset, the srt/models/ file SGLang serves it with and whether
-    mambaxfer answers for it there (else why not), and what SGLang serves with a state mambaxfer
-    does not read."""
-    from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23 as release
-    from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, STATE_NOT_READ, startup
-    from mambaxfer_cli.engines.sglang.shapes import family_rule
+    mambaxfer answers for it (else why not); what SGLang serves with a state mambaxfer does not read."""
     from mambaxfer_cli.planning.startup import architecture_names
     from mambaxfer_cli.readers.model_source import load_model, preset_names
+    from mambaxfer_cli.engines.sglang.views.answers import render_models
 
     rows = []
     for name in preset_names():
-        spec = load_model(name, startup=startup(release.version))
+        spec = load_model(name, startup=startup(SGLANG_0_5_23.version))
         archs = architecture_names(spec.hf_config)
         try:
-            family_rule(spec, release)
+            family_rule(spec, SGLANG_0_5_23)
             why = None
         except UserError as exc:
             why = str(exc).removeprefix(f"{name}: ").split("; mambaxfer answers")[0]
@@ -262,12 +249,5 @@ def models_report() -> Report:
                      "answered": why is None, "why": why})
     unread = [{"architecture": arch, "label": label, "file": ARCHITECTURES[arch], "config_class": config,
                "found_by": branch} for arch, (label, config, branch) in STATE_NOT_READ.items()]
-    return ModelsReport({"schema": "mambaxfer.sglang-models/v1", "engine": NAME, "release": release.version,
-                         "models": rows, "state_not_read": unread})
-
-
-class ModelsReport(Report):
-    def render(self, width: int) -> list:
-        from mambaxfer_cli.engines.sglang.views.answers import render_models
-
-        return render_models(self.document)
+    return Viewed(Report({"schema": "mambaxfer.sglang-models/v1", "engine": NAME, "release": SGLANG_0_5_23.version,
+                          "models": rows, "state_not_read": unread}), render_models)

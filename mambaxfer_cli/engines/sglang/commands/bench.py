@@ -8,13 +8,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mambaxfer_cli.cli.params import given
-from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs, need_nixl
+from mambaxfer_cli.cli.options import (
+    EngineArgs, ModelArgs, PairArgs, RequestArgs, RunArgs, Semantics, check_bounds, need_nixl,
+)
+from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
+from mambaxfer_cli.engines.sglang.commands.answers import NAME, backend, draft, load
+from mambaxfer_cli.execute.tasks import cut_layers
+from mambaxfer_cli.limits import finite_seconds
 from mambaxfer_cli.render.report import Report, chart_notes, check_chart
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
 
 if TYPE_CHECKING:
-    from mambaxfer_cli.cli.options import EngineArgs
     from mambaxfer_cli.engines import ServingEngine
 
 # One block per KV-cache group: the request's state, as SGLang's one slot is (unless --request-blocks).
@@ -25,13 +30,8 @@ _VLLM_ONLY = {"sweep": "--request-blocks", "chart": "--chart", "seed": "--seed"}
 
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs) -> Report:
     from mambaxfer_cli.engines.sglang.transfer.bench import measure, prepare
-    from mambaxfer_cli.cli.options import check_bounds
-    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
     from mambaxfer_cli.engines.sglang.commands.execute import semantics
     from mambaxfer_cli.engines.sglang.plan import plan
-    from mambaxfer_cli.execute.tasks import cut_layers
-    from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
 
     named = [flag for name, flag in _VLLM_ONLY.items() if given(name)]
@@ -80,16 +80,10 @@ class SGLangBenchReport(Report):
 def beside(other: ServingEngine, model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs,
            run_args: RunArgs, sweep: str, chart: Path | None) -> Report:
     """``bench --engine vllm,sglang``: SGLang's WRITE beside ``other``'s (vLLM's) transfer of one model and
-    pairing in one run, each against the machine's one-descriptor limit. Every refusal (a model or
-    pairing one engine does not serve, a bad option, too little memory) is said before any rank starts."""
+    pairing, each against the one-descriptor limit; every refusal is said before any rank starts."""
     from mambaxfer_cli.engines.sglang.transfer import bench as sglang_bench
     from mambaxfer_cli.engines.sglang.beside import engines_document
-    from mambaxfer_cli.cli.options import EngineArgs, Semantics, check_bounds
-    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.engines.sglang.commands.answers import NAME, backend, load
     from mambaxfer_cli.engines.sglang.plan import plan
-    from mambaxfer_cli.execute.tasks import cut_layers
-    from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.bench_view import BenchProgress
 
     if request.semantics not in (None, Semantics.exact):

@@ -1,14 +1,19 @@
-"""``execute --engine sglang``: the options SGLang's transfer reads, the ones it refuses (vLLM's
-blocks, reads and engine flags, a plan file), the run, and its report; with ``--role prefill|decode``
-one side of it on this host, the other side's command on another (``engines/sglang/transfer/remote.py``)."""
+"""``execute --engine sglang``: the options SGLang's transfer reads and refuses, the run and its report;
+with ``--role prefill|decode`` one side of it on this host (``engines/sglang/transfer/remote.py``)."""
 
 from __future__ import annotations
 
 import secrets
 from typing import TYPE_CHECKING, Any, Callable
 
-from mambaxfer_cli.cli.options import ModelArgs, PairArgs, RequestArgs, RunArgs, need_nixl, needed, refuse_value
+from mambaxfer_cli.cli.options import (
+    ModelArgs, PairArgs, RequestArgs, RunArgs, Semantics, check_bounds, need_nixl, needed, refuse_value,
+)
+from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
 from mambaxfer_cli.cli.params import given
+from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
+from mambaxfer_cli.execute.tasks import RunSettings, cut_layers
+from mambaxfer_cli.limits import finite_seconds
 from mambaxfer_cli.render.report import AsIs, Report
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.exits import EXIT_OK, EXIT_WRONG
@@ -27,8 +32,6 @@ _VLLM_ONLY = {"blocks": "--blocks", "plan_file": "--plan", "coalesce": "--coales
 
 def semantics(request: RequestArgs) -> str:
     """--semantics: sglang (the default: what SGLang moves) or exact (mambaxfer's plan)."""
-    from mambaxfer_cli.cli.options import Semantics
-
     if request.semantics is None:
         return Semantics.sglang.value
     if request.semantics not in (Semantics.exact, Semantics.sglang):
@@ -39,14 +42,8 @@ def semantics(request: RequestArgs) -> str:
 def run(model: ModelArgs, pair: PairArgs, engines: EngineArgs, request: RequestArgs, run_args: RunArgs,
         host: str, port: int, check_peers: Callable[[], Discovery | None]) -> Report:
     """``check_peers``: --host and --port checked, and the two-host discovery (execute's own)."""
-    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
-    from mambaxfer_cli.cli.options import check_bounds
-    from mambaxfer_cli.engines.sglang.commands.answers import backend, draft, load
     from mambaxfer_cli.engines.sglang.plan import plan
-    from mambaxfer_cli.execute.tasks import cut_layers
     from mambaxfer_cli.engines.sglang.transfer.run import execute
-    from mambaxfer_cli.execute.tasks import RunSettings
-    from mambaxfer_cli.limits import finite_seconds
     from mambaxfer_cli.render.run_view import ProgressView
     from mambaxfer_cli.engines.sglang.views.execute import title
 
@@ -91,13 +88,12 @@ def run_side(planned: SGLangPlan, chosen: str, discovery: Discovery, device: str
     """This side's ranks, to their end; its report (exit 0, 1 with bad bytes, 2 refused, 3 failed)."""
     import typer
 
-    from mambaxfer_cli.cli.outcome import one_line_when_the_run_fails
     from mambaxfer_cli.engines.sglang.transfer.remote import execute_side, settings_for
-    from mambaxfer_cli.render.run_view import ProgressView
-    from mambaxfer_cli.engines.sglang.views.execute import side_line, title
+    from mambaxfer_cli.render.run_view import ProgressView, two_host_line
+    from mambaxfer_cli.engines.sglang.views.execute import title
 
     settings = settings_for(planned, chosen, discovery, device, gpus, run_args.iters)
-    typer.echo(side_line(planned, discovery), err=True)
+    typer.echo(two_host_line(discovery, planned.p_tp, planned.d_tp, "receive the prefill side's WRITEs"), err=True)
     view_title = f"{title(planned, chosen, device)}, {discovery.role} side"
     with one_line_when_the_run_fails(), ProgressView(view_title) as view:
         outcome = execute_side(planned, chosen, settings, run_args.timeout, view.update)

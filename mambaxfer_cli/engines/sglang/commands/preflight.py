@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from mambaxfer_cli.cli.options import EngineArgs, OutputArgs, check_writable
+from mambaxfer_cli.engines.sglang.launch_args import launches, parse_launch
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.render.report import Viewed
 
 
 def runs(p_text: str, d_text: str, environ: Mapping[str, str]) -> bool:
     """Whether both lines run SGLang's server; one of them only: one line."""
-    from mambaxfer_cli.engines.sglang.launch_args import launches
-
     found = [launches(p_text, environ), launches(d_text, environ)]
     if found[0] != found[1]:
         which = "P" if found[0] else "D"
@@ -24,7 +23,6 @@ def runs(p_text: str, d_text: str, environ: Mapping[str, str]) -> bool:
 def preflight(engines: EngineArgs, output: OutputArgs, p_text: str, d_text: str, p_origin: str,
               d_origin: str, environ: Mapping[str, str]) -> Viewed:
     from mambaxfer_cli.cli.params import changed_flags
-    from mambaxfer_cli.engines.sglang.launch_args import parse_launch
     from mambaxfer_cli.engines.sglang.preflight import preflight as run
     from functools import partial
 

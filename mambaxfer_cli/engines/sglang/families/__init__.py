@@ -1,6 +1,5 @@
 """SGLang's rows of the model families: one module per family, named as the core's (``families/``),
-giving each release's rows by family label (``SGLANG_0_5_23``: how SGLang 0.5.23 serves it, its
-srt/models/ file and whether its config class hands the config to mamba2_state_dtype)."""
+each giving its ``FamilyRule`` per release (``SGLANG_0_5_23``) by family label, and its hooks."""
 
 from __future__ import annotations
 
@@ -24,11 +23,6 @@ class FamilyRule:
 
 def _modules() -> list[Any]:
     return [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
-
-
-def rows(release: str) -> dict[str, FamilyRule]:
-    """Every family module's rows for ``release`` (the name its modules give them)."""
-    return {label: rule for module in _modules() for label, rule in getattr(module, release, {}).items()}
 
 
 def merged(name: str) -> dict[str, Any]:

@@ -40,10 +40,8 @@ KDA_MIXERS = {"GLM-5-Next": ("Glm5NextLinearAttention conv channels", "sglang.sr
 
 
 def dsa_page_size(model: ModelSpec) -> int | None:
-    """On CUDA SGLang sets the page size to ``64 · index_kpool`` whatever --page-size says, so that a
-    page owns whole pooled index groups (model_overrides/deepseek_v2.py ``_deepseek_family_overrides``),
-    for a DSA model (``is_deepseek_dsa``: ``index_topk`` set). Its config class defaults neither key:
-    ``get_dsa_index_kpool`` takes 1 where the config has none."""
+    """The page size SGLang sets on CUDA for a DSA model (``index_topk`` set), whatever --page-size says:
+    ``64 · index_kpool`` (model_overrides/deepseek_v2.py; ``get_dsa_index_kpool``: 1 where unset)."""
     from mambaxfer_cli.readers.model_config import flatten_text_config
 
     c = flatten_text_config(model.hf_config or {})

@@ -12,9 +12,8 @@ MTP_DRAFTS = {a: "NemotronHForCausalLMMTP" for a in ("NemotronHForCausalLM", "Ne
 
 
 def check_mtp_pattern(config: Mapping[str, Any]) -> None:
-    """Refuse an MTP pattern SGLang does not build: NemotronHConfig._resolve_mtp_layers_block_type
-    takes the legacy pattern only where the list is absent or its default; NemotronHMultiTokenPredictor
-    builds '*' and 'E' only, each layer's id its place; the draft pool keeps one layer (num_nextn_predict_layers)."""
+    """Refuse an MTP pattern SGLang does not build (NemotronHConfig._resolve_mtp_layers_block_type,
+    NemotronHMultiTokenPredictor, the one-layer draft pool)."""
     blocks = config.get("mtp_layers_block_type")
     pattern = str(config.get("mtp_hybrid_override_pattern", "*E"))
     if blocks is not None and blocks != ["attention", "moe"]:

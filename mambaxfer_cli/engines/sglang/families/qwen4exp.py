@@ -16,10 +16,7 @@ NGRAM_LAYER_ID = (1 << 32) - 1      # ple_state_pool.py PLE_NGRAM_STATE_LAYER_ID
 
 def side_entries(model: ModelSpec, conv_dtype: str) -> tuple[tuple[str, int, int], ...]:
     """``ShortConvPool`` and ``NGramPool``'s entries (``iter_transfer_state_entries``), replicated
-    across attention TP (dim 0): per PLE layer (``short_conv_layer_ids``) a ``(hc_count · hidden,
-    (ple_conv_kernel_size - 1) · ngram_size)`` window in the conv dtype, then one request-wide
-    ``ngram_size - 1`` int64 token context; each as (field, layer id, item bytes). None without PLE
-    layers (``_get_ple_req_pool_kwargs``)."""
+    across attention TP, as (field, layer id, item bytes): a window per PLE layer, then the int64 n-gram context."""
     parts = model.ple_qsa
     if parts is None or not parts.ple_layers:
         return ()

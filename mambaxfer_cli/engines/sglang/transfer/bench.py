@@ -1,17 +1,11 @@
-"""``bench --engine sglang``: SGLang's WRITE of per-slot entries against the machine's limit.
-
-One run: the rank processes, NIXL agents and memory of ``execute --engine sglang`` (each rank's
-entries back to back in one registered region, so that one descriptor may span them) move one
-request two ways, each ``--iters`` times: ``planned`` (the plan's descriptors, one per write and
-layer, SGLang's own or the exact ones) and ``limit`` (one descriptor per P -> D pair moving the
-same number of bytes, P's first bytes into D's, back to back). D checks every byte after each.
-"""
+"""``bench --engine sglang``: execute's ranks (each rank's entries in one registered region) move one
+request ``--iters`` times as planned, then as one descriptor per P -> D pair (the limit)."""
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.errors import UserError
@@ -32,10 +26,7 @@ ORDER = (PLANNED, LIMIT)
 class SlotBenchPrefill(SlotPrefillTask):
     iters: int = 1
     limit: tuple[tuple[int, int, int], ...] = ()     # per D rank in ``writes``' order: (d_rank, D offset, bytes)
-
-    @property
-    def program(self) -> str:
-        return "mambaxfer_cli.engines.sglang.transfer.bench_rank:bench_prefill"
+    module: ClassVar[str] = "bench_rank"
 
 
 @dataclass(frozen=True)
@@ -43,10 +34,7 @@ class SlotBenchDecode(SlotDecodeTask):
     iters: int = 1
     limit: tuple[tuple[int, int, int], ...] = ()     # per writer: (p_rank, D offset, bytes)
     prefill: tuple[SlotPrefillTask, ...] = ()        # each P rank's entries and pages, without its writes
-
-    @property
-    def program(self) -> str:
-        return "mambaxfer_cli.engines.sglang.transfer.bench_rank:bench_decode"
+    module: ClassVar[str] = "bench_rank"
 
 
 def bench_tasks(plan: SGLangPlan, settings: RunSettings, iters: int,

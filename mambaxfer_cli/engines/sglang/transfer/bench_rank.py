@@ -12,7 +12,7 @@ from mambaxfer_cli.execute.faults import fault
 from mambaxfer_cli.execute.memory import RankMemory
 from mambaxfer_cli.engines.sglang.transfer.run import P_SLOTS, pattern_block, poison
 from mambaxfer_cli.engines.sglang.transfer.rank import (
-    await_notifications, connect, entry_item, fill_and_register, planned_pairings, poison_all, start_target,
+    Check, await_notifications, connect, entry_item, fill_and_register, planned_pairings, poison_all, start_target,
 )
 from mambaxfer_cli.engines.sglang.transfer.results import SlotBenchResult
 from mambaxfer_cli.execute.results import Tally
@@ -21,7 +21,7 @@ def _message(task: SlotBenchPrefill | SlotBenchDecode, variant: str, iteration: 
     return f"{task.settings.run_id}-{variant}-{iteration}".encode()
 
 
-def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
+def prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
     with RankAgent(task, ch, telemetry=True) as node:
         fill_and_register(task, ch, node)
         connected = connect(task, ch, node)
@@ -51,7 +51,7 @@ def bench_prefill(task: SlotBenchPrefill, ch: Channel) -> SlotBenchResult:
         return SlotBenchResult("P", task.rank, timings, {PLANNED: planned_prep, LIMIT: limit_prep}, {})
 
 
-def bench_decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
+def decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
     with RankAgent(task, ch, telemetry=False) as node:
         start_target(task, ch, node)
         ch.meet("prepared", None, "every rank to prepare", milestone=True)
@@ -64,23 +64,14 @@ def bench_decode(task: SlotBenchDecode, ch: Channel) -> SlotBenchResult:
             ch.phase("receiving", variant)
             await_notifications(task, ch, node, _message(task, variant, task.iters - 1))
             ch.phase("verifying", variant)
-            checks[variant] = (planned_check(task, node.memory, ch.progress) if variant == PLANNED
-                               else limit_check(task, node.memory, ch.progress))
+            if variant == PLANNED:     # execute's check of one round: a byte wrong, missing or beyond is bad
+                check = Check(task)
+                check.round(node.memory, 0, ch.progress)
+                checks[variant] = Tally(check.checked, check.result().bad)
+            else:
+                checks[variant] = limit_check(task, node.memory, ch.progress)
         ch.meet("checked", None, "the P ranks to finish")
         return SlotBenchResult("D", task.rank, {}, {}, checks)
-
-
-def planned_check(task: SlotBenchDecode, memory: RankMemory, tick: Tick) -> Tally:
-    """The request's slot of every entry holds the pattern D keeps there; every other slot poison."""
-    wrong = checked = 0
-    others = [s for s in range(task.memory.logical_blocks) if s != task.slot]
-    for index, entry in enumerate(task.entries):
-        got = memory.fetch(index)
-        want = entry_item(task, entry, pattern_block(task.p_slot, 0))
-        wrong += int(np.count_nonzero(got[task.slot] != want)) + int(np.count_nonzero(got[others] != poison(0)))
-        checked += got.size
-        tick(f"entry {index + 1} of {len(task.entries)}")
-    return Tally(checked, wrong)
 
 
 def _prefill_bytes(task: SlotBenchDecode, p_rank: int, size: int) -> np.ndarray:

@@ -1,7 +1,5 @@
 """The rank programs of SGLang's transfer (``engines/sglang/transfer/run.py``), each in its own
-process with its own NIXL agent: D poisons and answers each writer's metadata request, then checks
-every byte of each round; P fills its slots, fetches each D rank's metadata and posts one WRITE per
-D rank of the plan's descriptors each round."""
+process with its own NIXL agent: P posts one WRITE per D rank each round, D checks every byte."""
 
 from __future__ import annotations
 
@@ -198,9 +196,8 @@ def await_notifications(task: SlotDecodeTask, ch: Channel, node: RankAgent, fina
 
 
 class Check:
-    """Every byte of every entry, round after round. A byte of the request slot is right when it
-    holds the round's pattern in every round; untouched when it holds the round's poison in every
-    round (two poisons by turns); any other slot must hold the poison in every round."""
+    """Every byte of every entry, round after round: a request slot's byte right (the pattern every
+    round) or untouched (the poison every round); any other slot's the poison every round."""
 
     def __init__(self, task: SlotDecodeTask) -> None:
         self.task = task
@@ -225,7 +222,7 @@ class Check:
             self.stray[index] |= got[others] != value
             self.last.append((want, mine.copy()))
             self.checked += got.size
-            tick(f"round {round_ + 1}, entry {index + 1} of {len(task.entries)}")
+            tick(f"{f'round {round_ + 1}, ' if task.rounds > 1 else ''}entry {index + 1} of {len(task.entries)}")
         self.seconds += time.perf_counter() - started
 
     def result(self) -> SlotDecodeResult:

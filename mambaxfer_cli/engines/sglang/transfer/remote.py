@@ -1,7 +1,5 @@
-"""``execute --engine sglang`` on two hosts (docs/sglang.md, "Two hosts"): each side's ranks in
-its own command, finding the other through NIXL's metadata exchange, D saying hello with its
-geometry and entries (SGLang's ``KVArgsRegisterInfo``), P answering welcome or refuse, then the
-rounds kept in step over NIXL notifications (ready, the WRITEs', wrote, done)."""
+"""``execute --engine sglang`` on two hosts (docs/sglang.md, "Two hosts"): each side's ranks in its
+own command, kept in step over NIXL's metadata exchange and notifications."""
 
 from __future__ import annotations
 
@@ -21,7 +19,7 @@ from mambaxfer_cli.execute.remote import (
     PING_EVERY, QUIET, Inbox, Peers, admit, greet, linger, ranks_text, wait_for,
 )
 from mambaxfer_cli.engines.sglang.transfer.run import (
-    D_SLOT, D_SLOTS, MIN_ROUNDS, P_SLOT, P_SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask,
+    MIN_ROUNDS, SLOTS, SlotDecodeTask, SlotOutcome, SlotPrefillTask,
     chosen_writes, poison, run_tasks, transfer,
 )
 from mambaxfer_cli.engines.sglang.transfer.rank import (
@@ -32,10 +30,8 @@ from mambaxfer_cli.engines.sglang.transfer.results import SlotDecodeResult, Slot
 from mambaxfer_cli.execute.tasks import RunSettings
 
 def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
-    """What the two sides compare, in the order that names the cause first: the model (its config
-    values, then their hash), semantics, TP sizes, SGLang's release and backend, the rounds, each
-    side's entries (the state's and the attention KV's item lengths) and slots, then hashes of the
-    descriptors and the whole plan."""
+    """What the two sides compare, in the order that names the cause first (the model, then the run's
+    settings, entries and slots, then hashes of the descriptors and the whole plan)."""
     moved = transfer(plan, semantics)
     model = comparable({"model": plan.model.to_dict()})["model"]
     model["config_hash"] = agreement.digest(model)
@@ -46,8 +42,7 @@ def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
     return {"model": model, "semantics": semantics, "tp": {"prefill": plan.p_tp, "decode": plan.d_tp},
             "release": plan.release.version, "backend": plan.backend, "rounds": rounds,
             "entries": {"prefill": entries(moved.prefill_entries), "decode": entries(moved.decode_entries)},
-            "slots": {"prefill": {"slots": P_SLOTS, "request": P_SLOT},
-                      "decode": {"slots": D_SLOTS, "request": D_SLOT}},
+            "slots": SLOTS,
             "descriptors_hash": agreement.digest([asdict(d) for d in moved.descriptors]),
             "plan_hash": agreement.digest(comparable(plan.to_dict()))}
 
@@ -55,18 +50,8 @@ def geometry(plan: SGLangPlan, semantics: str, rounds: int) -> dict[str, Any]:
 # --- what a side's ranks return ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Received:
-    """One writer's WRITEs into a D rank, as the P rank reported them after the last round."""
-
-    p_rank: int
-    fill_s: float
-    prepare_s: float
-    timing: WriteTiming
-
-
-@dataclass(frozen=True)
 class RemoteDecodeResult(SlotDecodeResult):
-    received: tuple[Received, ...] = ()
+    received: tuple[SlotPrefillResult, ...] = ()    # each writer's WRITE into this rank, as it reported it
 
 
 @dataclass(frozen=True)
@@ -77,16 +62,13 @@ class Answer:
     ok: bool
     bad_bytes: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class RemotePrefillResult(SlotPrefillResult):
     answers: tuple[Answer, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "decode_verdicts": [a.to_dict() for a in self.answers]}
+        return {**super().to_dict(), "decode_verdicts": [asdict(a) for a in self.answers]}
 
 
 @dataclass
@@ -149,12 +131,12 @@ def execute_side(plan: SGLangPlan, semantics: str, settings: RunSettings, timeou
 
 def _writers(checked: list[RemoteDecodeResult]) -> list[SlotPrefillResult]:
     """The P ranks' WRITEs into this side's D ranks, from what each reported."""
-    by_rank: dict[int, list[Received]] = {}
+    by_rank: dict[int, list[SlotPrefillResult]] = {}
     for result in checked:
         for got in result.received:
             by_rank.setdefault(got.p_rank, []).append(got)
     return [SlotPrefillResult(p, got[0].fill_s, got[0].prepare_s,
-                              tuple(sorted((g.timing for g in got), key=lambda w: w.d_rank)))
+                              tuple(sorted((w for g in got for w in g.writes), key=lambda w: w.d_rank)))
             for p, got in sorted(by_rank.items())]
 
 
@@ -200,9 +182,8 @@ def prefill(task: SlotPrefillTask, ch: Channel) -> RemotePrefillResult:
         writes = write_timings(task, node.telemetry(xfers), times)
         prepare_s = prep.prep_s + prep.make_s
         for timing in writes:
-            peers.tell(timing.d_rank, agreement.encode(
-                "wrote", p_rank=task.rank, fill_s=fill_s, prepare_s=prepare_s, descriptors=timing.descriptors,
-                descriptors_merged=timing.descriptors_merged, bytes=timing.bytes, times_s=list(timing.times_s)))
+            peers.tell(timing.d_rank, agreement.encode("wrote", p_rank=task.rank, fill_s=fill_s, prepare_s=prepare_s,
+                                                       **{k: v for k, v in asdict(timing).items() if k != "d_rank"}))
         ch.phase("finishing")
 
         def answered(d_rank: int) -> bool:
@@ -291,7 +272,7 @@ def _not_written(task: SlotDecodeTask, inbox: Inbox, peers: Peers, final: bytes)
     return f"the WRITE notifications of {ranks_text('P', waiting)}" if waiting else None
 
 
-def _received(p_rank: int, wrote: dict[str, Any], d_rank: int) -> Received:
-    return Received(p_rank, float(wrote.get("fill_s", 0.0)), float(wrote.get("prepare_s", 0.0)),
-                    WriteTiming(d_rank, int(wrote.get("descriptors", 0)), int(wrote.get("descriptors_merged", 0)),
-                                int(wrote.get("bytes", 0)), tuple(float(t) for t in wrote.get("times_s", ()))))
+def _received(p_rank: int, wrote: dict[str, Any], d_rank: int) -> SlotPrefillResult:
+    timing = WriteTiming(d_rank, int(wrote.get("descriptors", 0)), int(wrote.get("descriptors_merged", 0)),
+                         int(wrote.get("bytes", 0)), tuple(float(t) for t in wrote.get("times_s", ())))
+    return SlotPrefillResult(p_rank, float(wrote.get("fill_s", 0.0)), float(wrote.get("prepare_s", 0.0)), (timing,))

@@ -25,9 +25,6 @@ class FieldCount:
     def bad(self) -> int:
         return self.wrong + self.missing + self.beyond
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class FirstWrong:
@@ -44,9 +41,6 @@ class FirstWrong:
     def describe(self, d_rank: int) -> str:
         return (f"D{d_rank} {self.field} layer {self.layer_id} byte {self.offset} = {self.holds}: "
                 f"{self.kind}, expected 0x{self.expected:02x}, found 0x{self.found:02x}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -70,8 +64,8 @@ class SlotDecodeResult(RankResult):
     def to_dict(self) -> dict[str, Any]:
         return {"d_rank": self.d_rank, "writers": list(self.writers), "entries": self.entries,
                 "checked_bytes": self.checked_bytes, "ok": self.ok, "bad_bytes": self.bad,
-                "fields": [f.to_dict() for f in self.fields],
-                "first_bad_byte": None if self.first is None else {**self.first.to_dict(),
+                "fields": [asdict(f) for f in self.fields],
+                "first_bad_byte": None if self.first is None else {**asdict(self.first),
                                                                    "description": self.first.describe(self.d_rank)},
                 "verify_s": self.verify_s}
 

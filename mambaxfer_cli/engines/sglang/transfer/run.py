@@ -1,11 +1,10 @@
-"""``execute --engine sglang``: SGLang's transfer performed for real (pure: no torch, no NIXL),
-its memory as SGLang's ``MambaPool`` and KV pools lay it out and its rounds of P's WRITEs checked
-byte by byte on D, as docs/execute.md says (its SGLang section)."""
+"""``execute --engine sglang``: SGLang's transfer performed for real (pure: no torch, no NIXL), in
+memory laid out as SGLang's pools lay it out, checked byte by byte on D (docs/execute.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import (
@@ -27,6 +26,7 @@ P_SLOTS, P_SLOT = 3, 1      # prefill: the request in the middle slot
 D_SLOTS, D_SLOT = 4, 2      # decode: another slot than P's, and room past it
 PAGE_SIZE = 4               # tokens per KV page (SGLang's --page-size): a page's tokens are real strides,
                             # unless SGLang sets the model's own (PAGE_SIZES: DSA's 64 · index_kpool)
+SLOTS = {"prefill": {"slots": P_SLOTS, "request": P_SLOT}, "decode": {"slots": D_SLOTS, "request": D_SLOT}}
 MIN_ROUNDS = 3              # two poisons tell written from untouched; three patterns make a
                             # wrong byte that holds the right value by chance (1 in 2^24) negligible
 
@@ -67,10 +67,11 @@ class SlotTask(RankTask):
     kv: KVRank | None = None           # the rank's KV page, where entries hold K and V buffers
     draft_kv: KVRank | None = None     # the draft's, for its entries (layer ids from draft_band on)
     draft_band: int = 0
+    module: ClassVar[str] = ""         # its programs' module where not execute's (remote.py or rank.py)
 
     @property
     def program(self) -> str:
-        module = "remote" if self.settings.discovery else "rank"
+        module = self.module or ("remote" if self.settings.discovery else "rank")
         return f"mambaxfer_cli.engines.sglang.transfer.{module}:{'prefill' if self.role == 'P' else 'decode'}"
 
 
@@ -220,9 +221,8 @@ class SlotOutcome(Checked):
 
     @property
     def predicted(self) -> int:
-        """What ``check --engine sglang`` predicts for these writes: the verdict's bytes for
-        SGLang's (the state's bytes, and each KV head it lands wrong, per token and layer of K and
-        V), none for the exact ones."""
+        """What ``check --engine sglang`` predicts for these writes: the verdict's bytes (the state's
+        and each KV head's it lands wrong) for SGLang's, none for the exact ones."""
         if self.semantics != "sglang":
             return 0
         kv = self.moved.d_kv if self.moved else None
@@ -247,9 +247,6 @@ class SlotOutcome(Checked):
         """The WRITEs into one D rank: (P rank, timing)."""
         return [(p.p_rank, w) for p in self.prefill for w in p.writes if w.d_rank == d_rank]
 
-    def d_time(self, d_rank: int) -> float:
-        return max((w.time_s for _, w in self.into(d_rank)), default=0.0)
-
     @property
     def total_bytes(self) -> int:
         return sum(w.bytes for p in self.prefill for w in p.writes)
@@ -259,7 +256,7 @@ class SlotOutcome(Checked):
         decode = []
         for d in self.decode:
             into = self.into(d.d_rank)
-            moved, seconds = sum(w.bytes for _, w in into), self.d_time(d.d_rank)
+            moved, seconds = sum(w.bytes for _, w in into), max((w.time_s for _, w in into), default=0.0)
             decode.append({**d.to_dict(), "bytes": moved,
                            "descriptors": sum(w.descriptors for _, w in into),
                            "descriptors_merged": sum(w.descriptors_merged for _, w in into),
@@ -267,8 +264,7 @@ class SlotOutcome(Checked):
         return {"schema": SCHEMA, "engine": "sglang", "release": plan.release.version, "model": plan.model.name,
                 "p_tp": plan.p_tp, "d_tp": plan.d_tp, "backend": plan.backend, "semantics": self.semantics,
                 "device": s.device, "memory": s.mem_type, "rounds": self.rounds,
-                "slots": {"prefill": {"slots": P_SLOTS, "request": P_SLOT},
-                          "decode": {"slots": D_SLOTS, "request": D_SLOT}},
+                "slots": SLOTS,
                 "ssm_layers": plan.verdict.ssm_layers, "attention": self.attention, "verified": self.verified,
                 "bad_bytes": self.bad_bytes,
                 "predicted_bad_bytes": self.predicted, "total_bytes": self.total_bytes, "phases_s": self.phases,

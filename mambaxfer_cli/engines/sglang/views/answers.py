@@ -14,7 +14,7 @@ from mambaxfer_cli.engines.sglang.kv import dsa_page_size
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan
 from mambaxfer_cli.engines.sglang.release import NIXL
 from mambaxfer_cli.render.console import columns_table, model_rows, tp_pairing
-from mambaxfer_cli.render.report import pairings_junit
+from mambaxfer_cli.render.report import Report, pairings_junit
 from mambaxfer_cli.engines.sglang.writes import StateWrite
 
 LINES_SHOWN = 20
@@ -25,25 +25,14 @@ OUTCOMES = {RIGHT: Text("✓ right", style="green"), CORRUPTS: Text("✗ corrupt
             FAIL: Text("✗ WRONG", style="bold red")}
 
 
-def verdict_text(plan: SGLangPlan) -> Text:
-    right = plan.verdict.right
-    lines = plan.verdict.lines()
-    return Text("\n".join(f"{'✓' if right else '✗'} {line}" for line in lines),
-                style="green" if right else "bold red")
-
-
 def _heading(plan: SGLangPlan) -> str:
-    spec = plan.model
+    """The plan's first line, with the dtypes of the states it moves (a lightning model keeps no conv)."""
+    spec, fields = plan.model, {entry.field for entry in plan.decode_entries}
+    dtypes = (("conv", spec.conv_dtype), ("temporal", spec.ssm_dtype))
     return (f"{spec.name} · {spec.variant.value} [{spec.family}] · {plan.release.label} over "
             f"{backend_name(plan.backend)} · "
-            f"{tp_pairing(plan.p_tp, plan.d_tp)} · {_dtypes(plan)}")
-
-
-def _dtypes(plan: SGLangPlan) -> str:
-    """The dtypes of the states the plan moves (a lightning model keeps no conv)."""
-    fields = {entry.field for entry in plan.decode_entries}
-    dtypes = (("conv", plan.model.conv_dtype), ("temporal", plan.model.ssm_dtype))
-    return ", ".join(f"{field} {dtype}" for field, dtype in dtypes if field in fields)
+            f"{tp_pairing(plan.p_tp, plan.d_tp)} · "
+            + ", ".join(f"{field} {dtype}" for field, dtype in dtypes if field in fields))
 
 
 def entries_table(plan: SGLangPlan) -> Table:
@@ -131,9 +120,10 @@ def backend_name(backend: str) -> str:
 
 
 def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
-    descriptors = plan.descriptors()
-    parts: list = [Text(_heading(plan), style="bold"), verdict_text(plan), entries_table(plan),
-                   layer_ids_text(plan)]
+    descriptors, right = plan.descriptors(), plan.verdict.right
+    verdict = Text("\n".join(f"{'✓' if right else '✗'} {line}" for line in plan.verdict.lines()),
+                   style="green" if right else "bold red")
+    parts: list = [Text(_heading(plan), style="bold"), verdict, entries_table(plan), layer_ids_text(plan)]
     if plan.writes or plan.exact:
         parts.append(writes_table(plan, d_rank))
     parts += mapping_lines(plan)
@@ -248,8 +238,9 @@ def render_both(vllm, sglang: CheckReport) -> list:
     return parts
 
 
-def render_models(document: dict) -> list:
+def render_models(report: Report) -> list:
     """The presets SGLang serves (its srt/models/ file) and mambaxfer answers for; why not the rest."""
+    document = report.document
     table = columns_table(f"mambaxfer models: SGLang {document['release']}",
                           [("preset", "left"), ("SGLang's model file", "left"), ("mambaxfer answers", "left")],
                           no_wrap=True)

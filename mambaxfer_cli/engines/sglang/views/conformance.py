@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Callable, Iterator
 
 from mambaxfer_cli.engines.sglang.conformance import IMPORT_STEP, STEPS, FunctionResult, Report, describe, plain
@@ -36,26 +37,23 @@ def _clipped(value: Any) -> str:
     return text if len(text) <= LONGEST else f"{text[:LONGEST]} … ({len(text):,} characters)"
 
 
-def parted(result: FunctionResult) -> Shown:
-    """The first difference where the two values part, each clipped."""
+def shown(result: FunctionResult, whole: bool = False) -> Shown:
+    """The first difference: both values whole, or where they part, each clipped."""
     first = result.first
     assert first is not None, "a function that differs has a first difference"
-    path, theirs, ours = where_they_part(plain(first["sglang"]), plain(first["mambaxfer"]))
+    theirs, ours = plain(first["sglang"]), plain(first["mambaxfer"])
+    if whole:
+        return Shown(describe(first["case"]), as_text(theirs), as_text(ours))
+    path, theirs, ours = where_they_part(theirs, ours)
     note = f"the values first part at {path} (--format json has them whole):" if path else ""
     return Shown(describe(first["case"]), _clipped(theirs), _clipped(ours), note)
-
-
-def whole(result: FunctionResult) -> Shown:
-    first = result.first
-    assert first is not None, "a function that differs has a first difference"
-    return Shown(describe(first["case"]), as_text(plain(first["sglang"])), as_text(plain(first["mambaxfer"])))
 
 
 def looks(report: Report) -> Looks:
     return Looks("SGLang", f"mambaxfer conformance: SGLang {report.sglang_version} against mambaxfer's rules for "
                            f"{report.rules}",
                  "mambaxfer's call of this SGLang function needs updating (please report it with the SGLang version)",
-                 parted, whole)
+                 shown, partial(shown, whole=True))
 
 
 def render_report(report: Report) -> list:

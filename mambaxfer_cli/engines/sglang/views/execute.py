@@ -1,7 +1,5 @@
-"""Rich views of ``execute --engine sglang``: its title, the per-D-rank result table, and the bad
-bytes per D rank beside what ``check --engine sglang`` predicts; on two hosts, the line each side
-prints first and the prefill side's table of what each P rank wrote (the decode side prints one
-host's table); and ``bench --engine sglang``'s table."""
+"""Rich views of ``execute --engine sglang`` (one host, or each side of two) and of ``bench --engine
+sglang``."""
 
 from __future__ import annotations
 
@@ -13,13 +11,12 @@ from rich.text import Text
 
 from mambaxfer_cli.render.console import columns_table, tp_pairing
 from mambaxfer_cli.render.model_view import human_bytes
-from mambaxfer_cli.render.run_view import checked, run_totals, two_host_line
+from mambaxfer_cli.render.run_view import checked, run_totals
 
 if TYPE_CHECKING:
     from mambaxfer_cli.engines.sglang.plan import SGLangPlan
     from mambaxfer_cli.engines.sglang.transfer.remote import SideOutcome
     from mambaxfer_cli.engines.sglang.transfer.run import SlotOutcome
-    from mambaxfer_cli.execute.discovery import Discovery
 
 
 # An MLA model's attention buffers in the caption, by kv.py's field, each with its page's bytes.
@@ -40,15 +37,13 @@ def result_table(outcome: "SlotOutcome") -> Table:
     table = columns_table(title(outcome.plan, outcome.semantics, outcome.settings.device), (
         ("D rank", "right"), ("from P", "left"), ("bytes", "right"), ("descriptors", "right"),
         ("after merge", "right"), ("time", "right"), ("GB/s", "right"), ("verdict", "left")))
-    for d in outcome.decode:
-        into = outcome.into(d.d_rank)
-        moved, seconds = sum(w.bytes for _, w in into), outcome.d_time(d.d_rank)
+    rows = outcome.to_dict()["decode"]     # each D rank's bytes, descriptors, time and rate
+    for d, row in zip(outcome.decode, rows):
         table.add_row(
-            str(d.d_rank), ", ".join(f"P{p}" for p, _ in into), human_bytes(moved),
-            str(sum(w.descriptors for _, w in into)), str(sum(w.descriptors_merged for _, w in into)),
-            f"{seconds * 1e3:.2f} ms", f"{moved / seconds / 1e9 if seconds > 0 else 0.0:.2f}",
-            checked(d.ok, f"{d.bad} bad bytes"))
-    longest = max((outcome.d_time(d.d_rank) for d in outcome.decode), default=0.0)
+            str(d.d_rank), ", ".join(f"P{p}" for p, _ in outcome.into(d.d_rank)), human_bytes(row["bytes"]),
+            str(row["descriptors"]), str(row["descriptors_merged"]), f"{row['time_s'] * 1e3:.2f} ms",
+            f"{row['gb_per_s']:.2f}", checked(d.ok, f"{d.bad} bad bytes"))
+    longest = max((row["time_s"] for row in rows), default=0.0)
     plan, kv = outcome.plan, outcome.attention
     entries = len(outcome.moved.decode_entries) if outcome.moved else len(plan.decode_entries)
     sides = sum(1 for e in plan.decode_entries if e.replicated)
@@ -113,11 +108,6 @@ def bench_table(document: dict[str, Any]) -> Table:
     return table
 
 
-def side_line(plan: "SGLangPlan", discovery: "Discovery") -> str:
-    """SGLang's two-host first line: D receives P's WRITEs."""
-    return two_host_line(discovery, plan.p_tp, plan.d_tp, "receive the prefill side's WRITEs")
-
-
 def written_table(outcome: "SideOutcome") -> Table:
     """The prefill side: each P rank's WRITEs into each D rank, timed, and that D rank's verdict."""
     plan = outcome.plan
@@ -129,8 +119,7 @@ def written_table(outcome: "SideOutcome") -> Table:
     for p in outcome.prefill:
         for w in p.writes:
             answer = answers.get(w.d_rank)
-            said = (Text("verified", style="green") if answer is not None and answer.ok
-                    else Text(f"{answer.bad_bytes if answer else '?'} bad bytes", style="bold red"))
+            said = checked(answer is not None and answer.ok, f"{answer.bad_bytes if answer else '?'} bad bytes")
             table.add_row(f"P{p.p_rank} -> D{w.d_rank}", human_bytes(w.bytes), str(w.descriptors),
                           str(w.descriptors_merged), f"{w.time_s * 1e3:.2f} ms",
                           f"{w.bytes / w.time_s / 1e9 if w.time_s > 0 else 0.0:.2f}", said)
