@@ -112,9 +112,8 @@ class Target:
 
 def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None, max_tp: int,
             release: Release = SGLANG_0_5_23, every: bool = False) -> tuple[list[Target], list[str]]:
-    """The pairings to prove per model: the listed ones, or every pair of TP sizes SGLang serves
-    the model at, up to ``max_tp``. ``every`` (--all-presets): a model SGLang does not serve is
-    left out with a line saying why; else it is the user's error."""
+    """The pairings to prove per model (the listed ones, or every pair SGLang serves up to ``max_tp``);
+    ``every``: a model SGLang does not serve is left out with a line, else a user error."""
     out, left_out = [], []
     for model in models:
         try:     # SGLang does not serve the model, or mambaxfer does not answer for it

@@ -652,9 +652,8 @@ def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any,
 
 
 def _their_split_fits(mixer: Callable[..., Any], model: ModelSpec, tp: int) -> bool:
-    """Whether the mixer builds for a rank at TP ``tp`` (hidden size 8; its linear layers assert that
-    TP divides each output) and gets the width its forward splits its merged projection by (its own
-    q, k, v, a, b, g sizes)."""
+    """Whether the mixer builds at TP ``tp`` (its linear layers assert TP divides each output) with the
+    width its forward splits its merged projection by (its q, k, v, a, b, g sizes)."""
     import torch
     config = _config_class(model.hf_config["model_type"])(**model.hf_config).get_text_config()
     config.hidden_size = 8
@@ -1124,9 +1123,8 @@ NOT_INSTALLED = ("no SGLang is installed beside mambaxfer (in {python}); conform
 def run(names: Sequence[str] | None, max_tp: int = MAX_TP, start: Callable[[int], None] | None = None,
         done: Callable[[str], None] | None = None, algorithm: str | None = None,
         draft_path: str | None = None) -> Report:
-    """``conformance --engine sglang`` on ``names`` (None: every preset SGLang serves) up to
-    ``max_tp``, with the draft model ``draft_path`` of ``algorithm`` where given; a model SGLang
-    does not serve, or no SGLang here, is a UserError."""
+    """``conformance --engine sglang`` on ``names`` (None: every preset SGLang serves), with the draft
+    model ``draft_path`` of ``algorithm``; a model SGLang does not serve, or no SGLang, is a UserError."""
     version = installed_version()
     release = RELEASES.get(version or "", RELEASES[tuple(RELEASES)[-1]])
     models = served_presets(release) if names is None else [served_model(n, release) for n in names]

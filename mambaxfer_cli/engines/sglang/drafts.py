@@ -75,9 +75,8 @@ def _drafter(path: str) -> dict:
 
 
 def draft_for(model: ModelSpec, name: str | None, draft_path: str | None) -> Draft | None:
-    """The draft SGLang builds for ``model`` under ``--speculative-algorithm name`` (None: no
-    speculation, or NGRAM's, which has no pool); the draft's config is ``draft_path``'s, else the
-    target's own (``ModelConfig.from_server_args``: model_path or the target's)."""
+    """The draft SGLang builds for ``model`` under ``--speculative-algorithm name`` (None: none, or
+    NGRAM's, which has no pool), from ``draft_path``'s config, else the target's own."""
     if name is None:
         if draft_path is not None:
             raise UserError("a draft model (--draft-model; on a launch line --speculative-draft-model-path) needs "

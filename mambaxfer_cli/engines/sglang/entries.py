@@ -22,9 +22,8 @@ FIELDS = (CONV, TEMPORAL)
 
 @dataclass(frozen=True)
 class TransferEntry:
-    """One (state, layer) entry as SGLang registers it: its item length (one slot) in bytes, the
-    size of its TP-sliced axis (0 marks an item replicated across attention TP), the rows before
-    that axis, and the full dims of its independently sharded sub-blocks."""
+    """One (state, layer) entry as SGLang registers it (``dim`` 0: an item replicated across
+    attention TP)."""
 
     field: str
     layer_id: int

@@ -167,9 +167,8 @@ def sglang_kv_writes(prefill: KVSide, decode: KVSide,
 
 
 def exact_kv_writes(prefill: KVSide, decode: KVSide) -> tuple[StateWrite, ...]:
-    """The right heads for each decode rank's page: each run of its heads that one prefill rank
-    holds, from the first of its writers (SGLang's rank mapping) that holds them, token by token,
-    merged where tokens follow one another on both sides."""
+    """The right heads for each decode rank's page, token by token, each run from the first of its
+    writers (SGLang's rank mapping) that holds it."""
     if not prefill.model.has_attention:
         return ()
     out: list[StateWrite] = []

@@ -97,8 +97,7 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
          d_env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23,
          draft: Draft | None = None) -> SGLangPlan:
     """SGLang's transfer of ``model``'s state from P TP ``p_tp`` to D TP ``d_tp``, with ``draft``'s
-    KV on both sides. The exact writes are a plain copy only where both sides keep the state in the
-    same dtypes (else none)."""
+    KV on both sides; exact writes only where both sides keep the state in the same dtypes."""
     if backend not in release.backends:
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
     target_pages = (model.num_kv_heads, model.head_size)    # as SGLang's slicing assumes the draft's are

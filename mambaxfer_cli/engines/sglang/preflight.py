@@ -220,9 +220,8 @@ def assess(p: SGLangServer, d: SGLangServer) -> Assessment:
 
 
 def with_drafts(found: Verdict, p: SGLangServer, d: SGLangServer) -> Verdict:
-    """The draft KV pools both sides append (``drafts.py``): the plan's rule where they match;
-    Mooncake pairs entries by layer id (``build_transfer_entry_pairs``), so a draft entry of P's
-    that D lacks fails each request."""
+    """The verdict with the draft KV pools both sides append: the plan's rule where they match; one
+    of P's that D lacks fails each request on Mooncake (``build_transfer_entry_pairs``)."""
     if p.draft == d.draft:
         try:
             plan(p.model, p.tp, d.tp, backend=p.line.transfer_backend, draft=p.draft)
@@ -249,11 +248,8 @@ def _geometry(model: ModelSpec) -> tuple:
 
 
 def other_model(found: Verdict, p: ModelSpec, d: ModelSpec) -> Verdict:
-    """Two servers of different models. SGLang's bootstrap compares no model (page size and
-    KV-cache dtype only); the prefill side pairs its state entries with the decode side's by model
-    layer id (``build_transfer_entry_pairs``, disaggregation/utils.py), which raises where D has no
-    entry for one of P's layers (NIXL fails the request; Mooncake's transfer thread raises it and
-    stops), and else writes P's state into slots that hold D's model's."""
+    """The verdict on two servers of different models: the request fails where D lacks an entry for
+    one of P's layers, else P's state lands in slots of D's model's."""
     missing = [i for i in p.ssm_layer_ids if i not in d.ssm_layer_ids]
     said = (f"P serves {p.name} and D {d.name}, and SGLang's bootstrap compares no model: P pairs its state "
             f"entries with D's by model layer id (build_transfer_entry_pairs, disaggregation/utils.py)")
@@ -306,9 +302,8 @@ FLAG_KEY = {flag: key for key, flag in FLAG.items()}
 
 
 def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> list[Change]:
-    """Each server started as its side: its flags spelled as SGLang's parser names them where one
-    fits (``meant``) and ``respell``, else dropped with their values; its mode, a Mamba cache
-    strategy that starts under PD."""
+    """Each server started as its side: unknown flags respelled (``respell``) or dropped, its mode,
+    a Mamba cache strategy that starts under PD."""
     out: list[Change] = []
     for e in (p, d):
         table = flag_table(e.release.version)

@@ -18,9 +18,8 @@ class RankMapping:
 
 
 def rank_mapping(p_tp: int, d_tp: int, d_rank: int) -> RankMapping:
-    """Equal TP: the same rank. Decode larger: ``d_rank // (D // P)``. Prefill larger: the
-    ``P // D`` ranks from ``d_rank · (P // D)``. Integer division throughout: nothing checks that
-    one size divides the other."""
+    """The prefill ranks decode rank ``d_rank`` targets; integer division throughout: nothing
+    checks that one size divides the other."""
     rank = d_rank % d_tp
     if d_tp == p_tp:
         return RankMapping(d_rank, (rank,), 1, 1)

@@ -49,9 +49,8 @@ def read_dtypes(facts: DtypeFacts) -> dict[str, Any]:
 
 
 def startup(version: str) -> Startup:
-    """SGLang's refusal of a config as read, before mambaxfer reads its family (``spec_from_config``'s
-    ``startup``): an architecture SGLang serves with a state mambaxfer does not read (a user error:
-    not a verdict); and its dtypes (``read_dtypes``)."""
+    """``spec_from_config``'s ``startup`` for SGLang: a user error for an architecture whose state
+    mambaxfer does not read, and its dtypes (``read_dtypes``)."""
     def refused(config: Mapping[str, Any], read: Mapping[str, Any], variant: Variant | None, where: str) -> None:
         found = [a for a in architecture_names(config) if a in STATE_NOT_READ]
         if found:

@@ -15,13 +15,12 @@ from mambaxfer_cli.planning.model import ModelSpec
 @dataclass(frozen=True)
 class StateShape:
     """One rank's state per slot and layer: conv ``(dim, K-1)`` (Kimi: ``(K-1, dim)``, sliced on
-    axis 1) and temporal ``(heads, head_dim, state)``, with the full sub-block dims of the conv
-    axis where each sub-block is sharded on its own (``conv_shard_groups``)."""
+    axis 1) and temporal ``(heads, head_dim, state)``."""
 
     conv: tuple[int, int]
     temporal: tuple[int, int, int]
     conv_slice_axis: int = 0
-    conv_shard_groups: tuple[int, ...] | None = None
+    conv_shard_groups: tuple[int, ...] | None = None     # full dims of sub-blocks sharded on their own
     conv_dim_full: int = 0            # the conv axis before TP (after n_groups padding)
     extra: tuple[tuple[str, int, int], ...] = ()   # conv tensors after the first: (field, dim, rows)
 
@@ -120,9 +119,8 @@ class StateDtypes:
 
 def state_dtypes(*, config_ssm_dtype: str | None = None, reads_config: bool = True,
                  env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23) -> StateDtypes:
-    """``mamba2_state_dtype``: conv from ``SGLANG_MAMBA_CONV_DTYPE`` (an unknown name is bf16);
-    temporal float32, else the config's ``mamba_ssm_dtype`` (when the family's hook passes its
-    config), else ``SGLANG_MAMBA_SSM_DTYPE``; an unknown name leaves the value before it."""
+    """``mamba2_state_dtype``: the conv and temporal dtypes from the release's defaults, the config's
+    ``mamba_ssm_dtype`` (``reads_config``) and the environment."""
     env = env or {}
     known = release.state_dtypes
     conv_name = env.get(release.conv_dtype_env, release.conv_dtype_default)

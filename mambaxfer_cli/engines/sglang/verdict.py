@@ -126,11 +126,7 @@ def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
 
 def request_failure(p_tp: int, d_tp: int) -> str | None:
     """Why SGLang's bootstrap fails every request where one TP size does not divide the other
-    (None where it does). A decode rank pointed at a prefill rank that does not exist gets no
-    bootstrap entry for it (``CommonKVBootstrapServer._handle_route_get`` answers 404) and fails
-    the request at once; a prefill rank no decode rank targets waits in Bootstrapping for one
-    that never comes, and the prefill ranks' polls fail the request after
-    SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s by default)."""
+    (``CommonKVBootstrapServer._handle_route_get``'s 404, or the bootstrap timeout), else None."""
     found = rank_findings(p_tp, d_tp)
     if found.missing:
         d, p = found.missing[0]

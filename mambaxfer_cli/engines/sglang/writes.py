@@ -76,10 +76,8 @@ def check_side(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> S
 
 def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
                   release: Release = SGLANG_0_5_23) -> tuple[StateWrite, ...]:
-    """Every write SGLang posts for one request, one layer: equal TP copies each item whole
-    (``_send_mamba_state``: the source's length, with no check on NIXL); different TP writes the
-    blocks of ``compute_mamba_state_slice_byte_blocks``. Mooncake refuses unequal items at equal
-    TP (a UserError here, with SGLang's words)."""
+    """Every write SGLang posts for one request, one layer: at equal TP each item whole (Mooncake
+    refuses unequal items), else the blocks of ``compute_mamba_state_slice_byte_blocks``."""
     out = []
     # The replicated side entries move as SGLang's slicer moves any dim-0 item.
     sides = {e.field: e for e in side_entries(decode.model)}
