@@ -31,7 +31,7 @@ from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, startup
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
-    StateShape, kda_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
+    StateShape, kda_state_shape, mamba1_state_shape, mamba2_args, mamba2_state_shape, sglang_model, state_dtypes,
     state_shape, tp_refusal, tp_sizes,
 )
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
@@ -243,23 +243,6 @@ MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
 MAMBA1_STAND_INS = ({"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4},)
 
 
-def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
-    p = model.params
-    if model.variant == "short_conv":    # its config class: num_heads is the TP size, no SSM state
-        return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
-                "state_size": 0, "conv_kernel": model.conv_kernel}
-    if model.variant == "lightning":     # MiniCPMHybridConfig: no conv, lightning_nkv heads of hd × hd
-        return {"intermediate_size": 0, "n_groups": 0, "num_heads": p["num_heads"], "head_dim": p["head_dim"],
-                "state_size": p["head_dim"], "conv_kernel": 1}
-    if model.variant == "gdn":     # conv_shard_groups as the family's config class passes them, or none
-        groups = state_shape(model, 1).conv_shard_groups
-        return {"intermediate_size": p["num_v_heads"] * p["head_v_dim"], "n_groups": p["num_k_heads"],
-                "num_heads": p["num_v_heads"], "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"],
-                "conv_kernel": model.conv_kernel, **({"conv_shard_groups": list(groups)} if groups else {})}
-    return {"intermediate_size": p["intermediate_size"], "n_groups": p["n_groups"], "num_heads": p["num_heads"],
-            "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
-
-
 def _kda_args(args: Mapping[str, int]) -> dict[str, int]:
     """A KDA stand-in's dims as KimiLinearStateShape.create names them."""
     return {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in args.items()}
@@ -276,7 +259,9 @@ def _their_shape(create: Any, full: Any, kda: Any, model: ModelSpec, tp_world_si
     if model.family in OWN_SHAPES:     # its config class builds its Mamba2StateShape itself
         with _on_rank(tp_world_size, 0):
             return _config_class(model.hf_config["model_type"])(**model.hf_config).mamba2_cache_params.shape
-    return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
+    args = mamba2_args(model, tp_world_size)
+    groups = args.pop("conv_shard_groups", None)     # as the family's config class passes them, or none
+    return create(tp_world_size=tp_world_size, **args, **({"conv_shard_groups": list(groups)} if groups else {}))
 
 
 class _Checker:

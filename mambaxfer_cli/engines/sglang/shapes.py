@@ -4,7 +4,7 @@ layer holds on one rank, in elements, and which of its axes TP slices."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from mambaxfer_cli.engines.sglang.families import FamilyRule, merged
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
@@ -87,27 +87,31 @@ def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> 
     if model.variant == "mamba1":
         return mamba1_state_shape(tp=tp, intermediate_size=p["intermediate_size"],
                                   state_size=p["d_state"], conv_kernel=model.conv_kernel)
-    if model.variant == "mamba2":
-        return mamba2_state_shape(tp=tp, intermediate_size=p["intermediate_size"], n_groups=p["n_groups"],
-                                  num_heads=p["num_heads"], head_dim=p["head_dim"], state_size=p["d_state"],
-                                  conv_kernel=model.conv_kernel)
     if model.variant == "kda":   # the config class's KimiLinearCacheParams (families/kimi.py, bailing.py)
         return kda_state_shape(tp=tp, num_heads=p["num_heads"], head_dim=p["head_dim"], conv_kernel=model.conv_kernel)
+    return mamba2_state_shape(tp=tp, **mamba2_args(model, tp, release))
+
+
+def mamba2_args(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> dict[str, Any]:
+    """The arguments the model's config class passes ``Mamba2StateShape.create`` at TP ``tp``."""
+    p = model.params
+    if model.variant == "mamba2":
+        return {"intermediate_size": p["intermediate_size"], "n_groups": p["n_groups"], "num_heads": p["num_heads"],
+                "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
     if model.variant == "lightning":    # configs/minicpm.py: no conv (conv_kernel 1), nkv heads of hd × hd
-        return mamba2_state_shape(tp=tp, intermediate_size=0, n_groups=0, num_heads=p["num_heads"],
-                                  head_dim=p["head_dim"], state_size=p["head_dim"], conv_kernel=1)
+        return {"intermediate_size": 0, "n_groups": 0, "num_heads": p["num_heads"], "head_dim": p["head_dim"],
+                "state_size": p["head_dim"], "conv_kernel": 1}
     if model.variant == "short_conv":   # configs/lfm2*.py: the conv window over hidden_size, no SSM state
-        return mamba2_state_shape(tp=tp, intermediate_size=p["hidden_size"], n_groups=1, num_heads=tp,
-                                  head_dim=p["hidden_size"], state_size=0, conv_kernel=model.conv_kernel)
+        return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
+                "state_size": 0, "conv_kernel": model.conv_kernel}
     # GDN (configs/qwen3_next.py): conv_state is cat([query, key, value]), each sub-block sharded
     # on its own, so the config records their full dims; a family whose hook does not (GigaChat3.5's)
     # leaves SGLang to slice the conv state as one block.
     key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
     rule = release.families.get(model.family)
-    groups = (key_dim, key_dim, value_dim) if rule is None or rule.conv_shard_groups else None
-    return mamba2_state_shape(tp=tp, intermediate_size=value_dim, n_groups=p["num_k_heads"],
-                              num_heads=p["num_v_heads"], head_dim=p["head_v_dim"], state_size=p["head_k_dim"],
-                              conv_kernel=model.conv_kernel, conv_shard_groups=groups)
+    return {"intermediate_size": value_dim, "n_groups": p["num_k_heads"], "num_heads": p["num_v_heads"],
+            "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"], "conv_kernel": model.conv_kernel,
+            "conv_shard_groups": (key_dim, key_dim, value_dim) if rule is None or rule.conv_shard_groups else None}
 
 
 @dataclass(frozen=True)
