@@ -325,31 +325,24 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
 
 def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
     """D aligned to P where SGLang's bootstrap compares or its writes move bytes as they are."""
-    out: list[Change] = []
     pl, dl = p.line, d.line
-    if pl.transfer_backend != dl.transfer_backend:
-        out.append(Change(DECODE, FLAG["transfer_backend"], dl.transfer_backend, pl.transfer_backend, "as P's"))
-    if p.page_size != d.page_size:
-        out.append(Change(DECODE, FLAG["page_size"], None if dl.page_size is None else str(dl.page_size),
-                          str(p.page_size), "as P's: SGLang's bootstrap compares it"))
-    if pl.kv_cache_dtype != dl.kv_cache_dtype:
-        out.append(Change(DECODE, FLAG["kv_cache_dtype"], dl.kv_cache_dtype, pl.kv_cache_dtype,
-                          "as P's: SGLang's bootstrap compares it"))
-    if dl.pp not in (pl.pp, 1):
-        out.append(Change(DECODE, FLAG["pp"], str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1"))
+    compared, unchecked = "as P's: SGLang's bootstrap compares it", "as P's: SGLang does not compare the {} dtype"
+    rows = [(FLAG["transfer_backend"], pl.transfer_backend != dl.transfer_backend, dl.transfer_backend,
+             pl.transfer_backend, "as P's"),
+            (FLAG["page_size"], p.page_size != d.page_size, None if dl.page_size is None else str(dl.page_size),
+             str(p.page_size), compared),
+            (FLAG["kv_cache_dtype"], pl.kv_cache_dtype != dl.kv_cache_dtype, dl.kv_cache_dtype, pl.kv_cache_dtype,
+             compared),
+            (FLAG["pp"], dl.pp not in (pl.pp, 1), str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1")]
     if p.state is not None and d.state is not None:
-        if p.state.ssm_dtype != d.state.ssm_dtype:
-            out.append(Change(DECODE, FLAG["mamba_ssm_dtype"], dl.mamba_ssm_dtype, p.state.ssm_dtype,
-                              "as P's: SGLang does not compare the SSM state dtype"))
-        if p.state.conv_dtype != d.state.conv_dtype:
-            out.append(Change(DECODE, f"{CONV_DTYPE_VAR}=", d.line.state_env.get(CONV_DTYPE_VAR), p.state.conv_dtype,
-                              "as P's: SGLang does not compare the conv state dtype"))
+        rows += [(FLAG["mamba_ssm_dtype"], p.state.ssm_dtype != d.state.ssm_dtype, dl.mamba_ssm_dtype,
+                  p.state.ssm_dtype, unchecked.format("SSM state")),
+                 (f"{CONV_DTYPE_VAR}=", p.state.conv_dtype != d.state.conv_dtype, dl.state_env.get(CONV_DTYPE_VAR),
+                  p.state.conv_dtype, unchecked.format("conv state"))]
     if p.draft != d.draft:
-        for key in ("speculative_algorithm", "draft_model"):
-            if getattr(pl, key) != getattr(dl, key):
-                out.append(Change(DECODE, FLAG[key], getattr(dl, key), getattr(pl, key),
-                                  "as P's: D receives P's draft KV"))
-    return out
+        rows += [(FLAG[key], getattr(pl, key) != getattr(dl, key), getattr(dl, key), getattr(pl, key),
+                  "as P's: D receives P's draft KV") for key in ("speculative_algorithm", "draft_model")]
+    return [Change(DECODE, flag, old, new, why) for flag, differs, old, new, why in rows if differs]
 
 
 def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment] | None:
