@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -556,7 +556,8 @@ class _Checker:
         for p_tp, d_tp in itertools.product(range(1, self.max_tp + 1), repeat=2):
             for d in range(d_tp):
                 self.compare("_resolve_rank_mapping", {"p_tp": p_tp, "d_tp": d_tp, "d_rank": d},
-                             partial(_their_mapping, resolve, p_tp, d_tp, d), partial(_our_mapping, p_tp, d_tp, d))
+                             partial(_their_mapping, resolve, p_tp, d_tp, d),
+                             partial(_call, rank_mapping, lambda m: astuple(m)[1:], p_tp, d_tp, d))
 
 
 def _their_dtypes(dtype: Callable[..., Any], config: Any, env: Mapping[str, str]) -> tuple[str, str]:
@@ -933,22 +934,22 @@ def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int)
     seen = SimpleNamespace(is_draft_model=True, hf_config=hf, hf_text_config=getattr(hf, "text_config", hf),
                            speculative_algorithm="EAGLE")
     importlib.import_module("sglang.srt.configs.model_config").ModelConfig._config_draft_model(seen)
-    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
     # ModelConfig.num_nextn_predict_layers: read from its text config.
     config_seen = SimpleNamespace(num_nextn_predict_layers=seen.hf_text_config.num_nextn_predict_layers,
                                   hf_config=seen.hf_config,
                                   num_hidden_layers=model.hidden_layers,
                                   num_attention_layers=len(model.attention_indices))
-    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config_seen)
     assert model.num_kv_heads and model.head_size
-    built = pool(size=2 * page, page_size=page, dtype=getattr(torch, model.model_dtype), layer_num=layers,
-                 head_num=max(1, model.num_kv_heads // tp), head_dim=model.head_size, device="cpu",
-                 enable_memory_saver=False)
-    return _draft_entries(built, model)
+    return _draft_entries(pool, model, page, config_seen, dtype=getattr(torch, model.model_dtype),
+                          head_num=max(1, model.num_kv_heads // tp), head_dim=model.head_size)
 
 
-def _draft_entries(built: Any, model: ModelSpec) -> tuple[Any, ...]:
-    """Each entry of a built draft pool: the id build_kv_layer_ids gives it, and its item bytes."""
+def _draft_entries(pool: Callable[..., Any], model: ModelSpec, page: int, config: Any, **dims: Any) -> tuple[Any, ...]:
+    """SGLang's draft pool of the layers its draft worker counts in ``config``, on the CPU: each entry's
+    id (build_kv_layer_ids) and item bytes."""
+    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
+    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
+    built = pool(size=2 * page, page_size=page, layer_num=layers, device="cpu", enable_memory_saver=False, **dims)
     items = built.get_contiguous_buf_infos()[2]
     utils = importlib.import_module("sglang.srt.disaggregation.utils")
     ids = utils._remap_draft_layer_ids(utils._draft_entry_layer_ids(pool=built, num_entries=len(items)),
@@ -976,12 +977,8 @@ def _their_drafter(algorithm: str, path: str, pool: Callable[..., Any], model: M
     """SGLang's pool of a separate draft model as its draft worker builds it: the layers
     _compute_model_num_layers gives, its ModelConfig's heads a rank, head sizes and dtype."""
     config = _drafter_config(algorithm, path)
-    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
-    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
-    built = pool(size=2 * page, page_size=page, dtype=config.dtype, layer_num=layers,
-                 head_num=config.get_num_kv_heads(tp), head_dim=config.head_dim, v_head_dim=config.v_head_dim,
-                 device="cpu", enable_memory_saver=False)
-    return _draft_entries(built, model)
+    return _draft_entries(pool, model, page, config, dtype=config.dtype, head_num=config.get_num_kv_heads(tp),
+                          head_dim=config.head_dim, v_head_dim=config.v_head_dim)
 
 
 def _our_draft(model: ModelSpec, tp: int, page: int, algorithm: str, path: str | None) -> tuple[Any, ...]:
@@ -1046,11 +1043,6 @@ def _our_state_layers(model: ModelSpec, release: Release) -> tuple[int, ...]:
     """The layer ids of plan's state entries (each layer has one per field)."""
     return tuple(dict.fromkeys(e.layer_id for e in plan(model, 1, 1, release=release).prefill_entries
                                if e.field in FIELDS))
-
-
-def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
-    m = rank_mapping(p_tp, d_tp, d)
-    return (m.target_ranks, m.required_dst_info_num, m.required_prefill_response_num)
 
 
 def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
