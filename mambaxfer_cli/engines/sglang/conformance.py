@@ -264,6 +264,13 @@ def _their_shape(create: Any, full: Any, kda: Any, model: ModelSpec, tp_world_si
     return create(tp_world_size=tp_world_size, **args, **({"conv_shard_groups": list(groups)} if groups else {}))
 
 
+def _needs(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A step of the probe that runs where SGLang's function ``name`` can be called, handed it."""
+    def step(method: Callable[..., None]) -> Callable[..., None]:
+        return lambda self, *args: None if (fn := self.fn(name)) is None else method(self, fn, *args)
+    return step
+
+
 class _Checker:
     """Runs each case on both sides and records it under its function."""
 
@@ -320,10 +327,8 @@ class _Checker:
                              partial(_call, theirs, _shape_tuple, tp_world_size=tp, **named(args)),
                              partial(_call, ours, _ours, tp=tp, **args))
 
-    def dtypes(self) -> None:
-        dtype = self.fn("mamba2_state_dtype")
-        if dtype is None:
-            return
+    @_needs("mamba2_state_dtype")
+    def dtypes(self, dtype: Callable[..., Any]) -> None:
         rel = self.release
         envs: list[dict[str, str]] = [{}]
         envs += [{rel.conv_dtype_env: c} for c in ("float32", "float16", "nonsense")]
@@ -388,20 +393,16 @@ class _Checker:
                         "dst_item_len": dst_len}
                 self._slice_case(case, src, dst, p_tp, d_tp, d, p, logical=False)
 
-    def replicated(self) -> None:
-        elect = self.fn("should_send_replicated_state")
-        if elect is None:
-            return
+    @_needs("should_send_replicated_state")
+    def replicated(self, elect: Callable[..., Any]) -> None:
         for src, dst in itertools.product(range(0, self.max_tp + 1), repeat=2):
             for rank in range(-1, src + 1):
                 self.compare("should_send_replicated_state", {"src_tp": src, "dst_tp": dst, "rank": rank},
                              partial(elect, src_attn_tp_size=src, dst_attn_tp_size=dst, local_tp_rank_in_group=rank),
                              partial(replicated_writer, src, dst, rank, self.release))
 
-    def heads(self, models: Sequence[ModelSpec]) -> None:
-        params = self.fn("compute_head_slice_params")
-        if params is None:
-            return
+    @_needs("compute_head_slice_params")
+    def heads(self, params: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         for kv in sorted({m.num_kv_heads for m in models if m.num_kv_heads} | {1, 2, 4, 8}):
             for p_tp, d_tp in itertools.permutations(range(1, self.max_tp + 1), 2):
                 if any(kv % t and t % kv for t in (p_tp, d_tp)) or max(p_tp, d_tp) % min(p_tp, d_tp):
@@ -495,22 +496,18 @@ class _Checker:
                          partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
 
-    def dsa_pools(self, models: Sequence[ModelSpec]) -> None:
+    @_needs("DSATokenToKVPool entries")
+    def dsa_pools(self, pool: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         """A DSA model's attention pool at the page SGLang sets (``PAGE_SIZES``) against ``kv_entries``."""
-        pool = self.fn("DSATokenToKVPool entries")
-        if pool is None:
-            return
         for model in (m for m in models if m.kpool_indexer):
             spec = sglang_model(model, {}, self.release)
             page = dsa_page_size(spec) or 0
             self.compare("DSATokenToKVPool entries", {"model": model.name, "page_size": page},
                          partial(_their_dsa_entries, pool, model, page), partial(_our_dsa_entries, spec, page))
 
-    def side_states(self, models: Sequence[ModelSpec]) -> None:
+    @_needs(PLE_POOLS)
+    def side_states(self, pools: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         """The replicated side states' entries (PLE pools), in the default and a float32 conv dtype."""
-        pools = self.fn(PLE_POOLS)
-        if pools is None:
-            return
         from mambaxfer_cli.readers.model_config import spec_from_config
         from mambaxfer_cli.readers.model_source import load_model
         base = load_model(given("PLE_PRESET"), startup=startup(self.release.version))
@@ -523,22 +520,19 @@ class _Checker:
             self.compare(PLE_POOLS, case, partial(_their_side_entries, pools, model, env),
                          partial(_our_side_entries, model, env, self.release))
 
-    def state_layers(self, models: Sequence[ModelSpec]) -> None:
+    @_needs("mambaish_config state layers")
+    def state_layers(self, hybrid: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         """The layer ids the pool's entries carry (the config class's mamba2_cache_params.layers)."""
-        hybrid = self.fn("mambaish_config state layers")
-        if hybrid is None:
-            return
         for model in models:
             self.compare("mambaish_config state layers", {"model": model.name},
                          partial(_call, _their_cache_params, lambda params: tuple(params.layers), hybrid, model),
                          partial(_our_state_layers, model, self.release))
 
-    def drafts(self, models: Sequence[ModelSpec], drafter: tuple[str, str] | None = None) -> None:
+    @_needs("draft KV pool entries")
+    def drafts(self, pool: Callable[..., Any], models: Sequence[ModelSpec],
+               drafter: tuple[str, str] | None = None) -> None:
         """The draft KV pool NEXTN builds from a model's checkpoint, or ``drafter``'s (its algorithm
         and config, an EAGLE3 or STANDALONE draft model), against ``drafts.Draft.entries``."""
-        pool = self.fn("draft KV pool entries")
-        if pool is None:
-            return
         for model in models:
             if drafter is None and str((model.hf_config.get("architectures") or [""])[0]) not in MTP_DRAFTS:
                 continue
@@ -549,10 +543,8 @@ class _Checker:
                              partial(theirs, pool, model, tp, page),
                              partial(_our_draft, model, tp, page, *(drafter or ("NEXTN", None))))
 
-    def rank_mapping(self) -> None:
-        resolve = self.fn("_resolve_rank_mapping")
-        if resolve is None:
-            return
+    @_needs("_resolve_rank_mapping")
+    def rank_mapping(self, resolve: Callable[..., Any]) -> None:
         for p_tp, d_tp in itertools.product(range(1, self.max_tp + 1), repeat=2):
             for d in range(d_tp):
                 self.compare("_resolve_rank_mapping", {"p_tp": p_tp, "d_tp": d_tp, "d_rank": d},
