@@ -1,11 +1,6 @@
-"""``bench --engine vllm,sglang``'s document, tables and chart: vLLM's per-block regions and SGLang's
-per-slot entries for one model and pairing, each moved against the machine's one-descriptor limit.
-
-The document holds both engines' own bench documents (``mambaxfer.bench/v1`` and one
-``mambaxfer.sglang-bench/v1`` per device) and, per device, one row per engine and direction: the
-planned descriptors' count, bytes per descriptor and rate beside the limit's (one descriptor per
-P -> D pair moving the same bytes, measured in the same run), and whether every byte was right.
-vLLM's WRITE row is vLLM's layout pushed, so that the table tells layout from direction.
+"""``bench --engine vllm,sglang``'s document, tables and chart (docs/sglang.md): both engines' bench
+documents and, per device, one row per engine and direction, its planned descriptors beside the
+one-descriptor limit's; vLLM's WRITE row is its layout pushed, so the table tells layout from direction.
 """
 
 from __future__ import annotations

@@ -1,15 +1,5 @@
-"""Speculative decoding's draft KV in SGLang 0.5.23's transfer.
-
-Both sides append the draft model's KV pool to the entries they register (disaggregation/prefill.py
-and decode.py: ``draft_token_to_kv_pool``, ``num_draft_entries``): K of each draft layer, then V,
-after the target's KV, their layer ids in a band above the target's (utils.py ``build_kv_layer_ids``,
-``_remap_draft_layer_ids``: ``num_hidden_layers`` + the draft's own layer). The NIXL sender moves
-them as the target's KV: whole pages at equal TP; where the TP sizes differ, sliced with the
-target's heads (``_init_hetero_tp_prep_handle`` reads ``kv_item_lens[0]`` and ``total_kv_head_num``
-for every entry). The state kept for speculation (``mamba_spec_state_size`` slots of
-``intermediate_ssm`` and ``intermediate_conv_window``) is scratch that
-``MambaPool._NON_TRANSFER_STATE_FIELDS`` keeps out of the transfer: the state entries are unchanged.
-"""
+"""Speculative decoding's draft KV in SGLang 0.5.23's transfer: the draft model's KV pool both sides
+append after the target's KV, in a band of layer ids above the target's (docs/reference.md 9.9)."""
 
 from __future__ import annotations
 

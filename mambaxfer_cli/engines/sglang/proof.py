@@ -1,10 +1,7 @@
-"""SGLang's writes proven on real bytes: each prefill rank's slots filled with the pattern of the
-units they hold, the writes applied as NIXL would apply them, each decode rank's slot compared
-with what it must hold.
-
-One layer's entries stand for all of them (every layer of a field moves alike, at its own base
-pointer). Three slots per entry, the request in the middle one: a write that reads past its item
-takes the neighbouring request's bytes, one that writes past its item lands in a neighbour's."""
+"""SGLang's writes proven on real bytes: prefill slots filled with the pattern of their units, the
+writes applied, each decode slot compared with what it must hold. One layer's entries stand for all;
+three slots per entry, the request in the middle one, so a write past its item reads or lands in a
+neighbour's."""
 
 from __future__ import annotations
 
