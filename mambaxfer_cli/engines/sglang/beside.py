@@ -30,18 +30,13 @@ def _row(device: str, engine: str, release: str, direction: str, layout: str, re
             "wrong_bytes": planned["wrong_bytes"] + limit["wrong_bytes"]}
 
 
-def vllm_release(document: dict[str, Any]) -> str:
-    versions = document.get("vllm_versions") or {}
-    if versions.get("prefill") == versions.get("decode"):
-        return str(versions.get("decode"))
-    return f"{versions.get('prefill')} (P) / {versions.get('decode')} (D)"
-
-
 def engines_document(vllm: dict[str, Any], sglang: list[dict[str, Any]]) -> dict[str, Any]:
     """Both engines' bench documents, and their rows side by side (per device: vLLM's READ and
     WRITE per request size, then SGLang's WRITE)."""
     rows = []
-    release = vllm_release(vllm)
+    versions = vllm.get("vllm_versions") or {}
+    release = (str(versions.get("decode")) if versions.get("prefill") == versions.get("decode")
+               else f"{versions.get('prefill')} (P) / {versions.get('decode')} (D)")
     for theirs in sglang:
         device = theirs["device"]
         for point in (p for p in vllm["points"] if p["device"] == device):

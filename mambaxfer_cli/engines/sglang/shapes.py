@@ -140,13 +140,6 @@ def state_dtypes(*, config_ssm_dtype: str | None = None, reads_config: bool = Tr
     return StateDtypes(conv, temporal, (conv_origin, origin))
 
 
-def config_ssm_dtype_of(model: ModelSpec) -> str | None:
-    """The config's ``mamba_ssm_dtype`` (whether or not vLLM's class reads it)."""
-    if "config_mamba_ssm_dtype" in model.origin:
-        return model.origin["config_mamba_ssm_dtype"]
-    return model.ssm_dtype if model.origin.get("ssm_dtype") == "config key mamba_ssm_dtype" else None
-
-
 def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRule:
     """The family's row, where SGLang serves the model and mambaxfer answers for it: a family SGLang
     has no file for says so, then an architecture its registry lacks (Bamba, Kimi-K3.1)."""
@@ -172,8 +165,10 @@ def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
     rule = family_rule(model, release)
     reads = merged("SGLANG_READS").get(model.family)
     model = reads(model) if reads else model
-    dtypes = state_dtypes(config_ssm_dtype=config_ssm_dtype_of(model), reads_config=rule.config_ssm_dtype,
-                          env=env, release=release)
+    # The config's mamba_ssm_dtype, whether or not vLLM's class reads it.
+    config_ssm = model.origin.get("config_mamba_ssm_dtype", model.ssm_dtype if model.origin.get("ssm_dtype")
+                                  == "config key mamba_ssm_dtype" else None)
+    dtypes = state_dtypes(config_ssm_dtype=config_ssm, reads_config=rule.config_ssm_dtype, env=env, release=release)
     # A float32 checkpoint runs in float16 under SGLang's --dtype auto (configs/model_config.py
     # _get_and_verify_dtype; Gemma aside): the attention KV's dtype.
     model_dtype = "float16" if model.checkpoint_dtype == "float32" else model.model_dtype
