@@ -1,9 +1,5 @@
-"""``check --engine sglang``: each pairing's SGLang outcome, proven on real bytes.
-
-For each model and P:D pairing, the writes SGLang posts and mambaxfer's exact writes are both
-applied to pattern-filled slots (``proof.py``): the exact ones must land every byte right (else
-mambaxfer's plan is wrong), and SGLang's land right, or the bytes they get wrong must be the
-bytes the verdict names (else the two ways of counting disagree: an internal error)."""
+"""``check --engine sglang``: each pairing's SGLang outcome, proven on real bytes (``proof.py``): the
+exact writes must land every byte right, and the bytes SGLang's get wrong must be those the verdict names."""
 
 from __future__ import annotations
 

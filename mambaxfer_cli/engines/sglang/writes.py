@@ -1,8 +1,6 @@
-"""What SGLang writes into each decode rank's slot, per (state, layer) entry, and what it should
-write: the exact bytes come from mambaxfer's own layout and reads (``planning/layout.py``,
-``planning/reads.py``), SGLang's from its blocks (``slices.py``) and rank mapping (``ranks.py``).
-
-Offsets are within one slot of one layer's entry; every layer of a field moves alike."""
+"""What SGLang writes into each decode rank's slot, per (state, layer) entry (``slices.py``, ``ranks.py``),
+and the exact bytes (``planning/reads.py``). Offsets are within one slot of one layer's entry; every layer
+of a field moves alike."""
 
 from __future__ import annotations
 
