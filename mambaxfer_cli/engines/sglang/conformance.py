@@ -189,7 +189,7 @@ class FunctionResult(Result):
 
 @dataclass
 class Report(Outcomes):
-    sglang_version: str
+    version: str                    # the installed SGLang's
     rules: str                      # the release whose rules mambaxfer compared
     models: list[str]
     max_tp: int
@@ -197,12 +197,8 @@ class Report(Outcomes):
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def version(self) -> str:
-        return self.sglang_version
-
     def engine_document(self) -> dict[str, Any]:
-        return {"engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules}}
+        return {"engine": "sglang", "sglang": {"version": self.version, "rules": self.rules}}
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
