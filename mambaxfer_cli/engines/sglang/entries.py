@@ -56,13 +56,9 @@ def transfer_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str,
                      layer_ids: Sequence[int]) -> tuple[TransferEntry, ...]:
     """Every entry of a rank's pool in SGLang's order (``get_contiguous_buf_infos``); a field
     with no elements (a short-conv layer's temporal state) is not advertised."""
-    out = []
-    for field in shape.fields:
-        for layer_id in layer_ids:
-            entry = entry_for(field, shape, conv_dtype, ssm_dtype, layer_id)
-            if entry.item_len:
-                out.append(entry)
-    return tuple(out)
+    entries = (entry_for(field, shape, conv_dtype, ssm_dtype, layer_id) for field in shape.fields
+               for layer_id in layer_ids)
+    return tuple(entry for entry in entries if entry.item_len)
 
 
 def side_entries(model: ModelSpec) -> tuple[TransferEntry, ...]:

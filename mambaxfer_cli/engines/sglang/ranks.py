@@ -48,15 +48,9 @@ class RankFindings:
 
 
 def rank_findings(p_tp: int, d_tp: int) -> RankFindings:
-    targeted: set[int] = set()
-    missing = []
-    for d in range(d_tp):
-        for p in rank_mapping(p_tp, d_tp, d).target_ranks:
-            if p < p_tp:
-                targeted.add(p)
-            else:
-                missing.append((d, p))
-    return RankFindings(tuple(r for r in range(p_tp) if r not in targeted), tuple(missing))
+    targets = [(d, p) for d in range(d_tp) for p in rank_mapping(p_tp, d_tp, d).target_ranks]
+    return RankFindings(tuple(r for r in range(p_tp) if r not in {p for _, p in targets}),
+                        tuple((d, p) for d, p in targets if p >= p_tp))
 
 
 def writers(p_tp: int, d_tp: int, d_rank: int) -> tuple[int, ...]:

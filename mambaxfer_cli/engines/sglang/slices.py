@@ -69,9 +69,5 @@ def byte_blocks(src: TransferEntry, dst: TransferEntry, *, src_tp: int, dst_tp: 
     src_unit, dst_unit = src.item_len // (src.dim * outer), dst.item_len // (dst.dim * outer)
     logical = slice_blocks(src_dim=src.dim, dst_dim=dst.dim, src_tp=src_tp, dst_tp=dst_tp, dst_rank=dst_rank,
                            src_rank=src_rank, conv_shard_groups=src.conv_shard_groups)
-    out: list[Block] = []
-    for row in range(outer):
-        src_row, dst_row = row * src.dim * src_unit, row * dst.dim * dst_unit
-        out.extend(Block(src_row + b.src * src_unit, dst_row + b.dst * dst_unit, b.length * src_unit)
-                   for b in logical)
-    return tuple(out)
+    return tuple(Block((row * src.dim + b.src) * src_unit, (row * dst.dim + b.dst) * dst_unit, b.length * src_unit)
+                 for row in range(outer) for b in logical)

@@ -93,9 +93,7 @@ def kv_heads_wrong(model: ModelSpec, p_tp: int, d_tp: int) -> int:
             s = head_slice(src_tp=p_tp, dst_tp=d_tp, src_rank=p, dst_rank=d, kv_heads=model.num_kv_heads)
             for i in range(s.count):
                 got.setdefault(mine.start + s.dst_start + i, set()).add(theirs.start + s.src_start + i)
-        for head in range(mine.start, mine.end):
-            if got.get(head, set()) != {head}:
-                wrong += 1
+        wrong += sum(got.get(head, set()) != {head} for head in range(mine.start, mine.end))
         wrong += sum(1 for h in got if not mine.start <= h < mine.end)
     return wrong
 
