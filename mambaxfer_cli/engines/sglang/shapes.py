@@ -128,7 +128,7 @@ def state_dtypes(*, config_ssm_dtype: str | None = None, reads_config: bool = Tr
     env = env or {}
     known = release.state_dtypes
     conv_name = env.get(release.conv_dtype_env, release.conv_dtype_default)
-    conv = conv_name if conv_name in known else "bfloat16"
+    conv = conv_name if conv_name in known else "bfloat16"     # SGLang's for an unknown name, whatever the default
     conv_origin = (f"env {release.conv_dtype_env}" if release.conv_dtype_env in env and conv_name in known
                    else f"SGLang default ({release.conv_dtype_default})")
     temporal, origin = release.ssm_dtype_default, f"SGLang default ({release.ssm_dtype_default})"
