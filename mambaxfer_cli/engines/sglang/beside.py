@@ -1,11 +1,6 @@
-"""``bench --engine vllm,sglang``'s document, tables and chart: vLLM's per-block regions and SGLang's
-per-slot entries for one model and pairing, each moved against the machine's one-descriptor limit.
-
-The document holds both engines' own bench documents (``mambaxfer.bench/v1`` and one
-``mambaxfer.sglang-bench/v1`` per device) and, per device, one row per engine and direction: the
-planned descriptors' count, bytes per descriptor and rate beside the limit's (one descriptor per
-P -> D pair moving the same bytes, measured in the same run), and whether every byte was right.
-vLLM's WRITE row is vLLM's layout pushed, so that the table tells layout from direction.
+"""``bench --engine vllm,sglang``'s document, tables and chart (docs/sglang.md): both engines' bench
+documents and, per device, one row per engine and direction, its planned descriptors beside the
+one-descriptor limit's; vLLM's WRITE row is its layout pushed, so the table tells layout from direction.
 """
 
 from __future__ import annotations
@@ -35,18 +30,13 @@ def _row(device: str, engine: str, release: str, direction: str, layout: str, re
             "wrong_bytes": planned["wrong_bytes"] + limit["wrong_bytes"]}
 
 
-def vllm_release(document: dict[str, Any]) -> str:
-    versions = document.get("vllm_versions") or {}
-    if versions.get("prefill") == versions.get("decode"):
-        return str(versions.get("decode"))
-    return f"{versions.get('prefill')} (P) / {versions.get('decode')} (D)"
-
-
 def engines_document(vllm: dict[str, Any], sglang: list[dict[str, Any]]) -> dict[str, Any]:
     """Both engines' bench documents, and their rows side by side (per device: vLLM's READ and
     WRITE per request size, then SGLang's WRITE)."""
     rows = []
-    release = vllm_release(vllm)
+    versions = vllm.get("vllm_versions") or {}
+    release = (str(versions.get("decode")) if versions.get("prefill") == versions.get("decode")
+               else f"{versions.get('prefill')} (P) / {versions.get('decode')} (D)")
     for theirs in sglang:
         device = theirs["device"]
         for point in (p for p in vllm["points"] if p["device"] == device):

@@ -1,9 +1,5 @@
-"""``check --engine sglang``: each pairing's SGLang outcome, proven on real bytes.
-
-For each model and P:D pairing, the writes SGLang posts and mambaxfer's exact writes are both
-applied to pattern-filled slots (``proof.py``): the exact ones must land every byte right (else
-mambaxfer's plan is wrong), and SGLang's land right, or the bytes they get wrong must be the
-bytes the verdict names (else the two ways of counting disagree: an internal error)."""
+"""``check --engine sglang``: each pairing's SGLang outcome, proven on real bytes (``proof.py``): the
+exact writes must land every byte right, and the bytes SGLang's get wrong must be those the verdict names."""
 
 from __future__ import annotations
 
@@ -112,9 +108,8 @@ class Target:
 
 def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None, max_tp: int,
             release: Release = SGLANG_0_5_23, every: bool = False) -> tuple[list[Target], list[str]]:
-    """The pairings to prove per model: the listed ones, or every pair of TP sizes SGLang serves
-    the model at, up to ``max_tp``. ``every`` (--all-presets): a model SGLang does not serve is
-    left out with a line saying why; else it is the user's error."""
+    """The pairings to prove per model (the listed ones, or every pair SGLang serves up to ``max_tp``);
+    ``every``: a model SGLang does not serve is left out with a line, else a user error."""
     out, left_out = [], []
     for model in models:
         try:     # SGLang does not serve the model, or mambaxfer does not answer for it

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,7 +31,7 @@ from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, startup
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import (
-    StateShape, kda_state_shape, mamba1_state_shape, mamba2_state_shape, sglang_model, state_dtypes,
+    StateShape, kda_state_shape, mamba1_state_shape, mamba2_args, mamba2_state_shape, sglang_model, state_dtypes,
     state_shape, tp_refusal, tp_sizes,
 )
 from mambaxfer_cli.engines.sglang.slices import byte_blocks, replicated_writer, slice_blocks
@@ -189,7 +189,7 @@ class FunctionResult(Result):
 
 @dataclass
 class Report(Outcomes):
-    sglang_version: str
+    version: str                    # the installed SGLang's
     rules: str                      # the release whose rules mambaxfer compared
     models: list[str]
     max_tp: int
@@ -197,12 +197,8 @@ class Report(Outcomes):
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def version(self) -> str:
-        return self.sglang_version
-
     def engine_document(self) -> dict[str, Any]:
-        return {"engine": "sglang", "sglang": {"version": self.sglang_version, "rules": self.rules}}
+        return {"engine": "sglang", "sglang": {"version": self.version, "rules": self.rules}}
 
 
 def _outcome(call: Callable[[], Any]) -> Any:
@@ -243,23 +239,6 @@ MAMBA2_STAND_INS: tuple[dict[str, int], ...] = (
 MAMBA1_STAND_INS = ({"intermediate_size": 1536, "state_size": 16, "conv_kernel": 4},)
 
 
-def _mamba2_args(model: ModelSpec, tp: int) -> dict[str, Any]:
-    p = model.params
-    if model.variant == "short_conv":    # its config class: num_heads is the TP size, no SSM state
-        return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
-                "state_size": 0, "conv_kernel": model.conv_kernel}
-    if model.variant == "lightning":     # MiniCPMHybridConfig: no conv, lightning_nkv heads of hd × hd
-        return {"intermediate_size": 0, "n_groups": 0, "num_heads": p["num_heads"], "head_dim": p["head_dim"],
-                "state_size": p["head_dim"], "conv_kernel": 1}
-    if model.variant == "gdn":     # conv_shard_groups as the family's config class passes them, or none
-        groups = state_shape(model, 1).conv_shard_groups
-        return {"intermediate_size": p["num_v_heads"] * p["head_v_dim"], "n_groups": p["num_k_heads"],
-                "num_heads": p["num_v_heads"], "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"],
-                "conv_kernel": model.conv_kernel, **({"conv_shard_groups": list(groups)} if groups else {})}
-    return {"intermediate_size": p["intermediate_size"], "n_groups": p["n_groups"], "num_heads": p["num_heads"],
-            "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
-
-
 def _kda_args(args: Mapping[str, int]) -> dict[str, int]:
     """A KDA stand-in's dims as KimiLinearStateShape.create names them."""
     return {("conv_kernel_size" if k == "conv_kernel" else k): v for k, v in args.items()}
@@ -276,7 +255,16 @@ def _their_shape(create: Any, full: Any, kda: Any, model: ModelSpec, tp_world_si
     if model.family in OWN_SHAPES:     # its config class builds its Mamba2StateShape itself
         with _on_rank(tp_world_size, 0):
             return _config_class(model.hf_config["model_type"])(**model.hf_config).mamba2_cache_params.shape
-    return create(tp_world_size=tp_world_size, **_mamba2_args(model, tp_world_size))
+    args = mamba2_args(model, tp_world_size)
+    groups = args.pop("conv_shard_groups", None)     # as the family's config class passes them, or none
+    return create(tp_world_size=tp_world_size, **args, **({"conv_shard_groups": list(groups)} if groups else {}))
+
+
+def _needs(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A step of the probe that runs where SGLang's function ``name`` can be called, handed it."""
+    def step(method: Callable[..., None]) -> Callable[..., None]:
+        return lambda self, *args: None if (fn := self.fn(name)) is None else method(self, fn, *args)
+    return step
 
 
 class _Checker:
@@ -335,10 +323,8 @@ class _Checker:
                              partial(_call, theirs, _shape_tuple, tp_world_size=tp, **named(args)),
                              partial(_call, ours, _ours, tp=tp, **args))
 
-    def dtypes(self) -> None:
-        dtype = self.fn("mamba2_state_dtype")
-        if dtype is None:
-            return
+    @_needs("mamba2_state_dtype")
+    def dtypes(self, dtype: Callable[..., Any]) -> None:
         rel = self.release
         envs: list[dict[str, str]] = [{}]
         envs += [{rel.conv_dtype_env: c} for c in ("float32", "float16", "nonsense")]
@@ -403,20 +389,16 @@ class _Checker:
                         "dst_item_len": dst_len}
                 self._slice_case(case, src, dst, p_tp, d_tp, d, p, logical=False)
 
-    def replicated(self) -> None:
-        elect = self.fn("should_send_replicated_state")
-        if elect is None:
-            return
+    @_needs("should_send_replicated_state")
+    def replicated(self, elect: Callable[..., Any]) -> None:
         for src, dst in itertools.product(range(0, self.max_tp + 1), repeat=2):
             for rank in range(-1, src + 1):
                 self.compare("should_send_replicated_state", {"src_tp": src, "dst_tp": dst, "rank": rank},
                              partial(elect, src_attn_tp_size=src, dst_attn_tp_size=dst, local_tp_rank_in_group=rank),
                              partial(replicated_writer, src, dst, rank, self.release))
 
-    def heads(self, models: Sequence[ModelSpec]) -> None:
-        params = self.fn("compute_head_slice_params")
-        if params is None:
-            return
+    @_needs("compute_head_slice_params")
+    def heads(self, params: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         for kv in sorted({m.num_kv_heads for m in models if m.num_kv_heads} | {1, 2, 4, 8}):
             for p_tp, d_tp in itertools.permutations(range(1, self.max_tp + 1), 2):
                 if any(kv % t and t % kv for t in (p_tp, d_tp)) or max(p_tp, d_tp) % min(p_tp, d_tp):
@@ -510,22 +492,18 @@ class _Checker:
                          partial(_our_pool_entries, kda_state_shape(tp=tp, **kargs), "bfloat16", "float32",
                                  layers))
 
-    def dsa_pools(self, models: Sequence[ModelSpec]) -> None:
+    @_needs("DSATokenToKVPool entries")
+    def dsa_pools(self, pool: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         """A DSA model's attention pool at the page SGLang sets (``PAGE_SIZES``) against ``kv_entries``."""
-        pool = self.fn("DSATokenToKVPool entries")
-        if pool is None:
-            return
         for model in (m for m in models if m.kpool_indexer):
             spec = sglang_model(model, {}, self.release)
             page = dsa_page_size(spec) or 0
             self.compare("DSATokenToKVPool entries", {"model": model.name, "page_size": page},
                          partial(_their_dsa_entries, pool, model, page), partial(_our_dsa_entries, spec, page))
 
-    def side_states(self, models: Sequence[ModelSpec]) -> None:
+    @_needs(PLE_POOLS)
+    def side_states(self, pools: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         """The replicated side states' entries (PLE pools), in the default and a float32 conv dtype."""
-        pools = self.fn(PLE_POOLS)
-        if pools is None:
-            return
         from mambaxfer_cli.readers.model_config import spec_from_config
         from mambaxfer_cli.readers.model_source import load_model
         base = load_model(given("PLE_PRESET"), startup=startup(self.release.version))
@@ -538,22 +516,19 @@ class _Checker:
             self.compare(PLE_POOLS, case, partial(_their_side_entries, pools, model, env),
                          partial(_our_side_entries, model, env, self.release))
 
-    def state_layers(self, models: Sequence[ModelSpec]) -> None:
+    @_needs("mambaish_config state layers")
+    def state_layers(self, hybrid: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
         """The layer ids the pool's entries carry (the config class's mamba2_cache_params.layers)."""
-        hybrid = self.fn("mambaish_config state layers")
-        if hybrid is None:
-            return
         for model in models:
             self.compare("mambaish_config state layers", {"model": model.name},
                          partial(_call, _their_cache_params, lambda params: tuple(params.layers), hybrid, model),
                          partial(_our_state_layers, model, self.release))
 
-    def drafts(self, models: Sequence[ModelSpec], drafter: tuple[str, str] | None = None) -> None:
+    @_needs("draft KV pool entries")
+    def drafts(self, pool: Callable[..., Any], models: Sequence[ModelSpec],
+               drafter: tuple[str, str] | None = None) -> None:
         """The draft KV pool NEXTN builds from a model's checkpoint, or ``drafter``'s (its algorithm
         and config, an EAGLE3 or STANDALONE draft model), against ``drafts.Draft.entries``."""
-        pool = self.fn("draft KV pool entries")
-        if pool is None:
-            return
         for model in models:
             if drafter is None and str((model.hf_config.get("architectures") or [""])[0]) not in MTP_DRAFTS:
                 continue
@@ -564,14 +539,13 @@ class _Checker:
                              partial(theirs, pool, model, tp, page),
                              partial(_our_draft, model, tp, page, *(drafter or ("NEXTN", None))))
 
-    def rank_mapping(self) -> None:
-        resolve = self.fn("_resolve_rank_mapping")
-        if resolve is None:
-            return
+    @_needs("_resolve_rank_mapping")
+    def rank_mapping(self, resolve: Callable[..., Any]) -> None:
         for p_tp, d_tp in itertools.product(range(1, self.max_tp + 1), repeat=2):
             for d in range(d_tp):
                 self.compare("_resolve_rank_mapping", {"p_tp": p_tp, "d_tp": d_tp, "d_rank": d},
-                             partial(_their_mapping, resolve, p_tp, d_tp, d), partial(_our_mapping, p_tp, d_tp, d))
+                             partial(_their_mapping, resolve, p_tp, d_tp, d),
+                             partial(_call, rank_mapping, lambda m: astuple(m)[1:], p_tp, d_tp, d))
 
 
 def _their_dtypes(dtype: Callable[..., Any], config: Any, env: Mapping[str, str]) -> tuple[str, str]:
@@ -652,9 +626,8 @@ def _our_config_state(model: ModelSpec, tp: int, release: Release) -> tuple[Any,
 
 
 def _their_split_fits(mixer: Callable[..., Any], model: ModelSpec, tp: int) -> bool:
-    """Whether the mixer builds for a rank at TP ``tp`` (hidden size 8; its linear layers assert that
-    TP divides each output) and gets the width its forward splits its merged projection by (its own
-    q, k, v, a, b, g sizes)."""
+    """Whether the mixer builds at TP ``tp`` (its linear layers assert TP divides each output) with the
+    width its forward splits its merged projection by (its q, k, v, a, b, g sizes)."""
     import torch
     config = _config_class(model.hf_config["model_type"])(**model.hf_config).get_text_config()
     config.hidden_size = 8
@@ -949,22 +922,22 @@ def _their_draft(pool: Callable[..., Any], model: ModelSpec, tp: int, page: int)
     seen = SimpleNamespace(is_draft_model=True, hf_config=hf, hf_text_config=getattr(hf, "text_config", hf),
                            speculative_algorithm="EAGLE")
     importlib.import_module("sglang.srt.configs.model_config").ModelConfig._config_draft_model(seen)
-    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
     # ModelConfig.num_nextn_predict_layers: read from its text config.
     config_seen = SimpleNamespace(num_nextn_predict_layers=seen.hf_text_config.num_nextn_predict_layers,
                                   hf_config=seen.hf_config,
                                   num_hidden_layers=model.hidden_layers,
                                   num_attention_layers=len(model.attention_indices))
-    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config_seen)
     assert model.num_kv_heads and model.head_size
-    built = pool(size=2 * page, page_size=page, dtype=getattr(torch, model.model_dtype), layer_num=layers,
-                 head_num=max(1, model.num_kv_heads // tp), head_dim=model.head_size, device="cpu",
-                 enable_memory_saver=False)
-    return _draft_entries(built, model)
+    return _draft_entries(pool, model, page, config_seen, dtype=getattr(torch, model.model_dtype),
+                          head_num=max(1, model.num_kv_heads // tp), head_dim=model.head_size)
 
 
-def _draft_entries(built: Any, model: ModelSpec) -> tuple[Any, ...]:
-    """Each entry of a built draft pool: the id build_kv_layer_ids gives it, and its item bytes."""
+def _draft_entries(pool: Callable[..., Any], model: ModelSpec, page: int, config: Any, **dims: Any) -> tuple[Any, ...]:
+    """SGLang's draft pool of the layers its draft worker counts in ``config``, on the CPU: each entry's
+    id (build_kv_layer_ids) and item bytes."""
+    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
+    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
+    built = pool(size=2 * page, page_size=page, layer_num=layers, device="cpu", enable_memory_saver=False, **dims)
     items = built.get_contiguous_buf_infos()[2]
     utils = importlib.import_module("sglang.srt.disaggregation.utils")
     ids = utils._remap_draft_layer_ids(utils._draft_entry_layer_ids(pool=built, num_entries=len(items)),
@@ -992,12 +965,8 @@ def _their_drafter(algorithm: str, path: str, pool: Callable[..., Any], model: M
     """SGLang's pool of a separate draft model as its draft worker builds it: the layers
     _compute_model_num_layers gives, its ModelConfig's heads a rank, head sizes and dtype."""
     config = _drafter_config(algorithm, path)
-    setup = importlib.import_module("sglang.srt.model_executor.model_runner_components.layer_setup")
-    layers = setup._compute_model_num_layers(model=SimpleNamespace(), is_draft_worker=True, model_config=config)
-    built = pool(size=2 * page, page_size=page, dtype=config.dtype, layer_num=layers,
-                 head_num=config.get_num_kv_heads(tp), head_dim=config.head_dim, v_head_dim=config.v_head_dim,
-                 device="cpu", enable_memory_saver=False)
-    return _draft_entries(built, model)
+    return _draft_entries(pool, model, page, config, dtype=config.dtype, head_num=config.get_num_kv_heads(tp),
+                          head_dim=config.head_dim, v_head_dim=config.v_head_dim)
 
 
 def _our_draft(model: ModelSpec, tp: int, page: int, algorithm: str, path: str | None) -> tuple[Any, ...]:
@@ -1064,11 +1033,6 @@ def _our_state_layers(model: ModelSpec, release: Release) -> tuple[int, ...]:
                                if e.field in FIELDS))
 
 
-def _our_mapping(p_tp: int, d_tp: int, d: int) -> tuple[Any, ...]:
-    m = rank_mapping(p_tp, d_tp, d)
-    return (m.target_ranks, m.required_dst_info_num, m.required_prefill_response_num)
-
-
 def probe(models: Sequence[ModelSpec], functions: Loaded, *, version: str = "?",
           release: Release = SGLANG_0_5_23, max_tp: int = MAX_TP,
           done: Callable[[str], None] | None = None, drafter: tuple[str, str] | None = None) -> Report:
@@ -1124,9 +1088,8 @@ NOT_INSTALLED = ("no SGLang is installed beside mambaxfer (in {python}); conform
 def run(names: Sequence[str] | None, max_tp: int = MAX_TP, start: Callable[[int], None] | None = None,
         done: Callable[[str], None] | None = None, algorithm: str | None = None,
         draft_path: str | None = None) -> Report:
-    """``conformance --engine sglang`` on ``names`` (None: every preset SGLang serves) up to
-    ``max_tp``, with the draft model ``draft_path`` of ``algorithm`` where given; a model SGLang
-    does not serve, or no SGLang here, is a UserError."""
+    """``conformance --engine sglang`` on ``names`` (None: every preset SGLang serves), with the draft
+    model ``draft_path`` of ``algorithm``; a model SGLang does not serve, or no SGLang, is a UserError."""
     version = installed_version()
     release = RELEASES.get(version or "", RELEASES[tuple(RELEASES)[-1]])
     models = served_presets(release) if names is None else [served_model(n, release) for n in names]

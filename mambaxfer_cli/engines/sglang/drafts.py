@@ -1,15 +1,5 @@
-"""Speculative decoding's draft KV in SGLang 0.5.23's transfer.
-
-Both sides append the draft model's KV pool to the entries they register (disaggregation/prefill.py
-and decode.py: ``draft_token_to_kv_pool``, ``num_draft_entries``): K of each draft layer, then V,
-after the target's KV, their layer ids in a band above the target's (utils.py ``build_kv_layer_ids``,
-``_remap_draft_layer_ids``: ``num_hidden_layers`` + the draft's own layer). The NIXL sender moves
-them as the target's KV: whole pages at equal TP; where the TP sizes differ, sliced with the
-target's heads (``_init_hetero_tp_prep_handle`` reads ``kv_item_lens[0]`` and ``total_kv_head_num``
-for every entry). The state kept for speculation (``mamba_spec_state_size`` slots of
-``intermediate_ssm`` and ``intermediate_conv_window``) is scratch that
-``MambaPool._NON_TRANSFER_STATE_FIELDS`` keeps out of the transfer: the state entries are unchanged.
-"""
+"""Speculative decoding's draft KV in SGLang 0.5.23's transfer: the draft model's KV pool both sides
+append after the target's KV, in a band of layer ids above the target's (docs/reference.md 9.9)."""
 
 from __future__ import annotations
 
@@ -75,9 +65,8 @@ def _drafter(path: str) -> dict:
 
 
 def draft_for(model: ModelSpec, name: str | None, draft_path: str | None) -> Draft | None:
-    """The draft SGLang builds for ``model`` under ``--speculative-algorithm name`` (None: no
-    speculation, or NGRAM's, which has no pool); the draft's config is ``draft_path``'s, else the
-    target's own (``ModelConfig.from_server_args``: model_path or the target's)."""
+    """The draft SGLang builds for ``model`` under ``--speculative-algorithm name`` (None: none, or
+    NGRAM's, which has no pool), from ``draft_path``'s config, else the target's own."""
     if name is None:
         if draft_path is not None:
             raise UserError("a draft model (--draft-model; on a launch line --speculative-draft-model-path) needs "

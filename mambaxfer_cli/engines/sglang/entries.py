@@ -22,9 +22,8 @@ FIELDS = (CONV, TEMPORAL)
 
 @dataclass(frozen=True)
 class TransferEntry:
-    """One (state, layer) entry as SGLang registers it: its item length (one slot) in bytes, the
-    size of its TP-sliced axis (0 marks an item replicated across attention TP), the rows before
-    that axis, and the full dims of its independently sharded sub-blocks."""
+    """One (state, layer) entry as SGLang registers it (``dim`` 0: an item replicated across
+    attention TP)."""
 
     field: str
     layer_id: int
@@ -57,13 +56,9 @@ def transfer_entries(shape: StateShape, conv_dtype: str, ssm_dtype: str,
                      layer_ids: Sequence[int]) -> tuple[TransferEntry, ...]:
     """Every entry of a rank's pool in SGLang's order (``get_contiguous_buf_infos``); a field
     with no elements (a short-conv layer's temporal state) is not advertised."""
-    out = []
-    for field in shape.fields:
-        for layer_id in layer_ids:
-            entry = entry_for(field, shape, conv_dtype, ssm_dtype, layer_id)
-            if entry.item_len:
-                out.append(entry)
-    return tuple(out)
+    entries = (entry_for(field, shape, conv_dtype, ssm_dtype, layer_id) for field in shape.fields
+               for layer_id in layer_ids)
+    return tuple(entry for entry in entries if entry.item_len)
 
 
 def side_entries(model: ModelSpec) -> tuple[TransferEntry, ...]:

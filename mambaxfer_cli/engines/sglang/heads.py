@@ -20,9 +20,8 @@ class HeadSlice:
 
 
 def head_slice(*, src_tp: int, dst_tp: int, src_rank: int, dst_rank: int, kv_heads: int) -> HeadSlice:
-    """Each side holds ``max(1, heads // tp)`` heads. Prefill larger: the whole source page, at
-    the offset of its (de-replicated) head within the decode page. Decode larger: the decode
-    rank's heads, found in the source page by ``dst_rank // replicas`` (GQA replication)."""
+    """``compute_head_slice_params``: the heads prefill rank ``src_rank`` writes into decode rank
+    ``dst_rank``'s page, each side holding ``max(1, heads // tp)`` heads (GQA replication)."""
     src_per, dst_per = max(1, kv_heads // src_tp), max(1, kv_heads // dst_tp)
     src_rank, dst_rank = src_rank % src_tp, dst_rank % dst_tp
     if src_tp > dst_tp:

@@ -1,22 +1,6 @@
-"""The attention KV of a hybrid as SGLang keeps and moves it (mem_cache/memory_pool.py
-``MHATokenToKVPool``; disaggregation/nixl/conn.py ``send_kvcache`` and ``send_kvcache_slice``).
-
-Each full-attention layer has a K and a V buffer of pages; a page holds ``page_size`` tokens, each
-token the rank's KV heads one after another (NHD), ``max(1, heads // tp)`` heads of ``head_size``
-elements in the KV cache's dtype. Only full-attention layers move (``HybridLinearKVPool``); the
-pointers SGLang registers run K of every layer, then V of every layer. An MLA model (Kimi,
-Bailing-V3) keeps one latent buffer per layer instead (``MLATokenToKVPool``: each token one
-``kv_lora_rank + qk_rope_head_dim`` vector, every rank whole), and its hybrid pool sends whole
-pages from each writer at any TP sizes (``is_hybrid_mla_backend``: ``send_kvcache``). A DSA model
-(GLM-5-Next: ``DSATokenToKVPool``) also keeps an index-key buffer per layer, sent whole per page as
-``StateType.DSA`` (``get_state_buf_infos``): a page holds ``page_size // index_kpool`` pooled keys of
-``index_head_dim`` fp8 bytes, then their float32 scales (``IndexKeyCache._buffer_shape``, uint8).
-
-What SGLang writes for one page: at equal TP the page whole (one descriptor per buffer and page);
-where the TP sizes differ, one descriptor per buffer, page and token, of the head slice
-``compute_head_slice_params`` gives the pair (``heads.py``), at that slice's head in the source
-token and the destination token. The exact writes are found independently, from which heads each
-rank holds (``planning/layout.py`` ``kv_head_shard``)."""
+"""The attention KV of a hybrid as SGLang keeps and moves it: ``MHATokenToKVPool``'s K and V pages,
+MLA's latents and DSA's index keys, and the writes of ``send_kvcache`` and ``send_kvcache_slice``,
+against the exact ones from the heads each rank holds (docs/reference.md 9.6)."""
 
 from __future__ import annotations
 
@@ -167,9 +151,8 @@ def sglang_kv_writes(prefill: KVSide, decode: KVSide,
 
 
 def exact_kv_writes(prefill: KVSide, decode: KVSide) -> tuple[StateWrite, ...]:
-    """The right heads for each decode rank's page: each run of its heads that one prefill rank
-    holds, from the first of its writers (SGLang's rank mapping) that holds them, token by token,
-    merged where tokens follow one another on both sides."""
+    """The right heads for each decode rank's page, token by token, each run from the first of its
+    writers (SGLang's rank mapping) that holds it."""
     if not prefill.model.has_attention:
         return ()
     out: list[StateWrite] = []

@@ -4,7 +4,7 @@ verdict. The document a ``plan --engine sglang`` shows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from mambaxfer_cli.engines.sglang.drafts import Draft
@@ -79,13 +79,10 @@ class SGLangPlan:
                        "origin": dict(self.model.origin)},
             "entries": {"prefill": [e.to_dict() for e in self.prefill_entries],
                         "decode": [e.to_dict() for e in self.decode_entries]},
-            "rank_mapping": [{"d_rank": m.d_rank, "target_ranks": list(m.target_ranks),
-                              "required_dst_info_num": m.required_dst_info_num,
-                              "required_prefill_response_num": m.required_prefill_response_num} for m in self.mapping],
+            "rank_mapping": [{**asdict(m), "target_ranks": list(m.target_ranks)} for m in self.mapping],
             "writes": [w.to_dict() for w in self.writes],
             "exact": [w.to_dict() for w in self.exact],
-            "head_slices": [{"d_rank": d, "p_rank": p, "src_start": s.src_start, "count": s.count,
-                             "dst_start": s.dst_start} for d, p, s in self.head_slices],
+            "head_slices": [{"d_rank": d, "p_rank": p, **asdict(s)} for d, p, s in self.head_slices],
             "verdict": self.verdict.to_dict(),
             "draft": self.draft.to_dict() if self.draft else None,
             "dsa_pool": {"page_size": dsa_page_size(self.model),
@@ -97,8 +94,7 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
          d_env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23,
          draft: Draft | None = None) -> SGLangPlan:
     """SGLang's transfer of ``model``'s state from P TP ``p_tp`` to D TP ``d_tp``, with ``draft``'s
-    KV on both sides. The exact writes are a plain copy only where both sides keep the state in the
-    same dtypes (else none)."""
+    KV on both sides; exact writes only where both sides keep the state in the same dtypes."""
     if backend not in release.backends:
         raise UserError(f"unknown transfer backend '{backend}'; choose one of: {', '.join(release.backends)}")
     target_pages = (model.num_kv_heads, model.head_size)    # as SGLang's slicing assumes the draft's are

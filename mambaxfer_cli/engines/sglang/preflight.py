@@ -220,9 +220,8 @@ def assess(p: SGLangServer, d: SGLangServer) -> Assessment:
 
 
 def with_drafts(found: Verdict, p: SGLangServer, d: SGLangServer) -> Verdict:
-    """The draft KV pools both sides append (``drafts.py``): the plan's rule where they match;
-    Mooncake pairs entries by layer id (``build_transfer_entry_pairs``), so a draft entry of P's
-    that D lacks fails each request."""
+    """The verdict with the draft KV pools both sides append: the plan's rule where they match; one
+    of P's that D lacks fails each request on Mooncake (``build_transfer_entry_pairs``)."""
     if p.draft == d.draft:
         try:
             plan(p.model, p.tp, d.tp, backend=p.line.transfer_backend, draft=p.draft)
@@ -249,11 +248,8 @@ def _geometry(model: ModelSpec) -> tuple:
 
 
 def other_model(found: Verdict, p: ModelSpec, d: ModelSpec) -> Verdict:
-    """Two servers of different models. SGLang's bootstrap compares no model (page size and
-    KV-cache dtype only); the prefill side pairs its state entries with the decode side's by model
-    layer id (``build_transfer_entry_pairs``, disaggregation/utils.py), which raises where D has no
-    entry for one of P's layers (NIXL fails the request; Mooncake's transfer thread raises it and
-    stops), and else writes P's state into slots that hold D's model's."""
+    """The verdict on two servers of different models: the request fails where D lacks an entry for
+    one of P's layers, else P's state lands in slots of D's model's."""
     missing = [i for i in p.ssm_layer_ids if i not in d.ssm_layer_ids]
     said = (f"P serves {p.name} and D {d.name}, and SGLang's bootstrap compares no model: P pairs its state "
             f"entries with D's by model layer id (build_transfer_entry_pairs, disaggregation/utils.py)")
@@ -306,9 +302,8 @@ FLAG_KEY = {flag: key for key, flag in FLAG.items()}
 
 
 def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> list[Change]:
-    """Each server started as its side: its flags spelled as SGLang's parser names them where one
-    fits (``meant``) and ``respell``, else dropped with their values; its mode, a Mamba cache
-    strategy that starts under PD."""
+    """Each server started as its side: unknown flags respelled (``respell``) or dropped, its mode,
+    a Mamba cache strategy that starts under PD."""
     out: list[Change] = []
     for e in (p, d):
         table = flag_table(e.release.version)
@@ -330,31 +325,24 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
 
 def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
     """D aligned to P where SGLang's bootstrap compares or its writes move bytes as they are."""
-    out: list[Change] = []
     pl, dl = p.line, d.line
-    if pl.transfer_backend != dl.transfer_backend:
-        out.append(Change(DECODE, FLAG["transfer_backend"], dl.transfer_backend, pl.transfer_backend, "as P's"))
-    if p.page_size != d.page_size:
-        out.append(Change(DECODE, FLAG["page_size"], None if dl.page_size is None else str(dl.page_size),
-                          str(p.page_size), "as P's: SGLang's bootstrap compares it"))
-    if pl.kv_cache_dtype != dl.kv_cache_dtype:
-        out.append(Change(DECODE, FLAG["kv_cache_dtype"], dl.kv_cache_dtype, pl.kv_cache_dtype,
-                          "as P's: SGLang's bootstrap compares it"))
-    if dl.pp not in (pl.pp, 1):
-        out.append(Change(DECODE, FLAG["pp"], str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1"))
+    compared, unchecked = "as P's: SGLang's bootstrap compares it", "as P's: SGLang does not compare the {} dtype"
+    rows = [(FLAG["transfer_backend"], pl.transfer_backend != dl.transfer_backend, dl.transfer_backend,
+             pl.transfer_backend, "as P's"),
+            (FLAG["page_size"], p.page_size != d.page_size, None if dl.page_size is None else str(dl.page_size),
+             str(p.page_size), compared),
+            (FLAG["kv_cache_dtype"], pl.kv_cache_dtype != dl.kv_cache_dtype, dl.kv_cache_dtype, pl.kv_cache_dtype,
+             compared),
+            (FLAG["pp"], dl.pp not in (pl.pp, 1), str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1")]
     if p.state is not None and d.state is not None:
-        if p.state.ssm_dtype != d.state.ssm_dtype:
-            out.append(Change(DECODE, FLAG["mamba_ssm_dtype"], dl.mamba_ssm_dtype, p.state.ssm_dtype,
-                              "as P's: SGLang does not compare the SSM state dtype"))
-        if p.state.conv_dtype != d.state.conv_dtype:
-            out.append(Change(DECODE, f"{CONV_DTYPE_VAR}=", d.line.state_env.get(CONV_DTYPE_VAR), p.state.conv_dtype,
-                              "as P's: SGLang does not compare the conv state dtype"))
+        rows += [(FLAG["mamba_ssm_dtype"], p.state.ssm_dtype != d.state.ssm_dtype, dl.mamba_ssm_dtype,
+                  p.state.ssm_dtype, unchecked.format("SSM state")),
+                 (f"{CONV_DTYPE_VAR}=", p.state.conv_dtype != d.state.conv_dtype, dl.state_env.get(CONV_DTYPE_VAR),
+                  p.state.conv_dtype, unchecked.format("conv state"))]
     if p.draft != d.draft:
-        for key in ("speculative_algorithm", "draft_model"):
-            if getattr(pl, key) != getattr(dl, key):
-                out.append(Change(DECODE, FLAG[key], getattr(dl, key), getattr(pl, key),
-                                  "as P's: D receives P's draft KV"))
-    return out
+        rows += [(FLAG[key], getattr(pl, key) != getattr(dl, key), getattr(dl, key), getattr(pl, key),
+                  "as P's: D receives P's draft KV") for key in ("speculative_algorithm", "draft_model")]
+    return [Change(DECODE, flag, old, new, why) for flag, differs, old, new, why in rows if differs]
 
 
 def find_fix(first: Assessment, load: ModelLoader) -> Fix[LaunchLine, Assessment] | None:

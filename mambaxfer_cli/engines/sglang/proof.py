@@ -1,10 +1,7 @@
-"""SGLang's writes proven on real bytes: each prefill rank's slots filled with the pattern of the
-units they hold, the writes applied as NIXL would apply them, each decode rank's slot compared
-with what it must hold.
-
-One layer's entries stand for all of them (every layer of a field moves alike, at its own base
-pointer). Three slots per entry, the request in the middle one: a write that reads past its item
-takes the neighbouring request's bytes, one that writes past its item lands in a neighbour's."""
+"""SGLang's writes proven on real bytes: prefill slots filled with the pattern of their units, the
+writes applied, each decode slot compared with what it must hold. One layer's entries stand for all;
+three slots per entry, the request in the middle one, so a write past its item reads or lands in a
+neighbour's."""
 
 from __future__ import annotations
 
@@ -31,9 +28,8 @@ def rows_first(data: np.ndarray, layout: RankLayout, field: str, outer: int) -> 
 
 
 def item(layout: RankLayout, field: str, slot: int, layer: int = 0, outer: int = 1) -> np.ndarray:
-    """What one slot of one rank's entry holds: each region's units, as the pattern of the slot
-    (of ``layer``: a real transfer tells one layer's entry from another's); ``outer``: the conv
-    rows before its channels."""
+    """What one slot of one rank's entry of ``layer`` holds: each region's units as the slot's
+    pattern; ``outer``: the conv rows before its channels."""
     out = np.empty(item_len(layout, field), dtype=np.uint8)
     for region, offset in field_regions(layout, field):
         out[offset:offset + region.size] = unit_bytes_pattern(
@@ -49,9 +45,8 @@ def entry_item(layout: RankLayout, entry: TransferEntry, slot: int) -> np.ndarra
 
 
 def tags(layout: RankLayout, field: str, slot: int, outer: int = 1) -> np.ndarray:
-    """Which byte each byte of the slot is: its slot, region and byte within the whole region. Moved
-    beside the bytes, so that a byte written with another that happens to hold the same value
-    still counts as wrong."""
+    """Which byte each byte of the slot is (slot, region, byte): moved beside the bytes, so that a
+    wrong byte that happens to hold the right value still counts as wrong."""
     out = np.empty(item_len(layout, field), dtype=np.int64)
     for region, offset in field_regions(layout, field):
         first = region.shard.start * region.unit_bytes

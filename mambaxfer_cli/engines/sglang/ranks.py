@@ -18,9 +18,8 @@ class RankMapping:
 
 
 def rank_mapping(p_tp: int, d_tp: int, d_rank: int) -> RankMapping:
-    """Equal TP: the same rank. Decode larger: ``d_rank // (D // P)``. Prefill larger: the
-    ``P // D`` ranks from ``d_rank · (P // D)``. Integer division throughout: nothing checks that
-    one size divides the other."""
+    """The prefill ranks decode rank ``d_rank`` targets; integer division throughout: nothing
+    checks that one size divides the other."""
     rank = d_rank % d_tp
     if d_tp == p_tp:
         return RankMapping(d_rank, (rank,), 1, 1)
@@ -49,15 +48,9 @@ class RankFindings:
 
 
 def rank_findings(p_tp: int, d_tp: int) -> RankFindings:
-    targeted: set[int] = set()
-    missing = []
-    for d in range(d_tp):
-        for p in rank_mapping(p_tp, d_tp, d).target_ranks:
-            if p < p_tp:
-                targeted.add(p)
-            else:
-                missing.append((d, p))
-    return RankFindings(tuple(r for r in range(p_tp) if r not in targeted), tuple(missing))
+    targets = [(d, p) for d in range(d_tp) for p in rank_mapping(p_tp, d_tp, d).target_ranks]
+    return RankFindings(tuple(r for r in range(p_tp) if r not in {p for _, p in targets}),
+                        tuple((d, p) for d, p in targets if p >= p_tp))
 
 
 def writers(p_tp: int, d_tp: int, d_rank: int) -> tuple[int, ...]:

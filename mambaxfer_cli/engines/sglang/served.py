@@ -35,13 +35,6 @@ def state_not_read(arch: str, version: str) -> str:
             f"not model its state transfer for SGLang")
 
 
-def no_model_class(arch: str, version: str) -> str:
-    return (f"SGLang {version} has no model class {arch}: no srt/models/ file's EntryClass names it "
-            f"(ModelRegistry); it would start only on its Transformers backend (--model-impl, "
-            f"model_loader/utils.py), whose model mambaish_config (configs/hybrid_arch.py) gives no Mamba "
-            f"state to transfer")
-
-
 def read_dtypes(facts: DtypeFacts) -> dict[str, Any]:
     """The dtypes the config names, a float32 checkpoint marked as one (``shapes.sglang_model``'s float16)."""
     float32 = not facts.dtype and facts.config[0] == "float32"
@@ -49,9 +42,8 @@ def read_dtypes(facts: DtypeFacts) -> dict[str, Any]:
 
 
 def startup(version: str) -> Startup:
-    """SGLang's refusal of a config as read, before mambaxfer reads its family (``spec_from_config``'s
-    ``startup``): an architecture SGLang serves with a state mambaxfer does not read (a user error:
-    not a verdict); and its dtypes (``read_dtypes``)."""
+    """``spec_from_config``'s ``startup`` for SGLang: a user error for an architecture whose state
+    mambaxfer does not read, and its dtypes (``read_dtypes``)."""
     def refused(config: Mapping[str, Any], read: Mapping[str, Any], variant: Variant | None, where: str) -> None:
         found = [a for a in architecture_names(config) if a in STATE_NOT_READ]
         if found:
@@ -64,5 +56,8 @@ def missing_class(config: Mapping[str, Any], version: str) -> str | None:
     config names none)."""
     archs = architecture_names(config)
     if archs and not any(a in ARCHITECTURES for a in archs):
-        return no_model_class(archs[0], version)
+        return (f"SGLang {version} has no model class {archs[0]}: no srt/models/ file's EntryClass names it "
+                f"(ModelRegistry); it would start only on its Transformers backend (--model-impl, "
+                f"model_loader/utils.py), whose model mambaish_config (configs/hybrid_arch.py) gives no Mamba "
+                f"state to transfer")
     return None

@@ -4,7 +4,7 @@ layer holds on one rank, in elements, and which of its axes TP slices."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from mambaxfer_cli.engines.sglang.families import FamilyRule, merged
 from mambaxfer_cli.engines.sglang.release import SGLANG_0_5_23, Release
@@ -15,13 +15,12 @@ from mambaxfer_cli.planning.model import ModelSpec
 @dataclass(frozen=True)
 class StateShape:
     """One rank's state per slot and layer: conv ``(dim, K-1)`` (Kimi: ``(K-1, dim)``, sliced on
-    axis 1) and temporal ``(heads, head_dim, state)``, with the full sub-block dims of the conv
-    axis where each sub-block is sharded on its own (``conv_shard_groups``)."""
+    axis 1) and temporal ``(heads, head_dim, state)``."""
 
     conv: tuple[int, int]
     temporal: tuple[int, int, int]
     conv_slice_axis: int = 0
-    conv_shard_groups: tuple[int, ...] | None = None
+    conv_shard_groups: tuple[int, ...] | None = None     # full dims of sub-blocks sharded on their own
     conv_dim_full: int = 0            # the conv axis before TP (after n_groups padding)
     extra: tuple[tuple[str, int, int], ...] = ()   # conv tensors after the first: (field, dim, rows)
 
@@ -88,27 +87,31 @@ def state_shape(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> 
     if model.variant == "mamba1":
         return mamba1_state_shape(tp=tp, intermediate_size=p["intermediate_size"],
                                   state_size=p["d_state"], conv_kernel=model.conv_kernel)
-    if model.variant == "mamba2":
-        return mamba2_state_shape(tp=tp, intermediate_size=p["intermediate_size"], n_groups=p["n_groups"],
-                                  num_heads=p["num_heads"], head_dim=p["head_dim"], state_size=p["d_state"],
-                                  conv_kernel=model.conv_kernel)
     if model.variant == "kda":   # the config class's KimiLinearCacheParams (families/kimi.py, bailing.py)
         return kda_state_shape(tp=tp, num_heads=p["num_heads"], head_dim=p["head_dim"], conv_kernel=model.conv_kernel)
+    return mamba2_state_shape(tp=tp, **mamba2_args(model, tp, release))
+
+
+def mamba2_args(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> dict[str, Any]:
+    """The arguments the model's config class passes ``Mamba2StateShape.create`` at TP ``tp``."""
+    p = model.params
+    if model.variant == "mamba2":
+        return {"intermediate_size": p["intermediate_size"], "n_groups": p["n_groups"], "num_heads": p["num_heads"],
+                "head_dim": p["head_dim"], "state_size": p["d_state"], "conv_kernel": model.conv_kernel}
     if model.variant == "lightning":    # configs/minicpm.py: no conv (conv_kernel 1), nkv heads of hd × hd
-        return mamba2_state_shape(tp=tp, intermediate_size=0, n_groups=0, num_heads=p["num_heads"],
-                                  head_dim=p["head_dim"], state_size=p["head_dim"], conv_kernel=1)
+        return {"intermediate_size": 0, "n_groups": 0, "num_heads": p["num_heads"], "head_dim": p["head_dim"],
+                "state_size": p["head_dim"], "conv_kernel": 1}
     if model.variant == "short_conv":   # configs/lfm2*.py: the conv window over hidden_size, no SSM state
-        return mamba2_state_shape(tp=tp, intermediate_size=p["hidden_size"], n_groups=1, num_heads=tp,
-                                  head_dim=p["hidden_size"], state_size=0, conv_kernel=model.conv_kernel)
+        return {"intermediate_size": p["hidden_size"], "n_groups": 1, "num_heads": tp, "head_dim": p["hidden_size"],
+                "state_size": 0, "conv_kernel": model.conv_kernel}
     # GDN (configs/qwen3_next.py): conv_state is cat([query, key, value]), each sub-block sharded
     # on its own, so the config records their full dims; a family whose hook does not (GigaChat3.5's)
     # leaves SGLang to slice the conv state as one block.
     key_dim, value_dim = p["num_k_heads"] * p["head_k_dim"], p["num_v_heads"] * p["head_v_dim"]
     rule = release.families.get(model.family)
-    groups = (key_dim, key_dim, value_dim) if rule is None or rule.conv_shard_groups else None
-    return mamba2_state_shape(tp=tp, intermediate_size=value_dim, n_groups=p["num_k_heads"],
-                              num_heads=p["num_v_heads"], head_dim=p["head_v_dim"], state_size=p["head_k_dim"],
-                              conv_kernel=model.conv_kernel, conv_shard_groups=groups)
+    return {"intermediate_size": value_dim, "n_groups": p["num_k_heads"], "num_heads": p["num_v_heads"],
+            "head_dim": p["head_v_dim"], "state_size": p["head_k_dim"], "conv_kernel": model.conv_kernel,
+            "conv_shard_groups": (key_dim, key_dim, value_dim) if rule is None or rule.conv_shard_groups else None}
 
 
 @dataclass(frozen=True)
@@ -120,13 +123,12 @@ class StateDtypes:
 
 def state_dtypes(*, config_ssm_dtype: str | None = None, reads_config: bool = True,
                  env: Mapping[str, str] | None = None, release: Release = SGLANG_0_5_23) -> StateDtypes:
-    """``mamba2_state_dtype``: conv from ``SGLANG_MAMBA_CONV_DTYPE`` (an unknown name is bf16);
-    temporal float32, else the config's ``mamba_ssm_dtype`` (when the family's hook passes its
-    config), else ``SGLANG_MAMBA_SSM_DTYPE``; an unknown name leaves the value before it."""
+    """``mamba2_state_dtype``: the conv and temporal dtypes from the release's defaults, the config's
+    ``mamba_ssm_dtype`` (``reads_config``) and the environment."""
     env = env or {}
     known = release.state_dtypes
     conv_name = env.get(release.conv_dtype_env, release.conv_dtype_default)
-    conv = conv_name if conv_name in known else "bfloat16"
+    conv = conv_name if conv_name in known else "bfloat16"     # SGLang's for an unknown name, whatever the default
     conv_origin = (f"env {release.conv_dtype_env}" if release.conv_dtype_env in env and conv_name in known
                    else f"SGLang default ({release.conv_dtype_default})")
     temporal, origin = release.ssm_dtype_default, f"SGLang default ({release.ssm_dtype_default})"
@@ -136,13 +138,6 @@ def state_dtypes(*, config_ssm_dtype: str | None = None, reads_config: bool = Tr
     if env_ssm is not None and env_ssm in known:
         temporal, origin = env_ssm, f"env {release.ssm_dtype_env}"
     return StateDtypes(conv, temporal, (conv_origin, origin))
-
-
-def config_ssm_dtype_of(model: ModelSpec) -> str | None:
-    """The config's ``mamba_ssm_dtype`` (whether or not vLLM's class reads it)."""
-    if "config_mamba_ssm_dtype" in model.origin:
-        return model.origin["config_mamba_ssm_dtype"]
-    return model.ssm_dtype if model.origin.get("ssm_dtype") == "config key mamba_ssm_dtype" else None
 
 
 def family_rule(model: ModelSpec, release: Release = SGLANG_0_5_23) -> FamilyRule:
@@ -170,8 +165,10 @@ def sglang_model(model: ModelSpec, env: Mapping[str, str] | None = None,
     rule = family_rule(model, release)
     reads = merged("SGLANG_READS").get(model.family)
     model = reads(model) if reads else model
-    dtypes = state_dtypes(config_ssm_dtype=config_ssm_dtype_of(model), reads_config=rule.config_ssm_dtype,
-                          env=env, release=release)
+    # The config's mamba_ssm_dtype, whether or not vLLM's class reads it.
+    config_ssm = model.origin.get("config_mamba_ssm_dtype", model.ssm_dtype if model.origin.get("ssm_dtype")
+                                  == "config key mamba_ssm_dtype" else None)
+    dtypes = state_dtypes(config_ssm_dtype=config_ssm, reads_config=rule.config_ssm_dtype, env=env, release=release)
     # A float32 checkpoint runs in float16 under SGLang's --dtype auto (configs/model_config.py
     # _get_and_verify_dtype; Gemma aside): the attention KV's dtype.
     model_dtype = "float16" if model.checkpoint_dtype == "float32" else model.model_dtype

@@ -38,13 +38,8 @@ def replicated_writer(src_tp: int, dst_tp: int, src_rank: int, release: Release 
 
 def slice_blocks(*, src_dim: int, dst_dim: int, src_tp: int, dst_tp: int, dst_rank: int, src_rank: int,
                  conv_shard_groups: tuple[int, ...] | None = None) -> tuple[Block, ...]:
-    """``compute_mamba_state_slice_blocks``, in units of the sliced axis.
-
-    Aggregation (P TP > D TP): writer ``src_rank mod (P/D)`` puts its whole shard at that many
-    source shards into the decode item. Scatter (P TP < D TP): the decode rank's shard is taken at
-    ``(dst_rank · dst_dim) mod src_dim``. Either way one contiguous block, unless the item's
-    sub-blocks are sharded on their own (GDN's and Kimi's conv): then one block per sub-block.
-    The sub-blocks count only when they add up to the whole unsharded axis."""
+    """``compute_mamba_state_slice_blocks``, in units of the sliced axis: one block, or one per
+    sub-block where they are sharded on their own and add up to the whole unsharded axis."""
     groups = conv_shard_groups if conv_shard_groups and sum(conv_shard_groups) == src_dim * src_tp else None
     subs = [(full // src_tp, full // dst_tp) for full in groups] if groups else [(src_dim, dst_dim)]
     blocks, src_off, dst_off = [], 0, 0
@@ -59,9 +54,8 @@ def slice_blocks(*, src_dim: int, dst_dim: int, src_tp: int, dst_tp: int, dst_ra
 
 def byte_blocks(src: TransferEntry, dst: TransferEntry, *, src_tp: int, dst_tp: int, dst_rank: int,
                 src_rank: int, release: Release = SGLANG_0_5_23) -> tuple[Block, ...]:
-    """``compute_mamba_state_slice_byte_blocks``: the slices in bytes of one slot, one block per
-    conv row for Kimi (``outer_count`` rows before the sliced axis). A replicated item (dim 0)
-    moves whole from the elected writers; the length is counted in source bytes per unit."""
+    """``compute_mamba_state_slice_byte_blocks``: the slices in bytes of one slot (one block per conv
+    row for Kimi); a replicated item (dim 0) moves whole from the elected writers."""
     if (src.dim == 0) != (dst.dim == 0):
         raise UserError("SGLang: Mamba state replication metadata differs between prefill and decode")
     if src.dim == 0:
@@ -75,9 +69,5 @@ def byte_blocks(src: TransferEntry, dst: TransferEntry, *, src_tp: int, dst_tp: 
     src_unit, dst_unit = src.item_len // (src.dim * outer), dst.item_len // (dst.dim * outer)
     logical = slice_blocks(src_dim=src.dim, dst_dim=dst.dim, src_tp=src_tp, dst_tp=dst_tp, dst_rank=dst_rank,
                            src_rank=src_rank, conv_shard_groups=src.conv_shard_groups)
-    out: list[Block] = []
-    for row in range(outer):
-        src_row, dst_row = row * src.dim * src_unit, row * dst.dim * dst_unit
-        out.extend(Block(src_row + b.src * src_unit, dst_row + b.dst * dst_unit, b.length * src_unit)
-                   for b in logical)
-    return tuple(out)
+    return tuple(Block((row * src.dim + b.src) * src_unit, (row * dst.dim + b.dst) * dst_unit, b.length * src_unit)
+                 for row in range(outer) for b in logical)

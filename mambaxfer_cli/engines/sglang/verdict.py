@@ -93,9 +93,7 @@ def kv_heads_wrong(model: ModelSpec, p_tp: int, d_tp: int) -> int:
             s = head_slice(src_tp=p_tp, dst_tp=d_tp, src_rank=p, dst_rank=d, kv_heads=model.num_kv_heads)
             for i in range(s.count):
                 got.setdefault(mine.start + s.dst_start + i, set()).add(theirs.start + s.src_start + i)
-        for head in range(mine.start, mine.end):
-            if got.get(head, set()) != {head}:
-                wrong += 1
+        wrong += sum(got.get(head, set()) != {head} for head in range(mine.start, mine.end))
         wrong += sum(1 for h in got if not mine.start <= h < mine.end)
     return wrong
 
@@ -126,11 +124,7 @@ def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
 
 def request_failure(p_tp: int, d_tp: int) -> str | None:
     """Why SGLang's bootstrap fails every request where one TP size does not divide the other
-    (None where it does). A decode rank pointed at a prefill rank that does not exist gets no
-    bootstrap entry for it (``CommonKVBootstrapServer._handle_route_get`` answers 404) and fails
-    the request at once; a prefill rank no decode rank targets waits in Bootstrapping for one
-    that never comes, and the prefill ranks' polls fail the request after
-    SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s by default)."""
+    (``CommonKVBootstrapServer._handle_route_get``'s 404, or the bootstrap timeout), else None."""
     found = rank_findings(p_tp, d_tp)
     if found.missing:
         d, p = found.missing[0]

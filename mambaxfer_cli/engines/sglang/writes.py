@@ -1,8 +1,6 @@
-"""What SGLang writes into each decode rank's slot, per (state, layer) entry, and what it should
-write: the exact bytes come from mambaxfer's own layout and reads (``planning/layout.py``,
-``planning/reads.py``), SGLang's from its blocks (``slices.py``) and rank mapping (``ranks.py``).
-
-Offsets are within one slot of one layer's entry; every layer of a field moves alike."""
+"""What SGLang writes into each decode rank's slot, per (state, layer) entry (``slices.py``, ``ranks.py``),
+and the exact bytes (``planning/reads.py``). Offsets are within one slot of one layer's entry; every layer
+of a field moves alike."""
 
 from __future__ import annotations
 
@@ -76,10 +74,8 @@ def check_side(model: ModelSpec, tp: int, release: Release = SGLANG_0_5_23) -> S
 
 def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
                   release: Release = SGLANG_0_5_23) -> tuple[StateWrite, ...]:
-    """Every write SGLang posts for one request, one layer: equal TP copies each item whole
-    (``_send_mamba_state``: the source's length, with no check on NIXL); different TP writes the
-    blocks of ``compute_mamba_state_slice_byte_blocks``. Mooncake refuses unequal items at equal
-    TP (a UserError here, with SGLang's words)."""
+    """Every write SGLang posts for one request, one layer: at equal TP each item whole (Mooncake
+    refuses unequal items), else the blocks of ``compute_mamba_state_slice_byte_blocks``."""
     out = []
     # The replicated side entries move as SGLang's slicer moves any dim-0 item.
     sides = {e.field: e for e in side_entries(decode.model)}

@@ -50,7 +50,7 @@ def shown(result: FunctionResult, whole: bool = False) -> Shown:
 
 
 def looks(report: Report) -> Looks:
-    return Looks("SGLang", f"mambaxfer conformance: SGLang {report.sglang_version} against mambaxfer's rules for "
+    return Looks("SGLang", f"mambaxfer conformance: SGLang {report.version} against mambaxfer's rules for "
                            f"{report.rules}",
                  "mambaxfer's call of this SGLang function needs updating (please report it with the SGLang version)",
                  shown, partial(shown, whole=True))
