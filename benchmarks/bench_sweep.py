@@ -85,11 +85,12 @@ def main() -> None:
         doc = json.loads(path.read_text())
         print("\n".join(tables(doc)))
         try:
-            from mambaxfer_cli.engines.vllm.transfer.bench import write_chart
+            from mambaxfer_cli.engines.vllm.transfer.bench import draw_chart
+            from mambaxfer_cli.render.report import chart_notes
 
-            why = write_chart(doc, path.with_suffix(".png"))
-            if why:
-                print(f"chart skipped: {why}", file=sys.stderr)
+            notes = chart_notes(draw_chart, doc, path.with_suffix(".png"))
+            if notes[0].startswith("chart skipped"):
+                print(notes[0], file=sys.stderr)
         except ImportError:
             pass
 

@@ -54,12 +54,23 @@ def check_chart(chart: Path | None) -> None:
         raise UserError(f"--chart needs matplotlib, which is not installed: {CHART_EXTRA}")
 
 
-def chart_notes(write: Callable[[dict, Path], str | None], document: dict, chart: Path | None) -> list[str]:
-    """The line said of a bench's chart (``write`` writes it, or says why not); none when none was asked."""
+def chart_notes(draw: Callable[[dict, Any], Any], document: dict, chart: Path | None) -> list[str]:
+    """Writes a bench's chart, the figure ``draw(document, pyplot)`` returns, and says so, or why not;
+    none when none was asked."""
     if chart is None:
         return []
-    why = write(document, chart)
-    return [f"chart skipped: {why}" if why else f"chart written to {chart}"]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return [f"chart skipped: matplotlib is not installed ({CHART_EXTRA})"]
+    figure = draw(document, plt)
+    figure.tight_layout()
+    figure.savefig(chart)
+    plt.close(figure)
+    return [f"chart written to {chart}"]
 
 
 def pairings_junit(title: str, results: Sequence, seconds: float, case: Callable[[Any], tuple]) -> str:

@@ -5,7 +5,6 @@ one-descriptor limit's; vLLM's WRITE row is its layout pushed, so the table tell
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -66,17 +65,9 @@ def label(row: dict[str, Any]) -> str:
     return f"{row['device']} {engine} {row['direction']} {'blocks' if row['layout'] == BLOCKS else 'slots'}{size}"
 
 
-def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
+def draw_engines_chart(document: dict[str, Any], plt: Any) -> Any:
     """Per row, the planned rate beside the limit's (GB/s), each bar labelled with its descriptors
-    and bytes per descriptor. Returns why not when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install 'mambaxfer[bench]')"
-
+    and bytes per descriptor: the figure."""
     rows = document["rows"]
     fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.62 * len(rows)), dpi=120)
     height = 0.38
@@ -98,10 +89,7 @@ def write_engines_chart(document: dict[str, Any], path: Path) -> str | None:
     ax.set_title(f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}: vLLM and SGLang",
                  fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return None
+    return fig
 
 
 ENGINES_LEGEND = ("READ: D pulls, WRITE: P pushes; vLLM moves per-block regions, SGLang per-slot entries · "

@@ -172,31 +172,31 @@ H100_PLATFORM = StandIn("current_platform", device_name="cuda", is_cuda=lambda: 
 
 # --- the worker stand-in ------------------------------------------------------------------------
 
+def unpaired_worker() -> dict:
+    """The worker state every stand-in worker starts with, whatever its engine: one pipeline stage
+    and device, no host buffer, no peer's blocks known yet (new dicts each call)."""
+    return {"pp_size": 1, "pcp_size": 1, "dcp_size": 1, "device_id": 0, "use_host_buffer": False, "_has_mamba": True,
+            "_transfer_layer_group_ids": (), "_transfer_layer_region_indices": (), "dst_num_blocks": {},
+            "dst_region_num_blocks": {}, "dst_region_group_ids": {}, "dst_uses_region_group_mapping": {}}
+
+
 def worker_attributes(engine: "EngineState", rank: int) -> dict:
     """What the NIXL worker functions conformance calls read of ``self``: the state
     ``register_kv_caches`` leaves for this model, engine geometry and rank."""
     g = engine.geometry
     regions = len(engine.regions)
-    return {
+    return unpaired_worker() | {
         "engine_id": D_ENGINE if engine.role == "decode" else P_ENGINE,
         "tp_rank": rank,
         "tp_size": engine.tp,
-        "pp_size": 1,
-        "pcp_size": 1,
-        "dcp_size": 1,
-        "device_id": 0,
         "use_mla": engine.model.mla,
-        "use_host_buffer": False,
         "block_size": g.kernel_block_size,
         "num_blocks": g.num_blocks,
         "_logical_num_blocks": g.logical_blocks,
         "_physical_blocks_per_logical_kv_block": g.blocks_per_logical,
-        "_has_mamba": True,
         "_conv_decomp": engine.conv_split,
         "_mamba_ssm_size": engine.conv_split.ssm_sizes,
         "_ple_group_index": None,
-        "_transfer_layer_group_ids": (),
-        "_transfer_layer_region_indices": (),
         "_transfer_layer_names": (),
         "_dcp_replicated_groups": set(),
         "_is_hma_required": True,
@@ -217,10 +217,6 @@ def worker_attributes(engine: "EngineState", rank: int) -> dict:
         "vllm_config": StandIn("vllm_config", cache_config=StandIn(
             "vllm_config.cache_config", enable_prefix_caching=g.prefix_caching)),
         "transfer_topo": engine.topology(rank),
-        "dst_num_blocks": {},
-        "dst_region_num_blocks": {},
-        "dst_region_group_ids": {},
-        "dst_uses_region_group_mapping": {},
         "_dst_pairs": {},
         "tp_mappings": {},
     } | {k: engine.registered[k] for k in EngineState.REGISTERED if k in engine.registered}
@@ -1157,23 +1153,24 @@ class Installed:
                                                         for n in group.layer_names)), None)
         worker = object.__new__(self.worker_class)
         worker.__dict__.update(
+            unpaired_worker(),
             engine_id="registering", tp_rank=0, transfer_tp_rank=0, transfer_tp_size=tp, tp_size=tp, world_size=tp,
-            pp_size=1, dcp_size=1, pcp_size=1, device_id=0, block_size=geometry.kernel_block_size,
+            block_size=geometry.kernel_block_size,
             num_blocks=self.REGISTERED_BLOCKS * geometry.blocks_per_logical,
             _logical_num_blocks=self.REGISTERED_BLOCKS,
-            _physical_blocks_per_logical_kv_block=geometry.blocks_per_logical, use_mla=model.mla, _has_mamba=True,
+            _physical_blocks_per_logical_kv_block=geometry.blocks_per_logical, use_mla=model.mla,
             _is_csa_linear=csa_linear, _has_packed_cache=layout.is_block_outermost,
-            kv_cache_layout=layout.name, host_buffer_kv_cache_layout=layout.name, use_host_buffer=False,
+            kv_cache_layout=layout.name, host_buffer_kv_cache_layout=layout.name,
             host_xfer_buffers={}, kv_buffer_device="cuda", attn_backends=[], backend_name="registering",
             _layer_specs=layer_specs, kv_cache_config=kv_cache_config, nixl_memory_type="VRAM",
             nixl_wrapper=NO_NIXL, nixl_backends=[], _registered_descs=[], block_len_per_layer=[],
             block_stride_per_layer=[], region_group_ids=[], region_names=[], region_num_blocks=[],
             _region_is_mla=[], _ssm_region_indices=[], _scratch_region_indices=[], _head_sharded_draft_kv_heads=None,
-            kv_caches_base_addr={"registering": {}}, dst_num_blocks={}, dst_region_num_blocks={},
-            dst_region_group_ids={}, dst_region_mem_types={}, dst_uses_region_group_mapping={},
+            kv_caches_base_addr={"registering": {}},
+            dst_region_mem_types={},
             _group_spec_types=spec_types, src_xfer_handles_by_block_size={}, _mixed_mem_types=False,
             _mamba_ssm_size=self.conv_split(model, tp).ssm_sizes, _ple_region_index=None, _ple_block_len=None,
-            _ple_group_index=ple_group, _transfer_layer_group_ids=(), _transfer_layer_region_indices=(),
+            _ple_group_index=ple_group,
             vllm_config=None, model_config=StandIn("model_config", get_total_num_kv_heads=lambda: model.num_kv_heads),
             # what follows the regions (the local descriptors, the handshake payload) is NIXL's
             register_local_xfer_handler=lambda block_size: (None, None))
@@ -1266,22 +1263,19 @@ class Installed:
         config.cache_config.cache_dtype = engine.kv_cache_dtype
         if engine.mamba_ssm_dtype is not None:
             config.cache_config.mamba_ssm_cache_dtype = engine.mamba_ssm_dtype
-        if engine.speculative is not None:
-            config.speculative_config = self._speculative(*engine.speculative)
+        if engine.speculative is not None:     # the fields a server sets; vLLM's own class answers the rest
+            method, tokens = engine.speculative
+            draft = StandIn("speculative_config.draft_model_config", model="draft", revision=None, code_revision=None,
+                            hf_config=StandIn("draft_model_config.hf_config"))
+            config.speculative_config = Answered(
+                _symbol("vllm.config.speculative", "SpeculativeConfig"), "speculative_config", method=method,
+                num_speculative_tokens=tokens, draft_model_config=draft, parallel_drafting=False, kv_cache_dtype=None,
+                model="draft")
         backends = _symbol("vllm.distributed.kv_transfer.kv_connector.utils", "get_current_attn_backends")
         with calling("get_current_attn_backends"):
             name = backends(config)[0].get_name()
         return _run(f"{NIXL}.metadata", "compute_nixl_compatibility_hash", config, name,
                     "push" if engine.push else "pull")
-
-    def _speculative(self, method: str, tokens: int):
-        """A stand-in ``SpeculativeConfig``: the fields a server sets, and every other question
-        (``use_eagle()``, ``uses_target_hidden_states``, ...) answered by vLLM's own class."""
-        spec_class = _symbol("vllm.config.speculative", "SpeculativeConfig")
-        draft = StandIn("speculative_config.draft_model_config", model="draft", revision=None, code_revision=None,
-                        hf_config=StandIn("draft_model_config.hf_config"))
-        return Answered(spec_class, "speculative_config", method=method, num_speculative_tokens=tokens,
-                        draft_model_config=draft, parallel_drafting=False, kv_cache_dtype=None, model="draft")
 
 
 class Answered(StandIn):

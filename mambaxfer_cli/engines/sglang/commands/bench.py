@@ -129,9 +129,9 @@ class EnginesBenchReport(Report):
         return list(engines_tables(self.document))
 
     def notes(self) -> list[str]:
-        from mambaxfer_cli.engines.sglang.beside import wrong_bytes, write_engines_chart
+        from mambaxfer_cli.engines.sglang.beside import wrong_bytes, draw_engines_chart
 
-        notes = chart_notes(write_engines_chart, self.document, self.chart)
+        notes = chart_notes(draw_engines_chart, self.document, self.chart)
         if not self.document["verified"]:
             notes.append(f"wrong bytes: {wrong_bytes(self.document)} over the runs marked WRONG; mambaxfer's exact "
                          f"plan landed them wrong; 'mambaxfer check --engine vllm,sglang --model {self.model} "

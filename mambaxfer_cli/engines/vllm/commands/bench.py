@@ -133,9 +133,9 @@ class BenchReport(Report):
         return list(bench_tables(self.document))
 
     def notes(self) -> list[str]:
-        from mambaxfer_cli.engines.vllm.transfer.bench import write_chart
+        from mambaxfer_cli.engines.vllm.transfer.bench import draw_chart
 
-        notes = chart_notes(write_chart, self.document, self.chart)
+        notes = chart_notes(draw_chart, self.document, self.chart)
         if not self.document["verified"]:
             wrong = sum(row["wrong_bytes"] for point in self.document["points"]
                         for rows in point["variants"].values() for row in rows.values())

@@ -106,11 +106,6 @@ class Ours:
             model_dtype=setting.dtype or model.model_dtype, pipeline=setting.pipeline,
             stochastic_rounding=setting.stochastic_rounding, v2_runner=not setting.v1_runner)
 
-    @property
-    def model_runner_v1(self) -> bool:
-        """Whether the release still has Model Runner V1 (takes VLLM_USE_V2_MODEL_RUNNER=0)."""
-        return "VLLM_USE_V2_MODEL_RUNNER" not in self.rules.fatal_env
-
     def grouping(self, model: ModelSpec) -> KVGrouping:
         if model.name not in self._grouping:
             self._grouping[model.name] = model_grouping(model)

@@ -203,7 +203,7 @@ class Comparison:
         supported = self.vllm.supports_replayssm(default.architecture)
         if supported is None:
             return self.skip((REPLAYSSM,), f"vLLM's registry loads no class for {default.architecture}")
-        for setting in replayssm_settings(supported or default.supported, self.ours.model_runner_v1):
+        for setting in replayssm_settings(supported or default.supported, self.ours.rules.model_runner_v1):
             ours = self.ours.replayssm_case(model, setting)
             theirs = self.vllm.replayssm_refusal(replace(ours, supported=supported))
             mine = self.ours.rules.replayssm(ours)

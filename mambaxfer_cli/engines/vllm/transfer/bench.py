@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import secrets
-from pathlib import Path
 from typing import Any
 
 from mambaxfer_cli.engines.vllm.transfer.bench_variants import (
@@ -93,16 +92,9 @@ def bench_document(planned: Plan, points: list[dict[str, Any]], iters: int) -> d
             "points": points, "verified": all(p["verified"] for p in points)}
 
 
-def write_chart(document: dict[str, Any], path: Path) -> str | None:
+def draw_chart(document: dict[str, Any], plt: Any) -> Any:
     """GB/s against request size, one line per variant and direction (READ solid, WRITE dotted), the
-    limit in black. Returns why not when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install 'mambaxfer[bench]')"
+    limit in black: the figure."""
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     colours = {PLANNED: "tab:blue", COALESCED: "tab:orange", LIMIT: "black"}
     markers = {PLANNED: "o", COALESCED: "s", LIMIT: ""}
@@ -122,7 +114,4 @@ def write_chart(document: dict[str, Any], path: Path) -> str | None:
     ax.set_title(f"{document['model']} {tp_pairing(document['p_tp'], document['d_tp'])}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return None
+    return fig
