@@ -18,7 +18,8 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.engines.vllm.transfer import whole_pages as ple_module
 from mambaxfer_cli.engines.vllm.transfer.plan_source import plan_to_execute
 from mambaxfer_cli.execute.tasks import cut_layers
-from mambaxfer_cli.engines.vllm.transfer.whole_pages import PageRead, ple_lists, ple_reads
+from mambaxfer_cli.engines.vllm.transfer import run as run_module, tasks as tasks_module
+from mambaxfer_cli.engines.vllm.transfer.whole_pages import PageRead, side_pages
 from mambaxfer_cli.engines.vllm.transfer.run import execute
 from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
 from mambaxfer_cli.execute.tasks import RunSettings
@@ -43,6 +44,23 @@ def execute_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
     return result.code, json.loads(result.stdout)
 
 
+def ple_side(plan, d_rank=0):
+    """D rank ``d_rank``'s PLE pages as execute moves them (lists, reads); None where none move."""
+    return next((side for side in side_pages(plan, d_rank) if side.lists.space == "ple"), None)
+
+
+def misread(monkeypatch, space, change):
+    """Every D rank's reads of the ``space`` pages changed by ``change`` wherever execute asks for them."""
+    real = ple_module.side_pages
+
+    def changed(plan_, d_rank):
+        return tuple(replace(side, reads=tuple(change(r, side) for r in side.reads)) if side.lists.space == space
+                     else side for side in real(plan_, d_rank))
+
+    for module in (tasks_module, run_module):
+        monkeypatch.setattr(module, "side_pages", changed)
+
+
 def local_plan(p_tp: int, d_tp: int, semantics: str, block_size: int | None = None):
     return plan_to_execute(cut_layers(load_model(MODEL), LAYERS), p_tp, d_tp, semantics=semantics, coalesce=False,
                            blocks=None, request_blocks=2, seed=0, engine=EngineFlags(block_size=block_size))
@@ -59,11 +77,11 @@ def test_every_byte_of_the_ple_page_is_moved_and_verified(p_tp, d_tp, semantics,
     plan = local_plan(p_tp, d_tp, semantics, block)
     assert plan.verdict.accepts
     _, decode = build_tasks(plan, SETTINGS)
-    page = ple_lists(plan)[1].page_bytes
+    page = ple_side(plan).lists.page_bytes
     for d, task in zip(doc["decode"], decode):
         # vLLM: the whole page once per SSM source P rank (8P4D: two); every byte of D's memory checked,
         # its PLE region included.
-        reads = len(ple_reads(plan, d["d_rank"]))
+        reads = len(ple_side(plan, d["d_rank"]).reads)
         assert reads == (p_tp // d_tp if semantics == "vllm" else 1)
         assert d["ple_descriptors"] == reads and d["ple_bytes"] == reads * page
         assert d["descriptors_posted"] == sum(len(r.local_ids) for r in task.reads) + reads + d["indexer_descriptors"]
@@ -85,7 +103,7 @@ def test_where_vllm_refuses_the_pairing_no_ple_page_moves():
     code, doc = execute_json("--p-tp", "1", "--d-tp", "2", "--semantics", "vllm")
     assert code == 0
     assert all(d["ple_descriptors"] == 0 and d["ple_bytes"] == 0 for d in doc["decode"])
-    assert ple_lists(local_plan(1, 2, "vllm")) is None
+    assert ple_side(local_plan(1, 2, "vllm")) is None
 
 
 def run_in_process(plan):
@@ -95,14 +113,11 @@ def run_in_process(plan):
 
 def test_a_ple_read_from_the_wrong_block_gives_wrong_bytes_on_d(monkeypatch):
     plan = local_plan(1, 1, "exact")
-    _, d_lists = ple_lists(plan)
+    d_lists = ple_side(plan).lists
     p_block, _ = ple_proof.block_pair(plan)
     wrong = (p_block + 1) % d_lists.logical_blocks
-
-    def misdirected(plan_, d_rank):     # P's page of another block: the right layer at the wrong offset
-        return tuple(PageRead(r.p_rank, r.local_ids, (wrong,)) for r in ple_reads(plan_, d_rank))
-
-    monkeypatch.setattr(ple_module, "ple_reads", misdirected)
+    # P's page of another block: the right layer at the wrong offset
+    misread(monkeypatch, "ple", lambda r, _: PageRead(r.p_rank, r.local_ids, (wrong,)))
     [d] = run_in_process(plan)
     check = d.check
     assert not check.ok and set(check.wrong_by_region) == {"ple", "ple page"}
@@ -117,11 +132,10 @@ def test_a_ple_read_from_the_wrong_block_gives_wrong_bytes_on_d(monkeypatch):
 
 def test_a_ple_read_onto_the_wrong_d_block_leaves_the_page_poisoned_and_is_a_stray_write(monkeypatch):
     plan = local_plan(1, 1, "exact")
-    _, d_lists = ple_lists(plan)
+    d_lists = ple_side(plan).lists
     _, d_block = ple_proof.block_pair(plan)
     wrong = (d_block + 1) % d_lists.logical_blocks
-    monkeypatch.setattr(ple_module, "ple_reads", lambda plan_, d_rank: tuple(
-        PageRead(r.p_rank, (wrong,), r.remote_ids) for r in ple_reads(plan_, d_rank)))
+    misread(monkeypatch, "ple", lambda r, _: PageRead(r.p_rank, (wrong,), r.remote_ids))
     [d] = run_in_process(plan)
     check = d.check
     assert check.first_by_region["ple"].reason == "never written"
@@ -206,16 +220,9 @@ def test_the_mtp_qsa_layers_pages_move_after_the_cut_and_every_byte_is_verified(
 
 def test_a_compressed_key_read_from_the_wrong_block_is_seen_on_d(monkeypatch):
     plan = local_plan(1, 1, "exact")
-    real = ple_module._indexer_reads
-
-    def misdirected(plan_, lists, d_rank, pairs):      # P's compressed keys of another block
-        reads = real(plan_, lists, d_rank, pairs)
-        if lists[1].space != "ckey":
-            return reads
-        return tuple(PageRead(r.p_rank, r.local_ids, tuple((i + 1) % lists[0].length for i in r.remote_ids))
-                     for r in reads)
-
-    monkeypatch.setattr(ple_module, "_indexer_reads", misdirected)
+    # P's compressed keys of another block
+    misread(monkeypatch, "ckey", lambda r, side: PageRead(
+        r.p_rank, r.local_ids, tuple((i + 1) % side.prefill_lists.length for i in r.remote_ids)))
     [d] = run_in_process(plan)
     check = d.check
     assert not check.ok and set(check.wrong_by_region) == {"ckey"}

@@ -100,7 +100,8 @@ def backend(name: str, mla: bool | None = None) -> Backend:
     if key in SPARSE_MLA_BACKENDS and mla is not None:     # kernel_backend: a model without sparse attention
         raise Refused(f"vLLM does not start this model's engines on {key}: \"Selected backend {key} is not "
                         f"valid for this configuration. Reason: [..., 'non-sparse not supported', ...]\" "
-                        f"(get_attn_backend_cls); its sparse MLA backends run {families.first('sparse_mla')} only")
+                        f"(get_attn_backend_cls); its sparse MLA backends run "
+                        f"{families.gathered('SPARSE_MLA')[0]} only")
     if mla is not None and (key in MLA_BACKENDS) != mla:
         kind, table = ("an MLA", MLA_BACKENDS) if mla else ("a non-MLA", BACKENDS)
         raise Refused(f"attention backend {key} does not run {kind} model's attention; choose one of: "

@@ -24,7 +24,7 @@ from mambaxfer_cli.engines.vllm.conformance.cases import (
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.serve_args import CONV_LAYOUT_VAR, KV_LAYOUT_VAR
 from mambaxfer_cli.planning.startup import architecture_names
-from mambaxfer_cli.engines.vllm.families import first
+from mambaxfer_cli.engines.vllm.families import first, gathered
 from mambaxfer_cli.engines.vllm.drafts import page_ratio
 from mambaxfer_cli.errors import UserError
 
@@ -649,7 +649,7 @@ class Installed:
     def qsa_symbols(self) -> tuple:
         """QSA's backend (it declares the layouts its engine may run), raw-key ring and
         compressed-key classes (its family's names by release)."""
-        backends, _ = first("qsa_classes")
+        backends, _ = gathered("QSA_CLASSES")[0]
         for module, *names in backends:
             with contextlib.suppress(CouldNotCall):
                 return tuple(_symbol(module, name) for name in names)
@@ -722,7 +722,7 @@ class Installed:
         if model.ple_qsa is not None and model.ple_qsa.has_qsa:
             backends.append(self.qsa_symbols()[0])
         if model.kpool_indexer is not None:      # the indexer's backends, which declare the layouts too
-            (indexer, classes), _ = first("indexer_classes")
+            (indexer, classes), _ = gathered("INDEXER_CLASSES")[0]
             backends += [_symbol(indexer, name) for name in classes]
         names = [layout.name for layout in _run(utils, "get_supported_kv_cache_layouts", backends)]
         specs = [self.mamba_spec(model, 1)] + ([self.attention_spec(model, 1, 16)] if model.has_attention else [])
@@ -939,8 +939,8 @@ class Installed:
     def qsa_backend(self):
         """The backend Qwen4Exp's QSA layers run whatever ``--attention-backend`` says (its family's
         names by release), its model's module imported first as vLLM does (their imports circle)."""
-        importlib.import_module(first("qsa_classes")[1][0])
-        module, names = first("qsa_backend_class")
+        importlib.import_module(gathered("QSA_CLASSES")[0][1][0])
+        module, names = gathered("QSA_BACKEND_CLASS")[0]
         for name in names:
             with contextlib.suppress(CouldNotCall):
                 return _symbol(module, name)
@@ -1008,7 +1008,7 @@ class Installed:
         out = {}
         # Indexer.__init__: the keys fp8 with a float32 scale per 128 (uint8 bytes), the ring bf16.
         key_bytes = g.index_head_dim + g.index_head_dim // 128 * 4
-        _, (caches, (keys, ring)) = first("indexer_classes")    # its family's classes
+        _, (caches, (keys, ring)) = gathered("INDEXER_CLASSES")[0]    # its family's classes
         for suffix, cls, head, dtype in (("k_cache", keys, key_bytes, self.torch.uint8),
                                          ("tail_cache", ring, g.index_head_dim, self.torch.bfloat16)):
             layer = object.__new__(_symbol(caches, cls))
@@ -1228,7 +1228,7 @@ class Installed:
         spec of its class's ``get_ple_mamba_state_shape_from_config`` (asked with equivalent keys)."""
         q = model.ple_qsa
         assert q is not None
-        _, (module, name) = first("qsa_classes")     # its family's class
+        _, (module, name) = gathered("QSA_CLASSES")[0]     # its family's class
         ple_class = getattr(importlib.import_module(module), name)
         calculator = _symbol("vllm.model_executor.layers.mamba.mamba_utils", "MambaStateDtypeCalculator")
         probe = self

@@ -30,6 +30,8 @@ LAYOUTS = ("BLHNC",)
 QUANT_BLOCK, SCALE_BYTES = 128, 4
 # The indexer's kernel pages in states (get_paged_mqa_page_sizes; SM 12.x: 64 only).
 PAGED_MQA_STATES = (32, 64)
+# The family vLLM's sparse MLA backends run.
+SPARSE_MLA = FAMILY
 
 
 def mtp_refusal(model_type: str, text_config: Mapping[str, Any]) -> str | None:
@@ -66,11 +68,6 @@ def attention_refusal(model_type: str, config: Mapping[str, Any], where: str) ->
 def layouts(model: ModelSpec) -> tuple[str, ...] | None:
     """The KV-cache layouts an engine of ``model`` may run: BLHNC, or None (not GLM-5-Next)."""
     return LAYOUTS if model.kpool_indexer is not None else None
-
-
-def sparse_mla() -> str:
-    """The family vLLM's sparse MLA backends run."""
-    return FAMILY
 
 
 def startup_refusal(model: ModelSpec, gpu: Gpu) -> str | None:
@@ -217,8 +214,7 @@ def with_refusals(verdict: Verdict, model: ModelSpec, prefill: EngineLayout, dec
                                                p_model))
 
 
-def indexer_classes() -> tuple[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]]:
-    """The (module, classes) the conformance probe asks for: the indexer's backends (they declare
-    the layouts too), then each MLA layer's two caches (the compressed keys', the tail ring's)."""
-    return (("vllm.v1.attention.backends.mla.indexer", ("Glm5NextIndexerBackend", "KpoolTailBackend")),
-            ("vllm.models.glm5next.common.attention", ("Glm5NextIndexerCache", "Glm5NextTailCache")))
+# The (module, classes) the conformance probe asks for: the indexer's backends (they declare the
+# layouts too), then each MLA layer's two caches (the compressed keys', the tail ring's).
+INDEXER_CLASSES = (("vllm.v1.attention.backends.mla.indexer", ("Glm5NextIndexerBackend", "KpoolTailBackend")),
+                   ("vllm.models.glm5next.common.attention", ("Glm5NextIndexerCache", "Glm5NextTailCache")))

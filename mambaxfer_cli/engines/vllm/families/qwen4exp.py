@@ -79,18 +79,15 @@ def kv_caches(model: ModelSpec) -> dict[int, tuple[str, ...]] | None:
 
 
 # The backend QSA layers run whatever --attention-backend says (``Qwen4ExpQSAAttention.__init__``
-# sets it; ``qsa_backend_class``: its class by release), on kernel blocks of any multiple of 16
+# sets it; ``QSA_BACKEND_CLASS``: its class by release), on kernel blocks of any multiple of 16
 # (``get_supported_kernel_block_sizes``): ``select_common_block_size`` never splits their block.
 QSA_BACKEND = Backend("QWEN4_EXP_QSA_TRITON", multiple_of=16)
+QSA_BACKEND_CLASS = ("vllm.models.qwen4_exp.nvidia.qsa", ("Qwen4ExpQSABackend", "Qwen4ExpQSAFlashAttentionBackend"))
 
 
 def kernel(model: ModelSpec, flags: EngineFlags) -> Backend | None:
     q = model.ple_qsa
     return QSA_BACKEND if q is not None and q.has_qsa else None
-
-
-def qsa_backend_class() -> tuple[str, tuple[str, ...]]:
-    return "vllm.models.qwen4_exp.nvidia.qsa", ("Qwen4ExpQSABackend", "Qwen4ExpQSAFlashAttentionBackend")
 
 
 def regions(model: ModelSpec, geometry: Geometry, ssm_slots: int, keyed_by_length: bool) -> tuple[Region, ...] | None:
@@ -278,11 +275,10 @@ def plan_notes(model: ModelSpec, p_model: ModelSpec, prefill: EngineLayout, deco
     return out
 
 
-def qsa_classes() -> tuple[tuple[tuple[str, str, str, str], ...], tuple[str, str]]:
-    """The classes the conformance probe asks for: by release, QSA's backend, ring and key caches; and
-    the model class that sizes the PLE state."""
-    return ((("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend", "QSARawKeyCache",
-              "QSACompressedKeyCache"),
-             ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend", "QSAKeyStateCache",
-              "QSACompressedKeyCache")),
-            ("vllm.models.qwen4_exp.nvidia.model", "Qwen4ExpForCausalLM"))
+# The classes the conformance probe asks for: by release, QSA's backend, ring and key caches; and the
+# model class that sizes the PLE state.
+QSA_CLASSES = ((("vllm.models.qwen4_exp.common.qsa_indexer", "QSAIndexerBackend", "QSARawKeyCache",
+                 "QSACompressedKeyCache"),
+                ("vllm.models.qwen4_exp.common.qsa_cache", "QSAStateBackend", "QSAKeyStateCache",
+                 "QSACompressedKeyCache")),
+               ("vllm.models.qwen4_exp.nvidia.model", "Qwen4ExpForCausalLM"))

@@ -58,9 +58,13 @@ class PageCheck:
     def first(self) -> WrongByte | None:
         return next(iter(self.first_by_region.values()), None)
 
-    def count(self, region: str, wrong: int) -> None:
-        if wrong:
-            self.wrong_by_region[region] = self.wrong_by_region.get(region, 0) + wrong
+    def count(self, region: str, wrong: np.ndarray) -> int | None:
+        """Counts the bytes ``wrong`` marks against ``region``; the (flat) index of the first, None if none."""
+        n = int(np.count_nonzero(wrong))
+        if not n:
+            return None
+        self.wrong_by_region[region] = self.wrong_by_region.get(region, 0) + n
+        return int(np.argmax(wrong))
 
     def lines(self) -> list[str]:
         """Per wrong region: how many bytes, why (as check says it), and its first wrong byte."""
@@ -137,10 +141,8 @@ def _check_side_page(check: PageCheck, task: DecodeTask, side: SidePages, page_:
     kept[:channels * unit].reshape(channels, unit)[:, :page_.keep] = True
     wrong = row != want
     for region, mask in ((space, kept), (f"{space} page", ~kept)):
-        bad = np.flatnonzero(wrong & mask)
-        check.count(region, int(bad.size))
-        if bad.size and region not in check.first_by_region:
-            offset = int(bad[0])
+        offset = check.count(region, wrong & mask)
+        if offset is not None and region not in check.first_by_region:
             source, writes = _side_source(side, page_, offset)
             wants = (d_lists if region == space else p_lists).describe(offset)
             check.first_by_region[region] = WrongByte(
@@ -167,20 +169,16 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
         want = page(e.shape, tensor, e.p_block)[:state]
         wrong = row[:state] != want
         for part in e.shape.parts:
-            bad = wrong[part.offset:part.end]
-            count = int(np.count_nonzero(bad))
-            check.count(part.region, count)
-            if count and part.region not in check.first_by_region:
-                offset = part.offset + int(np.flatnonzero(bad)[0])
+            at = check.count(part.region, wrong[part.offset:part.end])
+            if at is not None and part.region not in check.first_by_region:
+                offset = part.offset + at
                 source = _source(task, tensor, e.block, offset)
                 check.first_by_region[part.region] = WrongByte(
                     task.rank, e.kind, tensor, e.block, e.p_block, offset, e.shape.describe(offset),
                     int(want[offset]), int(row[offset]), 1 if source else 0, source)
-        padding = row[state:] != POISON
-        count = int(np.count_nonzero(padding))
-        check.count("padding", count)
-        if count:
-            strays.append((e.block, state + int(np.flatnonzero(padding)[0])))
+        at = check.count("padding", row[state:] != POISON)
+        if at is not None:
+            strays.append((e.block, state + at))
         tick(f"{where}, request page {e.block}")
     for p in whole:
         assert side is not None
@@ -193,12 +191,10 @@ def _check_tensor(check: PageCheck, task: DecodeTask, tensor: int, got: np.ndarr
     first_outside = None
     for at in range(0, len(outside), step):
         blocks = outside[at:at + step]
-        wrong = got[blocks] != POISON
-        count = int(np.count_nonzero(wrong))
-        check.count(STRAY, count)
-        if count and first_outside is None:      # blocks ascend: the first chunk with a stray has the first
-            row = int(np.flatnonzero(wrong.any(axis=1))[0])
-            first_outside = (int(blocks[row]), int(np.flatnonzero(wrong[row])[0]))
+        found = check.count(STRAY, got[blocks] != POISON)
+        if found is not None and first_outside is None:      # blocks ascend: the first chunk with a stray has the first
+            row, offset = divmod(found, got.shape[1])
+            first_outside = (int(blocks[row]), offset)
             strays.append(first_outside)
         tick(f"{where}, other pages {min(at + step, len(outside))} of {len(outside)}")
     if check.first_stray is None and strays:

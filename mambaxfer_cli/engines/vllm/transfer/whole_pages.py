@@ -156,25 +156,6 @@ def side_lists(plan: Plan, spaces: Sequence[str] = SPACES) -> tuple[tuple[PageLi
     return tuple(out)
 
 
-def ple_lists(plan: Plan) -> tuple[PageLists, PageLists] | None:
-    """P's and D's PLE lists; None without PLE state or where vLLM refuses the pages."""
-    found = side_lists(plan, (REGION,))
-    return found[0] if found else None
-
-
-def ple_reads(plan: Plan, d_rank: int) -> tuple[PageRead, ...]:
-    """D rank ``d_rank``'s PLE reads: the whole page of every PLE layer at the request's SSM block
-    pair, once per SSM source P rank under vLLM semantics, once from the first under the exact."""
-    lists = ple_lists(plan)
-    if lists is None:
-        return ()
-    p_block, d_block = block_pair(plan)
-    sources = families.first("ple_sources", plan.prefill, plan.decode, d_rank)
-    if plan.semantics != VLLM:
-        sources = sources[:1]
-    return _whole(lists, sources, ((p_block, d_block),))
-
-
 def _whole(lists: tuple[PageLists, PageLists], sources: Sequence[int],
            pairs: Sequence[tuple[int, int]]) -> tuple[PageRead, ...]:
     """Every layer's page of each block pair, whole, from each of ``sources``."""
@@ -209,8 +190,11 @@ def side_pages(plan: Plan, d_rank: int) -> tuple[SidePages, ...]:
     out = []
     for p_lists, d_lists in side_lists(plan):
         if d_lists.space == REGION:
-            reads = ple_reads(plan, d_rank)
+            # vLLM reads every PLE layer's whole page from each SSM source P rank (the same bytes
+            # from each); the exact plan from the first alone.
             pairs: Sequence[tuple[int, int]] = (block_pair(plan),)
+            sources = families.first("ple_sources", plan.prefill, plan.decode, d_rank)
+            reads = _whole((p_lists, d_lists), sources if plan.semantics == VLLM else sources[:1], pairs)
             keep = min(p_lists.unit_bytes, d_lists.unit_bytes)
         else:
             pairs = cache_pairs(plan, d_lists.space)
