@@ -239,28 +239,26 @@ def derive(state_bytes: int, a1: int | None, flags: EngineFlags, checkpoint_alig
     its flags, its prefill checkpoint alignment (with prefix caching) and its backend's kernel blocks."""
     kernel = kernel or kernel_backend(flags.attention_backend, flags.gpu, None, flags.kv_cache_dtype)
     requested = flags.requested_block_size
-    release, gpu = flags.release.name, flags.gpu.spec
-    if a1 is None:
-        return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, requested,
-                        requested, 1, None, state_bytes, state_bytes, flags.num_blocks, release=release, gpu=gpu,
-                        gdn_prefill_backend=gdn_prefill_backend)
-    alignment = checkpoint_alignment if flags.prefix_caching else 1
-    block = hybrid_block_size(state_bytes, a1, requested, kernel, alignment, mla)
-    if block > MAX_BLOCK_SIZE:
-        raise UserError(f"the SSM state ({state_bytes} bytes) needs attention blocks of {block} tokens, "
-                        f"more than any engine builds")
-    kernel_tokens = kernel.kernel_for(block)
-    per_logical = block // kernel_tokens
-    derived = per_logical
-    wanted = flags.blocks_per_logical
-    overridden = wanted is not None and wanted != per_logical
-    if wanted is not None and overridden:
-        per_logical = wanted
-        if block % per_logical:
-            raise UserError(f"{per_logical} kernel blocks per logical block do not divide the block of "
-                            f"{block} tokens")
-        kernel_tokens = block // per_logical
-    return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, block, kernel_tokens,
-                    per_logical, a1, state_bytes, block * a1, flags.num_blocks, overridden, derived,
-                    release=release, gpu=gpu, gdn_prefill_backend=gdn_prefill_backend,
+    # SSM-only: one kernel block of the requested size per logical block, whose page is the state
+    block, kernel_tokens, per_logical, derived, alignment, overridden = requested, requested, 1, 1, 1, False
+    if a1 is not None:
+        alignment = checkpoint_alignment if flags.prefix_caching else 1
+        block = hybrid_block_size(state_bytes, a1, requested, kernel, alignment, mla)
+        if block > MAX_BLOCK_SIZE:
+            raise UserError(f"the SSM state ({state_bytes} bytes) needs attention blocks of {block} tokens, "
+                            f"more than any engine builds")
+        kernel_tokens = kernel.kernel_for(block)
+        per_logical = block // kernel_tokens
+        derived = per_logical
+        wanted = flags.blocks_per_logical
+        overridden = wanted is not None and wanted != per_logical
+        if wanted is not None and overridden:
+            per_logical = wanted
+            if block % per_logical:
+                raise UserError(f"{per_logical} kernel blocks per logical block do not divide the block of "
+                                f"{block} tokens")
+            kernel_tokens = block // per_logical
+    return Geometry(kernel.name, flags.kv_cache_dtype, flags.prefix_caching, block, kernel_tokens, per_logical, a1,
+                    state_bytes, state_bytes if a1 is None else block * a1, flags.num_blocks, overridden, derived,
+                    release=flags.release.name, gpu=flags.gpu.spec, gdn_prefill_backend=gdn_prefill_backend,
                     checkpoint_alignment=alignment)

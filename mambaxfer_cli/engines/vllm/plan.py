@@ -58,13 +58,8 @@ class PlanOptions:
         return Engines(self.prefill, self.decode)
 
 
-@dataclass(frozen=True)
-class Warning_:
-    code: str
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+# A plan's warning has a refusal's shape: a code and its words ({"code", "message"} in JSON).
+Warning_ = Refusal
 
 
 @dataclass(frozen=True)

@@ -101,10 +101,9 @@ def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines:
         if e.line.unknown:
             warnings.append(f"{name}: no vLLM release mambaxfer knows ({', '.join(NAMES)}) has "
                             f"{', '.join(e.line.unknown)}: vllm serve exits with 'unrecognized arguments'")
-        for flag, releases in e.line.release_only:
-            if e.release.name not in releases:
-                warnings.append(f"{name}: {flag} is known to vLLM {', '.join(releases)} only, and this engine "
-                                f"runs vLLM {e.release.name}: vllm serve exits with 'unrecognized arguments'")
+        warnings += [f"{name}: {flag} is known to vLLM {', '.join(releases)} only, and this engine runs vLLM "
+                     f"{e.release.name}: vllm serve exits with 'unrecognized arguments'"
+                     for flag, releases in e.line.release_only if e.release.name not in releases]
         if (e.line.attention_backend is None and e.model.has_attention and e.flags.attention_backend is None
                 and e.model.kpool_indexer is None):     # GLM-5-Next: vLLM's sparse pick, shown in the table
             warnings.append(f"{name}: no --attention-backend: {e.attention_backend} assumed (vLLM's pick on "
