@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "check": ("mambaxfer_cli.cli.check_cmd:check",
               "Will these P/D pairings work? Each pairing's transfer is simulated on real bytes and every byte and "
               "descriptor ID verified: mambaxfer's exact plan, and the reads vLLM issues or the writes SGLang posts.",
-              VERDICT),
+              VERDICT + ", or mambaxfer's exact plan is wrong (one line each, with the fix)"),
     "preflight": ("mambaxfer_cli.cli.preflight_cmd:preflight",
                   "Check a P/D deployment from its two server command lines (vLLM's vllm serve, SGLang's "
                   "launch_server): the release's verdict, a byte-level check of its transfers, and the corrected "
@@ -68,8 +68,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "conformance": ("mambaxfer_cli.cli.conformance_cmd:conformance",
                     "Run the installed engine's own functions (vLLM's or SGLang's) on each model and P/D pairing and "
                     "compare every answer with mambaxfer's.",
-                    f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called; "
-                    f"{EXIT_USAGE} no vLLM installed here (with --engine sglang: no SGLang)"),
+                    f"{EXIT_OK} every function agrees; {EXIT_WRONG} a function differs or could not be called (no vLLM "
+                    f"installed here, with --engine sglang no SGLang, is a usage error)"),
     "schema": ("mambaxfer_cli.cli.schema_cmd:schema",
                "Print the JSON Schema (draft 2020-12) of a document mambaxfer emits (mambaxfer.NAME/v1).",
                f"{EXIT_OK} printed"),

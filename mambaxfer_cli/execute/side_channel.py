@@ -5,6 +5,7 @@ peer is waited for until the coordinator says stop.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import select
@@ -58,11 +59,10 @@ def send_frame(sock: socket.socket, header: dict[str, Any], blob: bytes) -> None
 
 def recv_frame(sock: socket.socket, keep_going: KeepGoing, what: str) -> tuple[dict[str, Any], bytes]:
     head_len, blob_len = _LENGTHS.unpack(_recv_exact(sock, _LENGTHS.size, keep_going, what))
-    try:
-        header = (json.loads(_recv_exact(sock, head_len, keep_going, what))
-                  if head_len <= MAX_HEADER and blob_len <= MAX_BLOB else None)
-    except (ValueError, RecursionError):      # not JSON, or nested past the parser's depth
-        header = None
+    header = None
+    if head_len <= MAX_HEADER and blob_len <= MAX_BLOB:
+        with contextlib.suppress(ValueError, RecursionError):     # not JSON, or nested past the parser's depth
+            header = json.loads(_recv_exact(sock, head_len, keep_going, what))
     if not isinstance(header, dict):
         raise SideChannelError(f"{what}: not a mambaxfer side-channel frame")
     return header, _recv_exact(sock, blob_len, keep_going, what)

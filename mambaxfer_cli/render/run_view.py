@@ -75,8 +75,9 @@ def ranks_named(role: str, count: int) -> str:
 def two_host_line(discovery: "Discovery", p_tp: int, d_tp: int, decode_does: str) -> str:
     """The line a two-host side prints first: where P waits, or what D does and through what (etcd, or
     the prefill ranks' NIXL listeners)."""
-    where = f"etcd {discovery.endpoints}, run {discovery.run_id}"
-    if discovery.mode != "etcd":
+    if discovery.mode == "etcd":
+        where = f"etcd {discovery.endpoints}, run {discovery.run_id}"
+    else:
         first, last = discovery.p_address(0), discovery.p_address(p_tp - 1)
         ports = str(first[1]) if p_tp == 1 else f"{first[1]}..{last[1]}"
         where = f"NIXL listener{'s' if p_tp > 1 else ''} {discovery.host}:{ports}"

@@ -72,6 +72,7 @@ class SGLangPlan:
         return kv_entries(KVSide(self.model, self.d_tp, page)) if page else ()
 
     def to_dict(self) -> dict[str, Any]:
+        dsa = self.dsa_entries
         return {
             "engine": "sglang", "release": self.release.version, "model": self.model.name,
             "p_tp": self.p_tp, "d_tp": self.d_tp, "backend": self.backend,
@@ -86,7 +87,7 @@ class SGLangPlan:
             "verdict": self.verdict.to_dict(),
             "draft": self.draft.to_dict() if self.draft else None,
             "dsa_pool": {"page_size": dsa_page_size(self.model),
-                         "entries": [e.to_dict() for e in self.dsa_entries]} if self.dsa_entries else None,
+                         "entries": [e.to_dict() for e in dsa]} if dsa else None,
         }
 
 

@@ -49,7 +49,8 @@ class RankFindings:
 
 def rank_findings(p_tp: int, d_tp: int) -> RankFindings:
     targets = [(d, p) for d in range(d_tp) for p in rank_mapping(p_tp, d_tp, d).target_ranks]
-    return RankFindings(tuple(r for r in range(p_tp) if r not in {p for _, p in targets}),
+    pointed = {p for _, p in targets}
+    return RankFindings(tuple(r for r in range(p_tp) if r not in pointed),
                         tuple((d, p) for d, p in targets if p >= p_tp))
 
 

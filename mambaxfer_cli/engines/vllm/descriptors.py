@@ -54,9 +54,11 @@ class ListShape:
         return self.ssm_tensors * (self.ssm_regions if k is None else k) * self.logical_blocks
 
     def to_dict(self) -> dict[str, Any]:
-        fields = {name: value for name, value in vars(self).items() if name not in ("ssm_regions", "regions")}
-        return fields | {"attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()} | (
-            {"regions": self.regions} if self.regions else {})
+        return {"tensors": self.tensors, "ssm_tensors": self.ssm_tensors,
+                "attention_streams": self.attention_streams, "num_blocks": self.num_blocks,
+                "blocks_per_logical": self.blocks_per_logical,
+                "attention_descs": self.attention_descs, "ssm_descs": self.ssm_descs()} | (
+                    {"regions": self.regions} if self.regions else {})
 
 
 def list_shape(grouping: KVGrouping, num_blocks: int, blocks_per_logical: int,

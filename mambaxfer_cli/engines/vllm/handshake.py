@@ -77,7 +77,8 @@ MAX_HYBRID_BLOCK_SPLIT = 128     # base_worker.py _MAX_HYBRID_BLOCK_SPLIT
 
 def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = PULL) -> EngineLayout:
     """``_split_remote_blocks``: a pulling hybrid MLA+SSM engine views the remote's kernel blocks as
-    ``gcd(local, remote)``-token blocks when its own are not a multiple of them (a split of at most 128)."""
+    ``gcd(local, remote)``-token blocks when its own are not a multiple of them; past a split of 128, vLLM
+    logs a warning and pairs nothing."""
     if mode != PULL or not local.mla or not local.has_attention or not remote.has_attention or remote.packed:
         return remote       # packed rows (block stride != block length): vLLM warns and splits nothing
     mine, theirs = local.kernel_tokens, remote.kernel_tokens

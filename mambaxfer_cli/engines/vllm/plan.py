@@ -197,20 +197,20 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             is_base = local_regions == whole and local_attn == whole_block(decode)
             local = DescriptorList(d_shape, local_regions, local_attn)
             remote = DescriptorList(p_shape, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
-            slots: list[tuple[list[int] | None, list[int] | None]] = []
+            pairs: list[tuple[list[int] | None, list[int] | None]] = []
             for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
                 if kind == PLE:     # its page, from each SSM source: in vLLM's numbering only
                     use = numbered is not None and p_rank in ssm
-                    slots.append((integers(db), integers(pb)) if use else (None, None))
+                    pairs.append((integers(db), integers(pb)) if use else (None, None))
                 # a ring group's pages are the indexer's: in vLLM's numbering only
                 elif kind == SSM or how is None or (kind == RING and numbered is None):
-                    slots.append((None, None))
+                    pairs.append((None, None))
                 elif kind == RING:    # its one block per request, whole: the first piece of each side's kernel block
-                    slots.append(_ring_slots(db, pb, len(local_attn), len(remote_attn), d_bpl, p_bpl,
+                    pairs.append(_ring_slots(db, pb, len(local_attn), len(remote_attn), d_bpl, p_bpl,
                                              numbered.ring_tokens if numbered else 0, tokens, last_token))
                 else:
-                    slots.append(how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d))
-            local_slots, remote_slots = [pair[0] for pair in slots], [pair[1] for pair in slots]
+                    pairs.append(how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d))
+            local_slots, remote_slots = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
             spt = d_shape.streams_per_tensor
             counts = tuple(tensors * local.k * len(db) if kind == SSM
                            else 0 if slots is None else len(slots) if kind == PLE

@@ -57,8 +57,9 @@ def _starts(ch: Channel, step: str, idle: Idle | None = None) -> Callable[[int],
 
 def _follow(ch: Channel, step: str, iters: int, idle: Idle) -> None:
     """A rank that does not post in this step meets the initiators at each iteration's start."""
+    start = _starts(ch, step, idle)
     for i in range(-1, iters):
-        _starts(ch, step, idle)(i)
+        start(i)
 
 
 def _limit(name: str, task: PrefillTask | DecodeTask, memory: RankMemory, local: int, remote_name: str,
