@@ -57,19 +57,13 @@ def _etcd_healthy(url: str, wait: float) -> bool:
         time.sleep(0.1)
 
 
-def _free_port(host: str) -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def etcd(tmp_path_factory) -> str:
     """Client URL of a real etcd server: the one .ci/run started, else one started here on loopback
     (Debian's etcd-server). Missing in CI is a failure, never a skip."""
     import shutil
+
+    from rank_processes import free_port
 
     url = os.environ.get(ETCD_ENV)
     if url:
@@ -83,7 +77,10 @@ def etcd(tmp_path_factory) -> str:
             pytest.fail("CI=true but there is no etcd server (apt-get install etcd-server; .ci/run does it)")
         pytest.skip("no etcd server here (apt-get install etcd-server)")
     host = "127.0.0.5"
-    client, peer = _free_port(host), _free_port(host)
+    client = free_port(host=host)
+    peer = free_port(host=host)
+    while peer == client:
+        peer = free_port(host=host)
     url = f"http://{host}:{client}"
     data = tmp_path_factory.mktemp("etcd")
     log = open(data / "etcd.log", "w")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -55,12 +57,44 @@ def reached(log: Path, rank: str, fragment: str) -> bool:
 
 def wait_until(log: Path, rank: str, fragment: str, *commands) -> None:
     """Follow a run until ``rank`` reports ``fragment``: no clock, the run's own no-progress
-    timeout ends it otherwise, and a command that ended first fails the wait."""
+    timeout ends it otherwise, and a command that ended first fails the wait with its own stderr."""
     while not reached(log, rank, fragment):
         ended = [c for c in commands if c.poll() is not None]
-        assert not ended, f"{rank} never reported {fragment!r}; a command ended ({ended[0].returncode}): " \
-                          f"{log.read_text() if log.exists() else ''}"
+        if ended:
+            try:
+                said = ended[0].communicate(timeout=10)[1]
+            except Exception as exc:   # its ranks may still hold the pipe
+                said = f"(its stderr unread: {exc})"
+            raise AssertionError(f"{rank} never reported {fragment!r}; {ended[0].args[4:]} ended "
+                                 f"({ended[0].returncode}), saying:\n{said}\nprogress:\n"
+                                 f"{log.read_text() if log.exists() else ''}")
         time.sleep(0.05)
+
+
+def free_port(count: int = 1, host: str = "0.0.0.0") -> int:
+    """A port with ``count`` free ports from it on, below the kernel's ephemeral range: a port the
+    kernel hands out (to another test's NIXL, UCX or etcd socket) could be taken between this check
+    and the run's own bind, one below that range only by a test that names it. Random, so two
+    xdist workers rarely pick the same one, and checked free."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    low = 10000 if ephemeral > 12000 else 1024
+    for _ in range(200):
+        port = random.randrange(low, ephemeral - count)
+        if all(_free(host, port + i) for i in range(count)):
+            return port
+    raise RuntimeError(f"no {count} free ports in {low}..{ephemeral - 1}")
+
+
+def _free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+            return True
+        except OSError:
+            return False
 
 
 def as_a_shell_starts() -> None:

@@ -24,31 +24,11 @@ from mambaxfer_cli.execute.faults import FAULT_ENV
 from mambaxfer_cli.engines.vllm.transfer.tasks import build_tasks
 from mambaxfer_cli.execute.tasks import RunSettings
 from mambaxfer_cli.readers.model_source import load_model
-from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, new_tag, wait_until
+from rank_processes import PROGRESS_LOG, as_a_shell_starts, assert_no_rank_left, free_port, new_tag, wait_until
 
 P_HOST = "127.0.0.2"
 JAMBA = ("--model", "jamba", "--layers", "8")                  # Mamba1 + attention, 8 KV-cache groups
 GRANITE = ("--model", "granite-4.0-h-tiny", "--layers", "6", "--semantics", "exact")   # Mamba2 + attention
-
-
-def free_port(count: int = 1) -> int:
-    """A port with ``count`` free ports from it on (P rank r listens on port + r)."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("0.0.0.0", 0))
-            port = sock.getsockname()[1]
-        if port + count <= 65535 and all(_free(port + i) for i in range(count)):
-            return port
-    raise RuntimeError("no free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("0.0.0.0", port))
-            return True
-        except OSError:
-            return False
 
 
 @dataclass
