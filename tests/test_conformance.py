@@ -309,6 +309,10 @@ APART_0_8B = ["--model", "qwen3.5-0.8b", "--speculative-config", json.dumps(OTHE
 # MiniCPM-V-4's EAGLE-3 drafter (2 KV heads of 128): half Qwen3.5-0.8B's page, its block raised instead.
 SMALLER_0_8B = APART_0_8B[:3] + [json.dumps(OTHER_PAGES | {"model": str(Path(BAMBA).with_name(
     "sgl-project__SpecForge__minicpm-v4-eagle3.partial.json"))})] + APART_0_8B[4:]
+# Past either model's KV heads (--max-tp 8): pages that agree at one TP size only, drafter heads
+# sliced by the target's, a drafter's smaller kernel blocks paired from the last token.
+PAST_HEADS = {"other-pages": APART_0_8B, "smaller-pages": SMALLER_0_8B,
+              "nemotron": DRAFTED_8B[:3] + [json.dumps(OTHER_PAGES)] + DRAFTED_8B[4:]}
 RUNS = [{"name": "draft-apart-eagle3", "alter": "draft-apart", "args": DRAFTED_8B},
         {"name": "pad-pages", "alter": "pad-pages", "args": APART_0_8B},
         {"name": "eagle-heads", "alter": "eagle-heads", "args": DRAFTED_8B},
@@ -361,6 +365,7 @@ def installed_runs(release: str, tmp: Path) -> list[dict]:
             "kimi-k3-mtp": json_tp(tmp / "kimi-k3-mtp" / "config.json", "2"),
             "eagle3": ["--model", "nemotron-h-8b", "--speculative-config", EAGLE3, "--max-tp", "2", "--format", "json"],
             "eagle3-other-pages": APART_0_8B, "eagle3-smaller-pages": SMALLER_0_8B,
+            **{f"past-heads {name}": [*args[:-3], "8", *args[-2:]] for name, args in PAST_HEADS.items()},
             "qwen4exp": json_tp("qwen3.8-flash-next", "2")}
     found = [{"name": name, "alter": "as-installed", "args": args} for name, args in runs.items()]
     found += [{"name": f"layout {layout}", "alter": "as-installed", "args": ["--model", "jamba", "--max-tp", "2"],
@@ -568,6 +573,22 @@ def test_an_eagle3_drafter_agrees_with_vllm(release, ran):
         assert document["models"] == ["qwen3.5-0.8b + EAGLE3"]
         assert document["ok"] and all(f["outcome"] == "agrees" for f in document["functions"])
         assert by_function(document)["_compute_desc_ids"]["cases"] > 0
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+@pytest.mark.parametrize("name", sorted(PAST_HEADS))
+def test_past_the_kv_heads_every_drafted_case_agrees(release, name, ran):
+    """Up to TP 8, past the drafter's and the target's KV heads: each engine groups the drafter as
+    its own TP size's ranks hold it, the handshake refuses P and D that group it otherwise (0.34:
+    _pair_ssm_regions, before the block sizes; 0.33: an assert on the regions), a drafter's
+    smaller kernel blocks pair from the last token by its own block; the pairings whose plan
+    leaves the drafter out are named in a note, not compared."""
+    document = agreed(ran(release)[f"past-heads {name}"])
+    assert document["max_tp"] == 8 and document["ok"], document
+    assert by_function(document)["_compute_desc_ids"]["cases"] > 0
+    assert by_function(document)["handshake verdict"]["cases"] > 0
+    left = [n for n in document["notes"] if "descriptor IDs not compared at P/D TP" in n]
+    assert len(left) == 1 and "1/8" in left[0], document["notes"]
 
 
 def test_a_vllm_padding_the_targets_pages_for_the_drafter_differs(driven):

@@ -60,13 +60,15 @@ def test_each_release_as_vllm_states_it():
     assert (V0_34.version, V0_34.default_block_size, V0_34.connector_version) == ("0.34.0", 64, 16)
     # vLLM's order: the TP sizes before any metadata, the hash, then add_remote_agent's checks; last
     # the next() over attention groups in _build_local_splits_from_plan and _build_fa_remote.
+    # 0.33's asserts on the remote's regions (a drafter grouped otherwise) follow its host-buffer check.
     assert [c.__name__ for c in V0_33.pull_checks] == [
-        "tp_sizes", "compat_hash", "block_size", "dcp_sizes", "prefix_caching", "host_buffer", "mla_block_lens",
-        "head_sharded", "attention_free"]
-    # 0.34 pairs regions by advertised layers after the hash, and its push rule runs right after.
+        "tp_sizes", "compat_hash", "block_size", "dcp_sizes", "prefix_caching", "host_buffer", "draft_regions",
+        "mla_block_lens", "head_sharded", "attention_free"]
+    # 0.34 pairs regions by advertised layers after the hash (its push rule runs right after), and
+    # _pair_ssm_regions refuses groups that differ before the block sizes are compared.
     assert [c.__name__ for c in V0_34.push_checks] == [
-        "tp_sizes", "compat_hash", "advertised_layers", "push_identical_blocks", "block_size", "dcp_sizes",
-        "prefix_caching", "host_buffer", "mla_block_lens", "head_sharded", "attention_free"]
+        "tp_sizes", "compat_hash", "advertised_layers", "push_identical_blocks", "draft_groups", "block_size",
+        "dcp_sizes", "prefix_caching", "host_buffer", "mla_block_lens", "head_sharded", "attention_free"]
 
 
 @pytest.mark.parametrize("installed, expected, note", [

@@ -116,6 +116,37 @@ def test_past_the_heads_vllm_refuses_or_misreads_the_drafter():
     assert "lands wrong" not in " ".join(w["message"] for w in same["warnings"])
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_drafter_grouped_otherwise_is_refused_where_each_release_meets_it(release):
+    """Qwen3.5-0.8B at P TP 1 / D TP 4 with Qwen3.5-4B's drafter: D groups the drafter's layer with
+    the target's, P apart. 0.34's _pair_regions refuses that before it compares the block sizes;
+    0.33 meets the block sizes first (conformance past the heads checks both against vLLM). No
+    block size is offered as the fix: none changes the groups; preflight says the same."""
+    document = plan("qwen3.5-0.8b", "--d-tp", "4", "--speculative-config", eagle3(QWEN), "--vllm-version", release)
+    first = document["vllm"]["refusals"][0]["code"]
+    assert first == ("draft-groups" if release == "0.34" else "block-size"), document["vllm"]
+    assert document["vllm"]["suggested_block_size"] is None
+    kv = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+    line = f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve Qwen/Qwen3.5-0.8B --kv-transfer-config '{kv}' " \
+           f"--speculative-config '{eagle3(QWEN)}'"
+    said = run_cli("preflight", "--prefill", line, "--decode", line + " -tp 4", "--vllm-version", release,
+                   "--format", "json")
+    headline = json.loads(said.stdout)["headline"]
+    assert said.code == 1 and f"({first}: " in headline, (said.code, headline)
+
+
+def test_a_drafters_request_holds_the_targets_tokens_in_its_own_blocks():
+    """MiniCPM-V-4's drafter (half Qwen3.5-0.8B's page, so blocks twice the target's) at P TP 4 /
+    D TP 2 on FLASHINFER, P blocks of 320 tokens and D's of 576: one D block's tokens take two of
+    P's target blocks and one of P's 640-token drafter blocks (vLLM pairs no more)."""
+    document = plan("qwen3.5-0.8b", "--p-tp", "4", "--attention-backend", "FLASHINFER",
+                    "--speculative-config", eagle3(MINICPM), "--vllm-version", "0.34")
+    assert (document["engines"]["prefill"]["block_size"], document["engines"]["decode"]["block_size"]) == (320, 576)
+    request = document["descriptors"]["request"]
+    assert [len(b) for b in request["prefill_blocks"][-2:]] == [2, 1]
+    assert [len(b) for b in request["decode_blocks"][-2:]] == [1, 1]
+
+
 def test_one_tp_size_past_the_heads_plans_the_drafter():
     """P and D at one TP size past the KV heads, or both holding one head of each a rank, read
     whole pages of one P rank: Qwen3.5-0.8B at 4

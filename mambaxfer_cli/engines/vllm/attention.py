@@ -50,7 +50,7 @@ class AttentionRead:
         ``tokens`` tokens over these D and P kernel blocks."""
         kd, kp = self.local_tokens, self.remote_tokens
         nl, nr = len(self.local), len(self.remote)
-        p_count = -(-tokens // kp)
+        p_count = min(-(-tokens // kp), len(p_kernel))     # a drafter's P blocks may hold fewer (blocks raised)
         if self.mode == "block":
             count = min(len(d_kernel), p_count)
             return [b * nl for b in d_kernel[:count]], [b * nr for b in p_kernel[:count]]

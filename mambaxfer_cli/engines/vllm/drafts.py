@@ -243,16 +243,15 @@ def apart_at(model: ModelSpec, tp: int) -> bool:
     return (max(1, heads // tp), size) != (max(1, model.num_kv_heads // tp), model.head_size)
 
 
-def past_heads(model: ModelSpec, p_tp: int, d_tp: int) -> tuple[str, str]:
-    """What vLLM does with a drafter of other pages that ``planned_at`` leaves out: its refusal
-    where P and D group its layers otherwise, and what the warning says; ("", "") elsewhere."""
+def past_heads(model: ModelSpec, p_tp: int, d_tp: int) -> tuple[bool, str]:
+    """What vLLM does with a drafter of other pages that ``planned_at`` leaves out: whether P and D
+    group its layers otherwise (the handshake's ``draft-groups`` refusal), and what the warning
+    says; (False, "") elsewhere."""
     if not model.draft_attention or planned_at(model, p_tp, d_tp) is model or _whole_pages(model, p_tp, d_tp):
-        return "", ""
+        return False, ""
     if apart_at(model, p_tp) != apart_at(model, d_tp):
-        return ("Engine P puts Mamba/SSM hybrid KV layers in other cache groups than this worker; use the same "
-                "KV cache plan on P and D. (0.34: _pair_ssm_regions; 0.33 fails an assertion in "
-                "_validate_remote_agent_handshake: the drafter's pages are the target's on one side only)"), ""
-    return "", (f"vLLM pairs them but slices the drafter's pages by the target's {model.num_kv_heads} KV heads "
+        return True, ""
+    return False, (f"vLLM pairs them but slices the drafter's pages by the target's {model.num_kv_heads} KV heads "
                 f"(compute_tp_mapping), which past the drafter's {model.draft_attention[0]} are not its heads: "
                 f"its KV lands wrong; ")
 

@@ -97,9 +97,10 @@ def split_remote_blocks(remote: EngineLayout, local: EngineLayout, mode: str = P
 
 def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
             facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
-            enforce_hash: bool = True) -> Meeting:
+            enforce_hash: bool = True, draft_groups: bool = False) -> Meeting:
     """The pairing as the local engine's handshake sees it (D local when it pulls, P when it
-    pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release."""
+    pushes); ``facts``: (P's, D's) for the compatibility hash, each hashed by its own release;
+    ``draft_groups``: P and D group an EAGLE drafter's layers otherwise (``drafts.past_heads``)."""
     local, remote = (decode, prefill) if mode == PULL else (prefill, decode)
     remote = split_remote_blocks(remote, local, mode)
     # Without facts, only the geometry is known: the same model on both sides, so the backend and
@@ -119,15 +120,15 @@ def meeting(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
                    mla=local.mla, local_block_bytes=local.kernel_block_bytes,
                    remote_block_bytes=remote.kernel_block_bytes, local_dcp=local.flags.dcp_size,
                    remote_dcp=remote.flags.dcp_size, local_block_lens=local.region_block_lens,
-                   remote_block_lens=remote.region_block_lens)
+                   remote_block_lens=remote.region_block_lens, draft_groups=draft_groups)
 
 
 def refusals(prefill: EngineLayout, decode: EngineLayout, mode: str = PULL,
              facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
-             enforce_hash: bool = True) -> list[Refusal]:
+             enforce_hash: bool = True, draft_groups: bool = False) -> list[Refusal]:
     """vLLM's refusals of this pairing, in the order the local engine's handshake meets them (vLLM stops at
     the first; the others are what it would say once that one is fixed)."""
-    seen = meeting(prefill, decode, mode, facts, host_buffer, enforce_hash)
+    seen = meeting(prefill, decode, mode, facts, host_buffer, enforce_hash, draft_groups)
     local = decode if mode == PULL else prefill
     out: list[Refusal] = []
     for check in local.release.checks(mode):
@@ -146,12 +147,13 @@ def handshake_verdict(prefill: EngineLayout, decode: EngineLayout,
                       rebuild: Callable[[int], tuple[EngineLayout, EngineLayout]] | None = None,
                       extra: tuple[Refusal, ...] = (), mode: str = PULL,
                       facts: tuple[EngineFacts, EngineFacts] | None = None, host_buffer: bool = False,
-                      enforce_hash: bool = True) -> Verdict:
+                      enforce_hash: bool = True, draft_groups: bool = False) -> Verdict:
     """vLLM's verdict; where its geometry checks refuse and ``rebuild`` can re-derive both sides at
-    another block size, the smallest that fixes it (in the backend's steps, up to SEARCH_LIMIT)."""
-    found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash)) + tuple(extra)
+    another block size, the smallest that fixes it (in the backend's steps, up to SEARCH_LIMIT; none
+    where P and D group a drafter otherwise, which no block size changes)."""
+    found = tuple(refusals(prefill, decode, mode, facts, host_buffer, enforce_hash, draft_groups)) + tuple(extra)
     suggestion = None
-    if rebuild is not None and any(r.code in GEOMETRY_CODES for r in found):
+    if rebuild is not None and not draft_groups and any(r.code in GEOMETRY_CODES for r in found):
         step = max(prefill.kernel_backend.step, decode.kernel_backend.step)
         suggestion = next((size for size in range(step, min(SEARCH_LIMIT, MAX_BLOCK_SIZE) + 1, step)
                            if not geometry_refused(*rebuild(size), mode, host_buffer)), None)

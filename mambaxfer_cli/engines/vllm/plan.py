@@ -79,6 +79,7 @@ class Plan:
     # the lists execute posts and check proves where ``descriptors`` numbers vLLM's regions apart
     # from mambaxfer's KV-cache tensors (GLM-5-Next under vLLM semantics); None: ``descriptors``
     moved: DescriptorMap | None = field(default=None, compare=False)
+    draft_groups: bool = field(default=False, compare=False)   # P and D group a drafter's layers otherwise
 
     @property
     def moved_descriptors(self) -> DescriptorMap:
@@ -144,44 +145,49 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout,
     ``request_blocks`` D blocks (times ``scales``, rounded up) and the P blocks holding their tokens."""
     b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
 
-    def p_count(kind: str, d_count: int) -> int:
-        return -(-d_count * b_d // b_p) if kind == ATTENTION else d_count
+    def p_counts(d_counts: Sequence[int]) -> list[int]:
+        """P's blocks per group: an attention group's hold its D blocks' tokens (a drafter's of other
+        pages, the target's tokens in blocks 1/scale the target's); any other group's, one a D block."""
+        tokens = b_d * max((n for k, n, s in zip(groups, d_counts, scales) if k == ATTENTION and s == 1), default=1)
+        return [(-(-n * b_d // b_p) if s == 1 else math.ceil(tokens * s / b_p)) if k == ATTENTION else n
+                for k, n, s in zip(groups, d_counts, scales)]
 
     if options.request_blocks < 1:
         raise UserError("--request-blocks must be >= 1")
     # a tail ring is one block per request, whatever its length
     d_counts = [1 if kind == RING else math.ceil(options.request_blocks * scale) for kind, scale in zip(groups, scales)]
-    request = random_request([p_count(k, n) for k, n in zip(groups, d_counts)], d_counts,
-                             prefill.lists, decode.lists, options.seed)
+    request = random_request(p_counts(d_counts), d_counts, prefill.lists, decode.lists, options.seed)
     p_blocks, d_blocks = request.prefill_blocks, request.decode_blocks
     if options.decode_blocks is not None:
         d_blocks = parse_blocks(options.decode_blocks, len(groups), decode.lists, "decode")
+    needed = p_counts([len(d) for d in d_blocks])
     if options.prefill_blocks is not None:
         p_blocks = parse_blocks(options.prefill_blocks, len(groups), prefill.lists, "prefill")
     elif options.decode_blocks is not None:
-        p_blocks = random_request([p_count(k, len(d)) for k, d in zip(groups, d_blocks)], [0] * len(groups),
-                                  prefill.lists, decode.lists, options.seed).prefill_blocks
-    for kind, p, d in zip(groups, p_blocks, d_blocks):
-        if len(p) != p_count(kind, len(d)):
-            what = (f"{len(d)} D blocks of {b_d} tokens need {p_count(kind, len(d))} P blocks of {b_p} tokens"
-                    if kind == ATTENTION else f"{'a ring' if kind == RING else 'an SSM'} group needs as many P "
-                    f"blocks as D blocks ({len(d)})")
+        p_blocks = random_request(needed, [0] * len(groups), prefill.lists, decode.lists, options.seed).prefill_blocks
+    for kind, p, d, count, scale in zip(groups, p_blocks, d_blocks, needed, scales):
+        if len(p) != count:
+            what = (f"{len(d)} D blocks of {int(b_d / scale)} tokens need {count} P blocks of {int(b_p / scale)} "
+                    f"tokens" if kind == ATTENTION else f"{'a ring' if kind == RING else 'an SSM'} group needs as "
+                    f"many P blocks as D blocks ({len(d)})")
             raise UserError(f"--prefill-blocks and --decode-blocks do not pair: {what}, got {len(p)}")
     return Request(tuple(p_blocks), tuple(d_blocks))
 
 
 def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: EngineLayout, groups: Sequence[str],
-                      request: Request, semantics: str, group_tensors: Sequence[int],
+                      request: Request, semantics: str, group_tensors: Sequence[int], scales: Sequence[Fraction],
                       numbered: Numbering | None = None) -> list[DescriptorRead]:
     """Each D rank's reads as descriptor lists and IDs: on mambaxfer's lists (the KV-cache tensors,
-    what execute moves), or on vLLM's ``numbered`` regions where they are not those tensors."""
+    what execute moves), or on vLLM's ``numbered`` regions where they are not those tensors;
+    ``scales``: each group's blocks per target attention block (a drafter's page over the target's)."""
     has_attention = ATTENTION in groups and decode.has_attention
     b_d = decode.geometry.block_size
     p_bpl, d_bpl = prefill.geometry.blocks_per_logical, decode.geometry.blocks_per_logical
     p_shape, d_shape = (numbered.prefill, numbered.decode) if numbered else (prefill.lists, decode.lists)
     streams = numbered.group_streams if numbered else None
     last_token = decode.release.needs_remote_num_tokens(prefill.kernel_tokens, p_bpl, decode.kernel_tokens, d_bpl)
-    tokens = b_d * max((len(d) for k, d in zip(groups, request.decode_blocks) if k == ATTENTION), default=1)
+    tokens = b_d * max((len(d) for k, d, s in zip(groups, request.decode_blocks, scales) if k == ATTENTION and s == 1),
+                       default=1)
     out = []
     for d in decode.ranks:
         ssm = {r.p_rank: r for r in reads if r.d_rank == d.rank}
@@ -198,7 +204,7 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
             local = DescriptorList(d_shape, local_regions, local_attn)
             remote = DescriptorList(p_shape, tuple((s.remote_offset, s.size) for s in segs), remote_attn)
             pairs: list[tuple[list[int] | None, list[int] | None]] = []
-            for kind, pb, db in zip(groups, request.prefill_blocks, request.decode_blocks):
+            for kind, pb, db, scale in zip(groups, request.prefill_blocks, request.decode_blocks, scales):
                 if kind == PLE:     # its page, from each SSM source: in vLLM's numbering only
                     use = numbered is not None and p_rank in ssm
                     pairs.append((integers(db), integers(pb)) if use else (None, None))
@@ -208,8 +214,9 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
                 elif kind == RING:    # its one block per request, whole: the first piece of each side's kernel block
                     pairs.append(_ring_slots(db, pb, len(local_attn), len(remote_attn), d_bpl, p_bpl,
                                              numbered.ring_tokens if numbered else 0, tokens, last_token))
-                else:
-                    pairs.append(how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), len(db) * b_d))
+                else:   # a drafter's group of other pages: its kernel blocks hold 1/scale of the target's tokens
+                    held = len(db) * b_d if scale == 1 or not last_token else math.ceil(tokens * scale)
+                    pairs.append(how.slots(kernel_blocks(db, d_bpl), kernel_blocks(pb, p_bpl), held))
             local_slots, remote_slots = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
             spt = d_shape.streams_per_tensor
             counts = tuple(tensors * local.k * len(db) if kind == SSM
@@ -401,8 +408,8 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                 engine_layout(model, d_tp, with_block_size(options.decode, d_size or size), grouping, streams))
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
-    extra = _layout_refusal(prefill, decode) + ((Refusal("draft-groups", refused),) if refused else ())
-    verdict = handshake_verdict(prefill, decode, rebuild, extra=extra, facts=facts)
+    verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts,
+                                draft_groups=refused)
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
     verdict = families.first("with_refusals", verdict, model, prefill, decode, rebuild, p_model) or verdict
     verdict = not_started_first(verdict, _backend_refusals(p_model, model, options))
@@ -468,18 +475,19 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                                      f"derives {side.geometry.derived_blocks_per_logical}: this is not the "
                                      f"engine vLLM builds"))
 
-    request = _request(options, grouping.groups, prefill, decode, drafts.block_scales(model, grouping, d_tp))
+    scales = drafts.block_scales(model, grouping, d_tp)
+    request = _request(options, grouping.groups, prefill, decode, scales)
     tensors = group_tensors(grouping, decode)
-    dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors)
+    dreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors, scales)
     moved = DescriptorMap(grouping.groups, prefill.lists, decode.lists, request, tuple(dreads), tensors)
     numbered = _numbering(model, grouping, prefill, decode, options.semantics)
     descriptors = moved
     if numbered is not None:
         vreads = _descriptor_reads(reads, prefill, decode, grouping.groups, request, options.semantics, tensors,
-                                   numbered)
+                                   scales, numbered)
         descriptors = DescriptorMap(grouping.groups, numbered.prefill, numbered.decode, request, tuple(vreads),
                                     tensors, numbered.group_streams)
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
                 grouping, verdict, uncoalesced_reads=raw,
                 prefill_model=p_model if p_model is not model else None,
-                moved=moved if numbered is not None else None)
+                moved=moved if numbered is not None else None, draft_groups=refused)

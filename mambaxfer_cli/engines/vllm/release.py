@@ -105,6 +105,9 @@ class Meeting:
     # every region is one kernel block (local_block_bytes, remote_block_bytes).
     local_block_lens: tuple[int, ...] = ()
     remote_block_lens: tuple[int, ...] = ()
+    # P and D bucket an EAGLE drafter's layers otherwise: its pages are the target's at one TP size
+    # only (past its KV heads, every rank holds one head of each: drafts.past_heads)
+    draft_groups: bool = False
 
     @property
     def tp_ratio(self) -> int | None:
@@ -163,6 +166,25 @@ def block_size(m: Meeting) -> Refusal | None:
         return None
     return Refusal("block-size", f"Local block size {m.local_kernel} is not divisible by remote block size "
                                  f"{m.remote_kernel} or vice versa.")
+
+
+def draft_groups(m: Meeting) -> Refusal | None:
+    """0.34's ``_pair_regions`` (``_pair_ssm_regions``), after the layers each region holds and before
+    the block sizes: the remote holds the drafter's layers in other KV-cache groups."""
+    if not m.draft_groups:
+        return None
+    return Refusal("draft-groups", f"Engine {m.remote_name} puts Mamba/SSM hybrid KV layers in other cache groups "
+                                   "than this worker; use the same KV cache plan on P and D.")
+
+
+def draft_regions(m: Meeting) -> Refusal | None:
+    """0.33's ``_validate_remote_agent_handshake``: its asserts on the remote's regions, after the
+    block sizes, prefix caching and host buffer, fail where the two group the drafter's layers otherwise."""
+    if not m.draft_groups or not m.geometry_meets:
+        return None
+    return Refusal("draft-groups", "the KV regions do not pair: P and D hold the drafter's layers in other KV-cache "
+                                   "groups (its pages are the target's on one side only)",
+                   raised="AssertionError in _validate_remote_agent_handshake")
 
 
 def prefix_caching(m: Meeting) -> Refusal | None:

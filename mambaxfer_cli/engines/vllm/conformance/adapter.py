@@ -11,7 +11,9 @@ from mambaxfer_cli.engines.vllm.conformance.cases import (
     D_NUM_BLOCKS, DRAFT_CONFIG, MLA_BACKENDS, P_NUM_BLOCKS, SPARSE_MLA_BACKEND, Flags, Geometry,
     ReplaySSMSetting, Request, Variation, drafted, qsa_shown,
 )
-from mambaxfer_cli.engines.vllm.drafts import drafter_apart, speculative_config, with_drafts
+from mambaxfer_cli.engines.vllm.drafts import (
+    block_scales, drafter_apart, past_heads, planned_at, speculative_config, with_drafts,
+)
 from mambaxfer_cli.engines.vllm.engine import EngineLayout, engine_layout, gdn_backend
 from mambaxfer_cli.engines.vllm.geometry import EngineFlags
 from mambaxfer_cli.engines.vllm.gpu import Gpu, gdn_checkpoint_alignment, gpu
@@ -25,7 +27,7 @@ from mambaxfer_cli.engines.vllm.indexer_caches import caches
 from mambaxfer_cli.engines.vllm.kv_groups import KVGrouping, model_grouping
 from mambaxfer_cli.planning.layout import RankLayout, rank_layout
 from mambaxfer_cli.readers.model_config import spec_from_config
-from mambaxfer_cli.errors import Refused
+from mambaxfer_cli.errors import Refused, UserError
 from mambaxfer_cli.planning.model import ATTENTION, ModelSpec
 from mambaxfer_cli.engines.vllm.plan import PlanOptions, build_plan
 
@@ -107,9 +109,10 @@ class Ours:
             stochastic_rounding=setting.stochastic_rounding, v2_runner=not setting.v1_runner)
 
     def grouping(self, model: ModelSpec) -> KVGrouping:
-        if model.name not in self._grouping:
-            self._grouping[model.name] = model_grouping(model)
-        return self._grouping[model.name]
+        key = (model.name, model.draft_layers, model.draft_attention)
+        if key not in self._grouping:
+            self._grouping[key] = model_grouping(model)
+        return self._grouping[key]
 
     @staticmethod
     def qsa_caches(model: ModelSpec, block_size: int) -> dict:
@@ -147,7 +150,8 @@ class Ours:
             engine_flags = self.engine_flags(flags, num_blocks)
             if model.mla and flags.backend not in MLA_BACKENDS:   # vLLM's MLA backend for the GPU
                 engine_flags = replace(engine_flags, attention_backend=None)
-            layout = engine_layout(model, tp, engine_flags, self.grouping(model))
+            planned = planned_at(model, tp)    # a drafter's layers as this TP size's ranks group them
+            layout = engine_layout(planned, tp, engine_flags, self.grouping(planned))
             g = layout.geometry
             self._engines[key] = OurEngine(layout, Geometry(
                 g.block_size, g.kernel_block_size, g.blocks_per_logical, g.page_bytes, g.num_blocks,
@@ -172,8 +176,10 @@ class Ours:
     def verdict(prefill: OurEngine, decode: OurEngine, push: bool = False,
                 model: ModelSpec | None = None) -> str | None:
         """vLLM's first refusal of the pairing as mambaxfer predicts it (None: accepted); in push
-        mode P handshakes with D. ``model``: a Qwen4Exp's, whose QSA layout splits no heads."""
-        found = [r for r in refusals(prefill.layout, decode.layout, PUSH if push else PULL) if r.code != "compat-hash"]
+        mode P handshakes with D. ``model``: its head split's layout check and its drafter's groups."""
+        differ = model is not None and past_heads(model, prefill.layout.tp, decode.layout.tp)[0]
+        found = [r for r in refusals(prefill.layout, decode.layout, PUSH if push else PULL, draft_groups=differ)
+                 if r.code != "compat-hash"]
         if model is not None:
             local, remote = (prefill, decode) if push else (decode, prefill)
             heads = heads_refusal(model, local.layout.tp, remote.layout.tp, resolved_layout(model, None))
@@ -187,23 +193,38 @@ class Ours:
         return f"refused: {said}" if said is not None else resolved_layout(model, requested)
 
     def request(self, model: ModelSpec, prefill: OurEngine, decode: OurEngine) -> Request:
-        """One D logical block per KV-cache group and the P blocks that hold the same tokens, at
-        distinct, spread block IDs on each side."""
-        groups = self.grouping(model).groups
+        """One D logical block's tokens in each KV-cache group (one block, or a drafter's smaller
+        blocks that hold them) and the P blocks that hold the same tokens, at distinct, spread block
+        IDs on each side."""
+        planned = planned_at(model, prefill.layout.tp, decode.layout.tp)
+        grouping = self.grouping(planned)
+        # a drafter's group of other pages: the target's tokens in blocks 1/scale the target's
+        scales = block_scales(planned, grouping, decode.layout.tp)
         b_p, b_d = prefill.geometry.block_size, decode.geometry.block_size
-        p_counts = [math.ceil(b_d / b_p) if kind == ATTENTION else 1 for kind in groups]
+        p_counts = [math.ceil(b_d * s / b_p) if kind == ATTENTION else 1 for kind, s in zip(grouping.groups, scales)]
         return Request(_spread(p_counts, prefill.geometry.logical_blocks),
-                       _spread([1] * len(groups), decode.geometry.logical_blocks), b_d)
+                       _spread([math.ceil(s) for s in scales], decode.geometry.logical_blocks), b_d)
 
     def descriptor_ids(self, model: ModelSpec, p_tp: int, d_tp: int, flags: Flags,
-                       request: Request) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
-        """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer plans them."""
+                       request: Request) -> dict[tuple[int, int], tuple[list[int], list[int]]] | None:
+        """(local IDs, remote IDs) of each (D rank, P rank) read of ``request``, as mambaxfer plans them;
+        None where its plan leaves a drafter out (past the KV heads: plan's draft-layers warning)."""
+        if planned_at(model, p_tp, d_tp).draft_layers != model.draft_layers:
+            return None
         _, prefill_blocks, _, decode_blocks = request.cli()
         options = PlanOptions(
             semantics="vllm", prefill=self.engine_flags(flags, P_NUM_BLOCKS),
-            decode=self.engine_flags(flags, D_NUM_BLOCKS), grouping=self.grouping(model),
-            prefill_blocks=prefill_blocks, decode_blocks=decode_blocks)
-        plan = build_plan(model, p_tp, d_tp, options)
+            decode=self.engine_flags(flags, D_NUM_BLOCKS), prefill_blocks=prefill_blocks,
+            decode_blocks=decode_blocks)
+        try:
+            plan = build_plan(model, p_tp, d_tp, options)
+        except UserError:       # the request's groups are the drafter's, which the plan may leave out
+            if build_plan(model, p_tp, d_tp, replace(options, prefill_blocks=None, decode_blocks=None)
+                          ).model.draft_layers == model.draft_layers:
+                raise
+            return None
+        if plan.model.draft_layers != model.draft_layers:
+            return None
         return {(r.d_rank, r.p_rank): (r.local_ids.tolist(), r.remote_ids.tolist()) for r in plan.descriptors.reads}
 
     # --- the compatibility hash ----------------------------------------------------------------

@@ -103,6 +103,7 @@ class Comparison:
         self.notes: list[str] = []
         self._ids: dict = {}
         self._verdicts: dict = {}
+        self._drafted: dict[tuple[int, int], list[bool]] = {}   # per pairing: each variant planned its drafter
         self.speculative = ""      # the model's --speculative-config, for its cases' commands
 
     # --- bookkeeping ---------------------------------------------------------------------------
@@ -174,6 +175,14 @@ class Comparison:
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
+        left = [f"{p}/{d}" + ("" if not any(planned) else " (some backends and block sizes)")
+                for (p, d), planned in sorted(self._drafted.items()) if not all(planned)]
+        if left:
+            self.notes.append(f"{name}: descriptor IDs not compared at P/D TP {', '.join(left)}: mambaxfer plans no "
+                              f"layer of the drafter there (plan's draft-layers warning says why: past its KV heads "
+                              f"vLLM slices its pages by the target's heads, or refuses P and D that group them "
+                              f"otherwise; or P's and D's kernel blocks differ)")
+        self._drafted.clear()
         self.compatibility_hash(name, model)
 
     @compares(DRAFT_GROUPS)
@@ -417,6 +426,9 @@ class Comparison:
         if key not in self._ids:
             self._ids[key] = self._compute_ids(model, p_tp, d_tp, flags, p_ours, d_ours, prefill, decode)
         request, per_rank = self._ids[key]
+        self._drafted.setdefault((p_tp, d_tp), []).append(per_rank is not None)
+        if per_rank is None:
+            return
         for d_rank, (theirs, ours, shown) in enumerate(per_rank):
             case = self.case(name, p_tp, d_tp, flags=flags, d_rank=d_rank, request=request)
             if theirs is None:
@@ -432,6 +444,8 @@ class Comparison:
             mine = self.ours.descriptor_ids(model, p_tp, d_tp, flags, request)
         except UserError as exc:
             mine = {(d, -1): (f"mambaxfer cannot plan it: {exc}", []) for d in range(d_tp)}
+        if mine is None:
+            return request, None
         per_rank = []
         for d_rank in range(d_tp):
             ours = {p: ids for (d, p), ids in mine.items() if d == d_rank}

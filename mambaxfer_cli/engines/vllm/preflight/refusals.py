@@ -14,7 +14,7 @@ from mambaxfer_cli.engines.vllm.kv_layout import heads_refusal, layout_error
 from mambaxfer_cli.planning.dtypes import DTYPE_BYTES
 from mambaxfer_cli.engines.vllm.plan import Plan, PlanOptions, build_plan
 from mambaxfer_cli.engines.vllm.reads import VLLM, LengthMismatch, vllm_length_mismatches
-from mambaxfer_cli.engines.vllm.release import Meeting
+from mambaxfer_cli.engines.vllm.release import Meeting, draft_groups
 from mambaxfer_cli.engines.vllm.proof.check import PairingResult, check_plan
 from mambaxfer_cli.engines.vllm.proof.simulate import Simulation
 from mambaxfer_cli.planning.startup import parallel_refusal
@@ -310,12 +310,14 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
         local = d if mode == PULL else p
         found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
                                   (engine_facts(p, plan), engine_facts(d, plan)), local.kv_buffer_device == "cpu",
-                                  local.line.enforce_handshake_compat)
+                                  local.line.enforce_handshake_compat, plan.draft_groups)
         # a family's own checks: its connector's (CSA-linear, PLE), an engine whose ring does not divide its block
         found = families.first("with_refusals", found, d.model, plan.prefill, plan.decode, rebuild, p.model,
                                mode == PUSH) or found
-        first = [r for r in found.refusals if r.code in HANDSHAKE_FIRST]
-        refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in HANDSHAKE_FIRST]
+        # a drafter grouped otherwise: 0.34 refuses it before the block sizes, 0.33 after the layouts
+        early = HANDSHAKE_FIRST + (("draft-groups",) if draft_groups in local.release.checks(mode) else ())
+        first = [r for r in found.refusals if r.code in early]
+        refusals += first + layout_refusals(p, d, plan) + [r for r in found.refusals if r.code not in early]
         suggestion = found.suggested_block_size
     else:
         refusals += _no_geometry(p, d, mode)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from mambaxfer_cli.engines.vllm.release import (
     MAMBA2_SPEC_BACKEND, REPLAYSSM_BACKEND, SPECULATIVE_METHODS, Release, attention_free, block_size,
-    compat_hash, dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens, prefix_caching,
-    tp_sizes,
+    compat_hash, dcp_sizes, draft_regions, flashinfer_spec_buffer, head_sharded, host_buffer, mla_block_lens,
+    prefix_caching, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
 
@@ -33,8 +33,8 @@ MTP_METHODS = frozenset((
 # buffer, hybrid MLA block lengths),
 # _build_local_splits_from_plan (head-sharded reads) and the next() over attention groups there and
 # in _build_fa_remote (a model without attention). Push runs the same checks on P.
-CHECKS = (tp_sizes, compat_hash, block_size, dcp_sizes, prefix_caching, host_buffer, mla_block_lens, head_sharded,
-          attention_free)
+CHECKS = (tp_sizes, compat_hash, block_size, dcp_sizes, prefix_caching, host_buffer, draft_regions, mla_block_lens,
+          head_sharded, attention_free)
 
 
 def replayssm(c: ReplaySSM) -> str | None:

@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from mambaxfer_cli.engines.vllm.release import (
     MAMBA2_SPEC_BACKEND, PUSH, REPLAYSSM_BACKEND, SPECULATIVE_METHODS, Meeting, Refusal, Release,
-    attention_free, block_size, compat_hash, dcp_sizes, flashinfer_spec_buffer, head_sharded, host_buffer,
-    mla_block_lens, prefix_caching, tp_sizes,
+    attention_free, block_size, compat_hash, dcp_sizes, draft_groups, flashinfer_spec_buffer, head_sharded,
+    host_buffer, mla_block_lens, prefix_caching, tp_sizes,
 )
 from mambaxfer_cli.engines.vllm.releases.v0_33 import RELEASE as V0_33
 from mambaxfer_cli.engines.vllm.startup import ReplaySSM
@@ -67,10 +67,10 @@ RELEASE = replace(
     model_runner_v1=False,
     connector_version=16,
     default_block_size=64,
-    pull_checks=(tp_sizes, compat_hash, advertised_layers, block_size, dcp_sizes, prefix_caching, host_buffer,
-                 mla_block_lens, head_sharded, attention_free),
-    push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, block_size, dcp_sizes,
-                 prefix_caching, host_buffer, mla_block_lens, head_sharded, attention_free),
+    pull_checks=(tp_sizes, compat_hash, advertised_layers, draft_groups, block_size, dcp_sizes, prefix_caching,
+                 host_buffer, mla_block_lens, head_sharded, attention_free),
+    push_checks=(tp_sizes, compat_hash, advertised_layers, push_identical_blocks, draft_groups, block_size,
+                 dcp_sizes, prefix_caching, host_buffer, mla_block_lens, head_sharded, attention_free),
     every_region=False,
     hashed_speculative=("method", "model", "kv_cache_dtype"),
     pairs_from_last_token=True,
