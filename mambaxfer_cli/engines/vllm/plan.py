@@ -139,6 +139,14 @@ def _misread_warning(plan_reads_: Sequence[Read], prefill: Sequence[RankLayout],
     return [Warning_(code, f"{lead}: {shown}{more}")]
 
 
+def _request_tokens(groups: Sequence[str], d_counts: Sequence[int], scales: Sequence[Fraction], b_d: int) -> int:
+    """The tokens of a request of ``d_counts`` D blocks per group: the target's attention blocks', or
+    where the model keeps none (its layers cut), a drafter's blocks of other pages hold them."""
+    target = [n for k, n, s in zip(groups, d_counts, scales) if k == ATTENTION and s == 1]
+    return b_d * max(target) if target else max((math.floor(n * b_d / s) for k, n, s in zip(groups, d_counts, scales)
+                                                  if k == ATTENTION), default=b_d)
+
+
 def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout, decode: EngineLayout,
              scales: Sequence[Fraction]) -> Request:
     """Logical blocks per group: SSM groups one page per block on both sides; attention groups
@@ -148,7 +156,7 @@ def _request(options: PlanOptions, groups: Sequence[str], prefill: EngineLayout,
     def p_counts(d_counts: Sequence[int]) -> list[int]:
         """P's blocks per group: an attention group's hold its D blocks' tokens (a drafter's of other
         pages, the target's tokens in blocks 1/scale the target's); any other group's, one a D block."""
-        tokens = b_d * max((n for k, n, s in zip(groups, d_counts, scales) if k == ATTENTION and s == 1), default=1)
+        tokens = _request_tokens(groups, d_counts, scales, b_d)
         return [(-(-n * b_d // b_p) if s == 1 else math.ceil(tokens * s / b_p)) if k == ATTENTION else n
                 for k, n, s in zip(groups, d_counts, scales)]
 
@@ -186,8 +194,7 @@ def _descriptor_reads(reads: Sequence[Read], prefill: EngineLayout, decode: Engi
     p_shape, d_shape = (numbered.prefill, numbered.decode) if numbered else (prefill.lists, decode.lists)
     streams = numbered.group_streams if numbered else None
     last_token = decode.release.needs_remote_num_tokens(prefill.kernel_tokens, p_bpl, decode.kernel_tokens, d_bpl)
-    tokens = b_d * max((len(d) for k, d, s in zip(groups, request.decode_blocks, scales) if k == ATTENTION and s == 1),
-                       default=1)
+    tokens = _request_tokens(groups, [len(d) for d in request.decode_blocks], scales, b_d)
     out = []
     for d in decode.ranks:
         ssm = {r.p_rank: r for r in reads if r.d_rank == d.rank}

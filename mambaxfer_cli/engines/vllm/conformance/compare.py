@@ -175,13 +175,15 @@ class Comparison:
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
-        left = [f"{p}/{d}" + ("" if not any(planned) else " (some backends and block sizes)")
-                for (p, d), planned in sorted(self._drafted.items()) if not all(planned)]
-        if left:
-            self.notes.append(f"{name}: descriptor IDs not compared at P/D TP {', '.join(left)}: mambaxfer plans no "
-                              f"layer of the drafter there (plan's draft-layers warning says why: past its KV heads "
-                              f"vLLM slices its pages by the target's heads, or refuses P and D that group them "
-                              f"otherwise; or P's and D's kernel blocks differ)")
+        where = {part: ", ".join(f"{p}/{d}" for (p, d), planned in sorted(self._drafted.items())
+                                 if not all(planned) and any(planned) == part) for part in (False, True)}
+        if where[False] or where[True]:
+            said = "; ".join(filter(None, (where[False] and f"at P/D TP {where[False]}",
+                                           where[True] and f"for some backends and block sizes at {where[True]}")))
+            self.notes.append(f"{name}: descriptor IDs not compared where mambaxfer's plan leaves the drafter out "
+                              f"({said}): past its KV heads vLLM slices its pages by the target's heads or refuses "
+                              f"P and D that group them otherwise, and P's and D's kernel blocks may differ "
+                              f"(plan's draft-layers warning)")
         self._drafted.clear()
         self.compatibility_hash(name, model)
 
