@@ -126,13 +126,17 @@ def test_a_drafter_grouped_otherwise_is_refused_where_each_release_meets_it(rele
     first = document["vllm"]["refusals"][0]["code"]
     assert first == ("draft-groups" if release == "0.34" else "block-size"), document["vllm"]
     assert document["vllm"]["suggested_block_size"] is None
+    # the block sizes as vLLM's engines hold them: P's with the drafter apart (1152), not the plan's own
+    blocks = [r["message"] for r in document["vllm"]["refusals"] if r["code"] == "block-size"]
+    assert blocks == ["Local block size 320 is not divisible by remote block size 1152 or vice versa."], blocks
     kv = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
     line = f"VLLM_SSM_CONV_STATE_LAYOUT=DS vllm serve Qwen/Qwen3.5-0.8B --kv-transfer-config '{kv}' " \
            f"--speculative-config '{eagle3(QWEN)}'"
     said = run_cli("preflight", "--prefill", line, "--decode", line + " -tp 4", "--vllm-version", release,
                    "--format", "json")
-    headline = json.loads(said.stdout)["headline"]
-    assert said.code == 1 and f"({first}: " in headline, (said.code, headline)
+    answer = json.loads(said.stdout)
+    assert said.code == 1 and f"({first}: " in answer["headline"], (said.code, answer["headline"])
+    assert [answer["engines"][side]["geometry"]["block_size"] for side in ("prefill", "decode")] == [1152, 320]
 
 
 def test_a_drafters_request_holds_the_targets_tokens_in_its_own_blocks():

@@ -80,6 +80,14 @@ class Plan:
     # from mambaxfer's KV-cache tensors (GLM-5-Next under vLLM semantics); None: ``descriptors``
     moved: DescriptorMap | None = field(default=None, compare=False)
     draft_groups: bool = field(default=False, compare=False)   # P and D group a drafter's layers otherwise
+    # there, the engines vLLM's handshake meets: each with the drafter as its TP size's ranks group it
+    # (the plan's own engines leave the drafter out); None: ``prefill`` and ``decode``
+    met: tuple[EngineLayout, EngineLayout] | None = field(default=None, compare=False)
+
+    @property
+    def served(self) -> tuple[EngineLayout, EngineLayout]:
+        """The engines vLLM builds of the pairing (``met`` where the plan's own leave a drafter out)."""
+        return self.met or (self.prefill, self.decode)
 
     @property
     def moved_descriptors(self) -> DescriptorMap:
@@ -397,6 +405,7 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     if options.semantics not in SEMANTICS:
         raise UserError(f"unknown semantics '{options.semantics}'; choose one of: {', '.join(SEMANTICS)}")
     refused, misread = drafts.past_heads(model, p_tp, d_tp)
+    drafted = (options.prefill_model or model, model)
     model = drafts.planned_at(model, p_tp, d_tp)
     grouping = options.grouping or model_grouping(model)
     p_model = _prefill_model(model, options.prefill_model and drafts.planned_at(options.prefill_model, p_tp, d_tp))
@@ -415,8 +424,14 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
                 engine_layout(model, d_tp, with_block_size(options.decode, d_size or size), grouping, streams))
 
     facts = (engine_facts(p_model, prefill), engine_facts(model, decode))
-    verdict = handshake_verdict(prefill, decode, rebuild, extra=_layout_refusal(prefill, decode), facts=facts,
-                                draft_groups=refused)
+    met = None
+    if refused:     # vLLM's engines keep the drafter, each as its own TP size's ranks group it
+        sides = [engine_layout(at, tp, flags, model_grouping(at), options.attention_streams) for at, tp, flags in (
+            (drafts.planned_at(drafted[0], p_tp), p_tp, options.prefill),
+            (drafts.planned_at(drafted[1], d_tp), d_tp, options.decode))]
+        met = (split_remote_blocks(sides[0], sides[1]), sides[1])
+    verdict = handshake_verdict(*(met or (prefill, decode)), rebuild, extra=_layout_refusal(prefill, decode),
+                                facts=facts, draft_groups=refused)
     verdict = _with_kv_layout(verdict, model, p_tp, d_tp, options.kv_cache_layout)
     verdict = families.first("with_refusals", verdict, model, prefill, decode, rebuild, p_model) or verdict
     verdict = not_started_first(verdict, _backend_refusals(p_model, model, options))
@@ -497,4 +512,4 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
                 grouping, verdict, uncoalesced_reads=raw,
                 prefill_model=p_model if p_model is not model else None,
-                moved=moved if numbered is not None else None, draft_groups=refused)
+                moved=moved if numbered is not None else None, draft_groups=refused, met=met)

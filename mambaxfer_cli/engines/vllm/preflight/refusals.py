@@ -308,7 +308,7 @@ def assess(p: ServedEngine, d: ServedEngine) -> Assessment:
 
         layout = tuple(r for r in plan.verdict.refusals if r.code == "layout")
         local = d if mode == PULL else p
-        found = handshake_verdict(plan.prefill, plan.decode, rebuild, layout, mode,
+        found = handshake_verdict(*plan.served, rebuild, layout, mode,
                                   (engine_facts(p, plan), engine_facts(d, plan)), local.kv_buffer_device == "cpu",
                                   local.line.enforce_handshake_compat, plan.draft_groups)
         # a family's own checks: its connector's (CSA-linear, PLE), an engine whose ring does not divide its block

@@ -84,8 +84,8 @@ class Report(SharedReport[ServeLine, Assessment]):
                "byte_check_skipped": a.byte_check_skipped or None,
                "unchecked_mismatches": [f"{f.name}: P {f.prefill}, D {f.decode}" for f in a.unchecked_mismatches],
                "plan_warnings": [w.to_dict() for w in plan.warnings] if plan else []}
-        return self.document(head, engine(a.prefill, plan.prefill.geometry if plan else None),
-                             engine(a.decode, plan.decode.geometry if plan else None), own)
+        p_geometry, d_geometry = (side.geometry for side in plan.served) if plan else (None, None)
+        return self.document(head, engine(a.prefill, p_geometry), engine(a.decode, d_geometry), own)
 
 
 def preflight(prefill: ServeLine, decode: ServeLine, load: ModelLoader, engines: Engines = Engines()) -> Report:

@@ -35,7 +35,7 @@ def engines_table(report: Report) -> Table:
                              ("attention B/token", lambda g: cell_text(g.attention_bytes_per_token)),
                              ("SSM state B/rank", lambda g: str(g.state_bytes)),
                              ("page bytes", lambda g: str(g.page_bytes))):
-            table.add_row(label, shown(a.plan.prefill.geometry), shown(a.plan.decode.geometry))
+            table.add_row(label, *(shown(side.geometry) for side in a.plan.served))
     return table
 
 
