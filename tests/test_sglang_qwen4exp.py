@@ -70,6 +70,24 @@ def test_check_refuses_over_nixl_and_proves_the_rest():
     assert outcomes == {(1, 1): "right", (2, 2): "right", (1, 2): "refused", (2, 1): "refused"}
 
 
+def test_the_qsa_indexers_states_are_named_as_not_modelled():
+    """SGLang 0.5.23 sends a QSATokenToKVPool's QSA_PENDING and QSA_COMPRESSED states too
+    (disaggregation/utils.py, prefill.py); mambaxfer does not model them, and says so in the
+    verdict (plan's text and JSON) and check's unchecked lines, never for a model without them."""
+    said = "the QSA indexer's pending and compressed states, which SGLang moves too"
+    document = json.loads(run_cli("plan", "--engine", "sglang", "--model", PRESET, "--p-tp", "1", "--d-tp", "2",
+                                  "--format", "json").stdout)
+    jsonschema.validate(document, document_schema("sglang-plan"))
+    verdict_ = document["verdict"]
+    assert verdict_["not_modelled"] == [said] and f"(not modelled: {said})" in verdict_["sentence"]
+    other = json.loads(run_cli("plan", "--engine", "sglang", "--model", "qwen3.5-0.8b", "--p-tp", "1", "--d-tp",
+                               "2", "--format", "json").stdout)
+    assert other["verdict"]["not_modelled"] == [] and "not modelled" not in other["verdict"]["sentence"]
+    checked = json.loads(run_cli("check", "--engine", "sglang", "--model", PRESET, "--max-tp", "2",
+                                 "--format", "json").stdout)
+    assert checked["unchecked"] == [f"{PRESET}: not checked: {said}"]
+
+
 def test_execute_moves_and_checks_the_ple_states():
     result = run_cli("execute", "--engine", "sglang", "--model", PRESET, "--layers", "4", "--p-tp", "2",
                      "--d-tp", "1", "--device", "cpu", "--semantics", "exact", "--format", "json", timeout=300)
