@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from mambaxfer_cli.engines.sglang.drafts import Draft
-from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL, server_flags
+from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.kv import sglang_kv_writes
 from mambaxfer_cli.engines.sglang.proof import kv_bytes_wrong, outcomes
@@ -17,7 +17,7 @@ from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, check_side
-from mambaxfer_cli.engines.sglang.verdict import QSA_UNMODELLED
+from mambaxfer_cli.engines.sglang.verdict import unmodelled
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -120,7 +120,7 @@ def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None
                 raise
             left_out.append(str(why).split("; mambaxfer answers")[0])
             continue
-        unchecked = (f"{model.name}: not checked: {QSA_UNMODELLED}",) if server_flags(model)["qsa_state"] else ()
+        unchecked = tuple(f"{model.name}: not checked: {what}" for what in unmodelled(model))
         if pairs is not None:
             for tp in itertools.chain(*pairs):
                 check_side(model, tp, release)      # SGLang's refusal of a TP size

@@ -19,6 +19,14 @@ from mambaxfer_cli.planning.layout import kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec
 
 QSA_UNMODELLED = "the QSA indexer's pending and compressed states, which SGLang moves too"
+
+
+def unmodelled(model: ModelSpec) -> tuple[str, ...]:
+    """The state SGLang moves of ``model`` that mambaxfer does not model: a QSA indexer's ring and
+    compressed keys (``QSATokenToKVPool``, sent as QSA_PENDING and QSA_COMPRESSED)."""
+    return (QSA_UNMODELLED,) if server_flags(model)["qsa_state"] else ()
+
+
 _STATE_NAMES = {CONV: "conv state", TEMPORAL: "temporal (SSM) state",
                 **{f: f"{label} state" for f, label in merged("FIELD_LABELS").items()}}
 
@@ -124,11 +132,9 @@ def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
         refusal = str(refused).removeprefix("SGLang: ")
     if refusal is not None:
         return Verdict(release.label, model.name, p_tp, d_tp, backend, refusal, spec.ssm_layers, (), findings, 0)
-    # a QSA indexer's ring and compressed keys (QSATokenToKVPool), sent as QSA_PENDING and QSA_COMPRESSED
-    unmodelled = (QSA_UNMODELLED,) if server_flags(spec)["qsa_state"] else ()
     return Verdict(release.label, model.name, p_tp, d_tp, backend, None, spec.ssm_layers,
                    compare(writes, p_side, d_side), findings, kv_heads_wrong(spec, p_tp, d_tp),
-                   request_failure(p_tp, d_tp), unmodelled)
+                   request_failure(p_tp, d_tp), unmodelled(spec))
 
 
 def request_failure(p_tp: int, d_tp: int) -> str | None:

@@ -79,10 +79,14 @@ class Plan:
     # the lists execute posts and check proves where ``descriptors`` numbers vLLM's regions apart
     # from mambaxfer's KV-cache tensors (GLM-5-Next under vLLM semantics); None: ``descriptors``
     moved: DescriptorMap | None = field(default=None, compare=False)
-    draft_groups: bool = field(default=False, compare=False)   # P and D group a drafter's layers otherwise
-    # there, the engines vLLM's handshake meets: each with the drafter as its TP size's ranks group it
-    # (the plan's own engines leave the drafter out); None: ``prefill`` and ``decode``
+    # where P and D group a drafter's layers otherwise, the engines vLLM's handshake meets: each with the
+    # drafter as its TP size's ranks group it (the plan's own engines leave it out); None elsewhere
     met: tuple[EngineLayout, EngineLayout] | None = field(default=None, compare=False)
+
+    @property
+    def draft_groups(self) -> bool:
+        """Whether P and D group a drafter's layers otherwise (vLLM's ``draft-groups`` refusal)."""
+        return self.met is not None
 
     @property
     def served(self) -> tuple[EngineLayout, EngineLayout]:
@@ -512,4 +516,4 @@ def build_plan(model: ModelSpec, p_tp: int, d_tp: int, options: PlanOptions = Pl
     return Plan(model, options.semantics, ratio, prefill, decode, reads, descriptors, tuple(warnings),
                 grouping, verdict, uncoalesced_reads=raw,
                 prefill_model=p_model if p_model is not model else None,
-                moved=moved if numbered is not None else None, draft_groups=refused, met=met)
+                moved=moved if numbered is not None else None, met=met)

@@ -175,11 +175,12 @@ class Comparison:
                 self.descriptor_ids(name, model, p_tp, d_tp, flags)
             if done is not None:
                 done(name, p_tp, d_tp)
-        where = {part: ", ".join(f"{p}/{d}" for (p, d), planned in sorted(self._drafted.items())
-                                 if not all(planned) and any(planned) == part) for part in (False, True)}
-        if where[False] or where[True]:
-            said = "; ".join(filter(None, (where[False] and f"at P/D TP {where[False]}",
-                                           where[True] and f"for some backends and block sizes at {where[True]}")))
+        drafted = sorted(self._drafted.items())
+        never = ", ".join(f"{p}/{d}" for (p, d), planned in drafted if not any(planned))
+        some = ", ".join(f"{p}/{d}" for (p, d), planned in drafted if any(planned) and not all(planned))
+        if never or some:
+            said = "; ".join(filter(None, (never and f"at P/D TP {never}",
+                                           some and f"for some backends and block sizes at {some}")))
             self.notes.append(f"{name}: descriptor IDs not compared where mambaxfer's plan leaves the drafter out "
                               f"({said}): past its KV heads vLLM slices its pages by the target's heads or refuses "
                               f"P and D that group them otherwise, and P's and D's kernel blocks may differ "
