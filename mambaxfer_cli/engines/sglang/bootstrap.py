@@ -18,6 +18,7 @@ class Server:
     unified_memory: bool = False
     replicated_state: bool = False    # a state item replicated across attention TP (dim 0)
     qsa_state: bool = False           # QSA indexer state beside the KV (QSATokenToKVPool)
+    qsa_page_bytes: int = 0           # its compressed keys' item: one full-KV page's (--qsa-indexer-dtype)
 
 
 @dataclass(frozen=True)
@@ -49,14 +50,18 @@ def refusals(prefill: Server, decode: Server, backend: str = NIXL,
     if backend == MOONCAKE and hetero and (prefill.unified_memory or decode.unified_memory):
         out.append(Refusal("disaggregation/mooncake/conn.py (unified-memory KV check)",
                            release.message("unified_memory", prefill=prefill.tp, decode=decode.tp)))
-    if hetero and prefill.replicated_state:
-        if backend == NIXL:
-            out.append(Refusal("disaggregation/nixl/conn.py (the MAMBA state send)",
-                               release.message("nixl_replicated")))
-        elif max(prefill.tp, decode.tp) % min(prefill.tp, decode.tp):
-            out.append(Refusal("disaggregation/utils.py should_send_replicated_state",
-                               release.message("replicated_divide", prefill=prefill.tp, decode=decode.tp)))
+    if hetero and prefill.replicated_state and backend == NIXL:
+        out.append(Refusal("disaggregation/nixl/conn.py (the MAMBA state send)", release.message("nixl_replicated")))
     elif hetero and prefill.qsa_state and backend == NIXL:
         out.append(Refusal("disaggregation/nixl/conn.py (the QSA_PENDING state send)",
                            release.message("nixl_qsa")))
+    elif hetero and (prefill.replicated_state or prefill.qsa_state) and max(prefill.tp, decode.tp) % min(
+            prefill.tp, decode.tp):
+        out.append(Refusal("disaggregation/utils.py should_send_replicated_state",
+                           release.message("replicated_divide", prefill=prefill.tp, decode=decode.tp)))
+    if prefill.qsa_state and decode.qsa_state and prefill.qsa_page_bytes != decode.qsa_page_bytes:
+        where = ("disaggregation/nixl/conn.py _send_kvcache_generic" if backend == NIXL else
+                 "disaggregation/mooncake/conn.py _state_stride_mismatch (the decode peer's registration)")
+        out.append(Refusal(where, release.message("qsa_item_len", prefill=prefill.qsa_page_bytes,
+                                                  decode=decode.qsa_page_bytes)))
     return tuple(out)

@@ -12,12 +12,11 @@ from mambaxfer_cli.engines.sglang.drafts import Draft
 from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL
 from mambaxfer_cli.engines.sglang.plan import SGLangPlan, plan
 from mambaxfer_cli.engines.sglang.kv import sglang_kv_writes
-from mambaxfer_cli.engines.sglang.proof import kv_bytes_wrong, outcomes
+from mambaxfer_cli.engines.sglang.proof import kv_bytes_wrong, outcomes, replicated_wrong
 from mambaxfer_cli.render.console import tp_pairing
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import family_rule, tp_sizes
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, check_side
-from mambaxfer_cli.engines.sglang.verdict import unmodelled
 from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.model import ModelSpec
 
@@ -33,6 +32,9 @@ class PairingCheck:
     sglang: tuple[FieldOutcome, ...]    # SGLang's writes, simulated
     seconds: float
     draft_wrong: int = 0                # bytes of the draft's KV pages SGLang's writes land wrong
+    # The replicated items' bytes wrong per field (side and QSA states, every entry): SGLang's writes, the exact ones.
+    beside: tuple[tuple[str, int], ...] = ()
+    beside_exact: int = 0
 
     @property
     def model(self) -> str:
@@ -45,7 +47,7 @@ class PairingCheck:
     @property
     def outcome(self) -> str:
         verdict = self.plan.verdict
-        if any(o.bad for o in self.exact):
+        if any(o.bad for o in self.exact) or self.beside_exact:
             return FAIL
         if verdict.refusal:
             return REFUSED
@@ -60,15 +62,16 @@ class PairingCheck:
         return sum(o.bad for o in self.sglang if field in (None, o.field)) * self.plan.verdict.ssm_layers
 
     def exact_wrong(self) -> int:
-        return sum(o.bad for o in self.exact) * self.plan.verdict.ssm_layers
+        return sum(o.bad for o in self.exact) * self.plan.verdict.ssm_layers + self.beside_exact
 
     def to_dict(self) -> dict:
         verdict = self.plan.verdict
         return {"model": self.plan.model.name, "p_tp": self.plan.p_tp, "d_tp": self.plan.d_tp,
                 "backend": self.plan.backend, "outcome": self.outcome, "sentence": verdict.sentence(),
                 "refusal": verdict.refusal,
-                "bytes_wrong": {f: self.wrong(f) for f in dict.fromkeys((CONV, TEMPORAL,
-                                                                         *(o.field for o in self.sglang)))},
+                "bytes_wrong": {**{f: self.wrong(f) for f in dict.fromkeys((CONV, TEMPORAL,
+                                                                           *(o.field for o in self.sglang)))},
+                                **dict(self.beside)},
                 "kv_heads_wrong": verdict.heads_wrong, "findings": list(verdict.findings),
                 "exact_bytes_wrong": self.exact_wrong(), "ssm_layers": verdict.ssm_layers,
                 "writes_per_layer": len(self.plan.writes), "seconds": round(self.seconds, 3),
@@ -91,7 +94,13 @@ def check_pairing(model: ModelSpec, p_tp: int, d_tp: int, backend: str = NIXL,
         if bool(wrong_kv) != bool(planned.verdict.heads_wrong):
             raise AssertionError(f"{model.name} {tp_pairing(p_tp, d_tp)}: the draft's pages give {wrong_kv:,} bytes "
                                  f"wrong, the verdict {planned.verdict.heads_wrong} KV heads")
-    result = PairingCheck(planned, exact, theirs, time.perf_counter() - start, wrong_kv)
+    beside = {} if planned.verdict.refusal else replicated_wrong(planned.writes, planned.decode_entries, d_tp)
+    if any(beside.values()) and planned.verdict.right:
+        raise AssertionError(f"{model.name} {tp_pairing(p_tp, d_tp)}: SGLang's writes land {beside} bytes of the "
+                             f"replicated items wrong, where the verdict finds them right")
+    beside_exact = sum(replicated_wrong(planned.exact, planned.decode_entries, d_tp).values())
+    result = PairingCheck(planned, exact, theirs, time.perf_counter() - start, wrong_kv, tuple(beside.items()),
+                          beside_exact)
     analytic = planned.verdict.bad_bytes()
     if result.wrong() != analytic:
         raise AssertionError(f"{model.name} {tp_pairing(p_tp, d_tp)}: the simulated bytes give {result.wrong():,} "
@@ -120,17 +129,16 @@ def targets(models: Iterable[ModelSpec], pairs: Sequence[tuple[int, int]] | None
                 raise
             left_out.append(str(why).split("; mambaxfer answers")[0])
             continue
-        unchecked = tuple(f"{model.name}: not checked: {what}" for what in unmodelled(model))
         if pairs is not None:
             for tp in itertools.chain(*pairs):
                 check_side(model, tp, release)      # SGLang's refusal of a TP size
-            out.append(Target(model, tuple(pairs), unchecked))
+            out.append(Target(model, tuple(pairs)))
             continue
         sizes = tp_sizes(model, max_tp)
         skipped = [tp for tp in range(1, max_tp + 1) if tp not in sizes]
         lines = ((f"{model.name}: not checked at TP {', '.join(map(str, skipped))}: {release.label} does not "
                   f"serve it there",) if skipped else ())
-        out.append(Target(model, tuple(itertools.product(sizes, sizes)), lines + unchecked))
+        out.append(Target(model, tuple(itertools.product(sizes, sizes)), lines))
     return out, left_out
 
 

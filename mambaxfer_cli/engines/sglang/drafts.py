@@ -34,6 +34,7 @@ class Draft:
     num_kv_heads: int
     head_size: int
     band: int
+    mtp: bool = False                 # an MTP layer of the target's family: a pool of the target's kind
 
     def side(self, model: ModelSpec, tp: int, page_size: int) -> KVSide:
         return KVSide(replace(model, num_kv_heads=self.num_kv_heads, head_size=self.head_size), tp, page_size)
@@ -87,7 +88,7 @@ def draft_for(model: ModelSpec, name: str | None, draft_path: str | None) -> Dra
             raise UserError(f"{model.name}: no attention heads for its MTP layer")
         # One layer whatever the pattern's '*'s: _compute_model_num_layers sizes the pool from
         # num_nextn_predict_layers, which _config_draft_model sets to 1.
-        return Draft(chosen, f"{MTP_DRAFTS[archs[0]]}'s layer", 1, model.num_kv_heads, model.head_size, band)
+        return Draft(chosen, f"{MTP_DRAFTS[archs[0]]}'s layer", 1, model.num_kv_heads, model.head_size, band, True)
     if draft_path is None:
         raise UserError(f"--speculative-algorithm {name}: SGLang 0.5.23 gives {archs[0] if archs else model.name} "
                         f"no MTP draft class (ModelConfig._config_draft_model); give its draft model (--draft-model)")

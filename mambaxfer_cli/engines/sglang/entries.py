@@ -68,7 +68,29 @@ def side_entries(model: ModelSpec) -> tuple[TransferEntry, ...]:
     return tuple(TransferEntry(f, layer, size, 0) for f, layer, size in hook(model, model.conv_dtype)) if hook else ()
 
 
-def server_flags(model: ModelSpec) -> dict[str, Any]:
-    """What SGLang's senders refuse across TP sizes in ``model``'s state (``Server``'s flags)."""
-    return {"replicated_state": bool(side_entries(model)),
-            "qsa_state": any(f(model) for f in merged("QSA_STATE").values())}
+# --qsa-indexer-dtype as resolve_qsa_indexer_dtype (mem_cache/qsa_kv_pool.py) keeps the compressed keys.
+QSA_INDEXER_DTYPES = {"auto": "bfloat16", "bfloat16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
+
+
+def qsa_entries(model: ModelSpec, indexer_dtype: str = "bfloat16",
+                draft_band: int | None = None) -> tuple[TransferEntry, ...]:
+    """A QSA indexer's states (Qwen4Exp's ``QSATokenToKVPool``), replicated across attention TP: its
+    QSA_PENDING entries, then its QSA_COMPRESSED ones, a draft's after the target's in each."""
+    hook = merged("QSA_STATES").get(model.family)
+    return tuple(TransferEntry(f, layer, size, 0) for f, layer, size in hook(model, indexer_dtype, draft_band)
+                 ) if hook else ()
+
+
+def beside_entries(model: ModelSpec, indexer_dtype: str = "bfloat16",
+                   draft_band: int | None = None) -> tuple[TransferEntry, ...]:
+    """Every replicated entry a side registers after its SSM ones: the pool's side states, then the
+    QSA states."""
+    return side_entries(model) + qsa_entries(model, indexer_dtype, draft_band)
+
+
+def server_flags(model: ModelSpec, indexer_dtype: str = "bfloat16") -> dict[str, Any]:
+    """What SGLang's senders check in ``model``'s state (``Server``'s flags): what they refuse across
+    TP sizes, and the compressed QSA page both sides must keep alike."""
+    qsa = qsa_entries(model, indexer_dtype)
+    return {"replicated_state": bool(side_entries(model)), "qsa_state": bool(qsa),
+            "qsa_page_bytes": qsa[-1].item_len if qsa else 0}

@@ -25,10 +25,16 @@ KV_BUFFERS = (K, V, LATENT, INDEX_K)      # every KV entry's field, MLA's latent
 QUANT_BLOCK = 128                         # DSATokenToKVPool.quant_block_size: one float32 scale per block
 
 
-def dsa_page_size(model: ModelSpec) -> int | None:
-    """The page SGLang sets for a DSA model whatever --page-size says (its family's ``PAGE_SIZES``)."""
+def forced_page_size(model: ModelSpec) -> int | None:
+    """The page SGLang sets for the model whatever --page-size says (its family's ``PAGE_SIZES``: a DSA
+    model's, a compressed QSA model's), else None."""
     hook = families.merged("PAGE_SIZES").get(model.family)
-    return hook(model) if hook and model.kpool_indexer else None
+    return hook(model) if hook else None
+
+
+def dsa_page_size(model: ModelSpec) -> int | None:
+    """The page SGLang sets for a DSA model whatever --page-size says."""
+    return forced_page_size(model) if model.kpool_indexer else None
 
 
 def buffers(model: ModelSpec) -> tuple[str, ...]:

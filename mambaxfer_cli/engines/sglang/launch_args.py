@@ -28,7 +28,8 @@ STATE_VARS = (CONV_DTYPE_VAR, SSM_DTYPE_VAR)
 # flag does not change the transfer.
 READ = {name: name for name in (
     "enable_dp_attention page_size kv_cache_dtype mamba_ssm_dtype disable_radix_cache max_mamba_cache_size"
-    " mamba_full_memory_ratio mamba_track_interval attention_backend speculative_algorithm").split()} | {
+    " mamba_full_memory_ratio mamba_track_interval attention_backend speculative_algorithm qsa_indexer_dtype"
+).split()} | {
     "model_path": "model", "disaggregation_mode": "mode", "tp_size": "tp", "pp_size": "pp", "dp_size": "dp",
     "attn_dp_size": "attn_dp", "attn_cp_size": "attn_cp", "disaggregation_transfer_backend": "transfer_backend",
     "disaggregation_bootstrap_port": "bootstrap_port", "mamba_radix_cache_strategy": "radix_strategy",
@@ -39,7 +40,8 @@ INTS = ("tp", "pp", "dp", "attn_dp", "attn_cp", "page_size", "bootstrap_port", "
 FLAG = {"model": "--model-path", "mode": "--disaggregation-mode", "tp": "--tp-size", "pp": "--pp-size",
         "page_size": "--page-size", "kv_cache_dtype": "--kv-cache-dtype", "mamba_ssm_dtype": "--mamba-ssm-dtype",
         "transfer_backend": "--disaggregation-transfer-backend", "radix_strategy": "--mamba-radix-cache-strategy",
-        "speculative_algorithm": "--speculative-algorithm", "draft_model": "--speculative-draft-model-path"}
+        "speculative_algorithm": "--speculative-algorithm", "draft_model": "--speculative-draft-model-path",
+        "qsa_indexer_dtype": "--qsa-indexer-dtype"}
 
 SAID = ("argument {flag}: ignored explicit argument {value}", "argument {flag}: expected {count}")   # argparse's
 
@@ -79,6 +81,7 @@ class LaunchLine(ServerLine):
     unified_memory: bool = False
     speculative_algorithm: str | None = None
     draft_model: str | None = None           # --speculative-draft-model-path
+    qsa_indexer_dtype: str = "auto"          # the compressed QSA keys' dtype (a Qwen4Exp's)
     launcher: str = "python -m sglang.launch_server"
     env: tuple[tuple[str, str], ...] = ()          # what SGLang's process sees of its state variables
     env_prefix: tuple[tuple[str, str], ...] = ()   # VAR=value words before the command

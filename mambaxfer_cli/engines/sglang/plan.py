@@ -8,9 +8,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from mambaxfer_cli.engines.sglang.drafts import Draft
-from mambaxfer_cli.engines.sglang.entries import TransferEntry, side_entries, transfer_entries
+from mambaxfer_cli.engines.sglang.entries import TransferEntry, beside_entries, transfer_entries
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
-from mambaxfer_cli.engines.sglang.kv import KVSide, dsa_page_size, kv_entries
+from mambaxfer_cli.engines.sglang.families import merged
+from mambaxfer_cli.engines.sglang.kv import KVSide, dsa_page_size, forced_page_size, kv_entries
 from mambaxfer_cli.engines.sglang.ranks import RankMapping, rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import NIXL, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import sglang_model, state_shape
@@ -71,6 +72,13 @@ class SGLangPlan:
         page = dsa_page_size(self.model)
         return kv_entries(KVSide(self.model, self.d_tp, page)) if page else ()
 
+    @property
+    def state_page(self) -> int | None:
+        """The page SGLang sets where a replicated state is kept per page (a QSA model's compressed
+        keys, ``PAGED_STATES``), else None."""
+        paged = merged("PAGED_STATES")
+        return forced_page_size(self.model) if any(e.field in paged for e in self.decode_entries) else None
+
     def to_dict(self) -> dict[str, Any]:
         dsa = self.dsa_entries
         return {
@@ -119,10 +127,12 @@ def plan(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL, p_env: 
     if spec.num_kv_heads and p_tp != d_tp and not spec.mla:    # MLA sends whole latent pages
         heads = [(d, p, head_slice(src_tp=p_tp, dst_tp=d_tp, src_rank=p, dst_rank=d, kv_heads=spec.num_kv_heads))
                  for d in range(d_tp) for p in writers(p_tp, d_tp, d)]
+    band = draft.band if draft is not None and draft.mtp else None     # the draft's QSA states
     return SGLangPlan(
         release, spec, p_tp, d_tp, backend,
         transfer_entries(state_shape(p_spec, p_tp), p_spec.conv_dtype, p_spec.ssm_dtype, layer_ids)
-        + side_entries(p_spec),
-        transfer_entries(state_shape(spec, d_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids) + side_entries(spec),
+        + beside_entries(p_spec, draft_band=band),
+        transfer_entries(state_shape(spec, d_tp), spec.conv_dtype, spec.ssm_dtype, layer_ids)
+        + beside_entries(spec, draft_band=band),
         tuple(rank_mapping(p_tp, d_tp, d) for d in range(d_tp)), writes,
         exact_writes(p_side, d_side) if same_dtypes else (), tuple(heads), outcome, draft)

@@ -9,7 +9,7 @@ from typing import Callable
 
 from mambaxfer_cli.engines.sglang.bootstrap import Server
 from mambaxfer_cli.engines.sglang.drafts import REFUSES, Draft, draft_for
-from mambaxfer_cli.engines.sglang.entries import server_flags
+from mambaxfer_cli.engines.sglang.entries import QSA_INDEXER_DTYPES, server_flags
 from mambaxfer_cli.engines.sglang.families import merged as family_data
 from mambaxfer_cli.engines.sglang.launch_args import CONV_DTYPE_VAR, FLAG, LaunchLine, flag_table, reparse
 from mambaxfer_cli.engines.sglang.plan import plan
@@ -72,7 +72,8 @@ class SGLangServer:
     def server(self) -> Server:
         return Server(tp=self.tp, pp=self.line.pp, page_size=self.page_size,
                       kv_cache_dtype=self.line.kv_cache_dtype, unified_memory=self.line.unified_memory,
-                      **(server_flags(self.state) if self.state else {}))
+                      **(server_flags(self.state, QSA_INDEXER_DTYPES[self.line.qsa_indexer_dtype]) if self.state
+                         else {}))
 
     def state_bytes(self) -> str | None:
         """Conv + temporal bytes of one slot of one layer on one rank."""
@@ -155,6 +156,9 @@ def startup_refusals(e: SGLangServer) -> list[Refusal]:
     if not line.disable_radix_cache and line.radix_strategy == "no_buffer" and e.page_size != 1:
         # mamba_hook.py validate_mamba_no_buffer (an assert)
         out.append(Refusal("mamba-radix-cache", f"{start}: no_buffer only supports page_size=1."))
+    if line.qsa_indexer_dtype != "auto" and not e.server().qsa_state:
+        out.append(Refusal("qsa-indexer-dtype", f"{start}: " + rel.message("qsa_dtype_unused",
+                                                                         dtype=line.qsa_indexer_dtype)))
     if line.mode != e.side:
         what = ("serves requests on its own (SGLang's default, --disaggregation-mode null)" if line.mode == "null"
                 else f"is a {line.mode} server (--disaggregation-mode {line.mode})")
@@ -272,7 +276,9 @@ def compared_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
             Field("page size", p.page_size, d.page_size, True),
             Field("KV-cache dtype", p.line.kv_cache_dtype, d.line.kv_cache_dtype, True),
             Field("PP size (D's equal or 1)", p.line.pp, d.line.pp, True, d.line.pp in (p.line.pp, 1)),
-            Field("attention TP (one divides the other)", p.tp, d.tp, True, big % small == 0)]
+            Field("attention TP (one divides the other)", p.tp, d.tp, True, big % small == 0),
+            *([Field("QSA compressed keys (--qsa-indexer-dtype)", p.line.qsa_indexer_dtype, d.line.qsa_indexer_dtype,
+                     True, p.server().qsa_page_bytes == d.server().qsa_page_bytes)] if p.server().qsa_state else [])]
 
 
 def unchecked_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
@@ -320,6 +326,9 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
                 e.line.radix_strategy == "no_buffer" and e.page_size != 1:
             out.append(Change(e.side, FLAG["radix_strategy"], e.line.radix_strategy, None,
                               "SGLang's own choice (auto) starts with this page size under PD"))
+        if e.line.qsa_indexer_dtype != "auto" and not e.server().qsa_state:
+            out.append(Change(e.side, FLAG["qsa_indexer_dtype"], e.line.qsa_indexer_dtype, None,
+                              "the model has no compressed QSA indexer"))
     return out
 
 
@@ -333,7 +342,9 @@ def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
              str(p.page_size), compared),
             (FLAG["kv_cache_dtype"], pl.kv_cache_dtype != dl.kv_cache_dtype, dl.kv_cache_dtype, pl.kv_cache_dtype,
              compared),
-            (FLAG["pp"], dl.pp not in (pl.pp, 1), str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1")]
+            (FLAG["pp"], dl.pp not in (pl.pp, 1), str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1"),
+            (FLAG["qsa_indexer_dtype"], p.server().qsa_page_bytes != d.server().qsa_page_bytes, dl.qsa_indexer_dtype,
+             pl.qsa_indexer_dtype, "as P's: SGLang's senders pair the compressed QSA keys item for item")]
     if p.state is not None and d.state is not None:
         rows += [(FLAG["mamba_ssm_dtype"], p.state.ssm_dtype != d.state.ssm_dtype, dl.mamba_ssm_dtype,
                   p.state.ssm_dtype, unchecked.format("SSM state")),

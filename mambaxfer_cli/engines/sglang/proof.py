@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from mambaxfer_cli.engines.sglang.entries import CONV, TransferEntry
+from mambaxfer_cli.engines.sglang.families import merged
 from mambaxfer_cli.engines.sglang.kv import KV_FIELDS, KVSide
 from mambaxfer_cli.engines.sglang.writes import FieldOutcome, Side, StateWrite, field_regions, item_len
 from mambaxfer_cli.planning.layout import RankLayout
@@ -17,6 +18,7 @@ from mambaxfer_cli.proof.pattern import POISON, REGION_IDS, unit_bytes_pattern
 
 SLOTS = 3
 SLOT = 1          # the request's slot, on both sides
+PATTERN_REGIONS = merged("PATTERN_REGIONS")     # a replicated field's pattern region, where not "ple"
 
 
 def rows_first(data: np.ndarray, layout: RankLayout, field: str, outer: int) -> np.ndarray:
@@ -38,10 +40,15 @@ def item(layout: RankLayout, field: str, slot: int, layer: int = 0, outer: int =
 
 
 def entry_item(layout: RankLayout, entry: TransferEntry, slot: int) -> np.ndarray:
-    """One slot of an entry: the state's units, or a replicated side state's bytes (alike on every rank)."""
+    """One slot of an entry: the state's units, or a replicated item's bytes (alike on every rank)."""
     if entry.replicated:
-        return unit_bytes_pattern(entry.layer_id, slot, "ple", 0, 1, entry.item_len)[0]
+        return replicated_item(entry, slot)
     return item(layout, entry.field, slot, entry.layer_id, entry.outer_count)
+
+
+def replicated_item(entry: TransferEntry, slot: int) -> np.ndarray:
+    """A replicated entry's item (a side or QSA state), alike on every rank: its field's pattern."""
+    return unit_bytes_pattern(entry.layer_id, slot, PATTERN_REGIONS.get(entry.field, "ple"), 0, 1, entry.item_len)[0]
 
 
 def tags(layout: RankLayout, field: str, slot: int, outer: int = 1) -> np.ndarray:
@@ -123,3 +130,27 @@ def kv_bytes_wrong(writes: Sequence[StateWrite], prefill: KVSide, decode: KVSide
             written[w.dst:w.dst + w.length] = True
         wrong += int(np.count_nonzero(got[:want.size] != want)) + int(np.count_nonzero(written[want.size:]))
     return wrong
+
+
+def replicated_wrong(writes: Sequence[StateWrite], entries: Sequence[TransferEntry], d_tp: int) -> dict[str, int]:
+    """Each replicated field's bytes wrong after ``writes`` (side and QSA states: whole items, alike on
+    every rank), over its entries and every decode rank: written with other bytes, never written, or
+    written past the request's item."""
+    out: dict[str, int] = {}
+    for entry in (e for e in entries if e.replicated):
+        size, mine = entry.item_len, [w for w in writes if w.field == entry.field]
+        source = np.concatenate([replicated_item(entry, slot) for slot in range(SLOTS)])
+        want, lo, hi = replicated_item(entry, SLOT), size * SLOT, size * (SLOT + 1)
+        bad = 0
+        for d in range(d_tp):
+            into = [w for w in mine if w.d_rank == d]
+            room = max([SLOTS * size, *(lo + w.dst + w.length for w in into)])
+            got, written = np.full(room, POISON, dtype=np.uint8), np.zeros(room, dtype=bool)
+            for w in into:
+                src = source[lo + w.src:lo + w.src + w.length]     # past the source's slots: never right
+                got[lo + w.dst:lo + w.dst + src.size] = src
+                written[lo + w.dst:lo + w.dst + w.length] = True
+            bad += int(np.count_nonzero(written[lo:hi] & (got[lo:hi] != want)) + np.count_nonzero(~written[lo:hi])
+                       + np.count_nonzero(written[:lo]) + np.count_nonzero(written[hi:]))
+        out[entry.field] = out.get(entry.field, 0) + bad
+    return out

@@ -60,6 +60,10 @@ _MESSAGES = {
     # disaggregation/utils.py, should_send_replicated_state (Mooncake's path reaches it)
     "replicated_divide": ("One attention TP size must divide the other for replicated-state "
                           "transfer: src={prefill}, dst={decode}"),
+    # disaggregation/nixl/conn.py _send_kvcache_generic, mooncake/conn.py _state_stride_mismatch: the
+    # compressed QSA pages' item lengths (entry 0 of each side's QSA_COMPRESSED list)
+    "qsa_item_len": ("StateType.QSA_COMPRESSED item length mismatch for paired entries src[0]={prefill} "
+                     "dst[0]={decode}"),
     # disaggregation/mooncake/conn.py, the unified-memory KV check
     "unified_memory": ("--enable-unified-memory does not support different prefill / decode "
                        "attention TP sizes (prefill={prefill}, decode={decode}): the "
@@ -88,7 +92,7 @@ SGLANG_0_5_23 = Release(
     ssm_dtype_config_key="mamba_ssm_dtype",
     state_dtypes=("float32", "bfloat16", "float16"),
     families=merged("SGLANG_0_5_23"),   # each family module's row
-    messages=_MESSAGES,
+    messages=_MESSAGES | merged("MESSAGES"),   # and each family module's own
 )
 
 RELEASES: Mapping[str, Release] = MappingProxyType({SGLANG_0_5_23.version: SGLANG_0_5_23})

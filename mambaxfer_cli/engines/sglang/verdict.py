@@ -18,15 +18,6 @@ from mambaxfer_cli.errors import UserError
 from mambaxfer_cli.planning.layout import kv_head_shard
 from mambaxfer_cli.planning.model import ModelSpec
 
-QSA_UNMODELLED = "the QSA indexer's pending and compressed states, which SGLang moves too"
-
-
-def unmodelled(model: ModelSpec) -> tuple[str, ...]:
-    """The state SGLang moves of ``model`` that mambaxfer does not model: a QSA indexer's ring and
-    compressed keys (``QSATokenToKVPool``, sent as QSA_PENDING and QSA_COMPRESSED)."""
-    return (QSA_UNMODELLED,) if server_flags(model)["qsa_state"] else ()
-
-
 _STATE_NAMES = {CONV: "conv state", TEMPORAL: "temporal (SSM) state",
                 **{f: f"{label} state" for f, label in merged("FIELD_LABELS").items()}}
 
@@ -44,7 +35,6 @@ class Verdict:
     findings: tuple[str, ...]          # rank mapping of non-multiple ratios
     heads_wrong: int                   # attention KV heads landed wrong, per layer and token
     fails: str | None = None           # why every request fails before its state moves
-    unmodelled: tuple[str, ...] = ()   # state SGLang moves too that this verdict does not cover
 
     def bad_bytes(self, field: str | None = None) -> int:
         """Bytes wrong for one request, every SSM layer and decode rank together."""
@@ -56,10 +46,6 @@ class Verdict:
                 and not self.findings)
 
     def sentence(self) -> str:
-        said = self._said()
-        return f"{said} (not modelled: {'; '.join(self.unmodelled)})" if self.unmodelled and not self.refusal else said
-
-    def _said(self) -> str:
         pair = tp_pairing(self.p_tp, self.d_tp)
         if self.refusal:
             return f"{self.release} refuses {self.model} at {pair}: {self.refusal}"
@@ -88,7 +74,7 @@ class Verdict:
                 "d_tp": self.d_tp, "backend": self.backend, "refusal": self.refusal, "right": self.right,
                 "ssm_layers": self.ssm_layers, "bytes_wrong": self.bad_bytes(),
                 "outcomes": [o.to_dict() for o in self.outcomes], "findings": list(self.findings),
-                "kv_heads_wrong": self.heads_wrong, "fails": self.fails, "not_modelled": list(self.unmodelled),
+                "kv_heads_wrong": self.heads_wrong, "fails": self.fails,
                 "sentence": self.sentence()}
 
 
@@ -134,7 +120,7 @@ def verdict(model: ModelSpec, p_tp: int, d_tp: int, *, backend: str = NIXL,
         return Verdict(release.label, model.name, p_tp, d_tp, backend, refusal, spec.ssm_layers, (), findings, 0)
     return Verdict(release.label, model.name, p_tp, d_tp, backend, None, spec.ssm_layers,
                    compare(writes, p_side, d_side), findings, kv_heads_wrong(spec, p_tp, d_tp),
-                   request_failure(p_tp, d_tp), unmodelled(spec))
+                   request_failure(p_tp, d_tp))
 
 
 def request_failure(p_tp: int, d_tp: int) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL, TransferEntry, entry_for, side_entries
+from mambaxfer_cli.engines.sglang.entries import CONV, TEMPORAL, TransferEntry, beside_entries, entry_for
 from mambaxfer_cli.engines.sglang.ranks import writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, SGLANG_0_5_23, Release
 from mambaxfer_cli.engines.sglang.shapes import state_shape, tp_refusal
@@ -77,10 +77,11 @@ def sglang_writes(prefill: Side, decode: Side, backend: str = "nixl",
     """Every write SGLang posts for one request, one layer: at equal TP each item whole (Mooncake
     refuses unequal items), else the blocks of ``compute_mamba_state_slice_byte_blocks``."""
     out = []
-    # The replicated side entries move as SGLang's slicer moves any dim-0 item.
-    sides = {e.field: e for e in side_entries(decode.model)}
+    # The replicated entries (side and QSA states) move whole from the elected writers
+    # (should_send_replicated_state), as SGLang's slicer moves any dim-0 item and Mooncake its QSA states.
+    sides = {e.field: e for e in beside_entries(decode.model)}
     for field, src, dst in [(f, prefill.entry(f), decode.entry(f)) for f in prefill.fields] + [
-            (e.field, e, sides[e.field]) for e in {e.field: e for e in side_entries(prefill.model)}.values()]:
+            (e.field, e, sides[e.field]) for e in {e.field: e for e in beside_entries(prefill.model)}.values()]:
         if src.item_len == 0:
             continue
         for d in range(decode.tp):
@@ -129,7 +130,7 @@ def exact_writes(prefill: Side, decode: Side) -> tuple[StateWrite, ...]:
                            seg.local_offset - _base(d, field), seg.size)
             out += _by_rows(w, p, d, outer) if field == CONV and outer > 1 else [w]
     # A replicated side item: every P rank holds it whole; the first the rank mapping names gives it.
-    for e in {e.field: e for e in side_entries(decode.model)}.values():
+    for e in {e.field: e for e in beside_entries(decode.model)}.values():
         out += [StateWrite(e.field, d, writers(prefill.tp, decode.tp, d)[0], 0, 0, e.item_len)
                 for d in range(decode.tp)]
     return tuple(out)

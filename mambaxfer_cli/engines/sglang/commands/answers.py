@@ -147,7 +147,7 @@ def check_report(model: ModelArgs, engines: EngineArgs, request: RequestArgs, pa
 
 
 def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
-    from mambaxfer_cli.engines.sglang.entries import side_entries, transfer_entries
+    from mambaxfer_cli.engines.sglang.entries import beside_entries, transfer_entries
     from mambaxfer_cli.engines.sglang.writes import check_side
 
     sizes = parse_tp_list(tp)
@@ -156,11 +156,13 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     drafted = draft(spec, engines)
     sides = {tp: check_side(spec, tp) for tp in sizes}
     shapes = {tp: state_shape(spec, tp) for tp in sizes}
+    # Each replicated field's first entry (side and QSA states), as the state's are its first layer's.
+    replicated = tuple({e.field: e for e in reversed(beside_entries(spec))}.values())[::-1]
     document = {"schema": "mambaxfer.sglang-inspect/v1", "engine": NAME, "release": SGLANG_0_5_23.version,
                 "model": spec.to_dict(),
                 "layouts": {str(tp): [r.to_dict() for r in side.layouts()] for tp, side in sides.items()},
                 "entries": {str(tp): [e.to_dict() for e in transfer_entries(
-                    shapes[tp], spec.conv_dtype, spec.ssm_dtype, spec.ssm_layer_ids[:1]) + side_entries(spec)]
+                    shapes[tp], spec.conv_dtype, spec.ssm_dtype, spec.ssm_layer_ids[:1]) + replicated]
                     for tp in sizes},
                 "draft": drafted and drafted.to_dict() | {"token_bytes": {str(tp): drafted.side(spec, tp, 1).token_bytes
                                                                           for tp in sizes}}}
@@ -188,7 +190,7 @@ class InspectReport(Report):
         sides = [e for e in self.document["entries"][str(next(iter(self.sides)))] if e["dim"] == 0]
         if sides:
             said = "; ".join(f"{e['field']} {e['item_len']:,} B (layer {e['layer_id']})" for e in sides)
-            parts.append(AsIs(f"SGLang's replicated side states, whole on every rank: {said}"))
+            parts.append(AsIs(f"SGLang's replicated states, whole on every rank (the first entry of each): {said}"))
         if (d := self.document["draft"]) is not None:
             per_tp = ", ".join(f"{n:,} B at TP {tp}" for tp, n in d["token_bytes"].items())
             parts.append(AsIs(f"SGLang's draft KV ({d['algorithm']}, {d['source']}): K then V of layer id "

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from mambaxfer_cli.engines.sglang.entries import TransferEntry
 from mambaxfer_cli.engines.sglang.kv import (
-    K, KV_BUFFERS, LATENT, KVRank, KVSide, buffers, dsa_page_size, exact_kv_writes, kv_entries, sglang_kv_writes,
+    K, KV_BUFFERS, LATENT, KVRank, KVSide, buffers, exact_kv_writes, forced_page_size, kv_entries, sglang_kv_writes,
 )
 from mambaxfer_cli.engines.sglang.plan import Descriptor, SGLangPlan
 from mambaxfer_cli.engines.sglang.writes import StateWrite, check_side
@@ -25,7 +25,7 @@ SCHEMA = "mambaxfer.sglang-execute/v1"
 P_SLOTS, P_SLOT = 3, 1      # prefill: the request in the middle slot
 D_SLOTS, D_SLOT = 4, 2      # decode: another slot than P's, and room past it
 PAGE_SIZE = 4               # tokens per KV page (SGLang's --page-size): a page's tokens are real strides,
-                            # unless SGLang sets the model's own (PAGE_SIZES: DSA's 64 · index_kpool)
+                            # unless SGLang sets the model's own (PAGE_SIZES: DSA's 64 · index_kpool, QSA's 64)
 SLOTS = {"prefill": {"slots": P_SLOTS, "request": P_SLOT}, "decode": {"slots": D_SLOTS, "request": D_SLOT}}
 MIN_ROUNDS = 3              # two poisons tell written from untouched; three patterns make a
                             # wrong byte that holds the right value by chance (1 in 2^24) negligible
@@ -136,7 +136,7 @@ def transfer(plan: SGLangPlan, attention: str | None) -> Transfer:
     descriptors = list(plan.descriptors(P_SLOT, D_SLOT))
     if attention is None or not plan.model.has_attention:
         return Transfer(plan.prefill_entries, plan.decode_entries, tuple(descriptors))
-    page = dsa_page_size(plan.model) or PAGE_SIZE
+    page = forced_page_size(plan.model) or PAGE_SIZE
     p_kv, d_kv = KVSide(plan.model, plan.p_tp, page), KVSide(plan.model, plan.d_tp, page)
     p_entries, d_entries = plan.prefill_entries + kv_entries(p_kv), plan.decode_entries + kv_entries(d_kv)
 

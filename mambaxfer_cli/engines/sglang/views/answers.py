@@ -135,6 +135,12 @@ def render_plan(plan: SGLangPlan, d_rank: int | None = None) -> list:
                           f"latent entries of {latent:,} B and as many DSA index-key entries of {index:,} B, an "
                           f"item a page of {dsa_page_size(plan.model) or 0:,} tokens; each writer sends "
                           f"its pages whole (send_kvcache, StateType.DSA)"))
+    if plan.state_page:
+        parts.append(Text(f"QSA states (QSATokenToKVPool, alike on every rank; layer ids its "
+                          f"get_qsa_*_state_layer_ids): a request's key rings and RoPE ring are one item each, "
+                          f"at its request row (QSA_PENDING); its compressed keys one item per page of "
+                          f"{plan.state_page} tokens (QSA_COMPRESSED), counted here for one page; the elected "
+                          f"writers send them whole (should_send_replicated_state)"))
     what = "NIXL write descriptors" if plan.backend == NIXL else "Mooncake transfer blocks (_transfer_data)"
     parts.append(Text(f"{len(descriptors):,} {what} per request (every layer), "
                       f"{sum(x.length for x in descriptors):,} B", style="dim"))

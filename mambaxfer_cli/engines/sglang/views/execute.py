@@ -50,7 +50,7 @@ def result_table(outcome: "SlotOutcome") -> Table:
     drafted = f" ({kv['draft_layers']} the draft's)" if kv and kv["draft_layers"] else ""
     held = "" if not kv else "K and V" if "k" in kv["buffers"] else " and ".join(
         f"{BUFFERS[f]} ({n:,} B)" for f, n in kv["buffers"].items())
-    layers = f"{plan.verdict.ssm_layers} SSM layers" + (f", {sides} replicated side states" if sides else "") + (
+    layers = f"{plan.verdict.ssm_layers} SSM layers" + (f", {sides} replicated items" if sides else "") + (
         f", {held} of {kv['layers']} attention layer{'s' if kv['layers'] != 1 else ''}"
         f"{drafted}: slot = page of "
         f"{kv['page_size']} tokens" if kv else "")
