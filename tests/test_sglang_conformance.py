@@ -507,6 +507,14 @@ def with_rope(cls):
     # The latent with a rope part of 64, as Kimi's keeps: every page 64 elements a token longer.
     return lambda **k: cls(**{**k, "qk_rope_head_dim": 64, "kv_cache_dim": k["kv_cache_dim"] + 64})
 
+def uncompressed_pages(cls):
+    # The compressed keys' item a full-KV page of keys, the compress ratio left out.
+    class Pool(cls):
+        def get_qsa_compressed_state_buf_infos(self):
+            return self._get_paged_state_buf_infos(self.qsa_compressed_k_buffer_pool,
+                                                   self.qsa_compressed_page_size * self.qsa_compress_ratio)
+    return Pool
+
 def changed_signature(fn):
     def call(*a, **k):
         raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
@@ -540,6 +548,7 @@ faults = {
     "Mooncake state send": next_slot,
     "draft KV pool entries": extra_draft_layer,
     "DSATokenToKVPool entries": with_rope,
+    "QSATokenToKVPool entries": uncompressed_pages,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mambaxfer_cli.engines.sglang.drafts import MTP_DRAFTS, draft_for
 from mambaxfer_cli.engines.sglang.entries import (
-    CONV, FIELDS, TransferEntry, entry_for, side_entries, transfer_entries,
+    CONV, FIELDS, QSA_INDEXER_DTYPES, TransferEntry, entry_for, qsa_entries, side_entries, transfer_entries,
 )
 from mambaxfer_cli.engines.sglang.families import given, merged
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
@@ -59,6 +59,7 @@ KDA_SHAPES, KDA_SHAPES_COMPARED = given("KDA_SHAPES")
 KDA_MIXER, _KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED = given("KDA_MIXER")
 KDA_MIXERS = merged("KDA_MIXERS")     # a family's own KDA mixer, by family label
 PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
+QSA_POOL, QSA_POOL_COMPARED = given("QSA_POOL")
 SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
 CONFIG_STATES, TP_MIXERS = merged("CONFIG_STATES"), merged("TP_MIXERS")   # a family's own, by family label
 OWN_SHAPES = merged("STATE_SHAPES")     # the families whose config class builds their state shape
@@ -83,6 +84,7 @@ SOURCES: Mapping[str, Source] = {
     "MambaPool transfer entries": Source("sglang.srt.mem_cache.memory_pool", "MambaPool",
                                          "the pool's entries: item bytes, dims, rows, groups, layers"),
     PLE_POOLS: Source("sglang.srt.mem_cache.ple_state_pool", "ShortConvPool", PLE_POOLS_COMPARED),
+    QSA_POOL: Source("sglang.srt.mem_cache.qsa_kv_pool", "QSATokenToKVPool", QSA_POOL_COMPARED),
     "mambaish_config state layers": Source("sglang.srt.configs.hybrid_arch", "mambaish_config",
                                            "the layer ids of the pool's state entries, from the config"),
     "MambaMixer2 conv channels": Source("sglang.srt.layers.attention.mamba.mamba", "MambaMixer2",
@@ -472,6 +474,7 @@ class _Checker:
     def pool_entries(self, models: Sequence[ModelSpec]) -> None:
         pool, fns = self.fn("MambaPool transfer entries"), self.shape_fns()
         self.side_states(models)
+        self.qsa_pools(models)
         self.dsa_pools(models)
         if pool is None or None in fns:
             return
@@ -515,6 +518,22 @@ class _Checker:
             case = {"model": label, "env": env} if isinstance(label, str) else {"stand_in": label, "env": env}
             self.compare(PLE_POOLS, case, partial(_their_side_entries, pools, model, env),
                          partial(_our_side_entries, model, env, self.release))
+
+    @_needs(QSA_POOL)
+    def qsa_pools(self, pool: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
+        """A QSA model's pending and compressed entries, per --qsa-indexer-dtype: the presets with a QSA
+        indexer and the PLE preset with its indexer keys changed."""
+        from mambaxfer_cli.readers.model_config import spec_from_config
+        from mambaxfer_cli.readers.model_source import load_model
+        base = load_model(given("PLE_PRESET"), startup=startup(self.release.version))
+        cases: list[tuple[Any, ModelSpec]] = [(m.name, m) for m in models if m.ple_qsa and m.ple_qsa.has_qsa]
+        for changed in given("QSA_STAND_INS"):
+            config = {**base.hf_config, "text_config": {**base.hf_config["text_config"], **changed}}
+            cases.append((changed, spec_from_config(config, name="stand-in", source="conformance")))
+        for (label, model), dtype in itertools.product(cases, QSA_INDEXER_DTYPES):
+            case = {"model": label} if isinstance(label, str) else {"stand_in": label}
+            self.compare(QSA_POOL, case | {"qsa_indexer_dtype": dtype}, partial(_their_qsa_entries, pool, model, dtype),
+                         partial(_our_qsa_entries, model, dtype, self.release))
 
     @_needs("mambaish_config state layers")
     def state_layers(self, hybrid: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
@@ -839,6 +858,40 @@ def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release
     return tuple((e.field, e.layer_id, e.item_len, e.replicated) for e in entries)
 
 
+def _their_qsa_entries(pool: Callable[..., Any], model: ModelSpec, dtype: str) -> tuple[Any, ...]:
+    """SGLang's QSA pool of the model on the CPU (``parse_qsa_profile`` of its config class, its full
+    attention layers, at the page SGLang sets, 64): the pending list's item bytes and layer ids, then
+    the compressed list's."""
+    import torch
+
+    config = _text_config(model)
+    profile = importlib.import_module("sglang.srt.layers.attention.qsa.config").parse_qsa_profile(config)
+    if profile is None:
+        return (), (), (), ()
+    utils = importlib.import_module(_UTILS)
+    shape = utils.Mamba2StateShape.create(tp_world_size=1, intermediate_size=64, n_groups=1, num_heads=2, head_dim=32,
+                                          state_size=16, conv_kernel=4)
+    mamba = importlib.import_module("sglang.srt.mem_cache.memory_pool").MambaPool(
+        size=1, spec_state_size=0, cache_params=utils.Mamba2CacheParams(shape=shape, layers=[0]), mamba_layer_ids=[0],
+        device="cpu")
+    resolve = importlib.import_module(SOURCES[QSA_POOL].module).resolve_qsa_indexer_dtype
+    built = pool(size=64, dtype=torch.bfloat16, page_size=64, head_num=1, head_dim=8, device="cpu",
+                 full_attention_layer_ids=list(config.full_attention_layer_ids), mamba_pool=mamba,
+                 qsa_index_kv_heads=profile.kv_heads, qsa_index_head_dim=profile.head_dim,
+                 qsa_compress_ratio=profile.compress_ratio, qsa_token_topk=profile.budget, num_request_slots=2,
+                 qsa_indexer_dtype=resolve(dtype))
+    return (tuple(built.get_qsa_pending_state_buf_infos()[2]), tuple(built.get_qsa_pending_state_layer_ids()),
+            tuple(built.get_qsa_compressed_state_buf_infos()[2]), tuple(built.get_qsa_compressed_state_layer_ids()))
+
+
+def _our_qsa_entries(model: ModelSpec, dtype: str, release: Release) -> tuple[Any, ...]:
+    entries = qsa_entries(sglang_model(model, {}, release), QSA_INDEXER_DTYPES[dtype])
+    paged = merged("PAGED_STATES")
+    pending, compressed = ([e for e in entries if (e.field in paged) == page] for page in (False, True))
+    return (tuple(e.item_len for e in pending), tuple(e.layer_id for e in pending),
+            tuple(e.item_len for e in compressed), tuple(e.layer_id for e in compressed))
+
+
 def _their_siblings(spec: ModelSpec) -> list[Any]:
     """SGLang's own PLE pools of the model (float32, as the send check keeps the state), if any."""
     if not side_entries(spec):
@@ -871,8 +924,9 @@ def _our_send(model: ModelSpec, spec: ModelSpec, p_tp: int, d_tp: int, backend: 
     named = {f: CONV for f in prefill.fields[1:-1]}     # every conv tensor is SGLang's "conv"
     for e in side_entries(spec):
         layers[e.field] = (*layers.get(e.field, ()), e.layer_id)
+    # The MambaPool's entries and its siblings' (the QSA states are another pool's, compared on their own).
     writes = sorted((named.get(w.field, w.field), layer, w.d_rank, w.p_rank, w.src, w.dst, w.length)
-                    for w in sglang_writes(prefill, decode, backend, release) for layer in layers[w.field])
+                    for w in sglang_writes(prefill, decode, backend, release) for layer in layers.get(w.field, ()))
     outcome = verdict(model, p_tp, d_tp, backend=backend, p_env=FLOAT32_STATE, d_env=FLOAT32_STATE, release=release)
     return (tuple(writes), outcome.bad_bytes() // outcome.ssm_layers * len(SEND_LAYERS))
 

@@ -108,3 +108,13 @@ PLE_POOLS = ("ShortConvPool and NGramPool entries", "the PLE states' entries: fi
 PLE_PRESET = "qwen3.8-flash-next"
 PLE_STAND_INS: tuple[dict[str, object], ...] = (
     {"ple_layer_ids": [2, 6], "ngram_size": 4}, {"ple_conv_kernel_size": 3, "hc_count": 2}, {"ngram_size": 1})
+
+# Conformance: SGLang's QSATokenToKVPool on the CPU (at the page SGLang sets) against qsa_entries, on
+# the presets and on the PLE preset with these keys changed (the last three SGLang refuses to start).
+QSA_POOL = ("QSATokenToKVPool entries", "the QSA states' entries: items and layer ids per --qsa-indexer-dtype, "
+            "and the QSA profiles SGLang refuses")
+QSA_STAND_INS: tuple[dict[str, object], ...] = (
+    {"indexer_compress_ratio": 8, "indexer_budget": 4096}, {"indexer_head_dim": 64, "indexer_compress_ratio": 2,
+                                                            "indexer_budget": 1024},
+    {"indexer_compress_ratio": 3, "indexer_budget": 1536}, {"indexer_budget": 1024},
+    {"indexer_compress_ratio": 1, "indexer_budget": 512})
