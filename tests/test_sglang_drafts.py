@@ -33,7 +33,7 @@ def test_nextn_appends_the_mtp_layer_as_one_attention_layer_above_the_targets(mo
     target's heads; build_kv_layer_ids numbers it num_hidden_layers."""
     draft = plan_json("--model", model, "--p-tp", "1", "--d-tp", "2", "--speculative-algorithm", "nextn")["draft"]
     assert draft == {"algorithm": "EAGLE", "source": draft["source"], "layers": 1, "num_kv_heads": heads,
-                     "head_size": size, "band": band}
+                     "head_size": size, "band": band, "mtp": True}
     text = run_cli("plan", "--engine", "sglang", "--model", model, "--p-tp", "1", "--d-tp", "2",
                    "--speculative-algorithm", "NEXTN").stdout
     assert f"K then V of layer id {band}" in " ".join(text.split())
