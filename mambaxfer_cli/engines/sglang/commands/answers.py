@@ -157,12 +157,14 @@ def inspect_report(model: ModelArgs, engines: EngineArgs, tp: str) -> Report:
     sides = {tp: check_side(spec, tp) for tp in sizes}
     shapes = {tp: state_shape(spec, tp) for tp in sizes}
     # Each replicated field's first entry (side and QSA states), as the state's are its first layer's.
-    replicated = tuple({e.field: e for e in reversed(beside_entries(spec))}.values())[::-1]
+    first: dict[str, Any] = {}
+    for entry in beside_entries(spec):
+        first.setdefault(entry.field, entry)
     document = {"schema": "mambaxfer.sglang-inspect/v1", "engine": NAME, "release": SGLANG_0_5_23.version,
                 "model": spec.to_dict(),
                 "layouts": {str(tp): [r.to_dict() for r in side.layouts()] for tp, side in sides.items()},
                 "entries": {str(tp): [e.to_dict() for e in transfer_entries(
-                    shapes[tp], spec.conv_dtype, spec.ssm_dtype, spec.ssm_layer_ids[:1]) + replicated]
+                    shapes[tp], spec.conv_dtype, spec.ssm_dtype, spec.ssm_layer_ids[:1]) + tuple(first.values())]
                     for tp in sizes},
                 "draft": drafted and drafted.to_dict() | {"token_bytes": {str(tp): drafted.side(spec, tp, 1).token_bytes
                                                                           for tp in sizes}}}
