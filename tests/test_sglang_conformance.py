@@ -515,6 +515,16 @@ def uncompressed_pages(cls):
                                                    self.qsa_compressed_page_size * self.qsa_compress_ratio)
     return Pool
 
+def every_writer(cls):
+    # Mooncake's QSA send without its election: every prefill rank of a group writes the states.
+    from unittest import mock
+    import sglang.srt.disaggregation.mooncake.conn as conn
+    class Manager(cls):
+        def maybe_send_extra(self, *a, **k):
+            with mock.patch.object(conn, "should_send_replicated_state", lambda **_: True):
+                return cls.maybe_send_extra(self, *a, **k)
+    return Manager
+
 def changed_signature(fn):
     def call(*a, **k):
         raise TypeError("compute_head_slice_params() takes 4 positional arguments but 5 were given")
@@ -549,6 +559,7 @@ faults = {
     "draft KV pool entries": extra_draft_layer,
     "DSATokenToKVPool entries": with_rope,
     "QSATokenToKVPool entries": uncompressed_pages,
+    "Mooncake QSA state send": every_writer,
     "changed signature": changed_signature,
 }
 # The smallest preset of each kind is enough to show each fault (odd shapes are stand-ins).
@@ -556,9 +567,10 @@ models = [m for m in c.served_presets()
           if m.name in ("granite-4.0-h-tiny", "mamba-130m", "qwen3.5-0.8b", "kimi-linear-48b", "gigachat3.5",
                         "lfm2-1.2b", "glm-5-next", "jet-nemotron-2b")]
 target = {"changed signature": "compute_head_slice_params", "untransposed Kimi conv": "KimiLinearStateShape.create"}
-# A family's own config class is shown on its own preset alone.
+# A family's own config class (and the QSA send) is shown on its own preset alone.
 alone = {"MiniCPMHybridConfig state": [c.served_model("minicpm-sala")],
-         "ZayaConfig state": [c.served_model("zaya1-8b")]}
+         "ZayaConfig state": [c.served_model("zaya1-8b")],
+         "Mooncake QSA state send": [c.served_model("qwen3.8-flash-next")]}
 # Each fault on the models whose cases reach its function as is: on the others nothing planted runs.
 # A function whose cases name no model (head slices over the models' KV heads) keeps them all.
 reached = {r.name: set(r.by_model) or {m.name for m in models} for r in c.probe(models, base).results}

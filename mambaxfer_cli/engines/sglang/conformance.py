@@ -20,13 +20,16 @@ from unittest import mock
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mambaxfer_cli.engines.sglang.drafts import MTP_DRAFTS, draft_for
+from mambaxfer_cli.engines.sglang.bootstrap import Server
 from mambaxfer_cli.engines.sglang.entries import (
-    CONV, FIELDS, QSA_INDEXER_DTYPES, TransferEntry, entry_for, qsa_entries, side_entries, transfer_entries,
+    CONV, FIELDS, QSA_INDEXER_DTYPES, TransferEntry, entry_for, qsa_entries, server_flags, side_entries,
+    transfer_entries,
 )
 from mambaxfer_cli.engines.sglang.families import given, merged
 from mambaxfer_cli.engines.sglang.heads import HeadSlice, head_slice
 from mambaxfer_cli.engines.sglang.kv import INDEX_K, LATENT, KVSide, dsa_page_size, kv_entries
 from mambaxfer_cli.engines.sglang.plan import plan
+from mambaxfer_cli.engines.sglang.proof import replicated_wrong
 from mambaxfer_cli.engines.sglang.served import ARCHITECTURES, startup
 from mambaxfer_cli.engines.sglang.ranks import rank_mapping, writers
 from mambaxfer_cli.engines.sglang.release import MOONCAKE, NIXL, RELEASES, SGLANG_0_5_23, Release
@@ -60,6 +63,7 @@ KDA_MIXER, _KDA_MIXER_MODULE, _KDA_MIXER_CLASS, _KDA_MIXER_COMPARED = given("KDA
 KDA_MIXERS = merged("KDA_MIXERS")     # a family's own KDA mixer, by family label
 PLE_POOLS, PLE_POOLS_COMPARED = given("PLE_POOLS")
 QSA_POOL, QSA_POOL_COMPARED = given("QSA_POOL")
+QSA_SEND, QSA_SEND_COMPARED = given("QSA_SEND")
 SHORT_CONV_CONFIG, SHORT_CONV_MIXER = given("SHORT_CONV_CONFIG"), given("SHORT_CONV_MIXER")
 CONFIG_STATES, TP_MIXERS = merged("CONFIG_STATES"), merged("TP_MIXERS")   # a family's own, by family label
 OWN_SHAPES = merged("STATE_SHAPES")     # the families whose config class builds their state shape
@@ -104,6 +108,7 @@ SOURCES: Mapping[str, Source] = {
                               "the state writes NIXL posts, and the decode bytes they leave wrong"),
     "Mooncake state send": Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager",
                                   "the state writes Mooncake posts, and the decode bytes they leave wrong"),
+    QSA_SEND: Source(f"{_DISAGG}.mooncake.conn", "MooncakeKVManager", QSA_SEND_COMPARED),
     "DSATokenToKVPool entries": Source("sglang.srt.mem_cache.memory_pool", "DSATokenToKVPool",
                                        "a DSA model's latent and index-key pages: item bytes per layer"),
     "draft KV pool entries": Source("sglang.srt.mem_cache.memory_pool", "MHATokenToKVPool",
@@ -455,6 +460,7 @@ class _Checker:
 
     def sends(self, models: Sequence[ModelSpec]) -> None:
         """SGLang's send methods between its pools on the CPU: the writes, and the decode bytes left wrong."""
+        self.qsa_sends(models)
         pool, fns = self.fn("MambaPool transfer entries"), self.shape_fns()
         if pool is None or None in fns:
             return
@@ -534,6 +540,20 @@ class _Checker:
             case = {"model": label} if isinstance(label, str) else {"stand_in": label}
             self.compare(QSA_POOL, case | {"qsa_indexer_dtype": dtype}, partial(_their_qsa_entries, pool, model, dtype),
                          partial(_our_qsa_entries, model, dtype, self.release))
+
+    @_needs(QSA_SEND)
+    def qsa_sends(self, manager: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
+        """Mooncake's send of a QSA model's states between SGLang's own QSA pools, every pairing of
+        TP sizes, D's compressed keys in each --qsa-indexer-dtype (P's: auto)."""
+        pool = self.fn(QSA_POOL)
+        if pool is None:
+            return
+        for model in (m for m in models if m.ple_qsa and m.ple_qsa.has_qsa):
+            sizes = tp_sizes(sglang_model(model, {}, self.release), self.max_tp)
+            for (p_tp, d_tp), dtype in itertools.product(itertools.product(sizes, repeat=2), given("QSA_SEND_DTYPES")):
+                self.compare(QSA_SEND, {"model": model.name, "p_tp": p_tp, "d_tp": d_tp, "d_qsa_indexer_dtype": dtype},
+                             partial(_their_qsa_send, manager, pool, model, p_tp, d_tp, dtype),
+                             partial(_our_qsa_send, model, p_tp, d_tp, dtype, self.release))
 
     @_needs("mambaish_config state layers")
     def state_layers(self, hybrid: Callable[..., Any], models: Sequence[ModelSpec]) -> None:
@@ -858,16 +878,15 @@ def _our_side_entries(model: ModelSpec, env: Mapping[str, str], release: Release
     return tuple((e.field, e.layer_id, e.item_len, e.replicated) for e in entries)
 
 
-def _their_qsa_entries(pool: Callable[..., Any], model: ModelSpec, dtype: str) -> tuple[Any, ...]:
+def _qsa_pool(pool: Callable[..., Any], model: ModelSpec, dtype: str, slots: int = 2) -> Any:
     """SGLang's QSA pool of the model on the CPU (``parse_qsa_profile`` of its config class, its full
-    attention layers, at the page SGLang sets, 64): the pending list's item bytes and layer ids, then
-    the compressed list's."""
+    attention layers, at the page SGLang sets, 64), with ``slots`` request rows; None without QSA."""
     import torch
 
     config = _text_config(model)
     profile = importlib.import_module("sglang.srt.layers.attention.qsa.config").parse_qsa_profile(config)
     if profile is None:
-        return (), (), (), ()
+        return None
     utils = importlib.import_module(_UTILS)
     shape = utils.Mamba2StateShape.create(tp_world_size=1, intermediate_size=64, n_groups=1, num_heads=2, head_dim=32,
                                           state_size=16, conv_kernel=4)
@@ -875,13 +894,121 @@ def _their_qsa_entries(pool: Callable[..., Any], model: ModelSpec, dtype: str) -
         size=1, spec_state_size=0, cache_params=utils.Mamba2CacheParams(shape=shape, layers=[0]), mamba_layer_ids=[0],
         device="cpu")
     resolve = importlib.import_module(SOURCES[QSA_POOL].module).resolve_qsa_indexer_dtype
-    built = pool(size=64, dtype=torch.bfloat16, page_size=64, head_num=1, head_dim=8, device="cpu",
-                 full_attention_layer_ids=list(config.full_attention_layer_ids), mamba_pool=mamba,
-                 qsa_index_kv_heads=profile.kv_heads, qsa_index_head_dim=profile.head_dim,
-                 qsa_compress_ratio=profile.compress_ratio, qsa_token_topk=profile.budget, num_request_slots=2,
-                 qsa_indexer_dtype=resolve(dtype))
-    return (tuple(built.get_qsa_pending_state_buf_infos()[2]), tuple(built.get_qsa_pending_state_layer_ids()),
-            tuple(built.get_qsa_compressed_state_buf_infos()[2]), tuple(built.get_qsa_compressed_state_layer_ids()))
+    return pool(size=64 * slots, dtype=torch.bfloat16, page_size=64, head_num=1, head_dim=8, device="cpu",
+                full_attention_layer_ids=list(config.full_attention_layer_ids), mamba_pool=mamba,
+                qsa_index_kv_heads=profile.kv_heads, qsa_index_head_dim=profile.head_dim,
+                qsa_compress_ratio=profile.compress_ratio, qsa_token_topk=profile.budget, num_request_slots=slots,
+                qsa_indexer_dtype=resolve(dtype))
+
+
+def _qsa_lists(built: Any) -> tuple[Any, ...]:
+    """A QSA pool's two state lists as SGLang registers them: (pointers, bytes, item bytes, layer ids) each."""
+    return ((*built.get_qsa_pending_state_buf_infos(), built.get_qsa_pending_state_layer_ids()),
+            (*built.get_qsa_compressed_state_buf_infos(), built.get_qsa_compressed_state_layer_ids()))
+
+
+def _their_qsa_entries(pool: Callable[..., Any], model: ModelSpec, dtype: str) -> tuple[Any, ...]:
+    """The QSA pool's pending list's item bytes and layer ids, then the compressed list's."""
+    built = _qsa_pool(pool, model, dtype)
+    if built is None:
+        return (), (), (), ()
+    (_, _, pending, pending_ids), (_, _, compressed, compressed_ids) = _qsa_lists(built)
+    return tuple(pending), tuple(pending_ids), tuple(compressed), tuple(compressed_ids)
+
+
+QSA_ROW, QSA_D_ROW = 1, 2      # the request's row (and full-KV page) on P and on D: other places
+
+
+def _their_qsa_send(manager: Any, pool: Callable[..., Any], model: ModelSpec, p_tp: int, d_tp: int,
+                    d_dtype: str) -> Any:
+    """SGLang's QSA pools on every rank, P's filled alike (the state is replicated) and D's empty;
+    Mooncake's ``maybe_send_extra`` on a stand-in manager for every (decode rank, writer): the posted
+    writes as (field, layer, d, p, src, dst, length) within the request's items, and the bad decode
+    bytes; its refusal ("refused") where it raises."""
+    import ctypes
+
+    import torch
+    base = importlib.import_module(f"{_DISAGG}.base.conn")
+    rope = importlib.import_module(SOURCES[QSA_POOL].module).QSA_ROPE_STATE_LAYER_ID
+    states = [base.StateType.QSA_PENDING, base.StateType.QSA_COMPRESSED]
+    prefill = [_qsa_pool(pool, model, "auto", 3) for _ in range(p_tp)]
+    decode = [_qsa_pool(pool, model, d_dtype, 3) for _ in range(d_tp)]
+    for built in prefill:
+        for k, tensor in enumerate([*built.qsa_key_state_buffer_pool, built.qsa_rope_position_buffer,
+                                    *built.qsa_compressed_k_buffer_pool]):
+            data = tensor.view(-1).view(torch.uint8)
+            data.copy_((torch.arange(data.numel()) * 7 + 13 * k + 1) % 251 + 1)
+    lists = [_qsa_lists(b) for b in (*prefill, *decode)]
+    writes, bad = [], 0
+    for d in range(d_tp):
+        dst = lists[p_tp + d]
+        for p in writers(p_tp, d_tp, d):
+            src = lists[p]
+            blocks: list[tuple[int, int, int]] = []
+            stand_in = object.__new__(manager)
+            stand_in.__dict__.update(
+                kv_args=SimpleNamespace(state_types=states, state_data_ptrs=[x[0] for x in src],
+                                        state_item_lens=[x[2] for x in src], state_dim_per_tensor=[[], []],
+                                        state_layer_ids=[x[3] for x in src], engine_rank=p),
+                state_tp_size=p_tp, attn_tp_size=p_tp, pp_size=1, is_mla_backend=False, is_hybrid_mla_backend=False,
+                state_strides_validated=set(), request_status={0: 1}, enable_custom_mem_pool=False,
+                max_transfer_batch_indices=0, _transfer_data=partial(_kept, blocks))
+            stand_in.conclude_failure = _refuse
+            info = SimpleNamespace(dst_state_data_ptrs=[x[0] for x in dst], dst_state_item_lens=[x[2] for x in dst],
+                                   dst_state_dim_per_tensor=[[], []], dst_state_layer_ids=[x[3] for x in dst],
+                                   dst_attn_tp_size=d_tp, dst_tp_rank=d)
+            request = SimpleNamespace(dst_state_indices=[[QSA_D_ROW], [QSA_D_ROW]], mooncake_session_id="session",
+                                      room=0)
+            try:
+                manager.maybe_send_extra(stand_in, request, [[QSA_ROW], [QSA_ROW]], None, info)
+            except RuntimeError:      # Mooncake's refusal of the pairing's layouts
+                return "refused"
+            for src_at, dst_at, length in blocks:
+                (ptrs, sizes, items, ids), kind = next((x, k) for k, x in enumerate(src) if any(
+                    ptr <= src_at < ptr + n for ptr, n in zip(x[0], x[1])))
+                i = next(i for i, ptr in enumerate(ptrs) if ptr <= src_at < ptr + sizes[i])
+                d_ptrs, d_sizes, d_items, _ = dst[kind]
+                j = next(j for j, ptr in enumerate(d_ptrs) if ptr <= dst_at < ptr + d_sizes[j])
+                name = "qsa_compressed" if kind else "qsa_rope" if ids[i] == rope else "qsa_pending"
+                src_off, dst_off = src_at - ptrs[i] - items[i] * QSA_ROW, dst_at - d_ptrs[j] - d_items[j] * QSA_D_ROW
+                writes.append((name, ids[i], d, p, src_off, dst_off, length))
+                bad += length - max(0, min(dst_off + length, d_items[j]) - max(dst_off, 0))    # outside the item
+                if src_at + length <= ptrs[i] + sizes[i] and dst_at + length <= d_ptrs[j] + d_sizes[j]:
+                    ctypes.memmove(dst_at, src_at, length)
+    want = _qsa_items(prefill[0], QSA_ROW)
+    for built in decode:
+        bad += sum(int((got != w).sum()) for got, w in zip(_qsa_items(built, QSA_D_ROW), want))
+    return tuple(sorted(writes)), bad
+
+
+def _refuse(**failure: Any) -> None:
+    """A stand-in for the manager's ``conclude_failure``: the request fails with SGLang's reason."""
+    raise RuntimeError(failure["failure_reason"])
+
+
+def _qsa_items(built: Any, row: int) -> list[Any]:
+    """The bytes of a request's items in a QSA pool: each ring's rows and each layer's compressed page."""
+    import torch
+    ratio, page = built.qsa_compress_ratio, built.qsa_compressed_page_size
+    rings = [*built.qsa_key_state_buffer_pool, built.qsa_rope_position_buffer]
+    return ([t[row * ratio:(row + 1) * ratio].contiguous().view(-1).view(torch.uint8) for t in rings]
+            + [t[row * page:(row + 1) * page].contiguous().view(-1).view(torch.uint8)
+               for t in built.qsa_compressed_k_buffer_pool])
+
+
+def _our_qsa_send(model: ModelSpec, p_tp: int, d_tp: int, d_dtype: str, release: Release) -> Any:
+    """The plan's QSA writes over Mooncake, every entry; the bytes mambaxfer's proof finds wrong; or the
+    verdict's refusal where D keeps the compressed keys otherwise."""
+    spec = sglang_model(model, {}, release)
+    found = verdict(model, p_tp, d_tp, backend=MOONCAKE, release=release, prefill=Server(p_tp, **server_flags(spec)),
+                    decode=Server(d_tp, **server_flags(spec, QSA_INDEXER_DTYPES[d_dtype])))
+    if found.refusal is not None:
+        return "refused"
+    planned = plan(model, p_tp, d_tp, backend=MOONCAKE, release=release)
+    entries = qsa_entries(planned.model)
+    writes = sorted((w.field, e.layer_id, w.d_rank, w.p_rank, w.src, w.dst, w.length)
+                    for e in entries for w in planned.writes if w.field == e.field)
+    return tuple(writes), sum(replicated_wrong(planned.writes, entries, d_tp).values())
 
 
 def _our_qsa_entries(model: ModelSpec, dtype: str, release: Release) -> tuple[Any, ...]:

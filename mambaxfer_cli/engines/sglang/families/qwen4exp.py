@@ -113,6 +113,11 @@ PLE_STAND_INS: tuple[dict[str, object], ...] = (
 # the presets and on the PLE preset with these keys changed (the last three SGLang refuses to start).
 QSA_POOL = ("QSATokenToKVPool entries", "the QSA states' entries: items and layer ids per --qsa-indexer-dtype, "
             "and the QSA profiles SGLang refuses")
+# Conformance: Mooncake's QSA send between SGLang's QSA pools (maybe_send_extra), where D keeps the
+# compressed keys in each of these --qsa-indexer-dtype values and P in auto's.
+QSA_SEND = ("Mooncake QSA state send", "the QSA states' writes Mooncake posts between SGLang's QSA pools "
+            "(maybe_send_extra: its elected writers), the decode bytes left wrong, and its refusals")
+QSA_SEND_DTYPES = ("auto", "fp8_e4m3")
 QSA_STAND_INS: tuple[dict[str, object], ...] = (
     {"indexer_compress_ratio": 8, "indexer_budget": 4096}, {"indexer_head_dim": 64, "indexer_compress_ratio": 2,
                                                             "indexer_budget": 1024},
