@@ -444,6 +444,9 @@ def preflight(prefill: LaunchLine, decode: LaunchLine, load: ModelLoader,
         if e.line.attn_dp_size > 1 or e.line.attn_cp > 1:
             warnings.append(f"{name}: attention DP/CP: the state and rank mapping follow the attention TP size "
                             f"{e.tp} (TP {e.line.tp} / attention DP {e.line.attn_dp_size} / CP {e.line.attn_cp})")
+        if e.line.qsa_indexer_dtype == "fp8_e4m3":     # the model's override checks the platform
+            warnings.append(f"{name}: --qsa-indexer-dtype fp8_e4m3: SGLang starts only on a CUDA SM90 or SM100 GPU "
+                            f"(\"--qsa-indexer-dtype fp8_e4m3 requires a CUDA SM90/SM100 GPU\")")
         warnings += [f"{name}: {n}" for n in e.line.notes]
     if p.line.mode == PREFILL and d.line.mode == DECODE:
         warnings.append(f"the router gives D P's --disaggregation-bootstrap-port ({p.line.bootstrap_port})")
