@@ -729,6 +729,11 @@ P_SLOT, D_SLOT = 1, 1
 UNWRITTEN, OTHER_SLOT = -2, -1
 
 
+def _entry_at(ptrs: Sequence[int], sizes: Sequence[int], address: int) -> Any:
+    """The entry whose buffer holds ``address`` (None: none of them)."""
+    return next((i for i, (ptr, size) in enumerate(zip(ptrs, sizes)) if ptr <= address < ptr + size), None)
+
+
 def _labels(layout: RankLayout, field: str, layer: int, outer: int = 1) -> Any:
     """One item's elements (an int32 tensor), each labelled with its layer, region and global element;
     a ``(K-1, dim)`` conv (``outer`` rows) row by row."""
@@ -829,8 +834,7 @@ def _their_send(manager: Any, backend: str, pool_class: Callable[..., Any], shap
                                                     [D_SLOT], d_items, d_dims, d, d_tp, s_groups, s_outer,
                                                     s_ids, d_ids)
             for src, dst, length in blocks:
-                i = next(i for i, ptr in enumerate(s_ptrs) if ptr <= src < ptr + s_lens[i])
-                j = next(j for j, ptr in enumerate(d_ptrs) if ptr <= dst < ptr + d_lens[j])
+                i, j = _entry_at(s_ptrs, s_lens, src), _entry_at(d_ptrs, d_lens, dst)
                 src_off, dst_off = src - s_ptrs[i] - s_items[i] * P_SLOT, dst - d_ptrs[j] - d_items[j] * D_SLOT
                 writes.append((s_fields[i], s_ids[i], d, p, src_off, dst_off, length))
                 bad += length - max(0, min(dst_off + length, d_items[j]) - max(dst_off, 0))   # outside the item
@@ -964,11 +968,9 @@ def _their_qsa_send(manager: Any, pool: Callable[..., Any], model: ModelSpec, p_
             except RuntimeError:      # Mooncake's refusal of the pairing's layouts
                 return "refused"
             for src_at, dst_at, length in blocks:
-                (ptrs, sizes, items, ids), kind = next((x, k) for k, x in enumerate(src) if any(
-                    ptr <= src_at < ptr + n for ptr, n in zip(x[0], x[1])))
-                i = next(i for i, ptr in enumerate(ptrs) if ptr <= src_at < ptr + sizes[i])
-                d_ptrs, d_sizes, d_items, _ = dst[kind]
-                j = next(j for j, ptr in enumerate(d_ptrs) if ptr <= dst_at < ptr + d_sizes[j])
+                kind = next(k for k, x in enumerate(src) if _entry_at(x[0], x[1], src_at) is not None)
+                (ptrs, sizes, items, ids), (d_ptrs, d_sizes, d_items, _) = src[kind], dst[kind]
+                i, j = _entry_at(ptrs, sizes, src_at), _entry_at(d_ptrs, d_sizes, dst_at)
                 name = "qsa_compressed" if kind else "qsa_rope" if ids[i] == rope else "qsa_pending"
                 src_off, dst_off = src_at - ptrs[i] - items[i] * QSA_ROW, dst_at - d_ptrs[j] - d_items[j] * QSA_D_ROW
                 writes.append((name, ids[i], d, p, src_off, dst_off, length))

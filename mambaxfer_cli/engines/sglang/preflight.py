@@ -75,6 +75,11 @@ class SGLangServer:
                       **(server_flags(self.state, QSA_INDEXER_DTYPES[self.line.qsa_indexer_dtype]) if self.state
                          else {}))
 
+    @property
+    def unused_qsa_dtype(self) -> bool:
+        """``--qsa-indexer-dtype`` set for a model without the compressed QSA indexer (SGLang does not start)."""
+        return self.line.qsa_indexer_dtype != "auto" and not self.server().qsa_state
+
     def state_bytes(self) -> str | None:
         """Conv + temporal bytes of one slot of one layer on one rank."""
         if self.state is None or tp_refusal(self.state, self.tp, self.release) is not None:
@@ -156,7 +161,7 @@ def startup_refusals(e: SGLangServer) -> list[Refusal]:
     if not line.disable_radix_cache and line.radix_strategy == "no_buffer" and e.page_size != 1:
         # mamba_hook.py validate_mamba_no_buffer (an assert)
         out.append(Refusal("mamba-radix-cache", f"{start}: no_buffer only supports page_size=1."))
-    if line.qsa_indexer_dtype != "auto" and not e.server().qsa_state:
+    if e.unused_qsa_dtype:
         out.append(Refusal("qsa-indexer-dtype", f"{start}: " + rel.message("qsa_dtype_unused",
                                                                          dtype=line.qsa_indexer_dtype)))
     if line.mode != e.side:
@@ -270,6 +275,7 @@ def compared_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
     """What SGLang's bootstrap compares (page size, KV-cache dtype, PP sizes) and what the two
     servers must share to meet at all (mode, backend, TP sizes that divide)."""
     big, small = max(p.tp, d.tp), min(p.tp, d.tp)
+    ps, ds = p.server(), d.server()
     return [Field("disaggregation mode", p.line.mode, d.line.mode, True,
                   p.line.mode == PREFILL and d.line.mode == DECODE),
             Field("transfer backend", p.line.transfer_backend, d.line.transfer_backend, True),
@@ -278,7 +284,7 @@ def compared_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
             Field("PP size (D's equal or 1)", p.line.pp, d.line.pp, True, d.line.pp in (p.line.pp, 1)),
             Field("attention TP (one divides the other)", p.tp, d.tp, True, big % small == 0),
             *([Field("QSA compressed keys (--qsa-indexer-dtype)", p.line.qsa_indexer_dtype, d.line.qsa_indexer_dtype,
-                     True, p.server().qsa_page_bytes == d.server().qsa_page_bytes)] if p.server().qsa_state else [])]
+                     True, ps.qsa_page_bytes == ds.qsa_page_bytes)] if ps.qsa_state else [])]
 
 
 def unchecked_fields(p: SGLangServer, d: SGLangServer) -> list[Field]:
@@ -326,7 +332,7 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
                 e.line.radix_strategy == "no_buffer" and e.page_size != 1:
             out.append(Change(e.side, FLAG["radix_strategy"], e.line.radix_strategy, None,
                               "SGLang's own choice (auto) starts with this page size under PD"))
-        if e.line.qsa_indexer_dtype != "auto" and not e.server().qsa_state:
+        if e.unused_qsa_dtype:
             out.append(Change(e.side, FLAG["qsa_indexer_dtype"], e.line.qsa_indexer_dtype, None,
                               "the model has no compressed QSA indexer"))
     return out
@@ -334,7 +340,7 @@ def _startup_changes(p: SGLangServer, d: SGLangServer, respell: bool = True) -> 
 
 def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
     """D aligned to P where SGLang's bootstrap compares or its writes move bytes as they are."""
-    pl, dl = p.line, d.line
+    pl, dl, ps, ds = p.line, d.line, p.server(), d.server()
     compared, unchecked = "as P's: SGLang's bootstrap compares it", "as P's: SGLang does not compare the {} dtype"
     rows = [(FLAG["transfer_backend"], pl.transfer_backend != dl.transfer_backend, dl.transfer_backend,
              pl.transfer_backend, "as P's"),
@@ -343,7 +349,7 @@ def _align(p: SGLangServer, d: SGLangServer) -> list[Change]:
             (FLAG["kv_cache_dtype"], pl.kv_cache_dtype != dl.kv_cache_dtype, dl.kv_cache_dtype, pl.kv_cache_dtype,
              compared),
             (FLAG["pp"], dl.pp not in (pl.pp, 1), str(dl.pp), str(pl.pp), "as P's: D's PP size must be P's or 1"),
-            (FLAG["qsa_indexer_dtype"], p.server().qsa_page_bytes != d.server().qsa_page_bytes, dl.qsa_indexer_dtype,
+            (FLAG["qsa_indexer_dtype"], ps.qsa_page_bytes != ds.qsa_page_bytes, dl.qsa_indexer_dtype,
              pl.qsa_indexer_dtype, "as P's: SGLang's senders pair the compressed QSA keys item for item")]
     if p.state is not None and d.state is not None:
         rows += [(FLAG["mamba_ssm_dtype"], p.state.ssm_dtype != d.state.ssm_dtype, dl.mamba_ssm_dtype,
